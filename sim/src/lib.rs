@@ -1,0 +1,9 @@
+//! twin-sim: everything needed to predict a training step without hardware. A scenario is
+//! resolved into a [`plan::Plan`], turned into a [`schedule::Schedule`] (the IR shared with the
+//! runtime), and executed by a discrete-event engine over cost models; the result is a trace
+//! and a report.
+
+pub mod plan;
+pub mod scenario;
+pub mod schedule;
+pub mod testing;

@@ -1,0 +1,489 @@
+//! The plan resolves a scenario into the facts every executor shares: the device mesh and each
+//! rank's coordinates on it, the communication groups, which layers sit on which pipeline
+//! stage and chunk, and the node each rank lives on. It is a pure function of the scenario.
+//!
+//! Placement: consecutive ranks vary the innermost axis first. The default order is
+//! tp, cp, ep, dp, pp (Megatron's), so a TP group sits inside one node whenever
+//! `tp <= gpus_per_node`. A scenario may override the order (`parallel.order`).
+
+use crate::scenario::{Axis, Scenario};
+use serde::Serialize;
+
+pub type RankId = u32;
+
+/// A rank's position on each mesh axis.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Coords {
+    pub tp: u32,
+    pub cp: u32,
+    pub ep: u32,
+    pub dp: u32,
+    pub pp: u32,
+}
+
+impl Coords {
+    fn get(&self, axis: Axis) -> u32 {
+        match axis {
+            Axis::Tp => self.tp,
+            Axis::Cp => self.cp,
+            Axis::Ep => self.ep,
+            Axis::Dp => self.dp,
+            Axis::Pp => self.pp,
+        }
+    }
+    fn set(&mut self, axis: Axis, v: u32) {
+        match axis {
+            Axis::Tp => self.tp = v,
+            Axis::Cp => self.cp = v,
+            Axis::Ep => self.ep = v,
+            Axis::Dp => self.dp = v,
+            Axis::Pp => self.pp = v,
+        }
+    }
+}
+
+/// The kinds of communication group a program can name. A program says "my TP group"; the
+/// plan resolves that to concrete members for each rank, so one program serves every rank of
+/// a stage.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupKind {
+    /// Tensor parallel: ranks that differ only in tp.
+    Tp,
+    /// Context parallel: ranks that differ only in cp.
+    Cp,
+    /// Expert parallel: ranks that differ only in ep.
+    Ep,
+    /// Pure data parallel: ranks that differ only in dp.
+    Dp,
+    /// Replicas of dense (non-expert) parameters: ranks that differ in dp, ep or cp. Dense
+    /// gradients are reduced and ZeRO-sharded over this group.
+    DenseDp,
+    /// Replicas of expert parameters: ranks that differ in dp or cp.
+    ExpertDp,
+    /// The pipeline: ranks that differ only in pp.
+    Pp,
+    /// Every rank.
+    World,
+}
+
+impl GroupKind {
+    pub const ALL: [GroupKind; 8] = [
+        GroupKind::Tp,
+        GroupKind::Cp,
+        GroupKind::Ep,
+        GroupKind::Dp,
+        GroupKind::DenseDp,
+        GroupKind::ExpertDp,
+        GroupKind::Pp,
+        GroupKind::World,
+    ];
+
+    fn varied_axes(self) -> &'static [Axis] {
+        match self {
+            GroupKind::Tp => &[Axis::Tp],
+            GroupKind::Cp => &[Axis::Cp],
+            GroupKind::Ep => &[Axis::Ep],
+            GroupKind::Dp => &[Axis::Dp],
+            GroupKind::DenseDp => &[Axis::Cp, Axis::Ep, Axis::Dp],
+            GroupKind::ExpertDp => &[Axis::Cp, Axis::Dp],
+            GroupKind::Pp => &[Axis::Pp],
+            GroupKind::World => &[Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp],
+        }
+    }
+
+    fn index(self) -> usize {
+        Self::ALL.iter().position(|k| *k == self).unwrap_or(0)
+    }
+}
+
+/// A concrete communication group. Globally unique id: index into [`Plan::groups`].
+pub type GroupId = u32;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Group {
+    pub kind: GroupKind,
+    /// Members in ring order (ascending coordinate on the varied axes).
+    pub members: Vec<RankId>,
+    /// Distinct nodes spanned.
+    pub nodes: u32,
+    /// Most members on any one node.
+    pub max_per_node: u32,
+}
+
+/// Layers held by one (stage, chunk). Virtual stage `v = chunk * pp + stage` is the position
+/// along the model, as in Megatron's interleaved schedule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ChunkLayout {
+    pub stage: u32,
+    pub chunk: u32,
+    pub virtual_stage: u32,
+    pub first_layer: u32,
+    pub num_layers: u32,
+    /// Holds the input embedding (the first virtual stage).
+    pub has_embedding: bool,
+    /// Holds the output layer and loss (the last virtual stage).
+    pub has_head: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    pub world: u32,
+    /// Axis sizes indexed like `Coords`.
+    pub sizes: Coords,
+    pub order: [Axis; 5],
+    pub gpus_per_node: u32,
+    pub microbatches: u32,
+    /// `chunks[stage][chunk]`.
+    pub chunks: Vec<Vec<ChunkLayout>>,
+    pub groups: Vec<Group>,
+    /// `group_of[kind.index()][rank]` = the rank's group of that kind.
+    group_of: Vec<Vec<GroupId>>,
+}
+
+/// Plans are only built from validated scenarios; these are the invariants that validation
+/// guarantees, re-checked so a bug upstream cannot turn into a panic or a silent wrong plan.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PlanError {
+    #[error("mesh tp*cp*ep*dp*pp = {product} does not equal the GPU count {gpus}")]
+    MeshMismatch { product: u64, gpus: u32 },
+    #[error("{what} must be at least 1")]
+    Zero { what: &'static str },
+    #[error("layer partition has {got} entries; pp*vpp = {want}")]
+    PartitionLength { got: usize, want: u32 },
+    #[error("layer partition sums to {got} layers; the model has {want}")]
+    PartitionSum { got: u64, want: u32 },
+    #[error("{layers} layers do not split evenly over pp*vpp = {chunks} chunks; give parallel.layer_partition")]
+    UnevenLayers { layers: u32, chunks: u32 },
+    #[error(
+        "global batch {global_batch} is not a positive multiple of micro_batch*dp*ep = {denom}"
+    )]
+    Batch { global_batch: u64, denom: u64 },
+    #[error("world of {0} ranks is too large (limit 1,048,576)")]
+    TooLarge(u64),
+}
+
+impl Plan {
+    pub fn new(s: &Scenario) -> Result<Plan, PlanError> {
+        let p = &s.parallel;
+        for (what, v) in [
+            ("tp", p.tp),
+            ("pp", p.pp),
+            ("dp", p.dp),
+            ("vpp", p.vpp),
+            ("ep", p.ep),
+            ("cp", p.cp),
+        ] {
+            if v == 0 {
+                return Err(PlanError::Zero { what });
+            }
+        }
+        if s.cluster.gpus_per_node == 0 {
+            return Err(PlanError::Zero {
+                what: "gpus_per_node",
+            });
+        }
+        let product = [p.tp, p.cp, p.ep, p.dp, p.pp]
+            .iter()
+            .map(|&v| u64::from(v))
+            .product::<u64>();
+        if product > 1 << 20 {
+            return Err(PlanError::TooLarge(product));
+        }
+        if product != u64::from(s.cluster.gpus) {
+            return Err(PlanError::MeshMismatch {
+                product,
+                gpus: s.cluster.gpus,
+            });
+        }
+        let denom = s.training.micro_batch * u64::from(p.dp) * u64::from(p.ep);
+        let m = s.num_microbatches();
+        if denom == 0 || s.training.global_batch % denom != 0 || m == 0 || m > u64::from(u32::MAX) {
+            return Err(PlanError::Batch {
+                global_batch: s.training.global_batch,
+                denom,
+            });
+        }
+        let world = product as u32;
+        let sizes = Coords {
+            tp: p.tp,
+            cp: p.cp,
+            ep: p.ep,
+            dp: p.dp,
+            pp: p.pp,
+        };
+        let chunks = layout_chunks(s.model.layers, p.pp, p.vpp, p.layer_partition.as_deref())?;
+        let mut plan = Plan {
+            world,
+            sizes,
+            order: p.order,
+            gpus_per_node: s.cluster.gpus_per_node,
+            microbatches: m as u32,
+            chunks,
+            groups: Vec::new(),
+            group_of: Vec::new(),
+        };
+        plan.build_groups();
+        Ok(plan)
+    }
+
+    pub fn pp(&self) -> u32 {
+        self.sizes.pp
+    }
+    pub fn vpp(&self) -> u32 {
+        self.chunks.first().map(|c| c.len() as u32).unwrap_or(1)
+    }
+
+    pub fn coords(&self, rank: RankId) -> Coords {
+        let mut c = Coords::default();
+        let mut r = rank;
+        for axis in self.order {
+            let n = self.sizes.get(axis);
+            c.set(axis, r % n);
+            r /= n;
+        }
+        c
+    }
+
+    pub fn rank_of(&self, c: Coords) -> RankId {
+        let mut r = 0u32;
+        for axis in self.order.iter().rev() {
+            r = r * self.sizes.get(*axis) + c.get(*axis);
+        }
+        r
+    }
+
+    pub fn node_of(&self, rank: RankId) -> u32 {
+        rank / self.gpus_per_node
+    }
+
+    pub fn stage_of(&self, rank: RankId) -> u32 {
+        self.coords(rank).pp
+    }
+
+    /// The rank one pipeline stage later (wrapping from the last stage to the first, which is
+    /// where interleaved schedules send the next chunk's input).
+    pub fn pp_next(&self, rank: RankId) -> RankId {
+        let mut c = self.coords(rank);
+        c.pp = (c.pp + 1) % self.sizes.pp;
+        self.rank_of(c)
+    }
+
+    pub fn pp_prev(&self, rank: RankId) -> RankId {
+        let mut c = self.coords(rank);
+        c.pp = (c.pp + self.sizes.pp - 1) % self.sizes.pp;
+        self.rank_of(c)
+    }
+
+    pub fn group_of(&self, rank: RankId, kind: GroupKind) -> GroupId {
+        self.group_of[kind.index()][rank as usize]
+    }
+
+    pub fn group(&self, id: GroupId) -> &Group {
+        &self.groups[id as usize]
+    }
+
+    /// Ranks of one stage (pp coordinate), ascending.
+    pub fn ranks_of_stage(&self, stage: u32) -> Vec<RankId> {
+        (0..self.world)
+            .filter(|&r| self.coords(r).pp == stage)
+            .collect()
+    }
+
+    fn build_groups(&mut self) {
+        let world = self.world as usize;
+        for kind in GroupKind::ALL {
+            let mut of = vec![u32::MAX; world];
+            for rank in 0..self.world {
+                if of[rank as usize] != u32::MAX {
+                    continue;
+                }
+                let base = self.coords(rank);
+                let mut members = Vec::new();
+                self.enumerate(base, kind.varied_axes(), &mut members);
+                members.sort_unstable();
+                let id = self.groups.len() as GroupId;
+                let mut per_node: Vec<u32> = members.iter().map(|&m| self.node_of(m)).collect();
+                per_node.sort_unstable();
+                let (mut nodes, mut max_per_node, mut run) = (0u32, 0u32, 0u32);
+                for (i, n) in per_node.iter().enumerate() {
+                    if i == 0 || per_node[i - 1] != *n {
+                        nodes += 1;
+                        run = 0;
+                    }
+                    run += 1;
+                    max_per_node = max_per_node.max(run);
+                }
+                for &m in &members {
+                    of[m as usize] = id;
+                }
+                self.groups.push(Group {
+                    kind,
+                    members,
+                    nodes,
+                    max_per_node,
+                });
+            }
+            self.group_of.push(of);
+        }
+    }
+
+    fn enumerate(&self, base: Coords, axes: &[Axis], out: &mut Vec<RankId>) {
+        match axes.split_first() {
+            None => out.push(self.rank_of(base)),
+            Some((&axis, rest)) => {
+                for v in 0..self.sizes.get(axis) {
+                    let mut c = base;
+                    c.set(axis, v);
+                    self.enumerate(c, rest, out);
+                }
+            }
+        }
+    }
+}
+
+fn layout_chunks(
+    layers: u32,
+    pp: u32,
+    vpp: u32,
+    partition: Option<&[u32]>,
+) -> Result<Vec<Vec<ChunkLayout>>, PlanError> {
+    let n = pp * vpp;
+    let per_virtual: Vec<u32> = match partition {
+        Some(part) => {
+            if part.len() != n as usize {
+                return Err(PlanError::PartitionLength {
+                    got: part.len(),
+                    want: n,
+                });
+            }
+            let sum: u64 = part.iter().map(|&x| u64::from(x)).sum();
+            if sum != u64::from(layers) {
+                return Err(PlanError::PartitionSum {
+                    got: sum,
+                    want: layers,
+                });
+            }
+            part.to_vec()
+        }
+        None => {
+            if layers % n != 0 {
+                return Err(PlanError::UnevenLayers { layers, chunks: n });
+            }
+            vec![layers / n; n as usize]
+        }
+    };
+    let mut first = vec![0u32; n as usize];
+    for v in 1..n as usize {
+        first[v] = first[v - 1] + per_virtual[v - 1];
+    }
+    let mut out = Vec::with_capacity(pp as usize);
+    for stage in 0..pp {
+        let mut row = Vec::with_capacity(vpp as usize);
+        for chunk in 0..vpp {
+            let v = chunk * pp + stage;
+            row.push(ChunkLayout {
+                stage,
+                chunk,
+                virtual_stage: v,
+                first_layer: first[v as usize],
+                num_layers: per_virtual[v as usize],
+                has_embedding: v == 0,
+                has_head: v == n - 1,
+            });
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::small_scenario;
+
+    #[test]
+    fn coords_round_trip_and_megatron_order() {
+        let s = small_scenario(2, 4, 2, 8);
+        let plan = Plan::new(&s).unwrap();
+        assert_eq!(plan.world, 16);
+        for r in 0..plan.world {
+            assert_eq!(plan.rank_of(plan.coords(r)), r);
+        }
+        // tp innermost: ranks 0 and 1 share everything but tp.
+        assert_eq!(
+            plan.coords(1),
+            Coords {
+                tp: 1,
+                ..Coords::default()
+            }
+        );
+        // then dp (cp = ep = 1), then pp.
+        assert_eq!(plan.coords(2).dp, 1);
+        assert_eq!(plan.coords(4).pp, 1);
+    }
+
+    #[test]
+    fn groups_partition_the_world() {
+        let s = small_scenario(2, 2, 4, 8);
+        let plan = Plan::new(&s).unwrap();
+        for kind in GroupKind::ALL {
+            let mut seen = vec![0u32; plan.world as usize];
+            for g in plan.groups.iter().filter(|g| g.kind == kind) {
+                for &m in &g.members {
+                    seen[m as usize] += 1;
+                    assert_eq!(
+                        plan.group_of(m, kind),
+                        plan.groups.iter().position(|x| std::ptr::eq(x, g)).unwrap() as u32
+                    );
+                }
+            }
+            assert!(
+                seen.iter().all(|&c| c == 1),
+                "{kind:?} groups must cover each rank once"
+            );
+        }
+        let tp = plan.group(plan.group_of(0, GroupKind::Tp));
+        assert_eq!(tp.members, vec![0, 1]);
+        assert_eq!(tp.nodes, 1);
+        let world = plan.group(plan.group_of(0, GroupKind::World));
+        assert_eq!(world.members.len(), 16);
+        assert_eq!(world.nodes, 2);
+        assert_eq!(world.max_per_node, 8);
+    }
+
+    #[test]
+    fn pipeline_neighbours_wrap() {
+        let s = small_scenario(1, 4, 1, 4);
+        let plan = Plan::new(&s).unwrap();
+        assert_eq!(plan.pp_next(3), 0);
+        assert_eq!(plan.pp_prev(0), 3);
+        assert_eq!(plan.pp_next(1), 2);
+    }
+
+    #[test]
+    fn interleaved_chunks_hold_virtual_stages() {
+        let mut s = small_scenario(1, 2, 1, 4);
+        s.parallel.vpp = 2;
+        let plan = Plan::new(&s).unwrap();
+        // 16 layers, 4 virtual stages of 4. Stage 0 holds virtual stages 0 and 2.
+        assert_eq!(plan.chunks[0][1].virtual_stage, 2);
+        assert_eq!(plan.chunks[0][1].first_layer, 8);
+        assert!(plan.chunks[0][0].has_embedding);
+        assert!(plan.chunks[1][1].has_head);
+    }
+
+    #[test]
+    fn invalid_meshes_are_errors_not_panics() {
+        let mut s = small_scenario(2, 2, 2, 4);
+        s.cluster.gpus = 7;
+        assert!(matches!(Plan::new(&s), Err(PlanError::MeshMismatch { .. })));
+        let mut s = small_scenario(1, 3, 1, 4);
+        s.model.layers = 10;
+        assert!(matches!(Plan::new(&s), Err(PlanError::UnevenLayers { .. })));
+        s.parallel.layer_partition = Some(vec![4, 3, 3]);
+        assert!(Plan::new(&s).is_ok());
+    }
+}

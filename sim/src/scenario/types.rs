@@ -1,0 +1,265 @@
+//! The resolved scenario: every preset expanded, every default filled in, every cross-field
+//! rule checked. Everything downstream (plan, schedule generators, cost models, the runtime)
+//! reads these types and never the raw TOML, so a default lives in exactly one place: the
+//! parser that builds them.
+
+use serde::{Deserialize, Serialize};
+
+/// A whole training job: model, cluster, parallel layout, training recipe and run settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Scenario {
+    pub name: String,
+    pub model: Model,
+    pub cluster: Cluster,
+    pub parallel: Parallel,
+    pub training: Training,
+    pub run: Run,
+}
+
+/// Transformer shape. Dense GPT/Llama-style decoder; MoE when `moe` is set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    /// Preset name or the file the shape came from; informational.
+    pub name: String,
+    pub layers: u32,
+    pub hidden: u64,
+    pub heads: u32,
+    /// Key/value heads (GQA); equals `heads` for classic multi-head attention.
+    pub kv_heads: u32,
+    pub ffn_hidden: u64,
+    pub seq_len: u64,
+    pub vocab: u64,
+    /// Gated MLP (SwiGLU, as Llama): three ffn matrices instead of two.
+    pub gated_mlp: bool,
+    /// Input embedding and output head share one matrix.
+    pub tied_embeddings: bool,
+    pub moe: Option<Moe>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Moe {
+    pub experts: u32,
+    pub top_k: u32,
+    /// Every `moe_every`-th layer is an MoE layer (1 = all layers).
+    pub moe_every: u32,
+}
+
+/// Peak dense throughput per dtype, FLOP/s.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeakFlops {
+    pub fp32_flops_per_s: f64,
+    pub tf32_flops_per_s: f64,
+    pub fp16_flops_per_s: f64,
+    pub bf16_flops_per_s: f64,
+    pub fp8_flops_per_s: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    pub name: String,
+    pub peak: PeakFlops,
+    pub hbm_bytes: u64,
+    pub hbm_bandwidth_bytes_per_s: f64,
+}
+
+/// One direction of a link tier, as seen by one GPU.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Link {
+    /// Unidirectional bandwidth available to one GPU on this tier.
+    pub bandwidth_bytes_per_s: f64,
+    pub latency_ns: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cluster {
+    pub gpu: Gpu,
+    pub gpus: u32,
+    pub gpus_per_node: u32,
+    /// Node preset name ("dgx-a100", ...) or "custom".
+    pub node: String,
+    /// NVLink/NVSwitch tier inside a node.
+    pub intra_node: Link,
+    /// Network tier between nodes (per GPU, i.e. one NIC rail).
+    pub inter_node: Link,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PipelineSchedule {
+    Gpipe,
+    #[serde(rename = "1f1b")]
+    OneFOneB,
+    #[serde(rename = "interleaved-1f1b")]
+    Interleaved1F1B,
+    ZeroBubble,
+}
+
+impl PipelineSchedule {
+    pub const ALL: [(&'static str, PipelineSchedule); 4] = [
+        ("gpipe", PipelineSchedule::Gpipe),
+        ("1f1b", PipelineSchedule::OneFOneB),
+        ("interleaved-1f1b", PipelineSchedule::Interleaved1F1B),
+        ("zero-bubble", PipelineSchedule::ZeroBubble),
+    ];
+    pub fn as_str(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, s)| *s == self)
+            .map(|(n, _)| *n)
+            .unwrap_or("?")
+    }
+}
+
+/// Order in which mesh axes are laid onto consecutive ranks, innermost first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Axis {
+    Tp,
+    Cp,
+    Ep,
+    Dp,
+    Pp,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Parallel {
+    pub tp: u32,
+    pub pp: u32,
+    pub dp: u32,
+    /// Virtual pipeline stages (model chunks) per device; 1 unless interleaved.
+    pub vpp: u32,
+    pub ep: u32,
+    pub cp: u32,
+    /// ZeRO stage 0..=3 over the data-parallel group.
+    pub zero: u8,
+    /// FSDP (full sharding); behaves as ZeRO-3 with per-layer gather/scatter.
+    pub fsdp: bool,
+    pub sequence_parallel: bool,
+    pub schedule: PipelineSchedule,
+    /// Explicit layers per (stage, chunk) in pipeline order, length pp*vpp; `None` = even split.
+    pub layer_partition: Option<Vec<u32>>,
+    /// Rank placement, innermost axis first. Default: tp, cp, ep, dp, pp (Megatron order).
+    pub order: [Axis; 5],
+}
+
+impl Parallel {
+    pub const DEFAULT_ORDER: [Axis; 5] = [Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp];
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    Fp32,
+    Fp16,
+    Bf16,
+    Fp8,
+}
+
+impl Precision {
+    /// Bytes per element of weights/activations in the compute dtype.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Precision::Fp32 => 4,
+            Precision::Fp16 | Precision::Bf16 => 2,
+            Precision::Fp8 => 1,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Recompute {
+    None,
+    Selective,
+    Full,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "kind", content = "value")]
+pub enum GradCompression {
+    None,
+    Fp16,
+    Int8,
+    /// Top-k sparsification keeping this fraction of elements.
+    Topk(f64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "kind", content = "value")]
+pub enum SyncMode {
+    Sync,
+    /// Gradients are synchronised every N steps (local accumulation in between).
+    Delayed(u32),
+    /// Gradient reduction of step i overlaps step i+1 (one step stale).
+    Async,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Optimizer {
+    Adam,
+    Sgd,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Offload {
+    None,
+    Optimizer,
+    Params,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Training {
+    pub global_batch: u64,
+    pub micro_batch: u64,
+    pub precision: Precision,
+    pub recompute: Recompute,
+    pub overlap_grad_reduce: bool,
+    pub overlap_param_gather: bool,
+    pub grad_compression: GradCompression,
+    pub sync: SyncMode,
+    pub optimizer: Optimizer,
+    pub offload: Offload,
+    /// Flash attention: no s^2 score matrix is saved. Default true.
+    pub flash_attention: bool,
+    /// DDP gradient bucket size. Default 25 MiB... set by the parser (Megatron uses 40M elements).
+    pub grad_bucket_bytes: u64,
+}
+
+/// How finely the generators cut work into ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Granularity {
+    /// One compute op per (chunk, micro batch, phase); per-layer TP collectives are merged
+    /// into one collective op of the summed bytes and call count. Fast; the default.
+    Chunk,
+    /// One compute op and its TP collectives per layer. Slower to simulate, finer traces.
+    Layer,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub iterations: u32,
+    pub seed: u64,
+    pub granularity: Granularity,
+}
+
+impl Scenario {
+    /// Micro batches per pipeline per step: global_batch / (micro_batch * dp * ep).
+    /// Validation guarantees the division is exact and non-zero.
+    pub fn num_microbatches(&self) -> u64 {
+        let denom =
+            self.training.micro_batch * u64::from(self.parallel.dp) * u64::from(self.parallel.ep);
+        if denom == 0 {
+            0
+        } else {
+            self.training.global_batch / denom
+        }
+    }
+
+    /// Tokens processed by the whole job in one step.
+    pub fn tokens_per_step(&self) -> u64 {
+        self.training.global_batch * self.model.seq_len
+    }
+}

@@ -1,0 +1,391 @@
+//! The schedule IR: the one description of a training step that both executors run. The
+//! simulator gives each op a modelled duration; the runtime does each op's work for real.
+//! Nothing here knows about time or cost models.
+//!
+//! A [`Schedule`] holds one [`Program`] per distinct role and maps every rank to its program.
+//! Programs name peers and groups relative to the rank that runs them ("my next pipeline
+//! stage", "my TP group"), and the [`crate::plan::Plan`] resolves those names per rank. So all
+//! ranks of a pipeline stage share one program, and a 16,384-GPU schedule costs no more memory
+//! than a 64-GPU one with the same pipeline. Executors still run every rank.
+//!
+//! Ordering rules, shared by both executors:
+//! - Ops on one stream of one rank run one at a time, in program order (like a CUDA stream).
+//! - An op may start only when every op in its `deps` has finished. Deps point to earlier ops
+//!   of the same program, so a program is a DAG by construction; a cross-stream dependency is
+//!   the IR's "wait".
+//! - A `Send` and the matching `Recv` (same tag, peer of each other) run together: the
+//!   transfer starts when both sides have reached them (rendezvous, as NCCL does).
+//! - A `Collective` starts when every member of the resolved group has reached it; members
+//!   issue their collectives on one group in the same order.
+//! - `Alloc` and `Free` take no time; they move the rank's memory counter.
+
+use crate::plan::GroupKind;
+use crate::scenario::Precision;
+use serde::{Deserialize, Serialize};
+
+/// Execution queues of one rank. Ops on different streams may overlap in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[repr(u8)]
+pub enum Stream {
+    Compute = 0,
+    /// Tensor/sequence parallel collectives.
+    Tp = 1,
+    /// Context parallel exchange.
+    Cp = 2,
+    /// Expert parallel all-to-all.
+    Ep = 3,
+    /// Data parallel: gradient reduction, ZeRO gathers.
+    Dp = 4,
+    PpSend = 5,
+    PpRecv = 6,
+    /// Checkpoint writes and host offload traffic.
+    Io = 7,
+}
+
+impl Stream {
+    pub const COUNT: usize = 8;
+    pub const ALL: [Stream; Stream::COUNT] = [
+        Stream::Compute,
+        Stream::Tp,
+        Stream::Cp,
+        Stream::Ep,
+        Stream::Dp,
+        Stream::PpSend,
+        Stream::PpRecv,
+        Stream::Io,
+    ];
+    pub fn index(self) -> usize {
+        self as usize
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Stream::Compute => "compute",
+            Stream::Tp => "tp-comm",
+            Stream::Cp => "cp-comm",
+            Stream::Ep => "ep-comm",
+            Stream::Dp => "dp-comm",
+            Stream::PpSend => "pp-send",
+            Stream::PpRecv => "pp-recv",
+            Stream::Io => "io",
+        }
+    }
+}
+
+/// What a compute op does in the training step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    Forward,
+    /// Full backward: input and weight gradients.
+    Backward,
+    /// Backward for the input gradient only (zero-bubble "B").
+    BackwardInput,
+    /// Backward for the weight gradient only (zero-bubble "W").
+    BackwardWeight,
+    /// Forward recomputation before a backward (activation checkpointing).
+    Recompute,
+    Optimizer,
+    /// Gradient (de)quantisation or sparsification for compressed communication.
+    Compress,
+}
+
+impl Phase {
+    pub fn short(self) -> &'static str {
+        match self {
+            Phase::Forward => "fwd",
+            Phase::Backward => "bwd",
+            Phase::BackwardInput => "bwd-in",
+            Phase::BackwardWeight => "bwd-w",
+            Phase::Recompute => "recompute",
+            Phase::Optimizer => "optimizer",
+            Phase::Compress => "compress",
+        }
+    }
+    /// Counts toward model FLOPs (MFU). Recompute counts only toward hardware FLOPs (HFU).
+    pub fn is_model_work(self) -> bool {
+        !matches!(self, Phase::Recompute | Phase::Compress | Phase::Optimizer)
+    }
+}
+
+/// One GEMM shape: C[m,n] = A[m,k] * B[k,n], repeated `count` times (batched or per layer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Gemm {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub count: u32,
+}
+
+impl Gemm {
+    pub fn flops(&self) -> u64 {
+        2u64.saturating_mul(self.m)
+            .saturating_mul(self.n)
+            .saturating_mul(self.k)
+            .saturating_mul(u64::from(self.count))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ComputeOp {
+    pub phase: Phase,
+    pub dtype: Precision,
+    /// The GEMMs this op contains, with their planned shapes (already divided by tp/cp).
+    pub gemms: Vec<Gemm>,
+    /// Total FLOPs of the op: the GEMMs plus non-GEMM arithmetic (softmax, norms).
+    pub flops: u64,
+    /// Bytes moved by memory-bound kernels (elementwise, norms, softmax, optimizer update).
+    pub memory_bytes: u64,
+    /// Kernel launches, for launch overhead.
+    pub kernels: u32,
+}
+
+/// A point-to-point peer, relative to the rank that runs the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Peer {
+    /// Next pipeline stage (wraps from last to first).
+    PpNext,
+    /// Previous pipeline stage (wraps from first to last).
+    PpPrev,
+    /// Next member of this rank's CP group (ring).
+    CpNext,
+    /// Previous member of this rank's CP group (ring).
+    CpPrev,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CollectiveKind {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    AllToAll,
+    Broadcast,
+}
+
+impl CollectiveKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveKind::AllReduce => "all-reduce",
+            CollectiveKind::AllGather => "all-gather",
+            CollectiveKind::ReduceScatter => "reduce-scatter",
+            CollectiveKind::AllToAll => "all-to-all",
+            CollectiveKind::Broadcast => "broadcast",
+        }
+    }
+}
+
+/// Memory categories of the per-rank breakdown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[repr(u8)]
+pub enum MemCategory {
+    Weights = 0,
+    Grads = 1,
+    Optimizer = 2,
+    Activations = 3,
+    /// Communication buffers: DDP buckets, ZeRO gather buffers, pipeline send/recv buffers.
+    Buffers = 4,
+    /// Framework reserve: CUDA context, allocator slack.
+    Reserved = 5,
+}
+
+impl MemCategory {
+    pub const COUNT: usize = 6;
+    pub const ALL: [MemCategory; MemCategory::COUNT] = [
+        MemCategory::Weights,
+        MemCategory::Grads,
+        MemCategory::Optimizer,
+        MemCategory::Activations,
+        MemCategory::Buffers,
+        MemCategory::Reserved,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            MemCategory::Weights => "weights",
+            MemCategory::Grads => "grads",
+            MemCategory::Optimizer => "optimizer",
+            MemCategory::Activations => "activations",
+            MemCategory::Buffers => "buffers",
+            MemCategory::Reserved => "reserved",
+        }
+    }
+}
+
+/// Where an allocation lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    Gpu,
+    /// Host memory (optimizer / parameter offload).
+    Host,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "op")]
+pub enum OpKind {
+    Compute(ComputeOp),
+    Send {
+        peer: Peer,
+        bytes: u64,
+        tag: u32,
+    },
+    Recv {
+        peer: Peer,
+        bytes: u64,
+        tag: u32,
+    },
+    /// `bytes` is the full buffer in the nccl-tests sense: the all-reduce buffer; the gathered
+    /// output of an all-gather; the input of a reduce-scatter; the whole send buffer of an
+    /// all-to-all. `calls` > 1 when several same-size calls were merged into one op (chunk
+    /// granularity): each call pays its own latency.
+    Collective {
+        kind: CollectiveKind,
+        group: GroupKind,
+        bytes: u64,
+        calls: u32,
+    },
+    Alloc {
+        category: MemCategory,
+        device: Device,
+        bytes: u64,
+        /// Matches exactly one later `Free` of the same program.
+        tag: u32,
+    },
+    Free {
+        tag: u32,
+    },
+    /// Write `bytes` of this rank's state to checkpoint storage.
+    Checkpoint {
+        bytes: u64,
+    },
+}
+
+/// Where in the model an op belongs, for traces, reports and matching sim ops to real ops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Label {
+    pub microbatch: Option<u32>,
+    pub chunk: u32,
+    pub first_layer: u32,
+    pub num_layers: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Op {
+    pub stream: Stream,
+    pub kind: OpKind,
+    /// Indices of earlier ops of the same program that must finish first.
+    pub deps: Vec<u32>,
+    pub label: Label,
+}
+
+impl Op {
+    /// A short human name: "fwd mb3 c0 L0-11", "all-reduce tp 48MiB x24".
+    pub fn name(&self) -> String {
+        let l = &self.label;
+        let where_ = {
+            let mut s = String::new();
+            if let Some(mb) = l.microbatch {
+                s.push_str(&format!(" mb{mb}"));
+            }
+            if l.num_layers > 0 {
+                s.push_str(&format!(
+                    " c{} L{}-{}",
+                    l.chunk,
+                    l.first_layer,
+                    l.first_layer + l.num_layers - 1
+                ));
+            }
+            s
+        };
+        match &self.kind {
+            OpKind::Compute(c) => format!("{}{}", c.phase.short(), where_),
+            OpKind::Send { peer, bytes, .. } => {
+                format!("send {peer:?} {}{}", fmt_bytes(*bytes), where_)
+            }
+            OpKind::Recv { peer, bytes, .. } => {
+                format!("recv {peer:?} {}{}", fmt_bytes(*bytes), where_)
+            }
+            OpKind::Collective {
+                kind,
+                group,
+                bytes,
+                calls,
+            } => {
+                let x = if *calls > 1 {
+                    format!(" x{calls}")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{} {group:?} {}{x}{}",
+                    kind.name(),
+                    fmt_bytes(*bytes),
+                    where_
+                )
+            }
+            OpKind::Alloc {
+                category, bytes, ..
+            } => format!("alloc {} {}{}", category.name(), fmt_bytes(*bytes), where_),
+            OpKind::Free { tag } => format!("free #{tag}{where_}"),
+            OpKind::Checkpoint { bytes } => format!("checkpoint {}", fmt_bytes(*bytes)),
+        }
+    }
+
+    /// Bytes this op moves over a link, if it communicates.
+    pub fn comm_bytes(&self) -> u64 {
+        match &self.kind {
+            OpKind::Send { bytes, .. } | OpKind::Recv { bytes, .. } => *bytes,
+            OpKind::Collective { bytes, calls, .. } => bytes.saturating_mul(u64::from(*calls)),
+            _ => 0,
+        }
+    }
+}
+
+/// Binary-prefixed size for names and reports: "48.0MiB".
+pub fn fmt_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b}B")
+    } else {
+        format!("{v:.1}{}", UNITS[i])
+    }
+}
+
+/// The ops of one role (a pipeline stage, normally), in program order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Program {
+    pub stage: u32,
+    pub ops: Vec<Op>,
+}
+
+/// One training step for every rank.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    pub programs: Vec<Program>,
+    /// `program_of[rank]` indexes `programs`.
+    pub program_of: Vec<u32>,
+}
+
+impl Schedule {
+    pub fn world(&self) -> u32 {
+        self.program_of.len() as u32
+    }
+    pub fn program(&self, rank: u32) -> &Program {
+        &self.programs[self.program_of[rank as usize] as usize]
+    }
+    /// Ops summed over every rank.
+    pub fn total_ops(&self) -> u64 {
+        self.program_of
+            .iter()
+            .map(|&p| self.programs[p as usize].ops.len() as u64)
+            .sum()
+    }
+}

@@ -1,0 +1,88 @@
+//! Ready-made scenarios for tests in this crate and downstream crates, built from struct
+//! literals so that tests of the plan, generators and engine do not depend on the parser.
+
+use crate::scenario::*;
+
+/// A100 80GB figures (datasheet): dense peaks, 80 GiB... HBM2e, 2.039 TB/s.
+pub fn a100() -> Gpu {
+    Gpu {
+        name: "a100-sxm-80gb".into(),
+        peak: PeakFlops {
+            fp32_flops_per_s: 19.5e12,
+            tf32_flops_per_s: 156e12,
+            fp16_flops_per_s: 312e12,
+            bf16_flops_per_s: 312e12,
+            fp8_flops_per_s: 312e12,
+        },
+        hbm_bytes: 80 * 1_000_000_000,
+        hbm_bandwidth_bytes_per_s: 2.039e12,
+    }
+}
+
+/// A small GPT on `tp*pp*dp` A100s in DGX-A100-like nodes of 8.
+pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario {
+    let gpus = tp * pp * dp;
+    Scenario {
+        name: format!("test-tp{tp}-pp{pp}-dp{dp}"),
+        model: Model {
+            name: "test-gpt".into(),
+            layers: 8 * pp.max(1),
+            hidden: 1024,
+            heads: 16,
+            kv_heads: 16,
+            ffn_hidden: 4096,
+            seq_len: 1024,
+            vocab: 32000,
+            gated_mlp: false,
+            tied_embeddings: false,
+            moe: None,
+        },
+        cluster: Cluster {
+            gpu: a100(),
+            gpus,
+            gpus_per_node: 8.min(gpus),
+            node: "dgx-a100".into(),
+            intra_node: Link {
+                bandwidth_bytes_per_s: 300e9,
+                latency_ns: 3_000,
+            },
+            inter_node: Link {
+                bandwidth_bytes_per_s: 25e9,
+                latency_ns: 10_000,
+            },
+        },
+        parallel: Parallel {
+            tp,
+            pp,
+            dp,
+            vpp: 1,
+            ep: 1,
+            cp: 1,
+            zero: 0,
+            fsdp: false,
+            sequence_parallel: tp > 1,
+            schedule: PipelineSchedule::OneFOneB,
+            layer_partition: None,
+            order: Parallel::DEFAULT_ORDER,
+        },
+        training: Training {
+            global_batch: microbatches * u64::from(dp),
+            micro_batch: 1,
+            precision: Precision::Bf16,
+            recompute: Recompute::None,
+            overlap_grad_reduce: true,
+            overlap_param_gather: true,
+            grad_compression: GradCompression::None,
+            sync: SyncMode::Sync,
+            optimizer: Optimizer::Adam,
+            offload: Offload::None,
+            flash_attention: true,
+            grad_bucket_bytes: 40_000_000 * 4,
+        },
+        run: Run {
+            iterations: 1,
+            seed: 1,
+            granularity: Granularity::Chunk,
+        },
+    }
+}
