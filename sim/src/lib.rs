@@ -7,3 +7,4 @@ pub mod plan;
 pub mod scenario;
 pub mod schedule;
 pub mod testing;
+pub mod workload;
