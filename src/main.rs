@@ -1,5 +1,46 @@
-//! The `twin` binary: a thin command line over the library crates.
+//! The `twin` binary: a thin command line over the library crates. Arguments are parsed and
+//! checked here, before any work starts; the work itself lives in the libraries.
 
-fn main() {
-    println!("twin");
+mod cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// twin: a digital twin for parallel deep-learning training.
+///
+/// Describe a training job once (a scenario TOML: model, cluster, parallel layout, training
+/// recipe). twin turns it into one schedule of per-rank ops and predicts the step time, tokens/s,
+/// MFU, memory per GPU and pipeline bubbles with a discrete-event simulation.
+///
+/// Start with:   twin simulate scenarios/512xA100.toml
+#[derive(Parser)]
+#[command(name = "twin", version, about, long_about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Simulate(cmd::simulate::Args),
+    Bench(cmd::bench::Args),
+}
+
+/// Exit codes: 0 success, 1 failure of the work, 2 bad input (scenario or arguments).
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => cmd::simulate::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err}");
+            for cause in err.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            cmd::exit_code_for(&err)
+        }
+    }
 }

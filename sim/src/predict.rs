@@ -1,0 +1,84 @@
+//! The prediction pipeline in one place: scenario → plan → schedule → validation → event
+//! simulation → report. The CLI, the benchmark, sweeps and the TUI all call this, so they all
+//! predict the same thing.
+
+use crate::cost::Analytic;
+use crate::engine::{simulate, SimError, SimOptions, SimResult};
+use crate::plan::{Plan, PlanError};
+use crate::report::Report;
+use crate::scenario::Scenario;
+use crate::schedule::{generate, Schedule, ScheduleError, ValidationError};
+use std::time::Instant;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PredictError {
+    #[error("planning failed: {0}")]
+    Plan(#[from] PlanError),
+    #[error("schedule generation failed: {0}")]
+    Schedule(#[from] ScheduleError),
+    #[error("the generated schedule is not executable: {0}")]
+    Invalid(#[from] ValidationError),
+    #[error("simulation failed: {0}")]
+    Sim(#[from] SimError),
+}
+
+/// A scenario resolved as far as its schedule, ready to simulate (possibly many times).
+pub struct Staged {
+    pub scenario: Scenario,
+    pub plan: Plan,
+    pub schedule: Schedule,
+    pub cost: Analytic,
+}
+
+impl Staged {
+    /// Plan and generate; does not validate (see [`Staged::validate`]).
+    pub fn new(scenario: &Scenario) -> Result<Staged, PredictError> {
+        let plan = Plan::new(scenario)?;
+        let schedule = generate(scenario, &plan)?;
+        let cost = Analytic::new(scenario);
+        Ok(Staged { scenario: scenario.clone(), plan, schedule, cost })
+    }
+
+    pub fn validate(&self) -> Result<(), PredictError> {
+        self.schedule.validate(&self.plan)?;
+        Ok(())
+    }
+
+    pub fn simulate(&self, opts: &SimOptions) -> Result<SimResult, PredictError> {
+        Ok(simulate(&self.plan, &self.schedule, &self.cost, opts)?)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct PredictOptions {
+    /// Record trace events (for `--trace`).
+    pub trace: bool,
+    /// Zero wall-clock fields so that output is byte-identical across runs.
+    pub reproducible: bool,
+}
+
+pub struct Prediction {
+    pub staged: Staged,
+    pub result: SimResult,
+    pub report: Report,
+}
+
+impl Prediction {
+    /// The Chrome/Perfetto trace, when one was recorded.
+    pub fn trace_json(&self) -> Option<String> {
+        let trace = self.result.trace.as_ref()?;
+        Some(trace.to_chrome_json(&self.staged.plan, &self.staged.schedule))
+    }
+}
+
+/// Predict one training step of `scenario`: plan, generate, validate, simulate, report.
+pub fn predict(scenario: &Scenario, opts: &PredictOptions) -> Result<Prediction, PredictError> {
+    let start = Instant::now();
+    let staged = Staged::new(scenario)?;
+    staged.validate()?;
+    let sim_opts = SimOptions { trace: opts.trace, ..SimOptions::default() };
+    let result = staged.simulate(&sim_opts)?;
+    let wall_s = if opts.reproducible { 0.0 } else { start.elapsed().as_secs_f64() };
+    let report = Report::build(&staged.scenario, &staged.plan, &staged.schedule, &result, wall_s);
+    Ok(Prediction { staged, result, report })
+}

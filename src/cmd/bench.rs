@@ -1,0 +1,102 @@
+//! `twin bench`: how fast the simulator is. Reports wall time per simulated step (every rank
+//! simulated) and events per second, the figures docs/performance.md tracks.
+
+use super::{load_scenario, Format};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Measure simulator speed on scenarios (default: the 512- and 16,384-GPU bundled ones).
+///
+/// For each scenario: plan + schedule generation, then the event simulation of one step over
+/// every rank, repeated; prints the median and best wall times and events per second.
+/// Build with --release for meaningful numbers.
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Scenario files to measure.
+    #[arg(default_values = ["scenarios/512xA100.toml", "scenarios/16384xH100.toml"])]
+    pub scenarios: Vec<PathBuf>,
+    /// Repetitions per scenario (the median is reported).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: u32,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+#[derive(serde::Serialize)]
+struct Row {
+    scenario: String,
+    gpus: u32,
+    ops: u64,
+    events: u64,
+    generate_median_s: f64,
+    simulate_median_s: f64,
+    simulate_best_s: f64,
+    total_median_s: f64,
+    events_per_s: f64,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut rows = Vec::new();
+    for path in &args.scenarios {
+        let scenario = load_scenario(path, &[])?;
+        let (mut gen_s, mut sim_s, mut total_s) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut ops, mut events) = (0, 0);
+        for _ in 0..args.repeat {
+            let t0 = Instant::now();
+            let staged = twin_sim::Staged::new(&scenario)?;
+            let t1 = Instant::now();
+            let result = staged.simulate(&twin_sim::engine::SimOptions::default())?;
+            let t2 = Instant::now();
+            ops = staged.schedule.total_ops();
+            events = result.events;
+            gen_s.push((t1 - t0).as_secs_f64());
+            sim_s.push((t2 - t1).as_secs_f64());
+            total_s.push((t2 - t0).as_secs_f64());
+        }
+        let sim_median = median(&mut sim_s);
+        rows.push(Row {
+            scenario: path.display().to_string(),
+            gpus: scenario.cluster.gpus,
+            ops,
+            events,
+            generate_median_s: median(&mut gen_s),
+            simulate_median_s: sim_median,
+            simulate_best_s: sim_s[0],
+            total_median_s: median(&mut total_s),
+            events_per_s: events as f64 / sim_median.max(1e-12),
+        });
+    }
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Text => {
+            println!(
+                "{:<34} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}",
+                "scenario", "gpus", "ops", "events", "gen ms", "sim ms", "total ms", "Mevents/s"
+            );
+            for r in &rows {
+                println!(
+                    "{:<34} {:>7} {:>10} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>9.1}",
+                    r.scenario,
+                    r.gpus,
+                    r.ops,
+                    r.events,
+                    r.generate_median_s * 1e3,
+                    r.simulate_median_s * 1e3,
+                    r.total_median_s * 1e3,
+                    r.events_per_s / 1e6
+                );
+            }
+            if cfg!(debug_assertions) {
+                println!("note: this is a debug build; use `cargo run --release -- bench` for real figures");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,182 @@
+//! End-to-end tests of `twin simulate` and `twin bench`: they run the real binary the way a
+//! user or a CI job does and check what it prints, writes and exits with.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn twin(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_twin"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the twin binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("twin-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn simulate_main_scenario_prints_a_readable_report() {
+    let o = twin(&["simulate", "scenarios/512xA100.toml"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    for needle in ["step time", "tokens/s", "MFU", "bubble", "exposed", "memory"] {
+        assert!(out.to_lowercase().contains(&needle.to_lowercase()), "missing {needle:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn simulate_json_has_the_stable_fields() {
+    let o = twin(&["simulate", "scenarios/512xA100.toml", "--format", "json"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
+    for key in [
+        "step_time_s",
+        "tokens_per_s",
+        "tokens_per_s_per_gpu",
+        "model_tflops_per_gpu",
+        "hardware_tflops_per_gpu",
+        "mfu",
+        "hfu",
+        "bubble_fraction",
+        "exposed_comm_fraction",
+        "peak_memory_bytes",
+        "fits",
+        "events",
+        "sim_wall_s",
+        "ranks",
+    ] {
+        assert!(v.get(key).is_some(), "missing top-level field {key}");
+    }
+    let step = v["step_time_s"].as_f64().unwrap();
+    assert!(step > 0.0 && step.is_finite());
+    let mfu = v["mfu"].as_f64().unwrap();
+    assert!(mfu > 0.0 && mfu < 1.0, "mfu {mfu}");
+    let ranks = v["ranks"].as_array().unwrap();
+    assert!(!ranks.is_empty());
+    for r in ranks {
+        assert!(r.get("rank").is_some() || r.get("ranks").is_some());
+        assert!(r.get("stage").is_some());
+        assert!(r.get("peak_memory_bytes").is_some());
+        let b = &r["memory_breakdown"];
+        for cat in ["weights", "grads", "optimizer", "activations", "buffers", "reserved"] {
+            assert!(b.get(cat).and_then(|x| x.as_u64()).is_some(), "breakdown lacks {cat}");
+        }
+    }
+    // tokens/s follows from the step time and the batch: 512 sequences of 2048 tokens.
+    let tps = v["tokens_per_s"].as_f64().unwrap();
+    assert!((tps * step - 512.0 * 2048.0).abs() / (512.0 * 2048.0) < 1e-6);
+}
+
+#[test]
+fn same_scenario_and_seed_give_byte_identical_json_and_trace() {
+    let (t1, t2) = (tmp("a.trace.json"), tmp("b.trace.json"));
+    let run = |t: &PathBuf| {
+        let o = twin(&[
+            "simulate",
+            "scenarios/small.toml",
+            "--format",
+            "json",
+            "--reproducible",
+            "--trace",
+            t.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "stderr: {}", stderr(&o));
+        stdout(&o)
+    };
+    let (a, b) = (run(&t1), run(&t2));
+    assert_eq!(a, b, "JSON differs between two runs");
+    let (ta, tb) = (std::fs::read(&t1).unwrap(), std::fs::read(&t2).unwrap());
+    assert!(!ta.is_empty());
+    assert_eq!(ta, tb, "trace differs between two runs");
+}
+
+#[test]
+fn trace_is_chrome_json_with_ranks_streams_and_memory_counter() {
+    let t = tmp("small.trace.json");
+    let o = twin(&["simulate", "scenarios/small.toml", "--trace", t.to_str().unwrap()]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
+    let events = v["traceEvents"].as_array().expect("traceEvents array");
+    let has = |ph: &str| events.iter().any(|e| e["ph"] == ph);
+    assert!(has("X"), "no complete events");
+    assert!(has("C"), "no counter (memory) events");
+    assert!(events.iter().any(|e| e["ph"] == "M" && e["name"] == "process_name"));
+    assert!(events.iter().any(|e| e["ph"] == "M" && e["name"] == "thread_name"));
+}
+
+#[test]
+fn set_override_changes_the_prediction_and_is_validated() {
+    let base = twin(&["simulate", "scenarios/512xA100.toml", "--format", "json"]);
+    let more_pp = twin(&[
+        "simulate",
+        "scenarios/512xA100.toml",
+        "--format",
+        "json",
+        "--set",
+        "parallel.pp=16",
+        "--set",
+        "parallel.dp=4",
+    ]);
+    assert!(more_pp.status.success(), "stderr: {}", stderr(&more_pp));
+    let a: serde_json::Value = serde_json::from_str(&stdout(&base)).unwrap();
+    let b: serde_json::Value = serde_json::from_str(&stdout(&more_pp)).unwrap();
+    assert_ne!(a["step_time_s"], b["step_time_s"]);
+    assert_ne!(a["peak_memory_bytes"], b["peak_memory_bytes"]);
+
+    let bad = twin(&["simulate", "scenarios/512xA100.toml", "--set", "parallel.pp=3"]);
+    assert_eq!(bad.status.code(), Some(2), "bad input exits 2");
+    let err = stderr(&bad);
+    assert!(err.contains("parallel.pp"), "error names the key: {err}");
+}
+
+#[test]
+fn invalid_scenario_names_file_line_key_and_allowed_values() {
+    let p = tmp("bad.toml");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/small.toml")).unwrap();
+    // Replace the schedule with a typo.
+    let re = text
+        .lines()
+        .map(|l| if l.trim_start().starts_with("schedule") { "schedule = \"1fb1\"".to_string() } else { l.to_string() })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(re.contains("1fb1"), "small.toml sets parallel.schedule");
+    std::fs::write(&p, re).unwrap();
+    let o = twin(&["simulate", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(err.contains("bad.toml:"), "names the file: {err}");
+    assert!(err.contains("parallel.schedule"), "names the key: {err}");
+    assert!(err.contains("1fb1"), "names the value: {err}");
+    assert!(err.contains("interleaved-1f1b"), "lists what is allowed: {err}");
+}
+
+#[test]
+fn missing_file_is_a_clear_error_not_a_panic() {
+    let o = twin(&["simulate", "does/not/exist.toml"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(err.contains("does/not/exist.toml"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bench_reports_events_per_second() {
+    let o = twin(&["bench", "scenarios/small.toml", "--repeat", "1", "--format", "json"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let row = &v[0];
+    assert!(row["events"].as_u64().unwrap() > 0);
+    assert!(row["events_per_s"].as_f64().unwrap() > 0.0);
+}
