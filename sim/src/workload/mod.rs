@@ -38,7 +38,8 @@ pub struct CommCall {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PassWork {
     pub compute: ComputeOp,
-    /// Collectives that the pass needs; on the critical path after `compute`.
+    /// Collectives that the pass needs; on the critical path after `compute`. One entry per
+    /// (kind, group, buffer size), in first-use order; layers' calls are merged into `calls`.
     pub comms: Vec<CommCall>,
 }
 
