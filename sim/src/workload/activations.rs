@@ -1,0 +1,96 @@
+//! Activation memory: the bytes one micro batch leaves saved for its backward, per layer and
+//! for the embedding and head, after the recompute policy; and the size of the activation that
+//! crosses a pipeline boundary.
+//!
+//! Follows Korthikanti et al. 2022 (Table 2, section 4) tensor by tensor, so that with 16-bit
+//! activations, `f = 4h` and `g = a` it reproduces `s*b*h*(34 + 5*a*s/h)` and its tensor /
+//! sequence parallel and recompute variants exactly, and generalises to GQA, gated MLPs, other
+//! dtypes, context parallelism and MoE. Per layer, with `T = b*s/c` tokens on this rank:
+//!
+//! | tensor | elements | split over t |
+//! |---|---|---|
+//! | layer norm 1 input, 2 input | `T*h` each | only with SP |
+//! | QKV input, MLP input (GEMM inputs) | `T*h` each | only with SP |
+//! | attention and MLP dropout masks (1 byte) | `T*h` each | only with SP |
+//! | Q; K and V | `T*h`; `T*kv` each | yes |
+//! | output-projection input (GEMM input) | `T*h` | yes |
+//! | MLP up output (GeLU input) | `T*f` (`2*T*f` gated) | yes |
+//! | MLP down input (GEMM input) | `T*f` | yes |
+//! | softmax output, dropout mask (1 byte), dropout output | `b*a*(s/c)*s` each | yes |
+//!
+//! Bytes per element: the activation dtype (2 for bf16/fp16, 4 for fp32, 2 for fp8 training:
+//! norms, residuals and attention stay bf16), except GEMM inputs, which fp8 training keeps as
+//! 1-byte fp8 casts (Transformer Engine), and dropout masks (1 byte).
+//!
+//! Flash attention saves no score matrices, only fp32 softmax statistics (`4*b*a/t*(s/c)`
+//! bytes). Selective recompute saves nothing of the attention core. Full recompute saves only
+//! the layer input (`T*h`, split over t with SP). Context parallelism divides the sequence of
+//! every tensor; a rank's score matrices are `(s/c) x s`.
+//!
+//! MoE layers (an estimate; Korthikanti covers dense layers only): the MLP rows apply to the
+//! `T*top_k` routed token copies, the experts' input copies are whole on every TP rank, and the
+//! router keeps fp32 probabilities (`T*experts`).
+
+use super::dims::{div_ceil, mul, prod, Dims};
+use crate::scenario::Recompute;
+
+/// Bytes one micro batch saves in one transformer layer.
+pub(crate) fn layer(d: &Dims, recompute: Recompute, moe: bool) -> u64 {
+    let x = d.hidden_elements();
+    let (act, gin) = (d.act_bytes, d.gemm_in_bytes);
+    if recompute == Recompute::Full {
+        return mul(act, d.replicated(x));
+    }
+    // Replicated under plain TP: layer norm 1 input, QKV input, attention dropout mask,
+    // layer norm 2 input, MLP/router input, MLP dropout mask.
+    let per_token_rep = mul(2, act).saturating_add(mul(2, gin)).saturating_add(2);
+    let mut bytes = mul(per_token_rep, d.replicated(x));
+    // Attention: Q, K, V and the output-projection input.
+    let qkv = mul(
+        act,
+        d.sharded(x)
+            .saturating_add(mul(2, d.sharded(mul(d.tokens, d.kv)))),
+    );
+    bytes = bytes
+        .saturating_add(qkv)
+        .saturating_add(mul(gin, d.sharded(x)));
+    bytes = bytes.saturating_add(match (recompute, d.flash) {
+        (Recompute::Selective, _) => 0,
+        (_, true) => prod(&[4, d.head_batches(), d.s_local]),
+        (_, false) => mul(d.score_elements(), mul(2, act).saturating_add(1)),
+    });
+    // MLP.
+    let f = d.sharded(d.f);
+    let mlp_tokens = match (moe, d.moe) {
+        (true, Some(m)) => {
+            let router = prod(&[4, m.experts, d.replicated(d.tokens)]);
+            let copies = prod(&[gin, d.routed_tokens(), d.h]);
+            bytes = bytes.saturating_add(router).saturating_add(copies);
+            d.routed_tokens()
+        }
+        _ => d.tokens,
+    };
+    let mlp = mul(act, mul(mlp_tokens, d.up_width())).saturating_add(prod(&[gin, mlp_tokens, f]));
+    bytes.saturating_add(mlp)
+}
+
+/// Extra bytes the input embedding saves: its dropout mask (Korthikanti section 4.3).
+pub(crate) fn embedding(d: &Dims) -> u64 {
+    d.replicated(d.hidden_elements())
+}
+
+/// Extra bytes the output head saves: the final layer norm's input, the output layer's input
+/// and the fp32 logits for the cross entropy (Korthikanti section 4.3: `4*s*b*h/t*(1 + v/h)`
+/// with SP and 16-bit activations).
+pub(crate) fn head(d: &Dims) -> u64 {
+    let x = d.replicated(d.hidden_elements());
+    let norm_and_input = mul(x, d.act_bytes.saturating_add(d.gemm_in_bytes));
+    let logits = prod(&[4, d.tokens, div_ceil(d.v, d.t)]);
+    norm_and_input.saturating_add(logits)
+}
+
+/// Bytes of the hidden state sent to the next virtual stage: `b*s/c*h` in the activation
+/// dtype, split over t with SP.
+pub(crate) fn boundary(d: &Dims) -> u64 {
+    mul(d.act_bytes, d.replicated(d.hidden_elements()))
+}

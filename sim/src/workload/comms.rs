@@ -1,0 +1,199 @@
+//! The collectives that tensor, context and expert parallelism add to a pass, per layer and
+//! for the embedding and head, merged into one [`CommCall`] per (kind, group, buffer size).
+//!
+//! - Tensor parallel (Megatron, `t > 1`): per layer, two all-reduces of the hidden state
+//!   (`b*s/c*h` elements) in the forward (after the attention output projection and after the
+//!   MLP down projection) and two in the backward (their conjugates at the attention and MLP
+//!   inputs). With sequence parallelism each all-reduce becomes an all-gather plus a
+//!   reduce-scatter of the same full buffer. (Megatron's backward also re-gathers the
+//!   sequence-parallel input for the weight gradient, overlapped with the dgrad; not modelled.)
+//!   The vocab-parallel embedding ends in an all-reduce (a reduce-scatter with SP; its backward
+//!   is an all-gather with SP, nothing without). The head all-gathers its input with SP (its
+//!   backward reduce-scatters; without SP the backward all-reduces the input gradient), and
+//!   the vocab-parallel cross entropy all-reduces three fp32 values per token (max, target
+//!   logit, sum of exponentials).
+//! - Context parallel (`c > 1`): per layer, an all-gather of K and V (the gathered buffer is
+//!   `2*b*s*kv/t` elements) in the forward and a reduce-scatter of their gradients in the
+//!   backward.
+//! - Expert parallel (`ep > 1`, MoE layers only): two all-to-alls (dispatch, combine) in the
+//!   forward and two in the backward. One call's send buffer holds this rank's routed token
+//!   copies: `b*s/c*top_k*h` elements, divided by `t` with sequence parallelism (each TP rank
+//!   dispatches its own sequence shard).
+//!
+//! Buffers are in the activation dtype (bf16 for fp8 training).
+
+use super::dims::{mul, prod, to_u32, Dims};
+use super::CommCall;
+use crate::plan::GroupKind;
+use crate::schedule::CollectiveKind;
+
+/// Collectives of one block's forward and backward, one call each before merging.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct BlockComms {
+    pub forward: Vec<CommCall>,
+    pub backward: Vec<CommCall>,
+}
+
+impl BlockComms {
+    pub fn add(&mut self, other: &BlockComms) {
+        push_all(&mut self.forward, &other.forward);
+        push_all(&mut self.backward, &other.backward);
+    }
+
+    pub fn repeat(&self, n: u64) -> BlockComms {
+        BlockComms {
+            forward: repeat(&self.forward, n),
+            backward: repeat(&self.backward, n),
+        }
+    }
+}
+
+fn call(kind: CollectiveKind, group: GroupKind, bytes: u64) -> CommCall {
+    CommCall {
+        kind,
+        group,
+        bytes,
+        calls: 1,
+    }
+}
+
+/// Adds `c` to `list`, merging it into an existing entry of the same kind, group and size.
+fn push(list: &mut Vec<CommCall>, c: CommCall) {
+    if c.calls == 0 {
+        return;
+    }
+    match list
+        .iter_mut()
+        .find(|x| (x.kind, x.group, x.bytes) == (c.kind, c.group, c.bytes))
+    {
+        Some(x) => x.calls = x.calls.saturating_add(c.calls),
+        None => list.push(c),
+    }
+}
+
+pub(crate) fn push_all(list: &mut Vec<CommCall>, other: &[CommCall]) {
+    for c in other {
+        push(list, c.clone());
+    }
+}
+
+fn repeat(list: &[CommCall], n: u64) -> Vec<CommCall> {
+    let n = to_u32(n);
+    let mut out = Vec::with_capacity(list.len());
+    for c in list {
+        push(
+            &mut out,
+            CommCall {
+                calls: c.calls.saturating_mul(n),
+                ..c.clone()
+            },
+        );
+    }
+    out
+}
+
+/// One hidden-state buffer, full (before a sequence-parallel split).
+fn hidden_bytes(d: &Dims) -> u64 {
+    mul(d.hidden_elements(), d.act_bytes)
+}
+
+/// The two tensor-parallel reductions of a layer direction: all-reduces, or all-gather plus
+/// reduce-scatter pairs with sequence parallelism.
+fn tp_pairs(d: &Dims, out: &mut Vec<CommCall>) {
+    let bytes = hidden_bytes(d);
+    for _ in 0..2 {
+        if d.sp {
+            push(out, call(CollectiveKind::AllGather, GroupKind::Tp, bytes));
+            push(
+                out,
+                call(CollectiveKind::ReduceScatter, GroupKind::Tp, bytes),
+            );
+        } else {
+            push(out, call(CollectiveKind::AllReduce, GroupKind::Tp, bytes));
+        }
+    }
+}
+
+/// Collectives of one transformer layer for one micro batch.
+pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
+    let mut out = BlockComms::default();
+    if d.t > 1 {
+        tp_pairs(d, &mut out.forward);
+        tp_pairs(d, &mut out.backward);
+    }
+    if d.c > 1 {
+        let kv = mul(d.act_bytes, mul(2, d.sharded(prod(&[d.b, d.s, d.kv]))));
+        push(
+            &mut out.forward,
+            call(CollectiveKind::AllGather, GroupKind::Cp, kv),
+        );
+        push(
+            &mut out.backward,
+            call(CollectiveKind::ReduceScatter, GroupKind::Cp, kv),
+        );
+    }
+    if let (true, true, Some(_)) = (moe, d.ep > 1, d.moe) {
+        let copies = mul(d.routed_tokens(), d.h);
+        let bytes = mul(d.act_bytes, d.replicated(copies));
+        for list in [&mut out.forward, &mut out.backward] {
+            push(list, call(CollectiveKind::AllToAll, GroupKind::Ep, bytes));
+            push(list, call(CollectiveKind::AllToAll, GroupKind::Ep, bytes));
+        }
+    }
+    out
+}
+
+/// Collectives of the vocab-parallel input embedding.
+pub(crate) fn embedding(d: &Dims) -> BlockComms {
+    let mut out = BlockComms::default();
+    if d.t > 1 {
+        let bytes = hidden_bytes(d);
+        if d.sp {
+            push(
+                &mut out.forward,
+                call(CollectiveKind::ReduceScatter, GroupKind::Tp, bytes),
+            );
+            push(
+                &mut out.backward,
+                call(CollectiveKind::AllGather, GroupKind::Tp, bytes),
+            );
+        } else {
+            push(
+                &mut out.forward,
+                call(CollectiveKind::AllReduce, GroupKind::Tp, bytes),
+            );
+        }
+    }
+    out
+}
+
+/// Collectives of the output head and the vocab-parallel cross entropy.
+pub(crate) fn head(d: &Dims) -> BlockComms {
+    let mut out = BlockComms::default();
+    if d.t > 1 {
+        let bytes = hidden_bytes(d);
+        if d.sp {
+            push(
+                &mut out.forward,
+                call(CollectiveKind::AllGather, GroupKind::Tp, bytes),
+            );
+            push(
+                &mut out.backward,
+                call(CollectiveKind::ReduceScatter, GroupKind::Tp, bytes),
+            );
+        } else {
+            push(
+                &mut out.backward,
+                call(CollectiveKind::AllReduce, GroupKind::Tp, bytes),
+            );
+        }
+        let stats = mul(4, d.tokens);
+        for _ in 0..3 {
+            push(
+                &mut out.forward,
+                call(CollectiveKind::AllReduce, GroupKind::Tp, stats),
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,311 @@
+//! The compute of one micro batch through a transformer layer, the input embedding and the
+//! output head: the GEMMs with their per-rank shapes, the bytes the memory-bound kernels move,
+//! and the kernel launches, for the forward, the two halves of the backward, and the attention
+//! core that selective recompute runs again.
+//!
+//! FLOPs are the GEMMs' only, counted as Megatron-LM does (Narayanan et al. 2021): full `s*s`
+//! score matrices even under causal masking, backward = 2x forward, nothing for softmax, norms
+//! or elementwise work. Those are memory-bound and are carried by `memory_bytes` instead, so
+//! model FLOPs, MFU and HFU match the published closed forms exactly.
+//!
+//! Memory-bound bytes (an estimate; see docs/memory.md): each elementwise kernel reads its
+//! inputs and writes its outputs once; a backward elementwise kernel moves twice its forward's
+//! bytes (it reads the saved input and the incoming gradient, writes the outgoing gradient,
+//! and for norms also reduces the weight gradient).
+
+use super::dims::{div_ceil, mul, prod, to_u32, Dims};
+use crate::scenario::Precision;
+use crate::schedule::{ComputeOp, Gemm, Phase};
+
+/// Work of one kind inside a pass, before it becomes a [`ComputeOp`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Parts {
+    /// Distinct shapes in first-use order; repeats are folded into `count`.
+    pub gemms: Vec<Gemm>,
+    pub memory_bytes: u64,
+    pub kernels: u32,
+}
+
+impl Parts {
+    pub fn add_gemm(&mut self, g: Gemm) {
+        if g.count == 0 {
+            return;
+        }
+        match self
+            .gemms
+            .iter_mut()
+            .find(|x| (x.m, x.n, x.k) == (g.m, g.n, g.k))
+        {
+            Some(x) => x.count = x.count.saturating_add(g.count),
+            None => self.gemms.push(g),
+        }
+    }
+
+    pub fn add(&mut self, other: &Parts) {
+        for g in &other.gemms {
+            self.add_gemm(*g);
+        }
+        self.memory_bytes = self.memory_bytes.saturating_add(other.memory_bytes);
+        self.kernels = self.kernels.saturating_add(other.kernels);
+    }
+
+    /// The same work `n` times (n layers).
+    pub fn repeat(&self, n: u64) -> Parts {
+        let n32 = to_u32(n);
+        let mut out = Parts {
+            gemms: Vec::with_capacity(self.gemms.len()),
+            memory_bytes: mul(self.memory_bytes, n),
+            kernels: self.kernels.saturating_mul(n32),
+        };
+        for g in &self.gemms {
+            out.add_gemm(Gemm {
+                count: g.count.saturating_mul(n32),
+                ..*g
+            });
+        }
+        out
+    }
+
+    pub fn flops(&self) -> u64 {
+        self.gemms
+            .iter()
+            .fold(0u64, |acc, g| acc.saturating_add(g.flops()))
+    }
+
+    pub fn into_op(self, phase: Phase, dtype: Precision) -> ComputeOp {
+        let flops = self.flops();
+        ComputeOp {
+            phase,
+            dtype,
+            gemms: self.gemms,
+            flops,
+            memory_bytes: self.memory_bytes,
+            kernels: self.kernels,
+        }
+    }
+}
+
+/// Forward and backward halves of one block of the model for one micro batch.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct BlockParts {
+    pub forward: Parts,
+    /// Input gradients: GEMM dgrads, attention-core backward, elementwise backward.
+    pub backward_input: Parts,
+    /// Weight gradients: GEMM wgrads (and the embedding's scatter-add).
+    pub backward_weight: Parts,
+    /// The attention core's forward (QK^T, softmax, dropout, AV): what selective recompute
+    /// runs again. Empty for blocks without attention.
+    pub attention_core: Parts,
+}
+
+impl BlockParts {
+    pub fn add(&mut self, other: &BlockParts) {
+        self.forward.add(&other.forward);
+        self.backward_input.add(&other.backward_input);
+        self.backward_weight.add(&other.backward_weight);
+        self.attention_core.add(&other.attention_core);
+    }
+
+    pub fn repeat(&self, n: u64) -> BlockParts {
+        BlockParts {
+            forward: self.forward.repeat(n),
+            backward_input: self.backward_input.repeat(n),
+            backward_weight: self.backward_weight.repeat(n),
+            attention_core: self.attention_core.repeat(n),
+        }
+    }
+}
+
+/// `C[m,n] = A[m,k] B[k,n]` once.
+fn gemm(m: u64, k: u64, n: u64) -> Gemm {
+    Gemm { m, n, k, count: 1 }
+}
+
+/// Gradient of A: `dA[m,k] = dC[m,n] B^T[n,k]` (a linear layer's dgrad).
+fn grad_a(g: Gemm) -> Gemm {
+    Gemm {
+        m: g.m,
+        n: g.k,
+        k: g.n,
+        count: g.count,
+    }
+}
+
+/// Gradient of B: `dB[k,n] = A^T[k,m] dC[m,n]` (a linear layer's wgrad).
+fn grad_b(g: Gemm) -> Gemm {
+    Gemm {
+        m: g.k,
+        n: g.n,
+        k: g.m,
+        count: g.count,
+    }
+}
+
+/// Adds linear layers (activation x weight) to a block: forward GEMM, dgrad, wgrad, one kernel
+/// each.
+fn add_linears(block: &mut BlockParts, linears: &[Gemm]) {
+    for &g in linears {
+        block.forward.add_gemm(g);
+        block.forward.kernels += 1;
+        block.backward_input.add_gemm(grad_a(g));
+        block.backward_input.kernels += 1;
+        block.backward_weight.add_gemm(grad_b(g));
+        block.backward_weight.kernels += 1;
+    }
+}
+
+/// Adds elementwise kernels that move `bytes` forward (twice that backward, in the input
+/// half).
+fn add_elementwise(block: &mut BlockParts, bytes: u64, kernels: u32) {
+    block.forward.memory_bytes = block.forward.memory_bytes.saturating_add(bytes);
+    block.forward.kernels = block.forward.kernels.saturating_add(kernels);
+    block.backward_input.memory_bytes = block
+        .backward_input
+        .memory_bytes
+        .saturating_add(mul(2, bytes));
+    block.backward_input.kernels = block.backward_input.kernels.saturating_add(kernels);
+}
+
+/// The attention core: `S = Q K^T` and `O = P V` per head as batched GEMMs, with softmax and
+/// dropout in between (or one fused flash-attention kernel).
+fn attention_core(d: &Dims) -> BlockParts {
+    let batches = to_u32(d.head_batches());
+    let scores = Gemm {
+        count: batches,
+        ..gemm(d.s_local, d.head_dim, d.s)
+    };
+    let av = Gemm {
+        count: batches,
+        ..gemm(d.s_local, d.s, d.head_dim)
+    };
+    let mut core = Parts::default();
+    core.add_gemm(scores);
+    core.add_gemm(av);
+    let mut bwd = Parts::default();
+    // Both operands of both GEMMs are activations: all four gradients are input gradients.
+    for g in [scores, av] {
+        bwd.add_gemm(grad_a(g));
+        bwd.add_gemm(grad_b(g));
+    }
+    if d.flash {
+        // One kernel reads Q, K, V and writes O and the fp32 softmax statistics.
+        let qo = mul(2, d.sharded(d.hidden_elements()));
+        let kv = mul(2, d.sharded(prod(&[d.b, d.s, d.kv])));
+        let stats = prod(&[4, d.head_batches(), d.s_local]);
+        let bytes = mul(d.act_bytes, qo.saturating_add(kv)).saturating_add(stats);
+        core.memory_bytes = bytes;
+        core.kernels = 1;
+        bwd.memory_bytes = mul(2, bytes);
+        bwd.kernels = 1;
+    } else {
+        // Fused scale-mask-softmax reads and writes S; dropout reads S, writes S and a
+        // one-byte mask. Two batched GEMMs and two elementwise kernels.
+        let scores_n = d.score_elements();
+        let bytes = mul(scores_n, mul(4, d.act_bytes).saturating_add(1));
+        core.memory_bytes = bytes;
+        core.kernels = 4;
+        bwd.memory_bytes = mul(2, bytes);
+        bwd.kernels = 6;
+    }
+    BlockParts {
+        forward: core.clone(),
+        backward_input: bwd,
+        backward_weight: Parts::default(),
+        attention_core: core,
+    }
+}
+
+/// One transformer layer (dense MLP or, when `moe`, routed experts) for one micro batch.
+pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
+    let t = d.tokens;
+    let x = d.replicated(d.hidden_elements());
+    let act = d.act_bytes;
+    let mut block = BlockParts::default();
+    // Layer norm 1 (read x, write x).
+    add_elementwise(&mut block, mul(2 * act, x), 1);
+    add_linears(
+        &mut block,
+        &[gemm(t, d.h, d.sharded(d.h.saturating_add(mul(2, d.kv))))],
+    );
+    block.add(&attention_core(d));
+    add_linears(&mut block, &[gemm(t, d.sharded(d.h), d.h)]);
+    // Bias + dropout + residual add (reads two, writes one, writes a one-byte mask), then
+    // layer norm 2.
+    let bda = mul(x, mul(3, act).saturating_add(1));
+    add_elementwise(&mut block, bda, 1);
+    add_elementwise(&mut block, mul(2 * act, x), 1);
+    let f = d.sharded(d.f);
+    let mlp_tokens = match (moe, d.moe) {
+        (true, Some(m)) => {
+            // Router GEMM (replicated over tp), softmax + top-k in fp32, and the permutation
+            // of token copies before and after the experts.
+            add_linears(&mut block, &[gemm(t, d.h, m.experts)]);
+            let router = prod(&[2, 4, t, m.experts]);
+            let permute = prod(&[2, 2, act, d.routed_tokens(), d.h]);
+            add_elementwise(&mut block, router.saturating_add(permute), 3);
+            d.routed_tokens()
+        }
+        _ => t,
+    };
+    add_linears(
+        &mut block,
+        &[
+            gemm(mlp_tokens, d.h, d.up_width()),
+            gemm(mlp_tokens, f, d.h),
+        ],
+    );
+    // Activation function: GeLU reads and writes f; SwiGLU reads 2f and writes f.
+    let act_fn = prod(&[if d.gated { 3 } else { 2 }, act, mlp_tokens, f]);
+    add_elementwise(&mut block, act_fn, 1);
+    add_elementwise(&mut block, bda, 1);
+    block
+}
+
+/// The input embedding: a memory-bound lookup plus dropout. Its only gradient is the weight
+/// gradient (a scatter-add into the main gradient, `grad_bytes` per element).
+pub(crate) fn embedding(d: &Dims, grad_bytes: u64) -> BlockParts {
+    let full = d.hidden_elements();
+    let x = d.replicated(full);
+    let act = d.act_bytes;
+    let lookup = mul(2 * act, full);
+    let dropout = mul(x, mul(2, act).saturating_add(1));
+    let scatter = mul(full, act.saturating_add(mul(2, grad_bytes)));
+    BlockParts {
+        forward: Parts {
+            gemms: Vec::new(),
+            memory_bytes: lookup.saturating_add(dropout),
+            kernels: 2,
+        },
+        backward_input: Parts::default(),
+        backward_weight: Parts {
+            gemms: Vec::new(),
+            memory_bytes: dropout.saturating_add(scatter),
+            kernels: 2,
+        },
+        attention_core: Parts::default(),
+    }
+}
+
+/// The output head: final layer norm, the logits GEMM (vocab split over tp) and the
+/// vocab-parallel cross-entropy in fp32.
+pub(crate) fn head(d: &Dims) -> BlockParts {
+    let x = d.replicated(d.hidden_elements());
+    let act = d.act_bytes;
+    let mut block = BlockParts::default();
+    add_elementwise(&mut block, mul(2 * act, x), 1);
+    add_linears(&mut block, &[gemm(d.tokens, d.h, div_ceil(d.v, d.t))]);
+    let logits = mul(d.tokens, div_ceil(d.v, d.t));
+    // Forward: cast to fp32 and ~4 passes (max, subtract, exp-sum, gather target).
+    block.forward.memory_bytes = block
+        .forward
+        .memory_bytes
+        .saturating_add(mul(logits, act.saturating_add(16)));
+    block.forward.kernels += 4;
+    // Backward: read the fp32 softmax, write the gradient of the logits.
+    block.backward_input.memory_bytes = block
+        .backward_input
+        .memory_bytes
+        .saturating_add(mul(logits, act.saturating_add(4)));
+    block.backward_input.kernels += 1;
+    block
+}

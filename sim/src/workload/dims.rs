@@ -1,0 +1,160 @@
+//! The scenario's sizes, read once and reduced to what one rank sees (per-rank token count,
+//! tensor-parallel shard widths, the bytes of each saved tensor's dtype), with arithmetic that
+//! saturates instead of panicking, so every formula in this module works on any input.
+
+use crate::scenario::{Precision, Scenario};
+
+/// `a * b`, saturating.
+pub(crate) fn mul(a: u64, b: u64) -> u64 {
+    a.saturating_mul(b)
+}
+
+/// Product of several factors, saturating.
+pub(crate) fn prod(factors: &[u64]) -> u64 {
+    factors.iter().fold(1u64, |acc, &x| acc.saturating_mul(x))
+}
+
+/// `ceil(a / b)`, with a zero divisor read as 1 (validation rules it out; this cannot panic).
+pub(crate) fn div_ceil(a: u64, b: u64) -> u64 {
+    a.div_ceil(b.max(1))
+}
+
+/// A `u64` count as `u32`, saturating.
+pub(crate) fn to_u32(x: u64) -> u32 {
+    u32::try_from(x).unwrap_or(u32::MAX)
+}
+
+/// MoE shape, when the model has experts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MoeDims {
+    pub experts: u64,
+    pub top_k: u64,
+}
+
+/// Sizes of one micro batch on one rank. Shard widths round up: a rank's planned shapes are
+/// the largest shard.
+#[derive(Clone, Debug)]
+pub(crate) struct Dims {
+    /// Micro batch (sequences).
+    pub b: u64,
+    /// Full sequence length.
+    pub s: u64,
+    pub h: u64,
+    /// Attention heads.
+    pub a: u64,
+    pub f: u64,
+    pub v: u64,
+    /// Tensor-parallel size.
+    pub t: u64,
+    /// Context-parallel size.
+    pub c: u64,
+    pub ep: u64,
+    /// `h / a`.
+    pub head_dim: u64,
+    /// Width of K (and of V): `h * g / a`.
+    pub kv: u64,
+    /// Sequence positions held by this rank: `ceil(s / c)`.
+    pub s_local: u64,
+    /// Tokens of the micro batch on this rank: `b * s / c`.
+    pub tokens: u64,
+    /// Sequence parallelism is on and does something (`t > 1`).
+    pub sp: bool,
+    pub flash: bool,
+    pub gated: bool,
+    /// Bytes per element of saved and communicated activations (fp8 training keeps these in
+    /// bf16; see `docs/memory.md`).
+    pub act_bytes: u64,
+    /// Bytes per element of a saved GEMM input (1 with fp8: Transformer Engine keeps the fp8
+    /// cast of a linear layer's input for the weight gradient).
+    pub gemm_in_bytes: u64,
+    pub moe: Option<MoeDims>,
+}
+
+impl Dims {
+    pub fn new(s: &Scenario) -> Dims {
+        let m = &s.model;
+        let p = &s.parallel;
+        let t = u64::from(p.tp.max(1));
+        let c = u64::from(p.cp.max(1));
+        let a = u64::from(m.heads.max(1));
+        let g = u64::from(m.kv_heads);
+        let s_local = div_ceil(m.seq_len, c);
+        let precision = s.training.precision;
+        let act_bytes = match precision {
+            Precision::Fp8 => 2,
+            other => other.bytes(),
+        };
+        Dims {
+            b: s.training.micro_batch,
+            s: m.seq_len,
+            h: m.hidden,
+            a,
+            f: m.ffn_hidden,
+            v: m.vocab,
+            t,
+            c,
+            ep: u64::from(p.ep.max(1)),
+            head_dim: m.hidden / a,
+            kv: mul(m.hidden, g) / a,
+            s_local,
+            tokens: mul(s.training.micro_batch, s_local),
+            sp: p.sequence_parallel && t > 1,
+            flash: s.training.flash_attention,
+            gated: m.gated_mlp,
+            act_bytes,
+            gemm_in_bytes: precision.bytes(),
+            moe: m.moe.as_ref().map(|moe| MoeDims {
+                experts: u64::from(moe.experts.max(1)),
+                top_k: u64::from(moe.top_k),
+            }),
+        }
+    }
+
+    /// Elements of a tensor that tensor parallelism leaves whole on every rank (layer norms,
+    /// dropout, residual): split over `t` only with sequence parallelism.
+    pub fn replicated(&self, elements: u64) -> u64 {
+        if self.sp {
+            div_ceil(elements, self.t)
+        } else {
+            elements
+        }
+    }
+
+    /// Elements of a tensor that tensor parallelism splits over `t`.
+    pub fn sharded(&self, elements: u64) -> u64 {
+        div_ceil(elements, self.t)
+    }
+
+    /// `tokens * h`: one hidden-state tensor of the micro batch on this rank, before any
+    /// tensor-parallel split.
+    pub fn hidden_elements(&self) -> u64 {
+        mul(self.tokens, self.h)
+    }
+
+    /// Attention heads on this rank times micro batch: the batch count of the score GEMMs.
+    pub fn head_batches(&self) -> u64 {
+        mul(self.b, self.sharded(self.a))
+    }
+
+    /// Score-matrix elements on this rank: `b * a/t * (s/c) * s` (Megatron counts the full
+    /// square even with causal masking).
+    pub fn score_elements(&self) -> u64 {
+        prod(&[self.head_batches(), self.s_local, self.s])
+    }
+
+    /// Width of the MLP's first GEMM output on this rank (gate and up fused when gated).
+    pub fn up_width(&self) -> u64 {
+        let f = self.sharded(self.f);
+        if self.gated {
+            mul(2, f)
+        } else {
+            f
+        }
+    }
+
+    /// Token copies an MoE layer's experts process on this rank (balanced routing): each
+    /// token goes to `top_k` experts, and the EP all-to-all evens the load across ranks.
+    pub fn routed_tokens(&self) -> u64 {
+        mul(self.tokens, self.moe.map_or(1, |m| m.top_k))
+    }
+}

@@ -1,0 +1,228 @@
+//! The work inside one micro batch's pass through a chunk of layers: its GEMM shapes, FLOPs,
+//! memory-bound bytes, the collectives tensor/context/expert parallelism adds, the activation
+//! bytes it saves for backward, and the per-rank size of weights, gradients and optimizer
+//! state. The schedule generators place this work in time; this module only sizes it.
+//!
+//! Formulas follow Megatron-LM (Narayanan et al. 2021) for FLOPs and Korthikanti et al. 2022
+//! for activation memory; see docs/memory.md. `ComputeOp::flops` counts GEMM FLOPs only, as
+//! Megatron does; softmax, norms and other elementwise work are memory-bound and appear in
+//! `memory_bytes`. Sub-modules: `compute` (GEMMs, bytes, kernels), `comms` (TP/CP/EP
+//! collectives), `activations` (saved bytes), `params` (parameters and model state).
+
+mod activations;
+mod comms;
+mod compute;
+mod dims;
+mod params;
+
+use crate::plan::{ChunkLayout, GroupKind, Plan};
+use crate::scenario::{Recompute, Scenario};
+use crate::schedule::{CollectiveKind, ComputeOp, Phase};
+use comms::BlockComms;
+use compute::BlockParts;
+use dims::{mul, Dims};
+pub use params::{model_params, model_state_bytes, state_coefficients, StateCoefficients};
+
+/// A collective that follows a pass's compute on the tp / cp / ep stream.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CommCall {
+    pub kind: CollectiveKind,
+    pub group: GroupKind,
+    /// Full buffer per call, nccl-tests sense (see `OpKind::Collective`).
+    pub bytes: u64,
+    /// Number of same-size calls merged into this one.
+    pub calls: u32,
+}
+
+/// One pass (forward, backward, ...) of one micro batch through some layers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PassWork {
+    pub compute: ComputeOp,
+    /// Collectives that the pass needs; on the critical path after `compute`. One entry per
+    /// (kind, group, buffer size), in first-use order; layers' calls are merged into `calls`.
+    pub comms: Vec<CommCall>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChunkWork {
+    pub forward: PassWork,
+    /// Full backward: input and weight gradients.
+    pub backward: PassWork,
+    /// Zero-bubble split: input-gradient half (carries the backward's collectives).
+    pub backward_input: PassWork,
+    /// Zero-bubble split: weight-gradient half (no collectives).
+    pub backward_weight: ComputeOp,
+    /// Forward recomputation run before the backward, when recompute is not "none".
+    pub recompute: Option<PassWork>,
+    /// Activation bytes saved for backward by one micro batch (after recompute policy).
+    pub activation_bytes: u64,
+    /// Bytes of the activation sent to the next virtual stage (the gradient coming back has
+    /// the same size).
+    pub boundary_bytes: u64,
+}
+
+/// Parameters held by one rank for some layers, after tp/ep sharding and before ZeRO.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ParamCount {
+    pub dense: u64,
+    pub expert: u64,
+}
+
+/// Per-rank bytes of model state after ZeRO/FSDP sharding and offload.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateBytes {
+    pub weights_bytes: u64,
+    pub grads_bytes: u64,
+    pub optimizer_bytes: u64,
+    /// State moved to host memory by offload (not counted above).
+    pub host_bytes: u64,
+}
+
+/// Work for layers `first_layer .. first_layer + num_layers` of `layout`, plus the embedding
+/// and/or head when asked. Used whole for chunk granularity, per layer for layer granularity
+/// and for splitting the last backward into gradient buckets.
+///
+/// All sizes are per rank and per micro batch. `recompute` is `None` when the policy is
+/// "none" or the range holds no layers (the embedding and head are never recomputed).
+pub fn layers_work(
+    s: &Scenario,
+    _plan: &Plan,
+    _layout: &ChunkLayout,
+    first_layer: u32,
+    num_layers: u32,
+    embedding: bool,
+    head: bool,
+) -> ChunkWork {
+    let d = Dims::new(s);
+    let dtype = s.training.precision;
+    let recompute = s.training.recompute;
+    let n = u64::from(num_layers);
+    let n_moe = params::moe_layers_in(&s.model, u64::from(first_layer), n);
+    let n_dense = n - n_moe;
+
+    let mut layers = compute::layer(&d, false).repeat(n_dense);
+    layers.add(&compute::layer(&d, true).repeat(n_moe));
+    let mut layer_comms = comms::layer(&d, false).repeat(n_dense);
+    layer_comms.add(&comms::layer(&d, true).repeat(n_moe));
+    let layer_activations = mul(activations::layer(&d, recompute, false), n_dense)
+        .saturating_add(mul(activations::layer(&d, recompute, true), n_moe));
+
+    let mut all = BlockParts::default();
+    let mut all_comms = BlockComms::default();
+    let mut activation_bytes = layer_activations;
+    if embedding {
+        let grad_bytes = params::state_coefficients(&s.training).grad_bytes;
+        all.add(&compute::embedding(&d, grad_bytes));
+        all_comms.add(&comms::embedding(&d));
+        activation_bytes = activation_bytes.saturating_add(activations::embedding(&d));
+    }
+    all.add(&layers);
+    all_comms.add(&layer_comms);
+    if head {
+        all.add(&compute::head(&d));
+        all_comms.add(&comms::head(&d));
+        activation_bytes = activation_bytes.saturating_add(activations::head(&d));
+    }
+
+    let mut backward = all.backward_input.clone();
+    backward.add(&all.backward_weight);
+    let recompute = match (recompute, n) {
+        (Recompute::None, _) | (_, 0) => None,
+        (Recompute::Selective, _) => Some(PassWork {
+            compute: layers.attention_core.into_op(Phase::Recompute, dtype),
+            comms: Vec::new(),
+        }),
+        (Recompute::Full, _) => Some(PassWork {
+            compute: layers.forward.into_op(Phase::Recompute, dtype),
+            comms: layer_comms.forward,
+        }),
+    };
+    ChunkWork {
+        forward: PassWork {
+            compute: all.forward.into_op(Phase::Forward, dtype),
+            comms: all_comms.forward,
+        },
+        backward: PassWork {
+            compute: backward.into_op(Phase::Backward, dtype),
+            comms: all_comms.backward.clone(),
+        },
+        backward_input: PassWork {
+            compute: all.backward_input.into_op(Phase::BackwardInput, dtype),
+            comms: all_comms.backward,
+        },
+        backward_weight: all.backward_weight.into_op(Phase::BackwardWeight, dtype),
+        recompute,
+        activation_bytes,
+        boundary_bytes: activations::boundary(&d),
+    }
+}
+
+/// Work for a whole chunk (all its layers, embedding and head).
+pub fn chunk_work(s: &Scenario, plan: &Plan, layout: &ChunkLayout) -> ChunkWork {
+    layers_work(
+        s,
+        plan,
+        layout,
+        layout.first_layer,
+        layout.num_layers,
+        layout.has_embedding,
+        layout.has_head,
+    )
+}
+
+/// Parameters one rank holds for a chunk (embedding/head included when the chunk has them).
+/// With tied embeddings the head's chunk holds its own copy unless it also holds the
+/// embedding (see [`params`]).
+pub fn chunk_params(s: &Scenario, _plan: &Plan, layout: &ChunkLayout) -> ParamCount {
+    params::range_params(
+        s,
+        u64::from(layout.first_layer),
+        u64::from(layout.num_layers),
+        layout.has_embedding,
+        layout.has_head,
+    )
+}
+
+/// Parameters one rank of `stage` holds (all its chunks); zero for a stage the plan lacks.
+pub fn stage_params(s: &Scenario, plan: &Plan, stage: u32) -> ParamCount {
+    let mut total = ParamCount::default();
+    for layout in plan.chunks.get(stage as usize).into_iter().flatten() {
+        let p = chunk_params(s, plan, layout);
+        total.dense = total.dense.saturating_add(p.dense);
+        total.expert = total.expert.saturating_add(p.expert);
+    }
+    total
+}
+
+/// Model state one rank of `stage` holds, after sharding and offload.
+pub fn state_bytes(s: &Scenario, plan: &Plan, stage: u32) -> StateBytes {
+    let (dense_dp, expert_dp) = params::dp_sizes(s);
+    model_state_bytes(s, stage_params(s, plan, stage), dense_dp, expert_dp)
+}
+
+/// The optimizer step of one rank of `stage` (memory-bound; on the host when offloaded, and
+/// then its bytes are host-memory traffic). It updates this rank's ZeRO shard: it reads the
+/// gradients twice (clipping norm, update), reads and writes the optimizer state and writes
+/// the weights. One multi-tensor kernel per layer plus the norm and the update's setup.
+pub fn optimizer_step(s: &Scenario, plan: &Plan, stage: u32) -> ComputeOp {
+    let (dense_dp, expert_dp) = params::dp_sizes(s);
+    let shard = params::optimizer_shard(s, stage_params(s, plan, stage), dense_dp, expert_dp);
+    let per_param = params::optimizer_bytes_per_param(&state_coefficients(&s.training));
+    let layers = plan
+        .chunks
+        .get(stage as usize)
+        .into_iter()
+        .flatten()
+        .fold(0u32, |acc, c| acc.saturating_add(c.num_layers));
+    ComputeOp {
+        phase: Phase::Optimizer,
+        dtype: s.training.precision,
+        gemms: Vec::new(),
+        flops: 0,
+        memory_bytes: mul(shard, per_param),
+        kernels: layers.saturating_add(2),
+    }
+}
+
+#[cfg(test)]
+mod tests;

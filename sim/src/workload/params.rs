@@ -1,0 +1,296 @@
+//! Parameter counts and model-state bytes: what a rank holds for its layers after tensor and
+//! expert sharding, and what weights, gradients and optimizer state cost after ZeRO/FSDP
+//! sharding and offload.
+//!
+//! The scenario has no switches for biases, norm type or position embeddings, so the MLP kind
+//! stands for the model family: a gated MLP (SwiGLU) means Llama-style (no linear biases,
+//! RMSNorm with one weight vector, rotary positions); otherwise GPT-style (biases, LayerNorm
+//! with weight and bias, learned position embeddings of `s*h`). This reproduces Llama 2/3,
+//! Mixtral and GPT-3 parameter counts exactly. The vocabulary is used as given (Megatron pads
+//! it to a multiple of `128*t`; give the padded size if that matters).
+//!
+//! Tied embeddings: with the embedding and the head on different virtual stages Megatron keeps
+//! a copy of the word embeddings on the last stage (and all-reduces its gradient with the first
+//! stage), so the head's rank holds `V*h/t` either way; only when one chunk holds both is the
+//! matrix held once. [`model_params`] counts unique parameters.
+
+use super::dims::{div_ceil, mul, prod};
+use super::{ParamCount, StateBytes};
+use crate::scenario::{Model, Offload, Optimizer, Precision, Scenario, Training};
+
+/// Shapes that decide parameter counts, with the tensor and expert parallel sizes they are
+/// split by (1 and 1 for the unsharded model).
+struct Shapes<'a> {
+    m: &'a Model,
+    t: u64,
+    ep: u64,
+}
+
+impl Shapes<'_> {
+    fn gpt_style(&self) -> bool {
+        !self.m.gated_mlp
+    }
+
+    /// One layer norm (weight and bias) or RMSNorm (weight).
+    fn norm(&self) -> u64 {
+        if self.gpt_style() {
+            mul(2, self.m.hidden)
+        } else {
+            self.m.hidden
+        }
+    }
+
+    /// A linear layer of `rows x cols` with the `cols` side split over t (column parallel),
+    /// bias included for GPT-style models.
+    fn column_parallel(&self, rows: u64, cols: u64) -> u64 {
+        let cols = div_ceil(cols, self.t);
+        let bias = if self.gpt_style() { cols } else { 0 };
+        mul(rows, cols).saturating_add(bias)
+    }
+
+    /// A linear layer of `rows x cols` with the `rows` side split over t (row parallel); its
+    /// bias is replicated.
+    fn row_parallel(&self, rows: u64, cols: u64) -> u64 {
+        let bias = if self.gpt_style() { cols } else { 0 };
+        mul(div_ceil(rows, self.t), cols).saturating_add(bias)
+    }
+
+    /// Attention: QKV (`h x (h + 2*h*g/a)`) and output projection (`h x h`).
+    fn attention(&self) -> u64 {
+        let h = self.m.hidden;
+        let kv = mul(h, u64::from(self.m.kv_heads)) / u64::from(self.m.heads.max(1));
+        self.column_parallel(h, h.saturating_add(mul(2, kv)))
+            .saturating_add(self.row_parallel(h, h))
+    }
+
+    /// One MLP (or one expert): `2*h*f`, or `3*h*f` gated.
+    fn mlp(&self) -> u64 {
+        let (h, f) = (self.m.hidden, self.m.ffn_hidden);
+        let up = if self.m.gated_mlp { mul(2, f) } else { f };
+        self.column_parallel(h, up)
+            .saturating_add(self.row_parallel(f, h))
+    }
+
+    fn layer(&self, moe: bool) -> ParamCount {
+        let common = self.attention().saturating_add(mul(2, self.norm()));
+        match (moe, &self.m.moe) {
+            (true, Some(moe)) => {
+                let experts = u64::from(moe.experts);
+                ParamCount {
+                    // The router (`h x experts`) is replicated.
+                    dense: common.saturating_add(mul(self.m.hidden, experts)),
+                    expert: mul(div_ceil(experts, self.ep), self.mlp()),
+                }
+            }
+            _ => ParamCount {
+                dense: common.saturating_add(self.mlp()),
+                expert: 0,
+            },
+        }
+    }
+
+    /// Word embeddings split over the vocabulary, plus learned positions (GPT-style).
+    fn embedding(&self) -> u64 {
+        let words = mul(div_ceil(self.m.vocab, self.t), self.m.hidden);
+        let positions = if self.gpt_style() {
+            mul(self.m.seq_len, self.m.hidden)
+        } else {
+            0
+        };
+        words.saturating_add(positions)
+    }
+
+    /// Final norm and output layer (`word_matrix`: whether this chunk holds its own matrix).
+    fn head(&self, word_matrix: bool) -> u64 {
+        let out = if word_matrix {
+            mul(div_ceil(self.m.vocab, self.t), self.m.hidden)
+        } else {
+            0
+        };
+        self.norm().saturating_add(out)
+    }
+
+    /// Layers `first .. first + n`, embedding and head as asked.
+    fn range(&self, first: u64, n: u64, embedding: bool, head: bool) -> ParamCount {
+        let moe_layers = moe_layers_in(self.m, first, n);
+        let dense = self.layer(false);
+        let moe = self.layer(true);
+        let mut p = ParamCount {
+            dense: mul(dense.dense, n - moe_layers).saturating_add(mul(moe.dense, moe_layers)),
+            expert: mul(moe.expert, moe_layers),
+        };
+        if embedding {
+            p.dense = p.dense.saturating_add(self.embedding());
+        }
+        if head {
+            // A chunk with both the embedding and a tied head holds the matrix once.
+            let own_matrix = !(self.m.tied_embeddings && embedding);
+            p.dense = p.dense.saturating_add(self.head(own_matrix));
+        }
+        p
+    }
+}
+
+/// MoE layers among global layers `first .. first + n` (layer `i` is MoE when
+/// `i % moe_every == 0`, Megatron's `moe_layer_freq`).
+pub(crate) fn moe_layers_in(m: &Model, first: u64, n: u64) -> u64 {
+    match &m.moe {
+        None => 0,
+        Some(moe) => {
+            let every = u64::from(moe.moe_every.max(1));
+            div_ceil(first.saturating_add(n), every) - div_ceil(first, every)
+        }
+    }
+}
+
+/// Parameters one rank holds for layers `first .. first + n` (and the embedding / head),
+/// after tensor and expert sharding.
+pub(crate) fn range_params(
+    s: &Scenario,
+    first: u64,
+    n: u64,
+    embedding: bool,
+    head: bool,
+) -> ParamCount {
+    Shapes {
+        m: &s.model,
+        t: u64::from(s.parallel.tp.max(1)),
+        ep: u64::from(s.parallel.ep.max(1)),
+    }
+    .range(first, n, embedding, head)
+}
+
+/// Unique parameters of the whole model, unsharded (tied embeddings counted once).
+pub fn model_params(m: &Model) -> ParamCount {
+    Shapes { m, t: 1, ep: 1 }.range(0, u64::from(m.layers), true, true)
+}
+
+/// Bytes per parameter of each kind of model state, before sharding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateCoefficients {
+    pub weight_bytes: u64,
+    pub grad_bytes: u64,
+    pub optimizer_bytes: u64,
+    /// Whether the optimizer keeps a separate fp32 master copy of the weights (counted in
+    /// `optimizer_bytes`).
+    pub master_copy: bool,
+}
+
+/// Bytes per parameter of weights, gradients and optimizer state:
+/// - fp16: 2 + 2 + 12 (the ZeRO paper's mixed-precision Adam: fp32 master, momentum,
+///   variance);
+/// - bf16: 2 + 4 + 12 (Megatron-LM accumulates bf16 gradients in fp32 main grads);
+/// - fp8: as bf16 (weights are kept in bf16; fp8 casts are transient per GEMM);
+/// - fp32: 4 + 4 + 8 (no master copy).
+///
+/// SGD with momentum keeps 4 bytes of momentum (+ 4 for the master copy).
+pub fn state_coefficients(training: &Training) -> StateCoefficients {
+    let (weight_bytes, grad_bytes, master_copy) = match training.precision {
+        Precision::Fp32 => (4, 4, false),
+        Precision::Fp16 => (2, 2, true),
+        Precision::Bf16 | Precision::Fp8 => (2, 4, true),
+    };
+    let moments = match training.optimizer {
+        Optimizer::Adam => 8,
+        Optimizer::Sgd => 4,
+    };
+    StateCoefficients {
+        weight_bytes,
+        grad_bytes,
+        optimizer_bytes: moments + if master_copy { 4 } else { 0 },
+        master_copy,
+    }
+}
+
+/// ZeRO stage in effect (FSDP behaves as stage 3).
+pub(crate) fn zero_stage(s: &Scenario) -> u8 {
+    if s.parallel.fsdp {
+        3
+    } else {
+        s.parallel.zero
+    }
+}
+
+/// Model state per rank for `params`, dense parameters sharded over `dense_dp` ranks and
+/// expert parameters over `expert_dp` ranks as the scenario's ZeRO stage says: stage 1 shards
+/// the optimizer state, 2 also the gradients, 3 (or FSDP) also the weights. Offload moves the
+/// optimizer state (and, for `params`, the weights too) to host memory.
+pub fn model_state_bytes(
+    s: &Scenario,
+    params: ParamCount,
+    dense_dp: u64,
+    expert_dp: u64,
+) -> StateBytes {
+    let k = state_coefficients(&s.training);
+    let zero = zero_stage(s);
+    let mut out = StateBytes::default();
+    for (p, n) in [(params.dense, dense_dp), (params.expert, expert_dp)] {
+        let shard = |bytes_per_param: u64, from_stage: u8| {
+            let bytes = mul(p, bytes_per_param);
+            if zero >= from_stage {
+                div_ceil(bytes, n)
+            } else {
+                bytes
+            }
+        };
+        let weights = shard(k.weight_bytes, 3);
+        let grads = shard(k.grad_bytes, 2);
+        let optimizer = shard(k.optimizer_bytes, 1);
+        out.grads_bytes = out.grads_bytes.saturating_add(grads);
+        match s.training.offload {
+            Offload::None => {
+                out.weights_bytes = out.weights_bytes.saturating_add(weights);
+                out.optimizer_bytes = out.optimizer_bytes.saturating_add(optimizer);
+            }
+            Offload::Optimizer => {
+                out.weights_bytes = out.weights_bytes.saturating_add(weights);
+                out.host_bytes = out.host_bytes.saturating_add(optimizer);
+            }
+            Offload::Params => {
+                out.host_bytes = out
+                    .host_bytes
+                    .saturating_add(optimizer)
+                    .saturating_add(weights);
+            }
+        }
+    }
+    out
+}
+
+/// Bytes the optimizer step moves per parameter of its shard: read the gradient twice (norm
+/// for clipping, then the update), read and write the optimizer state, write the weights (read
+/// and write them when there is no master copy).
+pub(crate) fn optimizer_bytes_per_param(k: &StateCoefficients) -> u64 {
+    let weights = if k.master_copy {
+        k.weight_bytes
+    } else {
+        2 * k.weight_bytes
+    };
+    2 * k.grad_bytes + 2 * k.optimizer_bytes + weights
+}
+
+/// Parameters whose optimizer update this rank runs: its shard under ZeRO >= 1.
+pub(crate) fn optimizer_shard(
+    s: &Scenario,
+    params: ParamCount,
+    dense_dp: u64,
+    expert_dp: u64,
+) -> u64 {
+    if zero_stage(s) >= 1 {
+        div_ceil(params.dense, dense_dp).saturating_add(div_ceil(params.expert, expert_dp))
+    } else {
+        params.dense.saturating_add(params.expert)
+    }
+}
+
+/// Sizes of the data-parallel groups that shard dense and expert state: DenseDp is
+/// `dp*ep*cp`, ExpertDp is `dp*cp`.
+pub(crate) fn dp_sizes(s: &Scenario) -> (u64, u64) {
+    let p = &s.parallel;
+    let (dp, ep, cp) = (
+        u64::from(p.dp.max(1)),
+        u64::from(p.ep.max(1)),
+        u64::from(p.cp.max(1)),
+    );
+    (prod(&[dp, ep, cp]), mul(dp, cp))
+}
