@@ -132,7 +132,8 @@ pub struct ComputeOp {
     pub dtype: Precision,
     /// The GEMMs this op contains, with their planned shapes (already divided by tp/cp).
     pub gemms: Vec<Gemm>,
-    /// Total FLOPs of the op: the GEMMs plus non-GEMM arithmetic (softmax, norms).
+    /// FLOPs of the op's GEMMs (Megatron's counting: attention score GEMMs included; softmax,
+    /// norms and other elementwise work are costed by `memory_bytes` instead).
     pub flops: u64,
     /// Bytes moved by memory-bound kernels (elementwise, norms, softmax, optimizer update).
     pub memory_bytes: u64,
