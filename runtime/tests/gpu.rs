@@ -78,3 +78,20 @@ fn single_gpu_probe_runs_with_real_overlap_and_memory() {
         .unwrap();
     assert!(run.events[fwd].end_ns > run.events[fwd].start_ns);
 }
+
+#[test]
+fn more_ranks_than_gpus_is_a_clear_error() {
+    if !enabled() {
+        return;
+    }
+    let s = twin_sim::testing::small_scenario(1, 64, 1, 64);
+    let plan = twin_sim::plan::Plan::new(&s).unwrap();
+    let sched = twin_sim::schedule::Schedule {
+        programs: vec![twin_sim::schedule::Program::default()],
+        program_of: vec![0; 64],
+    };
+    let e = run_single_gpu(&s, &plan, &sched, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the schedule has 64 ranks but only"), "{e}");
+}

@@ -139,7 +139,7 @@ impl CudaBackend {
             baseline_used_bytes: Some((total - free) as u64),
             total_bytes: Some(total as u64),
             notes: vec![
-                "schedule allocations use the driver's stream-ordered pool (cuMemAllocAsync); allocator peaks are its USED/RESERVED_MEM_HIGH".into(),
+                "schedule allocations use the driver's stream-ordered pool (cuMemAllocAsync), which keeps its reservation across steps like a caching allocator (the first step pays for mapping memory); allocator peaks are its USED/RESERVED_MEM_HIGH of the last step".into(),
                 "memory-bound bytes run as device-to-device copies of half the bytes (each byte read once, written once)".into(),
             ],
             ..MemoryReport::default()
@@ -323,8 +323,8 @@ impl CudaBackend {
         self.ctx
             .synchronize()
             .map_err(|e| cu("cuCtxSynchronize", e))?;
-        // Keep what the pool reserves until the step ends, so the device-level reading after
-        // the step includes it; then reset the high-water marks.
+        // The pool keeps what it reserved across steps, as a framework's caching allocator
+        // does: only the first step pays for mapping memory. Reset the high-water marks.
         self.set_pool_attr(A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, u64::MAX)?;
         self.set_pool_attr(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0)?;
         self.set_pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0)?;
@@ -388,6 +388,7 @@ impl CudaBackend {
                     .as_ref()
                     .ok_or_else(|| RuntimeError::Unsupported("no comm buffer".into()))?;
                 let n = u64::from(comm.nranks.max(1));
+                let single = comm.nranks == 1;
                 let stream_ptr = cu_stream as *mut std::ffi::c_void;
                 for _ in 0..(*calls).max(1) {
                     // In place, as frameworks run them; all-to-all needs a second buffer.
@@ -444,6 +445,9 @@ impl CudaBackend {
                             }
                         }
                     }
+                }
+                if single {
+                    self.note("collectives over one-member groups are real NCCL calls that move no data (NCCL returns at once for one rank); their times are call overheads only".into());
                 }
             }
             OpKind::Send { bytes, .. } | OpKind::Recv { bytes, .. } => {
@@ -649,11 +653,17 @@ impl Drop for CudaBackend {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
         let _ = self.ctx.synchronize();
+        let _ = self.set_pool_attr(
+            drv_sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            0,
+        );
         for (_, a) in std::mem::take(&mut self.allocs) {
             if let LiveAlloc::Gpu(p) = a {
                 // SAFETY: allocated by malloc_async and not freed by the schedule.
                 let _ = unsafe { drv::free_sync(p) };
             }
         }
+        // SAFETY: valid pool; returns its unused reservation to the device.
+        let _ = unsafe { drv::mem_pool::trim_to(self.pool, 0) };
     }
 }

@@ -75,16 +75,23 @@ fn cuda_version_text(v: i32) -> String {
 }
 
 fn driver_version() -> Result<String, RuntimeError> {
-    // The kernel module's version (e.g. 580.159.03), when readable.
+    // The kernel module's version (e.g. 580.159.04), when readable.
     std::fs::read_to_string("/proc/driver/nvidia/version")
         .ok()
-        .and_then(|t| {
-            t.split_whitespace()
-                .skip_while(|w| *w != "Kernel")
-                .nth(2)
-                .map(str::to_string)
-        })
+        .and_then(|t| driver_version_in(&t))
         .ok_or_else(|| RuntimeError::Unsupported("/proc/driver/nvidia/version unreadable".into()))
+}
+
+/// The first dotted number in the kernel module's banner.
+fn driver_version_in(banner: &str) -> Option<String> {
+    banner
+        .split_whitespace()
+        .find(|w| {
+            w.contains('.')
+                && w.split('.')
+                    .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        })
+        .map(str::to_string)
 }
 
 fn gpus() -> Result<Vec<GpuInfo>, RuntimeError> {
@@ -242,5 +249,21 @@ impl fmt::Display for DoctorReport {
             writeln!(f, "note: {n}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_version_comes_from_the_banner() {
+        let open = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22)  Thu Oct  2 2025";
+        assert_eq!(driver_version_in(open).as_deref(), Some("580.159.04"));
+        let closed = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023";
+        assert_eq!(driver_version_in(closed).as_deref(), Some("535.104.05"));
+        assert_eq!(driver_version_in("no version here"), None);
+        assert_eq!(cuda_version_text(13000), "13.0");
+        assert_eq!(cuda_version_text(12080), "12.8");
     }
 }
