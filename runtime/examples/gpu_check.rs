@@ -27,7 +27,7 @@ fn main() {
         .map(|&s| g(s, s, s))
         .collect();
     // Llama-3-8B, 2048 tokens: QKV, O, gate+up, down, and the per-head attention GEMMs.
-    let llama = vec![
+    let llama = [
         g(2048, 6144, 4096),
         g(2048, 4096, 4096),
         g(2048, 28672, 4096),
@@ -125,8 +125,8 @@ fn main() {
             println!("  schedule's own account (what the plan says is held): peak {:.2} GiB = weights {:.2} + grads {:.2} + optimizer {:.2} + activations {:.2}",
                 gib(m.peak_bytes), gib(m.peak_breakdown.weights), gib(m.peak_breakdown.grads), gib(m.peak_breakdown.optimizer), gib(m.peak_breakdown.activations));
             let o = |v: Option<u64>| v.map_or("n/a".to_string(), |b| format!("{:.2} GiB", gib(b)));
-            println!("  measured: allocator peak {} (reserved {}), device used before step {}, after step {}, baseline (context + cuBLAS) {}, runtime workspace {:.2} GiB, total {}",
-                o(d.allocator_peak_bytes), o(d.allocator_reserved_peak_bytes), o(d.used_before_step_bytes), o(d.used_after_step_bytes), o(d.baseline_used_bytes), gib(d.workspace_bytes), o(d.total_bytes));
+            println!("  measured: allocator peak {} (reserved {}; held in reserve at step start {}), device used before step {}, after step {}, baseline (context + cuBLAS) {}, runtime workspace {:.2} GiB, total {}",
+                o(d.allocator_peak_bytes), o(d.allocator_reserved_peak_bytes), o(d.allocator_reserved_at_start_bytes), o(d.used_before_step_bytes), o(d.used_after_step_bytes), o(d.baseline_used_bytes), gib(d.workspace_bytes), o(d.total_bytes));
             for n in &d.notes {
                 println!("  note: {n}");
             }

@@ -309,16 +309,18 @@ mod tests {
     use crate::probe::llama_probe;
     use twin_sim::schedule::Program;
 
+    type Seen = (
+        u32,
+        Option<PeerRoute>,
+        Option<Vec<RankId>>,
+        Option<Allocation>,
+    );
+
     /// Records what the executor hands over; times are the op index, so tests can check the
     /// plumbing (this is not a performance model).
     #[derive(Default)]
     struct Recorder {
-        seen: Vec<(
-            u32,
-            Option<PeerRoute>,
-            Option<Vec<RankId>>,
-            Option<Allocation>,
-        )>,
+        seen: Vec<Seen>,
         skip_timing_of: Option<u32>,
     }
 

@@ -57,6 +57,9 @@ pub struct MemoryReport {
     /// The backend's own buffers that the schedule does not name (GEMM operands, collective
     /// scratch), held for the whole run.
     pub workspace_bytes: u64,
+    /// Bytes the device allocator still held in reserve when the last step began (memory kept
+    /// from earlier steps, as a caching allocator keeps it).
+    pub allocator_reserved_at_start_bytes: Option<u64>,
     /// Device memory in use before the last step (after workspace), from the driver.
     pub used_before_step_bytes: Option<u64>,
     /// Device memory in use at the end of the last step, before the allocator released its

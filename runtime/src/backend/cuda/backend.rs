@@ -139,7 +139,7 @@ impl CudaBackend {
             baseline_used_bytes: Some((total - free) as u64),
             total_bytes: Some(total as u64),
             notes: vec![
-                "schedule allocations use the driver's stream-ordered pool (cuMemAllocAsync), which keeps its reservation across steps like a caching allocator (the first step pays for mapping memory); allocator peaks are its USED/RESERVED_MEM_HIGH of the last step".into(),
+                "schedule allocations use the driver's stream-ordered pool (cuMemAllocAsync) with release threshold UINT64_MAX; allocator peaks are its USED/RESERVED_MEM_HIGH of the last step; allocator_reserved_at_start_bytes says whether the pool kept its reservation from the previous step (if 0, Alloc ops include the cost of mapping memory)".into(),
                 "memory-bound bytes run as device-to-device copies of half the bytes (each byte read once, written once)".into(),
             ],
             ..MemoryReport::default()
@@ -323,11 +323,13 @@ impl CudaBackend {
         self.ctx
             .synchronize()
             .map_err(|e| cu("cuCtxSynchronize", e))?;
-        // The pool keeps what it reserved across steps, as a framework's caching allocator
-        // does: only the first step pays for mapping memory. Reset the high-water marks.
+        // Ask the pool to keep what it reserved across steps, as a framework's caching
+        // allocator does (whether it did is reported), and reset the high-water marks.
         self.set_pool_attr(A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, u64::MAX)?;
         self.set_pool_attr(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0)?;
         self.set_pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0)?;
+        self.memory.allocator_reserved_at_start_bytes =
+            Some(self.pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?);
         let (free, total) = self.ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
         self.memory.used_before_step_bytes = Some((total - free) as u64);
         self.issued.clear();
@@ -528,7 +530,7 @@ impl CudaBackend {
 }
 
 fn grow(slot: &mut Option<DeviceBuffer>, bytes: u64) -> Result<(), RuntimeError> {
-    if bytes > 0 && slot.as_ref().is_none_or(|b| b.bytes < bytes) {
+    if bytes > 0 && !slot.as_ref().is_some_and(|b| b.bytes >= bytes) {
         *slot = None;
         *slot = Some(DeviceBuffer::new(bytes)?);
     }

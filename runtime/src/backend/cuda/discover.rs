@@ -180,10 +180,8 @@ pub fn search_dirs(env: &SearchEnv) -> Vec<PathBuf> {
     }
     // pip's nvidia-* wheels in virtual environments and Python installs.
     let mut prefixes: Vec<PathBuf> = Vec::new();
-    for v in [&env.virtual_env, &env.conda_prefix] {
-        if let Some(p) = v {
-            prefixes.push(PathBuf::from(p));
-        }
+    for p in [&env.virtual_env, &env.conda_prefix].into_iter().flatten() {
+        prefixes.push(PathBuf::from(p));
     }
     for opt in children_with_prefix(&env.sys("/opt"), "") {
         for venv in [".venv", "venv", "env"] {

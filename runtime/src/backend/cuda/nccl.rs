@@ -25,7 +25,7 @@ pub struct UniqueId {
 }
 
 impl UniqueId {
-    pub fn to_bytes(&self) -> Vec<u8> {
+    pub fn to_bytes(self) -> Vec<u8> {
         self.internal.iter().map(|&c| c as u8).collect()
     }
     pub fn from_bytes(b: &[u8]) -> Option<UniqueId> {
