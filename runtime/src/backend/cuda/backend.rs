@@ -1,0 +1,671 @@
+//! [`CudaBackend`]: enqueues each op on the CUDA stream of its schedule stream, after
+//! stream-waits on its dependencies' end events, between two timing events. Nothing
+//! synchronises the host until [`Backend::finish_step`], so overlap between streams is real.
+
+use super::comm::{comm_specs, used_group_kinds, CommSpec, LocalRendezvous, Rendezvous};
+use super::device::{
+    operand_bytes, run_gemm, run_memory_bound, BlasHandle, DeviceBuffer, GemmOperands, HostBuffer,
+};
+use super::dtype::{gemm_dtype, nccl_elements};
+use super::libs::{self, cu, guard, Libraries};
+use super::nccl::{self, Buffers, Comm, UniqueId};
+use crate::backend::{Backend, MemoryReport, OpContext, OpTiming};
+use crate::error::RuntimeError;
+use cudarc::driver::{result as drv, sys as drv_sys, CudaContext, CudaEvent, CudaStream};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use twin_sim::plan::{GroupKind, Plan, RankId};
+use twin_sim::schedule::{CollectiveKind, Device, Op, OpKind, Program, Stream};
+
+/// Largest scratch for memory-bound copies: past this, copies loop over the same buffer.
+const MAX_MEMORY_SCRATCH_BYTES: u64 = 512 << 20;
+
+#[derive(Clone, Debug)]
+pub struct CudaOptions {
+    /// CUDA device ordinal.
+    pub device: usize,
+    /// Run fp32 GEMMs on TF32 tensor cores.
+    pub allow_tf32: bool,
+    /// Seed of the operand fill pattern.
+    pub seed: u64,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            device: 0,
+            allow_tf32: false,
+            seed: 1,
+        }
+    }
+}
+
+/// Buffers one stream works in; grown in `prepare`, never during a step.
+#[derive(Default)]
+struct StreamWork {
+    blas: Option<BlasHandle>,
+    gemm: Option<GemmOperands>,
+    scratch: Option<DeviceBuffer>,
+    comm_send: Option<DeviceBuffer>,
+    comm_recv: Option<DeviceBuffer>,
+}
+
+enum LiveAlloc {
+    Gpu(drv_sys::CUdeviceptr),
+    Host(#[allow(dead_code)] HostBuffer),
+}
+
+/// Executes one rank's program on one GPU.
+pub struct CudaBackend {
+    options: CudaOptions,
+    // Field order is drop order: everything that needs the context goes before it.
+    comms: BTreeMap<GroupKind, (CommSpec, Comm)>,
+    work: Vec<StreamWork>,
+    allocs: BTreeMap<u32, LiveAlloc>,
+    /// (start, end) timing events, reused across steps; slot i serves the i-th issued op.
+    events: Vec<(CudaEvent, CudaEvent)>,
+    /// Op index of each issued slot, and the slot of each op index.
+    issued: Vec<u32>,
+    slot_of: BTreeMap<u32, usize>,
+    step_start: CudaEvent,
+    streams: Vec<Arc<CudaStream>>,
+    rendezvous: Box<dyn Rendezvous>,
+    pool: drv_sys::CUmemoryPool,
+    memory: MemoryReport,
+    libs: &'static Libraries,
+    ctx: Arc<CudaContext>,
+}
+
+fn stream_of(streams: &[Arc<CudaStream>], s: Stream) -> Result<&Arc<CudaStream>, RuntimeError> {
+    streams
+        .get(s.index())
+        .ok_or_else(|| RuntimeError::Unsupported(format!("stream {}", s.name())))
+}
+
+impl CudaBackend {
+    /// Load the libraries, open the device and its streams. On a machine without a driver
+    /// this is the "no CUDA driver found (searched: ...)" error.
+    pub fn new(options: CudaOptions) -> Result<CudaBackend, RuntimeError> {
+        Self::with_rendezvous(options, Box::new(LocalRendezvous::default()))
+    }
+
+    /// As [`CudaBackend::new`], with the launcher's rendezvous for NCCL unique ids.
+    pub fn with_rendezvous(
+        options: CudaOptions,
+        rendezvous: Box<dyn Rendezvous>,
+    ) -> Result<CudaBackend, RuntimeError> {
+        let libs = libs::load()?;
+        guard("CudaBackend::new", move || {
+            Self::open(options, rendezvous, libs)
+        })
+    }
+
+    fn open(
+        options: CudaOptions,
+        rendezvous: Box<dyn Rendezvous>,
+        libs: &'static Libraries,
+    ) -> Result<CudaBackend, RuntimeError> {
+        drv::init().map_err(|e| cu("cuInit", e))?;
+        let count = drv::device::get_count().map_err(|e| cu("cuDeviceGetCount", e))?;
+        if options.device as i64 >= i64::from(count) {
+            return Err(RuntimeError::TooManyRanks {
+                ranks: options.device as u32 + 1,
+                gpus: count.max(0) as u32,
+            });
+        }
+        let ctx =
+            CudaContext::new(options.device).map_err(|e| cu("cuDevicePrimaryCtxRetain", e))?;
+        // Ordering between streams comes from the schedule's deps alone.
+        // SAFETY: twin never hands a CudaSlice across streams.
+        unsafe { ctx.disable_event_tracking() };
+        let streams = Stream::ALL
+            .iter()
+            .map(|_| ctx.new_stream().map_err(|e| cu("cuStreamCreate", e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let timing = Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let step_start = ctx.new_event(timing).map_err(|e| cu("cuEventCreate", e))?;
+        let mut work: Vec<StreamWork> = Stream::ALL.iter().map(|_| StreamWork::default()).collect();
+        if let Some(w) = work.get_mut(Stream::Compute.index()) {
+            w.blas = Some(BlasHandle::new(
+                stream_of(&streams, Stream::Compute)?.cu_stream(),
+            )?);
+        }
+        let dev = drv::device::get(options.device as i32).map_err(|e| cu("cuDeviceGet", e))?;
+        // SAFETY: valid device.
+        let pool = unsafe { drv::device::get_default_mem_pool(dev) }
+            .map_err(|e| cu("cuDeviceGetDefaultMemPool", e))?;
+        let (free, total) = ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
+        let memory = MemoryReport {
+            baseline_used_bytes: Some((total - free) as u64),
+            total_bytes: Some(total as u64),
+            notes: vec![
+                "schedule allocations use the driver's stream-ordered pool (cuMemAllocAsync) with release threshold UINT64_MAX; allocator peaks are its USED/RESERVED_MEM_HIGH of the last step; allocator_reserved_at_start_bytes says whether the pool kept its reservation from the previous step (if 0, Alloc ops include the cost of mapping memory)".into(),
+                "memory-bound bytes run as device-to-device copies of half the bytes (each byte read once, written once)".into(),
+            ],
+            ..MemoryReport::default()
+        };
+        Ok(CudaBackend {
+            options,
+            comms: BTreeMap::new(),
+            work,
+            allocs: BTreeMap::new(),
+            events: Vec::new(),
+            issued: Vec::new(),
+            slot_of: BTreeMap::new(),
+            step_start,
+            streams,
+            rendezvous,
+            pool,
+            memory,
+            libs,
+            ctx,
+        })
+    }
+
+    pub fn device_count() -> Result<u32, RuntimeError> {
+        libs::load()?;
+        guard("device_count", || {
+            drv::init().map_err(|e| cu("cuInit", e))?;
+            let n = drv::device::get_count().map_err(|e| cu("cuDeviceGetCount", e))?;
+            Ok(n.max(0) as u32)
+        })
+    }
+
+    fn note(&mut self, n: String) {
+        if !self.memory.notes.contains(&n) {
+            self.memory.notes.push(n);
+        }
+    }
+
+    /// Create the NCCL communicators the program uses, once.
+    fn ensure_comms(&mut self, plan_specs: Vec<CommSpec>) -> Result<(), RuntimeError> {
+        let missing: Vec<CommSpec> = plan_specs
+            .into_iter()
+            .filter(|s| !self.comms.contains_key(&s.kind))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let path = self.libs_nccl_path()?;
+        let nccl = nccl::load(&path)?;
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| cu("cuCtxSetCurrent", e))?;
+        for spec in missing {
+            let id = if spec.is_root() {
+                let id = nccl.unique_id()?;
+                self.rendezvous.publish(&spec.key, &id.to_bytes())?;
+                id
+            } else {
+                let bytes = self.rendezvous.fetch(&spec.key)?;
+                UniqueId::from_bytes(&bytes).ok_or_else(|| {
+                    RuntimeError::Rendezvous(format!(
+                        "{}: {} bytes, want 128",
+                        spec.key,
+                        bytes.len()
+                    ))
+                })?
+            };
+            let comm = nccl.init_rank(spec.members.len() as u32, id, spec.my_index)?;
+            self.comms.insert(spec.kind, (spec, comm));
+        }
+        Ok(())
+    }
+
+    fn libs_nccl_path(&self) -> Result<std::path::PathBuf, RuntimeError> {
+        self.libs.discovery.require(super::discover::CudaLib::Nccl)
+    }
+
+    /// Size and allocate the stream workspaces the program needs.
+    fn size_workspaces(&mut self, program: &Program) -> Result<(), RuntimeError> {
+        let mut gemm = [[0u64; 3]; Stream::COUNT];
+        let mut scratch = [0u64; Stream::COUNT];
+        let mut comm = [[0u64; 2]; Stream::COUNT];
+        for op in &program.ops {
+            let s = op.stream.index();
+            match &op.kind {
+                OpKind::Compute(c) => {
+                    let choice = gemm_dtype(c.dtype, self.options.allow_tf32);
+                    for g in &c.gemms {
+                        let need = operand_bytes(g, choice.dtype);
+                        for (have, n) in gemm[s].iter_mut().zip(need) {
+                            *have = (*have).max(n);
+                        }
+                    }
+                    scratch[s] = scratch[s].max(
+                        c.memory_bytes
+                            .div_ceil(2)
+                            .saturating_mul(2)
+                            .min(MAX_MEMORY_SCRATCH_BYTES),
+                    );
+                }
+                OpKind::Collective { kind, bytes, .. } => {
+                    comm[s][0] = comm[s][0].max(*bytes);
+                    if *kind == CollectiveKind::AllToAll {
+                        comm[s][1] = comm[s][1].max(*bytes);
+                    }
+                }
+                OpKind::Send { bytes, .. } | OpKind::Recv { bytes, .. } => {
+                    comm[s][0] = comm[s][0].max(*bytes);
+                }
+                OpKind::Checkpoint { bytes } => {
+                    scratch[s] = scratch[s].max((*bytes).min(MAX_MEMORY_SCRATCH_BYTES));
+                }
+                _ => {}
+            }
+        }
+        let seed = self.options.seed;
+        for (s, stream) in Stream::ALL.iter().enumerate() {
+            let cu_stream = stream_of(&self.streams, *stream)?.cu_stream();
+            let Some(w) = self.work.get_mut(s) else {
+                continue;
+            };
+            let [a, b, c] = gemm[s];
+            if a > 0 {
+                if w.blas.is_none() {
+                    w.blas = Some(BlasHandle::new(cu_stream)?);
+                }
+                let fits = w
+                    .gemm
+                    .as_ref()
+                    .is_some_and(|g| g.a.bytes >= a && g.b.bytes >= b && g.c.bytes >= c);
+                if !fits {
+                    w.gemm = None;
+                    let ops = GemmOperands {
+                        a: DeviceBuffer::new(a)?,
+                        b: DeviceBuffer::new(b)?,
+                        c: DeviceBuffer::new(c)?,
+                    };
+                    ops.a.fill_random(seed)?;
+                    ops.b.fill_random(seed.wrapping_add(1))?;
+                    w.gemm = Some(ops);
+                }
+            }
+            grow(&mut w.scratch, scratch[s])?;
+            grow(&mut w.comm_send, comm[s][0])?;
+            grow(&mut w.comm_recv, comm[s][1])?;
+        }
+        self.memory.workspace_bytes = self
+            .work
+            .iter()
+            .map(|w| {
+                let g = w
+                    .gemm
+                    .as_ref()
+                    .map_or(0, |g| g.a.bytes + g.b.bytes + g.c.bytes);
+                let sz = |b: &Option<DeviceBuffer>| b.as_ref().map_or(0, |b| b.bytes);
+                g + sz(&w.scratch) + sz(&w.comm_send) + sz(&w.comm_recv)
+            })
+            .sum();
+        Ok(())
+    }
+
+    fn pool_attr(&self, attr: drv_sys::CUmemPool_attribute) -> Result<u64, RuntimeError> {
+        let mut v: u64 = 0;
+        // SAFETY: these attributes are cuuint64_t.
+        unsafe { drv::mem_pool::get_attribute(self.pool, attr, (&mut v as *mut u64).cast()) }
+            .map_err(|e| cu("cuMemPoolGetAttribute", e))?;
+        Ok(v)
+    }
+
+    fn set_pool_attr(
+        &self,
+        attr: drv_sys::CUmemPool_attribute,
+        mut v: u64,
+    ) -> Result<(), RuntimeError> {
+        // SAFETY: these attributes are cuuint64_t.
+        unsafe { drv::mem_pool::set_attribute(self.pool, attr, (&mut v as *mut u64).cast()) }
+            .map_err(|e| cu("cuMemPoolSetAttribute", e))
+    }
+
+    fn begin_step(&mut self) -> Result<(), RuntimeError> {
+        use drv_sys::CUmemPool_attribute as A;
+        self.ctx
+            .synchronize()
+            .map_err(|e| cu("cuCtxSynchronize", e))?;
+        // Ask the pool to keep what it reserved across steps, as a framework's caching
+        // allocator does (whether it did is reported), and reset the high-water marks.
+        self.set_pool_attr(A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, u64::MAX)?;
+        self.set_pool_attr(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0)?;
+        self.set_pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0)?;
+        self.memory.allocator_reserved_at_start_bytes =
+            Some(self.pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?);
+        let (free, total) = self.ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
+        self.memory.used_before_step_bytes = Some((total - free) as u64);
+        self.issued.clear();
+        self.slot_of.clear();
+        let first = stream_of(&self.streams, Stream::Compute)?;
+        self.step_start
+            .record(first)
+            .map_err(|e| cu("cuEventRecord", e))?;
+        for s in &self.streams {
+            s.wait(&self.step_start)
+                .map_err(|e| cu("cuStreamWaitEvent", e))?;
+        }
+        Ok(())
+    }
+
+    fn issue(&mut self, op: &Op, ctx: &OpContext) -> Result<(), RuntimeError> {
+        let stream = stream_of(&self.streams, op.stream)?.clone();
+        let cu_stream = stream.cu_stream();
+        let w = self
+            .work
+            .get(op.stream.index())
+            .ok_or_else(|| RuntimeError::Unsupported(format!("stream {}", op.stream.name())))?;
+        match &op.kind {
+            OpKind::Compute(c) => {
+                let choice = gemm_dtype(c.dtype, self.options.allow_tf32);
+                if !c.gemms.is_empty() {
+                    let (Some(h), Some(ops)) = (&w.blas, &w.gemm) else {
+                        return Err(RuntimeError::Unsupported(
+                            "GEMM without a prepared workspace".into(),
+                        ));
+                    };
+                    for g in &c.gemms {
+                        run_gemm(h, ops, g, choice.dtype)?;
+                    }
+                }
+                if c.memory_bytes > 0 {
+                    let s = w
+                        .scratch
+                        .as_ref()
+                        .ok_or_else(|| RuntimeError::Unsupported("no scratch".into()))?;
+                    run_memory_bound(s, c.memory_bytes, cu_stream)?;
+                }
+                if let Some(n) = choice.fallback_note {
+                    self.note(n);
+                }
+            }
+            OpKind::Collective {
+                kind,
+                group,
+                bytes,
+                calls,
+            } => {
+                let (spec, comm) = self.comms.get(group).ok_or_else(|| {
+                    RuntimeError::Unsupported(format!("no communicator for {group:?}"))
+                })?;
+                let send = w
+                    .comm_send
+                    .as_ref()
+                    .ok_or_else(|| RuntimeError::Unsupported("no comm buffer".into()))?;
+                let n = u64::from(comm.nranks.max(1));
+                let single = comm.nranks == 1;
+                let stream_ptr = cu_stream as *mut std::ffi::c_void;
+                for _ in 0..(*calls).max(1) {
+                    // In place, as frameworks run them; all-to-all needs a second buffer.
+                    let b = Buffers {
+                        send: send.as_ptr(),
+                        recv: send.as_ptr(),
+                    };
+                    // SAFETY: buffers hold `bytes` (sized in prepare); counts below keep every
+                    // side within it.
+                    unsafe {
+                        match kind {
+                            CollectiveKind::AllReduce => {
+                                let (t, count) = nccl_elements(*bytes, true);
+                                comm.all_reduce(&b, t, count, stream_ptr)?
+                            }
+                            CollectiveKind::Broadcast => {
+                                let (t, count) = nccl_elements(*bytes, false);
+                                comm.broadcast(&b, t, count, 0, stream_ptr)?
+                            }
+                            CollectiveKind::AllGather => {
+                                let per = *bytes / n;
+                                let own = Buffers {
+                                    send: send
+                                        .as_ptr()
+                                        .cast::<u8>()
+                                        .add((per * u64::from(spec.my_index)) as usize)
+                                        .cast(),
+                                    recv: b.recv,
+                                };
+                                comm.all_gather(&own, nccl_elements(per, false).0, per, stream_ptr)?
+                            }
+                            CollectiveKind::ReduceScatter => {
+                                let per = *bytes / n;
+                                let (t, count) = nccl_elements(per, true);
+                                let own = Buffers {
+                                    send: b.send,
+                                    recv: send
+                                        .as_ptr()
+                                        .cast::<u8>()
+                                        .add((per * u64::from(spec.my_index)) as usize)
+                                        .cast(),
+                                };
+                                comm.reduce_scatter(&own, t, count, stream_ptr)?
+                            }
+                            CollectiveKind::AllToAll => {
+                                let recv = w.comm_recv.as_ref().ok_or_else(|| {
+                                    RuntimeError::Unsupported("no all-to-all buffer".into())
+                                })?;
+                                let b = Buffers {
+                                    send: b.send,
+                                    recv: recv.as_ptr(),
+                                };
+                                comm.all_to_all(&b, *bytes / n, stream_ptr)?
+                            }
+                        }
+                    }
+                }
+                if single {
+                    self.note("collectives over one-member groups are real NCCL calls that move no data (NCCL returns at once for one rank); their times are call overheads only".into());
+                }
+            }
+            OpKind::Send { bytes, .. } | OpKind::Recv { bytes, .. } => {
+                let route = ctx
+                    .peer
+                    .ok_or_else(|| RuntimeError::Unsupported("unresolved peer".into()))?;
+                if route.rank == ctx.rank {
+                    return Err(RuntimeError::Unsupported(format!(
+                        "rank {} sends to itself (a one-stage pipeline should have no pipeline transfers)",
+                        ctx.rank
+                    )));
+                }
+                let (spec, comm) = self.comms.get(&route.group).ok_or_else(|| {
+                    RuntimeError::Unsupported(format!("no communicator for {:?}", route.group))
+                })?;
+                let peer = spec.index_of(route.rank).ok_or_else(|| {
+                    RuntimeError::Unsupported(format!(
+                        "rank {} is not in this {:?} group",
+                        route.rank, route.group
+                    ))
+                })?;
+                let buf = w
+                    .comm_send
+                    .as_ref()
+                    .ok_or_else(|| RuntimeError::Unsupported("no p2p buffer".into()))?;
+                let sp = cu_stream as *mut std::ffi::c_void;
+                // SAFETY: the buffer holds the stream's largest transfer.
+                unsafe {
+                    if matches!(op.kind, OpKind::Send { .. }) {
+                        comm.send(buf.as_ptr(), *bytes, peer, sp)?
+                    } else {
+                        comm.recv(buf.as_ptr(), *bytes, peer, sp)?
+                    }
+                }
+            }
+            OpKind::Alloc {
+                device, bytes, tag, ..
+            } => {
+                let live = match device {
+                    Device::Gpu => {
+                        let n = usize::try_from((*bytes).max(1))
+                            .map_err(|_| RuntimeError::Unsupported(format!("{bytes} bytes")))?;
+                        // SAFETY: stream-ordered allocation on a live stream.
+                        LiveAlloc::Gpu(
+                            unsafe { drv::malloc_async(cu_stream, n) }
+                                .map_err(|e| cu("cuMemAllocAsync", e))?,
+                        )
+                    }
+                    Device::Host => LiveAlloc::Host(HostBuffer::new(*bytes)?),
+                };
+                self.allocs.insert(*tag, live);
+            }
+            OpKind::Free { tag } => match self.allocs.remove(tag) {
+                // SAFETY: allocated by malloc_async, freed once, after its deps.
+                Some(LiveAlloc::Gpu(p)) => {
+                    unsafe { drv::free_async(p, cu_stream) }.map_err(|e| cu("cuMemFreeAsync", e))?
+                }
+                Some(LiveAlloc::Host(h)) => drop(h),
+                None => {
+                    return Err(RuntimeError::Unsupported(format!(
+                        "free of unknown tag {tag}"
+                    )))
+                }
+            },
+            OpKind::Checkpoint { bytes } => {
+                // Checkpoint storage is the host runtime's business; here the device side of
+                // it: reading the state out, as device copies of the bytes.
+                let s = w
+                    .scratch
+                    .as_ref()
+                    .ok_or_else(|| RuntimeError::Unsupported("no scratch".into()))?;
+                run_memory_bound(s, bytes.saturating_mul(2), cu_stream)?;
+                self.note("checkpoint ops are timed as device reads of their bytes; no file is written by the CUDA backend".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+fn grow(slot: &mut Option<DeviceBuffer>, bytes: u64) -> Result<(), RuntimeError> {
+    if bytes > 0 && !slot.as_ref().is_some_and(|b| b.bytes >= bytes) {
+        *slot = None;
+        *slot = Some(DeviceBuffer::new(bytes)?);
+    }
+    Ok(())
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn prepare(
+        &mut self,
+        plan: &Plan,
+        rank: RankId,
+        program: &Program,
+    ) -> Result<(), RuntimeError> {
+        guard("CudaBackend::prepare", || {
+            self.ctx
+                .bind_to_thread()
+                .map_err(|e| cu("cuCtxSetCurrent", e))?;
+            self.size_workspaces(program)?;
+            let kinds: BTreeSet<GroupKind> = used_group_kinds(program);
+            if !kinds.is_empty() {
+                let specs = comm_specs(plan, rank, &kinds);
+                self.ensure_comms(specs)?;
+            }
+            self.begin_step()
+        })
+    }
+
+    fn enqueue(&mut self, index: u32, op: &Op, ctx: &OpContext) -> Result<(), RuntimeError> {
+        guard("CudaBackend::enqueue", || {
+            let stream = stream_of(&self.streams, op.stream)?.clone();
+            for d in ctx.deps {
+                let slot = self.slot_of.get(d).copied().ok_or_else(|| {
+                    RuntimeError::Unsupported(format!("dependency on op {d}, which was not issued"))
+                })?;
+                let (_, end) = self
+                    .events
+                    .get(slot)
+                    .ok_or_else(|| RuntimeError::Unsupported("event slot".into()))?;
+                stream.wait(end).map_err(|e| cu("cuStreamWaitEvent", e))?;
+            }
+            let slot = self.issued.len();
+            if slot == self.events.len() {
+                let timing = Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT);
+                let start = self
+                    .ctx
+                    .new_event(timing)
+                    .map_err(|e| cu("cuEventCreate", e))?;
+                let end = self
+                    .ctx
+                    .new_event(timing)
+                    .map_err(|e| cu("cuEventCreate", e))?;
+                self.events.push((start, end));
+            }
+            if let Some((start, _)) = self.events.get(slot) {
+                start.record(&stream).map_err(|e| cu("cuEventRecord", e))?;
+            }
+            self.issue(op, ctx)?;
+            if let Some((_, end)) = self.events.get(slot) {
+                end.record(&stream).map_err(|e| cu("cuEventRecord", e))?;
+            }
+            self.issued.push(index);
+            self.slot_of.insert(index, slot);
+            Ok(())
+        })
+    }
+
+    fn finish_step(&mut self) -> Result<Vec<OpTiming>, RuntimeError> {
+        guard("CudaBackend::finish_step", || {
+            use drv_sys::CUmemPool_attribute as A;
+            self.ctx
+                .synchronize()
+                .map_err(|e| cu("cuCtxSynchronize", e))?;
+            for (_, comm) in self.comms.values() {
+                comm.async_error()?;
+            }
+            let to_ns = |ms: f32| (f64::from(ms) * 1e6).max(0.0).round() as u64;
+            let mut out = Vec::with_capacity(self.issued.len());
+            for (slot, &index) in self.issued.iter().enumerate() {
+                let (start, end) = self
+                    .events
+                    .get(slot)
+                    .ok_or_else(|| RuntimeError::Unsupported("event slot".into()))?;
+                let s = self
+                    .step_start
+                    .elapsed_ms(start)
+                    .map_err(|e| cu("cuEventElapsedTime", e))?;
+                let e = self
+                    .step_start
+                    .elapsed_ms(end)
+                    .map_err(|e| cu("cuEventElapsedTime", e))?;
+                out.push(OpTiming {
+                    index,
+                    start_ns: to_ns(s),
+                    end_ns: to_ns(e),
+                });
+            }
+            self.memory.allocator_peak_bytes =
+                Some(self.pool_attr(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?);
+            self.memory.allocator_reserved_peak_bytes =
+                Some(self.pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?);
+            let (free, total) = self.ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
+            self.memory.used_after_step_bytes = Some((total - free) as u64);
+            // Give the pool back now that it has been read.
+            self.set_pool_attr(A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, 0)?;
+            // SAFETY: valid pool.
+            unsafe { drv::mem_pool::trim_to(self.pool, 0) }
+                .map_err(|e| cu("cuMemPoolTrimTo", e))?;
+            Ok(out)
+        })
+    }
+
+    fn memory(&self) -> MemoryReport {
+        self.memory.clone()
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        let _ = self.ctx.synchronize();
+        let _ = self.set_pool_attr(
+            drv_sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            0,
+        );
+        for (_, a) in std::mem::take(&mut self.allocs) {
+            if let LiveAlloc::Gpu(p) = a {
+                // SAFETY: allocated by malloc_async and not freed by the schedule.
+                let _ = unsafe { drv::free_sync(p) };
+            }
+        }
+        // SAFETY: valid pool; returns its unused reservation to the device.
+        let _ = unsafe { drv::mem_pool::trim_to(self.pool, 0) };
+    }
+}

@@ -1,0 +1,112 @@
+//! Library entry points for the CLI and calibration: a cuBLAS GEMM sweep (achieved TFLOP/s
+//! per shape) and a single-GPU run of a schedule for several steps.
+
+use super::backend::{CudaBackend, CudaOptions};
+use super::device::{operand_bytes, run_gemm, BlasHandle, DeviceBuffer, GemmOperands};
+use super::dtype::GemmDtype;
+use super::libs::{self, cu, guard};
+use crate::error::RuntimeError;
+use crate::exec::{run_step, RankRun};
+use cudarc::driver::{sys as drv_sys, CudaContext};
+use serde::Serialize;
+use twin_sim::plan::Plan;
+use twin_sim::scenario::Scenario;
+use twin_sim::schedule::{Gemm, Schedule};
+
+/// Measured time of one GEMM shape.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GemmSample {
+    pub gemm: Gemm,
+    pub dtype: GemmDtype,
+    pub reps: u32,
+    pub median_ns: u64,
+    pub best_ns: u64,
+    /// FLOPs / median time.
+    pub achieved_flops_per_s: f64,
+}
+
+/// Time each shape `reps` times (after 3 warm-up runs) on GPU 0, one CUDA-event pair per rep.
+pub fn gemm_sweep(
+    shapes: &[Gemm],
+    dtype: GemmDtype,
+    reps: u32,
+) -> Result<Vec<GemmSample>, RuntimeError> {
+    libs::load()?;
+    guard("gemm_sweep", || {
+        let ctx = CudaContext::new(0).map_err(|e| cu("cuDevicePrimaryCtxRetain", e))?;
+        let stream = ctx.new_stream().map_err(|e| cu("cuStreamCreate", e))?;
+        let h = BlasHandle::new(stream.cu_stream())?;
+        let timing = Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = ctx.new_event(timing).map_err(|e| cu("cuEventCreate", e))?;
+        let end = ctx.new_event(timing).map_err(|e| cu("cuEventCreate", e))?;
+        let reps = reps.max(1);
+        let mut out = Vec::with_capacity(shapes.len());
+        for g in shapes {
+            let [a, b, c] = operand_bytes(g, dtype);
+            let ops = GemmOperands {
+                a: DeviceBuffer::new(a)?,
+                b: DeviceBuffer::new(b)?,
+                c: DeviceBuffer::new(c)?,
+            };
+            ops.a.fill_random(1)?;
+            ops.b.fill_random(2)?;
+            for _ in 0..3 {
+                run_gemm(&h, &ops, g, dtype)?;
+            }
+            let mut times: Vec<u64> = Vec::with_capacity(reps as usize);
+            for _ in 0..reps {
+                start.record(&stream).map_err(|e| cu("cuEventRecord", e))?;
+                run_gemm(&h, &ops, g, dtype)?;
+                end.record(&stream).map_err(|e| cu("cuEventRecord", e))?;
+                let ms = start
+                    .elapsed_ms(&end)
+                    .map_err(|e| cu("cuEventElapsedTime", e))?;
+                times.push((f64::from(ms) * 1e6).round().max(1.0) as u64);
+            }
+            times.sort_unstable();
+            let median_ns = times.get(times.len() / 2).copied().unwrap_or(1);
+            out.push(GemmSample {
+                gemm: *g,
+                dtype,
+                reps,
+                median_ns,
+                best_ns: times.first().copied().unwrap_or(1),
+                achieved_flops_per_s: g.flops() as f64 / (median_ns as f64 * 1e-9),
+            });
+        }
+        Ok(out)
+    })
+}
+
+/// Run a single-rank schedule on GPU 0 for `steps` steps (the first warms up cuBLAS, the
+/// allocator and NCCL). Returns the last step, with every step's time in `step_times_ns`.
+pub fn run_single_gpu(
+    scenario: &Scenario,
+    plan: &Plan,
+    schedule: &Schedule,
+    steps: u32,
+) -> Result<RankRun, RuntimeError> {
+    let gpus = CudaBackend::device_count()?;
+    let ranks = schedule.world();
+    if ranks > gpus {
+        return Err(RuntimeError::TooManyRanks { ranks, gpus });
+    }
+    if ranks != 1 {
+        return Err(RuntimeError::NeedsLauncher { ranks });
+    }
+    let options = CudaOptions {
+        seed: scenario.run.seed,
+        ..CudaOptions::default()
+    };
+    let mut backend = CudaBackend::new(options)?;
+    let mut times = Vec::new();
+    let mut last = None;
+    for _ in 0..steps.max(1) {
+        let run = run_step(plan, schedule, 0, &mut backend)?;
+        times.push(run.step_time_ns);
+        last = Some(run);
+    }
+    let mut run = last.ok_or_else(|| RuntimeError::Unsupported("no step ran".into()))?;
+    run.step_times_ns = times;
+    Ok(run)
+}

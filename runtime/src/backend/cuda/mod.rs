@@ -1,0 +1,29 @@
+//! The CUDA backend: cuBLAS GEMMs, device-to-device copies for memory-bound work, stream-ordered
+//! allocations and NCCL collectives, one CUDA stream per schedule stream and CUDA events for
+//! every op's time. Every library is loaded at run time from paths twin discovers itself, so
+//! twin builds and tests on machines without CUDA; only discovery, dtype and communicator
+//! mapping are compiled without the `cuda` feature.
+
+pub mod comm;
+pub mod discover;
+pub mod dtype;
+
+#[cfg(feature = "cuda")]
+mod backend;
+#[cfg(feature = "cuda")]
+mod device;
+#[cfg(feature = "cuda")]
+mod doctor;
+#[cfg(feature = "cuda")]
+mod entry;
+#[cfg(feature = "cuda")]
+mod libs;
+#[cfg(feature = "cuda")]
+mod nccl;
+
+#[cfg(feature = "cuda")]
+pub use backend::{CudaBackend, CudaOptions};
+#[cfg(feature = "cuda")]
+pub use doctor::{doctor, DoctorReport, GpuInfo, Item, PeerAccess};
+#[cfg(feature = "cuda")]
+pub use entry::{gemm_sweep, run_single_gpu, GemmSample};

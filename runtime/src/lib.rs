@@ -1,0 +1,13 @@
+//! twin-runtime: executes a [`twin_sim::schedule::Schedule`] for real. `exec` walks one rank's
+//! program and hands each op to a [`backend::Backend`], which does the op's real work (GEMMs of
+//! the planned shapes, real allocations, real collectives) and measures its time. Nothing here
+//! reads a modelled duration.
+
+pub mod backend;
+pub mod error;
+pub mod exec;
+
+pub use backend::{Backend, MemoryReport, OpContext, OpTiming};
+pub use error::RuntimeError;
+pub use exec::{run_step, RankRun, TraceEvent};
+pub mod probe;

@@ -1,0 +1,97 @@
+//! Real-GPU checks, run only with TWIN_GPU_TESTS=1 on a machine with an NVIDIA GPU.
+#![cfg(feature = "cuda")]
+
+use twin_runtime::backend::cuda::{doctor, dtype::GemmDtype, gemm_sweep, run_single_gpu, Item};
+use twin_sim::schedule::{Gemm, OpKind, Stream};
+
+fn enabled() -> bool {
+    let on = std::env::var("TWIN_GPU_TESTS").is_ok_and(|v| v == "1");
+    if !on {
+        eprintln!("note: GPU test skipped; set TWIN_GPU_TESTS=1 on a GPU machine to run it");
+    }
+    on
+}
+
+#[test]
+fn doctor_sees_a_gpu() {
+    if !enabled() {
+        return;
+    }
+    let r = doctor();
+    println!("{r}");
+    let Item::Found(gpus) = &r.gpus else {
+        panic!("no GPUs: {r}")
+    };
+    assert!(!gpus.is_empty());
+    assert!(gpus[0].total_bytes > gpus[0].free_bytes);
+    assert!(matches!(r.cublas_version, Item::Found(_)), "{r}");
+    assert!(matches!(r.nccl_version, Item::Found(_)), "{r}");
+}
+
+#[test]
+fn gemm_flops_are_positive_and_below_the_bf16_peak() {
+    if !enabled() {
+        return;
+    }
+    let g = Gemm {
+        m: 4096,
+        n: 4096,
+        k: 4096,
+        count: 1,
+    };
+    let s = gemm_sweep(&[g], GemmDtype::Bf16, 10).unwrap();
+    let tflops = s[0].achieved_flops_per_s / 1e12;
+    println!("bf16 4096^3: {tflops:.1} TFLOP/s");
+    // No real GPU of 2026 exceeds 5 PFLOP/s dense bf16 on one die; zero means nothing ran.
+    assert!(tflops > 1.0 && tflops < 5000.0, "{tflops}");
+}
+
+#[test]
+fn single_gpu_probe_runs_with_real_overlap_and_memory() {
+    if !enabled() {
+        return;
+    }
+    let (s, plan, sched) = twin_runtime::probe::llama_probe(2, 2, true).unwrap();
+    let run = run_single_gpu(&s, &plan, &sched, 2).unwrap();
+    assert_eq!(run.events.len(), sched.programs[0].ops.len());
+    // The pool handed out at least what the schedule held at its peak.
+    let pool_peak = run.device_memory.allocator_peak_bytes.unwrap();
+    assert!(
+        pool_peak >= run.memory.peak_bytes,
+        "{pool_peak} < {}",
+        run.memory.peak_bytes
+    );
+    // Every op ends no earlier than each of its deps.
+    let ops = &sched.programs[0].ops;
+    for (i, op) in ops.iter().enumerate() {
+        for &d in &op.deps {
+            assert!(
+                run.events[i].end_ns >= run.events[d as usize].end_ns,
+                "op {i} before dep {d}"
+            );
+        }
+    }
+    // Compute took real time.
+    let fwd = ops
+        .iter()
+        .position(|o| matches!(o.kind, OpKind::Compute(_)) && o.stream == Stream::Compute)
+        .unwrap();
+    assert!(run.events[fwd].end_ns > run.events[fwd].start_ns);
+}
+
+#[test]
+fn more_ranks_than_gpus_is_a_clear_error() {
+    if !enabled() {
+        return;
+    }
+    let s = twin_sim::testing::small_scenario(1, 64, 1, 64);
+    let plan = twin_sim::plan::Plan::new(&s).unwrap();
+    let sched = twin_sim::schedule::Schedule {
+        programs: vec![twin_sim::schedule::Program::default()],
+        program_of: vec![0; 64],
+    };
+    let e = run_single_gpu(&s, &plan, &sched, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the schedule has 64 ranks but only"), "{e}");
+}
