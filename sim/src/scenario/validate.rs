@@ -36,7 +36,7 @@ impl Checker<'_> {
     /// Where an implicit value came from: the preset, config file or node that supplied it.
     fn source_of(&self, path: &str) -> Option<(&Entry, String)> {
         let parent = path.rsplit_once('.').map(|(p, _)| p).unwrap_or("");
-        let mut candidates: Vec<String> = ["preset", "hf_config", "node", "gpus"]
+        let mut candidates: Vec<String> = ["preset", "hf_config", "node"]
             .iter()
             .map(|k| format!("{parent}.{k}"))
             .collect();
@@ -73,6 +73,20 @@ impl Checker<'_> {
             .map(|(_, k, e)| (k, e))
             .or_else(|| explicit.first().copied());
         if let Some((key, entry)) = chosen {
+            // Say where the values that were not written came from, when a preset, config
+            // file or node supplied them.
+            let mut message = message;
+            for (k, value) in keys {
+                if lookup(self.root, k).is_some() {
+                    continue;
+                }
+                if let Some((_, source)) = self.source_of(k) {
+                    let leaf = source.rsplit('.').next().unwrap_or("");
+                    if matches!(leaf, "preset" | "hf_config" | "node") {
+                        message.push_str(&format!(" ({k} = {value} comes from {source})"));
+                    }
+                }
+            }
             return self.ctx.error(
                 ErrorKind::CrossField,
                 Some(&entry.loc),
