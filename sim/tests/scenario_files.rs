@@ -1,4 +1,5 @@
 //! The bundled scenarios, presets, Hugging Face import and the `to_toml` round trip.
+#![allow(clippy::result_large_err)]
 
 use std::path::{Path, PathBuf};
 use twin_sim::plan::Plan;

@@ -1,5 +1,6 @@
 //! `--set key=value` overrides: TOML values and bare words, order, new tables, the same
 //! validation as the file, and errors that name the override.
+#![allow(clippy::result_large_err)]
 
 use twin_sim::scenario::*;
 

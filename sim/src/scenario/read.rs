@@ -15,6 +15,11 @@ pub(crate) struct Field<T> {
     pub raw: String,
 }
 
+/// The value of an optional field.
+pub(crate) fn opt<T>(f: Option<Field<T>>) -> Option<T> {
+    f.map(|f| f.value)
+}
+
 /// One table of the tree, addressed by its dotted path.
 #[derive(Clone, Copy)]
 pub(crate) struct Section<'a> {
