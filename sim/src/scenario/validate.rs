@@ -103,7 +103,10 @@ fn mesh(c: &Checker<'_>, s: &Scenario, dp: Option<u32>) -> Result<u32, ScenarioE
                         gpus / others
                     )
                 } else {
-                    format!("tp*pp*dp*cp*ep = cluster.gpus = {gpus}")
+                    format!(
+                        "tp*pp*cp*ep (now {}*{}*{}*{} = {others}) dividing cluster.gpus = {gpus}, and dp = gpus / (tp*pp*cp*ep)",
+                        p.tp, p.pp, p.cp, p.ep
+                    )
                 };
                 return Err(c.fail(
                     &keys(Some("parallel.dp")),
