@@ -1,6 +1,101 @@
 //! Scenario files: the TOML a user writes, parsed and validated into a resolved [`Scenario`].
 //! Errors name the file, line and column, the key, the value and what is allowed, because a
 //! user with a typo in a 500-line config deserves better than "invalid type".
+//!
+//! Pipeline: TOML text → located tree (`source`) → `--set` overrides merged (`overrides`) →
+//! typed, preset-expanded sections (`parse`, `presets`, `hf`) → cross-field rules and a trial
+//! plan (`validate`). `to_toml` writes a resolved scenario back with every value explicit.
+//! The format is documented in docs/scenarios.md.
 
+// ScenarioError is large (its structured fields are public API); errors are the cold path and
+// a scenario is parsed once, so boxing it would buy nothing.
+#![allow(clippy::result_large_err)]
+
+mod checker;
+mod cluster;
+mod emit;
+mod error;
+mod hf;
+mod limits;
+mod overrides;
+mod parse;
+mod presets;
+mod read;
+mod source;
 mod types;
+mod validate;
+
+pub use error::{ErrorKind, ScenarioError};
 pub use types::*;
+
+use error::Ctx;
+use std::path::Path;
+
+/// Reads, parses and validates a scenario file, applying `overrides` (`key=value` strings as
+/// given to `--set`, without the `--set`) in order.
+pub fn load(path: &Path, overrides: &[String]) -> Result<Scenario, ScenarioError> {
+    ScenarioSource::read(path)?.resolve(overrides)
+}
+
+/// Parses and validates scenario text. `origin` names it in errors (normally its path), and
+/// a relative `model.hf_config` is resolved against `origin`'s directory.
+pub fn parse_str(
+    text: &str,
+    origin: &str,
+    overrides: &[String],
+) -> Result<Scenario, ScenarioError> {
+    let ctx = Ctx {
+        origin: origin.to_string(),
+    };
+    let mut root = source::parse_document(&ctx, text)?;
+    overrides::apply(&ctx, &mut root, overrides)?;
+    let base_dir = Path::new(origin).parent().unwrap_or(Path::new(""));
+    let resolved = parse::resolve(&ctx, &root, base_dir)?;
+    validate::validate(&ctx, &root, overrides, resolved)
+}
+
+/// Applies `--set key=value` overrides to an already resolved scenario and re-validates; for
+/// what-if tools that hold only a [`Scenario`]. Works on [`to_toml`]'s explicit form, so every
+/// value is pinned: changing `parallel.pp` also needs `parallel.dp`, and a `model.preset`
+/// override changes nothing. Tools that still have the file should prefer
+/// [`ScenarioSource::resolve`], which equals `parse_str` with the original text.
+pub fn apply_overrides(s: &Scenario, overrides: &[String]) -> Result<Scenario, ScenarioError> {
+    parse_str(&to_toml(s), &format!("<scenario {}>", s.name), overrides)
+}
+
+/// A complete, explicit TOML (no presets, no defaults) that parses back to an equal scenario.
+pub fn to_toml(s: &Scenario) -> String {
+    emit::to_toml(s)
+}
+
+/// The text of a scenario file, kept so that what-if tools can re-resolve it with more
+/// overrides exactly as `load` would (presets and derived values recomputed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScenarioSource {
+    /// Path (or any name) used in error messages and to resolve `hf_config`.
+    pub origin: String,
+    pub text: String,
+}
+
+impl ScenarioSource {
+    /// Reads a scenario file (at most 16 MiB).
+    pub fn read(path: &Path) -> Result<Self, ScenarioError> {
+        let origin = path.display().to_string();
+        let text = hf::read_text(path).map_err(|e| ScenarioError {
+            kind: ErrorKind::Io,
+            origin: origin.clone(),
+            line: None,
+            column: None,
+            key: String::new(),
+            value: String::new(),
+            message: format!("cannot read scenario file: {e}"),
+            allowed: String::new(),
+        })?;
+        Ok(ScenarioSource { origin, text })
+    }
+
+    /// Parses and validates the text with `overrides`.
+    pub fn resolve(&self, overrides: &[String]) -> Result<Scenario, ScenarioError> {
+        parse_str(&self.text, &self.origin, overrides)
+    }
+}

@@ -223,7 +223,8 @@ pub struct Training {
     pub offload: Offload,
     /// Flash attention: no s^2 score matrix is saved. Default true.
     pub flash_attention: bool,
-    /// DDP gradient bucket size. Default 25 MiB... set by the parser (Megatron uses 40M elements).
+    /// DDP gradient bucket size. Default (set by the parser): Megatron-Core's
+    /// max(40M, 1M * dp * cp) fp32 elements, i.e. 160 MB up to dp*cp = 40.
     pub grad_bucket_bytes: u64,
 }
 

@@ -1,0 +1,213 @@
+//! The `[cluster]` section: the GPU (preset name or table), node preset, GPU count and the
+//! two link tiers, with explicit keys layered over the GPU and node presets.
+
+use super::error::ErrorKind;
+use super::limits;
+use super::presets;
+use super::read::{opt, Result, Section};
+use super::source::Node;
+use super::types::*;
+
+pub(crate) fn cluster(c: Section<'_>) -> Result<Cluster> {
+    c.check_unknown()?;
+    let gpu = gpu(c)?;
+    let gpus = c
+        .uint32("gpus", limits::GPUS.0 as u32, limits::GPUS.1 as u32)?
+        .ok_or_else(|| c.missing("gpus", ""))?
+        .value;
+    let node_name = c.string("node")?;
+    let node = match &node_name {
+        None => None,
+        Some(f) if f.value == "custom" => None,
+        Some(f) => match presets::node(&f.value) {
+            Some(n) => Some(n),
+            None => {
+                return Err(c.unknown_name(
+                    "node",
+                    "node preset",
+                    &f.value,
+                    presets::NODE_NAMES.iter().copied().chain(["custom"]),
+                ))
+            }
+        },
+    };
+    let gpus_per_node = match c.uint32(
+        "gpus_per_node",
+        limits::GPUS_PER_NODE.0 as u32,
+        limits::GPUS_PER_NODE.1 as u32,
+    )? {
+        Some(f) => f.value,
+        None => match &node {
+            Some(n) => n.gpus_per_node,
+            None => return Err(c.missing("gpus_per_node", "or set cluster.node to a preset")),
+        },
+    };
+    let intra_node = link(
+        c.section("intra_node", "cluster.intra_node")?,
+        c,
+        node.as_ref().map(|n| &n.intra_node),
+    )?;
+    let inter_node = link(
+        c.section("inter_node", "cluster.inter_node")?,
+        c,
+        node.as_ref().map(|n| &n.inter_node),
+    )?;
+    Ok(Cluster {
+        gpu,
+        gpus,
+        gpus_per_node,
+        node: node_name
+            .map(|f| f.value)
+            .unwrap_or_else(|| "custom".to_string()),
+        intra_node,
+        inter_node,
+    })
+}
+
+fn gpu(c: Section<'_>) -> Result<Gpu> {
+    let Some(entry) = c.entry("gpu") else {
+        return Err(c.missing("gpu", "a preset name or an inline table"));
+    };
+    let names = || presets::GPU_NAMES.iter().copied();
+    match &entry.node {
+        Node::Str(name) => {
+            presets::gpu(name).ok_or_else(|| c.unknown_name("gpu", "GPU preset", name, names()))
+        }
+        Node::Table(_) => {
+            let g = c.section("gpu", "cluster.gpu")?;
+            g.check_unknown()?;
+            let preset = match g.string("preset")? {
+                None => None,
+                Some(p) => Some(
+                    presets::gpu(&p.value)
+                        .ok_or_else(|| g.unknown_name("preset", "GPU preset", &p.value, names()))?,
+                ),
+            };
+            let flops = |key: &str| -> Result<Option<f64>> {
+                Ok(opt(g.positive(key, limits::PEAK_FLOPS_PER_S)?))
+            };
+            let bf16 = match (flops("peak_bf16_flops_per_s")?, &preset) {
+                (Some(v), _) => v,
+                (None, Some(p)) => p.peak.bf16_flops_per_s,
+                (None, None) => {
+                    return Err(g.missing("peak_bf16_flops_per_s", "or give cluster.gpu.preset"))
+                }
+            };
+            // Without a preset, other dtypes default from bf16: fp16 and fp8 at the bf16 rate,
+            // tf32 at half, fp32 (no tensor cores) at 1/16 (A100's ratio).
+            let pick = |key: &str, from_preset: fn(&PeakFlops) -> f64, ratio: f64| {
+                Ok::<f64, super::ScenarioError>(match (flops(key)?, &preset) {
+                    (Some(v), _) => v,
+                    (None, Some(p)) => from_preset(&p.peak),
+                    (None, None) => bf16 * ratio,
+                })
+            };
+            let peak = PeakFlops {
+                fp32_flops_per_s: pick(
+                    "peak_fp32_flops_per_s",
+                    |p| p.fp32_flops_per_s,
+                    1.0 / 16.0,
+                )?,
+                tf32_flops_per_s: pick("peak_tf32_flops_per_s", |p| p.tf32_flops_per_s, 0.5)?,
+                fp16_flops_per_s: pick("peak_fp16_flops_per_s", |p| p.fp16_flops_per_s, 1.0)?,
+                bf16_flops_per_s: bf16,
+                fp8_flops_per_s: pick("peak_fp8_flops_per_s", |p| p.fp8_flops_per_s, 1.0)?,
+            };
+            let hbm_bytes = match (
+                opt(g.uint("hbm_bytes", limits::HBM_BYTES.0, limits::HBM_BYTES.1)?),
+                &preset,
+            ) {
+                (Some(v), _) => v,
+                (None, Some(p)) => p.hbm_bytes,
+                (None, None) => return Err(g.missing("hbm_bytes", "or give cluster.gpu.preset")),
+            };
+            let hbm_bandwidth_bytes_per_s = match (
+                opt(g.positive("hbm_bandwidth_bytes_per_s", limits::BANDWIDTH_BYTES_PER_S)?),
+                &preset,
+            ) {
+                (Some(v), _) => v,
+                (None, Some(p)) => p.hbm_bandwidth_bytes_per_s,
+                (None, None) => {
+                    return Err(g.missing("hbm_bandwidth_bytes_per_s", "or give cluster.gpu.preset"))
+                }
+            };
+            let name = match (g.string("name")?, &preset) {
+                (Some(n), _) => n.value,
+                (None, Some(p)) => p.name.clone(),
+                (None, None) => "custom".to_string(),
+            };
+            Ok(Gpu {
+                name,
+                peak,
+                hbm_bytes,
+                hbm_bandwidth_bytes_per_s,
+            })
+        }
+        other => Err(c.err(
+            ErrorKind::Type,
+            "gpu",
+            format!(
+                "expected a preset name or a table, found a {}",
+                other.type_name()
+            ),
+            format!(
+                "{}, or {{ preset = .., hbm_bytes = .., ... }}",
+                names().collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
+}
+
+/// One link tier: explicit keys over the node preset.
+fn link(l: Section<'_>, cluster: Section<'_>, preset: Option<&Link>) -> Result<Link> {
+    l.check_unknown()?;
+    let exclusive = |a: &str, b: &str| -> Result<()> {
+        if l.has(a) && l.has(b) {
+            return Err(l.err(
+                ErrorKind::CrossField,
+                b,
+                format!("{} is also given; give one of the two", l.key_path(a)),
+                format!("either {a} or {b}"),
+            ));
+        }
+        Ok(())
+    };
+    exclusive("bandwidth_bytes_per_s", "bandwidth_gb_per_s")?;
+    exclusive("latency_us", "latency_ns")?;
+    let hint = "or set cluster.node to a preset";
+    let missing_here = |key: &str| {
+        if l.table.is_some() {
+            l.missing(key, hint)
+        } else {
+            cluster.missing(
+                &format!("{}.{key}", l.path.trim_start_matches("cluster.")),
+                hint,
+            )
+        }
+    };
+    let bandwidth_bytes_per_s = if let Some(f) =
+        l.positive("bandwidth_bytes_per_s", limits::BANDWIDTH_BYTES_PER_S)?
+    {
+        f.value
+    } else if let Some(f) = l.positive("bandwidth_gb_per_s", limits::BANDWIDTH_BYTES_PER_S / 1e9)? {
+        f.value * 1e9
+    } else if let Some(p) = preset {
+        p.bandwidth_bytes_per_s
+    } else {
+        return Err(missing_here("bandwidth_bytes_per_s"));
+    };
+    let latency_ns =
+        if let Some(f) = l.uint("latency_ns", limits::LATENCY_NS.0, limits::LATENCY_NS.1)? {
+            f.value
+        } else if let Some(f) = l.non_negative("latency_us", limits::LATENCY_US)? {
+            (f.value * 1e3).round() as u64
+        } else if let Some(p) = preset {
+            p.latency_ns
+        } else {
+            return Err(missing_here("latency_us"));
+        };
+    Ok(Link {
+        bandwidth_bytes_per_s,
+        latency_ns,
+    })
+}

@@ -1,0 +1,146 @@
+//! A resolved scenario written back as TOML with every value explicit (no presets, no
+//! defaults), so a run can be archived next to its results and reproduced exactly even if
+//! presets or defaults change later. Parsing the output gives back an equal [`Scenario`].
+
+use super::parse::{name_of, AXES, GRANULARITIES, OFFLOADS, OPTIMIZERS, PRECISIONS, RECOMPUTES};
+use super::types::*;
+use toml_edit::{value, Array, DocumentMut, InlineTable, Item, Table, Value};
+
+fn int(v: u64) -> Item {
+    value(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+fn link_table(link: &Link) -> Item {
+    let mut t = Table::new();
+    t.insert("bandwidth_bytes_per_s", value(link.bandwidth_bytes_per_s));
+    t.insert("latency_ns", int(link.latency_ns));
+    Item::Table(t)
+}
+
+pub(crate) fn to_toml(s: &Scenario) -> String {
+    let mut doc = DocumentMut::new();
+    doc.insert("name", value(s.name.as_str()));
+
+    let m = &s.model;
+    let mut model = Table::new();
+    model.insert("name", value(m.name.as_str()));
+    model.insert("layers", int(u64::from(m.layers)));
+    model.insert("hidden", int(m.hidden));
+    model.insert("heads", int(u64::from(m.heads)));
+    model.insert("kv_heads", int(u64::from(m.kv_heads)));
+    model.insert("ffn_hidden", int(m.ffn_hidden));
+    model.insert("seq_len", int(m.seq_len));
+    model.insert("vocab", int(m.vocab));
+    model.insert("gated_mlp", value(m.gated_mlp));
+    model.insert("tied_embeddings", value(m.tied_embeddings));
+    if let Some(moe) = &m.moe {
+        model.insert("experts", int(u64::from(moe.experts)));
+        model.insert("top_k", int(u64::from(moe.top_k)));
+        model.insert("moe_every", int(u64::from(moe.moe_every)));
+    }
+    doc.insert("model", Item::Table(model));
+
+    let c = &s.cluster;
+    let mut cluster = Table::new();
+    let mut gpu = InlineTable::new();
+    let g = &c.gpu;
+    gpu.insert("name", Value::from(g.name.as_str()));
+    gpu.insert(
+        "peak_fp32_flops_per_s",
+        Value::from(g.peak.fp32_flops_per_s),
+    );
+    gpu.insert(
+        "peak_tf32_flops_per_s",
+        Value::from(g.peak.tf32_flops_per_s),
+    );
+    gpu.insert(
+        "peak_fp16_flops_per_s",
+        Value::from(g.peak.fp16_flops_per_s),
+    );
+    gpu.insert(
+        "peak_bf16_flops_per_s",
+        Value::from(g.peak.bf16_flops_per_s),
+    );
+    gpu.insert("peak_fp8_flops_per_s", Value::from(g.peak.fp8_flops_per_s));
+    gpu.insert(
+        "hbm_bytes",
+        Value::from(i64::try_from(g.hbm_bytes).unwrap_or(i64::MAX)),
+    );
+    gpu.insert(
+        "hbm_bandwidth_bytes_per_s",
+        Value::from(g.hbm_bandwidth_bytes_per_s),
+    );
+    cluster.insert("gpu", value(gpu));
+    cluster.insert("gpus", int(u64::from(c.gpus)));
+    cluster.insert("gpus_per_node", int(u64::from(c.gpus_per_node)));
+    // Every node field below is explicit, so naming the preset only records the name.
+    cluster.insert("node", value(c.node.as_str()));
+    cluster.insert("intra_node", link_table(&c.intra_node));
+    cluster.insert("inter_node", link_table(&c.inter_node));
+    doc.insert("cluster", Item::Table(cluster));
+
+    let p = &s.parallel;
+    let mut parallel = Table::new();
+    for (key, v) in [
+        ("tp", p.tp),
+        ("pp", p.pp),
+        ("dp", p.dp),
+        ("vpp", p.vpp),
+        ("ep", p.ep),
+        ("cp", p.cp),
+    ] {
+        parallel.insert(key, int(u64::from(v)));
+    }
+    parallel.insert("zero", int(u64::from(p.zero)));
+    parallel.insert("fsdp", value(p.fsdp));
+    parallel.insert("sequence_parallel", value(p.sequence_parallel));
+    parallel.insert("schedule", value(p.schedule.as_str()));
+    if let Some(part) = &p.layer_partition {
+        let arr: Array = part.iter().map(|&x| i64::from(x)).collect();
+        parallel.insert("layer_partition", value(arr));
+    }
+    let order: Array = p.order.iter().map(|&a| name_of(&AXES, a)).collect();
+    parallel.insert("order", value(order));
+    doc.insert("parallel", Item::Table(parallel));
+
+    let t = &s.training;
+    let mut training = Table::new();
+    training.insert("global_batch", int(t.global_batch));
+    training.insert("micro_batch", int(t.micro_batch));
+    let precision = name_of(&PRECISIONS, t.precision);
+    training.insert("precision", value(precision));
+    let recompute = name_of(&RECOMPUTES, t.recompute);
+    training.insert("recompute", value(recompute));
+    training.insert("overlap_grad_reduce", value(t.overlap_grad_reduce));
+    training.insert("overlap_param_gather", value(t.overlap_param_gather));
+    let compression = match t.grad_compression {
+        GradCompression::None => "none".to_string(),
+        GradCompression::Fp16 => "fp16".to_string(),
+        GradCompression::Int8 => "int8".to_string(),
+        GradCompression::Topk(f) => format!("topk:{f}"),
+    };
+    training.insert("grad_compression", value(compression));
+    let sync = match t.sync {
+        SyncMode::Sync => "sync".to_string(),
+        SyncMode::Delayed(n) => format!("delayed:{n}"),
+        SyncMode::Async => "async".to_string(),
+    };
+    training.insert("sync", value(sync));
+    let optimizer = name_of(&OPTIMIZERS, t.optimizer);
+    training.insert("optimizer", value(optimizer));
+    let offload = name_of(&OFFLOADS, t.offload);
+    training.insert("offload", value(offload));
+    training.insert("flash_attention", value(t.flash_attention));
+    training.insert("grad_bucket_bytes", int(t.grad_bucket_bytes));
+    doc.insert("training", Item::Table(training));
+
+    let r = &s.run;
+    let mut run = Table::new();
+    run.insert("iterations", int(u64::from(r.iterations)));
+    run.insert("seed", int(r.seed));
+    let granularity = name_of(&GRANULARITIES, r.granularity);
+    run.insert("granularity", value(granularity));
+    doc.insert("run", Item::Table(run));
+
+    doc.to_string()
+}

@@ -1,0 +1,225 @@
+//! Named GPUs, nodes and models, so a scenario can say `gpu = "h100-sxm-80gb"` instead of
+//! copying a datasheet. Figures are public specs; docs/scenarios.md cites the source of each.
+//! A preset only fills fields the user did not write: explicit keys always win.
+
+use super::types::{Gpu, Link, PeakFlops};
+
+/// Shape fields a model preset (or a Hugging Face config) supplies.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ModelShape {
+    pub layers: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub ffn_hidden: u64,
+    pub seq_len: u64,
+    pub vocab: u64,
+    pub gated_mlp: bool,
+    pub tied_embeddings: bool,
+    /// (experts, top_k, moe_every)
+    pub moe: Option<(u64, u64, u64)>,
+}
+
+/// A node preset: GPUs per node and the two link tiers.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct NodeSpec {
+    pub gpus_per_node: u32,
+    pub intra_node: Link,
+    pub inter_node: Link,
+}
+
+pub(crate) const GPU_NAMES: [&str; 3] = ["a100-sxm-80gb", "h100-sxm-80gb", "h200-141gb"];
+
+/// Accepted alternative spellings of GPU presets.
+const GPU_ALIASES: [(&str, &str); 1] = [("h200-sxm-141gb", "h200-141gb")];
+
+pub(crate) fn gpu(name: &str) -> Option<Gpu> {
+    let name = GPU_ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == name)
+        .map(|(_, n)| *n)
+        .unwrap_or(name);
+    let (peak, hbm_bytes, hbm_bandwidth_bytes_per_s) = match name {
+        // A100 has no FP8 tensor cores; FP8 runs at the BF16 rate.
+        "a100-sxm-80gb" => (
+            PeakFlops {
+                fp32_flops_per_s: 19.5e12,
+                tf32_flops_per_s: 156e12,
+                fp16_flops_per_s: 312e12,
+                bf16_flops_per_s: 312e12,
+                fp8_flops_per_s: 312e12,
+            },
+            80_000_000_000,
+            2.039e12,
+        ),
+        "h100-sxm-80gb" => (hopper_peak(), 80_000_000_000, 3.35e12),
+        "h200-141gb" => (hopper_peak(), 141_000_000_000, 4.8e12),
+        _ => return None,
+    };
+    Some(Gpu {
+        name: name.to_string(),
+        peak,
+        hbm_bytes,
+        hbm_bandwidth_bytes_per_s,
+    })
+}
+
+/// H100 / H200 SXM dense tensor-core peaks (the datasheet's figures halved where they are
+/// quoted with 2:4 sparsity).
+fn hopper_peak() -> PeakFlops {
+    PeakFlops {
+        fp32_flops_per_s: 67e12,
+        tf32_flops_per_s: 494.5e12,
+        fp16_flops_per_s: 989e12,
+        bf16_flops_per_s: 989e12,
+        fp8_flops_per_s: 1979e12,
+    }
+}
+
+pub(crate) const NODE_NAMES: [&str; 2] = ["dgx-a100", "dgx-h100"];
+
+/// Effective per-message latency of one NCCL step on each tier (not wire latency); the
+/// calibration replaces these with fitted values.
+const NVLINK_LATENCY_NS: u64 = 3_000;
+const IB_LATENCY_NS: u64 = 10_000;
+
+pub(crate) fn node(name: &str) -> Option<NodeSpec> {
+    let (nvlink_bytes_per_s, nic_bytes_per_s) = match name {
+        // NVLink3: 12 links x 25 GB/s per direction; 8 x 200 Gb/s HDR, one NIC per GPU.
+        "dgx-a100" => (300e9, 25e9),
+        // NVLink4: 18 links x 25 GB/s per direction; 8 x 400 Gb/s NDR, one NIC per GPU.
+        "dgx-h100" => (450e9, 50e9),
+        _ => return None,
+    };
+    Some(NodeSpec {
+        gpus_per_node: 8,
+        intra_node: Link {
+            bandwidth_bytes_per_s: nvlink_bytes_per_s,
+            latency_ns: NVLINK_LATENCY_NS,
+        },
+        inter_node: Link {
+            bandwidth_bytes_per_s: nic_bytes_per_s,
+            latency_ns: IB_LATENCY_NS,
+        },
+    })
+}
+
+pub(crate) const MODEL_NAMES: [&str; 8] = [
+    "gpt3-175b",
+    "llama2-7b",
+    "llama2-13b",
+    "llama2-70b",
+    "llama3-8b",
+    "llama3-70b",
+    "llama3-405b",
+    "mixtral-8x7b",
+];
+
+/// Llama-style shape: gated (SwiGLU) MLP, untied embeddings, dense.
+fn llama(
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+    kv_heads: u64,
+    ffn_hidden: u64,
+    seq_len: u64,
+    vocab: u64,
+) -> ModelShape {
+    ModelShape {
+        layers,
+        hidden,
+        heads,
+        kv_heads,
+        ffn_hidden,
+        seq_len,
+        vocab,
+        gated_mlp: true,
+        tied_embeddings: false,
+        moe: None,
+    }
+}
+
+pub(crate) fn model(name: &str) -> Option<ModelShape> {
+    Some(match name {
+        // GPT-3 paper, Table 2.1; vocabulary padded to 51,200 as Megatron-LM does.
+        "gpt3-175b" => ModelShape {
+            layers: 96,
+            hidden: 12288,
+            heads: 96,
+            kv_heads: 96,
+            ffn_hidden: 4 * 12288,
+            seq_len: 2048,
+            vocab: 51200,
+            gated_mlp: false,
+            tied_embeddings: true,
+            moe: None,
+        },
+        "llama2-7b" => llama(32, 4096, 32, 32, 11008, 4096, 32000),
+        "llama2-13b" => llama(40, 5120, 40, 40, 13824, 4096, 32000),
+        "llama2-70b" => llama(80, 8192, 64, 8, 28672, 4096, 32000),
+        "llama3-8b" => llama(32, 4096, 32, 8, 14336, 8192, 128256),
+        "llama3-70b" => llama(80, 8192, 64, 8, 28672, 8192, 128256),
+        "llama3-405b" => llama(126, 16384, 128, 8, 53248, 8192, 128256),
+        "mixtral-8x7b" => ModelShape {
+            moe: Some((8, 2, 1)),
+            ..llama(32, 4096, 32, 8, 14336, 32768, 32000)
+        },
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_preset_resolves() {
+        for n in GPU_NAMES {
+            assert_eq!(gpu(n).map(|g| g.name), Some(n.to_string()));
+        }
+        for n in NODE_NAMES {
+            assert!(node(n).is_some(), "{n}");
+        }
+        for n in MODEL_NAMES {
+            assert!(model(n).is_some(), "{n}");
+        }
+        assert!(gpu("h200-sxm-141gb").is_some());
+        assert!(gpu("v100").is_none());
+        assert!(model("gpt4").is_none());
+    }
+
+    #[test]
+    fn presets_match_the_shared_validation_figures() {
+        // /work/shared/validation/network.toml: bf16 dense 312 / 989 / 989 TFLOP/s,
+        // HBM 80 / 80 / 141 GB at 2.039 / 3.35 / 4.8 TB/s.
+        let want = [
+            ("a100-sxm-80gb", 312e12, 80e9, 2.039e12),
+            ("h100-sxm-80gb", 989e12, 80e9, 3.35e12),
+            ("h200-141gb", 989e12, 141e9, 4.8e12),
+        ];
+        for (name, bf16, hbm, bw) in want {
+            let g = gpu(name).unwrap();
+            assert_eq!(g.peak.bf16_flops_per_s, bf16, "{name}");
+            assert_eq!(g.hbm_bytes as f64, hbm, "{name}");
+            assert_eq!(g.hbm_bandwidth_bytes_per_s, bw, "{name}");
+        }
+    }
+
+    #[test]
+    fn published_model_shapes() {
+        let m = model("llama3-405b").unwrap();
+        assert_eq!(
+            (m.layers, m.hidden, m.heads, m.kv_heads),
+            (126, 16384, 128, 8)
+        );
+        assert_eq!((m.ffn_hidden, m.vocab), (53248, 128256));
+        let m = model("mixtral-8x7b").unwrap();
+        assert_eq!(m.moe, Some((8, 2, 1)));
+        assert!(m.gated_mlp && !m.tied_embeddings);
+        let m = model("gpt3-175b").unwrap();
+        assert_eq!(
+            (m.layers, m.hidden, m.heads, m.seq_len),
+            (96, 12288, 96, 2048)
+        );
+    }
+}

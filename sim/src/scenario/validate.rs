@@ -1,0 +1,510 @@
+//! Cross-field rules: values that are fine alone but contradict each other (the mesh does not
+//! cover the GPUs, heads do not split over tp, ...). Each error points at the most relevant
+//! key (the latest `--set` among the keys involved, else the first one written in the file)
+//! and spells out the arithmetic, so the user sees why and what would work.
+
+use super::checker::{divisors, Checker};
+use super::error::{Ctx, ErrorKind, ScenarioError};
+use super::limits;
+use super::parse::Resolved;
+use super::source::Table;
+use super::types::*;
+use crate::plan::Plan;
+
+/// Checks every cross-field rule, fills the values that depend on several keys (derived dp,
+/// the default gradient bucket), and builds the plan once to prove the scenario is plannable.
+pub(crate) fn validate(
+    ctx: &Ctx,
+    root: &Table,
+    overrides: &[String],
+    resolved: Resolved,
+) -> Result<Scenario, ScenarioError> {
+    let c = Checker::new(ctx, root, overrides);
+    let mut s = resolved.scenario;
+    nodes(&c, &s)?;
+    s.parallel.dp = mesh(&c, &s, resolved.dp)?;
+    model_shape(&c, &s)?;
+    sharding(&c, &s)?;
+    let microbatches = batch(&c, &s)?;
+    pipeline(&c, &s, microbatches)?;
+    zero(&c, &s, resolved.zero_explicit)?;
+    if !resolved.bucket_explicit {
+        s.training.grad_bucket_bytes = default_grad_bucket_bytes(&s.parallel);
+    }
+    size(&c, &s)?;
+    Plan::new(&s).map_err(|e| {
+        ctx.error(
+            ErrorKind::Plan,
+            None,
+            "",
+            "",
+            format!("the plan rejected a scenario that passed validation (a bug in twin): {e}"),
+            "",
+        )
+    })?;
+    Ok(s)
+}
+
+/// Megatron-Core's default DDP bucket: max(40,000,000, 1,000,000 * data-parallel size)
+/// parameters, of fp32 main gradients (4 bytes each).
+pub(crate) fn default_grad_bucket_bytes(p: &Parallel) -> u64 {
+    let dp_size = u64::from(p.dp) * u64::from(p.cp);
+    40_000_000u64.max(1_000_000u64.saturating_mul(dp_size)) * 4
+}
+
+fn v<T: ToString>(x: T) -> String {
+    x.to_string()
+}
+
+fn nodes(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let (gpus, gpn) = (s.cluster.gpus, s.cluster.gpus_per_node);
+    if gpus >= gpn && gpus % gpn != 0 {
+        return Err(c.fail(
+            &[("cluster.gpus", v(gpus)), ("cluster.gpus_per_node", v(gpn))],
+            format!(
+                "{gpus} GPUs do not fill whole nodes of {gpn}: {gpus} % {gpn} = {}",
+                gpus % gpn
+            ),
+            format!(
+                "a multiple of gpus_per_node ({}, {}, ...), or fewer GPUs than one node",
+                u64::from(gpus / gpn) * u64::from(gpn),
+                u64::from(gpus / gpn + 1) * u64::from(gpn)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn mesh(c: &Checker<'_>, s: &Scenario, dp: Option<u32>) -> Result<u32, ScenarioError> {
+    let p = &s.parallel;
+    let gpus = u128::from(s.cluster.gpus);
+    let others = [p.tp, p.pp, p.cp, p.ep]
+        .iter()
+        .map(|&x| u128::from(x))
+        .product::<u128>();
+    let keys = |first: Option<&'static str>| {
+        let mut k: Vec<(&str, String)> = first.map(|f| (f, v(p.dp))).into_iter().collect();
+        k.extend([
+            ("parallel.tp", v(p.tp)),
+            ("parallel.pp", v(p.pp)),
+            ("parallel.cp", v(p.cp)),
+            ("parallel.ep", v(p.ep)),
+            ("cluster.gpus", v(gpus)),
+        ]);
+        k
+    };
+    match dp {
+        Some(dp) => {
+            let product = others * u128::from(dp);
+            if product != gpus {
+                let allowed = if gpus % others == 0 {
+                    format!(
+                        "dp = {} (= gpus / (tp*pp*cp*ep) = {gpus} / {others}), or leave dp out to derive it",
+                        gpus / others
+                    )
+                } else {
+                    format!(
+                        "tp*pp*cp*ep (now {}*{}*{}*{} = {others}) dividing cluster.gpus = {gpus}, and dp = gpus / (tp*pp*cp*ep)",
+                        p.tp, p.pp, p.cp, p.ep
+                    )
+                };
+                return Err(c.fail(
+                    &keys(Some("parallel.dp")),
+                    format!(
+                        "tp*pp*dp*cp*ep = {}*{}*{dp}*{}*{} = {product}, but cluster.gpus = {gpus}",
+                        p.tp, p.pp, p.cp, p.ep
+                    ),
+                    allowed,
+                ));
+            }
+            Ok(dp)
+        }
+        None => {
+            if gpus % others != 0 {
+                return Err(c.fail(
+                    &keys(None),
+                    format!(
+                        "dp is derived as gpus / (tp*pp*cp*ep) = {gpus} / ({}*{}*{}*{}) = {gpus} / {others}, which is not a whole number",
+                        p.tp, p.pp, p.cp, p.ep
+                    ),
+                    format!("tp*pp*cp*ep dividing cluster.gpus = {gpus}"),
+                ));
+            }
+            Ok(u32::try_from(gpus / others).unwrap_or(u32::MAX))
+        }
+    }
+}
+
+fn model_shape(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let m = &s.model;
+    if m.kv_heads > m.heads || m.heads % m.kv_heads != 0 {
+        return Err(c.fail(
+            &[("model.kv_heads", v(m.kv_heads)), ("model.heads", v(m.heads))],
+            format!(
+                "heads = {} is not a multiple of kv_heads = {} (each key/value head serves heads/kv_heads query heads)",
+                m.heads, m.kv_heads
+            ),
+            format!("kv_heads dividing {}: {}", m.heads, divisors(u64::from(m.heads), u64::MAX, 16)),
+        ));
+    }
+    if m.hidden % u64::from(m.heads) != 0 {
+        return Err(c.fail(
+            &[("model.hidden", v(m.hidden)), ("model.heads", v(m.heads))],
+            format!(
+                "hidden = {} is not a multiple of heads = {} (head dimension = hidden / heads)",
+                m.hidden, m.heads
+            ),
+            format!("hidden a multiple of {}", m.heads),
+        ));
+    }
+    if let Some(moe) = &m.moe {
+        if moe.top_k > moe.experts {
+            return Err(c.fail(
+                &[
+                    ("model.top_k", v(moe.top_k)),
+                    ("model.experts", v(moe.experts)),
+                ],
+                format!(
+                    "top_k = {} routes each token to more experts than the {} there are",
+                    moe.top_k, moe.experts
+                ),
+                format!("1 to {}", moe.experts),
+            ));
+        }
+        if moe.moe_every > m.layers {
+            return Err(c.fail(
+                &[
+                    ("model.moe_every", v(moe.moe_every)),
+                    ("model.layers", v(m.layers)),
+                ],
+                format!(
+                    "moe_every = {} is more than the {} layers: no layer would be an MoE layer",
+                    moe.moe_every, m.layers
+                ),
+                format!("1 to {}", m.layers),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// tp, ep, cp and sequence parallelism must divide what they split.
+fn sharding(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let (m, p) = (&s.model, &s.parallel);
+    let tp = p.tp;
+    if m.heads % tp != 0 {
+        return Err(c.fail(
+            &[("parallel.tp", v(tp)), ("model.heads", v(m.heads))],
+            format!(
+                "heads = {} is not divisible by tp = {tp}: each tensor-parallel rank holds heads / tp attention heads",
+                m.heads
+            ),
+            format!("tp dividing {}: {}", m.heads, divisors(u64::from(m.heads), u64::from(s.cluster.gpus), 16)),
+        ));
+    }
+    if m.kv_heads % tp != 0 && tp % m.kv_heads != 0 {
+        return Err(c.fail(
+            &[("parallel.tp", v(tp)), ("model.kv_heads", v(m.kv_heads))],
+            format!(
+                "kv_heads = {} and tp = {tp}: key/value heads are split over tp (kv_heads % tp == 0) or, when tp > kv_heads, replicated tp / kv_heads times (tp % kv_heads == 0); neither holds",
+                m.kv_heads
+            ),
+            format!(
+                "tp dividing {} or a multiple of {} that divides heads = {}",
+                m.kv_heads, m.kv_heads, m.heads
+            ),
+        ));
+    }
+    if m.ffn_hidden % u64::from(tp) != 0 {
+        return Err(c.fail(
+            &[("parallel.tp", v(tp)), ("model.ffn_hidden", v(m.ffn_hidden))],
+            format!(
+                "ffn_hidden = {} is not divisible by tp = {tp}: each tensor-parallel rank holds ffn_hidden / tp MLP columns",
+                m.ffn_hidden
+            ),
+            format!("tp dividing {}: {}", m.ffn_hidden, divisors(m.ffn_hidden, u64::from(s.cluster.gpus), 16)),
+        ));
+    }
+    match &m.moe {
+        None if p.ep > 1 => {
+            return Err(c.fail(
+                &[("parallel.ep", v(p.ep))],
+                format!(
+                    "ep = {} shards experts, but the model is dense (no model.experts)",
+                    p.ep
+                ),
+                "ep = 1, or a mixture-of-experts model (model.experts)",
+            ))
+        }
+        Some(moe) if moe.experts % p.ep != 0 => {
+            return Err(c.fail(
+                &[("parallel.ep", v(p.ep)), ("model.experts", v(moe.experts))],
+                format!(
+                    "experts = {} is not divisible by ep = {}: each expert-parallel rank holds experts / ep experts",
+                    moe.experts, p.ep
+                ),
+                format!("ep dividing {}: {}", moe.experts, divisors(u64::from(moe.experts), u64::MAX, 16)),
+            ))
+        }
+        _ => {}
+    }
+    if m.seq_len % u64::from(p.cp) != 0 {
+        return Err(c.fail(
+            &[("parallel.cp", v(p.cp)), ("model.seq_len", v(m.seq_len))],
+            format!(
+                "seq_len = {} is not divisible by cp = {}: each context-parallel rank holds seq_len / cp tokens",
+                m.seq_len, p.cp
+            ),
+            format!("cp dividing {}", m.seq_len),
+        ));
+    }
+    let tp_cp = u64::from(tp) * u64::from(p.cp);
+    if p.sequence_parallel && m.seq_len % tp_cp != 0 {
+        return Err(c.fail(
+            &[
+                ("parallel.sequence_parallel", v(true)),
+                ("model.seq_len", v(m.seq_len)),
+                ("parallel.tp", v(tp)),
+            ],
+            format!(
+                "sequence parallelism splits each sequence over tp*cp = {tp}*{} = {tp_cp} ranks, but seq_len = {} % {tp_cp} = {}",
+                p.cp,
+                m.seq_len,
+                m.seq_len % tp_cp
+            ),
+            format!("seq_len a multiple of {tp_cp}, or sequence_parallel = false"),
+        ));
+    }
+    Ok(())
+}
+
+/// Micro batches per pipeline per step.
+fn batch(c: &Checker<'_>, s: &Scenario) -> Result<u64, ScenarioError> {
+    let (t, p) = (&s.training, &s.parallel);
+    let denom = u128::from(t.micro_batch) * u128::from(p.dp) * u128::from(p.ep);
+    let global = u128::from(t.global_batch);
+    if global % denom != 0 || global < denom {
+        let below = global / denom * denom;
+        let allowed = if below > 0 {
+            format!("multiples of {denom}: {below}, {}, ...", below + denom)
+        } else {
+            format!("multiples of {denom}: {denom}, {}, ...", 2 * denom)
+        };
+        return Err(c.fail(
+            &[
+                ("training.global_batch", v(t.global_batch)),
+                ("training.micro_batch", v(t.micro_batch)),
+                ("parallel.dp", v(p.dp)),
+                ("parallel.ep", v(p.ep)),
+            ],
+            format!(
+                "global_batch = {} is not a positive multiple of micro_batch*dp*ep = {}*{}*{} = {denom} (micro batches per pipeline = global_batch / (micro_batch*dp*ep))",
+                t.global_batch, t.micro_batch, p.dp, p.ep
+            ),
+            allowed,
+        ));
+    }
+    Ok(u64::try_from(global / denom).unwrap_or(u64::MAX))
+}
+
+fn pipeline(c: &Checker<'_>, s: &Scenario, microbatches: u64) -> Result<(), ScenarioError> {
+    let p = &s.parallel;
+    let interleaved = p.schedule == PipelineSchedule::Interleaved1F1B;
+    let schedule = format!("\"{}\"", p.schedule.as_str());
+    if p.vpp > 1 && !interleaved {
+        return Err(c.fail(
+            &[("parallel.vpp", v(p.vpp)), ("parallel.schedule", schedule)],
+            format!(
+                "vpp = {} virtual stages per device need the interleaved-1f1b schedule, but schedule = \"{}\"",
+                p.vpp,
+                p.schedule.as_str()
+            ),
+            "vpp = 1, or schedule = \"interleaved-1f1b\"",
+        ));
+    }
+    if interleaved && p.vpp < 2 {
+        return Err(c.fail(
+            &[("parallel.schedule", schedule), ("parallel.vpp", v(p.vpp))],
+            format!(
+                "interleaved-1f1b needs at least 2 model chunks per device, but vpp = {}",
+                p.vpp
+            ),
+            "vpp >= 2, or another schedule",
+        ));
+    }
+    if interleaved && p.pp < 2 {
+        return Err(c.fail(
+            &[("parallel.schedule", schedule), ("parallel.pp", v(p.pp))],
+            format!(
+                "interleaved-1f1b interleaves pipeline stages, but pp = {}",
+                p.pp
+            ),
+            "pp >= 2, or another schedule",
+        ));
+    }
+    if interleaved && microbatches % u64::from(p.pp) != 0 {
+        let t = &s.training;
+        return Err(c.fail(
+            &[
+                ("training.global_batch", v(t.global_batch)),
+                ("parallel.pp", v(p.pp)),
+                ("training.micro_batch", v(t.micro_batch)),
+            ],
+            format!(
+                "interleaved-1f1b needs the micro batches per pipeline, global_batch / (micro_batch*dp*ep) = {} / ({}*{}*{}) = {microbatches}, to be a multiple of pp = {} (as Megatron-LM requires)",
+                t.global_batch, t.micro_batch, p.dp, p.ep, p.pp
+            ),
+            format!(
+                "global_batch a multiple of micro_batch*dp*ep*pp = {}",
+                u128::from(t.micro_batch) * u128::from(p.dp) * u128::from(p.ep) * u128::from(p.pp)
+            ),
+        ));
+    }
+    layers(c, s)
+}
+
+fn layers(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let p = &s.parallel;
+    let layers = s.model.layers;
+    let chunks = u64::from(p.pp) * u64::from(p.vpp);
+    match &p.layer_partition {
+        Some(part) => {
+            let list = || format!("{part:?}");
+            if part.len() as u64 != chunks {
+                return Err(c.fail(
+                    &[
+                        ("parallel.layer_partition", list()),
+                        ("parallel.pp", v(p.pp)),
+                        ("parallel.vpp", v(p.vpp)),
+                    ],
+                    format!(
+                        "layer_partition has {} entries, but there are pp*vpp = {}*{} = {chunks} (stage, chunk) slots",
+                        part.len(),
+                        p.pp,
+                        p.vpp
+                    ),
+                    format!("{chunks} layer counts, each >= 1, summing to {layers}"),
+                ));
+            }
+            let sum: u64 = part.iter().map(|&x| u64::from(x)).sum();
+            if sum != u64::from(layers) {
+                return Err(c.fail(
+                    &[
+                        ("parallel.layer_partition", list()),
+                        ("model.layers", v(layers)),
+                    ],
+                    format!("layer_partition sums to {sum} layers, but the model has {layers}"),
+                    format!("{chunks} layer counts, each >= 1, summing to {layers}"),
+                ));
+            }
+        }
+        None => {
+            if u64::from(layers) % chunks != 0 {
+                return Err(c.fail(
+                    &[
+                        ("model.layers", v(layers)),
+                        ("parallel.pp", v(p.pp)),
+                        ("parallel.vpp", v(p.vpp)),
+                    ],
+                    format!(
+                        "{layers} layers do not split evenly over pp*vpp = {}*{} = {chunks} chunks ({layers} % {chunks} = {})",
+                        p.pp,
+                        p.vpp,
+                        u64::from(layers) % chunks
+                    ),
+                    format!(
+                        "pp*vpp dividing {layers}, or an explicit parallel.layer_partition of {chunks} counts summing to {layers}"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn zero(c: &Checker<'_>, s: &Scenario, zero_explicit: bool) -> Result<(), ScenarioError> {
+    let p = &s.parallel;
+    if p.fsdp && zero_explicit && p.zero != 3 {
+        return Err(c.fail(
+            &[("parallel.zero", v(p.zero)), ("parallel.fsdp", v(true))],
+            format!(
+                "fsdp = true shards parameters, gradients and optimizer state (ZeRO-3), but zero = {}",
+                p.zero
+            ),
+            "zero = 3 (or leave zero out) with fsdp = true",
+        ));
+    }
+    if s.training.offload == Offload::Params && p.zero < 3 {
+        return Err(c.fail(
+            &[
+                ("training.offload", v("\"params\"")),
+                ("parallel.zero", v(p.zero)),
+            ],
+            format!(
+                "offloading parameters needs them sharded (ZeRO-3 or FSDP), but zero = {}",
+                p.zero
+            ),
+            "zero = 3 or fsdp = true with offload = \"params\"; or offload = \"optimizer\"",
+        ));
+    }
+    Ok(())
+}
+
+/// Rough whole-model size, only to reject absurd shapes before they overflow downstream.
+fn size(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let m = &s.model;
+    let h = m.hidden as f64;
+    let head_dim = h / f64::from(m.heads);
+    let attention = 2.0 * h * h + 2.0 * h * f64::from(m.kv_heads) * head_dim;
+    let mlp = if m.gated_mlp { 3.0 } else { 2.0 } * h * m.ffn_hidden as f64;
+    let layers = f64::from(m.layers);
+    let (moe_layers, experts, top_k) = match &m.moe {
+        Some(moe) => (
+            f64::from(m.layers / moe.moe_every),
+            f64::from(moe.experts),
+            f64::from(moe.top_k),
+        ),
+        None => (0.0, 1.0, 1.0),
+    };
+    let embeddings = m.vocab as f64 * h * if m.tied_embeddings { 1.0 } else { 2.0 };
+    let params =
+        layers * attention + (layers - moe_layers) * mlp + moe_layers * experts * mlp + embeddings;
+    if params > limits::PARAMS {
+        return Err(c.fail(
+            &[
+                ("model.hidden", v(m.hidden)),
+                ("model.layers", v(m.layers)),
+                ("model.ffn_hidden", v(m.ffn_hidden)),
+                ("model.experts", v(m.moe.as_ref().map_or(0, |x| x.experts))),
+                ("model.vocab", v(m.vocab)),
+            ],
+            format!(
+                "the model would have about {params:.3e} parameters, beyond twin's limit of {:.3e} (2^48)",
+                limits::PARAMS
+            ),
+            "a smaller model",
+        ));
+    }
+    let tokens = s.training.micro_batch as f64 * m.seq_len as f64;
+    let active = layers * attention
+        + (layers - moe_layers) * mlp
+        + moe_layers * top_k * mlp
+        + m.vocab as f64 * h;
+    let flops = 2.0 * tokens * active + 4.0 * tokens * m.seq_len as f64 * h * layers;
+    if flops > limits::MICROBATCH_FORWARD_FLOPS {
+        return Err(c.fail(
+            &[
+                ("model.seq_len", v(m.seq_len)),
+                ("training.micro_batch", v(s.training.micro_batch)),
+                ("model.hidden", v(m.hidden)),
+                ("model.layers", v(m.layers)),
+            ],
+            format!(
+                "one micro batch's forward pass would be about {flops:.3e} FLOPs, beyond twin's per-op limit of {:.3e} (2^60)",
+                limits::MICROBATCH_FORWARD_FLOPS
+            ),
+            "a shorter sequence, a smaller micro batch or a smaller model",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,348 @@
+//! The bundled scenarios, presets, Hugging Face import and the `to_toml` round trip.
+#![allow(clippy::result_large_err)]
+
+use std::path::{Path, PathBuf};
+use twin_sim::plan::Plan;
+use twin_sim::scenario::*;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Every `.toml` under `scenarios/`, sorted.
+fn bundled() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|e| e == "toml") {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&repo().join("scenarios"), &mut out);
+    out
+}
+
+fn load_bundled(rel: &str) -> Scenario {
+    load(&repo().join(rel), &[]).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Origin inside sim/tests so that `hf_config = "fixtures/..."` resolves.
+fn tests_origin() -> String {
+    format!("{}/tests/inline.toml", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn every_bundled_scenario_parses_plans_and_round_trips() {
+    let files = bundled();
+    assert!(files.len() >= 7, "found only {files:?}");
+    for path in files {
+        let s = load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let plan = Plan::new(&s).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(plan.world, s.cluster.gpus);
+        let text = to_toml(&s);
+        let back = parse_str(&text, "roundtrip.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, s, "{} does not round trip:\n{text}", path.display());
+        // The explicit form is a fixed point.
+        assert_eq!(to_toml(&back), text);
+    }
+}
+
+#[test]
+fn the_required_scenarios_exist() {
+    for rel in [
+        "scenarios/512xA100.toml",
+        "scenarios/16384xH100.toml",
+        "scenarios/small.toml",
+        "scenarios/schedules/gpipe.toml",
+        "scenarios/schedules/1f1b.toml",
+        "scenarios/schedules/interleaved-1f1b.toml",
+        "scenarios/schedules/zero-bubble.toml",
+    ] {
+        assert!(repo().join(rel).is_file(), "{rel} is missing");
+    }
+}
+
+#[test]
+fn scenario_512_is_the_3d_parallel_gpt() {
+    let s = load_bundled("scenarios/512xA100.toml");
+    let m = &s.model;
+    assert_eq!(
+        (m.layers, m.hidden, m.heads, m.seq_len, m.vocab),
+        (80, 10240, 80, 2048, 51200)
+    );
+    assert_eq!(m.ffn_hidden, 4 * 10240);
+    let p = &s.parallel;
+    assert_eq!((p.tp, p.pp, p.dp, p.zero), (8, 8, 8, 1));
+    assert!(p.sequence_parallel);
+    assert_eq!(p.schedule, PipelineSchedule::OneFOneB);
+    assert_eq!(s.training.recompute, Recompute::Selective);
+    assert_eq!(s.training.precision, Precision::Bf16);
+    assert_eq!(s.cluster.gpu.name, "a100-sxm-80gb");
+    assert_eq!(s.cluster.node, "dgx-a100");
+    assert_eq!(s.num_microbatches(), 64);
+}
+
+#[test]
+fn scenario_16384_has_16_to_32_microbatches() {
+    let s = load_bundled("scenarios/16384xH100.toml");
+    assert_eq!(s.cluster.gpus, 16384);
+    assert_eq!((s.parallel.tp, s.parallel.pp, s.parallel.dp), (8, 16, 128));
+    let m = s.num_microbatches();
+    assert!((16..=32).contains(&m), "{m} micro batches");
+    let part = s.parallel.layer_partition.as_ref().unwrap();
+    assert_eq!(part.iter().sum::<u32>(), s.model.layers);
+}
+
+#[test]
+fn schedule_scenarios_cover_every_schedule() {
+    for (name, schedule) in PipelineSchedule::ALL {
+        let s = load_bundled(&format!("scenarios/schedules/{name}.toml"));
+        assert_eq!(s.parallel.schedule, schedule);
+        if schedule == PipelineSchedule::Interleaved1F1B {
+            assert!(s.parallel.vpp >= 2);
+        }
+    }
+}
+
+#[test]
+fn small_scenario_reads_explicit_cluster_and_default_peaks() {
+    let s = load_bundled("scenarios/small.toml");
+    let g = &s.cluster.gpu;
+    assert_eq!(g.name, "small-gpu");
+    assert_eq!(g.peak.bf16_flops_per_s, 100e12);
+    assert_eq!(g.peak.fp16_flops_per_s, 100e12);
+    assert_eq!(g.peak.fp8_flops_per_s, 100e12);
+    assert_eq!(g.peak.tf32_flops_per_s, 50e12);
+    assert_eq!(g.peak.fp32_flops_per_s, 100e12 / 16.0);
+    assert_eq!(g.hbm_bytes, 16_000_000_000);
+    assert_eq!(s.cluster.node, "custom");
+    assert_eq!(s.cluster.intra_node.bandwidth_bytes_per_s, 100e9);
+    assert_eq!(s.cluster.intra_node.latency_ns, 2_000);
+    assert_eq!(s.cluster.inter_node.bandwidth_bytes_per_s, 12.5e9);
+    assert_eq!(s.run.granularity, Granularity::Layer);
+}
+
+const MINIMAL: &str = r#"
+[model]
+preset = "llama3-70b"
+[cluster]
+gpu = "h100-sxm-80gb"
+gpus = 64
+node = "dgx-h100"
+[parallel]
+tp = 8
+pp = 4
+[training]
+global_batch = 64
+"#;
+
+#[test]
+fn defaults_fill_everything_not_written() {
+    let s = parse_str(MINIMAL, "minimal.toml", &[]).unwrap();
+    assert_eq!(s.name, "minimal");
+    assert_eq!(s.parallel.dp, 2, "dp = 64 / (8 * 4)");
+    assert_eq!((s.parallel.vpp, s.parallel.ep, s.parallel.cp), (1, 1, 1));
+    assert_eq!(s.parallel.zero, 0);
+    assert!(!s.parallel.fsdp && !s.parallel.sequence_parallel);
+    assert_eq!(s.parallel.order, Parallel::DEFAULT_ORDER);
+    let t = &s.training;
+    assert_eq!(t.micro_batch, 1);
+    assert_eq!(t.precision, Precision::Bf16);
+    assert_eq!(t.recompute, Recompute::None);
+    assert!(t.overlap_grad_reduce && t.overlap_param_gather && t.flash_attention);
+    assert_eq!(t.grad_compression, GradCompression::None);
+    assert_eq!(t.sync, SyncMode::Sync);
+    assert_eq!(t.optimizer, Optimizer::Adam);
+    assert_eq!(t.offload, Offload::None);
+    // Megatron-Core: max(40M, 1M * dp) fp32 elements.
+    assert_eq!(t.grad_bucket_bytes, 160_000_000);
+    assert_eq!((s.run.iterations, s.run.seed), (1, 1));
+    assert_eq!(s.run.granularity, Granularity::Chunk);
+}
+
+#[test]
+fn grad_bucket_default_grows_with_data_parallel_size() {
+    let over = ["cluster.gpus=1024".to_string()];
+    let s = parse_str(MINIMAL, "m.toml", &over).unwrap();
+    assert_eq!(s.parallel.dp, 32);
+    assert_eq!(s.training.grad_bucket_bytes, 160_000_000);
+    let text = MINIMAL.replace("tp = 8\npp = 4", "tp = 1\npp = 1");
+    let over = [
+        "cluster.gpus=64".to_string(),
+        "training.global_batch=128".into(),
+    ];
+    let s = parse_str(&text, "m.toml", &over).unwrap();
+    assert_eq!(s.parallel.dp, 64);
+    assert_eq!(s.training.grad_bucket_bytes, 64 * 1_000_000 * 4);
+    let over = ["training.grad_bucket_bytes=1000".to_string()];
+    let s = parse_str(MINIMAL, "m.toml", &over).unwrap();
+    assert_eq!(s.training.grad_bucket_bytes, 1000);
+}
+
+#[test]
+fn model_preset_fills_only_what_is_not_written() {
+    let s = parse_str(MINIMAL, "m.toml", &[]).unwrap();
+    let m = &s.model;
+    assert_eq!(m.name, "llama3-70b");
+    assert_eq!((m.layers, m.hidden, m.heads, m.kv_heads), (80, 8192, 64, 8));
+    assert_eq!((m.ffn_hidden, m.seq_len, m.vocab), (28672, 8192, 128256));
+    assert!(m.gated_mlp && !m.tied_embeddings && m.moe.is_none());
+
+    let text = MINIMAL.replace(
+        "preset = \"llama3-70b\"",
+        "preset = \"llama3-70b\"\nseq_len = 4096\nname = \"mine\"",
+    );
+    let s = parse_str(&text, "m.toml", &[]).unwrap();
+    assert_eq!(s.model.seq_len, 4096);
+    assert_eq!(s.model.name, "mine");
+    assert_eq!(s.model.hidden, 8192);
+}
+
+#[test]
+fn every_model_preset_resolves_on_a_fitting_cluster() {
+    for (preset, layers, kv) in [
+        ("gpt3-175b", 96, 96),
+        ("llama2-7b", 32, 32),
+        ("llama2-13b", 40, 40),
+        ("llama2-70b", 80, 8),
+        ("llama3-8b", 32, 8),
+        ("llama3-70b", 80, 8),
+        ("llama3-405b", 126, 8),
+        ("mixtral-8x7b", 32, 8),
+    ] {
+        let text = format!(
+            "[model]\npreset = \"{preset}\"\n[cluster]\ngpu = \"a100-sxm-80gb\"\ngpus = 8\nnode = \"dgx-a100\"\n[parallel]\ntp = 8\n[training]\nglobal_batch = 8\n"
+        );
+        let s = parse_str(&text, "p.toml", &[]).unwrap_or_else(|e| panic!("{preset}: {e}"));
+        assert_eq!((s.model.layers, s.model.kv_heads), (layers, kv), "{preset}");
+    }
+    let text = "[model]\npreset = \"mixtral-8x7b\"\n[cluster]\ngpu = \"a100-sxm-80gb\"\ngpus = 8\nnode = \"dgx-a100\"\n[parallel]\nep = 8\n[training]\nglobal_batch = 8\n";
+    let s = parse_str(text, "p.toml", &[]).unwrap();
+    let moe = s.model.moe.unwrap();
+    assert_eq!((moe.experts, moe.top_k, moe.moe_every), (8, 2, 1));
+}
+
+#[test]
+fn gpu_and_node_presets() {
+    let s = parse_str(MINIMAL, "m.toml", &[]).unwrap();
+    let g = &s.cluster.gpu;
+    assert_eq!(g.peak.bf16_flops_per_s, 989e12);
+    assert_eq!(g.peak.fp8_flops_per_s, 1979e12);
+    assert_eq!(g.hbm_bytes, 80_000_000_000);
+    assert_eq!(g.hbm_bandwidth_bytes_per_s, 3.35e12);
+    let c = &s.cluster;
+    assert_eq!(c.gpus_per_node, 8);
+    assert_eq!(c.intra_node.bandwidth_bytes_per_s, 450e9);
+    assert_eq!(c.inter_node.bandwidth_bytes_per_s, 50e9);
+
+    let over = ["cluster.gpu=h200-141gb".to_string()];
+    let s = parse_str(MINIMAL, "m.toml", &over).unwrap();
+    assert_eq!(s.cluster.gpu.hbm_bytes, 141_000_000_000);
+    assert_eq!(s.cluster.gpu.hbm_bandwidth_bytes_per_s, 4.8e12);
+
+    let over = ["cluster.gpu={preset = \"a100-sxm-80gb\", hbm_bytes = 40e9}".to_string()];
+    let s = parse_str(MINIMAL, "m.toml", &over).unwrap();
+    assert_eq!(s.cluster.gpu.hbm_bytes, 40_000_000_000);
+    assert_eq!(s.cluster.gpu.peak.bf16_flops_per_s, 312e12);
+    assert_eq!(s.cluster.gpu.name, "a100-sxm-80gb");
+
+    let text = MINIMAL.replace(
+        "node = \"dgx-h100\"",
+        "node = \"dgx-a100\"\n[cluster.inter_node]\nbandwidth_gb_per_s = 100",
+    );
+    let s = parse_str(&text, "m.toml", &[]).unwrap();
+    assert_eq!(s.cluster.intra_node.bandwidth_bytes_per_s, 300e9);
+    assert_eq!(s.cluster.inter_node.bandwidth_bytes_per_s, 100e9);
+    assert_eq!(
+        s.cluster.inter_node.latency_ns, 10_000,
+        "latency from the preset"
+    );
+}
+
+fn with_hf(file: &str, extra: &str) -> Result<Scenario, ScenarioError> {
+    let text = format!(
+        "[model]\nhf_config = \"fixtures/hf/{file}\"\n{extra}\n[cluster]\ngpu = \"a100-sxm-80gb\"\ngpus = 8\nnode = \"dgx-a100\"\n[training]\nglobal_batch = 8\n"
+    );
+    parse_str(&text, &tests_origin(), &[])
+}
+
+#[test]
+fn hf_llama_config() {
+    let s = with_hf("llama2-7b.json", "").unwrap();
+    let m = &s.model;
+    assert_eq!(m.name, "fixtures/hf/llama2-7b.json");
+    assert_eq!(
+        (m.layers, m.hidden, m.heads, m.kv_heads),
+        (32, 4096, 32, 32)
+    );
+    assert_eq!((m.ffn_hidden, m.seq_len, m.vocab), (11008, 4096, 32000));
+    assert!(m.gated_mlp && !m.tied_embeddings && m.moe.is_none());
+    // seq_len in the scenario overrides max_position_embeddings.
+    let s = with_hf("llama2-7b.json", "seq_len = 2048").unwrap();
+    assert_eq!(s.model.seq_len, 2048);
+}
+
+#[test]
+fn hf_gpt2_neox_and_mixtral_configs() {
+    let m = with_hf("gpt2.json", "").unwrap().model;
+    assert_eq!(
+        (m.layers, m.hidden, m.heads, m.seq_len),
+        (12, 768, 12, 1024)
+    );
+    assert_eq!((m.ffn_hidden, m.vocab), (4 * 768, 50257));
+    assert!(m.tied_embeddings && !m.gated_mlp);
+
+    let m = with_hf("gpt-neox-tiny.json", "").unwrap().model;
+    assert_eq!((m.layers, m.hidden, m.ffn_hidden), (6, 512, 2048));
+    assert!(!m.gated_mlp && !m.tied_embeddings);
+
+    let m = with_hf("mixtral-8x7b.json", "").unwrap().model;
+    assert_eq!((m.kv_heads, m.ffn_hidden, m.seq_len), (8, 14336, 32768));
+    let moe = m.moe.unwrap();
+    assert_eq!((moe.experts, moe.top_k, moe.moe_every), (8, 2, 1));
+}
+
+#[test]
+fn hf_errors_point_into_the_json_file() {
+    let e = with_hf("broken.json", "").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::HfConfig);
+    assert!(e.origin.ends_with("fixtures/hf/broken.json"), "{e}");
+    assert_eq!((e.line, e.column), (Some(4), Some(3)));
+    assert_eq!(e.key, "num_hidden_layers");
+    assert_eq!(e.value, "-2");
+
+    let e = with_hf("missing.json", "").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Io);
+    assert_eq!(e.key, "model.hf_config");
+    assert_eq!((e.line, e.column), (Some(2), Some(13)));
+    assert!(
+        e.to_string().contains("cannot read Hugging Face config"),
+        "{e}"
+    );
+}
+
+#[test]
+fn to_toml_round_trips_test_scenarios() {
+    for (tp, pp, dp, m) in [(1, 1, 1, 1), (2, 4, 2, 8), (8, 2, 4, 16)] {
+        let s = twin_sim::testing::small_scenario(tp, pp, dp, m);
+        let back = parse_str(&to_toml(&s), "t.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, s);
+    }
+    let mut s = twin_sim::testing::small_scenario(2, 2, 2, 8);
+    s.training.grad_compression = GradCompression::Topk(0.013);
+    s.training.sync = SyncMode::Delayed(4);
+    s.parallel.layer_partition = Some(vec![7, 9]);
+    s.parallel.order = [Axis::Tp, Axis::Dp, Axis::Cp, Axis::Ep, Axis::Pp];
+    s.cluster.gpu.hbm_bandwidth_bytes_per_s = 1.0 / 3.0 * 1e12;
+    s.model.name = "quote \" and unicode é".into();
+    let back = parse_str(&to_toml(&s), "t.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(back, s);
+}
