@@ -58,9 +58,9 @@ impl Builder {
         self.push(Stream::Compute, OpKind::Compute(op), deps, label)
     }
 
+    /// A collective on the stream that carries its group kind.
     pub fn collective(
         &mut self,
-        stream: Stream,
         kind: CollectiveKind,
         group: GroupKind,
         bytes: u64,
@@ -69,7 +69,7 @@ impl Builder {
         label: Label,
     ) -> Result<u32, ScheduleError> {
         self.push(
-            stream,
+            stream_for(group),
             OpKind::Collective {
                 kind,
                 group,

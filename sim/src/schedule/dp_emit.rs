@@ -125,15 +125,7 @@ impl<'a> DpEmitter<'a> {
         let mut ops = Vec::new();
         for (group, e) in groups {
             for (bytes, calls) in dp.grad_calls(e) {
-                ops.push(b.collective(
-                    Stream::Dp,
-                    kind,
-                    group,
-                    bytes,
-                    calls,
-                    deps.clone(),
-                    label,
-                )?);
+                ops.push(b.collective(kind, group, bytes, calls, deps.clone(), label)?);
             }
         }
         if dp.compresses() {
@@ -161,7 +153,6 @@ impl<'a> DpEmitter<'a> {
         let mut ops = Vec::new();
         for (group, e) in dp.grad_groups(params) {
             ops.push(b.collective(
-                Stream::Dp,
                 CollectiveKind::AllGather,
                 group,
                 dp.param_bytes(e),

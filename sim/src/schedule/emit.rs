@@ -6,7 +6,9 @@
 //! Memory, per rank: weights, gradients and optimizer state are allocated at the start and
 //! freed at the end. Each forward segment allocates its saved activations right before its
 //! compute; they are freed right after the pass that last needs them: the backward, or, under
-//! zero-bubble, the weight-gradient pass W (W reads the saved inputs). A received activation
+//! zero-bubble, the weight-gradient pass W (W reads the saved inputs). With recompute, the
+//! saved bytes are what the workload says survives the forward; the transient activations a
+//! recompute re-creates just before its backward are not allocated here. A received activation
 //! or gradient lives in a Buffers allocation from the moment its receive is posted until the
 //! compute that consumes it has finished; a sent one from just before the compute that
 //! produces it until its send has finished. Receives are posted in consumption order on the
@@ -15,7 +17,7 @@
 
 use crate::plan::Plan;
 use crate::scenario::{PipelineSchedule, Scenario};
-use crate::schedule::builder::{stream_for, AllocTag, Builder};
+use crate::schedule::builder::{AllocTag, Builder};
 use crate::schedule::chunks::{ChunkPlan, Seg};
 use crate::schedule::dp::{DpPolicy, Zero};
 use crate::schedule::dp_emit::DpEmitter;
@@ -242,7 +244,6 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
                 continue;
             }
             tail = b.collective(
-                stream_for(call.group),
                 call.kind,
                 call.group,
                 call.bytes,

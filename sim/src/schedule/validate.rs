@@ -182,15 +182,15 @@ fn check_structure(prog: &Program, rank: u32) -> Result<(), ValidationError> {
                 }
                 live.insert(*tag);
             }
-            OpKind::Free { tag } => {
-                if !live.remove(tag) {
-                    return Err(structure_err(
-                        prog,
-                        rank,
-                        i,
-                        format!("frees tag #{tag}, which no earlier op allocated or which is already freed"),
-                    ));
-                }
+            OpKind::Free { tag } if !live.remove(tag) => {
+                return Err(structure_err(
+                    prog,
+                    rank,
+                    i,
+                    format!(
+                        "frees tag #{tag}, which no earlier op allocated or which is already freed"
+                    ),
+                ));
             }
             _ => {}
         }
