@@ -1,8 +1,25 @@
 //! Schedules: the IR ([`ir`]), the generators that build it from a plan, and the validator
-//! that proves a schedule can run. The generators are pure functions of (scenario, plan).
+//! that proves a schedule can run. The generators are pure functions of (scenario, plan):
+//! [`pipeline`] orders each stage's passes, [`emit`] turns the order into ops, [`dp`] and
+//! [`dp_emit`] add data-parallel traffic, and [`validate`] checks the result.
+//!
+//! One program is generated per pipeline stage and shared by every rank of that stage
+//! (`program_of[rank] = stage`), so generation costs O(pp x ops per program), whatever the
+//! data/tensor-parallel width.
 
+mod builder;
+mod chunks;
+pub mod dp;
+mod dp_emit;
+mod emit;
 mod ir;
+pub mod pipeline;
+mod sizes;
+mod validate;
+
 pub use ir::*;
+pub use sizes::{Sizes, UniformSizes, WorkloadSizes};
+pub use validate::{ValidationError, ValidationReport};
 
 use crate::plan::Plan;
 use crate::scenario::Scenario;
@@ -11,11 +28,76 @@ use crate::scenario::Scenario;
 pub enum ScheduleError {
     #[error("{0}")]
     Unsupported(String),
+    #[error("schedule too large: {0}")]
+    TooLarge(String),
 }
 
-/// Build the step schedule for a validated scenario and its plan.
-pub fn generate(_scenario: &Scenario, _plan: &Plan) -> Result<Schedule, ScheduleError> {
-    Err(ScheduleError::Unsupported(
-        "generators not written yet".into(),
-    ))
+/// Build the step schedule for a validated scenario and its plan, with sizes from
+/// [`crate::workload`]. Under `sync = delayed:N` this is the step that synchronises (step
+/// N - 1 of each window, see [`dp`]); use [`generate_step`] for the others. For every other
+/// sync mode all steps are alike and this is step 0.
+pub fn generate(scenario: &Scenario, plan: &Plan) -> Result<Schedule, ScheduleError> {
+    generate_step(scenario, plan, representative_step(scenario))
+}
+
+/// Build the schedule of step `step` (0-based) of the run, with sizes from
+/// [`crate::workload`]. Steps differ only under `sync = delayed:N`.
+pub fn generate_step(
+    scenario: &Scenario,
+    plan: &Plan,
+    step: u64,
+) -> Result<Schedule, ScheduleError> {
+    let sizes = WorkloadSizes { scenario, plan };
+    generate_with(scenario, plan, &sizes, step)
+}
+
+/// The step [`generate`] builds: the synchronising one.
+pub fn representative_step(scenario: &Scenario) -> u64 {
+    match scenario.training.sync {
+        crate::scenario::SyncMode::Delayed(n) => u64::from(n.max(1)) - 1,
+        _ => 0,
+    }
+}
+
+/// Build the schedule of step `step` with sizes from any provider.
+pub fn generate_with(
+    scenario: &Scenario,
+    plan: &Plan,
+    sizes: &dyn Sizes,
+    step: u64,
+) -> Result<Schedule, ScheduleError> {
+    let pp = plan.pp();
+    let vpp = plan.vpp();
+    let m = plan.microbatches;
+    if plan.chunks.len() != pp as usize || plan.chunks.iter().any(|r| r.len() != vpp as usize) {
+        return Err(ScheduleError::Unsupported(
+            "plan layout does not have pp x vpp chunks".into(),
+        ));
+    }
+    emit::check_tags(m, pp, vpp)?;
+    let policy = dp::DpPolicy::new(scenario, plan, step)?;
+    let overlap_buckets = policy.zero != dp::Zero::ShardedParams
+        && policy.syncs
+        && !policy.async_reduce
+        && policy.overlap_grad_reduce
+        && policy.reduces();
+    let chunk_plans = chunks::plan_chunks(scenario, plan, sizes, &policy, overlap_buckets);
+    let ctx = emit::StageCtx {
+        s: scenario,
+        plan,
+        sizes,
+        dp: &policy,
+        chunks: &chunk_plans,
+        overlap_buckets,
+    };
+    let mut programs = Vec::with_capacity(pp as usize);
+    for stage in 0..pp {
+        let order = pipeline::stage_order(scenario.parallel.schedule, stage, pp, vpp, m)?;
+        programs.push(emit::emit_stage(&ctx, stage, &order)?);
+    }
+    let program_of = (0..plan.world).map(|r| plan.stage_of(r)).collect();
+    Ok(Schedule {
+        programs,
+        program_of,
+    })
 }

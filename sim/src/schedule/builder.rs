@@ -1,0 +1,154 @@
+//! A program under construction: appends ops, hands out allocation tags and remembers the
+//! last op of each stream, so the emitters never index or count by hand.
+
+use crate::plan::GroupKind;
+use crate::schedule::{
+    CollectiveKind, ComputeOp, Device, Label, MemCategory, Op, OpKind, Program, ScheduleError,
+    Stream,
+};
+
+pub struct Builder {
+    ops: Vec<Op>,
+    next_tag: u32,
+    tails: [Option<u32>; Stream::COUNT],
+}
+
+/// A live allocation: its tag, to free it later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocTag(pub u32);
+
+impl Builder {
+    pub fn new() -> Builder {
+        Builder {
+            ops: Vec::new(),
+            next_tag: 0,
+            tails: [None; Stream::COUNT],
+        }
+    }
+
+    pub fn push(
+        &mut self,
+        stream: Stream,
+        kind: OpKind,
+        mut deps: Vec<u32>,
+        label: Label,
+    ) -> Result<u32, ScheduleError> {
+        let idx = u32::try_from(self.ops.len())
+            .ok()
+            .filter(|&i| i < u32::MAX)
+            .ok_or_else(|| ScheduleError::TooLarge("ops in one program".into()))?;
+        deps.sort_unstable();
+        deps.dedup();
+        self.ops.push(Op {
+            stream,
+            kind,
+            deps,
+            label,
+        });
+        self.tails[stream.index()] = Some(idx);
+        Ok(idx)
+    }
+
+    pub fn compute(
+        &mut self,
+        op: ComputeOp,
+        deps: Vec<u32>,
+        label: Label,
+    ) -> Result<u32, ScheduleError> {
+        self.push(Stream::Compute, OpKind::Compute(op), deps, label)
+    }
+
+    /// A collective on the stream that carries its group kind.
+    pub fn collective(
+        &mut self,
+        kind: CollectiveKind,
+        group: GroupKind,
+        bytes: u64,
+        calls: u32,
+        deps: Vec<u32>,
+        label: Label,
+    ) -> Result<u32, ScheduleError> {
+        self.push(
+            stream_for(group),
+            OpKind::Collective {
+                kind,
+                group,
+                bytes,
+                calls,
+            },
+            deps,
+            label,
+        )
+    }
+
+    /// Allocate `bytes`; nothing is emitted (and `None` returned) for zero bytes.
+    pub fn alloc(
+        &mut self,
+        stream: Stream,
+        category: MemCategory,
+        device: Device,
+        bytes: u64,
+        deps: Vec<u32>,
+        label: Label,
+    ) -> Result<Option<AllocTag>, ScheduleError> {
+        if bytes == 0 {
+            return Ok(None);
+        }
+        let tag = self.next_tag;
+        self.next_tag = self
+            .next_tag
+            .checked_add(1)
+            .ok_or_else(|| ScheduleError::TooLarge("allocation tags in one program".into()))?;
+        self.push(
+            stream,
+            OpKind::Alloc {
+                category,
+                device,
+                bytes,
+                tag,
+            },
+            deps,
+            label,
+        )?;
+        Ok(Some(AllocTag(tag)))
+    }
+
+    pub fn free(
+        &mut self,
+        stream: Stream,
+        tag: Option<AllocTag>,
+        deps: Vec<u32>,
+        label: Label,
+    ) -> Result<(), ScheduleError> {
+        if let Some(AllocTag(tag)) = tag {
+            self.push(stream, OpKind::Free { tag }, deps, label)?;
+        }
+        Ok(())
+    }
+
+    /// The last op of every stream that has one.
+    pub fn tails(&self) -> Vec<u32> {
+        self.tails.iter().flatten().copied().collect()
+    }
+
+    pub fn finish(self, stage: u32) -> Program {
+        Program {
+            stage,
+            ops: self.ops,
+        }
+    }
+}
+
+/// The stream that carries collectives of a group kind.
+pub fn stream_for(group: GroupKind) -> Stream {
+    match group {
+        GroupKind::Tp => Stream::Tp,
+        GroupKind::Cp => Stream::Cp,
+        GroupKind::Ep => Stream::Ep,
+        GroupKind::Dp
+        | GroupKind::DenseDp
+        | GroupKind::ExpertDp
+        | GroupKind::Pp
+        | GroupKind::World => Stream::Dp,
+    }
+}

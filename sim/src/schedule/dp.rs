@@ -1,0 +1,261 @@
+//! Data-parallel policy: how gradients are reduced and parameters gathered across replicas.
+//! It decides the ZeRO mode, whether this step synchronises, the gradient and parameter
+//! bytes that cross the network (after compression), and how gradients are cut into buckets.
+//! The emitter asks these questions; it never reads the training config for them itself.
+//!
+//! Modelling choices (documented here, once):
+//! - Gradients are reduced in fp32 (Megatron's default: fp32 `main_grad` accumulation), so
+//!   a gradient element is [`GRAD_ELEM_BYTES`] bytes before compression. Parameters are
+//!   gathered in the compute dtype.
+//! - Buckets are cut at layer boundaries: a bucket is the smallest run of consecutive layers
+//!   (in backward order) whose gradients reach `grad_bucket_bytes`; its reduction is issued as
+//!   `calls` same-size calls of at most `grad_bucket_bytes` each.
+//! - ZeRO 0: all-reduce. ZeRO 1/2: reduce-scatter, optimizer on the shard, then all-gather the
+//!   updated parameters. Without `overlap_param_gather` that all-gather ends this step; with it,
+//!   it is issued at the start of the next step and each chunk's first forward waits for its
+//!   gather (Megatron's overlap with the next forward), so a step schedule starts with the
+//!   gathers of the previous step's update.
+//! - ZeRO 3 / FSDP: each pass that needs weights (forward, recompute + backward, backward
+//!   input) first all-gathers its layers' parameters into a gather buffer, prefetched one
+//!   pass ahead; after every backward (or weight-gradient pass) the unsharded gradients are
+//!   reduce-scattered at once, per micro batch, as FSDP does without `no_sync`.
+//! - `sync = delayed:N`: step `i` synchronises iff `i % N == N - 1` (accumulate N - 1 steps
+//!   locally, reduce and update on the N-th). A step without sync has no gradient reduction,
+//!   no optimizer step and no ZeRO-1/2 parameter gather; under ZeRO 3 it keeps full unsharded
+//!   gradients (a Buffers allocation for the step) since nothing is reduce-scattered.
+//! - `sync = async`: each step reduces the previous step's gradients (a stale copy in a
+//!   Buffers allocation of the gradient size) on the DP stream from its start, overlapping
+//!   this step's compute, and its optimizer applies them (one step stale). Not modelled for
+//!   ZeRO 3 / FSDP, whose gradients are reduce-scattered per micro batch.
+
+use crate::plan::{GroupKind, Plan};
+use crate::scenario::{GradCompression, Scenario, SyncMode};
+use crate::schedule::ScheduleError;
+use crate::workload::ParamCount;
+
+/// Bytes per gradient element on the wire before compression (fp32 reduction).
+pub const GRAD_ELEM_BYTES: u64 = 4;
+/// Bytes per index of a top-k sparsified gradient.
+pub const TOPK_INDEX_BYTES: u64 = 4;
+
+/// How parameters and gradients are sharded over data-parallel replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Zero {
+    /// Replicated: all-reduce gradients.
+    None,
+    /// ZeRO 1/2: reduce-scatter gradients, all-gather updated parameters.
+    ShardedOptimizer,
+    /// ZeRO 3 / FSDP: gather parameters per pass, reduce-scatter gradients per micro batch.
+    ShardedParams,
+}
+
+/// The data-parallel decisions for one step.
+#[derive(Clone, Debug)]
+pub struct DpPolicy {
+    pub zero: Zero,
+    /// This step reduces gradients and runs the optimizer.
+    pub syncs: bool,
+    /// The previous step ran the optimizer, so ZeRO-1/2 parameters must be gathered at the
+    /// start of this one (with overlap_param_gather).
+    pub gather_at_start: bool,
+    /// Gradient reduction is one step stale.
+    pub async_reduce: bool,
+    pub overlap_grad_reduce: bool,
+    pub overlap_param_gather: bool,
+    pub dense_group_size: u32,
+    pub expert_group_size: u32,
+    pub bucket_bytes: u64,
+    pub compression: GradCompression,
+    pub param_elem_bytes: u64,
+}
+
+impl DpPolicy {
+    pub fn new(s: &Scenario, plan: &Plan, step: u64) -> Result<DpPolicy, ScheduleError> {
+        let zero = if s.parallel.fsdp || s.parallel.zero >= 3 {
+            Zero::ShardedParams
+        } else if s.parallel.zero >= 1 {
+            Zero::ShardedOptimizer
+        } else {
+            Zero::None
+        };
+        let (syncs, gather_at_start, async_reduce) = match s.training.sync {
+            SyncMode::Sync => (true, true, false),
+            SyncMode::Async => (true, true, true),
+            SyncMode::Delayed(n) => {
+                if n == 0 {
+                    return Err(ScheduleError::Unsupported(
+                        "sync = delayed:0: the period must be at least 1".into(),
+                    ));
+                }
+                let n = u64::from(n);
+                (step % n == n - 1, step % n == 0, false)
+            }
+        };
+        if async_reduce && zero == Zero::ShardedParams {
+            return Err(ScheduleError::Unsupported(
+                "sync = async with ZeRO 3 / FSDP is not modelled: FSDP reduce-scatters \
+                 gradients every micro batch, so there is no one-step-stale reduction"
+                    .into(),
+            ));
+        }
+        if let GradCompression::Topk(f) = s.training.grad_compression {
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(ScheduleError::Unsupported(format!(
+                    "grad_compression topk:{f}: the kept fraction must be in (0, 1]"
+                )));
+            }
+        }
+        let sz = plan.sizes;
+        Ok(DpPolicy {
+            zero,
+            syncs,
+            gather_at_start,
+            async_reduce,
+            overlap_grad_reduce: s.training.overlap_grad_reduce,
+            overlap_param_gather: s.training.overlap_param_gather,
+            dense_group_size: sz.dp.saturating_mul(sz.ep).saturating_mul(sz.cp),
+            expert_group_size: sz.dp.saturating_mul(sz.cp),
+            bucket_bytes: s.training.grad_bucket_bytes.max(1),
+            compression: s.training.grad_compression,
+            param_elem_bytes: s.training.precision.bytes(),
+        })
+    }
+
+    /// Groups that reduce gradients, with the parameters each covers, skipping groups of one.
+    pub fn grad_groups(&self, params: ParamCount) -> Vec<(GroupKind, u64)> {
+        let mut out = Vec::with_capacity(2);
+        if self.dense_group_size > 1 && params.dense > 0 {
+            out.push((GroupKind::DenseDp, params.dense));
+        }
+        if self.expert_group_size > 1 && params.expert > 0 {
+            out.push((GroupKind::ExpertDp, params.expert));
+        }
+        out
+    }
+
+    /// Whether any gradient crosses the network at all.
+    pub fn reduces(&self) -> bool {
+        self.dense_group_size > 1 || self.expert_group_size > 1
+    }
+
+    /// Gradient bytes on the wire for `elems` gradient elements, after compression.
+    pub fn wire_grad_bytes(&self, elems: u64) -> u64 {
+        match self.compression {
+            GradCompression::None => elems.saturating_mul(GRAD_ELEM_BYTES),
+            GradCompression::Fp16 => elems.saturating_mul(2),
+            GradCompression::Int8 => elems,
+            GradCompression::Topk(f) => {
+                let kept = ((elems as f64) * f).ceil() as u64;
+                kept.saturating_mul(GRAD_ELEM_BYTES + TOPK_INDEX_BYTES)
+            }
+        }
+    }
+
+    pub fn compresses(&self) -> bool {
+        !matches!(self.compression, GradCompression::None)
+    }
+
+    /// Gradient bytes in memory (uncompressed) for `elems` elements.
+    pub fn grad_bytes(&self, elems: u64) -> u64 {
+        elems.saturating_mul(GRAD_ELEM_BYTES)
+    }
+
+    pub fn param_bytes(&self, elems: u64) -> u64 {
+        elems.saturating_mul(self.param_elem_bytes)
+    }
+
+    /// Wire bytes of `elems` gradient elements cut into calls of at most the bucket size
+    /// (measured before compression): `(bytes per call, calls)`, at most two entries.
+    pub fn grad_calls(&self, elems: u64) -> Vec<(u64, u32)> {
+        let per_bucket_elems = (self.bucket_bytes / GRAD_ELEM_BYTES).max(1);
+        split_calls(elems, per_bucket_elems)
+            .into_iter()
+            .map(|(e, n)| (self.wire_grad_bytes(e), n))
+            .collect()
+    }
+}
+
+/// `total` cut into pieces of `per`: `[(per, full)]` plus `[(rest, 1)]` when there is a rest.
+fn split_calls(total: u64, per: u64) -> Vec<(u64, u32)> {
+    let mut out = Vec::with_capacity(2);
+    if total == 0 || per == 0 {
+        return out;
+    }
+    let full = total / per;
+    let rest = total % per;
+    if full > 0 {
+        out.push((per, full.min(u64::from(u32::MAX)) as u32));
+    }
+    if rest > 0 {
+        out.push((rest, 1));
+    }
+    out
+}
+
+/// Group consecutive items (in the given order) until their gradient elements reach
+/// `bucket_elems`: returns the exclusive end index of each group.
+pub fn bucket_ends(elems: &[u64], bucket_elems: u64) -> Vec<usize> {
+    let mut ends = Vec::new();
+    let mut acc = 0u64;
+    for (i, e) in elems.iter().enumerate() {
+        acc = acc.saturating_add(*e);
+        if acc >= bucket_elems.max(1) {
+            ends.push(i + 1);
+            acc = 0;
+        }
+    }
+    if ends.last().copied().unwrap_or(0) < elems.len() {
+        ends.push(elems.len());
+    }
+    ends
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_split_into_full_buckets_and_a_rest() {
+        assert_eq!(split_calls(10, 4), vec![(4, 2), (2, 1)]);
+        assert_eq!(split_calls(8, 4), vec![(4, 2)]);
+        assert_eq!(split_calls(3, 4), vec![(3, 1)]);
+        assert!(split_calls(0, 4).is_empty());
+    }
+
+    #[test]
+    fn buckets_close_when_full() {
+        assert_eq!(bucket_ends(&[3, 3, 3, 3, 1], 5), vec![2, 4, 5]);
+        assert_eq!(bucket_ends(&[10, 1], 5), vec![1, 2]);
+        assert_eq!(bucket_ends(&[1, 1], 5), vec![2]);
+        assert!(bucket_ends(&[], 5).is_empty());
+    }
+
+    #[test]
+    fn compression_shrinks_wire_bytes() {
+        let s = crate::testing::small_scenario(1, 1, 2, 2);
+        let plan = Plan::new(&s).unwrap();
+        let mut p = DpPolicy::new(&s, &plan, 0).unwrap();
+        assert_eq!(p.wire_grad_bytes(1000), 4000);
+        p.compression = GradCompression::Fp16;
+        assert_eq!(p.wire_grad_bytes(1000), 2000);
+        p.compression = GradCompression::Int8;
+        assert_eq!(p.wire_grad_bytes(1000), 1000);
+        p.compression = GradCompression::Topk(0.01);
+        assert_eq!(p.wire_grad_bytes(1000), 10 * 8);
+    }
+
+    #[test]
+    fn delayed_sync_reduces_on_the_last_step_of_each_window() {
+        let mut s = crate::testing::small_scenario(1, 1, 2, 2);
+        s.training.sync = SyncMode::Delayed(3);
+        let plan = Plan::new(&s).unwrap();
+        let syncs: Vec<bool> = (0..6)
+            .map(|i| DpPolicy::new(&s, &plan, i).unwrap().syncs)
+            .collect();
+        assert_eq!(syncs, vec![false, false, true, false, false, true]);
+        let gathers: Vec<bool> = (0..4)
+            .map(|i| DpPolicy::new(&s, &plan, i).unwrap().gather_at_start)
+            .collect();
+        assert_eq!(gathers, vec![true, false, false, true]);
+    }
+}

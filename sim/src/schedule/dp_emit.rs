@@ -1,0 +1,415 @@
+//! Emits the data-parallel ops of one stage's program as [`crate::schedule::dp`] decides
+//! them: gradient buckets (all-reduce or reduce-scatter, compressed or not), ZeRO-1/2
+//! parameter all-gathers, ZeRO-3/FSDP per-pass gathers with one-ahead prefetch and per-pass
+//! reduce-scatters, the one-step-stale reduction of async sync, and the optimizer step that
+//! waits for the gradients it needs.
+
+use crate::schedule::builder::{AllocTag, Builder};
+use crate::schedule::chunks::{ChunkPlan, Seg};
+use crate::schedule::dp::{Zero, GRAD_ELEM_BYTES};
+use crate::schedule::emit::StageCtx;
+use crate::schedule::pipeline::{Pass, Slot};
+use crate::schedule::{
+    CollectiveKind, ComputeOp, Device, Gemm, Label, MemCategory, Phase, ScheduleError, Stream,
+};
+use crate::workload::ParamCount;
+use std::collections::BTreeMap;
+
+/// A ZeRO-3 gather once issued: the collectives to wait for and its buffer.
+struct Issued {
+    ops: Vec<u32>,
+    buffer: Option<AllocTag>,
+}
+
+/// A decompression still to run before the optimizer.
+struct Decompress {
+    deps: Vec<u32>,
+    elems: u64,
+    wire_bytes: u64,
+    label: Label,
+}
+
+pub struct DpEmitter<'a> {
+    ctx: &'a StageCtx<'a>,
+    stage: u32,
+    /// Parameters of each ZeRO-3 gather, in the order the passes need them.
+    gathers: Vec<(ParamCount, Label)>,
+    issued: Vec<Option<Issued>>,
+    /// The last compute op that used each gather (for the prefetch throttle).
+    gather_users: Vec<Option<u32>>,
+    /// ZeRO-1/2 parameter gathers issued at the start, waited for by each chunk's first forward.
+    start_gathers: BTreeMap<u32, Vec<u32>>,
+    /// Ops the optimizer waits for.
+    opt_deps: Vec<u32>,
+    decompress: Vec<Decompress>,
+    /// Buffers held for the whole step.
+    step_bufs: Vec<Option<AllocTag>>,
+}
+
+fn sum(a: ParamCount, b: ParamCount) -> ParamCount {
+    ParamCount {
+        dense: a.dense.saturating_add(b.dense),
+        expert: a.expert.saturating_add(b.expert),
+    }
+}
+
+fn chunk_label(c: &ChunkPlan) -> Label {
+    Label {
+        microbatch: None,
+        chunk: c.layout.chunk,
+        first_layer: c.layout.first_layer,
+        num_layers: c.layout.num_layers,
+    }
+}
+
+impl<'a> DpEmitter<'a> {
+    pub fn new(
+        ctx: &'a StageCtx<'a>,
+        stage: u32,
+        gathers: &[(ParamCount, Label)],
+    ) -> DpEmitter<'a> {
+        DpEmitter {
+            ctx,
+            stage,
+            gathers: gathers.to_vec(),
+            issued: gathers.iter().map(|_| None).collect(),
+            gather_users: vec![None; gathers.len()],
+            start_gathers: BTreeMap::new(),
+            opt_deps: Vec::new(),
+            decompress: Vec::new(),
+            step_bufs: Vec::new(),
+        }
+    }
+
+    fn reduce_kind(&self) -> CollectiveKind {
+        match self.ctx.dp.zero {
+            Zero::None => CollectiveKind::AllReduce,
+            Zero::ShardedOptimizer | Zero::ShardedParams => CollectiveKind::ReduceScatter,
+        }
+    }
+
+    fn compress_op(&self, elems: u64, wire_bytes: u64) -> ComputeOp {
+        ComputeOp {
+            phase: Phase::Compress,
+            dtype: self.ctx.s.training.precision,
+            gemms: Vec::<Gemm>::new(),
+            flops: elems,
+            memory_bytes: elems
+                .saturating_mul(GRAD_ELEM_BYTES)
+                .saturating_add(wire_bytes),
+            kernels: 1,
+        }
+    }
+
+    /// Reduce the gradients of `params` after `deps`: (compress,) collectives on the DP
+    /// stream, and the optimizer's wait (on a later decompression when compressing).
+    fn reduce(
+        &mut self,
+        b: &mut Builder,
+        params: ParamCount,
+        deps: Vec<u32>,
+        label: Label,
+    ) -> Result<Vec<u32>, ScheduleError> {
+        let dp = self.ctx.dp;
+        let groups = dp.grad_groups(params);
+        if groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let elems: u64 = groups.iter().map(|(_, e)| *e).sum();
+        let wire = dp.wire_grad_bytes(elems);
+        let mut deps = deps;
+        if dp.compresses() {
+            deps = vec![b.compute(self.compress_op(elems, wire), deps, label)?];
+        }
+        let kind = self.reduce_kind();
+        let mut ops = Vec::new();
+        for (group, e) in groups {
+            for (bytes, calls) in dp.grad_calls(e) {
+                ops.push(b.collective(kind, group, bytes, calls, deps.clone(), label)?);
+            }
+        }
+        if dp.compresses() {
+            self.decompress.push(Decompress {
+                deps: ops.clone(),
+                elems,
+                wire_bytes: wire,
+                label,
+            });
+        } else {
+            self.opt_deps.extend(ops.iter().copied());
+        }
+        Ok(ops)
+    }
+
+    /// All-gather the parameters `params` on the DP stream after `deps`.
+    fn gather_params(
+        &mut self,
+        b: &mut Builder,
+        params: ParamCount,
+        deps: Vec<u32>,
+        label: Label,
+    ) -> Result<Vec<u32>, ScheduleError> {
+        let dp = self.ctx.dp;
+        let mut ops = Vec::new();
+        for (group, e) in dp.grad_groups(params) {
+            ops.push(b.collective(
+                CollectiveKind::AllGather,
+                group,
+                dp.param_bytes(e),
+                1,
+                deps.clone(),
+                label,
+            )?);
+        }
+        Ok(ops)
+    }
+
+    fn all_params(chunks: &[ChunkPlan]) -> ParamCount {
+        chunks
+            .iter()
+            .fold(ParamCount::default(), |acc, c| sum(acc, c.params))
+    }
+
+    /// Ops at the start of the step: ZeRO-1/2 gathers of the previous update, the stale
+    /// reduction of async sync, the unsharded gradient buffer of a ZeRO-3 step without sync.
+    pub fn start(&mut self, b: &mut Builder, chunks: &[ChunkPlan]) -> Result<(), ScheduleError> {
+        let dp = self.ctx.dp;
+        if !dp.reduces() {
+            return Ok(());
+        }
+        if dp.zero == Zero::ShardedOptimizer && dp.overlap_param_gather && dp.gather_at_start {
+            for c in chunks {
+                let ops = self.gather_params(b, c.params, vec![], chunk_label(c))?;
+                self.start_gathers.insert(c.layout.chunk, ops);
+            }
+        }
+        let all = Self::all_params(chunks);
+        let elems = all.dense.saturating_add(all.expert);
+        if dp.async_reduce && dp.syncs {
+            let stale = b.alloc(
+                Stream::Dp,
+                MemCategory::Buffers,
+                Device::Gpu,
+                dp.grad_bytes(elems),
+                vec![],
+                Label::default(),
+            )?;
+            self.step_bufs.push(stale);
+            for c in chunks {
+                self.reduce(b, c.params, vec![], chunk_label(c))?;
+            }
+        }
+        if dp.zero == Zero::ShardedParams && !dp.syncs {
+            let full = b.alloc(
+                Stream::Compute,
+                MemCategory::Buffers,
+                Device::Gpu,
+                dp.grad_bytes(elems),
+                vec![],
+                Label::default(),
+            )?;
+            self.step_bufs.push(full);
+        }
+        Ok(())
+    }
+
+    fn issue_gather(
+        &mut self,
+        b: &mut Builder,
+        k: usize,
+        deps: Vec<u32>,
+    ) -> Result<(), ScheduleError> {
+        if self.issued.get(k).map(Option::is_some).unwrap_or(true) {
+            return Ok(());
+        }
+        let Some(&(params, label)) = self.gathers.get(k) else {
+            return Ok(());
+        };
+        let dp = self.ctx.dp;
+        let elems: u64 = dp.grad_groups(params).iter().map(|(_, e)| *e).sum();
+        let bytes = dp.param_bytes(elems);
+        let buffer = b.alloc(
+            Stream::Dp,
+            MemCategory::Buffers,
+            Device::Gpu,
+            bytes,
+            deps,
+            label,
+        )?;
+        let ops = self.gather_params(b, params, vec![], label)?;
+        if let Some(slot) = self.issued.get_mut(k) {
+            *slot = Some(Issued { ops, buffer });
+        }
+        Ok(())
+    }
+
+    /// Ops the compute of a pass must wait for; issues ZeRO-3 gathers (the pass's own if not
+    /// yet issued, and the next one as prefetch once the pass before this one is done).
+    pub fn before_compute(
+        &mut self,
+        b: &mut Builder,
+        gather: Option<usize>,
+        new_gather: bool,
+        slot: Slot,
+    ) -> Result<Vec<u32>, ScheduleError> {
+        let mut deps = Vec::new();
+        if slot.pass == Pass::Forward {
+            if let Some(ops) = self.start_gathers.remove(&slot.chunk) {
+                deps.extend(ops);
+            }
+        }
+        if let (Some(k), true) = (gather, new_gather) {
+            self.issue_gather(b, k, vec![])?;
+            let throttle: Vec<u32> = k
+                .checked_sub(1)
+                .and_then(|p| self.gather_users.get(p).copied().flatten())
+                .into_iter()
+                .collect();
+            self.issue_gather(b, k + 1, throttle)?;
+            if let Some(Some(issued)) = self.issued.get(k) {
+                deps.extend(issued.ops.iter().copied());
+            }
+        }
+        Ok(deps)
+    }
+
+    /// After a pass's compute: note the gather's user; free the gather buffer after its last.
+    pub fn after_compute(
+        &mut self,
+        b: &mut Builder,
+        gather: Option<usize>,
+        compute: u32,
+        last_user: bool,
+    ) -> Result<(), ScheduleError> {
+        let Some(k) = gather else { return Ok(()) };
+        if let Some(u) = self.gather_users.get_mut(k) {
+            *u = Some(compute);
+        }
+        if last_user {
+            let buffer = self
+                .issued
+                .get_mut(k)
+                .and_then(Option::as_mut)
+                .and_then(|i| i.buffer.take());
+            b.free(Stream::Compute, buffer, vec![compute], Label::default())?;
+        }
+        Ok(())
+    }
+
+    fn reduces_per_pass(&self) -> bool {
+        let dp = self.ctx.dp;
+        dp.zero == Zero::ShardedParams && dp.syncs && dp.reduces()
+    }
+
+    /// The unsharded gradient buffer a ZeRO-3 pass writes before it is reduce-scattered.
+    pub fn grad_buffer(
+        &mut self,
+        b: &mut Builder,
+        seg: &Seg,
+        label: Label,
+    ) -> Result<Option<AllocTag>, ScheduleError> {
+        if !self.reduces_per_pass() {
+            return Ok(None);
+        }
+        b.alloc(
+            Stream::Compute,
+            MemCategory::Buffers,
+            Device::Gpu,
+            self.ctx.dp.grad_bytes(seg.elems()),
+            vec![],
+            label,
+        )
+    }
+
+    /// ZeRO-3: reduce-scatter this pass's gradients, then free their buffer.
+    pub fn per_pass_grads(
+        &mut self,
+        b: &mut Builder,
+        seg: &Seg,
+        compute: u32,
+        buffer: Option<AllocTag>,
+        label: Label,
+    ) -> Result<(), ScheduleError> {
+        if !self.reduces_per_pass() {
+            return Ok(());
+        }
+        let ops = self.reduce(b, seg.params, vec![compute], label)?;
+        let deps = ops
+            .last()
+            .map(|&o| vec![o])
+            .unwrap_or_else(|| vec![compute]);
+        b.free(Stream::Dp, buffer, deps, label)
+    }
+
+    /// Overlapped bucket: reduce the gradients of `segs` as soon as `compute` finished.
+    pub fn bucket(
+        &mut self,
+        b: &mut Builder,
+        segs: &[Seg],
+        chunk: u32,
+        compute: u32,
+    ) -> Result<(), ScheduleError> {
+        let params = segs
+            .iter()
+            .fold(ParamCount::default(), |acc, s| sum(acc, s.params));
+        let first = segs.first().map(|s| s.first_layer).unwrap_or(0);
+        let layers = segs.iter().map(|s| s.num_layers).sum();
+        let label = Label {
+            microbatch: None,
+            chunk,
+            first_layer: first,
+            num_layers: layers,
+        };
+        self.reduce(b, params, vec![compute], label)?;
+        Ok(())
+    }
+
+    /// End of the step: the non-overlapped reduction, decompression, the optimizer and the
+    /// ZeRO-1/2 parameter gather when it is not deferred to the next step.
+    pub fn finish(
+        &mut self,
+        b: &mut Builder,
+        chunks: &[ChunkPlan],
+        last_grad_op: Option<u32>,
+    ) -> Result<(), ScheduleError> {
+        let dp = self.ctx.dp;
+        if !dp.syncs {
+            return Ok(());
+        }
+        let tail_reduce = dp.zero != Zero::ShardedParams
+            && !dp.async_reduce
+            && !self.ctx.overlap_buckets
+            && dp.reduces();
+        if tail_reduce {
+            // Gradients finish from the last chunk down to the first.
+            for c in chunks.iter().rev() {
+                self.reduce(
+                    b,
+                    c.params,
+                    last_grad_op.into_iter().collect(),
+                    chunk_label(c),
+                )?;
+            }
+        }
+        let mut deps = std::mem::take(&mut self.opt_deps);
+        for d in std::mem::take(&mut self.decompress) {
+            let op = self.compress_op(d.elems, d.wire_bytes);
+            deps.push(b.compute(op, d.deps, d.label)?);
+        }
+        let opt = self.ctx.sizes.optimizer_step(self.stage);
+        let mut opt = opt;
+        opt.phase = Phase::Optimizer;
+        let optimizer = b.compute(opt, deps, Label::default())?;
+        if dp.zero == Zero::ShardedOptimizer && !dp.overlap_param_gather && dp.reduces() {
+            for c in chunks {
+                self.gather_params(b, c.params, vec![optimizer], chunk_label(c))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Buffers held for the whole step, to free at its end.
+    pub fn step_buffers(&mut self) -> Vec<Option<AllocTag>> {
+        std::mem::take(&mut self.step_bufs)
+    }
+}

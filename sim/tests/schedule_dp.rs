@@ -1,0 +1,225 @@
+//! Data-parallel traffic of generated schedules: overlapped buckets, compression, async and
+//! delayed sync, ZeRO-1/2 parameter gathers, ZeRO-3/FSDP per-pass gathers and scatters,
+//! expert-parallel gradient groups.
+
+use twin_sim::scenario::*;
+use twin_sim::schedule::*;
+use twin_sim::testing::small_scenario;
+
+mod common;
+use common::{gen_ok, is_phase};
+
+fn dp_scenario(zero: u8) -> Scenario {
+    let mut s = small_scenario(1, 2, 4, 4);
+    s.parallel.zero = zero;
+    s.training.grad_bucket_bytes = 1 << 20; // one uniform layer's gradients
+    s
+}
+
+fn dp_collectives(prog: &Program, kind: CollectiveKind) -> Vec<usize> {
+    use twin_sim::plan::GroupKind;
+    prog.ops
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| {
+            matches!(o.kind, OpKind::Collective { kind: k, group: GroupKind::DenseDp | GroupKind::ExpertDp, .. } if k == kind)
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+fn wire_bytes(prog: &Program, kind: CollectiveKind) -> u64 {
+    dp_collectives(prog, kind)
+        .iter()
+        .map(|&i| prog.ops[i].comm_bytes())
+        .sum()
+}
+
+#[test]
+fn overlapped_buckets_start_during_the_last_backward() {
+    let s = dp_scenario(0);
+    let prog = &gen_ok(&s, 0).programs[0];
+    let last_bwd = prog
+        .ops
+        .iter()
+        .rposition(|o| is_phase(o, Phase::Backward))
+        .unwrap();
+    let ars = dp_collectives(prog, CollectiveKind::AllReduce);
+    assert!(
+        ars.len() > 1,
+        "one bucket per layer expected, got {}",
+        ars.len()
+    );
+    assert!(
+        ars[0] < last_bwd,
+        "first bucket must be issued before the last backward piece"
+    );
+    for &i in &ars {
+        let dep = prog.ops[i].deps[0] as usize;
+        assert!(
+            is_phase(&prog.ops[dep], Phase::Backward),
+            "bucket waits for its backward piece"
+        );
+    }
+    // without overlap: every bucket after the last backward, same bytes in total
+    let mut s2 = s.clone();
+    s2.training.overlap_grad_reduce = false;
+    let prog2 = &gen_ok(&s2, 0).programs[0];
+    let last_bwd2 = prog2
+        .ops
+        .iter()
+        .rposition(|o| is_phase(o, Phase::Backward))
+        .unwrap();
+    assert!(dp_collectives(prog2, CollectiveKind::AllReduce)
+        .iter()
+        .all(|&i| i > last_bwd2));
+    assert_eq!(
+        wire_bytes(prog, CollectiveKind::AllReduce),
+        wire_bytes(prog2, CollectiveKind::AllReduce)
+    );
+}
+
+#[test]
+fn compression_shrinks_bytes_and_adds_compress_ops() {
+    let s = dp_scenario(0);
+    let plain = gen_ok(&s, 0);
+    let mut s8 = s.clone();
+    s8.training.grad_compression = GradCompression::Int8;
+    let int8 = gen_ok(&s8, 0);
+    for (a, b) in plain.programs.iter().zip(&int8.programs) {
+        let (wa, wb) = (
+            wire_bytes(a, CollectiveKind::AllReduce),
+            wire_bytes(b, CollectiveKind::AllReduce),
+        );
+        assert!(wa > 0);
+        assert_eq!(wb * 4, wa, "int8 sends a quarter of fp32 gradients");
+        let sites = dp_collectives(b, CollectiveKind::AllReduce).len();
+        let compress = b
+            .ops
+            .iter()
+            .filter(|o| is_phase(o, Phase::Compress))
+            .count();
+        assert_eq!(
+            compress,
+            2 * sites,
+            "one compress before, one decompress after each"
+        );
+        assert_eq!(
+            a.ops
+                .iter()
+                .filter(|o| is_phase(o, Phase::Compress))
+                .count(),
+            0
+        );
+    }
+}
+
+#[test]
+fn async_reduces_the_previous_gradients_from_the_start() {
+    let mut s = dp_scenario(0);
+    s.training.sync = SyncMode::Async;
+    let prog = &gen_ok(&s, 0).programs[0];
+    let first_fwd = prog
+        .ops
+        .iter()
+        .position(|o| is_phase(o, Phase::Forward))
+        .unwrap();
+    let ars = dp_collectives(prog, CollectiveKind::AllReduce);
+    assert!(!ars.is_empty());
+    assert!(ars
+        .iter()
+        .all(|&i| i < first_fwd && prog.ops[i].deps.is_empty()));
+    let opt = prog
+        .ops
+        .iter()
+        .position(|o| is_phase(o, Phase::Optimizer))
+        .unwrap();
+    for &i in &ars {
+        assert!(prog.ops[opt].deps.contains(&(i as u32)));
+    }
+}
+
+#[test]
+fn delayed_sync_reduces_only_on_the_last_step_of_a_window() {
+    let mut s = dp_scenario(1);
+    s.training.sync = SyncMode::Delayed(2);
+    for (step, syncs) in [(0u64, false), (1, true), (2, false), (3, true)] {
+        let sched = gen_ok(&s, step);
+        let prog = &sched.programs[1];
+        let rs = dp_collectives(prog, CollectiveKind::ReduceScatter).len();
+        let opt = prog
+            .ops
+            .iter()
+            .filter(|o| is_phase(o, Phase::Optimizer))
+            .count();
+        assert_eq!((rs > 0, opt == 1), (syncs, syncs), "step {step}");
+    }
+    // generate() builds the synchronising step
+    assert_eq!(representative_step(&s), 1);
+}
+
+#[test]
+fn zero1_gathers_parameters_after_the_update_or_at_the_next_start() {
+    let mut s = dp_scenario(1);
+    s.training.overlap_param_gather = false;
+    let prog = &gen_ok(&s, 0).programs[0];
+    let opt = prog
+        .ops
+        .iter()
+        .position(|o| is_phase(o, Phase::Optimizer))
+        .unwrap();
+    let ags = dp_collectives(prog, CollectiveKind::AllGather);
+    assert!(!ags.is_empty() && ags.iter().all(|&i| i > opt));
+    s.training.overlap_param_gather = true;
+    let prog = &gen_ok(&s, 0).programs[0];
+    let first_fwd = prog
+        .ops
+        .iter()
+        .position(|o| is_phase(o, Phase::Forward))
+        .unwrap();
+    let ags = dp_collectives(prog, CollectiveKind::AllGather);
+    assert!(!ags.is_empty() && ags.iter().all(|&i| i < first_fwd));
+    assert!(ags
+        .iter()
+        .all(|i| prog.ops[first_fwd].deps.contains(&(*i as u32))));
+}
+
+#[test]
+fn zero3_gathers_before_every_pass_and_scatters_after_every_backward() {
+    for fsdp in [false, true] {
+        let mut s = dp_scenario(if fsdp { 0 } else { 3 });
+        s.parallel.fsdp = fsdp;
+        let prog = &gen_ok(&s, 0).programs[1];
+        let count = |p| prog.ops.iter().filter(|o| is_phase(o, p)).count();
+        let (f, b) = (count(Phase::Forward), count(Phase::Backward));
+        assert_eq!(dp_collectives(prog, CollectiveKind::AllGather).len(), f + b);
+        assert_eq!(dp_collectives(prog, CollectiveKind::ReduceScatter).len(), b);
+        assert!(dp_collectives(prog, CollectiveKind::AllReduce).is_empty());
+    }
+}
+
+#[test]
+fn expert_gradients_reduce_over_the_expert_replicas() {
+    use twin_sim::plan::GroupKind;
+    let mut s = small_scenario(1, 1, 2, 4);
+    s.parallel.ep = 2;
+    s.cluster.gpus = 4;
+    s.training.global_batch = 4 * 2 * 2;
+    s.model.moe = Some(Moe {
+        experts: 4,
+        top_k: 2,
+        moe_every: 1,
+    });
+    let prog = &gen_ok(&s, 0).programs[0];
+    let groups: std::collections::BTreeSet<GroupKind> = prog
+        .ops
+        .iter()
+        .filter_map(|o| match o.kind {
+            OpKind::Collective { group, .. } => Some(group),
+            _ => None,
+        })
+        .collect();
+    assert!(groups.contains(&GroupKind::DenseDp));
+    assert!(groups.contains(&GroupKind::ExpertDp));
+    assert!(groups.contains(&GroupKind::Ep));
+}
