@@ -189,6 +189,10 @@ proptest! {
         // deterministic
         let (_, again) = generate_uniform(&s, c.step);
         prop_assert_eq!(Some(&sched), again.as_ref().ok());
+        // and the real path, with sizes from the workload model, validates too
+        let real = generate_step(&s, &plan, c.step)
+            .map_err(|e| TestCaseError::fail(format!("{e} for {c:?}")))?;
+        real.validate(&plan).map_err(|e| TestCaseError::fail(format!("real sizes: {e} for {c:?}")))?;
     }
 }
 
@@ -311,10 +315,8 @@ fn chunk_granularity_keeps_programs_small_at_512_gpus() {
     sched.validate(&plan).unwrap();
 }
 
-/// The real path: sizes from `workload`. Its bodies are written on another branch; this
-/// runs once they are merged (`cargo test -- --ignored` before then fails on the stubs).
+/// The real path: sizes from `workload`.
 #[test]
-#[ignore = "needs workload.rs bodies (merged separately)"]
 fn real_workload_schedules_validate() {
     for sched_kind in [
         PipelineSchedule::Gpipe,
