@@ -4,8 +4,10 @@
 //! and a report.
 
 pub mod cost;
+pub mod engine;
 pub mod plan;
 pub mod scenario;
 pub mod schedule;
 pub mod testing;
+pub mod trace;
 pub mod workload;

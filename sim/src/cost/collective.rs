@@ -111,10 +111,7 @@ impl TierModel {
         let s = bytes as f64;
         let nf = f64::from(n);
         let (bw, lat) = self.ring_link(g);
-        let mut best = (
-            (nf - 1.0) / nf * s / bw + (nf - 1.0) * lat,
-            Algorithm::Ring,
-        );
+        let mut best = ((nf - 1.0) / nf * s / bw + (nf - 1.0) * lat, Algorithm::Ring);
         match kind {
             CollectiveKind::AllReduce => {
                 best.0 *= 2.0;
@@ -250,7 +247,11 @@ mod tests {
         // GB/s * 0.94 = 188 GB/s (network.toml quotes 192 GB/s for DGX A100 HDR).
         let e = m.estimate(CollectiveKind::AllReduce, shape(32, 4, 8), 4 << 30);
         let bus = bus_bandwidth(CollectiveKind::AllReduce, 32, 4 << 30, e.time_ns);
-        assert!(bus > 180e9 && bus <= 188e9 + 1e6, "{bus} via {:?}", e.algorithm);
+        assert!(
+            bus > 180e9 && bus <= 188e9 + 1e6,
+            "{bus} via {:?}",
+            e.algorithm
+        );
     }
 
     #[test]

@@ -1,0 +1,663 @@
+//! The engine's state machine: per-rank state in flat arrays, the event loop, and what
+//! happens when an op becomes ready, arrives at a rendezvous, and completes.
+//!
+//! An op is *ready* when it heads its stream, its stream is not running anything, and every
+//! dep is done. Only stream heads can be ready, so a rank keeps a bitmask of streams whose
+//! head has not started, and after each completion re-checks just those heads. Compute and
+//! checkpoint ops finish after their cost; p2p and collectives first wait for their
+//! counterparts, then run; alloc and free finish at once (through the `instant` FIFO, so
+//! there is no recursion and no heap traffic for them).
+
+use super::compile::{compile, CKind, CProgram, GROUP_KINDS};
+use super::queue::EventQueue;
+use super::{deadlock, RankStats, SimError, SimOptions, SimResult};
+use crate::cost::CostModel;
+use crate::plan::{GroupKind, Plan};
+use crate::schedule::{CollectiveKind, MemCategory, OpKind, Schedule, Stream};
+use crate::trace::{MemorySample, Trace, TraceEvent};
+use std::collections::VecDeque;
+
+/// Marks an event payload as "collective (group, seq) finished" instead of "(rank, op)
+/// finished". Ranks and group ids stay far below 2^31 (the plan caps the world at 2^20).
+const COLL_BIT: u32 = 1 << 31;
+const STREAMS: usize = Stream::COUNT;
+
+/// Everything that does not change during a run.
+pub(crate) struct Ctx<'a> {
+    pub plan: &'a Plan,
+    pub schedule: &'a Schedule,
+    pub cost: &'a dyn CostModel,
+    pub opts: &'a SimOptions,
+    pub progs: Vec<CProgram>,
+    pub prog_of: &'a [u32],
+    /// Resolved peers per rank, indexed by `compile::peer_index`.
+    pub peers: Vec<[u32; 4]>,
+    /// `group_of[kind * world + rank]`: the concrete group of each kind.
+    pub group_of: Vec<u32>,
+    pub world: usize,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(
+        plan: &'a Plan,
+        schedule: &'a Schedule,
+        cost: &'a dyn CostModel,
+        opts: &'a SimOptions,
+    ) -> Result<Ctx<'a>, SimError> {
+        if schedule.world() != plan.world {
+            return Err(SimError::WorldMismatch {
+                schedule: schedule.world(),
+                plan: plan.world,
+            });
+        }
+        let programs = schedule.programs.len() as u32;
+        let mut probe = vec![u32::MAX; schedule.programs.len()];
+        for (rank, &p) in schedule.program_of.iter().enumerate() {
+            match probe.get_mut(p as usize) {
+                Some(slot) => *slot = (*slot).min(rank as u32),
+                None => {
+                    return Err(SimError::NoSuchProgram {
+                        rank: rank as u32,
+                        program: p,
+                        programs,
+                    })
+                }
+            }
+        }
+        let progs = schedule
+            .programs
+            .iter()
+            .zip(&probe)
+            .enumerate()
+            .map(|(i, (p, &rank))| compile(i as u32, p, cost, rank.min(plan.world)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let world = plan.world as usize;
+        let mut group_of = Vec::with_capacity(world * GROUP_KINDS);
+        for kind in GroupKind::ALL {
+            group_of.extend((0..plan.world).map(|r| plan.group_of(r, kind)));
+        }
+        let peers = (0..plan.world)
+            .map(|r| {
+                let g = plan.group(plan.group_of(r, GroupKind::Cp));
+                let n = g.members.len();
+                let i = g.members.iter().position(|&m| m == r).unwrap_or(0);
+                let cp_next = g.members.get((i + 1) % n.max(1)).copied().unwrap_or(r);
+                let cp_prev = g.members.get((i + n - 1) % n.max(1)).copied().unwrap_or(r);
+                [plan.pp_next(r), plan.pp_prev(r), cp_next, cp_prev]
+            })
+            .collect();
+        Ok(Ctx {
+            plan,
+            schedule,
+            cost,
+            opts,
+            progs,
+            prog_of: &schedule.program_of,
+            peers,
+            group_of,
+            world,
+        })
+    }
+
+    #[inline]
+    pub fn prog(&self, rank: usize) -> &CProgram {
+        &self.progs[self.prog_of[rank] as usize]
+    }
+
+    fn op_name(&self, rank: usize, op: u32) -> String {
+        self.schedule
+            .program_of
+            .get(rank)
+            .and_then(|&p| self.schedule.programs.get(p as usize))
+            .and_then(|p| p.ops.get(op as usize))
+            .map_or_else(|| format!("op {op}"), |o| o.name())
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct StreamState {
+    /// Index into the program's `stream_ops` of the head op.
+    pub cursor: u32,
+    pub end: u32,
+    /// The head has started (running, or waiting at a rendezvous).
+    pub started: bool,
+    /// When the head started running (transfer start for communication).
+    pub start_ns: u64,
+}
+
+/// Time accounting of one rank.
+#[derive(Clone, Copy, Debug, Default)]
+struct Acct {
+    last_ns: u64,
+    compute_ns: u64,
+    comm_ns: u64,
+    idle_ns: u64,
+    running_compute: u32,
+    running_comm: u32,
+    flops: u64,
+    model_flops: u64,
+    finish_ns: u64,
+}
+
+impl Acct {
+    #[inline]
+    fn flush(&mut self, now: u64) {
+        let dt = now - self.last_ns;
+        if self.running_compute > 0 {
+            self.compute_ns += dt;
+        } else if self.running_comm > 0 {
+            self.comm_ns += dt;
+        } else {
+            self.idle_ns += dt;
+        }
+        self.last_ns = now;
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RankMem {
+    live: [u64; MemCategory::COUNT],
+    total: u64,
+    host: u64,
+    host_peak: u64,
+    peak: u64,
+    peak_ns: u64,
+    peak_op: Option<u32>,
+    at_peak: [u64; MemCategory::COUNT],
+}
+
+/// A p2p op waiting for its counterpart; stored with the receiving rank.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pending {
+    pub src: u32,
+    pub tag: u32,
+    /// A send (issued by `src`) or a receive (issued by the rank holding the mailbox).
+    pub send: bool,
+    /// Index of the op in its issuing rank's program.
+    pub op: u32,
+    pub bytes: u64,
+}
+
+/// A collective some members of a group have reached.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Inst {
+    pub seq: u32,
+    pub arrived: u32,
+    pub first_rank: u32,
+    pub first_op: u32,
+    kind: CollectiveKind,
+    bytes: u64,
+    calls: u32,
+}
+
+pub(crate) struct State {
+    pub now: u64,
+    events: u64,
+    done_off: Vec<usize>,
+    done: Vec<u64>,
+    pub streams: Vec<StreamState>,
+    waiting: Vec<u8>,
+    pub remaining: Vec<u32>,
+    acct: Vec<Acct>,
+    mem: Vec<RankMem>,
+    pub pending: Vec<Vec<Pending>>,
+    pub rendezvous: Vec<Vec<Inst>>,
+    queue: EventQueue,
+    instant: VecDeque<(u32, u32)>,
+    trace: Option<Trace>,
+}
+
+impl State {
+    fn new(ctx: &Ctx) -> State {
+        let world = ctx.world;
+        let mut done_off = Vec::with_capacity(world + 1);
+        let mut words = 0usize;
+        let mut streams = Vec::with_capacity(world * STREAMS);
+        let mut waiting = Vec::with_capacity(world);
+        let mut remaining = Vec::with_capacity(world);
+        let mut total_ops = 0usize;
+        for r in 0..world {
+            let p = ctx.prog(r);
+            done_off.push(words);
+            words += p.ops.len().div_ceil(64);
+            total_ops += p.ops.len();
+            let mut mask = 0u8;
+            for s in 0..STREAMS {
+                let (start, end) = (p.stream_start[s], p.stream_start[s + 1]);
+                if start < end {
+                    mask |= 1 << s;
+                }
+                streams.push(StreamState {
+                    cursor: start,
+                    end,
+                    started: false,
+                    start_ns: 0,
+                });
+            }
+            waiting.push(mask);
+            remaining.push(p.ops.len() as u32);
+        }
+        done_off.push(words);
+        State {
+            now: 0,
+            events: 0,
+            done_off,
+            done: vec![0; words],
+            streams,
+            waiting,
+            remaining,
+            acct: vec![Acct::default(); world],
+            mem: vec![RankMem::default(); world],
+            pending: vec![Vec::new(); world],
+            rendezvous: vec![Vec::new(); ctx.plan.groups.len()],
+            queue: EventQueue::with_capacity(world * 4),
+            instant: VecDeque::with_capacity(64),
+            trace: ctx.opts.trace.then(|| Trace {
+                events: Vec::with_capacity(total_ops),
+                memory: Vec::new(),
+            }),
+        }
+    }
+
+    #[inline]
+    pub fn is_done(&self, rank: usize, op: u32) -> bool {
+        let w = self.done_off[rank] + (op / 64) as usize;
+        self.done[w] & (1u64 << (op % 64)) != 0
+    }
+
+    #[inline]
+    fn schedule(&mut self, dur_ns: u64, a: u32, b: u32) {
+        if dur_ns == 0 {
+            self.instant.push_back((a, b));
+        } else {
+            self.queue.push(self.now.saturating_add(dur_ns), a, b);
+        }
+    }
+
+    fn dispatch(&mut self, ctx: &Ctx, a: u32, b: u32) -> Result<(), SimError> {
+        if a & COLL_BIT != 0 {
+            self.collective_done(ctx, a & !COLL_BIT, b)
+        } else {
+            self.complete(ctx, a, b)
+        }
+    }
+
+    fn try_start_heads(&mut self, ctx: &Ctx, rank: u32) -> Result<(), SimError> {
+        let mut mask = self.waiting[rank as usize];
+        while mask != 0 {
+            let s = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            self.try_start(ctx, rank, s)?;
+        }
+        Ok(())
+    }
+
+    fn try_start(&mut self, ctx: &Ctx, rank: u32, s: usize) -> Result<(), SimError> {
+        let r = rank as usize;
+        let si = r * STREAMS + s;
+        let prog = ctx.prog(r);
+        let op_idx = prog.stream_ops[self.streams[si].cursor as usize];
+        let op = &prog.ops[op_idx as usize];
+        if !prog.deps_of(op).iter().all(|&d| self.is_done(r, d)) {
+            return Ok(());
+        }
+        debug_assert!(!self.streams[si].started);
+        self.waiting[r] &= !(1u8 << s);
+        self.streams[si].started = true;
+        self.streams[si].start_ns = self.now;
+        match op.kind {
+            CKind::Compute { flops, model_flops } => {
+                let dur = match op.cached_ns {
+                    Some(ns) => ns,
+                    None => compute_ns_uncached(ctx, rank, op_idx),
+                };
+                let a = &mut self.acct[r];
+                a.flops = a.flops.saturating_add(flops);
+                a.model_flops = a.model_flops.saturating_add(model_flops);
+                a.flush(self.now);
+                a.running_compute += 1;
+                self.schedule(dur, rank, op_idx);
+            }
+            CKind::Checkpoint { .. } => {
+                let a = &mut self.acct[r];
+                a.flush(self.now);
+                a.running_comm += 1;
+                self.schedule(op.cached_ns.unwrap_or(0), rank, op_idx);
+            }
+            CKind::Alloc { .. } | CKind::Free { .. } => self.instant.push_back((rank, op_idx)),
+            CKind::P2p {
+                send,
+                peer,
+                tag,
+                bytes,
+            } => self.p2p_arrive(ctx, rank, op_idx, send, peer, tag, bytes)?,
+            CKind::Collective {
+                group_kind,
+                seq,
+                kind,
+                bytes,
+                calls,
+            } => {
+                let inst = Inst {
+                    seq,
+                    arrived: 1,
+                    first_rank: rank,
+                    first_op: op_idx,
+                    kind,
+                    bytes,
+                    calls,
+                };
+                self.collective_arrive(ctx, group_kind as usize, inst)?
+            }
+        }
+        Ok(())
+    }
+
+    /// Mark `op` of `rank` as transferring from now on (both sides of a p2p, every member of
+    /// a collective).
+    #[inline]
+    fn begin_transfer(&mut self, ctx: &Ctx, rank: u32, op: u32) {
+        let r = rank as usize;
+        let s = ctx.prog(r).ops[op as usize].stream as usize;
+        self.streams[r * STREAMS + s].start_ns = self.now;
+        let a = &mut self.acct[r];
+        a.flush(self.now);
+        a.running_comm += 1;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn p2p_arrive(
+        &mut self,
+        ctx: &Ctx,
+        rank: u32,
+        op: u32,
+        send: bool,
+        peer: u8,
+        tag: u32,
+        bytes: u64,
+    ) -> Result<(), SimError> {
+        let other_rank = ctx.peers[rank as usize][peer as usize];
+        let (src, dst) = if send {
+            (rank, other_rank)
+        } else {
+            (other_rank, rank)
+        };
+        let list = &mut self.pending[dst as usize];
+        let Some(i) = list
+            .iter()
+            .position(|p| p.src == src && p.tag == tag && p.send != send)
+        else {
+            list.push(Pending {
+                src,
+                tag,
+                send,
+                op,
+                bytes,
+            });
+            return Ok(());
+        };
+        let other = list.remove(i);
+        let (send_op, recv_op, send_bytes, recv_bytes) = if send {
+            (op, other.op, bytes, other.bytes)
+        } else {
+            (other.op, op, other.bytes, bytes)
+        };
+        if send_bytes != recv_bytes {
+            return Err(SimError::P2pMismatch {
+                src,
+                dst,
+                tag,
+                send_bytes,
+                recv_bytes,
+            });
+        }
+        let dur = ctx.cost.p2p_ns(ctx.plan, src, dst, bytes);
+        self.begin_transfer(ctx, src, send_op);
+        self.begin_transfer(ctx, dst, recv_op);
+        self.schedule(dur, src, send_op);
+        self.schedule(dur, dst, recv_op);
+        Ok(())
+    }
+
+    fn collective_arrive(&mut self, ctx: &Ctx, gk: usize, arrival: Inst) -> Result<(), SimError> {
+        let rank = arrival.first_rank;
+        let g = ctx.group_of[gk * ctx.world + rank as usize];
+        let group = ctx.plan.group(g);
+        let n = group.members.len() as u32;
+        let insts = &mut self.rendezvous[g as usize];
+        let inst = match insts.iter().position(|x| x.seq == arrival.seq) {
+            None if n > 1 => {
+                insts.push(arrival);
+                return Ok(());
+            }
+            None => arrival,
+            Some(i) => {
+                let first = &mut insts[i];
+                if (first.kind, first.bytes, first.calls)
+                    != (arrival.kind, arrival.bytes, arrival.calls)
+                {
+                    return Err(SimError::CollectiveMismatch {
+                        kind: group.kind,
+                        group: g,
+                        seq: arrival.seq,
+                        rank,
+                        op: arrival.first_op,
+                        name: ctx.op_name(rank as usize, arrival.first_op),
+                        first_rank: first.first_rank,
+                        first_name: ctx.op_name(first.first_rank as usize, first.first_op),
+                    });
+                }
+                first.arrived += 1;
+                if first.arrived < n {
+                    return Ok(());
+                }
+                insts.swap_remove(i)
+            }
+        };
+        let dur = ctx
+            .cost
+            .collective_ns(inst.kind, group, inst.bytes, inst.calls);
+        for &m in &group.members {
+            let op = ctx.prog(m as usize).coll_ops[gk][inst.seq as usize];
+            self.begin_transfer(ctx, m, op);
+        }
+        self.schedule(dur, COLL_BIT | g, inst.seq);
+        Ok(())
+    }
+
+    fn collective_done(&mut self, ctx: &Ctx, g: u32, seq: u32) -> Result<(), SimError> {
+        let group = ctx.plan.group(g);
+        let gk = super::compile::group_kind_index(group.kind);
+        for &m in &group.members {
+            let op = ctx.prog(m as usize).coll_ops[gk][seq as usize];
+            self.complete(ctx, m, op)?;
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, ctx: &Ctx, rank: u32, op_idx: u32) -> Result<(), SimError> {
+        self.events += 1;
+        if self.events > ctx.opts.max_events {
+            return Err(SimError::TooManyEvents {
+                limit: ctx.opts.max_events,
+            });
+        }
+        let r = rank as usize;
+        let prog = ctx.prog(r);
+        let op = &prog.ops[op_idx as usize];
+        let w = self.done_off[r] + (op_idx / 64) as usize;
+        debug_assert!(self.done[w] & (1u64 << (op_idx % 64)) == 0, "op done twice");
+        self.done[w] |= 1u64 << (op_idx % 64);
+        self.remaining[r] -= 1;
+        let s = op.stream as usize;
+        let si = r * STREAMS + s;
+        let start_ns = self.streams[si].start_ns;
+        {
+            let st = &mut self.streams[si];
+            debug_assert!(st.started && prog.stream_ops[st.cursor as usize] == op_idx);
+            st.started = false;
+            st.cursor += 1;
+            if st.cursor < st.end {
+                self.waiting[r] |= 1u8 << s;
+            }
+        }
+        let now = self.now;
+        let a = &mut self.acct[r];
+        a.finish_ns = now;
+        let mut flops = 0;
+        match op.kind {
+            CKind::Compute { flops: f, .. } => {
+                flops = f;
+                a.flush(now);
+                debug_assert!(a.running_compute > 0);
+                a.running_compute -= 1;
+            }
+            CKind::Checkpoint { .. } | CKind::P2p { .. } | CKind::Collective { .. } => {
+                a.flush(now);
+                debug_assert!(a.running_comm > 0);
+                a.running_comm -= 1;
+            }
+            CKind::Alloc {
+                category,
+                gpu,
+                bytes,
+            } => self.alloc(rank, op_idx, category as usize, gpu, bytes),
+            CKind::Free { alloc } => {
+                if !self.is_done(r, alloc) {
+                    return Err(SimError::FreeBeforeAlloc {
+                        rank,
+                        op: op_idx,
+                        alloc,
+                        name: ctx.op_name(r, op_idx),
+                    });
+                }
+                if let CKind::Alloc {
+                    category,
+                    gpu,
+                    bytes,
+                } = prog.ops[alloc as usize].kind
+                {
+                    self.free(rank, category as usize, gpu, bytes);
+                }
+            }
+        }
+        if let Some(t) = &mut self.trace {
+            t.events.push(TraceEvent {
+                rank,
+                stream: Stream::ALL[s],
+                op: op_idx,
+                start_ns,
+                end_ns: now,
+                bytes: op.trace_bytes(),
+                flops,
+                mem_bytes: self.mem[r].total,
+            });
+        }
+        self.try_start_heads(ctx, rank)
+    }
+
+    fn alloc(&mut self, rank: u32, op: u32, category: usize, gpu: bool, bytes: u64) {
+        let m = &mut self.mem[rank as usize];
+        if !gpu {
+            m.host = m.host.saturating_add(bytes);
+            m.host_peak = m.host_peak.max(m.host);
+            return;
+        }
+        m.live[category] = m.live[category].saturating_add(bytes);
+        m.total = m.total.saturating_add(bytes);
+        if m.total > m.peak {
+            m.peak = m.total;
+            m.peak_ns = self.now;
+            m.peak_op = Some(op);
+            m.at_peak = m.live;
+        }
+        self.sample(rank);
+    }
+
+    fn free(&mut self, rank: u32, category: usize, gpu: bool, bytes: u64) {
+        let m = &mut self.mem[rank as usize];
+        if !gpu {
+            debug_assert!(m.host >= bytes);
+            m.host = m.host.saturating_sub(bytes);
+            return;
+        }
+        debug_assert!(m.live[category] >= bytes && m.total >= bytes);
+        m.live[category] = m.live[category].saturating_sub(bytes);
+        m.total = m.total.saturating_sub(bytes);
+        self.sample(rank);
+    }
+
+    fn sample(&mut self, rank: u32) {
+        if let Some(t) = &mut self.trace {
+            t.memory.push(MemorySample {
+                rank,
+                time_ns: self.now,
+                bytes: self.mem[rank as usize].live,
+            });
+        }
+    }
+}
+
+fn compute_ns_uncached(ctx: &Ctx, rank: u32, op: u32) -> u64 {
+    let p = ctx.prog_of[rank as usize] as usize;
+    match ctx
+        .schedule
+        .programs
+        .get(p)
+        .and_then(|p| p.ops.get(op as usize))
+        .map(|o| &o.kind)
+    {
+        Some(OpKind::Compute(c)) => ctx.cost.compute_ns(rank, c),
+        _ => 0,
+    }
+}
+
+pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
+    let mut st = State::new(ctx);
+    for rank in 0..ctx.world as u32 {
+        st.try_start_heads(ctx, rank)?;
+    }
+    loop {
+        while let Some((a, b)) = st.instant.pop_front() {
+            st.dispatch(ctx, a, b)?;
+        }
+        let Some(ev) = st.queue.pop() else { break };
+        debug_assert!(ev.time_ns >= st.now, "time went backwards");
+        st.now = ev.time_ns;
+        st.dispatch(ctx, ev.a, ev.b)?;
+    }
+    if st.remaining.iter().any(|&n| n > 0) {
+        return Err(SimError::Deadlock(Box::new(deadlock::diagnose(ctx, &st))));
+    }
+    let step_time_ns = st.acct.iter().map(|a| a.finish_ns).max().unwrap_or(0);
+    let ranks = st
+        .acct
+        .iter_mut()
+        .zip(&st.mem)
+        .enumerate()
+        .map(|(r, (a, m))| {
+            a.flush(step_time_ns);
+            debug_assert_eq!(a.compute_ns + a.comm_ns + a.idle_ns, step_time_ns);
+            RankStats {
+                rank: r as u32,
+                finish_ns: a.finish_ns,
+                compute_busy_ns: a.compute_ns,
+                comm_exposed_ns: a.comm_ns,
+                idle_ns: a.idle_ns,
+                flops: a.flops,
+                model_flops: a.model_flops,
+                peak_memory_bytes: m.peak,
+                peak_time_ns: m.peak_ns,
+                peak_op: m.peak_op,
+                memory_at_peak: m.at_peak,
+                host_memory_peak_bytes: m.host_peak,
+            }
+        })
+        .collect();
+    Ok(SimResult {
+        step_time_ns,
+        events: st.events,
+        ranks,
+        trace: st.trace,
+    })
+}
