@@ -18,9 +18,15 @@ use crate::trace::{MemorySample, Trace, TraceEvent};
 use std::collections::VecDeque;
 
 /// Marks an event payload as "collective (group, seq) finished" instead of "(rank, op)
-/// finished". Ranks and group ids stay far below 2^31 (the plan caps the world at 2^20).
+/// finished". Ranks and group ids stay far below 2^30 (the plan caps the world at 2^20).
 const COLL_BIT: u32 = 1 << 31;
+/// Marks an event payload as "transfer of send (rank, op) finished": the send and its
+/// matched receive (recorded in the sender's stream state) complete together, so one heap
+/// entry serves both sides.
+const P2P_BIT: u32 = 1 << 30;
 const STREAMS: usize = Stream::COUNT;
+/// `StreamState::blocked_on` of a head that has not been checked yet.
+const UNCHECKED: u32 = u32::MAX;
 
 /// Everything that does not change during a run.
 pub(crate) struct Ctx<'a> {
@@ -121,8 +127,13 @@ pub(crate) struct StreamState {
     pub end: u32,
     /// The head has started (running, or waiting at a rendezvous).
     pub started: bool,
+    /// The dep the (not started) head was last found waiting for, or [`UNCHECKED`]. Done
+    /// bits only ever get set, so the head needs re-checking only when this op completes.
+    pub blocked_on: u32,
     /// When the head started running (transfer start for communication).
     pub start_ns: u64,
+    /// For a running send: the matched receive (rank, op).
+    pub partner: (u32, u32),
 }
 
 /// Time accounting of one rank.
@@ -231,7 +242,9 @@ impl State {
                     cursor: start,
                     end,
                     started: false,
+                    blocked_on: UNCHECKED,
                     start_ns: 0,
+                    partner: (0, 0),
                 });
             }
             waiting.push(mask);
@@ -277,17 +290,29 @@ impl State {
     fn dispatch(&mut self, ctx: &Ctx, a: u32, b: u32) -> Result<(), SimError> {
         if a & COLL_BIT != 0 {
             self.collective_done(ctx, a & !COLL_BIT, b)
+        } else if a & P2P_BIT != 0 {
+            let src = a & !P2P_BIT;
+            let s = ctx.prog(src as usize).ops[b as usize].stream as usize;
+            let (dst, recv_op) = self.streams[src as usize * STREAMS + s].partner;
+            self.complete(ctx, src, b)?;
+            self.complete(ctx, dst, recv_op)
         } else {
             self.complete(ctx, a, b)
         }
     }
 
-    fn try_start_heads(&mut self, ctx: &Ctx, rank: u32) -> Result<(), SimError> {
-        let mut mask = self.waiting[rank as usize];
+    /// Start every waiting head of `rank` that may have become ready because `completed`
+    /// finished (or that was never checked).
+    fn try_start_heads(&mut self, ctx: &Ctx, rank: u32, completed: u32) -> Result<(), SimError> {
+        let r = rank as usize;
+        let mut mask = self.waiting[r];
         while mask != 0 {
             let s = mask.trailing_zeros() as usize;
             mask &= mask - 1;
-            self.try_start(ctx, rank, s)?;
+            let b = self.streams[r * STREAMS + s].blocked_on;
+            if b == UNCHECKED || b == completed {
+                self.try_start(ctx, rank, s)?;
+            }
         }
         Ok(())
     }
@@ -298,7 +323,8 @@ impl State {
         let prog = ctx.prog(r);
         let op_idx = prog.stream_ops[self.streams[si].cursor as usize];
         let op = &prog.ops[op_idx as usize];
-        if !prog.deps_of(op).iter().all(|&d| self.is_done(r, d)) {
+        if let Some(&d) = prog.deps_of(op).iter().find(|&&d| !self.is_done(r, d)) {
+            self.streams[si].blocked_on = d;
             return Ok(());
         }
         debug_assert!(!self.streams[si].started);
@@ -414,8 +440,9 @@ impl State {
         let dur = ctx.cost.p2p_ns(ctx.plan, src, dst, bytes);
         self.begin_transfer(ctx, src, send_op);
         self.begin_transfer(ctx, dst, recv_op);
-        self.schedule(dur, src, send_op);
-        self.schedule(dur, dst, recv_op);
+        let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
+        self.streams[src as usize * STREAMS + s].partner = (dst, recv_op);
+        self.schedule(dur, P2P_BIT | src, send_op);
         Ok(())
     }
 
@@ -496,6 +523,7 @@ impl State {
             let st = &mut self.streams[si];
             debug_assert!(st.started && prog.stream_ops[st.cursor as usize] == op_idx);
             st.started = false;
+            st.blocked_on = UNCHECKED;
             st.cursor += 1;
             if st.cursor < st.end {
                 self.waiting[r] |= 1u8 << s;
@@ -553,7 +581,7 @@ impl State {
                 mem_bytes: self.mem[r].total,
             });
         }
-        self.try_start_heads(ctx, rank)
+        self.try_start_heads(ctx, rank, op_idx)
     }
 
     fn alloc(&mut self, rank: u32, op: u32, category: usize, gpu: bool, bytes: u64) {
@@ -615,7 +643,7 @@ fn compute_ns_uncached(ctx: &Ctx, rank: u32, op: u32) -> u64 {
 pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
     let mut st = State::new(ctx);
     for rank in 0..ctx.world as u32 {
-        st.try_start_heads(ctx, rank)?;
+        st.try_start_heads(ctx, rank, UNCHECKED)?;
     }
     loop {
         while let Some((a, b)) = st.instant.pop_front() {
