@@ -6,6 +6,7 @@
 pub mod cost;
 pub mod engine;
 pub mod plan;
+pub mod report;
 pub mod scenario;
 pub mod schedule;
 pub mod testing;

@@ -6,7 +6,7 @@
 mod analytic;
 mod collective;
 
-pub use analytic::Analytic;
+pub use analytic::{peak_for, Analytic};
 pub use collective::{
     Algorithm, CollectiveEstimate, GroupShape, TierModel, DEFAULT_NETWORK_EFFICIENCY,
     DEFAULT_NVLINK_EFFICIENCY,

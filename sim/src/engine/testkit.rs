@@ -11,19 +11,31 @@ use crate::schedule::{
 };
 use crate::testing::small_scenario;
 
-/// Durations read off the ops: compute takes `flops` ns, a collective `bytes * calls` ns, a
-/// p2p `bytes` ns, a checkpoint `bytes` ns. With `straggler = Some((rank, k))` compute on
-/// that rank takes k times longer (and compute is declared rank-dependent).
-#[derive(Clone, Copy, Debug, Default)]
+/// Durations read off the ops: compute takes `flops / flops_per_ns` ns (default: one FLOP
+/// per ns), a collective `bytes * calls` ns, a p2p `bytes` ns, a checkpoint `bytes` ns. With
+/// `straggler = Some((rank, k))` compute on that rank takes k times longer (and compute is
+/// declared rank-dependent).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct FixedCost {
     pub straggler: Option<(u32, u64)>,
+    pub flops_per_ns: u64,
+}
+
+impl Default for FixedCost {
+    fn default() -> Self {
+        FixedCost {
+            straggler: None,
+            flops_per_ns: 1,
+        }
+    }
 }
 
 impl CostModel for FixedCost {
     fn compute_ns(&self, rank: u32, op: &ComputeOp) -> u64 {
+        let ns = op.flops / self.flops_per_ns.max(1);
         match self.straggler {
-            Some((r, k)) if r == rank => op.flops * k,
-            _ => op.flops,
+            Some((r, k)) if r == rank => ns * k,
+            _ => ns,
         }
     }
     fn collective_ns(&self, _kind: CollectiveKind, _g: &Group, bytes: u64, calls: u32) -> u64 {
@@ -191,8 +203,8 @@ pub(crate) enum Pipeline {
 
 /// A textbook pipeline over `plan` for testing the engine against closed forms: `m` micro
 /// batches, forward `f_ns` and backward `b_ns` per stage, activations of `act_bytes` (p2p
-/// cost in ns under [`FixedCost`]), each micro batch's activation allocated at its forward
-/// and freed after its backward.
+/// cost in ns under [`FixedCost`]), each micro batch's activation (100 bytes) allocated at
+/// its forward and freed after its backward.
 pub(crate) fn pipeline(
     plan: &Plan,
     kind: Pipeline,
@@ -200,6 +212,30 @@ pub(crate) fn pipeline(
     f_ns: u64,
     b_ns: u64,
     act_bytes: u64,
+) -> Schedule {
+    let mem = PipelineMemory {
+        weights_bytes: 0,
+        activation_bytes: 100,
+    };
+    pipeline_with_memory(plan, kind, m, f_ns, b_ns, act_bytes, mem)
+}
+
+/// Memory the test pipeline allocates: weights for the whole step (first op; none when 0),
+/// activations per micro batch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PipelineMemory {
+    pub weights_bytes: u64,
+    pub activation_bytes: u64,
+}
+
+pub(crate) fn pipeline_with_memory(
+    plan: &Plan,
+    kind: Pipeline,
+    m: u32,
+    f_ns: u64,
+    b_ns: u64,
+    act_bytes: u64,
+    mem: PipelineMemory,
 ) -> Schedule {
     let p = plan.pp();
     let programs = (0..p)
@@ -221,6 +257,9 @@ pub(crate) fn pipeline(
                 }
             };
             let mut b = ProgBuilder::new(s);
+            if mem.weights_bytes > 0 {
+                b.alloc(MemCategory::Weights, mem.weights_bytes, u32::MAX, &[]);
+            }
             let mut fwd = vec![0u32; m as usize];
             for (is_fwd, i) in order {
                 let mb = Label {
@@ -246,7 +285,7 @@ pub(crate) fn pipeline(
                         OpKind::Alloc {
                             category: MemCategory::Activations,
                             device: Device::Gpu,
-                            bytes: 100,
+                            bytes: mem.activation_bytes,
                             tag: i,
                         },
                         &[],

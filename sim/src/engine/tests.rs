@@ -261,6 +261,7 @@ fn straggler_costs_are_asked_per_rank() {
     let s = per_rank(programs);
     let slow = FixedCost {
         straggler: Some((1, 3)),
+        ..FixedCost::default()
     };
     let r = simulate(&plan, &s, &slow, &SimOptions::default()).unwrap();
     assert_eq!(r.step_time_ns, 31);
