@@ -237,7 +237,9 @@ fn reference(plan: &Plan, s: &Schedule) -> Vec<Vec<Option<u64>>> {
     let mut prev: Vec<Vec<Option<usize>>> = Vec::new();
     let mut colls: Vec<BTreeMap<GroupKind, Vec<usize>>> = Vec::new();
     let mut seq_of: Vec<Vec<usize>> = Vec::new();
-    let mut p2p: BTreeMap<(u32, u32, u32), [Option<(usize, usize)>; 2]> = BTreeMap::new();
+    // (src, dst, tag) -> [send (rank, op), recv (rank, op)].
+    type Sides = [Option<(usize, usize)>; 2];
+    let mut p2p: BTreeMap<(u32, u32, u32), Sides> = BTreeMap::new();
     for (r, p) in progs.iter().enumerate() {
         let mut last: BTreeMap<Stream, usize> = BTreeMap::new();
         let mut pv = Vec::new();
