@@ -73,6 +73,9 @@ pub(crate) enum CKind {
 pub(crate) struct COp {
     pub kind: CKind,
     pub stream: u8,
+    /// Position in the program's `stream_ops`. Streams run in order, so the op is done
+    /// exactly when its stream's cursor has moved past this slot.
+    pub slot: u32,
     pub deps_start: u32,
     pub deps_end: u32,
     /// Duration of compute and checkpoint ops when it does not depend on the rank.
@@ -101,6 +104,9 @@ pub(crate) struct CProgram {
     pub stream_start: [u32; Stream::COUNT + 1],
     /// Collective ops per group kind, in program order: `coll_ops[kind][seq]`.
     pub coll_ops: [Vec<u32>; GROUP_KINDS],
+    /// FLOPs of all compute ops, and of those that count as model work.
+    pub flops: u64,
+    pub model_flops: u64,
 }
 
 impl CProgram {
@@ -120,6 +126,12 @@ pub(crate) fn compile(
     probe_rank: u32,
 ) -> Result<CProgram, SimError> {
     let n = program.ops.len();
+    if n as u64 >= u64::from(super::run::STARTED) {
+        return Err(SimError::ProgramTooLarge {
+            program: index,
+            ops: n as u64,
+        });
+    }
     let cache = cost.compute_is_rank_invariant();
     let mut ops = Vec::with_capacity(n);
     let mut deps = Vec::new();
@@ -206,6 +218,7 @@ pub(crate) fn compile(
         ops.push(COp {
             kind,
             stream: op.stream.index() as u8,
+            slot: 0,
             deps_start,
             deps_end: deps.len() as u32,
             cached_ns,
@@ -215,10 +228,28 @@ pub(crate) fn compile(
     let mut stream_start = [0u32; Stream::COUNT + 1];
     for (s, list) in per_stream.iter().enumerate() {
         stream_start[s] = stream_ops.len() as u32;
-        stream_ops.extend_from_slice(list);
+        for &op in list {
+            if let Some(o) = ops.get_mut(op as usize) {
+                o.slot = stream_ops.len() as u32;
+            }
+            stream_ops.push(op);
+        }
     }
     stream_start[Stream::COUNT] = stream_ops.len() as u32;
+    let (mut flops, mut model_flops) = (0u64, 0u64);
+    for o in &ops {
+        if let CKind::Compute {
+            flops: f,
+            model_flops: m,
+        } = o.kind
+        {
+            flops = flops.saturating_add(f);
+            model_flops = model_flops.saturating_add(m);
+        }
+    }
     Ok(CProgram {
+        flops,
+        model_flops,
         ops,
         deps,
         stream_ops,

@@ -3,7 +3,7 @@
 //! generator can be fixed from the message alone.
 
 use super::compile::CKind;
-use super::run::{Ctx, State};
+use super::run::{Ctx, State, STARTED};
 use crate::schedule::Stream;
 use serde::Serialize;
 use std::fmt;
@@ -66,7 +66,9 @@ impl fmt::Display for Deadlock {
 }
 
 pub(crate) fn diagnose(ctx: &Ctx, st: &State) -> Deadlock {
-    let blocked: Vec<usize> = (0..ctx.world).filter(|&r| st.remaining[r] > 0).collect();
+    let blocked: Vec<usize> = (0..ctx.world)
+        .filter(|&r| st.ranks.get(r).is_some_and(|x| x.remaining > 0))
+        .collect();
     let ranks = blocked
         .iter()
         .take(MAX_DESCRIBED_RANKS)
@@ -95,23 +97,21 @@ fn name(ctx: &Ctx, rank: usize, op: u32) -> String {
 
 /// The head op of stream `s` of rank `r`, if the stream still has ops.
 fn head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<u32> {
-    let ss = st.streams.get(r * Stream::COUNT + s)?;
-    if ss.cursor >= ss.end {
+    let ss = st.ranks.get(r)?.streams.get(s)?;
+    let prog = ctx.prog(r);
+    if ss.cursor >= *prog.stream_start.get(s + 1)? {
         return None;
     }
-    ctx.prog(r).stream_ops.get(ss.cursor as usize).copied()
+    prog.stream_ops.get(ss.cursor as usize).copied()
 }
 
 fn describe_head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<BlockedHead> {
     let op_idx = head(ctx, st, r, s)?;
     let prog = ctx.prog(r);
     let op = prog.ops.get(op_idx as usize)?;
-    let started = st
-        .streams
-        .get(r * Stream::COUNT + s)
-        .is_some_and(|x| x.started);
+    let started = started(st, r, s);
     let waiting_for = if !started {
-        match prog.deps_of(op).iter().find(|&&d| !st.is_done(r, d)) {
+        match prog.deps_of(op).iter().find(|&&d| !st.is_done(prog, r, d)) {
             Some(&d) => {
                 let ds = prog.ops.get(d as usize).map_or(0, |o| o.stream as usize);
                 format!(
@@ -174,11 +174,14 @@ fn arrived(ctx: &Ctx, st: &State, m: usize, gk: usize, seq: u32) -> bool {
     let Some(s) = prog.ops.get(op as usize).map(|o| o.stream as usize) else {
         return false;
     };
-    head(ctx, st, m, s) == Some(op)
-        && st
-            .streams
-            .get(m * Stream::COUNT + s)
-            .is_some_and(|x| x.started)
+    head(ctx, st, m, s) == Some(op) && started(st, m, s)
+}
+
+fn started(st: &State, r: usize, s: usize) -> bool {
+    st.ranks
+        .get(r)
+        .and_then(|x| x.streams.get(s))
+        .is_some_and(|x| x.blocked_on == STARTED)
 }
 
 fn list_ranks(ranks: &[u32]) -> String {

@@ -119,6 +119,8 @@ pub enum SimError {
         program: u32,
         programs: u32,
     },
+    #[error("program {program} has {ops} ops; the engine handles fewer than 2^32 - 2")]
+    ProgramTooLarge { program: u32, ops: u64 },
     #[error("program {program} op {op} depends on op {dep}, which is not an earlier op")]
     BadDependency { program: u32, op: u32, dep: u32 },
     #[error("program {program} op {op} frees tag {tag}, which has no earlier unfreed alloc")]

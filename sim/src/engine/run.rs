@@ -26,7 +26,10 @@ const COLL_BIT: u32 = 1 << 31;
 const P2P_BIT: u32 = 1 << 30;
 const STREAMS: usize = Stream::COUNT;
 /// `StreamState::blocked_on` of a head that has not been checked yet.
-const UNCHECKED: u32 = u32::MAX;
+pub(crate) const UNCHECKED: u32 = u32::MAX;
+/// `StreamState::blocked_on` of a head that has started (running, or waiting at a
+/// rendezvous). Programs have fewer ops than this (checked when compiling).
+pub(crate) const STARTED: u32 = u32::MAX - 1;
 
 /// Everything that does not change during a run.
 pub(crate) struct Ctx<'a> {
@@ -120,20 +123,30 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// One stream of one rank: 16 bytes, so a rank's eight streams fill two cache lines.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct StreamState {
-    /// Index into the program's `stream_ops` of the head op.
-    pub cursor: u32,
-    pub end: u32,
-    /// The head has started (running, or waiting at a rendezvous).
-    pub started: bool,
-    /// The dep the (not started) head was last found waiting for, or [`UNCHECKED`]. Done
-    /// bits only ever get set, so the head needs re-checking only when this op completes.
-    pub blocked_on: u32,
     /// When the head started running (transfer start for communication).
     pub start_ns: u64,
-    /// For a running send: the matched receive (rank, op).
-    pub partner: (u32, u32),
+    /// Index into the program's `stream_ops` of the head op; the stream is exhausted at
+    /// `stream_start[s + 1]`.
+    pub cursor: u32,
+    /// [`STARTED`], [`UNCHECKED`], or the dep the head was last found waiting for. Done bits
+    /// only ever get set, so a waiting head needs re-checking only when that dep completes.
+    pub blocked_on: u32,
+}
+
+/// The hot state of one rank, in one place so that handling an event touches few cache lines:
+/// 192 bytes, the streams in the first two lines and the rest in the third.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(64))]
+pub(crate) struct RankState {
+    pub streams: [StreamState; STREAMS],
+    acct: Acct,
+    /// Ops not yet completed.
+    pub remaining: u32,
+    /// Streams whose head exists and has not started.
+    waiting: u8,
 }
 
 /// Time accounting of one rank.
@@ -145,8 +158,6 @@ struct Acct {
     idle_ns: u64,
     running_compute: u32,
     running_comm: u32,
-    flops: u64,
-    model_flops: u64,
     finish_ns: u64,
 }
 
@@ -204,12 +215,9 @@ pub(crate) struct Inst {
 pub(crate) struct State {
     pub now: u64,
     events: u64,
-    done_off: Vec<usize>,
-    done: Vec<u64>,
-    pub streams: Vec<StreamState>,
-    waiting: Vec<u8>,
-    pub remaining: Vec<u32>,
-    acct: Vec<Acct>,
+    pub ranks: Vec<RankState>,
+    /// For a running send on (rank, stream): the matched receive (rank, op).
+    partner: Vec<(u32, u32)>,
     mem: Vec<RankMem>,
     pub pending: Vec<Vec<Pending>>,
     pub rendezvous: Vec<Vec<Inst>>,
@@ -221,45 +229,33 @@ pub(crate) struct State {
 impl State {
     fn new(ctx: &Ctx) -> State {
         let world = ctx.world;
-        let mut done_off = Vec::with_capacity(world + 1);
-        let mut words = 0usize;
-        let mut streams = Vec::with_capacity(world * STREAMS);
-        let mut waiting = Vec::with_capacity(world);
-        let mut remaining = Vec::with_capacity(world);
+        let mut ranks = Vec::with_capacity(world);
         let mut total_ops = 0usize;
         for r in 0..world {
             let p = ctx.prog(r);
-            done_off.push(words);
-            words += p.ops.len().div_ceil(64);
+            let mut rs = RankState {
+                remaining: p.ops.len() as u32,
+                ..RankState::default()
+            };
             total_ops += p.ops.len();
-            let mut mask = 0u8;
             for s in 0..STREAMS {
                 let (start, end) = (p.stream_start[s], p.stream_start[s + 1]);
                 if start < end {
-                    mask |= 1 << s;
+                    rs.waiting |= 1 << s;
                 }
-                streams.push(StreamState {
-                    cursor: start,
-                    end,
-                    started: false,
-                    blocked_on: UNCHECKED,
+                rs.streams[s] = StreamState {
                     start_ns: 0,
-                    partner: (0, 0),
-                });
+                    cursor: start,
+                    blocked_on: UNCHECKED,
+                };
             }
-            waiting.push(mask);
-            remaining.push(p.ops.len() as u32);
+            ranks.push(rs);
         }
-        done_off.push(words);
         State {
             now: 0,
             events: 0,
-            done_off,
-            done: vec![0; words],
-            streams,
-            waiting,
-            remaining,
-            acct: vec![Acct::default(); world],
+            ranks,
+            partner: vec![(0, 0); world * STREAMS],
             mem: vec![RankMem::default(); world],
             pending: vec![Vec::new(); world],
             rendezvous: vec![Vec::new(); ctx.plan.groups.len()],
@@ -273,9 +269,9 @@ impl State {
     }
 
     #[inline]
-    pub fn is_done(&self, rank: usize, op: u32) -> bool {
-        let w = self.done_off[rank] + (op / 64) as usize;
-        self.done[w] & (1u64 << (op % 64)) != 0
+    pub fn is_done(&self, prog: &CProgram, rank: usize, op: u32) -> bool {
+        let o = &prog.ops[op as usize];
+        o.slot < self.ranks[rank].streams[o.stream as usize].cursor
     }
 
     #[inline]
@@ -293,7 +289,7 @@ impl State {
         } else if a & P2P_BIT != 0 {
             let src = a & !P2P_BIT;
             let s = ctx.prog(src as usize).ops[b as usize].stream as usize;
-            let (dst, recv_op) = self.streams[src as usize * STREAMS + s].partner;
+            let (dst, recv_op) = self.partner[src as usize * STREAMS + s];
             self.complete(ctx, src, b)?;
             self.complete(ctx, dst, recv_op)
         } else {
@@ -305,11 +301,11 @@ impl State {
     /// finished (or that was never checked).
     fn try_start_heads(&mut self, ctx: &Ctx, rank: u32, completed: u32) -> Result<(), SimError> {
         let r = rank as usize;
-        let mut mask = self.waiting[r];
+        let mut mask = self.ranks[r].waiting;
         while mask != 0 {
             let s = mask.trailing_zeros() as usize;
             mask &= mask - 1;
-            let b = self.streams[r * STREAMS + s].blocked_on;
+            let b = self.ranks[r].streams[s].blocked_on;
             if b == UNCHECKED || b == completed {
                 self.try_start(ctx, rank, s)?;
             }
@@ -319,33 +315,36 @@ impl State {
 
     fn try_start(&mut self, ctx: &Ctx, rank: u32, s: usize) -> Result<(), SimError> {
         let r = rank as usize;
-        let si = r * STREAMS + s;
         let prog = ctx.prog(r);
-        let op_idx = prog.stream_ops[self.streams[si].cursor as usize];
+        let op_idx = prog.stream_ops[self.ranks[r].streams[s].cursor as usize];
         let op = &prog.ops[op_idx as usize];
-        if let Some(&d) = prog.deps_of(op).iter().find(|&&d| !self.is_done(r, d)) {
-            self.streams[si].blocked_on = d;
+        if let Some(&d) = prog
+            .deps_of(op)
+            .iter()
+            .find(|&&d| !self.is_done(prog, r, d))
+        {
+            self.ranks[r].streams[s].blocked_on = d;
             return Ok(());
         }
-        debug_assert!(!self.streams[si].started);
-        self.waiting[r] &= !(1u8 << s);
-        self.streams[si].started = true;
-        self.streams[si].start_ns = self.now;
+        let now = self.now;
+        let rs = &mut self.ranks[r];
+        debug_assert!(rs.streams[s].blocked_on != STARTED);
+        rs.waiting &= !(1u8 << s);
+        rs.streams[s].blocked_on = STARTED;
+        rs.streams[s].start_ns = now;
         match op.kind {
-            CKind::Compute { flops, model_flops } => {
+            CKind::Compute { .. } => {
                 let dur = match op.cached_ns {
                     Some(ns) => ns,
                     None => compute_ns_uncached(ctx, rank, op_idx),
                 };
-                let a = &mut self.acct[r];
-                a.flops = a.flops.saturating_add(flops);
-                a.model_flops = a.model_flops.saturating_add(model_flops);
+                let a = &mut rs.acct;
                 a.flush(self.now);
                 a.running_compute += 1;
                 self.schedule(dur, rank, op_idx);
             }
             CKind::Checkpoint { .. } => {
-                let a = &mut self.acct[r];
+                let a = &mut rs.acct;
                 a.flush(self.now);
                 a.running_comm += 1;
                 self.schedule(op.cached_ns.unwrap_or(0), rank, op_idx);
@@ -385,8 +384,9 @@ impl State {
     fn begin_transfer(&mut self, ctx: &Ctx, rank: u32, op: u32) {
         let r = rank as usize;
         let s = ctx.prog(r).ops[op as usize].stream as usize;
-        self.streams[r * STREAMS + s].start_ns = self.now;
-        let a = &mut self.acct[r];
+        let rs = &mut self.ranks[r];
+        rs.streams[s].start_ns = self.now;
+        let a = &mut rs.acct;
         a.flush(self.now);
         a.running_comm += 1;
     }
@@ -441,7 +441,7 @@ impl State {
         self.begin_transfer(ctx, src, send_op);
         self.begin_transfer(ctx, dst, recv_op);
         let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
-        self.streams[src as usize * STREAMS + s].partner = (dst, recv_op);
+        self.partner[src as usize * STREAMS + s] = (dst, recv_op);
         self.schedule(dur, P2P_BIT | src, send_op);
         Ok(())
     }
@@ -512,25 +512,23 @@ impl State {
         let r = rank as usize;
         let prog = ctx.prog(r);
         let op = &prog.ops[op_idx as usize];
-        let w = self.done_off[r] + (op_idx / 64) as usize;
-        debug_assert!(self.done[w] & (1u64 << (op_idx % 64)) == 0, "op done twice");
-        self.done[w] |= 1u64 << (op_idx % 64);
-        self.remaining[r] -= 1;
+        let now = self.now;
         let s = op.stream as usize;
-        let si = r * STREAMS + s;
-        let start_ns = self.streams[si].start_ns;
+        let rs = &mut self.ranks[r];
+        rs.remaining -= 1;
+        let start_ns = rs.streams[s].start_ns;
         {
-            let st = &mut self.streams[si];
-            debug_assert!(st.started && prog.stream_ops[st.cursor as usize] == op_idx);
-            st.started = false;
+            let st = &mut rs.streams[s];
+            debug_assert!(
+                st.blocked_on == STARTED && prog.stream_ops[st.cursor as usize] == op_idx
+            );
             st.blocked_on = UNCHECKED;
             st.cursor += 1;
-            if st.cursor < st.end {
-                self.waiting[r] |= 1u8 << s;
+            if st.cursor < prog.stream_start[s + 1] {
+                rs.waiting |= 1u8 << s;
             }
         }
-        let now = self.now;
-        let a = &mut self.acct[r];
+        let a = &mut rs.acct;
         a.finish_ns = now;
         let mut flops = 0;
         match op.kind {
@@ -551,7 +549,7 @@ impl State {
                 bytes,
             } => self.alloc(rank, op_idx, category as usize, gpu, bytes),
             CKind::Free { alloc } => {
-                if !self.is_done(r, alloc) {
+                if !self.is_done(prog, r, alloc) {
                     return Err(SimError::FreeBeforeAlloc {
                         rank,
                         op: op_idx,
@@ -654,16 +652,17 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
         st.now = ev.time_ns;
         st.dispatch(ctx, ev.a, ev.b)?;
     }
-    if st.remaining.iter().any(|&n| n > 0) {
+    if st.ranks.iter().any(|r| r.remaining > 0) {
         return Err(SimError::Deadlock(Box::new(deadlock::diagnose(ctx, &st))));
     }
-    let step_time_ns = st.acct.iter().map(|a| a.finish_ns).max().unwrap_or(0);
+    let step_time_ns = st.ranks.iter().map(|r| r.acct.finish_ns).max().unwrap_or(0);
     let ranks = st
-        .acct
+        .ranks
         .iter_mut()
         .zip(&st.mem)
         .enumerate()
-        .map(|(r, (a, m))| {
+        .map(|(r, (rs, m))| {
+            let a = &mut rs.acct;
             a.flush(step_time_ns);
             debug_assert_eq!(a.compute_ns + a.comm_ns + a.idle_ns, step_time_ns);
             RankStats {
@@ -672,8 +671,8 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
                 compute_busy_ns: a.compute_ns,
                 comm_exposed_ns: a.comm_ns,
                 idle_ns: a.idle_ns,
-                flops: a.flops,
-                model_flops: a.model_flops,
+                flops: ctx.prog(r).flops,
+                model_flops: ctx.prog(r).model_flops,
                 peak_memory_bytes: m.peak,
                 peak_time_ns: m.peak_ns,
                 peak_op: m.peak_op,
