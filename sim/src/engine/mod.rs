@@ -4,11 +4,13 @@
 //! streams, explicit deps, p2p rendezvous by (sender, receiver, tag), collectives that start
 //! when every member of the concrete group has arrived, instant alloc/free.
 //!
-//! Layout for speed: programs are compiled once per role ([`compile`]), per-rank state is a
-//! few flat arrays (done bitsets, stream cursors, a waiting-streams mask), the queue is a
-//! 4-ary heap, and the hot loop allocates nothing per event. Collective rendezvous is keyed by
-//! (concrete group, per-rank sequence number on that group); p2p mailboxes live on the
-//! receiving rank and hold at most a few entries (one per blocked stream).
+//! Layout for speed: programs are compiled once per role ([`compile`]); per-rank state is one
+//! 192-byte cache-aligned record (stream cursors, which also tell which ops are done since
+//! streams run in order; a waiting-streams mask; time accounting); the queue is a 4-ary heap;
+//! a waiting stream head is re-checked only when the dep it waits for completes; and the hot
+//! loop allocates nothing per event. Collective rendezvous is keyed by (concrete group,
+//! per-rank sequence number on that group); p2p mailboxes live on the receiving rank and hold
+//! at most a few entries (one per blocked stream); a p2p transfer is one heap entry.
 
 mod compile;
 mod deadlock;
