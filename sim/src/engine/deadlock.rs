@@ -86,15 +86,6 @@ pub(crate) fn diagnose(ctx: &Ctx, st: &State) -> Deadlock {
     }
 }
 
-fn name(ctx: &Ctx, rank: usize, op: u32) -> String {
-    ctx.schedule
-        .program_of
-        .get(rank)
-        .and_then(|&p| ctx.schedule.programs.get(p as usize))
-        .and_then(|p| p.ops.get(op as usize))
-        .map_or_else(|| format!("op {op}"), |o| o.name())
-}
-
 /// The head op of stream `s` of rank `r`, if the stream still has ops.
 fn head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<u32> {
     let ss = st.ranks.get(r)?.streams.get(s)?;
@@ -116,7 +107,7 @@ fn describe_head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<BlockedHea
                 let ds = prog.ops.get(d as usize).map_or(0, |o| o.stream as usize);
                 format!(
                     "op {d} \"{}\" on stream {}",
-                    name(ctx, r, d),
+                    ctx.op_name(r, d),
                     Stream::ALL[ds].name()
                 )
             }
@@ -160,7 +151,7 @@ fn describe_head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<BlockedHea
     Some(BlockedHead {
         stream: Stream::ALL[s],
         op: op_idx,
-        name: name(ctx, r, op_idx),
+        name: ctx.op_name(r, op_idx),
         waiting_for,
     })
 }

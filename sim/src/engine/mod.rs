@@ -13,6 +13,7 @@
 //! at most a few entries (one per blocked stream); a p2p transfer is one heap entry.
 
 mod compile;
+mod context;
 mod deadlock;
 #[cfg(test)]
 mod proptests;
