@@ -31,8 +31,18 @@ fn simulate_main_scenario_prints_a_readable_report() {
     let o = twin(&["simulate", "scenarios/512xA100.toml"]);
     assert!(o.status.success(), "stderr: {}", stderr(&o));
     let out = stdout(&o);
-    for needle in ["step time", "tokens/s", "MFU", "bubble", "exposed", "memory"] {
-        assert!(out.to_lowercase().contains(&needle.to_lowercase()), "missing {needle:?} in:\n{out}");
+    for needle in [
+        "step time",
+        "tokens/s",
+        "MFU",
+        "bubble",
+        "exposed",
+        "memory",
+    ] {
+        assert!(
+            out.to_lowercase().contains(&needle.to_lowercase()),
+            "missing {needle:?} in:\n{out}"
+        );
     }
 }
 
@@ -70,8 +80,18 @@ fn simulate_json_has_the_stable_fields() {
         assert!(r.get("stage").is_some());
         assert!(r.get("peak_memory_bytes").is_some());
         let b = &r["memory_breakdown"];
-        for cat in ["weights", "grads", "optimizer", "activations", "buffers", "reserved"] {
-            assert!(b.get(cat).and_then(|x| x.as_u64()).is_some(), "breakdown lacks {cat}");
+        for cat in [
+            "weights",
+            "grads",
+            "optimizer",
+            "activations",
+            "buffers",
+            "reserved",
+        ] {
+            assert!(
+                b.get(cat).and_then(|x| x.as_u64()).is_some(),
+                "breakdown lacks {cat}"
+            );
         }
     }
     // tokens/s follows from the step time and the batch: 512 sequences of 2048 tokens.
@@ -105,15 +125,24 @@ fn same_scenario_and_seed_give_byte_identical_json_and_trace() {
 #[test]
 fn trace_is_chrome_json_with_ranks_streams_and_memory_counter() {
     let t = tmp("small.trace.json");
-    let o = twin(&["simulate", "scenarios/small.toml", "--trace", t.to_str().unwrap()]);
+    let o = twin(&[
+        "simulate",
+        "scenarios/small.toml",
+        "--trace",
+        t.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "stderr: {}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
     let events = v["traceEvents"].as_array().expect("traceEvents array");
     let has = |ph: &str| events.iter().any(|e| e["ph"] == ph);
     assert!(has("X"), "no complete events");
     assert!(has("C"), "no counter (memory) events");
-    assert!(events.iter().any(|e| e["ph"] == "M" && e["name"] == "process_name"));
-    assert!(events.iter().any(|e| e["ph"] == "M" && e["name"] == "thread_name"));
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "M" && e["name"] == "process_name"));
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "M" && e["name"] == "thread_name"));
 }
 
 #[test]
@@ -135,7 +164,12 @@ fn set_override_changes_the_prediction_and_is_validated() {
     assert_ne!(a["step_time_s"], b["step_time_s"]);
     assert_ne!(a["peak_memory_bytes"], b["peak_memory_bytes"]);
 
-    let bad = twin(&["simulate", "scenarios/512xA100.toml", "--set", "parallel.pp=3"]);
+    let bad = twin(&[
+        "simulate",
+        "scenarios/512xA100.toml",
+        "--set",
+        "parallel.pp=3",
+    ]);
     assert_eq!(bad.status.code(), Some(2), "bad input exits 2");
     let err = stderr(&bad);
     assert!(err.contains("parallel.pp"), "error names the key: {err}");
@@ -144,11 +178,19 @@ fn set_override_changes_the_prediction_and_is_validated() {
 #[test]
 fn invalid_scenario_names_file_line_key_and_allowed_values() {
     let p = tmp("bad.toml");
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/small.toml")).unwrap();
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/small.toml"))
+            .unwrap();
     // Replace the schedule with a typo.
     let re = text
         .lines()
-        .map(|l| if l.trim_start().starts_with("schedule") { "schedule = \"1fb1\"".to_string() } else { l.to_string() })
+        .map(|l| {
+            if l.trim_start().starts_with("schedule") {
+                "schedule = \"1fb1\"".to_string()
+            } else {
+                l.to_string()
+            }
+        })
         .collect::<Vec<_>>()
         .join("\n");
     assert!(re.contains("1fb1"), "small.toml sets parallel.schedule");
@@ -159,7 +201,10 @@ fn invalid_scenario_names_file_line_key_and_allowed_values() {
     assert!(err.contains("bad.toml:"), "names the file: {err}");
     assert!(err.contains("parallel.schedule"), "names the key: {err}");
     assert!(err.contains("1fb1"), "names the value: {err}");
-    assert!(err.contains("interleaved-1f1b"), "lists what is allowed: {err}");
+    assert!(
+        err.contains("interleaved-1f1b"),
+        "lists what is allowed: {err}"
+    );
 }
 
 #[test]
@@ -173,7 +218,14 @@ fn missing_file_is_a_clear_error_not_a_panic() {
 
 #[test]
 fn bench_reports_events_per_second() {
-    let o = twin(&["bench", "scenarios/small.toml", "--repeat", "1", "--format", "json"]);
+    let o = twin(&[
+        "bench",
+        "scenarios/small.toml",
+        "--repeat",
+        "1",
+        "--format",
+        "json",
+    ]);
     assert!(o.status.success(), "stderr: {}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let row = &v[0];

@@ -3,8 +3,15 @@
 //! runtime), and executed by a discrete-event engine over cost models; the result is a trace
 //! and a report.
 
+pub mod cost;
+pub mod engine;
 pub mod plan;
+pub mod report;
 pub mod scenario;
 pub mod schedule;
 pub mod testing;
+pub mod trace;
 pub mod workload;
+
+mod predict;
+pub use predict::{predict, PredictError, PredictOptions, Prediction, Staged};

@@ -36,7 +36,12 @@ impl Staged {
         let plan = Plan::new(scenario)?;
         let schedule = generate(scenario, &plan)?;
         let cost = Analytic::new(scenario);
-        Ok(Staged { scenario: scenario.clone(), plan, schedule, cost })
+        Ok(Staged {
+            scenario: scenario.clone(),
+            plan,
+            schedule,
+            cost,
+        })
     }
 
     pub fn validate(&self) -> Result<(), PredictError> {
@@ -76,9 +81,26 @@ pub fn predict(scenario: &Scenario, opts: &PredictOptions) -> Result<Prediction,
     let start = Instant::now();
     let staged = Staged::new(scenario)?;
     staged.validate()?;
-    let sim_opts = SimOptions { trace: opts.trace, ..SimOptions::default() };
+    let sim_opts = SimOptions {
+        trace: opts.trace,
+        ..SimOptions::default()
+    };
     let result = staged.simulate(&sim_opts)?;
-    let wall_s = if opts.reproducible { 0.0 } else { start.elapsed().as_secs_f64() };
-    let report = Report::build(&staged.scenario, &staged.plan, &staged.schedule, &result, wall_s);
-    Ok(Prediction { staged, result, report })
+    let wall_s = if opts.reproducible {
+        0.0
+    } else {
+        start.elapsed().as_secs_f64()
+    };
+    let report = Report::build(
+        &staged.scenario,
+        &staged.plan,
+        &staged.schedule,
+        &result,
+        wall_s,
+    );
+    Ok(Prediction {
+        staged,
+        result,
+        report,
+    })
 }

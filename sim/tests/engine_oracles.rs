@@ -67,7 +67,12 @@ fn gpipe_and_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1() {
         for (p, m) in [(2u32, 4u64), (4, 8), (4, 32), (8, 16), (8, 64)] {
             let (_, res) = run(&pipeline(p, m, schedule, 1), &FreeComm);
             let want = f64::from(p - 1) / (m as f64 + f64::from(p) - 1.0);
-            assert_close(res.bubble_fraction(), want, 0.005, &format!("{schedule:?} p={p} m={m}"));
+            assert_close(
+                res.bubble_fraction(),
+                want,
+                0.005,
+                &format!("{schedule:?} p={p} m={m}"),
+            );
             assert_eq!(res.exposed_comm_fraction(), 0.0);
         }
     }
@@ -76,17 +81,29 @@ fn gpipe_and_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1() {
 #[test]
 fn interleaving_divides_the_bubble_by_v() {
     for (p, v, m) in [(4u32, 2u32, 8u64), (4, 4, 16), (8, 2, 16), (2, 3, 8)] {
-        let (_, res) = run(&pipeline(p, m, PipelineSchedule::Interleaved1F1B, v), &FreeComm);
+        let (_, res) = run(
+            &pipeline(p, m, PipelineSchedule::Interleaved1F1B, v),
+            &FreeComm,
+        );
         // bubble time / ideal step = (p-1)/(v m); as a fraction of the whole step:
         let ratio = f64::from(p - 1) / (f64::from(v) * m as f64);
         let want = ratio / (1.0 + ratio);
-        assert_close(res.bubble_fraction(), want, 0.005, &format!("interleaved p={p} v={v} m={m}"));
+        assert_close(
+            res.bubble_fraction(),
+            want,
+            0.005,
+            &format!("interleaved p={p} v={v} m={m}"),
+        );
     }
 }
 
 #[test]
 fn one_stage_has_no_bubble() {
-    for schedule in [PipelineSchedule::Gpipe, PipelineSchedule::OneFOneB, PipelineSchedule::ZeroBubble] {
+    for schedule in [
+        PipelineSchedule::Gpipe,
+        PipelineSchedule::OneFOneB,
+        PipelineSchedule::ZeroBubble,
+    ] {
         let (_, res) = run(&pipeline(1, 8, schedule, 1), &FreeComm);
         assert_eq!(res.bubble_fraction(), 0.0, "{schedule:?}");
     }
@@ -96,7 +113,12 @@ fn one_stage_has_no_bubble() {
 fn zero_bubble_beats_1f1b() {
     let (_, zb) = run(&pipeline(4, 8, PipelineSchedule::ZeroBubble, 1), &FreeComm);
     let (_, f1) = run(&pipeline(4, 8, PipelineSchedule::OneFOneB, 1), &FreeComm);
-    assert!(zb.bubble_fraction() < 0.8 * f1.bubble_fraction(), "zb {} vs 1f1b {}", zb.bubble_fraction(), f1.bubble_fraction());
+    assert!(
+        zb.bubble_fraction() < 0.8 * f1.bubble_fraction(),
+        "zb {} vs 1f1b {}",
+        zb.bubble_fraction(),
+        f1.bubble_fraction()
+    );
     assert!(zb.step_time_ns < f1.step_time_ns);
 }
 
@@ -106,9 +128,17 @@ fn compute_exposed_comm_and_idle_partition_each_rank_step() {
     s.training.recompute = Recompute::Selective;
     let (_, res) = run(&s, &Analytic::new(&s));
     for r in &res.ranks {
-        assert_eq!(r.compute_busy_ns + r.comm_exposed_ns + r.idle_ns, res.step_time_ns, "rank {}", r.rank);
+        assert_eq!(
+            r.compute_busy_ns + r.comm_exposed_ns + r.idle_ns,
+            res.step_time_ns,
+            "rank {}",
+            r.rank
+        );
     }
-    assert!(res.exposed_comm_fraction() > 0.0, "tp and dp communication is not free in the analytic model");
+    assert!(
+        res.exposed_comm_fraction() > 0.0,
+        "tp and dp communication is not free in the analytic model"
+    );
 }
 
 fn config() -> impl Strategy<Value = Scenario> {

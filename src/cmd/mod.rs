@@ -21,7 +21,10 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> anyhow::Result<Scenar
 
 /// Bad input (a scenario or an argument) exits 2; everything else 1.
 pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
-    if err.chain().any(|c| c.downcast_ref::<ScenarioError>().is_some()) {
+    if err
+        .chain()
+        .any(|c| c.downcast_ref::<ScenarioError>().is_some())
+    {
         ExitCode::from(2)
     } else {
         ExitCode::from(1)
@@ -32,11 +35,19 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
 pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
     use anyhow::Context;
     use std::io::Write;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let mut f = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    f.write_all(text.as_bytes()).with_context(|| format!("cannot write {}", tmp.display()))?;
+    let mut f =
+        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
     f.sync_all().ok();
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())

@@ -41,7 +41,10 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let scenario = load_scenario(&args.scenario, &args.overrides)?;
-    let opts = twin_sim::PredictOptions { trace: args.trace.is_some(), reproducible: args.reproducible };
+    let opts = twin_sim::PredictOptions {
+        trace: args.trace.is_some(),
+        reproducible: args.reproducible,
+    };
     let prediction = twin_sim::predict(&scenario, &opts)
         .with_context(|| format!("simulating {}", args.scenario.display()))?;
     if let Some(path) = &args.trace {

@@ -1,0 +1,314 @@
+//! Alpha-beta collective and point-to-point model over two link tiers (inside a node, between
+//! nodes), choosing the cheapest algorithm the way NCCL's tuner does.
+//!
+//! Tier model. Each GPU has an intra-node link (NVLink through NVSwitch) and one inter-node
+//! rail (its own NIC). Bandwidths are per GPU and per direction; each is derated by a protocol
+//! efficiency (NCCL's LL128/Simple protocols and packet headers never reach line rate).
+//! - A ring inside one node runs at the intra-node bandwidth.
+//! - A ring that spans nodes is built once per rail (NCCL opens one channel per NIC), so the
+//!   bytes crossing a node boundary are split over the `max_per_node` rails the group has on
+//!   a node: its bandwidth is `min(intra, max_per_node * inter)`, and each step pays the
+//!   inter-node latency.
+//! - Double binary tree (all-reduce): `2 ceil(log2 n)` latencies instead of `2(n-1)`, but
+//!   every link carries the whole buffer twice, so it wins only for small messages.
+//! - Hierarchical all-reduce (group spans nodes with several members per node): intra-node
+//!   reduce-scatter, inter-node all-reduce of `bytes / max_per_node` on every rail in
+//!   parallel, intra-node all-gather.
+//! - All-to-all: the intra-node and inter-node shares of the buffer move at the same time
+//!   over their own links; the slower share sets the time.
+//!
+//! The cheapest applicable algorithm is chosen per call, as NCCL's tuner does with its own
+//! (different, finer) model. Groups with uneven members per node are approximated by their
+//! busiest node (`max_per_node`).
+
+use super::secs_to_ns;
+use crate::schedule::CollectiveKind;
+use serde::Serialize;
+
+/// NCCL protocol efficiency on NVLink. network.toml: H100 ring "~370 GB/s (450 GB/s line rate
+/// less ~20% protocol)"; the same ~20% applies to A100 ("300 GB/s, ~240 effective").
+pub const DEFAULT_NVLINK_EFFICIENCY: f64 = 0.80;
+/// NCCL efficiency on InfiniBand rails. network.toml: one 400 Gb/s (50 GB/s) NDR NIC reaches
+/// 46-48 GB/s; 0.94 is the middle of that range.
+pub const DEFAULT_NETWORK_EFFICIENCY: f64 = 0.94;
+
+/// Which algorithm an estimate used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    /// A group of one rank: nothing moves.
+    Local,
+    Ring,
+    Tree,
+    Hierarchical,
+    /// All-to-all: every rank sends straight to every other rank.
+    Direct,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CollectiveEstimate {
+    pub time_ns: u64,
+    pub algorithm: Algorithm,
+}
+
+/// Link tiers as one GPU sees them; see the module doc.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TierModel {
+    /// Per GPU, per direction, line rate of the intra-node tier.
+    pub intra_bandwidth_bytes_per_s: f64,
+    pub intra_latency_ns: u64,
+    /// Per GPU (one NIC rail), per direction, line rate of the inter-node tier.
+    pub inter_bandwidth_bytes_per_s: f64,
+    pub inter_latency_ns: u64,
+    pub nvlink_efficiency: f64,
+    pub network_efficiency: f64,
+}
+
+/// Shape of the group a collective runs over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupShape {
+    pub ranks: u32,
+    pub nodes: u32,
+    pub max_per_node: u32,
+}
+
+impl TierModel {
+    fn intra_bw(&self) -> f64 {
+        positive(self.intra_bandwidth_bytes_per_s * self.nvlink_efficiency)
+    }
+    fn inter_bw(&self) -> f64 {
+        positive(self.inter_bandwidth_bytes_per_s * self.network_efficiency)
+    }
+    fn intra_lat_s(&self) -> f64 {
+        self.intra_latency_ns as f64 * 1e-9
+    }
+    fn inter_lat_s(&self) -> f64 {
+        self.inter_latency_ns as f64 * 1e-9
+    }
+
+    /// Bandwidth and per-step latency of a flat ring over the group.
+    fn ring_link(&self, g: GroupShape) -> (f64, f64) {
+        if g.nodes <= 1 {
+            (self.intra_bw(), self.intra_lat_s())
+        } else {
+            let rails = f64::from(g.max_per_node.max(1));
+            (
+                self.intra_bw().min(rails * self.inter_bw()),
+                self.inter_lat_s(),
+            )
+        }
+    }
+
+    /// One collective of `bytes` (nccl-tests buffer size) over a group of this shape.
+    pub fn estimate(&self, kind: CollectiveKind, g: GroupShape, bytes: u64) -> CollectiveEstimate {
+        let n = g.ranks;
+        if n <= 1 {
+            return CollectiveEstimate {
+                time_ns: 0,
+                algorithm: Algorithm::Local,
+            };
+        }
+        let s = bytes as f64;
+        let nf = f64::from(n);
+        let (bw, lat) = self.ring_link(g);
+        let mut best = ((nf - 1.0) / nf * s / bw + (nf - 1.0) * lat, Algorithm::Ring);
+        match kind {
+            CollectiveKind::AllReduce => {
+                best.0 *= 2.0;
+                let tree = 2.0 * log2_ceil(n) * lat + 2.0 * s / bw;
+                if tree < best.0 {
+                    best = (tree, Algorithm::Tree);
+                }
+                if g.nodes > 1 && g.max_per_node > 1 {
+                    let h = self.hierarchical_all_reduce_s(g, s);
+                    if h < best.0 {
+                        best = (h, Algorithm::Hierarchical);
+                    }
+                }
+            }
+            CollectiveKind::AllGather | CollectiveKind::ReduceScatter => {}
+            CollectiveKind::Broadcast => {
+                // Pipelined chain: the buffer crosses each link once.
+                best.0 = s / bw + (nf - 1.0) * lat;
+            }
+            CollectiveKind::AllToAll => {
+                let t = if g.nodes <= 1 {
+                    (nf - 1.0) / nf * s / self.intra_bw()
+                } else {
+                    let k = f64::from(g.max_per_node.max(1)).min(nf);
+                    let inter = (nf - k) / nf * s / self.inter_bw();
+                    let intra = (k - 1.0) / nf * s / self.intra_bw();
+                    inter.max(intra)
+                };
+                best = (t + (nf - 1.0) * lat, Algorithm::Direct);
+            }
+        }
+        CollectiveEstimate {
+            time_ns: secs_to_ns(best.0),
+            algorithm: best.1,
+        }
+    }
+
+    fn hierarchical_all_reduce_s(&self, g: GroupShape, s: f64) -> f64 {
+        let k = f64::from(g.max_per_node);
+        let nodes = f64::from(g.nodes);
+        let intra_phase = (k - 1.0) / k * s / self.intra_bw() + (k - 1.0) * self.intra_lat_s();
+        let shard = s / k;
+        let inter_ring = 2.0 * (nodes - 1.0) / nodes * shard / self.inter_bw()
+            + 2.0 * (nodes - 1.0) * self.inter_lat_s();
+        let inter_tree =
+            2.0 * log2_ceil(g.nodes) * self.inter_lat_s() + 2.0 * shard / self.inter_bw();
+        2.0 * intra_phase + inter_ring.min(inter_tree)
+    }
+
+    /// One point-to-point transfer: latency plus bytes over the tier the two ranks share.
+    pub fn p2p_ns(&self, same_node: bool, bytes: u64) -> u64 {
+        let (bw, lat) = if same_node {
+            (self.intra_bw(), self.intra_lat_s())
+        } else {
+            (self.inter_bw(), self.inter_lat_s())
+        };
+        secs_to_ns(lat + bytes as f64 / bw)
+    }
+}
+
+fn log2_ceil(n: u32) -> f64 {
+    f64::from(32 - n.saturating_sub(1).leading_zeros())
+}
+
+/// A bandwidth that is safe to divide by: non-positive or NaN becomes a tiny positive rate
+/// (so a misconfigured link gives huge times rather than infinities or panics).
+fn positive(bw: f64) -> f64 {
+    if bw.is_nan() || bw <= 1.0 {
+        1.0
+    } else {
+        bw
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::bus_bandwidth;
+
+    /// DGX A100 figures from the scenario presets: NVLink3 through NVSwitch, 12 links x 25 GB/s
+    /// = 300 GB/s per direction per GPU; one 200 Gb/s HDR rail (25 GB/s) per GPU.
+    fn dgx_a100() -> TierModel {
+        TierModel {
+            intra_bandwidth_bytes_per_s: 300e9,
+            intra_latency_ns: 3_000,
+            inter_bandwidth_bytes_per_s: 25e9,
+            inter_latency_ns: 10_000,
+            nvlink_efficiency: DEFAULT_NVLINK_EFFICIENCY,
+            network_efficiency: DEFAULT_NETWORK_EFFICIENCY,
+        }
+    }
+
+    fn shape(ranks: u32, nodes: u32, max_per_node: u32) -> GroupShape {
+        GroupShape {
+            ranks,
+            nodes,
+            max_per_node,
+        }
+    }
+
+    #[test]
+    fn log2_ceil_values() {
+        assert_eq!(log2_ceil(1), 0.0);
+        assert_eq!(log2_ceil(2), 1.0);
+        assert_eq!(log2_ceil(3), 2.0);
+        assert_eq!(log2_ceil(8), 3.0);
+        assert_eq!(log2_ceil(9), 4.0);
+    }
+
+    #[test]
+    fn large_all_reduce_uses_ring_at_effective_nvlink_rate() {
+        let m = dgx_a100();
+        let e = m.estimate(CollectiveKind::AllReduce, shape(8, 1, 8), 1 << 30);
+        assert_eq!(e.algorithm, Algorithm::Ring);
+        let bus = bus_bandwidth(CollectiveKind::AllReduce, 8, 1 << 30, e.time_ns);
+        // 300 GB/s * 0.8 = 240 GB/s, less 14 latencies of 3 us over a ~7.8 ms transfer.
+        assert!(bus < 240e9 && bus > 238e9, "{bus}");
+    }
+
+    #[test]
+    fn small_all_reduce_prefers_tree() {
+        let m = dgx_a100();
+        let e = m.estimate(CollectiveKind::AllReduce, shape(64, 64, 1), 4096);
+        assert_eq!(e.algorithm, Algorithm::Tree);
+        let ring = 2.0 * 63.0 * 10e-6;
+        assert!((e.time_ns as f64) * 1e-9 < ring);
+    }
+
+    #[test]
+    fn multi_node_ring_bandwidth_is_rails_times_nic() {
+        let m = dgx_a100();
+        // 8 GPUs per node on 4 nodes: busbw of a large all-reduce approaches 8 rails * 25
+        // GB/s * 0.94 = 188 GB/s (network.toml quotes 192 GB/s for DGX A100 HDR).
+        let e = m.estimate(CollectiveKind::AllReduce, shape(32, 4, 8), 4 << 30);
+        let bus = bus_bandwidth(CollectiveKind::AllReduce, 32, 4 << 30, e.time_ns);
+        assert!(
+            bus > 180e9 && bus <= 188e9 + 1e6,
+            "{bus} via {:?}",
+            e.algorithm
+        );
+    }
+
+    #[test]
+    fn hierarchical_wins_over_many_nodes_at_medium_sizes() {
+        let m = dgx_a100();
+        // 256 GPUs on 32 nodes, 16 MiB: the flat ring pays 510 inter-node latencies.
+        let e = m.estimate(CollectiveKind::AllReduce, shape(256, 32, 8), 16 << 20);
+        assert_ne!(e.algorithm, Algorithm::Ring);
+    }
+
+    #[test]
+    fn one_rank_costs_nothing() {
+        let m = dgx_a100();
+        for kind in [
+            CollectiveKind::AllReduce,
+            CollectiveKind::AllGather,
+            CollectiveKind::AllToAll,
+        ] {
+            assert_eq!(m.estimate(kind, shape(1, 1, 1), 1 << 20).time_ns, 0);
+        }
+    }
+
+    #[test]
+    fn all_gather_is_half_an_all_reduce_at_large_sizes() {
+        let m = dgx_a100();
+        let ar = m.estimate(CollectiveKind::AllReduce, shape(8, 1, 8), 1 << 30);
+        let ag = m.estimate(CollectiveKind::AllGather, shape(8, 1, 8), 1 << 30);
+        let ratio = ar.time_ns as f64 / ag.time_ns as f64;
+        assert!((ratio - 2.0).abs() < 0.01, "{ratio}");
+    }
+
+    #[test]
+    fn all_to_all_across_nodes_is_bound_by_the_nic() {
+        let m = dgx_a100();
+        let bytes = 1u64 << 30;
+        let e = m.estimate(CollectiveKind::AllToAll, shape(16, 2, 8), bytes);
+        // Half of each buffer leaves the node over one 23.5 GB/s rail.
+        let expect = 0.5 * bytes as f64 / (25e9 * 0.94);
+        let got = e.time_ns as f64 * 1e-9;
+        assert!(got >= expect && got < expect * 1.01, "{got} vs {expect}");
+    }
+
+    #[test]
+    fn p2p_uses_the_shared_tier() {
+        let m = dgx_a100();
+        let near = m.p2p_ns(true, 240_000_000);
+        let far = m.p2p_ns(false, 240_000_000);
+        assert_eq!(near, 1_000_000 + 3_000);
+        assert!(far > 10 * near);
+    }
+
+    #[test]
+    fn broken_links_give_large_times_not_panics() {
+        let mut m = dgx_a100();
+        m.intra_bandwidth_bytes_per_s = 0.0;
+        m.nvlink_efficiency = f64::NAN;
+        let e = m.estimate(CollectiveKind::AllReduce, shape(8, 1, 8), u64::MAX);
+        assert!(e.time_ns > 0);
+    }
+}

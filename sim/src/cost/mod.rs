@@ -1,0 +1,103 @@
+//! Cost models: how long an op of the schedule takes on modelled hardware. The engine asks a
+//! [`CostModel`] for every duration and knows nothing of GPUs or links itself, so a fitted
+//! hardware profile (calibration) can replace the default [`Analytic`] model without touching
+//! the engine.
+
+mod analytic;
+mod collective;
+
+pub use analytic::{peak_for, Analytic};
+pub use collective::{
+    Algorithm, CollectiveEstimate, GroupShape, TierModel, DEFAULT_NETWORK_EFFICIENCY,
+    DEFAULT_NVLINK_EFFICIENCY,
+};
+
+use crate::plan::{Group, Plan};
+use crate::schedule::{CollectiveKind, ComputeOp};
+
+/// Durations of ops, in nanoseconds. Implementations must be pure functions of their
+/// arguments (the engine may cache results) and must not panic on any input.
+pub trait CostModel: Send + Sync {
+    /// One compute op run by `rank` (passed so stragglers can be modelled).
+    fn compute_ns(&self, rank: u32, op: &ComputeOp) -> u64;
+    /// `calls` collectives of `bytes` each (nccl-tests buffer size, see
+    /// [`crate::schedule::OpKind::Collective`]) over one concrete group.
+    fn collective_ns(&self, kind: CollectiveKind, group: &Group, bytes: u64, calls: u32) -> u64;
+    /// One point-to-point transfer from `src` to `dst`.
+    fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64;
+    /// Writing `bytes` of one rank's state to checkpoint storage.
+    fn checkpoint_ns(&self, bytes: u64) -> u64;
+    /// True when `compute_ns` does not depend on `rank`: the engine then computes each
+    /// program's compute durations once instead of once per rank. Defaults to false, so a
+    /// model that adds stragglers is never cached by accident.
+    fn compute_is_rank_invariant(&self) -> bool {
+        false
+    }
+}
+
+/// Bus bandwidth in bytes/s as nccl-tests reports it: algorithm bandwidth (`bytes / time`)
+/// times the collective's traffic factor: `2(n-1)/n` for all-reduce, `(n-1)/n` for
+/// all-gather, reduce-scatter and all-to-all, 1 for broadcast. Zero when `time_ns` is zero.
+pub fn bus_bandwidth(kind: CollectiveKind, n: u32, bytes: u64, time_ns: u64) -> f64 {
+    if time_ns == 0 || n == 0 {
+        return 0.0;
+    }
+    let algbw = bytes as f64 / (time_ns as f64 * 1e-9);
+    algbw * bus_factor(kind, n)
+}
+
+/// The nccl-tests factor between algorithm and bus bandwidth.
+pub fn bus_factor(kind: CollectiveKind, n: u32) -> f64 {
+    let n = f64::from(n.max(1));
+    match kind {
+        CollectiveKind::AllReduce => 2.0 * (n - 1.0) / n,
+        CollectiveKind::AllGather | CollectiveKind::ReduceScatter | CollectiveKind::AllToAll => {
+            (n - 1.0) / n
+        }
+        CollectiveKind::Broadcast => 1.0,
+    }
+}
+
+/// Seconds (f64) to whole nanoseconds, rounded to nearest but at least 1 for any positive
+/// time (so no real work takes zero time); saturates instead of overflowing, and maps NaN or
+/// negative input to zero.
+pub(crate) fn secs_to_ns(secs: f64) -> u64 {
+    let ns = (secs * 1e9).round();
+    if ns.is_nan() || secs <= 0.0 {
+        0
+    } else if ns >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        (ns as u64).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_bandwidth_follows_nccl_tests_definitions() {
+        // 1 GB in 1 ms = 1 TB/s algbw.
+        let t = 1_000_000;
+        let b = 1_000_000_000;
+        let ar = bus_bandwidth(CollectiveKind::AllReduce, 8, b, t);
+        assert!((ar - 1.75e12).abs() < 1e3, "{ar}");
+        let ag = bus_bandwidth(CollectiveKind::AllGather, 8, b, t);
+        assert!((ag - 0.875e12).abs() < 1e3, "{ag}");
+        let bc = bus_bandwidth(CollectiveKind::Broadcast, 8, b, t);
+        assert!((bc - 1e12).abs() < 1e3, "{bc}");
+        assert_eq!(bus_bandwidth(CollectiveKind::AllReduce, 8, b, 0), 0.0);
+        assert_eq!(bus_bandwidth(CollectiveKind::AllReduce, 1, b, t), 0.0);
+    }
+
+    #[test]
+    fn secs_to_ns_rounds_and_saturates() {
+        assert_eq!(secs_to_ns(2.4e-9), 2);
+        assert_eq!(secs_to_ns(0.2e-9), 1);
+        assert_eq!(secs_to_ns(0.0), 0);
+        assert_eq!(secs_to_ns(-1.0), 0);
+        assert_eq!(secs_to_ns(f64::NAN), 0);
+        assert_eq!(secs_to_ns(1e30), u64::MAX);
+    }
+}

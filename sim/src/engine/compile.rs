@@ -1,0 +1,271 @@
+//! Programs compiled for the engine: flat arrays the hot loop can read without chasing the
+//! IR's nested vectors. Done once per program (role), shared by every rank that runs it. This
+//! is also where malformed programs are rejected (deps that do not point backwards, frees
+//! without an alloc), so the hot loop can trust its indices.
+
+use super::SimError;
+use crate::cost::CostModel;
+use crate::plan::GroupKind;
+use crate::schedule::{CollectiveKind, OpKind, Peer, Program, Stream};
+use std::collections::BTreeMap;
+
+pub(crate) const GROUP_KINDS: usize = GroupKind::ALL.len();
+
+/// Position of a group kind in [`GroupKind::ALL`].
+pub(crate) fn group_kind_index(kind: GroupKind) -> usize {
+    match kind {
+        GroupKind::Tp => 0,
+        GroupKind::Cp => 1,
+        GroupKind::Ep => 2,
+        GroupKind::Dp => 3,
+        GroupKind::DenseDp => 4,
+        GroupKind::ExpertDp => 5,
+        GroupKind::Pp => 6,
+        GroupKind::World => 7,
+    }
+}
+
+/// Position of a peer in the engine's per-rank peer table.
+pub(crate) fn peer_index(peer: Peer) -> usize {
+    match peer {
+        Peer::PpNext => 0,
+        Peer::PpPrev => 1,
+        Peer::CpNext => 2,
+        Peer::CpPrev => 3,
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CKind {
+    Compute {
+        flops: u64,
+        model_flops: u64,
+    },
+    Checkpoint {
+        bytes: u64,
+    },
+    P2p {
+        send: bool,
+        peer: u8,
+        tag: u32,
+        bytes: u64,
+    },
+    Collective {
+        group_kind: u8,
+        /// This op's position among the program's collectives on the same group kind.
+        seq: u32,
+        kind: CollectiveKind,
+        bytes: u64,
+        calls: u32,
+    },
+    Alloc {
+        category: u8,
+        gpu: bool,
+        bytes: u64,
+    },
+    Free {
+        /// The alloc op this free releases.
+        alloc: u32,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct COp {
+    pub kind: CKind,
+    pub stream: u8,
+    /// Position in the program's `stream_ops`. Streams run in order, so the op is done
+    /// exactly when its stream's cursor has moved past this slot.
+    pub slot: u32,
+    pub deps_start: u32,
+    pub deps_end: u32,
+    /// Duration of compute and checkpoint ops when it does not depend on the rank.
+    pub cached_ns: Option<u64>,
+}
+
+impl COp {
+    /// Bytes the trace reports: moved over links, allocated, or written.
+    pub fn trace_bytes(&self) -> u64 {
+        match self.kind {
+            CKind::Checkpoint { bytes } | CKind::P2p { bytes, .. } | CKind::Alloc { bytes, .. } => {
+                bytes
+            }
+            CKind::Collective { bytes, calls, .. } => bytes.saturating_mul(u64::from(calls)),
+            CKind::Compute { .. } | CKind::Free { .. } => 0,
+        }
+    }
+}
+
+pub(crate) struct CProgram {
+    pub ops: Vec<COp>,
+    /// Deps of op i are `deps[ops[i].deps_start..ops[i].deps_end]`.
+    pub deps: Vec<u32>,
+    /// Ops of stream s in program order are `stream_ops[stream_start[s]..stream_start[s+1]]`.
+    pub stream_ops: Vec<u32>,
+    pub stream_start: [u32; Stream::COUNT + 1],
+    /// Collective ops per group kind, in program order: `coll_ops[kind][seq]`.
+    pub coll_ops: [Vec<u32>; GROUP_KINDS],
+    /// FLOPs of all compute ops, and of those that count as model work.
+    pub flops: u64,
+    pub model_flops: u64,
+}
+
+impl CProgram {
+    pub fn deps_of(&self, op: &COp) -> &[u32] {
+        self.deps
+            .get(op.deps_start as usize..op.deps_end as usize)
+            .unwrap_or(&[])
+    }
+}
+
+/// Compile one program. `probe_rank` is the rank used to price compute when the cost model
+/// says compute does not depend on the rank.
+pub(crate) fn compile(
+    index: u32,
+    program: &Program,
+    cost: &dyn CostModel,
+    probe_rank: u32,
+) -> Result<CProgram, SimError> {
+    let n = program.ops.len();
+    if n as u64 >= u64::from(super::run::STARTED) {
+        return Err(SimError::ProgramTooLarge {
+            program: index,
+            ops: n as u64,
+        });
+    }
+    let cache = cost.compute_is_rank_invariant();
+    let mut ops = Vec::with_capacity(n);
+    let mut deps = Vec::new();
+    let mut per_stream: [Vec<u32>; Stream::COUNT] = Default::default();
+    let mut coll_ops: [Vec<u32>; GROUP_KINDS] = Default::default();
+    let mut open_allocs: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for (i, op) in program.ops.iter().enumerate() {
+        let i32_ = i as u32;
+        let deps_start = deps.len() as u32;
+        for &d in &op.deps {
+            if d >= i32_ {
+                return Err(SimError::BadDependency {
+                    program: index,
+                    op: i32_,
+                    dep: d,
+                });
+            }
+            deps.push(d);
+        }
+        let mut cached_ns = None;
+        let kind = match &op.kind {
+            OpKind::Compute(c) => {
+                if cache {
+                    cached_ns = Some(cost.compute_ns(probe_rank, c));
+                }
+                CKind::Compute {
+                    flops: c.flops,
+                    model_flops: if c.phase.is_model_work() { c.flops } else { 0 },
+                }
+            }
+            OpKind::Checkpoint { bytes } => {
+                cached_ns = Some(cost.checkpoint_ns(*bytes));
+                CKind::Checkpoint { bytes: *bytes }
+            }
+            OpKind::Send { peer, bytes, tag } | OpKind::Recv { peer, bytes, tag } => CKind::P2p {
+                send: matches!(op.kind, OpKind::Send { .. }),
+                peer: peer_index(*peer) as u8,
+                tag: *tag,
+                bytes: *bytes,
+            },
+            OpKind::Collective {
+                kind,
+                group,
+                bytes,
+                calls,
+            } => {
+                let gk = group_kind_index(*group);
+                let list = &mut coll_ops[gk];
+                let seq = list.len() as u32;
+                list.push(i32_);
+                CKind::Collective {
+                    group_kind: gk as u8,
+                    seq,
+                    kind: *kind,
+                    bytes: *bytes,
+                    calls: *calls,
+                }
+            }
+            OpKind::Alloc {
+                category,
+                device,
+                bytes,
+                tag,
+            } => {
+                open_allocs.entry(*tag).or_default().push(i32_);
+                CKind::Alloc {
+                    category: *category as u8,
+                    gpu: matches!(device, crate::schedule::Device::Gpu),
+                    bytes: *bytes,
+                }
+            }
+            OpKind::Free { tag } => {
+                let alloc = open_allocs.get_mut(tag).and_then(|v| v.pop()).ok_or(
+                    SimError::UnmatchedFree {
+                        program: index,
+                        op: i32_,
+                        tag: *tag,
+                    },
+                )?;
+                CKind::Free { alloc }
+            }
+        };
+        per_stream[op.stream.index()].push(i32_);
+        ops.push(COp {
+            kind,
+            stream: op.stream.index() as u8,
+            slot: 0,
+            deps_start,
+            deps_end: deps.len() as u32,
+            cached_ns,
+        });
+    }
+    let mut stream_ops = Vec::with_capacity(n);
+    let mut stream_start = [0u32; Stream::COUNT + 1];
+    for (s, list) in per_stream.iter().enumerate() {
+        stream_start[s] = stream_ops.len() as u32;
+        for &op in list {
+            if let Some(o) = ops.get_mut(op as usize) {
+                o.slot = stream_ops.len() as u32;
+            }
+            stream_ops.push(op);
+        }
+    }
+    stream_start[Stream::COUNT] = stream_ops.len() as u32;
+    let (mut flops, mut model_flops) = (0u64, 0u64);
+    for o in &ops {
+        if let CKind::Compute {
+            flops: f,
+            model_flops: m,
+        } = o.kind
+        {
+            flops = flops.saturating_add(f);
+            model_flops = model_flops.saturating_add(m);
+        }
+    }
+    Ok(CProgram {
+        flops,
+        model_flops,
+        ops,
+        deps,
+        stream_ops,
+        stream_start,
+        coll_ops,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_tables_match_declaration_order() {
+        for (i, k) in GroupKind::ALL.iter().enumerate() {
+            assert_eq!(group_kind_index(*k), i);
+        }
+    }
+}

@@ -1,0 +1,597 @@
+//! The engine's state machine: per-rank state in flat arrays, the event loop, and what
+//! happens when an op becomes ready, arrives at a rendezvous, and completes.
+//!
+//! An op is *ready* when it heads its stream, its stream is not running anything, and every
+//! dep is done. Only stream heads can be ready, so a rank keeps a bitmask of streams whose
+//! head has not started, and after each completion re-checks just those heads. Compute and
+//! checkpoint ops finish after their cost; p2p and collectives first wait for their
+//! counterparts, then run; alloc and free finish at once (through the `instant` FIFO, so
+//! there is no recursion and no heap traffic for them).
+
+use super::compile::{CKind, CProgram};
+pub(crate) use super::context::Ctx;
+use super::queue::EventQueue;
+use super::{deadlock, RankStats, SimError, SimResult};
+use crate::schedule::{CollectiveKind, MemCategory, OpKind, Stream};
+use crate::trace::{MemorySample, Trace, TraceEvent};
+use std::collections::VecDeque;
+
+/// Marks an event payload as "collective (group, seq) finished" instead of "(rank, op)
+/// finished". Ranks and group ids stay far below 2^30 (the plan caps the world at 2^20).
+const COLL_BIT: u32 = 1 << 31;
+/// Marks an event payload as "transfer of send (rank, op) finished": the send and its
+/// matched receive (recorded in the sender's stream state) complete together, so one heap
+/// entry serves both sides.
+const P2P_BIT: u32 = 1 << 30;
+const STREAMS: usize = Stream::COUNT;
+/// `StreamState::blocked_on` of a head that has not been checked yet.
+pub(crate) const UNCHECKED: u32 = u32::MAX;
+/// `StreamState::blocked_on` of a head that has started (running, or waiting at a
+/// rendezvous). Programs have fewer ops than this (checked when compiling).
+pub(crate) const STARTED: u32 = u32::MAX - 1;
+
+/// One stream of one rank: 16 bytes, so a rank's eight streams fill two cache lines.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct StreamState {
+    /// When the head started running (transfer start for communication).
+    pub start_ns: u64,
+    /// Index into the program's `stream_ops` of the head op; the stream is exhausted at
+    /// `stream_start[s + 1]`.
+    pub cursor: u32,
+    /// [`STARTED`], [`UNCHECKED`], or the dep the head was last found waiting for. Done bits
+    /// only ever get set, so a waiting head needs re-checking only when that dep completes.
+    pub blocked_on: u32,
+}
+
+/// The hot state of one rank, in one place so that handling an event touches few cache lines:
+/// 192 bytes, the streams in the first two lines and the rest in the third.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(64))]
+pub(crate) struct RankState {
+    pub streams: [StreamState; STREAMS],
+    acct: Acct,
+    /// Ops not yet completed.
+    pub remaining: u32,
+    /// Streams whose head exists and has not started.
+    waiting: u8,
+}
+
+/// Time accounting of one rank.
+#[derive(Clone, Copy, Debug, Default)]
+struct Acct {
+    last_ns: u64,
+    compute_ns: u64,
+    comm_ns: u64,
+    idle_ns: u64,
+    running_compute: u32,
+    running_comm: u32,
+    finish_ns: u64,
+}
+
+impl Acct {
+    #[inline]
+    fn flush(&mut self, now: u64) {
+        let dt = now - self.last_ns;
+        if self.running_compute > 0 {
+            self.compute_ns += dt;
+        } else if self.running_comm > 0 {
+            self.comm_ns += dt;
+        } else {
+            self.idle_ns += dt;
+        }
+        self.last_ns = now;
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RankMem {
+    live: [u64; MemCategory::COUNT],
+    total: u64,
+    host: u64,
+    host_peak: u64,
+    peak: u64,
+    peak_ns: u64,
+    peak_op: Option<u32>,
+    at_peak: [u64; MemCategory::COUNT],
+}
+
+/// A p2p op waiting for its counterpart; stored with the receiving rank.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pending {
+    pub src: u32,
+    pub tag: u32,
+    /// A send (issued by `src`) or a receive (issued by the rank holding the mailbox).
+    pub send: bool,
+    /// Index of the op in its issuing rank's program.
+    pub op: u32,
+    pub bytes: u64,
+}
+
+/// A collective some members of a group have reached.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Inst {
+    pub seq: u32,
+    pub arrived: u32,
+    pub first_rank: u32,
+    pub first_op: u32,
+    kind: CollectiveKind,
+    bytes: u64,
+    calls: u32,
+}
+
+pub(crate) struct State {
+    pub now: u64,
+    events: u64,
+    pub ranks: Vec<RankState>,
+    /// For a running send on (rank, stream): the matched receive (rank, op).
+    partner: Vec<(u32, u32)>,
+    mem: Vec<RankMem>,
+    pub pending: Vec<Vec<Pending>>,
+    pub rendezvous: Vec<Vec<Inst>>,
+    queue: EventQueue,
+    instant: VecDeque<(u32, u32)>,
+    trace: Option<Trace>,
+}
+
+impl State {
+    fn new(ctx: &Ctx) -> State {
+        let world = ctx.world;
+        let mut ranks = Vec::with_capacity(world);
+        let mut total_ops = 0usize;
+        for r in 0..world {
+            let p = ctx.prog(r);
+            let mut rs = RankState {
+                remaining: p.ops.len() as u32,
+                ..RankState::default()
+            };
+            total_ops += p.ops.len();
+            for s in 0..STREAMS {
+                let (start, end) = (p.stream_start[s], p.stream_start[s + 1]);
+                if start < end {
+                    rs.waiting |= 1 << s;
+                }
+                rs.streams[s] = StreamState {
+                    start_ns: 0,
+                    cursor: start,
+                    blocked_on: UNCHECKED,
+                };
+            }
+            ranks.push(rs);
+        }
+        State {
+            now: 0,
+            events: 0,
+            ranks,
+            partner: vec![(0, 0); world * STREAMS],
+            mem: vec![RankMem::default(); world],
+            pending: vec![Vec::new(); world],
+            rendezvous: vec![Vec::new(); ctx.plan.groups.len()],
+            queue: EventQueue::with_capacity(world * 4),
+            instant: VecDeque::with_capacity(64),
+            trace: ctx.opts.trace.then(|| Trace {
+                events: Vec::with_capacity(total_ops),
+                memory: Vec::new(),
+            }),
+        }
+    }
+
+    #[inline]
+    pub fn is_done(&self, prog: &CProgram, rank: usize, op: u32) -> bool {
+        let o = &prog.ops[op as usize];
+        o.slot < self.ranks[rank].streams[o.stream as usize].cursor
+    }
+
+    #[inline]
+    fn schedule(&mut self, dur_ns: u64, a: u32, b: u32) {
+        if dur_ns == 0 {
+            self.instant.push_back((a, b));
+        } else {
+            self.queue.push(self.now.saturating_add(dur_ns), a, b);
+        }
+    }
+
+    fn dispatch(&mut self, ctx: &Ctx, a: u32, b: u32) -> Result<(), SimError> {
+        if a & COLL_BIT != 0 {
+            self.collective_done(ctx, a & !COLL_BIT, b)
+        } else if a & P2P_BIT != 0 {
+            let src = a & !P2P_BIT;
+            let s = ctx.prog(src as usize).ops[b as usize].stream as usize;
+            let (dst, recv_op) = self.partner[src as usize * STREAMS + s];
+            self.complete(ctx, src, b)?;
+            self.complete(ctx, dst, recv_op)
+        } else {
+            self.complete(ctx, a, b)
+        }
+    }
+
+    /// Start every waiting head of `rank` that may have become ready because `completed`
+    /// finished (or that was never checked).
+    fn try_start_heads(&mut self, ctx: &Ctx, rank: u32, completed: u32) -> Result<(), SimError> {
+        let r = rank as usize;
+        let mut mask = self.ranks[r].waiting;
+        while mask != 0 {
+            let s = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            let b = self.ranks[r].streams[s].blocked_on;
+            if b == UNCHECKED || b == completed {
+                self.try_start(ctx, rank, s)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn try_start(&mut self, ctx: &Ctx, rank: u32, s: usize) -> Result<(), SimError> {
+        let r = rank as usize;
+        let prog = ctx.prog(r);
+        let op_idx = prog.stream_ops[self.ranks[r].streams[s].cursor as usize];
+        let op = &prog.ops[op_idx as usize];
+        if let Some(&d) = prog
+            .deps_of(op)
+            .iter()
+            .find(|&&d| !self.is_done(prog, r, d))
+        {
+            self.ranks[r].streams[s].blocked_on = d;
+            return Ok(());
+        }
+        let now = self.now;
+        let rs = &mut self.ranks[r];
+        debug_assert!(rs.streams[s].blocked_on != STARTED);
+        rs.waiting &= !(1u8 << s);
+        rs.streams[s].blocked_on = STARTED;
+        rs.streams[s].start_ns = now;
+        match op.kind {
+            CKind::Compute { .. } => {
+                let dur = match op.cached_ns {
+                    Some(ns) => ns,
+                    None => compute_ns_uncached(ctx, rank, op_idx),
+                };
+                let a = &mut rs.acct;
+                a.flush(self.now);
+                a.running_compute += 1;
+                self.schedule(dur, rank, op_idx);
+            }
+            CKind::Checkpoint { .. } => {
+                let a = &mut rs.acct;
+                a.flush(self.now);
+                a.running_comm += 1;
+                self.schedule(op.cached_ns.unwrap_or(0), rank, op_idx);
+            }
+            CKind::Alloc { .. } | CKind::Free { .. } => self.instant.push_back((rank, op_idx)),
+            CKind::P2p {
+                send,
+                peer,
+                tag,
+                bytes,
+            } => self.p2p_arrive(ctx, rank, op_idx, send, peer, tag, bytes)?,
+            CKind::Collective {
+                group_kind,
+                seq,
+                kind,
+                bytes,
+                calls,
+            } => {
+                let inst = Inst {
+                    seq,
+                    arrived: 1,
+                    first_rank: rank,
+                    first_op: op_idx,
+                    kind,
+                    bytes,
+                    calls,
+                };
+                self.collective_arrive(ctx, group_kind as usize, inst)?
+            }
+        }
+        Ok(())
+    }
+
+    /// Mark `op` of `rank` as transferring from now on (both sides of a p2p, every member of
+    /// a collective).
+    #[inline]
+    fn begin_transfer(&mut self, ctx: &Ctx, rank: u32, op: u32) {
+        let r = rank as usize;
+        let s = ctx.prog(r).ops[op as usize].stream as usize;
+        let rs = &mut self.ranks[r];
+        rs.streams[s].start_ns = self.now;
+        let a = &mut rs.acct;
+        a.flush(self.now);
+        a.running_comm += 1;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn p2p_arrive(
+        &mut self,
+        ctx: &Ctx,
+        rank: u32,
+        op: u32,
+        send: bool,
+        peer: u8,
+        tag: u32,
+        bytes: u64,
+    ) -> Result<(), SimError> {
+        let other_rank = ctx.peers[rank as usize][peer as usize];
+        let (src, dst) = if send {
+            (rank, other_rank)
+        } else {
+            (other_rank, rank)
+        };
+        let list = &mut self.pending[dst as usize];
+        let Some(i) = list
+            .iter()
+            .position(|p| p.src == src && p.tag == tag && p.send != send)
+        else {
+            list.push(Pending {
+                src,
+                tag,
+                send,
+                op,
+                bytes,
+            });
+            return Ok(());
+        };
+        let other = list.remove(i);
+        let (send_op, recv_op, send_bytes, recv_bytes) = if send {
+            (op, other.op, bytes, other.bytes)
+        } else {
+            (other.op, op, other.bytes, bytes)
+        };
+        if send_bytes != recv_bytes {
+            return Err(SimError::P2pMismatch {
+                src,
+                dst,
+                tag,
+                send_bytes,
+                recv_bytes,
+            });
+        }
+        let dur = ctx.cost.p2p_ns(ctx.plan, src, dst, bytes);
+        self.begin_transfer(ctx, src, send_op);
+        self.begin_transfer(ctx, dst, recv_op);
+        let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
+        self.partner[src as usize * STREAMS + s] = (dst, recv_op);
+        self.schedule(dur, P2P_BIT | src, send_op);
+        Ok(())
+    }
+
+    fn collective_arrive(&mut self, ctx: &Ctx, gk: usize, arrival: Inst) -> Result<(), SimError> {
+        let rank = arrival.first_rank;
+        let g = ctx.group_of[gk * ctx.world + rank as usize];
+        let group = ctx.plan.group(g);
+        let n = group.members.len() as u32;
+        let insts = &mut self.rendezvous[g as usize];
+        let inst = match insts.iter().position(|x| x.seq == arrival.seq) {
+            None if n > 1 => {
+                insts.push(arrival);
+                return Ok(());
+            }
+            None => arrival,
+            Some(i) => {
+                let first = &mut insts[i];
+                if (first.kind, first.bytes, first.calls)
+                    != (arrival.kind, arrival.bytes, arrival.calls)
+                {
+                    return Err(SimError::CollectiveMismatch {
+                        kind: group.kind,
+                        group: g,
+                        seq: arrival.seq,
+                        rank,
+                        op: arrival.first_op,
+                        name: ctx.op_name(rank as usize, arrival.first_op),
+                        first_rank: first.first_rank,
+                        first_name: ctx.op_name(first.first_rank as usize, first.first_op),
+                    });
+                }
+                first.arrived += 1;
+                if first.arrived < n {
+                    return Ok(());
+                }
+                insts.swap_remove(i)
+            }
+        };
+        let dur = ctx
+            .cost
+            .collective_ns(inst.kind, group, inst.bytes, inst.calls);
+        for &m in &group.members {
+            let op = ctx.prog(m as usize).coll_ops[gk][inst.seq as usize];
+            self.begin_transfer(ctx, m, op);
+        }
+        self.schedule(dur, COLL_BIT | g, inst.seq);
+        Ok(())
+    }
+
+    fn collective_done(&mut self, ctx: &Ctx, g: u32, seq: u32) -> Result<(), SimError> {
+        let group = ctx.plan.group(g);
+        let gk = super::compile::group_kind_index(group.kind);
+        for &m in &group.members {
+            let op = ctx.prog(m as usize).coll_ops[gk][seq as usize];
+            self.complete(ctx, m, op)?;
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, ctx: &Ctx, rank: u32, op_idx: u32) -> Result<(), SimError> {
+        self.events += 1;
+        if self.events > ctx.opts.max_events {
+            return Err(SimError::TooManyEvents {
+                limit: ctx.opts.max_events,
+            });
+        }
+        let r = rank as usize;
+        let prog = ctx.prog(r);
+        let op = &prog.ops[op_idx as usize];
+        let now = self.now;
+        let s = op.stream as usize;
+        let rs = &mut self.ranks[r];
+        rs.remaining -= 1;
+        let start_ns = rs.streams[s].start_ns;
+        {
+            let st = &mut rs.streams[s];
+            debug_assert!(
+                st.blocked_on == STARTED && prog.stream_ops[st.cursor as usize] == op_idx
+            );
+            st.blocked_on = UNCHECKED;
+            st.cursor += 1;
+            if st.cursor < prog.stream_start[s + 1] {
+                rs.waiting |= 1u8 << s;
+            }
+        }
+        let a = &mut rs.acct;
+        a.finish_ns = now;
+        let mut flops = 0;
+        match op.kind {
+            CKind::Compute { flops: f, .. } => {
+                flops = f;
+                a.flush(now);
+                debug_assert!(a.running_compute > 0);
+                a.running_compute -= 1;
+            }
+            CKind::Checkpoint { .. } | CKind::P2p { .. } | CKind::Collective { .. } => {
+                a.flush(now);
+                debug_assert!(a.running_comm > 0);
+                a.running_comm -= 1;
+            }
+            CKind::Alloc {
+                category,
+                gpu,
+                bytes,
+            } => self.alloc(rank, op_idx, category as usize, gpu, bytes),
+            CKind::Free { alloc } => {
+                if !self.is_done(prog, r, alloc) {
+                    return Err(SimError::FreeBeforeAlloc {
+                        rank,
+                        op: op_idx,
+                        alloc,
+                        name: ctx.op_name(r, op_idx),
+                    });
+                }
+                if let CKind::Alloc {
+                    category,
+                    gpu,
+                    bytes,
+                } = prog.ops[alloc as usize].kind
+                {
+                    self.free(rank, category as usize, gpu, bytes);
+                }
+            }
+        }
+        if let Some(t) = &mut self.trace {
+            t.events.push(TraceEvent {
+                rank,
+                stream: Stream::ALL[s],
+                op: op_idx,
+                start_ns,
+                end_ns: now,
+                bytes: op.trace_bytes(),
+                flops,
+                mem_bytes: self.mem[r].total,
+            });
+        }
+        self.try_start_heads(ctx, rank, op_idx)
+    }
+
+    fn alloc(&mut self, rank: u32, op: u32, category: usize, gpu: bool, bytes: u64) {
+        let m = &mut self.mem[rank as usize];
+        if !gpu {
+            m.host = m.host.saturating_add(bytes);
+            m.host_peak = m.host_peak.max(m.host);
+            return;
+        }
+        m.live[category] = m.live[category].saturating_add(bytes);
+        m.total = m.total.saturating_add(bytes);
+        if m.total > m.peak {
+            m.peak = m.total;
+            m.peak_ns = self.now;
+            m.peak_op = Some(op);
+            m.at_peak = m.live;
+        }
+        self.sample(rank);
+    }
+
+    fn free(&mut self, rank: u32, category: usize, gpu: bool, bytes: u64) {
+        let m = &mut self.mem[rank as usize];
+        if !gpu {
+            debug_assert!(m.host >= bytes);
+            m.host = m.host.saturating_sub(bytes);
+            return;
+        }
+        debug_assert!(m.live[category] >= bytes && m.total >= bytes);
+        m.live[category] = m.live[category].saturating_sub(bytes);
+        m.total = m.total.saturating_sub(bytes);
+        self.sample(rank);
+    }
+
+    fn sample(&mut self, rank: u32) {
+        if let Some(t) = &mut self.trace {
+            t.memory.push(MemorySample {
+                rank,
+                time_ns: self.now,
+                bytes: self.mem[rank as usize].live,
+            });
+        }
+    }
+}
+
+fn compute_ns_uncached(ctx: &Ctx, rank: u32, op: u32) -> u64 {
+    let p = ctx.prog_of[rank as usize] as usize;
+    match ctx
+        .schedule
+        .programs
+        .get(p)
+        .and_then(|p| p.ops.get(op as usize))
+        .map(|o| &o.kind)
+    {
+        Some(OpKind::Compute(c)) => ctx.cost.compute_ns(rank, c),
+        _ => 0,
+    }
+}
+
+pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
+    let mut st = State::new(ctx);
+    for rank in 0..ctx.world as u32 {
+        st.try_start_heads(ctx, rank, UNCHECKED)?;
+    }
+    loop {
+        while let Some((a, b)) = st.instant.pop_front() {
+            st.dispatch(ctx, a, b)?;
+        }
+        let Some(ev) = st.queue.pop() else { break };
+        debug_assert!(ev.time_ns >= st.now, "time went backwards");
+        st.now = ev.time_ns;
+        st.dispatch(ctx, ev.a, ev.b)?;
+    }
+    if st.ranks.iter().any(|r| r.remaining > 0) {
+        return Err(SimError::Deadlock(Box::new(deadlock::diagnose(ctx, &st))));
+    }
+    let step_time_ns = st.ranks.iter().map(|r| r.acct.finish_ns).max().unwrap_or(0);
+    let ranks = st
+        .ranks
+        .iter_mut()
+        .zip(&st.mem)
+        .enumerate()
+        .map(|(r, (rs, m))| {
+            let a = &mut rs.acct;
+            a.flush(step_time_ns);
+            debug_assert_eq!(a.compute_ns + a.comm_ns + a.idle_ns, step_time_ns);
+            RankStats {
+                rank: r as u32,
+                finish_ns: a.finish_ns,
+                compute_busy_ns: a.compute_ns,
+                comm_exposed_ns: a.comm_ns,
+                idle_ns: a.idle_ns,
+                flops: ctx.prog(r).flops,
+                model_flops: ctx.prog(r).model_flops,
+                peak_memory_bytes: m.peak,
+                peak_time_ns: m.peak_ns,
+                peak_op: m.peak_op,
+                memory_at_peak: m.at_peak,
+                host_memory_peak_bytes: m.host_peak,
+            }
+        })
+        .collect();
+    Ok(SimResult {
+        step_time_ns,
+        events: st.events,
+        ranks,
+        trace: st.trace,
+    })
+}

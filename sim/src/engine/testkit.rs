@@ -1,0 +1,353 @@
+//! Test-only helpers: a tiny program builder, a cost model whose durations can be read off
+//! the ops (so expected times are easy to work out by hand), and a reference GPipe/1F1B
+//! pipeline for closed-form bubble checks. Used by the engine's and the report's tests.
+
+use crate::cost::CostModel;
+use crate::plan::{Group, GroupKind, Plan};
+use crate::scenario::Precision;
+use crate::schedule::{
+    CollectiveKind, ComputeOp, Device, Label, MemCategory, Op, OpKind, Peer, Phase, Program,
+    Schedule, Stream,
+};
+use crate::testing::small_scenario;
+
+/// Durations read off the ops: compute takes `flops / flops_per_ns` ns (default: one FLOP
+/// per ns), a collective `bytes * calls` ns, a p2p `bytes` ns, a checkpoint `bytes` ns. With
+/// `straggler = Some((rank, k))` compute on that rank takes k times longer (and compute is
+/// declared rank-dependent).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FixedCost {
+    pub straggler: Option<(u32, u64)>,
+    pub flops_per_ns: u64,
+}
+
+impl Default for FixedCost {
+    fn default() -> Self {
+        FixedCost {
+            straggler: None,
+            flops_per_ns: 1,
+        }
+    }
+}
+
+impl CostModel for FixedCost {
+    fn compute_ns(&self, rank: u32, op: &ComputeOp) -> u64 {
+        let ns = op.flops / self.flops_per_ns.max(1);
+        match self.straggler {
+            Some((r, k)) if r == rank => ns * k,
+            _ => ns,
+        }
+    }
+    fn collective_ns(&self, _kind: CollectiveKind, _g: &Group, bytes: u64, calls: u32) -> u64 {
+        bytes * u64::from(calls)
+    }
+    fn p2p_ns(&self, _plan: &Plan, _src: u32, _dst: u32, bytes: u64) -> u64 {
+        bytes
+    }
+    fn checkpoint_ns(&self, bytes: u64) -> u64 {
+        bytes
+    }
+    fn compute_is_rank_invariant(&self) -> bool {
+        self.straggler.is_none()
+    }
+}
+
+/// A plan of `tp * pp * dp` A100s (8 per node), `microbatches` per pipeline.
+pub(crate) fn plan(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Plan {
+    Plan::new(&small_scenario(tp, pp, dp, microbatches)).expect("test plan")
+}
+
+pub(crate) fn compute_op(phase: Phase, flops: u64) -> ComputeOp {
+    ComputeOp {
+        phase,
+        dtype: Precision::Bf16,
+        gemms: vec![],
+        flops,
+        memory_bytes: 0,
+        kernels: 0,
+    }
+}
+
+/// Builds one program op by op; every method returns the new op's index.
+pub(crate) struct ProgBuilder {
+    prog: Program,
+}
+
+impl ProgBuilder {
+    pub fn new(stage: u32) -> ProgBuilder {
+        ProgBuilder {
+            prog: Program {
+                stage,
+                ops: Vec::new(),
+            },
+        }
+    }
+
+    pub fn len(&self) -> u32 {
+        self.prog.ops.len() as u32
+    }
+
+    pub fn op(&mut self, stream: Stream, kind: OpKind, deps: &[u32], label: Label) -> u32 {
+        self.prog.ops.push(Op {
+            stream,
+            kind,
+            deps: deps.to_vec(),
+            label,
+        });
+        self.len() - 1
+    }
+
+    /// A compute op of `ns` nanoseconds under [`FixedCost`] (and `ns` FLOPs).
+    pub fn compute(&mut self, stream: Stream, phase: Phase, ns: u64, deps: &[u32]) -> u32 {
+        self.op(
+            stream,
+            OpKind::Compute(compute_op(phase, ns)),
+            deps,
+            Label::default(),
+        )
+    }
+
+    pub fn fwd(&mut self, ns: u64, deps: &[u32]) -> u32 {
+        self.compute(Stream::Compute, Phase::Forward, ns, deps)
+    }
+
+    pub fn send(&mut self, peer: Peer, bytes: u64, tag: u32, deps: &[u32]) -> u32 {
+        self.op(
+            Stream::PpSend,
+            OpKind::Send { peer, bytes, tag },
+            deps,
+            Label::default(),
+        )
+    }
+
+    pub fn recv(&mut self, peer: Peer, bytes: u64, tag: u32, deps: &[u32]) -> u32 {
+        self.op(
+            Stream::PpRecv,
+            OpKind::Recv { peer, bytes, tag },
+            deps,
+            Label::default(),
+        )
+    }
+
+    pub fn collective(
+        &mut self,
+        stream: Stream,
+        kind: CollectiveKind,
+        group: GroupKind,
+        bytes: u64,
+        deps: &[u32],
+    ) -> u32 {
+        self.op(
+            stream,
+            OpKind::Collective {
+                kind,
+                group,
+                bytes,
+                calls: 1,
+            },
+            deps,
+            Label::default(),
+        )
+    }
+
+    pub fn alloc(&mut self, category: MemCategory, bytes: u64, tag: u32, deps: &[u32]) -> u32 {
+        self.op(
+            Stream::Compute,
+            OpKind::Alloc {
+                category,
+                device: Device::Gpu,
+                bytes,
+                tag,
+            },
+            deps,
+            Label::default(),
+        )
+    }
+
+    pub fn free(&mut self, tag: u32, deps: &[u32]) -> u32 {
+        self.op(
+            Stream::Compute,
+            OpKind::Free { tag },
+            deps,
+            Label::default(),
+        )
+    }
+
+    pub fn build(self) -> Program {
+        self.prog
+    }
+}
+
+/// One program per rank.
+pub(crate) fn per_rank(programs: Vec<Program>) -> Schedule {
+    let n = programs.len() as u32;
+    Schedule {
+        programs,
+        program_of: (0..n).collect(),
+    }
+}
+
+/// One program per pipeline stage, shared by all ranks of the stage.
+pub(crate) fn per_stage(plan: &Plan, programs: Vec<Program>) -> Schedule {
+    Schedule {
+        programs,
+        program_of: (0..plan.world).map(|r| plan.stage_of(r)).collect(),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pipeline {
+    Gpipe,
+    OneFOneB,
+}
+
+/// A textbook pipeline over `plan` for testing the engine against closed forms: `m` micro
+/// batches, forward `f_ns` and backward `b_ns` per stage, activations of `act_bytes` (p2p
+/// cost in ns under [`FixedCost`]), each micro batch's activation (100 bytes) allocated at
+/// its forward and freed after its backward.
+pub(crate) fn pipeline(
+    plan: &Plan,
+    kind: Pipeline,
+    m: u32,
+    f_ns: u64,
+    b_ns: u64,
+    act_bytes: u64,
+) -> Schedule {
+    let mem = PipelineMemory {
+        weights_bytes: 0,
+        activation_bytes: 100,
+    };
+    pipeline_with_memory(plan, kind, m, f_ns, b_ns, act_bytes, mem)
+}
+
+/// Memory the test pipeline allocates: weights for the whole step (first op; none when 0),
+/// activations per micro batch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PipelineMemory {
+    pub weights_bytes: u64,
+    pub activation_bytes: u64,
+}
+
+pub(crate) fn pipeline_with_memory(
+    plan: &Plan,
+    kind: Pipeline,
+    m: u32,
+    f_ns: u64,
+    b_ns: u64,
+    act_bytes: u64,
+    mem: PipelineMemory,
+) -> Schedule {
+    let p = plan.pp();
+    let programs = (0..p)
+        .map(|s| {
+            let order: Vec<(bool, u32)> = match kind {
+                Pipeline::Gpipe => (0..m)
+                    .map(|i| (true, i))
+                    .chain((0..m).map(|i| (false, i)))
+                    .collect(),
+                Pipeline::OneFOneB => {
+                    let warm = (p - s - 1).min(m);
+                    let mut v: Vec<(bool, u32)> = (0..warm).map(|i| (true, i)).collect();
+                    for i in 0..m - warm {
+                        v.push((true, warm + i));
+                        v.push((false, i));
+                    }
+                    v.extend((m - warm..m).map(|i| (false, i)));
+                    v
+                }
+            };
+            let mut b = ProgBuilder::new(s);
+            if mem.weights_bytes > 0 {
+                b.alloc(MemCategory::Weights, mem.weights_bytes, u32::MAX, &[]);
+            }
+            let mut fwd = vec![0u32; m as usize];
+            for (is_fwd, i) in order {
+                let mb = Label {
+                    microbatch: Some(i),
+                    ..Label::default()
+                };
+                if is_fwd {
+                    let mut deps = vec![];
+                    if s > 0 {
+                        deps.push(b.op(
+                            Stream::PpRecv,
+                            OpKind::Recv {
+                                peer: Peer::PpPrev,
+                                bytes: act_bytes,
+                                tag: 2 * i,
+                            },
+                            &[],
+                            mb,
+                        ));
+                    }
+                    let a = b.op(
+                        Stream::Compute,
+                        OpKind::Alloc {
+                            category: MemCategory::Activations,
+                            device: Device::Gpu,
+                            bytes: mem.activation_bytes,
+                            tag: i,
+                        },
+                        &[],
+                        mb,
+                    );
+                    deps.push(a);
+                    let f = b.op(
+                        Stream::Compute,
+                        OpKind::Compute(compute_op(Phase::Forward, f_ns)),
+                        &deps,
+                        mb,
+                    );
+                    fwd[i as usize] = f;
+                    if s + 1 < p {
+                        b.op(
+                            Stream::PpSend,
+                            OpKind::Send {
+                                peer: Peer::PpNext,
+                                bytes: act_bytes,
+                                tag: 2 * i,
+                            },
+                            &[f],
+                            mb,
+                        );
+                    }
+                } else {
+                    let mut deps = vec![fwd[i as usize]];
+                    if s + 1 < p {
+                        deps.push(b.op(
+                            Stream::PpRecv,
+                            OpKind::Recv {
+                                peer: Peer::PpNext,
+                                bytes: act_bytes,
+                                tag: 2 * i + 1,
+                            },
+                            &[],
+                            mb,
+                        ));
+                    }
+                    let bw = b.op(
+                        Stream::Compute,
+                        OpKind::Compute(compute_op(Phase::Backward, b_ns)),
+                        &deps,
+                        mb,
+                    );
+                    b.op(Stream::Compute, OpKind::Free { tag: i }, &[bw], mb);
+                    if s > 0 {
+                        b.op(
+                            Stream::PpSend,
+                            OpKind::Send {
+                                peer: Peer::PpPrev,
+                                bytes: act_bytes,
+                                tag: 2 * i + 1,
+                            },
+                            &[bw],
+                            mb,
+                        );
+                    }
+                }
+            }
+            b.build()
+        })
+        .collect();
+    per_stage(plan, programs)
+}

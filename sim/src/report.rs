@@ -1,0 +1,470 @@
+//! The report: what a person (text) or a script (JSON) reads after a simulation. It turns the
+//! engine's per-rank measurements into step time, throughput, MFU/HFU, bubble and exposed
+//! communication fractions, per-stage peak memory with its breakdown, and a fits / out of
+//! memory verdict. The JSON field names are a stable interface for scripts and CI.
+
+use crate::cost::peak_for;
+use crate::engine::{RankStats, SimResult};
+use crate::plan::Plan;
+use crate::scenario::{Precision, Scenario};
+use crate::schedule::{MemCategory, Schedule};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Device memory of one rank at its peak, by category (bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct MemoryBreakdown {
+    pub weights: u64,
+    pub grads: u64,
+    pub optimizer: u64,
+    pub activations: u64,
+    pub buffers: u64,
+    pub reserved: u64,
+}
+
+impl MemoryBreakdown {
+    fn from_array(a: &[u64; MemCategory::COUNT]) -> MemoryBreakdown {
+        MemoryBreakdown {
+            weights: a[MemCategory::Weights as usize],
+            grads: a[MemCategory::Grads as usize],
+            optimizer: a[MemCategory::Optimizer as usize],
+            activations: a[MemCategory::Activations as usize],
+            buffers: a[MemCategory::Buffers as usize],
+            reserved: a[MemCategory::Reserved as usize],
+        }
+    }
+    fn values(&self) -> [u64; MemCategory::COUNT] {
+        [
+            self.weights,
+            self.grads,
+            self.optimizer,
+            self.activations,
+            self.buffers,
+            self.reserved,
+        ]
+    }
+}
+
+/// Ranks of one stage with identical memory, collapsed into one entry.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RankEntry {
+    /// Set when the entry stands for a single rank.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// Set when the entry stands for several ranks: ranges such as "0-7,16-23".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<String>,
+    pub rank_count: u32,
+    pub stage: u32,
+    pub peak_memory_bytes: u64,
+    pub memory_breakdown: MemoryBreakdown,
+    pub host_memory_peak_bytes: u64,
+    /// The op at which the peak is first reached (of the first rank listed), and when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_op: Option<String>,
+    pub peak_time_s: f64,
+}
+
+/// Where memory ran out: the rank with the highest peak, and the alloc that reached it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OutOfMemory {
+    pub rank: u32,
+    pub op: Option<u32>,
+    pub op_name: String,
+    pub over_bytes: u64,
+}
+
+/// The result of one simulated step. Field order is the JSON order.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    pub step_time_s: f64,
+    pub tokens_per_s: f64,
+    pub tokens_per_s_per_gpu: f64,
+    pub model_tflops_per_gpu: f64,
+    pub hardware_tflops_per_gpu: f64,
+    pub mfu: f64,
+    pub hfu: f64,
+    pub bubble_fraction: f64,
+    pub exposed_comm_fraction: f64,
+    pub peak_memory_bytes: u64,
+    pub fits: bool,
+    pub events: u64,
+    /// Wall time of the simulation: the only nondeterministic field (see
+    /// [`Report::without_wall_time`]).
+    pub sim_wall_s: f64,
+    pub ranks: Vec<RankEntry>,
+    pub scenario: String,
+    pub gpu: String,
+    pub world: u32,
+    pub microbatches: u32,
+    pub global_batch: u64,
+    pub precision: Precision,
+    pub hbm_bytes: u64,
+    pub hbm_free_bytes: u64,
+    pub host_memory_peak_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oom: Option<OutOfMemory>,
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn ratio(num: f64, den: f64) -> f64 {
+    if den > 0.0 && num.is_finite() {
+        num / den
+    } else {
+        0.0
+    }
+}
+
+impl Report {
+    pub fn build(
+        scenario: &Scenario,
+        plan: &Plan,
+        schedule: &Schedule,
+        result: &SimResult,
+        sim_wall_s: f64,
+    ) -> Report {
+        let world = plan.world.max(1);
+        let step_s = result.step_time_ns as f64 * 1e-9;
+        let tokens = scenario.tokens_per_step() as f64;
+        let model_flops: f64 = result.ranks.iter().map(|r| r.model_flops as f64).sum();
+        let hw_flops: f64 = result.ranks.iter().map(|r| r.flops as f64).sum();
+        let per_gpu = |f: f64| ratio(f / f64::from(world), step_s);
+        let model_per_gpu = per_gpu(model_flops);
+        let hw_per_gpu = per_gpu(hw_flops);
+        let peak = peak_for(&scenario.cluster.gpu.peak, scenario.training.precision);
+        let hbm = scenario.cluster.gpu.hbm_bytes;
+        let worst = result
+            .ranks
+            .iter()
+            .fold(None::<&RankStats>, |best, r| match best {
+                Some(b) if b.peak_memory_bytes >= r.peak_memory_bytes => Some(b),
+                _ => Some(r),
+            });
+        let peak_memory_bytes = worst.map_or(0, |r| r.peak_memory_bytes);
+        let fits = peak_memory_bytes <= hbm;
+        let oom = match worst {
+            Some(w) if !fits => Some(OutOfMemory {
+                rank: w.rank,
+                op: w.peak_op,
+                op_name: op_name(schedule, w.rank, w.peak_op).unwrap_or_else(|| "?".to_string()),
+                over_bytes: w.peak_memory_bytes - hbm,
+            }),
+            _ => None,
+        };
+        Report {
+            step_time_s: step_s,
+            tokens_per_s: ratio(tokens, step_s),
+            tokens_per_s_per_gpu: ratio(tokens / f64::from(world), step_s),
+            model_tflops_per_gpu: model_per_gpu / 1e12,
+            hardware_tflops_per_gpu: hw_per_gpu / 1e12,
+            mfu: ratio(model_per_gpu, peak),
+            hfu: ratio(hw_per_gpu, peak),
+            bubble_fraction: result.bubble_fraction(),
+            exposed_comm_fraction: result.exposed_comm_fraction(),
+            peak_memory_bytes,
+            fits,
+            events: result.events,
+            sim_wall_s,
+            ranks: collapse_ranks(plan, schedule, &result.ranks),
+            scenario: scenario.name.clone(),
+            gpu: scenario.cluster.gpu.name.clone(),
+            world: plan.world,
+            microbatches: plan.microbatches,
+            global_batch: scenario.training.global_batch,
+            precision: scenario.training.precision,
+            hbm_bytes: hbm,
+            hbm_free_bytes: hbm.saturating_sub(peak_memory_bytes),
+            host_memory_peak_bytes: result
+                .ranks
+                .iter()
+                .map(|r| r.host_memory_peak_bytes)
+                .max()
+                .unwrap_or(0),
+            oom,
+        }
+    }
+
+    /// The same report with `sim_wall_s` zeroed, so that two runs compare byte for byte.
+    pub fn without_wall_time(mut self) -> Report {
+        self.sim_wall_s = 0.0;
+        self
+    }
+
+    /// Pretty JSON, fields in declaration order.
+    pub fn to_json(&self) -> String {
+        // Serializing plain structs of numbers and strings cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// A readable, aligned summary with a per-stage memory table and a verdict.
+    pub fn to_text(&self) -> String {
+        let mut o = String::new();
+        let _ = writeln!(o, "scenario        {}", self.scenario);
+        let _ = writeln!(
+            o,
+            "layout          {} GPUs ({}), {} micro batches per pipeline, global batch {}, {}",
+            self.world,
+            self.gpu,
+            self.microbatches,
+            self.global_batch,
+            format!("{:?}", self.precision).to_lowercase()
+        );
+        let _ = writeln!(o, "step time       {:.3} ms", self.step_time_s * 1e3);
+        let _ = writeln!(
+            o,
+            "throughput      {} tokens/s, {} tokens/s per GPU",
+            group_thousands(self.tokens_per_s),
+            group_thousands(self.tokens_per_s_per_gpu)
+        );
+        let _ = writeln!(
+            o,
+            "model FLOPs     {:>8.1} TFLOP/s per GPU   MFU {:>5.1}%",
+            self.model_tflops_per_gpu,
+            self.mfu * 100.0
+        );
+        let _ = writeln!(
+            o,
+            "hardware FLOPs  {:>8.1} TFLOP/s per GPU   HFU {:>5.1}%",
+            self.hardware_tflops_per_gpu,
+            self.hfu * 100.0
+        );
+        let _ = writeln!(
+            o,
+            "bubble          {:>5.1}% of the step (compute idle, mean over ranks)",
+            self.bubble_fraction * 100.0
+        );
+        let _ = writeln!(
+            o,
+            "exposed comm    {:>5.1}% of the step (communication not hidden by compute)",
+            self.exposed_comm_fraction * 100.0
+        );
+        let _ = writeln!(
+            o,
+            "simulated       {} events in {:.3} s",
+            group_thousands(self.events as f64),
+            self.sim_wall_s
+        );
+        let _ = writeln!(o);
+        o.push_str(&self.memory_table());
+        let _ = writeln!(o);
+        let _ = writeln!(o, "verdict         {}", self.verdict());
+        o
+    }
+
+    /// The `--memory` view: for each stage's ranks, the op at which the peak is first reached
+    /// and when, then the host memory that offload uses.
+    pub fn memory_text(&self) -> String {
+        let mut o = String::from("\npeak memory, where it happens\n");
+        for e in &self.ranks {
+            let who = e
+                .ranks
+                .clone()
+                .or_else(|| e.rank.map(|r| r.to_string()))
+                .unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "  stage {:>3}  ranks {:<14} {:>8.2} GiB at {:>10.3} ms  op {}",
+                e.stage,
+                who,
+                e.peak_memory_bytes as f64 / GIB,
+                e.peak_time_s * 1e3,
+                e.peak_op.as_deref().unwrap_or("-")
+            );
+        }
+        if self.host_memory_peak_bytes > 0 {
+            let _ = writeln!(
+                o,
+                "  host memory peak (offload) {:.2} GiB per rank",
+                self.host_memory_peak_bytes as f64 / GIB
+            );
+        }
+        o
+    }
+
+    /// "fits with X GiB free" or "OUT OF MEMORY by X GiB on rank R at op Y".
+    pub fn verdict(&self) -> String {
+        match &self.oom {
+            None => format!(
+                "fits with {:.2} GiB free (peak {:.2} GiB of {:.2} GiB)",
+                self.hbm_free_bytes as f64 / GIB,
+                self.peak_memory_bytes as f64 / GIB,
+                self.hbm_bytes as f64 / GIB
+            ),
+            Some(oom) => format!(
+                "OUT OF MEMORY by {:.2} GiB on rank {} at op {} \"{}\" (peak {:.2} GiB of {:.2} GiB)",
+                oom.over_bytes as f64 / GIB,
+                oom.rank,
+                oom.op.map_or_else(|| "?".to_string(), |o| o.to_string()),
+                oom.op_name,
+                self.peak_memory_bytes as f64 / GIB,
+                self.hbm_bytes as f64 / GIB
+            ),
+        }
+    }
+
+    fn memory_table(&self) -> String {
+        let header = [
+            "stage",
+            "ranks",
+            "peak GiB",
+            "weights",
+            "grads",
+            "optimizer",
+            "activations",
+            "buffers",
+            "reserved",
+        ];
+        let rows: Vec<Vec<String>> = self
+            .ranks
+            .iter()
+            .map(|e| {
+                let mut row = vec![
+                    e.stage.to_string(),
+                    e.ranks
+                        .clone()
+                        .or_else(|| e.rank.map(|r| r.to_string()))
+                        .unwrap_or_default(),
+                    format!("{:.2}", e.peak_memory_bytes as f64 / GIB),
+                ];
+                row.extend(
+                    e.memory_breakdown
+                        .values()
+                        .iter()
+                        .map(|&b| format!("{:.2}", b as f64 / GIB)),
+                );
+                row
+            })
+            .collect();
+        let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.len());
+            }
+        }
+        let mut o = String::from("memory at peak, per stage (GiB)\n");
+        let line = |o: &mut String, cells: &[String]| {
+            o.push(' ');
+            for (i, (w, c)) in widths.iter().zip(cells).enumerate() {
+                // Rank lists read best left-aligned; numbers right-aligned.
+                if i == 1 {
+                    let _ = write!(o, " {c:<w$}");
+                } else {
+                    let _ = write!(o, " {c:>w$}");
+                }
+            }
+            o.push('\n');
+        };
+        line(
+            &mut o,
+            &header.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+        );
+        for row in &rows {
+            line(&mut o, row);
+        }
+        o
+    }
+}
+
+/// Collapse ranks of a stage whose memory statistics are identical into one entry, ordered by
+/// stage, then by first rank.
+fn collapse_ranks(plan: &Plan, schedule: &Schedule, ranks: &[RankStats]) -> Vec<RankEntry> {
+    type Key = (u32, u64, MemoryBreakdown, u64, Option<u32>);
+    let mut groups: BTreeMap<Key, Vec<u32>> = BTreeMap::new();
+    let peak_time_of = |rank: u32| ranks.get(rank as usize).map_or(0, |r| r.peak_time_ns);
+    for r in ranks {
+        let stage = if r.rank < plan.world {
+            plan.stage_of(r.rank)
+        } else {
+            0
+        };
+        let key = (
+            stage,
+            r.peak_memory_bytes,
+            MemoryBreakdown::from_array(&r.memory_at_peak),
+            r.host_memory_peak_bytes,
+            r.peak_op,
+        );
+        groups.entry(key).or_default().push(r.rank);
+    }
+    let mut entries: Vec<RankEntry> = groups
+        .into_iter()
+        .map(
+            |((stage, peak, breakdown, host, peak_op), members)| RankEntry {
+                rank: (members.len() == 1).then(|| members[0]),
+                ranks: (members.len() > 1).then(|| rank_ranges(&members)),
+                rank_count: members.len() as u32,
+                stage,
+                peak_memory_bytes: peak,
+                memory_breakdown: breakdown,
+                host_memory_peak_bytes: host,
+                peak_op: op_name(schedule, members[0], peak_op),
+                peak_time_s: peak_time_of(members[0]) as f64 * 1e-9,
+            },
+        )
+        .collect();
+    entries.sort_by_key(|e| {
+        let first = e.rank.unwrap_or_else(|| {
+            e.ranks
+                .as_deref()
+                .and_then(|s| s.split(['-', ',']).next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0)
+        });
+        (e.stage, first)
+    });
+    entries
+}
+
+/// The display name of op `op` of `rank`'s program.
+fn op_name(schedule: &Schedule, rank: u32, op: Option<u32>) -> Option<String> {
+    let p = schedule.program_of.get(rank as usize)?;
+    let o = schedule.programs.get(*p as usize)?.ops.get(op? as usize)?;
+    Some(o.name())
+}
+
+/// Sorted ranks as ranges: [0,1,2,5,7,8] -> "0-2,5,7-8".
+fn rank_ranges(sorted: &[u32]) -> String {
+    let mut out = String::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        let mut end = start;
+        while i + 1 < sorted.len() && sorted[i + 1] == end + 1 {
+            i += 1;
+            end = sorted[i];
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if start == end {
+            let _ = write!(out, "{start}");
+        } else {
+            let _ = write!(out, "{start}-{end}");
+        }
+        i += 1;
+    }
+    out
+}
+
+/// 1234567.8 -> "1,234,568".
+fn group_thousands(v: f64) -> String {
+    let n = if v.is_finite() && v > 0.0 {
+        v.round() as u64
+    } else {
+        0
+    };
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
