@@ -134,12 +134,26 @@ impl CudaBackend {
         // SAFETY: valid device.
         let pool = unsafe { drv::device::get_default_mem_pool(dev) }
             .map_err(|e| cu("cuDeviceGetDefaultMemPool", e))?;
+        // Keep freed memory reserved across synchronisations, as a framework's caching
+        // allocator does. Allocations name this pool explicitly (cuMemAllocFromPoolAsync), so
+        // the threshold is set on the pool that serves them whatever the device's current
+        // pool is.
+        let mut threshold = u64::MAX;
+        // SAFETY: RELEASE_THRESHOLD is a cuuint64_t.
+        unsafe {
+            drv::mem_pool::set_attribute(
+                pool,
+                drv_sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            )
+        }
+        .map_err(|e| cu("cuMemPoolSetAttribute", e))?;
         let (free, total) = ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
         let memory = MemoryReport {
             baseline_used_bytes: Some((total - free) as u64),
             total_bytes: Some(total as u64),
             notes: vec![
-                "schedule allocations use the driver's stream-ordered pool (cuMemAllocAsync) with release threshold UINT64_MAX; allocator peaks are its USED/RESERVED_MEM_HIGH of the last step; allocator_reserved_at_start_bytes says whether the pool kept its reservation from the previous step (if 0, Alloc ops include the cost of mapping memory)".into(),
+                "schedule allocations come from the device's stream-ordered pool (cuMemAllocFromPoolAsync, release threshold UINT64_MAX), which keeps its reservation across steps like a caching allocator: the first step pays for mapping memory, later steps reuse it (allocator_reserved_at_start_bytes); allocator peaks are the pool's USED/RESERVED_MEM_HIGH of the last step, and device memory before a step includes what the pool holds".into(),
                 "memory-bound bytes run as device-to-device copies of half the bytes (each byte read once, written once)".into(),
             ],
             ..MemoryReport::default()
@@ -318,14 +332,26 @@ impl CudaBackend {
             .map_err(|e| cu("cuMemPoolSetAttribute", e))
     }
 
+    /// Free every allocation still live (the device must be idle).
+    fn release_live_allocs(&mut self) {
+        for (_, a) in std::mem::take(&mut self.allocs) {
+            if let LiveAlloc::Gpu(p) = a {
+                // SAFETY: allocated from the pool, not freed by the schedule, device idle.
+                let _ = unsafe { drv::free_sync(p) };
+            }
+        }
+    }
+
     fn begin_step(&mut self) -> Result<(), RuntimeError> {
         use drv_sys::CUmemPool_attribute as A;
         self.ctx
             .synchronize()
             .map_err(|e| cu("cuCtxSynchronize", e))?;
-        // Ask the pool to keep what it reserved across steps, as a framework's caching
-        // allocator does (whether it did is reported), and reset the high-water marks.
-        self.set_pool_attr(A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, u64::MAX)?;
+        // A schedule that never frees an allocation (or a step that failed half way) must not
+        // leak it into the next step, whose Alloc reuses the tag.
+        self.release_live_allocs();
+        // Reset the high-water marks; what the pool still holds from the previous step is
+        // reported, so a reader sees whether Alloc ops paid for mapping memory.
         self.set_pool_attr(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0)?;
         self.set_pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0)?;
         self.memory.allocator_reserved_at_start_bytes =
@@ -492,10 +518,10 @@ impl CudaBackend {
                     Device::Gpu => {
                         let n = usize::try_from((*bytes).max(1))
                             .map_err(|_| RuntimeError::Unsupported(format!("{bytes} bytes")))?;
-                        // SAFETY: stream-ordered allocation on a live stream.
+                        // SAFETY: stream-ordered allocation from a live pool on a live stream.
                         LiveAlloc::Gpu(
-                            unsafe { drv::malloc_async(cu_stream, n) }
-                                .map_err(|e| cu("cuMemAllocAsync", e))?,
+                            unsafe { drv::mem_pool::alloc_async(self.pool, n, cu_stream) }
+                                .map_err(|e| cu("cuMemAllocFromPoolAsync", e))?,
                         )
                     }
                     Device::Host => LiveAlloc::Host(HostBuffer::new(*bytes)?),
@@ -503,7 +529,7 @@ impl CudaBackend {
                 self.allocs.insert(*tag, live);
             }
             OpKind::Free { tag } => match self.allocs.remove(tag) {
-                // SAFETY: allocated by malloc_async, freed once, after its deps.
+                // SAFETY: allocated from the pool, freed once, after its deps.
                 Some(LiveAlloc::Gpu(p)) => {
                     unsafe { drv::free_async(p, cu_stream) }.map_err(|e| cu("cuMemFreeAsync", e))?
                 }
@@ -637,11 +663,8 @@ impl Backend for CudaBackend {
                 Some(self.pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?);
             let (free, total) = self.ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
             self.memory.used_after_step_bytes = Some((total - free) as u64);
-            // Give the pool back now that it has been read.
-            self.set_pool_attr(A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, 0)?;
-            // SAFETY: valid pool.
-            unsafe { drv::mem_pool::trim_to(self.pool, 0) }
-                .map_err(|e| cu("cuMemPoolTrimTo", e))?;
+            // The pool keeps its reservation for the next step, as a caching allocator does;
+            // it is given back in Drop. (Trimming here made every step map its memory anew.)
             Ok(out)
         })
     }
@@ -659,12 +682,7 @@ impl Drop for CudaBackend {
             drv_sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
             0,
         );
-        for (_, a) in std::mem::take(&mut self.allocs) {
-            if let LiveAlloc::Gpu(p) = a {
-                // SAFETY: allocated by malloc_async and not freed by the schedule.
-                let _ = unsafe { drv::free_sync(p) };
-            }
-        }
+        self.release_live_allocs();
         // SAFETY: valid pool; returns its unused reservation to the device.
         let _ = unsafe { drv::mem_pool::trim_to(self.pool, 0) };
     }
