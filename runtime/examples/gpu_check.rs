@@ -2,11 +2,14 @@
 //! generated schedule run for a few steps, printed next to the simulator's prediction of the
 //! same schedule (step time, busy time per kind of op, peak memory by category). Run on a GPU
 //! machine:
-//! `cargo run --release -p twin-runtime --example gpu_check [SCENARIO] [--steps N] [--no-sweep]`
-//! (default scenario: scenarios/gpu/llama3-8b-1gpu.toml).
+//! `cargo run --release -p twin-runtime --example gpu_check [SCENARIO] [--steps N] [--no-sweep]
+//! [--release-pool]` (default scenario: scenarios/gpu/llama3-8b-1gpu.toml; `--release-pool`
+//! trims the allocator pool after every step, to measure what mapping memory costs).
 
 use twin_runtime::backend::cuda::single::Comparison;
-use twin_runtime::backend::cuda::{doctor, dtype::GemmDtype, gemm_sweep, run_scenario_single_gpu};
+use twin_runtime::backend::cuda::{
+    doctor, dtype::GemmDtype, gemm_sweep, run_scenario_single_gpu, CudaOptions,
+};
 use twin_runtime::probe::h100;
 use twin_sim::schedule::Gemm;
 
@@ -22,6 +25,7 @@ struct Args {
     scenario: String,
     steps: u32,
     sweep: bool,
+    keep_pool: bool,
 }
 
 fn args() -> Args {
@@ -29,12 +33,14 @@ fn args() -> Args {
         scenario: "scenarios/gpu/llama3-8b-1gpu.toml".into(),
         steps: 4,
         sweep: true,
+        keep_pool: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--steps" => a.steps = it.next().and_then(|s| s.parse().ok()).unwrap_or(a.steps),
             "--no-sweep" => a.sweep = false,
+            "--release-pool" => a.keep_pool = false,
             _ => a.scenario = arg,
         }
     }
@@ -199,7 +205,14 @@ fn main() {
             std::process::exit(2);
         }
     };
-    match run_scenario_single_gpu(&scenario, a.steps) {
+    let options = CudaOptions {
+        keep_pool_between_steps: a.keep_pool,
+        ..CudaOptions::default()
+    };
+    if !a.keep_pool {
+        println!("  (--release-pool: the allocator pool is trimmed after every step)");
+    }
+    match run_scenario_single_gpu(&scenario, a.steps, options) {
         Ok(r) => {
             print_comparison(&r.comparison);
             let ops = r.run.events.len();

@@ -2,7 +2,8 @@
 #![cfg(feature = "cuda")]
 
 use twin_runtime::backend::cuda::{
-    doctor, dtype::GemmDtype, gemm_sweep, run_scenario_single_gpu, run_single_gpu, Item,
+    doctor, dtype::GemmDtype, gemm_sweep, run_scenario_single_gpu, run_single_gpu, CudaOptions,
+    Item,
 };
 use twin_sim::schedule::{Gemm, OpKind, Stream};
 
@@ -104,11 +105,16 @@ fn generated_single_gpu_schedule_runs_and_the_pool_keeps_its_memory() {
         return;
     }
     assert!(doctor().missing().is_empty(), "{}", doctor());
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../scenarios/gpu/llama3-8b-1gpu.toml");
+    // TWIN_GPU_SCENARIO: where the scenario is when the test binary runs outside the tree.
+    let path = std::env::var_os("TWIN_GPU_SCENARIO")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../scenarios/gpu/llama3-8b-1gpu.toml")
+        });
     // Two layers keep the test short; the example runs the whole scenario.
     let s = twin_sim::scenario::load(&path, &["model.layers=2".to_string()]).unwrap();
-    let r = run_scenario_single_gpu(&s, 3).unwrap();
+    let r = run_scenario_single_gpu(&s, 3, CudaOptions::default()).unwrap();
     let c = &r.comparison;
     assert_eq!(c.measured_step_times_ns.len(), 3);
     assert!(c.measured_step_time_ns > 0 && c.predicted_step_time_ns > 0);
@@ -128,6 +134,9 @@ fn multi_gpu_scenarios_are_refused_before_device_work() {
         return;
     }
     let s = twin_sim::testing::small_scenario(2, 2, 2, 4);
-    let e = run_scenario_single_gpu(&s, 1).err().unwrap().to_string();
+    let e = run_scenario_single_gpu(&s, 1, CudaOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("not a single-GPU scenario"), "{e}");
 }

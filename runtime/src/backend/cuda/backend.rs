@@ -28,6 +28,10 @@ pub struct CudaOptions {
     pub allow_tf32: bool,
     /// Seed of the operand fill pattern.
     pub seed: u64,
+    /// Keep the allocator pool's memory from one step to the next, as a caching allocator
+    /// does (the default). When false the pool is trimmed after every step, so every step's
+    /// Alloc ops pay for mapping memory again: what an allocator without a cache costs.
+    pub keep_pool_between_steps: bool,
 }
 
 impl Default for CudaOptions {
@@ -36,6 +40,7 @@ impl Default for CudaOptions {
             device: 0,
             allow_tf32: false,
             seed: 1,
+            keep_pool_between_steps: true,
         }
     }
 }
@@ -153,7 +158,12 @@ impl CudaBackend {
             baseline_used_bytes: Some((total - free) as u64),
             total_bytes: Some(total as u64),
             notes: vec![
-                "schedule allocations come from the device's stream-ordered pool (cuMemAllocFromPoolAsync, release threshold UINT64_MAX), which keeps its reservation across steps like a caching allocator: the first step pays for mapping memory, later steps reuse it (allocator_reserved_at_start_bytes); allocator peaks are the pool's USED/RESERVED_MEM_HIGH of the last step, and device memory before a step includes what the pool holds".into(),
+                if options.keep_pool_between_steps {
+                    "schedule allocations come from the device's stream-ordered pool (cuMemAllocFromPoolAsync, release threshold UINT64_MAX), which keeps its reservation across steps like a caching allocator: the first step pays for mapping memory, later steps reuse it (allocator_reserved_at_start_bytes); allocator peaks are the pool's USED/RESERVED_MEM_HIGH of the last step, and device memory before a step includes what the pool holds"
+                } else {
+                    "schedule allocations come from the device's stream-ordered pool (cuMemAllocFromPoolAsync), trimmed after every step on request: every step's Alloc ops pay for mapping memory; allocator peaks are the pool's USED/RESERVED_MEM_HIGH of the last step"
+                }
+                .into(),
                 "memory-bound bytes run as device-to-device copies of half the bytes (each byte read once, written once)".into(),
             ],
             ..MemoryReport::default()
@@ -663,8 +673,14 @@ impl Backend for CudaBackend {
                 Some(self.pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?);
             let (free, total) = self.ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
             self.memory.used_after_step_bytes = Some((total - free) as u64);
-            // The pool keeps its reservation for the next step, as a caching allocator does;
-            // it is given back in Drop. (Trimming here made every step map its memory anew.)
+            // By default the pool keeps its reservation for the next step, as a caching
+            // allocator does, and gives it back in Drop; trimming here makes every step map
+            // its memory anew.
+            if !self.options.keep_pool_between_steps {
+                // SAFETY: valid pool; the device is idle.
+                unsafe { drv::mem_pool::trim_to(self.pool, 0) }
+                    .map_err(|e| cu("cuMemPoolTrimTo", e))?;
+            }
             Ok(out)
         })
     }

@@ -88,6 +88,17 @@ pub fn run_single_gpu(
     schedule: &Schedule,
     steps: u32,
 ) -> Result<RankRun, RuntimeError> {
+    run_single_gpu_with(scenario, plan, schedule, steps, CudaOptions::default())
+}
+
+/// As [`run_single_gpu`], with backend options (the fill seed comes from the scenario).
+pub fn run_single_gpu_with(
+    scenario: &Scenario,
+    plan: &Plan,
+    schedule: &Schedule,
+    steps: u32,
+    options: CudaOptions,
+) -> Result<RankRun, RuntimeError> {
     let gpus = CudaBackend::device_count()?;
     let ranks = schedule.world();
     if ranks > gpus {
@@ -98,7 +109,7 @@ pub fn run_single_gpu(
     }
     let options = CudaOptions {
         seed: scenario.run.seed,
-        ..CudaOptions::default()
+        ..options
     };
     let mut backend = CudaBackend::new(options)?;
     let mut times = Vec::new();
@@ -126,10 +137,17 @@ pub struct ScenarioRun {
 pub fn run_scenario_single_gpu(
     scenario: &Scenario,
     steps: u32,
+    options: CudaOptions,
 ) -> Result<ScenarioRun, RuntimeError> {
     let prediction = predict_single_gpu(scenario)?;
     let staged = &prediction.staged;
-    let run = run_single_gpu(&staged.scenario, &staged.plan, &staged.schedule, steps)?;
+    let run = run_single_gpu_with(
+        &staged.scenario,
+        &staged.plan,
+        &staged.schedule,
+        steps,
+        options,
+    )?;
     let comparison = compare(&prediction, &run)?;
     Ok(ScenarioRun { run, comparison })
 }

@@ -27,4 +27,7 @@ pub use backend::{CudaBackend, CudaOptions};
 #[cfg(feature = "cuda")]
 pub use doctor::{doctor, DoctorReport, GpuInfo, Item, LibraryItem, PeerAccess};
 #[cfg(feature = "cuda")]
-pub use entry::{gemm_sweep, run_scenario_single_gpu, run_single_gpu, GemmSample, ScenarioRun};
+pub use entry::{
+    gemm_sweep, run_scenario_single_gpu, run_single_gpu, run_single_gpu_with, GemmSample,
+    ScenarioRun,
+};
