@@ -9,6 +9,7 @@ use super::device::{
 use super::dtype::{gemm_dtype, nccl_elements};
 use super::libs::{self, cu, guard, Libraries};
 use super::nccl::{self, Buffers, Comm, UniqueId};
+use super::pool::Pool;
 use crate::backend::{Backend, MemoryReport, OpContext, OpTiming};
 use crate::error::RuntimeError;
 use cudarc::driver::{result as drv, sys as drv_sys, CudaContext, CudaEvent, CudaStream};
@@ -75,7 +76,7 @@ pub struct CudaBackend {
     step_start: CudaEvent,
     streams: Vec<Arc<CudaStream>>,
     rendezvous: Box<dyn Rendezvous>,
-    pool: drv_sys::CUmemoryPool,
+    pool: Pool,
     memory: MemoryReport,
     libs: &'static Libraries,
     ctx: Arc<CudaContext>,
@@ -136,23 +137,7 @@ impl CudaBackend {
             )?);
         }
         let dev = drv::device::get(options.device as i32).map_err(|e| cu("cuDeviceGet", e))?;
-        // SAFETY: valid device.
-        let pool = unsafe { drv::device::get_default_mem_pool(dev) }
-            .map_err(|e| cu("cuDeviceGetDefaultMemPool", e))?;
-        // Keep freed memory reserved across synchronisations, as a framework's caching
-        // allocator does. Allocations name this pool explicitly (cuMemAllocFromPoolAsync), so
-        // the threshold is set on the pool that serves them whatever the device's current
-        // pool is.
-        let mut threshold = u64::MAX;
-        // SAFETY: RELEASE_THRESHOLD is a cuuint64_t.
-        unsafe {
-            drv::mem_pool::set_attribute(
-                pool,
-                drv_sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                (&mut threshold as *mut u64).cast(),
-            )
-        }
-        .map_err(|e| cu("cuMemPoolSetAttribute", e))?;
+        let pool = Pool::open(dev, options.keep_pool_between_steps)?;
         let (free, total) = ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
         let memory = MemoryReport {
             baseline_used_bytes: Some((total - free) as u64),
@@ -324,24 +309,6 @@ impl CudaBackend {
         Ok(())
     }
 
-    fn pool_attr(&self, attr: drv_sys::CUmemPool_attribute) -> Result<u64, RuntimeError> {
-        let mut v: u64 = 0;
-        // SAFETY: these attributes are cuuint64_t.
-        unsafe { drv::mem_pool::get_attribute(self.pool, attr, (&mut v as *mut u64).cast()) }
-            .map_err(|e| cu("cuMemPoolGetAttribute", e))?;
-        Ok(v)
-    }
-
-    fn set_pool_attr(
-        &self,
-        attr: drv_sys::CUmemPool_attribute,
-        mut v: u64,
-    ) -> Result<(), RuntimeError> {
-        // SAFETY: these attributes are cuuint64_t.
-        unsafe { drv::mem_pool::set_attribute(self.pool, attr, (&mut v as *mut u64).cast()) }
-            .map_err(|e| cu("cuMemPoolSetAttribute", e))
-    }
-
     /// Free every allocation still live (the device must be idle).
     fn release_live_allocs(&mut self) {
         for (_, a) in std::mem::take(&mut self.allocs) {
@@ -353,19 +320,15 @@ impl CudaBackend {
     }
 
     fn begin_step(&mut self) -> Result<(), RuntimeError> {
-        use drv_sys::CUmemPool_attribute as A;
         self.ctx
             .synchronize()
             .map_err(|e| cu("cuCtxSynchronize", e))?;
         // A schedule that never frees an allocation (or a step that failed half way) must not
         // leak it into the next step, whose Alloc reuses the tag.
         self.release_live_allocs();
-        // Reset the high-water marks; what the pool still holds from the previous step is
-        // reported, so a reader sees whether Alloc ops paid for mapping memory.
-        self.set_pool_attr(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0)?;
-        self.set_pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0)?;
-        self.memory.allocator_reserved_at_start_bytes =
-            Some(self.pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?);
+        // What the pool still holds from the previous step is reported, so a reader sees
+        // whether Alloc ops paid for mapping memory.
+        self.memory.allocator_reserved_at_start_bytes = Some(self.pool.begin_step()?);
         let (free, total) = self.ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
         self.memory.used_before_step_bytes = Some((total - free) as u64);
         self.issued.clear();
@@ -525,15 +488,7 @@ impl CudaBackend {
                 device, bytes, tag, ..
             } => {
                 let live = match device {
-                    Device::Gpu => {
-                        let n = usize::try_from((*bytes).max(1))
-                            .map_err(|_| RuntimeError::Unsupported(format!("{bytes} bytes")))?;
-                        // SAFETY: stream-ordered allocation from a live pool on a live stream.
-                        LiveAlloc::Gpu(
-                            unsafe { drv::mem_pool::alloc_async(self.pool, n, cu_stream) }
-                                .map_err(|e| cu("cuMemAllocFromPoolAsync", e))?,
-                        )
-                    }
+                    Device::Gpu => LiveAlloc::Gpu(self.pool.alloc(*bytes, cu_stream)?),
                     Device::Host => LiveAlloc::Host(HostBuffer::new(*bytes)?),
                 };
                 self.allocs.insert(*tag, live);
@@ -639,7 +594,6 @@ impl Backend for CudaBackend {
 
     fn finish_step(&mut self) -> Result<Vec<OpTiming>, RuntimeError> {
         guard("CudaBackend::finish_step", || {
-            use drv_sys::CUmemPool_attribute as A;
             self.ctx
                 .synchronize()
                 .map_err(|e| cu("cuCtxSynchronize", e))?;
@@ -667,20 +621,12 @@ impl Backend for CudaBackend {
                     end_ns: to_ns(e),
                 });
             }
-            self.memory.allocator_peak_bytes =
-                Some(self.pool_attr(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?);
-            self.memory.allocator_reserved_peak_bytes =
-                Some(self.pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?);
+            // Device memory before the pool may be trimmed (only on request).
             let (free, total) = self.ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
             self.memory.used_after_step_bytes = Some((total - free) as u64);
-            // By default the pool keeps its reservation for the next step, as a caching
-            // allocator does, and gives it back in Drop; trimming here makes every step map
-            // its memory anew.
-            if !self.options.keep_pool_between_steps {
-                // SAFETY: valid pool; the device is idle.
-                unsafe { drv::mem_pool::trim_to(self.pool, 0) }
-                    .map_err(|e| cu("cuMemPoolTrimTo", e))?;
-            }
+            let peaks = self.pool.end_step()?;
+            self.memory.allocator_peak_bytes = Some(peaks.used_high_bytes);
+            self.memory.allocator_reserved_peak_bytes = Some(peaks.reserved_high_bytes);
             Ok(out)
         })
     }
@@ -694,12 +640,7 @@ impl Drop for CudaBackend {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
         let _ = self.ctx.synchronize();
-        let _ = self.set_pool_attr(
-            drv_sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-            0,
-        );
         self.release_live_allocs();
-        // SAFETY: valid pool; returns its unused reservation to the device.
-        let _ = unsafe { drv::mem_pool::trim_to(self.pool, 0) };
+        self.pool.release();
     }
 }

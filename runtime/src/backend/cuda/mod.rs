@@ -21,6 +21,8 @@ mod entry;
 mod libs;
 #[cfg(feature = "cuda")]
 mod nccl;
+#[cfg(feature = "cuda")]
+mod pool;
 
 #[cfg(feature = "cuda")]
 pub use backend::{CudaBackend, CudaOptions};
