@@ -24,14 +24,17 @@ struct Cli {
 enum Command {
     Simulate(cmd::simulate::Args),
     Bench(cmd::bench::Args),
+    Doctor(cmd::doctor::Args),
 }
 
-/// Exit codes: 0 success, 1 failure of the work, 2 bad input (scenario or arguments).
+/// Exit codes: 0 success, 1 failure of the work, 2 bad input (scenario or arguments),
+/// 3 `twin doctor` found something the CUDA backend needs missing.
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,25 +1,53 @@
-//! GPU check: doctor, a cuBLAS GEMM sweep against the GPU's peak, and a single-GPU run of a
-//! Llama-3-8B layer-stack probe schedule with measured memory. Run on a GPU machine:
-//! `cargo run --release -p twin-runtime --example gpu_check [layers] [microbatches]`.
+//! GPU check: doctor, a cuBLAS GEMM sweep against the GPU's peak, and a single-GPU scenario's
+//! generated schedule run for a few steps, printed next to the simulator's prediction of the
+//! same schedule (step time, busy time per kind of op, peak memory by category). Run on a GPU
+//! machine:
+//! `cargo run --release -p twin-runtime --example gpu_check [SCENARIO] [--steps N] [--no-sweep]
+//! [--release-pool]` (default scenario: scenarios/gpu/llama3-8b-1gpu.toml; `--release-pool`
+//! trims the allocator pool after every step, to measure what mapping memory costs).
 
-use twin_runtime::backend::cuda::{doctor, dtype::GemmDtype, gemm_sweep, run_single_gpu};
-use twin_runtime::probe::{h100, llama_probe};
-use twin_sim::schedule::{Gemm, OpKind, Stream};
+use twin_runtime::backend::cuda::single::Comparison;
+use twin_runtime::backend::cuda::{
+    doctor, dtype::GemmDtype, gemm_sweep, run_scenario_single_gpu, CudaOptions,
+};
+use twin_runtime::probe::h100;
+use twin_sim::schedule::Gemm;
 
 fn gib(b: u64) -> f64 {
     b as f64 / (1u64 << 30) as f64
 }
 
-fn main() {
-    let args: Vec<u32> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let layers = args.first().copied().unwrap_or(4);
-    let microbatches = args.get(1).copied().unwrap_or(2);
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
 
-    println!("== doctor\n{}", doctor());
+struct Args {
+    scenario: String,
+    steps: u32,
+    sweep: bool,
+    keep_pool: bool,
+}
 
+fn args() -> Args {
+    let mut a = Args {
+        scenario: "scenarios/gpu/llama3-8b-1gpu.toml".into(),
+        steps: 4,
+        sweep: true,
+        keep_pool: true,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--steps" => a.steps = it.next().and_then(|s| s.parse().ok()).unwrap_or(a.steps),
+            "--no-sweep" => a.sweep = false,
+            "--release-pool" => a.keep_pool = false,
+            _ => a.scenario = arg,
+        }
+    }
+    a
+}
+
+fn sweep() {
     let peak = h100().peak;
     let g = |m, n, k| Gemm { m, n, k, count: 1 };
     let square: Vec<Gemm> = [1024, 2048, 4096, 8192, 16384]
@@ -74,64 +102,132 @@ fn main() {
             Err(e) => println!("  failed: {e}"),
         }
     }
+}
 
-    println!("== single-GPU probe: Llama-3-8B x {layers} layers, micro batch 1, seq 2048, {microbatches} micro batches");
-    let (s, plan, sched) = match llama_probe(layers, microbatches, true) {
-        Ok(x) => x,
+fn print_comparison(c: &Comparison) {
+    let steps: Vec<String> = c
+        .measured_step_times_ns
+        .iter()
+        .map(|t| format!("{:.2}", ms(*t)))
+        .collect();
+    println!("  measured step times (ms): {}", steps.join(", "));
+    println!(
+        "  step time: predicted {:.2} ms, measured {:.2} ms (last step), measured/predicted {:.3}",
+        ms(c.predicted_step_time_ns),
+        ms(c.measured_step_time_ns),
+        c.measured_step_time_ns as f64 / c.predicted_step_time_ns.max(1) as f64
+    );
+    println!(
+        "  MFU: predicted {:.1}%, measured {:.1}%",
+        100.0 * c.predicted_mfu,
+        100.0 * c.measured_mfu
+    );
+    println!(
+        "  busy time by kind of op:\n    {:<22} {:>5} {:>14} {:>14} {:>8}",
+        "kind", "ops", "predicted ms", "measured ms", "ratio"
+    );
+    for r in &c.by_kind {
+        let ratio = if r.predicted_busy_ns == 0 {
+            "-".to_string()
+        } else {
+            format!(
+                "{:.3}",
+                r.measured_busy_ns as f64 / r.predicted_busy_ns as f64
+            )
+        };
+        println!(
+            "    {:<22} {:>5} {:>14.3} {:>14.3} {:>8}",
+            r.kind,
+            r.ops,
+            ms(r.predicted_busy_ns),
+            ms(r.measured_busy_ns),
+            ratio
+        );
+    }
+    let p = &c.predicted_memory;
+    let s = &c.schedule_memory.peak_breakdown;
+    println!(
+        "  peak memory by category (GiB):\n    {:<12} {:>10} {:>10}",
+        "category", "predicted", "schedule"
+    );
+    for (name, a, b) in [
+        ("weights", p.weights, s.weights),
+        ("grads", p.grads, s.grads),
+        ("optimizer", p.optimizer, s.optimizer),
+        ("activations", p.activations, s.activations),
+        ("buffers", p.buffers, s.buffers),
+        ("reserved", p.reserved, s.reserved),
+    ] {
+        println!("    {name:<12} {:>10.3} {:>10.3}", gib(a), gib(b));
+    }
+    println!(
+        "    {:<12} {:>10.3} {:>10.3}",
+        "total",
+        gib(c.predicted_peak_memory_bytes),
+        gib(c.schedule_memory.peak_bytes)
+    );
+    let d = &c.device_memory;
+    let o = |v: Option<u64>| v.map_or("n/a".to_string(), |b| format!("{:.3} GiB", gib(b)));
+    println!(
+        "  measured: allocator used high-water {} (reserved high-water {}; held in reserve at step start {}), baseline (context + cuBLAS) {}, runtime workspace {:.3} GiB, device used before last step {}, after {}, total {}",
+        o(d.allocator_peak_bytes),
+        o(d.allocator_reserved_peak_bytes),
+        o(d.allocator_reserved_at_start_bytes),
+        o(d.baseline_used_bytes),
+        gib(d.workspace_bytes),
+        o(d.used_before_step_bytes),
+        o(d.used_after_step_bytes),
+        o(d.total_bytes)
+    );
+    if let (Some(base), Some(pool)) = (d.baseline_used_bytes, d.allocator_reserved_peak_bytes) {
+        println!(
+            "  measured device peak = baseline + workspace + pool reserved high-water = {:.3} GiB (predicted {:.3} GiB)",
+            gib(base + d.workspace_bytes + pool),
+            gib(c.predicted_peak_memory_bytes)
+        );
+    }
+    for n in &d.notes {
+        println!("  note: {n}");
+    }
+}
+
+fn main() {
+    let a = args();
+    println!("== doctor\n{}", doctor());
+    if a.sweep {
+        sweep();
+    }
+    println!("== generated single-GPU schedule: {}", a.scenario);
+    let scenario = match twin_sim::scenario::load(std::path::Path::new(&a.scenario), &[]) {
+        Ok(s) => s,
         Err(e) => {
-            println!("  plan failed: {e}");
-            std::process::exit(1);
+            println!("  scenario failed: {e}");
+            std::process::exit(2);
         }
     };
-    match run_single_gpu(&s, &plan, &sched, 3) {
-        Ok(run) => {
-            let ops = &sched.programs[0].ops;
-            let steps: Vec<String> = run
-                .step_times_ns
-                .iter()
-                .map(|t| format!("{:.2} ms", *t as f64 / 1e6))
-                .collect();
-            println!("  step times: {}", steps.join(", "));
-            let mut gemm_flops = 0u64;
-            let mut compute_ns = 0u64;
-            let mut dp_ns = 0u64;
-            for (e, op) in run.events.iter().zip(ops) {
-                if let OpKind::Compute(c) = &op.kind {
-                    gemm_flops += c.flops;
-                    compute_ns += e.end_ns - e.start_ns;
-                }
-                if op.stream == Stream::Dp {
-                    dp_ns += e.end_ns - e.start_ns;
-                }
-            }
-            let mfu = gemm_flops as f64 / (run.step_time_ns as f64 * 1e-9) / peak.bf16_flops_per_s;
-            println!(
-                "  last step {:.2} ms; compute ops busy {:.2} ms; dp all-reduce busy {:.2} ms (overlapped on its own stream); model FLOPs {:.2} TFLOP -> {:.1}% of bf16 peak",
-                run.step_time_ns as f64 / 1e6, compute_ns as f64 / 1e6, dp_ns as f64 / 1e6,
-                gemm_flops as f64 / 1e12, 100.0 * mfu
-            );
-            for (e, op) in run.events.iter().zip(ops).take(12) {
+    let options = CudaOptions {
+        keep_pool_between_steps: a.keep_pool,
+        ..CudaOptions::default()
+    };
+    if !a.keep_pool {
+        println!("  (--release-pool: the allocator pool is trimmed after every step)");
+    }
+    match run_scenario_single_gpu(&scenario, a.steps, options) {
+        Ok(r) => {
+            print_comparison(&r.comparison);
+            let ops = r.run.events.len();
+            println!("  first ops of the last step ({ops} ops in all):");
+            for e in r.run.events.iter().take(8) {
                 println!(
-                    "    op {:>3} {:<8} {:<28} {:>10.1} .. {:>10.1} us",
+                    "    op {:>4} {:<8} {:>10.1} .. {:>10.1} us",
                     e.op,
-                    op.stream.name(),
-                    op.name(),
+                    e.stream.name(),
                     e.start_ns as f64 / 1e3,
                     e.end_ns as f64 / 1e3
                 );
             }
-            let m = &run.memory;
-            let d = &run.device_memory;
-            println!("  schedule's own account (what the plan says is held): peak {:.2} GiB = weights {:.2} + grads {:.2} + optimizer {:.2} + activations {:.2}",
-                gib(m.peak_bytes), gib(m.peak_breakdown.weights), gib(m.peak_breakdown.grads), gib(m.peak_breakdown.optimizer), gib(m.peak_breakdown.activations));
-            let o = |v: Option<u64>| v.map_or("n/a".to_string(), |b| format!("{:.2} GiB", gib(b)));
-            println!("  measured: allocator peak {} (reserved {}; held in reserve at step start {}), device used before step {}, after step {}, baseline (context + cuBLAS) {}, runtime workspace {:.2} GiB, total {}",
-                o(d.allocator_peak_bytes), o(d.allocator_reserved_peak_bytes), o(d.allocator_reserved_at_start_bytes), o(d.used_before_step_bytes), o(d.used_after_step_bytes), o(d.baseline_used_bytes), gib(d.workspace_bytes), o(d.total_bytes));
-            for n in &d.notes {
-                println!("  note: {n}");
-            }
-            match serde_json::to_string(&run.device_memory) {
-                Ok(j) => println!("  device_memory json: {j}"),
+            match serde_json::to_string(&r.comparison) {
+                Ok(j) => println!("  comparison json: {j}"),
                 Err(e) => println!("  json failed: {e}"),
             }
         }

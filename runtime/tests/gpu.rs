@@ -1,7 +1,10 @@
 //! Real-GPU checks, run only with TWIN_GPU_TESTS=1 on a machine with an NVIDIA GPU.
 #![cfg(feature = "cuda")]
 
-use twin_runtime::backend::cuda::{doctor, dtype::GemmDtype, gemm_sweep, run_single_gpu, Item};
+use twin_runtime::backend::cuda::{
+    doctor, dtype::GemmDtype, gemm_sweep, run_scenario_single_gpu, run_single_gpu, CudaOptions,
+    Item,
+};
 use twin_sim::schedule::{Gemm, OpKind, Stream};
 
 fn enabled() -> bool {
@@ -94,4 +97,46 @@ fn more_ranks_than_gpus_is_a_clear_error() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("the schedule has 64 ranks but only"), "{e}");
+}
+
+#[test]
+fn generated_single_gpu_schedule_runs_and_the_pool_keeps_its_memory() {
+    if !enabled() {
+        return;
+    }
+    assert!(doctor().missing().is_empty(), "{}", doctor());
+    // TWIN_GPU_SCENARIO: where the scenario is when the test binary runs outside the tree.
+    let path = std::env::var_os("TWIN_GPU_SCENARIO")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../scenarios/gpu/llama3-8b-1gpu.toml")
+        });
+    // Two layers keep the test short; the example runs the whole scenario.
+    let s = twin_sim::scenario::load(&path, &["model.layers=2".to_string()]).unwrap();
+    let r = run_scenario_single_gpu(&s, 3, CudaOptions::default()).unwrap();
+    let c = &r.comparison;
+    assert_eq!(c.measured_step_times_ns.len(), 3);
+    assert!(c.measured_step_time_ns > 0 && c.predicted_step_time_ns > 0);
+    // The runtime's account of the generated schedule is the simulator's peak.
+    assert_eq!(c.schedule_memory.peak_bytes, c.predicted_peak_memory_bytes);
+    let d = &c.device_memory;
+    assert!(d.allocator_peak_bytes.unwrap() >= c.schedule_memory.peak_bytes);
+    // The pool kept the previous step's memory: the last step started with at least the
+    // schedule's peak in reserve, so its Alloc ops mapped nothing new.
+    let kept = d.allocator_reserved_at_start_bytes.unwrap();
+    assert!(kept >= c.schedule_memory.peak_bytes, "{kept}");
+}
+
+#[test]
+fn multi_gpu_scenarios_are_refused_before_device_work() {
+    if !enabled() {
+        return;
+    }
+    let s = twin_sim::testing::small_scenario(2, 2, 2, 4);
+    let e = run_scenario_single_gpu(&s, 1, CudaOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("not a single-GPU scenario"), "{e}");
 }

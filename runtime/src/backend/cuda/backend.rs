@@ -9,6 +9,7 @@ use super::device::{
 use super::dtype::{gemm_dtype, nccl_elements};
 use super::libs::{self, cu, guard, Libraries};
 use super::nccl::{self, Buffers, Comm, UniqueId};
+use super::pool::Pool;
 use crate::backend::{Backend, MemoryReport, OpContext, OpTiming};
 use crate::error::RuntimeError;
 use cudarc::driver::{result as drv, sys as drv_sys, CudaContext, CudaEvent, CudaStream};
@@ -28,6 +29,10 @@ pub struct CudaOptions {
     pub allow_tf32: bool,
     /// Seed of the operand fill pattern.
     pub seed: u64,
+    /// Keep the allocator pool's memory from one step to the next, as a caching allocator
+    /// does (the default). When false the pool is trimmed after every step, so every step's
+    /// Alloc ops pay for mapping memory again: what an allocator without a cache costs.
+    pub keep_pool_between_steps: bool,
 }
 
 impl Default for CudaOptions {
@@ -36,6 +41,7 @@ impl Default for CudaOptions {
             device: 0,
             allow_tf32: false,
             seed: 1,
+            keep_pool_between_steps: true,
         }
     }
 }
@@ -70,7 +76,7 @@ pub struct CudaBackend {
     step_start: CudaEvent,
     streams: Vec<Arc<CudaStream>>,
     rendezvous: Box<dyn Rendezvous>,
-    pool: drv_sys::CUmemoryPool,
+    pool: Pool,
     memory: MemoryReport,
     libs: &'static Libraries,
     ctx: Arc<CudaContext>,
@@ -131,15 +137,18 @@ impl CudaBackend {
             )?);
         }
         let dev = drv::device::get(options.device as i32).map_err(|e| cu("cuDeviceGet", e))?;
-        // SAFETY: valid device.
-        let pool = unsafe { drv::device::get_default_mem_pool(dev) }
-            .map_err(|e| cu("cuDeviceGetDefaultMemPool", e))?;
+        let pool = Pool::open(dev, options.keep_pool_between_steps)?;
         let (free, total) = ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
         let memory = MemoryReport {
             baseline_used_bytes: Some((total - free) as u64),
             total_bytes: Some(total as u64),
             notes: vec![
-                "schedule allocations use the driver's stream-ordered pool (cuMemAllocAsync) with release threshold UINT64_MAX; allocator peaks are its USED/RESERVED_MEM_HIGH of the last step; allocator_reserved_at_start_bytes says whether the pool kept its reservation from the previous step (if 0, Alloc ops include the cost of mapping memory)".into(),
+                if options.keep_pool_between_steps {
+                    "schedule allocations come from the device's stream-ordered pool (cuMemAllocFromPoolAsync, release threshold UINT64_MAX), which keeps its reservation across steps like a caching allocator: the first step pays for mapping memory, later steps reuse it (allocator_reserved_at_start_bytes); allocator peaks are the pool's USED/RESERVED_MEM_HIGH of the last step, and device memory before a step includes what the pool holds"
+                } else {
+                    "schedule allocations come from the device's stream-ordered pool (cuMemAllocFromPoolAsync), trimmed after every step on request: every step's Alloc ops pay for mapping memory; allocator peaks are the pool's USED/RESERVED_MEM_HIGH of the last step"
+                }
+                .into(),
                 "memory-bound bytes run as device-to-device copies of half the bytes (each byte read once, written once)".into(),
             ],
             ..MemoryReport::default()
@@ -300,36 +309,26 @@ impl CudaBackend {
         Ok(())
     }
 
-    fn pool_attr(&self, attr: drv_sys::CUmemPool_attribute) -> Result<u64, RuntimeError> {
-        let mut v: u64 = 0;
-        // SAFETY: these attributes are cuuint64_t.
-        unsafe { drv::mem_pool::get_attribute(self.pool, attr, (&mut v as *mut u64).cast()) }
-            .map_err(|e| cu("cuMemPoolGetAttribute", e))?;
-        Ok(v)
-    }
-
-    fn set_pool_attr(
-        &self,
-        attr: drv_sys::CUmemPool_attribute,
-        mut v: u64,
-    ) -> Result<(), RuntimeError> {
-        // SAFETY: these attributes are cuuint64_t.
-        unsafe { drv::mem_pool::set_attribute(self.pool, attr, (&mut v as *mut u64).cast()) }
-            .map_err(|e| cu("cuMemPoolSetAttribute", e))
+    /// Free every allocation still live (the device must be idle).
+    fn release_live_allocs(&mut self) {
+        for (_, a) in std::mem::take(&mut self.allocs) {
+            if let LiveAlloc::Gpu(p) = a {
+                // SAFETY: allocated from the pool, not freed by the schedule, device idle.
+                let _ = unsafe { drv::free_sync(p) };
+            }
+        }
     }
 
     fn begin_step(&mut self) -> Result<(), RuntimeError> {
-        use drv_sys::CUmemPool_attribute as A;
         self.ctx
             .synchronize()
             .map_err(|e| cu("cuCtxSynchronize", e))?;
-        // Ask the pool to keep what it reserved across steps, as a framework's caching
-        // allocator does (whether it did is reported), and reset the high-water marks.
-        self.set_pool_attr(A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, u64::MAX)?;
-        self.set_pool_attr(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0)?;
-        self.set_pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0)?;
-        self.memory.allocator_reserved_at_start_bytes =
-            Some(self.pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?);
+        // A schedule that never frees an allocation (or a step that failed half way) must not
+        // leak it into the next step, whose Alloc reuses the tag.
+        self.release_live_allocs();
+        // What the pool still holds from the previous step is reported, so a reader sees
+        // whether Alloc ops paid for mapping memory.
+        self.memory.allocator_reserved_at_start_bytes = Some(self.pool.begin_step()?);
         let (free, total) = self.ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
         self.memory.used_before_step_bytes = Some((total - free) as u64);
         self.issued.clear();
@@ -489,21 +488,13 @@ impl CudaBackend {
                 device, bytes, tag, ..
             } => {
                 let live = match device {
-                    Device::Gpu => {
-                        let n = usize::try_from((*bytes).max(1))
-                            .map_err(|_| RuntimeError::Unsupported(format!("{bytes} bytes")))?;
-                        // SAFETY: stream-ordered allocation on a live stream.
-                        LiveAlloc::Gpu(
-                            unsafe { drv::malloc_async(cu_stream, n) }
-                                .map_err(|e| cu("cuMemAllocAsync", e))?,
-                        )
-                    }
+                    Device::Gpu => LiveAlloc::Gpu(self.pool.alloc(*bytes, cu_stream)?),
                     Device::Host => LiveAlloc::Host(HostBuffer::new(*bytes)?),
                 };
                 self.allocs.insert(*tag, live);
             }
             OpKind::Free { tag } => match self.allocs.remove(tag) {
-                // SAFETY: allocated by malloc_async, freed once, after its deps.
+                // SAFETY: allocated from the pool, freed once, after its deps.
                 Some(LiveAlloc::Gpu(p)) => {
                     unsafe { drv::free_async(p, cu_stream) }.map_err(|e| cu("cuMemFreeAsync", e))?
                 }
@@ -603,7 +594,6 @@ impl Backend for CudaBackend {
 
     fn finish_step(&mut self) -> Result<Vec<OpTiming>, RuntimeError> {
         guard("CudaBackend::finish_step", || {
-            use drv_sys::CUmemPool_attribute as A;
             self.ctx
                 .synchronize()
                 .map_err(|e| cu("cuCtxSynchronize", e))?;
@@ -631,17 +621,12 @@ impl Backend for CudaBackend {
                     end_ns: to_ns(e),
                 });
             }
-            self.memory.allocator_peak_bytes =
-                Some(self.pool_attr(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?);
-            self.memory.allocator_reserved_peak_bytes =
-                Some(self.pool_attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?);
+            // Device memory before the pool may be trimmed (only on request).
             let (free, total) = self.ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
             self.memory.used_after_step_bytes = Some((total - free) as u64);
-            // Give the pool back now that it has been read.
-            self.set_pool_attr(A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, 0)?;
-            // SAFETY: valid pool.
-            unsafe { drv::mem_pool::trim_to(self.pool, 0) }
-                .map_err(|e| cu("cuMemPoolTrimTo", e))?;
+            let peaks = self.pool.end_step()?;
+            self.memory.allocator_peak_bytes = Some(peaks.used_high_bytes);
+            self.memory.allocator_reserved_peak_bytes = Some(peaks.reserved_high_bytes);
             Ok(out)
         })
     }
@@ -655,17 +640,7 @@ impl Drop for CudaBackend {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
         let _ = self.ctx.synchronize();
-        let _ = self.set_pool_attr(
-            drv_sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-            0,
-        );
-        for (_, a) in std::mem::take(&mut self.allocs) {
-            if let LiveAlloc::Gpu(p) = a {
-                // SAFETY: allocated by malloc_async and not freed by the schedule.
-                let _ = unsafe { drv::free_sync(p) };
-            }
-        }
-        // SAFETY: valid pool; returns its unused reservation to the device.
-        let _ = unsafe { drv::mem_pool::trim_to(self.pool, 0) };
+        self.release_live_allocs();
+        self.pool.release();
     }
 }

@@ -54,10 +54,18 @@ pub struct PeerAccess {
     pub can_access: bool,
 }
 
+/// One shared library: where it was found, or every place it was looked for.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LibraryItem {
+    pub name: String,
+    pub path: Item<String>,
+    /// The CUDA backend cannot run without it (NVRTC is optional: no kernel is compiled).
+    pub required: bool,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DoctorReport {
-    /// (library, path or where it was searched for).
-    pub libraries: Vec<(String, Item<String>)>,
+    pub libraries: Vec<LibraryItem>,
     pub driver_version: Item<String>,
     /// The newest CUDA version the driver supports.
     pub driver_cuda_version: Item<String>,
@@ -148,11 +156,10 @@ pub fn doctor() -> DoctorReport {
     let discovery = Discovery::run(&SearchEnv::from_process());
     let libraries = CudaLib::ALL
         .iter()
-        .map(|&lib| {
-            (
-                lib.label().to_string(),
-                Item::from(discovery.require(lib).map(|p| p.display().to_string())),
-            )
+        .map(|&lib| LibraryItem {
+            name: lib.label().to_string(),
+            path: Item::from(discovery.require(lib).map(|p| p.display().to_string())),
+            required: lib != CudaLib::Nvrtc,
         })
         .collect();
     let mut report = DoctorReport {
@@ -203,6 +210,32 @@ pub fn doctor() -> DoctorReport {
     report
 }
 
+impl DoctorReport {
+    /// What the CUDA backend needs and this machine lacks, one line each, saying why (for a
+    /// library: every place searched). Empty when a single-GPU run can start.
+    pub fn missing(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .libraries
+            .iter()
+            .filter(|l| l.required)
+            .filter_map(|l| match &l.path {
+                Item::NotFound(why) => Some(format!("{}: {why}", l.name)),
+                Item::Found(_) => None,
+            })
+            .collect();
+        match &self.gpus {
+            Item::Found(g) if g.is_empty() => out.push("GPUs: the driver sees no GPU".into()),
+            Item::Found(_) => {
+                if let Item::NotFound(why) = &self.cublas_version {
+                    out.push(format!("cuBLAS: {why}"));
+                }
+            }
+            Item::NotFound(why) => out.push(format!("GPUs: {why}")),
+        }
+        out
+    }
+}
+
 fn gib(b: u64) -> String {
     format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
 }
@@ -210,8 +243,9 @@ fn gib(b: u64) -> String {
 impl fmt::Display for DoctorReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "libraries:")?;
-        for (name, item) in &self.libraries {
-            writeln!(f, "  {name:<12} {item}")?;
+        for l in &self.libraries {
+            let optional = if l.required { "" } else { " (optional)" };
+            writeln!(f, "  {:<12} {}{optional}", l.name, l.path)?;
         }
         writeln!(f, "driver:        {}", self.driver_version)?;
         writeln!(f, "driver CUDA:   {}", self.driver_cuda_version)?;
@@ -248,6 +282,15 @@ impl fmt::Display for DoctorReport {
         for n in &self.notes {
             writeln!(f, "note: {n}")?;
         }
+        let missing = self.missing();
+        if missing.is_empty() {
+            writeln!(f, "ready: the CUDA backend can run on this machine")?;
+        } else {
+            writeln!(f, "not ready: the CUDA backend cannot run here; missing:")?;
+            for m in &missing {
+                writeln!(f, "  - {m}")?;
+            }
+        }
         Ok(())
     }
 }
@@ -265,5 +308,61 @@ mod tests {
         assert_eq!(driver_version_in("no version here"), None);
         assert_eq!(cuda_version_text(13000), "13.0");
         assert_eq!(cuda_version_text(12080), "12.8");
+    }
+
+    fn report(gpus: Item<Vec<GpuInfo>>, nvrtc: Item<String>) -> DoctorReport {
+        let lib = |name: &str, path: Item<String>, required| LibraryItem {
+            name: name.into(),
+            path,
+            required,
+        };
+        DoctorReport {
+            libraries: vec![
+                lib("CUDA driver", Item::Found("/x/libcuda.so.1".into()), true),
+                lib("NCCL", Item::Found("/x/libnccl.so.2".into()), true),
+                lib("NVRTC", nvrtc, false),
+            ],
+            driver_version: Item::Found("580.1".into()),
+            driver_cuda_version: Item::Found("13.0".into()),
+            bindings_cuda_version: "13.0".into(),
+            cublas_version: Item::Found("13.1.0".into()),
+            nccl_version: Item::Found("2.28.3".into()),
+            gpus,
+            peer_access: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn missing_lists_required_pieces_only() {
+        let gpu = GpuInfo {
+            index: 0,
+            name: "H100".into(),
+            compute_capability: "9.0".into(),
+            multiprocessors: 132,
+            total_bytes: 80 << 30,
+            free_bytes: 79 << 30,
+        };
+        let ok = report(Item::Found(vec![gpu]), Item::NotFound("searched /a".into()));
+        assert_eq!(ok.missing(), Vec::<String>::new());
+        assert!(ok.to_string().contains("ready: the CUDA backend can run"));
+        assert!(ok
+            .to_string()
+            .contains("not found (searched /a) (optional)"));
+        let none = report(Item::Found(vec![]), Item::Found("/x".into()));
+        assert_eq!(
+            none.missing(),
+            vec!["GPUs: the driver sees no GPU".to_string()]
+        );
+        let mut no_nccl = report(Item::NotFound("no driver".into()), Item::Found("/x".into()));
+        no_nccl.libraries[1].path = Item::NotFound("searched /b, /c".into());
+        assert_eq!(
+            no_nccl.missing(),
+            vec![
+                "NCCL: searched /b, /c".to_string(),
+                "GPUs: no driver".to_string()
+            ]
+        );
+        assert!(no_nccl.to_string().contains("not ready"));
     }
 }

@@ -1,10 +1,12 @@
 //! Library entry points for the CLI and calibration: a cuBLAS GEMM sweep (achieved TFLOP/s
-//! per shape) and a single-GPU run of a schedule for several steps.
+//! per shape), a single-GPU run of a schedule for several steps, and the same for a
+//! single-GPU scenario's generated schedule, set beside the simulator's prediction.
 
 use super::backend::{CudaBackend, CudaOptions};
 use super::device::{operand_bytes, run_gemm, BlasHandle, DeviceBuffer, GemmOperands};
 use super::dtype::GemmDtype;
 use super::libs::{self, cu, guard};
+use super::single::{compare, predict_single_gpu, Comparison};
 use crate::error::RuntimeError;
 use crate::exec::{run_step, RankRun};
 use cudarc::driver::{sys as drv_sys, CudaContext};
@@ -86,6 +88,17 @@ pub fn run_single_gpu(
     schedule: &Schedule,
     steps: u32,
 ) -> Result<RankRun, RuntimeError> {
+    run_single_gpu_with(scenario, plan, schedule, steps, CudaOptions::default())
+}
+
+/// As [`run_single_gpu`], with backend options (the fill seed comes from the scenario).
+pub fn run_single_gpu_with(
+    scenario: &Scenario,
+    plan: &Plan,
+    schedule: &Schedule,
+    steps: u32,
+    options: CudaOptions,
+) -> Result<RankRun, RuntimeError> {
     let gpus = CudaBackend::device_count()?;
     let ranks = schedule.world();
     if ranks > gpus {
@@ -96,7 +109,7 @@ pub fn run_single_gpu(
     }
     let options = CudaOptions {
         seed: scenario.run.seed,
-        ..CudaOptions::default()
+        ..options
     };
     let mut backend = CudaBackend::new(options)?;
     let mut times = Vec::new();
@@ -109,4 +122,32 @@ pub fn run_single_gpu(
     let mut run = last.ok_or_else(|| RuntimeError::Unsupported("no step ran".into()))?;
     run.step_times_ns = times;
     Ok(run)
+}
+
+/// A single-GPU scenario run for real: the measured last step and its comparison with the
+/// simulator's prediction of the same generated schedule.
+pub struct ScenarioRun {
+    pub run: RankRun,
+    pub comparison: Comparison,
+}
+
+/// Generate the schedule of a single-GPU scenario (pp = tp = dp = cp = ep = 1) exactly as the
+/// simulator does, predict it, and run it on GPU 0 for `steps` steps. A scenario of more
+/// than one GPU is refused before any device work, naming its degrees.
+pub fn run_scenario_single_gpu(
+    scenario: &Scenario,
+    steps: u32,
+    options: CudaOptions,
+) -> Result<ScenarioRun, RuntimeError> {
+    let prediction = predict_single_gpu(scenario)?;
+    let staged = &prediction.staged;
+    let run = run_single_gpu_with(
+        &staged.scenario,
+        &staged.plan,
+        &staged.schedule,
+        steps,
+        options,
+    )?;
+    let comparison = compare(&prediction, &run)?;
+    Ok(ScenarioRun { run, comparison })
 }

@@ -1,12 +1,13 @@
 //! The CUDA backend: cuBLAS GEMMs, device-to-device copies for memory-bound work, stream-ordered
 //! allocations and NCCL collectives, one CUDA stream per schedule stream and CUDA events for
 //! every op's time. Every library is loaded at run time from paths twin discovers itself, so
-//! twin builds and tests on machines without CUDA; only discovery, dtype and communicator
-//! mapping are compiled without the `cuda` feature.
+//! twin builds and tests on machines without CUDA; only discovery, dtype, communicator mapping
+//! and the single-GPU scenario mapping (`single`) are compiled without the `cuda` feature.
 
 pub mod comm;
 pub mod discover;
 pub mod dtype;
+pub mod single;
 
 #[cfg(feature = "cuda")]
 mod backend;
@@ -20,10 +21,15 @@ mod entry;
 mod libs;
 #[cfg(feature = "cuda")]
 mod nccl;
+#[cfg(feature = "cuda")]
+mod pool;
 
 #[cfg(feature = "cuda")]
 pub use backend::{CudaBackend, CudaOptions};
 #[cfg(feature = "cuda")]
-pub use doctor::{doctor, DoctorReport, GpuInfo, Item, PeerAccess};
+pub use doctor::{doctor, DoctorReport, GpuInfo, Item, LibraryItem, PeerAccess};
 #[cfg(feature = "cuda")]
-pub use entry::{gemm_sweep, run_single_gpu, GemmSample};
+pub use entry::{
+    gemm_sweep, run_scenario_single_gpu, run_single_gpu, run_single_gpu_with, GemmSample,
+    ScenarioRun,
+};
