@@ -93,6 +93,9 @@ struct RankMem {
     peak_ns: u64,
     peak_op: Option<u32>,
     at_peak: [u64; MemCategory::COUNT],
+    /// First alloc over the capacity, and when.
+    over_op: Option<u32>,
+    over_ns: u64,
 }
 
 /// A p2p op waiting for its counterpart; stored with the receiving rank.
@@ -454,7 +457,14 @@ impl State {
                 category,
                 gpu,
                 bytes,
-            } => self.alloc(rank, op_idx, category as usize, gpu, bytes),
+            } => self.alloc(
+                rank,
+                op_idx,
+                category as usize,
+                gpu,
+                bytes,
+                ctx.opts.memory_capacity_bytes,
+            ),
             CKind::Free { alloc } => {
                 if !self.is_done(prog, r, alloc) {
                     return Err(SimError::FreeBeforeAlloc {
@@ -489,7 +499,15 @@ impl State {
         self.try_start_heads(ctx, rank, op_idx)
     }
 
-    fn alloc(&mut self, rank: u32, op: u32, category: usize, gpu: bool, bytes: u64) {
+    fn alloc(
+        &mut self,
+        rank: u32,
+        op: u32,
+        category: usize,
+        gpu: bool,
+        bytes: u64,
+        capacity_bytes: u64,
+    ) {
         let m = &mut self.mem[rank as usize];
         if !gpu {
             m.host = m.host.saturating_add(bytes);
@@ -503,6 +521,10 @@ impl State {
             m.peak_ns = self.now;
             m.peak_op = Some(op);
             m.at_peak = m.live;
+        }
+        if m.total > capacity_bytes && m.over_op.is_none() {
+            m.over_op = Some(op);
+            m.over_ns = self.now;
         }
         self.sample(rank);
     }
@@ -585,6 +607,9 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
                 peak_op: m.peak_op,
                 memory_at_peak: m.at_peak,
                 host_memory_peak_bytes: m.host_peak,
+                over_capacity_op: m.over_op,
+                over_capacity_time_ns: m.over_ns,
+                end_memory_bytes: m.total.saturating_add(m.host),
             }
         })
         .collect();
