@@ -273,8 +273,9 @@ fn allocator_slack_is_a_fraction_of_the_transient_allocations() {
 
 #[test]
 fn offload_moves_state_to_host_memory() {
+    // ZeRO-3: parameter offload needs sharded parameters (as DeepSpeed's does).
     let mut s = small_scenario(1, 1, 4, 2);
-    s.parallel.zero = 1;
+    s.parallel.zero = 3;
     let (_, base) = run(&s);
     s.training.offload = Offload::Optimizer;
     let (_, opt) = run(&s);
@@ -389,4 +390,26 @@ fn memory_section_errors_are_located() {
     let again = parse_str(&to_toml(&s), "again.toml", &[]).unwrap();
     assert_eq!(again.memory, s.memory);
     assert_eq!(again.memory.reserved_bytes, 123_456);
+}
+
+#[test]
+fn zero2_accumulates_unsharded_gradients_over_micro_batches() {
+    let state = |zero: u8, m: u64| {
+        let mut s = small_scenario(1, 1, 4, m);
+        s.parallel.zero = zero;
+        let (_, r) = run(&s);
+        let rank = &r.ranks[0];
+        (
+            cat(rank, MemCategory::Grads),
+            cat(rank, MemCategory::Buffers),
+        )
+    };
+    let (zero1_grads, _) = state(1, 4);
+    let (zero2_grads, zero2_one_mb) = state(2, 1);
+    let (zero2_grads_m, zero2_many_mb) = state(2, 4);
+    // The state holds the shard either way ...
+    assert_eq!(zero2_grads, zero2_grads_m);
+    assert!(zero2_grads * 4 <= zero1_grads + 4 && zero2_grads * 4 >= zero1_grads);
+    // ... and accumulating over micro batches adds the unsharded gradients as a buffer.
+    assert_eq!(zero2_many_mb - zero2_one_mb, zero1_grads);
 }
