@@ -15,6 +15,7 @@
 mod compile;
 mod context;
 mod deadlock;
+mod memory;
 #[cfg(test)]
 mod proptests;
 mod queue;
