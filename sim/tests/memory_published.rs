@@ -265,3 +265,27 @@ fn interleaving_multiplies_the_first_stage_by_1_plus_p_minus_1_over_p_v() {
         );
     }
 }
+
+/// Qi et al. 2023 (Zero Bubble Pipeline Parallelism, arXiv 2401.10241): ZB-H1 keeps the
+/// largest peak over the stages at 1F1B's `p` micro batches; later stages, whose W passes wait,
+/// hold more than 1F1B's `p - i` (here all of them reach `p`).
+#[test]
+fn zero_bubble_h1_holds_at_most_p_micro_batches_and_later_stages_more_than_1f1b() {
+    let (p, m) = (4u32, 8u64);
+    let s = pipeline_scenario(p, m, PipelineSchedule::ZeroBubble, 1, 8);
+    let (plan, r) = run(&s);
+    let mut most = 0;
+    for rank in &r.ranks {
+        let stage = plan.stage_of(rank.rank);
+        let per = per_microbatch(&s, &plan, stage);
+        let held = at_peak(rank, MemCategory::Activations);
+        assert_eq!(held % per, 0, "stage {stage}: whole micro batches");
+        let n = held / per;
+        assert!(n <= u64::from(p), "stage {stage} holds {n}");
+        if stage > 0 {
+            assert!(n > u64::from(p - stage), "stage {stage} holds {n}");
+        }
+        most = most.max(n);
+    }
+    assert_eq!(most, u64::from(p));
+}

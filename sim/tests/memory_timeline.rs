@@ -413,3 +413,26 @@ fn zero2_accumulates_unsharded_gradients_over_micro_batches() {
     // ... and accumulating over micro batches adds the unsharded gradients as a buffer.
     assert_eq!(zero2_many_mb - zero2_one_mb, zero1_grads);
 }
+
+#[test]
+fn perfetto_memory_counter_has_every_category() {
+    let s = small_scenario(1, 2, 1, 2);
+    let p = predict(
+        &s,
+        &PredictOptions {
+            trace: true,
+            reproducible: true,
+        },
+    )
+    .unwrap();
+    let json = p.trace_json().unwrap();
+    let counter = json
+        .lines()
+        .find(|l| l.contains("\"ph\":\"C\",\"name\":\"memory\""))
+        .expect("a memory counter sample");
+    for c in MemCategory::ALL {
+        assert!(counter.contains(&format!("\"{}\":", c.name())), "{counter}");
+    }
+    let reserve = format!("\"reserved\":{}", s.memory.reserved_bytes);
+    assert!(json.contains(&reserve), "no sample holds the reserve");
+}
