@@ -83,6 +83,7 @@ pub fn predict(scenario: &Scenario, opts: &PredictOptions) -> Result<Prediction,
     staged.validate()?;
     let sim_opts = SimOptions {
         trace: opts.trace,
+        memory_capacity_bytes: scenario.cluster.gpu.hbm_bytes,
         ..SimOptions::default()
     };
     let result = staged.simulate(&sim_opts)?;

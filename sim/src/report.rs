@@ -66,13 +66,18 @@ pub struct RankEntry {
     pub peak_time_s: f64,
 }
 
-/// Where memory ran out: the rank with the highest peak, and the alloc that reached it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// Where memory ran out: the rank with the highest peak, and the alloc at which its live
+/// memory first crossed the HBM size (the peak's alloc when the simulation was run without
+/// a capacity, see [`crate::engine::SimOptions::memory_capacity_bytes`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OutOfMemory {
     pub rank: u32,
     pub op: Option<u32>,
     pub op_name: String,
+    /// How far the peak exceeds the HBM size.
     pub over_bytes: u64,
+    /// When live memory first crossed the HBM size.
+    pub time_s: f64,
 }
 
 /// The result of one simulated step. Field order is the JSON order.
@@ -145,12 +150,19 @@ impl Report {
         let peak_memory_bytes = worst.map_or(0, |r| r.peak_memory_bytes);
         let fits = peak_memory_bytes <= hbm;
         let oom = match worst {
-            Some(w) if !fits => Some(OutOfMemory {
-                rank: w.rank,
-                op: w.peak_op,
-                op_name: op_name(schedule, w.rank, w.peak_op).unwrap_or_else(|| "?".to_string()),
-                over_bytes: w.peak_memory_bytes - hbm,
-            }),
+            Some(w) if !fits => {
+                let (op, time_ns) = match w.over_capacity_op {
+                    Some(op) => (Some(op), w.over_capacity_time_ns),
+                    None => (w.peak_op, w.peak_time_ns),
+                };
+                Some(OutOfMemory {
+                    rank: w.rank,
+                    op,
+                    op_name: op_name(schedule, w.rank, op).unwrap_or_else(|| "?".to_string()),
+                    over_bytes: w.peak_memory_bytes - hbm,
+                    time_s: time_ns as f64 * 1e-9,
+                })
+            }
             _ => None,
         };
         Report {
@@ -283,7 +295,8 @@ impl Report {
         o
     }
 
-    /// "fits with X GiB free" or "OUT OF MEMORY by X GiB on rank R at op Y".
+    /// "fits with X GiB free" or "OUT OF MEMORY by X GiB on rank R at op Y", Y being the
+    /// alloc at which live memory first crossed the HBM size.
     pub fn verdict(&self) -> String {
         match &self.oom {
             None => format!(
@@ -293,11 +306,12 @@ impl Report {
                 self.hbm_bytes as f64 / GIB
             ),
             Some(oom) => format!(
-                "OUT OF MEMORY by {:.2} GiB on rank {} at op {} \"{}\" (peak {:.2} GiB of {:.2} GiB)",
+                "OUT OF MEMORY by {:.2} GiB on rank {} at op {} \"{}\" ({:.3} ms; peak {:.2} GiB of {:.2} GiB)",
                 oom.over_bytes as f64 / GIB,
                 oom.rank,
                 oom.op.map_or_else(|| "?".to_string(), |o| o.to_string()),
                 oom.op_name,
+                oom.time_s * 1e3,
                 self.peak_memory_bytes as f64 / GIB,
                 self.hbm_bytes as f64 / GIB
             ),

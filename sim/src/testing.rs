@@ -79,6 +79,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             flash_attention: true,
             grad_bucket_bytes: 40_000_000 * 4,
         },
+        memory: MemorySettings::default(),
         run: Run {
             iterations: 1,
             seed: 1,

@@ -311,7 +311,8 @@ fn chunk_granularity_keeps_programs_small_at_512_gpus() {
     let (plan, sched) = generate_uniform(&s, 0);
     let sched = sched.unwrap();
     let max_ops = sched.programs.iter().map(|p| p.ops.len()).max().unwrap();
-    assert!(max_ops <= 1600, "{max_ops} ops in the largest program");
+    // ~25 ops per micro batch and stage, including the recompute's alloc/free pair.
+    assert!(max_ops <= 1700, "{max_ops} ops in the largest program");
     sched.validate(&plan).unwrap();
 }
 

@@ -236,6 +236,18 @@ pub(crate) fn compile(
         }
     }
     stream_start[Stream::COUNT] = stream_ops.len() as u32;
+    // Every allocation must be freed within the step, so that live memory returns to zero.
+    if let Some((&tag, &op)) = open_allocs
+        .iter()
+        .filter_map(|(tag, v)| v.first().map(|op| (tag, op)))
+        .min_by_key(|(_, op)| **op)
+    {
+        return Err(SimError::UnfreedAlloc {
+            program: index,
+            op,
+            tag,
+        });
+    }
     let (mut flops, mut model_flops) = (0u64, 0u64);
     for o in &ops {
         if let CKind::Compute {

@@ -15,6 +15,7 @@
 mod compile;
 mod context;
 mod deadlock;
+mod memory;
 #[cfg(test)]
 mod proptests;
 mod queue;
@@ -39,6 +40,9 @@ pub struct SimOptions {
     pub trace: bool,
     /// Upper bound on processed events (op completions); exceeding it is an error.
     pub max_events: u64,
+    /// Device memory per rank (the GPU's HBM): the engine notes the first alloc at which live
+    /// memory exceeds it ([`RankStats::over_capacity_op`]). `u64::MAX`: no limit.
+    pub memory_capacity_bytes: u64,
 }
 
 impl Default for SimOptions {
@@ -46,6 +50,7 @@ impl Default for SimOptions {
         SimOptions {
             trace: false,
             max_events: u64::MAX,
+            memory_capacity_bytes: u64::MAX,
         }
     }
 }
@@ -78,6 +83,13 @@ pub struct RankStats {
     pub memory_at_peak: [u64; MemCategory::COUNT],
     /// Highest live host memory (offload).
     pub host_memory_peak_bytes: u64,
+    /// The alloc at which live device memory first exceeded
+    /// [`SimOptions::memory_capacity_bytes`], and when; `None` if it never did.
+    pub over_capacity_op: Option<u32>,
+    pub over_capacity_time_ns: u64,
+    /// Live device and host memory after the rank's last op: zero, since the engine rejects
+    /// programs that leave an allocation unfreed; kept as a measured check.
+    pub end_memory_bytes: u64,
 }
 
 /// The outcome of simulating one step.
@@ -128,6 +140,8 @@ pub enum SimError {
     BadDependency { program: u32, op: u32, dep: u32 },
     #[error("program {program} op {op} frees tag {tag}, which has no earlier unfreed alloc")]
     UnmatchedFree { program: u32, op: u32, tag: u32 },
+    #[error("program {program} op {op} allocates tag {tag}, which is never freed in the step")]
+    UnfreedAlloc { program: u32, op: u32, tag: u32 },
     #[error(
         "rank {rank} op {op} ({name}) frees memory whose alloc (op {alloc}) has not run yet: \
          live memory would go negative"

@@ -214,6 +214,11 @@ fn random_schedule(plan: &Plan, seed: u64, steps: u32, hold_percent: u64) -> Sch
         for (s, k) in std::mem::take(&mut g.held[r]) {
             g.append(r, s, k, None);
         }
+        // Every allocation is freed within the step (the engine rejects a program otherwise).
+        while let Some((op, tag)) = g.open_allocs[r].pop() {
+            let stream = g.stream();
+            g.append(r, stream, OpKind::Free { tag }, Some(op));
+        }
     }
     let programs: Vec<Program> = g
         .progs
@@ -349,6 +354,7 @@ fn check(plan: &Plan, s: &Schedule) -> Result<(), TestCaseError> {
     let opts = SimOptions {
         trace: true,
         max_events: u64::MAX,
+        ..SimOptions::default()
     };
     let got = simulate(plan, s, &FixedCost::default(), &opts);
     let stuck = want
@@ -373,6 +379,7 @@ fn check(plan: &Plan, s: &Schedule) -> Result<(), TestCaseError> {
             let step = want.iter().flatten().flatten().copied().max().unwrap_or(0);
             prop_assert_eq!(res.step_time_ns, step);
             for r in &res.ranks {
+                prop_assert_eq!(r.end_memory_bytes, 0);
                 prop_assert_eq!(r.compute_busy_ns + r.comm_exposed_ns + r.idle_ns, step);
                 prop_assert!(r.model_flops <= r.flops);
             }

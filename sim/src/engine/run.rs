@@ -10,9 +10,10 @@
 
 use super::compile::{CKind, CProgram};
 pub(crate) use super::context::Ctx;
+use super::memory::RankMem;
 use super::queue::EventQueue;
 use super::{deadlock, RankStats, SimError, SimResult};
-use crate::schedule::{CollectiveKind, MemCategory, OpKind, Stream};
+use crate::schedule::{CollectiveKind, OpKind, Stream};
 use crate::trace::{MemorySample, Trace, TraceEvent};
 use std::collections::VecDeque;
 
@@ -81,18 +82,6 @@ impl Acct {
         }
         self.last_ns = now;
     }
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-struct RankMem {
-    live: [u64; MemCategory::COUNT],
-    total: u64,
-    host: u64,
-    host_peak: u64,
-    peak: u64,
-    peak_ns: u64,
-    peak_op: Option<u32>,
-    at_peak: [u64; MemCategory::COUNT],
 }
 
 /// A p2p op waiting for its counterpart; stored with the receiving rank.
@@ -454,7 +443,14 @@ impl State {
                 category,
                 gpu,
                 bytes,
-            } => self.alloc(rank, op_idx, category as usize, gpu, bytes),
+            } => self.alloc(
+                rank,
+                op_idx,
+                category as usize,
+                gpu,
+                bytes,
+                ctx.opts.memory_capacity_bytes,
+            ),
             CKind::Free { alloc } => {
                 if !self.is_done(prog, r, alloc) {
                     return Err(SimError::FreeBeforeAlloc {
@@ -489,35 +485,25 @@ impl State {
         self.try_start_heads(ctx, rank, op_idx)
     }
 
-    fn alloc(&mut self, rank: u32, op: u32, category: usize, gpu: bool, bytes: u64) {
-        let m = &mut self.mem[rank as usize];
-        if !gpu {
-            m.host = m.host.saturating_add(bytes);
-            m.host_peak = m.host_peak.max(m.host);
-            return;
+    fn alloc(
+        &mut self,
+        rank: u32,
+        op: u32,
+        category: usize,
+        gpu: bool,
+        bytes: u64,
+        capacity_bytes: u64,
+    ) {
+        let now = self.now;
+        if self.mem[rank as usize].alloc(now, op, category, gpu, bytes, capacity_bytes) {
+            self.sample(rank);
         }
-        m.live[category] = m.live[category].saturating_add(bytes);
-        m.total = m.total.saturating_add(bytes);
-        if m.total > m.peak {
-            m.peak = m.total;
-            m.peak_ns = self.now;
-            m.peak_op = Some(op);
-            m.at_peak = m.live;
-        }
-        self.sample(rank);
     }
 
     fn free(&mut self, rank: u32, category: usize, gpu: bool, bytes: u64) {
-        let m = &mut self.mem[rank as usize];
-        if !gpu {
-            debug_assert!(m.host >= bytes);
-            m.host = m.host.saturating_sub(bytes);
-            return;
+        if self.mem[rank as usize].free(category, gpu, bytes) {
+            self.sample(rank);
         }
-        debug_assert!(m.live[category] >= bytes && m.total >= bytes);
-        m.live[category] = m.live[category].saturating_sub(bytes);
-        m.total = m.total.saturating_sub(bytes);
-        self.sample(rank);
     }
 
     fn sample(&mut self, rank: u32) {
@@ -585,6 +571,9 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
                 peak_op: m.peak_op,
                 memory_at_peak: m.at_peak,
                 host_memory_peak_bytes: m.host_peak,
+                over_capacity_op: m.over_op,
+                over_capacity_time_ns: m.over_ns,
+                end_memory_bytes: m.end_bytes(),
             }
         })
         .collect();

@@ -346,6 +346,10 @@ pub(crate) fn pipeline_with_memory(
                     }
                 }
             }
+            if mem.weights_bytes > 0 {
+                // Compute is FIFO: this runs after the last backward.
+                b.free(u32::MAX, &[]);
+            }
             b.build()
         })
         .collect();

@@ -217,7 +217,7 @@ fn memory_peak_time_op_and_breakdown() {
     b.free(2, &[g]);
     let a3 = b.alloc(MemCategory::Activations, 320, 3, &[g]); // 1320 < peak
     b.free(3, &[a3]);
-    b.op(
+    let host = b.op(
         Stream::Io,
         OpKind::Alloc {
             category: MemCategory::Optimizer,
@@ -228,6 +228,13 @@ fn memory_peak_time_op_and_breakdown() {
         &[],
         Label::default(),
     );
+    b.op(
+        Stream::Io,
+        OpKind::Free { tag: 9 },
+        &[host],
+        Label::default(),
+    );
+    b.free(0, &[]);
     let r = sim(&plan, &per_rank(vec![b.build()])).unwrap();
     let s = &r.ranks[0];
     assert_eq!(s.peak_memory_bytes, 1350);
@@ -237,8 +244,61 @@ fn memory_peak_time_op_and_breakdown() {
     assert_eq!(s.host_memory_peak_bytes, 4096);
     let t = r.trace.unwrap();
     let last = t.memory.last().unwrap();
-    assert_eq!(last.bytes, [1000, 0, 0, 0, 0, 0]);
+    assert_eq!(last.bytes, [0; MemCategory::COUNT]);
     assert_eq!(last.time_ns, 15);
+    let before_last = &t.memory[t.memory.len() - 2];
+    assert_eq!(before_last.bytes, [1000, 0, 0, 0, 0, 0]);
+    assert_eq!(s.end_memory_bytes, 0);
+    assert_eq!(s.over_capacity_op, None);
+}
+
+#[test]
+fn an_unfreed_allocation_is_an_error() {
+    let plan = plan(1, 1, 1, 1);
+    let mut b = ProgBuilder::new(0);
+    b.alloc(MemCategory::Weights, 1000, 0, &[]);
+    let a = b.alloc(MemCategory::Activations, 300, 1, &[]);
+    b.fwd(10, &[a]);
+    b.free(0, &[]);
+    assert_eq!(
+        sim(&plan, &per_rank(vec![b.build()])).unwrap_err(),
+        SimError::UnfreedAlloc {
+            program: 0,
+            op: 1,
+            tag: 1
+        }
+    );
+}
+
+#[test]
+fn first_alloc_over_capacity_is_noted_with_its_time() {
+    let plan = plan(1, 1, 1, 1);
+    let mut b = ProgBuilder::new(0);
+    let a0 = b.alloc(MemCategory::Weights, 1000, 0, &[]);
+    let f = b.fwd(10, &[a0]);
+    let over = b.alloc(MemCategory::Activations, 300, 1, &[f]); // 1300 > 1200 at t=10
+    let g = b.fwd(5, &[over]);
+    let peak = b.alloc(MemCategory::Activations, 400, 2, &[g]); // 1700: the peak, at t=15
+    b.free(2, &[peak]);
+    b.free(1, &[]);
+    b.free(0, &[]);
+    let opts = SimOptions {
+        memory_capacity_bytes: 1200,
+        ..SimOptions::default()
+    };
+    let r = simulate(
+        &plan,
+        &per_rank(vec![b.build()]),
+        &FixedCost::default(),
+        &opts,
+    )
+    .unwrap();
+    let s = &r.ranks[0];
+    assert_eq!(s.peak_op, Some(peak));
+    assert_eq!(s.peak_time_ns, 15);
+    assert_eq!(s.over_capacity_op, Some(over));
+    assert_eq!(s.over_capacity_time_ns, 10);
+    assert_eq!(s.end_memory_bytes, 0);
 }
 
 #[test]
@@ -495,6 +555,7 @@ fn event_bound_is_enforced() {
     let opts = SimOptions {
         trace: false,
         max_events: 10,
+        ..SimOptions::default()
     };
     assert_eq!(
         simulate(&plan, &s, &FixedCost::default(), &opts).unwrap_err(),

@@ -134,6 +134,14 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     training.insert("grad_bucket_bytes", int(t.grad_bucket_bytes));
     doc.insert("training", Item::Table(training));
 
+    let mut memory = Table::new();
+    memory.insert("reserved_bytes", int(s.memory.reserved_bytes));
+    memory.insert(
+        "allocator_slack_fraction",
+        value(s.memory.allocator_slack_fraction),
+    );
+    doc.insert("memory", Item::Table(memory));
+
     let r = &s.run;
     let mut run = Table::new();
     run.insert("iterations", int(u64::from(r.iterations)));

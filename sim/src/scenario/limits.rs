@@ -24,12 +24,15 @@ pub(crate) const SEED: (u64, u64) = (0, i64::MAX as u64);
 pub(crate) const GRAD_BUCKET_BYTES: (u64, u64) = (1, 1 << 40);
 pub(crate) const HBM_BYTES: (u64, u64) = (1, 1 << 50);
 pub(crate) const DELAYED_STEPS: (u64, u64) = (1, 1 << 20);
+pub(crate) const RESERVED_BYTES: (u64, u64) = (0, 1 << 50);
 pub(crate) const LATENCY_NS: (u64, u64) = (0, 1_000_000_000);
 
 /// Upper bounds for float keys.
 pub(crate) const PEAK_FLOPS_PER_S: f64 = 1e18;
 pub(crate) const BANDWIDTH_BYTES_PER_S: f64 = 1e15;
 pub(crate) const LATENCY_US: f64 = 1e6;
+/// Allocator slack is a fraction of each transient allocation.
+pub(crate) const ALLOCATOR_SLACK_FRACTION: f64 = 1.0;
 
 /// Whole-model bounds (checked after resolution).
 pub(crate) const PARAMS: f64 = (1u64 << 48) as f64;

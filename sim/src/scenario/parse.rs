@@ -40,6 +40,7 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
     let cluster = cluster(root.section("cluster", "cluster")?)?;
     let (parallel, dp, zero_explicit) = parallel(root.section("parallel", "parallel")?)?;
     let (training, bucket_explicit) = training(root.section("training", "training")?)?;
+    let memory = memory(root.section("memory", "memory")?)?;
     let run = run(root.section("run", "run")?)?;
     Ok(Resolved {
         scenario: Scenario {
@@ -48,6 +49,7 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
             cluster,
             parallel,
             training,
+            memory,
             run,
         },
         dp,
@@ -404,6 +406,23 @@ fn sync(t: Section<'_>) -> Result<SyncMode> {
                 .with_allowed(allowed)),
         },
     }
+}
+
+fn memory(m: Section<'_>) -> Result<MemorySettings> {
+    m.check_unknown()?;
+    let d = MemorySettings::default();
+    Ok(MemorySettings {
+        reserved_bytes: opt(m.uint(
+            "reserved_bytes",
+            limits::RESERVED_BYTES.0,
+            limits::RESERVED_BYTES.1,
+        )?)
+        .unwrap_or(d.reserved_bytes),
+        allocator_slack_fraction: opt(
+            m.non_negative("allocator_slack_fraction", limits::ALLOCATOR_SLACK_FRACTION)?
+        )
+        .unwrap_or(d.allocator_slack_fraction),
+    })
 }
 
 fn run(r: Section<'_>) -> Result<Run> {

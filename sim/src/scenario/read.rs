@@ -34,7 +34,9 @@ pub(crate) struct Section<'a> {
 pub(crate) const SCHEMA: &[(&str, &[&str])] = &[
     (
         "",
-        &["name", "model", "cluster", "parallel", "training", "run"],
+        &[
+            "name", "model", "cluster", "parallel", "training", "memory", "run",
+        ],
     ),
     (
         "model",
@@ -133,6 +135,7 @@ pub(crate) const SCHEMA: &[(&str, &[&str])] = &[
             "grad_bucket_bytes",
         ],
     ),
+    ("memory", &["reserved_bytes", "allocator_slack_fraction"]),
     ("run", &["iterations", "seed", "granularity"]),
 ];
 

@@ -13,6 +13,9 @@ pub struct Scenario {
     pub cluster: Cluster,
     pub parallel: Parallel,
     pub training: Training,
+    /// Framework memory outside the model (`[memory]`).
+    #[serde(default)]
+    pub memory: MemorySettings,
     pub run: Run,
 }
 
@@ -226,6 +229,35 @@ pub struct Training {
     /// DDP gradient bucket size. Default (set by the parser): Megatron-Core's
     /// max(40M, 1M * dp * cp) fp32 elements, i.e. 160 MB up to dp*cp = 40.
     pub grad_bucket_bytes: u64,
+}
+
+/// Device memory the framework holds beyond the model's tensors (see docs/memory.md).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemorySettings {
+    /// Held on every GPU for the whole step: CUDA context, cuBLAS and NCCL workspaces.
+    pub reserved_bytes: u64,
+    /// Caching-allocator fragmentation: every transient allocation (activations, buffers)
+    /// holds this fraction of its size more, in category reserved. In [0, 1].
+    pub allocator_slack_fraction: f64,
+}
+
+impl MemorySettings {
+    /// CUDA context plus cuBLAS handle and workspace, as measured on an H100 with CUDA 12
+    /// (0.59 GiB, docs/measurements/2026-11-22-h100-cuda-backend.md), rounded to 600 MiB.
+    pub const DEFAULT_RESERVED_BYTES: u64 = 600 << 20;
+    /// The stream-ordered pool the runtime uses reserved 0.2% over its peak in the same
+    /// measurement; 0 keeps the timeline exact. PyTorch's caching allocator users may set
+    /// 0.05 - 0.1.
+    pub const DEFAULT_ALLOCATOR_SLACK_FRACTION: f64 = 0.0;
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        MemorySettings {
+            reserved_bytes: Self::DEFAULT_RESERVED_BYTES,
+            allocator_slack_fraction: Self::DEFAULT_ALLOCATOR_SLACK_FRACTION,
+        }
+    }
 }
 
 /// How finely the generators cut work into ops.

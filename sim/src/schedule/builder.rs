@@ -11,19 +11,37 @@ pub struct Builder {
     ops: Vec<Op>,
     next_tag: u32,
     tails: [Option<u32>; Stream::COUNT],
+    /// Allocator slack: each transient GPU allocation (activations, buffers) comes with a
+    /// reserved allocation of this fraction of its size, freed with it.
+    slack_fraction: f64,
 }
 
-/// A live allocation: its tag, to free it later.
+/// A live allocation: its tag, and the tag of its allocator slack if it has one, to free them
+/// later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AllocTag(pub u32);
+pub struct AllocTag {
+    tag: u32,
+    slack: Option<u32>,
+}
 
 impl Builder {
-    pub fn new() -> Builder {
+    /// A builder whose transient allocations carry `fraction` of allocator slack.
+    pub fn with_slack(fraction: f64) -> Builder {
         Builder {
             ops: Vec::new(),
             next_tag: 0,
             tails: [None; Stream::COUNT],
+            slack_fraction: if fraction.is_finite() { fraction } else { 0.0 },
         }
+    }
+
+    fn new_tag(&mut self) -> Result<u32, ScheduleError> {
+        let tag = self.next_tag;
+        self.next_tag = self
+            .next_tag
+            .checked_add(1)
+            .ok_or_else(|| ScheduleError::TooLarge("allocation tags in one program".into()))?;
+        Ok(tag)
     }
 
     pub fn push(
@@ -94,12 +112,8 @@ impl Builder {
         if bytes == 0 {
             return Ok(None);
         }
-        let tag = self.next_tag;
-        self.next_tag = self
-            .next_tag
-            .checked_add(1)
-            .ok_or_else(|| ScheduleError::TooLarge("allocation tags in one program".into()))?;
-        self.push(
+        let tag = self.new_tag()?;
+        let op = self.push(
             stream,
             OpKind::Alloc {
                 category,
@@ -110,7 +124,27 @@ impl Builder {
             deps,
             label,
         )?;
-        Ok(Some(AllocTag(tag)))
+        let transient = matches!(category, MemCategory::Activations | MemCategory::Buffers);
+        let slack_bytes = (bytes as f64 * self.slack_fraction).ceil();
+        let slack = if transient && device == Device::Gpu && slack_bytes >= 1.0 {
+            let slack_tag = self.new_tag()?;
+            self.push(
+                stream,
+                OpKind::Alloc {
+                    category: MemCategory::Reserved,
+                    device,
+                    // Saturating float-to-int conversion; the fraction is at most 1.
+                    bytes: slack_bytes as u64,
+                    tag: slack_tag,
+                },
+                vec![op],
+                label,
+            )?;
+            Some(slack_tag)
+        } else {
+            None
+        };
+        Ok(Some(AllocTag { tag, slack }))
     }
 
     pub fn free(
@@ -120,8 +154,11 @@ impl Builder {
         deps: Vec<u32>,
         label: Label,
     ) -> Result<(), ScheduleError> {
-        if let Some(AllocTag(tag)) = tag {
-            self.push(stream, OpKind::Free { tag }, deps, label)?;
+        if let Some(AllocTag { tag, slack }) = tag {
+            let free = self.push(stream, OpKind::Free { tag }, deps, label)?;
+            if let Some(tag) = slack {
+                self.push(stream, OpKind::Free { tag }, vec![free], label)?;
+            }
         }
         Ok(())
     }

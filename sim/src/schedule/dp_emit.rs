@@ -171,7 +171,8 @@ impl<'a> DpEmitter<'a> {
     }
 
     /// Ops at the start of the step: ZeRO-1/2 gathers of the previous update, the stale
-    /// reduction of async sync, the unsharded gradient buffer of a ZeRO-3 step without sync.
+    /// reduction of async sync, the unsharded gradient buffer of a ZeRO-3 step without sync
+    /// and of a ZeRO-2 step that accumulates over micro batches.
     pub fn start(&mut self, b: &mut Builder, chunks: &[ChunkPlan]) -> Result<(), ScheduleError> {
         let dp = self.ctx.dp;
         if !dp.reduces() {
@@ -198,6 +199,22 @@ impl<'a> DpEmitter<'a> {
             for c in chunks {
                 self.reduce(b, c.params, vec![], chunk_label(c))?;
             }
+        }
+        // ZeRO-2 keeps only its gradient shard as state, but this step reduces once, after
+        // the last backward (or not at all under delayed sync): the gradients of the earlier
+        // micro batches accumulate unsharded, in the gradient dtype, meanwhile.
+        let zero2 = self.ctx.s.parallel.zero == 2 && dp.zero == Zero::ShardedOptimizer;
+        if zero2 && (self.ctx.plan.microbatches > 1 || !dp.syncs) {
+            let per_param = crate::workload::state_coefficients(&self.ctx.s.training).grad_bytes;
+            let accumulation = b.alloc(
+                Stream::Compute,
+                MemCategory::Buffers,
+                Device::Gpu,
+                elems.saturating_mul(per_param),
+                vec![],
+                Label::default(),
+            )?;
+            self.step_bufs.push(accumulation);
         }
         if dp.zero == Zero::ShardedParams && !dp.syncs {
             let full = b.alloc(

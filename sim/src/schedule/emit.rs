@@ -7,8 +7,10 @@
 //! freed at the end. Each forward segment allocates its saved activations right before its
 //! compute; they are freed right after the pass that last needs them: the backward, or, under
 //! zero-bubble, the weight-gradient pass W (W reads the saved inputs). With recompute, the
-//! saved bytes are what the workload says survives the forward; the transient activations a
-//! recompute re-creates just before its backward are not allocated here. A received activation
+//! saved bytes are what the workload says survives the forward, and a recompute allocates the
+//! activations it re-creates (one layer's worth, `recompute_bytes`) from its start until the
+//! backward (B under zero-bubble) after it has finished. The framework reserve (category
+//! reserved) is held for the whole step like the model state. A received activation
 //! or gradient lives in a Buffers allocation from the moment its receive is posted until the
 //! compute that consumes it has finished; a sent one from just before the compute that
 //! produces it until its send has finished. Receives are posted in consumption order on the
@@ -107,11 +109,16 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
     }
     let steps = flatten(ctx, order, &final_slot, zb, &chunk_of)?;
 
-    let mut b = Builder::new();
+    let mut b = Builder::with_slack(ctx.s.memory.allocator_slack_fraction);
     let mut dp = DpEmitter::new(ctx, stage, &steps_gathers(&steps, order, &chunk_of)?);
     let state = ctx.sizes.state_bytes(stage);
     let mut state_tags = Vec::new();
     for (cat, dev, bytes) in [
+        (
+            MemCategory::Reserved,
+            Device::Gpu,
+            ctx.s.memory.reserved_bytes,
+        ),
         (MemCategory::Weights, Device::Gpu, state.weights_bytes),
         (MemCategory::Grads, Device::Gpu, state.grads_bytes),
         (MemCategory::Optimizer, Device::Gpu, state.optimizer_bytes),
@@ -129,6 +136,7 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
     let mut acts: BTreeMap<(u32, u32), Vec<Option<AllocTag>>> = BTreeMap::new();
     let mut recv: Option<(u32, Option<AllocTag>)> = None;
     let mut send_buf: Option<AllocTag> = None;
+    let mut recompute_buf: Option<AllocTag> = None;
     let mut last_grad_op: Option<u32> = None;
 
     for (i, step) in steps.iter().enumerate() {
@@ -236,8 +244,29 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             None
         };
 
+        if step.phase == Phase::Recompute {
+            let stale = recompute_buf.take();
+            b.free(Stream::Compute, stale, vec![], seg_label)?;
+            recompute_buf = b.alloc(
+                Stream::Compute,
+                MemCategory::Activations,
+                Device::Gpu,
+                seg.work.recompute_bytes,
+                vec![],
+                seg_label,
+            )?;
+        }
+
         let (op, comms) = pass_work(seg, step.phase)?;
         let compute = b.compute(op, deps, seg_label)?;
+        if matches!(step.phase, Phase::Backward | Phase::BackwardInput) {
+            b.free(
+                Stream::Compute,
+                recompute_buf.take(),
+                vec![compute],
+                seg_label,
+            )?;
+        }
         let mut tail = compute;
         for call in comms {
             if ctx.plan_group_size(call.group) <= 1 {
@@ -317,6 +346,12 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             b.free(Stream::PpSend, send_buf.take(), vec![send], chunk_label)?;
         }
     }
+    b.free(
+        Stream::Compute,
+        recompute_buf.take(),
+        vec![],
+        Label::default(),
+    )?;
     dp.finish(&mut b, my_chunks, last_grad_op)?;
     let tails = b.tails();
     for tag in dp.step_buffers().into_iter().chain(state_tags).rev() {

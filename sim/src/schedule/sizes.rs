@@ -224,6 +224,10 @@ impl Sizes for UniformSizes {
             backward_weight: self.op(Phase::BackwardWeight, u64::from(n), 1),
             recompute,
             activation_bytes: saved,
+            recompute_bytes: match self.recompute {
+                Recompute::None => 0,
+                _ => self.activation_bytes_per_layer,
+            },
             boundary_bytes: self.boundary_bytes,
         }
     }

@@ -56,6 +56,11 @@ pub struct ChunkWork {
     pub recompute: Option<PassWork>,
     /// Activation bytes saved for backward by one micro batch (after recompute policy).
     pub activation_bytes: u64,
+    /// Activation bytes a recompute re-creates on top of the saved ones, live from the
+    /// recompute until the backward after it ends: one layer's worth (the largest layer of the
+    /// range), since Megatron recomputes and back-propagates layer by layer. 0 without
+    /// recompute.
+    pub recompute_bytes: u64,
     /// Bytes of the activation sent to the next virtual stage (the gradient coming back has
     /// the same size).
     pub boundary_bytes: u64,
@@ -124,6 +129,18 @@ pub fn layers_work(
         activation_bytes = activation_bytes.saturating_add(activations::head(&d));
     }
 
+    let recompute_bytes = match (recompute, n) {
+        (Recompute::None, _) | (_, 0) => 0,
+        _ => {
+            let extra = |moe: bool| {
+                activations::layer(&d, Recompute::None, moe)
+                    .saturating_sub(activations::layer(&d, recompute, moe))
+            };
+            let dense = if n_dense > 0 { extra(false) } else { 0 };
+            let moe = if n_moe > 0 { extra(true) } else { 0 };
+            dense.max(moe)
+        }
+    };
     let mut backward = all.backward_input.clone();
     backward.add(&all.backward_weight);
     let recompute = match (recompute, n) {
@@ -153,6 +170,7 @@ pub fn layers_work(
         backward_weight: all.backward_weight.into_op(Phase::BackwardWeight, dtype),
         recompute,
         activation_bytes,
+        recompute_bytes,
         boundary_bytes: activations::boundary(&d),
     }
 }
