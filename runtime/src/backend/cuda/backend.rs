@@ -16,7 +16,7 @@ use cudarc::driver::{result as drv, sys as drv_sys, CudaContext, CudaEvent, Cuda
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use twin_sim::plan::{GroupKind, Plan, RankId};
-use twin_sim::schedule::{CollectiveKind, Device, Op, OpKind, Program, Stream};
+use twin_sim::schedule::{CollectiveKind, Device, MemCategory, Op, OpKind, Program, Stream};
 
 /// Largest scratch for memory-bound copies: past this, copies loop over the same buffer.
 const MAX_MEMORY_SCRATCH_BYTES: u64 = 512 << 20;
@@ -59,6 +59,10 @@ struct StreamWork {
 enum LiveAlloc {
     Gpu(drv_sys::CUdeviceptr),
     Host(#[allow(dead_code)] HostBuffer),
+    /// The schedule's framework reserve (category `Reserved`): it stands for the CUDA context
+    /// and allocator slack, which exist for real already, so it is accounted, not allocated
+    /// (allocating it would count the context twice).
+    Reserve,
 }
 
 /// Executes one rank's program on one GPU.
@@ -485,9 +489,13 @@ impl CudaBackend {
                 }
             }
             OpKind::Alloc {
-                device, bytes, tag, ..
+                device,
+                bytes,
+                tag,
+                category,
             } => {
                 let live = match device {
+                    Device::Gpu if *category == MemCategory::Reserved => LiveAlloc::Reserve,
                     Device::Gpu => LiveAlloc::Gpu(self.pool.alloc(*bytes, cu_stream)?),
                     Device::Host => LiveAlloc::Host(HostBuffer::new(*bytes)?),
                 };
@@ -499,6 +507,7 @@ impl CudaBackend {
                     unsafe { drv::free_async(p, cu_stream) }.map_err(|e| cu("cuMemFreeAsync", e))?
                 }
                 Some(LiveAlloc::Host(h)) => drop(h),
+                Some(LiveAlloc::Reserve) => {}
                 None => {
                     return Err(RuntimeError::Unsupported(format!(
                         "free of unknown tag {tag}"
