@@ -5,12 +5,14 @@
 
 mod analytic;
 mod collective;
+mod gemm;
 
 pub use analytic::{peak_for, Analytic};
 pub use collective::{
-    Algorithm, CollectiveEstimate, GroupShape, TierModel, DEFAULT_NETWORK_EFFICIENCY,
+    Algorithm, CollectiveEstimate, GroupShape, NvlsModel, TierModel, DEFAULT_NETWORK_EFFICIENCY,
     DEFAULT_NVLINK_EFFICIENCY,
 };
+pub use gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
 
 use crate::plan::{Group, Plan};
 use crate::schedule::{CollectiveKind, ComputeOp};
