@@ -24,6 +24,7 @@ struct Cli {
 enum Command {
     Simulate(cmd::simulate::Args),
     Bench(cmd::bench::Args),
+    Validate(cmd::validate::Args),
 }
 
 /// Exit codes: 0 success, 1 failure of the work, 2 bad input (scenario or arguments).
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Validate(args) => cmd::validate::run(args),
     };
     match result {
         Ok(code) => code,

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod simulate;
+pub mod validate;
 
 use std::path::Path;
 use std::process::ExitCode;

@@ -138,13 +138,23 @@ impl TierModel {
                 best.0 *= 2.0;
                 let mut options = vec![(2.0 * log2_ceil(n) * lat + 2.0 * s / bw, Algorithm::Tree)];
                 if g.nodes > 1 && g.max_per_node > 1 {
-                    options.push((self.hierarchical_all_reduce_s(g, s), Algorithm::Hierarchical));
+                    options.push((
+                        self.hierarchical_all_reduce_s(g, s),
+                        Algorithm::Hierarchical,
+                    ));
                 }
-                if let Some(nvls) = self.nvls.as_ref().filter(|v| g.nodes <= 1 && bytes >= v.min_bytes) {
+                if let Some(nvls) = self
+                    .nvls
+                    .as_ref()
+                    .filter(|v| g.nodes <= 1 && bytes >= v.min_bytes)
+                {
                     let nvls_bw = positive(self.intra_bandwidth_bytes_per_s * nvls.efficiency);
                     options.push(((nf + 1.0) / nf * s / nvls_bw + 2.0 * lat, Algorithm::Nvls));
                 }
-                let forced = options.iter().find(|o| Some(o.1) == self.algorithm).copied();
+                let forced = options
+                    .iter()
+                    .find(|o| Some(o.1) == self.algorithm)
+                    .copied();
                 match forced {
                     Some(o) => best = o,
                     None if self.algorithm == Some(Algorithm::Ring) => {}

@@ -127,8 +127,8 @@ struct RawProfile {
     memory: RawMemory,
     kernel: RawKernel,
     network: RawNetwork,
-    overlap: RawOverlap,
-    checkpoint: RawCheckpoint,
+    overlap: Option<RawOverlap>,
+    checkpoint: Option<RawCheckpoint>,
     fit: Option<RawFit>,
 }
 
@@ -145,7 +145,8 @@ pub fn load(path: &Path) -> Result<Profile> {
         message,
         allowed: String::new(),
     };
-    let meta = std::fs::metadata(path).map_err(|e| io_error(format!("cannot read profile: {e}")))?;
+    let meta =
+        std::fs::metadata(path).map_err(|e| io_error(format!("cannot read profile: {e}")))?;
     if meta.len() > MAX_PROFILE_BYTES {
         return Err(io_error(format!(
             "profile is {} bytes; at most {MAX_PROFILE_BYTES} are read",
@@ -243,8 +244,14 @@ impl Checker<'_> {
         allowed: &str,
     ) -> ScenarioError {
         let loc = self.lines.loc(span.start);
-        self.ctx
-            .error(ErrorKind::Invalid, Some(&loc), key, &value, message, allowed)
+        self.ctx.error(
+            ErrorKind::Invalid,
+            Some(&loc),
+            key,
+            &value,
+            message,
+            allowed,
+        )
     }
 
     fn param(&self, key: &str, raw: RawParam, range: Range) -> Result<Param> {
@@ -308,7 +315,11 @@ impl Checker<'_> {
                 raw.latency_ns,
                 Range::NonNegative,
             )?,
-            efficiency: self.param(&format!("{key}.efficiency"), raw.efficiency, Range::Fraction)?,
+            efficiency: self.param(
+                &format!("{key}.efficiency"),
+                raw.efficiency,
+                Range::Fraction,
+            )?,
         })
     }
 
@@ -378,16 +389,26 @@ impl Checker<'_> {
             nvls_efficiency,
             nvls_min_bytes,
             algorithm: self.algorithm(raw.network.algorithm)?,
-            overlap_compute_slowdown: self.param(
-                "overlap.compute_slowdown",
-                raw.overlap.compute_slowdown,
-                Range::Slowdown,
-            )?,
-            checkpoint_bandwidth_bytes_per_s: self.param(
-                "checkpoint.bandwidth_bytes_per_s",
-                raw.checkpoint.bandwidth_bytes_per_s,
-                Range::Positive,
-            )?,
+            overlap_compute_slowdown: raw
+                .overlap
+                .map(|o| {
+                    self.param(
+                        "overlap.compute_slowdown",
+                        o.compute_slowdown,
+                        Range::Slowdown,
+                    )
+                })
+                .transpose()?,
+            checkpoint_bandwidth_bytes_per_s: raw
+                .checkpoint
+                .map(|c| {
+                    self.param(
+                        "checkpoint.bandwidth_bytes_per_s",
+                        c.bandwidth_bytes_per_s,
+                        Range::Positive,
+                    )
+                })
+                .transpose()?,
             fit: raw.fit.map(|f| FitQuality {
                 method: f.method,
                 data: f.data,

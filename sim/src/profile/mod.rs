@@ -9,7 +9,9 @@ mod load;
 
 pub use load::{load, parse_str};
 
-use crate::cost::{Algorithm, Analytic, GemmCurve, NvlsModel, TierModel};
+use crate::cost::{
+    Algorithm, Analytic, GemmCurve, NvlsModel, TierModel, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
+};
 use crate::scenario::{PeakFlops, Scenario};
 use serde::Serialize;
 
@@ -93,10 +95,13 @@ pub struct Profile {
     pub nvls_min_bytes: Option<Param>,
     /// A fixed collective algorithm; `None` lets the model pick the cheapest per call.
     pub algorithm: Option<Algorithm>,
-    /// Fractional slowdown of compute that overlaps communication (SM and HBM contention).
-    /// Carried for calibration; the engine does not apply it yet (see docs/profiles.md).
-    pub overlap_compute_slowdown: Param,
-    pub checkpoint_bandwidth_bytes_per_s: Param,
+    /// Fractional slowdown of compute that overlaps communication (SM and HBM contention);
+    /// absent means none (the documented default). Carried for calibration; the engine does
+    /// not apply it yet (see docs/profiles.md).
+    pub overlap_compute_slowdown: Option<Param>,
+    /// Per-rank checkpoint write bandwidth; absent means
+    /// [`crate::cost::DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S`].
+    pub checkpoint_bandwidth_bytes_per_s: Option<Param>,
     pub fit: Option<FitQuality>,
 }
 
@@ -191,7 +196,10 @@ impl Analytic {
             memory_efficiency: p.memory_efficiency.value,
             launch_ns: whole(&p.launch_ns),
             links: p.tiers(),
-            checkpoint_bandwidth_bytes_per_s: p.checkpoint_bandwidth_bytes_per_s.value,
+            checkpoint_bandwidth_bytes_per_s: p
+                .checkpoint_bandwidth_bytes_per_s
+                .as_ref()
+                .map_or(DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, |c| c.value),
         }
     }
 }

@@ -21,7 +21,9 @@
 mod layers;
 mod table;
 
-pub use layers::{fit_gemm_curve, layer_errors, layer_times, FitResult, LayerPrediction, LayerWork};
+pub use layers::{
+    fit_gemm_curve, layer_errors, layer_times, FitResult, LayerPrediction, LayerWork,
+};
 pub use table::{load_table, parse_table, LayerCase, LayerTiming, RunRow, Table};
 
 use crate::profile::{check_matches, GpuMismatch, Profile};
@@ -50,7 +52,9 @@ pub enum ValidateError {
         #[source]
         source: GpuMismatch,
     },
-    #[error("row '{id}': no DGX node is known for GPU '{gpu}'; known: a100-sxm-80gb, h100-sxm-80gb")]
+    #[error(
+        "row '{id}': no DGX node is known for GPU '{gpu}'; known: a100-sxm-80gb, h100-sxm-80gb"
+    )]
     UnknownGpu { id: String, gpu: String },
     #[error("the table has no [[run]] row with a published figure to compare")]
     NoRows,
@@ -180,12 +184,11 @@ pub fn run_case(case: &Case, profile: Option<&Profile>) -> Result<Comparison, Va
         trace: false,
         reproducible: true,
     };
-    let prediction = predict_with(&case.scenario, &opts, profile).map_err(|source| {
-        ValidateError::Predict {
+    let prediction =
+        predict_with(&case.scenario, &opts, profile).map_err(|source| ValidateError::Predict {
             id: case.id.clone(),
             source,
-        }
-    })?;
+        })?;
     let report = &prediction.report;
     let predicted = if case.field == "tflops_per_gpu" {
         report.hardware_tflops_per_gpu
@@ -211,7 +214,10 @@ pub fn relative_error(predicted: f64, published: f64) -> f64 {
 }
 
 /// Predicts every published figure of `table`.
-pub fn validate_table(table: &Table, profile: Option<&Profile>) -> Result<Validation, ValidateError> {
+pub fn validate_table(
+    table: &Table,
+    profile: Option<&Profile>,
+) -> Result<Validation, ValidateError> {
     let mut rows = Vec::new();
     for row in &table.run {
         for case in row_cases(row)? {
