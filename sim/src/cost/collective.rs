@@ -306,6 +306,41 @@ mod tests {
     }
 
     #[test]
+    fn a_fixed_algorithm_is_used_where_it_applies() {
+        let mut m = dgx_a100();
+        m.algorithm = Some(Algorithm::Tree);
+        let e = m.estimate(CollectiveKind::AllReduce, shape(8, 1, 8), 1 << 30);
+        assert_eq!(e.algorithm, Algorithm::Tree);
+        let auto = dgx_a100().estimate(CollectiveKind::AllReduce, shape(8, 1, 8), 1 << 30);
+        assert!(e.time_ns > auto.time_ns);
+        // NVLS on a switch without it, or hierarchical inside one node: the cheapest instead.
+        for fixed in [Algorithm::Nvls, Algorithm::Hierarchical] {
+            m.algorithm = Some(fixed);
+            let e = m.estimate(CollectiveKind::AllReduce, shape(8, 1, 8), 1 << 30);
+            assert_eq!(e, auto);
+        }
+        // Not an all-reduce: the choice does not apply.
+        m.algorithm = Some(Algorithm::Tree);
+        let ag = m.estimate(CollectiveKind::AllGather, shape(8, 1, 8), 1 << 30);
+        assert_eq!(ag.algorithm, Algorithm::Ring);
+    }
+
+    #[test]
+    fn nvls_needs_one_node_and_min_bytes() {
+        let mut m = dgx_a100();
+        m.nvls = Some(NvlsModel {
+            efficiency: 0.7,
+            min_bytes: 1 << 20,
+        });
+        let big = m.estimate(CollectiveKind::AllReduce, shape(8, 1, 8), 1 << 30);
+        assert_eq!(big.algorithm, Algorithm::Nvls);
+        let small = m.estimate(CollectiveKind::AllReduce, shape(8, 1, 8), 1 << 10);
+        assert_ne!(small.algorithm, Algorithm::Nvls);
+        let multi = m.estimate(CollectiveKind::AllReduce, shape(16, 2, 8), 1 << 30);
+        assert_ne!(multi.algorithm, Algorithm::Nvls);
+    }
+
+    #[test]
     fn one_rank_costs_nothing() {
         let m = dgx_a100();
         for kind in [

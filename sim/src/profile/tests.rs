@@ -1,3 +1,5 @@
+//! Tests of profile loading, its errors, and the bundled profiles against published figures.
+
 use super::*;
 use crate::cost::{bus_bandwidth, Algorithm, CostModel, GroupShape};
 use crate::plan::{GroupKind, Plan};

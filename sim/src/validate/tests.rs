@@ -1,3 +1,5 @@
+//! Tests of the validation table, the row rules, the layer fit and its held-out check.
+
 use super::*;
 use crate::cost::Analytic;
 use crate::scenario::{Recompute, Scenario};
