@@ -18,6 +18,10 @@
 //! - Korthikanti's `iteration_s_full_recompute` is full recompute without sequence
 //!   parallelism; `iteration_s_selective_sp` is selective recompute with it.
 
+// Errors are ScenarioErrors (the one located input-error type), large by design; they are the
+// cold path of reading a file once, so boxing them would buy nothing.
+#![allow(clippy::result_large_err)]
+
 mod layers;
 mod table;
 
