@@ -108,6 +108,23 @@ fn default_curve_is_the_table_4_fit() {
     assert!((fit.memory_efficiency - crate::cost::DEFAULT_MEMORY_EFFICIENCY).abs() < 1e-9);
     assert_eq!(fit.samples, 10);
     assert!(fit.max_relative_error < 0.08, "{fit:?}");
+    // The A100 profile records this fit's quality.
+    let profile = crate::profile::parse_str(
+        include_str!("../../../scenarios/profiles/a100-dgx.toml"),
+        "a100-dgx.toml",
+    )
+    .unwrap();
+    let q = profile.fit.unwrap();
+    assert_eq!(q.samples, fit.samples);
+    assert!(
+        (q.rms_relative_error - fit.rms_relative_error).abs() < 5e-4,
+        "{fit:?}"
+    );
+    assert!(
+        (q.max_relative_error - fit.max_relative_error).abs() < 5e-4,
+        "{fit:?}"
+    );
+    assert_eq!(profile.gemm_max_efficiency.value, fit.gemm.max_efficiency);
 }
 
 /// Held-out check: fit on the three cases without sequence parallelism, predict the two with
