@@ -25,6 +25,7 @@ enum Command {
     Simulate(cmd::simulate::Args),
     Bench(cmd::bench::Args),
     Doctor(cmd::doctor::Args),
+    Validate(cmd::validate::Args),
 }
 
 /// Exit codes: 0 success, 1 failure of the work, 2 bad input (scenario or arguments),
@@ -35,6 +36,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
+        Command::Validate(args) => cmd::validate::run(args),
     };
     match result {
         Ok(code) => code,

@@ -6,12 +6,14 @@
 pub mod cost;
 pub mod engine;
 pub mod plan;
+pub mod profile;
 pub mod report;
 pub mod scenario;
 pub mod schedule;
 pub mod testing;
 pub mod trace;
+pub mod validate;
 pub mod workload;
 
 mod predict;
-pub use predict::{predict, PredictError, PredictOptions, Prediction, Staged};
+pub use predict::{predict, predict_with, PredictError, PredictOptions, Prediction, Staged};

@@ -5,6 +5,7 @@
 use crate::cost::Analytic;
 use crate::engine::{simulate, SimError, SimOptions, SimResult};
 use crate::plan::{Plan, PlanError};
+use crate::profile::{check_matches, GpuMismatch, Profile};
 use crate::report::Report;
 use crate::scenario::Scenario;
 use crate::schedule::{generate, Schedule, ScheduleError, ValidationError};
@@ -20,6 +21,8 @@ pub enum PredictError {
     Invalid(#[from] ValidationError),
     #[error("simulation failed: {0}")]
     Sim(#[from] SimError),
+    #[error("{0}")]
+    Profile(#[from] GpuMismatch),
 }
 
 /// A scenario resolved as far as its schedule, ready to simulate (possibly many times).
@@ -33,9 +36,24 @@ pub struct Staged {
 impl Staged {
     /// Plan and generate; does not validate (see [`Staged::validate`]).
     pub fn new(scenario: &Scenario) -> Result<Staged, PredictError> {
+        Staged::with_profile(scenario, None)
+    }
+
+    /// As [`Staged::new`], costed by `profile` when given (which must describe the
+    /// scenario's GPU) instead of the default model.
+    pub fn with_profile(
+        scenario: &Scenario,
+        profile: Option<&Profile>,
+    ) -> Result<Staged, PredictError> {
+        let cost = match profile {
+            Some(p) => {
+                check_matches(scenario, p)?;
+                Analytic::from_profile(scenario, p)
+            }
+            None => Analytic::new(scenario),
+        };
         let plan = Plan::new(scenario)?;
         let schedule = generate(scenario, &plan)?;
-        let cost = Analytic::new(scenario);
         Ok(Staged {
             scenario: scenario.clone(),
             plan,
@@ -78,8 +96,17 @@ impl Prediction {
 
 /// Predict one training step of `scenario`: plan, generate, validate, simulate, report.
 pub fn predict(scenario: &Scenario, opts: &PredictOptions) -> Result<Prediction, PredictError> {
+    predict_with(scenario, opts, None)
+}
+
+/// [`predict`] with the cost model of a hardware profile instead of the defaults.
+pub fn predict_with(
+    scenario: &Scenario,
+    opts: &PredictOptions,
+    profile: Option<&Profile>,
+) -> Result<Prediction, PredictError> {
     let start = Instant::now();
-    let staged = Staged::new(scenario)?;
+    let staged = Staged::with_profile(scenario, profile)?;
     staged.validate()?;
     let sim_opts = SimOptions {
         trace: opts.trace,

@@ -9,7 +9,8 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Every `.toml` under `scenarios/`, sorted.
+/// Every `.toml` under `scenarios/`, sorted; hardware profiles (`scenarios/profiles/`) are
+/// another format and are tested in `twin_sim::profile`.
 fn bundled() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -19,6 +20,9 @@ fn bundled() -> Vec<PathBuf> {
         entries.sort();
         for p in entries {
             if p.is_dir() {
+                if p.file_name().is_some_and(|n| n == "profiles") {
+                    continue;
+                }
                 walk(&p, out);
             } else if p.extension().is_some_and(|e| e == "toml") {
                 out.push(p);

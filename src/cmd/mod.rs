@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod doctor;
 pub mod simulate;
+pub mod validate;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -20,12 +21,12 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> anyhow::Result<Scenar
     Ok(twin_sim::scenario::load(path, overrides)?)
 }
 
-/// Bad input (a scenario or an argument) exits 2; everything else 1.
+/// Bad input (a scenario, a profile, or an argument) exits 2; everything else 1.
 pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
-    if err
-        .chain()
-        .any(|c| c.downcast_ref::<ScenarioError>().is_some())
-    {
+    if err.chain().any(|c| {
+        c.downcast_ref::<ScenarioError>().is_some()
+            || c.downcast_ref::<twin_sim::profile::GpuMismatch>().is_some()
+    }) {
         ExitCode::from(2)
     } else {
         ExitCode::from(1)

@@ -15,6 +15,7 @@ use std::process::ExitCode;
 ///   twin simulate scenarios/512xA100.toml
 ///   twin simulate scenarios/512xA100.toml --format json
 ///   twin simulate scenarios/512xA100.toml --set parallel.pp=16 --set parallel.dp=4
+///   twin simulate scenarios/512xA100.toml --profile scenarios/profiles/a100-dgx.toml
 ///   twin simulate scenarios/small.toml --trace small.trace.json   (open in ui.perfetto.dev)
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
@@ -34,6 +35,10 @@ pub struct Args {
     /// Print the per-stage memory breakdown and the op at which each peak occurs.
     #[arg(long)]
     pub memory: bool,
+    /// Hardware profile TOML (docs/profiles.md; bundled: scenarios/profiles/*.toml) whose
+    /// cost-model parameters replace the defaults. It must describe the scenario's GPU.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
     /// Zero the wall-clock fields (sim_wall_s) so that two runs give byte-identical output.
     #[arg(long)]
     pub reproducible: bool,
@@ -45,7 +50,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         trace: args.trace.is_some(),
         reproducible: args.reproducible,
     };
-    let prediction = twin_sim::predict(&scenario, &opts)
+    let profile = match &args.profile {
+        Some(p) => Some(twin_sim::profile::load(p)?),
+        None => None,
+    };
+    let prediction = twin_sim::predict_with(&scenario, &opts, profile.as_ref())
         .with_context(|| format!("simulating {}", args.scenario.display()))?;
     if let Some(path) = &args.trace {
         let json = prediction.trace_json().context("no trace was recorded")?;

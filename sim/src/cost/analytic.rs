@@ -5,10 +5,8 @@
 //! Compute of one op = GEMM kernels + memory-bound kernels + launch gaps. Kernels of one op
 //! run one after another on the stream, so their times add up; each kernel class is its own
 //! roofline:
-//! - one GEMM call: `max(flops / (peak(dtype) * gemm_efficiency), (mk + kn + mn) * dtype_bytes
-//!   / (hbm * memory_efficiency)) + gemm_ramp_ns`. The fixed ramp (tile fill, wave tail) makes
-//!   efficiency fall for small GEMMs: effective efficiency is
-//!   `gemm_efficiency * t / (t + ramp)` where `t` is the ideal time at peak efficiency.
+//! - one GEMM call: the shape-dependent curve of [`super::gemm`] (tile padding, short-k
+//!   penalty, roofline on bytes, fixed ramp per call).
 //! - memory-bound kernels: `max(other_flops / peak(fp32), memory_bytes / (hbm *
 //!   memory_efficiency))`, where `other_flops` is the op's FLOPs outside its GEMMs.
 //! - `kernels * launch_ns`: the gap the GPU idles between dependent kernels.
@@ -16,20 +14,16 @@
 use super::collective::{
     GroupShape, TierModel, DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY,
 };
+use super::gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
 use super::{secs_to_ns, CostModel};
 use crate::plan::{Group, Plan};
 use crate::scenario::{PeakFlops, Precision, Scenario};
 use crate::schedule::{CollectiveKind, ComputeOp};
 use serde::Serialize;
 
-/// Large bf16/fp16 GEMMs in cuBLAS reach about 80% of dense peak on A100 (~250 of 312
-/// TFLOP/s); one figure for every GPU and dtype until calibration fits per-device curves.
-pub const DEFAULT_GEMM_EFFICIENCY: f64 = 0.80;
-/// Fixed per-GEMM-call overhead: a 1024^3 bf16 GEMM on A100 then runs at ~200 TFLOP/s and a
-/// 256^3 one at ~15 TFLOP/s (small GEMMs are latency bound).
-pub const DEFAULT_GEMM_RAMP_NS: u64 = 2_000;
-/// Streaming kernels reach about 80% of HBM peak bandwidth.
-pub const DEFAULT_MEMORY_EFFICIENCY: f64 = 0.80;
+/// Streaming kernels reach about 90% of HBM peak bandwidth (fitted with the GEMM curve, see
+/// [`crate::cost::DEFAULT_GEMM_CURVE`]).
+pub const DEFAULT_MEMORY_EFFICIENCY: f64 = 0.90;
 /// GPU-side gap between dependent kernels (launch latency mostly hidden by async launch).
 pub const DEFAULT_LAUNCH_NS: u64 = 1_000;
 /// Per-rank share of checkpoint storage bandwidth (a parallel file system shared by all
@@ -40,8 +34,7 @@ pub const DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S: f64 = 2e9;
 pub struct Analytic {
     pub peak: PeakFlops,
     pub hbm_bandwidth_bytes_per_s: f64,
-    pub gemm_efficiency: f64,
-    pub gemm_ramp_ns: u64,
+    pub gemm: GemmCurve,
     pub memory_efficiency: f64,
     pub launch_ns: u64,
     pub links: TierModel,
@@ -55,8 +48,7 @@ impl Analytic {
         Analytic {
             peak: c.gpu.peak.clone(),
             hbm_bandwidth_bytes_per_s: c.gpu.hbm_bandwidth_bytes_per_s,
-            gemm_efficiency: DEFAULT_GEMM_EFFICIENCY,
-            gemm_ramp_ns: DEFAULT_GEMM_RAMP_NS,
+            gemm: DEFAULT_GEMM_CURVE,
             memory_efficiency: DEFAULT_MEMORY_EFFICIENCY,
             launch_ns: DEFAULT_LAUNCH_NS,
             links: TierModel {
@@ -66,6 +58,8 @@ impl Analytic {
                 inter_latency_ns: c.inter_node.latency_ns,
                 nvlink_efficiency: DEFAULT_NVLINK_EFFICIENCY,
                 network_efficiency: DEFAULT_NETWORK_EFFICIENCY,
+                nvls: None,
+                algorithm: None,
             },
             checkpoint_bandwidth_bytes_per_s: DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
         }
@@ -102,18 +96,14 @@ fn rate(r: f64) -> f64 {
 
 impl CostModel for Analytic {
     fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
-        let gemm_rate = rate(self.peak_flops_per_s(op.dtype) * self.gemm_efficiency);
+        let peak = self.peak_flops_per_s(op.dtype);
         let hbm = self.hbm_rate();
-        let elem = op.dtype.bytes() as f64;
-        let ramp_s = self.gemm_ramp_ns as f64 * 1e-9;
+        let elem = op.dtype.bytes();
         let mut gemm_s = 0.0;
         let mut gemm_flops = 0u64;
         for g in &op.gemms {
-            let calls = f64::from(g.count);
-            let one = g.flops() as f64 / calls.max(1.0);
-            let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
-            let io = (m * k + k * n + m * n) * elem;
-            gemm_s += calls * ((one / gemm_rate).max(io / hbm) + ramp_s);
+            let one = self.gemm.call_s(g.m, g.n, g.k, elem, peak, hbm);
+            gemm_s += f64::from(g.count) * one;
             gemm_flops = gemm_flops.saturating_add(g.flops());
         }
         let other_flops = op.flops.saturating_sub(gemm_flops) as f64;
@@ -177,8 +167,10 @@ mod tests {
     fn large_gemm_runs_near_efficient_peak() {
         let model = Analytic::new(&small_scenario(1, 1, 1, 1));
         let tf = achieved_tflops(&model, &gemm_op(8192, 8192, 8192, 1));
-        // 312 * 0.8 = 249.6 TFLOP/s less a 2 us ramp on a 4.4 ms GEMM.
-        assert!(tf > 249.0 && tf < 249.6, "{tf}");
+        // 312 TFLOP/s times the curve's efficiency for this shape, less a 2 us ramp on a
+        // ~4.3 ms GEMM.
+        let ceiling = 312.0 * model.gemm.compute_efficiency(8192, 8192, 8192);
+        assert!(tf > 0.999 * ceiling && tf < ceiling, "{tf} vs {ceiling}");
     }
 
     #[test]
@@ -198,7 +190,7 @@ mod tests {
         let op = gemm_op(1, 16384, 16384, 1);
         let t_ns = model.compute_ns(0, &op) as f64;
         let bytes = (16384.0 * 16384.0 + 2.0 * 16384.0) * 2.0;
-        let expect_ns = (bytes / (2.039e12 * 0.8) + 2e-6) * 1e9;
+        let expect_ns = (bytes / (2.039e12 * DEFAULT_MEMORY_EFFICIENCY) + 2e-6) * 1e9;
         // Within the rounding to whole nanoseconds.
         assert!((t_ns - expect_ns).abs() <= 1.0, "{t_ns} vs {expect_ns}");
     }
@@ -211,10 +203,10 @@ mod tests {
             dtype: Precision::Fp32,
             gemms: vec![],
             flops: 1_000,
-            memory_bytes: 1_631_200_000,
+            memory_bytes: 1_835_100_000,
             kernels: 10,
         };
-        // 1.6312 GB at 2.039 TB/s * 0.8 = 1 ms, plus 10 launches of 1 us.
+        // 1.8351 GB at 2.039 TB/s * 0.9 = 1 ms, plus 10 launches of 1 us.
         assert_eq!(model.compute_ns(0, &op), 1_010_000);
     }
 

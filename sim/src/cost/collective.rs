@@ -17,8 +17,14 @@
 //! - All-to-all: the intra-node and inter-node shares of the buffer move at the same time
 //!   over their own links; the slower share sets the time.
 //!
+//! - NVLS (NVLink SHARP, H100 NVSwitch): the switch reduces and multicasts, so an all-reduce
+//!   inside one node moves each byte about `(n+1)/n` times per GPU instead of `2(n-1)/n`;
+//!   modelled as `(n+1)/n * bytes / (intra * nvls.efficiency)` for messages of at least
+//!   `nvls.min_bytes`, where the hardware has it (`nvls` is `None` on A100).
+//!
 //! The cheapest applicable algorithm is chosen per call, as NCCL's tuner does with its own
-//! (different, finer) model. Groups with uneven members per node are approximated by their
+//! (different, finer) model, unless `algorithm` fixes one (ignored where it does not apply,
+//! e.g. a tree for an all-gather). Groups with uneven members per node are approximated by their
 //! busiest node (`max_per_node`).
 
 use super::secs_to_ns;
@@ -41,6 +47,8 @@ pub enum Algorithm {
     Ring,
     Tree,
     Hierarchical,
+    /// NVLink SHARP in-switch reduction (one node).
+    Nvls,
     /// All-to-all: every rank sends straight to every other rank.
     Direct,
 }
@@ -62,6 +70,19 @@ pub struct TierModel {
     pub inter_latency_ns: u64,
     pub nvlink_efficiency: f64,
     pub network_efficiency: f64,
+    /// In-switch reduction inside a node, where the NVSwitch has it.
+    pub nvls: Option<NvlsModel>,
+    /// A fixed algorithm instead of the cheapest; `None` chooses per call.
+    pub algorithm: Option<Algorithm>,
+}
+
+/// NVLink SHARP all-reduce inside one node.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NvlsModel {
+    /// Achieved fraction of the intra-node line rate (per direction).
+    pub efficiency: f64,
+    /// Smallest message for which NCCL uses NVLS (below it, ring or tree).
+    pub min_bytes: u64,
 }
 
 /// Shape of the group a collective runs over.
@@ -115,14 +136,34 @@ impl TierModel {
         match kind {
             CollectiveKind::AllReduce => {
                 best.0 *= 2.0;
-                let tree = 2.0 * log2_ceil(n) * lat + 2.0 * s / bw;
-                if tree < best.0 {
-                    best = (tree, Algorithm::Tree);
-                }
+                let mut options = vec![(2.0 * log2_ceil(n) * lat + 2.0 * s / bw, Algorithm::Tree)];
                 if g.nodes > 1 && g.max_per_node > 1 {
-                    let h = self.hierarchical_all_reduce_s(g, s);
-                    if h < best.0 {
-                        best = (h, Algorithm::Hierarchical);
+                    options.push((
+                        self.hierarchical_all_reduce_s(g, s),
+                        Algorithm::Hierarchical,
+                    ));
+                }
+                if let Some(nvls) = self
+                    .nvls
+                    .as_ref()
+                    .filter(|v| g.nodes <= 1 && bytes >= v.min_bytes)
+                {
+                    let nvls_bw = positive(self.intra_bandwidth_bytes_per_s * nvls.efficiency);
+                    options.push(((nf + 1.0) / nf * s / nvls_bw + 2.0 * lat, Algorithm::Nvls));
+                }
+                let forced = options
+                    .iter()
+                    .find(|o| Some(o.1) == self.algorithm)
+                    .copied();
+                match forced {
+                    Some(o) => best = o,
+                    None if self.algorithm == Some(Algorithm::Ring) => {}
+                    None => {
+                        for o in options {
+                            if o.0 < best.0 {
+                                best = o;
+                            }
+                        }
                     }
                 }
             }
@@ -201,6 +242,8 @@ mod tests {
             inter_latency_ns: 10_000,
             nvlink_efficiency: DEFAULT_NVLINK_EFFICIENCY,
             network_efficiency: DEFAULT_NETWORK_EFFICIENCY,
+            nvls: None,
+            algorithm: None,
         }
     }
 
@@ -260,6 +303,41 @@ mod tests {
         // 256 GPUs on 32 nodes, 16 MiB: the flat ring pays 510 inter-node latencies.
         let e = m.estimate(CollectiveKind::AllReduce, shape(256, 32, 8), 16 << 20);
         assert_ne!(e.algorithm, Algorithm::Ring);
+    }
+
+    #[test]
+    fn a_fixed_algorithm_is_used_where_it_applies() {
+        let mut m = dgx_a100();
+        m.algorithm = Some(Algorithm::Tree);
+        let e = m.estimate(CollectiveKind::AllReduce, shape(8, 1, 8), 1 << 30);
+        assert_eq!(e.algorithm, Algorithm::Tree);
+        let auto = dgx_a100().estimate(CollectiveKind::AllReduce, shape(8, 1, 8), 1 << 30);
+        assert!(e.time_ns > auto.time_ns);
+        // NVLS on a switch without it, or hierarchical inside one node: the cheapest instead.
+        for fixed in [Algorithm::Nvls, Algorithm::Hierarchical] {
+            m.algorithm = Some(fixed);
+            let e = m.estimate(CollectiveKind::AllReduce, shape(8, 1, 8), 1 << 30);
+            assert_eq!(e, auto);
+        }
+        // Not an all-reduce: the choice does not apply.
+        m.algorithm = Some(Algorithm::Tree);
+        let ag = m.estimate(CollectiveKind::AllGather, shape(8, 1, 8), 1 << 30);
+        assert_eq!(ag.algorithm, Algorithm::Ring);
+    }
+
+    #[test]
+    fn nvls_needs_one_node_and_min_bytes() {
+        let mut m = dgx_a100();
+        m.nvls = Some(NvlsModel {
+            efficiency: 0.7,
+            min_bytes: 1 << 20,
+        });
+        let big = m.estimate(CollectiveKind::AllReduce, shape(8, 1, 8), 1 << 30);
+        assert_eq!(big.algorithm, Algorithm::Nvls);
+        let small = m.estimate(CollectiveKind::AllReduce, shape(8, 1, 8), 1 << 10);
+        assert_ne!(small.algorithm, Algorithm::Nvls);
+        let multi = m.estimate(CollectiveKind::AllReduce, shape(16, 2, 8), 1 << 30);
+        assert_ne!(multi.algorithm, Algorithm::Nvls);
     }
 
     #[test]

@@ -5,12 +5,17 @@
 
 mod analytic;
 mod collective;
+mod gemm;
 
-pub use analytic::{peak_for, Analytic};
+pub use analytic::{
+    peak_for, Analytic, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_LAUNCH_NS,
+    DEFAULT_MEMORY_EFFICIENCY,
+};
 pub use collective::{
-    Algorithm, CollectiveEstimate, GroupShape, TierModel, DEFAULT_NETWORK_EFFICIENCY,
+    Algorithm, CollectiveEstimate, GroupShape, NvlsModel, TierModel, DEFAULT_NETWORK_EFFICIENCY,
     DEFAULT_NVLINK_EFFICIENCY,
 };
+pub use gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
 
 use crate::plan::{Group, Plan};
 use crate::schedule::{CollectiveKind, ComputeOp};

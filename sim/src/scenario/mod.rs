@@ -14,7 +14,7 @@
 mod checker;
 mod cluster;
 mod emit;
-mod error;
+pub(crate) mod error;
 mod hf;
 mod limits;
 mod overrides;

@@ -1,0 +1,178 @@
+//! GEMM time as a function of shape (m, n, k) and dtype: one general curve whose few
+//! parameters a hardware profile sets (from public figures or a calibration fit), instead of
+//! per-shape constants.
+//!
+//! A GEMM `C[m,n] = A[m,k] B[k,n]` is cut into output tiles of `tile_m x tile_n`; each tile
+//! runs a main loop over `k` and pays a fixed prologue/epilogue (loading the first stages of
+//! the pipeline, writing C). One call costs
+//!
+//! ```text
+//! t = max(padded_flops / (peak(dtype) * max_efficiency * k / (k + k_half)),
+//!         (mk + kn + mn) * dtype_bytes / achieved_hbm) + ramp
+//! padded_flops = 2 * ceil(m / tile_m) * tile_m * ceil(n / tile_n) * tile_n * k
+//! ```
+//!
+//! - `max_efficiency`: what a large, well-shaped GEMM sustains (tensor-core issue limits,
+//!   clocks under load). H100 bf16 cuBLAS: 80-82% (docs/measurements/2026-11-22-h100-cuda-
+//!   backend.md).
+//! - Tile padding: a dimension that is not a multiple of the tile wastes the rest of the last
+//!   tile (NVIDIA, "Matrix Multiplication Background User's Guide", tile quantization).
+//! - `k / (k + k_half)`: a short main loop does not amortise the per-tile prologue/epilogue;
+//!   this is why per-head attention GEMMs (k = head_dim = 128) run far below peak.
+//! - The roofline bound on bytes: skinny GEMMs are memory bound.
+//! - `ramp`: per-call fixed cost (launch to first tile, last-wave tail), which dominates
+//!   small GEMMs.
+//!
+//! Wave quantization is left out on purpose: the schedule folds batched GEMMs (attention heads)
+//! and repeated calls into one `count`, so the number of tiles in flight per kernel is not
+//! known here, and charging a partial last wave per head would be wrong by the batch factor.
+
+use serde::Serialize;
+
+/// Parameters of the GEMM curve (see the module doc).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GemmCurve {
+    /// Fraction of dense peak a large, well-shaped GEMM sustains.
+    pub max_efficiency: f64,
+    /// Main-loop length (elements of k) at which a tile reaches half of `max_efficiency`.
+    pub k_half: u64,
+    /// Output tile of the kernels cuBLAS picks for large GEMMs.
+    pub tile_m: u64,
+    pub tile_n: u64,
+    /// Fixed time per GEMM call.
+    pub ramp_ns: u64,
+}
+
+/// Defaults fitted to the A100 per-layer timings of Korthikanti et al. 2022 (Table 4) by
+/// [`crate::validate::fit_gemm_curve`]; see scenarios/profiles/a100-dgx.toml for the
+/// provenance of each number.
+pub const DEFAULT_GEMM_CURVE: GemmCurve = GemmCurve {
+    max_efficiency: 0.84,
+    k_half: 240,
+    tile_m: 128,
+    tile_n: 128,
+    ramp_ns: 2_000,
+};
+
+impl GemmCurve {
+    /// Efficiency (fraction of dense peak) of the compute part of one call, before the
+    /// memory bound and the ramp: `max_efficiency * k/(k + k_half) * useful/padded`.
+    pub fn compute_efficiency(&self, m: u64, n: u64, k: u64) -> f64 {
+        if m == 0 || n == 0 || k == 0 {
+            return 0.0;
+        }
+        let kf = k as f64;
+        let k_term = kf / (kf + self.k_half as f64);
+        let pad = padding_efficiency(m, self.tile_m) * padding_efficiency(n, self.tile_n);
+        self.max_efficiency * k_term * pad
+    }
+
+    /// Seconds for one call of `m x n x k` at `peak_flops_per_s` and `hbm_bytes_per_s`
+    /// (achieved memory bandwidth) with elements of `elem_bytes`.
+    pub fn call_s(
+        &self,
+        m: u64,
+        n: u64,
+        k: u64,
+        elem_bytes: u64,
+        peak_flops_per_s: f64,
+        hbm_bytes_per_s: f64,
+    ) -> f64 {
+        if m == 0 || n == 0 || k == 0 {
+            return 0.0;
+        }
+        let (mf, nf, kf) = (m as f64, n as f64, k as f64);
+        let flops = 2.0 * mf * nf * kf;
+        let rate = positive(peak_flops_per_s * self.compute_efficiency(m, n, k));
+        let io = (mf * kf + kf * nf + mf * nf) * elem_bytes as f64;
+        (flops / rate).max(io / positive(hbm_bytes_per_s)) + self.ramp_ns as f64 * 1e-9
+    }
+}
+
+/// Useful fraction of `dim` padded up to a multiple of `tile`.
+fn padding_efficiency(dim: u64, tile: u64) -> f64 {
+    if tile <= 1 || dim == 0 {
+        return 1.0;
+    }
+    let tiles = dim.div_ceil(tile);
+    dim as f64 / (tiles as f64 * tile as f64)
+}
+
+/// A rate safe to divide by: NaN or non-positive becomes 1 (huge times, never a panic).
+fn positive(r: f64) -> f64 {
+    if r.is_nan() || r <= 1.0 {
+        1.0
+    } else {
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A100_BF16: f64 = 312e12;
+    const A100_HBM: f64 = 2.039e12 * 0.8;
+
+    fn tflops(c: &GemmCurve, m: u64, n: u64, k: u64) -> f64 {
+        2.0 * (m * n * k) as f64 / c.call_s(m, n, k, 2, A100_BF16, A100_HBM) / 1e12
+    }
+
+    #[test]
+    fn large_square_gemm_approaches_max_efficiency() {
+        let c = DEFAULT_GEMM_CURVE;
+        let tf = tflops(&c, 8192, 8192, 8192);
+        let ceiling = A100_BF16 * c.max_efficiency / 1e12;
+        // Only the short-k term (k / (k + k_half)) and the ramp stand between them.
+        let k_term = 8192.0 / (8192.0 + c.k_half as f64);
+        assert!(
+            tf < ceiling * k_term && tf > 0.999 * ceiling * k_term,
+            "{tf} vs {ceiling}"
+        );
+        assert!(k_term > 0.95);
+    }
+
+    #[test]
+    fn short_k_runs_below_long_k() {
+        let c = DEFAULT_GEMM_CURVE;
+        // Same FLOPs, same output size class: k = 128 (a head) vs k = 4096.
+        let short = c.compute_efficiency(4096, 4096, 128);
+        let long = c.compute_efficiency(4096, 4096, 4096);
+        assert!(short < 0.85 * long, "{short} {long}");
+    }
+
+    #[test]
+    fn padding_wastes_the_last_tile() {
+        let c = DEFAULT_GEMM_CURVE;
+        let full = c.compute_efficiency(1024, 1024, 4096);
+        let ragged = c.compute_efficiency(1024 + 1, 1024, 4096);
+        // 1025 rows fill 9 tiles of 128: 1025 / 1152 of the work is useful.
+        let expect = full * 1025.0 / 1152.0;
+        assert!((ragged - expect).abs() < 1e-12, "{ragged} vs {expect}");
+    }
+
+    #[test]
+    fn skinny_gemm_is_memory_bound() {
+        let c = DEFAULT_GEMM_CURVE;
+        let s = c.call_s(1, 16384, 16384, 2, A100_BF16, A100_HBM);
+        let bytes = (16384.0 * 16384.0 + 2.0 * 16384.0) * 2.0;
+        let expect = bytes / A100_HBM + 2e-6;
+        assert!((s - expect).abs() < 1e-12, "{s} vs {expect}");
+    }
+
+    #[test]
+    fn small_gemms_are_ramp_bound() {
+        let c = DEFAULT_GEMM_CURVE;
+        let small = tflops(&c, 256, 256, 256);
+        let big = tflops(&c, 4096, 4096, 4096);
+        assert!(small < 0.1 * big, "{small} {big}");
+    }
+
+    #[test]
+    fn empty_and_broken_inputs_do_not_panic() {
+        let c = DEFAULT_GEMM_CURVE;
+        assert_eq!(c.call_s(0, 5, 5, 2, A100_BF16, A100_HBM), 0.0);
+        let s = c.call_s(u64::MAX, u64::MAX, u64::MAX, 2, f64::NAN, 0.0);
+        assert!(s > 0.0);
+    }
+}

@@ -1,0 +1,423 @@
+//! Reading a profile file: TOML through serde (unknown keys and wrong types rejected), then
+//! range checks on every number. Errors are [`ScenarioError`]s, the one located input-error
+//! type of twin: file, line and column, key, value, and what is allowed.
+
+use super::{FitQuality, LinkParams, Param, Profile, Source};
+use crate::cost::Algorithm;
+use crate::scenario::error::{Ctx, LineIndex};
+use crate::scenario::{ErrorKind, ScenarioError};
+use serde::Deserialize;
+use std::path::Path;
+use toml::Spanned;
+
+type Result<T> = std::result::Result<T, ScenarioError>;
+
+/// Largest profile file read (a profile is a few kilobytes).
+const MAX_PROFILE_BYTES: u64 = 1 << 20;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawParam {
+    value: Spanned<f64>,
+    source: Spanned<String>,
+    #[serde(rename = "ref")]
+    reference: String,
+    ci95: Option<Spanned<[f64; 2]>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPeak {
+    fp32: RawParam,
+    tf32: RawParam,
+    fp16: RawParam,
+    bf16: RawParam,
+    fp8: RawParam,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGpu {
+    name: String,
+    sm_count: RawParam,
+    hbm_bandwidth_bytes_per_s: RawParam,
+    peak_flops_per_s: RawPeak,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGemm {
+    max_efficiency: RawParam,
+    k_half: RawParam,
+    tile_m: RawParam,
+    tile_n: RawParam,
+    ramp_ns: RawParam,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMemory {
+    efficiency: RawParam,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKernel {
+    launch_ns: RawParam,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLink {
+    bandwidth_bytes_per_s: RawParam,
+    latency_ns: RawParam,
+    efficiency: RawParam,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNvls {
+    efficiency: RawParam,
+    min_bytes: RawParam,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNetwork {
+    algorithm: Option<Spanned<String>>,
+    intra: RawLink,
+    inter: RawLink,
+    nvls: Option<RawNvls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOverlap {
+    compute_slowdown: RawParam,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCheckpoint {
+    bandwidth_bytes_per_s: RawParam,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFit {
+    method: String,
+    data: String,
+    samples: u64,
+    rms_relative_error: f64,
+    max_relative_error: f64,
+    #[serde(default)]
+    holdout_samples: u64,
+    #[serde(default)]
+    holdout_max_relative_error: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    name: String,
+    #[serde(default)]
+    description: String,
+    gpu: RawGpu,
+    gemm: RawGemm,
+    memory: RawMemory,
+    kernel: RawKernel,
+    network: RawNetwork,
+    overlap: Option<RawOverlap>,
+    checkpoint: Option<RawCheckpoint>,
+    fit: Option<RawFit>,
+}
+
+/// Reads and checks a profile file.
+pub fn load(path: &Path) -> Result<Profile> {
+    let origin = path.display().to_string();
+    let io_error = |message: String| ScenarioError {
+        kind: ErrorKind::Io,
+        origin: origin.clone(),
+        line: None,
+        column: None,
+        key: String::new(),
+        value: String::new(),
+        message,
+        allowed: String::new(),
+    };
+    let meta =
+        std::fs::metadata(path).map_err(|e| io_error(format!("cannot read profile: {e}")))?;
+    if meta.len() > MAX_PROFILE_BYTES {
+        return Err(io_error(format!(
+            "profile is {} bytes; at most {MAX_PROFILE_BYTES} are read",
+            meta.len()
+        )));
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| io_error(format!("cannot read profile: {e}")))?;
+    parse_str(&text, &origin)
+}
+
+/// Parses and checks profile text; `origin` names it in errors.
+pub fn parse_str(text: &str, origin: &str) -> Result<Profile> {
+    let ctx = Ctx {
+        origin: origin.to_string(),
+    };
+    let lines = LineIndex::new(text);
+    let raw: RawProfile = toml::from_str(text).map_err(|e| {
+        let loc = e.span().map(|s| lines.loc(s.start));
+        let message = e.message().trim().to_string();
+        ctx.error(kind_of(&message), loc.as_ref(), "", "", message, "")
+    })?;
+    Checker {
+        ctx: &ctx,
+        lines: &lines,
+    }
+    .profile(raw)
+}
+
+/// Error kind from serde's message (the only structure serde errors carry).
+fn kind_of(message: &str) -> ErrorKind {
+    if message.starts_with("unknown field") {
+        ErrorKind::UnknownKey
+    } else if message.starts_with("missing field") {
+        ErrorKind::Missing
+    } else if message.starts_with("invalid type") {
+        ErrorKind::Type
+    } else if message.starts_with("unknown variant") || message.starts_with("invalid value") {
+        ErrorKind::Invalid
+    } else {
+        ErrorKind::Syntax
+    }
+}
+
+/// What range a number must lie in.
+#[derive(Clone, Copy)]
+enum Range {
+    /// > 0 (rates, bandwidths).
+    Positive,
+    /// >= 0 (times, thresholds).
+    NonNegative,
+    /// (0, 1] (efficiencies).
+    Fraction,
+    /// [0, 1) (slowdowns).
+    Slowdown,
+    /// >= 1, a whole number (counts, tiles).
+    Count,
+}
+
+impl Range {
+    fn allows(self, v: f64) -> bool {
+        v.is_finite()
+            && match self {
+                Range::Positive => v > 0.0,
+                Range::NonNegative => v >= 0.0,
+                Range::Fraction => v > 0.0 && v <= 1.0,
+                Range::Slowdown => (0.0..1.0).contains(&v),
+                Range::Count => v >= 1.0 && v.fract() == 0.0,
+            }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Range::Positive => "a finite number > 0",
+            Range::NonNegative => "a finite number >= 0",
+            Range::Fraction => "a fraction in (0, 1]",
+            Range::Slowdown => "a fraction in [0, 1)",
+            Range::Count => "a whole number >= 1",
+        }
+    }
+}
+
+struct Checker<'a> {
+    ctx: &'a Ctx,
+    lines: &'a LineIndex<'a>,
+}
+
+impl Checker<'_> {
+    fn invalid(
+        &self,
+        span: std::ops::Range<usize>,
+        key: &str,
+        value: String,
+        message: &str,
+        allowed: &str,
+    ) -> ScenarioError {
+        let loc = self.lines.loc(span.start);
+        self.ctx.error(
+            ErrorKind::Invalid,
+            Some(&loc),
+            key,
+            &value,
+            message,
+            allowed,
+        )
+    }
+
+    fn param(&self, key: &str, raw: RawParam, range: Range) -> Result<Param> {
+        let value = *raw.value.get_ref();
+        if !range.allows(value) {
+            return Err(self.invalid(
+                raw.value.span(),
+                &format!("{key}.value"),
+                value.to_string(),
+                "out of range",
+                range.describe(),
+            ));
+        }
+        let source = match raw.source.get_ref().as_str() {
+            "datasheet" => Source::Datasheet,
+            "published" => Source::Published,
+            "fitted" => Source::Fitted,
+            other => {
+                return Err(self.invalid(
+                    raw.source.span(),
+                    &format!("{key}.source"),
+                    format!("\"{other}\""),
+                    "unknown source",
+                    "datasheet, published, fitted",
+                ))
+            }
+        };
+        let ci95 = match raw.ci95 {
+            None => None,
+            Some(ci) => {
+                let [lo, hi] = *ci.get_ref();
+                if !(lo.is_finite() && hi.is_finite() && lo <= value && value <= hi) {
+                    return Err(self.invalid(
+                        ci.span(),
+                        &format!("{key}.ci95"),
+                        format!("[{lo}, {hi}]"),
+                        &format!("the interval must be finite and contain the value {value}"),
+                        "[lo, hi] with lo <= value <= hi",
+                    ));
+                }
+                Some([lo, hi])
+            }
+        };
+        Ok(Param {
+            value,
+            source,
+            reference: raw.reference,
+            ci95,
+        })
+    }
+
+    fn link(&self, key: &str, raw: RawLink) -> Result<LinkParams> {
+        Ok(LinkParams {
+            bandwidth_bytes_per_s: self.param(
+                &format!("{key}.bandwidth_bytes_per_s"),
+                raw.bandwidth_bytes_per_s,
+                Range::Positive,
+            )?,
+            latency_ns: self.param(
+                &format!("{key}.latency_ns"),
+                raw.latency_ns,
+                Range::NonNegative,
+            )?,
+            efficiency: self.param(
+                &format!("{key}.efficiency"),
+                raw.efficiency,
+                Range::Fraction,
+            )?,
+        })
+    }
+
+    fn algorithm(&self, raw: Option<Spanned<String>>) -> Result<Option<Algorithm>> {
+        let Some(raw) = raw else { return Ok(None) };
+        Ok(match raw.get_ref().as_str() {
+            "auto" => None,
+            "ring" => Some(Algorithm::Ring),
+            "tree" => Some(Algorithm::Tree),
+            "hierarchical" => Some(Algorithm::Hierarchical),
+            "nvls" => Some(Algorithm::Nvls),
+            other => {
+                return Err(self.invalid(
+                    raw.span(),
+                    "network.algorithm",
+                    format!("\"{other}\""),
+                    "unknown collective algorithm",
+                    "auto, ring, tree, hierarchical, nvls",
+                ))
+            }
+        })
+    }
+
+    fn profile(&self, raw: RawProfile) -> Result<Profile> {
+        let g = raw.gpu;
+        let peak = g.peak_flops_per_s;
+        let pk = "gpu.peak_flops_per_s";
+        let (nvls_efficiency, nvls_min_bytes) = match raw.network.nvls {
+            Some(n) => (
+                Some(self.param("network.nvls.efficiency", n.efficiency, Range::Fraction)?),
+                Some(self.param("network.nvls.min_bytes", n.min_bytes, Range::NonNegative)?),
+            ),
+            None => (None, None),
+        };
+        Ok(Profile {
+            name: raw.name,
+            description: raw.description,
+            gpu: g.name,
+            sm_count: self.param("gpu.sm_count", g.sm_count, Range::Count)?,
+            peak_fp32_flops_per_s: self.param(&format!("{pk}.fp32"), peak.fp32, Range::Positive)?,
+            peak_tf32_flops_per_s: self.param(&format!("{pk}.tf32"), peak.tf32, Range::Positive)?,
+            peak_fp16_flops_per_s: self.param(&format!("{pk}.fp16"), peak.fp16, Range::Positive)?,
+            peak_bf16_flops_per_s: self.param(&format!("{pk}.bf16"), peak.bf16, Range::Positive)?,
+            peak_fp8_flops_per_s: self.param(&format!("{pk}.fp8"), peak.fp8, Range::Positive)?,
+            hbm_bandwidth_bytes_per_s: self.param(
+                "gpu.hbm_bandwidth_bytes_per_s",
+                g.hbm_bandwidth_bytes_per_s,
+                Range::Positive,
+            )?,
+            gemm_max_efficiency: self.param(
+                "gemm.max_efficiency",
+                raw.gemm.max_efficiency,
+                Range::Fraction,
+            )?,
+            gemm_k_half: self.param("gemm.k_half", raw.gemm.k_half, Range::NonNegative)?,
+            gemm_tile_m: self.param("gemm.tile_m", raw.gemm.tile_m, Range::Count)?,
+            gemm_tile_n: self.param("gemm.tile_n", raw.gemm.tile_n, Range::Count)?,
+            gemm_ramp_ns: self.param("gemm.ramp_ns", raw.gemm.ramp_ns, Range::NonNegative)?,
+            memory_efficiency: self.param(
+                "memory.efficiency",
+                raw.memory.efficiency,
+                Range::Fraction,
+            )?,
+            launch_ns: self.param("kernel.launch_ns", raw.kernel.launch_ns, Range::NonNegative)?,
+            intra: self.link("network.intra", raw.network.intra)?,
+            inter: self.link("network.inter", raw.network.inter)?,
+            nvls_efficiency,
+            nvls_min_bytes,
+            algorithm: self.algorithm(raw.network.algorithm)?,
+            overlap_compute_slowdown: raw
+                .overlap
+                .map(|o| {
+                    self.param(
+                        "overlap.compute_slowdown",
+                        o.compute_slowdown,
+                        Range::Slowdown,
+                    )
+                })
+                .transpose()?,
+            checkpoint_bandwidth_bytes_per_s: raw
+                .checkpoint
+                .map(|c| {
+                    self.param(
+                        "checkpoint.bandwidth_bytes_per_s",
+                        c.bandwidth_bytes_per_s,
+                        Range::Positive,
+                    )
+                })
+                .transpose()?,
+            fit: raw.fit.map(|f| FitQuality {
+                method: f.method,
+                data: f.data,
+                samples: f.samples,
+                rms_relative_error: f.rms_relative_error,
+                max_relative_error: f.max_relative_error,
+                holdout_samples: f.holdout_samples,
+                holdout_max_relative_error: f.holdout_max_relative_error,
+            }),
+        })
+    }
+}

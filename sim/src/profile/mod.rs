@@ -1,0 +1,212 @@
+//! Hardware profiles: every cost-model parameter of one GPU + node + network in one TOML file,
+//! each number with its provenance (datasheet, published measurement, or a calibration fit
+//! with its confidence interval). A profile replaces the defaults of
+//! [`crate::cost::Analytic`] wholesale, so a calibrated machine is one file, and the
+//! calibration (issue 6) writes this same format. The format is documented in
+//! docs/profiles.md; bundled profiles live in scenarios/profiles/.
+
+// Errors are ScenarioErrors (the one located input-error type), large by design; they are the
+// cold path of reading a file once, so boxing them would buy nothing.
+#![allow(clippy::result_large_err)]
+
+mod load;
+
+pub use load::{load, parse_str};
+
+use crate::cost::{
+    Algorithm, Analytic, GemmCurve, NvlsModel, TierModel, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
+};
+use crate::scenario::{PeakFlops, Scenario};
+use serde::Serialize;
+
+/// Where a number comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// A vendor datasheet (line rates, peak FLOP/s).
+    Datasheet,
+    /// A published measurement (papers, vendor engineers' benchmark figures).
+    Published,
+    /// Fitted by a calibration to measurements; `ci95` should then be given.
+    Fitted,
+}
+
+/// One number with its provenance.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Param {
+    pub value: f64,
+    pub source: Source,
+    /// Citation: document, table, URL or the calibration run that produced the value.
+    pub reference: String,
+    /// 95% confidence interval `[lo, hi]`, when known.
+    pub ci95: Option<[f64; 2]>,
+}
+
+/// Quality of the calibration fit that produced a profile (absent for hand-made profiles).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FitQuality {
+    /// How the parameters were fitted (e.g. "grid search, least squares on log time").
+    pub method: String,
+    /// What was fitted against.
+    pub data: String,
+    /// Number of measurements used.
+    pub samples: u64,
+    /// Root-mean-square relative error of the fitted model over those measurements.
+    pub rms_relative_error: f64,
+    /// Largest relative error over those measurements.
+    pub max_relative_error: f64,
+    /// Measurements held out of the fit, and the model's largest relative error on them.
+    pub holdout_samples: u64,
+    pub holdout_max_relative_error: f64,
+}
+
+/// One link tier (per GPU, per direction).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LinkParams {
+    pub bandwidth_bytes_per_s: Param,
+    pub latency_ns: Param,
+    /// Achieved fraction of line rate for large collectives (protocol overhead).
+    pub efficiency: Param,
+}
+
+/// A whole hardware profile; see docs/profiles.md for the meaning of each field.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Profile {
+    pub name: String,
+    pub description: String,
+    /// The GPU preset name the profile describes (`a100-sxm-80gb`, ...); a scenario on another
+    /// GPU is rejected by [`check_matches`].
+    pub gpu: String,
+    pub sm_count: Param,
+    pub peak_fp32_flops_per_s: Param,
+    pub peak_tf32_flops_per_s: Param,
+    pub peak_fp16_flops_per_s: Param,
+    pub peak_bf16_flops_per_s: Param,
+    pub peak_fp8_flops_per_s: Param,
+    pub hbm_bandwidth_bytes_per_s: Param,
+    pub gemm_max_efficiency: Param,
+    pub gemm_k_half: Param,
+    pub gemm_tile_m: Param,
+    pub gemm_tile_n: Param,
+    pub gemm_ramp_ns: Param,
+    /// Achieved fraction of HBM bandwidth for streaming (memory-bound) kernels.
+    pub memory_efficiency: Param,
+    pub launch_ns: Param,
+    pub intra: LinkParams,
+    pub inter: LinkParams,
+    /// NVLink SHARP, where the NVSwitch has it.
+    pub nvls_efficiency: Option<Param>,
+    pub nvls_min_bytes: Option<Param>,
+    /// A fixed collective algorithm; `None` lets the model pick the cheapest per call.
+    pub algorithm: Option<Algorithm>,
+    /// Fractional slowdown of compute that overlaps communication (SM and HBM contention);
+    /// absent means none (the documented default). Carried for calibration; the engine does
+    /// not apply it yet (see docs/profiles.md).
+    pub overlap_compute_slowdown: Option<Param>,
+    /// Per-rank checkpoint write bandwidth; absent means
+    /// [`crate::cost::DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S`].
+    pub checkpoint_bandwidth_bytes_per_s: Option<Param>,
+    pub fit: Option<FitQuality>,
+}
+
+/// A profile was made for another GPU than the scenario's.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "profile '{profile}' describes GPU '{profile_gpu}' but the scenario runs on '{scenario_gpu}'; \
+     use a profile for that GPU or --set cluster.gpu=\"{profile_gpu}\""
+)]
+pub struct GpuMismatch {
+    pub profile: String,
+    pub profile_gpu: String,
+    pub scenario_gpu: String,
+}
+
+/// Checks that `profile` describes the scenario's GPU.
+pub fn check_matches(s: &Scenario, profile: &Profile) -> Result<(), GpuMismatch> {
+    if s.cluster.gpu.name == profile.gpu {
+        Ok(())
+    } else {
+        Err(GpuMismatch {
+            profile: profile.name.clone(),
+            profile_gpu: profile.gpu.clone(),
+            scenario_gpu: s.cluster.gpu.name.clone(),
+        })
+    }
+}
+
+/// A loaded value as a whole number (validation has made it finite and non-negative).
+fn whole(p: &Param) -> u64 {
+    let v = p.value.round();
+    if v.is_nan() || v <= 0.0 {
+        0
+    } else if v >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        v as u64
+    }
+}
+
+impl Profile {
+    /// The GEMM curve this profile sets.
+    pub fn gemm_curve(&self) -> GemmCurve {
+        GemmCurve {
+            max_efficiency: self.gemm_max_efficiency.value,
+            k_half: whole(&self.gemm_k_half),
+            tile_m: whole(&self.gemm_tile_m),
+            tile_n: whole(&self.gemm_tile_n),
+            ramp_ns: whole(&self.gemm_ramp_ns),
+        }
+    }
+
+    /// Dense peaks per dtype.
+    pub fn peak(&self) -> PeakFlops {
+        PeakFlops {
+            fp32_flops_per_s: self.peak_fp32_flops_per_s.value,
+            tf32_flops_per_s: self.peak_tf32_flops_per_s.value,
+            fp16_flops_per_s: self.peak_fp16_flops_per_s.value,
+            bf16_flops_per_s: self.peak_bf16_flops_per_s.value,
+            fp8_flops_per_s: self.peak_fp8_flops_per_s.value,
+        }
+    }
+
+    /// The link tiers this profile sets.
+    pub fn tiers(&self) -> TierModel {
+        let nvls = self.nvls_efficiency.as_ref().map(|e| NvlsModel {
+            efficiency: e.value,
+            min_bytes: self.nvls_min_bytes.as_ref().map_or(0, whole),
+        });
+        TierModel {
+            intra_bandwidth_bytes_per_s: self.intra.bandwidth_bytes_per_s.value,
+            intra_latency_ns: whole(&self.intra.latency_ns),
+            inter_bandwidth_bytes_per_s: self.inter.bandwidth_bytes_per_s.value,
+            inter_latency_ns: whole(&self.inter.latency_ns),
+            nvlink_efficiency: self.intra.efficiency.value,
+            network_efficiency: self.inter.efficiency.value,
+            nvls,
+            algorithm: self.algorithm,
+        }
+    }
+}
+
+impl Analytic {
+    /// The cost model a profile describes. Every parameter comes from the profile; the
+    /// scenario is taken for symmetry with [`Analytic::new`] and must be on the profile's GPU
+    /// (see [`check_matches`]; the predict pipeline enforces it).
+    pub fn from_profile(_s: &Scenario, p: &Profile) -> Analytic {
+        Analytic {
+            peak: p.peak(),
+            hbm_bandwidth_bytes_per_s: p.hbm_bandwidth_bytes_per_s.value,
+            gemm: p.gemm_curve(),
+            memory_efficiency: p.memory_efficiency.value,
+            launch_ns: whole(&p.launch_ns),
+            links: p.tiers(),
+            checkpoint_bandwidth_bytes_per_s: p
+                .checkpoint_bandwidth_bytes_per_s
+                .as_ref()
+                .map_or(DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, |c| c.value),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

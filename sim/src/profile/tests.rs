@@ -1,0 +1,209 @@
+//! Tests of profile loading, its errors, and the bundled profiles against published figures.
+
+use super::*;
+use crate::cost::{bus_bandwidth, Algorithm, CostModel, GroupShape};
+use crate::plan::{GroupKind, Plan};
+use crate::scenario::ErrorKind;
+use crate::schedule::CollectiveKind;
+use crate::testing::small_scenario;
+
+const A100: &str = include_str!("../../../scenarios/profiles/a100-dgx.toml");
+const H100: &str = include_str!("../../../scenarios/profiles/h100-dgx.toml");
+
+fn a100() -> Profile {
+    parse_str(A100, "a100-dgx.toml").unwrap()
+}
+
+fn h100() -> Profile {
+    parse_str(H100, "h100-dgx.toml").unwrap()
+}
+
+#[test]
+fn bundled_profiles_load_with_provenance() {
+    for p in [a100(), h100()] {
+        assert!(!p.name.is_empty());
+        for param in [
+            &p.sm_count,
+            &p.peak_bf16_flops_per_s,
+            &p.hbm_bandwidth_bytes_per_s,
+            &p.gemm_max_efficiency,
+            &p.intra.efficiency,
+            &p.inter.bandwidth_bytes_per_s,
+        ] {
+            assert!(!param.reference.is_empty(), "{} lacks a reference", p.name);
+        }
+    }
+    assert_eq!(a100().gpu, "a100-sxm-80gb");
+    assert_eq!(a100().peak_bf16_flops_per_s.source, Source::Datasheet);
+    assert_eq!(a100().gemm_max_efficiency.source, Source::Fitted);
+    assert!(a100().nvls_efficiency.is_none());
+    assert!(h100().nvls_efficiency.is_some());
+    assert_eq!(h100().inter.efficiency.ci95, Some([0.92, 0.96]));
+}
+
+/// The A100 profile carries the fitted defaults: the default model and the profile agree, so
+/// `twin validate` with and without `--profile a100-dgx.toml` predict the same.
+#[test]
+fn a100_profile_equals_the_default_model() {
+    let s = small_scenario(8, 1, 1, 1);
+    let from_profile = Analytic::from_profile(&s, &a100());
+    let mut default = Analytic::new(&s);
+    // Profiles state the link efficiencies per machine; the default's inter-node figure is
+    // the NDR one (0.94), the A100 profile's the HDR one (0.96).
+    default.links.network_efficiency = 0.96;
+    assert_eq!(from_profile, default);
+}
+
+#[test]
+fn a100_collectives_match_published_busbw() {
+    let s = small_scenario(8, 1, 4, 1);
+    let model = Analytic::from_profile(&s, &a100());
+    let bytes = 1u64 << 30;
+    // network.toml: 8x A100 NVSwitch all_reduce 230 GB/s.
+    let plan = Plan::new(&s).unwrap();
+    let tp = plan.group(plan.group_of(0, GroupKind::Tp));
+    let t = model.collective_ns(CollectiveKind::AllReduce, tp, bytes, 1);
+    let node = bus_bandwidth(CollectiveKind::AllReduce, 8, bytes, t) / 1e9;
+    assert!((node - 230.0).abs() / 230.0 <= 0.10, "node busbw {node}");
+    // network.toml: multi-node DGX A100 all_reduce 192 GB/s (4 nodes x 8 GPUs).
+    let shape = GroupShape {
+        ranks: 32,
+        nodes: 4,
+        max_per_node: 8,
+    };
+    let e = model
+        .links
+        .estimate(CollectiveKind::AllReduce, shape, 4 * bytes);
+    let multi = bus_bandwidth(CollectiveKind::AllReduce, 32, 4 * bytes, e.time_ns) / 1e9;
+    assert!(
+        (multi - 192.0).abs() / 192.0 <= 0.10,
+        "multi-node busbw {multi}"
+    );
+}
+
+#[test]
+fn h100_nvls_matches_published_busbw() {
+    let tiers = h100().tiers();
+    let shape = GroupShape {
+        ranks: 8,
+        nodes: 1,
+        max_per_node: 8,
+    };
+    let bytes = 1u64 << 30;
+    let e = tiers.estimate(CollectiveKind::AllReduce, shape, bytes);
+    assert_eq!(e.algorithm, Algorithm::Nvls);
+    let bus = bus_bandwidth(CollectiveKind::AllReduce, 8, bytes, e.time_ns) / 1e9;
+    // network.toml: NVLS 480 GB/s for messages of 1 GB or more.
+    assert!((bus - 480.0).abs() / 480.0 <= 0.10, "{bus}");
+    // Forcing the ring gives the published ring figure (~370 GB/s) instead.
+    let mut ring = tiers.clone();
+    ring.algorithm = Some(Algorithm::Ring);
+    let r = ring.estimate(CollectiveKind::AllReduce, shape, bytes);
+    assert_eq!(r.algorithm, Algorithm::Ring);
+    let bus = bus_bandwidth(CollectiveKind::AllReduce, 8, bytes, r.time_ns) / 1e9;
+    assert!((bus - 370.0).abs() / 370.0 <= 0.10, "{bus}");
+}
+
+#[test]
+fn h100_profile_is_faster_than_a100_on_the_same_work() {
+    let s = small_scenario(8, 1, 1, 1);
+    let op = crate::schedule::ComputeOp {
+        phase: crate::schedule::Phase::Forward,
+        dtype: crate::scenario::Precision::Bf16,
+        gemms: vec![crate::schedule::Gemm {
+            m: 8192,
+            n: 8192,
+            k: 8192,
+            count: 1,
+        }],
+        flops: 2 * 8192u64.pow(3),
+        memory_bytes: 1 << 30,
+        kernels: 4,
+    };
+    let a = Analytic::from_profile(&s, &a100()).compute_ns(0, &op);
+    let h = Analytic::from_profile(&s, &h100()).compute_ns(0, &op);
+    assert!(h * 2 < a, "{h} vs {a}");
+}
+
+#[test]
+fn gpu_mismatch_is_reported() {
+    let s = small_scenario(8, 1, 1, 1);
+    assert!(check_matches(&s, &a100()).is_ok());
+    let e = check_matches(&s, &h100()).unwrap_err();
+    assert!(e.to_string().contains("h100-sxm-80gb"), "{e}");
+    let err = crate::predict_with(&s, &Default::default(), Some(&h100()));
+    assert!(err.is_err());
+}
+
+fn error_of(text: &str) -> crate::scenario::ScenarioError {
+    parse_str(text, "p.toml").unwrap_err()
+}
+
+#[test]
+fn errors_are_located() {
+    let bad = A100.replace("value = 0.84,", "value = 1.5,");
+    let e = error_of(&bad);
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert_eq!(e.key, "gemm.max_efficiency.value");
+    let line = A100
+        .lines()
+        .position(|l| l.starts_with("max_efficiency"))
+        .unwrap() as u32
+        + 1;
+    assert_eq!(e.line, Some(line));
+    assert!(e.to_string().starts_with(&format!("p.toml:{line}:")), "{e}");
+
+    let e = error_of(&A100.replace("source = \"fitted\"", "source = \"guessed\""));
+    assert_eq!(e.key, "gemm.max_efficiency.source");
+    assert!(e.allowed.contains("datasheet"));
+
+    let e = error_of(&A100.replace("[kernel]", "[kernel]\nlaunch_us = 1"));
+    assert_eq!(e.kind, ErrorKind::UnknownKey);
+    assert!(e.line.is_some());
+
+    let e = error_of(&A100.replace("algorithm = \"auto\"", "algorithm = \"butterfly\""));
+    assert_eq!(e.key, "network.algorithm");
+
+    let e = error_of(&H100.replace("ci95 = [0.92, 0.96]", "ci95 = [0.95, 0.96]"));
+    assert_eq!(e.key, "network.inter.efficiency.ci95");
+
+    let e = error_of(
+        &A100
+            .replace("[memory]\n", "")
+            .replace("efficiency = { value = 0.90", "x = { value = 0.90"),
+    );
+    assert!(
+        matches!(e.kind, ErrorKind::Missing | ErrorKind::UnknownKey),
+        "{e}"
+    );
+    let e = error_of("name = ");
+    assert_eq!(e.kind, ErrorKind::Syntax);
+}
+
+#[test]
+fn loading_a_missing_file_is_an_io_error() {
+    let e = load(std::path::Path::new("/nonexistent/profile.toml")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Io);
+}
+
+#[test]
+fn optional_sections_and_fit_quality() {
+    // The bundled profile without its own [fit] section.
+    let base = A100.split("# Quality of the fit").next().unwrap();
+    let text = format!(
+        "{base}\n[overlap]\ncompute_slowdown = {{ value = 0.1, source = \"fitted\", ref = \"run 7\", ci95 = [0.05, 0.15] }}\n\
+         [checkpoint]\nbandwidth_bytes_per_s = {{ value = 4e9, source = \"published\", ref = \"x\" }}\n\
+         [fit]\nmethod = \"least squares\"\ndata = \"sweep\"\nsamples = 40\nrms_relative_error = 0.03\nmax_relative_error = 0.08\n"
+    );
+    let p = parse_str(&text, "p.toml").unwrap();
+    assert_eq!(
+        p.overlap_compute_slowdown.as_ref().map(|o| o.value),
+        Some(0.1)
+    );
+    assert_eq!(p.fit.as_ref().map(|f| f.samples), Some(40));
+    let s = small_scenario(8, 1, 1, 1);
+    assert_eq!(
+        Analytic::from_profile(&s, &p).checkpoint_bandwidth_bytes_per_s,
+        4e9
+    );
+}

@@ -1,0 +1,290 @@
+//! `twin validate`: predict published training runs and say how far off the model is. Each
+//! row of a published table (shared/validation/throughput.toml layout) becomes one scenario
+//! per published figure; the scenario is simulated like any other, and the predicted
+//! TFLOP/s per GPU or iteration time is set against the published one.
+//!
+//! Rules that turn a row into a scenario (the rows do not spell everything out):
+//! - GPU preset from `gpu`; the DGX node of that GPU (8 GPUs, NVSwitch, one NIC per GPU).
+//! - fp16 mixed precision with fp16 gradients, as Megatron-LM trained GPT then (the A100 fp16
+//!   and bf16 peaks are equal), Adam, no ZeRO, no flash attention (the published runs predate
+//!   it and used Megatron's fused softmax).
+//! - Gradient all-reduce not overlapped with the backward (Megatron-LM 2021-2022 reduced
+//!   gradients after the backward).
+//! - `micro_batch` 1 and the plain 1F1B schedule unless the row gives them.
+//! - Layer granularity: each layer's tensor-parallel collectives sit between it and the next
+//!   layer, as in Megatron (chunk granularity merges them and lets them overlap compute).
+//! - `tflops_per_gpu` is compared with hardware FLOP/s (recompute included), as Megatron's
+//!   SC'21 Table 1 counts it; iteration times with the simulated step time.
+//! - Korthikanti's `iteration_s_full_recompute` is full recompute without sequence
+//!   parallelism; `iteration_s_selective_sp` is selective recompute with it.
+
+// Errors are ScenarioErrors (the one located input-error type), large by design; they are the
+// cold path of reading a file once, so boxing them would buy nothing.
+#![allow(clippy::result_large_err)]
+
+mod layers;
+mod table;
+
+pub use layers::{
+    fit_gemm_curve, layer_errors, layer_times, FitResult, LayerPrediction, LayerWork,
+};
+pub use table::{load_table, parse_table, LayerCase, LayerTiming, RunRow, Table};
+
+use crate::profile::{check_matches, GpuMismatch, Profile};
+use crate::scenario::{parse_str, Scenario, ScenarioError};
+use crate::{predict_with, PredictError, PredictOptions};
+use serde::Serialize;
+use std::fmt::Write;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ValidateError {
+    #[error("row '{id}': {source}")]
+    Scenario {
+        id: String,
+        #[source]
+        source: ScenarioError,
+    },
+    #[error("row '{id}': {source}")]
+    Predict {
+        id: String,
+        #[source]
+        source: PredictError,
+    },
+    #[error("row '{id}': {source}")]
+    Profile {
+        id: String,
+        #[source]
+        source: GpuMismatch,
+    },
+    #[error(
+        "row '{id}': no DGX node is known for GPU '{gpu}'; known: a100-sxm-80gb, h100-sxm-80gb"
+    )]
+    UnknownGpu { id: String, gpu: String },
+    #[error("the table has no [[run]] row with a published figure to compare")]
+    NoRows,
+}
+
+/// One published figure against its prediction.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Comparison {
+    pub id: String,
+    /// Which published figure (`tflops_per_gpu`, `iteration_s_full_recompute`, ...).
+    pub field: String,
+    pub published: f64,
+    pub predicted: f64,
+    /// Signed fractional error: `(predicted - published) / published`.
+    pub error: f64,
+}
+
+/// Every comparison of a table, with the summary statistics.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Validation {
+    pub rows: Vec<Comparison>,
+    pub median_abs_error: f64,
+    pub max_abs_error: f64,
+}
+
+/// One scenario to simulate for one published figure.
+pub struct Case {
+    pub id: String,
+    pub field: &'static str,
+    pub published: f64,
+    pub scenario: Scenario,
+}
+
+/// The node preset of a GPU preset.
+fn node_for(gpu: &str) -> Option<&'static str> {
+    match gpu {
+        "a100-sxm-80gb" => Some("dgx-a100"),
+        "h100-sxm-80gb" => Some("dgx-h100"),
+        _ => None,
+    }
+}
+
+/// The scenario of one row under one recompute / sequence-parallel setting (see the module
+/// doc for the rules).
+pub fn row_scenario(
+    row: &RunRow,
+    recompute: &str,
+    sequence_parallel: bool,
+) -> Result<Scenario, ValidateError> {
+    let node = node_for(&row.gpu).ok_or_else(|| ValidateError::UnknownGpu {
+        id: row.id.clone(),
+        gpu: row.gpu.clone(),
+    })?;
+    let schedule = row.schedule.as_deref().unwrap_or("1f1b");
+    let vpp = row.virtual_stages.unwrap_or(1);
+    let text = format!(
+        "name = {name:?}\n\
+         [model]\nlayers = {layers}\nhidden = {hidden}\nheads = {heads}\nseq_len = {seq}\nvocab = {vocab}\n\
+         [cluster]\ngpu = {gpu:?}\ngpus = {gpus}\nnode = {node:?}\n\
+         [parallel]\ntp = {tp}\npp = {pp}\ndp = {dp}\nvpp = {vpp}\nschedule = {schedule:?}\n\
+         sequence_parallel = {sequence_parallel}\n\
+         [training]\nglobal_batch = {gb}\nmicro_batch = {mb}\nprecision = \"fp16\"\n\
+         recompute = {recompute:?}\nflash_attention = false\noverlap_grad_reduce = false\n\
+         [run]\ngranularity = \"layer\"\n",
+        name = row.id,
+        layers = row.layers,
+        hidden = row.hidden,
+        heads = row.heads,
+        seq = row.seq_len,
+        vocab = row.vocab,
+        gpu = row.gpu,
+        gpus = row.gpus,
+        tp = row.tp,
+        pp = row.pp,
+        dp = row.dp,
+        gb = row.global_batch,
+        mb = row.micro_batch.unwrap_or(1),
+    );
+    parse_str(&text, &format!("<validation row {}>", row.id), &[]).map_err(|source| {
+        ValidateError::Scenario {
+            id: row.id.clone(),
+            source,
+        }
+    })
+}
+
+/// The scenarios for every published figure of a row.
+pub fn row_cases(row: &RunRow) -> Result<Vec<Case>, ValidateError> {
+    let mut cases = Vec::new();
+    if let Some(published) = row.tflops_per_gpu {
+        let recompute = row.recompute.as_deref().unwrap_or("none");
+        cases.push(Case {
+            id: row.id.clone(),
+            field: "tflops_per_gpu",
+            published,
+            scenario: row_scenario(row, recompute, false)?,
+        });
+    }
+    if let Some(published) = row.iteration_s_full_recompute {
+        cases.push(Case {
+            id: row.id.clone(),
+            field: "iteration_s_full_recompute",
+            published,
+            scenario: row_scenario(row, "full", false)?,
+        });
+    }
+    if let Some(published) = row.iteration_s_selective_sp {
+        cases.push(Case {
+            id: row.id.clone(),
+            field: "iteration_s_selective_sp",
+            published,
+            scenario: row_scenario(row, "selective", row.tp > 1)?,
+        });
+    }
+    Ok(cases)
+}
+
+/// Simulates one case and compares.
+pub fn run_case(case: &Case, profile: Option<&Profile>) -> Result<Comparison, ValidateError> {
+    if let Some(p) = profile {
+        check_matches(&case.scenario, p).map_err(|source| ValidateError::Profile {
+            id: case.id.clone(),
+            source,
+        })?;
+    }
+    let opts = PredictOptions {
+        trace: false,
+        reproducible: true,
+    };
+    let prediction =
+        predict_with(&case.scenario, &opts, profile).map_err(|source| ValidateError::Predict {
+            id: case.id.clone(),
+            source,
+        })?;
+    let report = &prediction.report;
+    let predicted = if case.field == "tflops_per_gpu" {
+        report.hardware_tflops_per_gpu
+    } else {
+        report.step_time_s
+    };
+    Ok(Comparison {
+        id: case.id.clone(),
+        field: case.field.to_string(),
+        published: case.published,
+        predicted,
+        error: relative_error(predicted, case.published),
+    })
+}
+
+/// `(predicted - published) / published`, 0 when nothing was published.
+pub fn relative_error(predicted: f64, published: f64) -> f64 {
+    if published == 0.0 || !published.is_finite() {
+        0.0
+    } else {
+        (predicted - published) / published
+    }
+}
+
+/// Predicts every published figure of `table`.
+pub fn validate_table(
+    table: &Table,
+    profile: Option<&Profile>,
+) -> Result<Validation, ValidateError> {
+    let mut rows = Vec::new();
+    for row in &table.run {
+        for case in row_cases(row)? {
+            rows.push(run_case(&case, profile)?);
+        }
+    }
+    if rows.is_empty() {
+        return Err(ValidateError::NoRows);
+    }
+    let errors: Vec<f64> = rows.iter().map(|r| r.error).collect();
+    Ok(Validation {
+        median_abs_error: median_abs(&errors),
+        max_abs_error: errors.iter().fold(0.0, |m, e| m.max(e.abs())),
+        rows,
+    })
+}
+
+/// Median of the absolute values (mean of the middle two for an even count); 0 for none.
+pub fn median_abs(values: &[f64]) -> f64 {
+    let mut abs: Vec<f64> = values.iter().map(|v| v.abs()).collect();
+    abs.sort_by(f64::total_cmp);
+    let n = abs.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => abs[n / 2],
+        _ => (abs[n / 2 - 1] + abs[n / 2]) / 2.0,
+    }
+}
+
+impl Validation {
+    /// Pretty JSON in the documented shape.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// A Markdown table plus the summary lines.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "| run | figure | published | predicted | error |\n|---|---|---:|---:|---:|"
+        );
+        for r in &self.rows {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.2} | {:.2} | {:+.1}% |",
+                r.id,
+                r.field,
+                r.published,
+                r.predicted,
+                r.error * 100.0
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nmedian |error| {:.1}%, max |error| {:.1}% over {} figures",
+            self.median_abs_error * 100.0,
+            self.max_abs_error * 100.0,
+            self.rows.len()
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

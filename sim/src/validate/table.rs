@@ -1,0 +1,99 @@
+//! The published-runs table (the layout of shared/validation/throughput.toml): `[[run]]` rows
+//! of whole training runs and `[[layer_timing]]` rows of one transformer layer's forward and
+//! backward. Extra keys (sources, notes, derived percentages) are allowed and ignored, since
+//! published tables carry more than a prediction needs.
+
+use crate::scenario::error::{Ctx, LineIndex};
+use crate::scenario::{ErrorKind, ScenarioError};
+use serde::Deserialize;
+use std::path::Path;
+
+/// One published training run.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct RunRow {
+    pub id: String,
+    pub gpu: String,
+    pub gpus: u32,
+    pub layers: u32,
+    pub hidden: u64,
+    pub heads: u32,
+    pub seq_len: u64,
+    pub vocab: u64,
+    pub tp: u32,
+    pub pp: u32,
+    pub dp: u32,
+    pub global_batch: u64,
+    pub micro_batch: Option<u64>,
+    /// none | selective | full (for rows that publish one figure).
+    pub recompute: Option<String>,
+    pub schedule: Option<String>,
+    pub virtual_stages: Option<u32>,
+    /// Achieved TFLOP/s per GPU (hardware FLOPs, with recompute, for Megatron SC'21).
+    pub tflops_per_gpu: Option<f64>,
+    /// Iteration time with full recompute, no sequence parallelism (Korthikanti Table 5).
+    pub iteration_s_full_recompute: Option<f64>,
+    /// Iteration time with selective recompute and sequence parallelism.
+    pub iteration_s_selective_sp: Option<f64>,
+}
+
+/// One case of a per-layer timing table.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct LayerCase {
+    pub case: String,
+    pub forward_ms: f64,
+    pub backward_ms: f64,
+}
+
+/// Per-layer timings of one model shape (Korthikanti Table 4 layout).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct LayerTiming {
+    pub id: String,
+    pub gpu: String,
+    pub hidden: u64,
+    pub heads: u32,
+    pub seq_len: u64,
+    pub micro_batch: u64,
+    pub tp: u32,
+    pub rows: Vec<LayerCase>,
+}
+
+/// A whole table.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Table {
+    #[serde(default)]
+    pub run: Vec<RunRow>,
+    #[serde(default)]
+    pub layer_timing: Vec<LayerTiming>,
+}
+
+/// Reads a table file; errors are located like scenario errors.
+pub fn load_table(path: &Path) -> Result<Table, ScenarioError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+        kind: ErrorKind::Io,
+        origin: origin.clone(),
+        line: None,
+        column: None,
+        key: String::new(),
+        value: String::new(),
+        message: format!("cannot read table: {e}"),
+        allowed: String::new(),
+    })?;
+    parse_table(&text, &origin)
+}
+
+/// Parses table text; `origin` names it in errors.
+pub fn parse_table(text: &str, origin: &str) -> Result<Table, ScenarioError> {
+    let ctx = Ctx {
+        origin: origin.to_string(),
+    };
+    toml::from_str(text).map_err(|e| {
+        let loc = e.span().map(|s| LineIndex::new(text).loc(s.start));
+        let kind = if e.message().starts_with("missing field") {
+            ErrorKind::Missing
+        } else {
+            ErrorKind::Type
+        };
+        ctx.error(kind, loc.as_ref(), "", "", e.message().trim(), "")
+    })
+}

@@ -1,0 +1,189 @@
+//! Tests of the validation table, the row rules, the layer fit and its held-out check.
+
+use super::*;
+use crate::cost::Analytic;
+use crate::scenario::{Recompute, Scenario};
+
+const THROUGHPUT: &str = include_str!("../../../../shared/validation/throughput.toml");
+
+fn table() -> Table {
+    parse_table(THROUGHPUT, "throughput.toml").unwrap()
+}
+
+fn layer_table() -> LayerTiming {
+    table().layer_timing.remove(0)
+}
+
+fn default_cost() -> Analytic {
+    Analytic::new(&crate::testing::small_scenario(8, 1, 1, 1))
+}
+
+#[test]
+fn published_table_parses() {
+    let t = table();
+    assert_eq!(t.run.len(), 7);
+    assert_eq!(t.layer_timing.len(), 1);
+    assert_eq!(t.layer_timing[0].rows.len(), 5);
+    let e = parse_table("[[run]]\nid = 3\n", "t.toml").unwrap_err();
+    assert_eq!(e.line, Some(2));
+}
+
+#[test]
+fn rows_become_scenarios_by_the_documented_rules() {
+    let t = table();
+    let cases: Vec<Case> = t.run.iter().flat_map(|r| row_cases(r).unwrap()).collect();
+    assert_eq!(cases.len(), 9);
+    let find = |id: &str, field: &str| -> &Scenario {
+        &cases
+            .iter()
+            .find(|c| c.id == id && c.field == field)
+            .unwrap()
+            .scenario
+    };
+    let s = find("megatron-sc21-t1-145.6b", "tflops_per_gpu");
+    assert_eq!((s.parallel.tp, s.parallel.pp, s.parallel.dp), (8, 8, 24));
+    assert_eq!(s.model.layers, 80);
+    assert_eq!(s.training.recompute, Recompute::Full);
+    assert!(!s.training.flash_attention && !s.training.overlap_grad_reduce);
+    let s = find("korthikanti-t5-175b", "iteration_s_selective_sp");
+    assert_eq!(s.training.recompute, Recompute::Selective);
+    assert!(s.parallel.sequence_parallel);
+    assert_eq!(s.parallel.vpp, 3);
+    let s = find("korthikanti-t5-175b", "iteration_s_full_recompute");
+    assert_eq!(s.training.recompute, Recompute::Full);
+    assert!(!s.parallel.sequence_parallel);
+    let unknown = RunRow {
+        gpu: "tpu-v4".into(),
+        ..t.run[0].clone()
+    };
+    assert!(matches!(
+        row_scenario(&unknown, "full", false),
+        Err(ValidateError::UnknownGpu { .. })
+    ));
+}
+
+#[test]
+fn median_and_errors() {
+    assert_eq!(median_abs(&[]), 0.0);
+    assert_eq!(median_abs(&[-0.3, 0.1, 0.2]), 0.2);
+    assert_eq!(median_abs(&[-0.4, 0.1, 0.2, 0.3]), 0.25);
+    assert_eq!(relative_error(110.0, 100.0), 0.1);
+    assert_eq!(relative_error(1.0, 0.0), 0.0);
+}
+
+/// Predicted layer times follow the published ordering: sequence parallelism shortens the
+/// forward, full recompute adds about one forward to the backward, selective recompute
+/// little.
+#[test]
+fn layer_cases_order_like_table_4() {
+    let timing = layer_table();
+    let cost = default_cost();
+    let p: Vec<LayerPrediction> = timing
+        .rows
+        .iter()
+        .map(|c| layer_times(&timing, c, &cost).unwrap())
+        .collect();
+    let (base, sp, full, sel) = (p[0], p[1], p[2], p[3]);
+    assert!(sp.forward_ns < base.forward_ns);
+    assert_eq!(full.forward_ns, base.forward_ns);
+    let extra = full.backward_ns - base.backward_ns;
+    assert!(
+        extra.abs_diff(base.forward_ns) < base.forward_ns / 20,
+        "{extra}"
+    );
+    assert!(sel.backward_ns > base.backward_ns && sel.backward_ns < full.backward_ns);
+}
+
+/// The shipped default curve is the fit's optimum: refitting on Table 4 returns it.
+#[test]
+fn default_curve_is_the_table_4_fit() {
+    let timing = layer_table();
+    let fit = fit_gemm_curve(&timing, &timing.rows, &default_cost()).unwrap();
+    let d = crate::cost::DEFAULT_GEMM_CURVE;
+    assert!(
+        (fit.gemm.max_efficiency - d.max_efficiency).abs() < 1e-9,
+        "{fit:?}"
+    );
+    assert_eq!(fit.gemm.k_half, d.k_half);
+    assert!((fit.memory_efficiency - crate::cost::DEFAULT_MEMORY_EFFICIENCY).abs() < 1e-9);
+    assert_eq!(fit.samples, 10);
+    assert!(fit.max_relative_error < 0.08, "{fit:?}");
+    // The A100 profile records this fit's quality.
+    let profile = crate::profile::parse_str(
+        include_str!("../../../scenarios/profiles/a100-dgx.toml"),
+        "a100-dgx.toml",
+    )
+    .unwrap();
+    let q = profile.fit.unwrap();
+    assert_eq!(q.samples, fit.samples);
+    assert!(
+        (q.rms_relative_error - fit.rms_relative_error).abs() < 5e-4,
+        "{fit:?}"
+    );
+    assert!(
+        (q.max_relative_error - fit.max_relative_error).abs() < 5e-4,
+        "{fit:?}"
+    );
+    assert_eq!(profile.gemm_max_efficiency.value, fit.gemm.max_efficiency);
+}
+
+/// Held-out check: fit on the three cases without sequence parallelism, predict the two with
+/// it (which the fit never saw); the layer totals stay within 5%.
+#[test]
+fn fit_generalises_to_held_out_layer_cases() {
+    let timing = layer_table();
+    let (train, test): (Vec<LayerCase>, Vec<LayerCase>) = timing
+        .rows
+        .iter()
+        .cloned()
+        .partition(|c| !c.case.contains("sequence"));
+    assert_eq!((train.len(), test.len()), (3, 2));
+    let fit = fit_gemm_curve(&timing, &train, &default_cost()).unwrap();
+    let mut cost = default_cost();
+    cost.gemm = fit.gemm.clone();
+    cost.memory_efficiency = fit.memory_efficiency;
+    for case in &test {
+        let p = layer_times(&timing, case, &cost).unwrap();
+        let total_ms = (p.forward_ns + p.backward_ns) as f64 * 1e-6;
+        let err = relative_error(total_ms, case.forward_ms + case.backward_ms);
+        assert!(
+            err.abs() < 0.05,
+            "{}: {total_ms:.2} ms, {err:+.3}",
+            case.case
+        );
+    }
+}
+
+#[test]
+fn json_has_the_documented_shape() {
+    let v = Validation {
+        rows: vec![Comparison {
+            id: "a".into(),
+            field: "tflops_per_gpu".into(),
+            published: 100.0,
+            predicted: 95.0,
+            error: -0.05,
+        }],
+        median_abs_error: 0.05,
+        max_abs_error: 0.05,
+    };
+    let json: serde_json::Value = serde_json::from_str(&v.to_json()).unwrap();
+    let row = &json["rows"][0];
+    for key in ["id", "field", "published", "predicted", "error"] {
+        assert!(row.get(key).is_some(), "{key}");
+    }
+    assert_eq!(json["median_abs_error"], 0.05);
+    assert_eq!(json["max_abs_error"], 0.05);
+    assert!(v
+        .to_text()
+        .contains("| a | tflops_per_gpu | 100.00 | 95.00 | -5.0% |"));
+}
+
+#[test]
+fn empty_table_is_an_error() {
+    let t = Table::default();
+    assert!(matches!(
+        validate_table(&t, None),
+        Err(ValidateError::NoRows)
+    ));
+}

@@ -1,0 +1,48 @@
+//! `twin validate`: predict every published run of a table and print predicted vs published
+//! with the error, so anyone can see how far the model is from real clusters.
+
+use super::Format;
+use anyhow::Context;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Predict published training runs and compare.
+///
+/// Reads a table in the layout of shared/validation/throughput.toml ([[run]] rows), builds a
+/// scenario per published figure (model shape, parallel layout, batch, recompute, schedule),
+/// simulates it, and prints predicted vs published TFLOP/s per GPU or iteration time with the
+/// signed error, then the median and max |error|. The rules that fill in what a row leaves
+/// out are in docs/validation.md.
+///
+/// Examples:
+///   twin validate ../shared/validation/throughput.toml
+///   twin validate ../shared/validation/throughput.toml --format json
+///   twin validate table.toml --profile scenarios/profiles/a100-dgx.toml
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Table of published runs (TOML, [[run]] rows).
+    pub table: PathBuf,
+    /// Output format: a Markdown table, or one JSON object
+    /// {"rows":[{"id","field","published","predicted","error"}],"median_abs_error","max_abs_error"}.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// Hardware profile TOML (docs/profiles.md) to cost the runs with instead of the defaults.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let table = twin_sim::validate::load_table(&args.table)?;
+    let profile = match &args.profile {
+        Some(p) => Some(twin_sim::profile::load(p)?),
+        None => None,
+    };
+    let validation = twin_sim::validate::validate_table(&table, profile.as_ref())
+        .with_context(|| format!("validating {}", args.table.display()))?;
+    match args.format {
+        Format::Json => println!("{}", validation.to_json()),
+        Format::Text => print!("{}", validation.to_text()),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,119 @@
+//! End-to-end tests of `twin validate` and `twin simulate --profile`: the real binary, as a
+//! user runs it.
+
+use std::process::{Command, Output};
+
+fn twin(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_twin"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the twin binary runs")
+}
+
+fn tmp(name: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("twin-validate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// One small published run (Korthikanti 22B on 8 GPUs) keeps the test fast.
+const ONE_ROW: &str = r#"
+[[run]]
+id = "korthikanti-t5-22b"
+source = "Korthikanti et al. 2022, Tables 3 and 5"
+gpu = "a100-sxm-80gb"
+gpus = 8
+layers = 48
+hidden = 6144
+heads = 64
+seq_len = 2048
+vocab = 51200
+tp = 8
+pp = 1
+dp = 1
+global_batch = 4
+micro_batch = 4
+iteration_s_full_recompute = 1.42
+"#;
+
+#[test]
+fn validate_prints_json_in_the_documented_shape() {
+    let table = tmp("one.toml", ONE_ROW);
+    let o = twin(&["validate", &table, "--format", "json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = &v["rows"][0];
+    assert_eq!(row["id"], "korthikanti-t5-22b");
+    assert_eq!(row["field"], "iteration_s_full_recompute");
+    assert_eq!(row["published"], 1.42);
+    let predicted = row["predicted"].as_f64().unwrap();
+    let error = row["error"].as_f64().unwrap();
+    assert!(((predicted - 1.42) / 1.42 - error).abs() < 1e-12);
+    assert_eq!(v["max_abs_error"].as_f64(), Some(error.abs()));
+    assert_eq!(v["median_abs_error"].as_f64(), Some(error.abs()));
+}
+
+#[test]
+fn validate_with_the_a100_profile_prints_a_table() {
+    let table = tmp("one-text.toml", ONE_ROW);
+    let o = twin(&[
+        "validate",
+        &table,
+        "--profile",
+        "scenarios/profiles/a100-dgx.toml",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("| korthikanti-t5-22b | iteration_s_full_recompute | 1.42 |"));
+    assert!(out.contains("median |error|"));
+}
+
+#[test]
+fn simulate_with_a_profile_and_a_mismatched_one() {
+    let ok = twin(&[
+        "simulate",
+        "scenarios/512xA100.toml",
+        "--profile",
+        "scenarios/profiles/a100-dgx.toml",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let bad = twin(&[
+        "simulate",
+        "scenarios/512xA100.toml",
+        "--profile",
+        "scenarios/profiles/h100-dgx.toml",
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("h100-sxm-80gb") && err.contains("a100-sxm-80gb"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_broken_profile_is_a_located_input_error() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/profiles/a100-dgx.toml"
+    ))
+    .unwrap()
+    .replace("value = 0.84,", "value = 0.84, typo = 1,");
+    let profile = tmp("broken.toml", &text);
+    let o = twin(&["simulate", "scenarios/512xA100.toml", "--profile", &profile]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("broken.toml:") && err.contains("typo"),
+        "{err}"
+    );
+}
