@@ -60,6 +60,9 @@ pub struct PredictOptions {
     pub trace: bool,
     /// Zero wall-clock fields so that output is byte-identical across runs.
     pub reproducible: bool,
+    /// Simulate one representative rank per pipeline stage when that is exact (see
+    /// [`SimOptions::collapse`]).
+    pub collapse: bool,
 }
 
 pub struct Prediction {
@@ -83,6 +86,7 @@ pub fn predict(scenario: &Scenario, opts: &PredictOptions) -> Result<Prediction,
     staged.validate()?;
     let sim_opts = SimOptions {
         trace: opts.trace,
+        collapse: opts.collapse,
         ..SimOptions::default()
     };
     let result = staged.simulate(&sim_opts)?;

@@ -34,6 +34,11 @@ pub struct Args {
     /// Print the per-stage memory breakdown and the op at which each peak occurs.
     #[arg(long)]
     pub memory: bool,
+    /// Simulate one representative rank per pipeline stage (tp = cp = ep = dp = 0) instead of
+    /// every rank: exact when ranks are symmetric (no stragglers), and much faster. Falls back
+    /// to every rank otherwise. The trace then holds only the representatives.
+    #[arg(long)]
+    pub collapse: bool,
     /// Zero the wall-clock fields (sim_wall_s) so that two runs give byte-identical output.
     #[arg(long)]
     pub reproducible: bool,
@@ -44,6 +49,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = twin_sim::PredictOptions {
         trace: args.trace.is_some(),
         reproducible: args.reproducible,
+        collapse: args.collapse,
     };
     let prediction = twin_sim::predict(&scenario, &opts)
         .with_context(|| format!("simulating {}", args.scenario.display()))?;

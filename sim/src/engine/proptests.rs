@@ -349,6 +349,7 @@ fn check(plan: &Plan, s: &Schedule) -> Result<(), TestCaseError> {
     let opts = SimOptions {
         trace: true,
         max_events: u64::MAX,
+        ..SimOptions::default()
     };
     let got = simulate(plan, s, &FixedCost::default(), &opts);
     let stuck = want

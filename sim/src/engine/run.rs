@@ -138,7 +138,18 @@ impl State {
         let world = ctx.world;
         let mut ranks = Vec::with_capacity(world);
         let mut total_ops = 0usize;
+        let active = ctx.active();
+        let mut is_active = vec![ctx.collapse.is_none(); world];
+        for &r in &active {
+            if let Some(x) = is_active.get_mut(r as usize) {
+                *x = true;
+            }
+        }
         for r in 0..world {
+            if !is_active[r] {
+                ranks.push(RankState::default());
+                continue;
+            }
             let p = ctx.prog(r);
             let mut rs = RankState {
                 remaining: p.ops.len() as u32,
@@ -344,7 +355,7 @@ impl State {
                 recv_bytes,
             });
         }
-        let dur = ctx.cost.p2p_ns(ctx.plan, src, dst, bytes);
+        let dur = ctx.p2p_ns(src, send_op, dst, bytes);
         self.begin_transfer(ctx, src, send_op);
         self.begin_transfer(ctx, dst, recv_op);
         let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
@@ -357,7 +368,7 @@ impl State {
         let rank = arrival.first_rank;
         let g = ctx.group_of[gk * ctx.world + rank as usize];
         let group = ctx.plan.group(g);
-        let n = group.members.len() as u32;
+        let n = ctx.members(g).len() as u32;
         let insts = &mut self.rendezvous[g as usize];
         let inst = match insts.iter().position(|x| x.seq == arrival.seq) {
             None if n > 1 => {
@@ -391,7 +402,7 @@ impl State {
         let dur = ctx
             .cost
             .collective_ns(inst.kind, group, inst.bytes, inst.calls);
-        for &m in &group.members {
+        for &m in ctx.members(g) {
             let op = ctx.prog(m as usize).coll_ops[gk][inst.seq as usize];
             self.begin_transfer(ctx, m, op);
         }
@@ -402,7 +413,7 @@ impl State {
     fn collective_done(&mut self, ctx: &Ctx, g: u32, seq: u32) -> Result<(), SimError> {
         let group = ctx.plan.group(g);
         let gk = super::compile::group_kind_index(group.kind);
-        for &m in &group.members {
+        for &m in ctx.members(g) {
             let op = ctx.prog(m as usize).coll_ops[gk][seq as usize];
             self.complete(ctx, m, op)?;
         }
@@ -547,7 +558,7 @@ fn compute_ns_uncached(ctx: &Ctx, rank: u32, op: u32) -> u64 {
 
 pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
     let mut st = State::new(ctx);
-    for rank in 0..ctx.world as u32 {
+    for rank in ctx.active() {
         st.try_start_heads(ctx, rank, UNCHECKED)?;
     }
     loop {
@@ -563,16 +574,26 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
         return Err(SimError::Deadlock(Box::new(deadlock::diagnose(ctx, &st))));
     }
     let step_time_ns = st.ranks.iter().map(|r| r.acct.finish_ns).max().unwrap_or(0);
-    let ranks = st
+    let active = ctx.active();
+    let mut is_active = vec![false; ctx.world];
+    for &r in &active {
+        if let Some(x) = is_active.get_mut(r as usize) {
+            *x = true;
+        }
+    }
+    let simulated: Vec<Option<RankStats>> = st
         .ranks
         .iter_mut()
         .zip(&st.mem)
         .enumerate()
         .map(|(r, (rs, m))| {
+            if !is_active[r] {
+                return None;
+            }
             let a = &mut rs.acct;
             a.flush(step_time_ns);
             debug_assert_eq!(a.compute_ns + a.comm_ns + a.idle_ns, step_time_ns);
-            RankStats {
+            Some(RankStats {
                 rank: r as u32,
                 finish_ns: a.finish_ns,
                 compute_busy_ns: a.compute_ns,
@@ -585,12 +606,17 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
                 peak_op: m.peak_op,
                 memory_at_peak: m.at_peak,
                 host_memory_peak_bytes: m.host_peak,
-            }
+            })
         })
         .collect();
+    let ranks = match &ctx.collapse {
+        Some(c) => c.expand(&simulated),
+        None => simulated.into_iter().flatten().collect(),
+    };
     Ok(SimResult {
         step_time_ns,
         events: st.events,
+        collapsed: ctx.collapse.is_some(),
         ranks,
         trace: st.trace,
     })

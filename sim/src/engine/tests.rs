@@ -495,6 +495,7 @@ fn event_bound_is_enforced() {
     let opts = SimOptions {
         trace: false,
         max_events: 10,
+        ..SimOptions::default()
     };
     assert_eq!(
         simulate(&plan, &s, &FixedCost::default(), &opts).unwrap_err(),
