@@ -3,6 +3,7 @@
 //! runtime), and executed by a discrete-event engine over cost models; the result is a trace
 //! and a report.
 
+pub mod check;
 pub mod cost;
 pub mod engine;
 pub mod plan;

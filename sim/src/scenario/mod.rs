@@ -4,7 +4,8 @@
 //!
 //! Pipeline: TOML text → located tree (`source`) → `--set` overrides merged (`overrides`) →
 //! typed, preset-expanded sections (`parse`, `presets`, `hf`) → cross-field rules and a trial
-//! plan (`validate`). `to_toml` writes a resolved scenario back with every value explicit.
+//! plan (`validate`). The `[checks]` section (`checks`) is parsed alongside and returned
+//! beside the scenario. `to_toml` writes a resolved scenario back with every value explicit.
 //! The format is documented in docs/scenarios.md.
 
 // ScenarioError is large (its structured fields are public API); errors are the cold path and
@@ -12,6 +13,7 @@
 #![allow(clippy::result_large_err)]
 
 mod checker;
+mod checks;
 mod cluster;
 mod emit;
 mod error;
@@ -25,6 +27,7 @@ mod source;
 mod types;
 mod validate;
 
+pub use checks::{parse_key as parse_check_key, Bound, Checks, Metric, Threshold, CHECK_KEYS};
 pub use error::{ErrorKind, ScenarioError};
 pub use types::*;
 
@@ -44,14 +47,25 @@ pub fn parse_str(
     origin: &str,
     overrides: &[String],
 ) -> Result<Scenario, ScenarioError> {
+    parse_with_checks(text, origin, overrides).map(|(s, _)| s)
+}
+
+/// [`parse_str`], also returning the scenario's `[checks]` (empty when it has none).
+pub fn parse_with_checks(
+    text: &str,
+    origin: &str,
+    overrides: &[String],
+) -> Result<(Scenario, Checks), ScenarioError> {
     let ctx = Ctx {
         origin: origin.to_string(),
     };
     let mut root = source::parse_document(&ctx, text)?;
     overrides::apply(&ctx, &mut root, overrides)?;
     let base_dir = Path::new(origin).parent().unwrap_or(Path::new(""));
-    let resolved = parse::resolve(&ctx, &root, base_dir)?;
-    validate::validate(&ctx, &root, overrides, resolved)
+    let mut resolved = parse::resolve(&ctx, &root, base_dir)?;
+    let checks = std::mem::take(&mut resolved.checks);
+    let scenario = validate::validate(&ctx, &root, overrides, resolved)?;
+    Ok((scenario, checks))
 }
 
 /// Applies `--set key=value` overrides to an already resolved scenario and re-validates; for
@@ -97,5 +111,13 @@ impl ScenarioSource {
     /// Parses and validates the text with `overrides`.
     pub fn resolve(&self, overrides: &[String]) -> Result<Scenario, ScenarioError> {
         parse_str(&self.text, &self.origin, overrides)
+    }
+
+    /// [`ScenarioSource::resolve`], also returning the `[checks]` section.
+    pub fn resolve_with_checks(
+        &self,
+        overrides: &[String],
+    ) -> Result<(Scenario, Checks), ScenarioError> {
+        parse_with_checks(&self.text, &self.origin, overrides)
     }
 }

@@ -34,7 +34,9 @@ pub(crate) struct Section<'a> {
 pub(crate) const SCHEMA: &[(&str, &[&str])] = &[
     (
         "",
-        &["name", "model", "cluster", "parallel", "training", "run"],
+        &[
+            "name", "model", "cluster", "parallel", "training", "run", "checks",
+        ],
     ),
     (
         "model",
@@ -134,6 +136,7 @@ pub(crate) const SCHEMA: &[(&str, &[&str])] = &[
         ],
     ),
     ("run", &["iterations", "seed", "granularity"]),
+    ("checks", super::checks::CHECK_KEYS),
 ];
 
 pub(crate) fn known_keys(path: &str) -> &'static [&'static str] {
