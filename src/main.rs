@@ -24,6 +24,9 @@ struct Cli {
 enum Command {
     Simulate(cmd::simulate::Args),
     Bench(cmd::bench::Args),
+    Check(cmd::check::Args),
+    Diff(cmd::diff::Args),
+    Sweep(cmd::sweep::Args),
 }
 
 /// Exit codes: 0 success, 1 failure of the work, 2 bad input (scenario or arguments).
@@ -32,6 +35,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Check(args) => cmd::check::run(args),
+        Command::Diff(args) => cmd::diff::run(args),
+        Command::Sweep(args) => cmd::sweep::run(args),
     };
     match result {
         Ok(code) => code,

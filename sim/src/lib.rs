@@ -10,6 +10,7 @@ pub mod plan;
 pub mod report;
 pub mod scenario;
 pub mod schedule;
+pub mod sweep;
 pub mod testing;
 pub mod trace;
 pub mod workload;

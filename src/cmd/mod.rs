@@ -2,6 +2,10 @@
 
 pub mod bench;
 pub mod simulate;
+// issue 9: CI checks and layout search
+pub mod check;
+pub mod diff;
+pub mod sweep;
 
 use std::path::Path;
 use std::process::ExitCode;

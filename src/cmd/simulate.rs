@@ -50,6 +50,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         trace: args.trace.is_some(),
         reproducible: args.reproducible,
         collapse: args.collapse,
+        ..Default::default()
     };
     let prediction = twin_sim::predict(&scenario, &opts)
         .with_context(|| format!("simulating {}", args.scenario.display()))?;

@@ -30,7 +30,7 @@ pub enum Tolerance {
 impl Tolerance {
     fn describe(self) -> String {
         match self {
-            Tolerance::Relative(r) => format!("{}%", format_number(r * 100.0)),
+            Tolerance::Relative(r) => format!("{}%", (r * 100.0 * 1e6).round() / 1e6),
             Tolerance::Absolute(a) => format_number(a),
         }
     }

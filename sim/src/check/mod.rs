@@ -126,6 +126,9 @@ pub fn format_number(v: f64) -> String {
         return v.to_string();
     }
     let a = v.abs();
+    if v.fract() == 0.0 && a < 1e7 {
+        return format!("{v:.0}");
+    }
     if a != 0.0 && !(1e-3..1e7).contains(&a) {
         return format!("{v:.3e}");
     }
