@@ -18,6 +18,7 @@ fn main() {
     let layouts = search(&base, &SearchSpace::default());
     let mut t = [Duration::ZERO; 5];
     let (mut events, mut simulated) = (0u64, 0usize);
+    let (mut caught, mut oom) = (0usize, 0usize);
     let opts = SimOptions {
         collapse: true,
         ..SimOptions::default()
@@ -28,6 +29,14 @@ fn main() {
         let t1 = Instant::now();
         let Ok(plan) = Plan::new(&s) else { continue };
         let t2 = Instant::now();
+        let static_bytes = (0..plan.pp())
+            .map(|st| {
+                let b = twin_sim::workload::state_bytes(&s, &plan, st);
+                b.weights_bytes + b.grads_bytes + b.optimizer_bytes
+            })
+            .max()
+            .unwrap_or(0);
+        let over = static_bytes > s.cluster.gpu.hbm_bytes;
         let Ok(schedule) = twin_sim::schedule::generate(&s, &plan) else {
             continue;
         };
@@ -37,7 +46,14 @@ fn main() {
             continue;
         };
         let t4 = Instant::now();
-        let _ = Report::build(&s, &plan, &schedule, &r, 0.0);
+        let rep = Report::build(&s, &plan, &schedule, &r, 0.0);
+        if over {
+            caught += 1;
+            assert!(!rep.fits, "static state over HBM but the simulation fits");
+        }
+        if !rep.fits {
+            oom += 1;
+        }
         let t5 = Instant::now();
         for (acc, d) in t
             .iter_mut()
@@ -49,6 +65,7 @@ fn main() {
         simulated += 1;
     }
     let total: Duration = t.iter().sum();
+    println!("{oom} out of memory, {caught} of them already by their static model state");
     println!(
         "{} layouts, {simulated} simulated, {events} events",
         layouts.len()

@@ -243,7 +243,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", result.top_text(args.top));
         if args.merge.is_empty() {
-            let simulated = result.rows.len() + result.failed;
+            let simulated = result.simulated() + result.failed;
             eprintln!(
                 "{} layouts ({simulated} simulated) in {wall_s:.2} s: {:.0} layouts/s",
                 result.layouts,

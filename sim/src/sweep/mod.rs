@@ -7,6 +7,8 @@ mod space;
 
 pub use space::{parse_axis, product, search, Axis, AxisError, SearchSpace, Shard, ShardError};
 
+use crate::engine::SimOptions;
+use crate::plan::Plan;
 use crate::report::Report;
 use crate::scenario::{Scenario, ScenarioSource};
 use rayon::prelude::*;
@@ -52,10 +54,26 @@ pub struct SweepRow {
     pub bubble_fraction: f64,
     pub exposed_comm_fraction: f64,
     pub fits: bool,
+    /// False when the layout was not simulated because its model state alone exceeds HBM
+    /// (`peak_memory_bytes` is then that state, a lower bound, and the times are zero).
+    pub simulated: bool,
 }
 
 impl SweepRow {
-    fn new(index: usize, overrides: Vec<String>, s: &Scenario, r: &Report) -> SweepRow {
+    fn unsimulated(index: usize, overrides: Vec<String>, s: &Scenario, state: u64) -> SweepRow {
+        let hbm = s.cluster.gpu.hbm_bytes;
+        let mut row = SweepRow::fill(index, overrides, s);
+        row.peak_memory_bytes = state;
+        row.peak_memory_fraction = if hbm == 0 {
+            0.0
+        } else {
+            state as f64 / hbm as f64
+        };
+        row
+    }
+
+    /// The layout columns, with zero figures, not fitting, not simulated.
+    fn fill(index: usize, overrides: Vec<String>, s: &Scenario) -> SweepRow {
         let p = &s.parallel;
         SweepRow {
             index,
@@ -70,6 +88,20 @@ impl SweepRow {
             recompute: format!("{:?}", s.training.recompute).to_lowercase(),
             zero: p.zero,
             schedule: p.schedule.as_str().to_string(),
+            step_time_s: 0.0,
+            tokens_per_s: 0.0,
+            mfu: 0.0,
+            peak_memory_bytes: 0,
+            peak_memory_fraction: 0.0,
+            bubble_fraction: 0.0,
+            exposed_comm_fraction: 0.0,
+            fits: false,
+            simulated: false,
+        }
+    }
+
+    fn new(index: usize, overrides: Vec<String>, s: &Scenario, r: &Report) -> SweepRow {
+        SweepRow {
             step_time_s: r.step_time_s,
             tokens_per_s: r.tokens_per_s,
             mfu: r.mfu,
@@ -82,6 +114,8 @@ impl SweepRow {
             bubble_fraction: r.bubble_fraction,
             exposed_comm_fraction: r.exposed_comm_fraction,
             fits: r.fits,
+            simulated: true,
+            ..SweepRow::fill(index, overrides, s)
         }
     }
 }
@@ -107,20 +141,49 @@ enum Outcome {
     Row(Box<SweepRow>),
 }
 
+/// The largest model state (weights, gradients, optimizer state after ZeRO sharding and
+/// offload) any stage's ranks hold. The engine allocates it for the whole step, so it is a
+/// lower bound of the simulated peak: a layout whose state alone exceeds HBM cannot fit.
+pub fn static_state_bytes(s: &Scenario, plan: &Plan) -> u64 {
+    (0..plan.pp())
+        .map(|stage| {
+            let b = crate::workload::state_bytes(s, plan, stage);
+            b.weights_bytes
+                .saturating_add(b.grads_bytes)
+                .saturating_add(b.optimizer_bytes)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 fn evaluate(source: &ScenarioSource, index: usize, overrides: Vec<String>) -> Outcome {
     let Ok(scenario) = source.resolve(&overrides) else {
         return Outcome::Invalid;
     };
-    let opts = crate::PredictOptions {
-        reproducible: true,
-        collapse: true,
-        skip_validation: true,
-        ..Default::default()
+    let Ok(plan) = Plan::new(&scenario) else {
+        return Outcome::Failed;
     };
-    match crate::predict(&scenario, &opts) {
-        Ok(p) => Outcome::Row(Box::new(SweepRow::new(
-            index, overrides, &scenario, &p.report,
-        ))),
+    let state = static_state_bytes(&scenario, &plan);
+    if state > scenario.cluster.gpu.hbm_bytes {
+        return Outcome::Row(Box::new(SweepRow::unsimulated(
+            index, overrides, &scenario, state,
+        )));
+    }
+    let Ok(schedule) = crate::schedule::generate(&scenario, &plan) else {
+        return Outcome::Failed;
+    };
+    let cost = crate::cost::Analytic::new(&scenario);
+    let opts = SimOptions {
+        collapse: true,
+        ..SimOptions::default()
+    };
+    match crate::engine::simulate(&plan, &schedule, &cost, &opts) {
+        Ok(r) => {
+            let report = Report::build(&scenario, &plan, &schedule, &r, 0.0);
+            Outcome::Row(Box::new(SweepRow::new(
+                index, overrides, &scenario, &report,
+            )))
+        }
         Err(_) => Outcome::Failed,
     }
 }
@@ -163,9 +226,14 @@ pub fn run(
 }
 
 impl SweepResult {
-    /// Layouts that were simulated but do not fit in memory.
+    /// Layouts that do not fit in memory (simulated or not).
     pub fn out_of_memory(&self) -> usize {
         self.rows.iter().filter(|r| !r.fits).count()
+    }
+
+    /// Layouts that were simulated (the other rows did not fit by model state alone).
+    pub fn simulated(&self) -> usize {
+        self.rows.iter().filter(|r| r.simulated).count()
     }
 
     /// The fitting layouts, best first (ties by enumeration order).
@@ -224,7 +292,7 @@ impl SweepResult {
         for (rank, r) in ranks.zip(ranked.into_iter().chain(unfit)) {
             let _ = writeln!(
                 o,
-                "{rank},{},{},{},{},{},{},{},{},{},{},{},{},{:.9},{:.3},{:.6},{},{:.6},{:.6},{:.6},{},\"{}\"",
+                "{rank},{},{},{},{},{},{},{},{},{},{},{},{},{:.9},{:.3},{:.6},{},{:.6},{:.6},{:.6},{},{},\"{}\"",
                 r.index,
                 r.tp,
                 r.pp,
@@ -245,6 +313,7 @@ impl SweepResult {
                 r.bubble_fraction,
                 r.exposed_comm_fraction,
                 r.fits,
+                r.simulated,
                 r.overrides.join(" ").replace('"', "\"\"")
             );
         }
@@ -257,12 +326,13 @@ impl SweepResult {
         let mut o = String::new();
         let _ = writeln!(
             o,
-            "{}: {} layouts, {} invalid (skipped), {} failed, {} out of memory, {} fit; ranked by {:?}",
+            "{}: {} layouts, {} invalid (skipped), {} failed, {} out of memory ({} by model state alone, not simulated), {} fit; ranked by {:?}",
             self.scenario,
             self.layouts,
             self.invalid,
             self.failed,
             self.out_of_memory(),
+            self.rows.len() - self.simulated(),
             ranked.len(),
             self.objective
         );
@@ -296,7 +366,7 @@ impl SweepResult {
 }
 
 /// Columns of [`SweepResult::to_csv`].
-pub const CSV_HEADER: &str = "rank,index,tp,pp,dp,cp,ep,vpp,micro_batch,recompute,zero,schedule,scenario,step_time_s,tokens_per_s,mfu,peak_memory_bytes,peak_memory_fraction,bubble_fraction,exposed_comm_fraction,fits,overrides";
+pub const CSV_HEADER: &str = "rank,index,tp,pp,dp,cp,ep,vpp,micro_batch,recompute,zero,schedule,scenario,step_time_s,tokens_per_s,mfu,peak_memory_bytes,peak_memory_fraction,bubble_fraction,exposed_comm_fraction,fits,simulated,overrides";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MergeError {

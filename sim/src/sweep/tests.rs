@@ -104,3 +104,32 @@ fn csv_has_one_line_per_row_and_ranks_first() {
         assert_eq!(l.split(',').count(), cols, "{l}");
     }
 }
+
+#[test]
+fn layouts_skipped_for_model_state_really_do_not_fit() {
+    let mut src = source();
+    assert!(src.text.contains("hbm_bytes = 16_000_000_000"));
+    // 24 MB of HBM: some layouts' model state alone is larger, some fit, some not.
+    src.text = src
+        .text
+        .replace("hbm_bytes = 16_000_000_000", "hbm_bytes = 24_000_000");
+    let s = src.resolve(&[]).unwrap();
+    let r = run(
+        &src,
+        "small",
+        numbered(search(&s, &SearchSpace::default())),
+        Objective::TokensPerS,
+        &|| {},
+    );
+    let skipped: Vec<&SweepRow> = r.rows.iter().filter(|x| !x.simulated).collect();
+    assert!(!skipped.is_empty());
+    assert!(r.rows.iter().any(|x| x.simulated && x.fits));
+    assert!(r.rows.iter().any(|x| x.simulated && !x.fits));
+    for row in skipped {
+        assert!(!row.fits);
+        let s = src.resolve(&row.overrides).unwrap();
+        let full = crate::predict(&s, &crate::PredictOptions::default()).unwrap();
+        assert!(!full.report.fits, "{:?}", row.overrides);
+        assert!(full.report.peak_memory_bytes >= row.peak_memory_bytes);
+    }
+}
