@@ -3,6 +3,11 @@
 
 mod cmd;
 
+/// mimalloc instead of the system allocator: schedule generation and simulation allocate and
+/// free many short-lived vectors, and sweeps do so on every core at once.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 

@@ -40,7 +40,37 @@ pub(crate) struct Collapse {
     pub members: Vec<Vec<RankId>>,
 }
 
-/// The representative of `rank`: same pipeline stage, every other coordinate zero.
+/// The representative of every rank: same pipeline stage, every other coordinate zero.
+/// Computed from the pp axis's stride in the placement order (no per-rank coordinate
+/// decomposition); checked against `Plan::coords` in the tests.
+fn representatives(plan: &Plan) -> Vec<RankId> {
+    let mut stride = 1u32;
+    for axis in plan.order {
+        if axis == crate::scenario::Axis::Pp {
+            break;
+        }
+        stride = stride.saturating_mul(axis_size(plan, axis));
+    }
+    let pp = plan.sizes.pp.max(1);
+    (0..plan.world)
+        .map(|r| (r / stride.max(1)) % pp * stride)
+        .collect()
+}
+
+fn axis_size(plan: &Plan, axis: crate::scenario::Axis) -> u32 {
+    use crate::scenario::Axis;
+    let s = &plan.sizes;
+    match axis {
+        Axis::Tp => s.tp,
+        Axis::Cp => s.cp,
+        Axis::Ep => s.ep,
+        Axis::Dp => s.dp,
+        Axis::Pp => s.pp,
+    }
+}
+
+/// The representative of `rank` by coordinates (the definition `representatives` follows).
+#[cfg(test)]
 fn representative(plan: &Plan, rank: RankId) -> RankId {
     let c = plan.coords(rank);
     plan.rank_of(Coords {
@@ -68,18 +98,39 @@ pub(crate) fn resolve_peer(plan: &Plan, rank: RankId, peer: Peer) -> RankId {
 }
 
 impl Collapse {
-    /// Checks that collapsing gives exactly the full simulation's result, and builds the
-    /// tables. O(world x group kinds).
+    /// [`Collapse::with_peers`], resolving every rank's peers first.
+    #[cfg(test)]
     pub fn new(
         plan: &Plan,
         schedule: &Schedule,
         cost: &dyn CostModel,
     ) -> Result<Collapse, NotCollapsible> {
+        let peers: Vec<[RankId; 4]> = (0..plan.world)
+            .map(|r| PEERS.map(|p| resolve_peer(plan, r, p)))
+            .collect();
+        Collapse::with_peers(plan, schedule, cost, &peers)
+    }
+
+    /// Checks that collapsing gives exactly the full simulation's result, and builds the
+    /// tables. `peers[rank]` are the rank's resolved peers in [`PEERS`] order. O(world x
+    /// group kinds).
+    pub fn with_peers(
+        plan: &Plan,
+        schedule: &Schedule,
+        cost: &dyn CostModel,
+        peers: &[[RankId; 4]],
+    ) -> Result<Collapse, NotCollapsible> {
         if !cost.compute_is_rank_invariant() {
             return Err(NotCollapsible::RankDependentCost);
         }
         let program = |r: RankId| schedule.program_of.get(r as usize).copied();
-        let rep_of: Vec<RankId> = (0..plan.world).map(|r| representative(plan, r)).collect();
+        let rep_of = representatives(plan);
+        let local = |x: RankId, i: usize| {
+            peers
+                .get(x as usize)
+                .and_then(|p| p.get(i))
+                .map(|&q| plan.node_of(x) == plan.node_of(q))
+        };
         for (r, &rep) in (0..plan.world).zip(&rep_of) {
             if r == rep {
                 continue;
@@ -98,10 +149,8 @@ impl Collapse {
                     return Err(NotCollapsible::AsymmetricGroup { rank: r, kind });
                 }
             }
-            for peer in PEERS {
-                let local =
-                    |x: RankId| plan.node_of(x) == plan.node_of(resolve_peer(plan, x, peer));
-                if local(r) != local(rep) {
+            for i in 0..PEERS.len() {
+                if local(r, i) != local(rep, i) {
                     return Err(NotCollapsible::AsymmetricPeer { rank: r });
                 }
             }
@@ -153,6 +202,24 @@ pub(crate) const PEERS: [Peer; 4] = [Peer::PpNext, Peer::PpPrev, Peer::CpNext, P
 mod tests {
     use super::super::compile::peer_index;
     use super::*;
+
+    #[test]
+    fn representatives_follow_coordinates_in_any_order() {
+        use crate::scenario::Axis;
+        let mut sc = crate::testing::small_scenario(2, 3, 2, 6);
+        for order in [
+            crate::scenario::Parallel::DEFAULT_ORDER,
+            [Axis::Pp, Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp],
+            [Axis::Dp, Axis::Pp, Axis::Tp, Axis::Cp, Axis::Ep],
+        ] {
+            sc.parallel.order = order;
+            let plan = Plan::new(&sc).unwrap();
+            let reps = representatives(&plan);
+            for r in 0..plan.world {
+                assert_eq!(reps[r as usize], representative(&plan, r), "{order:?} {r}");
+            }
+        }
+    }
 
     #[test]
     fn peer_table_matches_compile() {

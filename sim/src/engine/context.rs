@@ -77,7 +77,7 @@ impl<'a> Ctx<'a> {
             })
             .collect::<Vec<_>>();
         let collapse = if opts.collapse {
-            Collapse::new(plan, schedule, cost).ok()
+            Collapse::with_peers(plan, schedule, cost, &peers).ok()
         } else {
             None
         };
