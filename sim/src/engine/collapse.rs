@@ -12,7 +12,7 @@
 
 use super::RankStats;
 use crate::cost::CostModel;
-use crate::plan::{Coords, GroupKind, Plan, RankId};
+use crate::plan::{GroupKind, Plan, RankId};
 use crate::schedule::{Peer, Schedule};
 
 /// Why a plan cannot be collapsed; the engine then simulates every rank.
@@ -73,9 +73,9 @@ fn axis_size(plan: &Plan, axis: crate::scenario::Axis) -> u32 {
 #[cfg(test)]
 fn representative(plan: &Plan, rank: RankId) -> RankId {
     let c = plan.coords(rank);
-    plan.rank_of(Coords {
+    plan.rank_of(crate::plan::Coords {
         pp: c.pp,
-        ..Coords::default()
+        ..crate::plan::Coords::default()
     })
 }
 
