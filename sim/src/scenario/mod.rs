@@ -56,16 +56,47 @@ pub fn parse_with_checks(
     origin: &str,
     overrides: &[String],
 ) -> Result<(Scenario, Checks), ScenarioError> {
-    let ctx = Ctx {
-        origin: origin.to_string(),
-    };
-    let mut root = source::parse_document(&ctx, text)?;
-    overrides::apply(&ctx, &mut root, overrides)?;
-    let base_dir = Path::new(origin).parent().unwrap_or(Path::new(""));
-    let mut resolved = parse::resolve(&ctx, &root, base_dir)?;
-    let checks = std::mem::take(&mut resolved.checks);
-    let scenario = validate::validate(&ctx, &root, overrides, resolved)?;
-    Ok((scenario, checks))
+    ParsedSource::parse(text, origin)?.resolve_with_checks(overrides)
+}
+
+/// A scenario's TOML parsed once into its located tree, for tools that resolve it many times
+/// with different overrides (sweeps): each [`ParsedSource::resolve`] clones the tree instead
+/// of parsing the text again, and is otherwise exactly [`parse_str`].
+#[derive(Clone, Debug)]
+pub struct ParsedSource {
+    ctx: Ctx,
+    root: source::Table,
+}
+
+impl ParsedSource {
+    /// Parses `text` (TOML syntax only; nothing is resolved or validated yet).
+    pub fn parse(text: &str, origin: &str) -> Result<ParsedSource, ScenarioError> {
+        let ctx = Ctx {
+            origin: origin.to_string(),
+        };
+        let root = source::parse_document(&ctx, text)?;
+        Ok(ParsedSource { ctx, root })
+    }
+
+    /// Applies `overrides`, resolves and validates.
+    pub fn resolve(&self, overrides: &[String]) -> Result<Scenario, ScenarioError> {
+        self.resolve_with_checks(overrides).map(|(s, _)| s)
+    }
+
+    /// [`ParsedSource::resolve`], also returning the `[checks]` section.
+    pub fn resolve_with_checks(
+        &self,
+        overrides: &[String],
+    ) -> Result<(Scenario, Checks), ScenarioError> {
+        let ctx = &self.ctx;
+        let mut root = self.root.clone();
+        overrides::apply(ctx, &mut root, overrides)?;
+        let base_dir = Path::new(&ctx.origin).parent().unwrap_or(Path::new(""));
+        let mut resolved = parse::resolve(ctx, &root, base_dir)?;
+        let checks = std::mem::take(&mut resolved.checks);
+        let scenario = validate::validate(ctx, &root, overrides, resolved)?;
+        Ok((scenario, checks))
+    }
 }
 
 /// Applies `--set key=value` overrides to an already resolved scenario and re-validates; for
@@ -111,6 +142,11 @@ impl ScenarioSource {
     /// Parses and validates the text with `overrides`.
     pub fn resolve(&self, overrides: &[String]) -> Result<Scenario, ScenarioError> {
         parse_str(&self.text, &self.origin, overrides)
+    }
+
+    /// Parses the text once for many resolutions (see [`ParsedSource`]).
+    pub fn parse(&self) -> Result<ParsedSource, ScenarioError> {
+        ParsedSource::parse(&self.text, &self.origin)
     }
 
     /// [`ScenarioSource::resolve`], also returning the `[checks]` section.

@@ -10,7 +10,7 @@ pub use space::{parse_axis, product, search, Axis, AxisError, SearchSpace, Shard
 use crate::engine::SimOptions;
 use crate::plan::Plan;
 use crate::report::Report;
-use crate::scenario::{Scenario, ScenarioSource};
+use crate::scenario::{ParsedSource, Scenario, ScenarioSource};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -156,7 +156,7 @@ pub fn static_state_bytes(s: &Scenario, plan: &Plan) -> u64 {
         .unwrap_or(0)
 }
 
-fn evaluate(source: &ScenarioSource, index: usize, overrides: Vec<String>) -> Outcome {
+fn evaluate(source: &ParsedSource, index: usize, overrides: Vec<String>) -> Outcome {
     let Ok(scenario) = source.resolve(&overrides) else {
         return Outcome::Invalid;
     };
@@ -198,14 +198,6 @@ pub fn run(
     progress: &(dyn Fn() + Sync),
 ) -> SweepResult {
     let total = layouts.len();
-    let outcomes: Vec<Outcome> = layouts
-        .into_par_iter()
-        .map(|(i, o)| {
-            let out = evaluate(source, i, o);
-            progress();
-            out
-        })
-        .collect();
     let mut result = SweepResult {
         scenario: scenario_name.to_string(),
         objective,
@@ -214,6 +206,19 @@ pub fn run(
         failed: 0,
         rows: Vec::new(),
     };
+    // A source that does not parse makes every layout invalid.
+    let Ok(parsed) = source.parse() else {
+        result.invalid = total;
+        return result;
+    };
+    let outcomes: Vec<Outcome> = layouts
+        .into_par_iter()
+        .map(|(i, o)| {
+            let out = evaluate(&parsed, i, o);
+            progress();
+            out
+        })
+        .collect();
     for o in outcomes {
         match o {
             Outcome::Invalid => result.invalid += 1,
