@@ -207,5 +207,5 @@ fn search_beats_the_bundled_layout_and_matches_a_full_simulation() {
     );
     assert!((a - b).abs() <= 1e-3 * b, "collapsed {a} vs full {b}");
     assert_eq!(best["peak_memory_bytes"], full["peak_memory_bytes"]);
-    assert_eq!(full["events"].as_u64().unwrap() > 0, true);
+    assert!(full["events"].as_u64().unwrap() > 0);
 }

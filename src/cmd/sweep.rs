@@ -96,10 +96,11 @@ fn bad_input(err: anyhow::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// The layouts to run (numbered in full-sweep order) and the base source.
-fn plan_layouts(
-    args: &Args,
-) -> anyhow::Result<(ScenarioSource, String, Vec<(usize, Vec<String>)>)> {
+/// Layouts numbered in full-sweep order, each as its list of overrides.
+type Numbered = Vec<(usize, Vec<String>)>;
+
+/// The layouts to run and the base source.
+fn plan_layouts(args: &Args) -> anyhow::Result<(ScenarioSource, String, Numbered)> {
     let path = args
         .scenario
         .as_ref()

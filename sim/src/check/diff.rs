@@ -20,7 +20,8 @@ pub struct DiffRow {
 
 /// Headline fields of both reports, in report order.
 pub fn diff_reports(a: &Report, b: &Report) -> Vec<DiffRow> {
-    let fields: [(&'static str, fn(&Report) -> f64); 14] = [
+    type Field = (&'static str, fn(&Report) -> f64);
+    let fields: [Field; 14] = [
         ("step_time_s", |r| r.step_time_s),
         ("tokens_per_s", |r| r.tokens_per_s),
         ("tokens_per_s_per_gpu", |r| r.tokens_per_s_per_gpu),

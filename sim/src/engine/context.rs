@@ -111,6 +111,22 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// `mask[rank]`: whether the engine runs `rank`.
+    pub fn active_mask(&self) -> Vec<bool> {
+        match &self.collapse {
+            None => vec![true; self.world],
+            Some(c) => {
+                let mut mask = vec![false; self.world];
+                for &r in &c.reps {
+                    if let Some(x) = mask.get_mut(r as usize) {
+                        *x = true;
+                    }
+                }
+                mask
+            }
+        }
+    }
+
     /// The members of group `g` that the engine runs.
     #[inline]
     pub fn members(&self, g: u32) -> &[u32] {

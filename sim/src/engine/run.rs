@@ -138,15 +138,8 @@ impl State {
         let world = ctx.world;
         let mut ranks = Vec::with_capacity(world);
         let mut total_ops = 0usize;
-        let active = ctx.active();
-        let mut is_active = vec![ctx.collapse.is_none(); world];
-        for &r in &active {
-            if let Some(x) = is_active.get_mut(r as usize) {
-                *x = true;
-            }
-        }
-        for r in 0..world {
-            if !is_active[r] {
+        for (r, &active) in ctx.active_mask().iter().enumerate() {
+            if !active {
                 ranks.push(RankState::default());
                 continue;
             }
@@ -574,13 +567,7 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
         return Err(SimError::Deadlock(Box::new(deadlock::diagnose(ctx, &st))));
     }
     let step_time_ns = st.ranks.iter().map(|r| r.acct.finish_ns).max().unwrap_or(0);
-    let active = ctx.active();
-    let mut is_active = vec![false; ctx.world];
-    for &r in &active {
-        if let Some(x) = is_active.get_mut(r as usize) {
-            *x = true;
-        }
-    }
+    let is_active = ctx.active_mask();
     let simulated: Vec<Option<RankStats>> = st
         .ranks
         .iter_mut()
