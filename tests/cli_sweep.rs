@@ -209,3 +209,33 @@ fn search_beats_the_bundled_layout_and_matches_a_full_simulation() {
     assert_eq!(best["peak_memory_bytes"], full["peak_memory_bytes"]);
     assert!(full["events"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn simulate_collapse_gives_the_full_report_with_fewer_events() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "scenarios/512xA100.toml",
+            "--format",
+            "json",
+            "--reproducible",
+        ];
+        args.extend(extra);
+        json(&twin(&args))
+    };
+    let (mut full, mut collapsed) = (run(&[]), run(&["--collapse"]));
+    let (ef, ec) = (
+        full["events"].as_u64().unwrap(),
+        collapsed["events"].as_u64().unwrap(),
+    );
+    // 512 ranks, 8 stages: one rank per stage simulated.
+    assert_eq!(ef, ec * 64);
+    full["events"] = 0.into();
+    collapsed["events"] = 0.into();
+    assert_eq!(full, collapsed);
+    // ranks[] lists, per stage, the ranks its representative stands for.
+    let ranks = collapsed["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 8);
+    assert_eq!(ranks[0]["ranks"], "0-63");
+    assert_eq!(ranks[0]["rank_count"], 64);
+}
