@@ -1,3 +1,6 @@
+//! Check tests: thresholds on either side of the value, goodput not evaluated, `--expect`
+//! and tolerance parsing, baseline regressions, escaping and counts of the renderers, diffs.
+
 use super::*;
 use crate::scenario::{Bound, Checks, Metric, Threshold};
 use crate::testing::small_scenario;

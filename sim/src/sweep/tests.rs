@@ -1,3 +1,7 @@
+//! Sweep tests on the small scenario: invalid layouts counted, rows equal to direct
+//! predictions, shards merging (through JSON) into the whole sweep, CSV shape, and the
+//! model-state prefilter never dropping a layout that fits.
+
 use super::*;
 
 fn source() -> ScenarioSource {
