@@ -88,14 +88,30 @@ impl ParsedSource {
         &self,
         overrides: &[String],
     ) -> Result<(Scenario, Checks), ScenarioError> {
+        self.resolve_full(overrides).map(|(s, _, c)| (s, c))
+    }
+
+    /// [`ParsedSource::resolve`], also returning the plan that validation builds to prove the
+    /// scenario plannable (equal to `Plan::new(&scenario)`), so a sweep builds it only once.
+    pub fn resolve_planned(
+        &self,
+        overrides: &[String],
+    ) -> Result<(Scenario, crate::plan::Plan), ScenarioError> {
+        self.resolve_full(overrides).map(|(s, p, _)| (s, p))
+    }
+
+    fn resolve_full(
+        &self,
+        overrides: &[String],
+    ) -> Result<(Scenario, crate::plan::Plan, Checks), ScenarioError> {
         let ctx = &self.ctx;
         let mut root = self.root.clone();
         overrides::apply(ctx, &mut root, overrides)?;
         let base_dir = Path::new(&ctx.origin).parent().unwrap_or(Path::new(""));
         let mut resolved = parse::resolve(ctx, &root, base_dir)?;
         let checks = std::mem::take(&mut resolved.checks);
-        let scenario = validate::validate(ctx, &root, overrides, resolved)?;
-        Ok((scenario, checks))
+        let (scenario, plan) = validate::validate(ctx, &root, overrides, resolved)?;
+        Ok((scenario, plan, checks))
     }
 }
 

@@ -157,11 +157,8 @@ pub fn static_state_bytes(s: &Scenario, plan: &Plan) -> u64 {
 }
 
 fn evaluate(source: &ParsedSource, index: usize, overrides: Vec<String>) -> Outcome {
-    let Ok(scenario) = source.resolve(&overrides) else {
+    let Ok((scenario, plan)) = source.resolve_planned(&overrides) else {
         return Outcome::Invalid;
-    };
-    let Ok(plan) = Plan::new(&scenario) else {
-        return Outcome::Failed;
     };
     let state = static_state_bytes(&scenario, &plan);
     if state > scenario.cluster.gpu.hbm_bytes {
