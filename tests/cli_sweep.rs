@@ -239,3 +239,23 @@ fn simulate_collapse_gives_the_full_report_with_fewer_events() {
     assert_eq!(ranks[0]["ranks"], "0-63");
     assert_eq!(ranks[0]["rank_count"], 64);
 }
+
+#[test]
+fn dp_follows_when_only_tp_and_pp_are_varied() {
+    let v = json(&twin(&[
+        "sweep",
+        "scenarios/small.toml",
+        "--vary",
+        "parallel.tp=1,2,4,8",
+        "--vary",
+        "parallel.pp=1,2",
+        "--json",
+    ]));
+    assert_eq!(v["layouts"], 8);
+    let rows = v["rows"].as_array().unwrap();
+    assert!(rows.len() >= 6, "{v}");
+    for r in rows {
+        let n = r["tp"].as_u64().unwrap() * r["pp"].as_u64().unwrap() * r["dp"].as_u64().unwrap();
+        assert_eq!(n, 8);
+    }
+}

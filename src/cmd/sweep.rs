@@ -36,14 +36,18 @@ pub struct Args {
     /// The base scenario (not needed with --merge).
     #[arg(required_unless_present = "merge")]
     pub scenario: Option<PathBuf>,
-    /// An axis to vary: KEY=V1,V2,... or KEY=A..B (integers, inclusive). Repeatable.
+    /// An axis to vary: KEY=V1,V2,... or KEY=A..B (integers, inclusive). Repeatable. When the
+    /// axes change tp, pp, cp or ep but not dp, each layout's dp is the GPU count divided by
+    /// tp*pp*cp*ep.
     #[arg(long, value_name = "KEY=VALUES")]
     pub vary: Vec<String>,
     /// Search every layout of the GPU count (combined with --vary: each searched layout is
     /// also crossed with the --vary axes).
     #[arg(long)]
     pub search: bool,
-    /// Override a key of the base scenario first. Repeatable.
+    /// Override a key of the base scenario first. Repeatable. The base is then written out
+    /// with every value explicit (dp included), so a --vary of tp or pp needs dp varied too;
+    /// --search sets tp, pp and dp itself.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
     /// What to rank by.
@@ -119,7 +123,10 @@ fn plan_layouts(args: &Args) -> anyhow::Result<(ScenarioSource, String, Numbered
     if axes.is_empty() && !args.search {
         anyhow::bail!("nothing to sweep: give --vary KEY=VALUES or --search");
     }
-    let varied = sweep::product(&axes);
+    let mut varied = sweep::product(&axes);
+    if !args.search {
+        sweep::derive_dp(&base, &mut varied);
+    }
     let layouts: Vec<Vec<String>> = if args.search {
         let searched = sweep::search(&base, &SearchSpace::default());
         searched

@@ -5,7 +5,9 @@
 
 mod space;
 
-pub use space::{parse_axis, product, search, Axis, AxisError, SearchSpace, Shard, ShardError};
+pub use space::{
+    derive_dp, parse_axis, product, search, Axis, AxisError, SearchSpace, Shard, ShardError,
+};
 
 use crate::engine::SimOptions;
 use crate::plan::Plan;

@@ -82,6 +82,41 @@ pub fn product(axes: &[Axis]) -> Vec<Vec<String>> {
     out
 }
 
+/// When a layout sets tp, pp, cp or ep but not dp, appends `parallel.dp=` the GPU count over
+/// tp*pp*cp*ep (values the layout does not set come from `base`), so that `--vary
+/// parallel.pp=1..16` alone moves GPUs between pipeline and data parallelism. A layout whose
+/// product does not divide the GPU count is left alone (validation then rejects it).
+pub fn derive_dp(base: &Scenario, layouts: &mut [Vec<String>]) {
+    let p = &base.parallel;
+    for l in layouts.iter_mut() {
+        let get = |key: &str| -> Option<Option<u64>> {
+            l.iter()
+                .rev()
+                .find_map(|o| o.strip_prefix(&format!("parallel.{key}=")))
+                .map(|v| v.trim().parse::<u64>().ok())
+        };
+        if get("dp").is_some() {
+            continue;
+        }
+        let axes = [("tp", p.tp), ("pp", p.pp), ("cp", p.cp), ("ep", p.ep)];
+        if axes.iter().all(|(k, _)| get(k).is_none()) {
+            continue;
+        }
+        let mut product = 1u64;
+        for (key, default) in axes {
+            match get(key) {
+                Some(Some(v)) => product = product.saturating_mul(v),
+                Some(None) => product = 0,
+                None => product = product.saturating_mul(u64::from(default)),
+            }
+        }
+        let gpus = u64::from(base.cluster.gpus);
+        if product > 0 && gpus % product == 0 {
+            l.push(format!("parallel.dp={}", gpus / product));
+        }
+    }
+}
+
 fn divisors(n: u64) -> Vec<u64> {
     (1..=n).filter(|d| n % d == 0).collect()
 }
@@ -230,6 +265,28 @@ mod tests {
         assert_eq!(p[1], vec!["a=1", "b=y"]);
         assert_eq!(p[5], vec!["a=2", "b=z"]);
         assert_eq!(product(&[]), vec![Vec::<String>::new()]);
+    }
+
+    #[test]
+    fn dp_follows_the_other_axes_unless_varied() {
+        let s = small_scenario(2, 2, 4, 8); // 16 GPUs
+        let mut l = product(&[
+            parse_axis("parallel.pp=1,2,3").unwrap(),
+            parse_axis("training.micro_batch=1").unwrap(),
+        ]);
+        derive_dp(&s, &mut l);
+        assert_eq!(l[0].last().unwrap(), "parallel.dp=8"); // 16 / (tp 2 * pp 1)
+        assert_eq!(l[1].last().unwrap(), "parallel.dp=4");
+        assert_eq!(l[2].last().unwrap(), "training.micro_batch=1"); // 3 does not divide
+        let mut given = product(&[
+            parse_axis("parallel.dp=2").unwrap(),
+            parse_axis("parallel.tp=1").unwrap(),
+        ]);
+        derive_dp(&s, &mut given);
+        assert_eq!(given[0].len(), 2, "an explicit dp is kept");
+        let mut other = product(&[parse_axis("training.micro_batch=1,2").unwrap()]);
+        derive_dp(&s, &mut other);
+        assert!(other.iter().all(|o| o.len() == 1), "no mesh axis varied");
     }
 
     #[test]
