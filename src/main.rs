@@ -3,6 +3,11 @@
 
 mod cmd;
 
+/// mimalloc instead of the system allocator: schedule generation and simulation allocate and
+/// free many short-lived vectors, and sweeps do so on every core at once.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -26,6 +31,9 @@ enum Command {
     Bench(cmd::bench::Args),
     Doctor(cmd::doctor::Args),
     Validate(cmd::validate::Args),
+    Check(cmd::check::Args),
+    Diff(cmd::diff::Args),
+    Sweep(cmd::sweep::Args),
 }
 
 /// Exit codes: 0 success, 1 failure of the work, 2 bad input (scenario or arguments),
@@ -37,6 +45,9 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Validate(args) => cmd::validate::run(args),
+        Command::Check(args) => cmd::check::run(args),
+        Command::Diff(args) => cmd::diff::run(args),
+        Command::Sweep(args) => cmd::sweep::run(args),
     };
     match result {
         Ok(code) => code,

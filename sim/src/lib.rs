@@ -3,6 +3,7 @@
 //! runtime), and executed by a discrete-event engine over cost models; the result is a trace
 //! and a report.
 
+pub mod check;
 pub mod cost;
 pub mod engine;
 pub mod plan;
@@ -10,6 +11,7 @@ pub mod profile;
 pub mod report;
 pub mod scenario;
 pub mod schedule;
+pub mod sweep;
 pub mod testing;
 pub mod trace;
 pub mod validate;

@@ -78,6 +78,13 @@ pub struct PredictOptions {
     pub trace: bool,
     /// Zero wall-clock fields so that output is byte-identical across runs.
     pub reproducible: bool,
+    /// Simulate one representative rank per pipeline stage when that is exact (see
+    /// [`SimOptions::collapse`]).
+    pub collapse: bool,
+    /// Skip the schedule validator (its dry run costs about as much as a collapsed
+    /// simulation). Sweeps use this: the generators are property-tested to emit valid
+    /// schedules, and the engine still reports deadlocks and mismatched transfers.
+    pub skip_validation: bool,
 }
 
 pub struct Prediction {
@@ -107,10 +114,13 @@ pub fn predict_with(
 ) -> Result<Prediction, PredictError> {
     let start = Instant::now();
     let staged = Staged::with_profile(scenario, profile)?;
-    staged.validate()?;
+    if !opts.skip_validation {
+        staged.validate()?;
+    }
     let sim_opts = SimOptions {
         trace: opts.trace,
         memory_capacity_bytes: scenario.cluster.gpu.hbm_bytes,
+        collapse: opts.collapse,
         ..SimOptions::default()
     };
     let result = staged.simulate(&sim_opts)?;

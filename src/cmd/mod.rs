@@ -4,6 +4,10 @@ pub mod bench;
 pub mod doctor;
 pub mod simulate;
 pub mod validate;
+// issue 9: CI checks and layout search
+pub mod check;
+pub mod diff;
+pub mod sweep;
 
 use std::path::Path;
 use std::process::ExitCode;

@@ -39,6 +39,11 @@ pub struct Args {
     /// cost-model parameters replace the defaults. It must describe the scenario's GPU.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
+    /// Simulate one representative rank per pipeline stage (tp = cp = ep = dp = 0) instead of
+    /// every rank: exact when ranks are symmetric (no stragglers), and much faster. Falls back
+    /// to every rank otherwise. The trace then holds only the representatives.
+    #[arg(long)]
+    pub collapse: bool,
     /// Zero the wall-clock fields (sim_wall_s) so that two runs give byte-identical output.
     #[arg(long)]
     pub reproducible: bool,
@@ -49,6 +54,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = twin_sim::PredictOptions {
         trace: args.trace.is_some(),
         reproducible: args.reproducible,
+        collapse: args.collapse,
+        ..Default::default()
     };
     let profile = match &args.profile {
         Some(p) => Some(twin_sim::profile::load(p)?),

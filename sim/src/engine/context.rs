@@ -2,6 +2,7 @@
 //! groups per rank, and the inputs. Built (and the schedule checked against the plan) once
 //! before the event loop starts.
 
+use super::collapse::{Collapse, PEERS};
 use super::compile::{compile, CProgram, GROUP_KINDS};
 use super::{SimError, SimOptions};
 use crate::cost::CostModel;
@@ -16,8 +17,11 @@ pub(crate) struct Ctx<'a> {
     pub opts: &'a SimOptions,
     pub progs: Vec<CProgram>,
     pub prog_of: &'a [u32],
-    /// Resolved peers per rank, indexed by `compile::peer_index`.
+    /// Resolved peers per rank, indexed by `compile::peer_index`: the rank a p2p op is
+    /// matched with (in collapsed mode, the real peer's representative).
     pub peers: Vec<[u32; 4]>,
+    /// Collapsed mode: the representatives and their tables (see [`super::collapse`]).
+    pub collapse: Option<Collapse>,
     /// `group_of[kind * world + rank]`: the concrete group of each kind.
     pub group_of: Vec<u32>,
     pub world: usize,
@@ -71,7 +75,20 @@ impl<'a> Ctx<'a> {
                 let cp_prev = g.members.get((i + n - 1) % n.max(1)).copied().unwrap_or(r);
                 [plan.pp_next(r), plan.pp_prev(r), cp_next, cp_prev]
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let collapse = if opts.collapse {
+            Collapse::with_peers(plan, schedule, cost, &peers).ok()
+        } else {
+            None
+        };
+        let mut peers = peers;
+        if let Some(c) = &collapse {
+            for &rep in &c.reps {
+                if let Some(slot) = peers.get_mut(rep as usize) {
+                    *slot = PEERS.map(|p| c.match_peer(plan, rep, p));
+                }
+            }
+        }
         Ok(Ctx {
             plan,
             schedule,
@@ -80,9 +97,62 @@ impl<'a> Ctx<'a> {
             progs,
             prog_of: &schedule.program_of,
             peers,
+            collapse,
             group_of,
             world,
         })
+    }
+
+    /// The ranks the engine runs: every rank, or the representatives.
+    pub fn active(&self) -> Vec<u32> {
+        match &self.collapse {
+            Some(c) => c.reps.clone(),
+            None => (0..self.world as u32).collect(),
+        }
+    }
+
+    /// `mask[rank]`: whether the engine runs `rank`.
+    pub fn active_mask(&self) -> Vec<bool> {
+        match &self.collapse {
+            None => vec![true; self.world],
+            Some(c) => {
+                let mut mask = vec![false; self.world];
+                for &r in &c.reps {
+                    if let Some(x) = mask.get_mut(r as usize) {
+                        *x = true;
+                    }
+                }
+                mask
+            }
+        }
+    }
+
+    /// The members of group `g` that the engine runs.
+    #[inline]
+    pub fn members(&self, g: u32) -> &[u32] {
+        match &self.collapse {
+            Some(c) => c.members.get(g as usize).map_or(&[], |m| m.as_slice()),
+            None => &self.plan.group(g).members,
+        }
+    }
+
+    /// Duration of the transfer of send op `send_op` of `src` to `dst`, priced between the
+    /// real ranks (in collapsed mode `dst` is a representative; the real receiver is the
+    /// send's resolved peer).
+    pub fn p2p_ns(&self, src: u32, send_op: u32, dst: u32, bytes: u64) -> u64 {
+        let real_dst = match (
+            &self.collapse,
+            self.prog(src as usize).ops.get(send_op as usize),
+        ) {
+            (Some(_), Some(op)) => match op.kind {
+                super::compile::CKind::P2p { peer, .. } => PEERS
+                    .get(peer as usize)
+                    .map_or(dst, |&p| super::collapse::resolve_peer(self.plan, src, p)),
+                _ => dst,
+            },
+            _ => dst,
+        };
+        self.cost.p2p_ns(self.plan, src, real_dst, bytes)
     }
 
     #[inline]

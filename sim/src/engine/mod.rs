@@ -12,6 +12,7 @@
 //! per-rank sequence number on that group); p2p mailboxes live on the receiving rank and hold
 //! at most a few entries (one per blocked stream); a p2p transfer is one heap entry.
 
+mod collapse;
 mod compile;
 mod context;
 mod deadlock;
@@ -43,6 +44,10 @@ pub struct SimOptions {
     /// Device memory per rank (the GPU's HBM): the engine notes the first alloc at which live
     /// memory exceeds it ([`RankStats::over_capacity_op`]). `u64::MAX`: no limit.
     pub memory_capacity_bytes: u64,
+    /// Simulate one representative rank per pipeline stage when that gives exactly the full
+    /// result (see `engine::collapse`); otherwise every rank is simulated regardless.
+    /// [`SimResult::collapsed`] tells which happened.
+    pub collapse: bool,
 }
 
 impl Default for SimOptions {
@@ -51,6 +56,7 @@ impl Default for SimOptions {
             trace: false,
             max_events: u64::MAX,
             memory_capacity_bytes: u64::MAX,
+            collapse: false,
         }
     }
 }
@@ -97,8 +103,12 @@ pub struct RankStats {
 pub struct SimResult {
     /// When the last op of any rank finished.
     pub step_time_ns: u64,
-    /// Processed events: one per op completion, every rank counted.
+    /// Processed events: one per op completion of every simulated rank.
     pub events: u64,
+    /// Only one representative per pipeline stage was simulated; `ranks` still holds every
+    /// rank (each a copy of its representative's statistics) and the trace only the
+    /// representatives.
+    pub collapsed: bool,
     /// Indexed by rank.
     pub ranks: Vec<RankStats>,
     pub trace: Option<Trace>,

@@ -127,7 +127,11 @@ impl State {
         let world = ctx.world;
         let mut ranks = Vec::with_capacity(world);
         let mut total_ops = 0usize;
-        for r in 0..world {
+        for (r, &active) in ctx.active_mask().iter().enumerate() {
+            if !active {
+                ranks.push(RankState::default());
+                continue;
+            }
             let p = ctx.prog(r);
             let mut rs = RankState {
                 remaining: p.ops.len() as u32,
@@ -333,7 +337,7 @@ impl State {
                 recv_bytes,
             });
         }
-        let dur = ctx.cost.p2p_ns(ctx.plan, src, dst, bytes);
+        let dur = ctx.p2p_ns(src, send_op, dst, bytes);
         self.begin_transfer(ctx, src, send_op);
         self.begin_transfer(ctx, dst, recv_op);
         let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
@@ -346,7 +350,7 @@ impl State {
         let rank = arrival.first_rank;
         let g = ctx.group_of[gk * ctx.world + rank as usize];
         let group = ctx.plan.group(g);
-        let n = group.members.len() as u32;
+        let n = ctx.members(g).len() as u32;
         let insts = &mut self.rendezvous[g as usize];
         let inst = match insts.iter().position(|x| x.seq == arrival.seq) {
             None if n > 1 => {
@@ -380,7 +384,7 @@ impl State {
         let dur = ctx
             .cost
             .collective_ns(inst.kind, group, inst.bytes, inst.calls);
-        for &m in &group.members {
+        for &m in ctx.members(g) {
             let op = ctx.prog(m as usize).coll_ops[gk][inst.seq as usize];
             self.begin_transfer(ctx, m, op);
         }
@@ -391,7 +395,7 @@ impl State {
     fn collective_done(&mut self, ctx: &Ctx, g: u32, seq: u32) -> Result<(), SimError> {
         let group = ctx.plan.group(g);
         let gk = super::compile::group_kind_index(group.kind);
-        for &m in &group.members {
+        for &m in ctx.members(g) {
             let op = ctx.prog(m as usize).coll_ops[gk][seq as usize];
             self.complete(ctx, m, op)?;
         }
@@ -533,7 +537,7 @@ fn compute_ns_uncached(ctx: &Ctx, rank: u32, op: u32) -> u64 {
 
 pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
     let mut st = State::new(ctx);
-    for rank in 0..ctx.world as u32 {
+    for rank in ctx.active() {
         st.try_start_heads(ctx, rank, UNCHECKED)?;
     }
     loop {
@@ -549,16 +553,20 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
         return Err(SimError::Deadlock(Box::new(deadlock::diagnose(ctx, &st))));
     }
     let step_time_ns = st.ranks.iter().map(|r| r.acct.finish_ns).max().unwrap_or(0);
-    let ranks = st
+    let is_active = ctx.active_mask();
+    let simulated: Vec<Option<RankStats>> = st
         .ranks
         .iter_mut()
         .zip(&st.mem)
         .enumerate()
         .map(|(r, (rs, m))| {
+            if !is_active[r] {
+                return None;
+            }
             let a = &mut rs.acct;
             a.flush(step_time_ns);
             debug_assert_eq!(a.compute_ns + a.comm_ns + a.idle_ns, step_time_ns);
-            RankStats {
+            Some(RankStats {
                 rank: r as u32,
                 finish_ns: a.finish_ns,
                 compute_busy_ns: a.compute_ns,
@@ -574,12 +582,17 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
                 over_capacity_op: m.over_op,
                 over_capacity_time_ns: m.over_ns,
                 end_memory_bytes: m.end_bytes(),
-            }
+            })
         })
         .collect();
+    let ranks = match &ctx.collapse {
+        Some(c) => c.expand(&simulated),
+        None => simulated.into_iter().flatten().collect(),
+    };
     Ok(SimResult {
         step_time_ns,
         events: st.events,
+        collapsed: ctx.collapse.is_some(),
         ranks,
         trace: st.trace,
     })

@@ -4,7 +4,8 @@
 //!
 //! Pipeline: TOML text → located tree (`source`) → `--set` overrides merged (`overrides`) →
 //! typed, preset-expanded sections (`parse`, `presets`, `hf`) → cross-field rules and a trial
-//! plan (`validate`). `to_toml` writes a resolved scenario back with every value explicit.
+//! plan (`validate`). The `[checks]` section (`checks`) is parsed alongside and returned
+//! beside the scenario. `to_toml` writes a resolved scenario back with every value explicit.
 //! The format is documented in docs/scenarios.md.
 
 // ScenarioError is large (its structured fields are public API); errors are the cold path and
@@ -12,6 +13,7 @@
 #![allow(clippy::result_large_err)]
 
 mod checker;
+mod checks;
 mod cluster;
 mod emit;
 pub(crate) mod error;
@@ -25,6 +27,7 @@ mod source;
 mod types;
 mod validate;
 
+pub use checks::{parse_key as parse_check_key, Bound, Checks, Metric, Threshold, CHECK_KEYS};
 pub use error::{ErrorKind, ScenarioError};
 pub use types::*;
 
@@ -44,14 +47,72 @@ pub fn parse_str(
     origin: &str,
     overrides: &[String],
 ) -> Result<Scenario, ScenarioError> {
-    let ctx = Ctx {
-        origin: origin.to_string(),
-    };
-    let mut root = source::parse_document(&ctx, text)?;
-    overrides::apply(&ctx, &mut root, overrides)?;
-    let base_dir = Path::new(origin).parent().unwrap_or(Path::new(""));
-    let resolved = parse::resolve(&ctx, &root, base_dir)?;
-    validate::validate(&ctx, &root, overrides, resolved)
+    parse_with_checks(text, origin, overrides).map(|(s, _)| s)
+}
+
+/// [`parse_str`], also returning the scenario's `[checks]` (empty when it has none).
+pub fn parse_with_checks(
+    text: &str,
+    origin: &str,
+    overrides: &[String],
+) -> Result<(Scenario, Checks), ScenarioError> {
+    ParsedSource::parse(text, origin)?.resolve_with_checks(overrides)
+}
+
+/// A scenario's TOML parsed once into its located tree, for tools that resolve it many times
+/// with different overrides (sweeps): each [`ParsedSource::resolve`] clones the tree instead
+/// of parsing the text again, and is otherwise exactly [`parse_str`].
+#[derive(Clone, Debug)]
+pub struct ParsedSource {
+    ctx: Ctx,
+    root: source::Table,
+}
+
+impl ParsedSource {
+    /// Parses `text` (TOML syntax only; nothing is resolved or validated yet).
+    pub fn parse(text: &str, origin: &str) -> Result<ParsedSource, ScenarioError> {
+        let ctx = Ctx {
+            origin: origin.to_string(),
+        };
+        let root = source::parse_document(&ctx, text)?;
+        Ok(ParsedSource { ctx, root })
+    }
+
+    /// Applies `overrides`, resolves and validates.
+    pub fn resolve(&self, overrides: &[String]) -> Result<Scenario, ScenarioError> {
+        self.resolve_with_checks(overrides).map(|(s, _)| s)
+    }
+
+    /// [`ParsedSource::resolve`], also returning the `[checks]` section.
+    pub fn resolve_with_checks(
+        &self,
+        overrides: &[String],
+    ) -> Result<(Scenario, Checks), ScenarioError> {
+        self.resolve_full(overrides).map(|(s, _, c)| (s, c))
+    }
+
+    /// [`ParsedSource::resolve`], also returning the plan that validation builds to prove the
+    /// scenario plannable (equal to `Plan::new(&scenario)`), so a sweep builds it only once.
+    pub fn resolve_planned(
+        &self,
+        overrides: &[String],
+    ) -> Result<(Scenario, crate::plan::Plan), ScenarioError> {
+        self.resolve_full(overrides).map(|(s, p, _)| (s, p))
+    }
+
+    fn resolve_full(
+        &self,
+        overrides: &[String],
+    ) -> Result<(Scenario, crate::plan::Plan, Checks), ScenarioError> {
+        let ctx = &self.ctx;
+        let mut root = self.root.clone();
+        overrides::apply(ctx, &mut root, overrides)?;
+        let base_dir = Path::new(&ctx.origin).parent().unwrap_or(Path::new(""));
+        let mut resolved = parse::resolve(ctx, &root, base_dir)?;
+        let checks = std::mem::take(&mut resolved.checks);
+        let (scenario, plan) = validate::validate(ctx, &root, overrides, resolved)?;
+        Ok((scenario, plan, checks))
+    }
 }
 
 /// Applies `--set key=value` overrides to an already resolved scenario and re-validates; for
@@ -97,5 +158,18 @@ impl ScenarioSource {
     /// Parses and validates the text with `overrides`.
     pub fn resolve(&self, overrides: &[String]) -> Result<Scenario, ScenarioError> {
         parse_str(&self.text, &self.origin, overrides)
+    }
+
+    /// Parses the text once for many resolutions (see [`ParsedSource`]).
+    pub fn parse(&self) -> Result<ParsedSource, ScenarioError> {
+        ParsedSource::parse(&self.text, &self.origin)
+    }
+
+    /// [`ScenarioSource::resolve`], also returning the `[checks]` section.
+    pub fn resolve_with_checks(
+        &self,
+        overrides: &[String],
+    ) -> Result<(Scenario, Checks), ScenarioError> {
+        parse_with_checks(&self.text, &self.origin, overrides)
     }
 }

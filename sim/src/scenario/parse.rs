@@ -2,6 +2,7 @@
 //! checks of every key, unknown keys, presets and `hf_config` expanded under explicit keys,
 //! defaults filled in. Rules that relate several keys live in `validate.rs`.
 
+use super::checks::Checks;
 use super::cluster::cluster;
 use super::error::{Ctx, ErrorKind, Loc};
 use super::hf;
@@ -22,6 +23,8 @@ pub(crate) struct Resolved {
     pub zero_explicit: bool,
     /// `training.grad_bucket_bytes` was written; otherwise the default depends on dp.
     pub bucket_explicit: bool,
+    /// The `[checks]` section (returned beside the scenario, see `checks.rs`).
+    pub checks: Checks,
 }
 
 fn u32_of(v: u64) -> u32 {
@@ -42,6 +45,7 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
     let (training, bucket_explicit) = training(root.section("training", "training")?)?;
     let memory = memory(root.section("memory", "memory")?)?;
     let run = run(root.section("run", "run")?)?;
+    let checks = super::checks::checks(root.section("checks", "checks")?)?;
     Ok(Resolved {
         scenario: Scenario {
             name,
@@ -55,6 +59,7 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
         dp,
         zero_explicit,
         bucket_explicit,
+        checks,
     })
 }
 

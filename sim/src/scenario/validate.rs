@@ -13,12 +13,13 @@ use crate::plan::Plan;
 
 /// Checks every cross-field rule, fills the values that depend on several keys (derived dp,
 /// the default gradient bucket), and builds the plan once to prove the scenario is plannable.
+/// Returns the plan too, so callers need not build it again.
 pub(crate) fn validate(
     ctx: &Ctx,
     root: &Table,
     overrides: &[String],
     resolved: Resolved,
-) -> Result<Scenario, ScenarioError> {
+) -> Result<(Scenario, Plan), ScenarioError> {
     let c = Checker::new(ctx, root, overrides);
     let mut s = resolved.scenario;
     nodes(&c, &s)?;
@@ -32,7 +33,7 @@ pub(crate) fn validate(
         s.training.grad_bucket_bytes = default_grad_bucket_bytes(&s.parallel);
     }
     size(&c, &s)?;
-    Plan::new(&s).map_err(|e| {
+    let plan = Plan::new(&s).map_err(|e| {
         ctx.error(
             ErrorKind::Plan,
             None,
@@ -42,7 +43,7 @@ pub(crate) fn validate(
             "",
         )
     })?;
-    Ok(s)
+    Ok((s, plan))
 }
 
 /// Megatron-Core's default DDP bucket: max(40,000,000, 1,000,000 * data-parallel size)

@@ -185,8 +185,8 @@ pub fn run_case(case: &Case, profile: Option<&Profile>) -> Result<Comparison, Va
         })?;
     }
     let opts = PredictOptions {
-        trace: false,
         reproducible: true,
+        ..PredictOptions::default()
     };
     let prediction =
         predict_with(&case.scenario, &opts, profile).map_err(|source| ValidateError::Predict {

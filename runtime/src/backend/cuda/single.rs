@@ -62,6 +62,7 @@ pub fn predict_single_gpu(scenario: &Scenario) -> Result<Prediction, RuntimeErro
     let opts = PredictOptions {
         trace: true,
         reproducible: true,
+        ..PredictOptions::default()
     };
     twin_sim::predict(scenario, &opts).map_err(|e| RuntimeError::Schedule {
         rank: 0,

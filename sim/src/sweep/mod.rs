@@ -1,0 +1,386 @@
+//! Layout sweeps and search: simulate many variations of one scenario (in parallel, each in
+//! collapsed-rank mode, which is exact and tests prove it), drop the layouts that do not fit
+//! in memory, and rank the rest by an objective. Results are plain rows that serialize to
+//! CSV and JSON, and shards of one sweep ([`Shard`]) merge back into the same result.
+
+mod space;
+
+pub use space::{
+    derive_dp, parse_axis, product, search, Axis, AxisError, SearchSpace, Shard, ShardError,
+};
+
+use crate::engine::SimOptions;
+use crate::plan::Plan;
+use crate::report::Report;
+use crate::scenario::{ParsedSource, Scenario, ScenarioSource};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// What to rank by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Objective {
+    /// Highest tokens per second (default).
+    TokensPerS,
+    /// Highest model FLOPs utilisation.
+    Mfu,
+    /// Shortest step.
+    StepTime,
+    /// Lowest peak memory per GPU.
+    Memory,
+}
+
+/// One simulated layout.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SweepRow {
+    /// Position in the sweep's full enumeration (stable across shards).
+    pub index: usize,
+    /// The `--set` overrides that make this layout from the base scenario.
+    pub overrides: Vec<String>,
+    pub tp: u32,
+    pub pp: u32,
+    pub dp: u32,
+    pub cp: u32,
+    pub ep: u32,
+    pub vpp: u32,
+    pub micro_batch: u64,
+    pub recompute: String,
+    pub zero: u8,
+    pub schedule: String,
+    pub step_time_s: f64,
+    pub tokens_per_s: f64,
+    pub mfu: f64,
+    pub peak_memory_bytes: u64,
+    pub peak_memory_fraction: f64,
+    pub bubble_fraction: f64,
+    pub exposed_comm_fraction: f64,
+    pub fits: bool,
+    /// False when the layout was not simulated because its model state alone exceeds HBM
+    /// (`peak_memory_bytes` is then that state, a lower bound, and the times are zero).
+    pub simulated: bool,
+}
+
+impl SweepRow {
+    fn unsimulated(index: usize, overrides: Vec<String>, s: &Scenario, state: u64) -> SweepRow {
+        let hbm = s.cluster.gpu.hbm_bytes;
+        let mut row = SweepRow::fill(index, overrides, s);
+        row.peak_memory_bytes = state;
+        row.peak_memory_fraction = if hbm == 0 {
+            0.0
+        } else {
+            state as f64 / hbm as f64
+        };
+        row
+    }
+
+    /// The layout columns, with zero figures, not fitting, not simulated.
+    fn fill(index: usize, overrides: Vec<String>, s: &Scenario) -> SweepRow {
+        let p = &s.parallel;
+        SweepRow {
+            index,
+            overrides,
+            tp: p.tp,
+            pp: p.pp,
+            dp: p.dp,
+            cp: p.cp,
+            ep: p.ep,
+            vpp: p.vpp,
+            micro_batch: s.training.micro_batch,
+            recompute: format!("{:?}", s.training.recompute).to_lowercase(),
+            zero: p.zero,
+            schedule: p.schedule.as_str().to_string(),
+            step_time_s: 0.0,
+            tokens_per_s: 0.0,
+            mfu: 0.0,
+            peak_memory_bytes: 0,
+            peak_memory_fraction: 0.0,
+            bubble_fraction: 0.0,
+            exposed_comm_fraction: 0.0,
+            fits: false,
+            simulated: false,
+        }
+    }
+
+    fn new(index: usize, overrides: Vec<String>, s: &Scenario, r: &Report) -> SweepRow {
+        SweepRow {
+            step_time_s: r.step_time_s,
+            tokens_per_s: r.tokens_per_s,
+            mfu: r.mfu,
+            peak_memory_bytes: r.peak_memory_bytes,
+            peak_memory_fraction: if r.hbm_bytes == 0 {
+                0.0
+            } else {
+                r.peak_memory_bytes as f64 / r.hbm_bytes as f64
+            },
+            bubble_fraction: r.bubble_fraction,
+            exposed_comm_fraction: r.exposed_comm_fraction,
+            fits: r.fits,
+            simulated: true,
+            ..SweepRow::fill(index, overrides, s)
+        }
+    }
+}
+
+/// Everything a sweep (or a shard of one) found.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SweepResult {
+    pub scenario: String,
+    pub objective: Objective,
+    /// Layouts considered (in this shard).
+    pub layouts: usize,
+    /// Rejected by scenario validation (an impossible combination).
+    pub invalid: usize,
+    /// Valid, but planning, schedule generation or simulation failed.
+    pub failed: usize,
+    /// Every simulated layout, fitting or not, by `index`.
+    pub rows: Vec<SweepRow>,
+}
+
+enum Outcome {
+    Invalid,
+    Failed,
+    Row(Box<SweepRow>),
+}
+
+/// The largest model state (weights, gradients, optimizer state after ZeRO sharding and
+/// offload) any stage's ranks hold. The engine allocates it for the whole step, so it is a
+/// lower bound of the simulated peak: a layout whose state alone exceeds HBM cannot fit.
+pub fn static_state_bytes(s: &Scenario, plan: &Plan) -> u64 {
+    (0..plan.pp())
+        .map(|stage| {
+            let b = crate::workload::state_bytes(s, plan, stage);
+            b.weights_bytes
+                .saturating_add(b.grads_bytes)
+                .saturating_add(b.optimizer_bytes)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn evaluate(source: &ParsedSource, index: usize, overrides: Vec<String>) -> Outcome {
+    let Ok((scenario, plan)) = source.resolve_planned(&overrides) else {
+        return Outcome::Invalid;
+    };
+    let state = static_state_bytes(&scenario, &plan);
+    if state > scenario.cluster.gpu.hbm_bytes {
+        return Outcome::Row(Box::new(SweepRow::unsimulated(
+            index, overrides, &scenario, state,
+        )));
+    }
+    let Ok(schedule) = crate::schedule::generate(&scenario, &plan) else {
+        return Outcome::Failed;
+    };
+    let cost = crate::cost::Analytic::new(&scenario);
+    let opts = SimOptions {
+        collapse: true,
+        ..SimOptions::default()
+    };
+    match crate::engine::simulate(&plan, &schedule, &cost, &opts) {
+        Ok(r) => {
+            let report = Report::build(&scenario, &plan, &schedule, &r, 0.0);
+            Outcome::Row(Box::new(SweepRow::new(
+                index, overrides, &scenario, &report,
+            )))
+        }
+        Err(_) => Outcome::Failed,
+    }
+}
+
+/// Simulates every `(index, overrides)` layout of `source` in parallel (rayon's global
+/// pool), calling `progress` once per finished layout from any thread.
+pub fn run(
+    source: &ScenarioSource,
+    scenario_name: &str,
+    layouts: Vec<(usize, Vec<String>)>,
+    objective: Objective,
+    progress: &(dyn Fn() + Sync),
+) -> SweepResult {
+    let total = layouts.len();
+    let mut result = SweepResult {
+        scenario: scenario_name.to_string(),
+        objective,
+        layouts: total,
+        invalid: 0,
+        failed: 0,
+        rows: Vec::new(),
+    };
+    // A source that does not parse makes every layout invalid.
+    let Ok(parsed) = source.parse() else {
+        result.invalid = total;
+        return result;
+    };
+    let outcomes: Vec<Outcome> = layouts
+        .into_par_iter()
+        .map(|(i, o)| {
+            let out = evaluate(&parsed, i, o);
+            progress();
+            out
+        })
+        .collect();
+    for o in outcomes {
+        match o {
+            Outcome::Invalid => result.invalid += 1,
+            Outcome::Failed => result.failed += 1,
+            Outcome::Row(r) => result.rows.push(*r),
+        }
+    }
+    result.rows.sort_by_key(|r| r.index);
+    result
+}
+
+impl SweepResult {
+    /// Layouts that do not fit in memory (simulated or not).
+    pub fn out_of_memory(&self) -> usize {
+        self.rows.iter().filter(|r| !r.fits).count()
+    }
+
+    /// Layouts that were simulated (the other rows did not fit by model state alone).
+    pub fn simulated(&self) -> usize {
+        self.rows.iter().filter(|r| r.simulated).count()
+    }
+
+    /// The fitting layouts, best first (ties by enumeration order).
+    pub fn ranked(&self) -> Vec<&SweepRow> {
+        let mut v: Vec<&SweepRow> = self.rows.iter().filter(|r| r.fits).collect();
+        let key = |r: &SweepRow| match self.objective {
+            Objective::TokensPerS => -r.tokens_per_s,
+            Objective::Mfu => -r.mfu,
+            Objective::StepTime => r.step_time_s,
+            Objective::Memory => r.peak_memory_bytes as f64,
+        };
+        v.sort_by(|a, b| key(a).total_cmp(&key(b)).then(a.index.cmp(&b.index)));
+        v
+    }
+
+    /// Joins shards of one sweep. Fails when they are of different scenarios or objectives,
+    /// or overlap.
+    pub fn merge(parts: Vec<SweepResult>) -> Result<SweepResult, MergeError> {
+        let mut it = parts.into_iter();
+        let Some(mut out) = it.next() else {
+            return Err(MergeError::Empty);
+        };
+        for p in it {
+            if p.scenario != out.scenario || p.objective != out.objective {
+                return Err(MergeError::Mismatch {
+                    a: format!("{} ({:?})", out.scenario, out.objective),
+                    b: format!("{} ({:?})", p.scenario, p.objective),
+                });
+            }
+            out.layouts += p.layouts;
+            out.invalid += p.invalid;
+            out.failed += p.failed;
+            out.rows.extend(p.rows);
+        }
+        out.rows.sort_by_key(|r| r.index);
+        if let Some(w) = out.rows.windows(2).find(|w| w[0].index == w[1].index) {
+            return Err(MergeError::Overlap(w[0].index));
+        }
+        Ok(out)
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// One header line and one line per simulated layout, ranked ones first in rank order
+    /// (`rank` empty for layouts that do not fit).
+    pub fn to_csv(&self) -> String {
+        let mut o = String::from(CSV_HEADER);
+        o.push('\n');
+        let ranked = self.ranked();
+        let unfit = self.rows.iter().filter(|r| !r.fits);
+        let ranks = (1..=ranked.len())
+            .map(|n| n.to_string())
+            .chain(std::iter::repeat(String::new()));
+        for (rank, r) in ranks.zip(ranked.into_iter().chain(unfit)) {
+            let _ = writeln!(
+                o,
+                "{rank},{},{},{},{},{},{},{},{},{},{},{},{},{:.9},{:.3},{:.6},{},{:.6},{:.6},{:.6},{},{},\"{}\"",
+                r.index,
+                r.tp,
+                r.pp,
+                r.dp,
+                r.cp,
+                r.ep,
+                r.vpp,
+                r.micro_batch,
+                r.recompute,
+                r.zero,
+                r.schedule,
+                self.scenario.replace([',', '"'], "_"),
+                r.step_time_s,
+                r.tokens_per_s,
+                r.mfu,
+                r.peak_memory_bytes,
+                r.peak_memory_fraction,
+                r.bubble_fraction,
+                r.exposed_comm_fraction,
+                r.fits,
+                r.simulated,
+                r.overrides.join(" ").replace('"', "\"\"")
+            );
+        }
+        o
+    }
+
+    /// The top `n` as an aligned table with a summary of what was skipped.
+    pub fn top_text(&self, n: usize) -> String {
+        let ranked = self.ranked();
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "{}: {} layouts, {} invalid (skipped), {} failed, {} out of memory ({} by model state alone, not simulated), {} fit; ranked by {:?}",
+            self.scenario,
+            self.layouts,
+            self.invalid,
+            self.failed,
+            self.out_of_memory(),
+            self.rows.len() - self.simulated(),
+            ranked.len(),
+            self.objective
+        );
+        let _ = writeln!(
+            o,
+            "{:>4} {:>4} {:>4} {:>4} {:>4} {:>4} {:>9} {:>2} {:>17} {:>10} {:>12} {:>6} {:>8} {:>7}",
+            "rank", "tp", "pp", "dp", "vpp", "mb", "recompute", "z", "schedule", "step ms", "tokens/s", "MFU", "mem GiB", "bubble"
+        );
+        for (i, r) in ranked.iter().take(n).enumerate() {
+            let _ = writeln!(
+                o,
+                "{:>4} {:>4} {:>4} {:>4} {:>4} {:>4} {:>9} {:>2} {:>17} {:>10.3} {:>12.0} {:>5.1}% {:>8.2} {:>6.1}%",
+                i + 1,
+                r.tp,
+                r.pp,
+                r.dp,
+                r.vpp,
+                r.micro_batch,
+                r.recompute,
+                r.zero,
+                r.schedule,
+                r.step_time_s * 1e3,
+                r.tokens_per_s,
+                r.mfu * 100.0,
+                r.peak_memory_bytes as f64 / (1u64 << 30) as f64,
+                r.bubble_fraction * 100.0
+            );
+        }
+        o
+    }
+}
+
+/// Columns of [`SweepResult::to_csv`].
+pub const CSV_HEADER: &str = "rank,index,tp,pp,dp,cp,ep,vpp,micro_batch,recompute,zero,schedule,scenario,step_time_s,tokens_per_s,mfu,peak_memory_bytes,peak_memory_fraction,bubble_fraction,exposed_comm_fraction,fits,simulated,overrides";
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MergeError {
+    #[error("nothing to merge")]
+    Empty,
+    #[error("cannot merge sweeps of different scenarios or objectives: {a} and {b}")]
+    Mismatch { a: String, b: String },
+    #[error("the shards overlap: layout {0} appears twice")]
+    Overlap(usize),
+}
+
+#[cfg(test)]
+mod tests;

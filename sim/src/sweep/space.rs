@@ -1,0 +1,326 @@
+//! The layouts a sweep visits, as lists of `--set` overrides: the cartesian product of
+//! `--vary KEY=VALUES` axes, or (`--search`) every way to lay the scenario's GPUs out as
+//! tp x pp x dp with a virtual-pipeline depth, micro batch, recompute mode and ZeRO stage.
+//! Enumeration is cheap and deterministic; whether a layout is valid is left to scenario
+//! validation, which explains nothing here but counts what it rejects.
+
+use crate::scenario::Scenario;
+
+/// One `--vary` axis: a scenario key and the values it takes (TOML value syntax).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Axis {
+    pub key: String,
+    pub values: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--vary {text}: {message}; allowed: KEY=V1,V2,... or KEY=A..B (integers A to B inclusive), e.g. parallel.tp=1,2,4,8 or parallel.pp=1..16")]
+pub struct AxisError {
+    pub text: String,
+    pub message: String,
+}
+
+/// Most values one `A..B` range may expand to.
+pub const MAX_RANGE: u64 = 4096;
+
+/// Parses `KEY=V1,V2,...` or `KEY=A..B`.
+pub fn parse_axis(text: &str) -> Result<Axis, AxisError> {
+    let fail = |message: &str| AxisError {
+        text: text.to_string(),
+        message: message.to_string(),
+    };
+    let (key, values) = text
+        .split_once('=')
+        .ok_or_else(|| fail("expected KEY=VALUES"))?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(fail("empty key"));
+    }
+    let values = values.trim();
+    let list: Vec<String> = match values.split_once("..") {
+        Some((a, b)) if !values.contains(',') => {
+            let (a, b) = match (a.trim().parse::<u64>(), b.trim().parse::<u64>()) {
+                (Ok(a), Ok(b)) => (a, b),
+                _ => return Err(fail("a range needs two non-negative integers")),
+            };
+            if a > b || b - a >= MAX_RANGE {
+                return Err(fail(
+                    "a range goes from a smaller to a larger integer, at most 4096 values",
+                ));
+            }
+            (a..=b).map(|v| v.to_string()).collect()
+        }
+        _ => values
+            .split(',')
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+            .collect(),
+    };
+    if list.is_empty() {
+        return Err(fail("no values"));
+    }
+    Ok(Axis {
+        key: key.to_string(),
+        values: list,
+    })
+}
+
+/// Every combination of the axes' values (the first axis varies slowest), as overrides.
+pub fn product(axes: &[Axis]) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = vec![Vec::new()];
+    for axis in axes {
+        let mut next = Vec::with_capacity(out.len() * axis.values.len());
+        for prefix in &out {
+            for v in &axis.values {
+                let mut o = prefix.clone();
+                o.push(format!("{}={}", axis.key, v));
+                next.push(o);
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+/// When a layout sets tp, pp, cp or ep but not dp, appends `parallel.dp=` the GPU count over
+/// tp*pp*cp*ep (values the layout does not set come from `base`), so that `--vary
+/// parallel.pp=1..16` alone moves GPUs between pipeline and data parallelism. A layout whose
+/// product does not divide the GPU count is left alone (validation then rejects it).
+pub fn derive_dp(base: &Scenario, layouts: &mut [Vec<String>]) {
+    let p = &base.parallel;
+    for l in layouts.iter_mut() {
+        let get = |key: &str| -> Option<Option<u64>> {
+            l.iter()
+                .rev()
+                .find_map(|o| o.strip_prefix(&format!("parallel.{key}=")))
+                .map(|v| v.trim().parse::<u64>().ok())
+        };
+        if get("dp").is_some() {
+            continue;
+        }
+        let axes = [("tp", p.tp), ("pp", p.pp), ("cp", p.cp), ("ep", p.ep)];
+        if axes.iter().all(|(k, _)| get(k).is_none()) {
+            continue;
+        }
+        let mut product = 1u64;
+        for (key, default) in axes {
+            match get(key) {
+                Some(Some(v)) => product = product.saturating_mul(v),
+                Some(None) => product = 0,
+                None => product = product.saturating_mul(u64::from(default)),
+            }
+        }
+        let gpus = u64::from(base.cluster.gpus);
+        if product > 0 && gpus % product == 0 {
+            l.push(format!("parallel.dp={}", gpus / product));
+        }
+    }
+}
+
+fn divisors(n: u64) -> Vec<u64> {
+    (1..=n).filter(|d| n % d == 0).collect()
+}
+
+/// What `--search` varies, with its defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SearchSpace {
+    pub micro_batches: Vec<u64>,
+    pub recompute: Vec<&'static str>,
+    pub zero: Vec<u8>,
+    /// Virtual pipeline depths tried (> 1 uses the interleaved-1f1b schedule).
+    pub vpp: Vec<u32>,
+}
+
+impl Default for SearchSpace {
+    fn default() -> Self {
+        SearchSpace {
+            micro_batches: vec![1, 2, 4, 8],
+            recompute: vec!["none", "selective", "full"],
+            zero: vec![0, 1, 2, 3],
+            vpp: vec![1, 2, 4, 8],
+        }
+    }
+}
+
+/// Every layout of `base`'s GPU count (cp and ep kept as they are): tp dividing the heads,
+/// pp dividing the layers, dp the rest; then each vpp, micro batch, recompute and ZeRO stage.
+/// Combinations that cannot work for arithmetic reasons (pp*vpp not dividing the layers, a
+/// micro batch that does not divide the per-replica batch) are not generated; the rest are
+/// left to scenario validation.
+pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
+    let p = &base.parallel;
+    let m = &base.model;
+    let gpus = u64::from(base.cluster.gpus);
+    let fixed = u64::from(p.cp) * u64::from(p.ep);
+    if fixed == 0 || gpus % fixed != 0 {
+        return Vec::new();
+    }
+    let rest = gpus / fixed;
+    let non_interleaved = match p.schedule {
+        crate::scenario::PipelineSchedule::Interleaved1F1B => "1f1b",
+        other => other.as_str(),
+    };
+    let mut out = Vec::new();
+    for tp in divisors(rest) {
+        if u64::from(m.heads) % tp != 0 {
+            continue;
+        }
+        for pp in divisors(rest / tp) {
+            let dp = rest / tp / pp;
+            for &vpp in &space.vpp {
+                let chunks = pp * u64::from(vpp);
+                if u64::from(m.layers) % chunks != 0 || (vpp > 1 && pp == 1) {
+                    continue;
+                }
+                let schedule = if vpp > 1 {
+                    "interleaved-1f1b"
+                } else {
+                    non_interleaved
+                };
+                for &mb in &space.micro_batches {
+                    if base.training.global_batch % (mb * dp * u64::from(p.ep)) != 0 {
+                        continue;
+                    }
+                    for rc in &space.recompute {
+                        for &zero in &space.zero {
+                            out.push(vec![
+                                format!("parallel.tp={tp}"),
+                                format!("parallel.pp={pp}"),
+                                format!("parallel.dp={dp}"),
+                                format!("parallel.vpp={vpp}"),
+                                format!("parallel.schedule=\"{schedule}\""),
+                                format!("parallel.zero={zero}"),
+                                "parallel.fsdp=false".to_string(),
+                                format!("parallel.sequence_parallel={}", tp > 1),
+                                format!("training.micro_batch={mb}"),
+                                format!("training.recompute=\"{rc}\""),
+                            ]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A shard `i/n` (0-based): the layouts whose index is `i` modulo `n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--shard {0}: expected I/N with 0 <= I < N, e.g. 0/4 .. 3/4")]
+pub struct ShardError(pub String);
+
+impl Shard {
+    pub fn parse(text: &str) -> Result<Shard, ShardError> {
+        let bad = || ShardError(text.to_string());
+        let (i, n) = text.split_once('/').ok_or_else(bad)?;
+        let (index, count) = match (i.trim().parse::<u32>(), n.trim().parse::<u32>()) {
+            (Ok(i), Ok(n)) if n > 0 && i < n => (i, n),
+            _ => return Err(bad()),
+        };
+        Ok(Shard { index, count })
+    }
+
+    /// Whether the layout at `position` belongs to this shard.
+    pub fn holds(&self, position: usize) -> bool {
+        position % self.count as usize == self.index as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::small_scenario;
+
+    #[test]
+    fn axes_parse_lists_and_ranges() {
+        assert_eq!(
+            parse_axis("parallel.tp=1,2,4").unwrap().values,
+            vec!["1", "2", "4"]
+        );
+        assert_eq!(parse_axis("parallel.pp=1..4").unwrap().values.len(), 4);
+        assert_eq!(
+            parse_axis("training.recompute=none,\"full\"")
+                .unwrap()
+                .values,
+            vec!["none", "\"full\""]
+        );
+        for bad in ["parallel.tp", "=1", "parallel.pp=4..1", "x=", "x=1..99999"] {
+            assert!(parse_axis(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn product_is_cartesian_first_axis_slowest() {
+        let a = parse_axis("a=1,2").unwrap();
+        let b = parse_axis("b=x,y,z").unwrap();
+        let p = product(&[a, b]);
+        assert_eq!(p.len(), 6);
+        assert_eq!(p[0], vec!["a=1", "b=x"]);
+        assert_eq!(p[1], vec!["a=1", "b=y"]);
+        assert_eq!(p[5], vec!["a=2", "b=z"]);
+        assert_eq!(product(&[]), vec![Vec::<String>::new()]);
+    }
+
+    #[test]
+    fn dp_follows_the_other_axes_unless_varied() {
+        let s = small_scenario(2, 2, 4, 8); // 16 GPUs
+        let mut l = product(&[
+            parse_axis("parallel.pp=1,2,3").unwrap(),
+            parse_axis("training.micro_batch=1").unwrap(),
+        ]);
+        derive_dp(&s, &mut l);
+        assert_eq!(l[0].last().unwrap(), "parallel.dp=8"); // 16 / (tp 2 * pp 1)
+        assert_eq!(l[1].last().unwrap(), "parallel.dp=4");
+        assert_eq!(l[2].last().unwrap(), "training.micro_batch=1"); // 3 does not divide
+        let mut given = product(&[
+            parse_axis("parallel.dp=2").unwrap(),
+            parse_axis("parallel.tp=1").unwrap(),
+        ]);
+        derive_dp(&s, &mut given);
+        assert_eq!(given[0].len(), 2, "an explicit dp is kept");
+        let mut other = product(&[parse_axis("training.micro_batch=1,2").unwrap()]);
+        derive_dp(&s, &mut other);
+        assert!(other.iter().all(|o| o.len() == 1), "no mesh axis varied");
+    }
+
+    #[test]
+    fn search_layouts_cover_the_gpus_exactly() {
+        let s = small_scenario(2, 2, 4, 8);
+        let layouts = search(&s, &SearchSpace::default());
+        assert!(!layouts.is_empty());
+        for l in &layouts {
+            let get = |k: &str| -> u64 {
+                l.iter()
+                    .find_map(|o| o.strip_prefix(&format!("parallel.{k}=")))
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            };
+            assert_eq!(get("tp") * get("pp") * get("dp"), 16);
+            assert_eq!(u64::from(s.model.layers) % (get("pp") * get("vpp")), 0);
+        }
+        let mut sorted = layouts.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), layouts.len(), "no duplicates");
+    }
+
+    #[test]
+    fn shards_partition_the_layouts() {
+        let shards: Vec<Shard> = (0..3)
+            .map(|i| Shard::parse(&format!("{i}/3")).unwrap())
+            .collect();
+        for pos in 0..20 {
+            assert_eq!(shards.iter().filter(|s| s.holds(pos)).count(), 1);
+        }
+        for bad in ["3/3", "1", "a/b", "0/0"] {
+            assert!(Shard::parse(bad).is_err());
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Sweep tests on the small scenario: invalid layouts counted, rows equal to direct
+//! predictions, shards merging (through JSON) into the whole sweep, CSV shape, and the
+//! model-state prefilter never dropping a layout that fits.
+
+use super::*;
+
+fn source() -> ScenarioSource {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/small.toml");
+    ScenarioSource::read(&path).unwrap()
+}
+
+fn numbered(layouts: Vec<Vec<String>>) -> Vec<(usize, Vec<String>)> {
+    layouts.into_iter().enumerate().collect()
+}
+
+#[test]
+fn vary_sweep_counts_invalid_layouts_and_ranks_the_rest() {
+    let src = source();
+    let axes = [
+        parse_axis("parallel.tp=1,2,3").unwrap(),
+        parse_axis("parallel.dp=2").unwrap(),
+        parse_axis("training.micro_batch=1,2").unwrap(),
+    ];
+    let layouts = product(&axes);
+    assert_eq!(layouts.len(), 6);
+    let r = run(
+        &src,
+        "small",
+        numbered(layouts),
+        Objective::TokensPerS,
+        &|| {},
+    );
+    // small.toml has 8 GPUs, pp 2: only tp = 2 makes tp*pp*dp = 8.
+    assert_eq!(r.invalid, 4);
+    assert_eq!(r.rows.len(), 2);
+    assert!(r.rows.iter().all(|row| row.tp == 2));
+    let ranked = r.ranked();
+    for w in ranked.windows(2) {
+        assert!(w[0].tokens_per_s >= w[1].tokens_per_s);
+    }
+    // Each row equals a direct collapsed prediction of its overrides.
+    for row in &r.rows {
+        let s = src.resolve(&row.overrides).unwrap();
+        let full = crate::predict(&s, &crate::PredictOptions::default()).unwrap();
+        assert_eq!(row.step_time_s, full.report.step_time_s);
+        assert_eq!(row.peak_memory_bytes, full.report.peak_memory_bytes);
+    }
+}
+
+#[test]
+fn shards_merge_into_the_whole_sweep() {
+    let src = source();
+    let s = src.resolve(&[]).unwrap();
+    let layouts = numbered(search(&s, &SearchSpace::default()));
+    let whole = run(&src, "small", layouts.clone(), Objective::Mfu, &|| {});
+    let parts: Vec<SweepResult> = (0..3)
+        .map(|i| {
+            let shard = Shard { index: i, count: 3 };
+            let mine = layouts
+                .iter()
+                .filter(|(p, _)| shard.holds(*p))
+                .cloned()
+                .collect();
+            run(&src, "small", mine, Objective::Mfu, &|| {})
+        })
+        .collect();
+    // Through JSON, as the files a batch system would hand back.
+    let parts = parts
+        .iter()
+        .map(|p| serde_json::from_str::<SweepResult>(&p.to_json()).unwrap())
+        .collect();
+    let merged = SweepResult::merge(parts).unwrap();
+    assert_eq!(
+        (
+            merged.layouts,
+            merged.invalid,
+            merged.failed,
+            merged.rows.len()
+        ),
+        (whole.layouts, whole.invalid, whole.failed, whole.rows.len())
+    );
+    for (a, b) in merged.rows.iter().zip(&whole.rows) {
+        assert_eq!(a, b);
+    }
+    assert_eq!(merged, whole);
+    assert!(SweepResult::merge(vec![whole.clone(), whole.clone()]).is_err());
+}
+
+#[test]
+fn csv_has_one_line_per_row_and_ranks_first() {
+    let src = source();
+    let layouts = product(&[parse_axis("training.micro_batch=1,2,4").unwrap()]);
+    let r = run(
+        &src,
+        "small",
+        numbered(layouts),
+        Objective::StepTime,
+        &|| {},
+    );
+    let csv = r.to_csv();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], CSV_HEADER);
+    assert_eq!(lines.len(), 1 + r.rows.len());
+    let cols = CSV_HEADER.split(',').count();
+    assert!(lines[1].starts_with("1,"));
+    for l in &lines[1..] {
+        // overrides hold no commas, so a plain split counts the columns.
+        assert_eq!(l.split(',').count(), cols, "{l}");
+    }
+}
+
+#[test]
+fn layouts_skipped_for_model_state_really_do_not_fit() {
+    let mut src = source();
+    assert!(src.text.contains("hbm_bytes = 16_000_000_000"));
+    // 24 MB of HBM: some layouts' model state alone is larger, some fit, some not.
+    src.text = src
+        .text
+        .replace("hbm_bytes = 16_000_000_000", "hbm_bytes = 24_000_000");
+    let s = src.resolve(&[]).unwrap();
+    let r = run(
+        &src,
+        "small",
+        numbered(search(&s, &SearchSpace::default())),
+        Objective::TokensPerS,
+        &|| {},
+    );
+    let skipped: Vec<&SweepRow> = r.rows.iter().filter(|x| !x.simulated).collect();
+    assert!(!skipped.is_empty());
+    assert!(r.rows.iter().any(|x| x.simulated && x.fits));
+    assert!(r.rows.iter().any(|x| x.simulated && !x.fits));
+    for row in skipped {
+        assert!(!row.fits);
+        let s = src.resolve(&row.overrides).unwrap();
+        let full = crate::predict(&s, &crate::PredictOptions::default()).unwrap();
+        assert!(!full.report.fits, "{:?}", row.overrides);
+        assert!(full.report.peak_memory_bytes >= row.peak_memory_bytes);
+    }
+}

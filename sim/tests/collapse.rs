@@ -1,0 +1,155 @@
+//! Collapsed-rank mode against the full simulation: on every bundled scenario and on random
+//! configurations (pipeline schedules, tp/cp/ep/dp, ZeRO, MoE, recompute, node sizes) the
+//! collapsed run must give the same step time, per-rank busy/exposed/idle times, FLOPs and
+//! memory, hence the same report apart from the event count and wall time.
+
+use proptest::prelude::*;
+use std::path::Path;
+use twin_sim::engine::{SimOptions, SimResult};
+use twin_sim::report::Report;
+use twin_sim::scenario::*;
+use twin_sim::testing::small_scenario;
+use twin_sim::Staged;
+
+fn both(s: &Scenario) -> Option<(Staged, SimResult, SimResult)> {
+    let staged = Staged::new(s).ok()?;
+    let full = staged.simulate(&SimOptions::default()).ok()?;
+    let collapsed = staged
+        .simulate(&SimOptions {
+            collapse: true,
+            ..SimOptions::default()
+        })
+        .expect("collapsed run succeeds where the full one does");
+    Some((staged, full, collapsed))
+}
+
+/// Same outcome; returns whether the collapsed run really collapsed.
+fn assert_same(s: &Scenario) -> Option<bool> {
+    let (staged, full, c) = both(s)?;
+    assert_eq!(c.step_time_ns, full.step_time_ns, "{}", s.name);
+    assert_eq!(c.ranks, full.ranks, "{}", s.name);
+    assert_eq!(c.bubble_fraction(), full.bubble_fraction());
+    assert_eq!(c.exposed_comm_fraction(), full.exposed_comm_fraction());
+    if c.collapsed {
+        assert!(c.events <= full.events);
+    } else {
+        assert_eq!(c, full);
+    }
+    let report = |r: &SimResult| {
+        let mut rep = Report::build(&staged.scenario, &staged.plan, &staged.schedule, r, 0.0);
+        rep.events = 0;
+        rep
+    };
+    assert_eq!(report(&c), report(&full));
+    Some(c.collapsed)
+}
+
+#[test]
+fn bundled_scenarios_collapse_exactly() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = vec![
+        root.join("scenarios/512xA100.toml"),
+        root.join("scenarios/small.toml"),
+    ];
+    for entry in std::fs::read_dir(root.join("scenarios/schedules")).unwrap() {
+        files.push(entry.unwrap().path());
+    }
+    files.sort();
+    for f in files {
+        let s = load(&f, &[]).unwrap();
+        assert_eq!(assert_same(&s), Some(true), "{}", f.display());
+    }
+}
+
+#[test]
+fn symmetric_grid_always_collapses() {
+    let mut n = 0;
+    for tp in [1, 2, 4] {
+        for pp in [1, 2, 4] {
+            for dp in [1, 2, 4] {
+                for (sched, vpp) in [
+                    (PipelineSchedule::OneFOneB, 1),
+                    (PipelineSchedule::Interleaved1F1B, 2),
+                    (PipelineSchedule::ZeroBubble, 1),
+                    (PipelineSchedule::Gpipe, 1),
+                ] {
+                    let mut s = small_scenario(tp, pp, dp, 2 * u64::from(pp));
+                    s.parallel.schedule = sched;
+                    s.parallel.vpp = vpp;
+                    s.model.layers = 2 * pp * vpp;
+                    s.parallel.zero = (tp % 4) as u8;
+                    if let Some(c) = assert_same(&s) {
+                        assert!(c, "{tp} {pp} {dp} {sched:?}");
+                        n += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(n >= 80, "only {n} configurations ran");
+}
+
+fn random_scenario() -> impl Strategy<Value = Scenario> {
+    (
+        (1u32..=4, 1u32..=4, 1u32..=3, 1u32..=2, 1u32..=2, 1u32..=2),
+        (
+            0u8..=3,
+            prop_oneof![
+                Just(PipelineSchedule::Gpipe),
+                Just(PipelineSchedule::OneFOneB),
+                Just(PipelineSchedule::Interleaved1F1B),
+                Just(PipelineSchedule::ZeroBubble),
+            ],
+            prop_oneof![
+                Just(Recompute::None),
+                Just(Recompute::Selective),
+                Just(Recompute::Full)
+            ],
+            any::<bool>(),
+            any::<bool>(),
+            1u32..=4,
+        ),
+        (prop_oneof![Just(2u32), Just(3), Just(4), Just(8)], 1u64..=3),
+    )
+        .prop_map(
+            |((tp, pp, dp, cp, ep, vpp), (zero, sched, rc, moe, layer, mf), (gpn, mb))| {
+                let m = u64::from(pp * mf);
+                let mut s = small_scenario(tp, pp, dp, m);
+                let vpp = if sched == PipelineSchedule::Interleaved1F1B {
+                    vpp
+                } else {
+                    1
+                };
+                s.parallel.vpp = vpp;
+                s.parallel.cp = cp;
+                s.parallel.ep = ep;
+                s.parallel.zero = zero;
+                s.parallel.schedule = sched;
+                s.cluster.gpus = tp * pp * dp * cp * ep;
+                s.cluster.gpus_per_node = gpn.min(s.cluster.gpus);
+                s.model.layers = pp * vpp * 2;
+                s.model.moe = moe.then_some(Moe {
+                    experts: 4,
+                    top_k: 2,
+                    moe_every: 1,
+                });
+                s.training.micro_batch = mb;
+                s.training.global_batch = m * mb * u64::from(dp * ep);
+                s.training.recompute = rc;
+                s.run.granularity = if layer {
+                    Granularity::Layer
+                } else {
+                    Granularity::Chunk
+                };
+                s
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+    #[test]
+    fn random_configs_collapse_exactly(s in random_scenario()) {
+        assert_same(&s);
+    }
+}

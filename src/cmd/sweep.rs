@@ -1,0 +1,263 @@
+//! `twin sweep`: simulate many layouts of one scenario in parallel and rank them; also joins
+//! the shards of a sweep spread over a batch system (`--merge`).
+
+use super::write_atomic;
+use anyhow::Context;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use twin_sim::scenario::ScenarioSource;
+use twin_sim::sweep::{self, Objective, SearchSpace, Shard, SweepResult};
+
+/// Simulate many layouts of a scenario and rank them.
+///
+/// Either vary chosen keys (--vary, the cartesian product of all axes) or search every valid
+/// layout of the scenario's GPU count (--search: tp x pp x dp x vpp x micro batch x recompute
+/// x ZeRO stage; cp and ep are kept). Each layout is simulated in collapsed-rank mode (exact)
+/// on all cores. Invalid combinations are skipped and counted, layouts that do not fit in
+/// memory are dropped from the ranking, the rest are ranked by the objective and the top N
+/// printed; --out writes every simulated layout as CSV or JSON (by extension).
+///
+/// Large sweeps can be split: run `--shard I/N` (0-based) as N independent jobs, e.g. a Slurm
+/// array with --array=0-(N-1) and --shard $SLURM_ARRAY_TASK_ID/N --out part-$I.json, then
+/// `twin sweep --merge part-*.json`.
+///
+/// Examples:
+///   twin sweep scenarios/512xA100.toml --vary parallel.tp=1,2,4,8 --vary parallel.pp=1..16
+///   twin sweep scenarios/512xA100.toml --search --top 10 --out layouts.csv
+///   twin sweep scenarios/512xA100.toml --search --objective mfu --shard 0/4 --out part-0.json
+///   twin sweep --merge part-0.json part-1.json part-2.json part-3.json --out all.csv
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// The base scenario (not needed with --merge).
+    #[arg(required_unless_present = "merge")]
+    pub scenario: Option<PathBuf>,
+    /// An axis to vary: KEY=V1,V2,... or KEY=A..B (integers, inclusive). Repeatable. When the
+    /// axes change tp, pp, cp or ep but not dp, each layout's dp is the GPU count divided by
+    /// tp*pp*cp*ep.
+    #[arg(long, value_name = "KEY=VALUES")]
+    pub vary: Vec<String>,
+    /// Search every layout of the GPU count (combined with --vary: each searched layout is
+    /// also crossed with the --vary axes).
+    #[arg(long)]
+    pub search: bool,
+    /// Override a key of the base scenario first. Repeatable. The base is then written out
+    /// with every value explicit (dp included), so a --vary of tp or pp needs dp varied too;
+    /// --search sets tp, pp and dp itself.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    /// What to rank by.
+    #[arg(long, value_enum, default_value = "tokens-per-s")]
+    pub objective: Obj,
+    /// How many of the best layouts to print.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Write every simulated layout to FILE: .csv for CSV, anything else JSON.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Run only shard I of N (0-based): layouts whose index is I modulo N.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+    /// Join sweep results (JSON files written by --out) instead of running a sweep.
+    #[arg(long, num_args = 1.., value_name = "FILES", conflicts_with_all = ["scenario", "vary", "search", "shard"])]
+    pub merge: Vec<PathBuf>,
+    /// Print the result as JSON on standard output instead of the top-N table.
+    #[arg(long)]
+    pub json: bool,
+    /// Never draw the progress bar (it is drawn only when standard error is a terminal).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Obj {
+    TokensPerS,
+    Mfu,
+    StepTime,
+    Memory,
+}
+
+impl From<Obj> for Objective {
+    fn from(o: Obj) -> Self {
+        match o {
+            Obj::TokensPerS => Objective::TokensPerS,
+            Obj::Mfu => Objective::Mfu,
+            Obj::StepTime => Objective::StepTime,
+            Obj::Memory => Objective::Memory,
+        }
+    }
+}
+
+fn bad_input(err: anyhow::Error) -> ExitCode {
+    eprintln!("error: {err}");
+    for cause in err.chain().skip(1) {
+        eprintln!("  caused by: {cause}");
+    }
+    ExitCode::from(2)
+}
+
+/// Layouts numbered in full-sweep order, each as its list of overrides.
+type Numbered = Vec<(usize, Vec<String>)>;
+
+/// The layouts to run and the base source.
+fn plan_layouts(args: &Args) -> anyhow::Result<(ScenarioSource, String, Numbered)> {
+    let path = args
+        .scenario
+        .as_ref()
+        .context("a scenario file is needed")?;
+    let mut source = ScenarioSource::read(path)?;
+    let base = source.resolve(&args.overrides)?;
+    if !args.overrides.is_empty() {
+        // Fold --set into the text so every layout starts from the overridden scenario.
+        source.text = twin_sim::scenario::to_toml(&base);
+    }
+    let axes = args
+        .vary
+        .iter()
+        .map(|v| sweep::parse_axis(v))
+        .collect::<Result<Vec<_>, _>>()?;
+    if axes.is_empty() && !args.search {
+        anyhow::bail!("nothing to sweep: give --vary KEY=VALUES or --search");
+    }
+    let mut varied = sweep::product(&axes);
+    if !args.search {
+        sweep::derive_dp(&base, &mut varied);
+    }
+    let layouts: Vec<Vec<String>> = if args.search {
+        let searched = sweep::search(&base, &SearchSpace::default());
+        searched
+            .iter()
+            .flat_map(|s| {
+                varied.iter().map(move |v| {
+                    let mut o = s.clone();
+                    o.extend(v.iter().cloned());
+                    o
+                })
+            })
+            .collect()
+    } else {
+        varied
+    };
+    let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
+    let numbered = layouts
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| shard.map_or(true, |s| s.holds(*i)))
+        .collect();
+    Ok((source, base.name, numbered))
+}
+
+fn read_parts(files: &[PathBuf]) -> anyhow::Result<SweepResult> {
+    let mut parts = Vec::new();
+    for f in files {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?;
+        let part: SweepResult = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a `twin sweep --out X.json` file", f.display()))?;
+        parts.push(part);
+    }
+    Ok(SweepResult::merge(parts)?)
+}
+
+/// A progress bar on standard error, redrawn from its own thread.
+struct Progress {
+    done: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn start(total: usize, draw: bool) -> Progress {
+        let done = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = draw.then(|| {
+            let (done, stop) = (done.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let t0 = Instant::now();
+                loop {
+                    let finished = stop.load(Ordering::Relaxed);
+                    let n = done.load(Ordering::Relaxed);
+                    let frac = if total == 0 {
+                        1.0
+                    } else {
+                        n as f64 / total as f64
+                    };
+                    let width = 30;
+                    let filled = ((frac * width as f64) as usize).min(width);
+                    let rate = n as f64 / t0.elapsed().as_secs_f64().max(1e-9);
+                    eprint!(
+                        "\r[{}{}] {n}/{total} layouts, {rate:.0}/s ",
+                        "#".repeat(filled),
+                        "-".repeat(width - filled)
+                    );
+                    if finished {
+                        eprintln!();
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+        });
+        Progress { done, stop, thread }
+    }
+
+    fn tick(&self) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn finish(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let t0 = Instant::now();
+    let result = if !args.merge.is_empty() {
+        match read_parts(&args.merge) {
+            Ok(r) => r,
+            Err(e) => return Ok(bad_input(e)),
+        }
+    } else {
+        let (source, name, layouts) = match plan_layouts(&args) {
+            Ok(x) => x,
+            Err(e) => return Ok(bad_input(e)),
+        };
+        let draw = !args.quiet && std::io::stderr().is_terminal();
+        let progress = Progress::start(layouts.len(), draw);
+        let r = sweep::run(&source, &name, layouts, args.objective.into(), &|| {
+            progress.tick()
+        });
+        progress.finish();
+        r
+    };
+    let wall_s = t0.elapsed().as_secs_f64();
+    if let Some(path) = &args.out {
+        let text = if path.extension().is_some_and(|e| e == "csv") {
+            result.to_csv()
+        } else {
+            result.to_json()
+        };
+        write_atomic(path, &text)?;
+    }
+    if args.json {
+        println!("{}", result.to_json());
+    } else {
+        print!("{}", result.top_text(args.top));
+        if args.merge.is_empty() {
+            let simulated = result.simulated() + result.failed;
+            eprintln!(
+                "{} layouts ({simulated} simulated) in {wall_s:.2} s: {:.0} layouts/s",
+                result.layouts,
+                result.layouts as f64 / wall_s.max(1e-9)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
