@@ -24,6 +24,10 @@ struct Cli {
 enum Command {
     Simulate(cmd::simulate::Args),
     Bench(cmd::bench::Args),
+    Run(cmd::run::Args),
+    /// One rank of a host run (started by `twin run`, by hand, or by srun).
+    #[command(hide = true)]
+    Worker(cmd::run::WorkerArgs),
 }
 
 /// Exit codes: 0 success, 1 failure of the work, 2 bad input (scenario or arguments).
@@ -32,6 +36,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Run(args) => cmd::run::run(args),
+        Command::Worker(args) => cmd::run::worker(args),
     };
     match result {
         Ok(code) => code,

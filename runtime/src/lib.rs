@@ -6,6 +6,8 @@
 pub mod backend;
 pub mod error;
 pub mod exec;
+pub mod launch;
+pub mod transport;
 
 pub use backend::{Backend, MemoryReport, OpContext, OpTiming};
 pub use error::RuntimeError;

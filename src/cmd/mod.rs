@@ -1,6 +1,7 @@
 //! Subcommands. Each module owns its clap arguments and a `run` that returns an exit code.
 
 pub mod bench;
+pub mod run;
 pub mod simulate;
 
 use std::path::Path;
