@@ -54,6 +54,12 @@ impl Workspace {
 
     /// Run every GEMM of `op` (each `count` times), then its memory-bound pass.
     pub fn run(&mut self, op: &ComputeOp) {
+        self.run_gemms(op);
+        self.run_memory(op);
+    }
+
+    /// The GEMMs of `op` at their planned shapes, each `count` times.
+    pub fn run_gemms(&mut self, op: &ComputeOp) {
         for g in &op.gemms {
             let (m, n, k) = (elems(g.m), elems(g.n), elems(g.k));
             if m == 0 || n == 0 || k == 0 {
@@ -70,6 +76,11 @@ impl Workspace {
                 sgemm(m, n, k, a, b, c);
             }
         }
+        std::hint::black_box(&self.c);
+    }
+
+    /// The memory-bound pass of `op`: an axpy over `memory_bytes / 12` elements.
+    pub fn run_memory(&mut self, op: &ComputeOp) {
         let len = elems(op.memory_bytes / AXPY_BYTES_PER_ELEM)
             .min(self.x.len())
             .min(self.y.len());
@@ -77,8 +88,7 @@ impl Workspace {
         for (y, x) in self.y[..len].iter_mut().zip(&self.x[..len]) {
             *y += alpha * *x;
         }
-        // Keep the results observable so no pass is optimised away.
-        std::hint::black_box(&self.c);
+        // Keep the result observable so the pass is not optimised away.
         std::hint::black_box(&self.y);
     }
 }

@@ -143,9 +143,10 @@ impl HostBackend {
                 let peer = q.peer.ok_or_else(no_peer)?;
                 // The transfer starts when the sender's first bytes arrive (the IR's
                 // rendezvous); waiting for them before is idle time, not communication.
+                let issued = self.clock.now_ns();
                 let (got, arrived) = self.mesh.recv(peer, lane, p2p_wire_tag(*tag), *bytes)?;
                 let end = self.clock.now_ns();
-                let start = self.clock.at_ns(arrived).min(end);
+                let start = self.clock.at_ns(arrived).clamp(issued, end);
                 if got != p2p_payload(peer, *tag, *bytes) {
                     return Err(RuntimeError::WrongResult(format!(
                         "the {bytes} bytes received from rank {peer} (tag {tag}) differ from what it sent"

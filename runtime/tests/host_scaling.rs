@@ -1,0 +1,113 @@
+//! Honesty checks of the host backend: the work it does follows the planned sizes. Doubling
+//! the hidden size makes the measured GEMM time grow about 4x (the FLOPs of the layers'
+//! GEMMs grow 4x; the vocabulary and attention-score GEMMs 2x), and doubling a collective's
+//! bytes makes its measured time grow. Each size is measured over repeated runs and the
+//! fastest kept, to damp noise from other processes; the band is wide on purpose (2.5-6x),
+//! since a shared CI machine can stall any single measurement.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use twin_runtime::backend::host::{HostBackend, Workspace};
+use twin_runtime::exec::run_step;
+use twin_runtime::transport::collective::{self, Ring};
+use twin_runtime::transport::mesh::Mesh;
+use twin_runtime::transport::store::{Clock, StoreClient, StoreServer};
+use twin_sim::schedule::{CollectiveKind, OpKind};
+
+/// Fastest total time of the compute ops of one step, over `repeats` steps.
+fn gemm_time_ns(hidden: u64, repeats: u32) -> (u64, u64) {
+    let mut s = twin_sim::testing::small_scenario(1, 1, 1, 1);
+    s.model.hidden = hidden;
+    s.model.heads = 4;
+    s.model.kv_heads = 4;
+    s.model.ffn_hidden = 4 * hidden;
+    s.model.seq_len = 128;
+    s.model.vocab = 256;
+    s.model.layers = 2;
+    let staged = twin_sim::Staged::new(&s).unwrap();
+    let ops = &staged.schedule.program(0).ops;
+    let flops: u64 = ops
+        .iter()
+        .map(|o| match &o.kind {
+            OpKind::Compute(c) => c.flops,
+            _ => 0,
+        })
+        .sum();
+    // Whole steps run for real (GEMMs, memory pass, buffers) ...
+    let mut backend = HostBackend::single();
+    run_step(&staged.plan, &staged.schedule, 0, &mut backend).unwrap();
+    // ... and the GEMMs of every compute op at their planned shapes are timed on their own:
+    // the memory-bound pass does not grow 4x with hidden, so it must not blur the check.
+    let mut ws = Workspace::for_program(staged.schedule.program(0));
+    let best = (0..repeats)
+        .map(|_| {
+            let start = Instant::now();
+            for op in ops {
+                if let OpKind::Compute(c) = &op.kind {
+                    ws.run_gemms(c);
+                }
+            }
+            start.elapsed().as_nanos() as u64
+        })
+        .min()
+        .unwrap();
+    (best, flops)
+}
+
+#[test]
+fn doubling_hidden_makes_gemm_time_grow_about_4x() {
+    let (t1, f1) = gemm_time_ns(256, 3);
+    let (t2, f2) = gemm_time_ns(512, 3);
+    let flop_ratio = f2 as f64 / f1 as f64;
+    let time_ratio = t2 as f64 / t1 as f64;
+    eprintln!("GEMM time {t1} ns -> {t2} ns: {time_ratio:.2}x for {flop_ratio:.2}x the FLOPs");
+    assert!(
+        (3.5..=4.0).contains(&flop_ratio),
+        "planned FLOPs grew {flop_ratio}x"
+    );
+    assert!(
+        (2.5..=6.0).contains(&time_ratio),
+        "GEMM time grew {time_ratio:.2}x ({t1} ns -> {t2} ns) for {flop_ratio:.2}x the FLOPs"
+    );
+}
+
+#[test]
+fn doubling_collective_bytes_makes_it_slower() {
+    let server = StoreServer::start("127.0.0.1", 0, Clock::new()).unwrap();
+    let port = server.addr.port();
+    let t = Duration::from_secs(30);
+    let handles: Vec<_> = (0..2u32)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let mut store = StoreClient::connect("127.0.0.1", port, t).unwrap();
+                let mesh = Arc::new(Mesh::connect(&mut store, rank, 2, t).unwrap());
+                let members = [0, 1];
+                let mut best = Vec::new();
+                for (i, elems) in [1usize << 20, 2 << 20].into_iter().enumerate() {
+                    let mut fastest = u128::MAX;
+                    for rep in 0..5u64 {
+                        store.barrier(&format!("b{i}-{rep}"), rank, 2).unwrap();
+                        let ring = Ring::new(&mesh, &members, 4, rep + 10 * i as u64).unwrap();
+                        let input = collective::input(CollectiveKind::AllReduce, &ring, elems, 0);
+                        let start = Instant::now();
+                        let out =
+                            collective::execute(CollectiveKind::AllReduce, &ring, input).unwrap();
+                        fastest = fastest.min(start.elapsed().as_nanos());
+                        collective::verify(CollectiveKind::AllReduce, &ring, &out, 0).unwrap();
+                    }
+                    best.push(fastest);
+                }
+                best
+            })
+        })
+        .collect();
+    for h in handles {
+        let best = h.join().unwrap();
+        assert!(
+            best[1] > best[0],
+            "an all-reduce of 8 MiB took {} ns, of 4 MiB {} ns",
+            best[1],
+            best[0]
+        );
+    }
+}
