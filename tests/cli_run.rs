@@ -38,8 +38,11 @@ fn is_mem(op: &Op) -> bool {
     matches!(op.kind, OpKind::Alloc { .. } | OpKind::Free { .. })
 }
 
-/// (rank, op) -> (start, end) of every "X" event of a Chrome trace, counting duplicates.
-fn x_events(trace: &str) -> (BTreeMap<(u64, u64), (f64, f64)>, usize) {
+/// (rank, op) -> (start, end) in microseconds.
+type Spans = BTreeMap<(u64, u64), (f64, f64)>;
+
+/// The spans of every "X" event of a Chrome trace, and how many there were (duplicates count).
+fn x_events(trace: &str) -> (Spans, usize) {
     let v: Value = serde_json::from_str(trace).unwrap();
     let mut out = BTreeMap::new();
     let mut n = 0;

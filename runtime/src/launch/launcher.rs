@@ -56,7 +56,7 @@ pub struct LaunchOutput {
 /// Time the others get to report after the first failure, before they are killed.
 const GRACE: Duration = Duration::from_millis(1500);
 
-fn drain(mut r: impl Read + Send + 'static) -> (Arc<Mutex<Vec<u8>>>, JoinHandle<()>) {
+fn drain(mut r: impl Read + Send + 'static) -> Drained {
     let buf = Arc::new(Mutex::new(Vec::new()));
     let b = Arc::clone(&buf);
     let h = std::thread::spawn(move || {
@@ -76,8 +76,8 @@ fn drain(mut r: impl Read + Send + 'static) -> (Arc<Mutex<Vec<u8>>>, JoinHandle<
 struct Rank {
     rank: u32,
     child: Child,
-    out: (Arc<Mutex<Vec<u8>>>, JoinHandle<()>),
-    err: (Arc<Mutex<Vec<u8>>>, JoinHandle<()>),
+    out: Drained,
+    err: Drained,
     exit: Option<(ExitStatus, Instant)>,
     killed_by_launcher: bool,
 }
@@ -165,13 +165,12 @@ pub fn launch(opts: &LaunchOptions) -> Result<LaunchOutput, LaunchError> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let text = |b: &Arc<Mutex<Vec<u8>>>| b.lock().map(|v| v.clone()).unwrap_or_default();
     let mut stdout = Vec::new();
     let mut stderr = Vec::new();
     for r in ranks.iter_mut() {
         let _ = r.child.wait();
-        stdout.push(take_output(&mut r.out, &text));
-        stderr.push(take_output(&mut r.err, &text));
+        stdout.push(take_output(&mut r.out));
+        stderr.push(take_output(&mut r.err));
     }
     if ranks
         .iter()
@@ -187,14 +186,14 @@ pub fn launch(opts: &LaunchOptions) -> Result<LaunchOutput, LaunchError> {
     )))
 }
 
-fn take_output(
-    o: &mut (Arc<Mutex<Vec<u8>>>, JoinHandle<()>),
-    text: &dyn Fn(&Arc<Mutex<Vec<u8>>>) -> Vec<u8>,
-) -> Vec<u8> {
+/// A pipe's collected bytes and the thread that drains it.
+type Drained = (Arc<Mutex<Vec<u8>>>, JoinHandle<()>);
+
+fn take_output(o: &mut Drained) -> Vec<u8> {
     // The pipe closes when the child exits, so the reader thread ends promptly.
     let h = std::mem::replace(&mut o.1, std::thread::spawn(|| {}));
     let _ = h.join();
-    text(&o.0)
+    o.0.lock().map(|v| v.clone()).unwrap_or_default()
 }
 
 /// Kill every rank still running and reap it.

@@ -49,7 +49,7 @@ pub struct Merged {
     pub clock_residual_ns: u64,
 }
 
-fn program<'a>(schedule: &'a Schedule, rank: u32) -> &'a [Op] {
+fn program(schedule: &Schedule, rank: u32) -> &[Op] {
     schedule
         .program_of
         .get(rank as usize)
