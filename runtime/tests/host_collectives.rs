@@ -175,10 +175,33 @@ fn generated_schedules_run_with_checked_data() {
     let mut cp = tiny(1, 1, 1);
     cp.parallel.cp = 2;
     cp.cluster.gpus = 2;
-    cases.extend([zero1, zero3, cp]);
+    // Expert parallel (MoE all-to-all): ep 2.
+    let mut ep = tiny(1, 1, 1);
+    ep.cluster.gpus = 2;
+    ep.model.moe = Some(twin_sim::scenario::Moe {
+        experts: 4,
+        top_k: 2,
+        moe_every: 1,
+    });
+    ep.parallel.ep = 2;
+    cases.extend([zero1, zero3, cp, ep]);
+    let mut seen = std::collections::BTreeSet::new();
     for s in &cases {
         let all = run_schedule(s);
         let staged = twin_sim::Staged::new(s).unwrap();
+        for p in &staged.schedule.programs {
+            for op in &p.ops {
+                match &op.kind {
+                    twin_sim::schedule::OpKind::Collective { kind, group, .. } => {
+                        seen.insert(format!("{} {group:?}", kind.name()));
+                    }
+                    twin_sim::schedule::OpKind::Send { peer, .. } => {
+                        seen.insert(format!("send {peer:?}"));
+                    }
+                    _ => {}
+                }
+            }
+        }
         for m in &all {
             // Every op of every rank ran once, after its deps.
             let ops = &staged.schedule.program(m.rank).ops;
@@ -190,5 +213,22 @@ fn generated_schedules_run_with_checked_data() {
             }
             assert!(m.peak.peak_bytes > 0);
         }
+    }
+    // The cases cover the patterns the generators emit.
+    let seen: Vec<&str> = seen.iter().map(|s| s.as_str()).collect();
+    for want in [
+        "all-reduce Tp",
+        "all-gather Tp",
+        "reduce-scatter Tp",
+        "all-reduce DenseDp",
+        "reduce-scatter DenseDp",
+        "all-gather DenseDp",
+        "all-gather Cp",
+        "reduce-scatter Cp",
+        "all-to-all Ep",
+        "send PpNext",
+        "send PpPrev",
+    ] {
+        assert!(seen.contains(&want), "{want} not exercised; seen {seen:?}");
     }
 }
