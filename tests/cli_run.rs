@@ -353,3 +353,45 @@ fn scale_factors_are_applied_and_reported() {
     );
     assert!(text(&o.stderr).contains("expected KEY=FACTOR"));
 }
+
+#[test]
+fn killing_the_launcher_takes_its_workers_with_it() {
+    let scenario = "scenarios/host/pp.toml";
+    let op = op_index(scenario, 1, |o| matches!(o.kind, OpKind::Compute(_)));
+    let marker = format!("name=\"orphan-{}\"", std::process::id());
+    let mut launcher = Command::new(env!("CARGO_BIN_EXE_twin"))
+        .args([
+            "run",
+            scenario,
+            "--backend",
+            "host",
+            "--timeout-s",
+            "120",
+            "--set",
+            &marker,
+        ])
+        .env("TWIN_FAULT", format!("hang:1:{op}"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let wait_until = |done: &dyn Fn(usize) -> bool| {
+        for _ in 0..200 {
+            if done(processes_with(&marker).len()) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        false
+    };
+    // Both workers are up (the launcher's own command line holds the marker too).
+    assert!(wait_until(&|n| n >= 3), "workers never started");
+    launcher.kill().unwrap();
+    launcher.wait().unwrap();
+    assert!(
+        wait_until(&|n| n == 0),
+        "left behind: {:?}",
+        processes_with(&marker)
+    );
+}

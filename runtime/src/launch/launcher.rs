@@ -82,6 +82,24 @@ struct Rank {
     killed_by_launcher: bool,
 }
 
+/// Have the kernel SIGKILL the child when the launcher exits (Linux; elsewhere a no-op).
+fn die_with_parent(cmd: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure runs between fork and exec and only makes one async-signal-safe
+        // syscall.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
+}
+
 /// A port nobody listens on right now.
 pub fn free_port(addr: &str) -> Result<u16, LaunchError> {
     std::net::TcpListener::bind((addr, 0))
@@ -102,6 +120,10 @@ pub fn launch(opts: &LaunchOptions) -> Result<LaunchOutput, LaunchError> {
     let mut ranks: Vec<Rank> = Vec::with_capacity(opts.world as usize);
     for rank in 0..opts.world {
         let mut cmd = Command::new(&opts.exe);
+        // Each rank leads its own process group, so stopping it also stops anything it
+        // started; and it dies with the launcher (Ctrl-C, kill), so none is left orphaned.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        die_with_parent(&mut cmd);
         cmd.args(&opts.args)
             .env("RANK", rank.to_string())
             .env("WORLD_SIZE", opts.world.to_string())
@@ -196,9 +218,16 @@ fn take_output(o: &mut Drained) -> Vec<u8> {
     o.0.lock().map(|v| v.clone()).unwrap_or_default()
 }
 
-/// Kill every rank still running and reap it.
+/// Kill every rank still running (its whole process group) and reap it.
 fn stop_all(ranks: &mut [Rank]) {
     for r in ranks.iter_mut().filter(|r| r.exit.is_none()) {
+        if let Ok(pid) = i32::try_from(r.child.id()) {
+            // SAFETY: a plain syscall; the group is the child's own (process_group(0)), and
+            // the child is not reaped yet, so its id cannot have been reused.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
         let _ = r.child.kill();
         r.killed_by_launcher = true;
     }
