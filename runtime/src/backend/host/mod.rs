@@ -194,12 +194,8 @@ impl HostBackend {
                 Ok((start, self.clock.now_ns()))
             }
             OpKind::Checkpoint { bytes } => {
-                // Checkpoint storage is out of scope on the host: the rank's state is copied
-                // into a fresh buffer of the planned size (a real write of those bytes).
                 let start = self.clock.now_ns();
-                let len = usize::try_from(*bytes).unwrap_or(0);
-                let v = vec![0x5au8; len];
-                std::hint::black_box(&v);
+                write_checkpoint(me, *bytes)?;
                 Ok((start, self.clock.now_ns()))
             }
         }
@@ -243,6 +239,31 @@ impl HostBackend {
         }
         Ok((start, end))
     }
+}
+
+/// Write `bytes` to a real file (in `TWIN_CHECKPOINT_DIR`, else the temp dir), flush it to
+/// storage, and remove it: the I/O a checkpoint of this rank's state costs.
+fn write_checkpoint(rank: RankId, bytes: u64) -> Result<(), RuntimeError> {
+    use std::io::Write;
+    let dir = std::env::var_os("TWIN_CHECKPOINT_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let path = dir.join(format!("twin-ckpt-{}-rank{rank}.bin", std::process::id()));
+    let io = |e: std::io::Error| {
+        RuntimeError::Unsupported(format!("checkpoint write to {}: {e}", path.display()))
+    };
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut f = std::fs::File::create(&path).map_err(io)?;
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(chunk.get(..n).unwrap_or_default())
+            .map_err(io)?;
+        left -= n as u64;
+    }
+    f.sync_data().map_err(io)?;
+    drop(f);
+    std::fs::remove_file(&path).map_err(io)
 }
 
 /// Wire tag of a p2p message: the IR tag in a namespace of its own.
@@ -468,5 +489,29 @@ mod tests {
         // The real peak equals the schedule's own account of it.
         assert_eq!(b.last_peak().peak_bytes, run.memory.peak_bytes);
         assert!(b.last_peak().peak_bytes > 0);
+    }
+
+    #[test]
+    fn a_checkpoint_writes_a_real_file_and_removes_it() {
+        let plan = Plan::new(&twin_sim::testing::small_scenario(1, 1, 1, 1)).unwrap();
+        let op = Op {
+            stream: Stream::Io,
+            kind: OpKind::Checkpoint { bytes: 3 << 20 },
+            deps: vec![],
+            label: Default::default(),
+        };
+        let sched = twin_sim::schedule::Schedule {
+            programs: vec![Program {
+                stage: 0,
+                ops: vec![op],
+            }],
+            program_of: vec![0],
+        };
+        let run = run_step(&plan, &sched, 0, &mut HostBackend::single()).unwrap();
+        assert_eq!(run.events.len(), 1);
+        assert_eq!(run.events[0].bytes, 3 << 20);
+        let leftover =
+            std::env::temp_dir().join(format!("twin-ckpt-{}-rank0.bin", std::process::id()));
+        assert!(!leftover.exists());
     }
 }
