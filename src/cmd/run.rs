@@ -126,6 +126,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 wargs.extend(["--trace".into(), t.display().to_string()]);
             }
             let t = timeout(c)?;
+            let progress = std::env::temp_dir().join(format!("twin-run-{}", std::process::id()));
+            std::fs::create_dir_all(&progress)
+                .with_context(|| format!("cannot create {}", progress.display()))?;
             let opts = LaunchOptions {
                 exe,
                 args: wargs,
@@ -136,8 +139,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 // report that before it kills anything.
                 timeout: t + Duration::from_secs(5),
                 env: vec![],
+                progress_dir: Some(progress.clone()),
             };
-            let out = launch::launch(&opts)?;
+            let name = |rank: u32, op: u32| {
+                staged
+                    .schedule
+                    .program_of
+                    .get(rank as usize)
+                    .and_then(|&p| staged.schedule.programs.get(p as usize))
+                    .and_then(|p| p.ops.get(op as usize))
+                    .map_or_else(|| "?".to_string(), |o| o.name())
+            };
+            let out = launch::launch(&opts, &name);
+            let _ = std::fs::remove_dir_all(&progress);
+            let out = out?;
             if let Some(o) = out.stdout.first() {
                 print!("{}", String::from_utf8_lossy(o));
             }

@@ -26,7 +26,13 @@ pub struct LaunchOptions {
     pub timeout: Duration,
     /// Extra environment for every worker (tests inject faults this way).
     pub env: Vec<(String, String)>,
+    /// Where ranks record their progress (see [`super::progress`]); a failure report then
+    /// says at which op each failed rank was.
+    pub progress_dir: Option<PathBuf>,
 }
+
+/// Names op `op` of `rank`'s program, for failure reports.
+pub type OpNamer<'a> = &'a dyn Fn(u32, u32) -> String;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -112,7 +118,7 @@ pub fn free_port(addr: &str) -> Result<u16, LaunchError> {
 }
 
 /// Start every rank, wait for all of them, and return their output or the failure.
-pub fn launch(opts: &LaunchOptions) -> Result<LaunchOutput, LaunchError> {
+pub fn launch(opts: &LaunchOptions, op_name: OpNamer) -> Result<LaunchOutput, LaunchError> {
     let port = match opts.master_port {
         Some(p) => p,
         None => free_port(&opts.master_addr)?,
@@ -131,6 +137,11 @@ pub fn launch(opts: &LaunchOptions) -> Result<LaunchOutput, LaunchError> {
             .env("MASTER_ADDR", &opts.master_addr)
             .env("MASTER_PORT", port.to_string())
             .envs(opts.env.iter().map(|(k, v)| (k, v)))
+            .envs(
+                opts.progress_dir
+                    .iter()
+                    .map(|d| (super::progress::PROGRESS_VAR, d.as_os_str())),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -200,12 +211,11 @@ pub fn launch(opts: &LaunchOptions) -> Result<LaunchOutput, LaunchError> {
     {
         return Ok(LaunchOutput { stdout, stderr });
     }
-    Err(LaunchError::Failed(describe_failure(
-        &ranks,
-        &stderr,
-        timed_out,
-        opts.timeout,
-    )))
+    let mut text = describe_failure(&ranks, &stderr, timed_out, opts.timeout);
+    if let Some(dir) = &opts.progress_dir {
+        text.push_str(&where_they_were(&ranks, dir, op_name));
+    }
+    Err(LaunchError::Failed(text))
 }
 
 /// A pipe's collected bytes and the thread that drains it.
@@ -238,6 +248,29 @@ fn stop_all(ranks: &mut [Rank]) {
     }
 }
 
+/// "rank 1 was at: compute op 17 (fwd mb2 c0 L2-3, running), ..." for every failed rank.
+fn where_they_were(ranks: &[Rank], dir: &std::path::Path, op_name: OpNamer) -> String {
+    let mut out = String::new();
+    for r in ranks
+        .iter()
+        .filter(|r| !r.exit.is_some_and(|(s, _)| s.success()))
+    {
+        let ops: Vec<String> = super::progress::read(dir, r.rank)
+            .into_iter()
+            .filter(|(_, _, done)| !done)
+            .map(|(stream, op, _)| format!("{} op {op} ({})", stream.name(), op_name(r.rank, op)))
+            .collect();
+        if !ops.is_empty() {
+            out.push_str(&format!(
+                "\n  rank {} was running: {}",
+                r.rank,
+                ops.join(", ")
+            ));
+        }
+    }
+    out
+}
+
 fn signal_of(s: &ExitStatus) -> Option<i32> {
     use std::os::unix::process::ExitStatusExt;
     s.signal()
@@ -254,12 +287,14 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
-/// The last line of a rank's stderr that says what went wrong.
+/// The last line of a rank's stderr that says what went wrong (its "error:" line; the
+/// "caused by" lines below it repeat the inner errors the line already contains).
 fn last_error_line(stderr: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(stderr);
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let pos = lines.iter().rposition(|l| l.starts_with("error:"))?;
-    Some(lines.get(pos..).unwrap_or_default().join(" / "))
+    text.lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("error: "))
+        .map(str::to_string)
 }
 
 fn describe_failure(
@@ -332,11 +367,8 @@ mod tests {
 
     #[test]
     fn error_lines_are_found() {
-        let e = b"notice: x\nerror: rank 1 op 4 (recv): boom\n  caused by: y\n";
-        assert_eq!(
-            last_error_line(e).unwrap(),
-            "error: rank 1 op 4 (recv): boom /   caused by: y"
-        );
+        let e = b"notice: x\nerror: rank 1 op 4 (recv): boom\n  caused by: boom\n";
+        assert_eq!(last_error_line(e).unwrap(), "rank 1 op 4 (recv): boom");
         assert!(last_error_line(b"all fine\n").is_none());
     }
 
@@ -354,9 +386,12 @@ mod tests {
             master_port: None,
             timeout: Duration::from_secs(20),
             env: vec![],
+            progress_dir: None,
         };
-        let e = launch(&opts).unwrap_err().to_string();
-        assert!(e.starts_with("rank 1 failed: error: rank 1 broke"), "{e}");
+        let e = launch(&opts, &|_, _| String::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("rank 1 failed: rank 1 broke"), "{e}");
         // The sleeping ranks were killed, not waited for.
         assert!(e.contains("rank 0: stopped by the launcher"), "{e}");
         assert!(e.contains("rank 2: stopped by the launcher"), "{e}");

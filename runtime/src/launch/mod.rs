@@ -5,6 +5,7 @@
 pub mod env;
 pub mod launcher;
 pub mod measure;
+pub mod progress;
 pub mod scale;
 pub mod worker;
 

@@ -5,6 +5,7 @@
 
 use super::env::RankEnv;
 use super::measure::RankMeasure;
+use super::progress::Progress;
 use crate::backend::host::{AbortSignal, Fault, HostBackend};
 use crate::error::RuntimeError;
 use crate::exec::run_step;
@@ -26,7 +27,8 @@ pub struct WorkerOptions {
     pub fault: Option<Fault>,
 }
 
-const ABORT_KEY: &str = "abort";
+/// Set once per run: empty by rank 0 when every result is in, or to the first failure.
+const END_KEY: &str = "end";
 const CLOCK_ROUNDS: u32 = 32;
 
 /// Run this rank. Rank 0 returns every rank's measurement (indexed by rank); others `None`.
@@ -47,9 +49,14 @@ pub fn run_worker(
         });
     }
     let mut clock = Clock::new();
-    if rank == 0 {
-        StoreServer::start(&env.master_addr, env.master_port, clock)?;
-    }
+    let server = match rank {
+        0 => Some(StoreServer::start(
+            &env.master_addr,
+            env.master_port,
+            clock,
+        )?),
+        _ => None,
+    };
     let mut store = StoreClient::connect(&env.master_addr, env.master_port, opts.timeout)?;
     store.set_timeout(Some(opts.timeout));
     check_same_schedule(&mut store, rank, env.world, schedule)?;
@@ -58,7 +65,8 @@ pub fn run_worker(
     let mesh = Arc::new(Mesh::connect(&mut store, rank, env.world, opts.timeout)?);
     let abort = Arc::new(AbortSignal::default());
     watch_for_abort(env, opts.timeout, Arc::clone(&abort), Arc::clone(&mesh))?;
-    let mut backend = HostBackend::new(Arc::clone(&mesh), clock, Arc::clone(&abort), opts.fault);
+    let mut backend = HostBackend::new(Arc::clone(&mesh), clock, Arc::clone(&abort), opts.fault)
+        .with_progress(Progress::from_env(rank));
     let mut spans = Vec::new();
     let mut last = None;
     for step in 0..opts.steps.max(1) {
@@ -73,7 +81,7 @@ pub fn run_worker(
                 last = Some(run);
             }
             Err(e) => {
-                let _ = store.set(ABORT_KEY, format!("rank {rank} failed: {e}").as_bytes());
+                let _ = store.set(END_KEY, format!("rank {rank} failed: {e}").as_bytes());
                 return Err(e);
             }
         }
@@ -101,6 +109,12 @@ pub fn run_worker(
         let m: RankMeasure = serde_json::from_slice(&bytes)
             .map_err(|e| RuntimeError::Rendezvous(format!("results of rank {r}: {e}")))?;
         all.push(m);
+    }
+    // Release every rank's abort watcher, then stay until the other ranks have had the
+    // replies to their last requests and left (rank 0's own main connection remains).
+    store.set(END_KEY, &[])?;
+    if let Some(server) = &server {
+        server.wait_for_clients(1, opts.timeout);
     }
     Ok(Some(all))
 }
@@ -138,7 +152,9 @@ fn watch_for_abort(
     std::thread::Builder::new()
         .name("twin-abort-watch".into())
         .spawn(move || {
-            let reason = match watcher.get(ABORT_KEY) {
+            let reason = match watcher.get(END_KEY) {
+                // The run ended normally.
+                Ok(r) if r.is_empty() => return,
                 Ok(r) => String::from_utf8_lossy(&r).into_owned(),
                 Err(e) => format!("lost the store: {e}"),
             };

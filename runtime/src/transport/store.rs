@@ -8,6 +8,7 @@ use super::frame::{read_frame, write_frame};
 use crate::error::RuntimeError;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,6 +64,8 @@ struct Shared {
 /// A running store server; it serves until the process exits.
 pub struct StoreServer {
     pub addr: SocketAddr,
+    /// Client connections currently open.
+    open: Arc<AtomicUsize>,
 }
 
 impl StoreServer {
@@ -83,18 +86,37 @@ impl StoreServer {
             .local_addr()
             .map_err(|e| RuntimeError::Rendezvous(format!("store address: {e}")))?;
         let shared = Arc::new(Shared::default());
+        let open = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&open);
         std::thread::Builder::new()
             .name("twin-store".into())
             .spawn(move || {
                 for conn in listener.incoming().flatten() {
                     let shared = Arc::clone(&shared);
-                    let _ = std::thread::Builder::new()
+                    let counter = Arc::clone(&counter);
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let spawned = std::thread::Builder::new()
                         .name("twin-store-conn".into())
-                        .spawn(move || serve(conn, &shared, clock));
+                        .spawn(move || {
+                            serve(conn, &shared, clock);
+                            counter.fetch_sub(1, Ordering::SeqCst);
+                        });
+                    if spawned.is_err() {
+                        break;
+                    }
                 }
             })
             .map_err(|e| RuntimeError::Rendezvous(format!("store thread: {e}")))?;
-        Ok(StoreServer { addr: local })
+        Ok(StoreServer { addr: local, open })
+    }
+
+    /// Wait (at most `timeout`) until no more than `own` client connections are open: the
+    /// server's process must outlive the replies to the other ranks' last requests.
+    pub fn wait_for_clients(&self, own: usize, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.open.load(Ordering::SeqCst) > own && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 }
 

@@ -15,6 +15,7 @@ pub use memory::{Held, HeldPeak};
 
 use crate::backend::{Allocation, Backend, MemoryReport, OpContext, OpTiming};
 use crate::error::RuntimeError;
+use crate::launch::progress::Progress;
 use crate::transport::collective::{self, Ring};
 use crate::transport::mesh::{lane_of, Mesh};
 use crate::transport::store::Clock;
@@ -65,6 +66,7 @@ pub struct HostBackend {
     workspace: Option<Mutex<Workspace>>,
     held: Mutex<Held>,
     last_peak: HeldPeak,
+    progress: Option<Progress>,
 }
 
 impl HostBackend {
@@ -84,7 +86,14 @@ impl HostBackend {
             workspace: None,
             held: Mutex::new(Held::default()),
             last_peak: HeldPeak::default(),
+            progress: None,
         }
+    }
+
+    /// Record each op's start and end in a progress file (see [`crate::launch::progress`]).
+    pub fn with_progress(mut self, progress: Option<Progress>) -> HostBackend {
+        self.progress = progress;
+        self
     }
 
     /// A backend for a one-rank world (no peers), on a fresh clock.
@@ -336,8 +345,14 @@ impl HostBackend {
             if self.wait_deps(st, &q.op.deps).is_err() {
                 return out;
             }
+            if let Some(p) = &self.progress {
+                p.started(q.op.stream, q.index);
+            }
             match self.run_op(q) {
                 Ok((start_ns, end_ns)) => {
+                    if let Some(p) = &self.progress {
+                        p.finished(q.op.stream, q.index);
+                    }
                     out.push(OpTiming {
                         index: q.index,
                         start_ns,
