@@ -358,6 +358,81 @@ mod tests {
         assert_eq!(union_ns(&mut [(3, 4), (0, 10)]), 10);
     }
 
+    fn staged_pp2() -> twin_sim::Staged {
+        let mut s = twin_sim::testing::small_scenario(1, 2, 1, 2);
+        s.model.hidden = 64;
+        s.model.heads = 4;
+        s.model.kv_heads = 4;
+        s.model.ffn_hidden = 128;
+        s.model.seq_len = 16;
+        s.model.vocab = 64;
+        s.model.layers = 2;
+        twin_sim::Staged::new(&s).unwrap()
+    }
+
+    #[test]
+    fn merge_keeps_every_op_once_rebased_and_partitions_the_step() {
+        let st = staged_pp2();
+        // Rank r's op i runs at [1000 + 100 r + 10 i, +5]: a clock that starts at 1000.
+        let ranks: Vec<RankMeasure> = (0..2u32)
+            .map(|r| RankMeasure {
+                rank: r,
+                op_times_ns: (0..st.schedule.program(r).ops.len() as u64)
+                    .map(|i| {
+                        let s = 1000 + 100 * u64::from(r) + 10 * i;
+                        [s, s + 5]
+                    })
+                    .collect(),
+                step_spans_ns: vec![[0, 50], [1000, 2000]],
+                ..RankMeasure::default()
+            })
+            .collect();
+        let m = merge(&st.schedule, &ranks);
+        let trace = m.result.trace.as_ref().unwrap();
+        assert_eq!(trace.events.len() as u64, st.schedule.total_ops());
+        let ids: std::collections::BTreeSet<(u32, u32)> =
+            trace.events.iter().map(|e| (e.rank, e.op)).collect();
+        assert_eq!(ids.len() as u64, st.schedule.total_ops());
+        assert_eq!(trace.events.iter().map(|e| e.start_ns).min(), Some(0));
+        let last1 = st.schedule.program(1).ops.len() as u64 - 1;
+        assert_eq!(m.result.step_time_ns, 100 + 10 * last1 + 5);
+        for r in &m.result.ranks {
+            assert_eq!(
+                r.compute_busy_ns + r.comm_exposed_ns + r.idle_ns,
+                m.result.step_time_ns
+            );
+        }
+        assert_eq!(m.step_times_ns, vec![50, 1000]);
+    }
+
+    #[test]
+    fn exposed_is_communication_outside_compute() {
+        let st = staged_pp2();
+        let ops = &st.schedule.program(0).ops;
+        let compute = ops
+            .iter()
+            .position(|o| matches!(o.kind, OpKind::Compute(_)))
+            .unwrap();
+        let comm = ops.iter().position(is_comm).unwrap();
+        // Only these two ops take time: compute [0, 10], communication [5, 20].
+        let mut times = vec![[0u64, 0u64]; ops.len()];
+        times[compute] = [0, 10];
+        times[comm] = [5, 20];
+        let m = merge(
+            &st.schedule,
+            &[RankMeasure {
+                rank: 0,
+                op_times_ns: times,
+                ..RankMeasure::default()
+            }],
+        );
+        let r = &m.result.ranks[0];
+        assert_eq!(
+            (r.compute_busy_ns, r.comm_exposed_ns, r.idle_ns),
+            (10, 10, 0)
+        );
+    }
+
     #[test]
     fn gaps_are_quantiles() {
         let g = gap_stats(vec![5, 1, 3, 2, 4]);
