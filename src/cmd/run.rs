@@ -103,6 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.backend {
         BackendKind::Cuda => run_cuda(&scenario, &staged, c.steps),
         BackendKind::Host => {
+            check_fits_host(&scenario, &staged, c)?;
             let exe = std::env::current_exe().context("cannot find the twin executable")?;
             let mut wargs = vec!["worker".to_string(), c.scenario.display().to_string()];
             for o in &c.overrides {
@@ -175,6 +176,58 @@ fn run_cuda(scenario: &Scenario, staged: &Staged, steps: u32) -> anyhow::Result<
     )?;
     println!("{}", serde_json::to_string_pretty(&run)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Most ranks `twin run` starts on one machine.
+const MAX_LOCAL_RANKS: u32 = 64;
+/// A rough single-core f32 GEMM rate, only to warn about runs that would take very long.
+const CPU_FLOPS_PER_S: f64 = 2e10;
+
+/// Refuse runs this machine cannot hold, and warn about slow ones, suggesting --scale.
+fn check_fits_host(scenario: &Scenario, staged: &Staged, c: &Common) -> anyhow::Result<()> {
+    let world = staged.plan.world;
+    anyhow::ensure!(
+        world <= MAX_LOCAL_RANKS,
+        "the scenario plans {world} ranks; `twin run --backend host` starts one process per rank on this machine (at most {MAX_LOCAL_RANKS}): use a smaller layout (--set parallel.dp=1 ...) or start workers on several machines (docs/runtime.md)"
+    );
+    let prediction = twin_sim::predict(scenario, &twin_sim::PredictOptions::default())?;
+    let need = prediction
+        .result
+        .ranks
+        .iter()
+        .map(|r| r.peak_memory_bytes + r.host_memory_peak_bytes)
+        .sum::<u64>();
+    if let Some(avail) = mem_available_bytes() {
+        anyhow::ensure!(
+            need <= avail,
+            "the ranks would hold {:.2} GiB together but {:.2} GiB of memory is available: shrink the scenario, e.g. --scale hidden=0.25",
+            need as f64 / (1u64 << 30) as f64,
+            avail as f64 / (1u64 << 30) as f64
+        );
+    }
+    let flops = prediction
+        .result
+        .ranks
+        .iter()
+        .map(|r| r.flops)
+        .max()
+        .unwrap_or(0);
+    let est_s = flops as f64 / CPU_FLOPS_PER_S * f64::from(c.steps);
+    if est_s > 60.0 {
+        eprintln!(
+            "notice: the busiest rank has {:.1} TFLOP per step: expect about {est_s:.0} s or more on CPU cores; --scale hidden=0.25 shrinks it about 16x",
+            flops as f64 / 1e12
+        );
+    }
+    Ok(())
+}
+
+/// MemAvailable from /proc/meminfo (Linux); `None` elsewhere.
+fn mem_available_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 pub fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
