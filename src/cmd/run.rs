@@ -28,12 +28,14 @@ pub struct Common {
     /// Steps to run; the last is reported, earlier ones warm up.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub steps: u32,
+    /// Output format: readable text, or one JSON object with the simulator's report fields.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
     /// Write the merged Chrome/Perfetto trace of the last step (same format as `simulate`).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Longest a rank waits for a peer (and the launcher for the whole run) before giving up.
+    /// Longest a rank waits for a peer or the store before giving up; the launcher stops a
+    /// run that makes no progress (no op starts or ends) for this long plus 5 s.
     #[arg(long, default_value_t = 60.0)]
     pub timeout_s: f64,
 }
@@ -58,6 +60,7 @@ pub enum BackendKind {
 pub struct Args {
     #[command(flatten)]
     pub common: Common,
+    /// host: CPU processes over TCP (any machine); cuda: the local GPU (one-rank scenarios).
     #[arg(long, value_enum, default_value = "host")]
     pub backend: BackendKind,
     /// Port of the bootstrap store (default: a free one).

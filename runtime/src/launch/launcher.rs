@@ -22,7 +22,8 @@ pub struct LaunchOptions {
     pub master_addr: String,
     /// `None`: pick a free port.
     pub master_port: Option<u16>,
-    /// The run must end within this; then every worker is killed.
+    /// Every worker is killed when the run goes this long without progress: without any op
+    /// starting or ending anywhere when `progress_dir` is set, else since the start.
     pub timeout: Duration,
     /// Extra environment for every worker (tests inject faults this way).
     pub env: Vec<(String, String)>,
@@ -173,7 +174,9 @@ pub fn launch(opts: &LaunchOptions, op_name: OpNamer) -> Result<LaunchOutput, La
             killed_by_launcher: false,
         });
     }
-    let deadline = Instant::now() + opts.timeout;
+    let mut last_change = Instant::now();
+    let mut last_look = Instant::now();
+    let mut seen = Vec::new();
     let mut first_failure: Option<Instant> = None;
     let mut timed_out = false;
     loop {
@@ -189,7 +192,17 @@ pub fn launch(opts: &LaunchOptions, op_name: OpNamer) -> Result<LaunchOutput, La
             break;
         }
         let now = Instant::now();
-        if now >= deadline {
+        if let Some(dir) = &opts.progress_dir {
+            if now >= last_look + Duration::from_millis(200) {
+                last_look = now;
+                let snap = super::progress::snapshot(dir, opts.world);
+                if snap != seen {
+                    seen = snap;
+                    last_change = now;
+                }
+            }
+        }
+        if now >= last_change + opts.timeout {
             timed_out = true;
         }
         if timed_out || first_failure.is_some_and(|t| now >= t + GRACE) {
@@ -345,7 +358,7 @@ fn describe_failure(
     let mut out = String::new();
     if timed_out {
         out.push_str(&format!(
-            "the run did not finish within {:.1} s; ",
+            "the run made no progress for {:.1} s; ",
             timeout.as_secs_f64()
         ));
     }
@@ -395,5 +408,35 @@ mod tests {
         // The sleeping ranks were killed, not waited for.
         assert!(e.contains("rank 0: stopped by the launcher"), "{e}");
         assert!(e.contains("rank 2: stopped by the launcher"), "{e}");
+    }
+
+    fn sh(script: &str, timeout_ms: u64, dir: &std::path::Path) -> LaunchOptions {
+        LaunchOptions {
+            exe: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            world: 2,
+            master_addr: "127.0.0.1".into(),
+            master_port: None,
+            timeout: Duration::from_millis(timeout_ms),
+            env: vec![],
+            progress_dir: Some(dir.to_path_buf()),
+        }
+    }
+
+    #[test]
+    fn a_stalled_run_is_stopped_and_a_progressing_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = launch(&sh("sleep 30", 1000, dir.path()), &|_, _| String::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("the run made no progress for 1.0 s; rank"),
+            "{e}"
+        );
+        assert!(e.contains("still running at the timeout (hung)"), "{e}");
+        // Runs longer than the timeout in total, but its progress file keeps changing.
+        let moving =
+            "for i in 1 2 3 4 5 6 7 8; do echo $i > $TWIN_PROGRESS_DIR/rank$RANK; sleep 0.3; done";
+        launch(&sh(moving, 1000, dir.path()), &|_, _| String::new()).unwrap();
     }
 }

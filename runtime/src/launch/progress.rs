@@ -46,6 +46,13 @@ impl Progress {
     }
 }
 
+/// The raw progress of ranks `0..world`, to tell whether anything moved since the last look.
+pub fn snapshot(dir: &Path, world: u32) -> Vec<Vec<u8>> {
+    (0..world)
+        .map(|r| std::fs::read(path(dir, r)).unwrap_or_default())
+        .collect()
+}
+
 /// Per stream that started anything: (stream, last op, whether it had finished).
 pub fn read(dir: &Path, rank: u32) -> Vec<(Stream, u32, bool)> {
     let Ok(bytes) = std::fs::read(path(dir, rank)) else {
