@@ -116,12 +116,16 @@ fn host_trace_has_every_op_once_in_dependency_order_and_matches_the_sim_trace() 
             scenario,
             "--backend",
             "host",
+            "--format",
+            "json",
             "--trace",
             host_path.to_str().unwrap(),
         ],
         &[],
     );
     assert!(o.status.success(), "stderr: {}", text(&o.stderr));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let residual_us = report["clock_residual_ns"].as_f64().unwrap() / 1e3;
     let o = twin(
         &["simulate", scenario, "--trace", sim_path.to_str().unwrap()],
         &[],
@@ -154,6 +158,38 @@ fn host_trace_has_every_op_once_in_dependency_order_and_matches_the_sim_trace() 
     }
     let got: BTreeSet<_> = host.keys().copied().collect();
     assert_eq!(got, want);
+    // Clocks are aligned across ranks: every receive ends after its send started (within
+    // the alignment residual, on both ranks' side).
+    let mut pairs = 0;
+    for rank in 0..st.plan.world {
+        for (i, op) in st.schedule.program(rank).ops.iter().enumerate() {
+            let OpKind::Send { peer, tag, .. } = op.kind else {
+                continue;
+            };
+            let dest = match peer {
+                twin_sim::schedule::Peer::PpNext => st.plan.pp_next(rank),
+                twin_sim::schedule::Peer::PpPrev => st.plan.pp_prev(rank),
+                _ => continue,
+            };
+            let recv = st
+                .schedule
+                .program(dest)
+                .ops
+                .iter()
+                .position(|o| matches!(o.kind, OpKind::Recv { tag: t, .. } if t == tag));
+            let (Some(j), Some(&(send_start, _))) = (recv, host.get(&(u64::from(rank), i as u64)))
+            else {
+                continue;
+            };
+            let (_, recv_end) = host[&(u64::from(dest), j as u64)];
+            assert!(
+                recv_end + 2.0 * residual_us >= send_start,
+                "rank {dest} finished receiving tag {tag} at {recv_end} us, before rank {rank} started sending it at {send_start} us"
+            );
+            pairs += 1;
+        }
+    }
+    assert!(pairs > 0);
     // Same op identities as the simulator's trace of the same scenario.
     assert_eq!(sim_n, sim.len());
     assert_eq!(got, sim.keys().copied().collect::<BTreeSet<_>>());
