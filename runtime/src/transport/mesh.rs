@@ -31,10 +31,12 @@ pub fn lane_of(stream: Stream) -> u8 {
     }
 }
 
+/// One socket; reads and writes are serialised separately (`&TcpStream` is both `Read` and
+/// `Write`), so a sender and a receiver thread can use it at once with one descriptor.
 struct Conn {
-    reader: Mutex<TcpStream>,
-    writer: Mutex<TcpStream>,
-    raw: TcpStream,
+    read_lock: Mutex<()>,
+    write_lock: Mutex<()>,
+    stream: TcpStream,
 }
 
 /// This rank's connections to every other rank.
@@ -109,23 +111,17 @@ impl Mesh {
             out.append(&mut theirs);
             Ok::<_, RuntimeError>(out)
         })?;
-        let mut conns = BTreeMap::new();
-        for (key, conn) in accepted {
-            let clone = |c: &TcpStream| {
-                c.try_clone().map_err(|e| RuntimeError::Transport {
-                    peer: key.0,
-                    message: format!("socket clone: {e}"),
-                })
-            };
-            conns.insert(
-                key,
-                Conn {
-                    reader: Mutex::new(clone(&conn)?),
-                    writer: Mutex::new(clone(&conn)?),
-                    raw: conn,
-                },
-            );
-        }
+        let conns = accepted
+            .into_iter()
+            .map(|(key, stream)| {
+                let conn = Conn {
+                    read_lock: Mutex::new(()),
+                    write_lock: Mutex::new(()),
+                    stream,
+                };
+                (key, conn)
+            })
+            .collect();
         Ok(Mesh { rank, world, conns })
     }
 
@@ -148,11 +144,11 @@ impl Mesh {
         corrupt: bool,
     ) -> Result<(), RuntimeError> {
         let c = self.conn(peer, lane)?;
-        let mut w = c
-            .writer
+        let _w = c
+            .write_lock
             .lock()
             .map_err(|_| RuntimeError::Aborted("a sender thread panicked".into()))?;
-        write_frame(&mut *w, peer, tag, payload, corrupt)
+        write_frame(&mut &c.stream, peer, tag, payload, corrupt)
     }
 
     /// Receive one framed message of `len` bytes with `tag` from `peer` on `lane`; also
@@ -165,11 +161,11 @@ impl Mesh {
         len: u64,
     ) -> Result<(Vec<u8>, Instant), RuntimeError> {
         let c = self.conn(peer, lane)?;
-        let mut r = c
-            .reader
+        let _r = c
+            .read_lock
             .lock()
             .map_err(|_| RuntimeError::Aborted("a receiver thread panicked".into()))?;
-        read_frame_at(&mut *r, peer, Some(tag), Some(len)).map(|(_, p, at)| (p, at))
+        read_frame_at(&mut &c.stream, peer, Some(tag), Some(len)).map(|(_, p, at)| (p, at))
     }
 
     /// Send to one peer and receive from another at the same time (a ring step): the send
@@ -204,7 +200,7 @@ impl Mesh {
     /// Close every connection: wakes every thread blocked on a socket (used on abort).
     pub fn shutdown_all(&self) {
         for c in self.conns.values() {
-            let _ = c.raw.shutdown(Shutdown::Both);
+            let _ = c.stream.shutdown(Shutdown::Both);
         }
     }
 }
