@@ -431,3 +431,44 @@ fn killing_the_launcher_takes_its_workers_with_it() {
         processes_with(&marker)
     );
 }
+
+#[test]
+fn workers_started_by_hand_or_by_slurm_variables_run_together() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port().to_string();
+    drop(free);
+    let spawn = |env: &[(&str, &str)]| {
+        Command::new(env!("CARGO_BIN_EXE_twin"))
+            .args([
+                "worker",
+                "scenarios/host/pp.toml",
+                "--format",
+                "json",
+                "--steps",
+                "1",
+            ])
+            .envs(env.iter().copied())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", &port)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Rank 1 first (it waits for rank 0's store), with Slurm's names; rank 0 with torchrun's.
+    let one = spawn(&[
+        ("SLURM_PROCID", "1"),
+        ("SLURM_NTASKS", "2"),
+        ("SLURM_LOCALID", "1"),
+    ]);
+    let zero = spawn(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")]);
+    let zero = zero.wait_with_output().unwrap();
+    let one = one.wait_with_output().unwrap();
+    assert!(zero.status.success(), "{}", text(&zero.stderr));
+    assert!(one.status.success(), "{}", text(&one.stderr));
+    let v: Value = serde_json::from_slice(&zero.stdout).unwrap();
+    assert_eq!(v["world"], 2);
+    assert!(v["step_time_s"].as_f64().unwrap() > 0.0);
+    assert!(one.stdout.is_empty());
+}
