@@ -323,7 +323,18 @@ impl RunReport {
         for s in &self.scaled {
             let _ = writeln!(o, "scaled          {s}");
         }
-        o.push_str(&self.report.to_text());
+        // The shared report text says "simulated" for its event line; here they were run.
+        for line in self.report.to_text().lines() {
+            if line.starts_with("simulated ") {
+                let _ = writeln!(
+                    o,
+                    "measured        {} ops run in {:.3} s (wall, bootstrap included)",
+                    self.report.events, self.report.sim_wall_s
+                );
+            } else {
+                let _ = writeln!(o, "{line}");
+            }
+        }
         let steps: Vec<String> = self
             .step_times_s
             .iter()
