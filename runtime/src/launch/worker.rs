@@ -75,10 +75,12 @@ pub fn run_worker(
             .and_then(|()| run_step(plan, schedule, rank, &mut backend));
         match outcome {
             Ok(run) => {
+                // Back onto the aligned clock, so ranks compare.
+                let origin = backend.step_origin_ns();
                 let lo = run.events.iter().map(|e| e.start_ns).min().unwrap_or(0);
                 let hi = run.events.iter().map(|e| e.end_ns).max().unwrap_or(lo);
-                spans.push([lo, hi]);
-                last = Some(run);
+                spans.push([origin + lo, origin + hi]);
+                last = Some((run, origin));
             }
             Err(e) => {
                 let _ = store.set(END_KEY, format!("rank {rank} failed: {e}").as_bytes());
@@ -86,12 +88,18 @@ pub fn run_worker(
             }
         }
     }
-    let run = last.ok_or_else(|| RuntimeError::Aborted("no step ran".into()))?;
+    let (run, origin) = last.ok_or_else(|| RuntimeError::Aborted("no step ran".into()))?;
+    let mut peak = backend.last_peak();
+    peak.peak_time_ns += origin;
     let measure = RankMeasure {
         rank,
-        op_times_ns: run.events.iter().map(|e| [e.start_ns, e.end_ns]).collect(),
+        op_times_ns: run
+            .events
+            .iter()
+            .map(|e| [origin + e.start_ns, origin + e.end_ns])
+            .collect(),
         step_spans_ns: spans,
-        peak: backend.last_peak(),
+        peak,
         clock_offset_ns: offset,
         clock_residual_ns: residual,
         rss_peak_bytes: rss_peak_bytes(),

@@ -67,6 +67,8 @@ pub struct HostBackend {
     held: Mutex<Held>,
     last_peak: HeldPeak,
     progress: Option<Progress>,
+    /// When the last step began, on the aligned clock; timings are relative to it.
+    step_origin_ns: u64,
 }
 
 impl HostBackend {
@@ -87,7 +89,14 @@ impl HostBackend {
             held: Mutex::new(Held::default()),
             last_peak: HeldPeak::default(),
             progress: None,
+            step_origin_ns: 0,
         }
+    }
+
+    /// When the last step began on the aligned (rank 0) clock: add it to the step's timings
+    /// to compare them across ranks.
+    pub fn step_origin_ns(&self) -> u64 {
+        self.step_origin_ns
     }
 
     /// Record each op's start and end in a progress file (see [`crate::launch::progress`]).
@@ -431,6 +440,7 @@ impl Backend for HostBackend {
                 s.push(i);
             }
         }
+        let origin = self.clock.now_ns();
         let this = &*self;
         let timings: Vec<OpTiming> = std::thread::scope(|s| {
             let handles: Vec<_> = by_stream
@@ -454,8 +464,17 @@ impl Backend for HostBackend {
             ));
         }
         self.last_peak = self.held.lock().map(|h| h.peak).unwrap_or_default();
+        self.last_peak.peak_time_ns = self.last_peak.peak_time_ns.saturating_sub(origin);
         self.steps += 1;
-        Ok(timings)
+        self.step_origin_ns = origin;
+        Ok(timings
+            .into_iter()
+            .map(|t| OpTiming {
+                index: t.index,
+                start_ns: t.start_ns.saturating_sub(origin),
+                end_ns: t.end_ns.saturating_sub(origin),
+            })
+            .collect())
     }
 
     fn memory(&self) -> MemoryReport {
