@@ -28,12 +28,16 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Simulate(cmd::simulate::Args),
-    Bench(cmd::bench::Args),
-    Doctor(cmd::doctor::Args),
+    Run(cmd::run::Args),
     Validate(cmd::validate::Args),
     Check(cmd::check::Args),
     Diff(cmd::diff::Args),
     Sweep(cmd::sweep::Args),
+    Bench(cmd::bench::Args),
+    Doctor(cmd::doctor::Args),
+    /// One rank of a host run (started by `twin run`, by hand, or by srun).
+    #[command(hide = true)]
+    Worker(cmd::run::WorkerArgs),
 }
 
 /// Exit codes: 0 success, 1 failure of the work, 2 bad input (scenario or arguments),
@@ -48,6 +52,8 @@ fn main() -> ExitCode {
         Command::Check(args) => cmd::check::run(args),
         Command::Diff(args) => cmd::diff::run(args),
         Command::Sweep(args) => cmd::sweep::run(args),
+        Command::Run(args) => cmd::run::run(args),
+        Command::Worker(args) => cmd::run::worker(args),
     };
     match result {
         Ok(code) => code,

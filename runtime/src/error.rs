@@ -45,6 +45,21 @@ pub enum RuntimeError {
     Rendezvous(String),
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A TCP connection to another rank failed or closed (host backend).
+    #[error("connection to rank {peer}: {message}")]
+    Transport { peer: RankId, message: String },
+    /// A message arrived damaged or out of order (bad magic, length, tag or checksum).
+    #[error("corrupt message from rank {peer}: {message}")]
+    Corrupt { peer: RankId, message: String },
+    /// A collective or transfer delivered data that differs from what the algorithm must give.
+    #[error("wrong result: {0}")]
+    WrongResult(String),
+    /// A bootstrap environment variable is missing or malformed.
+    #[error("bad environment: {var}: {message}")]
+    Env { var: &'static str, message: String },
+    /// Another rank failed first; this rank stopped because of it.
+    #[error("aborted: {0}")]
+    Aborted(String),
     /// A library call panicked (cudarc panics on a missing symbol); caught, not propagated.
     #[error("internal panic in {context}: {message}")]
     Panic {

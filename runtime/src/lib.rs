@@ -1,11 +1,15 @@
 //! twin-runtime: executes a [`twin_sim::schedule::Schedule`] for real. `exec` walks one rank's
 //! program and hands each op to a [`backend::Backend`], which does the op's real work (GEMMs of
 //! the planned shapes, real allocations, real collectives) and measures its time. Nothing here
-//! reads a modelled duration.
+//! reads a modelled duration. Backends: `backend::host` (CPU processes over TCP, any machine)
+//! and `backend::cuda`. `transport` is the host's networking (store, mesh, collectives) and
+//! `launch` runs a host job: launcher, worker, and the merge into the simulator's report.
 
 pub mod backend;
 pub mod error;
 pub mod exec;
+pub mod launch;
+pub mod transport;
 
 pub use backend::{Backend, MemoryReport, OpContext, OpTiming};
 pub use error::RuntimeError;

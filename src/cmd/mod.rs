@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod doctor;
+pub mod run;
 pub mod simulate;
 pub mod validate;
 // issue 9: CI checks and layout search

@@ -1,0 +1,551 @@
+//! The host backend: runs a rank's program for real on the CPU and over TCP. `enqueue` only
+//! records ops; `finish_step` runs them with one thread per stream, so ops on different
+//! streams overlap for real while each stream stays FIFO; an op starts when its deps are done,
+//! and p2p / collective rendezvous happens on the wire (a receive blocks until the peer
+//! sends). Times are taken on the cluster-aligned clock. The first failure stops every
+//! stream (sockets are shut down) and is returned naming the op.
+
+mod compute;
+pub mod fault;
+mod memory;
+
+pub use compute::Workspace;
+pub use fault::{Fault, FaultKind};
+pub use memory::{Held, HeldPeak};
+
+use crate::backend::{Allocation, Backend, MemoryReport, OpContext, OpTiming};
+use crate::error::RuntimeError;
+use crate::launch::progress::Progress;
+use crate::transport::collective::{self, Ring};
+use crate::transport::mesh::{lane_of, Mesh};
+use crate::transport::store::Clock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+use twin_sim::plan::{Plan, RankId};
+use twin_sim::schedule::{CollectiveKind, Op, OpKind, Program, Stream};
+
+/// Set from outside (another rank failed) to stop this rank's step.
+#[derive(Default)]
+pub struct AbortSignal {
+    flag: AtomicBool,
+    reason: Mutex<Option<String>>,
+}
+
+impl AbortSignal {
+    pub fn raise(&self, reason: String) {
+        if let Ok(mut r) = self.reason.lock() {
+            r.get_or_insert(reason);
+        }
+        self.flag.store(true, Ordering::SeqCst);
+    }
+    pub fn raised(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+    pub fn reason(&self) -> Option<String> {
+        self.reason.lock().ok().and_then(|r| r.clone())
+    }
+}
+
+struct Queued {
+    index: u32,
+    op: Op,
+    peer: Option<RankId>,
+    members: Vec<RankId>,
+    freed: Option<Allocation>,
+}
+
+pub struct HostBackend {
+    mesh: Arc<Mesh>,
+    clock: Clock,
+    abort: Arc<AbortSignal>,
+    fault: Option<Fault>,
+    /// Steps run so far (faults fire in the first).
+    steps: u32,
+    queued: Vec<Queued>,
+    workspace: Option<Mutex<Workspace>>,
+    held: Mutex<Held>,
+    last_peak: HeldPeak,
+    progress: Option<Progress>,
+    /// When the last step began, on the aligned clock; timings are relative to it.
+    step_origin_ns: u64,
+}
+
+impl HostBackend {
+    pub fn new(
+        mesh: Arc<Mesh>,
+        clock: Clock,
+        abort: Arc<AbortSignal>,
+        fault: Option<Fault>,
+    ) -> HostBackend {
+        HostBackend {
+            mesh,
+            clock,
+            abort,
+            fault,
+            steps: 0,
+            queued: Vec::new(),
+            workspace: None,
+            held: Mutex::new(Held::default()),
+            last_peak: HeldPeak::default(),
+            progress: None,
+            step_origin_ns: 0,
+        }
+    }
+
+    /// When the last step began on the aligned (rank 0) clock: add it to the step's timings
+    /// to compare them across ranks.
+    pub fn step_origin_ns(&self) -> u64 {
+        self.step_origin_ns
+    }
+
+    /// Record each op's start and end in a progress file (see [`crate::launch::progress`]).
+    pub fn with_progress(mut self, progress: Option<Progress>) -> HostBackend {
+        self.progress = progress;
+        self
+    }
+
+    /// A backend for a one-rank world (no peers), on a fresh clock.
+    pub fn single() -> HostBackend {
+        HostBackend::new(
+            Arc::new(Mesh::single()),
+            Clock::new(),
+            Arc::new(AbortSignal::default()),
+            None,
+        )
+    }
+
+    /// Memory actually held during the last step.
+    pub fn last_peak(&self) -> HeldPeak {
+        self.last_peak
+    }
+
+    fn fault_at(&self, index: u32) -> Option<FaultKind> {
+        self.fault
+            .filter(|f| self.steps == 0 && f.rank == self.mesh.rank && f.op == index)
+            .map(|f| f.kind)
+    }
+
+    /// Run one op; returns its (start, end) on the aligned clock.
+    fn run_op(&self, q: &Queued) -> Result<(u64, u64), RuntimeError> {
+        let fault = self.fault_at(q.index);
+        if let Some(k) = fault {
+            fault::trigger(k);
+        }
+        let corrupt = fault == Some(FaultKind::Corrupt);
+        let lane = lane_of(q.op.stream);
+        let me = self.mesh.rank;
+        let no_peer = || RuntimeError::Unsupported("p2p op without a resolved peer".into());
+        match &q.op.kind {
+            OpKind::Compute(c) => {
+                let ws = self
+                    .workspace
+                    .as_ref()
+                    .ok_or_else(|| RuntimeError::Unsupported("compute before prepare".into()))?;
+                let mut ws = ws
+                    .lock()
+                    .map_err(|_| RuntimeError::Aborted("compute workspace poisoned".into()))?;
+                let start = self.clock.now_ns();
+                ws.run(c);
+                Ok((start, self.clock.now_ns()))
+            }
+            OpKind::Send { bytes, tag, .. } => {
+                let peer = q.peer.ok_or_else(no_peer)?;
+                let payload = p2p_payload(me, *tag, *bytes);
+                let start = self.clock.now_ns();
+                self.mesh
+                    .send(peer, lane, p2p_wire_tag(*tag), &payload, corrupt)?;
+                Ok((start, self.clock.now_ns()))
+            }
+            OpKind::Recv { bytes, tag, .. } => {
+                let peer = q.peer.ok_or_else(no_peer)?;
+                // The transfer starts when the sender's first bytes arrive (the IR's
+                // rendezvous); waiting for them before is idle time, not communication.
+                let issued = self.clock.now_ns();
+                let (got, arrived) = self.mesh.recv(peer, lane, p2p_wire_tag(*tag), *bytes)?;
+                let end = self.clock.now_ns();
+                let start = self.clock.at_ns(arrived).clamp(issued, end);
+                if got != p2p_payload(peer, *tag, *bytes) {
+                    return Err(RuntimeError::WrongResult(format!(
+                        "the {bytes} bytes received from rank {peer} (tag {tag}) differ from what it sent"
+                    )));
+                }
+                Ok((start, end))
+            }
+            OpKind::Collective {
+                kind, bytes, calls, ..
+            } => self.collective(*kind, &q.members, lane, *bytes, *calls, corrupt),
+            OpKind::Alloc {
+                category,
+                device,
+                bytes,
+                tag,
+            } => {
+                let start = self.clock.now_ns();
+                let a = Allocation {
+                    tag: *tag,
+                    category: *category,
+                    device: *device,
+                    bytes: *bytes,
+                };
+                self.held
+                    .lock()
+                    .map_err(|_| RuntimeError::Aborted("memory poisoned".into()))?
+                    .alloc(a, q.index, start)
+                    .map_err(|m| RuntimeError::Schedule {
+                        rank: me,
+                        message: m,
+                    })?;
+                Ok((start, self.clock.now_ns()))
+            }
+            OpKind::Free { tag } => {
+                let start = self.clock.now_ns();
+                let tag = q.freed.map_or(*tag, |a| a.tag);
+                self.held
+                    .lock()
+                    .map_err(|_| RuntimeError::Aborted("memory poisoned".into()))?
+                    .free(tag)
+                    .map_err(|m| RuntimeError::Schedule {
+                        rank: me,
+                        message: m,
+                    })?;
+                Ok((start, self.clock.now_ns()))
+            }
+            OpKind::Checkpoint { bytes } => {
+                let start = self.clock.now_ns();
+                write_checkpoint(me, *bytes)?;
+                Ok((start, self.clock.now_ns()))
+            }
+        }
+    }
+
+    fn collective(
+        &self,
+        kind: CollectiveKind,
+        members: &[RankId],
+        lane: u8,
+        bytes: u64,
+        calls: u32,
+        corrupt: bool,
+    ) -> Result<(u64, u64), RuntimeError> {
+        let elems = usize::try_from(bytes / 4).unwrap_or(0);
+        let mut rings = Vec::with_capacity(calls as usize);
+        let mut inputs = Vec::with_capacity(calls as usize);
+        let arrived = std::cell::Cell::new(None);
+        for c in 0..calls.max(1) {
+            let mut ring = Ring::new(&self.mesh, members, lane, collective_tag(kind, bytes, c))?;
+            ring.corrupt = corrupt;
+            ring.arrived = Some(&arrived);
+            inputs.push(collective::input(kind, &ring, elems, u64::from(c)));
+            rings.push(ring);
+        }
+        let issued = self.clock.now_ns();
+        let mut outputs = Vec::with_capacity(rings.len());
+        for (ring, input) in rings.iter().zip(inputs) {
+            outputs.push(collective::execute(kind, ring, input)?);
+        }
+        let end = self.clock.now_ns();
+        // As for a receive: the collective starts when the first neighbour's data arrives
+        // (for two members, when both have joined); a member that receives nothing (the
+        // broadcast root) started when it issued.
+        let start = arrived
+            .get()
+            .map_or(issued, |a| self.clock.at_ns(a))
+            .clamp(issued, end);
+        for (c, (ring, out)) in rings.iter().zip(&outputs).enumerate() {
+            collective::verify(kind, ring, out, c as u64)?;
+        }
+        Ok((start, end))
+    }
+}
+
+/// Write `bytes` to a real file (in `TWIN_CHECKPOINT_DIR`, else the temp dir), flush it to
+/// storage, and remove it: the I/O a checkpoint of this rank's state costs.
+fn write_checkpoint(rank: RankId, bytes: u64) -> Result<(), RuntimeError> {
+    use std::io::Write;
+    let dir = std::env::var_os("TWIN_CHECKPOINT_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let path = dir.join(format!("twin-ckpt-{}-rank{rank}.bin", std::process::id()));
+    let io = |e: std::io::Error| {
+        RuntimeError::Unsupported(format!("checkpoint write to {}: {e}", path.display()))
+    };
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut f = std::fs::File::create(&path).map_err(io)?;
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(chunk.get(..n).unwrap_or_default())
+            .map_err(io)?;
+        left -= n as u64;
+    }
+    f.sync_data().map_err(io)?;
+    drop(f);
+    std::fs::remove_file(&path).map_err(io)
+}
+
+/// Wire tag of a p2p message: the IR tag in a namespace of its own.
+fn p2p_wire_tag(tag: u32) -> u64 {
+    (1u64 << 62) | u64::from(tag)
+}
+
+/// Wire tag of call `call` of a collective: kind, call and size, so members running
+/// different ops on one lane are caught.
+fn collective_tag(kind: CollectiveKind, bytes: u64, call: u32) -> u64 {
+    ((kind as u64) << 56) | ((u64::from(call) & 0xff) << 40) | (bytes & 0xff_ffff_ffff)
+}
+
+/// The bytes `sender` puts in the message of `tag`: a pattern the receiver recomputes.
+pub fn p2p_payload(sender: RankId, tag: u32, bytes: u64) -> Vec<u8> {
+    let len = usize::try_from(bytes).unwrap_or(0);
+    let base = u64::from(sender) * 131 + u64::from(tag) * 17;
+    (0..len as u64).map(|i| (base + i * 7) as u8).collect()
+}
+
+/// What the stream threads share during a step.
+struct StepState {
+    done: Vec<AtomicBool>,
+    lock: Mutex<()>,
+    cv: Condvar,
+    failed: AtomicBool,
+    error: Mutex<Option<RuntimeError>>,
+}
+
+impl HostBackend {
+    fn wait_deps(&self, st: &StepState, deps: &[u32]) -> Result<(), ()> {
+        let ready = || {
+            deps.iter().all(|&d| {
+                st.done
+                    .get(d as usize)
+                    .is_some_and(|f| f.load(Ordering::SeqCst))
+            })
+        };
+        let stop = || st.failed.load(Ordering::SeqCst) || self.abort.raised();
+        let mut g = st.lock.lock().map_err(|_| ())?;
+        while !ready() {
+            if stop() {
+                return Err(());
+            }
+            g = st
+                .cv
+                .wait_timeout(g, Duration::from_millis(50))
+                .map_err(|_| ())?
+                .0;
+        }
+        Ok(())
+    }
+
+    fn fail(&self, st: &StepState, e: RuntimeError) {
+        if let Ok(mut slot) = st.error.lock() {
+            slot.get_or_insert(e);
+        }
+        st.failed.store(true, Ordering::SeqCst);
+        self.mesh.shutdown_all();
+        st.cv.notify_all();
+    }
+
+    /// Run the ops of one stream (indices into `self.queued`), in order.
+    fn run_stream(&self, st: &StepState, ops: &[usize]) -> Vec<OpTiming> {
+        let mut out = Vec::with_capacity(ops.len());
+        for &i in ops {
+            let Some(q) = self.queued.get(i) else {
+                continue;
+            };
+            if self.wait_deps(st, &q.op.deps).is_err() {
+                return out;
+            }
+            if let Some(p) = &self.progress {
+                p.started(q.op.stream, q.index);
+            }
+            match self.run_op(q) {
+                Ok((start_ns, end_ns)) => {
+                    if let Some(p) = &self.progress {
+                        p.finished(q.op.stream, q.index);
+                    }
+                    out.push(OpTiming {
+                        index: q.index,
+                        start_ns,
+                        end_ns,
+                    });
+                    if let Ok(_g) = st.lock.lock() {
+                        if let Some(f) = st.done.get(q.index as usize) {
+                            f.store(true, Ordering::SeqCst);
+                        }
+                    }
+                    st.cv.notify_all();
+                }
+                Err(e) => {
+                    let e = match self.abort.reason() {
+                        Some(r) => RuntimeError::Aborted(r),
+                        None => e,
+                    };
+                    self.fail(st, e.at_op(self.mesh.rank, q.index, q.op.name()));
+                    return out;
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Backend for HostBackend {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn prepare(
+        &mut self,
+        _plan: &Plan,
+        _rank: RankId,
+        program: &Program,
+    ) -> Result<(), RuntimeError> {
+        if self.workspace.is_none() {
+            self.workspace = Some(Mutex::new(Workspace::for_program(program)));
+        }
+        self.queued.clear();
+        if let Ok(mut h) = self.held.lock() {
+            h.reset();
+        }
+        Ok(())
+    }
+
+    fn enqueue(&mut self, index: u32, op: &Op, ctx: &OpContext) -> Result<(), RuntimeError> {
+        self.queued.push(Queued {
+            index,
+            op: op.clone(),
+            peer: ctx.peer.map(|p| p.rank),
+            members: ctx.group.map(|g| g.members.clone()).unwrap_or_default(),
+            freed: ctx.freed,
+        });
+        Ok(())
+    }
+
+    fn finish_step(&mut self) -> Result<Vec<OpTiming>, RuntimeError> {
+        let n = self
+            .queued
+            .iter()
+            .map(|q| q.index as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let st = StepState {
+            done: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            lock: Mutex::new(()),
+            cv: Condvar::new(),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+        };
+        let mut by_stream: Vec<Vec<usize>> = vec![Vec::new(); Stream::COUNT];
+        for (i, q) in self.queued.iter().enumerate() {
+            if let Some(s) = by_stream.get_mut(q.op.stream.index()) {
+                s.push(i);
+            }
+        }
+        let origin = self.clock.now_ns();
+        let this = &*self;
+        let timings: Vec<OpTiming> = std::thread::scope(|s| {
+            let handles: Vec<_> = by_stream
+                .iter()
+                .filter(|ops| !ops.is_empty())
+                .map(|ops| s.spawn(|| this.run_stream(&st, ops)))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        });
+        if let Some(e) = st.error.lock().ok().and_then(|mut e| e.take()) {
+            return Err(e);
+        }
+        if timings.len() != self.queued.len() {
+            return Err(RuntimeError::Aborted(
+                self.abort
+                    .reason()
+                    .unwrap_or_else(|| "a stream thread stopped early".into()),
+            ));
+        }
+        self.last_peak = self.held.lock().map(|h| h.peak).unwrap_or_default();
+        self.last_peak.peak_time_ns = self.last_peak.peak_time_ns.saturating_sub(origin);
+        self.steps += 1;
+        self.step_origin_ns = origin;
+        Ok(timings
+            .into_iter()
+            .map(|t| OpTiming {
+                index: t.index,
+                start_ns: t.start_ns.saturating_sub(origin),
+                end_ns: t.end_ns.saturating_sub(origin),
+            })
+            .collect())
+    }
+
+    fn memory(&self) -> MemoryReport {
+        MemoryReport {
+            workspace_bytes: self
+                .workspace
+                .as_ref()
+                .and_then(|w| w.lock().ok().map(|w| w.bytes()))
+                .unwrap_or(0),
+            allocator_peak_bytes: Some(self.last_peak.peak_bytes),
+            notes: vec![
+                "host backend: every Alloc is a Vec<u8> with its pages touched; GEMMs in f32"
+                    .into(),
+            ],
+            ..MemoryReport::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::run_step;
+
+    #[test]
+    fn runs_a_single_rank_program_with_real_memory() {
+        let mut s = twin_sim::testing::small_scenario(1, 1, 1, 2);
+        s.model.hidden = 64;
+        s.model.heads = 4;
+        s.model.kv_heads = 4;
+        s.model.ffn_hidden = 256;
+        s.model.seq_len = 32;
+        s.model.vocab = 128;
+        s.model.layers = 2;
+        let staged = twin_sim::Staged::new(&s).unwrap();
+        let mut b = HostBackend::single();
+        let run = run_step(&staged.plan, &staged.schedule, 0, &mut b).unwrap();
+        let ops = &staged.schedule.program(0).ops;
+        assert_eq!(run.events.len(), ops.len());
+        // Every op ran after its deps finished.
+        for (i, op) in ops.iter().enumerate() {
+            for &d in &op.deps {
+                assert!(run.events[d as usize].end_ns <= run.events[i].start_ns);
+            }
+        }
+        // The real peak equals the schedule's own account of it.
+        assert_eq!(b.last_peak().peak_bytes, run.memory.peak_bytes);
+        assert!(b.last_peak().peak_bytes > 0);
+    }
+
+    #[test]
+    fn a_checkpoint_writes_a_real_file_and_removes_it() {
+        let plan = Plan::new(&twin_sim::testing::small_scenario(1, 1, 1, 1)).unwrap();
+        let op = Op {
+            stream: Stream::Io,
+            kind: OpKind::Checkpoint { bytes: 3 << 20 },
+            deps: vec![],
+            label: Default::default(),
+        };
+        let sched = twin_sim::schedule::Schedule {
+            programs: vec![Program {
+                stage: 0,
+                ops: vec![op],
+            }],
+            program_of: vec![0],
+        };
+        let run = run_step(&plan, &sched, 0, &mut HostBackend::single()).unwrap();
+        assert_eq!(run.events.len(), 1);
+        assert_eq!(run.events[0].bytes, 3 << 20);
+        let leftover =
+            std::env::temp_dir().join(format!("twin-ckpt-{}-rank0.bin", std::process::id()));
+        assert!(!leftover.exists());
+    }
+}

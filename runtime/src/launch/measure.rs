@@ -1,0 +1,458 @@
+//! Turns the ranks' measurements into the simulator's shapes: one merged
+//! [`twin_sim::trace::Trace`] (rebased so the step starts at 0) and a
+//! [`twin_sim::engine::SimResult`] built from measured busy / exposed / idle time, so that
+//! [`twin_sim::report::Report::build`] gives the measured report with the simulator's own
+//! definitions of bubble and exposed communication.
+
+use crate::backend::host::HeldPeak;
+use crate::exec::op_bytes;
+use serde::{Deserialize, Serialize};
+use twin_sim::engine::{RankStats, SimResult};
+use twin_sim::plan::Plan;
+use twin_sim::report::Report;
+use twin_sim::scenario::Scenario;
+use twin_sim::schedule::{MemCategory, Op, OpKind, Schedule};
+use twin_sim::trace::{MemorySample, Trace, TraceEvent};
+
+/// What one rank measured, sent to rank 0 at the end.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankMeasure {
+    pub rank: u32,
+    /// Per op of the rank's program, in program order: [start, end] of the last step on the
+    /// aligned clock.
+    pub op_times_ns: Vec<[u64; 2]>,
+    /// Per step: [first op start, last op end] on the aligned clock.
+    pub step_spans_ns: Vec<[u64; 2]>,
+    pub peak: HeldPeak,
+    pub clock_offset_ns: i64,
+    /// Half the best ping-pong round trip: how far this rank's clock alignment can be off.
+    pub clock_residual_ns: u64,
+    /// The process's resident-set high-water mark (Linux VmHWM), when readable.
+    pub rss_peak_bytes: Option<u64>,
+    pub workspace_bytes: u64,
+}
+
+/// Quantiles of the runtime's own gaps between ops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct GapStats {
+    pub count: u64,
+    pub median_ns: u64,
+    pub p90_ns: u64,
+    pub max_ns: u64,
+}
+
+/// The merged measurement of a run.
+pub struct Merged {
+    pub result: SimResult,
+    pub step_times_ns: Vec<u64>,
+    pub gaps: GapStats,
+    pub clock_residual_ns: u64,
+}
+
+fn program(schedule: &Schedule, rank: u32) -> &[Op] {
+    schedule
+        .program_of
+        .get(rank as usize)
+        .and_then(|&p| schedule.programs.get(p as usize))
+        .map_or(&[], |p| p.ops.as_slice())
+}
+
+/// Total length of the union of `intervals` (sorted in place).
+fn union_ns(intervals: &mut [(u64, u64)]) -> u64 {
+    intervals.sort_unstable();
+    let mut total = 0;
+    let mut cur: Option<(u64, u64)> = None;
+    for &(s, e) in intervals.iter() {
+        match cur {
+            Some((cs, ce)) if s <= ce => cur = Some((cs, ce.max(e))),
+            Some((cs, ce)) => {
+                total += ce - cs;
+                cur = Some((s, e));
+            }
+            None => cur = Some((s, e)),
+        }
+    }
+    total + cur.map_or(0, |(s, e)| e - s)
+}
+
+fn is_comm(op: &Op) -> bool {
+    matches!(
+        op.kind,
+        OpKind::Send { .. }
+            | OpKind::Recv { .. }
+            | OpKind::Collective { .. }
+            | OpKind::Checkpoint { .. }
+    )
+}
+
+/// Merge every rank's measurement. `ranks` is indexed by rank.
+pub fn merge(schedule: &Schedule, ranks: &[RankMeasure]) -> Merged {
+    let t0 = ranks
+        .iter()
+        .flat_map(|r| r.op_times_ns.iter().map(|t| t[0]))
+        .min()
+        .unwrap_or(0);
+    let t_end = ranks
+        .iter()
+        .flat_map(|r| r.op_times_ns.iter().map(|t| t[1]))
+        .max()
+        .unwrap_or(t0);
+    let step_time_ns = t_end.saturating_sub(t0);
+    let mut trace = Trace::default();
+    let mut stats = Vec::with_capacity(ranks.len());
+    let mut gaps = Vec::new();
+    for m in ranks {
+        let ops = program(schedule, m.rank);
+        let rel = |i: usize| {
+            m.op_times_ns.get(i).map_or((0, 0), |t| {
+                (
+                    t[0].saturating_sub(t0),
+                    t[1].saturating_sub(t0).max(t[0].saturating_sub(t0)),
+                )
+            })
+        };
+        // Memory replay in completion order: live bytes after each op, and samples.
+        let mut order: Vec<usize> = (0..ops.len().min(m.op_times_ns.len())).collect();
+        order.sort_by_key(|&i| (rel(i).1, i));
+        let mut live = [0u64; MemCategory::COUNT];
+        let mut by_tag = std::collections::BTreeMap::new();
+        let mut events = Vec::with_capacity(order.len());
+        for &i in &order {
+            let Some(op) = ops.get(i) else { continue };
+            let (s, e) = rel(i);
+            match &op.kind {
+                OpKind::Alloc {
+                    category,
+                    device: twin_sim::schedule::Device::Gpu,
+                    bytes,
+                    tag,
+                } => {
+                    by_tag.insert(*tag, (*category, *bytes));
+                    if let Some(l) = live.get_mut(*category as usize) {
+                        *l += bytes;
+                    }
+                }
+                OpKind::Free { tag } => {
+                    if let Some((c, b)) = by_tag.remove(tag) {
+                        if let Some(l) = live.get_mut(c as usize) {
+                            *l = l.saturating_sub(b);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            if matches!(op.kind, OpKind::Alloc { .. } | OpKind::Free { .. }) {
+                trace.memory.push(MemorySample {
+                    rank: m.rank,
+                    time_ns: e,
+                    bytes: live,
+                });
+            }
+            events.push(TraceEvent {
+                rank: m.rank,
+                stream: op.stream,
+                op: i as u32,
+                start_ns: s,
+                end_ns: e,
+                bytes: op_bytes(op),
+                flops: match &op.kind {
+                    OpKind::Compute(c) => c.flops,
+                    _ => 0,
+                },
+                mem_bytes: live.iter().sum(),
+            });
+        }
+        trace.events.extend(events);
+        // Busy / exposed / idle, as the engine defines them.
+        let mut compute: Vec<(u64, u64)> = Vec::new();
+        let mut comm: Vec<(u64, u64)> = Vec::new();
+        let (mut flops, mut model_flops, mut finish_ns) = (0u64, 0u64, 0u64);
+        for (i, op) in ops.iter().enumerate().take(m.op_times_ns.len()) {
+            let (s, e) = rel(i);
+            finish_ns = finish_ns.max(e);
+            if let OpKind::Compute(c) = &op.kind {
+                compute.push((s, e));
+                flops += c.flops;
+                if c.phase.is_model_work() {
+                    model_flops += c.flops;
+                }
+            } else if is_comm(op) {
+                comm.push((s, e));
+            }
+        }
+        let busy = union_ns(&mut compute.clone());
+        let mut both = compute;
+        both.extend(comm);
+        let any = union_ns(&mut both);
+        stats.push(RankStats {
+            rank: m.rank,
+            finish_ns,
+            compute_busy_ns: busy,
+            comm_exposed_ns: any - busy,
+            idle_ns: step_time_ns.saturating_sub(any),
+            flops,
+            model_flops,
+            peak_memory_bytes: m.peak.peak_bytes,
+            peak_time_ns: m.peak.peak_time_ns.saturating_sub(t0),
+            peak_op: m.peak.peak_op,
+            memory_at_peak: m.peak.at_peak,
+            host_memory_peak_bytes: m.peak.host_peak_bytes,
+            // The host backend has no HBM limit to cross.
+            over_capacity_op: None,
+            over_capacity_time_ns: 0,
+            end_memory_bytes: live.iter().sum(),
+        });
+        gaps.extend(ready_gaps(ops, &m.op_times_ns));
+    }
+    trace.events.sort_by_key(|e| (e.end_ns, e.rank, e.op));
+    trace.memory.sort_by_key(|s| (s.rank, s.time_ns));
+    let step_times_ns = (0..ranks
+        .iter()
+        .map(|r| r.step_spans_ns.len())
+        .max()
+        .unwrap_or(0))
+        .map(|k| {
+            let spans = ranks.iter().filter_map(|r| r.step_spans_ns.get(k));
+            let lo = spans.clone().map(|s| s[0]).min().unwrap_or(0);
+            let hi = spans.map(|s| s[1]).max().unwrap_or(lo);
+            hi.saturating_sub(lo)
+        })
+        .collect();
+    let events = trace.events.len() as u64;
+    Merged {
+        result: SimResult {
+            step_time_ns,
+            events,
+            collapsed: false,
+            ranks: stats,
+            trace: Some(trace),
+        },
+        step_times_ns,
+        gaps: gap_stats(gaps),
+        clock_residual_ns: ranks.iter().map(|r| r.clock_residual_ns).max().unwrap_or(0),
+    }
+}
+
+/// For every op that is not first on its stream: how long after it could start (its stream
+/// predecessor and all its deps finished) it did start. This is the runtime's own overhead
+/// (waking the thread, preparing the input pattern of a transfer, recording times).
+fn ready_gaps(ops: &[Op], times: &[[u64; 2]]) -> Vec<u64> {
+    let mut last_on_stream: [Option<usize>; twin_sim::schedule::Stream::COUNT] = Default::default();
+    let mut out = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let Some(t) = times.get(i) else { break };
+        let slot = last_on_stream.get_mut(op.stream.index());
+        let prev = slot.as_ref().and_then(|s| **s);
+        if let Some(p) = prev {
+            let ready = op
+                .deps
+                .iter()
+                .filter_map(|&d| times.get(d as usize).map(|x| x[1]))
+                .chain(times.get(p).map(|x| x[1]))
+                .max()
+                .unwrap_or(0);
+            out.push(t[0].saturating_sub(ready));
+        }
+        if let Some(s) = slot {
+            *s = Some(i);
+        }
+    }
+    out
+}
+
+fn gap_stats(mut gaps: Vec<u64>) -> GapStats {
+    gaps.sort_unstable();
+    let q = |f: f64| {
+        gaps.get(((gaps.len() as f64 - 1.0) * f).round().max(0.0) as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    GapStats {
+        count: gaps.len() as u64,
+        median_ns: q(0.5),
+        p90_ns: q(0.9),
+        max_ns: gaps.last().copied().unwrap_or(0),
+    }
+}
+
+/// The measured report: the simulator's report fields, plus what only a run has.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    #[serde(flatten)]
+    pub report: Report,
+    pub backend: String,
+    /// Every step's time (warm-up included); the report's `step_time_s` is the last one.
+    pub step_times_s: Vec<f64>,
+    /// Worst clock-alignment uncertainty over ranks.
+    pub clock_residual_ns: u64,
+    pub op_gap: GapStats,
+    /// Scale factors applied to the scenario before planning.
+    pub scaled: Vec<String>,
+    /// Per rank: resident-set high-water mark of its process, when known.
+    pub rss_peak_bytes: Vec<Option<u64>>,
+}
+
+/// Build the measured report.
+pub fn report(
+    scenario: &Scenario,
+    plan: &Plan,
+    schedule: &Schedule,
+    ranks: &[RankMeasure],
+    merged: &Merged,
+    wall_s: f64,
+    scaled: Vec<String>,
+) -> RunReport {
+    RunReport {
+        report: Report::build(scenario, plan, schedule, &merged.result, wall_s),
+        backend: "host".into(),
+        step_times_s: merged
+            .step_times_ns
+            .iter()
+            .map(|&t| t as f64 * 1e-9)
+            .collect(),
+        clock_residual_ns: merged.clock_residual_ns,
+        op_gap: merged.gaps,
+        scaled,
+        rss_peak_bytes: ranks.iter().map(|r| r.rss_peak_bytes).collect(),
+    }
+}
+
+impl RunReport {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut o = String::from("measured on the host backend (CPU processes over TCP)\n");
+        for s in &self.scaled {
+            let _ = writeln!(o, "scaled          {s}");
+        }
+        // The shared report text says "simulated" for its event line; here they were run.
+        for line in self.report.to_text().lines() {
+            if line.starts_with("simulated ") {
+                let _ = writeln!(
+                    o,
+                    "measured        {} ops run in {:.3} s (wall, bootstrap included)",
+                    self.report.events, self.report.sim_wall_s
+                );
+            } else {
+                let _ = writeln!(o, "{line}");
+            }
+        }
+        let steps: Vec<String> = self
+            .step_times_s
+            .iter()
+            .map(|s| format!("{:.3}", s * 1e3))
+            .collect();
+        let _ = writeln!(o, "step times      {} ms", steps.join(", "));
+        let _ = writeln!(
+            o,
+            "clock residual  {:.1} us (worst rank)",
+            self.clock_residual_ns as f64 / 1e3
+        );
+        let _ = writeln!(
+            o,
+            "op gaps         median {:.1} us, p90 {:.1} us, max {:.1} us over {} ops",
+            self.op_gap.median_ns as f64 / 1e3,
+            self.op_gap.p90_ns as f64 / 1e3,
+            self.op_gap.max_ns as f64 / 1e3,
+            self.op_gap.count
+        );
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn union_merges_overlaps() {
+        assert_eq!(union_ns(&mut [(0, 10), (5, 15), (20, 25)]), 20);
+        assert_eq!(union_ns(&mut []), 0);
+        assert_eq!(union_ns(&mut [(3, 4), (0, 10)]), 10);
+    }
+
+    fn staged_pp2() -> twin_sim::Staged {
+        let mut s = twin_sim::testing::small_scenario(1, 2, 1, 2);
+        s.model.hidden = 64;
+        s.model.heads = 4;
+        s.model.kv_heads = 4;
+        s.model.ffn_hidden = 128;
+        s.model.seq_len = 16;
+        s.model.vocab = 64;
+        s.model.layers = 2;
+        twin_sim::Staged::new(&s).unwrap()
+    }
+
+    #[test]
+    fn merge_keeps_every_op_once_rebased_and_partitions_the_step() {
+        let st = staged_pp2();
+        // Rank r's op i runs at [1000 + 100 r + 10 i, +5]: a clock that starts at 1000.
+        let ranks: Vec<RankMeasure> = (0..2u32)
+            .map(|r| RankMeasure {
+                rank: r,
+                op_times_ns: (0..st.schedule.program(r).ops.len() as u64)
+                    .map(|i| {
+                        let s = 1000 + 100 * u64::from(r) + 10 * i;
+                        [s, s + 5]
+                    })
+                    .collect(),
+                step_spans_ns: vec![[0, 50], [1000, 2000]],
+                ..RankMeasure::default()
+            })
+            .collect();
+        let m = merge(&st.schedule, &ranks);
+        let trace = m.result.trace.as_ref().unwrap();
+        assert_eq!(trace.events.len() as u64, st.schedule.total_ops());
+        let ids: std::collections::BTreeSet<(u32, u32)> =
+            trace.events.iter().map(|e| (e.rank, e.op)).collect();
+        assert_eq!(ids.len() as u64, st.schedule.total_ops());
+        assert_eq!(trace.events.iter().map(|e| e.start_ns).min(), Some(0));
+        let last1 = st.schedule.program(1).ops.len() as u64 - 1;
+        assert_eq!(m.result.step_time_ns, 100 + 10 * last1 + 5);
+        for r in &m.result.ranks {
+            assert_eq!(
+                r.compute_busy_ns + r.comm_exposed_ns + r.idle_ns,
+                m.result.step_time_ns
+            );
+        }
+        assert_eq!(m.step_times_ns, vec![50, 1000]);
+    }
+
+    #[test]
+    fn exposed_is_communication_outside_compute() {
+        let st = staged_pp2();
+        let ops = &st.schedule.program(0).ops;
+        let compute = ops
+            .iter()
+            .position(|o| matches!(o.kind, OpKind::Compute(_)))
+            .unwrap();
+        let comm = ops.iter().position(is_comm).unwrap();
+        // Only these two ops take time: compute [0, 10], communication [5, 20].
+        let mut times = vec![[0u64, 0u64]; ops.len()];
+        times[compute] = [0, 10];
+        times[comm] = [5, 20];
+        let m = merge(
+            &st.schedule,
+            &[RankMeasure {
+                rank: 0,
+                op_times_ns: times,
+                ..RankMeasure::default()
+            }],
+        );
+        let r = &m.result.ranks[0];
+        assert_eq!(
+            (r.compute_busy_ns, r.comm_exposed_ns, r.idle_ns),
+            (10, 10, 0)
+        );
+    }
+
+    #[test]
+    fn gaps_are_quantiles() {
+        let g = gap_stats(vec![5, 1, 3, 2, 4]);
+        assert_eq!((g.count, g.median_ns, g.max_ns), (5, 3, 5));
+        assert_eq!(gap_stats(vec![]).count, 0);
+    }
+}

@@ -1,0 +1,16 @@
+//! Running the host backend as a job: the rank environment, the local launcher (one process
+//! per rank), the worker's life (bootstrap, steps, results), scale factors for CPU-sized
+//! runs, and the merge of the ranks' measurements into the simulator's trace and report.
+
+pub mod env;
+pub mod launcher;
+pub mod measure;
+pub mod progress;
+pub mod scale;
+pub mod worker;
+
+pub use env::RankEnv;
+pub use launcher::{launch, LaunchError, LaunchOptions, LaunchOutput};
+pub use measure::{merge, report, GapStats, Merged, RankMeasure, RunReport};
+pub use scale::{ScaleError, ScaleFactor, ScaleKey};
+pub use worker::{run_worker, WorkerOptions};

@@ -1,0 +1,263 @@
+//! The data plane: a full TCP mesh between ranks, one connection per (peer, lane). A lane is a
+//! schedule stream (the pipeline's send and receive streams share one), so ops on different
+//! streams never share a socket and overlap for real, while ops on one stream use their
+//! sockets in program order, as the IR's FIFO rule says. Addresses are exchanged through the
+//! store; each rank advertises the interface that reaches rank 0.
+
+use super::frame::{describe_io, read_frame, read_frame_at, write_frame};
+use super::store::StoreClient;
+use crate::error::RuntimeError;
+use std::collections::BTreeMap;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use twin_sim::plan::RankId;
+use twin_sim::schedule::Stream;
+
+/// Lanes per peer: compute, tp, cp, ep, dp, pp (send and receive), io.
+pub const LANES: u8 = 7;
+const HANDSHAKE_TAG: u64 = 0x6861_6e64; // "hand"
+
+/// The lane that carries an op issued on `stream`.
+pub fn lane_of(stream: Stream) -> u8 {
+    match stream {
+        Stream::Compute => 0,
+        Stream::Tp => 1,
+        Stream::Cp => 2,
+        Stream::Ep => 3,
+        Stream::Dp => 4,
+        Stream::PpSend | Stream::PpRecv => 5,
+        Stream::Io => 6,
+    }
+}
+
+/// One socket; reads and writes are serialised separately (`&TcpStream` is both `Read` and
+/// `Write`), so a sender and a receiver thread can use it at once with one descriptor.
+struct Conn {
+    read_lock: Mutex<()>,
+    write_lock: Mutex<()>,
+    stream: TcpStream,
+}
+
+/// This rank's connections to every other rank.
+pub struct Mesh {
+    pub rank: RankId,
+    pub world: u32,
+    conns: BTreeMap<(RankId, u8), Conn>,
+}
+
+fn setup(conn: &TcpStream, timeout: Duration) -> std::io::Result<()> {
+    conn.set_nodelay(true)?;
+    conn.set_read_timeout(Some(timeout))?;
+    conn.set_write_timeout(Some(timeout))
+}
+
+impl Mesh {
+    /// A mesh with no peers, for a one-rank world.
+    pub fn single() -> Mesh {
+        Mesh {
+            rank: 0,
+            world: 1,
+            conns: BTreeMap::new(),
+        }
+    }
+
+    /// Connect to every other rank through the store. `timeout` bounds setup and, later,
+    /// every blocking read or write (a peer silent for longer is reported as hung).
+    pub fn connect(
+        store: &mut StoreClient,
+        rank: RankId,
+        world: u32,
+        timeout: Duration,
+    ) -> Result<Mesh, RuntimeError> {
+        let boot = |m: String| RuntimeError::Rendezvous(format!("rank {rank}: {m}"));
+        let ip = store.local_ip()?;
+        let listener =
+            TcpListener::bind((ip, 0)).map_err(|e| boot(format!("cannot listen on {ip}: {e}")))?;
+        let me = listener
+            .local_addr()
+            .map_err(|e| boot(format!("listener address: {e}")))?;
+        store.set(&format!("mesh/addr/{rank}"), me.to_string().as_bytes())?;
+        let mut addrs = Vec::with_capacity(world as usize);
+        for r in 0..world {
+            let a = store.get(&format!("mesh/addr/{r}"))?;
+            addrs.push(String::from_utf8_lossy(&a).into_owned());
+        }
+        let expected = (world.saturating_sub(rank + 1) as usize) * usize::from(LANES);
+        let deadline = Instant::now() + timeout;
+        let accepted = std::thread::scope(|s| {
+            let acceptor = s.spawn(|| accept_all(&listener, rank, expected, deadline, timeout));
+            let mut out = BTreeMap::new();
+            for (peer, addr) in addrs.iter().enumerate().take(rank as usize) {
+                let peer = peer as RankId;
+                for lane in 0..LANES {
+                    let conn =
+                        connect_retry(addr, deadline).map_err(|e| RuntimeError::Transport {
+                            peer,
+                            message: format!("cannot connect to {addr}: {e}"),
+                        })?;
+                    setup(&conn, timeout).map_err(|e| boot(e.to_string()))?;
+                    let mut hello = [0u8; 5];
+                    hello[..4].copy_from_slice(&rank.to_le_bytes());
+                    hello[4] = lane;
+                    let mut w = &conn;
+                    write_frame(&mut w, peer, HANDSHAKE_TAG, &hello, false)?;
+                    out.insert((peer, lane), conn);
+                }
+            }
+            let mut theirs = acceptor
+                .join()
+                .map_err(|_| boot("acceptor thread panicked".into()))??;
+            out.append(&mut theirs);
+            Ok::<_, RuntimeError>(out)
+        })?;
+        let conns = accepted
+            .into_iter()
+            .map(|(key, stream)| {
+                let conn = Conn {
+                    read_lock: Mutex::new(()),
+                    write_lock: Mutex::new(()),
+                    stream,
+                };
+                (key, conn)
+            })
+            .collect();
+        Ok(Mesh { rank, world, conns })
+    }
+
+    fn conn(&self, peer: RankId, lane: u8) -> Result<&Conn, RuntimeError> {
+        self.conns.get(&(peer, lane)).ok_or_else(|| {
+            RuntimeError::Unsupported(format!(
+                "rank {} has no connection to rank {peer} (world {}); a transfer to itself is not supported",
+                self.rank, self.world
+            ))
+        })
+    }
+
+    /// Send one framed message to `peer` on `lane`.
+    pub fn send(
+        &self,
+        peer: RankId,
+        lane: u8,
+        tag: u64,
+        payload: &[u8],
+        corrupt: bool,
+    ) -> Result<(), RuntimeError> {
+        let c = self.conn(peer, lane)?;
+        let _w = c
+            .write_lock
+            .lock()
+            .map_err(|_| RuntimeError::Aborted("a sender thread panicked".into()))?;
+        write_frame(&mut &c.stream, peer, tag, payload, corrupt)
+    }
+
+    /// Receive one framed message of `len` bytes with `tag` from `peer` on `lane`; also
+    /// returns when its header arrived.
+    pub fn recv(
+        &self,
+        peer: RankId,
+        lane: u8,
+        tag: u64,
+        len: u64,
+    ) -> Result<(Vec<u8>, Instant), RuntimeError> {
+        let c = self.conn(peer, lane)?;
+        let _r = c
+            .read_lock
+            .lock()
+            .map_err(|_| RuntimeError::Aborted("a receiver thread panicked".into()))?;
+        read_frame_at(&mut &c.stream, peer, Some(tag), Some(len)).map(|(_, p, at)| (p, at))
+    }
+
+    /// Send to one peer and receive from another at the same time (a ring step): the send
+    /// runs on a helper thread so two ranks sending to each other cannot block each other.
+    #[allow(clippy::too_many_arguments)]
+    pub fn exchange(
+        &self,
+        to: RankId,
+        from: RankId,
+        lane: u8,
+        tag: u64,
+        payload: &[u8],
+        recv_len: u64,
+        corrupt: bool,
+    ) -> Result<(Vec<u8>, Instant), RuntimeError> {
+        std::thread::scope(|s| {
+            let sender = s.spawn(|| self.send(to, lane, tag, payload, corrupt));
+            let got = self.recv(from, lane, tag, recv_len);
+            if got.is_err() {
+                // Unblock our own sender too: the step has failed.
+                self.shutdown_all();
+            }
+            let sent = sender
+                .join()
+                .map_err(|_| RuntimeError::Aborted("sender thread panicked".into()))?;
+            let got = got?;
+            sent?;
+            Ok(got)
+        })
+    }
+
+    /// Close every connection: wakes every thread blocked on a socket (used on abort).
+    pub fn shutdown_all(&self) {
+        for c in self.conns.values() {
+            let _ = c.stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn connect_retry(addr: &str, deadline: Instant) -> std::io::Result<TcpStream> {
+    loop {
+        match TcpStream::connect(addr) {
+            Ok(c) => return Ok(c),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn accept_all(
+    listener: &TcpListener,
+    rank: RankId,
+    expected: usize,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<BTreeMap<(RankId, u8), TcpStream>, RuntimeError> {
+    let boot = |m: String| RuntimeError::Rendezvous(format!("rank {rank}: {m}"));
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| boot(e.to_string()))?;
+    let mut out = BTreeMap::new();
+    while out.len() < expected {
+        match listener.accept() {
+            Ok((conn, from)) => {
+                conn.set_nonblocking(false)
+                    .map_err(|e| boot(e.to_string()))?;
+                setup(&conn, timeout).map_err(|e| boot(e.to_string()))?;
+                let mut r = &conn;
+                let (_, hello) = read_frame(&mut r, u32::MAX, Some(HANDSHAKE_TAG), Some(5))
+                    .map_err(|e| boot(format!("bad handshake from {from}: {e}")))?;
+                let mut b = [0u8; 4];
+                b.copy_from_slice(hello.get(..4).unwrap_or(&[0; 4]));
+                let peer = u32::from_le_bytes(b);
+                let lane = hello.get(4).copied().unwrap_or(0);
+                out.insert((peer, lane), conn);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    let missing: Vec<String> = (rank + 1..)
+                        .take(expected / usize::from(LANES))
+                        .filter(|p| !out.contains_key(&(*p, 0)))
+                        .map(|p| p.to_string())
+                        .collect();
+                    return Err(boot(format!(
+                        "timed out waiting for rank(s) {} to connect",
+                        missing.join(", ")
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(boot(format!("accept: {}", describe_io(&e)))),
+        }
+    }
+    Ok(out)
+}
