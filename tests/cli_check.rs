@@ -241,19 +241,25 @@ fn junit_xml_is_structurally_valid_and_consistent() {
 #[test]
 fn baseline_catches_a_doubled_micro_batch_in_memory() {
     let base = tmp("baseline.json");
-    let o = twin(&["simulate", "scenarios/small.toml", "--format", "json"]);
+    let o = twin(&["simulate", "scenarios/512xA100.toml", "--format", "json"]);
     assert!(o.status.success());
     std::fs::write(&base, stdout(&o)).unwrap();
     let base = base.to_str().unwrap();
     // Unchanged: every baseline row passes.
-    let same = twin(&["check", "scenarios/small.toml", "--baseline", base]);
+    let same = twin(&["check", "scenarios/512xA100.toml", "--baseline", base]);
     assert_eq!(code(&same), 0, "{}", stdout(&same));
     assert!(stdout(&same).contains("baseline.peak_memory_bytes"));
-    // The same scenario edited to double the micro batch (2 -> 4).
-    let text = std::fs::read_to_string("scenarios/small.toml").unwrap();
-    assert!(text.contains("micro_batch = 2"));
-    let edited = tmp("small.toml");
-    std::fs::write(&edited, text.replace("micro_batch = 2", "micro_batch = 4")).unwrap();
+    // The same scenario edited to double the micro batch (1 -> 2). The 512-GPU scenario,
+    // because there activations are a large part of the peak; in small.toml the fixed
+    // framework reserve dominates and doubling the micro batch moves the peak by < 1%.
+    let text = std::fs::read_to_string("scenarios/512xA100.toml").unwrap();
+    assert!(text.contains("micro_batch = 1 "));
+    let edited = tmp("512xA100.toml");
+    std::fs::write(
+        &edited,
+        text.replace("micro_batch = 1 ", "micro_batch = 2 "),
+    )
+    .unwrap();
     let o = twin(&["check", edited.to_str().unwrap(), "--baseline", base]);
     assert_eq!(code(&o), 1, "{}", stdout(&o));
     let out = stdout(&o);

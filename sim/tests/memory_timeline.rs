@@ -330,6 +330,7 @@ fn verdict_names_the_first_op_that_crosses_hbm() {
         &PredictOptions {
             trace: true,
             reproducible: true,
+            ..PredictOptions::default()
         },
     )
     .unwrap();
@@ -422,6 +423,7 @@ fn perfetto_memory_counter_has_every_category() {
         &PredictOptions {
             trace: true,
             reproducible: true,
+            ..PredictOptions::default()
         },
     )
     .unwrap();
