@@ -144,8 +144,9 @@ enum Outcome {
 }
 
 /// The largest model state (weights, gradients, optimizer state after ZeRO sharding and
-/// offload) any stage's ranks hold. The engine allocates it for the whole step, so it is a
-/// lower bound of the simulated peak: a layout whose state alone exceeds HBM cannot fit.
+/// offload) any stage's ranks hold, plus the framework reserve. The engine allocates both for
+/// the whole step, so their sum is a lower bound of the simulated peak: a layout whose state
+/// alone exceeds HBM cannot fit.
 pub fn static_state_bytes(s: &Scenario, plan: &Plan) -> u64 {
     (0..plan.pp())
         .map(|stage| {
@@ -156,6 +157,8 @@ pub fn static_state_bytes(s: &Scenario, plan: &Plan) -> u64 {
         })
         .max()
         .unwrap_or(0)
+        // the framework reserve is held from the start of the step too
+        .saturating_add(s.memory.reserved_bytes)
 }
 
 fn evaluate(source: &ParsedSource, index: usize, overrides: Vec<String>) -> Outcome {

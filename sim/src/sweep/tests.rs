@@ -117,6 +117,9 @@ fn layouts_skipped_for_model_state_really_do_not_fit() {
     src.text = src
         .text
         .replace("hbm_bytes = 16_000_000_000", "hbm_bytes = 24_000_000");
+    // No framework reserve, so that model state decides what fits at this tiny HBM.
+    assert!(!src.text.contains("[memory]"));
+    src.text.push_str("\n[memory]\nreserved_bytes = 0\n");
     let s = src.resolve(&[]).unwrap();
     let r = run(
         &src,
