@@ -104,7 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (scenario, _notes, staged) = stage(c)?;
     let world = staged.plan.world;
     match args.backend {
-        BackendKind::Cuda => run_cuda(&scenario, &staged, c.steps),
+        BackendKind::Cuda => run_cuda(&scenario, &staged, c),
         BackendKind::Host => {
             check_fits_host(&scenario, &staged, c)?;
             let exe = std::env::current_exe().context("cannot find the twin executable")?;
@@ -165,19 +165,41 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn run_cuda(scenario: &Scenario, staged: &Staged, steps: u32) -> anyhow::Result<ExitCode> {
+fn run_cuda(scenario: &Scenario, staged: &Staged, c: &Common) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
         staged.plan.world == 1,
         "the scenario plans {} ranks: `--backend cuda` runs one-rank schedules only (multi-GPU launch is future work); use --backend host, or set parallel sizes to 1",
         staged.plan.world
     );
+    let start = std::time::Instant::now();
     let run = twin_runtime::backend::cuda::run_single_gpu(
         scenario,
         &staged.plan,
         &staged.schedule,
-        steps,
+        c.steps,
     )?;
-    println!("{}", serde_json::to_string_pretty(&run)?);
+    // The same merge and report as the host backend, so the fields mean the same.
+    let measure = launch::RankMeasure::from_rank_run(&run);
+    let merged = launch::merge(&staged.schedule, std::slice::from_ref(&measure));
+    let mut report = launch::report(
+        scenario,
+        &staged.plan,
+        &staged.schedule,
+        std::slice::from_ref(&measure),
+        &merged,
+        start.elapsed().as_secs_f64(),
+        Vec::new(),
+    );
+    report.backend = "cuda".into();
+    if let Some(path) = &c.trace {
+        if let Some(trace) = &merged.result.trace {
+            super::write_atomic(path, &trace.to_chrome_json(&staged.plan, &staged.schedule))?;
+        }
+    }
+    match c.format {
+        Format::Json => println!("{}", report.to_json()),
+        Format::Text => print!("{}", report.to_text()),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -32,6 +32,42 @@ pub struct RankMeasure {
     pub workspace_bytes: u64,
 }
 
+impl RankMeasure {
+    /// The measurement of a single-process run (the CUDA backend's `RankRun`): one rank, its
+    /// own clock (offset and residual zero), the last step's op times.
+    pub fn from_rank_run(run: &crate::exec::RankRun) -> RankMeasure {
+        let m = &run.memory;
+        let b = &m.peak_breakdown;
+        let mut at_peak = [0u64; MemCategory::COUNT];
+        for (c, v) in [
+            (MemCategory::Weights, b.weights),
+            (MemCategory::Grads, b.grads),
+            (MemCategory::Optimizer, b.optimizer),
+            (MemCategory::Activations, b.activations),
+            (MemCategory::Buffers, b.buffers),
+            (MemCategory::Reserved, b.reserved),
+        ] {
+            at_peak[c as usize] = v;
+        }
+        RankMeasure {
+            rank: run.rank,
+            op_times_ns: run.events.iter().map(|e| [e.start_ns, e.end_ns]).collect(),
+            step_spans_ns: run.step_times_ns.iter().map(|&t| [0, t]).collect(),
+            peak: HeldPeak {
+                peak_bytes: m.peak_bytes,
+                at_peak,
+                peak_op: None,
+                peak_time_ns: 0,
+                host_peak_bytes: m.host_peak_bytes,
+            },
+            clock_offset_ns: 0,
+            clock_residual_ns: 0,
+            rss_peak_bytes: None,
+            workspace_bytes: run.device_memory.workspace_bytes,
+        }
+    }
+}
+
 /// Quantiles of the runtime's own gaps between ops.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct GapStats {
@@ -324,7 +360,12 @@ impl RunReport {
 
     pub fn to_text(&self) -> String {
         use std::fmt::Write as _;
-        let mut o = String::from("measured on the host backend (CPU processes over TCP)\n");
+        let what = match self.backend.as_str() {
+            "host" => "the host backend (CPU processes over TCP)",
+            "cuda" => "the cuda backend (cuBLAS and NCCL on the local GPU)",
+            other => other,
+        };
+        let mut o = format!("measured on {what}\n");
         for s in &self.scaled {
             let _ = writeln!(o, "scaled          {s}");
         }
