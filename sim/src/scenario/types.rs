@@ -282,17 +282,16 @@ impl Scenario {
     /// Micro batches per pipeline per step: global_batch / (micro_batch * dp * ep).
     /// Validation guarantees the division is exact and non-zero.
     pub fn num_microbatches(&self) -> u64 {
-        let denom =
-            self.training.micro_batch * u64::from(self.parallel.dp) * u64::from(self.parallel.ep);
-        if denom == 0 {
-            0
-        } else {
-            self.training.global_batch / denom
-        }
+        let denom = self
+            .training
+            .micro_batch
+            .saturating_mul(u64::from(self.parallel.dp))
+            .saturating_mul(u64::from(self.parallel.ep));
+        self.training.global_batch.checked_div(denom).unwrap_or(0)
     }
 
     /// Tokens processed by the whole job in one step.
     pub fn tokens_per_step(&self) -> u64 {
-        self.training.global_batch * self.model.seq_len
+        self.training.global_batch.saturating_mul(self.model.seq_len)
     }
 }
