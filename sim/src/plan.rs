@@ -292,32 +292,58 @@ impl Plan {
             .collect()
     }
 
+    /// Builds every group of every kind arithmetically. A rank's group of a kind is fixed by
+    /// its coordinates on the axes the kind does not vary; its smallest member (the "base")
+    /// has zero on the varied axes, and every member is the base plus one of the same offsets
+    /// (the varied axes' coordinates times their strides), so the offsets are sorted once per
+    /// kind and every group is a shifted copy. Group ids follow the ascending base within each
+    /// kind, kinds in [`GroupKind::ALL`] order (the order a rank-by-rank scan discovers them).
     fn build_groups(&mut self) {
         let world = self.world as usize;
+        let mut stride = Coords::default();
+        let mut step = 1u32;
+        for axis in self.order {
+            stride.set(axis, step);
+            step = step.saturating_mul(self.sizes.get(axis));
+        }
+        let mut offsets: Vec<RankId> = Vec::new();
+        self.group_of = Vec::with_capacity(GroupKind::ALL.len());
         for kind in GroupKind::ALL {
+            let axes = kind.varied_axes();
+            offsets.clear();
+            offsets.push(0);
+            for &axis in axes {
+                let (n, st) = (self.sizes.get(axis), stride.get(axis));
+                let len = offsets.len();
+                for v in 1..n {
+                    for i in 0..len {
+                        offsets.push(offsets[i] + v * st);
+                    }
+                }
+            }
+            offsets.sort_unstable();
             let mut of = vec![u32::MAX; world];
-            for rank in 0..self.world {
-                if of[rank as usize] != u32::MAX {
+            for base in 0..self.world {
+                if of[base as usize] != u32::MAX {
                     continue;
                 }
-                let base = self.coords(rank);
-                let mut members = Vec::new();
-                self.enumerate(base, kind.varied_axes(), &mut members);
-                members.sort_unstable();
                 let id = self.groups.len() as GroupId;
-                let mut per_node: Vec<u32> = members.iter().map(|&m| self.node_of(m)).collect();
-                per_node.sort_unstable();
+                let members: Vec<RankId> = offsets.iter().map(|&o| base + o).collect();
                 let (mut nodes, mut max_per_node, mut run) = (0u32, 0u32, 0u32);
-                for (i, n) in per_node.iter().enumerate() {
-                    if i == 0 || per_node[i - 1] != *n {
+                let mut last_node = None;
+                // members ascend, so their nodes do too: runs of one node are contiguous
+                for &m in &members {
+                    let node = self.node_of(m);
+                    if last_node != Some(node) {
                         nodes += 1;
                         run = 0;
+                        last_node = Some(node);
                     }
                     run += 1;
                     max_per_node = max_per_node.max(run);
-                }
-                for &m in &members {
-                    of[m as usize] = id;
+                    if let Some(slot) = of.get_mut(m as usize) {
+                        *slot = id;
+                    }
                 }
                 self.groups.push(Group {
                     kind,
@@ -327,19 +353,6 @@ impl Plan {
                 });
             }
             self.group_of.push(of);
-        }
-    }
-
-    fn enumerate(&self, base: Coords, axes: &[Axis], out: &mut Vec<RankId>) {
-        match axes.split_first() {
-            None => out.push(self.rank_of(base)),
-            Some((&axis, rest)) => {
-                for v in 0..self.sizes.get(axis) {
-                    let mut c = base;
-                    c.set(axis, v);
-                    self.enumerate(c, rest, out);
-                }
-            }
         }
     }
 }
@@ -452,6 +465,56 @@ mod tests {
         assert_eq!(world.members.len(), 16);
         assert_eq!(world.nodes, 2);
         assert_eq!(world.max_per_node, 8);
+    }
+
+    /// Members by definition: the ranks that agree with the group's rank on every axis the
+    /// kind does not vary, ascending; ids in order of each group's smallest member.
+    #[test]
+    fn groups_match_their_coordinate_definition_in_any_order() {
+        use crate::scenario::Axis;
+        let mut s = small_scenario(2, 3, 2, 4);
+        s.parallel.cp = 2;
+        s.cluster.gpus = 24;
+        for order in [
+            crate::scenario::Parallel::DEFAULT_ORDER,
+            [Axis::Pp, Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp],
+            [Axis::Dp, Axis::Pp, Axis::Cp, Axis::Tp, Axis::Ep],
+        ] {
+            s.parallel.order = order;
+            let plan = Plan::new(&s).unwrap();
+            let mut next_id = 0u32;
+            for kind in GroupKind::ALL {
+                let fixed = |c: Coords| {
+                    let mut c = c;
+                    for &a in kind.varied_axes() {
+                        c.set(a, 0);
+                    }
+                    c
+                };
+                for r in 0..plan.world {
+                    let want: Vec<RankId> = (0..plan.world)
+                        .filter(|&m| fixed(plan.coords(m)) == fixed(plan.coords(r)))
+                        .collect();
+                    let g = plan.group(plan.group_of(r, kind));
+                    assert_eq!(g.kind, kind);
+                    assert_eq!(g.members, want, "{order:?} {kind:?} rank {r}");
+                    let mut nodes: Vec<u32> = want.iter().map(|&m| plan.node_of(m)).collect();
+                    nodes.dedup();
+                    assert_eq!(g.nodes as usize, nodes.len());
+                    let most = nodes
+                        .iter()
+                        .map(|&n| want.iter().filter(|&&m| plan.node_of(m) == n).count())
+                        .max()
+                        .unwrap();
+                    assert_eq!(g.max_per_node as usize, most);
+                    if want[0] == r {
+                        assert_eq!(plan.group_of(r, kind), next_id, "{order:?} {kind:?}");
+                        next_id += 1;
+                    }
+                }
+            }
+            assert_eq!(next_id as usize, plan.groups.len());
+        }
     }
 
     #[test]
