@@ -93,9 +93,15 @@ pub struct JobFacts {
 }
 
 impl JobFacts {
-    /// Checkpoint sizes from `workload::state_bytes` summed over every rank of every stage.
+    /// Checkpoint sizes from `workload::state_bytes` summed over every rank of every stage,
+    /// counting state that data-parallel replicas hold alike once (weights unless ZeRO-3 /
+    /// FSDP shards them, optimizer state unless ZeRO >= 1 does): only one replica writes it.
     pub fn from_scenario(s: &Scenario, plan: &Plan, step_time_ns: u64, comm: f64) -> JobFacts {
         let ranks_per_stage = u64::from(plan.world / plan.pp().max(1));
+        let dp = u64::from(plan.sizes.dp.max(1));
+        let p = &s.parallel;
+        let weights_copies = if p.zero >= 3 || p.fsdp { 1 } else { dp };
+        let optimizer_copies = if p.zero >= 1 || p.fsdp { 1 } else { dp };
         let mut total = 0u64;
         let mut max_rank = 0u64;
         for stage in 0..plan.pp() {
@@ -105,7 +111,9 @@ impl JobFacts {
                 .saturating_add(b.optimizer_bytes)
                 .saturating_add(b.host_bytes);
             max_rank = max_rank.max(rank);
-            total = total.saturating_add(rank.saturating_mul(ranks_per_stage));
+            let unique = (b.weights_bytes / weights_copies)
+                .saturating_add(b.optimizer_bytes.saturating_add(b.host_bytes) / optimizer_copies);
+            total = total.saturating_add(unique.saturating_mul(ranks_per_stage));
         }
         JobFacts {
             step_time_ns,
