@@ -10,7 +10,8 @@ use crate::faults::config::{
 };
 use crate::scenario::source::Node;
 
-pub(crate) const FAULT_KEYS: &[&str] = &[
+/// Every key `[faults]` accepts.
+pub const FAULT_KEYS: &[&str] = &[
     "horizon",
     "seeds",
     "seed",

@@ -30,6 +30,7 @@ mod validate;
 
 pub use checks::{parse_key as parse_check_key, Bound, Checks, Metric, Threshold, CHECK_KEYS};
 pub use error::{ErrorKind, ScenarioError};
+pub use faults::FAULT_KEYS;
 pub use types::*;
 
 use crate::faults::FaultConfig;
