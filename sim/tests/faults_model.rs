@@ -148,3 +148,23 @@ fn async_checkpoints_beat_sync_when_writes_are_slow() {
     };
     assert!(g(&asy) > g(&sync));
 }
+
+#[test]
+fn absurd_rates_are_an_error_not_a_hang() {
+    let mut c = twin_sim::faults::FaultConfig::default();
+    c.gpu_failures_per_gpu_hour = 1e6;
+    let job = twin_sim::faults::JobFacts {
+        step_time_ns: S,
+        gpus: 1 << 20,
+        gpus_per_node: 8,
+        dp: 1 << 17,
+        checkpoint_bytes: 1 << 40,
+        max_rank_checkpoint_bytes: 1 << 30,
+        exposed_comm_fraction: 0.0,
+    };
+    let r = twin_sim::faults::simulate_horizon(&c, &job, None);
+    assert!(matches!(
+        r,
+        Err(twin_sim::faults::FaultsError::TooManyEvents { .. })
+    ));
+}

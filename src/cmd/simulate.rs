@@ -83,23 +83,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         write_atomic(path, &json)?;
     }
     let report = &prediction.report;
-    let horizon = horizon_config(faults, &args).map(|config| {
-        let job = twin_sim::faults::JobFacts::from_scenario(
-            &scenario,
-            &plan,
-            (report.step_time_s * 1e9).round() as u64,
-            report.exposed_comm_fraction,
-        );
-        let bar = Progress::new(config.seeds);
-        let progress = |done: usize| bar.show(done);
-        let out = twin_sim::faults::simulate_horizon(
-            &config,
-            &job,
-            bar.enabled.then_some(&progress as &(dyn Fn(usize) + Sync)),
-        );
-        bar.finish();
-        out
-    });
+    let horizon = horizon_config(faults, &args)
+        .map(|config| {
+            let job = twin_sim::faults::JobFacts::from_scenario(
+                &scenario,
+                &plan,
+                (report.step_time_s * 1e9).round() as u64,
+                report.exposed_comm_fraction,
+            );
+            let bar = Progress::new(config.seeds);
+            let progress = |done: usize| bar.show(done);
+            let out = twin_sim::faults::simulate_horizon(
+                &config,
+                &job,
+                bar.enabled.then_some(&progress as &(dyn Fn(usize) + Sync)),
+            );
+            bar.finish();
+            out
+        })
+        .transpose()
+        .context("simulating the horizon")?;
     match args.format {
         Format::Json => match &horizon {
             None => println!("{}", report.to_json()),

@@ -361,14 +361,36 @@ pub fn first_order_overhead(delta: f64, tau: f64, mtbf: f64, restart: f64) -> f6
     delta / tau + tau / (2.0 * mtbf) + restart / mtbf
 }
 
+/// Why a horizon cannot be simulated.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum FaultsError {
+    #[error(
+        "about {expected:.3e} failures and slowdowns per trial expected (at most {max:.0e}): \
+         the rates are too high for this job and horizon"
+    )]
+    TooManyEvents { expected: f64, max: f64 },
+}
+
+/// Expected random events (failures, slowdown windows) per trial that a run may hold.
+pub const MAX_EVENTS_PER_TRIAL: f64 = 1e6;
+
 /// Simulates the horizon for a planned scenario whose step was predicted: the Monte Carlo
 /// summary plus a sweep for the best checkpoint interval.
 pub fn simulate_horizon(
     config: &FaultConfig,
     job: &JobFacts,
     progress: Option<&(dyn Fn(usize) + Sync)>,
-) -> HorizonReport {
+) -> Result<HorizonReport, FaultsError> {
     let model = Model::new(config, job);
+    let rate =
+        model.failure_rate_per_ns() + model.slowdowns.iter().map(|s| s.rate_per_ns).sum::<f64>();
+    let expected = rate * model.horizon_ns as f64;
+    if !(expected <= MAX_EVENTS_PER_TRIAL) {
+        return Err(FaultsError::TooManyEvents {
+            expected,
+            max: MAX_EVENTS_PER_TRIAL,
+        });
+    }
     let outs = monte_carlo(&model, config.seed, config.seeds, progress);
     let sweep_seeds = config.seeds.clamp(1, 200);
     let sweep = sweep_intervals(
@@ -377,5 +399,5 @@ pub fn simulate_horizon(
         sweep_seeds,
         &candidate_intervals(&model, 24),
     );
-    HorizonReport::build(config, job, &model, &outs, sweep)
+    Ok(HorizonReport::build(config, job, &model, &outs, sweep))
 }

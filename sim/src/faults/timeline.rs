@@ -27,6 +27,10 @@ pub struct Outcome {
     pub first_failure_ns: u64,
 }
 
+/// A bound on slowdown windows per trial, so absurd rates cannot exhaust memory (callers
+/// reject such rates first; see `FaultsError::TooManyEvents`).
+const MAX_WINDOWS: usize = 1 << 22;
+
 /// Slowdown windows of one trial: non-overlapping, sorted, each with a step-time factor.
 struct Slowdowns {
     windows: Vec<(u64, u64, f64)>,
@@ -45,7 +49,7 @@ impl Slowdowns {
             let mut t = 0.0f64;
             loop {
                 t += rng.exponential(1.0 / src.rate_per_ns);
-                if !(t < model.horizon_ns as f64) {
+                if !(t < model.horizon_ns as f64) || raw.len() >= MAX_WINDOWS {
                     break;
                 }
                 let start = t as u64;
