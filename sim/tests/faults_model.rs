@@ -76,8 +76,10 @@ fn young_daly_twelve_hour_mtbf_five_second_checkpoint() {
 fn published_rate_gives_the_projected_job_mttf() {
     // Kokolis et al., RSC-1: 6.50 failures per 1,000 node-days; 16,384 GPUs = 2,048 nodes of
     // 8 projects to an MTTF of 1.8 h (published to one decimal: 1.75-1.85 h).
-    let mut c = twin_sim::faults::FaultConfig::default();
-    c.horizon_ns = 30 * 86_400 * S;
+    let c = twin_sim::faults::FaultConfig {
+        horizon_ns: 30 * 86_400 * S,
+        ..Default::default()
+    };
     let job = twin_sim::faults::JobFacts {
         step_time_ns: 10 * S,
         gpus: 16_384,
@@ -151,8 +153,10 @@ fn async_checkpoints_beat_sync_when_writes_are_slow() {
 
 #[test]
 fn absurd_rates_are_an_error_not_a_hang() {
-    let mut c = twin_sim::faults::FaultConfig::default();
-    c.gpu_failures_per_gpu_hour = 1e6;
+    let c = twin_sim::faults::FaultConfig {
+        gpu_failures_per_gpu_hour: 1e6,
+        ..Default::default()
+    };
     let job = twin_sim::faults::JobFacts {
         step_time_ns: S,
         gpus: 1 << 20,

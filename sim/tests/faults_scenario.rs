@@ -1,6 +1,9 @@
 //! The `[faults]` section: parsed with defaults, located errors for bad values, no panics on
 //! odd input, and the bundled 512-GPU faults scenario resolves.
 
+// ScenarioError is large by design (see scenario/mod.rs).
+#![allow(clippy::result_large_err)]
+
 use twin_sim::faults::{CheckpointInterval, CheckpointMode, Distribution, RestartPolicy};
 use twin_sim::scenario::ParsedSource;
 

@@ -140,7 +140,7 @@ pub fn parse_duration_ns(text: &str) -> Option<u64> {
     };
     let v: f64 = num.trim().parse().ok()?;
     let ns = v * unit_s * 1e9;
-    if !(ns.is_finite() && ns >= 1.0 && ns <= 100.0 * 365.0 * 86_400.0 * 1e9) {
+    if !(1.0..=100.0 * 365.0 * 86_400.0 * 1e9).contains(&ns) {
         return None;
     }
     Some(ns.round() as u64)

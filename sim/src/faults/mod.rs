@@ -385,7 +385,7 @@ pub fn simulate_horizon(
     let rate =
         model.failure_rate_per_ns() + model.slowdowns.iter().map(|s| s.rate_per_ns).sum::<f64>();
     let expected = rate * model.horizon_ns as f64;
-    if !(expected <= MAX_EVENTS_PER_TRIAL) {
+    if expected.is_nan() || expected > MAX_EVENTS_PER_TRIAL {
         return Err(FaultsError::TooManyEvents {
             expected,
             max: MAX_EVENTS_PER_TRIAL,

@@ -49,7 +49,7 @@ impl Slowdowns {
             let mut t = 0.0f64;
             loop {
                 t += rng.exponential(1.0 / src.rate_per_ns);
-                if !(t < model.horizon_ns as f64) || raw.len() >= MAX_WINDOWS {
+                if t.is_nan() || t >= model.horizon_ns as f64 || raw.len() >= MAX_WINDOWS {
                     break;
                 }
                 let start = t as u64;
