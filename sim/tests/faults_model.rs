@@ -172,3 +172,43 @@ fn absurd_rates_are_an_error_not_a_hang() {
         Err(twin_sim::faults::FaultsError::TooManyEvents { .. })
     ));
 }
+
+#[test]
+fn one_scheduled_fault_loses_exactly_the_uncommitted_work() {
+    // 100 s of work, then a 10 s synchronous checkpoint: commits at 110 s and 220 s. A fault at
+    // 250 s loses the 30 s since then, and recovery takes 5 + 5 + 5 s.
+    let m = Model {
+        horizon_ns: 1000 * S,
+        step_time_ns: S,
+        rates_per_ns: [0.0; 3],
+        distribution: Distribution::Exponential,
+        scheduled_ns: vec![250 * S],
+        interval_ns: 100 * S,
+        blocking_ns: 10 * S,
+        commit_delay_ns: 10 * S,
+        detection_ns: 5 * S,
+        restart_ns: 5 * S,
+        reload_ns: 5 * S,
+        elastic: None,
+        slowdowns: Vec::new(),
+    };
+    let o = &monte_carlo(&m, 1, 1, None)[0];
+    assert_eq!(o.rework_ns, 30 * S);
+    assert_eq!(
+        (o.detection_ns, o.restart_ns, o.reload_ns),
+        (5 * S, 5 * S, 5 * S)
+    );
+    assert_eq!(o.failures, [0, 0, 0, 1]);
+    assert_eq!(o.first_failure_ns, 250 * S);
+    // After recovery at 265 s: 6 full cycles to 925 s, then 75 s of work to the horizon.
+    assert_eq!(o.work_ns, (200 + 600 + 75) * S);
+    assert_eq!(o.checkpoint_ns, (20 + 60) * S);
+
+    // Elastic with dp 2: steps take twice as long for 200 s after the restart.
+    let elastic = Model {
+        elastic: Some((2.0, 200 * S)),
+        ..m.clone()
+    };
+    let e = &monte_carlo(&elastic, 1, 1, None)[0];
+    assert_eq!(e.useful_wall_ns - e.work_ns, 100 * S, "{e:?}");
+}
