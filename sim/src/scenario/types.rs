@@ -292,8 +292,6 @@ impl Scenario {
 
     /// Tokens processed by the whole job in one step.
     pub fn tokens_per_step(&self) -> u64 {
-        self.training
-            .global_batch
-            .saturating_mul(self.model.seq_len)
+        self.training.global_batch.saturating_mul(self.model.seq_len)
     }
 }
