@@ -6,6 +6,7 @@
 pub mod check;
 pub mod cost;
 pub mod engine;
+pub mod faults;
 pub mod plan;
 pub mod profile;
 pub mod report;

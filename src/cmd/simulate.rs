@@ -1,6 +1,6 @@
 //! `twin simulate`: predict one training step of a scenario and print the report.
 
-use super::{load_scenario, write_atomic, Format};
+use super::{write_atomic, Format};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,6 +17,7 @@ use std::process::ExitCode;
 ///   twin simulate scenarios/512xA100.toml --set parallel.pp=16 --set parallel.dp=4
 ///   twin simulate scenarios/512xA100.toml --profile scenarios/profiles/a100-dgx.toml
 ///   twin simulate scenarios/small.toml --trace small.trace.json   (open in ui.perfetto.dev)
+///   twin simulate scenarios/512xA100-faults.toml --horizon 30d --seeds 1000   (docs/faults.md)
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -44,13 +45,27 @@ pub struct Args {
     /// to every rank otherwise. The trace then holds only the representatives.
     #[arg(long)]
     pub collapse: bool,
+    /// Simulate failures, checkpoints and restarts over this horizon (e.g. 30d, 12h) after the
+    /// step prediction, using the scenario's [faults] (defaults when it has none). A scenario
+    /// with [faults] runs its own `horizon` without this flag. See docs/faults.md.
+    #[arg(long, value_name = "DURATION", value_parser = parse_horizon)]
+    pub horizon: Option<u64>,
+    /// Monte Carlo trials for the horizon mode (overrides [faults] seeds).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub seeds: Option<u32>,
     /// Zero the wall-clock fields (sim_wall_s) so that two runs give byte-identical output.
     #[arg(long)]
     pub reproducible: bool,
 }
 
+fn parse_horizon(text: &str) -> Result<u64, String> {
+    twin_sim::faults::parse_duration_ns(text)
+        .ok_or_else(|| format!("`{text}` is not a duration such as 30d, 12h, 90m or 3600s"))
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let scenario = load_scenario(&args.scenario, &args.overrides)?;
+    let source = twin_sim::scenario::ScenarioSource::read(&args.scenario)?;
+    let (scenario, plan, faults) = source.parse()?.resolve_with_faults(&args.overrides)?;
     let opts = twin_sim::PredictOptions {
         trace: args.trace.is_some(),
         reproducible: args.reproducible,
@@ -68,14 +83,101 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         write_atomic(path, &json)?;
     }
     let report = &prediction.report;
+    let horizon = horizon_config(faults, &args)
+        .map(|config| {
+            let job = twin_sim::faults::JobFacts::from_scenario(
+                &scenario,
+                &plan,
+                (report.step_time_s * 1e9).round() as u64,
+                report.exposed_comm_fraction,
+            );
+            let bar = Progress::new(config.seeds);
+            let progress = |done: usize| bar.show(done);
+            let out = twin_sim::faults::simulate_horizon(
+                &config,
+                &job,
+                bar.enabled.then_some(&progress as &(dyn Fn(usize) + Sync)),
+            );
+            bar.finish();
+            out
+        })
+        .transpose()
+        .context("simulating the horizon")?;
     match args.format {
-        Format::Json => println!("{}", report.to_json()),
+        Format::Json => match &horizon {
+            None => println!("{}", report.to_json()),
+            Some(h) => {
+                let mut v: serde_json::Value = serde_json::from_str(&report.to_json())?;
+                if let Some(obj) = v.as_object_mut() {
+                    obj.insert("goodput".into(), h.goodput.mean.into());
+                    obj.insert("ettr".into(), h.ettr.mean.into());
+                    obj.insert("faults".into(), h.to_json_value());
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            }
+        },
         Format::Text => {
             print!("{}", report.to_text());
             if args.memory {
                 print!("{}", report.memory_text());
             }
+            if let Some(h) = &horizon {
+                print!("{}", h.to_text());
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The fault model to run: the scenario's `[faults]`, or the defaults when only `--horizon`
+/// asks for one; flags override its horizon and seeds.
+fn horizon_config(
+    faults: Option<twin_sim::faults::FaultConfig>,
+    args: &Args,
+) -> Option<twin_sim::faults::FaultConfig> {
+    let mut c = match (faults, args.horizon) {
+        (None, None) => return None,
+        (f, _) => f.unwrap_or_default(),
+    };
+    if let Some(h) = args.horizon {
+        c.horizon_ns = h;
+    }
+    if let Some(n) = args.seeds {
+        c.seeds = n;
+    }
+    Some(c)
+}
+
+/// A one-line progress bar on stderr, only when stderr is a terminal.
+struct Progress {
+    total: u32,
+    enabled: bool,
+}
+
+impl Progress {
+    fn new(total: u32) -> Progress {
+        use std::io::IsTerminal;
+        Progress {
+            total,
+            enabled: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn show(&self, done: usize) {
+        let total = self.total.max(1) as usize;
+        if done % (total / 50).max(1) == 0 || done == total {
+            let filled = done * 30 / total;
+            eprint!(
+                "\r  seeds [{}{}] {done}/{total}",
+                "#".repeat(filled),
+                " ".repeat(30 - filled.min(30))
+            );
+        }
+    }
+
+    fn finish(&self) {
+        if self.enabled {
+            eprintln!();
+        }
+    }
 }

@@ -17,6 +17,7 @@ mod checks;
 mod cluster;
 mod emit;
 pub(crate) mod error;
+mod faults;
 mod hf;
 mod limits;
 mod overrides;
@@ -29,8 +30,10 @@ mod validate;
 
 pub use checks::{parse_key as parse_check_key, Bound, Checks, Metric, Threshold, CHECK_KEYS};
 pub use error::{ErrorKind, ScenarioError};
+pub use faults::FAULT_KEYS;
 pub use types::*;
 
+use crate::faults::FaultConfig;
 use error::Ctx;
 use std::path::Path;
 
@@ -88,7 +91,7 @@ impl ParsedSource {
         &self,
         overrides: &[String],
     ) -> Result<(Scenario, Checks), ScenarioError> {
-        self.resolve_full(overrides).map(|(s, _, c)| (s, c))
+        self.resolve_full(overrides).map(|(s, _, c, _)| (s, c))
     }
 
     /// [`ParsedSource::resolve`], also returning the plan that validation builds to prove the
@@ -97,21 +100,31 @@ impl ParsedSource {
         &self,
         overrides: &[String],
     ) -> Result<(Scenario, crate::plan::Plan), ScenarioError> {
-        self.resolve_full(overrides).map(|(s, p, _)| (s, p))
+        self.resolve_full(overrides).map(|(s, p, _, _)| (s, p))
+    }
+
+    /// [`ParsedSource::resolve`], also returning the plan and the `[faults]` section (`None`
+    /// when the scenario has none).
+    pub fn resolve_with_faults(
+        &self,
+        overrides: &[String],
+    ) -> Result<(Scenario, crate::plan::Plan, Option<FaultConfig>), ScenarioError> {
+        self.resolve_full(overrides).map(|(s, p, _, f)| (s, p, f))
     }
 
     fn resolve_full(
         &self,
         overrides: &[String],
-    ) -> Result<(Scenario, crate::plan::Plan, Checks), ScenarioError> {
+    ) -> Result<(Scenario, crate::plan::Plan, Checks, Option<FaultConfig>), ScenarioError> {
         let ctx = &self.ctx;
         let mut root = self.root.clone();
         overrides::apply(ctx, &mut root, overrides)?;
         let base_dir = Path::new(&ctx.origin).parent().unwrap_or(Path::new(""));
         let mut resolved = parse::resolve(ctx, &root, base_dir)?;
         let checks = std::mem::take(&mut resolved.checks);
+        let faults = resolved.faults.take();
         let (scenario, plan) = validate::validate(ctx, &root, overrides, resolved)?;
-        Ok((scenario, plan, checks))
+        Ok((scenario, plan, checks, faults))
     }
 }
 

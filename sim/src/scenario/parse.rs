@@ -25,6 +25,8 @@ pub(crate) struct Resolved {
     pub bucket_explicit: bool,
     /// The `[checks]` section (returned beside the scenario, see `checks.rs`).
     pub checks: Checks,
+    /// The `[faults]` section, when present (see `faults.rs`).
+    pub faults: Option<crate::faults::FaultConfig>,
 }
 
 fn u32_of(v: u64) -> u32 {
@@ -46,6 +48,7 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
     let memory = memory(root.section("memory", "memory")?)?;
     let run = run(root.section("run", "run")?)?;
     let checks = super::checks::checks(root.section("checks", "checks")?)?;
+    let faults = super::faults::faults(root.section("faults", "faults")?)?;
     Ok(Resolved {
         scenario: Scenario {
             name,
@@ -60,6 +63,7 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
         zero_explicit,
         bucket_explicit,
         checks,
+        faults,
     })
 }
 

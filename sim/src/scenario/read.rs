@@ -35,7 +35,7 @@ pub(crate) const SCHEMA: &[(&str, &[&str])] = &[
     (
         "",
         &[
-            "name", "model", "cluster", "parallel", "training", "memory", "run", "checks",
+            "name", "model", "cluster", "parallel", "training", "memory", "run", "checks", "faults",
         ],
     ),
     (
@@ -138,6 +138,7 @@ pub(crate) const SCHEMA: &[(&str, &[&str])] = &[
     ("memory", &["reserved_bytes", "allocator_slack_fraction"]),
     ("run", &["iterations", "seed", "granularity"]),
     ("checks", super::checks::CHECK_KEYS),
+    ("faults", super::faults::FAULT_KEYS),
 ];
 
 pub(crate) fn known_keys(path: &str) -> &'static [&'static str] {
