@@ -494,3 +494,36 @@ fn accounting_key_is_parsed_located_and_round_tripped() {
         .expect("override parses");
     assert_eq!(set.memory.accounting, MemoryAccounting::Deepspeed);
 }
+
+/// DeepSpeed accounting on every ZeRO stage, offload, pipeline depth, micro batch count and
+/// granularity: the schedule validates, runs, and leaves nothing allocated, and the host holds
+/// the model being built.
+#[test]
+fn deepspeed_accounting_timeline_is_valid_everywhere() {
+    use twin_sim::scenario::{Granularity, Offload};
+    for zero in 0u8..=3 {
+        for offload in [Offload::None, Offload::Optimizer, Offload::Params] {
+            if offload == Offload::Params && zero < 3 {
+                continue;
+            }
+            for (pp, m, granularity) in [
+                (1u32, 1u64, Granularity::Chunk),
+                (1, 4, Granularity::Layer),
+                (2, 4, Granularity::Chunk),
+                (2, 3, Granularity::Layer),
+            ] {
+                let mut s = small_scenario(1, pp, 4, m);
+                s.parallel.zero = zero;
+                s.training.offload = offload;
+                s.run.granularity = granularity;
+                s.memory.accounting = MemoryAccounting::Deepspeed;
+                let p = predict(&s, &PredictOptions::default()).expect("predicts");
+                for r in &p.result.ranks {
+                    assert_eq!(r.end_memory_bytes, 0, "zero {zero}, {offload:?}, pp {pp}");
+                    // The fp32 model built on the host before the step.
+                    assert!(r.host_memory_peak_bytes > 0, "zero {zero}, {offload:?}");
+                }
+            }
+        }
+    }
+}
