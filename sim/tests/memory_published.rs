@@ -6,10 +6,13 @@
 
 use twin_sim::engine::{simulate, RankStats, SimOptions, SimResult};
 use twin_sim::plan::Plan;
-use twin_sim::scenario::{PipelineSchedule, Precision, Recompute, Scenario};
+use twin_sim::scenario::{
+    parse_str, to_toml, MemoryAccounting, PipelineSchedule, Precision, Recompute, Scenario,
+};
 use twin_sim::schedule::{generate, MemCategory};
 use twin_sim::testing::small_scenario;
 use twin_sim::workload::{chunk_work, model_params};
+use twin_sim::{predict, PredictOptions};
 
 const GB: f64 = 1e9;
 
@@ -288,4 +291,239 @@ fn zero_bubble_h1_holds_at_most_p_micro_batches_and_later_stages_more_than_1f1b(
         most = most.max(n);
     }
     assert_eq!(most, u64::from(p));
+}
+
+// ---------------------------------------------------------------------------------------
+// DeepSpeed's memory estimator for t5-3b on one node of 8 GPUs (memory.toml,
+// [deepspeed_estimator]), under `[memory] accounting = "deepspeed"`.
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// A t5-3b stand-in: the twin models decoder-only transformers, so this is not T5's shape,
+/// but it has t5-3b's exact parameter count, 2,851,598,336, and its largest module, the
+/// shared 32128 x 1024 embedding (32,899,072), which are all the estimator reads. (The file's
+/// 2851e6 and 32e6 are those two numbers as DeepSpeed prints them, in whole millions; its
+/// published rows were computed from the exact ones.) 79 GPT-style layers of hidden 1024,
+/// 32 heads, MLP 15360, tied embeddings; the 274 learned positions fill the count exactly.
+/// Pure data parallel over 8 GPUs, fp16 mixed-precision Adam, no framework reserve.
+fn t5_3b(zero: u8, offload: &str) -> Scenario {
+    let text = r#"
+name = "t5-3b-deepspeed"
+[model]
+layers = 79
+hidden = 1024
+heads = 32
+ffn_hidden = 15360
+seq_len = 274
+vocab = 32128
+tied_embeddings = true
+[cluster]
+gpu = "a100-sxm-80gb"
+gpus = 8
+node = "dgx-a100"
+[parallel]
+tp = 1
+pp = 1
+[training]
+global_batch = 8
+micro_batch = 1
+precision = "fp16"
+[memory]
+reserved_bytes = 0
+accounting = "deepspeed"
+"#;
+    let overrides = [
+        format!("parallel.zero={zero}"),
+        format!("training.offload={offload}"),
+    ];
+    parse_str(text, "t5-3b.toml", &overrides).expect("t5-3b scenario parses")
+}
+
+/// GPU (model states and the ZeRO-3 gather buffers at the peak, per rank) and host (sum of
+/// the node's ranks' peaks: every rank runs the same program, so their peaks coincide) GiB.
+fn deepspeed_row(zero: u8, offload: &str) -> (Vec<f64>, f64) {
+    let s = t5_3b(zero, offload);
+    let p = predict(&s, &PredictOptions::default()).expect("t5-3b predicts");
+    let node = s.cluster.gpus_per_node;
+    let mut gpu = Vec::new();
+    let mut host_node = 0u64;
+    for r in &p.result.ranks {
+        // Activations are not model state; the estimator leaves them out.
+        let states = at_peak(r, MemCategory::Weights)
+            + at_peak(r, MemCategory::Grads)
+            + at_peak(r, MemCategory::Optimizer)
+            + at_peak(r, MemCategory::Buffers);
+        assert_eq!(
+            at_peak(r, MemCategory::Reserved),
+            0,
+            "no reserve, no GPU slack"
+        );
+        gpu.push(states as f64 / GIB);
+        if r.rank / node == 0 {
+            host_node += r.host_memory_peak_bytes;
+        }
+    }
+    // The report's breakdown agrees with the engine's (same numbers, through `predict`).
+    for e in &p.report.ranks {
+        let b = &e.memory_breakdown;
+        let states = b.weights + b.grads + b.optimizer + b.buffers;
+        assert!(gpu.iter().all(|g| (*g - states as f64 / GIB).abs() < 1e-12));
+    }
+    (gpu, host_node as f64 / GIB)
+}
+
+/// The published figures have two decimals: within 0.5%, or within their rounding when that
+/// is coarser (0.12 GiB).
+fn check_row(what: &str, zero: u8, offload: &str, gpu_gib: f64, cpu_gib: f64) {
+    let (gpu, host) = deepspeed_row(zero, offload);
+    assert_eq!(gpu.len(), 8);
+    for (rank, g) in gpu.iter().enumerate() {
+        assert!(
+            close(*g, gpu_gib, 0.01),
+            "{what}, rank {rank}: {g} GiB per GPU, published {gpu_gib}"
+        );
+    }
+    assert!(
+        close(host, cpu_gib, 0.01),
+        "{what}: {host} GiB per node, published {cpu_gib}"
+    );
+}
+
+#[test]
+fn deepspeed_t5_3b_model_is_the_estimators() {
+    let s = t5_3b(3, "none");
+    let p = model_params(&s.model);
+    let total = p.dense + p.expert;
+    // DeepSpeed prints whole millions: "2851M total params, 32M largest layer params".
+    assert_eq!(total / 1_000_000, 2851);
+    let plan = Plan::new(&s).expect("plans");
+    let largest = plan
+        .chunks
+        .iter()
+        .flatten()
+        .map(|c| chunk_work(&s, &plan, c).largest_module_params)
+        .max()
+        .expect("one chunk");
+    assert_eq!(largest / 1_000_000, 32);
+    assert_eq!(
+        largest,
+        32128 * 1024,
+        "the word embedding is the largest module"
+    );
+}
+
+#[test]
+fn deepspeed_estimator_zero2_t5_3b() {
+    check_row("zero2, offload_optimizer=cpu", 2, "optimizer", 5.31, 127.48);
+    check_row("zero2, offload_optimizer=none", 2, "none", 15.93, 127.48);
+}
+
+#[test]
+fn deepspeed_estimator_zero3_t5_3b() {
+    check_row(
+        "zero3, offload_param=cpu, offload_optimizer=cpu",
+        3,
+        "params",
+        0.12,
+        71.71,
+    );
+    check_row(
+        "zero3, offload_param=none, offload_optimizer=cpu",
+        3,
+        "optimizer",
+        0.79,
+        63.74,
+    );
+    check_row(
+        "zero3, offload_param=none, offload_optimizer=none",
+        3,
+        "none",
+        6.10,
+        1.47,
+    );
+}
+
+/// The option changes what is counted, not the ZeRO paper's figures under the default.
+#[test]
+fn deepspeed_accounting_is_not_the_default() {
+    let s = t5_3b(2, "none");
+    let mut megatron = s.clone();
+    megatron.memory = twin_sim::scenario::MemorySettings {
+        reserved_bytes: 0,
+        ..Default::default()
+    };
+    let gpu = |s: &Scenario| {
+        let (_, r) = run(s);
+        let x = &r.ranks[0];
+        at_peak(x, MemCategory::Grads) + at_peak(x, MemCategory::Optimizer)
+    };
+    // Megatron: 2P of fp16 gradients sharded (ZeRO-2) + 12P/N; DeepSpeed: 2P all live
+    // + (4 + 12)P/N.
+    assert!(gpu(&s) > gpu(&megatron));
+}
+
+#[test]
+fn accounting_key_is_parsed_located_and_round_tripped() {
+    let base = "name = \"t\"\n[model]\nlayers = 8\nhidden = 1024\nheads = 16\nseq_len = 1024\nvocab = 32000\n[cluster]\ngpu = \"a100-sxm-80gb\"\ngpus = 8\nnode = \"dgx-a100\"\n[training]\nglobal_batch = 8\n[memory]\n";
+    let plain = parse_str(base, "m.toml", &[]).expect("parses");
+    assert_eq!(plain.memory.accounting, MemoryAccounting::Megatron);
+    let err = parse_str(
+        &format!("{base}accounting = \"deepspeeed\"\n"),
+        "m.toml",
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("m.toml:15:"), "{err}");
+    assert!(err.contains("memory.accounting"), "{err}");
+    assert!(err.contains("did you mean `deepspeed`"), "{err}");
+    let err = parse_str(&format!("{base}accounting = 1\n"), "m.toml", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("memory.accounting"), "{err}");
+    let s = parse_str(
+        &format!("{base}accounting = \"deepspeed\"\n"),
+        "m.toml",
+        &[],
+    )
+    .expect("parses");
+    assert_eq!(s.memory.accounting, MemoryAccounting::Deepspeed);
+    let again = parse_str(&to_toml(&s), "again.toml", &[]).expect("round trip parses");
+    assert_eq!(again.memory, s.memory);
+    let set = parse_str(base, "m.toml", &["memory.accounting=deepspeed".to_string()])
+        .expect("override parses");
+    assert_eq!(set.memory.accounting, MemoryAccounting::Deepspeed);
+}
+
+/// DeepSpeed accounting on every ZeRO stage, offload, pipeline depth, micro batch count and
+/// granularity: the schedule validates, runs, and leaves nothing allocated, and the host holds
+/// the model being built.
+#[test]
+fn deepspeed_accounting_timeline_is_valid_everywhere() {
+    use twin_sim::scenario::{Granularity, Offload};
+    for zero in 0u8..=3 {
+        for offload in [Offload::None, Offload::Optimizer, Offload::Params] {
+            if offload == Offload::Params && zero < 3 {
+                continue;
+            }
+            for (pp, m, granularity) in [
+                (1u32, 1u64, Granularity::Chunk),
+                (1, 4, Granularity::Layer),
+                (2, 4, Granularity::Chunk),
+                (2, 3, Granularity::Layer),
+            ] {
+                let mut s = small_scenario(1, pp, 4, m);
+                s.parallel.zero = zero;
+                s.training.offload = offload;
+                s.run.granularity = granularity;
+                s.memory.accounting = MemoryAccounting::Deepspeed;
+                let p = predict(&s, &PredictOptions::default()).expect("predicts");
+                for r in &p.result.ranks {
+                    assert_eq!(r.end_memory_bytes, 0, "zero {zero}, {offload:?}, pp {pp}");
+                    // The fp32 model built on the host before the step.
+                    assert!(r.host_memory_peak_bytes > 0, "zero {zero}, {offload:?}");
+                }
+            }
+        }
+    }
 }

@@ -2,7 +2,9 @@
 //! defaults), so a run can be archived next to its results and reproduced exactly even if
 //! presets or defaults change later. Parsing the output gives back an equal [`Scenario`].
 
-use super::parse::{name_of, AXES, GRANULARITIES, OFFLOADS, OPTIMIZERS, PRECISIONS, RECOMPUTES};
+use super::parse::{
+    name_of, ACCOUNTINGS, AXES, GRANULARITIES, OFFLOADS, OPTIMIZERS, PRECISIONS, RECOMPUTES,
+};
 use super::types::*;
 use toml_edit::{value, Array, DocumentMut, InlineTable, Item, Table, Value};
 
@@ -140,6 +142,8 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
         "allocator_slack_fraction",
         value(s.memory.allocator_slack_fraction),
     );
+    let accounting = name_of(&ACCOUNTINGS, s.memory.accounting);
+    memory.insert("accounting", value(accounting));
     doc.insert("memory", Item::Table(memory));
 
     let r = &s.run;

@@ -253,6 +253,10 @@ pub(crate) const OFFLOADS: [(&str, Offload); 3] = [
     ("optimizer", Offload::Optimizer),
     ("params", Offload::Params),
 ];
+pub(crate) const ACCOUNTINGS: [(&str, MemoryAccounting); 2] = [
+    ("megatron", MemoryAccounting::Megatron),
+    ("deepspeed", MemoryAccounting::Deepspeed),
+];
 pub(crate) const GRANULARITIES: [(&str, Granularity); 2] =
     [("chunk", Granularity::Chunk), ("layer", Granularity::Layer)];
 
@@ -431,6 +435,9 @@ fn memory(m: Section<'_>) -> Result<MemorySettings> {
             m.non_negative("allocator_slack_fraction", limits::ALLOCATOR_SLACK_FRACTION)?
         )
         .unwrap_or(d.allocator_slack_fraction),
+        accounting: m
+            .choice("accounting", "memory accounting", &ACCOUNTINGS)?
+            .unwrap_or(d.accounting),
     })
 }
 

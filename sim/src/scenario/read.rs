@@ -135,7 +135,10 @@ pub(crate) const SCHEMA: &[(&str, &[&str])] = &[
             "grad_bucket_bytes",
         ],
     ),
-    ("memory", &["reserved_bytes", "allocator_slack_fraction"]),
+    (
+        "memory",
+        &["reserved_bytes", "allocator_slack_fraction", "accounting"],
+    ),
     ("run", &["iterations", "seed", "granularity"]),
     ("checks", super::checks::CHECK_KEYS),
     ("faults", super::faults::FAULT_KEYS),

@@ -239,6 +239,23 @@ pub struct MemorySettings {
     /// Caching-allocator fragmentation: every transient allocation (activations, buffers)
     /// holds this fraction of its size more, in category reserved. In [0, 1].
     pub allocator_slack_fraction: f64,
+    /// Whose bookkeeping of model state and ZeRO buffers the timeline follows.
+    #[serde(default)]
+    pub accounting: MemoryAccounting,
+}
+
+/// How model state and ZeRO buffers are counted (docs/memory.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryAccounting {
+    /// Megatron-LM: fp32 main gradients, ZeRO-3 gathers per pass with prefetch. The default.
+    #[default]
+    Megatron,
+    /// DeepSpeed's estimator (`estimate_zero{2,3}_model_states_mem_needs`): all 16-bit
+    /// gradients live under ZeRO 0-2, an fp32 gradient partition beside the optimizer state
+    /// (offloaded with it), ZeRO-3 holding one module's 16-bit parameters and gradients, and
+    /// host memory for initialisation with the 1.5 buffer factor.
+    Deepspeed,
 }
 
 impl MemorySettings {
@@ -256,6 +273,7 @@ impl Default for MemorySettings {
         MemorySettings {
             reserved_bytes: Self::DEFAULT_RESERVED_BYTES,
             allocator_slack_fraction: Self::DEFAULT_ALLOCATOR_SLACK_FRACTION,
+            accounting: MemoryAccounting::Megatron,
         }
     }
 }

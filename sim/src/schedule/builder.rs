@@ -14,6 +14,8 @@ pub struct Builder {
     /// Allocator slack: each transient GPU allocation (activations, buffers) comes with a
     /// reserved allocation of this fraction of its size, freed with it.
     slack_fraction: f64,
+    /// The same for every host allocation (DeepSpeed accounting's buffer factor).
+    host_slack_fraction: f64,
 }
 
 /// A live allocation: its tag, and the tag of its allocator slack if it has one, to free them
@@ -25,13 +27,16 @@ pub struct AllocTag {
 }
 
 impl Builder {
-    /// A builder whose transient allocations carry `fraction` of allocator slack.
-    pub fn with_slack(fraction: f64) -> Builder {
+    /// A builder whose transient GPU allocations carry `fraction` of allocator slack, and
+    /// whose host allocations carry `host_fraction`.
+    pub fn with_slack(fraction: f64, host_fraction: f64) -> Builder {
+        let finite = |f: f64| if f.is_finite() { f } else { 0.0 };
         Builder {
             ops: Vec::new(),
             next_tag: 0,
             tails: [None; Stream::COUNT],
-            slack_fraction: if fraction.is_finite() { fraction } else { 0.0 },
+            slack_fraction: finite(fraction),
+            host_slack_fraction: finite(host_fraction),
         }
     }
 
@@ -125,15 +130,20 @@ impl Builder {
             label,
         )?;
         let transient = matches!(category, MemCategory::Activations | MemCategory::Buffers);
-        let slack_bytes = (bytes as f64 * self.slack_fraction).ceil();
-        let slack = if transient && device == Device::Gpu && slack_bytes >= 1.0 {
+        let fraction = match device {
+            Device::Gpu if transient => self.slack_fraction,
+            Device::Gpu => 0.0,
+            Device::Host => self.host_slack_fraction,
+        };
+        let slack_bytes = (bytes as f64 * fraction).ceil();
+        let slack = if slack_bytes >= 1.0 {
             let slack_tag = self.new_tag()?;
             self.push(
                 stream,
                 OpKind::Alloc {
                     category: MemCategory::Reserved,
                     device,
-                    // Saturating float-to-int conversion; the fraction is at most 1.
+                    // Saturating float-to-int conversion; fractions are at most 1.
                     bytes: slack_bytes as u64,
                     tag: slack_tag,
                 },

@@ -3,7 +3,14 @@
 //! parameter all-gathers, ZeRO-3/FSDP per-pass gathers with one-ahead prefetch and per-pass
 //! reduce-scatters, the one-step-stale reduction of async sync, and the optimizer step that
 //! waits for the gradients it needs.
+//!
+//! Under `[memory] accounting = "deepspeed"` only the buffers differ (the ops and their
+//! timing do not): ZeRO-3 holds the 16-bit parameters and gradients of one module, the
+//! pass's largest, and counts the gathered parameters from the pass that uses them rather
+//! than from the prefetch, as DeepSpeed's estimator does; ZeRO-2 has no accumulation buffer,
+//! since its 16-bit gradients are state already (or streamed to the host when offloaded).
 
+use crate::scenario::MemoryAccounting;
 use crate::schedule::builder::{AllocTag, Builder};
 use crate::schedule::chunks::{ChunkPlan, Seg};
 use crate::schedule::dp::{Zero, GRAD_ELEM_BYTES};
@@ -14,6 +21,14 @@ use crate::schedule::{
 };
 use crate::workload::ParamCount;
 use std::collections::BTreeMap;
+
+/// One ZeRO-3 gather: the parameters it brings and the largest module among them.
+#[derive(Clone, Copy, Debug)]
+pub struct Gather {
+    pub params: ParamCount,
+    pub largest_module_params: u64,
+    pub label: Label,
+}
 
 /// A ZeRO-3 gather once issued: the collectives to wait for and its buffer.
 struct Issued {
@@ -32,8 +47,8 @@ struct Decompress {
 pub struct DpEmitter<'a> {
     ctx: &'a StageCtx<'a>,
     stage: u32,
-    /// Parameters of each ZeRO-3 gather, in the order the passes need them.
-    gathers: Vec<(ParamCount, Label)>,
+    /// Each ZeRO-3 gather, in the order the passes need them.
+    gathers: Vec<Gather>,
     issued: Vec<Option<Issued>>,
     /// The last compute op that used each gather (for the prefetch throttle).
     gather_users: Vec<Option<u32>>,
@@ -44,6 +59,9 @@ pub struct DpEmitter<'a> {
     decompress: Vec<Decompress>,
     /// Buffers held for the whole step.
     step_bufs: Vec<Option<AllocTag>>,
+    /// DeepSpeed accounting: bytes per parameter of a module's gathered weights and of its
+    /// gradients (the 16-bit weight dtype); `None` under Megatron accounting.
+    module_bytes_per_param: Option<u64>,
 }
 
 fn sum(a: ParamCount, b: ParamCount) -> ParamCount {
@@ -63,11 +81,9 @@ fn chunk_label(c: &ChunkPlan) -> Label {
 }
 
 impl<'a> DpEmitter<'a> {
-    pub fn new(
-        ctx: &'a StageCtx<'a>,
-        stage: u32,
-        gathers: &[(ParamCount, Label)],
-    ) -> DpEmitter<'a> {
+    pub fn new(ctx: &'a StageCtx<'a>, stage: u32, gathers: &[Gather]) -> DpEmitter<'a> {
+        let module_bytes_per_param = (ctx.s.memory.accounting == MemoryAccounting::Deepspeed)
+            .then(|| crate::workload::state_coefficients(&ctx.s.training).weight_bytes);
         DpEmitter {
             ctx,
             stage,
@@ -78,6 +94,7 @@ impl<'a> DpEmitter<'a> {
             opt_deps: Vec::new(),
             decompress: Vec::new(),
             step_bufs: Vec::new(),
+            module_bytes_per_param,
         }
     }
 
@@ -204,7 +221,8 @@ impl<'a> DpEmitter<'a> {
         // the last backward (or not at all under delayed sync): the gradients of the earlier
         // micro batches accumulate unsharded, in the gradient dtype, meanwhile.
         let zero2 = self.ctx.s.parallel.zero == 2 && dp.zero == Zero::ShardedOptimizer;
-        if zero2 && (self.ctx.plan.microbatches > 1 || !dp.syncs) {
+        let accumulates = self.module_bytes_per_param.is_none();
+        if zero2 && accumulates && (self.ctx.plan.microbatches > 1 || !dp.syncs) {
             let per_param = crate::workload::state_coefficients(&self.ctx.s.training).grad_bytes;
             let accumulation = b.alloc(
                 Stream::Compute,
@@ -239,20 +257,23 @@ impl<'a> DpEmitter<'a> {
         if self.issued.get(k).map(Option::is_some).unwrap_or(true) {
             return Ok(());
         }
-        let Some(&(params, label)) = self.gathers.get(k) else {
+        let Some(&Gather { params, label, .. }) = self.gathers.get(k) else {
             return Ok(());
         };
         let dp = self.ctx.dp;
         let elems: u64 = dp.grad_groups(params).iter().map(|(_, e)| *e).sum();
-        let bytes = dp.param_bytes(elems);
-        let buffer = b.alloc(
-            Stream::Dp,
-            MemCategory::Buffers,
-            Device::Gpu,
-            bytes,
-            deps,
-            label,
-        )?;
+        // DeepSpeed accounting allocates the module buffer when the pass starts instead.
+        let buffer = match self.module_bytes_per_param {
+            Some(_) => None,
+            None => b.alloc(
+                Stream::Dp,
+                MemCategory::Buffers,
+                Device::Gpu,
+                dp.param_bytes(elems),
+                deps,
+                label,
+            )?,
+        };
         let ops = self.gather_params(b, params, vec![], label)?;
         if let Some(slot) = self.issued.get_mut(k) {
             *slot = Some(Issued { ops, buffer });
@@ -283,8 +304,22 @@ impl<'a> DpEmitter<'a> {
                 .into_iter()
                 .collect();
             self.issue_gather(b, k + 1, throttle)?;
-            if let Some(Some(issued)) = self.issued.get(k) {
+            let module_buffer = match (self.module_bytes_per_param, self.gathers.get(k)) {
+                (Some(per_param), Some(g)) => b.alloc(
+                    Stream::Compute,
+                    MemCategory::Buffers,
+                    Device::Gpu,
+                    g.largest_module_params.saturating_mul(per_param),
+                    vec![],
+                    g.label,
+                )?,
+                _ => None,
+            };
+            if let Some(Some(issued)) = self.issued.get_mut(k) {
                 deps.extend(issued.ops.iter().copied());
+                if module_buffer.is_some() {
+                    issued.buffer = module_buffer;
+                }
             }
         }
         Ok(deps)
@@ -328,11 +363,15 @@ impl<'a> DpEmitter<'a> {
         if !self.reduces_per_pass() {
             return Ok(None);
         }
+        let bytes = match self.module_bytes_per_param {
+            Some(per_param) => seg.work.largest_module_params.saturating_mul(per_param),
+            None => self.ctx.dp.grad_bytes(seg.elems()),
+        };
         b.alloc(
             Stream::Compute,
             MemCategory::Buffers,
             Device::Gpu,
-            self.ctx.dp.grad_bytes(seg.elems()),
+            bytes,
             vec![],
             label,
         )

@@ -10,7 +10,8 @@
 //! saved bytes are what the workload says survives the forward, and a recompute allocates the
 //! activations it re-creates (one layer's worth, `recompute_bytes`) from its start until the
 //! backward (B under zero-bubble) after it has finished. The framework reserve (category
-//! reserved) is held for the whole step like the model state. A received activation
+//! reserved) is held for the whole step like the model state. Under DeepSpeed accounting the
+//! host memory that building the model needs is allocated and freed first, before the state. A received activation
 //! or gradient lives in a Buffers allocation from the moment its receive is posted until the
 //! compute that consumes it has finished; a sent one from just before the compute that
 //! produces it until its send has finished. Receives are posted in consumption order on the
@@ -22,7 +23,7 @@ use crate::scenario::{PipelineSchedule, Scenario};
 use crate::schedule::builder::{AllocTag, Builder};
 use crate::schedule::chunks::{ChunkPlan, Seg};
 use crate::schedule::dp::{DpPolicy, Zero};
-use crate::schedule::dp_emit::DpEmitter;
+use crate::schedule::dp_emit::{DpEmitter, Gather};
 use crate::schedule::pipeline::{Pass, Slot};
 use crate::schedule::sizes::Sizes;
 use crate::schedule::{ComputeOp, Device, Label, MemCategory, OpKind, Peer, Phase, Program};
@@ -109,9 +110,22 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
     }
     let steps = flatten(ctx, order, &final_slot, zb, &chunk_of)?;
 
-    let mut b = Builder::with_slack(ctx.s.memory.allocator_slack_fraction);
+    let mut b = Builder::with_slack(
+        ctx.s.memory.allocator_slack_fraction,
+        crate::workload::host_slack_fraction(ctx.s),
+    );
     let mut dp = DpEmitter::new(ctx, stage, &steps_gathers(&steps, order, &chunk_of)?);
     let state = ctx.sizes.state_bytes(stage);
+    // Building the model on the host (DeepSpeed accounting): done before the state exists.
+    let init = b.alloc(
+        Stream::Compute,
+        MemCategory::Weights,
+        Device::Host,
+        state.host_init_bytes,
+        vec![],
+        Label::default(),
+    )?;
+    b.free(Stream::Compute, init, vec![], Label::default())?;
     let mut state_tags = Vec::new();
     for (cat, dev, bytes) in [
         (
@@ -470,12 +484,12 @@ fn flatten<'c>(
     Ok(steps)
 }
 
-/// Parameters of each ZeRO-3 gather, in gather order.
+/// Each ZeRO-3 gather, in gather order.
 fn steps_gathers<'c>(
     steps: &[Step],
     order: &[Slot],
     chunk_of: &dyn Fn(u32) -> Result<&'c ChunkPlan, ScheduleError>,
-) -> Result<Vec<(crate::workload::ParamCount, Label)>, ScheduleError> {
+) -> Result<Vec<Gather>, ScheduleError> {
     let mut out = Vec::new();
     for st in steps.iter().filter(|s| s.new_gather) {
         let slot = order
@@ -485,10 +499,11 @@ fn steps_gathers<'c>(
             .segs_for(st.finalising)
             .get(st.seg)
             .ok_or_else(|| ScheduleError::Unsupported("segment out of range".into()))?;
-        out.push((
-            seg.params,
-            label(None, slot.chunk, seg.first_layer, seg.num_layers),
-        ));
+        out.push(Gather {
+            params: seg.params,
+            largest_module_params: seg.work.largest_module_params,
+            label: label(None, slot.chunk, seg.first_layer, seg.num_layers),
+        });
     }
     Ok(out)
 }

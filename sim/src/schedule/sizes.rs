@@ -229,6 +229,7 @@ impl Sizes for UniformSizes {
                 _ => self.activation_bytes_per_layer,
             },
             boundary_bytes: self.boundary_bytes,
+            largest_module_params: self.dense_params_per_layer,
         }
     }
 
@@ -255,6 +256,7 @@ impl Sizes for UniformSizes {
             grads_bytes: self.dense_params_per_layer * 4 * 4,
             optimizer_bytes: self.dense_params_per_layer * 12 * 4,
             host_bytes: 0,
+            host_init_bytes: 0,
         }
     }
 

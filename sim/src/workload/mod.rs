@@ -7,16 +7,18 @@
 //! for activation memory; see docs/memory.md. `ComputeOp::flops` counts GEMM FLOPs only, as
 //! Megatron does; softmax, norms and other elementwise work are memory-bound and appear in
 //! `memory_bytes`. Sub-modules: `compute` (GEMMs, bytes, kernels), `comms` (TP/CP/EP
-//! collectives), `activations` (saved bytes), `params` (parameters and model state).
+//! collectives), `activations` (saved bytes), `params` (parameters and model state),
+//! `deepspeed` (model state as DeepSpeed counts it, `[memory] accounting = "deepspeed"`).
 
 mod activations;
 mod comms;
 mod compute;
+mod deepspeed;
 mod dims;
 mod params;
 
 use crate::plan::{ChunkLayout, GroupKind, Plan};
-use crate::scenario::{Recompute, Scenario};
+use crate::scenario::{MemoryAccounting, Recompute, Scenario};
 use crate::schedule::{CollectiveKind, ComputeOp, Phase};
 use comms::BlockComms;
 use compute::BlockParts;
@@ -64,6 +66,9 @@ pub struct ChunkWork {
     /// Bytes of the activation sent to the next virtual stage (the gradient coming back has
     /// the same size).
     pub boundary_bytes: u64,
+    /// Parameters of the largest module of the range (per rank): what DeepSpeed's ZeRO-3
+    /// holds gathered at a time (`[memory] accounting = "deepspeed"`).
+    pub largest_module_params: u64,
 }
 
 /// Parameters held by one rank for some layers, after tp/ep sharding and before ZeRO.
@@ -81,6 +86,9 @@ pub struct StateBytes {
     pub optimizer_bytes: u64,
     /// State moved to host memory by offload (not counted above).
     pub host_bytes: u64,
+    /// Host memory that building the model needs before the step's state exists (DeepSpeed
+    /// accounting only: its fp32 model on the host); 0 under Megatron accounting.
+    pub host_init_bytes: u64,
 }
 
 /// Work for layers `first_layer .. first_layer + num_layers` of `layout`, plus the embedding
@@ -172,6 +180,13 @@ pub fn layers_work(
         activation_bytes,
         recompute_bytes,
         boundary_bytes: activations::boundary(&d),
+        largest_module_params: params::range_largest_module(
+            s,
+            u64::from(first_layer),
+            n,
+            embedding,
+            head,
+        ),
     }
 }
 
@@ -212,10 +227,41 @@ pub fn stage_params(s: &Scenario, plan: &Plan, stage: u32) -> ParamCount {
     total
 }
 
-/// Model state one rank of `stage` holds, after sharding and offload.
+/// Model state one rank of `stage` holds, after sharding and offload, and under DeepSpeed
+/// accounting the host memory its initialisation needs.
 pub fn state_bytes(s: &Scenario, plan: &Plan, stage: u32) -> StateBytes {
     let (dense_dp, expert_dp) = params::dp_sizes(s);
-    model_state_bytes(s, stage_params(s, plan, stage), dense_dp, expert_dp)
+    let params = stage_params(s, plan, stage);
+    let mut out = model_state_bytes(s, params, dense_dp, expert_dp);
+    if s.memory.accounting == MemoryAccounting::Deepspeed {
+        let largest = plan
+            .chunks
+            .get(stage as usize)
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                params::range_largest_module(
+                    s,
+                    u64::from(c.first_layer),
+                    u64::from(c.num_layers),
+                    c.has_embedding,
+                    c.has_head,
+                )
+            })
+            .max()
+            .unwrap_or(0);
+        out.host_init_bytes = deepspeed::init_host_bytes(s, params, largest);
+    }
+    out
+}
+
+/// Fraction of every host allocation held on top of it: DeepSpeed's estimator's 1.5 buffer
+/// factor under DeepSpeed accounting, none under Megatron accounting.
+pub fn host_slack_fraction(s: &Scenario) -> f64 {
+    match s.memory.accounting {
+        MemoryAccounting::Megatron => 0.0,
+        MemoryAccounting::Deepspeed => deepspeed::HOST_SLACK_FRACTION,
+    }
 }
 
 /// The optimizer step of one rank of `stage` (memory-bound; on the host when offloaded, and

@@ -16,7 +16,7 @@
 
 use super::dims::{div_ceil, mul, prod};
 use super::{ParamCount, StateBytes};
-use crate::scenario::{Model, Offload, Optimizer, Precision, Scenario, Training};
+use crate::scenario::{MemoryAccounting, Model, Offload, Optimizer, Precision, Scenario, Training};
 
 /// Shapes that decide parameter counts, with the tensor and expert parallel sizes they are
 /// split by (1 and 1 for the unsharded model).
@@ -110,6 +110,45 @@ impl Shapes<'_> {
         self.norm().saturating_add(out)
     }
 
+    /// The largest single module (a weight matrix with its bias, a norm, an embedding table,
+    /// one expert's matrix) among layers `first .. first + n` and the embedding / head: the
+    /// unit DeepSpeed's ZeRO-3 gathers. Fused as Megatron fuses them (QKV; gate and up).
+    fn largest_module(&self, first: u64, n: u64, embedding: bool, head: bool) -> u64 {
+        let (h, f) = (self.m.hidden, self.m.ffn_hidden);
+        let mut largest = 0;
+        if n > 0 {
+            let kv = mul(h, u64::from(self.m.kv_heads)) / u64::from(self.m.heads.max(1));
+            let up = if self.m.gated_mlp { mul(2, f) } else { f };
+            largest = [
+                self.column_parallel(h, h.saturating_add(mul(2, kv))),
+                self.row_parallel(h, h),
+                self.norm(),
+                self.column_parallel(h, up),
+                self.row_parallel(f, h),
+            ]
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+            if let (Some(moe), true) = (&self.m.moe, moe_layers_in(self.m, first, n) > 0) {
+                largest = largest.max(mul(h, u64::from(moe.experts)));
+            }
+        }
+        if embedding {
+            // Word and position embeddings are separate tables.
+            let positions = if self.gpt_style() {
+                mul(self.m.seq_len, h)
+            } else {
+                0
+            };
+            largest = largest.max(self.embedding().saturating_sub(positions).max(positions));
+        }
+        if head {
+            // A tied head in the embedding's chunk is the embedding table, counted above.
+            largest = largest.max(self.head(!(self.m.tied_embeddings && embedding)));
+        }
+        largest
+    }
+
     /// Layers `first .. first + n`, embedding and head as asked.
     fn range(&self, first: u64, n: u64, embedding: bool, head: bool) -> ParamCount {
         let moe_layers = moe_layers_in(self.m, first, n);
@@ -158,6 +197,23 @@ pub(crate) fn range_params(
         ep: u64::from(s.parallel.ep.max(1)),
     }
     .range(first, n, embedding, head)
+}
+
+/// The largest module one rank holds among layers `first .. first + n` (and the embedding /
+/// head), after tensor and expert sharding: what DeepSpeed's ZeRO-3 gathers at a time.
+pub(crate) fn range_largest_module(
+    s: &Scenario,
+    first: u64,
+    n: u64,
+    embedding: bool,
+    head: bool,
+) -> u64 {
+    Shapes {
+        m: &s.model,
+        t: u64::from(s.parallel.tp.max(1)),
+        ep: u64::from(s.parallel.ep.max(1)),
+    }
+    .largest_module(first, n, embedding, head)
 }
 
 /// Unique parameters of the whole model, unsharded (tied embeddings counted once).
@@ -214,13 +270,18 @@ pub(crate) fn zero_stage(s: &Scenario) -> u8 {
 /// Model state per rank for `params`, dense parameters sharded over `dense_dp` ranks and
 /// expert parameters over `expert_dp` ranks as the scenario's ZeRO stage says: stage 1 shards
 /// the optimizer state, 2 also the gradients, 3 (or FSDP) also the weights. Offload moves the
-/// optimizer state (and, for `params`, the weights too) to host memory.
+/// optimizer state (and, for `params`, the weights too) to host memory. This is Megatron's
+/// bookkeeping; `[memory] accounting = "deepspeed"` counts as [`super::deepspeed`] says.
+/// `host_init_bytes` is not model state and stays 0 here (see [`super::state_bytes`]).
 pub fn model_state_bytes(
     s: &Scenario,
     params: ParamCount,
     dense_dp: u64,
     expert_dp: u64,
 ) -> StateBytes {
+    if s.memory.accounting == MemoryAccounting::Deepspeed {
+        return super::deepspeed::model_state_bytes(s, params, dense_dp, expert_dp);
+    }
     let k = state_coefficients(&s.training);
     let zero = zero_stage(s);
     let mut out = StateBytes::default();

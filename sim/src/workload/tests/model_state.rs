@@ -157,6 +157,7 @@ fn state_bytes_shard_a_stage_over_the_data_parallel_group() {
             grads_bytes: (2 * p).div_ceil(64),
             optimizer_bytes: (12 * p).div_ceil(64),
             host_bytes: 0,
+            host_init_bytes: 0,
         }
     );
     // FSDP shards like ZeRO-3.
@@ -216,6 +217,7 @@ fn offload_moves_state_to_the_host() {
             grads_bytes: 2 * p / 8,
             optimizer_bytes: 0,
             host_bytes: 12 * p / 8,
+            host_init_bytes: 0,
         }
     );
     s.parallel.zero = 3;
@@ -227,6 +229,7 @@ fn offload_moves_state_to_the_host() {
             grads_bytes: 2 * p / 8,
             optimizer_bytes: 0,
             host_bytes: 14 * p / 8,
+            host_init_bytes: 0,
         }
     );
 }

@@ -49,6 +49,7 @@ fn worked_example_matches_docs() {
                 grads_bytes: 4 * want,
                 optimizer_bytes: 12 * want / 8,
                 host_bytes: 0,
+                host_init_bytes: 0,
             }
         );
     }
