@@ -202,9 +202,7 @@ pub fn run_step(
         )));
     }
     let program = schedule
-        .program_of
-        .get(rank as usize)
-        .and_then(|&p| schedule.programs.get(p as usize))
+        .get_program(rank)
         .ok_or_else(|| bad(format!("no program for rank {rank}")))?;
     backend.prepare(plan, rank, program)?;
     let mut tracker = MemoryTracker::default();

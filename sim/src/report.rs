@@ -433,9 +433,7 @@ fn collapse_ranks(plan: &Plan, schedule: &Schedule, ranks: &[RankStats]) -> Vec<
 
 /// The display name of op `op` of `rank`'s program.
 fn op_name(schedule: &Schedule, rank: u32, op: Option<u32>) -> Option<String> {
-    let p = schedule.program_of.get(rank as usize)?;
-    let o = schedule.programs.get(*p as usize)?.ops.get(op? as usize)?;
-    Some(o.name())
+    Some(schedule.get_op(rank, op?)?.name())
 }
 
 /// Sorted ranks as ranges: [0,1,2,5,7,8] -> "0-2,5,7-8".

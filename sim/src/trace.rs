@@ -99,11 +99,7 @@ impl Trace {
             );
         }
         for e in &self.events {
-            let op = schedule
-                .program_of
-                .get(e.rank as usize)
-                .and_then(|&p| schedule.programs.get(p as usize))
-                .and_then(|p| p.ops.get(e.op as usize));
+            let op = schedule.get_op(e.rank, e.op);
             if matches!(
                 op.map(|o| &o.kind),
                 Some(OpKind::Alloc { .. } | OpKind::Free { .. })

@@ -148,10 +148,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let name = |rank: u32, op: u32| {
                 staged
                     .schedule
-                    .program_of
-                    .get(rank as usize)
-                    .and_then(|&p| staged.schedule.programs.get(p as usize))
-                    .and_then(|p| p.ops.get(op as usize))
+                    .get_op(rank, op)
                     .map_or_else(|| "?".to_string(), |o| o.name())
             };
             let out = launch::launch(&opts, &name);

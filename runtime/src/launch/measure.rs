@@ -86,11 +86,7 @@ pub struct Merged {
 }
 
 fn program(schedule: &Schedule, rank: u32) -> &[Op] {
-    schedule
-        .program_of
-        .get(rank as usize)
-        .and_then(|&p| schedule.programs.get(p as usize))
-        .map_or(&[], |p| p.ops.as_slice())
+    schedule.get_program(rank).map_or(&[], |p| p.ops.as_slice())
 }
 
 /// Total length of the union of `intervals` (sorted in place).

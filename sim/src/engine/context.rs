@@ -163,10 +163,7 @@ impl<'a> Ctx<'a> {
     /// The op's human name, or "op N" if it does not exist.
     pub fn op_name(&self, rank: usize, op: u32) -> String {
         self.schedule
-            .program_of
-            .get(rank)
-            .and_then(|&p| self.schedule.programs.get(p as usize))
-            .and_then(|p| p.ops.get(op as usize))
+            .get_op(rank as u32, op)
             .map_or_else(|| format!("op {op}"), |o| o.name())
     }
 }

@@ -382,6 +382,15 @@ impl Schedule {
     pub fn program(&self, rank: u32) -> &Program {
         &self.programs[self.program_of[rank as usize] as usize]
     }
+    /// The program of `rank`, or `None` for a rank (or program index) out of range.
+    pub fn get_program(&self, rank: u32) -> Option<&Program> {
+        let p = *self.program_of.get(rank as usize)?;
+        self.programs.get(p as usize)
+    }
+    /// Op `op` of `rank`'s program, or `None` when either is out of range.
+    pub fn get_op(&self, rank: u32, op: u32) -> Option<&Op> {
+        self.get_program(rank)?.ops.get(op as usize)
+    }
     /// Ops summed over every rank.
     pub fn total_ops(&self) -> u64 {
         self.program_of

@@ -151,9 +151,7 @@ pub struct Comparison {
 pub fn compare(prediction: &Prediction, run: &RankRun) -> Result<Comparison, RuntimeError> {
     let schedule = &prediction.staged.schedule;
     let program = schedule
-        .program_of
-        .get(run.rank as usize)
-        .and_then(|&p| schedule.programs.get(p as usize))
+        .get_program(run.rank)
         .ok_or_else(|| RuntimeError::Unsupported(format!("no program for rank {}", run.rank)))?;
     let ops = &program.ops;
     let trace = prediction.result.trace.as_ref().ok_or_else(|| {
