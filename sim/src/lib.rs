@@ -16,6 +16,7 @@ pub mod sweep;
 pub mod testing;
 pub mod trace;
 pub mod validate;
+pub mod verify;
 pub mod workload;
 
 mod predict;

@@ -39,6 +39,13 @@ pub struct Analytic {
     pub launch_ns: u64,
     pub links: TierModel,
     pub checkpoint_bandwidth_bytes_per_s: f64,
+    /// Rate at which an `Alloc` allocates and touches its bytes; `None`: allocations are
+    /// instant (a caching GPU allocator hands out reserved memory).
+    pub alloc_bytes_per_s: Option<f64>,
+    /// CPU cores the ranks of one node share for compute (host backend); `None`: every
+    /// rank has a device of its own. Carried for the engine's core sharing (see
+    /// [`Analytic::host_cores`]).
+    pub host_cores: Option<u32>,
 }
 
 impl Analytic {
@@ -62,7 +69,17 @@ impl Analytic {
                 algorithm: None,
             },
             checkpoint_bandwidth_bytes_per_s: DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
+            alloc_bytes_per_s: None,
+            host_cores: None,
         }
+    }
+
+    /// CPU cores shared by the ranks of one node for compute, when the profile describes a
+    /// host (`[host] cores`). The engine is to run the compute ops of one node's ranks on
+    /// these cores (processor sharing, each op at most one core); `None` means every rank
+    /// has its own device.
+    pub fn host_cores(&self) -> Option<u32> {
+        self.host_cores
     }
 
     /// Dense peak FLOP/s for a dtype (fp32 is plain FP32, PyTorch's default for matmul).
@@ -132,6 +149,11 @@ impl CostModel for Analytic {
 
     fn checkpoint_ns(&self, bytes: u64) -> u64 {
         secs_to_ns(bytes as f64 / rate(self.checkpoint_bandwidth_bytes_per_s))
+    }
+
+    fn alloc_ns(&self, bytes: u64) -> u64 {
+        self.alloc_bytes_per_s
+            .map_or(0, |r| secs_to_ns(bytes as f64 / rate(r)))
     }
 
     fn compute_is_rank_invariant(&self) -> bool {

@@ -32,6 +32,12 @@ pub trait CostModel: Send + Sync {
     fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64;
     /// Writing `bytes` of one rank's state to checkpoint storage.
     fn checkpoint_ns(&self, bytes: u64) -> u64;
+    /// One `Alloc` of `bytes`. Defaults to zero: a caching GPU allocator hands out memory
+    /// it already holds. The host backend allocates and touches every byte, which a
+    /// profile's `memory.alloc_bytes_per_s` prices.
+    fn alloc_ns(&self, _bytes: u64) -> u64 {
+        0
+    }
     /// True when `compute_ns` does not depend on `rank`: the engine then computes each
     /// program's compute durations once instead of once per rank. Defaults to false, so a
     /// model that adds stragglers is never cached by accident.

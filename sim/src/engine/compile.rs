@@ -197,6 +197,7 @@ pub(crate) fn compile(
                 tag,
             } => {
                 open_allocs.entry(*tag).or_default().push(i32_);
+                cached_ns = Some(cost.alloc_ns(*bytes));
                 CKind::Alloc {
                     category: *category as u8,
                     gpu: matches!(device, crate::schedule::Device::Gpu),

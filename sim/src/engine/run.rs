@@ -5,8 +5,8 @@
 //! dep is done. Only stream heads can be ready, so a rank keeps a bitmask of streams whose
 //! head has not started, and after each completion re-checks just those heads. Compute and
 //! checkpoint ops finish after their cost; p2p and collectives first wait for their
-//! counterparts, then run; alloc and free finish at once (through the `instant` FIFO, so
-//! there is no recursion and no heap traffic for them).
+//! counterparts, then run; frees, and allocs the cost model does not price, finish at once
+//! (through the `instant` FIFO, so there is no recursion and no heap traffic for them).
 
 use super::compile::{CKind, CProgram};
 pub(crate) use super::context::Ctx;
@@ -249,7 +249,10 @@ impl State {
                 a.running_comm += 1;
                 self.schedule(op.cached_ns.unwrap_or(0), rank, op_idx);
             }
-            CKind::Alloc { .. } | CKind::Free { .. } => self.instant.push_back((rank, op_idx)),
+            // An alloc takes the cost model's time (zero unless a host profile prices it),
+            // counted as neither compute nor communication, as the runtime measures it.
+            CKind::Alloc { .. } => self.schedule(op.cached_ns.unwrap_or(0), rank, op_idx),
+            CKind::Free { .. } => self.instant.push_back((rank, op_idx)),
             CKind::P2p {
                 send,
                 peer,

@@ -7,6 +7,7 @@ use crate::cost::Algorithm;
 use crate::scenario::error::{Ctx, LineIndex};
 use crate::scenario::{ErrorKind, ScenarioError};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::Path;
 use toml::Spanned;
 
@@ -58,6 +59,13 @@ struct RawGemm {
 #[serde(deny_unknown_fields)]
 struct RawMemory {
     efficiency: RawParam,
+    alloc_bytes_per_s: Option<RawParam>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    cores: RawParam,
 }
 
 #[derive(Deserialize)]
@@ -129,7 +137,10 @@ struct RawProfile {
     network: RawNetwork,
     overlap: Option<RawOverlap>,
     checkpoint: Option<RawCheckpoint>,
+    host: Option<RawHost>,
     fit: Option<RawFit>,
+    #[serde(default)]
+    provenance: BTreeMap<String, String>,
 }
 
 /// Reads and checks a profile file.
@@ -192,8 +203,8 @@ fn kind_of(message: &str) -> ErrorKind {
 }
 
 /// What range a number must lie in.
-#[derive(Clone, Copy)]
-enum Range {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Range {
     /// > 0 (rates, bandwidths).
     Positive,
     /// >= 0 (times, thresholds).
@@ -207,7 +218,7 @@ enum Range {
 }
 
 impl Range {
-    fn allows(self, v: f64) -> bool {
+    pub(crate) fn allows(self, v: f64) -> bool {
         v.is_finite()
             && match self {
                 Range::Positive => v > 0.0,
@@ -409,6 +420,16 @@ impl Checker<'_> {
                     )
                 })
                 .transpose()?,
+            memory_alloc_bytes_per_s: raw
+                .memory
+                .alloc_bytes_per_s
+                .map(|a| self.param("memory.alloc_bytes_per_s", a, Range::Positive))
+                .transpose()?,
+            host_cores: raw
+                .host
+                .map(|h| self.param("host.cores", h.cores, Range::Count))
+                .transpose()?,
+            provenance: raw.provenance,
             fit: raw.fit.map(|f| FitQuality {
                 method: f.method,
                 data: f.data,

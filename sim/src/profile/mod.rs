@@ -10,14 +10,17 @@
 #![allow(clippy::result_large_err)]
 
 mod load;
+mod sample;
 
 pub use load::{load, parse_str};
+pub use sample::{step_time_ci95, Rng, DEFAULT_SAMPLES};
 
 use crate::cost::{
     Algorithm, Analytic, GemmCurve, NvlsModel, TierModel, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
 };
 use crate::scenario::{PeakFlops, Scenario};
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// Where a number comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -106,6 +109,14 @@ pub struct Profile {
     /// Per-rank checkpoint write bandwidth; absent means
     /// [`crate::cost::DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S`].
     pub checkpoint_bandwidth_bytes_per_s: Option<Param>,
+    /// Rate at which an `Alloc` op allocates and touches its bytes (the host backend writes
+    /// every byte); absent means allocations take no time (a caching GPU allocator).
+    pub memory_alloc_bytes_per_s: Option<Param>,
+    /// `[host] cores`: CPU cores the ranks of one node share for compute (host backend);
+    /// absent means every rank has its own device.
+    pub host_cores: Option<Param>,
+    /// `[provenance]`: where the profile was measured (machine, date, backend, versions).
+    pub provenance: BTreeMap<String, String>,
     pub fit: Option<FitQuality>,
 }
 
@@ -204,6 +215,11 @@ impl Analytic {
                 .checkpoint_bandwidth_bytes_per_s
                 .as_ref()
                 .map_or(DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, |c| c.value),
+            alloc_bytes_per_s: p.memory_alloc_bytes_per_s.as_ref().map(|a| a.value),
+            host_cores: p
+                .host_cores
+                .as_ref()
+                .map(|c| u32::try_from(whole(c)).unwrap_or(u32::MAX)),
         }
     }
 }

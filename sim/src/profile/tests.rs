@@ -207,3 +207,67 @@ fn optional_sections_and_fit_quality() {
         4e9
     );
 }
+
+#[test]
+fn host_keys_alloc_rate_and_provenance() {
+    let base = A100.split("# Quality of the fit").next().unwrap();
+    let text = base.replace(
+        "[memory]\n",
+        "[memory]\nalloc_bytes_per_s = { value = 2e9, source = \"fitted\", ref = \"bench\" }\n",
+    ) + "\n[host]\ncores = { value = 2, source = \"fitted\", ref = \"nproc\" }\n\
+         [provenance]\nmachine = \"ci box\"\ndate = \"2026-11-22\"\nbackend = \"host\"\n";
+    let p = parse_str(&text, "p.toml").unwrap();
+    assert_eq!(p.host_cores.as_ref().map(|c| c.value), Some(2.0));
+    assert_eq!(
+        p.provenance.get("machine").map(String::as_str),
+        Some("ci box")
+    );
+    assert_eq!(p.provenance.len(), 3);
+    let s = small_scenario(1, 1, 1, 1);
+    let cost = Analytic::from_profile(&s, &p);
+    assert_eq!(cost.host_cores(), Some(2));
+    // 1 GB at 2 GB/s.
+    assert_eq!(cost.alloc_ns(1_000_000_000), 500_000_000);
+    // Without the keys: each rank its own device, allocations instant.
+    let plain = Analytic::from_profile(&s, &a100());
+    assert_eq!(plain.host_cores(), None);
+    assert_eq!(plain.alloc_ns(1 << 30), 0);
+    // Out of range: located errors.
+    for bad in [
+        "cores = { value = 0, source = \"fitted\", ref = \"x\" }",
+        "cores = { value = 1.5, source = \"fitted\", ref = \"x\" }",
+    ] {
+        let t = base.to_string() + "\n[host]\n" + bad + "\n";
+        let e = parse_str(&t, "p.toml").unwrap_err();
+        assert_eq!(e.key, "host.cores.value", "{e}");
+    }
+}
+
+#[test]
+fn priced_allocs_take_time_in_the_engine() {
+    let base = A100.split("# Quality of the fit").next().unwrap();
+    let text = base.replace(
+        "[memory]\n",
+        "[memory]\nalloc_bytes_per_s = { value = 1e8, source = \"fitted\", ref = \"bench\" }\n",
+    );
+    let priced = parse_str(&text, "p.toml").unwrap();
+    let s = small_scenario(1, 2, 1, 4);
+    let opts = crate::PredictOptions {
+        reproducible: true,
+        ..Default::default()
+    };
+    let free = crate::predict_with(&s, &opts, Some(&a100())).unwrap();
+    let slow = crate::predict_with(&s, &opts, Some(&priced)).unwrap();
+    // Allocation time is neither compute nor communication: the step grows, and so does idle
+    // time (bubble), while busy compute stays.
+    assert!(slow.report.step_time_s > free.report.step_time_s);
+    assert!(slow.report.bubble_fraction > free.report.bubble_fraction);
+    let busy = |p: &crate::Prediction| {
+        p.result
+            .ranks
+            .iter()
+            .map(|r| r.compute_busy_ns)
+            .sum::<u64>()
+    };
+    assert_eq!(busy(&slow), busy(&free));
+}

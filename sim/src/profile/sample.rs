@@ -1,0 +1,225 @@
+//! Propagating a profile's uncertainty to a prediction: every parameter that carries a 95%
+//! confidence interval is drawn from a normal distribution with sd = (hi - lo) / 3.92, clamped
+//! to the values the loader accepts for it; the step is simulated once per draw on the already
+//! compiled schedule, and the 2.5% and 97.5% quantiles of the step times are the interval.
+//! Seeded (splitmix64 + Box-Muller), so the same scenario seed gives the same interval.
+
+use super::load::Range;
+use super::{Param, Profile};
+use crate::cost::Analytic;
+use crate::engine::{simulate, SimError, SimOptions};
+use crate::Staged;
+
+/// Draws by default (`twin simulate --samples`).
+pub const DEFAULT_SAMPLES: u32 = 64;
+
+/// A small seeded generator: splitmix64, and normals by Box-Muller.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1).
+    fn open01(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// A standard normal draw.
+    pub fn normal(&mut self) -> f64 {
+        let (u1, u2) = (self.open01(), self.open01());
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+}
+
+/// The value a draw may take for a parameter of this range.
+fn clamp(range: Range, v: f64, value: f64) -> f64 {
+    match range {
+        Range::Positive => v.max(value.abs() * 1e-3).max(f64::MIN_POSITIVE),
+        Range::NonNegative => v.max(0.0),
+        Range::Fraction => v.clamp(1e-6, 1.0),
+        Range::Slowdown => v.clamp(0.0, 0.999),
+        Range::Count => v.round().max(1.0),
+    }
+}
+
+impl Profile {
+    /// Every number of the profile with its key and the range the loader enforces, in a
+    /// fixed order (draws are made in this order).
+    fn params_mut(&mut self) -> Vec<(&mut Param, Range)> {
+        use Range::*;
+        let mut v: Vec<(&mut Param, Range)> = vec![
+            (&mut self.sm_count, Count),
+            (&mut self.peak_fp32_flops_per_s, Positive),
+            (&mut self.peak_tf32_flops_per_s, Positive),
+            (&mut self.peak_fp16_flops_per_s, Positive),
+            (&mut self.peak_bf16_flops_per_s, Positive),
+            (&mut self.peak_fp8_flops_per_s, Positive),
+            (&mut self.hbm_bandwidth_bytes_per_s, Positive),
+            (&mut self.gemm_max_efficiency, Fraction),
+            (&mut self.gemm_k_half, NonNegative),
+            (&mut self.gemm_tile_m, Count),
+            (&mut self.gemm_tile_n, Count),
+            (&mut self.gemm_ramp_ns, NonNegative),
+            (&mut self.memory_efficiency, Fraction),
+            (&mut self.launch_ns, NonNegative),
+        ];
+        for link in [&mut self.intra, &mut self.inter] {
+            v.push((&mut link.bandwidth_bytes_per_s, Positive));
+            v.push((&mut link.latency_ns, NonNegative));
+            v.push((&mut link.efficiency, Fraction));
+        }
+        let optional = [
+            (self.nvls_efficiency.as_mut(), Fraction),
+            (self.nvls_min_bytes.as_mut(), NonNegative),
+            (self.overlap_compute_slowdown.as_mut(), Slowdown),
+            (self.checkpoint_bandwidth_bytes_per_s.as_mut(), Positive),
+            (self.memory_alloc_bytes_per_s.as_mut(), Positive),
+            (self.host_cores.as_mut(), Count),
+        ];
+        v.extend(optional.into_iter().filter_map(|(p, r)| p.map(|p| (p, r))));
+        v
+    }
+
+    /// True when at least one parameter carries a confidence interval.
+    pub fn has_intervals(&self) -> bool {
+        self.clone()
+            .params_mut()
+            .iter()
+            .any(|(p, _)| p.ci95.is_some())
+    }
+
+    /// A copy with every parameter that has a `ci95` replaced by a draw (see the module doc).
+    pub fn sample(&self, rng: &mut Rng) -> Profile {
+        let mut out = self.clone();
+        for (p, range) in out.params_mut() {
+            if let Some([lo, hi]) = p.ci95 {
+                let sd = (hi - lo) / 3.92;
+                let v = p.value + sd * rng.normal();
+                p.value = clamp(range, v, p.value);
+            }
+        }
+        out
+    }
+}
+
+/// The 95% interval of the step time (ns) under the profile's parameter uncertainty, from
+/// `samples` draws seeded by `seed`; `None` when no parameter has an interval. `staged` must
+/// hold the scenario already planned and generated (it is simulated, not rebuilt).
+pub fn step_time_ci95(
+    staged: &Staged,
+    profile: &Profile,
+    samples: u32,
+    seed: u64,
+    opts: &SimOptions,
+) -> Result<Option<[u64; 2]>, SimError> {
+    if !profile.has_intervals() || samples == 0 {
+        return Ok(None);
+    }
+    let opts = SimOptions {
+        trace: false,
+        ..opts.clone()
+    };
+    let mut rng = Rng::new(seed);
+    let mut times = Vec::with_capacity(samples as usize);
+    for _ in 0..samples {
+        let cost = Analytic::from_profile(&staged.scenario, &profile.sample(&mut rng));
+        times.push(simulate(&staged.plan, &staged.schedule, &cost, &opts)?.step_time_ns);
+    }
+    times.sort_unstable();
+    let q = |f: f64| {
+        let i = ((times.len() as f64 - 1.0) * f).round() as usize;
+        times.get(i).copied().unwrap_or(0)
+    };
+    Ok(Some([q(0.025), q(0.975)]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::small_scenario;
+
+    const A100: &str = include_str!("../../../scenarios/profiles/a100-dgx.toml");
+
+    fn setup(width: f64) -> (Staged, Profile, u64) {
+        let mut p = super::super::parse_str(A100, "a100-dgx.toml").unwrap();
+        let e = p.gemm_max_efficiency.value;
+        p.gemm_max_efficiency.ci95 = Some([e - width, (e + width).min(1.0)]);
+        let l = p.intra.latency_ns.value;
+        p.intra.latency_ns.ci95 = Some([l * (1.0 - width), l * (1.0 + width)]);
+        let s = small_scenario(2, 2, 2, 4);
+        let staged = Staged::with_profile(&s, Some(&p)).unwrap();
+        let point = staged
+            .simulate(&SimOptions::default())
+            .unwrap()
+            .step_time_ns;
+        (staged, p, point)
+    }
+
+    #[test]
+    fn interval_contains_the_point_estimate_and_widens_with_wider_cis() {
+        let (staged, narrow_p, point) = setup(0.02);
+        let narrow = step_time_ci95(&staged, &narrow_p, 64, 7, &SimOptions::default())
+            .unwrap()
+            .unwrap();
+        assert!(
+            narrow[0] <= point && point <= narrow[1],
+            "{narrow:?} {point}"
+        );
+        assert!(narrow[0] < narrow[1]);
+        let (staged, wide_p, _) = setup(0.08);
+        let wide = step_time_ci95(&staged, &wide_p, 64, 7, &SimOptions::default())
+            .unwrap()
+            .unwrap();
+        assert!(
+            wide[1] - wide[0] > narrow[1] - narrow[0],
+            "{wide:?} {narrow:?}"
+        );
+        assert!(wide[0] <= point && point <= wide[1]);
+    }
+
+    #[test]
+    fn deterministic_per_seed_and_absent_without_intervals() {
+        let (staged, p, _) = setup(0.05);
+        let a = step_time_ci95(&staged, &p, 32, 1, &SimOptions::default()).unwrap();
+        let b = step_time_ci95(&staged, &p, 32, 1, &SimOptions::default()).unwrap();
+        assert_eq!(a, b);
+        let plain = super::super::parse_str(A100, "a100-dgx.toml").unwrap();
+        assert!(!plain.has_intervals());
+        assert_eq!(
+            step_time_ci95(&staged, &plain, 32, 1, &SimOptions::default()).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn draws_stay_in_range() {
+        let (_, mut p, _) = setup(0.05);
+        // An interval far wider than the valid range: draws are clamped, never invalid.
+        p.gemm_max_efficiency.ci95 = Some([-5.0, 5.0]);
+        let mut rng = Rng::new(3);
+        for _ in 0..200 {
+            let v = p.sample(&mut rng).gemm_max_efficiency.value;
+            assert!(v > 0.0 && v <= 1.0, "{v}");
+        }
+        // Normal draws: mean about 0 and sd about 1.
+        let mut rng = Rng::new(11);
+        let xs: Vec<f64> = (0..4000).map(|_| rng.normal()).collect();
+        let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
+        assert!(
+            mean.abs() < 0.06 && (var.sqrt() - 1.0).abs() < 0.06,
+            "{mean} {var}"
+        );
+    }
+}
