@@ -35,6 +35,7 @@ enum Command {
     Sweep(cmd::sweep::Args),
     Bench(cmd::bench::Args),
     Doctor(cmd::doctor::Args),
+    Verify(cmd::verify::Args),
     /// One rank of a host run (started by `twin run`, by hand, or by srun).
     #[command(hide = true)]
     Worker(cmd::run::WorkerArgs),
@@ -53,6 +54,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => cmd::diff::run(args),
         Command::Sweep(args) => cmd::sweep::run(args),
         Command::Run(args) => cmd::run::run(args),
+        Command::Verify(args) => cmd::verify::run(args),
         Command::Worker(args) => cmd::run::worker(args),
     };
     match result {

@@ -9,6 +9,8 @@ pub mod validate;
 pub mod check;
 pub mod diff;
 pub mod sweep;
+// issue 6: prediction against measurement
+pub mod verify;
 
 use std::path::Path;
 use std::process::ExitCode;

@@ -38,6 +38,9 @@ pub struct Common {
     /// run that makes no progress (no op starts or ends) for this long plus 5 s.
     #[arg(long, default_value_t = 60.0)]
     pub timeout_s: f64,
+    /// Write every rank's raw measurements (JSON) here (used by `twin verify`).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub measures: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -77,7 +80,7 @@ pub struct WorkerArgs {
 }
 
 /// Load, scale, plan, generate and validate.
-fn stage(c: &Common) -> anyhow::Result<(Scenario, Vec<String>, Staged)> {
+pub(crate) fn stage(c: &Common) -> anyhow::Result<(Scenario, Vec<String>, Staged)> {
     let scenario = load_scenario(&c.scenario, &c.overrides)?;
     let factors = c
         .scale
@@ -102,81 +105,106 @@ fn timeout(c: &Common) -> anyhow::Result<Duration> {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let c = &args.common;
     let (scenario, _notes, staged) = stage(c)?;
-    let world = staged.plan.world;
     match args.backend {
         BackendKind::Cuda => run_cuda(&scenario, &staged, c),
         BackendKind::Host => {
             check_fits_host(&scenario, &staged, c)?;
-            let exe = std::env::current_exe().context("cannot find the twin executable")?;
-            let mut wargs = vec!["worker".to_string(), c.scenario.display().to_string()];
-            for o in &c.overrides {
-                wargs.extend(["--set".into(), o.clone()]);
-            }
-            for s in &c.scale {
-                wargs.extend(["--scale".into(), s.clone()]);
-            }
-            wargs.extend([
-                "--steps".into(),
-                c.steps.to_string(),
-                "--timeout-s".into(),
-                c.timeout_s.to_string(),
-                "--format".into(),
-                match c.format {
-                    Format::Json => "json".into(),
-                    Format::Text => "text".into(),
-                },
-            ]);
-            if let Some(t) = &c.trace {
-                wargs.extend(["--trace".into(), t.display().to_string()]);
-            }
-            let t = timeout(c)?;
-            let progress = std::env::temp_dir().join(format!("twin-run-{}", std::process::id()));
-            std::fs::create_dir_all(&progress)
-                .with_context(|| format!("cannot create {}", progress.display()))?;
-            let opts = LaunchOptions {
-                exe,
-                args: wargs,
-                world,
-                master_addr: "127.0.0.1".into(),
-                master_port: args.master_port,
-                // Workers give up on a silent peer after `t`; the launcher allows them to
-                // report that before it kills anything.
-                timeout: t + Duration::from_secs(5),
-                env: vec![],
-                progress_dir: Some(progress.clone()),
-            };
-            let name = |rank: u32, op: u32| {
-                staged
-                    .schedule
-                    .get_op(rank, op)
-                    .map_or_else(|| "?".to_string(), |o| o.name())
-            };
-            let out = launch::launch(&opts, &name);
-            let _ = std::fs::remove_dir_all(&progress);
-            let out = out?;
-            if let Some(o) = out.stdout.first() {
-                print!("{}", String::from_utf8_lossy(o));
-            }
+            let out = launch_host(c, &staged, args.master_port)?;
+            print!("{out}");
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-fn run_cuda(scenario: &Scenario, staged: &Staged, c: &Common) -> anyhow::Result<ExitCode> {
+/// Start one `twin worker` per rank of `staged` on this machine with `c`'s arguments (its
+/// format, trace and measurements file included), wait for all, and return what rank 0
+/// printed. `twin run` prints it; `twin verify` reads the measurements file instead.
+pub(crate) fn launch_host(
+    c: &Common,
+    staged: &Staged,
+    master_port: Option<u16>,
+) -> anyhow::Result<String> {
+    let exe = std::env::current_exe().context("cannot find the twin executable")?;
+    let mut wargs = vec!["worker".to_string(), c.scenario.display().to_string()];
+    for o in &c.overrides {
+        wargs.extend(["--set".into(), o.clone()]);
+    }
+    for s in &c.scale {
+        wargs.extend(["--scale".into(), s.clone()]);
+    }
+    wargs.extend([
+        "--steps".into(),
+        c.steps.to_string(),
+        "--timeout-s".into(),
+        c.timeout_s.to_string(),
+        "--format".into(),
+        match c.format {
+            Format::Json => "json".into(),
+            Format::Text => "text".into(),
+        },
+    ]);
+    if let Some(t) = &c.trace {
+        wargs.extend(["--trace".into(), t.display().to_string()]);
+    }
+    if let Some(m) = &c.measures {
+        wargs.extend(["--measures".into(), m.display().to_string()]);
+    }
+    let t = timeout(c)?;
+    let progress = std::env::temp_dir().join(format!("twin-run-{}", std::process::id()));
+    std::fs::create_dir_all(&progress)
+        .with_context(|| format!("cannot create {}", progress.display()))?;
+    let opts = LaunchOptions {
+        exe,
+        args: wargs,
+        world: staged.plan.world,
+        master_addr: "127.0.0.1".into(),
+        master_port,
+        // Workers give up on a silent peer after `t`; the launcher allows them to
+        // report that before it kills anything.
+        timeout: t + Duration::from_secs(5),
+        env: vec![],
+        progress_dir: Some(progress.clone()),
+    };
+    let name = |rank: u32, op: u32| {
+        staged
+            .schedule
+            .get_op(rank, op)
+            .map_or_else(|| "?".to_string(), |o| o.name())
+    };
+    let out = launch::launch(&opts, &name);
+    let _ = std::fs::remove_dir_all(&progress);
+    let out = out?;
+    Ok(out
+        .stdout
+        .first()
+        .map(|o| String::from_utf8_lossy(o).into_owned())
+        .unwrap_or_default())
+}
+
+/// Run `steps` steps of a one-rank schedule on the local GPU; the rank's measurements.
+pub(crate) fn measure_cuda(
+    scenario: &Scenario,
+    staged: &Staged,
+    steps: u32,
+) -> anyhow::Result<launch::RankMeasure> {
     anyhow::ensure!(
         staged.plan.world == 1,
         "the scenario plans {} ranks: `--backend cuda` runs one-rank schedules only (multi-GPU launch is future work); use --backend host, or set parallel sizes to 1",
         staged.plan.world
     );
-    let start = std::time::Instant::now();
     let run = twin_runtime::backend::cuda::run_single_gpu(
         scenario,
         &staged.plan,
         &staged.schedule,
-        c.steps,
+        steps,
     )?;
+    Ok(launch::RankMeasure::from_rank_run(&run))
+}
+
+fn run_cuda(scenario: &Scenario, staged: &Staged, c: &Common) -> anyhow::Result<ExitCode> {
+    let start = std::time::Instant::now();
     // The same merge and report as the host backend, so the fields mean the same.
-    let measure = launch::RankMeasure::from_rank_run(&run);
+    let measure = measure_cuda(scenario, staged, c.steps)?;
     let merged = launch::merge(&staged.schedule, std::slice::from_ref(&measure));
     let mut report = launch::report(
         scenario,
@@ -206,7 +234,11 @@ const MAX_LOCAL_RANKS: u32 = 64;
 const CPU_FLOPS_PER_S: f64 = 2e10;
 
 /// Refuse runs this machine cannot hold, and warn about slow ones, suggesting --scale.
-fn check_fits_host(scenario: &Scenario, staged: &Staged, c: &Common) -> anyhow::Result<()> {
+pub(crate) fn check_fits_host(
+    scenario: &Scenario,
+    staged: &Staged,
+    c: &Common,
+) -> anyhow::Result<()> {
     let world = staged.plan.world;
     anyhow::ensure!(
         world <= MAX_LOCAL_RANKS,
@@ -265,6 +297,9 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let Some(all) = launch::run_worker(&env, &staged.plan, &staged.schedule, &opts)? else {
         return Ok(ExitCode::SUCCESS);
     };
+    if let Some(path) = &c.measures {
+        write_atomic(path, &serde_json::to_string(&all)?)?;
+    }
     let merged = launch::merge(&staged.schedule, &all);
     if let Some(path) = &c.trace {
         if let Some(trace) = &merged.result.trace {

@@ -1,0 +1,349 @@
+//! `twin verify`: simulate a scenario with a hardware profile, run the same schedule for real
+//! through the runtime, and print how far the prediction is from the measurement (step time,
+//! bubble, exposed communication, peak memory per rank, and the op kinds with the largest
+//! errors). The comparison itself is `twin_sim::verify`, shared with the TUI.
+
+use super::run::{self as runcmd, BackendKind, Common};
+use super::{load_scenario, write_atomic, Format};
+use anyhow::Context;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+use twin_runtime::launch::{self, RankMeasure, RunReport};
+use twin_sim::verify::{compare, CompareOptions, Comparison, Side, Thresholds};
+
+/// Compare a prediction with a real run of the same schedule.
+///
+/// Simulates SCENARIO costed by --profile, runs the same schedule through the runtime
+/// (warm-up steps, then measured steps, --repeat times), and compares: the measured step time
+/// is the median of the steps after warm-up (the spread is printed); bubble, exposed
+/// communication, peak memory and the op table come from the run whose last step is the
+/// median. Errors are (measured - predicted) / measured: positive means slower than predicted.
+/// Exits 1 when an error exceeds a --max-* threshold, naming it.
+///
+/// Examples:
+///   twin verify scenarios/host/pp.toml --backend host --profile scenarios/profiles/host-draft.toml
+///   twin verify scenarios/host/tp-pp.toml --profile P --format json --trace-dir out/
+///   twin verify scenarios/host/pp.toml --profile P --max-step-time-error 0.05 --max-bubble-error-points 2
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Scenario TOML file (CPU-sized ones are in scenarios/host/).
+    pub scenario: PathBuf,
+    /// host: CPU processes over TCP; cuda: the local GPU (one-rank scenarios).
+    #[arg(long, value_enum, default_value = "host")]
+    pub backend: BackendKind,
+    /// Hardware profile TOML that costs the prediction (docs/profiles.md).
+    #[arg(long, value_name = "FILE")]
+    pub profile: PathBuf,
+    /// Measured steps per run, after the warm-up.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub steps: u32,
+    /// Steps run first and left out of the measurement.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub warmup: u32,
+    /// Runs (each a fresh launch); the step median is taken over all of them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
+    /// Override a scenario key (TOML value syntax). Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// Write DIR/predicted.trace.json, DIR/measured.trace.json (Chrome/Perfetto, as
+    /// `twin simulate --trace`) and DIR/verify.json (the JSON output).
+    #[arg(long, value_name = "DIR")]
+    pub trace_dir: Option<PathBuf>,
+    /// Fail (exit 1) when |step time error| exceeds this fraction (0.05 = 5%).
+    #[arg(long, value_name = "F", value_parser = non_negative)]
+    pub max_step_time_error: Option<f64>,
+    /// Fail (exit 1) when the largest |peak memory error| over ranks exceeds this fraction.
+    #[arg(long, value_name = "F", value_parser = non_negative)]
+    pub max_peak_memory_error: Option<f64>,
+    /// Fail (exit 1) when |bubble error| exceeds this many percentage points.
+    #[arg(long, value_name = "P", value_parser = non_negative)]
+    pub max_bubble_error_points: Option<f64>,
+    /// Longest a rank waits for a peer before giving up (as `twin run`).
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout_s: f64,
+}
+
+/// One real run: its measured report and merged measurement.
+struct Measured {
+    report: RunReport,
+    merged: launch::Merged,
+}
+
+/// A threshold: a finite number >= 0.
+fn non_negative(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{text}` is not a number >= 0")),
+    }
+}
+
+fn thresholds(a: &Args) -> Thresholds {
+    Thresholds {
+        step_time_error: a.max_step_time_error,
+        peak_memory_error: a.max_peak_memory_error,
+        bubble_error_points: a.max_bubble_error_points,
+    }
+}
+
+/// The median of `v` (mean of the middle two for an even count); 0 when empty.
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => s[n / 2],
+        _ => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let thresholds = thresholds(&args);
+    let scenario = load_scenario(&args.scenario, &args.overrides)?;
+    let profile = twin_sim::profile::load(&args.profile)?;
+    let prediction = twin_sim::predict_with(
+        &scenario,
+        &twin_sim::PredictOptions {
+            trace: true,
+            reproducible: true,
+            ..Default::default()
+        },
+        Some(&profile),
+    )
+    .with_context(|| format!("simulating {}", args.scenario.display()))?;
+    let staged = &prediction.staged;
+    let total_steps = args.warmup + args.steps;
+    let tmp = std::env::temp_dir().join(format!("twin-verify-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let common = Common {
+        scenario: args.scenario.clone(),
+        overrides: args.overrides.clone(),
+        scale: vec![],
+        steps: total_steps,
+        format: Format::Json,
+        trace: None,
+        timeout_s: args.timeout_s,
+        measures: Some(tmp.join("measures.json")),
+    };
+    let mut runs = Vec::with_capacity(args.repeat as usize);
+    let result = (|| {
+        if args.backend == BackendKind::Host {
+            runcmd::check_fits_host(&scenario, staged, &common)?;
+        }
+        for i in 0..args.repeat {
+            if args.format == Format::Text && args.repeat > 1 {
+                eprintln!("run {}/{}", i + 1, args.repeat);
+            }
+            runs.push(measure_once(&args, &scenario, staged, &common)?);
+        }
+        anyhow::Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&tmp);
+    result?;
+    // Steps after warm-up, over every run.
+    let steps_s: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| r.report.step_times_s.iter().skip(args.warmup as usize))
+        .copied()
+        .collect();
+    let median_s = median(&steps_s);
+    let spread_s = [
+        steps_s.iter().copied().fold(f64::INFINITY, f64::min),
+        steps_s.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    ];
+    // The run whose last step is the median of the runs' last steps stands for them all.
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by(|&a, &b| {
+        runs[a]
+            .report
+            .report
+            .step_time_s
+            .total_cmp(&runs[b].report.report.step_time_s)
+            .then(a.cmp(&b))
+    });
+    let pick = order.get(order.len() / 2).copied().unwrap_or(0);
+    let m = runs.get(pick).context("no run was measured")?;
+    let empty = twin_sim::trace::Trace::default();
+    let comparison = compare(
+        &staged.schedule,
+        Side {
+            report: &prediction.report,
+            trace: prediction.result.trace.as_ref().unwrap_or(&empty),
+        },
+        Side {
+            report: &m.report.report,
+            trace: m.merged.result.trace.as_ref().unwrap_or(&empty),
+        },
+        &CompareOptions {
+            top_ops: 10,
+            measured_step_time_s: Some(median_s),
+        },
+    );
+    let violations = comparison.violations(&thresholds);
+    let json = to_json(
+        &args,
+        &profile.name,
+        &prediction.report,
+        &m.report,
+        &comparison,
+        &steps_s,
+        median_s,
+        spread_s,
+        &violations,
+    )?;
+    if let Some(dir) = &args.trace_dir {
+        write_traces(dir, &prediction, m, &json)?;
+    }
+    match args.format {
+        Format::Json => println!("{json}"),
+        Format::Text => print!(
+            "{}",
+            to_text(
+                &args,
+                &profile.name,
+                &comparison,
+                median_s,
+                spread_s,
+                &steps_s
+            )
+        ),
+    }
+    if violations.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for v in &violations {
+            eprintln!("verify failed: {v}");
+        }
+        Ok(ExitCode::from(1))
+    }
+}
+
+/// One launch (host) or one GPU run (cuda), merged and reported as `twin run` does.
+fn measure_once(
+    args: &Args,
+    scenario: &twin_sim::scenario::Scenario,
+    staged: &twin_sim::Staged,
+    common: &Common,
+) -> anyhow::Result<Measured> {
+    let start = Instant::now();
+    let (all, backend) = match args.backend {
+        BackendKind::Host => {
+            let path = common.measures.as_deref().context("no measurements file")?;
+            runcmd::launch_host(common, staged, None)?;
+            let text = std::fs::read_to_string(path).with_context(|| {
+                format!("cannot read the run's measurements {}", path.display())
+            })?;
+            let all: Vec<RankMeasure> =
+                serde_json::from_str(&text).context("the run's measurements are not valid")?;
+            let _ = std::fs::remove_file(path);
+            (all, "host")
+        }
+        BackendKind::Cuda => (
+            vec![runcmd::measure_cuda(scenario, staged, common.steps)?],
+            "cuda",
+        ),
+    };
+    let merged = launch::merge(&staged.schedule, &all);
+    let mut report = launch::report(
+        scenario,
+        &staged.plan,
+        &staged.schedule,
+        &all,
+        &merged,
+        start.elapsed().as_secs_f64(),
+        Vec::new(),
+    );
+    report.backend = backend.into();
+    Ok(Measured { report, merged })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn to_json(
+    args: &Args,
+    profile: &str,
+    predicted: &twin_sim::report::Report,
+    measured: &RunReport,
+    c: &Comparison,
+    steps_s: &[f64],
+    median_s: f64,
+    spread_s: [f64; 2],
+    violations: &[String],
+) -> anyhow::Result<String> {
+    let mut v = serde_json::to_value(c)?;
+    let obj = v
+        .as_object_mut()
+        .context("the comparison is not a JSON object")?;
+    obj.insert("predicted".into(), serde_json::to_value(predicted)?);
+    obj.insert("measured".into(), serde_json::to_value(measured)?);
+    obj.insert(
+        "scenario".into(),
+        args.scenario.display().to_string().into(),
+    );
+    obj.insert("profile".into(), profile.into());
+    obj.insert("warmup".into(), args.warmup.into());
+    obj.insert("steps".into(), args.steps.into());
+    obj.insert("repeat".into(), args.repeat.into());
+    obj.insert(
+        "measured_step_times_s".into(),
+        serde_json::to_value(steps_s)?,
+    );
+    obj.insert("measured_step_time_median_s".into(), median_s.into());
+    obj.insert(
+        "measured_step_time_spread_s".into(),
+        serde_json::to_value(spread_s)?,
+    );
+    obj.insert("violations".into(), serde_json::to_value(violations)?);
+    Ok(serde_json::to_string_pretty(&v)?)
+}
+
+fn to_text(
+    args: &Args,
+    profile: &str,
+    c: &Comparison,
+    median_s: f64,
+    spread_s: [f64; 2],
+    steps_s: &[f64],
+) -> String {
+    format!(
+        "verify {} with profile '{profile}' on the {} backend\n\
+         measured step = median of {} steps after {} warm-up (x{} runs): {:.3} ms, spread {:.3}-{:.3} ms\n\
+         errors are (measured - predicted) / measured\n{}",
+        args.scenario.display(),
+        match args.backend {
+            BackendKind::Host => "host",
+            BackendKind::Cuda => "cuda",
+        },
+        steps_s.len(),
+        args.warmup,
+        args.repeat,
+        median_s * 1e3,
+        spread_s[0] * 1e3,
+        spread_s[1] * 1e3,
+        c.to_text()
+    )
+}
+
+fn write_traces(
+    dir: &Path,
+    prediction: &twin_sim::Prediction,
+    m: &Measured,
+    json: &str,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let st = &prediction.staged;
+    if let Some(t) = prediction.trace_json() {
+        write_atomic(&dir.join("predicted.trace.json"), &t)?;
+    }
+    if let Some(t) = &m.merged.result.trace {
+        write_atomic(
+            &dir.join("measured.trace.json"),
+            &t.to_chrome_json(&st.plan, &st.schedule),
+        )?;
+    }
+    write_atomic(&dir.join("verify.json"), json)
+}

@@ -1,0 +1,141 @@
+//! End-to-end tests of `twin verify` on a small host scenario: the JSON fields the issue fixes,
+//! the trace directory, and the exit code when a threshold is exceeded. Each run launches real
+//! worker processes and finishes in about a second in a debug build.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const PROFILE: &str = "scenarios/profiles/host-draft.toml";
+
+fn twin(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_twin"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the twin binary runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("twin-verify-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn json_has_the_stable_fields_and_the_trace_dir_holds_both_traces() {
+    let dir = tmp("traces");
+    let o = twin(&[
+        "verify",
+        "scenarios/host/pp.toml",
+        "--backend",
+        "host",
+        "--profile",
+        PROFILE,
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--format",
+        "json",
+        "--trace-dir",
+        dir.to_str().unwrap(),
+        // A bubble error can never exceed 100 points: this threshold holds.
+        "--max-bubble-error-points",
+        "100",
+    ]);
+    assert!(o.status.success(), "stderr: {}", text(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for side in ["predicted", "measured"] {
+        for key in [
+            "step_time_s",
+            "bubble_fraction",
+            "exposed_comm_fraction",
+            "peak_memory_bytes",
+            "ranks",
+        ] {
+            assert!(v[side].get(key).is_some(), "{side}.{key} missing");
+        }
+    }
+    assert_eq!(v["measured"]["backend"], "host");
+    // Signed fractions and points, as defined: (measured - predicted) / measured.
+    let pred = v["predicted"]["step_time_s"].as_f64().unwrap();
+    let meas = v["measured_step_time_median_s"].as_f64().unwrap();
+    let err = v["step_time_error"].as_f64().unwrap();
+    assert!((err - (meas - pred) / meas).abs() < 1e-12, "{err}");
+    let bubble = v["bubble_fraction_error_points"].as_f64().unwrap();
+    let want = (v["measured"]["bubble_fraction"].as_f64().unwrap()
+        - v["predicted"]["bubble_fraction"].as_f64().unwrap())
+        * 100.0;
+    assert!((bubble - want).abs() < 1e-9);
+    assert!(v["peak_memory_error"].as_f64().is_some());
+    assert_eq!(v["peak_memory"].as_array().unwrap().len(), 2);
+    // Two measured steps after one warm-up; the median lies within their spread.
+    assert_eq!(v["measured_step_times_s"].as_array().unwrap().len(), 2);
+    let spread = v["measured_step_time_spread_s"].as_array().unwrap();
+    let (lo, hi) = (spread[0].as_f64().unwrap(), spread[1].as_f64().unwrap());
+    assert!(lo <= meas && meas <= hi);
+    // The op table: GEMM compute and p2p groups, matched op by op.
+    let groups = v["op_groups"].as_array().unwrap();
+    assert!(groups.iter().any(|g| g["kind"] == "gemm"));
+    assert!(groups.iter().any(|g| g["kind"] == "p2p"));
+    assert_eq!(v["unmatched_ops"], 0);
+    assert!(v["violations"].as_array().unwrap().is_empty());
+    // Both traces in the on-disk format of `twin simulate --trace`, and the JSON itself.
+    for f in ["predicted.trace.json", "measured.trace.json"] {
+        let t: Value = serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap())
+            .unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(!t["traceEvents"].as_array().unwrap().is_empty(), "{f}");
+    }
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("verify.json")).unwrap()).unwrap();
+    assert_eq!(saved, v);
+}
+
+#[test]
+fn an_exceeded_threshold_exits_1_naming_it() {
+    let o = twin(&[
+        "verify",
+        "scenarios/host/single.toml",
+        "--profile",
+        PROFILE,
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+        "--max-step-time-error",
+        "0",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("--max-step-time-error"), "{err}");
+    assert!(!err.contains("--max-bubble-error-points"), "{err}");
+    // The comparison is still printed.
+    assert!(text(&o.stdout).contains("step time"), "{}", text(&o.stdout));
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    let o = twin(&[
+        "verify",
+        "scenarios/host/single.toml",
+        "--profile",
+        PROFILE,
+        "--max-step-time-error",
+        "-1",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "stderr: {}", text(&o.stderr));
+    let o = twin(&[
+        "verify",
+        "scenarios/host/single.toml",
+        "--profile",
+        "scenarios/profiles/a100-dgx.toml",
+    ]);
+    // A profile for another GPU than the scenario's is bad input too.
+    assert_eq!(o.status.code(), Some(2), "stderr: {}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("cpu-core"));
+}
