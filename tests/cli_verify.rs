@@ -139,3 +139,49 @@ fn bad_arguments_are_usage_errors() {
     assert_eq!(o.status.code(), Some(2), "stderr: {}", text(&o.stderr));
     assert!(text(&o.stderr).contains("cpu-core"));
 }
+
+#[test]
+fn simulate_with_a_fitted_profile_reports_a_deterministic_interval() {
+    let args = [
+        "simulate",
+        "scenarios/host/pp.toml",
+        "--profile",
+        PROFILE,
+        "--format",
+        "json",
+        "--reproducible",
+    ];
+    let a = twin(&args);
+    assert!(a.status.success(), "stderr: {}", text(&a.stderr));
+    let b = twin(&args);
+    assert_eq!(a.stdout, b.stdout, "same seed, same interval");
+    let v: Value = serde_json::from_slice(&a.stdout).unwrap();
+    let ci = v["step_time_ci95_s"].as_array().unwrap();
+    let (lo, hi) = (ci[0].as_f64().unwrap(), ci[1].as_f64().unwrap());
+    let point = v["step_time_s"].as_f64().unwrap();
+    assert!(lo < hi && lo <= point && point <= hi, "{lo} {point} {hi}");
+    // Another seed draws other samples.
+    let mut other = args.to_vec();
+    other.extend(["--set", "run.seed=99"]);
+    let c: Value = serde_json::from_slice(&twin(&other).stdout).unwrap();
+    assert_ne!(c["step_time_ci95_s"], v["step_time_ci95_s"]);
+    // Text: the interval on the step time line.
+    let t = twin(&["simulate", "scenarios/host/pp.toml", "--profile", PROFILE]);
+    let out = text(&t.stdout);
+    let line = out.lines().find(|l| l.starts_with("step time")).unwrap();
+    assert!(
+        line.contains("(95% CI ") && line.ends_with(" ms)"),
+        "{line}"
+    );
+    // A profile without intervals: no interval field.
+    let plain = twin(&[
+        "simulate",
+        "scenarios/512xA100.toml",
+        "--profile",
+        "scenarios/profiles/a100-dgx.toml",
+        "--format",
+        "json",
+    ]);
+    let p: Value = serde_json::from_slice(&plain.stdout).unwrap();
+    assert!(p.get("step_time_ci95_s").is_none());
+}

@@ -20,4 +20,6 @@ pub mod verify;
 pub mod workload;
 
 mod predict;
-pub use predict::{predict, predict_with, PredictError, PredictOptions, Prediction, Staged};
+pub use predict::{
+    predict, predict_with, sim_options, PredictError, PredictOptions, Prediction, Staged,
+};

@@ -101,6 +101,17 @@ impl Prediction {
     }
 }
 
+/// The engine options [`predict_with`] simulates with (also used to re-simulate a staged
+/// scenario, e.g. for the profile-uncertainty interval).
+pub fn sim_options(scenario: &Scenario, opts: &PredictOptions) -> SimOptions {
+    SimOptions {
+        trace: opts.trace,
+        memory_capacity_bytes: scenario.cluster.gpu.hbm_bytes,
+        collapse: opts.collapse,
+        ..SimOptions::default()
+    }
+}
+
 /// Predict one training step of `scenario`: plan, generate, validate, simulate, report.
 pub fn predict(scenario: &Scenario, opts: &PredictOptions) -> Result<Prediction, PredictError> {
     predict_with(scenario, opts, None)
@@ -117,13 +128,7 @@ pub fn predict_with(
     if !opts.skip_validation {
         staged.validate()?;
     }
-    let sim_opts = SimOptions {
-        trace: opts.trace,
-        memory_capacity_bytes: scenario.cluster.gpu.hbm_bytes,
-        collapse: opts.collapse,
-        ..SimOptions::default()
-    };
-    let result = staged.simulate(&sim_opts)?;
+    let result = staged.simulate(&sim_options(scenario, opts))?;
     let wall_s = if opts.reproducible {
         0.0
     } else {

@@ -53,6 +53,11 @@ pub struct Args {
     /// Monte Carlo trials for the horizon mode (overrides [faults] seeds).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub seeds: Option<u32>,
+    /// With --profile: draws of the profile's fitted parameters (those with ci95) used for
+    /// the step time's 95% interval (seeded by the scenario's run.seed; docs/profiles.md).
+    #[arg(long, value_name = "N", default_value_t = twin_sim::profile::DEFAULT_SAMPLES,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub samples: u32,
     /// Zero the wall-clock fields (sim_wall_s) so that two runs give byte-identical output.
     #[arg(long)]
     pub reproducible: bool,
@@ -83,6 +88,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         write_atomic(path, &json)?;
     }
     let report = &prediction.report;
+    let ci95_ns = match &profile {
+        Some(p) => twin_sim::profile::step_time_ci95(
+            &prediction.staged,
+            p,
+            args.samples,
+            scenario.run.seed,
+            &twin_sim::sim_options(&scenario, &opts),
+        )
+        .context("propagating the profile's uncertainty")?,
+        None => None,
+    };
+    let ci95_s = ci95_ns.map(|[lo, hi]| [lo as f64 * 1e-9, hi as f64 * 1e-9]);
     let horizon = horizon_config(faults, &args)
         .map(|config| {
             let job = twin_sim::faults::JobFacts::from_scenario(
@@ -104,20 +121,42 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .transpose()
         .context("simulating the horizon")?;
     match args.format {
-        Format::Json => match &horizon {
-            None => println!("{}", report.to_json()),
-            Some(h) => {
+        Format::Json => match (&horizon, ci95_s) {
+            (None, None) => println!("{}", report.to_json()),
+            (h, ci) => {
                 let mut v: serde_json::Value = serde_json::from_str(&report.to_json())?;
                 if let Some(obj) = v.as_object_mut() {
-                    obj.insert("goodput".into(), h.goodput.mean.into());
-                    obj.insert("ettr".into(), h.ettr.mean.into());
-                    obj.insert("faults".into(), h.to_json_value());
+                    if let Some(ci) = ci {
+                        obj.insert("step_time_ci95_s".into(), serde_json::to_value(ci)?);
+                    }
+                    if let Some(h) = h {
+                        obj.insert("goodput".into(), h.goodput.mean.into());
+                        obj.insert("ettr".into(), h.ettr.mean.into());
+                        obj.insert("faults".into(), h.to_json_value());
+                    }
                 }
                 println!("{}", serde_json::to_string_pretty(&v)?);
             }
         },
         Format::Text => {
-            print!("{}", report.to_text());
+            let text = report.to_text();
+            match ci95_s {
+                None => print!("{text}"),
+                Some([lo, hi]) => {
+                    for line in text.lines() {
+                        if line.starts_with("step time") {
+                            println!(
+                                "step time       {:.3} ms (95% CI {:.3}\u{2013}{:.3} ms)",
+                                report.step_time_s * 1e3,
+                                lo * 1e3,
+                                hi * 1e3
+                            );
+                        } else {
+                            println!("{line}");
+                        }
+                    }
+                }
+            }
             if args.memory {
                 print!("{}", report.memory_text());
             }
