@@ -23,18 +23,18 @@ use twin_sim::schedule::{
     ComputeOp, Device, Gemm, Label, MemCategory, Op, OpKind, Phase, Program, Stream,
 };
 
-/// Median seconds of `reps` runs of `f` after one warm-up run.
-fn time_median(reps: usize, mut f: impl FnMut()) -> f64 {
+/// Best (least) seconds of `reps` runs of `f` after one warm-up run. Outlier rule: on a
+/// machine shared with other work, noise only ever adds time, so the fastest repetition is
+/// the estimate of the uncontended time.
+fn time_best(reps: usize, mut f: impl FnMut()) -> f64 {
     f();
-    let mut v: Vec<f64> = (0..reps)
+    (0..reps)
         .map(|_| {
             let t = Instant::now();
             f();
             t.elapsed().as_secs_f64()
         })
-        .collect();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// Weighted least squares minimising the relative error: rows x, targets y (all > 0).
@@ -166,12 +166,27 @@ fn gemm_fit(paths: &[String]) -> (Fit, Fit, Fit, f64, usize) {
         // Enough calls per sample for ~1 ms of work.
         let calls = ((1e-3 * 2e10 / g.flops().max(1) as f64).ceil() as u32).clamp(1, 2000);
         let batch = gemm_op(Gemm { count: calls, ..g }, 0);
-        let t = time_median(9, || ws.run_gemms(&batch)) / f64::from(calls);
+        let t = time_best(9, || ws.run_gemms(&batch)) / f64::from(calls);
         let (mf, nf, kf) = (m as f64, n as f64, k as f64);
         x.push(vec![2.0 * mf * nf * kf, 2.0 * mf * nf, 1.0]);
         y.push(t);
     }
     let (c, se, rms) = fit_relative(&x, &y);
+    if std::env::var_os("TWIN_BENCH_VERBOSE").is_some() {
+        for (row, t) in x.iter().zip(&y) {
+            let fit = row.iter().zip(&c).map(|(r, c)| r * c).sum::<f64>();
+            let (mn2, mnk2) = (row[1], row[0]);
+            eprintln!(
+                "gemm mn={:.0} k={:.0}: measured {:.2} us, fitted {:.2} us ({:+.0}%), {:.1} GFLOP/s",
+                mn2 / 2.0,
+                mnk2 / mn2,
+                t * 1e6,
+                fit * 1e6,
+                (fit - t) / t * 100.0,
+                mnk2 / t / 1e9
+            );
+        }
+    }
     // t = 2mn(k + k_half) / peak + ramp.
     let peak = 1.0 / c[0];
     let peak_se = se[0] / (c[0] * c[0]);
@@ -210,7 +225,7 @@ fn memory_fit() -> (Fit, f64) {
             bytes,
         );
         let mut ws = Workspace::for_program(&compute_program(op.clone()));
-        let t = time_median(15, || ws.run_memory(&op));
+        let t = time_best(15, || ws.run_memory(&op));
         x.push(vec![bytes as f64, 1.0]);
         y.push(t);
     }
@@ -236,7 +251,7 @@ fn alloc_fit() -> Fit {
             device: Device::Gpu,
             bytes,
         };
-        let t = time_median(9, || {
+        let t = time_best(9, || {
             let _ = held.alloc(a, 0, 0);
             let _ = held.free(1);
         });
@@ -302,9 +317,8 @@ fn tcp_fit(exchange: bool) -> (Fit, Fit, f64) {
             }
         }
         let _ = echo.join();
-        times.sort_by(f64::total_cmp);
         x.push(vec![bytes as f64, 1.0]);
-        y.push(times[times.len() / 2]);
+        y.push(times.iter().copied().fold(f64::INFINITY, f64::min));
     }
     let (c, se, rms) = fit_relative(&x, &y);
     (
