@@ -175,6 +175,7 @@ fn padded(dim: u64, tile: u64) -> f64 {
 /// The GEMM curve of `twin_sim::cost::GemmCurve` with `max_efficiency = 1`:
 /// t = 2 pad(m) pad(n) (k + k_half) / peak + ramp, linear in (1/peak, k_half/peak, ramp) for
 /// fixed tiles; the tiles are a grid search (1, 8, 16, 32, 64 each) on the rms relative error.
+#[allow(clippy::type_complexity)]
 fn gemm_fit(paths: &[String]) -> (Fit, Fit, Fit, f64, usize, u64, u64) {
     let mut samples = Vec::new();
     for (m, n, k) in shapes(paths) {

@@ -145,9 +145,11 @@ pub struct Thresholds {
 impl Comparison {
     /// Every threshold the comparison exceeds, as a sentence naming it (empty: all met).
     pub fn violations(&self, t: &Thresholds) -> Vec<String> {
+        // NaN never passes a threshold.
+        let exceeds = |v: f64, max: f64| v.is_nan() || v.abs() > max;
         let mut out = Vec::new();
         if let Some(max) = t.step_time_error {
-            if !(self.step_time_error.abs() <= max) {
+            if exceeds(self.step_time_error, max) {
                 out.push(format!(
                     "step time error {:+.1}% exceeds --max-step-time-error {max}",
                     self.step_time_error * 100.0
@@ -155,7 +157,7 @@ impl Comparison {
             }
         }
         if let Some(max) = t.peak_memory_error {
-            if !(self.peak_memory_error.abs() <= max) {
+            if exceeds(self.peak_memory_error, max) {
                 out.push(format!(
                     "peak memory error {:+.1}% exceeds --max-peak-memory-error {max}",
                     self.peak_memory_error * 100.0
@@ -163,7 +165,7 @@ impl Comparison {
             }
         }
         if let Some(max) = t.bubble_error_points {
-            if !(self.bubble_fraction_error_points.abs() <= max) {
+            if exceeds(self.bubble_fraction_error_points, max) {
                 out.push(format!(
                     "bubble error {:+.1} points exceeds --max-bubble-error-points {max}",
                     self.bubble_fraction_error_points
