@@ -1,11 +1,11 @@
-//! Propagating a profile's uncertainty to a prediction: every parameter that carries a 95%
-//! confidence interval is drawn from a normal distribution with sd = (hi - lo) / 3.92, clamped
+//! Propagating a profile's uncertainty to a prediction: every fitted parameter (`source =
+//! "fitted"`) that carries a 95% confidence interval is drawn from a normal distribution with sd = (hi - lo) / 3.92, clamped
 //! to the values the loader accepts for it; the step is simulated once per draw on the already
 //! compiled schedule, and the 2.5% and 97.5% quantiles of the step times are the interval.
 //! Seeded (splitmix64 + Box-Muller), so the same scenario seed gives the same interval.
 
 use super::load::Range;
-use super::{Param, Profile};
+use super::{Param, Profile, Source};
 use crate::cost::Analytic;
 use crate::engine::{simulate, SimError, SimOptions};
 use crate::Staged;
@@ -40,6 +40,11 @@ impl Rng {
         let (u1, u2) = (self.open01(), self.open01());
         (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
     }
+}
+
+/// The interval a parameter is drawn from: fitted parameters with a `ci95` only.
+fn sampled(p: &Param) -> Option<[f64; 2]> {
+    p.ci95.filter(|_| p.source == Source::Fitted)
 }
 
 /// The value a draw may take for a parameter of this range.
@@ -91,19 +96,21 @@ impl Profile {
         v
     }
 
-    /// True when at least one parameter carries a confidence interval.
+    /// True when at least one fitted parameter carries a confidence interval (a published
+    /// spread on a datasheet or published figure is not sampled).
     pub fn has_intervals(&self) -> bool {
         self.clone()
             .params_mut()
             .iter()
-            .any(|(p, _)| p.ci95.is_some())
+            .any(|(p, _)| sampled(p).is_some())
     }
 
-    /// A copy with every parameter that has a `ci95` replaced by a draw (see the module doc).
+    /// A copy with every fitted parameter that has a `ci95` replaced by a draw (see the
+    /// module doc).
     pub fn sample(&self, rng: &mut Rng) -> Profile {
         let mut out = self.clone();
         for (p, range) in out.params_mut() {
-            if let Some([lo, hi]) = p.ci95 {
+            if let Some([lo, hi]) = sampled(p) {
                 let sd = (hi - lo) / 3.92;
                 let v = p.value + sd * rng.normal();
                 p.value = clamp(range, v, p.value);
@@ -154,6 +161,7 @@ mod tests {
     fn setup(width: f64) -> (Staged, Profile, u64) {
         let mut p = super::super::parse_str(A100, "a100-dgx.toml").unwrap();
         let e = p.gemm_max_efficiency.value;
+        p.intra.latency_ns.source = Source::Fitted;
         p.gemm_max_efficiency.ci95 = Some([e - width, (e + width).min(1.0)]);
         let l = p.intra.latency_ns.value;
         p.intra.latency_ns.ci95 = Some([l * (1.0 - width), l * (1.0 + width)]);
@@ -194,7 +202,11 @@ mod tests {
         let a = step_time_ci95(&staged, &p, 32, 1, &SimOptions::default()).unwrap();
         let b = step_time_ci95(&staged, &p, 32, 1, &SimOptions::default()).unwrap();
         assert_eq!(a, b);
-        let plain = super::super::parse_str(A100, "a100-dgx.toml").unwrap();
+        let mut plain = super::super::parse_str(A100, "a100-dgx.toml").unwrap();
+        assert!(!plain.has_intervals());
+        // A published spread is not a fit's uncertainty: not sampled.
+        plain.intra.latency_ns.ci95 = Some([1000.0, 5000.0]);
+        assert_eq!(plain.intra.latency_ns.source, Source::Published);
         assert!(!plain.has_intervals());
         assert_eq!(
             step_time_ci95(&staged, &plain, 32, 1, &SimOptions::default()).unwrap(),
