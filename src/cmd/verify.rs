@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 use twin_runtime::launch::{self, RankMeasure, RunReport};
-use twin_sim::verify::{compare, CompareOptions, Comparison, Side, Thresholds};
+use twin_sim::verify::{compare, summarize_steps, CompareOptions, Comparison, Side, Thresholds};
 
 /// Compare a prediction with a real run of the same schedule.
 ///
@@ -90,18 +90,6 @@ fn thresholds(a: &Args) -> Thresholds {
     }
 }
 
-/// The median of `v` (mean of the middle two for an even count); 0 when empty.
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => s[n / 2],
-        _ => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
-}
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let thresholds = thresholds(&args);
     let scenario = load_scenario(&args.scenario, &args.overrides)?;
@@ -145,29 +133,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })();
     let _ = std::fs::remove_dir_all(&tmp);
     result?;
-    // Steps after warm-up, over every run.
-    let steps_s: Vec<f64> = runs
-        .iter()
-        .flat_map(|r| r.report.step_times_s.iter().skip(args.warmup as usize))
-        .copied()
-        .collect();
-    let median_s = median(&steps_s);
-    let spread_s = [
-        steps_s.iter().copied().fold(f64::INFINITY, f64::min),
-        steps_s.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-    ];
-    // The run whose last step is the median of the runs' last steps stands for them all.
-    let mut order: Vec<usize> = (0..runs.len()).collect();
-    order.sort_by(|&a, &b| {
-        runs[a]
-            .report
-            .report
-            .step_time_s
-            .total_cmp(&runs[b].report.report.step_time_s)
-            .then(a.cmp(&b))
-    });
-    let pick = order.get(order.len() / 2).copied().unwrap_or(0);
-    let m = runs.get(pick).context("no run was measured")?;
+    let steps: Vec<Vec<f64>> = runs.iter().map(|r| r.report.step_times_s.clone()).collect();
+    let summary = summarize_steps(&steps, args.warmup as usize);
+    let (steps_s, median_s, spread_s) = (&summary.steps_s, summary.median_s, summary.spread_s);
+    let m = runs
+        .get(summary.representative_run)
+        .context("no run was measured")?;
     let empty = twin_sim::trace::Trace::default();
     let comparison = compare(
         &staged.schedule,
@@ -191,7 +162,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         &prediction.report,
         &m.report,
         &comparison,
-        &steps_s,
+        steps_s,
         median_s,
         spread_s,
         &violations,

@@ -11,10 +11,12 @@
 
 mod groups;
 mod render;
+mod steps;
 #[cfg(test)]
 mod tests;
 
 pub use groups::{group_of, size_bucket};
+pub use steps::{median, summarize_steps, StepSummary};
 
 use crate::report::Report;
 use crate::schedule::Schedule;

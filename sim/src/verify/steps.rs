@@ -1,0 +1,101 @@
+//! The measured step of a verification: several runs of several steps each, reduced to one
+//! step time (the median of the steps after warm-up, over every run), its spread, and the run
+//! that stands for the others (whose last step is the median of the runs' last steps), whose
+//! trace and report the op-by-op comparison uses.
+
+use serde::Serialize;
+
+/// Step times of several runs after warm-up, reduced.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepSummary {
+    /// Every step after warm-up, run after run.
+    pub steps_s: Vec<f64>,
+    pub median_s: f64,
+    /// Fastest and slowest of `steps_s`.
+    pub spread_s: [f64; 2],
+    /// Index of the run whose last step is the median of the runs' last steps (the lower
+    /// middle for an even count; ties by run order).
+    pub representative_run: usize,
+}
+
+/// The median (mean of the middle two for an even count); 0 when empty.
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => s[n / 2],
+        _ => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// Reduce `runs` (each run's step times, warm-up included) leaving out the first `warmup`
+/// steps of each run. A run with no steps counts as a last step of 0.
+pub fn summarize_steps(runs: &[Vec<f64>], warmup: usize) -> StepSummary {
+    let steps_s: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| r.iter().skip(warmup))
+        .copied()
+        .collect();
+    let spread_s = if steps_s.is_empty() {
+        [0.0, 0.0]
+    } else {
+        [
+            steps_s.iter().copied().fold(f64::INFINITY, f64::min),
+            steps_s.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        ]
+    };
+    let last = |i: usize| runs.get(i).and_then(|r| r.last()).copied().unwrap_or(0.0);
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by(|&a, &b| last(a).total_cmp(&last(b)).then(a.cmp(&b)));
+    let representative_run = order
+        .get(order.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(0);
+    StepSummary {
+        median_s: median(&steps_s),
+        spread_s,
+        steps_s,
+        representative_run,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_up_is_left_out_and_the_median_spans_runs() {
+        let runs = vec![
+            vec![9.0, 1.0, 3.0],
+            vec![8.0, 2.0, 5.0],
+            vec![7.0, 4.0, 6.0],
+        ];
+        let s = summarize_steps(&runs, 1);
+        assert_eq!(s.steps_s, vec![1.0, 3.0, 2.0, 5.0, 4.0, 6.0]);
+        assert_eq!(s.median_s, 3.5);
+        assert_eq!(s.spread_s, [1.0, 6.0]);
+        // Last steps 3, 5, 6: the median is run 1's.
+        assert_eq!(s.representative_run, 1);
+    }
+
+    #[test]
+    fn odd_counts_and_edges() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[]), 0.0);
+        let s = summarize_steps(&[vec![5.0]], 0);
+        assert_eq!(
+            (s.median_s, s.spread_s, s.representative_run),
+            (5.0, [5.0, 5.0], 0)
+        );
+        // Warm-up longer than the run: nothing measured, nothing panics.
+        let s = summarize_steps(&[vec![5.0]], 3);
+        assert_eq!((s.median_s, s.spread_s), (0.0, [0.0, 0.0]));
+        let s = summarize_steps(&[], 0);
+        assert_eq!(s.representative_run, 0);
+        // Two runs: the lower middle.
+        let s = summarize_steps(&[vec![4.0], vec![2.0]], 0);
+        assert_eq!(s.representative_run, 1);
+    }
+}
