@@ -493,7 +493,15 @@ fn main() {
                 )
             )
         );
-        o += &format!("latency_ns = {}\n", g(ring_lat.value.round(), &ring_lat, &format!("ring step (helper-thread send while receiving) 1KiB-4MiB, rms {:.1}%; p2p one-way latency {:.0} ns, ring-step bandwidth {:.3e} B/s", ring_rms * 100.0, p2p_lat.value, ring_bw.value)));
+        o += &format!("latency_ns = {}\n", g(ring_lat.value.round(), &ring_lat, &format!("collective step: a ring step (helper-thread send while receiving) 1KiB-4MiB, rms {:.1}%; ring-step bandwidth {:.3e} B/s", ring_rms * 100.0, ring_bw.value)));
+        o += &format!(
+            "p2p_latency_ns = {}\n",
+            g(
+                p2p_lat.value.round(),
+                &p2p_lat,
+                "intercept of the p2p fit above"
+            )
+        );
         o += &format!(
             "efficiency = {}\n\n",
             param(1.0, None, "bandwidth is the achieved rate")

@@ -46,6 +46,9 @@ pub struct Analytic {
     /// rank has a device of its own. Carried for the engine's core sharing (see
     /// [`Analytic::host_cores`]).
     pub host_cores: Option<u32>,
+    /// Point-to-point latency per tier [intra, inter] when it differs from the collective
+    /// step latency of `links` (profile key `network.{intra,inter}.p2p_latency_ns`).
+    pub p2p_latency_ns: [Option<u64>; 2],
 }
 
 impl Analytic {
@@ -71,6 +74,7 @@ impl Analytic {
             checkpoint_bandwidth_bytes_per_s: DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
             alloc_bytes_per_s: None,
             host_cores: None,
+            p2p_latency_ns: [None, None],
         }
     }
 
@@ -144,7 +148,8 @@ impl CostModel for Analytic {
 
     fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64 {
         let same_node = plan.node_of(src) == plan.node_of(dst);
-        self.links.p2p_ns(same_node, bytes)
+        let latency = self.p2p_latency_ns[usize::from(!same_node)];
+        self.links.p2p_ns_with_latency(same_node, bytes, latency)
     }
 
     fn checkpoint_ns(&self, bytes: u64) -> u64 {

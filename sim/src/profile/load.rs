@@ -80,6 +80,7 @@ struct RawLink {
     bandwidth_bytes_per_s: RawParam,
     latency_ns: RawParam,
     efficiency: RawParam,
+    p2p_latency_ns: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -331,6 +332,10 @@ impl Checker<'_> {
                 raw.efficiency,
                 Range::Fraction,
             )?,
+            p2p_latency_ns: raw
+                .p2p_latency_ns
+                .map(|l| self.param(&format!("{key}.p2p_latency_ns"), l, Range::NonNegative))
+                .transpose()?,
         })
     }
 

@@ -70,6 +70,9 @@ pub struct LinkParams {
     pub latency_ns: Param,
     /// Achieved fraction of line rate for large collectives (protocol overhead).
     pub efficiency: Param,
+    /// Latency of a point-to-point transfer when it differs from `latency_ns` (the per-step
+    /// latency of collectives); absent = `latency_ns`.
+    pub p2p_latency_ns: Option<Param>,
 }
 
 /// A whole hardware profile; see docs/profiles.md for the meaning of each field.
@@ -216,6 +219,7 @@ impl Analytic {
                 .as_ref()
                 .map_or(DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, |c| c.value),
             alloc_bytes_per_s: p.memory_alloc_bytes_per_s.as_ref().map(|a| a.value),
+            p2p_latency_ns: [&p.intra, &p.inter].map(|l| l.p2p_latency_ns.as_ref().map(whole)),
             host_cores: p
                 .host_cores
                 .as_ref()

@@ -83,6 +83,9 @@ impl Profile {
             v.push((&mut link.bandwidth_bytes_per_s, Positive));
             v.push((&mut link.latency_ns, NonNegative));
             v.push((&mut link.efficiency, Fraction));
+            if let Some(p) = link.p2p_latency_ns.as_mut() {
+                v.push((p, NonNegative));
+            }
         }
         let optional = [
             (self.nvls_efficiency.as_mut(), Fraction),

@@ -228,7 +228,8 @@ fn host_keys_alloc_rate_and_provenance() {
     assert_eq!(cost.host_cores(), Some(2));
     // 1 GB at 2 GB/s.
     assert_eq!(cost.alloc_ns(1_000_000_000), 500_000_000);
-    // Without the keys: each rank its own device, allocations instant.
+    // Without the keys: each rank its own device, allocations instant, p2p at the tier's
+    // collective step latency.
     let plain = Analytic::from_profile(&s, &a100());
     assert_eq!(plain.host_cores(), None);
     assert_eq!(plain.alloc_ns(1 << 30), 0);
@@ -270,4 +271,36 @@ fn priced_allocs_take_time_in_the_engine() {
             .sum::<u64>()
     };
     assert_eq!(busy(&slow), busy(&free));
+}
+
+#[test]
+fn p2p_latency_overrides_the_tier_latency_for_p2p_only() {
+    let text = A100.replacen(
+        "efficiency = { value = 0.80,",
+        "p2p_latency_ns = { value = 500, source = \"fitted\", ref = \"ping-pong\" }\nefficiency = { value = 0.80,",
+        1,
+    );
+    let p = parse_str(&text, "p.toml").unwrap();
+    assert_eq!(
+        p.intra.p2p_latency_ns.as_ref().map(|l| l.value),
+        Some(500.0)
+    );
+    assert!(p.inter.p2p_latency_ns.is_none());
+    let s = small_scenario(4, 4, 1, 4);
+    let plan = Plan::new(&s).unwrap();
+    let with = Analytic::from_profile(&s, &p);
+    let without = Analytic::from_profile(&s, &a100());
+    // Ranks 0 and 4 share a node: 2.5 us less latency; ranks 4 and 8 do not: unchanged.
+    let near = without.p2p_ns(&plan, 0, 4, 1 << 20) - with.p2p_ns(&plan, 0, 4, 1 << 20);
+    assert_eq!(near, 2_500);
+    assert_eq!(
+        with.p2p_ns(&plan, 4, 8, 1 << 20),
+        without.p2p_ns(&plan, 4, 8, 1 << 20)
+    );
+    // Collectives keep the tier latency.
+    let g = plan.group(plan.group_of(0, GroupKind::Tp));
+    assert_eq!(
+        with.collective_ns(CollectiveKind::AllReduce, g, 1 << 20, 1),
+        without.collective_ns(CollectiveKind::AllReduce, g, 1 << 20, 1)
+    );
 }
