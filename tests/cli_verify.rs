@@ -185,3 +185,46 @@ fn simulate_with_a_fitted_profile_reports_a_deterministic_interval() {
     let p: Value = serde_json::from_slice(&plain.stdout).unwrap();
     assert!(p.get("step_time_ci95_s").is_none());
 }
+
+/// Issue 6's timing acceptance on the bundled host scenarios and the held-out one
+/// (`pp-wide.toml`, shapes not among those the profile was fitted to): step time within 5%,
+/// bubble within 2 points, peak memory within 2%, over five runs. Timing depends on the machine
+/// being idle, so it is not part of the default suite: run it with
+/// `cargo test --release --test cli_verify -- --ignored` on a quiet machine, after replacing
+/// the draft profile with `twin calibrate --backend host` output. It fails on a machine shared
+/// with other work (docs/validation.md, "verify", has the numbers).
+#[test]
+#[ignore = "timing acceptance: needs an idle machine (docs/validation.md, verify)"]
+fn host_scenarios_and_the_held_out_one_are_predicted_within_the_bounds() {
+    for scenario in [
+        "scenarios/host/pp.toml",
+        "scenarios/host/tp-pp.toml",
+        "scenarios/host/dp-pp-zero.toml",
+        "scenarios/host/pp-wide.toml",
+    ] {
+        let o = twin(&[
+            "verify",
+            scenario,
+            "--profile",
+            PROFILE,
+            "--steps",
+            "5",
+            "--warmup",
+            "1",
+            "--repeat",
+            "5",
+            "--max-step-time-error",
+            "0.05",
+            "--max-bubble-error-points",
+            "2",
+            "--max-peak-memory-error",
+            "0.02",
+        ]);
+        assert!(
+            o.status.success(),
+            "{scenario}: {}\n{}",
+            text(&o.stderr),
+            text(&o.stdout)
+        );
+    }
+}
