@@ -80,7 +80,7 @@ pub struct WorkerArgs {
 }
 
 /// Load, scale, plan, generate and validate.
-pub(crate) fn stage(c: &Common) -> anyhow::Result<(Scenario, Vec<String>, Staged)> {
+fn stage(c: &Common) -> anyhow::Result<(Scenario, Vec<String>, Staged)> {
     let scenario = load_scenario(&c.scenario, &c.overrides)?;
     let factors = c
         .scale
