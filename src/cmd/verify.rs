@@ -180,7 +180,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &comparison,
                 median_s,
                 spread_s,
-                &steps_s
+                steps_s
             )
         ),
     }
