@@ -271,6 +271,19 @@ fn priced_allocs_take_time_in_the_engine() {
             .sum::<u64>()
     };
     assert_eq!(busy(&slow), busy(&free));
+    // Collapsing symmetric ranks stays exact with priced allocs.
+    let collapsed = crate::predict_with(
+        &small_scenario(2, 2, 2, 4),
+        &crate::PredictOptions {
+            collapse: true,
+            ..opts.clone()
+        },
+        Some(&priced),
+    )
+    .unwrap();
+    let full = crate::predict_with(&small_scenario(2, 2, 2, 4), &opts, Some(&priced)).unwrap();
+    assert!(collapsed.result.collapsed);
+    assert_eq!(collapsed.result.step_time_ns, full.result.step_time_ns);
 }
 
 #[test]
