@@ -247,3 +247,48 @@ fn a_crash_loop_ends_with_an_error() {
     );
     assert!(e.contains("rank 1 failed: killed by signal 9"), "{e}");
 }
+
+#[test]
+fn verify_faults_predicts_and_measures_the_same_fault() {
+    let o = twin(&[
+        "verify-faults",
+        SCENARIO,
+        "--steps",
+        "8",
+        "--checkpoint-every",
+        "3",
+        "--inject",
+        "kill rank=1 at=step:5,op:4",
+        "--repeats",
+        "1",
+        "--format",
+        "json",
+    ]);
+    // Pass or fail depends on this machine's timing noise; the comparison itself must exist.
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "{}",
+        text(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["inject"], "kill rank=1 at=step:5,op:4");
+    // Step 5 is two steps after the step-3 checkpoint, in the model and for real.
+    assert_eq!(v["predicted"]["steps_lost"], 2.0);
+    assert_eq!(v["measured"]["steps_lost"], 2.0);
+    for side in ["predicted", "measured"] {
+        let s = &v[side];
+        let sum = s["detection_s"].as_f64().unwrap()
+            + s["restart_s"].as_f64().unwrap()
+            + s["reload_s"].as_f64().unwrap();
+        assert!(s["restart_s"].as_f64().unwrap() > 0.0, "{s}");
+        assert!(s["lost_s"].as_f64().unwrap() > s["recovery_s"].as_f64().unwrap() * 0.99);
+        if side == "predicted" {
+            assert!(
+                (s["recovery_s"].as_f64().unwrap() - sum).abs() < 1e-9,
+                "{s}"
+            );
+        }
+    }
+    let err = v["recovery_error"].as_f64().unwrap();
+    assert_eq!(v["pass"], err.abs() <= 0.2);
+}

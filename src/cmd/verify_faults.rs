@@ -1,9 +1,9 @@
 //! `twin verify-faults` (to become `twin verify --faults`): injects one kill into a real host
 //! run and compares its measured recovery (detection + restart + reload) and lost work with
 //! what the simulator's recovery model (`twin_sim::faults::Model`) predicts for the same fault.
-//! The model's host parameters never come from the run being verified: detection is the
-//! launcher's documented poll interval, and restart and reload are calibrated by separate,
-//! fault-free runs (a checkpointing run, then fresh launches resuming from it).
+//! The model's host parameters never come from the runs being verified: detection is the
+//! launcher's documented poll interval, and restart and reload are calibrated by separate
+//! short runs with another fault (a different rank and step), medians over repeats.
 
 use super::{load_scenario, Format};
 use anyhow::Context;
@@ -21,9 +21,10 @@ pub const LAUNCHER_POLL_S: f64 = 0.005;
 
 /// Inject a fault into a host run and compare recovery with the simulator's prediction.
 ///
-/// Calibrates restart (spawn + bootstrap) and checkpoint reload on this machine with separate
-/// fault-free runs, predicts the recovery with the simulator's recovery model, then measures
-/// it in --repeats runs with the injected kill.
+/// Calibrates restart (teardown, spawn, bootstrap) and checkpoint reload on this machine with
+/// separate short runs that recover from another fault, predicts the recovery with the
+/// simulator's recovery model, then measures it in --repeats runs with the injected kill
+/// (medians on both sides: the host is often shared).
 ///
 /// Example:
 ///   twin verify-faults scenarios/host/faults.toml --inject "kill rank=3 at=step:7"
@@ -44,8 +45,8 @@ pub struct VerifyFaultsArgs {
     /// The fault: a step kill, "kill rank=R at=step:S[,op:I]".
     #[arg(long, default_value = "kill rank=3 at=step:7")]
     pub inject: String,
-    /// Fault runs (and calibration launches) to average.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    /// Fault runs (and calibration runs) to take the median of.
+    #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub repeats: u32,
     /// Largest accepted relative error of the recovery time.
     #[arg(long, default_value_t = 0.20)]
@@ -108,8 +109,16 @@ fn num(v: &Value, path: &[&str]) -> anyhow::Result<f64> {
         .with_context(|| format!("the run report has no number at {}", path.join(".")))
 }
 
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v.get(n / 2).copied().unwrap_or(0.0),
+        n => {
+            (v.get(n / 2 - 1).copied().unwrap_or(0.0) + v.get(n / 2).copied().unwrap_or(0.0)) / 2.0
+        }
+    }
 }
 
 fn fresh_dir(base: &Path, name: &str) -> anyhow::Result<PathBuf> {
@@ -137,7 +146,16 @@ pub fn run(args: VerifyFaultsArgs) -> anyhow::Result<ExitCode> {
         &|_| ops,
     )?;
     let base = std::env::temp_dir().join(format!("twin-verify-faults-{}", std::process::id()));
-    let out = compare(&args, &scenario, &staged, inj.rank, at_step, op, ops, &base);
+    anyhow::ensure!(
+        args.steps >= 3,
+        "--steps: at least 3 (the calibration runs kill at step 2)"
+    );
+    // The calibration fault: the same rank at step 2 (right after a checkpoint), in runs of
+    // its own.
+    let cal_rank = inj.rank;
+    let out = compare(
+        &args, &scenario, &staged, inj.rank, at_step, op, ops, cal_rank, &base,
+    );
     let _ = std::fs::remove_dir_all(&base);
     let c = out?;
     match args.format {
@@ -160,6 +178,7 @@ fn compare(
     at_step: u64,
     op: u32,
     ops: u32,
+    cal_rank: u32,
     base: &Path,
 ) -> anyhow::Result<FaultComparison> {
     let common = |steps: u32| -> Vec<String> {
@@ -176,70 +195,29 @@ fn compare(
         }
         a
     };
-    // Calibration, fault-free: one checkpoint, then fresh launches resuming from it.
-    let cal = fresh_dir(base, "calibration")?;
-    let mut a = common(2);
-    a.extend([
-        "--checkpoint-dir".into(),
-        cal.display().to_string(),
-        "--checkpoint-every".into(),
-        "1".into(),
-    ]);
-    twin_json(&a)?;
-    let (mut boot, mut reload, mut step) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..args.repeats {
+    // Calibration runs (short, recovering from another fault) and the measured fault runs,
+    // interleaved so that a change in the machine's load affects both alike.
+    let k = args.checkpoint_every.max(1);
+    let (mut restart, mut reload, mut step) = (Vec::new(), Vec::new(), Vec::new());
+    let mut runs = Vec::new();
+    for i in 0..args.repeats {
+        let d = fresh_dir(base, &format!("calibration-{i}"))?;
         let mut a = common(3);
         a.extend([
             "--checkpoint-dir".into(),
-            cal.display().to_string(),
+            d.display().to_string(),
             "--checkpoint-every".into(),
-            "1000".into(),
-            "--resume".into(),
+            "1".into(),
+            "--inject".into(),
+            format!("kill rank={cal_rank} at=step:2"),
         ]);
         let v = twin_json(&a)?;
-        boot.push(num(&v, &["startup", "bootstrap_s"])?);
-        reload.push(num(&v, &["startup", "reload_s"])?);
+        let r = &v["recoveries"][0];
+        restart.push(num(r, &["restart_s"])?);
+        reload.push(num(r, &["reload_s"])?);
         if let Some(ts) = v["step_times_s"].as_array() {
             step.extend(ts.iter().filter_map(Value::as_f64));
         }
-    }
-    let step_time_s = mean(&step);
-    // The simulator's recovery model with the host parameters.
-    let facts = JobFacts::from_scenario(
-        scenario,
-        &staged.plan,
-        twin_sim::faults::seconds_to_ns(step_time_s),
-        0.0,
-    );
-    let reload_s = mean(&reload).max(1e-6);
-    let cfg = FaultConfig {
-        detection_timeout_ns: twin_sim::faults::seconds_to_ns(LAUNCHER_POLL_S),
-        restart: RestartPolicy::HotSpare,
-        spare_swap_ns: 0,
-        process_restart_ns: twin_sim::faults::seconds_to_ns(mean(&boot)),
-        comm_init_ns: 0,
-        checkpoint_interval: CheckpointInterval::Steps(args.checkpoint_every),
-        checkpoint_mode: CheckpointMode::Sync,
-        storage_read_bytes_per_s: facts.checkpoint_bytes as f64 / reload_s,
-        ..FaultConfig::default()
-    };
-    let model = Model::new(&cfg, &facts);
-    let s = |ns: u64| ns as f64 * 1e-9;
-    let k = args.checkpoint_every.max(1);
-    let steps_lost = at_step % k;
-    let partial = f64::from(op) / f64::from(ops.max(1));
-    let recovery = s(model.detection_ns) + s(model.restart_ns) + s(model.reload_ns);
-    let predicted = Side {
-        detection_s: s(model.detection_ns),
-        restart_s: s(model.restart_ns),
-        reload_s: s(model.reload_ns),
-        recovery_s: recovery,
-        steps_lost: steps_lost as f64,
-        lost_s: recovery + (steps_lost as f64 + partial) * s(model.step_time_ns),
-    };
-    // The measured fault runs.
-    let mut runs = Vec::new();
-    for i in 0..args.repeats {
         let d = fresh_dir(base, &format!("fault-{i}"))?;
         let mut a = common(args.steps);
         a.extend([
@@ -261,16 +239,49 @@ fn compare(
             lost_s: num(r, &["lost_s"])?,
         });
     }
-    let avg = |f: fn(&Side) -> f64| mean(&runs.iter().map(f).collect::<Vec<_>>());
-    let mut measured = Side {
-        detection_s: avg(|r| r.detection_s),
-        restart_s: avg(|r| r.restart_s),
-        reload_s: avg(|r| r.reload_s),
-        recovery_s: 0.0,
-        steps_lost: avg(|r| r.steps_lost),
-        lost_s: avg(|r| r.lost_s),
+    let step_time_s = median(&step);
+    // The simulator's recovery model with the host parameters.
+    let facts = JobFacts::from_scenario(
+        scenario,
+        &staged.plan,
+        twin_sim::faults::seconds_to_ns(step_time_s),
+        0.0,
+    );
+    let reload_s = median(&reload).max(1e-6);
+    let restart_s = median(&restart);
+    let cfg = FaultConfig {
+        detection_timeout_ns: twin_sim::faults::seconds_to_ns(LAUNCHER_POLL_S),
+        restart: RestartPolicy::HotSpare,
+        spare_swap_ns: 0,
+        process_restart_ns: twin_sim::faults::seconds_to_ns(restart_s),
+        comm_init_ns: 0,
+        checkpoint_interval: CheckpointInterval::Steps(args.checkpoint_every),
+        checkpoint_mode: CheckpointMode::Sync,
+        storage_read_bytes_per_s: facts.checkpoint_bytes as f64 / reload_s,
+        ..FaultConfig::default()
     };
-    measured.recovery_s = measured.detection_s + measured.restart_s + measured.reload_s;
+    let model = Model::new(&cfg, &facts);
+    let s = |ns: u64| ns as f64 * 1e-9;
+    let steps_lost = at_step % k;
+    let partial = f64::from(op) / f64::from(ops.max(1));
+    let recovery = s(model.detection_ns) + s(model.restart_ns) + s(model.reload_ns);
+    let predicted = Side {
+        detection_s: s(model.detection_ns),
+        restart_s: s(model.restart_ns),
+        reload_s: s(model.reload_ns),
+        recovery_s: recovery,
+        steps_lost: steps_lost as f64,
+        lost_s: recovery + (steps_lost as f64 + partial) * s(model.step_time_ns),
+    };
+    let mid = |f: fn(&Side) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+    let measured = Side {
+        detection_s: mid(|r| r.detection_s),
+        restart_s: mid(|r| r.restart_s),
+        reload_s: mid(|r| r.reload_s),
+        recovery_s: mid(|r| r.detection_s + r.restart_s + r.reload_s),
+        steps_lost: mid(|r| r.steps_lost),
+        lost_s: mid(|r| r.lost_s),
+    };
     let recovery_error =
         (measured.recovery_s - predicted.recovery_s) / measured.recovery_s.max(1e-9);
     Ok(FaultComparison {
@@ -281,7 +292,7 @@ fn compare(
         .describe(),
         at_step,
         detection_timeout_s: LAUNCHER_POLL_S,
-        process_restart_s: mean(&boot),
+        process_restart_s: restart_s,
         storage_read_bytes_per_s: cfg.storage_read_bytes_per_s,
         checkpoint_bytes: facts.checkpoint_bytes,
         step_time_s,
@@ -300,7 +311,7 @@ fn to_text(c: &FaultComparison) -> String {
     let _ = writeln!(o, "fault           {} (in step {})", c.inject, c.at_step);
     let _ = writeln!(
         o,
-        "host model      detection {:.3} s (launcher poll), restart {:.3} s and reload at {:.1} MB/s of {:.2} MB (calibrated by fault-free runs), step {:.3} s",
+        "host model      detection {:.3} s (launcher poll), restart {:.3} s and reload at {:.1} MB/s of {:.2} MB (calibrated by other faults' recoveries), step {:.3} s",
         c.detection_timeout_s,
         c.process_restart_s,
         c.storage_read_bytes_per_s / 1e6,
