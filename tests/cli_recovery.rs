@@ -292,3 +292,25 @@ fn verify_faults_predicts_and_measures_the_same_fault() {
     let err = v["recovery_error"].as_f64().unwrap();
     assert_eq!(v["pass"], err.abs() <= 0.2);
 }
+
+#[test]
+fn a_kill_at_a_time_is_carried_out_by_the_launcher_and_recovered() {
+    let ck = dir("time");
+    let v = run_json(
+        60,
+        &[
+            "--checkpoint-dir",
+            ck.to_str().unwrap(),
+            "--checkpoint-every",
+            "5",
+            "--inject",
+            "kill rank=1 at=time:0.3",
+        ],
+    );
+    let rec = v["recoveries"].as_array().unwrap();
+    assert_eq!(rec.len(), 1, "{:#}", v["recoveries"]);
+    assert_eq!(rec[0]["cause"], "injected: kill rank=1 at=time:0.3");
+    assert_eq!(rec[0]["failed_rank"], 1);
+    assert_eq!(digests(&v), digests(&run_json(60, &[])));
+    let _ = std::fs::remove_dir_all(&ck);
+}

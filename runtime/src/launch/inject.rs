@@ -174,7 +174,7 @@ pub fn random(
     steps: u64,
     ops_of: &dyn Fn(u32) -> u32,
 ) -> Vec<Injection> {
-    let mut rng = Rng::new(seed, 0x1A7E_C7);
+    let mut rng = Rng::new(seed, 0x001A_7EC7);
     let mut below = |n: u64| rng.next_u64() % n.max(1);
     let mut used = std::collections::BTreeSet::new();
     (0..count)

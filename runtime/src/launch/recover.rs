@@ -199,9 +199,11 @@ pub fn launch_with_recovery(
             kills: pending
                 .iter()
                 .filter_map(|(id, inj)| match inj.at {
-                    At::Time { seconds } => {
-                        Some((started + Duration::from_secs_f64(seconds), inj.rank, *id))
-                    }
+                    // A time beyond what an Instant can hold never comes.
+                    At::Time { seconds } => Duration::try_from_secs_f64(seconds)
+                        .ok()
+                        .and_then(|d| started.checked_add(d))
+                        .map(|at| (at, inj.rank, *id)),
                     At::Step { .. } => None,
                 })
                 .collect(),
