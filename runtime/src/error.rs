@@ -57,6 +57,9 @@ pub enum RuntimeError {
     /// A bootstrap environment variable is missing or malformed.
     #[error("bad environment: {var}: {message}")]
     Env { var: &'static str, message: String },
+    /// Writing or reading a checkpoint failed.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
     /// Another rank failed first; this rank stopped because of it.
     #[error("aborted: {0}")]
     Aborted(String),

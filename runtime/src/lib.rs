@@ -3,9 +3,12 @@
 //! the planned shapes, real allocations, real collectives) and measures its time. Nothing here
 //! reads a modelled duration. Backends: `backend::host` (CPU processes over TCP, any machine)
 //! and `backend::cuda`. `transport` is the host's networking (store, mesh, collectives) and
-//! `launch` runs a host job: launcher, worker, and the merge into the simulator's report.
+//! `launch` runs a host job: launcher, worker, and the merge into the simulator's report;
+//! `checkpoint` saves and restores the ranks' model state, and `launch::recover` restarts a
+//! failed job from it.
 
 pub mod backend;
+pub mod checkpoint;
 pub mod error;
 pub mod exec;
 pub mod launch;

@@ -137,6 +137,7 @@ fn run_schedule(s: &twin_sim::scenario::Scenario) -> Vec<twin_runtime::launch::R
                     steps: 1,
                     timeout: T,
                     fault: None,
+                    durable: Default::default(),
                 };
                 run_worker(&env, &staged.plan, &staged.schedule, &opts)
                     .unwrap_or_else(|e| panic!("{}: {e}", staged.scenario.name))

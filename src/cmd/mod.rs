@@ -5,6 +5,8 @@ pub mod doctor;
 pub mod run;
 pub mod simulate;
 pub mod validate;
+// issue 7: recovery verification (to fold into `verify --faults`)
+pub mod verify_faults;
 // issue 9: CI checks and layout search
 pub mod check;
 pub mod diff;

@@ -2,14 +2,17 @@
 //! simulator's field names). `--backend host` launches one `twin worker` process per rank on
 //! this machine (CPU compute, TCP collectives); `twin worker` is also what a user starts by
 //! hand or with Slurm on several machines (see docs/runtime.md). `--backend cuda` runs a
-//! one-rank schedule on the local GPU.
+//! one-rank schedule on the local GPU. With `--checkpoint-dir` or `--inject`, the host run
+//! keeps real checkpoints and recovers from failures (docs/faults.md).
 
 use super::{load_scenario, write_atomic, Format};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use twin_runtime::launch::{self, LaunchOptions, RankEnv, ScaleFactor, WorkerOptions};
+use twin_runtime::checkpoint::CheckpointOptions;
+use twin_runtime::launch::worker::Durability;
+use twin_runtime::launch::{self, Injection, LaunchOptions, RankEnv, ScaleFactor, WorkerOptions};
 use twin_sim::scenario::Scenario;
 use twin_sim::Staged;
 
@@ -43,6 +46,67 @@ pub struct Common {
     pub measures: Option<PathBuf>,
 }
 
+/// Checkpoint arguments shared by the launcher and its workers.
+#[derive(clap::Args, Clone)]
+pub struct CheckpointArgs {
+    /// Write real checkpoints of every rank's weights and optimizer state here
+    /// (DIR/step-NNNNNN/rank-NNNNN.ckpt + COMPLETE); a failed run restarts from them.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint after every K completed steps (the last step excepted).
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub checkpoint_every: u64,
+    /// Snapshot to memory and write in the background (the next checkpoint waits for it).
+    #[arg(long)]
+    pub checkpoint_async: bool,
+    /// Continue from the newest complete checkpoint in --checkpoint-dir.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+impl CheckpointArgs {
+    fn options(&self) -> Option<CheckpointOptions> {
+        self.checkpoint_dir.as_ref().map(|dir| CheckpointOptions {
+            dir: dir.clone(),
+            every_steps: self.checkpoint_every,
+            asynchronous: self.checkpoint_async,
+            resume: self.resume,
+        })
+    }
+
+    fn worker_args(&self) -> Vec<String> {
+        let mut a = Vec::new();
+        if let Some(d) = &self.checkpoint_dir {
+            a.extend([
+                "--checkpoint-dir".into(),
+                d.display().to_string(),
+                "--checkpoint-every".into(),
+                self.checkpoint_every.to_string(),
+            ]);
+            if self.checkpoint_async {
+                a.push("--checkpoint-async".into());
+            }
+        }
+        a
+    }
+}
+
+/// One `--inject` value.
+#[derive(Clone, Debug)]
+pub enum InjectArg {
+    Random,
+    One(String, Injection),
+}
+
+fn parse_inject(text: &str) -> Result<InjectArg, String> {
+    if text.trim() == "random" {
+        return Ok(InjectArg::Random);
+    }
+    Injection::parse(text)
+        .map(|i| InjectArg::One(text.to_string(), i))
+        .map_err(|e| e.to_string())
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendKind {
     Host,
@@ -58,11 +122,28 @@ pub enum BackendKind {
 ///   twin run scenarios/host/pp.toml --backend host
 ///   twin run scenarios/host/tp-pp.toml --backend host --format json --trace run.trace.json
 ///   twin run scenarios/small.toml --backend host --scale hidden=0.5
+///   twin run scenarios/host/faults.toml --steps 12 --checkpoint-dir ckpt --checkpoint-every 3 \
+///       --inject "kill rank=1 at=step:7"
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
     #[command(flatten)]
     pub common: Common,
+    #[command(flatten)]
+    pub checkpoint: CheckpointArgs,
+    /// Kill a rank (SIGKILL) and recover: "kill rank=R at=step:S", "at=step:S,op:I",
+    /// "at=op:I" (first step), "at=time:SECONDS" (since launch), or "random". Repeatable.
+    #[arg(long, value_name = "SPEC", value_parser = parse_inject)]
+    pub inject: Vec<InjectArg>,
+    /// Seed of `--inject random`.
+    #[arg(long, default_value_t = 1)]
+    pub inject_seed: u64,
+    /// Kills drawn by `--inject random`.
+    #[arg(long, default_value_t = 1)]
+    pub inject_count: u32,
+    /// Most restarts after failures before the run gives up.
+    #[arg(long, default_value_t = 10)]
+    pub max_restarts: u32,
     /// host: CPU processes over TCP (any machine); cuda: the local GPU (one-rank scenarios).
     #[arg(long, value_enum, default_value = "host")]
     pub backend: BackendKind,
@@ -77,6 +158,8 @@ pub struct Args {
 pub struct WorkerArgs {
     #[command(flatten)]
     pub common: Common,
+    #[command(flatten)]
+    pub checkpoint: CheckpointArgs,
 }
 
 /// Load, scale, plan, generate and validate.
@@ -109,6 +192,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         BackendKind::Cuda => run_cuda(&scenario, &staged, c),
         BackendKind::Host => {
             check_fits_host(&scenario, &staged, c)?;
+            if args.checkpoint.checkpoint_dir.is_some() || !args.inject.is_empty() {
+                let (mut opts, progress) = host_launch_options(c, &staged, args.master_port)?;
+                opts.args.extend(args.checkpoint.worker_args());
+                let name = |rank: u32, op: u32| op_name(&staged, rank, op);
+                let out = run_recovering(&args, &staged, &opts, &name);
+                let _ = std::fs::remove_dir_all(&progress);
+                return out;
+            }
             let out = launch_host(c, &staged, args.master_port)?;
             print!("{out}");
             Ok(ExitCode::SUCCESS)
@@ -124,6 +215,25 @@ pub(crate) fn launch_host(
     staged: &Staged,
     master_port: Option<u16>,
 ) -> anyhow::Result<String> {
+    let (opts, progress) = host_launch_options(c, staged, master_port)?;
+    let name = |rank: u32, op: u32| op_name(staged, rank, op);
+    let out = launch::launch(&opts, &name);
+    let _ = std::fs::remove_dir_all(&progress);
+    let out = out?;
+    Ok(out
+        .stdout
+        .first()
+        .map(|o| String::from_utf8_lossy(o).into_owned())
+        .unwrap_or_default())
+}
+
+/// How `twin run` starts this machine's workers for `staged` with `c`'s arguments, and the
+/// progress directory it made for them (the caller removes it).
+fn host_launch_options(
+    c: &Common,
+    staged: &Staged,
+    master_port: Option<u16>,
+) -> anyhow::Result<(LaunchOptions, PathBuf)> {
     let exe = std::env::current_exe().context("cannot find the twin executable")?;
     let mut wargs = vec!["worker".to_string(), c.scenario.display().to_string()];
     for o in &c.overrides {
@@ -165,20 +275,96 @@ pub(crate) fn launch_host(
         env: vec![],
         progress_dir: Some(progress.clone()),
     };
-    let name = |rank: u32, op: u32| {
+    Ok((opts, progress))
+}
+
+/// Op `op` of `rank`'s program by name, for failure reports.
+fn op_name(staged: &Staged, rank: u32, op: u32) -> String {
+    staged
+        .schedule
+        .get_op(rank, op)
+        .map_or_else(|| "?".to_string(), |o| o.name())
+}
+
+/// The injections of `--inject`, checked against the run.
+fn injections(args: &Args, staged: &Staged) -> anyhow::Result<Vec<Injection>> {
+    let world = staged.plan.world;
+    let steps = u64::from(args.common.steps);
+    let ops_of = |rank: u32| {
         staged
             .schedule
-            .get_op(rank, op)
-            .map_or_else(|| "?".to_string(), |o| o.name())
+            .get_program(rank)
+            .map_or(0, |p| p.ops.len() as u32)
     };
-    let out = launch::launch(&opts, &name);
-    let _ = std::fs::remove_dir_all(&progress);
+    let mut out = Vec::new();
+    for a in &args.inject {
+        match a {
+            InjectArg::Random => out.extend(launch::inject::random(
+                args.inject_seed,
+                args.inject_count,
+                world,
+                steps,
+                &ops_of,
+            )),
+            InjectArg::One(text, i) => {
+                i.check(text, world, steps, &ops_of)?;
+                out.push(*i);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A host run with checkpoints and/or injected faults: restart on failure, report recoveries.
+fn run_recovering(
+    args: &Args,
+    staged: &Staged,
+    opts: &LaunchOptions,
+    name: launch::launcher::OpNamer,
+) -> anyhow::Result<ExitCode> {
+    let c = &args.checkpoint;
+    let injections = injections(args, staged)?;
+    if let Some(dir) = &c.checkpoint_dir {
+        anyhow::ensure!(
+            c.resume || !twin_runtime::checkpoint::dir::has_checkpoints(dir),
+            "{} already holds checkpoints: pass --resume to continue from them, or choose an empty directory",
+            dir.display()
+        );
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let events_dir = std::env::temp_dir().join(format!("twin-run-{}-events", std::process::id()));
+    let rec = launch::RecoveryOptions {
+        max_restarts: args.max_restarts,
+        injections,
+        resume_first: c.resume,
+        events_dir: events_dir.clone(),
+    };
+    let out = launch::launch_with_recovery(opts, &rec, name);
+    let _ = std::fs::remove_dir_all(&events_dir);
     let out = out?;
-    Ok(out
+    let report = out
+        .output
         .stdout
         .first()
         .map(|o| String::from_utf8_lossy(o).into_owned())
-        .unwrap_or_default())
+        .unwrap_or_default();
+    match args.common.format {
+        Format::Json => {
+            let mut v: serde_json::Value =
+                serde_json::from_str(&report).context("rank 0 printed no JSON report")?;
+            if let Some(m) = v.as_object_mut() {
+                m.insert("recoveries".into(), serde_json::to_value(&out.recoveries)?);
+                m.insert(
+                    "checkpoints".into(),
+                    serde_json::to_value(&out.checkpoints)?,
+                );
+                m.insert("startup".into(), serde_json::to_value(&out.startup)?);
+            }
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+        Format::Text => print!("{report}{}", launch::recover::to_text(&out)),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Run `steps` steps of a one-rank schedule on the local GPU; the rank's measurements.
@@ -289,10 +475,19 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let env = RankEnv::from_env()?;
     let (scenario, notes, staged) = stage(c)?;
+    let kills = match std::env::var(launch::inject::INJECT_VAR) {
+        Ok(v) => launch::inject::decode_kills(&v)?,
+        Err(_) => Vec::new(),
+    };
     let opts = WorkerOptions {
         steps: c.steps,
         timeout: timeout(c)?,
         fault: twin_runtime::backend::host::Fault::from_env()?,
+        durable: Durability {
+            seed: scenario.run.seed,
+            checkpoint: args.checkpoint.options(),
+            kills,
+        },
     };
     let Some(all) = launch::run_worker(&env, &staged.plan, &staged.schedule, &opts)? else {
         return Ok(ExitCode::SUCCESS);

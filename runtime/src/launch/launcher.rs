@@ -120,6 +120,59 @@ pub fn free_port(addr: &str) -> Result<u16, LaunchError> {
 
 /// Start every rank, wait for all of them, and return their output or the failure.
 pub fn launch(opts: &LaunchOptions, op_name: OpNamer) -> Result<LaunchOutput, LaunchError> {
+    launch_attempt(opts, &AttemptControl::default(), op_name).0
+}
+
+/// How one launch attempt of a recovering run differs from a plain launch.
+#[derive(Clone, Debug)]
+pub struct AttemptControl {
+    /// Time the other ranks get to report after the first failure before they are killed.
+    pub grace: Duration,
+    /// Launcher-side kills: (when, rank, injection id); each SIGKILLs the rank's process
+    /// group at that instant if it still runs.
+    pub kills: Vec<(Instant, u32, u32)>,
+}
+
+impl Default for AttemptControl {
+    fn default() -> Self {
+        AttemptControl {
+            grace: GRACE,
+            kills: Vec::new(),
+        }
+    }
+}
+
+/// When things happened in an attempt (Unix nanoseconds), for recovery accounting.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AttemptInfo {
+    /// Just before the first rank was spawned.
+    pub spawned_ns: u64,
+    /// When the launcher noticed the first failure (a rank's exit, or the progress timeout).
+    pub noticed_ns: Option<u64>,
+    /// Launcher-side kills carried out: (injection id, rank, when).
+    pub fired: Vec<(u32, u32, u64)>,
+}
+
+/// [`launch`] with an [`AttemptControl`], also saying when things happened.
+pub fn launch_attempt(
+    opts: &LaunchOptions,
+    ctl: &AttemptControl,
+    op_name: OpNamer,
+) -> (Result<LaunchOutput, LaunchError>, AttemptInfo) {
+    let mut info = AttemptInfo {
+        spawned_ns: super::events::unix_ns(),
+        ..AttemptInfo::default()
+    };
+    let out = attempt(opts, ctl, op_name, &mut info);
+    (out, info)
+}
+
+fn attempt(
+    opts: &LaunchOptions,
+    ctl: &AttemptControl,
+    op_name: OpNamer,
+    info: &mut AttemptInfo,
+) -> Result<LaunchOutput, LaunchError> {
     let port = match opts.master_port {
         Some(p) => p,
         None => free_port(&opts.master_addr)?,
@@ -179,12 +232,25 @@ pub fn launch(opts: &LaunchOptions, op_name: OpNamer) -> Result<LaunchOutput, La
     let mut seen = Vec::new();
     let mut first_failure: Option<Instant> = None;
     let mut timed_out = false;
+    let mut pending_kills = ctl.kills.clone();
     loop {
+        let now = Instant::now();
+        pending_kills.retain(|&(at, rank, id)| {
+            if now < at {
+                return true;
+            }
+            if let Some(r) = ranks.iter().find(|r| r.rank == rank && r.exit.is_none()) {
+                info.fired.push((id, rank, super::events::unix_ns()));
+                kill_group(&r.child);
+            }
+            false
+        });
         for r in ranks.iter_mut().filter(|r| r.exit.is_none()) {
             if let Ok(Some(status)) = r.child.try_wait() {
                 r.exit = Some((status, Instant::now()));
                 if !status.success() && first_failure.is_none() {
                     first_failure = Some(Instant::now());
+                    info.noticed_ns = Some(super::events::unix_ns());
                 }
             }
         }
@@ -204,8 +270,9 @@ pub fn launch(opts: &LaunchOptions, op_name: OpNamer) -> Result<LaunchOutput, La
         }
         if now >= last_change + opts.timeout {
             timed_out = true;
+            info.noticed_ns.get_or_insert_with(super::events::unix_ns);
         }
-        if timed_out || first_failure.is_some_and(|t| now >= t + GRACE) {
+        if timed_out || first_failure.is_some_and(|t| now >= t + ctl.grace) {
             stop_all(&mut ranks);
             break;
         }
@@ -241,16 +308,21 @@ fn take_output(o: &mut Drained) -> Vec<u8> {
     o.0.lock().map(|v| v.clone()).unwrap_or_default()
 }
 
+/// SIGKILL a child's whole process group (the child leads its own, see `launch`).
+fn kill_group(child: &Child) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        // SAFETY: a plain syscall; the group is the child's own (process_group(0)), and the
+        // child is not reaped yet, so its id cannot have been reused.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+}
+
 /// Kill every rank still running (its whole process group) and reap it.
 fn stop_all(ranks: &mut [Rank]) {
     for r in ranks.iter_mut().filter(|r| r.exit.is_none()) {
-        if let Ok(pid) = i32::try_from(r.child.id()) {
-            // SAFETY: a plain syscall; the group is the child's own (process_group(0)), and
-            // the child is not reaped yet, so its id cannot have been reused.
-            unsafe {
-                libc::kill(-pid, libc::SIGKILL);
-            }
-        }
+        kill_group(&r.child);
         let _ = r.child.kill();
         r.killed_by_launcher = true;
     }

@@ -30,6 +30,9 @@ pub struct RankMeasure {
     /// The process's resident-set high-water mark (Linux VmHWM), when readable.
     pub rss_peak_bytes: Option<u64>,
     pub workspace_bytes: u64,
+    /// Digest (hex) of the rank's model state after the last step, when it keeps one.
+    #[serde(default)]
+    pub final_weights_digest: Option<String>,
 }
 
 impl RankMeasure {
@@ -64,6 +67,7 @@ impl RankMeasure {
             clock_residual_ns: 0,
             rss_peak_bytes: None,
             workspace_bytes: run.device_memory.workspace_bytes,
+            final_weights_digest: None,
         }
     }
 }
@@ -322,6 +326,9 @@ pub struct RunReport {
     pub scaled: Vec<String>,
     /// Per rank: resident-set high-water mark of its process, when known.
     pub rss_peak_bytes: Vec<Option<u64>>,
+    /// Per rank: digest (hex) of its weights and optimizer state after the last step; equal
+    /// digests mean equal state. Empty when the backend keeps no model state.
+    pub final_weights_digest: Vec<String>,
 }
 
 /// Build the measured report.
@@ -346,6 +353,10 @@ pub fn report(
         op_gap: merged.gaps,
         scaled,
         rss_peak_bytes: ranks.iter().map(|r| r.rss_peak_bytes).collect(),
+        final_weights_digest: ranks
+            .iter()
+            .filter_map(|r| r.final_weights_digest.clone())
+            .collect(),
     }
 }
 
@@ -396,6 +407,13 @@ impl RunReport {
             self.op_gap.max_ns as f64 / 1e3,
             self.op_gap.count
         );
+        if !self.final_weights_digest.is_empty() {
+            let _ = writeln!(
+                o,
+                "weights digest  {} (per rank, after the last step)",
+                self.final_weights_digest.join(" ")
+            );
+        }
         o
     }
 }

@@ -3,14 +3,19 @@
 //! runs, and the merge of the ranks' measurements into the simulator's trace and report.
 
 pub mod env;
+pub mod events;
+pub mod inject;
 pub mod launcher;
 pub mod measure;
 pub mod progress;
+pub mod recover;
 pub mod scale;
 pub mod worker;
 
 pub use env::RankEnv;
+pub use inject::{At, InjectError, Injection, KillPoint};
 pub use launcher::{launch, LaunchError, LaunchOptions, LaunchOutput};
 pub use measure::{merge, report, GapStats, Merged, RankMeasure, RunReport};
+pub use recover::{launch_with_recovery, CheckpointSummary, Recovered, Recovery, RecoveryOptions};
 pub use scale::{ScaleError, ScaleFactor, ScaleKey};
 pub use worker::{run_worker, WorkerOptions};

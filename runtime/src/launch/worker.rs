@@ -1,19 +1,24 @@
 //! One rank's life in a host run: serve the store (rank 0), check that every rank planned the
-//! same schedule, align clocks, connect the mesh, run the steps (a barrier before each), and
-//! hand the measurements to rank 0, which returns all of them. A failure is published to the
-//! store so that every other rank stops at once instead of waiting for a timeout.
+//! same schedule, align clocks, connect the mesh, restore the newest complete checkpoint when
+//! resuming (every rank agrees on which), run the steps (a barrier before each, a checkpoint
+//! after every K), and hand the measurements to rank 0, which returns all of them. A failure
+//! is published to the store so that every other rank stops at once instead of waiting for a
+//! timeout.
 
 use super::env::RankEnv;
+use super::events::{unix_ns, Event, EventLog};
+use super::inject::KillPoint;
 use super::measure::RankMeasure;
 use super::progress::Progress;
 use crate::backend::host::{AbortSignal, Fault, HostBackend};
+use crate::checkpoint::{self, dir, CheckpointError, CheckpointOptions, Header, Writer};
 use crate::error::RuntimeError;
 use crate::exec::run_step;
 use crate::transport::frame::checksum;
 use crate::transport::mesh::Mesh;
 use crate::transport::store::{Clock, StoreClient, StoreServer};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use twin_sim::plan::Plan;
 use twin_sim::schedule::Schedule;
 
@@ -25,6 +30,18 @@ pub struct WorkerOptions {
     /// Longest wait for a peer, the store or a connection before the rank gives up.
     pub timeout: Duration,
     pub fault: Option<Fault>,
+    /// Model state seed, checkpoints and injected kills.
+    pub durable: Durability,
+}
+
+/// What makes a run's model state real and recoverable.
+#[derive(Clone, Debug, Default)]
+pub struct Durability {
+    /// Seeds every rank's weights and optimizer state (the scenario's `run.seed`).
+    pub seed: u64,
+    pub checkpoint: Option<CheckpointOptions>,
+    /// Injected kills (each rank keeps its own).
+    pub kills: Vec<KillPoint>,
 }
 
 /// Set once per run: empty by rank 0 when every result is in, or to the first failure.
@@ -59,34 +76,91 @@ pub fn run_worker(
     };
     let mut store = StoreClient::connect(&env.master_addr, env.master_port, opts.timeout)?;
     store.set_timeout(Some(opts.timeout));
-    check_same_schedule(&mut store, rank, env.world, schedule)?;
+    let schedule_sum = check_same_schedule(&mut store, rank, env.world, schedule)?;
     let (offset, residual) = store.clock_offset(&clock, CLOCK_ROUNDS)?;
     clock.offset_ns = offset;
     let mesh = Arc::new(Mesh::connect(&mut store, rank, env.world, opts.timeout)?);
     let abort = Arc::new(AbortSignal::default());
     watch_for_abort(env, opts.timeout, Arc::clone(&abort), Arc::clone(&mesh))?;
+    let events = EventLog::from_env(rank).map(Arc::new);
+    let record = |e: Event| {
+        if let Some(ev) = &events {
+            ev.record(&e);
+        }
+    };
+    record(Event::Ready { t_ns: unix_ns() });
+    let d = &opts.durable;
     let mut backend = HostBackend::new(Arc::clone(&mesh), clock, Arc::clone(&abort), opts.fault)
-        .with_progress(Progress::from_env(rank));
+        .with_progress(Progress::from_env(rank))
+        .with_seed(d.seed)
+        .with_kills(d.kills.clone(), events.clone());
+    let me = Header {
+        rank,
+        world: env.world,
+        fingerprint: checksum(&[schedule_sum.to_le_bytes(), d.seed.to_le_bytes()].concat()),
+        step: 0,
+        payload_bytes: 0,
+    };
+    let total = u64::from(opts.steps.max(1));
     let mut spans = Vec::new();
     let mut last = None;
-    for step in 0..opts.steps.max(1) {
-        let outcome = store
-            .barrier(&format!("step{step}"), rank, env.world)
-            .and_then(|()| run_step(plan, schedule, rank, &mut backend));
-        match outcome {
-            Ok(run) => {
-                // Back onto the aligned clock, so ranks compare.
-                let origin = backend.step_origin_ns();
-                let lo = run.events.iter().map(|e| e.start_ns).min().unwrap_or(0);
-                let hi = run.events.iter().map(|e| e.end_ns).max().unwrap_or(lo);
-                spans.push([origin + lo, origin + hi]);
-                last = Some((run, origin));
+    let outcome = (|| -> Result<(), RuntimeError> {
+        let first = match &d.checkpoint {
+            Some(c) if c.resume => restore(&mut store, &c.dir, me, &mut backend, &record)?,
+            _ => {
+                record(Event::Loaded {
+                    t_ns: unix_ns(),
+                    step: 0,
+                    read_s: 0.0,
+                    bytes: 0,
+                    rejected: Vec::new(),
+                });
+                0
             }
-            Err(e) => {
-                let _ = store.set(END_KEY, format!("rank {rank} failed: {e}").as_bytes());
-                return Err(e);
+        };
+        if first >= total {
+            return Err(RuntimeError::Unsupported(format!(
+                "the checkpoint restored has {first} steps done, --steps {total} asks for no more"
+            )));
+        }
+        let ckpt_store = match &d.checkpoint {
+            Some(_) => {
+                let c = StoreClient::connect(&env.master_addr, env.master_port, opts.timeout)?;
+                c.set_timeout(Some(opts.timeout));
+                Some(Arc::new(Mutex::new(c)))
+            }
+            None => None,
+        };
+        let mut writer = Writer::new(d.checkpoint.as_ref().is_some_and(|c| c.asynchronous));
+        for step in first..total {
+            backend.set_global_step(step);
+            store.barrier(&format!("step{step}"), rank, env.world)?;
+            let run = run_step(plan, schedule, rank, &mut backend)?;
+            record(Event::Step {
+                t_ns: unix_ns(),
+                step,
+            });
+            // Back onto the aligned clock, so ranks compare.
+            let origin = backend.step_origin_ns();
+            let lo = run.events.iter().map(|e| e.start_ns).min().unwrap_or(0);
+            let hi = run.events.iter().map(|e| e.end_ns).max().unwrap_or(lo);
+            spans.push([origin + lo, origin + hi]);
+            last = Some((run, origin));
+            if let (Some(c), Some(cs)) = (&d.checkpoint, &ckpt_store) {
+                if c.due(step + 1, total) {
+                    let h = Header {
+                        step: step + 1,
+                        ..me
+                    };
+                    save(&mut writer, &backend, c, h, Arc::clone(cs), events.clone())?;
+                }
             }
         }
+        writer.wait()
+    })();
+    if let Err(e) = outcome {
+        let _ = store.set(END_KEY, format!("rank {rank} failed: {e}").as_bytes());
+        return Err(e);
     }
     let (run, origin) = last.ok_or_else(|| RuntimeError::Aborted("no step ran".into()))?;
     let mut peak = backend.last_peak();
@@ -104,6 +178,7 @@ pub fn run_worker(
         clock_residual_ns: residual,
         rss_peak_bytes: rss_peak_bytes(),
         workspace_bytes: run.device_memory.workspace_bytes,
+        final_weights_digest: Some(format!("{:016x}", backend.state()?.digest())),
     };
     let json = serde_json::to_vec(&measure)
         .map_err(|e| RuntimeError::Rendezvous(format!("cannot encode results: {e}")))?;
@@ -133,10 +208,11 @@ fn check_same_schedule(
     rank: u32,
     world: u32,
     schedule: &Schedule,
-) -> Result<(), RuntimeError> {
+) -> Result<u64, RuntimeError> {
     let encoded = serde_json::to_vec(schedule)
         .map_err(|e| RuntimeError::Rendezvous(format!("cannot encode the schedule: {e}")))?;
-    let mine = checksum(&encoded).to_le_bytes();
+    let sum = checksum(&encoded);
+    let mine = sum.to_le_bytes();
     store.set(&format!("schedule/{rank}"), &mine)?;
     let theirs = store.get("schedule/0")?;
     if theirs != mine {
@@ -144,7 +220,108 @@ fn check_same_schedule(
             "rank {rank} of {world} planned a different schedule than rank 0: start every rank with the same scenario, --set and --scale"
         )));
     }
-    Ok(())
+    Ok(sum)
+}
+
+/// Restore the newest checkpoint that every rank can read and verify, or none (start from
+/// scratch). Each round, every rank publishes the newest step it verified below the last
+/// round's agreement; all read the same values and make the same decision. Returns the
+/// number of steps the restored state has done.
+fn restore(
+    store: &mut StoreClient,
+    root: &std::path::Path,
+    me: Header,
+    backend: &mut HostBackend,
+    record: &dyn Fn(Event),
+) -> Result<u64, RuntimeError> {
+    let started = Instant::now();
+    let mut below = u64::MAX;
+    let mut rejected = Vec::new();
+    for round in 0u32.. {
+        let (found, why) = checkpoint::load_newest(root, me, below);
+        rejected.extend(why);
+        let mine = found.as_ref().map_or(0, |(s, _)| *s);
+        store.set(&format!("resume/{round}/{}", me.rank), &mine.to_le_bytes())?;
+        let mut all = Vec::with_capacity(me.world as usize);
+        for r in 0..me.world {
+            let v = store.get(&format!("resume/{round}/{r}"))?;
+            let mut b = [0u8; 8];
+            if let Some(src) = v.get(..8) {
+                b.copy_from_slice(src);
+            }
+            all.push(u64::from_le_bytes(b));
+        }
+        let agreed = all.iter().copied().min().unwrap_or(0);
+        if agreed == 0 || all.iter().all(|&s| s == agreed) {
+            let mut bytes = 0;
+            if let (Some((_, payload)), true) = (found, agreed > 0) {
+                bytes = payload.len() as u64;
+                backend
+                    .state()?
+                    .restore(&payload)
+                    .map_err(CheckpointError::Payload)?;
+            }
+            record(Event::Loaded {
+                t_ns: unix_ns(),
+                step: agreed,
+                read_s: started.elapsed().as_secs_f64(),
+                bytes,
+                rejected,
+            });
+            return Ok(agreed);
+        }
+        below = agreed + 1;
+    }
+    Err(RuntimeError::Aborted("no checkpoint agreement".into()))
+}
+
+/// Snapshot the model state and write it as this rank's file of checkpoint `h.step` (now, or
+/// in the background); rank 0 then waits for every rank's file and writes the manifest.
+fn save(
+    writer: &mut Writer,
+    backend: &HostBackend,
+    c: &CheckpointOptions,
+    h: Header,
+    store: Arc<Mutex<StoreClient>>,
+    events: Option<Arc<EventLog>>,
+) -> Result<(), RuntimeError> {
+    let started = Instant::now();
+    let payload = backend.state()?.encode();
+    let snapshot_s = started.elapsed().as_secs_f64();
+    let root = c.dir.clone();
+    let asynchronous = c.asynchronous;
+    writer.submit(Box::new(move || {
+        let h = Header {
+            payload_bytes: payload.len() as u64,
+            ..h
+        };
+        let bytes = dir::write_rank(&root, &h, &payload)?;
+        let write_s = started.elapsed().as_secs_f64();
+        let mut st = store
+            .lock()
+            .map_err(|_| RuntimeError::Aborted("checkpoint store poisoned".into()))?;
+        st.set(&format!("ckpt/{}/{}", h.step, h.rank), &[])?;
+        if h.rank == 0 {
+            for r in 0..h.world {
+                st.get(&format!("ckpt/{}/{r}", h.step))?;
+            }
+            dir::mark_complete(&root, h.step, h.world, h.fingerprint)?;
+        }
+        if let Some(ev) = &events {
+            ev.record(&Event::Checkpoint {
+                t_ns: unix_ns(),
+                step: h.step,
+                write_s,
+                stall_s: if asynchronous {
+                    snapshot_s
+                } else {
+                    started.elapsed().as_secs_f64()
+                },
+                bytes,
+            });
+        }
+        Ok(())
+    }))
 }
 
 /// A thread that waits for another rank's failure (or for the store to vanish) and stops

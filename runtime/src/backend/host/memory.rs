@@ -43,6 +43,21 @@ impl Held {
         // Writing every byte makes every page resident (a lazily mapped zero page is not).
         buf.resize(len, 0);
         std::hint::black_box(&mut buf);
+        self.hold(a, buf, op, time_ns);
+        Ok(())
+    }
+
+    /// Count `a` as held without a buffer of its own: the model state, whose real buffers
+    /// live across steps in [`super::state::ModelState`].
+    pub fn account(&mut self, a: Allocation, op: u32, time_ns: u64) -> Result<(), String> {
+        if self.live.contains_key(&a.tag) {
+            return Err(format!("alloc tag {} is already live", a.tag));
+        }
+        self.hold(a, Vec::new(), op, time_ns);
+        Ok(())
+    }
+
+    fn hold(&mut self, a: Allocation, buf: Vec<u8>, op: u32, time_ns: u64) {
         self.live.insert(a.tag, (a, buf));
         match a.device {
             Device::Gpu => {
@@ -62,7 +77,6 @@ impl Held {
                 self.peak.host_peak_bytes = self.peak.host_peak_bytes.max(self.host_now_bytes);
             }
         }
-        Ok(())
     }
 
     /// Drop the buffer of `tag`.

@@ -8,13 +8,17 @@
 mod compute;
 pub mod fault;
 mod memory;
+pub mod state;
 
 pub use compute::Workspace;
 pub use fault::{Fault, FaultKind};
 pub use memory::{Held, HeldPeak};
+pub use state::ModelState;
 
 use crate::backend::{Allocation, Backend, MemoryReport, OpContext, OpTiming};
 use crate::error::RuntimeError;
+use crate::launch::events::{unix_ns, Event, EventLog};
+use crate::launch::inject::KillPoint;
 use crate::launch::progress::Progress;
 use crate::transport::collective::{self, Ring};
 use crate::transport::mesh::{lane_of, Mesh};
@@ -23,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use twin_sim::plan::{Plan, RankId};
-use twin_sim::schedule::{CollectiveKind, Op, OpKind, Program, Stream};
+use twin_sim::schedule::{CollectiveKind, Op, OpKind, Phase, Program, Stream};
 
 /// Set from outside (another rank failed) to stop this rank's step.
 #[derive(Default)]
@@ -69,6 +73,13 @@ pub struct HostBackend {
     progress: Option<Progress>,
     /// When the last step began, on the aligned clock; timings are relative to it.
     step_origin_ns: u64,
+    /// The rank's weights and optimizer state, kept across steps.
+    state: Mutex<ModelState>,
+    /// The global step (counted across restarts) the next step runs.
+    global_step: u64,
+    /// Injected kills of this rank, and where to say that one fires.
+    kills: Vec<KillPoint>,
+    events: Option<Arc<EventLog>>,
 }
 
 impl HostBackend {
@@ -90,7 +101,40 @@ impl HostBackend {
             last_peak: HeldPeak::default(),
             progress: None,
             step_origin_ns: 0,
+            state: Mutex::new(ModelState::new(0, 0)),
+            global_step: 0,
+            kills: Vec::new(),
+            events: None,
         }
+    }
+
+    /// Seed the model state (a fresh state of this rank, from the scenario seed).
+    pub fn with_seed(self, seed: u64) -> HostBackend {
+        let rank = self.mesh.rank;
+        HostBackend {
+            state: Mutex::new(ModelState::new(seed, rank)),
+            ..self
+        }
+    }
+
+    /// Kill this process (SIGKILL) at these points, recording each in `events` first.
+    pub fn with_kills(mut self, kills: Vec<KillPoint>, events: Option<Arc<EventLog>>) -> Self {
+        let rank = self.mesh.rank;
+        self.kills = kills.into_iter().filter(|k| k.rank == rank).collect();
+        self.events = events;
+        self
+    }
+
+    /// The global step the next step runs (the optimizer update and kills depend on it).
+    pub fn set_global_step(&mut self, step: u64) {
+        self.global_step = step;
+    }
+
+    /// The model state (to checkpoint, restore or digest it between steps).
+    pub fn state(&self) -> Result<std::sync::MutexGuard<'_, ModelState>, RuntimeError> {
+        self.state
+            .lock()
+            .map_err(|_| RuntimeError::Aborted("model state poisoned".into()))
     }
 
     /// When the last step began on the aligned (rank 0) clock: add it to the step's timings
@@ -126,8 +170,26 @@ impl HostBackend {
             .map(|f| f.kind)
     }
 
+    /// Carry out an injected kill due at op `index` of this step, if any.
+    fn kill_if_due(&self, index: u32) {
+        let due = self
+            .kills
+            .iter()
+            .find(|k| k.step == self.global_step && k.op == index);
+        if let Some(k) = due {
+            if let Some(ev) = &self.events {
+                ev.record(&Event::Fault {
+                    t_ns: unix_ns(),
+                    id: k.id,
+                });
+            }
+            fault::trigger(FaultKind::Kill);
+        }
+    }
+
     /// Run one op; returns its (start, end) on the aligned clock.
     fn run_op(&self, q: &Queued) -> Result<(u64, u64), RuntimeError> {
+        self.kill_if_due(q.index);
         let fault = self.fault_at(q.index);
         if let Some(k) = fault {
             fault::trigger(k);
@@ -147,6 +209,9 @@ impl HostBackend {
                     .map_err(|_| RuntimeError::Aborted("compute workspace poisoned".into()))?;
                 let start = self.clock.now_ns();
                 ws.run(c);
+                if c.phase == Phase::Optimizer {
+                    self.state()?.apply_optimizer(self.global_step);
+                }
                 Ok((start, self.clock.now_ns()))
             }
             OpKind::Send { bytes, tag, .. } => {
@@ -188,14 +253,20 @@ impl HostBackend {
                     device: *device,
                     bytes: *bytes,
                 };
-                self.held
+                let bad = |message| RuntimeError::Schedule { rank: me, message };
+                let mut held = self
+                    .held
                     .lock()
-                    .map_err(|_| RuntimeError::Aborted("memory poisoned".into()))?
-                    .alloc(a, q.index, start)
-                    .map_err(|m| RuntimeError::Schedule {
-                        rank: me,
-                        message: m,
-                    })?;
+                    .map_err(|_| RuntimeError::Aborted("memory poisoned".into()))?;
+                if state::is_state(*category, *device) {
+                    // Model state: its real buffer persists across steps.
+                    self.state()?
+                        .ensure(*tag, *category, *device, *bytes)
+                        .map_err(bad)?;
+                    held.account(a, q.index, start).map_err(bad)?;
+                } else {
+                    held.alloc(a, q.index, start).map_err(bad)?;
+                }
                 Ok((start, self.clock.now_ns()))
             }
             OpKind::Free { tag } => {

@@ -1,0 +1,244 @@
+//! The model state a host rank really keeps: its weight shard and optimizer state, one f32
+//! buffer per state allocation of the schedule (Weights and Optimizer categories), created
+//! once per run from the scenario seed and the rank, kept across steps, and changed only by
+//! the step's Optimizer op. The update is cheap, deterministic and order-sensitive
+//! (`w = w * DECAY + g(step, i)`), so a lost or twice-applied step changes the final digest;
+//! that is what checkpoints save and restore.
+
+use crate::transport::frame::checksum;
+use std::collections::BTreeMap;
+use twin_sim::schedule::{Device, MemCategory};
+
+/// Per-step decay of the stand-in update: 1 - 2^-10, exactly representable.
+const DECAY: f32 = 1.0 - 1.0 / 1024.0;
+
+/// Whether an allocation of this kind is model state (kept across steps and checkpointed).
+pub fn is_state(category: MemCategory, device: Device) -> bool {
+    matches!(
+        (category, device),
+        (MemCategory::Weights, Device::Gpu) | (MemCategory::Optimizer, _)
+    )
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A value in [-0.5, 0.5) from 24 bits of a hash.
+fn unit(h: u64) -> f32 {
+    (h >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Buffer {
+    category: MemCategory,
+    device: Device,
+    data: Vec<f32>,
+}
+
+/// One rank's persistent model state, keyed by the schedule's allocation tag.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelState {
+    seed: u64,
+    rank: u32,
+    buffers: BTreeMap<u32, Buffer>,
+}
+
+impl ModelState {
+    pub fn new(seed: u64, rank: u32) -> ModelState {
+        ModelState {
+            seed,
+            rank,
+            buffers: BTreeMap::new(),
+        }
+    }
+
+    /// Make sure the buffer of `tag` exists (initialised from seed, rank and tag on first
+    /// use); an existing one must have the planned size.
+    pub fn ensure(
+        &mut self,
+        tag: u32,
+        category: MemCategory,
+        device: Device,
+        bytes: u64,
+    ) -> Result<(), String> {
+        let len = usize::try_from(bytes.div_ceil(4)).map_err(|_| format!("{bytes} bytes"))?;
+        if let Some(b) = self.buffers.get(&tag) {
+            if b.data.len() != len || b.category != category || b.device != device {
+                return Err(format!(
+                    "state buffer {tag} holds {} {} elements, the schedule plans {len} {}",
+                    b.data.len(),
+                    b.category.name(),
+                    category.name()
+                ));
+            }
+            return Ok(());
+        }
+        let mut data = Vec::new();
+        data.try_reserve_exact(len)
+            .map_err(|e| format!("cannot allocate {bytes} bytes of state: {e}"))?;
+        let base = mix(self.seed ^ mix(u64::from(self.rank) << 32 | u64::from(tag)));
+        data.extend((0..len as u64).map(|i| unit(mix(base ^ i))));
+        self.buffers.insert(
+            tag,
+            Buffer {
+                category,
+                device,
+                data,
+            },
+        );
+        Ok(())
+    }
+
+    /// The Optimizer op of global step `step`.
+    pub fn apply_optimizer(&mut self, step: u64) {
+        let salt = mix(self.seed ^ mix(step));
+        for (tag, b) in &mut self.buffers {
+            let base = mix(salt ^ u64::from(*tag));
+            for (i, w) in b.data.iter_mut().enumerate() {
+                *w = *w * DECAY + unit(mix(base ^ i as u64)) * 1e-3;
+            }
+        }
+    }
+
+    /// Bytes of state held.
+    pub fn bytes(&self) -> u64 {
+        self.buffers.values().map(|b| b.data.len() as u64 * 4).sum()
+    }
+
+    /// A 64-bit digest of every buffer (tags, kinds and values).
+    pub fn digest(&self) -> u64 {
+        checksum(&self.encode())
+    }
+
+    /// The checkpoint payload: per buffer (in tag order) tag u32, category u8, device u8, two
+    /// zero bytes, element count u64, then the f32 values; all little endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 + self.bytes() as usize + 16 * self.buffers.len());
+        out.extend_from_slice(&(self.buffers.len() as u32).to_le_bytes());
+        for (tag, b) in &self.buffers {
+            out.extend_from_slice(&tag.to_le_bytes());
+            out.push(b.category as u8);
+            out.push(matches!(b.device, Device::Host) as u8);
+            out.extend_from_slice(&[0, 0]);
+            out.extend_from_slice(&(b.data.len() as u64).to_le_bytes());
+            for v in &b.data {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Replace the state with a checkpoint payload (see [`ModelState::encode`]).
+    pub fn restore(&mut self, payload: &[u8]) -> Result<(), String> {
+        let mut at = 0usize;
+        let mut take = |n: usize| -> Result<&[u8], String> {
+            let s = payload
+                .get(at..at.saturating_add(n))
+                .ok_or_else(|| format!("payload ends at byte {at}, {n} more expected"))?;
+            at += n;
+            Ok(s)
+        };
+        let word = |s: &[u8]| {
+            let mut w = [0u8; 8];
+            w[..s.len().min(8)].copy_from_slice(s.get(..s.len().min(8)).unwrap_or_default());
+            u64::from_le_bytes(w)
+        };
+        let count = word(take(4)?);
+        let mut buffers = BTreeMap::new();
+        for _ in 0..count {
+            let tag = word(take(4)?) as u32;
+            let kind = take(4)?;
+            let category = MemCategory::ALL
+                .get(usize::from(kind.first().copied().unwrap_or(u8::MAX)))
+                .copied()
+                .ok_or("unknown memory category")?;
+            let device = match kind.get(1) {
+                Some(0) => Device::Gpu,
+                Some(1) => Device::Host,
+                _ => return Err("unknown device".into()),
+            };
+            let len = usize::try_from(word(take(8)?)).map_err(|_| "buffer too long")?;
+            let raw = take(len.checked_mul(4).ok_or("buffer too long")?)?;
+            let data = raw
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            buffers.insert(
+                tag,
+                Buffer {
+                    category,
+                    device,
+                    data,
+                },
+            );
+        }
+        if at != payload.len() {
+            return Err(format!(
+                "{} bytes after the last buffer",
+                payload.len() - at
+            ));
+        }
+        self.buffers = buffers;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(seed: u64, rank: u32) -> ModelState {
+        let mut s = ModelState::new(seed, rank);
+        s.ensure(3, MemCategory::Weights, Device::Gpu, 4000)
+            .unwrap();
+        s.ensure(5, MemCategory::Optimizer, Device::Gpu, 12_000)
+            .unwrap();
+        s
+    }
+
+    #[test]
+    fn seeded_per_rank_and_sensitive_to_lost_repeated_or_swapped_steps() {
+        assert_eq!(state(1, 0), state(1, 0));
+        assert_ne!(state(1, 0).digest(), state(2, 0).digest());
+        assert_ne!(state(1, 0).digest(), state(1, 1).digest());
+        let run = |steps: &[u64]| {
+            let mut s = state(1, 0);
+            for &k in steps {
+                s.apply_optimizer(k);
+            }
+            s.digest()
+        };
+        let good = run(&[0, 1, 2, 3]);
+        assert_eq!(good, run(&[0, 1, 2, 3]));
+        assert_ne!(good, run(&[0, 1, 3])); // lost
+        assert_ne!(good, run(&[0, 1, 2, 2, 3])); // applied twice
+        assert_ne!(good, run(&[0, 2, 1, 3])); // out of order
+    }
+
+    #[test]
+    fn encode_restore_round_trips_and_rejects_junk() {
+        let mut a = state(4, 2);
+        a.apply_optimizer(0);
+        let bytes = a.encode();
+        assert_eq!(bytes.len() as u64, 4 + 2 * 16 + a.bytes());
+        let mut b = ModelState::new(4, 2);
+        b.restore(&bytes).unwrap();
+        assert_eq!(a, b);
+        // The restored buffers are reused, not re-initialised, by `ensure`.
+        b.ensure(3, MemCategory::Weights, Device::Gpu, 4000)
+            .unwrap();
+        assert_eq!(a.digest(), b.digest());
+        assert!(b
+            .ensure(3, MemCategory::Weights, Device::Gpu, 8000)
+            .is_err());
+        let mut c = ModelState::new(4, 2);
+        assert!(c.restore(&bytes[..bytes.len() - 1]).is_err());
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(c.restore(&long).is_err());
+    }
+}
