@@ -9,6 +9,8 @@ pub mod validate;
 pub mod check;
 pub mod diff;
 pub mod sweep;
+// issue 8: terminal UI
+pub mod tui;
 
 use std::path::Path;
 use std::process::ExitCode;

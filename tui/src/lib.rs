@@ -17,6 +17,9 @@ pub mod update;
 pub mod view;
 pub mod worker;
 
+#[cfg(test)]
+mod tests;
+
 pub use state::App;
 pub use update::{update, Effect, Key, Msg};
 pub use worker::{compute, Outcome, Request, Setup};

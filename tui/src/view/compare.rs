@@ -66,10 +66,14 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         frame.render_widget(
             Paragraph::new(vec![
                 Line::from("No measured trace."),
-                dim("Start with --measured FILE (a trace from `twin run --trace FILE` or"),
-                dim("`twin simulate --trace FILE`) or --measured DIR (from `twin verify --trace-dir DIR`)"),
-                dim("to compare this prediction with a measured step."),
+                dim(
+                    "Start with --measured FILE (a trace from `twin run --trace FILE` or \
+                     `twin simulate --trace FILE`) or --measured DIR (from \
+                     `twin verify --trace-dir DIR`) to compare this prediction with a \
+                     measured step.",
+                ),
             ])
+            .wrap(ratatui::widgets::Wrap { trim: true })
             .block(Block::new().borders(Borders::ALL).title(" Compare ")),
             area,
         );

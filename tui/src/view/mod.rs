@@ -43,10 +43,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
 }
 
 fn draw_tabs(frame: &mut Frame, area: Rect, app: &App) {
-    let mut spans = vec![Span::styled(
-        format!(" twin · {} ", app.label),
-        Style::new().add_modifier(Modifier::BOLD),
-    )];
+    let mut spans = Vec::new();
     for (i, p) in Pane::ALL.iter().enumerate() {
         let text = format!(" {} {} ", i + 1, p.title());
         spans.push(if *p == app.pane {
@@ -58,6 +55,10 @@ fn draw_tabs(frame: &mut Frame, area: Rect, app: &App) {
             Span::raw(text)
         });
     }
+    spans.push(Span::styled(
+        format!(" {} ", app.label),
+        Style::new().add_modifier(Modifier::BOLD),
+    ));
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 

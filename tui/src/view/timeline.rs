@@ -31,7 +31,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             Style::new().add_modifier(Modifier::BOLD),
         ),
         Span::raw(format!(
-            " · MFU {} · bubble {} · exposed comm {} · view ×{zoom:.0}",
+            " · MFU {} · bubble {} · exp. comm {} · ×{zoom:.0}",
             pct(r.mfu),
             pct(r.bubble_fraction),
             pct(r.exposed_comm_fraction)
@@ -39,7 +39,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     ];
     if out.collapsed {
         head.push(Span::styled(
-            " · one rank per stage",
+            " · 1 rank/stage",
             Style::new().add_modifier(Modifier::DIM),
         ));
     }

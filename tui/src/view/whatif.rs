@@ -52,7 +52,7 @@ fn draw_knobs(frame: &mut Frame, area: Rect, app: &App) {
 fn draw_results(frame: &mut Frame, area: Rect, app: &App) {
     let (b, c) = (&app.base.report, &app.current.report);
     let head = Line::from(Span::styled(
-        format!("{:<14}{:>12}{:>12}{:>9}", "", "start", "now", "delta"),
+        format!("{:<13}{:>11}{:>11}{:>8}", "", "start", "now", "delta"),
         Style::new().add_modifier(Modifier::BOLD),
     ));
     let row = |name: &str, base: String, now: String, d: String| {
@@ -62,7 +62,7 @@ fn draw_results(frame: &mut Frame, area: Rect, app: &App) {
             Style::new().add_modifier(Modifier::BOLD)
         };
         Line::from(Span::styled(
-            format!("{name:<14}{base:>12}{now:>12}{d:>9}"),
+            format!("{name:<13}{base:>11}{now:>11}{d:>8}"),
             style,
         ))
     };
@@ -87,13 +87,13 @@ fn draw_results(frame: &mut Frame, area: Rect, app: &App) {
             "bubble",
             pct(b.bubble_fraction),
             pct(c.bubble_fraction),
-            delta(b.bubble_fraction, c.bubble_fraction),
+            points(b.bubble_fraction, c.bubble_fraction),
         ),
         row(
             "exposed comm",
             pct(b.exposed_comm_fraction),
             pct(c.exposed_comm_fraction),
-            delta(b.exposed_comm_fraction, c.exposed_comm_fraction),
+            points(b.exposed_comm_fraction, c.exposed_comm_fraction),
         ),
         row(
             "peak memory",
@@ -141,4 +141,13 @@ fn draw_notes(frame: &mut Frame, area: Rect, app: &App) {
             .block(Block::new().borders(Borders::ALL).title(" edit ")),
         area,
     );
+}
+
+/// Change of a fraction in percentage points: "+12.6 pt"; "=" when equal.
+fn points(base: f64, now: f64) -> String {
+    if base == now {
+        "=".to_string()
+    } else {
+        format!("{:+.1} pt", (now - base) * 100.0)
+    }
 }

@@ -1,0 +1,103 @@
+//! Snapshots of every pane at 80x24 and 160x48 (committed under `snapshots/`; CI=true fails
+//! on a missing one). Frames are plain text: op kinds are letters as well as colours.
+
+use super::fixtures::{faults, frame, small, small_with_measured};
+use super::keys::{press, settle};
+use crate::state::Pane;
+use crate::update::Key;
+use crate::App;
+
+const SIZES: [(u16, u16); 2] = [(80, 24), (160, 48)];
+
+fn snap(name: &str, app: &App) {
+    for (w, h) in SIZES {
+        insta::assert_snapshot!(format!("{name}_{w}x{h}"), frame(app, w, h));
+    }
+}
+
+#[test]
+fn timeline_pane_with_a_selected_op() {
+    let (app, _) = small();
+    let (app, _) = press(app, &[Key::Char('n'), Key::Char('n'), Key::Char('n')]);
+    snap("timeline", &app);
+}
+
+#[test]
+fn timeline_pane_zoomed() {
+    let (app, _) = small();
+    let (app, _) = press(
+        app,
+        &[Key::Char('+'), Key::Char('+'), Key::Right, Key::Down],
+    );
+    snap("timeline_zoomed", &app);
+}
+
+#[test]
+fn memory_pane() {
+    let (app, _) = small();
+    let (app, _) = press(app, &[Key::Char('2'), Key::Down]);
+    snap("memory", &app);
+}
+
+#[test]
+fn compare_pane_with_a_measured_trace() {
+    let app = small_with_measured();
+    let (app, _) = press(app, &[Key::Char('3')]);
+    snap("compare", &app);
+}
+
+#[test]
+fn compare_pane_without_a_measured_trace() {
+    let (app, _) = small();
+    let (app, _) = press(app, &[Key::Char('3')]);
+    snap("compare_none", &app);
+}
+
+#[test]
+fn whatif_pane_after_an_edit() {
+    let (app, setup) = small();
+    // micro batch 2 -> 4: two micro batches per pipeline instead of four.
+    let keys = [
+        Key::Char('4'),
+        Key::Down,
+        Key::Down,
+        Key::Down,
+        Key::Down,
+        Key::Right,
+    ];
+    let (app, effects) = press(app, &keys);
+    let app = settle(app, effects, &setup);
+    assert_eq!(app.pane, Pane::WhatIf);
+    snap("whatif", &app);
+}
+
+#[test]
+fn whatif_pane_shows_the_validator_message() {
+    let (app, setup) = small();
+    // tp 2 -> 4 with pp 2, dp 2 on 8 GPUs: rejected by the scenario validator.
+    let (app, effects) = press(app, &[Key::Char('4'), Key::Right]);
+    let app = settle(app, effects, &setup);
+    assert!(app.whatif.error.is_some());
+    snap("whatif_invalid", &app);
+}
+
+#[test]
+fn faults_pane() {
+    let app = faults();
+    let (app, _) = press(app, &[Key::Char('5')]);
+    snap("faults", &app);
+}
+
+#[test]
+fn faults_pane_without_faults() {
+    let (app, _) = small();
+    let (app, _) = press(app, &[Key::Char('5')]);
+    snap("faults_none", &app);
+}
+
+#[test]
+fn help_overlay() {
+    let (app, _) = small();
+    let (app, _) = press(app, &[Key::Char('?')]);
+    snap("help", &app);
+}
