@@ -52,7 +52,7 @@ fn draw_knobs(frame: &mut Frame, area: Rect, app: &App) {
 fn draw_results(frame: &mut Frame, area: Rect, app: &App) {
     let (b, c) = (&app.base.report, &app.current.report);
     let head = Line::from(Span::styled(
-        format!("{:<13}{:>11}{:>11}{:>8}", "", "start", "now", "delta"),
+        format!("{:<12}{:>11}{:>11}{:>9}", "", "start", "now", "delta"),
         Style::new().add_modifier(Modifier::BOLD),
     ));
     let row = |name: &str, base: String, now: String, d: String| {
@@ -62,7 +62,7 @@ fn draw_results(frame: &mut Frame, area: Rect, app: &App) {
             Style::new().add_modifier(Modifier::BOLD)
         };
         Line::from(Span::styled(
-            format!("{name:<13}{base:>11}{now:>11}{d:>8}"),
+            format!("{name:<12}{base:>11}{now:>11}{d:>9}"),
             style,
         ))
     };
