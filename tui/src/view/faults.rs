@@ -65,10 +65,16 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         recovery,
     );
     if sweep.height >= 3 {
+        // One bar per interval, widened to fill the pane.
+        let inner = usize::from(sweep.width.saturating_sub(2));
+        let rep = (inner / h.sweep.len().max(1)).max(1);
         let data: Vec<u64> = h
             .sweep
             .iter()
-            .map(|p| (p.goodput.mean.clamp(0.0, 1.0) * 1000.0).round() as u64)
+            .flat_map(|p| {
+                let v = (p.goodput.mean.clamp(0.0, 1.0) * 1000.0).round() as u64;
+                std::iter::repeat(v).take(rep)
+            })
             .collect();
         let first = h.sweep.first().map_or(0, |p| p.interval_steps);
         let last = h.sweep.last().map_or(0, |p| p.interval_steps);
