@@ -22,4 +22,4 @@ mod tests;
 
 pub use state::App;
 pub use update::{update, Effect, Key, Msg};
-pub use worker::{compute, Outcome, Request, Setup};
+pub use worker::{compute, compute_step, Outcome, Request, Setup};

@@ -208,6 +208,8 @@ pub struct App {
     pub base: Box<Outcome>,
     /// The simulation shown: the last what-if that simulated, or the start.
     pub current: Box<Outcome>,
+    /// The request `current` answered (0: the start).
+    pub current_id: u64,
     pub measured: Option<Measured>,
     pub timeline: TimelineView,
     /// Selected row of the Memory pane.
@@ -235,6 +237,7 @@ impl App {
             help: false,
             label,
             current: base.clone(),
+            current_id: 0,
             base,
             measured,
             timeline: TimelineView::default(),

@@ -33,6 +33,11 @@ pub enum Msg {
         id: u64,
         result: Box<Result<Outcome, String>>,
     },
+    /// The faults horizon of the step that answered request `id`.
+    Horizon {
+        id: u64,
+        result: Box<Result<twin_sim::faults::HorizonReport, String>>,
+    },
     /// The edited scenario was written (the path), or why not.
     Saved(Result<String, String>),
 }
@@ -54,6 +59,12 @@ pub fn update(mut app: App, msg: Msg) -> (App, Vec<Effect>) {
             on_result(&mut app, id, *result);
             Vec::new()
         }
+        Msg::Horizon { id, result } => {
+            if app.current_id == id {
+                app.current.horizon = Some(*result);
+            }
+            Vec::new()
+        }
         Msg::Saved(r) => {
             app.status = match r {
                 Ok(path) => format!("saved {path}"),
@@ -73,6 +84,7 @@ fn on_result(app: &mut App, id: u64, result: Result<Outcome, String>) {
     match result {
         Ok(outcome) => {
             app.current = Box::new(outcome);
+            app.current_id = id;
             app.whatif.error = None;
             app.timeline = crate::state::TimelineView {
                 row: app

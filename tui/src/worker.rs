@@ -6,7 +6,6 @@
 use crate::timeline::Timeline;
 use crate::update::Msg;
 use std::sync::mpsc::{Receiver, Sender};
-use std::thread::JoinHandle;
 use twin_sim::faults::{FaultConfig, HorizonReport, JobFacts};
 use twin_sim::profile::Profile;
 use twin_sim::report::Report;
@@ -46,15 +45,25 @@ pub struct Outcome {
     /// Only one rank per stage was simulated.
     pub collapsed: bool,
     pub pp: u32,
-    /// The long-horizon fault simulation, when the scenario has `[faults]`.
+    /// The long-horizon fault simulation: `None` while it is still running (or when the
+    /// scenario has no `[faults]`, see [`Outcome::faults`]).
     pub horizon: Option<Result<HorizonReport, String>>,
+    /// The scenario's `[faults]` and the facts of this step that its horizon needs.
+    pub faults: Option<(FaultConfig, JobFacts)>,
 }
 
-/// Resolves the scenario with `overrides`, predicts one step with a trace (skipping the
-/// schedule validator: the generators are property-tested and the engine still reports
-/// deadlocks), and runs the scenario's `[faults]` horizon when it has one. Errors come back
-/// as the message to show (the scenario validator's, naming key and allowed values).
+/// [`compute_step`] and then, when the scenario has `[faults]`, its horizon.
 pub fn compute(setup: &Setup, overrides: &[String]) -> Result<Outcome, String> {
+    let mut out = compute_step(setup, overrides)?;
+    out.horizon = out.faults.as_ref().map(|(c, j)| horizon(c, j));
+    Ok(out)
+}
+
+/// Resolves the scenario with `overrides` and predicts one step with a trace (skipping the
+/// schedule validator: the generators are property-tested and the engine still reports
+/// deadlocks). The `[faults]` horizon is left to [`horizon`]. Errors come back as the message
+/// to show (the scenario validator's names the key and the allowed values).
+pub fn compute_step(setup: &Setup, overrides: &[String]) -> Result<Outcome, String> {
     let all: Vec<String> = setup
         .base_overrides
         .iter()
@@ -84,7 +93,15 @@ pub fn compute(setup: &Setup, overrides: &[String]) -> Result<Outcome, String> {
         }),
         None => Timeline::default(),
     };
-    let horizon = faults.map(|config| horizon(&config, &prediction.staged.scenario, &prediction));
+    let faults = faults.map(|config| {
+        let job = JobFacts::from_scenario(
+            &prediction.staged.scenario,
+            plan,
+            prediction.result.step_time_ns,
+            prediction.report.exposed_comm_fraction,
+        );
+        (config, job)
+    });
     let twin_sim::Prediction {
         staged,
         result,
@@ -98,69 +115,72 @@ pub fn compute(setup: &Setup, overrides: &[String]) -> Result<Outcome, String> {
         schedule: staged.schedule,
         timeline,
         collapsed: result.collapsed,
-        horizon,
+        horizon: None,
+        faults,
     })
 }
 
-fn horizon(
-    config: &FaultConfig,
-    scenario: &Scenario,
-    p: &twin_sim::Prediction,
-) -> Result<HorizonReport, String> {
-    let job = JobFacts::from_scenario(
-        scenario,
-        &p.staged.plan,
-        p.result.step_time_ns,
-        p.report.exposed_comm_fraction,
-    );
-    twin_sim::faults::simulate_horizon(config, &job, None).map_err(|e| e.to_string())
+/// The Monte Carlo horizon of a scenario's `[faults]` for a predicted step.
+pub fn horizon(config: &FaultConfig, job: &JobFacts) -> Result<HorizonReport, String> {
+    twin_sim::faults::simulate_horizon(config, job, None).map_err(|e| e.to_string())
 }
 
-/// The background thread. Dropping it closes the request channel and joins the thread.
+/// The background thread. Dropping it closes the request channel; the thread ends after the
+/// simulation it is running, if any (it is not joined, so quitting never waits for it).
 pub struct Worker {
-    requests: Option<Sender<Request>>,
-    handle: Option<JoinHandle<()>>,
+    requests: Sender<Request>,
 }
 
 impl Worker {
     /// Starts the thread; results are sent to `results` as [`Msg::Simulated`].
     pub fn spawn(setup: Setup, results: Sender<Msg>) -> std::io::Result<Worker> {
         let (tx, rx) = std::sync::mpsc::channel::<Request>();
-        let handle = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("twin-tui-sim".into())
             .spawn(move || serve(&setup, &rx, &results))?;
-        Ok(Worker {
-            requests: Some(tx),
-            handle: Some(handle),
-        })
+        Ok(Worker { requests: tx })
     }
 
     /// Queues a request; `false` when the worker has stopped.
     pub fn request(&self, r: Request) -> bool {
-        self.requests.as_ref().is_some_and(|tx| tx.send(r).is_ok())
+        self.requests.send(r).is_ok()
     }
 }
 
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.requests = None;
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-/// Serves requests until the channel closes, always answering the newest one queued.
+/// Serves requests until the channel closes, always answering the newest one queued: first
+/// the step (fast), then, unless a newer request is already waiting, the faults horizon.
 fn serve(setup: &Setup, rx: &Receiver<Request>, results: &Sender<Msg>) {
-    while let Ok(first) = rx.recv() {
+    let mut queued: Option<Request> = None;
+    loop {
+        let first = match queued.take() {
+            Some(r) => r,
+            None => match rx.recv() {
+                Ok(r) => r,
+                Err(_) => return,
+            },
+        };
         let newest = latest(first, rx);
-        let result = compute(setup, &newest.overrides);
+        let result = compute_step(setup, &newest.overrides);
+        let faults = result.as_ref().ok().and_then(|o| o.faults.clone());
         let msg = Msg::Simulated {
             id: newest.id,
             result: Box::new(result),
         };
         if results.send(msg).is_err() {
             return;
+        }
+        if let Some((config, job)) = faults {
+            if let Ok(r) = rx.try_recv() {
+                queued = Some(r); // superseded: skip this horizon
+                continue;
+            }
+            let msg = Msg::Horizon {
+                id: newest.id,
+                result: Box::new(horizon(&config, &job)),
+            };
+            if results.send(msg).is_err() {
+                return;
+            }
         }
     }
 }
@@ -225,6 +245,38 @@ mod tests {
                 let err = result.err().expect("tp=3 must be rejected");
                 assert!(err.contains("tp"), "{err}");
             }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_step_comes_first_and_the_faults_horizon_after() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../scenarios/512xA100-faults.toml"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let setup = Setup {
+            source: ParsedSource::parse(&text, "512xA100-faults.toml").unwrap(),
+            base_overrides: vec!["faults.seeds=2".into(), "faults.horizon=\"1d\"".into()],
+            profile: None,
+            collapse: true,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let worker = Worker::spawn(setup, tx).unwrap();
+        assert!(worker.request(Request {
+            id: 3,
+            overrides: vec![],
+        }));
+        match rx.recv().unwrap() {
+            Msg::Simulated { id: 3, result } => {
+                let out = result.unwrap();
+                assert!(out.horizon.is_none() && out.faults.is_some());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        match rx.recv().unwrap() {
+            Msg::Horizon { id: 3, result } => assert_eq!(result.unwrap().seeds, 2),
             other => panic!("unexpected {other:?}"),
         }
     }

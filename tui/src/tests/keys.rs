@@ -278,3 +278,16 @@ fn save_writes_the_edited_scenario_as_toml() {
     let (app, _) = update(app, Msg::Saved(Ok("small-whatif.toml".into())));
     assert_eq!(app.status, "saved small-whatif.toml");
 }
+
+#[test]
+fn a_horizon_is_applied_only_to_the_step_it_belongs_to() {
+    let (app, _) = small();
+    let msg = |id| Msg::Horizon {
+        id,
+        result: Box::new(Err(format!("horizon of {id}"))),
+    };
+    let (app, _) = update(app, msg(9));
+    assert_eq!(app.current.horizon, None, "request 9 is not the step shown");
+    let (app, _) = update(app, msg(0));
+    assert_eq!(app.current.horizon, Some(Err("horizon of 0".to_string())));
+}

@@ -15,6 +15,13 @@ use twin_sim::faults::{Estimate, HorizonReport};
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let block = |t: &'static str| Block::new().borders(Borders::ALL).title(t);
     let h = match &app.current.horizon {
+        None if app.current.faults.is_some() => {
+            frame.render_widget(
+                Paragraph::new(dim("simulating the horizon…")).block(block(" Faults ")),
+                area,
+            );
+            return;
+        }
         None => {
             frame.render_widget(
                 Paragraph::new(vec![
