@@ -166,7 +166,7 @@ fn micros_to_ns(v: Option<&serde_json::Value>) -> Option<u64> {
         return u.checked_mul(1000);
     }
     let f = v.as_f64()?;
-    if f.is_finite() && f >= 0.0 && f < 1.8e16 {
+    if (0.0..1.8e16).contains(&f) {
         Some((f * 1000.0).round() as u64)
     } else {
         None

@@ -83,7 +83,7 @@ fn on_result(app: &mut App, id: u64, result: Result<Outcome, String>) {
     app.pending = None;
     match result {
         Ok(outcome) => {
-            app.current = Box::new(outcome);
+            *app.current = outcome;
             app.current_id = id;
             app.whatif.error = None;
             app.timeline = crate::state::TimelineView {

@@ -97,19 +97,54 @@ fn cell_span(c: Cell) -> Span<'static> {
     }
 }
 
-/// Rows that fit in `height` lines: two per rank when all fit so, else one.
-pub fn lines_per_row(rows: usize, height: usize) -> usize {
-    if rows > 0 && rows * 2 <= height {
-        2
+/// The lanes a row can be split into when there is room: compute, then each kind of
+/// communication the row has.
+const LANES: [(&str, fn(OpClass) -> bool); 6] = [
+    ("", OpClass::is_compute),
+    ("  tp", |c| c == OpClass::TpComm),
+    ("  dp", |c| c == OpClass::DpComm),
+    ("  pp", |c| c == OpClass::PpComm),
+    ("  cp/ep", |c| c == OpClass::OtherComm),
+    ("  io", |c| c == OpClass::Io),
+];
+
+/// How many lines each rank gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Density {
+    /// Compute where there is some, communication elsewhere.
+    One,
+    /// Compute, and all communication on a second line.
+    Two,
+    /// Compute, and one line per kind of communication the rank has.
+    Full,
+}
+
+fn lanes_of(row: &Row) -> Vec<(&'static str, fn(OpClass) -> bool)> {
+    LANES
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, keep))| *i == 0 || row.spans.iter().any(|s| keep(s.class)))
+        .map(|(_, l)| *l)
+        .collect()
+}
+
+/// The most detailed density at which `rows` fit in `height` lines.
+pub fn density(rows: &[&Row], height: usize) -> Density {
+    let full: usize = rows.iter().map(|r| lanes_of(r).len()).sum();
+    if !rows.is_empty() && full <= height {
+        Density::Full
+    } else if !rows.is_empty() && rows.len() * 2 <= height {
+        Density::Two
     } else {
-        1
+        Density::One
     }
 }
 
 /// Draws `rows` (already scrolled to those that fit) into `area`.
 pub fn draw(frame: &mut Frame, area: Rect, rows: &[GanttRow], window: (u64, u64)) {
     let width = area.width.saturating_sub(LABEL_WIDTH) as usize;
-    let per = lines_per_row(rows.len(), area.height as usize);
+    let plain: Vec<&Row> = rows.iter().map(|g| g.row).collect();
+    let density = density(&plain, area.height as usize);
     let mut lines: Vec<Line> = Vec::new();
     for g in rows {
         let label_style = if g.selected_row {
@@ -118,29 +153,39 @@ pub fn draw(frame: &mut Frame, area: Rect, rows: &[GanttRow], window: (u64, u64)
             Style::new()
         };
         let label = format!("r{:<4}s{:<3}", g.row.rank, g.row.stage);
-        let label = format!("{label:<w$.w$}", w = LABEL_WIDTH as usize);
-        let main = if per == 2 {
-            lane(g.row, window, width, g.selected_span, OpClass::is_compute)
-        } else {
-            // One line: compute where there is some, communication elsewhere.
-            let comp = lane(g.row, window, width, g.selected_span, OpClass::is_compute);
-            let comm = lane(g.row, window, width, g.selected_span, |c| !c.is_compute());
-            comp.into_iter()
-                .zip(comm)
-                .map(|(a, b)| if a.class.is_some() { a } else { b })
-                .collect()
-        };
-        let mut spans = vec![Span::styled(label, label_style)];
-        spans.extend(main.into_iter().map(cell_span));
-        lines.push(Line::from(spans));
-        if per == 2 {
-            let comm = lane(g.row, window, width, g.selected_span, |c| !c.is_compute());
-            let mut spans = vec![Span::raw(format!(
-                "{:<w$}",
-                "  comm",
-                w = LABEL_WIDTH as usize
-            ))];
-            spans.extend(comm.into_iter().map(cell_span));
+        let lane =
+            |keep: &dyn Fn(OpClass) -> bool| lane(g.row, window, width, g.selected_span, keep);
+        let sublabel = |text: &str| Span::raw(format!("{text:<w$.w$}", w = LABEL_WIDTH as usize));
+        let mut rows_out: Vec<(Span, Vec<Cell>)> = Vec::new();
+        let head = Span::styled(
+            format!("{label:<w$.w$}", w = LABEL_WIDTH as usize),
+            label_style,
+        );
+        match density {
+            Density::One => {
+                let comp = lane(&OpClass::is_compute);
+                let comm = lane(&|c: OpClass| !c.is_compute());
+                let merged = comp
+                    .into_iter()
+                    .zip(comm)
+                    .map(|(a, b)| if a.class.is_some() { a } else { b })
+                    .collect();
+                rows_out.push((head, merged));
+            }
+            Density::Two => {
+                rows_out.push((head, lane(&OpClass::is_compute)));
+                rows_out.push((sublabel("  comm"), lane(&|c: OpClass| !c.is_compute())));
+            }
+            Density::Full => {
+                for (i, (name, keep)) in lanes_of(g.row).into_iter().enumerate() {
+                    let l = if i == 0 { head.clone() } else { sublabel(name) };
+                    rows_out.push((l, lane(&keep)));
+                }
+            }
+        }
+        for (label, cells) in rows_out {
+            let mut spans = vec![label];
+            spans.extend(cells.into_iter().map(cell_span));
             lines.push(Line::from(spans));
         }
         if lines.len() >= area.height as usize {
@@ -245,5 +290,23 @@ mod tests {
         let cells = lane(&row, (0, 100), 10, None, |c| !c.is_compute());
         assert_eq!(cells[5].class, Some(OpClass::TpComm));
         assert_eq!(cells.iter().filter(|c| c.class.is_some()).count(), 1);
+    }
+
+    #[test]
+    fn rows_get_more_lines_when_there_is_room() {
+        let row = Row {
+            rank: 0,
+            stage: 0,
+            spans: vec![
+                span(OpClass::Forward, Stream::Compute, 0, 10),
+                span(OpClass::TpComm, Stream::Tp, 0, 10),
+                span(OpClass::PpComm, Stream::PpSend, 10, 20),
+            ],
+        };
+        let rows = [&row, &row];
+        assert_eq!(lanes_of(&row).len(), 3, "compute, tp, pp");
+        assert_eq!(density(&rows, 6), Density::Full);
+        assert_eq!(density(&rows, 5), Density::Two);
+        assert_eq!(density(&rows, 3), Density::One);
     }
 }

@@ -46,8 +46,8 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(Line::from(head)), header);
 
     // Scroll so that the selected row is visible.
-    let per = gantt::lines_per_row(t.rows.len(), chart.height as usize);
-    let fit = (chart.height as usize / per).max(1);
+    // All rows when they fit one line each (gantt then picks how many lines each gets).
+    let fit = (chart.height as usize).max(1);
     let sel = app.timeline.row.min(t.rows.len().saturating_sub(1));
     let first = sel.saturating_sub(fit - 1);
     let rows: Vec<GanttRow> = t
