@@ -28,6 +28,55 @@ struct Tmux {
 }
 
 impl Tmux {
+    /// A server on its own socket running `twin ARGS` in a 120x40 session named "tui";
+    /// after the UI exits the pane prints its exit status and the tty's canonical mode, and
+    /// stays open so it can be read. `None` (with a printed reason) when tmux is missing.
+    fn start(name: &str, args: &str) -> Option<Tmux> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            println!("skipped: tmux is not installed");
+            return None;
+        }
+        let tmux = Tmux {
+            socket: format!("twin-test-{}-{name}", std::process::id()),
+        };
+        let bin = env!("CARGO_BIN_EXE_twin");
+        let dir = env!("CARGO_MANIFEST_DIR");
+        assert!(Path::new(bin).exists());
+        let script = format!(
+            "cd '{dir}' && '{bin}' {args}; echo TWIN-EXIT=$?; \
+             stty -a | tr ' ' '\\n' | grep -x -- '-*icanon' | sed 's/^/MODE=/'; sleep 120"
+        );
+        let started = tmux.cmd(&[
+            "new-session",
+            "-d",
+            "-s",
+            "tui",
+            "-x",
+            "120",
+            "-y",
+            "40",
+            "sh",
+            "-c",
+            &script,
+        ]);
+        assert!(started.status.success(), "{started:?}");
+        Some(tmux)
+    }
+
+    /// Quits with `q` and checks the terminal was given back: exit 0, canonical mode, the
+    /// alternate screen left.
+    fn quit_and_check_restored(&self) {
+        self.keys(&["q"]);
+        let screen = self.wait_for("the shell again", |s| s.contains("TWIN-EXIT="));
+        assert!(screen.contains("TWIN-EXIT=0"), "{screen}");
+        let mode = self.wait_for("the tty mode", |s| s.contains("MODE="));
+        assert!(mode.contains("MODE=icanon"), "raw mode left on:\n{mode}");
+        assert!(
+            !screen.contains("1 Timeline"),
+            "the alternate screen was left: the UI is gone\n{screen}"
+        );
+    }
+
     fn cmd(&self, args: &[&str]) -> Output {
         Command::new("tmux")
             .arg("-L")
@@ -101,37 +150,9 @@ fn simulated_step_ms(set: &str) -> String {
 
 #[test]
 fn tui_switches_panes_edits_a_knob_and_quits_restoring_the_terminal() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        println!("skipped: tmux is not installed");
+    let Some(tmux) = Tmux::start("whatif", "tui scenarios/small.toml") else {
         return;
-    }
-    let tmux = Tmux {
-        socket: format!("twin-test-{}", std::process::id()),
     };
-    let bin = env!("CARGO_BIN_EXE_twin");
-    let dir = env!("CARGO_MANIFEST_DIR");
-    assert!(Path::new(bin).exists());
-    // After the UI exits, print its exit status and whether the tty is back in canonical
-    // (cooked) mode, then keep the pane open so it can be read.
-    let script = format!(
-        "cd '{dir}' && '{bin}' tui scenarios/small.toml; echo TWIN-EXIT=$?; \
-         stty -a | tr ' ' '\\n' | grep -x -- '-*icanon' | sed 's/^/MODE=/'; sleep 120"
-    );
-    let started = tmux.cmd(&[
-        "new-session",
-        "-d",
-        "-s",
-        "tui",
-        "-x",
-        "120",
-        "-y",
-        "40",
-        "sh",
-        "-c",
-        &script,
-    ]);
-    assert!(started.status.success(), "{started:?}");
-
     tmux.wait_for("the timeline", |s| {
         s.contains("1 Timeline") && s.contains("step ")
     });
@@ -154,13 +175,40 @@ fn tui_switches_panes_edits_a_knob_and_quits_restoring_the_terminal() {
     });
     assert!(screen.contains("--set training.micro_batch=4"), "{screen}");
 
-    tmux.keys(&["q"]);
-    let screen = tmux.wait_for("the shell again", |s| s.contains("TWIN-EXIT="));
-    assert!(screen.contains("TWIN-EXIT=0"), "{screen}");
-    let mode = tmux.wait_for("the tty mode", |s| s.contains("MODE="));
-    assert!(mode.contains("MODE=icanon"), "raw mode left on:\n{mode}");
+    tmux.quit_and_check_restored();
+}
+
+#[test]
+fn tui_compares_with_a_measured_trace_file() {
+    let dir = std::env::temp_dir().join(format!("twin-e2e-tui-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("m.trace.json");
+    let out = twin(&[
+        "simulate",
+        "scenarios/small.toml",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let args = format!("tui scenarios/small.toml --measured '{}'", trace.display());
+    let Some(tmux) = Tmux::start("measured", &args) else {
+        return;
+    };
+    tmux.wait_for("the timeline", |s| {
+        s.contains("1 Timeline") && s.contains("step ")
+    });
+    tmux.keys(&["3"]);
+    let screen = tmux.wait_for("the comparison", |s| s.contains("measured: m.trace.json"));
+    // The measured trace is this very prediction: no error anywhere.
+    let row = screen
+        .lines()
+        .find(|l| l.contains("step time"))
+        .expect("a step time row");
+    assert!(row.trim_end().ends_with("+0.0%"), "{row}");
     assert!(
-        !screen.contains("1 Timeline"),
-        "the alternate screen was left: the UI is gone\n{screen}"
+        screen.contains("predicted") && screen.contains("r7"),
+        "{screen}"
     );
+    tmux.quit_and_check_restored();
+    std::fs::remove_dir_all(&dir).ok();
 }
