@@ -84,7 +84,9 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let (ps, ms) = (predicted.stats(), measured.stats());
     let n_errors = if area.height >= 30 { 5 } else { 3 };
     let errors = biggest_errors(predicted, measured, n_errors);
-    let w = |s: &str| format!("{s:<16}");
+    // The name column takes what the three figures leave, up to 48 columns.
+    let nw = usize::from(area.width.saturating_sub(34)).clamp(16, 48);
+    let w = |s: &str| format!("{s:<nw$.nw$}");
     let row = |name: &str, p: String, me: String, e: String| {
         Line::from(format!("{}{p:>12}{me:>12}{e:>10}", w(name)))
     };
@@ -133,7 +135,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     for e in &errors {
         let name = format!("r{} {}", e.rank, e.name);
         lines.push(row(
-            &format!("{name:.16}"),
+            &name,
             fmt_ns(e.predicted_ns),
             fmt_ns(e.measured_ns),
             err_pct(e.predicted_ns as f64, e.measured_ns as f64),
