@@ -29,7 +29,12 @@ pub fn outcome(setup: &Setup) -> Outcome {
 
 /// scenarios/small.toml, collapsed, no measured trace.
 pub fn small() -> (App, Setup) {
-    let s = setup("small.toml", &[], true);
+    small_with(&[])
+}
+
+/// [`small`] with `--set` overrides.
+pub fn small_with(overrides: &[&str]) -> (App, Setup) {
+    let s = setup("small.toml", overrides, true);
     (App::new("small.toml".into(), outcome(&s), None), s)
 }
 

@@ -1,7 +1,7 @@
 //! Snapshots of every pane at 80x24 and 160x48 (committed under `snapshots/`; CI=true fails
 //! on a missing one). Frames are plain text: op kinds are letters as well as colours.
 
-use super::fixtures::{faults, frame, small, small_with_measured};
+use super::fixtures::{faults, frame, small, small_with, small_with_measured};
 use super::keys::{press, settle};
 use crate::state::Pane;
 use crate::update::Key;
@@ -37,6 +37,15 @@ fn memory_pane() {
     let (app, _) = small();
     let (app, _) = press(app, &[Key::Char('2'), Key::Down]);
     snap("memory", &app);
+}
+
+#[test]
+fn memory_pane_out_of_memory() {
+    // 600 MB of HBM: the 600 MiB framework reserve alone does not fit.
+    let (app, _) = small_with(&["cluster.gpu.hbm_bytes=600000000"]);
+    assert!(!app.current.report.fits);
+    let (app, _) = press(app, &[Key::Char('2')]);
+    snap("memory_oom", &app);
 }
 
 #[test]

@@ -49,17 +49,18 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     } else {
         0.0
     };
+    // The verdict first, so a narrow terminal never cuts it off.
     let mut lines = vec![Line::from(vec![
+        verdict,
         Span::styled(
-            format!("rank {} (stage {})", row.rank, row.stage),
+            format!(" rank {} (stage {})", row.rank, row.stage),
             Style::new().add_modifier(Modifier::BOLD),
         ),
         Span::raw(format!(
-            " · peak {} of {} HBM ({fraction:.0}%) ",
+            " · peak {} of {} HBM ({fraction:.0}%)",
             bytes(peak_bytes),
             bytes(hbm)
         )),
-        verdict,
     ])];
     let mut second = String::from("↑↓ rank");
     if let Some(oom) = &out.report.oom {
