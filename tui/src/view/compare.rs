@@ -161,11 +161,12 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         .map(|r| r.rank)
         .filter(|r| predicted.row_of_rank(*r).is_some())
         .collect();
-    let start = predicted.start_ns.min(measured.start_ns);
-    let window = (start, predicted.end_ns.max(measured.end_ns).max(start + 1));
-    draw_side(frame, top, "predicted", predicted, &ranks, window);
-    draw_side(frame, bottom, "measured", measured, &ranks, window);
-    frame.render_widget(Paragraph::new(gantt::axis(axis.width, window, start)), axis);
+    // Each side from its own start (a measured trace keeps the run's clock), one scale.
+    let span = predicted.span_ns().max(measured.span_ns()).max(1);
+    let from = |t: &Timeline| (t.start_ns, t.start_ns.saturating_add(span));
+    draw_side(frame, top, "predicted", predicted, &ranks, from(predicted));
+    draw_side(frame, bottom, "measured", measured, &ranks, from(measured));
+    frame.render_widget(Paragraph::new(gantt::axis(axis.width, (0, span), 0)), axis);
 }
 
 fn draw_side(
