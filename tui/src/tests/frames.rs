@@ -110,3 +110,38 @@ fn help_overlay() {
     let (app, _) = press(app, &[Key::Char('?')]);
     snap("help", &app);
 }
+
+#[test]
+fn compare_aligns_a_measured_trace_that_starts_later() {
+    // A measured trace keeps the run's clock: the same step, 3 s in.
+    let (mut app, _) = small();
+    let mut late = app.current.timeline.clone();
+    let shift = 3_000_000_000;
+    for row in &mut late.rows {
+        for s in &mut row.spans {
+            s.start_ns += shift;
+            s.end_ns += shift;
+        }
+    }
+    late.start_ns += shift;
+    late.end_ns += shift;
+    app.measured = Some(crate::measured::Measured {
+        label: "late.trace.json".into(),
+        timeline: late,
+        predicted: None,
+    });
+    let (app, _) = press(app, &[Key::Char('3')]);
+    let text = frame(&app, 120, 40);
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |name: &str| lines.iter().position(|l| *l == name).unwrap();
+    let (p, m) = (at("predicted"), at("measured"));
+    let predicted = &lines[p + 1..m];
+    let measured: Vec<&str> = lines[m + 1..]
+        .iter()
+        .take_while(|l| !l.trim_start().starts_with('┬'))
+        .copied()
+        .collect();
+    assert!(predicted.iter().any(|l| l.contains('F')), "{text}");
+    assert_eq!(predicted, &measured[..], "{text}");
+    assert!(text.contains("+0.0%"), "no error on the same step: {text}");
+}
