@@ -99,7 +99,9 @@ fn cell_span(c: Cell) -> Span<'static> {
 
 /// The lanes a row can be split into when there is room: compute, then each kind of
 /// communication the row has.
-const LANES: [(&str, fn(OpClass) -> bool); 6] = [
+type Lane = (&'static str, fn(OpClass) -> bool);
+
+const LANES: [Lane; 6] = [
     ("", OpClass::is_compute),
     ("  tp", |c| c == OpClass::TpComm),
     ("  dp", |c| c == OpClass::DpComm),
@@ -119,7 +121,7 @@ pub enum Density {
     Full,
 }
 
-fn lanes_of(row: &Row) -> Vec<(&'static str, fn(OpClass) -> bool)> {
+fn lanes_of(row: &Row) -> Vec<Lane> {
     LANES
         .iter()
         .enumerate()
