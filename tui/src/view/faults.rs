@@ -172,22 +172,21 @@ fn recovery_lines(h: &HorizonReport, width: u16) -> Vec<Line<'static>> {
     let per = |hours: f64| if f > 0.0 { hours / f * 3600.0 } else { 0.0 };
     let l = &h.lost_hours;
     let parts = [
-        ("detect", per(l.detection), Color::Yellow),
-        ("restart", per(l.restart), Color::Magenta),
-        ("reload", per(l.reload), Color::Blue),
-        ("redo", per(l.rework), Color::Red),
+        ('d', "detect", per(l.detection), Color::Yellow),
+        ('s', "restart", per(l.restart), Color::Magenta),
+        ('l', "reload", per(l.reload), Color::Blue),
+        ('w', "redo work", per(l.rework), Color::Red),
     ];
-    let total: f64 = parts.iter().map(|p| p.1).sum();
+    let total: f64 = parts.iter().map(|p| p.2).sum();
     if total <= 0.0 {
         return vec![dim("no failure in any trial")];
     }
     let w = width.saturating_sub(2) as f64;
     let mut bar = vec![Span::styled("✗", Style::new().fg(Color::Red))];
     let mut labels = Vec::new();
-    for (name, s, color) in parts {
+    for (glyph, name, s, color) in parts {
         let n = ((s / total) * w).round().max(1.0) as usize;
-        let text = format!("{name} {s:.0}s");
-        let glyph = name.chars().next().unwrap_or(' ');
+        let text = format!("{glyph} {name} {s:.0}s");
         bar.push(Span::styled(
             glyph.to_string().repeat(n),
             Style::new().fg(Color::Black).bg(color),
