@@ -36,6 +36,7 @@ enum Command {
     Bench(cmd::bench::Args),
     Doctor(cmd::doctor::Args),
     Verify(cmd::verify::Args),
+    Tui(cmd::tui::Args),
     /// One rank of a host run (started by `twin run`, by hand, or by srun).
     #[command(hide = true)]
     Worker(cmd::run::WorkerArgs),
@@ -52,6 +53,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
+        Command::Tui(args) => cmd::tui::run(args),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Check(args) => cmd::check::run(args),
         Command::Diff(args) => cmd::diff::run(args),

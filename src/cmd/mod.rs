@@ -13,6 +13,8 @@ pub mod diff;
 pub mod sweep;
 // issue 6: prediction against measurement
 pub mod verify;
+// issue 8: terminal UI
+pub mod tui;
 
 use std::path::Path;
 use std::process::ExitCode;

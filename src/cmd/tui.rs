@@ -1,0 +1,90 @@
+//! `twin tui`: the terminal UI over one scenario (crate twin-tui). Arguments are checked and
+//! the first simulation runs before the terminal is taken over, so a bad scenario prints its
+//! error as usual.
+
+use anyhow::Context;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Explore a simulated step in the terminal: timeline, memory, compare, what-if, faults.
+///
+/// Panes (Tab or 1-5 to switch, ? for every key, q to quit):
+///   1 Timeline  Gantt chart per rank (per stage when collapsed), bubbles as dots; +/- zoom,
+///               arrows pan and pick ranks, n/p select ops
+///   2 Memory    live memory over the step against HBM, breakdown at the peak, OOM
+///   3 Compare   predicted against --measured, side by side, with the largest op errors
+///   4 What-if   edit tp, pp, dp, vpp, batch sizes, schedule, recompute, ZeRO, overlap and
+///               precision; re-simulated as you change them; s saves a new TOML
+///   5 Faults    goodput and recovery for scenarios with [faults]
+///
+/// Examples:
+///   twin tui scenarios/512xA100.toml
+///   twin tui scenarios/host/tp-pp.toml --measured run.trace.json
+///   twin tui scenarios/512xA100-faults.toml --set faults.seeds=50
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Scenario TOML file (see docs/scenarios.md).
+    pub scenario: PathBuf,
+    /// A measured step to compare with: a trace file (`twin run --trace FILE`) or a
+    /// directory written by `twin verify --trace-dir DIR`.
+    #[arg(long, value_name = "TRACE_OR_DIR")]
+    pub measured: Option<PathBuf>,
+    /// Hardware profile TOML whose cost-model parameters replace the defaults.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// Override a scenario key (TOML value syntax), e.g. --set parallel.pp=16. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if !std::io::stdout().is_terminal() {
+        eprintln!(
+            "error: twin tui needs a terminal, and stdout is not one \
+             (use `twin simulate` for pipes and files)"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let source = twin_sim::scenario::ScenarioSource::read(&args.scenario)?;
+    let parsed = source.parse()?;
+    // Surface scenario errors (exit 2) before the terminal is taken over.
+    parsed.resolve(&args.overrides)?;
+    let profile = match &args.profile {
+        Some(p) => Some(twin_sim::profile::load(p)?),
+        None => None,
+    };
+    let setup = twin_tui::Setup {
+        source: parsed,
+        base_overrides: args.overrides.clone(),
+        profile,
+        // A measured trace has every rank; so must the prediction it is compared with.
+        collapse: args.measured.is_none(),
+    };
+    let base = twin_tui::compute(&setup, &[])
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("simulating {}", args.scenario.display()))?;
+    let measured = match &args.measured {
+        Some(path) => {
+            let plan = twin_sim::plan::Plan::new(&base.scenario)?;
+            let stage_of = |r: u32| if r < plan.world { plan.stage_of(r) } else { 0 };
+            match twin_tui::measured::load(path, &stage_of) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    eprintln!("error: --measured: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            }
+        }
+        None => None,
+    };
+    let label = args
+        .scenario
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let app = twin_tui::App::new(label, base, measured);
+    twin_tui::terminal::run(app, setup, args.scenario.clone())?;
+    Ok(ExitCode::SUCCESS)
+}

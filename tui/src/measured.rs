@@ -1,0 +1,232 @@
+//! Reads a measured step back for the Compare pane: a Chrome/Perfetto trace file as written by
+//! `twin run --trace FILE` or `twin simulate --trace FILE` (see
+//! [`twin_sim::trace::Trace::to_chrome_json`]), or a directory written by
+//! `twin verify --trace-dir DIR`, whose `predicted.trace.json` and `measured.trace.json` are
+//! read the same way.
+
+use crate::timeline::{RawOp, Timeline};
+use std::path::{Path, PathBuf};
+use twin_sim::schedule::{MemCategory, Stream};
+use twin_sim::trace::MemorySample;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MeasuredError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a trace: {message}")]
+    Format { path: PathBuf, message: String },
+    #[error(
+        "{path} is a directory without {file} (expected one written by `twin verify --trace-dir`)"
+    )]
+    MissingFile { path: PathBuf, file: &'static str },
+}
+
+/// A measured step (and, from a verify directory, the prediction it was checked against).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    /// File name shown in the pane (no directories, so frames do not depend on where it is).
+    pub label: String,
+    pub timeline: Timeline,
+    /// `predicted.trace.json` of a verify directory, when the input was one.
+    pub predicted: Option<Timeline>,
+}
+
+/// Trace files larger than this are refused rather than read into memory.
+const MAX_TRACE_BYTES: u64 = 1 << 30;
+
+/// Reads `path`: a trace file, or a `twin verify --trace-dir` directory.
+pub fn load(path: &Path, stage_of: &dyn Fn(u32) -> u32) -> Result<Measured, MeasuredError> {
+    if path.is_dir() {
+        let file = |name: &'static str| {
+            let p = path.join(name);
+            if p.is_file() {
+                Ok(p)
+            } else {
+                Err(MeasuredError::MissingFile {
+                    path: path.to_path_buf(),
+                    file: name,
+                })
+            }
+        };
+        let measured = read_trace_file(&file("measured.trace.json")?, stage_of)?;
+        let predicted = read_trace_file(&file("predicted.trace.json")?, stage_of)?;
+        Ok(Measured {
+            label: format!("{}/", file_label(path)),
+            timeline: measured,
+            predicted: Some(predicted),
+        })
+    } else {
+        Ok(Measured {
+            label: file_label(path),
+            timeline: read_trace_file(path, stage_of)?,
+            predicted: None,
+        })
+    }
+}
+
+fn file_label(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+fn read_trace_file(path: &Path, stage_of: &dyn Fn(u32) -> u32) -> Result<Timeline, MeasuredError> {
+    let io = |source| MeasuredError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    if len > MAX_TRACE_BYTES {
+        return Err(MeasuredError::Format {
+            path: path.to_path_buf(),
+            message: format!("{len} bytes is more than the {MAX_TRACE_BYTES} read"),
+        });
+    }
+    let text = std::fs::read_to_string(path).map_err(io)?;
+    parse_chrome_json(&text, stage_of).map_err(|message| MeasuredError::Format {
+        path: path.to_path_buf(),
+        message,
+    })
+}
+
+/// Parses the Chrome trace JSON of [`twin_sim::trace::Trace::to_chrome_json`]: "X" events
+/// are ops (pid = rank, tid = stream, ts/dur in microseconds, args.op/bytes/flops), "C"
+/// events named "memory" are memory samples; metadata and anything else is skipped.
+pub fn parse_chrome_json(text: &str, stage_of: &dyn Fn(u32) -> u32) -> Result<Timeline, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let events = v
+        .get("traceEvents")
+        .and_then(|e| e.as_array())
+        .ok_or("no traceEvents array")?;
+    let mut ops = Vec::new();
+    let mut memory = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        let ph = e.get("ph").and_then(|p| p.as_str()).unwrap_or("");
+        let uint = |key: &str| e.get(key).and_then(|x| x.as_u64());
+        let bad = |what: &str| format!("event {i}: {what}");
+        match ph {
+            "X" => {
+                let rank = uint("pid").ok_or_else(|| bad("no pid"))?;
+                let tid = uint("tid").ok_or_else(|| bad("no tid"))?;
+                let stream = usize::try_from(tid)
+                    .ok()
+                    .and_then(|t| Stream::ALL.get(t).copied())
+                    .ok_or_else(|| bad("tid is not a stream"))?;
+                let start_ns = micros_to_ns(e.get("ts")).ok_or_else(|| bad("bad ts"))?;
+                let dur_ns = micros_to_ns(e.get("dur")).ok_or_else(|| bad("bad dur"))?;
+                let args = e.get("args");
+                let arg = |k: &str| args.and_then(|a| a.get(k)).and_then(|x| x.as_u64());
+                ops.push(RawOp {
+                    rank: u32::try_from(rank).map_err(|_| bad("pid out of range"))?,
+                    op: arg("op")
+                        .and_then(|o| u32::try_from(o).ok())
+                        .unwrap_or(u32::MAX),
+                    stream,
+                    name: e
+                        .get("name")
+                        .and_then(|n| n.as_str())
+                        .unwrap_or("?")
+                        .to_string(),
+                    start_ns,
+                    end_ns: start_ns.saturating_add(dur_ns),
+                    bytes: arg("bytes").unwrap_or(0),
+                    flops: arg("flops").unwrap_or(0),
+                });
+            }
+            "C" if e.get("name").and_then(|n| n.as_str()) == Some("memory") => {
+                let rank = uint("pid").ok_or_else(|| bad("no pid"))?;
+                let time_ns = micros_to_ns(e.get("ts")).ok_or_else(|| bad("bad ts"))?;
+                let args = e.get("args");
+                let mut bytes = [0u64; MemCategory::COUNT];
+                for (slot, cat) in bytes.iter_mut().zip(MemCategory::ALL) {
+                    *slot = args
+                        .and_then(|a| a.get(cat.name()))
+                        .and_then(|x| x.as_u64())
+                        .unwrap_or(0);
+                }
+                memory.push(MemorySample {
+                    rank: u32::try_from(rank).map_err(|_| bad("pid out of range"))?,
+                    time_ns,
+                    bytes,
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(Timeline::build(ops.into_iter(), &memory, stage_of))
+}
+
+/// Microseconds (a JSON number, three decimals) to whole nanoseconds.
+fn micros_to_ns(v: Option<&serde_json::Value>) -> Option<u64> {
+    let v = v?;
+    if let Some(u) = v.as_u64() {
+        return u.checked_mul(1000);
+    }
+    let f = v.as_f64()?;
+    if (0.0..1.8e16).contains(&f) {
+        Some((f * 1000.0).round() as u64)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use twin_sim::{predict, PredictOptions};
+
+    #[test]
+    fn a_simulated_trace_reads_back_as_the_same_timeline() {
+        let scenario = twin_sim::testing::small_scenario(2, 2, 2, 4);
+        let opts = PredictOptions {
+            trace: true,
+            reproducible: true,
+            ..Default::default()
+        };
+        let p = predict(&scenario, &opts).unwrap();
+        let json = p.trace_json().unwrap();
+        let plan = &p.staged.plan;
+        let stage_of = |r: u32| plan.stage_of(r);
+        let back = parse_chrome_json(&json, &stage_of).unwrap();
+        let direct = Timeline::from_trace(
+            p.result.trace.as_ref().unwrap(),
+            &p.staged.schedule,
+            stage_of,
+        );
+        assert_eq!(back, direct);
+        assert!(!back.rows.is_empty());
+        assert!(!back.memory.is_empty());
+    }
+
+    #[test]
+    fn malformed_input_is_an_error_not_a_panic() {
+        let none = |_| 0;
+        assert!(parse_chrome_json("{", &none).is_err());
+        assert!(parse_chrome_json("{\"traceEvents\":3}", &none).is_err());
+        let bad_tid = r#"{"traceEvents":[{"ph":"X","pid":0,"tid":99,"ts":1,"dur":1}]}"#;
+        assert!(parse_chrome_json(bad_tid, &none)
+            .unwrap_err()
+            .contains("stream"));
+        let neg = r#"{"traceEvents":[{"ph":"X","pid":0,"tid":0,"ts":-1,"dur":1}]}"#;
+        assert!(parse_chrome_json(neg, &none).is_err());
+    }
+
+    #[test]
+    fn a_verify_directory_needs_both_traces() {
+        let dir = std::env::temp_dir().join(format!("twin-tui-verify-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = load(&dir, &|_| 0).unwrap_err();
+        assert!(err.to_string().contains("measured.trace.json"), "{err}");
+        let t = r#"{"traceEvents":[{"ph":"X","name":"fwd mb0","pid":0,"tid":0,"ts":1.5,"dur":2.25,"args":{"op":3}}]}"#;
+        std::fs::write(dir.join("measured.trace.json"), t).unwrap();
+        std::fs::write(dir.join("predicted.trace.json"), t).unwrap();
+        let m = load(&dir, &|_| 0).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        let span = &m.timeline.rows[0].spans[0];
+        assert_eq!((span.op, span.start_ns, span.end_ns), (3, 1500, 3750));
+        assert!(m.predicted.is_some());
+    }
+}
