@@ -9,6 +9,7 @@ pub mod backend;
 pub mod error;
 pub mod exec;
 pub mod launch;
+pub mod microbench;
 pub mod transport;
 
 pub use backend::{Backend, MemoryReport, OpContext, OpTiming};

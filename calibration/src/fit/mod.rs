@@ -107,27 +107,5 @@ fn relative_least_squares(x: &[Vec<f64>], y: &[f64]) -> Result<linear::LinearFit
     Ok(fit)
 }
 
-/// Seeded pseudo-random numbers for synthetic test data (SplitMix64, Box-Muller).
 #[cfg(test)]
-pub(crate) struct TestRng(u64);
-
-#[cfg(test)]
-impl TestRng {
-    pub fn new(seed: u64) -> TestRng {
-        TestRng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    pub fn normal(&mut self) -> f64 {
-        let (u, v) = (self.uniform(), self.uniform());
-        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
-    }
-}
+pub(crate) use crate::sample::SplitMix as TestRng;
