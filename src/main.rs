@@ -35,6 +35,7 @@ enum Command {
     Sweep(cmd::sweep::Args),
     Bench(cmd::bench::Args),
     Doctor(cmd::doctor::Args),
+    Calibrate(cmd::calibrate::Args),
     /// One rank of a host run (started by `twin run`, by hand, or by srun).
     #[command(hide = true)]
     Worker(cmd::run::WorkerArgs),
@@ -48,6 +49,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
+        Command::Calibrate(args) => cmd::calibrate::run(args),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Check(args) => cmd::check::run(args),
         Command::Diff(args) => cmd::diff::run(args),

@@ -57,6 +57,8 @@ pub struct HostFits {
     pub cores: u32,
     /// Samples dropped by the outlier rule, over every benchmark.
     pub dropped_samples: usize,
+    /// Fits that fell back to a simpler model, and why.
+    pub notes: Vec<String>,
 }
 
 fn sized_points(s: &[SizedSamples]) -> Vec<Point> {
@@ -111,8 +113,14 @@ fn comm_points<'a>(s: impl Iterator<Item = &'a CommSamples>) -> Vec<Point> {
         .collect()
 }
 
-fn named<E: std::fmt::Display>(what: &str, r: Result<AlphaBeta, E>) -> Result<AlphaBeta, FitError> {
-    r.map_err(|e| FitError::Degenerate(format!("{what}: {e}")))
+/// [`alpha_beta::fit_or_rate`] with the benchmark's name in errors and notes.
+fn named(what: &str, points: &[Point], notes: &mut Vec<String>) -> Result<AlphaBeta, FitError> {
+    let (f, note) = alpha_beta::fit_or_rate(points)
+        .map_err(|e| FitError::Degenerate(format!("{what}: {e}")))?;
+    if let Some(n) = note {
+        notes.push(format!("{what}: {n}"));
+    }
+    Ok(f)
 }
 
 /// The curve's prediction of one call.
@@ -144,7 +152,8 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
             Some(((gemm_predict_ns(&g, x.m, x.n, x.k) - med) / med).abs())
         })
         .collect();
-    let launch = named("op overhead", alpha_beta::fit(&sized_points(&s.launch)))?;
+    let mut notes = Vec::new();
+    let launch = named("op overhead", &sized_points(&s.launch), &mut notes)?;
     let launch_ns = launch.bandwidth_bytes_per_s.map_monotone(|ops| 1e9 / ops);
     let kinds: std::collections::BTreeSet<&str> = s.comm.iter().map(|c| c.kind.as_str()).collect();
     let mut collectives = Vec::new();
@@ -159,12 +168,10 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     }
     let p2p = named(
         "p2p",
-        alpha_beta::fit(&comm_points(s.comm.iter().filter(|c| c.kind == "p2p"))),
+        &comm_points(s.comm.iter().filter(|c| c.kind == "p2p")),
+        &mut notes,
     )?;
-    let joint = named(
-        "all transfers",
-        alpha_beta::fit(&comm_points(s.comm.iter())),
-    )?;
+    let joint = named("all transfers", &comm_points(s.comm.iter()), &mut notes)?;
     let overlap = s
         .overlap
         .as_ref()
@@ -188,21 +195,19 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         gemm_holdout_samples: holdout.len(),
         gemm_holdout_max_relative_error: holdout.iter().fold(0.0, |a: f64, b| a.max(*b)),
         gemm: g,
-        memory_pass: named(
-            "memory pass",
-            alpha_beta::fit(&sized_points(&s.memory_pass)),
-        )?,
-        memcpy: named("memcpy", alpha_beta::fit(&sized_points(&s.memcpy)))?,
-        alloc: named("alloc", alpha_beta::fit(&sized_points(&s.alloc)))?,
+        memory_pass: named("memory pass", &sized_points(&s.memory_pass), &mut notes)?,
+        memcpy: named("memcpy", &sized_points(&s.memcpy), &mut notes)?,
+        alloc: named("alloc", &sized_points(&s.alloc), &mut notes)?,
         launch,
         launch_ns,
         collectives,
         p2p,
         joint,
         overlap_slowdown: ratio::slowdown(&overlap.alone_ns, &overlap.overlapped_ns)?,
-        checkpoint: named("checkpoint", alpha_beta::fit(&sized_points(&s.checkpoint)))?,
+        checkpoint: named("checkpoint", &sized_points(&s.checkpoint), &mut notes)?,
         cores,
         dropped_samples: dropped,
+        notes,
     })
 }
 

@@ -115,7 +115,7 @@ impl Config {
                 comm: r(1, 3),
                 max_group: max_group.min(3),
                 overlap: r(0, 3),
-                checkpoint_bytes: vec![64 * KIB, 512 * KIB, MIB],
+                checkpoint_bytes: vec![256 * KIB, 2 * MIB, 8 * MIB],
                 checkpoint: r(0, 2),
             },
         }

@@ -62,6 +62,43 @@ pub fn fit(points: &[Point]) -> Result<AlphaBeta, FitError> {
     })
 }
 
+/// [`fit`], falling back to the bandwidth-only model `time = bytes / bandwidth` (latency 0)
+/// when the samples are too noisy to separate a fixed cost (time does not grow with bytes
+/// at the sizes measured); the note says so.
+pub fn fit_or_rate(points: &[Point]) -> Result<(AlphaBeta, Option<String>), FitError> {
+    match fit(points) {
+        Ok(f) => Ok((f, None)),
+        Err(FitError::Degenerate(why)) => {
+            let x: Vec<Vec<f64>> = points.iter().map(|p| vec![p.bytes]).collect();
+            let y: Vec<f64> = points.iter().map(|p| p.time_ns).collect();
+            let f = relative_least_squares(&x, &y)?;
+            let beta = f.coef.first().copied().unwrap_or(f64::NAN);
+            if !(beta > 0.0) {
+                return Err(FitError::Degenerate(why));
+            }
+            let [blo, bhi] = f.ci95(0);
+            let predicted: Vec<f64> = x.iter().map(|r| f.predict(r)).collect();
+            Ok((
+                AlphaBeta {
+                    latency_ns: Estimate {
+                        value: 0.0,
+                        ci95: [0.0, 0.0],
+                    },
+                    bandwidth_bytes_per_s: Estimate {
+                        value: 1e9 / beta,
+                        ci95: [1e9 / bhi, if blo > 0.0 { 1e9 / blo } else { f64::INFINITY }],
+                    },
+                    quality: Quality::of(&y, &predicted, f.r2),
+                },
+                Some(format!(
+                    "{why}; fitted bytes / bandwidth without a fixed cost instead"
+                )),
+            ))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::TestRng;
@@ -116,6 +153,24 @@ mod tests {
             let rate = hits as f64 / f64::from(datasets);
             assert!((0.90..=0.99).contains(&rate), "{what} coverage {rate}");
         }
+    }
+
+    #[test]
+    fn noisy_fixed_cost_falls_back_to_bandwidth_only() {
+        // Times shrink with bytes (noise): no alpha-beta, but a rate through the origin.
+        let pts: Vec<Point> = [(1e6, 3e6), (2e6, 2.9e6), (4e6, 2.8e6)]
+            .iter()
+            .map(|&(bytes, time_ns)| Point {
+                steps: 1.0,
+                bytes,
+                time_ns,
+            })
+            .collect();
+        assert!(fit(&pts).is_err());
+        let (f, note) = fit_or_rate(&pts).unwrap();
+        assert!(note.unwrap().contains("without a fixed cost"));
+        assert_eq!(f.latency_ns.value, 0.0);
+        assert!(f.bandwidth_bytes_per_s.value > 0.0);
     }
 
     #[test]
