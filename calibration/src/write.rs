@@ -218,15 +218,15 @@ pub fn profile_toml(
     o
 }
 
-/// `text` without the sections and keys the current profile loader does not know yet
-/// (`[host]`, `[provenance]`, `memory.alloc_bytes_per_s`): what an older twin reads.
+/// `text` without the host backend's keys the current profile loader does not know yet
+/// (`[host]`, `memory.alloc_bytes_per_s`): what a twin without host-fidelity support reads.
 pub fn without_host_keys(text: &str) -> String {
     let mut out = String::new();
     let mut skipping = false;
     for line in text.lines() {
         let t = line.trim();
         if t.starts_with('[') {
-            skipping = t == "[host]" || t == "[provenance]";
+            skipping = t == "[host]";
         }
         if skipping || t.starts_with("alloc_bytes_per_s") {
             continue;

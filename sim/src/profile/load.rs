@@ -122,6 +122,10 @@ struct RawProfile {
     name: String,
     #[serde(default)]
     description: String,
+    /// Where a calibration ran (machine, date, backend, versions): read and kept in the file
+    /// for people; nothing in the cost model depends on it.
+    #[allow(dead_code)]
+    provenance: Option<toml::Table>,
     gpu: RawGpu,
     gemm: RawGemm,
     memory: RawMemory,
