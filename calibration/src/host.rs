@@ -7,9 +7,10 @@
 //! - `gpu.hbm_bandwidth_bytes_per_s`: the larger of the memcpy and memory-pass bandwidths;
 //!   `memory.efficiency`: memory-pass bandwidth / that;
 //! - `kernel.launch_ns`: slope of step time over a chain of empty ops;
-//! - `network.intra`: latency and effective bandwidth of one alpha-beta fit over p2p and every
-//!   collective (the simulator uses one pair per tier); `bandwidth_bytes_per_s` is the larger
-//!   of the p2p and joint bandwidths and `efficiency` the joint bandwidth over it. One machine
+//! - `network.intra`: latency and effective bandwidth of one alpha-beta fit over the ring
+//!   collectives (the simulator uses one pair per tier, and `network.algorithm = "ring"`);
+//!   `bandwidth_bytes_per_s` is the larger of the p2p and ring bandwidths and `efficiency` the
+//!   ring bandwidth over it. p2p, all-to-all and broadcast fits are reported beside. One machine
 //!   has no inter-node link: `network.inter` repeats the intra values and says so;
 //! - `overlap.compute_slowdown`, `checkpoint.bandwidth_bytes_per_s`,
 //!   `memory.alloc_bytes_per_s` from their fits; `[host] cores` = nproc.
@@ -23,6 +24,9 @@ use crate::write::HostKeys;
 use serde::Serialize;
 use twin_sim::cost::Algorithm;
 use twin_sim::profile::{FitQuality, LinkParams, Param, Profile, Source};
+
+/// The collectives the host runs as rings (the simulator's ring algorithm).
+pub const RING_KINDS: [&str; 3] = ["all-reduce", "reduce-scatter", "all-gather"];
 
 /// Tile sides tried for the GEMM curve.
 pub const TILE_CANDIDATES: [u64; 7] = [1, 2, 4, 8, 16, 32, 64];
@@ -51,7 +55,9 @@ pub struct HostFits {
     pub launch_ns: Estimate,
     pub collectives: Vec<NamedFit>,
     pub p2p: AlphaBeta,
-    pub joint: AlphaBeta,
+    /// One fit over the ring collectives (all-reduce, reduce-scatter, all-gather): the
+    /// algorithm `network.algorithm = "ring"` names; the profile's tier comes from it.
+    pub ring: AlphaBeta,
     pub overlap_slowdown: Estimate,
     pub checkpoint: AlphaBeta,
     pub cores: u32,
@@ -171,7 +177,15 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         &comm_points(s.comm.iter().filter(|c| c.kind == "p2p")),
         &mut notes,
     )?;
-    let joint = named("all transfers", &comm_points(s.comm.iter()), &mut notes)?;
+    let ring = named(
+        "ring collectives",
+        &comm_points(
+            s.comm
+                .iter()
+                .filter(|c| RING_KINDS.contains(&c.kind.as_str())),
+        ),
+        &mut notes,
+    )?;
     let overlap = s
         .overlap
         .as_ref()
@@ -202,7 +216,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         launch_ns,
         collectives,
         p2p,
-        joint,
+        ring,
         overlap_slowdown: ratio::slowdown(&overlap.alone_ns, &overlap.overlapped_ns)?,
         checkpoint: named("checkpoint", &sized_points(&s.checkpoint), &mut notes)?,
         cores,
@@ -267,7 +281,7 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
         .bandwidth_bytes_per_s
         .value
         .max(f.memory_pass.bandwidth_bytes_per_s.value);
-    let joint_bw = f.joint.bandwidth_bytes_per_s;
+    let joint_bw = f.ring.bandwidth_bytes_per_s;
     let link_bw = f.p2p.bandwidth_bytes_per_s.value.max(joint_bw.value);
     let link_bw_est = if f.p2p.bandwidth_bytes_per_s.value >= joint_bw.value {
         f.p2p.bandwidth_bytes_per_s
@@ -277,15 +291,15 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
     let intra = LinkParams {
         bandwidth_bytes_per_s: fitted(
             cap_hi(link_bw_est, link_bw * 1e3),
-            r("max(p2p ping-pong, joint alpha-beta) bandwidth over the host TCP transport (loopback)"),
+            r("max(p2p ping-pong, ring-collective alpha-beta) bandwidth over the host TCP transport (loopback)"),
         ),
         latency_ns: fitted(
-            f.joint.latency_ns.clamp(0.0, f64::MAX),
-            r("joint alpha-beta fit over p2p and every collective, ring step counts"),
+            f.ring.latency_ns.clamp(0.0, f64::MAX),
+            r("alpha-beta fit over the ring collectives (all-reduce, reduce-scatter, all-gather), ring step counts"),
         ),
         efficiency: fitted(
             over(joint_bw, link_bw).clamp(1e-6, 1.0),
-            r("joint alpha-beta bandwidth / network.intra.bandwidth_bytes_per_s"),
+            r("ring-collective alpha-beta bandwidth / network.intra.bandwidth_bytes_per_s"),
         ),
     };
     let mut inter = intra.clone();
@@ -311,7 +325,7 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
         f.memcpy.quality.samples,
         f.alloc.quality.samples,
         f.launch.quality.samples,
-        f.joint.quality.samples,
+        f.ring.quality.samples,
         f.checkpoint.quality.samples,
     ]
     .iter()
@@ -322,7 +336,7 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
         f.memcpy.quality,
         f.alloc.quality,
         f.launch.quality,
-        f.joint.quality,
+        f.ring.quality,
         f.checkpoint.quality,
     ];
     let rms = (qualities

@@ -94,16 +94,34 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         provenance.hostname, provenance.date_utc
     );
     let (profile, host_keys) = host::to_profile(&fits, &opts.gpu_name, &run_ref);
-    let toml = write::profile_toml(
-        &profile,
-        Some(&host_keys),
-        Some(&provenance),
-        &[
-            format!("Hardware profile of this machine for twin's host backend, written by {run_ref}."),
-            "Every fitted number carries its 95% confidence interval; docs/calibration.md says how each was measured and fitted.".into(),
-            format!("Raw samples: {}", opts.samples_file),
-        ],
-    );
+    let mut header = vec![
+        format!("Hardware profile of this machine for twin's host backend, written by {run_ref}."),
+        "Every fitted number carries its 95% confidence interval; docs/calibration.md says how each was measured and fitted.".into(),
+        format!("Raw samples: {}", opts.samples_file),
+        "Alpha-beta fits per algorithm (the tiers below use the ring collectives' fit):".into(),
+    ];
+    let ab = |name: &str, f: &AlphaBeta| {
+        format!(
+            "  {name}: latency {:.0} ns [{:.0}, {:.0}] per step, bandwidth {:.4e} B/s [{:.4e}, {:.4e}], R2 {:.3}, rms {:.1}%",
+            f.latency_ns.value,
+            f.latency_ns.ci95[0],
+            f.latency_ns.ci95[1],
+            f.bandwidth_bytes_per_s.value,
+            f.bandwidth_bytes_per_s.ci95[0],
+            f.bandwidth_bytes_per_s.ci95[1],
+            f.quality.r2,
+            f.quality.rms_relative_error * 100.0
+        )
+    };
+    header.push(ab("p2p", &fits.p2p));
+    for c in &fits.collectives {
+        match &c.fit {
+            Some(f) => header.push(ab(&c.name, f)),
+            None => header.push(format!("  {}: not fitted", c.name)),
+        }
+    }
+    header.push(ab("ring collectives", &fits.ring));
+    let toml = write::profile_toml(&profile, Some(&host_keys), Some(&provenance), &header);
     Ok(HostRun {
         config: cfg,
         fits,

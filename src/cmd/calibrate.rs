@@ -267,7 +267,7 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
             )),
         }
     }
-    o.push_str(&ab_line("all transfers", &f.joint, "step "));
+    o.push_str(&ab_line("ring (profile)", &f.ring, "step "));
     o.push_str(&format!(
         "\nop overhead {}   overlap compute slowdown {:.3} [{:.3} .. {:.3}]   outliers dropped {}\n",
         est(&f.launch_ns, "ns"),
