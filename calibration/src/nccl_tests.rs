@@ -289,7 +289,7 @@ fn parse_row(line: &str, cols: &[String]) -> Result<Row, String> {
     } else {
         None
     };
-    if !(out_of_place.time_us > 0.0) {
+    if out_of_place.time_us.is_nan() || out_of_place.time_us <= 0.0 {
         return Err(format!("time {} us is not positive", out_of_place.time_us));
     }
     Ok(Row {

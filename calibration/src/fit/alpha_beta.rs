@@ -38,7 +38,7 @@ pub fn fit(points: &[Point]) -> Result<AlphaBeta, FitError> {
     let y: Vec<f64> = points.iter().map(|p| p.time_ns).collect();
     let f = relative_least_squares(&x, &y)?;
     let beta_ns_per_byte = f.coef.get(1).copied().unwrap_or(f64::NAN);
-    if !(beta_ns_per_byte > 0.0) {
+    if beta_ns_per_byte.is_nan() || beta_ns_per_byte <= 0.0 {
         return Err(FitError::Degenerate(format!(
             "time does not grow with bytes (fitted {beta_ns_per_byte:e} ns/byte)"
         )));
@@ -73,7 +73,7 @@ pub fn fit_or_rate(points: &[Point]) -> Result<(AlphaBeta, Option<String>), FitE
             let y: Vec<f64> = points.iter().map(|p| p.time_ns).collect();
             let f = relative_least_squares(&x, &y)?;
             let beta = f.coef.first().copied().unwrap_or(f64::NAN);
-            if !(beta > 0.0) {
+            if beta.is_nan() || beta <= 0.0 {
                 return Err(FitError::Degenerate(why));
             }
             let [blo, bhi] = f.ci95(0);

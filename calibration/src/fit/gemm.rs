@@ -71,7 +71,7 @@ fn fit_tile(points: &[GemmPoint], tile_m: u64, tile_n: u64) -> Result<TileFit, F
         f.coef.first().copied().unwrap_or(f64::NAN),
         f.coef.get(1).copied().unwrap_or(f64::NAN),
     );
-    if !(a > 0.0) {
+    if a.is_nan() || a <= 0.0 {
         return Err(FitError::Degenerate(format!(
             "GEMM time does not grow with FLOPs (fitted {a:e} ns/FLOP)"
         )));

@@ -174,13 +174,12 @@ fn invert(a: &[Vec<f64>]) -> Result<Vec<Vec<f64>>, FitError> {
         for v in m[col].iter_mut() {
             *v /= d;
         }
-        for r in 0..p {
-            if r != col {
-                let f = m[r][col];
-                if f != 0.0 {
-                    for c in 0..2 * p {
-                        m[r][c] -= f * m[col][c];
-                    }
+        let pivot_row = m[col].clone();
+        for (r, row) in m.iter_mut().enumerate() {
+            let f = row[col];
+            if r != col && f != 0.0 {
+                for (v, pv) in row.iter_mut().zip(&pivot_row) {
+                    *v -= f * pv;
                 }
             }
         }
