@@ -266,8 +266,11 @@ fn background(mesh: &Mesh, stop: &std::sync::atomic::AtomicBool) -> Result<(), C
                 *x = 1.0;
             }
         }
-        collective::all_reduce(&ring, &mut data)
-            .map_err(|e| CalibError::Bench(format!("overlap all-reduce: {e}")))?;
+        if let Err(e) = collective::all_reduce(&ring, &mut data) {
+            // Wake the other rank, which would otherwise wait for this one until the timeout.
+            mesh.shutdown_all();
+            return Err(CalibError::Bench(format!("overlap all-reduce: {e}")));
+        }
         if data.first().copied().unwrap_or(1.0) >= 1.0 {
             break;
         }
