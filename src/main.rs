@@ -37,6 +37,7 @@ enum Command {
     Doctor(cmd::doctor::Args),
     Verify(cmd::verify::Args),
     Tui(cmd::tui::Args),
+    Calibrate(cmd::calibrate::Args),
     /// One rank of a host run (started by `twin run`, by hand, or by srun).
     #[command(hide = true)]
     Worker(cmd::run::WorkerArgs),
@@ -54,6 +55,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Tui(args) => cmd::tui::run(args),
+        Command::Calibrate(args) => cmd::calibrate::run(args),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Check(args) => cmd::check::run(args),
         Command::Diff(args) => cmd::diff::run(args),

@@ -12,6 +12,7 @@ pub mod checkpoint;
 pub mod error;
 pub mod exec;
 pub mod launch;
+pub mod microbench;
 pub mod transport;
 
 pub use backend::{Backend, MemoryReport, OpContext, OpTiming};

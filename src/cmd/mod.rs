@@ -1,6 +1,8 @@
 //! Subcommands. Each module owns its clap arguments and a `run` that returns an exit code.
 
 pub mod bench;
+// issue 6: calibration
+pub mod calibrate;
 pub mod doctor;
 pub mod run;
 pub mod simulate;

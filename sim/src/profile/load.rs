@@ -140,8 +140,10 @@ struct RawProfile {
     checkpoint: Option<RawCheckpoint>,
     host: Option<RawHost>,
     fit: Option<RawFit>,
+    /// Where a calibration ran (machine, date, backend, versions): kept for people; nothing
+    /// in the cost model depends on it. Values of any TOML type are kept as text.
     #[serde(default)]
-    provenance: BTreeMap<String, String>,
+    provenance: BTreeMap<String, toml::Value>,
 }
 
 /// Reads and checks a profile file.
@@ -434,7 +436,14 @@ impl Checker<'_> {
                 .host
                 .map(|h| self.param("host.cores", h.cores, Range::Count))
                 .transpose()?,
-            provenance: raw.provenance,
+            provenance: raw
+                .provenance
+                .into_iter()
+                .map(|(k, v)| match v {
+                    toml::Value::String(s) => (k, s),
+                    other => (k, other.to_string()),
+                })
+                .collect(),
             fit: raw.fit.map(|f| FitQuality {
                 method: f.method,
                 data: f.data,

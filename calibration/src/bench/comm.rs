@@ -1,0 +1,316 @@
+//! Transfers over the host runtime's own transport: ranks are threads of this process, each
+//! with its own TCP mesh over loopback (`twin_runtime::microbench::local_meshes`), running the
+//! runtime's collectives (`transport::collective`: ring all-reduce, reduce-scatter and
+//! all-gather, pairwise all-to-all, chunked ring broadcast) and framed p2p messages, as a host
+//! run does between rank processes. Every call starts after all ranks met at a barrier; its
+//! sample is the slowest rank's time (a p2p sample: half a ping-pong round trip). Overlap:
+//! one GEMM timed alone, then while two ranks run all-reduces back to back.
+
+use super::compute::{compute_op, workspace_for};
+use super::{CommSamples, Config, Counter, OverlapSamples};
+use crate::sample::{reject_outliers, time_ns};
+use crate::CalibError;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+use twin_runtime::microbench::local_meshes;
+use twin_runtime::transport::collective::{self, Ring};
+use twin_runtime::transport::mesh::Mesh;
+use twin_sim::schedule::{CollectiveKind, Gemm};
+
+/// Bound on mesh setup and on any single blocking transfer.
+const TIMEOUT: Duration = Duration::from_secs(60);
+const COLLECTIVE_LANE: u8 = 1;
+const P2P_LANE: u8 = 5;
+
+/// Every collective the runtime implements.
+pub const COLLECTIVES: [CollectiveKind; 5] = [
+    CollectiveKind::AllReduce,
+    CollectiveKind::ReduceScatter,
+    CollectiveKind::AllGather,
+    CollectiveKind::AllToAll,
+    CollectiveKind::Broadcast,
+];
+
+/// A barrier that a failing rank can break, so the others return instead of waiting forever.
+#[derive(Default)]
+struct Barrier {
+    state: Mutex<(usize, u64, bool)>,
+    cv: Condvar,
+}
+
+impl Barrier {
+    fn wait(&self, parties: usize) -> Result<(), CalibError> {
+        let broken = || CalibError::Bench("another rank failed".into());
+        let mut s = self.state.lock().map_err(|_| broken())?;
+        if s.2 {
+            return Err(broken());
+        }
+        let generation = s.1;
+        s.0 += 1;
+        if s.0 >= parties {
+            s.0 = 0;
+            s.1 += 1;
+            self.cv.notify_all();
+            return Ok(());
+        }
+        while s.1 == generation && !s.2 {
+            s = self.cv.wait(s).map_err(|_| broken())?;
+        }
+        if s.2 {
+            Err(broken())
+        } else {
+            Ok(())
+        }
+    }
+    fn abort(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.2 = true;
+        }
+        self.cv.notify_all();
+    }
+}
+
+/// One measurement of a world: p2p (`None`) or a collective, at `bytes`.
+#[derive(Clone, Copy)]
+struct Task {
+    kind: Option<CollectiveKind>,
+    bytes: u64,
+}
+
+impl Task {
+    fn name(&self) -> &'static str {
+        self.kind.map_or("p2p", CollectiveKind::name)
+    }
+}
+
+/// Runs rank `me`'s side of one call; returns its duration in ns (a p2p: the round trip on
+/// rank 0, 0 elsewhere).
+fn call(mesh: &Mesh, members: &[u32], task: Task, tag: u64) -> Result<f64, CalibError> {
+    let fail = |e: twin_runtime::RuntimeError| CalibError::Bench(format!("{}: {e}", task.name()));
+    match task.kind {
+        None => {
+            let payload = vec![7u8; usize::try_from(task.bytes).unwrap_or(usize::MAX)];
+            let t = Instant::now();
+            if mesh.rank == 0 {
+                mesh.send(1, P2P_LANE, tag, &payload, false).map_err(fail)?;
+                mesh.recv(1, P2P_LANE, tag, task.bytes).map_err(fail)?;
+                Ok(t.elapsed().as_nanos() as f64 / 2.0)
+            } else {
+                mesh.recv(0, P2P_LANE, tag, task.bytes).map_err(fail)?;
+                mesh.send(0, P2P_LANE, tag, &payload, false).map_err(fail)?;
+                Ok(0.0)
+            }
+        }
+        Some(kind) => {
+            let ring = Ring::new(mesh, members, COLLECTIVE_LANE, tag).map_err(fail)?;
+            let elems = usize::try_from(task.bytes / 4).unwrap_or(usize::MAX);
+            let data = collective::input(kind, &ring, elems, tag);
+            let t = Instant::now();
+            let out = collective::execute(kind, &ring, data).map_err(fail)?;
+            let ns = t.elapsed().as_nanos() as f64;
+            std::hint::black_box(out);
+            Ok(ns)
+        }
+    }
+}
+
+/// Every call of every task on one rank: `[task][call]` durations, warm-up calls included.
+fn run_rank(
+    mesh: &Mesh,
+    members: &[u32],
+    tasks: &[Task],
+    calls: u32,
+    barrier: &Barrier,
+    mut progress: Option<&mut Counter>,
+) -> Result<Vec<Vec<f64>>, CalibError> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for (i, task) in tasks.iter().enumerate() {
+        let mut times = Vec::with_capacity(calls as usize);
+        for c in 0..calls {
+            barrier.wait(members.len())?;
+            let tag = ((i as u64) << 24) | u64::from(c);
+            match call(mesh, members, *task, tag) {
+                Ok(ns) => times.push(ns),
+                Err(e) => {
+                    barrier.abort();
+                    mesh.shutdown_all();
+                    return Err(e);
+                }
+            }
+        }
+        out.push(times);
+        if let Some(p) = progress.as_deref_mut() {
+            p.tick(task.name());
+        }
+    }
+    Ok(out)
+}
+
+/// The tasks measured in a world of `n` ranks.
+fn tasks_for(cfg: &Config, n: u32) -> Vec<Task> {
+    let mut tasks = Vec::new();
+    if n == 2 {
+        tasks.extend(
+            cfg.comm_bytes
+                .iter()
+                .map(|&bytes| Task { kind: None, bytes }),
+        );
+    }
+    for kind in COLLECTIVES {
+        for &bytes in &cfg.comm_bytes {
+            tasks.push(Task {
+                kind: Some(kind),
+                bytes,
+            });
+        }
+    }
+    tasks
+}
+
+/// How many measurements [`comm`] reports to the progress counter.
+pub fn measurement_count(cfg: &Config) -> usize {
+    (2..=cfg.max_group)
+        .map(|n| tasks_for(cfg, n).len())
+        .sum::<usize>()
+        + 1
+}
+
+/// p2p and every collective over group sizes 2..=max_group, then the overlap measurement.
+pub fn comm(
+    cfg: &Config,
+    progress: &mut Counter,
+) -> Result<(Vec<CommSamples>, OverlapSamples), CalibError> {
+    let mut out = Vec::new();
+    let mut overlap = None;
+    let calls = cfg.comm.warmup + cfg.comm.timed.max(1);
+    for n in 2..=cfg.max_group {
+        let meshes = local_meshes(n, TIMEOUT)
+            .map_err(|e| CalibError::Bench(format!("connecting {n} local ranks: {e}")))?;
+        let members: Vec<u32> = (0..n).collect();
+        let tasks = tasks_for(cfg, n);
+        let barrier = Barrier::default();
+        let per_rank: Vec<Result<Vec<Vec<f64>>, CalibError>> =
+            std::thread::scope(|s| {
+                let (first, rest) = meshes
+                    .split_first()
+                    .ok_or_else(|| CalibError::Bench("empty local world".into()))?;
+                let handles: Vec<_> = rest
+                    .iter()
+                    .map(|m| s.spawn(|| run_rank(m, &members, &tasks, calls, &barrier, None)))
+                    .collect();
+                let mut results = vec![run_rank(
+                    first,
+                    &members,
+                    &tasks,
+                    calls,
+                    &barrier,
+                    Some(&mut *progress),
+                )];
+                for h in handles {
+                    results.push(h.join().unwrap_or_else(|_| {
+                        Err(CalibError::Bench("a rank thread panicked".into()))
+                    }));
+                }
+                Ok::<_, CalibError>(results)
+            })?;
+        let per_rank: Vec<Vec<Vec<f64>>> = per_rank.into_iter().collect::<Result<_, _>>()?;
+        for (i, task) in tasks.iter().enumerate() {
+            let samples: Vec<f64> = (cfg.comm.warmup..calls)
+                .map(|c| {
+                    per_rank
+                        .iter()
+                        .filter_map(|r| r.get(i).and_then(|t| t.get(c as usize)))
+                        .fold(0.0f64, |a, &b| a.max(b))
+                })
+                .collect();
+            let k = reject_outliers(&samples);
+            out.push(CommSamples {
+                kind: task.name().to_string(),
+                ranks: n,
+                bytes: task.bytes,
+                kept_ns: k.kept,
+                dropped_ns: k.dropped,
+            });
+        }
+        if n == 2 {
+            overlap = Some(measure_overlap(cfg, &meshes, progress)?);
+        }
+    }
+    let overlap =
+        overlap.ok_or_else(|| CalibError::Bench("no two-rank world was measured".into()))?;
+    Ok((out, overlap))
+}
+
+/// The GEMM of the overlap measurement.
+const OVERLAP_GEMM: Gemm = Gemm {
+    m: 256,
+    n: 256,
+    k: 384,
+    count: 1,
+};
+
+/// Message of the background all-reduces.
+const OVERLAP_BYTES: u64 = 4 << 20;
+
+/// All-reduces back to back on a two-rank world until rank 0 is asked to stop; the stop flag
+/// rides in element 0 of the reduced buffer so both ranks stop after the same call.
+fn background(mesh: &Mesh, stop: &std::sync::atomic::AtomicBool) -> Result<(), CalibError> {
+    let members = [0u32, 1];
+    let elems = (OVERLAP_BYTES / 4) as usize;
+    for i in 0u64.. {
+        let ring = Ring::new(mesh, &members, COLLECTIVE_LANE, (1 << 40) | i)
+            .map_err(|e| CalibError::Bench(format!("overlap all-reduce: {e}")))?;
+        let mut data = vec![0.0f32; elems];
+        if mesh.rank == 0 && stop.load(std::sync::atomic::Ordering::SeqCst) {
+            if let Some(x) = data.first_mut() {
+                *x = 1.0;
+            }
+        }
+        if let Err(e) = collective::all_reduce(&ring, &mut data) {
+            // Wake the other rank, which would otherwise wait for this one until the timeout.
+            mesh.shutdown_all();
+            return Err(CalibError::Bench(format!("overlap all-reduce: {e}")));
+        }
+        if data.first().copied().unwrap_or(1.0) >= 1.0 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn measure_overlap(
+    cfg: &Config,
+    meshes: &[Mesh],
+    progress: &mut Counter,
+) -> Result<OverlapSamples, CalibError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let op = compute_op(vec![OVERLAP_GEMM], 0);
+    let mut ws = workspace_for(std::slice::from_ref(&op));
+    let alone = time_ns(cfg.overlap, || ws.run_gemms(&op));
+    let stop = AtomicBool::new(false);
+    let overlapped = std::thread::scope(|s| {
+        let comm: Vec<_> = meshes
+            .iter()
+            .take(2)
+            .map(|m| s.spawn(|| background(m, &stop)))
+            .collect();
+        // Let the transfers get going before timing.
+        std::thread::sleep(Duration::from_millis(20));
+        let k = time_ns(cfg.overlap, || ws.run_gemms(&op));
+        stop.store(true, Ordering::SeqCst);
+        for h in comm {
+            h.join()
+                .unwrap_or_else(|_| Err(CalibError::Bench("overlap thread panicked".into())))?;
+        }
+        Ok::<_, CalibError>(k)
+    })?;
+    progress.tick("overlap");
+    Ok(OverlapSamples {
+        gemm: [OVERLAP_GEMM.m, OVERLAP_GEMM.n, OVERLAP_GEMM.k],
+        collective: CollectiveKind::AllReduce.name().to_string(),
+        collective_bytes: OVERLAP_BYTES,
+        dropped: alone.dropped.len() + overlapped.dropped.len(),
+        alone_ns: alone.kept,
+        overlapped_ns: overlapped.kept,
+    })
+}

@@ -1,0 +1,71 @@
+//! Memory-bound work as the host backend does it: the axpy pass of a compute op's
+//! memory-bound bytes (`Workspace::run_memory`, 12 bytes per element), a plain memcpy (the
+//! host's "device copy"), and allocating + touching a buffer (what the host backend's Alloc
+//! op does: reserve exactly, write every byte so the pages are resident).
+
+use super::compute::{compute_op, workspace_for};
+use super::{Config, Counter, SizedSamples};
+use crate::sample::{reject_outliers, time_ns};
+use std::time::Instant;
+
+/// The axpy pass over each size of the sweep (bytes moved).
+pub fn memory_pass(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
+    let ops: Vec<_> = cfg
+        .memory_bytes
+        .iter()
+        .map(|&b| compute_op(Vec::new(), b))
+        .collect();
+    let mut ws = workspace_for(&ops);
+    let mut out = Vec::new();
+    for (c, &bytes) in ops.iter().zip(&cfg.memory_bytes) {
+        out.push(SizedSamples::new(
+            bytes,
+            time_ns(cfg.memory, || ws.run_memory(c)),
+        ));
+        progress.tick("memory pass");
+    }
+    out
+}
+
+/// memcpy of each size; the recorded bytes are those moved (read + write = twice the size).
+pub fn memcpy(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
+    let mut out = Vec::new();
+    for &moved in &cfg.memory_bytes {
+        let len = usize::try_from(moved / 2).unwrap_or(usize::MAX);
+        let src = vec![1u8; len];
+        let mut dst = vec![0u8; len];
+        let k = time_ns(cfg.memory, || {
+            dst.copy_from_slice(&src);
+            std::hint::black_box(&mut dst);
+        });
+        out.push(SizedSamples::new(moved, k));
+        progress.tick("memcpy");
+    }
+    out
+}
+
+/// Allocate and touch `bytes` (each buffer is dropped outside the timed part).
+pub fn alloc(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
+    let mut out = Vec::new();
+    for &bytes in &cfg.memory_bytes {
+        let len = usize::try_from(bytes).unwrap_or(usize::MAX);
+        let one = || {
+            let t = Instant::now();
+            let mut buf: Vec<u8> = Vec::new();
+            if buf.try_reserve_exact(len).is_ok() {
+                buf.resize(len, 0);
+            }
+            std::hint::black_box(&mut buf);
+            let ns = t.elapsed().as_nanos() as f64;
+            drop(buf);
+            ns
+        };
+        for _ in 0..cfg.memory.warmup {
+            one();
+        }
+        let samples: Vec<f64> = (0..cfg.memory.timed.max(1)).map(|_| one()).collect();
+        out.push(SizedSamples::new(bytes, reject_outliers(&samples)));
+        progress.tick("alloc");
+    }
+    out
+}

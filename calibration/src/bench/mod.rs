@@ -1,0 +1,247 @@
+//! Microbenchmarks on the local machine through the host runtime's own code paths: GEMMs
+//! (`compute`), memory passes, copies and allocations (`memory`), per-op overhead of the host
+//! backend (`launch`), p2p transfers, collectives and compute/communication overlap over the
+//! runtime's TCP transport (`comm`), and fsync'd checkpoint writes (`io`). Each measurement
+//! warms up, repeats, and applies the outlier rule of [`crate::sample`]; every kept and
+//! dropped sample is returned in [`Samples`] and written beside the profile.
+
+pub mod comm;
+pub mod compute;
+pub mod io;
+pub mod launch;
+pub mod memory;
+
+use crate::sample::{Kept, Repeats};
+use serde::Serialize;
+use twin_sim::schedule::Gemm;
+
+/// How long a calibration runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Under a minute on a 2-core machine.
+    Quick,
+    /// A few minutes: more shapes, sizes and repeats.
+    Full,
+    /// The fewest samples every fit still accepts: for tests (`TWIN_CALIBRATE_TINY=1`).
+    Tiny,
+}
+
+/// What each benchmark sweeps, per mode.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Config {
+    pub mode: Mode,
+    pub gemm_mn: Vec<u64>,
+    pub gemm_k: Vec<u64>,
+    pub gemm: Repeats,
+    /// Largest scenario GEMM shapes timed (the most frequent first).
+    pub max_scenario_shapes: usize,
+    /// Sizes of the memory pass, memcpy and allocation: up to 8 MiB, the cache-resident
+    /// regime in which the host scenarios' per-op buffers live (larger buffers stream from
+    /// DRAM at a lower rate; see docs/calibration.md).
+    pub memory_bytes: Vec<u64>,
+    pub memory: Repeats,
+    pub launch_ops: Vec<u32>,
+    pub launch: Repeats,
+    pub comm_bytes: Vec<u64>,
+    pub comm: Repeats,
+    /// Largest collective group (at most 4, at most twice the cores).
+    pub max_group: u32,
+    pub overlap: Repeats,
+    pub checkpoint_bytes: Vec<u64>,
+    pub checkpoint: Repeats,
+}
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * 1024;
+
+impl Config {
+    /// The sweep of `mode` on a machine with `cores` CPU cores.
+    pub fn new(mode: Mode, cores: u32) -> Config {
+        let max_group = 4.min(cores.saturating_mul(2)).max(2);
+        let r = |warmup, timed| Repeats { warmup, timed };
+        match mode {
+            Mode::Full => Config {
+                mode,
+                gemm_mn: vec![40, 100, 128, 200, 256, 384],
+                gemm_k: vec![16, 32, 64, 128, 256, 512, 1024],
+                gemm: r(2, 9),
+                max_scenario_shapes: 64,
+                memory_bytes: vec![
+                    128 * KIB,
+                    256 * KIB,
+                    512 * KIB,
+                    MIB,
+                    2 * MIB,
+                    4 * MIB,
+                    8 * MIB,
+                ],
+                memory: r(2, 9),
+                launch_ops: vec![64, 128, 256, 512, 1024, 2048],
+                launch: r(2, 7),
+                comm_bytes: vec![
+                    KIB,
+                    4 * KIB,
+                    16 * KIB,
+                    64 * KIB,
+                    256 * KIB,
+                    MIB,
+                    4 * MIB,
+                    16 * MIB,
+                ],
+                comm: r(2, 7),
+                max_group,
+                overlap: r(2, 15),
+                checkpoint_bytes: vec![MIB, 4 * MIB, 16 * MIB, 64 * MIB],
+                checkpoint: r(1, 5),
+            },
+            Mode::Quick => Config {
+                mode,
+                gemm_mn: vec![40, 128, 200],
+                gemm_k: vec![32, 128, 512],
+                gemm: r(1, 5),
+                max_scenario_shapes: 16,
+                memory_bytes: vec![256 * KIB, MIB, 4 * MIB],
+                memory: r(1, 5),
+                launch_ops: vec![64, 256, 1024],
+                launch: r(1, 4),
+                comm_bytes: vec![4 * KIB, 64 * KIB, MIB, 4 * MIB],
+                comm: r(1, 5),
+                max_group,
+                overlap: r(1, 7),
+                checkpoint_bytes: vec![MIB, 8 * MIB, 32 * MIB],
+                checkpoint: r(1, 3),
+            },
+            Mode::Tiny => Config {
+                mode,
+                gemm_mn: vec![24, 64],
+                gemm_k: vec![16, 64, 128],
+                gemm: r(1, 2),
+                max_scenario_shapes: 4,
+                memory_bytes: vec![64 * KIB, 512 * KIB, 2 * MIB],
+                memory: r(1, 2),
+                launch_ops: vec![16, 64, 128],
+                launch: r(1, 2),
+                comm_bytes: vec![4 * KIB, 256 * KIB, 2 * MIB],
+                comm: r(1, 3),
+                max_group: max_group.min(3),
+                overlap: r(0, 3),
+                checkpoint_bytes: vec![256 * KIB, 2 * MIB, 8 * MIB],
+                checkpoint: r(0, 2),
+            },
+        }
+    }
+
+    /// The sweep's GEMM shapes (every m x n x k of the grid).
+    pub fn sweep_shapes(&self) -> Vec<Gemm> {
+        let mut out = Vec::new();
+        for &m in &self.gemm_mn {
+            for &n in &self.gemm_mn {
+                for &k in &self.gemm_k {
+                    out.push(Gemm { m, n, k, count: 1 });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Told about each finished measurement (the CLI draws a progress bar from it).
+pub trait Progress {
+    /// `benchmark` names what runs; `done` of `total` measurements are finished.
+    fn update(&mut self, benchmark: &str, done: usize, total: usize);
+}
+
+/// A progress sink that ignores everything.
+pub struct Silent;
+
+impl Progress for Silent {
+    fn update(&mut self, _benchmark: &str, _done: usize, _total: usize) {}
+}
+
+/// Counts measurements across benchmarks for [`Progress`].
+pub struct Counter<'a> {
+    pub sink: &'a mut dyn Progress,
+    pub done: usize,
+    pub total: usize,
+}
+
+impl Counter<'_> {
+    pub fn tick(&mut self, benchmark: &str) {
+        self.done += 1;
+        self.sink
+            .update(benchmark, self.done.min(self.total), self.total);
+    }
+}
+
+/// Samples of one measurement at one size.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SizedSamples {
+    pub bytes: u64,
+    pub kept_ns: Vec<f64>,
+    pub dropped_ns: Vec<f64>,
+}
+
+impl SizedSamples {
+    pub fn new(bytes: u64, k: Kept) -> SizedSamples {
+        SizedSamples {
+            bytes,
+            kept_ns: k.kept,
+            dropped_ns: k.dropped,
+        }
+    }
+}
+
+/// Samples of one GEMM shape.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GemmSamples {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    /// `sweep` or `scenario`.
+    pub origin: &'static str,
+    /// Held out of the fit (every fifth sweep shape), to check the curve on unseen shapes.
+    pub holdout: bool,
+    pub kept_ns: Vec<f64>,
+    pub dropped_ns: Vec<f64>,
+}
+
+/// Samples of one transfer: `kind` is `p2p` or a collective name.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CommSamples {
+    pub kind: String,
+    pub ranks: u32,
+    pub bytes: u64,
+    /// Slowest rank of each call (a p2p: half the round trip).
+    pub kept_ns: Vec<f64>,
+    pub dropped_ns: Vec<f64>,
+}
+
+/// The same GEMM alone and while a collective runs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OverlapSamples {
+    pub gemm: [u64; 3],
+    pub collective: String,
+    pub collective_bytes: u64,
+    pub alone_ns: Vec<f64>,
+    pub overlapped_ns: Vec<f64>,
+    pub dropped: usize,
+}
+
+/// Everything one calibration measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Samples {
+    pub gemm: Vec<GemmSamples>,
+    /// axpy pass: bytes moved (12 per element).
+    pub memory_pass: Vec<SizedSamples>,
+    /// memcpy: bytes moved (read + write).
+    pub memcpy: Vec<SizedSamples>,
+    /// Allocate and touch a buffer of `bytes`.
+    pub alloc: Vec<SizedSamples>,
+    /// A chain of `bytes` (= op count) empty ops through the host backend.
+    pub launch: Vec<SizedSamples>,
+    pub comm: Vec<CommSamples>,
+    pub overlap: Option<OverlapSamples>,
+    /// Write and fsync a file of `bytes`.
+    pub checkpoint: Vec<SizedSamples>,
+}

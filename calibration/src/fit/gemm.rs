@@ -1,0 +1,227 @@
+//! The simulator's GEMM curve (sim/src/cost/gemm.rs) fitted to timed GEMM calls:
+//! `t = padded_flops / (rate * k / (k + k_half)) + ramp`, with `padded_flops` the FLOPs of m
+//! and n rounded up to whole `tile_m x tile_n` tiles and `rate = peak * max_efficiency`.
+//! Multiplying out, `t = a * F + b * F / k + c` with `a = 1/rate`, `b = k_half/rate`,
+//! `c = ramp`: for a fixed tile the model is linear in `(a, b, c)`, so the nonlinear least
+//! squares problem is solved exactly by relative-error least squares per tile candidate,
+//! and the tile by a grid over candidates (the smallest residual wins). Intervals: `rate` maps
+//! the interval of `a` (monotone); `k_half` is propagated by the delta method from the
+//! linearised covariance of `(a, b)`; the tile's interval is every candidate an F-test does not
+//! reject against the best (`SSR <= SSR_min * (1 + 2 F(0.95; 2, dof) / dof)`).
+//! The roofline memory bound of the simulator's curve is not fitted: calibration GEMMs are
+//! compute bound on every shape it times (k >= 32).
+
+use super::{relative_least_squares, Estimate, FitError, Quality};
+use serde::Serialize;
+use statrs::distribution::{ContinuousCDF, FisherSnedecor};
+
+/// One timed call of `m x n x k`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct GemmPoint {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub time_ns: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GemmFit {
+    /// `peak * max_efficiency`: what a large, well-shaped GEMM sustains.
+    pub rate_flops_per_s: Estimate,
+    pub k_half: Estimate,
+    pub ramp_ns: Estimate,
+    pub tile_m: u64,
+    pub tile_n: u64,
+    /// Smallest and largest tile side not rejected by the F-test.
+    pub tile_m_ci95: [u64; 2],
+    pub tile_n_ci95: [u64; 2],
+    pub quality: Quality,
+}
+
+/// FLOPs of `m x n x k` with m and n rounded up to whole tiles.
+pub fn padded_flops(m: u64, n: u64, k: u64, tile_m: u64, tile_n: u64) -> f64 {
+    let up = |v: u64, t: u64| v.div_ceil(t.max(1)).saturating_mul(t.max(1));
+    2.0 * up(m, tile_m) as f64 * up(n, tile_n) as f64 * k as f64
+}
+
+fn regressors(p: &GemmPoint, tile_m: u64, tile_n: u64) -> Vec<f64> {
+    let f = padded_flops(p.m, p.n, p.k, tile_m, tile_n);
+    vec![f, f / p.k.max(1) as f64, 1.0]
+}
+
+struct TileFit {
+    fit: GemmFit,
+    ssr: f64,
+    dof: usize,
+}
+
+fn fit_tile(points: &[GemmPoint], tile_m: u64, tile_n: u64) -> Result<TileFit, FitError> {
+    if points.iter().any(|p| p.m == 0 || p.n == 0 || p.k == 0) {
+        return Err(FitError::Degenerate(
+            "a GEMM sample has a zero dimension".into(),
+        ));
+    }
+    let x: Vec<Vec<f64>> = points
+        .iter()
+        .map(|p| regressors(p, tile_m, tile_n))
+        .collect();
+    let y: Vec<f64> = points.iter().map(|p| p.time_ns).collect();
+    let f = relative_least_squares(&x, &y)?;
+    let (a, b) = (
+        f.coef.first().copied().unwrap_or(f64::NAN),
+        f.coef.get(1).copied().unwrap_or(f64::NAN),
+    );
+    if a.is_nan() || a <= 0.0 {
+        return Err(FitError::Degenerate(format!(
+            "GEMM time does not grow with FLOPs (fitted {a:e} ns/FLOP)"
+        )));
+    }
+    let [alo, ahi] = f.ci95(0);
+    let rate = Estimate {
+        value: 1e9 / a,
+        ci95: [1e9 / ahi, if alo > 0.0 { 1e9 / alo } else { f64::INFINITY }],
+    };
+    let kh = b / a;
+    let kh_se = f.var_of(&[-b / (a * a), 1.0 / a, 0.0]).sqrt();
+    let k_half = Estimate {
+        value: kh,
+        ci95: [kh - f.t95 * kh_se, kh + f.t95 * kh_se],
+    };
+    let ramp = Estimate {
+        value: f.coef.get(2).copied().unwrap_or(f64::NAN),
+        ci95: f.ci95(2),
+    };
+    // Relative residuals: the quantity minimised, and the F-test's scale.
+    let predicted: Vec<f64> = x.iter().map(|r| f.predict(r)).collect();
+    let ssr = y
+        .iter()
+        .zip(&predicted)
+        .map(|(m, p)| ((p - m) / m).powi(2))
+        .sum();
+    Ok(TileFit {
+        fit: GemmFit {
+            rate_flops_per_s: rate,
+            k_half,
+            ramp_ns: ramp,
+            tile_m,
+            tile_n,
+            tile_m_ci95: [tile_m, tile_m],
+            tile_n_ci95: [tile_n, tile_n],
+            quality: Quality::of(&y, &predicted, f.r2),
+        },
+        ssr,
+        dof: f.dof,
+    })
+}
+
+/// Fits the curve for every `(tile_m, tile_n)` in `tiles x tiles` and keeps the best.
+pub fn fit(points: &[GemmPoint], tiles: &[u64]) -> Result<GemmFit, FitError> {
+    let mut fits = Vec::new();
+    let mut last_err = None;
+    for &tm in tiles {
+        for &tn in tiles {
+            match fit_tile(points, tm, tn) {
+                Ok(f) => fits.push(f),
+                Err(e) => last_err = Some(e),
+            }
+        }
+    }
+    let best = fits
+        .iter()
+        .min_by(|a, b| a.ssr.total_cmp(&b.ssr))
+        .ok_or_else(|| last_err.unwrap_or(FitError::Degenerate("no tile candidates".into())))?;
+    let dof = best.dof.max(1) as f64;
+    let f95 = FisherSnedecor::new(2.0, dof)
+        .map_err(|e| FitError::Degenerate(format!("F distribution: {e}")))?
+        .inverse_cdf(0.95);
+    let limit = best.ssr * (1.0 + 2.0 * f95 / dof);
+    let accepted: Vec<&TileFit> = fits.iter().filter(|f| f.ssr <= limit).collect();
+    let span = |get: fn(&GemmFit) -> u64| {
+        let lo = accepted.iter().map(|f| get(&f.fit)).min().unwrap_or(0);
+        let hi = accepted.iter().map(|f| get(&f.fit)).max().unwrap_or(0);
+        [lo, hi]
+    };
+    let mut out = best.fit.clone();
+    out.tile_m_ci95 = span(|f| f.tile_m);
+    out.tile_n_ci95 = span(|f| f.tile_n);
+    Ok(out)
+}
+
+/// Fits the curve with the tile fixed (what the coverage tests check).
+pub fn fit_with_tile(points: &[GemmPoint], tile_m: u64, tile_n: u64) -> Result<GemmFit, FitError> {
+    fit_tile(points, tile_m, tile_n).map(|f| f.fit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::TestRng;
+    use super::*;
+
+    const RATE: f64 = 60e9;
+    const K_HALF: f64 = 48.0;
+    const RAMP_NS: f64 = 3_000.0;
+
+    fn truth_ns(m: u64, n: u64, k: u64, tile: u64) -> f64 {
+        let kf = k as f64;
+        padded_flops(m, n, k, tile, tile) / (RATE * kf / (kf + K_HALF)) * 1e9 + RAMP_NS
+    }
+
+    fn synthetic(rng: &mut TestRng, tile: u64, noise: f64) -> Vec<GemmPoint> {
+        let mut out = Vec::new();
+        for &m in &[24u64, 64, 100, 128, 200] {
+            for &n in &[32u64, 72, 128, 250] {
+                for &k in &[16u64, 32, 64, 128, 256, 512] {
+                    for _ in 0..2 {
+                        let t = truth_ns(m, n, k, tile) * (1.0 + noise * rng.normal());
+                        out.push(GemmPoint {
+                            m,
+                            n,
+                            k,
+                            time_ns: t,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn recovers_rate_k_half_ramp_and_tile() {
+        let mut rng = TestRng::new(11);
+        let pts = synthetic(&mut rng, 16, 0.02);
+        let f = fit(&pts, &[1, 4, 8, 16, 32]).unwrap();
+        assert_eq!((f.tile_m, f.tile_n), (16, 16), "{f:?}");
+        assert!(f.tile_m_ci95[0] <= 16 && 16 <= f.tile_m_ci95[1]);
+        assert!(
+            (f.rate_flops_per_s.value / RATE - 1.0).abs() < 0.02,
+            "{f:?}"
+        );
+        assert!((f.k_half.value / K_HALF - 1.0).abs() < 0.1, "{f:?}");
+        assert!((f.ramp_ns.value / RAMP_NS - 1.0).abs() < 0.2, "{f:?}");
+        assert!(f.quality.rms_relative_error < 0.03);
+    }
+
+    #[test]
+    fn intervals_cover_the_truth_at_about_95_percent() {
+        let mut rng = TestRng::new(99);
+        let datasets = 200;
+        let (mut rate, mut kh, mut ramp) = (0, 0, 0);
+        for _ in 0..datasets {
+            let f = fit_with_tile(&synthetic(&mut rng, 8, 0.05), 8, 8).unwrap();
+            rate += usize::from(f.rate_flops_per_s.covers(RATE));
+            kh += usize::from(f.k_half.covers(K_HALF));
+            ramp += usize::from(f.ramp_ns.covers(RAMP_NS));
+        }
+        for (what, hits) in [("rate", rate), ("k_half", kh), ("ramp", ramp)] {
+            let r = hits as f64 / f64::from(datasets);
+            assert!((0.90..=0.99).contains(&r), "{what} coverage {r}");
+        }
+    }
+
+    #[test]
+    fn padding_rounds_up_to_tiles() {
+        assert_eq!(padded_flops(100, 64, 10, 64, 64), 2.0 * 128.0 * 64.0 * 10.0);
+        assert_eq!(padded_flops(1, 1, 1, 1, 1), 2.0);
+    }
+}

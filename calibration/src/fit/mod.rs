@@ -1,0 +1,111 @@
+//! The fits that turn microbenchmark samples into profile parameters, each with a 95%
+//! confidence interval and its goodness of fit:
+//! - [`alpha_beta`]: latency + bytes / bandwidth (collectives per algorithm and tier, p2p,
+//!   memory passes, allocation, checkpoint writes), weighted least squares;
+//! - [`gemm`]: the simulator's GEMM curve (rate, k_half, ramp, tile) by iteratively
+//!   reweighted least squares per tile candidate and a grid over tiles;
+//! - [`ratio`]: the compute slowdown under overlapping communication.
+//!
+//! Timing noise is roughly proportional to the time, so every fit minimises relative error
+//! (weights `1 / predicted^2`, recomputed from the fit a few times).
+
+pub mod alpha_beta;
+pub mod gemm;
+pub mod linear;
+pub mod ratio;
+
+use serde::Serialize;
+
+/// Why a fit could not be made.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum FitError {
+    #[error("{have} samples are too few for this fit (need at least {need})")]
+    TooFewSamples { have: usize, need: usize },
+    #[error("cannot fit: {0}")]
+    Degenerate(String),
+}
+
+/// A fitted number with its 95% confidence interval.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Estimate {
+    pub value: f64,
+    pub ci95: [f64; 2],
+}
+
+impl Estimate {
+    /// Whether the interval contains `x`.
+    pub fn covers(&self, x: f64) -> bool {
+        self.ci95[0] <= x && x <= self.ci95[1]
+    }
+    /// The same estimate restricted to `[lo, hi]` (a physical range: a latency cannot be
+    /// negative); the interval is clipped too, so it still contains the value.
+    pub fn clamp(self, lo: f64, hi: f64) -> Estimate {
+        let value = self.value.clamp(lo, hi);
+        Estimate {
+            value,
+            ci95: [
+                self.ci95[0].clamp(lo, hi).min(value),
+                self.ci95[1].clamp(lo, hi).max(value),
+            ],
+        }
+    }
+    /// `f(value)` with the interval mapped through `f`, for a monotone `f`.
+    pub fn map_monotone(self, f: impl Fn(f64) -> f64) -> Estimate {
+        let (a, b) = (f(self.ci95[0]), f(self.ci95[1]));
+        Estimate {
+            value: f(self.value),
+            ci95: [a.min(b), a.max(b)],
+        }
+    }
+}
+
+/// How well a fitted model reproduces the samples it was fitted to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Quality {
+    pub samples: usize,
+    pub r2: f64,
+    pub rms_relative_error: f64,
+    pub max_relative_error: f64,
+}
+
+impl Quality {
+    fn of(measured: &[f64], predicted: &[f64], r2: f64) -> Quality {
+        let rel: Vec<f64> = measured
+            .iter()
+            .zip(predicted)
+            .map(|(m, p)| if *m != 0.0 { (p - m) / m } else { 0.0 })
+            .collect();
+        let n = rel.len().max(1) as f64;
+        Quality {
+            samples: rel.len(),
+            r2,
+            rms_relative_error: (rel.iter().map(|r| r * r).sum::<f64>() / n).sqrt(),
+            max_relative_error: rel.iter().fold(0.0f64, |a, r| a.max(r.abs())),
+        }
+    }
+}
+
+/// Iterations of reweighting (weights from the previous fit's predictions).
+const REWEIGHT_ROUNDS: usize = 3;
+
+/// Relative-error least squares: weights `1/y^2` first, then `1/predicted^2`.
+fn relative_least_squares(x: &[Vec<f64>], y: &[f64]) -> Result<linear::LinearFit, FitError> {
+    let mut w: Vec<f64> = y.iter().map(|v| 1.0 / (v * v).max(1e-30)).collect();
+    let mut fit = linear::weighted_least_squares(x, y, &w)?;
+    for _ in 0..REWEIGHT_ROUNDS {
+        w = x
+            .iter()
+            .zip(y)
+            .map(|(row, yi)| {
+                let p = fit.predict(row);
+                let p = if p > 0.0 { p } else { *yi };
+                1.0 / (p * p).max(1e-30)
+            })
+            .collect();
+        fit = linear::weighted_least_squares(x, y, &w)?;
+    }
+    Ok(fit)
+}
+
+#[cfg(test)]
+pub(crate) use crate::sample::SplitMix as TestRng;

@@ -1,0 +1,80 @@
+//! Compute slowdown under overlapping communication: the same GEMM timed alone and while a
+//! collective runs on other threads; `slowdown = 1 - mean(alone) / mean(overlapped)` (the
+//! profile's `overlap.compute_slowdown`, a fraction of the rate lost). The interval comes from
+//! the delta method on the ratio of two independent means, with Welch-Satterthwaite degrees of
+//! freedom for the Student-t quantile.
+
+use super::{linear::t95, Estimate, FitError};
+
+fn mean_var(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let m = xs.iter().sum::<f64>() / n;
+    let v = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
+    (m, v)
+}
+
+/// Slowdown of `overlapped` timings relative to `alone` timings (both of the same work).
+pub fn slowdown(alone: &[f64], overlapped: &[f64]) -> Result<Estimate, FitError> {
+    for (what, xs) in [("alone", alone), ("overlapped", overlapped)] {
+        if xs.len() < 2 {
+            return Err(FitError::TooFewSamples {
+                have: xs.len(),
+                need: 2,
+            });
+        }
+        if xs.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+            return Err(FitError::Degenerate(format!("non-positive {what} timing")));
+        }
+    }
+    let (ma, va) = mean_var(alone);
+    let (mo, vo) = mean_var(overlapped);
+    let (na, no) = (alone.len() as f64, overlapped.len() as f64);
+    let r = ma / mo;
+    let (ea, eo) = (va / na / (ma * ma), vo / no / (mo * mo));
+    let se = r * (ea + eo).sqrt();
+    // Welch-Satterthwaite on the relative variances.
+    let dof = if ea + eo > 0.0 {
+        ((ea + eo).powi(2) / (ea * ea / (na - 1.0) + eo * eo / (no - 1.0))).max(1.0)
+    } else {
+        na + no - 2.0
+    };
+    let t = t95(dof.floor() as usize)?;
+    let s = 1.0 - r;
+    Ok(Estimate {
+        value: s,
+        ci95: [s - t * se, s + t * se],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::TestRng;
+    use super::*;
+
+    fn sample(rng: &mut TestRng, mean: f64, sd: f64, n: usize) -> Vec<f64> {
+        (0..n).map(|_| mean + sd * rng.normal()).collect()
+    }
+
+    #[test]
+    fn recovers_slowdown_and_covers_it() {
+        // Alone 10 ms, overlapped 12.5 ms: slowdown 1 - 10/12.5 = 0.2.
+        let mut rng = TestRng::new(5);
+        let datasets = 200;
+        let mut hits = 0;
+        for _ in 0..datasets {
+            let a = sample(&mut rng, 10e6, 0.4e6, 12);
+            let o = sample(&mut rng, 12.5e6, 0.6e6, 12);
+            let s = slowdown(&a, &o).unwrap();
+            assert!((s.value - 0.2).abs() < 0.06, "{s:?}");
+            hits += usize::from(s.covers(0.2));
+        }
+        let r = hits as f64 / f64::from(datasets);
+        assert!((0.90..=0.99).contains(&r), "coverage {r}");
+    }
+
+    #[test]
+    fn too_few_samples_is_an_error() {
+        assert!(slowdown(&[1.0], &[1.0, 2.0]).is_err());
+        assert!(slowdown(&[1.0, -1.0], &[1.0, 2.0]).is_err());
+    }
+}

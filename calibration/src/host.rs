@@ -1,0 +1,455 @@
+//! Turns the host microbenchmarks into a profile: each benchmark's fit, then the mapping from
+//! fitted quantities to profile keys (docs/calibration.md has the table):
+//! - `gemm.*` from the GEMM curve; the fp32 peak is a normalisation (the larger of the
+//!   highest observed rate and the upper bound of the fitted sustained rate), so
+//!   `max_efficiency = rate / peak` carries the fit; every dtype runs at the f32 rate (the
+//!   host computes f32);
+//! - `gpu.hbm_bandwidth_bytes_per_s`: the larger of the memcpy and memory-pass bandwidths;
+//!   `memory.efficiency`: memory-pass bandwidth / that;
+//! - `kernel.launch_ns`: slope of step time over a chain of empty ops;
+//! - `network.intra`: latency and effective bandwidth of one alpha-beta fit over the ring
+//!   collectives (the simulator uses one pair per tier, and `network.algorithm = "ring"`);
+//!   `bandwidth_bytes_per_s` is the larger of the p2p and ring bandwidths and `efficiency` the
+//!   ring bandwidth over it. p2p, all-to-all and broadcast fits are reported beside. One machine
+//!   has no inter-node link: `network.inter` repeats the intra values and says so;
+//! - `overlap.compute_slowdown`, `checkpoint.bandwidth_bytes_per_s`,
+//!   `memory.alloc_bytes_per_s` from their fits; `[host] cores` = nproc.
+
+use crate::bench::{CommSamples, GemmSamples, Samples, SizedSamples};
+use crate::fit::alpha_beta::{self, AlphaBeta, Point};
+use crate::fit::gemm::{self, GemmFit, GemmPoint};
+use crate::fit::{ratio, Estimate, FitError};
+use crate::nccl_tests::Test;
+use crate::write::HostKeys;
+use serde::Serialize;
+use twin_sim::cost::Algorithm;
+use twin_sim::profile::{FitQuality, LinkParams, Param, Profile, Source};
+
+/// The collectives the host runs as rings (the simulator's ring algorithm).
+pub const RING_KINDS: [&str; 3] = ["all-reduce", "reduce-scatter", "all-gather"];
+
+/// Tile sides tried for the GEMM curve.
+pub const TILE_CANDIDATES: [u64; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// The alpha-beta fit of one collective kind (reported; the profile uses the joint fit). A
+/// kind whose samples cannot be fitted (too noisy at the sizes measured) says why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NamedFit {
+    pub name: String,
+    pub fit: Option<AlphaBeta>,
+    pub error: Option<String>,
+}
+
+/// Every fit of a host calibration.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HostFits {
+    pub gemm: GemmFit,
+    pub gemm_best_observed_flops_per_s: f64,
+    pub gemm_holdout_samples: usize,
+    pub gemm_holdout_max_relative_error: f64,
+    pub memory_pass: AlphaBeta,
+    pub memcpy: AlphaBeta,
+    pub alloc: AlphaBeta,
+    /// `bandwidth` in ops per second; its inverse is the per-op overhead.
+    pub launch: AlphaBeta,
+    pub launch_ns: Estimate,
+    pub collectives: Vec<NamedFit>,
+    pub p2p: AlphaBeta,
+    /// One fit over the ring collectives (all-reduce, reduce-scatter, all-gather): the
+    /// algorithm `network.algorithm = "ring"` names; the profile's tier comes from it.
+    pub ring: AlphaBeta,
+    pub overlap_slowdown: Estimate,
+    pub checkpoint: AlphaBeta,
+    pub cores: u32,
+    /// Samples dropped by the outlier rule, over every benchmark.
+    pub dropped_samples: usize,
+    /// Fits that fell back to a simpler model, and why.
+    pub notes: Vec<String>,
+}
+
+fn sized_points(s: &[SizedSamples]) -> Vec<Point> {
+    s.iter()
+        .flat_map(|x| {
+            x.kept_ns.iter().map(move |&t| Point {
+                steps: 1.0,
+                bytes: x.bytes as f64,
+                time_ns: t,
+            })
+        })
+        .collect()
+}
+
+fn gemm_points(s: &[GemmSamples], holdout: bool) -> Vec<GemmPoint> {
+    s.iter()
+        .filter(|g| g.holdout == holdout)
+        .flat_map(|g| {
+            g.kept_ns.iter().map(move |&t| GemmPoint {
+                m: g.m,
+                n: g.n,
+                k: g.k,
+                time_ns: t,
+            })
+        })
+        .collect()
+}
+
+/// The nccl-tests model of a host collective kind (the host runs the same ring algorithms).
+fn test_of(kind: &str) -> Option<Test> {
+    Some(match kind {
+        "p2p" => Test::SendRecv,
+        "all-reduce" => Test::AllReduce,
+        "all-gather" => Test::AllGather,
+        "reduce-scatter" => Test::ReduceScatter,
+        "all-to-all" => Test::AllToAll,
+        "broadcast" => Test::Broadcast,
+        _ => return None,
+    })
+}
+
+fn comm_points<'a>(s: impl Iterator<Item = &'a CommSamples>) -> Vec<Point> {
+    s.filter_map(|c| test_of(&c.kind).map(|t| (c, t)))
+        .flat_map(|(c, t)| {
+            let (steps, bytes) = t.steps_and_bytes(c.ranks, c.bytes as f64);
+            c.kept_ns.iter().map(move |&time_ns| Point {
+                steps,
+                bytes,
+                time_ns,
+            })
+        })
+        .collect()
+}
+
+/// [`alpha_beta::fit_or_rate`] with the benchmark's name in errors and notes.
+fn named(what: &str, points: &[Point], notes: &mut Vec<String>) -> Result<AlphaBeta, FitError> {
+    let (f, note) = alpha_beta::fit_or_rate(points)
+        .map_err(|e| FitError::Degenerate(format!("{what}: {e}")))?;
+    if let Some(n) = note {
+        notes.push(format!("{what}: {n}"));
+    }
+    Ok(f)
+}
+
+/// The curve's prediction of one call.
+pub fn gemm_predict_ns(f: &GemmFit, m: u64, n: u64, k: u64) -> f64 {
+    let kf = k as f64;
+    let rate = f.rate_flops_per_s.value * kf / (kf + f.k_half.value.max(0.0));
+    gemm::padded_flops(m, n, k, f.tile_m, f.tile_n) / rate * 1e9 + f.ramp_ns.value.max(0.0)
+}
+
+/// Fits every benchmark of `s`.
+pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
+    let fit_pts = gemm_points(&s.gemm, false);
+    let g = gemm::fit(&fit_pts, &TILE_CANDIDATES)
+        .map_err(|e| FitError::Degenerate(format!("GEMM curve: {e}")))?;
+    let best = s
+        .gemm
+        .iter()
+        .flat_map(|x| {
+            let flops = 2.0 * x.m as f64 * x.n as f64 * x.k as f64;
+            x.kept_ns.iter().map(move |t| flops / t * 1e9)
+        })
+        .fold(0.0f64, f64::max);
+    let holdout: Vec<f64> = s
+        .gemm
+        .iter()
+        .filter(|x| x.holdout)
+        .filter_map(|x| {
+            let med = crate::sample::median(&x.kept_ns)?;
+            Some(((gemm_predict_ns(&g, x.m, x.n, x.k) - med) / med).abs())
+        })
+        .collect();
+    let mut notes = Vec::new();
+    let launch = named("op overhead", &sized_points(&s.launch), &mut notes)?;
+    let launch_ns = launch.bandwidth_bytes_per_s.map_monotone(|ops| 1e9 / ops);
+    let kinds: std::collections::BTreeSet<&str> = s.comm.iter().map(|c| c.kind.as_str()).collect();
+    let mut collectives = Vec::new();
+    for k in kinds.iter().filter(|k| **k != "p2p") {
+        let pts = comm_points(s.comm.iter().filter(|c| c.kind == *k));
+        let r = alpha_beta::fit(&pts);
+        collectives.push(NamedFit {
+            name: k.to_string(),
+            error: r.as_ref().err().map(ToString::to_string),
+            fit: r.ok(),
+        });
+    }
+    let p2p = named(
+        "p2p",
+        &comm_points(s.comm.iter().filter(|c| c.kind == "p2p")),
+        &mut notes,
+    )?;
+    let ring = named(
+        "ring collectives",
+        &comm_points(
+            s.comm
+                .iter()
+                .filter(|c| RING_KINDS.contains(&c.kind.as_str())),
+        ),
+        &mut notes,
+    )?;
+    let overlap = s
+        .overlap
+        .as_ref()
+        .ok_or_else(|| FitError::Degenerate("no overlap samples".into()))?;
+    let dropped = s.gemm.iter().map(|x| x.dropped_ns.len()).sum::<usize>()
+        + [
+            &s.memory_pass,
+            &s.memcpy,
+            &s.alloc,
+            &s.launch,
+            &s.checkpoint,
+        ]
+        .iter()
+        .flat_map(|v| v.iter())
+        .map(|x| x.dropped_ns.len())
+        .sum::<usize>()
+        + s.comm.iter().map(|x| x.dropped_ns.len()).sum::<usize>()
+        + overlap.dropped;
+    Ok(HostFits {
+        gemm_best_observed_flops_per_s: best,
+        gemm_holdout_samples: holdout.len(),
+        gemm_holdout_max_relative_error: holdout.iter().fold(0.0, |a: f64, b| a.max(*b)),
+        gemm: g,
+        memory_pass: named("memory pass", &sized_points(&s.memory_pass), &mut notes)?,
+        memcpy: named("memcpy", &sized_points(&s.memcpy), &mut notes)?,
+        alloc: named("alloc", &sized_points(&s.alloc), &mut notes)?,
+        launch,
+        launch_ns,
+        collectives,
+        p2p,
+        ring,
+        overlap_slowdown: ratio::slowdown(&overlap.alone_ns, &overlap.overlapped_ns)?,
+        checkpoint: named("checkpoint", &sized_points(&s.checkpoint), &mut notes)?,
+        cores,
+        dropped_samples: dropped,
+        notes,
+    })
+}
+
+fn fitted(e: Estimate, reference: String) -> Param {
+    let finite = e.ci95[0].is_finite() && e.ci95[1].is_finite();
+    Param {
+        value: e.value,
+        source: Source::Fitted,
+        reference,
+        ci95: finite.then_some(e.ci95),
+    }
+}
+
+/// Scale an estimate (value and interval) by `1/d`.
+fn over(e: Estimate, d: f64) -> Estimate {
+    e.map_monotone(|x| x / d)
+}
+
+/// Profile values must be finite: an unbounded upper limit becomes `cap`.
+fn cap_hi(e: Estimate, cap: f64) -> Estimate {
+    Estimate {
+        value: e.value,
+        ci95: [
+            e.ci95[0],
+            if e.ci95[1].is_finite() {
+                e.ci95[1]
+            } else {
+                cap
+            },
+        ],
+    }
+}
+
+/// The profile (and the host keys) of `f`; `run` names the calibration run in every `ref`.
+pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys) {
+    let r = |what: &str| format!("{what}; {run}");
+    let rate = f.gemm.rate_flops_per_s;
+    let peak = f
+        .gemm_best_observed_flops_per_s
+        .max(if rate.ci95[1].is_finite() {
+            rate.ci95[1]
+        } else {
+            rate.value
+        });
+    let peak_param = |dtype: &str| {
+        Param {
+        value: peak,
+        source: Source::Fitted,
+        reference: r(&format!(
+            "{dtype}: normalisation, max(highest observed f32 GEMM rate, upper 95% bound of the fitted sustained rate); the host computes every dtype in f32"
+        )),
+        ci95: None,
+    }
+    };
+    let hbm = f
+        .memcpy
+        .bandwidth_bytes_per_s
+        .value
+        .max(f.memory_pass.bandwidth_bytes_per_s.value);
+    let joint_bw = f.ring.bandwidth_bytes_per_s;
+    let link_bw = f.p2p.bandwidth_bytes_per_s.value.max(joint_bw.value);
+    let link_bw_est = if f.p2p.bandwidth_bytes_per_s.value >= joint_bw.value {
+        f.p2p.bandwidth_bytes_per_s
+    } else {
+        joint_bw
+    };
+    let intra = LinkParams {
+        bandwidth_bytes_per_s: fitted(
+            cap_hi(link_bw_est, link_bw * 1e3),
+            r("max(p2p ping-pong, ring-collective alpha-beta) bandwidth over the host TCP transport (loopback)"),
+        ),
+        latency_ns: fitted(
+            f.ring.latency_ns.clamp(0.0, f64::MAX),
+            r("alpha-beta fit over the ring collectives (all-reduce, reduce-scatter, all-gather), ring step counts"),
+        ),
+        efficiency: fitted(
+            over(joint_bw, link_bw).clamp(1e-6, 1.0),
+            r("ring-collective alpha-beta bandwidth / network.intra.bandwidth_bytes_per_s"),
+        ),
+        p2p_latency_ns: Some(fitted(
+            f.p2p.latency_ns.clamp(0.0, f64::MAX),
+            r("alpha-beta fit over p2p ping-pong (one way): a send is one message, not a ring step"),
+        )),
+    };
+    let mut inter = intra.clone();
+    for p in [
+        &mut inter.bandwidth_bytes_per_s,
+        &mut inter.latency_ns,
+        &mut inter.efficiency,
+    ]
+    .into_iter()
+    .chain(inter.p2p_latency_ns.as_mut())
+    {
+        p.reference = format!(
+            "one machine has no inter-node link: copied from network.intra ({})",
+            p.reference
+        );
+    }
+    let count = |v: u64, ci: [u64; 2], what: &str| Param {
+        value: v as f64,
+        source: Source::Fitted,
+        reference: r(what),
+        ci95: Some([ci[0] as f64, ci[1] as f64]),
+    };
+    let total_samples: usize = [
+        f.gemm.quality.samples,
+        f.memory_pass.quality.samples,
+        f.memcpy.quality.samples,
+        f.alloc.quality.samples,
+        f.launch.quality.samples,
+        f.ring.quality.samples,
+        f.checkpoint.quality.samples,
+    ]
+    .iter()
+    .sum();
+    let qualities = [
+        f.gemm.quality,
+        f.memory_pass.quality,
+        f.memcpy.quality,
+        f.alloc.quality,
+        f.launch.quality,
+        f.ring.quality,
+        f.checkpoint.quality,
+    ];
+    let rms = (qualities
+        .iter()
+        .map(|q| q.rms_relative_error.powi(2) * q.samples as f64)
+        .sum::<f64>()
+        / total_samples.max(1) as f64)
+        .sqrt();
+    let max = qualities
+        .iter()
+        .fold(0.0f64, |a, q| a.max(q.max_relative_error));
+    let host = HostKeys {
+        cores: Param {
+            value: f64::from(f.cores.max(1)),
+            source: Source::Fitted,
+            reference: r("CPU cores available to this process (nproc)"),
+            ci95: None,
+        },
+        alloc_bytes_per_s: fitted(
+            cap_hi(
+                f.alloc.bandwidth_bytes_per_s,
+                f.alloc.bandwidth_bytes_per_s.value * 1e3,
+            ),
+            r("allocate + touch a buffer (as the host backend's Alloc), fixed cost + bytes / rate"),
+        ),
+    };
+    let profile = Profile {
+        name: format!("{gpu_name}-calibrated"),
+        description: format!("twin calibrate --backend host on this machine ({run})"),
+        gpu: gpu_name.to_string(),
+        sm_count: Param {
+            value: 1.0,
+            source: Source::Datasheet,
+            reference: "one CPU core per rank: the host backend runs a rank's GEMMs on one thread"
+                .into(),
+            ci95: None,
+        },
+        peak_fp32_flops_per_s: peak_param("fp32"),
+        peak_tf32_flops_per_s: peak_param("tf32"),
+        peak_fp16_flops_per_s: peak_param("fp16"),
+        peak_bf16_flops_per_s: peak_param("bf16"),
+        peak_fp8_flops_per_s: peak_param("fp8"),
+        hbm_bandwidth_bytes_per_s: Param {
+            value: hbm,
+            source: Source::Fitted,
+            reference: r("max(memcpy, memory-pass) fitted bandwidth (bytes moved: read + write)"),
+            ci95: None,
+        },
+        gemm_max_efficiency: fitted(
+            over(cap_hi(rate, peak), peak).clamp(1e-6, 1.0),
+            r("GEMM curve fit: sustained rate / gpu.peak_flops_per_s.fp32"),
+        ),
+        gemm_k_half: fitted(
+            f.gemm.k_half.clamp(0.0, f64::MAX),
+            r("GEMM curve fit (delta-method interval)"),
+        ),
+        gemm_tile_m: count(
+            f.gemm.tile_m,
+            f.gemm.tile_m_ci95,
+            "GEMM curve fit, grid over tiles (interval: tiles an F-test does not reject)",
+        ),
+        gemm_tile_n: count(
+            f.gemm.tile_n,
+            f.gemm.tile_n_ci95,
+            "GEMM curve fit, grid over tiles (interval: tiles an F-test does not reject)",
+        ),
+        gemm_ramp_ns: fitted(
+            f.gemm.ramp_ns.clamp(0.0, f64::MAX),
+            r("GEMM curve fit: fixed time per call"),
+        ),
+        memory_efficiency: fitted(
+            over(f.memory_pass.bandwidth_bytes_per_s, hbm).clamp(1e-6, 1.0),
+            r("memory-pass (axpy, 12 bytes per element) bandwidth / gpu.hbm_bandwidth_bytes_per_s"),
+        ),
+        launch_ns: fitted(
+            f.launch_ns.clamp(0.0, f64::MAX),
+            r("slope of step time over chains of empty ops through the host backend"),
+        ),
+        intra,
+        inter,
+        nvls_efficiency: None,
+        nvls_min_bytes: None,
+        algorithm: Some(Algorithm::Ring),
+        overlap_compute_slowdown: Some(fitted(
+            f.overlap_slowdown.clamp(0.0, 0.999),
+            r("GEMM alone vs while two ranks all-reduce (delta method, Welch dof)"),
+        )),
+        checkpoint_bandwidth_bytes_per_s: Some(fitted(
+            cap_hi(
+                f.checkpoint.bandwidth_bytes_per_s,
+                f.checkpoint.bandwidth_bytes_per_s.value * 1e3,
+            ),
+            r("write + fsync of a file, fixed cost + bytes / bandwidth"),
+        )),
+        fit: Some(FitQuality {
+            method: "relative-error least squares (weights 1/predicted^2, reweighted 3x); alpha-beta per benchmark; GEMM curve linear per tile, grid over tiles; 95% intervals from Student t (statrs) and the delta method".into(),
+            data: format!("host microbenchmarks ({run}); raw samples beside the profile"),
+            samples: total_samples as u64,
+            rms_relative_error: rms,
+            max_relative_error: max,
+            holdout_samples: f.gemm_holdout_samples as u64,
+            holdout_max_relative_error: f.gemm_holdout_max_relative_error,
+        }),
+        memory_alloc_bytes_per_s: Some(host.alloc_bytes_per_s.clone()),
+        host_cores: Some(host.cores.clone()),
+        provenance: Default::default(),
+    };
+    (profile, host)
+}

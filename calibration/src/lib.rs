@@ -1,0 +1,38 @@
+//! twin-calibration: measures the local hardware through twin's own runtime (the host
+//! backend's GEMMs, memory passes, allocations and TCP collectives; cuBLAS on a GPU) and fits
+//! the simulator's cost-model parameters to the samples, each with a 95% confidence interval,
+//! into a hardware profile (docs/profiles.md, docs/calibration.md). It also imports
+//! nccl-tests logs, which users often have from their clusters.
+
+pub mod bench;
+pub mod cuda;
+pub mod fit;
+pub mod host;
+pub mod nccl_tests;
+pub mod provenance;
+pub mod run;
+pub mod sample;
+pub mod write;
+
+pub use run::{calibrate_cuda, calibrate_host, from_nccl_tests, HostOptions, HostRun, NcclImport};
+
+/// Why a calibration failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibError {
+    #[error(
+        "--backend cuda needs an NVIDIA GPU and its driver: {0}. On a machine without a GPU, \
+         calibrate the host backend (`twin calibrate --backend host`), or import nccl-tests \
+         logs from your cluster (`twin calibrate --from-nccl-tests LOG...`)"
+    )]
+    NoGpu(String),
+    #[error("setting up the calibration: {0}")]
+    Setup(String),
+    #[error("benchmark failed: {0}")]
+    Bench(String),
+    #[error(transparent)]
+    Fit(#[from] fit::FitError),
+    #[error(transparent)]
+    Parse(#[from] nccl_tests::ParseError),
+    #[error("{0}")]
+    Profile(String),
+}

@@ -1,0 +1,327 @@
+//! The three calibrations end to end: `calibrate_host` (benchmarks, fits, profile text),
+//! `calibrate_cuda` (cuBLAS GEMM curve over a base profile) and `from_nccl_tests` (network
+//! tiers from nccl-tests logs over a base profile). The CLI (src/cmd/calibrate.rs) only parses
+//! arguments, draws the progress bar and writes files.
+
+use crate::bench::{self, Config, Counter, Mode, Progress, Samples};
+use crate::fit::alpha_beta::{self, AlphaBeta, Point};
+use crate::fit::gemm::{self, GemmFit};
+use crate::fit::Estimate;
+use crate::host::{self, HostFits};
+use crate::nccl_tests::{self, Log, LogFit, Tier};
+use crate::write::{self, HostKeys, Provenance};
+use crate::CalibError;
+use serde::Serialize;
+use std::time::Instant;
+use twin_sim::profile::{LinkParams, Param, Profile, Source};
+use twin_sim::schedule::Gemm;
+
+/// What a host calibration is asked to do.
+#[derive(Clone, Debug)]
+pub struct HostOptions {
+    pub mode: Mode,
+    /// GEMM shapes of a scenario to time too.
+    pub extra_shapes: Vec<Gemm>,
+    /// The GPU name the profile describes (host scenarios: "cpu-core").
+    pub gpu_name: String,
+    pub seed: u64,
+    /// The command line, for provenance.
+    pub command: String,
+    /// File name of the samples beside the profile, for provenance.
+    pub samples_file: String,
+}
+
+/// A finished host calibration.
+#[derive(Clone, Debug, Serialize)]
+pub struct HostRun {
+    pub config: Config,
+    pub fits: HostFits,
+    pub profile: Profile,
+    pub host: HostKeys,
+    pub provenance: Provenance,
+    /// Seconds the benchmarks took.
+    pub elapsed_s: f64,
+    #[serde(skip)]
+    pub samples: Samples,
+    #[serde(skip)]
+    pub toml: String,
+}
+
+/// Measures this machine through the host backend and fits a profile.
+pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<HostRun, CalibError> {
+    let cores = crate::provenance::cores();
+    let cfg = Config::new(opts.mode, cores);
+    let extra: Vec<Gemm> = opts
+        .extra_shapes
+        .iter()
+        .take(cfg.max_scenario_shapes)
+        .copied()
+        .collect();
+    let total = cfg.sweep_shapes().len()
+        + extra.len()
+        + 3 * cfg.memory_bytes.len()
+        + cfg.launch_ops.len()
+        + bench::comm::measurement_count(&cfg)
+        + cfg.checkpoint_bytes.len();
+    let mut progress = Counter {
+        sink,
+        done: 0,
+        total,
+    };
+    let started = Instant::now();
+    let mut samples = Samples {
+        gemm: bench::compute::gemms(&cfg, &extra, opts.seed, &mut progress),
+        memory_pass: bench::memory::memory_pass(&cfg, &mut progress),
+        memcpy: bench::memory::memcpy(&cfg, &mut progress),
+        alloc: bench::memory::alloc(&cfg, &mut progress),
+        launch: bench::launch::launch(&cfg, &mut progress)?,
+        ..Samples::default()
+    };
+    let (comm, overlap) = bench::comm::comm(&cfg, &mut progress)?;
+    samples.comm = comm;
+    samples.overlap = Some(overlap);
+    samples.checkpoint = bench::io::checkpoint(&cfg, &mut progress)?;
+    let elapsed_s = started.elapsed().as_secs_f64();
+    let fits = host::fit_all(&samples, cores)?;
+    let mode = match opts.mode {
+        Mode::Quick => "quick",
+        Mode::Full => "full",
+        Mode::Tiny => "tiny",
+    };
+    let provenance = crate::provenance::here("host", mode, &opts.command, &opts.samples_file);
+    let run_ref = format!(
+        "twin calibrate --backend host ({mode}) on {} at {}",
+        provenance.hostname, provenance.date_utc
+    );
+    let (profile, host_keys) = host::to_profile(&fits, &opts.gpu_name, &run_ref);
+    let mut header = vec![
+        format!("Hardware profile of this machine for twin's host backend, written by {run_ref}."),
+        "Every fitted number carries its 95% confidence interval; docs/calibration.md says how each was measured and fitted.".into(),
+        format!("Raw samples: {}", opts.samples_file),
+        "Alpha-beta fits per algorithm (the tiers below use the ring collectives' fit):".into(),
+    ];
+    let ab = |name: &str, f: &AlphaBeta| {
+        format!(
+            "  {name}: latency {:.0} ns [{:.0}, {:.0}] per step, bandwidth {:.4e} B/s [{:.4e}, {:.4e}], R2 {:.3}, rms {:.1}%",
+            f.latency_ns.value,
+            f.latency_ns.ci95[0],
+            f.latency_ns.ci95[1],
+            f.bandwidth_bytes_per_s.value,
+            f.bandwidth_bytes_per_s.ci95[0],
+            f.bandwidth_bytes_per_s.ci95[1],
+            f.quality.r2,
+            f.quality.rms_relative_error * 100.0
+        )
+    };
+    header.push(ab("p2p", &fits.p2p));
+    for c in &fits.collectives {
+        match &c.fit {
+            Some(f) => header.push(ab(&c.name, f)),
+            None => header.push(format!("  {}: not fitted", c.name)),
+        }
+    }
+    header.push(ab("ring collectives", &fits.ring));
+    let toml = write::profile_toml(&profile, Some(&host_keys), Some(&provenance), &header);
+    Ok(HostRun {
+        config: cfg,
+        fits,
+        profile,
+        host: host_keys,
+        provenance,
+        elapsed_s,
+        samples,
+        toml,
+    })
+}
+
+/// The bundled base profile for a GPU name from a log or a scenario, if there is one.
+pub fn bundled_base(gpu: &str) -> Option<(&'static str, &'static str)> {
+    let g = gpu.to_ascii_lowercase();
+    if g.contains("h100") {
+        Some((
+            "scenarios/profiles/h100-dgx.toml",
+            include_str!("../../scenarios/profiles/h100-dgx.toml"),
+        ))
+    } else if g.contains("a100") {
+        Some((
+            "scenarios/profiles/a100-dgx.toml",
+            include_str!("../../scenarios/profiles/a100-dgx.toml"),
+        ))
+    } else {
+        None
+    }
+}
+
+/// A GPU calibration: the GEMM curve from cuBLAS over `base`'s other sections.
+#[derive(Clone, Debug, Serialize)]
+pub struct CudaRun {
+    pub gemm: GemmFit,
+    pub profile: Profile,
+    #[serde(skip)]
+    pub toml: String,
+}
+
+/// Times GEMMs on GPU 0 (bf16) and fits the curve; everything else comes from `base`.
+pub fn calibrate_cuda(base: &Profile, quick: bool, command: &str) -> Result<CudaRun, CalibError> {
+    crate::cuda::require_gpu()?;
+    let shapes = crate::cuda::sweep_shapes(quick);
+    let points = crate::cuda::gemm_medians(&shapes, if quick { 5 } else { 20 })?;
+    let g = gemm::fit(&points, &[16, 32, 64, 128, 256])?;
+    let peak = base.peak_bf16_flops_per_s.value;
+    let run = format!("twin calibrate --backend cuda ({command})");
+    let mut p = base.clone();
+    p.name = format!("{}-calibrated", base.name);
+    p.description = format!("{}; GEMM curve fitted by {run}", base.description);
+    let fitted = |e: Estimate, what: &str| Param {
+        value: e.value,
+        source: Source::Fitted,
+        reference: format!("{what}; {run}"),
+        ci95: (e.ci95[0].is_finite() && e.ci95[1].is_finite()).then_some(e.ci95),
+    };
+    p.gemm_max_efficiency = fitted(
+        g.rate_flops_per_s
+            .map_monotone(|r| r / peak)
+            .clamp(1e-6, 1.0),
+        "cuBLAS bf16 GEMM curve: sustained rate / bf16 peak",
+    );
+    p.gemm_k_half = fitted(g.k_half.clamp(0.0, f64::MAX), "cuBLAS bf16 GEMM curve");
+    p.gemm_ramp_ns = fitted(g.ramp_ns.clamp(0.0, f64::MAX), "cuBLAS bf16 GEMM curve");
+    let mut prov =
+        crate::provenance::here("cuda", if quick { "quick" } else { "full" }, command, "");
+    prov.cuda_version = Some("see twin doctor".into());
+    let toml = write::profile_toml(&p, None, Some(&prov), &[format!("Written by {run}.")]);
+    Ok(CudaRun {
+        gemm: g,
+        profile: p,
+        toml,
+    })
+}
+
+/// The result of importing nccl-tests logs.
+#[derive(Clone, Debug, Serialize)]
+pub struct NcclImport {
+    pub logs: Vec<Log>,
+    pub fits: Vec<LogFit>,
+    /// One fit per tier over every log of that tier (bytes per rail for the inter tier).
+    pub tiers: Vec<(Tier, AlphaBeta)>,
+    pub profile: Profile,
+    #[serde(skip)]
+    pub toml: String,
+}
+
+/// Fits the network tiers of `base` to nccl-tests logs (`(origin, text)` pairs); rows below
+/// `min_bytes` are left out of the fits.
+pub fn from_nccl_tests(
+    logs: &[(String, String)],
+    base: &Profile,
+    base_origin: &str,
+    min_bytes: u64,
+) -> Result<NcclImport, CalibError> {
+    let parsed: Vec<Log> = logs
+        .iter()
+        .map(|(o, t)| nccl_tests::parse(t, o))
+        .collect::<Result<_, _>>()?;
+    let fits: Vec<LogFit> = parsed
+        .iter()
+        .map(|l| {
+            l.fit(min_bytes)
+                .map_err(|e| CalibError::Profile(format!("{}: {e}", l.origin)))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut p = base.clone();
+    let mut tiers = Vec::new();
+    let names: Vec<String> = parsed.iter().map(|l| l.origin.clone()).collect();
+    for tier in [Tier::Intra, Tier::Inter] {
+        let pts: Vec<Point> = parsed
+            .iter()
+            .filter(|l| l.tier() == tier)
+            .flat_map(|l| {
+                let rails = if tier == Tier::Inter {
+                    f64::from(l.max_per_node.max(1))
+                } else {
+                    1.0
+                };
+                let rows: Vec<Point> = Log {
+                    rows: l
+                        .rows
+                        .iter()
+                        .filter(|r| r.size_bytes >= min_bytes)
+                        .cloned()
+                        .collect(),
+                    ..l.clone()
+                }
+                .points();
+                rows.into_iter().map(move |q| Point {
+                    bytes: q.bytes / rails,
+                    ..q
+                })
+            })
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        let f = alpha_beta::fit(&pts)?;
+        let what = format!(
+            "alpha-beta fit to nccl-tests logs ({}), ring step counts",
+            names.join(", ")
+        );
+        let link = match tier {
+            Tier::Intra => &mut p.intra,
+            Tier::Inter => &mut p.inter,
+        };
+        set_link(link, &f, &what);
+        tiers.push((tier, f));
+    }
+    p.name = format!("{}-nccl-tests", base.name);
+    p.description = format!(
+        "{}; network tiers fitted to nccl-tests logs",
+        base.description
+    );
+    let toml = write::profile_toml(
+        &p,
+        None,
+        None,
+        &[
+            format!(
+                "Written by twin calibrate --from-nccl-tests over the base profile {base_origin}."
+            ),
+            format!("Logs: {}", names.join(", ")),
+        ],
+    );
+    Ok(NcclImport {
+        logs: parsed,
+        fits,
+        tiers,
+        profile: p,
+        toml,
+    })
+}
+
+/// Sets a tier from a fit: the line rate stays (unless the fit beats it), the efficiency is
+/// fitted bandwidth / line rate, the latency is the fitted per-step latency.
+fn set_link(link: &mut LinkParams, f: &AlphaBeta, what: &str) {
+    let bw = f.bandwidth_bytes_per_s;
+    if bw.value > link.bandwidth_bytes_per_s.value {
+        link.bandwidth_bytes_per_s = Param {
+            value: bw.value,
+            source: Source::Fitted,
+            reference: format!("{what}: the fitted bandwidth exceeds the base line rate"),
+            ci95: None,
+        };
+    }
+    let line = link.bandwidth_bytes_per_s.value;
+    let eff = bw.map_monotone(|b| b / line).clamp(1e-6, 1.0);
+    link.efficiency = Param {
+        value: eff.value,
+        source: Source::Fitted,
+        reference: format!("{what}: effective bandwidth / line rate"),
+        ci95: Some(eff.ci95),
+    };
+    let lat = f.latency_ns.clamp(0.0, f64::MAX);
+    link.latency_ns = Param {
+        value: lat.value,
+        source: Source::Fitted,
+        reference: format!("{what}: per-step latency"),
+        ci95: Some(lat.ci95),
+    };
+}

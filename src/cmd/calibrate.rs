@@ -1,0 +1,383 @@
+//! `twin calibrate`: measures this machine (host backend, or a GPU through cuBLAS) and fits a
+//! hardware profile with a 95% confidence interval on every fitted number, or imports
+//! nccl-tests logs into a profile's network tiers. The work is in the twin-calibration
+//! crate; this module parses arguments, draws the progress bar and writes the files.
+
+use super::Format;
+use anyhow::{bail, Context};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use twin_calibration::bench::{Mode, Progress};
+use twin_calibration::fit::alpha_beta::AlphaBeta;
+use twin_calibration::fit::Estimate;
+use twin_calibration::HostOptions;
+
+/// Fit a hardware profile to this machine, or to nccl-tests logs.
+///
+///   twin calibrate --backend host -o host.toml            microbenchmarks, a few minutes
+///   twin calibrate --backend host --quick -o host.toml    under a minute
+///   twin calibrate --backend host --scenario s.toml ...   also time every GEMM shape of s
+///   twin calibrate --from-nccl-tests all_reduce_perf.log ... -o cluster.toml
+///
+/// The raw samples are written beside the profile (PROFILE.samples.json). docs/calibration.md
+/// says what is measured, the outlier rule, the fits and their confidence intervals.
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Which backend to measure.
+    #[arg(long, value_enum, required_unless_present = "from_nccl_tests")]
+    pub backend: Option<Backend>,
+    /// Fewer shapes, sizes and repeats: under a minute.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where to write the profile.
+    #[arg(short, long, default_value = "profile.toml")]
+    pub output: PathBuf,
+    /// Also time every GEMM shape of this scenario's schedule; its GPU names the profile.
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
+    /// The GPU name the profile describes (default: the scenario's; "cpu-core" on the host).
+    #[arg(long)]
+    pub gpu_name: Option<String>,
+    /// Seed of the benchmark order shuffle.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// nccl-tests output files (all_reduce_perf, all_gather_perf, reduce_scatter_perf,
+    /// alltoall_perf, broadcast_perf, sendrecv_perf) to fit the network tiers to.
+    #[arg(long, num_args = 1.., conflicts_with = "backend")]
+    pub from_nccl_tests: Vec<PathBuf>,
+    /// Profile whose other sections the result keeps (default: the bundled profile of the
+    /// logs' GPU).
+    #[arg(long)]
+    pub base_profile: Option<PathBuf>,
+    /// nccl-tests rows below this many bytes are left out of the fit.
+    #[arg(long, default_value_t = 0)]
+    pub min_bytes: u64,
+    /// The fewest samples every fit accepts (tests).
+    #[arg(long, hide = true)]
+    pub tiny: bool,
+    /// Never draw the progress bar (it is drawn only when standard error is a terminal).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    Host,
+    Cuda,
+}
+
+/// A one-line progress bar on stderr: benchmark name, done/total.
+struct Bar {
+    enabled: bool,
+    drawn: bool,
+}
+
+impl Progress for Bar {
+    fn update(&mut self, benchmark: &str, done: usize, total: usize) {
+        if !self.enabled {
+            return;
+        }
+        let total = total.max(1);
+        let filled = done.min(total) * 30 / total;
+        eprint!(
+            "\r  calibrate [{}{}] {done}/{total} {benchmark:<16}",
+            "#".repeat(filled),
+            " ".repeat(30 - filled)
+        );
+        self.drawn = true;
+    }
+}
+
+impl Bar {
+    fn finish(&self) {
+        if self.drawn {
+            eprintln!();
+        }
+    }
+}
+
+/// `profile.toml` → `profile.samples.json`.
+pub fn samples_path(profile: &Path) -> PathBuf {
+    profile.with_extension("samples.json")
+}
+
+fn command_line() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if !args.from_nccl_tests.is_empty() {
+        return import(&args);
+    }
+    match args.backend {
+        Some(Backend::Cuda) => cuda(&args),
+        Some(Backend::Host) => host(&args),
+        None => bail!("give --backend host|cuda or --from-nccl-tests LOG..."),
+    }
+}
+
+fn host(args: &Args) -> anyhow::Result<ExitCode> {
+    let (extra_shapes, scenario_gpu) = match &args.scenario {
+        Some(path) => {
+            let s = super::load_scenario(path, &[])?;
+            let plan = twin_sim::plan::Plan::new(&s)
+                .with_context(|| format!("cannot plan {}", path.display()))?;
+            let schedule = twin_sim::schedule::generate(&s, &plan)
+                .with_context(|| format!("cannot build the schedule of {}", path.display()))?;
+            (
+                twin_calibration::bench::compute::scenario_shapes(&schedule, usize::MAX),
+                Some(s.cluster.gpu.name.clone()),
+            )
+        }
+        None => (Vec::new(), None),
+    };
+    let samples = samples_path(&args.output);
+    let opts = HostOptions {
+        mode: if args.tiny {
+            Mode::Tiny
+        } else if args.quick {
+            Mode::Quick
+        } else {
+            Mode::Full
+        },
+        extra_shapes,
+        gpu_name: args
+            .gpu_name
+            .clone()
+            .or(scenario_gpu)
+            .unwrap_or_else(|| "cpu-core".into()),
+        seed: args.seed,
+        command: command_line(),
+        samples_file: samples
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    let mut bar = Bar {
+        enabled: !args.no_progress && std::io::stderr().is_terminal(),
+        drawn: false,
+    };
+    let result = twin_calibration::calibrate_host(&opts, &mut bar);
+    bar.finish();
+    let run = result?;
+    super::write_atomic(&args.output, &run.toml)?;
+    #[derive(serde::Serialize)]
+    struct SamplesFile<'a> {
+        provenance: &'a twin_calibration::write::Provenance,
+        config: &'a twin_calibration::bench::Config,
+        outlier_rule: &'static str,
+        samples: &'a twin_calibration::bench::Samples,
+    }
+    let file = SamplesFile {
+        provenance: &run.provenance,
+        config: &run.config,
+        outlier_rule: "drop samples above median + 3 * 1.4826 * MAD (docs/calibration.md)",
+        samples: &run.samples,
+    };
+    super::write_atomic(&samples, &serde_json::to_string_pretty(&file)?)?;
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
+        Format::Text => print!("{}", host_text(&run, &args.output, &samples)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn si(v: f64, unit: &str) -> String {
+    let (d, p) = match v.abs() {
+        x if x >= 1e12 => (1e12, "T"),
+        x if x >= 1e9 => (1e9, "G"),
+        x if x >= 1e6 => (1e6, "M"),
+        x if x >= 1e3 => (1e3, "k"),
+        _ => (1.0, ""),
+    };
+    format!("{:.3} {p}{unit}", v / d)
+}
+
+fn est(e: &Estimate, unit: &str) -> String {
+    format!(
+        "{} [{} .. {}]",
+        si(e.value, unit),
+        if e.ci95[0].is_finite() {
+            si(e.ci95[0], unit)
+        } else {
+            "-inf".into()
+        },
+        if e.ci95[1].is_finite() {
+            si(e.ci95[1], unit)
+        } else {
+            "inf".into()
+        }
+    )
+}
+
+fn ab_line(name: &str, f: &AlphaBeta, latency: &str) -> String {
+    format!(
+        "  {name:<16} {:<44} {latency} {:<36} R² {:.4}  rms {:.1}%  n {}\n",
+        est(&f.bandwidth_bytes_per_s, "B/s"),
+        est(&f.latency_ns, "ns"),
+        f.quality.r2,
+        f.quality.rms_relative_error * 100.0,
+        f.quality.samples
+    )
+}
+
+fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) -> String {
+    let f = &run.fits;
+    let g = &f.gemm;
+    let mut o = format!(
+        "calibrated {} ({} cores, {}) in {:.1} s; values with 95% confidence intervals\n\n",
+        run.provenance.hostname, f.cores, run.provenance.cpu_model, run.elapsed_s
+    );
+    o.push_str(&format!(
+        "GEMM curve (f32, one thread): R² {:.4}, rms {:.1}%, max {:.1}%, n {}; held-out shapes: {} with max error {:.1}%\n",
+        g.quality.r2,
+        g.quality.rms_relative_error * 100.0,
+        g.quality.max_relative_error * 100.0,
+        g.quality.samples,
+        f.gemm_holdout_samples,
+        f.gemm_holdout_max_relative_error * 100.0
+    ));
+    o.push_str(&format!(
+        "  rate {}   k_half {}   ramp {}   tile {}x{} (not rejected: m {:?}, n {:?})\n\n",
+        est(&g.rate_flops_per_s, "FLOP/s"),
+        est(&g.k_half, ""),
+        est(&g.ramp_ns, "ns"),
+        g.tile_m,
+        g.tile_n,
+        g.tile_m_ci95,
+        g.tile_n_ci95
+    ));
+    o.push_str("bandwidth + fixed cost per call (alpha-beta: per step for transfers)\n");
+    o.push_str(&ab_line("memory pass", &f.memory_pass, "fixed"));
+    o.push_str(&ab_line("memcpy", &f.memcpy, "fixed"));
+    o.push_str(&ab_line("alloc+touch", &f.alloc, "fixed"));
+    o.push_str(&ab_line("checkpoint", &f.checkpoint, "fixed"));
+    o.push_str(&ab_line("p2p", &f.p2p, "step "));
+    for c in &f.collectives {
+        match (&c.fit, &c.error) {
+            (Some(fit), _) => o.push_str(&ab_line(&c.name, fit, "step ")),
+            (None, e) => o.push_str(&format!(
+                "  {:<16} not fitted: {}\n",
+                c.name,
+                e.as_deref().unwrap_or("")
+            )),
+        }
+    }
+    o.push_str(&ab_line("ring (profile)", &f.ring, "step "));
+    o.push_str(&format!(
+        "\nop overhead {}   overlap compute slowdown {:.3} [{:.3} .. {:.3}]   outliers dropped {}\n",
+        est(&f.launch_ns, "ns"),
+        f.overlap_slowdown.value,
+        f.overlap_slowdown.ci95[0],
+        f.overlap_slowdown.ci95[1],
+        f.dropped_samples
+    ));
+    for n in &f.notes {
+        o.push_str(&format!("note: {n}\n"));
+    }
+    o.push_str(&format!(
+        "\nwrote {} and {}\n",
+        profile.display(),
+        samples.display()
+    ));
+    o
+}
+
+fn cuda(args: &Args) -> anyhow::Result<ExitCode> {
+    // Fail before anything else when there is no GPU, with what to do instead.
+    twin_calibration::cuda::require_gpu()?;
+    let scenario_gpu = match &args.scenario {
+        Some(p) => Some(super::load_scenario(p, &[])?.cluster.gpu.name),
+        None => None,
+    };
+    let (base, origin) = base_profile(
+        args.base_profile.as_deref(),
+        args.gpu_name.as_deref().or(scenario_gpu.as_deref()),
+    )?;
+    let run = twin_calibration::calibrate_cuda(&base, args.quick, &command_line())?;
+    super::write_atomic(&args.output, &run.toml)?;
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
+        Format::Text => {
+            let g = &run.gemm;
+            println!(
+                "cuBLAS bf16 GEMM curve over {origin}: rate {}, k_half {}, ramp {}, tile {}x{}; R² {:.4}, rms {:.1}%\nwrote {}",
+                est(&g.rate_flops_per_s, "FLOP/s"),
+                est(&g.k_half, ""),
+                est(&g.ramp_ns, "ns"),
+                g.tile_m,
+                g.tile_n,
+                g.quality.r2,
+                g.quality.rms_relative_error * 100.0,
+                args.output.display()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--base-profile`, or the bundled profile for `gpu`.
+fn base_profile(
+    path: Option<&Path>,
+    gpu: Option<&str>,
+) -> anyhow::Result<(twin_sim::profile::Profile, String)> {
+    if let Some(p) = path {
+        return Ok((twin_sim::profile::load(p)?, p.display().to_string()));
+    }
+    let gpu = gpu.unwrap_or("");
+    match twin_calibration::run::bundled_base(gpu) {
+        Some((origin, text)) => Ok((
+            twin_sim::profile::parse_str(text, origin)?,
+            origin.to_string(),
+        )),
+        None => bail!(
+            "no bundled profile for GPU '{gpu}'; give --base-profile FILE (a profile whose other sections the result keeps)"
+        ),
+    }
+}
+
+fn import(args: &Args) -> anyhow::Result<ExitCode> {
+    let mut logs = Vec::new();
+    for p in &args.from_nccl_tests {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
+        logs.push((p.display().to_string(), text));
+    }
+    let first_gpu = logs
+        .iter()
+        .find_map(|(o, t)| twin_calibration::nccl_tests::parse(t, o).ok()?.gpu);
+    let (base, origin) = base_profile(args.base_profile.as_deref(), first_gpu.as_deref())?;
+    let out = twin_calibration::from_nccl_tests(&logs, &base, &origin, args.min_bytes)?;
+    super::write_atomic(&args.output, &out.toml)?;
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&out)?),
+        Format::Text => {
+            let mut o =
+                format!("nccl-tests import over {origin}; values with 95% confidence intervals\n");
+            for f in &out.fits {
+                o.push_str(&format!(
+                    "  {:<22} {:>3} ranks {} node(s) {:?}: {} per rank{}, latency {}, R² {:.4}, rms {:.1}%\n",
+                    f.test.binary(),
+                    f.ranks,
+                    f.nodes,
+                    f.tier,
+                    est(&f.link_bandwidth_bytes_per_s, "B/s"),
+                    if f.nodes > 1 { " (per rail)" } else { "" },
+                    est(&f.fit.latency_ns, "ns"),
+                    f.fit.quality.r2,
+                    f.fit.quality.rms_relative_error * 100.0
+                ));
+            }
+            for (tier, f) in &out.tiers {
+                o.push_str(&ab_line(&format!("{tier:?} tier"), f, "step "));
+            }
+            o.push_str(&format!("wrote {}\n", args.output.display()));
+            print!("{o}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

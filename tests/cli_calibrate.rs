@@ -1,0 +1,138 @@
+//! End to end: `twin calibrate` on the host backend (hidden --tiny sample count), the
+//! nccl-tests import, and `--backend cuda` on a machine without a GPU.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn twin(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_twin"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("twin-calibrate-e2e-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn repo(p: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(p)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn host_calibration_writes_profile_and_samples() {
+    let dir = scratch("host");
+    let out = dir.join("host.toml");
+    let o = twin(
+        &[
+            "calibrate",
+            "--backend",
+            "host",
+            "--tiny",
+            "--scenario",
+            &repo("scenarios/host/single.toml"),
+            "-o",
+            out.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["profile"]["gpu"], "cpu-core");
+    assert!(
+        json["fits"]["gemm"]["rate_flops_per_s"]["value"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    let toml = std::fs::read_to_string(&out).unwrap();
+    let loadable = twin_calibration::write::without_host_keys(&toml);
+    let p = twin_sim::profile::parse_str(&loadable, "host.toml").unwrap();
+    assert_eq!(p.gpu, "cpu-core");
+    assert!(toml.contains("[provenance]") && toml.contains("[host]"));
+    let samples: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("host.samples.json")).unwrap())
+            .unwrap();
+    let gemms = samples["samples"]["gemm"].as_array().unwrap();
+    assert!(
+        gemms.iter().any(|g| g["origin"] == "scenario"),
+        "scenario shapes timed"
+    );
+    assert!(samples["provenance"]["hostname"].is_string());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn nccl_tests_import_writes_a_loadable_profile() {
+    let dir = scratch("nccl");
+    let out = dir.join("cluster.toml");
+    let o = twin(
+        &[
+            "calibrate",
+            "--from-nccl-tests",
+            &repo("calibration/tests/data/all_reduce_perf-8xA100.log"),
+            &repo("calibration/tests/data/all_reduce_perf-2x8xA100.log"),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("all_reduce_perf") && t.contains("Inter tier"),
+        "{t}"
+    );
+    let p = twin_sim::profile::load(&out).unwrap();
+    assert_eq!(p.gpu, "a100-sxm-80gb");
+    assert_eq!(p.intra.latency_ns.source, twin_sim::profile::Source::Fitted);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cuda_without_a_gpu_is_an_actionable_error() {
+    // An empty library search path: no CUDA driver can be found, as on a machine without a GPU.
+    let dir = scratch("cuda");
+    let o = twin(
+        &[
+            "calibrate",
+            "--backend",
+            "cuda",
+            "--quick",
+            "-o",
+            dir.join("gpu.toml").to_str().unwrap(),
+        ],
+        &[
+            ("TWIN_CUDA_LIB_DIR", dir.to_str().unwrap()),
+            ("LD_LIBRARY_PATH", dir.to_str().unwrap()),
+            ("CUDA_HOME", dir.to_str().unwrap()),
+        ],
+    );
+    if o.status.success() {
+        // A machine with a GPU: the calibration ran; nothing to check here.
+        return;
+    }
+    let t = text(&o);
+    assert!(!t.contains("panicked"), "{t}");
+    assert!(t.contains("--backend cuda needs an NVIDIA GPU"), "{t}");
+    assert!(t.contains("--backend host"), "{t}");
+    assert!(!dir.join("gpu.toml").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
