@@ -41,9 +41,6 @@ enum Command {
     /// One rank of a host run (started by `twin run`, by hand, or by srun).
     #[command(hide = true)]
     Worker(cmd::run::WorkerArgs),
-    /// Inject a fault into a host run and compare recovery with the simulator's prediction.
-    #[command(hide = true)]
-    VerifyFaults(cmd::verify_faults::VerifyFaultsArgs),
 }
 
 /// Exit codes: 0 success, 1 failure of the work, 2 bad input (scenario or arguments),
@@ -63,7 +60,6 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(args),
         Command::Verify(args) => cmd::verify::run(args),
         Command::Worker(args) => cmd::run::worker(args),
-        Command::VerifyFaults(args) => cmd::verify_faults::run(args),
     };
     match result {
         Ok(code) => code,

@@ -251,15 +251,16 @@ fn a_crash_loop_ends_with_an_error() {
 #[test]
 fn verify_faults_predicts_and_measures_the_same_fault() {
     let o = twin(&[
-        "verify-faults",
+        "verify",
         SCENARIO,
+        "--faults",
         "--steps",
         "8",
         "--checkpoint-every",
         "3",
         "--inject",
         "kill rank=1 at=step:5,op:4",
-        "--repeats",
+        "--repeat",
         "1",
         "--format",
         "json",

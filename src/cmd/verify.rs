@@ -25,6 +25,11 @@ use twin_sim::verify::{compare, summarize_steps, CompareOptions, Comparison, Sid
 ///   twin verify scenarios/host/pp.toml --backend host --profile scenarios/profiles/host-draft.toml
 ///   twin verify scenarios/host/tp-pp.toml --profile P --format json --trace-dir out/
 ///   twin verify scenarios/host/pp.toml --profile P --max-step-time-error 0.05 --max-bubble-error-points 2
+///
+/// With --faults it verifies recovery instead: the same fault (--inject) is injected in the
+/// simulator's recovery model and in a real host run with checkpoints, and the recovery time
+/// and lost work are compared (docs/faults.md):
+///   twin verify scenarios/host/faults.toml --faults --inject "kill rank=3 at=step:7"
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -33,18 +38,21 @@ pub struct Args {
     /// host: CPU processes over TCP; cuda: the local GPU (one-rank scenarios).
     #[arg(long, value_enum, default_value = "host")]
     pub backend: BackendKind,
-    /// Hardware profile TOML that costs the prediction (docs/profiles.md).
-    #[arg(long, value_name = "FILE")]
-    pub profile: PathBuf,
-    /// Measured steps per run, after the warm-up.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub steps: u32,
+    /// Hardware profile TOML that costs the prediction (docs/profiles.md). Not used by
+    /// --faults, whose host parameters come from calibration runs (docs/faults.md).
+    #[arg(long, value_name = "FILE", required_unless_present = "faults")]
+    pub profile: Option<PathBuf>,
+    /// Measured steps per run, after the warm-up [default: 5; with --faults, 12: the steps of
+    /// each recovering run].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub steps: Option<u32>,
     /// Steps run first and left out of the measurement.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub warmup: u32,
-    /// Runs (each a fresh launch); the step median is taken over all of them.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub repeat: u32,
+    /// Runs (each a fresh launch); the step median is taken over all of them [default: 1;
+    /// with --faults, 9 fault runs and as many calibration runs].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: Option<u32>,
     /// Override a scenario key (TOML value syntax). Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
@@ -66,6 +74,29 @@ pub struct Args {
     /// Longest a rank waits for a peer before giving up (as `twin run`).
     #[arg(long, default_value_t = 60.0)]
     pub timeout_s: f64,
+    /// Verify recovery from a fault instead of a step (host backend).
+    #[arg(long)]
+    pub faults: bool,
+    /// With --faults: the fault, "kill rank=R at=step:S[,op:I]".
+    #[arg(long, default_value = "kill rank=3 at=step:7", requires = "faults")]
+    pub inject: String,
+    /// With --faults: checkpoint interval in steps (synchronous checkpoints).
+    #[arg(long, default_value_t = 3, requires = "faults")]
+    pub checkpoint_every: u64,
+    /// With --faults: fail (exit 1) when |recovery time error| exceeds this fraction.
+    #[arg(long, value_name = "F", default_value_t = 0.20, value_parser = non_negative, requires = "faults")]
+    pub max_recovery_error: f64,
+}
+
+impl Args {
+    /// Measured steps per run of a step verification.
+    fn steps(&self) -> u32 {
+        self.steps.unwrap_or(5)
+    }
+    /// Runs of a step verification.
+    fn repeat(&self) -> u32 {
+        self.repeat.unwrap_or(1)
+    }
 }
 
 /// One real run: its measured report and merged measurement.
@@ -91,9 +122,25 @@ fn thresholds(a: &Args) -> Thresholds {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.faults {
+        return super::verify_faults::run(super::verify_faults::VerifyFaultsArgs {
+            scenario: args.scenario,
+            overrides: args.overrides,
+            steps: args.steps.unwrap_or(12),
+            checkpoint_every: args.checkpoint_every,
+            inject: args.inject,
+            repeats: args.repeat.unwrap_or(9),
+            tolerance: args.max_recovery_error,
+            format: args.format,
+        });
+    }
     let thresholds = thresholds(&args);
     let scenario = load_scenario(&args.scenario, &args.overrides)?;
-    let profile = twin_sim::profile::load(&args.profile)?;
+    let profile_path = args
+        .profile
+        .as_deref()
+        .context("--profile is required (a hardware profile, docs/profiles.md)")?;
+    let profile = twin_sim::profile::load(profile_path)?;
     let prediction = twin_sim::predict_with(
         &scenario,
         &twin_sim::PredictOptions {
@@ -105,7 +152,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     )
     .with_context(|| format!("simulating {}", args.scenario.display()))?;
     let staged = &prediction.staged;
-    let total_steps = args.warmup + args.steps;
+    let total_steps = args.warmup + args.steps();
     let tmp = std::env::temp_dir().join(format!("twin-verify-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     let common = Common {
@@ -118,14 +165,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         timeout_s: args.timeout_s,
         measures: Some(tmp.join("measures.json")),
     };
-    let mut runs = Vec::with_capacity(args.repeat as usize);
+    let mut runs = Vec::with_capacity(args.repeat() as usize);
     let result = (|| {
         if args.backend == BackendKind::Host {
             runcmd::check_fits_host(&scenario, staged, &common)?;
         }
-        for i in 0..args.repeat {
-            if args.format == Format::Text && args.repeat > 1 {
-                eprintln!("run {}/{}", i + 1, args.repeat);
+        for i in 0..args.repeat() {
+            if args.format == Format::Text && args.repeat() > 1 {
+                eprintln!("run {}/{}", i + 1, args.repeat());
             }
             runs.push(measure_once(&args, &scenario, staged, &common)?);
         }
@@ -257,8 +304,8 @@ fn to_json(
     );
     obj.insert("profile".into(), profile.into());
     obj.insert("warmup".into(), args.warmup.into());
-    obj.insert("steps".into(), args.steps.into());
-    obj.insert("repeat".into(), args.repeat.into());
+    obj.insert("steps".into(), args.steps().into());
+    obj.insert("repeat".into(), args.repeat().into());
     obj.insert(
         "measured_step_times_s".into(),
         serde_json::to_value(steps_s)?,
@@ -291,7 +338,7 @@ fn to_text(
         },
         steps_s.len(),
         args.warmup,
-        args.repeat,
+        args.repeat(),
         median_s * 1e3,
         spread_s[0] * 1e3,
         spread_s[1] * 1e3,

@@ -1,4 +1,4 @@
-//! `twin verify-faults` (to become `twin verify --faults`): injects one kill into a real host
+//! `twin verify --faults`: injects one kill into a real host
 //! run and compares its measured recovery (detection + restart + reload) and lost work with
 //! what the simulator's recovery model (`twin_sim::faults::Model`) predicts for the same fault.
 //! The model's host parameters never come from the runs being verified: detection is the
@@ -19,39 +19,26 @@ use twin_sim::faults::{
 /// The launcher polls its children this often: a death is noticed within one interval.
 pub const LAUNCHER_POLL_S: f64 = 0.005;
 
-/// Inject a fault into a host run and compare recovery with the simulator's prediction.
-///
-/// Calibrates restart (teardown, spawn, bootstrap) and checkpoint reload on this machine with
+/// What `twin verify --faults` compares (its arguments there). Calibrates restart (teardown, spawn, bootstrap) and checkpoint reload on this machine with
 /// separate short runs that recover from another fault, predicts the recovery with the
-/// simulator's recovery model, then measures it in --repeats runs with the injected kill
+/// simulator's recovery model, then measures it in `repeats` runs (`--repeat`) with the injected kill
 /// (medians on both sides: the host is often shared).
-///
-/// Example:
-///   twin verify-faults scenarios/host/faults.toml --inject "kill rank=3 at=step:7"
-#[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+#[derive(Clone, Debug)]
 pub struct VerifyFaultsArgs {
     /// Scenario TOML (a CPU-sized one, e.g. scenarios/host/faults.toml).
     pub scenario: PathBuf,
     /// Override a scenario key (TOML value syntax). Repeatable.
-    #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
     /// Steps of each run.
-    #[arg(long, default_value_t = 12)]
     pub steps: u32,
     /// Checkpoint interval in steps (synchronous checkpoints).
-    #[arg(long, default_value_t = 3)]
     pub checkpoint_every: u64,
     /// The fault: a step kill, "kill rank=R at=step:S[,op:I]".
-    #[arg(long, default_value = "kill rank=3 at=step:7")]
     pub inject: String,
     /// Fault runs (and calibration runs) to take the median of.
-    #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub repeats: u32,
     /// Largest accepted relative error of the recovery time.
-    #[arg(long, default_value_t = 0.20)]
     pub tolerance: f64,
-    #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
 }
 
@@ -131,7 +118,7 @@ fn fresh_dir(base: &Path, name: &str) -> anyhow::Result<PathBuf> {
 pub fn run(args: VerifyFaultsArgs) -> anyhow::Result<ExitCode> {
     let inj = Injection::parse(&args.inject)?;
     let At::Step { step: at_step, op } = inj.at else {
-        anyhow::bail!("--inject: verify-faults needs a step kill (at=step:S[,op:I])");
+        anyhow::bail!("--inject: verify --faults needs a step kill (at=step:S[,op:I])");
     };
     let scenario = load_scenario(&args.scenario, &args.overrides)?;
     let staged = twin_sim::Staged::new(&scenario)?;
