@@ -78,6 +78,9 @@ pub struct CudaBackend {
     issued: Vec<u32>,
     slot_of: BTreeMap<u32, usize>,
     step_start: CudaEvent,
+    /// Host time at which the device passed `step_start` (to within a synchronise): the
+    /// origin that puts this rank's event times on the launcher's aligned clock.
+    step_origin: Option<std::time::Instant>,
     streams: Vec<Arc<CudaStream>>,
     rendezvous: Box<dyn Rendezvous>,
     pool: Pool,
@@ -166,6 +169,7 @@ impl CudaBackend {
             issued: Vec::new(),
             slot_of: BTreeMap::new(),
             step_start,
+            step_origin: None,
             streams,
             rendezvous,
             pool,
@@ -173,6 +177,12 @@ impl CudaBackend {
             libs,
             ctx,
         })
+    }
+
+    /// When the current (or last) step began, on the host's monotonic clock; `None` before
+    /// the first step. Op times of [`Backend::finish_step`] count from here.
+    pub fn step_origin(&self) -> Option<std::time::Instant> {
+        self.step_origin
     }
 
     pub fn device_count() -> Result<u32, RuntimeError> {
@@ -341,6 +351,12 @@ impl CudaBackend {
         self.step_start
             .record(first)
             .map_err(|e| cu("cuEventRecord", e))?;
+        // Every stream is idle (synchronised above), so the event completes at once: waiting
+        // for it pins the step's device origin to a host instant.
+        self.step_start
+            .synchronize()
+            .map_err(|e| cu("cuEventSynchronize", e))?;
+        self.step_origin = Some(std::time::Instant::now());
         for s in &self.streams {
             s.wait(&self.step_start)
                 .map_err(|e| cu("cuStreamWaitEvent", e))?;

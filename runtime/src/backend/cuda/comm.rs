@@ -100,6 +100,32 @@ impl Rendezvous for LocalRendezvous {
     }
 }
 
+/// The launcher's TCP store as the rendezvous of a multi-process run: a communicator's root
+/// publishes its unique id under the spec's key, every other member blocks on a GET of it
+/// (bounded by the client's read timeout, so a root that died is an error, not a hang).
+pub struct StoreRendezvous {
+    client: crate::transport::store::StoreClient,
+}
+
+impl StoreRendezvous {
+    pub fn new(client: crate::transport::store::StoreClient) -> StoreRendezvous {
+        StoreRendezvous { client }
+    }
+}
+
+impl Rendezvous for StoreRendezvous {
+    fn publish(&mut self, key: &str, value: &[u8]) -> Result<(), RuntimeError> {
+        self.client.set(key, value)
+    }
+    fn fetch(&mut self, key: &str) -> Result<Vec<u8>, RuntimeError> {
+        self.client.get(key).map_err(|e| {
+            RuntimeError::Rendezvous(format!(
+                "waiting for the NCCL unique id {key} from the communicator's first member: {e}"
+            ))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,5 +212,43 @@ mod tests {
         assert_eq!(r.fetch("a").unwrap(), b"id");
         let e = r.fetch("b").unwrap_err().to_string();
         assert!(e.contains("b was never published"), "{e}");
+    }
+
+    #[test]
+    fn store_rendezvous_hands_the_root_id_to_every_member_across_threads() {
+        use crate::transport::store::{Clock, StoreClient, StoreServer};
+        use std::time::Duration;
+        let server = StoreServer::start("127.0.0.1", 0, Clock::new()).unwrap();
+        let port = server.addr.port();
+        let plan = Plan::new(&small_scenario(2, 2, 2, 4)).unwrap();
+        let kinds: BTreeSet<_> = [GroupKind::Dp].into();
+        let id: Vec<u8> = (0..128u8).collect();
+        // Non-roots start first and must wait for the root's publish.
+        let waiters: Vec<_> = (0..plan.world)
+            .map(|rank| {
+                let spec = comm_specs(&plan, rank, &kinds).remove(0);
+                let id = id.clone();
+                std::thread::spawn(move || {
+                    let c = StoreClient::connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
+                    c.set_timeout(Some(Duration::from_secs(5)));
+                    let mut r = StoreRendezvous::new(c);
+                    if spec.is_root() {
+                        std::thread::sleep(Duration::from_millis(20));
+                        r.publish(&spec.key, &id).unwrap();
+                        id
+                    } else {
+                        r.fetch(&spec.key).unwrap()
+                    }
+                })
+            })
+            .collect();
+        for w in waiters {
+            assert_eq!(w.join().unwrap(), id);
+        }
+        // A root that never publishes: the member's fetch ends with an error naming the key.
+        let c = StoreClient::connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
+        c.set_timeout(Some(Duration::from_millis(100)));
+        let e = StoreRendezvous::new(c).fetch("nccl-id/Tp/0,1").unwrap_err().to_string();
+        assert!(e.contains("nccl-id/Tp/0,1"), "{e}");
     }
 }
