@@ -357,13 +357,48 @@ fn cuda_backend_without_a_gpu_fails_cleanly() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.starts_with("error: "), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+    // A multi-rank scenario is checked against the machine's GPUs before any process starts.
     let o = twin(&["run", "scenarios/host/pp.toml", "--backend", "cuda"], &[]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
     assert!(
-        err.contains("plans 2 ranks") && err.contains("one-rank"),
+        err.contains("no CUDA driver found") || err.contains("plans 2 ranks but this machine has"),
         "{err}"
     );
+}
+
+/// A CUDA worker started by hand (or by srun) on a machine without a driver bootstraps, says
+/// what is missing once, and exits 1 instead of waiting on NCCL.
+#[test]
+fn cuda_worker_without_a_driver_reports_once_and_exits() {
+    let driver = twin_runtime::backend::cuda::discover::Discovery::run(
+        &twin_runtime::backend::cuda::discover::SearchEnv::from_process(),
+    )
+    .path(twin_runtime::backend::cuda::discover::CudaLib::Driver)
+    .is_some();
+    if driver {
+        eprintln!("note: a CUDA driver is present; the no-driver path is not exercised here");
+        return;
+    }
+    let port = twin_runtime::launch::launcher::free_port("127.0.0.1")
+        .unwrap()
+        .to_string();
+    let o = twin(
+        &[
+            "worker",
+            "scenarios/host/single.toml",
+            "--backend",
+            "cuda",
+            "--timeout-s",
+            "5",
+        ],
+        &[("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_PORT", &port)],
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("error: no CUDA driver found"), "{err}");
+    assert_eq!(err.matches("no CUDA driver found").count(), 1, "{err}");
 }
 
 #[test]

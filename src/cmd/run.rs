@@ -160,6 +160,10 @@ pub struct WorkerArgs {
     pub common: Common,
     #[command(flatten)]
     pub checkpoint: CheckpointArgs,
+    /// host: CPU compute and TCP collectives; cuda: GPU LOCAL_RANK with cuBLAS and NCCL
+    /// (communicator ids travel over the store).
+    #[arg(long, value_enum, default_value = "host")]
+    pub backend: BackendKind,
 }
 
 /// Load, scale, plan, generate and validate.
@@ -189,7 +193,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let c = &args.common;
     let (scenario, _notes, staged) = stage(c)?;
     match args.backend {
-        BackendKind::Cuda => run_cuda(&scenario, &staged, c),
+        BackendKind::Cuda if staged.plan.world == 1 => run_cuda(&scenario, &staged, c),
+        BackendKind::Cuda => {
+            check_gpus(staged.plan.world)?;
+            let out = launch_local(c, &staged, args.master_port, BackendKind::Cuda)?;
+            print!("{out}");
+            Ok(ExitCode::SUCCESS)
+        }
         BackendKind::Host => {
             check_fits_host(&scenario, &staged, c)?;
             if args.checkpoint.checkpoint_dir.is_some() || !args.inject.is_empty() {
@@ -200,7 +210,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 let _ = std::fs::remove_dir_all(&progress);
                 return out;
             }
-            let out = launch_host(c, &staged, args.master_port)?;
+            let out = launch_local(c, &staged, args.master_port, BackendKind::Host)?;
             print!("{out}");
             Ok(ExitCode::SUCCESS)
         }
@@ -208,14 +218,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Start one `twin worker` per rank of `staged` on this machine with `c`'s arguments (its
-/// format, trace and measurements file included), wait for all, and return what rank 0
-/// printed. `twin run` prints it; `twin verify` reads the measurements file instead.
-pub(crate) fn launch_host(
+/// format, trace and measurements file included) on `backend` (cuda: rank i on GPU i), wait
+/// for all, and return what rank 0 printed. `twin run` prints it; `twin verify` reads the
+/// measurements file instead.
+pub(crate) fn launch_local(
     c: &Common,
     staged: &Staged,
     master_port: Option<u16>,
+    backend: BackendKind,
 ) -> anyhow::Result<String> {
-    let (opts, progress) = host_launch_options(c, staged, master_port)?;
+    let (mut opts, progress) = host_launch_options(c, staged, master_port)?;
+    if backend == BackendKind::Cuda {
+        opts.args
+            .extend(["--backend".to_string(), "cuda".to_string()]);
+    }
     let name = |rank: u32, op: u32| op_name(staged, rank, op);
     let out = launch::launch(&opts, &name);
     let _ = std::fs::remove_dir_all(&progress);
@@ -375,7 +391,7 @@ pub(crate) fn measure_cuda(
 ) -> anyhow::Result<launch::RankMeasure> {
     anyhow::ensure!(
         staged.plan.world == 1,
-        "the scenario plans {} ranks: `--backend cuda` runs one-rank schedules only (multi-GPU launch is future work); use --backend host, or set parallel sizes to 1",
+        "the scenario plans {} ranks: a single-process CUDA run takes one-rank schedules; `twin run --backend cuda` starts one process per GPU for more",
         staged.plan.world
     );
     let run = twin_runtime::backend::cuda::run_single_gpu(
@@ -412,6 +428,17 @@ fn run_cuda(scenario: &Scenario, staged: &Staged, c: &Common) -> anyhow::Result<
         Format::Text => print!("{}", report.to_text()),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuse a multi-GPU CUDA run this machine cannot hold, before any process starts: no
+/// driver is the "no CUDA driver found (searched: ...)" error, too few GPUs names both counts.
+fn check_gpus(world: u32) -> anyhow::Result<()> {
+    let gpus = twin_runtime::backend::cuda::CudaBackend::device_count()?;
+    anyhow::ensure!(
+        world <= gpus,
+        "the scenario plans {world} ranks but this machine has {gpus} GPU(s): `twin run --backend cuda` starts one process per GPU; use a smaller layout (--set parallel.dp=1 ...), start workers on several machines (docs/runtime.md), or --backend host"
+    );
+    Ok(())
 }
 
 /// Most ranks `twin run` starts on one machine.
@@ -489,7 +516,24 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             kills,
         },
     };
-    let Some(all) = launch::run_worker(&env, &staged.plan, &staged.schedule, &opts)? else {
+    let all = match args.backend {
+        BackendKind::Host => launch::run_worker(&env, &staged.plan, &staged.schedule, &opts)?,
+        BackendKind::Cuda => {
+            anyhow::ensure!(
+                args.checkpoint.checkpoint_dir.is_none() && opts.durable.kills.is_empty(),
+                "checkpoints and injected faults need the host backend: the CUDA backend keeps no model state to save"
+            );
+            twin_runtime::backend::cuda::run_cuda_worker(
+                &env,
+                &staged.plan,
+                &staged.schedule,
+                c.steps,
+                opts.timeout,
+                scenario.run.seed,
+            )?
+        }
+    };
+    let Some(all) = all else {
         return Ok(ExitCode::SUCCESS);
     };
     if let Some(path) = &c.measures {
@@ -501,7 +545,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             write_atomic(path, &trace.to_chrome_json(&staged.plan, &staged.schedule))?;
         }
     }
-    let report = launch::report(
+    let mut report = launch::report(
         &scenario,
         &staged.plan,
         &staged.schedule,
@@ -510,6 +554,9 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         started.elapsed().as_secs_f64(),
         notes,
     );
+    if args.backend == BackendKind::Cuda {
+        report.backend = "cuda".into();
+    }
     match c.format {
         Format::Json => println!("{}", report.to_json()),
         Format::Text => print!("{}", report.to_text()),

@@ -250,21 +250,27 @@ fn measure_once(
 ) -> anyhow::Result<Measured> {
     let start = Instant::now();
     let (all, backend) = match args.backend {
-        BackendKind::Host => {
+        BackendKind::Cuda if staged.plan.world == 1 => (
+            vec![runcmd::measure_cuda(scenario, staged, common.steps)?],
+            "cuda",
+        ),
+        backend => {
             let path = common.measures.as_deref().context("no measurements file")?;
-            runcmd::launch_host(common, staged, None)?;
+            runcmd::launch_local(common, staged, None, backend)?;
             let text = std::fs::read_to_string(path).with_context(|| {
                 format!("cannot read the run's measurements {}", path.display())
             })?;
             let all: Vec<RankMeasure> =
                 serde_json::from_str(&text).context("the run's measurements are not valid")?;
             let _ = std::fs::remove_file(path);
-            (all, "host")
+            (
+                all,
+                match backend {
+                    BackendKind::Host => "host",
+                    BackendKind::Cuda => "cuda",
+                },
+            )
         }
-        BackendKind::Cuda => (
-            vec![runcmd::measure_cuda(scenario, staged, common.steps)?],
-            "cuda",
-        ),
     };
     let merged = launch::merge(&staged.schedule, &all);
     let mut report = launch::report(

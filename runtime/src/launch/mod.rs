@@ -10,6 +10,7 @@ pub mod measure;
 pub mod progress;
 pub mod recover;
 pub mod scale;
+pub mod session;
 pub mod worker;
 
 pub use env::RankEnv;
@@ -18,4 +19,5 @@ pub use launcher::{launch, LaunchError, LaunchOptions, LaunchOutput};
 pub use measure::{merge, report, GapStats, Merged, RankMeasure, RunReport};
 pub use recover::{launch_with_recovery, CheckpointSummary, Recovered, Recovery, RecoveryOptions};
 pub use scale::{ScaleError, ScaleFactor, ScaleKey};
+pub use session::Session;
 pub use worker::{run_worker, WorkerOptions};

@@ -10,13 +10,14 @@ use super::events::{unix_ns, Event, EventLog};
 use super::inject::KillPoint;
 use super::measure::RankMeasure;
 use super::progress::Progress;
+use super::session::{rss_peak_bytes, Session};
 use crate::backend::host::{AbortSignal, Fault, HostBackend};
 use crate::checkpoint::{self, dir, CheckpointError, CheckpointOptions, Header, Writer};
 use crate::error::RuntimeError;
 use crate::exec::run_step;
 use crate::transport::frame::checksum;
 use crate::transport::mesh::Mesh;
-use crate::transport::store::{Clock, StoreClient, StoreServer};
+use crate::transport::store::StoreClient;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use twin_sim::plan::Plan;
@@ -44,10 +45,6 @@ pub struct Durability {
     pub kills: Vec<KillPoint>,
 }
 
-/// Set once per run: empty by rank 0 when every result is in, or to the first failure.
-const END_KEY: &str = "end";
-const CLOCK_ROUNDS: u32 = 32;
-
 /// Run this rank. Rank 0 returns every rank's measurement (indexed by rank); others `None`.
 pub fn run_worker(
     env: &RankEnv,
@@ -55,33 +52,29 @@ pub fn run_worker(
     schedule: &Schedule,
     opts: &WorkerOptions,
 ) -> Result<Option<Vec<RankMeasure>>, RuntimeError> {
-    let rank = env.rank;
-    if env.world != plan.world {
-        return Err(RuntimeError::Env {
-            var: "WORLD_SIZE",
-            message: format!(
-                "is {} but the scenario plans {} ranks (tp*pp*dp*cp)",
-                env.world, plan.world
-            ),
-        });
-    }
-    let mut clock = Clock::new();
-    let server = match rank {
-        0 => Some(StoreServer::start(
-            &env.master_addr,
-            env.master_port,
-            clock,
-        )?),
-        _ => None,
-    };
-    let mut store = StoreClient::connect(&env.master_addr, env.master_port, opts.timeout)?;
-    store.set_timeout(Some(opts.timeout));
-    let schedule_sum = check_same_schedule(&mut store, rank, env.world, schedule)?;
-    let (offset, residual) = store.clock_offset(&clock, CLOCK_ROUNDS)?;
-    clock.offset_ns = offset;
-    let mesh = Arc::new(Mesh::connect(&mut store, rank, env.world, opts.timeout)?);
+    let mut session = Session::open(env, plan, schedule, opts.timeout)?;
+    let rank = session.rank;
+    let clock = session.clock;
+    let schedule_sum = session.schedule_sum;
+    let mesh = Arc::new(Mesh::connect(
+        &mut session.store,
+        rank,
+        env.world,
+        opts.timeout,
+    )?);
     let abort = Arc::new(AbortSignal::default());
-    watch_for_abort(env, opts.timeout, Arc::clone(&abort), Arc::clone(&mesh))?;
+    {
+        let (abort, mesh) = (Arc::clone(&abort), Arc::clone(&mesh));
+        session.watch_for_failure(move |reason| {
+            abort.raise(reason);
+            mesh.shutdown_all();
+        })?;
+    }
+    let mut ckpt_client = match &opts.durable.checkpoint {
+        Some(_) => Some(session.connect()?),
+        None => None,
+    };
+    let store = &mut session.store;
     let events = EventLog::from_env(rank).map(Arc::new);
     let record = |e: Event| {
         if let Some(ev) = &events {
@@ -106,7 +99,7 @@ pub fn run_worker(
     let mut last = None;
     let outcome = (|| -> Result<(), RuntimeError> {
         let first = match &d.checkpoint {
-            Some(c) if c.resume => restore(&mut store, &c.dir, me, &mut backend, &record)?,
+            Some(c) if c.resume => restore(store, &c.dir, me, &mut backend, &record)?,
             _ => {
                 record(Event::Loaded {
                     t_ns: unix_ns(),
@@ -124,11 +117,7 @@ pub fn run_worker(
             )));
         }
         let ckpt_store = match &d.checkpoint {
-            Some(_) => {
-                let c = StoreClient::connect(&env.master_addr, env.master_port, opts.timeout)?;
-                c.set_timeout(Some(opts.timeout));
-                Some(Arc::new(Mutex::new(c)))
-            }
+            Some(_) => ckpt_client.take().map(|c| Arc::new(Mutex::new(c))),
             None => None,
         };
         let mut writer = Writer::new(d.checkpoint.as_ref().is_some_and(|c| c.asynchronous));
@@ -159,7 +148,7 @@ pub fn run_worker(
         writer.wait()
     })();
     if let Err(e) = outcome {
-        let _ = store.set(END_KEY, format!("rank {rank} failed: {e}").as_bytes());
+        session.publish_failure(&e);
         return Err(e);
     }
     let (run, origin) = last.ok_or_else(|| RuntimeError::Aborted("no step ran".into()))?;
@@ -174,53 +163,13 @@ pub fn run_worker(
             .collect(),
         step_spans_ns: spans,
         peak,
-        clock_offset_ns: offset,
-        clock_residual_ns: residual,
+        clock_offset_ns: session.clock_offset_ns,
+        clock_residual_ns: session.clock_residual_ns,
         rss_peak_bytes: rss_peak_bytes(),
         workspace_bytes: run.device_memory.workspace_bytes,
         final_weights_digest: Some(format!("{:016x}", backend.state()?.digest())),
     };
-    let json = serde_json::to_vec(&measure)
-        .map_err(|e| RuntimeError::Rendezvous(format!("cannot encode results: {e}")))?;
-    store.set(&format!("result/{rank}"), &json)?;
-    if rank != 0 {
-        return Ok(None);
-    }
-    let mut all = Vec::with_capacity(env.world as usize);
-    for r in 0..env.world {
-        let bytes = store.get(&format!("result/{r}"))?;
-        let m: RankMeasure = serde_json::from_slice(&bytes)
-            .map_err(|e| RuntimeError::Rendezvous(format!("results of rank {r}: {e}")))?;
-        all.push(m);
-    }
-    // Release every rank's abort watcher, then stay until the other ranks have had the
-    // replies to their last requests and left (rank 0's own main connection remains).
-    store.set(END_KEY, &[])?;
-    if let Some(server) = &server {
-        server.wait_for_clients(1, opts.timeout);
-    }
-    Ok(Some(all))
-}
-
-/// Every rank must run the same schedule (same scenario, overrides and scale).
-fn check_same_schedule(
-    store: &mut StoreClient,
-    rank: u32,
-    world: u32,
-    schedule: &Schedule,
-) -> Result<u64, RuntimeError> {
-    let encoded = serde_json::to_vec(schedule)
-        .map_err(|e| RuntimeError::Rendezvous(format!("cannot encode the schedule: {e}")))?;
-    let sum = checksum(&encoded);
-    let mine = sum.to_le_bytes();
-    store.set(&format!("schedule/{rank}"), &mine)?;
-    let theirs = store.get("schedule/0")?;
-    if theirs != mine {
-        return Err(RuntimeError::Rendezvous(format!(
-            "rank {rank} of {world} planned a different schedule than rank 0: start every rank with the same scenario, --set and --scale"
-        )));
-    }
-    Ok(sum)
+    session.finish(&measure)
 }
 
 /// Restore the newest checkpoint that every rank can read and verify, or none (start from
@@ -322,38 +271,4 @@ fn save(
         }
         Ok(())
     }))
-}
-
-/// A thread that waits for another rank's failure (or for the store to vanish) and stops
-/// this rank's step by closing its sockets.
-fn watch_for_abort(
-    env: &RankEnv,
-    timeout: Duration,
-    abort: Arc<AbortSignal>,
-    mesh: Arc<Mesh>,
-) -> Result<(), RuntimeError> {
-    let mut watcher = StoreClient::connect(&env.master_addr, env.master_port, timeout)?;
-    watcher.set_timeout(None);
-    std::thread::Builder::new()
-        .name("twin-abort-watch".into())
-        .spawn(move || {
-            let reason = match watcher.get(END_KEY) {
-                // The run ended normally.
-                Ok(r) if r.is_empty() => return,
-                Ok(r) => String::from_utf8_lossy(&r).into_owned(),
-                Err(e) => format!("lost the store: {e}"),
-            };
-            abort.raise(reason);
-            mesh.shutdown_all();
-        })
-        .map_err(|e| RuntimeError::Rendezvous(format!("abort watcher: {e}")))?;
-    Ok(())
-}
-
-/// VmHWM of this process, from /proc (Linux); `None` elsewhere.
-pub fn rss_peak_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }

@@ -229,7 +229,8 @@ mod tests {
                 let spec = comm_specs(&plan, rank, &kinds).remove(0);
                 let id = id.clone();
                 std::thread::spawn(move || {
-                    let c = StoreClient::connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
+                    let c =
+                        StoreClient::connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
                     c.set_timeout(Some(Duration::from_secs(5)));
                     let mut r = StoreRendezvous::new(c);
                     if spec.is_root() {
@@ -248,7 +249,10 @@ mod tests {
         // A root that never publishes: the member's fetch ends with an error naming the key.
         let c = StoreClient::connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
         c.set_timeout(Some(Duration::from_millis(100)));
-        let e = StoreRendezvous::new(c).fetch("nccl-id/Tp/0,1").unwrap_err().to_string();
+        let e = StoreRendezvous::new(c)
+            .fetch("nccl-id/Tp/0,1")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("nccl-id/Tp/0,1"), "{e}");
     }
 }

@@ -23,6 +23,8 @@ mod libs;
 mod nccl;
 #[cfg(feature = "cuda")]
 mod pool;
+#[cfg(feature = "cuda")]
+mod worker;
 
 #[cfg(feature = "cuda")]
 pub use backend::{CudaBackend, CudaOptions};
@@ -33,3 +35,5 @@ pub use entry::{
     gemm_sweep, run_scenario_single_gpu, run_single_gpu, run_single_gpu_with, GemmSample,
     ScenarioRun,
 };
+#[cfg(feature = "cuda")]
+pub use worker::run_cuda_worker;
