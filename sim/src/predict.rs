@@ -3,12 +3,13 @@
 //! predict the same thing.
 
 use crate::cost::Analytic;
-use crate::engine::{simulate, SimError, SimOptions, SimResult};
+use crate::engine::{simulate_on, SimError, SimOptions, SimResult};
 use crate::plan::{Plan, PlanError};
 use crate::profile::{check_matches, GpuMismatch, Profile};
 use crate::report::Report;
 use crate::scenario::Scenario;
 use crate::schedule::{generate, Schedule, ScheduleError, ValidationError};
+use crate::topology::Network;
 use std::time::Instant;
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +32,9 @@ pub struct Staged {
     pub plan: Plan,
     pub schedule: Schedule,
     pub cost: Analytic,
+    /// The flow-level network when the scenario asks for it (`[cluster.topology] model =
+    /// "flow"`); `None` prices transfers per call.
+    pub network: Option<Network>,
 }
 
 impl Staged {
@@ -54,11 +58,13 @@ impl Staged {
         };
         let plan = Plan::new(scenario)?;
         let schedule = generate(scenario, &plan)?;
+        let network = Network::for_cluster(&scenario.cluster, &cost.links);
         Ok(Staged {
             scenario: scenario.clone(),
             plan,
             schedule,
             cost,
+            network,
         })
     }
 
@@ -68,7 +74,13 @@ impl Staged {
     }
 
     pub fn simulate(&self, opts: &SimOptions) -> Result<SimResult, PredictError> {
-        Ok(simulate(&self.plan, &self.schedule, &self.cost, opts)?)
+        Ok(simulate_on(
+            &self.plan,
+            &self.schedule,
+            &self.cost,
+            self.network.as_ref(),
+            opts,
+        )?)
     }
 }
 
