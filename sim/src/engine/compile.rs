@@ -9,6 +9,53 @@ use crate::plan::GroupKind;
 use crate::schedule::{CollectiveKind, OpKind, Peer, Program, Stream};
 use std::collections::BTreeMap;
 
+const NONE: u32 = u32::MAX;
+
+/// The open (not yet freed) allocs of each tag, as one stack per tag threaded through the
+/// ops: `top[tag]` is the latest open alloc and `below[op]` the one it was pushed over. Tags
+/// are small dense integers in generated schedules, so `top` is an array indexed by tag;
+/// larger tags (hand-written programs) go to a map.
+struct OpenAllocs {
+    dense: Vec<u32>,
+    sparse: BTreeMap<u32, u32>,
+    below: Vec<u32>,
+}
+
+impl OpenAllocs {
+    fn new(ops: usize, max_dense_tag: usize) -> OpenAllocs {
+        OpenAllocs {
+            dense: vec![NONE; max_dense_tag],
+            sparse: BTreeMap::new(),
+            below: vec![NONE; ops],
+        }
+    }
+
+    fn top(&mut self, tag: u32) -> &mut u32 {
+        match self.dense.get_mut(tag as usize) {
+            Some(t) => t,
+            None => self.sparse.entry(tag).or_insert(NONE),
+        }
+    }
+
+    fn push(&mut self, tag: u32, op: u32) {
+        let t = self.top(tag);
+        let prev = std::mem::replace(t, op);
+        if let Some(b) = self.below.get_mut(op as usize) {
+            *b = prev;
+        }
+    }
+
+    fn pop(&mut self, tag: u32) -> Option<u32> {
+        let op = *self.top(tag);
+        if op == NONE {
+            return None;
+        }
+        let prev = self.below.get(op as usize).copied().unwrap_or(NONE);
+        *self.top(tag) = prev;
+        Some(op)
+    }
+}
+
 pub(crate) const GROUP_KINDS: usize = GroupKind::ALL.len();
 
 /// Position of a group kind in [`GroupKind::ALL`].
@@ -137,7 +184,9 @@ pub(crate) fn compile(
     let mut deps = Vec::new();
     let mut per_stream: [Vec<u32>; Stream::COUNT] = Default::default();
     let mut coll_ops: [Vec<u32>; GROUP_KINDS] = Default::default();
-    let mut open_allocs: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let mut open = OpenAllocs::new(n, 2 * n + 64);
+    // Whether each alloc op is still open, for the unfreed-alloc check.
+    let mut unfreed = vec![false; n];
     for (i, op) in program.ops.iter().enumerate() {
         let i32_ = i as u32;
         let deps_start = deps.len() as u32;
@@ -196,7 +245,8 @@ pub(crate) fn compile(
                 bytes,
                 tag,
             } => {
-                open_allocs.entry(*tag).or_default().push(i32_);
+                open.push(*tag, i32_);
+                unfreed[i] = true;
                 CKind::Alloc {
                     category: *category as u8,
                     gpu: matches!(device, crate::schedule::Device::Gpu),
@@ -204,13 +254,12 @@ pub(crate) fn compile(
                 }
             }
             OpKind::Free { tag } => {
-                let alloc = open_allocs.get_mut(tag).and_then(|v| v.pop()).ok_or(
-                    SimError::UnmatchedFree {
-                        program: index,
-                        op: i32_,
-                        tag: *tag,
-                    },
-                )?;
+                let alloc = open.pop(*tag).ok_or(SimError::UnmatchedFree {
+                    program: index,
+                    op: i32_,
+                    tag: *tag,
+                })?;
+                unfreed[alloc as usize] = false;
                 CKind::Free { alloc }
             }
         };
@@ -237,14 +286,15 @@ pub(crate) fn compile(
     }
     stream_start[Stream::COUNT] = stream_ops.len() as u32;
     // Every allocation must be freed within the step, so that live memory returns to zero.
-    if let Some((&tag, &op)) = open_allocs
-        .iter()
-        .filter_map(|(tag, v)| v.first().map(|op| (tag, op)))
-        .min_by_key(|(_, op)| **op)
-    {
+    // The earliest open alloc (the bottom of its tag's stack).
+    if let Some(op) = unfreed.iter().position(|&u| u) {
+        let tag = match program.ops.get(op).map(|o| &o.kind) {
+            Some(OpKind::Alloc { tag, .. }) => *tag,
+            _ => 0,
+        };
         return Err(SimError::UnfreedAlloc {
             program: index,
-            op,
+            op: op as u32,
             tag,
         });
     }
