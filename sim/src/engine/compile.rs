@@ -6,7 +6,7 @@
 use super::SimError;
 use crate::cost::CostModel;
 use crate::plan::GroupKind;
-use crate::schedule::{CollectiveKind, OpKind, Peer, Program, Stream};
+use crate::schedule::{CollectiveKind, ComputeOp, OpKind, Peer, Program, Stream};
 use std::collections::BTreeMap;
 
 const NONE: u32 = u32::MAX;
@@ -164,6 +164,36 @@ impl CProgram {
     }
 }
 
+/// Durations of the last few distinct compute ops: a program repeats the same layer's ops for
+/// every micro batch, and cost models are pure, so most lookups hit.
+#[derive(Default)]
+struct Recent<'p> {
+    entries: Vec<(&'p ComputeOp, u64)>,
+    next: usize,
+}
+
+impl<'p> Recent<'p> {
+    const SIZE: usize = 16;
+
+    fn get(&mut self, op: &'p ComputeOp, price: impl FnOnce() -> u64) -> u64 {
+        if let Some(&(_, ns)) = self
+            .entries
+            .iter()
+            .find(|(k, _)| k.flops == op.flops && *k == op)
+        {
+            return ns;
+        }
+        let ns = price();
+        if self.entries.len() < Self::SIZE {
+            self.entries.push((op, ns));
+        } else if let Some(e) = self.entries.get_mut(self.next) {
+            *e = (op, ns);
+            self.next = (self.next + 1) % Self::SIZE;
+        }
+        ns
+    }
+}
+
 /// Compile one program. `probe_rank` is the rank used to price compute when the cost model
 /// says compute does not depend on the rank.
 pub(crate) fn compile(
@@ -185,6 +215,7 @@ pub(crate) fn compile(
     let mut per_stream: [Vec<u32>; Stream::COUNT] = Default::default();
     let mut coll_ops: [Vec<u32>; GROUP_KINDS] = Default::default();
     let mut open = OpenAllocs::new(n, 2 * n + 64);
+    let mut memo = Recent::default();
     // Whether each alloc op is still open, for the unfreed-alloc check.
     let mut unfreed = vec![false; n];
     for (i, op) in program.ops.iter().enumerate() {
@@ -204,7 +235,7 @@ pub(crate) fn compile(
         let kind = match &op.kind {
             OpKind::Compute(c) => {
                 if cache {
-                    cached_ns = Some(cost.compute_ns(probe_rank, c));
+                    cached_ns = Some(memo.get(c, || cost.compute_ns(probe_rank, c)));
                 }
                 CKind::Compute {
                     flops: c.flops,

@@ -63,6 +63,9 @@ pub struct MaxMin {
     comp_flows: Vec<u32>,
     left: Vec<f64>,
     unfixed: Vec<u32>,
+    todo: Vec<u32>,
+    keep: Vec<u32>,
+    fixed: Vec<(u32, f64)>,
 }
 
 impl MaxMin {
@@ -88,14 +91,15 @@ impl MaxMin {
     /// id. Resource ids outside the solver are ignored. The rate is set by the next
     /// [`MaxMin::resolve`].
     pub fn add(&mut self, path: Path, cap: f64) -> u32 {
-        let ids: Vec<u32> = path
-            .as_slice()
-            .iter()
-            .copied()
-            .filter(|&r| (r as usize) < self.capacity.len())
-            .collect();
+        let mut kept = Path::default();
+        for &r in path.as_slice() {
+            if (r as usize) < self.capacity.len() {
+                kept.ids[kept.len as usize] = r;
+                kept.len += 1;
+            }
+        }
         let slot = Slot {
-            path: Path::new(&ids),
+            path: kept,
             cap: sane(cap),
             rate: 0.0,
             active: true,
@@ -111,7 +115,7 @@ impl MaxMin {
                 (self.slots.len() - 1) as u32
             }
         };
-        for &r in &ids {
+        for &r in kept.as_slice() {
             self.on[r as usize].push(id);
             self.dirty_res.push(r);
         }
@@ -242,13 +246,33 @@ impl MaxMin {
     /// Progressive filling over the collected component: raise every unfixed flow's rate
     /// together until a resource saturates or a flow reaches its cap; fix those flows; repeat.
     fn fill(&mut self, changed: &mut Vec<u32>) {
+        // The common case: a flow alone on its links runs at the smallest capacity (or its cap).
+        if let [f] = self.comp_flows[..] {
+            let s = &self.slots[f as usize];
+            let rate = s
+                .path
+                .as_slice()
+                .iter()
+                .fold(s.cap, |m, &r| m.min(self.capacity[r as usize]));
+            let rate = if rate.is_finite() { rate } else { f64::MAX };
+            let s = &mut self.slots[f as usize];
+            if s.rate != rate || rate == 0.0 {
+                s.rate = rate;
+                changed.push(f);
+            }
+            return;
+        }
         for &r in &self.comp_res {
             let r = r as usize;
             self.left[r] = self.capacity[r];
             self.unfixed[r] = self.on[r].len() as u32;
         }
-        let mut todo: Vec<u32> = self.comp_flows.clone();
-        let mut new_rate: Vec<(u32, f64)> = Vec::with_capacity(todo.len());
+        let mut todo = std::mem::take(&mut self.todo);
+        let mut keep = std::mem::take(&mut self.keep);
+        let mut new_rate = std::mem::take(&mut self.fixed);
+        todo.clear();
+        todo.extend_from_slice(&self.comp_flows);
+        new_rate.clear();
         while !todo.is_empty() {
             let mut level = f64::INFINITY;
             for &r in &self.comp_res {
@@ -269,7 +293,7 @@ impl MaxMin {
             }
             let level = level.max(0.0);
             let tol = level * 1e-12;
-            let mut keep = Vec::with_capacity(todo.len());
+            keep.clear();
             for &f in &todo {
                 let s = &self.slots[f as usize];
                 let at_cap = s.cap <= level + tol;
@@ -290,15 +314,18 @@ impl MaxMin {
                     self.unfixed[r] -= 1;
                 }
             }
-            todo = keep;
+            std::mem::swap(&mut todo, &mut keep);
         }
-        for (f, rate) in new_rate {
+        for &(f, rate) in &new_rate {
             let s = &mut self.slots[f as usize];
             if s.rate != rate || rate == 0.0 {
                 s.rate = rate;
                 changed.push(f);
             }
         }
+        self.todo = todo;
+        self.keep = keep;
+        self.fixed = new_rate;
     }
 }
 
