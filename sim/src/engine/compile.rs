@@ -146,6 +146,9 @@ pub(crate) struct CProgram {
     pub ops: Vec<COp>,
     /// Deps of op i are `deps[ops[i].deps_start..ops[i].deps_end]`.
     pub deps: Vec<u32>,
+    /// Where each entry of `deps` sits, (stream, slot), so that checking a dep reads this
+    /// array in order instead of the dep's op record elsewhere in `ops`.
+    pub dep_at: Vec<DepAt>,
     /// Ops of stream s in program order are `stream_ops[stream_start[s]..stream_start[s+1]]`.
     pub stream_ops: Vec<u32>,
     pub stream_start: [u32; Stream::COUNT + 1],
@@ -156,7 +159,21 @@ pub(crate) struct CProgram {
     pub model_flops: u64,
 }
 
+/// A dep's position: done exactly when its stream's cursor has passed `slot`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DepAt {
+    pub stream: u32,
+    pub slot: u32,
+}
+
 impl CProgram {
+    /// The (stream, slot) of each of `op`'s deps, in the order of [`CProgram::deps_of`].
+    pub fn dep_at_of(&self, op: &COp) -> &[DepAt] {
+        self.dep_at
+            .get(op.deps_start as usize..op.deps_end as usize)
+            .unwrap_or(&[])
+    }
+
     pub fn deps_of(&self, op: &COp) -> &[u32] {
         self.deps
             .get(op.deps_start as usize..op.deps_end as usize)
@@ -316,6 +333,16 @@ pub(crate) fn compile(
         }
     }
     stream_start[Stream::COUNT] = stream_ops.len() as u32;
+    let dep_at = deps
+        .iter()
+        .map(|&d| {
+            ops.get(d as usize)
+                .map_or(DepAt::default(), |o: &COp| DepAt {
+                    stream: u32::from(o.stream),
+                    slot: o.slot,
+                })
+        })
+        .collect();
     // Every allocation must be freed within the step, so that live memory returns to zero.
     // The earliest open alloc (the bottom of its tag's stack).
     if let Some(op) = unfreed.iter().position(|&u| u) {
@@ -345,6 +372,7 @@ pub(crate) fn compile(
         model_flops,
         ops,
         deps,
+        dep_at,
         stream_ops,
         stream_start,
         coll_ops,

@@ -83,7 +83,7 @@ impl Flows {
         let mut capacity = net.map_or_else(Vec::new, |n| n.capacities().to_vec());
         let core_base = cores.map(|c| {
             let base = capacity.len() as u32;
-            capacity.extend(std::iter::repeat_n(f64::from(c.max(1)), nodes as usize));
+            capacity.resize(base as usize + nodes as usize, f64::from(c.max(1)));
             base
         });
         let slowdown = if slowdown.is_finite() && slowdown > 0.0 {
@@ -175,9 +175,7 @@ impl Flows {
     pub fn start_compute(
         &mut self,
         now: u64,
-        rank: u32,
-        op: u32,
-        slot: u32,
+        (rank, op, slot): (u32, u32, u32),
         node: u32,
         work_ns: u64,
         communicating: bool,

@@ -245,11 +245,13 @@ impl State {
         let prog = ctx.prog(r);
         let op_idx = prog.stream_ops[self.ranks[r].streams[s].cursor as usize];
         let op = &prog.ops[op_idx as usize];
-        if let Some(&d) = prog
-            .deps_of(op)
-            .iter()
-            .find(|&&d| !self.is_done(prog, r, d))
-        {
+        let streams = &self.ranks[r].streams;
+        if let Some(k) = prog.dep_at_of(op).iter().position(|d| {
+            streams
+                .get(d.stream as usize)
+                .map_or(true, |st| d.slot >= st.cursor)
+        }) {
+            let d = prog.deps_of(op).get(k).copied().unwrap_or(UNCHECKED);
             self.ranks[r].streams[s].blocked_on = d;
             return Ok(());
         }
@@ -272,9 +274,7 @@ impl State {
                 match &mut self.flows {
                     Some(f) if f.compute && dur > 0 => f.start_compute(
                         now,
-                        rank,
-                        op_idx,
-                        (r * STREAMS + s) as u32,
+                        (rank, op_idx, (r * STREAMS + s) as u32),
                         ctx.plan.node_of(rank),
                         dur,
                         communicating,

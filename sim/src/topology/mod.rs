@@ -62,7 +62,7 @@ impl Network {
         let nvl = tiers.intra_bw() * 1e-9;
         let nic = tiers.inter_bw() * 1e-9;
         let mut capacity = vec![nvl; 2 * gpus as usize];
-        capacity.extend(std::iter::repeat_n(nic, 2 * (nodes * nics) as usize));
+        capacity.resize(capacity.len() + 2 * (nodes * nics) as usize, nic);
         let oversub = if t.oversubscription.is_finite() && t.oversubscription > 0.0 {
             t.oversubscription
         } else {
