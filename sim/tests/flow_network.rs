@@ -129,3 +129,39 @@ fn bad_topology_values_are_located_errors() {
     .to_string();
     assert!(e.contains("unknown key"), "{e}");
 }
+
+/// A profile's `overlap.compute_slowdown` slows compute that overlaps communication: the
+/// bundled A100 profile predicts exactly the defaults, and with a slowdown a job whose
+/// gradient all-reduce overlaps the backward pass gets slower, more so for a larger factor.
+#[test]
+fn profile_overlap_slowdown_slows_overlapping_compute() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/profiles/a100-dgx.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let base = text
+        .split("# Quality of the fit")
+        .next()
+        .unwrap()
+        .to_string();
+    let with = |s: f64| {
+        twin_sim::profile::parse_str(
+            &format!("{base}\n[overlap]\ncompute_slowdown = {{ value = {s}, source = \"fitted\", ref = \"test\" }}\n"),
+            "p.toml",
+        )
+        .unwrap()
+    };
+    let mut s = small_scenario(2, 2, 4, 4);
+    s.training.overlap_grad_reduce = true;
+    let step = |p: &twin_sim::profile::Profile| {
+        twin_sim::predict_with(&s, &PredictOptions::default(), Some(p))
+            .unwrap()
+            .result
+            .step_time_ns
+    };
+    let none = twin_sim::predict(&s, &PredictOptions::default())
+        .unwrap()
+        .result
+        .step_time_ns;
+    let (a, b) = (step(&with(0.2)), step(&with(0.8)));
+    assert!(none < a && a < b, "{none} {a} {b}");
+}

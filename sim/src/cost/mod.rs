@@ -6,6 +6,7 @@
 mod analytic;
 mod collective;
 mod gemm;
+mod overlap;
 
 pub use analytic::{
     peak_for, Analytic, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_LAUNCH_NS,
@@ -16,6 +17,7 @@ pub use collective::{
     DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY,
 };
 pub use gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
+pub use overlap::WithOverlap;
 
 use crate::plan::{Group, Plan};
 use crate::schedule::{CollectiveKind, ComputeOp};
