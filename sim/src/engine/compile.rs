@@ -228,7 +228,7 @@ pub(crate) fn compile(
     }
     let cache = cost.compute_is_rank_invariant();
     let mut ops = Vec::with_capacity(n);
-    let mut deps = Vec::new();
+    let mut deps = Vec::with_capacity(program.ops.iter().map(|o| o.deps.len()).sum());
     let mut per_stream: [Vec<u32>; Stream::COUNT] = Default::default();
     let mut coll_ops: [Vec<u32>; GROUP_KINDS] = Default::default();
     let mut open = OpenAllocs::new(n, 2 * n + 64);
