@@ -14,6 +14,7 @@ pub mod scenario;
 pub mod schedule;
 pub mod sweep;
 pub mod testing;
+pub mod topology;
 pub mod trace;
 pub mod validate;
 pub mod verify;

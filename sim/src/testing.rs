@@ -50,6 +50,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
                 bandwidth_bytes_per_s: 25e9,
                 latency_ns: 10_000,
             },
+            topology: Default::default(),
         },
         parallel: Parallel {
             tp,

@@ -153,3 +153,19 @@ proptest! {
         assert_same(&s);
     }
 }
+
+/// With the flow network (or cores shared by a node's ranks) a rank's transfers contend with
+/// traffic of ranks that collapsing would not simulate, so the engine simulates every rank:
+/// the collapsed request gives exactly the full result.
+#[test]
+fn flow_network_runs_every_rank_and_matches_the_full_simulation() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut cases = vec![load(&root.join("scenarios/small.toml"), &[]).unwrap()];
+    for (tp, pp, dp) in [(2, 2, 2), (4, 2, 4), (1, 4, 2)] {
+        cases.push(small_scenario(tp, pp, dp, 2 * u64::from(pp)));
+    }
+    for mut s in cases {
+        s.cluster.topology.model = NetworkModel::Flow;
+        assert_eq!(assert_same(&s), Some(false), "{}", s.name);
+    }
+}

@@ -164,6 +164,10 @@ impl CostModel for Analytic {
     fn compute_is_rank_invariant(&self) -> bool {
         true
     }
+
+    fn shared_cores(&self) -> Option<u32> {
+        self.host_cores
+    }
 }
 
 #[cfg(test)]

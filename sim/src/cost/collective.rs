@@ -94,12 +94,24 @@ pub struct GroupShape {
 }
 
 impl TierModel {
-    fn intra_bw(&self) -> f64 {
+    /// Achieved intra-node rate per GPU and direction (line rate times protocol efficiency):
+    /// the capacity the flow model gives each NVLink.
+    pub fn intra_bw(&self) -> f64 {
         positive(self.intra_bandwidth_bytes_per_s * self.nvlink_efficiency)
     }
-    fn inter_bw(&self) -> f64 {
+    /// Achieved rate of one NIC rail per direction: the flow model's NIC capacity.
+    pub fn inter_bw(&self) -> f64 {
         positive(self.inter_bandwidth_bytes_per_s * self.network_efficiency)
     }
+    /// Latency of one point-to-point transfer and the tier it uses.
+    pub fn p2p_latency_ns(&self, same_node: bool) -> u64 {
+        if same_node {
+            self.intra_latency_ns
+        } else {
+            self.inter_latency_ns
+        }
+    }
+
     fn intra_lat_s(&self) -> f64 {
         self.intra_latency_ns as f64 * 1e-9
     }
@@ -192,14 +204,19 @@ impl TierModel {
 
     fn hierarchical_all_reduce_s(&self, g: GroupShape, s: f64) -> f64 {
         let k = f64::from(g.max_per_node);
-        let nodes = f64::from(g.nodes);
         let intra_phase = (k - 1.0) / k * s / self.intra_bw() + (k - 1.0) * self.intra_lat_s();
-        let shard = s / k;
-        let inter_ring = 2.0 * (nodes - 1.0) / nodes * shard / self.inter_bw()
-            + 2.0 * (nodes - 1.0) * self.inter_lat_s();
-        let inter_tree =
-            2.0 * log2_ceil(g.nodes) * self.inter_lat_s() + 2.0 * shard / self.inter_bw();
+        let (inter_ring, inter_tree) = self.hierarchical_inter(g, s / k);
         2.0 * intra_phase + inter_ring.min(inter_tree)
+    }
+
+    /// Seconds of the inter-node all-reduce of `shard` bytes per rail, as a ring and as a
+    /// double binary tree.
+    fn hierarchical_inter(&self, g: GroupShape, shard: f64) -> (f64, f64) {
+        let nodes = f64::from(g.nodes);
+        let ring = 2.0 * (nodes - 1.0) / nodes * shard / self.inter_bw()
+            + 2.0 * (nodes - 1.0) * self.inter_lat_s();
+        let tree = 2.0 * log2_ceil(g.nodes) * self.inter_lat_s() + 2.0 * shard / self.inter_bw();
+        (ring, tree)
     }
 
     /// One point-to-point transfer: latency plus bytes over the tier the two ranks share.
@@ -218,6 +235,117 @@ impl TierModel {
         };
         let lat = latency_ns.map_or(lat, |l| l as f64 * 1e-9);
         secs_to_ns(lat + bytes as f64 / bw)
+    }
+}
+
+/// How the bytes of one phase of a collective move (see [`TierModel::decompose`]); the flow
+/// model (`crate::topology`) turns a pattern into flows over a group's members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pattern {
+    /// Every member sends to the next one in ring order; an edge between two nodes is split
+    /// over the rails the group has on those nodes (one flow per rail).
+    Ring,
+    /// A ring inside each node among the group's members there.
+    IntraRing,
+    /// For each local index j, a ring across nodes among the j-th members of every node (one
+    /// ring per rail, in parallel).
+    InterRails,
+    /// Every member sends to every other member.
+    AllPairs,
+}
+
+/// One phase: every edge (flow) of the pattern carries `bytes_per_edge`. Phases run one
+/// after another.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Phase {
+    pub pattern: Pattern,
+    pub bytes_per_edge: f64,
+}
+
+/// A collective split into its latency term and its bandwidth phases: with no other traffic,
+/// `latency_ns` plus the phases' transfer times equals [`TierModel::estimate`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decomposition {
+    pub algorithm: Algorithm,
+    pub latency_ns: u64,
+    pub phases: Vec<Phase>,
+}
+
+impl TierModel {
+    /// [`TierModel::estimate`]'s choice of algorithm, split into latency and bandwidth
+    /// phases for the flow model. Bytes of NVLS phases are scaled by the ratio of NVLink
+    /// to NVLS efficiency, so that a flow at the NVLink capacity takes NVLS's time.
+    pub fn decompose(&self, kind: CollectiveKind, g: GroupShape, bytes: u64) -> Decomposition {
+        let algorithm = self.estimate(kind, g, bytes).algorithm;
+        let n = f64::from(g.ranks.max(1));
+        let s = bytes as f64;
+        let (_, lat) = self.ring_link(g);
+        let one = |pattern, bytes_per_edge| {
+            vec![Phase {
+                pattern,
+                bytes_per_edge,
+            }]
+        };
+        let (latency_s, phases) = match (algorithm, kind) {
+            (Algorithm::Local, _) => (0.0, vec![]),
+            (Algorithm::Ring, CollectiveKind::AllReduce) => (
+                2.0 * (n - 1.0) * lat,
+                one(Pattern::Ring, 2.0 * (n - 1.0) / n * s),
+            ),
+            (Algorithm::Ring, CollectiveKind::Broadcast) => {
+                ((n - 1.0) * lat, one(Pattern::Ring, s))
+            }
+            (Algorithm::Ring, _) => ((n - 1.0) * lat, one(Pattern::Ring, (n - 1.0) / n * s)),
+            (Algorithm::Tree, _) => (2.0 * log2_ceil(g.ranks) * lat, one(Pattern::Ring, 2.0 * s)),
+            (Algorithm::Nvls, _) => {
+                let nvls_eff = self.nvls.as_ref().map_or(1.0, |v| v.efficiency);
+                let scale = self.nvlink_efficiency / positive_eff(nvls_eff);
+                (2.0 * lat, one(Pattern::Ring, (n + 1.0) / n * s * scale))
+            }
+            (Algorithm::Direct, _) => ((n - 1.0) * lat, one(Pattern::AllPairs, s / n)),
+            (Algorithm::Hierarchical, _) => {
+                let k = f64::from(g.max_per_node.max(1));
+                let nodes = f64::from(g.nodes.max(1));
+                let shard = s / k;
+                let intra = Phase {
+                    pattern: Pattern::IntraRing,
+                    bytes_per_edge: (k - 1.0) / k * s,
+                };
+                let (ring, tree) = self.hierarchical_inter(g, shard);
+                let (inter_lat, inter_bytes) = if ring <= tree {
+                    (
+                        2.0 * (nodes - 1.0) * self.inter_lat_s(),
+                        2.0 * (nodes - 1.0) / nodes * shard,
+                    )
+                } else {
+                    (2.0 * log2_ceil(g.nodes) * self.inter_lat_s(), 2.0 * shard)
+                };
+                let inter = Phase {
+                    pattern: Pattern::InterRails,
+                    bytes_per_edge: inter_bytes,
+                };
+                (
+                    2.0 * (k - 1.0) * self.intra_lat_s() + inter_lat,
+                    vec![intra, inter, intra],
+                )
+            }
+        };
+        Decomposition {
+            algorithm,
+            latency_ns: secs_to_ns(latency_s),
+            phases: phases
+                .into_iter()
+                .filter(|p| p.bytes_per_edge > 0.0)
+                .collect(),
+        }
+    }
+}
+
+fn positive_eff(e: f64) -> f64 {
+    if e.is_nan() || e <= 0.0 {
+        1e-9
+    } else {
+        e
     }
 }
 

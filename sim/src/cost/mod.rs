@@ -6,16 +6,18 @@
 mod analytic;
 mod collective;
 mod gemm;
+mod overlap;
 
 pub use analytic::{
     peak_for, Analytic, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_LAUNCH_NS,
     DEFAULT_MEMORY_EFFICIENCY,
 };
 pub use collective::{
-    Algorithm, CollectiveEstimate, GroupShape, NvlsModel, TierModel, DEFAULT_NETWORK_EFFICIENCY,
-    DEFAULT_NVLINK_EFFICIENCY,
+    Algorithm, CollectiveEstimate, Decomposition, GroupShape, NvlsModel, Pattern, Phase, TierModel,
+    DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY,
 };
 pub use gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
+pub use overlap::WithOverlap;
 
 use crate::plan::{Group, Plan};
 use crate::schedule::{CollectiveKind, ComputeOp};
@@ -43,6 +45,18 @@ pub trait CostModel: Send + Sync {
     /// model that adds stragglers is never cached by accident.
     fn compute_is_rank_invariant(&self) -> bool {
         false
+    }
+    /// When the ranks of one node share this many CPU cores (host backend): the engine then
+    /// runs a node's concurrent compute ops by processor sharing, each at most one core.
+    /// `None` (the default): every rank has its own device.
+    fn shared_cores(&self) -> Option<u32> {
+        None
+    }
+    /// Fractional slowdown of compute while its rank also communicates (SM and memory
+    /// contention): a compute op that overlaps a transfer runs `1 + s` times slower for the
+    /// overlapping part. Default 0 (none), as documented in docs/profiles.md.
+    fn overlap_compute_slowdown(&self) -> f64 {
+        0.0
     }
 }
 

@@ -6,8 +6,55 @@
 use super::SimError;
 use crate::cost::CostModel;
 use crate::plan::GroupKind;
-use crate::schedule::{CollectiveKind, OpKind, Peer, Program, Stream};
+use crate::schedule::{CollectiveKind, ComputeOp, OpKind, Peer, Program, Stream};
 use std::collections::BTreeMap;
+
+const NONE: u32 = u32::MAX;
+
+/// The open (not yet freed) allocs of each tag, as one stack per tag threaded through the
+/// ops: `top[tag]` is the latest open alloc and `below[op]` the one it was pushed over. Tags
+/// are small dense integers in generated schedules, so `top` is an array indexed by tag;
+/// larger tags (hand-written programs) go to a map.
+struct OpenAllocs {
+    dense: Vec<u32>,
+    sparse: BTreeMap<u32, u32>,
+    below: Vec<u32>,
+}
+
+impl OpenAllocs {
+    fn new(ops: usize, max_dense_tag: usize) -> OpenAllocs {
+        OpenAllocs {
+            dense: vec![NONE; max_dense_tag],
+            sparse: BTreeMap::new(),
+            below: vec![NONE; ops],
+        }
+    }
+
+    fn top(&mut self, tag: u32) -> &mut u32 {
+        match self.dense.get_mut(tag as usize) {
+            Some(t) => t,
+            None => self.sparse.entry(tag).or_insert(NONE),
+        }
+    }
+
+    fn push(&mut self, tag: u32, op: u32) {
+        let t = self.top(tag);
+        let prev = std::mem::replace(t, op);
+        if let Some(b) = self.below.get_mut(op as usize) {
+            *b = prev;
+        }
+    }
+
+    fn pop(&mut self, tag: u32) -> Option<u32> {
+        let op = *self.top(tag);
+        if op == NONE {
+            return None;
+        }
+        let prev = self.below.get(op as usize).copied().unwrap_or(NONE);
+        *self.top(tag) = prev;
+        Some(op)
+    }
+}
 
 pub(crate) const GROUP_KINDS: usize = GroupKind::ALL.len();
 
@@ -99,6 +146,9 @@ pub(crate) struct CProgram {
     pub ops: Vec<COp>,
     /// Deps of op i are `deps[ops[i].deps_start..ops[i].deps_end]`.
     pub deps: Vec<u32>,
+    /// Where each entry of `deps` sits, (stream, slot), so that checking a dep reads this
+    /// array in order instead of the dep's op record elsewhere in `ops`.
+    pub dep_at: Vec<DepAt>,
     /// Ops of stream s in program order are `stream_ops[stream_start[s]..stream_start[s+1]]`.
     pub stream_ops: Vec<u32>,
     pub stream_start: [u32; Stream::COUNT + 1],
@@ -109,11 +159,55 @@ pub(crate) struct CProgram {
     pub model_flops: u64,
 }
 
+/// A dep's position: done exactly when its stream's cursor has passed `slot`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DepAt {
+    pub stream: u32,
+    pub slot: u32,
+}
+
 impl CProgram {
+    /// The (stream, slot) of each of `op`'s deps, in the order of [`CProgram::deps_of`].
+    pub fn dep_at_of(&self, op: &COp) -> &[DepAt] {
+        self.dep_at
+            .get(op.deps_start as usize..op.deps_end as usize)
+            .unwrap_or(&[])
+    }
+
     pub fn deps_of(&self, op: &COp) -> &[u32] {
         self.deps
             .get(op.deps_start as usize..op.deps_end as usize)
             .unwrap_or(&[])
+    }
+}
+
+/// Durations of the last few distinct compute ops: a program repeats the same layer's ops for
+/// every micro batch, and cost models are pure, so most lookups hit.
+#[derive(Default)]
+struct Recent<'p> {
+    entries: Vec<(&'p ComputeOp, u64)>,
+    next: usize,
+}
+
+impl<'p> Recent<'p> {
+    const SIZE: usize = 16;
+
+    fn get(&mut self, op: &'p ComputeOp, price: impl FnOnce() -> u64) -> u64 {
+        if let Some(&(_, ns)) = self
+            .entries
+            .iter()
+            .find(|(k, _)| k.flops == op.flops && *k == op)
+        {
+            return ns;
+        }
+        let ns = price();
+        if self.entries.len() < Self::SIZE {
+            self.entries.push((op, ns));
+        } else if let Some(e) = self.entries.get_mut(self.next) {
+            *e = (op, ns);
+            self.next = (self.next + 1) % Self::SIZE;
+        }
+        ns
     }
 }
 
@@ -134,10 +228,13 @@ pub(crate) fn compile(
     }
     let cache = cost.compute_is_rank_invariant();
     let mut ops = Vec::with_capacity(n);
-    let mut deps = Vec::new();
+    let mut deps = Vec::with_capacity(program.ops.iter().map(|o| o.deps.len()).sum());
     let mut per_stream: [Vec<u32>; Stream::COUNT] = Default::default();
     let mut coll_ops: [Vec<u32>; GROUP_KINDS] = Default::default();
-    let mut open_allocs: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let mut open = OpenAllocs::new(n, 2 * n + 64);
+    let mut memo = Recent::default();
+    // Whether each alloc op is still open, for the unfreed-alloc check.
+    let mut unfreed = vec![false; n];
     for (i, op) in program.ops.iter().enumerate() {
         let i32_ = i as u32;
         let deps_start = deps.len() as u32;
@@ -155,7 +252,7 @@ pub(crate) fn compile(
         let kind = match &op.kind {
             OpKind::Compute(c) => {
                 if cache {
-                    cached_ns = Some(cost.compute_ns(probe_rank, c));
+                    cached_ns = Some(memo.get(c, || cost.compute_ns(probe_rank, c)));
                 }
                 CKind::Compute {
                     flops: c.flops,
@@ -196,7 +293,8 @@ pub(crate) fn compile(
                 bytes,
                 tag,
             } => {
-                open_allocs.entry(*tag).or_default().push(i32_);
+                open.push(*tag, i32_);
+                unfreed[i] = true;
                 cached_ns = Some(cost.alloc_ns(*bytes));
                 CKind::Alloc {
                     category: *category as u8,
@@ -205,13 +303,12 @@ pub(crate) fn compile(
                 }
             }
             OpKind::Free { tag } => {
-                let alloc = open_allocs.get_mut(tag).and_then(|v| v.pop()).ok_or(
-                    SimError::UnmatchedFree {
-                        program: index,
-                        op: i32_,
-                        tag: *tag,
-                    },
-                )?;
+                let alloc = open.pop(*tag).ok_or(SimError::UnmatchedFree {
+                    program: index,
+                    op: i32_,
+                    tag: *tag,
+                })?;
+                unfreed[alloc as usize] = false;
                 CKind::Free { alloc }
             }
         };
@@ -237,15 +334,26 @@ pub(crate) fn compile(
         }
     }
     stream_start[Stream::COUNT] = stream_ops.len() as u32;
-    // Every allocation must be freed within the step, so that live memory returns to zero.
-    if let Some((&tag, &op)) = open_allocs
+    let dep_at = deps
         .iter()
-        .filter_map(|(tag, v)| v.first().map(|op| (tag, op)))
-        .min_by_key(|(_, op)| **op)
-    {
+        .map(|&d| {
+            ops.get(d as usize)
+                .map_or(DepAt::default(), |o: &COp| DepAt {
+                    stream: u32::from(o.stream),
+                    slot: o.slot,
+                })
+        })
+        .collect();
+    // Every allocation must be freed within the step, so that live memory returns to zero.
+    // The earliest open alloc (the bottom of its tag's stack).
+    if let Some(op) = unfreed.iter().position(|&u| u) {
+        let tag = match program.ops.get(op).map(|o| &o.kind) {
+            Some(OpKind::Alloc { tag, .. }) => *tag,
+            _ => 0,
+        };
         return Err(SimError::UnfreedAlloc {
             program: index,
-            op,
+            op: op as u32,
             tag,
         });
     }
@@ -265,6 +373,7 @@ pub(crate) fn compile(
         model_flops,
         ops,
         deps,
+        dep_at,
         stream_ops,
         stream_start,
         coll_ops,

@@ -8,6 +8,7 @@ use super::{SimError, SimOptions};
 use crate::cost::CostModel;
 use crate::plan::{GroupKind, Plan};
 use crate::schedule::Schedule;
+use crate::topology::Network;
 
 /// Everything that does not change during a run.
 pub(crate) struct Ctx<'a> {
@@ -15,6 +16,8 @@ pub(crate) struct Ctx<'a> {
     pub schedule: &'a Schedule,
     pub cost: &'a dyn CostModel,
     pub opts: &'a SimOptions,
+    /// The flow-level network, when transfers are flows (`None`: alpha-beta per call).
+    pub net: Option<&'a Network>,
     pub progs: Vec<CProgram>,
     pub prog_of: &'a [u32],
     /// Resolved peers per rank, indexed by `compile::peer_index`: the rank a p2p op is
@@ -32,6 +35,7 @@ impl<'a> Ctx<'a> {
         plan: &'a Plan,
         schedule: &'a Schedule,
         cost: &'a dyn CostModel,
+        net: Option<&'a Network>,
         opts: &'a SimOptions,
     ) -> Result<Ctx<'a>, SimError> {
         if schedule.world() != plan.world {
@@ -76,7 +80,10 @@ impl<'a> Ctx<'a> {
                 [plan.pp_next(r), plan.pp_prev(r), cp_next, cp_prev]
             })
             .collect::<Vec<_>>();
-        let collapse = if opts.collapse {
+        // Contention couples ranks that collapsing would leave out (a non-simulated rank's
+        // traffic on a shared link, its compute on shared cores): with the flow network or
+        // shared cores every rank is simulated (see `engine::collapse`).
+        let collapse = if opts.collapse && net.is_none() && cost.shared_cores().is_none() {
             Collapse::with_peers(plan, schedule, cost, &peers).ok()
         } else {
             None
@@ -94,6 +101,7 @@ impl<'a> Ctx<'a> {
             schedule,
             cost,
             opts,
+            net,
             progs,
             prog_of: &schedule.program_of,
             peers,

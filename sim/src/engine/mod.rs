@@ -16,6 +16,9 @@ mod collapse;
 mod compile;
 mod context;
 mod deadlock;
+mod flow;
+#[cfg(test)]
+mod flow_tests;
 mod memory;
 #[cfg(test)]
 mod proptests;
@@ -31,6 +34,7 @@ pub use deadlock::{BlockedHead, BlockedRank, Deadlock};
 use crate::cost::CostModel;
 use crate::plan::{GroupKind, Plan};
 use crate::schedule::{MemCategory, Schedule};
+use crate::topology::Network;
 use crate::trace::Trace;
 use serde::Serialize;
 
@@ -200,6 +204,18 @@ pub fn simulate(
     cost: &dyn CostModel,
     opts: &SimOptions,
 ) -> Result<SimResult, SimError> {
-    let ctx = run::Ctx::new(plan, schedule, cost, opts)?;
+    simulate_on(plan, schedule, cost, None, opts)
+}
+
+/// [`simulate`] with transfers as flows over `network` (max-min shared links) when given;
+/// `None` prices each transfer alone with the cost model (alpha-beta).
+pub fn simulate_on(
+    plan: &Plan,
+    schedule: &Schedule,
+    cost: &dyn CostModel,
+    network: Option<&Network>,
+    opts: &SimOptions,
+) -> Result<SimResult, SimError> {
+    let ctx = run::Ctx::new(plan, schedule, cost, network, opts)?;
     run::run(&ctx)
 }

@@ -10,6 +10,7 @@
 
 use super::compile::{CKind, CProgram};
 pub(crate) use super::context::Ctx;
+use super::flow::{Finished, Flows, FLOW_TAG};
 use super::memory::RankMem;
 use super::queue::EventQueue;
 use super::{deadlock, RankStats, SimError, SimResult};
@@ -120,6 +121,8 @@ pub(crate) struct State {
     queue: EventQueue,
     instant: VecDeque<(u32, u32)>,
     trace: Option<Trace>,
+    /// Flow state, when transfers or compute share resources (see `engine::flow`).
+    flows: Option<Flows>,
 }
 
 impl State {
@@ -161,6 +164,18 @@ impl State {
             rendezvous: vec![Vec::new(); ctx.plan.groups.len()],
             queue: EventQueue::with_capacity(world * 4),
             instant: VecDeque::with_capacity(64),
+            flows: {
+                let cores = ctx.cost.shared_cores();
+                let slowdown = ctx.cost.overlap_compute_slowdown();
+                let f = Flows::new(
+                    ctx.net,
+                    cores,
+                    ctx.plan.node_of(ctx.plan.world.saturating_sub(1)) + 1,
+                    slowdown,
+                    world * STREAMS,
+                );
+                (ctx.net.is_some() || f.compute).then_some(f)
+            },
             trace: ctx.opts.trace.then(|| Trace {
                 events: Vec::with_capacity(total_ops),
                 memory: Vec::new(),
@@ -184,7 +199,19 @@ impl State {
     }
 
     fn dispatch(&mut self, ctx: &Ctx, a: u32, b: u32) -> Result<(), SimError> {
-        if a & COLL_BIT != 0 {
+        if a & FLOW_TAG == FLOW_TAG {
+            let Some(f) = &mut self.flows else {
+                return Ok(());
+            };
+            match f.finish(self.now, a & !FLOW_TAG, b) {
+                Finished::Nothing => Ok(()),
+                Finished::Compute { rank, op } => self.complete(ctx, rank, op),
+                Finished::Transfer { done, latency_ns } => {
+                    self.schedule(latency_ns, done.0, done.1);
+                    Ok(())
+                }
+            }
+        } else if a & COLL_BIT != 0 {
             self.collective_done(ctx, a & !COLL_BIT, b)
         } else if a & P2P_BIT != 0 {
             let src = a & !P2P_BIT;
@@ -218,11 +245,13 @@ impl State {
         let prog = ctx.prog(r);
         let op_idx = prog.stream_ops[self.ranks[r].streams[s].cursor as usize];
         let op = &prog.ops[op_idx as usize];
-        if let Some(&d) = prog
-            .deps_of(op)
-            .iter()
-            .find(|&&d| !self.is_done(prog, r, d))
-        {
+        let streams = &self.ranks[r].streams;
+        if let Some(k) = prog.dep_at_of(op).iter().position(|d| {
+            streams
+                .get(d.stream as usize)
+                .map_or(true, |st| d.slot >= st.cursor)
+        }) {
+            let d = prog.deps_of(op).get(k).copied().unwrap_or(UNCHECKED);
             self.ranks[r].streams[s].blocked_on = d;
             return Ok(());
         }
@@ -241,7 +270,17 @@ impl State {
                 let a = &mut rs.acct;
                 a.flush(self.now);
                 a.running_compute += 1;
-                self.schedule(dur, rank, op_idx);
+                let communicating = a.running_comm > 0;
+                match &mut self.flows {
+                    Some(f) if f.compute && dur > 0 => f.start_compute(
+                        now,
+                        (rank, op_idx, (r * STREAMS + s) as u32),
+                        ctx.plan.node_of(rank),
+                        dur,
+                        communicating,
+                    ),
+                    _ => self.schedule(dur, rank, op_idx),
+                }
             }
             CKind::Checkpoint { .. } => {
                 let a = &mut rs.acct;
@@ -292,6 +331,33 @@ impl State {
         let a = &mut rs.acct;
         a.flush(self.now);
         a.running_comm += 1;
+        if a.running_comm == 1 {
+            if let Some(f) = &mut self.flows {
+                f.set_communicating(r * STREAMS..(r + 1) * STREAMS, true);
+            }
+        }
+    }
+
+    /// Runs a transfer that has begun on every side: through the flow network when there is
+    /// one, else for the cost model's `dur_ns`. `done` is its completion payload.
+    fn run_transfer(
+        &mut self,
+        done: (u32, u32),
+        plan: impl FnOnce() -> Option<crate::topology::FlowPlan>,
+        dur_ns: impl FnOnce() -> u64,
+    ) {
+        let flowing = match (&mut self.flows, plan()) {
+            (Some(f), Some(p)) => Some(f.start_transfer(self.now, done, p)),
+            _ => None,
+        };
+        match flowing {
+            Some(None) => {}
+            Some(Some((d, latency_ns))) => self.schedule(latency_ns, d.0, d.1),
+            None => {
+                let dur = dur_ns();
+                self.schedule(dur, done.0, done.1);
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -340,12 +406,15 @@ impl State {
                 recv_bytes,
             });
         }
-        let dur = ctx.p2p_ns(src, send_op, dst, bytes);
         self.begin_transfer(ctx, src, send_op);
         self.begin_transfer(ctx, dst, recv_op);
         let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
         self.partner[src as usize * STREAMS + s] = (dst, recv_op);
-        self.schedule(dur, P2P_BIT | src, send_op);
+        self.run_transfer(
+            (P2P_BIT | src, send_op),
+            || ctx.net.map(|n| n.p2p(src, dst, bytes)),
+            || ctx.p2p_ns(src, send_op, dst, bytes),
+        );
         Ok(())
     }
 
@@ -384,14 +453,21 @@ impl State {
                 insts.swap_remove(i)
             }
         };
-        let dur = ctx
-            .cost
-            .collective_ns(inst.kind, group, inst.bytes, inst.calls);
         for &m in ctx.members(g) {
             let op = ctx.prog(m as usize).coll_ops[gk][inst.seq as usize];
             self.begin_transfer(ctx, m, op);
         }
-        self.schedule(dur, COLL_BIT | g, inst.seq);
+        self.run_transfer(
+            (COLL_BIT | g, inst.seq),
+            || {
+                ctx.net
+                    .map(|n| n.collective(inst.kind, group, inst.bytes, inst.calls))
+            },
+            || {
+                ctx.cost
+                    .collective_ns(inst.kind, group, inst.bytes, inst.calls)
+            },
+        );
         Ok(())
     }
 
@@ -445,6 +521,11 @@ impl State {
                 a.flush(now);
                 debug_assert!(a.running_comm > 0);
                 a.running_comm -= 1;
+                if a.running_comm == 0 {
+                    if let Some(f) = &mut self.flows {
+                        f.set_communicating(r * STREAMS..(r + 1) * STREAMS, false);
+                    }
+                }
             }
             CKind::Alloc {
                 category,
@@ -546,6 +627,11 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
     loop {
         while let Some((a, b)) = st.instant.pop_front() {
             st.dispatch(ctx, a, b)?;
+        }
+        if let Some(f) = &mut st.flows {
+            if f.is_dirty() {
+                f.resolve(st.now, &mut st.queue);
+            }
         }
         let Some(ev) = st.queue.pop() else { break };
         debug_assert!(ev.time_ns >= st.now, "time went backwards");

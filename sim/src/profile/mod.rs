@@ -106,8 +106,8 @@ pub struct Profile {
     /// A fixed collective algorithm; `None` lets the model pick the cheapest per call.
     pub algorithm: Option<Algorithm>,
     /// Fractional slowdown of compute that overlaps communication (SM and HBM contention);
-    /// absent means none (the documented default). Carried for calibration; the engine does
-    /// not apply it yet (see docs/profiles.md).
+    /// absent means none (the documented default). The engine slows the overlapping part of
+    /// a compute op by it (`cost::WithOverlap`, docs/profiles.md).
     pub overlap_compute_slowdown: Option<Param>,
     /// Per-rank checkpoint write bandwidth; absent means
     /// [`crate::cost::DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S`].

@@ -52,7 +52,9 @@ pub(crate) fn cluster(c: Section<'_>) -> Result<Cluster> {
         c,
         node.as_ref().map(|n| &n.inter_node),
     )?;
+    let topology = super::topology::topology(c.section("topology", "cluster.topology")?)?;
     Ok(Cluster {
+        topology,
         gpu,
         gpus,
         gpus_per_node,

@@ -79,6 +79,24 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     cluster.insert("node", value(c.node.as_str()));
     cluster.insert("intra_node", link_table(&c.intra_node));
     cluster.insert("inter_node", link_table(&c.inter_node));
+    if !c.topology.is_default() {
+        let t = &c.topology;
+        let mut topo = Table::new();
+        let model = match t.model {
+            crate::scenario::NetworkModel::Analytic => "analytic",
+            crate::scenario::NetworkModel::Flow => "flow",
+        };
+        let fabric = match t.fabric {
+            crate::scenario::Fabric::RailOptimized => "rail-optimized",
+            crate::scenario::Fabric::FatTree => "fat-tree",
+        };
+        topo.insert("model", value(model));
+        topo.insert("fabric", value(fabric));
+        topo.insert("nics_per_node", int(u64::from(t.nics_per_node)));
+        topo.insert("nodes_per_leaf", int(u64::from(t.nodes_per_leaf)));
+        topo.insert("oversubscription", value(t.oversubscription));
+        cluster.insert("topology", Item::Table(topo));
+    }
     doc.insert("cluster", Item::Table(cluster));
 
     let p = &s.parallel;

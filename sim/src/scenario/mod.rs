@@ -25,12 +25,14 @@ mod parse;
 mod presets;
 mod read;
 mod source;
+mod topology;
 mod types;
 mod validate;
 
 pub use checks::{parse_key as parse_check_key, Bound, Checks, Metric, Threshold, CHECK_KEYS};
 pub use error::{ErrorKind, ScenarioError};
 pub use faults::FAULT_KEYS;
+pub use topology::{Fabric, NetworkModel, NetworkTopology, TOPOLOGY_KEYS};
 pub use types::*;
 
 use crate::faults::FaultConfig;

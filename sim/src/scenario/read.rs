@@ -67,8 +67,10 @@ pub(crate) const SCHEMA: &[(&str, &[&str])] = &[
             "node",
             "intra_node",
             "inter_node",
+            "topology",
         ],
     ),
+    ("cluster.topology", super::topology::TOPOLOGY_KEYS),
     (
         "cluster.gpu",
         &[

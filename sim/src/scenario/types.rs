@@ -84,6 +84,9 @@ pub struct Cluster {
     pub intra_node: Link,
     /// Network tier between nodes (per GPU, i.e. one NIC rail).
     pub inter_node: Link,
+    /// Wiring and network model (`[cluster.topology]`, see docs/topology.md).
+    #[serde(default)]
+    pub topology: super::topology::NetworkTopology,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -179,7 +179,8 @@ fn evaluate(source: &ParsedSource, index: usize, overrides: Vec<String>) -> Outc
         collapse: true,
         ..SimOptions::default()
     };
-    match crate::engine::simulate(&plan, &schedule, &cost, &opts) {
+    let network = crate::topology::Network::for_cluster(&scenario.cluster, &cost.links);
+    match crate::engine::simulate_on(&plan, &schedule, &cost, network.as_ref(), &opts) {
         Ok(r) => {
             let report = Report::build(&scenario, &plan, &schedule, &r, 0.0);
             Outcome::Row(Box::new(SweepRow::new(

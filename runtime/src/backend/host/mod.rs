@@ -208,9 +208,16 @@ impl HostBackend {
                     .lock()
                     .map_err(|_| RuntimeError::Aborted("compute workspace poisoned".into()))?;
                 let start = self.clock.now_ns();
-                ws.run(c);
                 if c.phase == Phase::Optimizer {
-                    self.state()?.apply_optimizer(self.global_step);
+                    // The state update is part of the op's planned memory traffic: the scratch
+                    // pass moves only the rest, so the op does the planned work, not more.
+                    let mut state = self.state()?;
+                    let mut rest = c.clone();
+                    rest.memory_bytes = c.memory_bytes.saturating_sub(state.update_bytes());
+                    ws.run(&rest);
+                    state.apply_optimizer(self.global_step);
+                } else {
+                    ws.run(c);
                 }
                 Ok((start, self.clock.now_ns()))
             }

@@ -11,6 +11,8 @@ use twin_sim::schedule::{Device, MemCategory};
 
 /// Per-step decay of the stand-in update: 1 - 2^-10, exactly representable.
 const DECAY: f32 = 1.0 - 1.0 / 1024.0;
+/// Distinct increments per buffer and step (a power of two, so a chunk fits in L1).
+const UPDATE_TABLE: usize = 1024;
 
 /// Whether an allocation of this kind is model state (kept across steps and checkpointed).
 pub fn is_state(category: MemCategory, device: Device) -> bool {
@@ -93,15 +95,28 @@ impl ModelState {
         Ok(())
     }
 
-    /// The Optimizer op of global step `step`.
+    /// The Optimizer op of global step `step`: one read and one write of every state byte
+    /// (a memory-bound pass, like a real optimizer's), the increments drawn from a per-step,
+    /// per-buffer table of [`UPDATE_TABLE`] values so the pass costs no hashing per element.
     pub fn apply_optimizer(&mut self, step: u64) {
         let salt = mix(self.seed ^ mix(step));
+        let mut table = [0f32; UPDATE_TABLE];
         for (tag, b) in &mut self.buffers {
             let base = mix(salt ^ u64::from(*tag));
-            for (i, w) in b.data.iter_mut().enumerate() {
-                *w = *w * DECAY + unit(mix(base ^ i as u64)) * 1e-3;
+            for (j, t) in table.iter_mut().enumerate() {
+                *t = unit(mix(base ^ j as u64)) * 1e-3;
+            }
+            for chunk in b.data.chunks_mut(UPDATE_TABLE) {
+                for (w, t) in chunk.iter_mut().zip(&table) {
+                    *w = *w * DECAY + *t;
+                }
             }
         }
+    }
+
+    /// Bytes the Optimizer op's state update moves (each state byte read and written).
+    pub fn update_bytes(&self) -> u64 {
+        2 * self.bytes()
     }
 
     /// Bytes of state held.

@@ -1,0 +1,315 @@
+//! The flow model in the engine: with no contention it reproduces the alpha-beta times;
+//! transfers that share links slow each other; compute shares cores and is slowed by
+//! overlapping communication.
+
+use super::testkit::*;
+use super::*;
+use crate::cost::{Analytic, NvlsModel};
+use crate::plan::{Group, GroupKind};
+use crate::scenario::Scenario;
+use crate::schedule::{CollectiveKind, ComputeOp, Peer, Program, Stream};
+use crate::testing::small_scenario;
+use crate::topology::Network;
+
+/// Every rank runs `ops` collectives (stream, group kind, kind, bytes), all at once.
+fn collectives(plan: &Plan, ops: &[(Stream, GroupKind, CollectiveKind, u64)]) -> Schedule {
+    let progs: Vec<Program> = (0..plan.world)
+        .map(|r| {
+            let mut b = ProgBuilder::new(plan.stage_of(r));
+            for &(stream, g, kind, bytes) in ops {
+                b.collective(stream, kind, g, bytes, &[]);
+            }
+            b.build()
+        })
+        .collect();
+    per_rank(progs)
+}
+
+fn run(s: &Scenario, cost: &Analytic, flow: bool, sched: impl Fn(&Plan) -> Schedule) -> u64 {
+    let plan = Plan::new(s).unwrap();
+    let schedule = sched(&plan);
+    let net = Network::new(&s.cluster, &cost.links);
+    simulate_on(
+        &plan,
+        &schedule,
+        cost,
+        flow.then_some(&net),
+        &SimOptions::default(),
+    )
+    .unwrap()
+    .step_time_ns
+}
+
+fn scenario(tp: u32, dp: u32, gpus_per_node: u32) -> Scenario {
+    let mut s = small_scenario(tp, 1, dp, 1);
+    s.cluster.gpus_per_node = gpus_per_node;
+    s
+}
+
+#[test]
+fn without_contention_flows_reproduce_alpha_beta() {
+    use CollectiveKind::*;
+    let kinds = [AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll];
+    let sizes = [4 << 10, 1 << 20, 16 << 20, 1 << 30];
+    let mut algorithms = std::collections::BTreeSet::new();
+    // (tp, dp, gpus per node): in-node groups; one member per node; several members on each
+    // of several nodes (hierarchical all-reduce, split all-to-all).
+    for (tp, dp, gpn, kind_of_group) in [
+        (8, 1, 8, GroupKind::Tp),
+        (8, 4, 8, GroupKind::Dp),
+        (1, 32, 8, GroupKind::Dp),
+        (2, 16, 4, GroupKind::Dp),
+    ] {
+        for nvls in [false, true] {
+            let s = scenario(tp, dp, gpn);
+            let mut cost = Analytic::new(&s);
+            if nvls {
+                cost.links.nvls = Some(NvlsModel {
+                    efficiency: 0.6,
+                    min_bytes: 1 << 20,
+                });
+            }
+            let plan = Plan::new(&s).unwrap();
+            let g: &Group = plan.group(plan.group_of(0, kind_of_group));
+            for kind in kinds {
+                for bytes in sizes {
+                    let op = [(Stream::Dp, kind_of_group, kind, bytes)];
+                    let ab = run(&s, &cost, false, |p| collectives(p, &op));
+                    let fl = run(&s, &cost, true, |p| collectives(p, &op));
+                    let shape = crate::cost::GroupShape {
+                        ranks: g.members.len() as u32,
+                        nodes: g.nodes,
+                        max_per_node: g.max_per_node,
+                    };
+                    algorithms.insert(format!(
+                        "{:?}",
+                        cost.links.estimate(kind, shape, bytes).algorithm
+                    ));
+                    // Rounding to whole ns per phase and for the latency: a few ns at most.
+                    assert!(
+                        ab.abs_diff(fl) <= 4,
+                        "{kind:?} {bytes} B on {:?} ({tp},{dp},{gpn}) nvls {nvls}: alpha-beta {ab} flow {fl}",
+                        g.members
+                    );
+                }
+            }
+        }
+    }
+    // The cases above exercise every algorithm.
+    for a in ["Ring", "Tree", "Hierarchical", "Nvls", "Direct"] {
+        assert!(algorithms.contains(a), "{a} not covered: {algorithms:?}");
+    }
+}
+
+#[test]
+fn p2p_without_contention_reproduces_alpha_beta() {
+    let mut s = small_scenario(4, 4, 1, 1);
+    s.cluster.gpus_per_node = 8;
+    let cost = Analytic::new(&s);
+    let pipe = |p: &Plan| {
+        let progs = (0..p.world)
+            .map(|r| {
+                let mut b = ProgBuilder::new(p.stage_of(r));
+                let stage = p.stage_of(r);
+                if stage + 1 < 4 {
+                    b.send(Peer::PpNext, 64 << 20, 0, &[]);
+                }
+                if stage > 0 {
+                    b.recv(Peer::PpPrev, 64 << 20, 0, &[]);
+                }
+                b.build()
+            })
+            .collect();
+        per_rank(progs)
+    };
+    let ab = run(&s, &cost, false, pipe);
+    let fl = run(&s, &cost, true, pipe);
+    assert!(ab.abs_diff(fl) <= 1, "{ab} vs {fl}");
+}
+
+#[test]
+fn two_collectives_sharing_links_each_take_twice_as_long() {
+    for (tp, dp, gpn, g) in [(8, 1, 8, GroupKind::Tp), (8, 4, 8, GroupKind::Dp)] {
+        let s = scenario(tp, dp, gpn);
+        let cost = Analytic::new(&s);
+        let one = [(Stream::Dp, g, CollectiveKind::AllReduce, 1 << 30)];
+        let two = [
+            (Stream::Dp, g, CollectiveKind::AllReduce, 1 << 30),
+            (Stream::Tp, g, CollectiveKind::AllReduce, 1 << 30),
+        ];
+        let alone = run(&s, &cost, true, |p| collectives(p, &one));
+        let shared = run(&s, &cost, true, |p| collectives(p, &two));
+        let ratio = shared as f64 / alone as f64;
+        assert!(
+            (ratio - 2.0).abs() < 0.02,
+            "{g:?}: {alone} vs {shared}: {ratio}"
+        );
+        // The analytic model lets them run side by side at full speed.
+        let ab = run(&s, &cost, false, |p| collectives(p, &two));
+        assert!(ab.abs_diff(alone) <= 4);
+    }
+}
+
+/// Two stages of two data-parallel ranks, one rank per node: stage 0 sends activations to
+/// stage 1 while both stages all-reduce gradients, so the sends and the rings share NICs.
+#[test]
+fn pipeline_p2p_and_dp_all_reduce_slow_each_other() {
+    let mut s = small_scenario(1, 2, 2, 1);
+    s.cluster.gpus_per_node = 1;
+    let cost = Analytic::new(&s);
+    let bytes = 256 << 20;
+    let build = |send: bool, reduce: bool| {
+        move |p: &Plan| {
+            let progs = (0..p.world)
+                .map(|r| {
+                    let mut b = ProgBuilder::new(p.stage_of(r));
+                    if send && p.stage_of(r) == 0 {
+                        b.send(Peer::PpNext, bytes, 0, &[]);
+                    }
+                    if send && p.stage_of(r) == 1 {
+                        b.recv(Peer::PpPrev, bytes, 0, &[]);
+                    }
+                    if reduce {
+                        b.collective(
+                            Stream::Dp,
+                            CollectiveKind::AllReduce,
+                            GroupKind::Dp,
+                            bytes,
+                            &[],
+                        );
+                    }
+                    b.build()
+                })
+                .collect();
+            per_rank(progs)
+        }
+    };
+    // (duration of rank 0's send, duration of rank 0's all-reduce) from the trace.
+    let durations = |flow: bool, send: bool, reduce: bool| {
+        let plan = Plan::new(&s).unwrap();
+        let schedule = build(send, reduce)(&plan);
+        let net = Network::new(&s.cluster, &cost.links);
+        let opts = SimOptions {
+            trace: true,
+            ..SimOptions::default()
+        };
+        let r = simulate_on(&plan, &schedule, &cost, flow.then_some(&net), &opts).unwrap();
+        let of = |stream: Stream| {
+            r.trace
+                .as_ref()
+                .unwrap()
+                .events
+                .iter()
+                .find(|e| e.rank == 0 && e.stream == stream)
+                .map(|e| e.end_ns - e.start_ns)
+        };
+        (of(Stream::PpSend), of(Stream::Dp))
+    };
+    let (p2p, _) = durations(true, true, false);
+    let (_, ar) = durations(true, false, true);
+    let (p2p_shared, ar_shared) = durations(true, true, true);
+    let (p2p, ar, p2p_shared, ar_shared) = (
+        p2p.unwrap(),
+        ar.unwrap(),
+        p2p_shared.unwrap(),
+        ar_shared.unwrap(),
+    );
+    // Alone, each is bound by one NIC direction at full rate; together, rank 0's NIC uplink
+    // carries the send and one ring edge at once, each at half rate: both take ~2x.
+    for (alone, shared) in [(p2p, p2p_shared), (ar, ar_shared)] {
+        let ratio = shared as f64 / alone as f64;
+        assert!(ratio > 1.9 && ratio < 2.05, "{alone} -> {shared}: {ratio}");
+    }
+    // The analytic model lets them overlap freely.
+    let (p2p_ab, ar_ab) = durations(false, true, true);
+    assert!(p2p_ab.unwrap().abs_diff(p2p) <= 2 && ar_ab.unwrap().abs_diff(ar) <= 4);
+}
+
+/// FixedCost with shared cores and an overlap slowdown.
+struct Shared {
+    cores: Option<u32>,
+    slowdown: f64,
+}
+
+impl CostModel for Shared {
+    fn compute_ns(&self, rank: u32, op: &ComputeOp) -> u64 {
+        FixedCost::default().compute_ns(rank, op)
+    }
+    fn collective_ns(&self, kind: CollectiveKind, g: &Group, bytes: u64, calls: u32) -> u64 {
+        FixedCost::default().collective_ns(kind, g, bytes, calls)
+    }
+    fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64 {
+        FixedCost::default().p2p_ns(plan, src, dst, bytes)
+    }
+    fn checkpoint_ns(&self, bytes: u64) -> u64 {
+        bytes
+    }
+    fn compute_is_rank_invariant(&self) -> bool {
+        true
+    }
+    fn shared_cores(&self) -> Option<u32> {
+        self.cores
+    }
+    fn overlap_compute_slowdown(&self) -> f64 {
+        self.slowdown
+    }
+}
+
+#[test]
+fn ranks_of_a_node_share_its_cores() {
+    // Four ranks on one node, each computing 1000 ns.
+    let plan = plan(1, 1, 4, 1);
+    let progs = (0..4)
+        .map(|_| {
+            let mut b = ProgBuilder::new(0);
+            b.fwd(1000, &[]);
+            b.build()
+        })
+        .collect();
+    let s = per_rank(progs);
+    let step = |cores| {
+        let cost = Shared {
+            cores,
+            slowdown: 0.0,
+        };
+        simulate(&plan, &s, &cost, &SimOptions::default())
+            .unwrap()
+            .step_time_ns
+    };
+    assert_eq!(step(None), 1000);
+    assert_eq!(step(Some(4)), 1000);
+    assert_eq!(step(Some(2)), 2000);
+    assert_eq!(step(Some(1)), 4000);
+    // Three cores for four ops: 3/4 core each.
+    assert_eq!(step(Some(3)), 1333);
+}
+
+#[test]
+fn compute_overlapping_communication_is_slowed() {
+    let plan = plan(1, 1, 1, 1);
+    let mut b = ProgBuilder::new(0);
+    b.fwd(100, &[]);
+    // 50 ns all-reduce (FixedCost: bytes) on a group of one, concurrent with the compute.
+    b.collective(
+        Stream::Dp,
+        CollectiveKind::AllReduce,
+        GroupKind::Dp,
+        50,
+        &[],
+    );
+    let s = per_rank(vec![b.build()]);
+    let run = |slowdown| {
+        let cost = Shared {
+            cores: None,
+            slowdown,
+        };
+        simulate(&plan, &s, &cost, &SimOptions::default())
+            .unwrap()
+            .step_time_ns
+    };
+    assert_eq!(run(0.0), 100);
+    // Slowdown 1: half speed for the first 50 ns (25 ns of work), then 75 ns at full speed.
+    assert_eq!(run(1.0), 125);
+    // Slowdown 0.25: 40 ns of work in the first 50 ns, 60 after.
+    assert_eq!(run(0.25), 110);
+}

@@ -1,0 +1,506 @@
+//! Max-min fair sharing of resources (network links, a node's CPU cores) among flows, kept up
+//! to date incrementally. The engine adds and removes flows as transfers and compute ops start
+//! and end; after a batch of changes [`MaxMin::resolve`] recomputes rates by progressive
+//! filling (water-filling) over the connected components that the changes touched only, and
+//! reports which flows got a new rate. Max-min fair allocation decomposes over connected
+//! components of the flow–resource graph, so recomputing just the touched components gives
+//! the same rates as recomputing everything (property-tested below).
+//!
+//! A flow crosses a short list of resources (a path) and may carry its own rate limit (`cap`),
+//! e.g. a compute op that can use at most one core. Units are the caller's: capacities and
+//! caps in work per nanosecond.
+
+/// Resources one flow crosses: at most [`MAX_PATH`].
+pub const MAX_PATH: usize = 4;
+
+/// A flow's path: up to [`MAX_PATH`] resource ids.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Path {
+    ids: [u32; MAX_PATH],
+    len: u8,
+}
+
+impl Path {
+    /// A path over `ids`; resources beyond [`MAX_PATH`] are dropped (callers build at most
+    /// four: NVLink or NIC up, leaf up, leaf down, NVLink or NIC down).
+    pub fn new(ids: &[u32]) -> Path {
+        let mut p = Path::default();
+        for &id in ids.iter().take(MAX_PATH) {
+            p.ids[p.len as usize] = id;
+            p.len += 1;
+        }
+        p
+    }
+
+    pub fn as_slice(&self) -> &[u32] {
+        &self.ids[..self.len as usize]
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Slot {
+    path: Path,
+    cap: f64,
+    rate: f64,
+    active: bool,
+}
+
+/// The sharing state: resources with capacities, and the active flows over them.
+#[derive(Clone, Debug, Default)]
+pub struct MaxMin {
+    capacity: Vec<f64>,
+    /// Active flows per resource, in insertion order.
+    on: Vec<Vec<u32>>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    dirty_res: Vec<u32>,
+    dirty_flows: Vec<u32>,
+    // Scratch, reused between calls.
+    seen_res: Vec<u32>,
+    seen_flow: Vec<u32>,
+    epoch: u32,
+    comp_res: Vec<u32>,
+    comp_flows: Vec<u32>,
+    left: Vec<f64>,
+    unfixed: Vec<u32>,
+    todo: Vec<u32>,
+    keep: Vec<u32>,
+    fixed: Vec<(u32, f64)>,
+}
+
+impl MaxMin {
+    /// Resources with these capacities (work per ns; non-positive or NaN is treated as a
+    /// tiny capacity, so a broken link gives long times rather than a division by zero).
+    pub fn new(capacity: Vec<f64>) -> MaxMin {
+        let n = capacity.len();
+        MaxMin {
+            capacity: capacity.into_iter().map(sane).collect(),
+            on: vec![Vec::new(); n],
+            seen_res: vec![0; n],
+            left: vec![0.0; n],
+            unfixed: vec![0; n],
+            ..MaxMin::default()
+        }
+    }
+
+    pub fn resources(&self) -> usize {
+        self.capacity.len()
+    }
+
+    /// Adds a flow over `path` limited to `cap` (use `f64::INFINITY` for none) and returns its
+    /// id. Resource ids outside the solver are ignored. The rate is set by the next
+    /// [`MaxMin::resolve`].
+    pub fn add(&mut self, path: Path, cap: f64) -> u32 {
+        let mut kept = Path::default();
+        for &r in path.as_slice() {
+            if (r as usize) < self.capacity.len() {
+                kept.ids[kept.len as usize] = r;
+                kept.len += 1;
+            }
+        }
+        let slot = Slot {
+            path: kept,
+            cap: sane(cap),
+            rate: 0.0,
+            active: true,
+        };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = slot;
+                id
+            }
+            None => {
+                self.slots.push(slot);
+                self.seen_flow.push(0);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        for &r in kept.as_slice() {
+            self.on[r as usize].push(id);
+            self.dirty_res.push(r);
+        }
+        self.dirty_flows.push(id);
+        id
+    }
+
+    /// Removes a flow; its id may be reused by a later [`MaxMin::add`].
+    pub fn remove(&mut self, id: u32) {
+        let Some(s) = self.slots.get_mut(id as usize).filter(|s| s.active) else {
+            return;
+        };
+        s.active = false;
+        s.rate = 0.0;
+        let path = s.path;
+        for &r in path.as_slice() {
+            let list = &mut self.on[r as usize];
+            if let Some(i) = list.iter().position(|&f| f == id) {
+                list.remove(i);
+            }
+            self.dirty_res.push(r);
+        }
+        self.free.push(id);
+    }
+
+    /// Changes a flow's own rate limit.
+    pub fn set_cap(&mut self, id: u32, cap: f64) {
+        if let Some(s) = self.slots.get_mut(id as usize).filter(|s| s.active) {
+            s.cap = sane(cap);
+            self.dirty_flows.push(id);
+        }
+    }
+
+    /// The flow's current rate (0 for an unknown or removed flow).
+    pub fn rate(&self, id: u32) -> f64 {
+        self.slots
+            .get(id as usize)
+            .filter(|s| s.active)
+            .map_or(0.0, |s| s.rate)
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        !self.dirty_res.is_empty() || !self.dirty_flows.is_empty()
+    }
+
+    /// Recomputes the rates of every flow connected to a change since the last call, and
+    /// appends to `changed` each active flow whose rate differs from before (new flows
+    /// included), in a deterministic order.
+    pub fn resolve(&mut self, changed: &mut Vec<u32>) {
+        if !self.is_dirty() {
+            return;
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.seen_res.iter_mut().for_each(|x| *x = 0);
+            self.seen_flow.iter_mut().for_each(|x| *x = 0);
+            self.epoch = 1;
+        }
+        let seeds_res = std::mem::take(&mut self.dirty_res);
+        let seeds_flow = std::mem::take(&mut self.dirty_flows);
+        for &r in &seeds_res {
+            self.component_from_res(r, changed);
+        }
+        for &f in &seeds_flow {
+            self.component_from_flow(f, changed);
+        }
+        self.dirty_res = seeds_res;
+        self.dirty_res.clear();
+        self.dirty_flows = seeds_flow;
+        self.dirty_flows.clear();
+    }
+
+    fn component_from_res(&mut self, r: u32, changed: &mut Vec<u32>) {
+        if self.seen_res[r as usize] == self.epoch {
+            return;
+        }
+        self.collect(Some(r), None);
+        self.fill(changed);
+    }
+
+    fn component_from_flow(&mut self, f: u32, changed: &mut Vec<u32>) {
+        let ok = self.slots.get(f as usize).is_some_and(|s| s.active);
+        if !ok || self.seen_flow[f as usize] == self.epoch {
+            return;
+        }
+        self.collect(None, Some(f));
+        self.fill(changed);
+    }
+
+    /// Breadth-first search of the component holding `r` or `f` into `comp_res` and
+    /// `comp_flows`.
+    fn collect(&mut self, r: Option<u32>, f: Option<u32>) {
+        self.comp_res.clear();
+        self.comp_flows.clear();
+        if let Some(r) = r {
+            self.seen_res[r as usize] = self.epoch;
+            self.comp_res.push(r);
+        }
+        if let Some(f) = f {
+            self.seen_flow[f as usize] = self.epoch;
+            self.comp_flows.push(f);
+        }
+        let (mut ri, mut fi) = (0, 0);
+        while ri < self.comp_res.len() || fi < self.comp_flows.len() {
+            while ri < self.comp_res.len() {
+                let r = self.comp_res[ri] as usize;
+                ri += 1;
+                for &g in &self.on[r] {
+                    if self.seen_flow[g as usize] != self.epoch {
+                        self.seen_flow[g as usize] = self.epoch;
+                        self.comp_flows.push(g);
+                    }
+                }
+            }
+            while fi < self.comp_flows.len() {
+                let g = self.comp_flows[fi] as usize;
+                fi += 1;
+                for &r in self.slots[g].path.as_slice() {
+                    if self.seen_res[r as usize] != self.epoch {
+                        self.seen_res[r as usize] = self.epoch;
+                        self.comp_res.push(r);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Progressive filling over the collected component: raise every unfixed flow's rate
+    /// together until a resource saturates or a flow reaches its cap; fix those flows; repeat.
+    fn fill(&mut self, changed: &mut Vec<u32>) {
+        // The common case: a flow alone on its links runs at the smallest capacity (or its cap).
+        if let [f] = self.comp_flows[..] {
+            let s = &self.slots[f as usize];
+            let rate = s
+                .path
+                .as_slice()
+                .iter()
+                .fold(s.cap, |m, &r| m.min(self.capacity[r as usize]));
+            let rate = if rate.is_finite() { rate } else { f64::MAX };
+            let s = &mut self.slots[f as usize];
+            if s.rate != rate || rate == 0.0 {
+                s.rate = rate;
+                changed.push(f);
+            }
+            return;
+        }
+        for &r in &self.comp_res {
+            let r = r as usize;
+            self.left[r] = self.capacity[r];
+            self.unfixed[r] = self.on[r].len() as u32;
+        }
+        let mut todo = std::mem::take(&mut self.todo);
+        let mut keep = std::mem::take(&mut self.keep);
+        let mut new_rate = std::mem::take(&mut self.fixed);
+        todo.clear();
+        todo.extend_from_slice(&self.comp_flows);
+        new_rate.clear();
+        while !todo.is_empty() {
+            let mut level = f64::INFINITY;
+            for &r in &self.comp_res {
+                let r = r as usize;
+                if self.unfixed[r] > 0 {
+                    level = level.min(self.left[r] / f64::from(self.unfixed[r]));
+                }
+            }
+            for &f in &todo {
+                level = level.min(self.slots[f as usize].cap);
+            }
+            if !level.is_finite() {
+                // Flows with no resource and no cap: unbounded; give them the largest rate.
+                for &f in &todo {
+                    new_rate.push((f, f64::MAX));
+                }
+                break;
+            }
+            let level = level.max(0.0);
+            let tol = level * 1e-12;
+            keep.clear();
+            for &f in &todo {
+                let s = &self.slots[f as usize];
+                let at_cap = s.cap <= level + tol;
+                let bottlenecked = s.path.as_slice().iter().any(|&r| {
+                    let r = r as usize;
+                    self.unfixed[r] > 0 && self.left[r] / f64::from(self.unfixed[r]) <= level + tol
+                });
+                if at_cap || bottlenecked {
+                    new_rate.push((f, level));
+                } else {
+                    keep.push(f);
+                }
+            }
+            for &(f, rate) in &new_rate[new_rate.len() - (todo.len() - keep.len())..] {
+                for &r in self.slots[f as usize].path.as_slice() {
+                    let r = r as usize;
+                    self.left[r] = (self.left[r] - rate).max(0.0);
+                    self.unfixed[r] -= 1;
+                }
+            }
+            std::mem::swap(&mut todo, &mut keep);
+        }
+        for &(f, rate) in &new_rate {
+            let s = &mut self.slots[f as usize];
+            if s.rate != rate || rate == 0.0 {
+                s.rate = rate;
+                changed.push(f);
+            }
+        }
+        self.todo = todo;
+        self.keep = keep;
+        self.fixed = new_rate;
+    }
+}
+
+fn sane(c: f64) -> f64 {
+    if c.is_nan() || c <= 0.0 {
+        1e-12
+    } else {
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn solve(cap: &[f64], flows: &[(&[u32], f64)]) -> Vec<f64> {
+        let mut m = MaxMin::new(cap.to_vec());
+        let ids: Vec<u32> = flows.iter().map(|(p, c)| m.add(Path::new(p), *c)).collect();
+        let mut changed = Vec::new();
+        m.resolve(&mut changed);
+        ids.iter().map(|&i| m.rate(i)).collect()
+    }
+
+    fn close(a: &[f64], b: &[f64]) -> bool {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0))
+    }
+
+    #[test]
+    fn equal_flows_split_a_link() {
+        let r = solve(&[10.0], &[(&[0], f64::INFINITY), (&[0], f64::INFINITY)]);
+        assert!(close(&r, &[5.0, 5.0]), "{r:?}");
+    }
+
+    #[test]
+    fn classic_water_filling_example() {
+        // Links A (cap 10) and B (cap 4). f0 over A and B, f1 over A, f2 over B.
+        // B is the bottleneck: f0 = f2 = 2; then f1 takes what A has left: 8.
+        let r = solve(
+            &[10.0, 4.0],
+            &[
+                (&[0, 1], f64::INFINITY),
+                (&[0], f64::INFINITY),
+                (&[1], f64::INFINITY),
+            ],
+        );
+        assert!(close(&r, &[2.0, 8.0, 2.0]), "{r:?}");
+    }
+
+    #[test]
+    fn caps_release_capacity_to_others() {
+        // Four cores, six ops each capped at one core: processor sharing gives 4/6 each.
+        let flows: Vec<(&[u32], f64)> = (0..6).map(|_| (&[0u32][..], 1.0)).collect();
+        let r = solve(&[4.0], &flows);
+        assert!(close(&r, &[4.0 / 6.0; 6]), "{r:?}");
+        // Three ops on four cores: each runs at its cap of one core.
+        let r = solve(&[4.0], &flows[..3]);
+        assert!(close(&r, &[1.0; 3]), "{r:?}");
+        // A capped flow on a link: 1 for it, the rest (9) for the other.
+        let r = solve(&[10.0], &[(&[0], 1.0), (&[0], f64::INFINITY)]);
+        assert!(close(&r, &[1.0, 9.0]), "{r:?}");
+    }
+
+    #[test]
+    fn three_level_chain() {
+        // Links 0 (cap 3), 1 (cap 6), 2 (cap 12). f0 on 0,1,2; f1 on 1,2; f2 on 2.
+        // Level 1: link 0 share 3 → f0 = 3. Link 1: (6-3)/1 = 3 → f1 = 3. Link 2: 12-6 = 6.
+        let r = solve(
+            &[3.0, 6.0, 12.0],
+            &[
+                (&[0, 1, 2], f64::INFINITY),
+                (&[1, 2], f64::INFINITY),
+                (&[2], f64::INFINITY),
+            ],
+        );
+        assert!(close(&r, &[3.0, 3.0, 6.0]), "{r:?}");
+    }
+
+    #[test]
+    fn removing_a_flow_gives_its_share_back_and_reports_changes() {
+        let mut m = MaxMin::new(vec![10.0, 10.0]);
+        let a = m.add(Path::new(&[0]), f64::INFINITY);
+        let b = m.add(Path::new(&[0]), f64::INFINITY);
+        let c = m.add(Path::new(&[1]), f64::INFINITY);
+        let mut changed = Vec::new();
+        m.resolve(&mut changed);
+        assert_eq!(changed.len(), 3);
+        m.remove(a);
+        changed.clear();
+        m.resolve(&mut changed);
+        // Only b's component was touched; c keeps its rate and is not reported.
+        assert_eq!(changed, vec![b]);
+        assert_eq!(m.rate(b), 10.0);
+        assert_eq!(m.rate(c), 10.0);
+        assert_eq!(m.rate(a), 0.0);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Add(Vec<u32>, Option<u8>),
+        Remove(usize),
+        Cap(usize, u8),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (
+                prop::collection::vec(0u32..6, 0..4),
+                prop::option::of(1u8..20)
+            )
+                .prop_map(|(p, c)| Step::Add(p, c)),
+            (0usize..64).prop_map(Step::Remove),
+            (0usize..64, 1u8..20).prop_map(|(i, c)| Step::Cap(i, c)),
+        ]
+    }
+
+    proptest! {
+        /// After any sequence of changes, the incrementally maintained rates equal a fresh
+        /// solve of the same flows from scratch.
+        #[test]
+        fn incremental_equals_full_recompute(
+            caps in prop::collection::vec(1u8..50, 6),
+            steps in prop::collection::vec(step(), 1..40),
+        ) {
+            let caps: Vec<f64> = caps.into_iter().map(f64::from).collect();
+            let mut m = MaxMin::new(caps.clone());
+            let mut live: Vec<(u32, Vec<u32>, f64)> = Vec::new();
+            let mut changed = Vec::new();
+            for (i, s) in steps.iter().enumerate() {
+                match s {
+                    Step::Add(p, c) => {
+                        let mut p = p.clone();
+                        p.sort_unstable();
+                        p.dedup();
+                        let cap = c.map_or(f64::INFINITY, f64::from);
+                        let id = m.add(Path::new(&p), cap);
+                        live.push((id, p, cap));
+                    }
+                    Step::Remove(k) if !live.is_empty() => {
+                        let (id, _, _) = live.remove(k % live.len());
+                        m.remove(id);
+                    }
+                    Step::Cap(k, c) if !live.is_empty() => {
+                        let k = k % live.len();
+                        live[k].2 = f64::from(*c);
+                        m.set_cap(live[k].0, f64::from(*c));
+                    }
+                    _ => {}
+                }
+                // Resolve after some steps only, so batches of changes are exercised too.
+                if i % 3 != 1 {
+                    changed.clear();
+                    m.resolve(&mut changed);
+                }
+            }
+            changed.clear();
+            m.resolve(&mut changed);
+            let flows: Vec<(&[u32], f64)> =
+                live.iter().map(|(_, p, c)| (p.as_slice(), *c)).collect();
+            let full = solve(&caps, &flows);
+            let inc: Vec<f64> = live.iter().map(|(id, _, _)| m.rate(*id)).collect();
+            // Flows over no resource and without a cap are unbounded in both.
+            prop_assert!(close(&inc, &full), "{:?} vs {:?}", inc, full);
+            // Max-min feasibility: no resource over capacity.
+            for (r, &c) in caps.iter().enumerate() {
+                let used: f64 = live
+                    .iter()
+                    .filter(|(_, p, _)| p.contains(&(r as u32)))
+                    .map(|(id, _, _)| m.rate(*id))
+                    .sum();
+                prop_assert!(used <= c * (1.0 + 1e-9), "resource {} uses {} of {}", r, used, c);
+            }
+        }
+    }
+}
