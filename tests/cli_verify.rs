@@ -6,7 +6,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const PROFILE: &str = "scenarios/profiles/host-draft.toml";
+const PROFILE: &str = "scenarios/profiles/host-example.toml";
 
 fn twin(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_twin"))

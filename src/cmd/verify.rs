@@ -22,7 +22,7 @@ use twin_sim::verify::{compare, summarize_steps, CompareOptions, Comparison, Sid
 /// Exits 1 when an error exceeds a --max-* threshold, naming it.
 ///
 /// Examples:
-///   twin verify scenarios/host/pp.toml --backend host --profile scenarios/profiles/host-draft.toml
+///   twin verify scenarios/host/pp.toml --backend host --profile scenarios/profiles/host-example.toml
 ///   twin verify scenarios/host/tp-pp.toml --profile P --format json --trace-dir out/
 ///   twin verify scenarios/host/pp.toml --profile P --max-step-time-error 0.05 --max-bubble-error-points 2
 ///

@@ -83,23 +83,35 @@ impl Task {
     }
 }
 
-/// Runs rank `me`'s side of one call; returns its duration in ns (a p2p: the round trip on
-/// rank 0, 0 elsewhere).
+/// Ping-pong round trips per p2p sample (their mean is the sample).
+const P2P_ROUNDS: u32 = 4;
+
+/// Runs rank `me`'s side of one call; returns its duration in ns (a p2p: half the mean round
+/// trip on rank 0, 0 elsewhere).
 fn call(mesh: &Mesh, members: &[u32], task: Task, tag: u64) -> Result<f64, CalibError> {
     let fail = |e: twin_runtime::RuntimeError| CalibError::Bench(format!("{}: {e}", task.name()));
     match task.kind {
         None => {
             let payload = vec![7u8; usize::try_from(task.bytes).unwrap_or(usize::MAX)];
-            let t = Instant::now();
-            if mesh.rank == 0 {
-                mesh.send(1, P2P_LANE, tag, &payload, false).map_err(fail)?;
-                mesh.recv(1, P2P_LANE, tag, task.bytes).map_err(fail)?;
-                Ok(t.elapsed().as_nanos() as f64 / 2.0)
-            } else {
-                mesh.recv(0, P2P_LANE, tag, task.bytes).map_err(fail)?;
-                mesh.send(0, P2P_LANE, tag, &payload, false).map_err(fail)?;
-                Ok(0.0)
+            // One untimed exchange first, so the timed ones do not include the peer thread
+            // waking from the barrier (a scheduler latency, not a transfer).
+            for timed in [false, true] {
+                let rounds = if timed { P2P_ROUNDS } else { 1 };
+                let t = Instant::now();
+                for _ in 0..rounds {
+                    if mesh.rank == 0 {
+                        mesh.send(1, P2P_LANE, tag, &payload, false).map_err(fail)?;
+                        mesh.recv(1, P2P_LANE, tag, task.bytes).map_err(fail)?;
+                    } else {
+                        mesh.recv(0, P2P_LANE, tag, task.bytes).map_err(fail)?;
+                        mesh.send(0, P2P_LANE, tag, &payload, false).map_err(fail)?;
+                    }
+                }
+                if timed && mesh.rank == 0 {
+                    return Ok(t.elapsed().as_nanos() as f64 / (2.0 * f64::from(rounds)));
+                }
             }
+            Ok(0.0)
         }
         Some(kind) => {
             let ring = Ring::new(mesh, members, COLLECTIVE_LANE, tag).map_err(fail)?;

@@ -156,7 +156,10 @@ impl CostModel for Analytic {
         secs_to_ns(bytes as f64 / rate(self.checkpoint_bandwidth_bytes_per_s))
     }
 
-    fn alloc_ns(&self, bytes: u64) -> u64 {
+    fn alloc_ns(&self, category: crate::schedule::MemCategory, bytes: u64) -> u64 {
+        if super::is_model_state(category) {
+            return 0;
+        }
         self.alloc_bytes_per_s
             .map_or(0, |r| secs_to_ns(bytes as f64 / rate(r)))
     }

@@ -34,10 +34,12 @@ pub trait CostModel: Send + Sync {
     fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64;
     /// Writing `bytes` of one rank's state to checkpoint storage.
     fn checkpoint_ns(&self, bytes: u64) -> u64;
-    /// One `Alloc` of `bytes`. Defaults to zero: a caching GPU allocator hands out memory
-    /// it already holds. The host backend allocates and touches every byte, which a
-    /// profile's `memory.alloc_bytes_per_s` prices.
-    fn alloc_ns(&self, _bytes: u64) -> u64 {
+    /// One `Alloc` of `bytes` in `category`. Defaults to zero: a caching GPU allocator hands
+    /// out memory it already holds. The host backend allocates and touches every byte of a
+    /// step's buffers, which a profile's `memory.alloc_bytes_per_s` prices; model state
+    /// (weights, optimizer state) lives for the whole run there as in any framework, so a
+    /// pricing model leaves it free (see [`is_model_state`]).
+    fn alloc_ns(&self, _category: crate::schedule::MemCategory, _bytes: u64) -> u64 {
         0
     }
     /// True when `compute_ns` does not depend on `rank`: the engine then computes each
@@ -58,6 +60,15 @@ pub trait CostModel: Send + Sync {
     fn overlap_compute_slowdown(&self) -> f64 {
         0.0
     }
+}
+
+/// Whether an allocation of `category` is model state, allocated once per run rather than
+/// per step: weights and optimizer state.
+pub fn is_model_state(category: crate::schedule::MemCategory) -> bool {
+    matches!(
+        category,
+        crate::schedule::MemCategory::Weights | crate::schedule::MemCategory::Optimizer
+    )
 }
 
 /// Bus bandwidth in bytes/s as nccl-tests reports it: algorithm bandwidth (`bytes / time`)

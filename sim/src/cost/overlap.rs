@@ -27,8 +27,8 @@ impl CostModel for WithOverlap<'_> {
     fn checkpoint_ns(&self, bytes: u64) -> u64 {
         self.inner.checkpoint_ns(bytes)
     }
-    fn alloc_ns(&self, bytes: u64) -> u64 {
-        self.inner.alloc_ns(bytes)
+    fn alloc_ns(&self, category: crate::schedule::MemCategory, bytes: u64) -> u64 {
+        self.inner.alloc_ns(category, bytes)
     }
     fn compute_is_rank_invariant(&self) -> bool {
         self.inner.compute_is_rank_invariant()

@@ -295,7 +295,7 @@ pub(crate) fn compile(
             } => {
                 open.push(*tag, i32_);
                 unfreed[i] = true;
-                cached_ns = Some(cost.alloc_ns(*bytes));
+                cached_ns = Some(cost.alloc_ns(*category, *bytes));
                 CKind::Alloc {
                     category: *category as u8,
                     gpu: matches!(device, crate::schedule::Device::Gpu),

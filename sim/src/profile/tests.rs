@@ -4,7 +4,7 @@ use super::*;
 use crate::cost::{bus_bandwidth, Algorithm, CostModel, GroupShape};
 use crate::plan::{GroupKind, Plan};
 use crate::scenario::ErrorKind;
-use crate::schedule::CollectiveKind;
+use crate::schedule::{CollectiveKind, MemCategory};
 use crate::testing::small_scenario;
 
 const A100: &str = include_str!("../../../scenarios/profiles/a100-dgx.toml");
@@ -227,12 +227,18 @@ fn host_keys_alloc_rate_and_provenance() {
     let cost = Analytic::from_profile(&s, &p);
     assert_eq!(cost.host_cores(), Some(2));
     // 1 GB at 2 GB/s.
-    assert_eq!(cost.alloc_ns(1_000_000_000), 500_000_000);
+    assert_eq!(
+        cost.alloc_ns(MemCategory::Activations, 1_000_000_000),
+        500_000_000
+    );
+    // Model state is allocated once per run, not per step.
+    assert_eq!(cost.alloc_ns(MemCategory::Weights, 1_000_000_000), 0);
+    assert_eq!(cost.alloc_ns(MemCategory::Optimizer, 1_000_000_000), 0);
     // Without the keys: each rank its own device, allocations instant, p2p at the tier's
     // collective step latency.
     let plain = Analytic::from_profile(&s, &a100());
     assert_eq!(plain.host_cores(), None);
-    assert_eq!(plain.alloc_ns(1 << 30), 0);
+    assert_eq!(plain.alloc_ns(MemCategory::Activations, 1 << 30), 0);
     // Out of range: located errors.
     for bad in [
         "cores = { value = 0, source = \"fitted\", ref = \"x\" }",
