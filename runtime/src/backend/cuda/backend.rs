@@ -10,6 +10,8 @@ use super::dtype::{gemm_dtype, nccl_elements};
 use super::libs::{self, cu, guard, Libraries};
 use super::nccl::{self, Buffers, Comm, UniqueId};
 use super::pool::Pool;
+
+mod workspace;
 use crate::backend::{Backend, MemoryReport, OpContext, OpTiming};
 use crate::error::RuntimeError;
 use cudarc::driver::{result as drv, sys as drv_sys, CudaContext, CudaEvent, CudaStream};
@@ -17,9 +19,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use twin_sim::plan::{GroupKind, Plan, RankId};
 use twin_sim::schedule::{CollectiveKind, Device, MemCategory, Op, OpKind, Program, Stream};
-
-/// Largest scratch for memory-bound copies: past this, copies loop over the same buffer.
-const MAX_MEMORY_SCRATCH_BYTES: u64 = 512 << 20;
 
 #[derive(Clone, Debug)]
 pub struct CudaOptions {
@@ -237,90 +236,6 @@ impl CudaBackend {
 
     fn libs_nccl_path(&self) -> Result<std::path::PathBuf, RuntimeError> {
         self.libs.discovery.require(super::discover::CudaLib::Nccl)
-    }
-
-    /// Size and allocate the stream workspaces the program needs.
-    fn size_workspaces(&mut self, program: &Program) -> Result<(), RuntimeError> {
-        let mut gemm = [[0u64; 3]; Stream::COUNT];
-        let mut scratch = [0u64; Stream::COUNT];
-        let mut comm = [[0u64; 2]; Stream::COUNT];
-        for op in &program.ops {
-            let s = op.stream.index();
-            match &op.kind {
-                OpKind::Compute(c) => {
-                    let choice = gemm_dtype(c.dtype, self.options.allow_tf32);
-                    for g in &c.gemms {
-                        let need = operand_bytes(g, choice.dtype);
-                        for (have, n) in gemm[s].iter_mut().zip(need) {
-                            *have = (*have).max(n);
-                        }
-                    }
-                    scratch[s] = scratch[s].max(
-                        c.memory_bytes
-                            .div_ceil(2)
-                            .saturating_mul(2)
-                            .min(MAX_MEMORY_SCRATCH_BYTES),
-                    );
-                }
-                OpKind::Collective { kind, bytes, .. } => {
-                    comm[s][0] = comm[s][0].max(*bytes);
-                    if *kind == CollectiveKind::AllToAll {
-                        comm[s][1] = comm[s][1].max(*bytes);
-                    }
-                }
-                OpKind::Send { bytes, .. } | OpKind::Recv { bytes, .. } => {
-                    comm[s][0] = comm[s][0].max(*bytes);
-                }
-                OpKind::Checkpoint { bytes } => {
-                    scratch[s] = scratch[s].max((*bytes).min(MAX_MEMORY_SCRATCH_BYTES));
-                }
-                _ => {}
-            }
-        }
-        let seed = self.options.seed;
-        for (s, stream) in Stream::ALL.iter().enumerate() {
-            let cu_stream = stream_of(&self.streams, *stream)?.cu_stream();
-            let Some(w) = self.work.get_mut(s) else {
-                continue;
-            };
-            let [a, b, c] = gemm[s];
-            if a > 0 {
-                if w.blas.is_none() {
-                    w.blas = Some(BlasHandle::new(cu_stream)?);
-                }
-                let fits = w
-                    .gemm
-                    .as_ref()
-                    .is_some_and(|g| g.a.bytes >= a && g.b.bytes >= b && g.c.bytes >= c);
-                if !fits {
-                    w.gemm = None;
-                    let ops = GemmOperands {
-                        a: DeviceBuffer::new(a)?,
-                        b: DeviceBuffer::new(b)?,
-                        c: DeviceBuffer::new(c)?,
-                    };
-                    ops.a.fill_random(seed)?;
-                    ops.b.fill_random(seed.wrapping_add(1))?;
-                    w.gemm = Some(ops);
-                }
-            }
-            grow(&mut w.scratch, scratch[s])?;
-            grow(&mut w.comm_send, comm[s][0])?;
-            grow(&mut w.comm_recv, comm[s][1])?;
-        }
-        self.memory.workspace_bytes = self
-            .work
-            .iter()
-            .map(|w| {
-                let g = w
-                    .gemm
-                    .as_ref()
-                    .map_or(0, |g| g.a.bytes + g.b.bytes + g.c.bytes);
-                let sz = |b: &Option<DeviceBuffer>| b.as_ref().map_or(0, |b| b.bytes);
-                g + sz(&w.scratch) + sz(&w.comm_send) + sz(&w.comm_recv)
-            })
-            .sum();
-        Ok(())
     }
 
     /// Free every allocation still live (the device must be idle).
@@ -543,14 +458,6 @@ impl CudaBackend {
         }
         Ok(())
     }
-}
-
-fn grow(slot: &mut Option<DeviceBuffer>, bytes: u64) -> Result<(), RuntimeError> {
-    if bytes > 0 && !slot.as_ref().is_some_and(|b| b.bytes >= bytes) {
-        *slot = None;
-        *slot = Some(DeviceBuffer::new(bytes)?);
-    }
-    Ok(())
 }
 
 impl Backend for CudaBackend {
