@@ -74,6 +74,12 @@ pub fn run(app: App, setup: Setup, save_stem: PathBuf) -> Result<(), TuiError> {
     let worker = Worker::spawn(setup, tx.clone())?;
     let mut guard = TerminalGuard::enter()?;
     let result = event_loop(app, &mut guard, &worker, &rx, |toml| {
+        // The emitter writes the resolved scenario only: keep the file's [faults] and
+        // [checks] sections with it.
+        let toml = match std::fs::read_to_string(&save_stem) {
+            Ok(original) => twin_sim::scenario::with_side_sections(&toml, &original),
+            Err(_) => toml,
+        };
         let _ = tx.send(Msg::Saved(save_new(&save_stem, &toml)));
     });
     drop(guard);

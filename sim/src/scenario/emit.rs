@@ -19,6 +19,28 @@ fn link_table(link: &Link) -> Item {
     Item::Table(t)
 }
 
+/// Sections of a scenario file that [`to_toml`] does not emit because they are not part of
+/// the resolved [`Scenario`]: `[faults]` and `[checks]` (parsed beside it).
+pub const SIDE_SECTIONS: [&str; 2] = ["faults", "checks"];
+
+/// `emitted` (a [`to_toml`] output) with the [`SIDE_SECTIONS`] of `original` (the scenario
+/// file it came from) copied over verbatim, so a saved what-if keeps its failure model and
+/// CI thresholds. An `original` that is not valid TOML adds nothing.
+pub fn with_side_sections(emitted: &str, original: &str) -> String {
+    let (Ok(mut doc), Ok(orig)) = (
+        emitted.parse::<DocumentMut>(),
+        original.parse::<DocumentMut>(),
+    ) else {
+        return emitted.to_string();
+    };
+    for key in SIDE_SECTIONS {
+        if let Some(item) = orig.get(key) {
+            doc.insert(key, item.clone());
+        }
+    }
+    doc.to_string()
+}
+
 pub(crate) fn to_toml(s: &Scenario) -> String {
     let mut doc = DocumentMut::new();
     doc.insert("name", value(s.name.as_str()));
@@ -173,4 +195,43 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     doc.insert("run", Item::Table(run));
 
     doc.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{parse_with_checks, to_toml, ParsedSource};
+    use super::with_side_sections;
+
+    fn bundled(name: &str) -> String {
+        let path = format!("{}/../scenarios/{name}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path).unwrap()
+    }
+
+    #[test]
+    fn side_sections_survive_a_round_trip_through_the_emitter() {
+        let text = bundled("512xA100-faults.toml");
+        let src = ParsedSource::parse(&text, "faults").unwrap();
+        let (scenario, _, faults) = src.resolve_with_faults(&[]).unwrap();
+        let plain = to_toml(&scenario);
+        assert!(
+            !plain.contains("[faults"),
+            "the emitter alone drops [faults]"
+        );
+        let kept = with_side_sections(&plain, &text);
+        let again = ParsedSource::parse(&kept, "kept").unwrap();
+        let (scenario2, _, faults2) = again.resolve_with_faults(&[]).unwrap();
+        assert_eq!(scenario, scenario2);
+        assert_eq!(faults, faults2);
+        assert!(faults2.is_some());
+
+        let text = bundled("checks/small-fail.toml");
+        let (s, checks) = parse_with_checks(&text, "checks", &[]).unwrap();
+        let kept = with_side_sections(&to_toml(&s), &text);
+        let (s2, checks2) = parse_with_checks(&kept, "kept", &[]).unwrap();
+        assert_eq!(s, s2);
+        assert_eq!(checks, checks2);
+        assert!(!checks2.is_empty());
+        // Not TOML: nothing is added, nothing breaks.
+        assert_eq!(with_side_sections(&to_toml(&s), "= ["), to_toml(&s));
+    }
 }

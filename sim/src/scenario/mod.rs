@@ -144,6 +144,8 @@ pub fn to_toml(s: &Scenario) -> String {
     emit::to_toml(s)
 }
 
+pub use emit::{with_side_sections, SIDE_SECTIONS};
+
 /// The text of a scenario file, kept so that what-if tools can re-resolve it with more
 /// overrides exactly as `load` would (presets and derived values recomputed).
 #[derive(Clone, Debug, PartialEq, Eq)]
