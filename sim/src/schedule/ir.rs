@@ -17,7 +17,8 @@
 //!   transfer starts when both sides have reached them (rendezvous, as NCCL does).
 //! - A `Collective` starts when every member of the resolved group has reached it; members
 //!   issue their collectives on one group in the same order.
-//! - `Alloc` and `Free` take no time; they move the rank's memory counter.
+//! - `Alloc` and `Free` move the rank's memory counter. They take no time unless the cost model
+//!   prices allocation (`CostModel::alloc_ns`: a host profile's `memory.alloc_bytes_per_s`).
 
 use crate::plan::GroupKind;
 use crate::scenario::Precision;
