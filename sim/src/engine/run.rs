@@ -7,6 +7,10 @@
 //! checkpoint ops finish after their cost; p2p and collectives first wait for their
 //! counterparts, then run; frees, and allocs the cost model does not price, finish at once
 //! (through the `instant` FIFO, so there is no recursion and no heap traffic for them).
+//!
+//! Longer than the ~600-line guide on purpose: the event loop and its per-op handlers share
+//! the hot state and are read together; the cold parts live in `compile`, `context`,
+//! `deadlock`, `flow` and `memory`.
 
 use super::compile::{CKind, CProgram};
 pub(crate) use super::context::Ctx;

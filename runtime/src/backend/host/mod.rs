@@ -4,6 +4,9 @@
 //! and p2p / collective rendezvous happens on the wire (a receive blocks until the peer
 //! sends). Times are taken on the cluster-aligned clock. The first failure stops every
 //! stream (sockets are shut down) and is returned naming the op.
+//!
+//! A little over the ~600-line guide: `execute` (one match arm per op kind) is the backend's
+//! contract in one place; compute, memory, model state and faults are their own files.
 
 mod compute;
 pub mod fault;
