@@ -2,16 +2,10 @@
 //! machine without a CUDA driver (CI, the dev machine) it must say what is missing and where
 //! it searched, and exit 3; with a driver and a GPU it exits 0 and lists the GPU.
 
-use std::process::{Command, Output};
 use twin_runtime::backend::cuda::discover::{CudaLib, Discovery, SearchEnv};
 
-fn twin(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_twin"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the twin binary runs")
-}
+mod common;
+use common::twin;
 
 fn driver_present() -> bool {
     Discovery::run(&SearchEnv::from_process())

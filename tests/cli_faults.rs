@@ -2,15 +2,8 @@
 //! goodput and ETTR (text and top-level JSON), byte-identically for a seed, and a bad
 //! `--horizon` is a usage error.
 
-use std::process::{Command, Output};
-
-fn twin(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_twin"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the twin binary runs")
-}
+mod common;
+use common::twin;
 
 #[test]
 fn faults_scenario_json_has_goodput_and_ettr_and_is_deterministic() {

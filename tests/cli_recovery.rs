@@ -6,21 +6,11 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+
+mod common;
+use common::{text, twin};
 
 const SCENARIO: &str = "scenarios/host/faults.toml";
-
-fn twin(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_twin"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the twin binary runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("twin-recovery-{}-{name}", std::process::id()));

@@ -6,21 +6,11 @@
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 use twin_sim::schedule::{Op, OpKind};
 
-fn twin(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_twin"))
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the twin binary runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::{text, twin_env as twin};
 
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("twin-run-e2e-{}", std::process::id()));

@@ -1,15 +1,8 @@
 //! End-to-end tests of `twin validate` and `twin simulate --profile`: the real binary, as a
 //! user runs it.
 
-use std::process::{Command, Output};
-
-fn twin(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_twin"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the twin binary runs")
-}
+mod common;
+use common::twin;
 
 fn tmp(name: &str, text: &str) -> String {
     let dir = std::env::temp_dir().join(format!("twin-validate-{}", std::process::id()));
