@@ -7,7 +7,7 @@ use crate::backend::{Allocation, Backend, MemoryReport, OpContext, OpTiming, Pee
 use crate::error::RuntimeError;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use twin_sim::plan::{GroupKind, Plan, RankId};
+use twin_sim::plan::{Plan, RankId};
 use twin_sim::schedule::{Device, MemCategory, Op, OpKind, Peer, Schedule, Stream};
 
 /// One executed op, as the simulator's trace records it. Unified with `twin_sim`'s trace
@@ -158,31 +158,12 @@ fn op_flops(op: &Op) -> u64 {
     }
 }
 
-/// Resolve a relative peer to a rank and the group whose communicator reaches it.
+/// Resolve a relative peer to a rank (as the simulator resolves it) and the group whose
+/// communicator reaches it.
 pub fn resolve_peer(plan: &Plan, rank: RankId, peer: Peer) -> PeerRoute {
-    match peer {
-        Peer::PpNext => PeerRoute {
-            rank: plan.pp_next(rank),
-            group: GroupKind::Pp,
-        },
-        Peer::PpPrev => PeerRoute {
-            rank: plan.pp_prev(rank),
-            group: GroupKind::Pp,
-        },
-        Peer::CpNext | Peer::CpPrev => {
-            let members = &plan.group(plan.group_of(rank, GroupKind::Cp)).members;
-            let n = members.len();
-            let me = members.iter().position(|&m| m == rank).unwrap_or(0);
-            let other = if peer == Peer::CpNext {
-                (me + 1) % n.max(1)
-            } else {
-                (me + n.max(1) - 1) % n.max(1)
-            };
-            PeerRoute {
-                rank: members.get(other).copied().unwrap_or(rank),
-                group: GroupKind::Cp,
-            }
-        }
+    PeerRoute {
+        rank: peer.rank_for(plan, rank),
+        group: peer.group(),
     }
 }
 
@@ -305,6 +286,7 @@ fn to_events(rank: RankId, ops: &[Op], timings: &[OpTiming]) -> Result<Vec<Trace
 mod tests {
     use super::*;
     use crate::probe::llama_probe;
+    use twin_sim::plan::GroupKind;
     use twin_sim::schedule::Program;
 
     type Seen = (

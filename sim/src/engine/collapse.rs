@@ -79,24 +79,6 @@ fn representative(plan: &Plan, rank: RankId) -> RankId {
     })
 }
 
-/// The rank a program's `peer` names for `rank` (as the engine and the validator resolve it).
-pub(crate) fn resolve_peer(plan: &Plan, rank: RankId, peer: Peer) -> RankId {
-    match peer {
-        Peer::PpNext => plan.pp_next(rank),
-        Peer::PpPrev => plan.pp_prev(rank),
-        Peer::CpNext | Peer::CpPrev => {
-            let mut c = plan.coords(rank);
-            let n = plan.sizes.cp.max(1);
-            c.cp = if peer == Peer::CpNext {
-                (c.cp + 1) % n
-            } else {
-                (c.cp + n - 1) % n
-            };
-            plan.rank_of(c)
-        }
-    }
-}
-
 impl Collapse {
     /// [`Collapse::with_peers`], resolving every rank's peers first.
     #[cfg(test)]
@@ -106,7 +88,7 @@ impl Collapse {
         cost: &dyn CostModel,
     ) -> Result<Collapse, NotCollapsible> {
         let peers: Vec<[RankId; 4]> = (0..plan.world)
-            .map(|r| PEERS.map(|p| resolve_peer(plan, r, p)))
+            .map(|r| PEERS.map(|p| p.rank_for(plan, r)))
             .collect();
         Collapse::with_peers(plan, schedule, cost, &peers)
     }
@@ -177,7 +159,7 @@ impl Collapse {
     /// The peer a representative's p2p op is matched with: the representative of the real
     /// peer (itself for a context-parallel neighbour).
     pub fn match_peer(&self, plan: &Plan, rank: RankId, peer: Peer) -> RankId {
-        let real = resolve_peer(plan, rank, peer);
+        let real = peer.rank_for(plan, rank);
         self.rep_of.get(real as usize).copied().unwrap_or(real)
     }
 

@@ -155,7 +155,7 @@ impl<'a> Ctx<'a> {
             (Some(_), Some(op)) => match op.kind {
                 super::compile::CKind::P2p { peer, .. } => PEERS
                     .get(peer as usize)
-                    .map_or(dst, |&p| super::collapse::resolve_peer(self.plan, src, p)),
+                    .map_or(dst, |&p| p.rank_for(self.plan, src)),
                 _ => dst,
             },
             _ => dst,

@@ -156,6 +156,35 @@ pub enum Peer {
     CpPrev,
 }
 
+impl Peer {
+    /// The rank this peer names for `rank`: the one resolution the validator, the engine and
+    /// the runtime all use, so they pair the same sends and receives.
+    pub fn rank_for(self, plan: &crate::plan::Plan, rank: u32) -> u32 {
+        match self {
+            Peer::PpNext => plan.pp_next(rank),
+            Peer::PpPrev => plan.pp_prev(rank),
+            Peer::CpNext | Peer::CpPrev => {
+                let mut c = plan.coords(rank);
+                let n = plan.sizes.cp.max(1);
+                c.cp = if self == Peer::CpNext {
+                    (c.cp + 1) % n
+                } else {
+                    (c.cp + n - 1) % n
+                };
+                plan.rank_of(c)
+            }
+        }
+    }
+
+    /// The group whose communicator carries transfers to this peer.
+    pub fn group(self) -> GroupKind {
+        match self {
+            Peer::PpNext | Peer::PpPrev => GroupKind::Pp,
+            Peer::CpNext | Peer::CpPrev => GroupKind::Cp,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CollectiveKind {
@@ -398,5 +427,43 @@ impl Schedule {
             .iter()
             .map(|&p| self.programs[p as usize].ops.len() as u64)
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Plan;
+    use crate::scenario::Axis;
+    use crate::testing::small_scenario;
+
+    /// A CP peer is the ring neighbour in the rank's CP group (what the runtime's
+    /// communicators are built from), and a PP peer the next/previous stage, in any mesh order.
+    #[test]
+    fn peers_are_ring_neighbours_of_their_group() {
+        let mut s = small_scenario(2, 2, 1, 4);
+        s.parallel.cp = 3;
+        s.cluster.gpus = 12;
+        for order in [
+            crate::scenario::Parallel::DEFAULT_ORDER,
+            [Axis::Pp, Axis::Cp, Axis::Tp, Axis::Ep, Axis::Dp],
+        ] {
+            s.parallel.order = order;
+            let plan = Plan::new(&s).unwrap();
+            for rank in 0..plan.world {
+                let members = &plan.group(plan.group_of(rank, GroupKind::Cp)).members;
+                let n = members.len();
+                let me = members.iter().position(|&m| m == rank).unwrap();
+                assert_eq!(Peer::CpNext.rank_for(&plan, rank), members[(me + 1) % n]);
+                assert_eq!(
+                    Peer::CpPrev.rank_for(&plan, rank),
+                    members[(me + n - 1) % n]
+                );
+                assert_eq!(Peer::PpNext.rank_for(&plan, rank), plan.pp_next(rank));
+                assert_eq!(Peer::PpPrev.rank_for(&plan, rank), plan.pp_prev(rank));
+            }
+        }
+        assert_eq!(Peer::CpPrev.group(), GroupKind::Cp);
+        assert_eq!(Peer::PpNext.group(), GroupKind::Pp);
     }
 }

@@ -211,29 +211,11 @@ fn check_structure(prog: &Program, rank: u32) -> Result<(), ValidationError> {
     Ok(())
 }
 
-/// The rank a peer name resolves to, for `rank`.
-pub(crate) fn resolve_peer(plan: &Plan, rank: RankId, peer: Peer) -> RankId {
-    match peer {
-        Peer::PpNext => plan.pp_next(rank),
-        Peer::PpPrev => plan.pp_prev(rank),
-        Peer::CpNext | Peer::CpPrev => {
-            let mut c = plan.coords(rank);
-            let n = plan.sizes.cp.max(1);
-            c.cp = if peer == Peer::CpNext {
-                (c.cp + 1) % n
-            } else {
-                (c.cp + n - 1) % n
-            };
-            plan.rank_of(c)
-        }
-    }
-}
-
 /// Ranks that may send to `q`: those whose some peer name resolves to it.
 fn possible_senders(plan: &Plan, q: RankId) -> Vec<RankId> {
     let mut v: Vec<RankId> = [Peer::PpPrev, Peer::PpNext, Peer::CpPrev, Peer::CpNext]
         .iter()
-        .map(|&p| resolve_peer(plan, q, p))
+        .map(|&p| p.rank_for(plan, q))
         .collect();
     v.sort_unstable();
     v.dedup();
@@ -250,7 +232,7 @@ fn check_p2p(s: &Schedule, plan: &Plan) -> Result<u64, ValidationError> {
         let senders = possible_senders(plan, q);
         let neighbours: Vec<RankId> = [Peer::PpPrev, Peer::PpNext, Peer::CpPrev, Peer::CpNext]
             .iter()
-            .map(|&p| resolve_peer(plan, q, p))
+            .map(|&p| p.rank_for(plan, q))
             .collect();
         // Key: programs of q and its neighbours, and which neighbours coincide.
         let mut key = vec![s.program_of[q as usize]];
@@ -262,7 +244,7 @@ fn check_p2p(s: &Schedule, plan: &Plan) -> Result<u64, ValidationError> {
         for &p in &senders {
             key.push(s.program_of[p as usize]);
             for peer in [Peer::PpPrev, Peer::PpNext, Peer::CpPrev, Peer::CpNext] {
-                key.push(u32::from(resolve_peer(plan, p, peer) == q));
+                key.push(u32::from(peer.rank_for(plan, p) == q));
             }
         }
         if let Some(&c) = done.get(&key) {
@@ -273,7 +255,7 @@ fn check_p2p(s: &Schedule, plan: &Plan) -> Result<u64, ValidationError> {
         let prog_q = s.program(q);
         for (i, op) in prog_q.ops.iter().enumerate() {
             if let OpKind::Recv { peer, bytes, tag } = op.kind {
-                let from = resolve_peer(plan, q, peer);
+                let from = peer.rank_for(plan, q);
                 if recvs.insert((from, tag), (bytes, i as u32)).is_some() {
                     return Err(ValidationError::Unmatched {
                         rank: q,
@@ -290,7 +272,7 @@ fn check_p2p(s: &Schedule, plan: &Plan) -> Result<u64, ValidationError> {
                 let OpKind::Send { peer, bytes, tag } = op.kind else {
                     continue;
                 };
-                if resolve_peer(plan, p, peer) != q {
+                if peer.rank_for(plan, p) != q {
                     continue;
                 }
                 match recvs.remove(&(p, tag)) {

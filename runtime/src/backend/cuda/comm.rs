@@ -7,7 +7,7 @@
 use crate::error::RuntimeError;
 use std::collections::{BTreeMap, BTreeSet};
 use twin_sim::plan::{GroupKind, Plan, RankId};
-use twin_sim::schedule::{OpKind, Peer, Program};
+use twin_sim::schedule::{OpKind, Program};
 
 /// One communicator this rank joins.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,10 +42,7 @@ pub fn used_group_kinds(program: &Program) -> BTreeSet<GroupKind> {
         .iter()
         .filter_map(|op| match &op.kind {
             OpKind::Collective { group, .. } => Some(*group),
-            OpKind::Send { peer, .. } | OpKind::Recv { peer, .. } => Some(match peer {
-                Peer::PpNext | Peer::PpPrev => GroupKind::Pp,
-                Peer::CpNext | Peer::CpPrev => GroupKind::Cp,
-            }),
+            OpKind::Send { peer, .. } | OpKind::Recv { peer, .. } => Some(peer.group()),
             _ => None,
         })
         .collect()
@@ -130,7 +127,7 @@ impl Rendezvous for StoreRendezvous {
 mod tests {
     use super::*;
     use twin_sim::plan::Plan;
-    use twin_sim::schedule::{Label, Op, Stream};
+    use twin_sim::schedule::{Label, Op, Peer, Stream};
     use twin_sim::testing::small_scenario;
 
     fn op(kind: OpKind) -> Op {

@@ -4,7 +4,7 @@
 //! the error names each blocked rank and the op each of its streams is stuck at. Each op
 //! completes once, so the run is O(total ops) plus the re-checks of blocked stream heads.
 
-use super::{resolve_peer, ValidationError};
+use super::ValidationError;
 use crate::plan::{GroupKind, Plan, RankId};
 use crate::schedule::{OpKind, Program, Schedule, Stream};
 use std::collections::{HashMap, VecDeque};
@@ -101,7 +101,7 @@ impl Run<'_> {
         }
         match op.kind {
             OpKind::Send { peer, tag, .. } => {
-                let q = resolve_peer(self.plan, r, peer);
+                let q = peer.rank_for(self.plan, r);
                 if let Some(qs) = self.recvs.remove(&(r, q, tag)) {
                     self.advance(q, qs);
                     self.advance(r, s);
@@ -113,7 +113,7 @@ impl Run<'_> {
                 }
             }
             OpKind::Recv { peer, tag, .. } => {
-                let p = resolve_peer(self.plan, r, peer);
+                let p = peer.rank_for(self.plan, r);
                 if let Some(ps) = self.sends.remove(&(p, r, tag)) {
                     self.advance(p, ps);
                     self.advance(r, s);
