@@ -200,7 +200,11 @@ impl Plan {
         }
         let denom = s.training.micro_batch * u64::from(p.dp) * u64::from(p.ep);
         let m = s.num_microbatches();
-        if denom == 0 || s.training.global_batch % denom != 0 || m == 0 || m > u64::from(u32::MAX) {
+        if denom == 0
+            || !s.training.global_batch.is_multiple_of(denom)
+            || m == 0
+            || m > u64::from(u32::MAX)
+        {
             return Err(PlanError::Batch {
                 global_batch: s.training.global_batch,
                 denom,
@@ -382,7 +386,7 @@ fn layout_chunks(
             part.to_vec()
         }
         None => {
-            if layers % n != 0 {
+            if !layers.is_multiple_of(n) {
                 return Err(PlanError::UnevenLayers { layers, chunks: n });
             }
             vec![layers / n; n as usize]

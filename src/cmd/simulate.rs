@@ -204,7 +204,7 @@ impl Progress {
 
     fn show(&self, done: usize) {
         let total = self.total.max(1) as usize;
-        if done % (total / 50).max(1) == 0 || done == total {
+        if done.is_multiple_of((total / 50).max(1)) || done == total {
             let filled = done * 30 / total;
             eprint!(
                 "\r  seeds [{}{}] {done}/{total}",

@@ -146,7 +146,7 @@ fn plan_layouts(args: &Args) -> anyhow::Result<(ScenarioSource, String, Numbered
     let numbered = layouts
         .into_iter()
         .enumerate()
-        .filter(|(i, _)| shard.map_or(true, |s| s.holds(*i)))
+        .filter(|(i, _)| shard.is_none_or(|s| s.holds(*i)))
         .collect();
     Ok((source, base.name, numbered))
 }

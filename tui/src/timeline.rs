@@ -290,7 +290,7 @@ impl Timeline {
         let mut best: Option<(u32, MemPoint)> = None;
         for (&rank, points) in &self.memory {
             for p in points {
-                if best.map_or(true, |(_, b)| p.total_bytes() > b.total_bytes()) {
+                if best.is_none_or(|(_, b)| p.total_bytes() > b.total_bytes()) {
                     best = Some((rank, *p));
                 }
             }
@@ -303,7 +303,7 @@ impl Timeline {
         let points = self.memory.get(&rank)?;
         let mut best: Option<MemPoint> = None;
         for p in points {
-            if best.map_or(true, |b| p.total_bytes() > b.total_bytes()) {
+            if best.is_none_or(|b| p.total_bytes() > b.total_bytes()) {
                 best = Some(*p);
             }
         }

@@ -45,7 +45,7 @@ pub struct CheckpointOptions {
 impl CheckpointOptions {
     /// Whether a checkpoint is due after `completed` of `total` steps.
     pub fn due(&self, completed: u64, total: u64) -> bool {
-        self.every_steps > 0 && completed % self.every_steps == 0 && completed < total
+        self.every_steps > 0 && completed.is_multiple_of(self.every_steps) && completed < total
     }
 }
 

@@ -272,7 +272,7 @@ impl StoreClient {
             let rtt = t1.saturating_sub(t0);
             let mid = (i128::from(t0) + i128::from(t1)) / 2;
             let offset = i64::try_from(server - mid).unwrap_or(0);
-            if best.map_or(true, |(r, _)| rtt < r) {
+            if best.is_none_or(|(r, _)| rtt < r) {
                 best = Some((rtt, offset));
             }
         }

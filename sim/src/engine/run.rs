@@ -253,7 +253,7 @@ impl State {
         if let Some(k) = prog.dep_at_of(op).iter().position(|d| {
             streams
                 .get(d.stream as usize)
-                .map_or(true, |st| d.slot >= st.cursor)
+                .is_none_or(|st| d.slot >= st.cursor)
         }) {
             let d = prog.deps_of(op).get(k).copied().unwrap_or(UNCHECKED);
             self.ranks[r].streams[s].blocked_on = d;

@@ -131,7 +131,7 @@ pub(crate) fn divisors(n: u64, limit: u64, max: usize) -> String {
     let mut large = Vec::new();
     let mut d = 1u64;
     while d.saturating_mul(d) <= n {
-        if n % d == 0 {
+        if n.is_multiple_of(d) {
             small.push(d);
             if d != n / d {
                 large.push(n / d);

@@ -138,7 +138,7 @@ fn mesh(c: &Checker<'_>, s: &Scenario, dp: Option<u32>) -> Result<u32, ScenarioE
 
 fn model_shape(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     let m = &s.model;
-    if m.kv_heads > m.heads || m.heads % m.kv_heads != 0 {
+    if m.kv_heads > m.heads || !m.heads.is_multiple_of(m.kv_heads) {
         return Err(c.fail(
             &[("model.kv_heads", v(m.kv_heads)), ("model.heads", v(m.heads))],
             format!(
@@ -148,7 +148,7 @@ fn model_shape(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
             format!("kv_heads dividing {}: {}", m.heads, divisors(u64::from(m.heads), u64::MAX, 16)),
         ));
     }
-    if m.hidden % u64::from(m.heads) != 0 {
+    if !m.hidden.is_multiple_of(u64::from(m.heads)) {
         return Err(c.fail(
             &[("model.hidden", v(m.hidden)), ("model.heads", v(m.heads))],
             format!(
@@ -343,7 +343,7 @@ fn pipeline(c: &Checker<'_>, s: &Scenario, microbatches: u64) -> Result<(), Scen
             "pp >= 2, or another schedule",
         ));
     }
-    if interleaved && microbatches % u64::from(p.pp) != 0 {
+    if interleaved && !microbatches.is_multiple_of(u64::from(p.pp)) {
         let t = &s.training;
         return Err(c.fail(
             &[

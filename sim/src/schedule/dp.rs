@@ -88,7 +88,7 @@ impl DpPolicy {
                     ));
                 }
                 let n = u64::from(n);
-                (step % n == n - 1, step % n == 0, false)
+                (step % n == n - 1, step.is_multiple_of(n), false)
             }
         };
         if async_reduce && zero == Zero::ShardedParams {

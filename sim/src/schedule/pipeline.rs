@@ -133,7 +133,7 @@ fn interleaved(stage: u32, pp: u32, vpp: u32, m: u32) -> Result<Vec<Slot>, Sched
     if vpp == 1 {
         return Ok(one_f_one_b(stage, pp, m));
     }
-    if m % pp != 0 {
+    if !m.is_multiple_of(pp) {
         return Err(ScheduleError::Unsupported(format!(
             "interleaved-1f1b needs the micro batch count ({m}) to be a multiple of pp ({pp})"
         )));

@@ -118,7 +118,7 @@ pub fn derive_dp(base: &Scenario, layouts: &mut [Vec<String>]) {
 }
 
 fn divisors(n: u64) -> Vec<u64> {
-    (1..=n).filter(|d| n % d == 0).collect()
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
 /// What `--search` varies, with its defaults.
@@ -178,7 +178,11 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
                     non_interleaved
                 };
                 for &mb in &space.micro_batches {
-                    if base.training.global_batch % (mb * dp * u64::from(p.ep)) != 0 {
+                    if !base
+                        .training
+                        .global_batch
+                        .is_multiple_of(mb * dp * u64::from(p.ep))
+                    {
                         continue;
                     }
                     for rc in &space.recompute {

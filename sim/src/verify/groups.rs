@@ -112,10 +112,7 @@ pub(super) fn compare_ops(
         g.predicted_s += ps;
         g.measured_s += ms;
         g.abs_error_s += (ms - ps).abs();
-        let worse = g
-            .worst
-            .as_ref()
-            .map_or(true, |w| by_abs_error(&e, w).is_lt());
+        let worse = g.worst.as_ref().is_none_or(|w| by_abs_error(&e, w).is_lt());
         if worse {
             g.worst = Some(e.clone());
         }

@@ -80,7 +80,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             .iter()
             .flat_map(|p| {
                 let v = (p.goodput.mean.clamp(0.0, 1.0) * 1000.0).round() as u64;
-                std::iter::repeat(v).take(rep)
+                std::iter::repeat_n(v, rep)
             })
             .collect();
         let first = h.sweep.first().map_or(0, |p| p.interval_steps);

@@ -76,7 +76,7 @@ pub enum NcclDtype {
 /// Element type and count carrying `bytes` of a collective. Reductions add bf16 elements
 /// (as gradient reductions do) when the size allows; data movement uses bytes.
 pub fn nccl_elements(bytes: u64, reduces: bool) -> (NcclDtype, u64) {
-    if reduces && bytes % 2 == 0 {
+    if reduces && bytes.is_multiple_of(2) {
         (NcclDtype::Bfloat16, bytes / 2)
     } else {
         (NcclDtype::Uint8, bytes)

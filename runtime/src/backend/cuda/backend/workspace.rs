@@ -94,7 +94,7 @@ impl CudaBackend {
 }
 
 fn grow(slot: &mut Option<DeviceBuffer>, bytes: u64) -> Result<(), RuntimeError> {
-    if bytes > 0 && !slot.as_ref().is_some_and(|b| b.bytes >= bytes) {
+    if bytes > 0 && slot.as_ref().is_none_or(|b| b.bytes < bytes) {
         *slot = None;
         *slot = Some(DeviceBuffer::new(bytes)?);
     }
