@@ -22,8 +22,8 @@
 //! `zero_init = 1`, the only ZeRO-3 variant modelled); and every host allocation carries the
 //! estimator's `additional_buffer_factor` of 1.5.
 
-use super::dims::{div_ceil, mul};
-use super::params::{state_coefficients, zero_stage};
+use super::dims::mul;
+use super::params::{state_coefficients, zero_shard_bytes, zero_stage};
 use super::{ParamCount, StateBytes};
 use crate::scenario::{Offload, Scenario};
 
@@ -47,12 +47,7 @@ pub(crate) fn model_state_bytes(
     let mut out = StateBytes::default();
     for (p, n) in [(params.dense, dense_dp), (params.expert, expert_dp)] {
         let shard = |bytes_per_param: u64, from_stage: u8| {
-            let bytes = mul(p, bytes_per_param);
-            if zero >= from_stage {
-                div_ceil(bytes, n)
-            } else {
-                bytes
-            }
+            zero_shard_bytes(p, n, zero, bytes_per_param, from_stage)
         };
         let weights = shard(k.weight_bytes, 3);
         let model_grads = if zero <= 2 && offload == Offload::None {

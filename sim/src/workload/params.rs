@@ -258,6 +258,23 @@ pub fn state_coefficients(training: &Training) -> StateCoefficients {
     }
 }
 
+/// Bytes per rank of `params` parameters at `bytes_per_param`: split over the `dp` ranks once
+/// the ZeRO stage reaches `from_stage` (1: optimizer state, 2: gradients, 3: weights).
+pub(crate) fn zero_shard_bytes(
+    params: u64,
+    dp: u64,
+    zero: u8,
+    bytes_per_param: u64,
+    from_stage: u8,
+) -> u64 {
+    let bytes = mul(params, bytes_per_param);
+    if zero >= from_stage {
+        div_ceil(bytes, dp)
+    } else {
+        bytes
+    }
+}
+
 /// ZeRO stage in effect (FSDP behaves as stage 3).
 pub(crate) fn zero_stage(s: &Scenario) -> u8 {
     if s.parallel.fsdp {
@@ -287,12 +304,7 @@ pub fn model_state_bytes(
     let mut out = StateBytes::default();
     for (p, n) in [(params.dense, dense_dp), (params.expert, expert_dp)] {
         let shard = |bytes_per_param: u64, from_stage: u8| {
-            let bytes = mul(p, bytes_per_param);
-            if zero >= from_stage {
-                div_ceil(bytes, n)
-            } else {
-                bytes
-            }
+            zero_shard_bytes(p, n, zero, bytes_per_param, from_stage)
         };
         let weights = shard(k.weight_bytes, 3);
         let grads = shard(k.grad_bytes, 2);
