@@ -89,6 +89,44 @@ pub fn read_frame_at(
         message: format!("receive failed: {}", describe_io(&e)),
     })?;
     let arrived = Instant::now();
+    let (tag, len, sum) = parse_header(&h, peer, expect_tag, expect_len)?;
+    let len_usize = usize::try_from(len).map_err(|_| RuntimeError::Corrupt {
+        peer,
+        message: format!("length {len}"),
+    })?;
+    let mut payload = vec![0u8; len_usize];
+    r.read_exact(&mut payload)
+        .map_err(|e| RuntimeError::Transport {
+            peer,
+            message: format!("receive of {len} bytes failed: {}", describe_io(&e)),
+        })?;
+    check_payload(&payload, sum, peer)?;
+    Ok((tag, payload, arrived))
+}
+
+/// The whole frame (header + payload) as bytes, for a writer that sends it in pieces.
+/// `corrupt` as in [`write_frame`].
+pub fn encode(tag: u64, payload: &[u8], corrupt: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
+    out.extend_from_slice(&header(tag, payload));
+    out.extend_from_slice(payload);
+    if corrupt && !payload.is_empty() {
+        let mid = HEADER_BYTES + payload.len() / 2;
+        if let Some(b) = out.get_mut(mid) {
+            *b ^= 0x10;
+        }
+    }
+    out
+}
+
+/// Check a received header: magic, the expected tag and length (when given). Returns (tag,
+/// payload length, payload checksum).
+pub fn parse_header(
+    h: &[u8; HEADER_BYTES],
+    peer: RankId,
+    expect_tag: Option<u64>,
+    expect_len: Option<u64>,
+) -> Result<(u64, u64, u64), RuntimeError> {
     let word = |a: usize, b: usize| {
         let mut x = [0u8; 8];
         if let (Some(dst), Some(src)) = (x.get_mut(..b - a), h.get(a..b)) {
@@ -115,20 +153,22 @@ pub fn read_frame_at(
             return Err(corrupt(format!("expected {l} bytes, header says {len}")));
         }
     }
-    let len_usize = usize::try_from(len).map_err(|_| corrupt(format!("length {len}")))?;
-    let mut payload = vec![0u8; len_usize];
-    r.read_exact(&mut payload)
-        .map_err(|e| RuntimeError::Transport {
-            peer,
-            message: format!("receive of {len} bytes failed: {}", describe_io(&e)),
-        })?;
-    let got = checksum(&payload);
+    Ok((tag, len, sum))
+}
+
+/// Check a received payload against its header's checksum.
+pub fn check_payload(payload: &[u8], sum: u64, peer: RankId) -> Result<(), RuntimeError> {
+    let got = checksum(payload);
     if got != sum {
-        return Err(corrupt(format!(
-            "checksum mismatch on a {len}-byte message (header {sum:#018x}, payload {got:#018x})"
-        )));
+        return Err(RuntimeError::Corrupt {
+            peer,
+            message: format!(
+                "checksum mismatch on a {}-byte message (header {sum:#018x}, payload {got:#018x})",
+                payload.len()
+            ),
+        });
     }
-    Ok((tag, payload, arrived))
+    Ok(())
 }
 
 /// An I/O error in words a user understands (EOF means the other side went away).

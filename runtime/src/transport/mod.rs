@@ -2,6 +2,7 @@
 //! clock offsets, results), the TCP mesh between ranks, and collectives over it.
 
 pub mod collective;
+pub mod exchange;
 pub mod frame;
 pub mod mesh;
 pub mod store;

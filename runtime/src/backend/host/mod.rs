@@ -12,6 +12,7 @@ mod compute;
 pub mod fault;
 mod memory;
 pub mod state;
+mod step;
 
 pub use compute::Workspace;
 pub use fault::{Fault, FaultKind};
@@ -27,8 +28,9 @@ use crate::transport::collective::{self, Ring};
 use crate::transport::mesh::{lane_of, Mesh};
 use crate::transport::store::Clock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use step::{StepState, NONE};
 use twin_sim::plan::{Plan, RankId};
 use twin_sim::schedule::{CollectiveKind, Op, OpKind, Phase, Program, Stream};
 
@@ -383,37 +385,27 @@ pub fn p2p_payload(sender: RankId, tag: u32, bytes: u64) -> Vec<u8> {
     (0..len as u64).map(|i| (base + i * 7) as u8).collect()
 }
 
-/// What the stream threads share during a step.
-struct StepState {
-    done: Vec<AtomicBool>,
-    lock: Mutex<()>,
-    cv: Condvar,
-    failed: AtomicBool,
-    error: Mutex<Option<RuntimeError>>,
-}
-
 impl HostBackend {
-    fn wait_deps(&self, st: &StepState, deps: &[u32]) -> Result<(), ()> {
-        let ready = || {
-            deps.iter().all(|&d| {
-                st.done
-                    .get(d as usize)
-                    .is_some_and(|f| f.load(Ordering::SeqCst))
-            })
-        };
+    fn wait_deps(&self, st: &StepState, stream: Stream, deps: &[u32]) -> Result<(), ()> {
         let stop = || st.failed.load(Ordering::SeqCst) || self.abort.raised();
-        let mut g = st.lock.lock().map_err(|_| ())?;
-        while !ready() {
+        let w = st.waiters.get(stream.index()).ok_or(())?;
+        let mut g = w.lock.lock().map_err(|_| ())?;
+        loop {
+            let Some(&missing) = deps.iter().find(|&&d| !st.is_done(d)) else {
+                *g = NONE;
+                return Ok(());
+            };
             if stop() {
+                *g = NONE;
                 return Err(());
             }
-            g = st
-                .cv
-                .wait_timeout(g, Duration::from_millis(50))
-                .map_err(|_| ())?
-                .0;
+            *g = missing;
+            // The timeout only bounds how long an abort from another rank goes unseen.
+            g =
+                w.cv.wait_timeout(g, Duration::from_millis(50))
+                    .map_err(|_| ())?
+                    .0;
         }
-        Ok(())
     }
 
     fn fail(&self, st: &StepState, e: RuntimeError) {
@@ -422,7 +414,7 @@ impl HostBackend {
         }
         st.failed.store(true, Ordering::SeqCst);
         self.mesh.shutdown_all();
-        st.cv.notify_all();
+        st.wake_all();
     }
 
     /// Run the ops of one stream (indices into `self.queued`), in order.
@@ -432,7 +424,7 @@ impl HostBackend {
             let Some(q) = self.queued.get(i) else {
                 continue;
             };
-            if self.wait_deps(st, &q.op.deps).is_err() {
+            if self.wait_deps(st, q.op.stream, &q.op.deps).is_err() {
                 return out;
             }
             if let Some(p) = &self.progress {
@@ -448,12 +440,7 @@ impl HostBackend {
                         start_ns,
                         end_ns,
                     });
-                    if let Ok(_g) = st.lock.lock() {
-                        if let Some(f) = st.done.get(q.index as usize) {
-                            f.store(true, Ordering::SeqCst);
-                        }
-                    }
-                    st.cv.notify_all();
+                    st.complete(q.index);
                 }
                 Err(e) => {
                     let e = match self.abort.reason() {
@@ -508,13 +495,7 @@ impl Backend for HostBackend {
             .map(|q| q.index as usize + 1)
             .max()
             .unwrap_or(0);
-        let st = StepState {
-            done: (0..n).map(|_| AtomicBool::new(false)).collect(),
-            lock: Mutex::new(()),
-            cv: Condvar::new(),
-            failed: AtomicBool::new(false),
-            error: Mutex::new(None),
-        };
+        let st = StepState::new(n);
         let mut by_stream: Vec<Vec<usize>> = vec![Vec::new(); Stream::COUNT];
         for (i, q) in self.queued.iter().enumerate() {
             if let Some(s) = by_stream.get_mut(q.op.stream.index()) {
