@@ -106,17 +106,33 @@ fn test_of(kind: &str) -> Option<Test> {
     })
 }
 
-fn comm_points<'a>(s: impl Iterator<Item = &'a CommSamples>) -> Vec<Point> {
+/// The samples as alpha-beta points of one member's solo time. On the host a transfer is CPU
+/// work of every member (loopback copies, payload and checksum passes), and the simulator runs
+/// it on the node's shared cores (`engine::flow`, `start_cpu_work`); a benchmark of `ranks`
+/// members on `cores` cores, each member busy for the whole call, ran at `cores / ranks` of
+/// solo speed when `ranks > cores`, so its time is scaled by that share to the solo time the
+/// simulator expects.
+fn comm_points<'a>(s: impl Iterator<Item = &'a CommSamples>, cores: u32) -> Vec<Point> {
     s.filter_map(|c| test_of(&c.kind).map(|t| (c, t)))
         .flat_map(|(c, t)| {
             let (steps, bytes) = t.steps_and_bytes(c.ranks, c.bytes as f64);
+            let share = solo_share(c.ranks, cores);
             c.kept_ns.iter().map(move |&time_ns| Point {
                 steps,
                 bytes,
-                time_ns,
+                time_ns: time_ns * share,
             })
         })
         .collect()
+}
+
+/// The share of solo speed each of `ranks` CPU-bound members gets on `cores` cores.
+pub fn solo_share(ranks: u32, cores: u32) -> f64 {
+    if ranks > cores && ranks > 0 {
+        f64::from(cores.max(1)) / f64::from(ranks)
+    } else {
+        1.0
+    }
 }
 
 /// [`alpha_beta::fit_or_rate`] with the benchmark's name in errors and notes.
@@ -164,7 +180,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     let kinds: std::collections::BTreeSet<&str> = s.comm.iter().map(|c| c.kind.as_str()).collect();
     let mut collectives = Vec::new();
     for k in kinds.iter().filter(|k| **k != "p2p") {
-        let pts = comm_points(s.comm.iter().filter(|c| c.kind == *k));
+        let pts = comm_points(s.comm.iter().filter(|c| c.kind == *k), cores);
         let r = alpha_beta::fit(&pts);
         collectives.push(NamedFit {
             name: k.to_string(),
@@ -174,7 +190,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     }
     let p2p = named(
         "p2p",
-        &comm_points(s.comm.iter().filter(|c| c.kind == "p2p")),
+        &comm_points(s.comm.iter().filter(|c| c.kind == "p2p"), cores),
         &mut notes,
     )?;
     let ring = named(
@@ -183,6 +199,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
             s.comm
                 .iter()
                 .filter(|c| RING_KINDS.contains(&c.kind.as_str())),
+            cores,
         ),
         &mut notes,
     )?;

@@ -263,6 +263,79 @@ pub fn execute(
     Ok(data)
 }
 
+/// What one member's output must hold after a call: the elements in `range` (the member's
+/// own chunk for a reduce-scatter, else all) must equal `values` there.
+pub struct Expected {
+    pub range: Range<usize>,
+    pub values: Vec<f32>,
+}
+
+/// The output this member must see after a call of `kind` over inputs from [`input`].
+pub fn expected(kind: CollectiveKind, ring: &Ring, elems: usize, salt: u64) -> Expected {
+    let n = ring.n();
+    let sum_ranks: u64 = ring.members.iter().map(|&m| u64::from(m) + 1).sum();
+    let reduced = |e: usize| (sum_ranks * ((e as u64 % 5) + 1) + (n as u64) * (salt % 3)) as f32;
+    let c = elems / n.max(1);
+    let range = match kind {
+        CollectiveKind::ReduceScatter => chunk(elems, n, ring.me),
+        _ => 0..elems,
+    };
+    let mut owner = 0usize;
+    let values = (0..elems)
+        .map(|e| match kind {
+            CollectiveKind::AllReduce | CollectiveKind::ReduceScatter => reduced(e),
+            CollectiveKind::AllGather => {
+                while owner + 1 < n && !chunk(elems, n, owner).contains(&e) {
+                    owner += 1;
+                }
+                value(ring.member(owner), e, salt)
+            }
+            CollectiveKind::Broadcast => value(ring.member(0), e, salt),
+            CollectiveKind::AllToAll => {
+                if c == 0 || e >= n * c {
+                    value(ring.mesh.rank, e, salt)
+                } else {
+                    value(ring.member(e / c), ring.me * c + e % c, salt)
+                }
+            }
+        })
+        .collect();
+    Expected { range, values }
+}
+
+/// Check this member's output against `want`; the first wrong element is reported.
+pub fn check(
+    kind: CollectiveKind,
+    ring: &Ring,
+    out: &[f32],
+    want: &Expected,
+) -> Result<(), RuntimeError> {
+    let wrong = |e: usize, got: Option<f32>, want: Option<f32>| {
+        RuntimeError::WrongResult(format!(
+            "{} over ranks {:?}: element {e} is {}, expected {}",
+            kind.name(),
+            ring.members,
+            got.map_or("missing".into(), |g| g.to_string()),
+            want.map_or("nothing".into(), |w| w.to_string()),
+        ))
+    };
+    if out.len() != want.values.len() {
+        return Err(wrong(out.len().min(want.values.len()), None, None));
+    }
+    let (Some(got), Some(exp)) = (
+        out.get(want.range.clone()),
+        want.values.get(want.range.clone()),
+    ) else {
+        return Err(wrong(want.range.start, None, None));
+    };
+    if got != exp {
+        let i = got.iter().zip(exp).position(|(g, w)| g != w).unwrap_or(0);
+        let e = want.range.start + i;
+        return Err(wrong(e, got.get(i).copied(), exp.get(i).copied()));
+    }
+    Ok(())
+}
+
 /// Check this member's output against what the collective must produce from the inputs of
 /// [`input`]; the first wrong element is reported.
 pub fn verify(
@@ -271,46 +344,7 @@ pub fn verify(
     out: &[f32],
     salt: u64,
 ) -> Result<(), RuntimeError> {
-    let n = ring.n();
-    let elems = out.len();
-    let sum_ranks: u64 = ring.members.iter().map(|&m| u64::from(m) + 1).sum();
-    let reduced = |e: usize| (sum_ranks * ((e as u64 % 5) + 1) + (n as u64) * (salt % 3)) as f32;
-    let c = elems / n.max(1);
-    let expect = |e: usize| -> Option<f32> {
-        match kind {
-            CollectiveKind::AllReduce => Some(reduced(e)),
-            CollectiveKind::ReduceScatter => {
-                chunk(elems, n, ring.me).contains(&e).then(|| reduced(e))
-            }
-            CollectiveKind::AllGather => {
-                let owner = (0..n)
-                    .find(|&j| chunk(elems, n, j).contains(&e))
-                    .unwrap_or(0);
-                Some(value(ring.member(owner), e, salt))
-            }
-            CollectiveKind::Broadcast => Some(value(ring.member(0), e, salt)),
-            CollectiveKind::AllToAll => {
-                if c == 0 || e >= n * c {
-                    return Some(value(ring.mesh.rank, e, salt));
-                }
-                let from = e / c;
-                let i = e % c;
-                Some(value(ring.member(from), ring.me * c + i, salt))
-            }
-        }
-    };
-    for (e, &got) in out.iter().enumerate() {
-        if let Some(want) = expect(e) {
-            if got != want {
-                return Err(RuntimeError::WrongResult(format!(
-                    "{} over ranks {:?}: element {e} is {got}, expected {want}",
-                    kind.name(),
-                    ring.members
-                )));
-            }
-        }
-    }
-    Ok(())
+    check(kind, ring, out, &expected(kind, ring, out.len(), salt))
 }
 
 #[cfg(test)]

@@ -40,6 +40,9 @@ struct Transfer {
     next: usize,
     flows_left: u32,
     latency_ns: u64,
+    /// Rate cap of each flow: unbounded for network flows (the links bound them), one core
+    /// for CPU work.
+    cap: f64,
 }
 
 /// What finishing a flow means for the engine.
@@ -145,7 +148,52 @@ impl Flows {
             next: 0,
             flows_left: 0,
             latency_ns: plan.latency_ns,
+            cap: f64::INFINITY,
         };
+        self.begin(now, t);
+        None
+    }
+
+    /// Starts work that occupies the CPU cores of each node in `nodes` (one flow per entry,
+    /// at most one core each) for `work_ns` of solo time; it completes as a transfer does,
+    /// when every flow has finished. On the host backend communication and allocation are
+    /// CPU work (loopback copies, checksums, page writes), so they share the cores with
+    /// compute. Returns the completion at once when no cores are shared or there is no work.
+    pub fn start_cpu_work(
+        &mut self,
+        now: u64,
+        done: (u32, u32),
+        nodes: &[u32],
+        work_ns: u64,
+    ) -> Option<((u32, u32), u64)> {
+        let Some(base) = self.core_base else {
+            return Some((done, work_ns));
+        };
+        if work_ns == 0 || nodes.is_empty() {
+            return Some((done, work_ns));
+        }
+        let phase = nodes
+            .iter()
+            .map(|&n| (Path::new(&[base + n]), work_ns as f64))
+            .collect();
+        let t = Transfer {
+            done,
+            phases: vec![phase],
+            next: 0,
+            flows_left: 0,
+            latency_ns: 0,
+            cap: 1.0,
+        };
+        self.begin(now, t);
+        None
+    }
+
+    /// Whether compute shares CPU cores (the host backend's model).
+    pub fn cores_shared(&self) -> bool {
+        self.core_base.is_some()
+    }
+
+    fn begin(&mut self, now: u64, t: Transfer) {
         let tid = match self.free_transfers.pop() {
             Some(i) => {
                 self.transfers[i as usize] = t;
@@ -157,7 +205,6 @@ impl Flows {
             }
         };
         self.start_phase(now, tid);
-        None
     }
 
     fn start_phase(&mut self, now: u64, tid: u32) {
@@ -165,8 +212,9 @@ impl Flows {
         let phase = std::mem::take(&mut t.phases[t.next]);
         t.next += 1;
         t.flows_left = phase.len() as u32;
+        let cap = t.cap;
         for (path, bytes) in phase {
-            self.add(now, path, f64::INFINITY, bytes, Owner::Transfer(tid));
+            self.add(now, path, cap, bytes, Owner::Transfer(tid));
         }
     }
 

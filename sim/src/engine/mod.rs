@@ -15,6 +15,8 @@
 mod collapse;
 mod compile;
 mod context;
+#[cfg(test)]
+mod cpu_tests;
 mod deadlock;
 mod flow;
 #[cfg(test)]

@@ -294,7 +294,9 @@ impl State {
             }
             // An alloc takes the cost model's time (zero unless a host profile prices it),
             // counted as neither compute nor communication, as the runtime measures it.
-            CKind::Alloc { .. } => self.schedule(op.cached_ns.unwrap_or(0), rank, op_idx),
+            CKind::Alloc { .. } => {
+                self.run_cpu_work(ctx, (rank, op_idx), &[rank], op.cached_ns.unwrap_or(0))
+            }
             CKind::Free { .. } => self.instant.push_back((rank, op_idx)),
             CKind::P2p {
                 send,
@@ -343,10 +345,13 @@ impl State {
     }
 
     /// Runs a transfer that has begun on every side: through the flow network when there is
-    /// one, else for the cost model's `dur_ns`. `done` is its completion payload.
+    /// one, else for the cost model's `dur_ns` (as CPU work of every rank in `ranks` when the
+    /// ranks share CPU cores: see [`Flows::start_cpu_work`]). `done` is its completion payload.
     fn run_transfer(
         &mut self,
+        ctx: &Ctx,
         done: (u32, u32),
+        ranks: &[u32],
         plan: impl FnOnce() -> Option<crate::topology::FlowPlan>,
         dur_ns: impl FnOnce() -> u64,
     ) {
@@ -359,9 +364,22 @@ impl State {
             Some(Some((d, latency_ns))) => self.schedule(latency_ns, d.0, d.1),
             None => {
                 let dur = dur_ns();
-                self.schedule(dur, done.0, done.1);
+                self.run_cpu_work(ctx, done, ranks, dur);
             }
         }
+    }
+
+    /// Work of `dur_ns` on the CPU of each rank in `ranks`: shared with compute when the
+    /// ranks share cores, else simply `dur_ns` long.
+    fn run_cpu_work(&mut self, ctx: &Ctx, done: (u32, u32), ranks: &[u32], dur_ns: u64) {
+        if let Some(f) = self.flows.as_mut().filter(|f| f.cores_shared()) {
+            let nodes: Vec<u32> = ranks.iter().map(|&r| ctx.plan.node_of(r)).collect();
+            if let Some((d, delay_ns)) = f.start_cpu_work(self.now, done, &nodes, dur_ns) {
+                self.schedule(delay_ns, d.0, d.1);
+            }
+            return;
+        }
+        self.schedule(dur_ns, done.0, done.1);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -415,7 +433,9 @@ impl State {
         let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
         self.partner[src as usize * STREAMS + s] = (dst, recv_op);
         self.run_transfer(
+            ctx,
             (P2P_BIT | src, send_op),
+            &[src, dst],
             || ctx.net.map(|n| n.p2p(src, dst, bytes)),
             || ctx.p2p_ns(src, send_op, dst, bytes),
         );
@@ -462,7 +482,9 @@ impl State {
             self.begin_transfer(ctx, m, op);
         }
         self.run_transfer(
+            ctx,
             (COLL_BIT | g, inst.seq),
+            ctx.members(g),
             || {
                 ctx.net
                     .map(|n| n.collective(inst.kind, group, inst.bytes, inst.calls))

@@ -9,12 +9,14 @@
 //! contract in one place; compute, memory, model state and faults are their own files.
 
 mod compute;
+mod data;
 pub mod fault;
 mod memory;
 pub mod state;
 mod step;
 
 pub use compute::Workspace;
+pub use data::p2p_payload;
 pub use fault::{Fault, FaultKind};
 pub use memory::{Held, HeldPeak};
 pub use state::ModelState;
@@ -85,6 +87,8 @@ pub struct HostBackend {
     /// Injected kills of this rank, and where to say that one fires.
     kills: Vec<KillPoint>,
     events: Option<Arc<EventLog>>,
+    /// Transfer payloads and expected results, built once (see `data`).
+    data: data::DataCache,
 }
 
 impl HostBackend {
@@ -110,6 +114,7 @@ impl HostBackend {
             global_step: 0,
             kills: Vec::new(),
             events: None,
+            data: data::DataCache::default(),
         }
     }
 
@@ -228,7 +233,7 @@ impl HostBackend {
             }
             OpKind::Send { bytes, tag, .. } => {
                 let peer = q.peer.ok_or_else(no_peer)?;
-                let payload = p2p_payload(me, *tag, *bytes);
+                let payload = self.data.p2p(me, *tag, *bytes)?;
                 let start = self.clock.now_ns();
                 self.mesh
                     .send(peer, lane, p2p_wire_tag(*tag), &payload, corrupt)?;
@@ -242,7 +247,7 @@ impl HostBackend {
                 let (got, arrived) = self.mesh.recv(peer, lane, p2p_wire_tag(*tag), *bytes)?;
                 let end = self.clock.now_ns();
                 let start = self.clock.at_ns(arrived).clamp(issued, end);
-                if got != p2p_payload(peer, *tag, *bytes) {
+                if got != *self.data.p2p(peer, *tag, *bytes)? {
                     return Err(RuntimeError::WrongResult(format!(
                         "the {bytes} bytes received from rank {peer} (tag {tag}) differ from what it sent"
                     )));
@@ -311,21 +316,20 @@ impl HostBackend {
         calls: u32,
         corrupt: bool,
     ) -> Result<(u64, u64), RuntimeError> {
-        let elems = usize::try_from(bytes / 4).unwrap_or(0);
         let mut rings = Vec::with_capacity(calls as usize);
-        let mut inputs = Vec::with_capacity(calls as usize);
+        let mut data = Vec::with_capacity(calls as usize);
         let arrived = std::cell::Cell::new(None);
         for c in 0..calls.max(1) {
             let mut ring = Ring::new(&self.mesh, members, lane, collective_tag(kind, bytes, c))?;
             ring.corrupt = corrupt;
             ring.arrived = Some(&arrived);
-            inputs.push(collective::input(kind, &ring, elems, u64::from(c)));
+            data.push(self.data.call(kind, &ring, bytes, c)?);
             rings.push(ring);
         }
         let issued = self.clock.now_ns();
         let mut outputs = Vec::with_capacity(rings.len());
-        for (ring, input) in rings.iter().zip(inputs) {
-            outputs.push(collective::execute(kind, ring, input)?);
+        for (ring, d) in rings.iter().zip(&data) {
+            outputs.push(collective::execute(kind, ring, d.input.clone())?);
         }
         let end = self.clock.now_ns();
         // As for a receive: the collective starts when the first neighbour's data arrives
@@ -335,8 +339,8 @@ impl HostBackend {
             .get()
             .map_or(issued, |a| self.clock.at_ns(a))
             .clamp(issued, end);
-        for (c, (ring, out)) in rings.iter().zip(&outputs).enumerate() {
-            collective::verify(kind, ring, out, c as u64)?;
+        for ((ring, out), d) in rings.iter().zip(&outputs).zip(&data) {
+            collective::check(kind, ring, out, &d.expected)?;
         }
         Ok((start, end))
     }
@@ -376,13 +380,6 @@ fn p2p_wire_tag(tag: u32) -> u64 {
 /// different ops on one lane are caught.
 fn collective_tag(kind: CollectiveKind, bytes: u64, call: u32) -> u64 {
     ((kind as u64) << 56) | ((u64::from(call) & 0xff) << 40) | (bytes & 0xff_ffff_ffff)
-}
-
-/// The bytes `sender` puts in the message of `tag`: a pattern the receiver recomputes.
-pub fn p2p_payload(sender: RankId, tag: u32, bytes: u64) -> Vec<u8> {
-    let len = usize::try_from(bytes).unwrap_or(0);
-    let base = u64::from(sender) * 131 + u64::from(tag) * 17;
-    (0..len as u64).map(|i| (base + i * 7) as u8).collect()
 }
 
 impl HostBackend {

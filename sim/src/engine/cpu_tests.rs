@@ -1,0 +1,115 @@
+//! Tests of the host model's CPU sharing beyond compute: on the host backend a transfer and a
+//! priced allocation are CPU work of the ranks involved, so they share the node's cores with
+//! compute (`Flows::start_cpu_work`).
+
+use super::testkit::*;
+use super::*;
+use crate::cost::CostModel;
+use crate::plan::{Group, GroupKind};
+use crate::schedule::{CollectiveKind, ComputeOp, MemCategory, Stream};
+
+/// FixedCost (compute and transfers take their size in ns) with shared cores and priced
+/// allocations (1 ns per byte).
+struct Host {
+    cores: Option<u32>,
+}
+
+impl CostModel for Host {
+    fn compute_ns(&self, rank: u32, op: &ComputeOp) -> u64 {
+        FixedCost::default().compute_ns(rank, op)
+    }
+    fn collective_ns(&self, kind: CollectiveKind, g: &Group, bytes: u64, calls: u32) -> u64 {
+        FixedCost::default().collective_ns(kind, g, bytes, calls)
+    }
+    fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64 {
+        FixedCost::default().p2p_ns(plan, src, dst, bytes)
+    }
+    fn checkpoint_ns(&self, bytes: u64) -> u64 {
+        bytes
+    }
+    fn alloc_ns(&self, _category: MemCategory, bytes: u64) -> u64 {
+        bytes
+    }
+    fn compute_is_rank_invariant(&self) -> bool {
+        true
+    }
+    fn shared_cores(&self) -> Option<u32> {
+        self.cores
+    }
+}
+
+fn step(plan: &Plan, s: &Schedule, cores: Option<u32>) -> u64 {
+    simulate(plan, s, &Host { cores }, &SimOptions::default())
+        .unwrap()
+        .step_time_ns
+}
+
+#[test]
+fn a_collective_takes_a_core_of_every_member() {
+    // Four data-parallel ranks on one node all-reduce for 1000 ns of solo time.
+    let plan = plan(1, 1, 4, 1);
+    let progs = (0..4)
+        .map(|_| {
+            let mut b = ProgBuilder::new(0);
+            b.collective(
+                Stream::Dp,
+                CollectiveKind::AllReduce,
+                GroupKind::Dp,
+                1000,
+                &[],
+            );
+            b.build()
+        })
+        .collect();
+    let s = per_rank(progs);
+    assert_eq!(step(&plan, &s, None), 1000);
+    assert_eq!(step(&plan, &s, Some(4)), 1000);
+    // Four members on two cores: half a core each.
+    assert_eq!(step(&plan, &s, Some(2)), 2000);
+}
+
+#[test]
+fn communication_and_compute_share_the_cores() {
+    // Rank 0 computes 1000 ns while it and rank 1 all-reduce for 1000 ns: three CPU-bound
+    // activities on two cores run at 2/3 of a core each.
+    let plan = plan(1, 1, 2, 1);
+    let mut r0 = ProgBuilder::new(0);
+    r0.fwd(1000, &[]);
+    r0.collective(
+        Stream::Dp,
+        CollectiveKind::AllReduce,
+        GroupKind::Dp,
+        1000,
+        &[],
+    );
+    let mut r1 = ProgBuilder::new(0);
+    r1.collective(
+        Stream::Dp,
+        CollectiveKind::AllReduce,
+        GroupKind::Dp,
+        1000,
+        &[],
+    );
+    let s = per_rank(vec![r0.build(), r1.build()]);
+    assert_eq!(step(&plan, &s, None), 1000);
+    assert_eq!(step(&plan, &s, Some(3)), 1000);
+    assert_eq!(step(&plan, &s, Some(2)), 1500);
+}
+
+#[test]
+fn priced_allocations_take_cpu_time() {
+    // Two ranks each allocate (and, on the host, write) 1000 bytes at 1 ns per byte.
+    let plan = plan(1, 1, 2, 1);
+    let progs = (0..2)
+        .map(|_| {
+            let mut b = ProgBuilder::new(0);
+            let a = b.alloc(MemCategory::Activations, 1000, 1, &[]);
+            b.free(1, &[a]);
+            b.build()
+        })
+        .collect();
+    let s = per_rank(progs);
+    assert_eq!(step(&plan, &s, None), 1000);
+    assert_eq!(step(&plan, &s, Some(2)), 1000);
+    assert_eq!(step(&plan, &s, Some(1)), 2000);
+}
