@@ -42,12 +42,15 @@ pub struct Args {
     /// --faults, whose host parameters come from calibration runs (docs/faults.md).
     #[arg(long, value_name = "FILE", required_unless_present = "faults")]
     pub profile: Option<PathBuf>,
-    /// Measured steps per run, after the warm-up [default: 5; with --faults, 12: the steps of
+    /// Measured steps per run, after the warm-up [default: 10; with --faults, 12: the steps of
     /// each recovering run].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub steps: Option<u32>,
-    /// Steps run first and left out of the measurement.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    /// Steps run first and left out of the measurement. A run's first steps are slower than
+    /// its steady state (the allocator's heap, socket buffers and the transfer data are built
+    /// then: on the host, steps 1-5 of pp.toml took 1.5-3x the later ones), and the simulator
+    /// predicts the steady state.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub warmup: u32,
     /// Runs (each a fresh launch); the step median is taken over all of them [default: 1;
     /// with --faults, 9 fault runs and as many calibration runs].
@@ -91,7 +94,7 @@ pub struct Args {
 impl Args {
     /// Measured steps per run of a step verification.
     fn steps(&self) -> u32 {
-        self.steps.unwrap_or(5)
+        self.steps.unwrap_or(10)
     }
     /// Runs of a step verification.
     fn repeat(&self) -> u32 {
