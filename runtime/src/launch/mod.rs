@@ -21,3 +21,8 @@ pub use recover::{launch_with_recovery, CheckpointSummary, Recovered, Recovery, 
 pub use scale::{ScaleError, ScaleFactor, ScaleKey};
 pub use session::Session;
 pub use worker::{run_worker, WorkerOptions};
+
+/// How far ahead of the last rank's arrival every step starts (see
+/// `StoreClient::start_together`): long enough for the start time to reach every rank through
+/// the store on a loaded machine, short against a step.
+pub const STEP_START_MARGIN: std::time::Duration = std::time::Duration::from_millis(2);

@@ -123,7 +123,13 @@ pub fn run_worker(
         let mut writer = Writer::new(d.checkpoint.as_ref().is_some_and(|c| c.asynchronous));
         for step in first..total {
             backend.set_global_step(step);
-            store.barrier(&format!("step{step}"), rank, env.world)?;
+            store.start_together(
+                &format!("step{step}"),
+                rank,
+                env.world,
+                &clock,
+                super::STEP_START_MARGIN,
+            )?;
             let run = run_step(plan, schedule, rank, &mut backend)?;
             record(Event::Step {
                 t_ns: unix_ns(),

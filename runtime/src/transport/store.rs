@@ -49,6 +49,23 @@ impl Clock {
     }
 }
 
+/// Wait until `clock` reads `t_ns`: sleep until shortly before, then yield until it.
+pub fn wait_until(clock: &Clock, t_ns: u64) {
+    const SPIN_NS: u64 = 200_000;
+    loop {
+        let now = clock.now_ns();
+        if now >= t_ns {
+            return;
+        }
+        let left = t_ns - now;
+        if left > SPIN_NS {
+            std::thread::sleep(Duration::from_nanos(left - SPIN_NS));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 impl Default for Clock {
     fn default() -> Self {
         Clock::new()
@@ -255,6 +272,39 @@ impl StoreClient {
         Ok(())
     }
 
+    /// A barrier that also starts every rank at one instant: once every rank has arrived,
+    /// rank 0 names a start `margin` ahead on the aligned clock, and every rank waits for it.
+    /// The ranks then leave within their clock residuals of each other, not as the store's
+    /// replies happen to reach them (hundreds of microseconds to milliseconds apart on an
+    /// oversubscribed machine, a skew that tensor-parallel lockstep then carries through the
+    /// whole step). A rank that learns the start late starts at once.
+    pub fn start_together(
+        &mut self,
+        name: &str,
+        rank: u32,
+        world: u32,
+        clock: &Clock,
+        margin: Duration,
+    ) -> Result<(), RuntimeError> {
+        self.set(&format!("barrier/{name}/{rank}"), &[])?;
+        let key = format!("start/{name}");
+        if rank == 0 {
+            for r in 1..world {
+                self.get(&format!("barrier/{name}/{r}"))?;
+            }
+            let margin_ns = u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX);
+            let t = clock.now_ns().saturating_add(margin_ns);
+            self.set(&key, &t.to_le_bytes())?;
+        }
+        let v = self.get(&key)?;
+        let mut b = [0u8; 8];
+        if let Some(src) = v.get(..8) {
+            b.copy_from_slice(src);
+        }
+        wait_until(clock, u64::from_le_bytes(b));
+        Ok(())
+    }
+
     /// Estimate the offset of the server's clock from `clock` by ping-pong: keep the round
     /// trip with the smallest latency; offset = server time - midpoint. Returns (offset,
     /// residual), the residual being half that round trip: the most the estimate can be off.
@@ -284,6 +334,36 @@ impl StoreClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_started_together_leave_no_earlier_than_the_named_start() {
+        let clock = Clock::new();
+        let server = StoreServer::start("127.0.0.1", 0, clock).unwrap();
+        let port = server.addr.port();
+        let t = Duration::from_secs(5);
+        let margin = Duration::from_millis(20);
+        let others: Vec<_> = (1..3u32)
+            .map(|r| {
+                std::thread::spawn(move || {
+                    let mut c = StoreClient::connect("127.0.0.1", port, t).unwrap();
+                    c.start_together("s", r, 3, &clock, margin).unwrap();
+                    clock.now_ns()
+                })
+            })
+            .collect();
+        let mut a = StoreClient::connect("127.0.0.1", port, t).unwrap();
+        let before = clock.now_ns();
+        a.start_together("s", 0, 3, &clock, margin).unwrap();
+        let left = clock.now_ns();
+        let start = u64::from_le_bytes(a.get("start/s").unwrap()[..8].try_into().unwrap());
+        // Rank 0 named a start at least the margin after it had arrived, and nobody left
+        // before it.
+        assert!(start >= before + margin.as_nanos() as u64);
+        assert!(left >= start);
+        for h in others {
+            assert!(h.join().unwrap() >= start);
+        }
+    }
 
     #[test]
     fn set_get_barrier_and_clock() {

@@ -49,9 +49,13 @@ pub fn run_cuda_worker(
         let mut spans = Vec::new();
         let mut last = None;
         for step in 0..steps.max(1) {
-            session
-                .store
-                .barrier(&format!("step{step}"), rank, session.world)?;
+            session.store.start_together(
+                &format!("step{step}"),
+                rank,
+                session.world,
+                &session.clock,
+                crate::launch::STEP_START_MARGIN,
+            )?;
             let run = run_step(plan, schedule, rank, &mut backend)?;
             // Event times count from the step's device origin; put them on the aligned clock.
             let origin = backend.step_origin().map_or(0, |t| session.clock.at_ns(t));
