@@ -47,8 +47,8 @@ pub struct GemmCurve {
 /// [`crate::validate::fit_gemm_curve`]; see scenarios/profiles/a100-dgx.toml for the
 /// provenance of each number.
 pub const DEFAULT_GEMM_CURVE: GemmCurve = GemmCurve {
-    max_efficiency: 0.84,
-    k_half: 240,
+    max_efficiency: 0.76,
+    k_half: 224,
     tile_m: 128,
     tile_n: 128,
     ramp_ns: 2_000,
