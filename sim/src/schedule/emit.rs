@@ -2,6 +2,9 @@
 //! compute op(s) with the collectives tensor/context/expert parallelism add, the pipeline send,
 //! the memory they hold, and around them the data-parallel traffic that [`crate::schedule::dp`]
 //! decides. The data-parallel ops themselves are emitted by [`crate::schedule::dp_emit`].
+//! A pass's collectives follow its compute, except that at layer granularity a backward with
+//! tensor parallelism is cut into its input- and weight-gradient halves with the input-gradient
+//! reductions beside the second, as Megatron-LM overlaps them (see `overlaps_tp_backward`).
 //!
 //! Memory, per rank: weights, gradients and optimizer state are allocated at the start and
 //! freed at the end. Each forward segment allocates its saved activations right before its
