@@ -107,7 +107,10 @@ fn default_curve_is_the_table_4_fit() {
     assert_eq!(fit.gemm.k_half, d.k_half);
     assert!((fit.memory_efficiency - crate::cost::DEFAULT_MEMORY_EFFICIENCY).abs() < 1e-9);
     assert_eq!(fit.samples, 10);
-    assert!(fit.max_relative_error < 0.08, "{fit:?}");
+    // With the backward's tensor-parallel reductions beside the weight gradient, the fitted
+    // layer matches each forward and backward half within 2% (1.1% measured); without that
+    // overlap the halves were off by up to 6.9%.
+    assert!(fit.max_relative_error < 0.02, "{fit:?}");
     // The A100 profile records this fit's quality.
     let profile = crate::profile::parse_str(
         include_str!("../../../scenarios/profiles/a100-dgx.toml"),
