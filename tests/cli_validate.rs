@@ -100,7 +100,7 @@ fn a_broken_profile_is_a_located_input_error() {
         "/scenarios/profiles/a100-dgx.toml"
     ))
     .unwrap()
-    .replace("value = 0.84,", "value = 0.84, typo = 1,");
+    .replace("value = 0.76,", "value = 0.76, typo = 1,");
     let profile = tmp("broken.toml", &text);
     let o = twin(&["simulate", "scenarios/512xA100.toml", "--profile", &profile]);
     assert_eq!(o.status.code(), Some(2));

@@ -5,9 +5,8 @@ use twin_sim::validate::{parse_table, validate_table};
 
 const THROUGHPUT: &str = include_str!("../../../shared/validation/throughput.toml");
 
-/// Regression guard at the accuracy reached on 2026-11-22 (docs/validation.md): median
-/// |error| 7.0%, max 10.1%. The issue's target (median 5%, max 12%) is met for the max only;
-/// the bounds here are what the model reaches, so a change that makes it worse fails.
+/// Issue 4's acceptance: median |error| <= 5% and max <= 12% over the published rows. Measured
+/// on 2026-11-23 (docs/validation.md): median 4.3%, max 7.4%.
 #[test]
 fn published_runs_are_predicted_within_the_recorded_accuracy() {
     let table = parse_table(THROUGHPUT, "throughput.toml").unwrap();
@@ -15,12 +14,13 @@ fn published_runs_are_predicted_within_the_recorded_accuracy() {
     println!("{}", v.to_text());
     assert_eq!(v.rows.len(), 9);
     assert!(v.max_abs_error <= 0.12, "max {}", v.max_abs_error);
-    assert!(v.median_abs_error <= 0.075, "median {}", v.median_abs_error);
+    assert!(v.median_abs_error <= 0.05, "median {}", v.median_abs_error);
 }
 
 /// Runs that are in neither the fit nor throughput.toml: the other rows of the same SC'21
-/// table (sim/tests/data/megatron-sc21-holdout.toml). Recorded on 2026-11-22: median |error|
-/// 6.6%, max 10.1%; the bounds guard that accuracy.
+/// table (sim/tests/data/megatron-sc21-holdout.toml). Recorded on 2026-11-23: median |error|
+/// 4.8%, max 5.6% (before the backward overlap and the optimizer passes: 6.6%, 10.1%); the
+/// bounds are the acceptance's.
 #[test]
 fn held_out_runs_are_predicted_as_well_as_the_published_ones() {
     let text = include_str!("data/megatron-sc21-holdout.toml");
@@ -29,7 +29,7 @@ fn held_out_runs_are_predicted_as_well_as_the_published_ones() {
     println!("{}", v.to_text());
     assert_eq!(v.rows.len(), 4);
     assert!(v.max_abs_error <= 0.12, "max {}", v.max_abs_error);
-    assert!(v.median_abs_error <= 0.075, "median {}", v.median_abs_error);
+    assert!(v.median_abs_error <= 0.05, "median {}", v.median_abs_error);
 }
 
 /// The bundled A100 profile predicts the same as the defaults it documents.

@@ -141,7 +141,7 @@ fn error_of(text: &str) -> crate::scenario::ScenarioError {
 
 #[test]
 fn errors_are_located() {
-    let bad = A100.replace("value = 0.84,", "value = 1.5,");
+    let bad = A100.replace("value = 0.76,", "value = 1.5,");
     let e = error_of(&bad);
     assert_eq!(e.kind, ErrorKind::Invalid);
     assert_eq!(e.key, "gemm.max_efficiency.value");

@@ -2,6 +2,9 @@
 //! compute op(s) with the collectives tensor/context/expert parallelism add, the pipeline send,
 //! the memory they hold, and around them the data-parallel traffic that [`crate::schedule::dp`]
 //! decides. The data-parallel ops themselves are emitted by [`crate::schedule::dp_emit`].
+//! A pass's collectives follow its compute, except that at layer granularity a backward with
+//! tensor parallelism is cut into its input- and weight-gradient halves with the input-gradient
+//! reductions beside the second, as Megatron-LM overlaps them (see `overlaps_tp_backward`).
 //!
 //! Memory, per rank: weights, gradients and optimizer state are allocated at the start and
 //! freed at the end. Each forward segment allocates its saved activations right before its
@@ -18,8 +21,8 @@
 //! pp-recv stream, with no other dependency, so a transfer overlaps whatever the stage computes
 //! meanwhile; sends go in production order on the pp-send stream.
 
-use crate::plan::Plan;
-use crate::scenario::{PipelineSchedule, Scenario};
+use crate::plan::{GroupKind, Plan};
+use crate::scenario::{Granularity, PipelineSchedule, Scenario};
 use crate::schedule::builder::{AllocTag, Builder};
 use crate::schedule::chunks::{ChunkPlan, Seg};
 use crate::schedule::dp::{DpPolicy, Zero};
@@ -272,26 +275,26 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
         }
 
         let (op, comms) = pass_work(seg, step.phase)?;
-        let compute = b.compute(op, deps, seg_label)?;
+        let (compute, tail) = if overlaps_tp_backward(ctx, seg, step.phase) {
+            // Megatron: the input-gradient all-reduce runs while the weight-gradient GEMMs do.
+            let input = b.compute(pass_work(seg, Phase::BackwardInput)?.0, deps, seg_label)?;
+            let (beside, blocking): (Vec<_>, Vec<_>) = comms
+                .iter()
+                .cloned()
+                .partition(crate::workload::overlaps_wgrad);
+            let gathered = emit_comms(ctx, &mut b, &blocking, input, seg_label)?;
+            let tail = emit_comms(ctx, &mut b, &beside, gathered, seg_label)?;
+            let weight = pass_work(seg, Phase::BackwardWeight)?.0;
+            (b.compute(weight, vec![input, gathered], seg_label)?, tail)
+        } else {
+            let compute = b.compute(op, deps, seg_label)?;
+            (compute, emit_comms(ctx, &mut b, comms, compute, seg_label)?)
+        };
         if matches!(step.phase, Phase::Backward | Phase::BackwardInput) {
             b.free(
                 Stream::Compute,
                 recompute_buf.take(),
                 vec![compute],
-                seg_label,
-            )?;
-        }
-        let mut tail = compute;
-        for call in comms {
-            if ctx.plan_group_size(call.group) <= 1 {
-                continue;
-            }
-            tail = b.collective(
-                call.kind,
-                call.group,
-                call.bytes,
-                call.calls,
-                vec![compute, tail],
                 seg_label,
             )?;
         }
@@ -372,6 +375,50 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
         b.free(Stream::Compute, tag, tails.clone(), Label::default())?;
     }
     Ok(b.finish(stage))
+}
+
+/// Whether the backward of `seg` is emitted as Megatron-LM runs it: the input-gradient half
+/// first, its backward all-gathers on the critical path, then the reductions of its input
+/// gradients on the tp stream while the weight-gradient half runs on the compute stream
+/// (Megatron's asynchronous tensor-parallel communication: a column-parallel layer's backward
+/// launches the all-reduce or reduce-scatter of its input gradient, computes its weight
+/// gradient, then waits; see [`crate::workload::overlaps_wgrad`]). The next pass waits for
+/// both, as the layer's backward returns only then. Done for layer granularity (one layer per
+/// op, as Megatron overlaps per layer), for a full backward (zero-bubble's B already carries
+/// the collectives and its W runs later), and only when every collective of the backward is a
+/// tensor-parallel one (context- and expert-parallel exchanges sit inside the backward and stay
+/// on the critical path).
+fn overlaps_tp_backward(ctx: &StageCtx, seg: &Seg, phase: Phase) -> bool {
+    phase == Phase::Backward
+        && ctx.s.run.granularity == Granularity::Layer
+        && ctx.plan_group_size(GroupKind::Tp) > 1
+        && crate::workload::backward_comms_overlap_wgrad(&seg.work.backward.comms)
+}
+
+/// Emits `comms` (those over groups of more than one rank) one after another after `after`;
+/// returns the last one, or `after` when none was emitted.
+fn emit_comms(
+    ctx: &StageCtx,
+    b: &mut Builder,
+    comms: &[crate::workload::CommCall],
+    after: u32,
+    label: Label,
+) -> Result<u32, ScheduleError> {
+    let mut tail = after;
+    for call in comms {
+        if ctx.plan_group_size(call.group) <= 1 {
+            continue;
+        }
+        tail = b.collective(
+            call.kind,
+            call.group,
+            call.bytes,
+            call.calls,
+            vec![after, tail],
+            label,
+        )?;
+    }
+    Ok(tail)
 }
 
 /// Boundary bytes of the output of virtual stage `v`.
@@ -525,3 +572,7 @@ impl StageCtx<'_> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "emit_tests.rs"]
+mod tests;

@@ -7,7 +7,9 @@ use super::{row_scenario, RunRow, ValidateError};
 use super::{LayerCase, LayerTiming};
 use crate::cost::{Analytic, CostModel, GemmCurve};
 use crate::plan::{Plan, PlanError};
-use crate::workload::{layers_work, ChunkWork, PassWork};
+use crate::workload::{
+    backward_comms_overlap_wgrad, layers_work, overlaps_wgrad, ChunkWork, CommCall, PassWork,
+};
 use serde::Serialize;
 
 /// Predicted times of one layer, nanoseconds.
@@ -30,12 +32,37 @@ fn case_settings(case: &str) -> (&'static str, bool) {
     (recompute, case.contains("sequence"))
 }
 
-fn pass_ns(cost: &Analytic, plan: &Plan, pass: &PassWork) -> u64 {
-    let comm_ns = pass.comms.iter().fold(0u64, |acc, c| {
+fn comms_ns(cost: &Analytic, plan: &Plan, comms: &[CommCall]) -> u64 {
+    comms.iter().fold(0u64, |acc, c| {
         let group = plan.group(plan.group_of(0, c.group));
         acc.saturating_add(cost.collective_ns(c.kind, group, c.bytes, c.calls))
-    });
-    cost.compute_ns(0, &pass.compute).saturating_add(comm_ns)
+    })
+}
+
+fn pass_ns(cost: &Analytic, plan: &Plan, pass: &PassWork) -> u64 {
+    cost.compute_ns(0, &pass.compute)
+        .saturating_add(comms_ns(cost, plan, &pass.comms))
+}
+
+/// The layer's backward as the schedule generator emits it at layer granularity: the input
+/// gradient and the backward all-gathers, then the input-gradient reductions beside the weight
+/// gradient (which the overlap slowdown stretches while they run), or everything back to back
+/// when the collectives cannot overlap (see [`backward_comms_overlap_wgrad`]).
+fn backward_ns(cost: &Analytic, plan: &Plan, work: &ChunkWork) -> u64 {
+    let comms = &work.backward.comms;
+    if plan.sizes.tp <= 1 || !backward_comms_overlap_wgrad(comms) {
+        return pass_ns(cost, plan, &work.backward);
+    }
+    let (beside, blocking): (Vec<CommCall>, Vec<CommCall>) =
+        comms.iter().cloned().partition(overlaps_wgrad);
+    let input_ns = cost
+        .compute_ns(0, &work.backward_input.compute)
+        .saturating_add(comms_ns(cost, plan, &blocking));
+    let weight_ns = cost.compute_ns(0, &work.backward_weight);
+    let comm_ns = comms_ns(cost, plan, &beside);
+    let slowed_ns =
+        weight_ns as f64 + cost.overlap_compute_slowdown() * weight_ns.min(comm_ns) as f64;
+    input_ns.saturating_add((slowed_ns.round() as u64).max(comm_ns))
 }
 
 /// One layer of `timing`'s shape under `case`: its plan and work, ready to be costed.
@@ -79,8 +106,9 @@ impl LayerWork {
         Ok(LayerWork { plan, work })
     }
 
-    /// The layer costed by `cost`. Compute ops and their collectives run back to back
-    /// (Megatron's TP collectives are on the critical path).
+    /// The layer costed by `cost`. The forward's compute and its collectives run back to back
+    /// (Megatron's forward TP collectives are on the critical path); the backward's overlap
+    /// the weight gradient (see [`backward_ns`]).
     pub fn times(&self, cost: &Analytic) -> LayerPrediction {
         let forward_ns = pass_ns(cost, &self.plan, &self.work.forward);
         let recompute_ns = self
@@ -88,8 +116,7 @@ impl LayerWork {
             .recompute
             .as_ref()
             .map_or(0, |r| pass_ns(cost, &self.plan, r));
-        let backward_ns =
-            pass_ns(cost, &self.plan, &self.work.backward).saturating_add(recompute_ns);
+        let backward_ns = backward_ns(cost, &self.plan, &self.work).saturating_add(recompute_ns);
         LayerPrediction {
             forward_ns,
             backward_ns,

@@ -9,7 +9,7 @@
 //!   and bf16 peaks are equal), Adam, no ZeRO, no flash attention (the published runs predate
 //!   it and used Megatron's fused softmax).
 //! - Gradient all-reduce not overlapped with the backward (Megatron-LM 2021-2022 reduced
-//!   gradients after the backward).
+//!   gradients after the backward) unless the row says `overlap_grad_reduce = true`.
 //! - `micro_batch` 1 and the plain 1F1B schedule unless the row gives them.
 //! - Layer granularity: each layer's tensor-parallel collectives sit between it and the next
 //!   layer, as in Megatron (chunk granularity merges them and lets them overlap compute).
@@ -121,7 +121,7 @@ pub fn row_scenario(
          [parallel]\ntp = {tp}\npp = {pp}\ndp = {dp}\nvpp = {vpp}\nschedule = {schedule:?}\n\
          sequence_parallel = {sequence_parallel}\n\
          [training]\nglobal_batch = {gb}\nmicro_batch = {mb}\nprecision = \"fp16\"\n\
-         recompute = {recompute:?}\nflash_attention = false\noverlap_grad_reduce = false\n\
+         recompute = {recompute:?}\nflash_attention = false\noverlap_grad_reduce = {overlap}\n\
          [run]\ngranularity = \"layer\"\n",
         name = row.id,
         layers = row.layers,
@@ -136,6 +136,7 @@ pub fn row_scenario(
         dp = row.dp,
         gb = row.global_batch,
         mb = row.micro_batch.unwrap_or(1),
+        overlap = row.overlap_grad_reduce.unwrap_or(false),
     );
     parse_str(&text, &format!("<validation row {}>", row.id), &[]).map_err(|source| {
         ValidateError::Scenario {

@@ -28,6 +28,9 @@ pub struct RunRow {
     pub recompute: Option<String>,
     pub schedule: Option<String>,
     pub virtual_stages: Option<u32>,
+    /// Whether the data-parallel gradient reduction overlapped the backward (PyTorch DDP;
+    /// Megatron's "local" DDP reduced after it). Not overlapped when absent.
+    pub overlap_grad_reduce: Option<bool>,
     /// Achieved TFLOP/s per GPU (hardware FLOPs, with recompute, for Megatron SC'21).
     pub tflops_per_gpu: Option<f64>,
     /// Iteration time with full recompute, no sequence parallelism (Korthikanti Table 5).

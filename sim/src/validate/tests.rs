@@ -107,7 +107,10 @@ fn default_curve_is_the_table_4_fit() {
     assert_eq!(fit.gemm.k_half, d.k_half);
     assert!((fit.memory_efficiency - crate::cost::DEFAULT_MEMORY_EFFICIENCY).abs() < 1e-9);
     assert_eq!(fit.samples, 10);
-    assert!(fit.max_relative_error < 0.08, "{fit:?}");
+    // With the backward's tensor-parallel reductions beside the weight gradient, the fitted
+    // layer matches each forward and backward half within 2% (1.1% measured); without that
+    // overlap the halves were off by up to 6.9%.
+    assert!(fit.max_relative_error < 0.02, "{fit:?}");
     // The A100 profile records this fit's quality.
     let profile = crate::profile::parse_str(
         include_str!("../../../scenarios/profiles/a100-dgx.toml"),
@@ -186,4 +189,30 @@ fn empty_table_is_an_error() {
         validate_table(&t, None),
         Err(ValidateError::NoRows)
     ));
+}
+
+/// The launch-settings table (sim/tests/data/megatron-sc21-launch.toml) carries micro batch,
+/// interleaving and DDP overlap per row, and the row rules pass them on.
+#[test]
+fn launch_settings_reach_the_scenarios() {
+    let text = include_str!("../../tests/data/megatron-sc21-launch.toml");
+    let t = parse_table(text, "megatron-sc21-launch.toml").unwrap();
+    assert_eq!(t.run.len(), 9);
+    let scenario = |id: &str| -> Scenario {
+        let row = t.run.iter().find(|r| r.id == id).unwrap();
+        row_cases(row).unwrap().remove(0).scenario
+    };
+    let small = scenario("megatron-sc21-t1-1.7b-launch");
+    assert!(small.training.overlap_grad_reduce);
+    assert_eq!(small.training.micro_batch, 16);
+    let big = scenario("megatron-sc21-t1-145.6b-launch");
+    assert!(!big.training.overlap_grad_reduce);
+    assert_eq!(big.training.micro_batch, 2);
+    assert_eq!(big.parallel.vpp, 2);
+    assert_eq!(
+        big.parallel.schedule,
+        crate::scenario::PipelineSchedule::Interleaved1F1B
+    );
+    // A row without the field keeps the rule: no overlap.
+    assert!(!table().run.iter().any(|r| r.overlap_grad_reduce.is_some()));
 }

@@ -15,6 +15,7 @@ mod comms;
 mod compute;
 mod deepspeed;
 mod dims;
+mod optimizer;
 mod params;
 
 use crate::plan::{ChunkLayout, GroupKind, Plan};
@@ -23,6 +24,7 @@ use crate::schedule::{CollectiveKind, ComputeOp, Phase};
 use comms::BlockComms;
 use compute::BlockParts;
 use dims::{mul, Dims};
+pub use optimizer::{optimizer_bytes_per_param, optimizer_passes, OptimizerPass};
 pub use params::{model_params, model_state_bytes, state_coefficients, StateCoefficients};
 
 /// A collective that follows a pass's compute on the tp / cp / ep stream.
@@ -34,6 +36,29 @@ pub struct CommCall {
     pub bytes: u64,
     /// Number of same-size calls merged into this one.
     pub calls: u32,
+}
+
+/// Whether a backward collective can run beside the backward's weight-gradient half, as
+/// Megatron-LM's asynchronous tensor-parallel communication does: the reduction of a column-
+/// parallel layer's input gradient (an all-reduce, or a reduce-scatter with sequence
+/// parallelism) is launched after its input-gradient GEMM and waited for after its
+/// weight-gradient GEMM. A backward all-gather (the conjugate of a forward reduce-scatter)
+/// brings the gradient the input-gradient GEMM needs and stays on the critical path.
+pub fn overlaps_wgrad(c: &CommCall) -> bool {
+    c.group == GroupKind::Tp
+        && matches!(
+            c.kind,
+            CollectiveKind::AllReduce | CollectiveKind::ReduceScatter
+        )
+}
+
+/// Whether a backward is split into its input- and weight-gradient halves with
+/// [`overlaps_wgrad`] collectives beside the second: some collective overlaps, and every
+/// collective is tensor-parallel (context- and expert-parallel exchanges sit inside the
+/// backward). The schedule generator and the per-layer fit both ask this, so they model the
+/// same overlap.
+pub fn backward_comms_overlap_wgrad(comms: &[CommCall]) -> bool {
+    comms.iter().any(overlaps_wgrad) && comms.iter().all(|c| c.group == GroupKind::Tp)
 }
 
 /// One pass (forward, backward, ...) of one micro batch through some layers.
@@ -265,13 +290,14 @@ pub fn host_slack_fraction(s: &Scenario) -> f64 {
 }
 
 /// The optimizer step of one rank of `stage` (memory-bound; on the host when offloaded, and
-/// then its bytes are host-memory traffic). It updates this rank's ZeRO shard: it reads the
-/// gradients twice (clipping norm, update), reads and writes the optimizer state and writes
-/// the weights. One multi-tensor kernel per layer plus the norm and the update's setup.
+/// then its bytes are host-memory traffic). It updates this rank's ZeRO shard; the bytes per
+/// parameter are the sum of the step's memory passes ([`optimizer_passes`]: for fp16, Megatron's
+/// grad copy, unscale, norm, Adam and copy back). One multi-tensor kernel per layer plus the
+/// norm and the update's setup.
 pub fn optimizer_step(s: &Scenario, plan: &Plan, stage: u32) -> ComputeOp {
     let (dense_dp, expert_dp) = params::dp_sizes(s);
     let shard = params::optimizer_shard(s, stage_params(s, plan, stage), dense_dp, expert_dp);
-    let per_param = params::optimizer_bytes_per_param(&state_coefficients(&s.training));
+    let per_param = optimizer_bytes_per_param(&s.training, &state_coefficients(&s.training));
     let layers = plan
         .chunks
         .get(stage as usize)

@@ -330,18 +330,6 @@ pub fn model_state_bytes(
     out
 }
 
-/// Bytes the optimizer step moves per parameter of its shard: read the gradient twice (norm
-/// for clipping, then the update), read and write the optimizer state, write the weights (read
-/// and write them when there is no master copy).
-pub(crate) fn optimizer_bytes_per_param(k: &StateCoefficients) -> u64 {
-    let weights = if k.master_copy {
-        k.weight_bytes
-    } else {
-        2 * k.weight_bytes
-    };
-    2 * k.grad_bytes + 2 * k.optimizer_bytes + weights
-}
-
 /// Parameters whose optimizer update this rank runs: its shard under ZeRO >= 1.
 pub(crate) fn optimizer_shard(
     s: &Scenario,
