@@ -2,7 +2,8 @@
 //! shared resources, with their completion events kept right as rates change.
 //!
 //! A transfer (collective or send) is a [`FlowPlan`]: phases of flows over network links, then
-//! a latency. When a flow's rate changes (another flow joined or left one of its links), the
+//! a latency. A group repeats the same few collectives many times, so each distinct one is
+//! planned once and kept; a send is one flow and needs no plan. When a flow's rate changes (another flow joined or left one of its links), the
 //! bytes it moved at the old rate are settled and a new completion event is pushed; the old
 //! event stays in the heap and is skipped when it pops, because each flow carries a version
 //! that the event must match (lazy invalidation). Compute ops become flows when the cost
@@ -10,6 +11,8 @@
 //! one core) and/or capped at `1 / (1 + slowdown)` while their rank communicates.
 
 use super::queue::EventQueue;
+use crate::plan::Plan;
+use crate::schedule::CollectiveKind;
 use crate::topology::{FlowPlan, MaxMin, Network, Path};
 
 /// Event payload tag of "flow `a & !FLOW_TAG` with version `b` finished".
@@ -33,13 +36,33 @@ struct FlowInfo {
     owner: Owner,
 }
 
-#[derive(Clone, Debug)]
+/// A running transfer: its plan (an index into [`Flows::plans`], or [`P2P`] for a send, whose
+/// one flow is started directly), the next phase to start, and the flows of the current phase
+/// still running.
+#[derive(Clone, Copy, Debug)]
 struct Transfer {
     done: (u32, u32),
-    phases: Vec<Vec<(Path, f64)>>,
-    next: usize,
+    plan: u32,
+    next: u32,
     flows_left: u32,
     latency_ns: u64,
+}
+
+/// [`Transfer::plan`] of a point-to-point send (one phase of one flow).
+const P2P: u32 = u32::MAX;
+
+/// What the engine asks the network to carry.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Spec {
+    /// `calls` collectives of `kind` and `bytes` over group `group`.
+    Collective {
+        group: u32,
+        kind: CollectiveKind,
+        bytes: u64,
+        calls: u32,
+    },
+    /// A send of `bytes` from `src` to `dst`.
+    P2p { src: u32, dst: u32, bytes: u64 },
 }
 
 /// What finishing a flow means for the engine.
@@ -62,6 +85,11 @@ pub(crate) struct Flows {
     info: Vec<FlowInfo>,
     transfers: Vec<Transfer>,
     free_transfers: Vec<u32>,
+    /// Flow plans of the collectives seen so far: a group repeats the same few collectives
+    /// (per layer, per microbatch), so each is planned once.
+    plans: Vec<FlowPlan>,
+    /// Per group id: (kind, bytes, calls, index into `plans`) of its planned collectives.
+    plan_of_group: Vec<Vec<(CollectiveKind, u64, u32, u32)>>,
     changed: Vec<u32>,
     /// Resource id of node 0's shared cores, when compute shares cores.
     core_base: Option<u32>,
@@ -96,6 +124,8 @@ impl Flows {
             info: Vec::new(),
             transfers: Vec::new(),
             free_transfers: Vec::new(),
+            plans: Vec::new(),
+            plan_of_group: Vec::new(),
             changed: Vec::new(),
             core_base,
             compute: cores.is_some() || slowdown > 0.0,
@@ -129,24 +159,86 @@ impl Flows {
         id as u32
     }
 
-    /// Starts a transfer; returns its completion payload and delay when it has no flows.
+    /// Starts a transfer over `net`; returns its completion payload and delay when it has no
+    /// flows (it then takes just its latency).
     pub fn start_transfer(
         &mut self,
+        net: &Network,
+        plan: &Plan,
         now: u64,
         done: (u32, u32),
-        plan: FlowPlan,
+        spec: Spec,
     ) -> Option<((u32, u32), u64)> {
-        if plan.phases.is_empty() {
-            return Some((done, plan.latency_ns));
-        }
-        let t = Transfer {
+        let (plan_idx, latency_ns) = match spec {
+            Spec::P2p { src, dst, bytes } => match net.p2p_flow(src, dst, bytes) {
+                (latency_ns, None) => return Some((done, latency_ns)),
+                (latency_ns, Some((path, bytes))) => {
+                    let tid = self.new_transfer(Transfer {
+                        done,
+                        plan: P2P,
+                        next: 1,
+                        flows_left: 1,
+                        latency_ns,
+                    });
+                    self.add(now, path, f64::INFINITY, bytes, Owner::Transfer(tid));
+                    return None;
+                }
+            },
+            Spec::Collective {
+                group,
+                kind,
+                bytes,
+                calls,
+            } => {
+                let p = self.collective_plan(net, plan, group, kind, bytes, calls);
+                match self.plans.get(p as usize) {
+                    Some(fp) if !fp.phases.is_empty() => (p, fp.latency_ns),
+                    Some(fp) => return Some((done, fp.latency_ns)),
+                    None => return Some((done, 0)),
+                }
+            }
+        };
+        let tid = self.new_transfer(Transfer {
             done,
-            phases: plan.phases,
+            plan: plan_idx,
             next: 0,
             flows_left: 0,
-            latency_ns: plan.latency_ns,
-        };
-        let tid = match self.free_transfers.pop() {
+            latency_ns,
+        });
+        self.start_phase(now, tid);
+        None
+    }
+
+    /// The index in `plans` of `calls` collectives of `kind` and `bytes` over group `group`,
+    /// planned on first use.
+    fn collective_plan(
+        &mut self,
+        net: &Network,
+        plan: &Plan,
+        group: u32,
+        kind: CollectiveKind,
+        bytes: u64,
+        calls: u32,
+    ) -> u32 {
+        let g = group as usize;
+        if g >= self.plan_of_group.len() {
+            self.plan_of_group.resize(g + 1, Vec::new());
+        }
+        let known = self.plan_of_group[g]
+            .iter()
+            .find(|&&(k, b, c, _)| (k, b, c) == (kind, bytes, calls));
+        if let Some(&(_, _, _, p)) = known {
+            return p;
+        }
+        let p = self.plans.len() as u32;
+        self.plans
+            .push(net.collective(kind, plan.group(group), bytes, calls));
+        self.plan_of_group[g].push((kind, bytes, calls, p));
+        p
+    }
+
+    fn new_transfer(&mut self, t: Transfer) -> u32 {
+        match self.free_transfers.pop() {
             Some(i) => {
                 self.transfers[i as usize] = t;
                 i
@@ -155,18 +247,30 @@ impl Flows {
                 self.transfers.push(t);
                 (self.transfers.len() - 1) as u32
             }
-        };
-        self.start_phase(now, tid);
-        None
+        }
     }
 
+    /// Starts the next phase of collective transfer `tid`.
     fn start_phase(&mut self, now: u64, tid: u32) {
         let t = &mut self.transfers[tid as usize];
-        let phase = std::mem::take(&mut t.phases[t.next]);
+        let (p, ph) = (t.plan as usize, t.next as usize);
         t.next += 1;
-        t.flows_left = phase.len() as u32;
-        for (path, bytes) in phase {
+        let n = self.plans[p].phases[ph].len();
+        t.flows_left = n as u32;
+        for k in 0..n {
+            let (path, bytes) = self.plans[p].phases[ph][k];
             self.add(now, path, f64::INFINITY, bytes, Owner::Transfer(tid));
+        }
+    }
+
+    /// Phases of transfer `t`'s plan.
+    fn phases(&self, t: &Transfer) -> usize {
+        if t.plan == P2P {
+            1
+        } else {
+            self.plans
+                .get(t.plan as usize)
+                .map_or(0, |p| p.phases.len())
         }
     }
 
@@ -277,12 +381,12 @@ impl Flows {
                 if t.flows_left > 0 {
                     return Finished::Nothing;
                 }
-                if t.next < t.phases.len() {
+                let t = *t;
+                if (t.next as usize) < self.phases(&t) {
                     self.start_phase(now, tid);
                     return Finished::Nothing;
                 }
                 let (done, latency_ns) = (t.done, t.latency_ns);
-                t.phases = Vec::new();
                 self.free_transfers.push(tid);
                 Finished::Transfer { done, latency_ns }
             }

@@ -14,7 +14,7 @@
 
 use super::compile::{CKind, CProgram};
 pub(crate) use super::context::Ctx;
-use super::flow::{Finished, Flows, FLOW_TAG};
+use super::flow::{Finished, Flows, Spec, FLOW_TAG};
 use super::memory::RankMem;
 use super::queue::EventQueue;
 use super::{deadlock, RankStats, SimError, SimResult};
@@ -346,12 +346,13 @@ impl State {
     /// one, else for the cost model's `dur_ns`. `done` is its completion payload.
     fn run_transfer(
         &mut self,
+        ctx: &Ctx,
         done: (u32, u32),
-        plan: impl FnOnce() -> Option<crate::topology::FlowPlan>,
+        spec: Spec,
         dur_ns: impl FnOnce() -> u64,
     ) {
-        let flowing = match (&mut self.flows, plan()) {
-            (Some(f), Some(p)) => Some(f.start_transfer(self.now, done, p)),
+        let flowing = match (&mut self.flows, ctx.net) {
+            (Some(f), Some(net)) => Some(f.start_transfer(net, ctx.plan, self.now, done, spec)),
             _ => None,
         };
         match flowing {
@@ -415,8 +416,9 @@ impl State {
         let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
         self.partner[src as usize * STREAMS + s] = (dst, recv_op);
         self.run_transfer(
+            ctx,
             (P2P_BIT | src, send_op),
-            || ctx.net.map(|n| n.p2p(src, dst, bytes)),
+            Spec::P2p { src, dst, bytes },
             || ctx.p2p_ns(src, send_op, dst, bytes),
         );
         Ok(())
@@ -462,10 +464,13 @@ impl State {
             self.begin_transfer(ctx, m, op);
         }
         self.run_transfer(
+            ctx,
             (COLL_BIT | g, inst.seq),
-            || {
-                ctx.net
-                    .map(|n| n.collective(inst.kind, group, inst.bytes, inst.calls))
+            Spec::Collective {
+                group: g,
+                kind: inst.kind,
+                bytes: inst.bytes,
+                calls: inst.calls,
             },
             || {
                 ctx.cost

@@ -154,16 +154,20 @@ impl Network {
 
     /// One send of `bytes` from `src` to `dst`.
     pub fn p2p(&self, src: u32, dst: u32, bytes: u64) -> FlowPlan {
-        let latency_ns = self.tiers.p2p_latency_ns(self.node(src) == self.node(dst));
-        let path = self.path(src, dst);
+        let (latency_ns, flow) = self.p2p_flow(src, dst, bytes);
         FlowPlan {
             latency_ns,
-            phases: if bytes == 0 || path.as_slice().is_empty() {
-                vec![]
-            } else {
-                vec![vec![(path, bytes as f64)]]
-            },
+            phases: flow.map_or_else(Vec::new, |f| vec![vec![f]]),
         }
+    }
+
+    /// [`Network::p2p`] without allocating: the latency, and the one flow (path, bytes)
+    /// unless the send moves nothing over no link.
+    pub fn p2p_flow(&self, src: u32, dst: u32, bytes: u64) -> (u64, Option<(Path, f64)>) {
+        let latency_ns = self.tiers.p2p_latency_ns(self.node(src) == self.node(dst));
+        let path = self.path(src, dst);
+        let flow = (bytes != 0 && !path.as_slice().is_empty()).then_some((path, bytes as f64));
+        (latency_ns, flow)
     }
 
     /// `calls` collectives of `bytes` each over `group`: the alpha-beta model's algorithm
