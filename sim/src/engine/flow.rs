@@ -15,7 +15,7 @@ use crate::plan::Plan;
 use crate::schedule::CollectiveKind;
 use crate::topology::{FlowPlan, MaxMin, Network, Path};
 
-/// Event payload tag of "flow `a & !FLOW_TAG` with version `b` finished".
+/// Event payload tag of "the flows of batch node `a & !FLOW_TAG` finished".
 pub(crate) const FLOW_TAG: u32 = (1 << 31) | (1 << 30);
 pub(crate) const NO_FLOW: u32 = u32::MAX;
 
@@ -98,6 +98,18 @@ pub(crate) struct Flows {
     slowdown: f64,
     /// Running compute flow per (rank, stream), or [`NO_FLOW`].
     pub compute_flow: Vec<u32>,
+    /// Nodes of the flow lists that completion events carry, and the free ones.
+    batches: Vec<Batch>,
+    free_batches: Vec<u32>,
+}
+
+/// One flow of a completion event's list: the flow, the version the event was scheduled
+/// for (a newer version makes it stale), and the next node or [`NO_FLOW`].
+#[derive(Clone, Copy, Debug)]
+struct Batch {
+    id: u32,
+    version: u32,
+    next: u32,
 }
 
 impl Flows {
@@ -131,6 +143,8 @@ impl Flows {
             compute: cores.is_some() || slowdown > 0.0,
             slowdown,
             compute_flow: vec![NO_FLOW; slots],
+            batches: Vec::new(),
+            free_batches: Vec::new(),
         }
     }
 
@@ -328,12 +342,21 @@ impl Flows {
         self.solver.is_dirty()
     }
 
-    /// Recomputes the rates the last changes touched and pushes a new completion event for
+    /// Recomputes the rates the last changes touched and schedules a new completion for
     /// every flow whose rate changed.
+    ///
+    /// Flows of one transfer that the solver reports one after another and that finish at the
+    /// same time share one heap event (a [`Batch`] chain) instead of one event each: their
+    /// events would have had consecutive sequence numbers, so they would have popped one right
+    /// after the other, and [`Flows::finish`] replays exactly what the engine did between
+    /// those pops (a resolve). Results are unchanged; the heap carries a ring phase as one
+    /// event instead of one per ring edge.
     pub fn resolve(&mut self, now: u64, queue: &mut EventQueue) {
         let mut changed = std::mem::take(&mut self.changed);
         changed.clear();
         self.solver.resolve(&mut changed);
+        // The open batch: (finish time, owning transfer, head node, tail node).
+        let mut open: Option<(u64, u32, u32, u32)> = None;
         for &id in &changed {
             let rate = self.solver.rate(id);
             let i = &mut self.info[id as usize];
@@ -352,13 +375,75 @@ impl Flows {
             } else {
                 now + dt as u64
             };
-            queue.push(finish, FLOW_TAG | id, i.version);
+            let (version, tid) = match i.owner {
+                Owner::Transfer(t) => (i.version, t),
+                Owner::Compute { .. } => (i.version, NO_FLOW),
+            };
+            let node = self.node(id, version);
+            match &mut open {
+                Some((f, t, _, tail)) if *f == finish && *t == tid && tid != NO_FLOW => {
+                    self.batches[*tail as usize].next = node;
+                    *tail = node;
+                }
+                _ => {
+                    if let Some((f, _, head, _)) = open {
+                        queue.push(f, FLOW_TAG | head, 0);
+                    }
+                    open = Some((finish, tid, node, node));
+                }
+            }
+        }
+        if let Some((f, _, head, _)) = open {
+            queue.push(f, FLOW_TAG | head, 0);
         }
         self.changed = changed;
     }
 
-    /// A flow's completion event popped at `now`.
-    pub fn finish(&mut self, now: u64, id: u32, version: u32) -> Finished {
+    /// A new batch node for flow `id` at `version`.
+    fn node(&mut self, id: u32, version: u32) -> u32 {
+        let b = Batch {
+            id,
+            version,
+            next: NO_FLOW,
+        };
+        match self.free_batches.pop() {
+            Some(n) => {
+                self.batches[n as usize] = b;
+                n
+            }
+            None => {
+                self.batches.push(b);
+                (self.batches.len() - 1) as u32
+            }
+        }
+    }
+
+    /// The completion event of batch `head` popped at `now`: finishes its flows in order,
+    /// resolving between them as the engine would have between their separate events.
+    pub fn finish(&mut self, now: u64, head: u32, queue: &mut EventQueue) -> Finished {
+        let mut node = head;
+        let mut out = Finished::Nothing;
+        while let Some(&Batch { id, version, next }) = self.batches.get(node as usize) {
+            self.free_batches.push(node);
+            node = next;
+            if !matches!(out, Finished::Nothing) {
+                // Cannot happen (a batch is one phase of one transfer, which ends with its
+                // last flow); kept correct anyway: the rest becomes its own event.
+                let rest = self.node(id, version);
+                self.batches[rest as usize].next = next;
+                queue.push(now, FLOW_TAG | rest, 0);
+                break;
+            }
+            if self.is_dirty() {
+                self.resolve(now, queue);
+            }
+            out = self.finish_flow(now, id, version);
+        }
+        out
+    }
+
+    /// Flow `id`'s completion (as of `version`) at `now`.
+    fn finish_flow(&mut self, now: u64, id: u32, version: u32) -> Finished {
         let Some(i) = self.info.get(id as usize).copied() else {
             return Finished::Nothing;
         };

@@ -207,7 +207,7 @@ impl State {
             let Some(f) = &mut self.flows else {
                 return Ok(());
             };
-            match f.finish(self.now, a & !FLOW_TAG, b) {
+            match f.finish(self.now, a & !FLOW_TAG, &mut self.queue) {
                 Finished::Nothing => Ok(()),
                 Finished::Compute { rank, op } => self.complete(ctx, rank, op),
                 Finished::Transfer { done, latency_ns } => {
