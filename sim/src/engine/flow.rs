@@ -19,6 +19,22 @@ use crate::topology::{FlowPlan, MaxMin, Network, Path};
 pub(crate) const FLOW_TAG: u32 = (1 << 31) | (1 << 30);
 pub(crate) const NO_FLOW: u32 = u32::MAX;
 
+/// `x.round()` for `x >= 0` (half away from zero) without the libm call that `f64::round`
+/// compiles to on baseline x86-64: the integer part by conversion, then the fraction, which
+/// is exact to subtract below 2^53 (above it every f64 is an integer and the fraction is 0).
+#[inline]
+fn round_non_negative(x: f64) -> f64 {
+    if !(x < 9.0e15) {
+        return x.round();
+    }
+    let t = x as u64 as f64;
+    if x - t >= 0.5 {
+        t + 1.0
+    } else {
+        t
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Owner {
     Transfer(u32),
@@ -90,6 +106,8 @@ pub(crate) struct Flows {
     plans: Vec<FlowPlan>,
     /// Per group id: (kind, bytes, calls, index into `plans`) of its planned collectives.
     plan_of_group: Vec<Vec<(CollectiveKind, u64, u32, u32)>>,
+    /// Per sending rank: (receiver, latency, path) of the sends seen so far.
+    routes: Vec<Vec<(u32, u64, Path)>>,
     changed: Vec<u32>,
     /// Resource id of node 0's shared cores, when compute shares cores.
     core_base: Option<u32>,
@@ -138,6 +156,7 @@ impl Flows {
             free_transfers: Vec::new(),
             plans: Vec::new(),
             plan_of_group: Vec::new(),
+            routes: Vec::new(),
             changed: Vec::new(),
             core_base,
             compute: cores.is_some() || slowdown > 0.0,
@@ -184,20 +203,22 @@ impl Flows {
         spec: Spec,
     ) -> Option<((u32, u32), u64)> {
         let (plan_idx, latency_ns) = match spec {
-            Spec::P2p { src, dst, bytes } => match net.p2p_flow(src, dst, bytes) {
-                (latency_ns, None) => return Some((done, latency_ns)),
-                (latency_ns, Some((path, bytes))) => {
-                    let tid = self.new_transfer(Transfer {
-                        done,
-                        plan: P2P,
-                        next: 1,
-                        flows_left: 1,
-                        latency_ns,
-                    });
-                    self.add(now, path, f64::INFINITY, bytes, Owner::Transfer(tid));
-                    return None;
+            Spec::P2p { src, dst, bytes } => {
+                match Network::p2p_send(self.p2p_route(net, src, dst), bytes) {
+                    (latency_ns, None) => return Some((done, latency_ns)),
+                    (latency_ns, Some((path, bytes))) => {
+                        let tid = self.new_transfer(Transfer {
+                            done,
+                            plan: P2P,
+                            next: 1,
+                            flows_left: 1,
+                            latency_ns,
+                        });
+                        self.add(now, path, f64::INFINITY, bytes, Owner::Transfer(tid));
+                        return None;
+                    }
                 }
-            },
+            }
             Spec::Collective {
                 group,
                 kind,
@@ -249,6 +270,21 @@ impl Flows {
             .push(net.collective(kind, plan.group(group), bytes, calls));
         self.plan_of_group[g].push((kind, bytes, calls, p));
         p
+    }
+
+    /// [`Network::p2p_route`] from `src` to `dst`, computed once per pair (ranks send to
+    /// the same one or two pipeline neighbours all step long).
+    fn p2p_route(&mut self, net: &Network, src: u32, dst: u32) -> (u64, Path) {
+        let s = src as usize;
+        if s >= self.routes.len() {
+            self.routes.resize(s + 1, Vec::new());
+        }
+        if let Some(&(_, latency_ns, path)) = self.routes[s].iter().find(|r| r.0 == dst) {
+            return (latency_ns, path);
+        }
+        let (latency_ns, path) = net.p2p_route(src, dst);
+        self.routes[s].push((dst, latency_ns, path));
+        (latency_ns, path)
     }
 
     fn new_transfer(&mut self, t: Transfer) -> u32 {
@@ -366,7 +402,7 @@ impl Flows {
             i.last_ns = now;
             i.version = i.version.wrapping_add(1);
             let dt = if rate > 0.0 {
-                (i.left / rate).round()
+                round_non_negative(i.left / rate)
             } else {
                 f64::MAX
             };
@@ -475,6 +511,29 @@ impl Flows {
                 self.free_transfers.push(tid);
                 Finished::Transfer { done, latency_ns }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_non_negative;
+    use proptest::prelude::*;
+
+    #[test]
+    fn rounding_matches_f64_round_at_the_edges() {
+        let halves = (0..64u32).map(|k| f64::from(k) + 0.5);
+        let near = [0.0, 0.49999999999999994, 0.5, 1.0 - f64::EPSILON, 2.5, 1e15 + 0.5];
+        let big = [4503599627370495.5, 9.0e15, 1.0e300, f64::INFINITY];
+        for x in halves.chain(near).chain(big) {
+            assert_eq!(round_non_negative(x).to_bits(), x.round().to_bits(), "{x}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn rounding_matches_f64_round(x in 0.0f64..1e17) {
+            prop_assert_eq!(round_non_negative(x).to_bits(), x.round().to_bits());
         }
     }
 }

@@ -117,9 +117,14 @@ impl MaxMin {
         };
         for &r in kept.as_slice() {
             self.on[r as usize].push(id);
-            self.dirty_res.push(r);
         }
-        self.dirty_flows.push(id);
+        // One seed finds the flow's whole component: its first resource (searched before any
+        // later seed, exactly where seeding every resource would have started), or the flow
+        // itself when it crosses no resource.
+        match kept.as_slice().first() {
+            Some(&r) => self.dirty_res.push(r),
+            None => self.dirty_flows.push(id),
+        }
         id
     }
 
