@@ -19,6 +19,26 @@ use crate::topology::{FlowPlan, MaxMin, Network, Path};
 pub(crate) const FLOW_TAG: u32 = (1 << 31) | (1 << 30);
 pub(crate) const NO_FLOW: u32 = u32::MAX;
 
+#[cfg(test)]
+thread_local! {
+    /// Tests set this to give every flow its own completion event (no batches), the
+    /// reference that batching must reproduce exactly.
+    pub(crate) static UNBATCHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether flows finishing together share an event (always, except in the test of batching).
+#[inline]
+fn batching() -> bool {
+    #[cfg(test)]
+    {
+        !UNBATCHED.with(|u| u.get())
+    }
+    #[cfg(not(test))]
+    {
+        true
+    }
+}
+
 /// `x.round()` for `x >= 0` (half away from zero) without the libm call that `f64::round`
 /// compiles to on baseline x86-64: the integer part by conversion, then the fraction, which
 /// is exact to subtract below 2^53 (above it every f64 is an integer and the fraction is 0).
@@ -417,7 +437,9 @@ impl Flows {
             };
             let node = self.node(id, version);
             match &mut open {
-                Some((f, t, _, tail)) if *f == finish && *t == tid && tid != NO_FLOW => {
+                Some((f, t, _, tail))
+                    if *f == finish && *t == tid && tid != NO_FLOW && batching() =>
+                {
                     self.batches[*tail as usize].next = node;
                     *tail = node;
                 }
@@ -523,7 +545,14 @@ mod tests {
     #[test]
     fn rounding_matches_f64_round_at_the_edges() {
         let halves = (0..64u32).map(|k| f64::from(k) + 0.5);
-        let near = [0.0, 0.49999999999999994, 0.5, 1.0 - f64::EPSILON, 2.5, 1e15 + 0.5];
+        let near = [
+            0.0,
+            0.49999999999999994,
+            0.5,
+            1.0 - f64::EPSILON,
+            2.5,
+            1e15 + 0.5,
+        ];
         let big = [4503599627370495.5, 9.0e15, 1.0e300, f64::INFINITY];
         for x in halves.chain(near).chain(big) {
             assert_eq!(round_non_negative(x).to_bits(), x.round().to_bits(), "{x}");
