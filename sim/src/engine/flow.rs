@@ -3,7 +3,10 @@
 //!
 //! A transfer (collective or send) is a [`FlowPlan`]: phases of flows over network links, then
 //! a latency. A group repeats the same few collectives many times, so each distinct one is
-//! planned once and kept; a send is one flow and needs no plan. When a flow's rate changes (another flow joined or left one of its links), the
+//! planned once and kept; a send is one flow and needs no plan. Rates are re-solved once per
+//! instant of simulated time, and the flows of a transfer that finish together share one
+//! completion event (see [`Flows::resolve`]); both are tested to give every op the same times
+//! as re-solving after every event with one event per flow. When a flow's rate changes (another flow joined or left one of its links), the
 //! bytes it moved at the old rate are settled and a new completion event is pushed; the old
 //! event stays in the heap and is skipped when it pops, because each flow carries a version
 //! that the event must match (lazy invalidation). Compute ops become flows when the cost
@@ -21,17 +24,19 @@ pub(crate) const NO_FLOW: u32 = u32::MAX;
 
 #[cfg(test)]
 thread_local! {
-    /// Tests set this to give every flow its own completion event (no batches), the
-    /// reference that batching must reproduce exactly.
-    pub(crate) static UNBATCHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Tests set this to run the flow model as it ran before its speed work: every flow has
+    /// its own completion event (no batches) and rates are re-solved after every event (not
+    /// once per instant). The fast path must reproduce it exactly.
+    pub(crate) static REFERENCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Whether flows finishing together share an event (always, except in the test of batching).
+/// Whether the fast paths are on (always, except in the tests that compare with the
+/// reference).
 #[inline]
-fn batching() -> bool {
+fn fast() -> bool {
     #[cfg(test)]
     {
-        !UNBATCHED.with(|u| u.get())
+        !REFERENCE.with(|u| u.get())
     }
     #[cfg(not(test))]
     {
@@ -44,7 +49,7 @@ fn batching() -> bool {
 /// is exact to subtract below 2^53 (above it every f64 is an integer and the fraction is 0).
 #[inline]
 fn round_non_negative(x: f64) -> f64 {
-    if !(x < 9.0e15) {
+    if x.is_nan() || x >= 9.0e15 {
         return x.round();
     }
     let t = x as u64 as f64;
@@ -399,15 +404,25 @@ impl Flows {
     }
 
     /// Recomputes the rates the last changes touched and schedules a new completion for
-    /// every flow whose rate changed.
+    /// every flow whose rate changed — once per instant: while the next event is at `now`
+    /// too, the changes wait for it. Re-solving after each of several events at one instant
+    /// only settled zero elapsed time and pushed events that the next re-solve made stale;
+    /// the rates that leave the instant are those of the flows present at its end either
+    /// way (tested against re-solving after every event).
     ///
     /// Flows of one transfer that the solver reports one after another and that finish at the
     /// same time share one heap event (a [`Batch`] chain) instead of one event each: their
     /// events would have had consecutive sequence numbers, so they would have popped one right
-    /// after the other, and [`Flows::finish`] replays exactly what the engine did between
-    /// those pops (a resolve). Results are unchanged; the heap carries a ring phase as one
-    /// event instead of one per ring edge.
+    /// after the other, and [`Flows::finish`] handles them in that order. The heap carries a
+    /// ring phase as one event instead of one per ring edge.
     pub fn resolve(&mut self, now: u64, queue: &mut EventQueue) {
+        if fast() && queue.next_time_ns() == Some(now) {
+            return;
+        }
+        self.resolve_now(now, queue);
+    }
+
+    fn resolve_now(&mut self, now: u64, queue: &mut EventQueue) {
         let mut changed = std::mem::take(&mut self.changed);
         changed.clear();
         self.solver.resolve(&mut changed);
@@ -437,9 +452,7 @@ impl Flows {
             };
             let node = self.node(id, version);
             match &mut open {
-                Some((f, t, _, tail))
-                    if *f == finish && *t == tid && tid != NO_FLOW && batching() =>
-                {
+                Some((f, t, _, tail)) if *f == finish && *t == tid && tid != NO_FLOW && fast() => {
                     self.batches[*tail as usize].next = node;
                     *tail = node;
                 }
@@ -476,8 +489,9 @@ impl Flows {
         }
     }
 
-    /// The completion event of batch `head` popped at `now`: finishes its flows in order,
-    /// resolving between them as the engine would have between their separate events.
+    /// The completion event of batch `head` popped at `now`: finishes its flows in order.
+    /// (Between separate events at one instant the engine would not re-solve either, see
+    /// [`Flows::resolve`].)
     pub fn finish(&mut self, now: u64, head: u32, queue: &mut EventQueue) -> Finished {
         let mut node = head;
         let mut out = Finished::Nothing;
@@ -492,8 +506,8 @@ impl Flows {
                 queue.push(now, FLOW_TAG | rest, 0);
                 break;
             }
-            if self.is_dirty() {
-                self.resolve(now, queue);
+            if !fast() && self.is_dirty() {
+                self.resolve_now(now, queue);
             }
             out = self.finish_flow(now, id, version);
         }
