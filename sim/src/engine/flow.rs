@@ -73,6 +73,12 @@ struct FlowInfo {
     /// Rate since `last_ns`, in work per nanosecond.
     rate: f64,
     last_ns: u64,
+    /// When the flow finishes at its current rate.
+    finish_ns: u64,
+    /// For the flow of a send completed by one direct event ([`Transfer::direct`]): when it
+    /// finishes; the flow stays on its links until then or later (see
+    /// [`Flows::purge_expired`]). `u64::MAX` otherwise.
+    expires_ns: u64,
     version: u32,
     owner: Owner,
 }
@@ -87,6 +93,14 @@ struct Transfer {
     next: u32,
     flows_left: u32,
     latency_ns: u64,
+    /// A send whose flow has its links to itself: one event at the flow's end plus the
+    /// latency completes it, instead of one at the flow's end and one after the latency.
+    direct: bool,
+    /// Bumped whenever a pending direct event becomes invalid (and on reuse of the slot).
+    version: u32,
+    /// The send's flow and its version when the direct event was scheduled.
+    flow: u32,
+    flow_version: u32,
 }
 
 /// [`Transfer::plan`] of a point-to-point send (one phase of one flow).
@@ -134,6 +148,8 @@ pub(crate) struct Flows {
     /// Per sending rank: (receiver, latency, path) of the sends seen so far.
     routes: Vec<Vec<(u32, u64, Path)>>,
     changed: Vec<u32>,
+    joined: Vec<u32>,
+    expired: Vec<u32>,
     /// Resource id of node 0's shared cores, when compute shares cores.
     core_base: Option<u32>,
     /// Compute runs as flows (shared cores or an overlap slowdown).
@@ -153,6 +169,8 @@ struct Batch {
     id: u32,
     version: u32,
     next: u32,
+    /// A direct completion: `id` is a transfer and `version` its version.
+    direct: bool,
 }
 
 impl Flows {
@@ -182,6 +200,8 @@ impl Flows {
             plans: Vec::new(),
             plan_of_group: Vec::new(),
             routes: Vec::new(),
+            joined: Vec::new(),
+            expired: Vec::new(),
             changed: Vec::new(),
             core_base,
             compute: cores.is_some() || slowdown > 0.0,
@@ -193,6 +213,7 @@ impl Flows {
     }
 
     fn add(&mut self, now: u64, path: Path, cap: f64, left: f64, owner: Owner) -> u32 {
+        self.purge_expired(now, path);
         let id = self.solver.add(path, cap) as usize;
         if id >= self.info.len() {
             self.info.resize(
@@ -201,6 +222,8 @@ impl Flows {
                     left: 0.0,
                     rate: 0.0,
                     last_ns: 0,
+                    finish_ns: 0,
+                    expires_ns: u64::MAX,
                     version: 0,
                     owner,
                 },
@@ -211,10 +234,42 @@ impl Flows {
             left,
             rate: 0.0,
             last_ns: now,
+            finish_ns: u64::MAX,
+            expires_ns: u64::MAX,
             version: i.version.wrapping_add(1),
             owner,
         };
         id as u32
+    }
+
+    /// Takes off `path`'s links the flows of direct sends that have finished by `now`. Such
+    /// a flow had its links to itself until its end (anything added to them earlier turned
+    /// the send back into an ordinary one), so it is removed here, before anything shares
+    /// its links, with the same effect as its removal when it ended: none.
+    fn purge_expired(&mut self, now: u64, path: Path) {
+        let mut expired = std::mem::take(&mut self.expired);
+        expired.clear();
+        for &r in path.as_slice() {
+            for &g in self.solver.flows_on(r) {
+                if self
+                    .info
+                    .get(g as usize)
+                    .is_some_and(|i| i.expires_ns <= now)
+                {
+                    expired.push(g);
+                }
+            }
+        }
+        for &g in &expired {
+            if let Some(i) = self.info.get_mut(g as usize) {
+                if i.expires_ns <= now {
+                    i.expires_ns = u64::MAX;
+                    i.version = i.version.wrapping_add(1);
+                    self.solver.remove(g);
+                }
+            }
+        }
+        self.expired = expired;
     }
 
     /// Starts a transfer over `net`; returns its completion payload and delay when it has no
@@ -238,6 +293,10 @@ impl Flows {
                             next: 1,
                             flows_left: 1,
                             latency_ns,
+                            direct: false,
+                            version: 0,
+                            flow: NO_FLOW,
+                            flow_version: 0,
                         });
                         self.add(now, path, f64::INFINITY, bytes, Owner::Transfer(tid));
                         return None;
@@ -264,6 +323,10 @@ impl Flows {
             next: 0,
             flows_left: 0,
             latency_ns,
+            direct: false,
+            version: 0,
+            flow: NO_FLOW,
+            flow_version: 0,
         });
         self.start_phase(now, tid);
         None
@@ -312,9 +375,10 @@ impl Flows {
         (latency_ns, path)
     }
 
-    fn new_transfer(&mut self, t: Transfer) -> u32 {
+    fn new_transfer(&mut self, mut t: Transfer) -> u32 {
         match self.free_transfers.pop() {
             Some(i) => {
+                t.version = self.transfers[i as usize].version.wrapping_add(1);
                 self.transfers[i as usize] = t;
                 i
             }
@@ -426,6 +490,7 @@ impl Flows {
         let mut changed = std::mem::take(&mut self.changed);
         changed.clear();
         self.solver.resolve(&mut changed);
+        self.undirect(queue);
         // The open batch: (finish time, owning transfer, head node, tail node).
         let mut open: Option<(u64, u32, u32, u32)> = None;
         for &id in &changed {
@@ -446,10 +511,14 @@ impl Flows {
             } else {
                 now + dt as u64
             };
+            i.finish_ns = finish;
             let (version, tid) = match i.owner {
                 Owner::Transfer(t) => (i.version, t),
                 Owner::Compute { .. } => (i.version, NO_FLOW),
             };
+            if self.try_direct(id, tid, finish, queue, &mut open) {
+                continue;
+            }
             let node = self.node(id, version);
             match &mut open {
                 Some((f, t, _, tail)) if *f == finish && *t == tid && tid != NO_FLOW && fast() => {
@@ -470,12 +539,79 @@ impl Flows {
         self.changed = changed;
     }
 
+    /// Sends completed by a direct event whose flow now shares a link become ordinary: the
+    /// direct event goes stale, and a flow whose rate did not change gets its completion
+    /// event at the finish already computed (one whose rate changed gets it from the caller).
+    fn undirect(&mut self, queue: &mut EventQueue) {
+        let mut joined = std::mem::take(&mut self.joined);
+        joined.clear();
+        self.solver.take_joined(&mut joined);
+        for &f in &joined {
+            let Some(i) = self.info.get_mut(f as usize) else {
+                continue;
+            };
+            if i.expires_ns == u64::MAX {
+                continue;
+            }
+            i.expires_ns = u64::MAX;
+            let (finish, version, unchanged) =
+                (i.finish_ns, i.version, self.solver.rate(f) == i.rate);
+            if let Owner::Transfer(tid) = i.owner {
+                if let Some(t) = self.transfers.get_mut(tid as usize) {
+                    t.direct = false;
+                    t.version = t.version.wrapping_add(1);
+                }
+            }
+            if unchanged {
+                let node = self.node(f, version);
+                queue.push(finish, FLOW_TAG | node, 0);
+            }
+        }
+        self.joined = joined;
+    }
+
+    /// Schedules one direct completion (flow end plus latency) for the send that flow `id`
+    /// (of transfer `tid`, finishing at `finish`) carries, when the flow has its links to
+    /// itself; the open batch is pushed first so that events keep their order.
+    fn try_direct(
+        &mut self,
+        id: u32,
+        tid: u32,
+        finish: u64,
+        queue: &mut EventQueue,
+        open: &mut Option<(u64, u32, u32, u32)>,
+    ) -> bool {
+        let Some(t) = self.transfers.get(tid as usize) else {
+            return false;
+        };
+        if !fast() || t.plan != P2P || t.flows_left != 1 || !self.solver.alone(id) {
+            return false;
+        }
+        if let Some((f, _, head, _)) = open.take() {
+            queue.push(f, FLOW_TAG | head, 0);
+        }
+        let version = self.info[id as usize].version;
+        self.info[id as usize].expires_ns = finish;
+        self.solver.watch(id);
+        let t = &mut self.transfers[tid as usize];
+        t.direct = true;
+        t.version = t.version.wrapping_add(1);
+        t.flow = id;
+        t.flow_version = version;
+        let (tv, at) = (t.version, finish.saturating_add(t.latency_ns));
+        let node = self.node(tid, tv);
+        self.batches[node as usize].direct = true;
+        queue.push(at, FLOW_TAG | node, 0);
+        true
+    }
+
     /// A new batch node for flow `id` at `version`.
     fn node(&mut self, id: u32, version: u32) -> u32 {
         let b = Batch {
             id,
             version,
             next: NO_FLOW,
+            direct: false,
         };
         match self.free_batches.pop() {
             Some(n) => {
@@ -495,9 +631,18 @@ impl Flows {
     pub fn finish(&mut self, now: u64, head: u32, queue: &mut EventQueue) -> Finished {
         let mut node = head;
         let mut out = Finished::Nothing;
-        while let Some(&Batch { id, version, next }) = self.batches.get(node as usize) {
+        while let Some(&Batch {
+            id,
+            version,
+            next,
+            direct,
+        }) = self.batches.get(node as usize)
+        {
             self.free_batches.push(node);
             node = next;
+            if direct {
+                return self.finish_direct(id, version);
+            }
             if !matches!(out, Finished::Nothing) {
                 // Cannot happen (a batch is one phase of one transfer, which ends with its
                 // last flow); kept correct anyway: the rest becomes its own event.
@@ -512,6 +657,30 @@ impl Flows {
             out = self.finish_flow(now, id, version);
         }
         out
+    }
+
+    /// The direct completion of send transfer `tid` (as of `version`): its flow leaves its
+    /// links if still on them, and the send completes now (its latency is already counted).
+    fn finish_direct(&mut self, tid: u32, version: u32) -> Finished {
+        let Some(&t) = self.transfers.get(tid as usize) else {
+            return Finished::Nothing;
+        };
+        if !t.direct || t.version != version {
+            return Finished::Nothing;
+        }
+        if let Some(i) = self.info.get_mut(t.flow as usize) {
+            if i.version == t.flow_version {
+                i.version = i.version.wrapping_add(1);
+                i.expires_ns = u64::MAX;
+                self.solver.remove(t.flow);
+            }
+        }
+        self.transfers[tid as usize].direct = false;
+        self.free_transfers.push(tid);
+        Finished::Transfer {
+            done: t.done,
+            latency_ns: 0,
+        }
     }
 
     /// Flow `id`'s completion (as of `version`) at `now`.
