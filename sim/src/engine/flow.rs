@@ -13,10 +13,14 @@
 //! model asks for it: over their node's shared CPU cores (processor sharing, each op at most
 //! one core) and/or capped at `1 / (1 + slowdown)` while their rank communicates.
 
-use super::queue::EventQueue;
+mod events;
+mod plans;
+mod round;
+
 use crate::plan::Plan;
 use crate::schedule::CollectiveKind;
-use crate::topology::{FlowPlan, MaxMin, Network, Path};
+use crate::topology::{MaxMin, Network, Path};
+use plans::Plans;
 
 /// Event payload tag of "the flows of batch node `a & !FLOW_TAG` finished".
 pub(crate) const FLOW_TAG: u32 = (1 << 31) | (1 << 30);
@@ -44,22 +48,6 @@ fn fast() -> bool {
     }
 }
 
-/// `x.round()` for `x >= 0` (half away from zero) without the libm call that `f64::round`
-/// compiles to on baseline x86-64: the integer part by conversion, then the fraction, which
-/// is exact to subtract below 2^53 (above it every f64 is an integer and the fraction is 0).
-#[inline]
-fn round_non_negative(x: f64) -> f64 {
-    if x.is_nan() || x >= 9.0e15 {
-        return x.round();
-    }
-    let t = x as u64 as f64;
-    if x - t >= 0.5 {
-        t + 1.0
-    } else {
-        t
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Owner {
     Transfer(u32),
@@ -83,7 +71,7 @@ struct FlowInfo {
     owner: Owner,
 }
 
-/// A running transfer: its plan (an index into [`Flows::plans`], or [`P2P`] for a send, whose
+/// A running transfer: its plan (an index into the run's [`Plans`], or [`P2P`] for a send, whose
 /// one flow is started directly), the next phase to start, and the flows of the current phase
 /// still running.
 #[derive(Clone, Copy, Debug)]
@@ -140,13 +128,8 @@ pub(crate) struct Flows {
     info: Vec<FlowInfo>,
     transfers: Vec<Transfer>,
     free_transfers: Vec<u32>,
-    /// Flow plans of the collectives seen so far: a group repeats the same few collectives
-    /// (per layer, per microbatch), so each is planned once.
-    plans: Vec<FlowPlan>,
-    /// Per group id: (kind, bytes, calls, index into `plans`) of its planned collectives.
-    plan_of_group: Vec<Vec<(CollectiveKind, u64, u32, u32)>>,
-    /// Per sending rank: (receiver, latency, path) of the sends seen so far.
-    routes: Vec<Vec<(u32, u64, Path)>>,
+    /// Collective plans and send routes, made once per run.
+    plans: Plans,
     changed: Vec<u32>,
     joined: Vec<u32>,
     expired: Vec<u32>,
@@ -197,9 +180,7 @@ impl Flows {
             info: Vec::new(),
             transfers: Vec::new(),
             free_transfers: Vec::new(),
-            plans: Vec::new(),
-            plan_of_group: Vec::new(),
-            routes: Vec::new(),
+            plans: Plans::default(),
             joined: Vec::new(),
             expired: Vec::new(),
             changed: Vec::new(),
@@ -284,7 +265,7 @@ impl Flows {
     ) -> Option<((u32, u32), u64)> {
         let (plan_idx, latency_ns) = match spec {
             Spec::P2p { src, dst, bytes } => {
-                match Network::p2p_send(self.p2p_route(net, src, dst), bytes) {
+                match Network::p2p_send(self.plans.route(net, src, dst), bytes) {
                     (latency_ns, None) => return Some((done, latency_ns)),
                     (latency_ns, Some((path, bytes))) => {
                         let tid = self.new_transfer(Transfer {
@@ -309,8 +290,8 @@ impl Flows {
                 bytes,
                 calls,
             } => {
-                let p = self.collective_plan(net, plan, group, kind, bytes, calls);
-                match self.plans.get(p as usize) {
+                let p = self.plans.collective(net, plan, group, kind, bytes, calls);
+                match self.plans.get(p) {
                     Some(fp) if !fp.phases.is_empty() => (p, fp.latency_ns),
                     Some(fp) => return Some((done, fp.latency_ns)),
                     None => return Some((done, 0)),
@@ -332,49 +313,6 @@ impl Flows {
         None
     }
 
-    /// The index in `plans` of `calls` collectives of `kind` and `bytes` over group `group`,
-    /// planned on first use.
-    fn collective_plan(
-        &mut self,
-        net: &Network,
-        plan: &Plan,
-        group: u32,
-        kind: CollectiveKind,
-        bytes: u64,
-        calls: u32,
-    ) -> u32 {
-        let g = group as usize;
-        if g >= self.plan_of_group.len() {
-            self.plan_of_group.resize(g + 1, Vec::new());
-        }
-        let known = self.plan_of_group[g]
-            .iter()
-            .find(|&&(k, b, c, _)| (k, b, c) == (kind, bytes, calls));
-        if let Some(&(_, _, _, p)) = known {
-            return p;
-        }
-        let p = self.plans.len() as u32;
-        self.plans
-            .push(net.collective(kind, plan.group(group), bytes, calls));
-        self.plan_of_group[g].push((kind, bytes, calls, p));
-        p
-    }
-
-    /// [`Network::p2p_route`] from `src` to `dst`, computed once per pair (ranks send to
-    /// the same one or two pipeline neighbours all step long).
-    fn p2p_route(&mut self, net: &Network, src: u32, dst: u32) -> (u64, Path) {
-        let s = src as usize;
-        if s >= self.routes.len() {
-            self.routes.resize(s + 1, Vec::new());
-        }
-        if let Some(&(_, latency_ns, path)) = self.routes[s].iter().find(|r| r.0 == dst) {
-            return (latency_ns, path);
-        }
-        let (latency_ns, path) = net.p2p_route(src, dst);
-        self.routes[s].push((dst, latency_ns, path));
-        (latency_ns, path)
-    }
-
     fn new_transfer(&mut self, mut t: Transfer) -> u32 {
         match self.free_transfers.pop() {
             Some(i) => {
@@ -392,13 +330,22 @@ impl Flows {
     /// Starts the next phase of collective transfer `tid`.
     fn start_phase(&mut self, now: u64, tid: u32) {
         let t = &mut self.transfers[tid as usize];
-        let (p, ph) = (t.plan as usize, t.next as usize);
+        let (p, ph) = (t.plan, t.next as usize);
         t.next += 1;
-        let n = self.plans[p].phases[ph].len();
+        let n = self
+            .plans
+            .get(p)
+            .and_then(|f| f.phases.get(ph))
+            .map_or(0, Vec::len);
         t.flows_left = n as u32;
         for k in 0..n {
-            let (path, bytes) = self.plans[p].phases[ph][k];
-            self.add(now, path, f64::INFINITY, bytes, Owner::Transfer(tid));
+            let flow = self
+                .plans
+                .get(p)
+                .and_then(|f| f.phases.get(ph)?.get(k).copied());
+            if let Some((path, bytes)) = flow {
+                self.add(now, path, f64::INFINITY, bytes, Owner::Transfer(tid));
+            }
         }
     }
 
@@ -407,9 +354,7 @@ impl Flows {
         if t.plan == P2P {
             1
         } else {
-            self.plans
-                .get(t.plan as usize)
-                .map_or(0, |p| p.phases.len())
+            self.plans.get(t.plan).map_or(0, |p| p.phases.len())
         }
     }
 
@@ -465,287 +410,5 @@ impl Flows {
 
     pub fn is_dirty(&self) -> bool {
         self.solver.is_dirty()
-    }
-
-    /// Recomputes the rates the last changes touched and schedules a new completion for
-    /// every flow whose rate changed — once per instant: while the next event is at `now`
-    /// too, the changes wait for it. Re-solving after each of several events at one instant
-    /// only settled zero elapsed time and pushed events that the next re-solve made stale;
-    /// the rates that leave the instant are those of the flows present at its end either
-    /// way (tested against re-solving after every event).
-    ///
-    /// Flows of one transfer that the solver reports one after another and that finish at the
-    /// same time share one heap event (a [`Batch`] chain) instead of one event each: their
-    /// events would have had consecutive sequence numbers, so they would have popped one right
-    /// after the other, and [`Flows::finish`] handles them in that order. The heap carries a
-    /// ring phase as one event instead of one per ring edge.
-    pub fn resolve(&mut self, now: u64, queue: &mut EventQueue) {
-        if fast() && queue.next_time_ns() == Some(now) {
-            return;
-        }
-        self.resolve_now(now, queue);
-    }
-
-    fn resolve_now(&mut self, now: u64, queue: &mut EventQueue) {
-        let mut changed = std::mem::take(&mut self.changed);
-        changed.clear();
-        self.solver.resolve(&mut changed);
-        self.undirect(queue);
-        // The open batch: (finish time, owning transfer, head node, tail node).
-        let mut open: Option<(u64, u32, u32, u32)> = None;
-        for &id in &changed {
-            let rate = self.solver.rate(id);
-            let i = &mut self.info[id as usize];
-            let elapsed = now.saturating_sub(i.last_ns) as f64;
-            i.left = (i.left - i.rate * elapsed).max(0.0);
-            i.rate = rate;
-            i.last_ns = now;
-            i.version = i.version.wrapping_add(1);
-            let dt = if rate > 0.0 {
-                round_non_negative(i.left / rate)
-            } else {
-                f64::MAX
-            };
-            let finish = if dt >= (u64::MAX - now) as f64 {
-                u64::MAX
-            } else {
-                now + dt as u64
-            };
-            i.finish_ns = finish;
-            let (version, tid) = match i.owner {
-                Owner::Transfer(t) => (i.version, t),
-                Owner::Compute { .. } => (i.version, NO_FLOW),
-            };
-            if self.try_direct(id, tid, finish, queue, &mut open) {
-                continue;
-            }
-            let node = self.node(id, version);
-            match &mut open {
-                Some((f, t, _, tail)) if *f == finish && *t == tid && tid != NO_FLOW && fast() => {
-                    self.batches[*tail as usize].next = node;
-                    *tail = node;
-                }
-                _ => {
-                    if let Some((f, _, head, _)) = open {
-                        queue.push(f, FLOW_TAG | head, 0);
-                    }
-                    open = Some((finish, tid, node, node));
-                }
-            }
-        }
-        if let Some((f, _, head, _)) = open {
-            queue.push(f, FLOW_TAG | head, 0);
-        }
-        self.changed = changed;
-    }
-
-    /// Sends completed by a direct event whose flow now shares a link become ordinary: the
-    /// direct event goes stale, and a flow whose rate did not change gets its completion
-    /// event at the finish already computed (one whose rate changed gets it from the caller).
-    fn undirect(&mut self, queue: &mut EventQueue) {
-        let mut joined = std::mem::take(&mut self.joined);
-        joined.clear();
-        self.solver.take_joined(&mut joined);
-        for &f in &joined {
-            let Some(i) = self.info.get_mut(f as usize) else {
-                continue;
-            };
-            if i.expires_ns == u64::MAX {
-                continue;
-            }
-            i.expires_ns = u64::MAX;
-            let (finish, version, unchanged) =
-                (i.finish_ns, i.version, self.solver.rate(f) == i.rate);
-            if let Owner::Transfer(tid) = i.owner {
-                if let Some(t) = self.transfers.get_mut(tid as usize) {
-                    t.direct = false;
-                    t.version = t.version.wrapping_add(1);
-                }
-            }
-            if unchanged {
-                let node = self.node(f, version);
-                queue.push(finish, FLOW_TAG | node, 0);
-            }
-        }
-        self.joined = joined;
-    }
-
-    /// Schedules one direct completion (flow end plus latency) for the send that flow `id`
-    /// (of transfer `tid`, finishing at `finish`) carries, when the flow has its links to
-    /// itself; the open batch is pushed first so that events keep their order.
-    fn try_direct(
-        &mut self,
-        id: u32,
-        tid: u32,
-        finish: u64,
-        queue: &mut EventQueue,
-        open: &mut Option<(u64, u32, u32, u32)>,
-    ) -> bool {
-        let Some(t) = self.transfers.get(tid as usize) else {
-            return false;
-        };
-        if !fast() || t.plan != P2P || t.flows_left != 1 || !self.solver.alone(id) {
-            return false;
-        }
-        if let Some((f, _, head, _)) = open.take() {
-            queue.push(f, FLOW_TAG | head, 0);
-        }
-        let version = self.info[id as usize].version;
-        self.info[id as usize].expires_ns = finish;
-        self.solver.watch(id);
-        let t = &mut self.transfers[tid as usize];
-        t.direct = true;
-        t.version = t.version.wrapping_add(1);
-        t.flow = id;
-        t.flow_version = version;
-        let (tv, at) = (t.version, finish.saturating_add(t.latency_ns));
-        let node = self.node(tid, tv);
-        self.batches[node as usize].direct = true;
-        queue.push(at, FLOW_TAG | node, 0);
-        true
-    }
-
-    /// A new batch node for flow `id` at `version`.
-    fn node(&mut self, id: u32, version: u32) -> u32 {
-        let b = Batch {
-            id,
-            version,
-            next: NO_FLOW,
-            direct: false,
-        };
-        match self.free_batches.pop() {
-            Some(n) => {
-                self.batches[n as usize] = b;
-                n
-            }
-            None => {
-                self.batches.push(b);
-                (self.batches.len() - 1) as u32
-            }
-        }
-    }
-
-    /// The completion event of batch `head` popped at `now`: finishes its flows in order.
-    /// (Between separate events at one instant the engine would not re-solve either, see
-    /// [`Flows::resolve`].)
-    pub fn finish(&mut self, now: u64, head: u32, queue: &mut EventQueue) -> Finished {
-        let mut node = head;
-        let mut out = Finished::Nothing;
-        while let Some(&Batch {
-            id,
-            version,
-            next,
-            direct,
-        }) = self.batches.get(node as usize)
-        {
-            self.free_batches.push(node);
-            node = next;
-            if direct {
-                return self.finish_direct(id, version);
-            }
-            if !matches!(out, Finished::Nothing) {
-                // Cannot happen (a batch is one phase of one transfer, which ends with its
-                // last flow); kept correct anyway: the rest becomes its own event.
-                let rest = self.node(id, version);
-                self.batches[rest as usize].next = next;
-                queue.push(now, FLOW_TAG | rest, 0);
-                break;
-            }
-            if !fast() && self.is_dirty() {
-                self.resolve_now(now, queue);
-            }
-            out = self.finish_flow(now, id, version);
-        }
-        out
-    }
-
-    /// The direct completion of send transfer `tid` (as of `version`): its flow leaves its
-    /// links if still on them, and the send completes now (its latency is already counted).
-    fn finish_direct(&mut self, tid: u32, version: u32) -> Finished {
-        let Some(&t) = self.transfers.get(tid as usize) else {
-            return Finished::Nothing;
-        };
-        if !t.direct || t.version != version {
-            return Finished::Nothing;
-        }
-        if let Some(i) = self.info.get_mut(t.flow as usize) {
-            if i.version == t.flow_version {
-                i.version = i.version.wrapping_add(1);
-                i.expires_ns = u64::MAX;
-                self.solver.remove(t.flow);
-            }
-        }
-        self.transfers[tid as usize].direct = false;
-        self.free_transfers.push(tid);
-        Finished::Transfer {
-            done: t.done,
-            latency_ns: 0,
-        }
-    }
-
-    /// Flow `id`'s completion (as of `version`) at `now`.
-    fn finish_flow(&mut self, now: u64, id: u32, version: u32) -> Finished {
-        let Some(i) = self.info.get(id as usize).copied() else {
-            return Finished::Nothing;
-        };
-        if i.version != version {
-            return Finished::Nothing;
-        }
-        // Invalidate any other pending event of this id.
-        self.info[id as usize].version = i.version.wrapping_add(1);
-        self.solver.remove(id);
-        match i.owner {
-            Owner::Compute { rank, op, slot } => {
-                if let Some(s) = self.compute_flow.get_mut(slot as usize) {
-                    *s = NO_FLOW;
-                }
-                Finished::Compute { rank, op }
-            }
-            Owner::Transfer(tid) => {
-                let t = &mut self.transfers[tid as usize];
-                t.flows_left = t.flows_left.saturating_sub(1);
-                if t.flows_left > 0 {
-                    return Finished::Nothing;
-                }
-                let t = *t;
-                if (t.next as usize) < self.phases(&t) {
-                    self.start_phase(now, tid);
-                    return Finished::Nothing;
-                }
-                let (done, latency_ns) = (t.done, t.latency_ns);
-                self.free_transfers.push(tid);
-                Finished::Transfer { done, latency_ns }
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::round_non_negative;
-    use proptest::prelude::*;
-
-    #[test]
-    fn rounding_matches_f64_round_at_the_edges() {
-        let halves = (0..64u32).map(|k| f64::from(k) + 0.5);
-        let near = [
-            0.0,
-            0.49999999999999994,
-            0.5,
-            1.0 - f64::EPSILON,
-            2.5,
-            1e15 + 0.5,
-        ];
-        let big = [4503599627370495.5, 9.0e15, 1.0e300, f64::INFINITY];
-        for x in halves.chain(near).chain(big) {
-            assert_eq!(round_non_negative(x).to_bits(), x.round().to_bits(), "{x}");
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn rounding_matches_f64_round(x in 0.0f64..1e17) {
-            prop_assert_eq!(round_non_negative(x).to_bits(), x.round().to_bits());
-        }
     }
 }
