@@ -61,12 +61,6 @@ struct FlowInfo {
     /// Rate since `last_ns`, in work per nanosecond.
     rate: f64,
     last_ns: u64,
-    /// When the flow finishes at its current rate.
-    finish_ns: u64,
-    /// For the flow of a send completed by one direct event ([`Transfer::direct`]): when it
-    /// finishes; the flow stays on its links until then or later (see
-    /// [`Flows::purge_expired`]). `u64::MAX` otherwise.
-    expires_ns: u64,
     version: u32,
     owner: Owner,
 }
@@ -81,14 +75,6 @@ struct Transfer {
     next: u32,
     flows_left: u32,
     latency_ns: u64,
-    /// A send whose flow has its links to itself: one event at the flow's end plus the
-    /// latency completes it, instead of one at the flow's end and one after the latency.
-    direct: bool,
-    /// Bumped whenever a pending direct event becomes invalid (and on reuse of the slot).
-    version: u32,
-    /// The send's flow and its version when the direct event was scheduled.
-    flow: u32,
-    flow_version: u32,
 }
 
 /// [`Transfer::plan`] of a point-to-point send (one phase of one flow).
@@ -131,8 +117,6 @@ pub(crate) struct Flows {
     /// Collective plans and send routes, made once per run.
     plans: Plans,
     changed: Vec<u32>,
-    joined: Vec<u32>,
-    expired: Vec<u32>,
     /// Resource id of node 0's shared cores, when compute shares cores.
     core_base: Option<u32>,
     /// Compute runs as flows (shared cores or an overlap slowdown).
@@ -152,8 +136,6 @@ struct Batch {
     id: u32,
     version: u32,
     next: u32,
-    /// A direct completion: `id` is a transfer and `version` its version.
-    direct: bool,
 }
 
 impl Flows {
@@ -181,8 +163,6 @@ impl Flows {
             transfers: Vec::new(),
             free_transfers: Vec::new(),
             plans: Plans::default(),
-            joined: Vec::new(),
-            expired: Vec::new(),
             changed: Vec::new(),
             core_base,
             compute: cores.is_some() || slowdown > 0.0,
@@ -194,7 +174,6 @@ impl Flows {
     }
 
     fn add(&mut self, now: u64, path: Path, cap: f64, left: f64, owner: Owner) -> u32 {
-        self.purge_expired(now, path);
         let id = self.solver.add(path, cap) as usize;
         if id >= self.info.len() {
             self.info.resize(
@@ -203,8 +182,6 @@ impl Flows {
                     left: 0.0,
                     rate: 0.0,
                     last_ns: 0,
-                    finish_ns: 0,
-                    expires_ns: u64::MAX,
                     version: 0,
                     owner,
                 },
@@ -215,42 +192,10 @@ impl Flows {
             left,
             rate: 0.0,
             last_ns: now,
-            finish_ns: u64::MAX,
-            expires_ns: u64::MAX,
             version: i.version.wrapping_add(1),
             owner,
         };
         id as u32
-    }
-
-    /// Takes off `path`'s links the flows of direct sends that have finished by `now`. Such
-    /// a flow had its links to itself until its end (anything added to them earlier turned
-    /// the send back into an ordinary one), so it is removed here, before anything shares
-    /// its links, with the same effect as its removal when it ended: none.
-    fn purge_expired(&mut self, now: u64, path: Path) {
-        let mut expired = std::mem::take(&mut self.expired);
-        expired.clear();
-        for &r in path.as_slice() {
-            for &g in self.solver.flows_on(r) {
-                if self
-                    .info
-                    .get(g as usize)
-                    .is_some_and(|i| i.expires_ns <= now)
-                {
-                    expired.push(g);
-                }
-            }
-        }
-        for &g in &expired {
-            if let Some(i) = self.info.get_mut(g as usize) {
-                if i.expires_ns <= now {
-                    i.expires_ns = u64::MAX;
-                    i.version = i.version.wrapping_add(1);
-                    self.solver.remove(g);
-                }
-            }
-        }
-        self.expired = expired;
     }
 
     /// Starts a transfer over `net`; returns its completion payload and delay when it has no
@@ -274,10 +219,6 @@ impl Flows {
                             next: 1,
                             flows_left: 1,
                             latency_ns,
-                            direct: false,
-                            version: 0,
-                            flow: NO_FLOW,
-                            flow_version: 0,
                         });
                         self.add(now, path, f64::INFINITY, bytes, Owner::Transfer(tid));
                         return None;
@@ -304,19 +245,14 @@ impl Flows {
             next: 0,
             flows_left: 0,
             latency_ns,
-            direct: false,
-            version: 0,
-            flow: NO_FLOW,
-            flow_version: 0,
         });
         self.start_phase(now, tid);
         None
     }
 
-    fn new_transfer(&mut self, mut t: Transfer) -> u32 {
+    fn new_transfer(&mut self, t: Transfer) -> u32 {
         match self.free_transfers.pop() {
             Some(i) => {
-                t.version = self.transfers[i as usize].version.wrapping_add(1);
                 self.transfers[i as usize] = t;
                 i
             }

@@ -43,8 +43,6 @@ struct Slot {
     cap: f64,
     rate: f64,
     active: bool,
-    /// Report the flow in [`MaxMin::take_joined`] when it next shares a component.
-    watch: bool,
 }
 
 /// The sharing state: resources with capacities, and the active flows over them.
@@ -68,8 +66,6 @@ pub struct MaxMin {
     todo: Vec<u32>,
     keep: Vec<u32>,
     fixed: Vec<(u32, f64)>,
-    /// Watched flows found in a component with other flows since the last take.
-    joined: Vec<u32>,
 }
 
 impl MaxMin {
@@ -107,7 +103,6 @@ impl MaxMin {
             cap: sane(cap),
             rate: 0.0,
             active: true,
-            watch: false,
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -149,25 +144,6 @@ impl MaxMin {
             self.dirty_res.push(r);
         }
         self.free.push(id);
-    }
-
-    /// Asks to be told (through [`MaxMin::take_joined`]) when active flow `id` is next
-    /// re-solved together with another flow.
-    pub fn watch(&mut self, id: u32) {
-        if let Some(s) = self.slots.get_mut(id as usize).filter(|s| s.active) {
-            s.watch = true;
-        }
-    }
-
-    /// Moves the watched flows that have been re-solved with others since the last call into
-    /// `out` (each once; they are no longer watched).
-    pub fn take_joined(&mut self, out: &mut Vec<u32>) {
-        out.append(&mut self.joined);
-    }
-
-    /// The active flows crossing resource `r`, in the order they were added.
-    pub fn flows_on(&self, r: u32) -> &[u32] {
-        self.on.get(r as usize).map_or(&[], Vec::as_slice)
     }
 
     /// Changes a flow's own rate limit.
@@ -254,14 +230,12 @@ impl MaxMin {
 
     /// Whether active flow `f` is the only flow on each of its resources (its component is
     /// itself and its path).
-    pub fn alone(&self, f: u32) -> bool {
-        self.slots.get(f as usize).is_some_and(|s| {
-            s.active
-                && s.path
-                    .as_slice()
-                    .iter()
-                    .all(|&r| self.on[r as usize].len() == 1)
-        })
+    fn alone(&self, f: u32) -> bool {
+        self.slots[f as usize]
+            .path
+            .as_slice()
+            .iter()
+            .all(|&r| self.on[r as usize].len() == 1)
     }
 
     /// Marks the component of a flow that is [`MaxMin::alone`] as seen and sets its rate: the
@@ -327,13 +301,6 @@ impl MaxMin {
         if let [f] = self.comp_flows[..] {
             self.fill_alone(f, changed);
             return;
-        }
-        for &f in &self.comp_flows {
-            let s = &mut self.slots[f as usize];
-            if s.watch {
-                s.watch = false;
-                self.joined.push(f);
-            }
         }
         for &r in &self.comp_res {
             let r = r as usize;

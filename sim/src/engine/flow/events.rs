@@ -1,9 +1,9 @@
 //! Completion events of flows: re-solving rates once per instant, one heap event for the flows
-//! of a transfer that finish together, one direct event for a send alone on its links, and
-//! what finishing means for the engine. See [`Flows::resolve`].
+//! of a transfer that finish together, and what finishing means for the engine. See
+//! [`Flows::resolve`].
 
 use super::round::round_non_negative;
-use super::{fast, Batch, Finished, Flows, Owner, FLOW_TAG, NO_FLOW, P2P};
+use super::{fast, Batch, Finished, Flows, Owner, FLOW_TAG, NO_FLOW};
 use crate::engine::queue::EventQueue;
 
 impl Flows {
@@ -30,7 +30,6 @@ impl Flows {
         let mut changed = std::mem::take(&mut self.changed);
         changed.clear();
         self.solver.resolve(&mut changed);
-        self.undirect(queue);
         // The open batch: (finish time, owning transfer, head node, tail node).
         let mut open: Option<(u64, u32, u32, u32)> = None;
         for &id in &changed {
@@ -51,14 +50,10 @@ impl Flows {
             } else {
                 now + dt as u64
             };
-            i.finish_ns = finish;
             let (version, tid) = match i.owner {
                 Owner::Transfer(t) => (i.version, t),
                 Owner::Compute { .. } => (i.version, NO_FLOW),
             };
-            if self.try_direct(id, tid, finish, queue, &mut open) {
-                continue;
-            }
             let node = self.node(id, version);
             match &mut open {
                 Some((f, t, _, tail)) if *f == finish && *t == tid && tid != NO_FLOW && fast() => {
@@ -79,79 +74,12 @@ impl Flows {
         self.changed = changed;
     }
 
-    /// Sends completed by a direct event whose flow now shares a link become ordinary: the
-    /// direct event goes stale, and a flow whose rate did not change gets its completion
-    /// event at the finish already computed (one whose rate changed gets it from the caller).
-    fn undirect(&mut self, queue: &mut EventQueue) {
-        let mut joined = std::mem::take(&mut self.joined);
-        joined.clear();
-        self.solver.take_joined(&mut joined);
-        for &f in &joined {
-            let Some(i) = self.info.get_mut(f as usize) else {
-                continue;
-            };
-            if i.expires_ns == u64::MAX {
-                continue;
-            }
-            i.expires_ns = u64::MAX;
-            let (finish, version, unchanged) =
-                (i.finish_ns, i.version, self.solver.rate(f) == i.rate);
-            if let Owner::Transfer(tid) = i.owner {
-                if let Some(t) = self.transfers.get_mut(tid as usize) {
-                    t.direct = false;
-                    t.version = t.version.wrapping_add(1);
-                }
-            }
-            if unchanged {
-                let node = self.node(f, version);
-                queue.push(finish, FLOW_TAG | node, 0);
-            }
-        }
-        self.joined = joined;
-    }
-
-    /// Schedules one direct completion (flow end plus latency) for the send that flow `id`
-    /// (of transfer `tid`, finishing at `finish`) carries, when the flow has its links to
-    /// itself; the open batch is pushed first so that events keep their order.
-    fn try_direct(
-        &mut self,
-        id: u32,
-        tid: u32,
-        finish: u64,
-        queue: &mut EventQueue,
-        open: &mut Option<(u64, u32, u32, u32)>,
-    ) -> bool {
-        let Some(t) = self.transfers.get(tid as usize) else {
-            return false;
-        };
-        if !fast() || t.plan != P2P || t.flows_left != 1 || !self.solver.alone(id) {
-            return false;
-        }
-        if let Some((f, _, head, _)) = open.take() {
-            queue.push(f, FLOW_TAG | head, 0);
-        }
-        let version = self.info[id as usize].version;
-        self.info[id as usize].expires_ns = finish;
-        self.solver.watch(id);
-        let t = &mut self.transfers[tid as usize];
-        t.direct = true;
-        t.version = t.version.wrapping_add(1);
-        t.flow = id;
-        t.flow_version = version;
-        let (tv, at) = (t.version, finish.saturating_add(t.latency_ns));
-        let node = self.node(tid, tv);
-        self.batches[node as usize].direct = true;
-        queue.push(at, FLOW_TAG | node, 0);
-        true
-    }
-
     /// A new batch node for flow `id` at `version`.
     fn node(&mut self, id: u32, version: u32) -> u32 {
         let b = Batch {
             id,
             version,
             next: NO_FLOW,
-            direct: false,
         };
         match self.free_batches.pop() {
             Some(n) => {
@@ -171,18 +99,9 @@ impl Flows {
     pub fn finish(&mut self, now: u64, head: u32, queue: &mut EventQueue) -> Finished {
         let mut node = head;
         let mut out = Finished::Nothing;
-        while let Some(&Batch {
-            id,
-            version,
-            next,
-            direct,
-        }) = self.batches.get(node as usize)
-        {
+        while let Some(&Batch { id, version, next }) = self.batches.get(node as usize) {
             self.free_batches.push(node);
             node = next;
-            if direct {
-                return self.finish_direct(id, version);
-            }
             if !matches!(out, Finished::Nothing) {
                 // Cannot happen (a batch is one phase of one transfer, which ends with its
                 // last flow); kept correct anyway: the rest becomes its own event.
@@ -197,30 +116,6 @@ impl Flows {
             out = self.finish_flow(now, id, version);
         }
         out
-    }
-
-    /// The direct completion of send transfer `tid` (as of `version`): its flow leaves its
-    /// links if still on them, and the send completes now (its latency is already counted).
-    fn finish_direct(&mut self, tid: u32, version: u32) -> Finished {
-        let Some(&t) = self.transfers.get(tid as usize) else {
-            return Finished::Nothing;
-        };
-        if !t.direct || t.version != version {
-            return Finished::Nothing;
-        }
-        if let Some(i) = self.info.get_mut(t.flow as usize) {
-            if i.version == t.flow_version {
-                i.version = i.version.wrapping_add(1);
-                i.expires_ns = u64::MAX;
-                self.solver.remove(t.flow);
-            }
-        }
-        self.transfers[tid as usize].direct = false;
-        self.free_transfers.push(tid);
-        Finished::Transfer {
-            done: t.done,
-            latency_ns: 0,
-        }
     }
 
     /// Flow `id`'s completion (as of `version`) at `now`.
