@@ -2,19 +2,51 @@
 //! shared resources, with their completion events kept right as rates change.
 //!
 //! A transfer (collective or send) is a [`FlowPlan`]: phases of flows over network links, then
-//! a latency. When a flow's rate changes (another flow joined or left one of its links), the
+//! a latency. A group repeats the same few collectives many times, so each distinct one is
+//! planned once and kept; a send is one flow and needs no plan. Rates are re-solved once per
+//! instant of simulated time, and the flows of a transfer that finish together share one
+//! completion event (see [`Flows::resolve`]); both are tested to give every op the same times
+//! as re-solving after every event with one event per flow. When a flow's rate changes (another flow joined or left one of its links), the
 //! bytes it moved at the old rate are settled and a new completion event is pushed; the old
 //! event stays in the heap and is skipped when it pops, because each flow carries a version
 //! that the event must match (lazy invalidation). Compute ops become flows when the cost
 //! model asks for it: over their node's shared CPU cores (processor sharing, each op at most
 //! one core) and/or capped at `1 / (1 + slowdown)` while their rank communicates.
 
-use super::queue::EventQueue;
-use crate::topology::{FlowPlan, MaxMin, Network, Path};
+mod events;
+mod plans;
+mod round;
 
-/// Event payload tag of "flow `a & !FLOW_TAG` with version `b` finished".
+use crate::plan::Plan;
+use crate::schedule::CollectiveKind;
+use crate::topology::{MaxMin, Network, Path};
+use plans::Plans;
+
+/// Event payload tag of "the flows of batch node `a & !FLOW_TAG` finished".
 pub(crate) const FLOW_TAG: u32 = (1 << 31) | (1 << 30);
 pub(crate) const NO_FLOW: u32 = u32::MAX;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests set this to run the flow model as it ran before its speed work: every flow has
+    /// its own completion event (no batches) and rates are re-solved after every event (not
+    /// once per instant). The fast path must reproduce it exactly.
+    pub(crate) static REFERENCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the fast paths are on (always, except in the tests that compare with the
+/// reference).
+#[inline]
+fn fast() -> bool {
+    #[cfg(test)]
+    {
+        !REFERENCE.with(|u| u.get())
+    }
+    #[cfg(not(test))]
+    {
+        true
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Owner {
@@ -33,16 +65,36 @@ struct FlowInfo {
     owner: Owner,
 }
 
-#[derive(Clone, Debug)]
+/// A running transfer: its plan (an index into the run's [`Plans`], or [`P2P`] for a send, whose
+/// one flow is started directly), the next phase to start, and the flows of the current phase
+/// still running.
+#[derive(Clone, Copy, Debug)]
 struct Transfer {
     done: (u32, u32),
-    phases: Vec<Vec<(Path, f64)>>,
-    next: usize,
+    plan: u32,
+    next: u32,
     flows_left: u32,
     latency_ns: u64,
-    /// Rate cap of each flow: unbounded for network flows (the links bound them), one core
-    /// for CPU work.
-    cap: f64,
+}
+
+/// [`Transfer::plan`] of a point-to-point send (one phase of one flow).
+const P2P: u32 = u32::MAX;
+
+/// [`Transfer::plan`] of CPU work on shared cores (one phase, one flow per rank involved).
+const CPU: u32 = u32::MAX - 1;
+
+/// What the engine asks the network to carry.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Spec {
+    /// `calls` collectives of `kind` and `bytes` over group `group`.
+    Collective {
+        group: u32,
+        kind: CollectiveKind,
+        bytes: u64,
+        calls: u32,
+    },
+    /// A send of `bytes` from `src` to `dst`.
+    P2p { src: u32, dst: u32, bytes: u64 },
 }
 
 /// What finishing a flow means for the engine.
@@ -65,6 +117,8 @@ pub(crate) struct Flows {
     info: Vec<FlowInfo>,
     transfers: Vec<Transfer>,
     free_transfers: Vec<u32>,
+    /// Collective plans and send routes, made once per run.
+    plans: Plans,
     changed: Vec<u32>,
     /// Resource id of node 0's shared cores, when compute shares cores.
     core_base: Option<u32>,
@@ -73,6 +127,18 @@ pub(crate) struct Flows {
     slowdown: f64,
     /// Running compute flow per (rank, stream), or [`NO_FLOW`].
     pub compute_flow: Vec<u32>,
+    /// Nodes of the flow lists that completion events carry, and the free ones.
+    batches: Vec<Batch>,
+    free_batches: Vec<u32>,
+}
+
+/// One flow of a completion event's list: the flow, the version the event was scheduled
+/// for (a newer version makes it stale), and the next node or [`NO_FLOW`].
+#[derive(Clone, Copy, Debug)]
+struct Batch {
+    id: u32,
+    version: u32,
+    next: u32,
 }
 
 impl Flows {
@@ -99,11 +165,14 @@ impl Flows {
             info: Vec::new(),
             transfers: Vec::new(),
             free_transfers: Vec::new(),
+            plans: Plans::default(),
             changed: Vec::new(),
             core_base,
             compute: cores.is_some() || slowdown > 0.0,
             slowdown,
             compute_flow: vec![NO_FLOW; slots],
+            batches: Vec::new(),
+            free_batches: Vec::new(),
         }
     }
 
@@ -132,25 +201,55 @@ impl Flows {
         id as u32
     }
 
-    /// Starts a transfer; returns its completion payload and delay when it has no flows.
+    /// Starts a transfer over `net`; returns its completion payload and delay when it has no
+    /// flows (it then takes just its latency).
     pub fn start_transfer(
         &mut self,
+        net: &Network,
+        plan: &Plan,
         now: u64,
         done: (u32, u32),
-        plan: FlowPlan,
+        spec: Spec,
     ) -> Option<((u32, u32), u64)> {
-        if plan.phases.is_empty() {
-            return Some((done, plan.latency_ns));
-        }
-        let t = Transfer {
+        let (plan_idx, latency_ns) = match spec {
+            Spec::P2p { src, dst, bytes } => {
+                match Network::p2p_send(self.plans.route(net, src, dst), bytes) {
+                    (latency_ns, None) => return Some((done, latency_ns)),
+                    (latency_ns, Some((path, bytes))) => {
+                        let tid = self.new_transfer(Transfer {
+                            done,
+                            plan: P2P,
+                            next: 1,
+                            flows_left: 1,
+                            latency_ns,
+                        });
+                        self.add(now, path, f64::INFINITY, bytes, Owner::Transfer(tid));
+                        return None;
+                    }
+                }
+            }
+            Spec::Collective {
+                group,
+                kind,
+                bytes,
+                calls,
+            } => {
+                let p = self.plans.collective(net, plan, group, kind, bytes, calls);
+                match self.plans.get(p) {
+                    Some(fp) if !fp.phases.is_empty() => (p, fp.latency_ns),
+                    Some(fp) => return Some((done, fp.latency_ns)),
+                    None => return Some((done, 0)),
+                }
+            }
+        };
+        let tid = self.new_transfer(Transfer {
             done,
-            phases: plan.phases,
+            plan: plan_idx,
             next: 0,
             flows_left: 0,
-            latency_ns: plan.latency_ns,
-            cap: f64::INFINITY,
-        };
-        self.begin(now, t);
+            latency_ns,
+        });
+        self.start_phase(now, tid);
         None
     }
 
@@ -172,19 +271,22 @@ impl Flows {
         if work_ns == 0 || nodes.is_empty() {
             return Some((done, work_ns));
         }
-        let phase = nodes
-            .iter()
-            .map(|&n| (Path::new(&[base + n]), work_ns as f64))
-            .collect();
-        let t = Transfer {
+        let tid = self.new_transfer(Transfer {
             done,
-            phases: vec![phase],
-            next: 0,
-            flows_left: 0,
+            plan: CPU,
+            next: 1,
+            flows_left: nodes.len() as u32,
             latency_ns: 0,
-            cap: 1.0,
-        };
-        self.begin(now, t);
+        });
+        for &n in nodes {
+            self.add(
+                now,
+                Path::new(&[base + n]),
+                1.0,
+                work_ns as f64,
+                Owner::Transfer(tid),
+            );
+        }
         None
     }
 
@@ -193,8 +295,8 @@ impl Flows {
         self.core_base.is_some()
     }
 
-    fn begin(&mut self, now: u64, t: Transfer) {
-        let tid = match self.free_transfers.pop() {
+    fn new_transfer(&mut self, t: Transfer) -> u32 {
+        match self.free_transfers.pop() {
             Some(i) => {
                 self.transfers[i as usize] = t;
                 i
@@ -203,18 +305,37 @@ impl Flows {
                 self.transfers.push(t);
                 (self.transfers.len() - 1) as u32
             }
-        };
-        self.start_phase(now, tid);
+        }
     }
 
+    /// Starts the next phase of collective transfer `tid`.
     fn start_phase(&mut self, now: u64, tid: u32) {
         let t = &mut self.transfers[tid as usize];
-        let phase = std::mem::take(&mut t.phases[t.next]);
+        let (p, ph) = (t.plan, t.next as usize);
         t.next += 1;
-        t.flows_left = phase.len() as u32;
-        let cap = t.cap;
-        for (path, bytes) in phase {
-            self.add(now, path, cap, bytes, Owner::Transfer(tid));
+        let n = self
+            .plans
+            .get(p)
+            .and_then(|f| f.phases.get(ph))
+            .map_or(0, Vec::len);
+        t.flows_left = n as u32;
+        for k in 0..n {
+            let flow = self
+                .plans
+                .get(p)
+                .and_then(|f| f.phases.get(ph)?.get(k).copied());
+            if let Some((path, bytes)) = flow {
+                self.add(now, path, f64::INFINITY, bytes, Owner::Transfer(tid));
+            }
+        }
+    }
+
+    /// Phases of transfer `t`'s plan.
+    fn phases(&self, t: &Transfer) -> usize {
+        if t.plan == P2P || t.plan == CPU {
+            1
+        } else {
+            self.plans.get(t.plan).map_or(0, |p| p.phases.len())
         }
     }
 
@@ -270,70 +391,5 @@ impl Flows {
 
     pub fn is_dirty(&self) -> bool {
         self.solver.is_dirty()
-    }
-
-    /// Recomputes the rates the last changes touched and pushes a new completion event for
-    /// every flow whose rate changed.
-    pub fn resolve(&mut self, now: u64, queue: &mut EventQueue) {
-        let mut changed = std::mem::take(&mut self.changed);
-        changed.clear();
-        self.solver.resolve(&mut changed);
-        for &id in &changed {
-            let rate = self.solver.rate(id);
-            let i = &mut self.info[id as usize];
-            let elapsed = now.saturating_sub(i.last_ns) as f64;
-            i.left = (i.left - i.rate * elapsed).max(0.0);
-            i.rate = rate;
-            i.last_ns = now;
-            i.version = i.version.wrapping_add(1);
-            let dt = if rate > 0.0 {
-                (i.left / rate).round()
-            } else {
-                f64::MAX
-            };
-            let finish = if dt >= (u64::MAX - now) as f64 {
-                u64::MAX
-            } else {
-                now + dt as u64
-            };
-            queue.push(finish, FLOW_TAG | id, i.version);
-        }
-        self.changed = changed;
-    }
-
-    /// A flow's completion event popped at `now`.
-    pub fn finish(&mut self, now: u64, id: u32, version: u32) -> Finished {
-        let Some(i) = self.info.get(id as usize).copied() else {
-            return Finished::Nothing;
-        };
-        if i.version != version {
-            return Finished::Nothing;
-        }
-        // Invalidate any other pending event of this id.
-        self.info[id as usize].version = i.version.wrapping_add(1);
-        self.solver.remove(id);
-        match i.owner {
-            Owner::Compute { rank, op, slot } => {
-                if let Some(s) = self.compute_flow.get_mut(slot as usize) {
-                    *s = NO_FLOW;
-                }
-                Finished::Compute { rank, op }
-            }
-            Owner::Transfer(tid) => {
-                let t = &mut self.transfers[tid as usize];
-                t.flows_left = t.flows_left.saturating_sub(1);
-                if t.flows_left > 0 {
-                    return Finished::Nothing;
-                }
-                if t.next < t.phases.len() {
-                    self.start_phase(now, tid);
-                    return Finished::Nothing;
-                }
-                let (done, latency_ns) = (t.done, t.latency_ns);
-                t.phases = Vec::new();
-                self.free_transfers.push(tid);
-                Finished::Transfer { done, latency_ns }
-            }
-        }
     }
 }

@@ -313,3 +313,183 @@ fn compute_overlapping_communication_is_slowed() {
     // Slowdown 0.25: 40 ns of work in the first 50 ns, 60 after.
     assert_eq!(run(0.25), 110);
 }
+
+/// Random overlapping traffic on `plan`: per step, pipeline sends of rank-dependent sizes,
+/// or a collective over a random group kind on a random stream, or compute; deterministic in
+/// `seed`, and in one global order so that it cannot deadlock.
+fn random_traffic(plan: &Plan, seed: u64, steps: u32) -> Schedule {
+    let mut x = seed;
+    let mut next = move |n: u64| {
+        // splitmix64
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n
+    };
+    let world = plan.world;
+    let mut progs: Vec<ProgBuilder> = (0..world)
+        .map(|r| ProgBuilder::new(plan.stage_of(r)))
+        .collect();
+    let last = plan.stage_of(world - 1);
+    for tag in 0..steps {
+        match next(3) {
+            0 => {
+                let base = (1 + next(64)) << 20;
+                for (r, b) in progs.iter_mut().enumerate() {
+                    let r = r as u32;
+                    let stage = plan.stage_of(r);
+                    if stage < last {
+                        b.send(Peer::PpNext, base * u64::from(1 + r % 3), tag, &[]);
+                    }
+                    if stage > 0 {
+                        let src = plan.pp_prev(r);
+                        b.recv(Peer::PpPrev, base * u64::from(1 + src % 3), tag, &[]);
+                    }
+                }
+            }
+            1 => {
+                let (stream, g) = [
+                    (Stream::Tp, GroupKind::Tp),
+                    (Stream::Dp, GroupKind::Dp),
+                    (Stream::Dp, GroupKind::World),
+                ][next(3) as usize];
+                let kind = [
+                    CollectiveKind::AllReduce,
+                    CollectiveKind::AllGather,
+                    CollectiveKind::AllToAll,
+                ][next(3) as usize];
+                let bytes = (1 + next(256)) << 20;
+                for b in &mut progs {
+                    b.collective(stream, kind, g, bytes, &[]);
+                }
+            }
+            _ => {
+                let ns = 1 + next(2_000_000);
+                for b in &mut progs {
+                    b.fwd(ns, &[]);
+                }
+            }
+        }
+    }
+    per_rank(progs.into_iter().map(ProgBuilder::build).collect())
+}
+
+/// The analytic model with shared cores and an overlap slowdown: compute runs as flows too.
+struct Cores<'a> {
+    inner: &'a Analytic,
+    cores: Option<u32>,
+    slowdown: f64,
+}
+
+impl CostModel for Cores<'_> {
+    fn compute_ns(&self, rank: u32, op: &ComputeOp) -> u64 {
+        self.inner.compute_ns(rank, op)
+    }
+    fn collective_ns(&self, kind: CollectiveKind, g: &Group, bytes: u64, calls: u32) -> u64 {
+        self.inner.collective_ns(kind, g, bytes, calls)
+    }
+    fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64 {
+        self.inner.p2p_ns(plan, src, dst, bytes)
+    }
+    fn checkpoint_ns(&self, bytes: u64) -> u64 {
+        self.inner.checkpoint_ns(bytes)
+    }
+    fn shared_cores(&self) -> Option<u32> {
+        self.cores
+    }
+    fn overlap_compute_slowdown(&self) -> f64 {
+        self.slowdown
+    }
+}
+
+/// The flow model's fast paths (flows that finish together share one completion event;
+/// rates are re-solved once per instant, not after every event) must give every op the same
+/// start and end as the reference (one event per flow, a re-solve after every event).
+/// Generated schedules and random overlapping traffic on an oversubscribed fat-tree with
+/// shared NICs, so that flows contend and rates change while batches are pending; with and
+/// without compute sharing cores and slowed by overlapping communication. Only the order in
+/// which simultaneous completions are recorded may differ, so traces are compared sorted.
+#[test]
+fn fast_paths_give_every_op_the_same_times_as_the_reference() {
+    use crate::scenario::{Fabric, NetworkModel};
+    let mut contended = false;
+    // (tp, pp, dp, GPUs per node, NICs per node, nodes per leaf, oversubscription): the
+    // uplinks are the bottleneck in the first three, the NICs in the last two (a send that
+    // another flow joins on an uplink keeps its rate).
+    let layouts = [
+        (2, 2, 4, 4, 2, 1, 4.0),
+        (4, 2, 2, 4, 1, 1, 4.0),
+        (2, 4, 2, 2, 1, 1, 4.0),
+        (2, 2, 4, 2, 0, 2, 1.0),
+        (1, 4, 4, 2, 1, 2, 1.0),
+    ];
+    for (k, (tp, pp, dp, gpn, nics, per_leaf, oversub)) in layouts.into_iter().enumerate() {
+        let mut s = small_scenario(tp, pp, dp, 4);
+        s.cluster.gpus_per_node = gpn;
+        s.cluster.topology.model = NetworkModel::Flow;
+        s.cluster.topology.fabric = Fabric::FatTree;
+        s.cluster.topology.nodes_per_leaf = per_leaf;
+        s.cluster.topology.oversubscription = oversub;
+        s.cluster.topology.nics_per_node = nics;
+        let plan = Plan::new(&s).unwrap();
+        let mut schedules = vec![crate::schedule::generate(&s, &plan).unwrap()];
+        schedules.extend((0..6).map(|seed| random_traffic(&plan, 10 * k as u64 + seed, 60)));
+        for schedule in &schedules {
+            same_with_and_without_fast_paths(&s, &plan, schedule, &mut contended);
+        }
+    }
+    assert!(contended, "no layout had contention");
+}
+
+fn same_with_and_without_fast_paths(
+    s: &Scenario,
+    plan: &Plan,
+    schedule: &Schedule,
+    contended: &mut bool,
+) {
+    let analytic = Analytic::new(s);
+    let net = Network::new(&s.cluster, &analytic.links);
+    for (cores, slowdown) in [(None, 0.0), (Some(2), 0.5)] {
+        let cost = Cores {
+            inner: &analytic,
+            cores,
+            slowdown,
+        };
+        same_times(plan, schedule, &cost, &net, contended);
+    }
+}
+
+fn same_times(
+    plan: &Plan,
+    schedule: &Schedule,
+    cost: &dyn CostModel,
+    net: &Network,
+    contended: &mut bool,
+) {
+    let opts = SimOptions {
+        trace: true,
+        ..SimOptions::default()
+    };
+    let trace = |reference: bool| {
+        super::flow::REFERENCE.with(|u| u.set(reference));
+        let r = simulate_on(plan, schedule, cost, Some(net), &opts);
+        super::flow::REFERENCE.with(|u| u.set(false));
+        let r = r.unwrap();
+        let t = r.trace.unwrap();
+        let mut ev: Vec<_> = t
+            .events
+            .iter()
+            .map(|e| (e.rank, e.op, e.start_ns, e.end_ns))
+            .collect();
+        ev.sort_unstable();
+        (r.step_time_ns, r.events, ev)
+    };
+    let (fast, reference) = (trace(false), trace(true));
+    let first_difference = fast.2.iter().zip(&reference.2).find(|(a, b)| a != b);
+    assert_eq!(first_difference, None);
+    assert_eq!(fast, reference);
+    // The analytic model gives other times: the flows did contend.
+    let ab = simulate_on(plan, schedule, cost, None, &opts).unwrap();
+    *contended |= ab.step_time_ns != fast.0;
+}

@@ -69,6 +69,12 @@ impl EventQueue {
         self.heap[i] = ev;
     }
 
+    /// Time of the earliest event, if any.
+    #[inline]
+    pub fn next_time_ns(&self) -> Option<u64> {
+        self.heap.first().map(|e| e.time_ns)
+    }
+
     /// The earliest event.
     #[inline]
     pub fn pop(&mut self) -> Option<Event> {

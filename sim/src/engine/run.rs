@@ -14,7 +14,7 @@
 
 use super::compile::{CKind, CProgram};
 pub(crate) use super::context::Ctx;
-use super::flow::{Finished, Flows, FLOW_TAG};
+use super::flow::{Finished, Flows, Spec, FLOW_TAG};
 use super::memory::RankMem;
 use super::queue::EventQueue;
 use super::{deadlock, RankStats, SimError, SimResult};
@@ -207,7 +207,7 @@ impl State {
             let Some(f) = &mut self.flows else {
                 return Ok(());
             };
-            match f.finish(self.now, a & !FLOW_TAG, b) {
+            match f.finish(self.now, a & !FLOW_TAG, &mut self.queue) {
                 Finished::Nothing => Ok(()),
                 Finished::Compute { rank, op } => self.complete(ctx, rank, op),
                 Finished::Transfer { done, latency_ns } => {
@@ -352,11 +352,11 @@ impl State {
         ctx: &Ctx,
         done: (u32, u32),
         ranks: &[u32],
-        plan: impl FnOnce() -> Option<crate::topology::FlowPlan>,
+        spec: Spec,
         dur_ns: impl FnOnce() -> u64,
     ) {
-        let flowing = match (&mut self.flows, plan()) {
-            (Some(f), Some(p)) => Some(f.start_transfer(self.now, done, p)),
+        let flowing = match (&mut self.flows, ctx.net) {
+            (Some(f), Some(net)) => Some(f.start_transfer(net, ctx.plan, self.now, done, spec)),
             _ => None,
         };
         match flowing {
@@ -436,7 +436,7 @@ impl State {
             ctx,
             (P2P_BIT | src, send_op),
             &[src, dst],
-            || ctx.net.map(|n| n.p2p(src, dst, bytes)),
+            Spec::P2p { src, dst, bytes },
             || ctx.p2p_ns(src, send_op, dst, bytes),
         );
         Ok(())
@@ -485,9 +485,11 @@ impl State {
             ctx,
             (COLL_BIT | g, inst.seq),
             ctx.members(g),
-            || {
-                ctx.net
-                    .map(|n| n.collective(inst.kind, group, inst.bytes, inst.calls))
+            Spec::Collective {
+                group: g,
+                kind: inst.kind,
+                bytes: inst.bytes,
+                calls: inst.calls,
             },
             || {
                 ctx.cost

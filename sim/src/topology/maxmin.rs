@@ -117,9 +117,14 @@ impl MaxMin {
         };
         for &r in kept.as_slice() {
             self.on[r as usize].push(id);
-            self.dirty_res.push(r);
         }
-        self.dirty_flows.push(id);
+        // One seed finds the flow's whole component: its first resource (searched before any
+        // later seed, exactly where seeding every resource would have started), or the flow
+        // itself when it crosses no resource.
+        match kept.as_slice().first() {
+            Some(&r) => self.dirty_res.push(r),
+            None => self.dirty_flows.push(id),
+        }
         id
     }
 
@@ -192,6 +197,20 @@ impl MaxMin {
         if self.seen_res[r as usize] == self.epoch {
             return;
         }
+        // Fast paths for the two common components, with the same outcome as the search
+        // and fill below: a resource no flow crosses (nothing to do), and one flow that has
+        // its resources to itself.
+        match self.on[r as usize][..] {
+            [] => {
+                self.seen_res[r as usize] = self.epoch;
+                return;
+            }
+            [f] if self.alone(f) => {
+                self.fill_alone(f, changed);
+                return;
+            }
+            _ => {}
+        }
         self.collect(Some(r), None);
         self.fill(changed);
     }
@@ -201,8 +220,40 @@ impl MaxMin {
         if !ok || self.seen_flow[f as usize] == self.epoch {
             return;
         }
+        if self.alone(f) {
+            self.fill_alone(f, changed);
+            return;
+        }
         self.collect(None, Some(f));
         self.fill(changed);
+    }
+
+    /// Whether active flow `f` is the only flow on each of its resources (its component is
+    /// itself and its path).
+    fn alone(&self, f: u32) -> bool {
+        self.slots[f as usize]
+            .path
+            .as_slice()
+            .iter()
+            .all(|&r| self.on[r as usize].len() == 1)
+    }
+
+    /// Marks the component of a flow that is [`MaxMin::alone`] as seen and sets its rate: the
+    /// smallest capacity on its path, or its cap.
+    fn fill_alone(&mut self, f: u32, changed: &mut Vec<u32>) {
+        self.seen_flow[f as usize] = self.epoch;
+        let s = &self.slots[f as usize];
+        let mut rate = s.cap;
+        for &r in s.path.as_slice() {
+            self.seen_res[r as usize] = self.epoch;
+            rate = rate.min(self.capacity[r as usize]);
+        }
+        let rate = if rate.is_finite() { rate } else { f64::MAX };
+        let s = &mut self.slots[f as usize];
+        if s.rate != rate || rate == 0.0 {
+            s.rate = rate;
+            changed.push(f);
+        }
     }
 
     /// Breadth-first search of the component holding `r` or `f` into `comp_res` and
@@ -246,20 +297,9 @@ impl MaxMin {
     /// Progressive filling over the collected component: raise every unfixed flow's rate
     /// together until a resource saturates or a flow reaches its cap; fix those flows; repeat.
     fn fill(&mut self, changed: &mut Vec<u32>) {
-        // The common case: a flow alone on its links runs at the smallest capacity (or its cap).
+        // A flow alone on its links runs at the smallest capacity (or its cap).
         if let [f] = self.comp_flows[..] {
-            let s = &self.slots[f as usize];
-            let rate = s
-                .path
-                .as_slice()
-                .iter()
-                .fold(s.cap, |m, &r| m.min(self.capacity[r as usize]));
-            let rate = if rate.is_finite() { rate } else { f64::MAX };
-            let s = &mut self.slots[f as usize];
-            if s.rate != rate || rate == 0.0 {
-                s.rate = rate;
-                changed.push(f);
-            }
+            self.fill_alone(f, changed);
             return;
         }
         for &r in &self.comp_res {

@@ -154,16 +154,31 @@ impl Network {
 
     /// One send of `bytes` from `src` to `dst`.
     pub fn p2p(&self, src: u32, dst: u32, bytes: u64) -> FlowPlan {
-        let latency_ns = self.tiers.p2p_latency_ns(self.node(src) == self.node(dst));
-        let path = self.path(src, dst);
+        let (latency_ns, flow) = self.p2p_flow(src, dst, bytes);
         FlowPlan {
             latency_ns,
-            phases: if bytes == 0 || path.as_slice().is_empty() {
-                vec![]
-            } else {
-                vec![vec![(path, bytes as f64)]]
-            },
+            phases: flow.map_or_else(Vec::new, |f| vec![vec![f]]),
         }
+    }
+
+    /// [`Network::p2p`] without allocating: the latency, and the one flow (path, bytes)
+    /// unless the send moves nothing over no link.
+    pub fn p2p_flow(&self, src: u32, dst: u32, bytes: u64) -> (u64, Option<(Path, f64)>) {
+        Network::p2p_send(self.p2p_route(src, dst), bytes)
+    }
+
+    /// The latency and path of a send from `src` to `dst`, whatever its size (callers that
+    /// send often between the same pair keep it; see [`Network::p2p_send`]).
+    pub fn p2p_route(&self, src: u32, dst: u32) -> (u64, Path) {
+        let latency_ns = self.tiers.p2p_latency_ns(self.node(src) == self.node(dst));
+        (latency_ns, self.path(src, dst))
+    }
+
+    /// A send of `bytes` over `route` (from [`Network::p2p_route`]): its latency, and its
+    /// flow unless it moves nothing or crosses no link.
+    pub fn p2p_send((latency_ns, path): (u64, Path), bytes: u64) -> (u64, Option<(Path, f64)>) {
+        let flow = (bytes != 0 && !path.as_slice().is_empty()).then_some((path, bytes as f64));
+        (latency_ns, flow)
     }
 
     /// `calls` collectives of `bytes` each over `group`: the alpha-beta model's algorithm
