@@ -2,6 +2,7 @@
 //! per rank), the worker's life (bootstrap, steps, results), scale factors for CPU-sized
 //! runs, and the merge of the ranks' measurements into the simulator's trace and report.
 
+pub mod affinity;
 pub mod env;
 pub mod events;
 pub mod inject;

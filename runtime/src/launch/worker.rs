@@ -52,6 +52,8 @@ pub fn run_worker(
     schedule: &Schedule,
     opts: &WorkerOptions,
 ) -> Result<Option<Vec<RankMeasure>>, RuntimeError> {
+    // Before any thread starts, so they all inherit the core (see `affinity`).
+    super::affinity::pin_rank(env.local_rank);
     let mut session = Session::open(env, plan, schedule, opts.timeout)?;
     let rank = session.rank;
     let clock = session.clock;
