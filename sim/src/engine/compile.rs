@@ -19,6 +19,8 @@ struct OpenAllocs {
     dense: Vec<u32>,
     sparse: BTreeMap<u32, u32>,
     below: Vec<u32>,
+    /// Allocs pushed and not popped.
+    open: usize,
 }
 
 impl OpenAllocs {
@@ -27,7 +29,25 @@ impl OpenAllocs {
             dense: vec![NONE; max_dense_tag],
             sparse: BTreeMap::new(),
             below: vec![NONE; ops],
+            open: 0,
         }
+    }
+
+    /// The earliest alloc still open (the smallest op over every tag's stack), if any.
+    fn earliest_open(&self) -> Option<u32> {
+        let mut earliest: Option<u32> = None;
+        for &top in self.dense.iter().chain(self.sparse.values()) {
+            let mut op = top;
+            // Every op is pushed at most once, so a stack is at most `below.len()` deep.
+            for _ in 0..=self.below.len() {
+                if op == NONE {
+                    break;
+                }
+                earliest = Some(earliest.map_or(op, |e| e.min(op)));
+                op = self.below.get(op as usize).copied().unwrap_or(NONE);
+            }
+        }
+        earliest
     }
 
     fn top(&mut self, tag: u32) -> &mut u32 {
@@ -43,6 +63,7 @@ impl OpenAllocs {
         if let Some(b) = self.below.get_mut(op as usize) {
             *b = prev;
         }
+        self.open += 1;
     }
 
     fn pop(&mut self, tag: u32) -> Option<u32> {
@@ -52,6 +73,7 @@ impl OpenAllocs {
         }
         let prev = self.below.get(op as usize).copied().unwrap_or(NONE);
         *self.top(tag) = prev;
+        self.open -= 1;
         Some(op)
     }
 }
@@ -86,7 +108,6 @@ pub(crate) fn peer_index(peer: Peer) -> usize {
 pub(crate) enum CKind {
     Compute {
         flops: u64,
-        model_flops: u64,
     },
     Checkpoint {
         bytes: u64,
@@ -228,13 +249,15 @@ pub(crate) fn compile(
     }
     let cache = cost.compute_is_rank_invariant();
     let mut ops = Vec::with_capacity(n);
-    let mut deps = Vec::with_capacity(program.ops.iter().map(|o| o.deps.len()).sum());
-    let mut per_stream: [Vec<u32>; Stream::COUNT] = Default::default();
+    // Generated ops have about two deps each; the vector grows if a program has more.
+    let mut deps = Vec::with_capacity(2 * n);
+    // Ops per stream so far: an op's position within its stream, made global below.
+    let mut per_stream = [0u32; Stream::COUNT];
     let mut coll_ops: [Vec<u32>; GROUP_KINDS] = Default::default();
-    let mut open = OpenAllocs::new(n, 2 * n + 64);
+    // Tags are handed out one per alloc, so generated programs use tags below `n`.
+    let mut open = OpenAllocs::new(n, n + 64);
     let mut memo = Recent::default();
-    // Whether each alloc op is still open, for the unfreed-alloc check.
-    let mut unfreed = vec![false; n];
+    let (mut flops, mut model_flops) = (0u64, 0u64);
     for (i, op) in program.ops.iter().enumerate() {
         let i32_ = i as u32;
         let deps_start = deps.len() as u32;
@@ -254,10 +277,10 @@ pub(crate) fn compile(
                 if cache {
                     cached_ns = Some(memo.get(c, || cost.compute_ns(probe_rank, c)));
                 }
-                CKind::Compute {
-                    flops: c.flops,
-                    model_flops: if c.phase.is_model_work() { c.flops } else { 0 },
-                }
+                let model = if c.phase.is_model_work() { c.flops } else { 0 };
+                flops = flops.saturating_add(c.flops);
+                model_flops = model_flops.saturating_add(model);
+                CKind::Compute { flops: c.flops }
             }
             OpKind::Checkpoint { bytes } => {
                 cached_ns = Some(cost.checkpoint_ns(*bytes));
@@ -294,7 +317,6 @@ pub(crate) fn compile(
                 tag,
             } => {
                 open.push(*tag, i32_);
-                unfreed[i] = true;
                 cached_ns = Some(cost.alloc_ns(*category, *bytes));
                 CKind::Alloc {
                     category: *category as u8,
@@ -308,32 +330,35 @@ pub(crate) fn compile(
                     op: i32_,
                     tag: *tag,
                 })?;
-                unfreed[alloc as usize] = false;
                 CKind::Free { alloc }
             }
         };
-        per_stream[op.stream.index()].push(i32_);
+        let stream = op.stream.index();
+        let slot = per_stream.get_mut(stream).map_or(0, |c| {
+            *c += 1;
+            *c - 1
+        });
         ops.push(COp {
             kind,
-            stream: op.stream.index() as u8,
-            slot: 0,
+            stream: stream as u8,
+            slot,
             deps_start,
             deps_end: deps.len() as u32,
             cached_ns,
         });
     }
-    let mut stream_ops = Vec::with_capacity(n);
     let mut stream_start = [0u32; Stream::COUNT + 1];
-    for (s, list) in per_stream.iter().enumerate() {
-        stream_start[s] = stream_ops.len() as u32;
-        for &op in list {
-            if let Some(o) = ops.get_mut(op as usize) {
-                o.slot = stream_ops.len() as u32;
-            }
-            stream_ops.push(op);
+    for s in 0..Stream::COUNT {
+        stream_start[s + 1] = stream_start[s] + per_stream[s];
+    }
+    // Slots become positions in `stream_ops`: the stream's start plus the op's rank in it.
+    let mut stream_ops = vec![0u32; n];
+    for (i, o) in ops.iter_mut().enumerate() {
+        o.slot += stream_start[o.stream as usize];
+        if let Some(x) = stream_ops.get_mut(o.slot as usize) {
+            *x = i as u32;
         }
     }
-    stream_start[Stream::COUNT] = stream_ops.len() as u32;
     let dep_at = deps
         .iter()
         .map(|&d| {
@@ -345,8 +370,9 @@ pub(crate) fn compile(
         })
         .collect();
     // Every allocation must be freed within the step, so that live memory returns to zero.
-    // The earliest open alloc (the bottom of its tag's stack).
-    if let Some(op) = unfreed.iter().position(|&u| u) {
+    // Report the earliest open alloc.
+    if let Some(op) = (open.open > 0).then(|| open.earliest_open()).flatten() {
+        let op = op as usize;
         let tag = match program.ops.get(op).map(|o| &o.kind) {
             Some(OpKind::Alloc { tag, .. }) => *tag,
             _ => 0,
@@ -356,17 +382,6 @@ pub(crate) fn compile(
             op: op as u32,
             tag,
         });
-    }
-    let (mut flops, mut model_flops) = (0u64, 0u64);
-    for o in &ops {
-        if let CKind::Compute {
-            flops: f,
-            model_flops: m,
-        } = o.kind
-        {
-            flops = flops.saturating_add(f);
-            model_flops = model_flops.saturating_add(m);
-        }
     }
     Ok(CProgram {
         flops,
@@ -383,6 +398,107 @@ pub(crate) fn compile(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use super::super::testkit::{FixedCost, ProgBuilder};
+    use crate::schedule::{CollectiveKind, MemCategory, Phase};
+
+    /// Stream tables: each stream's ops sit contiguously in `stream_ops` in program order, an
+    /// op's `slot` is its position there, and `dep_at` names each dep's (stream, slot).
+    #[test]
+    fn stream_slots_follow_program_order_per_stream() {
+        let mut b = ProgBuilder::new(0);
+        let a = b.alloc(MemCategory::Weights, 10, 0, &[]);
+        let f = b.fwd(5, &[a]);
+        let c = b.collective(
+            Stream::Tp,
+            CollectiveKind::AllReduce,
+            GroupKind::Tp,
+            8,
+            &[f],
+        );
+        let g = b.compute(Stream::Compute, Phase::Backward, 7, &[c]);
+        let d = b.collective(
+            Stream::Dp,
+            CollectiveKind::AllReduce,
+            GroupKind::Dp,
+            4,
+            &[g],
+        );
+        let c2 = b.collective(
+            Stream::Tp,
+            CollectiveKind::AllGather,
+            GroupKind::Tp,
+            2,
+            &[g],
+        );
+        b.free(0, &[d, c2]);
+        let prog = b.build();
+        let cp = compile(0, &prog, &FixedCost::default(), 0).unwrap();
+        assert_eq!(cp.stream_ops.len(), prog.ops.len());
+        for (s, stream) in Stream::ALL.iter().enumerate() {
+            let want: Vec<u32> = (0..prog.ops.len() as u32)
+                .filter(|&i| prog.ops[i as usize].stream == *stream)
+                .collect();
+            let (lo, hi) = (cp.stream_start[s] as usize, cp.stream_start[s + 1] as usize);
+            assert_eq!(&cp.stream_ops[lo..hi], want.as_slice(), "{stream:?}");
+        }
+        for (i, o) in cp.ops.iter().enumerate() {
+            assert_eq!(cp.stream_ops[o.slot as usize], i as u32);
+            assert_eq!(usize::from(o.stream), prog.ops[i].stream.index());
+            for (at, &dep) in cp.dep_at_of(o).iter().zip(cp.deps_of(o)) {
+                assert_eq!(
+                    (at.stream, at.slot),
+                    (
+                        u32::from(cp.ops[dep as usize].stream),
+                        cp.ops[dep as usize].slot
+                    )
+                );
+            }
+        }
+        assert_eq!(cp.coll_ops[group_kind_index(GroupKind::Tp)], vec![c, c2]);
+        assert_eq!(cp.coll_ops[group_kind_index(GroupKind::Dp)], vec![d]);
+        assert_eq!((cp.flops, cp.model_flops), (12, 12));
+    }
+
+    /// With several tags open, some stacked, the error names the earliest open alloc.
+    #[test]
+    fn the_earliest_unfreed_alloc_is_reported() {
+        let mut b = ProgBuilder::new(0);
+        b.alloc(MemCategory::Weights, 10, 3, &[]); // op 0, tag 3: freed below
+        b.alloc(MemCategory::Activations, 10, 5, &[]); // op 1, tag 5: under op 2, never freed
+        b.alloc(MemCategory::Activations, 10, 5, &[]); // op 2, tag 5: freed below
+        b.alloc(MemCategory::Buffers, 10, 1_000_000, &[]); // op 3, a sparse tag, never freed
+        b.free(5, &[]);
+        b.free(3, &[]);
+        let err = compile(7, &b.build(), &FixedCost::default(), 0).err();
+        assert!(
+            matches!(
+                err,
+                Some(SimError::UnfreedAlloc {
+                    program: 7,
+                    op: 1,
+                    tag: 5
+                })
+            ),
+            "{err:?}"
+        );
+        let mut b = ProgBuilder::new(0);
+        b.alloc(MemCategory::Buffers, 10, 1_000_000, &[]); // op 0, sparse tag, never freed
+        b.alloc(MemCategory::Weights, 10, 2, &[]);
+        b.free(2, &[]);
+        let err = compile(0, &b.build(), &FixedCost::default(), 0).err();
+        assert!(
+            matches!(
+                err,
+                Some(SimError::UnfreedAlloc {
+                    op: 0,
+                    tag: 1_000_000,
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
+    }
 
     #[test]
     fn index_tables_match_declaration_order() {

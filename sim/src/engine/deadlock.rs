@@ -66,8 +66,12 @@ impl fmt::Display for Deadlock {
 }
 
 pub(crate) fn diagnose(ctx: &Ctx, st: &State) -> Deadlock {
-    let blocked: Vec<usize> = (0..ctx.world)
-        .filter(|&r| st.ranks.get(r).is_some_and(|x| x.remaining > 0))
+    let blocked: Vec<usize> = ctx
+        .active
+        .iter()
+        .zip(&st.ranks)
+        .filter(|(_, x)| x.remaining > 0)
+        .map(|(&r, _)| r as usize)
         .collect();
     let ranks = blocked
         .iter()
@@ -88,7 +92,7 @@ pub(crate) fn diagnose(ctx: &Ctx, st: &State) -> Deadlock {
 
 /// The head op of stream `s` of rank `r`, if the stream still has ops.
 fn head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<u32> {
-    let ss = st.ranks.get(r)?.streams.get(s)?;
+    let ss = st.ranks.get(ctx.slot(r as u32))?.streams.get(s)?;
     let prog = ctx.prog(r);
     if ss.cursor >= *prog.stream_start.get(s + 1)? {
         return None;
@@ -100,9 +104,14 @@ fn describe_head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<BlockedHea
     let op_idx = head(ctx, st, r, s)?;
     let prog = ctx.prog(r);
     let op = prog.ops.get(op_idx as usize)?;
-    let started = started(st, r, s);
+    let started = started(ctx, st, r, s);
     let waiting_for = if !started {
-        match prog.deps_of(op).iter().find(|&&d| !st.is_done(prog, r, d)) {
+        let slot = ctx.slot(r as u32);
+        match prog
+            .deps_of(op)
+            .iter()
+            .find(|&&d| !st.is_done(prog, slot, d))
+        {
             Some(&d) => {
                 let ds = prog.ops.get(d as usize).map_or(0, |o| o.stream as usize);
                 format!(
@@ -165,12 +174,12 @@ fn arrived(ctx: &Ctx, st: &State, m: usize, gk: usize, seq: u32) -> bool {
     let Some(s) = prog.ops.get(op as usize).map(|o| o.stream as usize) else {
         return false;
     };
-    head(ctx, st, m, s) == Some(op) && started(st, m, s)
+    head(ctx, st, m, s) == Some(op) && started(ctx, st, m, s)
 }
 
-fn started(st: &State, r: usize, s: usize) -> bool {
+fn started(ctx: &Ctx, st: &State, r: usize, s: usize) -> bool {
     st.ranks
-        .get(r)
+        .get(ctx.slot(r as u32))
         .and_then(|x| x.streams.get(s))
         .is_some_and(|x| x.blocked_on == STARTED)
 }

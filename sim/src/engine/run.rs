@@ -12,7 +12,7 @@
 //! the hot state and are read together; the cold parts live in `compile`, `context`,
 //! `deadlock`, `flow` and `memory`.
 
-use super::compile::{CKind, CProgram};
+use super::compile::{CKind, CProgram, GROUP_KINDS};
 pub(crate) use super::context::Ctx;
 use super::flow::{Finished, Flows, FLOW_TAG};
 use super::memory::RankMem;
@@ -113,33 +113,82 @@ pub(crate) struct Inst {
     calls: u32,
 }
 
+/// The run's mutable state. Per-rank vectors are indexed by slot ([`Ctx::slot`]): one entry
+/// per simulated rank.
 pub(crate) struct State {
     pub now: u64,
     events: u64,
     pub ranks: Vec<RankState>,
-    /// For a running send on (rank, stream): the matched receive (rank, op).
+    /// For a running send on (slot, stream): the matched receive (rank, op).
     partner: Vec<(u32, u32)>,
     mem: Vec<RankMem>,
+    /// P2p mailboxes, by the receiving rank's slot.
     pub pending: Vec<Vec<Pending>>,
+    /// Collectives under way, by (group kind, slot of the group's first simulated member):
+    /// that pair names one concrete group.
     pub rendezvous: Vec<Vec<Inst>>,
     queue: EventQueue,
     instant: VecDeque<(u32, u32)>,
     trace: Option<Trace>,
     /// Flow state, when transfers or compute share resources (see `engine::flow`).
     flows: Option<Flows>,
+    /// Durations of recent collectives (see [`CollectiveMemo`]).
+    coll_memo: CollectiveMemo,
+}
+
+/// The durations of the last few distinct collectives, keyed by (concrete group, kind, bytes,
+/// calls): a program issues the same collectives for every micro batch, and cost models are
+/// pure functions of their arguments, so most collectives are priced once per run.
+struct CollectiveMemo {
+    entries: [(u32, CollectiveKind, u64, u32, u64); CollectiveMemo::SIZE],
+    len: usize,
+    next: usize,
+}
+
+impl Default for CollectiveMemo {
+    fn default() -> Self {
+        CollectiveMemo {
+            entries: [(u32::MAX, CollectiveKind::AllReduce, 0, 0, 0); CollectiveMemo::SIZE],
+            len: 0,
+            next: 0,
+        }
+    }
+}
+
+impl CollectiveMemo {
+    const SIZE: usize = 16;
+
+    fn get(&mut self, key: (u32, CollectiveKind, u64, u32), price: impl FnOnce() -> u64) -> u64 {
+        let (g, kind, bytes, calls) = key;
+        if let Some(e) = self.entries.get(..self.len).and_then(|es| {
+            es.iter()
+                .find(|e| e.0 == g && e.2 == bytes && e.3 == calls && e.1 == kind)
+        }) {
+            return e.4;
+        }
+        let ns = price();
+        let entry = (g, kind, bytes, calls, ns);
+        if self.len < Self::SIZE {
+            if let Some(e) = self.entries.get_mut(self.len) {
+                *e = entry;
+            }
+            self.len += 1;
+        } else if let Some(e) = self.entries.get_mut(self.next) {
+            *e = entry;
+            self.next = (self.next + 1) % Self::SIZE;
+        }
+        ns
+    }
 }
 
 impl State {
     fn new(ctx: &Ctx) -> State {
         let world = ctx.world;
-        let mut ranks = Vec::with_capacity(world);
+        let slots = ctx.active.len();
+        let mut ranks = Vec::with_capacity(slots);
         let mut total_ops = 0usize;
-        for (r, &active) in ctx.active_mask().iter().enumerate() {
-            if !active {
-                ranks.push(RankState::default());
-                continue;
-            }
-            let p = ctx.prog(r);
+        for &r in &ctx.active {
+            let p = ctx.prog(r as usize);
             let mut rs = RankState {
                 remaining: p.ops.len() as u32,
                 ..RankState::default()
@@ -162,11 +211,11 @@ impl State {
             now: 0,
             events: 0,
             ranks,
-            partner: vec![(0, 0); world * STREAMS],
-            mem: vec![RankMem::default(); world],
-            pending: vec![Vec::new(); world],
-            rendezvous: vec![Vec::new(); ctx.plan.groups.len()],
-            queue: EventQueue::with_capacity(world * 4),
+            partner: vec![(0, 0); slots * STREAMS],
+            mem: vec![RankMem::default(); slots],
+            pending: vec![Vec::new(); slots],
+            rendezvous: vec![Vec::new(); slots * GROUP_KINDS],
+            queue: EventQueue::with_capacity(slots * 4),
             instant: VecDeque::with_capacity(64),
             flows: {
                 let cores = ctx.cost.shared_cores();
@@ -180,6 +229,7 @@ impl State {
                 );
                 (ctx.net.is_some() || f.compute).then_some(f)
             },
+            coll_memo: CollectiveMemo::default(),
             trace: ctx.opts.trace.then(|| Trace {
                 events: Vec::with_capacity(total_ops),
                 memory: Vec::new(),
@@ -187,10 +237,11 @@ impl State {
         }
     }
 
+    /// Whether `op` of the rank in `slot` (running `prog`) has finished.
     #[inline]
-    pub fn is_done(&self, prog: &CProgram, rank: usize, op: u32) -> bool {
+    pub fn is_done(&self, prog: &CProgram, slot: usize, op: u32) -> bool {
         let o = &prog.ops[op as usize];
-        o.slot < self.ranks[rank].streams[o.stream as usize].cursor
+        o.slot < self.ranks[slot].streams[o.stream as usize].cursor
     }
 
     #[inline]
@@ -220,7 +271,7 @@ impl State {
         } else if a & P2P_BIT != 0 {
             let src = a & !P2P_BIT;
             let s = ctx.prog(src as usize).ops[b as usize].stream as usize;
-            let (dst, recv_op) = self.partner[src as usize * STREAMS + s];
+            let (dst, recv_op) = self.partner[ctx.slot(src) * STREAMS + s];
             self.complete(ctx, src, b)?;
             self.complete(ctx, dst, recv_op)
         } else {
@@ -228,25 +279,31 @@ impl State {
         }
     }
 
-    /// Start every waiting head of `rank` that may have become ready because `completed`
-    /// finished (or that was never checked).
-    fn try_start_heads(&mut self, ctx: &Ctx, rank: u32, completed: u32) -> Result<(), SimError> {
-        let r = rank as usize;
+    /// Start every waiting head of `rank` (in `slot`) that may have become ready because
+    /// `completed` finished (or that was never checked).
+    fn try_start_heads(
+        &mut self,
+        ctx: &Ctx,
+        rank: u32,
+        slot: usize,
+        completed: u32,
+    ) -> Result<(), SimError> {
+        let r = slot;
         let mut mask = self.ranks[r].waiting;
         while mask != 0 {
             let s = mask.trailing_zeros() as usize;
             mask &= mask - 1;
             let b = self.ranks[r].streams[s].blocked_on;
             if b == UNCHECKED || b == completed {
-                self.try_start(ctx, rank, s)?;
+                self.try_start(ctx, rank, r, s)?;
             }
         }
         Ok(())
     }
 
-    fn try_start(&mut self, ctx: &Ctx, rank: u32, s: usize) -> Result<(), SimError> {
-        let r = rank as usize;
-        let prog = ctx.prog(r);
+    fn try_start(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) -> Result<(), SimError> {
+        let r = slot;
+        let prog = ctx.prog(rank as usize);
         let op_idx = prog.stream_ops[self.ranks[r].streams[s].cursor as usize];
         let op = &prog.ops[op_idx as usize];
         let streams = &self.ranks[r].streams;
@@ -328,8 +385,8 @@ impl State {
     /// a collective).
     #[inline]
     fn begin_transfer(&mut self, ctx: &Ctx, rank: u32, op: u32) {
-        let r = rank as usize;
-        let s = ctx.prog(r).ops[op as usize].stream as usize;
+        let r = ctx.slot(rank);
+        let s = ctx.prog(rank as usize).ops[op as usize].stream as usize;
         let rs = &mut self.ranks[r];
         rs.streams[s].start_ns = self.now;
         let a = &mut rs.acct;
@@ -381,7 +438,7 @@ impl State {
         } else {
             (other_rank, rank)
         };
-        let list = &mut self.pending[dst as usize];
+        let list = &mut self.pending[ctx.slot(dst)];
         let Some(i) = list
             .iter()
             .position(|p| p.src == src && p.tag == tag && p.send != send)
@@ -413,7 +470,7 @@ impl State {
         self.begin_transfer(ctx, src, send_op);
         self.begin_transfer(ctx, dst, recv_op);
         let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
-        self.partner[src as usize * STREAMS + s] = (dst, recv_op);
+        self.partner[ctx.slot(src) * STREAMS + s] = (dst, recv_op);
         self.run_transfer(
             (P2P_BIT | src, send_op),
             || ctx.net.map(|n| n.p2p(src, dst, bytes)),
@@ -426,8 +483,10 @@ impl State {
         let rank = arrival.first_rank;
         let g = ctx.group_of[gk * ctx.world + rank as usize];
         let group = ctx.plan.group(g);
-        let n = ctx.members(g).len() as u32;
-        let insts = &mut self.rendezvous[g as usize];
+        let members = ctx.members(g);
+        let n = members.len() as u32;
+        let key = gk * ctx.active.len() + ctx.slot(members.first().copied().unwrap_or(rank));
+        let insts = &mut self.rendezvous[key];
         let inst = match insts.iter().position(|x| x.seq == arrival.seq) {
             None if n > 1 => {
                 insts.push(arrival);
@@ -461,16 +520,22 @@ impl State {
             let op = ctx.prog(m as usize).coll_ops[gk][inst.seq as usize];
             self.begin_transfer(ctx, m, op);
         }
+        let dur_ns = match ctx.net {
+            Some(_) => 0, // the flow network times the transfer
+            None => self
+                .coll_memo
+                .get((g, inst.kind, inst.bytes, inst.calls), || {
+                    ctx.cost
+                        .collective_ns(inst.kind, group, inst.bytes, inst.calls)
+                }),
+        };
         self.run_transfer(
             (COLL_BIT | g, inst.seq),
             || {
                 ctx.net
                     .map(|n| n.collective(inst.kind, group, inst.bytes, inst.calls))
             },
-            || {
-                ctx.cost
-                    .collective_ns(inst.kind, group, inst.bytes, inst.calls)
-            },
+            || dur_ns,
         );
         Ok(())
     }
@@ -492,8 +557,8 @@ impl State {
                 limit: ctx.opts.max_events,
             });
         }
-        let r = rank as usize;
-        let prog = ctx.prog(r);
+        let r = ctx.slot(rank);
+        let prog = ctx.prog(rank as usize);
         let op = &prog.ops[op_idx as usize];
         let now = self.now;
         let s = op.stream as usize;
@@ -537,6 +602,7 @@ impl State {
                 bytes,
             } => self.alloc(
                 rank,
+                r,
                 op_idx,
                 category as usize,
                 gpu,
@@ -549,7 +615,7 @@ impl State {
                         rank,
                         op: op_idx,
                         alloc,
-                        name: ctx.op_name(r, op_idx),
+                        name: ctx.op_name(rank as usize, op_idx),
                     });
                 }
                 if let CKind::Alloc {
@@ -558,7 +624,7 @@ impl State {
                     bytes,
                 } = prog.ops[alloc as usize].kind
                 {
-                    self.free(rank, category as usize, gpu, bytes);
+                    self.free(rank, r, category as usize, gpu, bytes);
                 }
             }
         }
@@ -574,12 +640,14 @@ impl State {
                 mem_bytes: self.mem[r].total,
             });
         }
-        self.try_start_heads(ctx, rank, op_idx)
+        self.try_start_heads(ctx, rank, r, op_idx)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn alloc(
         &mut self,
         rank: u32,
+        slot: usize,
         op: u32,
         category: usize,
         gpu: bool,
@@ -587,23 +655,23 @@ impl State {
         capacity_bytes: u64,
     ) {
         let now = self.now;
-        if self.mem[rank as usize].alloc(now, op, category, gpu, bytes, capacity_bytes) {
-            self.sample(rank);
+        if self.mem[slot].alloc(now, op, category, gpu, bytes, capacity_bytes) {
+            self.sample(rank, slot);
         }
     }
 
-    fn free(&mut self, rank: u32, category: usize, gpu: bool, bytes: u64) {
-        if self.mem[rank as usize].free(category, gpu, bytes) {
-            self.sample(rank);
+    fn free(&mut self, rank: u32, slot: usize, category: usize, gpu: bool, bytes: u64) {
+        if self.mem[slot].free(category, gpu, bytes) {
+            self.sample(rank, slot);
         }
     }
 
-    fn sample(&mut self, rank: u32) {
+    fn sample(&mut self, rank: u32, slot: usize) {
         if let Some(t) = &mut self.trace {
             t.memory.push(MemorySample {
                 rank,
                 time_ns: self.now,
-                bytes: self.mem[rank as usize].live,
+                bytes: self.mem[slot].live,
             });
         }
     }
@@ -625,8 +693,8 @@ fn compute_ns_uncached(ctx: &Ctx, rank: u32, op: u32) -> u64 {
 
 pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
     let mut st = State::new(ctx);
-    for rank in ctx.active() {
-        st.try_start_heads(ctx, rank, UNCHECKED)?;
+    for (slot, &rank) in ctx.active.iter().enumerate() {
+        st.try_start_heads(ctx, rank, slot, UNCHECKED)?;
     }
     loop {
         while let Some((a, b)) = st.instant.pop_front() {
@@ -646,21 +714,18 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
         return Err(SimError::Deadlock(Box::new(deadlock::diagnose(ctx, &st))));
     }
     let step_time_ns = st.ranks.iter().map(|r| r.acct.finish_ns).max().unwrap_or(0);
-    let is_active = ctx.active_mask();
-    let simulated: Vec<Option<RankStats>> = st
+    let simulated: Vec<RankStats> = st
         .ranks
         .iter_mut()
         .zip(&st.mem)
-        .enumerate()
-        .map(|(r, (rs, m))| {
-            if !is_active[r] {
-                return None;
-            }
+        .zip(&ctx.active)
+        .map(|((rs, m), &rank)| {
+            let r = rank as usize;
             let a = &mut rs.acct;
             a.flush(step_time_ns);
             debug_assert_eq!(a.compute_ns + a.comm_ns + a.idle_ns, step_time_ns);
-            Some(RankStats {
-                rank: r as u32,
+            RankStats {
+                rank,
                 finish_ns: a.finish_ns,
                 compute_busy_ns: a.compute_ns,
                 comm_exposed_ns: a.comm_ns,
@@ -675,12 +740,12 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
                 over_capacity_op: m.over_op,
                 over_capacity_time_ns: m.over_ns,
                 end_memory_bytes: m.end_bytes(),
-            })
+            }
         })
         .collect();
     let ranks = match &ctx.collapse {
         Some(c) => c.expand(&simulated),
-        None => simulated.into_iter().flatten().collect(),
+        None => simulated,
     };
     Ok(SimResult {
         step_time_ns,
@@ -689,4 +754,46 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
         ranks,
         trace: st.trace,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The memo prices each distinct (group, kind, bytes, calls) once while it holds it, and
+    /// never answers one key with another's duration, also after evictions.
+    #[test]
+    fn collective_memo_returns_each_keys_own_price() {
+        let mut memo = CollectiveMemo::default();
+        let price = |g: u32, bytes: u64, calls: u32| {
+            u64::from(g) * 1_000_000 + bytes * 10 + u64::from(calls)
+        };
+        let mut priced = 0;
+        for round in 0..3 {
+            for g in 0..4u32 {
+                for (bytes, calls) in [(1u64, 1u32), (1, 2), (2, 1)] {
+                    for kind in [CollectiveKind::AllReduce, CollectiveKind::AllGather] {
+                        let want = price(g, bytes, calls)
+                            + u64::from(kind == CollectiveKind::AllGather) * 7;
+                        let got = memo.get((g, kind, bytes, calls), || {
+                            priced += 1;
+                            want
+                        });
+                        assert_eq!(got, want, "round {round} g {g} {kind:?} {bytes} {calls}");
+                    }
+                }
+            }
+        }
+        // 24 distinct keys do not fit in 16 entries: some are priced again, none answered
+        // wrongly (checked above); a key asked twice in a row is priced once.
+        assert!(priced >= 24);
+        let mut again = 0;
+        for _ in 0..5 {
+            memo.get((9, CollectiveKind::Broadcast, 3, 1), || {
+                again += 1;
+                42
+            });
+        }
+        assert_eq!(again, 1);
+    }
 }
