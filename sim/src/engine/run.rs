@@ -136,48 +136,41 @@ pub(crate) struct State {
     coll_memo: CollectiveMemo,
 }
 
-/// The durations of the last few distinct collectives, keyed by (concrete group, kind, bytes,
+/// Durations of collectives already priced in this run, keyed by (concrete group, kind, bytes,
 /// calls): a program issues the same collectives for every micro batch, and cost models are
-/// pure functions of their arguments, so most collectives are priced once per run.
+/// pure functions of their arguments, so most collectives need not be priced again. A
+/// direct-mapped table: a key lives in one entry chosen by its hash, and a collision only
+/// means pricing again.
 struct CollectiveMemo {
-    entries: [(u32, CollectiveKind, u64, u32, u64); CollectiveMemo::SIZE],
-    len: usize,
-    next: usize,
+    entries: Vec<(u32, CollectiveKind, u64, u32, u64)>,
 }
 
 impl Default for CollectiveMemo {
     fn default() -> Self {
         CollectiveMemo {
-            entries: [(u32::MAX, CollectiveKind::AllReduce, 0, 0, 0); CollectiveMemo::SIZE],
-            len: 0,
-            next: 0,
+            entries: vec![(u32::MAX, CollectiveKind::AllReduce, 0, 0, 0); CollectiveMemo::SIZE],
         }
     }
 }
 
 impl CollectiveMemo {
-    const SIZE: usize = 16;
+    /// A power of two.
+    const SIZE: usize = 128;
 
     fn get(&mut self, key: (u32, CollectiveKind, u64, u32), price: impl FnOnce() -> u64) -> u64 {
         let (g, kind, bytes, calls) = key;
-        if let Some(e) = self.entries.get(..self.len).and_then(|es| {
-            es.iter()
-                .find(|e| e.0 == g && e.2 == bytes && e.3 == calls && e.1 == kind)
-        }) {
-            return e.4;
-        }
-        let ns = price();
-        let entry = (g, kind, bytes, calls, ns);
-        if self.len < Self::SIZE {
-            if let Some(e) = self.entries.get_mut(self.len) {
-                *e = entry;
+        let h = (u64::from(g) << 32 ^ bytes ^ u64::from(calls) << 48 ^ (kind as u64) << 56)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let slot = (h >> 57) as usize & (Self::SIZE - 1);
+        match self.entries.get_mut(slot) {
+            Some(e) if e.0 == g && e.2 == bytes && e.3 == calls && e.1 == kind => e.4,
+            Some(e) => {
+                let ns = price();
+                *e = (g, kind, bytes, calls, ns);
+                ns
             }
-            self.len += 1;
-        } else if let Some(e) = self.entries.get_mut(self.next) {
-            *e = entry;
-            self.next = (self.next + 1) % Self::SIZE;
+            None => price(),
         }
-        ns
     }
 }
 
