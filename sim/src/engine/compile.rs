@@ -7,9 +7,47 @@ use super::SimError;
 use crate::cost::CostModel;
 use crate::plan::GroupKind;
 use crate::schedule::{CollectiveKind, ComputeOp, OpKind, Peer, Program, Stream};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 const NONE: u32 = u32::MAX;
+
+/// Buffers of finished runs on this thread, which the next compiles reuse: a sweep compiles
+/// thousands of programs of similar size one after another on each thread, and fresh vectors
+/// every time cost allocation and page faults (the kernel zeroing pages that the allocator
+/// had handed back). Every buffer is cleared before use, so results do not depend on what ran
+/// before (a sweep test checks a layout simulated after another against a fresh thread).
+#[derive(Default)]
+struct Spare {
+    programs: Vec<CProgram>,
+    dense: Vec<u32>,
+    below: Vec<u32>,
+}
+
+/// Compiled programs kept per thread at most (a few layouts' worth).
+const MAX_SPARE_PROGRAMS: usize = 64;
+
+thread_local! {
+    static SPARE: RefCell<Spare> = RefCell::new(Spare::default());
+}
+
+/// Runs `f` on this thread's spare buffers; does nothing if they are unavailable (thread
+/// teardown).
+fn with_spare<T>(f: impl FnOnce(&mut Spare) -> T) -> Option<T> {
+    SPARE
+        .try_with(|s| s.try_borrow_mut().ok().map(|mut s| f(&mut s)))
+        .ok()
+        .flatten()
+}
+
+/// Hands the compiled programs of a finished run back for reuse by later compiles on this
+/// thread.
+pub(crate) fn recycle(programs: Vec<CProgram>) {
+    with_spare(|s| {
+        let room = MAX_SPARE_PROGRAMS.saturating_sub(s.programs.len());
+        s.programs.extend(programs.into_iter().take(room));
+    });
+}
 
 /// The open (not yet freed) allocs of each tag, as one stack per tag threaded through the
 /// ops: `top[tag]` is the latest open alloc and `below[op]` the one it was pushed over. Tags
@@ -24,13 +62,30 @@ struct OpenAllocs {
 }
 
 impl OpenAllocs {
+    /// For `ops` ops and tags below `max_dense_tag` in the array, in this thread's spare
+    /// vectors when there are some.
     fn new(ops: usize, max_dense_tag: usize) -> OpenAllocs {
+        let (mut dense, mut below) =
+            with_spare(|s| (std::mem::take(&mut s.dense), std::mem::take(&mut s.below)))
+                .unwrap_or_default();
+        dense.clear();
+        dense.resize(max_dense_tag, NONE);
+        below.clear();
+        below.resize(ops, NONE);
         OpenAllocs {
-            dense: vec![NONE; max_dense_tag],
+            dense,
             sparse: BTreeMap::new(),
-            below: vec![NONE; ops],
+            below,
             open: 0,
         }
+    }
+
+    /// Gives the vectors back for the next compile on this thread.
+    fn recycle(self) {
+        with_spare(|s| {
+            s.dense = self.dense;
+            s.below = self.below;
+        });
     }
 
     /// The earliest alloc still open (the smallest op over every tag's stack), if any.
@@ -248,12 +303,21 @@ pub(crate) fn compile(
         });
     }
     let cache = cost.compute_is_rank_invariant();
-    let mut ops = Vec::with_capacity(n);
+    let (mut ops, mut deps, mut dep_at, mut stream_ops, mut coll_ops) =
+        match with_spare(|s| s.programs.pop()).flatten() {
+            Some(p) => (p.ops, p.deps, p.dep_at, p.stream_ops, p.coll_ops),
+            None => Default::default(),
+        };
+    ops.clear();
+    ops.reserve(n);
     // Generated ops have about two deps each; the vector grows if a program has more.
-    let mut deps = Vec::with_capacity(2 * n);
+    deps.clear();
+    deps.reserve(2 * n);
+    for list in &mut coll_ops {
+        list.clear();
+    }
     // Ops per stream so far: an op's position within its stream, made global below.
     let mut per_stream = [0u32; Stream::COUNT];
-    let mut coll_ops: [Vec<u32>; GROUP_KINDS] = Default::default();
     // Tags are handed out one per alloc, so generated programs use tags below `n`.
     let mut open = OpenAllocs::new(n, n + 64);
     let mut memo = Recent::default();
@@ -352,23 +416,22 @@ pub(crate) fn compile(
         stream_start[s + 1] = stream_start[s] + per_stream[s];
     }
     // Slots become positions in `stream_ops`: the stream's start plus the op's rank in it.
-    let mut stream_ops = vec![0u32; n];
+    stream_ops.clear();
+    stream_ops.resize(n, 0);
     for (i, o) in ops.iter_mut().enumerate() {
         o.slot += stream_start[o.stream as usize];
         if let Some(x) = stream_ops.get_mut(o.slot as usize) {
             *x = i as u32;
         }
     }
-    let dep_at = deps
-        .iter()
-        .map(|&d| {
-            ops.get(d as usize)
-                .map_or(DepAt::default(), |o: &COp| DepAt {
-                    stream: u32::from(o.stream),
-                    slot: o.slot,
-                })
-        })
-        .collect();
+    dep_at.clear();
+    dep_at.extend(deps.iter().map(|&d| {
+        ops.get(d as usize)
+            .map_or(DepAt::default(), |o: &COp| DepAt {
+                stream: u32::from(o.stream),
+                slot: o.slot,
+            })
+    }));
     // Every allocation must be freed within the step, so that live memory returns to zero.
     // Report the earliest open alloc.
     if let Some(op) = (open.open > 0).then(|| open.earliest_open()).flatten() {
@@ -383,6 +446,7 @@ pub(crate) fn compile(
             tag,
         });
     }
+    open.recycle();
     Ok(CProgram {
         flops,
         model_flops,

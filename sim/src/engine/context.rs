@@ -34,6 +34,13 @@ pub(crate) struct Ctx<'a> {
     pub active: Vec<u32>,
 }
 
+impl Drop for Ctx<'_> {
+    /// The compiled programs' buffers go back to this thread's spares for the next run.
+    fn drop(&mut self) {
+        super::compile::recycle(std::mem::take(&mut self.progs));
+    }
+}
+
 impl<'a> Ctx<'a> {
     pub fn new(
         plan: &'a Plan,
