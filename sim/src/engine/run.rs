@@ -154,14 +154,15 @@ impl Default for CollectiveMemo {
 }
 
 impl CollectiveMemo {
-    /// A power of two.
-    const SIZE: usize = 128;
+    /// A power of two; large enough for the distinct collectives of a full 512-GPU run
+    /// (a key per concrete group and collective size).
+    const SIZE: usize = 1024;
 
     fn get(&mut self, key: (u32, CollectiveKind, u64, u32), price: impl FnOnce() -> u64) -> u64 {
         let (g, kind, bytes, calls) = key;
         let h = (u64::from(g) << 32 ^ bytes ^ u64::from(calls) << 48 ^ (kind as u64) << 56)
             .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let slot = (h >> 57) as usize & (Self::SIZE - 1);
+        let slot = (h >> 54) as usize & (Self::SIZE - 1);
         match self.entries.get_mut(slot) {
             Some(e) if e.0 == g && e.2 == bytes && e.3 == calls && e.1 == kind => e.4,
             Some(e) => {
@@ -274,6 +275,7 @@ impl State {
 
     /// Start every waiting head of `rank` (in `slot`) that may have become ready because
     /// `completed` finished (or that was never checked).
+    #[inline]
     fn try_start_heads(
         &mut self,
         ctx: &Ctx,
