@@ -3,7 +3,7 @@
 //! generator can be fixed from the message alone.
 
 use super::compile::CKind;
-use super::run::{Ctx, State, STARTED};
+use super::run::{Ctx, Slots, State, STARTED};
 use crate::schedule::Stream;
 use serde::Serialize;
 use std::fmt;
@@ -65,7 +65,7 @@ impl fmt::Display for Deadlock {
     }
 }
 
-pub(crate) fn diagnose(ctx: &Ctx, st: &State) -> Deadlock {
+pub(crate) fn diagnose<S: Slots>(ctx: &Ctx, st: &State<S>) -> Deadlock {
     let blocked: Vec<usize> = ctx
         .active
         .iter()
@@ -91,7 +91,7 @@ pub(crate) fn diagnose(ctx: &Ctx, st: &State) -> Deadlock {
 }
 
 /// The head op of stream `s` of rank `r`, if the stream still has ops.
-fn head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<u32> {
+fn head<S: Slots>(ctx: &Ctx, st: &State<S>, r: usize, s: usize) -> Option<u32> {
     let ss = st.ranks.get(ctx.slot(r as u32))?.streams.get(s)?;
     let prog = ctx.prog(r);
     if ss.cursor >= *prog.stream_start.get(s + 1)? {
@@ -100,7 +100,7 @@ fn head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<u32> {
     prog.stream_ops.get(ss.cursor as usize).copied()
 }
 
-fn describe_head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<BlockedHead> {
+fn describe_head<S: Slots>(ctx: &Ctx, st: &State<S>, r: usize, s: usize) -> Option<BlockedHead> {
     let op_idx = head(ctx, st, r, s)?;
     let prog = ctx.prog(r);
     let op = prog.ops.get(op_idx as usize)?;
@@ -166,7 +166,7 @@ fn describe_head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<BlockedHea
 }
 
 /// Member `m` has reached its `seq`-th collective on group kind `gk`.
-fn arrived(ctx: &Ctx, st: &State, m: usize, gk: usize, seq: u32) -> bool {
+fn arrived<S: Slots>(ctx: &Ctx, st: &State<S>, m: usize, gk: usize, seq: u32) -> bool {
     let prog = ctx.prog(m);
     let Some(&op) = prog.coll_ops[gk].get(seq as usize) else {
         return false;
@@ -177,7 +177,7 @@ fn arrived(ctx: &Ctx, st: &State, m: usize, gk: usize, seq: u32) -> bool {
     head(ctx, st, m, s) == Some(op) && started(ctx, st, m, s)
 }
 
-fn started(ctx: &Ctx, st: &State, r: usize, s: usize) -> bool {
+fn started<S: Slots>(ctx: &Ctx, st: &State<S>, r: usize, s: usize) -> bool {
     st.ranks
         .get(ctx.slot(r as u32))
         .and_then(|x| x.streams.get(s))

@@ -113,9 +113,36 @@ pub(crate) struct Inst {
     calls: u32,
 }
 
-/// The run's mutable state. Per-rank vectors are indexed by slot ([`Ctx::slot`]): one entry
-/// per simulated rank.
-pub(crate) struct State {
+/// How a run finds a rank's entry in its per-rank state: a full run indexes by rank, a
+/// collapsed one by slot ([`Ctx::slot`]). A type parameter of [`State`], so that the full run
+/// (millions of events at 16,384 GPUs) pays no lookup.
+pub(crate) trait Slots {
+    fn slot(ctx: &Ctx, rank: u32) -> usize;
+}
+
+/// Every rank is simulated: the slot is the rank.
+pub(crate) struct ByRank;
+
+impl Slots for ByRank {
+    #[inline(always)]
+    fn slot(_ctx: &Ctx, rank: u32) -> usize {
+        rank as usize
+    }
+}
+
+/// Collapsed: the representative's position in [`Ctx::active`].
+pub(crate) struct BySlot;
+
+impl Slots for BySlot {
+    #[inline(always)]
+    fn slot(ctx: &Ctx, rank: u32) -> usize {
+        ctx.slot(rank)
+    }
+}
+
+/// The run's mutable state. Per-rank vectors are indexed by slot ([`Ctx::slot`], found
+/// through `S`): one entry per simulated rank.
+pub(crate) struct State<S: Slots> {
     pub now: u64,
     events: u64,
     pub ranks: Vec<RankState>,
@@ -134,6 +161,7 @@ pub(crate) struct State {
     flows: Option<Flows>,
     /// Durations of recent collectives (see [`CollectiveMemo`]).
     coll_memo: CollectiveMemo,
+    slots: std::marker::PhantomData<S>,
 }
 
 /// Durations of collectives already priced in this run, keyed by (concrete group, kind, bytes,
@@ -175,8 +203,8 @@ impl CollectiveMemo {
     }
 }
 
-impl State {
-    fn new(ctx: &Ctx) -> State {
+impl<S: Slots> State<S> {
+    fn new(ctx: &Ctx) -> State<S> {
         let world = ctx.world;
         let slots = ctx.active.len();
         let mut ranks = Vec::with_capacity(slots);
@@ -224,6 +252,7 @@ impl State {
                 (ctx.net.is_some() || f.compute).then_some(f)
             },
             coll_memo: CollectiveMemo::default(),
+            slots: std::marker::PhantomData,
             trace: ctx.opts.trace.then(|| Trace {
                 events: Vec::with_capacity(total_ops),
                 memory: Vec::new(),
@@ -265,7 +294,7 @@ impl State {
         } else if a & P2P_BIT != 0 {
             let src = a & !P2P_BIT;
             let s = ctx.prog(src as usize).ops[b as usize].stream as usize;
-            let (dst, recv_op) = self.partner[ctx.slot(src) * STREAMS + s];
+            let (dst, recv_op) = self.partner[S::slot(ctx, src) * STREAMS + s];
             self.complete(ctx, src, b)?;
             self.complete(ctx, dst, recv_op)
         } else {
@@ -380,7 +409,7 @@ impl State {
     /// a collective).
     #[inline]
     fn begin_transfer(&mut self, ctx: &Ctx, rank: u32, op: u32) {
-        let r = ctx.slot(rank);
+        let r = S::slot(ctx, rank);
         let s = ctx.prog(rank as usize).ops[op as usize].stream as usize;
         let rs = &mut self.ranks[r];
         rs.streams[s].start_ns = self.now;
@@ -433,7 +462,7 @@ impl State {
         } else {
             (other_rank, rank)
         };
-        let list = &mut self.pending[ctx.slot(dst)];
+        let list = &mut self.pending[S::slot(ctx, dst)];
         let Some(i) = list
             .iter()
             .position(|p| p.src == src && p.tag == tag && p.send != send)
@@ -465,7 +494,7 @@ impl State {
         self.begin_transfer(ctx, src, send_op);
         self.begin_transfer(ctx, dst, recv_op);
         let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
-        self.partner[ctx.slot(src) * STREAMS + s] = (dst, recv_op);
+        self.partner[S::slot(ctx, src) * STREAMS + s] = (dst, recv_op);
         self.run_transfer(
             (P2P_BIT | src, send_op),
             || ctx.net.map(|n| n.p2p(src, dst, bytes)),
@@ -480,7 +509,7 @@ impl State {
         let group = ctx.plan.group(g);
         let members = ctx.members(g);
         let n = members.len() as u32;
-        let key = gk * ctx.active.len() + ctx.slot(members.first().copied().unwrap_or(rank));
+        let key = gk * ctx.active.len() + S::slot(ctx, members.first().copied().unwrap_or(rank));
         let insts = &mut self.rendezvous[key];
         let inst = match insts.iter().position(|x| x.seq == arrival.seq) {
             None if n > 1 => {
@@ -552,7 +581,7 @@ impl State {
                 limit: ctx.opts.max_events,
             });
         }
-        let r = ctx.slot(rank);
+        let r = S::slot(ctx, rank);
         let prog = ctx.prog(rank as usize);
         let op = &prog.ops[op_idx as usize];
         let now = self.now;
@@ -687,7 +716,15 @@ fn compute_ns_uncached(ctx: &Ctx, rank: u32, op: u32) -> u64 {
 }
 
 pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
-    let mut st = State::new(ctx);
+    if ctx.collapse.is_some() {
+        run_as::<BySlot>(ctx)
+    } else {
+        run_as::<ByRank>(ctx)
+    }
+}
+
+fn run_as<S: Slots>(ctx: &Ctx) -> Result<SimResult, SimError> {
+    let mut st = State::<S>::new(ctx);
     for (slot, &rank) in ctx.active.iter().enumerate() {
         st.try_start_heads(ctx, rank, slot, UNCHECKED)?;
     }
