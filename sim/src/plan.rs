@@ -94,8 +94,18 @@ impl GroupKind {
         }
     }
 
+    /// Position in [`GroupKind::ALL`] (a test checks the two agree).
     fn index(self) -> usize {
-        Self::ALL.iter().position(|k| *k == self).unwrap_or(0)
+        match self {
+            GroupKind::Tp => 0,
+            GroupKind::Cp => 1,
+            GroupKind::Ep => 2,
+            GroupKind::Dp => 3,
+            GroupKind::DenseDp => 4,
+            GroupKind::ExpertDp => 5,
+            GroupKind::Pp => 6,
+            GroupKind::World => 7,
+        }
     }
 }
 
@@ -141,6 +151,9 @@ pub struct Plan {
     pub groups: Vec<Group>,
     /// `group_of[kind.index()][rank]` = the rank's group of that kind.
     group_of: Vec<Vec<GroupId>>,
+    /// Rank distance between neighbouring pipeline stages (the product of the axis sizes
+    /// placed inside pp), so stage and pipeline neighbours need no coordinate decomposition.
+    pp_stride: u32,
 }
 
 /// Plans are only built from validated scenarios; these are the invariants that validation
@@ -228,7 +241,14 @@ impl Plan {
             chunks,
             groups: Vec::new(),
             group_of: Vec::new(),
+            pp_stride: 1,
         };
+        for axis in p.order {
+            if axis == Axis::Pp {
+                break;
+            }
+            plan.pp_stride = plan.pp_stride.saturating_mul(plan.sizes.get(axis));
+        }
         plan.build_groups();
         Ok(plan)
     }
@@ -263,22 +283,31 @@ impl Plan {
         rank / self.gpus_per_node
     }
 
+    /// The rank's pipeline stage: its pp coordinate (`coords(rank).pp`, from the pp axis's
+    /// stride).
     pub fn stage_of(&self, rank: RankId) -> u32 {
-        self.coords(rank).pp
+        (rank / self.pp_stride.max(1)) % self.sizes.pp.max(1)
     }
 
     /// The rank one pipeline stage later (wrapping from the last stage to the first, which is
-    /// where interleaved schedules send the next chunk's input).
+    /// where interleaved schedules send the next chunk's input): the same coordinates with
+    /// pp one higher.
     pub fn pp_next(&self, rank: RankId) -> RankId {
-        let mut c = self.coords(rank);
-        c.pp = (c.pp + 1) % self.sizes.pp;
-        self.rank_of(c)
+        let stage = self.stage_of(rank);
+        if stage + 1 < self.sizes.pp {
+            rank + self.pp_stride
+        } else {
+            rank - stage * self.pp_stride
+        }
     }
 
     pub fn pp_prev(&self, rank: RankId) -> RankId {
-        let mut c = self.coords(rank);
-        c.pp = (c.pp + self.sizes.pp - 1) % self.sizes.pp;
-        self.rank_of(c)
+        let stage = self.stage_of(rank);
+        if stage > 0 {
+            rank - self.pp_stride
+        } else {
+            rank + (self.sizes.pp.max(1) - 1) * self.pp_stride
+        }
     }
 
     pub fn group_of(&self, rank: RankId, kind: GroupKind) -> GroupId {
@@ -292,7 +321,7 @@ impl Plan {
     /// Ranks of one stage (pp coordinate), ascending.
     pub fn ranks_of_stage(&self, stage: u32) -> Vec<RankId> {
         (0..self.world)
-            .filter(|&r| self.coords(r).pp == stage)
+            .filter(|&r| self.stage_of(r) == stage)
             .collect()
     }
 
@@ -518,6 +547,45 @@ mod tests {
                 }
             }
             assert_eq!(next_id as usize, plan.groups.len());
+        }
+    }
+
+    #[test]
+    fn group_kind_index_is_position_in_all() {
+        for (i, k) in GroupKind::ALL.iter().enumerate() {
+            assert_eq!(k.index(), i);
+        }
+    }
+
+    /// Stage and pipeline neighbours (computed from the pp stride) agree with their
+    /// coordinate definition in any placement order.
+    #[test]
+    fn stage_and_pipeline_neighbours_follow_coordinates_in_any_order() {
+        use crate::scenario::Axis;
+        let mut s = small_scenario(2, 3, 2, 4);
+        s.parallel.cp = 2;
+        s.cluster.gpus = 24;
+        for order in [
+            crate::scenario::Parallel::DEFAULT_ORDER,
+            [Axis::Pp, Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp],
+            [Axis::Dp, Axis::Pp, Axis::Cp, Axis::Tp, Axis::Ep],
+        ] {
+            s.parallel.order = order;
+            let plan = Plan::new(&s).unwrap();
+            for r in 0..plan.world {
+                let c = plan.coords(r);
+                assert_eq!(plan.stage_of(r), c.pp, "{order:?} {r}");
+                let next = Coords {
+                    pp: (c.pp + 1) % 3,
+                    ..c
+                };
+                let prev = Coords {
+                    pp: (c.pp + 2) % 3,
+                    ..c
+                };
+                assert_eq!(plan.pp_next(r), plan.rank_of(next), "{order:?} {r}");
+                assert_eq!(plan.pp_prev(r), plan.rank_of(prev), "{order:?} {r}");
+            }
         }
     }
 

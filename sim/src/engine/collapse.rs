@@ -36,6 +36,9 @@ pub(crate) struct Collapse {
     pub rep_of: Vec<RankId>,
     /// The simulated ranks, ascending.
     pub reps: Vec<RankId>,
+    /// `slot_of[rank]`: the representative's position in `reps`, `u32::MAX` for the ranks
+    /// that are not simulated.
+    pub slot_of: Vec<u32>,
     /// Per group id: the representatives among its members, ascending (empty when none).
     pub members: Vec<Vec<RankId>>,
 }
@@ -137,10 +140,15 @@ impl Collapse {
                 }
             }
         }
-        let mut reps: Vec<RankId> = (0..plan.world)
+        let reps: Vec<RankId> = (0..plan.world)
             .filter(|&r| rep_of[r as usize] == r)
             .collect();
-        reps.sort_unstable();
+        let mut slot_of = vec![u32::MAX; rep_of.len()];
+        for (slot, &rep) in reps.iter().enumerate() {
+            if let Some(x) = slot_of.get_mut(rep as usize) {
+                *x = slot as u32;
+            }
+        }
         let mut members = vec![Vec::new(); plan.groups.len()];
         for &rep in &reps {
             for kind in GroupKind::ALL {
@@ -152,6 +160,7 @@ impl Collapse {
         Ok(Collapse {
             rep_of,
             reps,
+            slot_of,
             members,
         })
     }
@@ -163,13 +172,15 @@ impl Collapse {
         self.rep_of.get(real as usize).copied().unwrap_or(real)
     }
 
-    /// Every rank's statistics from its representative's (indexed by representative rank).
-    pub fn expand(&self, simulated: &[Option<RankStats>]) -> Vec<RankStats> {
+    /// Every rank's statistics from its representative's (`simulated` is indexed by slot,
+    /// the representative's position in `reps`).
+    pub fn expand(&self, simulated: &[RankStats]) -> Vec<RankStats> {
         self.rep_of
             .iter()
             .enumerate()
             .filter_map(|(r, &rep)| {
-                let mut s = simulated.get(rep as usize)?.clone()?;
+                let slot = *self.slot_of.get(rep as usize)?;
+                let mut s = simulated.get(slot as usize)?.clone();
                 s.rank = r as u32;
                 Some(s)
             })

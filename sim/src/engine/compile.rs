@@ -7,9 +7,47 @@ use super::SimError;
 use crate::cost::CostModel;
 use crate::plan::GroupKind;
 use crate::schedule::{CollectiveKind, ComputeOp, OpKind, Peer, Program, Stream};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 const NONE: u32 = u32::MAX;
+
+/// Buffers of finished runs on this thread, which the next compiles reuse: a sweep compiles
+/// thousands of programs of similar size one after another on each thread, and fresh vectors
+/// every time cost allocation and page faults (the kernel zeroing pages that the allocator
+/// had handed back). Every buffer is cleared before use, so results do not depend on what ran
+/// before (a sweep test checks a layout simulated after another against a fresh thread).
+#[derive(Default)]
+struct Spare {
+    programs: Vec<CProgram>,
+    dense: Vec<u32>,
+    below: Vec<u32>,
+}
+
+/// Compiled programs kept per thread at most (a few layouts' worth).
+const MAX_SPARE_PROGRAMS: usize = 64;
+
+thread_local! {
+    static SPARE: RefCell<Spare> = RefCell::new(Spare::default());
+}
+
+/// Runs `f` on this thread's spare buffers; does nothing if they are unavailable (thread
+/// teardown).
+fn with_spare<T>(f: impl FnOnce(&mut Spare) -> T) -> Option<T> {
+    SPARE
+        .try_with(|s| s.try_borrow_mut().ok().map(|mut s| f(&mut s)))
+        .ok()
+        .flatten()
+}
+
+/// Hands the compiled programs of a finished run back for reuse by later compiles on this
+/// thread.
+pub(crate) fn recycle(programs: Vec<CProgram>) {
+    with_spare(|s| {
+        let room = MAX_SPARE_PROGRAMS.saturating_sub(s.programs.len());
+        s.programs.extend(programs.into_iter().take(room));
+    });
+}
 
 /// The open (not yet freed) allocs of each tag, as one stack per tag threaded through the
 /// ops: `top[tag]` is the latest open alloc and `below[op]` the one it was pushed over. Tags
@@ -19,15 +57,52 @@ struct OpenAllocs {
     dense: Vec<u32>,
     sparse: BTreeMap<u32, u32>,
     below: Vec<u32>,
+    /// Allocs pushed and not popped.
+    open: usize,
 }
 
 impl OpenAllocs {
+    /// For `ops` ops and tags below `max_dense_tag` in the array, in this thread's spare
+    /// vectors when there are some.
     fn new(ops: usize, max_dense_tag: usize) -> OpenAllocs {
+        let (mut dense, mut below) =
+            with_spare(|s| (std::mem::take(&mut s.dense), std::mem::take(&mut s.below)))
+                .unwrap_or_default();
+        dense.clear();
+        dense.resize(max_dense_tag, NONE);
+        below.clear();
+        below.resize(ops, NONE);
         OpenAllocs {
-            dense: vec![NONE; max_dense_tag],
+            dense,
             sparse: BTreeMap::new(),
-            below: vec![NONE; ops],
+            below,
+            open: 0,
         }
+    }
+
+    /// Gives the vectors back for the next compile on this thread.
+    fn recycle(self) {
+        with_spare(|s| {
+            s.dense = self.dense;
+            s.below = self.below;
+        });
+    }
+
+    /// The earliest alloc still open (the smallest op over every tag's stack), if any.
+    fn earliest_open(&self) -> Option<u32> {
+        let mut earliest: Option<u32> = None;
+        for &top in self.dense.iter().chain(self.sparse.values()) {
+            let mut op = top;
+            // Every op is pushed at most once, so a stack is at most `below.len()` deep.
+            for _ in 0..=self.below.len() {
+                if op == NONE {
+                    break;
+                }
+                earliest = Some(earliest.map_or(op, |e| e.min(op)));
+                op = self.below.get(op as usize).copied().unwrap_or(NONE);
+            }
+        }
+        earliest
     }
 
     fn top(&mut self, tag: u32) -> &mut u32 {
@@ -43,6 +118,7 @@ impl OpenAllocs {
         if let Some(b) = self.below.get_mut(op as usize) {
             *b = prev;
         }
+        self.open += 1;
     }
 
     fn pop(&mut self, tag: u32) -> Option<u32> {
@@ -52,6 +128,7 @@ impl OpenAllocs {
         }
         let prev = self.below.get(op as usize).copied().unwrap_or(NONE);
         *self.top(tag) = prev;
+        self.open -= 1;
         Some(op)
     }
 }
@@ -86,7 +163,6 @@ pub(crate) fn peer_index(peer: Peer) -> usize {
 pub(crate) enum CKind {
     Compute {
         flops: u64,
-        model_flops: u64,
     },
     Checkpoint {
         bytes: u64,
@@ -227,14 +303,25 @@ pub(crate) fn compile(
         });
     }
     let cache = cost.compute_is_rank_invariant();
-    let mut ops = Vec::with_capacity(n);
-    let mut deps = Vec::with_capacity(program.ops.iter().map(|o| o.deps.len()).sum());
-    let mut per_stream: [Vec<u32>; Stream::COUNT] = Default::default();
-    let mut coll_ops: [Vec<u32>; GROUP_KINDS] = Default::default();
-    let mut open = OpenAllocs::new(n, 2 * n + 64);
+    let (mut ops, mut deps, mut dep_at, mut stream_ops, mut coll_ops) =
+        match with_spare(|s| s.programs.pop()).flatten() {
+            Some(p) => (p.ops, p.deps, p.dep_at, p.stream_ops, p.coll_ops),
+            None => Default::default(),
+        };
+    ops.clear();
+    ops.reserve(n);
+    // Generated ops have about two deps each; the vector grows if a program has more.
+    deps.clear();
+    deps.reserve(2 * n);
+    for list in &mut coll_ops {
+        list.clear();
+    }
+    // Ops per stream so far: an op's position within its stream, made global below.
+    let mut per_stream = [0u32; Stream::COUNT];
+    // Tags are handed out one per alloc, so generated programs use tags below `n`.
+    let mut open = OpenAllocs::new(n, n + 64);
     let mut memo = Recent::default();
-    // Whether each alloc op is still open, for the unfreed-alloc check.
-    let mut unfreed = vec![false; n];
+    let (mut flops, mut model_flops) = (0u64, 0u64);
     for (i, op) in program.ops.iter().enumerate() {
         let i32_ = i as u32;
         let deps_start = deps.len() as u32;
@@ -254,10 +341,10 @@ pub(crate) fn compile(
                 if cache {
                     cached_ns = Some(memo.get(c, || cost.compute_ns(probe_rank, c)));
                 }
-                CKind::Compute {
-                    flops: c.flops,
-                    model_flops: if c.phase.is_model_work() { c.flops } else { 0 },
-                }
+                let model = if c.phase.is_model_work() { c.flops } else { 0 };
+                flops = flops.saturating_add(c.flops);
+                model_flops = model_flops.saturating_add(model);
+                CKind::Compute { flops: c.flops }
             }
             OpKind::Checkpoint { bytes } => {
                 cached_ns = Some(cost.checkpoint_ns(*bytes));
@@ -294,7 +381,6 @@ pub(crate) fn compile(
                 tag,
             } => {
                 open.push(*tag, i32_);
-                unfreed[i] = true;
                 cached_ns = Some(cost.alloc_ns(*category, *bytes));
                 CKind::Alloc {
                     category: *category as u8,
@@ -308,45 +394,48 @@ pub(crate) fn compile(
                     op: i32_,
                     tag: *tag,
                 })?;
-                unfreed[alloc as usize] = false;
                 CKind::Free { alloc }
             }
         };
-        per_stream[op.stream.index()].push(i32_);
+        let stream = op.stream.index();
+        let slot = per_stream.get_mut(stream).map_or(0, |c| {
+            *c += 1;
+            *c - 1
+        });
         ops.push(COp {
             kind,
-            stream: op.stream.index() as u8,
-            slot: 0,
+            stream: stream as u8,
+            slot,
             deps_start,
             deps_end: deps.len() as u32,
             cached_ns,
         });
     }
-    let mut stream_ops = Vec::with_capacity(n);
     let mut stream_start = [0u32; Stream::COUNT + 1];
-    for (s, list) in per_stream.iter().enumerate() {
-        stream_start[s] = stream_ops.len() as u32;
-        for &op in list {
-            if let Some(o) = ops.get_mut(op as usize) {
-                o.slot = stream_ops.len() as u32;
-            }
-            stream_ops.push(op);
+    for s in 0..Stream::COUNT {
+        stream_start[s + 1] = stream_start[s] + per_stream[s];
+    }
+    // Slots become positions in `stream_ops`: the stream's start plus the op's rank in it.
+    stream_ops.clear();
+    stream_ops.resize(n, 0);
+    for (i, o) in ops.iter_mut().enumerate() {
+        o.slot += stream_start[o.stream as usize];
+        if let Some(x) = stream_ops.get_mut(o.slot as usize) {
+            *x = i as u32;
         }
     }
-    stream_start[Stream::COUNT] = stream_ops.len() as u32;
-    let dep_at = deps
-        .iter()
-        .map(|&d| {
-            ops.get(d as usize)
-                .map_or(DepAt::default(), |o: &COp| DepAt {
-                    stream: u32::from(o.stream),
-                    slot: o.slot,
-                })
-        })
-        .collect();
+    dep_at.clear();
+    dep_at.extend(deps.iter().map(|&d| {
+        ops.get(d as usize)
+            .map_or(DepAt::default(), |o: &COp| DepAt {
+                stream: u32::from(o.stream),
+                slot: o.slot,
+            })
+    }));
     // Every allocation must be freed within the step, so that live memory returns to zero.
-    // The earliest open alloc (the bottom of its tag's stack).
-    if let Some(op) = unfreed.iter().position(|&u| u) {
+    // Report the earliest open alloc.
+    if let Some(op) = (open.open > 0).then(|| open.earliest_open()).flatten() {
+        let op = op as usize;
         let tag = match program.ops.get(op).map(|o| &o.kind) {
             Some(OpKind::Alloc { tag, .. }) => *tag,
             _ => 0,
@@ -357,17 +446,7 @@ pub(crate) fn compile(
             tag,
         });
     }
-    let (mut flops, mut model_flops) = (0u64, 0u64);
-    for o in &ops {
-        if let CKind::Compute {
-            flops: f,
-            model_flops: m,
-        } = o.kind
-        {
-            flops = flops.saturating_add(f);
-            model_flops = model_flops.saturating_add(m);
-        }
-    }
+    open.recycle();
     Ok(CProgram {
         flops,
         model_flops,
@@ -383,6 +462,107 @@ pub(crate) fn compile(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use super::super::testkit::{FixedCost, ProgBuilder};
+    use crate::schedule::{CollectiveKind, MemCategory, Phase};
+
+    /// Stream tables: each stream's ops sit contiguously in `stream_ops` in program order, an
+    /// op's `slot` is its position there, and `dep_at` names each dep's (stream, slot).
+    #[test]
+    fn stream_slots_follow_program_order_per_stream() {
+        let mut b = ProgBuilder::new(0);
+        let a = b.alloc(MemCategory::Weights, 10, 0, &[]);
+        let f = b.fwd(5, &[a]);
+        let c = b.collective(
+            Stream::Tp,
+            CollectiveKind::AllReduce,
+            GroupKind::Tp,
+            8,
+            &[f],
+        );
+        let g = b.compute(Stream::Compute, Phase::Backward, 7, &[c]);
+        let d = b.collective(
+            Stream::Dp,
+            CollectiveKind::AllReduce,
+            GroupKind::Dp,
+            4,
+            &[g],
+        );
+        let c2 = b.collective(
+            Stream::Tp,
+            CollectiveKind::AllGather,
+            GroupKind::Tp,
+            2,
+            &[g],
+        );
+        b.free(0, &[d, c2]);
+        let prog = b.build();
+        let cp = compile(0, &prog, &FixedCost::default(), 0).unwrap();
+        assert_eq!(cp.stream_ops.len(), prog.ops.len());
+        for (s, stream) in Stream::ALL.iter().enumerate() {
+            let want: Vec<u32> = (0..prog.ops.len() as u32)
+                .filter(|&i| prog.ops[i as usize].stream == *stream)
+                .collect();
+            let (lo, hi) = (cp.stream_start[s] as usize, cp.stream_start[s + 1] as usize);
+            assert_eq!(&cp.stream_ops[lo..hi], want.as_slice(), "{stream:?}");
+        }
+        for (i, o) in cp.ops.iter().enumerate() {
+            assert_eq!(cp.stream_ops[o.slot as usize], i as u32);
+            assert_eq!(usize::from(o.stream), prog.ops[i].stream.index());
+            for (at, &dep) in cp.dep_at_of(o).iter().zip(cp.deps_of(o)) {
+                assert_eq!(
+                    (at.stream, at.slot),
+                    (
+                        u32::from(cp.ops[dep as usize].stream),
+                        cp.ops[dep as usize].slot
+                    )
+                );
+            }
+        }
+        assert_eq!(cp.coll_ops[group_kind_index(GroupKind::Tp)], vec![c, c2]);
+        assert_eq!(cp.coll_ops[group_kind_index(GroupKind::Dp)], vec![d]);
+        assert_eq!((cp.flops, cp.model_flops), (12, 12));
+    }
+
+    /// With several tags open, some stacked, the error names the earliest open alloc.
+    #[test]
+    fn the_earliest_unfreed_alloc_is_reported() {
+        let mut b = ProgBuilder::new(0);
+        b.alloc(MemCategory::Weights, 10, 3, &[]); // op 0, tag 3: freed below
+        b.alloc(MemCategory::Activations, 10, 5, &[]); // op 1, tag 5: under op 2, never freed
+        b.alloc(MemCategory::Activations, 10, 5, &[]); // op 2, tag 5: freed below
+        b.alloc(MemCategory::Buffers, 10, 1_000_000, &[]); // op 3, a sparse tag, never freed
+        b.free(5, &[]);
+        b.free(3, &[]);
+        let err = compile(7, &b.build(), &FixedCost::default(), 0).err();
+        assert!(
+            matches!(
+                err,
+                Some(SimError::UnfreedAlloc {
+                    program: 7,
+                    op: 1,
+                    tag: 5
+                })
+            ),
+            "{err:?}"
+        );
+        let mut b = ProgBuilder::new(0);
+        b.alloc(MemCategory::Buffers, 10, 1_000_000, &[]); // op 0, sparse tag, never freed
+        b.alloc(MemCategory::Weights, 10, 2, &[]);
+        b.free(2, &[]);
+        let err = compile(0, &b.build(), &FixedCost::default(), 0).err();
+        assert!(
+            matches!(
+                err,
+                Some(SimError::UnfreedAlloc {
+                    op: 0,
+                    tag: 1_000_000,
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
+    }
 
     #[test]
     fn index_tables_match_declaration_order() {

@@ -28,6 +28,17 @@ pub(crate) struct Ctx<'a> {
     /// `group_of[kind * world + rank]`: the concrete group of each kind.
     pub group_of: Vec<u32>,
     pub world: usize,
+    /// The ranks the engine runs, ascending: every rank, or the representatives. The run's
+    /// per-rank state is indexed by position in this list (the rank's *slot*), so a collapsed
+    /// run holds state for its few representatives only, not for the whole world.
+    pub active: Vec<u32>,
+}
+
+impl Drop for Ctx<'_> {
+    /// The compiled programs' buffers go back to this thread's spares for the next run.
+    fn drop(&mut self) {
+        super::compile::recycle(std::mem::take(&mut self.progs));
+    }
 }
 
 impl<'a> Ctx<'a> {
@@ -96,6 +107,10 @@ impl<'a> Ctx<'a> {
                 }
             }
         }
+        let active = match &collapse {
+            Some(c) => c.reps.clone(),
+            None => (0..plan.world).collect(),
+        };
         Ok(Ctx {
             plan,
             schedule,
@@ -108,30 +123,21 @@ impl<'a> Ctx<'a> {
             collapse,
             group_of,
             world,
+            active,
         })
     }
 
-    /// The ranks the engine runs: every rank, or the representatives.
-    pub fn active(&self) -> Vec<u32> {
+    /// The slot of a rank the engine runs (its position in [`Ctx::active`]): the rank itself,
+    /// or in collapsed mode the representative's index. Only called for simulated ranks
+    /// (peers and group members are resolved to representatives).
+    #[inline]
+    pub fn slot(&self, rank: u32) -> usize {
         match &self.collapse {
-            Some(c) => c.reps.clone(),
-            None => (0..self.world as u32).collect(),
-        }
-    }
-
-    /// `mask[rank]`: whether the engine runs `rank`.
-    pub fn active_mask(&self) -> Vec<bool> {
-        match &self.collapse {
-            None => vec![true; self.world],
-            Some(c) => {
-                let mut mask = vec![false; self.world];
-                for &r in &c.reps {
-                    if let Some(x) = mask.get_mut(r as usize) {
-                        *x = true;
-                    }
-                }
-                mask
-            }
+            None => rank as usize,
+            Some(c) => c
+                .slot_of
+                .get(rank as usize)
+                .map_or(usize::MAX, |&s| s as usize),
         }
     }
 

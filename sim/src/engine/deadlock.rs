@@ -3,7 +3,7 @@
 //! generator can be fixed from the message alone.
 
 use super::compile::CKind;
-use super::run::{Ctx, State, STARTED};
+use super::run::{Ctx, Slots, State, STARTED};
 use crate::schedule::Stream;
 use serde::Serialize;
 use std::fmt;
@@ -65,9 +65,13 @@ impl fmt::Display for Deadlock {
     }
 }
 
-pub(crate) fn diagnose(ctx: &Ctx, st: &State) -> Deadlock {
-    let blocked: Vec<usize> = (0..ctx.world)
-        .filter(|&r| st.ranks.get(r).is_some_and(|x| x.remaining > 0))
+pub(crate) fn diagnose<S: Slots>(ctx: &Ctx, st: &State<S>) -> Deadlock {
+    let blocked: Vec<usize> = ctx
+        .active
+        .iter()
+        .zip(&st.ranks)
+        .filter(|(_, x)| x.remaining > 0)
+        .map(|(&r, _)| r as usize)
         .collect();
     let ranks = blocked
         .iter()
@@ -87,8 +91,8 @@ pub(crate) fn diagnose(ctx: &Ctx, st: &State) -> Deadlock {
 }
 
 /// The head op of stream `s` of rank `r`, if the stream still has ops.
-fn head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<u32> {
-    let ss = st.ranks.get(r)?.streams.get(s)?;
+fn head<S: Slots>(ctx: &Ctx, st: &State<S>, r: usize, s: usize) -> Option<u32> {
+    let ss = st.ranks.get(ctx.slot(r as u32))?.streams.get(s)?;
     let prog = ctx.prog(r);
     if ss.cursor >= *prog.stream_start.get(s + 1)? {
         return None;
@@ -96,13 +100,18 @@ fn head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<u32> {
     prog.stream_ops.get(ss.cursor as usize).copied()
 }
 
-fn describe_head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<BlockedHead> {
+fn describe_head<S: Slots>(ctx: &Ctx, st: &State<S>, r: usize, s: usize) -> Option<BlockedHead> {
     let op_idx = head(ctx, st, r, s)?;
     let prog = ctx.prog(r);
     let op = prog.ops.get(op_idx as usize)?;
-    let started = started(st, r, s);
+    let started = started(ctx, st, r, s);
     let waiting_for = if !started {
-        match prog.deps_of(op).iter().find(|&&d| !st.is_done(prog, r, d)) {
+        let slot = ctx.slot(r as u32);
+        match prog
+            .deps_of(op)
+            .iter()
+            .find(|&&d| !st.is_done(prog, slot, d))
+        {
             Some(&d) => {
                 let ds = prog.ops.get(d as usize).map_or(0, |o| o.stream as usize);
                 format!(
@@ -157,7 +166,7 @@ fn describe_head(ctx: &Ctx, st: &State, r: usize, s: usize) -> Option<BlockedHea
 }
 
 /// Member `m` has reached its `seq`-th collective on group kind `gk`.
-fn arrived(ctx: &Ctx, st: &State, m: usize, gk: usize, seq: u32) -> bool {
+fn arrived<S: Slots>(ctx: &Ctx, st: &State<S>, m: usize, gk: usize, seq: u32) -> bool {
     let prog = ctx.prog(m);
     let Some(&op) = prog.coll_ops[gk].get(seq as usize) else {
         return false;
@@ -165,12 +174,12 @@ fn arrived(ctx: &Ctx, st: &State, m: usize, gk: usize, seq: u32) -> bool {
     let Some(s) = prog.ops.get(op as usize).map(|o| o.stream as usize) else {
         return false;
     };
-    head(ctx, st, m, s) == Some(op) && started(st, m, s)
+    head(ctx, st, m, s) == Some(op) && started(ctx, st, m, s)
 }
 
-fn started(st: &State, r: usize, s: usize) -> bool {
+fn started<S: Slots>(ctx: &Ctx, st: &State<S>, r: usize, s: usize) -> bool {
     st.ranks
-        .get(r)
+        .get(ctx.slot(r as u32))
         .and_then(|x| x.streams.get(s))
         .is_some_and(|x| x.blocked_on == STARTED)
 }

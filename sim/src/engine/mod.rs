@@ -21,6 +21,7 @@ mod deadlock;
 mod flow;
 #[cfg(test)]
 mod flow_tests;
+mod memo;
 mod memory;
 #[cfg(test)]
 mod proptests;

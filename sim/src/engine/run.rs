@@ -10,11 +10,12 @@
 //!
 //! Longer than the ~600-line guide on purpose: the event loop and its per-op handlers share
 //! the hot state and are read together; the cold parts live in `compile`, `context`,
-//! `deadlock`, `flow` and `memory`.
+//! `deadlock`, `flow`, `memo` and `memory`.
 
-use super::compile::{CKind, CProgram};
+use super::compile::{CKind, CProgram, GROUP_KINDS};
 pub(crate) use super::context::Ctx;
 use super::flow::{Finished, Flows, Spec, FLOW_TAG};
+use super::memo::CollectiveMemo;
 use super::memory::RankMem;
 use super::queue::EventQueue;
 use super::{deadlock, RankStats, SimError, SimResult};
@@ -113,33 +114,65 @@ pub(crate) struct Inst {
     calls: u32,
 }
 
-pub(crate) struct State {
+/// How a run finds a rank's entry in its per-rank state: a full run indexes by rank, a
+/// collapsed one by slot ([`Ctx::slot`]). A type parameter of [`State`], so that the full run
+/// (millions of events at 16,384 GPUs) pays no lookup.
+pub(crate) trait Slots {
+    fn slot(ctx: &Ctx, rank: u32) -> usize;
+}
+
+/// Every rank is simulated: the slot is the rank.
+pub(crate) struct ByRank;
+
+impl Slots for ByRank {
+    #[inline(always)]
+    fn slot(_ctx: &Ctx, rank: u32) -> usize {
+        rank as usize
+    }
+}
+
+/// Collapsed: the representative's position in [`Ctx::active`].
+pub(crate) struct BySlot;
+
+impl Slots for BySlot {
+    #[inline(always)]
+    fn slot(ctx: &Ctx, rank: u32) -> usize {
+        ctx.slot(rank)
+    }
+}
+
+/// The run's mutable state. Per-rank vectors are indexed by slot ([`Ctx::slot`], found
+/// through `S`): one entry per simulated rank.
+pub(crate) struct State<S: Slots> {
     pub now: u64,
     events: u64,
     pub ranks: Vec<RankState>,
-    /// For a running send on (rank, stream): the matched receive (rank, op).
+    /// For a running send on (slot, stream): the matched receive (rank, op).
     partner: Vec<(u32, u32)>,
     mem: Vec<RankMem>,
+    /// P2p mailboxes, by the receiving rank's slot.
     pub pending: Vec<Vec<Pending>>,
+    /// Collectives under way, by (group kind, slot of the group's first simulated member):
+    /// that pair names one concrete group.
     pub rendezvous: Vec<Vec<Inst>>,
     queue: EventQueue,
     instant: VecDeque<(u32, u32)>,
     trace: Option<Trace>,
     /// Flow state, when transfers or compute share resources (see `engine::flow`).
     flows: Option<Flows>,
+    /// Durations of recent collectives (see [`CollectiveMemo`]).
+    coll_memo: CollectiveMemo,
+    slots: std::marker::PhantomData<S>,
 }
 
-impl State {
-    fn new(ctx: &Ctx) -> State {
+impl<S: Slots> State<S> {
+    fn new(ctx: &Ctx) -> State<S> {
         let world = ctx.world;
-        let mut ranks = Vec::with_capacity(world);
+        let slots = ctx.active.len();
+        let mut ranks = Vec::with_capacity(slots);
         let mut total_ops = 0usize;
-        for (r, &active) in ctx.active_mask().iter().enumerate() {
-            if !active {
-                ranks.push(RankState::default());
-                continue;
-            }
-            let p = ctx.prog(r);
+        for &r in &ctx.active {
+            let p = ctx.prog(r as usize);
             let mut rs = RankState {
                 remaining: p.ops.len() as u32,
                 ..RankState::default()
@@ -162,11 +195,11 @@ impl State {
             now: 0,
             events: 0,
             ranks,
-            partner: vec![(0, 0); world * STREAMS],
-            mem: vec![RankMem::default(); world],
-            pending: vec![Vec::new(); world],
-            rendezvous: vec![Vec::new(); ctx.plan.groups.len()],
-            queue: EventQueue::with_capacity(world * 4),
+            partner: vec![(0, 0); slots * STREAMS],
+            mem: vec![RankMem::default(); slots],
+            pending: vec![Vec::new(); slots],
+            rendezvous: vec![Vec::new(); slots * GROUP_KINDS],
+            queue: EventQueue::with_capacity(slots * 4),
             instant: VecDeque::with_capacity(64),
             flows: {
                 let cores = ctx.cost.shared_cores();
@@ -180,6 +213,8 @@ impl State {
                 );
                 (ctx.net.is_some() || f.compute).then_some(f)
             },
+            coll_memo: CollectiveMemo::default(),
+            slots: std::marker::PhantomData,
             trace: ctx.opts.trace.then(|| Trace {
                 events: Vec::with_capacity(total_ops),
                 memory: Vec::new(),
@@ -187,10 +222,11 @@ impl State {
         }
     }
 
+    /// Whether `op` of the rank in `slot` (running `prog`) has finished.
     #[inline]
-    pub fn is_done(&self, prog: &CProgram, rank: usize, op: u32) -> bool {
+    pub fn is_done(&self, prog: &CProgram, slot: usize, op: u32) -> bool {
         let o = &prog.ops[op as usize];
-        o.slot < self.ranks[rank].streams[o.stream as usize].cursor
+        o.slot < self.ranks[slot].streams[o.stream as usize].cursor
     }
 
     #[inline]
@@ -220,7 +256,7 @@ impl State {
         } else if a & P2P_BIT != 0 {
             let src = a & !P2P_BIT;
             let s = ctx.prog(src as usize).ops[b as usize].stream as usize;
-            let (dst, recv_op) = self.partner[src as usize * STREAMS + s];
+            let (dst, recv_op) = self.partner[S::slot(ctx, src) * STREAMS + s];
             self.complete(ctx, src, b)?;
             self.complete(ctx, dst, recv_op)
         } else {
@@ -228,25 +264,32 @@ impl State {
         }
     }
 
-    /// Start every waiting head of `rank` that may have become ready because `completed`
-    /// finished (or that was never checked).
-    fn try_start_heads(&mut self, ctx: &Ctx, rank: u32, completed: u32) -> Result<(), SimError> {
-        let r = rank as usize;
+    /// Start every waiting head of `rank` (in `slot`) that may have become ready because
+    /// `completed` finished (or that was never checked).
+    #[inline]
+    fn try_start_heads(
+        &mut self,
+        ctx: &Ctx,
+        rank: u32,
+        slot: usize,
+        completed: u32,
+    ) -> Result<(), SimError> {
+        let r = slot;
         let mut mask = self.ranks[r].waiting;
         while mask != 0 {
             let s = mask.trailing_zeros() as usize;
             mask &= mask - 1;
             let b = self.ranks[r].streams[s].blocked_on;
             if b == UNCHECKED || b == completed {
-                self.try_start(ctx, rank, s)?;
+                self.try_start(ctx, rank, r, s)?;
             }
         }
         Ok(())
     }
 
-    fn try_start(&mut self, ctx: &Ctx, rank: u32, s: usize) -> Result<(), SimError> {
-        let r = rank as usize;
-        let prog = ctx.prog(r);
+    fn try_start(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) -> Result<(), SimError> {
+        let r = slot;
+        let prog = ctx.prog(rank as usize);
         let op_idx = prog.stream_ops[self.ranks[r].streams[s].cursor as usize];
         let op = &prog.ops[op_idx as usize];
         let streams = &self.ranks[r].streams;
@@ -330,8 +373,8 @@ impl State {
     /// a collective).
     #[inline]
     fn begin_transfer(&mut self, ctx: &Ctx, rank: u32, op: u32) {
-        let r = rank as usize;
-        let s = ctx.prog(r).ops[op as usize].stream as usize;
+        let r = S::slot(ctx, rank);
+        let s = ctx.prog(rank as usize).ops[op as usize].stream as usize;
         let rs = &mut self.ranks[r];
         rs.streams[s].start_ns = self.now;
         let a = &mut rs.acct;
@@ -399,7 +442,7 @@ impl State {
         } else {
             (other_rank, rank)
         };
-        let list = &mut self.pending[dst as usize];
+        let list = &mut self.pending[S::slot(ctx, dst)];
         let Some(i) = list
             .iter()
             .position(|p| p.src == src && p.tag == tag && p.send != send)
@@ -431,7 +474,7 @@ impl State {
         self.begin_transfer(ctx, src, send_op);
         self.begin_transfer(ctx, dst, recv_op);
         let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
-        self.partner[src as usize * STREAMS + s] = (dst, recv_op);
+        self.partner[S::slot(ctx, src) * STREAMS + s] = (dst, recv_op);
         self.run_transfer(
             ctx,
             (P2P_BIT | src, send_op),
@@ -446,8 +489,10 @@ impl State {
         let rank = arrival.first_rank;
         let g = ctx.group_of[gk * ctx.world + rank as usize];
         let group = ctx.plan.group(g);
-        let n = ctx.members(g).len() as u32;
-        let insts = &mut self.rendezvous[g as usize];
+        let members = ctx.members(g);
+        let n = members.len() as u32;
+        let key = gk * ctx.active.len() + S::slot(ctx, members.first().copied().unwrap_or(rank));
+        let insts = &mut self.rendezvous[key];
         let inst = match insts.iter().position(|x| x.seq == arrival.seq) {
             None if n > 1 => {
                 insts.push(arrival);
@@ -481,6 +526,15 @@ impl State {
             let op = ctx.prog(m as usize).coll_ops[gk][inst.seq as usize];
             self.begin_transfer(ctx, m, op);
         }
+        let dur_ns = match ctx.net {
+            Some(_) => 0, // the flow network times the transfer
+            None => self
+                .coll_memo
+                .get((g, inst.kind, inst.bytes, inst.calls), || {
+                    ctx.cost
+                        .collective_ns(inst.kind, group, inst.bytes, inst.calls)
+                }),
+        };
         self.run_transfer(
             ctx,
             (COLL_BIT | g, inst.seq),
@@ -491,10 +545,7 @@ impl State {
                 bytes: inst.bytes,
                 calls: inst.calls,
             },
-            || {
-                ctx.cost
-                    .collective_ns(inst.kind, group, inst.bytes, inst.calls)
-            },
+            || dur_ns,
         );
         Ok(())
     }
@@ -516,8 +567,8 @@ impl State {
                 limit: ctx.opts.max_events,
             });
         }
-        let r = rank as usize;
-        let prog = ctx.prog(r);
+        let r = S::slot(ctx, rank);
+        let prog = ctx.prog(rank as usize);
         let op = &prog.ops[op_idx as usize];
         let now = self.now;
         let s = op.stream as usize;
@@ -561,6 +612,7 @@ impl State {
                 bytes,
             } => self.alloc(
                 rank,
+                r,
                 op_idx,
                 category as usize,
                 gpu,
@@ -573,7 +625,7 @@ impl State {
                         rank,
                         op: op_idx,
                         alloc,
-                        name: ctx.op_name(r, op_idx),
+                        name: ctx.op_name(rank as usize, op_idx),
                     });
                 }
                 if let CKind::Alloc {
@@ -582,7 +634,7 @@ impl State {
                     bytes,
                 } = prog.ops[alloc as usize].kind
                 {
-                    self.free(rank, category as usize, gpu, bytes);
+                    self.free(rank, r, category as usize, gpu, bytes);
                 }
             }
         }
@@ -598,12 +650,14 @@ impl State {
                 mem_bytes: self.mem[r].total,
             });
         }
-        self.try_start_heads(ctx, rank, op_idx)
+        self.try_start_heads(ctx, rank, r, op_idx)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn alloc(
         &mut self,
         rank: u32,
+        slot: usize,
         op: u32,
         category: usize,
         gpu: bool,
@@ -611,23 +665,23 @@ impl State {
         capacity_bytes: u64,
     ) {
         let now = self.now;
-        if self.mem[rank as usize].alloc(now, op, category, gpu, bytes, capacity_bytes) {
-            self.sample(rank);
+        if self.mem[slot].alloc(now, op, category, gpu, bytes, capacity_bytes) {
+            self.sample(rank, slot);
         }
     }
 
-    fn free(&mut self, rank: u32, category: usize, gpu: bool, bytes: u64) {
-        if self.mem[rank as usize].free(category, gpu, bytes) {
-            self.sample(rank);
+    fn free(&mut self, rank: u32, slot: usize, category: usize, gpu: bool, bytes: u64) {
+        if self.mem[slot].free(category, gpu, bytes) {
+            self.sample(rank, slot);
         }
     }
 
-    fn sample(&mut self, rank: u32) {
+    fn sample(&mut self, rank: u32, slot: usize) {
         if let Some(t) = &mut self.trace {
             t.memory.push(MemorySample {
                 rank,
                 time_ns: self.now,
-                bytes: self.mem[rank as usize].live,
+                bytes: self.mem[slot].live,
             });
         }
     }
@@ -648,9 +702,17 @@ fn compute_ns_uncached(ctx: &Ctx, rank: u32, op: u32) -> u64 {
 }
 
 pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
-    let mut st = State::new(ctx);
-    for rank in ctx.active() {
-        st.try_start_heads(ctx, rank, UNCHECKED)?;
+    if ctx.collapse.is_some() {
+        run_as::<BySlot>(ctx)
+    } else {
+        run_as::<ByRank>(ctx)
+    }
+}
+
+fn run_as<S: Slots>(ctx: &Ctx) -> Result<SimResult, SimError> {
+    let mut st = State::<S>::new(ctx);
+    for (slot, &rank) in ctx.active.iter().enumerate() {
+        st.try_start_heads(ctx, rank, slot, UNCHECKED)?;
     }
     loop {
         while let Some((a, b)) = st.instant.pop_front() {
@@ -670,21 +732,18 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
         return Err(SimError::Deadlock(Box::new(deadlock::diagnose(ctx, &st))));
     }
     let step_time_ns = st.ranks.iter().map(|r| r.acct.finish_ns).max().unwrap_or(0);
-    let is_active = ctx.active_mask();
-    let simulated: Vec<Option<RankStats>> = st
+    let simulated: Vec<RankStats> = st
         .ranks
         .iter_mut()
         .zip(&st.mem)
-        .enumerate()
-        .map(|(r, (rs, m))| {
-            if !is_active[r] {
-                return None;
-            }
+        .zip(&ctx.active)
+        .map(|((rs, m), &rank)| {
+            let r = rank as usize;
             let a = &mut rs.acct;
             a.flush(step_time_ns);
             debug_assert_eq!(a.compute_ns + a.comm_ns + a.idle_ns, step_time_ns);
-            Some(RankStats {
-                rank: r as u32,
+            RankStats {
+                rank,
                 finish_ns: a.finish_ns,
                 compute_busy_ns: a.compute_ns,
                 comm_exposed_ns: a.comm_ns,
@@ -699,12 +758,12 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
                 over_capacity_op: m.over_op,
                 over_capacity_time_ns: m.over_ns,
                 end_memory_bytes: m.end_bytes(),
-            })
+            }
         })
         .collect();
     let ranks = match &ctx.collapse {
         Some(c) => c.expand(&simulated),
-        None => simulated.into_iter().flatten().collect(),
+        None => simulated,
     };
     Ok(SimResult {
         step_time_ns,

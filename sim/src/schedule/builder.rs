@@ -40,6 +40,12 @@ impl Builder {
         }
     }
 
+    /// Room for `additional` more ops, so that a program of known rough size is not copied
+    /// each time its op vector grows (ops are large; the copies showed in sweep profiles).
+    pub fn reserve(&mut self, additional: usize) {
+        self.ops.reserve(additional);
+    }
+
     fn new_tag(&mut self) -> Result<u32, ScheduleError> {
         let tag = self.next_tag;
         self.next_tag = self

@@ -140,3 +140,43 @@ fn layouts_skipped_for_model_state_really_do_not_fit() {
         assert!(full.report.peak_memory_bytes >= row.peak_memory_bytes);
     }
 }
+
+/// Compiled programs' buffers are reused across runs on a thread (`engine::compile`): every
+/// layout of a search, each simulated after the others on one thread, gives exactly the row
+/// it gives simulated first on a fresh thread.
+#[test]
+fn a_layout_simulated_after_others_equals_one_simulated_fresh() {
+    let src = source();
+    let s = src.resolve(&[]).unwrap();
+    let layouts = numbered(search(&s, &SearchSpace::default()));
+    assert!(layouts.len() > 4);
+    let parsed = src.parse().unwrap();
+    let row = |o: Outcome| match o {
+        Outcome::Row(r) => Some(*r),
+        Outcome::Invalid | Outcome::Failed => None,
+    };
+    // One thread, every layout in turn (largest programs first, so later ones reuse bigger
+    // buffers than they need, then the reverse order too).
+    let mut reused: Vec<Option<SweepRow>> = layouts
+        .iter()
+        .rev()
+        .map(|(i, o)| row(evaluate(&parsed, *i, o.clone())))
+        .collect();
+    reused.reverse();
+    let again: Vec<Option<SweepRow>> = layouts
+        .iter()
+        .map(|(i, o)| row(evaluate(&parsed, *i, o.clone())))
+        .collect();
+    let mut simulated = 0;
+    for ((i, o), (a, b)) in layouts.iter().zip(reused.iter().zip(&again)) {
+        let fresh = std::thread::scope(|sc| {
+            sc.spawn(|| row(evaluate(&parsed, *i, o.clone())))
+                .join()
+                .unwrap()
+        });
+        assert_eq!(a, &fresh, "layout {i}");
+        assert_eq!(b, &fresh, "layout {i}");
+        simulated += usize::from(fresh.as_ref().is_some_and(|r| r.simulated));
+    }
+    assert!(simulated > 4, "only {simulated} layouts were simulated");
+}
