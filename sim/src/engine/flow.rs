@@ -122,6 +122,8 @@ pub(crate) struct Flows {
     changed: Vec<u32>,
     /// Resource id of node 0's shared cores, when compute shares cores.
     core_base: Option<u32>,
+    /// Cores of each node, when compute shares cores.
+    cores_per_node: u32,
     /// Compute runs as flows (shared cores or an overlap slowdown).
     pub compute: bool,
     slowdown: f64,
@@ -150,9 +152,10 @@ impl Flows {
         slots: usize,
     ) -> Flows {
         let mut capacity = net.map_or_else(Vec::new, |n| n.capacities().to_vec());
+        // One resource per core, each of capacity one: ranks are bound to cores (`cpu_of`).
         let core_base = cores.map(|c| {
             let base = capacity.len() as u32;
-            capacity.resize(base as usize + nodes as usize, f64::from(c.max(1)));
+            capacity.resize(base as usize + (nodes * c.max(1)) as usize, 1.0);
             base
         });
         let slowdown = if slowdown.is_finite() && slowdown > 0.0 {
@@ -168,6 +171,7 @@ impl Flows {
             plans: Plans::default(),
             changed: Vec::new(),
             core_base,
+            cores_per_node: cores.unwrap_or(0).max(1),
             compute: cores.is_some() || slowdown > 0.0,
             slowdown,
             compute_flow: vec![NO_FLOW; slots],
@@ -253,8 +257,8 @@ impl Flows {
         None
     }
 
-    /// Starts work that occupies the CPU cores of each node in `nodes` (one flow per entry,
-    /// at most one core each) for `work_ns` of solo time; it completes as a transfer does,
+    /// Starts work that occupies each core in `cpus` (see [`Flows::cpu_of`]; one flow per
+    /// entry) for `work_ns` of solo time; it completes as a transfer does,
     /// when every flow has finished. On the host backend communication and allocation are
     /// CPU work (loopback copies, checksums, page writes), so they share the cores with
     /// compute. Returns the completion at once when no cores are shared or there is no work.
@@ -262,26 +266,26 @@ impl Flows {
         &mut self,
         now: u64,
         done: (u32, u32),
-        nodes: &[u32],
+        cpus: &[u32],
         work_ns: u64,
     ) -> Option<((u32, u32), u64)> {
         let Some(base) = self.core_base else {
             return Some((done, work_ns));
         };
-        if work_ns == 0 || nodes.is_empty() {
+        if work_ns == 0 || cpus.is_empty() {
             return Some((done, work_ns));
         }
         let tid = self.new_transfer(Transfer {
             done,
             plan: CPU,
             next: 1,
-            flows_left: nodes.len() as u32,
+            flows_left: cpus.len() as u32,
             latency_ns: 0,
         });
-        for &n in nodes {
+        for &c in cpus {
             self.add(
                 now,
-                Path::new(&[base + n]),
+                Path::new(&[base + c]),
                 1.0,
                 work_ns as f64,
                 Owner::Transfer(tid),
@@ -293,6 +297,16 @@ impl Flows {
     /// Whether compute shares CPU cores (the host backend's model).
     pub fn cores_shared(&self) -> bool {
         self.core_base.is_some()
+    }
+
+    /// The core `rank` runs on (an index among the cores of every node): ranks are bound to
+    /// their node's cores round-robin by local rank, as the host runtime binds them
+    /// (`twin_runtime::launch::affinity`), and the work of the ranks bound to one core shares
+    /// it (processor sharing).
+    pub fn cpu_of(&self, plan: &Plan, rank: u32) -> u32 {
+        let c = self.cores_per_node;
+        let local = rank % plan.gpus_per_node.max(1);
+        plan.node_of(rank) * c + local % c
     }
 
     fn new_transfer(&mut self, t: Transfer) -> u32 {
@@ -340,17 +354,18 @@ impl Flows {
     }
 
     /// Starts compute op `op` of `rank` on stream slot `slot` (`rank * STREAMS + stream`) for
-    /// `work_ns` of solo time; `node` picks the shared cores, `communicating` the cap.
+    /// `work_ns` of solo time on core `cpu` (see [`Flows::cpu_of`]); `communicating` picks
+    /// the cap.
     pub fn start_compute(
         &mut self,
         now: u64,
         (rank, op, slot): (u32, u32, u32),
-        node: u32,
+        cpu: u32,
         work_ns: u64,
         communicating: bool,
     ) {
         let path = match self.core_base {
-            Some(b) => Path::new(&[b + node]),
+            Some(b) => Path::new(&[b + cpu]),
             None => Path::default(),
         };
         let cap = self.cap(communicating);

@@ -319,13 +319,16 @@ impl<S: Slots> State<S> {
                 a.running_compute += 1;
                 let communicating = a.running_comm > 0;
                 match &mut self.flows {
-                    Some(f) if f.compute && dur > 0 => f.start_compute(
-                        now,
-                        (rank, op_idx, (r * STREAMS + s) as u32),
-                        ctx.plan.node_of(rank),
-                        dur,
-                        communicating,
-                    ),
+                    Some(f) if f.compute && dur > 0 => {
+                        let cpu = f.cpu_of(ctx.plan, rank);
+                        f.start_compute(
+                            now,
+                            (rank, op_idx, (r * STREAMS + s) as u32),
+                            cpu,
+                            dur,
+                            communicating,
+                        )
+                    }
                     _ => self.schedule(dur, rank, op_idx),
                 }
             }
@@ -416,8 +419,8 @@ impl<S: Slots> State<S> {
     /// ranks share cores, else simply `dur_ns` long.
     fn run_cpu_work(&mut self, ctx: &Ctx, done: (u32, u32), ranks: &[u32], dur_ns: u64) {
         if let Some(f) = self.flows.as_mut().filter(|f| f.cores_shared()) {
-            let nodes: Vec<u32> = ranks.iter().map(|&r| ctx.plan.node_of(r)).collect();
-            if let Some((d, delay_ns)) = f.start_cpu_work(self.now, done, &nodes, dur_ns) {
+            let cpus: Vec<u32> = ranks.iter().map(|&r| f.cpu_of(ctx.plan, r)).collect();
+            if let Some((d, delay_ns)) = f.start_cpu_work(self.now, done, &cpus, dur_ns) {
                 self.schedule(delay_ns, d.0, d.1);
             }
             return;
