@@ -79,8 +79,8 @@ impl Analytic {
     }
 
     /// CPU cores shared by the ranks of one node for compute, when the profile describes a
-    /// host (`[host] cores`). The engine is to run the compute ops of one node's ranks on
-    /// these cores (processor sharing, each op at most one core); `None` means every rank
+    /// host (`[host] cores`). The engine binds each rank to one of these cores and shares
+    /// each core among the work bound to it (see `engine::flow`); `None` means every rank
     /// has its own device.
     pub fn host_cores(&self) -> Option<u32> {
         self.host_cores

@@ -49,7 +49,8 @@ pub trait CostModel: Send + Sync {
         false
     }
     /// When the ranks of one node share this many CPU cores (host backend): the engine then
-    /// runs a node's concurrent compute ops by processor sharing, each at most one core.
+    /// binds each rank to one core (round-robin by local rank) and shares each core among the
+    /// compute, transfers and priced allocations bound to it.
     /// `None` (the default): every rank has its own device.
     fn shared_cores(&self) -> Option<u32> {
         None

@@ -10,8 +10,9 @@
 //! bytes it moved at the old rate are settled and a new completion event is pushed; the old
 //! event stays in the heap and is skipped when it pops, because each flow carries a version
 //! that the event must match (lazy invalidation). Compute ops become flows when the cost
-//! model asks for it: over their node's shared CPU cores (processor sharing, each op at most
-//! one core) and/or capped at `1 / (1 + slowdown)` while their rank communicates.
+//! model asks for it: on their rank's CPU core, shared with the other work bound to it (ranks
+//! are bound to their node's cores round-robin; host transfers and allocations are CPU work
+//! there too) and/or capped at `1 / (1 + slowdown)` while their rank communicates.
 
 mod events;
 mod plans;
