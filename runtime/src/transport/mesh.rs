@@ -197,7 +197,25 @@ impl Mesh {
         corrupt: bool,
     ) -> Result<(Vec<u8>, Instant), RuntimeError> {
         let got = if payload.len() as u64 <= INLINE_MAX_BYTES && recv_len <= INLINE_MAX_BYTES {
-            self.exchange_inline(to, from, lane, tag, payload, recv_len, corrupt)
+            let (tc, fc) = (self.conn(to, lane)?, self.conn(from, lane)?);
+            let poisoned = || RuntimeError::Aborted("a transport thread panicked".into());
+            let _w = tc.write_lock.lock().map_err(|_| poisoned())?;
+            let _r = fc.read_lock.lock().map_err(|_| poisoned())?;
+            let expect = super::exchange::Expect {
+                peer: from,
+                tag,
+                len: recv_len,
+            };
+            super::exchange::exchange(
+                &tc.stream,
+                to,
+                &fc.stream,
+                &expect,
+                tag,
+                payload,
+                corrupt,
+                self.timeout,
+            )
         } else {
             std::thread::scope(|s| {
                 let sender = s.spawn(|| self.send(to, lane, tag, payload, corrupt));
@@ -219,38 +237,6 @@ impl Mesh {
             self.shutdown_all();
         }
         got
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn exchange_inline(
-        &self,
-        to: RankId,
-        from: RankId,
-        lane: u8,
-        tag: u64,
-        payload: &[u8],
-        recv_len: u64,
-        corrupt: bool,
-    ) -> Result<(Vec<u8>, Instant), RuntimeError> {
-        let (tc, fc) = (self.conn(to, lane)?, self.conn(from, lane)?);
-        let poisoned = || RuntimeError::Aborted("a transport thread panicked".into());
-        let _w = tc.write_lock.lock().map_err(|_| poisoned())?;
-        let _r = fc.read_lock.lock().map_err(|_| poisoned())?;
-        let expect = super::exchange::Expect {
-            peer: from,
-            tag,
-            len: recv_len,
-        };
-        super::exchange::exchange(
-            &tc.stream,
-            to,
-            &fc.stream,
-            &expect,
-            tag,
-            payload,
-            corrupt,
-            self.timeout,
-        )
     }
 
     /// Close every connection: wakes every thread blocked on a socket (used on abort).

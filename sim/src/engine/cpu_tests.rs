@@ -4,42 +4,16 @@
 
 use super::testkit::*;
 use super::*;
-use crate::cost::CostModel;
-use crate::plan::{Group, GroupKind};
-use crate::schedule::{CollectiveKind, ComputeOp, MemCategory, Stream};
-
-/// FixedCost (compute and transfers take their size in ns) with shared cores and priced
-/// allocations (1 ns per byte).
-struct Host {
-    cores: Option<u32>,
-}
-
-impl CostModel for Host {
-    fn compute_ns(&self, rank: u32, op: &ComputeOp) -> u64 {
-        FixedCost::default().compute_ns(rank, op)
-    }
-    fn collective_ns(&self, kind: CollectiveKind, g: &Group, bytes: u64, calls: u32) -> u64 {
-        FixedCost::default().collective_ns(kind, g, bytes, calls)
-    }
-    fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64 {
-        FixedCost::default().p2p_ns(plan, src, dst, bytes)
-    }
-    fn checkpoint_ns(&self, bytes: u64) -> u64 {
-        bytes
-    }
-    fn alloc_ns(&self, _category: MemCategory, bytes: u64) -> u64 {
-        bytes
-    }
-    fn compute_is_rank_invariant(&self) -> bool {
-        true
-    }
-    fn shared_cores(&self) -> Option<u32> {
-        self.cores
-    }
-}
+use crate::plan::GroupKind;
+use crate::schedule::{CollectiveKind, MemCategory, Stream};
 
 fn step(plan: &Plan, s: &Schedule, cores: Option<u32>) -> u64 {
-    simulate(plan, s, &Host { cores }, &SimOptions::default())
+    let cost = SharedCores {
+        cores,
+        alloc_ns_per_byte: 1,
+        ..SharedCores::default()
+    };
+    simulate(plan, s, &cost, &SimOptions::default())
         .unwrap()
         .step_time_ns
 }

@@ -225,36 +225,6 @@ fn pipeline_p2p_and_dp_all_reduce_slow_each_other() {
     assert!(p2p_ab.unwrap().abs_diff(p2p) <= 2 && ar_ab.unwrap().abs_diff(ar) <= 4);
 }
 
-/// FixedCost with shared cores and an overlap slowdown.
-struct Shared {
-    cores: Option<u32>,
-    slowdown: f64,
-}
-
-impl CostModel for Shared {
-    fn compute_ns(&self, rank: u32, op: &ComputeOp) -> u64 {
-        FixedCost::default().compute_ns(rank, op)
-    }
-    fn collective_ns(&self, kind: CollectiveKind, g: &Group, bytes: u64, calls: u32) -> u64 {
-        FixedCost::default().collective_ns(kind, g, bytes, calls)
-    }
-    fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64 {
-        FixedCost::default().p2p_ns(plan, src, dst, bytes)
-    }
-    fn checkpoint_ns(&self, bytes: u64) -> u64 {
-        bytes
-    }
-    fn compute_is_rank_invariant(&self) -> bool {
-        true
-    }
-    fn shared_cores(&self) -> Option<u32> {
-        self.cores
-    }
-    fn overlap_compute_slowdown(&self) -> f64 {
-        self.slowdown
-    }
-}
-
 #[test]
 fn ranks_of_a_node_share_its_cores() {
     // Four ranks on one node, each computing 1000 ns.
@@ -268,9 +238,9 @@ fn ranks_of_a_node_share_its_cores() {
         .collect();
     let s = per_rank(progs);
     let step = |cores| {
-        let cost = Shared {
+        let cost = SharedCores {
             cores,
-            slowdown: 0.0,
+            ..SharedCores::default()
         };
         simulate(&plan, &s, &cost, &SimOptions::default())
             .unwrap()
@@ -300,9 +270,9 @@ fn compute_overlapping_communication_is_slowed() {
     );
     let s = per_rank(vec![b.build()]);
     let run = |slowdown| {
-        let cost = Shared {
-            cores: None,
+        let cost = SharedCores {
             slowdown,
+            ..SharedCores::default()
         };
         simulate(&plan, &s, &cost, &SimOptions::default())
             .unwrap()

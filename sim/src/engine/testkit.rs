@@ -53,6 +53,42 @@ impl CostModel for FixedCost {
 }
 
 /// A plan of `tp * pp * dp` A100s (8 per node), `microbatches` per pipeline.
+/// [`FixedCost`] on a host: ranks share `cores` CPU cores, compute overlapping communication
+/// is slowed by `slowdown`, and an allocation takes `alloc_ns_per_byte` ns per byte.
+#[derive(Default)]
+pub(crate) struct SharedCores {
+    pub cores: Option<u32>,
+    pub slowdown: f64,
+    pub alloc_ns_per_byte: u64,
+}
+
+impl CostModel for SharedCores {
+    fn compute_ns(&self, rank: u32, op: &ComputeOp) -> u64 {
+        FixedCost::default().compute_ns(rank, op)
+    }
+    fn collective_ns(&self, kind: CollectiveKind, g: &Group, bytes: u64, calls: u32) -> u64 {
+        FixedCost::default().collective_ns(kind, g, bytes, calls)
+    }
+    fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64 {
+        FixedCost::default().p2p_ns(plan, src, dst, bytes)
+    }
+    fn checkpoint_ns(&self, bytes: u64) -> u64 {
+        bytes
+    }
+    fn alloc_ns(&self, _category: MemCategory, bytes: u64) -> u64 {
+        bytes.saturating_mul(self.alloc_ns_per_byte)
+    }
+    fn compute_is_rank_invariant(&self) -> bool {
+        true
+    }
+    fn shared_cores(&self) -> Option<u32> {
+        self.cores
+    }
+    fn overlap_compute_slowdown(&self) -> f64 {
+        self.slowdown
+    }
+}
+
 pub(crate) fn plan(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Plan {
     Plan::new(&small_scenario(tp, pp, dp, microbatches)).expect("test plan")
 }
