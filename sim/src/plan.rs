@@ -95,7 +95,7 @@ impl GroupKind {
     }
 
     /// Position in [`GroupKind::ALL`] (a test checks the two agree).
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             GroupKind::Tp => 0,
             GroupKind::Cp => 1,

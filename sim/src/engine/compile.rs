@@ -137,16 +137,7 @@ pub(crate) const GROUP_KINDS: usize = GroupKind::ALL.len();
 
 /// Position of a group kind in [`GroupKind::ALL`].
 pub(crate) fn group_kind_index(kind: GroupKind) -> usize {
-    match kind {
-        GroupKind::Tp => 0,
-        GroupKind::Cp => 1,
-        GroupKind::Ep => 2,
-        GroupKind::Dp => 3,
-        GroupKind::DenseDp => 4,
-        GroupKind::ExpertDp => 5,
-        GroupKind::Pp => 6,
-        GroupKind::World => 7,
-    }
+    kind.index()
 }
 
 /// Position of a peer in the engine's per-rank peer table.
