@@ -502,19 +502,29 @@ mod tests {
 
     /// Members by definition: the ranks that agree with the group's rank on every axis the
     /// kind does not vary, ascending; ids in order of each group's smallest member.
-    #[test]
-    fn groups_match_their_coordinate_definition_in_any_order() {
+    /// Plans of one tp 2, cp 2, pp 3, dp 2 scenario, each in a different placement order.
+    fn plans_in_three_orders() -> Vec<Plan> {
         use crate::scenario::Axis;
         let mut s = small_scenario(2, 3, 2, 4);
         s.parallel.cp = 2;
         s.cluster.gpus = 24;
-        for order in [
+        [
             crate::scenario::Parallel::DEFAULT_ORDER,
             [Axis::Pp, Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp],
             [Axis::Dp, Axis::Pp, Axis::Cp, Axis::Tp, Axis::Ep],
-        ] {
+        ]
+        .into_iter()
+        .map(|order| {
             s.parallel.order = order;
-            let plan = Plan::new(&s).unwrap();
+            Plan::new(&s).unwrap()
+        })
+        .collect()
+    }
+
+    #[test]
+    fn groups_match_their_coordinate_definition_in_any_order() {
+        for plan in plans_in_three_orders() {
+            let order = plan.order;
             let mut next_id = 0u32;
             for kind in GroupKind::ALL {
                 let fixed = |c: Coords| {
@@ -561,17 +571,8 @@ mod tests {
     /// coordinate definition in any placement order.
     #[test]
     fn stage_and_pipeline_neighbours_follow_coordinates_in_any_order() {
-        use crate::scenario::Axis;
-        let mut s = small_scenario(2, 3, 2, 4);
-        s.parallel.cp = 2;
-        s.cluster.gpus = 24;
-        for order in [
-            crate::scenario::Parallel::DEFAULT_ORDER,
-            [Axis::Pp, Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp],
-            [Axis::Dp, Axis::Pp, Axis::Cp, Axis::Tp, Axis::Ep],
-        ] {
-            s.parallel.order = order;
-            let plan = Plan::new(&s).unwrap();
+        for plan in plans_in_three_orders() {
+            let order = plan.order;
             for r in 0..plan.world {
                 let c = plan.coords(r);
                 assert_eq!(plan.stage_of(r), c.pp, "{order:?} {r}");
