@@ -17,7 +17,7 @@ use crate::error::RuntimeError;
 use crate::exec::run_step;
 use crate::transport::frame::checksum;
 use crate::transport::mesh::Mesh;
-use crate::transport::store::StoreClient;
+use crate::transport::store::{le_u64, StoreClient};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use twin_sim::plan::Plan;
@@ -201,12 +201,7 @@ fn restore(
         store.set(&format!("resume/{round}/{}", me.rank), &mine.to_le_bytes())?;
         let mut all = Vec::with_capacity(me.world as usize);
         for r in 0..me.world {
-            let v = store.get(&format!("resume/{round}/{r}"))?;
-            let mut b = [0u8; 8];
-            if let Some(src) = v.get(..8) {
-                b.copy_from_slice(src);
-            }
-            all.push(u64::from_le_bytes(b));
+            all.push(le_u64(&store.get(&format!("resume/{round}/{r}"))?));
         }
         let agreed = all.iter().copied().min().unwrap_or(0);
         if agreed == 0 || all.iter().all(|&s| s == agreed) {

@@ -20,7 +20,7 @@ pub struct Expect {
     pub len: u64,
 }
 
-/// Send `frame` (already encoded) on `to` while receiving one frame as `expect` says on
+/// Send `payload` as one frame of `tag` on `to` while receiving one frame as `expect` says on
 /// `from` (they may be the same socket). Returns the payload and when its header arrived.
 /// Fails when either side is silent for `timeout`.
 #[allow(clippy::too_many_arguments)]
@@ -50,7 +50,9 @@ pub fn exchange(
         peer: expect.peer,
         message: format!("receive failed: {}", describe_io(&e)),
     };
+    // One pollfd when both directions use one socket (a ring of two), else [from, to].
     let same = to.as_raw_fd() == from.as_raw_fd();
+    let (out_slot, nfds) = if same { (0, 1) } else { (1, 2) };
     let mut last_progress = Instant::now();
     loop {
         let sending = sent < out.len();
@@ -74,10 +76,8 @@ pub fn exchange(
             fds[0].events |= libc::POLLIN;
         }
         if sending {
-            let slot = if same { 0 } else { 1 };
-            fds[slot].events |= libc::POLLOUT;
+            fds[out_slot].events |= libc::POLLOUT;
         }
-        let nfds = if same { 1 } else { 2 };
         let waited = last_progress.elapsed();
         let left = timeout.saturating_sub(waited);
         if left.is_zero() {
@@ -95,7 +95,6 @@ pub fn exchange(
             return Err(recv_err(e));
         }
         let ready_in = fds[0].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
-        let out_slot = if same { 0 } else { 1 };
         let ready_out =
             fds[out_slot].revents & (libc::POLLOUT | libc::POLLHUP | libc::POLLERR) != 0;
         if sending && ready_out {
@@ -141,10 +140,6 @@ pub fn exchange(
                                 Some(expect.tag),
                                 Some(expect.len),
                             )?;
-                            let len = usize::try_from(len).map_err(|_| RuntimeError::Corrupt {
-                                peer: expect.peer,
-                                message: format!("length {len}"),
-                            })?;
                             body = vec![0u8; len];
                             sum = s;
                         }
@@ -160,11 +155,9 @@ pub fn exchange(
     Ok((body, arrived.unwrap_or_else(Instant::now)))
 }
 
-/// One non-blocking send(2) (no SIGPIPE: a closed peer is an error, not a signal).
+/// One non-blocking send(2) of non-empty `data` (no SIGPIPE: a closed peer is an error, not a
+/// signal).
 fn send_some(s: &TcpStream, data: &[u8]) -> std::io::Result<usize> {
-    if data.is_empty() {
-        return Ok(0);
-    }
     // SAFETY: `data` is a valid readable buffer of `data.len()` bytes for the call.
     let n = unsafe {
         libc::send(
@@ -181,11 +174,9 @@ fn send_some(s: &TcpStream, data: &[u8]) -> std::io::Result<usize> {
     }
 }
 
-/// One non-blocking recv(2) into `buf`; Ok(0) means the peer closed the connection.
+/// One non-blocking recv(2) into `buf` (non-empty); Ok(0) means the peer closed the
+/// connection.
 fn recv_some(s: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
-    if buf.is_empty() {
-        return Err(std::io::Error::from(ErrorKind::WouldBlock));
-    }
     // SAFETY: `buf` is a valid writable buffer of `buf.len()` bytes for the call.
     let n = unsafe {
         libc::recv(

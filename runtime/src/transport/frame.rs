@@ -45,20 +45,14 @@ pub fn write_frame(
     payload: &[u8],
     corrupt: bool,
 ) -> Result<(), RuntimeError> {
-    let h = header(tag, payload);
     let io = |e: std::io::Error| RuntimeError::Transport {
         peer,
         message: format!("send failed: {}", describe_io(&e)),
     };
-    w.write_all(&h).map_err(io)?;
-    if corrupt && !payload.is_empty() {
-        let mut bad = payload.to_vec();
-        let mid = bad.len() / 2;
-        if let Some(b) = bad.get_mut(mid) {
-            *b ^= 0x10;
-        }
-        w.write_all(&bad).map_err(io)?;
+    if corrupt {
+        w.write_all(&encode(tag, payload, true)).map_err(io)?;
     } else {
+        w.write_all(&header(tag, payload)).map_err(io)?;
         w.write_all(payload).map_err(io)?;
     }
     w.flush().map_err(io)
@@ -90,11 +84,7 @@ pub fn read_frame_at(
     })?;
     let arrived = Instant::now();
     let (tag, len, sum) = parse_header(&h, peer, expect_tag, expect_len)?;
-    let len_usize = usize::try_from(len).map_err(|_| RuntimeError::Corrupt {
-        peer,
-        message: format!("length {len}"),
-    })?;
-    let mut payload = vec![0u8; len_usize];
+    let mut payload = vec![0u8; len];
     r.read_exact(&mut payload)
         .map_err(|e| RuntimeError::Transport {
             peer,
@@ -119,14 +109,14 @@ pub fn encode(tag: u64, payload: &[u8], corrupt: bool) -> Vec<u8> {
     out
 }
 
-/// Check a received header: magic, the expected tag and length (when given). Returns (tag,
-/// payload length, payload checksum).
+/// Check a received header: magic, the expected tag and length (when given), and that the
+/// length fits in memory. Returns (tag, payload length, payload checksum).
 pub fn parse_header(
     h: &[u8; HEADER_BYTES],
     peer: RankId,
     expect_tag: Option<u64>,
     expect_len: Option<u64>,
-) -> Result<(u64, u64, u64), RuntimeError> {
+) -> Result<(u64, usize, u64), RuntimeError> {
     let word = |a: usize, b: usize| {
         let mut x = [0u8; 8];
         if let (Some(dst), Some(src)) = (x.get_mut(..b - a), h.get(a..b)) {
@@ -153,6 +143,7 @@ pub fn parse_header(
             return Err(corrupt(format!("expected {l} bytes, header says {len}")));
         }
     }
+    let len = usize::try_from(len).map_err(|_| corrupt(format!("length {len}")))?;
     Ok((tag, len, sum))
 }
 

@@ -49,6 +49,14 @@ impl Clock {
     }
 }
 
+/// A little-endian u64 from the first 8 bytes of a store value (zero-padded when shorter).
+pub fn le_u64(bytes: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = bytes.len().min(8);
+    b[..n].copy_from_slice(&bytes[..n]);
+    u64::from_le_bytes(b)
+}
+
 /// Wait until `clock` reads `t_ns`: sleep until shortly before, then yield until it.
 pub fn wait_until(clock: &Clock, t_ns: u64) {
     const SPIN_NS: u64 = 200_000;
@@ -286,22 +294,20 @@ impl StoreClient {
         clock: &Clock,
         margin: Duration,
     ) -> Result<(), RuntimeError> {
-        self.set(&format!("barrier/{name}/{rank}"), &[])?;
         let key = format!("start/{name}");
-        if rank == 0 {
+        let start_ns = if rank == 0 {
             for r in 1..world {
                 self.get(&format!("barrier/{name}/{r}"))?;
             }
             let margin_ns = u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX);
             let t = clock.now_ns().saturating_add(margin_ns);
             self.set(&key, &t.to_le_bytes())?;
-        }
-        let v = self.get(&key)?;
-        let mut b = [0u8; 8];
-        if let Some(src) = v.get(..8) {
-            b.copy_from_slice(src);
-        }
-        wait_until(clock, u64::from_le_bytes(b));
+            t
+        } else {
+            self.set(&format!("barrier/{name}/{rank}"), &[])?;
+            le_u64(&self.get(&key)?)
+        };
+        wait_until(clock, start_ns);
         Ok(())
     }
 
@@ -314,11 +320,7 @@ impl StoreClient {
             let t0 = clock.local_ns();
             let reply = self.request(OP_TIME, &[])?;
             let t1 = clock.local_ns();
-            let mut b = [0u8; 8];
-            if let Some(src) = reply.get(..8) {
-                b.copy_from_slice(src);
-            }
-            let server = i128::from(u64::from_le_bytes(b));
+            let server = i128::from(le_u64(&reply));
             let rtt = t1.saturating_sub(t0);
             let mid = (i128::from(t0) + i128::from(t1)) / 2;
             let offset = i64::try_from(server - mid).unwrap_or(0);
@@ -355,7 +357,7 @@ mod tests {
         let before = clock.now_ns();
         a.start_together("s", 0, 3, &clock, margin).unwrap();
         let left = clock.now_ns();
-        let start = u64::from_le_bytes(a.get("start/s").unwrap()[..8].try_into().unwrap());
+        let start = le_u64(&a.get("start/s").unwrap());
         // Rank 0 named a start at least the margin after it had arrived, and nobody left
         // before it.
         assert!(start >= before + margin.as_nanos() as u64);

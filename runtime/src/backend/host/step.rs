@@ -8,7 +8,7 @@ use twin_sim::schedule::Stream;
 
 /// What the stream threads share during a step.
 pub(super) struct StepState {
-    pub(super) done: Vec<AtomicBool>,
+    done: Vec<AtomicBool>,
     /// One waiter slot per stream: a stream thread sleeps on its own condvar and is woken only
     /// by the completion of the op it waits for (`notify_all` on one shared condvar woke every
     /// stream thread of the rank at every op end: on an oversubscribed machine those futile
@@ -18,8 +18,8 @@ pub(super) struct StepState {
     pub(super) error: Mutex<Option<RuntimeError>>,
 }
 
-/// A stream thread's sleeping place: `waiting_on` is the op it needs next (`NONE` when not
-/// waiting), read and written under `lock`.
+/// A stream thread's sleeping place: `lock` holds the op the thread needs next (`NONE` when
+/// it is not waiting); the thread writes it, and `StepState::complete` reads it, under the lock.
 pub(super) struct Waiter {
     pub(super) lock: Mutex<u32>,
     pub(super) cv: Condvar,
