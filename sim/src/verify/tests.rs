@@ -32,6 +32,15 @@ fn slowed(p: &Prediction, slow: impl Fn(&OpKind) -> bool, factor: u64) -> Trace 
     t
 }
 
+/// The prediction of `p` compared with a measurement of `report` and `trace`.
+fn against(p: &Prediction, report: &Report, trace: &Trace, opts: &CompareOptions) -> Comparison {
+    let predicted = Side {
+        report: &p.report,
+        trace: p.result.trace.as_ref().unwrap(),
+    };
+    compare(&p.staged.schedule, predicted, Side { report, trace }, opts)
+}
+
 fn is_tp_collective(k: &OpKind) -> bool {
     matches!(k, OpKind::Collective { group, .. } if *group == crate::plan::GroupKind::Tp)
 }
@@ -67,18 +76,7 @@ fn signs_follow_measured_minus_predicted() {
     for e in &mut m.ranks {
         e.peak_memory_bytes = e.peak_memory_bytes * 9 / 10;
     }
-    let c = compare(
-        &p.staged.schedule,
-        Side {
-            report: &p.report,
-            trace: t,
-        },
-        Side {
-            report: &m,
-            trace: t,
-        },
-        &CompareOptions::default(),
-    );
+    let c = against(&p, &m, t, &CompareOptions::default());
     // Measured 1.25x the prediction: (1.25 - 1) / 1.25 = +20%.
     assert!(
         (c.step_time_error - 0.2).abs() < 1e-12,
@@ -94,16 +92,10 @@ fn signs_follow_measured_minus_predicted() {
         c.peak_memory_error
     );
     // The median of several steps replaces the measured report's own step time.
-    let c2 = compare(
-        &p.staged.schedule,
-        Side {
-            report: &p.report,
-            trace: t,
-        },
-        Side {
-            report: &m,
-            trace: t,
-        },
+    let c2 = against(
+        &p,
+        &m,
+        t,
         &CompareOptions {
             measured_step_time_s: Some(p.report.step_time_s * 0.5),
             ..Default::default()
@@ -115,25 +107,12 @@ fn signs_follow_measured_minus_predicted() {
 #[test]
 fn the_slowed_kind_tops_the_groups_and_the_op_list() {
     let p = predicted();
-    let pt = p.result.trace.as_ref().unwrap();
     let mt = slowed(&p, is_tp_collective, 3);
-    let side_p = Side {
-        report: &p.report,
-        trace: pt,
+    let opts = CompareOptions {
+        top_ops: 5,
+        ..Default::default()
     };
-    let side_m = Side {
-        report: &p.report,
-        trace: &mt,
-    };
-    let c = compare(
-        &p.staged.schedule,
-        side_p,
-        side_m,
-        &CompareOptions {
-            top_ops: 5,
-            ..Default::default()
-        },
-    );
+    let c = against(&p, &p.report, &mt, &opts);
     let first = &c.op_groups[0];
     assert_eq!(first.kind, "collective");
     assert!(first.group.contains("Tp"), "{}", first.group);
@@ -153,15 +132,7 @@ fn the_slowed_kind_tops_the_groups_and_the_op_list() {
     }
     assert!(c.largest_op_errors.iter().all(|o| o.group.contains("Tp")));
     // Deterministic.
-    let again = compare(
-        &p.staged.schedule,
-        side_p,
-        side_m,
-        &CompareOptions {
-            top_ops: 5,
-            ..Default::default()
-        },
-    );
+    let again = against(&p, &p.report, &mt, &opts);
     assert_eq!(c, again);
 }
 
@@ -171,16 +142,7 @@ fn ops_missing_from_one_trace_are_counted() {
     let pt = p.result.trace.as_ref().unwrap();
     let mut mt = pt.clone();
     mt.events.truncate(mt.events.len() - 3);
-    let side = |t| Side {
-        report: &p.report,
-        trace: t,
-    };
-    let c = compare(
-        &p.staged.schedule,
-        side(pt),
-        side(&mt),
-        &CompareOptions::default(),
-    );
+    let c = against(&p, &p.report, &mt, &CompareOptions::default());
     assert_eq!(c.unmatched_ops, 3);
 }
 
@@ -191,18 +153,7 @@ fn thresholds_name_what_they_exceed() {
     let mut m = p.report.clone();
     m.step_time_s *= 2.0;
     m.bubble_fraction += 0.03;
-    let c = compare(
-        &p.staged.schedule,
-        Side {
-            report: &p.report,
-            trace: t,
-        },
-        Side {
-            report: &m,
-            trace: t,
-        },
-        &CompareOptions::default(),
-    );
+    let c = against(&p, &m, t, &CompareOptions::default());
     assert!(c.violations(&Thresholds::default()).is_empty());
     let v = c.violations(&Thresholds {
         step_time_error: Some(0.05),
