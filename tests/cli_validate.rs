@@ -95,12 +95,13 @@ fn simulate_with_a_profile_and_a_mismatched_one() {
 
 #[test]
 fn a_broken_profile_is_a_located_input_error() {
-    let text = std::fs::read_to_string(concat!(
+    let good = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/scenarios/profiles/a100-dgx.toml"
     ))
-    .unwrap()
-    .replace("value = 0.76,", "value = 0.76, typo = 1,");
+    .unwrap();
+    let text = good.replace("tile_m = {", "tile_m = { typo = 1,");
+    assert_ne!(text, good, "the profile has a gemm.tile_m line to break");
     let profile = tmp("broken.toml", &text);
     let o = twin(&["simulate", "scenarios/512xA100.toml", "--profile", &profile]);
     assert_eq!(o.status.code(), Some(2));

@@ -1,9 +1,22 @@
-//! `--backend cuda`: GEMMs through the runtime's cuBLAS path (`gemm_sweep`) on GPU 0, fitted
-//! with the same GEMM curve as the host; every other section is taken from a base profile
-//! (the GPU's bundled one). Without a GPU (or without the driver) this is a clear error, not a
-//! panic, and says what to do instead.
+//! `--backend cuda`: microbenchmarks through the runtime's CUDA code on GPU 0 (cuBLAS GEMMs
+//! over a shape sweep plus a scenario's own calls, the backend's memory-bound copies, pinned
+//! host<->device copies, chains of tiny launches), fitted with the same models as the host
+//! (GEMM curve with batched calls paying the ramp once, alpha-beta lines). Measuring needs the
+//! `cuda` feature and a GPU; fitting is plain arithmetic, tested without one. Without a GPU
+//! this is a clear error, not a panic, and says what to do instead.
 
+use crate::bench::{GemmSamples, Progress, SizedSamples};
+use crate::fit::alpha_beta::AlphaBeta;
+use crate::fit::gemm::{self, GemmFit};
+use crate::fit::{Estimate, FitError};
+use crate::host::{gemm_points, holdout_errors, named, sized_points};
+use crate::sample::reject_outliers;
 use crate::CalibError;
+use serde::Serialize;
+use twin_sim::schedule::Gemm;
+
+/// Tile sides the GEMM fit tries.
+const TILES: [u64; 5] = [16, 32, 64, 128, 256];
 
 /// Checks that a CUDA GPU can be used; returns how many there are.
 pub fn require_gpu() -> Result<u32, CalibError> {
@@ -31,10 +44,11 @@ fn device_count() -> Result<u32, CalibError> {
     ))
 }
 
-/// GEMM shapes of a GPU sweep (large enough to reach the tensor-core plateau).
-pub fn sweep_shapes(quick: bool) -> Vec<twin_sim::schedule::Gemm> {
+/// GEMM shapes of a GPU sweep (large enough to reach the tensor-core plateau), one product
+/// per call.
+pub fn sweep_shapes(quick: bool) -> Vec<Gemm> {
     let mn: &[u64] = if quick {
-        &[512, 2048, 8192]
+        &[512, 1000, 2048, 8192]
     } else {
         &[256, 512, 1000, 2048, 4096, 8192]
     };
@@ -47,42 +61,262 @@ pub fn sweep_shapes(quick: bool) -> Vec<twin_sim::schedule::Gemm> {
     for &m in mn {
         for &n in mn {
             for &kk in k {
-                out.push(twin_sim::schedule::Gemm {
-                    m,
-                    n,
-                    k: kk,
-                    count: 1,
-                });
+                out.push(Gemm::single(m, n, kk, 1));
             }
         }
     }
     out
 }
 
-/// Times `shapes` in bf16 on GPU 0; returns (m, n, k, median ns) per shape.
-#[cfg(feature = "cuda")]
-pub fn gemm_medians(
-    shapes: &[twin_sim::schedule::Gemm],
-    reps: u32,
-) -> Result<Vec<crate::fit::gemm::GemmPoint>, CalibError> {
-    use twin_runtime::backend::cuda::{dtype::GemmDtype, gemm_sweep};
-    let samples =
-        gemm_sweep(shapes, GemmDtype::Bf16, reps).map_err(|e| CalibError::Bench(e.to_string()))?;
-    Ok(samples
-        .iter()
-        .map(|s| crate::fit::gemm::GemmPoint {
-            m: s.gemm.m,
-            n: s.gemm.n,
-            k: s.gemm.k,
-            time_ns: s.median_ns as f64,
+/// What one GPU calibration measures.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Plan {
+    /// Timed repetitions per measurement (after 3 untimed ones).
+    pub repeats: u32,
+    /// Sweep shapes then the scenario's calls; each entry is one call (`count` = `batch`).
+    pub gemms: Vec<(Gemm, &'static str)>,
+    /// Bytes moved (read + write) by the backend's memory-bound copies.
+    pub memory_bytes: Vec<u64>,
+    /// Bytes of each pinned host<->device copy.
+    pub copy_bytes: Vec<u64>,
+    /// Launches per chain.
+    pub chain_launches: Vec<u64>,
+}
+
+impl Plan {
+    /// `--quick` (well under a minute) or the full plan, with `scenario` calls added.
+    pub fn new(quick: bool, scenario: &[Gemm]) -> Plan {
+        const MIB: u64 = 1 << 20;
+        let gemms = sweep_shapes(quick)
+            .into_iter()
+            .map(|g| (g, "sweep"))
+            .chain(scenario.iter().map(|g| (*g, "scenario")))
+            .collect();
+        if quick {
+            Plan {
+                repeats: 7,
+                gemms,
+                memory_bytes: [2, 16, 128, 1024].iter().map(|m| m * MIB).collect(),
+                copy_bytes: [1, 16, 256].iter().map(|m| m * MIB).collect(),
+                chain_launches: vec![1, 16, 64, 256],
+            }
+        } else {
+            Plan {
+                repeats: 20,
+                gemms,
+                memory_bytes: [1, 4, 16, 64, 256, 1024, 4096]
+                    .iter()
+                    .map(|m| m * MIB)
+                    .collect(),
+                copy_bytes: [1, 4, 16, 64, 256, 1024].iter().map(|m| m * MIB).collect(),
+                chain_launches: vec![1, 4, 16, 64, 256, 1024],
+            }
+        }
+    }
+
+    /// Measurements in all (what the progress bar counts).
+    pub fn total(&self) -> usize {
+        self.gemms.len()
+            + self.memory_bytes.len()
+            + 2 * self.copy_bytes.len()
+            + self.chain_launches.len()
+    }
+}
+
+/// The distinct GEMM calls of a schedule as the CUDA backend issues them: one call of
+/// `batch` products per shape (`count` = `batch`), most frequent first, at most `max`.
+pub fn scenario_calls(schedule: &twin_sim::schedule::Schedule, max: usize) -> Vec<Gemm> {
+    use std::collections::BTreeMap;
+    use twin_sim::schedule::OpKind;
+    let mut freq: BTreeMap<(u64, u64, u64, u32), u64> = BTreeMap::new();
+    for p in &schedule.programs {
+        for o in &p.ops {
+            if let OpKind::Compute(c) = &o.kind {
+                for g in c.gemms.iter().filter(|g| g.m > 0 && g.n > 0 && g.k > 0) {
+                    let batch = g.batch.clamp(1, g.count.max(1));
+                    *freq.entry((g.m, g.n, g.k, batch)).or_default() += u64::from(g.calls());
+                }
+            }
+        }
+    }
+    let mut v: Vec<_> = freq.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v.into_iter()
+        .take(max)
+        .map(|((m, n, k, batch), _)| Gemm {
+            m,
+            n,
+            k,
+            count: batch,
+            batch,
         })
-        .collect())
+        .collect()
+}
+
+/// Every sample of a GPU calibration, after the outlier rule (crate::sample).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CudaSamples {
+    pub gemm: Vec<GemmSamples>,
+    /// `bytes`: read + write bytes of the backend's memory-bound copies.
+    pub memory_bound: Vec<SizedSamples>,
+    pub host_to_device: Vec<SizedSamples>,
+    pub device_to_host: Vec<SizedSamples>,
+    /// `bytes` here counts launches.
+    pub launch_chain: Vec<SizedSamples>,
+}
+
+/// The fits of a GPU calibration.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CudaFits {
+    /// bf16 GEMM curve over the non-held-out calls.
+    pub gemm: GemmFit,
+    pub gemm_holdout_samples: usize,
+    pub gemm_holdout_max_relative_error: f64,
+    /// Memory-bound copies: bandwidth counts bytes read + written.
+    pub memory_bound: AlphaBeta,
+    /// `memory_bound` bandwidth over the profile's HBM bandwidth.
+    pub memory_efficiency: Estimate,
+    pub host_to_device: AlphaBeta,
+    pub device_to_host: AlphaBeta,
+    /// Chains of launches: "bandwidth" is launches per second.
+    pub launch_chain: AlphaBeta,
+    /// GPU time per back-to-back launch.
+    pub launch_ns: Estimate,
+    pub dropped_samples: usize,
+    pub notes: Vec<String>,
+}
+
+/// Fits `s`; `hbm_bytes_per_s` is the profile's datasheet HBM bandwidth.
+pub fn fit(s: &CudaSamples, hbm_bytes_per_s: f64) -> Result<CudaFits, FitError> {
+    let g = gemm::fit(&gemm_points(&s.gemm, false), &TILES)
+        .map_err(|e| FitError::Degenerate(format!("GEMM curve: {e}")))?;
+    let holdout = holdout_errors(&g, &s.gemm);
+    let mut notes = Vec::new();
+    let memory_bound = named("memory-bound", &sized_points(&s.memory_bound), &mut notes)?;
+    let launch_chain = named("launch chain", &sized_points(&s.launch_chain), &mut notes)?;
+    let sized = [
+        &s.memory_bound,
+        &s.host_to_device,
+        &s.device_to_host,
+        &s.launch_chain,
+    ];
+    let dropped = s.gemm.iter().map(|x| x.dropped_ns.len()).sum::<usize>()
+        + sized
+            .iter()
+            .flat_map(|v| v.iter())
+            .map(|x| x.dropped_ns.len())
+            .sum::<usize>();
+    Ok(CudaFits {
+        gemm_holdout_samples: holdout.len(),
+        gemm_holdout_max_relative_error: holdout.iter().fold(0.0, |a: f64, b| a.max(*b)),
+        gemm: g,
+        memory_efficiency: memory_bound
+            .bandwidth_bytes_per_s
+            .map_monotone(|b| b / hbm_bytes_per_s.max(1.0))
+            .clamp(1e-6, 1.0),
+        memory_bound,
+        host_to_device: named(
+            "host-to-device",
+            &sized_points(&s.host_to_device),
+            &mut notes,
+        )?,
+        device_to_host: named(
+            "device-to-host",
+            &sized_points(&s.device_to_host),
+            &mut notes,
+        )?,
+        launch_ns: launch_chain
+            .bandwidth_bytes_per_s
+            .map_monotone(|per_s| 1e9 / per_s),
+        launch_chain,
+        dropped_samples: dropped,
+        notes,
+    })
+}
+
+/// Keeps the samples of one measurement after the outlier rule.
+fn kept(times_ns: &[u64]) -> crate::sample::Kept {
+    let xs: Vec<f64> = times_ns.iter().map(|&t| t as f64).collect();
+    reject_outliers(&xs)
+}
+
+/// Runs `plan` on GPU 0.
+#[cfg(feature = "cuda")]
+pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, CalibError> {
+    use twin_runtime::backend::cuda::bench::{micro_sweep, Micro, SizedTimes};
+    use twin_runtime::backend::cuda::{dtype::GemmDtype, gemm_sweep_times};
+    let total = plan.total();
+    let mut done = 0usize;
+    let bench = |e: twin_runtime::RuntimeError| CalibError::Bench(e.to_string());
+    let mut out = CudaSamples::default();
+    // Holds every fifth sweep shape out of the fit, to check the curve on unseen shapes.
+    for (i, (g, origin)) in plan.gemms.iter().enumerate() {
+        progress.update("cuBLAS GEMM", done, total);
+        let times = gemm_sweep_times(std::slice::from_ref(g), GemmDtype::Bf16, plan.repeats)
+            .map_err(bench)?;
+        for t in times {
+            let k = kept(&t);
+            out.gemm.push(GemmSamples {
+                m: g.m,
+                n: g.n,
+                k: g.k,
+                batch: u64::from(g.count.max(1)),
+                origin,
+                holdout: *origin == "sweep" && i % 5 == 4,
+                kept_ns: k.kept,
+                dropped_ns: k.dropped,
+            });
+        }
+        done += 1;
+    }
+    let mut sized = |what: Micro,
+                     label: &str,
+                     sizes: &[u64],
+                     into: &mut Vec<SizedSamples>|
+     -> Result<(), CalibError> {
+        for &size in sizes {
+            progress.update(label, done, total);
+            let r: Vec<SizedTimes> = micro_sweep(what, &[size], plan.repeats).map_err(bench)?;
+            for t in r {
+                into.push(SizedSamples::new(t.size, kept(&t.times_ns)));
+            }
+            done += 1;
+        }
+        Ok(())
+    };
+    sized(
+        Micro::MemoryBound,
+        "memory-bound copies",
+        &plan.memory_bytes,
+        &mut out.memory_bound,
+    )?;
+    sized(
+        Micro::HostToDevice,
+        "host-to-device",
+        &plan.copy_bytes,
+        &mut out.host_to_device,
+    )?;
+    sized(
+        Micro::DeviceToHost,
+        "device-to-host",
+        &plan.copy_bytes,
+        &mut out.device_to_host,
+    )?;
+    sized(
+        Micro::LaunchChain,
+        "launch chains",
+        &plan.chain_launches,
+        &mut out.launch_chain,
+    )?;
+    progress.update("done", total, total);
+    Ok(out)
 }
 
 #[cfg(not(feature = "cuda"))]
-pub fn gemm_medians(
-    _shapes: &[twin_sim::schedule::Gemm],
-    _reps: u32,
-) -> Result<Vec<crate::fit::gemm::GemmPoint>, CalibError> {
-    device_count().map(|_| Vec::new())
+pub fn measure(_plan: &Plan, _progress: &mut dyn Progress) -> Result<CudaSamples, CalibError> {
+    device_count().map(|_| CudaSamples::default())
 }
+
+#[cfg(test)]
+#[path = "cuda_tests.rs"]
+mod tests;

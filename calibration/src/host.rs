@@ -67,7 +67,7 @@ pub struct HostFits {
     pub notes: Vec<String>,
 }
 
-fn sized_points(s: &[SizedSamples]) -> Vec<Point> {
+pub(crate) fn sized_points(s: &[SizedSamples]) -> Vec<Point> {
     s.iter()
         .flat_map(|x| {
             x.kept_ns.iter().map(move |&t| Point {
@@ -79,7 +79,7 @@ fn sized_points(s: &[SizedSamples]) -> Vec<Point> {
         .collect()
 }
 
-fn gemm_points(s: &[GemmSamples], holdout: bool) -> Vec<GemmPoint> {
+pub(crate) fn gemm_points(s: &[GemmSamples], holdout: bool) -> Vec<GemmPoint> {
     s.iter()
         .filter(|g| g.holdout == holdout)
         .flat_map(|g| {
@@ -87,6 +87,7 @@ fn gemm_points(s: &[GemmSamples], holdout: bool) -> Vec<GemmPoint> {
                 m: g.m,
                 n: g.n,
                 k: g.k,
+                batch: g.batch,
                 time_ns: t,
             })
         })
@@ -136,7 +137,11 @@ pub fn solo_share(ranks: u32, cores: u32) -> f64 {
 }
 
 /// [`alpha_beta::fit_or_rate`] with the benchmark's name in errors and notes.
-fn named(what: &str, points: &[Point], notes: &mut Vec<String>) -> Result<AlphaBeta, FitError> {
+pub(crate) fn named(
+    what: &str,
+    points: &[Point],
+    notes: &mut Vec<String>,
+) -> Result<AlphaBeta, FitError> {
     let (f, note) = alpha_beta::fit_or_rate(points)
         .map_err(|e| FitError::Degenerate(format!("{what}: {e}")))?;
     if let Some(n) = note {
@@ -145,11 +150,24 @@ fn named(what: &str, points: &[Point], notes: &mut Vec<String>) -> Result<AlphaB
     Ok(f)
 }
 
-/// The curve's prediction of one call.
-pub fn gemm_predict_ns(f: &GemmFit, m: u64, n: u64, k: u64) -> f64 {
+/// The curve's prediction of one call of `batch` products of `m x n x k`.
+pub fn gemm_predict_ns(f: &GemmFit, m: u64, n: u64, k: u64, batch: u64) -> f64 {
     let kf = k as f64;
     let rate = f.rate_flops_per_s.value * kf / (kf + f.k_half.value.max(0.0));
-    gemm::padded_flops(m, n, k, f.tile_m, f.tile_n) / rate * 1e9 + f.ramp_ns.value.max(0.0)
+    gemm::padded_flops(m, n, k, f.tile_m, f.tile_n) * batch.max(1) as f64 / rate * 1e9
+        + f.ramp_ns.value.max(0.0)
+}
+
+/// Relative error of the curve `g` on each held-out shape's median.
+pub(crate) fn holdout_errors(g: &GemmFit, samples: &[GemmSamples]) -> Vec<f64> {
+    samples
+        .iter()
+        .filter(|x| x.holdout)
+        .filter_map(|x| {
+            let med = crate::sample::median(&x.kept_ns)?;
+            Some(((gemm_predict_ns(g, x.m, x.n, x.k, x.batch) - med) / med).abs())
+        })
+        .collect()
 }
 
 /// Fits every benchmark of `s`.
@@ -165,15 +183,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
             x.kept_ns.iter().map(move |t| flops / t * 1e9)
         })
         .fold(0.0f64, f64::max);
-    let holdout: Vec<f64> = s
-        .gemm
-        .iter()
-        .filter(|x| x.holdout)
-        .filter_map(|x| {
-            let med = crate::sample::median(&x.kept_ns)?;
-            Some(((gemm_predict_ns(&g, x.m, x.n, x.k) - med) / med).abs())
-        })
-        .collect();
+    let holdout = holdout_errors(&g, &s.gemm);
     let mut notes = Vec::new();
     let launch = named("op overhead", &sized_points(&s.launch), &mut notes)?;
     let launch_ns = launch.bandwidth_bytes_per_s.map_monotone(|ops| 1e9 / ops);
@@ -431,6 +441,8 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
             f.gemm.ramp_ns.clamp(0.0, f64::MAX),
             r("GEMM curve fit: fixed time per call"),
         ),
+        // The host backend runs a batched GEMM's products as separate sgemm calls.
+        gemm_ramp_per_product: true,
         memory_efficiency: fitted(
             over(f.memory_pass.bandwidth_bytes_per_s, hbm).clamp(1e-6, 1.0),
             r("memory-pass (axpy, 12 bytes per element) bandwidth / gpu.hbm_bandwidth_bytes_per_s"),

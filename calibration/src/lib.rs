@@ -14,7 +14,10 @@ pub mod run;
 pub mod sample;
 pub mod write;
 
-pub use run::{calibrate_cuda, calibrate_host, from_nccl_tests, HostOptions, HostRun, NcclImport};
+pub use run::{
+    calibrate_cuda, calibrate_host, from_nccl_tests, CudaOptions, CudaRun, HostOptions, HostRun,
+    NcclImport,
+};
 
 /// Why a calibration failed.
 #[derive(Debug, thiserror::Error)]

@@ -1,11 +1,11 @@
 //! The three calibrations end to end: `calibrate_host` (benchmarks, fits, profile text),
-//! `calibrate_cuda` (cuBLAS GEMM curve over a base profile) and `from_nccl_tests` (network
+//! `calibrate_cuda` (GPU microbenchmarks over a base profile) and `from_nccl_tests` (network
 //! tiers from nccl-tests logs over a base profile). The CLI (src/cmd/calibrate.rs) only parses
 //! arguments, draws the progress bar and writes files.
 
 use crate::bench::{self, Config, Counter, Mode, Progress, Samples};
 use crate::fit::alpha_beta::{self, AlphaBeta, Point};
-use crate::fit::gemm::{self, GemmFit};
+
 use crate::fit::Estimate;
 use crate::host::{self, HostFits};
 use crate::nccl_tests::{self, Log, LogFit, Tier};
@@ -152,32 +152,93 @@ pub fn bundled_base(gpu: &str) -> Option<(&'static str, &'static str)> {
     }
 }
 
-/// A GPU calibration: the GEMM curve from cuBLAS over `base`'s other sections.
+/// What a GPU calibration is asked to do.
+#[derive(Clone, Debug)]
+pub struct CudaOptions {
+    pub quick: bool,
+    /// A scenario's GEMM calls to time too (`cuda::scenario_calls`).
+    pub scenario_calls: Vec<Gemm>,
+    /// The command line, for provenance.
+    pub command: String,
+    /// File name of the samples beside the profile, for provenance.
+    pub samples_file: String,
+    /// `twin doctor`'s CUDA driver / cuBLAS / NCCL versions, for provenance.
+    pub cuda_version: Option<String>,
+    pub nccl_version: Option<String>,
+}
+
+/// A GPU calibration: cuBLAS GEMM curve, memory-bound bandwidth and launch cost measured on
+/// GPU 0, over `base`'s other sections (peaks, network).
 #[derive(Clone, Debug, Serialize)]
 pub struct CudaRun {
-    pub gemm: GemmFit,
+    pub plan: crate::cuda::Plan,
+    pub fits: crate::cuda::CudaFits,
     pub profile: Profile,
+    pub provenance: Provenance,
+    pub elapsed_s: f64,
+    #[serde(skip)]
+    pub samples: crate::cuda::CudaSamples,
     #[serde(skip)]
     pub toml: String,
 }
 
-/// Times GEMMs on GPU 0 (bf16) and fits the curve; everything else comes from `base`.
-pub fn calibrate_cuda(base: &Profile, quick: bool, command: &str) -> Result<CudaRun, CalibError> {
+/// Measures GPU 0 and fits; everything it does not measure comes from `base`.
+pub fn calibrate_cuda(
+    base: &Profile,
+    opts: &CudaOptions,
+    sink: &mut dyn Progress,
+) -> Result<CudaRun, CalibError> {
     crate::cuda::require_gpu()?;
-    let shapes = crate::cuda::sweep_shapes(quick);
-    let points = crate::cuda::gemm_medians(&shapes, if quick { 5 } else { 20 })?;
-    let g = gemm::fit(&points, &[16, 32, 64, 128, 256])?;
-    let peak = base.peak_bf16_flops_per_s.value;
-    let run = format!("twin calibrate --backend cuda ({command})");
-    let mut p = base.clone();
-    p.name = format!("{}-calibrated", base.name);
-    p.description = format!("{}; GEMM curve fitted by {run}", base.description);
+    let plan = crate::cuda::Plan::new(opts.quick, &opts.scenario_calls);
+    let started = Instant::now();
+    let samples = crate::cuda::measure(&plan, sink)?;
+    let elapsed_s = started.elapsed().as_secs_f64();
+    let mode = if opts.quick { "quick" } else { "full" };
+    let mut prov = crate::provenance::here("cuda", mode, &opts.command, &opts.samples_file);
+    prov.cuda_version = opts.cuda_version.clone();
+    prov.nccl_version = opts.nccl_version.clone();
+    let fits = crate::cuda::fit(&samples, base.hbm_bandwidth_bytes_per_s.value)?;
+    let profile = cuda_profile(base, &fits, &prov);
+    let toml = write::profile_toml(
+        &profile,
+        None,
+        Some(&prov),
+        &[format!(
+            "Written by twin calibrate --backend cuda ({mode}); raw samples in {}.",
+            opts.samples_file
+        )],
+    );
+    Ok(CudaRun {
+        plan,
+        fits,
+        profile,
+        provenance: prov,
+        elapsed_s,
+        samples,
+        toml,
+    })
+}
+
+/// `base` with the GEMM curve, memory efficiency and launch cost replaced by the fits.
+pub fn cuda_profile(base: &Profile, f: &crate::cuda::CudaFits, prov: &Provenance) -> Profile {
+    let run = format!(
+        "twin calibrate --backend cuda ({}) on {} at {}",
+        prov.mode, prov.hostname, prov.date_utc
+    );
     let fitted = |e: Estimate, what: &str| Param {
         value: e.value,
         source: Source::Fitted,
         reference: format!("{what}; {run}"),
         ci95: (e.ci95[0].is_finite() && e.ci95[1].is_finite()).then_some(e.ci95),
     };
+    let peak = base.peak_bf16_flops_per_s.value;
+    let g = &f.gemm;
+    let mut p = base.clone();
+    p.name = format!("{}-calibrated", base.name);
+    p.description = format!(
+        "{}; GEMM curve, memory bandwidth and launch cost fitted by {run}",
+        base.description
+    );
     p.gemm_max_efficiency = fitted(
         g.rate_flops_per_s
             .map_monotone(|r| r / peak)
@@ -185,16 +246,39 @@ pub fn calibrate_cuda(base: &Profile, quick: bool, command: &str) -> Result<Cuda
         "cuBLAS bf16 GEMM curve: sustained rate / bf16 peak",
     );
     p.gemm_k_half = fitted(g.k_half.clamp(0.0, f64::MAX), "cuBLAS bf16 GEMM curve");
-    p.gemm_ramp_ns = fitted(g.ramp_ns.clamp(0.0, f64::MAX), "cuBLAS bf16 GEMM curve");
-    let mut prov =
-        crate::provenance::here("cuda", if quick { "quick" } else { "full" }, command, "");
-    prov.cuda_version = Some("see twin doctor".into());
-    let toml = write::profile_toml(&p, None, Some(&prov), &[format!("Written by {run}.")]);
-    Ok(CudaRun {
-        gemm: g,
-        profile: p,
-        toml,
-    })
+    p.gemm_ramp_ns = fitted(
+        g.ramp_ns.clamp(0.0, f64::MAX),
+        "cuBLAS bf16 GEMM curve: fixed time per (batched) call",
+    );
+    let tile = |v: u64, ci: [u64; 2], what: &str| {
+        Param {
+        value: v as f64,
+        source: Source::Fitted,
+        reference: format!("cuBLAS bf16 GEMM curve, grid over tiles ({what}: tiles an F-test does not reject); {run}"),
+        ci95: Some([ci[0] as f64, ci[1] as f64]),
+    }
+    };
+    p.gemm_tile_m = tile(g.tile_m, g.tile_m_ci95, "interval");
+    p.gemm_tile_n = tile(g.tile_n, g.tile_n_ci95, "interval");
+    p.gemm_ramp_per_product = false;
+    p.memory_efficiency = fitted(
+        f.memory_efficiency,
+        "memory-bound device copies (bytes read + written) / gpu.hbm_bandwidth_bytes_per_s",
+    );
+    p.launch_ns = fitted(
+        f.launch_ns.clamp(0.0, f64::MAX),
+        "slope of GPU time over chains of back-to-back 256-byte copies",
+    );
+    p.fit = Some(twin_sim::profile::FitQuality {
+        method: "relative-error least squares; GEMM curve linear per tile (a batched call pays the ramp once), grid over tiles; alpha-beta per copy benchmark; 95% intervals from Student t (statrs) and the delta method".into(),
+        data: format!("GPU microbenchmarks ({run}); raw samples beside the profile"),
+        samples: g.quality.samples as u64,
+        rms_relative_error: g.quality.rms_relative_error,
+        max_relative_error: g.quality.max_relative_error,
+        holdout_samples: f.gemm_holdout_samples as u64,
+        holdout_max_relative_error: f.gemm_holdout_max_relative_error,
+    });
+    p
 }
 
 /// The result of importing nccl-tests logs.

@@ -150,6 +150,9 @@ pub fn profile_toml(
     o.push_str(&param("tile_m", &p.gemm_tile_m));
     o.push_str(&param("tile_n", &p.gemm_tile_n));
     o.push_str(&param("ramp_ns", &p.gemm_ramp_ns));
+    if p.gemm_ramp_per_product {
+        o.push_str("ramp_per_product = true\n");
+    }
     o.push_str("\n[memory]\n");
     o.push_str(&param("efficiency", &p.memory_efficiency));
     if let Some(a) = p

@@ -17,6 +17,7 @@ fn tiny_host_calibration_writes_a_loadable_profile() {
             n: 96,
             k: 80,
             count: 1,
+            batch: 1,
         }],
         gpu_name: "cpu-core".into(),
         seed: 3,

@@ -49,7 +49,7 @@ fn args() -> Args {
 
 fn sweep() {
     let peak = h100().peak;
-    let g = |m, n, k| Gemm { m, n, k, count: 1 };
+    let g = |m, n, k| Gemm::single(m, n, k, 1);
     let square: Vec<Gemm> = [1024, 2048, 4096, 8192, 16384]
         .iter()
         .map(|&s| g(s, s, s))
@@ -66,12 +66,14 @@ fn sweep() {
             n: 2048,
             k: 128,
             count: 32,
+            batch: 32,
         },
         Gemm {
             m: 2048,
             n: 128,
             k: 2048,
             count: 32,
+            batch: 32,
         },
     ];
     for dtype in [GemmDtype::Bf16, GemmDtype::Tf32, GemmDtype::Fp32] {

@@ -47,7 +47,7 @@ pub fn llama_scenario(layers: u32, microbatches: u64) -> Scenario {
 
 /// y = x W with x [t, k] and W [k, n]: forward, input-gradient and weight-gradient GEMMs.
 fn linear(t: u64, k: u64, n: u64) -> [Gemm; 3] {
-    let g = |m, n, k| Gemm { m, n, k, count: 1 };
+    let g = |m, n, k| Gemm::single(m, n, k, 1);
     [g(t, n, k), g(t, k, n), g(k, n, t)]
 }
 
@@ -83,12 +83,14 @@ fn layer_gemms(s: &Scenario) -> (Vec<Gemm>, Vec<Gemm>) {
         n: t,
         k: head_dim,
         count: heads,
+        batch: heads,
     };
     let pv = Gemm {
         m: t,
         n: head_dim,
         k: t,
         count: heads,
+        batch: heads,
     };
     fwd.extend([scores, pv]);
     bwd.extend([scores, scores, pv, pv]);

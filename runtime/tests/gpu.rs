@@ -41,6 +41,7 @@ fn gemm_flops_are_positive_and_below_the_bf16_peak() {
         n: 4096,
         k: 4096,
         count: 1,
+        batch: 1,
     };
     let s = gemm_sweep(&[g], GemmDtype::Bf16, 10).unwrap();
     let tflops = s[0].achieved_flops_per_s / 1e12;
@@ -121,11 +122,19 @@ fn generated_single_gpu_schedule_runs_and_the_pool_keeps_its_memory() {
     // The runtime's account of the generated schedule is the simulator's peak.
     assert_eq!(c.schedule_memory.peak_bytes, c.predicted_peak_memory_bytes);
     let d = &c.device_memory;
-    assert!(d.allocator_peak_bytes.unwrap() >= c.schedule_memory.peak_bytes);
+    // The framework reserve is accounted, not allocated (the real CUDA context holds it), so
+    // the pool holds the schedule's peak less the reserve.
+    let pooled = c.schedule_memory.peak_bytes - c.schedule_memory.peak_breakdown.reserved;
+    assert!(c.schedule_memory.peak_breakdown.reserved > 0);
+    let peak = d.allocator_peak_bytes.unwrap();
+    assert!(
+        peak >= pooled,
+        "allocator peak {peak} < pooled schedule peak {pooled}"
+    );
     // The pool kept the previous step's memory: the last step started with at least the
-    // schedule's peak in reserve, so its Alloc ops mapped nothing new.
+    // schedule's pooled peak in reserve, so its Alloc ops mapped nothing new.
     let kept = d.allocator_reserved_at_start_bytes.unwrap();
-    assert!(kept >= c.schedule_memory.peak_bytes, "{kept}");
+    assert!(kept >= pooled, "{kept} < {pooled}");
 }
 
 #[test]

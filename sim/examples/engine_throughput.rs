@@ -20,6 +20,7 @@ fn compute(phase: Phase, scale: u64) -> OpKind {
         n: 4096,
         k: 4096,
         count: (4 * scale) as u32,
+        batch: 1,
     };
     OpKind::Compute(ComputeOp {
         phase,

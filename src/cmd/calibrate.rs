@@ -290,34 +290,149 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
 fn cuda(args: &Args) -> anyhow::Result<ExitCode> {
     // Fail before anything else when there is no GPU, with what to do instead.
     twin_calibration::cuda::require_gpu()?;
-    let scenario_gpu = match &args.scenario {
-        Some(p) => Some(super::load_scenario(p, &[])?.cluster.gpu.name),
-        None => None,
+    let (scenario_calls, scenario_gpu) = match &args.scenario {
+        Some(path) => {
+            let (s, schedule) = scenario_schedule(path)?;
+            (
+                twin_calibration::cuda::scenario_calls(&schedule, MAX_SCENARIO_CALLS),
+                Some(s.cluster.gpu.name),
+            )
+        }
+        None => (Vec::new(), None),
     };
     let (base, origin) = base_profile(
         args.base_profile.as_deref(),
         args.gpu_name.as_deref().or(scenario_gpu.as_deref()),
     )?;
-    let run = twin_calibration::calibrate_cuda(&base, args.quick, &command_line())?;
+    let samples = samples_path(&args.output);
+    let (cuda_version, nccl_version) = cuda_versions();
+    let opts = twin_calibration::CudaOptions {
+        quick: args.quick,
+        scenario_calls,
+        command: command_line(),
+        samples_file: file_name(&samples),
+        cuda_version,
+        nccl_version,
+    };
+    let mut bar = Bar {
+        enabled: !args.no_progress && std::io::stderr().is_terminal(),
+        drawn: false,
+    };
+    let result = twin_calibration::calibrate_cuda(&base, &opts, &mut bar);
+    bar.finish();
+    let run = result?;
     super::write_atomic(&args.output, &run.toml)?;
+    #[derive(serde::Serialize)]
+    struct SamplesFile<'a> {
+        provenance: &'a twin_calibration::write::Provenance,
+        plan: &'a twin_calibration::cuda::Plan,
+        outlier_rule: &'static str,
+        samples: &'a twin_calibration::cuda::CudaSamples,
+    }
+    let file = SamplesFile {
+        provenance: &run.provenance,
+        plan: &run.plan,
+        outlier_rule: "drop samples above median + 3 * 1.4826 * MAD (docs/calibration.md)",
+        samples: &run.samples,
+    };
+    super::write_atomic(&samples, &serde_json::to_string_pretty(&file)?)?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
-        Format::Text => {
-            let g = &run.gemm;
-            println!(
-                "cuBLAS bf16 GEMM curve over {origin}: rate {}, k_half {}, ramp {}, tile {}x{}; R² {:.4}, rms {:.1}%\nwrote {}",
-                est(&g.rate_flops_per_s, "FLOP/s"),
-                est(&g.k_half, ""),
-                est(&g.ramp_ns, "ns"),
-                g.tile_m,
-                g.tile_n,
-                g.quality.r2,
-                g.quality.rms_relative_error * 100.0,
-                args.output.display()
-            );
-        }
+        Format::Text => print!("{}", cuda_text(&run, &origin, &args.output, &samples)),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Most scenario GEMM calls a GPU calibration times (the most frequent first).
+const MAX_SCENARIO_CALLS: usize = 32;
+
+/// A scenario and its generated schedule.
+fn scenario_schedule(
+    path: &Path,
+) -> anyhow::Result<(twin_sim::scenario::Scenario, twin_sim::schedule::Schedule)> {
+    let s = super::load_scenario(path, &[])?;
+    let plan =
+        twin_sim::plan::Plan::new(&s).with_context(|| format!("cannot plan {}", path.display()))?;
+    let schedule = twin_sim::schedule::generate(&s, &plan)
+        .with_context(|| format!("cannot build the schedule of {}", path.display()))?;
+    Ok((s, schedule))
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Driver, CUDA and cuBLAS versions, and NCCL's, as `twin doctor` finds them.
+fn cuda_versions() -> (Option<String>, Option<String>) {
+    use twin_runtime::backend::cuda::Item;
+    let d = twin_runtime::backend::cuda::doctor();
+    let found = |i: &Item<String>| match i {
+        Item::Found(v) => Some(v.clone()),
+        Item::NotFound(_) => None,
+    };
+    let cuda = format!(
+        "driver {} (CUDA {}), cuBLAS {}",
+        found(&d.driver_version).unwrap_or_else(|| "?".into()),
+        found(&d.driver_cuda_version).unwrap_or_else(|| "?".into()),
+        found(&d.cublas_version).unwrap_or_else(|| "?".into()),
+    );
+    (Some(cuda), found(&d.nccl_version))
+}
+
+fn cuda_text(
+    run: &twin_calibration::CudaRun,
+    origin: &str,
+    profile: &Path,
+    samples: &Path,
+) -> String {
+    let f = &run.fits;
+    let g = &f.gemm;
+    let mut o = format!(
+        "calibrated GPU 0 of {} ({}) in {:.1} s over {origin}; values with 95% confidence intervals\n\n",
+        run.provenance.hostname,
+        run.provenance.cuda_version.as_deref().unwrap_or("versions unknown"),
+        run.elapsed_s
+    );
+    o.push_str(&format!(
+        "cuBLAS bf16 GEMM curve: R² {:.4}, rms {:.1}%, max {:.1}%, n {}; held-out shapes: {} with max error {:.1}%\n",
+        g.quality.r2,
+        g.quality.rms_relative_error * 100.0,
+        g.quality.max_relative_error * 100.0,
+        g.quality.samples,
+        f.gemm_holdout_samples,
+        f.gemm_holdout_max_relative_error * 100.0
+    ));
+    o.push_str(&format!(
+        "  rate {}   k_half {}   ramp {}   tile {}x{} (not rejected: m {:?}, n {:?})\n\n",
+        est(&g.rate_flops_per_s, "FLOP/s"),
+        est(&g.k_half, ""),
+        est(&g.ramp_ns, "ns"),
+        g.tile_m,
+        g.tile_n,
+        g.tile_m_ci95,
+        g.tile_n_ci95
+    ));
+    o.push_str("bandwidth + fixed cost per call\n");
+    o.push_str(&ab_line("memory-bound", &f.memory_bound, "fixed"));
+    o.push_str(&ab_line("host-to-device", &f.host_to_device, "fixed"));
+    o.push_str(&ab_line("device-to-host", &f.device_to_host, "fixed"));
+    o.push_str(&format!(
+        "\nmemory efficiency {}   launch {}   outliers dropped {}\n",
+        est(&f.memory_efficiency, ""),
+        est(&f.launch_ns, "ns"),
+        f.dropped_samples
+    ));
+    for n in &f.notes {
+        o.push_str(&format!("note: {n}\n"));
+    }
+    o.push_str(&format!(
+        "\nwrote {} and {}\n",
+        profile.display(),
+        samples.display()
+    ));
+    o
 }
 
 /// `--base-profile`, or the bundled profile for `gpu`.

@@ -193,7 +193,9 @@ fn timeline_key(app: &mut App, key: Key) {
             v.offset_ns = (v.offset_ns + window / 8).min(full - window);
         }
         Key::Char('+') | Key::Char('=') => {
-            let new = (window / 2).max(1);
+            // Rounded up, so that zooming out (doubling) as often returns to the whole step
+            // when the step's length is odd.
+            let new = window.div_ceil(2).max(1);
             // Zoom around the selected op, or the window's centre.
             let focus = v
                 .selected

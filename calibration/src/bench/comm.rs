@@ -259,6 +259,7 @@ const OVERLAP_GEMM: Gemm = Gemm {
     n: 256,
     k: 384,
     count: 1,
+    batch: 1,
 };
 
 /// Message of the background all-reduces.

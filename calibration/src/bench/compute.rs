@@ -59,7 +59,7 @@ pub fn scenario_shapes(schedule: &Schedule, max: usize) -> Vec<Gemm> {
     v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     v.into_iter()
         .take(max)
-        .map(|((m, n, k), _)| Gemm { m, n, k, count: 1 })
+        .map(|((m, n, k), _)| Gemm::single(m, n, k, 1))
         .collect()
 }
 
@@ -86,6 +86,7 @@ pub fn gemms(cfg: &Config, extra: &[Gemm], seed: u64, progress: &mut Counter) ->
             m: g.m,
             n: g.n,
             k: g.k,
+            batch: 1,
             origin,
             holdout: *holdout,
             kept_ns: k.kept,

@@ -138,7 +138,7 @@ impl Config {
         for &m in &self.gemm_mn {
             for &n in &self.gemm_mn {
                 for &k in &self.gemm_k {
-                    out.push(Gemm { m, n, k, count: 1 });
+                    out.push(Gemm::single(m, n, k, 1));
                 }
             }
         }
@@ -198,6 +198,8 @@ pub struct GemmSamples {
     pub m: u64,
     pub n: u64,
     pub k: u64,
+    /// Products per timed call (a strided-batched call when > 1; the host times one).
+    pub batch: u64,
     /// `sweep` or `scenario`.
     pub origin: &'static str,
     /// Held out of the fit (every fifth sweep shape), to check the curve on unseen shapes.

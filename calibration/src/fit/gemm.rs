@@ -15,12 +15,14 @@ use super::{relative_least_squares, Estimate, FitError, Quality};
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
-/// One timed call of `m x n x k`.
+/// One timed call of `batch` products of `m x n x k` (a strided-batched call when `batch` >
+/// 1): the ramp is paid once, the FLOPs `batch` times.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct GemmPoint {
     pub m: u64,
     pub n: u64,
     pub k: u64,
+    pub batch: u64,
     pub time_ns: f64,
 }
 
@@ -45,7 +47,7 @@ pub fn padded_flops(m: u64, n: u64, k: u64, tile_m: u64, tile_n: u64) -> f64 {
 }
 
 fn regressors(p: &GemmPoint, tile_m: u64, tile_n: u64) -> Vec<f64> {
-    let f = padded_flops(p.m, p.n, p.k, tile_m, tile_n);
+    let f = padded_flops(p.m, p.n, p.k, tile_m, tile_n) * p.batch.max(1) as f64;
     vec![f, f / p.k.max(1) as f64, 1.0]
 }
 
@@ -177,6 +179,7 @@ mod tests {
                             m,
                             n,
                             k,
+                            batch: 1,
                             time_ns: t,
                         });
                     }
@@ -200,6 +203,35 @@ mod tests {
         assert!((f.k_half.value / K_HALF - 1.0).abs() < 0.1, "{f:?}");
         assert!((f.ramp_ns.value / RAMP_NS - 1.0).abs() < 0.2, "{f:?}");
         assert!(f.quality.rms_relative_error < 0.03);
+    }
+
+    #[test]
+    fn batched_calls_pay_the_ramp_once() {
+        // Batched samples (one ramp, `batch` products) mixed with single calls: the fit
+        // recovers the same curve. Fitting them as if each product paid a ramp would not.
+        let mut rng = TestRng::new(5);
+        let mut pts = synthetic(&mut rng, 16, 0.01);
+        for &batch in &[8u64, 32] {
+            for &(m, n, k) in &[(128u64, 128u64, 32u64), (200, 250, 64), (64, 72, 16)] {
+                let product = truth_ns(m, n, k, 16) - RAMP_NS;
+                let t = (RAMP_NS + batch as f64 * product) * (1.0 + 0.01 * rng.normal());
+                pts.push(GemmPoint {
+                    m,
+                    n,
+                    k,
+                    batch,
+                    time_ns: t,
+                });
+            }
+        }
+        let f = fit_with_tile(&pts, 16, 16).unwrap();
+        assert!(
+            (f.rate_flops_per_s.value / RATE - 1.0).abs() < 0.02,
+            "{f:?}"
+        );
+        assert!((f.k_half.value / K_HALF - 1.0).abs() < 0.1, "{f:?}");
+        assert!((f.ramp_ns.value / RAMP_NS - 1.0).abs() < 0.2, "{f:?}");
+        assert!(f.quality.max_relative_error < 0.05, "{f:?}");
     }
 
     #[test]

@@ -123,8 +123,7 @@ impl CostModel for Analytic {
         let mut gemm_s = 0.0;
         let mut gemm_flops = 0u64;
         for g in &op.gemms {
-            let one = self.gemm.call_s(g.m, g.n, g.k, elem, peak, hbm);
-            gemm_s += f64::from(g.count) * one;
+            gemm_s += self.gemm.gemm_s(g, elem, peak, hbm);
             gemm_flops = gemm_flops.saturating_add(g.flops());
         }
         let other_flops = op.flops.saturating_sub(gemm_flops) as f64;
@@ -182,7 +181,7 @@ mod tests {
     use crate::testing::small_scenario;
 
     fn gemm_op(m: u64, n: u64, k: u64, count: u32) -> ComputeOp {
-        let g = Gemm { m, n, k, count };
+        let g = Gemm::single(m, n, k, count);
         ComputeOp {
             phase: Phase::Forward,
             dtype: Precision::Bf16,

@@ -21,12 +21,15 @@
 //!   this is why per-head attention GEMMs (k = head_dim = 128) run far below peak.
 //! - The roofline bound on bytes: skinny GEMMs are memory bound.
 //! - `ramp`: per-call fixed cost (launch to first tile, last-wave tail), which dominates
-//!   small GEMMs.
+//!   small GEMMs. A batched GEMM (`Gemm::batch` products in one strided-batched call, as the
+//!   per-head attention GEMMs run on a GPU) pays it once per call; where each product is its
+//!   own call (the host backend's sgemm loop), `ramp_per_product` charges it per product.
 //!
 //! Wave quantization is left out on purpose: the schedule folds batched GEMMs (attention heads)
 //! and repeated calls into one `count`, so the number of tiles in flight per kernel is not
 //! known here, and charging a partial last wave per head would be wrong by the batch factor.
 
+use crate::schedule::Gemm;
 use serde::Serialize;
 
 /// Parameters of the GEMM curve (see the module doc).
@@ -41,6 +44,9 @@ pub struct GemmCurve {
     pub tile_n: u64,
     /// Fixed time per GEMM call.
     pub ramp_ns: u64,
+    /// Pay `ramp_ns` per product even inside a batched call (a backend without batched GEMM
+    /// calls); false: once per call.
+    pub ramp_per_product: bool,
 }
 
 /// Defaults fitted to the A100 per-layer timings of Korthikanti et al. 2022 (Table 4) by
@@ -49,11 +55,12 @@ pub struct GemmCurve {
 /// sustain (below cuBLAS's best on isolated large shapes: it also carries what the layer model
 /// does not itemise, such as kernels slowed by concurrent communication).
 pub const DEFAULT_GEMM_CURVE: GemmCurve = GemmCurve {
-    max_efficiency: 0.76,
-    k_half: 224,
+    max_efficiency: 0.75,
+    k_half: 256,
     tile_m: 128,
     tile_n: 128,
     ramp_ns: 2_000,
+    ramp_per_product: false,
 };
 
 impl GemmCurve {
@@ -83,11 +90,50 @@ impl GemmCurve {
         if m == 0 || n == 0 || k == 0 {
             return 0.0;
         }
+        self.product_s(m, n, k, elem_bytes, peak_flops_per_s, hbm_bytes_per_s) + self.ramp_s()
+    }
+
+    /// Seconds for every product of `g`: `count` products plus the ramp once per call (or
+    /// per product, see `ramp_per_product`).
+    pub fn gemm_s(
+        &self,
+        g: &Gemm,
+        elem_bytes: u64,
+        peak_flops_per_s: f64,
+        hbm_bytes_per_s: f64,
+    ) -> f64 {
+        if g.m == 0 || g.n == 0 || g.k == 0 {
+            return 0.0;
+        }
+        let product = self.product_s(g.m, g.n, g.k, elem_bytes, peak_flops_per_s, hbm_bytes_per_s);
+        let calls = if self.ramp_per_product {
+            g.count
+        } else {
+            g.calls()
+        };
+        f64::from(g.count) * product + f64::from(calls) * self.ramp_s()
+    }
+
+    fn ramp_s(&self) -> f64 {
+        self.ramp_ns as f64 * 1e-9
+    }
+
+    /// One product without the per-call ramp: the compute or the memory bound, whichever is
+    /// longer.
+    fn product_s(
+        &self,
+        m: u64,
+        n: u64,
+        k: u64,
+        elem_bytes: u64,
+        peak_flops_per_s: f64,
+        hbm_bytes_per_s: f64,
+    ) -> f64 {
         let (mf, nf, kf) = (m as f64, n as f64, k as f64);
         let flops = 2.0 * mf * nf * kf;
         let rate = positive(peak_flops_per_s * self.compute_efficiency(m, n, k));
         let io = (mf * kf + kf * nf + mf * nf) * elem_bytes as f64;
-        (flops / rate).max(io / positive(hbm_bytes_per_s)) + self.ramp_ns as f64 * 1e-9
+        (flops / rate).max(io / positive(hbm_bytes_per_s))
     }
 }
 
@@ -168,6 +214,45 @@ mod tests {
         let small = tflops(&c, 256, 256, 256);
         let big = tflops(&c, 4096, 4096, 4096);
         assert!(small < 0.1 * big, "{small} {big}");
+    }
+
+    #[test]
+    fn a_batched_call_pays_the_ramp_once() {
+        let c = DEFAULT_GEMM_CURVE;
+        let (m, n, k) = (2048, 2048, 128);
+        let one = c.call_s(m, n, k, 2, A100_BF16, A100_HBM);
+        let ramp = c.ramp_ns as f64 * 1e-9;
+        let batched = Gemm {
+            batch: 32,
+            ..Gemm::single(m, n, k, 32)
+        };
+        let s = c.gemm_s(&batched, 2, A100_BF16, A100_HBM);
+        assert!((s - (32.0 * (one - ramp) + ramp)).abs() < 1e-12, "{s}");
+        // 64 products in calls of 32: two ramps; 33 products: two calls, the second partial.
+        let two = Gemm {
+            count: 64,
+            ..batched
+        };
+        assert!(
+            (c.gemm_s(&two, 2, A100_BF16, A100_HBM) - (64.0 * (one - ramp) + 2.0 * ramp)).abs()
+                < 1e-12
+        );
+        assert_eq!(
+            Gemm {
+                count: 33,
+                ..batched
+            }
+            .calls(),
+            2
+        );
+        // Separate calls, or a backend that pays per product: one ramp each.
+        let separate = c.gemm_s(&Gemm::single(m, n, k, 32), 2, A100_BF16, A100_HBM);
+        assert!((separate - 32.0 * one).abs() < 1e-12);
+        let per_product = GemmCurve {
+            ramp_per_product: true,
+            ..DEFAULT_GEMM_CURVE
+        };
+        assert!((per_product.gemm_s(&batched, 2, A100_BF16, A100_HBM) - separate).abs() < 1e-12);
     }
 
     #[test]

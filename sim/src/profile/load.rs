@@ -53,6 +53,8 @@ struct RawGemm {
     tile_m: RawParam,
     tile_n: RawParam,
     ramp_ns: RawParam,
+    #[serde(default)]
+    ramp_per_product: bool,
 }
 
 #[derive(Deserialize)]
@@ -396,6 +398,7 @@ impl Checker<'_> {
             gemm_tile_m: self.param("gemm.tile_m", raw.gemm.tile_m, Range::Count)?,
             gemm_tile_n: self.param("gemm.tile_n", raw.gemm.tile_n, Range::Count)?,
             gemm_ramp_ns: self.param("gemm.ramp_ns", raw.gemm.ramp_ns, Range::NonNegative)?,
+            gemm_ramp_per_product: raw.gemm.ramp_per_product,
             memory_efficiency: self.param(
                 "memory.efficiency",
                 raw.memory.efficiency,

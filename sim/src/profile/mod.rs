@@ -95,6 +95,10 @@ pub struct Profile {
     pub gemm_tile_m: Param,
     pub gemm_tile_n: Param,
     pub gemm_ramp_ns: Param,
+    /// `gemm.ramp_per_product`: the backend runs each product of a batched GEMM as its own
+    /// call (the host backend), so the ramp is paid per product (default false: once per
+    /// strided-batched call, as cuBLAS runs them).
+    pub gemm_ramp_per_product: bool,
     /// Achieved fraction of HBM bandwidth for streaming (memory-bound) kernels.
     pub memory_efficiency: Param,
     pub launch_ns: Param,
@@ -169,6 +173,7 @@ impl Profile {
             tile_m: whole(&self.gemm_tile_m),
             tile_n: whole(&self.gemm_tile_n),
             ramp_ns: whole(&self.gemm_ramp_ns),
+            ramp_per_product: self.gemm_ramp_per_product,
         }
     }
 

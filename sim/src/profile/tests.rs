@@ -115,6 +115,7 @@ fn h100_profile_is_faster_than_a100_on_the_same_work() {
             n: 8192,
             k: 8192,
             count: 1,
+            batch: 1,
         }],
         flops: 2 * 8192u64.pow(3),
         memory_bytes: 1 << 30,
@@ -141,7 +142,8 @@ fn error_of(text: &str) -> crate::scenario::ScenarioError {
 
 #[test]
 fn errors_are_located() {
-    let bad = A100.replace("value = 0.76,", "value = 1.5,");
+    let bad = A100.replace("value = 0.75,", "value = 1.5,");
+    assert_ne!(bad, A100);
     let e = error_of(&bad);
     assert_eq!(e.kind, ErrorKind::Invalid);
     assert_eq!(e.key, "gemm.max_efficiency.value");
@@ -178,6 +180,24 @@ fn errors_are_located() {
     );
     let e = error_of("name = ");
     assert_eq!(e.kind, ErrorKind::Syntax);
+
+    // ramp_per_product is a plain boolean.
+    let bad = A100.replace("tile_n = {", "ramp_per_product = 1\ntile_n = {");
+    assert_ne!(bad, A100);
+    let e = error_of(&bad);
+    assert!(e.line.is_some(), "{e}");
+    assert!(e.to_string().contains("bool"), "{e}");
+}
+
+#[test]
+fn ramp_per_product_is_read_and_defaults_to_per_call() {
+    assert!(!a100().gemm_ramp_per_product && !a100().gemm_curve().ramp_per_product);
+    let host = parse_str(
+        include_str!("../../../scenarios/profiles/host-example.toml"),
+        "host-example.toml",
+    )
+    .unwrap();
+    assert!(host.gemm_ramp_per_product && host.gemm_curve().ramp_per_product);
 }
 
 #[test]

@@ -110,15 +110,44 @@ impl Phase {
 }
 
 /// One GEMM shape: C[m,n] = A[m,k] * B[k,n], repeated `count` times (batched or per layer).
+///
+/// `batch` is how many of the `count` products one kernel call computes: the per-head
+/// attention GEMMs run as one strided-batched call per layer (`batch` = heads x micro batch),
+/// while the linear layers of `n` folded layers are `n` separate calls (`batch` = 1). The
+/// cost model pays a GEMM's fixed per-call time once per call, and the CUDA backend issues
+/// the same calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Gemm {
     pub m: u64,
     pub n: u64,
     pub k: u64,
     pub count: u32,
+    /// Products per kernel call (1: each product is its own call).
+    #[serde(default = "one_product")]
+    pub batch: u32,
+}
+
+fn one_product() -> u32 {
+    1
 }
 
 impl Gemm {
+    /// `count` separate calls of one product each.
+    pub fn single(m: u64, n: u64, k: u64, count: u32) -> Gemm {
+        Gemm {
+            m,
+            n,
+            k,
+            count,
+            batch: 1,
+        }
+    }
+
+    /// Kernel calls: `count` products, `batch` per call (the last call may be partial).
+    pub fn calls(&self) -> u32 {
+        self.count.div_ceil(self.batch.max(1))
+    }
+
     pub fn flops(&self) -> u64 {
         2u64.saturating_mul(self.m)
             .saturating_mul(self.n)

@@ -140,6 +140,7 @@ impl UniformSizes {
                 n: 64,
                 k: 64,
                 count: layers.min(u64::from(u32::MAX)) as u32,
+                batch: 1,
             }],
             flops,
             memory_bytes: self.activation_bytes_per_layer.saturating_mul(layers),

@@ -34,7 +34,7 @@ impl Parts {
         match self
             .gemms
             .iter_mut()
-            .find(|x| (x.m, x.n, x.k) == (g.m, g.n, g.k))
+            .find(|x| (x.m, x.n, x.k, x.batch) == (g.m, g.n, g.k, g.batch))
         {
             Some(x) => x.count = x.count.saturating_add(g.count),
             None => self.gemms.push(g),
@@ -118,7 +118,7 @@ impl BlockParts {
 
 /// `C[m,n] = A[m,k] B[k,n]` once.
 fn gemm(m: u64, k: u64, n: u64) -> Gemm {
-    Gemm { m, n, k, count: 1 }
+    Gemm::single(m, n, k, 1)
 }
 
 /// Gradient of A: `dA[m,k] = dC[m,n] B^T[n,k]` (a linear layer's dgrad).
@@ -128,6 +128,7 @@ fn grad_a(g: Gemm) -> Gemm {
         n: g.k,
         k: g.n,
         count: g.count,
+        batch: g.batch,
     }
 }
 
@@ -138,6 +139,7 @@ fn grad_b(g: Gemm) -> Gemm {
         n: g.n,
         k: g.m,
         count: g.count,
+        batch: g.batch,
     }
 }
 
@@ -170,12 +172,15 @@ fn add_elementwise(block: &mut BlockParts, bytes: u64, kernels: u32) {
 /// dropout in between (or one fused flash-attention kernel).
 fn attention_core(d: &Dims) -> BlockParts {
     let batches = to_u32(d.head_batches());
+    // One strided-batched call per layer computes every head's product.
     let scores = Gemm {
         count: batches,
+        batch: batches,
         ..gemm(d.s_local, d.head_dim, d.s)
     };
     let av = Gemm {
         count: batches,
+        batch: batches,
         ..gemm(d.s_local, d.s, d.head_dim)
     };
     let mut core = Parts::default();

@@ -304,7 +304,17 @@ impl CudaBackend {
                         .scratch
                         .as_ref()
                         .ok_or_else(|| RuntimeError::Unsupported("no scratch".into()))?;
-                    run_memory_bound(s, c.memory_bytes, cu_stream)?;
+                    // The op's kernels that are not GEMM calls are its elementwise launches.
+                    let gemm_calls = c
+                        .gemms
+                        .iter()
+                        .fold(0u32, |a, g| a.saturating_add(g.calls()));
+                    run_memory_bound(
+                        s,
+                        c.memory_bytes,
+                        c.kernels.saturating_sub(gemm_calls),
+                        cu_stream,
+                    )?;
                 }
                 if let Some(n) = choice.fallback_note {
                     self.note(n);
@@ -452,7 +462,7 @@ impl CudaBackend {
                     .scratch
                     .as_ref()
                     .ok_or_else(|| RuntimeError::Unsupported("no scratch".into()))?;
-                run_memory_bound(s, bytes.saturating_mul(2), cu_stream)?;
+                run_memory_bound(s, bytes.saturating_mul(2), 1, cu_stream)?;
                 self.note("checkpoint ops are timed as device reads of their bytes; no file is written by the CUDA backend".into());
             }
         }

@@ -92,6 +92,10 @@ impl HostBuffer {
         let ptr = unsafe { drv::malloc_host(n, 0) }.map_err(|e| cu("cuMemHostAlloc", e))?;
         Ok(HostBuffer { ptr })
     }
+
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.ptr
+    }
 }
 
 impl Drop for HostBuffer {
@@ -134,8 +138,9 @@ impl Drop for BlasHandle {
     }
 }
 
-/// How many of a GEMM's `count` repetitions one strided-batched call covers, so that no
-/// operand spans more than [`MAX_OPERAND_BYTES`].
+/// How many of a GEMM's `count` repetitions one strided-batched call covers: the schedule's
+/// `batch` (the calls the cost model prices), fewer where an operand would span more than
+/// [`MAX_OPERAND_BYTES`].
 pub fn batch_per_call(g: &Gemm, dtype: GemmDtype) -> u64 {
     let e = dtype.element_bytes();
     let largest = [g.m * g.k, g.k * g.n, g.m * g.n]
@@ -144,7 +149,7 @@ pub fn batch_per_call(g: &Gemm, dtype: GemmDtype) -> u64 {
         .unwrap_or(0)
         .saturating_mul(e)
         .max(1);
-    (MAX_OPERAND_BYTES / largest).clamp(1, u64::from(g.count.max(1)))
+    (MAX_OPERAND_BYTES / largest).clamp(1, u64::from(g.batch.min(g.count).max(1)))
 }
 
 /// Bytes of operands A, B and C one call of `g` needs.
@@ -250,11 +255,14 @@ pub fn run_gemm(
     Ok(())
 }
 
-/// Memory-bound work moving `bytes` through HBM: device-to-device copies of `bytes / 2`
-/// (each copied byte is read once and written once) between the halves of `scratch`.
+/// Memory-bound work moving `bytes` through HBM in `launches` kernels (at least one):
+/// device-to-device copies of `bytes / 2` in all (each copied byte is read once and written
+/// once) between the halves of `scratch`, split evenly over the launches, so a layer's
+/// elementwise kernels pay their launches as the cost model charges them.
 pub fn run_memory_bound(
     scratch: &DeviceBuffer,
     bytes: u64,
+    launches: u32,
     stream: drv_sys::CUstream,
 ) -> Result<(), RuntimeError> {
     let half = scratch.bytes / 2;
@@ -264,8 +272,9 @@ pub fn run_memory_bound(
             "memory-bound work without a scratch buffer".into(),
         ));
     }
+    let piece = left.div_ceil(u64::from(launches.max(1))).max(1);
     while left > 0 {
-        let n = left.min(half);
+        let n = left.min(half).min(piece);
         // SAFETY: both ranges lie inside scratch (n <= half).
         unsafe { drv::memcpy_dtod_async(scratch.ptr + half, scratch.ptr, n as usize, stream) }
             .map_err(|e| cu("cuMemcpyDtoDAsync", e))?;
@@ -303,6 +312,7 @@ mod tests {
             n: 14336,
             k: 4096,
             count: 32,
+            batch: 32,
         };
         let per_call = batch_per_call(&g, GemmDtype::Bf16);
         // B of one repetition is 4096*14336*2 = 112 MiB: 9 fit in 1 GiB.
@@ -315,7 +325,18 @@ mod tests {
             n: 128,
             k: 64,
             count: 32,
+            batch: 32,
         };
         assert_eq!(batch_per_call(&small, GemmDtype::Fp32), 32);
+        // Separate calls (layers folded into one op) stay separate; a batch of 8 in 32
+        // products is four calls of 8.
+        assert_eq!(
+            batch_per_call(&Gemm { batch: 1, ..small }, GemmDtype::Fp32),
+            1
+        );
+        assert_eq!(
+            batch_per_call(&Gemm { batch: 8, ..small }, GemmDtype::Fp32),
+            8
+        );
     }
 }

@@ -33,6 +33,32 @@ pub fn gemm_sweep(
     dtype: GemmDtype,
     reps: u32,
 ) -> Result<Vec<GemmSample>, RuntimeError> {
+    let times = gemm_sweep_times(shapes, dtype, reps)?;
+    Ok(shapes
+        .iter()
+        .zip(times)
+        .map(|(g, mut times)| {
+            times.sort_unstable();
+            let median_ns = times.get(times.len() / 2).copied().unwrap_or(1);
+            GemmSample {
+                gemm: *g,
+                dtype,
+                reps: reps.max(1),
+                median_ns,
+                best_ns: times.first().copied().unwrap_or(1),
+                achieved_flops_per_s: g.flops() as f64 / (median_ns as f64 * 1e-9),
+            }
+        })
+        .collect())
+}
+
+/// Every timed repetition (ns, in order) of each shape: `reps` after 3 warm-up runs on GPU 0,
+/// one CUDA-event pair per repetition around all of the shape's `count` products.
+pub fn gemm_sweep_times(
+    shapes: &[Gemm],
+    dtype: GemmDtype,
+    reps: u32,
+) -> Result<Vec<Vec<u64>>, RuntimeError> {
     libs::load()?;
     guard("gemm_sweep", || {
         let ctx = CudaContext::new(0).map_err(|e| cu("cuDevicePrimaryCtxRetain", e))?;
@@ -65,16 +91,7 @@ pub fn gemm_sweep(
                     .map_err(|e| cu("cuEventElapsedTime", e))?;
                 times.push((f64::from(ms) * 1e6).round().max(1.0) as u64);
             }
-            times.sort_unstable();
-            let median_ns = times.get(times.len() / 2).copied().unwrap_or(1);
-            out.push(GemmSample {
-                gemm: *g,
-                dtype,
-                reps,
-                median_ns,
-                best_ns: times.first().copied().unwrap_or(1),
-                achieved_flops_per_s: g.flops() as f64 / (median_ns as f64 * 1e-9),
-            });
+            out.push(times);
         }
         Ok(out)
     })

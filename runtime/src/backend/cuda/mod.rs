@@ -12,6 +12,8 @@ pub mod single;
 #[cfg(feature = "cuda")]
 mod backend;
 #[cfg(feature = "cuda")]
+pub mod bench;
+#[cfg(feature = "cuda")]
 mod device;
 #[cfg(feature = "cuda")]
 mod doctor;
@@ -32,8 +34,8 @@ pub use backend::{CudaBackend, CudaOptions};
 pub use doctor::{doctor, DoctorReport, GpuInfo, Item, LibraryItem, PeerAccess};
 #[cfg(feature = "cuda")]
 pub use entry::{
-    gemm_sweep, run_scenario_single_gpu, run_single_gpu, run_single_gpu_with, GemmSample,
-    ScenarioRun,
+    gemm_sweep, gemm_sweep_times, run_scenario_single_gpu, run_single_gpu, run_single_gpu_with,
+    GemmSample, ScenarioRun,
 };
 #[cfg(feature = "cuda")]
 pub use worker::run_cuda_worker;

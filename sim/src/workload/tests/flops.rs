@@ -207,42 +207,49 @@ fn gemm_shapes_are_the_planned_per_rank_shapes() {
             k: h,
             n: (h + 2 * h * 8 / 32) / t,
             count: 1,
+            batch: 1,
         },
         Gemm {
             m: s / c,
             k: h / 32,
             n: s,
             count: (b * 32 / t) as u32,
+            batch: (b * 32 / t) as u32,
         },
         Gemm {
             m: s / c,
             k: s,
             n: h / 32,
             count: (b * 32 / t) as u32,
+            batch: (b * 32 / t) as u32,
         },
         Gemm {
             m: tokens,
             k: h / t,
             n: h,
             count: 1,
+            batch: 1,
         },
         Gemm {
             m: tokens,
             k: h,
             n: 2 * f / t,
             count: 1,
+            batch: 1,
         },
         Gemm {
             m: tokens,
             k: f / t,
             n: h,
             count: 1,
+            batch: 1,
         },
         Gemm {
             m: tokens,
             k: h,
             n: v / t,
             count: 1,
+            batch: 1,
         },
     ];
     assert_eq!(w.forward.compute.gemms, want);
@@ -252,13 +259,15 @@ fn gemm_shapes_are_the_planned_per_rank_shapes() {
         m: tokens,
         k: qkv_n,
         n: h,
-        count: 1
+        count: 1,
+        batch: 1,
     }));
     assert!(w.backward_weight.gemms.contains(&Gemm {
         m: h,
         k: tokens,
         n: qkv_n,
-        count: 1
+        count: 1,
+        batch: 1,
     }));
 }
 
