@@ -2,7 +2,8 @@
 //! then the event simulation, repeated; median printed), with or without collapsed mode, so
 //! that the flow model's collapsed runs can be measured next to the full ones
 //! (docs/performance.md, "Flow model speed (session 4)"). Run in release:
-//! `cargo run --release -p twin-sim --example flow_speed -- FILE [REPEAT] [--collapse]`.
+//! `cargo run --release -p twin-sim --example flow_speed -- FILE [REPEAT] [--collapse] [KEY=VALUE...]`
+//! (scenario overrides as `twin simulate --set` takes them).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -11,13 +12,20 @@ use twin_sim::engine::SimOptions;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let collapse = args.iter().any(|a| a == "--collapse");
-    let mut positional = args.iter().filter(|a| !a.starts_with("--"));
-    let path = PathBuf::from(positional.next().ok_or("usage: FILE [REPEAT] [--collapse]")?);
+    let overrides: Vec<String> = args.iter().filter(|a| a.contains('=')).cloned().collect();
+    let mut positional = args
+        .iter()
+        .filter(|a| !a.starts_with("--") && !a.contains('='));
+    let path = PathBuf::from(
+        positional
+            .next()
+            .ok_or("usage: FILE [REPEAT] [--collapse]")?,
+    );
     let repeat: usize = match positional.next() {
         Some(n) => n.parse()?,
         None => 5,
     };
-    let scenario = twin_sim::scenario::load(&path, &[])?;
+    let scenario = twin_sim::scenario::load(&path, &overrides)?;
     let opts = SimOptions {
         collapse,
         ..SimOptions::default()
