@@ -8,7 +8,9 @@
 //! ranks instead of 512.
 //!
 //! When the conditions do not hold, [`Collapse::new`] says why and the engine simulates every
-//! rank, so asking for collapse is always safe.
+//! rank, so asking for collapse is always safe. With the flow network the engine may collapse
+//! fewer axes ([`representatives_over`]; one rank per tensor-parallel index on a rail-optimized
+//! fabric), and only where `engine::flow::symmetry` proves the result exact.
 
 use super::RankStats;
 use crate::cost::CostModel;
