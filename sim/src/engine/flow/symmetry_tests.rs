@@ -142,3 +142,46 @@ fn shared_nics_prevent_collapsing_tp() {
     assert!(!collapsed.collapsed);
     assert_eq!(collapsed, full);
 }
+
+/// Other pipeline schedules and optimizer-state sharding (more and different data-parallel
+/// collectives) on a rail-optimized fabric: still collapsed over tp, still exact.
+#[test]
+fn collapsed_flow_runs_stay_exact_across_schedules_and_sharding() {
+    use crate::scenario::PipelineSchedule;
+    let layout = (4, 2, 2, 4, 0, 1, Fabric::RailOptimized, 1.0);
+    for (schedule, vpp) in [
+        (PipelineSchedule::Gpipe, 1),
+        (PipelineSchedule::Interleaved1F1B, 2),
+        (PipelineSchedule::ZeroBubble, 1),
+    ] {
+        for (zero, fsdp) in [(0, false), (1, false), (3, true)] {
+            let mut s = scenario(layout);
+            s.parallel.schedule = schedule;
+            s.parallel.vpp = vpp;
+            s.parallel.zero = zero;
+            s.parallel.fsdp = fsdp;
+            let (full, collapsed) = runs(&s, 0.0);
+            let what = format!("{schedule:?} vpp {vpp} zero {zero}");
+            assert!(collapsed.collapsed, "{what}");
+            assert_eq!(collapsed.step_time_ns, full.step_time_ns, "{what}");
+            assert_eq!(collapsed.ranks, full.ranks, "{what}");
+        }
+    }
+}
+
+/// Context parallelism inside the node: the context-parallel ring of every tensor-parallel
+/// index shares NVLink ports with the tensor-parallel rings, so no collapse is exact; the
+/// request falls back to the full run.
+#[test]
+fn context_parallel_rings_beside_tensor_parallel_ones_fall_back() {
+    let mut s = scenario((2, 2, 2, 4, 0, 1, Fabric::RailOptimized, 1.0));
+    s.parallel.cp = 2;
+    s.cluster.gpus = 16;
+    let (full, collapsed) = runs(&s, 0.0);
+    assert!(!collapsed.collapsed);
+    assert_eq!(collapsed, full);
+    assert!(matches!(
+        verdict(&s, &[Axis::Tp]),
+        Err(Coupled::SharedLink { .. })
+    ));
+}
