@@ -8,7 +8,9 @@
 //! ranks instead of 512.
 //!
 //! When the conditions do not hold, [`Collapse::new`] says why and the engine simulates every
-//! rank, so asking for collapse is always safe.
+//! rank, so asking for collapse is always safe. With the flow network the engine may collapse
+//! fewer axes ([`representatives_over`]; one rank per tensor-parallel index on a rail-optimized
+//! fabric), and only where `engine::flow::symmetry` proves the result exact.
 
 use super::RankStats;
 use crate::cost::CostModel;
@@ -60,7 +62,30 @@ fn representatives(plan: &Plan) -> Vec<RankId> {
         .collect()
 }
 
-fn axis_size(plan: &Plan, axis: crate::scenario::Axis) -> u32 {
+/// The representative of every rank when only the axes in `axes` are collapsed: the rank
+/// with those coordinates zero and the others its own. (`representatives` is the case of
+/// every axis but pp.) The flow model collapses fewer axes when the replicas along the
+/// others share links (see `engine::flow::symmetry`).
+pub(crate) fn representatives_over(plan: &Plan, axes: &[crate::scenario::Axis]) -> Vec<RankId> {
+    let mut strides = Vec::with_capacity(axes.len());
+    let mut stride = 1u32;
+    for axis in plan.order {
+        let n = axis_size(plan, axis).max(1);
+        if axes.contains(&axis) {
+            strides.push((stride, n));
+        }
+        stride = stride.saturating_mul(n);
+    }
+    (0..plan.world)
+        .map(|r| {
+            strides
+                .iter()
+                .fold(r, |rep, &(s, n)| rep.saturating_sub((r / s.max(1)) % n * s))
+        })
+        .collect()
+}
+
+pub(crate) fn axis_size(plan: &Plan, axis: crate::scenario::Axis) -> u32 {
     use crate::scenario::Axis;
     let s = &plan.sizes;
     match axis {
@@ -105,11 +130,22 @@ impl Collapse {
         cost: &dyn CostModel,
         peers: &[[RankId; 4]],
     ) -> Result<Collapse, NotCollapsible> {
+        Collapse::with_reps(plan, schedule, cost, peers, representatives(plan))
+    }
+
+    /// [`Collapse::with_peers`] for the representatives `rep_of` (from
+    /// [`representatives_over`]).
+    pub fn with_reps(
+        plan: &Plan,
+        schedule: &Schedule,
+        cost: &dyn CostModel,
+        peers: &[[RankId; 4]],
+        rep_of: Vec<RankId>,
+    ) -> Result<Collapse, NotCollapsible> {
         if !cost.compute_is_rank_invariant() {
             return Err(NotCollapsible::RankDependentCost);
         }
         let program = |r: RankId| schedule.program_of.get(r as usize).copied();
-        let rep_of = representatives(plan);
         let local = |x: RankId, i: usize| {
             peers
                 .get(x as usize)
@@ -141,7 +177,7 @@ impl Collapse {
             }
         }
         let reps: Vec<RankId> = (0..plan.world)
-            .filter(|&r| rep_of[r as usize] == r)
+            .filter(|&r| rep_of.get(r as usize) == Some(&r))
             .collect();
         let mut slot_of = vec![u32::MAX; rep_of.len()];
         for (slot, &rep) in reps.iter().enumerate() {
@@ -208,8 +244,17 @@ mod tests {
             sc.parallel.order = order;
             let plan = Plan::new(&sc).unwrap();
             let reps = representatives(&plan);
+            let all = [Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp];
             for r in 0..plan.world {
                 assert_eq!(reps[r as usize], representative(&plan, r), "{order:?} {r}");
+            }
+            assert_eq!(representatives_over(&plan, &all), reps, "{order:?}");
+            // Collapsing only tp keeps every other coordinate.
+            let tp_only = representatives_over(&plan, &[Axis::Tp]);
+            for r in 0..plan.world {
+                let c = plan.coords(r);
+                let want = plan.rank_of(crate::plan::Coords { tp: 0, ..c });
+                assert_eq!(tp_only[r as usize], want, "{order:?} {r}");
             }
         }
     }

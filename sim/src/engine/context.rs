@@ -92,12 +92,13 @@ impl<'a> Ctx<'a> {
             })
             .collect::<Vec<_>>();
         // Contention couples ranks that collapsing would leave out (a non-simulated rank's
-        // traffic on a shared link, its compute on shared cores): with the flow network or
-        // shared cores every rank is simulated (see `engine::collapse`).
-        let collapse = if opts.collapse && net.is_none() && cost.shared_cores().is_none() {
-            Collapse::with_peers(plan, schedule, cost, &peers).ok()
-        } else {
-            None
+        // traffic on a shared link, its compute on shared cores): with shared cores every
+        // rank is simulated, and with the flow network only the replicas whose flows provably
+        // run apart, on mirrored links, are left out (see `engine::flow::symmetry`).
+        let collapse = match net {
+            _ if !opts.collapse || cost.shared_cores().is_some() => None,
+            None => Collapse::with_peers(plan, schedule, cost, &peers).ok(),
+            Some(net) => super::flow::collapse_for_flows(net, plan, schedule, cost, &progs, &peers),
         };
         let mut peers = peers;
         if let Some(c) = &collapse {
@@ -154,7 +155,14 @@ impl<'a> Ctx<'a> {
     /// real ranks (in collapsed mode `dst` is a representative; the real receiver is the
     /// send's resolved peer).
     pub fn p2p_ns(&self, src: u32, send_op: u32, dst: u32, bytes: u64) -> u64 {
-        let real_dst = match (
+        self.cost
+            .p2p_ns(self.plan, src, self.real_dst(src, send_op, dst), bytes)
+    }
+
+    /// The real receiver of send op `send_op` of `src`, matched with `dst` (in collapsed
+    /// mode a representative; the real receiver is the send's resolved peer).
+    pub fn real_dst(&self, src: u32, send_op: u32, dst: u32) -> u32 {
+        match (
             &self.collapse,
             self.prog(src as usize).ops.get(send_op as usize),
         ) {
@@ -165,8 +173,7 @@ impl<'a> Ctx<'a> {
                 _ => dst,
             },
             _ => dst,
-        };
-        self.cost.p2p_ns(self.plan, src, real_dst, bytes)
+        }
     }
 
     #[inline]

@@ -17,11 +17,13 @@
 mod events;
 mod plans;
 mod round;
+mod symmetry;
 
 use crate::plan::Plan;
 use crate::schedule::CollectiveKind;
 use crate::topology::{MaxMin, Network, Path};
 use plans::Plans;
+pub(crate) use symmetry::collapse_for_flows;
 
 /// Event payload tag of "the flows of batch node `a & !FLOW_TAG` finished".
 pub(crate) const FLOW_TAG: u32 = (1 << 31) | (1 << 30);

@@ -347,10 +347,10 @@ fn random_traffic(plan: &Plan, seed: u64, steps: u32) -> Schedule {
 }
 
 /// The analytic model with shared cores and an overlap slowdown: compute runs as flows too.
-struct Cores<'a> {
-    inner: &'a Analytic,
-    cores: Option<u32>,
-    slowdown: f64,
+pub(super) struct Cores<'a> {
+    pub inner: &'a Analytic,
+    pub cores: Option<u32>,
+    pub slowdown: f64,
 }
 
 impl CostModel for Cores<'_> {
@@ -365,6 +365,9 @@ impl CostModel for Cores<'_> {
     }
     fn checkpoint_ns(&self, bytes: u64) -> u64 {
         self.inner.checkpoint_ns(bytes)
+    }
+    fn compute_is_rank_invariant(&self) -> bool {
+        self.inner.compute_is_rank_invariant()
     }
     fn shared_cores(&self) -> Option<u32> {
         self.cores

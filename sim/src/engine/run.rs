@@ -482,7 +482,11 @@ impl<S: Slots> State<S> {
             ctx,
             (P2P_BIT | src, send_op),
             &[src, dst],
-            Spec::P2p { src, dst, bytes },
+            Spec::P2p {
+                src,
+                dst: ctx.real_dst(src, send_op, dst),
+                bytes,
+            },
             || ctx.p2p_ns(src, send_op, dst, bytes),
         );
         Ok(())

@@ -45,12 +45,37 @@ struct Slot {
     active: bool,
 }
 
+/// Flows kept in place per resource before a resource's list moves to the heap.
+const INLINE: usize = 3;
+
+/// The active flows on one resource, in insertion order: in place while there are at most
+/// [`INLINE`], else all of them in the resource's spill list. Most resources carry one or two
+/// flows at a time (a ring edge's NVLink ports, a send's NICs), so the lists of every resource
+/// sit in one flat array and a flow's add and removal touch no heap block.
+#[derive(Clone, Copy, Debug, Default)]
+struct OnList {
+    len: u32,
+    ids: [u32; INLINE],
+}
+
+/// The flows on resource `r`, in insertion order.
+#[inline]
+fn flows_on<'a>(on: &'a [OnList], spill: &'a [Vec<u32>], r: usize) -> &'a [u32] {
+    match on.get(r) {
+        Some(l) if l.len as usize <= INLINE => &l.ids[..l.len as usize],
+        Some(_) => spill.get(r).map_or(&[], Vec::as_slice),
+        None => &[],
+    }
+}
+
 /// The sharing state: resources with capacities, and the active flows over them.
 #[derive(Clone, Debug, Default)]
 pub struct MaxMin {
     capacity: Vec<f64>,
-    /// Active flows per resource, in insertion order.
-    on: Vec<Vec<u32>>,
+    /// Active flows per resource, in insertion order (see [`OnList`]).
+    on: Vec<OnList>,
+    /// Per resource: all its flows while it has more than [`INLINE`] (else unused).
+    spill: Vec<Vec<u32>>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     dirty_res: Vec<u32>,
@@ -75,7 +100,8 @@ impl MaxMin {
         let n = capacity.len();
         MaxMin {
             capacity: capacity.into_iter().map(sane).collect(),
-            on: vec![Vec::new(); n],
+            on: vec![OnList::default(); n],
+            spill: vec![Vec::new(); n],
             seen_res: vec![0; n],
             left: vec![0.0; n],
             unfixed: vec![0; n],
@@ -116,7 +142,7 @@ impl MaxMin {
             }
         };
         for &r in kept.as_slice() {
-            self.on[r as usize].push(id);
+            self.push_on(r as usize, id);
         }
         // One seed finds the flow's whole component: its first resource (searched before any
         // later seed, exactly where seeding every resource would have started), or the flow
@@ -137,13 +163,48 @@ impl MaxMin {
         s.rate = 0.0;
         let path = s.path;
         for &r in path.as_slice() {
-            let list = &mut self.on[r as usize];
-            if let Some(i) = list.iter().position(|&f| f == id) {
-                list.remove(i);
-            }
+            self.remove_on(r as usize, id);
             self.dirty_res.push(r);
         }
         self.free.push(id);
+    }
+
+    /// Appends flow `id` to resource `r`'s list.
+    fn push_on(&mut self, r: usize, id: u32) {
+        let (Some(l), Some(spill)) = (self.on.get_mut(r), self.spill.get_mut(r)) else {
+            return;
+        };
+        let n = l.len as usize;
+        if n < INLINE {
+            l.ids[n] = id;
+        } else {
+            if n == INLINE {
+                spill.clear();
+                spill.extend_from_slice(&l.ids);
+            }
+            spill.push(id);
+        }
+        l.len += 1;
+    }
+
+    /// Takes flow `id` off resource `r`'s list, keeping the others' order.
+    fn remove_on(&mut self, r: usize, id: u32) {
+        let (Some(l), Some(spill)) = (self.on.get_mut(r), self.spill.get_mut(r)) else {
+            return;
+        };
+        let n = l.len as usize;
+        if n <= INLINE {
+            if let Some(i) = l.ids[..n].iter().position(|&f| f == id) {
+                l.ids.copy_within(i + 1..n, i);
+                l.len -= 1;
+            }
+        } else if let Some(i) = spill.iter().position(|&f| f == id) {
+            spill.remove(i);
+            l.len -= 1;
+            if l.len as usize == INLINE {
+                l.ids.copy_from_slice(&spill[..INLINE]);
+            }
+        }
     }
 
     /// Changes a flow's own rate limit.
@@ -200,7 +261,7 @@ impl MaxMin {
         // Fast paths for the two common components, with the same outcome as the search
         // and fill below: a resource no flow crosses (nothing to do), and one flow that has
         // its resources to itself.
-        match self.on[r as usize][..] {
+        match *flows_on(&self.on, &self.spill, r as usize) {
             [] => {
                 self.seen_res[r as usize] = self.epoch;
                 return;
@@ -235,7 +296,7 @@ impl MaxMin {
             .path
             .as_slice()
             .iter()
-            .all(|&r| self.on[r as usize].len() == 1)
+            .all(|&r| self.on.get(r as usize).is_some_and(|l| l.len == 1))
     }
 
     /// Marks the component of a flow that is [`MaxMin::alone`] as seen and sets its rate: the
@@ -274,7 +335,7 @@ impl MaxMin {
             while ri < self.comp_res.len() {
                 let r = self.comp_res[ri] as usize;
                 ri += 1;
-                for &g in &self.on[r] {
+                for &g in flows_on(&self.on, &self.spill, r) {
                     if self.seen_flow[g as usize] != self.epoch {
                         self.seen_flow[g as usize] = self.epoch;
                         self.comp_flows.push(g);
@@ -305,7 +366,7 @@ impl MaxMin {
         for &r in &self.comp_res {
             let r = r as usize;
             self.left[r] = self.capacity[r];
-            self.unfixed[r] = self.on[r].len() as u32;
+            self.unfixed[r] = self.on.get(r).map_or(0, |l| l.len);
         }
         let mut todo = std::mem::take(&mut self.todo);
         let mut keep = std::mem::take(&mut self.keep);
@@ -483,6 +544,28 @@ mod tests {
             (0usize..64).prop_map(Step::Remove),
             (0usize..64, 1u8..20).prop_map(|(i, c)| Step::Cap(i, c)),
         ]
+    }
+
+    proptest! {
+        /// A resource's flow list (in place up to `INLINE`, spilled beyond) keeps insertion
+        /// order through any adds and removals, as a plain list would.
+        #[test]
+        fn flow_lists_keep_insertion_order(ops in prop::collection::vec((any::<bool>(), 0u32..8), 1..60)) {
+            let mut m = MaxMin::new(vec![1.0, 1.0]);
+            let mut model: Vec<u32> = Vec::new();
+            for (add, k) in ops {
+                if add {
+                    let id = m.add(Path::new(&[1]), f64::INFINITY);
+                    model.push(id);
+                } else if !model.is_empty() {
+                    let id = model.remove(k as usize % model.len());
+                    m.remove(id);
+                }
+                prop_assert_eq!(flows_on(&m.on, &m.spill, 1), &model[..]);
+                prop_assert_eq!(m.on[1].len as usize, model.len());
+                prop_assert!(flows_on(&m.on, &m.spill, 0).is_empty());
+            }
+        }
     }
 
     proptest! {
