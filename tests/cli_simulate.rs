@@ -223,3 +223,29 @@ fn bench_reports_events_per_second() {
     assert!(row["events"].as_u64().unwrap() > 0);
     assert!(row["events_per_s"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn bench_collapse_measures_the_collapsed_mode() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "scenarios/small.toml",
+            "--repeat",
+            "1",
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let o = twin(&args);
+        assert!(o.status.success(), "stderr: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        (
+            v[0]["collapsed"].as_bool().unwrap(),
+            v[0]["events"].as_u64().unwrap(),
+        )
+    };
+    let (full_collapsed, full_events) = run(&[]);
+    let (collapsed, events) = run(&["--collapse"]);
+    assert!(!full_collapsed && collapsed);
+    assert!(events < full_events, "{events} vs {full_events}");
+}

@@ -22,6 +22,10 @@ pub struct Args {
     pub repeat: u32,
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
+    /// Measure the collapsed mode (`twin simulate --collapse`): representative ranks only,
+    /// where that is exact.
+    #[arg(long)]
+    pub collapse: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -30,6 +34,8 @@ struct Row {
     gpus: u32,
     ops: u64,
     events: u64,
+    /// Whether the runs simulated representatives only (`--collapse`, where exact).
+    collapsed: bool,
     generate_median_s: f64,
     simulate_median_s: f64,
     simulate_best_s: f64,
@@ -47,15 +53,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for path in &args.scenarios {
         let scenario = load_scenario(path, &[])?;
         let (mut gen_s, mut sim_s, mut total_s) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut ops, mut events) = (0, 0);
+        let (mut ops, mut events, mut collapsed) = (0, 0, false);
+        let options = twin_sim::engine::SimOptions {
+            collapse: args.collapse,
+            ..twin_sim::engine::SimOptions::default()
+        };
         for _ in 0..args.repeat {
             let t0 = Instant::now();
             let staged = twin_sim::Staged::new(&scenario)?;
             let t1 = Instant::now();
-            let result = staged.simulate(&twin_sim::engine::SimOptions::default())?;
+            let result = staged.simulate(&options)?;
             let t2 = Instant::now();
             ops = staged.schedule.total_ops();
             events = result.events;
+            collapsed = result.collapsed;
             gen_s.push((t1 - t0).as_secs_f64());
             sim_s.push((t2 - t1).as_secs_f64());
             total_s.push((t2 - t0).as_secs_f64());
@@ -66,6 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             gpus: scenario.cluster.gpus,
             ops,
             events,
+            collapsed,
             generate_median_s: median(&mut gen_s),
             simulate_median_s: sim_median,
             simulate_best_s: sim_s[0],
@@ -82,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
             for r in &rows {
                 println!(
-                    "{:<34} {:>7} {:>10} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>9.1}",
+                    "{:<34} {:>7} {:>10} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>9.1}{}",
                     r.scenario,
                     r.gpus,
                     r.ops,
@@ -90,7 +102,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     r.generate_median_s * 1e3,
                     r.simulate_median_s * 1e3,
                     r.total_median_s * 1e3,
-                    r.events_per_s / 1e6
+                    r.events_per_s / 1e6,
+                    if r.collapsed { "  collapsed" } else { "" }
                 );
             }
             if cfg!(debug_assertions) {

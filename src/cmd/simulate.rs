@@ -40,9 +40,11 @@ pub struct Args {
     /// cost-model parameters replace the defaults. It must describe the scenario's GPU.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
-    /// Simulate one representative rank per pipeline stage (tp = cp = ep = dp = 0) instead of
-    /// every rank: exact when ranks are symmetric (no stragglers), and much faster. Falls back
-    /// to every rank otherwise. The trace then holds only the representatives.
+    /// Simulate representative ranks instead of every rank: one per pipeline stage (tp = cp =
+    /// ep = dp = 0) with the analytic network; with the flow network, the widest collapse whose
+    /// left-out flows provably run on their own identical links (docs/topology.md). Exact when
+    /// ranks are symmetric (no stragglers), and much faster. Falls back to every rank
+    /// otherwise. The trace then holds only the representatives.
     #[arg(long)]
     pub collapse: bool,
     /// Simulate failures, checkpoints and restarts over this horizon (e.g. 30d, 12h) after the

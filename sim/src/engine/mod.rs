@@ -51,7 +51,8 @@ pub struct SimOptions {
     /// Device memory per rank (the GPU's HBM): the engine notes the first alloc at which live
     /// memory exceeds it ([`RankStats::over_capacity_op`]). `u64::MAX`: no limit.
     pub memory_capacity_bytes: u64,
-    /// Simulate one representative rank per pipeline stage when that gives exactly the full
+    /// Simulate representative ranks (one per pipeline stage; with the flow network, the
+    /// widest collapse `engine::flow::symmetry` proves exact) when that gives exactly the full
     /// result (see `engine::collapse`); otherwise every rank is simulated regardless.
     /// [`SimResult::collapsed`] tells which happened.
     pub collapse: bool,
