@@ -8,14 +8,16 @@ use std::process::ExitCode;
 /// Predict step time, throughput, MFU, memory and bubbles for a scenario.
 ///
 /// The scenario is planned, turned into a per-rank schedule, validated, and executed by the
-/// discrete-event simulator over every rank. The report explains itself; see README.md
-/// ("Reading the report") for each line.
+/// discrete-event simulator. Symmetric ranks are simulated once (representatives), where that
+/// provably gives the same result as simulating every rank (--full does that anyway). The
+/// report explains itself; see README.md ("Reading the report") for each line.
 ///
 /// Examples:
 ///   twin simulate scenarios/512xA100.toml
 ///   twin simulate scenarios/512xA100.toml --format json
 ///   twin simulate scenarios/512xA100.toml --set parallel.pp=16 --set parallel.dp=4
 ///   twin simulate scenarios/512xA100.toml --profile scenarios/profiles/a100-dgx.toml
+///   twin simulate scenarios/512xA100.toml --full        (every rank; same report)
 ///   twin simulate scenarios/small.toml --trace small.trace.json   (open in ui.perfetto.dev)
 ///   twin simulate scenarios/512xA100-faults.toml --horizon 30d --seeds 1000   (docs/faults.md)
 #[derive(clap::Args)]
@@ -40,13 +42,18 @@ pub struct Args {
     /// cost-model parameters replace the defaults. It must describe the scenario's GPU.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
-    /// Simulate representative ranks instead of every rank: one per pipeline stage (tp = cp =
-    /// ep = dp = 0) with the analytic network; with the flow network, the widest collapse whose
-    /// left-out flows provably run on their own identical links (docs/topology.md). Exact when
-    /// ranks are symmetric (no stragglers), and much faster. Falls back to every rank
-    /// otherwise. The trace then holds only the representatives.
-    #[arg(long)]
+    /// Simulate representative ranks instead of every rank (the default without --trace): one
+    /// per pipeline stage (tp = cp = ep = dp = 0) with the analytic network; with the flow
+    /// network, the widest collapse whose left-out flows provably run on their own identical
+    /// links (docs/topology.md). Used only where it gives exactly the full result (no
+    /// stragglers, symmetric ranks); every rank is simulated otherwise. With --trace it
+    /// collapses too, and the trace holds only the representatives.
+    #[arg(long, conflicts_with = "full")]
     pub collapse: bool,
+    /// Simulate every rank even where the collapsed mode would give the same result (the
+    /// report is identical; only the event count and the time taken differ).
+    #[arg(long)]
+    pub full: bool,
     /// Simulate failures, checkpoints and restarts over this horizon (e.g. 30d, 12h) after the
     /// step prediction, using the scenario's [faults] (defaults when it has none). A scenario
     /// with [faults] runs its own `horizon` without this flag. See docs/faults.md.
@@ -76,7 +83,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = twin_sim::PredictOptions {
         trace: args.trace.is_some(),
         reproducible: args.reproducible,
-        collapse: args.collapse,
+        // Collapsed by default, as it is exact wherever the engine uses it; a trace shows
+        // every rank unless --collapse asks for the representatives only.
+        collapse: args.collapse || (!args.full && args.trace.is_none()),
         ..Default::default()
     };
     let profile = match &args.profile {
@@ -141,22 +150,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         },
         Format::Text => {
-            let text = report.to_text();
-            match ci95_s {
-                None => print!("{text}"),
-                Some([lo, hi]) => {
-                    for line in text.lines() {
-                        if line.starts_with("step time") {
-                            println!(
-                                "step time       {:.3} ms (95% CI {:.3}\u{2013}{:.3} ms)",
-                                report.step_time_s * 1e3,
-                                lo * 1e3,
-                                hi * 1e3
-                            );
-                        } else {
-                            println!("{line}");
-                        }
+            for line in report.to_text().lines() {
+                match ci95_s {
+                    Some([lo, hi]) if line.starts_with("step time") => println!(
+                        "step time       {:.3} ms (95% CI {:.3}\u{2013}{:.3} ms)",
+                        report.step_time_s * 1e3,
+                        lo * 1e3,
+                        hi * 1e3
+                    ),
+                    _ if line.starts_with("simulated") && prediction.result.collapsed => {
+                        println!("{line} (representative ranks; --full simulates every rank)")
                     }
+                    _ => println!("{line}"),
                 }
             }
             if args.memory {
