@@ -48,6 +48,9 @@ pub struct HostFits {
     pub gemm_holdout_samples: usize,
     pub gemm_holdout_max_relative_error: f64,
     pub memory_pass: AlphaBeta,
+    /// The memory pass over every size, small and large, with a knee where it outgrows the
+    /// caches; `None` when no knee could be fitted (a note says why).
+    pub memory_spill: Option<crate::fit::spill::SpillFit>,
     pub memcpy: AlphaBeta,
     pub alloc: AlphaBeta,
     /// `bandwidth` in ops per second; its inverse is the per-op overhead.
@@ -150,6 +153,37 @@ pub(crate) fn named(
     Ok(f)
 }
 
+/// The knee model over every memory-pass sample (the knee a grid over the sizes from 1 MiB up).
+fn spill(s: &Samples, notes: &mut Vec<String>) -> Option<crate::fit::spill::SpillFit> {
+    use crate::fit::spill::{self, PassPoint};
+    let all: Vec<&SizedSamples> = s.memory_pass.iter().chain(&s.memory_pass_large).collect();
+    let points: Vec<PassPoint> = all
+        .iter()
+        .flat_map(|x| {
+            x.kept_ns.iter().map(move |&t| PassPoint {
+                bytes: x.bytes as f64,
+                time_ns: t,
+            })
+        })
+        .collect();
+    let mut knees: Vec<u64> = all
+        .iter()
+        .map(|x| x.bytes)
+        .filter(|&b| b >= 1 << 20)
+        .collect();
+    knees.sort_unstable();
+    knees.dedup();
+    match spill::fit(&points, &knees) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            notes.push(format!(
+                "memory pass: no cache knee fitted ({e}); one bandwidth for every size"
+            ));
+            None
+        }
+    }
+}
+
 /// The curve's prediction of one call of `batch` products of `m x n x k`.
 pub fn gemm_predict_ns(f: &GemmFit, m: u64, n: u64, k: u64, batch: u64) -> f64 {
     let kf = k as f64;
@@ -237,6 +271,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         gemm_holdout_max_relative_error: holdout.iter().fold(0.0, |a: f64, b| a.max(*b)),
         gemm: g,
         memory_pass: named("memory pass", &sized_points(&s.memory_pass), &mut notes)?,
+        memory_spill: spill(s, &mut notes),
         memcpy: named("memcpy", &sized_points(&s.memcpy), &mut notes)?,
         alloc: named("alloc", &sized_points(&s.alloc), &mut notes)?,
         launch,
@@ -443,10 +478,28 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
         ),
         // The host backend runs a batched GEMM's products as separate sgemm calls.
         gemm_ramp_per_product: true,
-        memory_efficiency: fitted(
-            over(f.memory_pass.bandwidth_bytes_per_s, hbm).clamp(1e-6, 1.0),
-            r("memory-pass (axpy, 12 bytes per element) bandwidth / gpu.hbm_bandwidth_bytes_per_s"),
-        ),
+        memory_efficiency: match &f.memory_spill {
+            Some(sp) => fitted(
+                over(sp.bandwidth_bytes_per_s, hbm).clamp(1e-6, 1.0),
+                r("memory-pass (axpy, 12 bytes per element) bandwidth below the cache knee (knee model over every pass size) / gpu.hbm_bandwidth_bytes_per_s"),
+            ),
+            None => fitted(
+                over(f.memory_pass.bandwidth_bytes_per_s, hbm).clamp(1e-6, 1.0),
+                r("memory-pass (axpy, 12 bytes per element) bandwidth / gpu.hbm_bandwidth_bytes_per_s"),
+            ),
+        },
+        memory_spill_bytes: f.memory_spill.as_ref().map(|sp| Param {
+            value: sp.knee_bytes as f64,
+            source: Source::Fitted,
+            reference: r("memory-pass knee: grid over the measured pass sizes, the smallest residual"),
+            ci95: None,
+        }),
+        memory_spill_efficiency: f.memory_spill.as_ref().map(|sp| {
+            fitted(
+                over(sp.spill_bandwidth_bytes_per_s, hbm).clamp(1e-6, 1.0),
+                r("memory-pass bandwidth beyond the cache knee / gpu.hbm_bandwidth_bytes_per_s"),
+            )
+        }),
         launch_ns: fitted(
             f.launch_ns.clamp(0.0, f64::MAX),
             r("slope of step time over chains of empty ops through the host backend"),

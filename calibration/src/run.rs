@@ -60,6 +60,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
     let total = cfg.sweep_shapes().len()
         + extra.len()
         + 3 * cfg.memory_bytes.len()
+        + cfg.pass_large_bytes.len()
         + cfg.launch_ops.len()
         + bench::comm::measurement_count(&cfg)
         + cfg.checkpoint_bytes.len();
@@ -71,7 +72,8 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
     let started = Instant::now();
     let mut samples = Samples {
         gemm: bench::compute::gemms(&cfg, &extra, opts.seed, &mut progress),
-        memory_pass: bench::memory::memory_pass(&cfg, &mut progress),
+        memory_pass: bench::memory::memory_pass(&cfg, &cfg.memory_bytes, &mut progress),
+        memory_pass_large: bench::memory::memory_pass(&cfg, &cfg.pass_large_bytes, &mut progress),
         memcpy: bench::memory::memcpy(&cfg, &mut progress),
         alloc: bench::memory::alloc(&cfg, &mut progress),
         launch: bench::launch::launch(&cfg, &mut progress)?,

@@ -155,6 +155,10 @@ pub fn profile_toml(
     }
     o.push_str("\n[memory]\n");
     o.push_str(&param("efficiency", &p.memory_efficiency));
+    if let (Some(b), Some(e)) = (&p.memory_spill_bytes, &p.memory_spill_efficiency) {
+        o.push_str(&param("spill_bytes", b));
+        o.push_str(&param("spill_efficiency", e));
+    }
     if let Some(a) = p
         .memory_alloc_bytes_per_s
         .as_ref()

@@ -253,6 +253,17 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
     ));
     o.push_str("bandwidth + fixed cost per call (alpha-beta: per step for transfers)\n");
     o.push_str(&ab_line("memory pass", &f.memory_pass, "fixed"));
+    if let Some(sp) = &f.memory_spill {
+        o.push_str(&format!(
+            "  pass beyond {:<5} {:<44} (below it {}; knee model R² {:.4}, rms {:.1}%, n {})\n",
+            si(sp.knee_bytes as f64, "B"),
+            est(&sp.spill_bandwidth_bytes_per_s, "B/s"),
+            est(&sp.bandwidth_bytes_per_s, "B/s"),
+            sp.quality.r2,
+            sp.quality.rms_relative_error * 100.0,
+            sp.quality.samples
+        ));
+    }
     o.push_str(&ab_line("memcpy", &f.memcpy, "fixed"));
     o.push_str(&ab_line("alloc+touch", &f.alloc, "fixed"));
     o.push_str(&ab_line("checkpoint", &f.checkpoint, "fixed"));

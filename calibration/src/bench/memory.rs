@@ -8,16 +8,13 @@ use super::{Config, Counter, SizedSamples};
 use crate::sample::{reject_outliers, time_ns};
 use std::time::Instant;
 
-/// The axpy pass over each size of the sweep (bytes moved).
-pub fn memory_pass(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
-    let ops: Vec<_> = cfg
-        .memory_bytes
-        .iter()
-        .map(|&b| compute_op(Vec::new(), b))
-        .collect();
+/// The axpy pass over each of `sizes` (bytes moved): `cfg.memory_bytes`, or the larger
+/// `cfg.pass_large_bytes` that only the pass runs at (where it outgrows the caches).
+pub fn memory_pass(cfg: &Config, sizes: &[u64], progress: &mut Counter) -> Vec<SizedSamples> {
+    let ops: Vec<_> = sizes.iter().map(|&b| compute_op(Vec::new(), b)).collect();
     let mut ws = workspace_for(&ops);
     let mut out = Vec::new();
-    for (c, &bytes) in ops.iter().zip(&cfg.memory_bytes) {
+    for (c, &bytes) in ops.iter().zip(sizes) {
         out.push(SizedSamples::new(
             bytes,
             time_ns(cfg.memory, || ws.run_memory(c)),
@@ -44,12 +41,17 @@ pub fn memcpy(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
     out
 }
 
-/// Allocate and touch `bytes` (each buffer is dropped outside the timed part).
+/// Allocate and touch `bytes`. Every buffer of a size is kept until that size is done, so
+/// each allocation gets memory the process has not touched yet, as the host backend's Alloc
+/// ops do in a step (between a buffer's free and the next allocation the allocator returns
+/// the pages, so the next touch faults them in again); reusing one buffer would time a
+/// cache-warm memset instead (3-4x faster on the development VM).
 pub fn alloc(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
     let mut out = Vec::new();
     for &bytes in &cfg.memory_bytes {
         let len = usize::try_from(bytes).unwrap_or(usize::MAX);
-        let one = || {
+        let mut held: Vec<Vec<u8>> = Vec::new();
+        let mut one = || {
             let t = Instant::now();
             let mut buf: Vec<u8> = Vec::new();
             if buf.try_reserve_exact(len).is_ok() {
@@ -57,13 +59,14 @@ pub fn alloc(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
             }
             std::hint::black_box(&mut buf);
             let ns = t.elapsed().as_nanos() as f64;
-            drop(buf);
+            held.push(buf);
             ns
         };
         for _ in 0..cfg.memory.warmup {
             one();
         }
         let samples: Vec<f64> = (0..cfg.memory.timed.max(1)).map(|_| one()).collect();
+        drop(held);
         out.push(SizedSamples::new(bytes, reject_outliers(&samples)));
         progress.tick("alloc");
     }

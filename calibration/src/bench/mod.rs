@@ -36,10 +36,15 @@ pub struct Config {
     pub gemm: Repeats,
     /// Largest scenario GEMM shapes timed (the most frequent first).
     pub max_scenario_shapes: usize,
+    /// Bytes written before each timed GEMM call to evict its operands from the core's private
+    /// cache (4x the L2 this machine reports, 1 MiB when it reports none).
+    pub gemm_evict_bytes: u64,
     /// Sizes of the memory pass, memcpy and allocation: up to 8 MiB, the cache-resident
-    /// regime in which the host scenarios' per-op buffers live (larger buffers stream from
-    /// DRAM at a lower rate; see docs/calibration.md).
+    /// regime in which the host scenarios' per-op buffers live.
     pub memory_bytes: Vec<u64>,
+    /// Larger sizes only the memory pass runs at: where a pass outgrows the caches and streams
+    /// from DRAM at a lower rate (`memory.spill_*`, docs/calibration.md).
+    pub pass_large_bytes: Vec<u64>,
     pub memory: Repeats,
     pub launch_ops: Vec<u32>,
     pub launch: Repeats,
@@ -52,6 +57,20 @@ pub struct Config {
     pub checkpoint: Repeats,
 }
 
+/// The L2 cache of CPU 0, from sysfs (`1024K`).
+fn l2_cache_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size").ok()?;
+    let t = text.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = num.parse().ok()?;
+    Some(match unit {
+        "K" => n * KIB,
+        "M" => n * MIB,
+        "" => n,
+        _ => return None,
+    })
+}
+
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
 
@@ -59,6 +78,7 @@ impl Config {
     /// The sweep of `mode` on a machine with `cores` CPU cores.
     pub fn new(mode: Mode, cores: u32) -> Config {
         let max_group = 4.min(cores.saturating_mul(2)).max(2);
+        let evict = 4 * l2_cache_bytes().unwrap_or(MIB);
         let r = |warmup, timed| Repeats { warmup, timed };
         match mode {
             Mode::Full => Config {
@@ -67,6 +87,7 @@ impl Config {
                 gemm_k: vec![16, 32, 64, 128, 256, 512, 1024],
                 gemm: r(2, 9),
                 max_scenario_shapes: 64,
+                gemm_evict_bytes: evict,
                 memory_bytes: vec![
                     128 * KIB,
                     256 * KIB,
@@ -76,6 +97,7 @@ impl Config {
                     4 * MIB,
                     8 * MIB,
                 ],
+                pass_large_bytes: vec![16 * MIB, 32 * MIB, 64 * MIB],
                 memory: r(2, 9),
                 launch_ops: vec![64, 128, 256, 512, 1024, 2048],
                 launch: r(2, 7),
@@ -101,7 +123,9 @@ impl Config {
                 gemm_k: vec![32, 128, 512],
                 gemm: r(1, 5),
                 max_scenario_shapes: 16,
+                gemm_evict_bytes: evict,
                 memory_bytes: vec![256 * KIB, MIB, 4 * MIB],
+                pass_large_bytes: vec![16 * MIB, 64 * MIB],
                 memory: r(1, 5),
                 launch_ops: vec![64, 256, 1024],
                 launch: r(1, 4),
@@ -118,7 +142,9 @@ impl Config {
                 gemm_k: vec![16, 64, 128],
                 gemm: r(1, 2),
                 max_scenario_shapes: 4,
+                gemm_evict_bytes: evict,
                 memory_bytes: vec![64 * KIB, 512 * KIB, 2 * MIB],
+                pass_large_bytes: vec![8 * MIB],
                 memory: r(1, 2),
                 launch_ops: vec![16, 64, 128],
                 launch: r(1, 2),
@@ -236,6 +262,8 @@ pub struct Samples {
     pub gemm: Vec<GemmSamples>,
     /// axpy pass: bytes moved (12 per element).
     pub memory_pass: Vec<SizedSamples>,
+    /// The same pass at `Config::pass_large_bytes`.
+    pub memory_pass_large: Vec<SizedSamples>,
     /// memcpy: bytes moved (read + write).
     pub memcpy: Vec<SizedSamples>,
     /// Allocate and touch a buffer of `bytes`.

@@ -13,6 +13,7 @@ pub mod alpha_beta;
 pub mod gemm;
 pub mod linear;
 pub mod ratio;
+pub mod spill;
 
 use serde::Serialize;
 

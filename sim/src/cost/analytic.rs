@@ -8,7 +8,10 @@
 //! - one GEMM call: the shape-dependent curve of [`super::gemm`] (tile padding, short-k
 //!   penalty, roofline on bytes, fixed ramp per call).
 //! - memory-bound kernels: `max(other_flops / peak(fp32), memory_bytes / (hbm *
-//!   memory_efficiency))`, where `other_flops` is the op's FLOPs outside its GEMMs.
+//!   memory_efficiency))`, where `other_flops` is the op's FLOPs outside its GEMMs. With a
+//!   [`MemorySpill`] (host profiles: the host backend runs an op's memory-bound bytes as one
+//!   pass), the bytes of a pass beyond `spill.bytes` run at `spill.efficiency` instead: a pass
+//!   larger than the caches streams from DRAM.
 //! - `kernels * launch_ns`: the gap the GPU idles between dependent kernels.
 
 use super::collective::{
@@ -24,6 +27,14 @@ use serde::Serialize;
 /// Streaming kernels reach about 90% of HBM peak bandwidth (fitted with the GEMM curve, see
 /// [`crate::cost::DEFAULT_GEMM_CURVE`]).
 pub const DEFAULT_MEMORY_EFFICIENCY: f64 = 0.90;
+/// Where a memory-bound pass outgrows the caches: its bytes beyond `bytes` move at
+/// `efficiency` of the memory bandwidth instead of `memory_efficiency`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct MemorySpill {
+    pub bytes: u64,
+    pub efficiency: f64,
+}
+
 /// GPU-side gap between dependent kernels (launch latency mostly hidden by async launch).
 pub const DEFAULT_LAUNCH_NS: u64 = 1_000;
 /// Per-rank share of checkpoint storage bandwidth (a parallel file system shared by all
@@ -36,6 +47,9 @@ pub struct Analytic {
     pub hbm_bandwidth_bytes_per_s: f64,
     pub gemm: GemmCurve,
     pub memory_efficiency: f64,
+    /// Slower bandwidth for the part of a memory-bound pass beyond a size; `None`: one
+    /// bandwidth for every size (GPUs, where an op's bytes are many kernels').
+    pub memory_spill: Option<MemorySpill>,
     pub launch_ns: u64,
     pub links: TierModel,
     pub checkpoint_bandwidth_bytes_per_s: f64,
@@ -60,6 +74,7 @@ impl Analytic {
             hbm_bandwidth_bytes_per_s: c.gpu.hbm_bandwidth_bytes_per_s,
             gemm: DEFAULT_GEMM_CURVE,
             memory_efficiency: DEFAULT_MEMORY_EFFICIENCY,
+            memory_spill: None,
             launch_ns: DEFAULT_LAUNCH_NS,
             links: TierModel {
                 intra_bandwidth_bytes_per_s: c.intra_node.bandwidth_bytes_per_s,
@@ -93,6 +108,17 @@ impl Analytic {
 
     fn hbm_rate(&self) -> f64 {
         rate(self.hbm_bandwidth_bytes_per_s * self.memory_efficiency)
+    }
+
+    /// Seconds of a memory-bound pass over `bytes` (see [`MemorySpill`]).
+    pub fn memory_pass_s(&self, bytes: u64) -> f64 {
+        match self.memory_spill {
+            Some(s) if bytes > s.bytes => {
+                let spilled = rate(self.hbm_bandwidth_bytes_per_s * s.efficiency);
+                s.bytes as f64 / self.hbm_rate() + (bytes - s.bytes) as f64 / spilled
+            }
+            _ => bytes as f64 / self.hbm_rate(),
+        }
     }
 }
 
@@ -128,7 +154,7 @@ impl CostModel for Analytic {
         }
         let other_flops = op.flops.saturating_sub(gemm_flops) as f64;
         let vector_rate = rate(self.peak.fp32_flops_per_s);
-        let memory_s = (other_flops / vector_rate).max(op.memory_bytes as f64 / hbm);
+        let memory_s = (other_flops / vector_rate).max(self.memory_pass_s(op.memory_bytes));
         let launch_s = f64::from(op.kernels) * self.launch_ns as f64 * 1e-9;
         secs_to_ns(gemm_s + memory_s + launch_s)
     }
@@ -194,6 +220,35 @@ mod tests {
 
     fn achieved_tflops(model: &Analytic, op: &ComputeOp) -> f64 {
         op.flops as f64 / (model.compute_ns(0, op) as f64 * 1e-9) / 1e12
+    }
+
+    #[test]
+    fn a_pass_beyond_the_spill_size_slows_down_only_for_the_excess() {
+        let mut model = Analytic::new(&small_scenario(1, 1, 1, 1));
+        let fast = model.hbm_bandwidth_bytes_per_s * model.memory_efficiency;
+        let small = model.memory_pass_s(1 << 20);
+        assert!((small - (1u64 << 20) as f64 / fast).abs() < 1e-15);
+        model.memory_spill = Some(MemorySpill {
+            bytes: 8 << 20,
+            efficiency: model.memory_efficiency / 3.0,
+        });
+        // At or below the spill size: unchanged.
+        assert_eq!(model.memory_pass_s(1 << 20), small);
+        assert!((model.memory_pass_s(8 << 20) - (8u64 << 20) as f64 / fast).abs() < 1e-15);
+        // Beyond: the first 8 MiB at the fast rate, the other 24 MiB three times slower.
+        let big = model.memory_pass_s(32 << 20);
+        let want = (8u64 << 20) as f64 / fast + (24u64 << 20) as f64 * 3.0 / fast;
+        assert!((big / want - 1.0).abs() < 1e-12, "{big} vs {want}");
+        // And it is what an op's memory-bound time uses.
+        let op = ComputeOp {
+            phase: Phase::Optimizer,
+            dtype: Precision::Fp32,
+            gemms: Vec::new(),
+            flops: 0,
+            memory_bytes: 32 << 20,
+            kernels: 0,
+        };
+        assert_eq!(model.compute_ns(0, &op), secs_to_ns(want));
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod gemm;
 mod overlap;
 
 pub use analytic::{
-    peak_for, Analytic, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_LAUNCH_NS,
+    peak_for, Analytic, MemorySpill, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_LAUNCH_NS,
     DEFAULT_MEMORY_EFFICIENCY,
 };
 pub use collective::{

@@ -62,6 +62,8 @@ struct RawGemm {
 struct RawMemory {
     efficiency: RawParam,
     alloc_bytes_per_s: Option<RawParam>,
+    spill_bytes: Option<RawParam>,
+    spill_efficiency: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -363,7 +365,37 @@ impl Checker<'_> {
         })
     }
 
-    fn profile(&self, raw: RawProfile) -> Result<Profile> {
+    /// `memory.spill_bytes` and `memory.spill_efficiency`: both or neither.
+    fn spill(
+        &self,
+        bytes: Option<RawParam>,
+        efficiency: Option<RawParam>,
+    ) -> Result<(Option<Param>, Option<Param>)> {
+        const BOTH: &str = "both memory.spill_bytes and memory.spill_efficiency, or neither";
+        match (bytes, efficiency) {
+            (None, None) => Ok((None, None)),
+            (Some(b), Some(e)) => Ok((
+                Some(self.param("memory.spill_bytes", b, Range::NonNegative)?),
+                Some(self.param("memory.spill_efficiency", e, Range::Fraction)?),
+            )),
+            (Some(b), None) => Err(self.invalid(
+                b.value.span(),
+                "memory.spill_bytes",
+                b.value.get_ref().to_string(),
+                "memory.spill_efficiency is missing",
+                BOTH,
+            )),
+            (None, Some(e)) => Err(self.invalid(
+                e.value.span(),
+                "memory.spill_efficiency",
+                e.value.get_ref().to_string(),
+                "memory.spill_bytes is missing",
+                BOTH,
+            )),
+        }
+    }
+
+    fn profile(&self, mut raw: RawProfile) -> Result<Profile> {
         let g = raw.gpu;
         let peak = g.peak_flops_per_s;
         let pk = "gpu.peak_flops_per_s";
@@ -374,6 +406,10 @@ impl Checker<'_> {
             ),
             None => (None, None),
         };
+        let (spill_bytes, spill_efficiency) = self.spill(
+            raw.memory.spill_bytes.take(),
+            raw.memory.spill_efficiency.take(),
+        )?;
         Ok(Profile {
             name: raw.name,
             description: raw.description,
@@ -435,6 +471,8 @@ impl Checker<'_> {
                 .alloc_bytes_per_s
                 .map(|a| self.param("memory.alloc_bytes_per_s", a, Range::Positive))
                 .transpose()?,
+            memory_spill_bytes: spill_bytes,
+            memory_spill_efficiency: spill_efficiency,
             host_cores: raw
                 .host
                 .map(|h| self.param("host.cores", h.cores, Range::Count))

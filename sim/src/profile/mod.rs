@@ -101,6 +101,11 @@ pub struct Profile {
     pub gemm_ramp_per_product: bool,
     /// Achieved fraction of HBM bandwidth for streaming (memory-bound) kernels.
     pub memory_efficiency: Param,
+    /// `memory.spill_bytes` / `memory.spill_efficiency`: the bytes of one memory-bound pass
+    /// beyond `spill_bytes` move at `spill_efficiency` of the bandwidth (host profiles: a pass
+    /// larger than the caches). Both or neither; absent: one efficiency for every size.
+    pub memory_spill_bytes: Option<Param>,
+    pub memory_spill_efficiency: Option<Param>,
     pub launch_ns: Param,
     pub intra: LinkParams,
     pub inter: LinkParams,
@@ -217,6 +222,13 @@ impl Analytic {
             hbm_bandwidth_bytes_per_s: p.hbm_bandwidth_bytes_per_s.value,
             gemm: p.gemm_curve(),
             memory_efficiency: p.memory_efficiency.value,
+            memory_spill: match (&p.memory_spill_bytes, &p.memory_spill_efficiency) {
+                (Some(b), Some(e)) => Some(crate::cost::MemorySpill {
+                    bytes: whole(b),
+                    efficiency: e.value,
+                }),
+                _ => None,
+            },
             launch_ns: whole(&p.launch_ns),
             links: p.tiers(),
             checkpoint_bandwidth_bytes_per_s: p

@@ -190,6 +190,36 @@ fn errors_are_located() {
 }
 
 #[test]
+fn memory_spill_keys_come_in_pairs() {
+    let spill = "[memory]\nspill_bytes = { value = 16777216, source = \"fitted\", ref = \"t\" }\nspill_efficiency = { value = 0.3, source = \"fitted\", ref = \"t\" }\n";
+    let both = A100.replace("[memory]\n", spill);
+    assert_ne!(both, A100);
+    let p = parse_str(&both, "p.toml").unwrap();
+    assert_eq!(
+        p.memory_spill_bytes.as_ref().map(|b| b.value),
+        Some(16777216.0)
+    );
+    let cost = crate::cost::Analytic::from_profile(&crate::testing::small_scenario(1, 1, 1, 1), &p);
+    assert_eq!(
+        cost.memory_spill,
+        Some(crate::cost::MemorySpill {
+            bytes: 16777216,
+            efficiency: 0.3
+        })
+    );
+    let one = both.replace(
+        "spill_efficiency = { value = 0.3, source = \"fitted\", ref = \"t\" }\n",
+        "",
+    );
+    let e = error_of(&one);
+    assert_eq!(e.key, "memory.spill_bytes");
+    assert!(e.to_string().contains("spill_efficiency"), "{e}");
+    assert!(e.line.is_some());
+    // Absent: one bandwidth.
+    assert!(a100().memory_spill_bytes.is_none());
+}
+
+#[test]
 fn ramp_per_product_is_read_and_defaults_to_per_call() {
     assert!(!a100().gemm_ramp_per_product && !a100().gemm_curve().ramp_per_product);
     let host = parse_str(
