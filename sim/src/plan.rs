@@ -341,6 +341,20 @@ impl Plan {
         }
         let mut offsets: Vec<RankId> = Vec::new();
         self.group_of = Vec::with_capacity(GroupKind::ALL.len());
+        // Each kind's groups partition the world into groups of the varied axes' product;
+        // room for all of them at once (growing would copy the groups built so far).
+        let groups: usize = GroupKind::ALL
+            .iter()
+            .map(|k| {
+                let size: usize = k
+                    .varied_axes()
+                    .iter()
+                    .map(|&a| self.sizes.get(a) as usize)
+                    .product();
+                world / size.max(1)
+            })
+            .sum();
+        self.groups.reserve_exact(groups);
         for kind in GroupKind::ALL {
             let axes = kind.varied_axes();
             offsets.clear();

@@ -3,9 +3,46 @@
 
 use crate::plan::GroupKind;
 use crate::schedule::{
-    CollectiveKind, ComputeOp, Device, Label, MemCategory, Op, OpKind, Program, ScheduleError,
-    Stream,
+    CollectiveKind, ComputeOp, Device, Label, MemCategory, Op, OpKind, Program, Schedule,
+    ScheduleError, Stream,
 };
+use std::cell::RefCell;
+
+/// Op vectors kept per thread at most (a few schedules' worth).
+const MAX_SPARE_OP_VECS: usize = 64;
+
+thread_local! {
+    /// Emptied op vectors of finished schedules, which later builders on the same thread
+    /// start from: a sweep generates thousands of similar schedules per thread, and a fresh
+    /// op vector of a few hundred KiB each time costs an allocation and page faults.
+    static SPARE_OPS: RefCell<Vec<Vec<Op>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Hands a finished schedule's op vectors back (emptied) for the next builders on this
+/// thread. Optional: dropping the schedule instead is equally correct.
+pub fn recycle(schedule: Schedule) {
+    let _ = SPARE_OPS.try_with(|spare| {
+        if let Ok(mut spare) = spare.try_borrow_mut() {
+            for program in schedule.programs {
+                if spare.len() >= MAX_SPARE_OP_VECS {
+                    break;
+                }
+                let mut ops = program.ops;
+                ops.clear();
+                spare.push(ops);
+            }
+        }
+    });
+}
+
+/// An empty op vector: a recycled one when this thread has one.
+fn spare_ops() -> Vec<Op> {
+    SPARE_OPS
+        .try_with(|spare| spare.try_borrow_mut().ok().and_then(|mut s| s.pop()))
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
 
 pub struct Builder {
     ops: Vec<Op>,
@@ -32,7 +69,7 @@ impl Builder {
     pub fn with_slack(fraction: f64, host_fraction: f64) -> Builder {
         let finite = |f: f64| if f.is_finite() { f } else { 0.0 };
         Builder {
-            ops: Vec::new(),
+            ops: spare_ops(),
             next_tag: 0,
             tails: [None; Stream::COUNT],
             slack_fraction: finite(fraction),

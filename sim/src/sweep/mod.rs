@@ -11,7 +11,7 @@ pub use space::{
 
 use crate::engine::SimOptions;
 use crate::plan::Plan;
-use crate::report::Report;
+use crate::report::Summary;
 use crate::scenario::{ParsedSource, Scenario, ScenarioSource};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -102,7 +102,7 @@ impl SweepRow {
         }
     }
 
-    fn new(index: usize, overrides: Vec<String>, s: &Scenario, r: &Report) -> SweepRow {
+    fn new(index: usize, overrides: Vec<String>, s: &Scenario, r: &Summary) -> SweepRow {
         SweepRow {
             step_time_s: r.step_time_s,
             tokens_per_s: r.tokens_per_s,
@@ -180,15 +180,21 @@ fn evaluate(source: &ParsedSource, index: usize, overrides: Vec<String>) -> Outc
         ..SimOptions::default()
     };
     let network = crate::topology::Network::for_cluster(&scenario.cluster, &cost.links);
-    match crate::engine::simulate_on(&plan, &schedule, &cost, network.as_ref(), &opts) {
+    let outcome = match crate::engine::simulate_on(&plan, &schedule, &cost, network.as_ref(), &opts)
+    {
         Ok(r) => {
-            let report = Report::build(&scenario, &plan, &schedule, &r, 0.0);
+            // The row's figures are the report's headline figures (one function computes
+            // both); the per-rank breakdown a full report adds is not needed here.
+            let summary = Summary::of(&scenario, &plan, &r);
             Outcome::Row(Box::new(SweepRow::new(
-                index, overrides, &scenario, &report,
+                index, overrides, &scenario, &summary,
             )))
         }
         Err(_) => Outcome::Failed,
-    }
+    };
+    // The next layout on this thread builds its programs in these op vectors.
+    crate::schedule::recycle(schedule);
+    outcome
 }
 
 /// Simulates every `(index, overrides)` layout of `source` in parallel (rayon's global
