@@ -242,3 +242,34 @@ pub fn stream_for(group: GroupKind) -> Stream {
         | GroupKind::World => Stream::Dp,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::plan::Plan;
+    use crate::schedule::{generate, recycle};
+    use crate::testing::small_scenario;
+
+    /// Builders start from recycled op vectors (bigger or smaller than they need, holding a
+    /// previous schedule's ops until cleared): what they build equals a fresh build.
+    #[test]
+    fn schedules_built_in_recycled_vectors_equal_fresh_ones() {
+        let layouts = [(2, 4, 2, 16), (1, 2, 1, 4), (2, 8, 1, 32), (1, 1, 4, 8)];
+        let build = |&(tp, pp, dp, m): &(u32, u32, u32, u64)| {
+            let s = small_scenario(tp, pp, dp, m);
+            let plan = Plan::new(&s).unwrap();
+            generate(&s, &plan).unwrap()
+        };
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                for l in layouts.iter().chain(layouts.iter().rev()) {
+                    let reused = build(l);
+                    let fresh = std::thread::scope(|f| f.spawn(|| build(l)).join().unwrap());
+                    assert_eq!(reused, fresh, "{l:?}");
+                    recycle(reused);
+                }
+            })
+            .join()
+            .unwrap();
+        });
+    }
+}
