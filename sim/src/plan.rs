@@ -8,6 +8,7 @@
 
 use crate::scenario::{Axis, Scenario};
 use serde::Serialize;
+use std::cell::RefCell;
 
 pub type RankId = u32;
 
@@ -249,8 +250,43 @@ impl Plan {
             }
             plan.pp_stride = plan.pp_stride.saturating_mul(plan.sizes.get(axis));
         }
-        plan.build_groups();
+        match take_spare_groups(plan.groups_key()) {
+            Some((groups, group_of)) => {
+                plan.groups = groups;
+                plan.group_of = group_of;
+            }
+            None => plan.build_groups(),
+        }
         Ok(plan)
+    }
+
+    /// Hands a finished plan's groups back, so that the next plan built on this thread for
+    /// the same mesh (world, axis sizes, placement order, GPUs per node) takes them instead
+    /// of building them again: a layout search plans dozens of layouts in a row that differ
+    /// only in micro batch, recompute or ZeRO stage, and the groups (one vector per group,
+    /// over a thousand at 512 GPUs) are a tenth of planning and generation's allocations.
+    /// Optional: dropping the plan instead is equally correct.
+    pub fn recycle(self) {
+        let key = self.groups_key();
+        let _ = SPARE_GROUPS.try_with(|spare| {
+            if let Ok(mut spare) = spare.try_borrow_mut() {
+                *spare = Some(SpareGroups {
+                    key,
+                    groups: self.groups,
+                    group_of: self.group_of,
+                });
+            }
+        });
+    }
+
+    /// Everything [`Plan::build_groups`] reads.
+    fn groups_key(&self) -> GroupsKey {
+        GroupsKey {
+            world: self.world,
+            sizes: self.sizes,
+            order: self.order,
+            gpus_per_node: self.gpus_per_node,
+        }
     }
 
     pub fn pp(&self) -> u32 {
@@ -402,6 +438,40 @@ impl Plan {
             self.group_of.push(of);
         }
     }
+}
+
+/// The inputs of [`Plan::build_groups`]: plans equal in these have equal groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct GroupsKey {
+    world: u32,
+    sizes: Coords,
+    order: [Axis; 5],
+    gpus_per_node: u32,
+}
+
+/// The groups of a recycled plan ([`Plan::recycle`]).
+struct SpareGroups {
+    key: GroupsKey,
+    groups: Vec<Group>,
+    group_of: Vec<Vec<GroupId>>,
+}
+
+thread_local! {
+    static SPARE_GROUPS: RefCell<Option<SpareGroups>> = const { RefCell::new(None) };
+}
+
+/// This thread's recycled groups when they were built for `key`.
+fn take_spare_groups(key: GroupsKey) -> Option<(Vec<Group>, Vec<Vec<GroupId>>)> {
+    SPARE_GROUPS
+        .try_with(|spare| {
+            let mut spare = spare.try_borrow_mut().ok()?;
+            if spare.as_ref()?.key != key {
+                return None;
+            }
+            spare.take().map(|s| (s.groups, s.group_of))
+        })
+        .ok()
+        .flatten()
 }
 
 fn layout_chunks(
@@ -635,5 +705,33 @@ mod tests {
         assert!(matches!(Plan::new(&s), Err(PlanError::UnevenLayers { .. })));
         s.parallel.layer_partition = Some(vec![4, 3, 3]);
         assert!(Plan::new(&s).is_ok());
+    }
+
+    /// A plan takes a recycled plan's groups only when its mesh is the same, and they are
+    /// the groups it would have built.
+    #[test]
+    fn recycled_groups_serve_only_the_same_mesh() {
+        let groups = |p: &Plan| (format!("{:?}", p.groups), p.group_of.clone());
+        let (tp2, other_mesh) = (small_scenario(2, 2, 2, 8), small_scenario(4, 2, 1, 8));
+        let mut other_batch = tp2.clone();
+        other_batch.training.micro_batch = 2;
+        let first = Plan::new(&tp2).unwrap();
+        let recycled = first.groups.as_ptr();
+        first.recycle();
+        let mismatched = Plan::new(&other_mesh).unwrap();
+        assert_ne!(mismatched.groups.as_ptr(), recycled);
+        let fresh_other =
+            std::thread::scope(|t| t.spawn(|| Plan::new(&other_mesh).unwrap()).join().unwrap());
+        assert_eq!(groups(&mismatched), groups(&fresh_other));
+        let reused = Plan::new(&other_batch).unwrap();
+        assert_eq!(
+            reused.groups.as_ptr(),
+            recycled,
+            "the same mesh takes the spare groups"
+        );
+        let fresh =
+            std::thread::scope(|t| t.spawn(|| Plan::new(&other_batch).unwrap()).join().unwrap());
+        assert_eq!(groups(&reused), groups(&fresh));
+        assert_eq!(reused.microbatches, fresh.microbatches);
     }
 }

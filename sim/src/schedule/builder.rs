@@ -80,7 +80,13 @@ impl Builder {
     /// Room for `additional` more ops, so that a program of known rough size is not copied
     /// each time its op vector grows (ops are large; the copies showed in sweep profiles).
     pub fn reserve(&mut self, additional: usize) {
-        self.ops.reserve(additional);
+        if self.ops.is_empty() && self.ops.capacity() < additional {
+            // A recycled vector too small is replaced, not grown: growing would copy its
+            // whole old buffer, although it holds nothing.
+            self.ops = Vec::with_capacity(additional);
+        } else {
+            self.ops.reserve(additional);
+        }
     }
 
     fn new_tag(&mut self) -> Result<u32, ScheduleError> {

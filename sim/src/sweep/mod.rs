@@ -165,29 +165,41 @@ fn evaluate(source: &ParsedSource, index: usize, overrides: Vec<String>) -> Outc
     let Ok((scenario, plan)) = source.resolve_planned(&overrides) else {
         return Outcome::Invalid;
     };
-    let state = static_state_bytes(&scenario, &plan);
+    let outcome = evaluate_planned(&scenario, &plan, index, overrides);
+    // The next layouts on this thread mostly share this one's mesh and take its groups.
+    plan.recycle();
+    outcome
+}
+
+fn evaluate_planned(
+    scenario: &Scenario,
+    plan: &Plan,
+    index: usize,
+    overrides: Vec<String>,
+) -> Outcome {
+    let state = static_state_bytes(scenario, plan);
     if state > scenario.cluster.gpu.hbm_bytes {
         return Outcome::Row(Box::new(SweepRow::unsimulated(
-            index, overrides, &scenario, state,
+            index, overrides, scenario, state,
         )));
     }
-    let Ok(schedule) = crate::schedule::generate(&scenario, &plan) else {
+    let Ok(schedule) = crate::schedule::generate(scenario, plan) else {
         return Outcome::Failed;
     };
-    let cost = crate::cost::Analytic::new(&scenario);
+    let cost = crate::cost::Analytic::new(scenario);
     let opts = SimOptions {
         collapse: true,
         ..SimOptions::default()
     };
     let network = crate::topology::Network::for_cluster(&scenario.cluster, &cost.links);
-    let outcome = match crate::engine::simulate_on(&plan, &schedule, &cost, network.as_ref(), &opts)
+    let outcome = match crate::engine::simulate_on(plan, &schedule, &cost, network.as_ref(), &opts)
     {
         Ok(r) => {
             // The row's figures are the report's headline figures (one function computes
             // both); the per-rank breakdown a full report adds is not needed here.
-            let summary = Summary::of(&scenario, &plan, &r);
+            let summary = Summary::of(scenario, plan, &r);
             Outcome::Row(Box::new(SweepRow::new(
-                index, overrides, &scenario, &summary,
+                index, overrides, scenario, &summary,
             )))
         }
         Err(_) => Outcome::Failed,
