@@ -3,6 +3,7 @@
 //! in memory, and rank the rest by an objective. Results are plain rows that serialize to
 //! CSV and JSON, and shards of one sweep ([`Shard`]) merge back into the same result.
 
+mod sizes;
 mod space;
 
 pub use space::{
@@ -183,7 +184,7 @@ fn evaluate_planned(
             index, overrides, scenario, state,
         )));
     }
-    let Ok(schedule) = crate::schedule::generate(scenario, plan) else {
+    let Ok(schedule) = sizes::generate(scenario, plan) else {
         return Outcome::Failed;
     };
     let cost = crate::cost::Analytic::new(scenario);
