@@ -17,10 +17,12 @@ extern "C" {
     fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
 }
 
-/// Keeps freed memory mapped instead of handing it back to the OS: a sweep frees and
-/// reallocates similar schedules thousands of times per thread, and every purged page came
-/// back as a page fault plus kernel zeroing (about a tenth of a layout search's CPU time).
-/// A user's own `MIMALLOC_PURGE_DELAY` still wins; nothing in the environment is changed.
+/// Keeps freed memory mapped instead of handing it back to the OS, for sweeps: a sweep frees
+/// and reallocates similar schedules thousands of times per thread, and every purged page
+/// came back as a page fault plus kernel zeroing (about a tenth of a layout search's CPU
+/// time). Only for sweeps: single large simulations (`twin bench` at 16,384 GPUs) measured
+/// no gain and possibly a small loss. A user's own `MIMALLOC_PURGE_DELAY` still wins;
+/// nothing in the environment is changed.
 fn keep_freed_memory() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: mi_option_set only stores the value in mimalloc's option table (it checks
@@ -67,8 +69,10 @@ enum Command {
 /// Exit codes: 0 success, 1 failure of the work, 2 bad input (scenario or arguments),
 /// 3 `twin doctor` found something the CUDA backend needs missing.
 fn main() -> ExitCode {
-    keep_freed_memory();
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Sweep(_)) {
+        keep_freed_memory();
+    }
     let result = match cli.command {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Bench(args) => cmd::bench::run(args),
