@@ -8,7 +8,8 @@
 
 use crate::scenario::{Axis, Scenario};
 use serde::Serialize;
-use std::cell::RefCell;
+
+mod spare;
 
 pub type RankId = u32;
 
@@ -250,7 +251,7 @@ impl Plan {
             }
             plan.pp_stride = plan.pp_stride.saturating_mul(plan.sizes.get(axis));
         }
-        match take_spare_groups(plan.groups_key()) {
+        match spare::take(plan.groups_key()) {
             Some((groups, group_of)) => {
                 plan.groups = groups;
                 plan.group_of = group_of;
@@ -267,21 +268,12 @@ impl Plan {
     /// over a thousand at 512 GPUs) are a tenth of planning and generation's allocations.
     /// Optional: dropping the plan instead is equally correct.
     pub fn recycle(self) {
-        let key = self.groups_key();
-        let _ = SPARE_GROUPS.try_with(|spare| {
-            if let Ok(mut spare) = spare.try_borrow_mut() {
-                *spare = Some(SpareGroups {
-                    key,
-                    groups: self.groups,
-                    group_of: self.group_of,
-                });
-            }
-        });
+        spare::keep(self.groups_key(), self.groups, self.group_of);
     }
 
     /// Everything [`Plan::build_groups`] reads.
-    fn groups_key(&self) -> GroupsKey {
-        GroupsKey {
+    fn groups_key(&self) -> spare::GroupsKey {
+        spare::GroupsKey {
             world: self.world,
             sizes: self.sizes,
             order: self.order,
@@ -438,40 +430,6 @@ impl Plan {
             self.group_of.push(of);
         }
     }
-}
-
-/// The inputs of [`Plan::build_groups`]: plans equal in these have equal groups.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct GroupsKey {
-    world: u32,
-    sizes: Coords,
-    order: [Axis; 5],
-    gpus_per_node: u32,
-}
-
-/// The groups of a recycled plan ([`Plan::recycle`]).
-struct SpareGroups {
-    key: GroupsKey,
-    groups: Vec<Group>,
-    group_of: Vec<Vec<GroupId>>,
-}
-
-thread_local! {
-    static SPARE_GROUPS: RefCell<Option<SpareGroups>> = const { RefCell::new(None) };
-}
-
-/// This thread's recycled groups when they were built for `key`.
-fn take_spare_groups(key: GroupsKey) -> Option<(Vec<Group>, Vec<Vec<GroupId>>)> {
-    SPARE_GROUPS
-        .try_with(|spare| {
-            let mut spare = spare.try_borrow_mut().ok()?;
-            if spare.as_ref()?.key != key {
-                return None;
-            }
-            spare.take().map(|s| (s.groups, s.group_of))
-        })
-        .ok()
-        .flatten()
 }
 
 fn layout_chunks(
