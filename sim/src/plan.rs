@@ -9,6 +9,8 @@
 use crate::scenario::{Axis, Scenario};
 use serde::Serialize;
 
+mod spare;
+
 pub type RankId = u32;
 
 /// A rank's position on each mesh axis.
@@ -249,8 +251,34 @@ impl Plan {
             }
             plan.pp_stride = plan.pp_stride.saturating_mul(plan.sizes.get(axis));
         }
-        plan.build_groups();
+        match spare::take(plan.groups_key()) {
+            Some((groups, group_of)) => {
+                plan.groups = groups;
+                plan.group_of = group_of;
+            }
+            None => plan.build_groups(),
+        }
         Ok(plan)
+    }
+
+    /// Hands a finished plan's groups back, so that the next plan built on this thread for
+    /// the same mesh (world, axis sizes, placement order, GPUs per node) takes them instead
+    /// of building them again: a layout search plans dozens of layouts in a row that differ
+    /// only in micro batch, recompute or ZeRO stage, and the groups (one vector per group,
+    /// over a thousand at 512 GPUs) are a tenth of planning and generation's allocations.
+    /// Optional: dropping the plan instead is equally correct.
+    pub fn recycle(self) {
+        spare::keep(self.groups_key(), self.groups, self.group_of);
+    }
+
+    /// Everything [`Plan::build_groups`] reads.
+    fn groups_key(&self) -> spare::GroupsKey {
+        spare::GroupsKey {
+            world: self.world,
+            sizes: self.sizes,
+            order: self.order,
+            gpus_per_node: self.gpus_per_node,
+        }
     }
 
     pub fn pp(&self) -> u32 {
@@ -341,6 +369,20 @@ impl Plan {
         }
         let mut offsets: Vec<RankId> = Vec::new();
         self.group_of = Vec::with_capacity(GroupKind::ALL.len());
+        // Each kind's groups partition the world into groups of the varied axes' product;
+        // room for all of them at once (growing would copy the groups built so far).
+        let groups: usize = GroupKind::ALL
+            .iter()
+            .map(|k| {
+                let size: usize = k
+                    .varied_axes()
+                    .iter()
+                    .map(|&a| self.sizes.get(a) as usize)
+                    .product();
+                world / size.max(1)
+            })
+            .sum();
+        self.groups.reserve_exact(groups);
         for kind in GroupKind::ALL {
             let axes = kind.varied_axes();
             offsets.clear();
@@ -621,5 +663,33 @@ mod tests {
         assert!(matches!(Plan::new(&s), Err(PlanError::UnevenLayers { .. })));
         s.parallel.layer_partition = Some(vec![4, 3, 3]);
         assert!(Plan::new(&s).is_ok());
+    }
+
+    /// A plan takes a recycled plan's groups only when its mesh is the same, and they are
+    /// the groups it would have built.
+    #[test]
+    fn recycled_groups_serve_only_the_same_mesh() {
+        let groups = |p: &Plan| (format!("{:?}", p.groups), p.group_of.clone());
+        let (tp2, other_mesh) = (small_scenario(2, 2, 2, 8), small_scenario(4, 2, 1, 8));
+        let mut other_batch = tp2.clone();
+        other_batch.training.micro_batch = 2;
+        let first = Plan::new(&tp2).unwrap();
+        let recycled = first.groups.as_ptr();
+        first.recycle();
+        let mismatched = Plan::new(&other_mesh).unwrap();
+        assert_ne!(mismatched.groups.as_ptr(), recycled);
+        let fresh_other =
+            std::thread::scope(|t| t.spawn(|| Plan::new(&other_mesh).unwrap()).join().unwrap());
+        assert_eq!(groups(&mismatched), groups(&fresh_other));
+        let reused = Plan::new(&other_batch).unwrap();
+        assert_eq!(
+            reused.groups.as_ptr(),
+            recycled,
+            "the same mesh takes the spare groups"
+        );
+        let fresh =
+            std::thread::scope(|t| t.spawn(|| Plan::new(&other_batch).unwrap()).join().unwrap());
+        assert_eq!(groups(&reused), groups(&fresh));
+        assert_eq!(reused.microbatches, fresh.microbatches);
     }
 }

@@ -122,14 +122,30 @@ fn ratio(num: f64, den: f64) -> f64 {
     }
 }
 
-impl Report {
-    pub fn build(
-        scenario: &Scenario,
-        plan: &Plan,
-        schedule: &Schedule,
-        result: &SimResult,
-        sim_wall_s: f64,
-    ) -> Report {
+/// The headline figures of one step, from the engine's per-rank statistics but without the
+/// per-rank breakdown a [`Report`] adds: what a sweep row needs (a search builds thousands
+/// of these), and the figures every report starts from, so both agree to the bit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub step_time_s: f64,
+    pub tokens_per_s: f64,
+    pub tokens_per_s_per_gpu: f64,
+    pub model_tflops_per_gpu: f64,
+    pub hardware_tflops_per_gpu: f64,
+    pub mfu: f64,
+    pub hfu: f64,
+    pub bubble_fraction: f64,
+    pub exposed_comm_fraction: f64,
+    /// The highest peak of any rank.
+    pub peak_memory_bytes: u64,
+    pub fits: bool,
+    pub hbm_bytes: u64,
+    /// Position in `result.ranks` of the first rank with the highest peak.
+    worst: Option<usize>,
+}
+
+impl Summary {
+    pub fn of(scenario: &Scenario, plan: &Plan, result: &SimResult) -> Summary {
         let world = plan.world.max(1);
         let step_s = result.step_time_ns as f64 * 1e-9;
         let tokens = scenario.tokens_per_step() as f64;
@@ -140,17 +156,45 @@ impl Report {
         let hw_per_gpu = per_gpu(hw_flops);
         let peak = peak_for(&scenario.cluster.gpu.peak, scenario.training.precision);
         let hbm = scenario.cluster.gpu.hbm_bytes;
-        let worst = result
-            .ranks
-            .iter()
-            .fold(None::<&RankStats>, |best, r| match best {
-                Some(b) if b.peak_memory_bytes >= r.peak_memory_bytes => Some(b),
-                _ => Some(r),
-            });
-        let peak_memory_bytes = worst.map_or(0, |r| r.peak_memory_bytes);
-        let fits = peak_memory_bytes <= hbm;
+        // The first rank with the highest peak.
+        let mut worst: Option<(usize, u64)> = None;
+        for (i, r) in result.ranks.iter().enumerate() {
+            if worst.is_none_or(|(_, b)| r.peak_memory_bytes > b) {
+                worst = Some((i, r.peak_memory_bytes));
+            }
+        }
+        let peak_memory_bytes = worst.map_or(0, |(_, b)| b);
+        Summary {
+            step_time_s: step_s,
+            tokens_per_s: ratio(tokens, step_s),
+            tokens_per_s_per_gpu: ratio(tokens / f64::from(world), step_s),
+            model_tflops_per_gpu: model_per_gpu / 1e12,
+            hardware_tflops_per_gpu: hw_per_gpu / 1e12,
+            mfu: ratio(model_per_gpu, peak),
+            hfu: ratio(hw_per_gpu, peak),
+            bubble_fraction: result.bubble_fraction(),
+            exposed_comm_fraction: result.exposed_comm_fraction(),
+            peak_memory_bytes,
+            fits: peak_memory_bytes <= hbm,
+            hbm_bytes: hbm,
+            worst: worst.map(|(i, _)| i),
+        }
+    }
+}
+
+impl Report {
+    pub fn build(
+        scenario: &Scenario,
+        plan: &Plan,
+        schedule: &Schedule,
+        result: &SimResult,
+        sim_wall_s: f64,
+    ) -> Report {
+        let sum = Summary::of(scenario, plan, result);
+        let hbm = sum.hbm_bytes;
+        let worst = sum.worst.and_then(|i| result.ranks.get(i));
         let oom = match worst {
-            Some(w) if !fits => {
+            Some(w) if !sum.fits => {
                 let (op, time_ns) = match w.over_capacity_op {
                     Some(op) => (Some(op), w.over_capacity_time_ns),
                     None => (w.peak_op, w.peak_time_ns),
@@ -166,17 +210,17 @@ impl Report {
             _ => None,
         };
         Report {
-            step_time_s: step_s,
-            tokens_per_s: ratio(tokens, step_s),
-            tokens_per_s_per_gpu: ratio(tokens / f64::from(world), step_s),
-            model_tflops_per_gpu: model_per_gpu / 1e12,
-            hardware_tflops_per_gpu: hw_per_gpu / 1e12,
-            mfu: ratio(model_per_gpu, peak),
-            hfu: ratio(hw_per_gpu, peak),
-            bubble_fraction: result.bubble_fraction(),
-            exposed_comm_fraction: result.exposed_comm_fraction(),
-            peak_memory_bytes,
-            fits,
+            step_time_s: sum.step_time_s,
+            tokens_per_s: sum.tokens_per_s,
+            tokens_per_s_per_gpu: sum.tokens_per_s_per_gpu,
+            model_tflops_per_gpu: sum.model_tflops_per_gpu,
+            hardware_tflops_per_gpu: sum.hardware_tflops_per_gpu,
+            mfu: sum.mfu,
+            hfu: sum.hfu,
+            bubble_fraction: sum.bubble_fraction,
+            exposed_comm_fraction: sum.exposed_comm_fraction,
+            peak_memory_bytes: sum.peak_memory_bytes,
+            fits: sum.fits,
             events: result.events,
             sim_wall_s,
             ranks: collapse_ranks(plan, schedule, &result.ranks),
@@ -187,7 +231,7 @@ impl Report {
             global_batch: scenario.training.global_batch,
             precision: scenario.training.precision,
             hbm_bytes: hbm,
-            hbm_free_bytes: hbm.saturating_sub(peak_memory_bytes),
+            hbm_free_bytes: hbm.saturating_sub(sum.peak_memory_bytes),
             host_memory_peak_bytes: result
                 .ranks
                 .iter()

@@ -211,16 +211,16 @@ impl Collapse {
     /// Every rank's statistics from its representative's (`simulated` is indexed by slot,
     /// the representative's position in `reps`).
     pub fn expand(&self, simulated: &[RankStats]) -> Vec<RankStats> {
-        self.rep_of
-            .iter()
-            .enumerate()
-            .filter_map(|(r, &rep)| {
-                let slot = *self.slot_of.get(rep as usize)?;
-                let mut s = simulated.get(slot as usize)?.clone();
-                s.rank = r as u32;
-                Some(s)
-            })
-            .collect()
+        // Sized up front: a collected `filter_map` would grow (and copy) the vector many
+        // times over for a large world.
+        let mut out = Vec::with_capacity(self.rep_of.len());
+        out.extend(self.rep_of.iter().enumerate().filter_map(|(r, &rep)| {
+            let slot = *self.slot_of.get(rep as usize)?;
+            let mut s = simulated.get(slot as usize)?.clone();
+            s.rank = r as u32;
+            Some(s)
+        }));
+        out
     }
 }
 

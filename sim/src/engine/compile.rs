@@ -40,6 +40,16 @@ fn with_spare<T>(f: impl FnOnce(&mut Spare) -> T) -> Option<T> {
         .flatten()
 }
 
+/// Empties a reused vector and makes room for `n` items. A vector too small is replaced, not
+/// grown: growing reallocates and copies the whole old buffer, although nothing in it is
+/// kept.
+fn emptied<T>(v: &mut Vec<T>, n: usize) {
+    v.clear();
+    if v.capacity() < n {
+        *v = Vec::with_capacity(n);
+    }
+}
+
 /// Hands the compiled programs of a finished run back for reuse by later compiles on this
 /// thread.
 pub(crate) fn recycle(programs: Vec<CProgram>) {
@@ -68,9 +78,9 @@ impl OpenAllocs {
         let (mut dense, mut below) =
             with_spare(|s| (std::mem::take(&mut s.dense), std::mem::take(&mut s.below)))
                 .unwrap_or_default();
-        dense.clear();
+        emptied(&mut dense, max_dense_tag);
         dense.resize(max_dense_tag, NONE);
-        below.clear();
+        emptied(&mut below, ops);
         below.resize(ops, NONE);
         OpenAllocs {
             dense,
@@ -299,11 +309,9 @@ pub(crate) fn compile(
             Some(p) => (p.ops, p.deps, p.dep_at, p.stream_ops, p.coll_ops),
             None => Default::default(),
         };
-    ops.clear();
-    ops.reserve(n);
+    emptied(&mut ops, n);
     // Generated ops have about two deps each; the vector grows if a program has more.
-    deps.clear();
-    deps.reserve(2 * n);
+    emptied(&mut deps, 2 * n);
     for list in &mut coll_ops {
         list.clear();
     }
@@ -407,7 +415,7 @@ pub(crate) fn compile(
         stream_start[s + 1] = stream_start[s] + per_stream[s];
     }
     // Slots become positions in `stream_ops`: the stream's start plus the op's rank in it.
-    stream_ops.clear();
+    emptied(&mut stream_ops, n);
     stream_ops.resize(n, 0);
     for (i, o) in ops.iter_mut().enumerate() {
         o.slot += stream_start[o.stream as usize];
@@ -415,7 +423,7 @@ pub(crate) fn compile(
             *x = i as u32;
         }
     }
-    dep_at.clear();
+    emptied(&mut dep_at, deps.len());
     dep_at.extend(deps.iter().map(|&d| {
         ops.get(d as usize)
             .map_or(DepAt::default(), |o: &COp| DepAt {

@@ -14,6 +14,12 @@ const FLOPS_PER_NS: u64 = 150_000;
 /// tp 2, pp 4 on 8 A100s, 8 micro batches of 1F1B; forward 2 ms, backward 4 ms per stage at
 /// 150 TFLOP/s, 20 GiB of weights and 2 GiB of activations per micro batch.
 fn report_for(hbm_bytes: u64) -> Report {
+    let (sc, plan, s, r) = simulated(hbm_bytes);
+    Report::build(&sc, &plan, &s, &r, 0.125)
+}
+
+/// The scenario, plan, schedule and simulation behind [`report_for`].
+fn simulated(hbm_bytes: u64) -> (Scenario, Plan, Schedule, SimResult) {
     let mut sc = small_scenario(2, 4, 1, 8);
     sc.cluster.gpu.hbm_bytes = hbm_bytes;
     let plan = Plan::new(&sc).unwrap();
@@ -32,7 +38,51 @@ fn report_for(hbm_bytes: u64) -> Report {
         ..FixedCost::default()
     };
     let r = simulate(&plan, &s, &cost, &SimOptions::default()).unwrap();
-    Report::build(&sc, &plan, &s, &r, 0.125)
+    (sc, plan, s, r)
+}
+
+/// Sweep rows take their figures from [`Summary::of`], reports from the same function: the
+/// two agree to the bit, and the out-of-memory rank is the first with the highest peak.
+#[test]
+fn summary_has_the_reports_headline_figures() {
+    for hbm_bytes in [80_000_000_000, 25 * GIB_BYTES] {
+        let (sc, plan, s, r) = simulated(hbm_bytes);
+        let sum = Summary::of(&sc, &plan, &r);
+        let rep = Report::build(&sc, &plan, &s, &r, 0.0);
+        let figures = |x: &Report| {
+            [
+                x.step_time_s,
+                x.tokens_per_s,
+                x.tokens_per_s_per_gpu,
+                x.model_tflops_per_gpu,
+                x.hardware_tflops_per_gpu,
+                x.mfu,
+                x.hfu,
+                x.bubble_fraction,
+                x.exposed_comm_fraction,
+            ]
+            .map(f64::to_bits)
+        };
+        let summary_figures = [
+            sum.step_time_s,
+            sum.tokens_per_s,
+            sum.tokens_per_s_per_gpu,
+            sum.model_tflops_per_gpu,
+            sum.hardware_tflops_per_gpu,
+            sum.mfu,
+            sum.hfu,
+            sum.bubble_fraction,
+            sum.exposed_comm_fraction,
+        ]
+        .map(f64::to_bits);
+        assert_eq!(figures(&rep), summary_figures);
+        assert_eq!(
+            (sum.peak_memory_bytes, sum.fits, sum.hbm_bytes),
+            (rep.peak_memory_bytes, rep.fits, rep.hbm_bytes)
+        );
+        // Stage 0 has the highest peak (ranks 0 and 1 alike): the first of them is named.
+        assert_eq!(rep.oom.map(|o| o.rank), (!sum.fits).then_some(0));
+    }
 }
 
 #[test]

@@ -3,9 +3,46 @@
 
 use crate::plan::GroupKind;
 use crate::schedule::{
-    CollectiveKind, ComputeOp, Device, Label, MemCategory, Op, OpKind, Program, ScheduleError,
-    Stream,
+    CollectiveKind, ComputeOp, Device, Label, MemCategory, Op, OpKind, Program, Schedule,
+    ScheduleError, Stream,
 };
+use std::cell::RefCell;
+
+/// Op vectors kept per thread at most (a few schedules' worth).
+const MAX_SPARE_OP_VECS: usize = 64;
+
+thread_local! {
+    /// Emptied op vectors of finished schedules, which later builders on the same thread
+    /// start from: a sweep generates thousands of similar schedules per thread, and a fresh
+    /// op vector of a few hundred KiB each time costs an allocation and page faults.
+    static SPARE_OPS: RefCell<Vec<Vec<Op>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Hands a finished schedule's op vectors back (emptied) for the next builders on this
+/// thread. Optional: dropping the schedule instead is equally correct.
+pub fn recycle(schedule: Schedule) {
+    let _ = SPARE_OPS.try_with(|spare| {
+        if let Ok(mut spare) = spare.try_borrow_mut() {
+            for program in schedule.programs {
+                if spare.len() >= MAX_SPARE_OP_VECS {
+                    break;
+                }
+                let mut ops = program.ops;
+                ops.clear();
+                spare.push(ops);
+            }
+        }
+    });
+}
+
+/// An empty op vector: a recycled one when this thread has one.
+fn spare_ops() -> Vec<Op> {
+    SPARE_OPS
+        .try_with(|spare| spare.try_borrow_mut().ok().and_then(|mut s| s.pop()))
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
 
 pub struct Builder {
     ops: Vec<Op>,
@@ -32,7 +69,7 @@ impl Builder {
     pub fn with_slack(fraction: f64, host_fraction: f64) -> Builder {
         let finite = |f: f64| if f.is_finite() { f } else { 0.0 };
         Builder {
-            ops: Vec::new(),
+            ops: spare_ops(),
             next_tag: 0,
             tails: [None; Stream::COUNT],
             slack_fraction: finite(fraction),
@@ -43,7 +80,13 @@ impl Builder {
     /// Room for `additional` more ops, so that a program of known rough size is not copied
     /// each time its op vector grows (ops are large; the copies showed in sweep profiles).
     pub fn reserve(&mut self, additional: usize) {
-        self.ops.reserve(additional);
+        if self.ops.is_empty() && self.ops.capacity() < additional {
+            // A recycled vector too small is replaced, not grown: growing would copy its
+            // whole old buffer, although it holds nothing.
+            self.ops = Vec::with_capacity(additional);
+        } else {
+            self.ops.reserve(additional);
+        }
     }
 
     fn new_tag(&mut self) -> Result<u32, ScheduleError> {
@@ -203,5 +246,36 @@ pub fn stream_for(group: GroupKind) -> Stream {
         | GroupKind::ExpertDp
         | GroupKind::Pp
         | GroupKind::World => Stream::Dp,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::plan::Plan;
+    use crate::schedule::{generate, recycle};
+    use crate::testing::small_scenario;
+
+    /// Builders start from recycled op vectors (bigger or smaller than they need, holding a
+    /// previous schedule's ops until cleared): what they build equals a fresh build.
+    #[test]
+    fn schedules_built_in_recycled_vectors_equal_fresh_ones() {
+        let layouts = [(2, 4, 2, 16), (1, 2, 1, 4), (2, 8, 1, 32), (1, 1, 4, 8)];
+        let build = |&(tp, pp, dp, m): &(u32, u32, u32, u64)| {
+            let s = small_scenario(tp, pp, dp, m);
+            let plan = Plan::new(&s).unwrap();
+            generate(&s, &plan).unwrap()
+        };
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                for l in layouts.iter().chain(layouts.iter().rev()) {
+                    let reused = build(l);
+                    let fresh = std::thread::scope(|f| f.spawn(|| build(l)).join().unwrap());
+                    assert_eq!(reused, fresh, "{l:?}");
+                    recycle(reused);
+                }
+            })
+            .join()
+            .unwrap();
+        });
     }
 }

@@ -216,9 +216,13 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             }
         }
 
-        let mut deps = std::mem::take(&mut pending_comms);
-        deps.extend(dp.before_compute(&mut b, step.gather, step.new_gather, slot)?);
+        let gathered_deps = dp.before_compute(&mut b, step.gather, step.new_gather, slot)?;
         let consumes_recv = step.phase != Phase::Recompute && step.phase != Phase::BackwardWeight;
+        // Sized once: this vector becomes the compute op's deps.
+        let recv_dep = usize::from(consumes_recv && recv.is_some());
+        let mut deps = Vec::with_capacity(pending_comms.len() + gathered_deps.len() + recv_dep);
+        deps.append(&mut pending_comms);
+        deps.extend(gathered_deps);
         let mut consumed = None;
         if consumes_recv {
             if let Some((op, buf)) = recv.take() {

@@ -17,6 +17,7 @@ pub mod pipeline;
 mod sizes;
 mod validate;
 
+pub use builder::recycle;
 pub use ir::*;
 pub use sizes::{Sizes, UniformSizes, WorkloadSizes};
 pub use validate::{ValidationError, ValidationReport};

@@ -3,6 +3,7 @@
 //! in memory, and rank the rest by an objective. Results are plain rows that serialize to
 //! CSV and JSON, and shards of one sweep ([`Shard`]) merge back into the same result.
 
+mod sizes;
 mod space;
 
 pub use space::{
@@ -11,7 +12,7 @@ pub use space::{
 
 use crate::engine::SimOptions;
 use crate::plan::Plan;
-use crate::report::Report;
+use crate::report::Summary;
 use crate::scenario::{ParsedSource, Scenario, ScenarioSource};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -102,7 +103,7 @@ impl SweepRow {
         }
     }
 
-    fn new(index: usize, overrides: Vec<String>, s: &Scenario, r: &Report) -> SweepRow {
+    fn new(index: usize, overrides: Vec<String>, s: &Scenario, r: &Summary) -> SweepRow {
         SweepRow {
             step_time_s: r.step_time_s,
             tokens_per_s: r.tokens_per_s,
@@ -165,30 +166,48 @@ fn evaluate(source: &ParsedSource, index: usize, overrides: Vec<String>) -> Outc
     let Ok((scenario, plan)) = source.resolve_planned(&overrides) else {
         return Outcome::Invalid;
     };
-    let state = static_state_bytes(&scenario, &plan);
+    let outcome = evaluate_planned(&scenario, &plan, index, overrides);
+    // The next layouts on this thread mostly share this one's mesh and take its groups.
+    plan.recycle();
+    outcome
+}
+
+fn evaluate_planned(
+    scenario: &Scenario,
+    plan: &Plan,
+    index: usize,
+    overrides: Vec<String>,
+) -> Outcome {
+    let state = static_state_bytes(scenario, plan);
     if state > scenario.cluster.gpu.hbm_bytes {
         return Outcome::Row(Box::new(SweepRow::unsimulated(
-            index, overrides, &scenario, state,
+            index, overrides, scenario, state,
         )));
     }
-    let Ok(schedule) = crate::schedule::generate(&scenario, &plan) else {
+    let Ok(schedule) = sizes::generate(scenario, plan) else {
         return Outcome::Failed;
     };
-    let cost = crate::cost::Analytic::new(&scenario);
+    let cost = crate::cost::Analytic::new(scenario);
     let opts = SimOptions {
         collapse: true,
         ..SimOptions::default()
     };
     let network = crate::topology::Network::for_cluster(&scenario.cluster, &cost.links);
-    match crate::engine::simulate_on(&plan, &schedule, &cost, network.as_ref(), &opts) {
+    let outcome = match crate::engine::simulate_on(plan, &schedule, &cost, network.as_ref(), &opts)
+    {
         Ok(r) => {
-            let report = Report::build(&scenario, &plan, &schedule, &r, 0.0);
+            // The row's figures are the report's headline figures (one function computes
+            // both); the per-rank breakdown a full report adds is not needed here.
+            let summary = Summary::of(scenario, plan, &r);
             Outcome::Row(Box::new(SweepRow::new(
-                index, overrides, &scenario, &report,
+                index, overrides, scenario, &summary,
             )))
         }
         Err(_) => Outcome::Failed,
-    }
+    };
+    // The next layout on this thread builds its programs in these op vectors.
+    crate::schedule::recycle(schedule);
+    outcome
 }
 
 /// Simulates every `(index, overrides)` layout of `source` in parallel (rayon's global
