@@ -41,17 +41,16 @@ pub fn memcpy(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
     out
 }
 
-/// Allocate and touch `bytes`. Every buffer of a size is kept until that size is done, so
-/// each allocation gets memory the process has not touched yet, as the host backend's Alloc
-/// ops do in a step (between a buffer's free and the next allocation the allocator returns
-/// the pages, so the next touch faults them in again); reusing one buffer would time a
-/// cache-warm memset instead (3-4x faster on the development VM).
+/// Allocate and touch `bytes` (each buffer is dropped outside the timed part, so the next
+/// allocation may reuse its pages: a step's Alloc ops, whose pages the allocator may have
+/// given back in between, run 1.5-4x slower; keeping every buffer so that each allocation
+/// gets new memory was tried and is far worse on a VM, where memory the guest never touched
+/// costs milliseconds per MiB: docs/calibration.md).
 pub fn alloc(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
     let mut out = Vec::new();
     for &bytes in &cfg.memory_bytes {
         let len = usize::try_from(bytes).unwrap_or(usize::MAX);
-        let mut held: Vec<Vec<u8>> = Vec::new();
-        let mut one = || {
+        let one = || {
             let t = Instant::now();
             let mut buf: Vec<u8> = Vec::new();
             if buf.try_reserve_exact(len).is_ok() {
@@ -59,14 +58,13 @@ pub fn alloc(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
             }
             std::hint::black_box(&mut buf);
             let ns = t.elapsed().as_nanos() as f64;
-            held.push(buf);
+            drop(buf);
             ns
         };
         for _ in 0..cfg.memory.warmup {
             one();
         }
         let samples: Vec<f64> = (0..cfg.memory.timed.max(1)).map(|_| one()).collect();
-        drop(held);
         out.push(SizedSamples::new(bytes, reject_outliers(&samples)));
         progress.tick("alloc");
     }
