@@ -225,24 +225,21 @@ fn ab_line(name: &str, f: &AlphaBeta, latency: &str) -> String {
     )
 }
 
-fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) -> String {
-    let f = &run.fits;
-    let g = &f.gemm;
-    let mut o = format!(
-        "calibrated {} ({} cores, {}) in {:.1} s; values with 95% confidence intervals\n\n",
-        run.provenance.hostname, f.cores, run.provenance.cpu_model, run.elapsed_s
-    );
-    o.push_str(&format!(
-        "GEMM curve (f32, one thread): R² {:.4}, rms {:.1}%, max {:.1}%, n {}; held-out shapes: {} with max error {:.1}%\n",
+/// The GEMM curve's two summary lines (quality, then the fitted values).
+fn gemm_lines(
+    title: &str,
+    g: &twin_calibration::fit::gemm::GemmFit,
+    holdout_samples: usize,
+    holdout_max_relative_error: f64,
+) -> String {
+    format!(
+        "{title}: R² {:.4}, rms {:.1}%, max {:.1}%, n {}; held-out shapes: {} with max error {:.1}%\n  rate {}   k_half {}   ramp {}   tile {}x{} (not rejected: m {:?}, n {:?})\n\n",
         g.quality.r2,
         g.quality.rms_relative_error * 100.0,
         g.quality.max_relative_error * 100.0,
         g.quality.samples,
-        f.gemm_holdout_samples,
-        f.gemm_holdout_max_relative_error * 100.0
-    ));
-    o.push_str(&format!(
-        "  rate {}   k_half {}   ramp {}   tile {}x{} (not rejected: m {:?}, n {:?})\n\n",
+        holdout_samples,
+        holdout_max_relative_error * 100.0,
         est(&g.rate_flops_per_s, "FLOP/s"),
         est(&g.k_half, ""),
         est(&g.ramp_ns, "ns"),
@@ -250,6 +247,21 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
         g.tile_n,
         g.tile_m_ci95,
         g.tile_n_ci95
+    )
+}
+
+fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) -> String {
+    let f = &run.fits;
+    let g = &f.gemm;
+    let mut o = format!(
+        "calibrated {} ({} cores, {}) in {:.1} s; values with 95% confidence intervals\n\n",
+        run.provenance.hostname, f.cores, run.provenance.cpu_model, run.elapsed_s
+    );
+    o.push_str(&gemm_lines(
+        "GEMM curve (f32, one thread)",
+        g,
+        f.gemm_holdout_samples,
+        f.gemm_holdout_max_relative_error,
     ));
     o.push_str("bandwidth + fixed cost per call (alpha-beta: per step for transfers)\n");
     o.push_str(&ab_line("memory pass", &f.memory_pass, "fixed"));
@@ -406,24 +418,11 @@ fn cuda_text(
         run.provenance.cuda_version.as_deref().unwrap_or("versions unknown"),
         run.elapsed_s
     );
-    o.push_str(&format!(
-        "cuBLAS bf16 GEMM curve: R² {:.4}, rms {:.1}%, max {:.1}%, n {}; held-out shapes: {} with max error {:.1}%\n",
-        g.quality.r2,
-        g.quality.rms_relative_error * 100.0,
-        g.quality.max_relative_error * 100.0,
-        g.quality.samples,
+    o.push_str(&gemm_lines(
+        "cuBLAS bf16 GEMM curve",
+        g,
         f.gemm_holdout_samples,
-        f.gemm_holdout_max_relative_error * 100.0
-    ));
-    o.push_str(&format!(
-        "  rate {}   k_half {}   ramp {}   tile {}x{} (not rejected: m {:?}, n {:?})\n\n",
-        est(&g.rate_flops_per_s, "FLOP/s"),
-        est(&g.k_half, ""),
-        est(&g.ramp_ns, "ns"),
-        g.tile_m,
-        g.tile_n,
-        g.tile_m_ci95,
-        g.tile_n_ci95
+        f.gemm_holdout_max_relative_error,
     ));
     o.push_str("bandwidth + fixed cost per call\n");
     o.push_str(&ab_line("memory-bound", &f.memory_bound, "fixed"));
