@@ -248,11 +248,12 @@ impl Mesh {
 }
 
 fn connect_retry(addr: &str, deadline: Instant) -> std::io::Result<TcpStream> {
+    let mut backoff = super::backoff::connect();
     loop {
         match TcpStream::connect(addr) {
             Ok(c) => return Ok(c),
             Err(e) if Instant::now() >= deadline => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => backoff.wait(),
         }
     }
 }

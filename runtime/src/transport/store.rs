@@ -204,6 +204,7 @@ impl StoreClient {
         let server = format!("{addr}:{port}");
         let deadline = Instant::now() + timeout;
         let mut last = String::from("no attempt");
+        let mut backoff = super::backoff::connect();
         loop {
             let targets: Vec<SocketAddr> = match (addr, port).to_socket_addrs() {
                 Ok(a) => a.collect(),
@@ -228,7 +229,7 @@ impl StoreClient {
                     timeout.as_secs_f64()
                 )));
             }
-            std::thread::sleep(Duration::from_millis(50));
+            backoff.wait();
         }
     }
 
