@@ -1,20 +1,13 @@
 //! End to end: `twin calibrate` on the host backend (hidden --tiny sample count), the
 //! nccl-tests import, and `--backend cuda` on a machine without a GPU.
 
+mod common;
+use common::twin_env as twin;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn twin(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_twin"));
-    c.args(args);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
-}
+use std::process::Output;
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("twin-calibrate-e2e-{name}-{}", std::process::id()));
+    let d = common::scratch_dir("calibrate").join(name);
     std::fs::create_dir_all(&d).unwrap();
     d
 }

@@ -17,9 +17,7 @@ fn code(o: &Output) -> i32 {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("twin-check-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::scratch_dir("check").join(name)
 }
 
 const PASS: &str = "scenarios/checks/small-pass.toml";

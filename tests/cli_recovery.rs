@@ -13,7 +13,7 @@ use common::{text, twin};
 const SCENARIO: &str = "scenarios/host/faults.toml";
 
 fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("twin-recovery-{}-{name}", std::process::id()));
+    let d = common::scratch_dir("recovery").join(name);
     let _ = std::fs::remove_dir_all(&d);
     d
 }

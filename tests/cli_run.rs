@@ -13,9 +13,7 @@ mod common;
 use common::{text, twin_env as twin};
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("twin-run-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::scratch_dir("run").join(name)
 }
 
 fn staged(path: &str) -> twin_sim::Staged {

@@ -14,9 +14,7 @@ fn stderr(o: &Output) -> String {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("twin-sweep-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::scratch_dir("sweep").join(name)
 }
 
 fn json(o: &Output) -> serde_json::Value {

@@ -175,8 +175,7 @@ fn tui_switches_panes_edits_a_knob_and_quits_restoring_the_terminal() {
 
 #[test]
 fn tui_compares_with_a_measured_trace_file() {
-    let dir = std::env::temp_dir().join(format!("twin-e2e-tui-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("tui");
     let trace = dir.join("m.trace.json");
     let out = twin(&[
         "simulate",

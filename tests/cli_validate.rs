@@ -5,8 +5,7 @@ mod common;
 use common::twin;
 
 fn tmp(name: &str, text: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("twin-validate-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("validate");
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path.display().to_string()

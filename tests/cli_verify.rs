@@ -11,9 +11,7 @@ use common::{text, twin};
 const PROFILE: &str = "scenarios/profiles/host-example.toml";
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("twin-verify-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::scratch_dir("verify").join(name)
 }
 
 #[test]
