@@ -100,6 +100,32 @@ impl Bar {
     }
 }
 
+/// Writes the raw samples beside the profile: where they were taken, what was measured (under
+/// `what_key`: the host's `config`, the GPU's `plan`), the outlier rule and every sample.
+fn write_samples<W: serde::Serialize, S: serde::Serialize>(
+    path: &Path,
+    provenance: &twin_calibration::write::Provenance,
+    what_key: &'static str,
+    what: &W,
+    samples: &S,
+) -> anyhow::Result<()> {
+    #[derive(serde::Serialize)]
+    struct SamplesFile<'a, W, S> {
+        provenance: &'a twin_calibration::write::Provenance,
+        #[serde(flatten)]
+        what: std::collections::BTreeMap<&'static str, &'a W>,
+        outlier_rule: &'static str,
+        samples: &'a S,
+    }
+    let file = SamplesFile {
+        provenance,
+        what: std::collections::BTreeMap::from([(what_key, what)]),
+        outlier_rule: "drop samples above median + 3 * 1.4826 * MAD (docs/calibration.md)",
+        samples,
+    };
+    super::write_atomic(path, &serde_json::to_string_pretty(&file)?)
+}
+
 /// `profile.toml` → `profile.samples.json`.
 pub fn samples_path(profile: &Path) -> PathBuf {
     profile.with_extension("samples.json")
@@ -165,20 +191,13 @@ fn host(args: &Args) -> anyhow::Result<ExitCode> {
     bar.finish();
     let run = result?;
     super::write_atomic(&args.output, &run.toml)?;
-    #[derive(serde::Serialize)]
-    struct SamplesFile<'a> {
-        provenance: &'a twin_calibration::write::Provenance,
-        config: &'a twin_calibration::bench::Config,
-        outlier_rule: &'static str,
-        samples: &'a twin_calibration::bench::Samples,
-    }
-    let file = SamplesFile {
-        provenance: &run.provenance,
-        config: &run.config,
-        outlier_rule: "drop samples above median + 3 * 1.4826 * MAD (docs/calibration.md)",
-        samples: &run.samples,
-    };
-    super::write_atomic(&samples, &serde_json::to_string_pretty(&file)?)?;
+    write_samples(
+        &samples,
+        &run.provenance,
+        "config",
+        &run.config,
+        &run.samples,
+    )?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
         Format::Text => print!("{}", host_text(&run, &args.output, &samples)),
@@ -345,20 +364,7 @@ fn cuda(args: &Args) -> anyhow::Result<ExitCode> {
     bar.finish();
     let run = result?;
     super::write_atomic(&args.output, &run.toml)?;
-    #[derive(serde::Serialize)]
-    struct SamplesFile<'a> {
-        provenance: &'a twin_calibration::write::Provenance,
-        plan: &'a twin_calibration::cuda::Plan,
-        outlier_rule: &'static str,
-        samples: &'a twin_calibration::cuda::CudaSamples,
-    }
-    let file = SamplesFile {
-        provenance: &run.provenance,
-        plan: &run.plan,
-        outlier_rule: "drop samples above median + 3 * 1.4826 * MAD (docs/calibration.md)",
-        samples: &run.samples,
-    };
-    super::write_atomic(&samples, &serde_json::to_string_pretty(&file)?)?;
+    write_samples(&samples, &run.provenance, "plan", &run.plan, &run.samples)?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
         Format::Text => print!("{}", cuda_text(&run, &origin, &args.output, &samples)),
