@@ -244,6 +244,17 @@ fn ab_line(name: &str, f: &AlphaBeta, latency: &str) -> String {
     )
 }
 
+/// A calibration summary's last lines: the fits' notes, then the files written.
+fn closing_lines(notes: &[String], profile: &Path, samples: &Path) -> String {
+    let mut o: String = notes.iter().map(|n| format!("note: {n}\n")).collect();
+    o.push_str(&format!(
+        "\nwrote {} and {}\n",
+        profile.display(),
+        samples.display()
+    ));
+    o
+}
+
 /// The GEMM curve's two summary lines (quality, then the fitted values).
 fn gemm_lines(
     title: &str,
@@ -318,14 +329,7 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
         f.overlap_slowdown.ci95[1],
         f.dropped_samples
     ));
-    for n in &f.notes {
-        o.push_str(&format!("note: {n}\n"));
-    }
-    o.push_str(&format!(
-        "\nwrote {} and {}\n",
-        profile.display(),
-        samples.display()
-    ));
+    o.push_str(&closing_lines(&f.notes, profile, samples));
     o
 }
 
@@ -440,14 +444,7 @@ fn cuda_text(
         est(&f.launch_ns, "ns"),
         f.dropped_samples
     ));
-    for n in &f.notes {
-        o.push_str(&format!("note: {n}\n"));
-    }
-    o.push_str(&format!(
-        "\nwrote {} and {}\n",
-        profile.display(),
-        samples.display()
-    ));
+    o.push_str(&closing_lines(&f.notes, profile, samples));
     o
 }
 
