@@ -56,6 +56,10 @@ pub struct HostFits {
     /// `bandwidth` in ops per second; its inverse is the per-op overhead.
     pub launch: AlphaBeta,
     pub launch_ns: Estimate,
+    /// What a dependency on another stream adds to an op (its thread wakes the op's), beyond
+    /// `launch_ns`: from the same chain alternating between two streams. Reported, not yet a
+    /// profile key (docs/calibration.md); `None` when it was not measured or not fitted.
+    pub handoff_ns: Option<Estimate>,
     pub collectives: Vec<NamedFit>,
     pub p2p: AlphaBeta,
     /// One fit over the ring collectives (all-reduce, reduce-scatter, all-gather): the
@@ -204,6 +208,22 @@ pub(crate) fn holdout_errors(g: &GemmFit, samples: &[GemmSamples]) -> Vec<f64> {
         .collect()
 }
 
+/// What a stream hand-off adds per op: the per-op time of the chain alternating between two
+/// streams (`alternating`, in ops per second) less the one-stream chain's (`launch_ns`). The
+/// interval joins the two intervals' far ends (conservative).
+fn handoff(launch_ns: Estimate, alternating: &AlphaBeta) -> Estimate {
+    let alt = alternating
+        .bandwidth_bytes_per_s
+        .map_monotone(|ops| 1e9 / ops);
+    Estimate {
+        value: alt.value - launch_ns.value,
+        ci95: [
+            alt.ci95[0] - launch_ns.ci95[1],
+            alt.ci95[1] - launch_ns.ci95[0],
+        ],
+    }
+}
+
 /// Fits every benchmark of `s`.
 pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     let fit_pts = gemm_points(&s.gemm, false);
@@ -221,6 +241,10 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     let mut notes = Vec::new();
     let launch = named("op overhead", &sized_points(&s.launch), &mut notes)?;
     let launch_ns = launch.bandwidth_bytes_per_s.map_monotone(|ops| 1e9 / ops);
+    let handoff_ns = (!s.handoff.is_empty())
+        .then(|| named("stream hand-off", &sized_points(&s.handoff), &mut notes))
+        .transpose()?
+        .map(|h| handoff(launch_ns, &h));
     let kinds: std::collections::BTreeSet<&str> = s.comm.iter().map(|c| c.kind.as_str()).collect();
     let mut collectives = Vec::new();
     for k in kinds.iter().filter(|k| **k != "p2p") {
@@ -276,6 +300,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         alloc: named("alloc", &sized_points(&s.alloc), &mut notes)?,
         launch,
         launch_ns,
+        handoff_ns,
         collectives,
         p2p,
         ring,
@@ -534,4 +559,35 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
         provenance: Default::default(),
     };
     (profile, host)
+}
+
+#[cfg(test)]
+mod handoff_tests {
+    use super::*;
+
+    /// Chains of n ops at `per_op_ns` each plus a fixed 5 us, with +-2% alternating noise.
+    fn chain(per_op_ns: f64) -> Vec<Point> {
+        [64.0, 256.0, 1024.0, 64.0, 256.0, 1024.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| Point {
+                steps: 1.0,
+                bytes: n,
+                time_ns: (5_000.0 + n * per_op_ns) * if i % 2 == 0 { 1.02 } else { 0.98 },
+            })
+            .collect()
+    }
+
+    #[test]
+    fn handoff_is_the_alternating_chain_less_the_one_stream_chain() {
+        let one = alpha_beta::fit(&chain(120.0)).unwrap();
+        let alt = alpha_beta::fit(&chain(2_920.0)).unwrap();
+        let launch_ns = one.bandwidth_bytes_per_s.map_monotone(|ops| 1e9 / ops);
+        let h = handoff(launch_ns, &alt);
+        assert!((h.value - 2_800.0).abs() < 100.0, "{h:?}");
+        assert!(h.covers(2_800.0), "{h:?}");
+        // No hand-off cost: about zero, and the interval says so.
+        let h = handoff(launch_ns, &one);
+        assert!(h.value.abs() < 1.0 && h.covers(0.0), "{h:?}");
+    }
 }

@@ -61,7 +61,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         + extra.len()
         + 3 * cfg.memory_bytes.len()
         + cfg.pass_large_bytes.len()
-        + cfg.launch_ops.len()
+        + 2 * cfg.launch_ops.len()
         + bench::comm::measurement_count(&cfg)
         + cfg.checkpoint_bytes.len();
     let mut progress = Counter {
@@ -76,9 +76,9 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         memory_pass_large: bench::memory::memory_pass(&cfg, &cfg.pass_large_bytes, &mut progress),
         memcpy: bench::memory::memcpy(&cfg, &mut progress),
         alloc: bench::memory::alloc(&cfg, &mut progress),
-        launch: bench::launch::launch(&cfg, &mut progress)?,
         ..Samples::default()
     };
+    (samples.launch, samples.handoff) = bench::launch::launch(&cfg, &mut progress)?;
     let (comm, overlap) = bench::comm::comm(&cfg, &mut progress)?;
     samples.comm = comm;
     samples.overlap = Some(overlap);

@@ -322,8 +322,12 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
     }
     o.push_str(&ab_line("ring (profile)", &f.ring, "step "));
     o.push_str(&format!(
-        "\nop overhead {}   overlap compute slowdown {:.3} [{:.3} .. {:.3}]   outliers dropped {}\n",
+        "\nop overhead {}{}   overlap compute slowdown {:.3} [{:.3} .. {:.3}]   outliers dropped {}\n",
         est(&f.launch_ns, "ns"),
+        f.handoff_ns
+            .as_ref()
+            .map(|h| format!("   stream hand-off {} (reported)", est(h, "ns")))
+            .unwrap_or_default(),
         f.overlap_slowdown.value,
         f.overlap_slowdown.ci95[0],
         f.overlap_slowdown.ci95[1],

@@ -106,6 +106,9 @@ impl Args {
 struct Measured {
     report: RunReport,
     merged: launch::Merged,
+    /// The step whose op times the per-op comparison and the measured trace show (the
+    /// median-length measured step), when the ranks kept them.
+    shown_step: Option<usize>,
 }
 
 /// A threshold: a finite number >= 0.
@@ -230,7 +233,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &comparison,
                 median_s,
                 spread_s,
-                steps_s
+                steps_s,
+                m.shown_step
             )
         ),
     }
@@ -275,6 +279,8 @@ fn measure_once(
             )
         }
     };
+    let mut all = all;
+    let shown_step = launch::measure::select_step(&mut all, args.warmup as usize);
     let merged = launch::merge(&staged.schedule, &all);
     let mut report = launch::report(
         scenario,
@@ -286,7 +292,11 @@ fn measure_once(
         Vec::new(),
     );
     report.backend = backend.into();
-    Ok(Measured { report, merged })
+    Ok(Measured {
+        report,
+        merged,
+        shown_step,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -335,11 +345,19 @@ fn to_text(
     median_s: f64,
     spread_s: [f64; 2],
     steps_s: &[f64],
+    shown_step: Option<usize>,
 ) -> String {
+    let shown = match shown_step {
+        Some(k) => format!(
+            "ops and trace: step {} of the run nearest the median (its median-length step)\n",
+            k + 1
+        ),
+        None => "ops and trace: the last step of the run nearest the median\n".into(),
+    };
     format!(
         "verify {} with profile '{profile}' on the {} backend\n\
          measured step = median of {} steps after {} warm-up (x{} runs): {:.3} ms, spread {:.3}-{:.3} ms\n\
-         errors are (measured - predicted) / measured\n{}",
+         {shown}errors are (measured - predicted) / measured\n{}",
         args.scenario.display(),
         match args.backend {
             BackendKind::Host => "host",

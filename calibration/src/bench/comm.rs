@@ -10,8 +10,10 @@ use super::compute::{compute_op, workspace_for};
 use super::{CommSamples, Config, Counter, OverlapSamples};
 use crate::sample::{reject_outliers, time_ns};
 use crate::CalibError;
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
+use twin_runtime::launch::affinity::pin_rank;
 use twin_runtime::microbench::local_meshes;
 use twin_runtime::transport::collective::{self, Ring};
 use twin_runtime::transport::mesh::Mesh;
@@ -83,6 +85,9 @@ impl Task {
     }
 }
 
+/// Tag bit of a call's untimed synchronising collective (call tags use the low 40 bits).
+const SYNC_TAG: u64 = 1 << 41;
+
 /// Ping-pong round trips per p2p sample (their mean is the sample).
 const P2P_ROUNDS: u32 = 4;
 
@@ -114,13 +119,22 @@ fn call(mesh: &Mesh, members: &[u32], task: Task, tag: u64) -> Result<f64, Calib
             Ok(0.0)
         }
         Some(kind) => {
-            let ring = Ring::new(mesh, members, COLLECTIVE_LANE, tag).map_err(fail)?;
             let elems = usize::try_from(task.bytes / 4).unwrap_or(usize::MAX);
-            let data = collective::input(kind, &ring, elems, tag);
-            let t = Instant::now();
-            let out = collective::execute(kind, &ring, data).map_err(fail)?;
-            let ns = t.elapsed().as_nanos() as f64;
-            std::hint::black_box(out);
+            // One untimed call first (as for p2p): the ranks leave the barrier as the
+            // scheduler wakes them, tens of microseconds apart on a loaded machine, and the
+            // first would time the others' wake-up. Leaving a collective together is what a
+            // run's ranks do (they meet at every collective), so the timed call starts there.
+            let mut ns = 0.0;
+            for (timed, tag) in [(false, tag | SYNC_TAG), (true, tag)] {
+                let ring = Ring::new(mesh, members, COLLECTIVE_LANE, tag).map_err(fail)?;
+                let data = collective::input(kind, &ring, elems, tag);
+                let t = Instant::now();
+                let out = collective::execute(kind, &ring, data).map_err(fail)?;
+                if timed {
+                    ns = t.elapsed().as_nanos() as f64;
+                }
+                std::hint::black_box(out);
+            }
             Ok(ns)
         }
     }
@@ -133,8 +147,11 @@ fn run_rank(
     tasks: &[Task],
     calls: u32,
     barrier: &Barrier,
-    mut progress: Option<&mut Counter>,
+    progress: Option<&Sender<&'static str>>,
 ) -> Result<Vec<Vec<f64>>, CalibError> {
+    // On its core, as the runtime pins a rank's process (`launch::affinity`): unpinned, the
+    // scheduler can stack two ranks on one core while the other idles.
+    pin_rank(mesh.rank);
     let mut out = Vec::with_capacity(tasks.len());
     for (i, task) in tasks.iter().enumerate() {
         let mut times = Vec::with_capacity(calls as usize);
@@ -151,8 +168,9 @@ fn run_rank(
             }
         }
         out.push(times);
-        if let Some(p) = progress.as_deref_mut() {
-            p.tick(task.name());
+        if let Some(p) = progress {
+            // The receiver is the calling thread; it outlives this one.
+            let _ = p.send(task.name());
         }
     }
     Ok(out)
@@ -201,30 +219,30 @@ pub fn comm(
         let members: Vec<u32> = (0..n).collect();
         let tasks = tasks_for(cfg, n);
         let barrier = Barrier::default();
-        let per_rank: Vec<Result<Vec<Vec<f64>>, CalibError>> =
-            std::thread::scope(|s| {
-                let (first, rest) = meshes
-                    .split_first()
-                    .ok_or_else(|| CalibError::Bench("empty local world".into()))?;
-                let handles: Vec<_> = rest
-                    .iter()
-                    .map(|m| s.spawn(|| run_rank(m, &members, &tasks, calls, &barrier, None)))
-                    .collect();
-                let mut results = vec![run_rank(
-                    first,
-                    &members,
-                    &tasks,
-                    calls,
-                    &barrier,
-                    Some(&mut *progress),
-                )];
-                for h in handles {
-                    results.push(h.join().unwrap_or_else(|_| {
-                        Err(CalibError::Bench("a rank thread panicked".into()))
-                    }));
-                }
-                Ok::<_, CalibError>(results)
-            })?;
+        // Every rank on a thread of its own (pinned there), rank 0 reporting progress to
+        // this thread.
+        let (tx, rx) = channel();
+        let per_rank: Vec<Result<Vec<Vec<f64>>, CalibError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = meshes
+                .iter()
+                .map(|m| {
+                    let tx = (m.rank == 0).then(|| tx.clone());
+                    let (members, tasks, barrier) = (&members, &tasks, &barrier);
+                    s.spawn(move || run_rank(m, members, tasks, calls, barrier, tx.as_ref()))
+                })
+                .collect();
+            drop(tx);
+            for name in rx {
+                progress.tick(name);
+            }
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(CalibError::Bench("a rank thread panicked".into())))
+                })
+                .collect()
+        });
         let per_rank: Vec<Vec<Vec<f64>>> = per_rank.into_iter().collect::<Result<_, _>>()?;
         for (i, task) in tasks.iter().enumerate() {
             let samples: Vec<f64> = (cfg.comm.warmup..calls)

@@ -64,7 +64,7 @@ pub fn scenario_shapes(schedule: &Schedule, max: usize) -> Vec<Gemm> {
 }
 
 /// Writes every cache line of `buf` (evicting what the core's private cache held).
-fn evict_cache(buf: &mut [u8]) {
+pub(crate) fn evict_cache(buf: &mut [u8]) {
     for line in buf.chunks_mut(64) {
         if let Some(b) = line.first_mut() {
             *b = b.wrapping_add(1);

@@ -2,15 +2,19 @@
 //! compute ops, each depending on the one before, run through `exec::run_step` on a one-rank
 //! `HostBackend`, as a host run issues ops. The span from the first op's start to the last
 //! op's end grows by the overhead per op (the span leaves out the fixed per-step setup:
-//! stream threads starting).
+//! stream threads starting). The same chain alternating between two streams times the
+//! hand-off between streams (`kernel.handoff_ns`): each op then waits for an op of another
+//! stream, whose thread must wake this one. Both run on one pinned core, as a rank's threads do
+//! in a host run (`launch::affinity`).
 
 use super::compute::{compute_op, op};
 use super::{Config, Counter, SizedSamples};
 use crate::sample::measured_ns;
 use crate::CalibError;
 use twin_runtime::backend::host::HostBackend;
+use twin_runtime::launch::affinity::pin_rank;
 use twin_sim::plan::Plan;
-use twin_sim::schedule::{Program, Schedule};
+use twin_sim::schedule::{Program, Schedule, Stream};
 
 /// The bundled one-rank host scenario: only its plan (one rank) is used.
 const SINGLE_RANK_SCENARIO: &str = include_str!("../../../scenarios/host/single.toml");
@@ -22,12 +26,17 @@ pub fn single_rank_plan() -> Result<Plan, CalibError> {
     Plan::new(&s).map_err(|e| CalibError::Setup(format!("built-in one-rank plan: {e}")))
 }
 
-/// A one-rank schedule of `n` chained empty compute ops.
-pub fn empty_chain(n: u32) -> Schedule {
+/// A one-rank schedule of `n` chained empty compute ops, on the compute stream or (`alternate`)
+/// on the compute and the pp-send stream in turn.
+pub fn empty_chain(n: u32, alternate: bool) -> Schedule {
     let ops = (0..n)
         .map(|i| {
             let deps = if i == 0 { Vec::new() } else { vec![i - 1] };
-            op(compute_op(Vec::new(), 0), deps)
+            let mut o = op(compute_op(Vec::new(), 0), deps);
+            if alternate && i % 2 == 1 {
+                o.stream = Stream::PpSend;
+            }
+            o
         })
         .collect();
     Schedule {
@@ -36,24 +45,48 @@ pub fn empty_chain(n: u32) -> Schedule {
     }
 }
 
-/// First-start-to-last-end span of each chain length; `bytes` of each record is the op count.
-pub fn launch(cfg: &Config, progress: &mut Counter) -> Result<Vec<SizedSamples>, CalibError> {
+/// First-start-to-last-end span of each chain length, one stream (`launch`) and alternating
+/// (`handoff`); `bytes` of each record is the op count.
+pub fn launch(
+    cfg: &Config,
+    progress: &mut Counter,
+) -> Result<(Vec<SizedSamples>, Vec<SizedSamples>), CalibError> {
     let plan = single_rank_plan()?;
-    let mut backend = HostBackend::single();
-    let mut out = Vec::new();
-    for &n in &cfg.launch_ops {
-        let schedule = empty_chain(n);
-        let k = measured_ns(cfg.launch, || {
-            twin_runtime::run_step(&plan, &schedule, 0, &mut backend)
-                .map(|r| {
-                    let first = r.events.iter().map(|e| e.start_ns).min().unwrap_or(0);
-                    let last = r.events.iter().map(|e| e.end_ns).max().unwrap_or(0);
-                    last.saturating_sub(first) as f64
-                })
-                .map_err(|e| CalibError::Bench(format!("empty-op chain of {n}: {e}")))
-        })?;
-        out.push(SizedSamples::new(u64::from(n), k));
-        progress.tick("op overhead");
-    }
-    Ok(out)
+    let (tx, rx) = std::sync::mpsc::channel();
+    // On a thread of its own, pinned as a rank is; the calling thread keeps its placement.
+    let result = std::thread::scope(|s| {
+        let h = s.spawn(move || {
+            pin_rank(0);
+            let mut backend = HostBackend::single();
+            let mut out = (Vec::new(), Vec::new());
+            for alternate in [false, true] {
+                for &n in &cfg.launch_ops {
+                    let schedule = empty_chain(n, alternate);
+                    let k = measured_ns(cfg.launch, || {
+                        twin_runtime::run_step(&plan, &schedule, 0, &mut backend)
+                            .map(|r| {
+                                let first = r.events.iter().map(|e| e.start_ns).min();
+                                let last = r.events.iter().map(|e| e.end_ns).max();
+                                last.unwrap_or(0).saturating_sub(first.unwrap_or(0)) as f64
+                            })
+                            .map_err(|e| CalibError::Bench(format!("empty-op chain of {n}: {e}")))
+                    })?;
+                    let sample = SizedSamples::new(u64::from(n), k);
+                    if alternate { &mut out.1 } else { &mut out.0 }.push(sample);
+                    let _ = tx.send(if alternate {
+                        "stream hand-off"
+                    } else {
+                        "op overhead"
+                    });
+                }
+            }
+            Ok::<_, CalibError>(out)
+        });
+        for name in rx {
+            progress.tick(name);
+        }
+        h.join()
+            .unwrap_or_else(|_| Err(CalibError::Bench("the op-chain thread panicked".into())))
+    });
+    result
 }

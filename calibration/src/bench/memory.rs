@@ -3,7 +3,7 @@
 //! host's "device copy"), and allocating + touching a buffer (what the host backend's Alloc
 //! op does: reserve exactly, write every byte so the pages are resident).
 
-use super::compute::{compute_op, workspace_for};
+use super::compute::{compute_op, evict_cache, workspace_for};
 use super::{Config, Counter, SizedSamples};
 use crate::sample::{reject_outliers, time_ns};
 use std::time::Instant;
@@ -42,15 +42,18 @@ pub fn memcpy(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
 }
 
 /// Allocate and touch `bytes` (each buffer is dropped outside the timed part, so the next
-/// allocation may reuse its pages: a step's Alloc ops, whose pages the allocator may have
-/// given back in between, run 1.5-4x slower; keeping every buffer so that each allocation
-/// gets new memory was tried and is far worse on a VM, where memory the guest never touched
-/// costs milliseconds per MiB: docs/calibration.md).
+/// allocation may reuse its pages; keeping every buffer so that each allocation gets new memory
+/// was tried and is far worse on a VM, where memory the guest never touched costs milliseconds
+/// per MiB: docs/calibration.md). Before each timed allocation `cfg.gemm_evict_bytes` are
+/// written untimed: a step allocates memory last touched many ops earlier, long out of the
+/// core's private cache (timed warm, a step's Alloc ops ran 3-4x slower than calibrated).
 pub fn alloc(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
     let mut out = Vec::new();
+    let mut evict = vec![0u8; usize::try_from(cfg.gemm_evict_bytes).unwrap_or(0)];
     for &bytes in &cfg.memory_bytes {
         let len = usize::try_from(bytes).unwrap_or(usize::MAX);
-        let one = || {
+        let mut one = || {
+            evict_cache(&mut evict);
             let t = Instant::now();
             let mut buf: Vec<u8> = Vec::new();
             if buf.try_reserve_exact(len).is_ok() {

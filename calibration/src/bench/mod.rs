@@ -36,8 +36,9 @@ pub struct Config {
     pub gemm: Repeats,
     /// Largest scenario GEMM shapes timed (the most frequent first).
     pub max_scenario_shapes: usize,
-    /// Bytes written before each timed GEMM call to evict its operands from the core's private
-    /// cache (4x the L2 this machine reports, 1 MiB when it reports none).
+    /// Bytes written before each timed GEMM call and each timed allocation to evict their
+    /// memory from the core's private cache, as a step's ops find it (4x the L2 this machine
+    /// reports, 1 MiB when it reports none).
     pub gemm_evict_bytes: u64,
     /// Sizes of the memory pass, memcpy and allocation: up to 8 MiB, the cache-resident
     /// regime in which the host scenarios' per-op buffers live.
@@ -270,6 +271,8 @@ pub struct Samples {
     pub alloc: Vec<SizedSamples>,
     /// A chain of `bytes` (= op count) empty ops through the host backend.
     pub launch: Vec<SizedSamples>,
+    /// The same chain alternating between two streams (a hand-off per op).
+    pub handoff: Vec<SizedSamples>,
     pub comm: Vec<CommSamples>,
     pub overlap: Option<OverlapSamples>,
     /// Write and fsync a file of `bytes`.

@@ -19,8 +19,12 @@ use twin_sim::trace::{MemorySample, Trace, TraceEvent};
 pub struct RankMeasure {
     pub rank: u32,
     /// Per op of the rank's program, in program order: [start, end] of the last step on the
-    /// aligned clock.
+    /// aligned clock (or of the step [`select_step`] chose).
     pub op_times_ns: Vec<[u64; 2]>,
+    /// The op times of the last [`KEPT_STEPS`] steps (or fewer), oldest first; the last entry
+    /// is `op_times_ns`. Empty from a worker that does not keep them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_op_times_ns: Vec<Vec<[u64; 2]>>,
     /// Per step: [first op start, last op end] on the aligned clock.
     pub step_spans_ns: Vec<[u64; 2]>,
     pub peak: HeldPeak,
@@ -55,6 +59,7 @@ impl RankMeasure {
         RankMeasure {
             rank: run.rank,
             op_times_ns: run.events.iter().map(|e| [e.start_ns, e.end_ns]).collect(),
+            recent_op_times_ns: Vec::new(),
             step_spans_ns: run.step_times_ns.iter().map(|&t| [0, t]).collect(),
             peak: HeldPeak {
                 peak_bytes: m.peak_bytes,
@@ -119,6 +124,38 @@ fn is_comm(op: &Op) -> bool {
             | OpKind::Collective { .. }
             | OpKind::Checkpoint { .. }
     )
+}
+
+/// How many steps' op times a worker keeps for [`select_step`] (verify measures 10 steps
+/// after 5 warm-up by default; a long `twin run` keeps only its last 16).
+pub const KEPT_STEPS: usize = 16;
+
+/// Make each rank's `op_times_ns` those of one common step: of the steps from `first` on whose
+/// op times every rank kept, the one whose span (first start to last end over every rank) is
+/// the median (the lower one of an even count), so that the merged trace and per-op
+/// comparison show a typical step rather than whichever came last. Returns the step's index,
+/// or `None` (nothing changed) when no step qualifies.
+pub fn select_step(ranks: &mut [RankMeasure], first: usize) -> Option<usize> {
+    let steps = ranks.iter().map(|r| r.step_spans_ns.len()).min()?;
+    let kept = ranks.iter().map(|r| r.recent_op_times_ns.len()).min()?;
+    let lo = first.max(steps.saturating_sub(kept));
+    let mut spans: Vec<(u64, usize)> = (lo..steps)
+        .map(|k| {
+            let s = ranks.iter().filter_map(|r| r.step_spans_ns.get(k));
+            let start = s.clone().map(|x| x[0]).min().unwrap_or(0);
+            let end = s.map(|x| x[1]).max().unwrap_or(start);
+            (end.saturating_sub(start), k)
+        })
+        .collect();
+    spans.sort_unstable();
+    let (_, step) = *spans.get(spans.len().checked_sub(1)? / 2)?;
+    for r in ranks.iter_mut() {
+        let i = r.recent_op_times_ns.len() - (steps - step);
+        if let Some(t) = r.recent_op_times_ns.get(i) {
+            r.op_times_ns = t.clone();
+        }
+    }
+    Some(step)
 }
 
 /// Merge every rank's measurement. `ranks` is indexed by rank.
@@ -502,6 +539,40 @@ mod tests {
             (r.compute_busy_ns, r.comm_exposed_ns, r.idle_ns),
             (10, 10, 0)
         );
+    }
+
+    #[test]
+    fn the_step_shown_is_the_median_span_after_warm_up_on_every_rank() {
+        // Two ranks, 5 steps; step k's op times are [k, k] on rank 0, [10 k, 10 k] on rank 1.
+        // Spans over both ranks: 30, 10, 50, 20, 40 (rank 1 ends latest in steps 0 and 2).
+        let spans = [[0, 30], [100, 110], [200, 250], [300, 320], [400, 440]];
+        let mk = |rank: u32, scale: u64, kept: usize| RankMeasure {
+            rank,
+            op_times_ns: vec![[4 * scale, 4 * scale]],
+            recent_op_times_ns: (5 - kept as u64..5)
+                .map(|k| vec![[k * scale, k * scale]])
+                .collect(),
+            step_spans_ns: spans
+                .iter()
+                .map(|s| if rank == 0 { [s[0], s[0] + 1] } else { *s })
+                .collect(),
+            ..RankMeasure::default()
+        };
+        let mut ranks = vec![mk(0, 1, 5), mk(1, 10, 5)];
+        // Warm-up 1: spans 10, 50, 20, 40 => lower median 20 = step 3.
+        assert_eq!(select_step(&mut ranks, 1), Some(3));
+        assert_eq!(ranks[0].op_times_ns, vec![[3, 3]]);
+        assert_eq!(ranks[1].op_times_ns, vec![[30, 30]]);
+        // Only the last two steps kept by rank 1: steps 3 and 4 (20, 40) => step 3.
+        let mut ranks = vec![mk(0, 1, 5), mk(1, 10, 2)];
+        assert_eq!(select_step(&mut ranks, 0), Some(3));
+        // Nothing kept (a worker that does not keep them) or all warm-up: unchanged.
+        let mut ranks = vec![mk(0, 1, 0), mk(1, 10, 0)];
+        assert_eq!(select_step(&mut ranks, 0), None);
+        assert_eq!(ranks[1].op_times_ns, vec![[40, 40]]);
+        let mut ranks = vec![mk(0, 1, 5)];
+        assert_eq!(select_step(&mut ranks, 5), None);
+        assert_eq!(select_step(&mut [], 0), None);
     }
 
     #[test]

@@ -98,6 +98,7 @@ pub fn run_worker(
     };
     let total = u64::from(opts.steps.max(1));
     let mut spans = Vec::new();
+    let mut recent: Vec<Vec<[u64; 2]>> = Vec::new();
     let mut last = None;
     let outcome = (|| -> Result<(), RuntimeError> {
         let first = match &d.checkpoint {
@@ -142,6 +143,15 @@ pub fn run_worker(
             let lo = run.events.iter().map(|e| e.start_ns).min().unwrap_or(0);
             let hi = run.events.iter().map(|e| e.end_ns).max().unwrap_or(lo);
             spans.push([origin + lo, origin + hi]);
+            if recent.len() == super::measure::KEPT_STEPS {
+                recent.remove(0);
+            }
+            recent.push(
+                run.events
+                    .iter()
+                    .map(|e| [origin + e.start_ns, origin + e.end_ns])
+                    .collect::<Vec<_>>(),
+            );
             last = Some((run, origin));
             if let (Some(c), Some(cs)) = (&d.checkpoint, &ckpt_store) {
                 if c.due(step + 1, total) {
@@ -164,11 +174,8 @@ pub fn run_worker(
     peak.peak_time_ns += origin;
     let measure = RankMeasure {
         rank,
-        op_times_ns: run
-            .events
-            .iter()
-            .map(|e| [origin + e.start_ns, origin + e.end_ns])
-            .collect(),
+        op_times_ns: recent.last().cloned().unwrap_or_default(),
+        recent_op_times_ns: recent,
         step_spans_ns: spans,
         peak,
         clock_offset_ns: session.clock_offset_ns,

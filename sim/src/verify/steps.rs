@@ -1,7 +1,7 @@
 //! The measured step of a verification: several runs of several steps each, reduced to one
 //! step time (the median of the steps after warm-up, over every run), its spread, and the run
-//! that stands for the others (whose last step is the median of the runs' last steps), whose
-//! trace and report the op-by-op comparison uses.
+//! that stands for the others (whose median step is the median of the runs' median steps),
+//! whose trace and report the op-by-op comparison uses.
 
 use serde::Serialize;
 
@@ -13,8 +13,8 @@ pub struct StepSummary {
     pub median_s: f64,
     /// Fastest and slowest of `steps_s`.
     pub spread_s: [f64; 2],
-    /// Index of the run whose last step is the median of the runs' last steps (the lower
-    /// middle for an even count; ties by run order).
+    /// Index of the run whose median step (after warm-up) is the median of the runs' median
+    /// steps (the lower middle for an even count; ties by run order).
     pub representative_run: usize,
 }
 
@@ -31,7 +31,7 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// Reduce `runs` (each run's step times, warm-up included) leaving out the first `warmup`
-/// steps of each run. A run with no steps counts as a last step of 0.
+/// steps of each run. A run with no steps after warm-up counts as a median step of 0.
 pub fn summarize_steps(runs: &[Vec<f64>], warmup: usize) -> StepSummary {
     let steps_s: Vec<f64> = runs
         .iter()
@@ -46,9 +46,12 @@ pub fn summarize_steps(runs: &[Vec<f64>], warmup: usize) -> StepSummary {
             steps_s.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         ]
     };
-    let last = |i: usize| runs.get(i).and_then(|r| r.last()).copied().unwrap_or(0.0);
+    let mid: Vec<f64> = runs
+        .iter()
+        .map(|r| median(r.get(warmup..).unwrap_or_default()))
+        .collect();
     let mut order: Vec<usize> = (0..runs.len()).collect();
-    order.sort_by(|&a, &b| last(a).total_cmp(&last(b)).then(a.cmp(&b)));
+    order.sort_by(|&a, &b| mid[a].total_cmp(&mid[b]).then(a.cmp(&b)));
     let representative_run = order
         .get(order.len().saturating_sub(1) / 2)
         .copied()
@@ -76,8 +79,12 @@ mod tests {
         assert_eq!(s.steps_s, vec![1.0, 3.0, 2.0, 5.0, 4.0, 6.0]);
         assert_eq!(s.median_s, 3.5);
         assert_eq!(s.spread_s, [1.0, 6.0]);
-        // Last steps 3, 5, 6: the median is run 1's.
+        // Median steps 2, 3.5, 5: the median is run 1's.
         assert_eq!(s.representative_run, 1);
+        // A run is judged by its median step, not its last: run 0's last step is slow (9)
+        // and run 1's fast (2), but run 0's steps are mostly 1 (lower middle of medians 1, 5).
+        let s = summarize_steps(&[vec![1.0, 1.0, 9.0], vec![5.0, 5.0, 2.0]], 0);
+        assert_eq!(s.representative_run, 0);
     }
 
     #[test]

@@ -438,6 +438,12 @@ impl HostBackend {
                         end_ns,
                     });
                     st.complete(q.index);
+                    // Let whatever this op made runnable on this core (the stream thread of a
+                    // dependent op, a receiver whose data arrived meanwhile) run now, as a
+                    // GPU's streams run side by side: a busy compute thread would otherwise keep
+                    // the core until it blocks, and a send would wait for the ops after the
+                    // one it depends on (docs/validation.md, session 5).
+                    std::thread::yield_now();
                 }
                 Err(e) => {
                     let e = match self.abort.reason() {
