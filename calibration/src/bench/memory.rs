@@ -44,12 +44,13 @@ pub fn memcpy(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
 /// Allocate and touch `bytes` (each buffer is dropped outside the timed part, so the next
 /// allocation may reuse its pages; keeping every buffer so that each allocation gets new memory
 /// was tried and is far worse on a VM, where memory the guest never touched costs milliseconds
-/// per MiB: docs/calibration.md). Before each timed allocation `cfg.gemm_evict_bytes` are
+/// per MiB: docs/calibration.md). Before each timed allocation `cfg.alloc_evict_bytes` are
 /// written untimed: a step allocates memory last touched many ops earlier, long out of the
-/// core's private cache (timed warm, a step's Alloc ops ran 3-4x slower than calibrated).
+/// caches (timed warm, a step's Alloc ops ran 3-4x slower than calibrated; with only the
+/// private cache evicted, still 1.5-3x).
 pub fn alloc(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
     let mut out = Vec::new();
-    let mut evict = vec![0u8; usize::try_from(cfg.gemm_evict_bytes).unwrap_or(0)];
+    let mut evict = vec![0u8; usize::try_from(cfg.alloc_evict_bytes).unwrap_or(0)];
     for &bytes in &cfg.memory_bytes {
         let len = usize::try_from(bytes).unwrap_or(usize::MAX);
         let mut one = || {

@@ -36,10 +36,14 @@ pub struct Config {
     pub gemm: Repeats,
     /// Largest scenario GEMM shapes timed (the most frequent first).
     pub max_scenario_shapes: usize,
-    /// Bytes written before each timed GEMM call and each timed allocation to evict their
-    /// memory from the core's private cache, as a step's ops find it (4x the L2 this machine
-    /// reports, 1 MiB when it reports none).
+    /// Bytes written before each timed GEMM call to evict its operands from the core's private
+    /// cache, as a step's ops find them (4x the L2 this machine reports, 1 MiB when it reports
+    /// none).
     pub gemm_evict_bytes: u64,
+    /// Bytes written before each timed allocation: twice the last-level cache, since a step
+    /// allocates memory it last touched before streaming the model state through every cache
+    /// (the optimizer pass) and many other ops' buffers.
+    pub alloc_evict_bytes: u64,
     /// Sizes of the memory pass, memcpy and allocation: up to 8 MiB, the cache-resident
     /// regime in which the host scenarios' per-op buffers live.
     pub memory_bytes: Vec<u64>,
@@ -59,8 +63,10 @@ pub struct Config {
 }
 
 /// The L2 cache of CPU 0, from sysfs (`1024K`).
-fn l2_cache_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size").ok()?;
+/// Size of cpu0's cache `index` in sysfs (2: L2, 3: L3 on x86 and most ARM), when known.
+fn cache_bytes(index: u32) -> Option<u64> {
+    let path = format!("/sys/devices/system/cpu/cpu0/cache/index{index}/size");
+    let text = std::fs::read_to_string(path).ok()?;
     let t = text.trim();
     let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
     let n: u64 = num.parse().ok()?;
@@ -79,7 +85,9 @@ impl Config {
     /// The sweep of `mode` on a machine with `cores` CPU cores.
     pub fn new(mode: Mode, cores: u32) -> Config {
         let max_group = 4.min(cores.saturating_mul(2)).max(2);
-        let evict = 4 * l2_cache_bytes().unwrap_or(MIB);
+        let evict = 4 * cache_bytes(2).unwrap_or(MIB);
+        // Twice the last-level cache (4x L2 where sysfs names no L3).
+        let alloc_evict = cache_bytes(3).map_or(evict, |l3| 2 * l3);
         let r = |warmup, timed| Repeats { warmup, timed };
         match mode {
             Mode::Full => Config {
@@ -89,6 +97,7 @@ impl Config {
                 gemm: r(2, 9),
                 max_scenario_shapes: 64,
                 gemm_evict_bytes: evict,
+                alloc_evict_bytes: alloc_evict,
                 memory_bytes: vec![
                     128 * KIB,
                     256 * KIB,
@@ -125,6 +134,7 @@ impl Config {
                 gemm: r(1, 5),
                 max_scenario_shapes: 16,
                 gemm_evict_bytes: evict,
+                alloc_evict_bytes: alloc_evict,
                 memory_bytes: vec![256 * KIB, MIB, 4 * MIB],
                 pass_large_bytes: vec![16 * MIB, 64 * MIB],
                 memory: r(1, 5),
@@ -144,6 +154,7 @@ impl Config {
                 gemm: r(1, 2),
                 max_scenario_shapes: 4,
                 gemm_evict_bytes: evict,
+                alloc_evict_bytes: alloc_evict,
                 memory_bytes: vec![64 * KIB, 512 * KIB, 2 * MIB],
                 pass_large_bytes: vec![8 * MIB],
                 memory: r(1, 2),
