@@ -9,12 +9,14 @@ mod cmd;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// mimalloc's `mi_option_purge_delay` (position in `mi_option_t` of the bundled mimalloc v3,
-/// `libmimalloc-sys` 0.1.49: `include/mimalloc.h`).
+/// `libmimalloc-sys` 0.1.49: `include/mimalloc.h`; a test checks it).
 const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 
 extern "C" {
     /// From the mimalloc library the global allocator above links in.
     fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+    #[cfg(test)]
+    fn mi_option_get(option: std::ffi::c_int) -> std::ffi::c_long;
 }
 
 /// Keeps freed memory mapped instead of handing it back to the OS, for sweeps: a sweep frees
@@ -96,5 +98,27 @@ fn main() -> ExitCode {
             }
             cmd::exit_code_for(&err)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `MI_OPTION_PURGE_DELAY` is a bare index into mimalloc's option enum; a mimalloc update
+    /// that moves it would make `keep_freed_memory` set some other option. The option at that
+    /// index must hold purge_delay's documented default (1000 ms in the bundled mimalloc v3),
+    /// which no neighbouring option has (14 is deprecated and 0, 16 is use_numa_nodes, 0).
+    #[test]
+    fn the_purge_delay_index_names_mimallocs_purge_delay() {
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+            return; // the user's value, not the default
+        }
+        // SAFETY: mi_option_get only reads mimalloc's option table (it checks the index).
+        let v = unsafe { super::mi_option_get(super::MI_OPTION_PURGE_DELAY) };
+        assert_eq!(
+            v,
+            1000,
+            "option {} is not purge_delay",
+            super::MI_OPTION_PURGE_DELAY
+        );
     }
 }
