@@ -224,6 +224,23 @@ fn handoff(launch_ns: Estimate, alternating: &AlphaBeta) -> Estimate {
     }
 }
 
+/// Below this R², a transfer fit's samples disagree with the alpha-beta model more than a
+/// quiet machine's do (quiet calibrations of the development VM reach 0.75-0.93 for the ring
+/// collectives and 0.9-0.98 for p2p; a busy spell gave 0.22 and a 239 µs ring latency, and
+/// that profile predicted a tensor-parallel run at half its time).
+const POOR_TRANSFER_R2: f64 = 0.5;
+
+/// A note for a transfer fit too poor to trust, saying what to do about it.
+fn poor_transfer_fit(what: &str, f: &AlphaBeta) -> Option<String> {
+    (f.quality.r2 < POOR_TRANSFER_R2).then(|| {
+        format!(
+            "{what}: R\u{b2} {:.2} (below {POOR_TRANSFER_R2}): the samples do not follow latency + bytes / bandwidth, which usually means other work shared the cores while they were taken; the fitted latency ({:.1} us per step) may be far off. Calibrate again on an idle machine, and compare the two profiles",
+            f.quality.r2,
+            f.latency_ns.value / 1e3
+        )
+    })
+}
+
 /// Fits every benchmark of `s`.
 pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     let fit_pts = gemm_points(&s.gemm, false);
@@ -271,6 +288,11 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         ),
         &mut notes,
     )?;
+    for (what, f) in [("p2p", &p2p), ("ring collectives", &ring)] {
+        if let Some(n) = poor_transfer_fit(what, f) {
+            notes.push(n);
+        }
+    }
     let overlap = s
         .overlap
         .as_ref()
@@ -562,7 +584,7 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
 }
 
 #[cfg(test)]
-mod handoff_tests {
+mod tests {
     use super::*;
 
     /// Chains of n ops at `per_op_ns` each plus a fixed 5 us, with +-2% alternating noise.
@@ -589,5 +611,37 @@ mod handoff_tests {
         // No hand-off cost: about zero, and the interval says so.
         let h = handoff(launch_ns, &one);
         assert!(h.value.abs() < 1.0 && h.covers(0.0), "{h:?}");
+    }
+
+    #[test]
+    fn a_transfer_fit_that_does_not_follow_alpha_beta_gets_a_note() {
+        let point = |steps: f64, bytes: f64, time_ns: f64| Point {
+            steps,
+            bytes,
+            time_ns,
+        };
+        // 20 us per step + 1 GB/s: a clean fit, no note.
+        let clean: Vec<Point> = [1e3, 1e4, 1e5, 1e6, 4e6]
+            .iter()
+            .flat_map(|&b| [1.0, 3.0].map(|st| point(st, b, 20e3 * st + b)))
+            .collect();
+        let f = alpha_beta::fit(&clean).unwrap();
+        assert!(f.quality.r2 > 0.99 && poor_transfer_fit("p2p", &f).is_none());
+        // Small messages stalled at ~800 us regardless of size (a busy spell): a note that
+        // names the fit and says what to do.
+        let stalled: Vec<Point> = clean
+            .iter()
+            .map(|p| {
+                point(
+                    p.steps,
+                    p.bytes,
+                    if p.bytes < 2e5 { 8e5 } else { p.time_ns },
+                )
+            })
+            .collect();
+        let f = alpha_beta::fit(&stalled).unwrap();
+        let note = poor_transfer_fit("ring collectives", &f).expect("a note");
+        assert!(note.starts_with("ring collectives: R"), "{note}");
+        assert!(note.contains("idle machine"), "{note}");
     }
 }
