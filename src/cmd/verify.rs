@@ -17,8 +17,10 @@ use twin_sim::verify::{compare, summarize_steps, CompareOptions, Comparison, Sid
 /// Simulates SCENARIO costed by --profile, runs the same schedule through the runtime
 /// (warm-up steps, then measured steps, --repeat times), and compares: the measured step time
 /// is the median of the steps after warm-up (the spread is printed); bubble, exposed
-/// communication, peak memory and the op table come from the run whose last step is the
-/// median. Errors are (measured - predicted) / measured: positive means slower than predicted.
+/// communication, peak memory, the op table and the measured trace come from the run whose
+/// median step is the median of the runs', and from that run's median-length step (host; a
+/// GPU run shows its last step). Errors are (measured - predicted) / measured: positive means
+/// slower than predicted.
 /// Exits 1 when an error exceeds a --max-* threshold, naming it.
 ///
 /// Examples:
