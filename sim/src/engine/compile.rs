@@ -388,7 +388,7 @@ pub(crate) fn compile(
                 }
             }
             OpKind::Free { tag } => {
-                let alloc = open.pop(*tag).ok_or(SimError::UnmatchedFree {
+                let alloc = open.pop(*tag).ok_or_else(|| SimError::UnmatchedFree {
                     program: index,
                     op: i32_,
                     tag: *tag,
