@@ -417,15 +417,24 @@ impl<S: Slots> State<S> {
 
     /// Work of `dur_ns` on the CPU of each rank in `ranks`: shared with compute when the
     /// ranks share cores, else simply `dur_ns` long.
+    #[inline]
     fn run_cpu_work(&mut self, ctx: &Ctx, done: (u32, u32), ranks: &[u32], dur_ns: u64) {
-        if let Some(f) = self.flows.as_mut().filter(|f| f.cores_shared()) {
+        match &self.flows {
+            Some(f) if f.cores_shared() => self.run_shared_cpu_work(ctx, done, ranks, dur_ns),
+            _ => self.schedule(dur_ns, done.0, done.1),
+        }
+    }
+
+    /// [`State::run_cpu_work`] on cores shared with compute (kept out of line: the common
+    /// path above is a plain schedule).
+    #[inline(never)]
+    fn run_shared_cpu_work(&mut self, ctx: &Ctx, done: (u32, u32), ranks: &[u32], dur_ns: u64) {
+        if let Some(f) = self.flows.as_mut() {
             let cpus: Vec<u32> = ranks.iter().map(|&r| f.cpu_of(ctx.plan, r)).collect();
             if let Some((d, delay_ns)) = f.start_cpu_work(self.now, done, &cpus, dur_ns) {
                 self.schedule(delay_ns, d.0, d.1);
             }
-            return;
         }
-        self.schedule(dur_ns, done.0, done.1);
     }
 
     #[allow(clippy::too_many_arguments)]
