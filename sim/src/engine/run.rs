@@ -31,6 +31,9 @@ const COLL_BIT: u32 = 1 << 31;
 /// entry serves both sides.
 const P2P_BIT: u32 = 1 << 30;
 const STREAMS: usize = Stream::COUNT;
+/// What the event loop's handlers return: the error boxed, so that the common `Ok` travels in
+/// a register instead of through a result slot the size of [`SimError`] on every call.
+type Step = Result<(), Box<SimError>>;
 /// `StreamState::blocked_on` of a head that has not been checked yet.
 pub(crate) const UNCHECKED: u32 = u32::MAX;
 /// `StreamState::blocked_on` of a head that has started (running, or waiting at a
@@ -238,7 +241,7 @@ impl<S: Slots> State<S> {
         }
     }
 
-    fn dispatch(&mut self, ctx: &Ctx, a: u32, b: u32) -> Result<(), SimError> {
+    fn dispatch(&mut self, ctx: &Ctx, a: u32, b: u32) -> Step {
         if a & FLOW_TAG == FLOW_TAG {
             let Some(f) = &mut self.flows else {
                 return Ok(());
@@ -267,13 +270,7 @@ impl<S: Slots> State<S> {
     /// Start every waiting head of `rank` (in `slot`) that may have become ready because
     /// `completed` finished (or that was never checked).
     #[inline]
-    fn try_start_heads(
-        &mut self,
-        ctx: &Ctx,
-        rank: u32,
-        slot: usize,
-        completed: u32,
-    ) -> Result<(), SimError> {
+    fn try_start_heads(&mut self, ctx: &Ctx, rank: u32, slot: usize, completed: u32) -> Step {
         let r = slot;
         let mut mask = self.ranks[r].waiting;
         while mask != 0 {
@@ -287,7 +284,7 @@ impl<S: Slots> State<S> {
         Ok(())
     }
 
-    fn try_start(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) -> Result<(), SimError> {
+    fn try_start(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) -> Step {
         let r = slot;
         let prog = ctx.prog(rank as usize);
         let op_idx = prog.stream_ops[self.ranks[r].streams[s].cursor as usize];
@@ -447,7 +444,7 @@ impl<S: Slots> State<S> {
         peer: u8,
         tag: u32,
         bytes: u64,
-    ) -> Result<(), SimError> {
+    ) -> Step {
         let other_rank = ctx.peers[rank as usize][peer as usize];
         let (src, dst) = if send {
             (rank, other_rank)
@@ -475,13 +472,13 @@ impl<S: Slots> State<S> {
             (other.op, op, other.bytes, bytes)
         };
         if send_bytes != recv_bytes {
-            return Err(SimError::P2pMismatch {
+            return Err(Box::new(SimError::P2pMismatch {
                 src,
                 dst,
                 tag,
                 send_bytes,
                 recv_bytes,
-            });
+            }));
         }
         self.begin_transfer(ctx, src, send_op);
         self.begin_transfer(ctx, dst, recv_op);
@@ -501,7 +498,7 @@ impl<S: Slots> State<S> {
         Ok(())
     }
 
-    fn collective_arrive(&mut self, ctx: &Ctx, gk: usize, arrival: Inst) -> Result<(), SimError> {
+    fn collective_arrive(&mut self, ctx: &Ctx, gk: usize, arrival: Inst) -> Step {
         let rank = arrival.first_rank;
         let g = ctx.group_of[gk * ctx.world + rank as usize];
         let group = ctx.plan.group(g);
@@ -520,7 +517,7 @@ impl<S: Slots> State<S> {
                 if (first.kind, first.bytes, first.calls)
                     != (arrival.kind, arrival.bytes, arrival.calls)
                 {
-                    return Err(SimError::CollectiveMismatch {
+                    return Err(Box::new(SimError::CollectiveMismatch {
                         kind: group.kind,
                         group: g,
                         seq: arrival.seq,
@@ -529,7 +526,7 @@ impl<S: Slots> State<S> {
                         name: ctx.op_name(rank as usize, arrival.first_op),
                         first_rank: first.first_rank,
                         first_name: ctx.op_name(first.first_rank as usize, first.first_op),
-                    });
+                    }));
                 }
                 first.arrived += 1;
                 if first.arrived < n {
@@ -566,7 +563,7 @@ impl<S: Slots> State<S> {
         Ok(())
     }
 
-    fn collective_done(&mut self, ctx: &Ctx, g: u32, seq: u32) -> Result<(), SimError> {
+    fn collective_done(&mut self, ctx: &Ctx, g: u32, seq: u32) -> Step {
         let group = ctx.plan.group(g);
         let gk = super::compile::group_kind_index(group.kind);
         for &m in ctx.members(g) {
@@ -576,12 +573,12 @@ impl<S: Slots> State<S> {
         Ok(())
     }
 
-    fn complete(&mut self, ctx: &Ctx, rank: u32, op_idx: u32) -> Result<(), SimError> {
+    fn complete(&mut self, ctx: &Ctx, rank: u32, op_idx: u32) -> Step {
         self.events += 1;
         if self.events > ctx.opts.max_events {
-            return Err(SimError::TooManyEvents {
+            return Err(Box::new(SimError::TooManyEvents {
                 limit: ctx.opts.max_events,
-            });
+            }));
         }
         let r = S::slot(ctx, rank);
         let prog = ctx.prog(rank as usize);
@@ -637,12 +634,12 @@ impl<S: Slots> State<S> {
             ),
             CKind::Free { alloc } => {
                 if !self.is_done(prog, r, alloc) {
-                    return Err(SimError::FreeBeforeAlloc {
+                    return Err(Box::new(SimError::FreeBeforeAlloc {
                         rank,
                         op: op_idx,
                         alloc,
                         name: ctx.op_name(rank as usize, op_idx),
-                    });
+                    }));
                 }
                 if let CKind::Alloc {
                     category,
@@ -728,11 +725,12 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
 fn run_as<S: Slots>(ctx: &Ctx) -> Result<SimResult, SimError> {
     let mut st = State::<S>::new(ctx);
     for (slot, &rank) in ctx.active.iter().enumerate() {
-        st.try_start_heads(ctx, rank, slot, UNCHECKED)?;
+        st.try_start_heads(ctx, rank, slot, UNCHECKED)
+            .map_err(|e| *e)?;
     }
     loop {
         while let Some((a, b)) = st.instant.pop_front() {
-            st.dispatch(ctx, a, b)?;
+            st.dispatch(ctx, a, b).map_err(|e| *e)?;
         }
         if let Some(f) = &mut st.flows {
             if f.is_dirty() {
@@ -742,7 +740,7 @@ fn run_as<S: Slots>(ctx: &Ctx) -> Result<SimResult, SimError> {
         let Some(ev) = st.queue.pop() else { break };
         debug_assert!(ev.time_ns >= st.now, "time went backwards");
         st.now = ev.time_ns;
-        st.dispatch(ctx, ev.a, ev.b)?;
+        st.dispatch(ctx, ev.a, ev.b).map_err(|e| *e)?;
     }
     if st.ranks.iter().any(|r| r.remaining > 0) {
         return Err(SimError::Deadlock(Box::new(deadlock::diagnose(ctx, &st))));
