@@ -15,7 +15,7 @@
 use super::compile::{CKind, CProgram, GROUP_KINDS};
 pub(crate) use super::context::Ctx;
 use super::flow::{Finished, Flows, Spec, FLOW_TAG};
-use super::memo::CollectiveMemo;
+use super::memo::{CollectiveMemo, P2pMemo};
 use super::memory::RankMem;
 use super::queue::EventQueue;
 use super::{deadlock, RankStats, SimError, SimResult};
@@ -163,8 +163,9 @@ pub(crate) struct State<S: Slots> {
     trace: Option<Trace>,
     /// Flow state, when transfers or compute share resources (see `engine::flow`).
     flows: Option<Flows>,
-    /// Durations of recent collectives (see [`CollectiveMemo`]).
+    /// Durations of recent collectives and transfers (see [`CollectiveMemo`]).
     coll_memo: CollectiveMemo,
+    p2p_memo: P2pMemo,
     slots: std::marker::PhantomData<S>,
 }
 
@@ -217,6 +218,7 @@ impl<S: Slots> State<S> {
                 (ctx.net.is_some() || f.compute).then_some(f)
             },
             coll_memo: CollectiveMemo::default(),
+            p2p_memo: P2pMemo::default(),
             slots: std::marker::PhantomData,
             trace: ctx.opts.trace.then(|| Trace {
                 events: Vec::with_capacity(total_ops),
@@ -484,16 +486,23 @@ impl<S: Slots> State<S> {
         self.begin_transfer(ctx, dst, recv_op);
         let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
         self.partner[S::slot(ctx, src) * STREAMS + s] = (dst, recv_op);
+        let real_dst = ctx.real_dst(src, send_op, dst);
+        let dur_ns = match ctx.net {
+            Some(_) => 0, // the flow network times the transfer
+            None => self.p2p_memo.get((src, real_dst, bytes), || {
+                ctx.cost.p2p_ns(ctx.plan, src, real_dst, bytes)
+            }),
+        };
         self.run_transfer(
             ctx,
             (P2P_BIT | src, send_op),
             &[src, dst],
             Spec::P2p {
                 src,
-                dst: ctx.real_dst(src, send_op, dst),
+                dst: real_dst,
                 bytes,
             },
-            || ctx.p2p_ns(src, send_op, dst, bytes),
+            || dur_ns,
         );
         Ok(())
     }
