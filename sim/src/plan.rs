@@ -10,6 +10,7 @@ use crate::scenario::{Axis, Scenario};
 use serde::Serialize;
 
 mod spare;
+pub(crate) use spare::GroupsKey;
 
 pub type RankId = u32;
 
@@ -271,8 +272,9 @@ impl Plan {
         spare::keep(self.groups_key(), self.groups, self.group_of);
     }
 
-    /// Everything [`Plan::build_groups`] reads.
-    fn groups_key(&self) -> spare::GroupsKey {
+    /// Everything [`Plan::build_groups`] reads: the mesh. Plans equal in it have equal
+    /// groups, nodes, stages and peers.
+    pub(crate) fn groups_key(&self) -> spare::GroupsKey {
         spare::GroupsKey {
             world: self.world,
             sizes: self.sizes,

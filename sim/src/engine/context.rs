@@ -6,9 +6,10 @@ use super::collapse::{Collapse, PEERS};
 use super::compile::{compile, CProgram, GROUP_KINDS};
 use super::{SimError, SimOptions};
 use crate::cost::CostModel;
-use crate::plan::{GroupKind, Plan};
+use crate::plan::{GroupKind, GroupsKey, Plan};
 use crate::schedule::Schedule;
 use crate::topology::Network;
+use std::cell::RefCell;
 
 /// Everything that does not change during a run.
 pub(crate) struct Ctx<'a> {
@@ -32,13 +33,74 @@ pub(crate) struct Ctx<'a> {
     /// per-rank state is indexed by position in this list (the rank's *slot*), so a collapsed
     /// run holds state for its few representatives only, not for the whole world.
     pub active: Vec<u32>,
+    /// What `group_of`, `peers`, `collapse` and `active` were computed from, when they may
+    /// be kept for the next run of the same mesh (see [`MeshTables`]).
+    mesh_key: Option<MeshKey>,
 }
 
 impl Drop for Ctx<'_> {
-    /// The compiled programs' buffers go back to this thread's spares for the next run.
+    /// The compiled programs' buffers go back to this thread's spares for the next run, and
+    /// the mesh tables to this thread's slot for the next run of the same mesh.
     fn drop(&mut self) {
         super::compile::recycle(std::mem::take(&mut self.progs));
+        if let Some(key) = self.mesh_key.take() {
+            let tables = MeshTables {
+                key,
+                group_of: std::mem::take(&mut self.group_of),
+                peers: std::mem::take(&mut self.peers),
+                collapse: self.collapse.take(),
+                active: std::mem::take(&mut self.active),
+            };
+            let _ = SPARE_MESH.try_with(|m| {
+                if let Ok(mut m) = m.try_borrow_mut() {
+                    *m = Some(tables);
+                }
+            });
+        }
     }
+}
+
+/// Everything the tables of [`MeshTables`] are computed from, for a run without a flow
+/// network: the plan's mesh (groups, nodes, stages and peers follow from it), the
+/// rank-to-program map, and what of the options and cost model decides the collapse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct MeshKey {
+    mesh: GroupsKey,
+    program_of: Vec<u32>,
+    collapse: bool,
+    shared_cores: bool,
+    rank_invariant: bool,
+}
+
+/// A run's per-rank tables that depend only on its [`MeshKey`]. A sweep runs dozens of
+/// layouts of one mesh in a row (micro batch, recompute and ZeRO stage vary innermost), so
+/// the last run's tables are kept per thread and taken by the next run with an equal key
+/// instead of being computed again (the collapse check alone visits every rank and group).
+struct MeshTables {
+    key: MeshKey,
+    group_of: Vec<u32>,
+    peers: Vec<[u32; 4]>,
+    collapse: Option<Collapse>,
+    active: Vec<u32>,
+}
+
+thread_local! {
+    static SPARE_MESH: RefCell<Option<MeshTables>> = const { RefCell::new(None) };
+}
+
+/// This thread's kept tables if they were computed for `key`.
+fn spare_tables(key: &MeshKey) -> Option<MeshTables> {
+    SPARE_MESH
+        .try_with(|m| {
+            let mut m = m.try_borrow_mut().ok()?;
+            if m.as_ref().is_some_and(|t| t.key == *key) {
+                m.take()
+            } else {
+                None
+            }
+        })
+        .ok()
+        .flatten()
 }
 
 impl<'a> Ctx<'a> {
@@ -77,6 +139,30 @@ impl<'a> Ctx<'a> {
             .map(|(i, (p, &rank))| compile(i as u32, p, cost, rank.min(plan.world)))
             .collect::<Result<Vec<_>, _>>()?;
         let world = plan.world as usize;
+        let mesh_key = net.is_none().then(|| MeshKey {
+            mesh: plan.groups_key(),
+            program_of: schedule.program_of.clone(),
+            collapse: opts.collapse,
+            shared_cores: cost.shared_cores().is_some(),
+            rank_invariant: cost.compute_is_rank_invariant(),
+        });
+        if let Some(t) = mesh_key.as_ref().and_then(spare_tables) {
+            return Ok(Ctx {
+                plan,
+                schedule,
+                cost,
+                opts,
+                net,
+                progs,
+                prog_of: &schedule.program_of,
+                peers: t.peers,
+                collapse: t.collapse,
+                group_of: t.group_of,
+                world,
+                active: t.active,
+                mesh_key: Some(t.key),
+            });
+        }
         let mut group_of = Vec::with_capacity(world * GROUP_KINDS);
         for kind in GroupKind::ALL {
             group_of.extend((0..plan.world).map(|r| plan.group_of(r, kind)));
@@ -125,6 +211,7 @@ impl<'a> Ctx<'a> {
             group_of,
             world,
             active,
+            mesh_key,
         })
     }
 
@@ -149,14 +236,6 @@ impl<'a> Ctx<'a> {
             Some(c) => c.members.get(g as usize).map_or(&[], |m| m.as_slice()),
             None => &self.plan.group(g).members,
         }
-    }
-
-    /// Duration of the transfer of send op `send_op` of `src` to `dst`, priced between the
-    /// real ranks (in collapsed mode `dst` is a representative; the real receiver is the
-    /// send's resolved peer).
-    pub fn p2p_ns(&self, src: u32, send_op: u32, dst: u32, bytes: u64) -> u64 {
-        self.cost
-            .p2p_ns(self.plan, src, self.real_dst(src, send_op, dst), bytes)
     }
 
     /// The real receiver of send op `send_op` of `src`, matched with `dst` (in collapsed
@@ -186,5 +265,82 @@ impl<'a> Ctx<'a> {
         self.schedule
             .get_op(rank as u32, op)
             .map_or_else(|| format!("op {op}"), |o| o.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::Analytic;
+    use crate::testing::small_scenario;
+
+    /// Everything the mesh tables hold, comparable.
+    type Tables = (
+        Vec<u32>,
+        Vec<[u32; 4]>,
+        Vec<u32>,
+        Option<(Vec<u32>, Vec<u32>, Vec<u32>, Vec<Vec<u32>>)>,
+    );
+
+    /// The tables of a run of `s` on this thread, and whether they were kept from the run
+    /// before.
+    fn tables(s: &crate::scenario::Scenario, opts: &SimOptions) -> (Tables, bool) {
+        let plan = Plan::new(s).unwrap();
+        let schedule = crate::schedule::generate(s, &plan).unwrap();
+        let cost = Analytic::new(s);
+        let spare = || SPARE_MESH.with(|m| m.borrow().is_some());
+        let before = spare();
+        let ctx = Ctx::new(&plan, &schedule, &cost, None, opts).unwrap();
+        let kept = before && !spare() && ctx.mesh_key.is_some();
+        let t = (
+            ctx.group_of.clone(),
+            ctx.peers.clone(),
+            ctx.active.clone(),
+            ctx.collapse.as_ref().map(|c| {
+                (
+                    c.rep_of.clone(),
+                    c.reps.clone(),
+                    c.slot_of.clone(),
+                    c.members.clone(),
+                )
+            }),
+        );
+        (t, kept)
+    }
+
+    /// Runs of one mesh take the tables the run before left (other micro batches, stages,
+    /// ZeRO), and what they take equals what a fresh thread computes; another mesh, another
+    /// rank-to-program map or other collapse options compute their own.
+    #[test]
+    fn kept_mesh_tables_equal_fresh_ones() {
+        let collapsed = SimOptions {
+            collapse: true,
+            ..SimOptions::default()
+        };
+        let full = SimOptions::default();
+        let mut zero3 = small_scenario(2, 2, 2, 8);
+        zero3.parallel.zero = 3;
+        let runs = [
+            (small_scenario(2, 2, 2, 8), &collapsed, false),
+            (small_scenario(2, 2, 2, 4), &collapsed, true),
+            (zero3, &collapsed, true),
+            (small_scenario(2, 2, 2, 4), &full, false),
+            (small_scenario(2, 2, 2, 8), &full, true),
+            (small_scenario(1, 4, 2, 8), &full, false),
+            (small_scenario(2, 2, 2, 8), &collapsed, false),
+        ];
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                for (i, (s, opts, want_kept)) in runs.iter().enumerate() {
+                    let (t, kept) = tables(s, opts);
+                    assert_eq!(kept, *want_kept, "run {i}");
+                    let fresh =
+                        std::thread::scope(|f| f.spawn(|| tables(s, opts).0).join()).unwrap();
+                    assert_eq!(t, fresh, "run {i}");
+                }
+            })
+            .join()
+            .unwrap();
+        });
     }
 }

@@ -1,46 +1,71 @@
-//! Collective durations memoized within one run: a program issues the same collectives (same
-//! concrete group, kind, size and calls) for every micro batch, and cost models are pure
-//! functions of their arguments, so the engine prices each only once while it stays in the
-//! table. Kept apart from the event loop, which only asks for a duration.
+//! Collective and transfer durations memoized within one run: a program issues the same
+//! collectives (same concrete group, kind, size and calls) and pipeline transfers (same ranks
+//! and size) for every micro batch, and cost models are pure functions of their arguments, so
+//! the engine prices each only once while it stays in the table. Kept apart from the event
+//! loop, which only asks for a duration.
 
 use crate::schedule::CollectiveKind;
 
-/// Durations of collectives already priced in this run, keyed by (concrete group, kind, bytes,
-/// calls): a program issues the same collectives for every micro batch, and cost models are
-/// pure functions of their arguments, so most collectives need not be priced again. A
-/// direct-mapped table: a key lives in one entry chosen by its hash, and a collision only
-/// means pricing again.
-pub(crate) struct CollectiveMemo {
-    entries: Vec<(u32, CollectiveKind, u64, u32, u64)>,
+/// A key of a [`Memo`]: compared whole, and hashed to pick its entry.
+pub(crate) trait MemoKey: Copy + PartialEq {
+    fn hash(&self) -> u64;
 }
 
-impl Default for CollectiveMemo {
+/// A collective on a concrete group: (group, kind, bytes, calls).
+impl MemoKey for (u32, CollectiveKind, u64, u32) {
+    #[inline]
+    fn hash(&self) -> u64 {
+        let (g, kind, bytes, calls) = *self;
+        u64::from(g) << 32 ^ bytes ^ u64::from(calls) << 48 ^ (kind as u64) << 56
+    }
+}
+
+/// A transfer between two ranks: (source, destination, bytes).
+impl MemoKey for (u32, u32, u64) {
+    #[inline]
+    fn hash(&self) -> u64 {
+        let (src, dst, bytes) = *self;
+        u64::from(src) << 40 ^ u64::from(dst) << 16 ^ bytes
+    }
+}
+
+/// Durations already priced in this run, by key: a program issues the same collectives and
+/// transfers for every micro batch, and cost models are pure functions of their arguments,
+/// so most need not be priced again. A direct-mapped table: a key lives in one entry chosen
+/// by its hash, and a collision only means pricing again.
+pub(crate) struct Memo<K> {
+    entries: Vec<Option<(K, u64)>>,
+}
+
+/// Collective durations, keyed by (concrete group, kind, bytes, calls).
+pub(crate) type CollectiveMemo = Memo<(u32, CollectiveKind, u64, u32)>;
+
+/// Point-to-point transfer durations, keyed by (source, real destination, bytes).
+pub(crate) type P2pMemo = Memo<(u32, u32, u64)>;
+
+impl<K: Copy> Default for Memo<K> {
     fn default() -> Self {
-        CollectiveMemo {
-            entries: vec![(u32::MAX, CollectiveKind::AllReduce, 0, 0, 0); CollectiveMemo::SIZE],
+        Memo {
+            entries: vec![None; Self::SIZE],
         }
     }
 }
 
-impl CollectiveMemo {
+impl<K> Memo<K> {
     /// A power of two; large enough for the distinct collectives of a full 512-GPU run
     /// (a key per concrete group and collective size).
     const SIZE: usize = 1024;
+}
 
-    pub fn get(
-        &mut self,
-        key: (u32, CollectiveKind, u64, u32),
-        price: impl FnOnce() -> u64,
-    ) -> u64 {
-        let (g, kind, bytes, calls) = key;
-        let h = (u64::from(g) << 32 ^ bytes ^ u64::from(calls) << 48 ^ (kind as u64) << 56)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+impl<K: MemoKey> Memo<K> {
+    pub fn get(&mut self, key: K, price: impl FnOnce() -> u64) -> u64 {
+        let h = key.hash().wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let slot = (h >> 54) as usize & (Self::SIZE - 1);
         match self.entries.get_mut(slot) {
-            Some(e) if e.0 == g && e.2 == bytes && e.3 == calls && e.1 == kind => e.4,
+            Some(Some((k, ns))) if *k == key => *ns,
             Some(e) => {
                 let ns = price();
-                *e = (g, kind, bytes, calls, ns);
+                *e = Some((key, ns));
                 ns
             }
             None => price(),
@@ -87,5 +112,30 @@ mod tests {
             });
         }
         assert_eq!(again, 1);
+    }
+
+    /// Transfers are keyed by source, destination and size: each is answered with its own
+    /// price, and a repeated one is not priced again.
+    #[test]
+    fn p2p_memo_returns_each_keys_own_price() {
+        let mut memo = P2pMemo::default();
+        let price =
+            |src: u32, dst: u32, bytes: u64| u64::from(src) * 1_000 + u64::from(dst) + bytes;
+        let mut priced = 0;
+        for _ in 0..3 {
+            for (src, dst) in [(0, 1), (1, 0), (0, 2), (5, 1)] {
+                for bytes in [1u64 << 20, 1 << 21] {
+                    let got = memo.get((src, dst, bytes), || {
+                        priced += 1;
+                        price(src, dst, bytes)
+                    });
+                    assert_eq!(got, price(src, dst, bytes), "{src} {dst} {bytes}");
+                }
+            }
+        }
+        assert!(
+            (8..24).contains(&priced),
+            "{priced} pricings of 8 keys asked 3 times"
+        );
     }
 }

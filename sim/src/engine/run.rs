@@ -15,7 +15,7 @@
 use super::compile::{CKind, CProgram, GROUP_KINDS};
 pub(crate) use super::context::Ctx;
 use super::flow::{Finished, Flows, Spec, FLOW_TAG};
-use super::memo::CollectiveMemo;
+use super::memo::{CollectiveMemo, P2pMemo};
 use super::memory::RankMem;
 use super::queue::EventQueue;
 use super::{deadlock, RankStats, SimError, SimResult};
@@ -31,6 +31,9 @@ const COLL_BIT: u32 = 1 << 31;
 /// entry serves both sides.
 const P2P_BIT: u32 = 1 << 30;
 const STREAMS: usize = Stream::COUNT;
+/// What the event loop's handlers return: the error boxed, so that the common `Ok` travels in
+/// a register instead of through a result slot the size of [`SimError`] on every call.
+type Step = Result<(), Box<SimError>>;
 /// `StreamState::blocked_on` of a head that has not been checked yet.
 pub(crate) const UNCHECKED: u32 = u32::MAX;
 /// `StreamState::blocked_on` of a head that has started (running, or waiting at a
@@ -160,8 +163,9 @@ pub(crate) struct State<S: Slots> {
     trace: Option<Trace>,
     /// Flow state, when transfers or compute share resources (see `engine::flow`).
     flows: Option<Flows>,
-    /// Durations of recent collectives (see [`CollectiveMemo`]).
+    /// Durations of recent collectives and transfers (see [`CollectiveMemo`]).
     coll_memo: CollectiveMemo,
+    p2p_memo: P2pMemo,
     slots: std::marker::PhantomData<S>,
 }
 
@@ -214,6 +218,7 @@ impl<S: Slots> State<S> {
                 (ctx.net.is_some() || f.compute).then_some(f)
             },
             coll_memo: CollectiveMemo::default(),
+            p2p_memo: P2pMemo::default(),
             slots: std::marker::PhantomData,
             trace: ctx.opts.trace.then(|| Trace {
                 events: Vec::with_capacity(total_ops),
@@ -238,7 +243,7 @@ impl<S: Slots> State<S> {
         }
     }
 
-    fn dispatch(&mut self, ctx: &Ctx, a: u32, b: u32) -> Result<(), SimError> {
+    fn dispatch(&mut self, ctx: &Ctx, a: u32, b: u32) -> Step {
         if a & FLOW_TAG == FLOW_TAG {
             let Some(f) = &mut self.flows else {
                 return Ok(());
@@ -267,13 +272,7 @@ impl<S: Slots> State<S> {
     /// Start every waiting head of `rank` (in `slot`) that may have become ready because
     /// `completed` finished (or that was never checked).
     #[inline]
-    fn try_start_heads(
-        &mut self,
-        ctx: &Ctx,
-        rank: u32,
-        slot: usize,
-        completed: u32,
-    ) -> Result<(), SimError> {
+    fn try_start_heads(&mut self, ctx: &Ctx, rank: u32, slot: usize, completed: u32) -> Step {
         let r = slot;
         let mut mask = self.ranks[r].waiting;
         while mask != 0 {
@@ -287,7 +286,7 @@ impl<S: Slots> State<S> {
         Ok(())
     }
 
-    fn try_start(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) -> Result<(), SimError> {
+    fn try_start(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) -> Step {
         let r = slot;
         let prog = ctx.prog(rank as usize);
         let op_idx = prog.stream_ops[self.ranks[r].streams[s].cursor as usize];
@@ -417,15 +416,24 @@ impl<S: Slots> State<S> {
 
     /// Work of `dur_ns` on the CPU of each rank in `ranks`: shared with compute when the
     /// ranks share cores, else simply `dur_ns` long.
+    #[inline]
     fn run_cpu_work(&mut self, ctx: &Ctx, done: (u32, u32), ranks: &[u32], dur_ns: u64) {
-        if let Some(f) = self.flows.as_mut().filter(|f| f.cores_shared()) {
+        match &self.flows {
+            Some(f) if f.cores_shared() => self.run_shared_cpu_work(ctx, done, ranks, dur_ns),
+            _ => self.schedule(dur_ns, done.0, done.1),
+        }
+    }
+
+    /// [`State::run_cpu_work`] on cores shared with compute (kept out of line: the common
+    /// path above is a plain schedule).
+    #[inline(never)]
+    fn run_shared_cpu_work(&mut self, ctx: &Ctx, done: (u32, u32), ranks: &[u32], dur_ns: u64) {
+        if let Some(f) = self.flows.as_mut() {
             let cpus: Vec<u32> = ranks.iter().map(|&r| f.cpu_of(ctx.plan, r)).collect();
             if let Some((d, delay_ns)) = f.start_cpu_work(self.now, done, &cpus, dur_ns) {
                 self.schedule(delay_ns, d.0, d.1);
             }
-            return;
         }
-        self.schedule(dur_ns, done.0, done.1);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -438,7 +446,7 @@ impl<S: Slots> State<S> {
         peer: u8,
         tag: u32,
         bytes: u64,
-    ) -> Result<(), SimError> {
+    ) -> Step {
         let other_rank = ctx.peers[rank as usize][peer as usize];
         let (src, dst) = if send {
             (rank, other_rank)
@@ -466,33 +474,40 @@ impl<S: Slots> State<S> {
             (other.op, op, other.bytes, bytes)
         };
         if send_bytes != recv_bytes {
-            return Err(SimError::P2pMismatch {
+            return Err(Box::new(SimError::P2pMismatch {
                 src,
                 dst,
                 tag,
                 send_bytes,
                 recv_bytes,
-            });
+            }));
         }
         self.begin_transfer(ctx, src, send_op);
         self.begin_transfer(ctx, dst, recv_op);
         let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
         self.partner[S::slot(ctx, src) * STREAMS + s] = (dst, recv_op);
+        let real_dst = ctx.real_dst(src, send_op, dst);
+        let dur_ns = match ctx.net {
+            Some(_) => 0, // the flow network times the transfer
+            None => self.p2p_memo.get((src, real_dst, bytes), || {
+                ctx.cost.p2p_ns(ctx.plan, src, real_dst, bytes)
+            }),
+        };
         self.run_transfer(
             ctx,
             (P2P_BIT | src, send_op),
             &[src, dst],
             Spec::P2p {
                 src,
-                dst: ctx.real_dst(src, send_op, dst),
+                dst: real_dst,
                 bytes,
             },
-            || ctx.p2p_ns(src, send_op, dst, bytes),
+            || dur_ns,
         );
         Ok(())
     }
 
-    fn collective_arrive(&mut self, ctx: &Ctx, gk: usize, arrival: Inst) -> Result<(), SimError> {
+    fn collective_arrive(&mut self, ctx: &Ctx, gk: usize, arrival: Inst) -> Step {
         let rank = arrival.first_rank;
         let g = ctx.group_of[gk * ctx.world + rank as usize];
         let group = ctx.plan.group(g);
@@ -511,7 +526,7 @@ impl<S: Slots> State<S> {
                 if (first.kind, first.bytes, first.calls)
                     != (arrival.kind, arrival.bytes, arrival.calls)
                 {
-                    return Err(SimError::CollectiveMismatch {
+                    return Err(Box::new(SimError::CollectiveMismatch {
                         kind: group.kind,
                         group: g,
                         seq: arrival.seq,
@@ -520,7 +535,7 @@ impl<S: Slots> State<S> {
                         name: ctx.op_name(rank as usize, arrival.first_op),
                         first_rank: first.first_rank,
                         first_name: ctx.op_name(first.first_rank as usize, first.first_op),
-                    });
+                    }));
                 }
                 first.arrived += 1;
                 if first.arrived < n {
@@ -557,7 +572,7 @@ impl<S: Slots> State<S> {
         Ok(())
     }
 
-    fn collective_done(&mut self, ctx: &Ctx, g: u32, seq: u32) -> Result<(), SimError> {
+    fn collective_done(&mut self, ctx: &Ctx, g: u32, seq: u32) -> Step {
         let group = ctx.plan.group(g);
         let gk = super::compile::group_kind_index(group.kind);
         for &m in ctx.members(g) {
@@ -567,12 +582,12 @@ impl<S: Slots> State<S> {
         Ok(())
     }
 
-    fn complete(&mut self, ctx: &Ctx, rank: u32, op_idx: u32) -> Result<(), SimError> {
+    fn complete(&mut self, ctx: &Ctx, rank: u32, op_idx: u32) -> Step {
         self.events += 1;
         if self.events > ctx.opts.max_events {
-            return Err(SimError::TooManyEvents {
+            return Err(Box::new(SimError::TooManyEvents {
                 limit: ctx.opts.max_events,
-            });
+            }));
         }
         let r = S::slot(ctx, rank);
         let prog = ctx.prog(rank as usize);
@@ -628,12 +643,12 @@ impl<S: Slots> State<S> {
             ),
             CKind::Free { alloc } => {
                 if !self.is_done(prog, r, alloc) {
-                    return Err(SimError::FreeBeforeAlloc {
+                    return Err(Box::new(SimError::FreeBeforeAlloc {
                         rank,
                         op: op_idx,
                         alloc,
                         name: ctx.op_name(rank as usize, op_idx),
-                    });
+                    }));
                 }
                 if let CKind::Alloc {
                     category,
@@ -719,11 +734,12 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
 fn run_as<S: Slots>(ctx: &Ctx) -> Result<SimResult, SimError> {
     let mut st = State::<S>::new(ctx);
     for (slot, &rank) in ctx.active.iter().enumerate() {
-        st.try_start_heads(ctx, rank, slot, UNCHECKED)?;
+        st.try_start_heads(ctx, rank, slot, UNCHECKED)
+            .map_err(|e| *e)?;
     }
     loop {
         while let Some((a, b)) = st.instant.pop_front() {
-            st.dispatch(ctx, a, b)?;
+            st.dispatch(ctx, a, b).map_err(|e| *e)?;
         }
         if let Some(f) = &mut st.flows {
             if f.is_dirty() {
@@ -733,7 +749,7 @@ fn run_as<S: Slots>(ctx: &Ctx) -> Result<SimResult, SimError> {
         let Some(ev) = st.queue.pop() else { break };
         debug_assert!(ev.time_ns >= st.now, "time went backwards");
         st.now = ev.time_ns;
-        st.dispatch(ctx, ev.a, ev.b)?;
+        st.dispatch(ctx, ev.a, ev.b).map_err(|e| *e)?;
     }
     if st.ranks.iter().any(|r| r.remaining > 0) {
         return Err(SimError::Deadlock(Box::new(deadlock::diagnose(ctx, &st))));

@@ -1,67 +1,91 @@
-//! Workload sizing shared between neighbouring layouts of a sweep. A search enumerates the
-//! ZeRO stage innermost, so runs of layouts differ only in it, and the work of a layer range
-//! (`workload::layers_work`: GEMM shapes, collectives, activation sizes) does not depend on
-//! the ZeRO stage. Sizing it once per run instead of once per layout saves a large part of
-//! schedule generation; everything else (state bytes, the optimizer step) is asked of the
-//! workload model every time. The cached answers are clones of what the model returned, so
-//! the schedules are exactly those `schedule::generate` builds.
+//! Workload sizing shared between the layouts of a sweep. The work of a layer range
+//! (`workload::layers_work`: GEMM shapes, collectives, activation sizes) depends on the
+//! scenario's model, tensor/context/expert parallelism, micro batch, recompute and precision,
+//! and on the range itself, but not on the pipeline layout that asked (its stage, chunk or
+//! virtual stage), the pipeline depth and schedule, the data-parallel size or the ZeRO
+//! stage. A search visits each combination of the former with dozens of the latter, and
+//! pipelines of the same chunk size ask for the same ranges, so each thread keeps the answers
+//! of its recent scenarios and sizes a layer range once per combination instead of once per
+//! layout. Everything else (state bytes, the optimizer step) is asked of the workload model
+//! every time. The cached answers are clones of what the model returned, so the schedules are
+//! exactly those `schedule::generate` builds.
 
 use crate::plan::{ChunkLayout, Plan};
-use crate::scenario::Scenario;
+use crate::scenario::{PipelineSchedule, Scenario};
 use crate::schedule::{ComputeOp, Schedule, ScheduleError, Sizes, WorkloadSizes};
 use crate::workload::{ChunkWork, ParamCount, StateBytes};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-/// Everything `layers_work` is asked: the chunk layout's fields, then the layer range and
-/// whether it carries the embedding and the head.
-type Query = ([u32; 5], [bool; 2], u32, u32, bool, bool);
+/// Everything `layers_work` is asked besides the scenario and the layout it ignores: the
+/// layer range and whether it carries the embedding and the head.
+type Query = (u32, u32, bool, bool);
 
-/// The answers for one scenario (with its ZeRO stage set to 0).
+/// The answers for one scenario (as [`key_of`] normalises it).
 struct Cache {
     scenario: Scenario,
     work: BTreeMap<Query, ChunkWork>,
 }
 
+/// Scenarios kept per thread: a search's inner loops (micro batch x recompute x ZeRO) give
+/// a dozen keys per tensor-parallel size.
+const MAX_SCENARIOS: usize = 16;
+
 thread_local! {
-    static CACHE: RefCell<Option<Cache>> = const { RefCell::new(None) };
+    /// Most recently used first.
+    static CACHE: RefCell<Vec<Cache>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `scenario` as the cache keys it: every field but the ZeRO stage, which sizing ignores.
+/// `scenario` as the cache keys it: the fields sizing does not read (pipeline depth,
+/// virtual stages and schedule, data-parallel size, ZeRO stage) set to fixed values.
 fn key_of(scenario: &Scenario) -> Scenario {
     let mut key = scenario.clone();
-    key.parallel.zero = 0;
+    let p = &mut key.parallel;
+    p.pp = 1;
+    p.dp = 1;
+    p.vpp = 1;
+    p.zero = 0;
+    p.schedule = PipelineSchedule::OneFOneB;
+    p.layer_partition = None;
     key
 }
 
+/// This thread's cached answers for `key`, taken out of the cache (empty if none).
+fn take(key: &Scenario) -> BTreeMap<Query, ChunkWork> {
+    CACHE
+        .try_with(|c| {
+            c.try_borrow_mut().ok().and_then(|mut c| {
+                let i = c.iter().position(|e| e.scenario == *key)?;
+                Some(c.remove(i).work)
+            })
+        })
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// Puts answers back as the most recent, dropping the least recent beyond the limit.
+fn put(scenario: Scenario, work: BTreeMap<Query, ChunkWork>) {
+    let _ = CACHE.try_with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            c.insert(0, Cache { scenario, work });
+            c.truncate(MAX_SCENARIOS);
+        }
+    });
+}
+
 /// [`crate::schedule::generate`] for `scenario` and its `plan`, with `layers_work` answered
-/// from this thread's cache when the previous layouts it sized had the same scenario up to
-/// the ZeRO stage.
+/// from this thread's cache when earlier layouts sized the same ranges of the same scenario
+/// up to the fields sizing ignores.
 pub(crate) fn generate(scenario: &Scenario, plan: &Plan) -> Result<Schedule, ScheduleError> {
     let key = key_of(scenario);
-    let cached = CACHE
-        .try_with(|c| c.try_borrow_mut().ok().and_then(|mut c| c.take()))
-        .ok()
-        .flatten();
-    let work = match cached {
-        Some(c) if c.scenario == key => c.work,
-        _ => BTreeMap::new(),
-    };
     let sizes = Shared {
         inner: WorkloadSizes { scenario, plan },
-        work: RefCell::new(work),
+        work: RefCell::new(take(&key)),
     };
     let step = crate::schedule::representative_step(scenario);
     let schedule = crate::schedule::generate_with(scenario, plan, &sizes, step);
-    let work = sizes.work.into_inner();
-    let _ = CACHE.try_with(|c| {
-        if let Ok(mut c) = c.try_borrow_mut() {
-            *c = Some(Cache {
-                scenario: key,
-                work,
-            });
-        }
-    });
+    put(key, sizes.work.into_inner());
     schedule
 }
 
@@ -80,20 +104,7 @@ impl Sizes for Shared<'_> {
         embedding: bool,
         head: bool,
     ) -> ChunkWork {
-        let query = (
-            [
-                layout.stage,
-                layout.chunk,
-                layout.virtual_stage,
-                layout.first_layer,
-                layout.num_layers,
-            ],
-            [layout.has_embedding, layout.has_head],
-            first_layer,
-            num_layers,
-            embedding,
-            head,
-        );
+        let query = (first_layer, num_layers, embedding, head);
         if let Some(w) = self
             .work
             .try_borrow()
@@ -135,47 +146,66 @@ impl Sizes for Shared<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::Recompute;
     use crate::testing::small_scenario;
 
-    /// Schedules sized from the cache (filled by the same scenario at other ZeRO stages, and
-    /// by other scenarios in between) equal `schedule::generate`'s.
+    /// Answers cached for this thread's `key`, if any.
+    fn cached(key: &Scenario) -> Option<usize> {
+        CACHE.with(|c| {
+            c.borrow()
+                .iter()
+                .find(|e| e.scenario == *key)
+                .map(|e| e.work.len())
+        })
+    }
+
+    /// Schedules sized from the cache (filled by other pipeline layouts, data-parallel sizes,
+    /// schedules and ZeRO stages of the same scenario, with other scenarios in between)
+    /// equal `schedule::generate`'s, and the layouts whose layer ranges were all asked before
+    /// are answered from the cache alone.
     #[test]
     fn cached_sizes_give_the_generated_schedules() {
-        let mut layouts = Vec::new();
-        for (tp, pp, dp) in [(2, 2, 2), (1, 4, 2)] {
-            for recompute in [
-                crate::scenario::Recompute::None,
-                crate::scenario::Recompute::Full,
-            ] {
-                for zero in [0, 1, 2, 3, 1] {
-                    let mut s = small_scenario(tp, pp, dp, 8);
-                    s.parallel.zero = zero;
-                    s.training.recompute = recompute;
-                    layouts.push(s);
-                }
-            }
-        }
-        let mut hits = 0;
-        for s in &layouts {
+        let base = small_scenario(2, 2, 2, 8); // 16 layers on 8 GPUs
+        let layout = |pp: u32, dp: u32, vpp: u32, zero: u8, schedule, recompute| {
+            let mut s = base.clone();
+            s.parallel.pp = pp;
+            s.parallel.dp = dp;
+            s.parallel.vpp = vpp;
+            s.parallel.zero = zero;
+            s.parallel.schedule = schedule;
+            s.training.recompute = recompute;
+            s
+        };
+        use PipelineSchedule::{Gpipe, Interleaved1F1B, OneFOneB};
+        let (none, full) = (Recompute::None, Recompute::Full);
+        // (layout, whether every range it asks was asked before under the same key)
+        let layouts = [
+            (layout(2, 2, 1, 0, OneFOneB, none), false),
+            (layout(2, 2, 1, 3, Gpipe, none), true), // same ranges
+            (layout(2, 2, 2, 1, Interleaved1F1B, none), false), // chunks of 4 layers
+            (layout(4, 1, 1, 2, OneFOneB, none), true), // stages of 4 layers
+            (layout(1, 4, 1, 0, OneFOneB, none), false), // one stage of 16
+            (layout(2, 2, 1, 0, OneFOneB, full), false), // another key
+            (layout(4, 1, 1, 1, OneFOneB, none), true), // the first key is still kept
+            (layout(2, 2, 2, 0, Interleaved1F1B, full), false),
+            (layout(4, 1, 1, 3, Gpipe, full), true),
+        ];
+        for (i, (s, answered)) in layouts.iter().enumerate() {
             let plan = Plan::new(s).unwrap();
-            // Entries cached for this very scenario (up to the ZeRO stage), if any.
-            let cached = || {
-                CACHE.with(|c| {
-                    c.borrow()
-                        .as_ref()
-                        .filter(|c| c.scenario == key_of(s))
-                        .map(|c| c.work.len())
-                })
-            };
-            let before = cached();
+            let key = key_of(s);
+            let before = cached(&key);
             let shared = generate(s, &plan).unwrap();
-            hits += usize::from(before.is_some() && before == cached());
+            assert_eq!(
+                before.is_some() && before == cached(&key),
+                *answered,
+                "layout {i}: {before:?} entries before, {:?} after",
+                cached(&key)
+            );
             assert_eq!(
                 shared,
                 crate::schedule::generate(s, &plan).unwrap(),
-                "{s:?}"
+                "layout {i}"
             );
         }
-        assert_eq!(hits, 16, "layouts the cache answered alone");
     }
 }
