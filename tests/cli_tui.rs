@@ -156,7 +156,9 @@ fn tui_switches_panes_edits_a_knob_and_quits_restoring_the_terminal() {
     tmux.keys(&["Tab"]);
     tmux.wait_for("the compare pane", |s| s.contains("No measured trace"));
     tmux.keys(&["4"]);
-    let screen = tmux.wait_for("the what-if pane", |s| s.contains("knobs"));
+    let screen = tmux.wait_for("the what-if pane", |s| {
+        s.contains("knobs") && shown_step_time(s).is_some()
+    });
     let (start, now) = shown_step_time(&screen).expect("a step time row");
     assert_eq!(start, now, "nothing edited yet");
     assert_eq!(start, simulated_step_ms("training.micro_batch=2"));
@@ -192,7 +194,11 @@ fn tui_compares_with_a_measured_trace_file() {
         s.contains("1 Timeline") && s.contains("step ")
     });
     tmux.keys(&["3"]);
-    let screen = tmux.wait_for("the comparison", |s| s.contains("measured: m.trace.json"));
+    // Wait for the whole frame (its last timeline row), not just its first lines: under load
+    // tmux can be read while the frame is still being written.
+    let screen = tmux.wait_for("the comparison", |s| {
+        s.contains("measured: m.trace.json") && s.contains("r7")
+    });
     // The measured trace is this very prediction: no error anywhere.
     let row = screen
         .lines()
