@@ -146,57 +146,9 @@ impl<'a> Ctx<'a> {
             shared_cores: cost.shared_cores().is_some(),
             rank_invariant: cost.compute_is_rank_invariant(),
         });
-        if let Some(t) = mesh_key.as_ref().and_then(spare_tables) {
-            return Ok(Ctx {
-                plan,
-                schedule,
-                cost,
-                opts,
-                net,
-                progs,
-                prog_of: &schedule.program_of,
-                peers: t.peers,
-                collapse: t.collapse,
-                group_of: t.group_of,
-                world,
-                active: t.active,
-                mesh_key: Some(t.key),
-            });
-        }
-        let mut group_of = Vec::with_capacity(world * GROUP_KINDS);
-        for kind in GroupKind::ALL {
-            group_of.extend((0..plan.world).map(|r| plan.group_of(r, kind)));
-        }
-        let peers = (0..plan.world)
-            .map(|r| {
-                let g = plan.group(plan.group_of(r, GroupKind::Cp));
-                let n = g.members.len();
-                let i = g.members.iter().position(|&m| m == r).unwrap_or(0);
-                let cp_next = g.members.get((i + 1) % n.max(1)).copied().unwrap_or(r);
-                let cp_prev = g.members.get((i + n - 1) % n.max(1)).copied().unwrap_or(r);
-                [plan.pp_next(r), plan.pp_prev(r), cp_next, cp_prev]
-            })
-            .collect::<Vec<_>>();
-        // Contention couples ranks that collapsing would leave out (a non-simulated rank's
-        // traffic on a shared link, its compute on shared cores): with shared cores every
-        // rank is simulated, and with the flow network only the replicas whose flows provably
-        // run apart, on mirrored links, are left out (see `engine::flow::symmetry`).
-        let collapse = match net {
-            _ if !opts.collapse || cost.shared_cores().is_some() => None,
-            None => Collapse::with_peers(plan, schedule, cost, &peers).ok(),
-            Some(net) => super::flow::collapse_for_flows(net, plan, schedule, cost, &progs, &peers),
-        };
-        let mut peers = peers;
-        if let Some(c) = &collapse {
-            for &rep in &c.reps {
-                if let Some(slot) = peers.get_mut(rep as usize) {
-                    *slot = PEERS.map(|p| c.match_peer(plan, rep, p));
-                }
-            }
-        }
-        let active = match &collapse {
-            Some(c) => c.reps.clone(),
-            None => (0..plan.world).collect(),
+        let (group_of, peers, collapse, active) = match mesh_key.as_ref().and_then(spare_tables) {
+            Some(t) => (t.group_of, t.peers, t.collapse, t.active),
+            None => fresh_tables(plan, schedule, cost, net, opts, &progs),
         };
         Ok(Ctx {
             plan,
@@ -266,6 +218,54 @@ impl<'a> Ctx<'a> {
             .get_op(rank as u32, op)
             .map_or_else(|| format!("op {op}"), |o| o.name())
     }
+}
+
+/// The per-rank tables of a run computed from scratch: each rank's group per kind, its
+/// resolved peers, the collapse (when allowed and exact) and the simulated ranks.
+fn fresh_tables(
+    plan: &Plan,
+    schedule: &Schedule,
+    cost: &dyn CostModel,
+    net: Option<&Network>,
+    opts: &SimOptions,
+    progs: &[CProgram],
+) -> (Vec<u32>, Vec<[u32; 4]>, Option<Collapse>, Vec<u32>) {
+    let mut group_of = Vec::with_capacity(plan.world as usize * GROUP_KINDS);
+    for kind in GroupKind::ALL {
+        group_of.extend((0..plan.world).map(|r| plan.group_of(r, kind)));
+    }
+    let peers = (0..plan.world)
+        .map(|r| {
+            let g = plan.group(plan.group_of(r, GroupKind::Cp));
+            let n = g.members.len();
+            let i = g.members.iter().position(|&m| m == r).unwrap_or(0);
+            let cp_next = g.members.get((i + 1) % n.max(1)).copied().unwrap_or(r);
+            let cp_prev = g.members.get((i + n - 1) % n.max(1)).copied().unwrap_or(r);
+            [plan.pp_next(r), plan.pp_prev(r), cp_next, cp_prev]
+        })
+        .collect::<Vec<_>>();
+    // Contention couples ranks that collapsing would leave out (a non-simulated rank's
+    // traffic on a shared link, its compute on shared cores): with shared cores every
+    // rank is simulated, and with the flow network only the replicas whose flows provably
+    // run apart, on mirrored links, are left out (see `engine::flow::symmetry`).
+    let collapse = match net {
+        _ if !opts.collapse || cost.shared_cores().is_some() => None,
+        None => Collapse::with_peers(plan, schedule, cost, &peers).ok(),
+        Some(net) => super::flow::collapse_for_flows(net, plan, schedule, cost, progs, &peers),
+    };
+    let mut peers = peers;
+    if let Some(c) = &collapse {
+        for &rep in &c.reps {
+            if let Some(slot) = peers.get_mut(rep as usize) {
+                *slot = PEERS.map(|p| c.match_peer(plan, rep, p));
+            }
+        }
+    }
+    let active = match &collapse {
+        Some(c) => c.reps.clone(),
+        None => (0..plan.world).collect(),
+    };
+    (group_of, peers, collapse, active)
 }
 
 #[cfg(test)]
