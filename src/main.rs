@@ -31,7 +31,7 @@ extern "C" {
 /// it, and a search's scattered per-thread heaps touched 150 MB where 110 MB were used; the
 /// kernel's page zeroing was 14% of a search's profile. Off, a search took 5-7% less CPU
 /// (2.54-2.65 s against 2.76-2.78 s, four interleaved pairs, session 5).
-fn keep_freed_memory() {
+fn tune_memory_for_sweeps() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: mi_option_set only stores the value in mimalloc's option table (it checks
         // the index range itself); the purge code reads it on its next purge.
@@ -85,7 +85,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if matches!(cli.command, Command::Sweep(_)) {
-        keep_freed_memory();
+        tune_memory_for_sweeps();
     }
     let result = match cli.command {
         Command::Simulate(args) => cmd::simulate::run(args),
@@ -116,7 +116,7 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     /// `MI_OPTION_PURGE_DELAY` is a bare index into mimalloc's option enum; a mimalloc update
-    /// that moves it would make `keep_freed_memory` set some other option. The option at that
+    /// that moves it would make `tune_memory_for_sweeps` set some other option. The option at that
     /// index must hold purge_delay's documented default (1000 ms in the bundled mimalloc v3),
     /// which no neighbouring option has (14 is deprecated and 0, 16 is use_numa_nodes, 0).
     #[test]

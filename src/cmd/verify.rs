@@ -258,7 +258,7 @@ fn measure_once(
     common: &Common,
 ) -> anyhow::Result<Measured> {
     let start = Instant::now();
-    let (all, backend) = match args.backend {
+    let (mut all, backend) = match args.backend {
         BackendKind::Cuda if staged.plan.world == 1 => (
             vec![runcmd::measure_cuda(scenario, staged, common.steps)?],
             "cuda",
@@ -281,7 +281,6 @@ fn measure_once(
             )
         }
     };
-    let mut all = all;
     let shown_step = launch::measure::select_step(&mut all, args.warmup as usize);
     let merged = launch::merge(&staged.schedule, &all);
     let mut report = launch::report(

@@ -98,7 +98,7 @@ pub fn run_worker(
     };
     let total = u64::from(opts.steps.max(1));
     let mut spans = Vec::new();
-    let mut recent: Vec<Vec<[u64; 2]>> = Vec::new();
+    let mut recent: std::collections::VecDeque<Vec<[u64; 2]>> = Default::default();
     let mut last = None;
     let outcome = (|| -> Result<(), RuntimeError> {
         let first = match &d.checkpoint {
@@ -144,9 +144,9 @@ pub fn run_worker(
             let hi = run.events.iter().map(|e| e.end_ns).max().unwrap_or(lo);
             spans.push([origin + lo, origin + hi]);
             if recent.len() == super::measure::KEPT_STEPS {
-                recent.remove(0);
+                recent.pop_front();
             }
-            recent.push(
+            recent.push_back(
                 run.events
                     .iter()
                     .map(|e| [origin + e.start_ns, origin + e.end_ns])
@@ -174,8 +174,8 @@ pub fn run_worker(
     peak.peak_time_ns += origin;
     let measure = RankMeasure {
         rank,
-        op_times_ns: recent.last().cloned().unwrap_or_default(),
-        recent_op_times_ns: recent,
+        op_times_ns: recent.back().cloned().unwrap_or_default(),
+        recent_op_times_ns: recent.into(),
         step_spans_ns: spans,
         peak,
         clock_offset_ns: session.clock_offset_ns,
