@@ -73,6 +73,21 @@ fn json_has_the_stable_fields_and_the_trace_dir_holds_both_traces() {
     assert!(groups.iter().any(|g| g["kind"] == "p2p"));
     assert_eq!(v["unmatched_ops"], 0);
     assert!(v["violations"].as_array().unwrap().is_empty());
+    // The machine check before and after the runs: the scenario's GEMMs, predicted and
+    // measured, with the errors' sign convention.
+    for when in ["before", "after"] {
+        let c = &v["machine_check"][when];
+        assert!(c["shapes"].as_u64().unwrap() >= 1, "{c}");
+        let (p, m) = (
+            c["predicted_s"].as_f64().unwrap(),
+            c["measured_s"].as_f64().unwrap(),
+        );
+        assert!(p > 0.0 && m > 0.0, "{c}");
+        assert!(
+            (c["error"].as_f64().unwrap() - (m - p) / m).abs() < 1e-12,
+            "{c}"
+        );
+    }
     // Both traces in the on-disk format of `twin simulate --trace`, and the JSON itself.
     for f in ["predicted.trace.json", "measured.trace.json"] {
         let t: Value = serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap())

@@ -414,6 +414,10 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
             f.p2p.latency_ns.clamp(0.0, f64::MAX),
             r("alpha-beta fit over p2p ping-pong (one way): a send is one message, not a ring step"),
         )),
+        p2p_bandwidth_bytes_per_s: Some(fitted(
+            cap_hi(f.p2p.bandwidth_bytes_per_s, link_bw * 1e3),
+            r("alpha-beta fit over p2p ping-pong (one way): a send is one socket write, not a ring step"),
+        )),
     };
     let mut inter = intra.clone();
     for p in [
@@ -423,6 +427,7 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
     ]
     .into_iter()
     .chain(inter.p2p_latency_ns.as_mut())
+    .chain(inter.p2p_bandwidth_bytes_per_s.as_mut())
     {
         p.reference = format!(
             "one machine has no inter-node link: copied from network.intra ({})",

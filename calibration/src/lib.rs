@@ -5,6 +5,7 @@
 //! nccl-tests logs, which users often have from their clusters.
 
 pub mod bench;
+pub mod check;
 pub mod cuda;
 pub mod fit;
 pub mod host;

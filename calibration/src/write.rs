@@ -103,6 +103,9 @@ fn link(out: &mut String, name: &str, l: &LinkParams) {
     if let Some(p) = &l.p2p_latency_ns {
         out.push_str(&param("p2p_latency_ns", p));
     }
+    if let Some(p) = &l.p2p_bandwidth_bytes_per_s {
+        out.push_str(&param("p2p_bandwidth_bytes_per_s", p));
+    }
 }
 
 fn algorithm(a: Option<Algorithm>) -> &'static str {

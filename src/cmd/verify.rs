@@ -9,6 +9,7 @@ use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
+use twin_calibration::check::GemmCheck;
 use twin_runtime::launch::{self, RankMeasure, RunReport};
 use twin_sim::verify::{compare, summarize_steps, CompareOptions, Comparison, Side, Thresholds};
 
@@ -21,6 +22,10 @@ use twin_sim::verify::{compare, summarize_steps, CompareOptions, Comparison, Sid
 /// median step is the median of the runs', and from that run's median-length step (host; a
 /// GPU run shows its last step). Errors are (measured - predicted) / measured: positive means
 /// slower than predicted.
+/// On the host backend it also times the scenario's most frequent GEMM shapes before and
+/// after the runs and compares them with the profile ("machine check", `machine_check` in the
+/// JSON): a shared machine's speed drifts, and a step-time error of about the size the check
+/// reports is that drift, not the schedule's model. Recalibrate when it is large.
 /// Exits 1 when an error exceeds a --max-* threshold, naming it.
 ///
 /// Examples:
@@ -104,6 +109,39 @@ impl Args {
     }
 }
 
+/// The profile's prediction of the scenario's GEMMs against this machine now, before and after
+/// the runs (host backend; `twin_calibration::check`).
+#[derive(Default, serde::Serialize)]
+struct MachineCheck {
+    before: Option<GemmCheck>,
+    after: Option<GemmCheck>,
+}
+
+impl MachineCheck {
+    /// One line, or nothing when there was no check.
+    fn to_text(&self) -> String {
+        let (Some(b), Some(a)) = (&self.before, &self.after) else {
+            return String::new();
+        };
+        let way = |e: f64| if e >= 0.0 { "slower" } else { "faster" };
+        format!(
+            "machine check: the scenario's {} most frequent GEMM shapes ran {:.1}% {} than the \
+             profile predicts before the runs, {:.1}% {} after (a step-time error of about this \
+             size is the machine's speed now, not the schedule's model)\n",
+            b.shapes,
+            b.error.abs() * 100.0,
+            way(b.error),
+            a.error.abs() * 100.0,
+            way(a.error),
+        )
+    }
+}
+
+/// [`twin_calibration::check::gemm_check`] with the prediction's cost model.
+fn gemm_check(staged: &twin_sim::Staged) -> Option<GemmCheck> {
+    twin_calibration::check::gemm_check(&staged.schedule, &staged.cost)
+}
+
 /// One real run: its measured report and merged measurement.
 struct Measured {
     report: RunReport,
@@ -174,15 +212,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         measures: Some(tmp.join("measures.json")),
     };
     let mut runs = Vec::with_capacity(args.repeat() as usize);
+    let mut check = MachineCheck::default();
     let result = (|| {
         if args.backend == BackendKind::Host {
             runcmd::check_fits_host(&scenario, staged, &common)?;
+            check.before = gemm_check(staged);
         }
         for i in 0..args.repeat() {
             if args.format == Format::Text && args.repeat() > 1 {
                 eprintln!("run {}/{}", i + 1, args.repeat());
             }
             runs.push(measure_once(&args, &scenario, staged, &common)?);
+        }
+        if args.backend == BackendKind::Host {
+            check.after = gemm_check(staged);
         }
         anyhow::Ok(())
     })();
@@ -221,6 +264,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         median_s,
         spread_s,
         &violations,
+        &check,
     )?;
     if let Some(dir) = &args.trace_dir {
         write_traces(dir, &prediction, m, &json)?;
@@ -236,7 +280,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 median_s,
                 spread_s,
                 steps_s,
-                m.shown_step
+                m.shown_step,
+                &check,
             )
         ),
     }
@@ -311,6 +356,7 @@ fn to_json(
     median_s: f64,
     spread_s: [f64; 2],
     violations: &[String],
+    check: &MachineCheck,
 ) -> anyhow::Result<String> {
     let mut v = serde_json::to_value(c)?;
     let obj = v
@@ -336,6 +382,7 @@ fn to_json(
         serde_json::to_value(spread_s)?,
     );
     obj.insert("violations".into(), serde_json::to_value(violations)?);
+    obj.insert("machine_check".into(), serde_json::to_value(check)?);
     Ok(serde_json::to_string_pretty(&v)?)
 }
 
@@ -347,6 +394,7 @@ fn to_text(
     spread_s: [f64; 2],
     steps_s: &[f64],
     shown_step: Option<usize>,
+    check: &MachineCheck,
 ) -> String {
     let shown = match shown_step {
         Some(k) => format!(
@@ -358,7 +406,7 @@ fn to_text(
     format!(
         "verify {} with profile '{profile}' on the {} backend\n\
          measured step = median of {} steps after {} warm-up (x{} runs): {:.3} ms, spread {:.3}-{:.3} ms\n\
-         {shown}errors are (measured - predicted) / measured\n{}",
+         {shown}{}errors are (measured - predicted) / measured\n{}",
         args.scenario.display(),
         match args.backend {
             BackendKind::Host => "host",
@@ -370,6 +418,7 @@ fn to_text(
         median_s * 1e3,
         spread_s[0] * 1e3,
         spread_s[1] * 1e3,
+        check.to_text(),
         c.to_text()
     )
 }

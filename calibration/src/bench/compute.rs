@@ -43,6 +43,15 @@ pub fn workspace_for(ops: &[ComputeOp]) -> Workspace {
 /// Distinct GEMM shapes (one call each) of a schedule, most frequent first (ties by shape),
 /// at most `max`.
 pub fn scenario_shapes(schedule: &Schedule, max: usize) -> Vec<Gemm> {
+    scenario_shape_counts(schedule, max)
+        .into_iter()
+        .map(|(g, _)| g)
+        .collect()
+}
+
+/// [`scenario_shapes`] with how many calls of each shape the schedule makes (over every
+/// program).
+pub fn scenario_shape_counts(schedule: &Schedule, max: usize) -> Vec<(Gemm, u64)> {
     let mut freq: BTreeMap<(u64, u64, u64), u64> = BTreeMap::new();
     for p in &schedule.programs {
         for o in &p.ops {
@@ -59,7 +68,7 @@ pub fn scenario_shapes(schedule: &Schedule, max: usize) -> Vec<Gemm> {
     v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     v.into_iter()
         .take(max)
-        .map(|((m, n, k), _)| Gemm::single(m, n, k, 1))
+        .map(|((m, n, k), count)| (Gemm::single(m, n, k, 1), count))
         .collect()
 }
 
@@ -92,16 +101,7 @@ pub fn gemms(cfg: &Config, extra: &[Gemm], seed: u64, progress: &mut Counter) ->
     let mut evict = vec![0u8; usize::try_from(cfg.gemm_evict_bytes).unwrap_or(0)];
     let mut out = Vec::with_capacity(all.len());
     for ((g, origin, holdout), c) in all.iter().zip(&ops) {
-        // Each call starts with its operands out of the core's private cache, as in a step,
-        // where the op's memory-bound pass and the other ops' operands run between two calls
-        // of a shape; the eviction itself is not timed.
-        let k = crate::sample::measured_ns(cfg.gemm, || {
-            evict_cache(&mut evict);
-            let t = std::time::Instant::now();
-            ws.run_gemms(c);
-            Ok::<f64, std::convert::Infallible>(t.elapsed().as_nanos() as f64)
-        })
-        .unwrap_or_else(|e| match e {});
+        let k = time_gemm(&mut ws, c, &mut evict, cfg.gemm);
         out.push(GemmSamples {
             m: g.m,
             n: g.n,
@@ -115,4 +115,23 @@ pub fn gemms(cfg: &Config, extra: &[Gemm], seed: u64, progress: &mut Counter) ->
         progress.tick("gemm");
     }
     out
+}
+
+/// Times `c`'s GEMMs on `ws` with the outlier rule of [`crate::sample`]. Each call starts with
+/// its operands out of the core's private cache (`evict` is written first, untimed), as in a
+/// step, where the op's memory-bound pass and the other ops' operands run between two calls
+/// of a shape.
+pub(crate) fn time_gemm(
+    ws: &mut Workspace,
+    c: &ComputeOp,
+    evict: &mut [u8],
+    r: crate::sample::Repeats,
+) -> crate::sample::Kept {
+    crate::sample::measured_ns(r, || {
+        evict_cache(evict);
+        let t = std::time::Instant::now();
+        ws.run_gemms(c);
+        Ok::<f64, std::convert::Infallible>(t.elapsed().as_nanos() as f64)
+    })
+    .unwrap_or_else(|e| match e {})
 }

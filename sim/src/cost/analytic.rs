@@ -63,6 +63,9 @@ pub struct Analytic {
     /// Point-to-point latency per tier [intra, inter] when it differs from the collective
     /// step latency of `links` (profile key `network.{intra,inter}.p2p_latency_ns`).
     pub p2p_latency_ns: [Option<u64>; 2],
+    /// Point-to-point achieved rate per tier when it differs from the collectives' (profile
+    /// key `network.{intra,inter}.p2p_bandwidth_bytes_per_s`).
+    pub p2p_bandwidth_bytes_per_s: [Option<f64>; 2],
 }
 
 impl Analytic {
@@ -90,6 +93,7 @@ impl Analytic {
             alloc_bytes_per_s: None,
             host_cores: None,
             p2p_latency_ns: [None, None],
+            p2p_bandwidth_bytes_per_s: [None, None],
         }
     }
 
@@ -173,8 +177,13 @@ impl CostModel for Analytic {
 
     fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64 {
         let same_node = plan.node_of(src) == plan.node_of(dst);
-        let latency = self.p2p_latency_ns[usize::from(!same_node)];
-        self.links.p2p_ns_with_latency(same_node, bytes, latency)
+        let tier = usize::from(!same_node);
+        self.links.p2p_ns_with(
+            same_node,
+            bytes,
+            self.p2p_latency_ns[tier],
+            self.p2p_bandwidth_bytes_per_s[tier],
+        )
     }
 
     fn checkpoint_ns(&self, bytes: u64) -> u64 {

@@ -221,19 +221,27 @@ impl TierModel {
 
     /// One point-to-point transfer: latency plus bytes over the tier the two ranks share.
     pub fn p2p_ns(&self, same_node: bool, bytes: u64) -> u64 {
-        self.p2p_ns_with_latency(same_node, bytes, None)
+        self.p2p_ns_with(same_node, bytes, None, None)
     }
 
-    /// [`TierModel::p2p_ns`] with the tier's latency replaced by `latency_ns` when given (a
-    /// transport whose p2p latency differs from its collective step latency, as the host
-    /// backend's: a collective step also starts a sender thread).
-    pub fn p2p_ns_with_latency(&self, same_node: bool, bytes: u64, latency_ns: Option<u64>) -> u64 {
+    /// [`TierModel::p2p_ns`] with the tier's latency replaced by `latency_ns` and its
+    /// achieved rate by `bandwidth_bytes_per_s` when given (a transport whose p2p differs from
+    /// its collective steps, as the host backend's: a collective step also starts a sender
+    /// thread, and a send is one socket write).
+    pub fn p2p_ns_with(
+        &self,
+        same_node: bool,
+        bytes: u64,
+        latency_ns: Option<u64>,
+        bandwidth_bytes_per_s: Option<f64>,
+    ) -> u64 {
         let (bw, lat) = if same_node {
             (self.intra_bw(), self.intra_lat_s())
         } else {
             (self.inter_bw(), self.inter_lat_s())
         };
         let lat = latency_ns.map_or(lat, |l| l as f64 * 1e-9);
+        let bw = bandwidth_bytes_per_s.map_or(bw, positive);
         secs_to_ns(lat + bytes as f64 / bw)
     }
 }

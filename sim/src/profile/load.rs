@@ -85,6 +85,7 @@ struct RawLink {
     latency_ns: RawParam,
     efficiency: RawParam,
     p2p_latency_ns: Option<RawParam>,
+    p2p_bandwidth_bytes_per_s: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -341,6 +342,16 @@ impl Checker<'_> {
             p2p_latency_ns: raw
                 .p2p_latency_ns
                 .map(|l| self.param(&format!("{key}.p2p_latency_ns"), l, Range::NonNegative))
+                .transpose()?,
+            p2p_bandwidth_bytes_per_s: raw
+                .p2p_bandwidth_bytes_per_s
+                .map(|b| {
+                    self.param(
+                        &format!("{key}.p2p_bandwidth_bytes_per_s"),
+                        b,
+                        Range::Positive,
+                    )
+                })
                 .transpose()?,
         })
     }

@@ -73,6 +73,10 @@ pub struct LinkParams {
     /// Latency of a point-to-point transfer when it differs from `latency_ns` (the per-step
     /// latency of collectives); absent = `latency_ns`.
     pub p2p_latency_ns: Option<Param>,
+    /// Achieved rate of a point-to-point transfer when it differs from the collectives'
+    /// (`bandwidth_bytes_per_s` x `efficiency`); absent = that rate. The host backend's
+    /// sends are one socket write, which moves bytes faster than a ring step does.
+    pub p2p_bandwidth_bytes_per_s: Option<Param>,
 }
 
 /// A whole hardware profile; see docs/profiles.md for the meaning of each field.
@@ -237,6 +241,8 @@ impl Analytic {
                 .map_or(DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, |c| c.value),
             alloc_bytes_per_s: p.memory_alloc_bytes_per_s.as_ref().map(|a| a.value),
             p2p_latency_ns: [&p.intra, &p.inter].map(|l| l.p2p_latency_ns.as_ref().map(whole)),
+            p2p_bandwidth_bytes_per_s: [&p.intra, &p.inter]
+                .map(|l| l.p2p_bandwidth_bytes_per_s.as_ref().map(|b| b.value)),
             host_cores: p
                 .host_cores
                 .as_ref()

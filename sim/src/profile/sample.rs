@@ -86,6 +86,9 @@ impl Profile {
             if let Some(p) = link.p2p_latency_ns.as_mut() {
                 v.push((p, NonNegative));
             }
+            if let Some(p) = link.p2p_bandwidth_bytes_per_s.as_mut() {
+                v.push((p, Positive));
+            }
         }
         let optional = [
             (self.nvls_efficiency.as_mut(), Fraction),

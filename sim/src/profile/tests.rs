@@ -373,3 +373,54 @@ fn p2p_latency_overrides_the_tier_latency_for_p2p_only() {
         without.collective_ns(CollectiveKind::AllReduce, g, 1 << 20, 1)
     );
 }
+
+#[test]
+fn p2p_bandwidth_overrides_the_tier_rate_for_p2p_only() {
+    // 1 GB/s achieved for sends, against the A100 profile's NVLink line rate x efficiency.
+    let text = A100.replacen(
+        "efficiency = { value = 0.80,",
+        "p2p_bandwidth_bytes_per_s = { value = 1e9, source = \"fitted\", ref = \"ping-pong\" }\nefficiency = { value = 0.80,",
+        1,
+    );
+    let p = parse_str(&text, "p.toml").unwrap();
+    assert_eq!(
+        p.intra.p2p_bandwidth_bytes_per_s.as_ref().map(|b| b.value),
+        Some(1e9)
+    );
+    assert!(p.inter.p2p_bandwidth_bytes_per_s.is_none());
+    let s = small_scenario(4, 4, 1, 4);
+    let plan = Plan::new(&s).unwrap();
+    let with = Analytic::from_profile(&s, &p);
+    let without = Analytic::from_profile(&s, &a100());
+    // Within a node, 1 MiB moves at 1 GB/s on top of the unchanged latency: the difference
+    // of two sizes is the bytes' time alone.
+    let mib = 1u64 << 20;
+    let slope_ns = with.p2p_ns(&plan, 0, 4, 2 * mib) - with.p2p_ns(&plan, 0, 4, mib);
+    assert!(slope_ns.abs_diff(1_048_576) <= 1, "{slope_ns}");
+    assert_eq!(
+        with.p2p_ns(&plan, 0, 4, 0),
+        without.p2p_ns(&plan, 0, 4, 0),
+        "latency unchanged"
+    );
+    // Across nodes, and for collectives, nothing changes.
+    assert_eq!(
+        with.p2p_ns(&plan, 4, 8, mib),
+        without.p2p_ns(&plan, 4, 8, mib)
+    );
+    let g = plan.group(plan.group_of(0, GroupKind::Tp));
+    assert_eq!(
+        with.collective_ns(CollectiveKind::AllReduce, g, mib, 1),
+        without.collective_ns(CollectiveKind::AllReduce, g, mib, 1)
+    );
+}
+
+#[test]
+fn a_p2p_bandwidth_must_be_positive() {
+    let text = A100.replacen(
+        "efficiency = { value = 0.80,",
+        "p2p_bandwidth_bytes_per_s = { value = 0, source = \"fitted\", ref = \"ping-pong\" }\nefficiency = { value = 0.80,",
+        1,
+    );
+    let e = parse_str(&text, "p.toml").unwrap_err().to_string();
+    assert!(e.contains("p2p_bandwidth_bytes_per_s"), "{e}");
+}
