@@ -11,7 +11,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 use twin_calibration::check::GemmCheck;
 use twin_runtime::launch::{self, RankMeasure, RunReport};
-use twin_sim::verify::{compare, summarize_steps, CompareOptions, Comparison, Side, Thresholds};
+use twin_sim::verify::{
+    compare, summarize_steps, CompareOptions, Comparison, Side, StepSummary, Thresholds,
+};
 
 /// Compare a prediction with a real run of the same schedule.
 ///
@@ -277,9 +279,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &args,
                 &profile.name,
                 &comparison,
-                median_s,
-                spread_s,
-                steps_s,
+                &summary,
                 m.shown_step,
                 &check,
             )
@@ -390,9 +390,7 @@ fn to_text(
     args: &Args,
     profile: &str,
     c: &Comparison,
-    median_s: f64,
-    spread_s: [f64; 2],
-    steps_s: &[f64],
+    steps: &StepSummary,
     shown_step: Option<usize>,
     check: &MachineCheck,
 ) -> String {
@@ -412,12 +410,12 @@ fn to_text(
             BackendKind::Host => "host",
             BackendKind::Cuda => "cuda",
         },
-        steps_s.len(),
+        steps.steps_s.len(),
         args.warmup,
         args.repeat(),
-        median_s * 1e3,
-        spread_s[0] * 1e3,
-        spread_s[1] * 1e3,
+        steps.median_s * 1e3,
+        steps.spread_s[0] * 1e3,
+        steps.spread_s[1] * 1e3,
         check.to_text(),
         c.to_text()
     )
