@@ -89,3 +89,70 @@ fn priced_allocations_take_cpu_time() {
     assert_eq!(step(&plan, &s, Some(2)), 1000);
     assert_eq!(step(&plan, &s, Some(1)), 2000);
 }
+
+fn run(plan: &Plan, s: &Schedule, cores: Option<u32>) -> SimResult {
+    let cost = SharedCores {
+        cores,
+        ..SharedCores::default()
+    };
+    simulate(plan, s, &cost, &SimOptions::default()).unwrap()
+}
+
+#[test]
+fn ranks_sharing_a_core_are_busy_for_their_work_and_wait_the_rest() {
+    // Two ranks each compute 1000 ns of solo time. On one core processor sharing runs both at
+    // half speed, so each op spans 2000 ns; a real run takes turns op by op, so each rank is
+    // busy 1000 ns and waits 1000: bubble 50%.
+    let plan = plan(1, 1, 2, 1);
+    let progs = (0..2)
+        .map(|_| {
+            let mut b = ProgBuilder::new(0);
+            b.fwd(1000, &[]);
+            b.build()
+        })
+        .collect();
+    let s = per_rank(progs);
+    let shared = run(&plan, &s, Some(1));
+    assert_eq!(shared.step_time_ns, 2000);
+    for r in &shared.ranks {
+        assert_eq!(
+            (r.compute_busy_ns, r.comm_exposed_ns, r.idle_ns),
+            (1000, 0, 1000)
+        );
+    }
+    assert!((shared.bubble_fraction() - 0.5).abs() < 1e-12);
+    // A core each: no waiting.
+    let own = run(&plan, &s, Some(2));
+    assert_eq!(own.step_time_ns, 1000);
+    for r in &own.ranks {
+        assert_eq!((r.compute_busy_ns, r.idle_ns), (1000, 0));
+    }
+}
+
+#[test]
+fn a_shared_collective_is_communication_for_its_solo_time() {
+    // Four ranks on two cores all-reduce for 1000 ns of solo time: 2000 ns on the clock, of
+    // which each rank communicates 1000 and waits for its core 1000.
+    let plan = plan(1, 1, 4, 1);
+    let progs = (0..4)
+        .map(|_| {
+            let mut b = ProgBuilder::new(0);
+            b.collective(
+                Stream::Dp,
+                CollectiveKind::AllReduce,
+                GroupKind::Dp,
+                1000,
+                &[],
+            );
+            b.build()
+        })
+        .collect();
+    let r = run(&plan, &per_rank(progs), Some(2));
+    assert_eq!(r.step_time_ns, 2000);
+    for s in &r.ranks {
+        assert_eq!(
+            (s.compute_busy_ns, s.comm_exposed_ns, s.idle_ns),
+            (0, 1000, 1000)
+        );
+    }
+}

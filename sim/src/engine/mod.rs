@@ -27,6 +27,7 @@ mod memory;
 mod proptests;
 mod queue;
 mod run;
+mod share;
 #[cfg(test)]
 pub(crate) mod testkit;
 #[cfg(test)]

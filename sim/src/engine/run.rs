@@ -18,6 +18,7 @@ use super::flow::{Finished, Flows, Spec, FLOW_TAG};
 use super::memo::{CollectiveMemo, P2pMemo};
 use super::memory::RankMem;
 use super::queue::EventQueue;
+use super::share::CoreShare;
 use super::{deadlock, RankStats, SimError, SimResult};
 use crate::schedule::{CollectiveKind, OpKind, Stream};
 use crate::trace::{MemorySample, Trace, TraceEvent};
@@ -30,7 +31,7 @@ const COLL_BIT: u32 = 1 << 31;
 /// matched receive (recorded in the sender's stream state) complete together, so one heap
 /// entry serves both sides.
 const P2P_BIT: u32 = 1 << 30;
-const STREAMS: usize = Stream::COUNT;
+pub(crate) const STREAMS: usize = Stream::COUNT;
 /// What the event loop's handlers return: the error boxed, so that the common `Ok` travels in
 /// a register instead of through a result slot the size of [`SimError`] on every call.
 type Step = Result<(), Box<SimError>>;
@@ -166,6 +167,9 @@ pub(crate) struct State<S: Slots> {
     /// Durations of recent collectives and transfers (see [`CollectiveMemo`]).
     coll_memo: CollectiveMemo,
     p2p_memo: P2pMemo,
+    /// Waiting within stretched spans on shared cores (see `engine::share`); `None` unless
+    /// ranks share cores.
+    share: Option<CoreShare>,
     slots: std::marker::PhantomData<S>,
 }
 
@@ -219,6 +223,7 @@ impl<S: Slots> State<S> {
             },
             coll_memo: CollectiveMemo::default(),
             p2p_memo: P2pMemo::default(),
+            share: ctx.cost.shared_cores().map(|_| CoreShare::new(slots)),
             slots: std::marker::PhantomData,
             trace: ctx.opts.trace.then(|| Trace {
                 events: Vec::with_capacity(total_ops),
@@ -317,6 +322,9 @@ impl<S: Slots> State<S> {
                 a.flush(self.now);
                 a.running_compute += 1;
                 let communicating = a.running_comm > 0;
+                if let Some(sh) = &mut self.share {
+                    sh.started(r, s, Some(dur));
+                }
                 match &mut self.flows {
                     Some(f) if f.compute && dur > 0 => {
                         let cpu = f.cpu_of(ctx.plan, rank);
@@ -374,9 +382,12 @@ impl<S: Slots> State<S> {
     /// Mark `op` of `rank` as transferring from now on (both sides of a p2p, every member of
     /// a collective).
     #[inline]
-    fn begin_transfer(&mut self, ctx: &Ctx, rank: u32, op: u32) {
+    fn begin_transfer(&mut self, ctx: &Ctx, rank: u32, op: u32, solo_ns: Option<u64>) {
         let r = S::slot(ctx, rank);
         let s = ctx.prog(rank as usize).ops[op as usize].stream as usize;
+        if let Some(sh) = &mut self.share {
+            sh.started(r, s, solo_ns);
+        }
         let rs = &mut self.ranks[r];
         rs.streams[s].start_ns = self.now;
         let a = &mut rs.acct;
@@ -482,10 +493,6 @@ impl<S: Slots> State<S> {
                 recv_bytes,
             }));
         }
-        self.begin_transfer(ctx, src, send_op);
-        self.begin_transfer(ctx, dst, recv_op);
-        let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
-        self.partner[S::slot(ctx, src) * STREAMS + s] = (dst, recv_op);
         let real_dst = ctx.real_dst(src, send_op, dst);
         let dur_ns = match ctx.net {
             Some(_) => 0, // the flow network times the transfer
@@ -493,6 +500,11 @@ impl<S: Slots> State<S> {
                 ctx.cost.p2p_ns(ctx.plan, src, real_dst, bytes)
             }),
         };
+        let solo_ns = ctx.net.is_none().then_some(dur_ns);
+        self.begin_transfer(ctx, src, send_op, solo_ns);
+        self.begin_transfer(ctx, dst, recv_op, solo_ns);
+        let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
+        self.partner[S::slot(ctx, src) * STREAMS + s] = (dst, recv_op);
         self.run_transfer(
             ctx,
             (P2P_BIT | src, send_op),
@@ -544,10 +556,6 @@ impl<S: Slots> State<S> {
                 insts.swap_remove(i)
             }
         };
-        for &m in ctx.members(g) {
-            let op = ctx.prog(m as usize).coll_ops[gk][inst.seq as usize];
-            self.begin_transfer(ctx, m, op);
-        }
         let dur_ns = match ctx.net {
             Some(_) => 0, // the flow network times the transfer
             None => self
@@ -557,6 +565,11 @@ impl<S: Slots> State<S> {
                         .collective_ns(inst.kind, group, inst.bytes, inst.calls)
                 }),
         };
+        let solo_ns = ctx.net.is_none().then_some(dur_ns);
+        for &m in ctx.members(g) {
+            let op = ctx.prog(m as usize).coll_ops[gk][inst.seq as usize];
+            self.begin_transfer(ctx, m, op, solo_ns);
+        }
         self.run_transfer(
             ctx,
             (COLL_BIT | g, inst.seq),
@@ -617,8 +630,17 @@ impl<S: Slots> State<S> {
                 a.flush(now);
                 debug_assert!(a.running_compute > 0);
                 a.running_compute -= 1;
+                if let Some(sh) = &mut self.share {
+                    sh.finished(r, s, now - start_ns, false);
+                }
             }
             CKind::Checkpoint { .. } | CKind::P2p { .. } | CKind::Collective { .. } => {
+                if let Some(sh) = &mut self.share {
+                    if !matches!(op.kind, CKind::Checkpoint { .. }) {
+                        sh.finished(r, s, now - start_ns, true);
+                    }
+                }
+                let a = &mut self.ranks[r].acct;
                 a.flush(now);
                 debug_assert!(a.running_comm > 0);
                 a.running_comm -= 1;
@@ -755,22 +777,28 @@ fn run_as<S: Slots>(ctx: &Ctx) -> Result<SimResult, SimError> {
         return Err(SimError::Deadlock(Box::new(deadlock::diagnose(ctx, &st))));
     }
     let step_time_ns = st.ranks.iter().map(|r| r.acct.finish_ns).max().unwrap_or(0);
+    let share = st.share.take();
     let simulated: Vec<RankStats> = st
         .ranks
         .iter_mut()
         .zip(&st.mem)
         .zip(&ctx.active)
-        .map(|((rs, m), &rank)| {
+        .enumerate()
+        .map(|(slot, ((rs, m), &rank))| {
             let r = rank as usize;
             let a = &mut rs.acct;
             a.flush(step_time_ns);
             debug_assert_eq!(a.compute_ns + a.comm_ns + a.idle_ns, step_time_ns);
+            let [compute_ns, comm_ns, idle_ns] = match &share {
+                Some(sh) => sh.apply(slot, a.compute_ns, a.comm_ns, a.idle_ns),
+                None => [a.compute_ns, a.comm_ns, a.idle_ns],
+            };
             RankStats {
                 rank,
                 finish_ns: a.finish_ns,
-                compute_busy_ns: a.compute_ns,
-                comm_exposed_ns: a.comm_ns,
-                idle_ns: a.idle_ns,
+                compute_busy_ns: compute_ns,
+                comm_exposed_ns: comm_ns,
+                idle_ns,
                 flops: ctx.prog(r).flops,
                 model_flops: ctx.prog(r).model_flops,
                 peak_memory_bytes: m.peak,
