@@ -582,6 +582,14 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
             holdout_max_relative_error: f.gemm_holdout_max_relative_error,
         }),
         memory_alloc_bytes_per_s: Some(host.alloc_bytes_per_s.clone()),
+        memory_alloc_fixed_ns: Some(fitted(
+            f.alloc.latency_ns.clamp(0.0, f64::MAX),
+            r("allocate + touch a buffer: the fixed cost per call of the same fit"),
+        )),
+        op_overhead_ns: Some(fitted(
+            f.launch_ns.clamp(0.0, f64::MAX),
+            r("the op-overhead fit (as kernel.launch_ns): every op of the host backend, whatever its kind, goes through the same stream loop"),
+        )),
         host_cores: Some(host.cores.clone()),
         provenance: Default::default(),
     };

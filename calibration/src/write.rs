@@ -169,8 +169,14 @@ pub fn profile_toml(
     {
         o.push_str(&param("alloc_bytes_per_s", a));
     }
+    if let Some(a) = &p.memory_alloc_fixed_ns {
+        o.push_str(&param("alloc_fixed_ns", a));
+    }
     o.push_str("\n[kernel]\n");
     o.push_str(&param("launch_ns", &p.launch_ns));
+    if let Some(a) = &p.op_overhead_ns {
+        o.push_str(&param("op_overhead_ns", a));
+    }
     o.push_str(&format!(
         "\n[network]\nalgorithm = \"{}\"\n",
         algorithm(p.algorithm)

@@ -1,11 +1,12 @@
-//! Per-op overhead of the host backend (the profile's `kernel.launch_ns`): a chain of empty
-//! compute ops, each depending on the one before, run through `exec::run_step` on a one-rank
-//! `HostBackend`, as a host run issues ops. The span from the first op's start to the last
-//! op's end grows by the overhead per op (the span leaves out the fixed per-step setup:
-//! stream threads starting). The same chain alternating between two streams times the
-//! hand-off between streams (`kernel.handoff_ns`): each op then waits for an op of another
-//! stream, whose thread must wake this one. Both run on one pinned core, as a rank's threads do
-//! in a host run (`launch::affinity`).
+//! Per-op overhead of the host backend (the profile's `kernel.launch_ns` and
+//! `kernel.op_overhead_ns`): a chain of empty compute ops, each depending on the one before,
+//! run through `exec::run_step` on a one-rank `HostBackend` with a progress file, as a launched
+//! worker runs its ops. The span from the first op's start to the last op's end grows by the
+//! overhead per op (the span leaves out the fixed per-step setup: stream threads starting).
+//! The same chain alternating between two streams times the hand-off between streams
+//! (reported): each op then waits for an op of another stream, whose thread must wake this
+//! one. Both run on one pinned core, as a rank's threads do in a host run
+//! (`launch::affinity`).
 
 use super::compute::{compute_op, op};
 use super::{Config, Counter, SizedSamples};
@@ -13,6 +14,7 @@ use crate::sample::measured_ns;
 use crate::CalibError;
 use twin_runtime::backend::host::HostBackend;
 use twin_runtime::launch::affinity::pin_rank;
+use twin_runtime::launch::progress::Progress;
 use twin_sim::plan::Plan;
 use twin_sim::schedule::{Program, Schedule, Stream};
 
@@ -57,7 +59,14 @@ pub fn launch(
     let result = std::thread::scope(|s| {
         let h = s.spawn(move || {
             pin_rank(0);
-            let mut backend = HostBackend::single();
+            // With a progress file, as the launcher's workers run: its two writes per op are
+            // part of every op's overhead in a launched run.
+            let dir = std::env::temp_dir()
+                .join(format!("twin-calibrate-progress-{}", std::process::id()));
+            let progress_file = std::fs::create_dir_all(&dir)
+                .ok()
+                .and_then(|()| Progress::create(&dir, 0));
+            let mut backend = HostBackend::single().with_progress(progress_file);
             let mut out = (Vec::new(), Vec::new());
             for alternate in [false, true] {
                 for &n in &cfg.launch_ops {
@@ -80,6 +89,8 @@ pub fn launch(
                     });
                 }
             }
+            drop(backend);
+            let _ = std::fs::remove_dir_all(&dir);
             Ok::<_, CalibError>(out)
         });
         for name in rx {

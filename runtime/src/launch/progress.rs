@@ -25,7 +25,13 @@ impl Progress {
     /// Open the file when the launcher asked for one (`TWIN_PROGRESS_DIR` set).
     pub fn from_env(rank: u32) -> Option<Progress> {
         let dir = std::env::var_os(PROGRESS_VAR)?;
-        let file = File::create(path(Path::new(&dir), rank)).ok()?;
+        Progress::create(Path::new(&dir), rank)
+    }
+
+    /// The progress file of `rank` in `dir` (as the launcher's workers write it; the
+    /// calibration's op-overhead benchmark too, so that it times what a launched run does).
+    pub fn create(dir: &Path, rank: u32) -> Option<Progress> {
+        let file = File::create(path(dir, rank)).ok()?;
         file.set_len((Stream::COUNT * 8) as u64).ok()?;
         Some(Progress { file })
     }

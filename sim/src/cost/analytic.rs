@@ -56,6 +56,11 @@ pub struct Analytic {
     /// Rate at which an `Alloc` allocates and touches its bytes; `None`: allocations are
     /// instant (a caching GPU allocator hands out reserved memory).
     pub alloc_bytes_per_s: Option<f64>,
+    /// Fixed time of each priced `Alloc` (profile key `memory.alloc_fixed_ns`).
+    pub alloc_fixed_ns: u64,
+    /// The runtime's own time per op that is not a compute op (profile key
+    /// `kernel.op_overhead_ns`): added to allocations, frees, transfers and checkpoints.
+    pub op_overhead_ns: u64,
     /// CPU cores the ranks of one node share for compute (host backend); `None`: every
     /// rank has a device of its own. Carried for the engine's core sharing (see
     /// [`Analytic::host_cores`]).
@@ -91,6 +96,8 @@ impl Analytic {
             },
             checkpoint_bandwidth_bytes_per_s: DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
             alloc_bytes_per_s: None,
+            alloc_fixed_ns: 0,
+            op_overhead_ns: 0,
             host_cores: None,
             p2p_latency_ns: [None, None],
             p2p_bandwidth_bytes_per_s: [None, None],
@@ -173,29 +180,40 @@ impl CostModel for Analytic {
             .estimate(kind, shape, bytes)
             .time_ns
             .saturating_mul(u64::from(calls))
+            .saturating_add(self.op_overhead_ns)
     }
 
     fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64 {
         let same_node = plan.node_of(src) == plan.node_of(dst);
         let tier = usize::from(!same_node);
-        self.links.p2p_ns_with(
-            same_node,
-            bytes,
-            self.p2p_latency_ns[tier],
-            self.p2p_bandwidth_bytes_per_s[tier],
-        )
+        self.links
+            .p2p_ns_with(
+                same_node,
+                bytes,
+                self.p2p_latency_ns[tier],
+                self.p2p_bandwidth_bytes_per_s[tier],
+            )
+            .saturating_add(self.op_overhead_ns)
     }
 
     fn checkpoint_ns(&self, bytes: u64) -> u64 {
         secs_to_ns(bytes as f64 / rate(self.checkpoint_bandwidth_bytes_per_s))
+            .saturating_add(self.op_overhead_ns)
     }
 
     fn alloc_ns(&self, category: crate::schedule::MemCategory, bytes: u64) -> u64 {
         if super::is_model_state(category) {
-            return 0;
+            return self.op_overhead_ns;
         }
         self.alloc_bytes_per_s
-            .map_or(0, |r| secs_to_ns(bytes as f64 / rate(r)))
+            .map_or(0, |r| {
+                secs_to_ns(bytes as f64 / rate(r)).saturating_add(self.alloc_fixed_ns)
+            })
+            .saturating_add(self.op_overhead_ns)
+    }
+
+    fn free_ns(&self) -> u64 {
+        self.op_overhead_ns
     }
 
     fn compute_is_rank_invariant(&self) -> bool {

@@ -42,6 +42,11 @@ pub trait CostModel: Send + Sync {
     fn alloc_ns(&self, _category: crate::schedule::MemCategory, _bytes: u64) -> u64 {
         0
     }
+    /// One `Free`. Defaults to zero (bookkeeping); a host profile's `kernel.op_overhead_ns`
+    /// prices the host backend's stream loop running it as an op.
+    fn free_ns(&self) -> u64 {
+        0
+    }
     /// True when `compute_ns` does not depend on `rank`: the engine then computes each
     /// program's compute durations once instead of once per rank. Defaults to false, so a
     /// model that adds stragglers is never cached by accident.

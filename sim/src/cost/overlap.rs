@@ -30,6 +30,9 @@ impl CostModel for WithOverlap<'_> {
     fn alloc_ns(&self, category: crate::schedule::MemCategory, bytes: u64) -> u64 {
         self.inner.alloc_ns(category, bytes)
     }
+    fn free_ns(&self) -> u64 {
+        self.inner.free_ns()
+    }
     fn compute_is_rank_invariant(&self) -> bool {
         self.inner.compute_is_rank_invariant()
     }

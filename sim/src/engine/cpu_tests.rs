@@ -156,3 +156,35 @@ fn a_shared_collective_is_communication_for_its_solo_time() {
         );
     }
 }
+
+#[test]
+fn a_priced_free_takes_its_time_on_the_core() {
+    // Each rank allocates 1000 bytes (1 ns per byte) and frees them; a free costs 300 ns of
+    // the runtime's own work, CPU work like the allocation.
+    let plan = plan(1, 1, 2, 1);
+    let progs = (0..2)
+        .map(|_| {
+            let mut b = ProgBuilder::new(0);
+            let a = b.alloc(MemCategory::Activations, 1000, 1, &[]);
+            b.free(1, &[a]);
+            b.build()
+        })
+        .collect();
+    let s = per_rank(progs);
+    let step_with = |cores: Option<u32>, free_ns: u64| {
+        let cost = SharedCores {
+            cores,
+            alloc_ns_per_byte: 1,
+            free_ns,
+            ..SharedCores::default()
+        };
+        simulate(&plan, &s, &cost, &SimOptions::default())
+            .unwrap()
+            .step_time_ns
+    };
+    assert_eq!(step_with(None, 0), 1000);
+    assert_eq!(step_with(None, 300), 1300);
+    assert_eq!(step_with(Some(2), 300), 1300);
+    // Both ranks on one core: every piece of work is shared.
+    assert_eq!(step_with(Some(1), 300), 2600);
+}

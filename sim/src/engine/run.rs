@@ -170,6 +170,8 @@ pub(crate) struct State<S: Slots> {
     /// Waiting within stretched spans on shared cores (see `engine::share`); `None` unless
     /// ranks share cores.
     share: Option<CoreShare>,
+    /// What a `Free` takes (the cost model's `free_ns`; zero makes it instant).
+    free_ns: u64,
     slots: std::marker::PhantomData<S>,
 }
 
@@ -224,6 +226,7 @@ impl<S: Slots> State<S> {
             coll_memo: CollectiveMemo::default(),
             p2p_memo: P2pMemo::default(),
             share: ctx.cost.shared_cores().map(|_| CoreShare::new(slots)),
+            free_ns: ctx.cost.free_ns(),
             slots: std::marker::PhantomData,
             trace: ctx.opts.trace.then(|| Trace {
                 events: Vec::with_capacity(total_ops),
@@ -350,7 +353,9 @@ impl<S: Slots> State<S> {
             CKind::Alloc { .. } => {
                 self.run_cpu_work(ctx, (rank, op_idx), &[rank], op.cached_ns.unwrap_or(0))
             }
-            CKind::Free { .. } => self.instant.push_back((rank, op_idx)),
+            CKind::Free { .. } if self.free_ns == 0 => self.instant.push_back((rank, op_idx)),
+            // Priced like an allocation: the runtime's own work for the op.
+            CKind::Free { .. } => self.run_cpu_work(ctx, (rank, op_idx), &[rank], self.free_ns),
             CKind::P2p {
                 send,
                 peer,

@@ -54,12 +54,14 @@ impl CostModel for FixedCost {
 
 /// A plan of `tp * pp * dp` A100s (8 per node), `microbatches` per pipeline.
 /// [`FixedCost`] on a host: ranks share `cores` CPU cores, compute overlapping communication
-/// is slowed by `slowdown`, and an allocation takes `alloc_ns_per_byte` ns per byte.
+/// is slowed by `slowdown`, an allocation takes `alloc_ns_per_byte` ns per byte and a free
+/// `free_ns`.
 #[derive(Default)]
 pub(crate) struct SharedCores {
     pub cores: Option<u32>,
     pub slowdown: f64,
     pub alloc_ns_per_byte: u64,
+    pub free_ns: u64,
 }
 
 impl CostModel for SharedCores {
@@ -77,6 +79,9 @@ impl CostModel for SharedCores {
     }
     fn alloc_ns(&self, _category: MemCategory, bytes: u64) -> u64 {
         bytes.saturating_mul(self.alloc_ns_per_byte)
+    }
+    fn free_ns(&self) -> u64 {
+        self.free_ns
     }
     fn compute_is_rank_invariant(&self) -> bool {
         true

@@ -62,6 +62,7 @@ struct RawGemm {
 struct RawMemory {
     efficiency: RawParam,
     alloc_bytes_per_s: Option<RawParam>,
+    alloc_fixed_ns: Option<RawParam>,
     spill_bytes: Option<RawParam>,
     spill_efficiency: Option<RawParam>,
 }
@@ -76,6 +77,7 @@ struct RawHost {
 #[serde(deny_unknown_fields)]
 struct RawKernel {
     launch_ns: RawParam,
+    op_overhead_ns: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -481,6 +483,16 @@ impl Checker<'_> {
                 .memory
                 .alloc_bytes_per_s
                 .map(|a| self.param("memory.alloc_bytes_per_s", a, Range::Positive))
+                .transpose()?,
+            memory_alloc_fixed_ns: raw
+                .memory
+                .alloc_fixed_ns
+                .map(|a| self.param("memory.alloc_fixed_ns", a, Range::NonNegative))
+                .transpose()?,
+            op_overhead_ns: raw
+                .kernel
+                .op_overhead_ns
+                .map(|o| self.param("kernel.op_overhead_ns", o, Range::NonNegative))
                 .transpose()?,
             memory_spill_bytes: spill_bytes,
             memory_spill_efficiency: spill_efficiency,

@@ -128,6 +128,13 @@ pub struct Profile {
     /// Rate at which an `Alloc` op allocates and touches its bytes (the host backend writes
     /// every byte); absent means allocations take no time (a caching GPU allocator).
     pub memory_alloc_bytes_per_s: Option<Param>,
+    /// `memory.alloc_fixed_ns`: fixed time of each priced `Alloc` on top of its bytes (the
+    /// host backend's allocator call); absent means none.
+    pub memory_alloc_fixed_ns: Option<Param>,
+    /// `kernel.op_overhead_ns`: the runtime's own time per op that is not a compute op
+    /// (allocations, frees, transfers, checkpoints: the host backend's stream loop runs each
+    /// like a compute op); absent means none (compute ops pay `launch_ns`).
+    pub op_overhead_ns: Option<Param>,
     /// `[host] cores`: CPU cores the ranks of one node share for compute (host backend);
     /// absent means every rank has its own device.
     pub host_cores: Option<Param>,
@@ -240,6 +247,8 @@ impl Analytic {
                 .as_ref()
                 .map_or(DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, |c| c.value),
             alloc_bytes_per_s: p.memory_alloc_bytes_per_s.as_ref().map(|a| a.value),
+            alloc_fixed_ns: p.memory_alloc_fixed_ns.as_ref().map_or(0, whole),
+            op_overhead_ns: p.op_overhead_ns.as_ref().map_or(0, whole),
             p2p_latency_ns: [&p.intra, &p.inter].map(|l| l.p2p_latency_ns.as_ref().map(whole)),
             p2p_bandwidth_bytes_per_s: [&p.intra, &p.inter]
                 .map(|l| l.p2p_bandwidth_bytes_per_s.as_ref().map(|b| b.value)),

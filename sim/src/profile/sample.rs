@@ -96,6 +96,8 @@ impl Profile {
             (self.overlap_compute_slowdown.as_mut(), Slowdown),
             (self.checkpoint_bandwidth_bytes_per_s.as_mut(), Positive),
             (self.memory_alloc_bytes_per_s.as_mut(), Positive),
+            (self.memory_alloc_fixed_ns.as_mut(), NonNegative),
+            (self.op_overhead_ns.as_mut(), NonNegative),
             (self.memory_spill_bytes.as_mut(), NonNegative),
             (self.memory_spill_efficiency.as_mut(), Fraction),
             (self.host_cores.as_mut(), Count),

@@ -424,3 +424,50 @@ fn a_p2p_bandwidth_must_be_positive() {
     let e = parse_str(&text, "p.toml").unwrap_err().to_string();
     assert!(e.contains("p2p_bandwidth_bytes_per_s"), "{e}");
 }
+
+#[test]
+fn alloc_fixed_cost_and_op_overhead_price_the_runtimes_own_work() {
+    let text = A100
+        .replacen(
+            "[kernel]\n",
+            "[kernel]\nop_overhead_ns = { value = 700, source = \"fitted\", ref = \"op chain\" }\n",
+            1,
+        )
+        .replacen(
+            "[memory]\n",
+            "[memory]\nalloc_bytes_per_s = { value = 1e9, source = \"fitted\", ref = \"alloc\" }\nalloc_fixed_ns = { value = 5000, source = \"fitted\", ref = \"alloc\" }\n",
+            1,
+        );
+    let p = parse_str(&text, "p.toml").unwrap();
+    assert_eq!(p.op_overhead_ns.as_ref().map(|o| o.value), Some(700.0));
+    assert_eq!(
+        p.memory_alloc_fixed_ns.as_ref().map(|o| o.value),
+        Some(5000.0)
+    );
+    let s = small_scenario(4, 4, 1, 4);
+    let plan = Plan::new(&s).unwrap();
+    let with = Analytic::from_profile(&s, &p);
+    let without = Analytic::from_profile(&s, &a100());
+    // 1 MB at 1 GB/s is 1 ms, plus the fixed cost and the op overhead.
+    assert_eq!(
+        with.alloc_ns(MemCategory::Activations, 1_000_000),
+        1_000_000 + 5_000 + 700
+    );
+    // Model state is allocated once per run: only the op overhead.
+    assert_eq!(with.alloc_ns(MemCategory::Weights, 1_000_000), 700);
+    assert_eq!(with.free_ns(), 700);
+    assert_eq!(without.free_ns(), 0);
+    assert_eq!(
+        with.p2p_ns(&plan, 0, 4, 1 << 20),
+        without.p2p_ns(&plan, 0, 4, 1 << 20) + 700
+    );
+    let g = plan.group(plan.group_of(0, GroupKind::Tp));
+    assert_eq!(
+        with.collective_ns(CollectiveKind::AllReduce, g, 1 << 20, 2),
+        without.collective_ns(CollectiveKind::AllReduce, g, 1 << 20, 2) + 700
+    );
+    assert_eq!(
+        with.checkpoint_ns(1 << 20),
+        without.checkpoint_ns(1 << 20) + 700
+    );
+}
