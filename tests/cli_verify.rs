@@ -88,6 +88,18 @@ fn json_has_the_stable_fields_and_the_trace_dir_holds_both_traces() {
             "{c}"
         );
     }
+    // One check before each run (one run here), and the error at the profile's speed: the
+    // measured median scaled by that check's predicted / measured GEMM time.
+    let checks = v["machine_check"]["runs"].as_array().unwrap();
+    assert_eq!(checks.len(), 1);
+    assert_eq!(checks[0], v["machine_check"]["before"]);
+    let c = &checks[0];
+    let f = c["predicted_s"].as_f64().unwrap() / c["measured_s"].as_f64().unwrap();
+    let at = v["machine_check"]["step_time_error_at_profile_speed"]
+        .as_f64()
+        .unwrap();
+    let scaled = meas * f;
+    assert!((at - (scaled - pred) / scaled).abs() < 1e-9, "{at}");
     // Both traces in the on-disk format of `twin simulate --trace`, and the JSON itself.
     for f in ["predicted.trace.json", "measured.trace.json"] {
         let t: Value = serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap())

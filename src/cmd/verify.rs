@@ -111,22 +111,55 @@ impl Args {
     }
 }
 
-/// The profile's prediction of the scenario's GEMMs against this machine now, before and after
-/// the runs (host backend; `twin_calibration::check`).
+/// The profile's prediction of the scenario's GEMMs against this machine now: before each run
+/// and after the last (host backend; `twin_calibration::check`).
 #[derive(Default, serde::Serialize)]
 struct MachineCheck {
+    /// Before the first run (`runs[0]`).
     before: Option<GemmCheck>,
     after: Option<GemmCheck>,
+    /// Before each run.
+    runs: Vec<Option<GemmCheck>>,
+    /// The step-time error with each run's steps scaled to the profile's machine speed by the
+    /// check before it (steps x predicted / measured GEMM time): the model's error with the
+    /// machine's drift taken out, assuming the whole step moves with its GEMMs.
+    step_time_error_at_profile_speed: Option<f64>,
 }
 
 impl MachineCheck {
-    /// One line, or nothing when there was no check.
+    /// Records the check before run `i` (the first is also `before`).
+    fn before_run(&mut self, c: Option<GemmCheck>) {
+        if self.runs.is_empty() {
+            self.before = c.clone();
+        }
+        self.runs.push(c);
+    }
+
+    /// Sets `step_time_error_at_profile_speed` when every run was checked.
+    fn adjust(&mut self, steps: &[Vec<f64>], warmup: usize, predicted_s: f64) {
+        let factors: Option<Vec<f64>> = self
+            .runs
+            .iter()
+            .map(|c| {
+                c.as_ref()
+                    .filter(|c| c.measured_s > 0.0)
+                    .map(|c| c.predicted_s / c.measured_s)
+            })
+            .collect();
+        self.step_time_error_at_profile_speed = factors
+            .filter(|f| f.len() == steps.len() && !f.is_empty())
+            .map(|f| twin_sim::verify::scaled_median(steps, warmup, &f))
+            .filter(|&m| m > 0.0)
+            .map(|m| (m - predicted_s) / m);
+    }
+
+    /// Two lines, or nothing when there was no check.
     fn to_text(&self) -> String {
         let (Some(b), Some(a)) = (&self.before, &self.after) else {
             return String::new();
         };
         let way = |e: f64| if e >= 0.0 { "slower" } else { "faster" };
-        format!(
+        let mut t = format!(
             "machine check: the scenario's {} most frequent GEMM shapes ran {:.1}% {} than the \
              profile predicts before the runs, {:.1}% {} after (a step-time error of about this \
              size is the machine's speed now, not the schedule's model)\n",
@@ -135,7 +168,15 @@ impl MachineCheck {
             way(b.error),
             a.error.abs() * 100.0,
             way(a.error),
-        )
+        );
+        if let Some(e) = self.step_time_error_at_profile_speed {
+            t.push_str(&format!(
+                "at the profile's machine speed (each run's steps scaled by the check before it): \
+                 step time error {:+.1}%\n",
+                e * 100.0
+            ));
+        }
+        t
     }
 }
 
@@ -218,11 +259,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let result = (|| {
         if args.backend == BackendKind::Host {
             runcmd::check_fits_host(&scenario, staged, &common)?;
-            check.before = gemm_check(staged);
         }
         for i in 0..args.repeat() {
             if args.format == Format::Text && args.repeat() > 1 {
                 eprintln!("run {}/{}", i + 1, args.repeat());
+            }
+            if args.backend == BackendKind::Host {
+                check.before_run(gemm_check(staged));
             }
             runs.push(measure_once(&args, &scenario, staged, &common)?);
         }
@@ -235,6 +278,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     result?;
     let steps: Vec<Vec<f64>> = runs.iter().map(|r| r.report.step_times_s.clone()).collect();
     let summary = summarize_steps(&steps, args.warmup as usize);
+    check.adjust(&steps, args.warmup as usize, prediction.report.step_time_s);
     let (steps_s, median_s, spread_s) = (&summary.steps_s, summary.median_s, summary.spread_s);
     let m = runs
         .get(summary.representative_run)

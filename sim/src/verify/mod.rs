@@ -16,7 +16,7 @@ mod steps;
 mod tests;
 
 pub use groups::{group_of, size_bucket};
-pub use steps::{median, summarize_steps, StepSummary};
+pub use steps::{median, scaled_median, summarize_steps, StepSummary};
 
 use crate::report::Report;
 use crate::schedule::Schedule;

@@ -30,6 +30,20 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The median of every step after warm-up, each multiplied by its run's entry of `factors`
+/// (a run without one counts unscaled); 0 when there are no steps.
+pub fn scaled_median(runs: &[Vec<f64>], warmup: usize, factors: &[f64]) -> f64 {
+    let steps: Vec<f64> = runs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            let f = factors.get(i).copied().unwrap_or(1.0);
+            r.iter().skip(warmup).map(move |s| s * f)
+        })
+        .collect();
+    median(&steps)
+}
+
 /// Reduce `runs` (each run's step times, warm-up included) leaving out the first `warmup`
 /// steps of each run. A run with no steps after warm-up counts as a median step of 0.
 pub fn summarize_steps(runs: &[Vec<f64>], warmup: usize) -> StepSummary {
@@ -67,6 +81,17 @@ pub fn summarize_steps(runs: &[Vec<f64>], warmup: usize) -> StepSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scaled_median_scales_each_run_by_its_factor() {
+        // Two runs, one warm-up step each; the second run's steps halved.
+        let runs = vec![vec![9.0, 2.0, 4.0], vec![9.0, 8.0, 10.0]];
+        // Steps after warm-up: 2, 4 and 4, 5 (scaled): median of [2, 4, 4, 5] = 4.
+        assert_eq!(scaled_median(&runs, 1, &[1.0, 0.5]), 4.0);
+        // Unscaled: median of [2, 4, 8, 10] = 6; a missing factor counts as 1.
+        assert_eq!(scaled_median(&runs, 1, &[1.0]), 6.0);
+        assert_eq!(scaled_median(&[], 1, &[]), 0.0);
+    }
 
     #[test]
     fn warm_up_is_left_out_and_the_median_spans_runs() {
