@@ -94,15 +94,7 @@ mod tests {
 
     fn tiny() -> twin_sim::Staged {
         // A CPU-sized model: a check times every shape 11 times.
-        let mut s = twin_sim::testing::small_scenario(1, 1, 1, 2);
-        s.model.layers = 2;
-        s.model.hidden = 64;
-        s.model.heads = 4;
-        s.model.kv_heads = 4;
-        s.model.ffn_hidden = 256;
-        s.model.seq_len = 32;
-        s.model.vocab = 512;
-        twin_sim::Staged::new(&s).unwrap()
+        twin_sim::Staged::new(&twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2)).unwrap()
     }
 
     #[test]

@@ -88,3 +88,18 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
         },
     }
 }
+
+/// [`small_scenario`] with a model small enough to run for real on a CPU in a test (the host
+/// backend's GEMMs, a calibration check): 2 layers, hidden 64, 4 heads, FFN 256, sequence 32,
+/// vocabulary 128.
+pub fn cpu_sized_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario {
+    let mut s = small_scenario(tp, pp, dp, microbatches);
+    s.model.layers = 2;
+    s.model.hidden = 64;
+    s.model.heads = 4;
+    s.model.kv_heads = 4;
+    s.model.ffn_hidden = 256;
+    s.model.seq_len = 32;
+    s.model.vocab = 128;
+    s
+}

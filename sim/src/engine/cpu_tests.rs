@@ -5,7 +5,7 @@
 use super::testkit::*;
 use super::*;
 use crate::plan::GroupKind;
-use crate::schedule::{CollectiveKind, MemCategory, Stream};
+use crate::schedule::{CollectiveKind, MemCategory, Program, Stream};
 
 fn step(plan: &Plan, s: &Schedule, cores: Option<u32>) -> u64 {
     let cost = SharedCores {
@@ -18,23 +18,28 @@ fn step(plan: &Plan, s: &Schedule, cores: Option<u32>) -> u64 {
         .step_time_ns
 }
 
-#[test]
-fn a_collective_takes_a_core_of_every_member() {
-    // Four data-parallel ranks on one node all-reduce for 1000 ns of solo time.
-    let plan = plan(1, 1, 4, 1);
-    let progs = (0..4)
+/// `ranks` programs of one data-parallel all-reduce of `ns` solo time each.
+fn all_reduce_programs(ranks: u32, ns: u64) -> Vec<Program> {
+    (0..ranks)
         .map(|_| {
             let mut b = ProgBuilder::new(0);
             b.collective(
                 Stream::Dp,
                 CollectiveKind::AllReduce,
                 GroupKind::Dp,
-                1000,
+                ns,
                 &[],
             );
             b.build()
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn a_collective_takes_a_core_of_every_member() {
+    // Four data-parallel ranks on one node all-reduce for 1000 ns of solo time.
+    let plan = plan(1, 1, 4, 1);
+    let progs = all_reduce_programs(4, 1000);
     let s = per_rank(progs);
     assert_eq!(step(&plan, &s, None), 1000);
     assert_eq!(step(&plan, &s, Some(4)), 1000);
@@ -134,19 +139,7 @@ fn a_shared_collective_is_communication_for_its_solo_time() {
     // Four ranks on two cores all-reduce for 1000 ns of solo time: 2000 ns on the clock, of
     // which each rank communicates 1000 and waits for its core 1000.
     let plan = plan(1, 1, 4, 1);
-    let progs = (0..4)
-        .map(|_| {
-            let mut b = ProgBuilder::new(0);
-            b.collective(
-                Stream::Dp,
-                CollectiveKind::AllReduce,
-                GroupKind::Dp,
-                1000,
-                &[],
-            );
-            b.build()
-        })
-        .collect();
+    let progs = all_reduce_programs(4, 1000);
     let r = run(&plan, &per_rank(progs), Some(2));
     assert_eq!(r.step_time_ns, 2000);
     for s in &r.ranks {

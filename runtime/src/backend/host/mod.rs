@@ -566,14 +566,7 @@ mod tests {
 
     #[test]
     fn runs_a_single_rank_program_with_real_memory() {
-        let mut s = twin_sim::testing::small_scenario(1, 1, 1, 2);
-        s.model.hidden = 64;
-        s.model.heads = 4;
-        s.model.kv_heads = 4;
-        s.model.ffn_hidden = 256;
-        s.model.seq_len = 32;
-        s.model.vocab = 128;
-        s.model.layers = 2;
+        let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
         let staged = twin_sim::Staged::new(&s).unwrap();
         let mut b = HostBackend::single();
         let run = run_step(&staged.plan, &staged.schedule, 0, &mut b).unwrap();
