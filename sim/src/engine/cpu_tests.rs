@@ -35,6 +35,18 @@ fn all_reduce_programs(ranks: u32, ns: u64) -> Vec<Program> {
         .collect()
 }
 
+/// `ranks` programs that each allocate `bytes` of activations and free them.
+fn alloc_free_programs(ranks: u32, bytes: u64) -> Vec<Program> {
+    (0..ranks)
+        .map(|_| {
+            let mut b = ProgBuilder::new(0);
+            let a = b.alloc(MemCategory::Activations, bytes, 1, &[]);
+            b.free(1, &[a]);
+            b.build()
+        })
+        .collect()
+}
+
 #[test]
 fn a_collective_takes_a_core_of_every_member() {
     // Four data-parallel ranks on one node all-reduce for 1000 ns of solo time.
@@ -81,14 +93,7 @@ fn communication_and_compute_share_the_cores() {
 fn priced_allocations_take_cpu_time() {
     // Two ranks each allocate (and, on the host, write) 1000 bytes at 1 ns per byte.
     let plan = plan(1, 1, 2, 1);
-    let progs = (0..2)
-        .map(|_| {
-            let mut b = ProgBuilder::new(0);
-            let a = b.alloc(MemCategory::Activations, 1000, 1, &[]);
-            b.free(1, &[a]);
-            b.build()
-        })
-        .collect();
+    let progs = alloc_free_programs(2, 1000);
     let s = per_rank(progs);
     assert_eq!(step(&plan, &s, None), 1000);
     assert_eq!(step(&plan, &s, Some(2)), 1000);
@@ -155,14 +160,7 @@ fn a_priced_free_takes_its_time_on_the_core() {
     // Each rank allocates 1000 bytes (1 ns per byte) and frees them; a free costs 300 ns of
     // the runtime's own work, CPU work like the allocation.
     let plan = plan(1, 1, 2, 1);
-    let progs = (0..2)
-        .map(|_| {
-            let mut b = ProgBuilder::new(0);
-            let a = b.alloc(MemCategory::Activations, 1000, 1, &[]);
-            b.free(1, &[a]);
-            b.build()
-        })
-        .collect();
+    let progs = alloc_free_programs(2, 1000);
     let s = per_rank(progs);
     let step_with = |cores: Option<u32>, free_ns: u64| {
         let cost = SharedCores {
