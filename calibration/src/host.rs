@@ -67,6 +67,9 @@ pub struct HostFits {
     pub ring: AlphaBeta,
     pub overlap_slowdown: Estimate,
     pub checkpoint: AlphaBeta,
+    /// Interruptions of running compute per second of busy time, and their mean length
+    /// (`bench::interrupt`); `None` when not measured.
+    pub interruptions: Option<(Estimate, Estimate)>,
     pub cores: u32,
     /// Samples dropped by the outlier rule, over every benchmark.
     pub dropped_samples: usize,
@@ -328,6 +331,11 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         ring,
         overlap_slowdown: ratio::slowdown(&overlap.alone_ns, &overlap.overlapped_ns)?,
         checkpoint: named("checkpoint", &sized_points(&s.checkpoint), &mut notes)?,
+        interruptions: s
+            .interruptions
+            .as_ref()
+            .filter(|i| i.calls > 0)
+            .map(crate::fit::interrupt::fit),
         cores,
         dropped_samples: dropped,
         notes,
@@ -591,6 +599,18 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
             r("the op-overhead fit (as kernel.launch_ns): every op of the host backend, whatever its kind, goes through the same stream loop"),
         )),
         host_cores: Some(host.cores.clone()),
+        host_interruptions_per_s: f.interruptions.map(|(rate, _)| {
+            fitted(
+                rate,
+                r("GEMM calls back to back on a pinned core over 1.2x the median call, per second of busy time"),
+            )
+        }),
+        host_interruption_mean_ns: f.interruptions.map(|(_, m)| {
+            fitted(
+                cap_hi(m, m.value * 1e3),
+                r("mean excess over the median call of the interrupted calls"),
+            )
+        }),
         provenance: Default::default(),
     };
     (profile, host)

@@ -63,7 +63,8 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         + cfg.pass_large_bytes.len()
         + 2 * cfg.launch_ops.len()
         + bench::comm::measurement_count(&cfg)
-        + cfg.checkpoint_bytes.len();
+        + cfg.checkpoint_bytes.len()
+        + 1;
     let mut progress = Counter {
         sink,
         done: 0,
@@ -83,6 +84,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
     samples.comm = comm;
     samples.overlap = Some(overlap);
     samples.checkpoint = bench::io::checkpoint(&cfg, &mut progress)?;
+    samples.interruptions = Some(bench::interrupt::interruptions(&cfg, &mut progress));
     let elapsed_s = started.elapsed().as_secs_f64();
     let fits = host::fit_all(&samples, cores)?;
     let mode = match opts.mode {

@@ -199,6 +199,10 @@ pub fn profile_toml(
     if let Some(c) = p.host_cores.as_ref().or(host.map(|h| &h.cores)) {
         o.push_str("\n[host]\n");
         o.push_str(&param("cores", c));
+        if let (Some(r), Some(m)) = (&p.host_interruptions_per_s, &p.host_interruption_mean_ns) {
+            o.push_str(&param("interruptions_per_s", r));
+            o.push_str(&param("interruption_mean_ns", m));
+        }
     }
     if let Some(f) = &p.fit {
         o.push_str("\n[fit]\n");

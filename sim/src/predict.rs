@@ -6,7 +6,7 @@ use crate::cost::{Analytic, CostModel, WithOverlap};
 use crate::engine::{simulate_on, SimError, SimOptions, SimResult};
 use crate::plan::{Plan, PlanError};
 use crate::profile::{check_matches, GpuMismatch, Profile};
-use crate::report::Report;
+use crate::report::{InterruptedSteps, Report};
 use crate::scenario::Scenario;
 use crate::schedule::{generate, Schedule, ScheduleError, ValidationError};
 use crate::topology::Network;
@@ -139,6 +139,56 @@ pub fn sim_options(scenario: &Scenario, opts: &PredictOptions) -> SimOptions {
     }
 }
 
+/// Simulated steps of a prediction whose profile has the machine's interruptions
+/// (`engine::jitter`): each meets its own draws, and the median one is the prediction.
+pub const INTERRUPTED_RUNS: u64 = 15;
+
+/// [`INTERRUPTED_RUNS`] steps with interruptions (seeds 1..=N, every rank simulated): the
+/// median step's result, and how the steps spread.
+fn median_interrupted(
+    staged: &Staged,
+    scenario: &Scenario,
+    opts: &PredictOptions,
+) -> Result<(SimResult, Option<InterruptedSteps>), PredictError> {
+    let base = SimOptions {
+        collapse: false,
+        ..sim_options(scenario, opts)
+    };
+    let undisturbed = staged.simulate(&SimOptions {
+        trace: false,
+        ..base.clone()
+    })?;
+    let mut steps = Vec::with_capacity(INTERRUPTED_RUNS as usize);
+    for seed in 1..=INTERRUPTED_RUNS {
+        let r = staged.simulate(&SimOptions {
+            trace: false,
+            jitter_seed: Some(seed),
+            ..base.clone()
+        })?;
+        steps.push((r.step_time_ns, seed));
+    }
+    steps.sort_unstable();
+    let q = |f: f64| {
+        let i = ((steps.len() as f64 - 1.0) * f).round() as usize;
+        steps.get(i).map_or(0, |s| s.0)
+    };
+    let median_seed = steps.get(steps.len() / 2).map_or(1, |s| s.1);
+    let result = staged.simulate(&SimOptions {
+        jitter_seed: Some(median_seed),
+        ..base
+    })?;
+    let s = |ns: u64| ns as f64 * 1e-9;
+    Ok((
+        result,
+        Some(InterruptedSteps {
+            runs: INTERRUPTED_RUNS as u32,
+            undisturbed_step_time_s: s(undisturbed.step_time_ns),
+            step_time_p10_s: s(q(0.1)),
+            step_time_p90_s: s(q(0.9)),
+        }),
+    ))
+}
+
 /// Predict one training step of `scenario`: plan, generate, validate, simulate, report.
 pub fn predict(scenario: &Scenario, opts: &PredictOptions) -> Result<Prediction, PredictError> {
     predict_with(scenario, opts, None)
@@ -155,19 +205,23 @@ pub fn predict_with(
     if !opts.skip_validation {
         staged.validate()?;
     }
-    let result = staged.simulate(&sim_options(scenario, opts))?;
+    let (result, interruptions) = match staged.cost.interruptions {
+        Some(_) => median_interrupted(&staged, scenario, opts)?,
+        None => (staged.simulate(&sim_options(scenario, opts))?, None),
+    };
     let wall_s = if opts.reproducible {
         0.0
     } else {
         start.elapsed().as_secs_f64()
     };
-    let report = Report::build(
+    let mut report = Report::build(
         &staged.scenario,
         &staged.plan,
         &staged.schedule,
         &result,
         wall_s,
     );
+    report.interruptions = interruptions;
     Ok(Prediction {
         staged,
         result,

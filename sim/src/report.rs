@@ -110,6 +110,22 @@ pub struct Report {
     pub host_memory_peak_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oom: Option<OutOfMemory>,
+    /// With a profile that has the machine's interruptions: how the simulated steps spread
+    /// (the report itself is the median one's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interruptions: Option<InterruptedSteps>,
+}
+
+/// Steps simulated with the machine's interruptions (`engine::jitter`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InterruptedSteps {
+    /// Steps simulated, each with its own draws.
+    pub runs: u32,
+    /// The step with no interruption.
+    pub undisturbed_step_time_s: f64,
+    /// 10th and 90th percentile of the simulated steps.
+    pub step_time_p10_s: f64,
+    pub step_time_p90_s: f64,
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -239,6 +255,7 @@ impl Report {
                 .max()
                 .unwrap_or(0),
             oom,
+            interruptions: None,
         }
     }
 
@@ -268,6 +285,17 @@ impl Report {
             format!("{:?}", self.precision).to_lowercase()
         );
         let _ = writeln!(o, "step time       {:.3} ms", self.step_time_s * 1e3);
+        if let Some(i) = &self.interruptions {
+            let _ = writeln!(
+                o,
+                "                median of {} steps with the machine's interruptions (10-90%: \
+                 {:.3}-{:.3} ms; undisturbed {:.3} ms)",
+                i.runs,
+                i.step_time_p10_s * 1e3,
+                i.step_time_p90_s * 1e3,
+                i.undisturbed_step_time_s * 1e3
+            );
+        }
         let _ = writeln!(
             o,
             "throughput      {} tokens/s, {} tokens/s per GPU",

@@ -333,6 +333,16 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
         f.overlap_slowdown.ci95[1],
         f.dropped_samples
     ));
+    if let Some((rate, mean)) = &f.interruptions {
+        o.push_str(&format!(
+            "interruptions of running compute {:.0}/s [{:.0} .. {:.0}], {} each
+",
+            rate.value,
+            rate.ci95[0],
+            rate.ci95[1],
+            est(mean, "ns")
+        ));
+    }
     o.push_str(&closing_lines(&f.notes, profile, samples));
     o
 }

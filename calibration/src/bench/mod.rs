@@ -7,6 +7,7 @@
 
 pub mod comm;
 pub mod compute;
+pub mod interrupt;
 pub mod io;
 pub mod launch;
 pub mod memory;
@@ -60,6 +61,8 @@ pub struct Config {
     pub overlap: Repeats,
     pub checkpoint_bytes: Vec<u64>,
     pub checkpoint: Repeats,
+    /// How long the interruption benchmark runs its GEMM back to back (`bench::interrupt`).
+    pub interrupt_ns: u64,
 }
 
 /// The L2 cache of CPU 0, from sysfs (`1024K`).
@@ -126,6 +129,7 @@ impl Config {
                 overlap: r(2, 15),
                 checkpoint_bytes: vec![MIB, 4 * MIB, 16 * MIB, 64 * MIB],
                 checkpoint: r(1, 5),
+                interrupt_ns: 3_000_000_000,
             },
             Mode::Quick => Config {
                 mode,
@@ -146,6 +150,7 @@ impl Config {
                 overlap: r(1, 7),
                 checkpoint_bytes: vec![MIB, 8 * MIB, 32 * MIB],
                 checkpoint: r(1, 3),
+                interrupt_ns: 1_000_000_000,
             },
             Mode::Tiny => Config {
                 mode,
@@ -166,6 +171,7 @@ impl Config {
                 overlap: r(0, 3),
                 checkpoint_bytes: vec![256 * KIB, 2 * MIB, 8 * MIB],
                 checkpoint: r(0, 2),
+                interrupt_ns: 50_000_000,
             },
         }
     }
@@ -288,4 +294,5 @@ pub struct Samples {
     pub overlap: Option<OverlapSamples>,
     /// Write and fsync a file of `bytes`.
     pub checkpoint: Vec<SizedSamples>,
+    pub interruptions: Option<interrupt::InterruptSamples>,
 }

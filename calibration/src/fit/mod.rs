@@ -11,6 +11,7 @@
 
 pub mod alpha_beta;
 pub mod gemm;
+pub mod interrupt;
 pub mod linear;
 pub mod ratio;
 pub mod spill;

@@ -61,6 +61,9 @@ pub struct Analytic {
     /// The runtime's own time per op that is not a compute op (profile key
     /// `kernel.op_overhead_ns`): added to allocations, frees, transfers and checkpoints.
     pub op_overhead_ns: u64,
+    /// Interruptions of compute by the machine (profile keys `[host] interruptions_per_s`
+    /// and `interruption_mean_ns`).
+    pub interruptions: Option<crate::engine::Interruptions>,
     /// CPU cores the ranks of one node share for compute (host backend); `None`: every
     /// rank has a device of its own. Carried for the engine's core sharing (see
     /// [`Analytic::host_cores`]).
@@ -98,6 +101,7 @@ impl Analytic {
             alloc_bytes_per_s: None,
             alloc_fixed_ns: 0,
             op_overhead_ns: 0,
+            interruptions: None,
             host_cores: None,
             p2p_latency_ns: [None, None],
             p2p_bandwidth_bytes_per_s: [None, None],
@@ -214,6 +218,10 @@ impl CostModel for Analytic {
 
     fn free_ns(&self) -> u64 {
         self.op_overhead_ns
+    }
+
+    fn interruptions(&self) -> Option<crate::engine::Interruptions> {
+        self.interruptions
     }
 
     fn compute_is_rank_invariant(&self) -> bool {

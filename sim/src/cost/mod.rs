@@ -47,6 +47,12 @@ pub trait CostModel: Send + Sync {
     fn free_ns(&self) -> u64 {
         0
     }
+    /// How often and how long the machine interrupts compute (a host profile's
+    /// `[host] interruptions_per_s` and `interruption_mean_ns`); `None`: never. The engine
+    /// draws them only when asked to ([`crate::engine::SimOptions::jitter_seed`]).
+    fn interruptions(&self) -> Option<crate::engine::Interruptions> {
+        None
+    }
     /// True when `compute_ns` does not depend on `rank`: the engine then computes each
     /// program's compute durations once instead of once per rank. Defaults to false, so a
     /// model that adds stragglers is never cached by accident.

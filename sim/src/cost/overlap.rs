@@ -33,6 +33,9 @@ impl CostModel for WithOverlap<'_> {
     fn free_ns(&self) -> u64 {
         self.inner.free_ns()
     }
+    fn interruptions(&self) -> Option<crate::engine::Interruptions> {
+        self.inner.interruptions()
+    }
     fn compute_is_rank_invariant(&self) -> bool {
         self.inner.compute_is_rank_invariant()
     }

@@ -19,6 +19,8 @@ mod context;
 mod cpu_tests;
 mod deadlock;
 mod flow;
+mod jitter;
+pub use jitter::Interruptions;
 #[cfg(test)]
 mod flow_tests;
 mod memo;
@@ -57,6 +59,10 @@ pub struct SimOptions {
     /// result (see `engine::collapse`); otherwise every rank is simulated regardless.
     /// [`SimResult::collapsed`] tells which happened.
     pub collapse: bool,
+    /// Draw interruptions of compute (the cost model's [`CostModel::interruptions`]) from this
+    /// seed; `None`: every op takes its undisturbed time. Ranks are then no longer symmetric,
+    /// so a run with interruptions simulates every rank.
+    pub jitter_seed: Option<u64>,
 }
 
 impl Default for SimOptions {
@@ -66,6 +72,7 @@ impl Default for SimOptions {
             max_events: u64::MAX,
             memory_capacity_bytes: u64::MAX,
             collapse: false,
+            jitter_seed: None,
         }
     }
 }

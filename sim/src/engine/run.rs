@@ -15,6 +15,7 @@
 use super::compile::{CKind, CProgram, GROUP_KINDS};
 pub(crate) use super::context::Ctx;
 use super::flow::{Finished, Flows, Spec, FLOW_TAG};
+use super::jitter::Jitter;
 use super::memo::{CollectiveMemo, P2pMemo};
 use super::memory::RankMem;
 use super::queue::EventQueue;
@@ -172,6 +173,8 @@ pub(crate) struct State<S: Slots> {
     share: Option<CoreShare>,
     /// What a `Free` takes (the cost model's `free_ns`; zero makes it instant).
     free_ns: u64,
+    /// Interruptions drawn for compute ops (see `engine::jitter`), when asked for.
+    jitter: Option<Jitter>,
     slots: std::marker::PhantomData<S>,
 }
 
@@ -227,6 +230,11 @@ impl<S: Slots> State<S> {
             p2p_memo: P2pMemo::default(),
             share: ctx.cost.shared_cores().map(|_| CoreShare::new(slots)),
             free_ns: ctx.cost.free_ns(),
+            jitter: ctx
+                .opts
+                .jitter_seed
+                .zip(ctx.cost.interruptions())
+                .map(|(seed, model)| Jitter::new(seed, model)),
             slots: std::marker::PhantomData,
             trace: ctx.opts.trace.then(|| Trace {
                 events: Vec::with_capacity(total_ops),
@@ -317,10 +325,13 @@ impl<S: Slots> State<S> {
         rs.streams[s].start_ns = now;
         match op.kind {
             CKind::Compute { .. } => {
-                let dur = match op.cached_ns {
+                let mut dur = match op.cached_ns {
                     Some(ns) => ns,
                     None => compute_ns_uncached(ctx, rank, op_idx),
                 };
+                if let Some(j) = &mut self.jitter {
+                    dur = dur.saturating_add(j.delay_ns(dur));
+                }
                 let a = &mut rs.acct;
                 a.flush(self.now);
                 a.running_compute += 1;

@@ -71,6 +71,8 @@ struct RawMemory {
 #[serde(deny_unknown_fields)]
 struct RawHost {
     cores: RawParam,
+    interruptions_per_s: Option<RawParam>,
+    interruption_mean_ns: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -378,32 +380,33 @@ impl Checker<'_> {
         })
     }
 
-    /// `memory.spill_bytes` and `memory.spill_efficiency`: both or neither.
-    fn spill(
+    /// Two keys that come together (`memory.spill_*`, `host.interruption*`): both or
+    /// neither.
+    fn pair(
         &self,
-        bytes: Option<RawParam>,
-        efficiency: Option<RawParam>,
+        (a_key, a, a_range): (&str, Option<RawParam>, Range),
+        (b_key, b, b_range): (&str, Option<RawParam>, Range),
     ) -> Result<(Option<Param>, Option<Param>)> {
-        const BOTH: &str = "both memory.spill_bytes and memory.spill_efficiency, or neither";
-        match (bytes, efficiency) {
+        let both = format!("both {a_key} and {b_key}, or neither");
+        match (a, b) {
             (None, None) => Ok((None, None)),
-            (Some(b), Some(e)) => Ok((
-                Some(self.param("memory.spill_bytes", b, Range::NonNegative)?),
-                Some(self.param("memory.spill_efficiency", e, Range::Fraction)?),
+            (Some(a), Some(b)) => Ok((
+                Some(self.param(a_key, a, a_range)?),
+                Some(self.param(b_key, b, b_range)?),
             )),
-            (Some(b), None) => Err(self.invalid(
+            (Some(a), None) => Err(self.invalid(
+                a.value.span(),
+                a_key,
+                a.value.get_ref().to_string(),
+                &format!("{b_key} is missing"),
+                &both,
+            )),
+            (None, Some(b)) => Err(self.invalid(
                 b.value.span(),
-                "memory.spill_bytes",
+                b_key,
                 b.value.get_ref().to_string(),
-                "memory.spill_efficiency is missing",
-                BOTH,
-            )),
-            (None, Some(e)) => Err(self.invalid(
-                e.value.span(),
-                "memory.spill_efficiency",
-                e.value.get_ref().to_string(),
-                "memory.spill_bytes is missing",
-                BOTH,
+                &format!("{a_key} is missing"),
+                &both,
             )),
         }
     }
@@ -419,10 +422,33 @@ impl Checker<'_> {
             ),
             None => (None, None),
         };
-        let (spill_bytes, spill_efficiency) = self.spill(
-            raw.memory.spill_bytes.take(),
-            raw.memory.spill_efficiency.take(),
+        let (spill_bytes, spill_efficiency) = self.pair(
+            (
+                "memory.spill_bytes",
+                raw.memory.spill_bytes.take(),
+                Range::NonNegative,
+            ),
+            (
+                "memory.spill_efficiency",
+                raw.memory.spill_efficiency.take(),
+                Range::Fraction,
+            ),
         )?;
+        let (interruptions_per_s, interruption_mean_ns) = match raw.host.as_mut() {
+            Some(h) => self.pair(
+                (
+                    "host.interruptions_per_s",
+                    h.interruptions_per_s.take(),
+                    Range::NonNegative,
+                ),
+                (
+                    "host.interruption_mean_ns",
+                    h.interruption_mean_ns.take(),
+                    Range::NonNegative,
+                ),
+            )?,
+            None => (None, None),
+        };
         Ok(Profile {
             name: raw.name,
             description: raw.description,
@@ -500,6 +526,8 @@ impl Checker<'_> {
                 .host
                 .map(|h| self.param("host.cores", h.cores, Range::Count))
                 .transpose()?,
+            host_interruptions_per_s: interruptions_per_s,
+            host_interruption_mean_ns: interruption_mean_ns,
             provenance: raw
                 .provenance
                 .into_iter()

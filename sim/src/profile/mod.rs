@@ -138,6 +138,10 @@ pub struct Profile {
     /// `[host] cores`: CPU cores the ranks of one node share for compute (host backend);
     /// absent means every rank has its own device.
     pub host_cores: Option<Param>,
+    /// `[host] interruptions_per_s` / `interruption_mean_ns`: how often and how long the
+    /// machine takes the core from running compute (both or neither; `engine::jitter`).
+    pub host_interruptions_per_s: Option<Param>,
+    pub host_interruption_mean_ns: Option<Param>,
     /// `[provenance]`: where the profile was measured (machine, date, backend, versions).
     pub provenance: BTreeMap<String, String>,
     pub fit: Option<FitQuality>,
@@ -249,6 +253,13 @@ impl Analytic {
             alloc_bytes_per_s: p.memory_alloc_bytes_per_s.as_ref().map(|a| a.value),
             alloc_fixed_ns: p.memory_alloc_fixed_ns.as_ref().map_or(0, whole),
             op_overhead_ns: p.op_overhead_ns.as_ref().map_or(0, whole),
+            interruptions: match (&p.host_interruptions_per_s, &p.host_interruption_mean_ns) {
+                (Some(r), Some(m)) => Some(crate::engine::Interruptions {
+                    rate_per_ns: r.value * 1e-9,
+                    mean_ns: m.value,
+                }),
+                _ => None,
+            },
             p2p_latency_ns: [&p.intra, &p.inter].map(|l| l.p2p_latency_ns.as_ref().map(whole)),
             p2p_bandwidth_bytes_per_s: [&p.intra, &p.inter]
                 .map(|l| l.p2p_bandwidth_bytes_per_s.as_ref().map(|b| b.value)),

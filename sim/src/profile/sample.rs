@@ -98,6 +98,8 @@ impl Profile {
             (self.memory_alloc_bytes_per_s.as_mut(), Positive),
             (self.memory_alloc_fixed_ns.as_mut(), NonNegative),
             (self.op_overhead_ns.as_mut(), NonNegative),
+            (self.host_interruptions_per_s.as_mut(), NonNegative),
+            (self.host_interruption_mean_ns.as_mut(), NonNegative),
             (self.memory_spill_bytes.as_mut(), NonNegative),
             (self.memory_spill_efficiency.as_mut(), Fraction),
             (self.host_cores.as_mut(), Count),
@@ -149,8 +151,17 @@ pub fn step_time_ci95(
     };
     let mut rng = Rng::new(seed);
     let mut times = Vec::with_capacity(samples as usize);
-    for _ in 0..samples {
+    for i in 0..samples {
         let cost = Analytic::from_profile(&staged.scenario, &profile.sample(&mut rng));
+        // With the machine's interruptions in the profile, each draw meets its own: the
+        // interval is then one step's, as a run measures it.
+        let opts = SimOptions {
+            jitter_seed: cost
+                .interruptions
+                .map(|_| seed.wrapping_add(u64::from(i) + 1)),
+            collapse: opts.collapse && cost.interruptions.is_none(),
+            ..opts.clone()
+        };
         times.push(simulate(&staged.plan, &staged.schedule, &cost, &opts)?.step_time_ns);
     }
     times.sort_unstable();

@@ -471,3 +471,39 @@ fn alloc_fixed_cost_and_op_overhead_price_the_runtimes_own_work() {
         without.checkpoint_ns(1 << 20) + 700
     );
 }
+
+#[test]
+fn interruptions_come_as_a_pair_and_make_the_prediction_a_median() {
+    let with_host = |host: &str| A100.replacen("[gpu]", &format!("[host]\n{host}\n[gpu]"), 1);
+    let one = with_host(
+        "cores = { value = 2, source = \"fitted\", ref = \"t\" }\ninterruptions_per_s = { value = 400, source = \"fitted\", ref = \"t\" }",
+    );
+    let e = parse_str(&one, "p.toml").unwrap_err().to_string();
+    assert!(e.contains("host.interruption_mean_ns is missing"), "{e}");
+    let both = with_host(
+        "cores = { value = 2, source = \"fitted\", ref = \"t\" }\ninterruptions_per_s = { value = 400, source = \"fitted\", ref = \"t\" }\ninterruption_mean_ns = { value = 80000, source = \"fitted\", ref = \"t\" }",
+    );
+    let p = parse_str(&both, "p.toml").unwrap();
+    let s = small_scenario(1, 2, 1, 4);
+    let a = Analytic::from_profile(&s, &p);
+    let i = a.interruptions.expect("both keys given");
+    assert!((i.rate_per_ns - 400e-9).abs() < 1e-15);
+    assert_eq!(i.mean_ns, 80_000.0);
+    // The prediction: the median of the interrupted steps, above the undisturbed one, and the
+    // same every time.
+    let opts = crate::PredictOptions::default();
+    let run = || crate::predict_with(&s, &opts, Some(&p)).unwrap();
+    let (x, y) = (run(), run());
+    let spread = x.report.interruptions.clone().expect("interrupted steps");
+    assert_eq!(spread.runs as u64, crate::predict::INTERRUPTED_RUNS);
+    assert!(x.report.step_time_s > spread.undisturbed_step_time_s);
+    assert!(spread.step_time_p10_s <= x.report.step_time_s);
+    assert!(x.report.step_time_s <= spread.step_time_p90_s);
+    assert_eq!(x.report.step_time_s, y.report.step_time_s);
+    // Without the keys: the undisturbed step, no spread.
+    let plain = with_host("cores = { value = 2, source = \"fitted\", ref = \"t\" }");
+    let p0 = parse_str(&plain, "p.toml").unwrap();
+    let z = crate::predict_with(&s, &opts, Some(&p0)).unwrap();
+    assert!(z.report.interruptions.is_none());
+    assert_eq!(z.report.step_time_s, spread.undisturbed_step_time_s);
+}
