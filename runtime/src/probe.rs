@@ -107,7 +107,7 @@ impl Builder {
         self.ops.push(Op {
             stream,
             kind,
-            deps,
+            deps: deps.into(),
             label,
         });
         (self.ops.len() - 1) as u32

@@ -36,7 +36,7 @@ fn push(ops: &mut Vec<Op>, stream: Stream, kind: OpKind, deps: Vec<u32>, mb: u32
     ops.push(Op {
         stream,
         kind,
-        deps,
+        deps: deps.into(),
         label: Label {
             microbatch: Some(mb),
             ..Label::default()

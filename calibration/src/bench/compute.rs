@@ -27,7 +27,7 @@ pub fn op(c: ComputeOp, deps: Vec<u32>) -> Op {
     Op {
         stream: Stream::Compute,
         kind: OpKind::Compute(c),
-        deps,
+        deps: deps.into(),
         label: Label::default(),
     }
 }

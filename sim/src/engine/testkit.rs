@@ -127,7 +127,7 @@ impl ProgBuilder {
         self.prog.ops.push(Op {
             stream,
             kind,
-            deps: deps.to_vec(),
+            deps: deps.into(),
             label,
         });
         self.len() - 1

@@ -20,6 +20,7 @@
 //! - `Alloc` and `Free` move the rank's memory counter. They take no time unless the cost model
 //!   prices allocation (`CostModel::alloc_ns`: a host profile's `memory.alloc_bytes_per_s`).
 
+pub use super::deps::Deps;
 use crate::plan::GroupKind;
 use crate::scenario::Precision;
 use serde::{Deserialize, Serialize};
@@ -336,7 +337,7 @@ pub struct Op {
     pub stream: Stream,
     pub kind: OpKind,
     /// Indices of earlier ops of the same program that must finish first.
-    pub deps: Vec<u32>,
+    pub deps: Deps,
     pub label: Label,
 }
 

@@ -9,6 +9,7 @@
 
 mod builder;
 mod chunks;
+mod deps;
 pub mod dp;
 mod dp_emit;
 mod emit;
