@@ -212,8 +212,14 @@ impl<'a> Ctx<'a> {
         &self.progs[self.prog_of[rank] as usize]
     }
 
-    /// The op's human name, or "op N" if it does not exist.
+    /// The human name of the op at position `op` of `rank`'s compiled program, or "op N"
+    /// (its IR index) if it does not exist.
     pub fn op_name(&self, rank: usize, op: u32) -> String {
+        let op = self
+            .prog_of
+            .get(rank)
+            .and_then(|&p| self.progs.get(p as usize))
+            .map_or(op, |p| p.index_of(op));
         self.schedule
             .get_op(rank as u32, op)
             .map_or_else(|| format!("op {op}"), |o| o.name())

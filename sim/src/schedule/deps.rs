@@ -63,25 +63,40 @@ impl Deps {
     }
 
     /// Sorts the deps and drops repeated ones.
+    #[inline]
     pub fn sort_dedup(&mut self) {
-        let s = self.as_mut_slice();
-        s.sort_unstable();
-        let mut kept = 0usize;
-        for i in 0..s.len() {
-            if kept == 0 || s[i] != s[kept - 1] {
-                s[kept] = s[i];
-                kept += 1;
-            }
-        }
-        self.truncate(kept);
-    }
-
-    /// Keeps the first `n` deps.
-    fn truncate(&mut self, n: usize) {
         match &mut self.0 {
-            Repr::Inline { len, .. } => *len = (*len).min(n.min(INLINE) as u8),
-            Repr::Heap(v) if n < v.len() => *self = Deps::from(v.get(..n).unwrap_or(&[])),
-            Repr::Heap(_) => {}
+            Repr::Inline { len, items } => {
+                // Insertion sort of at most `INLINE` items, skipping repeats: a handful of
+                // compares, where a general sort and dedup cost a call each per op.
+                let n = usize::from(*len).min(INLINE);
+                let mut kept = 0usize;
+                for i in 0..n {
+                    let x = items[i];
+                    let mut j = kept;
+                    while j > 0 && items[j - 1] > x {
+                        j -= 1;
+                    }
+                    if j > 0 && items[j - 1] == x {
+                        continue;
+                    }
+                    // `kept <= i`, so this overwrites only items already read.
+                    let mut k = kept;
+                    while k > j {
+                        items[k] = items[k - 1];
+                        k -= 1;
+                    }
+                    items[j] = x;
+                    kept += 1;
+                }
+                *len = kept as u8;
+            }
+            Repr::Heap(v) => {
+                let mut v = v.to_vec();
+                v.sort_unstable();
+                v.dedup();
+                *self = Deps::from(v);
+            }
         }
     }
 }
@@ -215,8 +230,9 @@ mod tests {
     /// Inline and spilled lists read, compare, sort and serialize as the same `Vec<u32>`.
     #[test]
     fn deps_behave_as_a_vec() {
-        for n in 0..12u32 {
-            let v: Vec<u32> = (0..n).map(|i| (i * 7 + 3) % 5).collect();
+        let patterns: [fn(u32) -> u32; 3] = [|i| (i * 7 + 3) % 5, |i| 20 - i, |i| i / 2];
+        for (n, f) in (0..12u32).flat_map(|n| patterns.map(|f| (n, f))) {
+            let v: Vec<u32> = (0..n).map(f).collect();
             let mut d = Deps::from(v.clone());
             assert_eq!(d.as_slice(), v.as_slice(), "{n}");
             let pushed: Deps = v.iter().copied().collect();
