@@ -167,7 +167,7 @@ pub fn llama_probe(
             phase,
             dtype: Precision::Bf16,
             flops: gemms.iter().map(Gemm::flops).sum(),
-            gemms: gemms.clone(),
+            gemms: gemms.clone().into(),
             memory_bytes: mem,
             kernels: gemms.len() as u32 + 8,
         })

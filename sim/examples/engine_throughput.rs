@@ -25,7 +25,7 @@ fn compute(phase: Phase, scale: u64) -> OpKind {
     OpKind::Compute(ComputeOp {
         phase,
         dtype: Precision::Bf16,
-        gemms: vec![g],
+        gemms: vec![g].into(),
         flops: g.flops(),
         memory_bytes: 1 << 28,
         kernels: 40,

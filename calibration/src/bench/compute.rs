@@ -15,7 +15,7 @@ pub fn compute_op(gemms: Vec<Gemm>, memory_bytes: u64) -> ComputeOp {
     ComputeOp {
         phase: Phase::Forward,
         dtype: Precision::Fp32,
-        gemms,
+        gemms: gemms.into(),
         flops,
         memory_bytes,
         kernels: 1,

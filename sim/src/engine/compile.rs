@@ -534,7 +534,11 @@ mod tests {
         }
         let pos = |i: u32| cp.ops.iter().position(|o| o.index == i).unwrap() as u32;
         for o in &cp.ops {
-            let deps: Vec<u32> = cp.dep_at_of(o).iter().map(|at| cp.index_of(at.slot)).collect();
+            let deps: Vec<u32> = cp
+                .dep_at_of(o)
+                .iter()
+                .map(|at| cp.index_of(at.slot))
+                .collect();
             assert_eq!(deps, prog.ops[o.index as usize].deps.to_vec());
             for at in cp.dep_at_of(o) {
                 assert_eq!(at.stream, u32::from(cp.ops[at.slot as usize].stream));
@@ -545,7 +549,11 @@ mod tests {
             vec![pos(c), pos(c2)]
         );
         assert_eq!(cp.coll_ops[group_kind_index(GroupKind::Dp)], vec![pos(d)]);
-        let free = cp.ops.iter().find(|o| matches!(o.kind, CKind::Free { .. })).unwrap();
+        let free = cp
+            .ops
+            .iter()
+            .find(|o| matches!(o.kind, CKind::Free { .. }))
+            .unwrap();
         assert!(matches!(free.kind, CKind::Free { alloc } if alloc == pos(a)));
         assert_eq!((cp.flops, cp.model_flops), (12, 12));
     }

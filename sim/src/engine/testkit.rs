@@ -97,7 +97,7 @@ pub(crate) fn compute_op(phase: Phase, flops: u64) -> ComputeOp {
     ComputeOp {
         phase,
         dtype: Precision::Bf16,
-        gemms: vec![],
+        gemms: vec![].into(),
         flops,
         memory_bytes: 0,
         kernels: 0,

@@ -65,38 +65,40 @@ impl Deps {
     /// Sorts the deps and drops repeated ones.
     #[inline]
     pub fn sort_dedup(&mut self) {
-        match &mut self.0 {
-            Repr::Inline { len, items } => {
-                // Insertion sort of at most `INLINE` items, skipping repeats: a handful of
-                // compares, where a general sort and dedup cost a call each per op.
-                let n = usize::from(*len).min(INLINE);
-                let mut kept = 0usize;
-                for i in 0..n {
-                    let x = items[i];
-                    let mut j = kept;
-                    while j > 0 && items[j - 1] > x {
-                        j -= 1;
-                    }
-                    if j > 0 && items[j - 1] == x {
-                        continue;
-                    }
-                    // `kept <= i`, so this overwrites only items already read.
-                    let mut k = kept;
-                    while k > j {
-                        items[k] = items[k - 1];
-                        k -= 1;
-                    }
-                    items[j] = x;
-                    kept += 1;
+        // Most ops have at most two deps, mostly in order already: settle those here.
+        if let Repr::Inline { len, items } = &mut self.0 {
+            match (*len, *items) {
+                (0 | 1, _) => return,
+                (2, [a, b, ..]) if a < b => return,
+                (2, [a, b, ..]) if a == b => {
+                    *len = 1;
+                    return;
                 }
-                *len = kept as u8;
+                (2, [a, b, ..]) => {
+                    items[0] = b;
+                    items[1] = a;
+                    return;
+                }
+                _ => {}
             }
-            Repr::Heap(v) => {
-                let mut v = v.to_vec();
-                v.sort_unstable();
-                v.dedup();
-                *self = Deps::from(v);
+        }
+        self.sort_dedup_slow();
+    }
+
+    #[inline(never)]
+    fn sort_dedup_slow(&mut self) {
+        let s = self.as_mut_slice();
+        s.sort_unstable();
+        let mut kept = 0usize;
+        for i in 0..s.len() {
+            if kept == 0 || s.get(i) != s.get(kept - 1) {
+                s.swap(kept, i);
+                kept += 1;
             }
+        }
+        match &mut self.0 {
+            Repr::Inline { len, .. } => *len = kept.min(INLINE) as u8,
+            Repr::Heap(v) => *self = Deps::from(v.get(..kept).unwrap_or(&[])),
         }
     }
 }

@@ -17,7 +17,8 @@ use crate::schedule::dp::{Zero, GRAD_ELEM_BYTES};
 use crate::schedule::emit::StageCtx;
 use crate::schedule::pipeline::{Pass, Slot};
 use crate::schedule::{
-    CollectiveKind, ComputeOp, Deps, Device, Gemm, Label, MemCategory, Phase, ScheduleError, Stream,
+    CollectiveKind, ComputeOp, Deps, Device, Gemms, Label, MemCategory, Phase, ScheduleError,
+    Stream,
 };
 use crate::workload::ParamCount;
 use std::collections::BTreeMap;
@@ -109,7 +110,7 @@ impl<'a> DpEmitter<'a> {
         ComputeOp {
             phase: Phase::Compress,
             dtype: self.ctx.s.training.precision,
-            gemms: Vec::<Gemm>::new(),
+            gemms: Gemms::default(),
             flops: elems,
             memory_bytes: elems
                 .saturating_mul(GRAD_ELEM_BYTES)

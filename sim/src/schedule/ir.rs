@@ -21,6 +21,7 @@
 //!   prices allocation (`CostModel::alloc_ns`: a host profile's `memory.alloc_bytes_per_s`).
 
 pub use super::deps::Deps;
+pub use super::gemms::Gemms;
 use crate::plan::GroupKind;
 use crate::scenario::Precision;
 use serde::{Deserialize, Serialize};
@@ -162,7 +163,7 @@ pub struct ComputeOp {
     pub phase: Phase,
     pub dtype: Precision,
     /// The GEMMs this op contains, with their planned shapes (already divided by tp/cp).
-    pub gemms: Vec<Gemm>,
+    pub gemms: Gemms,
     /// FLOPs of the op's GEMMs (Megatron's counting: attention score GEMMs included; softmax,
     /// norms and other elementwise work are costed by `memory_bytes` instead).
     pub flops: u64,

@@ -13,6 +13,7 @@ mod deps;
 pub mod dp;
 mod dp_emit;
 mod emit;
+mod gemms;
 mod ir;
 pub mod pipeline;
 mod sizes;

@@ -141,7 +141,8 @@ impl UniformSizes {
                 k: 64,
                 count: layers.min(u64::from(u32::MAX)) as u32,
                 batch: 1,
-            }],
+            }]
+            .into(),
             flops,
             memory_bytes: self.activation_bytes_per_layer.saturating_mul(layers),
             kernels: (layers.min(1000) as u32).max(1),
