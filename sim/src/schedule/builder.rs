@@ -35,6 +35,20 @@ pub fn recycle(schedule: Schedule) {
     });
 }
 
+/// Hands one finished program's op vector back (emptied) for the next builder on this
+/// thread, which takes the most recently handed back first.
+pub fn recycle_program(program: Program) {
+    let _ = SPARE_OPS.try_with(|spare| {
+        if let Ok(mut spare) = spare.try_borrow_mut() {
+            if spare.len() < MAX_SPARE_OP_VECS {
+                let mut ops = program.ops;
+                ops.clear();
+                spare.push(ops);
+            }
+        }
+    });
+}
+
 /// An empty op vector: a recycled one when this thread has one.
 fn spare_ops() -> Vec<Op> {
     SPARE_OPS

@@ -12,7 +12,7 @@
 
 use crate::plan::{ChunkLayout, Plan};
 use crate::scenario::{PipelineSchedule, Scenario};
-use crate::schedule::{ComputeOp, Schedule, ScheduleError, Sizes, WorkloadSizes};
+use crate::schedule::{ComputeOp, Program, Schedule, ScheduleError, Sizes, WorkloadSizes};
 use crate::workload::{ChunkWork, ParamCount, StateBytes};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -78,15 +78,34 @@ fn put(scenario: Scenario, work: BTreeMap<Query, ChunkWork>) {
 /// from this thread's cache when earlier layouts sized the same ranges of the same scenario
 /// up to the fields sizing ignores.
 pub(crate) fn generate(scenario: &Scenario, plan: &Plan) -> Result<Schedule, ScheduleError> {
+    with_cache(scenario, plan, |sizes, step| {
+        crate::schedule::generate_with(scenario, plan, sizes, step)
+    })
+}
+
+/// [`generate`]'s programs handed to `each` one at a time, as
+/// [`crate::schedule::generate_each`] does.
+pub(crate) fn generate_each<E: From<ScheduleError>>(
+    scenario: &Scenario,
+    plan: &Plan,
+    each: impl FnMut(Program) -> Result<(), E>,
+) -> Result<(), E> {
+    with_cache(scenario, plan, |sizes, step| {
+        crate::schedule::generate_each(scenario, plan, sizes, step, each)
+    })
+}
+
+/// Runs `f` with the caching sizes provider of `scenario` and the step it generates.
+fn with_cache<T>(scenario: &Scenario, plan: &Plan, f: impl FnOnce(&Shared, u64) -> T) -> T {
     let key = key_of(scenario);
     let sizes = Shared {
         inner: WorkloadSizes { scenario, plan },
         work: RefCell::new(take(&key)),
     };
     let step = crate::schedule::representative_step(scenario);
-    let schedule = crate::schedule::generate_with(scenario, plan, &sizes, step);
+    let out = f(&sizes, step);
     put(key, sizes.work.into_inner());
-    schedule
+    out
 }
 
 /// The workload model with remembered `layers_work` answers.
