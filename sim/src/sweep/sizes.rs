@@ -7,8 +7,8 @@
 //! pipelines of the same chunk size ask for the same ranges, so each thread keeps the answers
 //! of its recent scenarios and sizes a layer range once per combination instead of once per
 //! layout. Everything else (state bytes, the optimizer step) is asked of the workload model
-//! every time. The cached answers are clones of what the model returned, so the schedules are
-//! exactly those `schedule::generate` builds.
+//! every time. The cached answers are what the model returned, shared (`Rc`), so the
+//! schedules are exactly those `schedule::generate` builds.
 
 use crate::plan::{ChunkLayout, Plan};
 use crate::scenario::{PipelineSchedule, Scenario};
@@ -16,6 +16,7 @@ use crate::schedule::{ComputeOp, Program, Schedule, ScheduleError, Sizes, Worklo
 use crate::workload::{ChunkWork, ParamCount, StateBytes};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 /// Everything `layers_work` is asked besides the scenario and the layout it ignores: the
 /// layer range and whether it carries the embedding and the head.
@@ -24,7 +25,7 @@ type Query = (u32, u32, bool, bool);
 /// The answers for one scenario (as [`key_of`] normalises it).
 struct Cache {
     scenario: Scenario,
-    work: BTreeMap<Query, ChunkWork>,
+    work: BTreeMap<Query, Rc<ChunkWork>>,
 }
 
 /// Scenarios kept per thread: a search's inner loops (micro batch x recompute x ZeRO) give
@@ -51,7 +52,7 @@ fn key_of(scenario: &Scenario) -> Scenario {
 }
 
 /// This thread's cached answers for `key`, taken out of the cache (empty if none).
-fn take(key: &Scenario) -> BTreeMap<Query, ChunkWork> {
+fn take(key: &Scenario) -> BTreeMap<Query, Rc<ChunkWork>> {
     CACHE
         .try_with(|c| {
             c.try_borrow_mut().ok().and_then(|mut c| {
@@ -65,7 +66,7 @@ fn take(key: &Scenario) -> BTreeMap<Query, ChunkWork> {
 }
 
 /// Puts answers back as the most recent, dropping the least recent beyond the limit.
-fn put(scenario: Scenario, work: BTreeMap<Query, ChunkWork>) {
+fn put(scenario: Scenario, work: BTreeMap<Query, Rc<ChunkWork>>) {
     let _ = CACHE.try_with(|c| {
         if let Ok(mut c) = c.try_borrow_mut() {
             c.insert(0, Cache { scenario, work });
@@ -111,7 +112,7 @@ fn with_cache<T>(scenario: &Scenario, plan: &Plan, f: impl FnOnce(&Shared, u64) 
 /// The workload model with remembered `layers_work` answers.
 struct Shared<'a> {
     inner: WorkloadSizes<'a>,
-    work: RefCell<BTreeMap<Query, ChunkWork>>,
+    work: RefCell<BTreeMap<Query, Rc<ChunkWork>>>,
 }
 
 impl Sizes for Shared<'_> {
@@ -122,7 +123,7 @@ impl Sizes for Shared<'_> {
         num_layers: u32,
         embedding: bool,
         head: bool,
-    ) -> ChunkWork {
+    ) -> Rc<ChunkWork> {
         let query = (first_layer, num_layers, embedding, head);
         if let Some(w) = self
             .work
@@ -136,7 +137,7 @@ impl Sizes for Shared<'_> {
             .inner
             .layers_work(layout, first_layer, num_layers, embedding, head);
         if let Ok(mut m) = self.work.try_borrow_mut() {
-            m.insert(query, w.clone());
+            m.insert(query, Rc::clone(&w));
         }
         w
     }
