@@ -378,7 +378,7 @@ mod tests {
         let free = Op {
             stream: Stream::Compute,
             kind: OpKind::Free { tag: 9 },
-            deps: vec![],
+            deps: vec![].into(),
             label: Default::default(),
         };
         let sched = Schedule {
@@ -393,7 +393,7 @@ mod tests {
             .to_string();
         assert!(e.contains("rank 0") && e.contains("free of tag 9"), "{e}");
         let mut forward = free;
-        forward.deps = vec![0];
+        forward.deps = vec![0].into();
         let sched = Schedule {
             programs: vec![Program {
                 stage: 0,

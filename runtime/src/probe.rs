@@ -107,7 +107,7 @@ impl Builder {
         self.ops.push(Op {
             stream,
             kind,
-            deps,
+            deps: deps.into(),
             label,
         });
         (self.ops.len() - 1) as u32
@@ -167,7 +167,7 @@ pub fn llama_probe(
             phase,
             dtype: Precision::Bf16,
             flops: gemms.iter().map(Gemm::flops).sum(),
-            gemms: gemms.clone(),
+            gemms: gemms.clone().into(),
             memory_bytes: mem,
             kernels: gemms.len() as u32 + 8,
         })

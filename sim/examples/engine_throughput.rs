@@ -25,7 +25,7 @@ fn compute(phase: Phase, scale: u64) -> OpKind {
     OpKind::Compute(ComputeOp {
         phase,
         dtype: Precision::Bf16,
-        gemms: vec![g],
+        gemms: vec![g].into(),
         flops: g.flops(),
         memory_bytes: 1 << 28,
         kernels: 40,
@@ -36,7 +36,7 @@ fn push(ops: &mut Vec<Op>, stream: Stream, kind: OpKind, deps: Vec<u32>, mb: u32
     ops.push(Op {
         stream,
         kind,
-        deps,
+        deps: deps.into(),
         label: Label {
             microbatch: Some(mb),
             ..Label::default()

@@ -15,7 +15,7 @@ pub fn compute_op(gemms: Vec<Gemm>, memory_bytes: u64) -> ComputeOp {
     ComputeOp {
         phase: Phase::Forward,
         dtype: Precision::Fp32,
-        gemms,
+        gemms: gemms.into(),
         flops,
         memory_bytes,
         kernels: 1,
@@ -27,7 +27,7 @@ pub fn op(c: ComputeOp, deps: Vec<u32>) -> Op {
     Op {
         stream: Stream::Compute,
         kind: OpKind::Compute(c),
-        deps,
+        deps: deps.into(),
         label: Label::default(),
     }
 }

@@ -246,7 +246,7 @@ mod tests {
         ComputeOp {
             phase: Phase::Forward,
             dtype: Precision::Bf16,
-            gemms: vec![g],
+            gemms: vec![g].into(),
             flops: g.flops(),
             memory_bytes: 0,
             kernels: 0,
@@ -278,7 +278,7 @@ mod tests {
         let op = ComputeOp {
             phase: Phase::Optimizer,
             dtype: Precision::Fp32,
-            gemms: Vec::new(),
+            gemms: Vec::new().into(),
             flops: 0,
             memory_bytes: 32 << 20,
             kernels: 0,
@@ -327,7 +327,7 @@ mod tests {
         let op = ComputeOp {
             phase: Phase::Optimizer,
             dtype: Precision::Fp32,
-            gemms: vec![],
+            gemms: vec![].into(),
             flops: 1_000,
             memory_bytes: 1_835_100_000,
             kernels: 10,

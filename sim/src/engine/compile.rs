@@ -22,6 +22,7 @@ struct Spare {
     programs: Vec<CProgram>,
     dense: Vec<u32>,
     below: Vec<u32>,
+    pos_of: Vec<u32>,
 }
 
 /// Compiled programs kept per thread at most (a few layouts' worth).
@@ -67,6 +68,9 @@ struct OpenAllocs {
     dense: Vec<u32>,
     sparse: BTreeMap<u32, u32>,
     below: Vec<u32>,
+    /// The position of each op (by IR index) in the compiled program, filled as ops are
+    /// placed; kept here with the other per-op scratch vector.
+    pos_of: Vec<u32>,
     /// Allocs pushed and not popped.
     open: usize,
 }
@@ -75,17 +79,25 @@ impl OpenAllocs {
     /// For `ops` ops and tags below `max_dense_tag` in the array, in this thread's spare
     /// vectors when there are some.
     fn new(ops: usize, max_dense_tag: usize) -> OpenAllocs {
-        let (mut dense, mut below) =
-            with_spare(|s| (std::mem::take(&mut s.dense), std::mem::take(&mut s.below)))
-                .unwrap_or_default();
+        let (mut dense, mut below, mut pos_of) = with_spare(|s| {
+            (
+                std::mem::take(&mut s.dense),
+                std::mem::take(&mut s.below),
+                std::mem::take(&mut s.pos_of),
+            )
+        })
+        .unwrap_or_default();
         emptied(&mut dense, max_dense_tag);
         dense.resize(max_dense_tag, NONE);
         emptied(&mut below, ops);
         below.resize(ops, NONE);
+        emptied(&mut pos_of, ops);
+        pos_of.resize(ops, 0);
         OpenAllocs {
             dense,
             sparse: BTreeMap::new(),
             below,
+            pos_of,
             open: 0,
         }
     }
@@ -95,6 +107,7 @@ impl OpenAllocs {
         with_spare(|s| {
             s.dense = self.dense;
             s.below = self.below;
+            s.pos_of = self.pos_of;
         });
     }
 
@@ -197,9 +210,10 @@ pub(crate) enum CKind {
 pub(crate) struct COp {
     pub kind: CKind,
     pub stream: u8,
-    /// Position in the program's `stream_ops`. Streams run in order, so the op is done
-    /// exactly when its stream's cursor has moved past this slot.
-    pub slot: u32,
+    /// The op's index in the IR program (what traces, reports and errors name). The engine
+    /// itself names an op by its position in [`CProgram::ops`].
+    pub index: u32,
+    /// The op's deps are `dep_at[deps_start..deps_end]`.
     pub deps_start: u32,
     pub deps_end: u32,
     /// Duration of compute and checkpoint ops when it does not depend on the rank.
@@ -219,24 +233,24 @@ impl COp {
     }
 }
 
+/// A compiled program, laid out in stream order: the ops of stream s, in program order, are
+/// `ops[stream_start[s]..stream_start[s + 1]]`, so each stream walks its ops sequentially and
+/// a stream's cursor is the position of its head op. The engine names ops by this position
+/// (events, deps, rendezvous); [`COp::index`] maps back to the IR program.
 pub(crate) struct CProgram {
     pub ops: Vec<COp>,
-    /// Deps of op i are `deps[ops[i].deps_start..ops[i].deps_end]`.
-    pub deps: Vec<u32>,
-    /// Where each entry of `deps` sits, (stream, slot), so that checking a dep reads this
-    /// array in order instead of the dep's op record elsewhere in `ops`.
+    /// Where each dep of each op sits (its stream and position): op `o`'s deps are
+    /// `dep_at[o.deps_start..o.deps_end]`, in the IR's order.
     pub dep_at: Vec<DepAt>,
-    /// Ops of stream s in program order are `stream_ops[stream_start[s]..stream_start[s+1]]`.
-    pub stream_ops: Vec<u32>,
     pub stream_start: [u32; Stream::COUNT + 1],
-    /// Collective ops per group kind, in program order: `coll_ops[kind][seq]`.
+    /// Collective ops (positions) per group kind, in program order: `coll_ops[kind][seq]`.
     pub coll_ops: [Vec<u32>; GROUP_KINDS],
     /// FLOPs of all compute ops, and of those that count as model work.
     pub flops: u64,
     pub model_flops: u64,
 }
 
-/// A dep's position: done exactly when its stream's cursor has passed `slot`.
+/// A dep: done exactly when the cursor of its stream has passed its position `slot`.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct DepAt {
     pub stream: u32,
@@ -244,17 +258,17 @@ pub(crate) struct DepAt {
 }
 
 impl CProgram {
-    /// The (stream, slot) of each of `op`'s deps, in the order of [`CProgram::deps_of`].
+    /// The deps of `op` (stream and position of each), in the IR's order.
+    #[inline]
     pub fn dep_at_of(&self, op: &COp) -> &[DepAt] {
         self.dep_at
             .get(op.deps_start as usize..op.deps_end as usize)
             .unwrap_or(&[])
     }
 
-    pub fn deps_of(&self, op: &COp) -> &[u32] {
-        self.deps
-            .get(op.deps_start as usize..op.deps_end as usize)
-            .unwrap_or(&[])
+    /// The IR index of the op at `pos` (`pos` itself if there is none).
+    pub fn index_of(&self, pos: u32) -> u32 {
+        self.ops.get(pos as usize).map_or(pos, |o| o.index)
     }
 }
 
@@ -304,26 +318,46 @@ pub(crate) fn compile(
         });
     }
     let cache = cost.compute_is_rank_invariant();
-    let (mut ops, mut deps, mut dep_at, mut stream_ops, mut coll_ops) =
-        match with_spare(|s| s.programs.pop()).flatten() {
-            Some(p) => (p.ops, p.deps, p.dep_at, p.stream_ops, p.coll_ops),
-            None => Default::default(),
-        };
+    let (mut ops, mut dep_at, mut coll_ops) = match with_spare(|s| s.programs.pop()).flatten() {
+        Some(p) => (p.ops, p.dep_at, p.coll_ops),
+        None => Default::default(),
+    };
+    // Each stream's ops go to a contiguous range, so count them per stream first.
+    let mut per_stream = [0u32; Stream::COUNT];
+    for op in &program.ops {
+        if let Some(c) = per_stream.get_mut(op.stream.index()) {
+            *c += 1;
+        }
+    }
+    let mut stream_start = [0u32; Stream::COUNT + 1];
+    for s in 0..Stream::COUNT {
+        stream_start[s + 1] = stream_start[s] + per_stream[s];
+    }
+    // The next free position of each stream.
+    let mut next = [0u32; Stream::COUNT];
+    next.copy_from_slice(&stream_start[..Stream::COUNT]);
     emptied(&mut ops, n);
+    ops.resize(n, PLACEHOLDER);
     // Generated ops have about two deps each; the vector grows if a program has more.
-    emptied(&mut deps, 2 * n);
+    emptied(&mut dep_at, 2 * n);
     for list in &mut coll_ops {
         list.clear();
     }
-    // Ops per stream so far: an op's position within its stream, made global below.
-    let mut per_stream = [0u32; Stream::COUNT];
     // Tags are handed out one per alloc, so generated programs use tags below `n`.
     let mut open = OpenAllocs::new(n, n + 64);
     let mut memo = Recent::default();
     let (mut flops, mut model_flops) = (0u64, 0u64);
     for (i, op) in program.ops.iter().enumerate() {
         let i32_ = i as u32;
-        let deps_start = deps.len() as u32;
+        let stream = op.stream.index();
+        let pos = next.get_mut(stream).map_or(0, |c| {
+            *c += 1;
+            *c - 1
+        });
+        if let Some(p) = open.pos_of.get_mut(i) {
+            *p = pos;
+        }
+        let deps_start = dep_at.len() as u32;
         for &d in &op.deps {
             if d >= i32_ {
                 return Err(SimError::BadDependency {
@@ -332,7 +366,9 @@ pub(crate) fn compile(
                     dep: d,
                 });
             }
-            deps.push(d);
+            let slot = open.pos_of.get(d as usize).copied().unwrap_or(0);
+            let stream = ops.get(slot as usize).map_or(0, |o| u32::from(o.stream));
+            dep_at.push(DepAt { stream, slot });
         }
         let mut cached_ns = None;
         let kind = match &op.kind {
@@ -364,7 +400,7 @@ pub(crate) fn compile(
                 let gk = group_kind_index(*group);
                 let list = &mut coll_ops[gk];
                 let seq = list.len() as u32;
-                list.push(i32_);
+                list.push(pos);
                 CKind::Collective {
                     group_kind: gk as u8,
                     seq,
@@ -395,44 +431,22 @@ pub(crate) fn compile(
                     op: i32_,
                     tag: *tag,
                 })?;
-                CKind::Free { alloc }
+                CKind::Free {
+                    alloc: open.pos_of.get(alloc as usize).copied().unwrap_or(0),
+                }
             }
         };
-        let stream = op.stream.index();
-        let slot = per_stream.get_mut(stream).map_or(0, |c| {
-            *c += 1;
-            *c - 1
-        });
-        ops.push(COp {
-            kind,
-            stream: stream as u8,
-            slot,
-            deps_start,
-            deps_end: deps.len() as u32,
-            cached_ns,
-        });
-    }
-    let mut stream_start = [0u32; Stream::COUNT + 1];
-    for s in 0..Stream::COUNT {
-        stream_start[s + 1] = stream_start[s] + per_stream[s];
-    }
-    // Slots become positions in `stream_ops`: the stream's start plus the op's rank in it.
-    emptied(&mut stream_ops, n);
-    stream_ops.resize(n, 0);
-    for (i, o) in ops.iter_mut().enumerate() {
-        o.slot += stream_start[o.stream as usize];
-        if let Some(x) = stream_ops.get_mut(o.slot as usize) {
-            *x = i as u32;
+        if let Some(o) = ops.get_mut(pos as usize) {
+            *o = COp {
+                kind,
+                stream: stream as u8,
+                index: i32_,
+                deps_start,
+                deps_end: dep_at.len() as u32,
+                cached_ns,
+            };
         }
     }
-    emptied(&mut dep_at, deps.len());
-    dep_at.extend(deps.iter().map(|&d| {
-        ops.get(d as usize)
-            .map_or(DepAt::default(), |o: &COp| DepAt {
-                stream: u32::from(o.stream),
-                slot: o.slot,
-            })
-    }));
     // Every allocation must be freed within the step, so that live memory returns to zero.
     // Report the earliest open alloc.
     if let Some(op) = (open.open > 0).then(|| open.earliest_open()).flatten() {
@@ -452,13 +466,21 @@ pub(crate) fn compile(
         flops,
         model_flops,
         ops,
-        deps,
         dep_at,
-        stream_ops,
         stream_start,
         coll_ops,
     })
 }
+
+/// What [`compile`] fills positions with before it writes each op there.
+const PLACEHOLDER: COp = COp {
+    kind: CKind::Free { alloc: 0 },
+    stream: 0,
+    index: 0,
+    deps_start: 0,
+    deps_end: 0,
+    cached_ns: None,
+};
 
 #[cfg(test)]
 mod tests {
@@ -467,10 +489,11 @@ mod tests {
     use super::super::testkit::{FixedCost, ProgBuilder};
     use crate::schedule::{CollectiveKind, MemCategory, Phase};
 
-    /// Stream tables: each stream's ops sit contiguously in `stream_ops` in program order, an
-    /// op's `slot` is its position there, and `dep_at` names each dep's (stream, slot).
+    /// Stream order: each stream's ops sit contiguously in `ops` in program order, each op
+    /// keeps its IR index, `dep_at` names each dep's stream and position, and the collective
+    /// lists hold positions in program order.
     #[test]
-    fn stream_slots_follow_program_order_per_stream() {
+    fn ops_are_laid_out_in_stream_order() {
         let mut b = ProgBuilder::new(0);
         let a = b.alloc(MemCategory::Weights, 10, 0, &[]);
         let f = b.fwd(5, &[a]);
@@ -499,29 +522,39 @@ mod tests {
         b.free(0, &[d, c2]);
         let prog = b.build();
         let cp = compile(0, &prog, &FixedCost::default(), 0).unwrap();
-        assert_eq!(cp.stream_ops.len(), prog.ops.len());
+        assert_eq!(cp.ops.len(), prog.ops.len());
         for (s, stream) in Stream::ALL.iter().enumerate() {
             let want: Vec<u32> = (0..prog.ops.len() as u32)
                 .filter(|&i| prog.ops[i as usize].stream == *stream)
                 .collect();
             let (lo, hi) = (cp.stream_start[s] as usize, cp.stream_start[s + 1] as usize);
-            assert_eq!(&cp.stream_ops[lo..hi], want.as_slice(), "{stream:?}");
+            let got: Vec<u32> = cp.ops[lo..hi].iter().map(|o| o.index).collect();
+            assert_eq!(got, want, "{stream:?}");
+            assert!(cp.ops[lo..hi].iter().all(|o| usize::from(o.stream) == s));
         }
-        for (i, o) in cp.ops.iter().enumerate() {
-            assert_eq!(cp.stream_ops[o.slot as usize], i as u32);
-            assert_eq!(usize::from(o.stream), prog.ops[i].stream.index());
-            for (at, &dep) in cp.dep_at_of(o).iter().zip(cp.deps_of(o)) {
-                assert_eq!(
-                    (at.stream, at.slot),
-                    (
-                        u32::from(cp.ops[dep as usize].stream),
-                        cp.ops[dep as usize].slot
-                    )
-                );
+        let pos = |i: u32| cp.ops.iter().position(|o| o.index == i).unwrap() as u32;
+        for o in &cp.ops {
+            let deps: Vec<u32> = cp
+                .dep_at_of(o)
+                .iter()
+                .map(|at| cp.index_of(at.slot))
+                .collect();
+            assert_eq!(deps, prog.ops[o.index as usize].deps.to_vec());
+            for at in cp.dep_at_of(o) {
+                assert_eq!(at.stream, u32::from(cp.ops[at.slot as usize].stream));
             }
         }
-        assert_eq!(cp.coll_ops[group_kind_index(GroupKind::Tp)], vec![c, c2]);
-        assert_eq!(cp.coll_ops[group_kind_index(GroupKind::Dp)], vec![d]);
+        assert_eq!(
+            cp.coll_ops[group_kind_index(GroupKind::Tp)],
+            vec![pos(c), pos(c2)]
+        );
+        assert_eq!(cp.coll_ops[group_kind_index(GroupKind::Dp)], vec![pos(d)]);
+        let free = cp
+            .ops
+            .iter()
+            .find(|o| matches!(o.kind, CKind::Free { .. }))
+            .unwrap();
+        assert!(matches!(free.kind, CKind::Free { alloc } if alloc == pos(a)));
         assert_eq!((cp.flops, cp.model_flops), (12, 12));
     }
 

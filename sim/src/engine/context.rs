@@ -111,33 +111,31 @@ impl<'a> Ctx<'a> {
         net: Option<&'a Network>,
         opts: &'a SimOptions,
     ) -> Result<Ctx<'a>, SimError> {
-        if schedule.world() != plan.world {
-            return Err(SimError::WorldMismatch {
-                schedule: schedule.world(),
-                plan: plan.world,
-            });
-        }
-        let programs = schedule.programs.len() as u32;
-        let mut probe = vec![u32::MAX; schedule.programs.len()];
-        for (rank, &p) in schedule.program_of.iter().enumerate() {
-            match probe.get_mut(p as usize) {
-                Some(slot) => *slot = (*slot).min(rank as u32),
-                None => {
-                    return Err(SimError::NoSuchProgram {
-                        rank: rank as u32,
-                        program: p,
-                        programs,
-                    })
-                }
-            }
-        }
+        let probe = probe_ranks(plan, &schedule.program_of, schedule.programs.len())?;
         let progs = schedule
             .programs
             .iter()
             .zip(&probe)
             .enumerate()
-            .map(|(i, (p, &rank))| compile(i as u32, p, cost, rank.min(plan.world)))
+            .map(|(i, (p, &rank))| compile(i as u32, p, cost, rank))
             .collect::<Result<Vec<_>, _>>()?;
+        Ctx::with_programs(plan, schedule, progs, cost, net, opts)
+    }
+
+    /// A run of programs compiled already (see [`super::Compiled`]): `schedule` supplies the
+    /// rank-to-program map, and its IR programs, if it has them, name ops in errors.
+    pub fn with_programs(
+        plan: &'a Plan,
+        schedule: &'a Schedule,
+        progs: Vec<CProgram>,
+        cost: &'a dyn CostModel,
+        net: Option<&'a Network>,
+        opts: &'a SimOptions,
+    ) -> Result<Ctx<'a>, SimError> {
+        if let Err(e) = probe_ranks(plan, &schedule.program_of, progs.len()) {
+            super::compile::recycle(progs);
+            return Err(e);
+        }
         let world = plan.world as usize;
         let mesh_key = net.is_none().then(|| MeshKey {
             mesh: plan.groups_key(),
@@ -212,12 +210,47 @@ impl<'a> Ctx<'a> {
         &self.progs[self.prog_of[rank] as usize]
     }
 
-    /// The op's human name, or "op N" if it does not exist.
+    /// The human name of the op at position `op` of `rank`'s compiled program, or "op N"
+    /// (its IR index) if it does not exist.
     pub fn op_name(&self, rank: usize, op: u32) -> String {
+        let op = self
+            .prog_of
+            .get(rank)
+            .and_then(|&p| self.progs.get(p as usize))
+            .map_or(op, |p| p.index_of(op));
         self.schedule
             .get_op(rank as u32, op)
             .map_or_else(|| format!("op {op}"), |o| o.name())
     }
+}
+
+/// The rank each of `programs` programs is compiled for (the lowest rank that runs it: see
+/// [`compile`]), after checking that `program_of` maps every rank of `plan` to one of them.
+pub(crate) fn probe_ranks(
+    plan: &Plan,
+    program_of: &[u32],
+    programs: usize,
+) -> Result<Vec<u32>, SimError> {
+    if program_of.len() as u64 != u64::from(plan.world) {
+        return Err(SimError::WorldMismatch {
+            schedule: program_of.len() as u32,
+            plan: plan.world,
+        });
+    }
+    let mut probe = vec![u32::MAX; programs];
+    for (rank, &p) in program_of.iter().enumerate() {
+        match probe.get_mut(p as usize) {
+            Some(slot) => *slot = (*slot).min(rank as u32),
+            None => {
+                return Err(SimError::NoSuchProgram {
+                    rank: rank as u32,
+                    program: p,
+                    programs: programs as u32,
+                })
+            }
+        }
+    }
+    Ok(probe.into_iter().map(|r| r.min(plan.world)).collect())
 }
 
 /// The per-rank tables of a run computed from scratch: each rank's group per kind, its

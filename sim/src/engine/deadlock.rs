@@ -97,7 +97,7 @@ fn head<S: Slots>(ctx: &Ctx, st: &State<S>, r: usize, s: usize) -> Option<u32> {
     if ss.cursor >= *prog.stream_start.get(s + 1)? {
         return None;
     }
-    prog.stream_ops.get(ss.cursor as usize).copied()
+    Some(ss.cursor)
 }
 
 fn describe_head<S: Slots>(ctx: &Ctx, st: &State<S>, r: usize, s: usize) -> Option<BlockedHead> {
@@ -108,14 +108,16 @@ fn describe_head<S: Slots>(ctx: &Ctx, st: &State<S>, r: usize, s: usize) -> Opti
     let waiting_for = if !started {
         let slot = ctx.slot(r as u32);
         match prog
-            .deps_of(op)
+            .dep_at_of(op)
             .iter()
-            .find(|&&d| !st.is_done(prog, slot, d))
+            .map(|at| at.slot)
+            .find(|&d| !st.is_done(prog, slot, d))
         {
-            Some(&d) => {
+            Some(d) => {
                 let ds = prog.ops.get(d as usize).map_or(0, |o| o.stream as usize);
                 format!(
-                    "op {d} \"{}\" on stream {}",
+                    "op {} \"{}\" on stream {}",
+                    prog.index_of(d),
                     ctx.op_name(r, d),
                     Stream::ALL[ds].name()
                 )
@@ -159,7 +161,7 @@ fn describe_head<S: Slots>(ctx: &Ctx, st: &State<S>, r: usize, s: usize) -> Opti
     };
     Some(BlockedHead {
         stream: Stream::ALL[s],
-        op: op_idx,
+        op: prog.index_of(op_idx),
         name: ctx.op_name(r, op_idx),
         waiting_for,
     })

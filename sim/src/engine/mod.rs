@@ -39,7 +39,7 @@ pub use deadlock::{BlockedHead, BlockedRank, Deadlock};
 
 use crate::cost::CostModel;
 use crate::plan::{GroupKind, Plan};
-use crate::schedule::{MemCategory, Schedule};
+use crate::schedule::{MemCategory, Program, Schedule};
 use crate::topology::Network;
 use crate::trace::Trace;
 use serde::Serialize;
@@ -217,6 +217,76 @@ pub fn simulate(
     opts: &SimOptions,
 ) -> Result<SimResult, SimError> {
     simulate_on(plan, schedule, cost, None, opts)
+}
+
+/// Programs compiled one by one as they are generated, for [`simulate_compiled`]: a sweep
+/// compiles each stage's program right after generating it, while its ops are still in
+/// cache, and builds the next program in the same op vector, instead of generating the
+/// whole schedule first. Only for cost models that price compute the same on every rank
+/// (compiling prices compute once per program then; otherwise the engine needs the IR).
+pub struct Compiled {
+    progs: Vec<compile::CProgram>,
+    probe: Vec<u32>,
+}
+
+impl Compiled {
+    /// For a schedule of `programs` programs whose ranks run `program_of`; `None` when
+    /// `cost` prices compute per rank or `program_of` does not fit `plan` (the caller then
+    /// generates the schedule and calls [`simulate_on`], which says what is wrong).
+    pub fn new(
+        plan: &Plan,
+        program_of: &[u32],
+        programs: usize,
+        cost: &dyn CostModel,
+    ) -> Option<Compiled> {
+        if !cost.compute_is_rank_invariant() {
+            return None;
+        }
+        let probe = context::probe_ranks(plan, program_of, programs).ok()?;
+        Some(Compiled {
+            progs: Vec::with_capacity(programs),
+            probe,
+        })
+    }
+
+    /// Compiles the next program (they come in order).
+    pub fn add(&mut self, program: &Program, cost: &dyn CostModel) -> Result<(), SimError> {
+        let index = self.progs.len();
+        let programs = self.probe.len() as u32;
+        let Some(&rank) = self.probe.get(index) else {
+            return Err(SimError::NoSuchProgram {
+                rank: 0,
+                program: index as u32,
+                programs,
+            });
+        };
+        self.progs
+            .push(compile::compile(index as u32, program, cost, rank)?);
+        Ok(())
+    }
+}
+
+impl Drop for Compiled {
+    /// Unused programs' buffers go back to this thread's spares.
+    fn drop(&mut self) {
+        compile::recycle(std::mem::take(&mut self.progs));
+    }
+}
+
+/// [`simulate_on`] for programs compiled already: `schedule` gives the rank-to-program map
+/// (its `programs` may be empty: errors then name ops by index only). Gives exactly
+/// [`simulate_on`]'s result for the schedule the programs were compiled from.
+pub fn simulate_compiled(
+    plan: &Plan,
+    schedule: &Schedule,
+    mut compiled: Compiled,
+    cost: &dyn CostModel,
+    network: Option<&Network>,
+    opts: &SimOptions,
+) -> Result<SimResult, SimError> {
+    let progs = std::mem::take(&mut compiled.progs);
+    let ctx = run::Ctx::with_programs(plan, schedule, progs, cost, network, opts)?;
+    run::run(&ctx)
 }
 
 /// [`simulate`] with transfers as flows over `network` (max-min shared links) when given;

@@ -47,8 +47,8 @@ pub(crate) const STARTED: u32 = u32::MAX - 1;
 pub(crate) struct StreamState {
     /// When the head started running (transfer start for communication).
     pub start_ns: u64,
-    /// Index into the program's `stream_ops` of the head op; the stream is exhausted at
-    /// `stream_start[s + 1]`.
+    /// Position of the head op in the program's `ops` (which are in stream order); the stream
+    /// is exhausted at `stream_start[s + 1]`.
     pub cursor: u32,
     /// [`STARTED`], [`UNCHECKED`], or the dep the head was last found waiting for. Done bits
     /// only ever get set, so a waiting head needs re-checking only when that dep completes.
@@ -247,7 +247,7 @@ impl<S: Slots> State<S> {
     #[inline]
     pub fn is_done(&self, prog: &CProgram, slot: usize, op: u32) -> bool {
         let o = &prog.ops[op as usize];
-        o.slot < self.ranks[slot].streams[o.stream as usize].cursor
+        op < self.ranks[slot].streams[o.stream as usize].cursor
     }
 
     #[inline]
@@ -305,16 +305,15 @@ impl<S: Slots> State<S> {
     fn try_start(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) -> Step {
         let r = slot;
         let prog = ctx.prog(rank as usize);
-        let op_idx = prog.stream_ops[self.ranks[r].streams[s].cursor as usize];
+        let op_idx = self.ranks[r].streams[s].cursor;
         let op = &prog.ops[op_idx as usize];
         let streams = &self.ranks[r].streams;
-        if let Some(k) = prog.dep_at_of(op).iter().position(|d| {
+        if let Some(d) = prog.dep_at_of(op).iter().find(|d| {
             streams
                 .get(d.stream as usize)
                 .is_none_or(|st| d.slot >= st.cursor)
         }) {
-            let d = prog.deps_of(op).get(k).copied().unwrap_or(UNCHECKED);
-            self.ranks[r].streams[s].blocked_on = d;
+            self.ranks[r].streams[s].blocked_on = d.slot;
             return Ok(());
         }
         let now = self.now;
@@ -327,7 +326,7 @@ impl<S: Slots> State<S> {
             CKind::Compute { .. } => {
                 let mut dur = match op.cached_ns {
                     Some(ns) => ns,
-                    None => compute_ns_uncached(ctx, rank, op_idx),
+                    None => compute_ns_uncached(ctx, rank, op.index),
                 };
                 if let Some(j) = &mut self.jitter {
                     dur = dur.saturating_add(j.delay_ns(dur));
@@ -559,7 +558,7 @@ impl<S: Slots> State<S> {
                         group: g,
                         seq: arrival.seq,
                         rank,
-                        op: arrival.first_op,
+                        op: ctx.prog(rank as usize).index_of(arrival.first_op),
                         name: ctx.op_name(rank as usize, arrival.first_op),
                         first_rank: first.first_rank,
                         first_name: ctx.op_name(first.first_rank as usize, first.first_op),
@@ -628,9 +627,7 @@ impl<S: Slots> State<S> {
         let start_ns = rs.streams[s].start_ns;
         {
             let st = &mut rs.streams[s];
-            debug_assert!(
-                st.blocked_on == STARTED && prog.stream_ops[st.cursor as usize] == op_idx
-            );
+            debug_assert!(st.blocked_on == STARTED && st.cursor == op_idx);
             st.blocked_on = UNCHECKED;
             st.cursor += 1;
             if st.cursor < prog.stream_start[s + 1] {
@@ -673,7 +670,7 @@ impl<S: Slots> State<S> {
             } => self.alloc(
                 rank,
                 r,
-                op_idx,
+                op.index,
                 category as usize,
                 gpu,
                 bytes,
@@ -683,8 +680,8 @@ impl<S: Slots> State<S> {
                 if !self.is_done(prog, r, alloc) {
                     return Err(Box::new(SimError::FreeBeforeAlloc {
                         rank,
-                        op: op_idx,
-                        alloc,
+                        op: op.index,
+                        alloc: prog.index_of(alloc),
                         name: ctx.op_name(rank as usize, op_idx),
                     }));
                 }
@@ -702,7 +699,7 @@ impl<S: Slots> State<S> {
             t.events.push(TraceEvent {
                 rank,
                 stream: Stream::ALL[s],
-                op: op_idx,
+                op: op.index,
                 start_ns,
                 end_ns: now,
                 bytes: op.trace_bytes(),

@@ -102,7 +102,7 @@ pub(crate) fn compute_op(phase: Phase, flops: u64) -> ComputeOp {
     ComputeOp {
         phase,
         dtype: Precision::Bf16,
-        gemms: vec![],
+        gemms: vec![].into(),
         flops,
         memory_bytes: 0,
         kernels: 0,
@@ -132,7 +132,7 @@ impl ProgBuilder {
         self.prog.ops.push(Op {
             stream,
             kind,
-            deps: deps.to_vec(),
+            deps: deps.into(),
             label,
         });
         self.len() - 1

@@ -637,3 +637,56 @@ fn chrome_trace_is_valid_json_with_processes_threads_and_counters() {
         .iter()
         .any(|e| e["ph"] == "C" && e["args"]["activations"] == 200));
 }
+
+/// Programs compiled one by one as they are generated (recycling each program's op vector
+/// for the next) simulate exactly as the generated schedule does, collapsed or not, and a
+/// rank-dependent cost model is refused (it needs the IR).
+#[test]
+fn programs_compiled_as_generated_simulate_as_the_schedule() {
+    for (tp, pp, dp, m) in [(2, 4, 2, 8), (1, 2, 4, 6), (2, 1, 2, 4), (1, 8, 1, 16)] {
+        let mut s = small_scenario(tp, pp, dp, m);
+        s.parallel.zero = 1;
+        let plan = crate::plan::Plan::new(&s).unwrap();
+        let cost = Analytic::new(&s);
+        let schedule = crate::schedule::generate(&s, &plan).unwrap();
+        for collapse in [false, true] {
+            let opts = SimOptions {
+                collapse,
+                trace: true,
+                ..SimOptions::default()
+            };
+            let want = simulate(&plan, &schedule, &cost, &opts).unwrap();
+            let shape = Schedule {
+                programs: Vec::new(),
+                program_of: crate::schedule::program_of(&plan),
+            };
+            let mut compiled =
+                Compiled::new(&plan, &shape.program_of, plan.pp() as usize, &cost).unwrap();
+            let sizes = crate::schedule::WorkloadSizes {
+                scenario: &s,
+                plan: &plan,
+            };
+            crate::schedule::generate_each(&s, &plan, &sizes, 0, |p| {
+                let added = compiled.add(&p, &cost);
+                crate::schedule::recycle_program(p);
+                added.map_err(|_| crate::schedule::ScheduleError::TooLarge("compile".into()))
+            })
+            .unwrap();
+            let got = simulate_compiled(&plan, &shape, compiled, &cost, None, &opts).unwrap();
+            assert_eq!(
+                got, want,
+                "tp {tp} pp {pp} dp {dp} m {m} collapse {collapse}"
+            );
+        }
+    }
+    let plan = crate::plan::Plan::new(&small_scenario(2, 2, 2, 4)).unwrap();
+    let program_of = crate::schedule::program_of(&plan);
+    assert!(Compiled::new(&plan, &program_of, 2, &FixedCost::default()).is_some());
+    let straggler = FixedCost {
+        straggler: Some((1, 2)),
+        ..FixedCost::default()
+    };
+    assert!(Compiled::new(&plan, &program_of, 2, &straggler).is_none());
+    // A map naming a program the run does not have.
+    assert!(Compiled::new(&plan, &program_of, 1, &FixedCost::default()).is_none());
+}

@@ -116,7 +116,8 @@ fn h100_profile_is_faster_than_a100_on_the_same_work() {
             k: 8192,
             count: 1,
             batch: 1,
-        }],
+        }]
+        .into(),
         flops: 2 * 8192u64.pow(3),
         memory_bytes: 1 << 30,
         kernels: 4,

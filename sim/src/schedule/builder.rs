@@ -3,7 +3,7 @@
 
 use crate::plan::GroupKind;
 use crate::schedule::{
-    CollectiveKind, ComputeOp, Device, Label, MemCategory, Op, OpKind, Program, Schedule,
+    CollectiveKind, ComputeOp, Deps, Device, Label, MemCategory, Op, OpKind, Program, Schedule,
     ScheduleError, Stream,
 };
 use std::cell::RefCell;
@@ -27,6 +27,20 @@ pub fn recycle(schedule: Schedule) {
                 if spare.len() >= MAX_SPARE_OP_VECS {
                     break;
                 }
+                let mut ops = program.ops;
+                ops.clear();
+                spare.push(ops);
+            }
+        }
+    });
+}
+
+/// Hands one finished program's op vector back (emptied) for the next builder on this
+/// thread, which takes the most recently handed back first.
+pub fn recycle_program(program: Program) {
+    let _ = SPARE_OPS.try_with(|spare| {
+        if let Ok(mut spare) = spare.try_borrow_mut() {
+            if spare.len() < MAX_SPARE_OP_VECS {
                 let mut ops = program.ops;
                 ops.clear();
                 spare.push(ops);
@@ -102,15 +116,15 @@ impl Builder {
         &mut self,
         stream: Stream,
         kind: OpKind,
-        mut deps: Vec<u32>,
+        deps: impl Into<Deps>,
         label: Label,
     ) -> Result<u32, ScheduleError> {
         let idx = u32::try_from(self.ops.len())
             .ok()
             .filter(|&i| i < u32::MAX)
             .ok_or_else(|| ScheduleError::TooLarge("ops in one program".into()))?;
-        deps.sort_unstable();
-        deps.dedup();
+        let mut deps = deps.into();
+        deps.sort_dedup();
         self.ops.push(Op {
             stream,
             kind,
@@ -124,7 +138,7 @@ impl Builder {
     pub fn compute(
         &mut self,
         op: ComputeOp,
-        deps: Vec<u32>,
+        deps: impl Into<Deps>,
         label: Label,
     ) -> Result<u32, ScheduleError> {
         self.push(Stream::Compute, OpKind::Compute(op), deps, label)
@@ -137,7 +151,7 @@ impl Builder {
         group: GroupKind,
         bytes: u64,
         calls: u32,
-        deps: Vec<u32>,
+        deps: impl Into<Deps>,
         label: Label,
     ) -> Result<u32, ScheduleError> {
         self.push(
@@ -160,7 +174,7 @@ impl Builder {
         category: MemCategory,
         device: Device,
         bytes: u64,
-        deps: Vec<u32>,
+        deps: impl Into<Deps>,
         label: Label,
     ) -> Result<Option<AllocTag>, ScheduleError> {
         if bytes == 0 {
@@ -196,7 +210,7 @@ impl Builder {
                     bytes: slack_bytes as u64,
                     tag: slack_tag,
                 },
-                vec![op],
+                [op],
                 label,
             )?;
             Some(slack_tag)
@@ -210,20 +224,20 @@ impl Builder {
         &mut self,
         stream: Stream,
         tag: Option<AllocTag>,
-        deps: Vec<u32>,
+        deps: impl Into<Deps>,
         label: Label,
     ) -> Result<(), ScheduleError> {
         if let Some(AllocTag { tag, slack }) = tag {
             let free = self.push(stream, OpKind::Free { tag }, deps, label)?;
             if let Some(tag) = slack {
-                self.push(stream, OpKind::Free { tag }, vec![free], label)?;
+                self.push(stream, OpKind::Free { tag }, [free], label)?;
             }
         }
         Ok(())
     }
 
     /// The last op of every stream that has one.
-    pub fn tails(&self) -> Vec<u32> {
+    pub fn tails(&self) -> Deps {
         self.tails.iter().flatten().copied().collect()
     }
 

@@ -9,13 +9,14 @@ use crate::scenario::{Granularity, Scenario};
 use crate::schedule::dp::{bucket_ends, DpPolicy, GRAD_ELEM_BYTES};
 use crate::schedule::sizes::Sizes;
 use crate::workload::{ChunkWork, ParamCount};
+use std::rc::Rc;
 
 /// A run of consecutive layers of one chunk that becomes one compute op per pass.
 #[derive(Clone, Debug)]
 pub struct Seg {
     pub first_layer: u32,
     pub num_layers: u32,
-    pub work: ChunkWork,
+    pub work: Rc<ChunkWork>,
     pub params: ParamCount,
 }
 

@@ -17,7 +17,8 @@ use crate::schedule::dp::{Zero, GRAD_ELEM_BYTES};
 use crate::schedule::emit::StageCtx;
 use crate::schedule::pipeline::{Pass, Slot};
 use crate::schedule::{
-    CollectiveKind, ComputeOp, Device, Gemm, Label, MemCategory, Phase, ScheduleError, Stream,
+    CollectiveKind, ComputeOp, Deps, Device, Gemms, Label, MemCategory, Phase, ScheduleError,
+    Stream,
 };
 use crate::workload::ParamCount;
 use std::collections::BTreeMap;
@@ -109,7 +110,7 @@ impl<'a> DpEmitter<'a> {
         ComputeOp {
             phase: Phase::Compress,
             dtype: self.ctx.s.training.precision,
-            gemms: Vec::<Gemm>::new(),
+            gemms: Gemms::default(),
             flops: elems,
             memory_bytes: elems
                 .saturating_mul(GRAD_ELEM_BYTES)
@@ -124,7 +125,7 @@ impl<'a> DpEmitter<'a> {
         &mut self,
         b: &mut Builder,
         params: ParamCount,
-        deps: Vec<u32>,
+        deps: impl Into<Deps>,
         label: Label,
     ) -> Result<Vec<u32>, ScheduleError> {
         let dp = self.ctx.dp;
@@ -134,9 +135,9 @@ impl<'a> DpEmitter<'a> {
         }
         let elems: u64 = groups.iter().map(|(_, e)| *e).sum();
         let wire = dp.wire_grad_bytes(elems);
-        let mut deps = deps;
+        let mut deps: Deps = deps.into();
         if dp.compresses() {
-            deps = vec![b.compute(self.compress_op(elems, wire), deps, label)?];
+            deps = [b.compute(self.compress_op(elems, wire), deps, label)?].into();
         }
         let kind = self.reduce_kind();
         let mut ops = Vec::new();
@@ -163,7 +164,7 @@ impl<'a> DpEmitter<'a> {
         &mut self,
         b: &mut Builder,
         params: ParamCount,
-        deps: Vec<u32>,
+        deps: Deps,
         label: Label,
     ) -> Result<Vec<u32>, ScheduleError> {
         let dp = self.ctx.dp;
@@ -197,7 +198,7 @@ impl<'a> DpEmitter<'a> {
         }
         if dp.zero == Zero::ShardedOptimizer && dp.overlap_param_gather && dp.gather_at_start {
             for c in chunks {
-                let ops = self.gather_params(b, c.params, vec![], chunk_label(c))?;
+                let ops = self.gather_params(b, c.params, Deps::new(), chunk_label(c))?;
                 self.start_gathers.insert(c.layout.chunk, ops);
             }
         }
@@ -209,12 +210,12 @@ impl<'a> DpEmitter<'a> {
                 MemCategory::Buffers,
                 Device::Gpu,
                 dp.grad_bytes(elems),
-                vec![],
+                Deps::new(),
                 Label::default(),
             )?;
             self.step_bufs.push(stale);
             for c in chunks {
-                self.reduce(b, c.params, vec![], chunk_label(c))?;
+                self.reduce(b, c.params, Deps::new(), chunk_label(c))?;
             }
         }
         // ZeRO-2 keeps only its gradient shard as state, but this step reduces once, after
@@ -229,7 +230,7 @@ impl<'a> DpEmitter<'a> {
                 MemCategory::Buffers,
                 Device::Gpu,
                 elems.saturating_mul(per_param),
-                vec![],
+                Deps::new(),
                 Label::default(),
             )?;
             self.step_bufs.push(accumulation);
@@ -240,7 +241,7 @@ impl<'a> DpEmitter<'a> {
                 MemCategory::Buffers,
                 Device::Gpu,
                 dp.grad_bytes(elems),
-                vec![],
+                Deps::new(),
                 Label::default(),
             )?;
             self.step_bufs.push(full);
@@ -248,12 +249,7 @@ impl<'a> DpEmitter<'a> {
         Ok(())
     }
 
-    fn issue_gather(
-        &mut self,
-        b: &mut Builder,
-        k: usize,
-        deps: Vec<u32>,
-    ) -> Result<(), ScheduleError> {
+    fn issue_gather(&mut self, b: &mut Builder, k: usize, deps: Deps) -> Result<(), ScheduleError> {
         if self.issued.get(k).map(Option::is_some).unwrap_or(true) {
             return Ok(());
         }
@@ -274,7 +270,7 @@ impl<'a> DpEmitter<'a> {
                 label,
             )?,
         };
-        let ops = self.gather_params(b, params, vec![], label)?;
+        let ops = self.gather_params(b, params, Deps::new(), label)?;
         if let Some(slot) = self.issued.get_mut(k) {
             *slot = Some(Issued { ops, buffer });
         }
@@ -297,8 +293,8 @@ impl<'a> DpEmitter<'a> {
             }
         }
         if let (Some(k), true) = (gather, new_gather) {
-            self.issue_gather(b, k, vec![])?;
-            let throttle: Vec<u32> = k
+            self.issue_gather(b, k, Deps::new())?;
+            let throttle: Deps = k
                 .checked_sub(1)
                 .and_then(|p| self.gather_users.get(p).copied().flatten())
                 .into_iter()
@@ -310,7 +306,7 @@ impl<'a> DpEmitter<'a> {
                     MemCategory::Buffers,
                     Device::Gpu,
                     g.largest_module_params.saturating_mul(per_param),
-                    vec![],
+                    Deps::new(),
                     g.label,
                 )?,
                 _ => None,
@@ -343,7 +339,7 @@ impl<'a> DpEmitter<'a> {
                 .get_mut(k)
                 .and_then(Option::as_mut)
                 .and_then(|i| i.buffer.take());
-            b.free(Stream::Compute, buffer, vec![compute], Label::default())?;
+            b.free(Stream::Compute, buffer, [compute], Label::default())?;
         }
         Ok(())
     }
@@ -372,7 +368,7 @@ impl<'a> DpEmitter<'a> {
             MemCategory::Buffers,
             Device::Gpu,
             bytes,
-            vec![],
+            Deps::new(),
             label,
         )
     }
@@ -389,11 +385,8 @@ impl<'a> DpEmitter<'a> {
         if !self.reduces_per_pass() {
             return Ok(());
         }
-        let ops = self.reduce(b, seg.params, vec![compute], label)?;
-        let deps = ops
-            .last()
-            .map(|&o| vec![o])
-            .unwrap_or_else(|| vec![compute]);
+        let ops = self.reduce(b, seg.params, [compute], label)?;
+        let deps = ops.last().map(|&o| [o]).unwrap_or_else(|| [compute]);
         b.free(Stream::Dp, buffer, deps, label)
     }
 
@@ -416,7 +409,7 @@ impl<'a> DpEmitter<'a> {
             first_layer: first,
             num_layers: layers,
         };
-        self.reduce(b, params, vec![compute], label)?;
+        self.reduce(b, params, [compute], label)?;
         Ok(())
     }
 
@@ -442,7 +435,7 @@ impl<'a> DpEmitter<'a> {
                 self.reduce(
                     b,
                     c.params,
-                    last_grad_op.into_iter().collect(),
+                    last_grad_op.into_iter().collect::<Deps>(),
                     chunk_label(c),
                 )?;
             }
@@ -458,7 +451,7 @@ impl<'a> DpEmitter<'a> {
         let optimizer = b.compute(opt, deps, Label::default())?;
         if dp.zero == Zero::ShardedOptimizer && !dp.overlap_param_gather && dp.reduces() {
             for c in chunks {
-                self.gather_params(b, c.params, vec![optimizer], chunk_label(c))?;
+                self.gather_params(b, c.params, [optimizer].into(), chunk_label(c))?;
             }
         }
         Ok(())

@@ -29,7 +29,7 @@ use crate::schedule::dp::{DpPolicy, Zero};
 use crate::schedule::dp_emit::{DpEmitter, Gather};
 use crate::schedule::pipeline::{Pass, Slot};
 use crate::schedule::sizes::Sizes;
-use crate::schedule::{ComputeOp, Device, Label, MemCategory, OpKind, Peer, Phase, Program};
+use crate::schedule::{ComputeOp, Deps, Device, Label, MemCategory, OpKind, Peer, Phase, Program};
 use crate::schedule::{ScheduleError, Stream};
 use std::collections::BTreeMap;
 
@@ -128,10 +128,10 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
         MemCategory::Weights,
         Device::Host,
         state.host_init_bytes,
-        vec![],
+        Deps::new(),
         Label::default(),
     )?;
-    b.free(Stream::Compute, init, vec![], Label::default())?;
+    b.free(Stream::Compute, init, Deps::new(), Label::default())?;
     let mut state_tags = Vec::new();
     for (cat, dev, bytes) in [
         (
@@ -144,7 +144,14 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
         (MemCategory::Optimizer, Device::Gpu, state.optimizer_bytes),
         (MemCategory::Optimizer, Device::Host, state.host_bytes),
     ] {
-        state_tags.push(b.alloc(Stream::Compute, cat, dev, bytes, vec![], Label::default())?);
+        state_tags.push(b.alloc(
+            Stream::Compute,
+            cat,
+            dev,
+            bytes,
+            Deps::new(),
+            Label::default(),
+        )?);
     }
     dp.start(&mut b, my_chunks)?;
 
@@ -203,13 +210,13 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
                     MemCategory::Buffers,
                     Device::Gpu,
                     bytes,
-                    vec![],
+                    Deps::new(),
                     chunk_label,
                 )?;
                 let op = b.push(
                     Stream::PpRecv,
                     OpKind::Recv { peer, bytes, tag },
-                    vec![],
+                    Deps::new(),
                     chunk_label,
                 )?;
                 recv = Some((op, buf));
@@ -218,10 +225,7 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
 
         let gathered_deps = dp.before_compute(&mut b, step.gather, step.new_gather, slot)?;
         let consumes_recv = step.phase != Phase::Recompute && step.phase != Phase::BackwardWeight;
-        // Sized once: this vector becomes the compute op's deps.
-        let recv_dep = usize::from(consumes_recv && recv.is_some());
-        let mut deps = Vec::with_capacity(pending_comms.len() + gathered_deps.len() + recv_dep);
-        deps.append(&mut pending_comms);
+        let mut deps: Deps = pending_comms.drain(..).collect();
         deps.extend(gathered_deps);
         let mut consumed = None;
         if consumes_recv {
@@ -246,7 +250,7 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
                 MemCategory::Buffers,
                 Device::Gpu,
                 bytes,
-                vec![],
+                Deps::new(),
                 chunk_label,
             )?;
         }
@@ -256,7 +260,7 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
                 MemCategory::Activations,
                 Device::Gpu,
                 seg.work.activation_bytes,
-                vec![],
+                Deps::new(),
                 seg_label,
             )?;
             acts.entry((mb, slot.chunk)).or_default().push(tag);
@@ -270,13 +274,13 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
 
         if step.phase == Phase::Recompute {
             let stale = recompute_buf.take();
-            b.free(Stream::Compute, stale, vec![], seg_label)?;
+            b.free(Stream::Compute, stale, Deps::new(), seg_label)?;
             recompute_buf = b.alloc(
                 Stream::Compute,
                 MemCategory::Activations,
                 Device::Gpu,
                 seg.work.recompute_bytes,
-                vec![],
+                Deps::new(),
                 seg_label,
             )?;
         }
@@ -292,18 +296,13 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             let gathered = emit_comms(ctx, &mut b, &blocking, input, seg_label)?;
             let tail = emit_comms(ctx, &mut b, &beside, gathered, seg_label)?;
             let weight = pass_work(seg, Phase::BackwardWeight)?.0;
-            (b.compute(weight, vec![input, gathered], seg_label)?, tail)
+            (b.compute(weight, [input, gathered], seg_label)?, tail)
         } else {
             let compute = b.compute(op, deps, seg_label)?;
             (compute, emit_comms(ctx, &mut b, comms, compute, seg_label)?)
         };
         if matches!(step.phase, Phase::Backward | Phase::BackwardInput) {
-            b.free(
-                Stream::Compute,
-                recompute_buf.take(),
-                vec![compute],
-                seg_label,
-            )?;
+            b.free(Stream::Compute, recompute_buf.take(), [compute], seg_label)?;
         }
         if tail != compute {
             pending_comms.push(tail);
@@ -312,7 +311,7 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             step.gather.is_some() && steps.get(i + 1).map(|n| n.gather) != Some(step.gather);
         dp.after_compute(&mut b, step.gather, compute, last_user)?;
         if let Some(buf) = consumed {
-            b.free(Stream::Compute, buf, vec![compute], chunk_label)?;
+            b.free(Stream::Compute, buf, [compute], chunk_label)?;
         }
         if makes_grads {
             last_grad_op = Some(compute);
@@ -341,10 +340,10 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
                     .get_mut(&(mb, slot.chunk))
                     .and_then(|v| v.get_mut(step.seg))
                     .and_then(Option::take);
-                b.free(Stream::Compute, tag, vec![compute], seg_label)?;
+                b.free(Stream::Compute, tag, [compute], seg_label)?;
             } else if last_of_slot {
                 for tag in acts.remove(&(mb, slot.chunk)).unwrap_or_default() {
-                    b.free(Stream::Compute, tag, vec![compute], chunk_label)?;
+                    b.free(Stream::Compute, tag, [compute], chunk_label)?;
                 }
             }
         }
@@ -364,16 +363,16 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             let send = b.push(
                 Stream::PpSend,
                 OpKind::Send { peer, bytes, tag },
-                vec![compute, tail],
+                [compute, tail],
                 chunk_label,
             )?;
-            b.free(Stream::PpSend, send_buf.take(), vec![send], chunk_label)?;
+            b.free(Stream::PpSend, send_buf.take(), [send], chunk_label)?;
         }
     }
     b.free(
         Stream::Compute,
         recompute_buf.take(),
-        vec![],
+        Deps::new(),
         Label::default(),
     )?;
     dp.finish(&mut b, my_chunks, last_grad_op)?;
@@ -421,7 +420,7 @@ fn emit_comms(
             call.group,
             call.bytes,
             call.calls,
-            vec![after, tail],
+            [after, tail],
             label,
         )?;
     }

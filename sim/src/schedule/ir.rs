@@ -20,6 +20,8 @@
 //! - `Alloc` and `Free` move the rank's memory counter. They take no time unless the cost model
 //!   prices allocation (`CostModel::alloc_ns`: a host profile's `memory.alloc_bytes_per_s`).
 
+pub use super::deps::Deps;
+pub use super::gemms::Gemms;
 use crate::plan::GroupKind;
 use crate::scenario::Precision;
 use serde::{Deserialize, Serialize};
@@ -161,7 +163,7 @@ pub struct ComputeOp {
     pub phase: Phase,
     pub dtype: Precision,
     /// The GEMMs this op contains, with their planned shapes (already divided by tp/cp).
-    pub gemms: Vec<Gemm>,
+    pub gemms: Gemms,
     /// FLOPs of the op's GEMMs (Megatron's counting: attention score GEMMs included; softmax,
     /// norms and other elementwise work are costed by `memory_bytes` instead).
     pub flops: u64,
@@ -336,7 +338,7 @@ pub struct Op {
     pub stream: Stream,
     pub kind: OpKind,
     /// Indices of earlier ops of the same program that must finish first.
-    pub deps: Vec<u32>,
+    pub deps: Deps,
     pub label: Label,
 }
 

@@ -9,15 +9,17 @@
 
 mod builder;
 mod chunks;
+mod deps;
 pub mod dp;
 mod dp_emit;
 mod emit;
+mod gemms;
 mod ir;
 pub mod pipeline;
 mod sizes;
 mod validate;
 
-pub use builder::recycle;
+pub use builder::{recycle, recycle_program};
 pub use ir::*;
 pub use sizes::{Sizes, UniformSizes, WorkloadSizes};
 pub use validate::{ValidationError, ValidationReport};
@@ -67,13 +69,38 @@ pub fn generate_with(
     sizes: &dyn Sizes,
     step: u64,
 ) -> Result<Schedule, ScheduleError> {
+    let mut programs = Vec::with_capacity(plan.pp() as usize);
+    generate_each(scenario, plan, sizes, step, |program| {
+        programs.push(program);
+        Ok::<(), ScheduleError>(())
+    })?;
+    Ok(Schedule {
+        programs,
+        program_of: program_of(plan),
+    })
+}
+
+/// The rank-to-program map of every generated schedule: one program per pipeline stage.
+pub fn program_of(plan: &Plan) -> Vec<u32> {
+    (0..plan.world).map(|r| plan.stage_of(r)).collect()
+}
+
+/// [`generate_with`]'s programs, handed to `each` one at a time in program order (stage 0
+/// first) instead of collected; stops at the first error, `each`'s or generation's.
+pub fn generate_each<E: From<ScheduleError>>(
+    scenario: &Scenario,
+    plan: &Plan,
+    sizes: &dyn Sizes,
+    step: u64,
+    mut each: impl FnMut(Program) -> Result<(), E>,
+) -> Result<(), E> {
     let pp = plan.pp();
     let vpp = plan.vpp();
     let m = plan.microbatches;
     if plan.chunks.len() != pp as usize || plan.chunks.iter().any(|r| r.len() != vpp as usize) {
-        return Err(ScheduleError::Unsupported(
-            "plan layout does not have pp x vpp chunks".into(),
-        ));
+        return Err(
+            ScheduleError::Unsupported("plan layout does not have pp x vpp chunks".into()).into(),
+        );
     }
     emit::check_tags(m, pp, vpp)?;
     let policy = dp::DpPolicy::new(scenario, plan, step)?;
@@ -91,14 +118,9 @@ pub fn generate_with(
         chunks: &chunk_plans,
         overlap_buckets,
     };
-    let mut programs = Vec::with_capacity(pp as usize);
     for stage in 0..pp {
         let order = pipeline::stage_order(scenario.parallel.schedule, stage, pp, vpp, m)?;
-        programs.push(emit::emit_stage(&ctx, stage, &order)?);
+        each(emit::emit_stage(&ctx, stage, &order)?)?;
     }
-    let program_of = (0..plan.world).map(|r| plan.stage_of(r)).collect();
-    Ok(Schedule {
-        programs,
-        program_of,
-    })
+    Ok(())
 }

@@ -7,11 +7,13 @@ use crate::plan::{ChunkLayout, GroupKind, Plan};
 use crate::scenario::{Recompute, Scenario};
 use crate::schedule::{CollectiveKind, ComputeOp, Gemm, Phase};
 use crate::workload::{self, ChunkWork, CommCall, ParamCount, PassWork, StateBytes};
+use std::rc::Rc;
 
 /// Sizes of the work of one stage, as the generators need them.
 pub trait Sizes {
     /// Work for layers `first_layer .. first_layer + num_layers` of `layout`, with the
-    /// embedding and/or head when asked.
+    /// embedding and/or head when asked. Shared: a caching provider hands out one answer to
+    /// many schedules without copying it.
     fn layers_work(
         &self,
         layout: &ChunkLayout,
@@ -19,7 +21,7 @@ pub trait Sizes {
         num_layers: u32,
         embedding: bool,
         head: bool,
-    ) -> ChunkWork;
+    ) -> Rc<ChunkWork>;
     /// Parameters one rank holds for those layers (before ZeRO sharding).
     fn layers_params(
         &self,
@@ -49,8 +51,8 @@ impl Sizes for WorkloadSizes<'_> {
         num_layers: u32,
         embedding: bool,
         head: bool,
-    ) -> ChunkWork {
-        workload::layers_work(
+    ) -> Rc<ChunkWork> {
+        Rc::new(workload::layers_work(
             self.scenario,
             self.plan,
             layout,
@@ -58,7 +60,7 @@ impl Sizes for WorkloadSizes<'_> {
             num_layers,
             embedding,
             head,
-        )
+        ))
     }
 
     /// `workload::chunk_params` sizes a chunk from its layout's layer range and its
@@ -141,7 +143,8 @@ impl UniformSizes {
                 k: 64,
                 count: layers.min(u64::from(u32::MAX)) as u32,
                 batch: 1,
-            }],
+            }]
+            .into(),
             flops,
             memory_bytes: self.activation_bytes_per_layer.saturating_mul(layers),
             kernels: (layers.min(1000) as u32).max(1),
@@ -207,7 +210,7 @@ impl Sizes for UniformSizes {
         num_layers: u32,
         embedding: bool,
         head: bool,
-    ) -> ChunkWork {
+    ) -> Rc<ChunkWork> {
         // Embedding and head count as one extra layer each, so they stay visible.
         let n = num_layers + u32::from(embedding) + u32::from(head);
         let recompute = match self.recompute {
@@ -218,7 +221,7 @@ impl Sizes for UniformSizes {
             Recompute::Full => 1,
             _ => self.activation_bytes_per_layer.saturating_mul(u64::from(n)),
         };
-        ChunkWork {
+        Rc::new(ChunkWork {
             forward: self.pass(Phase::Forward, n, 1, true),
             backward: self.pass(Phase::Backward, n, 2, true),
             backward_input: self.pass(Phase::BackwardInput, n, 1, true),
@@ -231,7 +234,7 @@ impl Sizes for UniformSizes {
             },
             boundary_bytes: self.boundary_bytes,
             largest_module_params: self.dense_params_per_layer,
-        }
+        })
     }
 
     fn layers_params(

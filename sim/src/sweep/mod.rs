@@ -184,30 +184,70 @@ fn evaluate_planned(
             index, overrides, scenario, state,
         )));
     }
-    let Ok(schedule) = sizes::generate(scenario, plan) else {
-        return Outcome::Failed;
-    };
     let cost = crate::cost::Analytic::new(scenario);
     let opts = SimOptions {
         collapse: true,
         ..SimOptions::default()
     };
     let network = crate::topology::Network::for_cluster(&scenario.cluster, &cost.links);
-    let outcome = match crate::engine::simulate_on(plan, &schedule, &cost, network.as_ref(), &opts)
-    {
-        Ok(r) => {
-            // The row's figures are the report's headline figures (one function computes
-            // both); the per-rank breakdown a full report adds is not needed here.
-            let summary = Summary::of(scenario, plan, &r);
-            Outcome::Row(Box::new(SweepRow::new(
-                index, overrides, scenario, &summary,
-            )))
-        }
-        Err(_) => Outcome::Failed,
+    let result = match simulate(scenario, plan, &cost, network.as_ref(), &opts) {
+        Ok(r) => r,
+        Err(Failed) => return Outcome::Failed,
     };
-    // The next layout on this thread builds its programs in these op vectors.
-    crate::schedule::recycle(schedule);
-    outcome
+    // The row's figures are the report's headline figures (one function computes both); the
+    // per-rank breakdown a full report adds is not needed here.
+    let summary = Summary::of(scenario, plan, &result);
+    Outcome::Row(Box::new(SweepRow::new(
+        index, overrides, scenario, &summary,
+    )))
+}
+
+/// Generating or simulating a layout failed (the sweep counts it, the reason is not kept).
+struct Failed;
+
+impl From<crate::schedule::ScheduleError> for Failed {
+    fn from(_: crate::schedule::ScheduleError) -> Failed {
+        Failed
+    }
+}
+
+impl From<crate::engine::SimError> for Failed {
+    fn from(_: crate::engine::SimError) -> Failed {
+        Failed
+    }
+}
+
+/// The collapsed simulation of a layout. Each stage's program is compiled as soon as it is
+/// generated, and the next one is built in its op vector (see [`crate::engine::Compiled`]);
+/// the result is the one `engine::simulate_on` gives for the generated schedule.
+fn simulate(
+    scenario: &Scenario,
+    plan: &Plan,
+    cost: &crate::cost::Analytic,
+    network: Option<&crate::topology::Network>,
+    opts: &SimOptions,
+) -> Result<crate::engine::SimResult, Failed> {
+    let shape = crate::schedule::Schedule {
+        programs: Vec::new(),
+        program_of: crate::schedule::program_of(plan),
+    };
+    let Some(mut compiled) =
+        crate::engine::Compiled::new(plan, &shape.program_of, plan.pp() as usize, cost)
+    else {
+        let schedule = sizes::generate(scenario, plan)?;
+        let r = crate::engine::simulate_on(plan, &schedule, cost, network, opts);
+        // The next layout on this thread builds its programs in these op vectors.
+        crate::schedule::recycle(schedule);
+        return Ok(r?);
+    };
+    sizes::generate_each(scenario, plan, |program| {
+        let compiled_ok = compiled.add(&program, cost);
+        crate::schedule::recycle_program(program);
+        compiled_ok.map_err(Failed::from)
+    })?;
+    Ok(crate::engine::simulate_compiled(
+        plan, &shape, compiled, cost, network, opts,
+    )?)
 }
 
 /// Simulates every `(index, overrides)` layout of `source` in parallel (rayon's global

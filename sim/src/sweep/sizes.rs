@@ -7,15 +7,16 @@
 //! pipelines of the same chunk size ask for the same ranges, so each thread keeps the answers
 //! of its recent scenarios and sizes a layer range once per combination instead of once per
 //! layout. Everything else (state bytes, the optimizer step) is asked of the workload model
-//! every time. The cached answers are clones of what the model returned, so the schedules are
-//! exactly those `schedule::generate` builds.
+//! every time. The cached answers are what the model returned, shared (`Rc`), so the
+//! schedules are exactly those `schedule::generate` builds.
 
 use crate::plan::{ChunkLayout, Plan};
 use crate::scenario::{PipelineSchedule, Scenario};
-use crate::schedule::{ComputeOp, Schedule, ScheduleError, Sizes, WorkloadSizes};
+use crate::schedule::{ComputeOp, Program, Schedule, ScheduleError, Sizes, WorkloadSizes};
 use crate::workload::{ChunkWork, ParamCount, StateBytes};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 /// Everything `layers_work` is asked besides the scenario and the layout it ignores: the
 /// layer range and whether it carries the embedding and the head.
@@ -24,7 +25,7 @@ type Query = (u32, u32, bool, bool);
 /// The answers for one scenario (as [`key_of`] normalises it).
 struct Cache {
     scenario: Scenario,
-    work: BTreeMap<Query, ChunkWork>,
+    work: BTreeMap<Query, Rc<ChunkWork>>,
 }
 
 /// Scenarios kept per thread: a search's inner loops (micro batch x recompute x ZeRO) give
@@ -51,7 +52,7 @@ fn key_of(scenario: &Scenario) -> Scenario {
 }
 
 /// This thread's cached answers for `key`, taken out of the cache (empty if none).
-fn take(key: &Scenario) -> BTreeMap<Query, ChunkWork> {
+fn take(key: &Scenario) -> BTreeMap<Query, Rc<ChunkWork>> {
     CACHE
         .try_with(|c| {
             c.try_borrow_mut().ok().and_then(|mut c| {
@@ -65,7 +66,7 @@ fn take(key: &Scenario) -> BTreeMap<Query, ChunkWork> {
 }
 
 /// Puts answers back as the most recent, dropping the least recent beyond the limit.
-fn put(scenario: Scenario, work: BTreeMap<Query, ChunkWork>) {
+fn put(scenario: Scenario, work: BTreeMap<Query, Rc<ChunkWork>>) {
     let _ = CACHE.try_with(|c| {
         if let Ok(mut c) = c.try_borrow_mut() {
             c.insert(0, Cache { scenario, work });
@@ -78,21 +79,40 @@ fn put(scenario: Scenario, work: BTreeMap<Query, ChunkWork>) {
 /// from this thread's cache when earlier layouts sized the same ranges of the same scenario
 /// up to the fields sizing ignores.
 pub(crate) fn generate(scenario: &Scenario, plan: &Plan) -> Result<Schedule, ScheduleError> {
+    with_cache(scenario, plan, |sizes, step| {
+        crate::schedule::generate_with(scenario, plan, sizes, step)
+    })
+}
+
+/// [`generate`]'s programs handed to `each` one at a time, as
+/// [`crate::schedule::generate_each`] does.
+pub(crate) fn generate_each<E: From<ScheduleError>>(
+    scenario: &Scenario,
+    plan: &Plan,
+    each: impl FnMut(Program) -> Result<(), E>,
+) -> Result<(), E> {
+    with_cache(scenario, plan, |sizes, step| {
+        crate::schedule::generate_each(scenario, plan, sizes, step, each)
+    })
+}
+
+/// Runs `f` with the caching sizes provider of `scenario` and the step it generates.
+fn with_cache<T>(scenario: &Scenario, plan: &Plan, f: impl FnOnce(&Shared, u64) -> T) -> T {
     let key = key_of(scenario);
     let sizes = Shared {
         inner: WorkloadSizes { scenario, plan },
         work: RefCell::new(take(&key)),
     };
     let step = crate::schedule::representative_step(scenario);
-    let schedule = crate::schedule::generate_with(scenario, plan, &sizes, step);
+    let out = f(&sizes, step);
     put(key, sizes.work.into_inner());
-    schedule
+    out
 }
 
 /// The workload model with remembered `layers_work` answers.
 struct Shared<'a> {
     inner: WorkloadSizes<'a>,
-    work: RefCell<BTreeMap<Query, ChunkWork>>,
+    work: RefCell<BTreeMap<Query, Rc<ChunkWork>>>,
 }
 
 impl Sizes for Shared<'_> {
@@ -103,7 +123,7 @@ impl Sizes for Shared<'_> {
         num_layers: u32,
         embedding: bool,
         head: bool,
-    ) -> ChunkWork {
+    ) -> Rc<ChunkWork> {
         let query = (first_layer, num_layers, embedding, head);
         if let Some(w) = self
             .work
@@ -117,7 +137,7 @@ impl Sizes for Shared<'_> {
             .inner
             .layers_work(layout, first_layer, num_layers, embedding, head);
         if let Ok(mut m) = self.work.try_borrow_mut() {
-            m.insert(query, w.clone());
+            m.insert(query, Rc::clone(&w));
         }
         w
     }

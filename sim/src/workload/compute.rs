@@ -77,7 +77,7 @@ impl Parts {
         ComputeOp {
             phase,
             dtype,
-            gemms: self.gemms,
+            gemms: self.gemms.into(),
             flops,
             memory_bytes: self.memory_bytes,
             kernels: self.kernels,

@@ -307,7 +307,7 @@ pub fn optimizer_step(s: &Scenario, plan: &Plan, stage: u32) -> ComputeOp {
     ComputeOp {
         phase: Phase::Optimizer,
         dtype: s.training.precision,
-        gemms: Vec::new(),
+        gemms: Vec::new().into(),
         flops: 0,
         memory_bytes: mul(shard, per_param),
         kernels: layers.saturating_add(2),

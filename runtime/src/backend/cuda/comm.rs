@@ -134,7 +134,7 @@ mod tests {
         Op {
             stream: Stream::Tp,
             kind,
-            deps: vec![],
+            deps: vec![].into(),
             label: Label::default(),
         }
     }

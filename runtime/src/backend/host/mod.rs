@@ -589,7 +589,7 @@ mod tests {
         let op = Op {
             stream: Stream::Io,
             kind: OpKind::Checkpoint { bytes: 3 << 20 },
-            deps: vec![],
+            deps: vec![].into(),
             label: Default::default(),
         };
         let sched = twin_sim::schedule::Schedule {

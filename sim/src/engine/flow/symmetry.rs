@@ -52,25 +52,27 @@ struct Used {
 impl Used {
     fn of(p: &CProgram) -> Used {
         let mut u = Used::default();
-        for op in &p.ops {
-            match op.kind {
-                CKind::Collective {
-                    group_kind,
-                    kind,
-                    bytes,
-                    calls,
-                    ..
-                } => {
-                    if let Some(list) = u.collectives.get_mut(group_kind as usize) {
-                        if !list.contains(&(kind, bytes, calls)) {
-                            list.push((kind, bytes, calls));
-                        }
+        // Each kind's collectives in program order (the compiled ops are in stream order).
+        for (list, ops) in u.collectives.iter_mut().zip(&p.coll_ops) {
+            for op in ops.iter().filter_map(|&o| p.ops.get(o as usize)) {
+                if let CKind::Collective {
+                    kind, bytes, calls, ..
+                } = op.kind
+                {
+                    if !list.contains(&(kind, bytes, calls)) {
+                        list.push((kind, bytes, calls));
                     }
                 }
-                CKind::P2p {
-                    send: true, peer, ..
-                } if peer < 8 => u.sends |= 1 << peer,
-                _ => {}
+            }
+        }
+        for op in &p.ops {
+            if let CKind::P2p {
+                send: true, peer, ..
+            } = op.kind
+            {
+                if peer < 8 {
+                    u.sends |= 1 << peer;
+                }
             }
         }
         u
