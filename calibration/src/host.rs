@@ -70,6 +70,9 @@ pub struct HostFits {
     /// Interruptions of running compute per second of busy time, and their mean length
     /// (`bench::interrupt`); `None` when not measured.
     pub interruptions: Option<(Estimate, Estimate)>,
+    /// A transfer's extra time once its receiver idled: (the jump over the back-to-back
+    /// latency, ns; the growth per idle ns), from `bench::wake`; `None` when not measured.
+    pub wake: Option<(Estimate, Estimate)>,
     pub cores: u32,
     /// Samples dropped by the outlier rule, over every benchmark.
     pub dropped_samples: usize,
@@ -147,6 +150,35 @@ pub fn solo_share(ranks: u32, cores: u32) -> f64 {
 }
 
 /// [`alpha_beta::fit_or_rate`] with the benchmark's name in errors and notes.
+/// The wake-up fit: alpha-beta over the samples after an idle gap (x = the gap), less the
+/// median back-to-back time; `None` (with a note) when it cannot be fitted.
+fn wake_fit(s: &[SizedSamples], notes: &mut Vec<String>) -> Option<(Estimate, Estimate)> {
+    let back_to_back: Vec<f64> = s
+        .iter()
+        .filter(|x| x.bytes == 0)
+        .flat_map(|x| x.kept_ns.iter().copied())
+        .collect();
+    let base = crate::sample::median(&back_to_back)?;
+    let idle: Vec<SizedSamples> = s.iter().filter(|x| x.bytes > 0).cloned().collect();
+    let f = match alpha_beta::fit(&sized_points(&idle)) {
+        Ok(f) => f,
+        Err(e) => {
+            notes.push(format!("wake-up after idle: not fitted ({e})"));
+            return None;
+        }
+    };
+    let jump = Estimate {
+        value: f.latency_ns.value - base,
+        ci95: [f.latency_ns.ci95[0] - base, f.latency_ns.ci95[1] - base],
+    }
+    .clamp(0.0, f64::MAX);
+    let per_idle = f
+        .bandwidth_bytes_per_s
+        .map_monotone(|b| if b > 0.0 { 1e9 / b } else { 0.0 })
+        .clamp(0.0, 1.0);
+    Some((jump, per_idle))
+}
+
 pub(crate) fn named(
     what: &str,
     points: &[Point],
@@ -336,6 +368,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
             .as_ref()
             .filter(|i| i.calls > 0)
             .map(crate::fit::interrupt::fit),
+        wake: wake_fit(&s.wake, &mut notes),
         cores,
         dropped_samples: dropped,
         notes,
@@ -611,6 +644,18 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
                 r("mean excess over the median call of the interrupted calls"),
             )
         }),
+        host_wake_ns: f.wake.map(|(jump, _)| {
+            fitted(
+                jump,
+                r("one-way 4 KiB transfer after both ranks idled, alpha-beta over the idle gap: intercept less the back-to-back median"),
+            )
+        }),
+        host_wake_per_idle: f.wake.map(|(_, per)| {
+            fitted(
+                per,
+                r("the same fit: extra transfer time per ns the receiving core idled"),
+            )
+        }),
         provenance: Default::default(),
     };
     (profile, host)
@@ -619,6 +664,34 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wake_fit_recovers_the_jump_and_the_growth_per_idle_ns() {
+        // Back to back 40 us; after idling t: 40 + 15 + 0.02 t us, +-1% alternating noise.
+        let samples: Vec<SizedSamples> = [0u64, 50_000, 200_000, 1_000_000, 5_000_000]
+            .iter()
+            .map(|&idle| {
+                let base = if idle == 0 {
+                    40_000.0
+                } else {
+                    55_000.0 + 0.02 * idle as f64
+                };
+                SizedSamples {
+                    bytes: idle,
+                    kept_ns: (0..20)
+                        .map(|i| base * if i % 2 == 0 { 1.01 } else { 0.99 })
+                        .collect(),
+                    dropped_ns: Vec::new(),
+                }
+            })
+            .collect();
+        let mut notes = Vec::new();
+        let (jump, per_idle) = wake_fit(&samples, &mut notes).expect("fitted");
+        assert!(jump.covers(15_000.0), "{jump:?}");
+        assert!(per_idle.covers(0.02), "{per_idle:?}");
+        // No back-to-back samples: nothing to measure the jump against.
+        assert!(wake_fit(&samples[1..], &mut notes).is_none());
+    }
 
     /// Chains of n ops at `per_op_ns` each plus a fixed 5 us, with +-2% alternating noise.
     fn chain(per_op_ns: f64) -> Vec<Point> {

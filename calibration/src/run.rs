@@ -64,7 +64,8 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         + 2 * cfg.launch_ops.len()
         + bench::comm::measurement_count(&cfg)
         + cfg.checkpoint_bytes.len()
-        + 1;
+        + 1
+        + cfg.wake_idle_ns.len();
     let mut progress = Counter {
         sink,
         done: 0,
@@ -85,6 +86,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
     samples.overlap = Some(overlap);
     samples.checkpoint = bench::io::checkpoint(&cfg, &mut progress)?;
     samples.interruptions = Some(bench::interrupt::interruptions(&cfg, &mut progress));
+    samples.wake = bench::wake::wake(&cfg, &mut progress)?;
     let elapsed_s = started.elapsed().as_secs_f64();
     let fits = host::fit_all(&samples, cores)?;
     let mode = match opts.mode {

@@ -203,6 +203,10 @@ pub fn profile_toml(
             o.push_str(&param("interruptions_per_s", r));
             o.push_str(&param("interruption_mean_ns", m));
         }
+        if let (Some(w), Some(p)) = (&p.host_wake_ns, &p.host_wake_per_idle) {
+            o.push_str(&param("wake_ns", w));
+            o.push_str(&param("wake_per_idle", p));
+        }
     }
     if let Some(f) = &p.fit {
         o.push_str("\n[fit]\n");

@@ -343,6 +343,15 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
             est(mean, "ns")
         ));
     }
+    if let Some((jump, per_idle)) = &f.wake {
+        o.push_str(&format!(
+            "a transfer into a core that idled takes {} + {:.4} [{:.4} .. {:.4}] x the idle time longer\n",
+            est(jump, "ns"),
+            per_idle.value,
+            per_idle.ci95[0],
+            per_idle.ci95[1]
+        ));
+    }
     o.push_str(&closing_lines(&f.notes, profile, samples));
     o
 }

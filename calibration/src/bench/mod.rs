@@ -11,6 +11,7 @@ pub mod interrupt;
 pub mod io;
 pub mod launch;
 pub mod memory;
+pub mod wake;
 
 use crate::sample::{Kept, Repeats};
 use serde::Serialize;
@@ -63,6 +64,9 @@ pub struct Config {
     pub checkpoint: Repeats,
     /// How long the interruption benchmark runs its GEMM back to back (`bench::interrupt`).
     pub interrupt_ns: u64,
+    /// Idle gaps before the wake-up benchmark's transfers (`bench::wake`).
+    pub wake_idle_ns: Vec<u64>,
+    pub wake: Repeats,
 }
 
 /// The L2 cache of CPU 0, from sysfs (`1024K`).
@@ -130,6 +134,8 @@ impl Config {
                 checkpoint_bytes: vec![MIB, 4 * MIB, 16 * MIB, 64 * MIB],
                 checkpoint: r(1, 5),
                 interrupt_ns: 3_000_000_000,
+                wake_idle_ns: vec![0, 50_000, 200_000, 1_000_000, 5_000_000],
+                wake: r(5, 60),
             },
             Mode::Quick => Config {
                 mode,
@@ -151,6 +157,8 @@ impl Config {
                 checkpoint_bytes: vec![MIB, 8 * MIB, 32 * MIB],
                 checkpoint: r(1, 3),
                 interrupt_ns: 1_000_000_000,
+                wake_idle_ns: vec![0, 200_000, 2_000_000],
+                wake: r(3, 25),
             },
             Mode::Tiny => Config {
                 mode,
@@ -172,6 +180,8 @@ impl Config {
                 checkpoint_bytes: vec![256 * KIB, 2 * MIB, 8 * MIB],
                 checkpoint: r(0, 2),
                 interrupt_ns: 50_000_000,
+                wake_idle_ns: vec![0, 100_000, 400_000],
+                wake: r(1, 3),
             },
         }
     }
@@ -295,4 +305,6 @@ pub struct Samples {
     /// Write and fsync a file of `bytes`.
     pub checkpoint: Vec<SizedSamples>,
     pub interruptions: Option<interrupt::InterruptSamples>,
+    /// One-way transfer after an idle gap; `bytes` is the gap in ns.
+    pub wake: Vec<SizedSamples>,
 }

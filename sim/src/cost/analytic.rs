@@ -64,6 +64,9 @@ pub struct Analytic {
     /// Interruptions of compute by the machine (profile keys `[host] interruptions_per_s`
     /// and `interruption_mean_ns`).
     pub interruptions: Option<crate::engine::Interruptions>,
+    /// A transfer's extra time once its receiving core idled (profile keys `[host] wake_ns`
+    /// and `wake_per_idle`).
+    pub wake: Option<crate::engine::Wake>,
     /// CPU cores the ranks of one node share for compute (host backend); `None`: every
     /// rank has a device of its own. Carried for the engine's core sharing (see
     /// [`Analytic::host_cores`]).
@@ -102,6 +105,7 @@ impl Analytic {
             alloc_fixed_ns: 0,
             op_overhead_ns: 0,
             interruptions: None,
+            wake: None,
             host_cores: None,
             p2p_latency_ns: [None, None],
             p2p_bandwidth_bytes_per_s: [None, None],
@@ -222,6 +226,10 @@ impl CostModel for Analytic {
 
     fn interruptions(&self) -> Option<crate::engine::Interruptions> {
         self.interruptions
+    }
+
+    fn wake(&self) -> Option<crate::engine::Wake> {
+        self.wake
     }
 
     fn compute_is_rank_invariant(&self) -> bool {

@@ -53,6 +53,11 @@ pub trait CostModel: Send + Sync {
     fn interruptions(&self) -> Option<crate::engine::Interruptions> {
         None
     }
+    /// How much longer a transfer takes when its receiving core idled before it (a host
+    /// profile's `[host] wake_ns` and `wake_per_idle`); `None`: no difference.
+    fn wake(&self) -> Option<crate::engine::Wake> {
+        None
+    }
     /// True when `compute_ns` does not depend on `rank`: the engine then computes each
     /// program's compute durations once instead of once per rank. Defaults to false, so a
     /// model that adds stragglers is never cached by accident.

@@ -36,6 +36,9 @@ impl CostModel for WithOverlap<'_> {
     fn interruptions(&self) -> Option<crate::engine::Interruptions> {
         self.inner.interruptions()
     }
+    fn wake(&self) -> Option<crate::engine::Wake> {
+        self.inner.wake()
+    }
     fn compute_is_rank_invariant(&self) -> bool {
         self.inner.compute_is_rank_invariant()
     }

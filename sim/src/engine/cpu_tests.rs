@@ -5,7 +5,7 @@
 use super::testkit::*;
 use super::*;
 use crate::plan::GroupKind;
-use crate::schedule::{CollectiveKind, MemCategory, Program, Stream};
+use crate::schedule::{CollectiveKind, MemCategory, Peer, Program, Stream};
 
 fn step(plan: &Plan, s: &Schedule, cores: Option<u32>) -> u64 {
     let cost = SharedCores {
@@ -178,4 +178,46 @@ fn a_priced_free_takes_its_time_on_the_core() {
     assert_eq!(step_with(Some(2), 300), 1300);
     // Both ranks on one core: every piece of work is shared.
     assert_eq!(step_with(Some(1), 300), 2600);
+}
+
+#[test]
+fn a_transfer_into_a_core_that_slept_waits_for_it_to_wake() {
+    // Stage 0 computes 1000 ns and sends 100 bytes (100 ns) to stage 1, whose core has run
+    // nothing since the step began; stage 1 computes 1000 ns and sends back to stage 0, idle
+    // since its op ended.
+    let plan = plan(1, 2, 1, 1);
+    let wake = Some(crate::engine::Wake {
+        ns: 500.0,
+        per_idle: 0.1,
+    });
+    let mut s0 = ProgBuilder::new(0);
+    let f = s0.fwd(1000, &[]);
+    s0.send(Peer::PpNext, 100, 0, &[f]);
+    let r = s0.recv(Peer::PpNext, 100, 1, &[]);
+    s0.fwd(10, &[r]);
+    let s = per_rank(vec![s0.build(), s1_again()]);
+    let step = |wake| {
+        let cost = SharedCores {
+            cores: Some(2),
+            wake,
+            ..SharedCores::default()
+        };
+        simulate(&plan, &s, &cost, &SimOptions::default())
+            .unwrap()
+            .step_time_ns
+    };
+    // Undisturbed: 1000 + 100 + 1000 + 100 + 10.
+    assert_eq!(step(None), 2210);
+    // The first wait: 500 + 0.1 x 1000 (stage 1 idle since 0); the second: stage 0 idled from
+    // 1000 until the reply at 1000 + 700 + 1000 = 2700: 500 + 0.1 x 1700 = 670.
+    assert_eq!(step(wake), 1000 + 700 + 1000 + 100 + 670 + 10);
+}
+
+/// Stage 1 of the wake-up test: receive, compute 1000 ns, send back.
+fn s1_again() -> Program {
+    let mut s1 = ProgBuilder::new(1);
+    let rcv = s1.recv(Peer::PpPrev, 100, 0, &[]);
+    let g = s1.fwd(1000, &[rcv]);
+    s1.send(Peer::PpPrev, 100, 1, &[g]);
+    s1.build()
 }

@@ -21,6 +21,8 @@ mod deadlock;
 mod flow;
 mod jitter;
 pub use jitter::Interruptions;
+mod wake;
+pub use wake::Wake;
 #[cfg(test)]
 mod flow_tests;
 mod memo;

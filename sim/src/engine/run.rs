@@ -20,6 +20,7 @@ use super::memo::{CollectiveMemo, P2pMemo};
 use super::memory::RankMem;
 use super::queue::EventQueue;
 use super::share::CoreShare;
+use super::wake::{CoreIdle, Wake};
 use super::{deadlock, RankStats, SimError, SimResult};
 use crate::schedule::{CollectiveKind, OpKind, Stream};
 use crate::trace::{MemorySample, Trace, TraceEvent};
@@ -175,6 +176,8 @@ pub(crate) struct State<S: Slots> {
     free_ns: u64,
     /// Interruptions drawn for compute ops (see `engine::jitter`), when asked for.
     jitter: Option<Jitter>,
+    /// The profile's wake-up cost and each core's idle time (see `engine::wake`).
+    waking: Option<(Wake, CoreIdle)>,
     slots: std::marker::PhantomData<S>,
 }
 
@@ -235,6 +238,7 @@ impl<S: Slots> State<S> {
                 .jitter_seed
                 .zip(ctx.cost.interruptions())
                 .map(|(seed, model)| Jitter::new(seed, model)),
+            waking: ctx.cost.wake().map(|w| (w, CoreIdle::default())),
             slots: std::marker::PhantomData,
             trace: ctx.opts.trace.then(|| Trace {
                 events: Vec::with_capacity(total_ops),
@@ -335,6 +339,12 @@ impl<S: Slots> State<S> {
                 a.flush(self.now);
                 a.running_compute += 1;
                 let communicating = a.running_comm > 0;
+                if self.waking.is_some() {
+                    let core = self.core_of(ctx, rank);
+                    if let Some((_, idle)) = &mut self.waking {
+                        idle.started(core, now);
+                    }
+                }
                 if let Some(sh) = &mut self.share {
                     sh.started(r, s, Some(dur));
                 }
@@ -413,6 +423,27 @@ impl<S: Slots> State<S> {
                 f.set_communicating(r * STREAMS..(r + 1) * STREAMS, true);
             }
         }
+    }
+
+    /// The core `rank` runs on when ranks share cores, else a core of its own (its rank).
+    fn core_of(&self, ctx: &Ctx, rank: u32) -> usize {
+        match &self.flows {
+            Some(f) if f.cores_shared() => f.cpu_of(ctx.plan, rank) as usize,
+            _ => rank as usize,
+        }
+    }
+
+    /// What a transfer into `ranks` adds for their cores' wake-up (`engine::wake`): the most
+    /// any of them needs, as the transfer waits for every member.
+    fn wake_ns(&self, ctx: &Ctx, ranks: &[u32]) -> u64 {
+        let Some((w, idle)) = &self.waking else {
+            return 0;
+        };
+        ranks
+            .iter()
+            .map(|&r| w.extra_ns(idle.idle_ns(self.core_of(ctx, r), self.now)))
+            .max()
+            .unwrap_or(0)
     }
 
     /// Runs a transfer that has begun on every side: through the flow network when there is
@@ -515,6 +546,8 @@ impl<S: Slots> State<S> {
                 ctx.cost.p2p_ns(ctx.plan, src, real_dst, bytes)
             }),
         };
+        // Into a core that slept, the transfer waits for it to wake (`engine::wake`).
+        let dur_ns = dur_ns + self.wake_ns(ctx, &[dst]);
         let solo_ns = ctx.net.is_none().then_some(dur_ns);
         self.begin_transfer(ctx, src, send_op, solo_ns);
         self.begin_transfer(ctx, dst, recv_op, solo_ns);
@@ -580,6 +613,7 @@ impl<S: Slots> State<S> {
                         .collective_ns(inst.kind, group, inst.bytes, inst.calls)
                 }),
         };
+        let dur_ns = dur_ns + self.wake_ns(ctx, ctx.members(g));
         let solo_ns = ctx.net.is_none().then_some(dur_ns);
         for &m in ctx.members(g) {
             let op = ctx.prog(m as usize).coll_ops[gk][inst.seq as usize];
@@ -645,6 +679,12 @@ impl<S: Slots> State<S> {
                 a.running_compute -= 1;
                 if let Some(sh) = &mut self.share {
                     sh.finished(r, s, now - start_ns, false);
+                }
+                if self.waking.is_some() {
+                    let core = self.core_of(ctx, rank);
+                    if let Some((_, idle)) = &mut self.waking {
+                        idle.finished(core, now);
+                    }
                 }
             }
             CKind::Checkpoint { .. } | CKind::P2p { .. } | CKind::Collective { .. } => {

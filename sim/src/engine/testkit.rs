@@ -62,6 +62,7 @@ pub(crate) struct SharedCores {
     pub slowdown: f64,
     pub alloc_ns_per_byte: u64,
     pub free_ns: u64,
+    pub wake: Option<crate::engine::Wake>,
 }
 
 impl CostModel for SharedCores {
@@ -82,6 +83,9 @@ impl CostModel for SharedCores {
     }
     fn free_ns(&self) -> u64 {
         self.free_ns
+    }
+    fn wake(&self) -> Option<crate::engine::Wake> {
+        self.wake
     }
     fn compute_is_rank_invariant(&self) -> bool {
         true

@@ -73,6 +73,8 @@ struct RawHost {
     cores: RawParam,
     interruptions_per_s: Option<RawParam>,
     interruption_mean_ns: Option<RawParam>,
+    wake_ns: Option<RawParam>,
+    wake_per_idle: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -434,6 +436,17 @@ impl Checker<'_> {
                 Range::Fraction,
             ),
         )?;
+        let (wake_ns, wake_per_idle) = match raw.host.as_mut() {
+            Some(h) => self.pair(
+                ("host.wake_ns", h.wake_ns.take(), Range::NonNegative),
+                (
+                    "host.wake_per_idle",
+                    h.wake_per_idle.take(),
+                    Range::Fraction,
+                ),
+            )?,
+            None => (None, None),
+        };
         let (interruptions_per_s, interruption_mean_ns) = match raw.host.as_mut() {
             Some(h) => self.pair(
                 (
@@ -528,6 +541,8 @@ impl Checker<'_> {
                 .transpose()?,
             host_interruptions_per_s: interruptions_per_s,
             host_interruption_mean_ns: interruption_mean_ns,
+            host_wake_ns: wake_ns,
+            host_wake_per_idle: wake_per_idle,
             provenance: raw
                 .provenance
                 .into_iter()

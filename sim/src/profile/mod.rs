@@ -142,6 +142,11 @@ pub struct Profile {
     /// machine takes the core from running compute (both or neither; `engine::jitter`).
     pub host_interruptions_per_s: Option<Param>,
     pub host_interruption_mean_ns: Option<Param>,
+    /// `[host] wake_ns` / `wake_per_idle`: a transfer whose receiving core idled takes
+    /// `wake_ns + wake_per_idle x idle` longer than back to back (both or neither;
+    /// `engine::wake`).
+    pub host_wake_ns: Option<Param>,
+    pub host_wake_per_idle: Option<Param>,
     /// `[provenance]`: where the profile was measured (machine, date, backend, versions).
     pub provenance: BTreeMap<String, String>,
     pub fit: Option<FitQuality>,
@@ -241,6 +246,13 @@ impl Analytic {
                 (Some(b), Some(e)) => Some(crate::cost::MemorySpill {
                     bytes: whole(b),
                     efficiency: e.value,
+                }),
+                _ => None,
+            },
+            wake: match (&p.host_wake_ns, &p.host_wake_per_idle) {
+                (Some(w), Some(r)) => Some(crate::engine::Wake {
+                    ns: w.value,
+                    per_idle: r.value,
                 }),
                 _ => None,
             },

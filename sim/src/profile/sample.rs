@@ -100,6 +100,8 @@ impl Profile {
             (self.op_overhead_ns.as_mut(), NonNegative),
             (self.host_interruptions_per_s.as_mut(), NonNegative),
             (self.host_interruption_mean_ns.as_mut(), NonNegative),
+            (self.host_wake_ns.as_mut(), NonNegative),
+            (self.host_wake_per_idle.as_mut(), Fraction),
             (self.memory_spill_bytes.as_mut(), NonNegative),
             (self.memory_spill_efficiency.as_mut(), Fraction),
             (self.host_cores.as_mut(), Count),

@@ -508,3 +508,36 @@ fn interruptions_come_as_a_pair_and_make_the_prediction_a_median() {
     assert!(z.report.interruptions.is_none());
     assert_eq!(z.report.step_time_s, spread.undisturbed_step_time_s);
 }
+
+#[test]
+fn wake_keys_come_as_a_pair_and_reach_the_cost_model() {
+    let with_host = |host: &str| A100.replacen("[gpu]", &format!("[host]\n{host}\n[gpu]"), 1);
+    let cores = "cores = { value = 2, source = \"fitted\", ref = \"t\" }\n";
+    let e = parse_str(
+        &with_host(&format!(
+            "{cores}wake_ns = {{ value = 8000, source = \"fitted\", ref = \"t\" }}"
+        )),
+        "p.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("host.wake_per_idle is missing"), "{e}");
+    let p = parse_str(
+        &with_host(&format!(
+            "{cores}wake_ns = {{ value = 8000, source = \"fitted\", ref = \"t\" }}\nwake_per_idle = {{ value = 0.02, source = \"fitted\", ref = \"t\" }}"
+        )),
+        "p.toml",
+    )
+    .unwrap();
+    let a = Analytic::from_profile(&small_scenario(1, 2, 1, 4), &p);
+    assert_eq!(
+        a.wake(),
+        Some(crate::engine::Wake {
+            ns: 8000.0,
+            per_idle: 0.02
+        })
+    );
+    assert!(Analytic::from_profile(&small_scenario(1, 2, 1, 4), &a100())
+        .wake()
+        .is_none());
+}
