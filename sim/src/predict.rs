@@ -158,25 +158,31 @@ fn median_interrupted(
         trace: false,
         ..base.clone()
     })?;
-    let mut steps = Vec::with_capacity(INTERRUPTED_RUNS as usize);
+    let mut runs = Vec::with_capacity(INTERRUPTED_RUNS as usize);
     for seed in 1..=INTERRUPTED_RUNS {
         let r = staged.simulate(&SimOptions {
             trace: false,
             jitter_seed: Some(seed),
             ..base.clone()
         })?;
-        steps.push((r.step_time_ns, seed));
+        runs.push((r.step_time_ns, seed, r));
     }
-    steps.sort_unstable();
+    runs.sort_unstable_by_key(|r| (r.0, r.1));
+    let steps: Vec<u64> = runs.iter().map(|r| r.0).collect();
     let q = |f: f64| {
         let i = ((steps.len() as f64 - 1.0) * f).round() as usize;
-        steps.get(i).map_or(0, |s| s.0)
+        steps.get(i).copied().unwrap_or(0)
     };
-    let median_seed = steps.get(steps.len() / 2).map_or(1, |s| s.1);
-    let result = staged.simulate(&SimOptions {
-        jitter_seed: Some(median_seed),
-        ..base
-    })?;
+    let (_, median_seed, median) = runs.swap_remove(runs.len() / 2);
+    // The median run again only when a trace is wanted (the runs above record none).
+    let result = if base.trace {
+        staged.simulate(&SimOptions {
+            jitter_seed: Some(median_seed),
+            ..base
+        })?
+    } else {
+        median
+    };
     let s = |ns: u64| ns as f64 * 1e-9;
     Ok((
         result,

@@ -24,10 +24,11 @@ use twin_sim::verify::{
 /// median step is the median of the runs', and from that run's median-length step (host; a
 /// GPU run shows its last step). Errors are (measured - predicted) / measured: positive means
 /// slower than predicted.
-/// On the host backend it also times the scenario's most frequent GEMM shapes before and
-/// after the runs and compares them with the profile ("machine check", `machine_check` in the
-/// JSON): a shared machine's speed drifts, and a step-time error of about the size the check
-/// reports is that drift, not the schedule's model. Recalibrate when it is large.
+/// On the host backend it also times the scenario's most frequent GEMM shapes before each run
+/// and after the last and compares them with the profile ("machine check", `machine_check` in
+/// the JSON): a shared machine's speed drifts, and a step-time error of about the size the
+/// check reports is that drift, not the schedule's model. Recalibrate when it is large. It
+/// also prints the step-time error with each run scaled to the profile's speed by its check.
 /// Exits 1 when an error exceeds a --max-* threshold, naming it.
 ///
 /// Examples:

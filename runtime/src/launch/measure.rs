@@ -467,15 +467,7 @@ mod tests {
     }
 
     fn staged_pp2() -> twin_sim::Staged {
-        let mut s = twin_sim::testing::small_scenario(1, 2, 1, 2);
-        s.model.hidden = 64;
-        s.model.heads = 4;
-        s.model.kv_heads = 4;
-        s.model.ffn_hidden = 128;
-        s.model.seq_len = 16;
-        s.model.vocab = 64;
-        s.model.layers = 2;
-        twin_sim::Staged::new(&s).unwrap()
+        twin_sim::Staged::new(&twin_sim::testing::cpu_sized_scenario(1, 2, 1, 2)).unwrap()
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! mean `rate x time`, each interruption exponential with the profile's mean. The draws come
 //! from one seeded generator in event order, so a seed gives the same step every time.
 
+use crate::profile::sample::Rng;
+
 /// Interruption rate and length, from a profile.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Interruptions {
@@ -20,7 +22,7 @@ pub struct Interruptions {
 
 /// The seeded draws of one run.
 pub(crate) struct Jitter {
-    state: u64,
+    rng: Rng,
     model: Interruptions,
 }
 
@@ -31,23 +33,13 @@ const MAX_PER_OP: u32 = 10_000;
 impl Jitter {
     pub fn new(seed: u64, model: Interruptions) -> Jitter {
         Jitter {
-            state: seed ^ 0x6A09_E667_F3BC_C909,
+            rng: Rng::new(seed ^ 0x6A09_E667_F3BC_C909),
             model,
         }
     }
 
-    fn next_u64(&mut self) -> u64 {
-        // SplitMix64.
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1).
     fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        self.rng.open01()
     }
 
     /// The interruptions of an op of `solo_ns`: their total length.

@@ -339,12 +339,7 @@ impl<S: Slots> State<S> {
                 a.flush(self.now);
                 a.running_compute += 1;
                 let communicating = a.running_comm > 0;
-                if self.waking.is_some() {
-                    let core = self.core_of(ctx, rank);
-                    if let Some((_, idle)) = &mut self.waking {
-                        idle.started(core, now);
-                    }
-                }
+                self.core_activity(ctx, rank, true);
                 if let Some(sh) = &mut self.share {
                     sh.started(r, s, Some(dur));
                 }
@@ -366,7 +361,11 @@ impl<S: Slots> State<S> {
                 let a = &mut rs.acct;
                 a.flush(self.now);
                 a.running_comm += 1;
-                self.schedule(op.cached_ns.unwrap_or(0), rank, op_idx);
+                let dur = op.cached_ns.unwrap_or(0);
+                if let Some(sh) = &mut self.share {
+                    sh.started(r, s, Some(dur));
+                }
+                self.schedule(dur, rank, op_idx);
             }
             // An alloc takes the cost model's time (zero unless a host profile prices it),
             // counted as neither compute nor communication, as the runtime measures it.
@@ -430,6 +429,22 @@ impl<S: Slots> State<S> {
         match &self.flows {
             Some(f) if f.cores_shared() => f.cpu_of(ctx.plan, rank) as usize,
             _ => rank as usize,
+        }
+    }
+
+    /// A compute op of `rank` started (`started`) or finished: its core's idle time restarts
+    /// (only tracked when the profile prices wake-ups, `engine::wake`).
+    fn core_activity(&mut self, ctx: &Ctx, rank: u32, started: bool) {
+        if self.waking.is_none() {
+            return;
+        }
+        let core = self.core_of(ctx, rank);
+        if let Some((_, idle)) = &mut self.waking {
+            if started {
+                idle.started(core, self.now);
+            } else {
+                idle.finished(core, self.now);
+            }
         }
     }
 
@@ -680,18 +695,11 @@ impl<S: Slots> State<S> {
                 if let Some(sh) = &mut self.share {
                     sh.finished(r, s, now - start_ns, false);
                 }
-                if self.waking.is_some() {
-                    let core = self.core_of(ctx, rank);
-                    if let Some((_, idle)) = &mut self.waking {
-                        idle.finished(core, now);
-                    }
-                }
+                self.core_activity(ctx, rank, false);
             }
             CKind::Checkpoint { .. } | CKind::P2p { .. } | CKind::Collective { .. } => {
                 if let Some(sh) = &mut self.share {
-                    if !matches!(op.kind, CKind::Checkpoint { .. }) {
-                        sh.finished(r, s, now - start_ns, true);
-                    }
+                    sh.finished(r, s, now - start_ns, true);
                 }
                 let a = &mut self.ranks[r].acct;
                 a.flush(now);

@@ -382,8 +382,8 @@ impl Checker<'_> {
         })
     }
 
-    /// Two keys that come together (`memory.spill_*`, `host.interruption*`): both or
-    /// neither.
+    /// Two keys that come together (`memory.spill_*`, `host.interruption*`, `host.wake_*`):
+    /// both or neither.
     fn pair(
         &self,
         (a_key, a, a_range): (&str, Option<RawParam>, Range),
@@ -436,32 +436,23 @@ impl Checker<'_> {
                 Range::Fraction,
             ),
         )?;
-        let (wake_ns, wake_per_idle) = match raw.host.as_mut() {
-            Some(h) => self.pair(
-                ("host.wake_ns", h.wake_ns.take(), Range::NonNegative),
-                (
-                    "host.wake_per_idle",
-                    h.wake_per_idle.take(),
-                    Range::Fraction,
-                ),
-            )?,
-            None => (None, None),
+        let (wake, per_idle, per_s, mean) = match raw.host.as_mut() {
+            Some(h) => (
+                h.wake_ns.take(),
+                h.wake_per_idle.take(),
+                h.interruptions_per_s.take(),
+                h.interruption_mean_ns.take(),
+            ),
+            None => (None, None, None, None),
         };
-        let (interruptions_per_s, interruption_mean_ns) = match raw.host.as_mut() {
-            Some(h) => self.pair(
-                (
-                    "host.interruptions_per_s",
-                    h.interruptions_per_s.take(),
-                    Range::NonNegative,
-                ),
-                (
-                    "host.interruption_mean_ns",
-                    h.interruption_mean_ns.take(),
-                    Range::NonNegative,
-                ),
-            )?,
-            None => (None, None),
-        };
+        let (wake_ns, wake_per_idle) = self.pair(
+            ("host.wake_ns", wake, Range::NonNegative),
+            ("host.wake_per_idle", per_idle, Range::Fraction),
+        )?;
+        let (interruptions_per_s, interruption_mean_ns) = self.pair(
+            ("host.interruptions_per_s", per_s, Range::NonNegative),
+            ("host.interruption_mean_ns", mean, Range::NonNegative),
+        )?;
         Ok(Profile {
             name: raw.name,
             description: raw.description,

@@ -10,7 +10,7 @@
 #![allow(clippy::result_large_err)]
 
 mod load;
-mod sample;
+pub(crate) mod sample;
 
 pub use load::{load, parse_str};
 pub use sample::{step_time_ci95, Rng, DEFAULT_SAMPLES};

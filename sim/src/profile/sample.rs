@@ -31,7 +31,7 @@ impl Rng {
     }
 
     /// Uniform in (0, 1).
-    fn open01(&mut self) -> f64 {
+    pub fn open01(&mut self) -> f64 {
         ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
     }
 
