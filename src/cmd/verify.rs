@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 use twin_calibration::check::GemmCheck;
+use twin_calibration::load::{self, CpuLoad};
 use twin_runtime::launch::{self, RankMeasure, RunReport};
 use twin_sim::verify::{
     compare, summarize_steps, CompareOptions, Comparison, Side, StepSummary, Thresholds,
@@ -121,6 +122,9 @@ struct MachineCheck {
     after: Option<GemmCheck>,
     /// Before each run.
     runs: Vec<Option<GemmCheck>>,
+    /// During each run: CPU time other processes used, and time the hypervisor stole, as
+    /// fractions of the machine's cores (`twin_calibration::load`; null off Linux).
+    load: Vec<Option<CpuLoad>>,
     /// The step-time error with each run's steps scaled to the profile's machine speed by the
     /// check before it (steps x predicted / measured GEMM time): the model's error with the
     /// machine's drift taken out, assuming the whole step moves with its GEMMs.
@@ -170,6 +174,22 @@ impl MachineCheck {
             a.error.abs() * 100.0,
             way(a.error),
         );
+        let loads: Vec<&CpuLoad> = self.load.iter().flatten().collect();
+        if !loads.is_empty() {
+            let most = |f: fn(&CpuLoad) -> f64| loads.iter().map(|l| f(l)).fold(0.0, f64::max);
+            let (other, steal) = (most(|l| l.other_fraction), most(|l| l.steal_fraction));
+            t.push_str(&format!(
+                "other work during the runs: at most {:.1}% of the cores used by other processes, \
+                 {:.1}% stolen by the hypervisor{}\n",
+                other * 100.0,
+                steal * 100.0,
+                if other + steal > BUSY_MACHINE_FRACTION {
+                    " (a busy machine: measured times include its interference)"
+                } else {
+                    ""
+                }
+            ));
+        }
         if let Some(e) = self.step_time_error_at_profile_speed {
             t.push_str(&format!(
                 "at the profile's machine speed (each run's steps scaled by the check before it): \
@@ -180,6 +200,9 @@ impl MachineCheck {
         t
     }
 }
+
+/// Other work above this fraction of the cores during a run is called out in the text output.
+const BUSY_MACHINE_FRACTION: f64 = 0.05;
 
 /// [`twin_calibration::check::gemm_check`] with the prediction's cost model.
 fn gemm_check(staged: &twin_sim::Staged) -> Option<GemmCheck> {
@@ -268,7 +291,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if args.backend == BackendKind::Host {
                 check.before_run(gemm_check(staged));
             }
+            let clock = twin_runtime::transport::store::Clock::new();
+            let before = load::cpu_times(&clock);
             runs.push(measure_once(&args, &scenario, staged, &common)?);
+            check.load.push(
+                before
+                    .zip(load::cpu_times(&clock))
+                    .and_then(|(b, a)| load::load_between(&b, &a)),
+            );
         }
         if args.backend == BackendKind::Host {
             check.after = gemm_check(staged);

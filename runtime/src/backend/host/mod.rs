@@ -405,6 +405,18 @@ impl HostBackend {
         }
     }
 
+    /// Whether the stream's next op (`next`, an index into `self.queued`) is an allocation or
+    /// a free whose deps are all done. Such an op runs at once, before the stream thread
+    /// yields: it is microseconds of bookkeeping, as on a GPU stream, where the next queued op
+    /// starts when the last ends. Yielding first put it behind whatever other rank's op held the
+    /// core, up to a GEMM's length, and a free or an allocation waited milliseconds for no work.
+    fn bookkeeping_ready(&self, st: &StepState, next: Option<&usize>) -> bool {
+        next.and_then(|&i| self.queued.get(i)).is_some_and(|q| {
+            matches!(q.op.kind, OpKind::Alloc { .. } | OpKind::Free { .. })
+                && q.op.deps.iter().all(|&d| st.is_done(d))
+        })
+    }
+
     fn fail(&self, st: &StepState, e: RuntimeError) {
         if let Ok(mut slot) = st.error.lock() {
             slot.get_or_insert(e);
@@ -417,7 +429,7 @@ impl HostBackend {
     /// Run the ops of one stream (indices into `self.queued`), in order.
     fn run_stream(&self, st: &StepState, ops: &[usize]) -> Vec<OpTiming> {
         let mut out = Vec::with_capacity(ops.len());
-        for &i in ops {
+        for (n, &i) in ops.iter().enumerate() {
             let Some(q) = self.queued.get(i) else {
                 continue;
             };
@@ -438,6 +450,9 @@ impl HostBackend {
                         end_ns,
                     });
                     st.complete(q.index);
+                    if self.bookkeeping_ready(st, ops.get(n + 1)) {
+                        continue;
+                    }
                     // Let whatever this op made runnable on this core (the stream thread of a
                     // dependent op, a receiver whose data arrived meanwhile) run now, as a
                     // GPU's streams run side by side: a busy compute thread would otherwise keep
@@ -581,6 +596,49 @@ mod tests {
         // The real peak equals the schedule's own account of it.
         assert_eq!(b.last_peak().peak_bytes, run.memory.peak_bytes);
         assert!(b.last_peak().peak_bytes > 0);
+    }
+
+    #[test]
+    fn only_ready_allocations_and_frees_skip_the_yield() {
+        let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
+        let staged = twin_sim::Staged::new(&s).unwrap();
+        let plan = &staged.plan;
+        let ops = &staged.schedule.program(0).ops;
+        let mut b = HostBackend::single();
+        b.prepare(plan, 0, staged.schedule.program(0)).unwrap();
+        for (i, op) in ops.iter().enumerate() {
+            let ctx = OpContext {
+                rank: 0,
+                deps: &op.deps,
+                peer: None,
+                group: None,
+                freed: None,
+            };
+            b.enqueue(i as u32, op, &ctx).unwrap();
+        }
+        let st = StepState::new(ops.len());
+        let bookkeeping = |op: &Op| matches!(op.kind, OpKind::Alloc { .. } | OpKind::Free { .. });
+        let with_deps = ops
+            .iter()
+            .position(|op| bookkeeping(op) && !op.deps.is_empty())
+            .expect("a free with deps");
+        let compute = ops
+            .iter()
+            .position(|op| matches!(op.kind, OpKind::Compute(_)))
+            .unwrap();
+        let free_of_deps = ops
+            .iter()
+            .position(|op| bookkeeping(op) && op.deps.is_empty())
+            .unwrap();
+        assert!(!b.bookkeeping_ready(&st, Some(&compute)));
+        assert!(b.bookkeeping_ready(&st, Some(&free_of_deps)));
+        assert!(!b.bookkeeping_ready(&st, Some(&with_deps)));
+        for &d in &ops[with_deps].deps {
+            st.complete(d);
+        }
+        assert!(b.bookkeeping_ready(&st, Some(&with_deps)));
+        assert!(!b.bookkeeping_ready(&st, None));
+        assert!(!b.bookkeeping_ready(&st, Some(&ops.len())));
     }
 
     #[test]
