@@ -126,13 +126,14 @@ pub fn run_worker(
         let mut writer = Writer::new(d.checkpoint.as_ref().is_some_and(|c| c.asynchronous));
         for step in first..total {
             backend.set_global_step(step);
-            store.start_together(
+            let start_ns = store.agree_start(
                 &format!("step{step}"),
                 rank,
                 env.world,
                 &clock,
                 super::STEP_START_MARGIN,
             )?;
+            backend.start_at(start_ns);
             let run = run_step(plan, schedule, rank, &mut backend)?;
             record(Event::Step {
                 t_ns: unix_ns(),

@@ -74,6 +74,32 @@ pub fn wait_until(clock: &Clock, t_ns: u64) {
     }
 }
 
+/// Sleep until `clock` reads `t_ns`, without spinning: for threads that share a core with the
+/// ones they start beside, where a spinning thread would take the core from them. Wakes within
+/// the kernel's timer slack (set to 1 µs for the calling thread) plus the wake-up latency.
+pub fn sleep_until(clock: &Clock, t_ns: u64) {
+    set_timer_slack_ns(1_000);
+    for _ in 0..1_000 {
+        let now = clock.now_ns();
+        if now >= t_ns {
+            return;
+        }
+        std::thread::sleep(Duration::from_nanos(t_ns - now));
+    }
+}
+
+/// Lower the calling thread's timer slack (how late the kernel may fire its sleeps; 50 µs by
+/// default). Best effort: a failure leaves the default.
+fn set_timer_slack_ns(ns: u64) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_TIMERSLACK takes one unsigned long argument and touches no memory.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = ns;
+}
+
 impl Default for Clock {
     fn default() -> Self {
         Clock::new()
@@ -295,6 +321,22 @@ impl StoreClient {
         clock: &Clock,
         margin: Duration,
     ) -> Result<(), RuntimeError> {
+        let start_ns = self.agree_start(name, rank, world, clock, margin)?;
+        wait_until(clock, start_ns);
+        Ok(())
+    }
+
+    /// The barrier of [`StoreClient::start_together`] without the wait: returns the agreed
+    /// start on the aligned clock, for a caller that waits for it some other way (the host
+    /// backend's stream threads each sleep until it, so that no rank's setup runs first).
+    pub fn agree_start(
+        &mut self,
+        name: &str,
+        rank: u32,
+        world: u32,
+        clock: &Clock,
+        margin: Duration,
+    ) -> Result<u64, RuntimeError> {
         let key = format!("start/{name}");
         let start_ns = if rank == 0 {
             for r in 1..world {
@@ -308,8 +350,7 @@ impl StoreClient {
             self.set(&format!("barrier/{name}/{rank}"), &[])?;
             le_u64(&self.get(&key)?)
         };
-        wait_until(clock, start_ns);
-        Ok(())
+        Ok(start_ns)
     }
 
     /// Estimate the offset of the server's clock from `clock` by ping-pong: keep the round
