@@ -100,6 +100,37 @@ fn json_has_the_stable_fields_and_the_trace_dir_holds_both_traces() {
         .unwrap();
     let scaled = meas * f;
     assert!((at - (scaled - pred) / scaled).abs() < 1e-9, "{at}");
+    // Other work on the machine during the run, as fractions of its cores.
+    let load = &v["machine_check"]["load"];
+    assert_eq!(load.as_array().unwrap().len(), 1);
+    if !load[0].is_null() {
+        for k in ["other_fraction", "steal_fraction"] {
+            assert!(
+                (0.0..=1.0).contains(&load[0][k].as_f64().unwrap()),
+                "{load}"
+            );
+        }
+    }
+    // Both sides' critical paths: time in ops plus waits is the span; the prediction's span is
+    // its step, and it has no waits but, at most, sends waiting for their receivers.
+    for side in ["predicted", "measured"] {
+        let c = &v["critical_path"][side];
+        let total = |k: &str| -> f64 {
+            c[k].as_object()
+                .unwrap()
+                .values()
+                .map(|x| x.as_f64().unwrap())
+                .sum()
+        };
+        let span = c["span_s"].as_f64().unwrap();
+        assert!(
+            (total("op_s") + total("wait_s") - span).abs() < 1e-9,
+            "{side}: {c}"
+        );
+        assert!(c["op_s"]["gemm"].as_f64().unwrap() > 0.0, "{side}: {c}");
+    }
+    let p = &v["critical_path"]["predicted"];
+    assert!((p["span_s"].as_f64().unwrap() - pred).abs() < 1e-6);
     // Both traces in the on-disk format of `twin simulate --trace`, and the JSON itself.
     for f in ["predicted.trace.json", "measured.trace.json"] {
         let t: Value = serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap())

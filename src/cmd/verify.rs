@@ -13,7 +13,8 @@ use twin_calibration::check::GemmCheck;
 use twin_calibration::load::{self, CpuLoad};
 use twin_runtime::launch::{self, RankMeasure, RunReport};
 use twin_sim::verify::{
-    compare, summarize_steps, CompareOptions, Comparison, Side, StepSummary, Thresholds,
+    compare, summarize_steps, CompareOptions, Comparison, CriticalPaths, Side, StepSummary,
+    Thresholds,
 };
 
 /// Compare a prediction with a real run of the same schedule.
@@ -331,6 +332,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
     );
     let violations = comparison.violations(&thresholds);
+    let paths = CriticalPaths::new(
+        &staged.plan,
+        &staged.schedule,
+        prediction.result.trace.as_ref().unwrap_or(&empty),
+        m.merged.result.trace.as_ref().unwrap_or(&empty),
+    );
     let json = to_json(
         &args,
         &profile.name,
@@ -342,6 +349,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         spread_s,
         &violations,
         &check,
+        &paths,
     )?;
     if let Some(dir) = &args.trace_dir {
         write_traces(dir, &prediction, m, &json)?;
@@ -357,6 +365,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &summary,
                 m.shown_step,
                 &check,
+                &paths,
             )
         ),
     }
@@ -432,6 +441,7 @@ fn to_json(
     spread_s: [f64; 2],
     violations: &[String],
     check: &MachineCheck,
+    paths: &CriticalPaths,
 ) -> anyhow::Result<String> {
     let mut v = serde_json::to_value(c)?;
     let obj = v
@@ -458,6 +468,7 @@ fn to_json(
     );
     obj.insert("violations".into(), serde_json::to_value(violations)?);
     obj.insert("machine_check".into(), serde_json::to_value(check)?);
+    obj.insert("critical_path".into(), serde_json::to_value(paths)?);
     Ok(serde_json::to_string_pretty(&v)?)
 }
 
@@ -468,6 +479,7 @@ fn to_text(
     steps: &StepSummary,
     shown_step: Option<usize>,
     check: &MachineCheck,
+    paths: &CriticalPaths,
 ) -> String {
     let shown = match shown_step {
         Some(k) => format!(
@@ -479,7 +491,7 @@ fn to_text(
     format!(
         "verify {} with profile '{profile}' on the {} backend\n\
          measured step = median of {} steps after {} warm-up (x{} runs): {:.3} ms, spread {:.3}-{:.3} ms\n\
-         {shown}{}errors are (measured - predicted) / measured\n{}",
+         {shown}{}errors are (measured - predicted) / measured\n{}{}",
         args.scenario.display(),
         match args.backend {
             BackendKind::Host => "host",
@@ -492,7 +504,8 @@ fn to_text(
         steps.spread_s[0] * 1e3,
         steps.spread_s[1] * 1e3,
         check.to_text(),
-        c.to_text()
+        c.to_text(),
+        paths.to_text()
     )
 }
 

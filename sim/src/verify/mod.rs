@@ -9,12 +9,14 @@
 //! error means the run took longer (or held more) than predicted; bubble and exposed
 //! communication errors are (measured - predicted) in percentage points.
 
+mod critical;
 mod groups;
 mod render;
 mod steps;
 #[cfg(test)]
 mod tests;
 
+pub use critical::{critical_path, CriticalPath, CriticalPaths};
 pub use groups::{group_of, size_bucket};
 pub use steps::{median, scaled_median, summarize_steps, StepSummary};
 

@@ -1,0 +1,367 @@
+//! The critical path of one step's trace, summed by what it spent its time on. A step-time
+//! error says *how much* the prediction missed by; the op table says which ops ran long; the
+//! critical path says whether the missing time went into ops or into waits between them: an
+//! op that could have started (its stream was free, its inputs were there) but started late
+//! waited for a core, a thread, or the runtime. The simulator's own trace has no such waits
+//! (an op starts when it can), so on the measured side they are time the model does not have.
+//!
+//! The walk starts at the op that ended last and steps back, each time to the predecessor
+//! that released the op last: the op before it on its stream, one of its deps, the send that
+//! fed a receive, or, for a collective, whatever released the member that joined last (a
+//! measured collective starts when data first arrives, so its own start says little about
+//! who was late). The gap between that release and the op's start is a wait, named by the
+//! kind of edge.
+
+use crate::plan::{GroupKind, Plan};
+use crate::schedule::{OpKind, Schedule};
+use crate::trace::Trace;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Where one step's critical path spent its time. Times in seconds; maps are keyed by name
+/// (op kinds as in the op table: "gemm", "memory-bound", "collective", "p2p", "alloc",
+/// "free", "checkpoint"; waits: "stream", "dependency", "transfer", "collective", and
+/// "start": from the step's first op to the path's first).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CriticalPath {
+    /// First op start to last op end over every rank.
+    pub span_s: f64,
+    /// Ops on the path.
+    pub ops: u64,
+    /// Time in ops on the path, by op kind.
+    pub op_s: BTreeMap<String, f64>,
+    /// Time waited between ops on the path, by the kind of edge waited on.
+    pub wait_s: BTreeMap<String, f64>,
+}
+
+impl CriticalPath {
+    pub fn op_total_s(&self) -> f64 {
+        self.op_s.values().fold(0.0, |a, b| a + b)
+    }
+    pub fn wait_total_s(&self) -> f64 {
+        self.wait_s.values().fold(0.0, |a, b| a + b)
+    }
+}
+
+/// The critical paths of a predicted and a measured step, side by side (`twin verify`'s
+/// `critical_path`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CriticalPaths {
+    pub predicted: Option<CriticalPath>,
+    pub measured: Option<CriticalPath>,
+}
+
+impl CriticalPaths {
+    /// Both sides of `schedule` on `plan`.
+    pub fn new(plan: &Plan, schedule: &Schedule, predicted: &Trace, measured: &Trace) -> Self {
+        CriticalPaths {
+            predicted: critical_path(plan, schedule, predicted),
+            measured: critical_path(plan, schedule, measured),
+        }
+    }
+
+    /// A table: time in ops and time waiting on the path, each by kind, both sides. Empty
+    /// when neither side has a path.
+    pub fn to_text(&self) -> String {
+        let (p, m) = (
+            self.predicted.clone().unwrap_or_default(),
+            self.measured.clone().unwrap_or_default(),
+        );
+        if p.ops == 0 && m.ops == 0 {
+            return String::new();
+        }
+        let ms = |v: f64| format!("{:.3} ms", v * 1e3);
+        let row =
+            |name: &str, a: f64, b: f64| format!("  {name:<22} {:>12} {:>12}\n", ms(a), ms(b));
+        let mut t = format!(
+            "critical path of the step (ops that ran late or long on it, and the waits between \
+             them; the simulator starts an op as soon as it can)\n  {:<22} {:>12} {:>12}\n",
+            "", "predicted", "measured"
+        );
+        t += &row("span", p.span_s, m.span_s);
+        for (title, total, pm, mm) in [
+            ("in ops", (p.op_total_s(), m.op_total_s()), &p.op_s, &m.op_s),
+            (
+                "waiting",
+                (p.wait_total_s(), m.wait_total_s()),
+                &p.wait_s,
+                &m.wait_s,
+            ),
+        ] {
+            t += &row(title, total.0, total.1);
+            let keys: BTreeSet<&String> = pm.keys().chain(mm.keys()).collect();
+            for k in keys {
+                let get = |x: &BTreeMap<String, f64>| x.get(k).copied().unwrap_or(0.0);
+                t += &row(&format!("  {k}"), get(pm), get(mm));
+            }
+        }
+        t
+    }
+}
+
+/// How an op is released by a predecessor.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Edge {
+    /// The op before it on its stream ended.
+    Stream,
+    /// One of its deps ended.
+    Dependency,
+    /// The matching send started (a receive can start no earlier).
+    Transfer,
+    /// A member of its collective was released (by its stream or a dep).
+    Collective,
+}
+
+impl Edge {
+    fn name(self) -> &'static str {
+        match self {
+            Edge::Stream => "stream",
+            Edge::Dependency => "dependency",
+            Edge::Transfer => "transfer",
+            Edge::Collective => "collective",
+        }
+    }
+}
+
+type OpId = (u32, u32);
+
+/// The critical path of `trace`, a step of `schedule` on `plan`. `None` for an empty trace.
+pub fn critical_path(plan: &Plan, schedule: &Schedule, trace: &Trace) -> Option<CriticalPath> {
+    let times: BTreeMap<OpId, (u64, u64)> = trace
+        .events
+        .iter()
+        .map(|e| ((e.rank, e.op), (e.start_ns, e.end_ns)))
+        .collect();
+    let first_start = times.values().map(|t| t.0).min()?;
+    let (&last, &(_, last_end)) = times.iter().max_by_key(|(id, t)| (t.1, *id))?;
+    let preds = Preds::new(plan, schedule);
+    let mut path = CriticalPath {
+        span_s: last_end.saturating_sub(first_start) as f64 * 1e-9,
+        ..Default::default()
+    };
+    let mut seen = BTreeSet::new();
+    let mut cur = last;
+    // Where the part of the path after `cur` begins: each op on the path counts from its
+    // start to the earlier of its end and this, the rest up to this is a wait. The sums then
+    // add up to the span exactly (a send overlaps the receive it feeds; only the part before
+    // the receive starts is on the path).
+    let mut next_start = last_end;
+    let mut waited_on = Edge::Stream;
+    // Bounded: every step moves to an op not seen before.
+    for _ in 0..times.len() {
+        if !seen.insert(cur) {
+            break;
+        }
+        let Some(&(start, end)) = times.get(&cur) else {
+            break;
+        };
+        let until = end.min(next_start).max(start);
+        path.ops += 1;
+        let kind = super::group_of(schedule, cur.0, cur.1).map_or("other", |g| g.1);
+        *path.op_s.entry(kind.into()).or_default() += (until - start) as f64 * 1e-9;
+        if next_start > until {
+            *path.wait_s.entry(waited_on.name().into()).or_default() +=
+                (next_start - until) as f64 * 1e-9;
+        }
+        next_start = start;
+        let release = preds
+            .of(schedule, cur)
+            .into_iter()
+            .filter(|(p, _)| !seen.contains(p))
+            .filter_map(|(p, edge)| {
+                let &(ps, pe) = times.get(&p)?;
+                let at = if edge == Edge::Transfer { ps } else { pe };
+                Some((at.min(start), edge, p))
+            })
+            .max();
+        let Some((_, edge, p)) = release else {
+            break;
+        };
+        waited_on = edge;
+        cur = p;
+    }
+    if next_start > first_start {
+        *path.wait_s.entry("start".into()).or_default() += (next_start - first_start) as f64 * 1e-9;
+    }
+    Some(path)
+}
+
+/// The predecessors of every op, resolved against the plan.
+struct Preds<'a> {
+    plan: &'a Plan,
+    /// Per rank, per op: the op before it on its stream.
+    stream_prev: Vec<Vec<Option<u32>>>,
+    /// Per rank: where each collective falls in its group's sequence, and each group's
+    /// collectives in program order.
+    nth: Vec<BTreeMap<u32, usize>>,
+    calls: Vec<BTreeMap<GroupKind, Vec<u32>>>,
+}
+
+impl<'a> Preds<'a> {
+    fn new(plan: &'a Plan, schedule: &Schedule) -> Preds<'a> {
+        let world = schedule.world();
+        let mut stream_prev = Vec::with_capacity(world as usize);
+        let mut nth = Vec::with_capacity(world as usize);
+        let mut calls = Vec::with_capacity(world as usize);
+        for rank in 0..world {
+            let ops = schedule.get_program(rank).map_or(&[][..], |p| &p.ops[..]);
+            let mut last = BTreeMap::new();
+            let mut prev = Vec::with_capacity(ops.len());
+            let mut n = BTreeMap::new();
+            let mut c: BTreeMap<GroupKind, Vec<u32>> = BTreeMap::new();
+            for (i, op) in ops.iter().enumerate() {
+                let i = i as u32;
+                prev.push(last.insert(op.stream, i));
+                if let OpKind::Collective { group, .. } = op.kind {
+                    let list = c.entry(group).or_default();
+                    n.insert(i, list.len());
+                    list.push(i);
+                }
+            }
+            stream_prev.push(prev);
+            nth.push(n);
+            calls.push(c);
+        }
+        Preds {
+            plan,
+            stream_prev,
+            nth,
+            calls,
+        }
+    }
+
+    /// The op's own releases: its stream predecessor and its deps.
+    fn local(&self, schedule: &Schedule, (rank, op): OpId) -> Vec<(OpId, Edge)> {
+        let mut out = Vec::new();
+        if let Some(Some(p)) = self
+            .stream_prev
+            .get(rank as usize)
+            .and_then(|v| v.get(op as usize))
+        {
+            out.push(((rank, *p), Edge::Stream));
+        }
+        if let Some(o) = schedule.get_op(rank, op) {
+            out.extend(o.deps.iter().map(|&d| ((rank, d), Edge::Dependency)));
+        }
+        out
+    }
+
+    fn of(&self, schedule: &Schedule, id: OpId) -> Vec<(OpId, Edge)> {
+        let (rank, op) = id;
+        let mut out = self.local(schedule, id);
+        match schedule.get_op(rank, op).map(|o| &o.kind) {
+            Some(OpKind::Recv { peer, tag, .. }) => {
+                let src = peer.rank_for(self.plan, rank);
+                let send = schedule.get_program(src).and_then(|p| {
+                    p.ops.iter().position(|o| {
+                        matches!(o.kind, OpKind::Send { peer: sp, tag: st, .. }
+                            if st == *tag && sp.rank_for(self.plan, src) == rank)
+                    })
+                });
+                if let Some(s) = send {
+                    out.push(((src, s as u32), Edge::Transfer));
+                }
+            }
+            Some(OpKind::Collective { group, .. }) => {
+                let n = self.nth.get(rank as usize).and_then(|m| m.get(&op));
+                let members = &self.plan.group(self.plan.group_of(rank, *group)).members;
+                for &q in members.iter().filter(|&&q| q != rank) {
+                    let peer_op = n.and_then(|&n| {
+                        self.calls
+                            .get(q as usize)
+                            .and_then(|c| c.get(group))
+                            .and_then(|l| l.get(n))
+                    });
+                    if let Some(&j) = peer_op {
+                        out.extend(
+                            self.local(schedule, (q, j))
+                                .into_iter()
+                                .map(|(p, _)| (p, Edge::Collective)),
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{predict, PredictOptions, Prediction};
+
+    fn predicted(tp: u32, pp: u32, dp: u32, zero: u8) -> Prediction {
+        let mut s = crate::testing::small_scenario(tp, pp, dp, 4);
+        s.model.layers = 4;
+        s.parallel.zero = zero;
+        predict(
+            &s,
+            &PredictOptions {
+                trace: true,
+                reproducible: true,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    }
+
+    fn path(p: &Prediction, t: &Trace) -> CriticalPath {
+        critical_path(&p.staged.plan, &p.staged.schedule, t).unwrap()
+    }
+
+    #[test]
+    fn ops_and_waits_add_up_to_the_span() {
+        for (tp, pp, dp, zero) in [(2, 2, 1, 0), (1, 2, 2, 1), (1, 1, 2, 0), (1, 4, 1, 0)] {
+            let p = predicted(tp, pp, dp, zero);
+            let c = path(&p, p.result.trace.as_ref().unwrap());
+            let sum = c.op_total_s() + c.wait_total_s();
+            assert!(
+                (sum - c.span_s).abs() <= 1e-9 * c.span_s.max(1.0) + 1e-9,
+                "{tp}x{pp}x{dp}: {sum} vs {}",
+                c.span_s
+            );
+            assert!((c.span_s - p.result.step_time_ns as f64 * 1e-9).abs() < 1e-6);
+            assert!(c.op_s.get("gemm").copied().unwrap_or(0.0) > 0.0);
+            assert!(c.ops > 2);
+        }
+    }
+
+    #[test]
+    fn a_pipeline_path_crosses_stages_through_transfers() {
+        let p = predicted(1, 4, 1, 0);
+        let c = path(&p, p.result.trace.as_ref().unwrap());
+        // Four stages' work cannot fit on one rank's stream: the path hands over at p2p ops.
+        assert!(c.op_s.get("p2p").copied().unwrap_or(0.0) > 0.0, "{c:?}");
+    }
+
+    #[test]
+    fn a_late_last_op_shows_as_a_wait_of_exactly_its_delay() {
+        let p = predicted(2, 2, 1, 0);
+        let before = path(&p, p.result.trace.as_ref().unwrap());
+        let mut t = p.result.trace.clone().unwrap();
+        let last = t
+            .events
+            .iter_mut()
+            .max_by_key(|e| (e.end_ns, e.rank, e.op))
+            .unwrap();
+        let delay_ns = 250_000;
+        last.start_ns += delay_ns;
+        last.end_ns += delay_ns;
+        let after = path(&p, &t);
+        let grew = after.wait_total_s() - before.wait_total_s();
+        assert!((grew - delay_ns as f64 * 1e-9).abs() < 1e-9, "{grew}");
+        assert_eq!(after.op_s, before.op_s);
+        assert_eq!(after.ops, before.ops);
+    }
+
+    #[test]
+    fn an_empty_trace_has_no_path() {
+        let p = predicted(1, 1, 1, 0);
+        assert_eq!(
+            critical_path(&p.staged.plan, &p.staged.schedule, &Trace::default()),
+            None
+        );
+    }
+}
