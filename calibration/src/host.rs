@@ -263,7 +263,15 @@ fn handoff(launch_ns: Estimate, alternating: &AlphaBeta) -> Estimate {
 /// quiet machine's do (quiet calibrations of the development VM reach 0.75-0.93 for the ring
 /// collectives and 0.9-0.98 for p2p; a busy spell gave 0.22 and a 239 µs ring latency, and
 /// that profile predicted a tensor-parallel run at half its time).
-const POOR_TRANSFER_R2: f64 = 0.5;
+pub(crate) const POOR_TRANSFER_R2: f64 = 0.5;
+
+impl HostFits {
+    /// The worse R² of the two transfer fits the profile's network keys come from (p2p and
+    /// the ring collectives).
+    pub fn transfer_r2(&self) -> f64 {
+        self.p2p.quality.r2.min(self.ring.quality.r2)
+    }
+}
 
 /// A note for a transfer fit too poor to trust, saying what to do about it.
 fn poor_transfer_fit(what: &str, f: &AlphaBeta) -> Option<String> {

@@ -48,6 +48,31 @@ pub struct HostRun {
 }
 
 /// Measures this machine through the host backend and fits a profile.
+/// How many times the transfer benchmarks run again when their fit is poor.
+const COMM_RETRIES: usize = 2;
+
+/// `first`, or a better one from `again` (called with the best so far) while the best's
+/// `quality` is below `threshold`, at most `retries` times. Returns the best and the quality
+/// of each set that was found wanting.
+fn best_of<T, E>(
+    first: T,
+    quality: impl Fn(&T) -> f64,
+    threshold: f64,
+    retries: usize,
+    mut again: impl FnMut(&T) -> Result<T, E>,
+) -> Result<(T, Vec<f64>), E> {
+    let mut best = first;
+    let mut wanting = Vec::new();
+    while quality(&best) < threshold && wanting.len() < retries {
+        wanting.push(quality(&best));
+        let next = again(&best)?;
+        if quality(&next) > quality(&best) {
+            best = next;
+        }
+    }
+    Ok((best, wanting))
+}
+
 pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<HostRun, CalibError> {
     let cores = crate::provenance::cores();
     let cfg = Config::new(opts.mode, cores);
@@ -87,8 +112,41 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
     samples.checkpoint = bench::io::checkpoint(&cfg, &mut progress)?;
     samples.interruptions = Some(bench::interrupt::interruptions(&cfg, &mut progress));
     samples.wake = bench::wake::wake(&cfg, &mut progress)?;
-    let elapsed_s = started.elapsed().as_secs_f64();
     let fits = host::fit_all(&samples, cores)?;
+    // Other work on the cores while the transfers were timed bends them off latency + bytes /
+    // bandwidth, and one such spell set a p2p latency of 500 us where 42 us is right: the
+    // transfer benchmarks run again, up to COMM_RETRIES times, while their fit stays poor, and
+    // the best-fitting set is kept.
+    let first = (samples, fits);
+    let ((kept_samples, kept_fits), retried) = best_of(
+        first,
+        |(_, f): &(Samples, HostFits)| f.transfer_r2(),
+        host::POOR_TRANSFER_R2,
+        COMM_RETRIES,
+        |kept: &(Samples, HostFits)| {
+            progress.total += bench::comm::measurement_count(&cfg);
+            let (comm, overlap) = bench::comm::comm(&cfg, &mut progress)?;
+            let mut again = kept.0.clone();
+            again.comm = comm;
+            again.overlap = Some(overlap);
+            let f = host::fit_all(&again, cores)?;
+            Ok::<_, CalibError>((again, f))
+        },
+    )?;
+    let (samples, mut fits) = (kept_samples, kept_fits);
+    if !retried.is_empty() {
+        let first: Vec<String> = retried.iter().map(|r| format!("{r:.2}")).collect();
+        fits.notes.push(format!(
+            "the transfer benchmarks ran {} times: their fit's R² was {} (below {}), \
+             which usually means other work shared the cores; the profile keeps the best set \
+             (R² {:.2})",
+            retried.len() + 1,
+            first.join(", then "),
+            host::POOR_TRANSFER_R2,
+            fits.transfer_r2()
+        ));
+    }
+    let elapsed_s = started.elapsed().as_secs_f64();
     let mode = match opts.mode {
         Mode::Quick => "quick",
         Mode::Full => "full",
@@ -414,4 +472,49 @@ fn set_link(link: &mut LinkParams, f: &AlphaBeta, what: &str) {
         reference: format!("{what}: per-step latency"),
         ci95: Some(lat.ci95),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::best_of;
+
+    /// `best_of` over a scripted sequence of measurement qualities.
+    fn run(first: f64, then: &[f64], retries: usize) -> (f64, Vec<f64>, usize) {
+        let mut next = then.iter().copied();
+        let mut calls = 0;
+        let (best, wanting) = best_of(
+            first,
+            |q| *q,
+            0.5,
+            retries,
+            |_| {
+                calls += 1;
+                next.next().ok_or("no more")
+            },
+        )
+        .unwrap();
+        (best, wanting, calls)
+    }
+
+    #[test]
+    fn a_good_first_set_is_kept_without_measuring_again() {
+        assert_eq!(run(0.9, &[], 2), (0.9, vec![], 0));
+    }
+
+    #[test]
+    fn a_poor_set_is_measured_again_until_one_fits() {
+        assert_eq!(run(0.3, &[0.4, 0.8, 0.99], 5), (0.8, vec![0.3, 0.4], 2));
+    }
+
+    #[test]
+    fn retries_are_bounded_and_the_best_set_is_kept() {
+        assert_eq!(run(0.3, &[0.2, 0.45, 0.1], 2), (0.45, vec![0.3, 0.3], 2));
+        assert_eq!(run(0.3, &[0.2], 0), (0.3, vec![], 0));
+    }
+
+    #[test]
+    fn a_failed_measurement_is_an_error() {
+        let r: Result<(f64, Vec<f64>), &str> = best_of(0.1, |q| *q, 0.5, 2, |_| Err("broke"));
+        assert_eq!(r.unwrap_err(), "broke");
+    }
 }
