@@ -30,7 +30,11 @@ use twin_sim::verify::{
 /// and after the last and compares them with the profile ("machine check", `machine_check` in
 /// the JSON): a shared machine's speed drifts, and a step-time error of about the size the
 /// check reports is that drift, not the schedule's model. Recalibrate when it is large. It
-/// also prints the step-time error with each run scaled to the profile's speed by its check.
+/// also prints the step-time error with each run scaled to the profile's speed by its check,
+/// and how much of the cores other processes and the hypervisor took during each run.
+/// Both steps' critical paths close the report: time in ops and time waiting between them, by
+/// kind (`critical_path` in the JSON); the simulator starts an op as soon as it can, so the
+/// measured waits are where a real run loses time the model does not have.
 /// Exits 1 when an error exceeds a --max-* threshold, naming it.
 ///
 /// Examples:
