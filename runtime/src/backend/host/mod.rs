@@ -12,6 +12,7 @@ mod compute;
 mod data;
 pub mod fault;
 mod memory;
+mod priority;
 pub mod state;
 mod step;
 
@@ -542,6 +543,13 @@ impl Backend for HostBackend {
                 .filter(|ops| !ops.is_empty())
                 .map(|ops| {
                     s.spawn(|| {
+                        let compute = ops
+                            .first()
+                            .and_then(|&i| this.queued.get(i))
+                            .is_some_and(|q| q.op.stream == Stream::Compute);
+                        if compute {
+                            priority::lower_priority(priority::COMPUTE_NICE);
+                        }
                         if let Some(t) = start_at {
                             sleep_until(&this.clock, t);
                         }
