@@ -290,21 +290,10 @@ impl<'a> Preds<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{predict, PredictOptions, Prediction};
+    use crate::Prediction;
 
     fn predicted(tp: u32, pp: u32, dp: u32, zero: u8) -> Prediction {
-        let mut s = crate::testing::small_scenario(tp, pp, dp, 4);
-        s.model.layers = 4;
-        s.parallel.zero = zero;
-        predict(
-            &s,
-            &PredictOptions {
-                trace: true,
-                reproducible: true,
-                ..Default::default()
-            },
-        )
-        .unwrap()
+        super::super::tests::predicted_layout(tp, pp, dp, zero)
     }
 
     fn path(p: &Prediction, t: &Trace) -> CriticalPath {

@@ -6,8 +6,15 @@ use crate::schedule::OpKind;
 use crate::{predict, PredictOptions, Prediction};
 
 fn predicted() -> Prediction {
-    let mut s = crate::testing::small_scenario(2, 2, 1, 4);
+    predicted_layout(2, 2, 1, 0)
+}
+
+/// A traced, reproducible prediction of a small 4-layer scenario of this layout (also the
+/// critical path's tests' input).
+pub(super) fn predicted_layout(tp: u32, pp: u32, dp: u32, zero: u8) -> Prediction {
+    let mut s = crate::testing::small_scenario(tp, pp, dp, 4);
     s.model.layers = 4;
+    s.parallel.zero = zero;
     predict(
         &s,
         &PredictOptions {
