@@ -250,7 +250,8 @@ impl<'a> Preds<'a> {
         let (rank, op) = id;
         let mut out = self.local(schedule, id);
         match schedule.get_op(rank, op).map(|o| &o.kind) {
-            Some(OpKind::Recv { peer, tag, .. }) => {
+            // Ranks outside the plan (a trace of another layout) have no peers to resolve.
+            Some(OpKind::Recv { peer, tag, .. }) if rank < self.plan.world => {
                 let src = peer.rank_for(self.plan, rank);
                 let send = schedule.get_program(src).and_then(|p| {
                     p.ops.iter().position(|o| {
@@ -262,7 +263,7 @@ impl<'a> Preds<'a> {
                     out.push(((src, s as u32), Edge::Transfer));
                 }
             }
-            Some(OpKind::Collective { group, .. }) => {
+            Some(OpKind::Collective { group, .. }) if rank < self.plan.world => {
                 let n = self.nth.get(rank as usize).and_then(|m| m.get(&op));
                 let members = &self.plan.group(self.plan.group_of(rank, *group)).members;
                 for &q in members.iter().filter(|&&q| q != rank) {
