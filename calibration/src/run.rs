@@ -47,7 +47,6 @@ pub struct HostRun {
     pub toml: String,
 }
 
-/// Measures this machine through the host backend and fits a profile.
 /// How many times the transfer benchmarks run again when their fit is poor.
 const COMM_RETRIES: usize = 2;
 
@@ -73,6 +72,7 @@ fn best_of<T, E>(
     Ok((best, wanting))
 }
 
+/// Measures this machine through the host backend and fits a profile.
 pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<HostRun, CalibError> {
     let cores = crate::provenance::cores();
     let cfg = Config::new(opts.mode, cores);

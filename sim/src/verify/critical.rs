@@ -191,42 +191,45 @@ struct Preds<'a> {
     plan: &'a Plan,
     /// Per rank, per op: the op before it on its stream.
     stream_prev: Vec<Vec<Option<u32>>>,
-    /// Per rank: where each collective falls in its group's sequence, and each group's
-    /// collectives in program order.
-    nth: Vec<BTreeMap<u32, usize>>,
+    /// Per rank: each group's collectives, in program order.
     calls: Vec<BTreeMap<GroupKind, Vec<u32>>>,
+    /// Each send by (from, to, tag), the key the validator and the engine pair transfers by.
+    sends: BTreeMap<(u32, u32, u32), u32>,
 }
 
 impl<'a> Preds<'a> {
     fn new(plan: &'a Plan, schedule: &Schedule) -> Preds<'a> {
         let world = schedule.world();
         let mut stream_prev = Vec::with_capacity(world as usize);
-        let mut nth = Vec::with_capacity(world as usize);
         let mut calls = Vec::with_capacity(world as usize);
+        let mut sends = BTreeMap::new();
         for rank in 0..world {
             let ops = schedule.get_program(rank).map_or(&[][..], |p| &p.ops[..]);
             let mut last = BTreeMap::new();
             let mut prev = Vec::with_capacity(ops.len());
-            let mut n = BTreeMap::new();
             let mut c: BTreeMap<GroupKind, Vec<u32>> = BTreeMap::new();
             for (i, op) in ops.iter().enumerate() {
                 let i = i as u32;
                 prev.push(last.insert(op.stream, i));
-                if let OpKind::Collective { group, .. } = op.kind {
-                    let list = c.entry(group).or_default();
-                    n.insert(i, list.len());
-                    list.push(i);
+                match op.kind {
+                    OpKind::Collective { group, .. } => c.entry(group).or_default().push(i),
+                    // Ranks outside the plan (a trace of another layout) have no peers.
+                    OpKind::Send { peer, tag, .. } if rank < plan.world => {
+                        sends
+                            .entry((rank, peer.rank_for(plan, rank), tag))
+                            .or_insert(i);
+                    }
+                    _ => {}
                 }
             }
             stream_prev.push(prev);
-            nth.push(n);
             calls.push(c);
         }
         Preds {
             plan,
             stream_prev,
-            nth,
             calls,
+            sends,
         }
     }
 
@@ -253,21 +256,20 @@ impl<'a> Preds<'a> {
             // Ranks outside the plan (a trace of another layout) have no peers to resolve.
             Some(OpKind::Recv { peer, tag, .. }) if rank < self.plan.world => {
                 let src = peer.rank_for(self.plan, rank);
-                let send = schedule.get_program(src).and_then(|p| {
-                    p.ops.iter().position(|o| {
-                        matches!(o.kind, OpKind::Send { peer: sp, tag: st, .. }
-                            if st == *tag && sp.rank_for(self.plan, src) == rank)
-                    })
-                });
-                if let Some(s) = send {
-                    out.push(((src, s as u32), Edge::Transfer));
+                if let Some(&s) = self.sends.get(&(src, rank, *tag)) {
+                    out.push(((src, s), Edge::Transfer));
                 }
             }
             Some(OpKind::Collective { group, .. }) if rank < self.plan.world => {
-                let n = self.nth.get(rank as usize).and_then(|m| m.get(&op));
+                // Where this call falls in its group's sequence (the lists are ascending).
+                let n = self
+                    .calls
+                    .get(rank as usize)
+                    .and_then(|c| c.get(group))
+                    .and_then(|l| l.binary_search(&op).ok());
                 let members = &self.plan.group(self.plan.group_of(rank, *group)).members;
                 for &q in members.iter().filter(|&&q| q != rank) {
-                    let peer_op = n.and_then(|&n| {
+                    let peer_op = n.and_then(|n| {
                         self.calls
                             .get(q as usize)
                             .and_then(|c| c.get(group))

@@ -536,24 +536,21 @@ impl Backend for HostBackend {
         }
         let start_at = self.start_at_ns.take();
         let origin = self.clock.now_ns().max(start_at.unwrap_or(0));
-        let this = &*self;
+        let (this, st) = (&*self, &st);
         let timings: Vec<OpTiming> = std::thread::scope(|s| {
             let handles: Vec<_> = by_stream
                 .iter()
-                .filter(|ops| !ops.is_empty())
-                .map(|ops| {
-                    s.spawn(|| {
-                        let compute = ops
-                            .first()
-                            .and_then(|&i| this.queued.get(i))
-                            .is_some_and(|q| q.op.stream == Stream::Compute);
-                        if compute {
+                .enumerate()
+                .filter(|(_, ops)| !ops.is_empty())
+                .map(|(stream, ops)| {
+                    s.spawn(move || {
+                        if stream == Stream::Compute.index() {
                             priority::lower_priority(priority::COMPUTE_NICE);
                         }
                         if let Some(t) = start_at {
                             sleep_until(&this.clock, t);
                         }
-                        this.run_stream(&st, ops)
+                        this.run_stream(st, ops)
                     })
                 })
                 .collect();
