@@ -27,6 +27,13 @@ pub fn pin_rank(local_rank: u32) -> Option<usize> {
     Some(cpu)
 }
 
+/// The position among the allowed cores of the core `local_rank` is pinned to (ranks with
+/// the same position share a core). Call before pinning: afterwards one core is allowed.
+pub fn core_slot(local_rank: u32) -> Option<u32> {
+    let n = allowed_cpus()?.len().max(1) as u32;
+    Some(local_rank % n)
+}
+
 /// The CPUs this thread may run on, in order.
 fn allowed_cpus() -> Option<Vec<usize>> {
     // SAFETY: `set` is a zeroed cpu_set_t the kernel fills; CPU_ISSET reads within its bounds.

@@ -177,6 +177,9 @@ fn attempt(
         Some(p) => p,
         None => free_port(&opts.master_addr)?,
     };
+    // The ranks' shared turns at their cores, fresh for each attempt (see
+    // `backend::host::turns`); kept open until every rank has been spawned.
+    let turns = crate::backend::host::turns::TurnsFile::create(opts.world);
     let mut ranks: Vec<Rank> = Vec::with_capacity(opts.world as usize);
     for rank in 0..opts.world {
         let mut cmd = Command::new(&opts.exe);
@@ -191,6 +194,7 @@ fn attempt(
             .env("MASTER_ADDR", &opts.master_addr)
             .env("MASTER_PORT", port.to_string())
             .envs(opts.env.iter().map(|(k, v)| (k, v)))
+            .envs(turns.as_ref().map(|t| t.env()))
             .envs(
                 opts.progress_dir
                     .iter()

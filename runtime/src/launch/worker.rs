@@ -53,7 +53,12 @@ pub fn run_worker(
     opts: &WorkerOptions,
 ) -> Result<Option<Vec<RankMeasure>>, RuntimeError> {
     // Before any thread starts, so they all inherit the core (see `affinity`).
-    super::affinity::pin_rank(env.local_rank);
+    let slot = super::affinity::core_slot(env.local_rank);
+    let pinned = super::affinity::pin_rank(env.local_rank);
+    // Ranks bound to one core take turns at it (see `backend::host::turns`).
+    let turns = slot
+        .filter(|_| pinned.is_some())
+        .and_then(crate::backend::host::turns::CoreTurns::from_env);
     let mut session = Session::open(env, plan, schedule, opts.timeout)?;
     let rank = session.rank;
     let clock = session.clock;
@@ -88,7 +93,8 @@ pub fn run_worker(
     let mut backend = HostBackend::new(Arc::clone(&mesh), clock, Arc::clone(&abort), opts.fault)
         .with_progress(Progress::from_env(rank))
         .with_seed(d.seed)
-        .with_kills(d.kills.clone(), events.clone());
+        .with_kills(d.kills.clone(), events.clone())
+        .with_turns(turns);
     let me = Header {
         rank,
         world: env.world,

@@ -221,3 +221,112 @@ fn s1_again() -> Program {
     s1.send(Peer::PpPrev, 100, 1, &[g]);
     s1.build()
 }
+
+#[test]
+fn ranks_sharing_a_core_take_turns_op_by_op() {
+    // Two ranks on one core, two compute ops of 1000 ns each. Processor sharing would run
+    // both ranks' ops side by side at half speed (each op 0-2000, then 2000-4000); the host
+    // runtime runs them in turns (`engine::turns`): rank 0's first op, then rank 1's first
+    // (it was waiting), then rank 0's second, each at full speed.
+    let plan = plan(1, 1, 2, 1);
+    let progs = (0..2)
+        .map(|_| {
+            let mut b = ProgBuilder::new(0);
+            let a = b.fwd(1000, &[]);
+            b.fwd(1000, &[a]);
+            b.build()
+        })
+        .collect();
+    let s = per_rank(progs);
+    let cost = SharedCores {
+        cores: Some(1),
+        ..SharedCores::default()
+    };
+    let opts = SimOptions {
+        trace: true,
+        ..SimOptions::default()
+    };
+    let r = simulate(&plan, &s, &cost, &opts).unwrap();
+    assert_eq!(r.step_time_ns, 4000);
+    let mut spans: Vec<(u64, u64, u32)> = r
+        .trace
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| (e.start_ns, e.end_ns, e.rank))
+        .collect();
+    spans.sort_unstable();
+    assert_eq!(
+        spans,
+        vec![
+            (0, 1000, 0),
+            (1000, 2000, 1),
+            (2000, 3000, 0),
+            (3000, 4000, 1)
+        ]
+    );
+    // Each rank computed 2000 ns and waited 2000 for the core.
+    for s in &r.ranks {
+        assert_eq!((s.compute_busy_ns, s.idle_ns), (2000, 2000));
+    }
+    // On two cores nobody waits.
+    let two = simulate(
+        &plan,
+        &s,
+        &SharedCores {
+            cores: Some(2),
+            ..SharedCores::default()
+        },
+        &opts,
+    )
+    .unwrap();
+    assert_eq!(two.step_time_ns, 2000);
+}
+
+#[test]
+fn the_op_holding_a_core_shares_it_with_transfers() {
+    // Rank 0 computes 1000 ns while it and rank 1 (same core) all-reduce for 1000 ns of CPU
+    // work each; rank 1 then computes 1000 ns. Only compute ops take turns: the all-reduce's
+    // two sides share the core with rank 0's op (a third each), so all three end at 3000,
+    // and rank 1's op runs 3000-4000. Had the transfer waited for the turn, rank 0's op would
+    // have ended at 1000.
+    let plan = plan(1, 1, 2, 1);
+    let mut r0 = ProgBuilder::new(0);
+    let f = r0.fwd(1000, &[]);
+    r0.collective(
+        Stream::Dp,
+        CollectiveKind::AllReduce,
+        GroupKind::Dp,
+        1000,
+        &[],
+    );
+    let mut r1 = ProgBuilder::new(0);
+    let c = r1.collective(
+        Stream::Dp,
+        CollectiveKind::AllReduce,
+        GroupKind::Dp,
+        1000,
+        &[],
+    );
+    r1.fwd(1000, &[c]);
+    let s = per_rank(vec![r0.build(), r1.build()]);
+    let cost = SharedCores {
+        cores: Some(1),
+        ..SharedCores::default()
+    };
+    let opts = SimOptions {
+        trace: true,
+        ..SimOptions::default()
+    };
+    let r = simulate(&plan, &s, &cost, &opts).unwrap();
+    assert_eq!(r.step_time_ns, 4000);
+    let events = r.trace.unwrap().events;
+    let end = |rank: u32, op: u32| {
+        events
+            .iter()
+            .find(|e| e.rank == rank && e.op == op)
+            .map(|e| (e.start_ns, e.end_ns))
+    };
+    assert_eq!(end(0, f), Some((0, 3000)));
+    assert_eq!(end(1, c + 1), Some((3000, 4000)));
+}

@@ -36,6 +36,7 @@ mod share;
 pub(crate) mod testkit;
 #[cfg(test)]
 mod tests;
+mod turns;
 
 pub use deadlock::{BlockedHead, BlockedRank, Deadlock};
 

@@ -20,6 +20,7 @@ use super::memo::{CollectiveMemo, P2pMemo};
 use super::memory::RankMem;
 use super::queue::EventQueue;
 use super::share::CoreShare;
+use super::turns::Turns;
 use super::wake::{CoreIdle, Wake};
 use super::{deadlock, RankStats, SimError, SimResult};
 use crate::schedule::{CollectiveKind, OpKind, Stream};
@@ -178,6 +179,9 @@ pub(crate) struct State<S: Slots> {
     jitter: Option<Jitter>,
     /// The profile's wake-up cost and each core's idle time (see `engine::wake`).
     waking: Option<(Wake, CoreIdle)>,
+    /// Compute ops taking turns on shared cores (see `engine::turns`); `None` unless ranks
+    /// share cores.
+    turns: Option<Turns>,
     slots: std::marker::PhantomData<S>,
 }
 
@@ -239,6 +243,7 @@ impl<S: Slots> State<S> {
                 .zip(ctx.cost.interruptions())
                 .map(|(seed, model)| Jitter::new(seed, model)),
             waking: ctx.cost.wake().map(|w| (w, CoreIdle::default())),
+            turns: ctx.cost.shared_cores().map(|_| Turns::default()),
             slots: std::marker::PhantomData,
             trace: ctx.opts.trace.then(|| Trace {
                 events: Vec::with_capacity(total_ops),
@@ -306,6 +311,46 @@ impl<S: Slots> State<S> {
         Ok(())
     }
 
+    /// Runs the compute op heading stream `s` of `rank` (in `slot`) from now: its stream was
+    /// taken when it became ready, and, on shared cores, it now holds its core.
+    fn begin_compute(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) {
+        let r = slot;
+        let prog = ctx.prog(rank as usize);
+        let rs = &mut self.ranks[r];
+        let op_idx = rs.streams[s].cursor;
+        let op = &prog.ops[op_idx as usize];
+        let now = self.now;
+        rs.streams[s].start_ns = now;
+        let mut dur = match op.cached_ns {
+            Some(ns) => ns,
+            None => compute_ns_uncached(ctx, rank, op.index),
+        };
+        if let Some(j) = &mut self.jitter {
+            dur = dur.saturating_add(j.delay_ns(dur));
+        }
+        let a = &mut rs.acct;
+        a.flush(now);
+        a.running_compute += 1;
+        let communicating = a.running_comm > 0;
+        self.core_activity(ctx, rank, true);
+        if let Some(sh) = &mut self.share {
+            sh.started(r, s, Some(dur));
+        }
+        match &mut self.flows {
+            Some(f) if f.compute && dur > 0 => {
+                let cpu = f.cpu_of(ctx.plan, rank);
+                f.start_compute(
+                    now,
+                    (rank, op_idx, (r * STREAMS + s) as u32),
+                    cpu,
+                    dur,
+                    communicating,
+                )
+            }
+            _ => self.schedule(dur, rank, op_idx),
+        }
+    }
+
     fn try_start(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) -> Step {
         let r = slot;
         let prog = ctx.prog(rank as usize);
@@ -328,34 +373,16 @@ impl<S: Slots> State<S> {
         rs.streams[s].start_ns = now;
         match op.kind {
             CKind::Compute { .. } => {
-                let mut dur = match op.cached_ns {
-                    Some(ns) => ns,
-                    None => compute_ns_uncached(ctx, rank, op.index),
-                };
-                if let Some(j) = &mut self.jitter {
-                    dur = dur.saturating_add(j.delay_ns(dur));
-                }
-                let a = &mut rs.acct;
-                a.flush(self.now);
-                a.running_compute += 1;
-                let communicating = a.running_comm > 0;
-                self.core_activity(ctx, rank, true);
-                if let Some(sh) = &mut self.share {
-                    sh.started(r, s, Some(dur));
-                }
-                match &mut self.flows {
-                    Some(f) if f.compute && dur > 0 => {
-                        let cpu = f.cpu_of(ctx.plan, rank);
-                        f.start_compute(
-                            now,
-                            (rank, op_idx, (r * STREAMS + s) as u32),
-                            cpu,
-                            dur,
-                            communicating,
-                        )
+                if let Some(t) = &mut self.turns {
+                    let core = match &self.flows {
+                        Some(f) => f.cpu_of(ctx.plan, rank) as usize,
+                        None => rank as usize,
+                    };
+                    if !t.claim(core, (rank, r as u32, s as u8)) {
+                        return Ok(());
                     }
-                    _ => self.schedule(dur, rank, op_idx),
                 }
+                self.begin_compute(ctx, rank, r, s);
             }
             CKind::Checkpoint { .. } => {
                 let a = &mut rs.acct;
@@ -659,6 +686,16 @@ impl<S: Slots> State<S> {
         Ok(())
     }
 
+    /// The compute op of `rank` holding its core finished: the next waiting one takes the core
+    /// (before the finished op's successors ask for it, as a yielding thread goes behind the
+    /// threads already waiting).
+    fn pass_turn(&mut self, ctx: &Ctx, rank: u32) {
+        let core = self.core_of(ctx, rank);
+        if let Some((next, slot, s)) = self.turns.as_mut().and_then(|t| t.release(core)) {
+            self.begin_compute(ctx, next, slot as usize, s as usize);
+        }
+    }
+
     fn complete(&mut self, ctx: &Ctx, rank: u32, op_idx: u32) -> Step {
         self.events += 1;
         if self.events > ctx.opts.max_events {
@@ -696,6 +733,7 @@ impl<S: Slots> State<S> {
                     sh.finished(r, s, now - start_ns, false);
                 }
                 self.core_activity(ctx, rank, false);
+                self.pass_turn(ctx, rank);
             }
             CKind::Checkpoint { .. } | CKind::P2p { .. } | CKind::Collective { .. } => {
                 if let Some(sh) = &mut self.share {

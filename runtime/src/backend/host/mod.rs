@@ -15,6 +15,7 @@ mod memory;
 mod priority;
 pub mod state;
 mod step;
+pub mod turns;
 
 pub use compute::Workspace;
 pub use data::p2p_payload;
@@ -92,6 +93,8 @@ pub struct HostBackend {
     events: Option<Arc<EventLog>>,
     /// Transfer payloads and expected results, built once (see `data`).
     data: data::DataCache,
+    /// This rank's core's turns, when ranks share cores (see `turns`).
+    turns: Option<turns::CoreTurns>,
 }
 
 impl HostBackend {
@@ -119,7 +122,14 @@ impl HostBackend {
             kills: Vec::new(),
             events: None,
             data: data::DataCache::default(),
+            turns: None,
         }
+    }
+
+    /// Take turns with the other ranks bound to this rank's core (see `turns`).
+    pub fn with_turns(mut self, turns: Option<turns::CoreTurns>) -> HostBackend {
+        self.turns = turns;
+        self
     }
 
     /// Seed the model state (a fresh state of this rank, from the scenario seed).
@@ -450,10 +460,22 @@ impl HostBackend {
             if self.wait_deps(st, q.op.stream, &q.op.deps).is_err() {
                 return out;
             }
+            // A compute op runs in its core's turn (see `turns`), taken once its deps are done.
+            let turn = match (&self.turns, &q.op.kind) {
+                (Some(t), OpKind::Compute(_)) => {
+                    match t.acquire(|| st.failed.load(Ordering::SeqCst) || self.abort.raised()) {
+                        Some(turn) => Some(turn),
+                        None => return out,
+                    }
+                }
+                _ => None,
+            };
             if let Some(p) = &self.progress {
                 p.started(q.op.stream, q.index);
             }
-            match self.run_op(q) {
+            let result = self.run_op(q);
+            drop(turn);
+            match result {
                 Ok((start_ns, end_ns)) => {
                     if let Some(p) = &self.progress {
                         p.finished(q.op.stream, q.index);
