@@ -373,13 +373,12 @@ impl<S: Slots> State<S> {
         rs.streams[s].start_ns = now;
         match op.kind {
             CKind::Compute { .. } => {
-                if let Some(t) = &mut self.turns {
-                    let core = match &self.flows {
-                        Some(f) => f.cpu_of(ctx.plan, rank) as usize,
-                        None => rank as usize,
-                    };
-                    if !t.claim(core, (rank, r as u32, s as u8)) {
-                        return Ok(());
+                if self.turns.is_some() {
+                    let core = self.core_of(ctx, rank);
+                    if let Some(t) = &mut self.turns {
+                        if !t.claim(core, (rank, r as u32, s as u8)) {
+                            return Ok(());
+                        }
                     }
                 }
                 self.begin_compute(ctx, rank, r, s);
