@@ -35,6 +35,21 @@ fn all_reduce_programs(ranks: u32, ns: u64) -> Vec<Program> {
         .collect()
 }
 
+/// `ranks` programs of `ops` compute ops of `ns` solo time each, one after another.
+fn compute_programs(ranks: u32, ops: u32, ns: u64) -> Vec<Program> {
+    (0..ranks)
+        .map(|_| {
+            let mut b = ProgBuilder::new(0);
+            let mut last: Option<u32> = None;
+            for _ in 0..ops {
+                let deps: Vec<u32> = last.into_iter().collect();
+                last = Some(b.fwd(ns, &deps));
+            }
+            b.build()
+        })
+        .collect()
+}
+
 /// `ranks` programs that each allocate `bytes` of activations and free them.
 fn alloc_free_programs(ranks: u32, bytes: u64) -> Vec<Program> {
     (0..ranks)
@@ -100,12 +115,17 @@ fn priced_allocations_take_cpu_time() {
     assert_eq!(step(&plan, &s, Some(1)), 2000);
 }
 
+/// The run on `cores` shared cores, with its trace.
 fn run(plan: &Plan, s: &Schedule, cores: Option<u32>) -> SimResult {
     let cost = SharedCores {
         cores,
         ..SharedCores::default()
     };
-    simulate(plan, s, &cost, &SimOptions::default()).unwrap()
+    let opts = SimOptions {
+        trace: true,
+        ..SimOptions::default()
+    };
+    simulate(plan, s, &cost, &opts).unwrap()
 }
 
 #[test]
@@ -114,14 +134,7 @@ fn ranks_sharing_a_core_are_busy_for_their_work_and_wait_the_rest() {
     // half speed, so each op spans 2000 ns; a real run takes turns op by op, so each rank is
     // busy 1000 ns and waits 1000: bubble 50%.
     let plan = plan(1, 1, 2, 1);
-    let progs = (0..2)
-        .map(|_| {
-            let mut b = ProgBuilder::new(0);
-            b.fwd(1000, &[]);
-            b.build()
-        })
-        .collect();
-    let s = per_rank(progs);
+    let s = per_rank(compute_programs(2, 1, 1000));
     let shared = run(&plan, &s, Some(1));
     assert_eq!(shared.step_time_ns, 2000);
     for r in &shared.ranks {
@@ -229,24 +242,8 @@ fn ranks_sharing_a_core_take_turns_op_by_op() {
     // runtime runs them in turns (`engine::turns`): rank 0's first op, then rank 1's first
     // (it was waiting), then rank 0's second, each at full speed.
     let plan = plan(1, 1, 2, 1);
-    let progs = (0..2)
-        .map(|_| {
-            let mut b = ProgBuilder::new(0);
-            let a = b.fwd(1000, &[]);
-            b.fwd(1000, &[a]);
-            b.build()
-        })
-        .collect();
-    let s = per_rank(progs);
-    let cost = SharedCores {
-        cores: Some(1),
-        ..SharedCores::default()
-    };
-    let opts = SimOptions {
-        trace: true,
-        ..SimOptions::default()
-    };
-    let r = simulate(&plan, &s, &cost, &opts).unwrap();
+    let s = per_rank(compute_programs(2, 2, 1000));
+    let r = run(&plan, &s, Some(1));
     assert_eq!(r.step_time_ns, 4000);
     let mut spans: Vec<(u64, u64, u32)> = r
         .trace
@@ -270,17 +267,7 @@ fn ranks_sharing_a_core_take_turns_op_by_op() {
         assert_eq!((s.compute_busy_ns, s.idle_ns), (2000, 2000));
     }
     // On two cores nobody waits.
-    let two = simulate(
-        &plan,
-        &s,
-        &SharedCores {
-            cores: Some(2),
-            ..SharedCores::default()
-        },
-        &opts,
-    )
-    .unwrap();
-    assert_eq!(two.step_time_ns, 2000);
+    assert_eq!(run(&plan, &s, Some(2)).step_time_ns, 2000);
 }
 
 #[test]
@@ -309,16 +296,7 @@ fn the_op_holding_a_core_shares_it_with_transfers() {
         &[],
     );
     r1.fwd(1000, &[c]);
-    let s = per_rank(vec![r0.build(), r1.build()]);
-    let cost = SharedCores {
-        cores: Some(1),
-        ..SharedCores::default()
-    };
-    let opts = SimOptions {
-        trace: true,
-        ..SimOptions::default()
-    };
-    let r = simulate(&plan, &s, &cost, &opts).unwrap();
+    let r = run(&plan, &per_rank(vec![r0.build(), r1.build()]), Some(1));
     assert_eq!(r.step_time_ns, 4000);
     let events = r.trace.unwrap().events;
     let end = |rank: u32, op: u32| {
