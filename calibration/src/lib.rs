@@ -9,6 +9,7 @@ pub mod check;
 pub mod cuda;
 pub mod fit;
 pub mod host;
+pub mod host_profile;
 pub mod load;
 pub mod nccl_tests;
 pub mod provenance;

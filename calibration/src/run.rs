@@ -8,6 +8,7 @@ use crate::fit::alpha_beta::{self, AlphaBeta, Point};
 
 use crate::fit::Estimate;
 use crate::host::{self, HostFits};
+use crate::host_profile;
 use crate::nccl_tests::{self, Log, LogFit, Tier};
 use crate::write::{self, HostKeys, Provenance};
 use crate::CalibError;
@@ -157,7 +158,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         "twin calibrate --backend host ({mode}) on {} at {}",
         provenance.hostname, provenance.date_utc
     );
-    let (profile, host_keys) = host::to_profile(&fits, &opts.gpu_name, &run_ref);
+    let (profile, host_keys) = host_profile::to_profile(&fits, &opts.gpu_name, &run_ref);
     let mut header = vec![
         format!("Hardware profile of this machine for twin's host backend, written by {run_ref}."),
         "Every fitted number carries its 95% confidence interval; docs/calibration.md says how each was measured and fitted.".into(),

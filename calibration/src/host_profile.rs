@@ -1,0 +1,309 @@
+//! Maps a host calibration's fits to profile keys (docs/calibration.md has the table):
+//! - `gemm.*` from the GEMM curve; the fp32 peak is a normalisation (the larger of the
+//!   highest observed rate and the upper bound of the fitted sustained rate), so
+//!   `max_efficiency = rate / peak` carries the fit; every dtype runs at the f32 rate (the
+//!   host computes f32);
+//! - `gpu.hbm_bandwidth_bytes_per_s`: the larger of the memcpy and memory-pass bandwidths;
+//!   `memory.efficiency`: memory-pass bandwidth / that;
+//! - `kernel.launch_ns`: slope of step time over a chain of empty ops;
+//! - `network.intra`: latency and effective bandwidth of one alpha-beta fit over the ring
+//!   collectives (the simulator uses one pair per tier, and `network.algorithm = "ring"`);
+//!   `bandwidth_bytes_per_s` is the larger of the p2p and ring bandwidths and `efficiency` the
+//!   ring bandwidth over it. p2p, all-to-all and broadcast fits are reported beside. One machine
+//!   has no inter-node link: `network.inter` repeats the intra values and says so;
+//! - `overlap.compute_slowdown`, `checkpoint.bandwidth_bytes_per_s`,
+//!   `memory.alloc_bytes_per_s` from their fits; `[host] cores` = nproc.
+//!
+//! Split from `host`, which does the fitting.
+
+use crate::fit::Estimate;
+use crate::host::HostFits;
+use crate::write::HostKeys;
+use twin_sim::cost::Algorithm;
+use twin_sim::profile::{FitQuality, LinkParams, Param, Profile, Source};
+
+fn fitted(e: Estimate, reference: String) -> Param {
+    let finite = e.ci95[0].is_finite() && e.ci95[1].is_finite();
+    Param {
+        value: e.value,
+        source: Source::Fitted,
+        reference,
+        ci95: finite.then_some(e.ci95),
+    }
+}
+
+/// Scale an estimate (value and interval) by `1/d`.
+fn over(e: Estimate, d: f64) -> Estimate {
+    e.map_monotone(|x| x / d)
+}
+
+/// Profile values must be finite: an unbounded upper limit becomes `cap`.
+fn cap_hi(e: Estimate, cap: f64) -> Estimate {
+    Estimate {
+        value: e.value,
+        ci95: [
+            e.ci95[0],
+            if e.ci95[1].is_finite() {
+                e.ci95[1]
+            } else {
+                cap
+            },
+        ],
+    }
+}
+
+/// The profile (and the host keys) of `f`; `run` names the calibration run in every `ref`.
+pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys) {
+    let r = |what: &str| format!("{what}; {run}");
+    let rate = f.gemm.rate_flops_per_s;
+    let peak = f
+        .gemm_best_observed_flops_per_s
+        .max(if rate.ci95[1].is_finite() {
+            rate.ci95[1]
+        } else {
+            rate.value
+        });
+    let peak_param = |dtype: &str| {
+        Param {
+        value: peak,
+        source: Source::Fitted,
+        reference: r(&format!(
+            "{dtype}: normalisation, max(highest observed f32 GEMM rate, upper 95% bound of the fitted sustained rate); the host computes every dtype in f32"
+        )),
+        ci95: None,
+    }
+    };
+    let hbm = f
+        .memcpy
+        .bandwidth_bytes_per_s
+        .value
+        .max(f.memory_pass.bandwidth_bytes_per_s.value);
+    let joint_bw = f.ring.bandwidth_bytes_per_s;
+    let link_bw = f.p2p.bandwidth_bytes_per_s.value.max(joint_bw.value);
+    let link_bw_est = if f.p2p.bandwidth_bytes_per_s.value >= joint_bw.value {
+        f.p2p.bandwidth_bytes_per_s
+    } else {
+        joint_bw
+    };
+    let intra = LinkParams {
+        bandwidth_bytes_per_s: fitted(
+            cap_hi(link_bw_est, link_bw * 1e3),
+            r("max(p2p ping-pong, ring-collective alpha-beta) bandwidth over the host TCP transport (loopback)"),
+        ),
+        latency_ns: fitted(
+            f.ring.latency_ns.clamp(0.0, f64::MAX),
+            r("alpha-beta fit over the ring collectives (all-reduce, reduce-scatter, all-gather), ring step counts"),
+        ),
+        efficiency: fitted(
+            over(joint_bw, link_bw).clamp(1e-6, 1.0),
+            r("ring-collective alpha-beta bandwidth / network.intra.bandwidth_bytes_per_s"),
+        ),
+        p2p_latency_ns: Some(fitted(
+            f.p2p.latency_ns.clamp(0.0, f64::MAX),
+            r("alpha-beta fit over p2p ping-pong (one way): a send is one message, not a ring step"),
+        )),
+        p2p_bandwidth_bytes_per_s: Some(fitted(
+            cap_hi(f.p2p.bandwidth_bytes_per_s, link_bw * 1e3),
+            r("alpha-beta fit over p2p ping-pong (one way): a send is one socket write, not a ring step"),
+        )),
+    };
+    let mut inter = intra.clone();
+    for p in [
+        &mut inter.bandwidth_bytes_per_s,
+        &mut inter.latency_ns,
+        &mut inter.efficiency,
+    ]
+    .into_iter()
+    .chain(inter.p2p_latency_ns.as_mut())
+    .chain(inter.p2p_bandwidth_bytes_per_s.as_mut())
+    {
+        p.reference = format!(
+            "one machine has no inter-node link: copied from network.intra ({})",
+            p.reference
+        );
+    }
+    let count = |v: u64, ci: [u64; 2], what: &str| Param {
+        value: v as f64,
+        source: Source::Fitted,
+        reference: r(what),
+        ci95: Some([ci[0] as f64, ci[1] as f64]),
+    };
+    let total_samples: usize = [
+        f.gemm.quality.samples,
+        f.memory_pass.quality.samples,
+        f.memcpy.quality.samples,
+        f.alloc.quality.samples,
+        f.launch.quality.samples,
+        f.ring.quality.samples,
+        f.checkpoint.quality.samples,
+    ]
+    .iter()
+    .sum();
+    let qualities = [
+        f.gemm.quality,
+        f.memory_pass.quality,
+        f.memcpy.quality,
+        f.alloc.quality,
+        f.launch.quality,
+        f.ring.quality,
+        f.checkpoint.quality,
+    ];
+    let rms = (qualities
+        .iter()
+        .map(|q| q.rms_relative_error.powi(2) * q.samples as f64)
+        .sum::<f64>()
+        / total_samples.max(1) as f64)
+        .sqrt();
+    let max = qualities
+        .iter()
+        .fold(0.0f64, |a, q| a.max(q.max_relative_error));
+    let host = HostKeys {
+        cores: Param {
+            value: f64::from(f.cores.max(1)),
+            source: Source::Fitted,
+            reference: r("CPU cores available to this process (nproc)"),
+            ci95: None,
+        },
+        alloc_bytes_per_s: fitted(
+            cap_hi(
+                f.alloc.bandwidth_bytes_per_s,
+                f.alloc.bandwidth_bytes_per_s.value * 1e3,
+            ),
+            r("allocate + touch a buffer (as the host backend's Alloc), fixed cost + bytes / rate"),
+        ),
+    };
+    let profile = Profile {
+        name: format!("{gpu_name}-calibrated"),
+        description: format!("twin calibrate --backend host on this machine ({run})"),
+        gpu: gpu_name.to_string(),
+        sm_count: Param {
+            value: 1.0,
+            source: Source::Datasheet,
+            reference: "one CPU core per rank: the host backend runs a rank's GEMMs on one thread"
+                .into(),
+            ci95: None,
+        },
+        peak_fp32_flops_per_s: peak_param("fp32"),
+        peak_tf32_flops_per_s: peak_param("tf32"),
+        peak_fp16_flops_per_s: peak_param("fp16"),
+        peak_bf16_flops_per_s: peak_param("bf16"),
+        peak_fp8_flops_per_s: peak_param("fp8"),
+        hbm_bandwidth_bytes_per_s: Param {
+            value: hbm,
+            source: Source::Fitted,
+            reference: r("max(memcpy, memory-pass) fitted bandwidth (bytes moved: read + write)"),
+            ci95: None,
+        },
+        gemm_max_efficiency: fitted(
+            over(cap_hi(rate, peak), peak).clamp(1e-6, 1.0),
+            r("GEMM curve fit: sustained rate / gpu.peak_flops_per_s.fp32"),
+        ),
+        gemm_k_half: fitted(
+            f.gemm.k_half.clamp(0.0, f64::MAX),
+            r("GEMM curve fit (delta-method interval)"),
+        ),
+        gemm_tile_m: count(
+            f.gemm.tile_m,
+            f.gemm.tile_m_ci95,
+            "GEMM curve fit, grid over tiles (interval: tiles an F-test does not reject)",
+        ),
+        gemm_tile_n: count(
+            f.gemm.tile_n,
+            f.gemm.tile_n_ci95,
+            "GEMM curve fit, grid over tiles (interval: tiles an F-test does not reject)",
+        ),
+        gemm_ramp_ns: fitted(
+            f.gemm.ramp_ns.clamp(0.0, f64::MAX),
+            r("GEMM curve fit: fixed time per call"),
+        ),
+        // The host backend runs a batched GEMM's products as separate sgemm calls.
+        gemm_ramp_per_product: true,
+        memory_efficiency: match &f.memory_spill {
+            Some(sp) => fitted(
+                over(sp.bandwidth_bytes_per_s, hbm).clamp(1e-6, 1.0),
+                r("memory-pass (axpy, 12 bytes per element) bandwidth below the cache knee (knee model over every pass size) / gpu.hbm_bandwidth_bytes_per_s"),
+            ),
+            None => fitted(
+                over(f.memory_pass.bandwidth_bytes_per_s, hbm).clamp(1e-6, 1.0),
+                r("memory-pass (axpy, 12 bytes per element) bandwidth / gpu.hbm_bandwidth_bytes_per_s"),
+            ),
+        },
+        memory_spill_bytes: f.memory_spill.as_ref().map(|sp| Param {
+            value: sp.knee_bytes as f64,
+            source: Source::Fitted,
+            reference: r("memory-pass knee: grid over the measured pass sizes, the smallest residual"),
+            ci95: None,
+        }),
+        memory_spill_efficiency: f.memory_spill.as_ref().map(|sp| {
+            fitted(
+                over(sp.spill_bandwidth_bytes_per_s, hbm).clamp(1e-6, 1.0),
+                r("memory-pass bandwidth beyond the cache knee / gpu.hbm_bandwidth_bytes_per_s"),
+            )
+        }),
+        launch_ns: fitted(
+            f.launch_ns.clamp(0.0, f64::MAX),
+            r("slope of step time over chains of empty ops through the host backend"),
+        ),
+        intra,
+        inter,
+        nvls_efficiency: None,
+        nvls_min_bytes: None,
+        algorithm: Some(Algorithm::Ring),
+        overlap_compute_slowdown: Some(fitted(
+            f.overlap_slowdown.clamp(0.0, 0.999),
+            r("GEMM alone vs while two ranks all-reduce (delta method, Welch dof)"),
+        )),
+        checkpoint_bandwidth_bytes_per_s: Some(fitted(
+            cap_hi(
+                f.checkpoint.bandwidth_bytes_per_s,
+                f.checkpoint.bandwidth_bytes_per_s.value * 1e3,
+            ),
+            r("write + fsync of a file, fixed cost + bytes / bandwidth"),
+        )),
+        fit: Some(FitQuality {
+            method: "relative-error least squares (weights 1/predicted^2, reweighted 3x); alpha-beta per benchmark; GEMM curve linear per tile, grid over tiles; 95% intervals from Student t (statrs) and the delta method".into(),
+            data: format!("host microbenchmarks ({run}); raw samples beside the profile"),
+            samples: total_samples as u64,
+            rms_relative_error: rms,
+            max_relative_error: max,
+            holdout_samples: f.gemm_holdout_samples as u64,
+            holdout_max_relative_error: f.gemm_holdout_max_relative_error,
+        }),
+        memory_alloc_bytes_per_s: Some(host.alloc_bytes_per_s.clone()),
+        memory_alloc_fixed_ns: Some(fitted(
+            f.alloc.latency_ns.clamp(0.0, f64::MAX),
+            r("allocate + touch a buffer: the fixed cost per call of the same fit"),
+        )),
+        op_overhead_ns: Some(fitted(
+            f.launch_ns.clamp(0.0, f64::MAX),
+            r("the op-overhead fit (as kernel.launch_ns): every op of the host backend, whatever its kind, goes through the same stream loop"),
+        )),
+        host_cores: Some(host.cores.clone()),
+        host_interruptions_per_s: f.interruptions.map(|(rate, _)| {
+            fitted(
+                rate,
+                r("GEMM calls back to back on a pinned core over 1.2x the median call, per second of busy time"),
+            )
+        }),
+        host_interruption_mean_ns: f.interruptions.map(|(_, m)| {
+            fitted(
+                cap_hi(m, m.value * 1e3),
+                r("mean excess over the median call of the interrupted calls"),
+            )
+        }),
+        host_wake_ns: f.wake.map(|(jump, _)| {
+            fitted(
+                jump,
+                r("one-way 4 KiB transfer after both ranks idled, alpha-beta over the idle gap: intercept less the back-to-back median"),
+            )
+        }),
+        host_wake_per_idle: f.wake.map(|(_, per)| {
+            fitted(
+                per,
+                r("the same fit: extra transfer time per ns the receiving core idled"),
+            )
+        }),
+        provenance: Default::default(),
+    };
+    (profile, host)
+}
