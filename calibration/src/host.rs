@@ -34,6 +34,8 @@ pub struct HostFits {
     /// The memory pass over every size, small and large, with a knee where it outgrows the
     /// caches; `None` when no knee could be fitted (a note says why).
     pub memory_spill: Option<crate::fit::spill::SpillFit>,
+    /// The pass after a step's traffic (`bench::memory::cold_pass`); `None` without samples.
+    pub memory_cold: Option<AlphaBeta>,
     pub memcpy: AlphaBeta,
     pub alloc: AlphaBeta,
     /// `bandwidth` in ops per second; its inverse is the per-op overhead.
@@ -326,6 +328,8 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     let dropped = s.gemm.iter().map(|x| x.dropped_ns.len()).sum::<usize>()
         + [
             &s.memory_pass,
+            &s.memory_pass_large,
+            &s.memory_pass_cold,
             &s.memcpy,
             &s.alloc,
             &s.launch,
@@ -344,6 +348,15 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         gemm: g,
         memory_pass: named("memory pass", &sized_points(&s.memory_pass), &mut notes)?,
         memory_spill: spill(s, &mut notes),
+        memory_cold: if s.memory_pass_cold.is_empty() {
+            None
+        } else {
+            Some(named(
+                "cold memory pass",
+                &sized_points(&s.memory_pass_cold),
+                &mut notes,
+            )?)
+        },
         memcpy: named("memcpy", &sized_points(&s.memcpy), &mut notes)?,
         alloc: named("alloc", &sized_points(&s.alloc), &mut notes)?,
         launch,

@@ -240,6 +240,12 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
                 r("memory-pass bandwidth beyond the cache knee / gpu.hbm_bandwidth_bytes_per_s"),
             )
         }),
+        memory_cold_efficiency: f.memory_cold.as_ref().map(|c| {
+            fitted(
+                over(c.bandwidth_bytes_per_s, hbm).clamp(1e-6, 1.0),
+                r("memory pass after a step's traffic (the optimizer's cold state) bandwidth / gpu.hbm_bandwidth_bytes_per_s"),
+            )
+        }),
         launch_ns: fitted(
             f.launch_ns.clamp(0.0, f64::MAX),
             r("slope of step time over chains of empty ops through the host backend"),

@@ -23,6 +23,10 @@ pub struct HostOptions {
     pub mode: Mode,
     /// GEMM shapes of a scenario to time too.
     pub extra_shapes: Vec<Gemm>,
+    /// Bytes a scenario's busiest rank touches per step ([`bench::compute::step_bytes`]): the
+    /// eviction before each allocation and cold pass, when it is below the default (twice the
+    /// last-level cache).
+    pub step_bytes: Option<u64>,
     /// The GPU name the profile describes (host scenarios: "cpu-core").
     pub gpu_name: String,
     pub seed: u64,
@@ -42,6 +46,8 @@ pub struct HostRun {
     pub provenance: Provenance,
     /// Seconds the benchmarks took.
     pub elapsed_s: f64,
+    /// [`HostOptions::step_bytes`]: the scenario's step traffic, when one was given.
+    pub step_bytes: Option<u64>,
     #[serde(skip)]
     pub samples: Samples,
     #[serde(skip)]
@@ -76,7 +82,10 @@ fn best_of<T, E>(
 /// Measures this machine through the host backend and fits a profile.
 pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<HostRun, CalibError> {
     let cores = crate::provenance::cores();
-    let cfg = Config::new(opts.mode, cores);
+    let mut cfg = Config::new(opts.mode, cores);
+    if let Some(b) = opts.step_bytes {
+        cfg.step_evict_bytes = cfg.step_evict_bytes.min(b);
+    }
     let extra: Vec<Gemm> = opts
         .extra_shapes
         .iter()
@@ -87,6 +96,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         + extra.len()
         + 3 * cfg.memory_bytes.len()
         + cfg.pass_large_bytes.len()
+        + cfg.cold_pass_bytes.len()
         + 2 * cfg.launch_ops.len()
         + bench::comm::measurement_count(&cfg)
         + cfg.checkpoint_bytes.len()
@@ -102,6 +112,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         gemm: bench::compute::gemms(&cfg, &extra, opts.seed, &mut progress),
         memory_pass: bench::memory::memory_pass(&cfg, &cfg.memory_bytes, &mut progress),
         memory_pass_large: bench::memory::memory_pass(&cfg, &cfg.pass_large_bytes, &mut progress),
+        memory_pass_cold: bench::memory::cold_pass(&cfg, &mut progress),
         memcpy: bench::memory::memcpy(&cfg, &mut progress),
         alloc: bench::memory::alloc(&cfg, &mut progress),
         ..Samples::default()
@@ -194,6 +205,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         host: host_keys,
         provenance,
         elapsed_s,
+        step_bytes: opts.step_bytes,
         samples,
         toml,
     })

@@ -162,6 +162,9 @@ pub fn profile_toml(
         o.push_str(&param("spill_bytes", b));
         o.push_str(&param("spill_efficiency", e));
     }
+    if let Some(c) = &p.memory_cold_efficiency {
+        o.push_str(&param("cold_efficiency", c));
+    }
     if let Some(a) = p
         .memory_alloc_bytes_per_s
         .as_ref()

@@ -19,6 +19,7 @@ fn tiny_host_calibration_writes_a_loadable_profile() {
             count: 1,
             batch: 1,
         }],
+        step_bytes: Some(3 << 20),
         gpu_name: "cpu-core".into(),
         seed: 3,
         command: "test".into(),
@@ -30,6 +31,12 @@ fn tiny_host_calibration_writes_a_loadable_profile() {
         .gemm
         .iter()
         .any(|g| g.origin == "scenario" && g.k == 80));
+    // The scenario's step traffic bounds the eviction before allocations and cold passes.
+    assert!(run.config.step_evict_bytes <= 3 << 20);
+    assert_eq!(
+        run.samples.memory_pass_cold.len(),
+        run.config.cold_pass_bytes.len()
+    );
     let kinds: std::collections::BTreeSet<&str> =
         run.samples.comm.iter().map(|c| c.kind.as_str()).collect();
     for k in [
@@ -46,6 +53,7 @@ fn tiny_host_calibration_writes_a_loadable_profile() {
         "[host]",
         "cores = {",
         "alloc_bytes_per_s = {",
+        "cold_efficiency = {",
         "[provenance]",
         "algorithm = \"ring\"",
     ] {
@@ -61,6 +69,11 @@ fn tiny_host_calibration_writes_a_loadable_profile() {
     let fitted = run.fits.gemm.rate_flops_per_s.value;
     assert!((rate / fitted - 1.0).abs() < 1e-4, "{rate} vs {fitted}");
     assert!(p.fit.as_ref().unwrap().samples > 50);
+    let cold = p
+        .memory_cold_efficiency
+        .as_ref()
+        .expect("a cold pass was fitted");
+    assert_eq!(cold.source, Source::Fitted);
     // Samples serialise for the file beside the profile.
     let json = serde_json::to_string(&run.samples).unwrap();
     assert!(json.contains("\"kept_ns\""));

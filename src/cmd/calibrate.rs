@@ -147,7 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn host(args: &Args) -> anyhow::Result<ExitCode> {
-    let (extra_shapes, scenario_gpu) = match &args.scenario {
+    let (extra_shapes, step_bytes, scenario_gpu) = match &args.scenario {
         Some(path) => {
             let s = super::load_scenario(path, &[])?;
             let plan = twin_sim::plan::Plan::new(&s)
@@ -156,10 +156,11 @@ fn host(args: &Args) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot build the schedule of {}", path.display()))?;
             (
                 twin_calibration::bench::compute::scenario_shapes(&schedule, usize::MAX),
+                Some(twin_calibration::bench::compute::step_bytes(&schedule)),
                 Some(s.cluster.gpu.name.clone()),
             )
         }
-        None => (Vec::new(), None),
+        None => (Vec::new(), None, None),
     };
     let samples = samples_path(&args.output);
     let opts = HostOptions {
@@ -171,6 +172,7 @@ fn host(args: &Args) -> anyhow::Result<ExitCode> {
             Mode::Full
         },
         extra_shapes,
+        step_bytes,
         gpu_name: args
             .gpu_name
             .clone()
@@ -306,6 +308,19 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
             sp.quality.samples
         ));
     }
+    if let Some(c) = &f.memory_cold {
+        o.push_str(&ab_line("cold pass", c, "fixed"));
+    }
+    o.push_str(&format!(
+        "  (cold passes and allocations each after {} of other traffic: {})\n",
+        si(run.config.step_evict_bytes as f64, "B"),
+        match run.step_bytes {
+            Some(b) if b <= run.config.step_evict_bytes =>
+                "the bytes the scenario's busiest rank touches per step",
+            Some(_) => "twice the last-level cache, below the scenario's step",
+            None => "twice the last-level cache; --scenario bounds it by a step's traffic",
+        }
+    ));
     o.push_str(&ab_line("memcpy", &f.memcpy, "fixed"));
     o.push_str(&ab_line("alloc+touch", &f.alloc, "fixed"));
     o.push_str(&ab_line("checkpoint", &f.checkpoint, "fixed"));

@@ -72,6 +72,38 @@ pub fn scenario_shape_counts(schedule: &Schedule, max: usize) -> Vec<(Gemm, u64)
         .collect()
 }
 
+/// Bytes the busiest rank of `schedule` touches in one step as the host backend runs it (f32
+/// operands whatever the dtype): every compute op's GEMM operands (A, B and C of each call) and
+/// memory-bound bytes, every allocation (touched whole), and every transfer's bytes. Memory a
+/// step uses twice was evicted by at most this much traffic in between.
+pub fn step_bytes(schedule: &Schedule) -> u64 {
+    const F32_BYTES: u64 = 4;
+    let op_bytes = |kind: &OpKind| -> u64 {
+        match kind {
+            OpKind::Compute(c) => c.gemms.iter().fold(c.memory_bytes, |acc, g| {
+                let per_call = g.m * g.k + g.k * g.n + g.m * g.n;
+                let calls = u64::from(g.count) * u64::from(g.batch.max(1));
+                acc.saturating_add(per_call.saturating_mul(calls).saturating_mul(F32_BYTES))
+            }),
+            OpKind::Send { bytes, .. }
+            | OpKind::Recv { bytes, .. }
+            | OpKind::Collective { bytes, .. }
+            | OpKind::Alloc { bytes, .. } => *bytes,
+            OpKind::Free { .. } | OpKind::Checkpoint { .. } => 0,
+        }
+    };
+    schedule
+        .programs
+        .iter()
+        .map(|p| {
+            p.ops
+                .iter()
+                .fold(0u64, |a, o| a.saturating_add(op_bytes(&o.kind)))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// Writes every cache line of `buf` (evicting what the core's private cache held).
 pub(crate) fn evict_cache(buf: &mut [u8]) {
     for line in buf.chunks_mut(64) {
@@ -127,11 +159,90 @@ pub(crate) fn time_gemm(
     evict: &mut [u8],
     r: crate::sample::Repeats,
 ) -> crate::sample::Kept {
-    crate::sample::measured_ns(r, || {
-        evict_cache(evict);
+    after_evicting(r, evict, || {
         let t = std::time::Instant::now();
         ws.run_gemms(c);
-        Ok::<f64, std::convert::Infallible>(t.elapsed().as_nanos() as f64)
+        t.elapsed().as_nanos() as f64
+    })
+}
+
+/// Samples of `timed` (which times itself, in ns) under the outlier rule, with `evict`
+/// written, untimed, before each call.
+pub(crate) fn after_evicting(
+    r: crate::sample::Repeats,
+    evict: &mut [u8],
+    mut timed: impl FnMut() -> f64,
+) -> crate::sample::Kept {
+    crate::sample::measured_ns(r, || {
+        evict_cache(evict);
+        Ok::<f64, std::convert::Infallible>(timed())
     })
     .unwrap_or_else(|e| match e {})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use twin_sim::schedule::{Device, MemCategory, Peer};
+
+    fn plain(kind: OpKind) -> Op {
+        Op {
+            stream: Stream::Compute,
+            kind,
+            deps: Vec::new().into(),
+            label: Label::default(),
+        }
+    }
+
+    #[test]
+    fn step_bytes_is_the_busiest_programs_traffic() {
+        let mut gemm = compute_op(vec![Gemm::single(2, 3, 4, 2)], 100);
+        gemm.gemms = vec![Gemm {
+            batch: 3,
+            ..Gemm::single(2, 3, 4, 2)
+        }]
+        .into();
+        let first = Program {
+            stage: 0,
+            ops: vec![
+                plain(OpKind::Compute(gemm)),
+                plain(OpKind::Send {
+                    peer: Peer::PpNext,
+                    bytes: 50,
+                    tag: 0,
+                }),
+                plain(OpKind::Alloc {
+                    category: MemCategory::Activations,
+                    device: Device::Gpu,
+                    bytes: 10,
+                    tag: 1,
+                }),
+                plain(OpKind::Free { tag: 1 }),
+                plain(OpKind::Checkpoint { bytes: 1 << 30 }),
+            ],
+        };
+        // A, B and C of 2 x 4, 4 x 3 and 2 x 3 f32 elements, 2 calls of 3 products each, the
+        // 100 memory-bound bytes, the send and the allocation; checkpoints are not step traffic.
+        let first_bytes = (8 + 12 + 6) * 4 * 2 * 3 + 100 + 50 + 10;
+        let mut second = Program {
+            stage: 1,
+            ops: vec![plain(OpKind::Recv {
+                peer: Peer::PpPrev,
+                bytes: first_bytes - 1,
+                tag: 0,
+            })],
+        };
+        let mut s = Schedule {
+            programs: vec![first, second.clone()],
+            program_of: vec![0, 1],
+        };
+        assert_eq!(step_bytes(&s), first_bytes);
+        second.ops.push(plain(OpKind::Recv {
+            peer: Peer::PpPrev,
+            bytes: 2,
+            tag: 1,
+        }));
+        s.programs[1] = second;
+        assert_eq!(step_bytes(&s), first_bytes + 1);
+    }
 }

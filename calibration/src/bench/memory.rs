@@ -1,11 +1,12 @@
 //! Memory-bound work as the host backend does it: the axpy pass of a compute op's
-//! memory-bound bytes (`Workspace::run_memory`, 12 bytes per element), a plain memcpy (the
-//! host's "device copy"), and allocating + touching a buffer (what the host backend's Alloc
-//! op does: reserve exactly, write every byte so the pages are resident).
+//! memory-bound bytes (`Workspace::run_memory`, 12 bytes per element), warm and cold (its
+//! buffers evicted by a step's traffic first, as the optimizer finds the state it updates), a
+//! plain memcpy (the host's "device copy"), and allocating + touching a buffer (what the host
+//! backend's Alloc op does: reserve exactly, write every byte so the pages are resident).
 
-use super::compute::{compute_op, evict_cache, workspace_for};
+use super::compute::{after_evicting, compute_op, workspace_for};
 use super::{Config, Counter, SizedSamples};
-use crate::sample::{reject_outliers, time_ns};
+use crate::sample::time_ns;
 use std::time::Instant;
 
 /// The axpy pass over each of `sizes` (bytes moved): `cfg.memory_bytes`, or the larger
@@ -20,6 +21,31 @@ pub fn memory_pass(cfg: &Config, sizes: &[u64], progress: &mut Counter) -> Vec<S
             time_ns(cfg.memory, || ws.run_memory(c)),
         ));
         progress.tick("memory pass");
+    }
+    out
+}
+
+/// The axpy pass over each of `cfg.cold_pass_bytes`, with `cfg.step_evict_bytes` written
+/// (untimed) before each sample: the optimizer's pass, whose parameters, gradients and state
+/// were last touched a step earlier. Timed warm (the pass above), it ran 2-5x faster than the
+/// optimizer ops of a step (docs/calibration.md).
+pub fn cold_pass(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
+    let ops: Vec<_> = cfg
+        .cold_pass_bytes
+        .iter()
+        .map(|&b| compute_op(Vec::new(), b))
+        .collect();
+    let mut ws = workspace_for(&ops);
+    let mut evict = vec![0u8; usize::try_from(cfg.step_evict_bytes).unwrap_or(0)];
+    let mut out = Vec::new();
+    for (c, &bytes) in ops.iter().zip(&cfg.cold_pass_bytes) {
+        let k = after_evicting(cfg.memory, &mut evict, || {
+            let t = Instant::now();
+            ws.run_memory(c);
+            t.elapsed().as_nanos() as f64
+        });
+        out.push(SizedSamples::new(bytes, k));
+        progress.tick("cold pass");
     }
     out
 }
@@ -44,17 +70,16 @@ pub fn memcpy(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
 /// Allocate and touch `bytes` (each buffer is dropped outside the timed part, so the next
 /// allocation may reuse its pages; keeping every buffer so that each allocation gets new memory
 /// was tried and is far worse on a VM, where memory the guest never touched costs milliseconds
-/// per MiB: docs/calibration.md). Before each timed allocation `cfg.alloc_evict_bytes` are
-/// written untimed: a step allocates memory last touched many ops earlier, long out of the
-/// caches (timed warm, a step's Alloc ops ran 3-4x slower than calibrated; with only the
-/// private cache evicted, still 1.5-3x).
+/// per MiB: docs/calibration.md). Before each timed allocation `cfg.step_evict_bytes` are
+/// written untimed: a step allocates memory last touched many ops earlier, out of the core's
+/// private caches (timed warm, a step's Alloc ops ran 3-4x slower than calibrated; with only
+/// the private cache evicted, still 1.5-3x).
 pub fn alloc(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
     let mut out = Vec::new();
-    let mut evict = vec![0u8; usize::try_from(cfg.alloc_evict_bytes).unwrap_or(0)];
+    let mut evict = vec![0u8; usize::try_from(cfg.step_evict_bytes).unwrap_or(0)];
     for &bytes in &cfg.memory_bytes {
         let len = usize::try_from(bytes).unwrap_or(usize::MAX);
-        let mut one = || {
-            evict_cache(&mut evict);
+        let k = after_evicting(cfg.memory, &mut evict, || {
             let t = Instant::now();
             let mut buf: Vec<u8> = Vec::new();
             if buf.try_reserve_exact(len).is_ok() {
@@ -64,12 +89,8 @@ pub fn alloc(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
             let ns = t.elapsed().as_nanos() as f64;
             drop(buf);
             ns
-        };
-        for _ in 0..cfg.memory.warmup {
-            one();
-        }
-        let samples: Vec<f64> = (0..cfg.memory.timed.max(1)).map(|_| one()).collect();
-        out.push(SizedSamples::new(bytes, reject_outliers(&samples)));
+        });
+        out.push(SizedSamples::new(bytes, k));
         progress.tick("alloc");
     }
     out

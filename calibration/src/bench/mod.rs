@@ -42,16 +42,21 @@ pub struct Config {
     /// cache, as a step's ops find them (4x the L2 this machine reports, 1 MiB when it reports
     /// none).
     pub gemm_evict_bytes: u64,
-    /// Bytes written before each timed allocation: twice the last-level cache, since a step
-    /// allocates memory it last touched before streaming the model state through every cache
-    /// (the optimizer pass) and many other ops' buffers.
-    pub alloc_evict_bytes: u64,
+    /// Bytes written before each timed allocation and each cold pass: what a rank touches
+    /// between two uses of the same memory, at most one step's worth (an Alloc reuses memory
+    /// freed earlier in the step or the last one; the optimizer streams state last touched a
+    /// step ago). With a scenario, the bytes its busiest rank touches in one step
+    /// ([`compute::step_bytes`]); the default, and the cap, is twice the last-level cache.
+    pub step_evict_bytes: u64,
     /// Sizes of the memory pass, memcpy and allocation: up to 8 MiB, the cache-resident
     /// regime in which the host scenarios' per-op buffers live.
     pub memory_bytes: Vec<u64>,
     /// Larger sizes only the memory pass runs at: where a pass outgrows the caches and streams
     /// from DRAM at a lower rate (`memory.spill_*`, docs/calibration.md).
     pub pass_large_bytes: Vec<u64>,
+    /// Sizes of the cold pass: the memory pass with `step_evict_bytes` written first (the
+    /// optimizer's pass over state a step old, `memory.cold_efficiency`).
+    pub cold_pass_bytes: Vec<u64>,
     pub memory: Repeats,
     pub launch_ops: Vec<u32>,
     pub launch: Repeats,
@@ -104,7 +109,7 @@ impl Config {
                 gemm: r(2, 9),
                 max_scenario_shapes: 64,
                 gemm_evict_bytes: evict,
-                alloc_evict_bytes: alloc_evict,
+                step_evict_bytes: alloc_evict,
                 memory_bytes: vec![
                     128 * KIB,
                     256 * KIB,
@@ -115,6 +120,7 @@ impl Config {
                     8 * MIB,
                 ],
                 pass_large_bytes: vec![16 * MIB, 32 * MIB, 64 * MIB],
+                cold_pass_bytes: vec![MIB, 4 * MIB, 16 * MIB, 64 * MIB],
                 memory: r(2, 9),
                 launch_ops: vec![64, 128, 256, 512, 1024, 2048],
                 launch: r(2, 7),
@@ -144,9 +150,10 @@ impl Config {
                 gemm: r(1, 5),
                 max_scenario_shapes: 16,
                 gemm_evict_bytes: evict,
-                alloc_evict_bytes: alloc_evict,
+                step_evict_bytes: alloc_evict,
                 memory_bytes: vec![256 * KIB, MIB, 4 * MIB],
                 pass_large_bytes: vec![16 * MIB, 64 * MIB],
+                cold_pass_bytes: vec![2 * MIB, 16 * MIB],
                 memory: r(1, 5),
                 launch_ops: vec![64, 256, 1024],
                 launch: r(1, 4),
@@ -167,9 +174,10 @@ impl Config {
                 gemm: r(1, 2),
                 max_scenario_shapes: 4,
                 gemm_evict_bytes: evict,
-                alloc_evict_bytes: alloc_evict,
+                step_evict_bytes: alloc_evict,
                 memory_bytes: vec![64 * KIB, 512 * KIB, 2 * MIB],
                 pass_large_bytes: vec![8 * MIB],
+                cold_pass_bytes: vec![MIB, 4 * MIB],
                 memory: r(1, 2),
                 launch_ops: vec![16, 64, 128],
                 launch: r(1, 2),
@@ -292,6 +300,9 @@ pub struct Samples {
     pub memory_pass: Vec<SizedSamples>,
     /// The same pass at `Config::pass_large_bytes`.
     pub memory_pass_large: Vec<SizedSamples>,
+    /// The same pass with `Config::step_evict_bytes` written before each sample, at
+    /// `Config::cold_pass_bytes` (empty in samples files written before it existed).
+    pub memory_pass_cold: Vec<SizedSamples>,
     /// memcpy: bytes moved (read + write).
     pub memcpy: Vec<SizedSamples>,
     /// Allocate and touch a buffer of `bytes`.

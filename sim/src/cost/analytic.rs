@@ -11,7 +11,9 @@
 //!   memory_efficiency))`, where `other_flops` is the op's FLOPs outside its GEMMs. With a
 //!   [`MemorySpill`] (host profiles: the host backend runs an op's memory-bound bytes as one
 //!   pass), the bytes of a pass beyond `spill.bytes` run at `spill.efficiency` instead: a pass
-//!   larger than the caches streams from DRAM.
+//!   larger than the caches streams from DRAM. With `memory_cold_efficiency` (host profiles),
+//!   the optimizer's pass moves at that efficiency whatever its size: it updates state last
+//!   touched a step earlier, which the step's traffic has evicted.
 //! - `kernels * launch_ns`: the gap the GPU idles between dependent kernels.
 
 use super::collective::{
@@ -21,7 +23,7 @@ use super::gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
 use super::{secs_to_ns, CostModel};
 use crate::plan::{Group, Plan};
 use crate::scenario::{PeakFlops, Precision, Scenario};
-use crate::schedule::{CollectiveKind, ComputeOp};
+use crate::schedule::{CollectiveKind, ComputeOp, Phase};
 use serde::Serialize;
 
 /// Streaming kernels reach about 90% of HBM peak bandwidth (fitted with the GEMM curve, see
@@ -50,6 +52,8 @@ pub struct Analytic {
     /// Slower bandwidth for the part of a memory-bound pass beyond a size; `None`: one
     /// bandwidth for every size (GPUs, where an op's bytes are many kernels').
     pub memory_spill: Option<MemorySpill>,
+    /// Efficiency of the optimizer's memory-bound pass (cold state); `None`: as any pass.
+    pub memory_cold_efficiency: Option<f64>,
     pub launch_ns: u64,
     pub links: TierModel,
     pub checkpoint_bandwidth_bytes_per_s: f64,
@@ -89,6 +93,7 @@ impl Analytic {
             gemm: DEFAULT_GEMM_CURVE,
             memory_efficiency: DEFAULT_MEMORY_EFFICIENCY,
             memory_spill: None,
+            memory_cold_efficiency: None,
             launch_ns: DEFAULT_LAUNCH_NS,
             links: TierModel {
                 intra_bandwidth_bytes_per_s: c.intra_node.bandwidth_bytes_per_s,
@@ -129,8 +134,12 @@ impl Analytic {
         rate(self.hbm_bandwidth_bytes_per_s * self.memory_efficiency)
     }
 
-    /// Seconds of a memory-bound pass over `bytes` (see [`MemorySpill`]).
-    pub fn memory_pass_s(&self, bytes: u64) -> f64 {
+    /// Seconds of the memory-bound pass of an op of `phase` over `bytes` (see [`MemorySpill`]
+    /// and `memory_cold_efficiency`).
+    pub fn memory_pass_s(&self, phase: Phase, bytes: u64) -> f64 {
+        if let (Phase::Optimizer, Some(e)) = (phase, self.memory_cold_efficiency) {
+            return bytes as f64 / rate(self.hbm_bandwidth_bytes_per_s * e);
+        }
         match self.memory_spill {
             Some(s) if bytes > s.bytes => {
                 let spilled = rate(self.hbm_bandwidth_bytes_per_s * s.efficiency);
@@ -173,7 +182,8 @@ impl CostModel for Analytic {
         }
         let other_flops = op.flops.saturating_sub(gemm_flops) as f64;
         let vector_rate = rate(self.peak.fp32_flops_per_s);
-        let memory_s = (other_flops / vector_rate).max(self.memory_pass_s(op.memory_bytes));
+        let memory_s =
+            (other_flops / vector_rate).max(self.memory_pass_s(op.phase, op.memory_bytes));
         let launch_s = f64::from(op.kernels) * self.launch_ns as f64 * 1e-9;
         secs_to_ns(gemm_s + memory_s + launch_s)
     }
@@ -269,17 +279,20 @@ mod tests {
     fn a_pass_beyond_the_spill_size_slows_down_only_for_the_excess() {
         let mut model = Analytic::new(&small_scenario(1, 1, 1, 1));
         let fast = model.hbm_bandwidth_bytes_per_s * model.memory_efficiency;
-        let small = model.memory_pass_s(1 << 20);
+        let small = model.memory_pass_s(Phase::Forward, 1 << 20);
         assert!((small - (1u64 << 20) as f64 / fast).abs() < 1e-15);
         model.memory_spill = Some(MemorySpill {
             bytes: 8 << 20,
             efficiency: model.memory_efficiency / 3.0,
         });
         // At or below the spill size: unchanged.
-        assert_eq!(model.memory_pass_s(1 << 20), small);
-        assert!((model.memory_pass_s(8 << 20) - (8u64 << 20) as f64 / fast).abs() < 1e-15);
+        assert_eq!(model.memory_pass_s(Phase::Forward, 1 << 20), small);
+        assert!(
+            (model.memory_pass_s(Phase::Forward, 8 << 20) - (8u64 << 20) as f64 / fast).abs()
+                < 1e-15
+        );
         // Beyond: the first 8 MiB at the fast rate, the other 24 MiB three times slower.
-        let big = model.memory_pass_s(32 << 20);
+        let big = model.memory_pass_s(Phase::Forward, 32 << 20);
         let want = (8u64 << 20) as f64 / fast + (24u64 << 20) as f64 * 3.0 / fast;
         assert!((big / want - 1.0).abs() < 1e-12, "{big} vs {want}");
         // And it is what an op's memory-bound time uses.
@@ -292,6 +305,33 @@ mod tests {
             kernels: 0,
         };
         assert_eq!(model.compute_ns(0, &op), secs_to_ns(want));
+    }
+
+    #[test]
+    fn the_optimizers_pass_runs_at_the_cold_rate_whatever_its_size() {
+        let mut model = Analytic::new(&small_scenario(1, 1, 1, 1));
+        model.memory_spill = Some(MemorySpill {
+            bytes: 8 << 20,
+            efficiency: model.memory_efficiency / 3.0,
+        });
+        let warm_small = model.memory_pass_s(Phase::Optimizer, 1 << 20);
+        let warm_big = model.memory_pass_s(Phase::Optimizer, 32 << 20);
+        model.memory_cold_efficiency = Some(model.memory_efficiency / 4.0);
+        let cold = model.hbm_bandwidth_bytes_per_s * model.memory_efficiency / 4.0;
+        for bytes in [1u64 << 20, 32 << 20] {
+            let got = model.memory_pass_s(Phase::Optimizer, bytes);
+            assert!(
+                (got / (bytes as f64 / cold) - 1.0).abs() < 1e-12,
+                "{bytes}: {got}"
+            );
+        }
+        assert!(model.memory_pass_s(Phase::Optimizer, 1 << 20) > warm_small);
+        assert!(model.memory_pass_s(Phase::Optimizer, 32 << 20) > warm_big);
+        // Every other phase keeps the warm pass and its spill.
+        for phase in [Phase::Forward, Phase::Backward, Phase::Recompute] {
+            assert_eq!(model.memory_pass_s(phase, 1 << 20), warm_small);
+            assert_eq!(model.memory_pass_s(phase, 32 << 20), warm_big);
+        }
     }
 
     #[test]

@@ -65,6 +65,7 @@ struct RawMemory {
     alloc_fixed_ns: Option<RawParam>,
     spill_bytes: Option<RawParam>,
     spill_efficiency: Option<RawParam>,
+    cold_efficiency: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -526,6 +527,12 @@ impl Checker<'_> {
                 .transpose()?,
             memory_spill_bytes: spill_bytes,
             memory_spill_efficiency: spill_efficiency,
+            memory_cold_efficiency: raw
+                .memory
+                .cold_efficiency
+                .take()
+                .map(|c| self.param("memory.cold_efficiency", c, Range::Fraction))
+                .transpose()?,
             host_cores: raw
                 .host
                 .map(|h| self.param("host.cores", h.cores, Range::Count))

@@ -110,6 +110,10 @@ pub struct Profile {
     /// larger than the caches). Both or neither; absent: one efficiency for every size.
     pub memory_spill_bytes: Option<Param>,
     pub memory_spill_efficiency: Option<Param>,
+    /// `memory.cold_efficiency`: the optimizer's pass, over parameters, gradients and state last
+    /// touched a step earlier, moves at this fraction of the bandwidth whatever its size (host
+    /// profiles: a step's traffic evicts that state from the caches). Absent: as any pass.
+    pub memory_cold_efficiency: Option<Param>,
     pub launch_ns: Param,
     pub intra: LinkParams,
     pub inter: LinkParams,
@@ -249,6 +253,7 @@ impl Analytic {
                 }),
                 _ => None,
             },
+            memory_cold_efficiency: p.memory_cold_efficiency.as_ref().map(|c| c.value),
             wake: match (&p.host_wake_ns, &p.host_wake_per_idle) {
                 (Some(w), Some(r)) => Some(crate::engine::Wake {
                     ns: w.value,

@@ -104,6 +104,7 @@ impl Profile {
             (self.host_wake_per_idle.as_mut(), Fraction),
             (self.memory_spill_bytes.as_mut(), NonNegative),
             (self.memory_spill_efficiency.as_mut(), Fraction),
+            (self.memory_cold_efficiency.as_mut(), Fraction),
             (self.host_cores.as_mut(), Count),
         ];
         v.extend(optional.into_iter().filter_map(|(p, r)| p.map(|p| (p, r))));

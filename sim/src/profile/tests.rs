@@ -221,6 +221,27 @@ fn memory_spill_keys_come_in_pairs() {
 }
 
 #[test]
+fn memory_cold_efficiency_is_read_checked_and_costed() {
+    assert!(a100().memory_cold_efficiency.is_none());
+    let key = "cold_efficiency = { value = 0.25, source = \"fitted\", ref = \"t\" }\n";
+    let text = A100.replace("[memory]\n", &format!("[memory]\n{key}"));
+    assert_ne!(text, A100);
+    let p = parse_str(&text, "p.toml").unwrap();
+    assert_eq!(
+        p.memory_cold_efficiency.as_ref().map(|c| c.value),
+        Some(0.25)
+    );
+    let cost = crate::cost::Analytic::from_profile(&crate::testing::small_scenario(1, 1, 1, 1), &p);
+    assert_eq!(cost.memory_cold_efficiency, Some(0.25));
+    // A fraction: 0 and above 1 are refused, naming the key.
+    for bad in ["0.0", "1.5"] {
+        let e = error_of(&text.replace("value = 0.25", &format!("value = {bad}")));
+        assert!(e.key.starts_with("memory.cold_efficiency"), "{e}");
+        assert!(e.line.is_some());
+    }
+}
+
+#[test]
 fn ramp_per_product_is_read_and_defaults_to_per_call() {
     assert!(!a100().gemm_ramp_per_product && !a100().gemm_curve().ramp_per_product);
     let host = parse_str(
