@@ -8,7 +8,7 @@ use crate::bench::compute::{compute_op, scenario_shape_counts, time_gemm, worksp
 use crate::bench::{Config, Mode};
 use crate::sample::{median, Repeats};
 use serde::Serialize;
-use twin_sim::cost::CostModel;
+use twin_sim::cost::Analytic;
 use twin_sim::schedule::{ComputeOp, Gemm, Schedule};
 
 /// Shapes timed: the schedule's most frequent (they carry almost all of its GEMM time).
@@ -35,8 +35,9 @@ pub struct GemmCheck {
 
 /// Times the most frequent GEMM shapes of `schedule` (one thread, operands evicted from the
 /// private cache first, as the calibration's GEMM benchmark does) and prices them with
-/// `model`. `None` when the schedule has no GEMMs.
-pub fn gemm_check(schedule: &Schedule, model: &dyn CostModel) -> Option<GemmCheck> {
+/// `model`, as calls that load their operands (`Analytic::compute_evicted_ns`). `None` when
+/// the schedule has no GEMMs.
+pub fn gemm_check(schedule: &Schedule, model: &Analytic) -> Option<GemmCheck> {
     let shapes = scenario_shape_counts(schedule, MAX_SHAPES);
     if shapes.is_empty() {
         return None;
@@ -66,13 +67,13 @@ fn summarize(
     shapes: &[(Gemm, u64)],
     ops: &[ComputeOp],
     measured_one_s: &[f64],
-    model: &dyn CostModel,
+    model: &Analytic,
 ) -> GemmCheck {
     let (mut predicted_s, mut measured_s) = (0.0, 0.0);
     for (((_, calls), c), one_s) in shapes.iter().zip(ops).zip(measured_one_s) {
         let calls = *calls as f64;
         measured_s += calls * one_s;
-        predicted_s += calls * model.compute_ns(0, c) as f64 * 1e-9;
+        predicted_s += calls * model.compute_evicted_ns(c) as f64 * 1e-9;
     }
     let error = if measured_s > 0.0 {
         (measured_s - predicted_s) / measured_s
@@ -109,7 +110,10 @@ mod tests {
             .iter()
             .map(|(g, _)| compute_op(vec![*g], 0))
             .collect();
-        let one_ns: Vec<f64> = ops.iter().map(|c| model.compute_ns(0, c) as f64).collect();
+        let one_ns: Vec<f64> = ops
+            .iter()
+            .map(|c| model.compute_evicted_ns(c) as f64)
+            .collect();
         // Measured exactly as predicted: no error.
         let exact: Vec<f64> = one_ns.iter().map(|n| n * 1e-9).collect();
         let c = summarize(&shapes, &ops, &exact, &model);

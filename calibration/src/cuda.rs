@@ -188,7 +188,7 @@ pub struct CudaFits {
 
 /// Fits `s`; `hbm_bytes_per_s` is the profile's datasheet HBM bandwidth.
 pub fn fit(s: &CudaSamples, hbm_bytes_per_s: f64) -> Result<CudaFits, FitError> {
-    let g = gemm::fit(&gemm_points(&s.gemm, false), &TILES)
+    let g = gemm::fit(&gemm_points(&s.gemm, false), &TILES, gemm::Operands::Free)
         .map_err(|e| FitError::Degenerate(format!("GEMM curve: {e}")))?;
     let holdout = holdout_errors(&g, &s.gemm);
     let mut notes = Vec::new();

@@ -212,7 +212,11 @@ fn spill(s: &Samples, notes: &mut Vec<String>) -> Option<crate::fit::spill::Spil
 pub fn gemm_predict_ns(f: &GemmFit, m: u64, n: u64, k: u64, batch: u64) -> f64 {
     let kf = k as f64;
     let rate = f.rate_flops_per_s.value * kf / (kf + f.k_half.value.max(0.0));
-    gemm::padded_flops(m, n, k, f.tile_m, f.tile_n) * batch.max(1) as f64 / rate * 1e9
+    let products = batch.max(1) as f64;
+    let operands_ns = f
+        .operand_bytes_per_s
+        .map_or(0.0, |bw| gemm::operand_bytes(m, n, k) / bw.value * 1e9);
+    (gemm::padded_flops(m, n, k, f.tile_m, f.tile_n) / rate * 1e9 + operands_ns) * products
         + f.ramp_ns.value.max(0.0)
 }
 
@@ -272,8 +276,19 @@ fn poor_transfer_fit(what: &str, f: &AlphaBeta) -> Option<String> {
 /// Fits every benchmark of `s`.
 pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     let fit_pts = gemm_points(&s.gemm, false);
-    let g = gemm::fit(&fit_pts, &TILE_CANDIDATES)
-        .map_err(|e| FitError::Degenerate(format!("GEMM curve: {e}")))?;
+    let mut notes = Vec::new();
+    // The host's sgemm packs A and B from beyond the private cache: the curve with the
+    // operand term, or without it (and a note) when that cannot be fitted.
+    let g = match gemm::fit(&fit_pts, &TILE_CANDIDATES, gemm::Operands::Loaded) {
+        Ok(g) => g,
+        Err(e) => {
+            notes.push(format!(
+                "GEMM curve: no operand-loading term ({e}); FLOPs, short-k and ramp only"
+            ));
+            gemm::fit(&fit_pts, &TILE_CANDIDATES, gemm::Operands::Free)
+                .map_err(|e| FitError::Degenerate(format!("GEMM curve: {e}")))?
+        }
+    };
     let best = s
         .gemm
         .iter()
@@ -283,7 +298,6 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         })
         .fold(0.0f64, f64::max);
     let holdout = holdout_errors(&g, &s.gemm);
-    let mut notes = Vec::new();
     let launch = named("op overhead", &sized_points(&s.launch), &mut notes)?;
     let launch_ns = launch.bandwidth_bytes_per_s.map_monotone(|ops| 1e9 / ops);
     let handoff_ns = (!s.handoff.is_empty())

@@ -53,7 +53,13 @@ fn cap_hi(e: Estimate, cap: f64) -> Estimate {
 }
 
 /// The profile (and the host keys) of `f`; `run` names the calibration run in every `ref`.
-pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys) {
+/// `private_cache_bytes` is the core's private cache (`gemm.operand_cache_bytes`).
+pub fn to_profile(
+    f: &HostFits,
+    gpu_name: &str,
+    run: &str,
+    private_cache_bytes: u64,
+) -> (Profile, HostKeys) {
     let r = |what: &str| format!("{what}; {run}");
     let rate = f.gemm.rate_flops_per_s;
     let peak = f
@@ -218,6 +224,18 @@ pub fn to_profile(f: &HostFits, gpu_name: &str, run: &str) -> (Profile, HostKeys
         ),
         // The host backend runs a batched GEMM's products as separate sgemm calls.
         gemm_ramp_per_product: true,
+        gemm_operand_bytes_per_s: f.gemm.operand_bytes_per_s.map(|b| {
+            fitted(
+                b,
+                r("GEMM curve fit: A and B bytes (f32) per product over the loading rate, operands evicted from the private cache first"),
+            )
+        }),
+        gemm_operand_cache_bytes: f.gemm.operand_bytes_per_s.map(|_| Param {
+            value: private_cache_bytes as f64,
+            source: Source::Datasheet,
+            reference: r("the core's private cache: sysfs cpu0 cache index2 size (1 MiB when it reports none)"),
+            ci95: None,
+        }),
         memory_efficiency: match &f.memory_spill {
             Some(sp) => fitted(
                 over(sp.bandwidth_bytes_per_s, hbm).clamp(1e-6, 1.0),

@@ -169,7 +169,8 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         "twin calibrate --backend host ({mode}) on {} at {}",
         provenance.hostname, provenance.date_utc
     );
-    let (profile, host_keys) = host_profile::to_profile(&fits, &opts.gpu_name, &run_ref);
+    let (profile, host_keys) =
+        host_profile::to_profile(&fits, &opts.gpu_name, &run_ref, cfg.private_cache_bytes);
     let mut header = vec![
         format!("Hardware profile of this machine for twin's host backend, written by {run_ref}."),
         "Every fitted number carries its 95% confidence interval; docs/calibration.md says how each was measured and fitted.".into(),

@@ -156,6 +156,10 @@ pub fn profile_toml(
     if p.gemm_ramp_per_product {
         o.push_str("ramp_per_product = true\n");
     }
+    if let (Some(b), Some(c)) = (&p.gemm_operand_bytes_per_s, &p.gemm_operand_cache_bytes) {
+        o.push_str(&param("operand_bytes_per_s", b));
+        o.push_str(&param("operand_cache_bytes", c));
+    }
     o.push_str("\n[memory]\n");
     o.push_str(&param("efficiency", &p.memory_efficiency));
     if let (Some(b), Some(e)) = (&p.memory_spill_bytes, &p.memory_spill_efficiency) {

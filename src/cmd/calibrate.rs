@@ -264,8 +264,13 @@ fn gemm_lines(
     holdout_samples: usize,
     holdout_max_relative_error: f64,
 ) -> String {
+    let operands = g
+        .operand_bytes_per_s
+        .as_ref()
+        .map(|b| format!("   operands {}", est(b, "B/s")))
+        .unwrap_or_default();
     format!(
-        "{title}: R² {:.4}, rms {:.1}%, max {:.1}%, n {}; held-out shapes: {} with max error {:.1}%\n  rate {}   k_half {}   ramp {}   tile {}x{} (not rejected: m {:?}, n {:?})\n\n",
+        "{title}: R² {:.4}, rms {:.1}%, max {:.1}%, n {}; held-out shapes: {} with max error {:.1}%\n  rate {}   k_half {}   ramp {}   tile {}x{} (not rejected: m {:?}, n {:?}){operands}\n\n",
         g.quality.r2,
         g.quality.rms_relative_error * 100.0,
         g.quality.max_relative_error * 100.0,

@@ -42,6 +42,9 @@ pub struct Config {
     /// cache, as a step's ops find them (4x the L2 this machine reports, 1 MiB when it reports
     /// none).
     pub gemm_evict_bytes: u64,
+    /// The core's private cache (sysfs L2; 1 MiB when it reports none): the profile's
+    /// `gemm.operand_cache_bytes`.
+    pub private_cache_bytes: u64,
     /// Bytes written before each timed allocation and each cold pass: what a rank touches
     /// between two uses of the same memory, at most one step's worth (an Alloc reuses memory
     /// freed earlier in the step or the last one; the optimizer streams state last touched a
@@ -97,7 +100,8 @@ impl Config {
     /// The sweep of `mode` on a machine with `cores` CPU cores.
     pub fn new(mode: Mode, cores: u32) -> Config {
         let max_group = 4.min(cores.saturating_mul(2)).max(2);
-        let evict = 4 * cache_bytes(2).unwrap_or(MIB);
+        let private_cache = cache_bytes(2).unwrap_or(MIB);
+        let evict = 4 * private_cache;
         // Twice the last-level cache (4x L2 where sysfs names no L3).
         let alloc_evict = cache_bytes(3).map_or(evict, |l3| 2 * l3);
         let r = |warmup, timed| Repeats { warmup, timed };
@@ -109,6 +113,7 @@ impl Config {
                 gemm: r(2, 9),
                 max_scenario_shapes: 64,
                 gemm_evict_bytes: evict,
+                private_cache_bytes: private_cache,
                 step_evict_bytes: alloc_evict,
                 memory_bytes: vec![
                     128 * KIB,
@@ -150,6 +155,7 @@ impl Config {
                 gemm: r(1, 5),
                 max_scenario_shapes: 16,
                 gemm_evict_bytes: evict,
+                private_cache_bytes: private_cache,
                 step_evict_bytes: alloc_evict,
                 memory_bytes: vec![256 * KIB, MIB, 4 * MIB],
                 pass_large_bytes: vec![16 * MIB, 64 * MIB],
@@ -174,6 +180,7 @@ impl Config {
                 gemm: r(1, 2),
                 max_scenario_shapes: 4,
                 gemm_evict_bytes: evict,
+                private_cache_bytes: private_cache,
                 step_evict_bytes: alloc_evict,
                 memory_bytes: vec![64 * KIB, 512 * KIB, 2 * MIB],
                 pass_large_bytes: vec![8 * MIB],

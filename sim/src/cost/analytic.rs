@@ -14,6 +14,10 @@
 //!   larger than the caches streams from DRAM. With `memory_cold_efficiency` (host profiles),
 //!   the optimizer's pass moves at that efficiency whatever its size: it updates state last
 //!   touched a step earlier, which the step's traffic has evicted.
+//! - with [`super::OperandLoad`] (host profiles): each GEMM of an op whose working set does not
+//!   fit in the private cache also loads its A and B once ([`Analytic::working_set_bytes`]:
+//!   the host backend runs every op on one reused workspace, so an op that fits finds its
+//!   operands where the last op left them; one that does not finds them evicted).
 //! - `kernels * launch_ns`: the gap the GPU idles between dependent kernels.
 
 use super::collective::{
@@ -169,15 +173,47 @@ fn rate(r: f64) -> f64 {
     }
 }
 
-impl CostModel for Analytic {
-    fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
+impl Analytic {
+    /// Bytes an op touches in the host backend's workspace: the largest of its GEMMs' A, B
+    /// and C (every GEMM reuses the same three buffers) and the two vectors of its
+    /// memory-bound pass (8 of its 12 bytes per element are x and y).
+    pub fn working_set_bytes(op: &ComputeOp, elem_bytes: u64) -> u64 {
+        let gemm = op
+            .gemms
+            .iter()
+            .map(|g| {
+                (g.m.saturating_mul(g.k))
+                    .saturating_add(g.k.saturating_mul(g.n))
+                    .saturating_add(g.m.saturating_mul(g.n))
+                    .saturating_mul(elem_bytes)
+            })
+            .max()
+            .unwrap_or(0);
+        gemm.saturating_add(op.memory_bytes / 12 * 8)
+    }
+
+    /// [`CostModel::compute_ns`] with every GEMM loading its operands, whatever the op's
+    /// working set: what a benchmark that evicts the cache before each call measures (the
+    /// calibration's GEMM sweep, `twin verify`'s machine check).
+    pub fn compute_evicted_ns(&self, op: &ComputeOp) -> u64 {
+        self.compute_with(op, true)
+    }
+
+    fn compute_with(&self, op: &ComputeOp, evicted: bool) -> u64 {
         let peak = self.peak_flops_per_s(op.dtype);
         let hbm = self.hbm_rate();
         let elem = op.dtype.bytes();
         let mut gemm_s = 0.0;
         let mut gemm_flops = 0u64;
+        let loads = self
+            .gemm
+            .operands
+            .is_some_and(|o| evicted || Self::working_set_bytes(op, elem) > o.cache_bytes);
         for g in &op.gemms {
             gemm_s += self.gemm.gemm_s(g, elem, peak, hbm);
+            if loads {
+                gemm_s += self.gemm.operand_load_s(g, elem);
+            }
             gemm_flops = gemm_flops.saturating_add(g.flops());
         }
         let other_flops = op.flops.saturating_sub(gemm_flops) as f64;
@@ -186,6 +222,12 @@ impl CostModel for Analytic {
             (other_flops / vector_rate).max(self.memory_pass_s(op.phase, op.memory_bytes));
         let launch_s = f64::from(op.kernels) * self.launch_ns as f64 * 1e-9;
         secs_to_ns(gemm_s + memory_s + launch_s)
+    }
+}
+
+impl CostModel for Analytic {
+    fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
+        self.compute_with(op, false)
     }
 
     fn collective_ns(&self, kind: CollectiveKind, group: &Group, bytes: u64, calls: u32) -> u64 {
@@ -332,6 +374,38 @@ mod tests {
             assert_eq!(model.memory_pass_s(phase, 1 << 20), warm_small);
             assert_eq!(model.memory_pass_s(phase, 32 << 20), warm_big);
         }
+    }
+
+    #[test]
+    fn an_op_loads_its_operands_only_when_its_working_set_outgrows_the_cache() {
+        let mut model = Analytic::new(&small_scenario(1, 1, 1, 1));
+        let mut op = gemm_op(64, 1024, 256, 3);
+        op.dtype = Precision::Fp32;
+        // A, B and C of the largest GEMM (4 bytes each), and x and y of the memory pass.
+        op.memory_bytes = 12 << 10;
+        let gemm_set = (64 * 256 + 256 * 1024 + 64 * 1024) * 4;
+        assert_eq!(Analytic::working_set_bytes(&op, 4), gemm_set + (8 << 10));
+        let plain = model.compute_ns(0, &op);
+        assert_eq!(model.compute_evicted_ns(&op), plain, "no operand term: no change");
+        let load = crate::cost::OperandLoad {
+            bytes_per_s: 10e9,
+            cache_bytes: Analytic::working_set_bytes(&op, 4),
+        };
+        model.gemm.operands = Some(load);
+        // Fits exactly: the operands are where the last op left them.
+        assert_eq!(model.compute_ns(0, &op), plain);
+        // A benchmark that evicts first pays the load, once for the op's GEMM (its three
+        // calls reuse what the first one loaded).
+        let once = (64.0 * 256.0 + 256.0 * 1024.0) * 4.0 / 10e9;
+        let evicted = model.compute_evicted_ns(&op);
+        // (Within a nanosecond: each side rounds to whole ns once.)
+        assert!(evicted.abs_diff(secs_to_ns(plain as f64 * 1e-9 + once)) <= 1);
+        // One byte more than the cache: the op loads, as the benchmark did.
+        model.gemm.operands = Some(crate::cost::OperandLoad {
+            cache_bytes: load.cache_bytes - 1,
+            ..load
+        });
+        assert_eq!(model.compute_ns(0, &op), evicted);
     }
 
     #[test]

@@ -20,6 +20,12 @@
 //! - `k / (k + k_half)`: a short main loop does not amortise the per-tile prologue/epilogue;
 //!   this is why per-head attention GEMMs (k = head_dim = 128) run far below peak.
 //! - The roofline bound on bytes: skinny GEMMs are memory bound.
+//! - [`OperandLoad`] (optional, host profiles): `+ (mk + kn) * dtype_bytes / bytes_per_s`, the
+//!   time to bring A and B in from beyond the private cache, which a CPU sgemm pays when it
+//!   packs them. It is not part of [`GemmCurve::gemm_s`]: whether an op's operands are still
+//!   cached depends on the op (the cost model decides, [`OperandLoad::cache_bytes`]). GPUs
+//!   leave it out: their operand traffic overlaps the tensor cores and the roofline bound
+//!   above covers what does not.
 //! - `ramp`: per-call fixed cost (launch to first tile, last-wave tail), which dominates
 //!   small GEMMs. A batched GEMM (`Gemm::batch` products in one strided-batched call, as the
 //!   per-head attention GEMMs run on a GPU) pays it once per call; where each product is its
@@ -47,6 +53,19 @@ pub struct GemmCurve {
     /// Pay `ramp_ns` per product even inside a batched call (a backend without batched GEMM
     /// calls); false: once per call.
     pub ramp_per_product: bool,
+    /// Loading A and B from beyond the private cache; `None`: no such term (GPUs).
+    pub operands: Option<OperandLoad>,
+}
+
+/// Where GEMM operands come from beyond the core's private cache (host profiles, keys
+/// `gemm.operand_bytes_per_s` and `gemm.operand_cache_bytes`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct OperandLoad {
+    /// Rate at which one call's A and B are brought in.
+    pub bytes_per_s: f64,
+    /// The private cache: an op whose working set is larger loads its operands (the cost
+    /// model's rule, `Analytic::compute_ns`).
+    pub cache_bytes: u64,
 }
 
 /// Defaults fitted to the A100 per-layer timings of Korthikanti et al. 2022 (Table 4) by
@@ -61,6 +80,7 @@ pub const DEFAULT_GEMM_CURVE: GemmCurve = GemmCurve {
     tile_n: 128,
     ramp_ns: 2_000,
     ramp_per_product: false,
+    operands: None,
 };
 
 impl GemmCurve {
@@ -116,6 +136,14 @@ impl GemmCurve {
 
     fn ramp_s(&self) -> f64 {
         self.ramp_ns as f64 * 1e-9
+    }
+
+    /// Seconds to load the A and B operands of one product of `g` (0 without [`OperandLoad`]).
+    pub fn operand_load_s(&self, g: &Gemm, elem_bytes: u64) -> f64 {
+        self.operands.map_or(0.0, |o| {
+            let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
+            (m * k + k * n) * elem_bytes as f64 / positive(o.bytes_per_s)
+        })
     }
 
     /// One product without the per-call ramp: the compute or the memory bound, whichever is
@@ -253,6 +281,35 @@ mod tests {
             ..DEFAULT_GEMM_CURVE
         };
         assert!((per_product.gemm_s(&batched, 2, A100_BF16, A100_HBM) - separate).abs() < 1e-12);
+    }
+
+    #[test]
+    fn operand_load_is_the_bytes_of_a_and_b_over_the_rate() {
+        let g = Gemm::single(64, 1024, 256, 3);
+        assert_eq!(DEFAULT_GEMM_CURVE.operand_load_s(&g, 4), 0.0);
+        let loaded = GemmCurve {
+            operands: Some(OperandLoad {
+                bytes_per_s: 10e9,
+                cache_bytes: 1 << 20,
+            }),
+            ..DEFAULT_GEMM_CURVE
+        };
+        let want = (64.0 * 256.0 + 256.0 * 1024.0) * 4.0 / 10e9;
+        assert!((loaded.operand_load_s(&g, 4) / want - 1.0).abs() < 1e-12);
+        // Not part of the call's own time.
+        assert_eq!(
+            loaded.gemm_s(&g, 4, A100_BF16, A100_HBM),
+            DEFAULT_GEMM_CURVE.gemm_s(&g, 4, A100_BF16, A100_HBM)
+        );
+        // A broken rate neither panics nor goes negative.
+        let broken = GemmCurve {
+            operands: Some(OperandLoad {
+                bytes_per_s: 0.0,
+                cache_bytes: 0,
+            }),
+            ..DEFAULT_GEMM_CURVE
+        };
+        assert!(broken.operand_load_s(&g, 4) >= 0.0);
     }
 
     #[test]

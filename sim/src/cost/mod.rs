@@ -16,7 +16,7 @@ pub use collective::{
     Algorithm, CollectiveEstimate, Decomposition, GroupShape, NvlsModel, Pattern, Phase, TierModel,
     DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY,
 };
-pub use gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
+pub use gemm::{GemmCurve, OperandLoad, DEFAULT_GEMM_CURVE};
 pub use overlap::WithOverlap;
 
 use crate::plan::{Group, Plan};

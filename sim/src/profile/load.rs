@@ -55,6 +55,8 @@ struct RawGemm {
     ramp_ns: RawParam,
     #[serde(default)]
     ramp_per_product: bool,
+    operand_bytes_per_s: Option<RawParam>,
+    operand_cache_bytes: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -437,6 +439,18 @@ impl Checker<'_> {
                 Range::Fraction,
             ),
         )?;
+        let (operand_bytes_per_s, operand_cache_bytes) = self.pair(
+            (
+                "gemm.operand_bytes_per_s",
+                raw.gemm.operand_bytes_per_s.take(),
+                Range::Positive,
+            ),
+            (
+                "gemm.operand_cache_bytes",
+                raw.gemm.operand_cache_bytes.take(),
+                Range::NonNegative,
+            ),
+        )?;
         let (wake, per_idle, per_s, mean) = match raw.host.as_mut() {
             Some(h) => (
                 h.wake_ns.take(),
@@ -479,6 +493,8 @@ impl Checker<'_> {
             gemm_tile_n: self.param("gemm.tile_n", raw.gemm.tile_n, Range::Count)?,
             gemm_ramp_ns: self.param("gemm.ramp_ns", raw.gemm.ramp_ns, Range::NonNegative)?,
             gemm_ramp_per_product: raw.gemm.ramp_per_product,
+            gemm_operand_bytes_per_s: operand_bytes_per_s,
+            gemm_operand_cache_bytes: operand_cache_bytes,
             memory_efficiency: self.param(
                 "memory.efficiency",
                 raw.memory.efficiency,

@@ -103,6 +103,11 @@ pub struct Profile {
     /// call (the host backend), so the ramp is paid per product (default false: once per
     /// strided-batched call, as cuBLAS runs them).
     pub gemm_ramp_per_product: bool,
+    /// `gemm.operand_bytes_per_s` / `gemm.operand_cache_bytes`: a GEMM of an op whose working
+    /// set exceeds `operand_cache_bytes` also loads its A and B at `operand_bytes_per_s` (host
+    /// profiles; see `cost::gemm::OperandLoad`). Both or neither; absent: no such term.
+    pub gemm_operand_bytes_per_s: Option<Param>,
+    pub gemm_operand_cache_bytes: Option<Param>,
     /// Achieved fraction of HBM bandwidth for streaming (memory-bound) kernels.
     pub memory_efficiency: Param,
     /// `memory.spill_bytes` / `memory.spill_efficiency`: the bytes of one memory-bound pass
@@ -203,6 +208,16 @@ impl Profile {
             tile_n: whole(&self.gemm_tile_n),
             ramp_ns: whole(&self.gemm_ramp_ns),
             ramp_per_product: self.gemm_ramp_per_product,
+            operands: match (
+                &self.gemm_operand_bytes_per_s,
+                &self.gemm_operand_cache_bytes,
+            ) {
+                (Some(b), Some(c)) => Some(crate::cost::OperandLoad {
+                    bytes_per_s: b.value,
+                    cache_bytes: whole(c),
+                }),
+                _ => None,
+            },
         }
     }
 

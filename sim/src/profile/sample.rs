@@ -105,6 +105,8 @@ impl Profile {
             (self.memory_spill_bytes.as_mut(), NonNegative),
             (self.memory_spill_efficiency.as_mut(), Fraction),
             (self.memory_cold_efficiency.as_mut(), Fraction),
+            (self.gemm_operand_bytes_per_s.as_mut(), Positive),
+            (self.gemm_operand_cache_bytes.as_mut(), NonNegative),
             (self.host_cores.as_mut(), Count),
         ];
         v.extend(optional.into_iter().filter_map(|(p, r)| p.map(|p| (p, r))));

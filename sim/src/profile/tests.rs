@@ -242,6 +242,33 @@ fn memory_cold_efficiency_is_read_checked_and_costed() {
 }
 
 #[test]
+fn gemm_operand_keys_come_in_pairs_and_reach_the_curve() {
+    assert!(a100().gemm_operand_bytes_per_s.is_none());
+    assert!(a100().gemm_curve().operands.is_none());
+    let keys = "operand_bytes_per_s = { value = 1.5e10, source = \"fitted\", ref = \"t\" }\noperand_cache_bytes = { value = 2097152, source = \"datasheet\", ref = \"t\" }\n";
+    let text = A100.replace("[gemm]\n", &format!("[gemm]\n{keys}"));
+    assert_ne!(text, A100);
+    let p = parse_str(&text, "p.toml").unwrap();
+    assert_eq!(
+        p.gemm_curve().operands,
+        Some(crate::cost::OperandLoad {
+            bytes_per_s: 1.5e10,
+            cache_bytes: 2 << 20
+        })
+    );
+    let e = error_of(&text.replace("value = 1.5e10", "value = 0.0"));
+    assert!(e.key.starts_with("gemm.operand_bytes_per_s"), "{e}");
+    assert!(e.line.is_some());
+    let one = text.replace(
+        "operand_cache_bytes = { value = 2097152, source = \"datasheet\", ref = \"t\" }\n",
+        "",
+    );
+    let e = error_of(&one);
+    assert_eq!(e.key, "gemm.operand_bytes_per_s");
+    assert!(e.to_string().contains("operand_cache_bytes"), "{e}");
+}
+
+#[test]
 fn ramp_per_product_is_read_and_defaults_to_per_call() {
     assert!(!a100().gemm_ramp_per_product && !a100().gemm_curve().ramp_per_product);
     let host = parse_str(
