@@ -69,6 +69,50 @@ fn host_calibration_writes_profile_and_samples() {
         "scenario shapes timed"
     );
     assert!(samples["provenance"]["hostname"].is_string());
+    // Allocations and cold passes were timed after the scenario's step traffic.
+    let scenario = twin_sim::scenario::load(
+        std::path::Path::new(&repo("scenarios/host/single.toml")),
+        &[],
+    )
+    .unwrap();
+    let plan = twin_sim::plan::Plan::new(&scenario).unwrap();
+    let schedule = twin_sim::schedule::generate(&scenario, &plan).unwrap();
+    let step = twin_calibration::bench::compute::step_bytes(&schedule);
+    assert_eq!(json["step_bytes"].as_u64(), Some(step));
+    let evict = json["config"]["step_evict_bytes"].as_u64().unwrap();
+    assert!(evict > 0 && evict <= step, "{evict} vs {step}");
+    assert!(!samples["samples"]["memory_pass_cold"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn host_calibration_text_names_the_cold_pass_and_its_eviction() {
+    let dir = scratch("host-text");
+    let out = dir.join("host.toml");
+    let o = twin(
+        &[
+            "calibrate",
+            "--backend",
+            "host",
+            "--tiny",
+            "--no-progress",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("cold pass"), "{t}");
+    // Without --scenario the eviction is twice the last-level cache, and it says how to
+    // bound it.
+    assert!(
+        t.contains("of other traffic: twice the last-level cache; --scenario bounds it"),
+        "{t}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

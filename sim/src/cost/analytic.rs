@@ -386,7 +386,11 @@ mod tests {
         let gemm_set = (64 * 256 + 256 * 1024 + 64 * 1024) * 4;
         assert_eq!(Analytic::working_set_bytes(&op, 4), gemm_set + (8 << 10));
         let plain = model.compute_ns(0, &op);
-        assert_eq!(model.compute_evicted_ns(&op), plain, "no operand term: no change");
+        assert_eq!(
+            model.compute_evicted_ns(&op),
+            plain,
+            "no operand term: no change"
+        );
         let load = crate::cost::OperandLoad {
             bytes_per_s: 10e9,
             cache_bytes: Analytic::working_set_bytes(&op, 4),
