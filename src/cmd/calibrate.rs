@@ -17,7 +17,9 @@ use twin_calibration::HostOptions;
 ///
 ///   twin calibrate --backend host -o host.toml            microbenchmarks, a few minutes
 ///   twin calibrate --backend host --quick -o host.toml    under a minute
-///   twin calibrate --backend host --scenario s.toml ...   also time every GEMM shape of s
+///   twin calibrate --backend host --scenario s.toml ...   also time every GEMM shape of s,
+///                                                        and evict a step of s's traffic
+///                                                        before allocations and cold passes
 ///   twin calibrate --from-nccl-tests all_reduce_perf.log ... -o cluster.toml
 ///
 /// The raw samples are written beside the profile (PROFILE.samples.json). docs/calibration.md
@@ -34,7 +36,10 @@ pub struct Args {
     /// Where to write the profile.
     #[arg(short, long, default_value = "profile.toml")]
     pub output: PathBuf,
-    /// Also time every GEMM shape of this scenario's schedule; its GPU names the profile.
+    /// Also time every GEMM shape of this scenario's schedule, and (host) write the bytes its
+    /// busiest rank touches in a step, at most twice the last-level cache, before each
+    /// allocation and cold-pass sample (without it: twice the last-level cache); its GPU names
+    /// the profile.
     #[arg(long)]
     pub scenario: Option<PathBuf>,
     /// The GPU name the profile describes (default: the scenario's; "cpu-core" on the host).
