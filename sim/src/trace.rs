@@ -45,7 +45,8 @@ pub struct Trace {
 
 impl Trace {
     /// Chrome trace event format: one process per rank ("rank N (stage s)"), one thread per
-    /// stream, an "X" event per op (alloc/free show up on the counter track instead), and a
+    /// stream, an "X" event per op (frees and instant allocations show up on the counter track
+    /// only; an allocation that takes time also gets its "X" event), and a
     /// "memory" counter per rank with one series per category. Times are microseconds with
     /// nanosecond precision. Output is a pure function of the inputs.
     pub fn to_chrome_json(&self, plan: &Plan, schedule: &Schedule) -> String {
@@ -100,11 +101,14 @@ impl Trace {
         }
         for e in &self.events {
             let op = schedule.get_op(e.rank, e.op);
-            if matches!(
-                op.map(|o| &o.kind),
-                Some(OpKind::Alloc { .. } | OpKind::Free { .. })
-            ) {
-                continue;
+            // Frees are instant, and so are allocations on a GPU (a caching allocator); a
+            // priced allocation (the host writes every byte) takes time on its stream and is
+            // shown, so a critical path through one can be read off the trace.
+            let instant = e.end_ns <= e.start_ns;
+            match op.map(|o| &o.kind) {
+                Some(OpKind::Free { .. }) => continue,
+                Some(OpKind::Alloc { .. }) if instant => continue,
+                _ => {}
             }
             let name = op.map_or_else(|| format!("op {}", e.op), |o| o.name());
             sep(&mut out);

@@ -633,6 +633,34 @@ fn chrome_trace_is_valid_json_with_processes_threads_and_counters() {
     assert_eq!(first_fwd["args"]["flops"], 1500);
     let counters = evs.iter().filter(|e| e["ph"] == "C").count();
     assert_eq!(counters, 2 * 2 * 2);
+    // An allocation that takes time (the host writes every byte) gets its slice; a free
+    // never does.
+    let mut priced = r.trace.clone().unwrap();
+    let mut stretched = 0;
+    for e in &mut priced.events {
+        if matches!(
+            s.get_op(e.rank, e.op).map(|o| &o.kind),
+            Some(OpKind::Alloc { .. } | OpKind::Free { .. })
+        ) {
+            e.end_ns = e.start_ns + 7;
+            stretched += 1;
+        }
+    }
+    assert_eq!(stretched, 2 * 2 * 2);
+    let v: serde_json::Value = serde_json::from_str(&priced.to_chrome_json(&plan, &s)).unwrap();
+    let x2: Vec<&serde_json::Value> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .collect();
+    assert_eq!(x2.len() as u64, slices + 2 * 2);
+    assert!(x2
+        .iter()
+        .any(|e| e["name"].as_str().unwrap().starts_with("alloc") && e["dur"] == 0.007));
+    assert!(!x2
+        .iter()
+        .any(|e| e["name"].as_str().unwrap().starts_with("free")));
     assert!(evs
         .iter()
         .any(|e| e["ph"] == "C" && e["args"]["activations"] == 200));
