@@ -41,6 +41,11 @@ pub struct MemorySpill {
     pub efficiency: f64,
 }
 
+/// Bytes per element of the host backend's memory-bound pass, an axpy: x read, y read and y
+/// written, 4 bytes each. The runtime sizes its pass by it; the cost model's working set
+/// counts its two vectors.
+pub const HOST_PASS_BYTES_PER_ELEM: u64 = 12;
+
 /// GPU-side gap between dependent kernels (launch latency mostly hidden by async launch).
 pub const DEFAULT_LAUNCH_NS: u64 = 1_000;
 /// Per-rank share of checkpoint storage bandwidth (a parallel file system shared by all
@@ -189,7 +194,8 @@ impl Analytic {
             })
             .max()
             .unwrap_or(0);
-        gemm.saturating_add(op.memory_bytes / 12 * 8)
+        // x and y: 8 bytes per element of the pass.
+        gemm.saturating_add(op.memory_bytes / HOST_PASS_BYTES_PER_ELEM * 8)
     }
 
     /// [`CostModel::compute_ns`] with every GEMM loading its operands, whatever the op's

@@ -10,7 +10,7 @@ mod overlap;
 
 pub use analytic::{
     peak_for, Analytic, MemorySpill, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_LAUNCH_NS,
-    DEFAULT_MEMORY_EFFICIENCY,
+    DEFAULT_MEMORY_EFFICIENCY, HOST_PASS_BYTES_PER_ELEM,
 };
 pub use collective::{
     Algorithm, CollectiveEstimate, Decomposition, GroupShape, NvlsModel, Pattern, Phase, TierModel,

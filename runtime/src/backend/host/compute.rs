@@ -15,8 +15,8 @@ pub struct Workspace {
     y: Vec<f32>,
 }
 
-/// Bytes per element of the memory-bound pass.
-const AXPY_BYTES_PER_ELEM: u64 = 12;
+/// Bytes per element of the memory-bound pass (shared with the cost model's working set).
+const AXPY_BYTES_PER_ELEM: u64 = twin_sim::cost::HOST_PASS_BYTES_PER_ELEM;
 
 fn elems(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
