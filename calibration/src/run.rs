@@ -108,11 +108,24 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         total,
     };
     let started = Instant::now();
+    use bench::memory;
     let mut samples = Samples {
         gemm: bench::compute::gemms(&cfg, &extra, opts.seed, &mut progress),
-        memory_pass: bench::memory::memory_pass(&cfg, &cfg.memory_bytes, &mut progress),
-        memory_pass_large: bench::memory::memory_pass(&cfg, &cfg.pass_large_bytes, &mut progress),
-        memory_pass_cold: bench::memory::cold_pass(&cfg, &mut progress),
+        memory_pass: memory::memory_pass(&cfg, &cfg.memory_bytes, 0, "memory pass", &mut progress),
+        memory_pass_large: memory::memory_pass(
+            &cfg,
+            &cfg.pass_large_bytes,
+            0,
+            "memory pass",
+            &mut progress,
+        ),
+        memory_pass_cold: memory::memory_pass(
+            &cfg,
+            &cfg.cold_pass_bytes,
+            cfg.step_evict_bytes,
+            "cold pass",
+            &mut progress,
+        ),
         memcpy: bench::memory::memcpy(&cfg, &mut progress),
         alloc: bench::memory::alloc(&cfg, &mut progress),
         ..Samples::default()

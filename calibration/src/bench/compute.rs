@@ -81,8 +81,10 @@ pub fn step_bytes(schedule: &Schedule) -> u64 {
     let op_bytes = |kind: &OpKind| -> u64 {
         match kind {
             OpKind::Compute(c) => c.gemms.iter().fold(c.memory_bytes, |acc, g| {
-                let per_call = g.m * g.k + g.k * g.n + g.m * g.n;
-                let calls = u64::from(g.count) * u64::from(g.batch.max(1));
+                let per_call = (g.m.saturating_mul(g.k))
+                    .saturating_add(g.k.saturating_mul(g.n))
+                    .saturating_add(g.m.saturating_mul(g.n));
+                let calls = u64::from(g.count).saturating_mul(u64::from(g.batch.max(1)));
                 acc.saturating_add(per_call.saturating_mul(calls).saturating_mul(F32_BYTES))
             }),
             OpKind::Send { bytes, .. }

@@ -9,43 +9,31 @@ use super::{Config, Counter, SizedSamples};
 use crate::sample::time_ns;
 use std::time::Instant;
 
-/// The axpy pass over each of `sizes` (bytes moved): `cfg.memory_bytes`, or the larger
-/// `cfg.pass_large_bytes` that only the pass runs at (where it outgrows the caches).
-pub fn memory_pass(cfg: &Config, sizes: &[u64], progress: &mut Counter) -> Vec<SizedSamples> {
+/// The axpy pass over each of `sizes` (bytes moved), with `evict_bytes` written (untimed)
+/// before each sample: 0 for the warm pass (`cfg.memory_bytes`, and the larger
+/// `cfg.pass_large_bytes` where it outgrows the caches), or `cfg.step_evict_bytes` for the cold
+/// pass (`cfg.cold_pass_bytes`): the optimizer's, whose parameters, gradients and state were
+/// last touched a step earlier. Timed warm, the pass ran 2-5x faster than the optimizer ops of
+/// a step (docs/calibration.md). `what` names the benchmark in the progress.
+pub fn memory_pass(
+    cfg: &Config,
+    sizes: &[u64],
+    evict_bytes: u64,
+    what: &str,
+    progress: &mut Counter,
+) -> Vec<SizedSamples> {
     let ops: Vec<_> = sizes.iter().map(|&b| compute_op(Vec::new(), b)).collect();
     let mut ws = workspace_for(&ops);
+    let mut evict = vec![0u8; usize::try_from(evict_bytes).unwrap_or(0)];
     let mut out = Vec::new();
     for (c, &bytes) in ops.iter().zip(sizes) {
-        out.push(SizedSamples::new(
-            bytes,
-            time_ns(cfg.memory, || ws.run_memory(c)),
-        ));
-        progress.tick("memory pass");
-    }
-    out
-}
-
-/// The axpy pass over each of `cfg.cold_pass_bytes`, with `cfg.step_evict_bytes` written
-/// (untimed) before each sample: the optimizer's pass, whose parameters, gradients and state
-/// were last touched a step earlier. Timed warm (the pass above), it ran 2-5x faster than the
-/// optimizer ops of a step (docs/calibration.md).
-pub fn cold_pass(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
-    let ops: Vec<_> = cfg
-        .cold_pass_bytes
-        .iter()
-        .map(|&b| compute_op(Vec::new(), b))
-        .collect();
-    let mut ws = workspace_for(&ops);
-    let mut evict = vec![0u8; usize::try_from(cfg.step_evict_bytes).unwrap_or(0)];
-    let mut out = Vec::new();
-    for (c, &bytes) in ops.iter().zip(&cfg.cold_pass_bytes) {
         let k = after_evicting(cfg.memory, &mut evict, || {
             let t = Instant::now();
             ws.run_memory(c);
             t.elapsed().as_nanos() as f64
         });
         out.push(SizedSamples::new(bytes, k));
-        progress.tick("cold pass");
+        progress.tick(what);
     }
     out
 }
