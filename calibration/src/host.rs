@@ -34,7 +34,8 @@ pub struct HostFits {
     /// The memory pass over every size, small and large, with a knee where it outgrows the
     /// caches; `None` when no knee could be fitted (a note says why).
     pub memory_spill: Option<crate::fit::spill::SpillFit>,
-    /// The pass after a step's traffic (`bench::memory::cold_pass`); `None` without samples.
+    /// The pass after a step's traffic (`bench::memory::memory_pass` with
+    /// `Config::step_evict_bytes`); `None` without samples.
     pub memory_cold: Option<AlphaBeta>,
     pub memcpy: AlphaBeta,
     pub alloc: AlphaBeta,

@@ -3,8 +3,11 @@
 //!   highest observed rate and the upper bound of the fitted sustained rate), so
 //!   `max_efficiency = rate / peak` carries the fit; every dtype runs at the f32 rate (the
 //!   host computes f32);
+//!   with the operand term, `gemm.operand_bytes_per_s` and `gemm.operand_cache_bytes` (sysfs
+//!   L2, not fitted);
 //! - `gpu.hbm_bandwidth_bytes_per_s`: the larger of the memcpy and memory-pass bandwidths;
-//!   `memory.efficiency`: memory-pass bandwidth / that;
+//!   `memory.efficiency`: memory-pass bandwidth / that; `memory.spill_*` from the knee fit and
+//!   `memory.cold_efficiency` from the cold pass, over the same bandwidth;
 //! - `kernel.launch_ns`: slope of step time over a chain of empty ops;
 //! - `network.intra`: latency and effective bandwidth of one alpha-beta fit over the ring
 //!   collectives (the simulator uses one pair per tier, and `network.algorithm = "ring"`);

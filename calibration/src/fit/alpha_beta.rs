@@ -43,13 +43,7 @@ pub fn fit(points: &[Point]) -> Result<AlphaBeta, FitError> {
             "time does not grow with bytes (fitted {beta_ns_per_byte:e} ns/byte)"
         )));
     }
-    let [blo, bhi] = f.ci95(1);
-    // The bandwidth interval is the beta interval mapped through 1e9/beta (monotone); a beta
-    // interval reaching zero leaves the bandwidth unbounded above.
-    let bandwidth = Estimate {
-        value: 1e9 / beta_ns_per_byte,
-        ci95: [1e9 / bhi, if blo > 0.0 { 1e9 / blo } else { f64::INFINITY }],
-    };
+    let bandwidth = Estimate::per_second(beta_ns_per_byte, f.ci95(1));
     let latency = Estimate {
         value: f.coef.first().copied().unwrap_or(f64::NAN),
         ci95: f.ci95(0),
@@ -76,7 +70,6 @@ pub fn fit_or_rate(points: &[Point]) -> Result<(AlphaBeta, Option<String>), FitE
             if beta.is_nan() || beta <= 0.0 {
                 return Err(FitError::Degenerate(why));
             }
-            let [blo, bhi] = f.ci95(0);
             let predicted: Vec<f64> = x.iter().map(|r| f.predict(r)).collect();
             Ok((
                 AlphaBeta {
@@ -84,10 +77,7 @@ pub fn fit_or_rate(points: &[Point]) -> Result<(AlphaBeta, Option<String>), FitE
                         value: 0.0,
                         ci95: [0.0, 0.0],
                     },
-                    bandwidth_bytes_per_s: Estimate {
-                        value: 1e9 / beta,
-                        ci95: [1e9 / bhi, if blo > 0.0 { 1e9 / blo } else { f64::INFINITY }],
-                    },
+                    bandwidth_bytes_per_s: Estimate::per_second(beta, f.ci95(0)),
                     quality: Quality::of(&y, &predicted, f.r2),
                 },
                 Some(format!(

@@ -111,11 +111,7 @@ fn fit_tile(
             "GEMM time does not grow with FLOPs (fitted {a:e} ns/FLOP)"
         )));
     }
-    let [alo, ahi] = f.ci95(0);
-    let rate = Estimate {
-        value: 1e9 / a,
-        ci95: [1e9 / ahi, if alo > 0.0 { 1e9 / alo } else { f64::INFINITY }],
-    };
+    let rate = Estimate::per_second(a, f.ci95(0));
     let kh = b / a;
     let kh_se = f.var_of(&[-b / (a * a), 1.0 / a, 0.0]).sqrt();
     let k_half = Estimate {
@@ -135,11 +131,7 @@ fn fit_tile(
                     "GEMM time does not grow with operand bytes (fitted {d:e} ns/byte)"
                 )));
             }
-            let [dlo, dhi] = f.ci95(3);
-            Some(Estimate {
-                value: 1e9 / d,
-                ci95: [1e9 / dhi, if dlo > 0.0 { 1e9 / dlo } else { f64::INFINITY }],
-            })
+            Some(Estimate::per_second(d, f.ci95(3)))
         }
     };
     // Relative residuals: the quantity minimised, and the F-test's scale.

@@ -51,6 +51,22 @@ impl Estimate {
             ],
         }
     }
+    /// A rate per second from a fitted time per unit in ns and its interval, the interval
+    /// mapped through `1e9 / x` (monotone); an interval reaching zero leaves the rate
+    /// unbounded above.
+    pub fn per_second(ns_per_unit: f64, ci95: [f64; 2]) -> Estimate {
+        Estimate {
+            value: 1e9 / ns_per_unit,
+            ci95: [
+                1e9 / ci95[1],
+                if ci95[0] > 0.0 {
+                    1e9 / ci95[0]
+                } else {
+                    f64::INFINITY
+                },
+            ],
+        }
+    }
     /// `f(value)` with the interval mapped through `f`, for a monotone `f`.
     pub fn map_monotone(self, f: impl Fn(f64) -> f64) -> Estimate {
         let (a, b) = (f(self.ci95[0]), f(self.ci95[1]));

@@ -31,21 +31,6 @@ fn regressors(p: &PassPoint, knee: f64) -> Vec<f64> {
     vec![1.0, p.bytes.min(knee), (p.bytes - knee).max(0.0)]
 }
 
-/// 1e9 / x with the interval mapped; an interval reaching zero is unbounded above.
-fn rate(inv_ns_per_byte: f64, ci: [f64; 2]) -> Estimate {
-    Estimate {
-        value: 1e9 / inv_ns_per_byte,
-        ci95: [
-            1e9 / ci[1],
-            if ci[0] > 0.0 {
-                1e9 / ci[0]
-            } else {
-                f64::INFINITY
-            },
-        ],
-    }
-}
-
 /// Fits the knee model; `knees` are the candidate knees (bytes), each needing samples above
 /// it and at two sizes at or below it.
 pub fn fit(points: &[PassPoint], knees: &[u64]) -> Result<SpillFit, FitError> {
@@ -88,8 +73,8 @@ pub fn fit(points: &[PassPoint], knees: &[u64]) -> Result<SpillFit, FitError> {
             .sum();
         let fit = SpillFit {
             knee_bytes: knee,
-            bandwidth_bytes_per_s: rate(b1, f.ci95(1)),
-            spill_bandwidth_bytes_per_s: rate(b2, f.ci95(2)),
+            bandwidth_bytes_per_s: Estimate::per_second(b1, f.ci95(1)),
+            spill_bandwidth_bytes_per_s: Estimate::per_second(b2, f.ci95(2)),
             fixed_ns: Estimate {
                 value: f.coef.first().copied().unwrap_or(f64::NAN),
                 ci95: f.ci95(0),
