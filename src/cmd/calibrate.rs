@@ -154,11 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn host(args: &Args) -> anyhow::Result<ExitCode> {
     let (extra_shapes, step_bytes, scenario_gpu) = match &args.scenario {
         Some(path) => {
-            let s = super::load_scenario(path, &[])?;
-            let plan = twin_sim::plan::Plan::new(&s)
-                .with_context(|| format!("cannot plan {}", path.display()))?;
-            let schedule = twin_sim::schedule::generate(&s, &plan)
-                .with_context(|| format!("cannot build the schedule of {}", path.display()))?;
+            let (s, schedule) = scenario_schedule(path)?;
             (
                 twin_calibration::bench::compute::scenario_shapes(&schedule, usize::MAX),
                 Some(twin_calibration::bench::compute::step_bytes(&schedule)),
