@@ -7,6 +7,7 @@ mod analytic;
 mod collective;
 mod gemm;
 mod overlap;
+mod threads;
 
 pub use analytic::{
     peak_for, Analytic, MemorySpill, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_LAUNCH_NS,
@@ -18,6 +19,7 @@ pub use collective::{
 };
 pub use gemm::{GemmCurve, OperandLoad, DEFAULT_GEMM_CURVE};
 pub use overlap::WithOverlap;
+pub use threads::{cfs_relative_weight, host_compute_weight, HOST_COMPUTE_NICE};
 
 use crate::plan::{Group, Plan};
 use crate::schedule::{CollectiveKind, ComputeOp};

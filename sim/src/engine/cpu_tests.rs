@@ -308,3 +308,123 @@ fn the_op_holding_a_core_shares_it_with_transfers() {
     assert_eq!(end(0, f), Some((0, 3000)));
     assert_eq!(end(1, c + 1), Some((3000, 4000)));
 }
+
+/// Start and end of `op` of `rank` in a run's trace.
+fn span_of(r: &SimResult, rank: u32, op: u32) -> Option<(u64, u64)> {
+    r.trace
+        .as_ref()?
+        .events
+        .iter()
+        .find(|e| e.rank == rank && e.op == op)
+        .map(|e| (e.start_ns, e.end_ns))
+}
+
+#[test]
+fn a_core_weighs_compute_work_as_the_runtime_weighs_its_thread() {
+    // As `the_op_holding_a_core_shares_it_with_transfers`, but read at the collective's end:
+    // the host runtime's compute thread runs at a lower priority (nice 5, weight w = 335/1024
+    // of a nice-0 thread's), so the core gives rank 0's op w / (2 + w) of itself and each side
+    // of the all-reduce 1 / (2 + w). The all-reduce ends at 1000 (2 + w); the op then runs
+    // alone and still ends at 3000 (the core's total work is unchanged).
+    let w = crate::cost::host_compute_weight();
+    assert!(w < 0.5, "{w}");
+    let plan = plan(1, 1, 2, 1);
+    let mut r0 = ProgBuilder::new(0);
+    let f = r0.fwd(1000, &[]);
+    let c0 = r0.collective(
+        Stream::Dp,
+        CollectiveKind::AllReduce,
+        GroupKind::Dp,
+        1000,
+        &[],
+    );
+    let mut r1 = ProgBuilder::new(0);
+    r1.collective(
+        Stream::Dp,
+        CollectiveKind::AllReduce,
+        GroupKind::Dp,
+        1000,
+        &[],
+    );
+    let r = run(&plan, &per_rank(vec![r0.build(), r1.build()]), Some(1));
+    let ar_end = (1000.0 * (2.0 + w)).round() as u64;
+    let (_, end) = span_of(&r, 0, c0).unwrap();
+    assert!(
+        end.abs_diff(ar_end) <= 1,
+        "all-reduce ended at {end}, expected {ar_end}"
+    );
+    assert_eq!(span_of(&r, 0, f), Some((0, 3000)));
+    // A core of its own for each rank: the op and rank 0's side share core 0 by weight.
+    let r = run(&plan, &per_rank(vec![r0_again(), r1_again()]), Some(2));
+    let (_, end) = span_of(&r, 0, c0).unwrap();
+    let ar_end = (1000.0 * (1.0 + w)).round() as u64;
+    assert!(
+        end.abs_diff(ar_end) <= 1,
+        "all-reduce ended at {end}, expected {ar_end}"
+    );
+    assert_eq!(span_of(&r, 0, f).map(|s| s.1), Some(2000));
+}
+
+/// Rank 0 of `a_core_weighs_compute_work_as_the_runtime_weighs_its_thread`.
+fn r0_again() -> Program {
+    let mut r0 = ProgBuilder::new(0);
+    r0.fwd(1000, &[]);
+    r0.collective(
+        Stream::Dp,
+        CollectiveKind::AllReduce,
+        GroupKind::Dp,
+        1000,
+        &[],
+    );
+    r0.build()
+}
+
+/// Rank 1 of `a_core_weighs_compute_work_as_the_runtime_weighs_its_thread`.
+fn r1_again() -> Program {
+    let mut r1 = ProgBuilder::new(0);
+    r1.collective(
+        Stream::Dp,
+        CollectiveKind::AllReduce,
+        GroupKind::Dp,
+        1000,
+        &[],
+    );
+    r1.build()
+}
+
+#[test]
+fn an_allocation_weighs_as_the_thread_of_its_stream() {
+    // Rank 0 allocates 1000 bytes (1000 ns of CPU work) on its compute stream while both
+    // ranks, on one core, all-reduce for 1000 ns each: the compute thread's allocation gets
+    // the compute weight, so the all-reduce ends first, at 1000 (2 + w), and the allocation
+    // at 3000. Equal weights would have ended all three at 3000.
+    let w = crate::cost::host_compute_weight();
+    let plan = plan(1, 1, 2, 1);
+    let mut r0 = ProgBuilder::new(0);
+    let a = r0.alloc(MemCategory::Activations, 1000, 1, &[]);
+    let c0 = r0.collective(
+        Stream::Dp,
+        CollectiveKind::AllReduce,
+        GroupKind::Dp,
+        1000,
+        &[],
+    );
+    r0.free(1, &[a]);
+    let cost = SharedCores {
+        cores: Some(1),
+        alloc_ns_per_byte: 1,
+        ..SharedCores::default()
+    };
+    let opts = SimOptions {
+        trace: true,
+        ..SimOptions::default()
+    };
+    let r = simulate(&plan, &per_rank(vec![r0.build(), r1_again()]), &cost, &opts).unwrap();
+    let ar_end = (1000.0 * (2.0 + w)).round() as u64;
+    let (_, end) = span_of(&r, 0, c0).unwrap();
+    assert!(
+        end.abs_diff(ar_end) <= 1,
+        "all-reduce ended at {end}, expected {ar_end}"
+    );
+    assert_eq!(span_of(&r, 0, a), Some((0, 3000)));
+}

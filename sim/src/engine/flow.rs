@@ -183,8 +183,16 @@ impl Flows {
         }
     }
 
-    fn add(&mut self, now: u64, path: Path, cap: f64, left: f64, owner: Owner) -> u32 {
-        let id = self.solver.add(path, cap) as usize;
+    /// Adds a flow of `left` work over `path`; `weight` is its share of a contended resource
+    /// against weight-1 flows (see [`Flows::start_cpu_work`]).
+    fn add(
+        &mut self,
+        now: u64,
+        (path, cap, weight): (Path, f64, f64),
+        left: f64,
+        owner: Owner,
+    ) -> u32 {
+        let id = self.solver.add_weighted(path, cap, weight) as usize;
         if id >= self.info.len() {
             self.info.resize(
                 id + 1,
@@ -230,7 +238,7 @@ impl Flows {
                             flows_left: 1,
                             latency_ns,
                         });
-                        self.add(now, path, f64::INFINITY, bytes, Owner::Transfer(tid));
+                        self.add(now, (path, f64::INFINITY, 1.0), bytes, Owner::Transfer(tid));
                         return None;
                     }
                 }
@@ -264,13 +272,17 @@ impl Flows {
     /// entry) for `work_ns` of solo time; it completes as a transfer does,
     /// when every flow has finished. On the host backend communication and allocation are
     /// CPU work (loopback copies, checksums, page writes), so they share the cores with
-    /// compute. Returns the completion at once when no cores are shared or there is no work.
+    /// compute. `weight` is the work's share of a core against weight-1 work, as the
+    /// scheduler weighs the thread that runs it (`cost::host_compute_weight` for work on a
+    /// compute stream, 1 for the rest). Returns the completion at once when no cores are
+    /// shared or there is no work.
     pub fn start_cpu_work(
         &mut self,
         now: u64,
         done: (u32, u32),
         cpus: &[u32],
         work_ns: u64,
+        weight: f64,
     ) -> Option<((u32, u32), u64)> {
         let Some(base) = self.core_base else {
             return Some((done, work_ns));
@@ -288,8 +300,7 @@ impl Flows {
         for &c in cpus {
             self.add(
                 now,
-                Path::new(&[base + c]),
-                1.0,
+                (Path::new(&[base + c]), 1.0, weight),
                 work_ns as f64,
                 Owner::Transfer(tid),
             );
@@ -342,7 +353,7 @@ impl Flows {
                 .get(p)
                 .and_then(|f| f.phases.get(ph)?.get(k).copied());
             if let Some((path, bytes)) = flow {
-                self.add(now, path, f64::INFINITY, bytes, Owner::Transfer(tid));
+                self.add(now, (path, f64::INFINITY, 1.0), bytes, Owner::Transfer(tid));
             }
         }
     }
@@ -358,7 +369,8 @@ impl Flows {
 
     /// Starts compute op `op` of `rank` on stream slot `slot` (`rank * STREAMS + stream`) for
     /// `work_ns` of solo time on core `cpu` (see [`Flows::cpu_of`]); `communicating` picks
-    /// the cap.
+    /// the cap. On a shared core it weighs as the host backend's compute thread
+    /// ([`crate::cost::host_compute_weight`]) against the transfers beside it.
     pub fn start_compute(
         &mut self,
         now: u64,
@@ -367,15 +379,14 @@ impl Flows {
         work_ns: u64,
         communicating: bool,
     ) {
-        let path = match self.core_base {
-            Some(b) => Path::new(&[b + cpu]),
-            None => Path::default(),
+        let (path, weight) = match self.core_base {
+            Some(b) => (Path::new(&[b + cpu]), crate::cost::host_compute_weight()),
+            None => (Path::default(), 1.0),
         };
         let cap = self.cap(communicating);
         let id = self.add(
             now,
-            path,
-            cap,
+            (path, cap, weight),
             work_ns as f64,
             Owner::Compute { rank, op, slot },
         );

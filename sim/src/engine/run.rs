@@ -395,12 +395,17 @@ impl<S: Slots> State<S> {
             }
             // An alloc takes the cost model's time (zero unless a host profile prices it),
             // counted as neither compute nor communication, as the runtime measures it.
+            // On shared cores it is the work of its stream's thread (see `thread_weight`).
             CKind::Alloc { .. } => {
-                self.run_cpu_work(ctx, (rank, op_idx), &[rank], op.cached_ns.unwrap_or(0))
+                let w = thread_weight(s);
+                self.run_cpu_work(ctx, (rank, op_idx), &[rank], op.cached_ns.unwrap_or(0), w)
             }
             CKind::Free { .. } if self.free_ns == 0 => self.instant.push_back((rank, op_idx)),
             // Priced like an allocation: the runtime's own work for the op.
-            CKind::Free { .. } => self.run_cpu_work(ctx, (rank, op_idx), &[rank], self.free_ns),
+            CKind::Free { .. } => {
+                let w = thread_weight(s);
+                self.run_cpu_work(ctx, (rank, op_idx), &[rank], self.free_ns, w)
+            }
             CKind::P2p {
                 send,
                 peer,
@@ -507,17 +512,27 @@ impl<S: Slots> State<S> {
             Some(Some((d, latency_ns))) => self.schedule(latency_ns, d.0, d.1),
             None => {
                 let dur = dur_ns();
-                self.run_cpu_work(ctx, done, ranks, dur);
+                self.run_cpu_work(ctx, done, ranks, dur, 1.0);
             }
         }
     }
 
     /// Work of `dur_ns` on the CPU of each rank in `ranks`: shared with compute when the
-    /// ranks share cores, else simply `dur_ns` long.
+    /// ranks share cores (with `weight`, see [`Flows::start_cpu_work`]), else simply `dur_ns`
+    /// long.
     #[inline]
-    fn run_cpu_work(&mut self, ctx: &Ctx, done: (u32, u32), ranks: &[u32], dur_ns: u64) {
+    fn run_cpu_work(
+        &mut self,
+        ctx: &Ctx,
+        done: (u32, u32),
+        ranks: &[u32],
+        dur_ns: u64,
+        weight: f64,
+    ) {
         match &self.flows {
-            Some(f) if f.cores_shared() => self.run_shared_cpu_work(ctx, done, ranks, dur_ns),
+            Some(f) if f.cores_shared() => {
+                self.run_shared_cpu_work(ctx, done, ranks, (dur_ns, weight))
+            }
             _ => self.schedule(dur_ns, done.0, done.1),
         }
     }
@@ -525,10 +540,16 @@ impl<S: Slots> State<S> {
     /// [`State::run_cpu_work`] on cores shared with compute (kept out of line: the common
     /// path above is a plain schedule).
     #[inline(never)]
-    fn run_shared_cpu_work(&mut self, ctx: &Ctx, done: (u32, u32), ranks: &[u32], dur_ns: u64) {
+    fn run_shared_cpu_work(
+        &mut self,
+        ctx: &Ctx,
+        done: (u32, u32),
+        ranks: &[u32],
+        (dur_ns, weight): (u64, f64),
+    ) {
         if let Some(f) = self.flows.as_mut() {
             let cpus: Vec<u32> = ranks.iter().map(|&r| f.cpu_of(ctx.plan, r)).collect();
-            if let Some((d, delay_ns)) = f.start_cpu_work(self.now, done, &cpus, dur_ns) {
+            if let Some((d, delay_ns)) = f.start_cpu_work(self.now, done, &cpus, dur_ns, weight) {
                 self.schedule(delay_ns, d.0, d.1);
             }
         }
@@ -921,4 +942,15 @@ fn run_as<S: Slots>(ctx: &Ctx) -> Result<SimResult, SimError> {
         ranks,
         trace: st.trace,
     })
+}
+
+/// The share of a shared core that CPU work on stream `s` gets against a transfer's: the host
+/// backend runs the compute stream's ops (its allocations and frees too) on its lower-priority
+/// compute thread, and every other stream's at the process's priority.
+fn thread_weight(s: usize) -> f64 {
+    if s == crate::schedule::Stream::Compute.index() {
+        crate::cost::host_compute_weight()
+    } else {
+        1.0
+    }
 }

@@ -41,6 +41,8 @@ impl Path {
 struct Slot {
     path: Path,
     cap: f64,
+    /// Share of a contended resource relative to the other flows on it (1 for most).
+    weight: f64,
     rate: f64,
     active: bool,
 }
@@ -88,6 +90,8 @@ pub struct MaxMin {
     comp_flows: Vec<u32>,
     left: Vec<f64>,
     unfixed: Vec<u32>,
+    /// Per resource: the weights of its unfixed flows, summed.
+    wsum: Vec<f64>,
     todo: Vec<u32>,
     keep: Vec<u32>,
     fixed: Vec<(u32, f64)>,
@@ -105,6 +109,7 @@ impl MaxMin {
             seen_res: vec![0; n],
             left: vec![0.0; n],
             unfixed: vec![0; n],
+            wsum: vec![0.0; n],
             ..MaxMin::default()
         }
     }
@@ -117,6 +122,18 @@ impl MaxMin {
     /// id. Resource ids outside the solver are ignored. The rate is set by the next
     /// [`MaxMin::resolve`].
     pub fn add(&mut self, path: Path, cap: f64) -> u32 {
+        self.add_weighted(path, cap, 1.0)
+    }
+
+    /// [`MaxMin::add`] for a flow that gets `weight` times the share of a weight-1 flow on a
+    /// contended resource (weighted max-min fairness; a non-positive or NaN weight counts as
+    /// 1).
+    pub fn add_weighted(&mut self, path: Path, cap: f64, weight: f64) -> u32 {
+        let weight = if weight > 0.0 && weight.is_finite() {
+            weight
+        } else {
+            1.0
+        };
         let mut kept = Path::default();
         for &r in path.as_slice() {
             if (r as usize) < self.capacity.len() {
@@ -127,6 +144,7 @@ impl MaxMin {
         let slot = Slot {
             path: kept,
             cap: sane(cap),
+            weight,
             rate: 0.0,
             active: true,
         };
@@ -367,6 +385,10 @@ impl MaxMin {
             let r = r as usize;
             self.left[r] = self.capacity[r];
             self.unfixed[r] = self.on.get(r).map_or(0, |l| l.len);
+            self.wsum[r] = flows_on(&self.on, &self.spill, r)
+                .iter()
+                .map(|&f| self.slots[f as usize].weight)
+                .sum();
         }
         let mut todo = std::mem::take(&mut self.todo);
         let mut keep = std::mem::take(&mut self.keep);
@@ -379,11 +401,13 @@ impl MaxMin {
             for &r in &self.comp_res {
                 let r = r as usize;
                 if self.unfixed[r] > 0 {
-                    level = level.min(self.left[r] / f64::from(self.unfixed[r]));
+                    level = level.min(self.left[r] / self.wsum[r]);
                 }
             }
+            // `level` is the rate per unit of weight.
             for &f in &todo {
-                level = level.min(self.slots[f as usize].cap);
+                let s = &self.slots[f as usize];
+                level = level.min(s.cap / s.weight);
             }
             if !level.is_finite() {
                 // Flows with no resource and no cap: unbounded; give them the largest rate.
@@ -397,22 +421,24 @@ impl MaxMin {
             keep.clear();
             for &f in &todo {
                 let s = &self.slots[f as usize];
-                let at_cap = s.cap <= level + tol;
+                let at_cap = s.cap / s.weight <= level + tol;
                 let bottlenecked = s.path.as_slice().iter().any(|&r| {
                     let r = r as usize;
-                    self.unfixed[r] > 0 && self.left[r] / f64::from(self.unfixed[r]) <= level + tol
+                    self.unfixed[r] > 0 && self.left[r] / self.wsum[r] <= level + tol
                 });
                 if at_cap || bottlenecked {
-                    new_rate.push((f, level));
+                    new_rate.push((f, level * s.weight));
                 } else {
                     keep.push(f);
                 }
             }
             for &(f, rate) in &new_rate[new_rate.len() - (todo.len() - keep.len())..] {
-                for &r in self.slots[f as usize].path.as_slice() {
+                let s = &self.slots[f as usize];
+                for &r in s.path.as_slice() {
                     let r = r as usize;
                     self.left[r] = (self.left[r] - rate).max(0.0);
                     self.unfixed[r] -= 1;
+                    self.wsum[r] -= s.weight;
                 }
             }
             std::mem::swap(&mut todo, &mut keep);
@@ -493,6 +519,42 @@ mod tests {
         assert!(close(&r, &[1.0, 9.0]), "{r:?}");
     }
 
+    /// [`solve`] with a weight per flow.
+    fn solve_weighted(cap: &[f64], flows: &[(&[u32], f64, f64)]) -> Vec<f64> {
+        let mut m = MaxMin::new(cap.to_vec());
+        let ids: Vec<u32> = flows
+            .iter()
+            .map(|(p, c, w)| m.add_weighted(Path::new(p), *c, *w))
+            .collect();
+        let mut changed = Vec::new();
+        m.resolve(&mut changed);
+        ids.iter().map(|&i| m.rate(i)).collect()
+    }
+
+    #[test]
+    fn weights_split_a_resource_in_proportion() {
+        // A core shared by a weight-1 flow and a weight-3 one: a quarter and three quarters.
+        let inf = f64::INFINITY;
+        let r = solve_weighted(&[1.0], &[(&[0], inf, 1.0), (&[0], inf, 3.0)]);
+        assert!(close(&r, &[0.25, 0.75]), "{r:?}");
+        // Capped below its weighted share, the heavy flow releases the rest: 0.2 and 0.8.
+        let r = solve_weighted(&[1.0], &[(&[0], inf, 1.0), (&[0], 0.2, 3.0)]);
+        assert!(close(&r, &[0.8, 0.2]), "{r:?}");
+        // Weight 1 everywhere is plain max-min, and a bad weight counts as 1.
+        let r = solve_weighted(&[10.0], &[(&[0], inf, 1.0), (&[0], inf, f64::NAN)]);
+        assert!(close(&r, &[5.0, 5.0]), "{r:?}");
+        // Alone on its path, a flow's weight does not matter.
+        let r = solve_weighted(&[4.0, 2.0], &[(&[0, 1], inf, 0.1)]);
+        assert!(close(&r, &[2.0]), "{r:?}");
+        // Two resources: f0 (weight 2) over A and B, f1 over A, f2 over B (caps 6 and 3).
+        // On B, f0 gets 2/3 of 3 = 2 and f2 gets 1; on A, f1 takes the 4 that f0 leaves.
+        let r = solve_weighted(
+            &[6.0, 3.0],
+            &[(&[0, 1], inf, 2.0), (&[0], inf, 1.0), (&[1], inf, 1.0)],
+        );
+        assert!(close(&r, &[2.0, 4.0, 1.0]), "{r:?}");
+    }
+
     #[test]
     fn three_level_chain() {
         // Links 0 (cap 3), 1 (cap 6), 2 (cap 12). f0 on 0,1,2; f1 on 1,2; f2 on 2.
@@ -564,6 +626,58 @@ mod tests {
                 prop_assert_eq!(flows_on(&m.on, &m.spill, 1), &model[..]);
                 prop_assert_eq!(m.on[1].len as usize, model.len());
                 prop_assert!(flows_on(&m.on, &m.spill, 0).is_empty());
+            }
+        }
+    }
+
+    proptest! {
+        /// Weighted max-min fairness holds for any flows: no resource is over capacity, and
+        /// every flow is at its cap or crosses a full resource on which no flow has a larger
+        /// rate per unit of weight (so it could only grow by taking from a flow with no more
+        /// per weight than itself).
+        #[test]
+        fn weighted_rates_are_weighted_max_min_fair(
+            caps in prop::collection::vec(1u8..50, 4),
+            flows in prop::collection::vec(
+                (prop::collection::vec(0u32..4, 1..4), prop::option::of(1u8..20), 1u8..8),
+                1..12,
+            ),
+        ) {
+            let caps: Vec<f64> = caps.into_iter().map(f64::from).collect();
+            let flows: Vec<(Vec<u32>, f64, f64)> = flows
+                .into_iter()
+                .map(|(mut p, c, w)| {
+                    p.sort_unstable();
+                    p.dedup();
+                    (p, c.map_or(f64::INFINITY, f64::from), f64::from(w) / 4.0)
+                })
+                .collect();
+            let args: Vec<(&[u32], f64, f64)> =
+                flows.iter().map(|(p, c, w)| (p.as_slice(), *c, *w)).collect();
+            let rates = solve_weighted(&caps, &args);
+            let tol = 1e-9;
+            let used = |r: usize| -> f64 {
+                flows
+                    .iter()
+                    .zip(&rates)
+                    .filter(|((p, _, _), _)| p.contains(&(r as u32)))
+                    .map(|(_, x)| x)
+                    .sum()
+            };
+            for (r, &c) in caps.iter().enumerate() {
+                prop_assert!(used(r) <= c * (1.0 + tol), "resource {} uses {} of {}", r, used(r), c);
+            }
+            for (i, ((p, cap, w), &x)) in flows.iter().zip(&rates).enumerate() {
+                let at_cap = x >= cap * (1.0 - tol);
+                let bottleneck = p.iter().any(|&r| {
+                    let r = r as usize;
+                    let full = used(r) >= caps[r] * (1.0 - tol);
+                    let top = flows.iter().zip(&rates).all(|((q, _, v), &y)| {
+                        !q.contains(&(r as u32)) || y / v <= x / w * (1.0 + tol)
+                    });
+                    full && top
+                });
+                prop_assert!(at_cap || bottleneck, "flow {} ({:?}, rate {}) is neither capped nor bottlenecked: {:?}", i, p, x, rates);
             }
         }
     }

@@ -6,8 +6,10 @@
 //! thread is short and mostly blocked, so letting it go first costs compute only the
 //! communication's own CPU time.
 
-/// The nice value of compute stream threads (others stay at the process's, 0 by default).
-pub(super) const COMPUTE_NICE: i32 = 5;
+/// The nice value of compute stream threads (others stay at the process's, 0 by default). The
+/// simulator weighs compute against transfers on a shared core by the same value
+/// (`twin_sim::cost::host_compute_weight`), so the two must not part.
+pub(super) const COMPUTE_NICE: i32 = twin_sim::cost::HOST_COMPUTE_NICE;
 
 /// Lower the calling thread's priority to `nice` (Linux: per-thread nice). Best effort:
 /// raising one's own nice value needs no privilege, and a failure leaves the thread as it was.
