@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Re-predict stored host measurement sets with the current binary (docs/validation.md).
+
+A set is a directory holding profile.toml (what `twin calibrate --backend host` wrote) and
+SCENARIO.json (`twin verify --format json`) for some of the five host scenarios, as
+tools/host_set.sh writes them; docs/measurements/raw/2026-11-23-host-sets/ holds twelve. The
+measured side is kept; the prediction is redone by `twin simulate --profile` with this
+checkout's model, so a model change can be judged on real runs in seconds:
+
+    tools/repredict.py docs/measurements/raw/2026-11-23-host-sets/*/
+
+prints step error (%) / bubble error (points) per set and scenario, then the medians. Errors
+are (measured - predicted) / measured, as `twin verify` reports them. --measured-only prints
+the stored comparison instead of re-predicting. TWIN names the binary (default
+target/release/twin).
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+SCENARIOS = ["single", "pp", "tp-pp", "dp-pp-zero", "pp-wide"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def predict(twin, scenario, profile):
+    out = subprocess.run(
+        [twin, "simulate", os.path.join(ROOT, "scenarios", "host", scenario + ".toml"),
+         "--profile", profile, "--format", "json"],
+        capture_output=True, text=True, check=True)
+    r = json.loads(out.stdout)
+    return r["step_time_s"], r["bubble_fraction"]
+
+
+def main(argv):
+    measured_only = "--measured-only" in argv
+    dirs = [a for a in argv if a != "--measured-only"]
+    if not dirs or any(a.startswith("-") for a in dirs):
+        print(__doc__.strip())
+        return 2
+    twin = os.environ.get("TWIN", os.path.join(ROOT, "target", "release", "twin"))
+    errors = {s: [] for s in SCENARIOS}
+    for d in dirs:
+        row = []
+        for s in SCENARIOS:
+            f = os.path.join(d, s + ".json")
+            if not os.path.exists(f):
+                continue
+            v = json.load(open(f))
+            m, mb = v["step_time_measured_s"], v["bubble_fraction_measured"]
+            if measured_only:
+                p, pb = v["step_time_predicted_s"], v["bubble_fraction_predicted"]
+            else:
+                p, pb = predict(twin, s, os.path.join(d, "profile.toml"))
+            e, eb = (m - p) / m * 100, (mb - pb) * 100
+            errors[s].append((e, eb))
+            row.append(f"{s} {e:+5.1f}%/{eb:+5.1f}")
+        print(f"{os.path.basename(os.path.normpath(d)):12} " + "  ".join(row))
+    if len(dirs) > 1:
+        med = [f"{s} {statistics.median(x[0] for x in errors[s]):+5.1f}%/"
+               f"{statistics.median(x[1] for x in errors[s]):+5.1f}"
+               for s in SCENARIOS if errors[s]]
+        print(f"{'median':12} " + "  ".join(med))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
