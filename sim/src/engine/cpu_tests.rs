@@ -62,6 +62,23 @@ fn alloc_free_programs(ranks: u32, bytes: u64) -> Vec<Program> {
         .collect()
 }
 
+/// Rank 0 computes `compute_ns` then (on its DP stream, at once) all-reduces `ar_ns` of CPU
+/// work with rank 1, which only all-reduces. Returns the programs and rank 0's two op ids.
+fn compute_beside_all_reduce(compute_ns: u64, ar_ns: u64) -> (Vec<Program>, u32, u32) {
+    let mut r0 = ProgBuilder::new(0);
+    let f = r0.fwd(compute_ns, &[]);
+    let c = r0.collective(
+        Stream::Dp,
+        CollectiveKind::AllReduce,
+        GroupKind::Dp,
+        ar_ns,
+        &[],
+    );
+    let mut progs = all_reduce_programs(1, ar_ns);
+    progs.insert(0, r0.build());
+    (progs, f, c)
+}
+
 #[test]
 fn a_collective_takes_a_core_of_every_member() {
     // Four data-parallel ranks on one node all-reduce for 1000 ns of solo time.
@@ -80,24 +97,7 @@ fn communication_and_compute_share_the_cores() {
     // to its own core, so rank 0's compute and its side of the all-reduce share core 0 (half a
     // core each) and the all-reduce ends when rank 0's side does.
     let plan = plan(1, 1, 2, 1);
-    let mut r0 = ProgBuilder::new(0);
-    r0.fwd(1000, &[]);
-    r0.collective(
-        Stream::Dp,
-        CollectiveKind::AllReduce,
-        GroupKind::Dp,
-        1000,
-        &[],
-    );
-    let mut r1 = ProgBuilder::new(0);
-    r1.collective(
-        Stream::Dp,
-        CollectiveKind::AllReduce,
-        GroupKind::Dp,
-        1000,
-        &[],
-    );
-    let s = per_rank(vec![r0.build(), r1.build()]);
+    let s = per_rank(compute_beside_all_reduce(1000, 1000).0);
     assert_eq!(step(&plan, &s, None), 1000);
     assert_eq!(step(&plan, &s, Some(2)), 2000);
     // A third core does not help: the work is bound to rank 0's core.
@@ -329,24 +329,9 @@ fn a_core_weighs_compute_work_as_the_runtime_weighs_its_thread() {
     let w = crate::cost::host_compute_weight();
     assert!(w < 0.5, "{w}");
     let plan = plan(1, 1, 2, 1);
-    let mut r0 = ProgBuilder::new(0);
-    let f = r0.fwd(1000, &[]);
-    let c0 = r0.collective(
-        Stream::Dp,
-        CollectiveKind::AllReduce,
-        GroupKind::Dp,
-        1000,
-        &[],
-    );
-    let mut r1 = ProgBuilder::new(0);
-    r1.collective(
-        Stream::Dp,
-        CollectiveKind::AllReduce,
-        GroupKind::Dp,
-        1000,
-        &[],
-    );
-    let r = run(&plan, &per_rank(vec![r0.build(), r1.build()]), Some(1));
+    let (progs, f, c0) = compute_beside_all_reduce(1000, 1000);
+    let s = per_rank(progs);
+    let r = run(&plan, &s, Some(1));
     let ar_end = (1000.0 * (2.0 + w)).round() as u64;
     let (_, end) = span_of(&r, 0, c0).unwrap();
     assert!(
@@ -355,7 +340,7 @@ fn a_core_weighs_compute_work_as_the_runtime_weighs_its_thread() {
     );
     assert_eq!(span_of(&r, 0, f), Some((0, 3000)));
     // A core of its own for each rank: the op and rank 0's side share core 0 by weight.
-    let r = run(&plan, &per_rank(vec![r0_again(), r1_again()]), Some(2));
+    let r = run(&plan, &s, Some(2));
     let (_, end) = span_of(&r, 0, c0).unwrap();
     let ar_end = (1000.0 * (1.0 + w)).round() as u64;
     assert!(
@@ -363,33 +348,6 @@ fn a_core_weighs_compute_work_as_the_runtime_weighs_its_thread() {
         "all-reduce ended at {end}, expected {ar_end}"
     );
     assert_eq!(span_of(&r, 0, f).map(|s| s.1), Some(2000));
-}
-
-/// Rank 0 of `a_core_weighs_compute_work_as_the_runtime_weighs_its_thread`.
-fn r0_again() -> Program {
-    let mut r0 = ProgBuilder::new(0);
-    r0.fwd(1000, &[]);
-    r0.collective(
-        Stream::Dp,
-        CollectiveKind::AllReduce,
-        GroupKind::Dp,
-        1000,
-        &[],
-    );
-    r0.build()
-}
-
-/// Rank 1 of `a_core_weighs_compute_work_as_the_runtime_weighs_its_thread`.
-fn r1_again() -> Program {
-    let mut r1 = ProgBuilder::new(0);
-    r1.collective(
-        Stream::Dp,
-        CollectiveKind::AllReduce,
-        GroupKind::Dp,
-        1000,
-        &[],
-    );
-    r1.build()
 }
 
 #[test]
@@ -419,7 +377,9 @@ fn an_allocation_weighs_as_the_thread_of_its_stream() {
         trace: true,
         ..SimOptions::default()
     };
-    let r = simulate(&plan, &per_rank(vec![r0.build(), r1_again()]), &cost, &opts).unwrap();
+    let mut progs = all_reduce_programs(1, 1000);
+    progs.insert(0, r0.build());
+    let r = simulate(&plan, &per_rank(progs), &cost, &opts).unwrap();
     let ar_end = (1000.0 * (2.0 + w)).round() as u64;
     let (_, end) = span_of(&r, 0, c0).unwrap();
     assert!(

@@ -10,7 +10,11 @@
 //!
 //! Longer than the ~600-line guide on purpose: the event loop and its per-op handlers share
 //! the hot state and are read together; the cold parts live in `compile`, `context`,
-//! `deadlock`, `flow`, `memo` and `memory`.
+//! `deadlock`, `flow`, `memo` and `memory`, and the shared-core handling in `run/cores.rs`.
+
+mod cores;
+
+use cores::thread_weight;
 
 use super::compile::{CKind, CProgram, GROUP_KINDS};
 pub(crate) use super::context::Ctx;
@@ -455,43 +459,6 @@ impl<S: Slots> State<S> {
         }
     }
 
-    /// The core `rank` runs on when ranks share cores, else a core of its own (its rank).
-    fn core_of(&self, ctx: &Ctx, rank: u32) -> usize {
-        match &self.flows {
-            Some(f) if f.cores_shared() => f.cpu_of(ctx.plan, rank) as usize,
-            _ => rank as usize,
-        }
-    }
-
-    /// A compute op of `rank` started (`started`) or finished: its core's idle time restarts
-    /// (only tracked when the profile prices wake-ups, `engine::wake`).
-    fn core_activity(&mut self, ctx: &Ctx, rank: u32, started: bool) {
-        if self.waking.is_none() {
-            return;
-        }
-        let core = self.core_of(ctx, rank);
-        if let Some((_, idle)) = &mut self.waking {
-            if started {
-                idle.started(core, self.now);
-            } else {
-                idle.finished(core, self.now);
-            }
-        }
-    }
-
-    /// What a transfer into `ranks` adds for their cores' wake-up (`engine::wake`): the most
-    /// any of them needs, as the transfer waits for every member.
-    fn wake_ns(&self, ctx: &Ctx, ranks: &[u32]) -> u64 {
-        let Some((w, idle)) = &self.waking else {
-            return 0;
-        };
-        ranks
-            .iter()
-            .map(|&r| w.extra_ns(idle.idle_ns(self.core_of(ctx, r), self.now)))
-            .max()
-            .unwrap_or(0)
-    }
-
     /// Runs a transfer that has begun on every side: through the flow network when there is
     /// one, else for the cost model's `dur_ns` (as CPU work of every rank in `ranks` when the
     /// ranks share CPU cores: see [`Flows::start_cpu_work`]). `done` is its completion payload.
@@ -513,44 +480,6 @@ impl<S: Slots> State<S> {
             None => {
                 let dur = dur_ns();
                 self.run_cpu_work(ctx, done, ranks, dur, 1.0);
-            }
-        }
-    }
-
-    /// Work of `dur_ns` on the CPU of each rank in `ranks`: shared with compute when the
-    /// ranks share cores (with `weight`, see [`Flows::start_cpu_work`]), else simply `dur_ns`
-    /// long.
-    #[inline]
-    fn run_cpu_work(
-        &mut self,
-        ctx: &Ctx,
-        done: (u32, u32),
-        ranks: &[u32],
-        dur_ns: u64,
-        weight: f64,
-    ) {
-        match &self.flows {
-            Some(f) if f.cores_shared() => {
-                self.run_shared_cpu_work(ctx, done, ranks, (dur_ns, weight))
-            }
-            _ => self.schedule(dur_ns, done.0, done.1),
-        }
-    }
-
-    /// [`State::run_cpu_work`] on cores shared with compute (kept out of line: the common
-    /// path above is a plain schedule).
-    #[inline(never)]
-    fn run_shared_cpu_work(
-        &mut self,
-        ctx: &Ctx,
-        done: (u32, u32),
-        ranks: &[u32],
-        (dur_ns, weight): (u64, f64),
-    ) {
-        if let Some(f) = self.flows.as_mut() {
-            let cpus: Vec<u32> = ranks.iter().map(|&r| f.cpu_of(ctx.plan, r)).collect();
-            if let Some((d, delay_ns)) = f.start_cpu_work(self.now, done, &cpus, dur_ns, weight) {
-                self.schedule(delay_ns, d.0, d.1);
             }
         }
     }
@@ -704,16 +633,6 @@ impl<S: Slots> State<S> {
             self.complete(ctx, m, op)?;
         }
         Ok(())
-    }
-
-    /// The compute op of `rank` holding its core finished: the next waiting one takes the core
-    /// (before the finished op's successors ask for it, as a yielding thread goes behind the
-    /// threads already waiting).
-    fn pass_turn(&mut self, ctx: &Ctx, rank: u32) {
-        let core = self.core_of(ctx, rank);
-        if let Some((next, slot, s)) = self.turns.as_mut().and_then(|t| t.release(core)) {
-            self.begin_compute(ctx, next, slot as usize, s as usize);
-        }
     }
 
     fn complete(&mut self, ctx: &Ctx, rank: u32, op_idx: u32) -> Step {
@@ -942,15 +861,4 @@ fn run_as<S: Slots>(ctx: &Ctx) -> Result<SimResult, SimError> {
         ranks,
         trace: st.trace,
     })
-}
-
-/// The share of a shared core that CPU work on stream `s` gets against a transfer's: the host
-/// backend runs the compute stream's ops (its allocations and frees too) on its lower-priority
-/// compute thread, and every other stream's at the process's priority.
-fn thread_weight(s: usize) -> f64 {
-    if s == crate::schedule::Stream::Compute.index() {
-        crate::cost::host_compute_weight()
-    } else {
-        1.0
-    }
 }

@@ -1,0 +1,105 @@
+//! The engine's handling of shared CPU cores (the host model): which core a rank runs on,
+//! CPU work of transfers and allocations shared with compute by weight, the compute turns and
+//! the cores' idle time for wake-ups. Split from `run`, whose event loop reads on its own;
+//! without shared cores (every GPU profile) these reduce to a plain schedule or nothing.
+
+use super::{Slots, State};
+use crate::engine::context::Ctx;
+
+impl<S: Slots> State<S> {
+    /// The core `rank` runs on when ranks share cores, else a core of its own (its rank).
+    pub(super) fn core_of(&self, ctx: &Ctx, rank: u32) -> usize {
+        match &self.flows {
+            Some(f) if f.cores_shared() => f.cpu_of(ctx.plan, rank) as usize,
+            _ => rank as usize,
+        }
+    }
+
+    /// A compute op of `rank` started (`started`) or finished: its core's idle time restarts
+    /// (only tracked when the profile prices wake-ups, `engine::wake`).
+    pub(super) fn core_activity(&mut self, ctx: &Ctx, rank: u32, started: bool) {
+        if self.waking.is_none() {
+            return;
+        }
+        let core = self.core_of(ctx, rank);
+        if let Some((_, idle)) = &mut self.waking {
+            if started {
+                idle.started(core, self.now);
+            } else {
+                idle.finished(core, self.now);
+            }
+        }
+    }
+
+    /// What a transfer into `ranks` adds for their cores' wake-up (`engine::wake`): the most
+    /// any of them needs, as the transfer waits for every member.
+    pub(super) fn wake_ns(&self, ctx: &Ctx, ranks: &[u32]) -> u64 {
+        let Some((w, idle)) = &self.waking else {
+            return 0;
+        };
+        ranks
+            .iter()
+            .map(|&r| w.extra_ns(idle.idle_ns(self.core_of(ctx, r), self.now)))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Work of `dur_ns` on the CPU of each rank in `ranks`: shared with compute when the
+    /// ranks share cores (with `weight`, see [`Flows::start_cpu_work`]), else simply `dur_ns`
+    /// long.
+    #[inline]
+    pub(super) fn run_cpu_work(
+        &mut self,
+        ctx: &Ctx,
+        done: (u32, u32),
+        ranks: &[u32],
+        dur_ns: u64,
+        weight: f64,
+    ) {
+        match &self.flows {
+            Some(f) if f.cores_shared() => {
+                self.run_shared_cpu_work(ctx, done, ranks, (dur_ns, weight))
+            }
+            _ => self.schedule(dur_ns, done.0, done.1),
+        }
+    }
+
+    /// [`State::run_cpu_work`] on cores shared with compute (kept out of line: the common
+    /// path above is a plain schedule).
+    #[inline(never)]
+    pub(super) fn run_shared_cpu_work(
+        &mut self,
+        ctx: &Ctx,
+        done: (u32, u32),
+        ranks: &[u32],
+        (dur_ns, weight): (u64, f64),
+    ) {
+        if let Some(f) = self.flows.as_mut() {
+            let cpus: Vec<u32> = ranks.iter().map(|&r| f.cpu_of(ctx.plan, r)).collect();
+            if let Some((d, delay_ns)) = f.start_cpu_work(self.now, done, &cpus, dur_ns, weight) {
+                self.schedule(delay_ns, d.0, d.1);
+            }
+        }
+    }
+
+    /// The compute op of `rank` holding its core finished: the next waiting one takes the core
+    /// (before the finished op's successors ask for it, as a yielding thread goes behind the
+    /// threads already waiting).
+    pub(super) fn pass_turn(&mut self, ctx: &Ctx, rank: u32) {
+        let core = self.core_of(ctx, rank);
+        if let Some((next, slot, s)) = self.turns.as_mut().and_then(|t| t.release(core)) {
+            self.begin_compute(ctx, next, slot as usize, s as usize);
+        }
+    }
+}
+
+/// The share of a shared core that CPU work on stream `s` gets against a transfer's: the host
+/// backend runs the compute stream's ops (its allocations and frees too) on its lower-priority
+/// compute thread, and every other stream's at the process's priority.
+pub(super) fn thread_weight(s: usize) -> f64 {
+    if s == crate::schedule::Stream::Compute.index() {
+        crate::cost::host_compute_weight()
+    } else {
+        1.0
+    }
+}
