@@ -162,6 +162,34 @@ fn an_exceeded_threshold_exits_1_naming_it() {
     assert!(!err.contains("--max-bubble-error-points"), "{err}");
     // The comparison is still printed.
     assert!(text(&o.stdout).contains("step time"), "{}", text(&o.stdout));
+    // One rank on the profile's two cores: nothing is shared, and nothing said about it.
+    assert!(
+        !text(&o.stdout).contains("ranks share cores"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+#[test]
+fn ranks_that_share_cores_are_named_with_what_the_model_leaves_out() {
+    // tp-pp.toml has four ranks on one node; the profile's host has two cores.
+    let o = twin(&[
+        "verify",
+        "scenarios/host/tp-pp.toml",
+        "--profile",
+        PROFILE,
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+    ]);
+    assert!(o.status.success(), "stderr: {}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("ranks share cores: 4 ranks per node on 2 cores"),
+        "{out}"
+    );
+    assert!(out.contains("run-queue delays"), "{out}");
 }
 
 #[test]

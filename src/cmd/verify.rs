@@ -367,7 +367,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &profile.name,
                 &comparison,
                 &summary,
-                m.shown_step,
+                &format!(
+                    "{}{}",
+                    shown_step_text(m.shown_step),
+                    core_sharing_note(staged).unwrap_or_default()
+                ),
                 &check,
                 &paths,
             )
@@ -476,22 +480,43 @@ fn to_json(
     Ok(serde_json::to_string_pretty(&v)?)
 }
 
-fn to_text(
-    args: &Args,
-    profile: &str,
-    c: &Comparison,
-    steps: &StepSummary,
-    shown_step: Option<usize>,
-    check: &MachineCheck,
-    paths: &CriticalPaths,
-) -> String {
-    let shown = match shown_step {
+/// Which measured step the op table and the trace show, as a line of the text output.
+fn shown_step_text(shown_step: Option<usize>) -> String {
+    match shown_step {
         Some(k) => format!(
             "ops and trace: step {} of the run nearest the median (its median-length step)\n",
             k + 1
         ),
         None => "ops and trace: the last step of the run nearest the median\n".into(),
-    };
+    }
+}
+
+/// A line for the text output when the profile has ranks share cores (a host profile with
+/// fewer `host.cores` than ranks per node): what the prediction models of the sharing, and
+/// what it leaves out, so that a larger error on such a scenario reads for what it is.
+fn core_sharing_note(staged: &twin_sim::Staged) -> Option<String> {
+    use twin_sim::cost::CostModel;
+    let cores = staged.cost.shared_cores()?;
+    let per_node = staged.plan.gpus_per_node.clamp(1, staged.plan.world.max(1));
+    (per_node > cores).then(|| {
+        format!(
+            "ranks share cores: {per_node} ranks per node on {cores} cores; the prediction \
+             shares each core by thread priority and lets compute ops take turns, but has none \
+             of the OS scheduler's run-queue delays (time slices, wake-up order), which the \
+             measured critical path below shows as start, stream and dependency waits\n"
+        )
+    })
+}
+
+fn to_text(
+    args: &Args,
+    profile: &str,
+    c: &Comparison,
+    steps: &StepSummary,
+    shown: &str,
+    check: &MachineCheck,
+    paths: &CriticalPaths,
+) -> String {
     format!(
         "verify {} with profile '{profile}' on the {} backend\n\
          measured step = median of {} steps after {} warm-up (x{} runs): {:.3} ms, spread {:.3}-{:.3} ms\n\
