@@ -7,8 +7,10 @@
 //! the same rates as recomputing everything (property-tested below).
 //!
 //! A flow crosses a short list of resources (a path) and may carry its own rate limit (`cap`),
-//! e.g. a compute op that can use at most one core. Units are the caller's: capacities and
-//! caps in work per nanosecond.
+//! e.g. a compute op that can use at most one core, and a weight (1 unless given): flows that
+//! share a saturated resource get rates in proportion to their weights (weighted max-min), as a
+//! CPU scheduler shares a core by thread priority. Units are the caller's: capacities and caps
+//! in work per nanosecond.
 
 /// Resources one flow crosses: at most [`MAX_PATH`].
 pub const MAX_PATH: usize = 4;
