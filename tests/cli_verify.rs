@@ -142,20 +142,29 @@ fn json_has_the_stable_fields_and_the_trace_dir_holds_both_traces() {
     assert_eq!(saved, v);
 }
 
-#[test]
-fn an_exceeded_threshold_exits_1_naming_it() {
-    let o = twin(&[
+/// `twin verify SCENARIO` with the bundled profile for one measured step, no warm-up, and
+/// `extra` arguments.
+fn verify_one_step(scenario: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
         "verify",
-        "scenarios/host/single.toml",
+        scenario,
         "--profile",
         PROFILE,
         "--steps",
         "1",
         "--warmup",
         "0",
-        "--max-step-time-error",
-        "0",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    twin(&args)
+}
+
+#[test]
+fn an_exceeded_threshold_exits_1_naming_it() {
+    let o = verify_one_step(
+        "scenarios/host/single.toml",
+        &["--max-step-time-error", "0"],
+    );
     assert_eq!(o.status.code(), Some(1), "stderr: {}", text(&o.stderr));
     let err = text(&o.stderr);
     assert!(err.contains("--max-step-time-error"), "{err}");
@@ -173,16 +182,7 @@ fn an_exceeded_threshold_exits_1_naming_it() {
 #[test]
 fn ranks_that_share_cores_are_named_with_what_the_model_leaves_out() {
     // tp-pp.toml has four ranks on one node; the profile's host has two cores.
-    let o = twin(&[
-        "verify",
-        "scenarios/host/tp-pp.toml",
-        "--profile",
-        PROFILE,
-        "--steps",
-        "1",
-        "--warmup",
-        "0",
-    ]);
+    let o = verify_one_step("scenarios/host/tp-pp.toml", &[]);
     assert!(o.status.success(), "stderr: {}", text(&o.stderr));
     let out = text(&o.stdout);
     assert!(
