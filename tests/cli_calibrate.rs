@@ -27,20 +27,27 @@ fn repo(p: &str) -> String {
         .to_string()
 }
 
+/// `twin calibrate ARGS -o OUT` with `env` set.
+fn calibrate_to(out: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut a = vec!["calibrate"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["-o", out.to_str().unwrap()]);
+    twin(&a, env)
+}
+
 #[test]
 fn host_calibration_writes_profile_and_samples() {
     let dir = scratch("host");
     let out = dir.join("host.toml");
-    let o = twin(
+    let single = repo("scenarios/host/single.toml");
+    let o = calibrate_to(
+        &out,
         &[
-            "calibrate",
             "--backend",
             "host",
             "--tiny",
             "--scenario",
-            &repo("scenarios/host/single.toml"),
-            "-o",
-            out.to_str().unwrap(),
+            &single,
             "--format",
             "json",
         ],
@@ -92,18 +99,7 @@ fn host_calibration_writes_profile_and_samples() {
 fn host_calibration_text_names_the_cold_pass_and_its_eviction() {
     let dir = scratch("host-text");
     let out = dir.join("host.toml");
-    let o = twin(
-        &[
-            "calibrate",
-            "--backend",
-            "host",
-            "--tiny",
-            "--no-progress",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let o = calibrate_to(&out, &["--backend", "host", "--tiny", "--no-progress"], &[]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(t.contains("cold pass"), "{t}");
@@ -120,17 +116,11 @@ fn host_calibration_text_names_the_cold_pass_and_its_eviction() {
 fn nccl_tests_import_writes_a_loadable_profile() {
     let dir = scratch("nccl");
     let out = dir.join("cluster.toml");
-    let o = twin(
-        &[
-            "calibrate",
-            "--from-nccl-tests",
-            &repo("calibration/tests/data/all_reduce_perf-8xA100.log"),
-            &repo("calibration/tests/data/all_reduce_perf-2x8xA100.log"),
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        &[],
+    let (one, two) = (
+        repo("calibration/tests/data/all_reduce_perf-8xA100.log"),
+        repo("calibration/tests/data/all_reduce_perf-2x8xA100.log"),
     );
+    let o = calibrate_to(&out, &["--from-nccl-tests", &one, &two], &[]);
     assert!(o.status.success(), "{}", text(&o));
     let t = text(&o);
     assert!(
@@ -147,15 +137,9 @@ fn nccl_tests_import_writes_a_loadable_profile() {
 fn cuda_without_a_gpu_is_an_actionable_error() {
     // An empty library search path: no CUDA driver can be found, as on a machine without a GPU.
     let dir = scratch("cuda");
-    let o = twin(
-        &[
-            "calibrate",
-            "--backend",
-            "cuda",
-            "--quick",
-            "-o",
-            dir.join("gpu.toml").to_str().unwrap(),
-        ],
+    let o = calibrate_to(
+        &dir.join("gpu.toml"),
+        &["--backend", "cuda", "--quick"],
         &[
             ("TWIN_CUDA_LIB_DIR", dir.to_str().unwrap()),
             ("LD_LIBRARY_PATH", dir.to_str().unwrap()),
