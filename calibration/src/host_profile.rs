@@ -63,7 +63,7 @@ pub fn to_profile(
     run: &str,
     private_cache_bytes: u64,
 ) -> (Profile, HostKeys) {
-    let r = |what: &str| format!("{what}; {run}");
+    let r = |what: &str| reference(run, what);
     let rate = f.gemm.rate_flops_per_s;
     let peak = f
         .gemm_best_observed_flops_per_s
@@ -87,100 +87,14 @@ pub fn to_profile(
         .bandwidth_bytes_per_s
         .value
         .max(f.memory_pass.bandwidth_bytes_per_s.value);
-    let joint_bw = f.ring.bandwidth_bytes_per_s;
-    let link_bw = f.p2p.bandwidth_bytes_per_s.value.max(joint_bw.value);
-    let link_bw_est = if f.p2p.bandwidth_bytes_per_s.value >= joint_bw.value {
-        f.p2p.bandwidth_bytes_per_s
-    } else {
-        joint_bw
-    };
-    let intra = LinkParams {
-        bandwidth_bytes_per_s: fitted(
-            cap_hi(link_bw_est, link_bw * 1e3),
-            r("max(p2p ping-pong, ring-collective alpha-beta) bandwidth over the host TCP transport (loopback)"),
-        ),
-        latency_ns: fitted(
-            f.ring.latency_ns.clamp(0.0, f64::MAX),
-            r("alpha-beta fit over the ring collectives (all-reduce, reduce-scatter, all-gather), ring step counts"),
-        ),
-        efficiency: fitted(
-            over(joint_bw, link_bw).clamp(1e-6, 1.0),
-            r("ring-collective alpha-beta bandwidth / network.intra.bandwidth_bytes_per_s"),
-        ),
-        p2p_latency_ns: Some(fitted(
-            f.p2p.latency_ns.clamp(0.0, f64::MAX),
-            r("alpha-beta fit over p2p ping-pong (one way): a send is one message, not a ring step"),
-        )),
-        p2p_bandwidth_bytes_per_s: Some(fitted(
-            cap_hi(f.p2p.bandwidth_bytes_per_s, link_bw * 1e3),
-            r("alpha-beta fit over p2p ping-pong (one way): a send is one socket write, not a ring step"),
-        )),
-    };
-    let mut inter = intra.clone();
-    for p in [
-        &mut inter.bandwidth_bytes_per_s,
-        &mut inter.latency_ns,
-        &mut inter.efficiency,
-    ]
-    .into_iter()
-    .chain(inter.p2p_latency_ns.as_mut())
-    .chain(inter.p2p_bandwidth_bytes_per_s.as_mut())
-    {
-        p.reference = format!(
-            "one machine has no inter-node link: copied from network.intra ({})",
-            p.reference
-        );
-    }
+    let (intra, inter) = links(f, run);
     let count = |v: u64, ci: [u64; 2], what: &str| Param {
         value: v as f64,
         source: Source::Fitted,
         reference: r(what),
         ci95: Some([ci[0] as f64, ci[1] as f64]),
     };
-    let total_samples: usize = [
-        f.gemm.quality.samples,
-        f.memory_pass.quality.samples,
-        f.memcpy.quality.samples,
-        f.alloc.quality.samples,
-        f.launch.quality.samples,
-        f.ring.quality.samples,
-        f.checkpoint.quality.samples,
-    ]
-    .iter()
-    .sum();
-    let qualities = [
-        f.gemm.quality,
-        f.memory_pass.quality,
-        f.memcpy.quality,
-        f.alloc.quality,
-        f.launch.quality,
-        f.ring.quality,
-        f.checkpoint.quality,
-    ];
-    let rms = (qualities
-        .iter()
-        .map(|q| q.rms_relative_error.powi(2) * q.samples as f64)
-        .sum::<f64>()
-        / total_samples.max(1) as f64)
-        .sqrt();
-    let max = qualities
-        .iter()
-        .fold(0.0f64, |a, q| a.max(q.max_relative_error));
-    let host = HostKeys {
-        cores: Param {
-            value: f64::from(f.cores.max(1)),
-            source: Source::Fitted,
-            reference: r("CPU cores available to this process (nproc)"),
-            ci95: None,
-        },
-        alloc_bytes_per_s: fitted(
-            cap_hi(
-                f.alloc.bandwidth_bytes_per_s,
-                f.alloc.bandwidth_bytes_per_s.value * 1e3,
-            ),
-            r("allocate + touch a buffer (as the host backend's Alloc), fixed cost + bytes / rate"),
-        ),
-    };
+    let host = host_keys(f, run);
     let profile = Profile {
         name: format!("{gpu_name}-calibrated"),
         description: format!("twin calibrate --backend host on this machine ({run})"),
@@ -287,15 +201,7 @@ pub fn to_profile(
             ),
             r("write + fsync of a file, fixed cost + bytes / bandwidth"),
         )),
-        fit: Some(FitQuality {
-            method: "relative-error least squares (weights 1/predicted^2, reweighted 3x); alpha-beta per benchmark; GEMM curve linear per tile, grid over tiles; 95% intervals from Student t (statrs) and the delta method".into(),
-            data: format!("host microbenchmarks ({run}); raw samples beside the profile"),
-            samples: total_samples as u64,
-            rms_relative_error: rms,
-            max_relative_error: max,
-            holdout_samples: f.gemm_holdout_samples as u64,
-            holdout_max_relative_error: f.gemm_holdout_max_relative_error,
-        }),
+        fit: Some(fit_quality(f, run)),
         memory_alloc_bytes_per_s: Some(host.alloc_bytes_per_s.clone()),
         memory_alloc_fixed_ns: Some(fitted(
             f.alloc.latency_ns.clamp(0.0, f64::MAX),
@@ -333,4 +239,123 @@ pub fn to_profile(
         provenance: Default::default(),
     };
     (profile, host)
+}
+
+/// `what; run`: every key's reference names the calibration run it came from.
+fn reference(run: &str, what: &str) -> String {
+    format!("{what}; {run}")
+}
+
+/// `network.intra` from the p2p and ring-collective fits, and `network.inter`: a copy that
+/// says one machine has no inter-node link.
+fn links(f: &HostFits, run: &str) -> (LinkParams, LinkParams) {
+    let r = |what: &str| reference(run, what);
+    let joint_bw = f.ring.bandwidth_bytes_per_s;
+    let link_bw = f.p2p.bandwidth_bytes_per_s.value.max(joint_bw.value);
+    let link_bw_est = if f.p2p.bandwidth_bytes_per_s.value >= joint_bw.value {
+        f.p2p.bandwidth_bytes_per_s
+    } else {
+        joint_bw
+    };
+    let intra = LinkParams {
+        bandwidth_bytes_per_s: fitted(
+            cap_hi(link_bw_est, link_bw * 1e3),
+            r("max(p2p ping-pong, ring-collective alpha-beta) bandwidth over the host TCP transport (loopback)"),
+        ),
+        latency_ns: fitted(
+            f.ring.latency_ns.clamp(0.0, f64::MAX),
+            r("alpha-beta fit over the ring collectives (all-reduce, reduce-scatter, all-gather), ring step counts"),
+        ),
+        efficiency: fitted(
+            over(joint_bw, link_bw).clamp(1e-6, 1.0),
+            r("ring-collective alpha-beta bandwidth / network.intra.bandwidth_bytes_per_s"),
+        ),
+        p2p_latency_ns: Some(fitted(
+            f.p2p.latency_ns.clamp(0.0, f64::MAX),
+            r("alpha-beta fit over p2p ping-pong (one way): a send is one message, not a ring step"),
+        )),
+        p2p_bandwidth_bytes_per_s: Some(fitted(
+            cap_hi(f.p2p.bandwidth_bytes_per_s, link_bw * 1e3),
+            r("alpha-beta fit over p2p ping-pong (one way): a send is one socket write, not a ring step"),
+        )),
+    };
+    let mut inter = intra.clone();
+    for p in [
+        &mut inter.bandwidth_bytes_per_s,
+        &mut inter.latency_ns,
+        &mut inter.efficiency,
+    ]
+    .into_iter()
+    .chain(inter.p2p_latency_ns.as_mut())
+    .chain(inter.p2p_bandwidth_bytes_per_s.as_mut())
+    {
+        p.reference = format!(
+            "one machine has no inter-node link: copied from network.intra ({})",
+            p.reference
+        );
+    }
+    (intra, inter)
+}
+
+/// The fit quality over the benchmarks the profile's keys come from: samples, rms and largest
+/// relative error, and the GEMM curve's held-out shapes.
+fn fit_quality(f: &HostFits, run: &str) -> FitQuality {
+    let total_samples: usize = [
+        f.gemm.quality.samples,
+        f.memory_pass.quality.samples,
+        f.memcpy.quality.samples,
+        f.alloc.quality.samples,
+        f.launch.quality.samples,
+        f.ring.quality.samples,
+        f.checkpoint.quality.samples,
+    ]
+    .iter()
+    .sum();
+    let qualities = [
+        f.gemm.quality,
+        f.memory_pass.quality,
+        f.memcpy.quality,
+        f.alloc.quality,
+        f.launch.quality,
+        f.ring.quality,
+        f.checkpoint.quality,
+    ];
+    let rms = (qualities
+        .iter()
+        .map(|q| q.rms_relative_error.powi(2) * q.samples as f64)
+        .sum::<f64>()
+        / total_samples.max(1) as f64)
+        .sqrt();
+    let max = qualities
+        .iter()
+        .fold(0.0f64, |a, q| a.max(q.max_relative_error));
+    FitQuality {
+        method: "relative-error least squares (weights 1/predicted^2, reweighted 3x); alpha-beta per benchmark; GEMM curve linear per tile, grid over tiles; 95% intervals from Student t (statrs) and the delta method".into(),
+        data: format!("host microbenchmarks ({run}); raw samples beside the profile"),
+        samples: total_samples as u64,
+        rms_relative_error: rms,
+        max_relative_error: max,
+        holdout_samples: f.gemm_holdout_samples as u64,
+        holdout_max_relative_error: f.gemm_holdout_max_relative_error,
+    }
+}
+
+/// The `[host]` keys: the cores the ranks share and the allocation rate.
+fn host_keys(f: &HostFits, run: &str) -> HostKeys {
+    let r = |what: &str| reference(run, what);
+    HostKeys {
+        cores: Param {
+            value: f64::from(f.cores.max(1)),
+            source: Source::Fitted,
+            reference: r("CPU cores available to this process (nproc)"),
+            ci95: None,
+        },
+        alloc_bytes_per_s: fitted(
+            cap_hi(
+                f.alloc.bandwidth_bytes_per_s,
+                f.alloc.bandwidth_bytes_per_s.value * 1e3,
+            ),
+            r("allocate + touch a buffer (as the host backend's Alloc), fixed cost + bytes / rate"),
+        ),
+    }
 }
