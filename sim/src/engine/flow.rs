@@ -368,20 +368,20 @@ impl Flows {
     }
 
     /// Starts compute op `op` of `rank` on stream slot `slot` (`rank * STREAMS + stream`) for
-    /// `work_ns` of solo time on core `cpu` (see [`Flows::cpu_of`]); `communicating` picks
-    /// the cap. On a shared core it weighs as the host backend's compute thread
-    /// ([`crate::cost::host_compute_weight`]) against the transfers beside it.
+    /// `work_ns` of solo time on core `cpu` (see [`Flows::cpu_of`]), where it weighs `weight`
+    /// against the transfers beside it (the weight of the thread that runs it; it matters only
+    /// when cores are shared); `communicating` picks the cap.
     pub fn start_compute(
         &mut self,
         now: u64,
         (rank, op, slot): (u32, u32, u32),
-        cpu: u32,
+        (cpu, weight): (u32, f64),
         work_ns: u64,
         communicating: bool,
     ) {
-        let (path, weight) = match self.core_base {
-            Some(b) => (Path::new(&[b + cpu]), crate::cost::host_compute_weight()),
-            None => (Path::default(), 1.0),
+        let path = match self.core_base {
+            Some(b) => Path::new(&[b + cpu]),
+            None => Path::default(),
         };
         let cap = self.cap(communicating);
         let id = self.add(

@@ -346,7 +346,7 @@ impl<S: Slots> State<S> {
                 f.start_compute(
                     now,
                     (rank, op_idx, (r * STREAMS + s) as u32),
-                    cpu,
+                    (cpu, thread_weight(s)),
                     dur,
                     communicating,
                 )

@@ -58,7 +58,7 @@ impl<S: Slots> State<S> {
     ) {
         match &self.flows {
             Some(f) if f.cores_shared() => {
-                self.run_shared_cpu_work(ctx, done, ranks, (dur_ns, weight))
+                self.run_shared_cpu_work(ctx, done, ranks, dur_ns, weight)
             }
             _ => self.schedule(dur_ns, done.0, done.1),
         }
@@ -72,7 +72,8 @@ impl<S: Slots> State<S> {
         ctx: &Ctx,
         done: (u32, u32),
         ranks: &[u32],
-        (dur_ns, weight): (u64, f64),
+        dur_ns: u64,
+        weight: f64,
     ) {
         if let Some(f) = self.flows.as_mut() {
             let cpus: Vec<u32> = ranks.iter().map(|&r| f.cpu_of(ctx.plan, r)).collect();
@@ -93,9 +94,10 @@ impl<S: Slots> State<S> {
     }
 }
 
-/// The share of a shared core that CPU work on stream `s` gets against a transfer's: the host
-/// backend runs the compute stream's ops (its allocations and frees too) on its lower-priority
-/// compute thread, and every other stream's at the process's priority.
+/// The share of a shared core that work on stream `s` (a compute op, an allocation, a free)
+/// gets against a transfer's: the host backend runs the compute stream's ops on its
+/// lower-priority compute thread, and every other stream's at the process's priority. The one
+/// place the engine decides it.
 pub(super) fn thread_weight(s: usize) -> f64 {
     if s == crate::schedule::Stream::Compute.index() {
         crate::cost::host_compute_weight()
