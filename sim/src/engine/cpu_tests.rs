@@ -319,6 +319,17 @@ fn span_of(r: &SimResult, rank: u32, op: u32) -> Option<(u64, u64)> {
         .map(|e| (e.start_ns, e.end_ns))
 }
 
+/// Rank 0's op `op` ended within a nanosecond of `expected_ns` (rates in weighted shares are
+/// not whole nanoseconds).
+fn assert_ends_near(r: &SimResult, op: u32, expected_ns: f64) {
+    let want = expected_ns.round() as u64;
+    let (_, end) = span_of(r, 0, op).unwrap();
+    assert!(
+        end.abs_diff(want) <= 1,
+        "op {op} ended at {end}, expected {want}"
+    );
+}
+
 #[test]
 fn a_core_weighs_compute_work_as_the_runtime_weighs_its_thread() {
     // As `the_op_holding_a_core_shares_it_with_transfers`, but read at the collective's end:
@@ -332,21 +343,11 @@ fn a_core_weighs_compute_work_as_the_runtime_weighs_its_thread() {
     let (progs, f, c0) = compute_beside_all_reduce(1000, 1000);
     let s = per_rank(progs);
     let r = run(&plan, &s, Some(1));
-    let ar_end = (1000.0 * (2.0 + w)).round() as u64;
-    let (_, end) = span_of(&r, 0, c0).unwrap();
-    assert!(
-        end.abs_diff(ar_end) <= 1,
-        "all-reduce ended at {end}, expected {ar_end}"
-    );
+    assert_ends_near(&r, c0, 1000.0 * (2.0 + w));
     assert_eq!(span_of(&r, 0, f), Some((0, 3000)));
     // A core of its own for each rank: the op and rank 0's side share core 0 by weight.
     let r = run(&plan, &s, Some(2));
-    let (_, end) = span_of(&r, 0, c0).unwrap();
-    let ar_end = (1000.0 * (1.0 + w)).round() as u64;
-    assert!(
-        end.abs_diff(ar_end) <= 1,
-        "all-reduce ended at {end}, expected {ar_end}"
-    );
+    assert_ends_near(&r, c0, 1000.0 * (1.0 + w));
     assert_eq!(span_of(&r, 0, f).map(|s| s.1), Some(2000));
 }
 
@@ -380,11 +381,6 @@ fn an_allocation_weighs_as_the_thread_of_its_stream() {
     let mut progs = all_reduce_programs(1, 1000);
     progs.insert(0, r0.build());
     let r = simulate(&plan, &per_rank(progs), &cost, &opts).unwrap();
-    let ar_end = (1000.0 * (2.0 + w)).round() as u64;
-    let (_, end) = span_of(&r, 0, c0).unwrap();
-    assert!(
-        end.abs_diff(ar_end) <= 1,
-        "all-reduce ended at {end}, expected {ar_end}"
-    );
+    assert_ends_near(&r, c0, 1000.0 * (2.0 + w));
     assert_eq!(span_of(&r, 0, a), Some((0, 3000)));
 }
