@@ -141,6 +141,7 @@ fn command_line() -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    super::output::check_file(Some(&args.output), "--output")?;
     if !args.from_nccl_tests.is_empty() {
         return import(&args);
     }

@@ -162,6 +162,7 @@ fn display(p: &Path) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    super::output::check_file(args.out.as_deref(), "--out")?;
     let inputs = match read_inputs(&args) {
         Ok(i) => i,
         Err(err) => {

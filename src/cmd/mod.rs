@@ -4,6 +4,7 @@ pub mod bench;
 // issue 6: calibration
 pub mod calibrate;
 pub mod doctor;
+pub mod output;
 pub mod run;
 pub mod simulate;
 pub mod validate;
@@ -39,6 +40,7 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
     if err.chain().any(|c| {
         c.downcast_ref::<ScenarioError>().is_some()
             || c.downcast_ref::<twin_sim::profile::GpuMismatch>().is_some()
+            || c.downcast_ref::<output::OutputError>().is_some()
     }) {
         ExitCode::from(2)
     } else {
@@ -46,24 +48,4 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
     }
 }
 
-/// Write `text` to `path` atomically (temp file + rename), so a crash never leaves half a file.
-pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
-    use anyhow::Context;
-    use std::io::Write;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let mut f =
-        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    f.write_all(text.as_bytes())
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    f.sync_all().ok();
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
-}
+pub use output::write_atomic;

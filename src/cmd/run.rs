@@ -191,6 +191,12 @@ fn timeout(c: &Common) -> anyhow::Result<Duration> {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let c = &args.common;
+    super::output::check_file(c.trace.as_deref(), "--trace")?;
+    super::output::check_file(c.measures.as_deref(), "--measures")?;
+    super::output::prepare_dir(
+        args.checkpoint.checkpoint_dir.as_deref(),
+        "--checkpoint-dir",
+    )?;
     let (scenario, _notes, staged) = stage(c)?;
     match args.backend {
         BackendKind::Cuda if staged.plan.world == 1 => run_cuda(&scenario, &staged, c),

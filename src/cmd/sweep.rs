@@ -218,6 +218,7 @@ impl Progress {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    super::output::check_file(args.out.as_deref(), "--out")?;
     let t0 = Instant::now();
     let result = if !args.merge.is_empty() {
         match read_parts(&args.merge) {

@@ -252,6 +252,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             format: args.format,
         });
     }
+    super::output::prepare_dir(args.trace_dir.as_deref(), "--trace-dir")?;
     let thresholds = thresholds(&args);
     let scenario = load_scenario(&args.scenario, &args.overrides)?;
     let profile_path = args
