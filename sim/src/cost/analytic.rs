@@ -236,6 +236,21 @@ impl CostModel for Analytic {
         self.compute_with(op, false)
     }
 
+    fn models_operand_residency(&self) -> bool {
+        self.gemm.operands.is_some()
+    }
+
+    fn operand_residency(&self, op: &ComputeOp) -> Option<crate::engine::Residency> {
+        let cache_bytes = self.gemm.operands?.cache_bytes;
+        Some(crate::engine::Residency {
+            working_set_bytes: Self::working_set_bytes(op, op.dtype.bytes()),
+            cache_bytes,
+            reload_ns: self
+                .compute_with(op, true)
+                .saturating_sub(self.compute_with(op, false)),
+        })
+    }
+
     fn collective_ns(&self, kind: CollectiveKind, group: &Group, bytes: u64, calls: u32) -> u64 {
         let shape = GroupShape {
             ranks: group.members.len() as u32,
@@ -416,6 +431,35 @@ mod tests {
             ..load
         });
         assert_eq!(model.compute_ns(0, &op), evicted);
+    }
+
+    #[test]
+    fn an_ops_residency_is_its_working_set_and_what_reloading_its_operands_adds() {
+        let mut model = Analytic::new(&small_scenario(1, 1, 1, 1));
+        let mut op = gemm_op(64, 1024, 256, 3);
+        op.dtype = Precision::Fp32;
+        op.memory_bytes = 12 << 10;
+        assert!(!model.models_operand_residency());
+        assert_eq!(model.operand_residency(&op), None, "no operand term (GPUs)");
+        let ws = Analytic::working_set_bytes(&op, 4);
+        model.gemm.operands = Some(crate::cost::OperandLoad {
+            bytes_per_s: 10e9,
+            cache_bytes: ws,
+        });
+        assert!(model.models_operand_residency());
+        let r = model.operand_residency(&op).unwrap();
+        assert_eq!((r.working_set_bytes, r.cache_bytes), (ws, ws));
+        assert_eq!(
+            r.reload_ns,
+            model.compute_evicted_ns(&op) - model.compute_ns(0, &op)
+        );
+        assert!(r.reload_ns > 0);
+        // An op that outgrows the cache is priced loading its operands already.
+        model.gemm.operands = Some(crate::cost::OperandLoad {
+            bytes_per_s: 10e9,
+            cache_bytes: ws - 1,
+        });
+        assert_eq!(model.operand_residency(&op).unwrap().reload_ns, 0);
     }
 
     #[test]

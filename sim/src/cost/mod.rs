@@ -60,6 +60,17 @@ pub trait CostModel: Send + Sync {
     fn wake(&self) -> Option<crate::engine::Wake> {
         None
     }
+    /// Whether [`CostModel::operand_residency`] can return anything (host profiles with a GEMM
+    /// operand term); false spares the engine its bookkeeping.
+    fn models_operand_residency(&self) -> bool {
+        false
+    }
+    /// A compute op's working set, the private cache it competes for, and what reloading its
+    /// operands adds when other work evicted them (`engine::residency`); `None`: caches are
+    /// not modelled (GPUs).
+    fn operand_residency(&self, _op: &ComputeOp) -> Option<crate::engine::Residency> {
+        None
+    }
     /// True when `compute_ns` does not depend on `rank`: the engine then computes each
     /// program's compute durations once instead of once per rank. Defaults to false, so a
     /// model that adds stragglers is never cached by accident.

@@ -21,6 +21,10 @@ mod deadlock;
 mod flow;
 mod jitter;
 pub use jitter::Interruptions;
+mod residency;
+pub use residency::Residency;
+#[cfg(test)]
+mod residency_tests;
 mod wake;
 pub use wake::Wake;
 #[cfg(test)]

@@ -23,6 +23,7 @@ use super::jitter::Jitter;
 use super::memo::{CollectiveMemo, P2pMemo};
 use super::memory::RankMem;
 use super::queue::EventQueue;
+use super::residency::Residencies;
 use super::share::CoreShare;
 use super::turns::Turns;
 use super::wake::{CoreIdle, Wake};
@@ -183,6 +184,9 @@ pub(crate) struct State<S: Slots> {
     jitter: Option<Jitter>,
     /// The profile's wake-up cost and each core's idle time (see `engine::wake`).
     waking: Option<(Wake, CoreIdle)>,
+    /// GEMM operands evicted from cores' private caches (see `engine::residency`); `None`
+    /// unless the cost model prices it.
+    residency: Option<Residencies>,
     /// Compute ops taking turns on shared cores (see `engine::turns`); `None` unless ranks
     /// share cores.
     turns: Option<Turns>,
@@ -247,6 +251,13 @@ impl<S: Slots> State<S> {
                 .zip(ctx.cost.interruptions())
                 .map(|(seed, model)| Jitter::new(seed, model)),
             waking: ctx.cost.wake().map(|w| (w, CoreIdle::default())),
+            residency: if ctx.cost.models_operand_residency() {
+                Residencies::new(ctx.schedule.programs.iter(), |c| {
+                    ctx.cost.operand_residency(c)
+                })
+            } else {
+                None
+            },
             turns: ctx.cost.shared_cores().map(|_| Turns::default()),
             slots: std::marker::PhantomData,
             trace: ctx.opts.trace.then(|| Trace {
@@ -320,6 +331,10 @@ impl<S: Slots> State<S> {
     fn begin_compute(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) {
         let r = slot;
         let prog = ctx.prog(rank as usize);
+        let reload_ns = match self.residency {
+            Some(_) => self.operand_reload_ns(ctx, rank, slot, s),
+            None => 0,
+        };
         let rs = &mut self.ranks[r];
         let op_idx = rs.streams[s].cursor;
         let op = &prog.ops[op_idx as usize];
@@ -328,7 +343,7 @@ impl<S: Slots> State<S> {
         let mut dur = match op.cached_ns {
             Some(ns) => ns,
             None => compute_ns_uncached(ctx, rank, op.index),
-        };
+        } + reload_ns;
         if let Some(j) = &mut self.jitter {
             dur = dur.saturating_add(j.delay_ns(dur));
         }

@@ -1,6 +1,6 @@
 //! The engine's handling of shared CPU cores (the host model): which core a rank runs on,
-//! CPU work of transfers and allocations shared with compute by weight, the compute turns and
-//! the cores' idle time for wake-ups. Split from `run`, whose event loop reads on its own;
+//! CPU work of transfers and allocations shared with compute by weight, the compute turns, the
+//! cores' idle time for wake-ups and what their caches hold (`engine::residency`). Split from `run`, whose event loop reads on its own;
 //! without shared cores (every GPU profile) these reduce to a plain schedule or nothing.
 
 use super::{Slots, State};
@@ -29,6 +29,23 @@ impl<S: Slots> State<S> {
                 idle.finished(core, self.now);
             }
         }
+    }
+
+    /// What the compute op heading stream `s` of `rank` (in `slot`), starting now, pays to
+    /// reload operands that other work evicted from its core's cache (`engine::residency`).
+    /// Out of line: only host profiles have it.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn operand_reload_ns(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) -> u64 {
+        let cursor = self.ranks[slot].streams[s].cursor;
+        let Some(op) = ctx.prog(rank as usize).ops.get(cursor as usize) else {
+            return 0;
+        };
+        let core = self.core_of(ctx, rank);
+        let program = ctx.prog_of.get(rank as usize).map_or(0, |&p| p as usize);
+        self.residency
+            .as_mut()
+            .map_or(0, |r| r.start(core, rank, program, op.index))
     }
 
     /// What a transfer into `ranks` adds for their cores' wake-up (`engine::wake`): the most
