@@ -2,7 +2,7 @@
 //! simulation → report. The CLI, the benchmark, sweeps and the TUI all call this, so they all
 //! predict the same thing.
 
-use crate::cost::{Analytic, CostModel, WithOverlap};
+use crate::cost::Analytic;
 use crate::engine::{simulate_on, SimError, SimOptions, SimResult};
 use crate::plan::{Plan, PlanError};
 use crate::profile::{check_matches, GpuMismatch, Profile};
@@ -35,8 +35,6 @@ pub struct Staged {
     /// The flow-level network when the scenario asks for it (`[cluster.topology] model =
     /// "flow"`); `None` prices transfers per call.
     pub network: Option<Network>,
-    /// The profile's `overlap.compute_slowdown` (0 without a profile or the key).
-    pub overlap_compute_slowdown: f64,
 }
 
 impl Staged {
@@ -61,16 +59,12 @@ impl Staged {
         let plan = Plan::new(scenario)?;
         let schedule = generate(scenario, &plan)?;
         let network = Network::for_cluster(&scenario.cluster, &cost.links);
-        let overlap_compute_slowdown = profile
-            .and_then(|p| p.overlap_compute_slowdown.as_ref())
-            .map_or(0.0, |o| o.value);
         Ok(Staged {
             scenario: scenario.clone(),
             plan,
             schedule,
             cost,
             network,
-            overlap_compute_slowdown,
         })
     }
 
@@ -80,19 +74,10 @@ impl Staged {
     }
 
     pub fn simulate(&self, opts: &SimOptions) -> Result<SimResult, PredictError> {
-        let overlap = WithOverlap {
-            inner: &self.cost,
-            compute_slowdown: self.overlap_compute_slowdown,
-        };
-        let cost: &dyn CostModel = if self.overlap_compute_slowdown > 0.0 {
-            &overlap
-        } else {
-            &self.cost
-        };
         Ok(simulate_on(
             &self.plan,
             &self.schedule,
-            cost,
+            &self.cost,
             self.network.as_ref(),
             opts,
         )?)

@@ -90,6 +90,11 @@ pub struct Analytic {
     /// Point-to-point achieved rate per tier when it differs from the collectives' (profile
     /// key `network.{intra,inter}.p2p_bandwidth_bytes_per_s`).
     pub p2p_bandwidth_bytes_per_s: [Option<f64>; 2],
+    /// Fractional slowdown of compute that overlaps its rank's communication (profile key
+    /// `overlap.compute_slowdown`; 0: none, the documented default). A field rather than a
+    /// wrapper model: a wrapper had to forward every other question by hand, and one that it
+    /// did not forward silently took the trait's default (session 11).
+    pub overlap_compute_slowdown: f64,
 }
 
 impl Analytic {
@@ -123,6 +128,7 @@ impl Analytic {
             host_cores: None,
             p2p_latency_ns: [None, None],
             p2p_bandwidth_bytes_per_s: [None, None],
+            overlap_compute_slowdown: 0.0,
         }
     }
 
@@ -234,6 +240,11 @@ impl Analytic {
 impl CostModel for Analytic {
     fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
         self.compute_with(op, false)
+    }
+
+    fn overlap_compute_slowdown(&self) -> f64 {
+        // max also maps NaN to 0.
+        self.overlap_compute_slowdown.max(0.0)
     }
 
     fn models_operand_residency(&self) -> bool {

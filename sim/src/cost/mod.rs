@@ -6,7 +6,6 @@
 mod analytic;
 mod collective;
 mod gemm;
-mod overlap;
 mod threads;
 
 pub use analytic::{
@@ -18,7 +17,6 @@ pub use collective::{
     DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY,
 };
 pub use gemm::{GemmCurve, OperandLoad, DEFAULT_GEMM_CURVE};
-pub use overlap::WithOverlap;
 pub use threads::{cfs_relative_weight, host_compute_weight, HOST_COMPUTE_NICE};
 
 use crate::plan::{Group, Plan};

@@ -129,7 +129,7 @@ pub struct Profile {
     pub algorithm: Option<Algorithm>,
     /// Fractional slowdown of compute that overlaps communication (SM and HBM contention);
     /// absent means none (the documented default). The engine slows the overlapping part of
-    /// a compute op by it (`cost::WithOverlap`, docs/profiles.md).
+    /// a compute op by it (`Analytic::overlap_compute_slowdown`, docs/profiles.md).
     pub overlap_compute_slowdown: Option<Param>,
     /// Per-rank checkpoint write bandwidth; absent means
     /// [`crate::cost::DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S`].
@@ -299,6 +299,7 @@ impl Analytic {
                 .host_cores
                 .as_ref()
                 .map(|c| u32::try_from(whole(c)).unwrap_or(u32::MAX)),
+            overlap_compute_slowdown: p.overlap_compute_slowdown.as_ref().map_or(0.0, |o| o.value),
         }
     }
 }

@@ -299,6 +299,16 @@ fn optional_sections_and_fit_quality() {
         p.overlap_compute_slowdown.as_ref().map(|o| o.value),
         Some(0.1)
     );
+    // The cost model carries it to the engine; without the key it is 0.
+    let s1 = small_scenario(8, 1, 1, 1);
+    assert_eq!(
+        Analytic::from_profile(&s1, &p).overlap_compute_slowdown(),
+        0.1
+    );
+    assert_eq!(
+        Analytic::from_profile(&s1, &a100()).overlap_compute_slowdown(),
+        0.0
+    );
     assert_eq!(p.fit.as_ref().map(|f| f.samples), Some(40));
     let s = small_scenario(8, 1, 1, 1);
     assert_eq!(
