@@ -4,16 +4,17 @@
 //! model prices it warm (`cost::Analytic`, `gemm.operand_*`). Two things break that:
 //! - the step's first op runs after the previous step's optimizer, whose pass streamed the
 //!   model state through the cache: in `single.toml` and `pp.toml` the first forward op ran
-//!   25-105 µs over its warm price, about one operand load (docs/validation.md, sessions 10
-//!   and 11);
+//!   25-105 µs over its warm price (docs/validation.md, sessions 10 and 11);
 //! - on a shared core another rank's op ran in between, on its own workspace.
 //!
-//! The engine keeps, per core, the last compute op's rank and working set, and charges a
-//! fraction of the op's operand reload (`CostModel::operand_residency`) as an LRU cache of
-//! the profile's size would lose them: after the same rank's op, what that op touched beyond
-//! the cache; after another rank's op, what the two working sets together exceed it by. At a
-//! step's start a core's last op is taken to be its rank's last compute op of the step (the
-//! optimizer), as in the steady state of a run.
+//! The engine keeps, per core, the last compute op's rank and working set, and charges the
+//! fraction of the op's reload (`CostModel::operand_residency`) an LRU cache of the profile's
+//! size would have lost: after the same rank's op, what that op's working set exceeds the cache
+//! by (the two share the workspace); after another rank's op, what the two working sets
+//! together exceed it by. At a step's start a core's last op is taken to be its rank's last
+//! compute op of the step (the optimizer), as in the steady state of a run. Timed through the
+//! backend after growing amounts of other traffic, an op slowed from where the two together
+//! passed the L2 and levelled off at about the reload the cost model charges.
 
 /// What the cost model says about one compute op's operands (`CostModel::operand_residency`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

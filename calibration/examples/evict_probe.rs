@@ -1,0 +1,74 @@
+//! How much longer one compute op of a scenario runs after other traffic evicted its operands
+//! (docs/validation.md, session 11: the evidence for the engine's operand residency model).
+//! The op runs through the host backend's own `Workspace` on a pinned core: once to warm it,
+//! then, after writing X bytes of other data, timed; 60 rounds over every X.
+//!
+//!   cargo run --release -p twin-calibration --example evict_probe -- scenarios/host/single.toml 1
+//!
+//! The second argument picks the compute op of rank 0's program (0-based, compute ops only).
+
+use std::error::Error;
+use std::time::Instant;
+use twin_sim::schedule::OpKind;
+
+const ROUNDS: usize = 60;
+const SIZES_KIB: [usize; 11] = [0, 256, 512, 768, 1024, 1536, 2048, 3072, 4096, 8192, 65536];
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let mut args = std::env::args().skip(1);
+    let path = args
+        .next()
+        .ok_or("usage: evict_probe SCENARIO [COMPUTE_OP]")?;
+    let which: usize = match args.next() {
+        Some(s) => s.parse().map_err(|e| format!("COMPUTE_OP {s:?}: {e}"))?,
+        None => 0,
+    };
+    let s = twin_sim::scenario::load(std::path::Path::new(&path), &[])?;
+    let plan = twin_sim::plan::Plan::new(&s)?;
+    let schedule = twin_sim::schedule::generate(&s, &plan)?;
+    let program = schedule
+        .programs
+        .first()
+        .ok_or("the schedule has no program")?;
+    let op = program
+        .ops
+        .iter()
+        .filter_map(|o| match &o.kind {
+            OpKind::Compute(c) => Some(c.clone()),
+            _ => None,
+        })
+        .nth(which)
+        .ok_or_else(|| format!("rank 0 has no compute op {which}"))?;
+    let shapes: Vec<_> = op.gemms.iter().map(|g| (g.m, g.n, g.k, g.count)).collect();
+    println!(
+        "compute op {which}: GEMMs (m, n, k, count) {shapes:?}, memory pass {} B",
+        op.memory_bytes
+    );
+    let mut ws = twin_calibration::bench::compute::workspace_for(std::slice::from_ref(&op));
+    twin_runtime::launch::affinity::pin_rank(0);
+    let mut other = vec![0u8; SIZES_KIB[SIZES_KIB.len() - 1] << 10];
+    let mut times_us = vec![Vec::with_capacity(ROUNDS); SIZES_KIB.len()];
+    for round in 0..ROUNDS {
+        for (i, &kib) in SIZES_KIB.iter().enumerate() {
+            ws.run(&op);
+            for (j, x) in other[..kib << 10].iter_mut().enumerate().step_by(64) {
+                *x = (j + round) as u8;
+            }
+            std::hint::black_box(&other);
+            let t = Instant::now();
+            ws.run(&op);
+            times_us[i].push(t.elapsed().as_nanos() as f64 / 1e3);
+        }
+    }
+    for (kib, mut v) in SIZES_KIB.iter().zip(times_us) {
+        v.sort_by(f64::total_cmp);
+        let q = |f: f64| v[((v.len() - 1) as f64 * f) as usize];
+        println!(
+            "after {kib:6} KiB of other traffic: median {:7.1} us (quartiles {:.1}-{:.1})",
+            q(0.5),
+            q(0.25),
+            q(0.75)
+        );
+    }
+    Ok(())
+}
