@@ -1,54 +1,14 @@
 //! The engine's use of operand residency (`engine::residency`): which compute ops pay to
 //! reload operands that other work pushed out of their core's cache, end to end through a
-//! simulated step. The cost model here reads an op's working set off its `memory_bytes`.
+//! simulated step. The cost model here ([`SharedCores`] with `residency`) reads an op's
+//! working set off its `memory_bytes`.
 
 use super::testkit::*;
 use super::*;
-use crate::plan::Group;
-use crate::schedule::{CollectiveKind, ComputeOp, OpKind, Program};
+use crate::schedule::{OpKind, Program};
 
 const CACHE_BYTES: u64 = 1000;
 const RELOAD_NS: u64 = 100;
-
-/// [`SharedCores`] whose compute ops have the working set `memory_bytes` in a cache of
-/// `CACHE_BYTES`, and reload in `RELOAD_NS` (nothing for an op that outgrows the cache: it
-/// loads its operands anyway, as `cost::Analytic` prices it).
-struct Cached {
-    inner: SharedCores,
-    on: bool,
-}
-
-impl CostModel for Cached {
-    fn compute_ns(&self, rank: u32, op: &ComputeOp) -> u64 {
-        self.inner.compute_ns(rank, op)
-    }
-    fn collective_ns(&self, k: CollectiveKind, g: &Group, bytes: u64, calls: u32) -> u64 {
-        self.inner.collective_ns(k, g, bytes, calls)
-    }
-    fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64 {
-        self.inner.p2p_ns(plan, src, dst, bytes)
-    }
-    fn checkpoint_ns(&self, bytes: u64) -> u64 {
-        bytes
-    }
-    fn compute_is_rank_invariant(&self) -> bool {
-        true
-    }
-    fn shared_cores(&self) -> Option<u32> {
-        self.inner.cores
-    }
-    fn models_operand_residency(&self) -> bool {
-        self.on
-    }
-    fn operand_residency(&self, op: &ComputeOp) -> Option<Residency> {
-        let ws = op.memory_bytes;
-        Some(Residency {
-            working_set_bytes: ws,
-            cache_bytes: CACHE_BYTES,
-            reload_ns: if ws > CACHE_BYTES { 0 } else { RELOAD_NS },
-        })
-    }
-}
 
 /// One program of 100 ns compute ops in a chain, with these working sets.
 fn chain(working_sets: &[u64]) -> Program {
@@ -69,12 +29,10 @@ fn chain(working_sets: &[u64]) -> Program {
 
 /// Each op's (start, end) per rank, on `cores` shared cores (`None`: a device per rank).
 fn spans(plan: &Plan, progs: Vec<Program>, cores: Option<u32>, on: bool) -> Vec<Vec<(u64, u64)>> {
-    let cost = Cached {
-        inner: SharedCores {
-            cores,
-            ..SharedCores::default()
-        },
-        on,
+    let cost = SharedCores {
+        cores,
+        residency: on.then_some((CACHE_BYTES, RELOAD_NS)),
+        ..SharedCores::default()
     };
     let opts = SimOptions {
         trace: true,

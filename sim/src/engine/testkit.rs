@@ -55,7 +55,9 @@ impl CostModel for FixedCost {
 /// A plan of `tp * pp * dp` A100s (8 per node), `microbatches` per pipeline.
 /// [`FixedCost`] on a host: ranks share `cores` CPU cores, compute overlapping communication
 /// is slowed by `slowdown`, an allocation takes `alloc_ns_per_byte` ns per byte and a free
-/// `free_ns`.
+/// `free_ns`. With `residency = Some((cache_bytes, reload_ns))` a compute op's working set is
+/// its `memory_bytes`, in a private cache of `cache_bytes`, and reloading its operands takes
+/// `reload_ns` (nothing for an op that outgrows the cache, as `cost::Analytic` prices it).
 #[derive(Default)]
 pub(crate) struct SharedCores {
     pub cores: Option<u32>,
@@ -63,6 +65,7 @@ pub(crate) struct SharedCores {
     pub alloc_ns_per_byte: u64,
     pub free_ns: u64,
     pub wake: Option<crate::engine::Wake>,
+    pub residency: Option<(u64, u64)>,
 }
 
 impl CostModel for SharedCores {
@@ -86,6 +89,18 @@ impl CostModel for SharedCores {
     }
     fn wake(&self) -> Option<crate::engine::Wake> {
         self.wake
+    }
+    fn models_operand_residency(&self) -> bool {
+        self.residency.is_some()
+    }
+    fn operand_residency(&self, op: &ComputeOp) -> Option<crate::engine::Residency> {
+        let (cache_bytes, reload_ns) = self.residency?;
+        let ws = op.memory_bytes;
+        Some(crate::engine::Residency {
+            working_set_bytes: ws,
+            cache_bytes,
+            reload_ns: if ws > cache_bytes { 0 } else { reload_ns },
+        })
     }
     fn compute_is_rank_invariant(&self) -> bool {
         true
