@@ -343,7 +343,8 @@ impl<S: Slots> State<S> {
         let mut dur = match op.cached_ns {
             Some(ns) => ns,
             None => compute_ns_uncached(ctx, rank, op.index),
-        } + reload_ns;
+        }
+        .saturating_add(reload_ns);
         if let Some(j) = &mut self.jitter {
             dur = dur.saturating_add(j.delay_ns(dur));
         }

@@ -1,7 +1,8 @@
 //! The engine's handling of shared CPU cores (the host model): which core a rank runs on,
 //! CPU work of transfers and allocations shared with compute by weight, the compute turns, the
-//! cores' idle time for wake-ups and what their caches hold (`engine::residency`). Split from `run`, whose event loop reads on its own;
-//! without shared cores (every GPU profile) these reduce to a plain schedule or nothing.
+//! cores' idle time for wake-ups and what their caches hold (`engine::residency`). Split from
+//! `run`, whose event loop reads on its own; without shared cores (every GPU profile) these
+//! reduce to a plain schedule or nothing.
 
 use super::{Slots, State};
 use crate::engine::context::Ctx;
