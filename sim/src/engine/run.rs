@@ -331,13 +331,13 @@ impl<S: Slots> State<S> {
     fn begin_compute(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) {
         let r = slot;
         let prog = ctx.prog(rank as usize);
+        let op_idx = self.ranks[r].streams[s].cursor;
+        let op = &prog.ops[op_idx as usize];
         let reload_ns = match self.residency {
-            Some(_) => self.operand_reload_ns(ctx, rank, slot, s),
+            Some(_) => self.operand_reload_ns(ctx, rank, op.index),
             None => 0,
         };
         let rs = &mut self.ranks[r];
-        let op_idx = rs.streams[s].cursor;
-        let op = &prog.ops[op_idx as usize];
         let now = self.now;
         rs.streams[s].start_ns = now;
         let mut dur = match op.cached_ns {

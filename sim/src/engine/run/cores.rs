@@ -32,21 +32,17 @@ impl<S: Slots> State<S> {
         }
     }
 
-    /// What the compute op heading stream `s` of `rank` (in `slot`), starting now, pays to
-    /// reload operands that other work evicted from its core's cache (`engine::residency`).
-    /// Out of line: only host profiles have it.
+    /// What compute op `op` (IR index) of `rank`, starting now, pays to reload operands that
+    /// other work evicted from its core's cache (`engine::residency`). Out of line: only host
+    /// profiles have it.
     #[cold]
     #[inline(never)]
-    pub(super) fn operand_reload_ns(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) -> u64 {
-        let cursor = self.ranks[slot].streams[s].cursor;
-        let Some(op) = ctx.prog(rank as usize).ops.get(cursor as usize) else {
-            return 0;
-        };
+    pub(super) fn operand_reload_ns(&mut self, ctx: &Ctx, rank: u32, op: u32) -> u64 {
         let core = self.core_of(ctx, rank);
         let program = ctx.prog_of.get(rank as usize).map_or(0, |&p| p as usize);
         self.residency
             .as_mut()
-            .map_or(0, |r| r.start(core, rank, program, op.index))
+            .map_or(0, |r| r.start(core, rank, program, op))
     }
 
     /// What a transfer into `ranks` adds for their cores' wake-up (`engine::wake`): the most
