@@ -1,12 +1,12 @@
 //! The host backend: runs a rank's program for real on the CPU and over TCP. `enqueue` only
-//! records ops; `finish_step` runs them with one thread per stream, so ops on different
-//! streams overlap for real while each stream stays FIFO; an op starts when its deps are done,
+//! records ops; `finish_step` runs them on one long-lived thread per stream (`streams`), so
+//! ops on different streams overlap for real while each stream stays FIFO; an op starts when its deps are done,
 //! and p2p / collective rendezvous happens on the wire (a receive blocks until the peer
 //! sends). Times are taken on the cluster-aligned clock. The first failure stops every
 //! stream (sockets are shut down) and is returned naming the op.
 //!
-//! A little over the ~600-line guide: `execute` (one match arm per op kind) is the backend's
-//! contract in one place; compute, memory, model state and faults are their own files.
+//! `run_op` (one match arm per op kind) is the backend's contract in one place; the stream
+//! threads, compute, memory, model state and faults are their own files.
 
 mod compute;
 mod data;
@@ -15,6 +15,7 @@ mod memory;
 mod priority;
 pub mod state;
 mod step;
+mod streams;
 pub mod turns;
 
 pub use compute::Workspace;
@@ -30,11 +31,10 @@ use crate::launch::inject::KillPoint;
 use crate::launch::progress::Progress;
 use crate::transport::collective::{self, Ring};
 use crate::transport::mesh::{lane_of, Mesh};
-use crate::transport::store::{sleep_until, Clock};
+use crate::transport::store::Clock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use step::{StepState, NONE};
+use std::sync::{Arc, Mutex, OnceLock};
+use step::StepState;
 use twin_sim::plan::{Plan, RankId};
 use twin_sim::schedule::{CollectiveKind, Op, OpKind, Phase, Program, Stream};
 
@@ -69,25 +69,30 @@ struct Queued {
 }
 
 pub struct HostBackend {
-    mesh: Arc<Mesh>,
-    clock: Clock,
-    abort: Arc<AbortSignal>,
-    fault: Option<Fault>,
+    shared: Arc<Shared>,
     /// Steps run so far (faults fire in the first).
     steps: u32,
+    /// The global step (counted across restarts) the next step runs.
+    global_step: u64,
     queued: Vec<Queued>,
-    workspace: Option<Mutex<Workspace>>,
-    held: Mutex<Held>,
     last_peak: HeldPeak,
-    progress: Option<Progress>,
     /// When the last step began, on the aligned clock; timings are relative to it.
     step_origin_ns: u64,
     /// When the next step's stream threads start, on the aligned clock (`start_at`).
     start_at_ns: Option<u64>,
+    streams: streams::Streams,
+}
+
+/// What the rank's stream threads share for the whole run.
+struct Shared {
+    mesh: Arc<Mesh>,
+    clock: Clock,
+    abort: Arc<AbortSignal>,
+    fault: Option<Fault>,
+    workspace: OnceLock<Mutex<Workspace>>,
+    held: Mutex<Held>,
     /// The rank's weights and optimizer state, kept across steps.
     state: Mutex<ModelState>,
-    /// The global step (counted across restarts) the next step runs.
-    global_step: u64,
     /// Injected kills of this rank, and where to say that one fires.
     kills: Vec<KillPoint>,
     events: Option<Arc<EventLog>>,
@@ -95,6 +100,20 @@ pub struct HostBackend {
     data: data::DataCache,
     /// This rank's core's turns, when ranks share cores (see `turns`).
     turns: Option<turns::CoreTurns>,
+    progress: Option<Progress>,
+}
+
+/// One step, as every stream thread sees it.
+struct Job {
+    shared: Arc<Shared>,
+    queued: Vec<Queued>,
+    /// Each stream's ops, as indices into `queued`.
+    by_stream: Vec<Vec<usize>>,
+    st: StepState,
+    start_at_ns: Option<u64>,
+    /// Whether this is the backend's first step (injected faults fire in it).
+    first_step: bool,
+    global_step: u64,
 }
 
 impl HostBackend {
@@ -105,48 +124,58 @@ impl HostBackend {
         fault: Option<Fault>,
     ) -> HostBackend {
         HostBackend {
-            mesh,
-            clock,
-            abort,
-            fault,
+            shared: Arc::new(Shared {
+                mesh,
+                clock,
+                abort,
+                fault,
+                workspace: OnceLock::new(),
+                held: Mutex::new(Held::default()),
+                state: Mutex::new(ModelState::new(0, 0)),
+                kills: Vec::new(),
+                events: None,
+                data: data::DataCache::default(),
+                turns: None,
+                progress: None,
+            }),
             steps: 0,
+            global_step: 0,
             queued: Vec::new(),
-            workspace: None,
-            held: Mutex::new(Held::default()),
             last_peak: HeldPeak::default(),
-            progress: None,
             step_origin_ns: 0,
             start_at_ns: None,
-            state: Mutex::new(ModelState::new(0, 0)),
-            global_step: 0,
-            kills: Vec::new(),
-            events: None,
-            data: data::DataCache::default(),
-            turns: None,
+            streams: streams::Streams::default(),
         }
     }
 
-    /// Take turns with the other ranks bound to this rank's core (see `turns`).
-    pub fn with_turns(mut self, turns: Option<turns::CoreTurns>) -> HostBackend {
-        self.turns = turns;
+    /// Change what the stream threads share. Between steps the backend holds the only
+    /// reference to it (a stream thread lets go of a step before it replies), so the builders
+    /// below, called before the first step, always apply.
+    fn configure(mut self, f: impl FnOnce(&mut Shared)) -> HostBackend {
+        match Arc::get_mut(&mut self.shared) {
+            Some(shared) => f(shared),
+            None => debug_assert!(false, "a host backend configured while a step runs"),
+        }
         self
+    }
+
+    /// Take turns with the other ranks bound to this rank's core (see `turns`).
+    pub fn with_turns(self, turns: Option<turns::CoreTurns>) -> HostBackend {
+        self.configure(|s| s.turns = turns)
     }
 
     /// Seed the model state (a fresh state of this rank, from the scenario seed).
     pub fn with_seed(self, seed: u64) -> HostBackend {
-        let rank = self.mesh.rank;
-        HostBackend {
-            state: Mutex::new(ModelState::new(seed, rank)),
-            ..self
-        }
+        self.configure(|s| s.state = Mutex::new(ModelState::new(seed, s.mesh.rank)))
     }
 
     /// Kill this process (SIGKILL) at these points, recording each in `events` first.
-    pub fn with_kills(mut self, kills: Vec<KillPoint>, events: Option<Arc<EventLog>>) -> Self {
-        let rank = self.mesh.rank;
-        self.kills = kills.into_iter().filter(|k| k.rank == rank).collect();
-        self.events = events;
-        self
+    pub fn with_kills(self, kills: Vec<KillPoint>, events: Option<Arc<EventLog>>) -> Self {
+        self.configure(|s| {
+            let rank = s.mesh.rank;
+            s.kills = kills.into_iter().filter(|k| k.rank == rank).collect();
+            s.events = events;
+        })
     }
 
     /// The global step the next step runs (the optimizer update and kills depend on it).
@@ -156,9 +185,7 @@ impl HostBackend {
 
     /// The model state (to checkpoint, restore or digest it between steps).
     pub fn state(&self) -> Result<std::sync::MutexGuard<'_, ModelState>, RuntimeError> {
-        self.state
-            .lock()
-            .map_err(|_| RuntimeError::Aborted("model state poisoned".into()))
+        self.shared.state()
     }
 
     /// When the last step began on the aligned (rank 0) clock: add it to the step's timings
@@ -168,19 +195,18 @@ impl HostBackend {
     }
 
     /// Start the next step's stream threads at `t_ns` on the aligned clock: each sleeps until
-    /// then after it is spawned. Every rank's setup (queueing the ops, spawning the threads)
-    /// is then done before the step starts, and ranks that share a core start together. When
-    /// the main thread waited for the start instead, the first rank on a core ran its setup and
-    /// its first ops before the second got the core: on `dp-pp-zero.toml` (two ranks per core)
-    /// ranks 2 and 3 started 1.4-1.7 ms after ranks 0 and 1 in every step.
+    /// then after it gets the step. Every rank's setup (queueing the ops, handing them to the
+    /// threads) is then done before the step starts, and ranks that share a core start
+    /// together. When the main thread waited for the start instead, the first rank on a core
+    /// ran its setup and its first ops before the second got the core: on `dp-pp-zero.toml`
+    /// (two ranks per core) ranks 2 and 3 started 1.4-1.7 ms after ranks 0 and 1 in every step.
     pub fn start_at(&mut self, t_ns: u64) {
         self.start_at_ns = Some(t_ns);
     }
 
     /// Record each op's start and end in a progress file (see [`crate::launch::progress`]).
-    pub fn with_progress(mut self, progress: Option<Progress>) -> HostBackend {
-        self.progress = progress;
-        self
+    pub fn with_progress(self, progress: Option<Progress>) -> HostBackend {
+        self.configure(|s| s.progress = progress)
     }
 
     /// A backend for a one-rank world (no peers), on a fresh clock.
@@ -198,20 +224,58 @@ impl HostBackend {
         self.last_peak
     }
 
+    /// The queued ops, as one step for the stream threads.
+    fn job(&mut self) -> Job {
+        let n = self
+            .queued
+            .iter()
+            .map(|q| q.index as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let queued = std::mem::take(&mut self.queued);
+        let mut by_stream: Vec<Vec<usize>> = vec![Vec::new(); Stream::COUNT];
+        for (i, q) in queued.iter().enumerate() {
+            if let Some(s) = by_stream.get_mut(q.op.stream.index()) {
+                s.push(i);
+            }
+        }
+        Job {
+            shared: Arc::clone(&self.shared),
+            queued,
+            by_stream,
+            st: StepState::new(n),
+            start_at_ns: self.start_at_ns.take(),
+            first_step: self.steps == 0,
+            global_step: self.global_step,
+        }
+    }
+}
+
+impl Shared {
+    fn state(&self) -> Result<std::sync::MutexGuard<'_, ModelState>, RuntimeError> {
+        self.state
+            .lock()
+            .map_err(|_| RuntimeError::Aborted("model state poisoned".into()))
+    }
+}
+
+impl Job {
     fn fault_at(&self, index: u32) -> Option<FaultKind> {
-        self.fault
-            .filter(|f| self.steps == 0 && f.rank == self.mesh.rank && f.op == index)
+        let s = &self.shared;
+        s.fault
+            .filter(|f| self.first_step && f.rank == s.mesh.rank && f.op == index)
             .map(|f| f.kind)
     }
 
     /// Carry out an injected kill due at op `index` of this step, if any.
     fn kill_if_due(&self, index: u32) {
-        let due = self
+        let s = &self.shared;
+        let due = s
             .kills
             .iter()
             .find(|k| k.step == self.global_step && k.op == index);
         if let Some(k) = due {
-            if let Some(ev) = &self.events {
+            if let Some(ev) = &s.events {
                 ev.record(&Event::Fault {
                     t_ns: unix_ns(),
                     id: k.id,
@@ -230,22 +294,22 @@ impl HostBackend {
         }
         let corrupt = fault == Some(FaultKind::Corrupt);
         let lane = lane_of(q.op.stream);
-        let me = self.mesh.rank;
+        let me = self.shared.mesh.rank;
         let no_peer = || RuntimeError::Unsupported("p2p op without a resolved peer".into());
         match &q.op.kind {
             OpKind::Compute(c) => {
-                let ws = self
-                    .workspace
-                    .as_ref()
-                    .ok_or_else(|| RuntimeError::Unsupported("compute before prepare".into()))?;
+                let ws =
+                    self.shared.workspace.get().ok_or_else(|| {
+                        RuntimeError::Unsupported("compute before prepare".into())
+                    })?;
                 let mut ws = ws
                     .lock()
                     .map_err(|_| RuntimeError::Aborted("compute workspace poisoned".into()))?;
-                let start = self.clock.now_ns();
+                let start = self.shared.clock.now_ns();
                 if c.phase == Phase::Optimizer {
                     // The state update is part of the op's planned memory traffic: the scratch
                     // pass moves only the rest, so the op does the planned work, not more.
-                    let mut state = self.state()?;
+                    let mut state = self.shared.state()?;
                     let mut rest = c.clone();
                     rest.memory_bytes = c.memory_bytes.saturating_sub(state.update_bytes());
                     ws.run(&rest);
@@ -253,25 +317,29 @@ impl HostBackend {
                 } else {
                     ws.run(c);
                 }
-                Ok((start, self.clock.now_ns()))
+                Ok((start, self.shared.clock.now_ns()))
             }
             OpKind::Send { bytes, tag, .. } => {
                 let peer = q.peer.ok_or_else(no_peer)?;
-                let payload = self.data.p2p(me, *tag, *bytes)?;
-                let start = self.clock.now_ns();
-                self.mesh
+                let payload = self.shared.data.p2p(me, *tag, *bytes)?;
+                let start = self.shared.clock.now_ns();
+                self.shared
+                    .mesh
                     .send(peer, lane, p2p_wire_tag(*tag), &payload, corrupt)?;
-                Ok((start, self.clock.now_ns()))
+                Ok((start, self.shared.clock.now_ns()))
             }
             OpKind::Recv { bytes, tag, .. } => {
                 let peer = q.peer.ok_or_else(no_peer)?;
                 // The transfer starts when the sender's first bytes arrive (the IR's
                 // rendezvous); waiting for them before is idle time, not communication.
-                let issued = self.clock.now_ns();
-                let (got, arrived) = self.mesh.recv(peer, lane, p2p_wire_tag(*tag), *bytes)?;
-                let end = self.clock.now_ns();
-                let start = self.clock.at_ns(arrived).clamp(issued, end);
-                if got != *self.data.p2p(peer, *tag, *bytes)? {
+                let issued = self.shared.clock.now_ns();
+                let (got, arrived) =
+                    self.shared
+                        .mesh
+                        .recv(peer, lane, p2p_wire_tag(*tag), *bytes)?;
+                let end = self.shared.clock.now_ns();
+                let start = self.shared.clock.at_ns(arrived).clamp(issued, end);
+                if got != *self.shared.data.p2p(peer, *tag, *bytes)? {
                     return Err(RuntimeError::WrongResult(format!(
                         "the {bytes} bytes received from rank {peer} (tag {tag}) differ from what it sent"
                     )));
@@ -287,7 +355,7 @@ impl HostBackend {
                 bytes,
                 tag,
             } => {
-                let start = self.clock.now_ns();
+                let start = self.shared.clock.now_ns();
                 let a = Allocation {
                     tag: *tag,
                     category: *category,
@@ -296,24 +364,27 @@ impl HostBackend {
                 };
                 let bad = |message| RuntimeError::Schedule { rank: me, message };
                 let mut held = self
+                    .shared
                     .held
                     .lock()
                     .map_err(|_| RuntimeError::Aborted("memory poisoned".into()))?;
                 if state::is_state(*category, *device) {
                     // Model state: its real buffer persists across steps.
-                    self.state()?
+                    self.shared
+                        .state()?
                         .ensure(*tag, *category, *device, *bytes)
                         .map_err(bad)?;
                     held.account(a, q.index, start).map_err(bad)?;
                 } else {
                     held.alloc(a, q.index, start).map_err(bad)?;
                 }
-                Ok((start, self.clock.now_ns()))
+                Ok((start, self.shared.clock.now_ns()))
             }
             OpKind::Free { tag } => {
-                let start = self.clock.now_ns();
+                let start = self.shared.clock.now_ns();
                 let tag = q.freed.map_or(*tag, |a| a.tag);
-                self.held
+                self.shared
+                    .held
                     .lock()
                     .map_err(|_| RuntimeError::Aborted("memory poisoned".into()))?
                     .free(tag)
@@ -321,12 +392,12 @@ impl HostBackend {
                         rank: me,
                         message: m,
                     })?;
-                Ok((start, self.clock.now_ns()))
+                Ok((start, self.shared.clock.now_ns()))
             }
             OpKind::Checkpoint { bytes } => {
-                let start = self.clock.now_ns();
+                let start = self.shared.clock.now_ns();
                 write_checkpoint(me, *bytes)?;
-                Ok((start, self.clock.now_ns()))
+                Ok((start, self.shared.clock.now_ns()))
             }
         }
     }
@@ -344,24 +415,29 @@ impl HostBackend {
         let mut data = Vec::with_capacity(calls as usize);
         let arrived = std::cell::Cell::new(None);
         for c in 0..calls.max(1) {
-            let mut ring = Ring::new(&self.mesh, members, lane, collective_tag(kind, bytes, c))?;
+            let mut ring = Ring::new(
+                &self.shared.mesh,
+                members,
+                lane,
+                collective_tag(kind, bytes, c),
+            )?;
             ring.corrupt = corrupt;
             ring.arrived = Some(&arrived);
-            data.push(self.data.call(kind, &ring, bytes, c)?);
+            data.push(self.shared.data.call(kind, &ring, bytes, c)?);
             rings.push(ring);
         }
-        let issued = self.clock.now_ns();
+        let issued = self.shared.clock.now_ns();
         let mut outputs = Vec::with_capacity(rings.len());
         for (ring, d) in rings.iter().zip(&data) {
             outputs.push(collective::execute(kind, ring, d.input.clone())?);
         }
-        let end = self.clock.now_ns();
+        let end = self.shared.clock.now_ns();
         // As for a receive: the collective starts when the first neighbour's data arrives
         // (for two members, when both have joined); a member that receives nothing (the
         // broadcast root) started when it issued.
         let start = arrived
             .get()
-            .map_or(issued, |a| self.clock.at_ns(a))
+            .map_or(issued, |a| self.shared.clock.at_ns(a))
             .clamp(issued, end);
         for ((ring, out), d) in rings.iter().zip(&outputs).zip(&data) {
             collective::check(kind, ring, out, &d.expected)?;
@@ -406,110 +482,6 @@ fn collective_tag(kind: CollectiveKind, bytes: u64, call: u32) -> u64 {
     ((kind as u64) << 56) | ((u64::from(call) & 0xff) << 40) | (bytes & 0xff_ffff_ffff)
 }
 
-impl HostBackend {
-    fn wait_deps(&self, st: &StepState, stream: Stream, deps: &[u32]) -> Result<(), ()> {
-        let stop = || st.failed.load(Ordering::SeqCst) || self.abort.raised();
-        let w = st.waiters.get(stream.index()).ok_or(())?;
-        let mut g = w.lock.lock().map_err(|_| ())?;
-        loop {
-            let Some(&missing) = deps.iter().find(|&&d| !st.is_done(d)) else {
-                *g = NONE;
-                return Ok(());
-            };
-            if stop() {
-                *g = NONE;
-                return Err(());
-            }
-            *g = missing;
-            // The timeout only bounds how long an abort from another rank goes unseen.
-            g =
-                w.cv.wait_timeout(g, Duration::from_millis(50))
-                    .map_err(|_| ())?
-                    .0;
-        }
-    }
-
-    /// Whether the stream's next op (`next`, an index into `self.queued`) is an allocation or
-    /// a free whose deps are all done. Such an op runs at once, before the stream thread
-    /// yields: it is microseconds of bookkeeping, as on a GPU stream, where the next queued op
-    /// starts when the last ends. Yielding first put it behind whatever other rank's op held the
-    /// core, up to a GEMM's length, and a free or an allocation waited milliseconds for no work.
-    fn bookkeeping_ready(&self, st: &StepState, next: Option<&usize>) -> bool {
-        next.and_then(|&i| self.queued.get(i)).is_some_and(|q| {
-            matches!(q.op.kind, OpKind::Alloc { .. } | OpKind::Free { .. })
-                && q.op.deps.iter().all(|&d| st.is_done(d))
-        })
-    }
-
-    fn fail(&self, st: &StepState, e: RuntimeError) {
-        if let Ok(mut slot) = st.error.lock() {
-            slot.get_or_insert(e);
-        }
-        st.failed.store(true, Ordering::SeqCst);
-        self.mesh.shutdown_all();
-        st.wake_all();
-    }
-
-    /// Run the ops of one stream (indices into `self.queued`), in order.
-    fn run_stream(&self, st: &StepState, ops: &[usize]) -> Vec<OpTiming> {
-        let mut out = Vec::with_capacity(ops.len());
-        for (n, &i) in ops.iter().enumerate() {
-            let Some(q) = self.queued.get(i) else {
-                continue;
-            };
-            if self.wait_deps(st, q.op.stream, &q.op.deps).is_err() {
-                return out;
-            }
-            // A compute op runs in its core's turn (see `turns`), taken once its deps are done.
-            let turn = match (&self.turns, &q.op.kind) {
-                (Some(t), OpKind::Compute(_)) => {
-                    match t.acquire(|| st.failed.load(Ordering::SeqCst) || self.abort.raised()) {
-                        Some(turn) => Some(turn),
-                        None => return out,
-                    }
-                }
-                _ => None,
-            };
-            if let Some(p) = &self.progress {
-                p.started(q.op.stream, q.index);
-            }
-            let result = self.run_op(q);
-            drop(turn);
-            match result {
-                Ok((start_ns, end_ns)) => {
-                    if let Some(p) = &self.progress {
-                        p.finished(q.op.stream, q.index);
-                    }
-                    out.push(OpTiming {
-                        index: q.index,
-                        start_ns,
-                        end_ns,
-                    });
-                    st.complete(q.index);
-                    if self.bookkeeping_ready(st, ops.get(n + 1)) {
-                        continue;
-                    }
-                    // Let whatever this op made runnable on this core (the stream thread of a
-                    // dependent op, a receiver whose data arrived meanwhile) run now, as a
-                    // GPU's streams run side by side: a busy compute thread would otherwise keep
-                    // the core until it blocks, and a send would wait for the ops after the
-                    // one it depends on (docs/validation.md, session 5).
-                    std::thread::yield_now();
-                }
-                Err(e) => {
-                    let e = match self.abort.reason() {
-                        Some(r) => RuntimeError::Aborted(r),
-                        None => e,
-                    };
-                    self.fail(st, e.at_op(self.mesh.rank, q.index, q.op.name()));
-                    return out;
-                }
-            }
-        }
-        out
-    }
-}
-
 impl Backend for HostBackend {
     fn name(&self) -> &'static str {
         "host"
@@ -521,11 +493,11 @@ impl Backend for HostBackend {
         _rank: RankId,
         program: &Program,
     ) -> Result<(), RuntimeError> {
-        if self.workspace.is_none() {
-            self.workspace = Some(Mutex::new(Workspace::for_program(program)));
-        }
+        self.shared
+            .workspace
+            .get_or_init(|| Mutex::new(Workspace::for_program(program)));
         self.queued.clear();
-        if let Ok(mut h) = self.held.lock() {
+        if let Ok(mut h) = self.shared.held.lock() {
             h.reset();
         }
         Ok(())
@@ -543,55 +515,22 @@ impl Backend for HostBackend {
     }
 
     fn finish_step(&mut self) -> Result<Vec<OpTiming>, RuntimeError> {
-        let n = self
-            .queued
-            .iter()
-            .map(|q| q.index as usize + 1)
-            .max()
-            .unwrap_or(0);
-        let st = StepState::new(n);
-        let mut by_stream: Vec<Vec<usize>> = vec![Vec::new(); Stream::COUNT];
-        for (i, q) in self.queued.iter().enumerate() {
-            if let Some(s) = by_stream.get_mut(q.op.stream.index()) {
-                s.push(i);
-            }
-        }
-        let start_at = self.start_at_ns.take();
-        let origin = self.clock.now_ns().max(start_at.unwrap_or(0));
-        let (this, st) = (&*self, &st);
-        let timings: Vec<OpTiming> = std::thread::scope(|s| {
-            let handles: Vec<_> = by_stream
-                .iter()
-                .enumerate()
-                .filter(|(_, ops)| !ops.is_empty())
-                .map(|(stream, ops)| {
-                    s.spawn(move || {
-                        if stream == Stream::Compute.index() {
-                            priority::lower_priority(priority::COMPUTE_NICE);
-                        }
-                        if let Some(t) = start_at {
-                            sleep_until(&this.clock, t);
-                        }
-                        this.run_stream(st, ops)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_default())
-                .collect()
-        });
-        if let Some(e) = st.error.lock().ok().and_then(|mut e| e.take()) {
+        let job = Arc::new(self.job());
+        let origin = self.shared.clock.now_ns().max(job.start_at_ns.unwrap_or(0));
+        let timings = self.streams.run(&job)?;
+        if let Some(e) = job.st.error.lock().ok().and_then(|mut e| e.take()) {
             return Err(e);
         }
-        if timings.len() != self.queued.len() {
+        if timings.len() != job.queued.len() {
             return Err(RuntimeError::Aborted(
-                self.abort
+                self.shared
+                    .abort
                     .reason()
                     .unwrap_or_else(|| "a stream thread stopped early".into()),
             ));
         }
-        self.last_peak = self.held.lock().map(|h| h.peak).unwrap_or_default();
+        drop(job);
+        self.last_peak = self.shared.held.lock().map(|h| h.peak).unwrap_or_default();
         self.last_peak.peak_time_ns = self.last_peak.peak_time_ns.saturating_sub(origin);
         self.steps += 1;
         self.step_origin_ns = origin;
@@ -608,8 +547,9 @@ impl Backend for HostBackend {
     fn memory(&self) -> MemoryReport {
         MemoryReport {
             workspace_bytes: self
+                .shared
                 .workspace
-                .as_ref()
+                .get()
                 .and_then(|w| w.lock().ok().map(|w| w.bytes()))
                 .unwrap_or(0),
             allocator_peak_bytes: Some(self.last_peak.peak_bytes),
@@ -647,6 +587,38 @@ mod tests {
     }
 
     #[test]
+    fn stream_threads_live_across_steps() {
+        let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
+        let staged = twin_sim::Staged::new(&s).unwrap();
+        // The rank's program, and a small checkpoint write beside it on a second stream.
+        let mut ops = staged.schedule.program(0).ops.clone();
+        ops.push(Op {
+            stream: Stream::Io,
+            kind: OpKind::Checkpoint { bytes: 4096 },
+            deps: vec![].into(),
+            label: Default::default(),
+        });
+        let sched = twin_sim::schedule::Schedule {
+            programs: vec![Program { stage: 0, ops }],
+            program_of: vec![0],
+        };
+        let ops = &sched.programs[0].ops;
+        let streams = Stream::ALL
+            .iter()
+            .filter(|&&st| ops.iter().any(|op| op.stream == st))
+            .count() as u32;
+        assert_eq!(streams, 2);
+        let mut b = HostBackend::single();
+        for step in 0..3 {
+            let run = run_step(&staged.plan, &sched, 0, &mut b).unwrap();
+            assert_eq!(run.events.len(), ops.len(), "step {step}");
+            assert_eq!(b.streams.spawned(), streams, "step {step}");
+        }
+        // Between steps the backend holds the only reference to what the threads share.
+        assert_eq!(Arc::strong_count(&b.shared), 1);
+    }
+
+    #[test]
     fn only_ready_allocations_and_frees_skip_the_yield() {
         let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
         let staged = twin_sim::Staged::new(&s).unwrap();
@@ -664,7 +636,8 @@ mod tests {
             };
             b.enqueue(i as u32, op, &ctx).unwrap();
         }
-        let st = StepState::new(ops.len());
+        let job = b.job();
+        let st = &job.st;
         let bookkeeping = |op: &Op| matches!(op.kind, OpKind::Alloc { .. } | OpKind::Free { .. });
         let with_deps = ops
             .iter()
@@ -678,15 +651,15 @@ mod tests {
             .iter()
             .position(|op| bookkeeping(op) && op.deps.is_empty())
             .unwrap();
-        assert!(!b.bookkeeping_ready(&st, Some(&compute)));
-        assert!(b.bookkeeping_ready(&st, Some(&free_of_deps)));
-        assert!(!b.bookkeeping_ready(&st, Some(&with_deps)));
+        assert!(!job.bookkeeping_ready(Some(&compute)));
+        assert!(job.bookkeeping_ready(Some(&free_of_deps)));
+        assert!(!job.bookkeeping_ready(Some(&with_deps)));
         for &d in &ops[with_deps].deps {
             st.complete(d);
         }
-        assert!(b.bookkeeping_ready(&st, Some(&with_deps)));
-        assert!(!b.bookkeeping_ready(&st, None));
-        assert!(!b.bookkeeping_ready(&st, Some(&ops.len())));
+        assert!(job.bookkeeping_ready(Some(&with_deps)));
+        assert!(!job.bookkeeping_ready(None));
+        assert!(!job.bookkeeping_ready(Some(&ops.len())));
     }
 
     #[test]
