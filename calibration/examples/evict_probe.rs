@@ -1,11 +1,16 @@
 //! How much longer one compute op of a scenario runs after other traffic evicted its operands
 //! (docs/validation.md, session 11: the evidence for the engine's operand residency model).
 //! The op runs through the host backend's own `Workspace` on a pinned core: once to warm it,
-//! then, after writing X bytes of other data, timed; 60 rounds over every X.
+//! then, after X bytes of other traffic, timed; 60 rounds over every X. The traffic is one of:
+//! - `write` (the default): writing X bytes of a buffer that stays allocated;
+//! - `alloc`: allocating and touching a fresh X-byte buffer, held over the op, as the host
+//!   backend's `Alloc` does;
+//! - `alloc-free`: the same buffer, dropped before the op (a `Free` between the two).
 //!
-//!   cargo run --release -p twin-calibration --example evict_probe -- scenarios/host/single.toml 1
+//!   cargo run --release -p twin-calibration --example evict_probe -- scenarios/host/single.toml 1 alloc
 //!
-//! The second argument picks the compute op of rank 0's program (0-based, compute ops only).
+//! The second argument picks the compute op of rank 0's program (0-based, compute ops only),
+//! the third the traffic.
 
 use std::error::Error;
 use std::time::Instant;
@@ -23,6 +28,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         Some(s) => s.parse().map_err(|e| format!("COMPUTE_OP {s:?}: {e}"))?,
         None => 0,
     };
+    let mode = args.next().unwrap_or_else(|| "write".into());
+    if !["write", "alloc", "alloc-free"].contains(&mode.as_str()) {
+        return Err(format!("traffic {mode:?}: one of write, alloc, alloc-free").into());
+    }
     let s = twin_sim::scenario::load(std::path::Path::new(&path), &[])?;
     let plan = twin_sim::plan::Plan::new(&s)?;
     let schedule = twin_sim::schedule::generate(&s, &plan)?;
@@ -51,20 +60,32 @@ fn main() -> Result<(), Box<dyn Error>> {
     for round in 0..ROUNDS {
         for (i, &kib) in SIZES_KIB.iter().enumerate() {
             ws.run(&op);
-            for (j, x) in other[..kib << 10].iter_mut().enumerate().step_by(64) {
-                *x = (j + round) as u8;
+            let mut held = Vec::new();
+            if mode == "write" {
+                for (j, x) in other[..kib << 10].iter_mut().enumerate().step_by(64) {
+                    *x = (j + round) as u8;
+                }
+                std::hint::black_box(&other);
+            } else {
+                // As `Held::alloc`: reserve exactly, then write every byte.
+                held.reserve_exact(kib << 10);
+                held.resize(kib << 10, 0u8);
+                std::hint::black_box(&mut held);
+                if mode == "alloc-free" {
+                    held = Vec::new();
+                }
             }
-            std::hint::black_box(&other);
             let t = Instant::now();
             ws.run(&op);
             times_us[i].push(t.elapsed().as_nanos() as f64 / 1e3);
+            drop(held);
         }
     }
     for (kib, mut v) in SIZES_KIB.iter().zip(times_us) {
         v.sort_by(f64::total_cmp);
         let q = |f: f64| v[((v.len() - 1) as f64 * f) as usize];
         println!(
-            "after {kib:6} KiB of other traffic: median {:7.1} us (quartiles {:.1}-{:.1})",
+            "after {kib:6} KiB ({mode}): median {:7.1} us (quartiles {:.1}-{:.1})",
             q(0.5),
             q(0.25),
             q(0.75)

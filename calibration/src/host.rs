@@ -38,7 +38,8 @@ pub struct HostFits {
     /// `Config::step_evict_bytes`); `None` without samples.
     pub memory_cold: Option<AlphaBeta>,
     pub memcpy: AlphaBeta,
-    pub alloc: AlphaBeta,
+    /// The host backend's Alloc (a reuse of a kept buffer): a fixed cost per call.
+    pub alloc: crate::fit::Constant,
     /// `bandwidth` in ops per second; its inverse is the per-op overhead.
     pub launch: AlphaBeta,
     pub launch_ns: Estimate,
@@ -233,6 +234,15 @@ pub(crate) fn holdout_errors(g: &GemmFit, samples: &[GemmSamples]) -> Vec<f64> {
         .collect()
 }
 
+/// The allocation's fixed cost over every size's kept samples.
+fn alloc_fit(s: &[SizedSamples]) -> Result<crate::fit::Constant, FitError> {
+    let all: Vec<f64> = s.iter().flat_map(|x| x.kept_ns.iter().copied()).collect();
+    crate::fit::constant(&all).map_err(|e| match e {
+        FitError::Degenerate(why) => FitError::Degenerate(format!("alloc: {why}")),
+        e => e,
+    })
+}
+
 /// What a stream hand-off adds per op: the per-op time of the chain alternating between two
 /// streams (`alternating`, in ops per second) less the one-stream chain's (`launch_ns`). The
 /// interval joins the two intervals' far ends (conservative).
@@ -373,7 +383,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
             )?)
         },
         memcpy: named("memcpy", &sized_points(&s.memcpy), &mut notes)?,
-        alloc: named("alloc", &sized_points(&s.alloc), &mut notes)?,
+        alloc: alloc_fit(&s.alloc)?,
         launch,
         launch_ns,
         handoff_ns,

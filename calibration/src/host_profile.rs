@@ -15,7 +15,7 @@
 //!   ring bandwidth over it. p2p, all-to-all and broadcast fits are reported beside. One machine
 //!   has no inter-node link: `network.inter` repeats the intra values and says so;
 //! - `overlap.compute_slowdown`, `checkpoint.bandwidth_bytes_per_s`,
-//!   `memory.alloc_bytes_per_s` from their fits; `[host] cores` = nproc.
+//!   `memory.alloc_fixed_ns` from their fits; `[host] cores` = nproc.
 //!
 //! Split from `host`, which does the fitting.
 
@@ -202,10 +202,11 @@ pub fn to_profile(
             r("write + fsync of a file, fixed cost + bytes / bandwidth"),
         )),
         fit: Some(fit_quality(f, run)),
-        memory_alloc_bytes_per_s: Some(host.alloc_bytes_per_s.clone()),
+        // The allocator hands a step the buffers it kept: the cost does not grow with bytes.
+        memory_alloc_bytes_per_s: None,
         memory_alloc_fixed_ns: Some(fitted(
-            f.alloc.latency_ns.clamp(0.0, f64::MAX),
-            r("allocate + touch a buffer: the fixed cost per call of the same fit"),
+            f.alloc.value.clamp(0.0, f64::MAX),
+            r("an Alloc through the host backend's allocator, reusing a buffer it kept (as a step after the first): a fixed cost per call, the relative-error mean over every size"),
         )),
         op_overhead_ns: Some(fitted(
             f.launch_ns.clamp(0.0, f64::MAX),
@@ -340,7 +341,7 @@ fn fit_quality(f: &HostFits, run: &str) -> FitQuality {
     }
 }
 
-/// The `[host]` keys: the cores the ranks share and the allocation rate.
+/// The `[host]` keys: the cores the ranks share.
 fn host_keys(f: &HostFits, run: &str) -> HostKeys {
     let r = |what: &str| reference(run, what);
     HostKeys {
@@ -350,12 +351,5 @@ fn host_keys(f: &HostFits, run: &str) -> HostKeys {
             reference: r("CPU cores available to this process (nproc)"),
             ci95: None,
         },
-        alloc_bytes_per_s: fitted(
-            cap_hi(
-                f.alloc.bandwidth_bytes_per_s,
-                f.alloc.bandwidth_bytes_per_s.value * 1e3,
-            ),
-            r("allocate + touch a buffer (as the host backend's Alloc), fixed cost + bytes / rate"),
-        ),
     }
 }

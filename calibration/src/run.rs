@@ -24,7 +24,7 @@ pub struct HostOptions {
     /// GEMM shapes of a scenario to time too.
     pub extra_shapes: Vec<Gemm>,
     /// Bytes a scenario's busiest rank touches per step ([`bench::compute::step_bytes`]): the
-    /// eviction before each allocation and cold pass, when it is below the default (twice the
+    /// eviction before each cold pass, when it is below the default (twice the
     /// last-level cache).
     pub step_bytes: Option<u64>,
     /// The GPU name the profile describes (host scenarios: "cpu-core").

@@ -1,6 +1,6 @@
 //! The profile TOML emitter, in the format of docs/profiles.md: every number an inline table
 //! `{ value, source, ref, ci95 }`, sections in the documented order, then the host backend's
-//! keys (`memory.alloc_bytes_per_s`, `[host] cores`) and the `[provenance]` table of a
+//! keys (`[host] cores`) and the `[provenance]` table of a
 //! calibration run. Output depends only on its inputs (no clock, no map iteration order).
 
 use serde::Serialize;
@@ -12,8 +12,6 @@ use twin_sim::profile::{LinkParams, Param, Profile, Source};
 pub struct HostKeys {
     /// CPU cores the ranks of one node share (nproc).
     pub cores: Param,
-    /// Rate at which the host backend allocates and touches a buffer.
-    pub alloc_bytes_per_s: Param,
 }
 
 /// Where and how a profile was measured.
@@ -169,11 +167,7 @@ pub fn profile_toml(
     if let Some(c) = &p.memory_cold_efficiency {
         o.push_str(&param("cold_efficiency", c));
     }
-    if let Some(a) = p
-        .memory_alloc_bytes_per_s
-        .as_ref()
-        .or(host.map(|h| &h.alloc_bytes_per_s))
-    {
+    if let Some(a) = &p.memory_alloc_bytes_per_s {
         o.push_str(&param("alloc_bytes_per_s", a));
     }
     if let Some(a) = &p.memory_alloc_fixed_ns {

@@ -31,7 +31,7 @@ fn tiny_host_calibration_writes_a_loadable_profile() {
         .gemm
         .iter()
         .any(|g| g.origin == "scenario" && g.k == 80));
-    // The scenario's step traffic bounds the eviction before allocations and cold passes.
+    // The scenario's step traffic bounds the eviction before cold passes.
     assert!(run.config.step_evict_bytes <= 3 << 20);
     assert_eq!(
         run.samples.memory_pass_cold.len(),
@@ -52,7 +52,7 @@ fn tiny_host_calibration_writes_a_loadable_profile() {
     for needle in [
         "[host]",
         "cores = {",
-        "alloc_bytes_per_s = {",
+        "alloc_fixed_ns = {",
         "cold_efficiency = {",
         "[provenance]",
         "algorithm = \"ring\"",

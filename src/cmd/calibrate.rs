@@ -319,7 +319,7 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
         o.push_str(&ab_line("cold pass", c, "fixed"));
     }
     o.push_str(&format!(
-        "  (cold passes and allocations each after {} of other traffic: {})\n",
+        "  (cold passes each after {} of other traffic: {})\n",
         si(run.config.step_evict_bytes as f64, "B"),
         match run.step_bytes {
             Some(b) if b <= run.config.step_evict_bytes =>
@@ -329,7 +329,14 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
         }
     ));
     o.push_str(&ab_line("memcpy", &f.memcpy, "fixed"));
-    o.push_str(&ab_line("alloc+touch", &f.alloc, "fixed"));
+    o.push_str(&format!(
+        "  {:<16} {:<44} fixed {:<36} rms {:.1}%  n {}  (a kept buffer reused: no cost per byte)\n",
+        "alloc",
+        "",
+        est(&f.alloc.value, "ns"),
+        f.alloc.quality.rms_relative_error * 100.0,
+        f.alloc.quality.samples
+    ));
     o.push_str(&ab_line("checkpoint", &f.checkpoint, "fixed"));
     o.push_str(&ab_line("p2p", &f.p2p, "step "));
     for c in &f.collectives {

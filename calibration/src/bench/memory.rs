@@ -1,13 +1,16 @@
 //! Memory-bound work as the host backend does it: the axpy pass of a compute op's
 //! memory-bound bytes (`Workspace::run_memory`, 12 bytes per element), warm and cold (its
 //! buffers evicted by a step's traffic first, as the optimizer finds the state it updates), a
-//! plain memcpy (the host's "device copy"), and allocating + touching a buffer (what the host
-//! backend's Alloc op does: reserve exactly, write every byte so the pages are resident).
+//! plain memcpy (the host's "device copy"), and the host backend's Alloc op (its allocator
+//! reusing a buffer it kept).
 
 use super::compute::{after_evicting, compute_op, workspace_for};
 use super::{Config, Counter, SizedSamples};
 use crate::sample::time_ns;
 use std::time::Instant;
+use twin_runtime::backend::host::Held;
+use twin_runtime::backend::Allocation;
+use twin_sim::schedule::{Device, MemCategory};
 
 /// The axpy pass over each of `sizes` (bytes moved), with `evict_bytes` written (untimed)
 /// before each sample: 0 for the warm pass (`cfg.memory_bytes`, and the larger
@@ -55,27 +58,32 @@ pub fn memcpy(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
     out
 }
 
-/// Allocate and touch `bytes` (each buffer is dropped outside the timed part, so the next
-/// allocation may reuse its pages; keeping every buffer so that each allocation gets new memory
-/// was tried and is far worse on a VM, where memory the guest never touched costs milliseconds
-/// per MiB: docs/calibration.md). Before each timed allocation `cfg.step_evict_bytes` are
-/// written untimed: a step allocates memory last touched many ops earlier, out of the core's
-/// private caches (timed warm, a step's Alloc ops ran 3-4x slower than calibrated; with only
-/// the private cache evicted, still 1.5-3x).
+/// One `Alloc` of `bytes` through the host backend's own allocator ([`Held`]), as every step
+/// after the first makes it: the size was allocated and freed before, so the allocator hands
+/// back the buffer it kept (a framework's caching allocator does the same on a GPU; the host
+/// backend touching fresh memory at every Alloc was the host's own cost: docs/calibration.md).
+/// Before each timed allocation `cfg.gemm_evict_bytes` are written untimed: in a step, the ops
+/// between two allocations leave the allocator's records out of the core's private cache.
 pub fn alloc(cfg: &Config, progress: &mut Counter) -> Vec<SizedSamples> {
     let mut out = Vec::new();
-    let mut evict = vec![0u8; usize::try_from(cfg.step_evict_bytes).unwrap_or(0)];
+    let mut evict = vec![0u8; usize::try_from(cfg.gemm_evict_bytes).unwrap_or(0)];
     for &bytes in &cfg.memory_bytes {
-        let len = usize::try_from(bytes).unwrap_or(usize::MAX);
+        let a = Allocation {
+            tag: 0,
+            category: MemCategory::Activations,
+            device: Device::Gpu,
+            bytes,
+        };
+        let mut held = Held::default();
+        // The first allocation of a size is the first step's; the allocator keeps it.
+        let _ = held.alloc(a, 0, 0).and_then(|()| held.free(a.tag));
         let k = after_evicting(cfg.memory, &mut evict, || {
             let t = Instant::now();
-            let mut buf: Vec<u8> = Vec::new();
-            if buf.try_reserve_exact(len).is_ok() {
-                buf.resize(len, 0);
-            }
-            std::hint::black_box(&mut buf);
+            let ok = held.alloc(a, 0, 0).is_ok();
             let ns = t.elapsed().as_nanos() as f64;
-            drop(buf);
+            if ok {
+                let _ = held.free(a.tag);
+            }
             ns
         });
         out.push(SizedSamples::new(bytes, k));

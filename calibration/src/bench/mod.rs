@@ -45,13 +45,12 @@ pub struct Config {
     /// The core's private cache (sysfs L2; 1 MiB when it reports none): the profile's
     /// `gemm.operand_cache_bytes`.
     pub private_cache_bytes: u64,
-    /// Bytes written before each timed allocation and each cold pass: what a rank touches
-    /// between two uses of the same memory, at most one step's worth (an Alloc reuses memory
-    /// freed earlier in the step or the last one; the optimizer streams state last touched a
+    /// Bytes written before each timed cold pass: what a rank touches between two uses of
+    /// the same memory, at most one step's worth (the optimizer streams state last touched a
     /// step ago). With a scenario, the bytes its busiest rank touches in one step
     /// ([`compute::step_bytes`]); the default, and the cap, is twice the last-level cache.
     pub step_evict_bytes: u64,
-    /// Sizes of the memory pass, memcpy and allocation: up to 8 MiB, the cache-resident
+    /// Sizes of the memory pass, memcpy and allocation (whose cost does not depend on them): up to 8 MiB, the cache-resident
     /// regime in which the host scenarios' per-op buffers live.
     pub memory_bytes: Vec<u64>,
     /// Larger sizes only the memory pass runs at: where a pass outgrows the caches and streams
@@ -103,7 +102,7 @@ impl Config {
         let private_cache = cache_bytes(2).unwrap_or(MIB);
         let evict = 4 * private_cache;
         // Twice the last-level cache (4x L2 where sysfs names no L3).
-        let alloc_evict = cache_bytes(3).map_or(evict, |l3| 2 * l3);
+        let step_evict = cache_bytes(3).map_or(evict, |l3| 2 * l3);
         let r = |warmup, timed| Repeats { warmup, timed };
         match mode {
             Mode::Full => Config {
@@ -114,7 +113,7 @@ impl Config {
                 max_scenario_shapes: 64,
                 gemm_evict_bytes: evict,
                 private_cache_bytes: private_cache,
-                step_evict_bytes: alloc_evict,
+                step_evict_bytes: step_evict,
                 memory_bytes: vec![
                     128 * KIB,
                     256 * KIB,
@@ -156,7 +155,7 @@ impl Config {
                 max_scenario_shapes: 16,
                 gemm_evict_bytes: evict,
                 private_cache_bytes: private_cache,
-                step_evict_bytes: alloc_evict,
+                step_evict_bytes: step_evict,
                 memory_bytes: vec![256 * KIB, MIB, 4 * MIB],
                 pass_large_bytes: vec![16 * MIB, 64 * MIB],
                 cold_pass_bytes: vec![2 * MIB, 16 * MIB],
@@ -181,7 +180,7 @@ impl Config {
                 max_scenario_shapes: 4,
                 gemm_evict_bytes: evict,
                 private_cache_bytes: private_cache,
-                step_evict_bytes: alloc_evict,
+                step_evict_bytes: step_evict,
                 memory_bytes: vec![64 * KIB, 512 * KIB, 2 * MIB],
                 pass_large_bytes: vec![8 * MIB],
                 cold_pass_bytes: vec![MIB, 4 * MIB],

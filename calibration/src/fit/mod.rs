@@ -4,7 +4,9 @@
 //!   memory passes, allocation, checkpoint writes), weighted least squares;
 //! - [`gemm`]: the simulator's GEMM curve (rate, k_half, ramp, tile) by iteratively
 //!   reweighted least squares per tile candidate and a grid over tiles;
-//! - [`ratio`]: the compute slowdown under overlapping communication.
+//! - [`ratio`]: the compute slowdown under overlapping communication;
+//! - [`constant`]: a cost that does not depend on size (the host backend's allocation, a
+//!   reuse of memory it already holds).
 //!
 //! Timing noise is roughly proportional to the time, so every fit minimises relative error
 //! (weights `1 / predicted^2`, recomputed from the fit a few times).
@@ -103,6 +105,32 @@ impl Quality {
     }
 }
 
+/// A constant fitted to samples, with its quality.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Constant {
+    pub value: Estimate,
+    pub quality: Quality,
+}
+
+/// The constant that best fits `samples` in relative error (as every fit here), with its 95%
+/// interval (Student t).
+pub fn constant(samples: &[f64]) -> Result<Constant, FitError> {
+    let x: Vec<Vec<f64>> = samples.iter().map(|_| vec![1.0]).collect();
+    let f = relative_least_squares(&x, samples)?;
+    let value = f.coef.first().copied().unwrap_or(f64::NAN);
+    if !value.is_finite() {
+        return Err(FitError::Degenerate("the samples have no finite mean".into()));
+    }
+    let predicted = vec![value; samples.len()];
+    Ok(Constant {
+        value: Estimate {
+            value,
+            ci95: f.ci95(0),
+        },
+        quality: Quality::of(samples, &predicted, f.r2),
+    })
+}
+
 /// Iterations of reweighting (weights from the previous fit's predictions).
 const REWEIGHT_ROUNDS: usize = 3;
 
@@ -127,3 +155,29 @@ fn relative_least_squares(x: &[Vec<f64>], y: &[f64]) -> Result<linear::LinearFit
 
 #[cfg(test)]
 pub(crate) use crate::sample::SplitMix as TestRng;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_constant_is_recovered_and_its_interval_covers_it_at_about_95_percent() {
+        let mut rng = TestRng::new(7);
+        let truth = 420.0;
+        let trials = 400;
+        let mut covered = 0;
+        for _ in 0..trials {
+            // Multiplicative noise of 10%, as timing noise is.
+            let samples: Vec<f64> = (0..40)
+                .map(|_| truth * (1.0 + 0.1 * rng.normal()))
+                .collect();
+            let c = constant(&samples).unwrap();
+            assert!((c.value.value / truth - 1.0).abs() < 0.1, "{c:?}");
+            assert_eq!(c.quality.samples, 40);
+            covered += usize::from(c.value.covers(truth));
+        }
+        let rate = covered as f64 / f64::from(trials);
+        assert!((0.90..=0.99).contains(&rate), "coverage {rate}");
+        assert!(constant(&[]).is_err());
+    }
+}

@@ -66,10 +66,12 @@ pub struct Analytic {
     pub launch_ns: u64,
     pub links: TierModel,
     pub checkpoint_bandwidth_bytes_per_s: f64,
-    /// Rate at which an `Alloc` allocates and touches its bytes; `None`: allocations are
-    /// instant (a caching GPU allocator hands out reserved memory).
+    /// Rate at which an `Alloc` allocates and touches its bytes; `None`: an allocation's time
+    /// does not grow with its bytes (a caching allocator hands out memory it holds: a GPU
+    /// framework's, and the host backend's since session 12).
     pub alloc_bytes_per_s: Option<f64>,
-    /// Fixed time of each priced `Alloc` (profile key `memory.alloc_fixed_ns`).
+    /// Fixed time of each `Alloc` beyond the op overhead (profile key
+    /// `memory.alloc_fixed_ns`; 0 without it).
     pub alloc_fixed_ns: u64,
     /// The runtime's own time per op that is not a compute op (profile key
     /// `kernel.op_overhead_ns`): added to allocations, frees, transfers and checkpoints.
@@ -312,9 +314,8 @@ impl CostModel for Analytic {
             return self.op_overhead_ns;
         }
         self.alloc_bytes_per_s
-            .map_or(0, |r| {
-                secs_to_ns(bytes as f64 / rate(r)).saturating_add(self.alloc_fixed_ns)
-            })
+            .map_or(0, |r| secs_to_ns(bytes as f64 / rate(r)))
+            .saturating_add(self.alloc_fixed_ns)
             .saturating_add(self.op_overhead_ns)
     }
 

@@ -134,11 +134,12 @@ pub struct Profile {
     /// Per-rank checkpoint write bandwidth; absent means
     /// [`crate::cost::DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S`].
     pub checkpoint_bandwidth_bytes_per_s: Option<Param>,
-    /// Rate at which an `Alloc` op allocates and touches its bytes (the host backend writes
-    /// every byte); absent means allocations take no time (a caching GPU allocator).
+    /// Rate at which an `Alloc` op allocates and touches its bytes (host profiles before
+    /// session 12, when the host backend wrote every byte of every Alloc); absent means an
+    /// allocation's time does not grow with its bytes (a caching allocator).
     pub memory_alloc_bytes_per_s: Option<Param>,
-    /// `memory.alloc_fixed_ns`: fixed time of each priced `Alloc` on top of its bytes (the
-    /// host backend's allocator call); absent means none.
+    /// `memory.alloc_fixed_ns`: fixed time of each `Alloc` of a step buffer (the host
+    /// backend's allocator call), with or without `alloc_bytes_per_s`; absent means none.
     pub memory_alloc_fixed_ns: Option<Param>,
     /// `kernel.op_overhead_ns`: the runtime's own time per op that is not a compute op
     /// (allocations, frees, transfers, checkpoints: the host backend's stream loop runs each

@@ -514,6 +514,25 @@ fn alloc_fixed_cost_and_op_overhead_price_the_runtimes_own_work() {
     );
     // Model state is allocated once per run: only the op overhead.
     assert_eq!(with.alloc_ns(MemCategory::Weights, 1_000_000), 700);
+    // A fixed cost alone (a caching allocator: the host profiles since session 12) prices
+    // every step buffer the same, whatever its bytes.
+    let fixed_only = parse_str(
+        &text.replacen(
+            "alloc_bytes_per_s = { value = 1e9, source = \"fitted\", ref = \"alloc\" }\n",
+            "",
+            1,
+        ),
+        "p.toml",
+    )
+    .unwrap();
+    assert!(fixed_only.memory_alloc_bytes_per_s.is_none());
+    let fixed_only = Analytic::from_profile(&s, &fixed_only);
+    for bytes in [1, 1_000_000, 1 << 30] {
+        assert_eq!(
+            fixed_only.alloc_ns(MemCategory::Activations, bytes),
+            5_000 + 700
+        );
+    }
     assert_eq!(with.free_ns(), 700);
     assert_eq!(without.free_ns(), 0);
     assert_eq!(

@@ -64,6 +64,7 @@ impl Streams {
         Ok(replies.into_iter().flatten().collect())
     }
 
+    #[cfg(test)]
     pub(super) fn spawned(&self) -> u32 {
         self.spawned
     }
