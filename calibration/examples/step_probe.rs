@@ -1,18 +1,25 @@
-//! How long each compute op of a one-rank scenario runs inside its step's op sequence, with and
-//! without the step's allocations between the ops (docs/validation.md, session 12). Rank 0's
-//! program runs op by op on one pinned thread, with no stream threads: an `Alloc` takes and
-//! touches a buffer as the host backend's does, a `Free` drops it, a compute op runs through
-//! the backend's `Workspace` and is timed. 40 steps each way, after 5 to warm up.
+//! How long each compute op of a one-rank scenario runs inside its step's op sequence, by how
+//! the step's `Alloc` ops get their memory (docs/validation.md, session 12). Rank 0's program
+//! runs op by op on one pinned thread, with no stream threads; compute ops run through the
+//! backend's `Workspace` and are timed. The step runs three ways, interleaved, 40 times each
+//! after 5 to warm up:
+//! - `fresh`: every `Alloc` takes a new buffer and writes every byte (the host backend until
+//!   session 12), every `Free` drops it;
+//! - `kept`: through the backend's allocator (`Held`), which keeps freed buffers for reuse;
+//! - `none`: no allocations at all.
 //!
 //!   cargo run --release -p twin-calibration --example step_probe -- scenarios/host/single.toml
 
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::time::Instant;
+use twin_runtime::backend::host::Held;
+use twin_runtime::backend::Allocation;
 use twin_sim::schedule::OpKind;
 
 const STEPS: usize = 40;
 const WARMUP: usize = 5;
+const MODES: [&str; 3] = ["fresh", "kept", "none"];
 
 fn main() -> Result<(), Box<dyn Error>> {
     let path = std::env::args()
@@ -27,31 +34,48 @@ fn main() -> Result<(), Box<dyn Error>> {
         .ok_or("the schedule has no program")?;
     let mut ws = twin_runtime::backend::host::Workspace::for_program(program);
     twin_runtime::launch::affinity::pin_rank(0);
-    // (op index) -> times, for [with allocations, without].
-    let mut times_us: [BTreeMap<usize, Vec<f64>>; 2] = Default::default();
-    let reuse = std::env::var("STEP_PROBE_ALLOC").is_ok_and(|v| v == "reuse");
-    let mut pool = vec![1u8; 64 << 20];
-    for step in 0..2 * (STEPS + WARMUP) {
-        let (mode, n) = (step % 2, step / 2);
-        let mut live: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
+    // Per mode: op index -> times.
+    let mut times_us: Vec<BTreeMap<usize, Vec<f64>>> = vec![BTreeMap::new(); MODES.len()];
+    let mut held = Held::default();
+    for step in 0..MODES.len() * (STEPS + WARMUP) {
+        let (mode, n) = (step % MODES.len(), step / MODES.len());
+        let mut fresh: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
+        held.reset();
         for (i, op) in program.ops.iter().enumerate() {
-            match &op.kind {
-                OpKind::Alloc { bytes, .. } if mode == 0 && reuse => {
-                    let n = (*bytes as usize).min(pool.len());
-                    pool[..n].fill(step as u8);
-                    std::hint::black_box(&mut pool);
+            match (&op.kind, MODES[mode]) {
+                (
+                    OpKind::Alloc {
+                        category,
+                        device,
+                        bytes,
+                        tag,
+                    },
+                    m,
+                ) => {
+                    let a = Allocation {
+                        tag: *tag,
+                        category: *category,
+                        device: *device,
+                        bytes: *bytes,
+                    };
+                    if m == "fresh" {
+                        let mut buf: Vec<u8> = Vec::new();
+                        buf.try_reserve_exact(*bytes as usize)?;
+                        buf.resize(*bytes as usize, 0);
+                        std::hint::black_box(&mut buf);
+                        fresh.insert(*tag, buf);
+                    } else if m == "kept" {
+                        held.alloc(a, i as u32, 0)?;
+                    }
                 }
-                OpKind::Alloc { bytes, tag, .. } if mode == 0 => {
-                    let mut buf: Vec<u8> = Vec::new();
-                    buf.reserve_exact(*bytes as usize);
-                    buf.resize(*bytes as usize, 0);
-                    std::hint::black_box(&mut buf);
-                    live.insert(*tag, buf);
+                (OpKind::Free { tag }, m) => {
+                    if m == "fresh" {
+                        fresh.remove(tag);
+                    } else if m == "kept" {
+                        held.free(*tag)?;
+                    }
                 }
-                OpKind::Free { tag } => {
-                    live.remove(tag);
-                }
-                OpKind::Compute(c) => {
+                (OpKind::Compute(c), _) => {
                     let t = Instant::now();
                     ws.run(c);
                     if n >= WARMUP {
@@ -63,16 +87,21 @@ fn main() -> Result<(), Box<dyn Error>> {
             }
         }
     }
-    let median = |v: &Vec<f64>| {
-        let mut v = v.clone();
+    let median = |v: Option<&Vec<f64>>| {
+        let mut v = v.cloned().unwrap_or_default();
         v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
     };
-    println!("op  name                               with allocs   without (median us)");
-    for (i, with) in &times_us[0] {
-        let without = times_us[1].get(i).map_or(f64::NAN, median);
+    println!(
+        "op  name                                 fresh      kept      none  (median us)"
+    );
+    for i in times_us[0].keys() {
         let name = program.ops[*i].name();
-        println!("{i:3} {name:36} {:9.1}   {without:9.1}", median(with));
+        let m: Vec<String> = times_us
+            .iter()
+            .map(|t| format!("{:9.1}", median(t.get(i))))
+            .collect();
+        println!("{i:3} {name:36} {}", m.join(" "));
     }
     Ok(())
 }
