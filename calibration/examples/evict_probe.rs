@@ -5,7 +5,9 @@
 //! - `write` (the default): writing X bytes of a buffer that stays allocated;
 //! - `alloc`: allocating and touching a fresh X-byte buffer, held over the op, as the host
 //!   backend's `Alloc` does;
-//! - `alloc-free`: the same buffer, dropped before the op (a `Free` between the two).
+//! - `alloc-free`: the same buffer, dropped before the op (a `Free` between the two);
+//! - `idle`: no traffic, the thread sleeps X µs instead (the sizes read as microseconds), as a
+//!   rank's compute thread sleeps while it waits for a transfer.
 //!
 //!   cargo run --release -p twin-calibration --example evict_probe -- scenarios/host/single.toml 1 alloc
 //!
@@ -18,6 +20,7 @@ use twin_sim::schedule::OpKind;
 
 const ROUNDS: usize = 60;
 const SIZES_KIB: [usize; 11] = [0, 256, 512, 768, 1024, 1536, 2048, 3072, 4096, 8192, 65536];
+const IDLE_US: [usize; 9] = [0, 20, 50, 100, 200, 500, 1000, 2000, 5000];
 
 fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
@@ -29,9 +32,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         None => 0,
     };
     let mode = args.next().unwrap_or_else(|| "write".into());
-    if !["write", "alloc", "alloc-free"].contains(&mode.as_str()) {
-        return Err(format!("traffic {mode:?}: one of write, alloc, alloc-free").into());
+    if !["write", "alloc", "alloc-free", "idle"].contains(&mode.as_str()) {
+        return Err(format!("traffic {mode:?}: one of write, alloc, alloc-free, idle").into());
     }
+    let sizes: &[usize] = if mode == "idle" { &IDLE_US } else { &SIZES_KIB };
     let s = twin_sim::scenario::load(std::path::Path::new(&path), &[])?;
     let plan = twin_sim::plan::Plan::new(&s)?;
     let schedule = twin_sim::schedule::generate(&s, &plan)?;
@@ -56,12 +60,16 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut ws = twin_calibration::bench::compute::workspace_for(std::slice::from_ref(&op));
     twin_runtime::launch::affinity::pin_rank(0);
     let mut other = vec![0u8; SIZES_KIB[SIZES_KIB.len() - 1] << 10];
-    let mut times_us = vec![Vec::with_capacity(ROUNDS); SIZES_KIB.len()];
+    let mut times_us = vec![Vec::with_capacity(ROUNDS); sizes.len()];
     for round in 0..ROUNDS {
-        for (i, &kib) in SIZES_KIB.iter().enumerate() {
+        for (i, &kib) in sizes.iter().enumerate() {
             ws.run(&op);
             let mut held = Vec::new();
-            if mode == "write" {
+            if mode == "idle" {
+                if kib > 0 {
+                    std::thread::sleep(std::time::Duration::from_micros(kib as u64));
+                }
+            } else if mode == "write" {
                 for (j, x) in other[..kib << 10].iter_mut().enumerate().step_by(64) {
                     *x = (j + round) as u8;
                 }
@@ -81,11 +89,12 @@ fn main() -> Result<(), Box<dyn Error>> {
             drop(held);
         }
     }
-    for (kib, mut v) in SIZES_KIB.iter().zip(times_us) {
+    let unit = if mode == "idle" { "us" } else { "KiB" };
+    for (kib, mut v) in sizes.iter().zip(times_us) {
         v.sort_by(f64::total_cmp);
         let q = |f: f64| v[((v.len() - 1) as f64 * f) as usize];
         println!(
-            "after {kib:6} KiB ({mode}): median {:7.1} us (quartiles {:.1}-{:.1})",
+            "after {kib:6} {unit} ({mode}): median {:7.1} us (quartiles {:.1}-{:.1})",
             q(0.5),
             q(0.25),
             q(0.75)
