@@ -15,7 +15,9 @@ const CALLS: usize = 20;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
-    let path = args.next().ok_or("usage: corun_probe SCENARIO [COMPUTE_OP]")?;
+    let path = args
+        .next()
+        .ok_or("usage: corun_probe SCENARIO [COMPUTE_OP]")?;
     let which: usize = match args.next() {
         Some(s) => s.parse().map_err(|e| format!("COMPUTE_OP {s:?}: {e}"))?,
         None => 0,

@@ -92,9 +92,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
     };
-    println!(
-        "op  name                                 fresh      kept      none  (median us)"
-    );
+    println!("op  name                                 fresh      kept      none  (median us)");
     for i in times_us[0].keys() {
         let name = program.ops[*i].name();
         let m: Vec<String> = times_us

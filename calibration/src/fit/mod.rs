@@ -119,7 +119,9 @@ pub fn constant(samples: &[f64]) -> Result<Constant, FitError> {
     let f = relative_least_squares(&x, samples)?;
     let value = f.coef.first().copied().unwrap_or(f64::NAN);
     if !value.is_finite() {
-        return Err(FitError::Degenerate("the samples have no finite mean".into()));
+        return Err(FitError::Degenerate(
+            "the samples have no finite mean".into(),
+        ));
     }
     let predicted = vec![value; samples.len()];
     Ok(Constant {

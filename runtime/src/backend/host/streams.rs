@@ -8,6 +8,7 @@
 //! (`dp-pp-zero.toml`) at every step start (docs/validation.md, session 12).
 
 use super::step::NONE;
+use super::turns::Ticket;
 use super::{priority, Job};
 use crate::backend::OpTiming;
 use crate::error::RuntimeError;
@@ -146,6 +147,8 @@ impl Job {
         let ops = self.by_stream.get(stream).map_or(&[][..], |o| &o[..]);
         let st = &self.st;
         let mut out = Vec::with_capacity(ops.len());
+        // The ticket of the next op, when it was ready before this thread yielded.
+        let mut early: Option<Ticket<'_>> = None;
         for (n, &i) in ops.iter().enumerate() {
             let Some(q) = self.queued.get(i) else {
                 continue;
@@ -153,12 +156,16 @@ impl Job {
             if self.wait_deps(q.op.stream, &q.op.deps).is_err() {
                 return out;
             }
-            // A compute op runs in its core's turn (see `turns`), taken once its deps are done.
+            // A compute op runs in its core's turn (see `turns`), in line from when its deps
+            // were done.
             let turn = match (&self.shared.turns, &q.op.kind) {
-                (Some(t), OpKind::Compute(_)) => match t.acquire(|| self.stopped()) {
-                    Some(turn) => Some(turn),
-                    None => return out,
-                },
+                (Some(t), OpKind::Compute(_)) => {
+                    let ticket = early.take().unwrap_or_else(|| t.ticket());
+                    match ticket.wait(|| self.stopped()) {
+                        Some(turn) => Some(turn),
+                        None => return out,
+                    }
+                }
                 _ => None,
             };
             if let Some(p) = &self.shared.progress {
@@ -179,6 +186,15 @@ impl Job {
                     st.complete(q.index);
                     if self.bookkeeping_ready(ops.get(n + 1)) {
                         continue;
+                    }
+                    // A next compute op that is ready now gets in line now, before the yield:
+                    // after it, the threads this op woke and other ranks' threads on the core
+                    // run first, and another rank's op that became ready later took its ticket
+                    // first and ran ahead (docs/validation.md, session 12).
+                    if let Some(t) = &self.shared.turns {
+                        if self.compute_ready(ops.get(n + 1)) {
+                            early = Some(t.ticket());
+                        }
                     }
                     // Let whatever this op made runnable on this core (the stream thread of a
                     // dependent op, a receiver whose data arrived meanwhile) run now, as a
@@ -233,10 +249,21 @@ impl Job {
     /// when the last ends. Yielding first put it behind whatever other rank's op held the
     /// core, up to a GEMM's length, and a free or an allocation waited milliseconds for no work.
     pub(super) fn bookkeeping_ready(&self, next: Option<&usize>) -> bool {
-        next.and_then(|&i| self.queued.get(i)).is_some_and(|q| {
-            matches!(q.op.kind, OpKind::Alloc { .. } | OpKind::Free { .. })
-                && q.op.deps.iter().all(|&d| self.st.is_done(d))
+        self.next_ready(next, |k| {
+            matches!(k, OpKind::Alloc { .. } | OpKind::Free { .. })
         })
+    }
+
+    /// Whether the stream's next op (`next`, an index into `queued`) is a compute op whose
+    /// deps are all done.
+    pub(super) fn compute_ready(&self, next: Option<&usize>) -> bool {
+        self.next_ready(next, |k| matches!(k, OpKind::Compute(_)))
+    }
+
+    /// Whether the op at `next` is of a kind `is_kind` accepts and its deps are all done.
+    fn next_ready(&self, next: Option<&usize>, is_kind: impl Fn(&OpKind) -> bool) -> bool {
+        next.and_then(|&i| self.queued.get(i))
+            .is_some_and(|q| is_kind(&q.op.kind) && q.op.deps.iter().all(|&d| self.st.is_done(d)))
     }
 
     fn fail(&self, e: RuntimeError) {

@@ -84,19 +84,41 @@ impl CoreTurns {
         self.map.word(1)
     }
 
-    /// Wait for this core's turn: returns the turn (held until dropped), or `None` once
-    /// `stop` says the step was abandoned (the lock is then left to the run's teardown).
+    /// Take this core's next ticket: the op's place in line, from the moment it became ready.
+    /// The holder must [`Ticket::wait`] for it: the tickets after it are served only once its
+    /// turn has come and gone.
+    pub fn ticket(&self) -> Ticket<'_> {
+        Ticket {
+            core: self,
+            number: self.next().fetch_add(1, Ordering::AcqRel),
+        }
+    }
+
+    /// Take a ticket and wait for its turn (see [`Ticket::wait`]).
     pub fn acquire(&self, stop: impl Fn() -> bool) -> Option<Turn<'_>> {
-        let ticket = self.next().fetch_add(1, Ordering::AcqRel);
+        self.ticket().wait(stop)
+    }
+}
+
+/// A place in a core's line (see [`CoreTurns::ticket`]).
+pub struct Ticket<'a> {
+    core: &'a CoreTurns,
+    number: u32,
+}
+
+impl<'a> Ticket<'a> {
+    /// Wait for this ticket's turn: returns the turn (held until dropped), or `None` once
+    /// `stop` says the step was abandoned (the lock is then left to the run's teardown).
+    pub fn wait(self, stop: impl Fn() -> bool) -> Option<Turn<'a>> {
         loop {
-            let serving = self.serving().load(Ordering::Acquire);
-            if serving == ticket {
-                return Some(Turn { core: self });
+            let serving = self.core.serving().load(Ordering::Acquire);
+            if serving == self.number {
+                return Some(Turn { core: self.core });
             }
             if stop() {
                 return None;
             }
-            sys::wait(self.serving(), serving, WAIT_SLICE);
+            sys::wait(self.core.serving(), serving, WAIT_SLICE);
         }
     }
 }
@@ -304,6 +326,34 @@ mod tests {
         // Slot 0 is another core's lock: untouched.
         let c = CoreTurns::open(file.fd, 0).unwrap();
         assert_eq!(c.next().load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_ticket_keeps_its_place_from_when_it_was_taken() {
+        let file = TurnsFile::create(1).expect("memfd");
+        let a = CoreTurns::open(file.fd, 0).unwrap();
+        let b = Arc::new(CoreTurns::open(file.fd, 0).unwrap());
+        let held = a.acquire(|| false).unwrap();
+        // `a` gets in line for its next op before `b`'s op is ready, but waits for its
+        // turn only after `b` has started waiting.
+        let early = a.ticket();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let (b2, order2) = (Arc::clone(&b), Arc::clone(&order));
+        let late = std::thread::spawn(move || {
+            let turn = b2.acquire(|| false).unwrap();
+            order2.lock().unwrap().push("b");
+            drop(turn);
+        });
+        while a.next().load(Ordering::SeqCst) < 3 {
+            std::thread::yield_now();
+        }
+        drop(held);
+        std::thread::sleep(Duration::from_millis(5));
+        let turn = early.wait(|| false).unwrap();
+        order.lock().unwrap().push("a");
+        drop(turn);
+        late.join().unwrap();
+        assert_eq!(*order.lock().unwrap(), vec!["a", "b"]);
     }
 
     #[test]
