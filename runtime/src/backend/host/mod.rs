@@ -619,6 +619,66 @@ mod tests {
     }
 
     #[test]
+    fn the_next_compute_op_is_ready_through_ready_bookkeeping_only() {
+        let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
+        let staged = twin_sim::Staged::new(&s).unwrap();
+        let compute = staged
+            .schedule
+            .program(0)
+            .ops
+            .iter()
+            .find(|op| matches!(op.kind, OpKind::Compute(_)))
+            .unwrap()
+            .clone();
+        let op = |stream, kind, deps: Vec<u32>| Op {
+            stream,
+            kind,
+            deps: deps.into(),
+            label: Default::default(),
+        };
+        let alloc = OpKind::Alloc {
+            category: twin_sim::schedule::MemCategory::Activations,
+            device: twin_sim::schedule::Device::Gpu,
+            bytes: 64,
+            tag: 1,
+        };
+        let ops = [
+            compute.clone(),
+            op(Stream::Compute, OpKind::Free { tag: 9 }, vec![0]),
+            op(Stream::Compute, alloc, vec![]),
+            compute.clone(),
+            op(Stream::Io, OpKind::Checkpoint { bytes: 64 }, vec![]),
+            Op {
+                deps: vec![4].into(),
+                ..compute.clone()
+            },
+        ];
+        let mut b = HostBackend::single();
+        for (i, op) in ops.iter().enumerate() {
+            let ctx = OpContext {
+                rank: 0,
+                deps: &op.deps,
+                peer: None,
+                group: None,
+                freed: None,
+            };
+            b.enqueue(i as u32, op, &ctx).unwrap();
+        }
+        let job = b.job();
+        // Op 0 ending readies the free that waits for it, the allocation and op 3.
+        assert!(job.compute_next(&[1, 2, 3], 0));
+        // Before op 0 ends, the free is not ready, so neither is op 3.
+        assert!(!job.compute_next(&[1, 2, 3], 3));
+        // A compute op waiting for another stream's op is not ready until that op is done.
+        assert!(!job.compute_next(&[5], 3));
+        job.st.complete(4);
+        assert!(job.compute_next(&[5], 3));
+        // Nothing next, or a next op that is neither bookkeeping nor compute.
+        assert!(!job.compute_next(&[], 0));
+        assert!(!job.compute_next(&[4, 5], 3));
+    }
+
+    #[test]
     fn only_ready_allocations_and_frees_skip_the_yield() {
         let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
         let staged = twin_sim::Staged::new(&s).unwrap();

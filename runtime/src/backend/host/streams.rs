@@ -183,18 +183,19 @@ impl Job {
                         start_ns,
                         end_ns,
                     });
+                    // The stream's next compute op, if this op's end makes it ready, gets in line
+                    // now, before this op's end wakes anyone: the woken threads (a send, another
+                    // rank's receive and then its compute thread) took the core first, and
+                    // another rank's op that became ready later took its ticket first and ran
+                    // ahead (docs/validation.md, session 12).
+                    if let (Some(t), None) = (&self.shared.turns, &early) {
+                        if self.compute_next(ops.get(n + 1..).unwrap_or_default(), q.index) {
+                            early = Some(t.ticket());
+                        }
+                    }
                     st.complete(q.index);
                     if self.bookkeeping_ready(ops.get(n + 1)) {
                         continue;
-                    }
-                    // A next compute op that is ready now gets in line now, before the yield:
-                    // after it, the threads this op woke and other ranks' threads on the core
-                    // run first, and another rank's op that became ready later took its ticket
-                    // first and ran ahead (docs/validation.md, session 12).
-                    if let Some(t) = &self.shared.turns {
-                        if self.compute_ready(ops.get(n + 1)) {
-                            early = Some(t.ticket());
-                        }
                     }
                     // Let whatever this op made runnable on this core (the stream thread of a
                     // dependent op, a receiver whose data arrived meanwhile) run now, as a
@@ -254,10 +255,22 @@ impl Job {
         })
     }
 
-    /// Whether the stream's next op (`next`, an index into `queued`) is a compute op whose
-    /// deps are all done.
-    pub(super) fn compute_ready(&self, next: Option<&usize>) -> bool {
-        self.next_ready(next, |k| matches!(k, OpKind::Compute(_)))
+    /// Whether, once op `ending` is done, the stream's next compute op is ready with nothing
+    /// but ready allocations and frees before it (`rest`: the stream's ops after `ending`, as
+    /// indices into `queued`).
+    pub(super) fn compute_next(&self, rest: &[usize], ending: u32) -> bool {
+        let done = |d: &u32| *d == ending || self.st.is_done(*d);
+        for q in rest.iter().filter_map(|&i| self.queued.get(i)) {
+            if !q.op.deps.iter().all(done) {
+                return false;
+            }
+            match q.op.kind {
+                OpKind::Alloc { .. } | OpKind::Free { .. } => continue,
+                OpKind::Compute(_) => return true,
+                _ => return false,
+            }
+        }
+        false
     }
 
     /// Whether the op at `next` is of a kind `is_kind` accepts and its deps are all done.
