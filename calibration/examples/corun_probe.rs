@@ -5,10 +5,11 @@
 //!
 //!   cargo run --release -p twin-calibration --example corun_probe -- scenarios/host/pp.toml 4
 
+mod common;
+
 use std::error::Error;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Instant;
-use twin_sim::schedule::OpKind;
 
 const BLOCKS: usize = 10;
 const CALLS: usize = 20;
@@ -22,19 +23,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         Some(s) => s.parse().map_err(|e| format!("COMPUTE_OP {s:?}: {e}"))?,
         None => 0,
     };
-    let s = twin_sim::scenario::load(std::path::Path::new(&path), &[])?;
-    let plan = twin_sim::plan::Plan::new(&s)?;
-    let schedule = twin_sim::schedule::generate(&s, &plan)?;
-    let program = schedule.programs.first().ok_or("no program")?;
-    let op = program
-        .ops
-        .iter()
-        .filter_map(|o| match &o.kind {
-            OpKind::Compute(c) => Some(c.clone()),
-            _ => None,
-        })
-        .nth(which)
-        .ok_or_else(|| format!("rank 0 has no compute op {which}"))?;
+    let program = common::rank0_program(&path)?;
+    let op = common::compute_op(&program, which)?;
     // 0: the other core idles; 1: it computes; 2: stop.
     let mode = AtomicU32::new(0);
     let busy = AtomicBool::new(false);

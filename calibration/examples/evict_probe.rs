@@ -14,9 +14,10 @@
 //! The second argument picks the compute op of rank 0's program (0-based, compute ops only),
 //! the third the traffic.
 
+mod common;
+
 use std::error::Error;
 use std::time::Instant;
-use twin_sim::schedule::OpKind;
 
 const ROUNDS: usize = 60;
 const SIZES_KIB: [usize; 11] = [0, 256, 512, 768, 1024, 1536, 2048, 3072, 4096, 8192, 65536];
@@ -36,22 +37,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         return Err(format!("traffic {mode:?}: one of write, alloc, alloc-free, idle").into());
     }
     let sizes: &[usize] = if mode == "idle" { &IDLE_US } else { &SIZES_KIB };
-    let s = twin_sim::scenario::load(std::path::Path::new(&path), &[])?;
-    let plan = twin_sim::plan::Plan::new(&s)?;
-    let schedule = twin_sim::schedule::generate(&s, &plan)?;
-    let program = schedule
-        .programs
-        .first()
-        .ok_or("the schedule has no program")?;
-    let op = program
-        .ops
-        .iter()
-        .filter_map(|o| match &o.kind {
-            OpKind::Compute(c) => Some(c.clone()),
-            _ => None,
-        })
-        .nth(which)
-        .ok_or_else(|| format!("rank 0 has no compute op {which}"))?;
+    let program = common::rank0_program(&path)?;
+    let op = common::compute_op(&program, which)?;
     let shapes: Vec<_> = op.gemms.iter().map(|g| (g.m, g.n, g.k, g.count)).collect();
     println!(
         "compute op {which}: GEMMs (m, n, k, count) {shapes:?}, memory pass {} B",

@@ -10,6 +10,8 @@
 //!
 //!   cargo run --release -p twin-calibration --example step_probe -- scenarios/host/single.toml
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::time::Instant;
@@ -25,13 +27,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let path = std::env::args()
         .nth(1)
         .ok_or("usage: step_probe SCENARIO")?;
-    let s = twin_sim::scenario::load(std::path::Path::new(&path), &[])?;
-    let plan = twin_sim::plan::Plan::new(&s)?;
-    let schedule = twin_sim::schedule::generate(&s, &plan)?;
-    let program = schedule
-        .programs
-        .first()
-        .ok_or("the schedule has no program")?;
+    let program = &common::rank0_program(&path)?;
     let mut ws = twin_runtime::backend::host::Workspace::for_program(program);
     twin_runtime::launch::affinity::pin_rank(0);
     // Per mode: op index -> times.

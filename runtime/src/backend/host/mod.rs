@@ -586,6 +586,21 @@ mod tests {
         assert!(b.last_peak().peak_bytes > 0);
     }
 
+    /// `b` with `ops` enqueued as rank 0's program (no peers, no groups).
+    fn enqueued(mut b: HostBackend, ops: &[Op]) -> HostBackend {
+        for (i, op) in ops.iter().enumerate() {
+            let ctx = OpContext {
+                rank: 0,
+                deps: &op.deps,
+                peer: None,
+                group: None,
+                freed: None,
+            };
+            b.enqueue(i as u32, op, &ctx).unwrap();
+        }
+        b
+    }
+
     #[test]
     fn stream_threads_live_across_steps() {
         let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
@@ -653,18 +668,7 @@ mod tests {
                 ..compute.clone()
             },
         ];
-        let mut b = HostBackend::single();
-        for (i, op) in ops.iter().enumerate() {
-            let ctx = OpContext {
-                rank: 0,
-                deps: &op.deps,
-                peer: None,
-                group: None,
-                freed: None,
-            };
-            b.enqueue(i as u32, op, &ctx).unwrap();
-        }
-        let job = b.job();
+        let job = enqueued(HostBackend::single(), &ops).job();
         // Op 0 ending readies the free that waits for it, the allocation and op 3.
         assert!(job.compute_next(&[1, 2, 3], 0));
         // Before op 0 ends, the free is not ready, so neither is op 3.
@@ -686,17 +690,7 @@ mod tests {
         let ops = &staged.schedule.program(0).ops;
         let mut b = HostBackend::single();
         b.prepare(plan, 0, staged.schedule.program(0)).unwrap();
-        for (i, op) in ops.iter().enumerate() {
-            let ctx = OpContext {
-                rank: 0,
-                deps: &op.deps,
-                peer: None,
-                group: None,
-                freed: None,
-            };
-            b.enqueue(i as u32, op, &ctx).unwrap();
-        }
-        let job = b.job();
+        let job = enqueued(b, ops).job();
         let st = &job.st;
         let bookkeeping = |op: &Op| matches!(op.kind, OpKind::Alloc { .. } | OpKind::Free { .. });
         let with_deps = ops
