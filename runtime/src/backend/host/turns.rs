@@ -344,7 +344,13 @@ mod tests {
             order2.lock().unwrap().push("b");
             drop(turn);
         });
+        // Three tickets out: the held turn's, `a`'s early one and `b`'s.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while a.next().load(Ordering::SeqCst) < 3 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the early ticket was not taken when asked for"
+            );
             std::thread::yield_now();
         }
         drop(held);
