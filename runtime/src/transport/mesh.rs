@@ -16,8 +16,13 @@ use twin_sim::schedule::Stream;
 
 /// Lanes per peer: compute, tp, cp, ep, dp, pp (send and receive), io.
 pub const LANES: u8 = 7;
-/// The largest message a ring step exchanges on its own thread (see [`Mesh::exchange`]).
-pub const INLINE_MAX_BYTES: u64 = 64 << 10;
+/// The largest message a ring step exchanges on its own thread (see [`Mesh::exchange`]): half
+/// of the 4 MiB a loopback TCP socket's buffers grow to by default (`net.ipv4.tcp_wmem`), so
+/// a warm connection takes a whole message per write. It was 64 KiB until session 12; a
+/// `dp-pp-zero.toml` step (its ZeRO collectives move 0.9 MiB per ring step) then started a
+/// helper thread for each of them, and ran 18.1-19.1 ms against 17.5-17.9 ms inline (four
+/// interleaved pairs on one profile, docs/validation.md).
+pub const INLINE_MAX_BYTES: u64 = 2 << 20;
 const HANDSHAKE_TAG: u64 = 0x6861_6e64; // "hand"
 
 /// The lane that carries an op issued on `stream`.
@@ -182,9 +187,9 @@ impl Mesh {
     /// sending to each other cannot block each other. A message of up to [`INLINE_MAX_BYTES`]
     /// is exchanged on this thread (`transport::exchange`, poll-driven); a larger one sends on
     /// a helper thread while this one receives, so both directions stream at once (with one
-    /// thread, a large message moves one socket buffer per scheduler round trip: 4 MiB took
-    /// 26-30 ms against 5-8 ms threaded on a loaded 2-core machine, while a 16 KiB exchange
-    /// took 85-320 us against 270-1,400 us with the thread start).
+    /// thread, a message larger than the socket buffers moves one buffer per scheduler round
+    /// trip: 4 MiB took 26-30 ms against 5-8 ms threaded on a loaded 2-core machine, while a
+    /// 16 KiB exchange took 85-320 us against 270-1,400 us with the thread start).
     #[allow(clippy::too_many_arguments)]
     pub fn exchange(
         &self,
