@@ -313,6 +313,15 @@ impl Plan {
         rank / self.gpus_per_node
     }
 
+    /// The CPU core `rank` runs on when each node's ranks share `cores_per_node` cores (the host
+    /// backend): an index among the cores of every node, ranks bound round-robin by local rank,
+    /// as the host runtime binds them (`twin_runtime::launch::affinity`).
+    pub fn core_of(&self, cores_per_node: u32, rank: RankId) -> u32 {
+        let c = cores_per_node.max(1);
+        let local = rank % self.gpus_per_node.max(1);
+        self.node_of(rank) * c + local % c
+    }
+
     /// The rank's pipeline stage: its pp coordinate (`coords(rank).pp`, from the pp axis's
     /// stride).
     pub fn stage_of(&self, rank: RankId) -> u32 {

@@ -342,6 +342,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         &staged.schedule,
         prediction.result.trace.as_ref().unwrap_or(&empty),
         m.merged.result.trace.as_ref().unwrap_or(&empty),
+        profile
+            .host_cores
+            .as_ref()
+            .map(|c| c.value.clamp(1.0, f64::from(u32::MAX)) as u32),
     );
     let json = to_json(
         &args,
@@ -504,7 +508,8 @@ fn core_sharing_note(staged: &twin_sim::Staged) -> Option<String> {
             "ranks share cores: {per_node} ranks per node on {cores} cores; the prediction \
              shares each core by thread priority and lets compute ops take turns, but has none \
              of the OS scheduler's run-queue delays (time slices, wake-up order), which the \
-             measured critical path below shows as start, stream and dependency waits\n"
+             measured critical path below shows as start, stream and dependency waits (a \
+             wait for another rank's compute on the core is a turn wait)\n"
         )
     })
 }

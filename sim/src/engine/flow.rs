@@ -318,9 +318,7 @@ impl Flows {
     /// (`twin_runtime::launch::affinity`), and the work of the ranks bound to one core shares
     /// it (processor sharing).
     pub fn cpu_of(&self, plan: &Plan, rank: u32) -> u32 {
-        let c = self.cores_per_node;
-        let local = rank % plan.gpus_per_node.max(1);
-        plan.node_of(rank) * c + local % c
+        plan.core_of(self.cores_per_node, rank)
     }
 
     fn new_transfer(&mut self, t: Transfer) -> u32 {

@@ -9,7 +9,9 @@
 //! that released the op last: the op before it on its stream, one of its deps, the send that
 //! fed a receive, or, for a collective, whatever released the member that joined last (a
 //! measured collective starts when data first arrives, so its own start says little about
-//! who was late). The gap between that release and the op's start is a wait, named by the
+//! who was late), or, where ranks share CPU cores (a host profile's `[host] cores`), for a
+//! compute op, the other rank's compute op on its core that ended last before it started (the
+//! turn it waited for). The gap between that release and the op's start is a wait, named by the
 //! kind of edge.
 
 use crate::plan::{GroupKind, Plan};
@@ -20,8 +22,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Where one step's critical path spent its time. Times in seconds; maps are keyed by name
 /// (op kinds as in the op table: "gemm", "memory-bound", "collective", "p2p", "alloc",
-/// "free", "checkpoint"; waits: "stream", "dependency", "transfer", "collective", and
-/// "start": from the step's first op to the path's first).
+/// "free", "checkpoint"; waits: "stream", "dependency", "transfer", "collective", "turn" (for
+/// the core another rank's compute op held), and "start": from the step's first op to the
+/// path's first).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CriticalPath {
     /// First op start to last op end over every rank.
@@ -52,11 +55,18 @@ pub struct CriticalPaths {
 }
 
 impl CriticalPaths {
-    /// Both sides of `schedule` on `plan`.
-    pub fn new(plan: &Plan, schedule: &Schedule, predicted: &Trace, measured: &Trace) -> Self {
+    /// Both sides of `schedule` on `plan`; `cores`: the CPU cores each node's ranks share,
+    /// when they do (a host profile's `[host] cores`).
+    pub fn new(
+        plan: &Plan,
+        schedule: &Schedule,
+        predicted: &Trace,
+        measured: &Trace,
+        cores: Option<u32>,
+    ) -> Self {
         CriticalPaths {
-            predicted: critical_path(plan, schedule, predicted),
-            measured: critical_path(plan, schedule, measured),
+            predicted: critical_path(plan, schedule, predicted, cores),
+            measured: critical_path(plan, schedule, measured, cores),
         }
     }
 
@@ -110,6 +120,8 @@ enum Edge {
     Transfer,
     /// A member of its collective was released (by its stream or a dep).
     Collective,
+    /// Another rank's compute op on its core ended (its turn at the core).
+    Turn,
 }
 
 impl Edge {
@@ -119,19 +131,27 @@ impl Edge {
             Edge::Dependency => "dependency",
             Edge::Transfer => "transfer",
             Edge::Collective => "collective",
+            Edge::Turn => "turn",
         }
     }
 }
 
 type OpId = (u32, u32);
 
-/// The critical path of `trace`, a step of `schedule` on `plan`. `None` for an empty trace.
-pub fn critical_path(plan: &Plan, schedule: &Schedule, trace: &Trace) -> Option<CriticalPath> {
+/// The critical path of `trace`, a step of `schedule` on `plan`, whose ranks share `cores` CPU
+/// cores per node when given. `None` for an empty trace.
+pub fn critical_path(
+    plan: &Plan,
+    schedule: &Schedule,
+    trace: &Trace,
+    cores: Option<u32>,
+) -> Option<CriticalPath> {
     let times: BTreeMap<OpId, (u64, u64)> = trace
         .events
         .iter()
         .map(|e| ((e.rank, e.op), (e.start_ns, e.end_ns)))
         .collect();
+    let turns = cores.map(|c| Turns::new(plan, schedule, &times, c));
     let first_start = times.values().map(|t| t.0).min()?;
     let (&last, &(_, last_end)) = times.iter().max_by_key(|(id, t)| (t.1, *id))?;
     let preds = Preds::new(plan, schedule);
@@ -164,8 +184,15 @@ pub fn critical_path(plan: &Plan, schedule: &Schedule, trace: &Trace) -> Option<
                 (next_start - until) as f64 * 1e-9;
         }
         next_start = start;
-        let release = preds
-            .of(schedule, cur)
+        let mut candidates = preds.of(schedule, cur);
+        let turn = turns
+            .as_ref()
+            .filter(|_| is_compute(schedule, cur))
+            .and_then(|t| t.before(plan, cur, start));
+        if let Some(t) = turn {
+            candidates.push((t, Edge::Turn));
+        }
+        let release = candidates
             .into_iter()
             .filter(|(p, _)| !seen.contains(p))
             .filter_map(|(p, edge)| {
@@ -184,6 +211,62 @@ pub fn critical_path(plan: &Plan, schedule: &Schedule, trace: &Trace) -> Option<
         *path.wait_s.entry("start".into()).or_default() += (next_start - first_start) as f64 * 1e-9;
     }
     Some(path)
+}
+
+/// The compute ops of each shared core, by end time: where ranks share a core, a compute op can
+/// only start once the core is free of the other ranks' compute (the host backend's turns).
+struct Turns {
+    cores_per_node: u32,
+    /// Per core: (end, op) of every compute op on it, ascending.
+    ends: BTreeMap<u32, Vec<(u64, OpId)>>,
+}
+
+impl Turns {
+    fn new(
+        plan: &Plan,
+        schedule: &Schedule,
+        times: &BTreeMap<OpId, (u64, u64)>,
+        cores_per_node: u32,
+    ) -> Turns {
+        let mut ends: BTreeMap<u32, Vec<(u64, OpId)>> = BTreeMap::new();
+        for (&id, &(_, end)) in times {
+            if is_compute(schedule, id) && id.0 < plan.world {
+                let core = plan.core_of(cores_per_node, id.0);
+                ends.entry(core).or_default().push((end, id));
+            }
+        }
+        for v in ends.values_mut() {
+            v.sort_unstable();
+        }
+        Turns {
+            cores_per_node,
+            ends,
+        }
+    }
+
+    /// For compute op `id` that started at `start`: another rank's compute op on its core that
+    /// ended last at or before `start`.
+    fn before(&self, plan: &Plan, id: OpId, start: u64) -> Option<OpId> {
+        if id.0 >= plan.world {
+            return None;
+        }
+        let core = plan.core_of(self.cores_per_node, id.0);
+        let on_core = self.ends.get(&core)?;
+        let upto = on_core.partition_point(|&(end, _)| end <= start);
+        on_core
+            .get(..upto)?
+            .iter()
+            .rev()
+            .find(|(_, other)| other.0 != id.0)
+            .map(|&(_, other)| other)
+    }
+}
+
+fn is_compute(schedule: &Schedule, (rank, op): OpId) -> bool {
+    matches!(
+        schedule.get_op(rank, op).map(|o| &o.kind),
+        Some(OpKind::Compute(_))
+    )
 }
 
 /// The predecessors of every op, resolved against the plan.
@@ -300,7 +383,7 @@ mod tests {
     }
 
     fn path(p: &Prediction, t: &Trace) -> CriticalPath {
-        critical_path(&p.staged.plan, &p.staged.schedule, t).unwrap()
+        critical_path(&p.staged.plan, &p.staged.schedule, t, None).unwrap()
     }
 
     #[test]
@@ -352,8 +435,67 @@ mod tests {
     fn an_empty_trace_has_no_path() {
         let p = predicted(1, 1, 1, 0);
         assert_eq!(
-            critical_path(&p.staged.plan, &p.staged.schedule, &Trace::default()),
+            critical_path(&p.staged.plan, &p.staged.schedule, &Trace::default(), None),
             None
         );
+    }
+
+    #[test]
+    fn on_a_shared_core_a_compute_op_is_released_by_the_other_ranks_turn() {
+        // Two ranks, one compute op each, no transfers: rank 1's op runs after rank 0's, as
+        // on one shared core.
+        let p = predicted(1, 1, 2, 0);
+        let plan = &p.staged.plan;
+        let compute = |rank: u32| {
+            p.staged
+                .schedule
+                .program(rank)
+                .ops
+                .iter()
+                .find(|op| matches!(op.kind, OpKind::Compute(_)))
+                .unwrap()
+                .clone()
+        };
+        let schedule = Schedule {
+            programs: vec![
+                crate::schedule::Program {
+                    stage: 0,
+                    ops: vec![compute(0)],
+                },
+                crate::schedule::Program {
+                    stage: 0,
+                    ops: vec![compute(1)],
+                },
+            ],
+            program_of: vec![0, 1],
+        };
+        let event = |rank: u32, start_ns: u64, end_ns: u64| crate::trace::TraceEvent {
+            rank,
+            stream: crate::schedule::Stream::Compute,
+            op: 0,
+            start_ns,
+            end_ns,
+            bytes: 0,
+            flops: 0,
+            mem_bytes: 0,
+        };
+        let trace = Trace {
+            events: vec![event(0, 0, 100), event(1, 130, 200)],
+            memory: Vec::new(),
+        };
+        assert_eq!(plan.world, 2);
+        // Each rank on its own core (or cores unknown): the path is rank 1's op alone, after
+        // 130 ns of "start".
+        for cores in [None, Some(2)] {
+            let c = critical_path(plan, &schedule, &trace, cores).unwrap();
+            assert_eq!(c.ops, 1, "{cores:?}");
+            assert!((c.wait_s["start"] - 130e-9).abs() < 1e-15, "{c:?}");
+        }
+        // One core: rank 1 waited 30 ns after rank 0's turn ended.
+        let c = critical_path(plan, &schedule, &trace, Some(1)).unwrap();
+        assert_eq!(c.ops, 2);
+        assert!((c.wait_s["turn"] - 30e-9).abs() < 1e-15, "{c:?}");
+        assert!(!c.wait_s.contains_key("start"), "{c:?}");
+        assert!((c.op_total_s() + c.wait_total_s() - c.span_s).abs() < 1e-15);
     }
 }
