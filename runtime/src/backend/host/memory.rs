@@ -33,6 +33,8 @@ pub struct Held {
     live: BTreeMap<u32, (Allocation, Vec<u8>)>,
     /// Freed buffers kept for reuse, by length.
     cached: BTreeMap<usize, Vec<Vec<u8>>>,
+    /// Bytes of new buffers taken since the last reset (none in a step like the one before).
+    fresh_bytes: u64,
     now: [u64; MemCategory::COUNT],
     host_now_bytes: u64,
     pub peak: HeldPeak,
@@ -43,7 +45,8 @@ impl Held {
         self.now.iter().sum()
     }
 
-    /// Allocate and touch a buffer for `a` (op `op`, at aligned time `time_ns`).
+    /// Hold a buffer for `a` (op `op`, at aligned time `time_ns`): a kept one of its size, or a
+    /// new one with every byte written.
     pub fn alloc(&mut self, a: Allocation, op: u32, time_ns: u64) -> Result<(), String> {
         if self.live.contains_key(&a.tag) {
             return Err(format!("alloc tag {} is already live", a.tag));
@@ -51,10 +54,18 @@ impl Held {
         let len = usize::try_from(a.bytes).map_err(|_| format!("{} bytes", a.bytes))?;
         let buf = match self.cached.get_mut(&len).and_then(Vec::pop) {
             Some(buf) => buf,
-            None => fresh(len)?,
+            None => {
+                self.fresh_bytes = self.fresh_bytes.saturating_add(a.bytes);
+                fresh(len)?
+            }
         };
         self.hold(a, buf, op, time_ns);
         Ok(())
+    }
+
+    /// Bytes of new buffers taken since the last reset.
+    pub fn fresh_bytes(&self) -> u64 {
+        self.fresh_bytes
     }
 
     /// Bytes of the buffers kept for reuse.

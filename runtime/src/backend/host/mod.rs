@@ -634,6 +634,24 @@ mod tests {
     }
 
     #[test]
+    fn a_step_after_the_first_allocates_from_kept_buffers_only() {
+        let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
+        let staged = twin_sim::Staged::new(&s).unwrap();
+        let mut b = HostBackend::single();
+        let mut fresh = Vec::new();
+        let mut peaks = Vec::new();
+        for _ in 0..3 {
+            run_step(&staged.plan, &staged.schedule, 0, &mut b).unwrap();
+            fresh.push(b.shared.held.lock().unwrap().fresh_bytes());
+            peaks.push(b.last_peak().peak_bytes);
+        }
+        assert!(fresh[0] > 0, "{fresh:?}");
+        assert_eq!(&fresh[1..], &[0, 0]);
+        // Reuse changes nothing in what is held.
+        assert!(peaks.iter().all(|&p| p == peaks[0] && p > 0), "{peaks:?}");
+    }
+
+    #[test]
     fn the_next_compute_op_is_ready_through_ready_bookkeeping_only() {
         let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
         let staged = twin_sim::Staged::new(&s).unwrap();
