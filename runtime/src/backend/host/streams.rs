@@ -44,8 +44,10 @@ pub(super) struct Streams {
 
 impl Streams {
     /// Run `job` on the stream threads and return every op's timing, once each thread has
-    /// replied (or died: its ops are then missing from the result).
-    pub(super) fn run(&mut self, job: &Arc<Job>) -> Result<Vec<OpTiming>, RuntimeError> {
+    /// replied (or died: its ops are then missing from the result). A stream whose thread
+    /// cannot be started fails the step as a failed op does (the job's error), so the threads
+    /// already running stop and reply.
+    pub(super) fn run(&mut self, job: &Arc<Job>) -> Vec<OpTiming> {
         if self.workers.len() < Stream::COUNT {
             self.workers.resize_with(Stream::COUNT, || None);
         }
@@ -59,10 +61,13 @@ impl Streams {
                 stream,
                 reply: reply.clone(),
             };
-            self.dispatch(task)?;
+            if let Err(e) = self.dispatch(task) {
+                job.fail(e);
+                break;
+            }
         }
         drop(reply);
-        Ok(replies.into_iter().flatten().collect())
+        replies.into_iter().flatten().collect()
     }
 
     #[cfg(test)]
