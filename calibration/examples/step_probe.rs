@@ -55,10 +55,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                         bytes: *bytes,
                     };
                     if m == "fresh" {
-                        let mut buf: Vec<u8> = Vec::new();
-                        buf.try_reserve_exact(*bytes as usize)?;
-                        buf.resize(*bytes as usize, 0);
-                        std::hint::black_box(&mut buf);
+                        let buf = twin_runtime::backend::host::fresh(*bytes as usize)?;
                         fresh.insert(*tag, buf);
                     } else if m == "kept" {
                         held.alloc(a, i as u32, 0)?;

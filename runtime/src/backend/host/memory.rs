@@ -147,8 +147,9 @@ impl Held {
 }
 
 /// A new buffer of `len` bytes with every page resident: writing every byte makes it so (a
-/// lazily mapped zero page is not).
-fn fresh(len: usize) -> Result<Vec<u8>, String> {
+/// lazily mapped zero page is not). What an Alloc with no kept buffer of its size takes (and,
+/// until session 12, every Alloc: the probes in `calibration/examples` compare the two).
+pub fn fresh(len: usize) -> Result<Vec<u8>, String> {
     let mut buf: Vec<u8> = Vec::new();
     buf.try_reserve_exact(len)
         .map_err(|e| format!("cannot allocate {len} bytes: {e}"))?;

@@ -21,7 +21,7 @@ pub mod turns;
 pub use compute::Workspace;
 pub use data::p2p_payload;
 pub use fault::{Fault, FaultKind};
-pub use memory::{Held, HeldPeak};
+pub use memory::{fresh, Held, HeldPeak};
 pub use state::ModelState;
 
 use crate::backend::{Allocation, Backend, MemoryReport, OpContext, OpTiming};
