@@ -255,8 +255,9 @@ impl Job {
     /// when the last ends. Yielding first put it behind whatever other rank's op held the
     /// core, up to a GEMM's length, and a free or an allocation waited milliseconds for no work.
     pub(super) fn bookkeeping_ready(&self, next: Option<&usize>) -> bool {
-        self.next_ready(next, |k| {
-            matches!(k, OpKind::Alloc { .. } | OpKind::Free { .. })
+        next.and_then(|&i| self.queued.get(i)).is_some_and(|q| {
+            matches!(q.op.kind, OpKind::Alloc { .. } | OpKind::Free { .. })
+                && q.op.deps.iter().all(|&d| self.st.is_done(d))
         })
     }
 
@@ -276,12 +277,6 @@ impl Job {
             }
         }
         false
-    }
-
-    /// Whether the op at `next` is of a kind `is_kind` accepts and its deps are all done.
-    fn next_ready(&self, next: Option<&usize>, is_kind: impl Fn(&OpKind) -> bool) -> bool {
-        next.and_then(|&i| self.queued.get(i))
-            .is_some_and(|q| is_kind(&q.op.kind) && q.op.deps.iter().all(|&d| self.st.is_done(d)))
     }
 
     fn fail(&self, e: RuntimeError) {
