@@ -57,7 +57,7 @@ mod tests {
                 s.spawn(move || {
                     let ring = Ring::new(mesh, &members, 1, 77).unwrap();
                     let data = input(CollectiveKind::AllReduce, &ring, 1000, 3);
-                    let out = execute(CollectiveKind::AllReduce, &ring, data).unwrap();
+                    let out = execute(CollectiveKind::AllReduce, &ring, &data).unwrap();
                     verify(CollectiveKind::AllReduce, &ring, &out, 3).unwrap();
                 });
             }

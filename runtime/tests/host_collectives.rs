@@ -59,7 +59,7 @@ fn every_collective_is_correct_on_2_to_8_ranks() {
                         let tag = (g * 100 + k * 10) as u64 + elems as u64;
                         let ring = Ring::new(mesh, members, 1, tag).unwrap();
                         let input = collective::input(*kind, &ring, elems, 1);
-                        let out = collective::execute(*kind, &ring, input).unwrap();
+                        let out = collective::execute(*kind, &ring, &input).unwrap();
                         collective::verify(*kind, &ring, &out, 1)
                             .unwrap_or_else(|e| panic!("world {world} rank {rank}: {e}"));
                         checked += 1;
@@ -82,7 +82,7 @@ fn a_member_with_different_data_fails_the_check() {
         if rank == 1 {
             input[10] += 1.0;
         }
-        let out = collective::execute(CollectiveKind::AllReduce, &ring, input).unwrap();
+        let out = collective::execute(CollectiveKind::AllReduce, &ring, &input).unwrap();
         collective::verify(CollectiveKind::AllReduce, &ring, &out, 0)
             .unwrap_err()
             .to_string()
@@ -101,11 +101,11 @@ fn p2p_rings_in_both_directions_carry_the_exact_bytes() {
         let bytes = 100_003u64;
         let payload = twin_runtime::backend::host::p2p_payload(rank, 7, bytes);
         // Forward ring on the pipeline lane, and backward at the same time on the cp lane.
-        let (fwd, _) = mesh
-            .exchange(next, prev, 5, 7, &payload, bytes, false)
+        let mut fwd = vec![0u8; bytes as usize];
+        mesh.exchange(next, prev, 5, 7, &payload, &mut fwd, false)
             .unwrap();
-        let (bwd, _) = mesh
-            .exchange(prev, next, 2, 7, &payload, bytes, false)
+        let mut bwd = vec![0u8; bytes as usize];
+        mesh.exchange(prev, next, 2, 7, &payload, &mut bwd, false)
             .unwrap();
         (
             fwd == twin_runtime::backend::host::p2p_payload(prev, 7, bytes),

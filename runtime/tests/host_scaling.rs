@@ -104,7 +104,7 @@ fn doubling_collective_bytes_makes_it_slower() {
                         let input = collective::input(CollectiveKind::AllReduce, &ring, elems, 0);
                         let start = Instant::now();
                         let out =
-                            collective::execute(CollectiveKind::AllReduce, &ring, input).unwrap();
+                            collective::execute(CollectiveKind::AllReduce, &ring, &input).unwrap();
                         best[i] = best[i].min(start.elapsed().as_nanos());
                         collective::verify(CollectiveKind::AllReduce, &ring, &out, 0).unwrap();
                     }

@@ -15,7 +15,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 use twin_runtime::launch::affinity::pin_rank;
 use twin_runtime::microbench::local_meshes;
-use twin_runtime::transport::collective::{self, Ring};
+use twin_runtime::transport::collective::{self, Ring, Work};
 use twin_runtime::transport::mesh::Mesh;
 use twin_sim::schedule::{CollectiveKind, Gemm};
 
@@ -92,8 +92,15 @@ const SYNC_TAG: u64 = 1 << 41;
 const P2P_ROUNDS: u32 = 4;
 
 /// Runs rank `me`'s side of one call; returns its duration in ns (a p2p: half the mean round
-/// trip on rank 0, 0 elsewhere).
-fn call(mesh: &Mesh, members: &[u32], task: Task, tag: u64) -> Result<f64, CalibError> {
+/// trip on rank 0, 0 elsewhere). A collective works in `work`, kept for the task's calls as a
+/// run keeps a call's buffers (`backend::host::data`).
+fn call(
+    mesh: &Mesh,
+    members: &[u32],
+    task: Task,
+    tag: u64,
+    work: &mut Work,
+) -> Result<f64, CalibError> {
     let fail = |e: twin_runtime::RuntimeError| CalibError::Bench(format!("{}: {e}", task.name()));
     match task.kind {
         None => {
@@ -129,11 +136,11 @@ fn call(mesh: &Mesh, members: &[u32], task: Task, tag: u64) -> Result<f64, Calib
                 let ring = Ring::new(mesh, members, COLLECTIVE_LANE, tag).map_err(fail)?;
                 let data = collective::input(kind, &ring, elems, tag);
                 let t = Instant::now();
-                let out = collective::execute(kind, &ring, data).map_err(fail)?;
+                collective::execute_into(kind, &ring, &data, work).map_err(fail)?;
                 if timed {
                     ns = t.elapsed().as_nanos() as f64;
                 }
-                std::hint::black_box(out);
+                std::hint::black_box(work.output());
             }
             Ok(ns)
         }
@@ -161,11 +168,14 @@ fn run_rank(
         .iter()
         .map(|_| Vec::with_capacity(calls as usize))
         .collect();
+    let mut works: Vec<Work> = tasks.iter().map(|_| Work::default()).collect();
     for c in 0..calls {
-        for ((i, task), times) in tasks.iter().enumerate().zip(out.iter_mut()) {
+        for (((i, task), times), work) in
+            tasks.iter().enumerate().zip(out.iter_mut()).zip(&mut works)
+        {
             barrier.wait(members.len())?;
             let tag = ((i as u64) << 24) | u64::from(c);
-            match call(mesh, members, *task, tag) {
+            match call(mesh, members, *task, tag, work) {
                 Ok(ns) => times.push(ns),
                 Err(e) => {
                     barrier.abort();
@@ -296,21 +306,23 @@ const OVERLAP_BYTES: u64 = 4 << 20;
 fn background(mesh: &Mesh, stop: &std::sync::atomic::AtomicBool) -> Result<(), CalibError> {
     let members = [0u32, 1];
     let elems = (OVERLAP_BYTES / 4) as usize;
+    let mut data = vec![0.0f32; elems];
+    let mut work = Work::default();
     for i in 0u64.. {
         let ring = Ring::new(mesh, &members, COLLECTIVE_LANE, (1 << 40) | i)
             .map_err(|e| CalibError::Bench(format!("overlap all-reduce: {e}")))?;
-        let mut data = vec![0.0f32; elems];
         if mesh.rank == 0 && stop.load(std::sync::atomic::Ordering::SeqCst) {
             if let Some(x) = data.first_mut() {
                 *x = 1.0;
             }
         }
-        if let Err(e) = collective::all_reduce(&ring, &mut data) {
+        let kind = CollectiveKind::AllReduce;
+        if let Err(e) = collective::execute_into(kind, &ring, &data, &mut work) {
             // Wake the other rank, which would otherwise wait for this one until the timeout.
             mesh.shutdown_all();
             return Err(CalibError::Bench(format!("overlap all-reduce: {e}")));
         }
-        if data.first().copied().unwrap_or(1.0) >= 1.0 {
+        if work.output().first().copied().unwrap_or(1.0) >= 1.0 {
             break;
         }
     }

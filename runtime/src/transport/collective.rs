@@ -83,25 +83,26 @@ impl<'a> Ring<'a> {
     fn step_tag(&self, phase: u64, step: usize) -> u64 {
         self.tag ^ (phase << 60) ^ ((step as u64) << 48)
     }
-    /// Ring step: send `out` to the next member, receive `len` elements from the previous.
+    /// Ring step: send `out` to the next member while receiving `into` (its length) from the
+    /// previous one.
     fn ring_step(
         &self,
         phase: u64,
         step: usize,
         out: &[f32],
-        len: usize,
-    ) -> Result<Vec<f32>, RuntimeError> {
-        let (got, at) = self.mesh.exchange(
+        into: &mut [f32],
+    ) -> Result<(), RuntimeError> {
+        let at = self.mesh.exchange(
             self.next(),
             self.prev(),
             self.lane,
             self.step_tag(phase, step),
-            &to_bytes(out),
-            (len * 4) as u64,
+            as_bytes(out),
+            as_bytes_mut(into),
             self.corrupt,
         )?;
         self.note_arrival(at);
-        Ok(from_bytes(&got))
+        Ok(())
     }
 }
 
@@ -112,110 +113,211 @@ pub fn chunk(elems: usize, parts: usize, i: usize) -> Range<usize> {
     (i * elems / parts)..((i + 1) * elems / parts)
 }
 
-fn to_bytes(v: &[f32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(v.len() * 4);
-    for x in v {
-        out.extend_from_slice(&x.to_le_bytes());
+/// The bytes of `v` as they go on the wire (native order: both ends are this machine's).
+fn as_bytes(v: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding and u8 no alignment, so the `4 * len` bytes behind `v` are
+    // initialised and readable for the borrow's lifetime.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+/// `v`'s bytes, to receive into.
+fn as_bytes_mut(v: &mut [f32]) -> &mut [u8] {
+    // SAFETY: as in `as_bytes`, and every bit pattern written through the bytes is a valid f32.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+/// `send` to read and `recv` to write in one buffer; empty when the two ranges overlap.
+fn split_pair(buf: &mut [f32], send: Range<usize>, recv: Range<usize>) -> (&[f32], &mut [f32]) {
+    if send.end <= recv.start {
+        let (lo, hi) = buf.split_at_mut(recv.start.min(buf.len()));
+        (
+            lo.get(send).unwrap_or_default(),
+            hi.get_mut(..recv.len()).unwrap_or_default(),
+        )
+    } else if recv.end <= send.start {
+        let (lo, hi) = buf.split_at_mut(send.start.min(buf.len()));
+        (
+            hi.get(..send.len()).unwrap_or_default(),
+            lo.get_mut(recv).unwrap_or_default(),
+        )
+    } else {
+        (&[], &mut [])
     }
-    out
 }
 
-fn from_bytes(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+/// `dst = a + b`, element by element.
+fn add_into(dst: &mut [f32], a: &[f32], b: &[f32]) {
+    for ((d, x), y) in dst.iter_mut().zip(a).zip(b) {
+        *d = x + y;
+    }
 }
 
-/// Ring reduce-scatter in place: afterwards chunk `me` holds the sum over members.
-pub fn reduce_scatter(ring: &Ring, data: &mut [f32]) -> Result<(), RuntimeError> {
+/// A member's buffers for calls of one shape, kept from call to call as a framework keeps its
+/// tensors (and NCCL its buffers): `out` holds the result, `acc` and `recv` a chunk each for
+/// the reduce-scatter. A kept buffer is never page-faulted again, and no input is copied to be
+/// worked on in place: the algorithms read the input and write `out`.
+#[derive(Default)]
+pub struct Work {
+    out: Vec<f32>,
+    acc: Vec<f32>,
+    recv: Vec<f32>,
+}
+
+impl Work {
+    /// The output of the last call.
+    pub fn output(&self) -> &[f32] {
+        &self.out
+    }
+
+    /// Size the buffers for a call of `kind` over `elems` elements and mark the start of every
+    /// chunk the call must write with a NaN, so a kept buffer cannot pass the check with the
+    /// last call's result where this call wrote nothing.
+    fn prepare(&mut self, kind: CollectiveKind, ring: &Ring, elems: usize) {
+        let n = ring.n();
+        let most = elems.div_ceil(n.max(1));
+        self.out.resize(elems, 0.0);
+        self.acc.resize(most, 0.0);
+        self.recv.resize(most, 0.0);
+        // Every chunk of the output is received or copied in, except that a reduce-scatter's
+        // output is this member's chunk alone.
+        for c in 0..n {
+            let written = kind != CollectiveKind::ReduceScatter || c == ring.me;
+            if let Some(first) = self.out.get_mut(chunk(elems, n, c).start) {
+                if written {
+                    *first = f32::NAN;
+                }
+            }
+        }
+    }
+}
+
+/// Ring reduce-scatter of `input` (left as it is): afterwards chunk `me` of `work.out` holds
+/// the sum over members. Each step adds the received partial sum to this member's input
+/// chunk in `work.acc`, which the next step sends on.
+fn reduce_scatter(ring: &Ring, input: &[f32], work: &mut Work) -> Result<(), RuntimeError> {
     let n = ring.n();
-    let len = data.len();
-    for s in 0..n.saturating_sub(1) {
+    let len = input.len();
+    let mine = chunk(len, n, ring.me);
+    if n < 2 {
+        if let (Some(dst), Some(src)) = (work.out.get_mut(mine.clone()), input.get(mine)) {
+            dst.copy_from_slice(src);
+        }
+        return Ok(());
+    }
+    let mut sent_len = 0;
+    for s in 0..n - 1 {
         let send = chunk(len, n, ring.me + 2 * n - s - 1);
         let recv = chunk(len, n, ring.me + 2 * n - s - 2);
-        let out = data.get(send).unwrap_or_default().to_vec();
-        let got = ring.ring_step(1, s, &out, recv.len())?;
-        for (d, g) in data.get_mut(recv).unwrap_or_default().iter_mut().zip(got) {
-            *d += g;
-        }
+        let out = if s == 0 {
+            input.get(send).unwrap_or_default()
+        } else {
+            work.acc.get(..sent_len).unwrap_or_default()
+        };
+        let into = work.recv.get_mut(..recv.len()).unwrap_or_default();
+        ring.ring_step(1, s, out, into)?;
+        let dst = if s + 2 == n {
+            work.out.get_mut(recv.clone()).unwrap_or_default()
+        } else {
+            work.acc.get_mut(..recv.len()).unwrap_or_default()
+        };
+        sent_len = recv.len();
+        add_into(dst, input.get(recv).unwrap_or_default(), &work.recv);
     }
     Ok(())
 }
 
-/// Ring all-gather in place: chunk `me` is this member's; afterwards every chunk is filled.
-pub fn all_gather(ring: &Ring, data: &mut [f32]) -> Result<(), RuntimeError> {
+/// Ring all-gather in `out`, whose chunk `me` is this member's: afterwards every chunk is
+/// filled, each received straight into place.
+fn all_gather_in_place(ring: &Ring, out: &mut [f32]) -> Result<(), RuntimeError> {
     let n = ring.n();
-    let len = data.len();
+    let len = out.len();
     for s in 0..n.saturating_sub(1) {
         let send = chunk(len, n, ring.me + n - s);
         let recv = chunk(len, n, ring.me + n - s - 1);
-        let out = data.get(send).unwrap_or_default().to_vec();
-        let got = ring.ring_step(2, s, &out, recv.len())?;
-        if let Some(dst) = data.get_mut(recv) {
-            dst.copy_from_slice(got.get(..dst.len()).unwrap_or_default());
-        }
+        let (from, into) = split_pair(out, send, recv);
+        ring.ring_step(2, s, from, into)?;
     }
     Ok(())
 }
 
-/// Ring all-reduce: reduce-scatter then all-gather.
-pub fn all_reduce(ring: &Ring, data: &mut [f32]) -> Result<(), RuntimeError> {
-    reduce_scatter(ring, data)?;
-    all_gather(ring, data)
+/// Ring all-gather: this member's chunk of `input` is copied to `work.out` (as NCCL's
+/// out-of-place all-gather does), then the others arrive.
+fn all_gather(ring: &Ring, input: &[f32], work: &mut Work) -> Result<(), RuntimeError> {
+    let mine = chunk(input.len(), ring.n(), ring.me);
+    if let (Some(dst), Some(src)) = (work.out.get_mut(mine.clone()), input.get(mine)) {
+        dst.copy_from_slice(src);
+    }
+    all_gather_in_place(ring, &mut work.out)
+}
+
+/// Ring all-reduce: reduce-scatter into `work.out`, then all-gather there.
+fn all_reduce(ring: &Ring, input: &[f32], work: &mut Work) -> Result<(), RuntimeError> {
+    reduce_scatter(ring, input, work)?;
+    all_gather_in_place(ring, &mut work.out)
 }
 
 /// Pairwise all-to-all: chunk j of the input goes to member j; chunk j of the output came
-/// from member j. Chunks are `len / n` elements; a remainder stays in place.
-pub fn all_to_all(ring: &Ring, data: &[f32]) -> Result<Vec<f32>, RuntimeError> {
+/// from member j. Chunks are `len / n` elements; this member's own chunk and a remainder are
+/// copied over.
+fn all_to_all(ring: &Ring, input: &[f32], work: &mut Work) -> Result<(), RuntimeError> {
     let n = ring.n();
-    let c = data.len() / n.max(1);
-    let mut out = data.to_vec();
+    let c = input.len() / n.max(1);
+    for keep in [ring.me * c..(ring.me + 1) * c, n * c..input.len()] {
+        if let (Some(dst), Some(src)) = (work.out.get_mut(keep.clone()), input.get(keep)) {
+            dst.copy_from_slice(src);
+        }
+    }
     for s in 1..n {
         let to = (ring.me + s) % n;
         let from = (ring.me + n - s) % n;
-        let payload = to_bytes(data.get(to * c..(to + 1) * c).unwrap_or_default());
-        let (got, at) = ring.mesh.exchange(
+        let at = ring.mesh.exchange(
             ring.member(to),
             ring.member(from),
             ring.lane,
             ring.step_tag(3, s),
-            &payload,
-            (c * 4) as u64,
+            as_bytes(input.get(to * c..(to + 1) * c).unwrap_or_default()),
+            as_bytes_mut(
+                work.out
+                    .get_mut(from * c..(from + 1) * c)
+                    .unwrap_or_default(),
+            ),
             ring.corrupt,
         )?;
         ring.note_arrival(at);
-        if let Some(dst) = out.get_mut(from * c..(from + 1) * c) {
-            dst.copy_from_slice(&from_bytes(&got));
-        }
     }
-    Ok(out)
+    Ok(())
 }
 
-/// Chunked ring broadcast from member 0: pieces flow down the ring, each member forwarding
-/// a piece as soon as it has it.
-pub fn broadcast(ring: &Ring, data: &mut [f32]) -> Result<(), RuntimeError> {
+/// Chunked ring broadcast from member 0 into `work.out`: pieces flow down the ring, each
+/// member forwarding a piece as soon as it has it.
+fn broadcast(ring: &Ring, input: &[f32], work: &mut Work) -> Result<(), RuntimeError> {
     let n = ring.n();
+    if ring.me == 0 {
+        let len = work.out.len();
+        if let Some(src) = input.get(..len) {
+            work.out.copy_from_slice(src);
+        }
+    }
     if n < 2 {
         return Ok(());
     }
+    let data = &mut work.out;
     let pieces = data.len().div_ceil(BROADCAST_PIECE_ELEMS).max(1);
     for p in 0..pieces {
         let r = (p * BROADCAST_PIECE_ELEMS).min(data.len())
             ..((p + 1) * BROADCAST_PIECE_ELEMS).min(data.len());
         let tag = ring.step_tag(4, p);
         if ring.me != 0 {
-            let (got, at) = ring
+            let into = data.get_mut(r.clone()).unwrap_or_default();
+            let at = ring
                 .mesh
-                .recv(ring.prev(), ring.lane, tag, (r.len() * 4) as u64)?;
+                .recv_into(ring.prev(), ring.lane, tag, as_bytes_mut(into))?;
             ring.note_arrival(at);
-            if let Some(dst) = data.get_mut(r.clone()) {
-                dst.copy_from_slice(&from_bytes(&got));
-            }
         }
         if ring.me + 1 < n {
-            let out = to_bytes(data.get(r).unwrap_or_default());
+            let out = as_bytes(data.get(r).unwrap_or_default());
             ring.mesh
-                .send(ring.next(), ring.lane, tag, &out, ring.corrupt)?;
+                .send(ring.next(), ring.lane, tag, out, ring.corrupt)?;
         }
     }
     Ok(())
@@ -247,20 +349,29 @@ pub fn input(kind: CollectiveKind, ring: &Ring, elems: usize, salt: u64) -> Vec<
     }
 }
 
-/// Run one call of `kind` on `data` (this member's input); returns this member's output.
-pub fn execute(
+/// Run one call of `kind` on `input` (this member's) into `work`, whose buffers are kept
+/// from call to call; the output is `work.output()`.
+pub fn execute_into(
     kind: CollectiveKind,
     ring: &Ring,
-    mut data: Vec<f32>,
-) -> Result<Vec<f32>, RuntimeError> {
+    input: &[f32],
+    work: &mut Work,
+) -> Result<(), RuntimeError> {
+    work.prepare(kind, ring, input.len());
     match kind {
-        CollectiveKind::AllReduce => all_reduce(ring, &mut data)?,
-        CollectiveKind::ReduceScatter => reduce_scatter(ring, &mut data)?,
-        CollectiveKind::AllGather => all_gather(ring, &mut data)?,
-        CollectiveKind::Broadcast => broadcast(ring, &mut data)?,
-        CollectiveKind::AllToAll => return all_to_all(ring, &data),
+        CollectiveKind::AllReduce => all_reduce(ring, input, work),
+        CollectiveKind::ReduceScatter => reduce_scatter(ring, input, work),
+        CollectiveKind::AllGather => all_gather(ring, input, work),
+        CollectiveKind::Broadcast => broadcast(ring, input, work),
+        CollectiveKind::AllToAll => all_to_all(ring, input, work),
     }
-    Ok(data)
+}
+
+/// Run one call of `kind` on `input` (this member's); returns this member's output.
+pub fn execute(kind: CollectiveKind, ring: &Ring, input: &[f32]) -> Result<Vec<f32>, RuntimeError> {
+    let mut work = Work::default();
+    execute_into(kind, ring, input, &mut work)?;
+    Ok(work.out)
 }
 
 /// What one member's output must hold after a call: the elements in `range` (the member's
@@ -328,8 +439,14 @@ pub fn check(
     ) else {
         return Err(wrong(want.range.start, None, None));
     };
-    if got != exp {
-        let i = got.iter().zip(exp).position(|(g, w)| g != w).unwrap_or(0);
+    // Compared as bytes (a memcmp): results are exact, and an element-wise f32 comparison
+    // of a 1.8 MiB all-gather took about 230 us of the op.
+    if as_bytes(got) != as_bytes(exp) {
+        let i = got
+            .iter()
+            .zip(exp)
+            .position(|(g, w)| g.to_bits() != w.to_bits())
+            .unwrap_or(0);
         let e = want.range.start + i;
         return Err(wrong(e, got.get(i).copied(), exp.get(i).copied()));
     }
@@ -364,6 +481,49 @@ mod tests {
         }
     }
 
+    /// Kept buffers: a second call with other data checks, and a buffer whose call wrote
+    /// nothing (only prepared) fails the check at a chunk it should have written, though it
+    /// still holds the last call's right answer elsewhere.
+    #[test]
+    fn kept_work_buffers_give_each_call_its_own_checked_result() {
+        let meshes =
+            crate::microbench::local_meshes(3, std::time::Duration::from_secs(10)).unwrap();
+        let members = [0u32, 1, 2];
+        let kinds = [
+            CollectiveKind::AllReduce,
+            CollectiveKind::ReduceScatter,
+            CollectiveKind::AllGather,
+            CollectiveKind::AllToAll,
+            CollectiveKind::Broadcast,
+        ];
+        std::thread::scope(|s| {
+            for mesh in &meshes {
+                s.spawn(move || {
+                    for (k, kind) in kinds.into_iter().enumerate() {
+                        let mut work = Work::default();
+                        for salt in [1u64, 2] {
+                            let ring = Ring::new(mesh, &members, 1, 100 * k as u64 + salt).unwrap();
+                            let data = input(kind, &ring, 1001, salt);
+                            execute_into(kind, &ring, &data, &mut work).unwrap();
+                            verify(kind, &ring, work.output(), salt).unwrap();
+                            assert_eq!(
+                                data,
+                                input(kind, &ring, 1001, salt),
+                                "input left as it was"
+                            );
+                        }
+                        let ring = Ring::new(mesh, &members, 1, 0).unwrap();
+                        work.prepare(kind, &ring, 1001);
+                        let e = verify(kind, &ring, work.output(), 2)
+                            .unwrap_err()
+                            .to_string();
+                        assert!(e.contains("is NaN"), "{}: {e}", kind.name());
+                    }
+                });
+            }
+        });
+    }
+
     #[test]
     fn one_member_collectives_are_identities_and_check() {
         let mesh = Mesh::single();
@@ -377,7 +537,7 @@ mod tests {
             CollectiveKind::Broadcast,
         ] {
             let data = input(kind, &ring, 33, 4);
-            let out = execute(kind, &ring, data).unwrap();
+            let out = execute(kind, &ring, &data).unwrap();
             verify(kind, &ring, &out, 4).unwrap();
             // A wrong element is caught.
             let mut bad = out.clone();

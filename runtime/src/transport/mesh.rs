@@ -4,7 +4,7 @@
 //! sockets in program order, as the IR's FIFO rule says. Addresses are exchanged through the
 //! store; each rank advertises the interface that reaches rank 0.
 
-use super::frame::{describe_io, read_frame, read_frame_at, write_frame};
+use super::frame::{describe_io, read_frame, read_frame_into, write_frame};
 use super::store::StoreClient;
 use crate::error::RuntimeError;
 use std::collections::BTreeMap;
@@ -175,12 +175,30 @@ impl Mesh {
         tag: u64,
         len: u64,
     ) -> Result<(Vec<u8>, Instant), RuntimeError> {
+        let len = usize::try_from(len).map_err(|_| RuntimeError::Transport {
+            peer,
+            message: format!("a {len}-byte message does not fit in memory"),
+        })?;
+        let mut got = vec![0u8; len];
+        let at = self.recv_into(peer, lane, tag, &mut got)?;
+        Ok((got, at))
+    }
+
+    /// Receive one framed message with `tag` from `peer` on `lane` straight into `into`, whose
+    /// length is the message's; returns when its header arrived.
+    pub fn recv_into(
+        &self,
+        peer: RankId,
+        lane: u8,
+        tag: u64,
+        into: &mut [u8],
+    ) -> Result<Instant, RuntimeError> {
         let c = self.conn(peer, lane)?;
         let _r = c
             .read_lock
             .lock()
             .map_err(|_| RuntimeError::Aborted("a receiver thread panicked".into()))?;
-        read_frame_at(&mut &c.stream, peer, Some(tag), Some(len)).map(|(_, p, at)| (p, at))
+        read_frame_into(&mut &c.stream, peer, tag, into)
     }
 
     /// Send to one peer and receive from another at the same time (a ring step): two ranks
@@ -198,10 +216,12 @@ impl Mesh {
         lane: u8,
         tag: u64,
         payload: &[u8],
-        recv_len: u64,
+        into: &mut [u8],
         corrupt: bool,
-    ) -> Result<(Vec<u8>, Instant), RuntimeError> {
-        let got = if payload.len() as u64 <= INLINE_MAX_BYTES && recv_len <= INLINE_MAX_BYTES {
+    ) -> Result<Instant, RuntimeError> {
+        let inline =
+            payload.len() as u64 <= INLINE_MAX_BYTES && into.len() as u64 <= INLINE_MAX_BYTES;
+        let got = if inline {
             let (tc, fc) = (self.conn(to, lane)?, self.conn(from, lane)?);
             let poisoned = || RuntimeError::Aborted("a transport thread panicked".into());
             let _w = tc.write_lock.lock().map_err(|_| poisoned())?;
@@ -209,7 +229,7 @@ impl Mesh {
             let expect = super::exchange::Expect {
                 peer: from,
                 tag,
-                len: recv_len,
+                len: into.len() as u64,
             };
             super::exchange::exchange(
                 &tc.stream,
@@ -218,13 +238,14 @@ impl Mesh {
                 &expect,
                 tag,
                 payload,
+                into,
                 corrupt,
                 self.timeout,
             )
         } else {
             std::thread::scope(|s| {
                 let sender = s.spawn(|| self.send(to, lane, tag, payload, corrupt));
-                let got = self.recv(from, lane, tag, recv_len);
+                let got = self.recv_into(from, lane, tag, into);
                 if got.is_err() {
                     // Unblock our own sender too: the step has failed.
                     self.shutdown_all();

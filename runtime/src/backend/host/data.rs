@@ -4,10 +4,12 @@
 //! checking each output element against a formula cost more CPU than the transfer itself
 //! (a 32 KiB tensor-parallel collective spent about as long generating and checking as
 //! moving), work the simulator does not model and a real framework does not do. Cached, what
-//! remains per call is a copy of the input and a slice comparison.
+//! remains per call is a comparison of the output's bytes. The buffers a call works in are
+//! kept here too (`CallData::take_work`), so a call neither copies its input nor touches
+//! fresh pages.
 
 use crate::error::RuntimeError;
-use crate::transport::collective::{self, Expected, Ring};
+use crate::transport::collective::{self, Expected, Ring, Work};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use twin_sim::plan::RankId;
@@ -17,6 +19,27 @@ use twin_sim::schedule::CollectiveKind;
 pub struct CallData {
     pub input: Vec<f32>,
     pub expected: Expected,
+    /// Work buffers not in use. Usually one; two calls of the same shape running at once on
+    /// different streams each take their own instead of waiting for the other.
+    idle: Mutex<Vec<Work>>,
+}
+
+impl CallData {
+    /// Work buffers for one call (kept ones when there are).
+    pub fn take_work(&self) -> Work {
+        self.idle
+            .lock()
+            .ok()
+            .and_then(|mut idle| idle.pop())
+            .unwrap_or_default()
+    }
+
+    /// Give back buffers from [`CallData::take_work`] for the next call.
+    pub fn keep_work(&self, work: Work) {
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.push(work);
+        }
+    }
 }
 
 type CallKey = (u8, u64, u32, Vec<RankId>);
@@ -52,6 +75,7 @@ impl DataCache {
         let d = Arc::new(CallData {
             input: collective::input(kind, ring, elems, salt),
             expected: collective::expected(kind, ring, elems, salt),
+            idle: Mutex::new(Vec::new()),
         });
         map.insert(key, Arc::clone(&d));
         Ok(d)

@@ -426,10 +426,10 @@ impl Job {
             data.push(self.shared.data.call(kind, &ring, bytes, c)?);
             rings.push(ring);
         }
+        let mut works: Vec<_> = data.iter().map(|d| d.take_work()).collect();
         let issued = self.shared.clock.now_ns();
-        let mut outputs = Vec::with_capacity(rings.len());
-        for (ring, d) in rings.iter().zip(&data) {
-            outputs.push(collective::execute(kind, ring, d.input.clone())?);
+        for ((ring, d), work) in rings.iter().zip(&data).zip(&mut works) {
+            collective::execute_into(kind, ring, &d.input, work)?;
         }
         let end = self.shared.clock.now_ns();
         // As for a receive: the collective starts when the first neighbour's data arrives
@@ -439,8 +439,9 @@ impl Job {
             .get()
             .map_or(issued, |a| self.shared.clock.at_ns(a))
             .clamp(issued, end);
-        for ((ring, out), d) in rings.iter().zip(&outputs).zip(&data) {
-            collective::check(kind, ring, out, &d.expected)?;
+        for ((ring, work), d) in rings.iter().zip(works).zip(&data) {
+            collective::check(kind, ring, work.output(), &d.expected)?;
+            d.keep_work(work);
         }
         Ok((start, end))
     }
