@@ -91,16 +91,30 @@ const SYNC_TAG: u64 = 1 << 41;
 /// Ping-pong round trips per p2p sample (their mean is the sample).
 const P2P_ROUNDS: u32 = 4;
 
-/// Runs rank `me`'s side of one call; returns its duration in ns (a p2p: half the mean round
-/// trip on rank 0, 0 elsewhere). A collective works in `work`, kept for the task's calls as a
-/// run keeps a call's buffers (`backend::host::data`).
+/// When one rank's side of a call started and ended, in ns since the world's common origin.
+/// A call's sample is the last end less the last start: a collective runs from when its last
+/// member arrives, as the simulator starts it, and a run's trace does too (a measured
+/// collective starts when the first data arrives). The slowest rank's own time would add how
+/// much earlier the first member arrived.
+type Span = (f64, f64);
+
+/// One call's sample from its members' spans: from the last start to the last end.
+fn sample_ns<'a>(spans: impl Iterator<Item = &'a Span>) -> f64 {
+    let (start, end) = spans.fold((0.0f64, 0.0f64), |(s, e), &(a, b)| (s.max(a), e.max(b)));
+    (end - start).max(0.0)
+}
+
+/// Runs rank `me`'s side of one call (a p2p: `(0, half the mean round trip)` on rank 0,
+/// `(0, 0)` elsewhere). A collective works in `work`, kept for the task's calls as a run
+/// keeps a call's buffers (`backend::host::data`).
 fn call(
     mesh: &Mesh,
     members: &[u32],
     task: Task,
     tag: u64,
     work: &mut Work,
-) -> Result<f64, CalibError> {
+    origin: Instant,
+) -> Result<Span, CalibError> {
     let fail = |e: twin_runtime::RuntimeError| CalibError::Bench(format!("{}: {e}", task.name()));
     match task.kind {
         None => {
@@ -120,10 +134,13 @@ fn call(
                     }
                 }
                 if timed && mesh.rank == 0 {
-                    return Ok(t.elapsed().as_nanos() as f64 / (2.0 * f64::from(rounds)));
+                    return Ok((
+                        0.0,
+                        t.elapsed().as_nanos() as f64 / (2.0 * f64::from(rounds)),
+                    ));
                 }
             }
-            Ok(0.0)
+            Ok((0.0, 0.0))
         }
         Some(kind) => {
             let elems = usize::try_from(task.bytes / 4).unwrap_or(usize::MAX);
@@ -131,23 +148,30 @@ fn call(
             // scheduler wakes them, tens of microseconds apart on a loaded machine, and the
             // first would time the others' wake-up. Leaving a collective together is what a
             // run's ranks do (they meet at every collective), so the timed call starts there.
-            let mut ns = 0.0;
+            // The input is built before the synchronising call: built between the two, its
+            // cost (milliseconds at 16 MiB, more for a rank sharing its core) set the ranks
+            // apart again before the timed call.
+            let data = {
+                let ring = Ring::new(mesh, members, COLLECTIVE_LANE, tag).map_err(fail)?;
+                collective::input(kind, &ring, elems, tag)
+            };
+            let mut span = (0.0, 0.0);
             for (timed, tag) in [(false, tag | SYNC_TAG), (true, tag)] {
                 let ring = Ring::new(mesh, members, COLLECTIVE_LANE, tag).map_err(fail)?;
-                let data = collective::input(kind, &ring, elems, tag);
                 let t = Instant::now();
                 collective::execute_into(kind, &ring, &data, work).map_err(fail)?;
                 if timed {
-                    ns = t.elapsed().as_nanos() as f64;
+                    let since = |i: Instant| i.saturating_duration_since(origin).as_nanos() as f64;
+                    span = (since(t), since(Instant::now()));
                 }
                 std::hint::black_box(work.output());
             }
-            Ok(ns)
+            Ok(span)
         }
     }
 }
 
-/// Every call of every task on one rank: `[task][call]` durations, warm-up calls included.
+/// Every call of every task on one rank: `[task][call]` spans, warm-up calls included.
 /// The tasks are interleaved (call 0 of every task, then call 1 of every task, ...): this
 /// machine's transfers have slow spells lasting many calls (a pinned rank's vCPU waking slowly),
 /// and run one task after another, a spell made every sample of one size slow (all seven 2-rank
@@ -160,11 +184,12 @@ fn run_rank(
     calls: u32,
     barrier: &Barrier,
     progress: Option<&Sender<&'static str>>,
-) -> Result<Vec<Vec<f64>>, CalibError> {
+    origin: Instant,
+) -> Result<Vec<Vec<Span>>, CalibError> {
     // On its core, as the runtime pins a rank's process (`launch::affinity`): unpinned, the
     // scheduler can stack two ranks on one core while the other idles.
     pin_rank(mesh.rank);
-    let mut out: Vec<Vec<f64>> = tasks
+    let mut out: Vec<Vec<Span>> = tasks
         .iter()
         .map(|_| Vec::with_capacity(calls as usize))
         .collect();
@@ -175,8 +200,8 @@ fn run_rank(
         {
             barrier.wait(members.len())?;
             let tag = ((i as u64) << 24) | u64::from(c);
-            match call(mesh, members, *task, tag, work) {
-                Ok(ns) => times.push(ns),
+            match call(mesh, members, *task, tag, work, origin) {
+                Ok(span) => times.push(span),
                 Err(e) => {
                     barrier.abort();
                     mesh.shutdown_all();
@@ -240,13 +265,16 @@ pub fn comm(
         // Every rank on a thread of its own (pinned there), rank 0 reporting progress to
         // this thread.
         let (tx, rx) = channel();
-        let per_rank: Vec<Result<Vec<Vec<f64>>, CalibError>> = std::thread::scope(|s| {
+        let origin = Instant::now();
+        let per_rank: Vec<Result<Vec<Vec<Span>>, CalibError>> = std::thread::scope(|s| {
             let handles: Vec<_> = meshes
                 .iter()
                 .map(|m| {
                     let tx = (m.rank == 0).then(|| tx.clone());
                     let (members, tasks, barrier) = (&members, &tasks, &barrier);
-                    s.spawn(move || run_rank(m, members, tasks, calls, barrier, tx.as_ref()))
+                    s.spawn(move || {
+                        run_rank(m, members, tasks, calls, barrier, tx.as_ref(), origin)
+                    })
                 })
                 .collect();
             drop(tx);
@@ -261,14 +289,15 @@ pub fn comm(
                 })
                 .collect()
         });
-        let per_rank: Vec<Vec<Vec<f64>>> = per_rank.into_iter().collect::<Result<_, _>>()?;
+        let per_rank: Vec<Vec<Vec<Span>>> = per_rank.into_iter().collect::<Result<_, _>>()?;
         for (i, task) in tasks.iter().enumerate() {
             let samples: Vec<f64> = (cfg.comm.warmup..calls)
                 .map(|c| {
-                    per_rank
-                        .iter()
-                        .filter_map(|r| r.get(i).and_then(|t| t.get(c as usize)))
-                        .fold(0.0f64, |a, &b| a.max(b))
+                    sample_ns(
+                        per_rank
+                            .iter()
+                            .filter_map(|r| r.get(i).and_then(|t| t.get(c as usize))),
+                    )
                 })
                 .collect();
             let k = reject_outliers(&samples);
@@ -364,4 +393,23 @@ fn measure_overlap(
         alone_ns: alone.kept,
         overlapped_ns: overlapped.kept,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_runs_from_its_last_member_start_to_its_last_end() {
+        // Member 0 arrived 40 us early and waited: not part of the collective's time.
+        let spans = [
+            (1_000.0, 95_000.0),
+            (41_000.0, 96_000.0),
+            (40_000.0, 94_000.0),
+        ];
+        assert_eq!(sample_ns(spans.iter()), 55_000.0);
+        // A p2p: rank 0 reports (0, half the round trip), the other (0, 0).
+        assert_eq!(sample_ns([(0.0, 30_000.0), (0.0, 0.0)].iter()), 30_000.0);
+        assert_eq!(sample_ns(std::iter::empty()), 0.0);
+    }
 }
