@@ -16,13 +16,6 @@ use twin_sim::schedule::Stream;
 
 /// Lanes per peer: compute, tp, cp, ep, dp, pp (send and receive), io.
 pub const LANES: u8 = 7;
-/// The largest message a ring step exchanges on its own thread (see [`Mesh::exchange`]): half
-/// of the 4 MiB a loopback TCP socket's buffers grow to by default (`net.ipv4.tcp_wmem`), so
-/// a warm connection takes a whole message per write. It was 64 KiB until session 12; a
-/// `dp-pp-zero.toml` step (its ZeRO collectives move 0.9 MiB per ring step) then started a
-/// helper thread for each of them, and ran 18.1-19.1 ms against 17.5-17.9 ms inline (four
-/// interleaved pairs on one profile, docs/validation.md).
-pub const INLINE_MAX_BYTES: u64 = 2 << 20;
 const HANDSHAKE_TAG: u64 = 0x6861_6e64; // "hand"
 
 /// The lane that carries an op issued on `stream`.
@@ -201,13 +194,13 @@ impl Mesh {
         read_frame_into(&mut &c.stream, peer, tag, into)
     }
 
-    /// Send to one peer and receive from another at the same time (a ring step): two ranks
-    /// sending to each other cannot block each other. A message of up to [`INLINE_MAX_BYTES`]
-    /// is exchanged on this thread (`transport::exchange`, poll-driven); a larger one sends on
-    /// a helper thread while this one receives, so both directions stream at once (with one
-    /// thread, a message larger than the socket buffers moves one buffer per scheduler round
-    /// trip: 4 MiB took 26-30 ms against 5-8 ms threaded on a loaded 2-core machine, while a
-    /// 16 KiB exchange took 85-320 us against 270-1,400 us with the thread start).
+    /// Send to one peer and receive from another at the same time (a ring step), on this
+    /// thread: `transport::exchange` drives both sockets with poll(2), so two ranks sending to
+    /// each other cannot block each other, at any size. Until session 13 a ring step over 2 MiB
+    /// (64 KiB until session 12) sent on a helper thread started per step; with the copies gone
+    /// from the exchange, the calling thread alone is as fast at every size measured (an
+    /// all-reduce of 16 / 32 MiB over four ranks on two cores: 40.7 / 85.3-85.5 ms against
+    /// 42.2-44.5 / 89.3-91.0 ms threaded; docs/validation.md, session 13).
     #[allow(clippy::too_many_arguments)]
     pub fn exchange(
         &self,
@@ -219,9 +212,7 @@ impl Mesh {
         into: &mut [u8],
         corrupt: bool,
     ) -> Result<Instant, RuntimeError> {
-        let inline =
-            payload.len() as u64 <= INLINE_MAX_BYTES && into.len() as u64 <= INLINE_MAX_BYTES;
-        let got = if inline {
+        let got = (|| {
             let (tc, fc) = (self.conn(to, lane)?, self.conn(from, lane)?);
             let poisoned = || RuntimeError::Aborted("a transport thread panicked".into());
             let _w = tc.write_lock.lock().map_err(|_| poisoned())?;
@@ -242,22 +233,7 @@ impl Mesh {
                 corrupt,
                 self.timeout,
             )
-        } else {
-            std::thread::scope(|s| {
-                let sender = s.spawn(|| self.send(to, lane, tag, payload, corrupt));
-                let got = self.recv_into(from, lane, tag, into);
-                if got.is_err() {
-                    // Unblock our own sender too: the step has failed.
-                    self.shutdown_all();
-                }
-                let sent = sender
-                    .join()
-                    .map_err(|_| RuntimeError::Aborted("sender thread panicked".into()))?;
-                let got = got?;
-                sent?;
-                Ok(got)
-            })
-        };
+        })();
         if got.is_err() {
             // Wake every other thread of this rank blocked on a socket: the step has failed.
             self.shutdown_all();
