@@ -512,6 +512,17 @@ mod tests {
                                 "input left as it was"
                             );
                         }
+                        // The second call worked in the first call's buffers.
+                        let at = (work.out.as_ptr(), work.acc.as_ptr(), work.recv.as_ptr());
+                        let ring = Ring::new(mesh, &members, 1, 300 + k as u64).unwrap();
+                        let data = input(kind, &ring, 1001, 3);
+                        execute_into(kind, &ring, &data, &mut work).unwrap();
+                        assert_eq!(
+                            at,
+                            (work.out.as_ptr(), work.acc.as_ptr(), work.recv.as_ptr()),
+                            "{}: a call of the same shape reallocated",
+                            kind.name()
+                        );
                         let ring = Ring::new(mesh, &members, 1, 0).unwrap();
                         work.prepare(kind, &ring, 1001);
                         let e = verify(kind, &ring, work.output(), 2)
