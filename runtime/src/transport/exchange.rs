@@ -13,6 +13,18 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use twin_sim::plan::RankId;
 
+/// How long an exchange polls its sockets without blocking before it sleeps in poll(2). A
+/// thread asleep in poll leaves its core idle, and on a VM an idle vCPU halts: the peer's send
+/// then pays for waking it (an inter-processor interrupt through the hypervisor) and the
+/// receiver for being woken, about 20 µs each on the development VM. The members of a
+/// collective's calls leave each call up to that far apart, so every call after the first
+/// paid it again (a `tp-pp.toml` step's 16 KiB tensor-parallel calls took 40-60 µs each where a
+/// back-to-back pair takes 30). Polling for a while first keeps the core awake for a reply
+/// that is that close, as NCCL's proxy threads busy-poll; a longer wait still sleeps.
+/// `tp-pp.toml`'s step went from 12.36-12.64 ms to 10.44-10.76 ms with it (three interleaved
+/// rounds; docs/validation.md, session 13).
+const SPIN_BEFORE_BLOCK: Duration = Duration::from_micros(30);
+
 /// What one side of an exchange expects to receive.
 pub struct Expect {
     pub peer: RankId,
@@ -106,8 +118,7 @@ pub fn exchange(
             return Err(if receiving { recv_err(e) } else { send_err(e) });
         }
         let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
-        // SAFETY: `fds` is a valid array of `nfds` (≤ 2) pollfd structs for the call.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), nfds, ms) };
+        let r = poll_spinning(&mut fds, nfds, ms);
         if r < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == ErrorKind::Interrupted {
@@ -176,6 +187,25 @@ pub fn exchange(
     }
     check_payload(into, sum, expect.peer)?;
     Ok(arrived.unwrap_or_else(Instant::now))
+}
+
+/// poll(2) on the first `nfds` of `fds`: without blocking for up to [`SPIN_BEFORE_BLOCK`],
+/// then blocking for up to `timeout_ms`.
+fn poll_spinning(fds: &mut [libc::pollfd; 2], nfds: libc::nfds_t, timeout_ms: i32) -> i32 {
+    let start = Instant::now();
+    loop {
+        // SAFETY: `fds` is a valid array of at least `nfds` (≤ 2) pollfd structs for the call.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), nfds, 0) };
+        if r != 0 || start.elapsed() >= SPIN_BEFORE_BLOCK {
+            if r != 0 {
+                return r;
+            }
+            break;
+        }
+        std::hint::spin_loop();
+    }
+    // SAFETY: as above.
+    unsafe { libc::poll(fds.as_mut_ptr(), nfds, timeout_ms) }
 }
 
 /// One non-blocking send(2) of non-empty `data` (no SIGPIPE: a closed peer is an error, not a
