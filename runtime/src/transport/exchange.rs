@@ -25,11 +25,10 @@ use twin_sim::plan::RankId;
 /// rounds; docs/validation.md, session 13).
 const SPIN_BEFORE_BLOCK: Duration = Duration::from_micros(30);
 
-/// What one side of an exchange expects to receive.
+/// What one side of an exchange expects to receive (its length is the receiving buffer's).
 pub struct Expect {
     pub peer: RankId,
     pub tag: u64,
-    pub len: u64,
 }
 
 /// Send `payload` as one frame of `tag` on `to` while receiving one frame of `expect.tag` from
@@ -52,27 +51,20 @@ pub fn exchange(
     timeout: Duration,
 ) -> Result<Instant, RuntimeError> {
     // A corrupted frame (fault injection) is built whole, with the flipped bit in its copy.
-    let whole = corrupt.then(|| encode(tag, payload, true));
-    let head_out = header(tag, payload);
-    let (first, second): (&[u8], &[u8]) = match &whole {
-        Some(w) => (w, &[]),
-        None => (&head_out, payload),
+    let whole;
+    let head_out;
+    let (first, second): (&[u8], &[u8]) = if corrupt {
+        whole = encode(tag, payload, true);
+        (&whole, &[])
+    } else {
+        head_out = header(tag, payload);
+        (&head_out, payload)
     };
     let out_len = first.len() + second.len();
     let mut sent = 0usize;
     let mut head = [0u8; HEADER_BYTES];
     let mut head_got = 0usize;
     let mut body_got = 0usize;
-    if into.len() as u64 != expect.len {
-        return Err(RuntimeError::Transport {
-            peer: expect.peer,
-            message: format!(
-                "a {}-byte buffer for a {}-byte message",
-                into.len(),
-                expect.len
-            ),
-        });
-    }
     let mut sum = 0u64;
     let mut arrived: Option<Instant> = None;
     let send_err = |e: std::io::Error| RuntimeError::Transport {
@@ -173,7 +165,7 @@ pub fn exchange(
                                 &head,
                                 expect.peer,
                                 Some(expect.tag),
-                                Some(expect.len),
+                                Some(into.len() as u64),
                             )?;
                             sum = s;
                         }
@@ -196,10 +188,10 @@ fn poll_spinning(fds: &mut [libc::pollfd; 2], nfds: libc::nfds_t, timeout_ms: i3
     loop {
         // SAFETY: `fds` is a valid array of at least `nfds` (≤ 2) pollfd structs for the call.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), nfds, 0) };
-        if r != 0 || start.elapsed() >= SPIN_BEFORE_BLOCK {
-            if r != 0 {
-                return r;
-            }
+        if r != 0 {
+            return r;
+        }
+        if start.elapsed() >= SPIN_BEFORE_BLOCK {
             break;
         }
         std::hint::spin_loop();
@@ -251,19 +243,19 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
 
-    /// [`exchange`] into a new buffer of the expected length.
+    /// [`exchange`] into a new buffer of `len` bytes.
     #[allow(clippy::too_many_arguments)]
     fn xchg(
         to: &TcpStream,
         to_peer: RankId,
         from: &TcpStream,
-        expect: &Expect,
+        (expect, len): &(Expect, usize),
         tag: u64,
         payload: &[u8],
         corrupt: bool,
         timeout: Duration,
     ) -> Result<Vec<u8>, RuntimeError> {
-        let mut into = vec![0u8; expect.len as usize];
+        let mut into = vec![0u8; *len];
         exchange(
             to, to_peer, from, expect, tag, payload, &mut into, corrupt, timeout,
         )?;
@@ -286,11 +278,7 @@ mod tests {
         let pa: Vec<u8> = (0..n).map(|i| (i * 7) as u8).collect();
         let pb: Vec<u8> = (0..n).map(|i| (i * 13 + 1) as u8).collect();
         let t = Duration::from_secs(20);
-        let expect = |peer| Expect {
-            peer,
-            tag: 5,
-            len: n as u64,
-        };
+        let expect = |peer| (Expect { peer, tag: 5 }, n);
         let (ga, gb) = std::thread::scope(|s| {
             let h = s.spawn(|| xchg(&b, 0, &b, &expect(0), 5, &pb, false, t));
             let ga = xchg(&a, 1, &a, &expect(1), 5, &pa, false, t);
@@ -309,11 +297,7 @@ mod tests {
         let (c_to_a, a_from_c) = pair();
         let t = Duration::from_secs(10);
         let p = |r: u8| vec![r; 100_000];
-        let e = |peer| Expect {
-            peer,
-            tag: 9,
-            len: 100_000,
-        };
+        let e = |peer| (Expect { peer, tag: 9 }, 100_000);
         let got = std::thread::scope(|s| {
             let hb = s.spawn(|| xchg(&b_to_c, 2, &b_from_a, &e(0), 9, &p(1), false, t));
             let hc = s.spawn(|| xchg(&c_to_a, 0, &c_from_b, &e(1), 9, &p(2), false, t));
@@ -329,11 +313,7 @@ mod tests {
     #[test]
     fn corruption_a_wrong_tag_and_a_closed_peer_are_errors() {
         let t = Duration::from_secs(5);
-        let e = |tag| Expect {
-            peer: 1,
-            tag,
-            len: 64,
-        };
+        let e = |tag| (Expect { peer: 1, tag }, 64);
         let (a, b) = pair();
         let r = std::thread::scope(|s| {
             s.spawn(|| xchg(&b, 0, &b, &e(3), 3, &[1u8; 64], true, t));
@@ -355,11 +335,7 @@ mod tests {
     #[test]
     fn a_silent_peer_times_out() {
         let (a, _b) = pair();
-        let e = Expect {
-            peer: 1,
-            tag: 1,
-            len: 8,
-        };
+        let e = (Expect { peer: 1, tag: 1 }, 8);
         let r = xchg(
             &a,
             1,

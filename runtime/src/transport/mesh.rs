@@ -217,11 +217,7 @@ impl Mesh {
             let poisoned = || RuntimeError::Aborted("a transport thread panicked".into());
             let _w = tc.write_lock.lock().map_err(|_| poisoned())?;
             let _r = fc.read_lock.lock().map_err(|_| poisoned())?;
-            let expect = super::exchange::Expect {
-                peer: from,
-                tag,
-                len: into.len() as u64,
-            };
+            let expect = super::exchange::Expect { peer: from, tag };
             super::exchange::exchange(
                 &tc.stream,
                 to,
