@@ -23,6 +23,8 @@ pub struct TraceEvent {
     /// allocated bytes for Alloc, written bytes for Checkpoint.
     pub bytes: u64,
     pub flops: u64,
+    /// When the backend issued the op, where it knows (see [`OpTiming::issued_ns`]).
+    pub issued_ns: Option<u64>,
 }
 
 /// Bytes per memory category.
@@ -277,6 +279,7 @@ fn to_events(rank: RankId, ops: &[Op], timings: &[OpTiming]) -> Result<Vec<Trace
                 end_ns: t.end_ns.max(t.start_ns),
                 bytes: op_bytes(op),
                 flops: op_flops(op),
+                issued_ns: t.issued_ns.map(|i| i.min(t.start_ns)),
             })
         })
         .collect()
@@ -326,6 +329,7 @@ mod tests {
                     index: s.0,
                     start_ns: u64::from(s.0) * 10,
                     end_ns: u64::from(s.0) * 10 + 5,
+                    issued_ns: None,
                 })
                 .collect())
         }

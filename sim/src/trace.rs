@@ -24,6 +24,14 @@ pub struct TraceEvent {
     pub flops: u64,
     /// Live device (GPU) memory of the rank when the op ended.
     pub mem_bytes: u64,
+    /// When the executor issued the op: its deps were done and its stream was free, as the
+    /// executor saw them. The op then starts at once, or waits for a core's turn (a compute
+    /// op on a shared core) or for its peers (communication). `None` where the executor does
+    /// not know (a GPU's streams start an op on the device, unseen by the host). The critical
+    /// path splits a wait at this time: before it, the executor was late to notice; after it,
+    /// the op waited for something else (`verify::critical`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issued_ns: Option<u64>,
 }
 
 /// Live device memory of one rank by category, from one moment on.
@@ -127,6 +135,11 @@ impl Trace {
                 e.flops,
                 e.mem_bytes
             );
+            if let Some(i) = e.issued_ns {
+                // Inside the args object: drop its closing braces, add the field, close again.
+                out.truncate(out.len() - 2);
+                let _ = write!(out, ",\"issued_us\":{}}}}}", Micros(i));
+            }
         }
         for m in &self.memory {
             sep(&mut out);
@@ -209,6 +222,7 @@ mod tests {
                 bytes: 1 << 20,
                 flops: 0,
                 mem_bytes: 99,
+                issued_ns: Some(4),
             }],
             memory: vec![MemorySample {
                 rank: 3,

@@ -34,7 +34,9 @@ use twin_sim::verify::{
 /// and how much of the cores other processes and the hypervisor took during each run.
 /// Both steps' critical paths close the report: time in ops and time waiting between them, by
 /// kind (`critical_path` in the JSON); the simulator starts an op as soon as it can, so the
-/// measured waits are where a real run loses time the model does not have.
+/// measured waits are where a real run loses time the model does not have. On the host, an
+/// "issue" wait is time before the runtime's stream thread noticed that the op's inputs were
+/// ready (the trace's `issued_us`); the other kinds are waits after it noticed.
 /// Exits 1 when an error exceeds a --max-* threshold, naming it.
 ///
 /// Examples:
@@ -508,8 +510,9 @@ fn core_sharing_note(staged: &twin_sim::Staged) -> Option<String> {
             "ranks share cores: {per_node} ranks per node on {cores} cores; the prediction \
              shares each core by thread priority and lets compute ops take turns, but has none \
              of the OS scheduler's run-queue delays (time slices, wake-up order), which the \
-             measured critical path below shows as start, stream and dependency waits (a \
-             wait for another rank's compute on the core is a turn wait)\n"
+             measured critical path below shows as issue waits (a thread that noticed its \
+             op's inputs late) and start, stream and dependency waits (a wait for another \
+             rank's compute on the core is a turn wait)\n"
         )
     })
 }

@@ -47,6 +47,9 @@ pub struct OpTiming {
     pub index: u32,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// When the backend issued the op (its deps done, as its stream saw them), where it knows
+    /// (the host backend's stream threads); `None` where the device decides (CUDA streams).
+    pub issued_ns: Option<u64>,
 }
 
 /// What a backend measured about device memory. Fields a backend cannot measure are `None`.

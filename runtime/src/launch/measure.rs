@@ -25,6 +25,13 @@ pub struct RankMeasure {
     /// is `op_times_ns`. Empty from a worker that does not keep them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recent_op_times_ns: Vec<Vec<[u64; 2]>>,
+    /// Per op, as `op_times_ns`: when the backend issued it, where it knows (the trace's
+    /// `issued_ns`). Empty from a backend that does not know.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub op_issued_ns: Vec<Option<u64>>,
+    /// As `recent_op_times_ns`, for `op_issued_ns`: empty, or one entry per kept step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_op_issued_ns: Vec<Vec<Option<u64>>>,
     /// Per step: [first op start, last op end] on the aligned clock.
     pub step_spans_ns: Vec<[u64; 2]>,
     pub peak: HeldPeak,
@@ -60,6 +67,8 @@ impl RankMeasure {
             rank: run.rank,
             op_times_ns: run.events.iter().map(|e| [e.start_ns, e.end_ns]).collect(),
             recent_op_times_ns: Vec::new(),
+            op_issued_ns: run.events.iter().map(|e| e.issued_ns).collect(),
+            recent_op_issued_ns: Vec::new(),
             step_spans_ns: run.step_times_ns.iter().map(|&t| [0, t]).collect(),
             peak: HeldPeak {
                 peak_bytes: m.peak_bytes,
@@ -154,6 +163,14 @@ pub fn select_step(ranks: &mut [RankMeasure], first: usize) -> Option<usize> {
         if let Some(t) = r.recent_op_times_ns.get(i) {
             r.op_times_ns = t.clone();
         }
+        // The issue times are kept step for step with the op times, or not at all.
+        if r.recent_op_issued_ns.len() == r.recent_op_times_ns.len() {
+            if let Some(t) = r.recent_op_issued_ns.get(i) {
+                r.op_issued_ns = t.clone();
+            }
+        } else {
+            r.op_issued_ns.clear();
+        }
     }
     Some(step)
 }
@@ -221,12 +238,19 @@ pub fn merge(schedule: &Schedule, ranks: &[RankMeasure]) -> Merged {
                     bytes: live,
                 });
             }
+            let issued_ns = m
+                .op_issued_ns
+                .get(i)
+                .copied()
+                .flatten()
+                .map(|t| t.saturating_sub(t0).min(s));
             events.push(TraceEvent {
                 rank: m.rank,
                 stream: op.stream,
                 op: i as u32,
                 start_ns: s,
                 end_ns: e,
+                issued_ns,
                 bytes: op_bytes(op),
                 flops: match &op.kind {
                     OpKind::Compute(c) => c.flops,
@@ -565,6 +589,57 @@ mod tests {
         let mut ranks = vec![mk(0, 1, 5)];
         assert_eq!(select_step(&mut ranks, 5), None);
         assert_eq!(select_step(&mut [], 0), None);
+    }
+
+    #[test]
+    fn issue_times_follow_the_step_shown_and_are_rebased_into_the_trace() {
+        let st = staged_pp2();
+        let n = st.schedule.program(0).ops.len();
+        // Three kept steps; step k runs op i at [1000 k + 10 i, +5], issued 2 ns before.
+        let times = |k: u64| -> Vec<[u64; 2]> {
+            (0..n as u64)
+                .map(|i| [1000 * k + 10 * i + 2, 1000 * k + 10 * i + 7])
+                .collect()
+        };
+        let issued = |k: u64| -> Vec<Option<u64>> {
+            (0..n as u64).map(|i| Some(1000 * k + 10 * i)).collect()
+        };
+        let mut r = RankMeasure {
+            rank: 0,
+            op_times_ns: times(2),
+            recent_op_times_ns: (0..3).map(times).collect(),
+            op_issued_ns: issued(2),
+            recent_op_issued_ns: (0..3).map(issued).collect(),
+            // Spans 30, 10, 50: the median is step 0.
+            step_spans_ns: vec![[0, 30], [1000, 1010], [2000, 2050]],
+            ..RankMeasure::default()
+        };
+        let mut ranks = [r.clone()];
+        assert_eq!(select_step(&mut ranks, 0), Some(0));
+        assert_eq!(ranks[0].op_issued_ns, issued(0));
+        let m = merge(&st.schedule, &ranks);
+        let trace = m.result.trace.unwrap();
+        // Rebased with the op times (the step starts at 2): op i was issued at 10 i - 2, clamped
+        // to the step's start (0) and to the op's own start.
+        for e in &trace.events {
+            let want = (10 * u64::from(e.op)).saturating_sub(2).min(e.start_ns);
+            assert_eq!(e.issued_ns, Some(want), "op {}", e.op);
+            assert!(e.issued_ns.unwrap() <= e.start_ns);
+        }
+        // Issue times kept for fewer steps than the op times (a mismatched worker): dropped,
+        // never paired with another step's op times.
+        r.recent_op_issued_ns.pop();
+        let mut ranks = [r];
+        select_step(&mut ranks, 0);
+        assert!(ranks[0].op_issued_ns.is_empty());
+        let m = merge(&st.schedule, &ranks);
+        assert!(m
+            .result
+            .trace
+            .unwrap()
+            .events
+            .iter()
+            .all(|e| e.issued_ns.is_none()));
     }
 
     #[test]

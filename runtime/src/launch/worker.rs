@@ -105,6 +105,7 @@ pub fn run_worker(
     let total = u64::from(opts.steps.max(1));
     let mut spans = Vec::new();
     let mut recent: std::collections::VecDeque<Vec<[u64; 2]>> = Default::default();
+    let mut recent_issued: std::collections::VecDeque<Vec<Option<u64>>> = Default::default();
     let mut last = None;
     let outcome = (|| -> Result<(), RuntimeError> {
         let first = match &d.checkpoint {
@@ -152,11 +153,18 @@ pub fn run_worker(
             spans.push([origin + lo, origin + hi]);
             if recent.len() == super::measure::KEPT_STEPS {
                 recent.pop_front();
+                recent_issued.pop_front();
             }
             recent.push_back(
                 run.events
                     .iter()
                     .map(|e| [origin + e.start_ns, origin + e.end_ns])
+                    .collect::<Vec<_>>(),
+            );
+            recent_issued.push_back(
+                run.events
+                    .iter()
+                    .map(|e| e.issued_ns.map(|t| origin + t))
                     .collect::<Vec<_>>(),
             );
             last = Some((run, origin));
@@ -188,6 +196,8 @@ pub fn run_worker(
         rank,
         op_times_ns: recent.back().cloned().unwrap_or_default(),
         recent_op_times_ns: recent.into(),
+        op_issued_ns: recent_issued.back().cloned().unwrap_or_default(),
+        recent_op_issued_ns: recent_issued.into(),
         step_spans_ns: spans,
         peak,
         clock_offset_ns: session.clock_offset_ns,

@@ -170,6 +170,9 @@ pub(crate) struct State<S: Slots> {
     queue: EventQueue,
     instant: VecDeque<(u32, u32)>,
     trace: Option<Trace>,
+    /// When each (slot, stream)'s head was issued (its deps done, its stream free), for the
+    /// trace's `issued_ns`; kept only when tracing, out of the hot [`StreamState`].
+    issued_ns: Option<Vec<u64>>,
     /// Flow state, when transfers or compute share resources (see `engine::flow`).
     flows: Option<Flows>,
     /// Durations of recent collectives and transfers (see [`CollectiveMemo`]).
@@ -264,6 +267,7 @@ impl<S: Slots> State<S> {
                 events: Vec::with_capacity(total_ops),
                 memory: Vec::new(),
             }),
+            issued_ns: ctx.opts.trace.then(|| vec![0; slots * STREAMS]),
         }
     }
 
@@ -391,6 +395,12 @@ impl<S: Slots> State<S> {
         rs.waiting &= !(1u8 << s);
         rs.streams[s].blocked_on = STARTED;
         rs.streams[s].start_ns = now;
+        if let Some(v) = &mut self.issued_ns {
+            if let Some(t) = v.get_mut(r * STREAMS + s) {
+                *t = now;
+            }
+        }
+        let rs = &mut self.ranks[r];
         match op.kind {
             CKind::Compute { .. } => {
                 if self.turns.is_some() {
@@ -746,6 +756,10 @@ impl<S: Slots> State<S> {
                 bytes: op.trace_bytes(),
                 flops,
                 mem_bytes: self.mem[r].total,
+                issued_ns: self
+                    .issued_ns
+                    .as_ref()
+                    .and_then(|v| v.get(r * STREAMS + s).copied()),
             });
         }
         self.try_start_heads(ctx, rank, r, op_idx)

@@ -12,7 +12,11 @@
 //! who was late), or, where ranks share CPU cores (a host profile's `[host] cores`), for a
 //! compute op, the other rank's compute op on its core that ended last before it started (the
 //! turn it waited for). The gap between that release and the op's start is a wait, named by the
-//! kind of edge.
+//! kind of edge. Where the trace says when the executor issued the op (`issued_ns`: the host
+//! runtime's stream thread found its deps done), the part of the gap before that is an "issue"
+//! wait instead: the executor was late to notice the release (a thread waking, a core busy
+//! with other work), as against waiting for the core's turn or for peers after issuing it.
+//! For a collective the issue that counts is the member's whose release was last.
 
 use crate::plan::{GroupKind, Plan};
 use crate::schedule::{OpKind, Schedule};
@@ -23,7 +27,8 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Where one step's critical path spent its time. Times in seconds; maps are keyed by name
 /// (op kinds as in the op table: "gemm", "memory-bound", "collective", "p2p", "alloc",
 /// "free", "checkpoint"; waits: "stream", "dependency", "transfer", "collective", "turn" (for
-/// the core another rank's compute op held), and "start": from the step's first op to the
+/// the core another rank's compute op held), "issue" (from a release to when the executor
+/// issued the op, where the trace records it), and "start": from the step's first op to the
 /// path's first).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CriticalPath {
@@ -151,6 +156,11 @@ pub fn critical_path(
         .iter()
         .map(|e| ((e.rank, e.op), (e.start_ns, e.end_ns)))
         .collect();
+    let issued: BTreeMap<OpId, u64> = trace
+        .events
+        .iter()
+        .filter_map(|e| Some(((e.rank, e.op), e.issued_ns?)))
+        .collect();
     let turns = cores.map(|c| Turns::new(plan, schedule, &times, c));
     let first_start = times.values().map(|t| t.0).min()?;
     let (&last, &(_, last_end)) = times.iter().max_by_key(|(id, t)| (t.1, *id))?;
@@ -167,6 +177,9 @@ pub fn critical_path(
     // the receive starts is on the path).
     let mut next_start = last_end;
     let mut waited_on = Edge::Stream;
+    // When the op after `cur` on the path (or, for a collective, its member released last)
+    // was issued, where the trace says.
+    let mut next_issued: Option<u64> = None;
     // Bounded: every step moves to an op not seen before.
     for _ in 0..times.len() {
         if !seen.insert(cur) {
@@ -180,8 +193,14 @@ pub fn critical_path(
         let kind = super::group_of(schedule, cur.0, cur.1).map_or("other", |g| g.1);
         *path.op_s.entry(kind.into()).or_default() += (until - start) as f64 * 1e-9;
         if next_start > until {
-            *path.wait_s.entry(waited_on.name().into()).or_default() +=
-                (next_start - until) as f64 * 1e-9;
+            let split = next_issued.map_or(until, |i| i.clamp(until, next_start));
+            if split > until {
+                *path.wait_s.entry("issue".into()).or_default() += (split - until) as f64 * 1e-9;
+            }
+            if next_start > split {
+                *path.wait_s.entry(waited_on.name().into()).or_default() +=
+                    (next_start - split) as f64 * 1e-9;
+            }
         }
         next_start = start;
         let mut candidates = preds.of(schedule, cur);
@@ -190,21 +209,22 @@ pub fn critical_path(
             .filter(|_| is_compute(schedule, cur))
             .and_then(|t| t.before(plan, cur, start));
         if let Some(t) = turn {
-            candidates.push((t, Edge::Turn));
+            candidates.push((t, Edge::Turn, cur));
         }
         let release = candidates
             .into_iter()
-            .filter(|(p, _)| !seen.contains(p))
-            .filter_map(|(p, edge)| {
+            .filter(|(p, _, _)| !seen.contains(p))
+            .filter_map(|(p, edge, released)| {
                 let &(ps, pe) = times.get(&p)?;
                 let at = if edge == Edge::Transfer { ps } else { pe };
-                Some((at.min(start), edge, p))
+                Some((at.min(start), edge, p, released))
             })
             .max();
-        let Some((_, edge, p)) = release else {
+        let Some((_, edge, p, released)) = release else {
             break;
         };
         waited_on = edge;
+        next_issued = issued.get(&released).copied();
         cur = p;
     }
     if next_start > first_start {
@@ -316,23 +336,30 @@ impl<'a> Preds<'a> {
         }
     }
 
-    /// The op's own releases: its stream predecessor and its deps.
-    fn local(&self, schedule: &Schedule, (rank, op): OpId) -> Vec<(OpId, Edge)> {
+    /// The op's own releases: its stream predecessor and its deps, each with the op released
+    /// (this one).
+    fn local(&self, schedule: &Schedule, (rank, op): OpId) -> Vec<(OpId, Edge, OpId)> {
         let mut out = Vec::new();
         if let Some(Some(p)) = self
             .stream_prev
             .get(rank as usize)
             .and_then(|v| v.get(op as usize))
         {
-            out.push(((rank, *p), Edge::Stream));
+            out.push(((rank, *p), Edge::Stream, (rank, op)));
         }
         if let Some(o) = schedule.get_op(rank, op) {
-            out.extend(o.deps.iter().map(|&d| ((rank, d), Edge::Dependency)));
+            out.extend(
+                o.deps
+                    .iter()
+                    .map(|&d| ((rank, d), Edge::Dependency, (rank, op))),
+            );
         }
         out
     }
 
-    fn of(&self, schedule: &Schedule, id: OpId) -> Vec<(OpId, Edge)> {
+    /// Every release of op `id`: (releasing op, kind of edge, the op it released: `id`, or for
+    /// a collective the peer member it released).
+    fn of(&self, schedule: &Schedule, id: OpId) -> Vec<(OpId, Edge, OpId)> {
         let (rank, op) = id;
         let mut out = self.local(schedule, id);
         match schedule.get_op(rank, op).map(|o| &o.kind) {
@@ -340,7 +367,7 @@ impl<'a> Preds<'a> {
             Some(OpKind::Recv { peer, tag, .. }) if rank < self.plan.world => {
                 let src = peer.rank_for(self.plan, rank);
                 if let Some(&s) = self.sends.get(&(src, rank, *tag)) {
-                    out.push(((src, s), Edge::Transfer));
+                    out.push(((src, s), Edge::Transfer, id));
                 }
             }
             Some(OpKind::Collective { group, .. }) if rank < self.plan.world => {
@@ -362,7 +389,7 @@ impl<'a> Preds<'a> {
                         out.extend(
                             self.local(schedule, (q, j))
                                 .into_iter()
-                                .map(|(p, _)| (p, Edge::Collective)),
+                                .map(|(p, _, member)| (p, Edge::Collective, member)),
                         );
                     }
                 }
@@ -478,6 +505,7 @@ mod tests {
             bytes: 0,
             flops: 0,
             mem_bytes: 0,
+            issued_ns: None,
         };
         let trace = Trace {
             events: vec![event(0, 0, 100), event(1, 130, 200)],
@@ -497,5 +525,47 @@ mod tests {
         assert!((c.wait_s["turn"] - 30e-9).abs() < 1e-15, "{c:?}");
         assert!(!c.wait_s.contains_key("start"), "{c:?}");
         assert!((c.op_total_s() + c.wait_total_s() - c.span_s).abs() < 1e-15);
+        // Issued 20 ns after the turn ended: those 20 ns are the executor's, the last 10 the
+        // turn's (the thread was woken and got the core late).
+        let mut late = trace.clone();
+        late.events[1].issued_ns = Some(120);
+        let c = critical_path(plan, &schedule, &late, Some(1)).unwrap();
+        assert!((c.wait_s["issue"] - 20e-9).abs() < 1e-15, "{c:?}");
+        assert!((c.wait_s["turn"] - 10e-9).abs() < 1e-15, "{c:?}");
+        // Issued before the turn ended (it took its place in line early): all of it is turn.
+        late.events[1].issued_ns = Some(50);
+        let c = critical_path(plan, &schedule, &late, Some(1)).unwrap();
+        assert!(!c.wait_s.contains_key("issue"), "{c:?}");
+        assert!((c.wait_s["turn"] - 30e-9).abs() < 1e-15, "{c:?}");
+        // An issue time past the start (a clock glitch) counts the whole wait as issue, no
+        // more.
+        late.events[1].issued_ns = Some(500);
+        let c = critical_path(plan, &schedule, &late, Some(1)).unwrap();
+        assert!((c.wait_s["issue"] - 30e-9).abs() < 1e-15, "{c:?}");
+        assert!((c.op_total_s() + c.wait_total_s() - c.span_s).abs() < 1e-15);
+    }
+
+    #[test]
+    fn a_late_issue_moves_a_wait_to_issue_and_the_sum_is_kept() {
+        let p = predicted(1, 2, 1, 0);
+        let mut t = p.result.trace.clone().unwrap();
+        // The simulator issues every op when it is released: no issue waits of its own.
+        assert!(t.events.iter().all(|e| e.issued_ns.is_some()));
+        let before = path(&p, &t);
+        assert!(!before.wait_s.contains_key("issue"), "{before:?}");
+        // Delay the last op and say the executor issued it only then.
+        let last = t
+            .events
+            .iter_mut()
+            .max_by_key(|e| (e.end_ns, e.rank, e.op))
+            .unwrap();
+        let delay_ns = 40_000;
+        last.start_ns += delay_ns;
+        last.end_ns += delay_ns;
+        last.issued_ns = Some(last.start_ns - 10_000);
+        let after = path(&p, &t);
+        assert!((after.wait_s["issue"] - 30e-6).abs() < 1e-12, "{after:?}");
+        let grew = after.wait_total_s() - before.wait_total_s();
+        assert!((grew - 40e-6).abs() < 1e-12, "{grew}");
     }
 }

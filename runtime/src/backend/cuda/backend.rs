@@ -561,6 +561,8 @@ impl Backend for CudaBackend {
                     index,
                     start_ns: to_ns(s),
                     end_ns: to_ns(e),
+                    // A stream starts the kernel on the device, unseen by the host.
+                    issued_ns: None,
                 });
             }
             // Device memory before the pool may be trimmed (only on request).

@@ -269,6 +269,7 @@ mod tests {
                         index,
                         start_ns,
                         end_ns: t,
+                        issued_ns: None,
                     }
                 })
                 .collect())

@@ -89,6 +89,9 @@ fn aligned_measure(
         t[0] += origin_ns;
         t[1] += origin_ns;
     }
+    for t in m.op_issued_ns.iter_mut().flatten() {
+        *t += origin_ns;
+    }
     m.step_spans_ns = step_spans_ns;
     m.clock_offset_ns = session.clock_offset_ns;
     m.clock_residual_ns = session.clock_residual_ns;

@@ -541,6 +541,7 @@ impl Backend for HostBackend {
                 index: t.index,
                 start_ns: t.start_ns.saturating_sub(origin),
                 end_ns: t.end_ns.saturating_sub(origin),
+                issued_ns: t.issued_ns.map(|i| i.saturating_sub(origin)),
             })
             .collect())
     }

@@ -161,6 +161,9 @@ impl Job {
             if self.wait_deps(q.op.stream, &q.op.deps).is_err() {
                 return out;
             }
+            // Issued: its deps are done and this thread knows it. A compute op may still wait
+            // for its core's turn, a transfer for its peers.
+            let issued_ns = self.shared.clock.now_ns();
             // A compute op runs in its core's turn (see `turns`), in line from when its deps
             // were done.
             let turn = match (&self.shared.turns, &q.op.kind) {
@@ -187,6 +190,7 @@ impl Job {
                         index: q.index,
                         start_ns,
                         end_ns,
+                        issued_ns: Some(issued_ns.min(start_ns)),
                     });
                     // The stream's next compute op, if this op's end makes it ready, gets in line
                     // now, before this op's end wakes anyone: the woken threads (a send, another
