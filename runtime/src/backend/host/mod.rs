@@ -11,6 +11,7 @@
 mod compute;
 mod data;
 pub mod fault;
+mod lineup;
 mod memory;
 mod priority;
 pub mod state;
@@ -110,6 +111,10 @@ struct Job {
     /// Each stream's ops, as indices into `queued`.
     by_stream: Vec<Vec<usize>>,
     st: StepState,
+    /// Per stream: the ticket taken for its next compute op (`lineup`).
+    lines: Vec<Mutex<lineup::Line>>,
+    /// Per stream: a position in `by_stream` before which every op is done (`lineup`).
+    scan_from: Vec<std::sync::atomic::AtomicUsize>,
     start_at_ns: Option<u64>,
     /// Whether this is the backend's first step (injected faults fire in it).
     first_step: bool,
@@ -244,6 +249,12 @@ impl HostBackend {
             queued,
             by_stream,
             st: StepState::new(n),
+            lines: (0..Stream::COUNT)
+                .map(|_| Mutex::new(lineup::Line::new()))
+                .collect(),
+            scan_from: (0..Stream::COUNT)
+                .map(|_| std::sync::atomic::AtomicUsize::new(0))
+                .collect(),
             start_at_ns: self.start_at_ns.take(),
             first_step: self.steps == 0,
             global_step: self.global_step,
@@ -689,17 +700,62 @@ mod tests {
             },
         ];
         let job = enqueued(HostBackend::single(), &ops).job();
-        // Op 0 ending readies the free that waits for it, the allocation and op 3.
-        assert!(job.compute_next(&[1, 2, 3], 0));
-        // Before op 0 ends, the free is not ready, so neither is op 3.
-        assert!(!job.compute_next(&[1, 2, 3], 3));
-        // A compute op waiting for another stream's op is not ready until that op is done.
-        assert!(!job.compute_next(&[5], 3));
-        job.st.complete(4);
-        assert!(job.compute_next(&[5], 3));
-        // Nothing next, or a next op that is neither bookkeeping nor compute.
-        assert!(!job.compute_next(&[], 0));
-        assert!(!job.compute_next(&[4, 5], 3));
+        let compute = Stream::Compute.index();
+        // The compute stream holds ops 0, 1, 2, 3, 5 (positions 0-4); the io stream op 4.
+        // Op 0 ending readies the free that waits for it, the allocation and op 3 (position 3).
+        assert_eq!(job.next_ready_compute(compute, 0), Some(3));
+        // Before op 0 ends, its own position is the next compute op (already in line).
+        assert_eq!(job.next_ready_compute(compute, 4), Some(0));
+        job.st.complete(0);
+        job.st.complete(1);
+        job.st.complete(2);
+        // Op 3 running: it is the stream's next op, and op 5 waits for the checkpoint.
+        job.st.complete(3);
+        assert_eq!(job.next_ready_compute(compute, 99), None);
+        // The checkpoint (op 4, another stream) ending readies op 5 (position 4).
+        assert_eq!(job.next_ready_compute(compute, 4), Some(4));
+        // A stream whose next op is not compute has none.
+        assert_eq!(job.next_ready_compute(Stream::Io.index(), 3), None);
+        assert_eq!(job.next_ready_compute(Stream::COUNT, 3), None);
+    }
+
+    #[test]
+    fn a_ready_compute_op_gets_exactly_one_ticket_whoever_takes_it() {
+        let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
+        let staged = twin_sim::Staged::new(&s).unwrap();
+        let ops = &staged.schedule.program(0).ops;
+        let job = enqueued(HostBackend::single(), ops).job();
+        let turns = turns::CoreTurns::private_for_tests();
+        let compute = Stream::Compute.index();
+        let first = ops
+            .iter()
+            .position(|op| matches!(op.kind, OpKind::Compute(_)))
+            .unwrap();
+        // Nothing done yet: the stream's first compute op is ready (ready allocations before
+        // it). A completion elsewhere lines it up once; the stream thread then gets that
+        // ticket, not a new one.
+        let pos = job.next_ready_compute(compute, u32::MAX).unwrap();
+        job.line_up(&turns, u32::MAX);
+        job.line_up(&turns, u32::MAX);
+        let t = job.ticket_at(&turns, compute, pos);
+        assert_eq!(t.number(), 0, "the ticket the completion took");
+        let turn = t.wait(|| false).unwrap();
+        // The stream thread's own ticket for the same op is not taken again by a completion
+        // while the op runs: the next ticket out is 1.
+        job.line_up(&turns, u32::MAX);
+        assert_eq!(turns.ticket().number(), 1);
+        drop(turn);
+        // Its end readies the stream's next compute op (the second layer's forward): lined up
+        // at the end, before the end is marked done.
+        for i in 0..first {
+            job.st.complete(i as u32);
+        }
+        let next = job
+            .next_ready_compute(compute, first as u32)
+            .expect("the next layer's forward is ready");
+        assert!(next > pos);
+        job.line_up(&turns, first as u32);
+        assert_eq!(job.ticket_at(&turns, compute, next).number(), 2);
     }
 
     #[test]

@@ -8,7 +8,6 @@
 //! (`dp-pp-zero.toml`) at every step start (docs/validation.md, session 12).
 
 use super::step::NONE;
-use super::turns::Ticket;
 use super::{priority, Job};
 use crate::backend::OpTiming;
 use crate::error::RuntimeError;
@@ -152,8 +151,6 @@ impl Job {
         let ops = self.by_stream.get(stream).map_or(&[][..], |o| &o[..]);
         let st = &self.st;
         let mut out = Vec::with_capacity(ops.len());
-        // The ticket of the next op, when it was ready before this thread yielded.
-        let mut early: Option<Ticket<'_>> = None;
         for (n, &i) in ops.iter().enumerate() {
             let Some(q) = self.queued.get(i) else {
                 continue;
@@ -165,11 +162,10 @@ impl Job {
             // for its core's turn, a transfer for its peers.
             let issued_ns = self.shared.clock.now_ns();
             // A compute op runs in its core's turn (see `turns`), in line from when its deps
-            // were done.
+            // were done (`lineup`).
             let turn = match (&self.shared.turns, &q.op.kind) {
                 (Some(t), OpKind::Compute(_)) => {
-                    let ticket = early.take().unwrap_or_else(|| t.ticket());
-                    match ticket.wait(|| self.stopped()) {
+                    match self.ticket_at(t, stream, n).wait(|| self.stopped()) {
                         Some(turn) => Some(turn),
                         None => return out,
                     }
@@ -192,15 +188,13 @@ impl Job {
                         end_ns,
                         issued_ns: Some(issued_ns.min(start_ns)),
                     });
-                    // The stream's next compute op, if this op's end makes it ready, gets in line
-                    // now, before this op's end wakes anyone: the woken threads (a send, another
-                    // rank's receive and then its compute thread) took the core first, and
-                    // another rank's op that became ready later took its ticket first and ran
-                    // ahead (docs/validation.md, session 12).
-                    if let (Some(t), None) = (&self.shared.turns, &early) {
-                        if self.compute_next(ops.get(n + 1..).unwrap_or_default(), q.index) {
-                            early = Some(t.ticket());
-                        }
+                    // Every compute op this op's end makes ready, on any stream of the rank,
+                    // gets in line now, before the end wakes anyone: the woken threads (a send,
+                    // another rank's receive and then its compute thread) took the core first,
+                    // and another rank's op that became ready later took its ticket first and
+                    // ran ahead (docs/validation.md, sessions 12 and 14).
+                    if let Some(t) = &self.shared.turns {
+                        self.line_up(t, q.index);
                     }
                     st.complete(q.index);
                     if self.bookkeeping_ready(ops.get(n + 1)) {
@@ -263,24 +257,6 @@ impl Job {
             matches!(q.op.kind, OpKind::Alloc { .. } | OpKind::Free { .. })
                 && q.op.deps.iter().all(|&d| self.st.is_done(d))
         })
-    }
-
-    /// Whether, once op `ending` is done, the stream's next compute op is ready with nothing
-    /// but ready allocations and frees before it (`rest`: the stream's ops after `ending`, as
-    /// indices into `queued`).
-    pub(super) fn compute_next(&self, rest: &[usize], ending: u32) -> bool {
-        let done = |d: &u32| *d == ending || self.st.is_done(*d);
-        for q in rest.iter().filter_map(|&i| self.queued.get(i)) {
-            if !q.op.deps.iter().all(done) {
-                return false;
-            }
-            match q.op.kind {
-                OpKind::Alloc { .. } | OpKind::Free { .. } => continue,
-                OpKind::Compute(_) => return true,
-                _ => return false,
-            }
-        }
-        false
     }
 
     fn fail(&self, e: RuntimeError) {

@@ -71,6 +71,16 @@ impl CoreTurns {
         CoreTurns::open(fd, slot)
     }
 
+    /// One core's lock in memory of its own (the mapping outlives the descriptor), for tests
+    /// of the backend's use of turns.
+    #[cfg(all(test, target_os = "linux"))]
+    pub(super) fn private_for_tests() -> CoreTurns {
+        let fd = sys::create(SLOT_BYTES).expect("memfd");
+        let t = CoreTurns::open(fd, 0).expect("map");
+        sys::close(fd);
+        t
+    }
+
     fn open(fd: i32, slot: u32) -> Option<CoreTurns> {
         let map = sys::Map::new(fd, slot as usize * SLOT_BYTES, SLOT_BYTES)?;
         Some(CoreTurns { map })
@@ -94,6 +104,12 @@ impl CoreTurns {
         }
     }
 
+    /// The ticket numbered `number`, taken earlier with [`CoreTurns::ticket`] (by another
+    /// thread of the rank: `backend::host::lineup`). The caller must hold the only claim to it.
+    pub fn numbered(&self, number: u32) -> Ticket<'_> {
+        Ticket { core: self, number }
+    }
+
     /// Take a ticket and wait for its turn (see [`Ticket::wait`]).
     pub fn acquire(&self, stop: impl Fn() -> bool) -> Option<Turn<'_>> {
         self.ticket().wait(stop)
@@ -107,6 +123,11 @@ pub struct Ticket<'a> {
 }
 
 impl<'a> Ticket<'a> {
+    /// Its place in line.
+    pub fn number(&self) -> u32 {
+        self.number
+    }
+
     /// Wait for this ticket's turn: returns the turn (held until dropped), or `None` once
     /// `stop` says the step was abandoned (the lock is then left to the run's teardown).
     pub fn wait(self, stop: impl Fn() -> bool) -> Option<Turn<'a>> {
