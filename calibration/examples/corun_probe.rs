@@ -1,9 +1,11 @@
 //! Whether a compute op runs slower while the other core computes too (docs/validation.md,
 //! session 12). One scenario op runs on core 0 through the backend's `Workspace`, timed, while
 //! core 1 either idles or runs the same op back to back on a workspace of its own; the two
-//! ways alternate in blocks of 20 calls, 10 blocks each.
+//! ways alternate in blocks of 20 calls, 10 blocks each. OTHER_OP names another compute op for
+//! core 1 to run instead (the last, `pp.toml`'s optimizer, is a memory pass over the state).
 //!
 //!   cargo run --release -p twin-calibration --example corun_probe -- scenarios/host/pp.toml 4
+//!   cargo run --release -p twin-calibration --example corun_probe -- scenarios/host/pp.toml 4 8
 
 mod common;
 
@@ -18,13 +20,18 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
     let path = args
         .next()
-        .ok_or("usage: corun_probe SCENARIO [COMPUTE_OP]")?;
+        .ok_or("usage: corun_probe SCENARIO [COMPUTE_OP [OTHER_OP]]")?;
     let which: usize = match args.next() {
         Some(s) => s.parse().map_err(|e| format!("COMPUTE_OP {s:?}: {e}"))?,
         None => 0,
     };
+    let other_which: usize = match args.next() {
+        Some(s) => s.parse().map_err(|e| format!("OTHER_OP {s:?}: {e}"))?,
+        None => which,
+    };
     let program = common::rank0_program(&path)?;
     let op = common::compute_op(&program, which)?;
+    let other = common::compute_op(&program, other_which)?;
     // 0: the other core idles; 1: it computes; 2: stop.
     let mode = AtomicU32::new(0);
     let busy = AtomicBool::new(false);
@@ -32,12 +39,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     std::thread::scope(|sc| {
         sc.spawn(|| {
             twin_runtime::launch::affinity::pin_rank(1);
-            let mut ws = twin_calibration::bench::compute::workspace_for(std::slice::from_ref(&op));
+            let mut ws =
+                twin_calibration::bench::compute::workspace_for(std::slice::from_ref(&other));
             loop {
                 match mode.load(Ordering::Acquire) {
                     1 => {
                         busy.store(true, Ordering::Release);
-                        ws.run(&op);
+                        ws.run(&other);
                     }
                     2 => break,
                     _ => {

@@ -43,9 +43,9 @@ pub struct HostFits {
     /// `bandwidth` in ops per second; its inverse is the per-op overhead.
     pub launch: AlphaBeta,
     pub launch_ns: Estimate,
-    /// What a dependency on another stream adds to an op (its thread wakes the op's), beyond
-    /// `launch_ns`: from the same chain alternating between two streams. Reported, not yet a
-    /// profile key (docs/calibration.md); `None` when it was not measured or not fitted.
+    /// How long after a compute op's end an op it releases on another stream is issued (that
+    /// stream's thread waking and getting the core): `bench::launch`'s hand-off chains, the
+    /// profile's `[host] handoff_ns`; `None` when it was not measured.
     pub handoff_ns: Option<Estimate>,
     pub collectives: Vec<NamedFit>,
     pub p2p: AlphaBeta,
@@ -243,20 +243,16 @@ fn alloc_fit(s: &[SizedSamples]) -> Result<crate::fit::Constant, FitError> {
     })
 }
 
-/// What a stream hand-off adds per op: the per-op time of the chain alternating between two
-/// streams (`alternating`, in ops per second) less the one-stream chain's (`launch_ns`). The
-/// interval joins the two intervals' far ends (conservative).
-fn handoff(launch_ns: Estimate, alternating: &AlphaBeta) -> Estimate {
-    let alt = alternating
-        .bandwidth_bytes_per_s
-        .map_monotone(|ops| 1e9 / ops);
-    Estimate {
-        value: alt.value - launch_ns.value,
-        ci95: [
-            alt.ci95[0] - launch_ns.ci95[1],
-            alt.ci95[1] - launch_ns.ci95[0],
-        ],
-    }
+/// The hand-off between a rank's threads: the mean of the hand-off chains' mean gaps
+/// (`bench::launch::handoff_chain`), with its interval.
+fn handoff_fit(s: &[SizedSamples]) -> Result<Estimate, FitError> {
+    let all: Vec<f64> = s.iter().flat_map(|x| x.kept_ns.iter().copied()).collect();
+    crate::fit::constant(&all)
+        .map(|c| c.value)
+        .map_err(|e| match e {
+            FitError::Degenerate(why) => FitError::Degenerate(format!("stream hand-off: {why}")),
+            e => e,
+        })
 }
 
 /// Below this R², a transfer fit's samples disagree with the alpha-beta model more than a
@@ -311,10 +307,9 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     let holdout = holdout_errors(&g, &s.gemm);
     let launch = named("op overhead", &sized_points(&s.launch), &mut notes)?;
     let launch_ns = launch.bandwidth_bytes_per_s.map_monotone(|ops| 1e9 / ops);
-    let handoff_ns = (!s.handoff.is_empty())
-        .then(|| named("stream hand-off", &sized_points(&s.handoff), &mut notes))
-        .transpose()?
-        .map(|h| handoff(launch_ns, &h));
+    let handoff_ns = (!s.handoff_gap.is_empty())
+        .then(|| handoff_fit(&s.handoff_gap))
+        .transpose()?;
     let kinds: std::collections::BTreeSet<&str> = s.comm.iter().map(|c| c.kind.as_str()).collect();
     let mut collectives = Vec::new();
     for k in kinds.iter().filter(|k| **k != "p2p") {
@@ -436,30 +431,24 @@ mod tests {
         assert!(wake_fit(&samples[1..], &mut notes).is_none());
     }
 
-    /// Chains of n ops at `per_op_ns` each plus a fixed 5 us, with +-2% alternating noise.
-    fn chain(per_op_ns: f64) -> Vec<Point> {
-        [64.0, 256.0, 1024.0, 64.0, 256.0, 1024.0]
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| Point {
-                steps: 1.0,
-                bytes: n,
-                time_ns: (5_000.0 + n * per_op_ns) * if i % 2 == 0 { 1.02 } else { 0.98 },
-            })
-            .collect()
-    }
-
     #[test]
-    fn handoff_is_the_alternating_chain_less_the_one_stream_chain() {
-        let one = alpha_beta::fit(&chain(120.0)).unwrap();
-        let alt = alpha_beta::fit(&chain(2_920.0)).unwrap();
-        let launch_ns = one.bandwidth_bytes_per_s.map_monotone(|ops| 1e9 / ops);
-        let h = handoff(launch_ns, &alt);
-        assert!((h.value - 2_800.0).abs() < 100.0, "{h:?}");
-        assert!(h.covers(2_800.0), "{h:?}");
-        // No hand-off cost: about zero, and the interval says so.
-        let h = handoff(launch_ns, &one);
-        assert!(h.value.abs() < 1.0 && h.covers(0.0), "{h:?}");
+    fn the_handoff_is_the_mean_gap_with_an_interval_that_covers_it() {
+        // Chains' mean gaps scattered +-10% around 3.6 us.
+        let kept_ns: Vec<f64> = (0..9)
+            .map(|i| 3_600.0 * (1.0 + 0.1 * ((i % 3) as f64 - 1.0)))
+            .collect();
+        let s = [SizedSamples {
+            bytes: 24,
+            kept_ns,
+            dropped_ns: vec![],
+        }];
+        let h = handoff_fit(&s).unwrap();
+        assert!((h.value - 3_600.0).abs() < 60.0, "{h:?}");
+        assert!(
+            h.covers(3_600.0) && h.ci95[1] - h.ci95[0] < 1_000.0,
+            "{h:?}"
+        );
+        assert!(handoff_fit(&[]).is_err());
     }
 
     #[test]

@@ -237,6 +237,12 @@ pub fn to_profile(
                 r("the same fit: extra transfer time per ns the receiving core idled"),
             )
         }),
+        host_handoff_ns: f.handoff_ns.map(|h| {
+            fitted(
+                h.map_monotone(|x| x.max(0.0)),
+                r("mean gap from a forward op's end to the issue of the op it releases on another stream, chains of real ops through the host backend with turns and a progress file"),
+            )
+        }),
         provenance: Default::default(),
     };
     (profile, host)

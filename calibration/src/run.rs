@@ -97,7 +97,8 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         + 3 * cfg.memory_bytes.len()
         + cfg.pass_large_bytes.len()
         + cfg.cold_pass_bytes.len()
-        + 2 * cfg.launch_ops.len()
+        + cfg.launch_ops.len()
+        + 1
         + bench::comm::measurement_count(&cfg)
         + cfg.checkpoint_bytes.len()
         + 1
@@ -130,7 +131,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         alloc: bench::memory::alloc(&cfg, &mut progress),
         ..Samples::default()
     };
-    (samples.launch, samples.handoff) = bench::launch::launch(&cfg, &mut progress)?;
+    (samples.launch, samples.handoff_gap) = bench::launch::launch(&cfg, &mut progress)?;
     let (comm, overlap) = bench::comm::comm(&cfg, &mut progress)?;
     samples.comm = comm;
     samples.overlap = Some(overlap);

@@ -208,6 +208,9 @@ pub fn profile_toml(
             o.push_str(&param("wake_ns", w));
             o.push_str(&param("wake_per_idle", p));
         }
+        if let Some(h) = &p.host_handoff_ns {
+            o.push_str(&param("handoff_ns", h));
+        }
     }
     if let Some(f) = &p.fit {
         o.push_str("\n[fit]\n");

@@ -355,7 +355,7 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
         est(&f.launch_ns, "ns"),
         f.handoff_ns
             .as_ref()
-            .map(|h| format!("   stream hand-off {} (reported)", est(h, "ns")))
+            .map(|h| format!("   stream hand-off {}", est(h, "ns")))
             .unwrap_or_default(),
         f.overlap_slowdown.value,
         f.overlap_slowdown.ci95[0],

@@ -315,8 +315,12 @@ pub struct Samples {
     pub alloc: Vec<SizedSamples>,
     /// A chain of `bytes` (= op count) empty ops through the host backend.
     pub launch: Vec<SizedSamples>,
-    /// The same chain alternating between two streams (a hand-off per op).
-    pub handoff: Vec<SizedSamples>,
+    /// Hand-off chains of real ops (`launch::handoff_chain`): each sample one chain's mean gap
+    /// from a compute op's end to the issue of the op it releases on another stream; `bytes`
+    /// is the links per chain. (Until session 14, `handoff` held spans of empty-op chains
+    /// alternating between two streams.)
+    #[serde(default)]
+    pub handoff_gap: Vec<SizedSamples>,
     pub comm: Vec<CommSamples>,
     pub overlap: Option<OverlapSamples>,
     /// Write and fsync a file of `bytes`.

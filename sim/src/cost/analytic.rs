@@ -76,6 +76,9 @@ pub struct Analytic {
     /// The runtime's own time per op that is not a compute op (profile key
     /// `kernel.op_overhead_ns`): added to allocations, frees, transfers and checkpoints.
     pub op_overhead_ns: u64,
+    /// How long after a release by another of the rank's threads an op is issued (profile key
+    /// `[host] handoff_ns`; 0 without it).
+    pub handoff_ns: u64,
     /// Interruptions of compute by the machine (profile keys `[host] interruptions_per_s`
     /// and `interruption_mean_ns`).
     pub interruptions: Option<crate::engine::Interruptions>,
@@ -125,6 +128,7 @@ impl Analytic {
             alloc_bytes_per_s: None,
             alloc_fixed_ns: 0,
             op_overhead_ns: 0,
+            handoff_ns: 0,
             interruptions: None,
             wake: None,
             host_cores: None,
@@ -329,6 +333,10 @@ impl CostModel for Analytic {
 
     fn wake(&self) -> Option<crate::engine::Wake> {
         self.wake
+    }
+
+    fn handoff_ns(&self) -> u64 {
+        self.handoff_ns
     }
 
     fn compute_is_rank_invariant(&self) -> bool {

@@ -58,6 +58,12 @@ pub trait CostModel: Send + Sync {
     fn wake(&self) -> Option<crate::engine::Wake> {
         None
     }
+    /// How long after an op on one of a rank's streams releases the head of another stream
+    /// that head is issued (a host profile's `[host] handoff_ns`: the thread that runs it
+    /// waking and getting the core); 0: at once, as a GPU's streams see an event.
+    fn handoff_ns(&self) -> u64 {
+        0
+    }
     /// Whether [`CostModel::operand_residency`] can return anything (host profiles with a GEMM
     /// operand term); false spares the engine its bookkeeping.
     fn models_operand_residency(&self) -> bool {

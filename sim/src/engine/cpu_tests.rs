@@ -226,6 +226,56 @@ fn a_transfer_into_a_core_that_slept_waits_for_it_to_wake() {
     assert_eq!(step(wake), 1000 + 700 + 1000 + 100 + 670 + 10);
 }
 
+#[test]
+fn an_op_released_by_another_streams_op_waits_out_the_hand_off() {
+    // Stage 0: compute 1000 ns, send 100 bytes (100 ns) released by it, and on its own stream
+    // a second compute op of 10 ns; stage 1 receives, computes 1000 ns on the data and sends
+    // back (`s1_again`); stage 0 receives and computes 10 ns.
+    let plan = plan(1, 2, 1, 1);
+    let mut s0 = ProgBuilder::new(0);
+    let f = s0.fwd(1000, &[]);
+    s0.send(Peer::PpNext, 100, 0, &[f]);
+    let g = s0.fwd(10, &[f]);
+    let r = s0.recv(Peer::PpNext, 100, 1, &[]);
+    s0.fwd(10, &[r, g]);
+    let s = per_rank(vec![s0.build(), s1_again()]);
+    let run = |handoff_ns| {
+        // Each rank on a device of its own: no core sharing to blur the times.
+        let cost = SharedCores {
+            handoff_ns,
+            ..SharedCores::default()
+        };
+        let opts = SimOptions {
+            trace: true,
+            ..SimOptions::default()
+        };
+        simulate(&plan, &s, &cost, &opts).unwrap()
+    };
+    let start_of = |r: &crate::engine::SimResult, rank: u32, op: u32| {
+        let e = r
+            .trace
+            .as_ref()
+            .unwrap()
+            .events
+            .iter()
+            .find(|e| (e.rank, e.op) == (rank, op));
+        let e = e.unwrap();
+        (e.issued_ns, e.start_ns)
+    };
+    // At once: 1000 + 100 + 1000 + 100 + 10.
+    let r = run(0);
+    assert_eq!(r.step_time_ns, 2210);
+    // A hand-off of 50 ns before the send (another stream), before stage 1's compute (after
+    // its receive), before its send and before stage 0's last op (after its receive): four on
+    // the path.
+    let r = run(50);
+    assert_eq!(r.step_time_ns, 2210 + 4 * 50);
+    // The second compute op follows the first on its own stream: no hand-off.
+    assert_eq!(start_of(&r, 0, 2), (Some(1000), 1000));
+    // The send is issued when the hand-off ends.
+    assert_eq!(start_of(&r, 0, 1), (Some(1050), 1050));
+}
+
 /// Stage 1 of the wake-up test: receive, compute 1000 ns, send back.
 fn s1_again() -> Program {
     let mut s1 = ProgBuilder::new(1);

@@ -39,6 +39,12 @@ const COLL_BIT: u32 = 1 << 31;
 /// matched receive (recorded in the sender's stream state) complete together, so one heap
 /// entry serves both sides.
 const P2P_BIT: u32 = 1 << 30;
+/// Marks an event payload as "the hand-off to stream `b` of rank `a & !HANDOFF_BIT` is over":
+/// its head, released by another stream's op, starts now (see `handoff_ns`).
+const HANDOFF_BIT: u32 = 1 << 29;
+/// `StreamState::blocked_on` of a head released by another stream's op, waiting out the
+/// hand-off (see `handoff_ns`).
+pub(crate) const HANDED_OFF: u32 = u32::MAX - 2;
 pub(crate) const STREAMS: usize = Stream::COUNT;
 /// What the event loop's handlers return: the error boxed, so that the common `Ok` travels in
 /// a register instead of through a result slot the size of [`SimError`] on every call.
@@ -183,6 +189,9 @@ pub(crate) struct State<S: Slots> {
     share: Option<CoreShare>,
     /// What a `Free` takes (the cost model's `free_ns`; zero makes it instant).
     free_ns: u64,
+    /// How long after an op of another stream releases a head the head starts (the thread
+    /// that runs it waking); zero: at once.
+    handoff_ns: u64,
     /// Interruptions drawn for compute ops (see `engine::jitter`), when asked for.
     jitter: Option<Jitter>,
     /// The profile's wake-up cost and each core's idle time (see `engine::wake`).
@@ -248,6 +257,7 @@ impl<S: Slots> State<S> {
             p2p_memo: P2pMemo::default(),
             share: ctx.cost.shared_cores().map(|_| CoreShare::new(slots)),
             free_ns: ctx.cost.free_ns(),
+            handoff_ns: ctx.cost.handoff_ns(),
             jitter: ctx
                 .opts
                 .jitter_seed
@@ -302,6 +312,12 @@ impl<S: Slots> State<S> {
             }
         } else if a & COLL_BIT != 0 {
             self.collective_done(ctx, a & !COLL_BIT, b)
+        } else if a & HANDOFF_BIT != 0 {
+            let rank = a & !HANDOFF_BIT;
+            let r = S::slot(ctx, rank);
+            let s = b as usize;
+            self.ranks[r].streams[s].blocked_on = UNCHECKED;
+            self.try_start(ctx, rank, r, s)
         } else if a & P2P_BIT != 0 {
             let src = a & !P2P_BIT;
             let s = ctx.prog(src as usize).ops[b as usize].stream as usize;
@@ -319,11 +335,28 @@ impl<S: Slots> State<S> {
     fn try_start_heads(&mut self, ctx: &Ctx, rank: u32, slot: usize, completed: u32) -> Step {
         let r = slot;
         let mut mask = self.ranks[r].waiting;
+        // The stream of `completed`, when heads it releases on other streams wait out a
+        // hand-off (host profiles: another thread of the rank runs them).
+        let from_stream = if self.handoff_ns == 0 {
+            usize::MAX
+        } else {
+            ctx.prog(rank as usize)
+                .ops
+                .get(completed as usize)
+                .map_or(usize::MAX, |o| o.stream as usize)
+        };
         while mask != 0 {
             let s = mask.trailing_zeros() as usize;
             mask &= mask - 1;
             let b = self.ranks[r].streams[s].blocked_on;
-            if b == UNCHECKED || b == completed {
+            if b == completed && from_stream != usize::MAX && s != from_stream {
+                self.ranks[r].streams[s].blocked_on = HANDED_OFF;
+                self.queue.push(
+                    self.now.saturating_add(self.handoff_ns),
+                    HANDOFF_BIT | rank,
+                    s as u32,
+                );
+            } else if b == UNCHECKED || b == completed {
                 self.try_start(ctx, rank, r, s)?;
             }
         }

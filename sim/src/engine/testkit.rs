@@ -66,6 +66,7 @@ pub(crate) struct SharedCores {
     pub free_ns: u64,
     pub wake: Option<crate::engine::Wake>,
     pub residency: Option<(u64, u64)>,
+    pub handoff_ns: u64,
 }
 
 impl CostModel for SharedCores {
@@ -89,6 +90,9 @@ impl CostModel for SharedCores {
     }
     fn wake(&self) -> Option<crate::engine::Wake> {
         self.wake
+    }
+    fn handoff_ns(&self) -> u64 {
+        self.handoff_ns
     }
     fn models_operand_residency(&self) -> bool {
         self.residency.is_some()

@@ -78,6 +78,7 @@ struct RawHost {
     interruption_mean_ns: Option<RawParam>,
     wake_ns: Option<RawParam>,
     wake_per_idle: Option<RawParam>,
+    handoff_ns: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -451,15 +452,19 @@ impl Checker<'_> {
                 Range::NonNegative,
             ),
         )?;
-        let (wake, per_idle, per_s, mean) = match raw.host.as_mut() {
+        let (wake, per_idle, per_s, mean, handoff) = match raw.host.as_mut() {
             Some(h) => (
                 h.wake_ns.take(),
                 h.wake_per_idle.take(),
                 h.interruptions_per_s.take(),
                 h.interruption_mean_ns.take(),
+                h.handoff_ns.take(),
             ),
-            None => (None, None, None, None),
+            None => (None, None, None, None, None),
         };
+        let handoff_ns = handoff
+            .map(|h| self.param("host.handoff_ns", h, Range::NonNegative))
+            .transpose()?;
         let (wake_ns, wake_per_idle) = self.pair(
             ("host.wake_ns", wake, Range::NonNegative),
             ("host.wake_per_idle", per_idle, Range::Fraction),
@@ -557,6 +562,7 @@ impl Checker<'_> {
             host_interruption_mean_ns: interruption_mean_ns,
             host_wake_ns: wake_ns,
             host_wake_per_idle: wake_per_idle,
+            host_handoff_ns: handoff_ns,
             provenance: raw
                 .provenance
                 .into_iter()

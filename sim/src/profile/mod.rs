@@ -157,6 +157,10 @@ pub struct Profile {
     /// `engine::wake`).
     pub host_wake_ns: Option<Param>,
     pub host_wake_per_idle: Option<Param>,
+    /// `[host] handoff_ns`: how long after an op of one of a rank's threads releases an op of
+    /// another the released op is issued (that thread waking and getting the core; the
+    /// engine's hand-off); absent means at once.
+    pub host_handoff_ns: Option<Param>,
     /// `[provenance]`: where the profile was measured (machine, date, backend, versions).
     pub provenance: BTreeMap<String, String>,
     pub fit: Option<FitQuality>,
@@ -286,6 +290,7 @@ impl Analytic {
             alloc_bytes_per_s: p.memory_alloc_bytes_per_s.as_ref().map(|a| a.value),
             alloc_fixed_ns: p.memory_alloc_fixed_ns.as_ref().map_or(0, whole),
             op_overhead_ns: p.op_overhead_ns.as_ref().map_or(0, whole),
+            handoff_ns: p.host_handoff_ns.as_ref().map_or(0, whole),
             interruptions: match (&p.host_interruptions_per_s, &p.host_interruption_mean_ns) {
                 (Some(r), Some(m)) => Some(crate::engine::Interruptions {
                     rate_per_ns: r.value * 1e-9,

@@ -618,3 +618,28 @@ fn wake_keys_come_as_a_pair_and_reach_the_cost_model() {
         .wake()
         .is_none());
 }
+
+#[test]
+fn the_hand_off_key_reaches_the_cost_model_and_must_not_be_negative() {
+    let with_host = |host: &str| A100.replacen("[gpu]", &format!("[host]\n{host}\n[gpu]"), 1);
+    let cores = "cores = { value = 2, source = \"fitted\", ref = \"t\" }\n";
+    let p = parse_str(
+        &with_host(&format!(
+            "{cores}handoff_ns = {{ value = 4000, source = \"fitted\", ref = \"t\", ci95 = [3900, 4100] }}"
+        )),
+        "p.toml",
+    )
+    .unwrap();
+    let s = small_scenario(1, 2, 1, 4);
+    assert_eq!(Analytic::from_profile(&s, &p).handoff_ns(), 4000);
+    assert_eq!(Analytic::from_profile(&s, &a100()).handoff_ns(), 0);
+    let e = parse_str(
+        &with_host(&format!(
+            "{cores}handoff_ns = {{ value = -1, source = \"fitted\", ref = \"t\" }}"
+        )),
+        "p.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("host.handoff_ns.value"), "{e}");
+}

@@ -725,7 +725,7 @@ mod tests {
         let staged = twin_sim::Staged::new(&s).unwrap();
         let ops = &staged.schedule.program(0).ops;
         let job = enqueued(HostBackend::single(), ops).job();
-        let turns = turns::CoreTurns::private_for_tests();
+        let turns = turns::CoreTurns::private().unwrap();
         let compute = Stream::Compute.index();
         let first = ops
             .iter()

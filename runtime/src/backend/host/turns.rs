@@ -71,12 +71,12 @@ impl CoreTurns {
         CoreTurns::open(fd, slot)
     }
 
-    /// One core's lock in memory of its own (the mapping outlives the descriptor), for tests
-    /// of the backend's use of turns.
-    #[cfg(all(test, target_os = "linux"))]
-    pub(super) fn private_for_tests() -> CoreTurns {
-        let fd = sys::create(SLOT_BYTES).expect("memfd");
-        let t = CoreTurns::open(fd, 0).expect("map");
+    /// One core's lock in memory of its own (the mapping outlives the descriptor): for a
+    /// benchmark that runs one rank's ops as a launched rank runs them, turns included
+    /// (`twin_calibration`'s hand-off benchmark). `None` where shared memory cannot be made.
+    pub fn private() -> Option<CoreTurns> {
+        let fd = sys::create(SLOT_BYTES)?;
+        let t = CoreTurns::open(fd, 0);
         sys::close(fd);
         t
     }
