@@ -413,7 +413,11 @@ fn run_cuda(scenario: &Scenario, staged: &Staged, c: &Common) -> anyhow::Result<
     let start = std::time::Instant::now();
     // The same merge and report as the host backend, so the fields mean the same.
     let measure = measure_cuda(scenario, staged, c.steps)?;
-    let merged = launch::merge(&staged.schedule, std::slice::from_ref(&measure));
+    let merged = launch::merge(
+        &staged.plan,
+        &staged.schedule,
+        std::slice::from_ref(&measure),
+    );
     let mut report = launch::report(
         scenario,
         &staged.plan,
@@ -545,7 +549,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &c.measures {
         write_atomic(path, &serde_json::to_string(&all)?)?;
     }
-    let merged = launch::merge(&staged.schedule, &all);
+    let merged = launch::merge(&staged.plan, &staged.schedule, &all);
     if let Some(path) = &c.trace {
         if let Some(trace) = &merged.result.trace {
             write_atomic(path, &trace.to_chrome_json(&staged.plan, &staged.schedule))?;

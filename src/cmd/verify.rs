@@ -426,7 +426,7 @@ fn measure_once(
         }
     };
     let shown_step = launch::measure::select_step(&mut all, args.warmup as usize);
-    let merged = launch::merge(&staged.schedule, &all);
+    let merged = launch::merge(&staged.plan, &staged.schedule, &all);
     let mut report = launch::report(
         scenario,
         &staged.plan,

@@ -175,8 +175,11 @@ pub fn select_step(ranks: &mut [RankMeasure], first: usize) -> Option<usize> {
     Some(step)
 }
 
-/// Merge every rank's measurement. `ranks` is indexed by rank.
-pub fn merge(schedule: &Schedule, ranks: &[RankMeasure]) -> Merged {
+/// Merge every rank's measurement. `ranks` is indexed by rank. A collective or a receive
+/// starts where its parties had all issued it, when the ranks recorded issue times
+/// (`launch::rendezvous`).
+pub fn merge(plan: &Plan, schedule: &Schedule, ranks: &[RankMeasure]) -> Merged {
+    let starts = super::rendezvous::starts(plan, schedule, ranks);
     let t0 = ranks
         .iter()
         .flat_map(|r| r.op_times_ns.iter().map(|t| t[0]))
@@ -191,13 +194,14 @@ pub fn merge(schedule: &Schedule, ranks: &[RankMeasure]) -> Merged {
     let mut trace = Trace::default();
     let mut stats = Vec::with_capacity(ranks.len());
     let mut gaps = Vec::new();
-    for m in ranks {
+    for (m, starts) in ranks.iter().zip(&starts) {
         let ops = program(schedule, m.rank);
         let rel = |i: usize| {
             m.op_times_ns.get(i).map_or((0, 0), |t| {
+                let start = starts.get(i).copied().unwrap_or(t[0]);
                 (
-                    t[0].saturating_sub(t0),
-                    t[1].saturating_sub(t0).max(t[0].saturating_sub(t0)),
+                    start.saturating_sub(t0),
+                    t[1].saturating_sub(t0).max(start.saturating_sub(t0)),
                 )
             })
         };
@@ -511,7 +515,7 @@ mod tests {
                 ..RankMeasure::default()
             })
             .collect();
-        let m = merge(&st.schedule, &ranks);
+        let m = merge(&st.plan, &st.schedule, &ranks);
         let trace = m.result.trace.as_ref().unwrap();
         assert_eq!(trace.events.len() as u64, st.schedule.total_ops());
         let ids: std::collections::BTreeSet<(u32, u32)> =
@@ -543,6 +547,7 @@ mod tests {
         times[compute] = [0, 10];
         times[comm] = [5, 20];
         let m = merge(
+            &st.plan,
             &st.schedule,
             &[RankMeasure {
                 rank: 0,
@@ -617,7 +622,7 @@ mod tests {
         let mut ranks = [r.clone()];
         assert_eq!(select_step(&mut ranks, 0), Some(0));
         assert_eq!(ranks[0].op_issued_ns, issued(0));
-        let m = merge(&st.schedule, &ranks);
+        let m = merge(&st.plan, &st.schedule, &ranks);
         let trace = m.result.trace.unwrap();
         // Rebased with the op times (the step starts at 2): op i was issued at 10 i - 2, clamped
         // to the step's start (0) and to the op's own start.
@@ -632,7 +637,7 @@ mod tests {
         let mut ranks = [r];
         select_step(&mut ranks, 0);
         assert!(ranks[0].op_issued_ns.is_empty());
-        let m = merge(&st.schedule, &ranks);
+        let m = merge(&st.plan, &st.schedule, &ranks);
         assert!(m
             .result
             .trace

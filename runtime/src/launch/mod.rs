@@ -10,6 +10,7 @@ pub mod launcher;
 pub mod measure;
 pub mod progress;
 pub mod recover;
+pub mod rendezvous;
 pub mod scale;
 pub mod session;
 pub mod worker;

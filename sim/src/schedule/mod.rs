@@ -15,6 +15,7 @@ mod dp_emit;
 mod emit;
 mod gemms;
 mod ir;
+pub mod partners;
 pub mod pipeline;
 mod sizes;
 mod validate;

@@ -18,7 +18,8 @@
 //! with other work), as against waiting for the core's turn or for peers after issuing it.
 //! For a collective the issue that counts is the member's whose release was last.
 
-use crate::plan::{GroupKind, Plan};
+use crate::plan::Plan;
+use crate::schedule::partners::{OpId, Partners};
 use crate::schedule::{OpKind, Schedule};
 use crate::trace::Trace;
 use serde::Serialize;
@@ -141,8 +142,6 @@ impl Edge {
     }
 }
 
-type OpId = (u32, u32);
-
 /// The critical path of `trace`, a step of `schedule` on `plan`, whose ranks share `cores` CPU
 /// cores per node when given. `None` for an empty trace.
 pub fn critical_path(
@@ -202,7 +201,10 @@ pub fn critical_path(
                     (next_start - split) as f64 * 1e-9;
             }
         }
-        next_start = start;
+        // Never later than the op after it on the path: a measured op can start a little after
+        // its successor (a receive starts where its send was issued, a rank's clock is aligned
+        // to within microseconds), and the path's time must not be counted twice.
+        next_start = start.min(next_start);
         let mut candidates = preds.of(schedule, cur);
         let turn = turns
             .as_ref()
@@ -291,48 +293,26 @@ fn is_compute(schedule: &Schedule, (rank, op): OpId) -> bool {
 
 /// The predecessors of every op, resolved against the plan.
 struct Preds<'a> {
-    plan: &'a Plan,
     /// Per rank, per op: the op before it on its stream.
     stream_prev: Vec<Vec<Option<u32>>>,
-    /// Per rank: each group's collectives, in program order.
-    calls: Vec<BTreeMap<GroupKind, Vec<u32>>>,
-    /// Each send by (from, to, tag), the key the validator and the engine pair transfers by.
-    sends: BTreeMap<(u32, u32, u32), u32>,
+    partners: Partners<'a>,
 }
 
 impl<'a> Preds<'a> {
     fn new(plan: &'a Plan, schedule: &Schedule) -> Preds<'a> {
-        let world = schedule.world();
-        let mut stream_prev = Vec::with_capacity(world as usize);
-        let mut calls = Vec::with_capacity(world as usize);
-        let mut sends = BTreeMap::new();
-        for rank in 0..world {
-            let ops = schedule.get_program(rank).map_or(&[][..], |p| &p.ops[..]);
-            let mut last = BTreeMap::new();
-            let mut prev = Vec::with_capacity(ops.len());
-            let mut c: BTreeMap<GroupKind, Vec<u32>> = BTreeMap::new();
-            for (i, op) in ops.iter().enumerate() {
-                let i = i as u32;
-                prev.push(last.insert(op.stream, i));
-                match op.kind {
-                    OpKind::Collective { group, .. } => c.entry(group).or_default().push(i),
-                    // Ranks outside the plan (a trace of another layout) have no peers.
-                    OpKind::Send { peer, tag, .. } if rank < plan.world => {
-                        sends
-                            .entry((rank, peer.rank_for(plan, rank), tag))
-                            .or_insert(i);
-                    }
-                    _ => {}
-                }
-            }
-            stream_prev.push(prev);
-            calls.push(c);
-        }
+        let stream_prev = (0..schedule.world())
+            .map(|rank| {
+                let ops = schedule.get_program(rank).map_or(&[][..], |p| &p.ops[..]);
+                let mut last = BTreeMap::new();
+                ops.iter()
+                    .enumerate()
+                    .map(|(i, op)| last.insert(op.stream, i as u32))
+                    .collect()
+            })
+            .collect();
         Preds {
-            plan,
             stream_prev,
-            calls,
-            sends,
+            partners: Partners::new(plan, schedule),
         }
     }
 
@@ -360,41 +340,16 @@ impl<'a> Preds<'a> {
     /// Every release of op `id`: (releasing op, kind of edge, the op it released: `id`, or for
     /// a collective the peer member it released).
     fn of(&self, schedule: &Schedule, id: OpId) -> Vec<(OpId, Edge, OpId)> {
-        let (rank, op) = id;
         let mut out = self.local(schedule, id);
-        match schedule.get_op(rank, op).map(|o| &o.kind) {
-            // Ranks outside the plan (a trace of another layout) have no peers to resolve.
-            Some(OpKind::Recv { peer, tag, .. }) if rank < self.plan.world => {
-                let src = peer.rank_for(self.plan, rank);
-                if let Some(&s) = self.sends.get(&(src, rank, *tag)) {
-                    out.push(((src, s), Edge::Transfer, id));
-                }
-            }
-            Some(OpKind::Collective { group, .. }) if rank < self.plan.world => {
-                // Where this call falls in its group's sequence (the lists are ascending).
-                let n = self
-                    .calls
-                    .get(rank as usize)
-                    .and_then(|c| c.get(group))
-                    .and_then(|l| l.binary_search(&op).ok());
-                let members = &self.plan.group(self.plan.group_of(rank, *group)).members;
-                for &q in members.iter().filter(|&&q| q != rank) {
-                    let peer_op = n.and_then(|n| {
-                        self.calls
-                            .get(q as usize)
-                            .and_then(|c| c.get(group))
-                            .and_then(|l| l.get(n))
-                    });
-                    if let Some(&j) = peer_op {
-                        out.extend(
-                            self.local(schedule, (q, j))
-                                .into_iter()
-                                .map(|(p, _, member)| (p, Edge::Collective, member)),
-                        );
-                    }
-                }
-            }
-            _ => {}
+        if let Some(send) = self.partners.send_of(schedule, id) {
+            out.push((send, Edge::Transfer, id));
+        }
+        for member in self.partners.members_of(schedule, id) {
+            out.extend(
+                self.local(schedule, member)
+                    .into_iter()
+                    .map(|(p, _, released)| (p, Edge::Collective, released)),
+            );
         }
         out
     }
