@@ -33,7 +33,8 @@ use crate::trace::{MemorySample, Trace, TraceEvent};
 use std::collections::VecDeque;
 
 /// Marks an event payload as "collective (group, seq) finished" instead of "(rank, op)
-/// finished". Ranks and group ids stay far below 2^30 (the plan caps the world at 2^20).
+/// finished". Ranks and group ids stay far below 2^29 (the plan caps the world at 2^20), so
+/// the tags below never collide with a plain payload.
 const COLL_BIT: u32 = 1 << 31;
 /// Marks an event payload as "transfer of send (rank, op) finished": the send and its
 /// matched receive (recorded in the sender's stream state) complete together, so one heap
