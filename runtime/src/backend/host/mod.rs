@@ -13,7 +13,7 @@ mod data;
 pub mod fault;
 mod lineup;
 mod memory;
-mod priority;
+pub mod priority;
 pub mod state;
 mod step;
 mod streams;

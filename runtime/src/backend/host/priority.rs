@@ -13,7 +13,7 @@ pub(super) const COMPUTE_NICE: i32 = twin_sim::cost::HOST_COMPUTE_NICE;
 
 /// Lower the calling thread's priority to `nice` (Linux: per-thread nice). Best effort:
 /// raising one's own nice value needs no privilege, and a failure leaves the thread as it was.
-pub(super) fn lower_priority(nice: i32) {
+pub fn lower_priority(nice: i32) {
     #[cfg(target_os = "linux")]
     // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
     unsafe {
