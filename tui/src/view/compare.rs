@@ -53,9 +53,11 @@ pub fn biggest_errors(predicted: &Timeline, measured: &Timeline, n: usize) -> Ve
     out.into_iter().take(n).map(|(_, e)| e).collect()
 }
 
+/// (measured - predicted) / measured, as `twin verify` reports it: positive means the real run
+/// was slower (or bigger) than predicted.
 fn err_pct(predicted: f64, measured: f64) -> String {
     if measured != 0.0 {
-        format!("{:+.1}%", (predicted / measured - 1.0) * 100.0)
+        format!("{:+.1}%", (1.0 - predicted / measured) * 100.0)
     } else {
         "n/a".into()
     }
@@ -113,7 +115,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             pct(ms.bubble_fraction),
             format!(
                 "{:+.1} pt",
-                (ps.bubble_fraction - ms.bubble_fraction) * 100.0
+                (ms.bubble_fraction - ps.bubble_fraction) * 100.0
             ),
         ),
         row(
@@ -122,7 +124,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             pct(ms.exposed_comm_fraction),
             format!(
                 "{:+.1} pt",
-                (ps.exposed_comm_fraction - ms.exposed_comm_fraction) * 100.0
+                (ms.exposed_comm_fraction - ps.exposed_comm_fraction) * 100.0
             ),
         ),
         row(
@@ -225,5 +227,13 @@ mod tests {
         assert_eq!(e.len(), 2);
         assert_eq!((e[0].name.as_str(), e[0].measured_ns), ("fwd 1", 40));
         assert_eq!((e[1].name.as_str(), e[1].measured_ns), ("fwd 0", 110));
+    }
+
+    #[test]
+    fn an_error_is_positive_when_the_run_was_slower_than_predicted() {
+        // As `twin verify` reports it: (measured - predicted) / measured.
+        assert_eq!(err_pct(90.0, 100.0), "+10.0%");
+        assert_eq!(err_pct(110.0, 100.0), "-10.0%");
+        assert_eq!(err_pct(5.0, 0.0), "n/a");
     }
 }
