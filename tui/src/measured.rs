@@ -2,7 +2,8 @@
 //! `twin run --trace FILE` or `twin simulate --trace FILE` (see
 //! [`twin_sim::trace::Trace::to_chrome_json`]), or a directory written by
 //! `twin verify --trace-dir DIR`, whose `predicted.trace.json` and `measured.trace.json` are
-//! read the same way.
+//! read the same way, and whose `verify.json` gives the bubble and exposed communication as
+//! `twin verify` reported them.
 
 use crate::timeline::{RawOp, Timeline};
 use std::path::{Path, PathBuf};
@@ -32,6 +33,36 @@ pub struct Measured {
     pub timeline: Timeline,
     /// `predicted.trace.json` of a verify directory, when the input was one.
     pub predicted: Option<Timeline>,
+    /// The verify directory's `verify.json` figures, when it has them.
+    pub figures: Option<VerifyFigures>,
+}
+
+/// Bubble and exposed communication as `twin verify` reported them, [predicted, measured]. On
+/// cores shared by ranks the predicted trace shows compute stretched by the sharing, which a
+/// count from the trace takes for busy time; the simulator's report counts that stretch as
+/// waiting (`twin_sim::engine::share`), as the runtime's measurement does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct VerifyFigures {
+    pub bubble_fraction: [f64; 2],
+    pub exposed_comm_fraction: [f64; 2],
+}
+
+impl VerifyFigures {
+    /// The figures of a `verify.json` text; `None` when any is missing or not a number.
+    pub fn parse(text: &str) -> Option<VerifyFigures> {
+        let v: serde_json::Value = serde_json::from_str(text).ok()?;
+        let f = |k: &str| v.get(k).and_then(|x| x.as_f64()).filter(|x| x.is_finite());
+        Some(VerifyFigures {
+            bubble_fraction: [
+                f("bubble_fraction_predicted")?,
+                f("bubble_fraction_measured")?,
+            ],
+            exposed_comm_fraction: [
+                f("exposed_comm_fraction_predicted")?,
+                f("exposed_comm_fraction_measured")?,
+            ],
+        })
+    }
 }
 
 /// Trace files larger than this are refused rather than read into memory.
@@ -53,16 +84,22 @@ pub fn load(path: &Path, stage_of: &dyn Fn(u32) -> u32) -> Result<Measured, Meas
         };
         let measured = read_trace_file(&file("measured.trace.json")?, stage_of)?;
         let predicted = read_trace_file(&file("predicted.trace.json")?, stage_of)?;
+        // Optional: without it (or unreadable) the pane counts from the traces.
+        let figures = std::fs::read_to_string(path.join("verify.json"))
+            .ok()
+            .and_then(|t| VerifyFigures::parse(&t));
         Ok(Measured {
             label: format!("{}/", file_label(path)),
             timeline: measured,
             predicted: Some(predicted),
+            figures,
         })
     } else {
         Ok(Measured {
             label: file_label(path),
             timeline: read_trace_file(path, stage_of)?,
             predicted: None,
+            figures: None,
         })
     }
 }
@@ -224,9 +261,31 @@ mod tests {
         std::fs::write(dir.join("measured.trace.json"), t).unwrap();
         std::fs::write(dir.join("predicted.trace.json"), t).unwrap();
         let m = load(&dir, &|_| 0).unwrap();
-        std::fs::remove_dir_all(&dir).ok();
         let span = &m.timeline.rows[0].spans[0];
         assert_eq!((span.op, span.start_ns, span.end_ns), (3, 1500, 3750));
         assert!(m.predicted.is_some());
+        // No verify.json: no figures. A partial one: none either. A whole one: its figures.
+        assert_eq!(m.figures, None);
+        std::fs::write(
+            dir.join("verify.json"),
+            r#"{"bubble_fraction_predicted":0.5}"#,
+        )
+        .unwrap();
+        assert_eq!(load(&dir, &|_| 0).unwrap().figures, None);
+        std::fs::write(
+            dir.join("verify.json"),
+            r#"{"bubble_fraction_predicted":0.57,"bubble_fraction_measured":0.52,
+                "exposed_comm_fraction_predicted":0.15,"exposed_comm_fraction_measured":0.18}"#,
+        )
+        .unwrap();
+        let f = load(&dir, &|_| 0).unwrap().figures;
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(
+            f,
+            Some(VerifyFigures {
+                bubble_fraction: [0.57, 0.52],
+                exposed_comm_fraction: [0.15, 0.18],
+            })
+        );
     }
 }

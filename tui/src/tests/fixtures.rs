@@ -62,6 +62,7 @@ pub fn small_with_measured() -> App {
         label: "measured.trace.json".into(),
         timeline,
         predicted: None,
+        figures: None,
     };
     App::new("small.toml".into(), base, Some(measured))
 }

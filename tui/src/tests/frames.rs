@@ -129,6 +129,7 @@ fn compare_aligns_a_measured_trace_that_starts_later() {
         label: "late.trace.json".into(),
         timeline: late,
         predicted: None,
+        figures: None,
     });
     let (app, _) = press(app, &[Key::Char('3')]);
     let text = frame(&app, 120, 40);

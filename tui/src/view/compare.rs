@@ -5,8 +5,9 @@
 
 use super::gantt::{self, GanttRow};
 use super::{bytes, dim, fmt_ns, pct};
+use crate::measured::VerifyFigures;
 use crate::state::App;
-use crate::timeline::{Row, Timeline};
+use crate::timeline::{Row, StepStats, Timeline};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -53,6 +54,18 @@ pub fn biggest_errors(predicted: &Timeline, measured: &Timeline, n: usize) -> Ve
     out.into_iter().take(n).map(|(_, e)| e).collect()
 }
 
+/// [predicted, measured] bubble and exposed-communication fractions: `twin verify`'s, when the
+/// measured step came with them (see [`VerifyFigures`]), else counted from the two traces alike.
+fn fractions(ps: &StepStats, ms: &StepStats, figures: Option<&VerifyFigures>) -> [[f64; 2]; 2] {
+    match figures {
+        Some(f) => [f.bubble_fraction, f.exposed_comm_fraction],
+        None => [
+            [ps.bubble_fraction, ms.bubble_fraction],
+            [ps.exposed_comm_fraction, ms.exposed_comm_fraction],
+        ],
+    }
+}
+
 /// (measured - predicted) / measured, as `twin verify` reports it: positive means the real run
 /// was slower (or bigger) than predicted.
 fn err_pct(predicted: f64, measured: f64) -> String {
@@ -84,6 +97,11 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let predicted = m.predicted.as_ref().unwrap_or(&app.current.timeline);
     let measured = &m.timeline;
     let (ps, ms) = (predicted.stats(), measured.stats());
+    let [bubble, exposed] = fractions(&ps, &ms, m.figures.as_ref());
+    let (bubble_label, exposed_label) = match m.figures {
+        Some(_) => ("bubble (verify.json)", "exposed comm (verify.json)"),
+        None => ("bubble", "exposed comm"),
+    };
     let n_errors = if area.height >= 30 { 5 } else { 3 };
     let errors = biggest_errors(predicted, measured, n_errors);
     // The name column takes what the three figures leave, up to 48 columns.
@@ -110,22 +128,16 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             err_pct(ps.step_ns as f64, ms.step_ns as f64),
         ),
         row(
-            "bubble",
-            pct(ps.bubble_fraction),
-            pct(ms.bubble_fraction),
-            format!(
-                "{:+.1} pt",
-                (ms.bubble_fraction - ps.bubble_fraction) * 100.0
-            ),
+            bubble_label,
+            pct(bubble[0]),
+            pct(bubble[1]),
+            format!("{:+.1} pt", (bubble[1] - bubble[0]) * 100.0),
         ),
         row(
-            "exposed comm",
-            pct(ps.exposed_comm_fraction),
-            pct(ms.exposed_comm_fraction),
-            format!(
-                "{:+.1} pt",
-                (ms.exposed_comm_fraction - ps.exposed_comm_fraction) * 100.0
-            ),
+            exposed_label,
+            pct(exposed[0]),
+            pct(exposed[1]),
+            format!("{:+.1} pt", (exposed[1] - exposed[0]) * 100.0),
         ),
         row(
             "peak memory",
@@ -235,5 +247,22 @@ mod tests {
         assert_eq!(err_pct(90.0, 100.0), "+10.0%");
         assert_eq!(err_pct(110.0, 100.0), "-10.0%");
         assert_eq!(err_pct(5.0, 0.0), "n/a");
+    }
+
+    #[test]
+    fn verify_figures_replace_the_counts_from_the_traces() {
+        let stats = |b: f64, e: f64| StepStats {
+            step_ns: 1,
+            bubble_fraction: b,
+            exposed_comm_fraction: e,
+            peak_memory_bytes: 0,
+        };
+        let (ps, ms) = (stats(0.31, 0.24), stats(0.52, 0.18));
+        assert_eq!(fractions(&ps, &ms, None), [[0.31, 0.52], [0.24, 0.18]]);
+        let f = VerifyFigures {
+            bubble_fraction: [0.57, 0.52],
+            exposed_comm_fraction: [0.15, 0.18],
+        };
+        assert_eq!(fractions(&ps, &ms, Some(&f)), [[0.57, 0.52], [0.15, 0.18]]);
     }
 }
