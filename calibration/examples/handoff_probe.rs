@@ -13,7 +13,7 @@
 mod common;
 
 use std::error::Error;
-use twin_sim::schedule::{Device, MemCategory, Op, OpKind, Program, Schedule, Stream};
+use twin_sim::schedule::{Program, Schedule, Stream};
 
 const LINKS: u32 = 40;
 const ROUNDS: usize = 15;
@@ -34,8 +34,14 @@ fn main() -> Result<(), Box<dyn Error>> {
     twin_runtime::launch::affinity::pin_rank(0);
     // 0: one stream; 1: alternating; 2: the empty op on the other stream hangs off each real
     // op while the compute stream goes on (its next real op depends only on the last real one);
-    // 3: as 2 with an allocation (freed next) for the empty op: a stream op that takes no turn.
+    // 3: `twin calibrate`'s hand-off chain: as 2 with an allocation (freed later) for the empty
+    // op, a stream op that takes no turn.
     for alternate in [0, 1, 2, 3] {
+        if alternate == 3 {
+            let schedule = twin_calibration::bench::launch::handoff_chain(&real);
+            report(alternate, &plan, &schedule)?;
+            continue;
+        }
         let ops: Vec<_> = (0..2 * LINKS)
             .map(|i| {
                 let deps = match (i, alternate) {
@@ -52,82 +58,80 @@ fn main() -> Result<(), Box<dyn Error>> {
                 if alternate > 0 && i % 2 == 1 {
                     o.stream = Stream::PpSend;
                 }
-                if alternate == 3 && i % 2 == 1 {
-                    o.kind = OpKind::Alloc {
-                        category: MemCategory::Buffers,
-                        device: Device::Gpu,
-                        bytes: 64,
-                        tag: i,
-                    };
-                }
                 o
             })
             .collect();
-        let mut ops = ops;
-        if alternate == 3 {
-            for i in (1..2 * LINKS).step_by(2) {
-                ops.push(Op {
-                    stream: Stream::PpSend,
-                    kind: OpKind::Free { tag: i },
-                    deps: vec![i].into(),
-                    label: Default::default(),
-                });
-            }
-        }
         let schedule = Schedule {
             programs: vec![Program { stage: 0, ops }],
             program_of: vec![0],
         };
-        let dir = std::env::temp_dir().join(format!("twin-handoff-probe-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let turns = std::env::var("PROBE_TURNS")
-            .is_ok()
-            .then(twin_runtime::backend::host::turns::CoreTurns::private)
-            .flatten();
-        let mut backend = twin_runtime::backend::host::HostBackend::single()
-            .with_progress(twin_runtime::launch::progress::Progress::create(&dir, 0))
-            .with_turns(turns);
-        // gaps[k]: after a real op (k = 0) or after an empty op (k = 1): [to issue, to start].
-        let mut gaps: [[Vec<f64>; 2]; 2] = Default::default();
-        for round in 0..ROUNDS {
-            let run = twin_runtime::run_step(&plan, &schedule, 0, &mut backend)?;
-            if round == 0 {
+        report(alternate, &plan, &schedule)?;
+    }
+    Ok(())
+}
+
+/// Runs `schedule` (chain shape `alternate`; its first `2 * links` ops alternate a real op and
+/// the op it releases) and prints the median and 90th percentile gaps.
+fn report(
+    alternate: usize,
+    plan: &twin_sim::plan::Plan,
+    schedule: &Schedule,
+) -> Result<(), Box<dyn Error>> {
+    let links = if alternate == 3 {
+        twin_calibration::bench::launch::HANDOFF_LINKS
+    } else {
+        LINKS
+    };
+    let dir = std::env::temp_dir().join(format!("twin-handoff-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let turns = std::env::var("PROBE_TURNS")
+        .is_ok()
+        .then(twin_runtime::backend::host::turns::CoreTurns::private)
+        .flatten();
+    let mut backend = twin_runtime::backend::host::HostBackend::single()
+        .with_progress(twin_runtime::launch::progress::Progress::create(&dir, 0))
+        .with_turns(turns);
+    // gaps[k]: after a real op (k = 0) or after an empty op (k = 1): [to issue, to start].
+    let mut gaps: [[Vec<f64>; 2]; 2] = Default::default();
+    for round in 0..ROUNDS {
+        let run = twin_runtime::run_step(plan, schedule, 0, &mut backend)?;
+        if round == 0 {
+            continue;
+        }
+        let mut ev = run.events.clone();
+        ev.retain(|e| e.op < 2 * links);
+        ev.sort_by_key(|e| e.op);
+        for w in ev.windows(2) {
+            let (a, b) = (&w[0], &w[1]);
+            // Fan-out: only real op -> the op it releases is an edge.
+            if alternate >= 2 && a.op % 2 == 1 {
                 continue;
             }
-            let mut ev = run.events.clone();
-            ev.retain(|e| e.op < 2 * LINKS);
-            ev.sort_by_key(|e| e.op);
-            for w in ev.windows(2) {
-                let (a, b) = (&w[0], &w[1]);
-                // Fan-out: only real op -> its empty op is an edge.
-                if alternate >= 2 && a.op % 2 == 1 {
-                    continue;
-                }
-                let k = (a.op % 2) as usize;
-                let issued = b.issued_ns.unwrap_or(b.start_ns);
-                gaps[k][0].push(issued.saturating_sub(a.end_ns) as f64 / 1e3);
-                gaps[k][1].push(b.start_ns.saturating_sub(a.end_ns) as f64 / 1e3);
-            }
+            let k = (a.op % 2) as usize;
+            let issued = b.issued_ns.unwrap_or(b.start_ns);
+            gaps[k][0].push(issued.saturating_sub(a.end_ns) as f64 / 1e3);
+            gaps[k][1].push(b.start_ns.saturating_sub(a.end_ns) as f64 / 1e3);
         }
-        for (k, g) in gaps
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, g)| !g[0].is_empty())
-        {
-            for v in g.iter_mut() {
-                v.sort_by(f64::total_cmp);
-            }
-            let q = |v: &Vec<f64>, f: f64| v[((v.len() - 1) as f64 * f) as usize];
-            println!(
-                "{} after {} op: to issue median {:6.2} us (p90 {:6.2}), to start median {:6.2} us (p90 {:6.2})",
-                ["one stream ", "two streams", "fan-out    ", "fan-out alloc"][alternate],
-                if k == 0 { "a real" } else { "an empty" },
-                q(&g[0], 0.5),
-                q(&g[0], 0.9),
-                q(&g[1], 0.5),
-                q(&g[1], 0.9)
-            );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    for (k, g) in gaps
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, g)| !g[0].is_empty())
+    {
+        for v in g.iter_mut() {
+            v.sort_by(f64::total_cmp);
         }
+        let q = |v: &Vec<f64>, f: f64| v[((v.len() - 1) as f64 * f) as usize];
+        println!(
+            "{} after {} op: to issue median {:6.2} us (p90 {:6.2}), to start median {:6.2} us (p90 {:6.2})",
+            ["one stream   ", "two streams  ", "fan-out      ", "fan-out alloc"][alternate],
+            if k == 0 { "a real" } else { "an empty" },
+            q(&g[0], 0.5),
+            q(&g[0], 0.9),
+            q(&g[1], 0.5),
+            q(&g[1], 0.9)
+        );
     }
     Ok(())
 }

@@ -234,25 +234,15 @@ pub(crate) fn holdout_errors(g: &GemmFit, samples: &[GemmSamples]) -> Vec<f64> {
         .collect()
 }
 
-/// The allocation's fixed cost over every size's kept samples.
-fn alloc_fit(s: &[SizedSamples]) -> Result<crate::fit::Constant, FitError> {
+/// One constant over every record's kept samples, its errors named `what`: the allocation's
+/// fixed cost (over every size) and the hand-off between a rank's threads (the hand-off
+/// chains' mean gaps, `bench::launch::handoff_chain`).
+fn constant_fit(what: &str, s: &[SizedSamples]) -> Result<crate::fit::Constant, FitError> {
     let all: Vec<f64> = s.iter().flat_map(|x| x.kept_ns.iter().copied()).collect();
     crate::fit::constant(&all).map_err(|e| match e {
-        FitError::Degenerate(why) => FitError::Degenerate(format!("alloc: {why}")),
+        FitError::Degenerate(why) => FitError::Degenerate(format!("{what}: {why}")),
         e => e,
     })
-}
-
-/// The hand-off between a rank's threads: the mean of the hand-off chains' mean gaps
-/// (`bench::launch::handoff_chain`), with its interval.
-fn handoff_fit(s: &[SizedSamples]) -> Result<Estimate, FitError> {
-    let all: Vec<f64> = s.iter().flat_map(|x| x.kept_ns.iter().copied()).collect();
-    crate::fit::constant(&all)
-        .map(|c| c.value)
-        .map_err(|e| match e {
-            FitError::Degenerate(why) => FitError::Degenerate(format!("stream hand-off: {why}")),
-            e => e,
-        })
 }
 
 /// Below this R², a transfer fit's samples disagree with the alpha-beta model more than a
@@ -308,7 +298,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     let launch = named("op overhead", &sized_points(&s.launch), &mut notes)?;
     let launch_ns = launch.bandwidth_bytes_per_s.map_monotone(|ops| 1e9 / ops);
     let handoff_ns = (!s.handoff_gap.is_empty())
-        .then(|| handoff_fit(&s.handoff_gap))
+        .then(|| constant_fit("stream hand-off", &s.handoff_gap).map(|c| c.value))
         .transpose()?;
     let kinds: std::collections::BTreeSet<&str> = s.comm.iter().map(|c| c.kind.as_str()).collect();
     let mut collectives = Vec::new();
@@ -378,7 +368,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
             )?)
         },
         memcpy: named("memcpy", &sized_points(&s.memcpy), &mut notes)?,
-        alloc: alloc_fit(&s.alloc)?,
+        alloc: constant_fit("alloc", &s.alloc)?,
         launch,
         launch_ns,
         handoff_ns,
@@ -442,13 +432,13 @@ mod tests {
             kept_ns,
             dropped_ns: vec![],
         }];
-        let h = handoff_fit(&s).unwrap();
+        let h = constant_fit("stream hand-off", &s).unwrap().value;
         assert!((h.value - 3_600.0).abs() < 60.0, "{h:?}");
         assert!(
             h.covers(3_600.0) && h.ci95[1] - h.ci95[0] < 1_000.0,
             "{h:?}"
         );
-        assert!(handoff_fit(&[]).is_err());
+        assert!(constant_fit("stream hand-off", &[]).is_err());
     }
 
     #[test]
