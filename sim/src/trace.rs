@@ -124,7 +124,7 @@ impl Trace {
             push_json_str(&mut out, &name);
             let _ = write!(
                 out,
-                ",\"cat\":\"{}\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},\"args\":{{\"op\":{},\"bytes\":{},\"flops\":{},\"mem_bytes\":{}}}}}",
+                ",\"cat\":\"{}\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},\"args\":{{\"op\":{},\"bytes\":{},\"flops\":{},\"mem_bytes\":{}",
                 e.stream.name(),
                 e.rank,
                 e.stream.index(),
@@ -136,10 +136,10 @@ impl Trace {
                 e.mem_bytes
             );
             if let Some(i) = e.issued_ns {
-                // Inside the args object: drop its closing braces, add the field, close again.
-                out.truncate(out.len() - 2);
-                let _ = write!(out, ",\"issued_us\":{}}}}}", Micros(i));
+                let _ = write!(out, ",\"issued_us\":{}", Micros(i));
             }
+            // Close args, then the event.
+            out.push_str("}}");
         }
         for m in &self.memory {
             sep(&mut out);
@@ -234,5 +234,46 @@ mod tests {
         assert!(json.contains("\"stream\":\"pp-send\""), "{json}");
         let back: Trace = serde_json::from_str(&json).unwrap();
         assert_eq!(back, t);
+    }
+
+    #[test]
+    fn the_chrome_export_carries_issue_times_where_the_trace_has_them() {
+        let s = crate::testing::small_scenario(1, 2, 1, 2);
+        let p = crate::predict(
+            &s,
+            &crate::PredictOptions {
+                trace: true,
+                reproducible: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut trace = p.result.trace.clone().unwrap();
+        let (plan, schedule) = (&p.staged.plan, &p.staged.schedule);
+        let ops = |t: &Trace| -> Vec<serde_json::Value> {
+            let v: serde_json::Value =
+                serde_json::from_str(&t.to_chrome_json(plan, schedule)).unwrap();
+            v["traceEvents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["ph"] == "X")
+                .cloned()
+                .collect()
+        };
+        let with = ops(&trace);
+        assert!(!with.is_empty());
+        assert!(
+            with.iter().all(|e| e["args"]["issued_us"].is_number()),
+            "{with:?}"
+        );
+        for e in &mut trace.events {
+            e.issued_ns = None;
+        }
+        let without = ops(&trace);
+        assert_eq!(without.len(), with.len());
+        assert!(without
+            .iter()
+            .all(|e| e["args"].get("issued_us").is_none() && e["args"]["op"].is_number()));
     }
 }

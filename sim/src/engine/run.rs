@@ -424,17 +424,18 @@ impl<S: Slots> State<S> {
             return Ok(());
         }
         let now = self.now;
+        if let Some(t) = self
+            .issued_ns
+            .as_mut()
+            .and_then(|v| v.get_mut(r * STREAMS + s))
+        {
+            *t = now;
+        }
         let rs = &mut self.ranks[r];
         debug_assert!(rs.streams[s].blocked_on != STARTED);
         rs.waiting &= !(1u8 << s);
         rs.streams[s].blocked_on = STARTED;
         rs.streams[s].start_ns = now;
-        if let Some(v) = &mut self.issued_ns {
-            if let Some(t) = v.get_mut(r * STREAMS + s) {
-                *t = now;
-            }
-        }
-        let rs = &mut self.ranks[r];
         match op.kind {
             CKind::Compute { .. } => {
                 if self.turns.is_some() {
