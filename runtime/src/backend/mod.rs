@@ -49,6 +49,7 @@ pub struct OpTiming {
     pub end_ns: u64,
     /// When the backend issued the op (its deps done, as its stream saw them), where it knows
     /// (the host backend's stream threads); `None` where the device decides (CUDA streams).
+    /// `exec` keeps it no later than `start_ns`.
     pub issued_ns: Option<u64>,
 }
 

@@ -21,17 +21,12 @@ use twin_sim::schedule::{OpKind, Schedule};
 /// its recorded start.
 pub fn starts(plan: &Plan, schedule: &Schedule, ranks: &[RankMeasure]) -> Vec<Vec<u64>> {
     let partners = Partners::new(plan, schedule);
+    let of = |rank: u32| ranks.get(rank as usize).filter(|m| m.rank == rank);
     let issued = |rank: u32, op: u32| -> Option<u64> {
-        ranks
-            .get(rank as usize)
-            .filter(|m| m.rank == rank)
-            .and_then(|m| m.op_issued_ns.get(op as usize).copied().flatten())
+        of(rank).and_then(|m| m.op_issued_ns.get(op as usize).copied().flatten())
     };
     let started = |rank: u32, op: u32| -> Option<u64> {
-        ranks
-            .get(rank as usize)
-            .filter(|m| m.rank == rank)
-            .and_then(|m| m.op_times_ns.get(op as usize).map(|t| t[0]))
+        of(rank)?.op_times_ns.get(op as usize).map(|t| t[0])
     };
     ranks
         .iter()

@@ -186,7 +186,7 @@ impl Job {
                         index: q.index,
                         start_ns,
                         end_ns,
-                        issued_ns: Some(issued_ns.min(start_ns)),
+                        issued_ns: Some(issued_ns),
                     });
                     // Every compute op this op's end makes ready, on any stream of the rank,
                     // gets in line now, before the end wakes anyone: the woken threads (a send,
