@@ -1,25 +1,39 @@
 //! Where each rank is, readable after it died: a worker started by the launcher records, per
 //! stream, the op it last started and whether it finished, in a small file of its own
-//! (`TWIN_PROGRESS_DIR/rankN`, one positioned write per op start and end, about a microsecond
-//! against ops of milliseconds). A SIGKILLed rank cannot say anything; its file still tells
+//! (`TWIN_PROGRESS_DIR/rankN`). A SIGKILLed rank cannot say anything; its file still tells
 //! the launcher at which op it was.
+//!
+//! The file is mapped into memory (`MAP_SHARED`), so a record is one store into the page cache:
+//! the kernel keeps the page when the process dies, and the launcher reads it as a file. Until
+//! session 15 each record was a `pwrite` (two per op): on the development VM about a quarter of
+//! a send thread's CPU time went into ext4's write path, between ops on the critical path
+//! (`perf record` of `pp.toml`, docs/validation.md).
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use twin_sim::schedule::Stream;
 
 pub const PROGRESS_VAR: &str = "TWIN_PROGRESS_DIR";
 const DONE_BIT: u64 = 1 << 63;
+const LEN_BYTES: usize = Stream::COUNT * 8;
 
 fn path(dir: &Path, rank: u32) -> PathBuf {
     dir.join(format!("rank{rank}"))
 }
 
-/// This rank's progress file.
+/// This rank's progress file, mapped.
 pub struct Progress {
-    file: File,
+    /// `LEN_BYTES` of a shared mapping of the file, one little-endian word per stream.
+    words: *mut AtomicU64,
+    /// Kept open for the mapping's life (not needed by it, but it names what is mapped).
+    _file: File,
 }
+
+// SAFETY: the mapping is only touched through atomic stores, which any thread may make.
+unsafe impl Send for Progress {}
+// SAFETY: as above; `&Progress` offers atomic stores only.
+unsafe impl Sync for Progress {}
 
 impl Progress {
     /// Open the file when the launcher asked for one (`TWIN_PROGRESS_DIR` set).
@@ -30,17 +44,50 @@ impl Progress {
 
     /// The progress file of `rank` in `dir` (as the launcher's workers write it; the
     /// calibration's op-overhead benchmark too, so that it times what a launched run does).
+    /// `None` when it cannot be created or mapped: progress is a diagnostic, never a reason to
+    /// fail the run.
     pub fn create(dir: &Path, rank: u32) -> Option<Progress> {
-        let file = File::create(path(dir, rank)).ok()?;
-        file.set_len((Stream::COUNT * 8) as u64).ok()?;
-        Some(Progress { file })
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path(dir, rank))
+            .ok()?;
+        file.set_len(LEN_BYTES as u64).ok()?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared mapping of `LEN_BYTES` of an open file that is that long; the
+        // kernel picks the address. Nothing else in this process maps or resizes the file.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                LEN_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Progress {
+            words: ptr.cast(),
+            _file: file,
+        })
     }
 
     fn write(&self, stream: Stream, value: u64) {
-        // Best effort: progress is a diagnostic, never a reason to fail the run.
-        let _ = self
-            .file
-            .write_at(&value.to_le_bytes(), (stream.index() * 8) as u64);
+        let i = stream.index();
+        debug_assert!(i < Stream::COUNT);
+        if i >= Stream::COUNT {
+            return;
+        }
+        // SAFETY: `i` is within the mapping's `Stream::COUNT` words, which are page-aligned
+        // (so 8-byte aligned) and live until `drop`.
+        let word = unsafe { &*self.words.add(i) };
+        // The file is little-endian whatever the host; `read` decodes it so.
+        word.store(value.to_le(), Ordering::Release);
     }
 
     pub fn started(&self, stream: Stream, op: u32) {
@@ -49,6 +96,15 @@ impl Progress {
 
     pub fn finished(&self, stream: Stream, op: u32) {
         self.write(stream, (u64::from(op) + 1) | DONE_BIT);
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `create`, of that length, unmapped once.
+        unsafe {
+            libc::munmap(self.words.cast(), LEN_BYTES);
+        }
     }
 }
 
@@ -84,10 +140,7 @@ mod tests {
     #[test]
     fn records_the_last_op_per_stream() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Progress {
-            file: File::create(path(dir.path(), 3)).unwrap(),
-        };
-        p.file.set_len((Stream::COUNT * 8) as u64).unwrap();
+        let p = Progress::create(dir.path(), 3).unwrap();
         p.started(Stream::Compute, 0);
         p.finished(Stream::Compute, 0);
         p.started(Stream::Compute, 4);
@@ -98,5 +151,28 @@ mod tests {
             vec![(Stream::Compute, 4, false), (Stream::PpRecv, 2, true)]
         );
         assert!(read(dir.path(), 9).is_empty());
+        // What was recorded stays in the file once the mapping is gone (a rank that died).
+        drop(p);
+        assert_eq!(
+            read(dir.path(), 3),
+            vec![(Stream::Compute, 4, false), (Stream::PpRecv, 2, true)]
+        );
+    }
+
+    #[test]
+    fn another_thread_records_through_a_shared_reference() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = std::sync::Arc::new(Progress::create(dir.path(), 0).unwrap());
+        let q = std::sync::Arc::clone(&p);
+        std::thread::spawn(move || q.finished(Stream::PpSend, 7))
+            .join()
+            .unwrap();
+        assert_eq!(read(dir.path(), 0), vec![(Stream::PpSend, 7, true)]);
+    }
+
+    #[test]
+    fn a_directory_that_does_not_exist_gives_no_progress_and_no_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(Progress::create(&dir.path().join("missing"), 0).is_none());
     }
 }

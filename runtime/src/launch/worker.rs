@@ -52,14 +52,17 @@ pub fn run_worker(
     schedule: &Schedule,
     opts: &WorkerOptions,
 ) -> Result<Option<Vec<RankMeasure>>, RuntimeError> {
-    // Before any thread starts, so they all inherit the core (see `affinity`).
     let slot = super::affinity::core_slot(env.local_rank);
+    // Rank 0 serves the store from threads of its own, started here before the pinning: they
+    // keep every core the process may use, so the scheduler puts them where a core idles.
+    let mut session = Session::open(env, plan, schedule, opts.timeout)?;
+    // Before any of this rank's own threads start, so they all inherit the core (see
+    // `affinity`).
     let pinned = super::affinity::pin_rank(env.local_rank);
     // Ranks bound to one core take turns at it (see `backend::host::turns`).
     let turns = slot
         .filter(|_| pinned.is_some())
         .and_then(crate::backend::host::turns::CoreTurns::from_env);
-    let mut session = Session::open(env, plan, schedule, opts.timeout)?;
     let rank = session.rank;
     let clock = session.clock;
     let schedule_sum = session.schedule_sum;

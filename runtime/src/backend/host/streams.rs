@@ -1,6 +1,7 @@
 //! A rank's stream threads, spawned once and kept for the run, as a GPU's streams are. Each
 //! step hands every stream that has ops a share of the step (a [`Job`]) over a channel; the
-//! thread runs its ops in order and replies with their timings.
+//! thread runs its ops in order and leaves their timings in the step's [`Gather`]; the last
+//! thread to finish wakes the backend, once.
 //!
 //! The backend used to spawn a scoped thread per stream at every step. A fresh thread is an
 //! artifact no GPU has: the spawn itself (about 50 µs on the development VM), a first op that
@@ -12,8 +13,8 @@ use super::{priority, Job};
 use crate::backend::OpTiming;
 use crate::error::RuntimeError;
 use crate::transport::store::sleep_until;
-use std::sync::atomic::Ordering;
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use twin_sim::schedule::{OpKind, Stream};
@@ -24,7 +25,29 @@ use twin_sim::schedule::{OpKind, Stream};
 struct Task {
     job: Arc<Job>,
     stream: usize,
-    reply: mpsc::Sender<Vec<OpTiming>>,
+    gather: Arc<Gather>,
+    reply: mpsc::Sender<()>,
+}
+
+/// Where a step's stream threads leave their timings. Only the last thread to finish wakes
+/// the backend's thread: a reply per stream woke it mid-step, and on a core shared with the
+/// compute thread each wake-up took that core for 8-10 µs, two to three times a step
+/// (`perf sched` of `pp.toml`, docs/validation.md, session 15).
+#[derive(Default)]
+struct Gather {
+    timings: Mutex<Vec<OpTiming>>,
+    /// Threads still running their share.
+    left: AtomicUsize,
+}
+
+impl Gather {
+    /// Leave one thread's timings; true for the last thread to finish.
+    fn leave(&self, mut out: Vec<OpTiming>) -> bool {
+        if let Ok(mut t) = self.timings.lock() {
+            t.append(&mut out);
+        }
+        self.left.fetch_sub(1, Ordering::AcqRel) == 1
+    }
 }
 
 struct Worker {
@@ -43,14 +66,19 @@ pub(super) struct Streams {
 
 impl Streams {
     /// Run `job` on the stream threads and return every op's timing, once each thread has
-    /// replied (or died: its ops are then missing from the result). A stream whose thread
+    /// finished (or died: its ops are then missing from the result). A stream whose thread
     /// cannot be started fails the step as a failed op does (the job's error), so the threads
-    /// already running stop and reply.
+    /// already running stop and finish.
     pub(super) fn run(&mut self, job: &Arc<Job>) -> Vec<OpTiming> {
         if self.workers.len() < Stream::COUNT {
             self.workers.resize_with(Stream::COUNT, || None);
         }
         let (reply, replies) = mpsc::channel();
+        let used = job.by_stream.iter().filter(|ops| !ops.is_empty()).count();
+        let gather = Arc::new(Gather {
+            left: AtomicUsize::new(used),
+            ..Gather::default()
+        });
         for (stream, ops) in job.by_stream.iter().enumerate() {
             if ops.is_empty() {
                 continue;
@@ -58,6 +86,7 @@ impl Streams {
             let task = Task {
                 job: Arc::clone(job),
                 stream,
+                gather: Arc::clone(&gather),
                 reply: reply.clone(),
             };
             if let Err(e) = self.dispatch(task) {
@@ -66,7 +95,18 @@ impl Streams {
             }
         }
         drop(reply);
-        replies.into_iter().flatten().collect()
+        // Woken by the last thread to finish, or, when a thread died or was never started,
+        // by the channel closing once every task is gone.
+        let _ = replies.recv();
+        match Arc::try_unwrap(gather) {
+            Ok(g) => g.timings.into_inner().unwrap_or_default(),
+            // A thread that finished may still be dropping its task.
+            Err(g) => g
+                .timings
+                .lock()
+                .map(|mut t| std::mem::take(&mut *t))
+                .unwrap_or_default(),
+        }
     }
 
     #[cfg(test)]
@@ -133,9 +173,13 @@ fn spawn(stream: usize) -> Result<Worker, RuntimeError> {
             }
             for task in inbox {
                 let out = task.job.run_stream(task.stream);
-                let Task { job, reply, .. } = task;
+                let Task {
+                    job, gather, reply, ..
+                } = task;
                 drop(job);
-                let _ = reply.send(out);
+                if gather.leave(out) {
+                    let _ = reply.send(());
+                }
             }
         })
         .map_err(|e| RuntimeError::Unsupported(format!("cannot start a stream thread: {e}")))?;
