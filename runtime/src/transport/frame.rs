@@ -3,7 +3,7 @@
 //! mismatched message instead of computing on garbage.
 
 use crate::error::RuntimeError;
-use std::io::{Read, Write};
+use std::io::{IoSlice, Read, Write};
 use std::time::Instant;
 use twin_sim::plan::RankId;
 
@@ -67,11 +67,16 @@ pub fn wire_sum(data: &[u8]) -> u64 {
 
 /// The header of a frame carrying `payload`.
 pub fn header(tag: u64, payload: &[u8]) -> [u8; HEADER_BYTES] {
+    header_summed(tag, payload.len(), wire_sum(payload))
+}
+
+/// The header of a frame of `len` payload bytes whose [`wire_sum`] is `sum`.
+fn header_summed(tag: u64, len: usize, sum: u64) -> [u8; HEADER_BYTES] {
     let mut h = [0u8; HEADER_BYTES];
     h[0..4].copy_from_slice(&MAGIC.to_le_bytes());
     h[8..16].copy_from_slice(&tag.to_le_bytes());
-    h[16..24].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-    h[24..32].copy_from_slice(&wire_sum(payload).to_le_bytes());
+    h[16..24].copy_from_slice(&(len as u64).to_le_bytes());
+    h[24..32].copy_from_slice(&sum.to_le_bytes());
     h
 }
 
@@ -84,15 +89,42 @@ pub fn write_frame(
     payload: &[u8],
     corrupt: bool,
 ) -> Result<(), RuntimeError> {
+    write_frame_summed(w, peer, tag, payload, None, corrupt)
+}
+
+/// [`write_frame`], given the payload's [`wire_sum`] when the caller keeps it (a payload sent
+/// again and again): checksumming a 32 KiB message took about 9 µs of a send's 50 on the
+/// development VM. Header and payload go out in one vectored write: one system call and one
+/// segment on the wire instead of two.
+pub fn write_frame_summed(
+    w: &mut impl Write,
+    peer: RankId,
+    tag: u64,
+    payload: &[u8],
+    sum: Option<u64>,
+    corrupt: bool,
+) -> Result<(), RuntimeError> {
     let io = |e: std::io::Error| RuntimeError::Transport {
         peer,
         message: format!("send failed: {}", describe_io(&e)),
     };
     if corrupt {
         w.write_all(&encode(tag, payload, true)).map_err(io)?;
-    } else {
-        w.write_all(&header(tag, payload)).map_err(io)?;
-        w.write_all(payload).map_err(io)?;
+        return w.flush().map_err(io);
+    }
+    let sum = sum.unwrap_or_else(|| wire_sum(payload));
+    debug_assert_eq!(sum, wire_sum(payload), "a stale checksum for a payload");
+    let head = header_summed(tag, payload.len(), sum);
+    let mut bufs = [IoSlice::new(&head), IoSlice::new(payload)];
+    let mut left = &mut bufs[..];
+    // Bounded: every pass writes at least one byte or fails.
+    while !left.is_empty() {
+        match w.write_vectored(left) {
+            Ok(0) => return Err(io(std::io::ErrorKind::WriteZero.into())),
+            Ok(n) => IoSlice::advance_slices(&mut left, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io(e)),
+        }
     }
     w.flush().map_err(io)
 }

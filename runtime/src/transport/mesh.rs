@@ -4,7 +4,7 @@
 //! sockets in program order, as the IR's FIFO rule says. Addresses are exchanged through the
 //! store; each rank advertises the interface that reaches rank 0.
 
-use super::frame::{describe_io, read_frame, read_frame_into, write_frame};
+use super::frame::{describe_io, read_frame, read_frame_into, write_frame, write_frame_summed};
 use super::store::StoreClient;
 use crate::error::RuntimeError;
 use std::collections::BTreeMap;
@@ -151,12 +151,25 @@ impl Mesh {
         payload: &[u8],
         corrupt: bool,
     ) -> Result<(), RuntimeError> {
+        self.send_summed(peer, lane, tag, payload, None, corrupt)
+    }
+
+    /// [`Mesh::send`], given the payload's `frame::wire_sum` when the caller keeps it.
+    pub fn send_summed(
+        &self,
+        peer: RankId,
+        lane: u8,
+        tag: u64,
+        payload: &[u8],
+        sum: Option<u64>,
+        corrupt: bool,
+    ) -> Result<(), RuntimeError> {
         let c = self.conn(peer, lane)?;
         let _w = c
             .write_lock
             .lock()
             .map_err(|_| RuntimeError::Aborted("a sender thread panicked".into()))?;
-        write_frame(&mut &c.stream, peer, tag, payload, corrupt)
+        write_frame_summed(&mut &c.stream, peer, tag, payload, sum, corrupt)
     }
 
     /// Receive one framed message of `len` bytes with `tag` from `peer` on `lane`; also

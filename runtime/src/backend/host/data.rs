@@ -49,7 +49,15 @@ type P2pKey = (RankId, u32, u64);
 #[derive(Default)]
 pub struct DataCache {
     calls: Mutex<BTreeMap<CallKey, Arc<CallData>>>,
-    p2p: Mutex<BTreeMap<P2pKey, Arc<Vec<u8>>>>,
+    p2p: Mutex<BTreeMap<P2pKey, Arc<P2pData>>>,
+}
+
+/// One p2p message's bytes and their frame checksum, built once: the bytes never change, so
+/// neither does the sum, and a send need not take it again.
+pub struct P2pData {
+    pub bytes: Vec<u8>,
+    /// `transport::frame::wire_sum` of `bytes`.
+    pub wire_sum: u64,
 }
 
 impl DataCache {
@@ -82,13 +90,17 @@ impl DataCache {
     }
 
     /// The bytes `sender` sends in the p2p message of `tag` (see [`p2p_payload`]).
-    pub fn p2p(&self, sender: RankId, tag: u32, bytes: u64) -> Result<Arc<Vec<u8>>, RuntimeError> {
+    pub fn p2p(&self, sender: RankId, tag: u32, bytes: u64) -> Result<Arc<P2pData>, RuntimeError> {
         let mut map = self
             .p2p
             .lock()
             .map_err(|_| RuntimeError::Aborted("p2p data cache poisoned".into()))?;
         Ok(Arc::clone(map.entry((sender, tag, bytes)).or_insert_with(
-            || Arc::new(p2p_payload(sender, tag, bytes)),
+            || {
+                let bytes = p2p_payload(sender, tag, bytes);
+                let wire_sum = crate::transport::frame::wire_sum(&bytes);
+                Arc::new(P2pData { bytes, wire_sum })
+            },
         )))
     }
 }

@@ -334,9 +334,14 @@ impl Job {
                 let peer = q.peer.ok_or_else(no_peer)?;
                 let payload = self.shared.data.p2p(me, *tag, *bytes)?;
                 let start = self.shared.clock.now_ns();
-                self.shared
-                    .mesh
-                    .send(peer, lane, p2p_wire_tag(*tag), &payload, corrupt)?;
+                self.shared.mesh.send_summed(
+                    peer,
+                    lane,
+                    p2p_wire_tag(*tag),
+                    &payload.bytes,
+                    Some(payload.wire_sum),
+                    corrupt,
+                )?;
                 Ok((start, self.shared.clock.now_ns()))
             }
             OpKind::Recv { bytes, tag, .. } => {
@@ -350,7 +355,7 @@ impl Job {
                         .recv(peer, lane, p2p_wire_tag(*tag), *bytes)?;
                 let end = self.shared.clock.now_ns();
                 let start = self.shared.clock.at_ns(arrived).clamp(issued, end);
-                if got != *self.shared.data.p2p(peer, *tag, *bytes)? {
+                if got != self.shared.data.p2p(peer, *tag, *bytes)?.bytes {
                     return Err(RuntimeError::WrongResult(format!(
                         "the {bytes} bytes received from rank {peer} (tag {tag}) differ from what it sent"
                     )));
