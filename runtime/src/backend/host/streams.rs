@@ -220,6 +220,16 @@ impl Job {
                 p.started(q.op.stream, q.index);
             }
             let result = self.run_op(q);
+            // Every compute op this op's end makes ready, on any stream of the rank, gets in
+            // line now, before the end wakes anyone and before this op's turn passes on: the
+            // woken threads (a send, another rank's receive and then its compute thread) took
+            // the core first, and another rank's op that became ready later took its ticket
+            // first and ran ahead (docs/validation.md, sessions 12 and 14). Released first, the
+            // turn woke the other rank's compute thread, which kept the core for its whole op
+            // while this thread still had its next ticket to take (session 15).
+            if let (Ok(_), Some(t)) = (&result, &self.shared.turns) {
+                self.line_up(t, q.index);
+            }
             drop(turn);
             match result {
                 Ok((start_ns, end_ns)) => {
@@ -232,14 +242,6 @@ impl Job {
                         end_ns,
                         issued_ns: Some(issued_ns),
                     });
-                    // Every compute op this op's end makes ready, on any stream of the rank,
-                    // gets in line now, before the end wakes anyone: the woken threads (a send,
-                    // another rank's receive and then its compute thread) took the core first,
-                    // and another rank's op that became ready later took its ticket first and
-                    // ran ahead (docs/validation.md, sessions 12 and 14).
-                    if let Some(t) = &self.shared.turns {
-                        self.line_up(t, q.index);
-                    }
                     st.complete(q.index);
                     if self.bookkeeping_ready(ops.get(n + 1)) {
                         continue;
