@@ -106,10 +106,20 @@ impl Default for Clock {
     }
 }
 
+/// The store's keys, and a condition variable per key that some GET waits for. A SET wakes
+/// only the GETs of its own key: with one condition variable for the store, every SET woke
+/// every waiting connection thread (each rank's step barrier and its failure watcher), and at
+/// a step's end those wake-ups took the cores of the ranks still finishing their last ops
+/// (`perf sched` of `dp-pp-zero.toml`, docs/validation.md, session 15).
 #[derive(Default)]
 struct Shared {
-    map: Mutex<BTreeMap<String, Vec<u8>>>,
-    changed: Condvar,
+    map: Mutex<Keys>,
+}
+
+#[derive(Default)]
+struct Keys {
+    values: BTreeMap<String, Vec<u8>>,
+    waiting: BTreeMap<String, Arc<Condvar>>,
 }
 
 /// A running store server; it serves until the process exits.
@@ -177,23 +187,27 @@ fn serve(mut conn: TcpStream, shared: &Shared, clock: Clock) {
         let reply = match op {
             OP_SET => {
                 let (key, value) = split_key(&payload);
-                if let Ok(mut map) = shared.map.lock() {
-                    map.insert(key, value.to_vec());
+                if let Ok(mut keys) = shared.map.lock() {
+                    let woken = keys.waiting.remove(&key);
+                    keys.values.insert(key, value.to_vec());
+                    if let Some(cv) = woken {
+                        cv.notify_all();
+                    }
                 }
-                shared.changed.notify_all();
                 Vec::new()
             }
             OP_GET => {
                 let key = String::from_utf8_lossy(&payload).into_owned();
-                let Ok(mut map) = shared.map.lock() else {
+                let Ok(mut keys) = shared.map.lock() else {
                     return;
                 };
                 loop {
-                    if let Some(v) = map.get(&key) {
+                    if let Some(v) = keys.values.get(&key) {
                         break v.clone();
                     }
-                    match shared.changed.wait(map) {
-                        Ok(m) => map = m,
+                    let cv = Arc::clone(keys.waiting.entry(key.clone()).or_default());
+                    match cv.wait(keys) {
+                        Ok(k) => keys = k,
                         Err(_) => return,
                     }
                 }
@@ -407,6 +421,34 @@ mod tests {
         for h in others {
             assert!(h.join().unwrap() >= start);
         }
+    }
+
+    #[test]
+    fn each_get_waits_for_its_own_key_and_several_may_wait_for_one() {
+        let server = StoreServer::start("127.0.0.1", 0, Clock::new()).unwrap();
+        let port = server.addr.port();
+        let t = Duration::from_secs(5);
+        let waiter = |key: &'static str| {
+            std::thread::spawn(move || {
+                let mut c = StoreClient::connect("127.0.0.1", port, t).unwrap();
+                c.get(key).unwrap()
+            })
+        };
+        let (a1, a2, b) = (waiter("a"), waiter("a"), waiter("b"));
+        // Let the three GETs reach the server and wait there.
+        std::thread::sleep(Duration::from_millis(50));
+        let mut c = StoreClient::connect("127.0.0.1", port, t).unwrap();
+        c.set("a", b"one").unwrap();
+        assert_eq!(a1.join().unwrap(), b"one");
+        assert_eq!(a2.join().unwrap(), b"one");
+        // Setting "a" did not answer the GET of "b": it still waits, and gets its own value.
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!b.is_finished());
+        c.set("b", b"two").unwrap();
+        assert_eq!(b.join().unwrap(), b"two");
+        // A key set before its GET is answered at once, and a set replaces the value.
+        c.set("a", b"three").unwrap();
+        assert_eq!(c.get("a").unwrap(), b"three");
     }
 
     #[test]
