@@ -32,6 +32,13 @@ pub struct TraceEvent {
     /// the op waited for something else (`verify::critical`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issued_ns: Option<u64>,
+    /// The op's time alone on its core, where it shared a CPU core with other work and ran
+    /// longer (the host model's `[host] cores`): the wall time beyond it was waiting for the
+    /// core, which the simulator's report counts as idle, not as work (`engine::share`), so a
+    /// bubble counted from the trace must too. `None` where the op ran alone or the executor
+    /// does not know (a measured trace: its ops take turns on a shared core instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solo_ns: Option<u64>,
 }
 
 /// Live device memory of one rank by category, from one moment on.
@@ -138,6 +145,9 @@ impl Trace {
             if let Some(i) = e.issued_ns {
                 let _ = write!(out, ",\"issued_us\":{}", Micros(i));
             }
+            if let Some(s) = e.solo_ns {
+                let _ = write!(out, ",\"solo_us\":{}", Micros(s));
+            }
             // Close args, then the event.
             out.push_str("}}");
         }
@@ -223,6 +233,7 @@ mod tests {
                 flops: 0,
                 mem_bytes: 99,
                 issued_ns: Some(4),
+                solo_ns: Some(9),
             }],
             memory: vec![MemorySample {
                 rank: 3,
@@ -275,5 +286,19 @@ mod tests {
         assert!(without
             .iter()
             .all(|e| e["args"].get("issued_us").is_none() && e["args"]["op"].is_number()));
+        // No op of this run shared a core, so none says how long it would have taken alone.
+        assert!(with.iter().all(|e| e["args"].get("solo_us").is_none()));
+        let e = trace
+            .events
+            .iter_mut()
+            .find(|e| e.end_ns > e.start_ns)
+            .unwrap();
+        e.solo_ns = Some(1_500);
+        let (rank, op) = (e.rank, e.op);
+        let x = ops(&trace)
+            .into_iter()
+            .find(|x| x["pid"] == rank && x["args"]["op"] == op)
+            .unwrap();
+        assert_eq!(x["args"]["solo_us"], 1.5);
     }
 }

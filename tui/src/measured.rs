@@ -171,6 +171,7 @@ pub fn parse_chrome_json(text: &str, stage_of: &dyn Fn(u32) -> u32) -> Result<Ti
                     end_ns: start_ns.saturating_add(dur_ns),
                     bytes: arg("bytes").unwrap_or(0),
                     flops: arg("flops").unwrap_or(0),
+                    solo_ns: micros_to_ns(args.and_then(|a| a.get("solo_us"))),
                 });
             }
             "C" if e.get("name").and_then(|n| n.as_str()) == Some("memory") => {

@@ -106,11 +106,20 @@ pub struct Span {
     pub end_ns: u64,
     pub bytes: u64,
     pub flops: u64,
+    /// Its time alone on a shared CPU core, where it took longer (the trace's `solo_ns`).
+    pub solo_ns: Option<u64>,
 }
 
 impl Span {
     pub fn duration_ns(&self) -> u64 {
         self.end_ns.saturating_sub(self.start_ns)
+    }
+
+    /// Time within the span spent waiting for a shared core rather than working: the wall
+    /// time beyond its solo time (0 where it ran alone).
+    pub fn waiting_ns(&self) -> u64 {
+        self.solo_ns
+            .map_or(0, |s| self.duration_ns().saturating_sub(s))
     }
 }
 
@@ -166,6 +175,8 @@ pub struct RawOp {
     pub end_ns: u64,
     pub bytes: u64,
     pub flops: u64,
+    /// The op's time alone on its core, where it shared one and took longer.
+    pub solo_ns: Option<u64>,
 }
 
 impl Timeline {
@@ -189,6 +200,7 @@ impl Timeline {
                 end_ns: e.end_ns,
                 bytes: e.bytes,
                 flops: e.flops,
+                solo_ns: e.solo_ns,
             })
         });
         Timeline::build(ops, &trace.memory, stage_of)
@@ -211,6 +223,7 @@ impl Timeline {
                 end_ns: o.end_ns.max(o.start_ns),
                 bytes: o.bytes,
                 flops: o.flops,
+                solo_ns: o.solo_ns,
             });
         }
         let mut mem: BTreeMap<u32, Vec<MemPoint>> = BTreeMap::new();
@@ -263,7 +276,10 @@ impl Timeline {
     }
 
     /// Step time, bubble and exposed communication (from the rows), peak memory (from the
-    /// samples): the same arithmetic for a predicted and for a measured step.
+    /// samples): the same arithmetic for a predicted and for a measured step. Where an op
+    /// says how long it would have taken alone (`solo_ns`: a prediction whose ranks share CPU
+    /// cores), the rest of its span counts as idle, as the simulator's report counts it
+    /// (`twin_sim::engine::share`), so the pane and `twin simulate` agree.
     pub fn stats(&self) -> StepStats {
         let step_ns = self.span_ns();
         let (mut idle, mut exposed) = (0.0, 0.0);
@@ -272,8 +288,17 @@ impl Timeline {
             let busy = merge(row.spans.iter());
             let compute_ns: u64 = compute.iter().map(|(a, b)| b - a).sum();
             let busy_ns: u64 = busy.iter().map(|(a, b)| b - a).sum();
-            idle += step_ns.saturating_sub(busy_ns) as f64;
-            exposed += busy_ns.saturating_sub(compute_ns) as f64;
+            let waiting = |compute: bool| -> u64 {
+                row.spans
+                    .iter()
+                    .filter(|s| s.class.is_compute() == compute)
+                    .map(Span::waiting_ns)
+                    .sum()
+            };
+            let comm_ns = busy_ns.saturating_sub(compute_ns);
+            let (wc, wm) = (waiting(true).min(compute_ns), waiting(false).min(comm_ns));
+            idle += (step_ns.saturating_sub(busy_ns) + wc + wm) as f64;
+            exposed += (comm_ns - wm) as f64;
         }
         let den = self.rows.len() as f64 * step_ns as f64;
         let frac = |x: f64| if den > 0.0 { x / den } else { 0.0 };
@@ -339,6 +364,7 @@ mod tests {
             end_ns: end,
             bytes: 0,
             flops: 0,
+            solo_ns: None,
         }
     }
 
@@ -354,6 +380,64 @@ mod tests {
         assert_eq!(classify(Stream::Tp, "all-reduce"), OpClass::TpComm);
         assert_eq!(classify(Stream::PpRecv, "recv"), OpClass::PpComm);
         assert_eq!(classify(Stream::Dp, "reduce-scatter"), OpClass::DpComm);
+    }
+
+    #[test]
+    fn time_waiting_for_a_shared_core_counts_as_idle() {
+        // Rank 0: a compute op of 40 ns alone stretched to 0-80 by sharing, a transfer of
+        // 10 ns alone stretched to 80-100. Rank 1: compute 0-100, alone.
+        let mut ops = vec![
+            raw(0, 0, Stream::Compute, "fwd", 0, 80),
+            raw(0, 1, Stream::PpSend, "send", 80, 100),
+            raw(1, 0, Stream::Compute, "bwd", 0, 100),
+        ];
+        ops[0].solo_ns = Some(40);
+        ops[1].solo_ns = Some(10);
+        let s = Timeline::build(ops.into_iter(), &[], |_| 0).stats();
+        assert!((s.bubble_fraction - 50.0 / 200.0).abs() < 1e-12, "{s:?}");
+        assert!(
+            (s.exposed_comm_fraction - 10.0 / 200.0).abs() < 1e-12,
+            "{s:?}"
+        );
+        // A solo time longer than the span (not written by the simulator) is no waiting.
+        let mut ops = vec![raw(0, 0, Stream::Compute, "fwd", 0, 80)];
+        ops[0].solo_ns = Some(90);
+        let s = Timeline::build(ops.into_iter(), &[], |_| 0).stats();
+        assert_eq!(s.bubble_fraction, 0.0);
+    }
+
+    /// The pane's bubble of a predicted trace whose ranks share CPU cores, read back from its
+    /// Chrome file as `twin tui FILE` reads it, is the simulator's own figure: counted from the
+    /// spans alone, stretched compute was busy time (31% against 57% for `tp-pp.toml`).
+    #[test]
+    fn a_shared_core_prediction_reads_back_with_the_simulators_bubble() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let scenario =
+            twin_sim::scenario::load(&root.join("scenarios/host/tp-pp.toml"), &[]).unwrap();
+        let profile =
+            twin_sim::profile::load(&root.join("scenarios/profiles/host-example.toml")).unwrap();
+        let opts = twin_sim::PredictOptions {
+            trace: true,
+            reproducible: true,
+            ..Default::default()
+        };
+        let p = twin_sim::predict_with(&scenario, &opts, Some(&profile)).unwrap();
+        let plan = &p.staged.plan;
+        let json = p.trace_json().unwrap();
+        let t = crate::measured::parse_chrome_json(&json, &|r| plan.stage_of(r)).unwrap();
+        let (pane, sim) = (t.stats(), &p.report);
+        assert!(
+            (pane.bubble_fraction - sim.bubble_fraction).abs() < 0.005,
+            "pane {} against simulate {}",
+            pane.bubble_fraction,
+            sim.bubble_fraction
+        );
+        assert!(
+            (pane.exposed_comm_fraction - sim.exposed_comm_fraction).abs() < 0.005,
+            "pane {} against simulate {}",
+            pane.exposed_comm_fraction,
+            sim.exposed_comm_fraction
+        );
     }
 
     #[test]

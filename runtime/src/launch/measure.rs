@@ -255,6 +255,7 @@ pub fn merge(plan: &Plan, schedule: &Schedule, ranks: &[RankMeasure]) -> Merged 
                 start_ns: s,
                 end_ns: e,
                 issued_ns,
+                solo_ns: None,
                 bytes: op_bytes(op),
                 flops: match &op.kind {
                     OpKind::Compute(c) => c.flops,

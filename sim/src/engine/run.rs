@@ -795,6 +795,10 @@ impl<S: Slots> State<S> {
                     .issued_ns
                     .as_ref()
                     .and_then(|v| v.get(r * STREAMS + s).copied()),
+                solo_ns: self
+                    .share
+                    .as_ref()
+                    .and_then(|sh| sh.solo_below(r, s, now - start_ns)),
             });
         }
         self.try_start_heads(ctx, rank, r, op_idx)

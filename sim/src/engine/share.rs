@@ -51,6 +51,15 @@ impl CoreShare {
         }
     }
 
+    /// The solo time of the op on `stream` of `slot` (the last one started there), when it is
+    /// known and shorter than `wall_ns`, the time it took: the trace's `solo_ns`.
+    pub fn solo_below(&self, slot: usize, stream: usize, wall_ns: u64) -> Option<u64> {
+        self.solo_ns
+            .get(slot * STREAMS + stream)
+            .copied()
+            .filter(|&s| s != UNKNOWN && s < wall_ns)
+    }
+
     /// A rank's (compute busy, exposed communication, idle) with its waiting moved to idle;
     /// the three still sum to the same step time.
     pub fn apply(&self, slot: usize, compute_ns: u64, comm_ns: u64, idle_ns: u64) -> [u64; 3] {

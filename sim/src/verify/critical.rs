@@ -461,6 +461,7 @@ mod tests {
             flops: 0,
             mem_bytes: 0,
             issued_ns: None,
+            solo_ns: None,
         };
         let trace = Trace {
             events: vec![event(0, 0, 100), event(1, 130, 200)],

@@ -227,6 +227,7 @@ mod tests {
             end_ns: d,
             bytes: 0,
             flops: 0,
+            solo_ns: None,
         });
         Timeline::build(ops, &[], |_| 0)
     }

@@ -252,6 +252,7 @@ mod tests {
             end_ns: b,
             bytes: 0,
             flops: 0,
+            solo_ns: None,
         }
     }
 
