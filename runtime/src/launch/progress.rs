@@ -47,11 +47,13 @@ impl Progress {
     /// `None` when it cannot be created or mapped: progress is a diagnostic, never a reason to
     /// fail the run.
     pub fn create(dir: &Path, rank: u32) -> Option<Progress> {
+        // Not truncated to zero first: a mapping of the same file still alive elsewhere in the
+        // process would fault (SIGBUS) on a store in between. Set to its length, then cleared.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
-            .truncate(true)
+            .truncate(false)
             .open(path(dir, rank))
             .ok()?;
         file.set_len(LEN_BYTES as u64).ok()?;
@@ -71,10 +73,14 @@ impl Progress {
         if ptr == libc::MAP_FAILED {
             return None;
         }
-        Some(Progress {
+        let progress = Progress {
             words: ptr.cast(),
             _file: file,
-        })
+        };
+        for &s in &Stream::ALL {
+            progress.write(s, 0);
+        }
+        Some(progress)
     }
 
     fn write(&self, stream: Stream, value: u64) {
@@ -168,6 +174,22 @@ mod tests {
             .join()
             .unwrap();
         assert_eq!(read(dir.path(), 0), vec![(Stream::PpSend, 7, true)]);
+    }
+
+    #[test]
+    fn a_file_created_again_starts_clear_while_the_old_mapping_lives() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = Progress::create(dir.path(), 1).unwrap();
+        old.finished(Stream::Compute, 5);
+        let new = Progress::create(dir.path(), 1).unwrap();
+        assert!(read(dir.path(), 1).is_empty());
+        // Both map the same page: the old one can still record without faulting.
+        old.started(Stream::Dp, 2);
+        new.started(Stream::Compute, 0);
+        assert_eq!(
+            read(dir.path(), 1),
+            vec![(Stream::Compute, 0, false), (Stream::Dp, 2, false)]
+        );
     }
 
     #[test]
