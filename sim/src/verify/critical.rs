@@ -41,6 +41,30 @@ pub struct CriticalPath {
     pub op_s: BTreeMap<String, f64>,
     /// Time waited between ops on the path, by the kind of edge waited on.
     pub wait_s: BTreeMap<String, f64>,
+    /// The path op by op, in time order: which ops it runs through and where it waited.
+    pub steps: Vec<PathStep>,
+}
+
+/// One op on a critical path, and the wait between it and the next op on the path.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PathStep {
+    pub rank: u32,
+    /// Index of the op in the rank's program.
+    pub op: u32,
+    /// The op's name in the schedule.
+    pub name: String,
+    /// Its start, from the step's first op, in seconds.
+    pub start_s: f64,
+    /// The time it counts on the path (its duration, or the part before the next op on the
+    /// path starts, where the two overlap).
+    pub on_path_s: f64,
+    /// Then, before the next op on the path started: how long the executor took to issue it
+    /// ("issue"), and how long it waited after that ...
+    pub issue_wait_s: f64,
+    pub wait_s: f64,
+    /// ... for what: the kind of edge that released it ("stream", "dependency", "transfer",
+    /// "collective", "turn"); empty for the last op.
+    pub waited_on: String,
 }
 
 impl CriticalPath {
@@ -191,16 +215,34 @@ pub fn critical_path(
         path.ops += 1;
         let kind = super::group_of(schedule, cur.0, cur.1).map_or("other", |g| g.1);
         *path.op_s.entry(kind.into()).or_default() += (until - start) as f64 * 1e-9;
+        let mut step = PathStep {
+            rank: cur.0,
+            op: cur.1,
+            name: schedule
+                .get_op(cur.0, cur.1)
+                .map_or_else(|| format!("op {}", cur.1), |o| o.name()),
+            start_s: start.saturating_sub(first_start) as f64 * 1e-9,
+            on_path_s: (until - start) as f64 * 1e-9,
+            waited_on: if path.steps.is_empty() {
+                String::new()
+            } else {
+                waited_on.name().into()
+            },
+            ..Default::default()
+        };
         if next_start > until {
             let split = next_issued.map_or(until, |i| i.clamp(until, next_start));
             if split > until {
                 *path.wait_s.entry("issue".into()).or_default() += (split - until) as f64 * 1e-9;
+                step.issue_wait_s = (split - until) as f64 * 1e-9;
             }
             if next_start > split {
                 *path.wait_s.entry(waited_on.name().into()).or_default() +=
                     (next_start - split) as f64 * 1e-9;
+                step.wait_s = (next_start - split) as f64 * 1e-9;
             }
         }
+        path.steps.push(step);
         // Never later than the op after it on the path: a measured op can start a little after
         // its successor (a receive starts where its send was issued, a rank's clock is aligned
         // to within microseconds), and the path's time must not be counted twice.
@@ -232,6 +274,8 @@ pub fn critical_path(
     if next_start > first_start {
         *path.wait_s.entry("start".into()).or_default() += (next_start - first_start) as f64 * 1e-9;
     }
+    // Walked from the end: put it in time order.
+    path.steps.reverse();
     Some(path)
 }
 
@@ -382,6 +426,22 @@ mod tests {
             assert!((c.span_s - p.result.step_time_ns as f64 * 1e-9).abs() < 1e-6);
             assert!(c.op_s.get("gemm").copied().unwrap_or(0.0) > 0.0);
             assert!(c.ops > 2);
+            // The steps are the same path op by op: one per op, in time order, and their
+            // times and waits are the totals'.
+            assert_eq!(c.steps.len() as u64, c.ops);
+            assert!(c.steps.windows(2).all(|w| w[0].start_s <= w[1].start_s));
+            let on_path: f64 = c.steps.iter().map(|s| s.on_path_s).sum();
+            let waits: f64 = c.steps.iter().map(|s| s.issue_wait_s + s.wait_s).sum();
+            let start = c.wait_s.get("start").copied().unwrap_or(0.0);
+            assert!((on_path - c.op_total_s()).abs() < 1e-9, "{tp}x{pp}x{dp}");
+            assert!(
+                (waits + start - c.wait_total_s()).abs() < 1e-9,
+                "{tp}x{pp}x{dp}"
+            );
+            assert!(c.steps.last().is_some_and(|s| s.waited_on.is_empty()));
+            assert!(c.steps[..c.steps.len() - 1]
+                .iter()
+                .all(|s| !s.waited_on.is_empty() && !s.name.is_empty()));
         }
     }
 
@@ -409,6 +469,11 @@ mod tests {
         let after = path(&p, &t);
         let grew = after.wait_total_s() - before.wait_total_s();
         assert!((grew - delay_ns as f64 * 1e-9).abs() < 1e-9, "{grew}");
+        // The wait is on the op before the last, and names the edge that released it.
+        let second_last = &after.steps[after.steps.len() - 2];
+        let was = &before.steps[before.steps.len() - 2];
+        let added = second_last.issue_wait_s + second_last.wait_s - was.issue_wait_s - was.wait_s;
+        assert!((added - delay_ns as f64 * 1e-9).abs() < 1e-9, "{added}");
         assert_eq!(after.op_s, before.op_s);
         assert_eq!(after.ops, before.ops);
     }
