@@ -112,8 +112,13 @@ pub fn write_frame_summed(
         w.write_all(&encode(tag, payload, true)).map_err(io)?;
         return w.flush().map_err(io);
     }
-    let sum = sum.unwrap_or_else(|| wire_sum(payload));
-    debug_assert_eq!(sum, wire_sum(payload), "a stale checksum for a payload");
+    let sum = match sum {
+        Some(s) => {
+            debug_assert_eq!(s, wire_sum(payload), "a stale checksum for a payload");
+            s
+        }
+        None => wire_sum(payload),
+    };
     let head = header_summed(tag, payload.len(), sum);
     let mut bufs = [IoSlice::new(&head), IoSlice::new(payload)];
     let mut left = &mut bufs[..];

@@ -232,14 +232,13 @@ pub fn critical_path(
         };
         if next_start > until {
             let split = next_issued.map_or(until, |i| i.clamp(until, next_start));
+            step.issue_wait_s = (split - until) as f64 * 1e-9;
+            step.wait_s = (next_start - split) as f64 * 1e-9;
             if split > until {
-                *path.wait_s.entry("issue".into()).or_default() += (split - until) as f64 * 1e-9;
-                step.issue_wait_s = (split - until) as f64 * 1e-9;
+                *path.wait_s.entry("issue".into()).or_default() += step.issue_wait_s;
             }
             if next_start > split {
-                *path.wait_s.entry(waited_on.name().into()).or_default() +=
-                    (next_start - split) as f64 * 1e-9;
-                step.wait_s = (next_start - split) as f64 * 1e-9;
+                *path.wait_s.entry(waited_on.name().into()).or_default() += step.wait_s;
             }
         }
         path.steps.push(step);
