@@ -16,7 +16,11 @@ const EVICT_BYTES: usize = 52 << 20;
 
 fn main() -> Result<(), Box<dyn Error>> {
     twin_runtime::launch::affinity::pin_rank(0);
-    let mut evict = vec![0u8; EVICT_BYTES];
+    let evict_bytes: usize = std::env::var("PROBE_EVICT_MIB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(EVICT_BYTES, |m| m << 20);
+    let mut evict = vec![0u8; evict_bytes];
     println!("state bytes   update GB/s   axpy GB/s   (bytes moved / time, medians)");
     for state_mib in [1u64, 2, 4, 8, 16, 32] {
         let bytes = state_mib << 20;
