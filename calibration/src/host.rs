@@ -37,6 +37,10 @@ pub struct HostFits {
     /// The pass after a step's traffic (`bench::memory::memory_pass` with
     /// `Config::step_evict_bytes`); `None` without samples.
     pub memory_cold: Option<AlphaBeta>,
+    /// The optimizer's update by distinct bytes touched since its state was
+    /// (`bench::memory::state_update`); `None` without samples or when no ramp fits (a note
+    /// says why).
+    pub memory_state: Option<crate::fit::state::StateFit>,
     pub memcpy: AlphaBeta,
     /// The host backend's Alloc (a reuse of a kept buffer): a fixed cost per call.
     pub alloc: crate::fit::Constant,
@@ -65,6 +69,35 @@ pub struct HostFits {
     pub dropped_samples: usize,
     /// Fits that fell back to a simpler model, and why.
     pub notes: Vec<String>,
+}
+
+/// The state-update fit, or `None` with a note (no samples: none).
+fn state_fit(s: &Samples, notes: &mut Vec<String>) -> Option<crate::fit::state::StateFit> {
+    use crate::fit::state::{self, StatePoint};
+    if s.state_update.is_empty() {
+        return None;
+    }
+    let points: Vec<StatePoint> = s
+        .state_update
+        .iter()
+        .flat_map(|x| {
+            x.kept_ns.iter().map(move |&t| StatePoint {
+                distance_bytes: (x.state_bytes + x.evict_bytes) as f64,
+                moved_bytes: x.moved_bytes as f64,
+                time_ns: t,
+            })
+        })
+        .collect();
+    match state::fit(&points, &state::grid(&points)) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            notes.push(format!(
+                "optimizer state update: no cache ramp fitted ({e}); the profile prices the \
+                 optimizer by the cold pass"
+            ));
+            None
+        }
+    }
 }
 
 pub(crate) fn sized_points(s: &[SizedSamples]) -> Vec<Point> {
@@ -367,6 +400,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
                 &mut notes,
             )?)
         },
+        memory_state: state_fit(s, &mut notes),
         memcpy: named("memcpy", &sized_points(&s.memcpy), &mut notes)?,
         alloc: constant_fit("alloc", &s.alloc)?,
         launch,

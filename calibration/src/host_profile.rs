@@ -23,7 +23,7 @@ use crate::fit::Estimate;
 use crate::host::HostFits;
 use crate::write::HostKeys;
 use twin_sim::cost::Algorithm;
-use twin_sim::profile::{FitQuality, LinkParams, Param, Profile, Source};
+use twin_sim::profile::{FitQuality, LinkParams, Param, Profile, Source, StateParams};
 
 fn fitted(e: Estimate, reference: String) -> Param {
     let finite = e.ci95[0].is_finite() && e.ci95[1].is_finite();
@@ -180,6 +180,24 @@ pub fn to_profile(
                 over(c.bandwidth_bytes_per_s, hbm).clamp(1e-6, 1.0),
                 r("memory pass after a step's traffic (the optimizer's cold state) bandwidth / gpu.hbm_bandwidth_bytes_per_s"),
             )
+        }),
+        memory_state: f.memory_state.as_ref().map(|s| StateParams {
+            resident_bytes: fitted(
+                s.resident_bytes,
+                r("distinct bytes touched per step up to which the optimizer's state stays in the last-level cache: the state update (ModelState::apply_optimizer) after other writes, ramp model, grid in 8 MiB steps (interval: sizes an F-test does not reject)"),
+            ),
+            evicted_bytes: fitted(
+                s.evicted_bytes,
+                r("distinct bytes touched per step from which none of the optimizer's state is left in the last-level cache (the same fit)"),
+            ),
+            resident_efficiency: fitted(
+                over(s.resident_bandwidth_bytes_per_s, hbm),
+                r("the state update's bandwidth (bytes moved: each state byte read and written) with its state resident / gpu.hbm_bandwidth_bytes_per_s"),
+            ),
+            evicted_efficiency: fitted(
+                over(s.evicted_bandwidth_bytes_per_s, hbm),
+                r("the state update's bandwidth with its state evicted / gpu.hbm_bandwidth_bytes_per_s"),
+            ),
         }),
         launch_ns: fitted(
             f.launch_ns.clamp(0.0, f64::MAX),

@@ -97,6 +97,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         + 3 * cfg.memory_bytes.len()
         + cfg.pass_large_bytes.len()
         + cfg.cold_pass_bytes.len()
+        + cfg.state_bytes.len() * cfg.state_evict_bytes.len()
         + cfg.launch_ops.len()
         + 1
         + bench::comm::measurement_count(&cfg)
@@ -127,6 +128,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
             "cold pass",
             &mut progress,
         ),
+        state_update: memory::state_update(&cfg, &mut progress).map_err(CalibError::Bench)?,
         memcpy: bench::memory::memcpy(&cfg, &mut progress),
         alloc: bench::memory::alloc(&cfg, &mut progress),
         ..Samples::default()

@@ -167,6 +167,12 @@ pub fn profile_toml(
     if let Some(c) = &p.memory_cold_efficiency {
         o.push_str(&param("cold_efficiency", c));
     }
+    if let Some(s) = &p.memory_state {
+        o.push_str(&param("state_resident_bytes", &s.resident_bytes));
+        o.push_str(&param("state_evicted_bytes", &s.evicted_bytes));
+        o.push_str(&param("state_resident_efficiency", &s.resident_efficiency));
+        o.push_str(&param("state_evicted_efficiency", &s.evicted_efficiency));
+    }
     if let Some(a) = &p.memory_alloc_bytes_per_s {
         o.push_str(&param("alloc_bytes_per_s", a));
     }

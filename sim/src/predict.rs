@@ -49,7 +49,7 @@ impl Staged {
         scenario: &Scenario,
         profile: Option<&Profile>,
     ) -> Result<Staged, PredictError> {
-        let cost = match profile {
+        let mut cost = match profile {
             Some(p) => {
                 check_matches(scenario, p)?;
                 Analytic::from_profile(scenario, p)
@@ -58,6 +58,9 @@ impl Staged {
         };
         let plan = Plan::new(scenario)?;
         let schedule = generate(scenario, &plan)?;
+        if cost.state_cache.is_some() {
+            cost.node_step_bytes = Some(crate::cost::footprint::node_step_bytes(&schedule, &plan));
+        }
         let network = Network::for_cluster(&scenario.cluster, &cost.links);
         Ok(Staged {
             scenario: scenario.clone(),

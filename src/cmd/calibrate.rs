@@ -318,6 +318,19 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
     if let Some(c) = &f.memory_cold {
         o.push_str(&ab_line("cold pass", c, "fixed"));
     }
+    if let Some(s) = &f.memory_state {
+        o.push_str(&format!(
+            "  optimizer state  {} resident, {} evicted; resident up to {} touched per step, \
+             none from {} (R² {:.4}, rms {:.1}%, n {})\n",
+            est(&s.resident_bandwidth_bytes_per_s, "B/s"),
+            est(&s.evicted_bandwidth_bytes_per_s, "B/s"),
+            est(&s.resident_bytes, "B"),
+            est(&s.evicted_bytes, "B"),
+            s.quality.r2,
+            s.quality.rms_relative_error * 100.0,
+            s.quality.samples
+        ));
+    }
     o.push_str(&format!(
         "  (cold passes each after {} of other traffic: {})\n",
         si(run.config.step_evict_bytes as f64, "B"),

@@ -4,11 +4,11 @@
 //! plain memcpy (the host's "device copy"), and the host backend's Alloc op (its allocator
 //! reusing a buffer it kept).
 
-use super::compute::{after_evicting, compute_op, workspace_for};
-use super::{Config, Counter, SizedSamples};
+use super::compute::{after_evicting, compute_op, evict_cache, workspace_for};
+use super::{Config, Counter, SizedSamples, StateSamples};
 use crate::sample::time_ns;
 use std::time::Instant;
-use twin_runtime::backend::host::Held;
+use twin_runtime::backend::host::{Held, ModelState};
 use twin_runtime::backend::Allocation;
 use twin_sim::schedule::{Device, MemCategory};
 
@@ -39,6 +39,48 @@ pub fn memory_pass(
         progress.tick(what);
     }
     out
+}
+
+/// The Optimizer op's state update as the host backend runs it (`ModelState::apply_optimizer`)
+/// over each of `cfg.state_bytes` of state, timed after each of `cfg.state_evict_bytes` of a
+/// separate buffer were written (untimed): between two steps' updates the node's ranks touch
+/// everything else they hold, and how much of that the last-level cache keeps decides whether
+/// the update reads its state from the cache or from DRAM (`memory.state_*`). The update is
+/// the op itself, not the axpy pass: it ran 1.2x faster per byte (docs/validation.md,
+/// session 16).
+pub fn state_update(cfg: &Config, progress: &mut Counter) -> Result<Vec<StateSamples>, String> {
+    let largest = cfg.state_evict_bytes.iter().copied().max().unwrap_or(0);
+    let mut evict = vec![0u8; usize::try_from(largest).unwrap_or(0)];
+    let mut out = Vec::new();
+    for &bytes in &cfg.state_bytes {
+        let mut state = ModelState::new(1, 0);
+        state
+            .ensure(0, MemCategory::Optimizer, Device::Gpu, bytes)
+            .map_err(|e| format!("state of {bytes} bytes: {e}"))?;
+        let moved = state.update_bytes();
+        let mut round = 0u64;
+        for &e in &cfg.state_evict_bytes {
+            let n = usize::try_from(e).unwrap_or(usize::MAX).min(evict.len());
+            let k = crate::sample::measured_ns(cfg.state, || {
+                // The state was last touched by the previous update (or the one below).
+                evict_cache(&mut evict[..n]);
+                round += 1;
+                let t = Instant::now();
+                state.apply_optimizer(round);
+                Ok::<f64, std::convert::Infallible>(t.elapsed().as_nanos() as f64)
+            })
+            .unwrap_or_else(|e| match e {});
+            out.push(StateSamples {
+                state_bytes: bytes,
+                evict_bytes: e,
+                moved_bytes: moved,
+                kept_ns: k.kept,
+                dropped_ns: k.dropped,
+            });
+            progress.tick("optimizer state");
+        }
+    }
+    Ok(out)
 }
 
 /// memcpy of each size; the recorded bytes are those moved (read + write = twice the size).

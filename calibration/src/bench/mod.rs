@@ -59,6 +59,13 @@ pub struct Config {
     /// Sizes of the cold pass: the memory pass with `step_evict_bytes` written first (the
     /// optimizer's pass over state a step old, `memory.cold_efficiency`).
     pub cold_pass_bytes: Vec<u64>,
+    /// Sizes of optimizer state the state benchmark updates (`bench::memory::state_update`).
+    pub state_bytes: Vec<u64>,
+    /// Distinct bytes written before each timed update: the sweep over which the last-level
+    /// cache lets the state go (`memory.state_*`), up to twice the L3 sysfs reports, within
+    /// 256-512 MiB.
+    pub state_evict_bytes: Vec<u64>,
+    pub state: Repeats,
     pub memory: Repeats,
     pub launch_ops: Vec<u32>,
     pub launch: Repeats,
@@ -103,6 +110,16 @@ impl Config {
         let evict = 4 * private_cache;
         // Twice the last-level cache (4x L2 where sysfs names no L3).
         let step_evict = cache_bytes(3).map_or(evict, |l3| 2 * l3);
+        // At least 256 MiB, at most 512: writing a GiB slowed the runs after a calibration
+        // by 10% for a while (the kernel reclaiming behind it).
+        let state_evict_cap = step_evict.clamp(256 * MIB, 512 * MIB);
+        let state_evict = |sizes: &[u64]| -> Vec<u64> {
+            sizes
+                .iter()
+                .map(|m| m * MIB)
+                .filter(|&b| b <= state_evict_cap)
+                .collect()
+        };
         let r = |warmup, timed| Repeats { warmup, timed };
         match mode {
             Mode::Full => Config {
@@ -125,6 +142,9 @@ impl Config {
                 ],
                 pass_large_bytes: vec![16 * MIB, 32 * MIB, 64 * MIB],
                 cold_pass_bytes: vec![MIB, 4 * MIB, 16 * MIB, 64 * MIB],
+                state_bytes: vec![4 * MIB, 16 * MIB],
+                state_evict_bytes: state_evict(&[0, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512]),
+                state: r(1, 7),
                 memory: r(2, 9),
                 launch_ops: vec![64, 128, 256, 512, 1024, 2048],
                 launch: r(2, 7),
@@ -159,6 +179,9 @@ impl Config {
                 memory_bytes: vec![256 * KIB, MIB, 4 * MIB],
                 pass_large_bytes: vec![16 * MIB, 64 * MIB],
                 cold_pass_bytes: vec![2 * MIB, 16 * MIB],
+                state_bytes: vec![8 * MIB],
+                state_evict_bytes: state_evict(&[0, 32, 64, 96, 128, 256, 512]),
+                state: r(1, 3),
                 memory: r(1, 5),
                 launch_ops: vec![64, 256, 1024],
                 launch: r(1, 4),
@@ -184,6 +207,9 @@ impl Config {
                 memory_bytes: vec![64 * KIB, 512 * KIB, 2 * MIB],
                 pass_large_bytes: vec![8 * MIB],
                 cold_pass_bytes: vec![MIB, 4 * MIB],
+                state_bytes: vec![MIB],
+                state_evict_bytes: vec![0, 4 * MIB, 8 * MIB, 16 * MIB],
+                state: r(0, 2),
                 memory: r(1, 2),
                 launch_ops: vec![16, 64, 128],
                 launch: r(1, 2),
@@ -298,6 +324,17 @@ pub struct OverlapSamples {
     pub dropped: usize,
 }
 
+/// The optimizer's update of `state_bytes` of state (moving `moved_bytes`), timed after
+/// `evict_bytes` of other memory were written.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StateSamples {
+    pub state_bytes: u64,
+    pub evict_bytes: u64,
+    pub moved_bytes: u64,
+    pub kept_ns: Vec<f64>,
+    pub dropped_ns: Vec<f64>,
+}
+
 /// Everything one calibration measured.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Samples {
@@ -309,6 +346,9 @@ pub struct Samples {
     /// The same pass with `Config::step_evict_bytes` written before each sample, at
     /// `Config::cold_pass_bytes` (empty in samples files written before it existed).
     pub memory_pass_cold: Vec<SizedSamples>,
+    /// The optimizer's state update after other writes (`memory::state_update`; empty in
+    /// samples files written before session 16).
+    pub state_update: Vec<StateSamples>,
     /// memcpy: bytes moved (read + write).
     pub memcpy: Vec<SizedSamples>,
     /// Allocate and touch a buffer of `bytes`.

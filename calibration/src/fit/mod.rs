@@ -5,6 +5,7 @@
 //! - [`gemm`]: the simulator's GEMM curve (rate, k_half, ramp, tile) by iteratively
 //!   reweighted least squares per tile candidate and a grid over tiles;
 //! - [`ratio`]: the compute slowdown under overlapping communication;
+//! - [`state`]: the optimizer's update by how much of its state the last-level cache holds;
 //! - [`constant`]: a cost that does not depend on size (the host backend's allocation, a
 //!   reuse of memory it already holds).
 //!
@@ -17,6 +18,7 @@ pub mod interrupt;
 pub mod linear;
 pub mod ratio;
 pub mod spill;
+pub mod state;
 
 use serde::Serialize;
 

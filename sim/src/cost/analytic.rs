@@ -13,7 +13,9 @@
 //!   pass), the bytes of a pass beyond `spill.bytes` run at `spill.efficiency` instead: a pass
 //!   larger than the caches streams from DRAM. With `memory_cold_efficiency` (host profiles),
 //!   the optimizer's pass moves at that efficiency whatever its size: it updates state last
-//!   touched a step earlier, which the step's traffic has evicted.
+//!   touched a step earlier, which the step's traffic has evicted. With a [`StateCache`] and
+//!   the node's distinct bytes per step (`node_step_bytes`), it moves at a rate between the
+//!   last-level cache's and DRAM's instead, by how much of the state that cache still holds.
 //! - with [`super::OperandLoad`] (host profiles): each GEMM of an op whose working set does not
 //!   fit in the private cache also loads its A and B once ([`Analytic::working_set_bytes`]:
 //!   the host backend runs every op on one reused workspace, so an op that fits finds its
@@ -41,6 +43,37 @@ pub struct MemorySpill {
     pub efficiency: f64,
 }
 
+/// How fast the optimizer's update runs by how much of its state the node's last-level cache
+/// still holds (host profiles: `memory.state_*`). The update touches state last touched a
+/// step earlier, and everything the node's ranks touched in that step came between: with `D`
+/// distinct bytes per step, the part of the state still resident is `1` up to
+/// `resident_bytes`, `0` from `evicted_bytes`, linear between (an LRU cache would drop it at
+/// one size; a real one does over a range). Resident bytes move at `resident_efficiency` of
+/// the memory bandwidth, the rest at `evicted_efficiency`. Timed on this VM: 51-56 GB/s up to
+/// about 40 MiB, 46 GB/s at 53-60 MiB, 22-24 GB/s from 130 MiB (docs/validation.md, session
+/// 16).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct StateCache {
+    pub resident_bytes: u64,
+    pub evicted_bytes: u64,
+    pub resident_efficiency: f64,
+    pub evicted_efficiency: f64,
+}
+
+impl StateCache {
+    /// The fraction of the state resident when the node touches `step_bytes` per step.
+    pub fn resident_fraction(&self, step_bytes: u64) -> f64 {
+        if step_bytes <= self.resident_bytes {
+            1.0
+        } else if step_bytes >= self.evicted_bytes {
+            0.0
+        } else {
+            (self.evicted_bytes - step_bytes) as f64
+                / (self.evicted_bytes - self.resident_bytes) as f64
+        }
+    }
+}
+
 /// Bytes per element of the host backend's memory-bound pass, an axpy: x read, y read and y
 /// written, 4 bytes each. The runtime sizes its pass by it; the cost model's working set
 /// counts its two vectors.
@@ -62,7 +95,13 @@ pub struct Analytic {
     /// bandwidth for every size (GPUs, where an op's bytes are many kernels').
     pub memory_spill: Option<MemorySpill>,
     /// Efficiency of the optimizer's memory-bound pass (cold state); `None`: as any pass.
+    /// Superseded by `state_cache` once `node_step_bytes` is known.
     pub memory_cold_efficiency: Option<f64>,
+    /// The optimizer's update by what the last-level cache holds of its state (host profiles).
+    pub state_cache: Option<StateCache>,
+    /// Distinct bytes the busiest node's ranks touch in one step (`cost::footprint`), set by
+    /// the prediction pipeline when `state_cache` is known; `None`: not known.
+    pub node_step_bytes: Option<u64>,
     pub launch_ns: u64,
     pub links: TierModel,
     pub checkpoint_bandwidth_bytes_per_s: f64,
@@ -113,6 +152,8 @@ impl Analytic {
             memory_efficiency: DEFAULT_MEMORY_EFFICIENCY,
             memory_spill: None,
             memory_cold_efficiency: None,
+            state_cache: None,
+            node_step_bytes: None,
             launch_ns: DEFAULT_LAUNCH_NS,
             links: TierModel {
                 intra_bandwidth_bytes_per_s: c.intra_node.bandwidth_bytes_per_s,
@@ -155,9 +196,27 @@ impl Analytic {
         rate(self.hbm_bandwidth_bytes_per_s * self.memory_efficiency)
     }
 
-    /// Seconds of the memory-bound pass of an op of `phase` over `bytes` (see [`MemorySpill`]
-    /// and `memory_cold_efficiency`).
+    /// Seconds of the memory-bound pass of an op of `phase` over `bytes` (see [`MemorySpill`],
+    /// [`StateCache`] and `memory_cold_efficiency`).
     pub fn memory_pass_s(&self, phase: Phase, bytes: u64) -> f64 {
+        if let (Phase::Optimizer, Some(c), Some(d)) =
+            (phase, self.state_cache, self.node_step_bytes)
+        {
+            let h = c.resident_fraction(d);
+            let hbm = self.hbm_bandwidth_bytes_per_s;
+            let b = bytes as f64;
+            let resident = if h > 0.0 {
+                h * b / rate(hbm * c.resident_efficiency)
+            } else {
+                0.0
+            };
+            let evicted = if h < 1.0 {
+                (1.0 - h) * b / rate(hbm * c.evicted_efficiency)
+            } else {
+                0.0
+            };
+            return resident + evicted;
+        }
         if let (Phase::Optimizer, Some(e)) = (phase, self.memory_cold_efficiency) {
             return bytes as f64 / rate(self.hbm_bandwidth_bytes_per_s * e);
         }
@@ -621,5 +680,42 @@ mod tests {
         let near = model.p2p_ns(&plan, 0, 4, 64 << 20);
         let far = model.p2p_ns(&plan, 4, 8, 64 << 20);
         assert!(far > 5 * near, "{near} {far}");
+    }
+
+    #[test]
+    fn the_optimizer_slows_as_the_node_touches_more_per_step() {
+        let c = StateCache {
+            resident_bytes: 40 << 20,
+            evicted_bytes: 120 << 20,
+            resident_efficiency: 0.8,
+            evicted_efficiency: 0.2,
+        };
+        assert_eq!(c.resident_fraction(0), 1.0);
+        assert_eq!(c.resident_fraction(40 << 20), 1.0);
+        assert_eq!(c.resident_fraction(80 << 20), 0.5);
+        assert_eq!(c.resident_fraction(120 << 20), 0.0);
+        assert_eq!(c.resident_fraction(u64::MAX), 0.0);
+        let mut m = Analytic::new(&small_scenario(1, 1, 1, 1));
+        m.hbm_bandwidth_bytes_per_s = 100e9;
+        m.memory_cold_efficiency = Some(0.5);
+        m.state_cache = Some(c);
+        let bytes = 80_000_000;
+        // No footprint yet: the cold pass.
+        assert_eq!(m.memory_pass_s(Phase::Optimizer, bytes), 80e6 / 50e9);
+        let at = |m: &mut Analytic, d: u64| {
+            m.node_step_bytes = Some(d);
+            m.memory_pass_s(Phase::Optimizer, bytes)
+        };
+        assert_eq!(at(&mut m, 10 << 20), 80e6 / 80e9);
+        assert_eq!(at(&mut m, 200 << 20), 80e6 / 20e9);
+        let half = at(&mut m, 80 << 20);
+        assert!((half - (40e6 / 80e9 + 40e6 / 20e9)).abs() < 1e-15, "{half}");
+        // Other phases do not see it.
+        let mut plain = Analytic::new(&small_scenario(1, 1, 1, 1));
+        plain.hbm_bandwidth_bytes_per_s = 100e9;
+        assert_eq!(
+            m.memory_pass_s(Phase::Forward, bytes),
+            plain.memory_pass_s(Phase::Forward, bytes)
+        );
     }
 }

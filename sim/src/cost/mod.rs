@@ -5,12 +5,13 @@
 
 mod analytic;
 mod collective;
+pub mod footprint;
 mod gemm;
 mod threads;
 
 pub use analytic::{
-    peak_for, Analytic, MemorySpill, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_LAUNCH_NS,
-    DEFAULT_MEMORY_EFFICIENCY, HOST_PASS_BYTES_PER_ELEM,
+    peak_for, Analytic, MemorySpill, StateCache, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
+    DEFAULT_LAUNCH_NS, DEFAULT_MEMORY_EFFICIENCY, HOST_PASS_BYTES_PER_ELEM,
 };
 pub use collective::{
     Algorithm, CollectiveEstimate, Decomposition, GroupShape, NvlsModel, Pattern, Phase, TierModel,

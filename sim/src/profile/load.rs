@@ -68,6 +68,10 @@ struct RawMemory {
     spill_bytes: Option<RawParam>,
     spill_efficiency: Option<RawParam>,
     cold_efficiency: Option<RawParam>,
+    state_resident_bytes: Option<RawParam>,
+    state_evicted_bytes: Option<RawParam>,
+    state_resident_efficiency: Option<RawParam>,
+    state_evicted_efficiency: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -417,6 +421,70 @@ impl Checker<'_> {
         }
     }
 
+    /// `memory.state_*` (see [`crate::cost::StateCache`]): all four keys or none, the
+    /// resident size below the evicted one.
+    fn state_cache(&self, m: &mut RawMemory) -> Result<Option<super::StateParams>> {
+        let (resident_bytes, evicted_bytes) = self.pair(
+            (
+                "memory.state_resident_bytes",
+                m.state_resident_bytes.take(),
+                Range::NonNegative,
+            ),
+            (
+                "memory.state_evicted_bytes",
+                m.state_evicted_bytes.take(),
+                Range::Positive,
+            ),
+        )?;
+        let (resident_eff, evicted_eff) = self.pair(
+            (
+                "memory.state_resident_efficiency",
+                m.state_resident_efficiency.take(),
+                Range::Positive,
+            ),
+            (
+                "memory.state_evicted_efficiency",
+                m.state_evicted_efficiency.take(),
+                Range::Positive,
+            ),
+        )?;
+        let all = "all four of memory.state_resident_bytes, state_evicted_bytes, \
+                   state_resident_efficiency and state_evicted_efficiency, or none";
+        match (resident_bytes, evicted_bytes, resident_eff, evicted_eff) {
+            (None, None, None, None) => Ok(None),
+            (Some(rb), Some(eb), Some(re), Some(ee)) => {
+                if rb.value >= eb.value {
+                    return Err(self.ctx.error(
+                        ErrorKind::Invalid,
+                        None,
+                        "memory.state_evicted_bytes",
+                        &eb.value.to_string(),
+                        format!("not above memory.state_resident_bytes ({})", rb.value),
+                        "a size above memory.state_resident_bytes",
+                    ));
+                }
+                Ok(Some(super::StateParams {
+                    resident_bytes: rb,
+                    evicted_bytes: eb,
+                    resident_efficiency: re,
+                    evicted_efficiency: ee,
+                }))
+            }
+            (rb, _, _, _) => Err(self.ctx.error(
+                ErrorKind::Invalid,
+                None,
+                if rb.is_some() {
+                    "memory.state_resident_efficiency"
+                } else {
+                    "memory.state_resident_bytes"
+                },
+                "(missing)",
+                "the state keys come together",
+                all,
+            )),
+        }
+    }
+
     fn profile(&self, mut raw: RawProfile) -> Result<Profile> {
         let g = raw.gpu;
         let peak = g.peak_flops_per_s;
@@ -440,6 +508,7 @@ impl Checker<'_> {
                 Range::Fraction,
             ),
         )?;
+        let state = self.state_cache(&mut raw.memory)?;
         let (operand_bytes_per_s, operand_cache_bytes) = self.pair(
             (
                 "gemm.operand_bytes_per_s",
@@ -548,6 +617,7 @@ impl Checker<'_> {
                 .transpose()?,
             memory_spill_bytes: spill_bytes,
             memory_spill_efficiency: spill_efficiency,
+            memory_state: state,
             memory_cold_efficiency: raw
                 .memory
                 .cold_efficiency

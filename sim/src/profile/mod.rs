@@ -79,6 +79,15 @@ pub struct LinkParams {
     pub p2p_bandwidth_bytes_per_s: Option<Param>,
 }
 
+/// `memory.state_*`: see [`crate::cost::StateCache`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StateParams {
+    pub resident_bytes: Param,
+    pub evicted_bytes: Param,
+    pub resident_efficiency: Param,
+    pub evicted_efficiency: Param,
+}
+
 /// A whole hardware profile; see docs/profiles.md for the meaning of each field.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Profile {
@@ -119,6 +128,10 @@ pub struct Profile {
     /// touched a step earlier, moves at this fraction of the bandwidth whatever its size (host
     /// profiles: a step's traffic evicts that state from the caches). Absent: as any pass.
     pub memory_cold_efficiency: Option<Param>,
+    /// `memory.state_*`: the optimizer's update by how much of its state the node's
+    /// last-level cache still holds (host profiles; see [`crate::cost::StateCache`]). All four
+    /// or none; absent: `memory.cold_efficiency` or as any pass.
+    pub memory_state: Option<StateParams>,
     pub launch_ns: Param,
     pub intra: LinkParams,
     pub inter: LinkParams,
@@ -274,6 +287,13 @@ impl Analytic {
                 _ => None,
             },
             memory_cold_efficiency: p.memory_cold_efficiency.as_ref().map(|c| c.value),
+            state_cache: p.memory_state.as_ref().map(|s| crate::cost::StateCache {
+                resident_bytes: whole(&s.resident_bytes),
+                evicted_bytes: whole(&s.evicted_bytes).max(whole(&s.resident_bytes) + 1),
+                resident_efficiency: s.resident_efficiency.value,
+                evicted_efficiency: s.evicted_efficiency.value,
+            }),
+            node_step_bytes: None,
             wake: match (&p.host_wake_ns, &p.host_wake_per_idle) {
                 (Some(w), Some(r)) => Some(crate::engine::Wake {
                     ns: w.value,

@@ -111,6 +111,12 @@ impl Profile {
             (self.host_cores.as_mut(), Count),
         ];
         v.extend(optional.into_iter().filter_map(|(p, r)| p.map(|p| (p, r))));
+        if let Some(s) = self.memory_state.as_mut() {
+            v.push((&mut s.resident_bytes, NonNegative));
+            v.push((&mut s.evicted_bytes, Positive));
+            v.push((&mut s.resident_efficiency, Positive));
+            v.push((&mut s.evicted_efficiency, Positive));
+        }
         v
     }
 
@@ -158,7 +164,8 @@ pub fn step_time_ci95(
     let mut rng = Rng::new(seed);
     let mut times = Vec::with_capacity(samples as usize);
     for i in 0..samples {
-        let cost = Analytic::from_profile(&staged.scenario, &profile.sample(&mut rng));
+        let mut cost = Analytic::from_profile(&staged.scenario, &profile.sample(&mut rng));
+        cost.node_step_bytes = staged.cost.node_step_bytes;
         // With the machine's interruptions in the profile, each draw meets its own: the
         // interval is then one step's, as a run measures it.
         let opts = SimOptions {

@@ -643,3 +643,91 @@ fn the_hand_off_key_reaches_the_cost_model_and_must_not_be_negative() {
     .to_string();
     assert!(e.contains("host.handoff_ns.value"), "{e}");
 }
+
+/// The four `memory.state_*` keys, as `twin calibrate --backend host` writes them.
+const STATE_KEYS: &str = "state_resident_bytes = { value = 41943040, source = \"fitted\", ref = \"t\" }\n\
+state_evicted_bytes = { value = 125829120, source = \"fitted\", ref = \"t\" }\n\
+state_resident_efficiency = { value = 0.7, source = \"fitted\", ref = \"t\", ci95 = [0.65, 0.75] }\n\
+state_evicted_efficiency = { value = 0.3, source = \"fitted\", ref = \"t\" }\n";
+
+#[test]
+fn memory_state_keys_are_read_together_and_reach_the_cost_model() {
+    assert!(a100().memory_state.is_none());
+    let text = A100.replace("[memory]\n", &format!("[memory]\n{STATE_KEYS}"));
+    assert_ne!(text, A100);
+    let p = parse_str(&text, "p.toml").unwrap();
+    let cost = crate::cost::Analytic::from_profile(&crate::testing::small_scenario(1, 1, 1, 1), &p);
+    assert_eq!(
+        cost.state_cache,
+        Some(crate::cost::StateCache {
+            resident_bytes: 41943040,
+            evicted_bytes: 125829120,
+            resident_efficiency: 0.7,
+            evicted_efficiency: 0.3,
+        })
+    );
+    // The step's footprint is the pipeline's to set.
+    assert_eq!(cost.node_step_bytes, None);
+    // One key missing: refused, naming the state keys.
+    for drop in ["state_evicted_bytes", "state_resident_efficiency"] {
+        let line = STATE_KEYS.lines().find(|l| l.starts_with(drop)).unwrap();
+        let e = error_of(&text.replace(&format!("{line}\n"), ""));
+        assert!(e.key.starts_with("memory.state_"), "{e}");
+        assert!(e.to_string().contains("state_"), "{e}");
+    }
+    // The resident size must be below the evicted one.
+    let e = error_of(&text.replace("value = 41943040", "value = 125829120"));
+    assert_eq!(e.key, "memory.state_evicted_bytes", "{e}");
+    // A negative efficiency is refused.
+    let e = error_of(&text.replace("value = 0.3,", "value = -0.3,"));
+    assert!(e.key.starts_with("memory.state_evicted_efficiency"), "{e}");
+}
+
+#[test]
+fn a_profile_with_state_keys_prices_the_optimizer_by_the_nodes_footprint() {
+    use crate::schedule::{OpKind, Phase};
+    let host = include_str!("../../../scenarios/profiles/host-example.toml");
+    let text = if host.contains("state_resident_bytes") {
+        host.to_string()
+    } else {
+        host.replace("[memory]\n", &format!("[memory]\n{STATE_KEYS}"))
+    };
+    let p = parse_str(&text, "host.toml").unwrap();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/host/pp.toml");
+    let s = crate::scenario::load(std::path::Path::new(path), &[]).unwrap();
+    let staged = crate::predict::Staged::with_profile(&s, Some(&p)).unwrap();
+    let d = staged.cost.node_step_bytes.expect("set from the schedule");
+    // Both ranks share the node: the sum of their programs' footprints.
+    let sum: u64 = (0..2)
+        .map(|r| crate::cost::footprint::program_step_bytes(staged.schedule.program(r)))
+        .sum();
+    assert_eq!(d, sum);
+    // Priced by the state cache at that footprint, not by the cold pass.
+    let c = staged.cost.state_cache.unwrap();
+    let optimizer = staged
+        .schedule
+        .program(0)
+        .ops
+        .iter()
+        .find_map(|o| match &o.kind {
+            OpKind::Compute(c) if c.phase == Phase::Optimizer => Some(c.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let b = optimizer.memory_bytes as f64;
+    let hbm = staged.cost.hbm_bandwidth_bytes_per_s;
+    let h = c.resident_fraction(d);
+    let want = h * b / (hbm * c.resident_efficiency) + (1.0 - h) * b / (hbm * c.evicted_efficiency);
+    let got = staged
+        .cost
+        .memory_pass_s(Phase::Optimizer, optimizer.memory_bytes);
+    assert!((got / want - 1.0).abs() < 1e-12, "{got} {want}");
+    // Without the footprint the cold pass prices it, as before.
+    let mut cold = staged.cost.clone();
+    cold.node_step_bytes = None;
+    let e = cold.memory_cold_efficiency.unwrap();
+    assert_eq!(
+        cold.memory_pass_s(Phase::Optimizer, optimizer.memory_bytes),
+        b / (hbm * e)
+    );
+}
