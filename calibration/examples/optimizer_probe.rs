@@ -22,7 +22,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         .map_or(EVICT_BYTES, |m| m << 20);
     let mut evict = vec![0u8; evict_bytes];
     println!("state bytes   update GB/s   axpy GB/s   (bytes moved / time, medians)");
-    for state_mib in [1u64, 2, 4, 8, 16, 32] {
+    let sizes: Vec<u64> = std::env::var("PROBE_STATE_MIB")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 2, 4, 8, 16, 32]);
+    for state_mib in sizes {
         let bytes = state_mib << 20;
         let mut st = ModelState::new(1, 0);
         st.ensure(0, MemCategory::Optimizer, Device::Gpu, bytes)?;

@@ -82,13 +82,14 @@ fn state_fit(s: &Samples, notes: &mut Vec<String>) -> Option<crate::fit::state::
         .iter()
         .flat_map(|x| {
             x.kept_ns.iter().map(move |&t| StatePoint {
-                distance_bytes: (x.state_bytes + x.evict_bytes) as f64,
+                other_bytes: x.evict_bytes as f64,
+                state_bytes: x.state_bytes as f64,
                 moved_bytes: x.moved_bytes as f64,
                 time_ns: t,
             })
         })
         .collect();
-    match state::fit(&points, &state::grid(&points)) {
+    match state::fit(&points, &state::grid(&points), &state::WEIGHTS) {
         Ok(f) => Some(f),
         Err(e) => {
             notes.push(format!(

@@ -182,13 +182,17 @@ pub fn to_profile(
             )
         }),
         memory_state: f.memory_state.as_ref().map(|s| StateParams {
+            weight: Some(fitted(
+                s.state_weight,
+                r("what each byte of the optimizer's own state counts for against the last-level cache beside other bytes (the same fit, grid over weights; interval: weights an F-test does not reject)"),
+            )),
             resident_bytes: fitted(
                 s.resident_bytes,
-                r("distinct bytes touched per step up to which the optimizer's state stays in the last-level cache: the state update (ModelState::apply_optimizer) after other writes, ramp model, grid in 8 MiB steps (interval: sizes an F-test does not reject)"),
+                r("distance (other bytes touched since + state_weight x the state's bytes) up to which the optimizer's state stays in the last-level cache: the state update (ModelState::apply_optimizer) after other writes, ramp model, grid in 8 MiB steps (interval: sizes an F-test does not reject)"),
             ),
             evicted_bytes: fitted(
                 s.evicted_bytes,
-                r("distinct bytes touched per step from which none of the optimizer's state is left in the last-level cache (the same fit)"),
+                r("distance from which none of the optimizer's state is left in the last-level cache (the same fit)"),
             ),
             resident_efficiency: fitted(
                 over(s.resident_bandwidth_bytes_per_s, hbm),

@@ -168,6 +168,9 @@ pub fn profile_toml(
         o.push_str(&param("cold_efficiency", c));
     }
     if let Some(s) = &p.memory_state {
+        if let Some(w) = &s.weight {
+            o.push_str(&param("state_weight", w));
+        }
         o.push_str(&param("state_resident_bytes", &s.resident_bytes));
         o.push_str(&param("state_evicted_bytes", &s.evicted_bytes));
         o.push_str(&param("state_resident_efficiency", &s.resident_efficiency));

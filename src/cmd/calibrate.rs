@@ -320,12 +320,13 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
     }
     if let Some(s) = &f.memory_state {
         o.push_str(&format!(
-            "  optimizer state  {} resident, {} evicted; resident up to {} touched per step, \
-             none from {} (R² {:.4}, rms {:.1}%, n {})\n",
+            "  optimizer state  {} resident, {} evicted; resident up to a distance of {}, \
+             none from {}, a state byte counting {} (R² {:.4}, rms {:.1}%, n {})\n",
             est(&s.resident_bandwidth_bytes_per_s, "B/s"),
             est(&s.evicted_bandwidth_bytes_per_s, "B/s"),
             est(&s.resident_bytes, "B"),
             est(&s.evicted_bytes, "B"),
+            est(&s.state_weight, ""),
             s.quality.r2,
             s.quality.rms_relative_error * 100.0,
             s.quality.samples

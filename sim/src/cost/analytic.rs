@@ -45,15 +45,17 @@ pub struct MemorySpill {
 
 /// How fast the optimizer's update runs by how much of its state the node's last-level cache
 /// still holds (host profiles: `memory.state_*`). The update touches state last touched a
-/// step earlier, and everything the node's ranks touched in that step came between: with `D`
-/// distinct bytes per step, the part of the state still resident is `1` up to
-/// `resident_bytes`, `0` from `evicted_bytes`, linear between (an LRU cache would drop it at
-/// one size; a real one does over a range). Resident bytes move at `resident_efficiency` of
-/// the memory bandwidth, the rest at `evicted_efficiency`. Timed on this VM: 51-56 GB/s up to
-/// about 40 MiB, 46 GB/s at 53-60 MiB, 22-24 GB/s from 130 MiB (docs/validation.md, session
-/// 16).
+/// step earlier, and everything else the node's ranks touched in that step came between: `E`
+/// other bytes, with `S` bytes of the update's own state (half the bytes it moves: each state
+/// byte is read and written). At the distance `E + state_weight x S` the part still resident
+/// is `1` up to `resident_bytes`, `0` from `evicted_bytes`, linear between; a state byte
+/// counts `state_weight` times (about 2 here: an update of 48 MiB ran at DRAM speed with
+/// nothing between, one of 4 MiB at cache speed after 44 MiB). Resident bytes move at
+/// `resident_efficiency` of the memory bandwidth, the rest at `evicted_efficiency`
+/// (docs/validation.md, session 16).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct StateCache {
+    pub state_weight: f64,
     pub resident_bytes: u64,
     pub evicted_bytes: u64,
     pub resident_efficiency: f64,
@@ -61,15 +63,16 @@ pub struct StateCache {
 }
 
 impl StateCache {
-    /// The fraction of the state resident when the node touches `step_bytes` per step.
-    pub fn resident_fraction(&self, step_bytes: u64) -> f64 {
-        if step_bytes <= self.resident_bytes {
+    /// The fraction of `state_bytes` of state resident after `other_bytes` of other data.
+    pub fn resident_fraction(&self, other_bytes: u64, state_bytes: u64) -> f64 {
+        let d = other_bytes as f64 + self.state_weight.max(0.0) * state_bytes as f64;
+        let (lo, hi) = (self.resident_bytes as f64, self.evicted_bytes as f64);
+        if d <= lo {
             1.0
-        } else if step_bytes >= self.evicted_bytes {
+        } else if d >= hi {
             0.0
         } else {
-            (self.evicted_bytes - step_bytes) as f64
-                / (self.evicted_bytes - self.resident_bytes) as f64
+            (hi - d) / (hi - lo)
         }
     }
 }
@@ -202,7 +205,9 @@ impl Analytic {
         if let (Phase::Optimizer, Some(c), Some(d)) =
             (phase, self.state_cache, self.node_step_bytes)
         {
-            let h = c.resident_fraction(d);
+            // The host backend's update reads and writes each state byte once.
+            let state = bytes / 2;
+            let h = c.resident_fraction(d.saturating_sub(state), state);
             let hbm = self.hbm_bandwidth_bytes_per_s;
             let b = bytes as f64;
             let resident = if h > 0.0 {
@@ -685,16 +690,23 @@ mod tests {
     #[test]
     fn the_optimizer_slows_as_the_node_touches_more_per_step() {
         let c = StateCache {
+            state_weight: 1.0,
             resident_bytes: 40 << 20,
             evicted_bytes: 120 << 20,
             resident_efficiency: 0.8,
             evicted_efficiency: 0.2,
         };
-        assert_eq!(c.resident_fraction(0), 1.0);
-        assert_eq!(c.resident_fraction(40 << 20), 1.0);
-        assert_eq!(c.resident_fraction(80 << 20), 0.5);
-        assert_eq!(c.resident_fraction(120 << 20), 0.0);
-        assert_eq!(c.resident_fraction(u64::MAX), 0.0);
+        assert_eq!(c.resident_fraction(0, 0), 1.0);
+        assert_eq!(c.resident_fraction(30 << 20, 10 << 20), 1.0);
+        assert_eq!(c.resident_fraction(70 << 20, 10 << 20), 0.5);
+        assert_eq!(c.resident_fraction(120 << 20, 0), 0.0);
+        assert_eq!(c.resident_fraction(u64::MAX, u64::MAX), 0.0);
+        // A state byte that counts twice: 10 MiB of state after 60 MiB is halfway.
+        let twice = StateCache {
+            state_weight: 2.0,
+            ..c
+        };
+        assert_eq!(twice.resident_fraction(60 << 20, 10 << 20), 0.5);
         let mut m = Analytic::new(&small_scenario(1, 1, 1, 1));
         m.hbm_bandwidth_bytes_per_s = 100e9;
         m.memory_cold_efficiency = Some(0.5);

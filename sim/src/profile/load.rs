@@ -68,6 +68,7 @@ struct RawMemory {
     spill_bytes: Option<RawParam>,
     spill_efficiency: Option<RawParam>,
     cold_efficiency: Option<RawParam>,
+    state_weight: Option<RawParam>,
     state_resident_bytes: Option<RawParam>,
     state_evicted_bytes: Option<RawParam>,
     state_resident_efficiency: Option<RawParam>,
@@ -421,8 +422,9 @@ impl Checker<'_> {
         }
     }
 
-    /// `memory.state_*` (see [`crate::cost::StateCache`]): all four keys or none, the
-    /// resident size below the evicted one.
+    /// `memory.state_*` (see [`crate::cost::StateCache`]): the two sizes and two efficiencies
+    /// or none of them, the resident size below the evicted one; `state_weight` (default 1)
+    /// with them.
     fn state_cache(&self, m: &mut RawMemory) -> Result<Option<super::StateParams>> {
         let (resident_bytes, evicted_bytes) = self.pair(
             (
@@ -463,7 +465,13 @@ impl Checker<'_> {
                         "a size above memory.state_resident_bytes",
                     ));
                 }
+                let weight = m
+                    .state_weight
+                    .take()
+                    .map(|w| self.param("memory.state_weight", w, Range::Positive))
+                    .transpose()?;
                 Ok(Some(super::StateParams {
+                    weight,
                     resident_bytes: rb,
                     evicted_bytes: eb,
                     resident_efficiency: re,

@@ -82,6 +82,8 @@ pub struct LinkParams {
 /// `memory.state_*`: see [`crate::cost::StateCache`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StateParams {
+    /// `memory.state_weight`; absent: 1 (the distance is the distinct bytes).
+    pub weight: Option<Param>,
     pub resident_bytes: Param,
     pub evicted_bytes: Param,
     pub resident_efficiency: Param,
@@ -288,6 +290,7 @@ impl Analytic {
             },
             memory_cold_efficiency: p.memory_cold_efficiency.as_ref().map(|c| c.value),
             state_cache: p.memory_state.as_ref().map(|s| crate::cost::StateCache {
+                state_weight: s.weight.as_ref().map_or(1.0, |w| w.value),
                 resident_bytes: whole(&s.resident_bytes),
                 evicted_bytes: whole(&s.evicted_bytes).max(whole(&s.resident_bytes) + 1),
                 resident_efficiency: s.resident_efficiency.value,

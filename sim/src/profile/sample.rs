@@ -112,6 +112,9 @@ impl Profile {
         ];
         v.extend(optional.into_iter().filter_map(|(p, r)| p.map(|p| (p, r))));
         if let Some(s) = self.memory_state.as_mut() {
+            if let Some(w) = s.weight.as_mut() {
+                v.push((w, Positive));
+            }
             v.push((&mut s.resident_bytes, NonNegative));
             v.push((&mut s.evicted_bytes, Positive));
             v.push((&mut s.resident_efficiency, Positive));

@@ -645,7 +645,8 @@ fn the_hand_off_key_reaches_the_cost_model_and_must_not_be_negative() {
 }
 
 /// The four `memory.state_*` keys, as `twin calibrate --backend host` writes them.
-const STATE_KEYS: &str = "state_resident_bytes = { value = 41943040, source = \"fitted\", ref = \"t\" }\n\
+const STATE_KEYS: &str = "state_weight = { value = 2, source = \"fitted\", ref = \"t\" }\n\
+state_resident_bytes = { value = 41943040, source = \"fitted\", ref = \"t\" }\n\
 state_evicted_bytes = { value = 125829120, source = \"fitted\", ref = \"t\" }\n\
 state_resident_efficiency = { value = 0.7, source = \"fitted\", ref = \"t\", ci95 = [0.65, 0.75] }\n\
 state_evicted_efficiency = { value = 0.3, source = \"fitted\", ref = \"t\" }\n";
@@ -660,6 +661,7 @@ fn memory_state_keys_are_read_together_and_reach_the_cost_model() {
     assert_eq!(
         cost.state_cache,
         Some(crate::cost::StateCache {
+            state_weight: 2.0,
             resident_bytes: 41943040,
             evicted_bytes: 125829120,
             resident_efficiency: 0.7,
@@ -716,7 +718,8 @@ fn a_profile_with_state_keys_prices_the_optimizer_by_the_nodes_footprint() {
         .unwrap();
     let b = optimizer.memory_bytes as f64;
     let hbm = staged.cost.hbm_bandwidth_bytes_per_s;
-    let h = c.resident_fraction(d);
+    let state = optimizer.memory_bytes / 2;
+    let h = c.resident_fraction(d - state, state);
     let want = h * b / (hbm * c.resident_efficiency) + (1.0 - h) * b / (hbm * c.evicted_efficiency);
     let got = staged
         .cost
