@@ -97,7 +97,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         + 3 * cfg.memory_bytes.len()
         + cfg.pass_large_bytes.len()
         + cfg.cold_pass_bytes.len()
-        + cfg.state_bytes.len() * cfg.state_evict_bytes.len()
+        + 2 * cfg.state_bytes.len() * cfg.state_evict_bytes.len()
         + cfg.launch_ops.len()
         + 1
         + bench::comm::measurement_count(&cfg)
@@ -140,6 +140,12 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
     samples.checkpoint = bench::io::checkpoint(&cfg, &mut progress)?;
     samples.interruptions = Some(bench::interrupt::interruptions(&cfg, &mut progress));
     samples.wake = bench::wake::wake(&cfg, &mut progress)?;
+    // The state update again, at the end: the last-level cache this machine gets can change
+    // within minutes (a VM's host shares it; docs/validation.md, session 16), and the runs a
+    // profile is used for come after the calibration. Both sweeps go into the fit.
+    samples
+        .state_update
+        .extend(memory::state_update(&cfg, &mut progress).map_err(CalibError::Bench)?);
     let fits = host::fit_all(&samples, cores)?;
     // Other work on the cores while the transfers were timed bends them off latency + bytes /
     // bandwidth, and one such spell set a p2p latency of 500 us where 42 us is right: the
