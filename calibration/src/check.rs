@@ -2,7 +2,10 @@
 //! the scenario's most frequent GEMM shapes through the host backend's kernel, before and after
 //! its runs, and compares them with the profile's prediction of the same calls. A shared VM's
 //! speed drifts by 10-30% between quarter hours; a step-time error of about the size this
-//! check reports is the machine's speed now, not the schedule's model.
+//! check reports is the machine's speed now, not the schedule's model. With a profile that
+//! prices the optimizer by its state's cache residency (`memory.state_*`), [`state_check`] does
+//! the same for the scenario's largest optimizer update: the last-level cache a VM gets drifts
+//! within minutes (docs/validation.md, session 16).
 
 use crate::bench::compute::{compute_op, scenario_shape_counts, time_gemm, workspace_for};
 use crate::bench::{Config, Mode};
@@ -31,6 +34,69 @@ pub struct GemmCheck {
     /// (measured - predicted) / measured, as `twin verify`'s errors: positive means this
     /// machine runs the scenario's GEMMs slower than the profile predicts.
     pub error: f64,
+}
+
+/// The profile's price of the scenario's largest optimizer update against the update timed
+/// now, at the distance the model gives it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StateCheck {
+    /// Bytes of state the update touches (half the bytes it moves).
+    pub state_bytes: u64,
+    /// Other bytes written before each timed update: the node's step footprint less the state.
+    pub other_bytes: u64,
+    pub predicted_s: f64,
+    pub measured_s: f64,
+    /// (measured - predicted) / measured.
+    pub error: f64,
+}
+
+/// Times the host backend's state update (`ModelState::apply_optimizer`) over the state of the
+/// schedule's largest optimizer op, after writing the other bytes the model places between two
+/// updates, and prices it with `model`. `None` without a state cache in the model, without its
+/// node footprint, or without an optimizer op.
+pub fn state_check(schedule: &Schedule, model: &Analytic) -> Option<StateCheck> {
+    use twin_sim::schedule::{Device, MemCategory, OpKind, Phase};
+    model.state_cache?;
+    let footprint = model.node_step_bytes?;
+    let moved = schedule
+        .programs
+        .iter()
+        .flat_map(|p| &p.ops)
+        .filter_map(|o| match &o.kind {
+            OpKind::Compute(c) if c.phase == Phase::Optimizer => Some(c.memory_bytes),
+            _ => None,
+        })
+        .max()
+        .filter(|&b| b > 0)?;
+    let state_bytes = moved / 2;
+    let other_bytes = footprint.saturating_sub(state_bytes);
+    let mut state = twin_runtime::backend::host::ModelState::new(1, 0);
+    state
+        .ensure(0, MemCategory::Optimizer, Device::Gpu, state_bytes)
+        .ok()?;
+    let mut evict = vec![0u8; usize::try_from(other_bytes).ok()?];
+    let mut round = 0u64;
+    let kept = crate::sample::measured_ns(REPEATS, || {
+        crate::bench::compute::evict_cache(&mut evict);
+        round += 1;
+        let t = std::time::Instant::now();
+        state.apply_optimizer(round);
+        Ok::<f64, std::convert::Infallible>(t.elapsed().as_nanos() as f64)
+    })
+    .unwrap_or_else(|e| match e {});
+    let measured_s = median(&kept.kept)? * 1e-9;
+    let predicted_s = model.memory_pass_s(Phase::Optimizer, state.update_bytes());
+    Some(StateCheck {
+        state_bytes,
+        other_bytes,
+        predicted_s,
+        measured_s,
+        error: if measured_s > 0.0 {
+            (measured_s - predicted_s) / measured_s
+        } else {
+            0.0
+        },
+    })
 }
 
 /// Times the most frequent GEMM shapes of `schedule` (one thread, operands evicted from the
@@ -137,6 +203,44 @@ mod tests {
             .expect("the scenario has GEMMs");
         assert!(c.shapes >= 1 && c.shapes as usize <= MAX_SHAPES, "{c:?}");
         assert!(c.measured_s > 0.0 && c.predicted_s > 0.0, "{c:?}");
+        assert!(
+            (c.error - (c.measured_s - c.predicted_s) / c.measured_s).abs() < 1e-12,
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn the_state_check_needs_a_state_cache_and_times_the_largest_update() {
+        let staged = tiny();
+        let mut model = Analytic::new(&staged.scenario);
+        assert!(
+            state_check(&staged.schedule, &model).is_none(),
+            "no state cache"
+        );
+        model.state_cache = Some(twin_sim::cost::StateCache {
+            state_weight: 1.0,
+            resident_bytes: 8 << 20,
+            evicted_bytes: 64 << 20,
+            resident_efficiency: 0.5,
+            evicted_efficiency: 0.2,
+        });
+        assert!(
+            state_check(&staged.schedule, &model).is_none(),
+            "no footprint"
+        );
+        model.node_step_bytes = Some(twin_sim::cost::footprint::node_step_bytes(
+            &staged.schedule,
+            &staged.plan,
+        ));
+        let c = state_check(&staged.schedule, &model).expect("the scenario has an optimizer");
+        assert!(
+            c.state_bytes > 0 && c.measured_s > 0.0 && c.predicted_s > 0.0,
+            "{c:?}"
+        );
+        assert_eq!(
+            c.other_bytes,
+            model.node_step_bytes.unwrap().saturating_sub(c.state_bytes)
+        );
         assert!(
             (c.error - (c.measured_s - c.predicted_s) / c.measured_s).abs() < 1e-12,
             "{c:?}"

@@ -9,7 +9,7 @@ use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
-use twin_calibration::check::GemmCheck;
+use twin_calibration::check::{GemmCheck, StateCheck};
 use twin_calibration::load::{self, CpuLoad};
 use twin_runtime::launch::{self, RankMeasure, RunReport};
 use twin_sim::verify::{
@@ -129,6 +129,11 @@ struct MachineCheck {
     after: Option<GemmCheck>,
     /// Before each run.
     runs: Vec<Option<GemmCheck>>,
+    /// The scenario's largest optimizer update against the profile's price at the model's
+    /// cache distance, before the first run and after the last (profiles with
+    /// `memory.state_*`; `twin_calibration::check::state_check`).
+    optimizer_before: Option<StateCheck>,
+    optimizer_after: Option<StateCheck>,
     /// During each run: CPU time other processes used, and time the hypervisor stole, as
     /// fractions of the machine's cores (`twin_calibration::load`; null off Linux).
     load: Vec<Option<CpuLoad>>,
@@ -181,6 +186,19 @@ impl MachineCheck {
             a.error.abs() * 100.0,
             way(a.error),
         );
+        if let (Some(b), Some(a)) = (&self.optimizer_before, &self.optimizer_after) {
+            t.push_str(&format!(
+                "optimizer check: the update of {:.1} MiB of state after {:.1} MiB of other \
+                 writes ran {:.1}% {} than the profile prices it before the runs, {:.1}% {} \
+                 after (the last-level cache this machine gets now)\n",
+                b.state_bytes as f64 / 1048576.0,
+                b.other_bytes as f64 / 1048576.0,
+                b.error.abs() * 100.0,
+                way(b.error),
+                a.error.abs() * 100.0,
+                way(a.error),
+            ));
+        }
         let loads: Vec<&CpuLoad> = self.load.iter().flatten().collect();
         if !loads.is_empty() {
             let most = |f: fn(&CpuLoad) -> f64| loads.iter().map(|l| f(l)).fold(0.0, f64::max);
@@ -297,6 +315,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 eprintln!("run {}/{}", i + 1, args.repeat());
             }
             if args.backend == BackendKind::Host {
+                if i == 0 {
+                    check.optimizer_before =
+                        twin_calibration::check::state_check(&staged.schedule, &staged.cost);
+                }
                 check.before_run(gemm_check(staged));
             }
             let clock = twin_runtime::transport::store::Clock::new();
@@ -310,6 +332,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         if args.backend == BackendKind::Host {
             check.after = gemm_check(staged);
+            check.optimizer_after =
+                twin_calibration::check::state_check(&staged.schedule, &staged.cost);
         }
         anyhow::Ok(())
     })();
