@@ -88,6 +88,22 @@ fn json_has_the_stable_fields_and_the_trace_dir_holds_both_traces() {
             "{c}"
         );
     }
+    // The bundled profile prices the optimizer by its state's cache residency, so the check
+    // also timed the scenario's largest state update at the model's distance.
+    for when in ["optimizer_before", "optimizer_after"] {
+        let c = &v["machine_check"][when];
+        assert!(c["state_bytes"].as_u64().unwrap() > 0, "{c}");
+        assert!(c["other_bytes"].as_u64().is_some(), "{c}");
+        let (p, m) = (
+            c["predicted_s"].as_f64().unwrap(),
+            c["measured_s"].as_f64().unwrap(),
+        );
+        assert!(p > 0.0 && m > 0.0, "{c}");
+        assert!(
+            (c["error"].as_f64().unwrap() - (m - p) / m).abs() < 1e-12,
+            "{c}"
+        );
+    }
     // One check before each run (one run here), and the error at the profile's speed: the
     // measured median scaled by that check's predicted / measured GEMM time.
     let checks = v["machine_check"]["runs"].as_array().unwrap();
