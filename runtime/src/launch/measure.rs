@@ -32,6 +32,13 @@ pub struct RankMeasure {
     /// As `recent_op_times_ns`, for `op_issued_ns`: empty, or one entry per kept step.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recent_op_issued_ns: Vec<Vec<Option<u64>>>,
+    /// Per op, as `op_times_ns`: its own CPU time, where the backend knows (the host
+    /// backend's compute ops, `OpTiming::cpu_ns`). Empty from a backend that does not know.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub op_cpu_ns: Vec<Option<u64>>,
+    /// As `recent_op_times_ns`, for `op_cpu_ns`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_op_cpu_ns: Vec<Vec<Option<u64>>>,
     /// Per step: [first op start, last op end] on the aligned clock.
     pub step_spans_ns: Vec<[u64; 2]>,
     pub peak: HeldPeak,
@@ -69,6 +76,8 @@ impl RankMeasure {
             recent_op_times_ns: Vec::new(),
             op_issued_ns: run.events.iter().map(|e| e.issued_ns).collect(),
             recent_op_issued_ns: Vec::new(),
+            op_cpu_ns: run.events.iter().map(|e| e.cpu_ns).collect(),
+            recent_op_cpu_ns: Vec::new(),
             step_spans_ns: run.step_times_ns.iter().map(|&t| [0, t]).collect(),
             peak: HeldPeak {
                 peak_bytes: m.peak_bytes,
@@ -105,6 +114,16 @@ pub struct Merged {
 
 fn program(schedule: &Schedule, rank: u32) -> &[Op] {
     schedule.get_program(rank).map_or(&[], |p| p.ops.as_slice())
+}
+
+/// Op `i`'s own CPU time when the rank recorded one below its span `[s, e]` (the trace's
+/// `solo_ns`): `None` for ops without one and for ops that ran on their core throughout.
+fn solo_of(m: &RankMeasure, i: usize, s: u64, e: u64) -> Option<u64> {
+    m.op_cpu_ns
+        .get(i)
+        .copied()
+        .flatten()
+        .filter(|&c| c < e.saturating_sub(s))
 }
 
 /// Total length of the union of `intervals` (sorted in place).
@@ -170,6 +189,13 @@ pub fn select_step(ranks: &mut [RankMeasure], first: usize) -> Option<usize> {
             }
         } else {
             r.op_issued_ns.clear();
+        }
+        if r.recent_op_cpu_ns.len() == r.recent_op_times_ns.len() {
+            if let Some(t) = r.recent_op_cpu_ns.get(i) {
+                r.op_cpu_ns = t.clone();
+            }
+        } else {
+            r.op_cpu_ns.clear();
         }
     }
     Some(step)
@@ -248,6 +274,7 @@ pub fn merge(plan: &Plan, schedule: &Schedule, ranks: &[RankMeasure]) -> Merged 
                 .copied()
                 .flatten()
                 .map(|t| t.saturating_sub(t0).min(s));
+            let solo_ns = solo_of(m, i, s, e);
             events.push(TraceEvent {
                 rank: m.rank,
                 stream: op.stream,
@@ -255,7 +282,7 @@ pub fn merge(plan: &Plan, schedule: &Schedule, ranks: &[RankMeasure]) -> Merged 
                 start_ns: s,
                 end_ns: e,
                 issued_ns,
-                solo_ns: None,
+                solo_ns,
                 bytes: op_bytes(op),
                 flops: match &op.kind {
                     OpKind::Compute(c) => c.flops,
@@ -286,12 +313,25 @@ pub fn merge(plan: &Plan, schedule: &Schedule, ranks: &[RankMeasure]) -> Merged 
         let mut both = compute;
         both.extend(comm);
         let any = union_ns(&mut both);
+        // A compute op's span beyond its own CPU time is the thread waiting for its core:
+        // idle, as the simulator counts a stretched op beyond its solo time (`engine::share`).
+        let waiting: u64 = ops
+            .iter()
+            .enumerate()
+            .take(m.op_times_ns.len())
+            .filter(|(_, op)| matches!(op.kind, OpKind::Compute(_)))
+            .filter_map(|(i, _)| {
+                let (s, e) = rel(i);
+                solo_of(m, i, s, e).map(|c| (e - s) - c)
+            })
+            .sum::<u64>()
+            .min(busy);
         stats.push(RankStats {
             rank: m.rank,
             finish_ns,
-            compute_busy_ns: busy,
+            compute_busy_ns: busy - waiting,
             comm_exposed_ns: any - busy,
-            idle_ns: step_time_ns.saturating_sub(any),
+            idle_ns: step_time_ns.saturating_sub(any) + waiting,
             flops,
             model_flops,
             peak_memory_bytes: m.peak.peak_bytes,
@@ -561,6 +601,63 @@ mod tests {
             (r.compute_busy_ns, r.comm_exposed_ns, r.idle_ns),
             (10, 10, 0)
         );
+    }
+
+    #[test]
+    fn a_compute_ops_span_beyond_its_cpu_time_is_idle() {
+        let st = staged_pp2();
+        let ops = &st.schedule.program(0).ops;
+        let compute = ops
+            .iter()
+            .position(|o| matches!(o.kind, OpKind::Compute(_)))
+            .unwrap();
+        // One compute op of 100 ns that had its core for 70 of them.
+        let mut times = vec![[0u64, 0u64]; ops.len()];
+        times[compute] = [0, 100];
+        let mut cpu = vec![None; ops.len()];
+        cpu[compute] = Some(70);
+        let rank = RankMeasure {
+            rank: 0,
+            op_times_ns: times.clone(),
+            op_cpu_ns: cpu.clone(),
+            ..RankMeasure::default()
+        };
+        let m = merge(&st.plan, &st.schedule, std::slice::from_ref(&rank));
+        let r = &m.result.ranks[0];
+        assert_eq!(
+            (r.compute_busy_ns, r.comm_exposed_ns, r.idle_ns),
+            (70, 0, 30)
+        );
+        let e = m
+            .result
+            .trace
+            .as_ref()
+            .unwrap()
+            .events
+            .iter()
+            .find(|e| e.op == compute as u32);
+        assert_eq!(e.unwrap().solo_ns, Some(70));
+        // A CPU time at or above the span (clock granularity) changes nothing.
+        cpu[compute] = Some(100);
+        let m = merge(
+            &st.plan,
+            &st.schedule,
+            &[RankMeasure {
+                op_cpu_ns: cpu,
+                ..rank
+            }],
+        );
+        let r = &m.result.ranks[0];
+        assert_eq!((r.compute_busy_ns, r.idle_ns), (100, 0));
+        let e = m
+            .result
+            .trace
+            .as_ref()
+            .unwrap()
+            .events
+            .iter()
+            .find(|e| e.op == compute as u32);
+        assert_eq!(e.unwrap().solo_ns, None);
     }
 
     #[test]

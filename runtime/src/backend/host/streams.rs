@@ -219,7 +219,12 @@ impl Job {
             if let Some(p) = &self.shared.progress {
                 p.started(q.op.stream, q.index);
             }
+            // A compute op's own CPU time (`OpTiming::cpu_ns`); two clock reads per compute op.
+            let cpu_at = matches!(q.op.kind, OpKind::Compute(_))
+                .then(thread_cpu_ns)
+                .flatten();
             let result = self.run_op(q);
+            let cpu_ns = cpu_at.and_then(|a| Some(thread_cpu_ns()?.saturating_sub(a)));
             // Every compute op this op's end makes ready, on any stream of the rank, gets in
             // line now, before the end wakes anyone and before this op's turn passes on: the
             // woken threads (a send, another rank's receive and then its compute thread) took
@@ -241,6 +246,7 @@ impl Job {
                         start_ns,
                         end_ns,
                         issued_ns: Some(issued_ns),
+                        cpu_ns,
                     });
                     st.complete(q.index);
                     if self.bookkeeping_ready(ops.get(n + 1)) {
@@ -313,4 +319,21 @@ impl Job {
         self.shared.mesh.shutdown_all();
         self.st.wake_all();
     }
+}
+
+/// CPU time the calling thread has used, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`); `None`
+/// where the clock cannot be read.
+fn thread_cpu_ns() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return None;
+    }
+    let s = u64::try_from(ts.tv_sec).ok()?;
+    let n = u64::try_from(ts.tv_nsec).ok()?;
+    Some(s.saturating_mul(1_000_000_000).saturating_add(n))
 }

@@ -19,6 +19,16 @@ fn runs_a_single_rank_program_with_real_memory() {
     // The real peak equals the schedule's own account of it.
     assert_eq!(b.last_peak().peak_bytes, run.memory.peak_bytes);
     assert!(b.last_peak().peak_bytes > 0);
+    // Compute ops carry their own CPU time, within their span; other ops none.
+    for (op, e) in ops.iter().zip(&run.events) {
+        match op.kind {
+            twin_sim::schedule::OpKind::Compute(_) => {
+                let c = e.cpu_ns.expect("a compute op's CPU time");
+                assert!(c > 0 && c <= e.end_ns - e.start_ns, "{e:?}");
+            }
+            _ => assert_eq!(e.cpu_ns, None, "{e:?}"),
+        }
+    }
 }
 
 /// `b` with `ops` enqueued as rank 0's program (no peers, no groups).
