@@ -136,11 +136,7 @@ fn fit_tile(
     };
     // Relative residuals: the quantity minimised, and the F-test's scale.
     let predicted: Vec<f64> = x.iter().map(|r| f.predict(r)).collect();
-    let ssr = y
-        .iter()
-        .zip(&predicted)
-        .map(|(m, p)| ((p - m) / m).powi(2))
-        .sum();
+    let ssr = super::relative_ssr(&y, &predicted);
     Ok(TileFit {
         fit: GemmFit {
             rate_flops_per_s: rate,

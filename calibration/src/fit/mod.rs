@@ -135,6 +135,16 @@ pub fn constant(samples: &[f64]) -> Result<Constant, FitError> {
     })
 }
 
+/// Sum of squared relative residuals of `predicted` against `measured`: what the grid fits
+/// (GEMM tiles, the spill knee, the state ramp) compare candidates by.
+fn relative_ssr(measured: &[f64], predicted: &[f64]) -> f64 {
+    measured
+        .iter()
+        .zip(predicted)
+        .map(|(m, p)| ((p - m) / m).powi(2))
+        .sum()
+}
+
 /// Iterations of reweighting (weights from the previous fit's predictions).
 const REWEIGHT_ROUNDS: usize = 3;
 

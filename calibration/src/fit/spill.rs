@@ -5,7 +5,7 @@
 //! the GEMM curve's tile. Intervals: the two bandwidths map the intervals of their inverse
 //! (monotone); the knee carries none (a grid point).
 
-use super::{relative_least_squares, Estimate, FitError, Quality};
+use super::{relative_least_squares, relative_ssr, Estimate, FitError, Quality};
 use serde::Serialize;
 
 /// One timed pass.
@@ -66,11 +66,7 @@ pub fn fit(points: &[PassPoint], knees: &[u64]) -> Result<SpillFit, FitError> {
             continue;
         }
         let predicted: Vec<f64> = x.iter().map(|r| f.predict(r)).collect();
-        let ssr: f64 = y
-            .iter()
-            .zip(&predicted)
-            .map(|(m, p)| ((p - m) / m).powi(2))
-            .sum();
+        let ssr = relative_ssr(&y, &predicted);
         let fit = SpillFit {
             knee_bytes: knee,
             bandwidth_bytes_per_s: Estimate::per_second(b1, f.ci95(1)),

@@ -10,7 +10,7 @@
 //! intervals of their inverses; `w`, `lo` and `hi` span the grid points an F-test at 95% does
 //! not reject against the best, as the GEMM curve's tiles.
 
-use super::{relative_least_squares, Estimate, FitError, Quality};
+use super::{relative_least_squares, relative_ssr, Estimate, FitError, Quality};
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
@@ -99,11 +99,7 @@ pub fn fit(points: &[StatePoint], grid: &[u64], weights: &[f64]) -> Result<State
                     continue;
                 }
                 let predicted: Vec<f64> = x.iter().map(|r| f.predict(r)).collect();
-                let ssr: f64 = y
-                    .iter()
-                    .zip(&predicted)
-                    .map(|(m, p)| ((p - m) / m).powi(2))
-                    .sum();
+                let ssr = relative_ssr(&y, &predicted);
                 let point = |v: f64| Estimate {
                     value: v,
                     ci95: [v, v],
