@@ -25,9 +25,9 @@ pub struct TraceEvent {
     pub flops: u64,
     /// When the backend issued the op, where it knows (see [`OpTiming::issued_ns`]).
     pub issued_ns: Option<u64>,
-    /// The op's own CPU time, where the backend knows (see [`OpTiming::cpu_ns`]); never more
-    /// than its span.
-    pub cpu_ns: Option<u64>,
+    /// How long the op waited for a core, where the backend knows (see
+    /// [`OpTiming::wait_ns`]); never more than its span.
+    pub wait_ns: Option<u64>,
 }
 
 /// Bytes per memory category.
@@ -283,8 +283,8 @@ fn to_events(rank: RankId, ops: &[Op], timings: &[OpTiming]) -> Result<Vec<Trace
                 bytes: op_bytes(op),
                 flops: op_flops(op),
                 issued_ns: t.issued_ns.map(|i| i.min(t.start_ns)),
-                cpu_ns: t
-                    .cpu_ns
+                wait_ns: t
+                    .wait_ns
                     .map(|c| c.min(t.end_ns.max(t.start_ns) - t.start_ns)),
             })
         })
@@ -336,7 +336,7 @@ mod tests {
                     start_ns: u64::from(s.0) * 10,
                     end_ns: u64::from(s.0) * 10 + 5,
                     issued_ns: None,
-                    cpu_ns: None,
+                    wait_ns: None,
                 })
                 .collect())
         }

@@ -208,7 +208,7 @@ mod tests {
             bytes: 0,
             flops: 0,
             issued_ns,
-            cpu_ns: None,
+            wait_ns: None,
         }
     }
 

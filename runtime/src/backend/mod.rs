@@ -51,10 +51,11 @@ pub struct OpTiming {
     /// (the host backend's stream threads); `None` where the device decides (CUDA streams).
     /// `exec` keeps it no later than `start_ns`.
     pub issued_ns: Option<u64>,
-    /// CPU time the op's thread spent on it, where the backend runs it on a host thread of
-    /// its own (the host backend's compute ops): the op's own work. The rest of its span the
-    /// thread waited for its core, as the simulator's `solo_ns` counts a stretched op.
-    pub cpu_ns: Option<u64>,
+    /// How long the op's thread waited for a core while it ran the op (runnable, not running:
+    /// the kernel's run delay), where the backend runs ops on host threads (the host
+    /// backend). The rest of its span is the op's own: its work, and for a transfer its wait
+    /// for data. The simulator's `solo_ns` counts a stretched op the same way.
+    pub wait_ns: Option<u64>,
 }
 
 /// What a backend measured about device memory. Fields a backend cannot measure are `None`.

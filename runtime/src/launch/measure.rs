@@ -32,13 +32,14 @@ pub struct RankMeasure {
     /// As `recent_op_times_ns`, for `op_issued_ns`: empty, or one entry per kept step.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recent_op_issued_ns: Vec<Vec<Option<u64>>>,
-    /// Per op, as `op_times_ns`: its own CPU time, where the backend knows (the host
-    /// backend's compute ops, `OpTiming::cpu_ns`). Empty from a backend that does not know.
+    /// Per op, as `op_times_ns`: how long its thread waited for a core while it ran, where
+    /// the backend knows (the host backend, `OpTiming::wait_ns`). Empty from a backend that
+    /// does not know.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub op_cpu_ns: Vec<Option<u64>>,
-    /// As `recent_op_times_ns`, for `op_cpu_ns`.
+    pub op_wait_ns: Vec<Option<u64>>,
+    /// As `recent_op_times_ns`, for `op_wait_ns`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recent_op_cpu_ns: Vec<Vec<Option<u64>>>,
+    pub recent_op_wait_ns: Vec<Vec<Option<u64>>>,
     /// Per step: [first op start, last op end] on the aligned clock.
     pub step_spans_ns: Vec<[u64; 2]>,
     pub peak: HeldPeak,
@@ -76,8 +77,8 @@ impl RankMeasure {
             recent_op_times_ns: Vec::new(),
             op_issued_ns: run.events.iter().map(|e| e.issued_ns).collect(),
             recent_op_issued_ns: Vec::new(),
-            op_cpu_ns: run.events.iter().map(|e| e.cpu_ns).collect(),
-            recent_op_cpu_ns: Vec::new(),
+            op_wait_ns: run.events.iter().map(|e| e.wait_ns).collect(),
+            recent_op_wait_ns: Vec::new(),
             step_spans_ns: run.step_times_ns.iter().map(|&t| [0, t]).collect(),
             peak: HeldPeak {
                 peak_bytes: m.peak_bytes,
@@ -116,14 +117,15 @@ fn program(schedule: &Schedule, rank: u32) -> &[Op] {
     schedule.get_program(rank).map_or(&[], |p| p.ops.as_slice())
 }
 
-/// Op `i`'s own CPU time when the rank recorded one below its span `[s, e]` (the trace's
-/// `solo_ns`): `None` for ops without one and for ops that ran on their core throughout.
-fn solo_of(m: &RankMeasure, i: usize, s: u64, e: u64) -> Option<u64> {
-    m.op_cpu_ns
+/// How long op `i`, spanning `[s, e]`, waited for a core (at most its span); 0 where the rank
+/// recorded nothing. Its span less this is the trace's `solo_ns`.
+fn waited(m: &RankMeasure, i: usize, s: u64, e: u64) -> u64 {
+    m.op_wait_ns
         .get(i)
         .copied()
         .flatten()
-        .filter(|&c| c < e.saturating_sub(s))
+        .unwrap_or(0)
+        .min(e.saturating_sub(s))
 }
 
 /// Total length of the union of `intervals` (sorted in place).
@@ -190,12 +192,12 @@ pub fn select_step(ranks: &mut [RankMeasure], first: usize) -> Option<usize> {
         } else {
             r.op_issued_ns.clear();
         }
-        if r.recent_op_cpu_ns.len() == r.recent_op_times_ns.len() {
-            if let Some(t) = r.recent_op_cpu_ns.get(i) {
-                r.op_cpu_ns = t.clone();
+        if r.recent_op_wait_ns.len() == r.recent_op_times_ns.len() {
+            if let Some(t) = r.recent_op_wait_ns.get(i) {
+                r.op_wait_ns = t.clone();
             }
         } else {
-            r.op_cpu_ns.clear();
+            r.op_wait_ns.clear();
         }
     }
     Some(step)
@@ -274,7 +276,8 @@ pub fn merge(plan: &Plan, schedule: &Schedule, ranks: &[RankMeasure]) -> Merged 
                 .copied()
                 .flatten()
                 .map(|t| t.saturating_sub(t0).min(s));
-            let solo_ns = solo_of(m, i, s, e);
+            let w = waited(m, i, s, e);
+            let solo_ns = (w > 0).then(|| (e - s) - w);
             events.push(TraceEvent {
                 rank: m.rank,
                 stream: op.stream,
@@ -313,25 +316,26 @@ pub fn merge(plan: &Plan, schedule: &Schedule, ranks: &[RankMeasure]) -> Merged 
         let mut both = compute;
         both.extend(comm);
         let any = union_ns(&mut both);
-        // A compute op's span beyond its own CPU time is the thread waiting for its core:
-        // idle, as the simulator counts a stretched op beyond its solo time (`engine::share`).
-        let waiting: u64 = ops
-            .iter()
-            .enumerate()
-            .take(m.op_times_ns.len())
-            .filter(|(_, op)| matches!(op.kind, OpKind::Compute(_)))
-            .filter_map(|(i, _)| {
-                let (s, e) = rel(i);
-                solo_of(m, i, s, e).map(|c| (e - s) - c)
-            })
-            .sum::<u64>()
-            .min(busy);
+        // The part of an op's span its thread waited for a core is idle, for compute ops and
+        // transfers alike, as the simulator counts a stretched op beyond its solo time
+        // (`engine::share`: waiting never exceeds the account it comes from).
+        let (mut wait_compute, mut wait_comm) = (0u64, 0u64);
+        for (i, op) in ops.iter().enumerate().take(m.op_times_ns.len()) {
+            let (s, e) = rel(i);
+            if matches!(op.kind, OpKind::Compute(_)) {
+                wait_compute += waited(m, i, s, e);
+            } else if is_comm(op) {
+                wait_comm += waited(m, i, s, e);
+            }
+        }
+        let exposed = any - busy;
+        let (wc, wm) = (wait_compute.min(busy), wait_comm.min(exposed));
         stats.push(RankStats {
             rank: m.rank,
             finish_ns,
-            compute_busy_ns: busy - waiting,
-            comm_exposed_ns: any - busy,
-            idle_ns: step_time_ns.saturating_sub(any) + waiting,
+            compute_busy_ns: busy - wc,
+            comm_exposed_ns: exposed - wm,
+            idle_ns: step_time_ns.saturating_sub(any) + wc + wm,
             flops,
             model_flops,
             peak_memory_bytes: m.peak.peak_bytes,
@@ -604,22 +608,22 @@ mod tests {
     }
 
     #[test]
-    fn a_compute_ops_span_beyond_its_cpu_time_is_idle() {
+    fn the_part_of_an_ops_span_spent_waiting_for_a_core_is_idle() {
         let st = staged_pp2();
         let ops = &st.schedule.program(0).ops;
         let compute = ops
             .iter()
             .position(|o| matches!(o.kind, OpKind::Compute(_)))
             .unwrap();
-        // One compute op of 100 ns that had its core for 70 of them.
+        // One compute op of 100 ns that waited 30 of them for its core.
         let mut times = vec![[0u64, 0u64]; ops.len()];
         times[compute] = [0, 100];
         let mut cpu = vec![None; ops.len()];
-        cpu[compute] = Some(70);
+        cpu[compute] = Some(30);
         let rank = RankMeasure {
             rank: 0,
             op_times_ns: times.clone(),
-            op_cpu_ns: cpu.clone(),
+            op_wait_ns: cpu.clone(),
             ..RankMeasure::default()
         };
         let m = merge(&st.plan, &st.schedule, std::slice::from_ref(&rank));
@@ -637,13 +641,13 @@ mod tests {
             .iter()
             .find(|e| e.op == compute as u32);
         assert_eq!(e.unwrap().solo_ns, Some(70));
-        // A CPU time at or above the span (clock granularity) changes nothing.
-        cpu[compute] = Some(100);
+        // No wait: nothing moves, and the event has no solo time.
+        cpu[compute] = Some(0);
         let m = merge(
             &st.plan,
             &st.schedule,
             &[RankMeasure {
-                op_cpu_ns: cpu,
+                op_wait_ns: cpu,
                 ..rank
             }],
         );

@@ -109,7 +109,7 @@ pub fn run_worker(
     let mut spans = Vec::new();
     let mut recent: std::collections::VecDeque<Vec<[u64; 2]>> = Default::default();
     let mut recent_issued: std::collections::VecDeque<Vec<Option<u64>>> = Default::default();
-    let mut recent_cpu: std::collections::VecDeque<Vec<Option<u64>>> = Default::default();
+    let mut recent_wait: std::collections::VecDeque<Vec<Option<u64>>> = Default::default();
     let mut last = None;
     let outcome = (|| -> Result<(), RuntimeError> {
         let first = match &d.checkpoint {
@@ -158,7 +158,7 @@ pub fn run_worker(
             if recent.len() == super::measure::KEPT_STEPS {
                 recent.pop_front();
                 recent_issued.pop_front();
-                recent_cpu.pop_front();
+                recent_wait.pop_front();
             }
             recent.push_back(
                 run.events
@@ -172,7 +172,7 @@ pub fn run_worker(
                     .map(|e| e.issued_ns.map(|t| origin + t))
                     .collect::<Vec<_>>(),
             );
-            recent_cpu.push_back(run.events.iter().map(|e| e.cpu_ns).collect::<Vec<_>>());
+            recent_wait.push_back(run.events.iter().map(|e| e.wait_ns).collect::<Vec<_>>());
             last = Some((run, origin));
             if let (Some(c), Some(cs)) = (&d.checkpoint, &ckpt_store) {
                 if c.due(step + 1, total) {
@@ -204,8 +204,8 @@ pub fn run_worker(
         recent_op_times_ns: recent.into(),
         op_issued_ns: recent_issued.back().cloned().unwrap_or_default(),
         recent_op_issued_ns: recent_issued.into(),
-        op_cpu_ns: recent_cpu.back().cloned().unwrap_or_default(),
-        recent_op_cpu_ns: recent_cpu.into(),
+        op_wait_ns: recent_wait.back().cloned().unwrap_or_default(),
+        recent_op_wait_ns: recent_wait.into(),
         step_spans_ns: spans,
         peak,
         clock_offset_ns: session.clock_offset_ns,

@@ -563,7 +563,7 @@ impl Backend for CudaBackend {
                     end_ns: to_ns(e),
                     // A stream starts the kernel on the device, unseen by the host.
                     issued_ns: None,
-                    cpu_ns: None,
+                    wait_ns: None,
                 });
             }
             // Device memory before the pool may be trimmed (only on request).

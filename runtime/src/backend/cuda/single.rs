@@ -270,7 +270,7 @@ mod tests {
                         start_ns,
                         end_ns: t,
                         issued_ns: None,
-                        cpu_ns: None,
+                        wait_ns: None,
                     }
                 })
                 .collect())

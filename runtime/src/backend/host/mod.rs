@@ -558,7 +558,7 @@ impl Backend for HostBackend {
                 start_ns: t.start_ns.saturating_sub(origin),
                 end_ns: t.end_ns.saturating_sub(origin),
                 issued_ns: t.issued_ns.map(|i| i.saturating_sub(origin)),
-                cpu_ns: t.cpu_ns,
+                wait_ns: t.wait_ns,
             })
             .collect())
     }
