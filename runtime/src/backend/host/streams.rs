@@ -219,9 +219,14 @@ impl Job {
             if let Some(p) = &self.shared.progress {
                 p.started(q.op.stream, q.index);
             }
-            // How long the thread waits for its core during the op (`OpTiming::wait_ns`):
-            // two reads of its scheduler statistics, 0.26 µs each.
-            let delay_at = run_delay_ns();
+            // How long the thread waits for its core during a compute op or a transfer
+            // (`OpTiming::wait_ns`; the merge counts no other op's): two reads of its
+            // scheduler statistics, 0.26 µs each.
+            let timed = !matches!(
+                q.op.kind,
+                OpKind::Alloc { .. } | OpKind::Free { .. } | OpKind::Checkpoint { .. }
+            );
+            let delay_at = timed.then(run_delay_ns).flatten();
             let result = self.run_op(q);
             let wait_ns = delay_at.and_then(|a| Some(run_delay_ns()?.saturating_sub(a)));
             // Every compute op this op's end makes ready, on any stream of the rank, gets in
