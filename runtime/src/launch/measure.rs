@@ -184,23 +184,21 @@ pub fn select_step(ranks: &mut [RankMeasure], first: usize) -> Option<usize> {
         if let Some(t) = r.recent_op_times_ns.get(i) {
             r.op_times_ns = t.clone();
         }
-        // The issue times are kept step for step with the op times, or not at all.
-        if r.recent_op_issued_ns.len() == r.recent_op_times_ns.len() {
-            if let Some(t) = r.recent_op_issued_ns.get(i) {
-                r.op_issued_ns = t.clone();
-            }
-        } else {
-            r.op_issued_ns.clear();
-        }
-        if r.recent_op_wait_ns.len() == r.recent_op_times_ns.len() {
-            if let Some(t) = r.recent_op_wait_ns.get(i) {
-                r.op_wait_ns = t.clone();
-            }
-        } else {
-            r.op_wait_ns.clear();
-        }
+        let kept = r.recent_op_times_ns.len();
+        pick_step(&r.recent_op_issued_ns, kept, i, &mut r.op_issued_ns);
+        pick_step(&r.recent_op_wait_ns, kept, i, &mut r.op_wait_ns);
     }
     Some(step)
+}
+
+/// Sets `current` to step `i` of `recent`, a per-op record (issue times, waits) that is kept
+/// step for step with the `kept` op times, or not at all: one of another length is cleared.
+fn pick_step(recent: &[Vec<Option<u64>>], kept: usize, i: usize, current: &mut Vec<Option<u64>>) {
+    if recent.len() != kept {
+        current.clear();
+    } else if let Some(t) = recent.get(i) {
+        current.clone_from(t);
+    }
 }
 
 /// Merge every rank's measurement. `ranks` is indexed by rank. A collective or a receive
@@ -299,35 +297,29 @@ pub fn merge(plan: &Plan, schedule: &Schedule, ranks: &[RankMeasure]) -> Merged 
         let mut compute: Vec<(u64, u64)> = Vec::new();
         let mut comm: Vec<(u64, u64)> = Vec::new();
         let (mut flops, mut model_flops, mut finish_ns) = (0u64, 0u64, 0u64);
-        for (i, op) in ops.iter().enumerate().take(m.op_times_ns.len()) {
-            let (s, e) = rel(i);
-            finish_ns = finish_ns.max(e);
-            if let OpKind::Compute(c) = &op.kind {
-                compute.push((s, e));
-                flops += c.flops;
-                if c.phase.is_model_work() {
-                    model_flops += c.flops;
-                }
-            } else if is_comm(op) {
-                comm.push((s, e));
-            }
-        }
-        let busy = union_ns(&mut compute.clone());
-        let mut both = compute;
-        both.extend(comm);
-        let any = union_ns(&mut both);
         // The part of an op's span its thread waited for a core is idle, for compute ops and
         // transfers alike, as the simulator counts a stretched op beyond its solo time
         // (`engine::share`: waiting never exceeds the account it comes from).
         let (mut wait_compute, mut wait_comm) = (0u64, 0u64);
         for (i, op) in ops.iter().enumerate().take(m.op_times_ns.len()) {
             let (s, e) = rel(i);
-            if matches!(op.kind, OpKind::Compute(_)) {
+            finish_ns = finish_ns.max(e);
+            if let OpKind::Compute(c) = &op.kind {
+                compute.push((s, e));
                 wait_compute += waited(m, i, s, e);
+                flops += c.flops;
+                if c.phase.is_model_work() {
+                    model_flops += c.flops;
+                }
             } else if is_comm(op) {
+                comm.push((s, e));
                 wait_comm += waited(m, i, s, e);
             }
         }
+        let busy = union_ns(&mut compute.clone());
+        let mut both = compute;
+        both.extend(comm);
+        let any = union_ns(&mut both);
         let exposed = any - busy;
         let (wc, wm) = (wait_compute.min(busy), wait_comm.min(exposed));
         stats.push(RankStats {
@@ -618,50 +610,35 @@ mod tests {
         // One compute op of 100 ns that waited 30 of them for its core.
         let mut times = vec![[0u64, 0u64]; ops.len()];
         times[compute] = [0, 100];
-        let mut cpu = vec![None; ops.len()];
-        cpu[compute] = Some(30);
+        let mut wait = vec![None; ops.len()];
+        wait[compute] = Some(30);
         let rank = RankMeasure {
             rank: 0,
             op_times_ns: times.clone(),
-            op_wait_ns: cpu.clone(),
+            op_wait_ns: wait.clone(),
             ..RankMeasure::default()
         };
-        let m = merge(&st.plan, &st.schedule, std::slice::from_ref(&rank));
-        let r = &m.result.ranks[0];
-        assert_eq!(
-            (r.compute_busy_ns, r.comm_exposed_ns, r.idle_ns),
-            (70, 0, 30)
-        );
-        let e = m
-            .result
-            .trace
-            .as_ref()
-            .unwrap()
-            .events
-            .iter()
-            .find(|e| e.op == compute as u32);
-        assert_eq!(e.unwrap().solo_ns, Some(70));
+        // The merged accounts, and the compute op's solo time in the trace.
+        let merged = |r: &RankMeasure| {
+            let m = merge(&st.plan, &st.schedule, std::slice::from_ref(r));
+            let a = &m.result.ranks[0];
+            let accounts = (a.compute_busy_ns, a.comm_exposed_ns, a.idle_ns);
+            let events = &m.result.trace.as_ref().unwrap().events;
+            let solo = events
+                .iter()
+                .find(|e| e.op == compute as u32)
+                .unwrap()
+                .solo_ns;
+            (accounts, solo)
+        };
+        assert_eq!(merged(&rank), ((70, 0, 30), Some(70)));
         // No wait: nothing moves, and the event has no solo time.
-        cpu[compute] = Some(0);
-        let m = merge(
-            &st.plan,
-            &st.schedule,
-            &[RankMeasure {
-                op_wait_ns: cpu,
-                ..rank
-            }],
-        );
-        let r = &m.result.ranks[0];
-        assert_eq!((r.compute_busy_ns, r.idle_ns), (100, 0));
-        let e = m
-            .result
-            .trace
-            .as_ref()
-            .unwrap()
-            .events
-            .iter()
-            .find(|e| e.op == compute as u32);
-        assert_eq!(e.unwrap().solo_ns, None);
+        wait[compute] = Some(0);
+        let rank = RankMeasure {
+            op_wait_ns: wait,
+            ..rank
+        };
+        assert_eq!(merged(&rank), ((100, 0, 0), None));
     }
 
     #[test]
