@@ -75,15 +75,7 @@ pub fn state_check(schedule: &Schedule, model: &Analytic) -> Option<StateCheck> 
         .ensure(0, MemCategory::Optimizer, Device::Gpu, state_bytes)
         .ok()?;
     let mut evict = vec![0u8; usize::try_from(other_bytes).ok()?];
-    let mut round = 0u64;
-    let kept = crate::sample::measured_ns(REPEATS, || {
-        crate::bench::compute::evict_cache(&mut evict);
-        round += 1;
-        let t = std::time::Instant::now();
-        state.apply_optimizer(round);
-        Ok::<f64, std::convert::Infallible>(t.elapsed().as_nanos() as f64)
-    })
-    .unwrap_or_else(|e| match e {});
+    let kept = crate::bench::memory::time_state_update(&mut state, REPEATS, &mut evict, &mut 0);
     let measured_s = median(&kept.kept)? * 1e-9;
     let predicted_s = model.memory_pass_s(Phase::Optimizer, state.update_bytes());
     Some(StateCheck {
@@ -91,11 +83,7 @@ pub fn state_check(schedule: &Schedule, model: &Analytic) -> Option<StateCheck> 
         other_bytes,
         predicted_s,
         measured_s,
-        error: if measured_s > 0.0 {
-            (measured_s - predicted_s) / measured_s
-        } else {
-            0.0
-        },
+        error: error(predicted_s, measured_s),
     })
 }
 
@@ -141,17 +129,17 @@ fn summarize(
         measured_s += calls * one_s;
         predicted_s += calls * model.compute_evicted_ns(c) as f64 * 1e-9;
     }
-    let error = if measured_s > 0.0 {
-        (measured_s - predicted_s) / measured_s
-    } else {
-        0.0
-    };
     GemmCheck {
         shapes: shapes.len() as u32,
         predicted_s,
         measured_s,
-        error,
+        error: error(predicted_s, measured_s),
     }
+}
+
+/// `(measured - predicted) / measured`, as `twin verify`'s errors; 0 when nothing was measured.
+fn error(predicted_s: f64, measured_s: f64) -> f64 {
+    twin_sim::verify::relative_error(predicted_s, measured_s).unwrap_or(0.0)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! plain memcpy (the host's "device copy"), and the host backend's Alloc op (its allocator
 //! reusing a buffer it kept).
 
-use super::compute::{after_evicting, compute_op, evict_cache, workspace_for};
+use super::compute::{after_evicting, compute_op, workspace_for};
 use super::{Config, Counter, SizedSamples, StateSamples};
 use crate::sample::time_ns;
 use std::time::Instant;
@@ -61,15 +61,7 @@ pub fn state_update(cfg: &Config, progress: &mut Counter) -> Result<Vec<StateSam
         let mut round = 0u64;
         for &e in &cfg.state_evict_bytes {
             let n = usize::try_from(e).unwrap_or(usize::MAX).min(evict.len());
-            let k = crate::sample::measured_ns(cfg.state, || {
-                // The state was last touched by the previous update (or the one below).
-                evict_cache(&mut evict[..n]);
-                round += 1;
-                let t = Instant::now();
-                state.apply_optimizer(round);
-                Ok::<f64, std::convert::Infallible>(t.elapsed().as_nanos() as f64)
-            })
-            .unwrap_or_else(|e| match e {});
+            let k = time_state_update(&mut state, cfg.state, &mut evict[..n], &mut round);
             out.push(StateSamples {
                 state_bytes: bytes,
                 evict_bytes: e,
@@ -81,6 +73,22 @@ pub fn state_update(cfg: &Config, progress: &mut Counter) -> Result<Vec<StateSam
         }
     }
     Ok(out)
+}
+
+/// `ModelState::apply_optimizer` timed `r` times, each after writing `evict` (untimed): the
+/// state was last touched by the update before. `round` numbers the updates (their salt).
+pub(crate) fn time_state_update(
+    state: &mut ModelState,
+    r: crate::sample::Repeats,
+    evict: &mut [u8],
+    round: &mut u64,
+) -> crate::sample::Kept {
+    after_evicting(r, evict, || {
+        *round += 1;
+        let t = Instant::now();
+        state.apply_optimizer(*round);
+        t.elapsed().as_nanos() as f64
+    })
 }
 
 /// memcpy of each size; the recorded bytes are those moved (read + write = twice the size).
