@@ -49,8 +49,8 @@ pub struct MemorySpill {
 /// other bytes, with `S` bytes of the update's own state (half the bytes it moves: each state
 /// byte is read and written). At the distance `E + state_weight x S` the part still resident
 /// is `1` up to `resident_bytes`, `0` from `evicted_bytes`, linear between; a state byte
-/// counts `state_weight` times (about 2 here: an update of 48 MiB ran at DRAM speed with
-/// nothing between, one of 4 MiB at cache speed after 44 MiB). Resident bytes move at
+/// counts `state_weight` times (1-2 here: an update of 48 MiB ran at DRAM speed with nothing
+/// between, one of 4 MiB at cache speed after 44 MiB). Resident bytes move at
 /// `resident_efficiency` of the memory bandwidth, the rest at `evicted_efficiency`
 /// (docs/validation.md, session 16).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -210,17 +210,8 @@ impl Analytic {
             let h = c.resident_fraction(d.saturating_sub(state), state);
             let hbm = self.hbm_bandwidth_bytes_per_s;
             let b = bytes as f64;
-            let resident = if h > 0.0 {
-                h * b / rate(hbm * c.resident_efficiency)
-            } else {
-                0.0
-            };
-            let evicted = if h < 1.0 {
-                (1.0 - h) * b / rate(hbm * c.evicted_efficiency)
-            } else {
-                0.0
-            };
-            return resident + evicted;
+            return h * b / rate(hbm * c.resident_efficiency)
+                + (1.0 - h) * b / rate(hbm * c.evicted_efficiency);
         }
         if let (Phase::Optimizer, Some(e)) = (phase, self.memory_cold_efficiency) {
             return bytes as f64 / rate(self.hbm_bandwidth_bytes_per_s * e);

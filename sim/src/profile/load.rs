@@ -453,7 +453,17 @@ impl Checker<'_> {
         let all = "all four of memory.state_resident_bytes, state_evicted_bytes, \
                    state_resident_efficiency and state_evicted_efficiency, or none";
         match (resident_bytes, evicted_bytes, resident_eff, evicted_eff) {
-            (None, None, None, None) => Ok(None),
+            (None, None, None, None) => match m.state_weight.take() {
+                // A weight alone would be read and then silently not used.
+                Some(w) => Err(self.invalid(
+                    w.value.span(),
+                    "memory.state_weight",
+                    w.value.get_ref().to_string(),
+                    "the other state keys are missing",
+                    all,
+                )),
+                None => Ok(None),
+            },
             (Some(rb), Some(eb), Some(re), Some(ee)) => {
                 if rb.value >= eb.value {
                     return Err(self.ctx.error(

@@ -680,6 +680,11 @@ fn memory_state_keys_are_read_together_and_reach_the_cost_model() {
     // The resident size must be below the evicted one.
     let e = error_of(&text.replace("value = 41943040", "value = 125829120"));
     assert_eq!(e.key, "memory.state_evicted_bytes", "{e}");
+    // A weight without the other keys is refused, not ignored.
+    let weight = STATE_KEYS.lines().next().unwrap();
+    let e = error_of(&A100.replace("[memory]\n", &format!("[memory]\n{weight}\n")));
+    assert_eq!(e.key, "memory.state_weight", "{e}");
+    assert!(e.line.is_some(), "{e}");
     // A negative efficiency is refused.
     let e = error_of(&text.replace("value = 0.3,", "value = -0.3,"));
     assert!(e.key.starts_with("memory.state_evicted_efficiency"), "{e}");
