@@ -13,6 +13,8 @@
 use super::{relative_least_squares, relative_ssr, Estimate, FitError, Quality};
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, FisherSnedecor};
+// The fraction resident at a distance: the cost model's own ramp, so fit and model agree.
+use twin_sim::cost::ramp as resident;
 
 /// One timed update.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -37,11 +39,6 @@ pub struct StateFit {
     pub resident_bandwidth_bytes_per_s: Estimate,
     pub evicted_bandwidth_bytes_per_s: Estimate,
     pub quality: Quality,
-}
-
-/// The fraction resident at distance `d` for the ramp from `lo` to `hi`.
-fn resident(d: f64, lo: f64, hi: f64) -> f64 {
-    ((hi - d) / (hi - lo)).clamp(0.0, 1.0)
 }
 
 struct Candidate {

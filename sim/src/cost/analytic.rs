@@ -66,14 +66,20 @@ impl StateCache {
     /// The fraction of `state_bytes` of state resident after `other_bytes` of other data.
     pub fn resident_fraction(&self, other_bytes: u64, state_bytes: u64) -> f64 {
         let d = other_bytes as f64 + self.state_weight.max(0.0) * state_bytes as f64;
-        let (lo, hi) = (self.resident_bytes as f64, self.evicted_bytes as f64);
-        if d <= lo {
-            1.0
-        } else if d >= hi {
-            0.0
-        } else {
-            (hi - d) / (hi - lo)
-        }
+        ramp(d, self.resident_bytes as f64, self.evicted_bytes as f64)
+    }
+}
+
+/// The ramp of [`StateCache`] at distance `d`: 1 up to `lo`, 0 from `hi`, linear between. The
+/// calibration's fit (`twin_calibration::fit::state`) places `lo` and `hi` with this same
+/// function.
+pub fn ramp(d: f64, lo: f64, hi: f64) -> f64 {
+    if d <= lo {
+        1.0
+    } else if d >= hi {
+        0.0
+    } else {
+        (hi - d) / (hi - lo)
     }
 }
 

@@ -10,7 +10,7 @@ mod gemm;
 mod threads;
 
 pub use analytic::{
-    peak_for, Analytic, MemorySpill, StateCache, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
+    peak_for, ramp, Analytic, MemorySpill, StateCache, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
     DEFAULT_LAUNCH_NS, DEFAULT_MEMORY_EFFICIENCY, HOST_PASS_BYTES_PER_ELEM,
 };
 pub use collective::{
