@@ -72,6 +72,35 @@ mod tests {
     }
 
     #[test]
+    fn base_price_plus_interruptions_is_the_mean_call_slowdowns_of_ten_percent_included() {
+        // 100 us calls with +-0.5% noise; one in 20 runs 10% slow (a neighbour's burst, not a
+        // descheduling): 0.5% of busy time, which a 1.2x-median threshold never counted.
+        let mut rng = SplitMix::new(5);
+        let times: Vec<f64> = (0..20_000)
+            .map(|_| {
+                let base = 100_000.0 * (1.0 + 0.01 * (rng.uniform() - 0.5));
+                if rng.uniform() < 0.05 {
+                    base * 1.1
+                } else {
+                    base
+                }
+            })
+            .collect();
+        let s = summarize(&times);
+        let (per_s, mean_ns) = fit(&s);
+        let interrupted_ns = per_s.value * mean_ns.value * s.busy_ns * 1e-9;
+        let mean_call_ns = s.busy_ns / s.calls as f64;
+        let modelled_ns = s.base_ns + interrupted_ns / s.calls as f64;
+        assert!(
+            (modelled_ns - mean_call_ns).abs() < 1e-6 * mean_call_ns,
+            "{modelled_ns} {mean_call_ns}"
+        );
+        let fraction = interrupted_ns / s.busy_ns;
+        assert!((fraction - 0.05 * 0.1 / 1.005).abs() < 0.001, "{fraction}");
+        assert!((mean_ns.value - 10_000.0).abs() < 500.0, "{mean_ns:?}");
+    }
+
+    #[test]
     fn an_uninterrupted_machine_fits_no_interruptions() {
         let s = summarize(&vec![100_000.0; 1000]);
         let (per_s, mean_ns) = fit(&s);
