@@ -188,9 +188,13 @@ pub struct CudaFits {
 
 /// Fits `s`; `hbm_bytes_per_s` is the profile's datasheet HBM bandwidth.
 pub fn fit(s: &CudaSamples, hbm_bytes_per_s: f64) -> Result<CudaFits, FitError> {
-    let g = gemm::fit(&gemm_points(&s.gemm, false), &TILES, gemm::Operands::Free)
-        .map_err(|e| FitError::Degenerate(format!("GEMM curve: {e}")))?;
-    let holdout = holdout_errors(&g, &s.gemm);
+    let g = gemm::fit(
+        &gemm_points(&s.gemm, false, 0),
+        &TILES,
+        gemm::Operands::Free,
+    )
+    .map_err(|e| FitError::Degenerate(format!("GEMM curve: {e}")))?;
+    let holdout = holdout_errors(&g, &s.gemm, 0);
     let mut notes = Vec::new();
     let memory_bound = named("memory-bound", &sized_points(&s.memory_bound), &mut notes)?;
     let launch_chain = named("launch chain", &sized_points(&s.launch_chain), &mut notes)?;
@@ -265,6 +269,8 @@ pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, 
                 holdout: *origin == "sweep" && i % 5 == 4,
                 kept_ns: k.kept,
                 dropped_ns: k.dropped,
+                warm_kept_ns: Vec::new(),
+                warm_dropped_ns: Vec::new(),
             });
         }
         done += 1;

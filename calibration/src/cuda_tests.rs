@@ -59,6 +59,8 @@ fn synthetic(seed: u64) -> (Plan, CudaSamples) {
             holdout: *origin == "sweep" && i % 5 == 4,
             kept_ns: k.kept,
             dropped_ns: k.dropped,
+            warm_kept_ns: Vec::new(),
+            warm_dropped_ns: Vec::new(),
         });
     }
     let copy = |lat: f64, bw: f64| move |b: u64| lat + b as f64 / bw * 1e9;

@@ -113,19 +113,39 @@ pub(crate) fn sized_points(s: &[SizedSamples]) -> Vec<Point> {
         .collect()
 }
 
-pub(crate) fn gemm_points(s: &[GemmSamples], holdout: bool) -> Vec<GemmPoint> {
+/// The GEMM calls of `s` (held out or not) as fit points. Evicted calls are cold; a
+/// back-to-back call is cold too when its A, B and C (f32) outgrow `private_cache_bytes`
+/// (0: unknown, every back-to-back call warm).
+pub(crate) fn gemm_points(
+    s: &[GemmSamples],
+    holdout: bool,
+    private_cache_bytes: u64,
+) -> Vec<GemmPoint> {
     s.iter()
         .filter(|g| g.holdout == holdout)
         .flat_map(|g| {
-            g.kept_ns.iter().map(move |&t| GemmPoint {
+            let point = move |time_ns: f64, cold: bool| GemmPoint {
                 m: g.m,
                 n: g.n,
                 k: g.k,
                 batch: g.batch,
-                time_ns: t,
-            })
+                time_ns,
+                cold,
+            };
+            let warm_cold = outgrows(g, private_cache_bytes);
+            g.kept_ns
+                .iter()
+                .map(move |&t| point(t, true))
+                .chain(g.warm_kept_ns.iter().map(move |&t| point(t, warm_cold)))
         })
         .collect()
+}
+
+/// Whether one product of `g`'s shape (A, B and C in f32) outgrows a private cache of
+/// `cache_bytes` (never when the size is unknown, 0).
+fn outgrows(g: &GemmSamples, cache_bytes: u64) -> bool {
+    let shape = twin_sim::schedule::Gemm::single(g.m, g.n, g.k, 1);
+    cache_bytes > 0 && twin_sim::cost::gemm_working_set_bytes(&shape, 4) > cache_bytes
 }
 
 /// The nccl-tests model of a host collective kind (the host runs the same ring algorithms).
@@ -244,27 +264,49 @@ fn spill(s: &Samples, notes: &mut Vec<String>) -> Option<crate::fit::spill::Spil
     }
 }
 
-/// The curve's prediction of one call of `batch` products of `m x n x k`.
-pub fn gemm_predict_ns(f: &GemmFit, m: u64, n: u64, k: u64, batch: u64) -> f64 {
+/// The curve's prediction of one call of `batch` products of `m x n x k`, its operands out of
+/// the private cache when it starts (`cold`) or not.
+pub fn gemm_predict_ns(f: &GemmFit, m: u64, n: u64, k: u64, batch: u64, cold: bool) -> f64 {
     let kf = k as f64;
     let rate = f.rate_flops_per_s.value * kf / (kf + f.k_half.value.max(0.0));
     let products = batch.max(1) as f64;
-    let operands_ns = f
-        .operand_bytes_per_s
-        .map_or(0.0, |bw| gemm::operand_bytes(m, n, k) / bw.value * 1e9);
-    (gemm::padded_flops(m, n, k, f.tile_m, f.tile_n) / rate * 1e9 + operands_ns) * products
+    let bytes = gemm::operand_bytes(m, n, k);
+    let per_byte_ns = |e: &Option<crate::fit::Estimate>| e.map_or(0.0, |bw| bytes / bw.value * 1e9);
+    let (pack_ns, load_ns) = (
+        per_byte_ns(&f.pack_bytes_per_s),
+        per_byte_ns(&f.operand_bytes_per_s),
+    );
+    let cold_ns = if cold {
+        load_ns + f.cold_ramp_ns.map_or(0.0, |e| e.value)
+    } else {
+        0.0
+    };
+    (gemm::padded_flops(m, n, k, f.tile_m, f.tile_n) / rate * 1e9 + pack_ns) * products
         + f.ramp_ns.value.max(0.0)
+        + cold_ns
 }
 
-/// Relative error of the curve `g` on each held-out shape's median.
-pub(crate) fn holdout_errors(g: &GemmFit, samples: &[GemmSamples]) -> Vec<f64> {
+/// Relative error of the curve `g` on each held-out shape's median, evicted calls and
+/// back-to-back calls (cold when they outgrow `private_cache_bytes`) apart.
+pub(crate) fn holdout_errors(
+    g: &GemmFit,
+    samples: &[GemmSamples],
+    private_cache_bytes: u64,
+) -> Vec<f64> {
     samples
         .iter()
         .filter(|x| x.holdout)
-        .filter_map(|x| {
-            let med = crate::sample::median(&x.kept_ns)?;
-            Some(((gemm_predict_ns(g, x.m, x.n, x.k, x.batch) - med) / med).abs())
+        .flat_map(|x| {
+            let err = move |times: &[f64], cold: bool| {
+                let med = crate::sample::median(times)?;
+                Some(((gemm_predict_ns(g, x.m, x.n, x.k, x.batch, cold) - med) / med).abs())
+            };
+            [
+                err(&x.kept_ns, true),
+                err(&x.warm_kept_ns, outgrows(x, private_cache_bytes)),
+            ]
         })
+        .flatten()
         .collect()
 }
 
@@ -306,7 +348,7 @@ fn poor_transfer_fit(what: &str, f: &AlphaBeta) -> Option<String> {
 
 /// Fits every benchmark of `s`.
 pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
-    let fit_pts = gemm_points(&s.gemm, false);
+    let fit_pts = gemm_points(&s.gemm, false, s.private_cache_bytes);
     let mut notes = Vec::new();
     // The host's sgemm packs A and B from beyond the private cache: the curve with the
     // operand term, or without it (and a note) when that cannot be fitted.
@@ -328,7 +370,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
             x.kept_ns.iter().map(move |t| flops / t * 1e9)
         })
         .fold(0.0f64, f64::max);
-    let holdout = holdout_errors(&g, &s.gemm);
+    let holdout = holdout_errors(&g, &s.gemm, s.private_cache_bytes);
     let launch = named("op overhead", &sized_points(&s.launch), &mut notes)?;
     let launch_ns = launch.bandwidth_bytes_per_s.map_monotone(|ops| 1e9 / ops);
     let handoff_ns = (!s.handoff_gap.is_empty())

@@ -141,10 +141,24 @@ pub fn to_profile(
         ),
         // The host backend runs a batched GEMM's products as separate sgemm calls.
         gemm_ramp_per_product: true,
+        // The host backend runs a compute op as one call, whatever its kernel count.
+        launch_per_op: true,
         gemm_operand_bytes_per_s: f.gemm.operand_bytes_per_s.map(|b| {
             fitted(
                 b,
-                r("GEMM curve fit: A and B bytes (f32) per product over the loading rate, operands evicted from the private cache first"),
+                r("GEMM curve fit: A and B bytes (f32) a call whose operands were evicted from the private cache loads, over this rate, beyond packing them"),
+            )
+        }),
+        gemm_pack_bytes_per_s: f.gemm.pack_bytes_per_s.map(|b| {
+            fitted(
+                b,
+                r("GEMM curve fit: A and B bytes (f32) every product packs, over this rate (calls back to back and after an eviction)"),
+            )
+        }),
+        gemm_cold_ramp_ns: f.gemm.cold_ramp_ns.map(|c| {
+            fitted(
+                c.clamp(0.0, f64::MAX),
+                r("GEMM curve fit: fixed time a call whose operands were evicted pays beyond gemm.ramp_ns"),
             )
         }),
         gemm_operand_cache_bytes: f.gemm.operand_bytes_per_s.map(|_| Param {

@@ -131,6 +131,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         state_update: memory::state_update(&cfg, &mut progress).map_err(CalibError::Bench)?,
         memcpy: bench::memory::memcpy(&cfg, &mut progress),
         alloc: bench::memory::alloc(&cfg, &mut progress),
+        private_cache_bytes: cfg.private_cache_bytes,
         ..Samples::default()
     };
     (samples.launch, samples.handoff_gap) = bench::launch::launch(&cfg, &mut progress)?;
@@ -361,6 +362,7 @@ pub fn cuda_profile(base: &Profile, f: &crate::cuda::CudaFits, prov: &Provenance
     p.gemm_tile_m = tile(g.tile_m, g.tile_m_ci95, "interval");
     p.gemm_tile_n = tile(g.tile_n, g.tile_n_ci95, "interval");
     p.gemm_ramp_per_product = false;
+    p.launch_per_op = false;
     p.memory_efficiency = fitted(
         f.memory_efficiency,
         "memory-bound device copies (bytes read + written) / gpu.hbm_bandwidth_bytes_per_s",

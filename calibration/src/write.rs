@@ -157,6 +157,10 @@ pub fn profile_toml(
     if let (Some(b), Some(c)) = (&p.gemm_operand_bytes_per_s, &p.gemm_operand_cache_bytes) {
         o.push_str(&param("operand_bytes_per_s", b));
         o.push_str(&param("operand_cache_bytes", c));
+        if let (Some(pk), Some(cr)) = (&p.gemm_pack_bytes_per_s, &p.gemm_cold_ramp_ns) {
+            o.push_str(&param("pack_bytes_per_s", pk));
+            o.push_str(&param("cold_ramp_ns", cr));
+        }
     }
     o.push_str("\n[memory]\n");
     o.push_str(&param("efficiency", &p.memory_efficiency));
@@ -184,6 +188,9 @@ pub fn profile_toml(
     }
     o.push_str("\n[kernel]\n");
     o.push_str(&param("launch_ns", &p.launch_ns));
+    if p.launch_per_op {
+        o.push_str("launch_per_op = true\n");
+    }
     if let Some(a) = &p.op_overhead_ns {
         o.push_str(&param("op_overhead_ns", a));
     }

@@ -117,7 +117,8 @@ pub(crate) fn evict_cache(buf: &mut [u8]) {
 }
 
 /// Times the sweep's shapes and `extra` (a scenario's), one call per sample, in an order
-/// shuffled by `seed` (so slow drift of the machine does not line up with shape).
+/// shuffled by `seed` (so slow drift of the machine does not line up with shape): each shape
+/// after evicting the private cache, then back to back.
 pub fn gemms(cfg: &Config, extra: &[Gemm], seed: u64, progress: &mut Counter) -> Vec<GemmSamples> {
     let sweep = cfg.sweep_shapes();
     let mut all: Vec<(Gemm, &'static str, bool)> = sweep
@@ -136,6 +137,7 @@ pub fn gemms(cfg: &Config, extra: &[Gemm], seed: u64, progress: &mut Counter) ->
     let mut out = Vec::with_capacity(all.len());
     for ((g, origin, holdout), c) in all.iter().zip(&ops) {
         let k = time_gemm(&mut ws, c, &mut evict, cfg.gemm);
+        let warm = crate::sample::time_ns(cfg.gemm, || ws.run_gemms(c));
         out.push(GemmSamples {
             m: g.m,
             n: g.n,
@@ -145,6 +147,8 @@ pub fn gemms(cfg: &Config, extra: &[Gemm], seed: u64, progress: &mut Counter) ->
             holdout: *holdout,
             kept_ns: k.kept,
             dropped_ns: k.dropped,
+            warm_kept_ns: warm.kept,
+            warm_dropped_ns: warm.dropped,
         });
         progress.tick("gemm");
     }

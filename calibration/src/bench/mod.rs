@@ -35,6 +35,13 @@ pub struct Config {
     pub mode: Mode,
     pub gemm_mn: Vec<u64>,
     pub gemm_k: Vec<u64>,
+    /// Thin-and-wide shapes beside the square grid: one of m and n from `gemm_thin` (the
+    /// tokens of a micro batch), the other from `gemm_wide` (an FFN or fused-QKV width), k
+    /// from `gemm_wide_k`. Both orders: a forward GEMM is thin x wide, a weight gradient
+    /// wide x thin.
+    pub gemm_thin: Vec<u64>,
+    pub gemm_wide: Vec<u64>,
+    pub gemm_wide_k: Vec<u64>,
     pub gemm: Repeats,
     /// Largest scenario GEMM shapes timed (the most frequent first).
     pub max_scenario_shapes: usize,
@@ -126,6 +133,9 @@ impl Config {
                 mode,
                 gemm_mn: vec![40, 100, 128, 200, 256, 384],
                 gemm_k: vec![16, 32, 64, 128, 256, 512, 1024],
+                gemm_thin: vec![40, 128],
+                gemm_wide: vec![512, 768, 1024],
+                gemm_wide_k: vec![64, 256, 1024],
                 gemm: r(2, 9),
                 max_scenario_shapes: 64,
                 gemm_evict_bytes: evict,
@@ -173,6 +183,9 @@ impl Config {
                 mode,
                 gemm_mn: vec![40, 128, 200],
                 gemm_k: vec![32, 128, 512],
+                gemm_thin: vec![40],
+                gemm_wide: vec![768],
+                gemm_wide_k: vec![64, 512],
                 gemm: r(1, 5),
                 max_scenario_shapes: 16,
                 gemm_evict_bytes: evict,
@@ -201,6 +214,9 @@ impl Config {
                 mode,
                 gemm_mn: vec![24, 64],
                 gemm_k: vec![16, 64, 128],
+                gemm_thin: Vec::new(),
+                gemm_wide: Vec::new(),
+                gemm_wide_k: Vec::new(),
                 gemm: r(1, 2),
                 max_scenario_shapes: 4,
                 gemm_evict_bytes: evict,
@@ -235,6 +251,14 @@ impl Config {
             for &n in &self.gemm_mn {
                 for &k in &self.gemm_k {
                     out.push(Gemm::single(m, n, k, 1));
+                }
+            }
+        }
+        for &thin in &self.gemm_thin {
+            for &wide in &self.gemm_wide {
+                for &k in &self.gemm_wide_k {
+                    out.push(Gemm::single(thin, wide, k, 1));
+                    out.push(Gemm::single(wide, thin, k, 1));
                 }
             }
         }
@@ -300,8 +324,14 @@ pub struct GemmSamples {
     pub origin: &'static str,
     /// Held out of the fit (every fifth sweep shape), to check the curve on unseen shapes.
     pub holdout: bool,
+    /// Calls after evicting the private cache (the host), or plain calls (GPUs).
     pub kept_ns: Vec<f64>,
     pub dropped_ns: Vec<f64>,
+    /// Calls back to back, operands where the call before left them (the host; empty on
+    /// GPUs): with the evicted calls, they part what every call pays for its operands
+    /// (packing) from what a cold call pays more (`fit::gemm`).
+    pub warm_kept_ns: Vec<f64>,
+    pub warm_dropped_ns: Vec<f64>,
 }
 
 /// Samples of one transfer: `kind` is `p2p` or a collective name.
@@ -341,6 +371,9 @@ pub struct StateSamples {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Samples {
     pub gemm: Vec<GemmSamples>,
+    /// The core's private cache (`Config::private_cache_bytes`): a back-to-back GEMM call
+    /// whose A, B and C outgrow it finds its operands out of it, as an evicted one does.
+    pub private_cache_bytes: u64,
     /// axpy pass: bytes moved (12 per element).
     pub memory_pass: Vec<SizedSamples>,
     /// The same pass at `Config::pass_large_bytes`.

@@ -20,12 +20,13 @@
 //! - `k / (k + k_half)`: a short main loop does not amortise the per-tile prologue/epilogue;
 //!   this is why per-head attention GEMMs (k = head_dim = 128) run far below peak.
 //! - The roofline bound on bytes: skinny GEMMs are memory bound.
-//! - [`OperandLoad`] (optional, host profiles): `+ (mk + kn) * dtype_bytes / bytes_per_s`, the
-//!   time to bring A and B in from beyond the private cache, which a CPU sgemm pays when it
-//!   packs them. It is not part of [`GemmCurve::gemm_s`]: whether an op's operands are still
-//!   cached depends on the op (the cost model decides, [`OperandLoad::cache_bytes`]). GPUs
-//!   leave it out: their operand traffic overlaps the tensor cores and the roofline bound
-//!   above covers what does not.
+//! - [`OperandLoad`] (optional, host profiles). A CPU sgemm packs A and B into its own layout
+//!   on every call: `+ (mk + kn) * dtype_bytes / pack_bytes_per_s` per product, part of
+//!   [`GemmCurve::gemm_s`]. Operands that must first come in from beyond the private cache
+//!   cost `cold_ramp + bytes / bytes_per_s` more ([`GemmCurve::cold_s`]). That is not part of
+//!   `gemm_s`: whether an op's operands are still cached depends on the op (the cost model
+//!   decides, [`OperandLoad::cache_bytes`]). GPUs leave both out: their operand traffic
+//!   overlaps the tensor cores and the roofline bound above covers what does not.
 //! - `ramp`: per-call fixed cost (launch to first tile, last-wave tail), which dominates
 //!   small GEMMs. A batched GEMM (`Gemm::batch` products in one strided-batched call, as the
 //!   per-head attention GEMMs run on a GPU) pays it once per call; where each product is its
@@ -57,15 +58,33 @@ pub struct GemmCurve {
     pub operands: Option<OperandLoad>,
 }
 
-/// Where GEMM operands come from beyond the core's private cache (host profiles, keys
-/// `gemm.operand_bytes_per_s` and `gemm.operand_cache_bytes`).
+/// What a CPU sgemm pays for its operands (host profiles, keys `gemm.operand_bytes_per_s`,
+/// `gemm.operand_cache_bytes`, `gemm.pack_bytes_per_s` and `gemm.cold_ramp_ns`).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct OperandLoad {
-    /// Rate at which one call's A and B are brought in.
+    /// Rate at which A and B come in from beyond the private cache, beyond packing them.
     pub bytes_per_s: f64,
-    /// The private cache: an op whose working set is larger loads its operands (the cost
-    /// model's rule, `Analytic::compute_ns`).
+    /// The private cache: an op whose working set is larger finds its operands evicted (the
+    /// cost model's rule, `Analytic::compute_ns`).
     pub cache_bytes: u64,
+    /// Rate at which every product packs its A and B, cached or not; `None`: not priced apart
+    /// (profiles fitted before session 17, whose load rate carried the packing too).
+    pub pack_bytes_per_s: Option<f64>,
+    /// Fixed cost of a call whose operands are not cached, beyond `ramp_ns`.
+    pub cold_ramp_ns: u64,
+}
+
+/// Bytes of one product's A and B, what the host's sgemm reads and packs per call.
+pub fn operand_bytes(g: &Gemm, elem_bytes: u64) -> u64 {
+    g.m.saturating_mul(g.k)
+        .saturating_add(g.k.saturating_mul(g.n))
+        .saturating_mul(elem_bytes)
+}
+
+/// Bytes one product touches: A, B and C (what must fit the private cache for a call to find
+/// its operands where the last call of the same shape left them).
+pub fn working_set_bytes(g: &Gemm, elem_bytes: u64) -> u64 {
+    operand_bytes(g, elem_bytes).saturating_add(g.m.saturating_mul(g.n).saturating_mul(elem_bytes))
 }
 
 /// Defaults fitted to the A100 per-layer timings of Korthikanti et al. 2022 (Table 4) by
@@ -131,18 +150,31 @@ impl GemmCurve {
         } else {
             g.calls()
         };
-        f64::from(g.count) * product + f64::from(calls) * self.ramp_s()
+        let pack = self
+            .operands
+            .and_then(|o| o.pack_bytes_per_s)
+            .map_or(0.0, |r| operand_bytes(g, elem_bytes) as f64 / positive(r));
+        f64::from(g.count) * (product + pack) + f64::from(calls) * self.ramp_s()
     }
 
     fn ramp_s(&self) -> f64 {
         self.ramp_ns as f64 * 1e-9
     }
 
-    /// Seconds to load the A and B operands of one product of `g` (0 without [`OperandLoad`]).
+    /// Seconds to load the A and B operands of one product of `g` from beyond the private
+    /// cache, the cold call's fixed cost left out (0 without [`OperandLoad`]).
     pub fn operand_load_s(&self, g: &Gemm, elem_bytes: u64) -> f64 {
         self.operands.map_or(0.0, |o| {
-            let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
-            (m * k + k * n) * elem_bytes as f64 / positive(o.bytes_per_s)
+            operand_bytes(g, elem_bytes) as f64 / positive(o.bytes_per_s)
+        })
+    }
+
+    /// Seconds a call pays beyond its cached price when `bytes` of operands must come in
+    /// from beyond the private cache: the cold fixed cost and the load (0 without
+    /// [`OperandLoad`]).
+    pub fn cold_s(&self, bytes: u64) -> f64 {
+        self.operands.map_or(0.0, |o| {
+            o.cold_ramp_ns as f64 * 1e-9 + bytes as f64 / positive(o.bytes_per_s)
         })
     }
 
@@ -291,6 +323,8 @@ mod tests {
             operands: Some(OperandLoad {
                 bytes_per_s: 10e9,
                 cache_bytes: 1 << 20,
+                pack_bytes_per_s: None,
+                cold_ramp_ns: 0,
             }),
             ..DEFAULT_GEMM_CURVE
         };
@@ -306,10 +340,47 @@ mod tests {
             operands: Some(OperandLoad {
                 bytes_per_s: 0.0,
                 cache_bytes: 0,
+                pack_bytes_per_s: Some(0.0),
+                cold_ramp_ns: 0,
             }),
             ..DEFAULT_GEMM_CURVE
         };
         assert!(broken.operand_load_s(&g, 4) >= 0.0);
+        assert!(broken.cold_s(1 << 20) >= 0.0);
+        assert!(broken.gemm_s(&g, 4, A100_BF16, A100_HBM) >= 0.0);
+    }
+
+    #[test]
+    fn packing_is_paid_per_product_and_a_cold_call_adds_its_ramp_and_load() {
+        let g = Gemm::single(64, 1024, 256, 3);
+        let bytes = (64 * 256 + 256 * 1024) * 4;
+        assert_eq!(operand_bytes(&g, 4), bytes);
+        assert_eq!(working_set_bytes(&g, 4), bytes + 64 * 1024 * 4);
+        let load = OperandLoad {
+            bytes_per_s: 10e9,
+            cache_bytes: 1 << 20,
+            pack_bytes_per_s: None,
+            cold_ramp_ns: 0,
+        };
+        let unpacked = GemmCurve {
+            operands: Some(load),
+            ..DEFAULT_GEMM_CURVE
+        };
+        let packed = GemmCurve {
+            operands: Some(OperandLoad {
+                pack_bytes_per_s: Some(40e9),
+                cold_ramp_ns: 1_500,
+                ..load
+            }),
+            ..DEFAULT_GEMM_CURVE
+        };
+        let pack_s = 3.0 * bytes as f64 / 40e9;
+        let d =
+            packed.gemm_s(&g, 4, A100_BF16, A100_HBM) - unpacked.gemm_s(&g, 4, A100_BF16, A100_HBM);
+        assert!((d / pack_s - 1.0).abs() < 1e-9, "{d} {pack_s}");
+        assert!((unpacked.cold_s(bytes) - bytes as f64 / 10e9).abs() < 1e-15);
+        assert!((packed.cold_s(bytes) - (1.5e-6 + bytes as f64 / 10e9)).abs() < 1e-15);
+        assert_eq!(DEFAULT_GEMM_CURVE.cold_s(bytes), 0.0);
     }
 
     #[test]

@@ -17,7 +17,10 @@ pub use collective::{
     Algorithm, CollectiveEstimate, Decomposition, GroupShape, NvlsModel, Pattern, Phase, TierModel,
     DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY,
 };
-pub use gemm::{GemmCurve, OperandLoad, DEFAULT_GEMM_CURVE};
+pub use gemm::{
+    operand_bytes as gemm_operand_bytes, working_set_bytes as gemm_working_set_bytes, GemmCurve,
+    OperandLoad, DEFAULT_GEMM_CURVE,
+};
 pub use threads::{cfs_relative_weight, host_compute_weight, HOST_COMPUTE_NICE};
 
 use crate::plan::{Group, Plan};

@@ -57,6 +57,8 @@ struct RawGemm {
     ramp_per_product: bool,
     operand_bytes_per_s: Option<RawParam>,
     operand_cache_bytes: Option<RawParam>,
+    pack_bytes_per_s: Option<RawParam>,
+    cold_ramp_ns: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -91,6 +93,8 @@ struct RawHost {
 struct RawKernel {
     launch_ns: RawParam,
     op_overhead_ns: Option<RawParam>,
+    #[serde(default)]
+    launch_per_op: bool,
 }
 
 #[derive(Deserialize)]
@@ -539,6 +543,28 @@ impl Checker<'_> {
                 Range::NonNegative,
             ),
         )?;
+        if let (Some(p), None) = (&raw.gemm.pack_bytes_per_s, &operand_bytes_per_s) {
+            // Packing without the operand term would be read and then silently not used.
+            return Err(self.invalid(
+                p.value.span(),
+                "gemm.pack_bytes_per_s",
+                p.value.get_ref().to_string(),
+                "gemm.operand_bytes_per_s and gemm.operand_cache_bytes are missing",
+                "gemm.pack_bytes_per_s and gemm.cold_ramp_ns only with the two operand keys",
+            ));
+        }
+        let (pack_bytes_per_s, cold_ramp_ns) = self.pair(
+            (
+                "gemm.pack_bytes_per_s",
+                raw.gemm.pack_bytes_per_s.take(),
+                Range::Positive,
+            ),
+            (
+                "gemm.cold_ramp_ns",
+                raw.gemm.cold_ramp_ns.take(),
+                Range::NonNegative,
+            ),
+        )?;
         let (wake, per_idle, per_s, mean, handoff) = match raw.host.as_mut() {
             Some(h) => (
                 h.wake_ns.take(),
@@ -587,12 +613,15 @@ impl Checker<'_> {
             gemm_ramp_per_product: raw.gemm.ramp_per_product,
             gemm_operand_bytes_per_s: operand_bytes_per_s,
             gemm_operand_cache_bytes: operand_cache_bytes,
+            gemm_pack_bytes_per_s: pack_bytes_per_s,
+            gemm_cold_ramp_ns: cold_ramp_ns,
             memory_efficiency: self.param(
                 "memory.efficiency",
                 raw.memory.efficiency,
                 Range::Fraction,
             )?,
             launch_ns: self.param("kernel.launch_ns", raw.kernel.launch_ns, Range::NonNegative)?,
+            launch_per_op: raw.kernel.launch_per_op,
             intra: self.link("network.intra", raw.network.intra)?,
             inter: self.link("network.inter", raw.network.inter)?,
             nvls_efficiency,

@@ -119,6 +119,12 @@ pub struct Profile {
     /// profiles; see `cost::gemm::OperandLoad`). Both or neither; absent: no such term.
     pub gemm_operand_bytes_per_s: Option<Param>,
     pub gemm_operand_cache_bytes: Option<Param>,
+    /// `gemm.pack_bytes_per_s` / `gemm.cold_ramp_ns`: every product packs its A and B at
+    /// `pack_bytes_per_s`, cached or not, and a call whose operands are not cached pays
+    /// `cold_ramp_ns` beyond `gemm.ramp_ns` (host profiles from session 17 on). Both or
+    /// neither, and only with the two operand keys; absent: the load rate carries the packing.
+    pub gemm_pack_bytes_per_s: Option<Param>,
+    pub gemm_cold_ramp_ns: Option<Param>,
     /// Achieved fraction of HBM bandwidth for streaming (memory-bound) kernels.
     pub memory_efficiency: Param,
     /// `memory.spill_bytes` / `memory.spill_efficiency`: the bytes of one memory-bound pass
@@ -160,6 +166,10 @@ pub struct Profile {
     /// (allocations, frees, transfers, checkpoints: the host backend's stream loop runs each
     /// like a compute op); absent means none (compute ops pay `launch_ns`).
     pub op_overhead_ns: Option<Param>,
+    /// `kernel.launch_per_op`: the backend runs a compute op as one call, whatever its kernel
+    /// count (the host backend), so the op pays `launch_ns` once; default false: once per
+    /// kernel, as a GPU launches them.
+    pub launch_per_op: bool,
     /// `[host] cores`: CPU cores the ranks of one node share for compute (host backend);
     /// absent means every rank has its own device.
     pub host_cores: Option<Param>,
@@ -235,6 +245,8 @@ impl Profile {
                 (Some(b), Some(c)) => Some(crate::cost::OperandLoad {
                     bytes_per_s: b.value,
                     cache_bytes: whole(c),
+                    pack_bytes_per_s: self.gemm_pack_bytes_per_s.as_ref().map(|p| p.value),
+                    cold_ramp_ns: self.gemm_cold_ramp_ns.as_ref().map_or(0, whole),
                 }),
                 _ => None,
             },
@@ -305,6 +317,7 @@ impl Analytic {
                 _ => None,
             },
             launch_ns: whole(&p.launch_ns),
+            launch_per_op: p.launch_per_op,
             links: p.tiers(),
             checkpoint_bandwidth_bytes_per_s: p
                 .checkpoint_bandwidth_bytes_per_s

@@ -108,6 +108,8 @@ impl Profile {
             (self.memory_cold_efficiency.as_mut(), Fraction),
             (self.gemm_operand_bytes_per_s.as_mut(), Positive),
             (self.gemm_operand_cache_bytes.as_mut(), NonNegative),
+            (self.gemm_pack_bytes_per_s.as_mut(), Positive),
+            (self.gemm_cold_ramp_ns.as_mut(), NonNegative),
             (self.host_cores.as_mut(), Count),
         ];
         v.extend(optional.into_iter().filter_map(|(p, r)| p.map(|p| (p, r))));

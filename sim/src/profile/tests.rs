@@ -253,7 +253,9 @@ fn gemm_operand_keys_come_in_pairs_and_reach_the_curve() {
         p.gemm_curve().operands,
         Some(crate::cost::OperandLoad {
             bytes_per_s: 1.5e10,
-            cache_bytes: 2 << 20
+            cache_bytes: 2 << 20,
+            pack_bytes_per_s: None,
+            cold_ramp_ns: 0,
         })
     );
     let e = error_of(&text.replace("value = 1.5e10", "value = 0.0"));
@@ -266,6 +268,33 @@ fn gemm_operand_keys_come_in_pairs_and_reach_the_curve() {
     let e = error_of(&one);
     assert_eq!(e.key, "gemm.operand_bytes_per_s");
     assert!(e.to_string().contains("operand_cache_bytes"), "{e}");
+}
+
+#[test]
+fn gemm_packing_keys_come_in_a_pair_and_only_with_the_operand_keys() {
+    let operand = "operand_bytes_per_s = { value = 1.5e10, source = \"fitted\", ref = \"t\" }\noperand_cache_bytes = { value = 2097152, source = \"datasheet\", ref = \"t\" }\n";
+    let pack = "pack_bytes_per_s = { value = 4e10, source = \"fitted\", ref = \"t\" }\ncold_ramp_ns = { value = 1500, source = \"fitted\", ref = \"t\" }\n";
+    let text = A100.replace("[gemm]\n", &format!("[gemm]\n{operand}{pack}"));
+    let p = parse_str(&text, "p.toml").unwrap();
+    let o = p.gemm_curve().operands.unwrap();
+    assert_eq!((o.pack_bytes_per_s, o.cold_ramp_ns), (Some(4e10), 1500));
+    // One of the pair alone names the other.
+    let e = error_of(&text.replace(
+        "cold_ramp_ns = { value = 1500, source = \"fitted\", ref = \"t\" }\n",
+        "",
+    ));
+    assert_eq!(e.key, "gemm.pack_bytes_per_s");
+    assert!(e.to_string().contains("cold_ramp_ns"), "{e}");
+    // Packing without the operand keys is refused, with its line.
+    let e = error_of(&A100.replace("[gemm]\n", &format!("[gemm]\n{pack}")));
+    assert_eq!(e.key, "gemm.pack_bytes_per_s");
+    assert!(
+        e.line.is_some() && e.to_string().contains("operand_bytes_per_s"),
+        "{e}"
+    );
+    // A non-positive packing rate is refused like any rate.
+    let e = error_of(&text.replace("value = 4e10", "value = 0"));
+    assert!(e.key.starts_with("gemm.pack_bytes_per_s"), "{e}");
 }
 
 #[test]
