@@ -1,5 +1,5 @@
-//! Correctness of the host transport on 2-8 ranks, each rank a thread with its own TCP mesh
-//! on loopback: every collective kind on whole and partial groups (in ring orders that differ
+//! Correctness of the host transport on 2-8 ranks, each rank a thread with its own mesh (Unix
+//! sockets between ranks on one host, TCP where asked): every collective kind on whole and partial groups (in ring orders that differ
 //! from rank order), p2p rings, and whole generated schedules (tp, pp, dp, ZeRO, cp, ep)
 //! whose every transfer and collective is checked against known data by the backend.
 
@@ -25,6 +25,15 @@ fn on_mesh<R: Send + 'static>(
     world: u32,
     f: impl Fn(u32, &Mesh) -> R + Send + Sync + 'static,
 ) -> Vec<R> {
+    on_mesh_with(world, true, f)
+}
+
+/// [`on_mesh`] with Unix sockets between the ranks allowed (`local`) or TCP only.
+fn on_mesh_with<R: Send + 'static>(
+    world: u32,
+    local: bool,
+    f: impl Fn(u32, &Mesh) -> R + Send + Sync + 'static,
+) -> Vec<R> {
     let server = StoreServer::start("127.0.0.1", 0, Clock::new()).unwrap();
     let port = server.addr.port();
     let f = Arc::new(f);
@@ -33,7 +42,7 @@ fn on_mesh<R: Send + 'static>(
             let f = Arc::clone(&f);
             std::thread::spawn(move || {
                 let mut store = StoreClient::connect("127.0.0.1", port, T).unwrap();
-                let mesh = Mesh::connect(&mut store, rank, world, T).unwrap();
+                let mesh = Mesh::connect_with(&mut store, rank, world, T, local).unwrap();
                 f(rank, &mesh)
             })
         })
@@ -69,6 +78,35 @@ fn every_collective_is_correct_on_2_to_8_ranks() {
             checked
         });
         assert!(results.iter().all(|&c| c >= 15), "{results:?}");
+    }
+}
+
+#[test]
+fn ranks_on_one_host_use_unix_sockets_and_tcp_when_asked_and_both_carry_collectives() {
+    for local in [true, false] {
+        let kinds = on_mesh_with(3, local, move |rank, mesh| {
+            let members = [0, 1, 2];
+            let ring = Ring::new(mesh, &members, 2, 7).unwrap();
+            for kind in KINDS {
+                let input = collective::input(kind, &ring, 4099, 3);
+                let out = collective::execute(kind, &ring, &input).unwrap();
+                collective::verify(kind, &ring, &out, 3)
+                    .unwrap_or_else(|e| panic!("local {local} rank {rank}: {e}"));
+            }
+            (0..3)
+                .filter(|&p| p != rank)
+                .map(|p| mesh.kind(p))
+                .collect::<Vec<_>>()
+        });
+        // Linux kernels name their boot; elsewhere every connection stays TCP.
+        let want = if local && std::path::Path::new("/proc/sys/kernel/random/boot_id").exists() {
+            "unix"
+        } else {
+            "tcp"
+        };
+        for k in kinds.iter().flatten() {
+            assert_eq!(*k, Some(want), "local {local}: {kinds:?}");
+        }
     }
 }
 

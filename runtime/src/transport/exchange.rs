@@ -6,9 +6,9 @@
 //! latency the operating system's rather than the transport's.
 
 use super::frame::{check_payload, describe_io, encode, header, parse_header, HEADER_BYTES};
+use super::sock::Sock;
 use crate::error::RuntimeError;
 use std::io::ErrorKind;
-use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use twin_sim::plan::RankId;
@@ -40,9 +40,9 @@ pub struct Expect {
 /// transfer for a collective's 0.9 MiB ring step; docs/validation.md, session 13).
 #[allow(clippy::too_many_arguments)]
 pub fn exchange(
-    to: &TcpStream,
+    to: &Sock,
     to_peer: RankId,
-    from: &TcpStream,
+    from: &Sock,
     expect: &Expect,
     tag: u64,
     payload: &[u8],
@@ -202,7 +202,7 @@ fn poll_spinning(fds: &mut [libc::pollfd; 2], nfds: libc::nfds_t, timeout_ms: i3
 
 /// One non-blocking send(2) of non-empty `data` (no SIGPIPE: a closed peer is an error, not a
 /// signal).
-fn send_some(s: &TcpStream, data: &[u8]) -> std::io::Result<usize> {
+fn send_some(s: &Sock, data: &[u8]) -> std::io::Result<usize> {
     // SAFETY: `data` is a valid readable buffer of `data.len()` bytes for the call.
     let n = unsafe {
         libc::send(
@@ -221,7 +221,7 @@ fn send_some(s: &TcpStream, data: &[u8]) -> std::io::Result<usize> {
 
 /// One non-blocking recv(2) into `buf` (non-empty); Ok(0) means the peer closed the
 /// connection.
-fn recv_some(s: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+fn recv_some(s: &Sock, buf: &mut [u8]) -> std::io::Result<usize> {
     // SAFETY: `buf` is a valid writable buffer of `buf.len()` bytes for the call.
     let n = unsafe {
         libc::recv(
@@ -246,9 +246,9 @@ mod tests {
     /// [`exchange`] into a new buffer of `len` bytes.
     #[allow(clippy::too_many_arguments)]
     fn xchg(
-        to: &TcpStream,
+        to: &Sock,
         to_peer: RankId,
-        from: &TcpStream,
+        from: &Sock,
         (expect, len): &(Expect, usize),
         tag: u64,
         payload: &[u8],
@@ -262,18 +262,28 @@ mod tests {
         Ok(into)
     }
 
-    fn pair() -> (TcpStream, TcpStream) {
+    fn pair() -> (Sock, Sock) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
-        (a, b)
+        (Sock::Tcp(a), Sock::Tcp(b))
+    }
+
+    fn unix_pair() -> (Sock, Sock) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        (Sock::Unix(a), Sock::Unix(b))
     }
 
     /// Two ends exchanging messages far larger than any socket buffer at the same time must
-    /// not deadlock, and each gets the other's bytes intact.
+    /// not deadlock, and each gets the other's bytes intact, over TCP and Unix sockets alike.
     #[test]
     fn simultaneous_large_exchanges_complete_intact() {
-        let (a, b) = pair();
+        for (a, b) in [pair(), unix_pair()] {
+            simultaneous_large_exchange(a, b);
+        }
+    }
+
+    fn simultaneous_large_exchange(a: Sock, b: Sock) {
         let n = 8 << 20;
         let pa: Vec<u8> = (0..n).map(|i| (i * 7) as u8).collect();
         let pb: Vec<u8> = (0..n).map(|i| (i * 13 + 1) as u8).collect();
@@ -326,10 +336,15 @@ mod tests {
             xchg(&a, 1, &a, &e(3), 3, &[2u8; 64], false, t)
         });
         assert!(r.unwrap_err().to_string().contains("expected message tag"));
-        let (a, b) = pair();
-        drop(b);
-        let r = xchg(&a, 1, &a, &e(3), 3, &[2u8; 64], false, t);
-        assert!(r.unwrap_err().to_string().contains("closed the connection"));
+        for (a, b) in [pair(), unix_pair()] {
+            drop(b);
+            let r = xchg(&a, 1, &a, &e(3), 3, &[2u8; 64], false, t);
+            assert!(
+                r.unwrap_err().to_string().contains("closed the connection"),
+                "{}",
+                a.kind()
+            );
+        }
     }
 
     #[test]

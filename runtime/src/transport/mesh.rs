@@ -1,14 +1,17 @@
-//! The data plane: a full TCP mesh between ranks, one connection per (peer, lane). A lane is a
+//! The data plane: a full mesh between ranks, one connection per (peer, lane). A lane is a
 //! schedule stream (the pipeline's send and receive streams share one), so ops on different
 //! streams never share a socket and overlap for real, while ops on one stream use their
 //! sockets in program order, as the IR's FIFO rule says. Addresses are exchanged through the
-//! store; each rank advertises the interface that reaches rank 0.
+//! store; each rank advertises the interface that reaches rank 0, and its host and Unix socket
+//! name: two ranks on one host connect over a Unix socket (`transport::sock`).
 
 use super::frame::{describe_io, read_frame, read_frame_into, write_frame, write_frame_summed};
+use super::sock::Sock;
 use super::store::StoreClient;
 use crate::error::RuntimeError;
 use std::collections::BTreeMap;
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::net::UnixListener;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use twin_sim::plan::RankId;
@@ -31,12 +34,12 @@ pub fn lane_of(stream: Stream) -> u8 {
     }
 }
 
-/// One socket; reads and writes are serialised separately (`&TcpStream` is both `Read` and
+/// One socket; reads and writes are serialised separately (`&Sock` is both `Read` and
 /// `Write`), so a sender and a receiver thread can use it at once with one descriptor.
 struct Conn {
     read_lock: Mutex<()>,
     write_lock: Mutex<()>,
-    stream: TcpStream,
+    stream: Sock,
 }
 
 /// This rank's connections to every other rank.
@@ -46,12 +49,6 @@ pub struct Mesh {
     conns: BTreeMap<(RankId, u8), Conn>,
     /// How long a peer may stay silent in a transfer before it is reported as hung.
     timeout: Duration,
-}
-
-fn setup(conn: &TcpStream, timeout: Duration) -> std::io::Result<()> {
-    conn.set_nodelay(true)?;
-    conn.set_read_timeout(Some(timeout))?;
-    conn.set_write_timeout(Some(timeout))
 }
 
 impl Mesh {
@@ -67,11 +64,26 @@ impl Mesh {
 
     /// Connect to every other rank through the store. `timeout` bounds setup and, later,
     /// every blocking read or write (a peer silent for longer is reported as hung).
+    /// Ranks on one host connect over Unix sockets unless `TWIN_TRANSPORT=tcp`.
     pub fn connect(
         store: &mut StoreClient,
         rank: RankId,
         world: u32,
         timeout: Duration,
+    ) -> Result<Mesh, RuntimeError> {
+        let local = super::sock::local_allowed()
+            .map_err(|m| RuntimeError::Rendezvous(format!("rank {rank}: {m}")))?;
+        Mesh::connect_with(store, rank, world, timeout, local)
+    }
+
+    /// [`Mesh::connect`], with Unix sockets between ranks on one host allowed or not (`local`;
+    /// every rank of a world must pass the same).
+    pub fn connect_with(
+        store: &mut StoreClient,
+        rank: RankId,
+        world: u32,
+        timeout: Duration,
+        local: bool,
     ) -> Result<Mesh, RuntimeError> {
         let boot = |m: String| RuntimeError::Rendezvous(format!("rank {rank}: {m}"));
         let ip = store.local_ip()?;
@@ -81,25 +93,50 @@ impl Mesh {
             .local_addr()
             .map_err(|e| boot(format!("listener address: {e}")))?;
         store.set(&format!("mesh/addr/{rank}"), me.to_string().as_bytes())?;
+        // Within a host: a Unix socket, advertised as "HOST_ID NAME" (empty: TCP only).
+        let host = super::sock::host_id().filter(|_| local);
+        let local = host.as_ref().and_then(|h| {
+            let name = format!("twin-mesh-{}-{rank}-{}", std::process::id(), me.port());
+            super::sock::listen_local(&name)
+                .ok()
+                .map(|l| (format!("{h} {name}"), l))
+        });
+        let advert = local.as_ref().map_or(String::new(), |(a, _)| a.clone());
+        store.set(&format!("mesh/local/{rank}"), advert.as_bytes())?;
         let mut addrs = Vec::with_capacity(world as usize);
+        let mut locals = Vec::with_capacity(world as usize);
         for r in 0..world {
             let a = store.get(&format!("mesh/addr/{r}"))?;
             addrs.push(String::from_utf8_lossy(&a).into_owned());
+            let l = store.get(&format!("mesh/local/{r}"))?;
+            locals.push(String::from_utf8_lossy(&l).into_owned());
         }
+        // A peer's Unix socket name when it is on this host.
+        let same_host = |peer: usize| -> Option<&str> {
+            let (their_host, name) = locals.get(peer)?.split_once(' ')?;
+            (Some(their_host) == host.as_deref()).then_some(name)
+        };
         let expected = (world.saturating_sub(rank + 1) as usize) * usize::from(LANES);
         let deadline = Instant::now() + timeout;
+        let unix_listener = local.as_ref().map(|(_, l)| l);
         let accepted = std::thread::scope(|s| {
-            let acceptor = s.spawn(|| accept_all(&listener, rank, expected, deadline, timeout));
+            let acceptor =
+                s.spawn(|| accept_all(&listener, unix_listener, rank, expected, deadline, timeout));
             let mut out = BTreeMap::new();
             for (peer, addr) in addrs.iter().enumerate().take(rank as usize) {
+                let local_name = same_host(peer);
                 let peer = peer as RankId;
                 for lane in 0..LANES {
-                    let conn =
-                        connect_retry(addr, deadline).map_err(|e| RuntimeError::Transport {
-                            peer,
-                            message: format!("cannot connect to {addr}: {e}"),
-                        })?;
-                    setup(&conn, timeout).map_err(|e| boot(e.to_string()))?;
+                    let conn = match local_name.and_then(|n| super::sock::connect_local(n).ok()) {
+                        Some(u) => Sock::Unix(u),
+                        None => Sock::Tcp(connect_retry(addr, deadline).map_err(|e| {
+                            RuntimeError::Transport {
+                                peer,
+                                message: format!("cannot connect to {addr}: {e}"),
+                            }
+                        })?),
+                    };
+                    conn.setup(timeout).map_err(|e| boot(e.to_string()))?;
                     let mut hello = [0u8; 5];
                     hello[..4].copy_from_slice(&rank.to_le_bytes());
                     hello[4] = lane;
@@ -131,6 +168,11 @@ impl Mesh {
             conns,
             timeout,
         })
+    }
+
+    /// The kind of connection to `peer` (`tcp` or `unix`; `None` without one).
+    pub fn kind(&self, peer: RankId) -> Option<&'static str> {
+        self.conns.get(&(peer, 0)).map(|c| c.stream.kind())
     }
 
     fn conn(&self, peer: RankId, lane: u8) -> Result<&Conn, RuntimeError> {
@@ -271,22 +313,41 @@ fn connect_retry(addr: &str, deadline: Instant) -> std::io::Result<TcpStream> {
 
 fn accept_all(
     listener: &TcpListener,
+    unix: Option<&UnixListener>,
     rank: RankId,
     expected: usize,
     deadline: Instant,
     timeout: Duration,
-) -> Result<BTreeMap<(RankId, u8), TcpStream>, RuntimeError> {
+) -> Result<BTreeMap<(RankId, u8), Sock>, RuntimeError> {
     let boot = |m: String| RuntimeError::Rendezvous(format!("rank {rank}: {m}"));
     listener
         .set_nonblocking(true)
         .map_err(|e| boot(e.to_string()))?;
+    if let Some(u) = unix {
+        u.set_nonblocking(true).map_err(|e| boot(e.to_string()))?;
+    }
     let mut out = BTreeMap::new();
     while out.len() < expected {
-        match listener.accept() {
-            Ok((conn, from)) => {
+        // Either listener may have a connection waiting; try both before sleeping.
+        let next = match listener.accept() {
+            Ok((conn, from)) => Some((Sock::Tcp(conn), from.to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+            Err(e) => return Err(boot(format!("accept: {}", describe_io(&e)))),
+        };
+        let next = match (next, unix) {
+            (Some(n), _) => Some(n),
+            (None, Some(u)) => match u.accept() {
+                Ok((conn, _)) => Some((Sock::Unix(conn), "a local rank".to_owned())),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+                Err(e) => return Err(boot(format!("accept: {}", describe_io(&e)))),
+            },
+            (None, None) => None,
+        };
+        match next {
+            Some((conn, from)) => {
                 conn.set_nonblocking(false)
                     .map_err(|e| boot(e.to_string()))?;
-                setup(&conn, timeout).map_err(|e| boot(e.to_string()))?;
+                conn.setup(timeout).map_err(|e| boot(e.to_string()))?;
                 let mut r = &conn;
                 let (_, hello) = read_frame(&mut r, u32::MAX, Some(HANDSHAKE_TAG), Some(5))
                     .map_err(|e| boot(format!("bad handshake from {from}: {e}")))?;
@@ -296,7 +357,7 @@ fn accept_all(
                 let lane = hello.get(4).copied().unwrap_or(0);
                 out.insert((peer, lane), conn);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            None => {
                 if Instant::now() >= deadline {
                     let missing: Vec<String> = (rank + 1..)
                         .take(expected / usize::from(LANES))
@@ -310,7 +371,6 @@ fn accept_all(
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
-            Err(e) => return Err(boot(format!("accept: {}", describe_io(&e)))),
         }
     }
     Ok(out)
