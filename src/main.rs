@@ -87,6 +87,16 @@ fn main() -> ExitCode {
     if matches!(cli.command, Command::Sweep(_)) {
         tune_memory_for_sweeps();
     }
+    // The ranks read TWIN_TRANSPORT when they connect; a bad value is refused before any work.
+    if matches!(
+        cli.command,
+        Command::Run(_) | Command::Verify(_) | Command::Calibrate(_)
+    ) {
+        if let Err(e) = twin_runtime::transport::sock::local_allowed() {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let result = match cli.command {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Bench(args) => cmd::bench::run(args),

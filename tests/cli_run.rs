@@ -510,3 +510,31 @@ fn workers_started_by_hand_or_by_slurm_variables_run_together() {
     assert!(v["step_time_s"].as_f64().unwrap() > 0.0);
     assert!(one.stdout.is_empty());
 }
+
+#[test]
+fn the_transport_variable_is_checked_before_work_and_unix_sockets_carry_a_run() {
+    // A value outside the two allowed ones is bad input, named with them, before any rank starts.
+    let o = twin(
+        &["run", "scenarios/host/pp.toml", "--backend", "host"],
+        &[("TWIN_TRANSPORT", "shm")],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let e = text(&o.stderr);
+    assert!(
+        e.contains("TWIN_TRANSPORT") && e.contains("tcp") && e.contains("unix"),
+        "{e}"
+    );
+    // Over Unix sockets the same schedule runs and its transfers check out.
+    let o = twin(
+        &[
+            "run",
+            "scenarios/host/tp-pp.toml",
+            "--backend",
+            "host",
+            "--steps",
+            "2",
+        ],
+        &[("TWIN_TRANSPORT", "unix")],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+}

@@ -2,8 +2,9 @@
 //! schedule stream (the pipeline's send and receive streams share one), so ops on different
 //! streams never share a socket and overlap for real, while ops on one stream use their
 //! sockets in program order, as the IR's FIFO rule says. Addresses are exchanged through the
-//! store; each rank advertises the interface that reaches rank 0, and its host and Unix socket
-//! name: two ranks on one host connect over a Unix socket (`transport::sock`).
+//! store; each rank advertises the interface that reaches rank 0, and (with
+//! `TWIN_TRANSPORT=unix`) its host and Unix socket name, so two ranks on one host connect over
+//! a Unix socket (`transport::sock`).
 
 use super::frame::{describe_io, read_frame, read_frame_into, write_frame, write_frame_summed};
 use super::sock::Sock;
@@ -64,7 +65,8 @@ impl Mesh {
 
     /// Connect to every other rank through the store. `timeout` bounds setup and, later,
     /// every blocking read or write (a peer silent for longer is reported as hung).
-    /// Ranks on one host connect over Unix sockets unless `TWIN_TRANSPORT=tcp`.
+    /// Ranks on one host connect over Unix sockets with `TWIN_TRANSPORT=unix`, over TCP by
+    /// default.
     pub fn connect(
         store: &mut StoreClient,
         rank: RankId,

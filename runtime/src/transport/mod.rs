@@ -1,6 +1,6 @@
 //! The host runtime's networking: framed messages, the bootstrap store (addresses, barriers,
-//! clock offsets, results), the mesh between ranks (Unix sockets within a host, TCP between
-//! hosts), and collectives over it.
+//! clock offsets, results), the mesh between ranks (TCP; Unix sockets within a host on request),
+//! and collectives over it.
 
 pub mod backoff;
 pub mod collective;
