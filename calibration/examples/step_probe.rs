@@ -8,6 +8,10 @@
 //! - `kept`: through the backend's allocator (`Held`), which keeps freed buffers for reuse;
 //! - `none`: no allocations at all.
 //!
+//! `PROBE_MODE=fresh|kept|none` runs that mode alone (session 17: `pp-wide.toml`'s forward ops
+//! ran 757-761 µs with `none` alone, 794-795 with `kept` alone, and 818-823 in `none` steps
+//! interleaved with the other two).
+//!
 //!   cargo run --release -p twin-calibration --example step_probe -- scenarios/host/single.toml
 
 mod common;
@@ -33,8 +37,14 @@ fn main() -> Result<(), Box<dyn Error>> {
     // Per mode: op index -> times.
     let mut times_us: Vec<BTreeMap<usize, Vec<f64>>> = vec![BTreeMap::new(); MODES.len()];
     let mut held = Held::default();
+    let only: Option<usize> = std::env::var("PROBE_MODE")
+        .ok()
+        .and_then(|m| MODES.iter().position(|x| *x == m));
     for step in 0..MODES.len() * (STEPS + WARMUP) {
         let (mode, n) = (step % MODES.len(), step / MODES.len());
+        if only.is_some_and(|o| o != mode) {
+            continue;
+        }
         let mut fresh: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
         held.reset();
         for (i, op) in program.ops.iter().enumerate() {
@@ -86,7 +96,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
     };
     println!("op  name                                 fresh      kept      none  (median us)");
-    for i in times_us[0].keys() {
+    for i in times_us[only.unwrap_or(0)].keys() {
         let name = program.ops[*i].name();
         let m: Vec<String> = times_us
             .iter()
