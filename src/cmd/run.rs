@@ -117,6 +117,8 @@ pub enum BackendKind {
 ///
 /// host: one process per rank on this machine, real f32 GEMMs of the planned shapes, real
 /// buffers per Alloc, real TCP transfers and ring collectives with checked results.
+/// TWIN_TRANSPORT=unix connects ranks on one host over Unix sockets instead (faster small
+/// transfers; calibrate with the same setting you verify with).
 ///
 /// Examples:
 ///   twin run scenarios/host/pp.toml --backend host

@@ -37,7 +37,8 @@ use twin_sim::verify::{
 /// measured waits are where a real run loses time the model does not have. On the host, an
 /// "issue" wait is time before the runtime's stream thread noticed that the op's inputs were
 /// ready (the trace's `issued_us`); the other kinds are waits after it noticed.
-/// Exits 1 when an error exceeds a --max-* threshold, naming it.
+/// Exits 1 when an error exceeds a --max-* threshold, naming it. The host ranks talk over TCP,
+/// or over Unix sockets with TWIN_TRANSPORT=unix: calibrate with the same setting.
 ///
 /// Examples:
 ///   twin verify scenarios/host/pp.toml --backend host --profile scenarios/profiles/host-example.toml
