@@ -29,11 +29,7 @@ struct Arena;
 unsafe impl GlobalAlloc for Arena {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         let base = ARENA.load(Ordering::Relaxed);
-        if base != 0
-            && l.size() >= 64 << 10
-            && ACTIVE.with(Cell::get)
-            && !IN_USE.with(Cell::get)
-        {
+        if base != 0 && l.size() >= 64 << 10 && ACTIVE.with(Cell::get) && !IN_USE.with(Cell::get) {
             let off = OFFSET.load(Ordering::Relaxed);
             let p = (base + off).next_multiple_of(l.align());
             if p + l.size() <= base + ARENA_BYTES {
@@ -92,10 +88,27 @@ fn main() -> Result<(), Box<dyn Error>> {
             _ => None,
         })
         .collect();
-    let fwd = ops.iter().find(|(n, _)| n.starts_with("fwd")).ok_or("no forward op")?;
-    let bwd = ops.iter().find(|(n, _)| n.starts_with("bwd")).ok_or("no backward op")?;
+    let fwd = ops
+        .iter()
+        .find(|(n, _)| n.starts_with("fwd"))
+        .ok_or("no forward op")?;
+    let bwd = ops
+        .iter()
+        .find(|(n, _)| n.starts_with("bwd"))
+        .ok_or("no backward op")?;
     println!("offset (bytes)   fwd gemms   bwd gemms   (medians, us; arena at {arena:p})");
-    let offsets = [0usize, 64, 512, 1024, 2048, 2112, 3072, 4032, 8192 + 2048, 1 << 20];
+    let offsets = [
+        0usize,
+        64,
+        512,
+        1024,
+        2048,
+        2112,
+        3072,
+        4032,
+        8192 + 2048,
+        1 << 20,
+    ];
     for round in 0..2 {
         for &off in &offsets {
             OFFSET.store(off, Ordering::Relaxed);
