@@ -768,3 +768,27 @@ fn a_profile_with_state_keys_prices_the_optimizer_by_the_nodes_footprint() {
         b / (hbm * e)
     );
 }
+
+#[test]
+fn with_a_profile_the_report_divides_by_the_profiles_peak() {
+    // host-example.toml calibrates a core at about 225 GFLOP/s; pp-wide.toml names 50.
+    let p = parse_str(
+        include_str!("../../../scenarios/profiles/host-example.toml"),
+        "host.toml",
+    )
+    .unwrap();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scenarios/host/pp-wide.toml"
+    );
+    let s = crate::scenario::load(std::path::Path::new(path), &[]).unwrap();
+    assert_ne!(
+        s.cluster.gpu.peak,
+        p.peak(),
+        "the test needs the two to differ"
+    );
+    let staged = crate::predict::Staged::with_profile(&s, Some(&p)).unwrap();
+    assert_eq!(staged.scenario.cluster.gpu.peak, p.peak());
+    let plain = crate::predict::Staged::with_profile(&s, None).unwrap();
+    assert_eq!(plain.scenario.cluster.gpu.peak, s.cluster.gpu.peak);
+}
