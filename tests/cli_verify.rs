@@ -60,6 +60,16 @@ fn json_has_the_stable_fields_and_the_trace_dir_holds_both_traces() {
         - v["predicted"]["bubble_fraction"].as_f64().unwrap())
         * 100.0;
     assert!((bubble - want).abs() < 1e-9);
+    // Both sides' MFU divide the same model FLOPs by the profile's peak, so they differ only by
+    // their step times (the shown measured step is one of the run's).
+    let mfu = |side: &str| v[side]["mfu"].as_f64().unwrap();
+    let step = |side: &str| v[side]["step_time_s"].as_f64().unwrap();
+    let (pm, mm) = (
+        mfu("predicted") * step("predicted"),
+        mfu("measured") * step("measured"),
+    );
+    assert!((pm / mm - 1.0).abs() < 1e-6, "{pm} {mm}");
+    assert!(mfu("predicted") < 1.0 && mfu("measured") < 1.0);
     assert!(v["peak_memory_error"].as_f64().is_some());
     assert_eq!(v["peak_memory"].as_array().unwrap().len(), 2);
     // Two measured steps after one warm-up; the median lies within their spread.

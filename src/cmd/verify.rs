@@ -452,8 +452,9 @@ fn measure_once(
     };
     let shown_step = launch::measure::select_step(&mut all, args.warmup as usize);
     let merged = launch::merge(&staged.plan, &staged.schedule, &all);
+    // The staged scenario: with the profile's peaks, so both sides' MFU divide by the same.
     let mut report = launch::report(
-        scenario,
+        &staged.scenario,
         &staged.plan,
         &staged.schedule,
         &all,
