@@ -4,9 +4,59 @@
 mod cmd;
 
 /// mimalloc instead of the system allocator: schedule generation and simulation allocate and
-/// free many short-lived vectors, and sweeps do so on every core at once.
+/// free many short-lived vectors, and sweeps do so on every core at once. A host rank's GEMMs
+/// take their packing buffer from a per-thread arena instead (`backend::host::pack`), so
+/// where mimalloc would put it stops moving the op's time.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: TwinAlloc = TwinAlloc;
+
+struct TwinAlloc;
+
+// SAFETY: every block comes from mimalloc or from the calling thread's packing arena, and goes
+// back to where it came from: `pack::give_back` recognises the arena's one block by address
+// (an arena is never freed, so mimalloc can never hand out an address inside one).
+unsafe impl std::alloc::GlobalAlloc for TwinAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if let Some(p) = twin_runtime::backend::host::pack::take(layout) {
+            return p;
+        }
+        // SAFETY: the caller's layout, passed on.
+        unsafe { mimalloc::MiMalloc.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: as above; the arena is not zeroed, so zeroed blocks always come from mimalloc.
+        unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        if twin_runtime::backend::host::pack::give_back(ptr) {
+            return;
+        }
+        // SAFETY: not the arena's block, so mimalloc's, with the layout it was allocated with.
+        unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        if twin_runtime::backend::host::pack::give_back(ptr) {
+            // Move the arena's block to mimalloc (the sgemm never grows its buffer; this only
+            // keeps the allocator correct for any caller). The block stays intact until the
+            // copy: nothing else runs on this thread in between.
+            // SAFETY: `layout` with the new size is valid (the caller's contract).
+            let new_layout =
+                unsafe { std::alloc::Layout::from_size_align_unchecked(new_size, layout.align()) };
+            // SAFETY: as `alloc`.
+            let q = unsafe { mimalloc::MiMalloc.alloc(new_layout) };
+            if !q.is_null() {
+                // SAFETY: both blocks hold at least min(old, new) bytes and do not overlap.
+                unsafe { std::ptr::copy_nonoverlapping(ptr, q, layout.size().min(new_size)) };
+            }
+            return q;
+        }
+        // SAFETY: mimalloc's block, passed on with its layout.
+        unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
+    }
+}
 
 /// mimalloc's `mi_option_purge_delay` (position in `mi_option_t` of the bundled mimalloc v3,
 /// `libmimalloc-sys` 0.1.49: `include/mimalloc.h`; a test checks it).

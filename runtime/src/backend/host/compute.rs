@@ -13,6 +13,9 @@ pub struct Workspace {
     c: Vec<f32>,
     x: Vec<f32>,
     y: Vec<f32>,
+    /// Bytes of the arena the sgemm's packing buffer is served from (`pack`): the largest
+    /// A and B of any one GEMM, which its packed copies never exceed.
+    pack_bytes: usize,
 }
 
 /// Bytes per element of the memory-bound pass (shared with the cost model's working set).
@@ -25,13 +28,14 @@ fn elems(n: u64) -> usize {
 impl Workspace {
     /// Buffers large enough for every compute op of `program`.
     pub fn for_program(program: &Program) -> Workspace {
-        let (mut a, mut b, mut c, mut x) = (0u64, 0u64, 0u64, 0u64);
+        let (mut a, mut b, mut c, mut x, mut pack) = (0u64, 0u64, 0u64, 0u64, 0u64);
         for op in &program.ops {
             if let OpKind::Compute(cop) = &op.kind {
                 for g in &cop.gemms {
                     a = a.max(g.m.saturating_mul(g.k));
                     b = b.max(g.k.saturating_mul(g.n));
                     c = c.max(g.m.saturating_mul(g.n));
+                    pack = pack.max(twin_sim::cost::gemm_operand_bytes(g, 4));
                 }
                 x = x.max(cop.memory_bytes / AXPY_BYTES_PER_ELEM);
             }
@@ -45,6 +49,8 @@ impl Workspace {
             c: fill(c, 0.0),
             x: fill(x, 1.0),
             y: fill(x, 2.0),
+            // Slack for the packed copies' rounding up to whole kernel tiles.
+            pack_bytes: elems(pack).saturating_add(super::pack::MIN_BYTES),
         }
     }
 
@@ -58,8 +64,14 @@ impl Workspace {
         self.run_memory(op);
     }
 
-    /// The GEMMs of `op` at their planned shapes, each `count` times.
+    /// The GEMMs of `op` at their planned shapes, each `count` times, with the sgemm's packing
+    /// buffer served from this thread's arena (`pack`).
     pub fn run_gemms(&mut self, op: &ComputeOp) {
+        super::pack::with_arena(self.pack_bytes, || self.gemms(op));
+        std::hint::black_box(&self.c);
+    }
+
+    fn gemms(&mut self, op: &ComputeOp) {
         for g in &op.gemms {
             let (m, n, k) = (elems(g.m), elems(g.n), elems(g.k));
             if m == 0 || n == 0 || k == 0 {
@@ -76,7 +88,6 @@ impl Workspace {
                 sgemm(m, n, k, a, b, c);
             }
         }
-        std::hint::black_box(&self.c);
     }
 
     /// The memory-bound pass of `op`: an axpy over `memory_bytes / 12` elements.

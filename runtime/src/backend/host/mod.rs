@@ -13,6 +13,7 @@ mod data;
 pub mod fault;
 mod lineup;
 mod memory;
+pub mod pack;
 pub mod priority;
 pub mod state;
 mod step;

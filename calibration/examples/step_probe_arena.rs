@@ -1,0 +1,159 @@
+//! How long each compute op of a one-rank scenario runs inside its step's op sequence, by how
+//! the step's `Alloc` ops get their memory (docs/validation.md, session 12). Rank 0's program
+//! runs op by op on one pinned thread, with no stream threads; compute ops run through the
+//! backend's `Workspace` and are timed. The step runs three ways, interleaved, 40 times each
+//! after 5 to warm up:
+//! - `fresh`: every `Alloc` takes a new buffer and writes every byte (the host backend until
+//!   session 12), every `Free` drops it;
+//! - `kept`: through the backend's allocator (`Held`), which keeps freed buffers for reuse;
+//! - `none`: no allocations at all.
+//!
+//! `PROBE_MODE=fresh|kept|none` runs that mode alone (session 17: `pp-wide.toml`'s forward ops
+//! ran 757-761 µs with `none` alone, 794-795 with `kept` alone, and 818-823 in `none` steps
+//! interleaved with the other two).
+//!
+//!   cargo run --release -p twin-calibration --example step_probe -- scenarios/host/single.toml
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+use twin_runtime::backend::host::Held;
+use twin_runtime::backend::Allocation;
+use twin_sim::schedule::OpKind;
+const ARENA_BYTES: usize = 16 << 20;
+static ARENA: AtomicUsize = AtomicUsize::new(0);
+static OFFSET: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static ACTIVE: Cell<bool> = const { Cell::new(false) };
+    static IN_USE: Cell<bool> = const { Cell::new(false) };
+}
+
+struct Arena;
+
+unsafe impl GlobalAlloc for Arena {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let base = ARENA.load(Ordering::Relaxed);
+        if base != 0 && l.size() >= 64 << 10 && ACTIVE.with(Cell::get) && !IN_USE.with(Cell::get) {
+            let off = OFFSET.load(Ordering::Relaxed);
+            let p = (base + off).next_multiple_of(l.align());
+            if p + l.size() <= base + ARENA_BYTES {
+                IN_USE.with(|u| u.set(true));
+                return p as *mut u8;
+            }
+        }
+        // SAFETY: delegated with the caller's layout.
+        unsafe { System.alloc(l) }
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        let base = ARENA.load(Ordering::Relaxed);
+        let a = p as usize;
+        if base != 0 && a >= base && a < base + ARENA_BYTES {
+            IN_USE.with(|u| u.set(false));
+            return;
+        }
+        // SAFETY: p came from System.alloc with this layout.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Arena = Arena;
+
+const STEPS: usize = 40;
+const WARMUP: usize = 5;
+const MODES: [&str; 3] = ["fresh", "kept", "none"];
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let path = std::env::args()
+        .nth(1)
+        .ok_or("usage: step_probe SCENARIO")?;
+    let program = &common::rank0_program(&path)?;
+    if std::env::var_os("PROBE_ARENA").is_some() {
+        let layout = Layout::from_size_align(ARENA_BYTES, 1 << 21)?;
+        let arena = unsafe { System.alloc(layout) };
+        unsafe { std::ptr::write_bytes(arena, 1, ARENA_BYTES) };
+        ARENA.store(arena as usize, Ordering::Relaxed);
+    }
+    let mut ws = twin_runtime::backend::host::Workspace::for_program(program);
+    twin_runtime::launch::affinity::pin_rank(0);
+    // Per mode: op index -> times.
+    let mut times_us: Vec<BTreeMap<usize, Vec<f64>>> = vec![BTreeMap::new(); MODES.len()];
+    let mut held = Held::default();
+    let only: Option<usize> = std::env::var("PROBE_MODE")
+        .ok()
+        .and_then(|m| MODES.iter().position(|x| *x == m));
+    for step in 0..MODES.len() * (STEPS + WARMUP) {
+        let (mode, n) = (step % MODES.len(), step / MODES.len());
+        if only.is_some_and(|o| o != mode) {
+            continue;
+        }
+        let mut fresh: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
+        held.reset();
+        for (i, op) in program.ops.iter().enumerate() {
+            match (&op.kind, MODES[mode]) {
+                (
+                    OpKind::Alloc {
+                        category,
+                        device,
+                        bytes,
+                        tag,
+                    },
+                    m,
+                ) => {
+                    let a = Allocation {
+                        tag: *tag,
+                        category: *category,
+                        device: *device,
+                        bytes: *bytes,
+                    };
+                    if m == "fresh" {
+                        let buf = twin_runtime::backend::host::fresh(*bytes as usize)?;
+                        fresh.insert(*tag, buf);
+                    } else if m == "kept" {
+                        held.alloc(a, i as u32, 0)?;
+                    }
+                }
+                (OpKind::Free { tag }, m) => {
+                    if m == "fresh" {
+                        fresh.remove(tag);
+                    } else if m == "kept" {
+                        held.free(*tag)?;
+                    }
+                }
+                (OpKind::Compute(c), _) => {
+                    let t = Instant::now();
+                    ACTIVE.with(|a| a.set(true));
+                    ws.run(c);
+                    ACTIVE.with(|a| a.set(false));
+                    if n >= WARMUP {
+                        let us = t.elapsed().as_nanos() as f64 / 1e3;
+                        times_us[mode].entry(i).or_default().push(us);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let median = |v: Option<&Vec<f64>>| {
+        let mut v = v.cloned().unwrap_or_default();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    println!("op  name                                 fresh      kept      none  (median us)");
+    for i in times_us[only.unwrap_or(0)].keys() {
+        let name = program.ops[*i].name();
+        let m: Vec<String> = times_us
+            .iter()
+            .map(|t| format!("{:9.1}", median(t.get(i))))
+            .collect();
+        println!("{i:3} {name:36} {}", m.join(" "));
+    }
+    Ok(())
+}
