@@ -8,7 +8,9 @@
 //! - `kept`: through the backend's allocator (`Held`), which keeps freed buffers for reuse;
 //! - `none`: no allocations at all.
 //!
-//! `PROBE_MODE=fresh|kept|none` runs that mode alone (session 17: `pp-wide.toml`'s forward ops
+//! `PROBE_ARENA=1` serves the sgemm's packing buffer from one pre-touched arena
+//! (`common::arena`), as the runtime's `backend::host::pack` does (session 17: `kept` 798-815 µs
+//! without, 775-777 with). `PROBE_MODE=fresh|kept|none` runs that mode alone (session 17: `pp-wide.toml`'s forward ops
 //! ran 757-761 µs with `none` alone, 794-795 with `kept` alone, and 818-823 in `none` steps
 //! interleaved with the other two).
 //!
@@ -23,6 +25,9 @@ use twin_runtime::backend::host::Held;
 use twin_runtime::backend::Allocation;
 use twin_sim::schedule::OpKind;
 
+#[global_allocator]
+static GLOBAL: common::arena::Arena = common::arena::Arena;
+
 const STEPS: usize = 40;
 const WARMUP: usize = 5;
 const MODES: [&str; 3] = ["fresh", "kept", "none"];
@@ -32,6 +37,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         .nth(1)
         .ok_or("usage: step_probe SCENARIO")?;
     let program = &common::rank0_program(&path)?;
+    let arena = std::env::var_os("PROBE_ARENA").is_some();
+    if arena {
+        common::arena::install()?;
+    }
     let mut ws = twin_runtime::backend::host::Workspace::for_program(program);
     twin_runtime::launch::affinity::pin_rank(0);
     // Per mode: op index -> times.
@@ -80,7 +89,9 @@ fn main() -> Result<(), Box<dyn Error>> {
                 }
                 (OpKind::Compute(c), _) => {
                     let t = Instant::now();
+                    common::arena::set_active(arena);
                     ws.run(c);
+                    common::arena::set_active(false);
                     if n >= WARMUP {
                         let us = t.elapsed().as_nanos() as f64 / 1e3;
                         times_us[mode].entry(i).or_default().push(us);

@@ -1,6 +1,8 @@
 //! What the probe examples share: rank 0's program of a scenario file, and one of its compute
 //! ops. Each probe includes this file (`mod common;`).
 
+pub mod arena;
+
 use std::error::Error;
 use twin_sim::schedule::{ComputeOp, OpKind, Program};
 

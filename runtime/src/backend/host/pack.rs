@@ -1,9 +1,10 @@
 //! A home for the sgemm's packing buffer. `matrixmultiply` allocates that buffer (up to about
 //! 1.1 MiB) on every call and frees it on return, so where the process's allocator puts it
-//! depends on everything else the process holds. On the development VM that alone moved
-//! `pp-wide.toml`'s forward ops by 5%: 757-761 µs in a bare loop, 789-803 with the runtime's
-//! cached activation buffers held beside it; served from one pre-touched arena per thread,
-//! 758-759 and 775-777 (docs/validation.md, session 17).
+//! depends on everything else the process holds. With mimalloc, the `twin` binary's allocator,
+//! that cost `pp-wide.toml`'s forward ops about 10% in the runtime: a one-rank run's forward
+//! ops took 850-874 µs, and 755-793 with the buffer served from one pre-touched arena per
+//! thread (five interleaved pairs; docs/validation.md, session 17). A probe linked with
+//! mimalloc ran the same GEMMs 5-9% slower than one on the system allocator.
 //!
 //! While [`with_arena`] runs, the calling thread's allocations of [`MIN_BYTES`] or more are
 //! served from that thread's arena, one at a time, if the `twin` binary's global allocator asks
