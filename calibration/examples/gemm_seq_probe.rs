@@ -3,7 +3,7 @@
 //! the op's GEMMs in order, again and again), alone back to back (operands warm when they fit
 //! the private cache), and alone after evicting the private cache (as the calibration's GEMM
 //! sweep times it). The profile's side: the compute part (`gemm_s`) and the operand load the
-//! model adds once the op's working set outgrows the cache (`operand_load_s`).
+//! model adds to one call whose operands are out of the cache (`cold_s`: the cold ramp and the load).
 //!
 //!   cargo run --release -p twin-calibration --example gemm_seq_probe -- scenarios/host/pp-wide.toml PROFILE 3
 
@@ -94,7 +94,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             median(&mut v)
         };
         let compute = cost.gemm.gemm_s(&g, elem, peak, hbm) * 1e6;
-        let load = cost.gemm.operand_load_s(&g, elem) * 1e6;
+        let load = cost.gemm.cold_s(twin_sim::cost::gemm_operand_bytes(&g, elem)) * 1e6;
         let seq = median(&mut in_seq[j]);
         for (acc, x) in sums.iter_mut().zip([seq, warm, evicted, compute, load]) {
             *acc += x;

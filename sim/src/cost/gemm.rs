@@ -161,14 +161,6 @@ impl GemmCurve {
         self.ramp_ns as f64 * 1e-9
     }
 
-    /// Seconds to load the A and B operands of one product of `g` from beyond the private
-    /// cache, the cold call's fixed cost left out (0 without [`OperandLoad`]).
-    pub fn operand_load_s(&self, g: &Gemm, elem_bytes: u64) -> f64 {
-        self.operands.map_or(0.0, |o| {
-            operand_bytes(g, elem_bytes) as f64 / positive(o.bytes_per_s)
-        })
-    }
-
     /// Seconds a call pays beyond its cached price when `bytes` of operands must come in
     /// from beyond the private cache: the cold fixed cost and the load (0 without
     /// [`OperandLoad`]).
@@ -316,9 +308,10 @@ mod tests {
     }
 
     #[test]
-    fn operand_load_is_the_bytes_of_a_and_b_over_the_rate() {
+    fn a_cold_load_is_the_bytes_of_a_and_b_over_the_rate() {
         let g = Gemm::single(64, 1024, 256, 3);
-        assert_eq!(DEFAULT_GEMM_CURVE.operand_load_s(&g, 4), 0.0);
+        let bytes = operand_bytes(&g, 4);
+        assert_eq!(DEFAULT_GEMM_CURVE.cold_s(bytes), 0.0);
         let loaded = GemmCurve {
             operands: Some(OperandLoad {
                 bytes_per_s: 10e9,
@@ -329,7 +322,7 @@ mod tests {
             ..DEFAULT_GEMM_CURVE
         };
         let want = (64.0 * 256.0 + 256.0 * 1024.0) * 4.0 / 10e9;
-        assert!((loaded.operand_load_s(&g, 4) / want - 1.0).abs() < 1e-12);
+        assert!((loaded.cold_s(bytes) / want - 1.0).abs() < 1e-12);
         // Not part of the call's own time.
         assert_eq!(
             loaded.gemm_s(&g, 4, A100_BF16, A100_HBM),
@@ -345,8 +338,7 @@ mod tests {
             }),
             ..DEFAULT_GEMM_CURVE
         };
-        assert!(broken.operand_load_s(&g, 4) >= 0.0);
-        assert!(broken.cold_s(1 << 20) >= 0.0);
+        assert!(broken.cold_s(bytes) >= 0.0);
         assert!(broken.gemm_s(&g, 4, A100_BF16, A100_HBM) >= 0.0);
     }
 
