@@ -330,21 +330,24 @@ fn accept_all(
     }
     let mut out = BTreeMap::new();
     while out.len() < expected {
-        // Either listener may have a connection waiting; try both before sleeping.
-        let next = match listener.accept() {
-            Ok((conn, from)) => Some((Sock::Tcp(conn), from.to_string())),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
-            Err(e) => return Err(boot(format!("accept: {}", describe_io(&e)))),
+        // Either listener may have a connection waiting; try both before sleeping. A listener
+        // with nothing waiting answers WouldBlock (both are non-blocking).
+        let waiting = |r: std::io::Result<(Sock, String)>| match r {
+            Ok(c) => Ok(Some(c)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(boot(format!("accept: {}", describe_io(&e)))),
         };
-        let next = match (next, unix) {
-            (Some(n), _) => Some(n),
-            (None, Some(u)) => match u.accept() {
-                Ok((conn, _)) => Some((Sock::Unix(conn), "a local rank".to_owned())),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
-                Err(e) => return Err(boot(format!("accept: {}", describe_io(&e)))),
-            },
-            (None, None) => None,
-        };
+        let mut next = waiting(
+            listener
+                .accept()
+                .map(|(conn, from)| (Sock::Tcp(conn), from.to_string())),
+        )?;
+        if let (None, Some(u)) = (&next, unix) {
+            next = waiting(
+                u.accept()
+                    .map(|(conn, _)| (Sock::Unix(conn), "a local rank".to_owned())),
+            )?;
+        }
         match next {
             Some((conn, from)) => {
                 conn.set_nonblocking(false)
