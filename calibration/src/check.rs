@@ -44,6 +44,8 @@ pub struct StateCheck {
     pub state_bytes: u64,
     /// Other bytes written before each timed update: the node's step footprint less the state.
     pub other_bytes: u64,
+    /// Median time from the end of one update to the start of the next (the writes).
+    pub elapsed_ns: u64,
     pub predicted_s: f64,
     pub measured_s: f64,
     /// (measured - predicted) / measured.
@@ -75,12 +77,19 @@ pub fn state_check(schedule: &Schedule, model: &Analytic) -> Option<StateCheck> 
         .ensure(0, MemCategory::Optimizer, Device::Gpu, state_bytes)
         .ok()?;
     let mut evict = vec![0u8; usize::try_from(other_bytes).ok()?];
-    let kept = crate::bench::memory::time_state_update(&mut state, REPEATS, &mut evict, &mut 0);
-    let measured_s = median(&kept.kept)? * 1e-9;
-    let predicted_s = model.memory_pass_s(Phase::Optimizer, state.update_bytes());
+    let timed = crate::bench::memory::time_state_update(&mut state, REPEATS, &mut evict, 0, &mut 0);
+    let measured_s = median(&timed.kept.kept)? * 1e-9;
+    // Priced at the time the writes took since the update before (`memory.state_lifetime_ns`).
+    let elapsed_ns = if timed.elapsed_ns.is_finite() {
+        timed.elapsed_ns as u64
+    } else {
+        0
+    };
+    let predicted_s = model.state_update_s(state.update_bytes(), elapsed_ns)?;
     Some(StateCheck {
         state_bytes,
         other_bytes,
+        elapsed_ns,
         predicted_s,
         measured_s,
         error: error(predicted_s, measured_s),
@@ -211,6 +220,10 @@ mod tests {
             evicted_bytes: 64 << 20,
             resident_efficiency: 0.5,
             evicted_efficiency: 0.2,
+            decay: Some(twin_sim::cost::StateDecay {
+                after_ns: 0,
+                lifetime_ns: 1_000_000,
+            }),
         });
         assert!(
             state_check(&staged.schedule, &model).is_none(),
@@ -233,6 +246,12 @@ mod tests {
             (c.error - (c.measured_s - c.predicted_s) / c.measured_s).abs() < 1e-12,
             "{c:?}"
         );
+        // Priced at the time the writes took: the decay counts.
+        let at = model
+            .state_update_s(2 * c.state_bytes, c.elapsed_ns)
+            .unwrap();
+        assert!((c.predicted_s / at - 1.0).abs() < 1e-6, "{c:?} {at}");
+        assert!(c.elapsed_ns > 0, "{c:?}");
     }
 
     #[test]

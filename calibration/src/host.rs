@@ -85,6 +85,7 @@ fn state_fit(s: &Samples, notes: &mut Vec<String>) -> Option<crate::fit::state::
                 other_bytes: x.evict_bytes as f64,
                 state_bytes: x.state_bytes as f64,
                 moved_bytes: x.moved_bytes as f64,
+                elapsed_ns: x.elapsed_ns,
                 time_ns: t,
             })
         })

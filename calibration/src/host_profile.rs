@@ -40,6 +40,10 @@ fn over(e: Estimate, d: f64) -> Estimate {
     e.map_monotone(|x| x / d)
 }
 
+/// The largest finite lifetime the state fit tries (`fit::state`): the cap of an interval
+/// that includes no decay at all.
+const MAX_LIFETIME_NS: f64 = 500e6;
+
 /// Profile values must be finite: an unbounded upper limit becomes `cap`.
 fn cap_hi(e: Estimate, cap: f64) -> Estimate {
     Estimate {
@@ -216,6 +220,14 @@ pub fn to_profile(
                 over(s.evicted_bandwidth_bytes_per_s, hbm),
                 r("the state update's bandwidth with its state evicted / gpu.hbm_bandwidth_bytes_per_s"),
             ),
+            decay_after_ns: s.decay.map(|(after, _)| fitted(
+                after,
+                r("time after the last update from which the state leaves the last-level cache with nothing else written (the machine's other tenants): the state update after idle gaps and after writes, the same fit, grid over delays (interval: delays an F-test does not reject)"),
+            )),
+            lifetime_ns: s.decay.map(|(_, lifetime)| fitted(
+                cap_hi(lifetime, MAX_LIFETIME_NS),
+                r("mean time the state's lines then stay in the last-level cache (survival exp(-(t - state_decay_after_ns) / this)), the same fit, grid over lifetimes (interval: lifetimes an F-test does not reject; 500 ms where it is open above)"),
+            )),
         }),
         launch_ns: fitted(
             f.launch_ns.clamp(0.0, f64::MAX),

@@ -97,7 +97,8 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         + 3 * cfg.memory_bytes.len()
         + cfg.pass_large_bytes.len()
         + cfg.cold_pass_bytes.len()
-        + 2 * cfg.state_bytes.len() * cfg.state_evict_bytes.len()
+        + 2 * (cfg.state_bytes.len() * cfg.state_evict_bytes.len()
+            + cfg.state_gap_bytes.len() * cfg.state_gap_ns.len())
         + cfg.launch_ops.len()
         + 1
         + bench::comm::measurement_count(&cfg)

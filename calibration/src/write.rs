@@ -179,6 +179,12 @@ pub fn profile_toml(
         o.push_str(&param("state_evicted_bytes", &s.evicted_bytes));
         o.push_str(&param("state_resident_efficiency", &s.resident_efficiency));
         o.push_str(&param("state_evicted_efficiency", &s.evicted_efficiency));
+        if let Some(a) = &s.decay_after_ns {
+            o.push_str(&param("state_decay_after_ns", a));
+        }
+        if let Some(l) = &s.lifetime_ns {
+            o.push_str(&param("state_lifetime_ns", l));
+        }
     }
     if let Some(a) = &p.memory_alloc_bytes_per_s {
         o.push_str(&param("alloc_bytes_per_s", a));

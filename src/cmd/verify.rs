@@ -190,10 +190,11 @@ impl MachineCheck {
         if let (Some(b), Some(a)) = (&self.optimizer_before, &self.optimizer_after) {
             t.push_str(&format!(
                 "optimizer check: the update of {:.1} MiB of state after {:.1} MiB of other \
-                 writes ran {:.1}% {} than the profile prices it before the runs, {:.1}% {} \
-                 after (the last-level cache this machine gets now)\n",
+                 writes ({:.1} ms) ran {:.1}% {} than the profile prices it before the runs, \
+                 {:.1}% {} after (the last-level cache this machine gets now)\n",
                 b.state_bytes as f64 / 1048576.0,
                 b.other_bytes as f64 / 1048576.0,
+                b.elapsed_ns as f64 / 1e6,
                 b.error.abs() * 100.0,
                 way(b.error),
                 a.error.abs() * 100.0,

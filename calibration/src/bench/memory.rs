@@ -47,48 +47,103 @@ pub fn memory_pass(
 /// everything else they hold, and how much of that the last-level cache keeps decides whether
 /// the update reads its state from the cache or from DRAM (`memory.state_*`). The update is
 /// the op itself, not the axpy pass: it ran 1.2x faster per byte (docs/validation.md,
-/// session 16).
+/// session 16). Then each of `cfg.state_gap_bytes` after each of `cfg.state_gap_ns` with
+/// nothing written: on a cache other tenants share, the state also leaves with time
+/// (session 18).
 pub fn state_update(cfg: &Config, progress: &mut Counter) -> Result<Vec<StateSamples>, String> {
     let largest = cfg.state_evict_bytes.iter().copied().max().unwrap_or(0);
     let mut evict = vec![0u8; usize::try_from(largest).unwrap_or(0)];
     let mut out = Vec::new();
-    for &bytes in &cfg.state_bytes {
-        let mut state = ModelState::new(1, 0);
-        state
-            .ensure(0, MemCategory::Optimizer, Device::Gpu, bytes)
-            .map_err(|e| format!("state of {bytes} bytes: {e}"))?;
-        let moved = state.update_bytes();
-        let mut round = 0u64;
-        for &e in &cfg.state_evict_bytes {
-            let n = usize::try_from(e).unwrap_or(usize::MAX).min(evict.len());
-            let k = time_state_update(&mut state, cfg.state, &mut evict[..n], &mut round);
-            out.push(StateSamples {
-                state_bytes: bytes,
-                evict_bytes: e,
-                moved_bytes: moved,
-                kept_ns: k.kept,
-                dropped_ns: k.dropped,
-            });
-            progress.tick("optimizer state");
+    let runs = cfg
+        .state_bytes
+        .iter()
+        .flat_map(|&s| cfg.state_evict_bytes.iter().map(move |&e| (s, e, 0)))
+        .chain(
+            cfg.state_gap_bytes
+                .iter()
+                .flat_map(|&s| cfg.state_gap_ns.iter().map(move |&g| (s, 0, g))),
+        );
+    let mut held: Option<(u64, ModelState)> = None;
+    let mut round = 0u64;
+    for (bytes, e, gap_ns) in runs {
+        if held.as_ref().is_none_or(|(b, _)| *b != bytes) {
+            let mut state = ModelState::new(1, 0);
+            state
+                .ensure(0, MemCategory::Optimizer, Device::Gpu, bytes)
+                .map_err(|e| format!("state of {bytes} bytes: {e}"))?;
+            held = Some((bytes, state));
         }
+        let Some((_, state)) = held.as_mut() else {
+            continue;
+        };
+        let n = usize::try_from(e).unwrap_or(usize::MAX).min(evict.len());
+        let t = time_state_update(state, cfg.state, &mut evict[..n], gap_ns, &mut round);
+        out.push(StateSamples {
+            state_bytes: bytes,
+            evict_bytes: e,
+            gap_ns,
+            elapsed_ns: t.elapsed_ns,
+            moved_bytes: state.update_bytes(),
+            kept_ns: t.kept.kept,
+            dropped_ns: t.kept.dropped,
+        });
+        progress.tick("optimizer state");
     }
     Ok(out)
 }
 
-/// `ModelState::apply_optimizer` timed `r` times, each after writing `evict` (untimed): the
-/// state was last touched by the update before. `round` numbers the updates (their salt).
+/// Timed updates and the median time from the end of the update before each to its start.
+pub(crate) struct TimedUpdates {
+    pub kept: crate::sample::Kept,
+    pub elapsed_ns: f64,
+}
+
+/// `ModelState::apply_optimizer` timed `r` times, each after writing `evict` (untimed) and
+/// then computing from the private cache for `gap_ns`: the state was last touched by the
+/// update before. `round` numbers the updates (their salt).
 pub(crate) fn time_state_update(
     state: &mut ModelState,
     r: crate::sample::Repeats,
     evict: &mut [u8],
+    gap_ns: u64,
     round: &mut u64,
-) -> crate::sample::Kept {
-    after_evicting(r, evict, || {
+) -> TimedUpdates {
+    // The first update's predecessor.
+    *round += 1;
+    state.apply_optimizer(*round);
+    let mut last_end = Instant::now();
+    let mut elapsed = Vec::new();
+    let mut scratch = vec![0u32; SPIN_ELEMS];
+    let kept = after_evicting(r, evict, || {
+        spin(&mut scratch, gap_ns);
         *round += 1;
         let t = Instant::now();
+        elapsed.push(t.duration_since(last_end).as_nanos() as f64);
         state.apply_optimizer(*round);
-        t.elapsed().as_nanos() as f64
-    })
+        last_end = Instant::now();
+        last_end.duration_since(t).as_nanos() as f64
+    });
+    TimedUpdates {
+        kept,
+        elapsed_ns: crate::sample::median(&elapsed).unwrap_or(f64::NAN),
+    }
+}
+
+/// 256 KiB of f32: what the core computes on while a gap passes, well inside its private cache.
+const SPIN_ELEMS: usize = 64 << 10;
+
+/// Keeps the core busy on `scratch` for `ns` (0: returns at once).
+fn spin(scratch: &mut [u32], ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let until = Instant::now() + std::time::Duration::from_nanos(ns);
+    while Instant::now() < until {
+        for x in scratch.iter_mut() {
+            *x = x.wrapping_add(1);
+        }
+        std::hint::black_box(&mut *scratch);
+    }
 }
 
 /// memcpy of each size; the recorded bytes are those moved (read + write = twice the size).

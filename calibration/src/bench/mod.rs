@@ -72,6 +72,12 @@ pub struct Config {
     /// cache lets the state go (`memory.state_*`), up to twice the L3 sysfs reports, within
     /// 256-512 MiB.
     pub state_evict_bytes: Vec<u64>,
+    /// Idle gaps, nothing else written, before each timed update (the core computing from its
+    /// private cache meanwhile): how the state leaves a last-level cache other tenants share
+    /// with time (`memory.state_decay_after_ns`, `state_lifetime_ns`).
+    pub state_gap_ns: Vec<u64>,
+    /// Sizes of state the gap sweep updates.
+    pub state_gap_bytes: Vec<u64>,
     pub state: Repeats,
     pub memory: Repeats,
     pub launch_ops: Vec<u32>,
@@ -108,6 +114,7 @@ fn cache_bytes(index: u32) -> Option<u64> {
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
+const MS: u64 = 1_000_000;
 
 impl Config {
     /// The sweep of `mode` on a machine with `cores` CPU cores.
@@ -156,6 +163,8 @@ impl Config {
                 state_evict_bytes: state_evict(&[
                     0, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512,
                 ]),
+                state_gap_ns: [2, 5, 10, 20, 40, 80].map(|ms| ms * MS).to_vec(),
+                state_gap_bytes: vec![4 * MIB, 16 * MIB],
                 state: r(1, 7),
                 memory: r(2, 9),
                 launch_ops: vec![64, 128, 256, 512, 1024, 2048],
@@ -196,6 +205,8 @@ impl Config {
                 cold_pass_bytes: vec![2 * MIB, 16 * MIB],
                 state_bytes: vec![8 * MIB, 32 * MIB],
                 state_evict_bytes: state_evict(&[0, 16, 48, 96, 192]),
+                state_gap_ns: [5, 20, 60].map(|ms| ms * MS).to_vec(),
+                state_gap_bytes: vec![8 * MIB],
                 state: r(1, 3),
                 memory: r(1, 5),
                 launch_ops: vec![64, 256, 1024],
@@ -227,6 +238,8 @@ impl Config {
                 cold_pass_bytes: vec![MIB, 4 * MIB],
                 state_bytes: vec![MIB, 4 * MIB],
                 state_evict_bytes: vec![0, 4 * MIB, 16 * MIB],
+                state_gap_ns: vec![MS, 3 * MS],
+                state_gap_bytes: vec![MIB],
                 state: r(0, 2),
                 memory: r(1, 2),
                 launch_ops: vec![16, 64, 128],
@@ -357,11 +370,15 @@ pub struct OverlapSamples {
 }
 
 /// The optimizer's update of `state_bytes` of state (moving `moved_bytes`), timed after
-/// `evict_bytes` of other memory were written.
+/// `evict_bytes` of other memory were written and then `gap_ns` passed.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StateSamples {
     pub state_bytes: u64,
     pub evict_bytes: u64,
+    pub gap_ns: u64,
+    /// Median time from the end of one update to the start of the next: the writes and the
+    /// gap (`NaN` in samples files written before session 18, which did not record it).
+    pub elapsed_ns: f64,
     pub moved_bytes: u64,
     pub kept_ns: Vec<f64>,
     pub dropped_ns: Vec<f64>,

@@ -30,6 +30,7 @@ use super::collective::{
     GroupShape, TierModel, DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY,
 };
 use super::gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
+use super::state::{StateAging, StateCache};
 use super::{secs_to_ns, CostModel};
 use crate::plan::{Group, Plan};
 use crate::scenario::{PeakFlops, Precision, Scenario};
@@ -45,46 +46,6 @@ pub const DEFAULT_MEMORY_EFFICIENCY: f64 = 0.90;
 pub struct MemorySpill {
     pub bytes: u64,
     pub efficiency: f64,
-}
-
-/// How fast the optimizer's update runs by how much of its state the node's last-level cache
-/// still holds (host profiles: `memory.state_*`). The update touches state last touched a
-/// step earlier, and everything else the node's ranks touched in that step came between: `E`
-/// other bytes, with `S` bytes of the update's own state (half the bytes it moves: each state
-/// byte is read and written). At the distance `E + state_weight x S` the part still resident
-/// is `1` up to `resident_bytes`, `0` from `evicted_bytes`, linear between; a state byte
-/// counts `state_weight` times (1-2 here: an update of 48 MiB ran at DRAM speed with nothing
-/// between, one of 4 MiB at cache speed after 44 MiB). Resident bytes move at
-/// `resident_efficiency` of the memory bandwidth, the rest at `evicted_efficiency`
-/// (docs/validation.md, session 16).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct StateCache {
-    pub state_weight: f64,
-    pub resident_bytes: u64,
-    pub evicted_bytes: u64,
-    pub resident_efficiency: f64,
-    pub evicted_efficiency: f64,
-}
-
-impl StateCache {
-    /// The fraction of `state_bytes` of state resident after `other_bytes` of other data.
-    pub fn resident_fraction(&self, other_bytes: u64, state_bytes: u64) -> f64 {
-        let d = other_bytes as f64 + self.state_weight.max(0.0) * state_bytes as f64;
-        ramp(d, self.resident_bytes as f64, self.evicted_bytes as f64)
-    }
-}
-
-/// The ramp of [`StateCache`] at distance `d`: 1 up to `lo`, 0 from `hi`, linear between. The
-/// calibration's fit (`twin_calibration::fit::state`) places `lo` and `hi` with this same
-/// function.
-pub fn ramp(d: f64, lo: f64, hi: f64) -> f64 {
-    if d <= lo {
-        1.0
-    } else if d >= hi {
-        0.0
-    } else {
-        (hi - d) / (hi - lo)
-    }
 }
 
 /// Bytes per element of the host backend's memory-bound pass, an axpy: x read, y read and y
@@ -214,18 +175,13 @@ impl Analytic {
     }
 
     /// Seconds of the memory-bound pass of an op of `phase` over `bytes` (see [`MemorySpill`],
-    /// [`StateCache`] and `memory_cold_efficiency`).
+    /// [`StateCache`] and `memory_cold_efficiency`). The optimizer's update is priced with no
+    /// time since the last one: the engine adds what time takes ([`Analytic::state_aging`]).
     pub fn memory_pass_s(&self, phase: Phase, bytes: u64) -> f64 {
-        if let (Phase::Optimizer, Some(c), Some(d)) =
-            (phase, self.state_cache, self.node_step_bytes)
-        {
-            // The host backend's update reads and writes each state byte once.
-            let state = bytes / 2;
-            let h = c.resident_fraction(d.saturating_sub(state), state);
-            let hbm = self.hbm_bandwidth_bytes_per_s;
-            let b = bytes as f64;
-            return h * b / rate(hbm * c.resident_efficiency)
-                + (1.0 - h) * b / rate(hbm * c.evicted_efficiency);
+        if phase == Phase::Optimizer {
+            if let Some(s) = self.state_update_s(bytes, 0) {
+                return s;
+            }
         }
         if let (Phase::Optimizer, Some(e)) = (phase, self.memory_cold_efficiency) {
             return bytes as f64 / rate(self.hbm_bandwidth_bytes_per_s * e);
@@ -237,6 +193,26 @@ impl Analytic {
             }
             _ => bytes as f64 / self.hbm_rate(),
         }
+    }
+}
+
+impl Analytic {
+    /// Seconds of the host backend's optimizer update moving `bytes` (each state byte read and
+    /// written), `elapsed_ns` after the last update, by what the node's last-level cache
+    /// still holds of the state ([`StateCache`]); `None` without a state cache or the node's
+    /// step footprint.
+    pub fn state_update_s(&self, bytes: u64, elapsed_ns: u64) -> Option<f64> {
+        let (c, d) = (self.state_cache?, self.node_step_bytes?);
+        let h = self.state_resident(bytes, d, c)
+            * c.decay.map_or(1.0, |decay| decay.survival(elapsed_ns));
+        Some(c.update_s(bytes, h, self.hbm_bandwidth_bytes_per_s))
+    }
+
+    /// The fraction of the state of an update moving `bytes` that the node's own step traffic
+    /// (`node_bytes`, the state included) leaves in the cache.
+    fn state_resident(&self, bytes: u64, node_bytes: u64, c: StateCache) -> f64 {
+        let state = bytes / 2;
+        c.resident_fraction(node_bytes.saturating_sub(state), state)
     }
 }
 
@@ -320,10 +296,7 @@ impl Analytic {
             .operands
             .is_some_and(|o| evicted || Self::working_set_bytes(op, elem) > o.cache_bytes);
         let cold_ns = if cold { self.cold_ns(op) } else { 0 };
-        let other_flops = op.flops.saturating_sub(gemm_flops) as f64;
-        let vector_rate = rate(self.peak.fp32_flops_per_s);
-        let memory_s =
-            (other_flops / vector_rate).max(self.memory_pass_s(op.phase, op.memory_bytes));
+        let memory_s = self.memory_bound_s(op, gemm_flops, 0);
         let kernels = if self.launch_per_op {
             op.kernels.min(1)
         } else {
@@ -331,6 +304,20 @@ impl Analytic {
         };
         let launch_s = f64::from(kernels) * self.launch_ns as f64 * 1e-9;
         secs_to_ns(gemm_s + memory_s + launch_s).saturating_add(cold_ns)
+    }
+
+    /// Seconds of `op`'s memory-bound kernels (its FLOPs outside its `gemm_flops` at the
+    /// vector rate, or its memory pass, whichever is longer), an optimizer's update
+    /// `elapsed_ns` after the last.
+    fn memory_bound_s(&self, op: &ComputeOp, gemm_flops: u64, elapsed_ns: u64) -> f64 {
+        let other_flops = op.flops.saturating_sub(gemm_flops) as f64;
+        let vector_rate = rate(self.peak.fp32_flops_per_s);
+        let pass_s = match op.phase {
+            Phase::Optimizer => self.state_update_s(op.memory_bytes, elapsed_ns),
+            _ => None,
+        }
+        .unwrap_or_else(|| self.memory_pass_s(op.phase, op.memory_bytes));
+        (other_flops / vector_rate).max(pass_s)
     }
 }
 
@@ -363,6 +350,23 @@ impl CostModel for Analytic {
             working_set_bytes,
             cache_bytes: load.cache_bytes,
             reload_ns,
+        })
+    }
+
+    fn state_aging(&self, op: &ComputeOp) -> Option<StateAging> {
+        let decay = self.state_cache?.decay?;
+        if op.phase != Phase::Optimizer || self.node_step_bytes.is_none() {
+            return None;
+        }
+        let gemm_flops = op
+            .gemms
+            .iter()
+            .fold(0u64, |f, g| f.saturating_add(g.flops()));
+        let fresh_s = self.memory_bound_s(op, gemm_flops, 0);
+        let gone_s = self.memory_bound_s(op, gemm_flops, u64::MAX);
+        Some(StateAging {
+            max_extra_ns: secs_to_ns((gone_s - fresh_s).max(0.0)),
+            decay,
         })
     }
 
@@ -725,6 +729,7 @@ mod tests {
             evicted_bytes: 120 << 20,
             resident_efficiency: 0.8,
             evicted_efficiency: 0.2,
+            decay: None,
         };
         assert_eq!(c.resident_fraction(0, 0), 1.0);
         assert_eq!(c.resident_fraction(30 << 20, 10 << 20), 1.0);

@@ -7,11 +7,12 @@ mod analytic;
 mod collective;
 pub mod footprint;
 mod gemm;
+mod state;
 mod threads;
 
 pub use analytic::{
-    peak_for, ramp, Analytic, MemorySpill, StateCache, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
-    DEFAULT_LAUNCH_NS, DEFAULT_MEMORY_EFFICIENCY, HOST_PASS_BYTES_PER_ELEM,
+    peak_for, Analytic, MemorySpill, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_LAUNCH_NS,
+    DEFAULT_MEMORY_EFFICIENCY, HOST_PASS_BYTES_PER_ELEM,
 };
 pub use collective::{
     Algorithm, CollectiveEstimate, Decomposition, GroupShape, NvlsModel, Pattern, Phase, TierModel,
@@ -21,6 +22,7 @@ pub use gemm::{
     operand_bytes as gemm_operand_bytes, working_set_bytes as gemm_working_set_bytes, GemmCurve,
     OperandLoad, DEFAULT_GEMM_CURVE,
 };
+pub use state::{ramp, survival, StateAging, StateCache, StateDecay};
 pub use threads::{cfs_relative_weight, host_compute_weight, HOST_COMPUTE_NICE};
 
 use crate::plan::{Group, Plan};
@@ -67,6 +69,13 @@ pub trait CostModel: Send + Sync {
     /// waking and getting the core); 0: at once, as a GPU's streams see an event.
     fn handoff_ns(&self) -> u64 {
         0
+    }
+    /// What an optimizer op loses as its state leaves a shared last-level cache with time (a
+    /// host profile's `memory.state_decay_after_ns` and `state_lifetime_ns`); `None`: its
+    /// price does not depend on when it runs. The engine adds [`StateAging::extra_ns`] of the
+    /// time since the step began: in the steady state the rank's last update ended then.
+    fn state_aging(&self, _op: &ComputeOp) -> Option<StateAging> {
+        None
     }
     /// Whether [`CostModel::operand_residency`] can return anything (host profiles with a GEMM
     /// operand term); false spares the engine its bookkeeping.

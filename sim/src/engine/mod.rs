@@ -12,6 +12,7 @@
 //! per-rank sequence number on that group); p2p mailboxes live on the receiving rank and hold
 //! at most a few entries (one per blocked stream); a p2p transfer is one heap entry.
 
+mod aging;
 mod collapse;
 mod compile;
 mod context;

@@ -16,6 +16,7 @@ mod cores;
 
 use cores::thread_weight;
 
+use super::aging::Agings;
 use super::compile::{CKind, CProgram, GROUP_KINDS};
 pub(crate) use super::context::Ctx;
 use super::flow::{Finished, Flows, Spec, FLOW_TAG};
@@ -200,6 +201,9 @@ pub(crate) struct State<S: Slots> {
     /// GEMM operands evicted from cores' private caches (see `engine::residency`); `None`
     /// unless the cost model prices it.
     residency: Option<Residencies>,
+    /// Optimizer state aging in a shared last-level cache (see `engine::aging`); `None`
+    /// unless the cost model prices it.
+    aging: Option<Agings>,
     /// Compute ops taking turns on shared cores (see `engine::turns`); `None` unless ranks
     /// share cores.
     turns: Option<Turns>,
@@ -272,6 +276,7 @@ impl<S: Slots> State<S> {
             } else {
                 None
             },
+            aging: Agings::new(ctx.schedule.programs.iter(), |c| ctx.cost.state_aging(c)),
             turns: ctx.cost.shared_cores().map(|_| Turns::default()),
             slots: std::marker::PhantomData,
             trace: ctx.opts.trace.then(|| Trace {
@@ -374,7 +379,14 @@ impl<S: Slots> State<S> {
         let reload_ns = match self.residency {
             Some(_) => self.operand_reload_ns(ctx, rank, op.index),
             None => 0,
-        };
+        }
+        .saturating_add(match &self.aging {
+            Some(a) => {
+                let program = ctx.prog_of.get(rank as usize).map_or(0, |&p| p as usize);
+                a.extra_ns(program, op.index, self.now)
+            }
+            None => 0,
+        });
         let rs = &mut self.ranks[r];
         let now = self.now;
         rs.streams[s].start_ns = now;

@@ -75,6 +75,8 @@ struct RawMemory {
     state_evicted_bytes: Option<RawParam>,
     state_resident_efficiency: Option<RawParam>,
     state_evicted_efficiency: Option<RawParam>,
+    state_decay_after_ns: Option<RawParam>,
+    state_lifetime_ns: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -456,18 +458,26 @@ impl Checker<'_> {
         )?;
         let all = "all four of memory.state_resident_bytes, state_evicted_bytes, \
                    state_resident_efficiency and state_evicted_efficiency, or none";
+        let (decay_after, lifetime) = (m.state_decay_after_ns.take(), m.state_lifetime_ns.take());
         match (resident_bytes, evicted_bytes, resident_eff, evicted_eff) {
-            (None, None, None, None) => match m.state_weight.take() {
-                // A weight alone would be read and then silently not used.
-                Some(w) => Err(self.invalid(
-                    w.value.span(),
-                    "memory.state_weight",
-                    w.value.get_ref().to_string(),
-                    "the other state keys are missing",
-                    all,
-                )),
-                None => Ok(None),
-            },
+            (None, None, None, None) => {
+                // A weight or a decay alone would be read and then silently not used.
+                let alone = [
+                    ("memory.state_weight", m.state_weight.take()),
+                    ("memory.state_decay_after_ns", decay_after),
+                    ("memory.state_lifetime_ns", lifetime),
+                ];
+                match alone.into_iter().find_map(|(k, v)| v.map(|v| (k, v))) {
+                    Some((key, w)) => Err(self.invalid(
+                        w.value.span(),
+                        key,
+                        w.value.get_ref().to_string(),
+                        "the other state keys are missing",
+                        all,
+                    )),
+                    None => Ok(None),
+                }
+            }
             (Some(rb), Some(eb), Some(re), Some(ee)) => {
                 if rb.value >= eb.value {
                     return Err(self.ctx.error(
@@ -479,6 +489,14 @@ impl Checker<'_> {
                         "a size above memory.state_resident_bytes",
                     ));
                 }
+                let (decay_after_ns, lifetime_ns) = self.pair(
+                    (
+                        "memory.state_decay_after_ns",
+                        decay_after,
+                        Range::NonNegative,
+                    ),
+                    ("memory.state_lifetime_ns", lifetime, Range::Positive),
+                )?;
                 let weight = m
                     .state_weight
                     .take()
@@ -486,6 +504,8 @@ impl Checker<'_> {
                     .transpose()?;
                 Ok(Some(super::StateParams {
                     weight,
+                    decay_after_ns,
+                    lifetime_ns,
                     resident_bytes: rb,
                     evicted_bytes: eb,
                     resident_efficiency: re,

@@ -84,6 +84,10 @@ pub struct LinkParams {
 pub struct StateParams {
     /// `memory.state_weight`; absent: 1 (the distance is the distinct bytes).
     pub weight: Option<Param>,
+    /// `memory.state_decay_after_ns` and `state_lifetime_ns` (both or neither; see
+    /// [`crate::cost::StateDecay`]); absent: the state does not leave the cache with time.
+    pub decay_after_ns: Option<Param>,
+    pub lifetime_ns: Option<Param>,
     pub resident_bytes: Param,
     pub evicted_bytes: Param,
     pub resident_efficiency: Param,
@@ -307,6 +311,13 @@ impl Analytic {
                 evicted_bytes: whole(&s.evicted_bytes).max(whole(&s.resident_bytes) + 1),
                 resident_efficiency: s.resident_efficiency.value,
                 evicted_efficiency: s.evicted_efficiency.value,
+                decay: match (&s.decay_after_ns, &s.lifetime_ns) {
+                    (Some(a), Some(l)) => Some(crate::cost::StateDecay {
+                        after_ns: whole(a),
+                        lifetime_ns: whole(l).max(1),
+                    }),
+                    _ => None,
+                },
             }),
             node_step_bytes: None,
             wake: match (&p.host_wake_ns, &p.host_wake_per_idle) {

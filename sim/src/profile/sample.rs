@@ -61,7 +61,7 @@ fn clamp(range: Range, v: f64, value: f64) -> f64 {
 impl Profile {
     /// Every number of the profile with its key and the range the loader enforces, in a
     /// fixed order (draws are made in this order).
-    fn params_mut(&mut self) -> Vec<(&mut Param, Range)> {
+    pub(super) fn params_mut(&mut self) -> Vec<(&mut Param, Range)> {
         use Range::*;
         let mut v: Vec<(&mut Param, Range)> = vec![
             (&mut self.sm_count, Count),
@@ -121,6 +121,12 @@ impl Profile {
             v.push((&mut s.evicted_bytes, Positive));
             v.push((&mut s.resident_efficiency, Positive));
             v.push((&mut s.evicted_efficiency, Positive));
+            if let Some(a) = s.decay_after_ns.as_mut() {
+                v.push((a, NonNegative));
+            }
+            if let Some(l) = s.lifetime_ns.as_mut() {
+                v.push((l, Positive));
+            }
         }
         v
     }

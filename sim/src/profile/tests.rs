@@ -695,6 +695,7 @@ fn memory_state_keys_are_read_together_and_reach_the_cost_model() {
             evicted_bytes: 125829120,
             resident_efficiency: 0.7,
             evicted_efficiency: 0.3,
+            decay: None,
         })
     );
     // The step's footprint is the pipeline's to set.
@@ -717,6 +718,128 @@ fn memory_state_keys_are_read_together_and_reach_the_cost_model() {
     // A negative efficiency is refused.
     let e = error_of(&text.replace("value = 0.3,", "value = -0.3,"));
     assert!(e.key.starts_with("memory.state_evicted_efficiency"), "{e}");
+}
+
+/// The two `memory.state_*` decay keys.
+const DECAY_KEYS: &str = "state_decay_after_ns = { value = 4000000, source = \"fitted\", ref = \"t\", ci95 = [3000000, 5000000] }\n\
+state_lifetime_ns = { value = 25000000, source = \"fitted\", ref = \"t\", ci95 = [20000000, 30000000] }\n";
+
+#[test]
+fn the_state_decay_keys_come_together_and_only_with_the_state_keys() {
+    let with = A100.replace("[memory]\n", &format!("[memory]\n{STATE_KEYS}{DECAY_KEYS}"));
+    let p = parse_str(&with, "p.toml").unwrap();
+    let cost = crate::cost::Analytic::from_profile(&crate::testing::small_scenario(1, 1, 1, 1), &p);
+    assert_eq!(
+        cost.state_cache.unwrap().decay,
+        Some(crate::cost::StateDecay {
+            after_ns: 4_000_000,
+            lifetime_ns: 25_000_000
+        })
+    );
+    // Sampled for the prediction's interval with the other fitted keys.
+    let mut q = p.clone();
+    let n = q.params_mut().len();
+    let without = parse_str(
+        &A100.replace("[memory]\n", &format!("[memory]\n{STATE_KEYS}")),
+        "p.toml",
+    )
+    .unwrap();
+    assert_eq!(n, without.clone().params_mut().len() + 2);
+    // One of the two: refused, naming the other.
+    for (drop, keep) in [
+        ("state_lifetime_ns", "memory.state_decay_after_ns"),
+        ("state_decay_after_ns", "memory.state_lifetime_ns"),
+    ] {
+        let line = DECAY_KEYS.lines().find(|l| l.starts_with(drop)).unwrap();
+        let e = error_of(&with.replace(&format!("{line}\n"), ""));
+        assert_eq!(e.key, keep, "{e}");
+        assert!(e.to_string().contains(drop), "{e}");
+    }
+    // Without the state keys: refused with its line, not ignored.
+    let e = error_of(&A100.replace("[memory]\n", &format!("[memory]\n{DECAY_KEYS}")));
+    assert_eq!(e.key, "memory.state_decay_after_ns", "{e}");
+    assert!(e.line.is_some(), "{e}");
+    // A lifetime of zero is refused.
+    let e = error_of(&with.replace("value = 25000000,", "value = 0,"));
+    assert_eq!(e.key, "memory.state_lifetime_ns.value", "{e}");
+}
+
+#[test]
+fn the_optimizer_pays_for_the_state_time_took_from_the_cache() {
+    use crate::schedule::{OpKind, Phase};
+    let host = include_str!("../../../scenarios/profiles/host-example.toml");
+    let plain = host
+        .lines()
+        .filter(|l| !l.starts_with("state_decay_after_ns") && !l.starts_with("state_lifetime_ns"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let decayed = plain.replace("[memory]\n", &format!("[memory]\n{DECAY_KEYS}"));
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/host/pp.toml");
+    let s = crate::scenario::load(std::path::Path::new(path), &[]).unwrap();
+    let run = |text: &str| {
+        let p = parse_str(text, "host.toml").unwrap();
+        let staged = crate::predict::Staged::with_profile(&s, Some(&p)).unwrap();
+        let opts = crate::engine::SimOptions {
+            trace: true,
+            ..crate::engine::SimOptions::default()
+        };
+        let r = staged.simulate(&opts).unwrap();
+        (staged, r)
+    };
+    let (base, r0) = run(&plain);
+    let (aged, r1) = run(&decayed);
+    let optimizer_index = aged
+        .schedule
+        .program(0)
+        .ops
+        .iter()
+        .position(|o| matches!(&o.kind, OpKind::Compute(c) if c.phase == Phase::Optimizer))
+        .unwrap() as u32;
+    let optimizer = |r: &crate::engine::SimResult| {
+        r.trace
+            .as_ref()
+            .unwrap()
+            .events
+            .iter()
+            .find(|e| e.rank == 0 && e.op == optimizer_index)
+            .map(|e| (e.start_ns, e.end_ns - e.start_ns))
+            .unwrap()
+    };
+    let (start0, dur0) = optimizer(&r0);
+    let (start1, dur1) = optimizer(&r1);
+    // The ops before it are priced alike.
+    assert_eq!(start0, start1);
+    let op = aged
+        .schedule
+        .program(0)
+        .ops
+        .iter()
+        .find_map(|o| match &o.kind {
+            OpKind::Compute(c) if c.phase == Phase::Optimizer => Some(c.clone()),
+            _ => None,
+        })
+        .unwrap();
+    use crate::cost::CostModel;
+    assert!(
+        base.cost.state_aging(&op).is_none(),
+        "no decay keys: no aging"
+    );
+    let aging = aged.cost.state_aging(&op).expect("decay keys: aging");
+    // pp.toml's optimizer starts past the decay's 4 ms.
+    assert!(start1 > 4_000_000 && aging.extra_ns(start1) > 0, "{start1}");
+    assert_eq!(dur1 - dur0, aging.extra_ns(start1), "{dur0} {dur1}");
+    // What it pays is the update priced at that age less the update priced fresh.
+    let c = aged.cost.state_cache.unwrap();
+    let at = |t: u64| aged.cost.state_update_s(op.memory_bytes, t).unwrap();
+    let want = (at(start1) - at(0)) * 1e9;
+    assert!(
+        (aging.extra_ns(start1) as f64 - want).abs() <= 1.0 + 1e-6 * want,
+        "{want}"
+    );
+    // Long after, all the resident part is lost: the evicted rate for all of it.
+    let gone = aged.cost.state_update_s(op.memory_bytes, u64::MAX).unwrap();
+    let hbm = aged.cost.hbm_bandwidth_bytes_per_s;
+    assert!((gone / (op.memory_bytes as f64 / (hbm * c.evicted_efficiency)) - 1.0).abs() < 1e-12);
 }
 
 #[test]
