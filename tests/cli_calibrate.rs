@@ -92,7 +92,92 @@ fn host_calibration_writes_profile_and_samples() {
         .as_array()
         .unwrap()
         .is_empty());
+    refit_gives_the_same_profile(&dir, &out, &toml);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--refit` of the samples beside `profile` (whose text is `toml`): the same fitted values,
+/// with the provenance of the measurement and of the refit; refused on a file that is not a
+/// samples file, and where the profile would overwrite them.
+fn refit_gives_the_same_profile(dir: &Path, profile: &Path, toml: &str) {
+    let samples = dir.join("host.samples.json");
+    let again = dir.join("again.toml");
+    let o = twin(
+        &[
+            "calibrate",
+            "--refit",
+            samples.to_str().unwrap(),
+            "-o",
+            again.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("fitted again from"), "{}", text(&o));
+    let refit = std::fs::read_to_string(&again).unwrap();
+    // Every fitted value is the same: only the references to the run and the provenance move.
+    let values = |t: &str| -> Vec<String> {
+        t.lines()
+            .take_while(|l| !l.starts_with("[provenance]"))
+            .filter(|l| {
+                !l.starts_with('#') && !l.starts_with("description") && !l.starts_with("data")
+            })
+            .map(|l| match (l.find(", ref = \""), l.find("\", ci95")) {
+                (Some(a), Some(b)) => format!("{}{}", &l[..a], &l[b + 1..]),
+                (Some(a), None) => l[..a].to_string(),
+                _ => l.to_string(),
+            })
+            .collect()
+    };
+    assert_eq!(values(&refit), values(toml));
+    assert!(refit.contains("twin calibrate --refit at"), "{refit}");
+    assert!(refit.contains("measured by: "), "{refit}");
+    assert!(
+        !dir.join("again.samples.json").exists(),
+        "a refit measures nothing"
+    );
+    // A file that is not a samples file: named, with what to give instead.
+    let o = twin(
+        &[
+            "calibrate",
+            "--refit",
+            profile.to_str().unwrap(),
+            "-o",
+            again.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains(profile.to_str().unwrap()) && text(&o).contains("samples.json"),
+        "{}",
+        text(&o)
+    );
+    // Writing the profile beside the samples it reads would overwrite them.
+    let o = twin(
+        &[
+            "calibrate",
+            "--refit",
+            samples.to_str().unwrap(),
+            "-o",
+            dir.join("host.toml").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!o.status.success());
+    assert!(text(&o).contains("another --output"), "{}", text(&o));
+    // It measures nothing, so the measuring flags are refused.
+    let o = twin(
+        &[
+            "calibrate",
+            "--refit",
+            samples.to_str().unwrap(),
+            "--backend",
+            "host",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
 
 #[test]

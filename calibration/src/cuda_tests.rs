@@ -55,7 +55,7 @@ fn synthetic(seed: u64) -> (Plan, CudaSamples) {
             n: g.n,
             k: g.k,
             batch,
-            origin,
+            origin: (*origin).to_string(),
             holdout: *origin == "sweep" && i % 5 == 4,
             kept_ns: k.kept,
             dropped_ns: k.dropped,

@@ -18,8 +18,8 @@ pub mod sample;
 pub mod write;
 
 pub use run::{
-    calibrate_cuda, calibrate_host, from_nccl_tests, CudaOptions, CudaRun, HostOptions, HostRun,
-    NcclImport,
+    calibrate_cuda, calibrate_host, from_nccl_tests, refit_host, CudaOptions, CudaRun, HostOptions,
+    HostRun, NcclImport,
 };
 
 /// Why a calibration failed.

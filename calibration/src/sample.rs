@@ -5,7 +5,7 @@
 //! noise on a shared machine (preemption, page faults) only ever adds time. How many samples
 //! were dropped is kept and reported.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
 /// Scale from MAD to the standard deviation of a normal distribution.
@@ -56,7 +56,7 @@ pub fn reject_outliers(xs: &[f64]) -> Kept {
 }
 
 /// How many times to run a measurement.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Repeats {
     pub warmup: u32,
     pub timed: u32,

@@ -3,7 +3,7 @@
 //! keys (`[host] cores`) and the `[provenance]` table of a
 //! calibration run. Output depends only on its inputs (no clock, no map iteration order).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use twin_sim::cost::Algorithm;
 use twin_sim::profile::{LinkParams, Param, Profile, Source};
 
@@ -15,7 +15,7 @@ pub struct HostKeys {
 }
 
 /// Where and how a profile was measured.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
     pub hostname: String,
     pub cpu_model: String,

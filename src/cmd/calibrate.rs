@@ -21,6 +21,9 @@ use twin_calibration::HostOptions;
 ///                                                        and evict a step of s's traffic
 ///                                                        before allocations and cold passes
 ///   twin calibrate --from-nccl-tests all_reduce_perf.log ... -o cluster.toml
+///   twin calibrate --refit host.samples.json -o host2.toml
+///                                                        fit a host calibration's raw
+///                                                        samples again, measuring nothing
 ///
 /// The raw samples are written beside the profile (PROFILE.samples.json). docs/calibration.md
 /// says what is measured, the outlier rule, the fits and their confidence intervals.
@@ -28,7 +31,7 @@ use twin_calibration::HostOptions;
 #[command(verbatim_doc_comment)]
 pub struct Args {
     /// Which backend to measure.
-    #[arg(long, value_enum, required_unless_present = "from_nccl_tests")]
+    #[arg(long, value_enum, required_unless_present_any = ["from_nccl_tests", "refit"])]
     pub backend: Option<Backend>,
     /// Fewer shapes, sizes and repeats: under a minute.
     #[arg(long)]
@@ -61,6 +64,11 @@ pub struct Args {
     /// nccl-tests rows below this many bytes are left out of the fit.
     #[arg(long, default_value_t = 0)]
     pub min_bytes: u64,
+    /// Fit the raw samples a host calibration wrote (PROFILE.samples.json) again, measuring
+    /// nothing: the same measurements through this twin's fits and profile keys. The profile's
+    /// provenance keeps where and when they were taken.
+    #[arg(long, value_name = "SAMPLES_JSON", conflicts_with_all = ["backend", "from_nccl_tests", "quick", "scenario", "tiny"])]
+    pub refit: Option<PathBuf>,
     /// The fewest samples every fit accepts (tests).
     #[arg(long, hide = true)]
     pub tiny: bool,
@@ -105,6 +113,42 @@ impl Bar {
     }
 }
 
+/// `--refit`: the profile of a host calibration's stored samples.
+fn refit(args: &Args, samples: &Path) -> anyhow::Result<ExitCode> {
+    if samples == args.output || samples_path(&args.output) == samples {
+        bail!(
+            "--refit {} -o {}: the profile would overwrite or sit beside the samples it reads; \
+             give another --output",
+            samples.display(),
+            args.output.display()
+        );
+    }
+    let text = std::fs::read_to_string(samples)
+        .with_context(|| format!("--refit {}: cannot read it", samples.display()))?;
+    let run = twin_calibration::refit_host(
+        &text,
+        &samples.display().to_string(),
+        args.gpu_name.as_deref().unwrap_or("cpu-core"),
+        &command_line(),
+    )?;
+    super::write_atomic(&args.output, &run.toml)?;
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
+        Format::Text => print!(
+            "{}",
+            host_text(
+                &run,
+                &format!(
+                    "{} (fitted again from {})",
+                    args.output.display(),
+                    samples.display()
+                )
+            )
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Writes the raw samples beside the profile: where they were taken, what was measured (under
 /// `what_key`: the host's `config`, the GPU's `plan`), the outlier rule and every sample.
 fn write_samples<W: serde::Serialize, S: serde::Serialize>(
@@ -142,6 +186,9 @@ fn command_line() -> String {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(Some(&args.output), "--output")?;
+    if let Some(samples) = &args.refit {
+        return refit(&args, samples);
+    }
     if !args.from_nccl_tests.is_empty() {
         return import(&args);
     }
@@ -204,7 +251,7 @@ fn host(args: &Args) -> anyhow::Result<ExitCode> {
     )?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
-        Format::Text => print!("{}", host_text(&run, &args.output, &samples)),
+        Format::Text => print!("{}", host_text(&run, &wrote(&args.output, &samples))),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -249,13 +296,15 @@ fn ab_line(name: &str, f: &AlphaBeta, latency: &str) -> String {
 }
 
 /// A calibration summary's last lines: the fits' notes, then the files written.
-fn closing_lines(notes: &[String], profile: &Path, samples: &Path) -> String {
+/// The files a calibration wrote, for its closing line.
+fn wrote(profile: &Path, samples: &Path) -> String {
+    format!("{} and {}", profile.display(), samples.display())
+}
+
+/// The notes, then "wrote `files`".
+fn closing_lines(notes: &[String], files: &str) -> String {
     let mut o: String = notes.iter().map(|n| format!("note: {n}\n")).collect();
-    o.push_str(&format!(
-        "\nwrote {} and {}\n",
-        profile.display(),
-        samples.display()
-    ));
+    o.push_str(&format!("\nwrote {files}\n"));
     o
 }
 
@@ -289,13 +338,21 @@ fn gemm_lines(
     )
 }
 
-fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) -> String {
+fn host_text(run: &twin_calibration::HostRun, files: &str) -> String {
     let f = &run.fits;
     let g = &f.gemm;
-    let mut o = format!(
-        "calibrated {} ({} cores, {}) in {:.1} s; values with 95% confidence intervals\n\n",
-        run.provenance.hostname, f.cores, run.provenance.cpu_model, run.elapsed_s
-    );
+    let mut o = if run.refit_of.is_some() {
+        format!(
+            "fitted again: the samples taken on {} ({} cores, {}) at {}; values with 95% \
+             confidence intervals\n\n",
+            run.provenance.hostname, f.cores, run.provenance.cpu_model, run.provenance.date_utc
+        )
+    } else {
+        format!(
+            "calibrated {} ({} cores, {}) in {:.1} s; values with 95% confidence intervals\n\n",
+            run.provenance.hostname, f.cores, run.provenance.cpu_model, run.elapsed_s
+        )
+    };
     o.push_str(&gemm_lines(
         "GEMM curve (f32, one thread)",
         g,
@@ -331,6 +388,17 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
             s.quality.rms_relative_error * 100.0,
             s.quality.samples
         ));
+        match &s.decay {
+            Some((after, lifetime)) => o.push_str(&format!(
+                "                   and with time: all of it kept for {}, then a lifetime of {} \
+                 (the machine's other tenants)\n",
+                est(&after.map_monotone(|ns| ns * 1e-6), "ms"),
+                est(&lifetime.map_monotone(|ns| ns * 1e-6), "ms"),
+            )),
+            None => {
+                o.push_str("                   and with time: no decay fits better than none\n")
+            }
+        }
     }
     o.push_str(&format!(
         "  (cold passes each after {} of other traffic: {})\n",
@@ -395,7 +463,7 @@ fn host_text(run: &twin_calibration::HostRun, profile: &Path, samples: &Path) ->
             per_idle.ci95[1]
         ));
     }
-    o.push_str(&closing_lines(&f.notes, profile, samples));
+    o.push_str(&closing_lines(&f.notes, files));
     o
 }
 
@@ -510,7 +578,7 @@ fn cuda_text(
         est(&f.launch_ns, "ns"),
         f.dropped_samples
     ));
-    o.push_str(&closing_lines(&f.notes, profile, samples));
+    o.push_str(&closing_lines(&f.notes, &wrote(profile, samples)));
     o
 }
 

@@ -143,7 +143,7 @@ pub fn gemms(cfg: &Config, extra: &[Gemm], seed: u64, progress: &mut Counter) ->
             n: g.n,
             k: g.k,
             batch: 1,
-            origin,
+            origin: (*origin).to_string(),
             holdout: *holdout,
             kept_ns: k.kept,
             dropped_ns: k.dropped,

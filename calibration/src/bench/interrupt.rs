@@ -10,7 +10,7 @@
 
 use super::compute::{compute_op, workspace_for};
 use super::{Config, Counter};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use twin_runtime::launch::affinity::pin_rank;
 use twin_sim::schedule::Gemm;
 
@@ -24,7 +24,8 @@ const GEMM: Gemm = Gemm {
 };
 
 /// What the benchmark saw: every interrupted call's excess, and the totals.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct InterruptSamples {
     pub gemm: [u64; 3],
     pub calls: u64,

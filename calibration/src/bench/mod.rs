@@ -14,11 +14,11 @@ pub mod memory;
 pub mod wake;
 
 use crate::sample::{Kept, Repeats};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use twin_sim::schedule::Gemm;
 
 /// How long a calibration runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Under a minute on a 2-core machine.
@@ -29,8 +29,9 @@ pub enum Mode {
     Tiny,
 }
 
-/// What each benchmark sweeps, per mode.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// What each benchmark sweeps, per mode. Read back from a samples file by `twin calibrate
+/// --refit`, where files written before a field existed lack it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Config {
     pub mode: Mode,
     pub gemm_mn: Vec<u64>,
@@ -308,7 +309,7 @@ impl Counter<'_> {
 }
 
 /// Samples of one measurement at one size.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SizedSamples {
     pub bytes: u64,
     pub kept_ns: Vec<f64>,
@@ -326,7 +327,7 @@ impl SizedSamples {
 }
 
 /// Samples of one GEMM shape.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GemmSamples {
     pub m: u64,
     pub n: u64,
@@ -334,7 +335,7 @@ pub struct GemmSamples {
     /// Products per timed call (a strided-batched call when > 1; the host times one).
     pub batch: u64,
     /// `sweep` or `scenario`.
-    pub origin: &'static str,
+    pub origin: String,
     /// Held out of the fit (every fifth sweep shape), to check the curve on unseen shapes.
     pub holdout: bool,
     /// Calls after evicting the private cache (the host), or plain calls (GPUs).
@@ -343,12 +344,14 @@ pub struct GemmSamples {
     /// Calls back to back, operands where the call before left them (the host; empty on
     /// GPUs): with the evicted calls, they part what every call pays for its operands
     /// (packing) from what a cold call pays more (`fit::gemm`).
+    #[serde(default)]
     pub warm_kept_ns: Vec<f64>,
+    #[serde(default)]
     pub warm_dropped_ns: Vec<f64>,
 }
 
 /// Samples of one transfer: `kind` is `p2p` or a collective name.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CommSamples {
     pub kind: String,
     pub ranks: u32,
@@ -359,7 +362,7 @@ pub struct CommSamples {
 }
 
 /// The same GEMM alone and while a collective runs.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OverlapSamples {
     pub gemm: [u64; 3],
     pub collective: String,
@@ -371,21 +374,35 @@ pub struct OverlapSamples {
 
 /// The optimizer's update of `state_bytes` of state (moving `moved_bytes`), timed after
 /// `evict_bytes` of other memory were written and then `gap_ns` passed.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StateSamples {
     pub state_bytes: u64,
     pub evict_bytes: u64,
+    #[serde(default)]
     pub gap_ns: u64,
     /// Median time from the end of one update to the start of the next: the writes and the
-    /// gap (`NaN` in samples files written before session 18, which did not record it).
+    /// gap (`NaN` in samples files written before session 18, which did not record it; JSON
+    /// writes it `null`).
+    #[serde(default = "not_recorded", deserialize_with = "null_as_nan")]
     pub elapsed_ns: f64,
     pub moved_bytes: u64,
     pub kept_ns: Vec<f64>,
     pub dropped_ns: Vec<f64>,
 }
 
-/// Everything one calibration measured.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+fn not_recorded() -> f64 {
+    f64::NAN
+}
+
+/// A number JSON may hold as `null` (serde_json writes a NaN so): NaN.
+fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// Everything one calibration measured. Read back by `twin calibrate --refit`: a field a
+/// samples file lacks (written before it existed) is empty.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Samples {
     pub gemm: Vec<GemmSamples>,
     /// The core's private cache (`Config::private_cache_bytes`): a back-to-back GEMM call
