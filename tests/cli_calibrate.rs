@@ -92,8 +92,53 @@ fn host_calibration_writes_profile_and_samples() {
         .as_array()
         .unwrap()
         .is_empty());
+    shape_factors_price_each_timed_shape_at_its_measured_time(&toml, &samples);
     refit_gives_the_same_profile(&dir, &out, &toml);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The profile's curve with its shape factors prices every timed shape's back-to-back call at
+/// its measured median (up to the six digits the profile is written with).
+fn shape_factors_price_each_timed_shape_at_its_measured_time(
+    toml: &str,
+    samples: &serde_json::Value,
+) {
+    let p =
+        twin_sim::profile::parse_str(&twin_calibration::write::without_host_keys(toml), "h.toml")
+            .unwrap();
+    assert!(!p.gemm_shape_factors.is_empty(), "{toml}");
+    let curve = p.gemm_curve();
+    let peak = p.peak_fp32_flops_per_s.value;
+    let hbm = p.hbm_bandwidth_bytes_per_s.value * p.memory_efficiency.value;
+    let cache = curve.operands.map(|o| o.cache_bytes).unwrap();
+    let mut checked = 0;
+    for g in samples["samples"]["gemm"].as_array().unwrap() {
+        let warm: Vec<f64> = g["warm_kept_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        if g["holdout"].as_bool().unwrap() || warm.is_empty() {
+            continue;
+        }
+        let dim = |k: &str| g[k].as_u64().unwrap();
+        let shape = twin_sim::schedule::Gemm::single(dim("m"), dim("n"), dim("k"), 1);
+        let cold = twin_sim::cost::gemm_working_set_bytes(&shape, 4) > cache;
+        let load_s = if cold {
+            curve.cold_s(twin_sim::cost::gemm_operand_bytes(&shape, 4))
+        } else {
+            0.0
+        };
+        let priced_ns = (curve.gemm_s(&shape, 4, peak, hbm) + load_s) * 1e9;
+        let measured_ns = twin_calibration::sample::median(&warm).unwrap();
+        assert!(
+            (priced_ns / measured_ns - 1.0).abs() < 1e-3,
+            "{shape:?}: priced {priced_ns} measured {measured_ns}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, p.gemm_shape_factors.len());
 }
 
 /// `--refit` of the samples beside `profile` (whose text is `toml`): the same fitted values,

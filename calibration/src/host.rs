@@ -7,6 +7,7 @@ use crate::fit::gemm::{self, GemmFit, GemmPoint};
 use crate::fit::{ratio, Estimate, FitError};
 use crate::nccl_tests::Test;
 use serde::Serialize;
+use twin_sim::cost::shape_factors::ShapeFactor;
 
 /// The collectives the host runs as rings (the simulator's ring algorithm).
 pub const RING_KINDS: [&str; 3] = ["all-reduce", "reduce-scatter", "all-gather"];
@@ -30,6 +31,14 @@ pub struct HostFits {
     pub gemm_best_observed_flops_per_s: f64,
     pub gemm_holdout_samples: usize,
     pub gemm_holdout_max_relative_error: f64,
+    /// The curve's measured ratio per timed (not held-out) shape, back to back: the
+    /// profile's `gemm.shape_factors`.
+    pub gemm_shape_factors: Vec<ShapeFactor>,
+    /// RMS relative error of the back-to-back calls of the held-out shapes, by the curve
+    /// alone and by the curve with the factors interpolated from the other shapes: what the
+    /// factors do for a shape the calibration did not time.
+    pub gemm_holdout_rms_error: f64,
+    pub gemm_holdout_rms_error_with_factors: f64,
     pub memory_pass: AlphaBeta,
     /// The memory pass over every size, small and large, with a knee where it outgrows the
     /// caches; `None` when no knee could be fitted (a note says why).
@@ -311,6 +320,67 @@ pub(crate) fn holdout_errors(
         .collect()
 }
 
+/// The price of `x`'s back-to-back calls by the curve `g`: cold where one product outgrows
+/// the private cache.
+fn back_to_back_ns(g: &GemmFit, x: &GemmSamples, private_cache_bytes: u64) -> f64 {
+    gemm_predict_ns(g, x.m, x.n, x.k, x.batch, outgrows(x, private_cache_bytes))
+}
+
+/// Per timed shape that is not held out, its median back-to-back call over the curve's price
+/// for it (`twin_sim::cost::shape_factors`). Back to back is how an op's GEMMs find their
+/// operands; the evicted calls' extra load the cost model prices apart, per op.
+pub fn shape_factors(
+    g: &GemmFit,
+    samples: &[GemmSamples],
+    private_cache_bytes: u64,
+) -> Vec<ShapeFactor> {
+    samples
+        .iter()
+        .filter(|x| !x.holdout && x.batch <= 1)
+        .filter_map(|x| {
+            let measured = crate::sample::median(&x.warm_kept_ns)?;
+            let price = back_to_back_ns(g, x, private_cache_bytes);
+            (price > 0.0 && measured > 0.0).then(|| ShapeFactor {
+                m: x.m,
+                n: x.n,
+                k: x.k,
+                factor: measured / price,
+            })
+        })
+        .collect()
+}
+
+/// RMS relative error of the held-out shapes' median back-to-back calls by the curve alone,
+/// and with `factors` (which hold none of them) interpolated; 0 without held-out shapes.
+fn holdout_rms(
+    g: &GemmFit,
+    samples: &[GemmSamples],
+    private_cache_bytes: u64,
+    factors: &[ShapeFactor],
+) -> (f64, f64) {
+    let errs: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|x| x.holdout)
+        .filter_map(|x| {
+            let measured = crate::sample::median(&x.warm_kept_ns)?;
+            let price = back_to_back_ns(g, x, private_cache_bytes);
+            let f = twin_sim::cost::shape_factors::factor(factors, x.m, x.n, x.k);
+            Some((
+                (price - measured) / measured,
+                (price * f - measured) / measured,
+            ))
+        })
+        .collect();
+    let rms = |get: fn(&(f64, f64)) -> f64| {
+        if errs.is_empty() {
+            0.0
+        } else {
+            (errs.iter().map(|e| get(e).powi(2)).sum::<f64>() / errs.len() as f64).sqrt()
+        }
+    };
+    (rms(|e| e.0), rms(|e| e.1))
+}
+
 /// One constant over every record's kept samples, its errors named `what`: the allocation's
 /// fixed cost (over every size) and the hand-off between a rank's threads (the hand-off
 /// chains' mean gaps, `bench::launch::handoff_chain`).
@@ -372,6 +442,8 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         })
         .fold(0.0f64, f64::max);
     let holdout = holdout_errors(&g, &s.gemm, s.private_cache_bytes);
+    let factors = shape_factors(&g, &s.gemm, s.private_cache_bytes);
+    let (held_plain, held_factored) = holdout_rms(&g, &s.gemm, s.private_cache_bytes, &factors);
     let launch = named("op overhead", &sized_points(&s.launch), &mut notes)?;
     let launch_ns = launch.bandwidth_bytes_per_s.map_monotone(|ops| 1e9 / ops);
     let handoff_ns = (!s.handoff_gap.is_empty())
@@ -432,6 +504,9 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         gemm_best_observed_flops_per_s: best,
         gemm_holdout_samples: holdout.len(),
         gemm_holdout_max_relative_error: holdout.iter().fold(0.0, |a: f64, b| a.max(*b)),
+        gemm_holdout_rms_error: held_plain,
+        gemm_holdout_rms_error_with_factors: held_factored,
+        gemm_shape_factors: factors,
         gemm: g,
         memory_pass: named("memory pass", &sized_points(&s.memory_pass), &mut notes)?,
         memory_spill: spill(s, &mut notes),

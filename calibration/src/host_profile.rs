@@ -22,8 +22,10 @@
 use crate::fit::Estimate;
 use crate::host::HostFits;
 use crate::write::HostKeys;
+use twin_sim::cost::shape_factors::ShapeFactor;
 use twin_sim::cost::Algorithm;
 use twin_sim::profile::{FitQuality, LinkParams, Param, Profile, Source, StateParams};
+use twin_sim::schedule::Gemm;
 
 fn fitted(e: Estimate, reference: String) -> Param {
     let finite = e.ci95[0].is_finite() && e.ci95[1].is_finite();
@@ -292,8 +294,40 @@ pub fn to_profile(
             )
         }),
         provenance: Default::default(),
+        gemm_shape_factors: Vec::new(),
     };
+    let mut profile = profile;
+    profile.gemm_shape_factors = sim_shape_factors(f, &profile);
     (profile, host)
+}
+
+/// `f`'s shape factors (measured back-to-back time over the fit's price) restated over the
+/// price the simulator gives the same call with `profile`'s curve, whose `k_half` and ramp
+/// are whole numbers: the factor times the curve is then the measured time.
+fn sim_shape_factors(f: &HostFits, profile: &Profile) -> Vec<ShapeFactor> {
+    let mut curve = profile.gemm_curve();
+    curve.shape_factors.clear();
+    let peak = profile.peak_fp32_flops_per_s.value;
+    let hbm = profile.hbm_bandwidth_bytes_per_s.value * profile.memory_efficiency.value;
+    let cache = curve.operands.map_or(0, |o| o.cache_bytes);
+    f.gemm_shape_factors
+        .iter()
+        .filter_map(|sf| {
+            let g = Gemm::single(sf.m, sf.n, sf.k, 1);
+            let cold = cache > 0 && twin_sim::cost::gemm_working_set_bytes(&g, 4) > cache;
+            let fit_ns = crate::host::gemm_predict_ns(&f.gemm, sf.m, sf.n, sf.k, 1, cold);
+            let load_s = if cold {
+                curve.cold_s(twin_sim::cost::gemm_operand_bytes(&g, 4))
+            } else {
+                0.0
+            };
+            let sim_ns = (curve.gemm_s(&g, 4, peak, hbm) + load_s) * 1e9;
+            (sim_ns > 0.0 && fit_ns > 0.0).then(|| ShapeFactor {
+                factor: sf.factor * fit_ns / sim_ns,
+                ..*sf
+            })
+        })
+        .collect()
 }
 
 /// `what; run`: every key's reference names the calibration run it came from.

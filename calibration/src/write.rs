@@ -162,6 +162,23 @@ pub fn profile_toml(
             o.push_str(&param("cold_ramp_ns", cr));
         }
     }
+    if !p.gemm_shape_factors.is_empty() {
+        o.push_str(
+            "# Per timed shape, the median back-to-back call over the curve's price for it: \
+             [m, n, k, factor]; a shape between them is priced by the curve times the factor \
+             interpolated from its nearest (docs/profiles.md).\nshape_factors = [\n",
+        );
+        for f in &p.gemm_shape_factors {
+            o.push_str(&format!(
+                "  [{}, {}, {}, {}],\n",
+                f.m,
+                f.n,
+                f.k,
+                number(f.factor)
+            ));
+        }
+        o.push_str("]\n");
+    }
     o.push_str("\n[memory]\n");
     o.push_str(&param("efficiency", &p.memory_efficiency));
     if let (Some(b), Some(e)) = (&p.memory_spill_bytes, &p.memory_spill_efficiency) {

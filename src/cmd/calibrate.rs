@@ -359,6 +359,23 @@ fn host_text(run: &twin_calibration::HostRun, files: &str) -> String {
         f.gemm_holdout_samples,
         f.gemm_holdout_max_relative_error,
     ));
+    if !f.gemm_shape_factors.is_empty() {
+        let (lo, hi) = f
+            .gemm_shape_factors
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), s| {
+                (lo.min(s.factor), hi.max(s.factor))
+            });
+        o.push_str(&format!(
+            "  shape factors    {} timed shapes run {:.2}x to {:.2}x the curve back to back; \
+             held-out shapes: rms {:.1}% by the curve, {:.1}% with the factors interpolated\n",
+            f.gemm_shape_factors.len(),
+            lo,
+            hi,
+            f.gemm_holdout_rms_error * 100.0,
+            f.gemm_holdout_rms_error_with_factors * 100.0
+        ));
+    }
     o.push_str("bandwidth + fixed cost per call (alpha-beta: per step for transfers)\n");
     o.push_str(&ab_line("memory pass", &f.memory_pass, "fixed"));
     if let Some(sp) = &f.memory_spill {

@@ -27,6 +27,9 @@
 //!   `gemm_s`: whether an op's operands are still cached depends on the op (the cost model
 //!   decides, [`OperandLoad::cache_bytes`]). GPUs leave both out: their operand traffic
 //!   overlaps the tensor cores and the roofline bound above covers what does not.
+//! - Shape factors (optional, host profiles): the calibration's measured ratio to the curve
+//!   for the shapes it timed, interpolated for others ([`super::shape_factors`]), multiply
+//!   [`GemmCurve::gemm_s`].
 //! - `ramp`: per-call fixed cost (launch to first tile, last-wave tail), which dominates
 //!   small GEMMs. A batched GEMM (`Gemm::batch` products in one strided-batched call, as the
 //!   per-head attention GEMMs run on a GPU) pays it once per call; where each product is its
@@ -36,6 +39,7 @@
 //! and repeated calls into one `count`, so the number of tiles in flight per kernel is not
 //! known here, and charging a partial last wave per head would be wrong by the batch factor.
 
+use super::shape_factors::ShapeFactor;
 use crate::schedule::Gemm;
 use serde::Serialize;
 
@@ -56,6 +60,9 @@ pub struct GemmCurve {
     pub ramp_per_product: bool,
     /// Loading A and B from beyond the private cache; `None`: no such term (GPUs).
     pub operands: Option<OperandLoad>,
+    /// Measured corrections by shape (host profiles, `gemm.shape_factors`); empty: none.
+    /// [`GemmCurve::gemm_s`] multiplies by the one interpolated for its shape.
+    pub shape_factors: Vec<ShapeFactor>,
 }
 
 /// What a CPU sgemm pays for its operands (host profiles, keys `gemm.operand_bytes_per_s`,
@@ -100,6 +107,7 @@ pub const DEFAULT_GEMM_CURVE: GemmCurve = GemmCurve {
     ramp_ns: 2_000,
     ramp_per_product: false,
     operands: None,
+    shape_factors: Vec::new(),
 };
 
 impl GemmCurve {
@@ -154,7 +162,8 @@ impl GemmCurve {
             .operands
             .and_then(|o| o.pack_bytes_per_s)
             .map_or(0.0, |r| operand_bytes(g, elem_bytes) as f64 / positive(r));
-        f64::from(g.count) * (product + pack) + f64::from(calls) * self.ramp_s()
+        (f64::from(g.count) * (product + pack) + f64::from(calls) * self.ramp_s())
+            * super::shape_factors::factor(&self.shape_factors, g.m, g.n, g.k)
     }
 
     fn ramp_s(&self) -> f64 {

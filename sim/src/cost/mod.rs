@@ -7,6 +7,7 @@ mod analytic;
 mod collective;
 pub mod footprint;
 mod gemm;
+pub mod shape_factors;
 mod state;
 mod threads;
 

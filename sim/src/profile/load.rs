@@ -59,6 +59,7 @@ struct RawGemm {
     operand_cache_bytes: Option<RawParam>,
     pack_bytes_per_s: Option<RawParam>,
     cold_ramp_ns: Option<RawParam>,
+    shape_factors: Option<toml::Spanned<Vec<Vec<f64>>>>,
 }
 
 #[derive(Deserialize)]
@@ -428,6 +429,44 @@ impl Checker<'_> {
         }
     }
 
+    /// `gemm.shape_factors` (see [`crate::cost::shape_factors`]): rows of `[m, n, k, factor]`,
+    /// whole positive dimensions and a positive factor.
+    fn shape_factors(
+        &self,
+        raw: Option<toml::Spanned<Vec<Vec<f64>>>>,
+    ) -> Result<Vec<crate::cost::shape_factors::ShapeFactor>> {
+        let Some(raw) = raw else {
+            return Ok(Vec::new());
+        };
+        let span = raw.span();
+        let allowed = "rows [m, n, k, factor]: m, n and k whole numbers from 1 to 2^31, factor \
+                       above 0 and at most 100";
+        let dim =
+            |v: f64| ((1.0..=2_147_483_648.0).contains(&v) && v.fract() == 0.0).then_some(v as u64);
+        raw.into_inner()
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match r.as_slice() {
+                &[m, n, k, f] if f > 0.0 && f <= 100.0 => match (dim(m), dim(n), dim(k)) {
+                    (Some(m), Some(n), Some(k)) => {
+                        Ok(crate::cost::shape_factors::ShapeFactor { m, n, k, factor: f })
+                    }
+                    _ => Err((i, r)),
+                },
+                _ => Err((i, r)),
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|(i, r)| {
+                self.invalid(
+                    span.clone(),
+                    "gemm.shape_factors",
+                    format!("{r:?}"),
+                    &format!("row {} is not a shape and its factor", i + 1),
+                    allowed,
+                )
+            })
+    }
+
     /// `memory.state_*` (see [`crate::cost::StateCache`]): the two sizes and two efficiencies
     /// or none of them, the resident size below the evicted one; `state_weight` (default 1)
     /// with them.
@@ -606,6 +645,7 @@ impl Checker<'_> {
             ("host.interruptions_per_s", per_s, Range::NonNegative),
             ("host.interruption_mean_ns", mean, Range::NonNegative),
         )?;
+        let gemm_shape_factors = self.shape_factors(raw.gemm.shape_factors.take())?;
         Ok(Profile {
             name: raw.name,
             description: raw.description,
@@ -635,6 +675,7 @@ impl Checker<'_> {
             gemm_operand_cache_bytes: operand_cache_bytes,
             gemm_pack_bytes_per_s: pack_bytes_per_s,
             gemm_cold_ramp_ns: cold_ramp_ns,
+            gemm_shape_factors,
             memory_efficiency: self.param(
                 "memory.efficiency",
                 raw.memory.efficiency,

@@ -129,6 +129,9 @@ pub struct Profile {
     /// neither, and only with the two operand keys; absent: the load rate carries the packing.
     pub gemm_pack_bytes_per_s: Option<Param>,
     pub gemm_cold_ramp_ns: Option<Param>,
+    /// `gemm.shape_factors`: the calibration's measured ratio to the curve per timed shape
+    /// (host profiles from session 18 on; see `cost::shape_factors`); empty: none.
+    pub gemm_shape_factors: Vec<crate::cost::shape_factors::ShapeFactor>,
     /// Achieved fraction of HBM bandwidth for streaming (memory-bound) kernels.
     pub memory_efficiency: Param,
     /// `memory.spill_bytes` / `memory.spill_efficiency`: the bytes of one memory-bound pass
@@ -254,6 +257,7 @@ impl Profile {
                 }),
                 _ => None,
             },
+            shape_factors: self.gemm_shape_factors.clone(),
         }
     }
 

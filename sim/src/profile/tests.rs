@@ -915,3 +915,46 @@ fn with_a_profile_the_report_divides_by_the_profiles_peak() {
     let plain = crate::predict::Staged::with_profile(&s, None).unwrap();
     assert_eq!(plain.scenario.cluster.gpu.peak, s.cluster.gpu.peak);
 }
+
+#[test]
+fn shape_factors_are_read_checked_and_scale_the_gemm_they_match() {
+    let rows = "shape_factors = [\n  [64, 1024, 256, 1.12],\n  [64, 256, 128, 0.9],\n]\n";
+    let with = A100.replace("\n[memory]\n", &format!("{rows}\n[memory]\n"));
+    assert_ne!(with, A100);
+    let p = parse_str(&with, "p.toml").unwrap();
+    assert_eq!(p.gemm_shape_factors.len(), 2);
+    assert_eq!(p.gemm_shape_factors[0].factor, 1.12);
+    assert!(a100().gemm_shape_factors.is_empty());
+    // The cost model prices a timed shape at the curve times its factor, and leaves a shape
+    // far from every timed one alone.
+    let s = small_scenario(1, 1, 1, 1);
+    let plain = crate::cost::Analytic::from_profile(&s, &a100());
+    let scaled = crate::cost::Analytic::from_profile(&s, &p);
+    let price =
+        |m: &crate::cost::Analytic, g: crate::schedule::Gemm| m.gemm.gemm_s(&g, 2, 312e12, 2e12);
+    let timed = crate::schedule::Gemm::single(64, 1024, 256, 1);
+    let ratio = price(&scaled, timed) / price(&plain, timed);
+    assert!((ratio - 1.12).abs() < 1e-12, "{ratio}");
+    let far = crate::schedule::Gemm::single(8192, 8192, 8192, 1);
+    assert_eq!(price(&scaled, far), price(&plain, far));
+    // A row that is not [m, n, k, factor] with whole dimensions and a positive factor is
+    // refused with its line and the allowed form.
+    for bad in [
+        "[64, 1024, 256]",
+        "[64, 1024, 256, 0]",
+        "[64.5, 1024, 256, 1.1]",
+        "[0, 1, 1, 1.0]",
+    ] {
+        let text = A100.replace(
+            "\n[memory]\n",
+            &format!("shape_factors = [\n  [64, 256, 128, 0.9],\n  {bad},\n]\n\n[memory]\n"),
+        );
+        let e = error_of(&text);
+        assert_eq!(e.key, "gemm.shape_factors", "{bad}: {e}");
+        assert!(e.line.is_some(), "{e}");
+        assert!(
+            e.to_string().contains("row 2") && e.to_string().contains("[m, n, k, factor]"),
+            "{e}"
+        );
+    }
+}
