@@ -13,13 +13,15 @@ pub mod host_profile;
 pub mod load;
 pub mod nccl_tests;
 pub mod provenance;
+pub mod refit;
 pub mod run;
 pub mod sample;
 pub mod write;
 
+pub use refit::refit_host;
 pub use run::{
-    calibrate_cuda, calibrate_host, from_nccl_tests, refit_host, CudaOptions, CudaRun, HostOptions,
-    HostRun, NcclImport,
+    calibrate_cuda, calibrate_host, from_nccl_tests, CudaOptions, CudaRun, HostOptions, HostRun,
+    NcclImport,
 };
 
 /// Why a calibration failed.

@@ -27,7 +27,7 @@ pub const RADIUS: f64 = 1.386_294_361_119_890_6;
 const NEIGHBOURS: usize = 4;
 /// Ratios are kept within this factor of 1 (a timing gone wrong must not price a shape at a
 /// tenth of the curve).
-const LIMIT: f64 = 2.0;
+pub const LIMIT: f64 = 2.0;
 
 /// Inputs are positive; the table's rows came from a loader that checked them.
 fn point(m: u64, n: u64, k: u64) -> [f64; 3] {

@@ -1,0 +1,95 @@
+//! `twin calibrate --refit`: a host calibration's raw samples (PROFILE.samples.json) fitted
+//! again, measuring nothing. The machine's speed drifts by several percent between
+//! calibrations, so the same measurements through two versions of the fits or the model are
+//! how a change to either is judged (docs/calibration.md).
+
+use crate::bench::{Config, Mode, Samples};
+use crate::host;
+use crate::run::{host_profile_text, HostRun};
+use crate::write::Provenance;
+use crate::CalibError;
+
+/// A samples file as `twin calibrate --backend host` writes it (PROFILE.samples.json).
+#[derive(serde::Deserialize)]
+struct SamplesFile {
+    provenance: Provenance,
+    #[serde(default)]
+    config: serde_json::Value,
+    samples: Samples,
+}
+
+/// Fits a profile again from a host calibration's raw samples (`text`, the JSON of
+/// PROFILE.samples.json from `origin`), measuring nothing: what the samples were taken on and
+/// when stays in the provenance, beside the refit's command. Lets a changed fit or model be
+/// judged on the same measurements (docs/calibration.md). `gpu_name` names the GPU the
+/// profile describes.
+pub fn refit_host(
+    text: &str,
+    origin: &str,
+    gpu_name: &str,
+    command: &str,
+) -> Result<HostRun, CalibError> {
+    let file: SamplesFile = serde_json::from_str(text).map_err(|e| {
+        CalibError::Profile(format!(
+            "{origin}: not a host calibration's samples file ({e}); give the              PROFILE.samples.json that twin calibrate --backend host wrote"
+        ))
+    })?;
+    if file.provenance.backend != "host" {
+        return Err(CalibError::Profile(format!(
+            "{origin}: samples of the {} backend; --refit reads the host backend's",
+            file.provenance.backend
+        )));
+    }
+    let cores = file.provenance.cores.max(1);
+    // A file written before a Config field existed does not read back: its mode's sweep,
+    // with what the file recorded of the two sizes the report shows.
+    let mode = match file.provenance.mode.as_str() {
+        "quick" => Mode::Quick,
+        "tiny" => Mode::Tiny,
+        _ => Mode::Full,
+    };
+    let config = serde_json::from_value::<Config>(file.config.clone()).unwrap_or_else(|_| {
+        let mut c = Config::new(mode, cores);
+        if let Some(b) = file.config.get("step_evict_bytes").and_then(|v| v.as_u64()) {
+            c.step_evict_bytes = b;
+        }
+        c
+    });
+    let mut samples = file.samples;
+    if samples.private_cache_bytes == 0 {
+        samples.private_cache_bytes = config.private_cache_bytes;
+    }
+    let fits = host::fit_all(&samples, cores)?;
+    let mut provenance = file.provenance;
+    let measured = format!(
+        "the samples twin calibrate --backend host ({}) took on {} at {}",
+        provenance.mode, provenance.hostname, provenance.date_utc
+    );
+    let now = crate::provenance::here("host", "refit", command, "");
+    let run_ref = format!("twin calibrate --refit at {} of {measured}", now.date_utc);
+    provenance.command = format!(
+        "{command} (refit at {}; measured by: {})",
+        now.date_utc, provenance.command
+    );
+    provenance.twin_version = now.twin_version;
+    provenance.samples_file = origin.to_string();
+    let (profile, host_keys, toml) = host_profile_text(
+        &fits,
+        gpu_name,
+        &run_ref,
+        samples.private_cache_bytes,
+        &provenance,
+    );
+    Ok(HostRun {
+        config,
+        fits,
+        profile,
+        host: host_keys,
+        provenance,
+        elapsed_s: 0.0,
+        step_bytes: None,
+        refit_of: Some(origin.to_string()),
+        samples,
+        toml,
+    })
+}

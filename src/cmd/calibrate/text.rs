@@ -1,0 +1,268 @@
+//! The readable summaries `twin calibrate` prints: every fitted value with its interval, the
+//! fits' quality and notes, and the files written. Split from `cmd::calibrate`, which parses
+//! arguments and writes files.
+
+use std::path::Path;
+use twin_calibration::fit::alpha_beta::AlphaBeta;
+use twin_calibration::fit::Estimate;
+
+fn si(v: f64, unit: &str) -> String {
+    let (d, p) = match v.abs() {
+        x if x >= 1e12 => (1e12, "T"),
+        x if x >= 1e9 => (1e9, "G"),
+        x if x >= 1e6 => (1e6, "M"),
+        x if x >= 1e3 => (1e3, "k"),
+        _ => (1.0, ""),
+    };
+    format!("{:.3} {p}{unit}", v / d)
+}
+
+pub(super) fn est(e: &Estimate, unit: &str) -> String {
+    format!(
+        "{} [{} .. {}]",
+        si(e.value, unit),
+        if e.ci95[0].is_finite() {
+            si(e.ci95[0], unit)
+        } else {
+            "-inf".into()
+        },
+        if e.ci95[1].is_finite() {
+            si(e.ci95[1], unit)
+        } else {
+            "inf".into()
+        }
+    )
+}
+
+pub(super) fn ab_line(name: &str, f: &AlphaBeta, latency: &str) -> String {
+    format!(
+        "  {name:<16} {:<44} {latency} {:<36} R² {:.4}  rms {:.1}%  n {}\n",
+        est(&f.bandwidth_bytes_per_s, "B/s"),
+        est(&f.latency_ns, "ns"),
+        f.quality.r2,
+        f.quality.rms_relative_error * 100.0,
+        f.quality.samples
+    )
+}
+
+/// The files a calibration wrote, for its closing line.
+pub(super) fn wrote(profile: &Path, samples: &Path) -> String {
+    format!("{} and {}", profile.display(), samples.display())
+}
+
+/// The notes, then "wrote `files`".
+fn closing_lines(notes: &[String], files: &str) -> String {
+    let mut o: String = notes.iter().map(|n| format!("note: {n}\n")).collect();
+    o.push_str(&format!("\nwrote {files}\n"));
+    o
+}
+
+/// The GEMM curve's two summary lines (quality, then the fitted values).
+fn gemm_lines(
+    title: &str,
+    g: &twin_calibration::fit::gemm::GemmFit,
+    holdout_samples: usize,
+    holdout_max_relative_error: f64,
+) -> String {
+    let operands = g
+        .operand_bytes_per_s
+        .as_ref()
+        .map(|b| format!("   operands {}", est(b, "B/s")))
+        .unwrap_or_default();
+    format!(
+        "{title}: R² {:.4}, rms {:.1}%, max {:.1}%, n {}; held-out shapes: {} with max error {:.1}%\n  rate {}   k_half {}   ramp {}   tile {}x{} (not rejected: m {:?}, n {:?}){operands}\n\n",
+        g.quality.r2,
+        g.quality.rms_relative_error * 100.0,
+        g.quality.max_relative_error * 100.0,
+        g.quality.samples,
+        holdout_samples,
+        holdout_max_relative_error * 100.0,
+        est(&g.rate_flops_per_s, "FLOP/s"),
+        est(&g.k_half, ""),
+        est(&g.ramp_ns, "ns"),
+        g.tile_m,
+        g.tile_n,
+        g.tile_m_ci95,
+        g.tile_n_ci95
+    )
+}
+
+pub(super) fn host_text(run: &twin_calibration::HostRun, files: &str) -> String {
+    let f = &run.fits;
+    let g = &f.gemm;
+    let mut o = if run.refit_of.is_some() {
+        format!(
+            "fitted again: the samples taken on {} ({} cores, {}) at {}; values with 95% \
+             confidence intervals\n\n",
+            run.provenance.hostname, f.cores, run.provenance.cpu_model, run.provenance.date_utc
+        )
+    } else {
+        format!(
+            "calibrated {} ({} cores, {}) in {:.1} s; values with 95% confidence intervals\n\n",
+            run.provenance.hostname, f.cores, run.provenance.cpu_model, run.elapsed_s
+        )
+    };
+    o.push_str(&gemm_lines(
+        "GEMM curve (f32, one thread)",
+        g,
+        f.gemm_holdout_samples,
+        f.gemm_holdout_max_relative_error,
+    ));
+    if !f.gemm_shape_factors.is_empty() {
+        let (lo, hi) = f
+            .gemm_shape_factors
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), s| {
+                (lo.min(s.factor), hi.max(s.factor))
+            });
+        o.push_str(&format!(
+            "  shape factors    {} timed shapes run {:.2}x to {:.2}x the curve back to back; \
+             held-out shapes: rms {:.1}% by the curve, {:.1}% with the factors interpolated\n",
+            f.gemm_shape_factors.len(),
+            lo,
+            hi,
+            f.gemm_holdout_rms_error * 100.0,
+            f.gemm_holdout_rms_error_with_factors * 100.0
+        ));
+    }
+    o.push_str("bandwidth + fixed cost per call (alpha-beta: per step for transfers)\n");
+    o.push_str(&ab_line("memory pass", &f.memory_pass, "fixed"));
+    if let Some(sp) = &f.memory_spill {
+        o.push_str(&format!(
+            "  pass beyond {:<5} {:<44} (below it {}; knee model R² {:.4}, rms {:.1}%, n {})\n",
+            si(sp.knee_bytes as f64, "B"),
+            est(&sp.spill_bandwidth_bytes_per_s, "B/s"),
+            est(&sp.bandwidth_bytes_per_s, "B/s"),
+            sp.quality.r2,
+            sp.quality.rms_relative_error * 100.0,
+            sp.quality.samples
+        ));
+    }
+    if let Some(c) = &f.memory_cold {
+        o.push_str(&ab_line("cold pass", c, "fixed"));
+    }
+    if let Some(s) = &f.memory_state {
+        o.push_str(&format!(
+            "  optimizer state  {} resident, {} evicted; resident up to a distance of {}, \
+             none from {}, a state byte counting {} (R² {:.4}, rms {:.1}%, n {})\n",
+            est(&s.resident_bandwidth_bytes_per_s, "B/s"),
+            est(&s.evicted_bandwidth_bytes_per_s, "B/s"),
+            est(&s.resident_bytes, "B"),
+            est(&s.evicted_bytes, "B"),
+            est(&s.state_weight, ""),
+            s.quality.r2,
+            s.quality.rms_relative_error * 100.0,
+            s.quality.samples
+        ));
+        match &s.decay {
+            Some((after, lifetime)) => o.push_str(&format!(
+                "                   and with time: all of it kept for {}, then a lifetime of {} \
+                 (the machine's other tenants)\n",
+                est(&after.map_monotone(|ns| ns * 1e-6), "ms"),
+                est(&lifetime.map_monotone(|ns| ns * 1e-6), "ms"),
+            )),
+            None => {
+                o.push_str("                   and with time: no decay fits better than none\n")
+            }
+        }
+    }
+    o.push_str(&format!(
+        "  (cold passes each after {} of other traffic: {})\n",
+        si(run.config.step_evict_bytes as f64, "B"),
+        match run.step_bytes {
+            Some(b) if b <= run.config.step_evict_bytes =>
+                "the bytes the scenario's busiest rank touches per step",
+            Some(_) => "twice the last-level cache, below the scenario's step",
+            None => "twice the last-level cache; --scenario bounds it by a step's traffic",
+        }
+    ));
+    o.push_str(&ab_line("memcpy", &f.memcpy, "fixed"));
+    o.push_str(&format!(
+        "  {:<16} {:<44} fixed {:<36} rms {:.1}%  n {}  (a kept buffer reused: no cost per byte)\n",
+        "alloc",
+        "",
+        est(&f.alloc.value, "ns"),
+        f.alloc.quality.rms_relative_error * 100.0,
+        f.alloc.quality.samples
+    ));
+    o.push_str(&ab_line("checkpoint", &f.checkpoint, "fixed"));
+    o.push_str(&ab_line("p2p", &f.p2p, "step "));
+    for c in &f.collectives {
+        match (&c.fit, &c.error) {
+            (Some(fit), _) => o.push_str(&ab_line(&c.name, fit, "step ")),
+            (None, e) => o.push_str(&format!(
+                "  {:<16} not fitted: {}\n",
+                c.name,
+                e.as_deref().unwrap_or("")
+            )),
+        }
+    }
+    o.push_str(&ab_line("ring (profile)", &f.ring, "step "));
+    o.push_str(&format!(
+        "\nop overhead {}{}   overlap compute slowdown {:.3} [{:.3} .. {:.3}]   outliers dropped {}\n",
+        est(&f.launch_ns, "ns"),
+        f.handoff_ns
+            .as_ref()
+            .map(|h| format!("   stream hand-off {}", est(h, "ns")))
+            .unwrap_or_default(),
+        f.overlap_slowdown.value,
+        f.overlap_slowdown.ci95[0],
+        f.overlap_slowdown.ci95[1],
+        f.dropped_samples
+    ));
+    if let Some((rate, mean)) = &f.interruptions {
+        o.push_str(&format!(
+            "interruptions of running compute {:.0}/s [{:.0} .. {:.0}], {} each
+",
+            rate.value,
+            rate.ci95[0],
+            rate.ci95[1],
+            est(mean, "ns")
+        ));
+    }
+    if let Some((jump, per_idle)) = &f.wake {
+        o.push_str(&format!(
+            "a transfer into a core that idled takes {} + {:.4} [{:.4} .. {:.4}] x the idle time longer\n",
+            est(jump, "ns"),
+            per_idle.value,
+            per_idle.ci95[0],
+            per_idle.ci95[1]
+        ));
+    }
+    o.push_str(&closing_lines(&f.notes, files));
+    o
+}
+
+pub(super) fn cuda_text(
+    run: &twin_calibration::CudaRun,
+    origin: &str,
+    profile: &Path,
+    samples: &Path,
+) -> String {
+    let f = &run.fits;
+    let g = &f.gemm;
+    let mut o = format!(
+        "calibrated GPU 0 of {} ({}) in {:.1} s over {origin}; values with 95% confidence intervals\n\n",
+        run.provenance.hostname,
+        run.provenance.cuda_version.as_deref().unwrap_or("versions unknown"),
+        run.elapsed_s
+    );
+    o.push_str(&gemm_lines(
+        "cuBLAS bf16 GEMM curve",
+        g,
+        f.gemm_holdout_samples,
+        f.gemm_holdout_max_relative_error,
+    ));
+    o.push_str("bandwidth + fixed cost per call\n");
+    o.push_str(&ab_line("memory-bound", &f.memory_bound, "fixed"));
+    o.push_str(&ab_line("host-to-device", &f.host_to_device, "fixed"));
+    o.push_str(&ab_line("device-to-host", &f.device_to_host, "fixed"));
+    o.push_str(&format!(
+        "\nmemory efficiency {}   launch {}   outliers dropped {}\n",
+        est(&f.memory_efficiency, ""),
+        est(&f.launch_ns, "ns"),
+        f.dropped_samples
+    ));
+    o.push_str(&closing_lines(&f.notes, &wrote(profile, samples)));
+    o
+}
