@@ -432,6 +432,19 @@ mod tests {
         out
     }
 
+    /// Both fitted rates within 3% of [`synthetic`]'s.
+    fn assert_rates_within_3_percent(f: &StateFit) {
+        let rel = |a: f64, b: f64| (a / b - 1.0).abs();
+        assert!(
+            rel(f.resident_bandwidth_bytes_per_s.value, 54e9) < 0.03,
+            "{f:?}"
+        );
+        assert!(
+            rel(f.evicted_bandwidth_bytes_per_s.value, 23e9) < 0.03,
+            "{f:?}"
+        );
+    }
+
     #[test]
     fn a_decay_with_time_is_recovered_beside_the_ramp() {
         let mut rng = TestRng::new(3);
@@ -448,15 +461,7 @@ mod tests {
             "{f:?}"
         );
         assert_eq!(f.state_weight.value, 1.5, "{f:?}");
-        let rel = |a: f64, b: f64| (a / b - 1.0).abs();
-        assert!(
-            rel(f.resident_bandwidth_bytes_per_s.value, 54e9) < 0.03,
-            "{f:?}"
-        );
-        assert!(
-            rel(f.evicted_bandwidth_bytes_per_s.value, 23e9) < 0.03,
-            "{f:?}"
-        );
+        assert_rates_within_3_percent(&f);
         // Fitted without the decay, the same samples fit worse.
         let mut untimed = pts.clone();
         for p in &mut untimed {
@@ -482,15 +487,7 @@ mod tests {
         assert_eq!(f.resident_bytes.value, lo, "{f:?}");
         assert_eq!(f.evicted_bytes.value, hi, "{f:?}");
         assert!(f.resident_bytes.covers(lo) && f.evicted_bytes.covers(hi));
-        let rel = |a: f64, b: f64| (a / b - 1.0).abs();
-        assert!(
-            rel(f.resident_bandwidth_bytes_per_s.value, 54e9) < 0.03,
-            "{f:?}"
-        );
-        assert!(
-            rel(f.evicted_bandwidth_bytes_per_s.value, 23e9) < 0.03,
-            "{f:?}"
-        );
+        assert_rates_within_3_percent(&f);
         assert!(f.quality.rms_relative_error < 0.05);
     }
 

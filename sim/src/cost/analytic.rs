@@ -30,6 +30,7 @@ use super::collective::{
     GroupShape, TierModel, DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY,
 };
 use super::gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
+use super::positive_rate;
 use super::state::{StateAging, StateCache};
 use super::{secs_to_ns, CostModel};
 use crate::plan::{Group, Plan};
@@ -170,8 +171,8 @@ impl Analytic {
         peak_for(&self.peak, dtype)
     }
 
-    fn hbm_rate(&self) -> f64 {
-        rate(self.hbm_bandwidth_bytes_per_s * self.memory_efficiency)
+    fn hbm_positive_rate(&self) -> f64 {
+        positive_rate(self.hbm_bandwidth_bytes_per_s * self.memory_efficiency)
     }
 
     /// Seconds of the memory-bound pass of an op of `phase` over `bytes` (see [`MemorySpill`],
@@ -184,14 +185,14 @@ impl Analytic {
             }
         }
         if let (Phase::Optimizer, Some(e)) = (phase, self.memory_cold_efficiency) {
-            return bytes as f64 / rate(self.hbm_bandwidth_bytes_per_s * e);
+            return bytes as f64 / positive_rate(self.hbm_bandwidth_bytes_per_s * e);
         }
         match self.memory_spill {
             Some(s) if bytes > s.bytes => {
-                let spilled = rate(self.hbm_bandwidth_bytes_per_s * s.efficiency);
-                s.bytes as f64 / self.hbm_rate() + (bytes - s.bytes) as f64 / spilled
+                let spilled = positive_rate(self.hbm_bandwidth_bytes_per_s * s.efficiency);
+                s.bytes as f64 / self.hbm_positive_rate() + (bytes - s.bytes) as f64 / spilled
             }
-            _ => bytes as f64 / self.hbm_rate(),
+            _ => bytes as f64 / self.hbm_positive_rate(),
         }
     }
 }
@@ -223,15 +224,6 @@ pub fn peak_for(peak: &PeakFlops, dtype: Precision) -> f64 {
         Precision::Fp16 => peak.fp16_flops_per_s,
         Precision::Bf16 => peak.bf16_flops_per_s,
         Precision::Fp8 => peak.fp8_flops_per_s,
-    }
-}
-
-/// A rate safe to divide by (see `collective::positive`).
-fn rate(r: f64) -> f64 {
-    if r.is_nan() || r <= 1.0 {
-        1.0
-    } else {
-        r
     }
 }
 
@@ -283,7 +275,7 @@ impl Analytic {
 
     fn compute_with(&self, op: &ComputeOp, evicted: bool) -> u64 {
         let peak = self.peak_flops_per_s(op.dtype);
-        let hbm = self.hbm_rate();
+        let hbm = self.hbm_positive_rate();
         let elem = op.dtype.bytes();
         let mut gemm_s = 0.0;
         let mut gemm_flops = 0u64;
@@ -311,7 +303,7 @@ impl Analytic {
     /// `elapsed_ns` after the last.
     fn memory_bound_s(&self, op: &ComputeOp, gemm_flops: u64, elapsed_ns: u64) -> f64 {
         let other_flops = op.flops.saturating_sub(gemm_flops) as f64;
-        let vector_rate = rate(self.peak.fp32_flops_per_s);
+        let vector_rate = positive_rate(self.peak.fp32_flops_per_s);
         let pass_s = match op.phase {
             Phase::Optimizer => self.state_update_s(op.memory_bytes, elapsed_ns),
             _ => None,
@@ -397,7 +389,7 @@ impl CostModel for Analytic {
     }
 
     fn checkpoint_ns(&self, bytes: u64) -> u64 {
-        secs_to_ns(bytes as f64 / rate(self.checkpoint_bandwidth_bytes_per_s))
+        secs_to_ns(bytes as f64 / positive_rate(self.checkpoint_bandwidth_bytes_per_s))
             .saturating_add(self.op_overhead_ns)
     }
 
@@ -406,7 +398,7 @@ impl CostModel for Analytic {
             return self.op_overhead_ns;
         }
         self.alloc_bytes_per_s
-            .map_or(0, |r| secs_to_ns(bytes as f64 / rate(r)))
+            .map_or(0, |r| secs_to_ns(bytes as f64 / positive_rate(r)))
             .saturating_add(self.alloc_fixed_ns)
             .saturating_add(self.op_overhead_ns)
     }

@@ -27,6 +27,7 @@
 //! e.g. a tree for an all-gather). Groups with uneven members per node are approximated by their
 //! busiest node (`max_per_node`).
 
+use super::positive_rate;
 use super::secs_to_ns;
 use crate::schedule::CollectiveKind;
 use serde::Serialize;
@@ -97,11 +98,11 @@ impl TierModel {
     /// Achieved intra-node rate per GPU and direction (line rate times protocol efficiency):
     /// the capacity the flow model gives each NVLink.
     pub fn intra_bw(&self) -> f64 {
-        positive(self.intra_bandwidth_bytes_per_s * self.nvlink_efficiency)
+        positive_rate(self.intra_bandwidth_bytes_per_s * self.nvlink_efficiency)
     }
     /// Achieved rate of one NIC rail per direction: the flow model's NIC capacity.
     pub fn inter_bw(&self) -> f64 {
-        positive(self.inter_bandwidth_bytes_per_s * self.network_efficiency)
+        positive_rate(self.inter_bandwidth_bytes_per_s * self.network_efficiency)
     }
     /// Latency of one point-to-point transfer and the tier it uses.
     pub fn p2p_latency_ns(&self, same_node: bool) -> u64 {
@@ -160,7 +161,7 @@ impl TierModel {
                     .as_ref()
                     .filter(|v| g.nodes <= 1 && bytes >= v.min_bytes)
                 {
-                    let nvls_bw = positive(self.intra_bandwidth_bytes_per_s * nvls.efficiency);
+                    let nvls_bw = positive_rate(self.intra_bandwidth_bytes_per_s * nvls.efficiency);
                     options.push(((nf + 1.0) / nf * s / nvls_bw + 2.0 * lat, Algorithm::Nvls));
                 }
                 let forced = options
@@ -241,7 +242,7 @@ impl TierModel {
             (self.inter_bw(), self.inter_lat_s())
         };
         let lat = latency_ns.map_or(lat, |l| l as f64 * 1e-9);
-        let bw = bandwidth_bytes_per_s.map_or(bw, positive);
+        let bw = bandwidth_bytes_per_s.map_or(bw, positive_rate);
         secs_to_ns(lat + bytes as f64 / bw)
     }
 }
@@ -359,16 +360,6 @@ fn positive_eff(e: f64) -> f64 {
 
 fn log2_ceil(n: u32) -> f64 {
     f64::from(32 - n.saturating_sub(1).leading_zeros())
-}
-
-/// A bandwidth that is safe to divide by: non-positive or NaN becomes a tiny positive rate
-/// (so a misconfigured link gives huge times rather than infinities or panics).
-fn positive(bw: f64) -> f64 {
-    if bw.is_nan() || bw <= 1.0 {
-        1.0
-    } else {
-        bw
-    }
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@
 //! and repeated calls into one `count`, so the number of tiles in flight per kernel is not
 //! known here, and charging a partial last wave per head would be wrong by the batch factor.
 
+use super::positive_rate;
 use super::shape_factors::ShapeFactor;
 use crate::schedule::Gemm;
 use serde::Serialize;
@@ -161,7 +162,9 @@ impl GemmCurve {
         let pack = self
             .operands
             .and_then(|o| o.pack_bytes_per_s)
-            .map_or(0.0, |r| operand_bytes(g, elem_bytes) as f64 / positive(r));
+            .map_or(0.0, |r| {
+                operand_bytes(g, elem_bytes) as f64 / positive_rate(r)
+            });
         (f64::from(g.count) * (product + pack) + f64::from(calls) * self.ramp_s())
             * super::shape_factors::factor(&self.shape_factors, g.m, g.n, g.k)
     }
@@ -175,7 +178,7 @@ impl GemmCurve {
     /// [`OperandLoad`]).
     pub fn cold_s(&self, bytes: u64) -> f64 {
         self.operands.map_or(0.0, |o| {
-            o.cold_ramp_ns as f64 * 1e-9 + bytes as f64 / positive(o.bytes_per_s)
+            o.cold_ramp_ns as f64 * 1e-9 + bytes as f64 / positive_rate(o.bytes_per_s)
         })
     }
 
@@ -192,9 +195,9 @@ impl GemmCurve {
     ) -> f64 {
         let (mf, nf, kf) = (m as f64, n as f64, k as f64);
         let flops = 2.0 * mf * nf * kf;
-        let rate = positive(peak_flops_per_s * self.compute_efficiency(m, n, k));
+        let rate = positive_rate(peak_flops_per_s * self.compute_efficiency(m, n, k));
         let io = (mf * kf + kf * nf + mf * nf) * elem_bytes as f64;
-        (flops / rate).max(io / positive(hbm_bytes_per_s))
+        (flops / rate).max(io / positive_rate(hbm_bytes_per_s))
     }
 }
 
@@ -205,15 +208,6 @@ fn padding_efficiency(dim: u64, tile: u64) -> f64 {
     }
     let tiles = dim.div_ceil(tile);
     dim as f64 / (tiles as f64 * tile as f64)
-}
-
-/// A rate safe to divide by: NaN or non-positive becomes 1 (huge times, never a panic).
-fn positive(r: f64) -> f64 {
-    if r.is_nan() || r <= 1.0 {
-        1.0
-    } else {
-        r
-    }
 }
 
 #[cfg(test)]

@@ -142,6 +142,16 @@ pub fn bus_factor(kind: CollectiveKind, n: u32) -> f64 {
     }
 }
 
+/// A rate (bytes or FLOPs per second) safe to divide by: NaN, or 1 and below, becomes 1, so a
+/// broken profile value gives huge times and never a panic or a negative time.
+pub(crate) fn positive_rate(r: f64) -> f64 {
+    if r.is_nan() || r <= 1.0 {
+        1.0
+    } else {
+        r
+    }
+}
+
 /// Seconds (f64) to whole nanoseconds, rounded to nearest but at least 1 for any positive
 /// time (so no real work takes zero time); saturates instead of overflowing, and maps NaN or
 /// negative input to zero.

@@ -7,6 +7,7 @@
 //! The cost model prices an optimizer op with its own ramp; the engine, which knows when the op
 //! starts, adds what the decay takes away ([`StateAging`]).
 
+use super::positive_rate;
 use serde::Serialize;
 
 /// How fast the optimizer's update runs by how much of its state the node's last-level cache
@@ -78,8 +79,8 @@ impl StateCache {
     pub fn update_s(&self, moved_bytes: u64, resident: f64, hbm_bytes_per_s: f64) -> f64 {
         let b = moved_bytes as f64;
         let h = resident.clamp(0.0, 1.0);
-        h * b / positive(hbm_bytes_per_s * self.resident_efficiency)
-            + (1.0 - h) * b / positive(hbm_bytes_per_s * self.evicted_efficiency)
+        h * b / positive_rate(hbm_bytes_per_s * self.resident_efficiency)
+            + (1.0 - h) * b / positive_rate(hbm_bytes_per_s * self.evicted_efficiency)
     }
 }
 
@@ -110,15 +111,6 @@ pub fn ramp(d: f64, lo: f64, hi: f64) -> f64 {
         0.0
     } else {
         (hi - d) / (hi - lo)
-    }
-}
-
-/// A rate safe to divide by.
-fn positive(r: f64) -> f64 {
-    if r.is_nan() || r <= 1.0 {
-        1.0
-    } else {
-        r
     }
 }
 

@@ -673,6 +673,21 @@ fn the_hand_off_key_reaches_the_cost_model_and_must_not_be_negative() {
     assert!(e.contains("host.handoff_ns.value"), "{e}");
 }
 
+/// Rank 0's optimizer op.
+fn optimizer_op(staged: &crate::predict::Staged) -> crate::schedule::ComputeOp {
+    use crate::schedule::{OpKind, Phase};
+    staged
+        .schedule
+        .program(0)
+        .ops
+        .iter()
+        .find_map(|o| match &o.kind {
+            OpKind::Compute(c) if c.phase == Phase::Optimizer => Some(c.clone()),
+            _ => None,
+        })
+        .expect("an optimizer op")
+}
+
 /// The four `memory.state_*` keys, as `twin calibrate --backend host` writes them.
 const STATE_KEYS: &str = "state_weight = { value = 2, source = \"fitted\", ref = \"t\" }\n\
 state_resident_bytes = { value = 41943040, source = \"fitted\", ref = \"t\" }\n\
@@ -809,16 +824,7 @@ fn the_optimizer_pays_for_the_state_time_took_from_the_cache() {
     let (start1, dur1) = optimizer(&r1);
     // The ops before it are priced alike.
     assert_eq!(start0, start1);
-    let op = aged
-        .schedule
-        .program(0)
-        .ops
-        .iter()
-        .find_map(|o| match &o.kind {
-            OpKind::Compute(c) if c.phase == Phase::Optimizer => Some(c.clone()),
-            _ => None,
-        })
-        .unwrap();
+    let op = optimizer_op(&aged);
     use crate::cost::CostModel;
     assert!(
         base.cost.state_aging(&op).is_none(),
@@ -844,7 +850,7 @@ fn the_optimizer_pays_for_the_state_time_took_from_the_cache() {
 
 #[test]
 fn a_profile_with_state_keys_prices_the_optimizer_by_the_nodes_footprint() {
-    use crate::schedule::{OpKind, Phase};
+    use crate::schedule::Phase;
     let host = include_str!("../../../scenarios/profiles/host-example.toml");
     let text = if host.contains("state_resident_bytes") {
         host.to_string()
@@ -863,16 +869,7 @@ fn a_profile_with_state_keys_prices_the_optimizer_by_the_nodes_footprint() {
     assert_eq!(d, sum);
     // Priced by the state cache at that footprint, not by the cold pass.
     let c = staged.cost.state_cache.unwrap();
-    let optimizer = staged
-        .schedule
-        .program(0)
-        .ops
-        .iter()
-        .find_map(|o| match &o.kind {
-            OpKind::Compute(c) if c.phase == Phase::Optimizer => Some(c.clone()),
-            _ => None,
-        })
-        .unwrap();
+    let optimizer = optimizer_op(&staged);
     let b = optimizer.memory_bytes as f64;
     let hbm = staged.cost.hbm_bandwidth_bytes_per_s;
     let state = optimizer.memory_bytes / 2;
