@@ -206,6 +206,41 @@ fn refit_gives_the_same_profile(dir: &Path, profile: &Path, toml: &str) {
         "{}",
         text(&o)
     );
+    // A samples file of another backend, or without samples: said so, no panic.
+    let other = dir.join("other.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&samples).unwrap()).unwrap();
+    v["samples"] = serde_json::json!({});
+    std::fs::write(&other, v.to_string()).unwrap();
+    let o = twin(
+        &[
+            "calibrate",
+            "--refit",
+            other.to_str().unwrap(),
+            "-o",
+            again.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("no GEMM samples"), "{}", text(&o));
+    v["provenance"]["backend"] = "cuda".into();
+    std::fs::write(&other, v.to_string()).unwrap();
+    let o = twin(
+        &[
+            "calibrate",
+            "--refit",
+            other.to_str().unwrap(),
+            "-o",
+            again.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        text(&o).contains("samples of the cuda backend"),
+        "{}",
+        text(&o)
+    );
     // Writing the profile beside the samples it reads would overwrite them.
     let o = twin(
         &[

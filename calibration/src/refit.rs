@@ -31,13 +31,20 @@ pub fn refit_host(
 ) -> Result<HostRun, CalibError> {
     let file: SamplesFile = serde_json::from_str(text).map_err(|e| {
         CalibError::Profile(format!(
-            "{origin}: not a host calibration's samples file ({e}); give the              PROFILE.samples.json that twin calibrate --backend host wrote"
+            "{origin}: not a host calibration's samples file ({e}); give the \
+             PROFILE.samples.json that twin calibrate --backend host wrote"
         ))
     })?;
     if file.provenance.backend != "host" {
         return Err(CalibError::Profile(format!(
             "{origin}: samples of the {} backend; --refit reads the host backend's",
             file.provenance.backend
+        )));
+    }
+    if file.samples.gemm.is_empty() {
+        return Err(CalibError::Profile(format!(
+            "{origin}: no GEMM samples (samples.gemm is empty); --refit needs the samples file \
+             of a whole host calibration"
         )));
     }
     let cores = file.provenance.cores.max(1);
