@@ -345,6 +345,10 @@ impl CostModel for Analytic {
         })
     }
 
+    fn models_state_aging(&self) -> bool {
+        self.node_step_bytes.is_some() && self.state_cache.is_some_and(|c| c.decay.is_some())
+    }
+
     fn state_aging(&self, op: &ComputeOp) -> Option<StateAging> {
         let decay = self.state_cache?.decay?;
         if op.phase != Phase::Optimizer || self.node_step_bytes.is_none() {

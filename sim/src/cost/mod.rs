@@ -78,6 +78,11 @@ pub trait CostModel: Send + Sync {
     fn state_aging(&self, _op: &ComputeOp) -> Option<StateAging> {
         None
     }
+    /// Whether [`CostModel::state_aging`] can return anything; false spares the engine its
+    /// table (every GPU profile).
+    fn models_state_aging(&self) -> bool {
+        false
+    }
     /// Whether [`CostModel::operand_residency`] can return anything (host profiles with a GEMM
     /// operand term); false spares the engine its bookkeeping.
     fn models_operand_residency(&self) -> bool {

@@ -276,7 +276,11 @@ impl<S: Slots> State<S> {
             } else {
                 None
             },
-            aging: Agings::new(ctx.schedule.programs.iter(), |c| ctx.cost.state_aging(c)),
+            aging: if ctx.cost.models_state_aging() {
+                Agings::new(ctx.schedule.programs.iter(), |c| ctx.cost.state_aging(c))
+            } else {
+                None
+            },
             turns: ctx.cost.shared_cores().map(|_| Turns::default()),
             slots: std::marker::PhantomData,
             trace: ctx.opts.trace.then(|| Trace {
