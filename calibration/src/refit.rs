@@ -100,3 +100,36 @@ pub fn refit_host(
         toml,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::bench::Samples;
+
+    #[test]
+    fn an_older_samples_file_reads_back_with_what_it_lacks_left_empty() {
+        // A GEMM sample without `batch` or back-to-back calls, a state sample without the gap
+        // and the elapsed time, and no other benchmark at all.
+        let old = r#"{
+            "gemm": [{"m": 64, "n": 64, "k": 64, "origin": "sweep", "holdout": false,
+                      "kept_ns": [1000.0], "dropped_ns": []}],
+            "state_update": [{"state_bytes": 4194304, "evict_bytes": 0, "moved_bytes": 8388608,
+                              "kept_ns": [150000.0], "dropped_ns": []},
+                             {"state_bytes": 4194304, "evict_bytes": 0, "gap_ns": 2000000,
+                              "elapsed_ns": null, "moved_bytes": 8388608,
+                              "kept_ns": [150000.0], "dropped_ns": []}]
+        }"#;
+        let s: Samples = serde_json::from_str(old).unwrap();
+        assert_eq!(s.gemm[0].batch, 1);
+        assert!(s.gemm[0].warm_kept_ns.is_empty());
+        assert_eq!(s.state_update[0].gap_ns, 0);
+        assert!(s.state_update[0].elapsed_ns.is_nan());
+        assert!(
+            s.state_update[1].elapsed_ns.is_nan(),
+            "JSON writes a NaN as null"
+        );
+        assert!(s.comm.is_empty() && s.interruptions.is_none());
+        // And what this twin writes reads back as it was.
+        let again: Samples = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(again.gemm, s.gemm);
+    }
+}

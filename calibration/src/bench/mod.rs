@@ -332,7 +332,9 @@ pub struct GemmSamples {
     pub m: u64,
     pub n: u64,
     pub k: u64,
-    /// Products per timed call (a strided-batched call when > 1; the host times one).
+    /// Products per timed call (a strided-batched call when > 1; the host times one). Samples
+    /// files from before it existed timed one.
+    #[serde(default = "one")]
     pub batch: u64,
     /// `sweep` or `scenario`.
     pub origin: String,
@@ -388,6 +390,10 @@ pub struct StateSamples {
     pub moved_bytes: u64,
     pub kept_ns: Vec<f64>,
     pub dropped_ns: Vec<f64>,
+}
+
+fn one() -> u64 {
+    1
 }
 
 fn not_recorded() -> f64 {
