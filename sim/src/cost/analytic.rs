@@ -171,7 +171,7 @@ impl Analytic {
         peak_for(&self.peak, dtype)
     }
 
-    fn hbm_positive_rate(&self) -> f64 {
+    fn hbm_rate(&self) -> f64 {
         positive_rate(self.hbm_bandwidth_bytes_per_s * self.memory_efficiency)
     }
 
@@ -190,9 +190,9 @@ impl Analytic {
         match self.memory_spill {
             Some(s) if bytes > s.bytes => {
                 let spilled = positive_rate(self.hbm_bandwidth_bytes_per_s * s.efficiency);
-                s.bytes as f64 / self.hbm_positive_rate() + (bytes - s.bytes) as f64 / spilled
+                s.bytes as f64 / self.hbm_rate() + (bytes - s.bytes) as f64 / spilled
             }
-            _ => bytes as f64 / self.hbm_positive_rate(),
+            _ => bytes as f64 / self.hbm_rate(),
         }
     }
 }
@@ -275,7 +275,7 @@ impl Analytic {
 
     fn compute_with(&self, op: &ComputeOp, evicted: bool) -> u64 {
         let peak = self.peak_flops_per_s(op.dtype);
-        let hbm = self.hbm_positive_rate();
+        let hbm = self.hbm_rate();
         let elem = op.dtype.bytes();
         let mut gemm_s = 0.0;
         let mut gemm_flops = 0u64;
