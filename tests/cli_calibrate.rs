@@ -149,22 +149,27 @@ fn shape_factors_price_each_timed_shape_at_its_measured_time(
     assert_eq!(checked, p.gemm_shape_factors.len());
 }
 
+/// `twin calibrate --refit INPUT -o OUTPUT`.
+fn refit_to(input: &Path, output: &Path) -> Output {
+    twin(
+        &[
+            "calibrate",
+            "--refit",
+            input.to_str().unwrap(),
+            "-o",
+            output.to_str().unwrap(),
+        ],
+        &[],
+    )
+}
+
 /// `--refit` of the samples beside `profile` (whose text is `toml`): the same fitted values,
 /// with the provenance of the measurement and of the refit; refused on a file that is not a
 /// samples file, and where the profile would overwrite them.
 fn refit_gives_the_same_profile(dir: &Path, profile: &Path, toml: &str) {
     let samples = dir.join("host.samples.json");
     let again = dir.join("again.toml");
-    let o = twin(
-        &[
-            "calibrate",
-            "--refit",
-            samples.to_str().unwrap(),
-            "-o",
-            again.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let o = refit_to(&samples, &again);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("fitted again from"), "{}", text(&o));
     let refit = std::fs::read_to_string(&again).unwrap();
@@ -190,16 +195,7 @@ fn refit_gives_the_same_profile(dir: &Path, profile: &Path, toml: &str) {
         "a refit measures nothing"
     );
     // A file that is not a samples file: named, with what to give instead.
-    let o = twin(
-        &[
-            "calibrate",
-            "--refit",
-            profile.to_str().unwrap(),
-            "-o",
-            again.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let o = refit_to(profile, &again);
     assert!(!o.status.success());
     assert!(
         text(&o).contains(profile.to_str().unwrap()) && text(&o).contains("samples.json"),
@@ -212,46 +208,19 @@ fn refit_gives_the_same_profile(dir: &Path, profile: &Path, toml: &str) {
         serde_json::from_str(&std::fs::read_to_string(&samples).unwrap()).unwrap();
     v["samples"] = serde_json::json!({});
     std::fs::write(&other, v.to_string()).unwrap();
-    let o = twin(
-        &[
-            "calibrate",
-            "--refit",
-            other.to_str().unwrap(),
-            "-o",
-            again.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let o = refit_to(&other, &again);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("no GEMM samples"), "{}", text(&o));
     v["provenance"]["backend"] = "cuda".into();
     std::fs::write(&other, v.to_string()).unwrap();
-    let o = twin(
-        &[
-            "calibrate",
-            "--refit",
-            other.to_str().unwrap(),
-            "-o",
-            again.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let o = refit_to(&other, &again);
     assert!(
         text(&o).contains("samples of the cuda backend"),
         "{}",
         text(&o)
     );
     // Writing the profile beside the samples it reads would overwrite them.
-    let o = twin(
-        &[
-            "calibrate",
-            "--refit",
-            samples.to_str().unwrap(),
-            "-o",
-            dir.join("host.toml").to_str().unwrap(),
-        ],
-        &[],
-    );
+    let o = refit_to(&samples, &dir.join("host.toml"));
     assert!(!o.status.success());
     assert!(text(&o).contains("another --output"), "{}", text(&o));
     // It measures nothing, so the measuring flags are refused.
