@@ -179,8 +179,13 @@ impl Analytic {
     /// [`StateCache`] and `memory_cold_efficiency`). The optimizer's update is priced with no
     /// time since the last one: the engine adds what time takes ([`Analytic::state_aging`]).
     pub fn memory_pass_s(&self, phase: Phase, bytes: u64) -> f64 {
+        self.memory_pass_at_s(phase, bytes, 0)
+    }
+
+    /// [`Analytic::memory_pass_s`], an optimizer's update `elapsed_ns` after the last.
+    fn memory_pass_at_s(&self, phase: Phase, bytes: u64, elapsed_ns: u64) -> f64 {
         if phase == Phase::Optimizer {
-            if let Some(s) = self.state_update_s(bytes, 0) {
+            if let Some(s) = self.state_update_s(bytes, elapsed_ns) {
                 return s;
             }
         }
@@ -304,11 +309,7 @@ impl Analytic {
     fn memory_bound_s(&self, op: &ComputeOp, gemm_flops: u64, elapsed_ns: u64) -> f64 {
         let other_flops = op.flops.saturating_sub(gemm_flops) as f64;
         let vector_rate = positive_rate(self.peak.fp32_flops_per_s);
-        let pass_s = match op.phase {
-            Phase::Optimizer => self.state_update_s(op.memory_bytes, elapsed_ns),
-            _ => None,
-        }
-        .unwrap_or_else(|| self.memory_pass_s(op.phase, op.memory_bytes));
+        let pass_s = self.memory_pass_at_s(op.phase, op.memory_bytes, elapsed_ns);
         (other_flops / vector_rate).max(pass_s)
     }
 }

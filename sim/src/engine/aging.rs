@@ -5,7 +5,7 @@
 //! time since it is the op's start time.
 
 use crate::cost::StateAging;
-use crate::schedule::{OpKind, Program};
+use crate::schedule::Program;
 
 /// Per program, each op's aging (by IR index).
 pub(crate) struct Agings {
@@ -19,20 +19,7 @@ impl Agings {
         programs: impl Iterator<Item = &'a Program>,
         of: impl Fn(&crate::schedule::ComputeOp) -> Option<StateAging>,
     ) -> Option<Agings> {
-        let ops: Vec<Vec<Option<StateAging>>> = programs
-            .map(|p| {
-                p.ops
-                    .iter()
-                    .map(|o| match &o.kind {
-                        OpKind::Compute(c) => of(c),
-                        _ => None,
-                    })
-                    .collect()
-            })
-            .collect();
-        ops.iter()
-            .any(|row| row.iter().any(Option::is_some))
-            .then_some(Agings { ops })
+        super::residency::per_compute_op(programs, of).map(|ops| Agings { ops })
     }
 
     /// What op `op` (IR index) of `program`, starting at `start_ns` into the step, pays for

@@ -44,6 +44,30 @@ impl Residency {
     }
 }
 
+/// Per program, `of` each compute op (by IR op index; `None` for every other op); `None` when
+/// no op has one, so the engine skips the bookkeeping. The engine's per-op tables
+/// (residencies, `engine::aging`) are built by it.
+pub(crate) fn per_compute_op<'a, T>(
+    programs: impl Iterator<Item = &'a crate::schedule::Program>,
+    of: impl Fn(&crate::schedule::ComputeOp) -> Option<T>,
+) -> Option<Vec<Vec<Option<T>>>> {
+    let table: Vec<Vec<Option<T>>> = programs
+        .map(|p| {
+            p.ops
+                .iter()
+                .map(|o| match &o.kind {
+                    crate::schedule::OpKind::Compute(c) => of(c),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
+    table
+        .iter()
+        .any(|row| row.iter().any(Option::is_some))
+        .then_some(table)
+}
+
 /// Per program, each op's residency (by IR op index), and the working set of its last compute
 /// op, which a step starts after.
 pub(crate) struct Residencies {
@@ -60,29 +84,18 @@ impl Residencies {
         programs: impl Iterator<Item = &'a crate::schedule::Program>,
         of: impl Fn(&crate::schedule::ComputeOp) -> Option<Residency>,
     ) -> Option<Residencies> {
-        let mut ops = Vec::new();
-        let mut step_start_bytes = Vec::new();
-        let mut any = false;
-        for p in programs {
-            let row: Vec<Option<Residency>> = p
-                .ops
-                .iter()
-                .map(|o| match &o.kind {
-                    crate::schedule::OpKind::Compute(c) => of(c),
-                    _ => None,
-                })
-                .collect();
-            any |= row.iter().any(Option::is_some);
-            step_start_bytes.push(
+        let ops = per_compute_op(programs, of)?;
+        let step_start_bytes = ops
+            .iter()
+            .map(|row| {
                 row.iter()
                     .rev()
                     .flatten()
                     .next()
-                    .map_or(0, |r| r.working_set_bytes),
-            );
-            ops.push(row);
-        }
-        any.then_some(Residencies {
+                    .map_or(0, |r| r.working_set_bytes)
+            })
+            .collect();
+        Some(Residencies {
             ops,
             step_start_bytes,
             last: Vec::new(),
