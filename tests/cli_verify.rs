@@ -286,12 +286,33 @@ fn simulate_with_a_fitted_profile_reports_a_deterministic_interval() {
 /// (`pp-wide.toml`, shapes not among those the profile was fitted to): step time within 5%,
 /// bubble within 2 points, peak memory within 2%, over five runs. Timing depends on the machine
 /// being idle, so it is not part of the default suite: run it with
-/// `cargo test --release --test cli_verify -- --ignored` on a quiet machine, after replacing
-/// the draft profile with `twin calibrate --backend host` output. It fails on a machine shared
-/// with other work (docs/validation.md, "verify", has the numbers).
+/// `cargo test --release --test cli_verify -- --ignored` on a quiet machine. As the issue
+/// states it, it first runs `twin calibrate --backend host --scenario scenarios/host/tp-pp.toml`
+/// on this machine (about 20 s; the bundled profile was measured on another one), or takes the
+/// profile named by `TWIN_ACCEPTANCE_PROFILE`. It fails on a machine shared with other work
+/// (docs/validation.md, "verify", has the numbers).
 #[test]
 #[ignore = "timing acceptance: needs an idle machine (docs/validation.md, verify)"]
 fn host_scenarios_and_the_held_out_one_are_predicted_within_the_bounds() {
+    let profile = match std::env::var("TWIN_ACCEPTANCE_PROFILE") {
+        Ok(p) => PathBuf::from(p),
+        Err(_) => {
+            let p = tmp("acceptance-profile.toml");
+            let o = twin(&[
+                "calibrate",
+                "--backend",
+                "host",
+                "--scenario",
+                "scenarios/host/tp-pp.toml",
+                "--no-progress",
+                "-o",
+                p.to_str().expect("a UTF-8 temporary path"),
+            ]);
+            assert!(o.status.success(), "calibration failed: {}", text(&o.stderr));
+            p
+        }
+    };
+    let profile = profile.to_str().expect("a UTF-8 profile path");
     // Every scenario is verified before the test fails, so one run reports all four.
     let mut failures = Vec::new();
     for scenario in [
@@ -304,7 +325,7 @@ fn host_scenarios_and_the_held_out_one_are_predicted_within_the_bounds() {
             "verify",
             scenario,
             "--profile",
-            PROFILE,
+            profile,
             "--steps",
             "10",
             "--warmup",
@@ -326,5 +347,9 @@ fn host_scenarios_and_the_held_out_one_are_predicted_within_the_bounds() {
             ));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "with profile {profile}:\n{}",
+        failures.join("\n")
+    );
 }
