@@ -308,7 +308,11 @@ fn host_scenarios_and_the_held_out_one_are_predicted_within_the_bounds() {
                 "-o",
                 p.to_str().expect("a UTF-8 temporary path"),
             ]);
-            assert!(o.status.success(), "calibration failed: {}", text(&o.stderr));
+            assert!(
+                o.status.success(),
+                "calibration failed: {}",
+                text(&o.stderr)
+            );
             p
         }
     };

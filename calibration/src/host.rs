@@ -66,6 +66,14 @@ pub struct HostFits {
     /// algorithm `network.algorithm = "ring"` names; the profile's tier comes from it.
     pub ring: AlphaBeta,
     pub overlap_slowdown: Estimate,
+    /// The share of a core a compute thread takes against a transfer beside it
+    /// (`bench::comm_busy`, the profile's `[host] compute_weight`); `None` when not measured
+    /// or not fitted (a note says why).
+    pub compute_weight: Option<Estimate>,
+    /// Whether the transfer fits left out the groups with more ranks than cores: they do
+    /// when `compute_weight` was measured, which prices sharing a core where the run shares
+    /// it (see [`fit_all`]).
+    pub transfers_within_cores: bool,
     pub checkpoint: AlphaBeta,
     /// Interruptions of running compute per second of busy time, and their mean length
     /// (`bench::interrupt`); `None` when not measured.
@@ -177,8 +185,13 @@ fn test_of(kind: &str) -> Option<Test> {
 /// members on `cores` cores, each member busy for the whole call, ran at `cores / ranks` of
 /// solo speed when `ranks > cores`, so its time is scaled by that share to the solo time the
 /// simulator expects.
-fn comm_points<'a>(s: impl Iterator<Item = &'a CommSamples>, cores: u32) -> Vec<Point> {
-    s.filter_map(|c| test_of(&c.kind).map(|t| (c, t)))
+fn comm_points<'a>(
+    s: impl Iterator<Item = &'a CommSamples>,
+    cores: u32,
+    within_cores: bool,
+) -> Vec<Point> {
+    s.filter(|c| !within_cores || c.ranks <= cores)
+        .filter_map(|c| test_of(&c.kind).map(|t| (c, t)))
         .flat_map(|(c, t)| {
             let (steps, bytes) = t.steps_and_bytes(c.ranks, c.bytes as f64);
             let share = solo_share(c.ranks, cores);
@@ -417,6 +430,27 @@ fn poor_transfer_fit(what: &str, f: &AlphaBeta) -> Option<String> {
     })
 }
 
+/// The compute thread's weight against a transfer on a shared core (`bench::comm_busy`), or
+/// `None`: not measured, or not fitted (with a note).
+fn compute_weight_fit(
+    s: &[crate::bench::CommBusySamples],
+    notes: &mut Vec<String>,
+) -> Option<Estimate> {
+    if s.is_empty() {
+        return None;
+    }
+    let rows: Vec<(&[f64], &[f64])> = s.iter().map(|r| (&r.idle_ns[..], &r.busy_ns[..])).collect();
+    match ratio::sharing_weight(&rows) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            notes.push(format!(
+                "transfers beside compute: no weight fitted ({e}); the kernel's weight for the compute thread's nice level stands"
+            ));
+            None
+        }
+    }
+}
+
 /// Fits every benchmark of `s`.
 pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     let fit_pts = gemm_points(&s.gemm, false, s.private_cache_bytes);
@@ -449,10 +483,19 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     let handoff_ns = (!s.handoff_gap.is_empty())
         .then(|| constant_fit("stream hand-off", &s.handoff_gap).map(|c| c.value))
         .transpose()?;
+    // A group with more ranks than cores shares cores among its own members, and its calls
+    // pay for that (1.4x a two-rank call's time per ring step, after the share, on both
+    // development VMs; docs/validation.md, session 19), which the simulator does not model
+    // inside a collective. Fitted with the others, those groups raised every call's latency,
+    // which stood in for what sharing a core with another rank's compute costs a run's
+    // transfers. Where that cost was measured (`compute_weight`), the fits take only the groups
+    // that fit on the cores; samples without it are fitted as before.
+    let compute_weight = compute_weight_fit(&s.comm_busy, &mut notes);
+    let within = compute_weight.is_some();
     let kinds: std::collections::BTreeSet<&str> = s.comm.iter().map(|c| c.kind.as_str()).collect();
     let mut collectives = Vec::new();
     for k in kinds.iter().filter(|k| **k != "p2p") {
-        let pts = comm_points(s.comm.iter().filter(|c| c.kind == *k), cores);
+        let pts = comm_points(s.comm.iter().filter(|c| c.kind == *k), cores, within);
         let r = alpha_beta::fit(&pts);
         collectives.push(NamedFit {
             name: k.to_string(),
@@ -462,7 +505,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     }
     let p2p = named(
         "p2p",
-        &comm_points(s.comm.iter().filter(|c| c.kind == "p2p"), cores),
+        &comm_points(s.comm.iter().filter(|c| c.kind == "p2p"), cores, within),
         &mut notes,
     )?;
     let ring = named(
@@ -472,6 +515,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
                 .iter()
                 .filter(|c| RING_KINDS.contains(&c.kind.as_str())),
             cores,
+            within,
         ),
         &mut notes,
     )?;
@@ -529,6 +573,8 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         p2p,
         ring,
         overlap_slowdown: ratio::slowdown(&overlap.alone_ns, &overlap.overlapped_ns)?,
+        compute_weight,
+        transfers_within_cores: within,
         checkpoint: named("checkpoint", &sized_points(&s.checkpoint), &mut notes)?,
         interruptions: s
             .interruptions

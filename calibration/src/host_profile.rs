@@ -293,6 +293,12 @@ pub fn to_profile(
                 r("mean gap from a forward op's end to the issue of the op it releases on another stream, chains of real ops through the host backend with turns and a progress file"),
             )
         }),
+        host_compute_weight: f.compute_weight.map(|w| {
+            fitted(
+                w.map_monotone(|x| x.max(0.0)),
+                r("two-rank all-gathers and reduce-scatters (16 and 64 KiB) with their cores otherwise idle and beside a compute thread on each (nice 5, a GEMM op at a time): mean(beside) / mean(idle) - 1, sizes pooled, delta-method interval"),
+            )
+        }),
         provenance: Default::default(),
         gemm_shape_factors: Vec::new(),
     };

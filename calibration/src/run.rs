@@ -104,6 +104,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         + cfg.launch_ops.len()
         + 1
         + bench::comm::measurement_count(&cfg)
+        + bench::comm_busy::measurement_count(&cfg, cores)
         + cfg.checkpoint_bytes.len()
         + 1
         + cfg.wake_idle_ns.len();
@@ -141,6 +142,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
     let (comm, overlap) = bench::comm::comm(&cfg, &mut progress)?;
     samples.comm = comm;
     samples.overlap = Some(overlap);
+    samples.comm_busy = bench::comm_busy::comm_busy(&cfg, cores, &mut progress)?;
     samples.checkpoint = bench::io::checkpoint(&cfg, &mut progress)?;
     samples.interruptions = Some(bench::interrupt::interruptions(&cfg, &mut progress));
     samples.wake = bench::wake::wake(&cfg, &mut progress)?;

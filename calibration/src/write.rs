@@ -250,6 +250,9 @@ pub fn profile_toml(
         if let Some(h) = &p.host_handoff_ns {
             o.push_str(&param("handoff_ns", h));
         }
+        if let Some(w) = &p.host_compute_weight {
+            o.push_str(&param("compute_weight", w));
+        }
     }
     if let Some(f) = &p.fit {
         o.push_str("\n[fit]\n");

@@ -20,8 +20,8 @@ use twin_runtime::transport::mesh::Mesh;
 use twin_sim::schedule::{CollectiveKind, Gemm};
 
 /// Bound on mesh setup and on any single blocking transfer.
-const TIMEOUT: Duration = Duration::from_secs(60);
-const COLLECTIVE_LANE: u8 = 1;
+pub(super) const TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const COLLECTIVE_LANE: u8 = 1;
 const P2P_LANE: u8 = 5;
 
 /// Every collective the runtime implements.
@@ -35,13 +35,13 @@ pub const COLLECTIVES: [CollectiveKind; 5] = [
 
 /// A barrier that a failing rank can break, so the others return instead of waiting forever.
 #[derive(Default)]
-struct Barrier {
+pub(super) struct Barrier {
     state: Mutex<(usize, u64, bool)>,
     cv: Condvar,
 }
 
 impl Barrier {
-    fn wait(&self, parties: usize) -> Result<(), CalibError> {
+    pub(super) fn wait(&self, parties: usize) -> Result<(), CalibError> {
         let broken = || CalibError::Bench("another rank failed".into());
         let mut s = self.state.lock().map_err(|_| broken())?;
         if s.2 {
@@ -64,7 +64,7 @@ impl Barrier {
             Ok(())
         }
     }
-    fn abort(&self) {
+    pub(super) fn abort(&self) {
         if let Ok(mut s) = self.state.lock() {
             s.2 = true;
         }
@@ -74,9 +74,9 @@ impl Barrier {
 
 /// One measurement of a world: p2p (`None`) or a collective, at `bytes`.
 #[derive(Clone, Copy)]
-struct Task {
-    kind: Option<CollectiveKind>,
-    bytes: u64,
+pub(super) struct Task {
+    pub(super) kind: Option<CollectiveKind>,
+    pub(super) bytes: u64,
 }
 
 impl Task {
@@ -96,10 +96,10 @@ const P2P_ROUNDS: u32 = 4;
 /// member arrives, as the simulator starts it, and a run's trace does too (a measured
 /// collective starts when the first data arrives). The slowest rank's own time would add how
 /// much earlier the first member arrived.
-type Span = (f64, f64);
+pub(super) type Span = (f64, f64);
 
 /// One call's sample from its members' spans: from the last start to the last end.
-fn sample_ns<'a>(spans: impl Iterator<Item = &'a Span>) -> f64 {
+pub(super) fn sample_ns<'a>(spans: impl Iterator<Item = &'a Span>) -> f64 {
     let (start, end) = spans.fold((0.0f64, 0.0f64), |(s, e), &(a, b)| (s.max(a), e.max(b)));
     (end - start).max(0.0)
 }
@@ -181,7 +181,7 @@ fn call(
 /// and run one task after another, a spell made every sample of one size slow (all seven 2-rank
 /// all-gathers of 1-16 KiB at ~800 µs in one calibration, against ~50 µs in the next).
 /// Interleaved, a spell spreads over every size, and the per-size median outlives it.
-fn run_rank(
+pub(super) fn run_rank(
     mesh: &Mesh,
     members: &[u32],
     tasks: &[Task],

@@ -6,6 +6,7 @@
 //! dropped sample is returned in [`Samples`] and written beside the profile.
 
 pub mod comm;
+pub mod comm_busy;
 pub mod compute;
 pub mod interrupt;
 pub mod io;
@@ -363,6 +364,20 @@ pub struct CommSamples {
     pub dropped_ns: Vec<f64>,
 }
 
+/// One two-rank collective's calls with the ranks' cores otherwise idle and with a compute
+/// thread beside each rank (`bench::comm_busy`): every call, no outlier rule (a call that
+/// waited for a compute op is what is measured).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CommBusySamples {
+    pub kind: String,
+    pub bytes: u64,
+    /// The compute thread's GEMM `[m, n, k]` and nice level.
+    pub gemm: [u64; 3],
+    pub compute_nice: i32,
+    pub idle_ns: Vec<f64>,
+    pub busy_ns: Vec<f64>,
+}
+
 /// The same GEMM alone and while a collective runs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OverlapSamples {
@@ -437,6 +452,9 @@ pub struct Samples {
     #[serde(default)]
     pub handoff_gap: Vec<SizedSamples>,
     pub comm: Vec<CommSamples>,
+    /// Two-rank collectives with the cores otherwise idle and beside a compute thread on each
+    /// (`comm_busy`; empty in samples files written before session 19).
+    pub comm_busy: Vec<CommBusySamples>,
     pub overlap: Option<OverlapSamples>,
     /// Write and fsync a file of `bytes`.
     pub checkpoint: Vec<SizedSamples>,

@@ -46,6 +46,42 @@ pub fn slowdown(alone: &[f64], overlapped: &[f64]) -> Result<Estimate, FitError>
     })
 }
 
+/// The share of a core a compute thread takes against a transfer beside it, from the same
+/// transfers timed with their cores otherwise idle and beside a compute thread: shared by
+/// weight, the transfer gets `1 / (1 + w)` of the core, so `busy = idle x (1 + w)` and
+/// `w = s / (1 - s)` for the [`slowdown`] `s` of busy against idle. Rows (`(idle, busy)`, one
+/// per transfer and size) are pooled after dividing each by its own idle mean; the interval
+/// is the slowdown's, mapped.
+pub fn sharing_weight(rows: &[(&[f64], &[f64])]) -> Result<Estimate, FitError> {
+    let mut idle = Vec::new();
+    let mut busy = Vec::new();
+    for (i, b) in rows.iter().filter(|(i, _)| !i.is_empty()) {
+        let m = i.iter().sum::<f64>() / i.len() as f64;
+        if !(m.is_finite() && m > 0.0) {
+            return Err(FitError::Degenerate("non-positive idle timing".into()));
+        }
+        idle.extend(i.iter().map(|x| x / m));
+        busy.extend(b.iter().map(|x| x / m));
+    }
+    let s = slowdown(&idle, &busy)?;
+    let w = |s: f64| {
+        if s < 1.0 {
+            s / (1.0 - s)
+        } else {
+            f64::INFINITY
+        }
+    };
+    if s.value >= 1.0 {
+        return Err(FitError::Degenerate(
+            "the transfers beside compute never finished faster than it".into(),
+        ));
+    }
+    Ok(Estimate {
+        value: w(s.value),
+        ci95: [w(s.ci95[0]), w(s.ci95[1])],
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::TestRng;
@@ -76,5 +112,36 @@ mod tests {
     fn too_few_samples_is_an_error() {
         assert!(slowdown(&[1.0], &[1.0, 2.0]).is_err());
         assert!(slowdown(&[1.0, -1.0], &[1.0, 2.0]).is_err());
+    }
+
+    #[test]
+    fn recovers_a_sharing_weight_over_rows_of_different_sizes() {
+        // Transfers of 20 and 80 us slowed by 1 + w with w = 0.25, noise 5%; 200 trials.
+        let mut rng = TestRng::new(7);
+        let mut covered = 0;
+        for _ in 0..200 {
+            let rows: Vec<(Vec<f64>, Vec<f64>)> = [20.0, 80.0]
+                .iter()
+                .map(|&t| {
+                    (
+                        sample(&mut rng, t, 0.05 * t, 40),
+                        sample(&mut rng, 1.25 * t, 0.05 * 1.25 * t, 40),
+                    )
+                })
+                .collect();
+            let refs: Vec<(&[f64], &[f64])> = rows.iter().map(|(i, b)| (&i[..], &b[..])).collect();
+            let w = sharing_weight(&refs).unwrap();
+            assert!((w.value - 0.25).abs() < 0.05, "{w:?}");
+            assert!(w.ci95[0] <= w.value && w.value <= w.ci95[1]);
+            covered += usize::from(w.ci95[0] <= 0.25 && 0.25 <= w.ci95[1]);
+        }
+        assert!((180..=200).contains(&covered), "covered {covered} of 200");
+        // No slowdown: a weight near zero, its interval around it.
+        let i = sample(&mut rng, 50.0, 2.0, 60);
+        let b = sample(&mut rng, 50.0, 2.0, 60);
+        let w = sharing_weight(&[(&i, &b)]).unwrap();
+        assert!(w.value.abs() < 0.05 && w.ci95[0] < 0.0, "{w:?}");
+        // Too few samples is an error, not a number.
+        assert!(sharing_weight(&[(&[1.0], &[2.0])]).is_err());
     }
 }

@@ -96,6 +96,9 @@ pub struct Analytic {
     /// How long after a release by another of the rank's threads an op is issued (profile key
     /// `[host] handoff_ns`; 0 without it).
     pub handoff_ns: u64,
+    /// The share of a core a compute op takes against a transfer beside it (profile key
+    /// `[host] compute_weight`); `None`: the kernel's weight for the compute thread's nice.
+    pub compute_weight: Option<f64>,
     /// Interruptions of compute by the machine (profile keys `[host] interruptions_per_s`
     /// and `interruption_mean_ns`).
     pub interruptions: Option<crate::engine::Interruptions>,
@@ -149,6 +152,7 @@ impl Analytic {
             alloc_fixed_ns: 0,
             op_overhead_ns: 0,
             handoff_ns: 0,
+            compute_weight: None,
             interruptions: None,
             wake: None,
             host_cores: None,
@@ -422,6 +426,11 @@ impl CostModel for Analytic {
 
     fn handoff_ns(&self) -> u64 {
         self.handoff_ns
+    }
+
+    fn compute_weight(&self) -> f64 {
+        self.compute_weight
+            .unwrap_or_else(super::host_compute_weight)
     }
 
     fn compute_is_rank_invariant(&self) -> bool {

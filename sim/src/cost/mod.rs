@@ -71,6 +71,13 @@ pub trait CostModel: Send + Sync {
     fn handoff_ns(&self) -> u64 {
         0
     }
+    /// On shared cores, the share of a core that work on a rank's compute thread (a compute
+    /// op, an allocation on the compute stream) takes against a transfer's work beside it,
+    /// which weighs 1 (a host profile's `[host] compute_weight`; without it the kernel's
+    /// weight for the compute thread's nice level, [`host_compute_weight`]).
+    fn compute_weight(&self) -> f64 {
+        host_compute_weight()
+    }
     /// What an optimizer op loses as its state leaves a shared last-level cache with time (a
     /// host profile's `memory.state_decay_after_ns` and `state_lifetime_ns`); `None`: its
     /// price does not depend on when it runs. The engine adds [`StateAging::extra_ns`] of the

@@ -321,6 +321,55 @@ fn ranks_sharing_a_core_take_turns_op_by_op() {
 }
 
 #[test]
+fn a_turn_passed_to_another_rank_waits_out_the_hand_off() {
+    // As `ranks_sharing_a_core_take_turns_op_by_op`, with a hand-off of 50 ns: the thread
+    // that gets the turn was asleep on it and wakes, as a thread released by another of its
+    // rank's threads does. Each of the three passes costs 50 ns; a rank's second op follows
+    // its first on its own stream and pays nothing for that.
+    let plan = plan(1, 1, 2, 1);
+    let s = per_rank(compute_programs(2, 2, 1000));
+    let cost = SharedCores {
+        cores: Some(1),
+        handoff_ns: 50,
+        ..SharedCores::default()
+    };
+    let opts = SimOptions {
+        trace: true,
+        ..SimOptions::default()
+    };
+    let r = simulate(&plan, &s, &cost, &opts).unwrap();
+    assert_eq!(r.step_time_ns, 4000 + 3 * 50);
+    let mut spans: Vec<(u64, u64, u32)> = r
+        .trace
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| (e.start_ns, e.end_ns, e.rank))
+        .collect();
+    spans.sort_unstable();
+    assert_eq!(
+        spans,
+        vec![
+            (0, 1000, 0),
+            (1050, 2050, 1),
+            (2100, 3100, 0),
+            (3150, 4150, 1)
+        ]
+    );
+    // On two cores no turn passes: no hand-off.
+    let two = SharedCores {
+        cores: Some(2),
+        ..cost
+    };
+    assert_eq!(
+        simulate(&plan, &s, &two, &SimOptions::default())
+            .unwrap()
+            .step_time_ns,
+        2000
+    );
+}
+
+#[test]
 fn the_op_holding_a_core_shares_it_with_transfers() {
     // Rank 0 computes 1000 ns while it and rank 1 (same core) all-reduce for 1000 ns of CPU
     // work each; rank 1 then computes 1000 ns. Only compute ops take turns: the all-reduce's
@@ -399,6 +448,32 @@ fn a_core_weighs_compute_work_as_the_runtime_weighs_its_thread() {
     let r = run(&plan, &s, Some(2));
     assert_ends_near(&r, c0, 1000.0 * (1.0 + w));
     assert_eq!(span_of(&r, 0, f).map(|s| s.1), Some(2000));
+}
+
+#[test]
+fn the_cost_models_compute_weight_sets_the_share() {
+    // `a_core_weighs_compute_work_as_the_runtime_weighs_its_thread` on two cores with a
+    // profile's measured weight: 0.05 (a transfer barely slowed by the compute op beside it)
+    // and 0 (the transfer takes the core whole while it runs: the engine keeps a thousandth
+    // for the compute op, as the flow solver counts a weight of 0 as 1).
+    let plan = plan(1, 1, 2, 1);
+    let (progs, f, c0) = compute_beside_all_reduce(1000, 1000);
+    let s = per_rank(progs);
+    for w in [0.05f64, 0.0] {
+        let expect: f64 = f64::max(w, 1e-3);
+        let cost = SharedCores {
+            cores: Some(2),
+            compute_weight: Some(w),
+            ..SharedCores::default()
+        };
+        let opts = SimOptions {
+            trace: true,
+            ..SimOptions::default()
+        };
+        let r = simulate(&plan, &s, &cost, &opts).unwrap();
+        assert_ends_near(&r, c0, 1000.0 * (1.0 + expect));
+        assert_eq!(span_of(&r, 0, f).map(|s| s.1), Some(2000));
+    }
 }
 
 #[test]

@@ -44,6 +44,12 @@ const P2P_BIT: u32 = 1 << 30;
 /// Marks an event payload as "the hand-off to stream `b` of rank `a & !HANDOFF_BIT` is over":
 /// its head, released by another stream's op, starts now (see `handoff_ns`).
 const HANDOFF_BIT: u32 = 1 << 29;
+/// Marks a [`HANDOFF_BIT`] event's stream (`b`) as "the compute op heading it was handed its
+/// core's turn": it begins when the hand-off is over (see `State::pass_turn`).
+const TURN_PASSED: u32 = 1 << 16;
+/// The least weight compute work gets against a transfer on a shared core (see
+/// `State::compute_weight`).
+const MIN_COMPUTE_WEIGHT: f64 = 1e-3;
 /// `StreamState::blocked_on` of a head released by another stream's op, waiting out the
 /// hand-off (see `handoff_ns`).
 pub(crate) const HANDED_OFF: u32 = u32::MAX - 2;
@@ -194,6 +200,9 @@ pub(crate) struct State<S: Slots> {
     /// How long after an op of another stream releases a head the head starts (the thread
     /// that runs it waking); zero: at once.
     handoff_ns: u64,
+    /// The share of a shared core the compute thread's work takes against a transfer's (the
+    /// cost model's `compute_weight`; see `thread_weight`).
+    compute_weight: f64,
     /// Interruptions drawn for compute ops (see `engine::jitter`), when asked for.
     jitter: Option<Jitter>,
     /// The profile's wake-up cost and each core's idle time (see `engine::wake`).
@@ -263,6 +272,9 @@ impl<S: Slots> State<S> {
             share: ctx.cost.shared_cores().map(|_| CoreShare::new(slots)),
             free_ns: ctx.cost.free_ns(),
             handoff_ns: ctx.cost.handoff_ns(),
+            // The solver counts a weight of 0 as 1; a measured 0 means "paused while a transfer
+            // runs beside it", which a thousandth of the core gives to within a rounding.
+            compute_weight: ctx.cost.compute_weight().max(MIN_COMPUTE_WEIGHT),
             jitter: ctx
                 .opts
                 .jitter_seed
@@ -325,6 +337,10 @@ impl<S: Slots> State<S> {
         } else if a & HANDOFF_BIT != 0 {
             let rank = a & !HANDOFF_BIT;
             let r = S::slot(ctx, rank);
+            if b & TURN_PASSED != 0 {
+                self.begin_compute(ctx, rank, r, (b & !TURN_PASSED) as usize);
+                return Ok(());
+            }
             let s = b as usize;
             self.ranks[r].streams[s].blocked_on = UNCHECKED;
             self.try_start(ctx, rank, r, s)
@@ -416,7 +432,7 @@ impl<S: Slots> State<S> {
                 f.start_compute(
                     now,
                     (rank, op_idx, (r * STREAMS + s) as u32),
-                    (cpu, thread_weight(s)),
+                    (cpu, thread_weight(s, self.compute_weight)),
                     dur,
                     communicating,
                 )
@@ -478,13 +494,13 @@ impl<S: Slots> State<S> {
             // counted as neither compute nor communication, as the runtime measures it.
             // On shared cores it is the work of its stream's thread (see `thread_weight`).
             CKind::Alloc { .. } => {
-                let w = thread_weight(s);
+                let w = thread_weight(s, self.compute_weight);
                 self.run_cpu_work(ctx, (rank, op_idx), &[rank], op.cached_ns.unwrap_or(0), w)
             }
             CKind::Free { .. } if self.free_ns == 0 => self.instant.push_back((rank, op_idx)),
             // Priced like an allocation: the runtime's own work for the op.
             CKind::Free { .. } => {
-                let w = thread_weight(s);
+                let w = thread_weight(s, self.compute_weight);
                 self.run_cpu_work(ctx, (rank, op_idx), &[rank], self.free_ns, w)
             }
             CKind::P2p {

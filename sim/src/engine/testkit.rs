@@ -67,6 +67,8 @@ pub(crate) struct SharedCores {
     pub wake: Option<crate::engine::Wake>,
     pub residency: Option<(u64, u64)>,
     pub handoff_ns: u64,
+    /// The compute thread's weight against a transfer (`None`: the cost model's default).
+    pub compute_weight: Option<f64>,
 }
 
 impl CostModel for SharedCores {
@@ -93,6 +95,10 @@ impl CostModel for SharedCores {
     }
     fn handoff_ns(&self) -> u64 {
         self.handoff_ns
+    }
+    fn compute_weight(&self) -> f64 {
+        self.compute_weight
+            .unwrap_or_else(crate::cost::host_compute_weight)
     }
     fn models_operand_residency(&self) -> bool {
         self.residency.is_some()

@@ -91,6 +91,7 @@ struct RawHost {
     wake_ns: Option<RawParam>,
     wake_per_idle: Option<RawParam>,
     handoff_ns: Option<RawParam>,
+    compute_weight: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -489,18 +490,22 @@ impl Checker<'_> {
                 Range::NonNegative,
             ),
         )?;
-        let (wake, per_idle, per_s, mean, handoff) = match raw.host.as_mut() {
+        let (wake, per_idle, per_s, mean, handoff, weight) = match raw.host.as_mut() {
             Some(h) => (
                 h.wake_ns.take(),
                 h.wake_per_idle.take(),
                 h.interruptions_per_s.take(),
                 h.interruption_mean_ns.take(),
                 h.handoff_ns.take(),
+                h.compute_weight.take(),
             ),
-            None => (None, None, None, None, None),
+            None => (None, None, None, None, None, None),
         };
         let handoff_ns = handoff
             .map(|h| self.param("host.handoff_ns", h, Range::NonNegative))
+            .transpose()?;
+        let compute_weight = weight
+            .map(|w| self.param("host.compute_weight", w, Range::NonNegative))
             .transpose()?;
         let (wake_ns, wake_per_idle) = self.pair(
             ("host.wake_ns", wake, Range::NonNegative),
@@ -606,6 +611,7 @@ impl Checker<'_> {
             host_wake_ns: wake_ns,
             host_wake_per_idle: wake_per_idle,
             host_handoff_ns: handoff_ns,
+            host_compute_weight: compute_weight,
             provenance: raw
                 .provenance
                 .into_iter()

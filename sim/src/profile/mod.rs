@@ -193,6 +193,11 @@ pub struct Profile {
     /// another the released op is issued (that thread waking and getting the core; the
     /// engine's hand-off); absent means at once.
     pub host_handoff_ns: Option<Param>,
+    /// `[host] compute_weight`: the share of a core a compute op takes against a transfer's
+    /// work beside it (a transfer then runs `1 + compute_weight` times its solo time); absent
+    /// means the kernel's weight for the compute thread's nice level
+    /// ([`crate::cost::host_compute_weight`]).
+    pub host_compute_weight: Option<Param>,
     /// `[provenance]`: where the profile was measured (machine, date, backend, versions).
     pub provenance: BTreeMap<String, String>,
     pub fit: Option<FitQuality>,
@@ -342,6 +347,7 @@ impl Analytic {
             alloc_fixed_ns: p.memory_alloc_fixed_ns.as_ref().map_or(0, whole),
             op_overhead_ns: p.op_overhead_ns.as_ref().map_or(0, whole),
             handoff_ns: p.host_handoff_ns.as_ref().map_or(0, whole),
+            compute_weight: p.host_compute_weight.as_ref().map(|w| w.value),
             interruptions: match (&p.host_interruptions_per_s, &p.host_interruption_mean_ns) {
                 (Some(r), Some(m)) => Some(crate::engine::Interruptions {
                     rate_per_ns: r.value * 1e-9,

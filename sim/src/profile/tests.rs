@@ -673,6 +673,35 @@ fn the_hand_off_key_reaches_the_cost_model_and_must_not_be_negative() {
     assert!(e.contains("host.handoff_ns.value"), "{e}");
 }
 
+#[test]
+fn the_compute_weight_key_reaches_the_cost_model_and_must_not_be_negative() {
+    let with_host = |host: &str| A100.replacen("[gpu]", &format!("[host]\n{host}\n[gpu]"), 1);
+    let cores = "cores = { value = 2, source = \"fitted\", ref = \"t\" }\n";
+    let p = parse_str(
+        &with_host(&format!(
+            "{cores}compute_weight = {{ value = 0.05, source = \"fitted\", ref = \"t\", ci95 = [0.01, 0.09] }}"
+        )),
+        "p.toml",
+    )
+    .unwrap();
+    let s = small_scenario(1, 2, 1, 4);
+    assert_eq!(Analytic::from_profile(&s, &p).compute_weight(), 0.05);
+    // Without the key: the kernel's weight for the compute thread's nice level.
+    assert_eq!(
+        Analytic::from_profile(&s, &a100()).compute_weight(),
+        crate::cost::host_compute_weight()
+    );
+    let e = parse_str(
+        &with_host(&format!(
+            "{cores}compute_weight = {{ value = -0.1, source = \"fitted\", ref = \"t\" }}"
+        )),
+        "p.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("host.compute_weight.value"), "{e}");
+}
+
 /// Rank 0's optimizer op.
 fn optimizer_op(staged: &crate::predict::Staged) -> crate::schedule::ComputeOp {
     use crate::schedule::{OpKind, Phase};

@@ -198,6 +198,12 @@ pub(super) fn host_text(run: &twin_calibration::HostRun, files: &str) -> String 
         }
     }
     o.push_str(&ab_line("ring (profile)", &f.ring, "step "));
+    if f.transfers_within_cores {
+        o.push_str(&format!(
+            "  (transfer fits over groups of at most {} ranks, one per core; larger groups share cores among their own members)\n",
+            f.cores
+        ));
+    }
     o.push_str(&format!(
         "\nop overhead {}{}   overlap compute slowdown {:.3} [{:.3} .. {:.3}]   outliers dropped {}\n",
         est(&f.launch_ns, "ns"),
@@ -218,6 +224,15 @@ pub(super) fn host_text(run: &twin_calibration::HostRun, files: &str) -> String 
             rate.ci95[0],
             rate.ci95[1],
             est(mean, "ns")
+        ));
+    }
+    if let Some(w) = &f.compute_weight {
+        o.push_str(&format!(
+            "a transfer beside a compute op on its core takes {:.3} [{:.3} .. {:.3}] x its time longer (the compute thread's weight against it; the kernel's nice weights would say {:.3})\n",
+            w.value,
+            w.ci95[0],
+            w.ci95[1],
+            twin_sim::cost::host_compute_weight()
         ));
     }
     if let Some((jump, per_idle)) = &f.wake {

@@ -99,22 +99,34 @@ impl<S: Slots> State<S> {
 
     /// The compute op of `rank` holding its core finished: the next waiting one takes the core
     /// (before the finished op's successors ask for it, as a yielding thread goes behind the
-    /// threads already waiting).
+    /// threads already waiting). It begins a hand-off later: the thread that runs it was
+    /// asleep on its turn and must wake and get the core, as a thread released by another of
+    /// its rank's threads does (`handoff_ns`; the runtime's traces show 5-6 µs between one
+    /// rank's op and the next rank's on a core, docs/validation.md, session 19).
     pub(super) fn pass_turn(&mut self, ctx: &Ctx, rank: u32) {
         let core = self.core_of(ctx, rank);
         if let Some((next, slot, s)) = self.turns.as_mut().and_then(|t| t.release(core)) {
-            self.begin_compute(ctx, next, slot as usize, s as usize);
+            if self.handoff_ns == 0 {
+                self.begin_compute(ctx, next, slot as usize, s as usize);
+            } else {
+                debug_assert_eq!(S::slot(ctx, next), slot as usize);
+                self.queue.push(
+                    self.now.saturating_add(self.handoff_ns),
+                    super::HANDOFF_BIT | next,
+                    super::TURN_PASSED | u32::from(s),
+                );
+            }
         }
     }
 }
 
 /// The share of a shared core that work on stream `s` (a compute op, an allocation, a free)
 /// gets against a transfer's: the host backend runs the compute stream's ops on its
-/// lower-priority compute thread, and every other stream's at the process's priority. The one
-/// place the engine decides it.
-pub(super) fn thread_weight(s: usize) -> f64 {
+/// lower-priority compute thread (`compute_weight`, the cost model's), and every other
+/// stream's at the process's priority. The one place the engine decides it.
+pub(super) fn thread_weight(s: usize, compute_weight: f64) -> f64 {
     if s == crate::schedule::Stream::Compute.index() {
-        crate::cost::host_compute_weight()
+        compute_weight
     } else {
         1.0
     }
