@@ -5,14 +5,18 @@
 //! check reports is the machine's speed now, not the schedule's model. With a profile that
 //! prices the optimizer by its state's cache residency (`memory.state_*`), [`state_check`] does
 //! the same for the scenario's largest optimizer update: the last-level cache a VM gets drifts
-//! within minutes (docs/validation.md, session 16).
+//! within minutes (docs/validation.md, session 16). [`transfer_check`] times a two-rank
+//! collective of the scenario's most frequent size against the profile's price: the AMD
+//! development VM's transfers ran at two speeds, about 10 and about 15 µs for a 16 KiB
+//! all-gather, switching within minutes (docs/validation.md, session 19).
 
 use crate::bench::compute::{compute_op, scenario_shape_counts, time_gemm, workspace_for};
 use crate::bench::{Config, Mode};
 use crate::sample::{median, Repeats};
 use serde::Serialize;
 use twin_sim::cost::Analytic;
-use twin_sim::schedule::{ComputeOp, Gemm, Schedule};
+use twin_sim::cost::CostModel;
+use twin_sim::schedule::{CollectiveKind, ComputeOp, Gemm, Schedule};
 
 /// Shapes timed: the schedule's most frequent (they carry almost all of its GEMM time).
 pub const MAX_SHAPES: usize = 8;
@@ -34,6 +38,78 @@ pub struct GemmCheck {
     /// (measured - predicted) / measured, as `twin verify`'s errors: positive means this
     /// machine runs the scenario's GEMMs slower than the profile predicts.
     pub error: f64,
+}
+
+/// A two-rank collective timed now against the profile's price of it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TransferCheck {
+    /// The collective (`all-gather`, ...) and its bytes per call.
+    pub kind: String,
+    pub bytes: u64,
+    /// The profile's time for one call (without the runtime's per-op overhead).
+    pub predicted_s: f64,
+    /// The median call.
+    pub measured_s: f64,
+    /// (measured - predicted) / measured.
+    pub error: f64,
+}
+
+/// The collective a transfer check times: the schedule's most frequent ring collective (kind
+/// and bytes per call, by calls), else a 32 KiB all-gather (a host scenario's tensor-parallel
+/// size).
+pub fn transfer_probe(schedule: &Schedule) -> (CollectiveKind, u64) {
+    use std::collections::BTreeMap;
+    use twin_sim::schedule::OpKind;
+    let mut calls: BTreeMap<(&'static str, u64), (CollectiveKind, u64)> = BTreeMap::new();
+    for op in schedule.programs.iter().flat_map(|p| &p.ops) {
+        if let OpKind::Collective {
+            kind,
+            bytes,
+            calls: n,
+            ..
+        } = op.kind
+        {
+            if crate::host::RING_KINDS.contains(&kind.name()) && bytes > 0 {
+                let e = calls.entry((kind.name(), bytes)).or_insert((kind, 0));
+                e.1 += u64::from(n);
+            }
+        }
+    }
+    calls
+        .into_iter()
+        .max_by_key(|(_, (_, n))| *n)
+        .map(|((_, bytes), (kind, _))| (kind, bytes))
+        .unwrap_or((CollectiveKind::AllGather, 32 << 10))
+}
+
+/// Times [`transfer_probe`]'s collective between two ranks on their own cores (as the
+/// calibration does) and prices it with `model` for a two-rank group on one node. `None` on
+/// fewer than two cores (the two ranks would share one) or when the transfers fail.
+pub fn transfer_check(schedule: &Schedule, model: &Analytic) -> Option<TransferCheck> {
+    if crate::provenance::cores() < 2 {
+        return None;
+    }
+    let (kind, bytes) = transfer_probe(schedule);
+    let samples = crate::bench::comm::time_two_rank(kind, bytes, REPEATS).ok()?;
+    let kept = crate::sample::reject_outliers(&samples);
+    let measured_s = median(&kept.kept)? * 1e-9;
+    let group = twin_sim::plan::Group {
+        kind: twin_sim::plan::GroupKind::Tp,
+        members: vec![0, 1],
+        nodes: 1,
+        max_per_node: 2,
+    };
+    let predicted_s = model
+        .collective_ns(kind, &group, bytes, 1)
+        .saturating_sub(model.op_overhead_ns) as f64
+        * 1e-9;
+    Some(TransferCheck {
+        kind: kind.name().to_string(),
+        bytes,
+        predicted_s,
+        measured_s,
+        error: error(predicted_s, measured_s),
+    })
 }
 
 /// The profile's price of the scenario's largest optimizer update against the update timed
@@ -252,6 +328,33 @@ mod tests {
             .unwrap();
         assert!((c.predicted_s / at - 1.0).abs() < 1e-6, "{c:?} {at}");
         assert!(c.elapsed_ns > 0, "{c:?}");
+    }
+
+    #[test]
+    fn the_transfer_check_times_the_schedules_most_frequent_collective() {
+        // Data parallel over two ranks: the gradients' all-reduce is the only ring collective.
+        let staged =
+            twin_sim::Staged::new(&twin_sim::testing::cpu_sized_scenario(1, 1, 2, 2)).unwrap();
+        let (kind, bytes) = transfer_probe(&staged.schedule);
+        assert_eq!(kind, CollectiveKind::AllReduce);
+        assert!(bytes > 0);
+        // Without collectives: a 32 KiB all-gather.
+        assert_eq!(
+            transfer_probe(&tiny().schedule),
+            (CollectiveKind::AllGather, 32 << 10)
+        );
+        let model = Analytic::new(&staged.scenario);
+        if crate::provenance::cores() < 2 {
+            assert!(transfer_check(&staged.schedule, &model).is_none());
+            return;
+        }
+        let c = transfer_check(&staged.schedule, &model).expect("two cores");
+        assert_eq!((c.kind.as_str(), c.bytes), ("all-reduce", bytes));
+        assert!(c.measured_s > 0.0 && c.predicted_s > 0.0, "{c:?}");
+        assert!(
+            (c.error - (c.measured_s - c.predicted_s) / c.measured_s).abs() < 1e-12,
+            "{c:?}"
+        );
     }
 
     #[test]

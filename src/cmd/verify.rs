@@ -9,7 +9,7 @@ use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
-use twin_calibration::check::{GemmCheck, StateCheck};
+use twin_calibration::check::{GemmCheck, StateCheck, TransferCheck};
 use twin_calibration::load::{self, CpuLoad};
 use twin_runtime::launch::{self, RankMeasure, RunReport};
 use twin_sim::verify::{
@@ -135,6 +135,11 @@ struct MachineCheck {
     /// `memory.state_*`; `twin_calibration::check::state_check`).
     optimizer_before: Option<StateCheck>,
     optimizer_after: Option<StateCheck>,
+    /// A two-rank call of the scenario's most frequent ring collective against the profile's
+    /// price, before the first run and after the last (`twin_calibration::check::
+    /// transfer_check`; null on one core).
+    transfer_before: Option<TransferCheck>,
+    transfer_after: Option<TransferCheck>,
     /// During each run: CPU time other processes used, and time the hypervisor stole, as
     /// fractions of the machine's cores (`twin_calibration::load`; null off Linux).
     load: Vec<Option<CpuLoad>>,
@@ -195,6 +200,18 @@ impl MachineCheck {
                 b.state_bytes as f64 / 1048576.0,
                 b.other_bytes as f64 / 1048576.0,
                 b.elapsed_ns as f64 / 1e6,
+                b.error.abs() * 100.0,
+                way(b.error),
+                a.error.abs() * 100.0,
+                way(a.error),
+            ));
+        }
+        if let (Some(b), Some(a)) = (&self.transfer_before, &self.transfer_after) {
+            t.push_str(&format!(
+                "transfer check: a two-rank {} of {} per call ran {:.1}% {} than the profile \
+                 prices it before the runs, {:.1}% {} after (this machine's transfers now)\n",
+                b.kind,
+                twin_sim::schedule::fmt_bytes(b.bytes),
                 b.error.abs() * 100.0,
                 way(b.error),
                 a.error.abs() * 100.0,
@@ -320,6 +337,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 if i == 0 {
                     check.optimizer_before =
                         twin_calibration::check::state_check(&staged.schedule, &staged.cost);
+                    check.transfer_before =
+                        twin_calibration::check::transfer_check(&staged.schedule, &staged.cost);
                 }
                 check.before_run(gemm_check(staged));
             }
@@ -336,6 +355,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             check.after = gemm_check(staged);
             check.optimizer_after =
                 twin_calibration::check::state_check(&staged.schedule, &staged.cost);
+            check.transfer_after =
+                twin_calibration::check::transfer_check(&staged.schedule, &staged.cost);
         }
         anyhow::Ok(())
     })();

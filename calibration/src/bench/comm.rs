@@ -221,6 +221,53 @@ pub(super) fn run_rank(
     Ok(out)
 }
 
+/// `reps.timed` two-rank calls of collective `kind` at `bytes` per call, after `reps.warmup`
+/// untimed ones, timed as the calibration times them (each rank a pinned thread of this
+/// process, a barrier before each call, last member's start to last end): the samples in ns.
+/// `twin verify`'s transfer check (`check::transfer_check`).
+pub fn time_two_rank(
+    kind: CollectiveKind,
+    bytes: u64,
+    reps: crate::sample::Repeats,
+) -> Result<Vec<f64>, CalibError> {
+    let meshes = local_meshes(2, TIMEOUT)
+        .map_err(|e| CalibError::Bench(format!("connecting 2 local ranks: {e}")))?;
+    let members = [0u32, 1];
+    let tasks = [Task {
+        kind: Some(kind),
+        bytes,
+    }];
+    let calls = reps.warmup + reps.timed.max(1);
+    let barrier = Barrier::default();
+    let origin = Instant::now();
+    let per_rank: Vec<Result<Vec<Vec<Span>>, CalibError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = meshes
+            .iter()
+            .map(|m| {
+                let (members, tasks, barrier) = (&members, &tasks, &barrier);
+                s.spawn(move || run_rank(m, members, tasks, calls, barrier, None, origin))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(CalibError::Bench("a rank thread panicked".into())))
+            })
+            .collect()
+    });
+    let per_rank: Vec<Vec<Vec<Span>>> = per_rank.into_iter().collect::<Result<_, _>>()?;
+    Ok((reps.warmup..calls)
+        .map(|c| {
+            sample_ns(
+                per_rank
+                    .iter()
+                    .filter_map(|r| r.first().and_then(|t| t.get(c as usize))),
+            )
+        })
+        .collect())
+}
+
 /// The tasks measured in a world of `n` ranks.
 fn tasks_for(cfg: &Config, n: u32) -> Vec<Task> {
     let mut tasks = Vec::new();
