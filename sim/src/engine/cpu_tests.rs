@@ -477,6 +477,34 @@ fn the_cost_models_compute_weight_sets_the_share() {
 }
 
 #[test]
+fn a_compute_op_that_loses_its_core_to_a_transfer_pays_the_switch_back() {
+    // Rank 0 computes 1000 ns on core 0 while its side of an all-reduce (1000 ns of CPU work,
+    // the other side on core 1) takes the core whole (compute weight 0): the op is paused
+    // for the all-reduce's 1001 ns, then its thread must get the core back, a hand-off of
+    // 50 ns, before the rest of its work. Without a hand-off, nothing is added.
+    let plan = plan(1, 1, 2, 1);
+    let (progs, f, c0) = compute_beside_all_reduce(1000, 1000);
+    let s = per_rank(progs);
+    let end_of = |handoff_ns: u64| {
+        let cost = SharedCores {
+            cores: Some(2),
+            compute_weight: Some(0.0),
+            handoff_ns,
+            ..SharedCores::default()
+        };
+        let opts = SimOptions {
+            trace: true,
+            ..SimOptions::default()
+        };
+        let r = simulate(&plan, &s, &cost, &opts).unwrap();
+        assert_ends_near(&r, c0, 1001.0);
+        span_of(&r, 0, f).map(|s| s.1).unwrap()
+    };
+    assert_eq!(end_of(0), 2000);
+    assert_eq!(end_of(50), 2050);
+}
+
+#[test]
 fn an_allocation_weighs_as_the_thread_of_its_stream() {
     // Rank 0 allocates 1000 bytes (1000 ns of CPU work) on its compute stream while both
     // ranks, on one core, all-reduce for 1000 ns each: the compute thread's allocation gets

@@ -135,6 +135,9 @@ pub(crate) struct Flows {
     /// Nodes of the flow lists that completion events carry, and the free ones.
     batches: Vec<Batch>,
     free_batches: Vec<u32>,
+    /// Compute flows given more work since the last re-solve ([`Flows::add_compute_work`]):
+    /// their completion is rescheduled with the rates that changed.
+    grown: Vec<u32>,
 }
 
 /// One flow of a completion event's list: the flow, the version the event was scheduled
@@ -180,7 +183,27 @@ impl Flows {
             compute_flow: vec![NO_FLOW; slots],
             batches: Vec::new(),
             free_batches: Vec::new(),
+            grown: Vec::new(),
         }
+    }
+
+    /// Adds `extra_ns` of solo work to the compute op running on stream slot `slot` (its
+    /// thread lost the core to another and must get it back: `State::switch_cost`); false
+    /// when no compute op runs there. Its progress so far is settled at `now`, and its
+    /// completion is scheduled anew at the next [`Flows::resolve`].
+    pub fn add_compute_work(&mut self, now: u64, slot: usize, extra_ns: f64) -> bool {
+        let Some(&id) = self.compute_flow.get(slot) else {
+            return false;
+        };
+        if id == NO_FLOW || !(extra_ns > 0.0) {
+            return false;
+        }
+        let i = &mut self.info[id as usize];
+        let elapsed = now.saturating_sub(i.last_ns) as f64;
+        i.left = (i.left - i.rate * elapsed).max(0.0) + extra_ns;
+        i.last_ns = now;
+        self.grown.push(id);
+        true
     }
 
     /// Adds a flow of `left` work over `path`; `weight` is its share of a contended resource
@@ -417,6 +440,6 @@ impl Flows {
     }
 
     pub fn is_dirty(&self) -> bool {
-        self.solver.is_dirty()
+        self.solver.is_dirty() || !self.grown.is_empty()
     }
 }

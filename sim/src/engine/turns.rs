@@ -20,6 +20,8 @@ pub(crate) type Waiter = (u32, u32, u8);
 #[derive(Default)]
 pub(crate) struct Turns {
     held: Vec<bool>,
+    /// The op holding each core, while one does.
+    holder: Vec<Option<Waiter>>,
     waiting: Vec<VecDeque<Waiter>>,
 }
 
@@ -28,6 +30,7 @@ impl Turns {
     pub fn claim(&mut self, core: usize, w: Waiter) -> bool {
         if core >= self.held.len() {
             self.held.resize(core + 1, false);
+            self.holder.resize(core + 1, None);
             self.waiting.resize_with(core + 1, VecDeque::new);
         }
         if self.held[core] {
@@ -35,8 +38,14 @@ impl Turns {
             false
         } else {
             self.held[core] = true;
+            self.holder[core] = Some(w);
             true
         }
+    }
+
+    /// The op holding `core` now, if one does (it may still be waiting out its hand-off).
+    pub fn holder(&self, core: usize) -> Option<Waiter> {
+        self.holder.get(core).copied().flatten()
     }
 
     /// The op holding `core` finished: the longest-waiting op gets it (returned), or the core
@@ -46,6 +55,9 @@ impl Turns {
         let next = self.waiting.get_mut(core)?.pop_front();
         if next.is_none() {
             self.held[core] = false;
+        }
+        if let Some(h) = self.holder.get_mut(core) {
+            *h = next;
         }
         next
     }
@@ -61,11 +73,15 @@ mod tests {
         assert!(t.claim(1, (0, 0, 0)));
         assert!(!t.claim(1, (2, 1, 0)));
         assert!(!t.claim(1, (4, 2, 0)));
+        assert_eq!(t.holder(1), Some((0, 0, 0)));
         // Another core is independent.
         assert!(t.claim(0, (1, 3, 0)));
         assert_eq!(t.release(1), Some((2, 1, 0)));
+        assert_eq!(t.holder(1), Some((2, 1, 0)));
         assert_eq!(t.release(1), Some((4, 2, 0)));
         assert_eq!(t.release(1), None);
+        assert_eq!(t.holder(1), None);
+        assert_eq!(t.holder(7), None);
         // Free again.
         assert!(t.claim(1, (0, 0, 0)));
         assert_eq!(t.release(0), None);

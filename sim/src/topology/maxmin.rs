@@ -235,6 +235,11 @@ impl MaxMin {
         }
     }
 
+    /// Whether flow `id` is present (added and not removed).
+    pub fn is_active(&self, id: u32) -> bool {
+        self.slots.get(id as usize).is_some_and(|s| s.active)
+    }
+
     /// The flow's current rate (0 for an unknown or removed flow).
     pub fn rate(&self, id: u32) -> f64 {
         self.slots

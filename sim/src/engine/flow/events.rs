@@ -30,6 +30,12 @@ impl Flows {
         let mut changed = std::mem::take(&mut self.changed);
         changed.clear();
         self.solver.resolve(&mut changed);
+        // Flows that grew keep their rate but need a new completion (once each).
+        for id in self.grown.drain(..) {
+            if !changed.contains(&id) && self.solver.is_active(id) {
+                changed.push(id);
+            }
+        }
         // The open batch: (finish time, owning transfer, head node, tail node).
         let mut open: Option<(u64, u32, u32, u32)> = None;
         for &id in &changed {

@@ -89,10 +89,42 @@ impl<S: Slots> State<S> {
         dur_ns: u64,
         weight: f64,
     ) {
+        let Some(f) = self.flows.as_ref() else {
+            return;
+        };
+        let cpus: Vec<u32> = ranks.iter().map(|&r| f.cpu_of(ctx.plan, r)).collect();
+        // Work of a thread other than the compute thread (weight 1) takes the core from a
+        // compute op that holds it.
+        if weight >= 1.0 && dur_ns > 0 {
+            self.switch_cost(&cpus);
+        }
         if let Some(f) = self.flows.as_mut() {
-            let cpus: Vec<u32> = ranks.iter().map(|&r| f.cpu_of(ctx.plan, r)).collect();
             if let Some((d, delay_ns)) = f.start_cpu_work(self.now, done, &cpus, dur_ns, weight) {
                 self.schedule(delay_ns, d.0, d.1);
+            }
+        }
+    }
+
+    /// Work of another thread starts on `cpus`: a compute op holding one of those cores loses
+    /// it and, when that work is done, its thread must wake and get the core back, as a thread
+    /// handed an op by another does (`handoff_ns`). The runtime's traces of `tp-pp.toml` show
+    /// a core idle 5-9 µs between another thread's op and a compute op, 20-30 times a step
+    /// (docs/validation.md, session 19). The op's remaining work grows by the hand-off, once
+    /// per core.
+    fn switch_cost(&mut self, cpus: &[u32]) {
+        let (Some(turns), Some(f)) = (self.turns.as_ref(), self.flows.as_mut()) else {
+            return;
+        };
+        if self.handoff_ns == 0 {
+            return;
+        }
+        for (i, &c) in cpus.iter().enumerate() {
+            if cpus[..i].contains(&c) {
+                continue;
+            }
+            if let Some((_, slot, s)) = turns.holder(c as usize) {
+                let flow_slot = slot as usize * super::STREAMS + usize::from(s);
+                f.add_compute_work(self.now, flow_slot, self.handoff_ns as f64);
             }
         }
     }
