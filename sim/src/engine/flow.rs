@@ -195,7 +195,7 @@ impl Flows {
         let Some(&id) = self.compute_flow.get(slot) else {
             return false;
         };
-        if id == NO_FLOW || !(extra_ns > 0.0) {
+        if id == NO_FLOW || extra_ns.is_nan() || extra_ns <= 0.0 {
             return false;
         }
         let i = &mut self.info[id as usize];
