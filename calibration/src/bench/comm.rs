@@ -21,7 +21,7 @@ use twin_sim::schedule::{CollectiveKind, Gemm};
 
 /// Bound on mesh setup and on any single blocking transfer.
 pub(super) const TIMEOUT: Duration = Duration::from_secs(60);
-pub(super) const COLLECTIVE_LANE: u8 = 1;
+const COLLECTIVE_LANE: u8 = 1;
 const P2P_LANE: u8 = 5;
 
 /// Every collective the runtime implements.
@@ -35,13 +35,13 @@ pub const COLLECTIVES: [CollectiveKind; 5] = [
 
 /// A barrier that a failing rank can break, so the others return instead of waiting forever.
 #[derive(Default)]
-pub(super) struct Barrier {
+struct Barrier {
     state: Mutex<(usize, u64, bool)>,
     cv: Condvar,
 }
 
 impl Barrier {
-    pub(super) fn wait(&self, parties: usize) -> Result<(), CalibError> {
+    fn wait(&self, parties: usize) -> Result<(), CalibError> {
         let broken = || CalibError::Bench("another rank failed".into());
         let mut s = self.state.lock().map_err(|_| broken())?;
         if s.2 {
@@ -64,7 +64,7 @@ impl Barrier {
             Ok(())
         }
     }
-    pub(super) fn abort(&self) {
+    fn abort(&self) {
         if let Ok(mut s) = self.state.lock() {
             s.2 = true;
         }
@@ -181,7 +181,7 @@ fn call(
 /// and run one task after another, a spell made every sample of one size slow (all seven 2-rank
 /// all-gathers of 1-16 KiB at ~800 µs in one calibration, against ~50 µs in the next).
 /// Interleaved, a spell spreads over every size, and the per-size median outlives it.
-pub(super) fn run_rank(
+fn run_rank(
     mesh: &Mesh,
     members: &[u32],
     tasks: &[Task],
@@ -238,25 +238,7 @@ pub fn time_two_rank(
         bytes,
     }];
     let calls = reps.warmup + reps.timed.max(1);
-    let barrier = Barrier::default();
-    let origin = Instant::now();
-    let per_rank: Vec<Result<Vec<Vec<Span>>, CalibError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = meshes
-            .iter()
-            .map(|m| {
-                let (members, tasks, barrier) = (&members, &tasks, &barrier);
-                s.spawn(move || run_rank(m, members, tasks, calls, barrier, None, origin))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(CalibError::Bench("a rank thread panicked".into())))
-            })
-            .collect()
-    });
-    let per_rank: Vec<Vec<Vec<Span>>> = per_rank.into_iter().collect::<Result<_, _>>()?;
+    let per_rank = run_world(&meshes, &members, &tasks, calls, None)?;
     Ok((reps.warmup..calls)
         .map(|c| {
             sample_ns(
@@ -299,6 +281,45 @@ pub fn measurement_count(cfg: &Config) -> usize {
         + 1
 }
 
+/// Every rank of `meshes` on a thread of its own (pinned there, `run_rank`) running every call
+/// of `tasks`, rank 0 reporting each call to `progress` through this thread; the ranks'
+/// `[task][call]` spans, or the first rank's error.
+pub(super) fn run_world(
+    meshes: &[Mesh],
+    members: &[u32],
+    tasks: &[Task],
+    calls: u32,
+    mut progress: Option<&mut Counter>,
+) -> Result<Vec<Vec<Vec<Span>>>, CalibError> {
+    let barrier = Barrier::default();
+    let (tx, rx) = channel();
+    let origin = Instant::now();
+    let per_rank: Vec<Result<Vec<Vec<Span>>, CalibError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = meshes
+            .iter()
+            .map(|m| {
+                let tx = (m.rank == 0).then(|| tx.clone());
+                let barrier = &barrier;
+                s.spawn(move || run_rank(m, members, tasks, calls, barrier, tx.as_ref(), origin))
+            })
+            .collect();
+        drop(tx);
+        for name in rx {
+            if let Some(p) = progress.as_deref_mut() {
+                p.tick(name);
+            }
+        }
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(CalibError::Bench("a rank thread panicked".into())))
+            })
+            .collect()
+    });
+    per_rank.into_iter().collect()
+}
+
 /// p2p and every collective over group sizes 2..=max_group, then the overlap measurement.
 pub fn comm(
     cfg: &Config,
@@ -312,35 +333,7 @@ pub fn comm(
             .map_err(|e| CalibError::Bench(format!("connecting {n} local ranks: {e}")))?;
         let members: Vec<u32> = (0..n).collect();
         let tasks = tasks_for(cfg, n);
-        let barrier = Barrier::default();
-        // Every rank on a thread of its own (pinned there), rank 0 reporting progress to
-        // this thread.
-        let (tx, rx) = channel();
-        let origin = Instant::now();
-        let per_rank: Vec<Result<Vec<Vec<Span>>, CalibError>> = std::thread::scope(|s| {
-            let handles: Vec<_> = meshes
-                .iter()
-                .map(|m| {
-                    let tx = (m.rank == 0).then(|| tx.clone());
-                    let (members, tasks, barrier) = (&members, &tasks, &barrier);
-                    s.spawn(move || {
-                        run_rank(m, members, tasks, calls, barrier, tx.as_ref(), origin)
-                    })
-                })
-                .collect();
-            drop(tx);
-            for name in rx {
-                progress.tick(name);
-            }
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(CalibError::Bench("a rank thread panicked".into())))
-                })
-                .collect()
-        });
-        let per_rank: Vec<Vec<Vec<Span>>> = per_rank.into_iter().collect::<Result<_, _>>()?;
+        let per_rank = run_world(&meshes, &members, &tasks, calls, Some(progress))?;
         for (i, task) in tasks.iter().enumerate() {
             let samples: Vec<f64> = (cfg.comm.warmup..calls)
                 .map(|c| {

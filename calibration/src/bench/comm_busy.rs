@@ -10,12 +10,11 @@
 //! compute thread runs). A call is timed as `comm` times it, from its last member's start to
 //! its last end after a barrier.
 
-use super::comm::{run_rank, sample_ns, Barrier, Span, Task, TIMEOUT};
+use super::comm::{run_world, sample_ns, Task, TIMEOUT};
 use super::compute::{compute_op, workspace_for};
 use super::{CommBusySamples, Config, Counter, Mode};
 use crate::CalibError;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 use twin_runtime::launch::affinity::pin_rank;
 use twin_runtime::microbench::local_meshes;
 use twin_sim::schedule::{CollectiveKind, Gemm};
@@ -109,41 +108,17 @@ pub fn comm_busy(
     for block in 0..2 * blocks(cfg.mode) {
         let busy = block % 2 == 1;
         let stop = AtomicBool::new(false);
-        let barrier = Barrier::default();
-        let origin = Instant::now();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let per_rank: Vec<Result<Vec<Vec<Span>>, CalibError>> = std::thread::scope(|s| {
+        let per_rank = std::thread::scope(|s| {
             if busy {
                 for core in 0..2 {
                     let stop = &stop;
                     s.spawn(move || compute_thread(core, stop));
                 }
             }
-            let handles: Vec<_> = meshes
-                .iter()
-                .map(|m| {
-                    let tx = (m.rank == 0).then(|| tx.clone());
-                    let (members, tasks, barrier) = (&members, &tasks, &barrier);
-                    s.spawn(move || {
-                        run_rank(m, members, tasks, calls, barrier, tx.as_ref(), origin)
-                    })
-                })
-                .collect();
-            drop(tx);
-            for name in rx {
-                progress.tick(name);
-            }
-            let r = handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(CalibError::Bench("a rank thread panicked".into())))
-                })
-                .collect();
+            let r = run_world(&meshes, &members, &tasks, calls, Some(&mut *progress));
             stop.store(true, Ordering::Relaxed);
             r
-        });
-        let per_rank: Vec<Vec<Vec<Span>>> = per_rank.into_iter().collect::<Result<_, _>>()?;
+        })?;
         for (i, row) in out.iter_mut().enumerate() {
             let times = (cfg.comm.warmup..calls).map(|c| {
                 sample_ns(

@@ -117,15 +117,36 @@ fn priced_allocations_take_cpu_time() {
 
 /// The run on `cores` shared cores, with its trace.
 fn run(plan: &Plan, s: &Schedule, cores: Option<u32>) -> SimResult {
-    let cost = SharedCores {
-        cores,
-        ..SharedCores::default()
-    };
+    run_with(
+        plan,
+        s,
+        &SharedCores {
+            cores,
+            ..SharedCores::default()
+        },
+    )
+}
+
+/// The run costed by `cost`, with its trace.
+fn run_with(plan: &Plan, s: &Schedule, cost: &SharedCores) -> SimResult {
     let opts = SimOptions {
         trace: true,
         ..SimOptions::default()
     };
-    simulate(plan, s, &cost, &opts).unwrap()
+    simulate(plan, s, cost, &opts).unwrap()
+}
+
+/// Every op's (start, end, rank) in the run's trace, in time order.
+fn spans(r: SimResult) -> Vec<(u64, u64, u32)> {
+    let mut spans: Vec<(u64, u64, u32)> = r
+        .trace
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| (e.start_ns, e.end_ns, e.rank))
+        .collect();
+    spans.sort_unstable();
+    spans
 }
 
 #[test]
@@ -295,16 +316,12 @@ fn ranks_sharing_a_core_take_turns_op_by_op() {
     let s = per_rank(compute_programs(2, 2, 1000));
     let r = run(&plan, &s, Some(1));
     assert_eq!(r.step_time_ns, 4000);
-    let mut spans: Vec<(u64, u64, u32)> = r
-        .trace
-        .unwrap()
-        .events
-        .iter()
-        .map(|e| (e.start_ns, e.end_ns, e.rank))
-        .collect();
-    spans.sort_unstable();
+    // Each rank computed 2000 ns and waited 2000 for the core.
+    for s in &r.ranks {
+        assert_eq!((s.compute_busy_ns, s.idle_ns), (2000, 2000));
+    }
     assert_eq!(
-        spans,
+        spans(r),
         vec![
             (0, 1000, 0),
             (1000, 2000, 1),
@@ -312,10 +329,6 @@ fn ranks_sharing_a_core_take_turns_op_by_op() {
             (3000, 4000, 1)
         ]
     );
-    // Each rank computed 2000 ns and waited 2000 for the core.
-    for s in &r.ranks {
-        assert_eq!((s.compute_busy_ns, s.idle_ns), (2000, 2000));
-    }
     // On two cores nobody waits.
     assert_eq!(run(&plan, &s, Some(2)).step_time_ns, 2000);
 }
@@ -333,22 +346,10 @@ fn a_turn_passed_to_another_rank_waits_out_the_hand_off() {
         handoff_ns: 50,
         ..SharedCores::default()
     };
-    let opts = SimOptions {
-        trace: true,
-        ..SimOptions::default()
-    };
-    let r = simulate(&plan, &s, &cost, &opts).unwrap();
+    let r = run_with(&plan, &s, &cost);
     assert_eq!(r.step_time_ns, 4000 + 3 * 50);
-    let mut spans: Vec<(u64, u64, u32)> = r
-        .trace
-        .unwrap()
-        .events
-        .iter()
-        .map(|e| (e.start_ns, e.end_ns, e.rank))
-        .collect();
-    spans.sort_unstable();
     assert_eq!(
-        spans,
+        spans(r),
         vec![
             (0, 1000, 0),
             (1050, 2050, 1),
@@ -466,11 +467,7 @@ fn the_cost_models_compute_weight_sets_the_share() {
             compute_weight: Some(w),
             ..SharedCores::default()
         };
-        let opts = SimOptions {
-            trace: true,
-            ..SimOptions::default()
-        };
-        let r = simulate(&plan, &s, &cost, &opts).unwrap();
+        let r = run_with(&plan, &s, &cost);
         assert_ends_near(&r, c0, 1000.0 * (1.0 + expect));
         assert_eq!(span_of(&r, 0, f).map(|s| s.1), Some(2000));
     }
@@ -492,11 +489,7 @@ fn a_compute_op_that_loses_its_core_to_a_transfer_pays_the_switch_back() {
             handoff_ns,
             ..SharedCores::default()
         };
-        let opts = SimOptions {
-            trace: true,
-            ..SimOptions::default()
-        };
-        let r = simulate(&plan, &s, &cost, &opts).unwrap();
+        let r = run_with(&plan, &s, &cost);
         assert_ends_near(&r, c0, 1001.0);
         span_of(&r, 0, f).map(|s| s.1).unwrap()
     };
