@@ -3,7 +3,8 @@
 //! thread, spinning in 100 µs "ops" with a yield between them), as the other pipeline stage's
 //! rank keeps a core busy in `tp-pp.toml`. Ranks are threads pinned to cores 0 and 1; a sample
 //! is one call from its last member's start to its last end, after a barrier, as the
-//! calibration times it. Blocks of 20 calls alternate between the modes.
+//! calibration times it. Blocks of 20 calls alternate between the modes. Also the time of the
+//! result check the host runtime runs after each call's recorded end (`collective::check`).
 //!
 //!   cargo run --release -p twin-calibration --example coll_busy_probe
 
@@ -48,51 +49,61 @@ fn main() -> Result<(), Box<dyn Error>> {
     for kind in [CollectiveKind::AllGather, CollectiveKind::ReduceScatter] {
         for &bytes in &SIZES {
             let mut samples_us = [Vec::new(), Vec::new()];
+            let mut check_us: Vec<f64> = Vec::new();
             for block in 0..2 * BLOCKS {
                 let is_busy = block % 2 == 1;
                 let stop = AtomicBool::new(false);
                 let barrier = Barrier::new(2);
                 let base = tag;
                 tag += 2 * CALLS as u64 + 2;
-                let spans: Result<Vec<Vec<(Instant, Instant)>>, String> = std::thread::scope(|s| {
-                    if is_busy {
-                        s.spawn(|| busy(0, nice, op_us, &stop));
-                        s.spawn(|| busy(1, nice, op_us, &stop));
-                    }
-                    let hs: Vec<_> = meshes
+                let spans: Result<Vec<(Vec<(Instant, Instant)>, Vec<f64>)>, String> =
+                    std::thread::scope(|s| {
+                        if is_busy {
+                            s.spawn(|| busy(0, nice, op_us, &stop));
+                            s.spawn(|| busy(1, nice, op_us, &stop));
+                        }
+                        let hs: Vec<_> = meshes
                         .iter()
                         .map(|m| {
                             let barrier = &barrier;
-                            s.spawn(move || -> Result<Vec<(Instant, Instant)>, String> {
+                            s.spawn(move || -> Result<(Vec<(Instant, Instant)>, Vec<f64>), String> {
                                 twin_runtime::launch::affinity::pin_rank(m.rank);
                                 let elems = (bytes / 4) as usize;
                                 let mut work = Work::default();
                                 let mut out = Vec::new();
+                                let mut checks = Vec::new();
                                 for c in 0..=CALLS as u64 {
                                     let ring = Ring::new(m, &members, LANE, base + c)
                                         .map_err(|e| e.to_string())?;
                                     let data = collective::input(kind, &ring, elems, base + c);
                                     barrier.wait();
+                                    let want = collective::expected(kind, &ring, elems, base + c);
                                     let t = Instant::now();
                                     collective::execute_into(kind, &ring, &data, &mut work)
                                         .map_err(|e| e.to_string())?;
+                                    let end = Instant::now();
+                                    // What the runtime does after a call's recorded end.
+                                    collective::check(kind, &ring, work.output(), &want)
+                                        .map_err(|e| e.to_string())?;
                                     if c > 0 {
-                                        out.push((t, Instant::now()));
+                                        out.push((t, end));
+                                        checks.push(end.elapsed().as_nanos() as f64 / 1e3);
                                     }
                                 }
-                                Ok(out)
+                                Ok((out, checks))
                             })
                         })
                         .collect();
-                    let r: Result<Vec<_>, String> = hs
-                        .into_iter()
-                        .map(|h| h.join().map_err(|_| "rank panicked".to_string())?)
-                        .collect();
-                    stop.store(true, Ordering::Relaxed);
-                    r
-                });
+                        let r: Result<Vec<_>, String> = hs
+                            .into_iter()
+                            .map(|h| h.join().map_err(|_| "rank panicked".to_string())?)
+                            .collect();
+                        stop.store(true, Ordering::Relaxed);
+                        r
+                    });
                 let spans = spans?;
-                for (a, b) in spans[0].iter().zip(&spans[1]) {
+                check_us.extend(spans.iter().flat_map(|r| r.1.iter().copied()));
+                for (a, b) in spans[0].0.iter().zip(&spans[1].0) {
                     let start = a.0.max(b.0);
                     let end = a.1.max(b.1);
                     samples_us[usize::from(is_busy)]
@@ -105,9 +116,10 @@ fn main() -> Result<(), Box<dyn Error>> {
                 (v[v.len() / 2], v[v.len() / 10], v[9 * v.len() / 10], mean)
             };
             let (i, b) = (q(&mut samples_us[0]), q(&mut samples_us[1]));
+            let c = q(&mut check_us);
             println!(
-                "{:>14} {:>6} B: idle median {:6.1} us (p10 {:5.1}, p90 {:6.1}, mean {:6.1}); busy {:6.1} us (p10 {:5.1}, p90 {:6.1}, mean {:6.1})",
-                kind.name(), bytes, i.0, i.1, i.2, i.3, b.0, b.1, b.2, b.3
+                "{:>14} {:>6} B: idle median {:6.1} us (p10 {:5.1}, p90 {:6.1}, mean {:6.1}); busy {:6.1} us (p10 {:5.1}, p90 {:6.1}, mean {:6.1}); result check after the call {:4.1} us median",
+                kind.name(), bytes, i.0, i.1, i.2, i.3, b.0, b.1, b.2, b.3, c.0
             );
         }
     }
