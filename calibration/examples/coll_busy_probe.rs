@@ -20,6 +20,9 @@ const BLOCKS: usize = 10;
 const CALLS: usize = 20;
 const LANE: u8 = 1;
 
+/// One rank's timed calls (start, end) and result checks (µs).
+type RankTimes = (Vec<(Instant, Instant)>, Vec<f64>);
+
 /// A compute-like thread on `core` at nice `nice` until `stop`: spins in ops of `op_us`, with
 /// a yield after each.
 fn busy(core: u32, nice: i32, op_us: u64, stop: &AtomicBool) {
@@ -63,37 +66,38 @@ fn main() -> Result<(), Box<dyn Error>> {
                             s.spawn(|| busy(1, nice, op_us, &stop));
                         }
                         let hs: Vec<_> = meshes
-                        .iter()
-                        .map(|m| {
-                            let barrier = &barrier;
-                            s.spawn(move || -> Result<(Vec<(Instant, Instant)>, Vec<f64>), String> {
-                                twin_runtime::launch::affinity::pin_rank(m.rank);
-                                let elems = (bytes / 4) as usize;
-                                let mut work = Work::default();
-                                let mut out = Vec::new();
-                                let mut checks = Vec::new();
-                                for c in 0..=CALLS as u64 {
-                                    let ring = Ring::new(m, &members, LANE, base + c)
-                                        .map_err(|e| e.to_string())?;
-                                    let data = collective::input(kind, &ring, elems, base + c);
-                                    barrier.wait();
-                                    let want = collective::expected(kind, &ring, elems, base + c);
-                                    let t = Instant::now();
-                                    collective::execute_into(kind, &ring, &data, &mut work)
-                                        .map_err(|e| e.to_string())?;
-                                    let end = Instant::now();
-                                    // What the runtime does after a call's recorded end.
-                                    collective::check(kind, &ring, work.output(), &want)
-                                        .map_err(|e| e.to_string())?;
-                                    if c > 0 {
-                                        out.push((t, end));
-                                        checks.push(end.elapsed().as_nanos() as f64 / 1e3);
+                            .iter()
+                            .map(|m| {
+                                let barrier = &barrier;
+                                s.spawn(move || -> Result<RankTimes, String> {
+                                    twin_runtime::launch::affinity::pin_rank(m.rank);
+                                    let elems = (bytes / 4) as usize;
+                                    let mut work = Work::default();
+                                    let mut out = Vec::new();
+                                    let mut checks = Vec::new();
+                                    for c in 0..=CALLS as u64 {
+                                        let ring = Ring::new(m, &members, LANE, base + c)
+                                            .map_err(|e| e.to_string())?;
+                                        let data = collective::input(kind, &ring, elems, base + c);
+                                        barrier.wait();
+                                        let want =
+                                            collective::expected(kind, &ring, elems, base + c);
+                                        let t = Instant::now();
+                                        collective::execute_into(kind, &ring, &data, &mut work)
+                                            .map_err(|e| e.to_string())?;
+                                        let end = Instant::now();
+                                        // What the runtime does after a call's recorded end.
+                                        collective::check(kind, &ring, work.output(), &want)
+                                            .map_err(|e| e.to_string())?;
+                                        if c > 0 {
+                                            out.push((t, end));
+                                            checks.push(end.elapsed().as_nanos() as f64 / 1e3);
+                                        }
                                     }
-                                }
-                                Ok((out, checks))
+                                    Ok((out, checks))
+                                })
                             })
-                        })
-                        .collect();
+                            .collect();
                         let r: Result<Vec<_>, String> = hs
                             .into_iter()
                             .map(|h| h.join().map_err(|_| "rank panicked".to_string())?)
