@@ -59,52 +59,50 @@ fn main() -> Result<(), Box<dyn Error>> {
                 let barrier = Barrier::new(2);
                 let base = tag;
                 tag += 2 * CALLS as u64 + 2;
-                let spans: Result<Vec<(Vec<(Instant, Instant)>, Vec<f64>)>, String> =
-                    std::thread::scope(|s| {
-                        if is_busy {
-                            s.spawn(|| busy(0, nice, op_us, &stop));
-                            s.spawn(|| busy(1, nice, op_us, &stop));
-                        }
-                        let hs: Vec<_> = meshes
-                            .iter()
-                            .map(|m| {
-                                let barrier = &barrier;
-                                s.spawn(move || -> Result<RankTimes, String> {
-                                    twin_runtime::launch::affinity::pin_rank(m.rank);
-                                    let elems = (bytes / 4) as usize;
-                                    let mut work = Work::default();
-                                    let mut out = Vec::new();
-                                    let mut checks = Vec::new();
-                                    for c in 0..=CALLS as u64 {
-                                        let ring = Ring::new(m, &members, LANE, base + c)
-                                            .map_err(|e| e.to_string())?;
-                                        let data = collective::input(kind, &ring, elems, base + c);
-                                        barrier.wait();
-                                        let want =
-                                            collective::expected(kind, &ring, elems, base + c);
-                                        let t = Instant::now();
-                                        collective::execute_into(kind, &ring, &data, &mut work)
-                                            .map_err(|e| e.to_string())?;
-                                        let end = Instant::now();
-                                        // What the runtime does after a call's recorded end.
-                                        collective::check(kind, &ring, work.output(), &want)
-                                            .map_err(|e| e.to_string())?;
-                                        if c > 0 {
-                                            out.push((t, end));
-                                            checks.push(end.elapsed().as_nanos() as f64 / 1e3);
-                                        }
+                let spans: Result<Vec<RankTimes>, String> = std::thread::scope(|s| {
+                    if is_busy {
+                        s.spawn(|| busy(0, nice, op_us, &stop));
+                        s.spawn(|| busy(1, nice, op_us, &stop));
+                    }
+                    let hs: Vec<_> = meshes
+                        .iter()
+                        .map(|m| {
+                            let barrier = &barrier;
+                            s.spawn(move || -> Result<RankTimes, String> {
+                                twin_runtime::launch::affinity::pin_rank(m.rank);
+                                let elems = (bytes / 4) as usize;
+                                let mut work = Work::default();
+                                let mut out = Vec::new();
+                                let mut checks = Vec::new();
+                                for c in 0..=CALLS as u64 {
+                                    let ring = Ring::new(m, &members, LANE, base + c)
+                                        .map_err(|e| e.to_string())?;
+                                    let data = collective::input(kind, &ring, elems, base + c);
+                                    barrier.wait();
+                                    let want = collective::expected(kind, &ring, elems, base + c);
+                                    let t = Instant::now();
+                                    collective::execute_into(kind, &ring, &data, &mut work)
+                                        .map_err(|e| e.to_string())?;
+                                    let end = Instant::now();
+                                    // What the runtime does after a call's recorded end.
+                                    collective::check(kind, &ring, work.output(), &want)
+                                        .map_err(|e| e.to_string())?;
+                                    if c > 0 {
+                                        out.push((t, end));
+                                        checks.push(end.elapsed().as_nanos() as f64 / 1e3);
                                     }
-                                    Ok((out, checks))
-                                })
+                                }
+                                Ok((out, checks))
                             })
-                            .collect();
-                        let r: Result<Vec<_>, String> = hs
-                            .into_iter()
-                            .map(|h| h.join().map_err(|_| "rank panicked".to_string())?)
-                            .collect();
-                        stop.store(true, Ordering::Relaxed);
-                        r
-                    });
+                        })
+                        .collect();
+                    let r: Result<Vec<_>, String> = hs
+                        .into_iter()
+                        .map(|h| h.join().map_err(|_| "rank panicked".to_string())?)
+                        .collect();
+                    stop.store(true, Ordering::Relaxed);
+                    r
+                });
                 let spans = spans?;
                 check_us.extend(spans.iter().flat_map(|r| r.1.iter().copied()));
                 for (a, b) in spans[0].0.iter().zip(&spans[1].0) {
