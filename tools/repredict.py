@@ -4,7 +4,7 @@
 A set is a directory holding profile.toml (what `twin calibrate --backend host` wrote) and
 SCENARIO.json (`twin verify --format json`) for some of the five host scenarios, as
 tools/host_set.sh writes them; docs/measurements/raw/2026-11-23-host-sets/ holds one hundred
-and fifty-nine from an Intel VM, docs/measurements/raw/2026-11-24-amd-sets/ thirty-seven from an AMD
+and fifty-nine from an Intel VM, docs/measurements/raw/2026-11-24-amd-sets/ forty-two from an AMD
 one. The measured side is kept; the prediction is redone by `twin simulate --profile`
 with this checkout's model, so a model change can be judged on real runs in seconds:
 
