@@ -15,7 +15,6 @@ use crate::bench::{Config, Mode};
 use crate::sample::{median, Repeats};
 use serde::Serialize;
 use twin_sim::cost::Analytic;
-use twin_sim::cost::CostModel;
 use twin_sim::schedule::{CollectiveKind, ComputeOp, Gemm, Schedule};
 
 /// Shapes timed: the schedule's most frequent (they carry almost all of its GEMM time).
@@ -93,16 +92,12 @@ pub fn transfer_check(schedule: &Schedule, model: &Analytic) -> Option<TransferC
     let samples = crate::bench::comm::time_two_rank(kind, bytes, REPEATS).ok()?;
     let kept = crate::sample::reject_outliers(&samples);
     let measured_s = median(&kept.kept)? * 1e-9;
-    let group = twin_sim::plan::Group {
-        kind: twin_sim::plan::GroupKind::Tp,
-        members: vec![0, 1],
+    let two_ranks = twin_sim::cost::GroupShape {
+        ranks: 2,
         nodes: 1,
         max_per_node: 2,
     };
-    let predicted_s = model
-        .collective_ns(kind, &group, bytes, 1)
-        .saturating_sub(model.op_overhead_ns) as f64
-        * 1e-9;
+    let predicted_s = model.links.estimate(kind, two_ranks, bytes).time_ns as f64 * 1e-9;
     Some(TransferCheck {
         kind: kind.name().to_string(),
         bytes,

@@ -239,15 +239,23 @@ pub fn time_two_rank(
     }];
     let calls = reps.warmup + reps.timed.max(1);
     let per_rank = run_world(&meshes, &members, &tasks, calls, None)?;
-    Ok((reps.warmup..calls)
-        .map(|c| {
-            sample_ns(
-                per_rank
-                    .iter()
-                    .filter_map(|r| r.first().and_then(|t| t.get(c as usize))),
-            )
-        })
-        .collect())
+    Ok(task_samples(&per_rank, 0, reps.warmup..calls).collect())
+}
+
+/// Task `task`'s sample for each call in `calls` from the ranks' `[task][call]` spans
+/// ([`run_world`]; [`sample_ns`]).
+pub(super) fn task_samples(
+    per_rank: &[Vec<Vec<Span>>],
+    task: usize,
+    calls: std::ops::Range<u32>,
+) -> impl Iterator<Item = f64> + '_ {
+    calls.map(move |c| {
+        sample_ns(
+            per_rank
+                .iter()
+                .filter_map(|r| r.get(task).and_then(|t| t.get(c as usize))),
+        )
+    })
 }
 
 /// The tasks measured in a world of `n` ranks.
@@ -335,15 +343,7 @@ pub fn comm(
         let tasks = tasks_for(cfg, n);
         let per_rank = run_world(&meshes, &members, &tasks, calls, Some(progress))?;
         for (i, task) in tasks.iter().enumerate() {
-            let samples: Vec<f64> = (cfg.comm.warmup..calls)
-                .map(|c| {
-                    sample_ns(
-                        per_rank
-                            .iter()
-                            .filter_map(|r| r.get(i).and_then(|t| t.get(c as usize))),
-                    )
-                })
-                .collect();
+            let samples: Vec<f64> = task_samples(&per_rank, i, cfg.comm.warmup..calls).collect();
             let k = reject_outliers(&samples);
             out.push(CommSamples {
                 kind: task.name().to_string(),

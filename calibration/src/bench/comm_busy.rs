@@ -10,7 +10,7 @@
 //! compute thread runs). A call is timed as `comm` times it, from its last member's start to
 //! its last end after a barrier.
 
-use super::comm::{run_world, sample_ns, Task, TIMEOUT};
+use super::comm::{run_world, task_samples, Task, TIMEOUT};
 use super::compute::{compute_op, workspace_for};
 use super::{CommBusySamples, Config, Counter, Mode};
 use crate::CalibError;
@@ -120,13 +120,7 @@ pub fn comm_busy(
             r
         })?;
         for (i, row) in out.iter_mut().enumerate() {
-            let times = (cfg.comm.warmup..calls).map(|c| {
-                sample_ns(
-                    per_rank
-                        .iter()
-                        .filter_map(|r| r.get(i).and_then(|t| t.get(c as usize))),
-                )
-            });
+            let times = task_samples(&per_rank, i, cfg.comm.warmup..calls);
             if busy {
                 row.busy_ns.extend(times);
             } else {
