@@ -9,13 +9,15 @@ use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
-use twin_calibration::check::{GemmCheck, StateCheck, TransferCheck};
-use twin_calibration::load::{self, CpuLoad};
+use twin_calibration::load;
 use twin_runtime::launch::{self, RankMeasure, RunReport};
 use twin_sim::verify::{
     compare, summarize_steps, CompareOptions, Comparison, CriticalPaths, Side, StepSummary,
     Thresholds,
 };
+
+mod machine_check;
+use machine_check::{gemm_check, MachineCheck};
 
 /// Compare a prediction with a real run of the same schedule.
 ///
@@ -119,138 +121,6 @@ impl Args {
     fn repeat(&self) -> u32 {
         self.repeat.unwrap_or(1)
     }
-}
-
-/// The profile's prediction of the scenario's GEMMs against this machine now: before each run
-/// and after the last (host backend; `twin_calibration::check`).
-#[derive(Default, serde::Serialize)]
-struct MachineCheck {
-    /// Before the first run (`runs[0]`).
-    before: Option<GemmCheck>,
-    after: Option<GemmCheck>,
-    /// Before each run.
-    runs: Vec<Option<GemmCheck>>,
-    /// The scenario's largest optimizer update against the profile's price at the model's
-    /// cache distance, before the first run and after the last (profiles with
-    /// `memory.state_*`; `twin_calibration::check::state_check`).
-    optimizer_before: Option<StateCheck>,
-    optimizer_after: Option<StateCheck>,
-    /// A two-rank call of the scenario's most frequent ring collective against the profile's
-    /// price, before the first run and after the last (`twin_calibration::check::
-    /// transfer_check`; null on one core).
-    transfer_before: Option<TransferCheck>,
-    transfer_after: Option<TransferCheck>,
-    /// During each run: CPU time other processes used, and time the hypervisor stole, as
-    /// fractions of the machine's cores (`twin_calibration::load`; null off Linux).
-    load: Vec<Option<CpuLoad>>,
-    /// The step-time error with each run's steps scaled to the profile's machine speed by the
-    /// check before it (steps x predicted / measured GEMM time): the model's error with the
-    /// machine's drift taken out, assuming the whole step moves with its GEMMs.
-    step_time_error_at_profile_speed: Option<f64>,
-}
-
-impl MachineCheck {
-    /// Records the check before run `i` (the first is also `before`).
-    fn before_run(&mut self, c: Option<GemmCheck>) {
-        if self.runs.is_empty() {
-            self.before = c.clone();
-        }
-        self.runs.push(c);
-    }
-
-    /// Sets `step_time_error_at_profile_speed` when every run was checked.
-    fn adjust(&mut self, steps: &[Vec<f64>], warmup: usize, predicted_s: f64) {
-        let factors: Option<Vec<f64>> = self
-            .runs
-            .iter()
-            .map(|c| {
-                c.as_ref()
-                    .filter(|c| c.measured_s > 0.0)
-                    .map(|c| c.predicted_s / c.measured_s)
-            })
-            .collect();
-        self.step_time_error_at_profile_speed = factors
-            .filter(|f| f.len() == steps.len() && !f.is_empty())
-            .map(|f| twin_sim::verify::scaled_median(steps, warmup, &f))
-            .filter(|&m| m > 0.0)
-            .map(|m| (m - predicted_s) / m);
-    }
-
-    /// Two lines, or nothing when there was no check.
-    fn to_text(&self) -> String {
-        let (Some(b), Some(a)) = (&self.before, &self.after) else {
-            return String::new();
-        };
-        let way = |e: f64| if e >= 0.0 { "slower" } else { "faster" };
-        let mut t = format!(
-            "machine check: the scenario's {} most frequent GEMM shapes ran {:.1}% {} than the \
-             profile predicts before the runs, {:.1}% {} after (a step-time error of about this \
-             size is the machine's speed now, not the schedule's model)\n",
-            b.shapes,
-            b.error.abs() * 100.0,
-            way(b.error),
-            a.error.abs() * 100.0,
-            way(a.error),
-        );
-        if let (Some(b), Some(a)) = (&self.optimizer_before, &self.optimizer_after) {
-            t.push_str(&format!(
-                "optimizer check: the update of {:.1} MiB of state after {:.1} MiB of other \
-                 writes ({:.1} ms) ran {:.1}% {} than the profile prices it before the runs, \
-                 {:.1}% {} after (the last-level cache this machine gets now)\n",
-                b.state_bytes as f64 / 1048576.0,
-                b.other_bytes as f64 / 1048576.0,
-                b.elapsed_ns as f64 / 1e6,
-                b.error.abs() * 100.0,
-                way(b.error),
-                a.error.abs() * 100.0,
-                way(a.error),
-            ));
-        }
-        if let (Some(b), Some(a)) = (&self.transfer_before, &self.transfer_after) {
-            t.push_str(&format!(
-                "transfer check: a two-rank {} of {} per call ran {:.1}% {} than the profile \
-                 prices it before the runs, {:.1}% {} after (this machine's transfers now)\n",
-                b.kind,
-                twin_sim::schedule::fmt_bytes(b.bytes),
-                b.error.abs() * 100.0,
-                way(b.error),
-                a.error.abs() * 100.0,
-                way(a.error),
-            ));
-        }
-        let loads: Vec<&CpuLoad> = self.load.iter().flatten().collect();
-        if !loads.is_empty() {
-            let most = |f: fn(&CpuLoad) -> f64| loads.iter().map(|l| f(l)).fold(0.0, f64::max);
-            let (other, steal) = (most(|l| l.other_fraction), most(|l| l.steal_fraction));
-            t.push_str(&format!(
-                "other work during the runs: at most {:.1}% of the cores used by other processes, \
-                 {:.1}% stolen by the hypervisor{}\n",
-                other * 100.0,
-                steal * 100.0,
-                if other + steal > BUSY_MACHINE_FRACTION {
-                    " (a busy machine: measured times include its interference)"
-                } else {
-                    ""
-                }
-            ));
-        }
-        if let Some(e) = self.step_time_error_at_profile_speed {
-            t.push_str(&format!(
-                "at the profile's machine speed (each run's steps scaled by the check before it): \
-                 step time error {:+.1}%\n",
-                e * 100.0
-            ));
-        }
-        t
-    }
-}
-
-/// Other work above this fraction of the cores during a run is called out in the text output.
-const BUSY_MACHINE_FRACTION: f64 = 0.05;
-
-/// [`twin_calibration::check::gemm_check`] with the prediction's cost model.
-fn gemm_check(staged: &twin_sim::Staged) -> Option<GemmCheck> {
-    twin_calibration::check::gemm_check(&staged.schedule, &staged.cost)
 }
 
 /// One real run: its measured report and merged measurement.

@@ -1,0 +1,329 @@
+//! Tests of the analytic cost model: the GEMM curve, memory-bound passes (spill, cold and
+//! cache-resident optimizer state), operand loads and residency, and the alpha-beta
+//! collectives. Split from `cost::analytic` so that the model reads on its own.
+
+use super::*;
+use crate::cost::bus_bandwidth;
+use crate::plan::{GroupKind, Plan};
+use crate::schedule::{Gemm, Phase};
+use crate::testing::small_scenario;
+
+fn gemm_op(m: u64, n: u64, k: u64, count: u32) -> ComputeOp {
+    let g = Gemm::single(m, n, k, count);
+    ComputeOp {
+        phase: Phase::Forward,
+        dtype: Precision::Bf16,
+        gemms: vec![g].into(),
+        flops: g.flops(),
+        memory_bytes: 0,
+        kernels: 0,
+    }
+}
+
+fn achieved_tflops(model: &Analytic, op: &ComputeOp) -> f64 {
+    op.flops as f64 / (model.compute_ns(0, op) as f64 * 1e-9) / 1e12
+}
+
+#[test]
+fn a_pass_beyond_the_spill_size_slows_down_only_for_the_excess() {
+    let mut model = Analytic::new(&small_scenario(1, 1, 1, 1));
+    let fast = model.hbm_bandwidth_bytes_per_s * model.memory_efficiency;
+    let small = model.memory_pass_s(Phase::Forward, 1 << 20);
+    assert!((small - (1u64 << 20) as f64 / fast).abs() < 1e-15);
+    model.memory_spill = Some(MemorySpill {
+        bytes: 8 << 20,
+        efficiency: model.memory_efficiency / 3.0,
+    });
+    // At or below the spill size: unchanged.
+    assert_eq!(model.memory_pass_s(Phase::Forward, 1 << 20), small);
+    assert!(
+        (model.memory_pass_s(Phase::Forward, 8 << 20) - (8u64 << 20) as f64 / fast).abs() < 1e-15
+    );
+    // Beyond: the first 8 MiB at the fast rate, the other 24 MiB three times slower.
+    let big = model.memory_pass_s(Phase::Forward, 32 << 20);
+    let want = (8u64 << 20) as f64 / fast + (24u64 << 20) as f64 * 3.0 / fast;
+    assert!((big / want - 1.0).abs() < 1e-12, "{big} vs {want}");
+    // And it is what an op's memory-bound time uses.
+    let op = ComputeOp {
+        phase: Phase::Optimizer,
+        dtype: Precision::Fp32,
+        gemms: Vec::new().into(),
+        flops: 0,
+        memory_bytes: 32 << 20,
+        kernels: 0,
+    };
+    assert_eq!(model.compute_ns(0, &op), secs_to_ns(want));
+}
+
+#[test]
+fn the_optimizers_pass_runs_at_the_cold_rate_whatever_its_size() {
+    let mut model = Analytic::new(&small_scenario(1, 1, 1, 1));
+    model.memory_spill = Some(MemorySpill {
+        bytes: 8 << 20,
+        efficiency: model.memory_efficiency / 3.0,
+    });
+    let warm_small = model.memory_pass_s(Phase::Optimizer, 1 << 20);
+    let warm_big = model.memory_pass_s(Phase::Optimizer, 32 << 20);
+    model.memory_cold_efficiency = Some(model.memory_efficiency / 4.0);
+    let cold = model.hbm_bandwidth_bytes_per_s * model.memory_efficiency / 4.0;
+    for bytes in [1u64 << 20, 32 << 20] {
+        let got = model.memory_pass_s(Phase::Optimizer, bytes);
+        assert!(
+            (got / (bytes as f64 / cold) - 1.0).abs() < 1e-12,
+            "{bytes}: {got}"
+        );
+    }
+    assert!(model.memory_pass_s(Phase::Optimizer, 1 << 20) > warm_small);
+    assert!(model.memory_pass_s(Phase::Optimizer, 32 << 20) > warm_big);
+    // Every other phase keeps the warm pass and its spill.
+    for phase in [Phase::Forward, Phase::Backward, Phase::Recompute] {
+        assert_eq!(model.memory_pass_s(phase, 1 << 20), warm_small);
+        assert_eq!(model.memory_pass_s(phase, 32 << 20), warm_big);
+    }
+}
+
+fn load_at(cache_bytes: u64) -> crate::cost::OperandLoad {
+    crate::cost::OperandLoad {
+        bytes_per_s: 10e9,
+        cache_bytes,
+        pack_bytes_per_s: None,
+        cold_ramp_ns: 0,
+    }
+}
+
+#[test]
+fn an_op_loads_its_operands_only_when_its_working_set_outgrows_the_cache() {
+    let mut model = Analytic::new(&small_scenario(1, 1, 1, 1));
+    let mut op = gemm_op(64, 1024, 256, 3);
+    op.dtype = Precision::Fp32;
+    // A, B and C of the largest GEMM (4 bytes each), and x and y of the memory pass.
+    op.memory_bytes = 12 << 10;
+    let gemm_set = (64 * 256 + 256 * 1024 + 64 * 1024) * 4;
+    assert_eq!(Analytic::working_set_bytes(&op, 4), gemm_set + (8 << 10));
+    let plain = model.compute_ns(0, &op);
+    assert_eq!(
+        model.compute_evicted_ns(&op),
+        plain,
+        "no operand term: no change"
+    );
+    let load = crate::cost::OperandLoad {
+        bytes_per_s: 10e9,
+        cache_bytes: Analytic::working_set_bytes(&op, 4),
+        pack_bytes_per_s: None,
+        cold_ramp_ns: 0,
+    };
+    model.gemm.operands = Some(load);
+    // Fits exactly: the operands are where the last op left them.
+    assert_eq!(model.compute_ns(0, &op), plain);
+    // A benchmark that evicts first pays the load, once for the op's GEMM (its three
+    // calls reuse what the first one loaded).
+    let once = (64.0 * 256.0 + 256.0 * 1024.0) * 4.0 / 10e9;
+    let evicted = model.compute_evicted_ns(&op);
+    // (Within a nanosecond: each side rounds to whole ns once.)
+    assert!(evicted.abs_diff(secs_to_ns(plain as f64 * 1e-9 + once)) <= 1);
+    // One byte more than the cache: the op loads, as the benchmark did.
+    model.gemm.operands = Some(crate::cost::OperandLoad {
+        cache_bytes: load.cache_bytes - 1,
+        ..load
+    });
+    assert_eq!(model.compute_ns(0, &op), evicted);
+}
+
+#[test]
+fn an_ops_residency_is_its_working_set_and_what_reloading_its_operands_adds() {
+    let mut model = Analytic::new(&small_scenario(1, 1, 1, 1));
+    let mut op = gemm_op(64, 1024, 256, 3);
+    op.dtype = Precision::Fp32;
+    op.memory_bytes = 12 << 10;
+    assert!(!model.models_operand_residency());
+    assert_eq!(model.operand_residency(&op), None, "no operand term (GPUs)");
+    let ws = Analytic::working_set_bytes(&op, 4);
+    model.gemm.operands = Some(load_at(ws));
+    assert!(model.models_operand_residency());
+    let r = model.operand_residency(&op).unwrap();
+    assert_eq!((r.working_set_bytes, r.cache_bytes), (ws, ws));
+    // One GEMM shape: its A and B once, as the evicted benchmark pays.
+    let once = secs_to_ns((64.0 * 256.0 + 256.0 * 1024.0) * 4.0 / 10e9);
+    assert_eq!(r.reload_ns, once);
+    assert!(
+        r.reload_ns
+            .abs_diff(model.compute_evicted_ns(&op) - model.compute_ns(0, &op))
+            <= 1
+    );
+    // Two shapes: the union of the buffers (the larger A, the larger B), not the sum over
+    // the GEMMs, which the evicted benchmark (each shape after its own eviction) pays.
+    let mut two = op.clone();
+    two.gemms = vec![
+        crate::schedule::Gemm::single(64, 1024, 256, 1),
+        crate::schedule::Gemm::single(128, 256, 512, 1),
+    ]
+    .into();
+    let ws2 = Analytic::working_set_bytes(&two, 4);
+    model.gemm.operands = Some(load_at(ws2));
+    let union = secs_to_ns((128.0 * 512.0 + 256.0 * 1024.0) * 4.0 / 10e9);
+    assert_eq!(model.operand_residency(&two).unwrap().reload_ns, union);
+    // Evicted first, the op pays the same union once, not the sum over its GEMMs.
+    let sum =
+        secs_to_ns((64.0 * 256.0 + 256.0 * 1024.0 + 128.0 * 512.0 + 512.0 * 256.0) * 4.0 / 10e9);
+    let paid = model.compute_evicted_ns(&two) - model.compute_ns(0, &two);
+    assert!(
+        paid.abs_diff(union) <= 1 && union < sum,
+        "{paid} {union} {sum}"
+    );
+    // So does an op that outgrows the cache, every time.
+    model.gemm.operands = Some(load_at(ws2 - 1));
+    assert_eq!(model.compute_ns(0, &two), model.compute_evicted_ns(&two));
+    model.gemm.operands = Some(load_at(ws));
+    // An op that outgrows the cache is priced loading its operands already.
+    model.gemm.operands = Some(load_at(ws - 1));
+    assert_eq!(model.operand_residency(&op).unwrap().reload_ns, 0);
+}
+
+#[test]
+fn large_gemm_runs_near_efficient_peak() {
+    let model = Analytic::new(&small_scenario(1, 1, 1, 1));
+    let tf = achieved_tflops(&model, &gemm_op(8192, 8192, 8192, 1));
+    // 312 TFLOP/s times the curve's efficiency for this shape, less a 2 us ramp on a
+    // ~4.3 ms GEMM.
+    let ceiling = 312.0 * model.gemm.compute_efficiency(8192, 8192, 8192);
+    assert!(tf > 0.999 * ceiling && tf < ceiling, "{tf} vs {ceiling}");
+}
+
+#[test]
+fn gemm_efficiency_falls_for_small_gemms() {
+    let model = Analytic::new(&small_scenario(1, 1, 1, 1));
+    let big = achieved_tflops(&model, &gemm_op(4096, 4096, 4096, 1));
+    let mid = achieved_tflops(&model, &gemm_op(1024, 1024, 1024, 1));
+    let small = achieved_tflops(&model, &gemm_op(256, 256, 256, 1));
+    assert!(big > mid && mid > small, "{big} {mid} {small}");
+    assert!(small < 0.1 * big);
+}
+
+#[test]
+fn skinny_gemm_is_memory_bound() {
+    let mut model = Analytic::new(&small_scenario(1, 1, 1, 1));
+    // A GEMV kernel has no 128-row tile to pad one row into (cuBLAS picks GEMV kernels
+    // for m = 1); without the padding the op is bounded by its bytes.
+    model.gemm.tile_m = 1;
+    // GEMV-like: 1 x 16384 x 16384 moves 512 MiB of weights for 0.5 GFLOP.
+    let op = gemm_op(1, 16384, 16384, 1);
+    let t_ns = model.compute_ns(0, &op) as f64;
+    let bytes = (16384.0 * 16384.0 + 2.0 * 16384.0) * 2.0;
+    let expect_ns = (bytes / (2.039e12 * DEFAULT_MEMORY_EFFICIENCY) + 2e-6) * 1e9;
+    // Within the rounding to whole nanoseconds.
+    assert!((t_ns - expect_ns).abs() <= 1.0, "{t_ns} vs {expect_ns}");
+}
+
+#[test]
+fn memory_bound_op_costed_by_bytes_and_launches() {
+    let model = Analytic::new(&small_scenario(1, 1, 1, 1));
+    let op = ComputeOp {
+        phase: Phase::Optimizer,
+        dtype: Precision::Fp32,
+        gemms: vec![].into(),
+        flops: 1_000,
+        memory_bytes: 1_835_100_000,
+        kernels: 10,
+    };
+    // 1.8351 GB at 2.039 TB/s * 0.9 = 1 ms, plus 10 launches of 1 us.
+    assert_eq!(model.compute_ns(0, &op), 1_010_000);
+}
+
+#[test]
+fn gemm_count_multiplies_time() {
+    let model = Analytic::new(&small_scenario(1, 1, 1, 1));
+    let one = model.compute_ns(0, &gemm_op(2048, 2048, 2048, 1));
+    let four = model.compute_ns(0, &gemm_op(2048, 2048, 2048, 4));
+    assert!(four.abs_diff(4 * one) <= 4, "{one} {four}");
+}
+
+/// network.toml: 8x A100 SXM with NVSwitch, nccl-tests all_reduce busbw 230 GB/s for
+/// large messages ("300 GB/s line rate, ~240 effective"). The model derates the 300 GB/s
+/// preset by its ~20% protocol overhead (0.8, taken from the H100 row of the same file)
+/// and so predicts ~240 GB/s. The tolerance is the published spread itself: the source
+/// gives both 230 measured and ~240 effective, 4.3% apart, so 5% is what the figures
+/// support.
+#[test]
+fn a100_node_all_reduce_busbw_matches_nccl_tests() {
+    let s = small_scenario(8, 1, 1, 1);
+    let plan = Plan::new(&s).unwrap();
+    let model = Analytic::new(&s);
+    let g = plan.group(plan.group_of(0, GroupKind::Tp));
+    assert_eq!(g.members.len(), 8);
+    assert_eq!(g.nodes, 1);
+    let bytes = 1u64 << 30;
+    let t = model.collective_ns(CollectiveKind::AllReduce, g, bytes, 1);
+    let bus_gbs = bus_bandwidth(CollectiveKind::AllReduce, 8, bytes, t) / 1e9;
+    assert!(
+        (bus_gbs - 230.0).abs() / 230.0 < 0.05,
+        "busbw {bus_gbs:.1} GB/s"
+    );
+}
+
+#[test]
+fn calls_pay_latency_each() {
+    let s = small_scenario(8, 1, 1, 1);
+    let plan = Plan::new(&s).unwrap();
+    let model = Analytic::new(&s);
+    let g = plan.group(plan.group_of(0, GroupKind::Tp));
+    let one = model.collective_ns(CollectiveKind::AllReduce, g, 1 << 20, 1);
+    let ten = model.collective_ns(CollectiveKind::AllReduce, g, 1 << 20, 10);
+    assert_eq!(ten, 10 * one);
+}
+
+#[test]
+fn p2p_within_and_across_nodes() {
+    let s = small_scenario(4, 4, 1, 4);
+    let plan = Plan::new(&s).unwrap();
+    let model = Analytic::new(&s);
+    // 8 GPUs per node, tp = 4: stage 1 (ranks 4..8) shares node 0 with stage 0;
+    // stage 2 (ranks 8..12) lives on node 1.
+    let near = model.p2p_ns(&plan, 0, 4, 64 << 20);
+    let far = model.p2p_ns(&plan, 4, 8, 64 << 20);
+    assert!(far > 5 * near, "{near} {far}");
+}
+
+#[test]
+fn the_optimizer_slows_as_the_node_touches_more_per_step() {
+    let c = StateCache {
+        state_weight: 1.0,
+        resident_bytes: 40 << 20,
+        evicted_bytes: 120 << 20,
+        resident_efficiency: 0.8,
+        evicted_efficiency: 0.2,
+        decay: None,
+    };
+    assert_eq!(c.resident_fraction(0, 0), 1.0);
+    assert_eq!(c.resident_fraction(30 << 20, 10 << 20), 1.0);
+    assert_eq!(c.resident_fraction(70 << 20, 10 << 20), 0.5);
+    assert_eq!(c.resident_fraction(120 << 20, 0), 0.0);
+    assert_eq!(c.resident_fraction(u64::MAX, u64::MAX), 0.0);
+    // A state byte that counts twice: 10 MiB of state after 60 MiB is halfway.
+    let twice = StateCache {
+        state_weight: 2.0,
+        ..c
+    };
+    assert_eq!(twice.resident_fraction(60 << 20, 10 << 20), 0.5);
+    let mut m = Analytic::new(&small_scenario(1, 1, 1, 1));
+    m.hbm_bandwidth_bytes_per_s = 100e9;
+    m.memory_cold_efficiency = Some(0.5);
+    m.state_cache = Some(c);
+    let bytes = 80_000_000;
+    // No footprint yet: the cold pass.
+    assert_eq!(m.memory_pass_s(Phase::Optimizer, bytes), 80e6 / 50e9);
+    let at = |m: &mut Analytic, d: u64| {
+        m.node_step_bytes = Some(d);
+        m.memory_pass_s(Phase::Optimizer, bytes)
+    };
+    assert_eq!(at(&mut m, 10 << 20), 80e6 / 80e9);
+    assert_eq!(at(&mut m, 200 << 20), 80e6 / 20e9);
+    let half = at(&mut m, 80 << 20);
+    assert!((half - (40e6 / 80e9 + 40e6 / 20e9)).abs() < 1e-15, "{half}");
+    // Other phases do not see it.
+    let mut plain = Analytic::new(&small_scenario(1, 1, 1, 1));
+    plain.hbm_bandwidth_bytes_per_s = 100e9;
+    assert_eq!(
+        m.memory_pass_s(Phase::Forward, bytes),
+        plain.memory_pass_s(Phase::Forward, bytes)
+    );
+}
