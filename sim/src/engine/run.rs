@@ -8,18 +8,22 @@
 //! counterparts, then run; frees, and allocs the cost model does not price, finish at once
 //! (through the `instant` FIFO, so there is no recursion and no heap traffic for them).
 //!
-//! Longer than the ~600-line guide on purpose: the event loop and its per-op handlers share
-//! the hot state and are read together; the cold parts live in `compile`, `context`,
-//! `deadlock`, `flow`, `memo` and `memory`, and the shared-core handling in `run/cores.rs`.
+//! A little longer than the ~600-line guide on purpose: the event loop and its per-op handlers
+//! share the hot state and are read together. The cold parts live in `compile`, `context`,
+//! `deadlock`, `flow`, `memo` and `memory`; the transfers' rendezvous in `run/transfers.rs`,
+//! the shared-core handling in `run/cores.rs`, and building the state and reading the result
+//! out in `run/setup.rs`.
 
 mod cores;
+mod setup;
+mod transfers;
 
 use cores::thread_weight;
 
 use super::aging::Agings;
 use super::compile::{CKind, CProgram, GROUP_KINDS};
 pub(crate) use super::context::Ctx;
-use super::flow::{Finished, Flows, Spec, FLOW_TAG};
+use super::flow::{Finished, Flows, FLOW_TAG};
 use super::jitter::Jitter;
 use super::memo::{CollectiveMemo, P2pMemo};
 use super::memory::RankMem;
@@ -220,89 +224,6 @@ pub(crate) struct State<S: Slots> {
 }
 
 impl<S: Slots> State<S> {
-    fn new(ctx: &Ctx) -> State<S> {
-        let world = ctx.world;
-        let slots = ctx.active.len();
-        let mut ranks = Vec::with_capacity(slots);
-        let mut total_ops = 0usize;
-        for &r in &ctx.active {
-            let p = ctx.prog(r as usize);
-            let mut rs = RankState {
-                remaining: p.ops.len() as u32,
-                ..RankState::default()
-            };
-            total_ops += p.ops.len();
-            for s in 0..STREAMS {
-                let (start, end) = (p.stream_start[s], p.stream_start[s + 1]);
-                if start < end {
-                    rs.waiting |= 1 << s;
-                }
-                rs.streams[s] = StreamState {
-                    start_ns: 0,
-                    cursor: start,
-                    blocked_on: UNCHECKED,
-                };
-            }
-            ranks.push(rs);
-        }
-        State {
-            now: 0,
-            events: 0,
-            ranks,
-            partner: vec![(0, 0); slots * STREAMS],
-            mem: vec![RankMem::default(); slots],
-            pending: vec![Vec::new(); slots],
-            rendezvous: vec![Vec::new(); slots * GROUP_KINDS],
-            queue: EventQueue::with_capacity(slots * 4),
-            instant: VecDeque::with_capacity(64),
-            flows: {
-                let cores = ctx.cost.shared_cores();
-                let slowdown = ctx.cost.overlap_compute_slowdown();
-                let f = Flows::new(
-                    ctx.net,
-                    cores,
-                    ctx.plan.node_of(ctx.plan.world.saturating_sub(1)) + 1,
-                    slowdown,
-                    world * STREAMS,
-                );
-                (ctx.net.is_some() || f.compute).then_some(f)
-            },
-            coll_memo: CollectiveMemo::default(),
-            p2p_memo: P2pMemo::default(),
-            share: ctx.cost.shared_cores().map(|_| CoreShare::new(slots)),
-            free_ns: ctx.cost.free_ns(),
-            handoff_ns: ctx.cost.handoff_ns(),
-            // The solver counts a weight of 0 as 1; a measured 0 means "paused while a transfer
-            // runs beside it", which a thousandth of the core gives to within a rounding.
-            compute_weight: ctx.cost.compute_weight().max(MIN_COMPUTE_WEIGHT),
-            jitter: ctx
-                .opts
-                .jitter_seed
-                .zip(ctx.cost.interruptions())
-                .map(|(seed, model)| Jitter::new(seed, model)),
-            waking: ctx.cost.wake().map(|w| (w, CoreIdle::default())),
-            residency: if ctx.cost.models_operand_residency() {
-                Residencies::new(ctx.schedule.programs.iter(), |c| {
-                    ctx.cost.operand_residency(c)
-                })
-            } else {
-                None
-            },
-            aging: if ctx.cost.models_state_aging() {
-                Agings::new(ctx.schedule.programs.iter(), |c| ctx.cost.state_aging(c))
-            } else {
-                None
-            },
-            turns: ctx.cost.shared_cores().map(|_| Turns::default()),
-            slots: std::marker::PhantomData,
-            trace: ctx.opts.trace.then(|| Trace {
-                events: Vec::with_capacity(total_ops),
-                memory: Vec::new(),
-            }),
-            issued_ns: ctx.opts.trace.then(|| vec![0; slots * STREAMS]),
-        }
-    }
-
     /// Whether `op` of the rank in `slot` (running `prog`) has finished.
     #[inline]
     pub fn is_done(&self, prog: &CProgram, slot: usize, op: u32) -> bool {
@@ -531,203 +452,6 @@ impl<S: Slots> State<S> {
         Ok(())
     }
 
-    /// Mark `op` of `rank` as transferring from now on (both sides of a p2p, every member of
-    /// a collective).
-    #[inline]
-    fn begin_transfer(&mut self, ctx: &Ctx, rank: u32, op: u32, solo_ns: Option<u64>) {
-        let r = S::slot(ctx, rank);
-        let s = ctx.prog(rank as usize).ops[op as usize].stream as usize;
-        if let Some(sh) = &mut self.share {
-            sh.started(r, s, solo_ns);
-        }
-        let rs = &mut self.ranks[r];
-        rs.streams[s].start_ns = self.now;
-        let a = &mut rs.acct;
-        a.flush(self.now);
-        a.running_comm += 1;
-        if a.running_comm == 1 {
-            if let Some(f) = &mut self.flows {
-                f.set_communicating(r * STREAMS..(r + 1) * STREAMS, true);
-            }
-        }
-    }
-
-    /// Runs a transfer that has begun on every side: through the flow network when there is
-    /// one, else for the cost model's `dur_ns` (as CPU work of every rank in `ranks` when the
-    /// ranks share CPU cores: see [`Flows::start_cpu_work`]). `done` is its completion payload.
-    fn run_transfer(
-        &mut self,
-        ctx: &Ctx,
-        done: (u32, u32),
-        ranks: &[u32],
-        spec: Spec,
-        dur_ns: impl FnOnce() -> u64,
-    ) {
-        let flowing = match (&mut self.flows, ctx.net) {
-            (Some(f), Some(net)) => Some(f.start_transfer(net, ctx.plan, self.now, done, spec)),
-            _ => None,
-        };
-        match flowing {
-            Some(None) => {}
-            Some(Some((d, latency_ns))) => self.schedule(latency_ns, d.0, d.1),
-            None => {
-                let dur = dur_ns();
-                self.run_cpu_work(ctx, done, ranks, dur, 1.0);
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn p2p_arrive(
-        &mut self,
-        ctx: &Ctx,
-        rank: u32,
-        op: u32,
-        send: bool,
-        peer: u8,
-        tag: u32,
-        bytes: u64,
-    ) -> Step {
-        let other_rank = ctx.peers[rank as usize][peer as usize];
-        let (src, dst) = if send {
-            (rank, other_rank)
-        } else {
-            (other_rank, rank)
-        };
-        let list = &mut self.pending[S::slot(ctx, dst)];
-        let Some(i) = list
-            .iter()
-            .position(|p| p.src == src && p.tag == tag && p.send != send)
-        else {
-            list.push(Pending {
-                src,
-                tag,
-                send,
-                op,
-                bytes,
-            });
-            return Ok(());
-        };
-        let other = list.remove(i);
-        let (send_op, recv_op, send_bytes, recv_bytes) = if send {
-            (op, other.op, bytes, other.bytes)
-        } else {
-            (other.op, op, other.bytes, bytes)
-        };
-        if send_bytes != recv_bytes {
-            return Err(Box::new(SimError::P2pMismatch {
-                src,
-                dst,
-                tag,
-                send_bytes,
-                recv_bytes,
-            }));
-        }
-        let real_dst = ctx.real_dst(src, send_op, dst);
-        let dur_ns = match ctx.net {
-            Some(_) => 0, // the flow network times the transfer
-            None => self.p2p_memo.get((src, real_dst, bytes), || {
-                ctx.cost.p2p_ns(ctx.plan, src, real_dst, bytes)
-            }),
-        };
-        // Into a core that slept, the transfer waits for it to wake (`engine::wake`).
-        let dur_ns = dur_ns + self.wake_ns(ctx, &[dst]);
-        let solo_ns = ctx.net.is_none().then_some(dur_ns);
-        self.begin_transfer(ctx, src, send_op, solo_ns);
-        self.begin_transfer(ctx, dst, recv_op, solo_ns);
-        let s = ctx.prog(src as usize).ops[send_op as usize].stream as usize;
-        self.partner[S::slot(ctx, src) * STREAMS + s] = (dst, recv_op);
-        self.run_transfer(
-            ctx,
-            (P2P_BIT | src, send_op),
-            &[src, dst],
-            Spec::P2p {
-                src,
-                dst: real_dst,
-                bytes,
-            },
-            || dur_ns,
-        );
-        Ok(())
-    }
-
-    fn collective_arrive(&mut self, ctx: &Ctx, gk: usize, arrival: Inst) -> Step {
-        let rank = arrival.first_rank;
-        let g = ctx.group_of[gk * ctx.world + rank as usize];
-        let group = ctx.plan.group(g);
-        let members = ctx.members(g);
-        let n = members.len() as u32;
-        let key = gk * ctx.active.len() + S::slot(ctx, members.first().copied().unwrap_or(rank));
-        let insts = &mut self.rendezvous[key];
-        let inst = match insts.iter().position(|x| x.seq == arrival.seq) {
-            None if n > 1 => {
-                insts.push(arrival);
-                return Ok(());
-            }
-            None => arrival,
-            Some(i) => {
-                let first = &mut insts[i];
-                if (first.kind, first.bytes, first.calls)
-                    != (arrival.kind, arrival.bytes, arrival.calls)
-                {
-                    return Err(Box::new(SimError::CollectiveMismatch {
-                        kind: group.kind,
-                        group: g,
-                        seq: arrival.seq,
-                        rank,
-                        op: ctx.prog(rank as usize).index_of(arrival.first_op),
-                        name: ctx.op_name(rank as usize, arrival.first_op),
-                        first_rank: first.first_rank,
-                        first_name: ctx.op_name(first.first_rank as usize, first.first_op),
-                    }));
-                }
-                first.arrived += 1;
-                if first.arrived < n {
-                    return Ok(());
-                }
-                insts.swap_remove(i)
-            }
-        };
-        let dur_ns = match ctx.net {
-            Some(_) => 0, // the flow network times the transfer
-            None => self
-                .coll_memo
-                .get((g, inst.kind, inst.bytes, inst.calls), || {
-                    ctx.cost
-                        .collective_ns(inst.kind, group, inst.bytes, inst.calls)
-                }),
-        };
-        let dur_ns = dur_ns + self.wake_ns(ctx, ctx.members(g));
-        let solo_ns = ctx.net.is_none().then_some(dur_ns);
-        for &m in ctx.members(g) {
-            let op = ctx.prog(m as usize).coll_ops[gk][inst.seq as usize];
-            self.begin_transfer(ctx, m, op, solo_ns);
-        }
-        self.run_transfer(
-            ctx,
-            (COLL_BIT | g, inst.seq),
-            ctx.members(g),
-            Spec::Collective {
-                group: g,
-                kind: inst.kind,
-                bytes: inst.bytes,
-                calls: inst.calls,
-            },
-            || dur_ns,
-        );
-        Ok(())
-    }
-
-    fn collective_done(&mut self, ctx: &Ctx, g: u32, seq: u32) -> Step {
-        let group = ctx.plan.group(g);
-        let gk = super::compile::group_kind_index(group.kind);
-        for &m in ctx.members(g) {
-            let op = ctx.prog(m as usize).coll_ops[gk][seq as usize];
-            self.complete(ctx, m, op)?;
-        }
-        Ok(())
-    }
-
     fn complete(&mut self, ctx: &Ctx, rank: u32, op_idx: u32) -> Step {
         self.events += 1;
         if self.events > ctx.opts.max_events {
@@ -915,51 +639,5 @@ fn run_as<S: Slots>(ctx: &Ctx) -> Result<SimResult, SimError> {
     if st.ranks.iter().any(|r| r.remaining > 0) {
         return Err(SimError::Deadlock(Box::new(deadlock::diagnose(ctx, &st))));
     }
-    let step_time_ns = st.ranks.iter().map(|r| r.acct.finish_ns).max().unwrap_or(0);
-    let share = st.share.take();
-    let simulated: Vec<RankStats> = st
-        .ranks
-        .iter_mut()
-        .zip(&st.mem)
-        .zip(&ctx.active)
-        .enumerate()
-        .map(|(slot, ((rs, m), &rank))| {
-            let r = rank as usize;
-            let a = &mut rs.acct;
-            a.flush(step_time_ns);
-            debug_assert_eq!(a.compute_ns + a.comm_ns + a.idle_ns, step_time_ns);
-            let [compute_ns, comm_ns, idle_ns] = match &share {
-                Some(sh) => sh.apply(slot, a.compute_ns, a.comm_ns, a.idle_ns),
-                None => [a.compute_ns, a.comm_ns, a.idle_ns],
-            };
-            RankStats {
-                rank,
-                finish_ns: a.finish_ns,
-                compute_busy_ns: compute_ns,
-                comm_exposed_ns: comm_ns,
-                idle_ns,
-                flops: ctx.prog(r).flops,
-                model_flops: ctx.prog(r).model_flops,
-                peak_memory_bytes: m.peak,
-                peak_time_ns: m.peak_ns,
-                peak_op: m.peak_op,
-                memory_at_peak: m.at_peak,
-                host_memory_peak_bytes: m.host_peak,
-                over_capacity_op: m.over_op,
-                over_capacity_time_ns: m.over_ns,
-                end_memory_bytes: m.end_bytes(),
-            }
-        })
-        .collect();
-    let ranks = match &ctx.collapse {
-        Some(c) => c.expand(&simulated),
-        None => simulated,
-    };
-    Ok(SimResult {
-        step_time_ns,
-        events: st.events,
-        collapsed: ctx.collapse.is_some(),
-        ranks,
-        trace: st.trace,
-    })
+    Ok(st.finish(ctx))
 }

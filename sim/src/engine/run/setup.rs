@@ -1,0 +1,147 @@
+//! Building the run's state from the compiled programs, and reading the step's result out
+//! of it once the event loop is done: the two ends of a run, split from `run`, whose event
+//! loop and per-op handlers read on their own.
+
+use super::*;
+
+impl<S: Slots> State<S> {
+    pub(super) fn new(ctx: &Ctx) -> State<S> {
+        let world = ctx.world;
+        let slots = ctx.active.len();
+        let mut ranks = Vec::with_capacity(slots);
+        let mut total_ops = 0usize;
+        for &r in &ctx.active {
+            let p = ctx.prog(r as usize);
+            let mut rs = RankState {
+                remaining: p.ops.len() as u32,
+                ..RankState::default()
+            };
+            total_ops += p.ops.len();
+            for s in 0..STREAMS {
+                let (start, end) = (p.stream_start[s], p.stream_start[s + 1]);
+                if start < end {
+                    rs.waiting |= 1 << s;
+                }
+                rs.streams[s] = StreamState {
+                    start_ns: 0,
+                    cursor: start,
+                    blocked_on: UNCHECKED,
+                };
+            }
+            ranks.push(rs);
+        }
+        State {
+            now: 0,
+            events: 0,
+            ranks,
+            partner: vec![(0, 0); slots * STREAMS],
+            mem: vec![RankMem::default(); slots],
+            pending: vec![Vec::new(); slots],
+            rendezvous: vec![Vec::new(); slots * GROUP_KINDS],
+            queue: EventQueue::with_capacity(slots * 4),
+            instant: VecDeque::with_capacity(64),
+            flows: {
+                let cores = ctx.cost.shared_cores();
+                let slowdown = ctx.cost.overlap_compute_slowdown();
+                let f = Flows::new(
+                    ctx.net,
+                    cores,
+                    ctx.plan.node_of(ctx.plan.world.saturating_sub(1)) + 1,
+                    slowdown,
+                    world * STREAMS,
+                );
+                (ctx.net.is_some() || f.compute).then_some(f)
+            },
+            coll_memo: CollectiveMemo::default(),
+            p2p_memo: P2pMemo::default(),
+            share: ctx.cost.shared_cores().map(|_| CoreShare::new(slots)),
+            free_ns: ctx.cost.free_ns(),
+            handoff_ns: ctx.cost.handoff_ns(),
+            // The solver counts a weight of 0 as 1; a measured 0 means "paused while a transfer
+            // runs beside it", which a thousandth of the core gives to within a rounding.
+            compute_weight: ctx.cost.compute_weight().max(MIN_COMPUTE_WEIGHT),
+            jitter: ctx
+                .opts
+                .jitter_seed
+                .zip(ctx.cost.interruptions())
+                .map(|(seed, model)| Jitter::new(seed, model)),
+            waking: ctx.cost.wake().map(|w| (w, CoreIdle::default())),
+            residency: if ctx.cost.models_operand_residency() {
+                Residencies::new(ctx.schedule.programs.iter(), |c| {
+                    ctx.cost.operand_residency(c)
+                })
+            } else {
+                None
+            },
+            aging: if ctx.cost.models_state_aging() {
+                Agings::new(ctx.schedule.programs.iter(), |c| ctx.cost.state_aging(c))
+            } else {
+                None
+            },
+            turns: ctx.cost.shared_cores().map(|_| Turns::default()),
+            slots: std::marker::PhantomData,
+            trace: ctx.opts.trace.then(|| Trace {
+                events: Vec::with_capacity(total_ops),
+                memory: Vec::new(),
+            }),
+            issued_ns: ctx.opts.trace.then(|| vec![0; slots * STREAMS]),
+        }
+    }
+
+    /// The step's result: every rank's accounts closed at the step's end (waiting on shared
+    /// cores moved to idle time, `engine::share`), expanded to every rank when collapsed.
+    pub(super) fn finish(mut self, ctx: &Ctx) -> SimResult {
+        let step_time_ns = self
+            .ranks
+            .iter()
+            .map(|r| r.acct.finish_ns)
+            .max()
+            .unwrap_or(0);
+        let share = self.share.take();
+        let simulated: Vec<RankStats> = self
+            .ranks
+            .iter_mut()
+            .zip(&self.mem)
+            .zip(&ctx.active)
+            .enumerate()
+            .map(|(slot, ((rs, m), &rank))| {
+                let r = rank as usize;
+                let a = &mut rs.acct;
+                a.flush(step_time_ns);
+                debug_assert_eq!(a.compute_ns + a.comm_ns + a.idle_ns, step_time_ns);
+                let [compute_ns, comm_ns, idle_ns] = match &share {
+                    Some(sh) => sh.apply(slot, a.compute_ns, a.comm_ns, a.idle_ns),
+                    None => [a.compute_ns, a.comm_ns, a.idle_ns],
+                };
+                RankStats {
+                    rank,
+                    finish_ns: a.finish_ns,
+                    compute_busy_ns: compute_ns,
+                    comm_exposed_ns: comm_ns,
+                    idle_ns,
+                    flops: ctx.prog(r).flops,
+                    model_flops: ctx.prog(r).model_flops,
+                    peak_memory_bytes: m.peak,
+                    peak_time_ns: m.peak_ns,
+                    peak_op: m.peak_op,
+                    memory_at_peak: m.at_peak,
+                    host_memory_peak_bytes: m.host_peak,
+                    over_capacity_op: m.over_op,
+                    over_capacity_time_ns: m.over_ns,
+                    end_memory_bytes: m.end_bytes(),
+                }
+            })
+            .collect();
+        let ranks = match &ctx.collapse {
+            Some(c) => c.expand(&simulated),
+            None => simulated,
+        };
+        SimResult {
+            step_time_ns,
+            events: self.events,
+            collapsed: ctx.collapse.is_some(),
+            ranks,
+            trace: self.trace,
+        }
+    }
+}
