@@ -1,0 +1,124 @@
+//! Tests of compiling schedules into the engine's flat programs: stream order, dependency
+//! checks and the errors a malformed program gives. Split from `engine::compile` so that the
+//! compiler reads on its own.
+
+use super::*;
+
+use super::super::testkit::{FixedCost, ProgBuilder};
+use crate::schedule::{CollectiveKind, MemCategory, Phase};
+
+/// Stream order: each stream's ops sit contiguously in `ops` in program order, each op
+/// keeps its IR index, `dep_at` names each dep's stream and position, and the collective
+/// lists hold positions in program order.
+#[test]
+fn ops_are_laid_out_in_stream_order() {
+    let mut b = ProgBuilder::new(0);
+    let a = b.alloc(MemCategory::Weights, 10, 0, &[]);
+    let f = b.fwd(5, &[a]);
+    let c = b.collective(
+        Stream::Tp,
+        CollectiveKind::AllReduce,
+        GroupKind::Tp,
+        8,
+        &[f],
+    );
+    let g = b.compute(Stream::Compute, Phase::Backward, 7, &[c]);
+    let d = b.collective(
+        Stream::Dp,
+        CollectiveKind::AllReduce,
+        GroupKind::Dp,
+        4,
+        &[g],
+    );
+    let c2 = b.collective(
+        Stream::Tp,
+        CollectiveKind::AllGather,
+        GroupKind::Tp,
+        2,
+        &[g],
+    );
+    b.free(0, &[d, c2]);
+    let prog = b.build();
+    let cp = compile(0, &prog, &FixedCost::default(), 0).unwrap();
+    assert_eq!(cp.ops.len(), prog.ops.len());
+    for (s, stream) in Stream::ALL.iter().enumerate() {
+        let want: Vec<u32> = (0..prog.ops.len() as u32)
+            .filter(|&i| prog.ops[i as usize].stream == *stream)
+            .collect();
+        let (lo, hi) = (cp.stream_start[s] as usize, cp.stream_start[s + 1] as usize);
+        let got: Vec<u32> = cp.ops[lo..hi].iter().map(|o| o.index).collect();
+        assert_eq!(got, want, "{stream:?}");
+        assert!(cp.ops[lo..hi].iter().all(|o| usize::from(o.stream) == s));
+    }
+    let pos = |i: u32| cp.ops.iter().position(|o| o.index == i).unwrap() as u32;
+    for o in &cp.ops {
+        let deps: Vec<u32> = cp
+            .dep_at_of(o)
+            .iter()
+            .map(|at| cp.index_of(at.slot))
+            .collect();
+        assert_eq!(deps, prog.ops[o.index as usize].deps.to_vec());
+        for at in cp.dep_at_of(o) {
+            assert_eq!(at.stream, u32::from(cp.ops[at.slot as usize].stream));
+        }
+    }
+    assert_eq!(
+        cp.coll_ops[group_kind_index(GroupKind::Tp)],
+        vec![pos(c), pos(c2)]
+    );
+    assert_eq!(cp.coll_ops[group_kind_index(GroupKind::Dp)], vec![pos(d)]);
+    let free = cp
+        .ops
+        .iter()
+        .find(|o| matches!(o.kind, CKind::Free { .. }))
+        .unwrap();
+    assert!(matches!(free.kind, CKind::Free { alloc } if alloc == pos(a)));
+    assert_eq!((cp.flops, cp.model_flops), (12, 12));
+}
+
+/// With several tags open, some stacked, the error names the earliest open alloc.
+#[test]
+fn the_earliest_unfreed_alloc_is_reported() {
+    let mut b = ProgBuilder::new(0);
+    b.alloc(MemCategory::Weights, 10, 3, &[]); // op 0, tag 3: freed below
+    b.alloc(MemCategory::Activations, 10, 5, &[]); // op 1, tag 5: under op 2, never freed
+    b.alloc(MemCategory::Activations, 10, 5, &[]); // op 2, tag 5: freed below
+    b.alloc(MemCategory::Buffers, 10, 1_000_000, &[]); // op 3, a sparse tag, never freed
+    b.free(5, &[]);
+    b.free(3, &[]);
+    let err = compile(7, &b.build(), &FixedCost::default(), 0).err();
+    assert!(
+        matches!(
+            err,
+            Some(SimError::UnfreedAlloc {
+                program: 7,
+                op: 1,
+                tag: 5
+            })
+        ),
+        "{err:?}"
+    );
+    let mut b = ProgBuilder::new(0);
+    b.alloc(MemCategory::Buffers, 10, 1_000_000, &[]); // op 0, sparse tag, never freed
+    b.alloc(MemCategory::Weights, 10, 2, &[]);
+    b.free(2, &[]);
+    let err = compile(0, &b.build(), &FixedCost::default(), 0).err();
+    assert!(
+        matches!(
+            err,
+            Some(SimError::UnfreedAlloc {
+                op: 0,
+                tag: 1_000_000,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn index_tables_match_declaration_order() {
+    for (i, k) in GroupKind::ALL.iter().enumerate() {
+        assert_eq!(group_kind_index(*k), i);
+    }
+}

@@ -1,0 +1,206 @@
+//! Tests of the plan: rank placement, groups and their members, and the errors a bad layout
+//! gives. Split from `plan` so that the layout code reads on its own.
+
+use super::*;
+use crate::testing::small_scenario;
+
+#[test]
+fn coords_round_trip_and_megatron_order() {
+    let s = small_scenario(2, 4, 2, 8);
+    let plan = Plan::new(&s).unwrap();
+    assert_eq!(plan.world, 16);
+    for r in 0..plan.world {
+        assert_eq!(plan.rank_of(plan.coords(r)), r);
+    }
+    // tp innermost: ranks 0 and 1 share everything but tp.
+    assert_eq!(
+        plan.coords(1),
+        Coords {
+            tp: 1,
+            ..Coords::default()
+        }
+    );
+    // then dp (cp = ep = 1), then pp.
+    assert_eq!(plan.coords(2).dp, 1);
+    assert_eq!(plan.coords(4).pp, 1);
+}
+
+#[test]
+fn groups_partition_the_world() {
+    let s = small_scenario(2, 2, 4, 8);
+    let plan = Plan::new(&s).unwrap();
+    for kind in GroupKind::ALL {
+        let mut seen = vec![0u32; plan.world as usize];
+        for g in plan.groups.iter().filter(|g| g.kind == kind) {
+            for &m in &g.members {
+                seen[m as usize] += 1;
+                assert_eq!(
+                    plan.group_of(m, kind),
+                    plan.groups.iter().position(|x| std::ptr::eq(x, g)).unwrap() as u32
+                );
+            }
+        }
+        assert!(
+            seen.iter().all(|&c| c == 1),
+            "{kind:?} groups must cover each rank once"
+        );
+    }
+    let tp = plan.group(plan.group_of(0, GroupKind::Tp));
+    assert_eq!(tp.members, vec![0, 1]);
+    assert_eq!(tp.nodes, 1);
+    let world = plan.group(plan.group_of(0, GroupKind::World));
+    assert_eq!(world.members.len(), 16);
+    assert_eq!(world.nodes, 2);
+    assert_eq!(world.max_per_node, 8);
+}
+
+/// Members by definition: the ranks that agree with the group's rank on every axis the
+/// kind does not vary, ascending; ids in order of each group's smallest member.
+/// Plans of one tp 2, cp 2, pp 3, dp 2 scenario, each in a different placement order.
+fn plans_in_three_orders() -> Vec<Plan> {
+    use crate::scenario::Axis;
+    let mut s = small_scenario(2, 3, 2, 4);
+    s.parallel.cp = 2;
+    s.cluster.gpus = 24;
+    [
+        crate::scenario::Parallel::DEFAULT_ORDER,
+        [Axis::Pp, Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp],
+        [Axis::Dp, Axis::Pp, Axis::Cp, Axis::Tp, Axis::Ep],
+    ]
+    .into_iter()
+    .map(|order| {
+        s.parallel.order = order;
+        Plan::new(&s).unwrap()
+    })
+    .collect()
+}
+
+#[test]
+fn groups_match_their_coordinate_definition_in_any_order() {
+    for plan in plans_in_three_orders() {
+        let order = plan.order;
+        let mut next_id = 0u32;
+        for kind in GroupKind::ALL {
+            let fixed = |c: Coords| {
+                let mut c = c;
+                for &a in kind.varied_axes() {
+                    c.set(a, 0);
+                }
+                c
+            };
+            for r in 0..plan.world {
+                let want: Vec<RankId> = (0..plan.world)
+                    .filter(|&m| fixed(plan.coords(m)) == fixed(plan.coords(r)))
+                    .collect();
+                let g = plan.group(plan.group_of(r, kind));
+                assert_eq!(g.kind, kind);
+                assert_eq!(g.members, want, "{order:?} {kind:?} rank {r}");
+                let mut nodes: Vec<u32> = want.iter().map(|&m| plan.node_of(m)).collect();
+                nodes.dedup();
+                assert_eq!(g.nodes as usize, nodes.len());
+                let most = nodes
+                    .iter()
+                    .map(|&n| want.iter().filter(|&&m| plan.node_of(m) == n).count())
+                    .max()
+                    .unwrap();
+                assert_eq!(g.max_per_node as usize, most);
+                if want[0] == r {
+                    assert_eq!(plan.group_of(r, kind), next_id, "{order:?} {kind:?}");
+                    next_id += 1;
+                }
+            }
+        }
+        assert_eq!(next_id as usize, plan.groups.len());
+    }
+}
+
+#[test]
+fn group_kind_index_is_position_in_all() {
+    for (i, k) in GroupKind::ALL.iter().enumerate() {
+        assert_eq!(k.index(), i);
+    }
+}
+
+/// Stage and pipeline neighbours (computed from the pp stride) agree with their
+/// coordinate definition in any placement order.
+#[test]
+fn stage_and_pipeline_neighbours_follow_coordinates_in_any_order() {
+    for plan in plans_in_three_orders() {
+        let order = plan.order;
+        for r in 0..plan.world {
+            let c = plan.coords(r);
+            assert_eq!(plan.stage_of(r), c.pp, "{order:?} {r}");
+            let next = Coords {
+                pp: (c.pp + 1) % 3,
+                ..c
+            };
+            let prev = Coords {
+                pp: (c.pp + 2) % 3,
+                ..c
+            };
+            assert_eq!(plan.pp_next(r), plan.rank_of(next), "{order:?} {r}");
+            assert_eq!(plan.pp_prev(r), plan.rank_of(prev), "{order:?} {r}");
+        }
+    }
+}
+
+#[test]
+fn pipeline_neighbours_wrap() {
+    let s = small_scenario(1, 4, 1, 4);
+    let plan = Plan::new(&s).unwrap();
+    assert_eq!(plan.pp_next(3), 0);
+    assert_eq!(plan.pp_prev(0), 3);
+    assert_eq!(plan.pp_next(1), 2);
+}
+
+#[test]
+fn interleaved_chunks_hold_virtual_stages() {
+    let mut s = small_scenario(1, 2, 1, 4);
+    s.parallel.vpp = 2;
+    let plan = Plan::new(&s).unwrap();
+    // 16 layers, 4 virtual stages of 4. Stage 0 holds virtual stages 0 and 2.
+    assert_eq!(plan.chunks[0][1].virtual_stage, 2);
+    assert_eq!(plan.chunks[0][1].first_layer, 8);
+    assert!(plan.chunks[0][0].has_embedding);
+    assert!(plan.chunks[1][1].has_head);
+}
+
+#[test]
+fn invalid_meshes_are_errors_not_panics() {
+    let mut s = small_scenario(2, 2, 2, 4);
+    s.cluster.gpus = 7;
+    assert!(matches!(Plan::new(&s), Err(PlanError::MeshMismatch { .. })));
+    let mut s = small_scenario(1, 3, 1, 4);
+    s.model.layers = 10;
+    assert!(matches!(Plan::new(&s), Err(PlanError::UnevenLayers { .. })));
+    s.parallel.layer_partition = Some(vec![4, 3, 3]);
+    assert!(Plan::new(&s).is_ok());
+}
+
+/// A plan takes a recycled plan's groups only when its mesh is the same, and they are
+/// the groups it would have built.
+#[test]
+fn recycled_groups_serve_only_the_same_mesh() {
+    let groups = |p: &Plan| (format!("{:?}", p.groups), p.group_of.clone());
+    let (tp2, other_mesh) = (small_scenario(2, 2, 2, 8), small_scenario(4, 2, 1, 8));
+    let mut other_batch = tp2.clone();
+    other_batch.training.micro_batch = 2;
+    let first = Plan::new(&tp2).unwrap();
+    let recycled = first.groups.as_ptr();
+    first.recycle();
+    let mismatched = Plan::new(&other_mesh).unwrap();
+    assert_ne!(mismatched.groups.as_ptr(), recycled);
+    let fresh_other =
+        std::thread::scope(|t| t.spawn(|| Plan::new(&other_mesh).unwrap()).join().unwrap());
+    assert_eq!(groups(&mismatched), groups(&fresh_other));
+    let reused = Plan::new(&other_batch).unwrap();
+    assert_eq!(
+        reused.groups.as_ptr(),
+        recycled,
+        "the same mesh takes the spare groups"
+    );
+    let fresh =
+        std::thread::scope(|t| t.spawn(|| Plan::new(&other_batch).unwrap()).join().unwrap());
+    assert_eq!(groups(&reused), groups(&fresh));
+    assert_eq!(reused.microbatches, fresh.microbatches);
+}
