@@ -72,6 +72,16 @@ fn json_has_the_stable_fields_and_the_trace_dir_holds_both_traces() {
     assert!(mfu("predicted") < 1.0 && mfu("measured") < 1.0);
     assert!(v["peak_memory_error"].as_f64().is_some());
     assert_eq!(v["peak_memory"].as_array().unwrap().len(), 2);
+    // A host profile: how the cores spent the step between ops, both ways. `pp.toml`'s two
+    // ranks have a core each, and a rank is busy for no longer than the step.
+    for side in ["predicted", "measured"] {
+        let a = &v["core_activity"][side];
+        assert_eq!(a["cores"], 2, "{side}: {a}");
+        let busy = a["busy_s"].as_f64().unwrap();
+        let idle = a["idle_between_ops_s"].as_f64().unwrap();
+        let step = v[side]["step_time_s"].as_f64().unwrap();
+        assert!(busy > 0.0 && idle >= 0.0 && busy + idle <= step * 1.000_001, "{side}: {a}");
+    }
     // Two measured steps after one warm-up; the median lies within their spread.
     assert_eq!(v["measured_step_times_s"].as_array().unwrap().len(), 2);
     let spread = v["measured_step_time_spread_s"].as_array().unwrap();
@@ -212,6 +222,10 @@ fn ranks_that_share_cores_are_named_with_what_the_model_leaves_out() {
         "{out}"
     );
     assert!(out.contains("run-queue delays"), "{out}");
+    assert!(
+        out.contains("cores idle between ops, per core and step: measured "),
+        "{out}"
+    );
 }
 
 #[test]

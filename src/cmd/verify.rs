@@ -12,8 +12,8 @@ use std::time::Instant;
 use twin_calibration::load;
 use twin_runtime::launch::{self, RankMeasure, RunReport};
 use twin_sim::verify::{
-    compare, summarize_steps, CompareOptions, Comparison, CriticalPaths, Side, StepSummary,
-    Thresholds,
+    compare, summarize_steps, CompareOptions, Comparison, CoreActivities, CriticalPaths, Side,
+    StepSummary, Thresholds,
 };
 
 mod machine_check;
@@ -256,16 +256,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
     );
     let violations = comparison.violations(&thresholds);
+    let host_cores = profile
+        .host_cores
+        .as_ref()
+        .map(|c| c.value.clamp(1.0, f64::from(u32::MAX)) as u32);
     let paths = CriticalPaths::new(
         &staged.plan,
         &staged.schedule,
         prediction.result.trace.as_ref().unwrap_or(&empty),
         m.merged.result.trace.as_ref().unwrap_or(&empty),
-        profile
-            .host_cores
-            .as_ref()
-            .map(|c| c.value.clamp(1.0, f64::from(u32::MAX)) as u32),
+        host_cores,
     );
+    // On a host profile, how each core spent the step between ops, both ways.
+    let cores = host_cores.map(|c| {
+        CoreActivities::new(
+            &staged.plan,
+            prediction.result.trace.as_ref().unwrap_or(&empty),
+            m.merged.result.trace.as_ref().unwrap_or(&empty),
+            c,
+        )
+    });
     let json = to_json(
         &args,
         &profile.name,
@@ -278,6 +288,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         &violations,
         &check,
         &paths,
+        cores.as_ref(),
     )?;
     if let Some(dir) = &args.trace_dir {
         write_traces(dir, &prediction, m, &json)?;
@@ -292,9 +303,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &comparison,
                 &summary,
                 &format!(
-                    "{}{}",
+                    "{}{}{}",
                     shown_step_text(m.shown_step),
-                    core_sharing_note(staged).unwrap_or_default()
+                    core_sharing_note(staged).unwrap_or_default(),
+                    cores
+                        .as_ref()
+                        .map(CoreActivities::to_text)
+                        .unwrap_or_default()
                 ),
                 &check,
                 &paths,
@@ -375,6 +390,7 @@ fn to_json(
     violations: &[String],
     check: &MachineCheck,
     paths: &CriticalPaths,
+    cores: Option<&CoreActivities>,
 ) -> anyhow::Result<String> {
     let mut v = serde_json::to_value(c)?;
     let obj = v
@@ -402,6 +418,9 @@ fn to_json(
     obj.insert("violations".into(), serde_json::to_value(violations)?);
     obj.insert("machine_check".into(), serde_json::to_value(check)?);
     obj.insert("critical_path".into(), serde_json::to_value(paths)?);
+    if let Some(c) = cores {
+        obj.insert("core_activity".into(), serde_json::to_value(c)?);
+    }
     Ok(serde_json::to_string_pretty(&v)?)
 }
 

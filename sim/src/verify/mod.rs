@@ -9,6 +9,7 @@
 //! error means the run took longer (or held more) than predicted; bubble and exposed
 //! communication errors are (measured - predicted) in percentage points.
 
+mod cores;
 mod critical;
 mod groups;
 mod render;
@@ -16,6 +17,7 @@ mod steps;
 #[cfg(test)]
 mod tests;
 
+pub use cores::{core_activity, CoreActivities, CoreActivity};
 pub use critical::{critical_path, CriticalPath, CriticalPaths};
 pub use groups::{group_of, size_bucket};
 pub use steps::{median, scaled_median, summarize_steps, StepSummary};

@@ -1,0 +1,183 @@
+//! How each shared CPU core spent a step, both ways: the time some op of one of its ranks ran
+//! and the idle holes between those ops. Where ranks share cores (a host profile's `[host]
+//! cores`) a step is as long as its busiest core's ops plus the holes between them, and the
+//! holes are where the host model is known to fall short: a measured `tp-pp.toml` step left
+//! each core idle about 1.2 ms of 8 ms in holes of 3-60 µs (a thread woken late, a hand-off
+//! between threads), the prediction about 0.3 ms (docs/validation.md, sessions 19 and 20).
+//! `twin verify` prints both sides, so that a step-time error on shared cores can be told
+//! apart from ops priced wrong.
+
+use super::steps::median;
+use crate::plan::Plan;
+use crate::trace::Trace;
+use serde::Serialize;
+
+/// One side's cores, averaged over the cores that ran anything.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CoreActivity {
+    /// Cores that ran at least one op.
+    pub cores: u32,
+    /// Mean over cores of the time some op ran on the core (ops that overlap count once).
+    pub busy_s: f64,
+    /// Mean over cores of the idle time between the core's first op start and last op end.
+    pub idle_between_ops_s: f64,
+    /// Mean over cores of the number of those idle holes.
+    pub holes_per_core: f64,
+    /// Median length of a hole, over every core's holes (0 without holes).
+    pub median_hole_s: f64,
+}
+
+/// Both sides (`twin verify`'s `core_activity`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CoreActivities {
+    pub predicted: CoreActivity,
+    pub measured: CoreActivity,
+}
+
+impl CoreActivities {
+    /// Both traces of a step on `plan` whose nodes' ranks share `cores_per_node` cores.
+    pub fn new(plan: &Plan, predicted: &Trace, measured: &Trace, cores_per_node: u32) -> Self {
+        CoreActivities {
+            predicted: core_activity(plan, predicted, cores_per_node),
+            measured: core_activity(plan, measured, cores_per_node),
+        }
+    }
+
+    /// One line for `twin verify`'s text output.
+    pub fn to_text(&self) -> String {
+        let side = |a: &CoreActivity| {
+            format!(
+                "{:.2} ms in {:.0} holes (median {:.1} us)",
+                a.idle_between_ops_s * 1e3,
+                a.holes_per_core,
+                a.median_hole_s * 1e6
+            )
+        };
+        format!(
+            "cores idle between ops, per core and step: measured {}, predicted {}\n",
+            side(&self.measured),
+            side(&self.predicted)
+        )
+    }
+}
+
+/// How the cores of `plan` (each node's ranks bound round-robin to `cores_per_node` cores, as
+/// [`Plan::core_of`] binds them) spent the step of `trace`. Ops of zero length are left out:
+/// they occupy no core. Empty for an empty trace.
+pub fn core_activity(plan: &Plan, trace: &Trace, cores_per_node: u32) -> CoreActivity {
+    let mut spans: Vec<(u32, u64, u64)> = trace
+        .events
+        .iter()
+        .filter(|e| e.end_ns > e.start_ns)
+        .map(|e| (plan.core_of(cores_per_node, e.rank), e.start_ns, e.end_ns))
+        .collect();
+    spans.sort_unstable();
+    let mut holes_ns: Vec<f64> = Vec::new();
+    let (mut cores, mut busy_ns, mut idle_ns) = (0u32, 0u64, 0u64);
+    // Per core (spans sorted by core, then start): merge overlapping spans; a gap between
+    // merged spans is a hole.
+    let mut i = 0;
+    while i < spans.len() {
+        let core = spans[i].0;
+        cores += 1;
+        let (mut run_start, mut run_end) = (spans[i].1, spans[i].2);
+        i += 1;
+        while i < spans.len() && spans[i].0 == core {
+            let (_, s, e) = spans[i];
+            if s > run_end {
+                busy_ns += run_end - run_start;
+                idle_ns += s - run_end;
+                holes_ns.push((s - run_end) as f64);
+                run_start = s;
+            }
+            run_end = run_end.max(e);
+            i += 1;
+        }
+        busy_ns += run_end - run_start;
+    }
+    if cores == 0 {
+        return CoreActivity::default();
+    }
+    let per_core = |ns: u64| ns as f64 / f64::from(cores) * 1e-9;
+    CoreActivity {
+        cores,
+        busy_s: per_core(busy_ns),
+        idle_between_ops_s: per_core(idle_ns),
+        holes_per_core: holes_ns.len() as f64 / f64::from(cores),
+        median_hole_s: median(&holes_ns) * 1e-9,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::Stream;
+    use crate::trace::TraceEvent;
+
+    fn event(rank: u32, stream: Stream, start_ns: u64, end_ns: u64) -> TraceEvent {
+        TraceEvent {
+            rank,
+            stream,
+            op: 0,
+            start_ns,
+            end_ns,
+            bytes: 0,
+            flops: 0,
+            mem_bytes: 0,
+            issued_ns: None,
+            solo_ns: None,
+        }
+    }
+
+    /// A plan of four ranks on one node (data parallel 4).
+    fn plan() -> Plan {
+        super::super::tests::predicted_layout(1, 1, 4, 0)
+            .staged
+            .plan
+    }
+
+    #[test]
+    fn holes_are_the_gaps_between_a_cores_merged_ops() {
+        let plan = plan();
+        // Four ranks on one node, two cores: ranks 0 and 2 on core 0, 1 and 3 on core 1.
+        assert_eq!(plan.core_of(2, 2), 0);
+        let trace = Trace {
+            events: vec![
+                // Core 0: [0, 100) and [50, 120) overlap (one busy span), then a 30 ns hole,
+                // [150, 200), a 100 ns hole, [300, 310).
+                event(0, Stream::Compute, 0, 100),
+                event(2, Stream::Tp, 50, 120),
+                event(2, Stream::Compute, 150, 200),
+                event(0, Stream::PpSend, 300, 310),
+                // Core 1: one op; a zero-length op is no hole's end.
+                event(1, Stream::Compute, 0, 400),
+                event(3, Stream::Compute, 500, 500),
+            ],
+            memory: Vec::new(),
+        };
+        let a = core_activity(&plan, &trace, 2);
+        assert_eq!(a.cores, 2);
+        // Busy: core 0 120 + 50 + 10 = 180, core 1 400; idle between ops: 130 and 0.
+        assert!((a.busy_s - 290e-9).abs() < 1e-15, "{a:?}");
+        assert!((a.idle_between_ops_s - 65e-9).abs() < 1e-15, "{a:?}");
+        assert_eq!(a.holes_per_core, 1.0);
+        assert!((a.median_hole_s - 65e-9).abs() < 1e-15, "{a:?}");
+        // A core per rank: rank 0's hole of 200 ns and rank 2's of 30; rank 3 ran nothing
+        // that took time, so three cores count.
+        let own = core_activity(&plan, &trace, 4);
+        assert_eq!(own.cores, 3);
+        assert!((own.holes_per_core - 2.0 / 3.0).abs() < 1e-12, "{own:?}");
+        assert!((own.median_hole_s - 115e-9).abs() < 1e-15, "{own:?}");
+    }
+
+    #[test]
+    fn an_empty_trace_has_no_cores() {
+        let plan = plan();
+        assert_eq!(
+            core_activity(&plan, &Trace::default(), 2),
+            CoreActivity::default()
+        );
+        let both = CoreActivities::new(&plan, &Trace::default(), &Trace::default(), 2);
+        assert!(both.to_text().starts_with("cores idle between ops"));
+    }
+}
