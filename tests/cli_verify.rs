@@ -80,7 +80,10 @@ fn json_has_the_stable_fields_and_the_trace_dir_holds_both_traces() {
         let busy = a["busy_s"].as_f64().unwrap();
         let idle = a["idle_between_ops_s"].as_f64().unwrap();
         let step = v[side]["step_time_s"].as_f64().unwrap();
-        assert!(busy > 0.0 && idle >= 0.0 && busy + idle <= step * 1.000_001, "{side}: {a}");
+        assert!(
+            busy > 0.0 && idle >= 0.0 && busy + idle <= step * 1.000_001,
+            "{side}: {a}"
+        );
     }
     // Two measured steps after one warm-up; the median lies within their spread.
     assert_eq!(v["measured_step_times_s"].as_array().unwrap().len(), 2);
@@ -223,7 +226,7 @@ fn ranks_that_share_cores_are_named_with_what_the_model_leaves_out() {
     );
     assert!(out.contains("run-queue delays"), "{out}");
     assert!(
-        out.contains("cores idle between ops, per core and step: measured "),
+        out.contains("cores idle between ops, per core and step:\n  measured  "),
         "{out}"
     );
 }

@@ -17,7 +17,7 @@ mod steps;
 #[cfg(test)]
 mod tests;
 
-pub use cores::{core_activity, CoreActivities, CoreActivity};
+pub use cores::{core_activity, CoreActivities, CoreActivity, Holes, HolesByThreads};
 pub use critical::{critical_path, CriticalPath, CriticalPaths};
 pub use groups::{group_of, size_bucket};
 pub use steps::{median, scaled_median, summarize_steps, StepSummary};
