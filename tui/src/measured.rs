@@ -45,6 +45,9 @@ pub struct Measured {
 pub struct VerifyFigures {
     pub bubble_fraction: [f64; 2],
     pub exposed_comm_fraction: [f64; 2],
+    /// Mean idle time per CPU core between its ops, [predicted, measured] seconds
+    /// (`core_activity`, since session 20: host profiles only; `None` without it).
+    pub core_idle_between_ops_s: Option<[f64; 2]>,
 }
 
 impl VerifyFigures {
@@ -52,7 +55,16 @@ impl VerifyFigures {
     pub fn parse(text: &str) -> Option<VerifyFigures> {
         let v: serde_json::Value = serde_json::from_str(text).ok()?;
         let f = |k: &str| v.get(k).and_then(|x| x.as_f64()).filter(|x| x.is_finite());
+        let idle = |side: &str| {
+            v.get("core_activity")?
+                .get(side)?
+                .get("idle_between_ops_s")?
+                .as_f64()
+                .filter(|x| x.is_finite())
+        };
+        let core_idle_between_ops_s = idle("predicted").zip(idle("measured")).map(|(p, m)| [p, m]);
         Some(VerifyFigures {
+            core_idle_between_ops_s,
             bubble_fraction: [
                 f("bubble_fraction_predicted")?,
                 f("bubble_fraction_measured")?,
@@ -286,7 +298,19 @@ mod tests {
             Some(VerifyFigures {
                 bubble_fraction: [0.57, 0.52],
                 exposed_comm_fraction: [0.15, 0.18],
+                core_idle_between_ops_s: None,
             })
+        );
+        // A host profile's verify: each core's idle time between ops too.
+        let with_cores = VerifyFigures::parse(
+            r#"{"bubble_fraction_predicted":0.57,"bubble_fraction_measured":0.52,
+                "exposed_comm_fraction_predicted":0.15,"exposed_comm_fraction_measured":0.18,
+                "core_activity":{"predicted":{"idle_between_ops_s":0.00026},
+                                 "measured":{"idle_between_ops_s":0.00125}}}"#,
+        );
+        assert_eq!(
+            with_cores.and_then(|f| f.core_idle_between_ops_s),
+            Some([0.00026, 0.00125])
         );
     }
 }

@@ -146,3 +146,30 @@ fn compare_aligns_a_measured_trace_that_starts_later() {
     assert_eq!(predicted, &measured[..], "{text}");
     assert!(text.contains("+0.0%"), "no error on the same step: {text}");
 }
+
+#[test]
+fn compare_shows_the_cores_idle_time_from_a_host_verify() {
+    // A `twin verify --trace-dir` directory of a host run: its figures, each core's idle time
+    // between ops among them, replace the counts from the traces.
+    let (mut app, _) = small();
+    let timeline = app.current.timeline.clone();
+    app.measured = Some(crate::measured::Measured {
+        label: "verify/".into(),
+        timeline: timeline.clone(),
+        predicted: Some(timeline),
+        figures: Some(crate::measured::VerifyFigures {
+            bubble_fraction: [0.57, 0.52],
+            exposed_comm_fraction: [0.15, 0.18],
+            core_idle_between_ops_s: Some([0.000_26, 0.001_25]),
+        }),
+    });
+    let (app, _) = press(app, &[Key::Char('3')]);
+    let text = frame(&app, 120, 40);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("core idle between ops (verify.json)"))
+        .unwrap_or_else(|| panic!("no core idle row: {text}"));
+    // 0.26 ms predicted, 1.25 ms measured: the run idled 79.2% more of the measured time.
+    assert!(line.contains("+79.2%"), "{line}");
+    assert!(text.contains("bubble (verify.json)"), "{text}");
+}

@@ -1,6 +1,7 @@
 //! Pane 3, Compare: predicted against measured. A table of step time, bubble, exposed
 //! communication and peak memory (both sides computed by the same arithmetic from their
-//! traces) with the ops whose durations differ most, then the two timelines one above the
+//! traces, or `twin verify`'s figures where its directory has them, with each CPU core's idle
+//! time between ops on a host profile) with the ops whose durations differ most, then the two timelines one above the
 //! other, for the same ranks and on the same time scale.
 
 use super::gantt::{self, GanttRow};
@@ -146,6 +147,15 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             err_pct(ps.peak_memory_bytes as f64, ms.peak_memory_bytes as f64),
         ),
     ];
+    if let Some([p, me]) = m.figures.and_then(|f| f.core_idle_between_ops_s) {
+        let ns = |s: f64| (s * 1e9).round().max(0.0) as u64;
+        lines.push(row(
+            "core idle between ops (verify.json)",
+            fmt_ns(ns(p)),
+            fmt_ns(ns(me)),
+            err_pct(p, me),
+        ));
+    }
     for e in &errors {
         let name = format!("r{} {}", e.rank, e.name);
         lines.push(row(
@@ -263,6 +273,7 @@ mod tests {
         let f = VerifyFigures {
             bubble_fraction: [0.57, 0.52],
             exposed_comm_fraction: [0.15, 0.18],
+            core_idle_between_ops_s: None,
         };
         assert_eq!(fractions(&ps, &ms, Some(&f)), [[0.57, 0.52], [0.15, 0.18]]);
     }
