@@ -41,6 +41,26 @@ pub struct TraceEvent {
     pub solo_ns: Option<u64>,
 }
 
+#[cfg(test)]
+impl TraceEvent {
+    /// Op 0 of `rank` on `stream` over [`start_ns`, `end_ns`), nothing else known: the
+    /// verify tests' hand-made traces.
+    pub(crate) fn span(rank: u32, stream: Stream, start_ns: u64, end_ns: u64) -> TraceEvent {
+        TraceEvent {
+            rank,
+            stream,
+            op: 0,
+            start_ns,
+            end_ns,
+            bytes: 0,
+            flops: 0,
+            mem_bytes: 0,
+            issued_ns: None,
+            solo_ns: None,
+        }
+    }
+}
+
 /// Live device memory of one rank by category, from one moment on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemorySample {

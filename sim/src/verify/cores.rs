@@ -173,18 +173,7 @@ mod tests {
     use crate::trace::TraceEvent;
 
     fn event(rank: u32, stream: Stream, start_ns: u64, end_ns: u64) -> TraceEvent {
-        TraceEvent {
-            rank,
-            stream,
-            op: 0,
-            start_ns,
-            end_ns,
-            bytes: 0,
-            flops: 0,
-            mem_bytes: 0,
-            issued_ns: None,
-            solo_ns: None,
-        }
+        TraceEvent::span(rank, stream, start_ns, end_ns)
     }
 
     /// A plan of four ranks on one node (data parallel 4).

@@ -515,17 +515,8 @@ mod tests {
             ],
             program_of: vec![0, 1],
         };
-        let event = |rank: u32, start_ns: u64, end_ns: u64| crate::trace::TraceEvent {
-            rank,
-            stream: crate::schedule::Stream::Compute,
-            op: 0,
-            start_ns,
-            end_ns,
-            bytes: 0,
-            flops: 0,
-            mem_bytes: 0,
-            issued_ns: None,
-            solo_ns: None,
+        let event = |rank: u32, start_ns: u64, end_ns: u64| {
+            crate::trace::TraceEvent::span(rank, crate::schedule::Stream::Compute, start_ns, end_ns)
         };
         let trace = Trace {
             events: vec![event(0, 0, 100), event(1, 130, 200)],
