@@ -10,7 +10,9 @@ with this checkout's model, so a model change can be judged on real runs in seco
 
     tools/repredict.py docs/measurements/raw/2026-11-23-host-sets/*/
 
-prints step error (%) / bubble error (points) per set and scenario, then the medians. Errors
+prints step error (%) / bubble error (points) per set and scenario, then the medians, and, for
+sets whose verify JSON has `core_activity` (session 20 on), each core's median idle time between
+ops and holes, measured against the stored prediction. Errors
 are (measured - predicted) / measured, as `twin verify` reports them. --measured-only prints
 the stored comparison instead of re-predicting. TWIN names the binary (default
 target/release/twin).
@@ -63,7 +65,33 @@ def main(argv):
                f"{statistics.median(x[1] for x in errors[s]):+5.1f}"
                for s in SCENARIOS if errors[s]]
         print(f"{'median':12} " + "  ".join(med))
+    holes(dirs)
     return 0
+
+
+def holes(dirs):
+    """Median per-core idle time between ops (ms) and holes per core, measured against
+    predicted, from the sets whose verify JSON has `core_activity` (since session 20): the
+    stored prediction's, not a re-prediction (that needs the predicted trace)."""
+    rows = {s: [] for s in SCENARIOS}
+    for d in dirs:
+        for s in SCENARIOS:
+            f = os.path.join(d, s + ".json")
+            if not os.path.exists(f):
+                continue
+            c = json.load(open(f)).get("core_activity")
+            if c:
+                m, p = c["measured"], c["predicted"]
+                rows[s].append((m["idle_between_ops_s"] * 1e3, m["holes_per_core"],
+                                p["idle_between_ops_s"] * 1e3, p["holes_per_core"]))
+    out = []
+    for s in SCENARIOS:
+        if rows[s]:
+            med = [statistics.median(r[i] for r in rows[s]) for i in range(4)]
+            out.append(f"{s} {med[0]:.2f} ms/{med[1]:.0f} vs {med[2]:.2f}/{med[3]:.0f}")
+    if out:
+        print(f"{'core holes':12} " + "  ".join(out)
+              + "  (measured vs stored prediction: idle between ops per core, holes per core)")
 
 
 if __name__ == "__main__":
