@@ -39,6 +39,10 @@ use machine_check::{gemm_check, MachineCheck};
 /// measured waits are where a real run loses time the model does not have. On the host, an
 /// "issue" wait is time before the runtime's stream thread noticed that the op's inputs were
 /// ready (the trace's `issued_us`); the other kinds are waits after it noticed.
+/// With a host profile it also shows how long each CPU core sat idle between its ranks' ops,
+/// both ways, split by whether the same thread, another thread of the rank or another rank
+/// ran next (`core_activity` in the JSON): on cores shared by ranks, the time the model is
+/// short of.
 /// Exits 1 when an error exceeds a --max-* threshold, naming it. The host ranks talk over TCP,
 /// or over Unix sockets with TWIN_TRANSPORT=unix: calibrate with the same setting.
 ///
