@@ -62,7 +62,7 @@ impl CoreActivities {
         }
     }
 
-    /// One line for `twin verify`'s text output.
+    /// `twin verify`'s text: a heading, then a line per side.
     pub fn to_text(&self) -> String {
         let side = |a: &CoreActivity| {
             let h = &a.holes_by_threads;
