@@ -85,6 +85,15 @@ fn json_has_the_stable_fields_and_the_trace_dir_holds_both_traces() {
             "{side}: {a}"
         );
     }
+    // `pp.toml` has no collective, so no call meets another.
+    for side in ["predicted", "measured"] {
+        let m = &v["collective_meetings"][side];
+        assert_eq!(
+            (&m["calls"], &m["meeting_calls"]),
+            (&0.into(), &0.into()),
+            "{side}: {m}"
+        );
+    }
     // Two measured steps after one warm-up; the median lies within their spread.
     assert_eq!(v["measured_step_times_s"].as_array().unwrap().len(), 2);
     let spread = v["measured_step_time_spread_s"].as_array().unwrap();
@@ -227,6 +236,16 @@ fn ranks_that_share_cores_are_named_with_what_the_model_leaves_out() {
     assert!(out.contains("run-queue delays"), "{out}");
     assert!(
         out.contains("cores idle between ops, per core and step:\n  measured  "),
+        "{out}"
+    );
+    // Its two tensor-parallel groups each have a member on both cores: every TP call is
+    // counted on both sides, met or not.
+    assert!(
+        out.contains("collectives meeting on a core, per step:\n  measured  "),
+        "{out}"
+    );
+    assert!(
+        out.contains(" of 136 calls met another group's on a core"),
         "{out}"
     );
 }

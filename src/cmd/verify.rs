@@ -12,8 +12,8 @@ use std::time::Instant;
 use twin_calibration::load;
 use twin_runtime::launch::{self, RankMeasure, RunReport};
 use twin_sim::verify::{
-    compare, summarize_steps, CompareOptions, Comparison, CoreActivities, CriticalPaths, Side,
-    StepSummary, Thresholds,
+    compare, summarize_steps, CollectiveMeetingsBoth, CompareOptions, Comparison, CoreActivities,
+    CriticalPaths, Side, StepSummary, Thresholds,
 };
 
 mod machine_check;
@@ -42,7 +42,9 @@ use machine_check::{gemm_check, MachineCheck};
 /// With a host profile it also shows how long each CPU core sat idle between its ranks' ops,
 /// both ways, split by whether the same thread, another thread of the rank or another rank
 /// ran next (`core_activity` in the JSON): on cores shared by ranks, the time the model is
-/// short of.
+/// short of. It also counts the collective calls that ran on a core at the same time as
+/// another group's (`collective_meetings`): on shared cores such calls cost far more than
+/// calls alone, and the prediction's timeline may have none.
 /// Exits 1 when an error exceeds a --max-* threshold, naming it. The host ranks talk over TCP,
 /// or over Unix sockets with TWIN_TRANSPORT=unix: calibrate with the same setting.
 ///
@@ -271,14 +273,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         m.merged.result.trace.as_ref().unwrap_or(&empty),
         host_cores,
     );
-    // On a host profile, how each core spent the step between ops, both ways.
+    // On a host profile, how each core spent the step between ops and which collectives met
+    // another group's on a core, both ways.
     let cores = host_cores.map(|c| {
-        CoreActivities::new(
-            &staged.plan,
+        let (predicted, measured) = (
             prediction.result.trace.as_ref().unwrap_or(&empty),
             m.merged.result.trace.as_ref().unwrap_or(&empty),
-            c,
-        )
+        );
+        SharedCores {
+            activity: CoreActivities::new(&staged.plan, predicted, measured, c),
+            meetings: CollectiveMeetingsBoth::new(
+                &staged.plan,
+                &staged.schedule,
+                predicted,
+                measured,
+                c,
+            ),
+        }
     });
     let json = to_json(
         &args,
@@ -310,10 +321,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     "{}{}{}",
                     shown_step_text(m.shown_step),
                     core_sharing_note(staged).unwrap_or_default(),
-                    cores
-                        .as_ref()
-                        .map(CoreActivities::to_text)
-                        .unwrap_or_default()
+                    cores.as_ref().map(SharedCores::to_text).unwrap_or_default()
                 ),
                 &check,
                 &paths,
@@ -381,6 +389,19 @@ fn measure_once(
     })
 }
 
+/// What a host profile's shared cores add to the comparison (`core_activity` and
+/// `collective_meetings` in the JSON).
+struct SharedCores {
+    activity: CoreActivities,
+    meetings: CollectiveMeetingsBoth,
+}
+
+impl SharedCores {
+    fn to_text(&self) -> String {
+        format!("{}{}", self.activity.to_text(), self.meetings.to_text())
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn to_json(
     args: &Args,
@@ -394,7 +415,7 @@ fn to_json(
     violations: &[String],
     check: &MachineCheck,
     paths: &CriticalPaths,
-    cores: Option<&CoreActivities>,
+    cores: Option<&SharedCores>,
 ) -> anyhow::Result<String> {
     let mut v = serde_json::to_value(c)?;
     let obj = v
@@ -423,7 +444,11 @@ fn to_json(
     obj.insert("machine_check".into(), serde_json::to_value(check)?);
     obj.insert("critical_path".into(), serde_json::to_value(paths)?);
     if let Some(c) = cores {
-        obj.insert("core_activity".into(), serde_json::to_value(c)?);
+        obj.insert("core_activity".into(), serde_json::to_value(&c.activity)?);
+        obj.insert(
+            "collective_meetings".into(),
+            serde_json::to_value(&c.meetings)?,
+        );
     }
     Ok(serde_json::to_string_pretty(&v)?)
 }

@@ -12,6 +12,7 @@
 mod cores;
 mod critical;
 mod groups;
+mod meetings;
 mod render;
 mod steps;
 #[cfg(test)]
@@ -20,6 +21,7 @@ mod tests;
 pub use cores::{core_activity, CoreActivities, CoreActivity, Holes, HolesByThreads};
 pub use critical::{critical_path, CriticalPath, CriticalPaths};
 pub use groups::{group_of, size_bucket};
+pub use meetings::{collective_meetings, CollectiveMeetings, CollectiveMeetingsBoth};
 pub use steps::{median, scaled_median, summarize_steps, StepSummary};
 
 use crate::report::Report;
