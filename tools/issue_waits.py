@@ -4,7 +4,7 @@
 For every op of a measured trace that records its issue time (`issued_us`, session 14), the
 release is the latest end among its deps and the op before it on its stream; the issue delay
 is the issue time less the release. Printed per (op kind <- releasing kind) with count, median,
-90th percentile, max and total over the traces given, as docs/validation.md (session 14) quotes
+90th percentile, max and total over the traces given, as docs/validation-history.md (session 14) quotes
 them. The simulator issues an op at its release (plus `[host] handoff_ns` across streams), so
 these delays are what a model of the OS scheduler on shared cores would have to reproduce.
 

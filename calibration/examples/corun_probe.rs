@@ -1,4 +1,4 @@
-//! Whether a compute op runs slower while the other core computes too (docs/validation.md,
+//! Whether a compute op runs slower while the other core computes too (docs/validation-history.md,
 //! session 12). One scenario op runs on core 0 through the backend's `Workspace`, timed, while
 //! core 1 either idles or runs the same op back to back on a workspace of its own; the two
 //! ways alternate in blocks of 20 calls, 10 blocks each. OTHER_OP names another compute op for

@@ -1,5 +1,5 @@
 //! How much longer one compute op of a scenario runs after other traffic evicted its operands
-//! (docs/validation.md, session 11: the evidence for the engine's operand residency model).
+//! (docs/validation-history.md, session 11: the evidence for the engine's operand residency model).
 //! The op runs through the host backend's own `Workspace` on a pinned core: once to warm it,
 //! then, after X bytes of other traffic, timed; 60 rounds over every X. The traffic is one of:
 //! - `write` (the default): writing X bytes of a buffer that stays allocated;

@@ -1,6 +1,6 @@
 //! The GEMM curve's residual on every shape of a host calibration's raw samples: the fit
 //! `twin calibrate` makes (`host::fit_all`), then per shape the median evicted and
-//! back-to-back call against the curve's price for each (docs/validation.md, session 18).
+//! back-to-back call against the curve's price for each (docs/validation-history.md, session 18).
 //! Sorted by the evicted residual; `PROBE_SHAPES=m,n,k;...` adds shapes to price alone.
 //!
 //!   cargo run --release -p twin-calibration --example gemm_residual_probe -- profile.samples.json

@@ -1,5 +1,5 @@
 //! Each GEMM of one compute op timed three ways against the profile's price for it
-//! (docs/validation.md, session 17): inside the op's GEMM sequence (the backend's workspace,
+//! (docs/validation-history.md, session 17): inside the op's GEMM sequence (the backend's workspace,
 //! the op's GEMMs in order, again and again), alone back to back (operands warm when they fit
 //! the private cache), and alone after evicting the private cache (as the calibration's GEMM
 //! sweep times it). The profile's side: the compute part (`gemm_s`) and the operand load the

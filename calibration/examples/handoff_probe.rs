@@ -1,4 +1,4 @@
-//! How long a stream hand-off takes after real work (docs/validation.md, session 14): chains
+//! How long a stream hand-off takes after real work (docs/validation-history.md, session 14): chains
 //! of one of a scenario's compute ops (compute stream) and empty ops, through `run_step` on a
 //! one-rank `HostBackend` with a progress file, pinned to core 0, as a launched rank runs.
 //! Four chains: on one stream; alternating with an empty op on the pp-send stream; with the

@@ -1,4 +1,4 @@
-//! Does the optimizer's state leave the last-level cache with time alone (docs/validation.md,
+//! Does the optimizer's state leave the last-level cache with time alone (docs/validation-history.md,
 //! session 18)? A state of S MiB is updated (`ModelState::apply_optimizer`), then E MiB of
 //! other data are written, then the core waits T ms, then the update is timed again. 15 rounds
 //! per (S, E, T), medians in GB/s moved. While it waits the core spins on 256 KiB (a core

@@ -1,5 +1,5 @@
 //! Each compute op of a one-rank scenario timed four ways against what a profile prices it at
-//! (docs/validation.md, session 16): inside its step's op sequence (rank 0's program, op by
+//! (docs/validation-history.md, session 16): inside its step's op sequence (rank 0's program, op by
 //! op on one pinned thread, as `step_probe`'s `none` mode), back to back (the same op again
 //! and again: operands warm), and its GEMMs and its memory pass alone, back to back. The
 //! profile's side: the op warm (`compute_ns`), its GEMMs with operands loaded

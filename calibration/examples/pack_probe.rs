@@ -1,4 +1,4 @@
-//! Whether where the sgemm's packing buffer lands moves a compute op's time (docs/validation.md,
+//! Whether where the sgemm's packing buffer lands moves a compute op's time (docs/validation-history.md,
 //! session 17). `matrixmultiply` allocates its packing buffer on every call; this probe's
 //! global allocator serves those allocations (64 KiB or more, on the probe's thread, while a
 //! flag is set) from one arena at a chosen offset, and times rank 0's forward and backward ops

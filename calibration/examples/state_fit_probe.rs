@@ -1,6 +1,6 @@
 //! The optimizer-state fit (`fit::state`) on a calibration's raw samples file, timed, with
 //! and without the time since the last update (the decay): how much the decay explains and
-//! what the fit costs (docs/validation.md, session 18).
+//! what the fit costs (docs/validation-history.md, session 18).
 //!
 //!   cargo run --release -p twin-calibration --example state_fit_probe -- profile.samples.json
 

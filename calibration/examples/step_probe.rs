@@ -1,5 +1,5 @@
 //! How long each compute op of a one-rank scenario runs inside its step's op sequence, by how
-//! the step's `Alloc` ops get their memory (docs/validation.md, session 12). Rank 0's program
+//! the step's `Alloc` ops get their memory (docs/validation-history.md, session 12). Rank 0's program
 //! runs op by op on one pinned thread, with no stream threads; compute ops run through the
 //! backend's `Workspace` and are timed. The step runs three ways, interleaved, 40 times each
 //! after 5 to warm up:

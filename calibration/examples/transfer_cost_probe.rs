@@ -1,4 +1,4 @@
-//! How much compute a transfer takes from the cores it runs on (docs/validation.md, session
+//! How much compute a transfer takes from the cores it runs on (docs/validation-history.md, session
 //! 16). On each of two cores a thread at the compute thread's priority (nice 5) counts work
 //! units, as a rank's compute thread keeps its core busy in a run. Rank 0 (pinned to core 0)
 //! sends one message to rank 1 (core 1) every PERIOD µs over the runtime's TCP mesh, or, with

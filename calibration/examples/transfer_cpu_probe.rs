@@ -1,4 +1,6 @@
-//! How much of a transfer's time its thread spends on the CPU (docs/validation.md, session 20).
+//! How much of a transfer's time its thread spends on the CPU (docs/validation-history.md, session 20;
+//! the calibration measures the p2p half as `[host] p2p_cpu_share` since session 21,
+//! `bench::p2p_cpu`).
 //! The engine runs a host transfer as CPU work on every member's core for its whole priced
 //! time, ahead of compute; in the runs a compute op beside a transfer is hardly slowed (`pp`:
 //! 22 µs of waiting per step against 190 µs predicted). This probe times the two ranks'
@@ -21,20 +23,9 @@ const SAMPLES: usize = 20;
 const P2P_LANE: u8 = 5;
 const COLL_LANE: u8 = 6;
 
-/// This thread's CPU time so far, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`, exact at the
-/// call; the scheduler's `/proc/thread-self/schedstat` is only brought up to date when the
-/// thread is switched out or the tick comes, so a thread that never sleeps reads 0).
+/// This thread's CPU time so far, in ns (0 where the clock cannot be read).
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes only the timespec it is given.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+    twin_calibration::bench::p2p_cpu::thread_cpu_ns().unwrap_or(0)
 }
 
 /// One rank's share of `samples` samples of `CALLS` calls each: per sample, (wall ns, CPU ns).
@@ -44,6 +35,8 @@ fn rank_side(
     p2p: bool,
 ) -> Result<Vec<(f64, f64)>, String> {
     twin_runtime::launch::affinity::pin_rank(mesh.rank);
+    // As the runtime's transfer threads: preempting compute at wake-up.
+    twin_runtime::backend::host::priority::prefer_wakeup();
     let payload = vec![7u8; bytes as usize];
     let peer = 1 - mesh.rank;
     let members = [0u32, 1];

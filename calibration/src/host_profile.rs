@@ -299,6 +299,12 @@ pub fn to_profile(
                 r("two-rank all-gathers and reduce-scatters (16 and 64 KiB) with their cores otherwise idle and beside a compute thread on each (nice 5, a GEMM op at a time): mean(beside) / mean(idle) - 1, sizes pooled, delta-method interval"),
             )
         }),
+        host_p2p_cpu_share: f.p2p_cpu_share.map(|s| {
+            fitted(
+                s,
+                r("ping-pongs of 4, 16 and 64 KiB between two rank threads on their own cores: each thread's CPU clock over the wall clock, mean of the per-sample ratios, Student-t interval"),
+            )
+        }),
         provenance: Default::default(),
         gemm_shape_factors: Vec::new(),
     };

@@ -105,6 +105,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         + 1
         + bench::comm::measurement_count(&cfg)
         + bench::comm_busy::measurement_count(&cfg, cores)
+        + bench::p2p_cpu::measurement_count(cores)
         + cfg.checkpoint_bytes.len()
         + 1
         + cfg.wake_idle_ns.len();
@@ -143,11 +144,12 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
     samples.comm = comm;
     samples.overlap = Some(overlap);
     samples.comm_busy = bench::comm_busy::comm_busy(&cfg, cores, &mut progress)?;
+    samples.p2p_cpu = bench::p2p_cpu::p2p_cpu(&cfg, cores, &mut progress)?;
     samples.checkpoint = bench::io::checkpoint(&cfg, &mut progress)?;
     samples.interruptions = Some(bench::interrupt::interruptions(&cfg, &mut progress));
     samples.wake = bench::wake::wake(&cfg, &mut progress)?;
     // The state update again, at the end: the last-level cache this machine gets can change
-    // within minutes (a VM's host shares it; docs/validation.md, session 16), and the runs a
+    // within minutes (a VM's host shares it; docs/validation-history.md, session 16), and the runs a
     // profile is used for come after the calibration. Both sweeps go into the fit.
     samples
         .state_update

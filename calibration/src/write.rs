@@ -253,6 +253,9 @@ pub fn profile_toml(
         if let Some(w) = &p.host_compute_weight {
             o.push_str(&param("compute_weight", w));
         }
+        if let Some(s) = &p.host_p2p_cpu_share {
+            o.push_str(&param("p2p_cpu_share", s));
+        }
     }
     if let Some(f) = &p.fit {
         o.push_str("\n[fit]\n");

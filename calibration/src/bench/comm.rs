@@ -33,16 +33,19 @@ pub const COLLECTIVES: [CollectiveKind; 5] = [
     CollectiveKind::Broadcast,
 ];
 
+/// What a rank released by a failing one reports ([`Barrier`]).
+pub(super) const PEER_FAILED: &str = "another rank failed";
+
 /// A barrier that a failing rank can break, so the others return instead of waiting forever.
 #[derive(Default)]
-struct Barrier {
+pub(super) struct Barrier {
     state: Mutex<(usize, u64, bool)>,
     cv: Condvar,
 }
 
 impl Barrier {
-    fn wait(&self, parties: usize) -> Result<(), CalibError> {
-        let broken = || CalibError::Bench("another rank failed".into());
+    pub(super) fn wait(&self, parties: usize) -> Result<(), CalibError> {
+        let broken = || CalibError::Bench(PEER_FAILED.into());
         let mut s = self.state.lock().map_err(|_| broken())?;
         if s.2 {
             return Err(broken());
@@ -64,7 +67,7 @@ impl Barrier {
             Ok(())
         }
     }
-    fn abort(&self) {
+    pub(super) fn abort(&self) {
         if let Ok(mut s) = self.state.lock() {
             s.2 = true;
         }
@@ -193,6 +196,8 @@ fn run_rank(
     // On its core, as the runtime pins a rank's process (`launch::affinity`): unpinned, the
     // scheduler can stack two ranks on one core while the other idles.
     pin_rank(mesh.rank);
+    // A transfer thread, as the runtime's are: it preempts compute when it wakes.
+    twin_runtime::backend::host::priority::prefer_wakeup();
     let mut out: Vec<Vec<Span>> = tasks
         .iter()
         .map(|_| Vec::with_capacity(calls as usize))

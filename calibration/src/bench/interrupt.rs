@@ -6,7 +6,7 @@
 //! calls and prices the kept ones, so base price plus interruptions is the mean call: a step
 //! meets them, and ranks that meet at transfers meet each other's. Until session 17 a call had
 //! to take 1.2x the median to count; that missed about half the excess (1.2% of busy time
-//! counted where the calls' mean ran 2.9% over their median; docs/validation.md, session 17).
+//! counted where the calls' mean ran 2.9% over their median; docs/validation-history.md, session 17).
 
 use super::compute::{compute_op, workspace_for};
 use super::{Config, Counter};

@@ -12,7 +12,7 @@
 //! backend runs with a progress file and turns at its core, as a launched rank does. A chain
 //! of empty ops alternating between two streams, where the releasing thread goes idle at
 //! once, measured 0.9 µs; ops after real work in `pp.toml`'s runs waited about 6 µs
-//! (docs/validation.md, session 14). Everything runs on one pinned core, as a rank's threads do
+//! (docs/validation-history.md, session 14). Everything runs on one pinned core, as a rank's threads do
 //! in a host run (`launch::affinity`).
 
 use super::compute::{compute_op, op};

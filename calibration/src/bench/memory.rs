@@ -46,7 +46,7 @@ pub fn memory_pass(
 /// separate buffer were written (untimed): between two steps' updates the node's ranks touch
 /// everything else they hold, and how much of that the last-level cache keeps decides whether
 /// the update reads its state from the cache or from DRAM (`memory.state_*`). The update is
-/// the op itself, not the axpy pass: it ran 1.2x faster per byte (docs/validation.md,
+/// the op itself, not the axpy pass: it ran 1.2x faster per byte (docs/validation-history.md,
 /// session 16). Then each of `cfg.state_gap_bytes` after each of `cfg.state_gap_ns` with
 /// nothing written: on a cache other tenants share, the state also leaves with time
 /// (session 18).

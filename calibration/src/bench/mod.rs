@@ -12,6 +12,7 @@ pub mod interrupt;
 pub mod io;
 pub mod launch;
 pub mod memory;
+pub mod p2p_cpu;
 pub mod wake;
 
 use crate::sample::{Kept, Repeats};
@@ -455,6 +456,9 @@ pub struct Samples {
     /// Two-rank collectives with the cores otherwise idle and beside a compute thread on each
     /// (`comm_busy`; empty in samples files written before session 19).
     pub comm_busy: Vec<CommBusySamples>,
+    /// Ping-pongs with each rank thread's CPU clock (`p2p_cpu`; empty in samples files
+    /// written before session 21).
+    pub p2p_cpu: Vec<p2p_cpu::P2pCpuSamples>,
     pub overlap: Option<OverlapSamples>,
     /// Write and fsync a file of `bytes`.
     pub checkpoint: Vec<SizedSamples>,

@@ -17,7 +17,7 @@
 //! `e + d * (m*k + k*n) * 4`, a fixed cost and the load from beyond the cache. Until session
 //! 17 the host timed evicted calls only and fitted one `d` for both packing and loading; a
 //! curve fitted that way priced the GEMMs of an op whose operands were cached at the compute
-//! term alone, 15-35% under what they ran back to back (docs/validation.md, session 17).
+//! term alone, 15-35% under what they ran back to back (docs/validation-history.md, session 17).
 //! Telling `p` from `d` and `e` needs both kinds of call: the host times each shape after an
 //! eviction and back to back. The model stays linear, so it is fitted the same way; the
 //! intervals of the rates map those of `p` and `d`.

@@ -5,7 +5,7 @@
 //! - the ramp over the distance `E + w S` is `1` up to `lo`, `0` from `hi`, linear between. `w`
 //!   is how much each byte of the state counts against the cache beside the other bytes: an
 //!   update of 48 MiB ran at DRAM speed with nothing written between, one of 4 MiB at cache
-//!   speed after 44 MiB (docs/validation.md, session 16);
+//!   speed after 44 MiB (docs/validation-history.md, session 16);
 //! - the survival over time is `1` up to `after`, then `exp(-(t - after) / lifetime)`: on a
 //!   cache other tenants share, an update of 8 MiB ran at 48 GB/s back to back and at 21 after
 //!   50 ms with nothing written (session 18). No decay (`lifetime` infinite) is a candidate.

@@ -75,6 +75,10 @@ pub struct HostFits {
     /// (`bench::comm_busy`, the profile's `[host] compute_weight`); `None` when not measured
     /// or not fitted (a note says why).
     pub compute_weight: Option<Estimate>,
+    /// The share of a p2p message's time each end's thread is on its CPU (`bench::p2p_cpu`,
+    /// the profile's `[host] p2p_cpu_share`); `None` when not measured or not fitted (a note
+    /// says why).
+    pub p2p_cpu_share: Option<Estimate>,
     /// Whether the transfer fits left out the groups with more ranks than cores: they do
     /// when `compute_weight` was measured, which prices sharing a core where the run shares
     /// it (see [`fit_all`]).
@@ -314,6 +318,28 @@ fn compute_weight_fit(
     }
 }
 
+/// The share of a p2p message's time its threads spend on the CPU (`bench::p2p_cpu`), every
+/// size and both ranks pooled, or `None`: not measured, or not fitted (with a note).
+fn p2p_cpu_share_fit(
+    s: &[crate::bench::p2p_cpu::P2pCpuSamples],
+    notes: &mut Vec<String>,
+) -> Option<Estimate> {
+    if s.is_empty() {
+        return None;
+    }
+    let wall: Vec<f64> = s.iter().flat_map(|r| r.wall_ns.iter().copied()).collect();
+    let cpu: Vec<f64> = s.iter().flat_map(|r| r.cpu_ns.iter().copied()).collect();
+    match ratio::busy_share(&wall, &cpu) {
+        Ok(e) => Some(e),
+        Err(e) => {
+            notes.push(format!(
+                "p2p CPU share: not fitted ({e}); the simulator runs a host p2p as CPU work for its whole time"
+            ));
+            None
+        }
+    }
+}
+
 /// Fits every benchmark of `s`.
 pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     let fit_pts = gemm_points(&s.gemm, false, s.private_cache_bytes);
@@ -348,7 +374,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         .transpose()?;
     // A group with more ranks than cores shares cores among its own members, and its calls
     // pay for that (1.4x a two-rank call's time per ring step, after the share, on both
-    // development VMs; docs/validation.md, session 19), which the simulator does not model
+    // development VMs; docs/validation-history.md, session 19), which the simulator does not model
     // inside a collective. Fitted with the others, those groups raised every call's latency,
     // which stood in for what sharing a core with another rank's compute costs a run's
     // transfers. Where that cost was measured (`compute_weight`), the fits take only the groups
@@ -437,6 +463,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         ring,
         overlap_slowdown: ratio::slowdown(&overlap.alone_ns, &overlap.overlapped_ns)?,
         compute_weight,
+        p2p_cpu_share: p2p_cpu_share_fit(&s.p2p_cpu, &mut notes),
         transfers_within_cores: within,
         checkpoint: named("checkpoint", &sized_points(&s.checkpoint), &mut notes)?,
         interruptions: s

@@ -257,7 +257,7 @@ impl Mesh {
     /// (64 KiB until session 12) sent on a helper thread started per step; with the copies gone
     /// from the exchange, the calling thread alone is as fast at every size measured (an
     /// all-reduce of 16 / 32 MiB over four ranks on two cores: 40.7 / 85.3-85.5 ms against
-    /// 42.2-44.5 / 89.3-91.0 ms threaded; docs/validation.md, session 13).
+    /// 42.2-44.5 / 89.3-91.0 ms threaded; docs/validation-history.md, session 13).
     #[allow(clippy::too_many_arguments)]
     pub fn exchange(
         &self,

@@ -2,7 +2,7 @@
 //! host. Over loopback every message pays for the TCP/IP stack on the sending core (segments,
 //! acknowledgements, congestion control): on the development VM a 32 KiB send(2) took 15 µs
 //! over TCP and 1.8 µs over a Unix socket, and a 32 KiB round trip 70-77 µs against 31-43 µs
-//! (docs/validation.md, session 17). NCCL likewise moves data within a node through shared
+//! (docs/validation-history.md, session 17). NCCL likewise moves data within a node through shared
 //! memory, not the network. Both kinds are byte streams with the same framing, so the rest
 //! of the transport does not tell them apart.
 //!
@@ -13,7 +13,7 @@
 //! made `tp-pp.toml`'s step 8-9% shorter and left `dp-pp-zero.toml`'s where it was, but
 //! profiles calibrated over them predicted `dp-pp-zero` 7-10% under its run (against 2-4% over
 //! TCP): its collectives share cores with compute, and the faster transport the calibration
-//! measured does not make them cheaper there (docs/validation.md, session 17). Calibrate and
+//! measured does not make them cheaper there (docs/validation-history.md, session 17). Calibrate and
 //! verify with the same setting.
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};

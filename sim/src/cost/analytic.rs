@@ -99,6 +99,9 @@ pub struct Analytic {
     /// The share of a core a compute op takes against a transfer beside it (profile key
     /// `[host] compute_weight`); `None`: the kernel's weight for the compute thread's nice.
     pub compute_weight: Option<f64>,
+    /// The share of a p2p's time each end's thread is on its CPU (a host profile's
+    /// `[host] p2p_cpu_share`); `None`: all of it.
+    pub p2p_cpu_share: Option<f64>,
     /// Interruptions of compute by the machine (profile keys `[host] interruptions_per_s`
     /// and `interruption_mean_ns`).
     pub interruptions: Option<crate::engine::Interruptions>,
@@ -153,6 +156,7 @@ impl Analytic {
             op_overhead_ns: 0,
             handoff_ns: 0,
             compute_weight: None,
+            p2p_cpu_share: None,
             interruptions: None,
             wake: None,
             host_cores: None,
@@ -265,7 +269,7 @@ impl Analytic {
     /// largest B) loaded once. Timed after 4 and 64 MiB of other traffic, a forward op of
     /// single.toml took 17 and 29 us longer than warm, a backward op 22-24 and 48-60 us,
     /// where the union is 27 us for both and the sum over their GEMMs 72 and 114 us
-    /// (docs/validation.md, session 11). 0 without an operand term or a GEMM.
+    /// (docs/validation-history.md, session 11). 0 without an operand term or a GEMM.
     pub fn cold_ns(&self, op: &ComputeOp) -> u64 {
         if op.gemms.is_empty() || self.gemm.operands.is_none() {
             return 0;
@@ -431,6 +435,10 @@ impl CostModel for Analytic {
     fn compute_weight(&self) -> f64 {
         self.compute_weight
             .unwrap_or_else(super::host_compute_weight)
+    }
+
+    fn p2p_cpu_share(&self) -> f64 {
+        self.p2p_cpu_share.unwrap_or(1.0)
     }
 
     fn compute_is_rank_invariant(&self) -> bool {

@@ -78,6 +78,12 @@ pub trait CostModel: Send + Sync {
     fn compute_weight(&self) -> f64 {
         host_compute_weight()
     }
+    /// On shared cores, the share of a p2p's time that each end's thread works on its core (a
+    /// host profile's `[host] p2p_cpu_share`); the rest of the message the threads sleep in
+    /// their blocking reads, and the engine runs it as latency. 1: all of it.
+    fn p2p_cpu_share(&self) -> f64 {
+        1.0
+    }
     /// What an optimizer op loses as its state leaves a shared last-level cache with time (a
     /// host profile's `memory.state_decay_after_ns` and `state_lifetime_ns`); `None`: its
     /// price does not depend on when it runs. The engine adds [`StateAging::extra_ns`] of the

@@ -3,7 +3,7 @@
 //! updates: the bytes the node's own ranks touch in the step (a ramp over that distance), and
 //! time, on a cache other tenants of the machine share (a decay over the time since the last
 //! update). Timed after an idle gap with nothing else touched, an update of 8 MiB ran at 48 GB/s
-//! back to back, 37 at 10 ms, 21 at 50 ms and 19 at 100 ms (docs/validation.md, session 18).
+//! back to back, 37 at 10 ms, 21 at 50 ms and 19 at 100 ms (docs/validation-history.md, session 18).
 //! The cost model prices an optimizer op with its own ramp; the engine, which knows when the op
 //! starts, adds what the decay takes away ([`StateAging`]).
 
@@ -19,7 +19,7 @@ use serde::Serialize;
 /// update of 48 MiB ran at DRAM speed with nothing between, one of 4 MiB at cache speed after
 /// 44 MiB). With a [`StateDecay`], that part also survives the time since the last update by
 /// the decay's fraction. Resident bytes move at `resident_efficiency` of the memory bandwidth,
-/// the rest at `evicted_efficiency` (docs/validation.md, sessions 16 and 18).
+/// the rest at `evicted_efficiency` (docs/validation-history.md, sessions 16 and 18).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct StateCache {
     pub state_weight: f64,

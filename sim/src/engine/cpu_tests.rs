@@ -530,3 +530,46 @@ fn an_allocation_weighs_as_the_thread_of_its_stream() {
     assert_ends_near(&r, c0, 1000.0 * (2.0 + w));
     assert_eq!(span_of(&r, 0, a), Some((0, 3000)));
 }
+
+#[test]
+fn a_p2p_works_on_its_cores_for_its_cpu_share_and_waits_out_the_rest() {
+    // Rank 0 sends 1000 ns of p2p to rank 1, which computes 3000 ns beside its receive; a
+    // core each, the compute thread weighing 0.5 against the transfer's 1. All of it CPU work
+    // (share 1): the receive's side gets 2/3 of core 1 and ends at 1500, and the compute op
+    // loses 1000 ns of core time (ends at 4000). Half of it (share 0.5): 500 ns of work on
+    // each core, done on core 1 at 750, then 500 ns asleep; the compute op loses 500.
+    let plan = plan(1, 2, 1, 1);
+    let mut s0 = ProgBuilder::new(0);
+    let send = s0.send(Peer::PpNext, 1000, 0, &[]);
+    let mut s1 = ProgBuilder::new(1);
+    let f = s1.fwd(3000, &[]);
+    let recv = s1.recv(Peer::PpPrev, 1000, 0, &[]);
+    let s = per_rank(vec![s0.build(), s1.build()]);
+    for (share, transfer_end, compute_end) in [(None, 1500, 4000), (Some(0.5), 1250, 3500)] {
+        let cost = SharedCores {
+            cores: Some(2),
+            compute_weight: Some(0.5),
+            p2p_cpu_share: share,
+            ..SharedCores::default()
+        };
+        let r = run_with(&plan, &s, &cost);
+        assert_eq!(span_of(&r, 0, send), Some((0, transfer_end)), "{share:?}");
+        assert_eq!(span_of(&r, 1, recv), Some((0, transfer_end)), "{share:?}");
+        assert_eq!(span_of(&r, 1, f), Some((0, compute_end)), "{share:?}");
+    }
+    // Alone on its cores, a p2p takes its price whatever its share.
+    let mut s0 = ProgBuilder::new(0);
+    let send = s0.send(Peer::PpNext, 1000, 0, &[]);
+    let mut s1 = ProgBuilder::new(1);
+    s1.recv(Peer::PpPrev, 1000, 0, &[]);
+    let s = per_rank(vec![s0.build(), s1.build()]);
+    for share in [None, Some(0.5), Some(0.0)] {
+        let cost = SharedCores {
+            cores: Some(2),
+            p2p_cpu_share: share,
+            ..SharedCores::default()
+        };
+        let r = run_with(&plan, &s, &cost);
+        assert_eq!(span_of(&r, 0, send), Some((0, 1000)), "{share:?}");
+    }
+}

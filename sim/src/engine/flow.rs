@@ -292,8 +292,8 @@ impl Flows {
     }
 
     /// Starts work that occupies each core in `cpus` (see [`Flows::cpu_of`]; one flow per
-    /// entry) for `work_ns` of solo time; it completes as a transfer does,
-    /// when every flow has finished. On the host backend communication and allocation are
+    /// entry) for `work_ns` of solo time; it completes as a transfer does, `latency_ns` after
+    /// every flow has finished. On the host backend communication and allocation are
     /// CPU work (loopback copies, checksums, page writes), so they share the cores with
     /// compute. `weight` is the work's share of a core against weight-1 work, as the
     /// scheduler weighs the thread that runs it (`cost::host_compute_weight` for work on a
@@ -304,21 +304,21 @@ impl Flows {
         now: u64,
         done: (u32, u32),
         cpus: &[u32],
-        work_ns: u64,
+        (work_ns, latency_ns): (u64, u64),
         weight: f64,
     ) -> Option<((u32, u32), u64)> {
         let Some(base) = self.core_base else {
-            return Some((done, work_ns));
+            return Some((done, work_ns.saturating_add(latency_ns)));
         };
         if work_ns == 0 || cpus.is_empty() {
-            return Some((done, work_ns));
+            return Some((done, work_ns.saturating_add(latency_ns)));
         }
         let tid = self.new_transfer(Transfer {
             done,
             plan: CPU,
             next: 1,
             flows_left: cpus.len() as u32,
-            latency_ns: 0,
+            latency_ns,
         });
         for &c in cpus {
             self.add(

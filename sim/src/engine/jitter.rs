@@ -5,7 +5,7 @@
 //! busy time in about 5,000 a second of ~6 µs (`calibration::bench::interrupt`). One
 //! rank loses just that; ranks that meet at transfers (a pipeline, a tensor-parallel group)
 //! wait for each other's interruptions too, so the median step grows with the ranks that must
-//! meet (docs/validation.md, session 6). With a profile's `[host] interruptions_per_s` and
+//! meet (docs/validation-history.md, session 6). With a profile's `[host] interruptions_per_s` and
 //! `interruption_mean_ns` and a seed, the engine lengthens each compute op by interruptions
 //! drawn as a compound Poisson process: their count over the op's solo time is Poisson with
 //! mean `rate x time`, each interruption exponential with the profile's mean. The draws come

@@ -207,6 +207,9 @@ pub(crate) struct State<S: Slots> {
     /// The share of a shared core the compute thread's work takes against a transfer's (the
     /// cost model's `compute_weight`; see `thread_weight`).
     compute_weight: f64,
+    /// The share of a p2p's time its ends work on their cores (the cost model's
+    /// `p2p_cpu_share`; see `State::run_transfer`).
+    p2p_cpu_share: f64,
     /// Interruptions drawn for compute ops (see `engine::jitter`), when asked for.
     jitter: Option<Jitter>,
     /// The profile's wake-up cost and each core's idle time (see `engine::wake`).
@@ -416,13 +419,19 @@ impl<S: Slots> State<S> {
             // On shared cores it is the work of its stream's thread (see `thread_weight`).
             CKind::Alloc { .. } => {
                 let w = thread_weight(s, self.compute_weight);
-                self.run_cpu_work(ctx, (rank, op_idx), &[rank], op.cached_ns.unwrap_or(0), w)
+                self.run_cpu_work(
+                    ctx,
+                    (rank, op_idx),
+                    &[rank],
+                    (op.cached_ns.unwrap_or(0), 0),
+                    w,
+                )
             }
             CKind::Free { .. } if self.free_ns == 0 => self.instant.push_back((rank, op_idx)),
             // Priced like an allocation: the runtime's own work for the op.
             CKind::Free { .. } => {
                 let w = thread_weight(s, self.compute_weight);
-                self.run_cpu_work(ctx, (rank, op_idx), &[rank], self.free_ns, w)
+                self.run_cpu_work(ctx, (rank, op_idx), &[rank], (self.free_ns, 0), w)
             }
             CKind::P2p {
                 send,

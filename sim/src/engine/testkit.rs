@@ -69,6 +69,8 @@ pub(crate) struct SharedCores {
     pub handoff_ns: u64,
     /// The compute thread's weight against a transfer (`None`: the cost model's default).
     pub compute_weight: Option<f64>,
+    /// The share of a p2p's time its ends work on their cores (`None`: all of it).
+    pub p2p_cpu_share: Option<f64>,
 }
 
 impl CostModel for SharedCores {
@@ -99,6 +101,9 @@ impl CostModel for SharedCores {
     fn compute_weight(&self) -> f64 {
         self.compute_weight
             .unwrap_or_else(crate::cost::host_compute_weight)
+    }
+    fn p2p_cpu_share(&self) -> f64 {
+        self.p2p_cpu_share.unwrap_or(1.0)
     }
     fn models_operand_residency(&self) -> bool {
         self.residency.is_some()

@@ -93,6 +93,7 @@ struct RawHost {
     wake_per_idle: Option<RawParam>,
     handoff_ns: Option<RawParam>,
     compute_weight: Option<RawParam>,
+    p2p_cpu_share: Option<RawParam>,
 }
 
 #[derive(Deserialize)]

@@ -198,6 +198,10 @@ pub struct Profile {
     /// means the kernel's weight for the compute thread's nice level
     /// ([`crate::cost::host_compute_weight`]).
     pub host_compute_weight: Option<Param>,
+    /// `[host] p2p_cpu_share`: the share of a p2p message's time each end's thread spends on
+    /// its CPU (the rest it sleeps in a blocking read); absent means all of it
+    /// (`cost::CostModel::p2p_cpu_share`).
+    pub host_p2p_cpu_share: Option<Param>,
     /// `[provenance]`: where the profile was measured (machine, date, backend, versions).
     pub provenance: BTreeMap<String, String>,
     pub fit: Option<FitQuality>,
@@ -348,6 +352,7 @@ impl Analytic {
             op_overhead_ns: p.op_overhead_ns.as_ref().map_or(0, whole),
             handoff_ns: p.host_handoff_ns.as_ref().map_or(0, whole),
             compute_weight: p.host_compute_weight.as_ref().map(|w| w.value),
+            p2p_cpu_share: p.host_p2p_cpu_share.as_ref().map(|w| w.value),
             interruptions: match (&p.host_interruptions_per_s, &p.host_interruption_mean_ns) {
                 (Some(r), Some(m)) => Some(crate::engine::Interruptions {
                     rate_per_ns: r.value * 1e-9,

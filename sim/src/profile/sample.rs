@@ -104,6 +104,7 @@ impl Profile {
             (self.host_wake_per_idle.as_mut(), Fraction),
             (self.host_handoff_ns.as_mut(), NonNegative),
             (self.host_compute_weight.as_mut(), NonNegative),
+            (self.host_p2p_cpu_share.as_mut(), Fraction),
             (self.memory_spill_bytes.as_mut(), NonNegative),
             (self.memory_spill_efficiency.as_mut(), Fraction),
             (self.memory_cold_efficiency.as_mut(), Fraction),

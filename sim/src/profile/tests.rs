@@ -984,3 +984,23 @@ fn shape_factors_are_read_checked_and_scale_the_gemm_they_match() {
         );
     }
 }
+
+#[test]
+fn the_p2p_cpu_share_key_reaches_the_cost_model_and_must_be_a_fraction() {
+    let with_host = |host: &str| A100.replacen("[gpu]", &format!("[host]\n{host}\n[gpu]"), 1);
+    let cores = "cores = { value = 2, source = \"fitted\", ref = \"t\" }\n";
+    let share = |v: &str| {
+        with_host(&format!(
+            "{cores}p2p_cpu_share = {{ value = {v}, source = \"fitted\", ref = \"t\" }}"
+        ))
+    };
+    let p = parse_str(&share("0.45"), "p.toml").unwrap();
+    let s = small_scenario(1, 2, 1, 4);
+    assert_eq!(Analytic::from_profile(&s, &p).p2p_cpu_share(), 0.45);
+    // Without the key: all of a p2p is CPU work.
+    assert_eq!(Analytic::from_profile(&s, &a100()).p2p_cpu_share(), 1.0);
+    for bad in ["1.5", "0", "-0.2"] {
+        let e = parse_str(&share(bad), "p.toml").unwrap_err().to_string();
+        assert!(e.contains("host.p2p_cpu_share.value"), "{bad}: {e}");
+    }
+}

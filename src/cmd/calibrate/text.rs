@@ -235,6 +235,14 @@ pub(super) fn host_text(run: &twin_calibration::HostRun, files: &str) -> String 
             twin_sim::cost::host_compute_weight()
         ));
     }
+    if let Some(s) = &f.p2p_cpu_share {
+        o.push_str(&format!(
+            "a p2p message keeps each end's thread on its CPU {:.0}% [{:.0} .. {:.0}] of its time (the rest it sleeps in a blocking read)\n",
+            100.0 * s.value,
+            100.0 * s.ci95[0],
+            100.0 * s.ci95[1]
+        ));
+    }
     if let Some((jump, per_idle)) = &f.wake {
         o.push_str(&format!(
             "a transfer into a core that idled takes {} + {:.4} [{:.4} .. {:.4}] x the idle time longer\n",

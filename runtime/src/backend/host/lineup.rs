@@ -6,7 +6,7 @@
 //! On a shared core that wake-up waits for the scheduler: in `tp-pp.toml` a compute op whose
 //! collective had ended waited a median 91 µs (p90 248 µs) to be issued, while the other
 //! rank on its core ran a GEMM and its collectives, and that rank's later-ready op took the
-//! core first (the trace's `issued_ns`; docs/validation.md, session 14). The simulator's turns
+//! core first (the trace's `issued_ns`; docs/validation-history.md, session 14). The simulator's turns
 //! serve ops in the order they became ready (`twin_sim::engine::turns`), as a GPU's scheduler
 //! would see them. Now the thread that completes an op takes the ticket, before it wakes
 //! anyone, for every stream's next compute op that the completion makes ready (with nothing

@@ -7,7 +7,7 @@
 //! The backend used to take fresh memory for every Alloc. Its page faults (and the kernel's work
 //! behind them) were the host's own cost, not the schedule's: the compute op after a fresh
 //! 529 KiB allocation ran 10% longer (`calibration/examples/step_probe.rs`,
-//! docs/validation.md, session 12).
+//! docs/validation-history.md, session 12).
 //!
 //! The peak is taken from what is actually held, when it is held (measured order across
 //! streams, not program order); buffers kept for reuse are not held.

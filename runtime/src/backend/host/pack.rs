@@ -3,7 +3,7 @@
 //! depends on everything else the process holds. With mimalloc, the `twin` binary's allocator,
 //! that cost `pp-wide.toml`'s forward ops about 10% in the runtime: a one-rank run's forward
 //! ops took 850-874 µs, and 755-793 with the buffer served from one pre-touched arena per
-//! thread (five interleaved pairs; docs/validation.md, session 17). A probe linked with
+//! thread (five interleaved pairs; docs/validation-history.md, session 17). A probe linked with
 //! mimalloc ran the same GEMMs 5-9% slower than one on the system allocator.
 //!
 //! While [`with_arena`] runs, the calling thread's allocations of [`MIN_BYTES`] or more are

@@ -6,7 +6,7 @@
 //! The backend used to spawn a scoped thread per stream at every step. A fresh thread is an
 //! artifact no GPU has: the spawn itself (about 50 µs on the development VM), a first op that
 //! ran cold, and a fresh place in the scheduler for each of up to twenty threads on two cores
-//! (`dp-pp-zero.toml`) at every step start (docs/validation.md, session 12).
+//! (`dp-pp-zero.toml`) at every step start (docs/validation-history.md, session 12).
 
 use super::step::NONE;
 use super::{priority, Job};
@@ -32,7 +32,7 @@ struct Task {
 /// Where a step's stream threads leave their timings. Only the last thread to finish wakes
 /// the backend's thread: a reply per stream woke it mid-step, and on a core shared with the
 /// compute thread each wake-up took that core for 8-10 µs, two to three times a step
-/// (`perf sched` of `pp.toml`, docs/validation.md, session 15).
+/// (`perf sched` of `pp.toml`, docs/validation-history.md, session 15).
 #[derive(Default)]
 struct Gather {
     timings: Mutex<Vec<OpTiming>>,
@@ -170,6 +170,8 @@ fn spawn(stream: usize) -> Result<Worker, RuntimeError> {
         .spawn(move || {
             if stream == Stream::Compute.index() {
                 priority::lower_priority(priority::COMPUTE_NICE);
+            } else {
+                priority::prefer_wakeup();
             }
             for task in inbox {
                 let out = task.job.run_stream(task.stream);
@@ -233,7 +235,7 @@ impl Job {
             // line now, before the end wakes anyone and before this op's turn passes on: the
             // woken threads (a send, another rank's receive and then its compute thread) took
             // the core first, and another rank's op that became ready later took its ticket
-            // first and ran ahead (docs/validation.md, sessions 12 and 14). Released first, the
+            // first and ran ahead (docs/validation-history.md, sessions 12 and 14). Released first, the
             // turn woke the other rank's compute thread, which kept the core for its whole op
             // while this thread still had its next ticket to take (session 15).
             if let (Ok(_), Some(t)) = (&result, &self.shared.turns) {
@@ -260,7 +262,7 @@ impl Job {
                     // dependent op, a receiver whose data arrived meanwhile) run now, as a
                     // GPU's streams run side by side: a busy compute thread would otherwise keep
                     // the core until it blocks, and a send would wait for the ops after the
-                    // one it depends on (docs/validation.md, session 5).
+                    // one it depends on (docs/validation-history.md, session 5).
                     std::thread::yield_now();
                 }
                 Err(e) => {

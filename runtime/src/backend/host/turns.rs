@@ -3,7 +3,7 @@
 //! must choose between their compute ops, and the kernel's scheduler chose by its own account
 //! of each thread's past service: the same `tp-pp.toml` run settled into steps of 17 ms or of
 //! 21 ms depending on the launch, and a rank's optimizer waited behind two GEMMs of the other
-//! rank although it had been ready first (docs/validation.md, session 8). Here each core has
+//! rank although it had been ready first (docs/validation-history.md, session 8). Here each core has
 //! a ticket lock in memory shared by the ranks' processes: a compute op takes a ticket when its
 //! deps are done and runs when its number is served, so the order is the one the simulator's
 //! host model gives (`twin_sim::engine`, "turns"), whatever the scheduler's history.

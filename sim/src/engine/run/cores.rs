@@ -58,23 +58,23 @@ impl<S: Slots> State<S> {
             .unwrap_or(0)
     }
 
-    /// Work of `dur_ns` on the CPU of each rank in `ranks`: shared with compute when the
-    /// ranks share cores (with `weight`, see [`Flows::start_cpu_work`]), else simply `dur_ns`
-    /// long.
+    /// Work of `dur_ns` on the CPU of each rank in `ranks`, then `latency_ns` off it: the work
+    /// shared with compute when the ranks share cores (with `weight`, see
+    /// [`Flows::start_cpu_work`]), else simply `dur_ns + latency_ns` long.
     #[inline]
     pub(super) fn run_cpu_work(
         &mut self,
         ctx: &Ctx,
         done: (u32, u32),
         ranks: &[u32],
-        dur_ns: u64,
+        (dur_ns, latency_ns): (u64, u64),
         weight: f64,
     ) {
         match &self.flows {
             Some(f) if f.cores_shared() => {
-                self.run_shared_cpu_work(ctx, done, ranks, dur_ns, weight)
+                self.run_shared_cpu_work(ctx, done, ranks, (dur_ns, latency_ns), weight)
             }
-            _ => self.schedule(dur_ns, done.0, done.1),
+            _ => self.schedule(dur_ns.saturating_add(latency_ns), done.0, done.1),
         }
     }
 
@@ -86,7 +86,7 @@ impl<S: Slots> State<S> {
         ctx: &Ctx,
         done: (u32, u32),
         ranks: &[u32],
-        dur_ns: u64,
+        (dur_ns, latency_ns): (u64, u64),
         weight: f64,
     ) {
         let Some(f) = self.flows.as_ref() else {
@@ -99,7 +99,9 @@ impl<S: Slots> State<S> {
             self.switch_cost(&cpus);
         }
         if let Some(f) = self.flows.as_mut() {
-            if let Some((d, delay_ns)) = f.start_cpu_work(self.now, done, &cpus, dur_ns, weight) {
+            if let Some((d, delay_ns)) =
+                f.start_cpu_work(self.now, done, &cpus, (dur_ns, latency_ns), weight)
+            {
                 self.schedule(delay_ns, d.0, d.1);
             }
         }
@@ -109,7 +111,7 @@ impl<S: Slots> State<S> {
     /// it and, when that work is done, its thread must wake and get the core back, as a thread
     /// handed an op by another does (`handoff_ns`). The runtime's traces of `tp-pp.toml` show
     /// a core idle 5-9 µs between another thread's op and a compute op, 20-30 times a step
-    /// (docs/validation.md, session 19). The op's remaining work grows by the hand-off, once
+    /// (docs/validation-history.md, session 19). The op's remaining work grows by the hand-off, once
     /// per core.
     fn switch_cost(&mut self, cpus: &[u32]) {
         let (Some(turns), Some(f)) = (self.turns.as_ref(), self.flows.as_mut()) else {
@@ -134,7 +136,7 @@ impl<S: Slots> State<S> {
     /// threads already waiting). It begins a hand-off later: the thread that runs it was
     /// asleep on its turn and must wake and get the core, as a thread released by another of
     /// its rank's threads does (`handoff_ns`; the runtime's traces show 5-6 µs between one
-    /// rank's op and the next rank's on a core, docs/validation.md, session 19).
+    /// rank's op and the next rank's on a core, docs/validation-history.md, session 19).
     pub(super) fn pass_turn(&mut self, ctx: &Ctx, rank: u32) {
         let core = self.core_of(ctx, rank);
         if let Some((next, slot, s)) = self.turns.as_mut().and_then(|t| t.release(core)) {

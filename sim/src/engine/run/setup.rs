@@ -60,6 +60,7 @@ impl<S: Slots> State<S> {
             // The solver counts a weight of 0 as 1; a measured 0 means "paused while a transfer
             // runs beside it", which a thousandth of the core gives to within a rounding.
             compute_weight: ctx.cost.compute_weight().max(MIN_COMPUTE_WEIGHT),
+            p2p_cpu_share: ctx.cost.p2p_cpu_share().clamp(0.0, 1.0),
             jitter: ctx
                 .opts
                 .jitter_seed

@@ -33,14 +33,15 @@ impl<S: Slots> State<S> {
 
     /// Runs a transfer that has begun on every side: through the flow network when there is
     /// one, else for the cost model's `dur_ns` (as CPU work of every rank in `ranks` when the
-    /// ranks share CPU cores: see [`Flows::start_cpu_work`]). `done` is its completion payload.
+    /// ranks share CPU cores: see [`Flows::start_cpu_work`]; `cpu_share` of it, the rest as
+    /// latency after). `done` is its completion payload.
     pub(super) fn run_transfer(
         &mut self,
         ctx: &Ctx,
         done: (u32, u32),
         ranks: &[u32],
         spec: Spec,
-        dur_ns: impl FnOnce() -> u64,
+        (dur_ns, cpu_share): (impl FnOnce() -> u64, f64),
     ) {
         let flowing = match (&mut self.flows, ctx.net) {
             (Some(f), Some(net)) => Some(f.start_transfer(net, ctx.plan, self.now, done, spec)),
@@ -51,7 +52,12 @@ impl<S: Slots> State<S> {
             Some(Some((d, latency_ns))) => self.schedule(latency_ns, d.0, d.1),
             None => {
                 let dur = dur_ns();
-                self.run_cpu_work(ctx, done, ranks, dur, 1.0);
+                let cpu = if cpu_share >= 1.0 {
+                    dur
+                } else {
+                    (dur as f64 * cpu_share).round() as u64
+                };
+                self.run_cpu_work(ctx, done, ranks, (cpu, dur - cpu.min(dur)), 1.0);
             }
         }
     }
@@ -125,7 +131,9 @@ impl<S: Slots> State<S> {
                 dst: real_dst,
                 bytes,
             },
-            || dur_ns,
+            // Its threads sleep in blocking reads for part of the message (`[host]
+            // p2p_cpu_share`, measured by the calibration).
+            (|| dur_ns, self.p2p_cpu_share),
         );
         Ok(())
     }
@@ -192,7 +200,8 @@ impl<S: Slots> State<S> {
                 bytes: inst.bytes,
                 calls: inst.calls,
             },
-            || dur_ns,
+            // Its threads poll for their peers: on the CPU for all of it.
+            (|| dur_ns, 1.0),
         );
         Ok(())
     }

@@ -63,7 +63,7 @@ impl Checker<'_> {
                 Range::NonNegative,
             ),
         )?;
-        let (wake, per_idle, per_s, mean, handoff, weight) = match raw.host.as_mut() {
+        let (wake, per_idle, per_s, mean, handoff, weight, p2p_share) = match raw.host.as_mut() {
             Some(h) => (
                 h.wake_ns.take(),
                 h.wake_per_idle.take(),
@@ -71,14 +71,18 @@ impl Checker<'_> {
                 h.interruption_mean_ns.take(),
                 h.handoff_ns.take(),
                 h.compute_weight.take(),
+                h.p2p_cpu_share.take(),
             ),
-            None => (None, None, None, None, None, None),
+            None => (None, None, None, None, None, None, None),
         };
         let handoff_ns = handoff
             .map(|h| self.param("host.handoff_ns", h, Range::NonNegative))
             .transpose()?;
         let compute_weight = weight
             .map(|w| self.param("host.compute_weight", w, Range::NonNegative))
+            .transpose()?;
+        let p2p_cpu_share = p2p_share
+            .map(|w| self.param("host.p2p_cpu_share", w, Range::Fraction))
             .transpose()?;
         let (wake_ns, wake_per_idle) = self.pair(
             ("host.wake_ns", wake, Range::NonNegative),
@@ -185,6 +189,7 @@ impl Checker<'_> {
             host_wake_per_idle: wake_per_idle,
             host_handoff_ns: handoff_ns,
             host_compute_weight: compute_weight,
+            host_p2p_cpu_share: p2p_cpu_share,
             provenance: raw
                 .provenance
                 .into_iter()
