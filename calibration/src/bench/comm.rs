@@ -107,6 +107,39 @@ pub(super) fn sample_ns<'a>(spans: impl Iterator<Item = &'a Span>) -> f64 {
     (end - start).max(0.0)
 }
 
+/// One ping-pong round trip of `payload` between ranks 0 and 1 on `lane` with `tag`, rank 0
+/// sending first (`peer` is the other rank). Each received message is checked against what
+/// was sent, as the runtime's receive checks it before its op is done.
+pub(super) fn round_trip(
+    mesh: &Mesh,
+    peer: u32,
+    (lane, tag): (u8, u64),
+    payload: &[u8],
+    sum: Option<u64>,
+) -> Result<(), CalibError> {
+    let fail = |e: twin_runtime::RuntimeError| CalibError::Bench(format!("p2p: {e}"));
+    let bytes = payload.len() as u64;
+    let receive = || -> Result<(), CalibError> {
+        let (got, _) = mesh.recv(peer, lane, tag, bytes).map_err(fail)?;
+        if got == payload {
+            Ok(())
+        } else {
+            Err(CalibError::Bench(
+                "p2p: the bytes received differ from those sent".into(),
+            ))
+        }
+    };
+    if mesh.rank == 0 {
+        mesh.send_summed(peer, lane, tag, payload, sum, false)
+            .map_err(fail)?;
+        receive()
+    } else {
+        receive()?;
+        mesh.send_summed(peer, lane, tag, payload, sum, false)
+            .map_err(fail)
+    }
+}
+
 /// Runs rank `me`'s side of one call (a p2p: `(0, half the mean round trip)` on rank 0,
 /// `(0, 0)` elsewhere). A collective works in `work`, kept for the task's calls as a run
 /// keeps a call's buffers (`backend::host::data`).
@@ -130,15 +163,7 @@ fn call(
                 let rounds = if timed { P2P_ROUNDS } else { 1 };
                 let t = Instant::now();
                 for _ in 0..rounds {
-                    if mesh.rank == 0 {
-                        mesh.send_summed(1, P2P_LANE, tag, &payload, sum, false)
-                            .map_err(fail)?;
-                        mesh.recv(1, P2P_LANE, tag, task.bytes).map_err(fail)?;
-                    } else {
-                        mesh.recv(0, P2P_LANE, tag, task.bytes).map_err(fail)?;
-                        mesh.send_summed(0, P2P_LANE, tag, &payload, sum, false)
-                            .map_err(fail)?;
-                    }
+                    round_trip(mesh, 1 - mesh.rank, (P2P_LANE, tag), &payload, sum)?;
                 }
                 if timed && mesh.rank == 0 {
                     return Ok((
@@ -158,15 +183,21 @@ fn call(
             // The input is built before the synchronising call: built between the two, its
             // cost (milliseconds at 16 MiB, more for a rank sharing its core) set the ranks
             // apart again before the timed call.
-            let data = {
+            // The result is checked inside the timed call, as the runtime checks it before
+            // its op is done (`backend::host`).
+            let (data, expected) = {
                 let ring = Ring::new(mesh, members, COLLECTIVE_LANE, tag).map_err(fail)?;
-                collective::input(kind, &ring, elems, tag)
+                (
+                    collective::input(kind, &ring, elems, tag),
+                    collective::expected(kind, &ring, elems, tag),
+                )
             };
             let mut span = (0.0, 0.0);
             for (timed, tag) in [(false, tag | SYNC_TAG), (true, tag)] {
                 let ring = Ring::new(mesh, members, COLLECTIVE_LANE, tag).map_err(fail)?;
                 let t = Instant::now();
                 collective::execute_into(kind, &ring, &data, work).map_err(fail)?;
+                collective::check(kind, &ring, work.output(), &expected).map_err(fail)?;
                 if timed {
                     let since = |i: Instant| i.saturating_duration_since(origin).as_nanos() as f64;
                     span = (since(t), since(Instant::now()));

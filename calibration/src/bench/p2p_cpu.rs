@@ -98,7 +98,6 @@ fn ping_pong(
     n: usize,
     barrier: &Barrier,
 ) -> Result<Vec<(f64, f64)>, CalibError> {
-    let fail = |e: twin_runtime::RuntimeError| CalibError::Bench(format!("p2p CPU share: {e}"));
     pin_rank(mesh.rank);
     // A transfer thread, as the runtime's are (it preempts compute when it wakes).
     twin_runtime::backend::host::priority::prefer_wakeup();
@@ -112,15 +111,7 @@ fn ping_pong(
         let (t, c) = (Instant::now(), thread_cpu_ns());
         for _ in 0..ROUNDS {
             tag += 1;
-            if mesh.rank == 0 {
-                mesh.send_summed(peer, LANE, tag, &payload, sum, false)
-                    .map_err(fail)?;
-                mesh.recv(peer, LANE, tag, bytes).map_err(fail)?;
-            } else {
-                mesh.recv(peer, LANE, tag, bytes).map_err(fail)?;
-                mesh.send_summed(peer, LANE, tag, &payload, sum, false)
-                    .map_err(fail)?;
-            }
+            super::comm::round_trip(mesh, peer, (LANE, tag), &payload, sum)?;
         }
         let wall = t.elapsed().as_nanos() as f64;
         let cpu = match (c, thread_cpu_ns()) {
