@@ -48,6 +48,10 @@ pub struct VerifyFigures {
     /// Mean idle time per CPU core between its ops, [predicted, measured] seconds
     /// (`core_activity`, since session 20: host profiles only; `None` without it).
     pub core_idle_between_ops_s: Option<[f64; 2]>,
+    /// Collective calls of the step that met another group's call on a core, and all calls,
+    /// [predicted, measured] (`collective_meetings`, since session 21: host profiles only;
+    /// `None` without it).
+    pub collective_meetings: Option<[(u64, u64); 2]>,
 }
 
 impl VerifyFigures {
@@ -63,8 +67,16 @@ impl VerifyFigures {
                 .filter(|x| x.is_finite())
         };
         let core_idle_between_ops_s = idle("predicted").zip(idle("measured")).map(|(p, m)| [p, m]);
+        let meetings = |side: &str| {
+            let m = v.get("collective_meetings")?.get(side)?;
+            Some((m.get("meeting_calls")?.as_u64()?, m.get("calls")?.as_u64()?))
+        };
+        let collective_meetings = meetings("predicted")
+            .zip(meetings("measured"))
+            .map(|(p, m)| [p, m]);
         Some(VerifyFigures {
             core_idle_between_ops_s,
+            collective_meetings,
             bubble_fraction: [
                 f("bubble_fraction_predicted")?,
                 f("bubble_fraction_measured")?,
@@ -299,6 +311,7 @@ mod tests {
                 bubble_fraction: [0.57, 0.52],
                 exposed_comm_fraction: [0.15, 0.18],
                 core_idle_between_ops_s: None,
+                collective_meetings: None,
             })
         );
         // A host profile's verify: each core's idle time between ops too.
@@ -311,6 +324,18 @@ mod tests {
         assert_eq!(
             with_cores.and_then(|f| f.core_idle_between_ops_s),
             Some([0.00026, 0.00125])
+        );
+        assert_eq!(with_cores.and_then(|f| f.collective_meetings), None);
+        // And, since session 21, the collective calls that met another group's on a core.
+        let with_meetings = VerifyFigures::parse(
+            r#"{"bubble_fraction_predicted":0.57,"bubble_fraction_measured":0.52,
+                "exposed_comm_fraction_predicted":0.15,"exposed_comm_fraction_measured":0.18,
+                "collective_meetings":{"predicted":{"meeting_calls":0,"calls":136},
+                                       "measured":{"meeting_calls":17,"calls":136}}}"#,
+        );
+        assert_eq!(
+            with_meetings.and_then(|f| f.collective_meetings),
+            Some([(0, 136), (17, 136)])
         );
     }
 }

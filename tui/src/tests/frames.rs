@@ -161,6 +161,7 @@ fn compare_shows_the_cores_idle_time_from_a_host_verify() {
             bubble_fraction: [0.57, 0.52],
             exposed_comm_fraction: [0.15, 0.18],
             core_idle_between_ops_s: Some([0.000_26, 0.001_25]),
+            collective_meetings: Some([(0, 136), (17, 136)]),
         }),
     });
     let (app, _) = press(app, &[Key::Char('3')]);
@@ -172,4 +173,13 @@ fn compare_shows_the_cores_idle_time_from_a_host_verify() {
     // 0.26 ms predicted, 1.25 ms measured: the run idled 79.2% more of the measured time.
     assert!(line.contains("+79.2%"), "{line}");
     assert!(text.contains("bubble (verify.json)"), "{text}");
+    // 17 of 136 calls met another group's on a core in the run, none in the prediction.
+    let meet = text
+        .lines()
+        .find(|l| l.starts_with("collectives meeting on a core"))
+        .unwrap_or_else(|| panic!("no meetings row: {text}"));
+    assert!(
+        meet.contains("0/136") && meet.contains("17/136") && meet.contains("+17"),
+        "{meet}"
+    );
 }

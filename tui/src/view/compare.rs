@@ -156,6 +156,14 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             err_pct(p, me),
         ));
     }
+    if let Some([(pm, pn), (mm, mn)]) = m.figures.and_then(|f| f.collective_meetings) {
+        lines.push(row(
+            "collectives meeting on a core (verify.json)",
+            format!("{pm}/{pn}"),
+            format!("{mm}/{mn}"),
+            format!("{:+}", mm as i64 - pm as i64),
+        ));
+    }
     for e in &errors {
         let name = format!("r{} {}", e.rank, e.name);
         lines.push(row(
@@ -274,6 +282,7 @@ mod tests {
             bubble_fraction: [0.57, 0.52],
             exposed_comm_fraction: [0.15, 0.18],
             core_idle_between_ops_s: None,
+            collective_meetings: None,
         };
         assert_eq!(fractions(&ps, &ms, Some(&f)), [[0.57, 0.52], [0.15, 0.18]]);
     }
