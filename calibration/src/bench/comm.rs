@@ -257,6 +257,13 @@ fn run_rank(
     Ok(out)
 }
 
+/// Two ranks of this process connected over the runtime's mesh (`local_meshes`), for the
+/// two-rank benchmarks.
+pub(super) fn two_ranks() -> Result<Vec<Mesh>, CalibError> {
+    local_meshes(2, TIMEOUT)
+        .map_err(|e| CalibError::Bench(format!("connecting 2 local ranks: {e}")))
+}
+
 /// `reps.timed` two-rank calls of collective `kind` at `bytes` per call, after `reps.warmup`
 /// untimed ones, timed as the calibration times them (each rank a pinned thread of this
 /// process, a barrier before each call, last member's start to last end): the samples in ns.
@@ -266,8 +273,7 @@ pub fn time_two_rank(
     bytes: u64,
     reps: crate::sample::Repeats,
 ) -> Result<Vec<f64>, CalibError> {
-    let meshes = local_meshes(2, TIMEOUT)
-        .map_err(|e| CalibError::Bench(format!("connecting 2 local ranks: {e}")))?;
+    let meshes = two_ranks()?;
     let members = [0u32, 1];
     let tasks = [Task {
         kind: Some(kind),

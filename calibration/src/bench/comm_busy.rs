@@ -10,13 +10,12 @@
 //! compute thread runs). A call is timed as `comm` times it, from its last member's start to
 //! its last end after a barrier.
 
-use super::comm::{run_world, task_samples, Task, TIMEOUT};
+use super::comm::{run_world, task_samples, Task};
 use super::compute::{compute_op, workspace_for};
 use super::{CommBusySamples, Config, Counter, Mode};
 use crate::CalibError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use twin_runtime::launch::affinity::pin_rank;
-use twin_runtime::microbench::local_meshes;
 use twin_sim::schedule::{CollectiveKind, Gemm};
 
 /// The compute thread's op: about 100 µs of one core's sgemm, as a host scenario's layer op.
@@ -89,8 +88,7 @@ pub fn comm_busy(
     if cores < 2 {
         return Ok(Vec::new());
     }
-    let meshes = local_meshes(2, TIMEOUT)
-        .map_err(|e| CalibError::Bench(format!("connecting 2 local ranks: {e}")))?;
+    let meshes = super::comm::two_ranks()?;
     let members = [0u32, 1];
     let tasks = tasks();
     let calls = calls(cfg);

@@ -9,13 +9,12 @@
 //! clock. The profile's `[host] p2p_cpu_share` is the mean of those ratios
 //! (`fit::ratio::busy_share`).
 
-use super::comm::{Barrier, TIMEOUT};
+use super::comm::Barrier;
 use super::{Config, Counter, Mode};
 use crate::CalibError;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 use twin_runtime::launch::affinity::pin_rank;
-use twin_runtime::microbench::local_meshes;
 use twin_runtime::transport::mesh::Mesh;
 
 /// Message sizes: the host scenarios' pipeline sends (16 KiB) and around them.
@@ -138,8 +137,7 @@ pub fn p2p_cpu(
     if cores < 2 {
         return Ok(Vec::new());
     }
-    let meshes = local_meshes(2, TIMEOUT)
-        .map_err(|e| CalibError::Bench(format!("connecting 2 local ranks: {e}")))?;
+    let meshes = super::comm::two_ranks()?;
     let n = samples(cfg.mode);
     let mut out = Vec::with_capacity(SIZES.len());
     for &bytes in &SIZES {
