@@ -34,7 +34,7 @@ pub const COLLECTIVES: [CollectiveKind; 5] = [
 ];
 
 /// What a rank released by a failing one reports ([`Barrier`]).
-pub(super) const PEER_FAILED: &str = "another rank failed";
+const PEER_FAILED: &str = "another rank failed";
 
 /// A barrier that a failing rank can break, so the others return instead of waiting forever.
 #[derive(Default)]
@@ -333,7 +333,7 @@ pub fn measurement_count(cfg: &Config) -> usize {
 
 /// Every rank of `meshes` on a thread of its own (pinned there, `run_rank`) running every call
 /// of `tasks`, rank 0 reporting each call to `progress` through this thread; the ranks'
-/// `[task][call]` spans, or the first rank's error.
+/// `[task][call]` spans, or an error ([`join_ranks`]).
 pub(super) fn run_world(
     meshes: &[Mesh],
     members: &[u32],
@@ -344,7 +344,7 @@ pub(super) fn run_world(
     let barrier = Barrier::default();
     let (tx, rx) = channel();
     let origin = Instant::now();
-    let per_rank: Vec<Result<Vec<Vec<Span>>, CalibError>> = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let handles: Vec<_> = meshes
             .iter()
             .map(|m| {
@@ -359,15 +359,33 @@ pub(super) fn run_world(
                 p.tick(name);
             }
         }
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(CalibError::Bench("a rank thread panicked".into())))
-            })
-            .collect()
-    });
-    per_rank.into_iter().collect()
+        join_ranks(handles)
+    })
+}
+
+/// The rank threads' results: every rank's value, or an error. A rank that fails releases the
+/// others (`Barrier::abort`, `Mesh::shutdown_all`), whose errors then only say so
+/// ([`PEER_FAILED`]): the error returned is the first that is a rank's own (a panic counts as
+/// one).
+pub(super) fn join_ranks<T>(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T, CalibError>>>,
+) -> Result<Vec<T>, CalibError> {
+    let released = |e: &CalibError| matches!(e, CalibError::Bench(m) if m == PEER_FAILED);
+    let (mut values, mut error) = (Vec::with_capacity(handles.len()), None);
+    for h in handles {
+        match h
+            .join()
+            .unwrap_or_else(|_| Err(CalibError::Bench("a rank thread panicked".into())))
+        {
+            Ok(v) => values.push(v),
+            Err(e) => {
+                if error.as_ref().is_none_or(|f| released(f) && !released(&e)) {
+                    error = Some(e);
+                }
+            }
+        }
+    }
+    error.map_or(Ok(values), Err)
 }
 
 /// p2p and every collective over group sizes 2..=max_group, then the overlap measurement.
@@ -497,5 +515,30 @@ mod tests {
         // A p2p: rank 0 reports (0, half the round trip), the other (0, 0).
         assert_eq!(sample_ns([(0.0, 30_000.0), (0.0, 0.0)].iter()), 30_000.0);
         assert_eq!(sample_ns(std::iter::empty()), 0.0);
+    }
+
+    /// The rank threads' results, each returned by a scoped thread, through `join_ranks`.
+    fn joined(results: Vec<Result<u32, &'static str>>) -> Result<Vec<u32>, String> {
+        std::thread::scope(|s| {
+            let hs = results
+                .into_iter()
+                .map(|r| s.spawn(move || r.map_err(|m| CalibError::Bench(m.into()))))
+                .collect();
+            join_ranks(hs)
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_ranks_values_come_in_order_and_a_failing_ranks_own_error_wins() {
+        assert_eq!(joined(vec![Ok(3), Ok(1)]), Ok(vec![3, 1]));
+        // Rank 0 was released by rank 1's failure: rank 1's error is reported.
+        let e = joined(vec![Err(PEER_FAILED), Err("p2p: connection reset"), Ok(2)]).unwrap_err();
+        assert!(e.contains("connection reset"), "{e}");
+        // The first own error of several; only released ranks: their error.
+        let e = joined(vec![Err("first"), Err(PEER_FAILED), Err("second")]).unwrap_err();
+        assert!(e.contains("first"), "{e}");
+        let e = joined(vec![Err(PEER_FAILED), Err(PEER_FAILED)]).unwrap_err();
+        assert!(e.contains(PEER_FAILED), "{e}");
     }
 }

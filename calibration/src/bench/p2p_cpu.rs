@@ -142,7 +142,7 @@ pub fn p2p_cpu(
     let mut out = Vec::with_capacity(SIZES.len());
     for &bytes in &SIZES {
         let barrier = Barrier::default();
-        let sides: Vec<Result<Vec<(f64, f64)>, CalibError>> = std::thread::scope(|s| {
+        let sides = std::thread::scope(|s| {
             let hs: Vec<_> = meshes
                 .iter()
                 .map(|m| {
@@ -150,29 +150,15 @@ pub fn p2p_cpu(
                     s.spawn(move || rank_side(m, bytes, n, barrier))
                 })
                 .collect();
-            hs.into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(CalibError::Bench("a rank thread panicked".into())))
-                })
-                .collect()
-        });
+            super::comm::join_ranks(hs)
+        })?;
         let mut row = P2pCpuSamples {
             bytes,
             round_trips: ROUNDS,
             wall_ns: Vec::new(),
             cpu_ns: Vec::new(),
         };
-        // A rank that failed released the other, whose error then only says so: report the
-        // first rank's own error.
-        let (ok, mut failed): (Vec<_>, Vec<_>) = sides.into_iter().partition(Result::is_ok);
-        failed.sort_by_key(
-            |e| matches!(e, Err(CalibError::Bench(m)) if m == super::comm::PEER_FAILED),
-        );
-        if let Some(Err(e)) = failed.into_iter().next() {
-            return Err(e);
-        }
-        for (wall, cpu) in ok.into_iter().flatten().flatten() {
+        for (wall, cpu) in sides.into_iter().flatten() {
             row.wall_ns.push(wall);
             row.cpu_ns.push(cpu);
         }
