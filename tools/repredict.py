@@ -4,9 +4,10 @@
 A set is a directory holding profile.toml (what `twin calibrate --backend host` wrote) and
 SCENARIO.json (`twin verify --format json`) for some of the five host scenarios, as
 tools/host_set.sh writes them; docs/measurements/raw/2026-11-23-host-sets/ holds one hundred
-and fifty-nine from an Intel VM, docs/measurements/raw/2026-11-24-amd-sets/ forty-two from an AMD
-one. The measured side is kept; the prediction is redone by `twin simulate --profile`
-with this checkout's model, so a model change can be judged on real runs in seconds:
+and fifty-nine from an Intel VM; docs/measurements/raw/2026-11-24-amd-sets/ (one hundred and
+five) and 2026-11-25-amd-sets/ (ten) come from an AMD one. The measured side is kept; the
+prediction is redone by `twin simulate --profile` with this checkout's model, so a model
+change can be judged on real runs in seconds:
 
     tools/repredict.py docs/measurements/raw/2026-11-23-host-sets/*/
 

@@ -27,7 +27,8 @@ use machine_check::{gemm_check, MachineCheck};
 /// communication, peak memory, the op table and the measured trace come from the run whose
 /// median step is the median of the runs', and from that run's median-length step (host; a
 /// GPU run shows its last step). Errors are (measured - predicted) / measured: positive means
-/// slower than predicted.
+/// slower than predicted. The op table times each op by its own time: on a CPU core shared
+/// by ranks, its span less what it waited for the core.
 /// On the host backend it also times the scenario's most frequent GEMM shapes before each run
 /// and after the last and compares them with the profile ("machine check", `machine_check` in
 /// the JSON): a shared machine's speed drifts, and a step-time error of about the size the

@@ -125,6 +125,10 @@ pub struct Comparison {
     pub largest_op_errors: Vec<OpError>,
     /// Ops present in one trace only.
     pub unmatched_ops: u64,
+    /// True when `op_groups` and `largest_op_errors` time some op by less than its span: its
+    /// own time, without what it waited for a CPU core that other ranks shared (host profiles;
+    /// the traces' `solo_ns`).
+    pub op_times_exclude_core_wait: bool,
 }
 
 /// (measured - predicted) / measured, 0 when both are zero and `None` when only the measured
@@ -264,5 +268,6 @@ pub fn compare(
         op_groups,
         largest_op_errors,
         unmatched_ops,
+        op_times_exclude_core_wait: groups::any_core_wait(predicted.trace, measured.trace),
     }
 }

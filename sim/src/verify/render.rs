@@ -73,6 +73,12 @@ impl Comparison {
                 o,
                 "ops by kind (largest total |error| first; totals over ranks):"
             );
+            if self.op_times_exclude_core_wait {
+                let _ = writeln!(
+                    o,
+                    "  (each op's own time: its span less its waiting for a CPU core shared with other ranks)"
+                );
+            }
             for g in self.op_groups.iter().take(12) {
                 let _ = writeln!(
                     o,

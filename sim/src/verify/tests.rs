@@ -205,6 +205,7 @@ fn json_fields_are_stable() {
         "op_groups",
         "largest_op_errors",
         "unmatched_ops",
+        "op_times_exclude_core_wait",
     ] {
         assert!(v.get(key).is_some(), "missing {key}");
     }
@@ -240,4 +241,63 @@ fn relative_error_edges() {
     assert_eq!(relative_error(1.0, 0.0), None);
     assert_eq!(relative_error(1.0, 2.0), Some(0.5));
     assert_eq!(relative_error(3.0, 2.0), Some(-0.5));
+}
+
+#[test]
+fn ops_are_compared_by_their_own_time_when_a_trace_knows_it() {
+    let p = predicted();
+    let pt = p.result.trace.as_ref().unwrap();
+    assert!(pt.events.iter().all(|e| e.solo_ns.is_none()));
+    let gemm = |k: &OpKind| matches!(k, OpKind::Compute(c) if !c.gemms.is_empty());
+    // The measured GEMMs ran three times as long, two thirds of it waiting for a shared core.
+    let mut mt = slowed(&p, gemm, 3);
+    let mut waited = 0;
+    for e in &mut mt.events {
+        let op = p.staged.schedule.get_op(e.rank, e.op).unwrap();
+        if gemm(&op.kind) {
+            e.solo_ns = Some((e.end_ns - e.start_ns) / 3);
+            waited += 1;
+        }
+    }
+    assert!(waited > 0);
+    let c = against(&p, &p.report, &mt, &CompareOptions::default());
+    assert!(c.op_times_exclude_core_wait);
+    // Spans are rounded only by the division: every group is within a nanosecond per op.
+    for g in &c.op_groups {
+        assert!(
+            g.abs_error_s <= g.ops as f64 * 1e-9,
+            "{}: {}",
+            g.group,
+            g.abs_error_s
+        );
+    }
+    assert!(c.to_text().contains("each op's own time"));
+    // Without the solo times the same traces show the stretch.
+    for e in &mut mt.events {
+        e.solo_ns = None;
+    }
+    let c = against(&p, &p.report, &mt, &CompareOptions::default());
+    assert!(!c.op_times_exclude_core_wait);
+    assert_eq!(c.op_groups[0].kind, "gemm");
+    assert!(c.op_groups[0].error.unwrap() > 0.6);
+    assert!(!c.to_text().contains("each op's own time"));
+    // A solo time on the predicted side counts the same way.
+    let mut pt2 = pt.clone();
+    for e in &mut pt2.events {
+        e.solo_ns = Some(e.end_ns - e.start_ns);
+    }
+    let side = |t| Side {
+        report: &p.report,
+        trace: t,
+    };
+    let c = compare(
+        &p.staged.schedule,
+        side(&pt2),
+        side(pt),
+        &CompareOptions::default(),
+    );
+    assert!(
+        !c.op_times_exclude_core_wait,
+        "a solo time equal to the span waited for nothing"
+    );
 }
