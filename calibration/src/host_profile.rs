@@ -305,6 +305,12 @@ pub fn to_profile(
                 r("ping-pongs of 4, 16 and 64 KiB between two rank threads on their own cores: each thread's CPU clock over the wall clock, mean of the per-sample ratios, Student-t interval"),
             )
         }),
+        host_memory_cores: f.memory_cores.map(|m| {
+            fitted(
+                m,
+                r("the optimizer's update of 4 MiB of state after a step's other writes, on one pinned core with the other idle and on both at once: 2 x mean(alone) / mean(pair), delta-method interval, within [1, 2]"),
+            )
+        }),
         provenance: Default::default(),
         gemm_shape_factors: Vec::new(),
     };

@@ -106,6 +106,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         + bench::comm::measurement_count(&cfg)
         + bench::comm_busy::measurement_count(&cfg, cores)
         + bench::p2p_cpu::measurement_count(cores)
+        + bench::memory_pair::measurement_count(&cfg, cores)
         + cfg.checkpoint_bytes.len()
         + 1
         + cfg.wake_idle_ns.len();
@@ -145,6 +146,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
     samples.overlap = Some(overlap);
     samples.comm_busy = bench::comm_busy::comm_busy(&cfg, cores, &mut progress)?;
     samples.p2p_cpu = bench::p2p_cpu::p2p_cpu(&cfg, cores, &mut progress)?;
+    samples.memory_pair = bench::memory_pair::memory_pair(&cfg, cores, &mut progress)?;
     samples.checkpoint = bench::io::checkpoint(&cfg, &mut progress)?;
     samples.interruptions = Some(bench::interrupt::interruptions(&cfg, &mut progress));
     samples.wake = bench::wake::wake(&cfg, &mut progress)?;

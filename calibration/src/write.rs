@@ -256,6 +256,9 @@ pub fn profile_toml(
         if let Some(s) = &p.host_p2p_cpu_share {
             o.push_str(&param("p2p_cpu_share", s));
         }
+        if let Some(m) = &p.host_memory_cores {
+            o.push_str(&param("memory_cores", m));
+        }
     }
     if let Some(f) = &p.fit {
         o.push_str("\n[fit]\n");

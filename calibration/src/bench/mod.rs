@@ -12,6 +12,7 @@ pub mod interrupt;
 pub mod io;
 pub mod launch;
 pub mod memory;
+pub mod memory_pair;
 pub mod p2p_cpu;
 pub mod wake;
 
@@ -459,6 +460,10 @@ pub struct Samples {
     /// Ping-pongs with each rank thread's CPU clock (`p2p_cpu`; empty in samples files
     /// written before session 21).
     pub p2p_cpu: Vec<p2p_cpu::P2pCpuSamples>,
+    /// The optimizer's update on one core alone and on two at once (`memory_pair`; absent
+    /// in samples files written before session 22).
+    #[serde(default)]
+    pub memory_pair: Option<memory_pair::MemoryPairSamples>,
     pub overlap: Option<OverlapSamples>,
     /// Write and fsync a file of `bytes`.
     pub checkpoint: Vec<SizedSamples>,

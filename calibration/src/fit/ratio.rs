@@ -116,6 +116,17 @@ pub fn busy_share(wall: &[f64], cpu: &[f64]) -> Result<Estimate, FitError> {
     .clamp(0.0, 1.0))
 }
 
+/// Cores' worth of memory-bound work a machine serves at once, from the same work timed on
+/// one core (`alone`) and on two at once (`pair`, both cores' timings): two cores each run at
+/// `1 - s` of their solo rate for the [`slowdown`] `s`, so the machine serves `2 (1 - s)`.
+/// The value and its interval are clipped to [1, 2]: one core alone is never slowed, two are
+/// never faster than alone (`bench::memory_pair`, the profile's `[host] memory_cores`).
+pub fn memory_cores(alone: &[f64], pair: &[f64]) -> Result<Estimate, FitError> {
+    Ok(slowdown(alone, pair)?
+        .map_monotone(|s| 2.0 * (1.0 - s))
+        .clamp(1.0, 2.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::TestRng;
@@ -177,6 +188,30 @@ mod tests {
         assert!(w.value.abs() < 0.05 && w.ci95[0] < 0.0, "{w:?}");
         // Too few samples is an error, not a number.
         assert!(sharing_weight(&[(&[1.0], &[2.0])]).is_err());
+    }
+
+    #[test]
+    fn recovers_memory_cores_and_covers_them() {
+        // Alone 100 us, a pair 125 us each: 2 x 100 / 125 = 1.6 cores' worth; noise 6%, 36
+        // alone and 72 pair samples (two cores), as `bench::memory_pair` takes; 200 trials.
+        let mut rng = TestRng::new(13);
+        let mut covered = 0;
+        for _ in 0..200 {
+            let a = sample(&mut rng, 100e3, 6e3, 36);
+            let p = sample(&mut rng, 125e3, 7.5e3, 72);
+            let c = memory_cores(&a, &p).unwrap();
+            assert!((c.value - 1.6).abs() < 0.08, "{c:?}");
+            covered += usize::from(c.covers(1.6));
+        }
+        assert!((180..=199).contains(&covered), "covered {covered} of 200");
+        // No contention: two cores' worth, the interval clipped at 2.
+        let a = sample(&mut rng, 100e3, 3e3, 36);
+        let c = memory_cores(&a, &a).unwrap();
+        assert!(c.value <= 2.0 && c.ci95[1] <= 2.0 && c.value > 1.9, "{c:?}");
+        // Worse than taking turns: clipped at one core.
+        let p = sample(&mut rng, 300e3, 3e3, 72);
+        assert_eq!(memory_cores(&a, &p).unwrap().value, 1.0);
+        assert!(memory_cores(&[1.0], &[1.0, 2.0]).is_err());
     }
 
     #[test]

@@ -79,6 +79,10 @@ pub struct HostFits {
     /// the profile's `[host] p2p_cpu_share`); `None` when not measured or not fitted (a note
     /// says why).
     pub p2p_cpu_share: Option<Estimate>,
+    /// Cores' worth of memory-bound work the machine serves at once (`bench::memory_pair`,
+    /// the profile's `[host] memory_cores`); `None` when not measured or not fitted (a note
+    /// says why).
+    pub memory_cores: Option<Estimate>,
     /// Whether the transfer fits left out the groups with more ranks than cores: they do
     /// when `compute_weight` was measured, which prices sharing a core where the run shares
     /// it (see [`fit_all`]).
@@ -340,6 +344,24 @@ fn p2p_cpu_share_fit(
     }
 }
 
+/// The cores' worth of memory-bound work the machine serves at once (`bench::memory_pair`),
+/// or `None`: not measured, or not fitted (with a note).
+fn memory_cores_fit(
+    s: Option<&crate::bench::memory_pair::MemoryPairSamples>,
+    notes: &mut Vec<String>,
+) -> Option<Estimate> {
+    let s = s?;
+    match ratio::memory_cores(&s.alone_ns, &s.pair_ns) {
+        Ok(e) => Some(e),
+        Err(e) => {
+            notes.push(format!(
+                "memory on two cores: not fitted ({e}); the simulator gives each core its own"
+            ));
+            None
+        }
+    }
+}
+
 /// Fits every benchmark of `s`.
 pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
     let fit_pts = gemm_points(&s.gemm, false, s.private_cache_bytes);
@@ -464,6 +486,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         overlap_slowdown: ratio::slowdown(&overlap.alone_ns, &overlap.overlapped_ns)?,
         compute_weight,
         p2p_cpu_share: p2p_cpu_share_fit(&s.p2p_cpu, &mut notes),
+        memory_cores: memory_cores_fit(s.memory_pair.as_ref(), &mut notes),
         transfers_within_cores: within,
         checkpoint: named("checkpoint", &sized_points(&s.checkpoint), &mut notes)?,
         interruptions: s

@@ -102,6 +102,9 @@ pub struct Analytic {
     /// The share of a p2p's time each end's thread is on its CPU (a host profile's
     /// `[host] p2p_cpu_share`); `None`: all of it.
     pub p2p_cpu_share: Option<f64>,
+    /// Cores' worth of memory-bound work the machine serves at once (a host profile's
+    /// `[host] memory_cores`); `None`: each core its own.
+    pub memory_cores: Option<f64>,
     /// Interruptions of compute by the machine (profile keys `[host] interruptions_per_s`
     /// and `interruption_mean_ns`).
     pub interruptions: Option<crate::engine::Interruptions>,
@@ -157,6 +160,7 @@ impl Analytic {
             handoff_ns: 0,
             compute_weight: None,
             p2p_cpu_share: None,
+            memory_cores: None,
             interruptions: None,
             wake: None,
             host_cores: None,
@@ -439,6 +443,10 @@ impl CostModel for Analytic {
 
     fn p2p_cpu_share(&self) -> f64 {
         self.p2p_cpu_share.unwrap_or(1.0)
+    }
+
+    fn memory_cores(&self) -> Option<f64> {
+        self.memory_cores
     }
 
     fn compute_is_rank_invariant(&self) -> bool {

@@ -84,6 +84,13 @@ pub trait CostModel: Send + Sync {
     fn p2p_cpu_share(&self) -> f64 {
         1.0
     }
+    /// On shared cores, how many cores' worth of memory-bound work (compute ops without GEMMs,
+    /// such as the optimizer) the machine's caches and memory serve at once (a host profile's
+    /// `[host] memory_cores`, >= 1): such ops running on more cores than that share it. `None`:
+    /// every core has its own.
+    fn memory_cores(&self) -> Option<f64> {
+        None
+    }
     /// What an optimizer op loses as its state leaves a shared last-level cache with time (a
     /// host profile's `memory.state_decay_after_ns` and `state_lifetime_ns`); `None`: its
     /// price does not depend on when it runs. The engine adds [`StateAging::extra_ns`] of the

@@ -12,9 +12,15 @@
 //! that the event must match (lazy invalidation). Compute ops become flows when the cost
 //! model asks for it: on their rank's CPU core, shared with the other work bound to it (ranks
 //! are bound to their node's cores round-robin; host transfers and allocations are CPU work
-//! there too) and/or capped at `1 / (1 + slowdown)` while their rank communicates.
+//! there too) and/or capped at `1 / (1 + slowdown)` while their rank communicates. A
+//! memory-bound compute op (no GEMMs: the optimizer) also crosses its node's memory, a
+//! resource of `memory_cores` cores' worth of such work (a host profile's `[host]
+//! memory_cores`), which the memory-bound ops running on its cores at once share: two
+//! optimizers on two cores of a machine whose caches and memory serve 1.6 cores' worth run
+//! at 0.8 of their solo speed each.
 
 mod events;
+mod memory;
 mod plans;
 mod round;
 mod symmetry;
@@ -105,13 +111,13 @@ pub(crate) enum Finished {
     /// Nothing yet (a stale event, or other flows of the phase still run).
     Nothing,
     /// The transfer's last phase ended: its completion event fires after its latency.
-    Transfer {
-        done: (u32, u32),
-        latency_ns: u64,
-    },
+    Transfer { done: (u32, u32), latency_ns: u64 },
     Compute {
         rank: u32,
         op: u32,
+        /// A memory-bound op's own time: its span less its waiting for its core (see
+        /// `flow::memory`); `None` for other ops.
+        own_ns: Option<u64>,
     },
 }
 
@@ -127,6 +133,8 @@ pub(crate) struct Flows {
     core_base: Option<u32>,
     /// Cores of each node, when compute shares cores.
     cores_per_node: u32,
+    /// Each node's memory, when memory-bound compute shares it.
+    memory: Option<memory::Memory>,
     /// Compute runs as flows (shared cores or an overlap slowdown).
     pub compute: bool,
     slowdown: f64,
@@ -150,9 +158,11 @@ struct Batch {
 }
 
 impl Flows {
+    /// `cores`: the cores of each node when compute shares them, and the cores' worth of
+    /// memory-bound work each node's memory serves at once (`None`: each core its own).
     pub fn new(
         net: Option<&Network>,
-        cores: Option<u32>,
+        (cores, memory_cores): (Option<u32>, Option<f64>),
         nodes: u32,
         slowdown: f64,
         slots: usize,
@@ -164,6 +174,15 @@ impl Flows {
             capacity.resize(base as usize + (nodes * c.max(1)) as usize, 1.0);
             base
         });
+        // One resource per node for memory-bound compute, with shared cores only.
+        let memory = match (core_base, memory_cores) {
+            (Some(_), Some(m)) if m.is_finite() && m >= 1.0 => {
+                let base = capacity.len() as u32;
+                capacity.resize(base as usize + nodes as usize, m);
+                Some(memory::Memory::new(base, m, nodes))
+            }
+            _ => None,
+        };
         let slowdown = if slowdown.is_finite() && slowdown > 0.0 {
             slowdown
         } else {
@@ -178,6 +197,7 @@ impl Flows {
             changed: Vec::new(),
             core_base,
             cores_per_node: cores.unwrap_or(0).max(1),
+            memory,
             compute: cores.is_some() || slowdown > 0.0,
             slowdown,
             compute_flow: vec![NO_FLOW; slots],
@@ -198,6 +218,8 @@ impl Flows {
         if id == NO_FLOW || extra_ns.is_nan() || extra_ns <= 0.0 {
             return false;
         }
+        // A memory-bound op's stretch ends here too.
+        self.settle_memory_of(&[id], now);
         let i = &mut self.info[id as usize];
         let elapsed = now.saturating_sub(i.last_ns) as f64;
         i.left = (i.left - i.rate * elapsed).max(0.0) + extra_ns;
@@ -336,6 +358,11 @@ impl Flows {
         self.core_base.is_some()
     }
 
+    /// Whether memory-bound compute shares its node's memory (`[host] memory_cores`).
+    pub fn shares_memory(&self) -> bool {
+        self.memory.is_some()
+    }
+
     /// The core `rank` runs on (an index among the cores of every node): ranks are bound to
     /// their node's cores round-robin by local rank, as the host runtime binds them
     /// (`twin_runtime::launch::affinity`), and the work of the ranks bound to one core shares
@@ -391,18 +418,22 @@ impl Flows {
     /// Starts compute op `op` of `rank` on stream slot `slot` (`rank * STREAMS + stream`) for
     /// `work_ns` of solo time on core `cpu` (see [`Flows::cpu_of`]), where it weighs `weight`
     /// against the transfers beside it (the weight of the thread that runs it; it matters only
-    /// when cores are shared); `communicating` picks the cap.
+    /// when cores are shared); `communicating` picks the cap. A `memory_bound` op also crosses
+    /// its node's memory when the model has one ([`Flows::shares_memory`]).
     pub fn start_compute(
         &mut self,
         now: u64,
         (rank, op, slot): (u32, u32, u32),
         (cpu, weight): (u32, f64),
-        work_ns: u64,
+        (work_ns, memory_bound): (u64, bool),
         communicating: bool,
     ) {
-        let path = match self.core_base {
-            Some(b) => Path::new(&[b + cpu]),
-            None => Path::default(),
+        let node = cpu / self.cores_per_node;
+        let memory_base = self.memory.as_ref().map(|m| m.base);
+        let path = match (self.core_base, memory_base) {
+            (Some(b), Some(m)) if memory_bound => Path::new(&[b + cpu, m + node]),
+            (Some(b), _) => Path::new(&[b + cpu]),
+            (None, _) => Path::default(),
         };
         let cap = self.cap(communicating);
         let id = self.add(
@@ -411,6 +442,9 @@ impl Flows {
             work_ns as f64,
             Owner::Compute { rank, op, slot },
         );
+        if memory_bound && memory_base.is_some() {
+            self.memory_started(id, node, now);
+        }
         if let Some(s) = self.compute_flow.get_mut(slot as usize) {
             *s = id;
         }

@@ -33,6 +33,8 @@ mod flow_tests;
 mod memo;
 mod memory;
 #[cfg(test)]
+mod memory_share_tests;
+#[cfg(test)]
 mod proptests;
 mod queue;
 mod run;

@@ -250,7 +250,14 @@ impl<S: Slots> State<S> {
             };
             match f.finish(self.now, a & !FLOW_TAG, &mut self.queue) {
                 Finished::Nothing => Ok(()),
-                Finished::Compute { rank, op } => self.complete(ctx, rank, op),
+                Finished::Compute { rank, op, own_ns } => {
+                    if let (Some(own), Some(sh)) = (own_ns, self.share.as_mut()) {
+                        // A memory-bound op: what of its span was its own is known only now.
+                        let s = ctx.prog(rank as usize).ops[op as usize].stream as usize;
+                        sh.started(S::slot(ctx, rank), s, Some(own));
+                    }
+                    self.complete(ctx, rank, op)
+                }
                 Finished::Transfer { done, latency_ns } => {
                     self.schedule(latency_ns, done.0, done.1);
                     Ok(())
@@ -347,8 +354,14 @@ impl<S: Slots> State<S> {
         a.running_compute += 1;
         let communicating = a.running_comm > 0;
         self.core_activity(ctx, rank, true);
+        // A compute op without GEMMs streams memory: where the profile says how much of that
+        // the machine serves at once, it shares the node's memory with the others running.
+        let memory_bound = matches!(op.kind, CKind::Compute { flops: 0 })
+            && self.flows.as_ref().is_some_and(|f| f.shares_memory());
         if let Some(sh) = &mut self.share {
-            sh.started(r, s, Some(dur));
+            // Its time beyond `dur` may be the memory's, which is work and not waiting for the
+            // core: not counted as waiting.
+            sh.started(r, s, (!memory_bound).then_some(dur));
         }
         match &mut self.flows {
             Some(f) if f.compute && dur > 0 => {
@@ -357,7 +370,7 @@ impl<S: Slots> State<S> {
                     now,
                     (rank, op_idx, (r * STREAMS + s) as u32),
                     (cpu, thread_weight(s, self.compute_weight)),
-                    dur,
+                    (dur, memory_bound),
                     communicating,
                 )
             }

@@ -71,10 +71,16 @@ pub(crate) struct SharedCores {
     pub compute_weight: Option<f64>,
     /// The share of a p2p's time its ends work on their cores (`None`: all of it).
     pub p2p_cpu_share: Option<f64>,
+    /// Cores' worth of memory-bound work served at once (`None`: each core its own).
+    pub memory_cores: Option<f64>,
 }
 
 impl CostModel for SharedCores {
+    /// As [`FixedCost`], but an op without FLOPs (memory-bound) takes its `memory_bytes` ns.
     fn compute_ns(&self, rank: u32, op: &ComputeOp) -> u64 {
+        if op.flops == 0 {
+            return op.memory_bytes;
+        }
         FixedCost::default().compute_ns(rank, op)
     }
     fn collective_ns(&self, kind: CollectiveKind, g: &Group, bytes: u64, calls: u32) -> u64 {
@@ -104,6 +110,9 @@ impl CostModel for SharedCores {
     }
     fn p2p_cpu_share(&self) -> f64 {
         self.p2p_cpu_share.unwrap_or(1.0)
+    }
+    fn memory_cores(&self) -> Option<f64> {
+        self.memory_cores
     }
     fn models_operand_residency(&self) -> bool {
         self.residency.is_some()
@@ -184,6 +193,14 @@ impl ProgBuilder {
 
     pub fn fwd(&mut self, ns: u64, deps: &[u32]) -> u32 {
         self.compute(Stream::Compute, Phase::Forward, ns, deps)
+    }
+
+    /// A memory-bound compute op (no FLOPs) of `bytes` streamed: `bytes` ns under
+    /// [`SharedCores`].
+    pub fn optimizer(&mut self, bytes: u64, deps: &[u32]) -> u32 {
+        let mut c = compute_op(Phase::Optimizer, 0);
+        c.memory_bytes = bytes;
+        self.op(Stream::Compute, OpKind::Compute(c), deps, Label::default())
     }
 
     pub fn send(&mut self, peer: Peer, bytes: u64, tag: u32, deps: &[u32]) -> u32 {

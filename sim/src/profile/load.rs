@@ -94,6 +94,7 @@ struct RawHost {
     handoff_ns: Option<RawParam>,
     compute_weight: Option<RawParam>,
     p2p_cpu_share: Option<RawParam>,
+    memory_cores: Option<RawParam>,
 }
 
 #[derive(Deserialize)]
@@ -250,6 +251,8 @@ pub(crate) enum Range {
     Slowdown,
     /// >= 1, a whole number (counts, tiles).
     Count,
+    /// >= 1 (capacities in units of one core's).
+    AtLeastOne,
 }
 
 impl Range {
@@ -261,6 +264,7 @@ impl Range {
                 Range::Fraction => v > 0.0 && v <= 1.0,
                 Range::Slowdown => (0.0..1.0).contains(&v),
                 Range::Count => v >= 1.0 && v.fract() == 0.0,
+                Range::AtLeastOne => v >= 1.0,
             }
     }
 
@@ -271,6 +275,7 @@ impl Range {
             Range::Fraction => "a fraction in (0, 1]",
             Range::Slowdown => "a fraction in [0, 1)",
             Range::Count => "a whole number >= 1",
+            Range::AtLeastOne => "a finite number >= 1",
         }
     }
 }

@@ -202,6 +202,10 @@ pub struct Profile {
     /// its CPU (the rest it sleeps in a blocking read); absent means all of it
     /// (`cost::CostModel::p2p_cpu_share`).
     pub host_p2p_cpu_share: Option<Param>,
+    /// `[host] memory_cores`: how many cores' worth of memory-bound work the machine's caches
+    /// and memory serve at once (>= 1): memory-bound ops running on several cores share it
+    /// (`engine::flow`); absent means every core has its own.
+    pub host_memory_cores: Option<Param>,
     /// `[provenance]`: where the profile was measured (machine, date, backend, versions).
     pub provenance: BTreeMap<String, String>,
     pub fit: Option<FitQuality>,
@@ -353,6 +357,7 @@ impl Analytic {
             handoff_ns: p.host_handoff_ns.as_ref().map_or(0, whole),
             compute_weight: p.host_compute_weight.as_ref().map(|w| w.value),
             p2p_cpu_share: p.host_p2p_cpu_share.as_ref().map(|w| w.value),
+            memory_cores: p.host_memory_cores.as_ref().map(|m| m.value),
             interruptions: match (&p.host_interruptions_per_s, &p.host_interruption_mean_ns) {
                 (Some(r), Some(m)) => Some(crate::engine::Interruptions {
                     rate_per_ns: r.value * 1e-9,

@@ -55,6 +55,7 @@ fn clamp(range: Range, v: f64, value: f64) -> f64 {
         Range::Fraction => v.clamp(1e-6, 1.0),
         Range::Slowdown => v.clamp(0.0, 0.999),
         Range::Count => v.round().max(1.0),
+        Range::AtLeastOne => v.max(1.0),
     }
 }
 
@@ -105,6 +106,7 @@ impl Profile {
             (self.host_handoff_ns.as_mut(), NonNegative),
             (self.host_compute_weight.as_mut(), NonNegative),
             (self.host_p2p_cpu_share.as_mut(), Fraction),
+            (self.host_memory_cores.as_mut(), AtLeastOne),
             (self.memory_spill_bytes.as_mut(), NonNegative),
             (self.memory_spill_efficiency.as_mut(), Fraction),
             (self.memory_cold_efficiency.as_mut(), Fraction),

@@ -1004,3 +1004,31 @@ fn the_p2p_cpu_share_key_reaches_the_cost_model_and_must_be_a_fraction() {
         assert!(e.contains("host.p2p_cpu_share.value"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn the_memory_cores_key_reaches_the_cost_model_and_must_be_at_least_one() {
+    let with_host = |host: &str| A100.replacen("[gpu]", &format!("[host]\n{host}\n[gpu]"), 1);
+    let cores = "cores = { value = 2, source = \"fitted\", ref = \"t\" }\n";
+    let key = |v: &str| {
+        with_host(&format!(
+            "{cores}memory_cores = {{ value = {v}, source = \"fitted\", ref = \"t\", ci95 = [1.3, 1.6] }}"
+        ))
+    };
+    let p = parse_str(&key("1.49"), "p.toml").unwrap();
+    let s = small_scenario(1, 2, 1, 4);
+    assert_eq!(Analytic::from_profile(&s, &p).memory_cores(), Some(1.49));
+    // Without the key every core has its own.
+    assert_eq!(Analytic::from_profile(&s, &a100()).memory_cores(), None);
+    for bad in ["0.9", "0", "-1", "inf"] {
+        let e = parse_str(&key(bad), "p.toml").unwrap_err().to_string();
+        assert!(e.contains("host.memory_cores.value"), "{bad}: {e}");
+        assert!(e.contains(">= 1"), "{bad}: {e}");
+    }
+    // Draws for the step-time interval stay >= 1.
+    let mut rng = crate::profile::sample::Rng::new(3);
+    for _ in 0..200 {
+        let d = p.sample(&mut rng);
+        let v = d.host_memory_cores.as_ref().unwrap().value;
+        assert!(v >= 1.0, "{v}");
+    }
+}

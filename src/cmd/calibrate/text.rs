@@ -243,6 +243,17 @@ pub(super) fn host_text(run: &twin_calibration::HostRun, files: &str) -> String 
             100.0 * s.ci95[1]
         ));
     }
+    if let Some(m) = &f.memory_cores {
+        o.push_str(&format!(
+            "memory-bound work (the optimizer's update) on two cores at once runs at {:.0}% [{:.0} .. {:.0}] of its speed alone: the machine serves {:.2} [{:.2} .. {:.2}] cores' worth\n",
+            50.0 * m.value,
+            50.0 * m.ci95[0],
+            50.0 * m.ci95[1],
+            m.value,
+            m.ci95[0],
+            m.ci95[1]
+        ));
+    }
     if let Some((jump, per_idle)) = &f.wake {
         o.push_str(&format!(
             "a transfer into a core that idled takes {} + {:.4} [{:.4} .. {:.4}] x the idle time longer\n",

@@ -30,6 +30,8 @@ impl Flows {
         let mut changed = std::mem::take(&mut self.changed);
         changed.clear();
         self.solver.resolve(&mut changed);
+        // Memory-bound flows end their stretch at the old rates first (`flow::memory`).
+        self.settle_memory_of(&changed, now);
         // Flows that grew keep their rate but need a new completion (once each).
         for id in self.grown.drain(..) {
             if !changed.contains(&id) && self.solver.is_active(id) {
@@ -140,7 +142,8 @@ impl Flows {
                 if let Some(s) = self.compute_flow.get_mut(slot as usize) {
                     *s = NO_FLOW;
                 }
-                Finished::Compute { rank, op }
+                let own_ns = self.memory_finished(id, now);
+                Finished::Compute { rank, op, own_ns }
             }
             Owner::Transfer(tid) => {
                 let t = &mut self.transfers[tid as usize];

@@ -45,7 +45,7 @@ impl<S: Slots> State<S> {
                 let slowdown = ctx.cost.overlap_compute_slowdown();
                 let f = Flows::new(
                     ctx.net,
-                    cores,
+                    (cores, ctx.cost.memory_cores()),
                     ctx.plan.node_of(ctx.plan.world.saturating_sub(1)) + 1,
                     slowdown,
                     world * STREAMS,

@@ -75,6 +75,12 @@ impl Checker<'_> {
             ),
             None => (None, None, None, None, None, None, None),
         };
+        let memory_cores = raw
+            .host
+            .as_mut()
+            .and_then(|h| h.memory_cores.take())
+            .map(|m| self.param("host.memory_cores", m, Range::AtLeastOne))
+            .transpose()?;
         let handoff_ns = handoff
             .map(|h| self.param("host.handoff_ns", h, Range::NonNegative))
             .transpose()?;
@@ -190,6 +196,7 @@ impl Checker<'_> {
             host_handoff_ns: handoff_ns,
             host_compute_weight: compute_weight,
             host_p2p_cpu_share: p2p_cpu_share,
+            host_memory_cores: memory_cores,
             provenance: raw
                 .provenance
                 .into_iter()
