@@ -14,6 +14,7 @@ pub mod load;
 pub mod nccl_tests;
 pub mod provenance;
 pub mod refit;
+pub mod rounds;
 pub mod run;
 pub mod sample;
 pub mod write;

@@ -103,7 +103,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
             + cfg.state_gap_bytes.len() * cfg.state_gap_ns.len())
         + cfg.launch_ops.len()
         + 1
-        + bench::comm::measurement_count(&cfg)
+        + crate::rounds::rounds(cfg.mode) * bench::comm::measurement_count(&cfg)
         + bench::comm_busy::measurement_count(&cfg, cores)
         + bench::p2p_cpu::measurement_count(cores)
         + bench::memory_pair::measurement_count(&cfg, cores)
@@ -141,13 +141,16 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
         ..Samples::default()
     };
     (samples.launch, samples.handoff_gap) = bench::launch::launch(&cfg, &mut progress)?;
-    let (comm, overlap) = bench::comm::comm(&cfg, &mut progress)?;
-    samples.comm = comm;
-    samples.overlap = Some(overlap);
+    // The transfer benchmarks' rounds: here, in the middle and at the end (`rounds`).
+    let n_rounds = crate::rounds::rounds(cfg.mode);
+    let mut rounds = vec![bench::comm::comm(&cfg, &mut progress)?];
     samples.comm_busy = bench::comm_busy::comm_busy(&cfg, cores, &mut progress)?;
     samples.p2p_cpu = bench::p2p_cpu::p2p_cpu(&cfg, cores, &mut progress)?;
     samples.memory_pair = bench::memory_pair::memory_pair(&cfg, cores, &mut progress)?;
     samples.checkpoint = bench::io::checkpoint(&cfg, &mut progress)?;
+    if rounds.len() + 1 < n_rounds {
+        rounds.push(bench::comm::comm(&cfg, &mut progress)?);
+    }
     samples.interruptions = Some(bench::interrupt::interruptions(&cfg, &mut progress));
     samples.wake = bench::wake::wake(&cfg, &mut progress)?;
     // The state update again, at the end: the last-level cache this machine gets can change
@@ -156,7 +159,11 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
     samples
         .state_update
         .extend(memory::state_update(&cfg, &mut progress).map_err(CalibError::Bench)?);
-    let fits = host::fit_all(&samples, cores)?;
+    while rounds.len() < n_rounds {
+        rounds.push(bench::comm::comm(&cfg, &mut progress)?);
+    }
+    let (samples, mut fits, rounds_note) = crate::rounds::keep_median(samples, rounds, cores)?;
+    fits.notes.extend(rounds_note);
     // Other work on the cores while the transfers were timed bends them off latency + bytes /
     // bandwidth, and one such spell set a p2p latency of 500 us where 42 us is right: the
     // transfer benchmarks run again, up to COMM_RETRIES times, while their fit stays poor, and

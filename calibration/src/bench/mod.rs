@@ -88,7 +88,10 @@ pub struct Config {
     pub launch: Repeats,
     pub comm_bytes: Vec<u64>,
     pub comm: Repeats,
-    /// Largest collective group (at most 4, at most twice the cores).
+    /// Largest collective group: at most 4, and at most the cores where there are two or more
+    /// (a larger group shares cores among its own members, and the fits leave such groups
+    /// out where the calibration measured what sharing a core costs, `host::fit_all`; until
+    /// session 22 it was twice the cores, timed and not used). One core: 2.
     pub max_group: u32,
     pub overlap: Repeats,
     pub checkpoint_bytes: Vec<u64>,
@@ -123,7 +126,7 @@ const MS: u64 = 1_000_000;
 impl Config {
     /// The sweep of `mode` on a machine with `cores` CPU cores.
     pub fn new(mode: Mode, cores: u32) -> Config {
-        let max_group = 4.min(cores.saturating_mul(2)).max(2);
+        let max_group = 4.min(cores).max(2);
         let private_cache = cache_bytes(2).unwrap_or(MIB);
         let evict = 4 * private_cache;
         // Twice the last-level cache (4x L2 where sysfs names no L3).
@@ -454,6 +457,10 @@ pub struct Samples {
     #[serde(default)]
     pub handoff_gap: Vec<SizedSamples>,
     pub comm: Vec<CommSamples>,
+    /// The other rounds of the transfer benchmarks (`rounds`: the profile keeps `comm`, the
+    /// median round); empty in samples files written before session 22.
+    #[serde(default)]
+    pub comm_rounds_set_aside: Vec<Vec<CommSamples>>,
     /// Two-rank collectives with the cores otherwise idle and beside a compute thread on each
     /// (`comm_busy`; empty in samples files written before session 19).
     pub comm_busy: Vec<CommBusySamples>,
