@@ -121,6 +121,12 @@ impl Span {
         self.solo_ns
             .map_or(0, |s| self.duration_ns().saturating_sub(s))
     }
+
+    /// Its own time: the span less its waiting for a shared core (what `twin verify`'s op
+    /// table compares).
+    pub fn own_ns(&self) -> u64 {
+        self.duration_ns() - self.waiting_ns()
+    }
 }
 
 /// The ops of one rank, by start time.
