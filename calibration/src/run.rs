@@ -162,7 +162,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
     while rounds.len() < n_rounds {
         rounds.push(bench::comm::comm(&cfg, &mut progress)?);
     }
-    let (samples, mut fits, rounds_note) = crate::rounds::keep_median(samples, rounds, cores)?;
+    let (samples, mut fits, rounds_note) = crate::rounds::keep_fastest(samples, rounds, cores)?;
     fits.notes.extend(rounds_note);
     // Other work on the cores while the transfers were timed bends them off latency + bytes /
     // bandwidth, and one such spell set a p2p latency of 500 us where 42 us is right: the
