@@ -458,7 +458,7 @@ pub struct Samples {
     pub handoff_gap: Vec<SizedSamples>,
     pub comm: Vec<CommSamples>,
     /// The other rounds of the transfer benchmarks (`rounds`: the profile keeps `comm`, the
-    /// median round); empty in samples files written before session 22.
+    /// fastest round); empty in samples files written before session 22.
     #[serde(default)]
     pub comm_rounds_set_aside: Vec<Vec<CommSamples>>,
     /// Two-rank collectives with the cores otherwise idle and beside a compute thread on each
