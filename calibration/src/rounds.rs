@@ -36,43 +36,35 @@ pub fn fastest_index(latencies_ns: &[f64]) -> Option<usize> {
 }
 
 /// `samples` with the fastest round's transfers, its fits, and a note when there was a choice.
+/// Only each round's ring fit is made to choose; the whole fit once, of the round kept. A
+/// round whose ring cannot be fitted is never kept over one that can.
 pub fn keep_fastest(
-    samples: Samples,
-    rounds: Vec<Round>,
+    mut samples: Samples,
+    mut rounds: Vec<Round>,
     cores: u32,
 ) -> Result<(Samples, HostFits, Option<String>), CalibError> {
-    let mut fitted = Vec::with_capacity(rounds.len());
-    for (comm, overlap) in rounds {
-        let mut s = samples.clone();
-        s.comm = comm;
-        s.overlap = Some(overlap);
-        let f = host::fit_all(&s, cores)?;
-        fitted.push((s, f));
-    }
-    let latencies: Vec<f64> = fitted
+    let latencies: Vec<f64> = rounds
         .iter()
-        .map(|(_, f)| f.ring.latency_ns.value)
+        .map(|(comm, _)| host::ring_latency_ns(&samples, comm, cores).unwrap_or(f64::INFINITY))
         .collect();
     let keep = fastest_index(&latencies)
         .ok_or_else(|| CalibError::Bench("no round of transfer benchmarks ran".into()))?;
-    let note = (fitted.len() > 1).then(|| {
+    let note = (rounds.len() > 1).then(|| {
         let each: Vec<String> = latencies.iter().map(|l| format!("{:.1}", l / 1e3)).collect();
         format!(
             "the transfer benchmarks ran in {} rounds spread over the calibration, with ring latencies of {} us per step; the profile keeps the fastest round ({:.1} us)",
-            fitted.len(),
+            rounds.len(),
             each.join(", "),
             latencies[keep] / 1e3
         )
     });
-    let set_aside: Vec<Vec<CommSamples>> = fitted
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| i != keep)
-        .map(|(_, (s, _))| s.comm.clone())
-        .collect();
-    let (mut s, f) = fitted.swap_remove(keep);
-    s.comm_rounds_set_aside = set_aside;
-    Ok((s, f, note))
+    let (comm, overlap) = rounds.remove(keep);
+    samples.comm = comm;
+    samples.overlap = Some(overlap);
+    // The others, in the order they ran.
+    samples.comm_rounds_set_aside = rounds.into_iter().map(|(c, _)| c).collect();
+    let fits = host::fit_all(&samples, cores)?;
+    Ok((samples, fits, note))
 }
 
 #[cfg(test)]

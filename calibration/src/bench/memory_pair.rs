@@ -9,8 +9,8 @@
 //! pinned to core 0, each sample after its state was evicted by `cfg.step_evict_bytes` of
 //! other writes (as a step leaves it), in blocks that alternate between core 1 idle and core 1
 //! running the same update on its own state at the same time. The profile's
-//! `[host] memory_cores` is `2 / (1 + s)` for the slowdown `s` of the pair against alone
-//! (`fit::ratio::slowdown`): the cores' worth of such work the machine serves at once.
+//! `[host] memory_cores` is `2 (1 - s)` for the rate `s` the pair loses against alone
+//! (`fit::ratio::memory_cores`): the cores' worth of such work the machine serves at once.
 
 use super::comm::Barrier;
 use super::compute::evict_cache;

@@ -221,6 +221,33 @@ fn wake_fit(s: &[SizedSamples], notes: &mut Vec<String>) -> Option<(Estimate, Es
     Some((jump, per_idle))
 }
 
+/// The one fit over the ring collectives of `comm` (groups within the cores where `within`).
+fn ring_fit(
+    comm: &[CommSamples],
+    cores: u32,
+    within: bool,
+    notes: &mut Vec<String>,
+) -> Result<AlphaBeta, FitError> {
+    let rings = comm
+        .iter()
+        .filter(|c| RING_KINDS.contains(&c.kind.as_str()));
+    named(
+        "ring collectives",
+        &comm_points(rings, cores, within),
+        notes,
+    )
+}
+
+/// The ring latency per step (ns) that [`fit_all`] would fit from the transfers `comm` with
+/// the rest of `s` (`rounds` keeps the round with the lowest); `None` when it cannot be
+/// fitted.
+pub fn ring_latency_ns(s: &Samples, comm: &[CommSamples], cores: u32) -> Option<f64> {
+    let within = compute_weight_fit(&s.comm_busy, &mut Vec::new()).is_some();
+    ring_fit(comm, cores, within, &mut Vec::new())
+        .ok()
+        .map(|f| f.latency_ns.value)
+}
+
 pub(crate) fn named(
     what: &str,
     points: &[Point],
@@ -419,17 +446,7 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         &comm_points(s.comm.iter().filter(|c| c.kind == "p2p"), cores, within),
         &mut notes,
     )?;
-    let ring = named(
-        "ring collectives",
-        &comm_points(
-            s.comm
-                .iter()
-                .filter(|c| RING_KINDS.contains(&c.kind.as_str())),
-            cores,
-            within,
-        ),
-        &mut notes,
-    )?;
+    let ring = ring_fit(&s.comm, cores, within, &mut notes)?;
     for (what, f) in [("p2p", &p2p), ("ring collectives", &ring)] {
         if let Some(n) = poor_transfer_fit(what, f) {
             notes.push(n);
