@@ -41,6 +41,15 @@ pub struct TraceEvent {
     pub solo_ns: Option<u64>,
 }
 
+impl TraceEvent {
+    /// The op's own time: its span less its waiting for a shared core (`solo_ns`, where the
+    /// trace knows it).
+    pub fn own_ns(&self) -> u64 {
+        let span_ns = self.end_ns.saturating_sub(self.start_ns);
+        self.solo_ns.map_or(span_ns, |s| s.min(span_ns))
+    }
+}
+
 #[cfg(test)]
 impl TraceEvent {
     /// Op 0 of `rank` on `stream` over [`start_ns`, `end_ns`), nothing else known: the

@@ -62,13 +62,7 @@ fn durations(trace: &Trace) -> BTreeMap<(u32, u32), u64> {
     trace
         .events
         .iter()
-        .map(|e| {
-            let span_ns = e.end_ns.saturating_sub(e.start_ns);
-            (
-                (e.rank, e.op),
-                e.solo_ns.map_or(span_ns, |s| s.min(span_ns)),
-            )
-        })
+        .map(|e| ((e.rank, e.op), e.own_ns()))
         .collect()
 }
 
@@ -76,10 +70,9 @@ fn durations(trace: &Trace) -> BTreeMap<(u32, u32), u64> {
 /// says so.
 pub(super) fn any_core_wait(predicted: &Trace, measured: &Trace) -> bool {
     [predicted, measured].iter().any(|t| {
-        t.events.iter().any(|e| {
-            e.solo_ns
-                .is_some_and(|s| s < e.end_ns.saturating_sub(e.start_ns))
-        })
+        t.events
+            .iter()
+            .any(|e| e.own_ns() < e.end_ns.saturating_sub(e.start_ns))
     })
 }
 
