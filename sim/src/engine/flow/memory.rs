@@ -101,13 +101,13 @@ impl Flows {
         Some(m.own_ns[id as usize].round() as u64)
     }
 
-    /// Before rates change at `now`: settles the nodes of the memory-bound flows in
-    /// `changed` (with the rates of the stretch that ends), and of `id` when given.
-    pub(super) fn settle_memory_of(&mut self, changed: &[u32], now: u64) {
+    /// Before rates or work change at `now`: settles the nodes of the memory-bound flows among
+    /// `ids` (with the rates of the stretch that ends).
+    pub(super) fn settle_memory_of(&mut self, ids: &[u32], now: u64) {
         let Some(m) = self.memory.as_ref() else {
             return;
         };
-        let mut nodes: Vec<u32> = changed.iter().filter_map(|&id| m.node(id)).collect();
+        let mut nodes: Vec<u32> = ids.iter().filter_map(|&id| m.node(id)).collect();
         nodes.sort_unstable();
         nodes.dedup();
         for n in nodes {
