@@ -1,6 +1,6 @@
 //! The published-run validation with the flow-level network model instead of the per-call
 //! alpha-beta one, side by side: `cargo run --release -p twin-sim --example validate_flow
-//! [TABLE]` (default ../shared/validation/throughput.toml).
+//! [TABLE]` (default data/validation/throughput.toml).
 
 use twin_sim::scenario::NetworkModel;
 use twin_sim::validate::{load_table, median_abs, row_cases, run_case};
@@ -8,7 +8,7 @@ use twin_sim::validate::{load_table, median_abs, row_cases, run_case};
 fn main() {
     let path = std::env::args()
         .nth(1)
-        .unwrap_or_else(|| "../shared/validation/throughput.toml".to_string());
+        .unwrap_or_else(|| "data/validation/throughput.toml".to_string());
     let table = load_table(std::path::Path::new(&path)).expect("table");
     let (mut analytic, mut flow) = (Vec::new(), Vec::new());
     for row in &table.run {

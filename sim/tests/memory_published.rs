@@ -1,4 +1,4 @@
-//! Issue 3's acceptance against the published figures of ../shared/validation/memory.toml.
+//! Issue 3's acceptance against the published figures of data/validation/memory.toml.
 //! Every measured number comes from the simulator's own memory timeline: the schedule is
 //! generated, the engine runs it, and the test reads the live bytes per category at each
 //! rank's peak ([`RankStats::memory_at_peak`]). The only numbers written here are the

@@ -1,9 +1,9 @@
-//! Whole published runs (shared/validation/throughput.toml): the model, fitted only on
+//! Whole published runs (data/validation/throughput.toml): the model, fitted only on
 //! per-layer timings, predicts every published figure; these runs are held out of the fit.
 
 use twin_sim::validate::{parse_table, validate_table};
 
-const THROUGHPUT: &str = include_str!("../../../shared/validation/throughput.toml");
+const THROUGHPUT: &str = include_str!("../../data/validation/throughput.toml");
 
 /// Issue 4's acceptance: median |error| <= 5% and max <= 12% over the published rows. Measured
 /// on 2026-11-23, session 4 (docs/validation.md): median 4.1%, max 6.4%.

@@ -8,15 +8,15 @@ use std::process::ExitCode;
 
 /// Predict published training runs and compare.
 ///
-/// Reads a table in the layout of shared/validation/throughput.toml ([[run]] rows), builds a
+/// Reads a table in the layout of data/validation/throughput.toml ([[run]] rows), builds a
 /// scenario per published figure (model shape, parallel layout, batch, recompute, schedule),
 /// simulates it, and prints predicted vs published TFLOP/s per GPU or iteration time with the
 /// signed error, then the median and max |error|. The rules that fill in what a row leaves
 /// out are in docs/validation.md.
 ///
 /// Examples:
-///   twin validate ../shared/validation/throughput.toml
-///   twin validate ../shared/validation/throughput.toml --format json
+///   twin validate data/validation/throughput.toml
+///   twin validate data/validation/throughput.toml --format json
 ///   twin validate table.toml --profile scenarios/profiles/a100-dgx.toml
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]

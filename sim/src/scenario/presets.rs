@@ -190,7 +190,7 @@ mod tests {
 
     #[test]
     fn presets_match_the_shared_validation_figures() {
-        // /work/shared/validation/network.toml: bf16 dense 312 / 989 / 989 TFLOP/s,
+        // data/validation/network.toml: bf16 dense 312 / 989 / 989 TFLOP/s,
         // HBM 80 / 80 / 141 GB at 2.039 / 3.35 / 4.8 TB/s.
         let want = [
             ("a100-sxm-80gb", 312e12, 80e9, 2.039e12),

@@ -1,5 +1,5 @@
 //! `twin validate`: predict published training runs and say how far off the model is. Each
-//! row of a published table (shared/validation/throughput.toml layout) becomes one scenario
+//! row of a published table (data/validation/throughput.toml layout) becomes one scenario
 //! per published figure; the scenario is simulated like any other, and the predicted
 //! TFLOP/s per GPU or iteration time is set against the published one.
 //!

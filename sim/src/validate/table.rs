@@ -1,4 +1,4 @@
-//! The published-runs table (the layout of shared/validation/throughput.toml): `[[run]]` rows
+//! The published-runs table (the layout of data/validation/throughput.toml): `[[run]]` rows
 //! of whole training runs and `[[layer_timing]]` rows of one transformer layer's forward and
 //! backward. Extra keys (sources, notes, derived percentages) are allowed and ignored, since
 //! published tables carry more than a prediction needs.

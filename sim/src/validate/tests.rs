@@ -4,7 +4,7 @@ use super::*;
 use crate::cost::Analytic;
 use crate::scenario::{Recompute, Scenario};
 
-const THROUGHPUT: &str = include_str!("../../../../shared/validation/throughput.toml");
+const THROUGHPUT: &str = include_str!("../../../data/validation/throughput.toml");
 
 fn table() -> Table {
     parse_table(THROUGHPUT, "throughput.toml").unwrap()

@@ -1,5 +1,5 @@
 //! Activation bytes against Korthikanti et al. 2022, Table 2 and section 4
-//! (/work/shared/validation/memory.toml, [activations]).
+//! (data/validation/memory.toml, [activations]).
 
 use super::*;
 use crate::workload::{chunk_work, layers_work};

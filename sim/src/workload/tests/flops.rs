@@ -1,5 +1,5 @@
 //! FLOPs and GEMM shapes against Megatron-LM's closed forms (Narayanan et al. 2021,
-//! Korthikanti et al. 2022 appendix A; /work/shared/validation/throughput.toml).
+//! Korthikanti et al. 2022 appendix A; data/validation/throughput.toml).
 
 use super::*;
 use crate::schedule::{Gemm, Phase};

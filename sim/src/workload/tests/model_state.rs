@@ -1,5 +1,5 @@
 //! Parameter counts against published model sizes, and model-state bytes against the ZeRO
-//! paper (/work/shared/validation/memory.toml, [zero]) and Megatron-LM's distributed
+//! paper (data/validation/memory.toml, [zero]) and Megatron-LM's distributed
 //! optimizer table.
 
 use super::*;
