@@ -97,6 +97,52 @@ fn tune_memory_for_sweeps() {
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set when a print failed because stdout's reader had gone.
+static STDOUT_GONE: AtomicBool = AtomicBool::new(false);
+
+/// Whether stdout is a pipe or socket whose reader has gone (`twin simulate F | head -1` once
+/// head has exited): poll reports an error condition on it.
+fn stdout_reader_gone() -> bool {
+    let mut fd = libc::pollfd {
+        fd: libc::STDOUT_FILENO,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no waiting.
+    let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+    ready == 1 && fd.revents & libc::POLLERR != 0
+}
+
+/// A closed stdout ends the command quietly, as ripgrep does: `print!` panics when its write
+/// fails, and that panic is neither reported nor a failure when stdout's reader has gone.
+/// SIGPIPE stays ignored (Rust's default), so a rank writing to a closed socket still gets an
+/// error it can report, not a silent death. Any other panic is reported as before.
+fn quiet_when_stdout_closes() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && stdout_reader_gone() {
+            STDOUT_GONE.store(true, Ordering::SeqCst);
+            return;
+        }
+        report(info);
+    }));
+}
+
+/// Whether `err` is a write to a stdout whose reader has gone.
+fn is_closed_stdout(err: &anyhow::Error) -> bool {
+    err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    }) && stdout_reader_gone()
+}
 
 /// twin: a digital twin for parallel deep-learning training.
 ///
@@ -147,7 +193,30 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let result = match cli.command {
+    quiet_when_stdout_closes();
+    let command = cli.command;
+    // Unwinding drops every guard on the way (a launch's temp folder, its workers).
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch(command)));
+    let result = match outcome {
+        Ok(r) => r,
+        Err(_) if STDOUT_GONE.load(Ordering::SeqCst) => return ExitCode::SUCCESS,
+        Err(panic) => std::panic::resume_unwind(panic),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) if is_closed_stdout(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            for cause in err.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            cmd::exit_code_for(&err)
+        }
+    }
+}
+
+fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
@@ -160,16 +229,6 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(args),
         Command::Verify(args) => cmd::verify::run(args),
         Command::Worker(args) => cmd::run::worker(args),
-    };
-    match result {
-        Ok(code) => code,
-        Err(err) => {
-            eprintln!("error: {err}");
-            for cause in err.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
-            cmd::exit_code_for(&err)
-        }
     }
 }
 

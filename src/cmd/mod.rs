@@ -35,12 +35,23 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> anyhow::Result<Scenar
     Ok(twin_sim::scenario::load(path, overrides)?)
 }
 
-/// Bad input (a scenario, a profile, or an argument) exits 2; everything else 1.
+/// Bad input (a scenario, a profile, or an argument) exits 2; a launch stopped by SIGINT,
+/// SIGTERM or SIGHUP exits 128 + the signal (as the shell reports a process it killed);
+/// everything else 1.
 pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
+    let interrupted = err.chain().find_map(|c| match c.downcast_ref() {
+        Some(twin_runtime::launch::LaunchError::Interrupted(sig)) => u8::try_from(128 + sig).ok(),
+        _ => None,
+    });
+    if let Some(code) = interrupted {
+        return ExitCode::from(code);
+    }
     if err.chain().any(|c| {
         c.downcast_ref::<ScenarioError>().is_some()
             || c.downcast_ref::<twin_sim::profile::GpuMismatch>().is_some()
             || c.downcast_ref::<output::OutputError>().is_some()
+            || c.downcast_ref::<twin_runtime::launch::InjectError>()
+                .is_some()
     }) {
         ExitCode::from(2)
     } else {

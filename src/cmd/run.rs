@@ -38,8 +38,9 @@ pub struct Common {
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// Longest a rank waits for a peer or the store before giving up; the launcher stops a
-    /// run that makes no progress (no op starts or ends) for this long plus 5 s.
-    #[arg(long, default_value_t = 60.0)]
+    /// run that makes no progress (no op starts or ends) for this long plus 5 s. More than 0
+    /// and at most 86400 (a day).
+    #[arg(long, default_value_t = 60.0, value_parser = parse_timeout_s)]
     pub timeout_s: f64,
     /// Write every rank's raw measurements (JSON) here (used by `twin verify`).
     #[arg(long, hide = true, value_name = "FILE")]
@@ -88,6 +89,32 @@ impl CheckpointArgs {
             }
         }
         a
+    }
+}
+
+/// Longest `--timeout-s`: a day without progress is a hung run. Every wait and deadline of the
+/// ranks and the launcher stays far inside what `Duration` and `Instant` can hold, and a poll
+/// timeout in milliseconds still fits an `i32`.
+pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+
+/// A `--timeout-s` value: seconds, more than 0 and at most [`MAX_TIMEOUT_S`].
+pub fn parse_timeout_s(text: &str) -> Result<f64, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .and_then(|v| timeout_duration(v).ok())
+        .map(|d| d.as_secs_f64())
+        .ok_or_else(|| format!("allowed: seconds, more than 0 and at most {MAX_TIMEOUT_S} (a day)"))
+}
+
+/// `seconds` as a timeout, or why it is none.
+fn timeout_duration(seconds: f64) -> Result<Duration, String> {
+    if seconds > 0.0 && seconds <= MAX_TIMEOUT_S {
+        Ok(Duration::from_secs_f64(seconds))
+    } else {
+        Err(format!(
+            "--timeout-s {seconds} is not more than 0 and at most {MAX_TIMEOUT_S} seconds (a day)"
+        ))
     }
 }
 
@@ -149,8 +176,8 @@ pub struct Args {
     /// host: CPU processes over TCP (any machine); cuda: the local GPU (one-rank scenarios).
     #[arg(long, value_enum, default_value = "host")]
     pub backend: BackendKind,
-    /// Port of the bootstrap store (default: a free one).
-    #[arg(long)]
+    /// Port of the bootstrap store, 1-65535 (default: a free one).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub master_port: Option<u16>,
 }
 
@@ -184,11 +211,7 @@ fn stage(c: &Common) -> anyhow::Result<(Scenario, Vec<String>, Staged)> {
 }
 
 fn timeout(c: &Common) -> anyhow::Result<Duration> {
-    anyhow::ensure!(
-        c.timeout_s.is_finite() && c.timeout_s > 0.0,
-        "--timeout-s must be a positive number of seconds"
-    );
-    Ok(Duration::from_secs_f64(c.timeout_s))
+    timeout_duration(c.timeout_s).map_err(anyhow::Error::msg)
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -211,12 +234,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         BackendKind::Host => {
             check_fits_host(&scenario, &staged, c)?;
             if args.checkpoint.checkpoint_dir.is_some() || !args.inject.is_empty() {
-                let (mut opts, progress) = host_launch_options(c, &staged, args.master_port)?;
+                let (mut opts, run_dir) = host_launch_options(c, &staged, args.master_port)?;
                 opts.args.extend(args.checkpoint.worker_args());
                 let name = |rank: u32, op: u32| op_name(&staged, rank, op);
-                let out = run_recovering(&args, &staged, &opts, &name);
-                let _ = std::fs::remove_dir_all(&progress);
-                return out;
+                return run_recovering(&args, &staged, &opts, &run_dir, &name);
             }
             let out = launch_local(c, &staged, args.master_port, BackendKind::Host)?;
             print!("{out}");
@@ -235,14 +256,14 @@ pub(crate) fn launch_local(
     master_port: Option<u16>,
     backend: BackendKind,
 ) -> anyhow::Result<String> {
-    let (mut opts, progress) = host_launch_options(c, staged, master_port)?;
+    let (mut opts, run_dir) = host_launch_options(c, staged, master_port)?;
     if backend == BackendKind::Cuda {
         opts.args
             .extend(["--backend".to_string(), "cuda".to_string()]);
     }
     let name = |rank: u32, op: u32| op_name(staged, rank, op);
     let out = launch::launch(&opts, &name);
-    let _ = std::fs::remove_dir_all(&progress);
+    drop(run_dir);
     let out = out?;
     Ok(out
         .stdout
@@ -252,12 +273,13 @@ pub(crate) fn launch_local(
 }
 
 /// How `twin run` starts this machine's workers for `staged` with `c`'s arguments, and the
-/// progress directory it made for them (the caller removes it).
+/// temp folder it made for their progress files (removed when the guard drops). From here on
+/// SIGINT, SIGTERM and SIGHUP stop the workers and end the launch (`launch::interrupt`).
 fn host_launch_options(
     c: &Common,
     staged: &Staged,
     master_port: Option<u16>,
-) -> anyhow::Result<(LaunchOptions, PathBuf)> {
+) -> anyhow::Result<(LaunchOptions, launch::RunDir)> {
     let exe = std::env::current_exe().context("cannot find the twin executable")?;
     let mut wargs = vec!["worker".to_string(), c.scenario.display().to_string()];
     for o in &c.overrides {
@@ -284,9 +306,13 @@ fn host_launch_options(
         wargs.extend(["--measures".into(), m.display().to_string()]);
     }
     let t = timeout(c)?;
-    let progress = std::env::temp_dir().join(format!("twin-run-{}", std::process::id()));
-    std::fs::create_dir_all(&progress)
-        .with_context(|| format!("cannot create {}", progress.display()))?;
+    launch::interrupt::install().map_err(anyhow::Error::msg)?;
+    let run_dir = launch::RunDir::create(launch::rundir::RUN_PREFIX).with_context(|| {
+        format!(
+            "cannot create the run's folder in {}",
+            std::env::temp_dir().display()
+        )
+    })?;
     let opts = LaunchOptions {
         exe,
         args: wargs,
@@ -297,9 +323,9 @@ fn host_launch_options(
         // report that before it kills anything.
         timeout: t + Duration::from_secs(5),
         env: vec![],
-        progress_dir: Some(progress.clone()),
+        progress_dir: Some(run_dir.path().to_path_buf()),
     };
-    Ok((opts, progress))
+    Ok((opts, run_dir))
 }
 
 /// Op `op` of `rank`'s program by name, for failure reports.
@@ -344,6 +370,7 @@ fn run_recovering(
     args: &Args,
     staged: &Staged,
     opts: &LaunchOptions,
+    run_dir: &launch::RunDir,
     name: launch::launcher::OpNamer,
 ) -> anyhow::Result<ExitCode> {
     let c = &args.checkpoint;
@@ -356,16 +383,17 @@ fn run_recovering(
         );
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    let events_dir = std::env::temp_dir().join(format!("twin-run-{}-events", std::process::id()));
     let rec = launch::RecoveryOptions {
         max_restarts: args.max_restarts,
         injections,
         resume_first: c.resume,
-        events_dir: events_dir.clone(),
+        events_dir: run_dir.path().join("events"),
     };
-    let out = launch::launch_with_recovery(opts, &rec, name);
-    let _ = std::fs::remove_dir_all(&events_dir);
-    let out = out?;
+    let out = launch::launch_with_recovery(opts, &rec, name)?;
+    let warnings = out.warnings(c.resume, c.checkpoint_dir.as_deref());
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
     let report = out
         .output
         .stdout
@@ -383,10 +411,16 @@ fn run_recovering(
                     serde_json::to_value(&out.checkpoints)?,
                 );
                 m.insert("startup".into(), serde_json::to_value(&out.startup)?);
+                m.insert("warnings".into(), serde_json::to_value(&warnings)?);
             }
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
-        Format::Text => print!("{report}{}", launch::recover::to_text(&out)),
+        Format::Text => {
+            print!("{report}{}", launch::recover::to_text(&out));
+            for w in &warnings {
+                println!("warning         {w}");
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -102,8 +102,8 @@ pub struct Args {
     /// Fail (exit 1) when |bubble error| exceeds this many percentage points.
     #[arg(long, value_name = "P", value_parser = non_negative)]
     pub max_bubble_error_points: Option<f64>,
-    /// Longest a rank waits for a peer before giving up (as `twin run`).
-    #[arg(long, default_value_t = 60.0)]
+    /// Longest a rank waits for a peer before giving up (as `twin run`; at most 86400).
+    #[arg(long, default_value_t = 60.0, value_parser = runcmd::parse_timeout_s)]
     pub timeout_s: f64,
     /// Verify recovery from a fault instead of a step (host backend).
     #[arg(long)]
@@ -188,8 +188,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     .with_context(|| format!("simulating {}", args.scenario.display()))?;
     let staged = &prediction.staged;
     let total_steps = args.warmup + args.steps();
-    let tmp = std::env::temp_dir().join(format!("twin-verify-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let tmp_dir = launch::RunDir::create(launch::rundir::VERIFY_PREFIX).with_context(|| {
+        format!(
+            "cannot create verify's folder in {}",
+            std::env::temp_dir().display()
+        )
+    })?;
+    let tmp = tmp_dir.path();
     let common = Common {
         scenario: args.scenario.clone(),
         overrides: args.overrides.clone(),
@@ -237,7 +242,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         anyhow::Ok(())
     })();
-    let _ = std::fs::remove_dir_all(&tmp);
+    drop(tmp_dir);
     result?;
     let steps: Vec<Vec<f64>> = runs.iter().map(|r| r.report.step_times_s.clone()).collect();
     let summary = summarize_steps(&steps, args.warmup as usize);

@@ -132,7 +132,6 @@ pub fn run(args: VerifyFaultsArgs) -> anyhow::Result<ExitCode> {
         u64::from(args.steps),
         &|_| ops,
     )?;
-    let base = std::env::temp_dir().join(format!("twin-verify-faults-{}", std::process::id()));
     anyhow::ensure!(
         args.steps >= 3,
         "--steps: at least 3 (the calibration runs kill at step 2)"
@@ -140,10 +139,26 @@ pub fn run(args: VerifyFaultsArgs) -> anyhow::Result<ExitCode> {
     // The calibration fault: the same rank at step 2 (right after a checkpoint), in runs of
     // its own.
     let cal_rank = inj.rank;
+    let base =
+        twin_runtime::launch::RunDir::create(twin_runtime::launch::rundir::VERIFY_FAULTS_PREFIX)
+            .with_context(|| {
+                format!(
+                    "cannot create verify's folder in {}",
+                    std::env::temp_dir().display()
+                )
+            })?;
     let out = compare(
-        &args, &scenario, &staged, inj.rank, at_step, op, ops, cal_rank, &base,
+        &args,
+        &scenario,
+        &staged,
+        inj.rank,
+        at_step,
+        op,
+        ops,
+        cal_rank,
+        base.path(),
     );
-    let _ = std::fs::remove_dir_all(&base);
+    drop(base);
     let c = out?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&c)?),

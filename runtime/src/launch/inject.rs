@@ -11,7 +11,12 @@ use twin_sim::faults::rng::Rng;
 /// Variable through which the launcher hands a rank its pending step/op kills.
 pub const INJECT_VAR: &str = "TWIN_INJECT";
 
-const FORMS: &str = "allowed: `kill rank=R at=step:S`, `kill rank=R at=step:S,op:I`, `kill rank=R at=op:I`, `kill rank=R at=time:SECONDS`, or `random` (with --inject-seed, --inject-count)";
+const FORMS: &str = "allowed: `kill rank=R at=step:S`, `kill rank=R at=step:S,op:I`, `kill rank=R at=op:I`, `kill rank=R at=time:SECONDS` (0 to 86400), each part once, or `random` (with --inject-seed, --inject-count)";
+
+/// Latest `at=time:` kill, in seconds after launch: a day, as `twin run --timeout-s`. Later
+/// ones could never fire in a run that makes progress, and beyond what an `Instant` holds
+/// could not even be scheduled.
+pub const MAX_TIME_S: f64 = 86_400.0;
 
 /// When a kill fires.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -71,10 +76,16 @@ impl Injection {
         }
         let (mut rank, mut at) = (None, None);
         for w in words {
-            match w.split_once('=') {
-                Some(("rank", v)) => rank = Some(number(spec, w, v)?),
-                Some(("at", v)) => at = Some(Injection::parse_at(spec, w, v)?),
+            let slot_taken = match w.split_once('=') {
+                Some(("rank", v)) => rank.replace(number(spec, w, v)?).is_some(),
+                Some(("at", v)) => at.replace(Injection::parse_at(spec, w, v)?).is_some(),
                 _ => return Err(err(format!("bad part `{w}`: expected rank=R or at=WHEN"))),
+            };
+            if slot_taken {
+                let key = w.split_once('=').map_or(w, |(k, _)| k);
+                return Err(err(format!(
+                    "bad part `{w}`: {key}= is given twice (one kill per --inject; repeat --inject for more)"
+                )));
             }
         }
         let rank = rank.ok_or_else(|| err("missing rank=R".into()))?;
@@ -91,8 +102,10 @@ impl Injection {
             let seconds: f64 = t
                 .parse()
                 .map_err(|_| err("time: takes seconds since launch"))?;
-            if !(seconds.is_finite() && seconds >= 0.0) {
-                return Err(err("time: takes seconds since launch"));
+            if !(seconds.is_finite() && (0.0..=MAX_TIME_S).contains(&seconds)) {
+                return Err(err(&format!(
+                    "time: takes seconds since launch, 0 to {MAX_TIME_S} (a day)"
+                )));
             }
             return Ok(At::Time { seconds });
         }
@@ -261,6 +274,23 @@ mod tests {
             ("kill rank=1 at=step:y", "bad part `at=step:y`"),
             ("kill rank=1 at=soon", "bad part `at=soon`"),
             ("kill rank=1 at=time:-3", "bad part `at=time:-3`"),
+            (
+                "kill rank=1 at=time:1e300",
+                "bad part `at=time:1e300`: time: takes seconds since launch, 0 to 86400",
+            ),
+            ("kill rank=1 at=time:86400.5", "bad part `at=time:86400.5`"),
+            (
+                "kill rank=1 rank=2 at=step:3",
+                "bad part `rank=2`: rank= is given twice",
+            ),
+            (
+                "kill rank=1 at=step:3 at=step:4",
+                "bad part `at=step:4`: at= is given twice",
+            ),
+            (
+                "kill rank=1 at=step:3 at=step:3",
+                "bad part `at=step:3`: at= is given twice",
+            ),
             ("kill rank=1 when=now", "bad part `when=now`"),
             ("kill at=step:1", "missing rank=R"),
             ("kill rank=1", "missing at=WHEN"),

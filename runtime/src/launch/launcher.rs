@@ -2,7 +2,9 @@
 //! WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set, watches them, and on the first
 //! failure gives the others a moment to report their own view, then kills whatever still
 //! runs. Every child is waited for, so no process outlives the launcher's return. The result
-//! says which rank failed first and why (its exit signal or its last error line).
+//! says which rank failed first and why (its exit signal, that it was found stopped, or its
+//! last error line). A SIGINT/SIGTERM/SIGHUP to the launcher (see [`super::interrupt`]) stops
+//! every rank and ends the launch with [`LaunchError::Interrupted`].
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -51,6 +53,9 @@ pub enum LaunchError {
     /// One or more ranks failed; the text names the first, why, and the others' view.
     #[error("{0}")]
     Failed(String),
+    /// The launcher received this signal; every rank was stopped.
+    #[error("interrupted by {} (signal {}): every rank was stopped", super::interrupt::signal_name(*.0), .0)]
+    Interrupted(i32),
 }
 
 /// What the ranks printed, when all succeeded.
@@ -87,6 +92,8 @@ struct Rank {
     err: Drained,
     exit: Option<(ExitStatus, Instant)>,
     killed_by_launcher: bool,
+    /// Found stopped (SIGSTOP, a debugger) when the launcher gave up on the run.
+    stopped: bool,
 }
 
 /// Have the kernel SIGKILL the child when the launcher exits (Linux; elsewhere a no-op).
@@ -182,6 +189,10 @@ fn attempt(
     let turns = crate::backend::host::turns::TurnsFile::create(opts.world);
     let mut ranks: Vec<Rank> = Vec::with_capacity(opts.world as usize);
     for rank in 0..opts.world {
+        if let Some(sig) = super::interrupt::received() {
+            stop_all(&mut ranks);
+            return Err(LaunchError::Interrupted(sig));
+        }
         let mut cmd = Command::new(&opts.exe);
         // Each rank leads its own process group, so stopping it also stops anything it
         // started; and it dies with the launcher (Ctrl-C, kill), so none is left orphaned.
@@ -229,6 +240,7 @@ fn attempt(
             err,
             exit: None,
             killed_by_launcher: false,
+            stopped: false,
         });
     }
     let mut last_change = Instant::now();
@@ -238,6 +250,15 @@ fn attempt(
     let mut timed_out = false;
     let mut pending_kills = ctl.kills.clone();
     loop {
+        if let Some(sig) = super::interrupt::received() {
+            stop_all(&mut ranks);
+            for r in ranks.iter_mut() {
+                let _ = r.child.wait();
+                take_output(&mut r.out);
+                take_output(&mut r.err);
+            }
+            return Err(LaunchError::Interrupted(sig));
+        }
         let now = Instant::now();
         pending_kills.retain(|&(at, rank, id)| {
             if now < at {
@@ -272,11 +293,19 @@ fn attempt(
                 }
             }
         }
-        if now >= last_change + opts.timeout {
+        // A timeout too long for an Instant never comes.
+        if last_change
+            .checked_add(opts.timeout)
+            .is_some_and(|end| now >= end)
+        {
             timed_out = true;
             info.noticed_ns.get_or_insert_with(super::events::unix_ns);
         }
         if timed_out || first_failure.is_some_and(|t| now >= t + ctl.grace) {
+            // Before anything is killed: a rank that is stopped is why its peers timed out.
+            for r in ranks.iter_mut().filter(|r| r.exit.is_none()) {
+                r.stopped = is_stopped(r.child.id());
+            }
             stop_all(&mut ranks);
             break;
         }
@@ -365,15 +394,21 @@ fn signal_of(s: &ExitStatus) -> Option<i32> {
     s.signal()
 }
 
-fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        9 => "SIGKILL",
-        15 => "SIGTERM",
-        11 => "SIGSEGV",
-        6 => "SIGABRT",
-        2 => "SIGINT",
-        _ => "a signal",
-    }
+use super::interrupt::signal_name;
+
+/// Whether process `pid` is stopped (state `T`, or `t` under a tracer) according to
+/// `/proc/PID/stat`; `false` where there is no /proc.
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| stat_is_stopped(&s))
+}
+
+/// The state field of a `/proc/PID/stat` line is `T` or `t`. It follows the command name,
+/// which is in parentheses and may itself hold spaces and parentheses.
+fn stat_is_stopped(stat: &str) -> bool {
+    stat.rfind(')')
+        .and_then(|i| stat.get(i + 1..))
+        .and_then(|rest| rest.split_whitespace().next())
+        .is_some_and(|state| state == "T" || state == "t")
 }
 
 /// The last line of a rank's stderr that says what went wrong (its "error:" line; the
@@ -395,6 +430,7 @@ fn describe_failure(
     let why = |r: &Rank| -> String {
         let err = stderr.get(r.rank as usize).and_then(|e| last_error_line(e));
         match (r.exit.map(|(s, _)| s), r.killed_by_launcher) {
+            (_, true) if r.stopped => "its process was stopped (state T: SIGSTOP or a debugger) and made no progress; its peers timed out waiting for it; killed by the launcher".into(),
             (_, true) if timed_out => {
                 "still running at the timeout (hung); killed by the launcher".into()
             }
@@ -414,11 +450,13 @@ fn describe_failure(
         f.sort_by_key(|r| (r.killed_by_launcher, r.exit.map(|(_, t)| t)));
         f
     };
-    // The culprit: a rank that died by a signal we did not send, else one whose error is its
-    // own rather than a reaction to someone else's, else the first to fail.
+    // The culprit: a rank that died by a signal we did not send, else one found stopped, else
+    // one whose error is its own rather than a reaction to someone else's, else the first to
+    // fail.
     let culprit = failed
         .iter()
         .find(|r| !r.killed_by_launcher && r.exit.is_some_and(|(s, _)| signal_of(&s).is_some()))
+        .or_else(|| failed.iter().find(|r| r.stopped))
         .or_else(|| {
             failed.iter().find(|r| {
                 !r.killed_by_launcher
@@ -497,6 +535,45 @@ mod tests {
             env: vec![],
             progress_dir: Some(dir.to_path_buf()),
         }
+    }
+
+    #[test]
+    fn the_state_field_of_proc_stat_is_read_past_the_command_name() {
+        assert!(stat_is_stopped("4242 (twin) T 1 4242 4242 0 -1"));
+        assert!(stat_is_stopped("4242 (a) b) t 1 4242"));
+        assert!(!stat_is_stopped("4242 (twin T) S 1 4242"));
+        assert!(!stat_is_stopped("garbage"));
+    }
+
+    #[test]
+    fn a_stopped_rank_is_named_before_the_peer_that_timed_out_on_it() {
+        // Rank 1 stops itself; rank 0 then fails with the error a peer gives when it waited
+        // too long for rank 1 (its own error line, which alone would make it the culprit).
+        let opts = LaunchOptions {
+            exe: "/bin/sh".into(),
+            args: vec![
+                "-c".into(),
+                "if [ $RANK = 1 ]; then kill -STOP $$; fi; sleep 0.3; echo 'error: rank 0 op 3 (recv from 1): timed out after 0.3 s' >&2; exit 1"
+                    .into(),
+            ],
+            world: 2,
+            master_addr: "127.0.0.1".into(),
+            master_port: None,
+            timeout: Duration::from_secs(20),
+            env: vec![],
+            progress_dir: None,
+        };
+        let e = launch(&opts, &|_, _| String::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("rank 1 failed: its process was stopped (state T"),
+            "{e}"
+        );
+        assert!(
+            e.contains("\n  rank 0: rank 0 op 3 (recv from 1): timed out"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -72,6 +72,9 @@ pub struct Startup {
     /// Bootstrapped → state restored (0 when starting from scratch).
     pub reload_s: Option<f64>,
     pub resumed_from_step: Option<u64>,
+    /// Why each checkpoint file the ranks tried first was refused (damaged, torn, foreign),
+    /// one line per file.
+    pub rejected: Vec<String>,
 }
 
 /// A run that finished, and what it took.
@@ -80,6 +83,43 @@ pub struct Recovered {
     pub recoveries: Vec<Recovery>,
     pub checkpoints: CheckpointSummary,
     pub startup: Startup,
+    /// Injections that had not fired when the run finished (a time after the run's end).
+    pub unfired: Vec<Injection>,
+}
+
+impl Recovered {
+    /// What the run's report must say loudly: a `--resume` that restored nothing from a
+    /// directory with checkpoints in it (`resumed` says whether the first attempt resumed),
+    /// and injected kills that never fired.
+    pub fn warnings(&self, resumed: bool, checkpoint_dir: Option<&std::path::Path>) -> Vec<String> {
+        let mut w = Vec::new();
+        let had_checkpoints = checkpoint_dir.is_some_and(crate::checkpoint::dir::has_checkpoints);
+        if resumed
+            && self.startup.resumed_from_step.unwrap_or(0) == 0
+            && (had_checkpoints || !self.startup.rejected.is_empty())
+        {
+            let why = if self.startup.rejected.is_empty() {
+                "none is complete and of this job (same scenario, world and seed)".to_string()
+            } else {
+                format!(
+                    "{} file(s) rejected: {}",
+                    self.startup.rejected.len(),
+                    self.startup.rejected.join("; ")
+                )
+            };
+            w.push(format!(
+                "--resume restored no checkpoint from {}: {why}; the run started again from step 0",
+                checkpoint_dir.map_or_else(|| "?".into(), |d| d.display().to_string())
+            ));
+        }
+        for i in &self.unfired {
+            w.push(format!(
+                "--inject {:?} never fired: the run had finished before it was due",
+                i.describe()
+            ));
+        }
+        w
+    }
 }
 
 /// What one attempt left behind.
@@ -229,6 +269,7 @@ pub fn launch_with_recovery(
                 attempts.push(a);
                 break out;
             }
+            Err(e @ LaunchError::Interrupted(_)) => return Err(e),
             Err(e) => {
                 let text = e.to_string();
                 if n as u32 >= rec.max_restarts {
@@ -253,12 +294,28 @@ pub fn launch_with_recovery(
         bootstrap_s: a.ready_ns().map(|t| secs(a.info.spawned_ns, t)),
         reload_s: a.ready_ns().zip(a.loaded()).map(|(r, (_, l))| secs(r, l)),
         resumed_from_step: a.loaded().map(|l| l.0),
+        rejected: {
+            let mut why: Vec<String> = a
+                .events
+                .iter()
+                .flatten()
+                .filter_map(|e| match e {
+                    Event::Loaded { rejected, .. } => Some(rejected.iter().cloned()),
+                    _ => None,
+                })
+                .flatten()
+                .collect();
+            why.sort();
+            why.dedup();
+            why
+        },
     });
     Ok(Recovered {
         output,
         recoveries,
         checkpoints: summarize(&attempts),
         startup: startup.unwrap_or_default(),
+        unfired: pending.into_iter().map(|(_, i)| i).collect(),
     })
 }
 
