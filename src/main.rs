@@ -176,8 +176,9 @@ enum Command {
     Worker(cmd::run::WorkerArgs),
 }
 
-/// Exit codes: 0 success, 1 failure of the work, 2 bad input (scenario or arguments),
-/// 3 `twin doctor` found something the CUDA backend needs missing.
+/// Exit codes: 0 success (also when stdout's reader went away early), 1 failure of the work,
+/// 2 bad input (scenario or arguments), 3 `twin doctor` found something the CUDA backend
+/// needs missing, 128 + N a launch stopped by signal N (SIGINT, SIGTERM, SIGHUP).
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if matches!(cli.command, Command::Sweep(_)) {
