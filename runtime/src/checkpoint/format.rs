@@ -6,7 +6,7 @@
 //! | offset | bytes | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `TWINCKPT` |
-//! | 8 | 4 | format version (1) |
+//! | 8 | 4 | format version (2) |
 //! | 12 | 4 | rank |
 //! | 16 | 4 | world size |
 //! | 20 | 4 | reserved (0) |
@@ -24,7 +24,8 @@
 use crate::transport::frame::checksum;
 
 pub const MAGIC: [u8; 8] = *b"TWINCKPT";
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: the payload gives each state buffer's length in bytes ([`super::state`]).
+pub const FORMAT_VERSION: u32 = 2;
 pub const HEADER_BYTES: usize = 64;
 pub const TRAILER_BYTES: usize = 8;
 

@@ -3,6 +3,7 @@
 //! runs, and the merge of the ranks' measurements into the simulator's trace and report.
 
 pub mod affinity;
+pub mod device;
 pub mod env;
 pub mod events;
 pub mod inject;
@@ -15,6 +16,7 @@ pub mod scale;
 pub mod session;
 pub mod worker;
 
+pub use device::{run_device_worker, DeviceBackend, DeviceWorkerOptions};
 pub use env::RankEnv;
 pub use inject::{At, InjectError, Injection, KillPoint};
 pub use launcher::{launch, LaunchError, LaunchOptions, LaunchOutput};
