@@ -141,6 +141,8 @@ impl BackendKind {
 ///   twin run scenarios/small.toml --backend host --scale hidden=0.5
 ///   twin run scenarios/host/faults.toml --steps 12 --checkpoint-dir ckpt --checkpoint-every 3 \
 ///       --inject "kill rank=1 at=step:7"
+///   twin run scenarios/gpu/llama3-8b-1gpu.toml --backend cuda --steps 6 --checkpoint-dir ckpt \
+///       --checkpoint-every 2 --inject "kill rank=0 at=step:4"
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {

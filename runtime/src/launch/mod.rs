@@ -1,6 +1,7 @@
-//! Running the host backend as a job: the rank environment, the local launcher (one process
-//! per rank), the worker's life (bootstrap, steps, results), scale factors for CPU-sized
-//! runs, and the merge of the ranks' measurements into the simulator's trace and report.
+//! Running a backend as a job: the rank environment, the local launcher (one process per
+//! rank), the worker's life (bootstrap, steps, checkpoints, results; `worker` for the host
+//! backend, `device` for CUDA and the dummy device), scale factors for CPU-sized runs, and the
+//! merge of the ranks' measurements into the simulator's trace and report.
 
 pub mod affinity;
 pub mod device;

@@ -484,7 +484,7 @@ impl CudaBackend {
                     .as_ref()
                     .ok_or_else(|| RuntimeError::Unsupported("no scratch".into()))?;
                 run_memory_bound(s, bytes.saturating_mul(2), 1, cu_stream)?;
-                self.note("checkpoint ops are timed as device reads of their bytes; no file is written by the CUDA backend".into());
+                self.note("the schedule's checkpoint ops are timed as device reads of their bytes; the files of --checkpoint-dir are written by the worker between steps".into());
             }
         }
         Ok(())

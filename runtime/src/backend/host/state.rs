@@ -172,7 +172,7 @@ impl StateBuffers for ModelState {
     }
 
     fn write_state(&mut self, info: StateInfo, bytes: &[u8]) -> Result<(), RuntimeError> {
-        if bytes.len() % 4 != 0 {
+        if !bytes.len().is_multiple_of(4) {
             return Err(RuntimeError::Unsupported(format!(
                 "state buffer {} of {} bytes is not whole f32 values",
                 info.tag,
