@@ -61,7 +61,7 @@ pub struct CheckpointArgs {
     #[arg(long, requires = "checkpoint_dir")]
     pub checkpoint_async: bool,
     /// Continue from the newest complete checkpoint in --checkpoint-dir.
-    #[arg(long, requires = "checkpoint_dir")]
+    #[arg(long)]
     pub resume: bool,
 }
 
@@ -144,7 +144,8 @@ impl BackendKind {
 ///   twin run scenarios/gpu/llama3-8b-1gpu.toml --backend cuda --steps 6 --checkpoint-dir ckpt \
 ///       --checkpoint-every 2 --inject "kill rank=0 at=step:4"
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+// A worker may be restarted with --resume and no checkpoints (kills alone); `twin run` refuses it.
+#[command(verbatim_doc_comment, mut_arg("resume", |a| a.requires("checkpoint_dir")))]
 pub struct Args {
     #[command(flatten)]
     pub common: Common,
