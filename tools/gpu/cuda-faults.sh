@@ -12,21 +12,23 @@
 # Usage: tools/gpu/cuda-faults.sh OUT_DIR [TWIN_ARGS...]
 #   TWIN=path/to/twin (default: target/release/twin, else target/debug/twin)
 #
-# Each checkpoint holds the model state (weights and optimizer, ~36.5 GiB for this scenario
+# Each checkpoint holds the model state (weights and optimizer, 36.5 GiB for this scenario
 # with its 8 layers), so the two take ~73 GiB of disk and the run takes minutes; the script
 # refuses to start when OUT_DIR's file system has less free space than two checkpoints. A
 # smaller state keeps the same model shapes and fits in ~60 s, e.g.
-#   tools/gpu/cuda-faults.sh /tmp/cf --set model.layers=1     (~16.6 GiB per checkpoint)
+#   tools/gpu/cuda-faults.sh /tmp/cf --set model.layers=1     (16.5 GiB per checkpoint)
 set -euo pipefail
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 [ $# -ge 1 ] || fail "usage: $0 OUT_DIR [TWIN_ARGS...]"
-out=$1
+mkdir -p "$1"
+out=$(cd "$1" && pwd)
 shift
+twin=${TWIN:-}
+if [ -n "$twin" ]; then twin=$(cd "$(dirname "$twin")" && pwd)/$(basename "$twin"); fi
 cd "$(dirname "$0")/../.."
 scenario=scenarios/gpu/llama3-8b-1gpu.toml
-twin=${TWIN:-}
 if [ -z "$twin" ]; then
   for t in target/release/twin target/debug/twin; do
     if [ -x "$t" ]; then twin=$t; break; fi
@@ -36,7 +38,6 @@ fi
 command -v python3 >/dev/null || fail "python3 is needed to read the JSON report"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
-mkdir -p "$out"
 ckpt=$out/ckpt
 [ ! -e "$ckpt" ] || fail "$ckpt exists: give an empty OUT_DIR"
 
