@@ -13,9 +13,9 @@
 #   TWIN=path/to/twin (default: target/release/twin, else target/debug/twin)
 #
 # Each checkpoint holds the model state (weights and optimizer, 36.5 GiB for this scenario
-# with its 8 layers), so the two take ~73 GiB of disk and the run takes minutes; the script
+# with its 8 layers), so the two take 73 GiB of disk; the script
 # refuses to start when OUT_DIR's file system has less free space than two checkpoints. A
-# smaller state keeps the same model shapes and fits in ~60 s, e.g.
+# smaller state keeps the layer shapes and takes less disk and time, e.g.
 #   tools/gpu/cuda-faults.sh /tmp/cf --set model.layers=1     (16.5 GiB per checkpoint)
 set -euo pipefail
 
