@@ -2,8 +2,9 @@
 //! simulator's field names). `--backend host` launches one `twin worker` process per rank on
 //! this machine (CPU compute, TCP collectives); `twin worker` is also what a user starts by
 //! hand or with Slurm on several machines (see docs/runtime.md). `--backend cuda` runs a
-//! one-rank schedule on the local GPU. With `--checkpoint-dir` or `--inject`, the host run
-//! keeps real checkpoints and recovers from failures (docs/faults.md).
+//! one-rank schedule on the local GPU in this process, or one `twin worker --backend cuda`
+//! per GPU. With `--checkpoint-dir` or `--inject`, a run on either backend goes through the
+//! launcher: real checkpoints, injected kills, restarts and reloads (docs/faults.md).
 
 use super::{load_scenario, write_atomic, Format};
 use anyhow::Context;
@@ -55,10 +56,10 @@ pub struct CheckpointArgs {
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
     /// Checkpoint after every K completed steps (the last step excepted).
-    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), requires = "checkpoint_dir")]
     pub checkpoint_every: u64,
     /// Snapshot to memory and write in the background (the next checkpoint waits for it).
-    #[arg(long)]
+    #[arg(long, requires = "checkpoint_dir")]
     pub checkpoint_async: bool,
     /// Continue from the newest complete checkpoint in --checkpoint-dir.
     #[arg(long)]
@@ -138,6 +139,20 @@ fn parse_inject(text: &str) -> Result<InjectArg, String> {
 pub enum BackendKind {
     Host,
     Cuda,
+    /// The CUDA worker's path on a device that does no work and keeps its state in host
+    /// memory (`twin_runtime::backend::dummy`): tests the CUDA fault path without a GPU.
+    #[value(name = "dummy-cuda", hide = true)]
+    DummyCuda,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Host => "host",
+            BackendKind::Cuda => "cuda",
+            BackendKind::DummyCuda => "dummy-cuda",
+        }
+    }
 }
 
 /// Execute a scenario for real and report what was measured.
@@ -153,8 +168,11 @@ pub enum BackendKind {
 ///   twin run scenarios/small.toml --backend host --scale hidden=0.5
 ///   twin run scenarios/host/faults.toml --steps 12 --checkpoint-dir ckpt --checkpoint-every 3 \
 ///       --inject "kill rank=1 at=step:7"
+///   twin run scenarios/gpu/llama3-8b-1gpu.toml --backend cuda --steps 6 --checkpoint-dir ckpt \
+///       --checkpoint-every 2 --inject "kill rank=0 at=step:4"
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+// A worker may be restarted with --resume and no checkpoints (kills alone); `twin run` refuses it.
+#[command(verbatim_doc_comment, mut_arg("resume", |a| a.requires("checkpoint_dir")))]
 pub struct Args {
     #[command(flatten)]
     pub common: Common,
@@ -173,7 +191,8 @@ pub struct Args {
     /// Most restarts after failures before the run gives up.
     #[arg(long, default_value_t = 10)]
     pub max_restarts: u32,
-    /// host: CPU processes over TCP (any machine); cuda: the local GPU (one-rank scenarios).
+    /// host: CPU processes over TCP (any machine); cuda: the local GPUs, one process per GPU
+    /// (a one-rank run without checkpoints or --inject runs in this process).
     #[arg(long, value_enum, default_value = "host")]
     pub backend: BackendKind,
     /// Port of the bootstrap store, 1-65535 (default: a free one).
@@ -190,7 +209,8 @@ pub struct WorkerArgs {
     #[command(flatten)]
     pub checkpoint: CheckpointArgs,
     /// host: CPU compute and TCP collectives; cuda: GPU LOCAL_RANK with cuBLAS and NCCL
-    /// (communicator ids travel over the store).
+    /// (communicator ids travel over the store), its model state in device buffers that
+    /// checkpoints copy.
     #[arg(long, value_enum, default_value = "host")]
     pub backend: BackendKind,
 }
@@ -223,26 +243,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "--checkpoint-dir",
     )?;
     let (scenario, _notes, staged) = stage(c)?;
+    let durable = args.checkpoint.checkpoint_dir.is_some() || !args.inject.is_empty();
     match args.backend {
-        BackendKind::Cuda if staged.plan.world == 1 => run_cuda(&scenario, &staged, c),
-        BackendKind::Cuda => {
-            check_gpus(staged.plan.world)?;
-            let out = launch_local(c, &staged, args.master_port, BackendKind::Cuda)?;
-            print!("{out}");
-            Ok(ExitCode::SUCCESS)
-        }
-        BackendKind::Host => {
-            check_fits_host(&scenario, &staged, c)?;
-            if args.checkpoint.checkpoint_dir.is_some() || !args.inject.is_empty() {
-                let (mut opts, run_dir) = host_launch_options(c, &staged, args.master_port)?;
-                opts.args.extend(args.checkpoint.worker_args());
-                let name = |rank: u32, op: u32| op_name(&staged, rank, op);
-                return run_recovering(&args, &staged, &opts, &run_dir, &name);
-            }
-            let out = launch_local(c, &staged, args.master_port, BackendKind::Host)?;
-            print!("{out}");
-            Ok(ExitCode::SUCCESS)
-        }
+        BackendKind::Cuda => check_gpus(staged.plan.world)?,
+        BackendKind::Host => check_fits_host(&scenario, &staged, c)?,
+        BackendKind::DummyCuda => {}
+    }
+    if durable {
+        // Every backend: the launcher's workers keep checkpoints and the launcher restarts them.
+        let (mut opts, run_dir) = host_launch_options(c, &staged, args.master_port)?;
+        opts.args.extend(backend_args(args.backend));
+        opts.args.extend(args.checkpoint.worker_args());
+        let name = |rank: u32, op: u32| op_name(&staged, rank, op);
+        return run_recovering(&args, &staged, &opts, &run_dir, &name);
+    }
+    if args.backend == BackendKind::Cuda && staged.plan.world == 1 {
+        return run_cuda(&scenario, &staged, c);
+    }
+    let out = launch_local(c, &staged, args.master_port, args.backend)?;
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The worker arguments that choose `backend` (the host backend is the workers' default).
+fn backend_args(backend: BackendKind) -> Vec<String> {
+    match backend {
+        BackendKind::Host => Vec::new(),
+        b => vec!["--backend".to_string(), b.name().to_string()],
     }
 }
 
@@ -257,10 +284,7 @@ pub(crate) fn launch_local(
     backend: BackendKind,
 ) -> anyhow::Result<String> {
     let (mut opts, run_dir) = host_launch_options(c, staged, master_port)?;
-    if backend == BackendKind::Cuda {
-        opts.args
-            .extend(["--backend".to_string(), "cuda".to_string()]);
-    }
+    opts.args.extend(backend_args(backend));
     let name = |rank: u32, op: u32| op_name(staged, rank, op);
     let out = launch::launch(&opts, &name);
     drop(run_dir);
@@ -365,7 +389,7 @@ fn injections(args: &Args, staged: &Staged) -> anyhow::Result<Vec<Injection>> {
     Ok(out)
 }
 
-/// A host run with checkpoints and/or injected faults: restart on failure, report recoveries.
+/// A run with checkpoints and/or injected faults: restart on failure, report recoveries.
 fn run_recovering(
     args: &Args,
     staged: &Staged,
@@ -562,21 +586,32 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             kills,
         },
     };
+    let device = launch::DeviceWorkerOptions {
+        steps: opts.steps,
+        timeout: opts.timeout,
+        durable: opts.durable.clone(),
+    };
+    if args.backend != BackendKind::Host {
+        anyhow::ensure!(
+            opts.fault.is_none(),
+            "{} is read by the host backend only; inject faults on the {} backend with `twin run --inject`",
+            twin_runtime::backend::host::fault::FAULT_VAR,
+            args.backend.name()
+        );
+    }
     let all = match args.backend {
         BackendKind::Host => launch::run_worker(&env, &staged.plan, &staged.schedule, &opts)?,
-        BackendKind::Cuda => {
-            anyhow::ensure!(
-                args.checkpoint.checkpoint_dir.is_none() && opts.durable.kills.is_empty(),
-                "checkpoints and injected faults need the host backend: the CUDA backend keeps no model state to save"
-            );
-            twin_runtime::backend::cuda::run_cuda_worker(
-                &env,
-                &staged.plan,
-                &staged.schedule,
-                c.steps,
-                opts.timeout,
-                scenario.run.seed,
-            )?
+        BackendKind::Cuda => twin_runtime::backend::cuda::run_cuda_worker(
+            &env,
+            &staged.plan,
+            &staged.schedule,
+            &device,
+        )?,
+        BackendKind::DummyCuda => {
+            let seed = device.durable.seed;
+            launch::run_device_worker(&env, &staged.plan, &staged.schedule, &device, |s| {
+                Ok(twin_runtime::backend::dummy::DummyDevice::new(seed, s.rank))
+            })?
         }
     };
     let Some(all) = all else {
@@ -600,8 +635,8 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         started.elapsed().as_secs_f64(),
         notes,
     );
-    if args.backend == BackendKind::Cuda {
-        report.backend = "cuda".into();
+    if args.backend != BackendKind::Host {
+        report.backend = args.backend.name().into();
     }
     match c.format {
         Format::Json => println!("{}", report.to_json()),

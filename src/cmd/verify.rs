@@ -157,6 +157,11 @@ fn thresholds(a: &Args) -> Thresholds {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.faults {
+        anyhow::ensure!(
+            args.backend == BackendKind::Host,
+            "verify --faults measures recoveries on the host backend only (its recovery model is calibrated by host runs), not --backend {}; run a CUDA recovery with `twin run --backend cuda --checkpoint-dir DIR --inject SPEC`",
+            args.backend.name()
+        );
         return super::verify_faults::run(super::verify_faults::VerifyFaultsArgs {
             scenario: args.scenario,
             overrides: args.overrides,
@@ -366,13 +371,7 @@ fn measure_once(
             let all: Vec<RankMeasure> =
                 serde_json::from_str(&text).context("the run's measurements are not valid")?;
             let _ = std::fs::remove_file(path);
-            (
-                all,
-                match backend {
-                    BackendKind::Host => "host",
-                    BackendKind::Cuda => "cuda",
-                },
-            )
+            (all, backend.name())
         }
     };
     let shown_step = launch::measure::select_step(&mut all, args.warmup as usize);
@@ -503,10 +502,7 @@ fn to_text(
          measured step = median of {} steps after {} warm-up (x{} runs): {:.3} ms, spread {:.3}-{:.3} ms\n\
          {shown}{}errors are (measured - predicted) / measured\n{}{}",
         args.scenario.display(),
-        match args.backend {
-            BackendKind::Host => "host",
-            BackendKind::Cuda => "cuda",
-        },
+        args.backend.name(),
         steps.steps_s.len(),
         args.warmup,
         args.repeat(),

@@ -4,6 +4,7 @@
 //! [`Backend::finish_step`]; sync backends (host CPU) may run each op inside `enqueue`.
 
 pub mod cuda;
+pub mod dummy;
 pub mod host;
 
 use crate::error::RuntimeError;

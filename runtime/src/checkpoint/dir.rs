@@ -33,6 +33,11 @@ fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
 
 /// Write `bytes` to `path` atomically and durably.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    write_parts_atomic(path, &[bytes])
+}
+
+/// Write `parts`, one after the other, to `path` atomically and durably.
+fn write_parts_atomic(path: &Path, parts: &[&[u8]]) -> Result<(), CheckpointError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -40,7 +45,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-    f.write_all(bytes).map_err(io(&tmp))?;
+    for p in parts {
+        f.write_all(p).map_err(io(&tmp))?;
+    }
     f.sync_all().map_err(io(&tmp))?;
     drop(f);
     std::fs::rename(&tmp, path).map_err(io(path))?;
@@ -54,9 +61,12 @@ pub fn write_rank(root: &Path, h: &Header, payload: &[u8]) -> Result<u64, Checkp
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         sync_dir(root)?;
     }
-    let file = format::encode(h, payload);
-    write_atomic(&rank_file(root, h.step, h.rank), &file)?;
-    Ok(file.len() as u64)
+    let (head, trailer) = format::frame(h, payload);
+    write_parts_atomic(
+        &rank_file(root, h.step, h.rank),
+        &[&head, payload, &trailer],
+    )?;
+    Ok((head.len() + payload.len() + trailer.len()) as u64)
 }
 
 fn manifest_text(step: u64, world: u32, fingerprint: u64) -> String {
@@ -105,14 +115,18 @@ pub fn complete_steps(root: &Path, world: u32, fingerprint: u64) -> Vec<u64> {
 /// Read and verify this rank's file of checkpoint `want.step`; returns the payload.
 pub fn load_rank(root: &Path, want: &Header) -> Result<Vec<u8>, CheckpointError> {
     let path = rank_file(root, want.step, want.rank);
-    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    let mut bytes = std::fs::read(&path).map_err(io(&path))?;
     let bad = |reason: format::FormatError| CheckpointError::Rejected {
         path: path.display().to_string(),
         reason,
     };
     let (h, payload) = format::decode(&bytes).map_err(bad)?;
     format::expect(&h, want).map_err(bad)?;
-    Ok(payload.to_vec())
+    // The payload in place: no second copy of a file that may be tens of GB.
+    let end = format::HEADER_BYTES + payload.len();
+    bytes.truncate(end);
+    bytes.drain(..format::HEADER_BYTES);
+    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! | offset | bytes | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `TWINCKPT` |
-//! | 8 | 4 | format version (1) |
+//! | 8 | 4 | format version (2) |
 //! | 12 | 4 | rank |
 //! | 16 | 4 | world size |
 //! | 20 | 4 | reserved (0) |
@@ -24,7 +24,8 @@
 use crate::transport::frame::checksum;
 
 pub const MAGIC: [u8; 8] = *b"TWINCKPT";
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: the payload gives each state buffer's length in bytes ([`super::state`]).
+pub const FORMAT_VERSION: u32 = 2;
 pub const HEADER_BYTES: usize = 64;
 pub const TRAILER_BYTES: usize = 8;
 
@@ -79,7 +80,14 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// The whole file for `payload`: header, payload, trailer.
 pub fn encode(h: &Header, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len() + TRAILER_BYTES);
+    let (head, trailer) = frame(h, payload);
+    [&head[..], payload, &trailer[..]].concat()
+}
+
+/// The header and the trailer that go around `payload` in its file (written on either side
+/// of it, so a large payload is never copied into a whole-file buffer).
+pub fn frame(h: &Header, payload: &[u8]) -> ([u8; HEADER_BYTES], [u8; TRAILER_BYTES]) {
+    let mut out = Vec::with_capacity(HEADER_BYTES);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&h.rank.to_le_bytes());
@@ -91,9 +99,9 @@ pub fn encode(h: &Header, payload: &[u8]) -> Vec<u8> {
     let head_sum = checksum(&out);
     out.extend_from_slice(&head_sum.to_le_bytes());
     out.extend_from_slice(&0u64.to_le_bytes());
-    out.extend_from_slice(payload);
-    out.extend_from_slice(&checksum(payload).to_le_bytes());
-    out
+    let mut head = [0u8; HEADER_BYTES];
+    head.copy_from_slice(&out);
+    (head, checksum(payload).to_le_bytes())
 }
 
 /// Check everything a file can say about itself (magic, version, header checksum, length,

@@ -1,5 +1,5 @@
-//! Real checkpoints of a host run: each rank writes its shard of the model state (the weight
-//! and optimizer buffers the host backend keeps across steps) to
+//! Real checkpoints of a run on any backend: each rank writes its shard of the model state (the
+//! weight and optimizer buffers its backend keeps across steps, see [`state`]) to
 //! `DIR/step-NNNNNN/rank-NNNNN.ckpt`, verified on load, written atomically, synchronously or
 //! on a background thread. A checkpoint counts only once rank 0 has written its `COMPLETE`
 //! manifest after every rank's file is durable; loading takes the newest complete one whose
@@ -7,9 +7,11 @@
 
 pub mod dir;
 pub mod format;
+pub mod state;
 pub mod writer;
 
 pub use format::{FormatError, Header};
+pub use state::{StateBuffers, StateInfo};
 pub use writer::Writer;
 
 use std::path::PathBuf;

@@ -43,6 +43,25 @@ pub struct KillPoint {
     pub op: u32,
 }
 
+/// Carry out the kill of `kills` due at op `op` of global step `step`, if any: note it in
+/// `events`, then SIGKILL this process. Every backend calls it where it reaches an op.
+pub fn kill_if_due(
+    kills: &[KillPoint],
+    step: u64,
+    op: u32,
+    events: Option<&super::events::EventLog>,
+) {
+    if let Some(k) = kills.iter().find(|k| k.step == step && k.op == op) {
+        if let Some(ev) = events {
+            ev.record(&super::events::Event::Fault {
+                t_ns: super::events::unix_ns(),
+                id: k.id,
+            });
+        }
+        crate::backend::host::fault::trigger(crate::backend::host::FaultKind::Kill);
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("--inject {spec:?}: {problem}; {FORMS}")]
 pub struct InjectError {

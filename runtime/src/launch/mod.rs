@@ -1,8 +1,10 @@
-//! Running the host backend as a job: the rank environment, the local launcher (one process
-//! per rank), the worker's life (bootstrap, steps, results), scale factors for CPU-sized
-//! runs, and the merge of the ranks' measurements into the simulator's trace and report.
+//! Running a backend as a job: the rank environment, the local launcher (one process per
+//! rank), the worker's life (bootstrap, steps, checkpoints, results; `worker` for the host
+//! backend, `device` for CUDA and the dummy device), scale factors for CPU-sized runs, and the
+//! merge of the ranks' measurements into the simulator's trace and report.
 
 pub mod affinity;
+pub mod device;
 pub mod env;
 pub mod events;
 pub mod inject;
@@ -17,6 +19,7 @@ pub mod scale;
 pub mod session;
 pub mod worker;
 
+pub use device::{run_device_worker, DeviceBackend, DeviceWorkerOptions};
 pub use env::RankEnv;
 pub use inject::{At, InjectError, Injection, KillPoint};
 pub use launcher::{launch, LaunchError, LaunchOptions, LaunchOutput};

@@ -12,7 +12,7 @@ use super::measure::RankMeasure;
 use super::progress::Progress;
 use super::session::{rss_peak_bytes, Session};
 use crate::backend::host::{AbortSignal, Fault, HostBackend};
-use crate::checkpoint::{self, dir, CheckpointError, CheckpointOptions, Header, Writer};
+use crate::checkpoint::{self, dir, CheckpointOptions, Header, StateBuffers, Writer};
 use crate::error::RuntimeError;
 use crate::exec::run_step;
 use crate::transport::frame::checksum;
@@ -98,13 +98,7 @@ pub fn run_worker(
         .with_seed(d.seed)
         .with_kills(d.kills.clone(), events.clone())
         .with_turns(turns);
-    let me = Header {
-        rank,
-        world: env.world,
-        fingerprint: checksum(&[schedule_sum.to_le_bytes(), d.seed.to_le_bytes()].concat()),
-        step: 0,
-        payload_bytes: 0,
-    };
+    let me = identity(rank, env.world, schedule_sum, d.seed);
     let total = u64::from(opts.steps.max(1));
     let mut spans = Vec::new();
     let mut recent: std::collections::VecDeque<Vec<[u64; 2]>> = Default::default();
@@ -112,24 +106,7 @@ pub fn run_worker(
     let mut recent_wait: std::collections::VecDeque<Vec<Option<u64>>> = Default::default();
     let mut last = None;
     let outcome = (|| -> Result<(), RuntimeError> {
-        let first = match &d.checkpoint {
-            Some(c) if c.resume => restore(store, &c.dir, me, &mut backend, &record)?,
-            _ => {
-                record(Event::Loaded {
-                    t_ns: unix_ns(),
-                    step: 0,
-                    read_s: 0.0,
-                    bytes: 0,
-                    rejected: Vec::new(),
-                });
-                0
-            }
-        };
-        if first >= total {
-            return Err(RuntimeError::Unsupported(format!(
-                "the checkpoint restored has {first} steps done, --steps {total} asks for no more"
-            )));
-        }
+        let first = first_step(store, d, me, total, &mut *backend.state()?, &record)?;
         let ckpt_store = match &d.checkpoint {
             Some(_) => ckpt_client.take().map(|c| Arc::new(Mutex::new(c))),
             None => None,
@@ -174,15 +151,17 @@ pub fn run_worker(
             );
             recent_wait.push_back(run.events.iter().map(|e| e.wait_ns).collect::<Vec<_>>());
             last = Some((run, origin));
-            if let (Some(c), Some(cs)) = (&d.checkpoint, &ckpt_store) {
-                if c.due(step + 1, total) {
-                    let h = Header {
-                        step: step + 1,
-                        ..me
-                    };
-                    save(&mut writer, &backend, c, h, Arc::clone(cs), events.clone())?;
-                }
-            }
+            let state = backend.state()?;
+            checkpoint_if_due(
+                &mut writer,
+                d,
+                &ckpt_store,
+                me,
+                step,
+                total,
+                &*state,
+                &events,
+            )?;
         }
         writer.wait()?;
         // Nothing heavier than waiting until every rank has finished its last step: a rank
@@ -212,9 +191,77 @@ pub fn run_worker(
         clock_residual_ns: session.clock_residual_ns,
         rss_peak_bytes: rss_peak_bytes(),
         workspace_bytes: run.device_memory.workspace_bytes,
-        final_weights_digest: Some(format!("{:016x}", backend.state()?.digest())),
+        final_weights_digest: Some(format!("{:016x}", backend.state()?.digest()?)),
     };
     session.finish(&measure)
+}
+
+/// Who this rank's checkpoint files belong to: its rank and world, and a fingerprint of the
+/// planned schedule and the seed (a checkpoint of another scenario is never loaded).
+pub(crate) fn identity(rank: u32, world: u32, schedule_sum: u64, seed: u64) -> Header {
+    Header {
+        rank,
+        world,
+        fingerprint: checksum(&[schedule_sum.to_le_bytes(), seed.to_le_bytes()].concat()),
+        step: 0,
+        payload_bytes: 0,
+    }
+}
+
+/// The global step a worker starts at: after the checkpoint every rank restores into `state`
+/// when resuming, else 0 (recorded as loaded either way). Refuses a run with no step left.
+pub(crate) fn first_step(
+    store: &mut StoreClient,
+    d: &Durability,
+    me: Header,
+    total: u64,
+    state: &mut dyn StateBuffers,
+    record: &dyn Fn(Event),
+) -> Result<u64, RuntimeError> {
+    let first = match &d.checkpoint {
+        Some(c) if c.resume => restore(store, &c.dir, me, state, record)?,
+        _ => {
+            record(Event::Loaded {
+                t_ns: unix_ns(),
+                step: 0,
+                read_s: 0.0,
+                bytes: 0,
+                rejected: Vec::new(),
+            });
+            0
+        }
+    };
+    if first >= total {
+        return Err(RuntimeError::Unsupported(format!(
+            "the checkpoint restored has {first} steps done, --steps {total} asks for no more"
+        )));
+    }
+    Ok(first)
+}
+
+/// After global step `step` of `total`: write checkpoint `step + 1` of `state` when one is
+/// due (`store` is the connection the checkpoint's completion travels over).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn checkpoint_if_due(
+    writer: &mut Writer,
+    d: &Durability,
+    store: &Option<Arc<Mutex<StoreClient>>>,
+    me: Header,
+    step: u64,
+    total: u64,
+    state: &dyn StateBuffers,
+    events: &Option<Arc<EventLog>>,
+) -> Result<(), RuntimeError> {
+    if let (Some(c), Some(cs)) = (&d.checkpoint, store) {
+        if c.due(step + 1, total) {
+            let h = Header {
+                step: step + 1,
+                ..me
+            };
+            save(writer, state, c, h, Arc::clone(cs), events.clone())?;
+        }
+    }
+    Ok(())
 }
 
 /// Restore the newest checkpoint that every rank can read and verify, or none (start from
@@ -225,7 +272,7 @@ fn restore(
     store: &mut StoreClient,
     root: &std::path::Path,
     me: Header,
-    backend: &mut HostBackend,
+    state: &mut dyn StateBuffers,
     record: &dyn Fn(Event),
 ) -> Result<u64, RuntimeError> {
     let started = Instant::now();
@@ -245,10 +292,7 @@ fn restore(
             let mut bytes = 0;
             if let (Some((_, payload)), true) = (found, agreed > 0) {
                 bytes = payload.len() as u64;
-                backend
-                    .state()?
-                    .restore(&payload)
-                    .map_err(CheckpointError::Payload)?;
+                checkpoint::state::restore(state, &payload)?;
             }
             record(Event::Loaded {
                 t_ns: unix_ns(),
@@ -268,14 +312,14 @@ fn restore(
 /// in the background); rank 0 then waits for every rank's file and writes the manifest.
 fn save(
     writer: &mut Writer,
-    backend: &HostBackend,
+    state: &dyn StateBuffers,
     c: &CheckpointOptions,
     h: Header,
     store: Arc<Mutex<StoreClient>>,
     events: Option<Arc<EventLog>>,
 ) -> Result<(), RuntimeError> {
     let started = Instant::now();
-    let payload = backend.state()?.encode();
+    let payload = checkpoint::state::snapshot(state)?;
     let snapshot_s = started.elapsed().as_secs_f64();
     let root = c.dir.clone();
     let asynchronous = c.asynchronous;

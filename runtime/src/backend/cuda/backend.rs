@@ -11,6 +11,7 @@ use super::libs::{self, cu, guard, Libraries};
 use super::nccl::{self, Buffers, Comm, UniqueId};
 use super::pool::Pool;
 
+mod state;
 mod workspace;
 use crate::backend::{Backend, MemoryReport, OpContext, OpTiming};
 use crate::error::RuntimeError;
@@ -32,6 +33,10 @@ pub struct CudaOptions {
     /// does (the default). When false the pool is trimmed after every step, so every step's
     /// Alloc ops pay for mapping memory again: what an allocator without a cache costs.
     pub keep_pool_between_steps: bool,
+    /// Keep the schedule's state allocations (weights, optimizer state) as real buffers across
+    /// steps, filled from the seed, for checkpoints to copy (see `state`). When false they are
+    /// step allocations like any other.
+    pub keep_state: bool,
 }
 
 impl Default for CudaOptions {
@@ -41,6 +46,7 @@ impl Default for CudaOptions {
             allow_tf32: false,
             seed: 1,
             keep_pool_between_steps: true,
+            keep_state: false,
         }
     }
 }
@@ -62,6 +68,9 @@ enum LiveAlloc {
     /// and allocator slack, which exist for real already, so it is accounted, not allocated
     /// (allocating it would count the context twice).
     Reserve,
+    /// Model state kept across steps (`CudaOptions::keep_state`): its buffer lives in
+    /// `CudaBackend::state`, so the step's Alloc and Free only account it.
+    State,
 }
 
 /// Executes one rank's program on one GPU.
@@ -71,6 +80,8 @@ pub struct CudaBackend {
     comms: BTreeMap<GroupKind, (CommSpec, Comm)>,
     work: Vec<StreamWork>,
     allocs: BTreeMap<u32, LiveAlloc>,
+    /// The model state by tag, when kept across steps.
+    state: BTreeMap<u32, (crate::checkpoint::StateInfo, state::StateMem)>,
     /// (start, end) timing events, reused across steps; slot i serves the i-th issued op.
     events: Vec<(CudaEvent, CudaEvent)>,
     /// Op index of each issued slot, and the slot of each op index.
@@ -159,11 +170,16 @@ impl CudaBackend {
             ],
             ..MemoryReport::default()
         };
+        let mut memory = memory;
+        if options.keep_state {
+            memory.notes.push("model state (the schedule's weights and optimizer allocations) is kept across steps in buffers outside the step pool, for checkpoints: allocator peaks leave it out, device memory in use includes it".into());
+        }
         Ok(CudaBackend {
             options,
             comms: BTreeMap::new(),
             work,
             allocs: BTreeMap::new(),
+            state: BTreeMap::new(),
             events: Vec::new(),
             issued: Vec::new(),
             slot_of: BTreeMap::new(),
@@ -436,6 +452,11 @@ impl CudaBackend {
                 category,
             } => {
                 let live = match device {
+                    _ if self.options.keep_state
+                        && crate::checkpoint::state::is_state(*category, *device) =>
+                    {
+                        LiveAlloc::State
+                    }
                     Device::Gpu if *category == MemCategory::Reserved => LiveAlloc::Reserve,
                     Device::Gpu => LiveAlloc::Gpu(self.pool.alloc(*bytes, cu_stream)?),
                     Device::Host => LiveAlloc::Host(HostBuffer::new(*bytes)?),
@@ -448,7 +469,7 @@ impl CudaBackend {
                     unsafe { drv::free_async(p, cu_stream) }.map_err(|e| cu("cuMemFreeAsync", e))?
                 }
                 Some(LiveAlloc::Host(h)) => drop(h),
-                Some(LiveAlloc::Reserve) => {}
+                Some(LiveAlloc::Reserve | LiveAlloc::State) => {}
                 None => {
                     return Err(RuntimeError::Unsupported(format!(
                         "free of unknown tag {tag}"
@@ -463,7 +484,7 @@ impl CudaBackend {
                     .as_ref()
                     .ok_or_else(|| RuntimeError::Unsupported("no scratch".into()))?;
                 run_memory_bound(s, bytes.saturating_mul(2), 1, cu_stream)?;
-                self.note("checkpoint ops are timed as device reads of their bytes; no file is written by the CUDA backend".into());
+                self.note("the schedule's checkpoint ops are timed as device reads of their bytes; the files of --checkpoint-dir are written by the worker between steps".into());
             }
         }
         Ok(())
@@ -486,6 +507,9 @@ impl Backend for CudaBackend {
                 .bind_to_thread()
                 .map_err(|e| cu("cuCtxSetCurrent", e))?;
             self.size_workspaces(program)?;
+            if self.options.keep_state {
+                self.ensure_state(rank, program)?;
+            }
             let kinds: BTreeSet<GroupKind> = used_group_kinds(program);
             if !kinds.is_empty() {
                 let specs = comm_specs(plan, rank, &kinds);

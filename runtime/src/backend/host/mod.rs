@@ -28,7 +28,7 @@ pub use state::ModelState;
 
 use crate::backend::{Allocation, Backend, MemoryReport, OpContext, OpTiming};
 use crate::error::RuntimeError;
-use crate::launch::events::{unix_ns, Event, EventLog};
+use crate::launch::events::EventLog;
 use crate::launch::inject::KillPoint;
 use crate::launch::progress::Progress;
 use crate::transport::collective::{self, Ring};
@@ -282,19 +282,7 @@ impl Job {
     /// Carry out an injected kill due at op `index` of this step, if any.
     fn kill_if_due(&self, index: u32) {
         let s = &self.shared;
-        let due = s
-            .kills
-            .iter()
-            .find(|k| k.step == self.global_step && k.op == index);
-        if let Some(k) = due {
-            if let Some(ev) = &s.events {
-                ev.record(&Event::Fault {
-                    t_ns: unix_ns(),
-                    id: k.id,
-                });
-            }
-            fault::trigger(FaultKind::Kill);
-        }
+        crate::launch::inject::kill_if_due(&s.kills, self.global_step, index, s.events.as_deref());
     }
 
     /// Run one op; returns its (start, end) on the aligned clock.

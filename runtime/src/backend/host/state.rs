@@ -5,6 +5,8 @@
 //! (`w = w * DECAY + g(step, i)`), so a lost or twice-applied step changes the final digest;
 //! that is what checkpoints save and restore.
 
+use crate::checkpoint::state::{self as payload, StateBuffers, StateInfo};
+use crate::error::RuntimeError;
 use crate::transport::frame::checksum;
 use std::collections::BTreeMap;
 use twin_sim::schedule::{Device, MemCategory};
@@ -14,13 +16,7 @@ const DECAY: f32 = 1.0 - 1.0 / 1024.0;
 /// Distinct increments per buffer and step (a power of two, so a chunk fits in L1).
 const UPDATE_TABLE: usize = 1024;
 
-/// Whether an allocation of this kind is model state (kept across steps and checkpointed).
-pub fn is_state(category: MemCategory, device: Device) -> bool {
-    matches!(
-        (category, device),
-        (MemCategory::Weights, Device::Gpu) | (MemCategory::Optimizer, _)
-    )
-}
+pub use crate::checkpoint::state::is_state;
 
 fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -124,80 +120,77 @@ impl ModelState {
         self.buffers.values().map(|b| b.data.len() as u64 * 4).sum()
     }
 
-    /// A 64-bit digest of every buffer (tags, kinds and values).
-    pub fn digest(&self) -> u64 {
-        checksum(&self.encode())
+    /// A 64-bit digest of every buffer (tags, kinds and values): the checksum of its
+    /// checkpoint payload.
+    pub fn digest(&self) -> Result<u64, RuntimeError> {
+        Ok(checksum(&self.encode()?))
     }
 
-    /// The checkpoint payload: per buffer (in tag order) tag u32, category u8, device u8, two
-    /// zero bytes, element count u64, then the f32 values; all little endian.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(4 + self.bytes() as usize + 16 * self.buffers.len());
-        out.extend_from_slice(&(self.buffers.len() as u32).to_le_bytes());
-        for (tag, b) in &self.buffers {
-            out.extend_from_slice(&tag.to_le_bytes());
-            out.push(b.category as u8);
-            out.push(matches!(b.device, Device::Host) as u8);
-            out.extend_from_slice(&[0, 0]);
-            out.extend_from_slice(&(b.data.len() as u64).to_le_bytes());
-            for v in &b.data {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-        out
+    /// The checkpoint payload of this state (see [`crate::checkpoint::state`]).
+    pub fn encode(&self) -> Result<Vec<u8>, RuntimeError> {
+        payload::snapshot(self)
     }
 
-    /// Replace the state with a checkpoint payload (see [`ModelState::encode`]).
-    pub fn restore(&mut self, payload: &[u8]) -> Result<(), String> {
-        let mut at = 0usize;
-        let mut take = |n: usize| -> Result<&[u8], String> {
-            let s = payload
-                .get(at..at.saturating_add(n))
-                .ok_or_else(|| format!("payload ends at byte {at}, {n} more expected"))?;
-            at += n;
-            Ok(s)
-        };
-        let word = |s: &[u8]| {
-            let mut w = [0u8; 8];
-            w[..s.len().min(8)].copy_from_slice(s.get(..s.len().min(8)).unwrap_or_default());
-            u64::from_le_bytes(w)
-        };
-        let count = word(take(4)?);
-        let mut buffers = BTreeMap::new();
-        for _ in 0..count {
-            let tag = word(take(4)?) as u32;
-            let kind = take(4)?;
-            let category = MemCategory::ALL
-                .get(usize::from(kind.first().copied().unwrap_or(u8::MAX)))
-                .copied()
-                .ok_or("unknown memory category")?;
-            let device = match kind.get(1) {
-                Some(0) => Device::Gpu,
-                Some(1) => Device::Host,
-                _ => return Err("unknown device".into()),
-            };
-            let len = usize::try_from(word(take(8)?)).map_err(|_| "buffer too long")?;
-            let raw = take(len.checked_mul(4).ok_or("buffer too long")?)?;
-            let data = raw
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            buffers.insert(
+    /// Replace the state with a checkpoint payload's buffers.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), RuntimeError> {
+        let mut fresh = ModelState::new(self.seed, self.rank);
+        payload::restore(&mut fresh, bytes)?;
+        *self = fresh;
+        Ok(())
+    }
+}
+
+impl StateBuffers for ModelState {
+    fn state_buffers(&self) -> Vec<StateInfo> {
+        self.buffers
+            .iter()
+            .map(|(&tag, b)| StateInfo {
                 tag,
-                Buffer {
-                    category,
-                    device,
-                    data,
-                },
-            );
+                category: b.category,
+                device: b.device,
+                bytes: b.data.len() as u64 * 4,
+            })
+            .collect()
+    }
+
+    fn read_state(&self, tag: u32, out: &mut [u8]) -> Result<(), RuntimeError> {
+        let b = self
+            .buffers
+            .get(&tag)
+            .ok_or_else(|| RuntimeError::Unsupported(format!("no state buffer {tag}")))?;
+        if out.len() != b.data.len() * 4 {
+            return Err(RuntimeError::Unsupported(format!(
+                "state buffer {tag} holds {} bytes, {} asked for",
+                b.data.len() * 4,
+                out.len()
+            )));
         }
-        if at != payload.len() {
-            return Err(format!(
-                "{} bytes after the last buffer",
-                payload.len() - at
-            ));
+        for (o, v) in out.chunks_exact_mut(4).zip(&b.data) {
+            o.copy_from_slice(&v.to_le_bytes());
         }
-        self.buffers = buffers;
+        Ok(())
+    }
+
+    fn write_state(&mut self, info: StateInfo, bytes: &[u8]) -> Result<(), RuntimeError> {
+        if !bytes.len().is_multiple_of(4) {
+            return Err(RuntimeError::Unsupported(format!(
+                "state buffer {} of {} bytes is not whole f32 values",
+                info.tag,
+                bytes.len()
+            )));
+        }
+        let data = bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        self.buffers.insert(
+            info.tag,
+            Buffer {
+                category: info.category,
+                device: info.device,
+                data,
+            },
+        );
         Ok(())
     }
 }
@@ -218,14 +211,14 @@ mod tests {
     #[test]
     fn seeded_per_rank_and_sensitive_to_lost_repeated_or_swapped_steps() {
         assert_eq!(state(1, 0), state(1, 0));
-        assert_ne!(state(1, 0).digest(), state(2, 0).digest());
-        assert_ne!(state(1, 0).digest(), state(1, 1).digest());
+        assert_ne!(state(1, 0).digest().unwrap(), state(2, 0).digest().unwrap());
+        assert_ne!(state(1, 0).digest().unwrap(), state(1, 1).digest().unwrap());
         let run = |steps: &[u64]| {
             let mut s = state(1, 0);
             for &k in steps {
                 s.apply_optimizer(k);
             }
-            s.digest()
+            s.digest().unwrap()
         };
         let good = run(&[0, 1, 2, 3]);
         assert_eq!(good, run(&[0, 1, 2, 3]));
@@ -238,7 +231,7 @@ mod tests {
     fn encode_restore_round_trips_and_rejects_junk() {
         let mut a = state(4, 2);
         a.apply_optimizer(0);
-        let bytes = a.encode();
+        let bytes = a.encode().unwrap();
         assert_eq!(bytes.len() as u64, 4 + 2 * 16 + a.bytes());
         let mut b = ModelState::new(4, 2);
         b.restore(&bytes).unwrap();
@@ -246,7 +239,7 @@ mod tests {
         // The restored buffers are reused, not re-initialised, by `ensure`.
         b.ensure(3, MemCategory::Weights, Device::Gpu, 4000)
             .unwrap();
-        assert_eq!(a.digest(), b.digest());
+        assert_eq!(a.digest().unwrap(), b.digest().unwrap());
         assert!(b
             .ensure(3, MemCategory::Weights, Device::Gpu, 8000)
             .is_err());
