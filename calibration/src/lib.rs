@@ -8,6 +8,7 @@ pub mod bench;
 pub mod check;
 pub mod cuda;
 pub mod fit;
+pub mod gpu_base;
 pub mod host;
 pub mod host_profile;
 pub mod load;

@@ -260,20 +260,31 @@ fn host(args: &Args) -> anyhow::Result<ExitCode> {
 fn cuda(args: &Args) -> anyhow::Result<ExitCode> {
     // Fail before anything else when there is no GPU, with what to do instead.
     twin_calibration::cuda::require_gpu()?;
-    let (scenario_calls, scenario_gpu) = match &args.scenario {
+    let (scenario_calls, scenario) = match &args.scenario {
         Some(path) => {
             let (s, schedule) = scenario_schedule(path)?;
+            let links = twin_sim::cost::Analytic::new(&s).links;
             (
                 twin_calibration::cuda::scenario_calls(&schedule, MAX_SCENARIO_CALLS),
-                Some(s.cluster.gpu.name),
+                Some(twin_calibration::gpu_base::ScenarioGpu {
+                    origin: path.display().to_string(),
+                    gpu: s.cluster.gpu,
+                    links,
+                }),
             )
         }
         None => (Vec::new(), None),
     };
-    let (base, origin) = base_profile(
-        args.base_profile.as_deref(),
-        args.gpu_name.as_deref().or(scenario_gpu.as_deref()),
-    )?;
+    let base = match &args.base_profile {
+        Some(p) => Some((twin_sim::profile::load(p)?, p.display().to_string())),
+        None => None,
+    };
+    let start = twin_calibration::gpu_base::start(twin_calibration::gpu_base::Request {
+        gpu_name: args.gpu_name.clone(),
+        scenario,
+        base,
+        device: device(),
+    })?;
     let samples = samples_path(&args.output);
     let (cuda_version, nccl_version) = cuda_versions();
     let opts = twin_calibration::CudaOptions {
@@ -288,14 +299,14 @@ fn cuda(args: &Args) -> anyhow::Result<ExitCode> {
         enabled: !args.no_progress && std::io::stderr().is_terminal(),
         drawn: false,
     };
-    let result = twin_calibration::calibrate_cuda(&base, &opts, &mut bar);
+    let result = twin_calibration::calibrate_cuda(&start, &opts, &mut bar);
     bar.finish();
     let run = result?;
     super::write_atomic(&args.output, &run.toml)?;
     write_samples(&samples, &run.provenance, "plan", &run.plan, &run.samples)?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
-        Format::Text => print!("{}", cuda_text(&run, &origin, &args.output, &samples)),
+        Format::Text => print!("{}", cuda_text(&run, &start, &args.output, &samples)),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -338,6 +349,22 @@ fn cuda_versions() -> (Option<String>, Option<String>) {
     (Some(cuda), found(&d.nccl_version))
 }
 
+/// GPU 0 as the CUDA driver reports it (`twin doctor`), when it does.
+fn device() -> Option<twin_calibration::gpu_base::Device> {
+    use twin_runtime::backend::cuda::Item;
+    match twin_runtime::backend::cuda::doctor().gpus {
+        Item::Found(gpus) => gpus
+            .into_iter()
+            .next()
+            .map(|g| twin_calibration::gpu_base::Device {
+                name: g.name,
+                sm_count: g.multiprocessors,
+                memory_bytes: g.total_bytes,
+            }),
+        Item::NotFound(_) => None,
+    }
+}
+
 /// `--base-profile`, or the bundled profile for `gpu`.
 fn base_profile(
     path: Option<&Path>,
@@ -347,7 +374,7 @@ fn base_profile(
         return Ok((twin_sim::profile::load(p)?, p.display().to_string()));
     }
     let gpu = gpu.unwrap_or("");
-    match twin_calibration::run::bundled_base(gpu) {
+    match twin_calibration::gpu_base::bundled_base(gpu) {
         Some((origin, text)) => Ok((
             twin_sim::profile::parse_str(text, origin)?,
             origin.to_string(),

@@ -269,17 +269,19 @@ pub(super) fn host_text(run: &twin_calibration::HostRun, files: &str) -> String 
 
 pub(super) fn cuda_text(
     run: &twin_calibration::CudaRun,
-    origin: &str,
+    start: &twin_calibration::gpu_base::Start,
     profile: &Path,
     samples: &Path,
 ) -> String {
     let f = &run.fits;
     let g = &f.gemm;
     let mut o = format!(
-        "calibrated GPU 0 of {} ({}) in {:.1} s over {origin}; values with 95% confidence intervals\n\n",
+        "calibrated GPU 0 of {} ({}) as '{}' in {:.1} s over {}; values with 95% confidence intervals\n\n",
         run.provenance.hostname,
         run.provenance.cuda_version.as_deref().unwrap_or("versions unknown"),
-        run.elapsed_s
+        start.gpu,
+        run.elapsed_s,
+        start.origin
     );
     o.push_str(&gemm_lines(
         "cuBLAS bf16 GEMM curve",
@@ -291,9 +293,16 @@ pub(super) fn cuda_text(
     o.push_str(&ab_line("memory-bound", &f.memory_bound, "fixed"));
     o.push_str(&ab_line("host-to-device", &f.host_to_device, "fixed"));
     o.push_str(&ab_line("device-to-host", &f.device_to_host, "fixed"));
+    let p = &run.profile;
     o.push_str(&format!(
-        "\nmemory efficiency {}   launch {}   outliers dropped {}\n",
-        est(&f.memory_efficiency, ""),
+        "\nbf16 GEMM {:.3} x the bf16 peak ({:.4e} FLOP/s), memory-bound {:.3} x the HBM bandwidth ({:.4e} B/s)\n",
+        p.gemm_max_efficiency.value,
+        p.peak_bf16_flops_per_s.value,
+        p.memory_efficiency.value,
+        p.hbm_bandwidth_bytes_per_s.value
+    ));
+    o.push_str(&format!(
+        "launch {}   outliers dropped {}\n",
         est(&f.launch_ns, "ns"),
         f.dropped_samples
     ));
