@@ -87,7 +87,7 @@ pub fn device_gpu_name(device: &str) -> String {
 }
 
 /// The bundled profiles, by path and text.
-const BUNDLED: [(&str, &str); 3] = [
+pub(crate) const BUNDLED: [(&str, &str); 3] = [
     (
         "scenarios/profiles/a100-dgx.toml",
         include_str!("../../scenarios/profiles/a100-dgx.toml"),
@@ -310,5 +310,69 @@ pub(crate) fn peaks_from_bf16(bf16: f64) -> PeakFlops {
         fp16_flops_per_s: bf16,
         bf16_flops_per_s: bf16,
         fp8_flops_per_s: bf16,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundled_profiles_are_found_by_preset_alias_and_log_name() {
+        let path = |g: &str| bundled_base(g).map(|(p, _)| p);
+        assert_eq!(path("h200-141gb"), Some("scenarios/profiles/h200-dgx.toml"));
+        assert_eq!(path("h200-sxm-141gb"), Some("scenarios/profiles/h200-dgx.toml"));
+        assert_eq!(path("h100-sxm-80gb"), Some("scenarios/profiles/h100-dgx.toml"));
+        assert_eq!(
+            path("NVIDIA H100 80GB HBM3"),
+            Some("scenarios/profiles/h100-dgx.toml")
+        );
+        assert_eq!(
+            path("NVIDIA A100-SXM4-80GB"),
+            Some("scenarios/profiles/a100-dgx.toml")
+        );
+        assert_eq!(path("NVIDIA H200"), Some("scenarios/profiles/h200-dgx.toml"));
+        assert_eq!(path("v100"), None);
+        // Every bundled profile loads and describes a GPU preset.
+        for (p, text) in BUNDLED {
+            let profile = twin_sim::profile::parse_str(text, p).unwrap();
+            assert!(twin_sim::scenario::gpu_preset(&profile.gpu).is_some(), "{p}");
+        }
+    }
+
+    #[test]
+    fn device_names_become_profile_gpu_names() {
+        assert_eq!(device_gpu_name("NVIDIA H200"), "nvidia-h200");
+        assert_eq!(device_gpu_name(" NVIDIA A100-SXM4-80GB "), "nvidia-a100-sxm4-80gb");
+        assert_eq!(device_gpu_name("--"), "");
+    }
+
+    #[test]
+    fn what_cannot_start_says_what_to_give() {
+        let e = start(Request::default()).unwrap_err().to_string();
+        assert!(e.contains("--gpu-name") && e.contains("--scenario"), "{e}");
+        let e = start(Request {
+            gpu_name: Some("lab-gpu".into()),
+            ..Request::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("'lab-gpu' has no bundled profile")
+                && e.contains("--scenario")
+                && e.contains("--base-profile"),
+            "{e}"
+        );
+        // A base for another GPU needs the device's SM count.
+        let (path, text) = bundled_base("h100-sxm-80gb").unwrap();
+        let base = twin_sim::profile::parse_str(text, path).unwrap();
+        let e = start(Request {
+            gpu_name: Some("h200-141gb".into()),
+            base: Some((base, path.into())),
+            ..Request::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("'h100-sxm-80gb', not 'h200-141gb'"), "{e}");
     }
 }
