@@ -299,3 +299,69 @@ fn cuda_without_a_gpu_is_an_actionable_error() {
     assert!(!dir.join("gpu.toml").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--backend cuda` for a GPU with no bundled profile of its own at the time the issue was
+/// filed (H200), named by an alias, over another GPU's base: without a driver it is still the
+/// one clear no-GPU error (no panic, no "no bundled profile", no file written).
+#[test]
+fn cuda_for_a_gpu_asked_by_name_without_a_gpu_is_the_no_gpu_error() {
+    let dir = scratch("cuda-h200");
+    let out = dir.join("h200.toml");
+    let o = calibrate_to(
+        &out,
+        &[
+            "--backend",
+            "cuda",
+            "--quick",
+            "--scenario",
+            &repo("scenarios/gpu/llama3-8b-1gpu.toml"),
+            "--gpu-name",
+            "h200-sxm-141gb",
+            "--base-profile",
+            &repo("scenarios/profiles/h100-dgx.toml"),
+        ],
+        &[
+            ("TWIN_CUDA_LIB_DIR", dir.to_str().unwrap()),
+            ("LD_LIBRARY_PATH", dir.to_str().unwrap()),
+            ("CUDA_HOME", dir.to_str().unwrap()),
+        ],
+    );
+    if o.status.success() {
+        // A machine with a GPU: the profile names the GPU asked for, under its preset's name.
+        let p = std::fs::read_to_string(&out).unwrap();
+        assert!(p.contains("name = \"h200-141gb\""), "{p}");
+        return;
+    }
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(!t.contains("panicked") && !t.contains("no bundled profile"), "{t}");
+    assert!(t.contains("--backend cuda needs an NVIDIA GPU"), "{t}");
+    assert!(!out.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The bundled H200 profile costs a scenario on the H200, by its preset name or its alias,
+/// and is refused for another GPU.
+#[test]
+fn the_bundled_h200_profile_costs_h200_scenarios() {
+    let profile = repo("scenarios/profiles/h200-dgx.toml");
+    let scenario = repo("scenarios/gpu/llama3-8b-1gpu.toml");
+    for gpu in ["cluster.gpu=h200-141gb", "cluster.gpu=h200-sxm-141gb"] {
+        let o = twin(
+            &[
+                "simulate", &scenario, "--set", gpu, "--profile", &profile, "--format", "json",
+            ],
+            &[],
+        );
+        assert!(o.status.success(), "{}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(v["step_time_ns"].as_u64().unwrap() > 0, "{v}");
+    }
+    let o = twin(&["simulate", &scenario, "--profile", &profile], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("describes GPU 'h200-141gb' but the scenario runs on 'h100-sxm-80gb'"),
+        "{}",
+        text(&o)
+    );
+}

@@ -46,7 +46,9 @@ pub struct Args {
     /// the profile.
     #[arg(long)]
     pub scenario: Option<PathBuf>,
-    /// The GPU name the profile describes (default: the scenario's; "cpu-core" on the host).
+    /// The GPU name the profile describes: its `[gpu] name`, under the preset's own name for
+    /// an alias, and its name NAME-calibrated on a GPU (default: the scenario's GPU; on a GPU
+    /// without a scenario the device's name; "cpu-core" on the host).
     #[arg(long)]
     pub gpu_name: Option<String>,
     /// Seed of the benchmark order shuffle.
@@ -58,8 +60,10 @@ pub struct Args {
     /// alltoall_perf, broadcast_perf, sendrecv_perf) to fit the network tiers to.
     #[arg(long, num_args = 1.., conflicts_with = "backend")]
     pub from_nccl_tests: Vec<PathBuf>,
-    /// Profile whose other sections the result keeps (default: the bundled profile of the
-    /// logs' GPU).
+    /// Profile whose other sections the result keeps (default: the bundled profile of the GPU
+    /// calibrated or of the logs' GPU; --backend cuda for a GPU with none builds one from the
+    /// --scenario's node links). On a GPU, its GPU section is replaced when it describes
+    /// another GPU than the one calibrated (docs/calibration.md).
     #[arg(long)]
     pub base_profile: Option<PathBuf>,
     /// nccl-tests rows below this many bytes are left out of the fit.
