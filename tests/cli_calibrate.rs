@@ -334,7 +334,10 @@ fn cuda_for_a_gpu_asked_by_name_without_a_gpu_is_the_no_gpu_error() {
     }
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
-    assert!(!t.contains("panicked") && !t.contains("no bundled profile"), "{t}");
+    assert!(
+        !t.contains("panicked") && !t.contains("no bundled profile"),
+        "{t}"
+    );
     assert!(t.contains("--backend cuda needs an NVIDIA GPU"), "{t}");
     assert!(!out.exists());
     let _ = std::fs::remove_dir_all(&dir);
@@ -349,13 +352,21 @@ fn the_bundled_h200_profile_costs_h200_scenarios() {
     for gpu in ["cluster.gpu=h200-141gb", "cluster.gpu=h200-sxm-141gb"] {
         let o = twin(
             &[
-                "simulate", &scenario, "--set", gpu, "--profile", &profile, "--format", "json",
+                "simulate",
+                &scenario,
+                "--set",
+                gpu,
+                "--profile",
+                &profile,
+                "--format",
+                "json",
             ],
             &[],
         );
         assert!(o.status.success(), "{}", text(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        assert!(v["step_time_ns"].as_u64().unwrap() > 0, "{v}");
+        assert_eq!(v["gpu"], "h200-141gb", "{v}");
+        assert!(v["step_time_s"].as_f64().unwrap() > 0.0, "{v}");
     }
     let o = twin(&["simulate", &scenario, "--profile", &profile], &[]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));

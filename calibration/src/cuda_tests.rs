@@ -3,10 +3,10 @@
 //! the fits must carry them.
 
 use super::*;
-use crate::gpu_base::{Device, Request, ScenarioGpu};
-use twin_sim::profile::{Profile, Source};
 use crate::fit::TestRng;
+use crate::gpu_base::{Device, Request, ScenarioGpu};
 use crate::sample::Kept;
+use twin_sim::profile::{Profile, Source};
 use twin_sim::schedule::Schedule;
 
 const RATE: f64 = 800e12;
@@ -193,7 +193,10 @@ fn the_profile_carries_the_fits_with_their_intervals_and_provenance() {
     let back = twin_sim::profile::parse_str(&text, "written.toml").unwrap();
     let back_bw = back.memory_bandwidth_bytes_per_s.as_ref().unwrap();
     assert!(close(back_bw.value, bw.value));
-    assert!(close(back.memory_efficiency.value, p.memory_efficiency.value));
+    assert!(close(
+        back.memory_efficiency.value,
+        p.memory_efficiency.value
+    ));
     assert!(close(back.gemm_ramp_ns.value, p.gemm_ramp_ns.value));
     assert!(close(back.launch_ns.value, p.launch_ns.value));
 }
@@ -232,7 +235,10 @@ fn an_h200_over_the_h100_profile_is_named_for_the_h200_and_keeps_its_full_bandwi
     assert!(bw.value > h100.hbm_bandwidth_bytes_per_s.value);
     let [lo, hi] = bw.ci95.unwrap();
     assert!(lo < bw.value && bw.value < hi && lo > h100.hbm_bandwidth_bytes_per_s.value);
-    assert!(close(bw.value, p.memory_bandwidth_bytes_per_s.unwrap().value));
+    assert!(close(
+        bw.value,
+        p.memory_bandwidth_bytes_per_s.unwrap().value
+    ));
     // The cost model prices memory-bound work at the fitted bandwidth.
     let mut scenario = twin_sim::testing::small_scenario(1, 1, 1, 1);
     scenario.cluster.gpu = h200;
@@ -273,7 +279,10 @@ fn a_gpu_without_a_bundled_profile_starts_from_the_scenario() {
     assert_eq!(back.peak_bf16_flops_per_s.value, 1.2e15);
     assert_eq!(back.hbm_bandwidth_bytes_per_s.value, 2.5e12);
     assert_eq!(back.sm_count.value, 96.0);
-    assert_eq!(back.intra.bandwidth_bytes_per_s.value, links.intra_bandwidth_bytes_per_s);
+    assert_eq!(
+        back.intra.bandwidth_bytes_per_s.value,
+        links.intra_bandwidth_bytes_per_s
+    );
     assert_eq!(back.inter.latency_ns.value, links.inter_latency_ns as f64);
     let rate = back.gemm_bf16_flops_per_s.as_ref().unwrap();
     assert!((rate.value / RATE - 1.0).abs() < 0.03, "{rate:?}");

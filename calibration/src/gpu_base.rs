@@ -142,7 +142,9 @@ pub fn start(req: Request) -> Result<Start, CalibError> {
             )
         })?;
     let preset = twin_sim::scenario::gpu_preset(&asked);
-    let gpu = preset.as_ref().map_or_else(|| asked.clone(), |g| g.name.clone());
+    let gpu = preset
+        .as_ref()
+        .map_or_else(|| asked.clone(), |g| g.name.clone());
     let figures = match (&preset, &req.scenario) {
         (Some(p), _) => Some(Figures {
             peak: p.peak.clone(),
@@ -321,8 +323,14 @@ mod tests {
     fn bundled_profiles_are_found_by_preset_alias_and_log_name() {
         let path = |g: &str| bundled_base(g).map(|(p, _)| p);
         assert_eq!(path("h200-141gb"), Some("scenarios/profiles/h200-dgx.toml"));
-        assert_eq!(path("h200-sxm-141gb"), Some("scenarios/profiles/h200-dgx.toml"));
-        assert_eq!(path("h100-sxm-80gb"), Some("scenarios/profiles/h100-dgx.toml"));
+        assert_eq!(
+            path("h200-sxm-141gb"),
+            Some("scenarios/profiles/h200-dgx.toml")
+        );
+        assert_eq!(
+            path("h100-sxm-80gb"),
+            Some("scenarios/profiles/h100-dgx.toml")
+        );
         assert_eq!(
             path("NVIDIA H100 80GB HBM3"),
             Some("scenarios/profiles/h100-dgx.toml")
@@ -331,19 +339,28 @@ mod tests {
             path("NVIDIA A100-SXM4-80GB"),
             Some("scenarios/profiles/a100-dgx.toml")
         );
-        assert_eq!(path("NVIDIA H200"), Some("scenarios/profiles/h200-dgx.toml"));
+        assert_eq!(
+            path("NVIDIA H200"),
+            Some("scenarios/profiles/h200-dgx.toml")
+        );
         assert_eq!(path("v100"), None);
         // Every bundled profile loads and describes a GPU preset.
         for (p, text) in BUNDLED {
             let profile = twin_sim::profile::parse_str(text, p).unwrap();
-            assert!(twin_sim::scenario::gpu_preset(&profile.gpu).is_some(), "{p}");
+            assert!(
+                twin_sim::scenario::gpu_preset(&profile.gpu).is_some(),
+                "{p}"
+            );
         }
     }
 
     #[test]
     fn device_names_become_profile_gpu_names() {
         assert_eq!(device_gpu_name("NVIDIA H200"), "nvidia-h200");
-        assert_eq!(device_gpu_name(" NVIDIA A100-SXM4-80GB "), "nvidia-a100-sxm4-80gb");
+        assert_eq!(
+            device_gpu_name(" NVIDIA A100-SXM4-80GB "),
+            "nvidia-a100-sxm4-80gb"
+        );
         assert_eq!(device_gpu_name("--"), "");
     }
 

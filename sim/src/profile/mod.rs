@@ -266,10 +266,12 @@ impl Profile {
     /// The GEMM curve this profile sets.
     pub fn gemm_curve(&self) -> GemmCurve {
         GemmCurve {
-            max_efficiency: self.gemm_bf16_flops_per_s.as_ref().map_or(
-                self.gemm_max_efficiency.value,
-                |r| r.value / self.peak_bf16_flops_per_s.value,
-            ),
+            max_efficiency: self
+                .gemm_bf16_flops_per_s
+                .as_ref()
+                .map_or(self.gemm_max_efficiency.value, |r| {
+                    r.value / self.peak_bf16_flops_per_s.value
+                }),
             k_half: whole(&self.gemm_k_half),
             tile_m: whole(&self.gemm_tile_m),
             tile_n: whole(&self.gemm_tile_n),

@@ -1065,7 +1065,10 @@ fn absolute_rates_price_gemms_and_memory_bound_work() {
     assert!(p.has_intervals());
     let mut rng = Rng::new(3);
     let drawn = p.sample(&mut rng);
-    assert_ne!(drawn.memory_bandwidth_bytes_per_s, p.memory_bandwidth_bytes_per_s);
+    assert_ne!(
+        drawn.memory_bandwidth_bytes_per_s,
+        p.memory_bandwidth_bytes_per_s
+    );
     assert_ne!(drawn.gemm_bf16_flops_per_s, p.gemm_bf16_flops_per_s);
 }
 
@@ -1096,7 +1099,10 @@ fn a_fraction_and_its_absolute_rate_are_exclusive() {
     let e = error_of(&both);
     assert_eq!(e.kind, ErrorKind::Invalid);
     assert_eq!(e.key, "memory.bandwidth_bytes_per_s");
-    assert!(e.to_string().contains("memory.efficiency is also given"), "{e}");
+    assert!(
+        e.to_string().contains("memory.efficiency is also given"),
+        "{e}"
+    );
     let neither: String = H100
         .lines()
         .filter(|l| !l.starts_with("max_efficiency"))
@@ -1109,7 +1115,10 @@ fn a_fraction_and_its_absolute_rate_are_exclusive() {
         t.contains("gemm.max_efficiency") && t.contains("gemm.bf16_flops_per_s"),
         "{t}"
     );
-    let zero = H200.replace("bf16_flops_per_s = { value = 875.7e12", "bf16_flops_per_s = { value = 0");
+    let zero = H200.replace(
+        "bf16_flops_per_s = { value = 875.7e12",
+        "bf16_flops_per_s = { value = 0",
+    );
     let e = error_of(&zero);
     assert_eq!(e.key, "gemm.bf16_flops_per_s.value");
 }
