@@ -445,7 +445,7 @@ impl Checker<'_> {
                 None,
                 rel_key,
                 "",
-                &format!("missing {rel_key} (or {abs_key})"),
+                format!("missing {rel_key} (or {abs_key})"),
                 &allowed,
             )),
         }
