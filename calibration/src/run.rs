@@ -15,7 +15,7 @@ use crate::write::{self, HostKeys, Provenance};
 use crate::CalibError;
 use serde::Serialize;
 use std::time::Instant;
-use twin_sim::profile::{LinkParams, Param, Profile, Source};
+use twin_sim::profile::{derived_fraction, LinkParams, Param, Profile, Source};
 use twin_sim::schedule::Gemm;
 
 /// What a host calibration is asked to do.
@@ -375,23 +375,17 @@ pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance)
         "{} over {}; GEMM curve, memory-bound bandwidth and launch cost fitted by {run}",
         start.gpu, start.origin
     );
-    let derived = |abs: &Param, over: &Param, key: &str, datasheet: &str| Param {
-        value: abs.value / over.value,
-        source: Source::Fitted,
-        reference: format!("{key} / {datasheet} (derived)"),
-        ci95: None,
-    };
-    p.gemm_max_efficiency = derived(
+    p.gemm_max_efficiency = derived_fraction(
         &rate,
-        &p.peak_bf16_flops_per_s,
         "gemm.bf16_flops_per_s",
+        &p.peak_bf16_flops_per_s,
         "gpu.peak_flops_per_s.bf16",
     );
     p.gemm_bf16_flops_per_s = Some(rate);
-    p.memory_efficiency = derived(
+    p.memory_efficiency = derived_fraction(
         &bandwidth,
-        &p.hbm_bandwidth_bytes_per_s,
         "memory.bandwidth_bytes_per_s",
+        &p.hbm_bandwidth_bytes_per_s,
         "gpu.hbm_bandwidth_bytes_per_s",
     );
     p.memory_bandwidth_bytes_per_s = Some(bandwidth);

@@ -425,12 +425,7 @@ impl Checker<'_> {
             (Some(r), None) => Ok((self.param(rel_key, r, Range::Fraction)?, None)),
             (None, Some(a)) => {
                 let a = self.param(abs_key, a, Range::Positive)?;
-                let derived = Param {
-                    value: a.value / datasheet.1.value,
-                    source: a.source,
-                    reference: format!("{abs_key} / {} (derived)", datasheet.0),
-                    ci95: None,
-                };
+                let derived = super::derived_fraction(&a, abs_key, datasheet.1, datasheet.0);
                 Ok((derived, Some(a)))
             }
             (Some(_), Some(a)) => Err(self.invalid(

@@ -225,6 +225,24 @@ pub struct Profile {
     pub fit: Option<FitQuality>,
 }
 
+/// The fraction of a datasheet figure that an absolute rate is (`gemm.max_efficiency` from
+/// `gemm.bf16_flops_per_s`, `memory.efficiency` from `memory.bandwidth_bytes_per_s`): derived,
+/// with no interval of its own (the absolute rate carries it, and is what is sampled), and
+/// not capped at 1.
+pub fn derived_fraction(
+    absolute: &Param,
+    absolute_key: &str,
+    datasheet: &Param,
+    datasheet_key: &str,
+) -> Param {
+    Param {
+        value: absolute.value / datasheet.value,
+        source: absolute.source,
+        reference: format!("{absolute_key} / {datasheet_key} (derived)"),
+        ci95: None,
+    }
+}
+
 /// A profile was made for another GPU than the scenario's.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
