@@ -255,9 +255,12 @@ pub struct GpuMismatch {
     pub scenario_gpu: String,
 }
 
-/// Checks that `profile` describes the scenario's GPU.
+/// Checks that `profile` describes the scenario's GPU. A preset's alias in the profile
+/// (`h200-sxm-141gb`) names the preset, as it does in a scenario's `cluster.gpu`.
 pub fn check_matches(s: &Scenario, profile: &Profile) -> Result<(), GpuMismatch> {
-    if s.cluster.gpu.name == profile.gpu {
+    let profile_gpu =
+        crate::scenario::gpu_preset(&profile.gpu).map_or_else(|| profile.gpu.clone(), |g| g.name);
+    if s.cluster.gpu.name == profile_gpu {
         Ok(())
     } else {
         Err(GpuMismatch {

@@ -1122,3 +1122,14 @@ fn a_fraction_and_its_absolute_rate_are_exclusive() {
     let e = error_of(&zero);
     assert_eq!(e.key, "gemm.bf16_flops_per_s.value");
 }
+
+/// A profile may name its GPU by a preset's alias: it matches scenarios on that preset, as a
+/// scenario's alias does.
+#[test]
+fn a_profile_naming_a_gpu_alias_matches_its_preset() {
+    let mut p = parse_str(H200, "h200-dgx.toml").unwrap();
+    p.gpu = "h200-sxm-141gb".into();
+    check_matches(&h200_scenario(), &p).unwrap();
+    let e = check_matches(&small_scenario(1, 1, 1, 1), &p).unwrap_err();
+    assert_eq!(e.profile_gpu, "h200-sxm-141gb");
+}
