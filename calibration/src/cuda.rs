@@ -154,7 +154,7 @@ pub fn scenario_calls(schedule: &twin_sim::schedule::Schedule, max: usize) -> Ve
 }
 
 /// Every sample of a GPU calibration, after the outlier rule (crate::sample).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct CudaSamples {
     pub gemm: Vec<GemmSamples>,
     /// `bytes`: read + write bytes of the backend's memory-bound copies.

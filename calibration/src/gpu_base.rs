@@ -18,8 +18,9 @@ use twin_sim::cost::TierModel;
 use twin_sim::profile::{LinkParams, Param, Profile, Source};
 use twin_sim::scenario::{Gpu, PeakFlops};
 
-/// What the CUDA driver reports of the GPU measured (`twin doctor`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What the CUDA driver reports of the GPU measured (`twin doctor`); a GPU calibration's
+/// samples file keeps it, so `--refit` starts from the same GPU.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Device {
     pub name: String,
     pub sm_count: u32,
@@ -102,30 +103,36 @@ pub(crate) const BUNDLED: [(&str, &str); 3] = [
     ),
 ];
 
-/// The bundled profile of a GPU, as `(path, text)`: the one whose `[gpu] name` is the
-/// preset of `gpu` (aliases resolve), else, for a name as nccl-tests logs print it
-/// (`NVIDIA H100 80GB HBM3`), the one whose GPU family (the preset name up to its first `-`)
-/// the name contains.
-pub fn bundled_base(gpu: &str) -> Option<(&'static str, &'static str)> {
+/// The bundled profiles that load, with their GPU names.
+fn bundled() -> impl Iterator<Item = (&'static str, &'static str, String)> {
+    BUNDLED.iter().filter_map(|&(path, text)| {
+        let p = twin_sim::profile::parse_str(text, path).ok()?;
+        Some((path, text, p.gpu))
+    })
+}
+
+/// The bundled profile of a GPU preset, as `(path, text)`: the one whose `[gpu] name` is the
+/// preset of `gpu` (aliases resolve).
+pub fn bundled_profile(gpu: &str) -> Option<(&'static str, &'static str)> {
     let canonical = twin_sim::scenario::gpu_preset(gpu).map_or_else(|| gpu.to_string(), |g| g.name);
-    let parsed: Vec<_> = BUNDLED
-        .iter()
-        .filter_map(|&(path, text)| {
-            let p = twin_sim::profile::parse_str(text, path).ok()?;
-            Some((path, text, p.gpu))
-        })
-        .collect();
-    if let Some(&(path, text, _)) = parsed.iter().find(|(_, _, g)| *g == canonical) {
-        return Some((path, text));
-    }
-    let lower = gpu.to_ascii_lowercase();
-    parsed
-        .iter()
-        .find(|(_, _, g)| {
-            let family = g.split('-').next().unwrap_or(g);
-            !family.is_empty() && lower.contains(family)
-        })
-        .map(|&(path, text, _)| (path, text))
+    bundled()
+        .find(|(_, _, g)| *g == canonical)
+        .map(|(path, text, _)| (path, text))
+}
+
+/// The bundled profile for a GPU as a log names it: [`bundled_profile`], else, for a name as
+/// nccl-tests logs print it (`NVIDIA H100 80GB HBM3`), the one whose GPU family (the preset
+/// name up to its first `-`) the name contains.
+pub fn bundled_base(gpu: &str) -> Option<(&'static str, &'static str)> {
+    bundled_profile(gpu).or_else(|| {
+        let lower = gpu.to_ascii_lowercase();
+        bundled()
+            .find(|(_, _, g)| {
+                let family = g.split('-').next().unwrap_or(g);
+                !family.is_empty() && lower.contains(family)
+            })
+            .map(|(path, text, _)| (path, text))
+    })
 }
 
 /// Resolves what a GPU calibration starts from (see the module doc).
@@ -162,7 +169,7 @@ pub fn start(req: Request) -> Result<Start, CalibError> {
     };
     let (base, origin) = match req.base {
         Some(b) => b,
-        None => match bundled_base(&gpu) {
+        None => match bundled_profile(&gpu) {
             Some((path, text)) => (
                 twin_sim::profile::parse_str(text, path)
                     .map_err(|e| CalibError::Profile(e.to_string()))?,
@@ -186,8 +193,8 @@ pub fn start(req: Request) -> Result<Start, CalibError> {
     let replace_gpu = base.gpu != gpu;
     if replace_gpu && req.device.is_none() {
         return Err(CalibError::Setup(format!(
-            "the base profile describes GPU '{}', not '{gpu}', and no device reports the SM count",
-            base.gpu
+            "the SM count of GPU '{gpu}' is unknown: the base ({origin}) does not describe \
+             that GPU and no device reports it"
         )));
     }
     Ok(Start {
@@ -344,6 +351,9 @@ mod tests {
             Some("scenarios/profiles/h200-dgx.toml")
         );
         assert_eq!(path("v100"), None);
+        // A GPU being calibrated takes only its own preset's profile.
+        assert_eq!(bundled_profile("nvidia-h200"), None);
+        assert!(bundled_profile("h200-sxm-141gb").is_some());
         // Every bundled profile loads and describes a GPU preset.
         for (p, text) in BUNDLED {
             let profile = twin_sim::profile::parse_str(text, p).unwrap();
@@ -390,6 +400,10 @@ mod tests {
         })
         .unwrap_err()
         .to_string();
-        assert!(e.contains("'h100-sxm-80gb', not 'h200-141gb'"), "{e}");
+        assert!(
+            e.contains("SM count of GPU 'h200-141gb' is unknown")
+                && e.contains("scenarios/profiles/h100-dgx.toml"),
+            "{e}"
+        );
     }
 }

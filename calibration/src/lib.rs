@@ -20,7 +20,7 @@ pub mod run;
 pub mod sample;
 pub mod write;
 
-pub use refit::refit_host;
+pub use refit::{refit_cuda, refit_host, samples_backend};
 pub use run::{
     calibrate_cuda, calibrate_host, from_nccl_tests, CudaOptions, CudaRun, HostOptions, HostRun,
     NcclImport,

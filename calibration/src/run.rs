@@ -291,7 +291,12 @@ pub struct CudaOptions {
 /// GPU 0, over `base`'s other sections (peaks, network).
 #[derive(Clone, Debug, Serialize)]
 pub struct CudaRun {
-    pub plan: crate::cuda::Plan,
+    /// What was measured; `None` for a `--refit`, which measured nothing.
+    pub plan: Option<crate::cuda::Plan>,
+    /// GPU 0 as the driver reported it, when it did.
+    pub device: Option<crate::gpu_base::Device>,
+    /// The samples file a `--refit` fitted again; `None` for a calibration that measured.
+    pub refit_of: Option<String>,
     pub fits: crate::cuda::CudaFits,
     pub profile: Profile,
     pub provenance: Provenance,
@@ -329,7 +334,9 @@ pub fn calibrate_cuda(
         )],
     );
     Ok(CudaRun {
-        plan,
+        plan: Some(plan),
+        device: start.device.clone(),
+        refit_of: None,
         fits,
         profile,
         provenance: prov,

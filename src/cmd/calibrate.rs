@@ -72,7 +72,9 @@ pub struct Args {
     /// Fit the raw samples a host calibration wrote (PROFILE.samples.json) again, measuring
     /// nothing: the same measurements through this twin's fits and profile keys. The profile's
     /// provenance keeps where and when they were taken.
-    #[arg(long, value_name = "SAMPLES_JSON", conflicts_with_all = ["backend", "from_nccl_tests", "quick", "scenario", "tiny"])]
+    /// A GPU calibration's samples are fitted over --gpu-name, --scenario and --base-profile as
+    /// when measured (the GPU the file recorded stands in for the device).
+    #[arg(long, value_name = "SAMPLES_JSON", conflicts_with_all = ["backend", "from_nccl_tests", "quick", "tiny"])]
     pub refit: Option<PathBuf>,
     /// The fewest samples every fit accepts (tests).
     #[arg(long, hide = true)]
@@ -130,6 +132,27 @@ fn refit(args: &Args, samples: &Path) -> anyhow::Result<ExitCode> {
     }
     let text = std::fs::read_to_string(samples)
         .with_context(|| format!("--refit {}: cannot read it", samples.display()))?;
+    let origin = samples.display().to_string();
+    if twin_calibration::samples_backend(&text, &origin)? == "cuda" {
+        let req = twin_calibration::gpu_base::Request {
+            device: None,
+            ..gpu_request(args)?.1
+        };
+        let (run, start) = twin_calibration::refit_cuda(&text, &origin, req, &command_line())?;
+        super::write_atomic(&args.output, &run.toml)?;
+        match args.format {
+            Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
+            Format::Text => print!("{}", cuda_text(&run, &start, &args.output, None)),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.scenario.is_some() || args.base_profile.is_some() {
+        bail!(
+            "--refit {}: --scenario and --base-profile apply to a GPU calibration's samples; \
+             these are the host backend's",
+            samples.display()
+        );
+    }
     let run = twin_calibration::refit_host(
         &text,
         &samples.display().to_string(),
@@ -154,26 +177,26 @@ fn refit(args: &Args, samples: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes the raw samples beside the profile: where they were taken, what was measured (under
-/// `what_key`: the host's `config`, the GPU's `plan`), the outlier rule and every sample.
-fn write_samples<W: serde::Serialize, S: serde::Serialize>(
+/// Writes the raw samples beside the profile: where they were taken, what was measured (the
+/// keys of `what`: the host's `config`, the GPU's `plan` and `device`), the outlier rule and
+/// every sample.
+fn write_samples<S: serde::Serialize>(
     path: &Path,
     provenance: &twin_calibration::write::Provenance,
-    what_key: &'static str,
-    what: &W,
+    what: &serde_json::Value,
     samples: &S,
 ) -> anyhow::Result<()> {
     #[derive(serde::Serialize)]
-    struct SamplesFile<'a, W, S> {
+    struct SamplesFile<'a, S> {
         provenance: &'a twin_calibration::write::Provenance,
         #[serde(flatten)]
-        what: std::collections::BTreeMap<&'static str, &'a W>,
+        what: &'a serde_json::Value,
         outlier_rule: &'static str,
         samples: &'a S,
     }
     let file = SamplesFile {
         provenance,
-        what: std::collections::BTreeMap::from([(what_key, what)]),
+        what,
         outlier_rule: "drop samples above median + 3 * 1.4826 * MAD (docs/calibration.md)",
         samples,
     };
@@ -247,13 +270,8 @@ fn host(args: &Args) -> anyhow::Result<ExitCode> {
     bar.finish();
     let run = result?;
     super::write_atomic(&args.output, &run.toml)?;
-    write_samples(
-        &samples,
-        &run.provenance,
-        "config",
-        &run.config,
-        &run.samples,
-    )?;
+    let what = serde_json::json!({ "config": run.config });
+    write_samples(&samples, &run.provenance, &what, &run.samples)?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
         Format::Text => print!("{}", host_text(&run, &wrote(&args.output, &samples))),
@@ -264,6 +282,43 @@ fn host(args: &Args) -> anyhow::Result<ExitCode> {
 fn cuda(args: &Args) -> anyhow::Result<ExitCode> {
     // Fail before anything else when there is no GPU, with what to do instead.
     twin_calibration::cuda::require_gpu()?;
+    let (scenario_calls, req) = gpu_request(args)?;
+    let start = twin_calibration::gpu_base::start(req)?;
+    let samples = samples_path(&args.output);
+    let (cuda_version, nccl_version) = cuda_versions();
+    let opts = twin_calibration::CudaOptions {
+        quick: args.quick,
+        scenario_calls,
+        command: command_line(),
+        samples_file: file_name(&samples),
+        cuda_version,
+        nccl_version,
+    };
+    let mut bar = Bar {
+        enabled: !args.no_progress && std::io::stderr().is_terminal(),
+        drawn: false,
+    };
+    let result = twin_calibration::calibrate_cuda(&start, &opts, &mut bar);
+    bar.finish();
+    let run = result?;
+    super::write_atomic(&args.output, &run.toml)?;
+    let what = serde_json::json!({ "plan": run.plan, "device": run.device });
+    write_samples(&samples, &run.provenance, &what, &run.samples)?;
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
+        Format::Text => print!("{}", cuda_text(&run, &start, &args.output, Some(&samples))),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a GPU calibration starts from (`--gpu-name`, `--scenario`, `--base-profile` and GPU 0
+/// as the driver reports it), and the scenario's GEMM calls to time.
+fn gpu_request(
+    args: &Args,
+) -> anyhow::Result<(
+    Vec<twin_sim::schedule::Gemm>,
+    twin_calibration::gpu_base::Request,
+)> {
     let (scenario_calls, scenario) = match &args.scenario {
         Some(path) => {
             let (s, schedule) = scenario_schedule(path)?;
@@ -283,36 +338,13 @@ fn cuda(args: &Args) -> anyhow::Result<ExitCode> {
         Some(p) => Some((twin_sim::profile::load(p)?, p.display().to_string())),
         None => None,
     };
-    let start = twin_calibration::gpu_base::start(twin_calibration::gpu_base::Request {
+    let req = twin_calibration::gpu_base::Request {
         gpu_name: args.gpu_name.clone(),
         scenario,
         base,
         device: device(),
-    })?;
-    let samples = samples_path(&args.output);
-    let (cuda_version, nccl_version) = cuda_versions();
-    let opts = twin_calibration::CudaOptions {
-        quick: args.quick,
-        scenario_calls,
-        command: command_line(),
-        samples_file: file_name(&samples),
-        cuda_version,
-        nccl_version,
     };
-    let mut bar = Bar {
-        enabled: !args.no_progress && std::io::stderr().is_terminal(),
-        drawn: false,
-    };
-    let result = twin_calibration::calibrate_cuda(&start, &opts, &mut bar);
-    bar.finish();
-    let run = result?;
-    super::write_atomic(&args.output, &run.toml)?;
-    write_samples(&samples, &run.provenance, "plan", &run.plan, &run.samples)?;
-    match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
-        Format::Text => print!("{}", cuda_text(&run, &start, &args.output, &samples)),
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok((scenario_calls, req))
 }
 
 /// Most scenario GEMM calls a GPU calibration times (the most frequent first).

@@ -271,18 +271,22 @@ pub(super) fn cuda_text(
     run: &twin_calibration::CudaRun,
     start: &twin_calibration::gpu_base::Start,
     profile: &Path,
-    samples: &Path,
+    samples: Option<&Path>,
 ) -> String {
     let f = &run.fits;
     let g = &f.gemm;
-    let mut o = format!(
-        "calibrated GPU 0 of {} ({}) as '{}' in {:.1} s over {}; values with 95% confidence intervals\n\n",
-        run.provenance.hostname,
-        run.provenance.cuda_version.as_deref().unwrap_or("versions unknown"),
-        start.gpu,
-        run.elapsed_s,
-        start.origin
-    );
+    let prov = &run.provenance;
+    let versions = prov.cuda_version.as_deref().unwrap_or("versions unknown");
+    let mut o = match &run.refit_of {
+        None => format!(
+            "calibrated GPU 0 of {} ({versions}) as '{}' in {:.1} s over {}; values with 95% confidence intervals\n\n",
+            prov.hostname, start.gpu, run.elapsed_s, start.origin
+        ),
+        Some(file) => format!(
+            "fitted again the GPU samples of {file} (GPU 0 of {} at {}, {versions}) as '{}' over {}; values with 95% confidence intervals\n\n",
+            prov.hostname, prov.date_utc, start.gpu, start.origin
+        ),
+    };
     o.push_str(&gemm_lines(
         "cuBLAS bf16 GEMM curve",
         g,
@@ -306,6 +310,10 @@ pub(super) fn cuda_text(
         est(&f.launch_ns, "ns"),
         f.dropped_samples
     ));
-    o.push_str(&closing_lines(&f.notes, &wrote(profile, samples)));
+    let files = match samples {
+        Some(samples) => wrote(profile, samples),
+        None => profile.display().to_string(),
+    };
+    o.push_str(&closing_lines(&f.notes, &files));
     o
 }
