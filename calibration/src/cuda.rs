@@ -154,7 +154,7 @@ pub fn scenario_calls(schedule: &twin_sim::schedule::Schedule, max: usize) -> Ve
 }
 
 /// Every sample of a GPU calibration, after the outlier rule (crate::sample).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct CudaSamples {
     pub gemm: Vec<GemmSamples>,
     /// `bytes`: read + write bytes of the backend's memory-bound copies.
@@ -174,8 +174,6 @@ pub struct CudaFits {
     pub gemm_holdout_max_relative_error: f64,
     /// Memory-bound copies: bandwidth counts bytes read + written.
     pub memory_bound: AlphaBeta,
-    /// `memory_bound` bandwidth over the profile's HBM bandwidth.
-    pub memory_efficiency: Estimate,
     pub host_to_device: AlphaBeta,
     pub device_to_host: AlphaBeta,
     /// Chains of launches: "bandwidth" is launches per second.
@@ -186,8 +184,9 @@ pub struct CudaFits {
     pub notes: Vec<String>,
 }
 
-/// Fits `s`; `hbm_bytes_per_s` is the profile's datasheet HBM bandwidth.
-pub fn fit(s: &CudaSamples, hbm_bytes_per_s: f64) -> Result<CudaFits, FitError> {
+/// Fits `s`. Rates stay absolute: the profile relates them to a datasheet
+/// (`run::cuda_profile`), never clipping them against it.
+pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
     let g = gemm::fit(
         &gemm_points(&s.gemm, false, 0),
         &TILES,
@@ -214,10 +213,6 @@ pub fn fit(s: &CudaSamples, hbm_bytes_per_s: f64) -> Result<CudaFits, FitError> 
         gemm_holdout_samples: holdout.len(),
         gemm_holdout_max_relative_error: holdout.iter().fold(0.0, |a: f64, b| a.max(*b)),
         gemm: g,
-        memory_efficiency: memory_bound
-            .bandwidth_bytes_per_s
-            .map_monotone(|b| b / hbm_bytes_per_s.max(1.0))
-            .clamp(1e-6, 1.0),
         memory_bound,
         host_to_device: named(
             "host-to-device",

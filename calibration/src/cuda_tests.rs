@@ -4,13 +4,14 @@
 
 use super::*;
 use crate::fit::TestRng;
+use crate::gpu_base::{Device, Request, ScenarioGpu};
 use crate::sample::Kept;
+use twin_sim::profile::{Profile, Source};
 use twin_sim::schedule::Schedule;
 
 const RATE: f64 = 800e12;
 const K_HALF: f64 = 200.0;
 const RAMP_NS: f64 = 6_000.0;
-const HBM: f64 = 3.35e12;
 const MEMORY_BW: f64 = 3.0e12;
 const LAUNCH_NS: f64 = 2_200.0;
 
@@ -34,6 +35,11 @@ fn sized(rng: &mut TestRng, sizes: &[u64], f: impl Fn(u64) -> f64) -> Vec<SizedS
 
 /// Samples of the quick plan plus two batched scenario calls, from the constants above.
 fn synthetic(seed: u64) -> (Plan, CudaSamples) {
+    synthetic_with(seed, MEMORY_BW)
+}
+
+/// [`synthetic`] with memory-bound copies at `memory_bw` bytes per second.
+fn synthetic_with(seed: u64, memory_bw: f64) -> (Plan, CudaSamples) {
     let scenario = [
         Gemm {
             m: 2048,
@@ -64,7 +70,7 @@ fn synthetic(seed: u64) -> (Plan, CudaSamples) {
         });
     }
     let copy = |lat: f64, bw: f64| move |b: u64| lat + b as f64 / bw * 1e9;
-    s.memory_bound = sized(&mut rng, &plan.memory_bytes, copy(3_000.0, MEMORY_BW));
+    s.memory_bound = sized(&mut rng, &plan.memory_bytes, copy(3_000.0, memory_bw));
     s.host_to_device = sized(&mut rng, &plan.copy_bytes, copy(8_000.0, 50e9));
     s.device_to_host = sized(&mut rng, &plan.copy_bytes, copy(8_000.0, 52e9));
     s.launch_chain = sized(&mut rng, &plan.chain_launches, |n| {
@@ -76,7 +82,7 @@ fn synthetic(seed: u64) -> (Plan, CudaSamples) {
 #[test]
 fn fits_recover_the_parameters_the_samples_were_drawn_from() {
     let (plan, s) = synthetic(3);
-    let f = fit(&s, HBM).unwrap();
+    let f = fit(&s).unwrap();
     assert!(
         (f.gemm.rate_flops_per_s.value / RATE - 1.0).abs() < 0.03,
         "{:?}",
@@ -104,9 +110,9 @@ fn fits_recover_the_parameters_the_samples_were_drawn_from() {
     let sweep = plan.gemms.iter().filter(|(_, o)| *o == "sweep").count();
     assert_eq!(f.gemm_holdout_samples, sweep / 5);
     assert!(f.gemm_holdout_max_relative_error < 0.03);
-    let eff = f.memory_efficiency.value;
-    assert!((eff / (MEMORY_BW / HBM) - 1.0).abs() < 0.02, "{eff}");
-    assert!(f.memory_efficiency.ci95[0] <= eff && eff <= f.memory_efficiency.ci95[1]);
+    let bw = &f.memory_bound.bandwidth_bytes_per_s;
+    assert!((bw.value / MEMORY_BW - 1.0).abs() < 0.02, "{bw:?}");
+    assert!(bw.covers(bw.value));
     assert!(
         (f.launch_ns.value / LAUNCH_NS - 1.0).abs() < 0.03,
         "{:?}",
@@ -116,37 +122,222 @@ fn fits_recover_the_parameters_the_samples_were_drawn_from() {
     assert!((h2d / 50e9 - 1.0).abs() < 0.03, "{h2d}");
 }
 
-#[test]
-fn the_profile_carries_the_fits_with_their_intervals_and_provenance() {
-    let (_, s) = synthetic(4);
-    let f = fit(&s, HBM).unwrap();
-    let base = twin_sim::profile::parse_str(
-        include_str!("../../scenarios/profiles/h100-dgx.toml"),
-        "h100-dgx.toml",
-    )
-    .unwrap();
-    let prov = crate::provenance::here(
+fn bundled(path: &str) -> Profile {
+    let (origin, text) = crate::gpu_base::BUNDLED
+        .iter()
+        .find(|(p, _)| p.ends_with(path))
+        .unwrap();
+    twin_sim::profile::parse_str(text, origin).unwrap()
+}
+
+fn provenance() -> crate::write::Provenance {
+    crate::provenance::here(
         "cuda",
         "quick",
         "twin calibrate --backend cuda",
         "p.samples.json",
-    );
-    let p = crate::run::cuda_profile(&base, &f, &prov);
-    let rate = p.gemm_max_efficiency.value * base.peak_bf16_flops_per_s.value;
-    assert!((rate / f.gemm.rate_flops_per_s.value - 1.0).abs() < 1e-9);
-    assert_eq!(p.memory_efficiency.value, f.memory_efficiency.value);
+    )
+}
+
+fn h200_device() -> Device {
+    Device {
+        name: "NVIDIA H200".into(),
+        sm_count: 132,
+        memory_bytes: 150_109_880_320,
+    }
+}
+
+/// The profile a calibration from `req` writes for samples `s`, as text and loaded back.
+fn written(req: Request, s: &CudaSamples) -> (Profile, Profile) {
+    let start = crate::gpu_base::start(req).unwrap();
+    let f = fit(s).unwrap();
+    let prov = provenance();
+    let p = crate::run::cuda_profile(&start, &f, &prov);
+    let text = crate::write::profile_toml(&p, None, Some(&prov), &[]);
+    let back = twin_sim::profile::parse_str(&text, "written.toml").unwrap();
+    (p, back)
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a / b - 1.0).abs() < 1e-5
+}
+
+#[test]
+fn the_profile_carries_the_fits_with_their_intervals_and_provenance() {
+    let (_, s) = synthetic(4);
+    let f = fit(&s).unwrap();
+    let base = bundled("h100-dgx.toml");
+    let start = crate::gpu_base::start(Request {
+        gpu_name: Some("h100-sxm-80gb".into()),
+        ..Request::default()
+    })
+    .unwrap();
+    assert_eq!(start.base, base);
+    let p = crate::run::cuda_profile(&start, &f, &provenance());
+    let rate = p.gemm_bf16_flops_per_s.as_ref().unwrap();
+    assert_eq!(rate.value, f.gemm.rate_flops_per_s.value);
+    assert_eq!(rate.ci95, Some(f.gemm.rate_flops_per_s.ci95));
+    let eff = p.gemm_max_efficiency.value * base.peak_bf16_flops_per_s.value;
+    assert!((eff / f.gemm.rate_flops_per_s.value - 1.0).abs() < 1e-9);
+    let bw = p.memory_bandwidth_bytes_per_s.as_ref().unwrap();
+    assert_eq!(bw.value, f.memory_bound.bandwidth_bytes_per_s.value);
     assert_eq!(p.launch_ns.value, f.launch_ns.value);
-    assert!(p.gemm_ramp_ns.ci95.is_some() && p.memory_efficiency.ci95.is_some());
+    assert!(p.gemm_ramp_ns.ci95.is_some() && bw.ci95.is_some());
     assert!(!p.gemm_ramp_per_product);
     // What it does not measure stays the base's.
     assert_eq!(p.intra, base.intra);
     assert_eq!(p.peak_bf16_flops_per_s, base.peak_bf16_flops_per_s);
+    assert_eq!(p.sm_count, base.sm_count);
     // The written profile loads back to the same numbers.
-    let text = crate::write::profile_toml(&p, None, Some(&prov), &[]);
+    let text = crate::write::profile_toml(&p, None, Some(&provenance()), &[]);
     let back = twin_sim::profile::parse_str(&text, "written.toml").unwrap();
-    assert!((back.memory_efficiency.value / p.memory_efficiency.value - 1.0).abs() < 1e-5);
-    assert!((back.gemm_ramp_ns.value / p.gemm_ramp_ns.value - 1.0).abs() < 1e-5);
-    assert!((back.launch_ns.value / p.launch_ns.value - 1.0).abs() < 1e-5);
+    let back_bw = back.memory_bandwidth_bytes_per_s.as_ref().unwrap();
+    assert!(close(back_bw.value, bw.value));
+    assert!(close(
+        back.memory_efficiency.value,
+        p.memory_efficiency.value
+    ));
+    assert!(close(back.gemm_ramp_ns.value, p.gemm_ramp_ns.value));
+    assert!(close(back.launch_ns.value, p.launch_ns.value));
+}
+
+/// The case an H200 met: `--gpu-name h200-141gb --base-profile h100-dgx.toml`, copies at
+/// 4.26 TB/s, above the H100's datasheet 3.35 TB/s.
+#[test]
+fn an_h200_over_the_h100_profile_is_named_for_the_h200_and_keeps_its_full_bandwidth() {
+    let measured_bw = 4.262e12;
+    let (_, s) = synthetic_with(5, measured_bw);
+    let h100 = bundled("h100-dgx.toml");
+    let (p, back) = written(
+        Request {
+            gpu_name: Some("h200-141gb".into()),
+            base: Some((h100.clone(), "h100-dgx.toml".into())),
+            device: Some(h200_device()),
+            ..Request::default()
+        },
+        &s,
+    );
+    assert_eq!(back.gpu, "h200-141gb");
+    assert!(back.name.contains("h200-141gb"), "{}", back.name);
+    // The GPU section is the H200's preset, the SM count the device's, the network the base's.
+    let h200 = twin_sim::scenario::gpu_preset("h200-141gb").unwrap();
+    assert_eq!(
+        back.hbm_bandwidth_bytes_per_s.value,
+        h200.hbm_bandwidth_bytes_per_s
+    );
+    assert_eq!(back.peak_bf16_flops_per_s.value, h200.peak.bf16_flops_per_s);
+    assert_eq!(back.sm_count.value, 132.0);
+    assert_eq!(back.intra, h100.intra);
+    assert_eq!(back.inter, h100.inter);
+    // The bandwidth is stored whole, above the base's datasheet, with its interval.
+    let bw = back.memory_bandwidth_bytes_per_s.as_ref().unwrap();
+    assert!((bw.value / measured_bw - 1.0).abs() < 0.02, "{bw:?}");
+    assert!(bw.value > h100.hbm_bandwidth_bytes_per_s.value);
+    let [lo, hi] = bw.ci95.unwrap();
+    assert!(lo < bw.value && bw.value < hi && lo > h100.hbm_bandwidth_bytes_per_s.value);
+    assert!(close(
+        bw.value,
+        p.memory_bandwidth_bytes_per_s.unwrap().value
+    ));
+    // The cost model prices memory-bound work at the fitted bandwidth.
+    let mut scenario = twin_sim::testing::small_scenario(1, 1, 1, 1);
+    scenario.cluster.gpu = h200;
+    twin_sim::profile::check_matches(&scenario, &back).unwrap();
+    let cost = twin_sim::cost::Analytic::from_profile(&scenario, &back);
+    let secs = cost.memory_pass_s(twin_sim::schedule::Phase::Forward, 1 << 30);
+    assert!(((1u64 << 30) as f64 / secs / bw.value - 1.0).abs() < 1e-9);
+}
+
+/// A GPU with no preset and no bundled profile: a scenario's inline `cluster.gpu` gives the
+/// figures and its node the network tiers.
+#[test]
+fn a_gpu_without_a_bundled_profile_starts_from_the_scenario() {
+    let (_, s) = synthetic(6);
+    let mut scenario = twin_sim::testing::small_scenario(1, 1, 1, 1);
+    scenario.cluster.gpu.name = "lab-gpu".into();
+    scenario.cluster.gpu.peak.bf16_flops_per_s = 1.2e15;
+    scenario.cluster.gpu.hbm_bandwidth_bytes_per_s = 2.5e12;
+    let links = twin_sim::cost::Analytic::new(&scenario).links;
+    let (_, back) = written(
+        Request {
+            scenario: Some(ScenarioGpu {
+                origin: "lab.toml".into(),
+                gpu: scenario.cluster.gpu.clone(),
+                links: links.clone(),
+            }),
+            device: Some(Device {
+                name: "Lab GPU".into(),
+                sm_count: 96,
+                memory_bytes: 1 << 36,
+            }),
+            ..Request::default()
+        },
+        &s,
+    );
+    assert_eq!(back.gpu, "lab-gpu");
+    twin_sim::profile::check_matches(&scenario, &back).unwrap();
+    assert_eq!(back.peak_bf16_flops_per_s.value, 1.2e15);
+    assert_eq!(back.hbm_bandwidth_bytes_per_s.value, 2.5e12);
+    assert_eq!(back.sm_count.value, 96.0);
+    assert_eq!(
+        back.intra.bandwidth_bytes_per_s.value,
+        links.intra_bandwidth_bytes_per_s
+    );
+    assert_eq!(back.inter.latency_ns.value, links.inter_latency_ns as f64);
+    let rate = back.gemm_bf16_flops_per_s.as_ref().unwrap();
+    assert!((rate.value / RATE - 1.0).abs() < 0.03, "{rate:?}");
+}
+
+/// Nothing known of the GPU but what the device reports: the fits stand in for the bf16 peak
+/// and the HBM bandwidth, and say so.
+#[test]
+fn a_gpu_known_only_by_its_device_takes_its_peaks_from_the_fits() {
+    let (_, s) = synthetic(7);
+    let scenario = twin_sim::testing::small_scenario(1, 1, 1, 1);
+    let (_, back) = written(
+        Request {
+            gpu_name: Some("nvidia-lab".into()),
+            scenario: Some(ScenarioGpu {
+                origin: "s.toml".into(),
+                gpu: scenario.cluster.gpu.clone(),
+                links: twin_sim::cost::Analytic::new(&scenario).links,
+            }),
+            device: Some(Device {
+                name: "NVIDIA Lab".into(),
+                sm_count: 80,
+                memory_bytes: 1 << 35,
+            }),
+            ..Request::default()
+        },
+        &s,
+    );
+    assert_eq!(back.gpu, "nvidia-lab");
+    let rate = back.gemm_bf16_flops_per_s.as_ref().unwrap().value;
+    let bw = back.memory_bandwidth_bytes_per_s.as_ref().unwrap().value;
+    assert!(close(back.peak_bf16_flops_per_s.value, rate));
+    assert!(close(back.hbm_bandwidth_bytes_per_s.value, bw));
+    assert_eq!(back.peak_bf16_flops_per_s.source, Source::Fitted);
+    assert!(back
+        .peak_bf16_flops_per_s
+        .reference
+        .contains("no datasheet figure"));
+}
+
+#[test]
+fn an_alias_names_the_preset_and_finds_its_bundled_profile() {
+    let (_, s) = synthetic(8);
+    let start = crate::gpu_base::start(Request {
+        gpu_name: Some("h200-sxm-141gb".into()),
+        device: Some(h200_device()),
+        ..Request::default()
+    })
+    .unwrap();
+    assert_eq!(start.gpu, "h200-141gb");
+    assert_eq!(start.origin, "scenarios/profiles/h200-dgx.toml");
+    assert!(!start.replace_gpu);
+    let p = crate::run::cuda_profile(&start, &fit(&s).unwrap(), &provenance());
+    assert_eq!(p.gpu, "h200-141gb");
+    assert_eq!(p.name, "h200-141gb-calibrated");
 }
 
 #[test]

@@ -127,6 +127,7 @@ pub fn to_profile(
             over(cap_hi(rate, peak), peak).clamp(1e-6, 1.0),
             r("GEMM curve fit: sustained rate / gpu.peak_flops_per_s.fp32"),
         ),
+        gemm_bf16_flops_per_s: None,
         gemm_k_half: fitted(
             f.gemm.k_half.clamp(0.0, f64::MAX),
             r("GEMM curve fit (delta-method interval)"),
@@ -183,6 +184,7 @@ pub fn to_profile(
                 r("memory-pass (axpy, 12 bytes per element) bandwidth / gpu.hbm_bandwidth_bytes_per_s"),
             ),
         },
+        memory_bandwidth_bytes_per_s: None,
         memory_spill_bytes: f.memory_spill.as_ref().map(|sp| Param {
             value: sp.knee_bytes as f64,
             source: Source::Fitted,

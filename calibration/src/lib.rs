@@ -8,6 +8,7 @@ pub mod bench;
 pub mod check;
 pub mod cuda;
 pub mod fit;
+pub mod gpu_base;
 pub mod host;
 pub mod host_profile;
 pub mod load;
@@ -19,7 +20,7 @@ pub mod run;
 pub mod sample;
 pub mod write;
 
-pub use refit::refit_host;
+pub use refit::{refit_cuda, refit_host, samples_backend};
 pub use run::{
     calibrate_cuda, calibrate_host, from_nccl_tests, CudaOptions, CudaRun, HostOptions, HostRun,
     NcclImport,

@@ -1,11 +1,11 @@
-//! `twin calibrate --refit`: a host calibration's raw samples (PROFILE.samples.json) fitted
-//! again, measuring nothing. The machine's speed drifts by several percent between
+//! `twin calibrate --refit`: a host or GPU calibration's raw samples (PROFILE.samples.json)
+//! fitted again, measuring nothing. The machine's speed drifts by several percent between
 //! calibrations, so the same measurements through two versions of the fits or the model are
 //! how a change to either is judged (docs/calibration.md).
 
 use crate::bench::{Config, Mode, Samples};
 use crate::host;
-use crate::run::{host_profile_text, HostRun};
+use crate::run::{host_profile_text, CudaRun, HostRun};
 use crate::write::Provenance;
 use crate::CalibError;
 
@@ -99,6 +99,88 @@ pub fn refit_host(
         samples,
         toml,
     })
+}
+
+/// The backend whose samples a samples file holds (`provenance.backend`).
+pub fn samples_backend(text: &str, origin: &str) -> Result<String, CalibError> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        provenance: Provenance,
+    }
+    serde_json::from_str::<Head>(text)
+        .map(|h| h.provenance.backend)
+        .map_err(|e| {
+            CalibError::Profile(format!(
+                "{origin}: not a calibration's samples file ({e}); give the PROFILE.samples.json \
+                 that twin calibrate wrote"
+            ))
+        })
+}
+
+/// Fits a profile again from a GPU calibration's raw samples (`text`, the JSON of
+/// PROFILE.samples.json from `origin`), measuring nothing, over what `req` starts from (its
+/// device, when not given, is the one the file recorded). Returns the run and its start.
+pub fn refit_cuda(
+    text: &str,
+    origin: &str,
+    mut req: crate::gpu_base::Request,
+    command: &str,
+) -> Result<(CudaRun, crate::gpu_base::Start), CalibError> {
+    #[derive(serde::Deserialize)]
+    struct CudaSamplesFile {
+        provenance: Provenance,
+        #[serde(default)]
+        device: Option<crate::gpu_base::Device>,
+        samples: crate::cuda::CudaSamples,
+    }
+    let file: CudaSamplesFile = serde_json::from_str(text).map_err(|e| {
+        CalibError::Profile(format!(
+            "{origin}: not a GPU calibration's samples file ({e}); give the \
+             PROFILE.samples.json that twin calibrate --backend cuda wrote"
+        ))
+    })?;
+    if file.provenance.backend != "cuda" {
+        return Err(CalibError::Profile(format!(
+            "{origin}: samples of the {} backend, not cuda",
+            file.provenance.backend
+        )));
+    }
+    if req.device.is_none() {
+        req.device = file.device;
+    }
+    let start = crate::gpu_base::start(req)?;
+    let fits = crate::cuda::fit(&file.samples)?;
+    let mut provenance = file.provenance;
+    let now = crate::provenance::here("cuda", "refit", command, "");
+    provenance.command = format!(
+        "{command} (refit at {}; measured by: {})",
+        now.date_utc, provenance.command
+    );
+    provenance.twin_version = now.twin_version;
+    provenance.samples_file = origin.to_string();
+    let profile = crate::run::cuda_profile(&start, &fits, &provenance);
+    let toml = crate::write::profile_toml(
+        &profile,
+        None,
+        Some(&provenance),
+        &[format!(
+            "Written by twin calibrate --refit of the GPU samples in {origin}, measured by twin \
+             calibrate --backend cuda ({}) on {} at {}.",
+            provenance.mode, provenance.hostname, provenance.date_utc
+        )],
+    );
+    let run = CudaRun {
+        plan: None,
+        device: start.device.clone(),
+        refit_of: Some(origin.to_string()),
+        fits,
+        profile,
+        provenance,
+        elapsed_s: 0.0,
+        samples: file.samples,
+        toml,
+    };
+    Ok((run, start))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use crate::bench::{self, Config, Counter, Mode, Progress, Samples};
 use crate::fit::alpha_beta::{self, AlphaBeta, Point};
 
 use crate::fit::Estimate;
+use crate::gpu_base::Start;
 use crate::host::{self, HostFits};
 use crate::host_profile;
 use crate::nccl_tests::{self, Log, LogFit, Tier};
@@ -14,7 +15,7 @@ use crate::write::{self, HostKeys, Provenance};
 use crate::CalibError;
 use serde::Serialize;
 use std::time::Instant;
-use twin_sim::profile::{LinkParams, Param, Profile, Source};
+use twin_sim::profile::{derived_fraction, LinkParams, Param, Profile, Source};
 use twin_sim::schedule::Gemm;
 
 /// What a host calibration is asked to do.
@@ -271,24 +272,6 @@ pub(crate) fn host_profile_text(
     (profile, host_keys, toml)
 }
 
-/// The bundled base profile for a GPU name from a log or a scenario, if there is one.
-pub fn bundled_base(gpu: &str) -> Option<(&'static str, &'static str)> {
-    let g = gpu.to_ascii_lowercase();
-    if g.contains("h100") {
-        Some((
-            "scenarios/profiles/h100-dgx.toml",
-            include_str!("../../scenarios/profiles/h100-dgx.toml"),
-        ))
-    } else if g.contains("a100") {
-        Some((
-            "scenarios/profiles/a100-dgx.toml",
-            include_str!("../../scenarios/profiles/a100-dgx.toml"),
-        ))
-    } else {
-        None
-    }
-}
-
 /// What a GPU calibration is asked to do.
 #[derive(Clone, Debug)]
 pub struct CudaOptions {
@@ -308,7 +291,12 @@ pub struct CudaOptions {
 /// GPU 0, over `base`'s other sections (peaks, network).
 #[derive(Clone, Debug, Serialize)]
 pub struct CudaRun {
-    pub plan: crate::cuda::Plan,
+    /// What was measured; `None` for a `--refit`, which measured nothing.
+    pub plan: Option<crate::cuda::Plan>,
+    /// GPU 0 as the driver reported it, when it did.
+    pub device: Option<crate::gpu_base::Device>,
+    /// The samples file a `--refit` fitted again; `None` for a calibration that measured.
+    pub refit_of: Option<String>,
     pub fits: crate::cuda::CudaFits,
     pub profile: Profile,
     pub provenance: Provenance,
@@ -319,9 +307,9 @@ pub struct CudaRun {
     pub toml: String,
 }
 
-/// Measures GPU 0 and fits; everything it does not measure comes from `base`.
+/// Measures GPU 0 and fits; everything it does not measure comes from `start`.
 pub fn calibrate_cuda(
-    base: &Profile,
+    start: &Start,
     opts: &CudaOptions,
     sink: &mut dyn Progress,
 ) -> Result<CudaRun, CalibError> {
@@ -334,8 +322,8 @@ pub fn calibrate_cuda(
     let mut prov = crate::provenance::here("cuda", mode, &opts.command, &opts.samples_file);
     prov.cuda_version = opts.cuda_version.clone();
     prov.nccl_version = opts.nccl_version.clone();
-    let fits = crate::cuda::fit(&samples, base.hbm_bandwidth_bytes_per_s.value)?;
-    let profile = cuda_profile(base, &fits, &prov);
+    let fits = crate::cuda::fit(&samples)?;
+    let profile = cuda_profile(start, &fits, &prov);
     let toml = write::profile_toml(
         &profile,
         None,
@@ -346,7 +334,9 @@ pub fn calibrate_cuda(
         )],
     );
     Ok(CudaRun {
-        plan,
+        plan: Some(plan),
+        device: start.device.clone(),
+        refit_of: None,
         fits,
         profile,
         provenance: prov,
@@ -356,8 +346,11 @@ pub fn calibrate_cuda(
     })
 }
 
-/// `base` with the GEMM curve, memory efficiency and launch cost replaced by the fits.
-pub fn cuda_profile(base: &Profile, f: &crate::cuda::CudaFits, prov: &Provenance) -> Profile {
+/// The start's base with the GPU asked for, and the GEMM curve, memory-bound bandwidth and
+/// launch cost replaced by the fits. The sustained GEMM rate and the memory-bound bandwidth
+/// are stored as the absolute numbers fitted, with their intervals, never clipped against a
+/// datasheet; the fractions of the datasheet are derived from them.
+pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance) -> Profile {
     let run = format!(
         "twin calibrate --backend cuda ({}) on {} at {}",
         prov.mode, prov.hostname, prov.date_utc
@@ -368,20 +361,41 @@ pub fn cuda_profile(base: &Profile, f: &crate::cuda::CudaFits, prov: &Provenance
         reference: format!("{what}; {run}"),
         ci95: (e.ci95[0].is_finite() && e.ci95[1].is_finite()).then_some(e.ci95),
     };
-    let peak = base.peak_bf16_flops_per_s.value;
     let g = &f.gemm;
-    let mut p = base.clone();
-    p.name = format!("{}-calibrated", base.name);
+    let rate = fitted(
+        g.rate_flops_per_s.clamp(f64::MIN_POSITIVE, f64::MAX),
+        "cuBLAS bf16 GEMM curve: sustained rate of a large GEMM",
+    );
+    let bandwidth = fitted(
+        f.memory_bound
+            .bandwidth_bytes_per_s
+            .clamp(f64::MIN_POSITIVE, f64::MAX),
+        "memory-bound device copies: bytes read + written per second",
+    );
+    let mut p = start.base.clone();
+    if start.replace_gpu {
+        set_gpu(&mut p, start, &rate, &bandwidth, &run);
+    }
+    p.gpu = start.gpu.clone();
+    p.name = format!("{}-calibrated", start.gpu);
     p.description = format!(
-        "{}; GEMM curve, memory bandwidth and launch cost fitted by {run}",
-        base.description
+        "{} over {}; GEMM curve, memory-bound bandwidth and launch cost fitted by {run}",
+        start.gpu, start.origin
     );
-    p.gemm_max_efficiency = fitted(
-        g.rate_flops_per_s
-            .map_monotone(|r| r / peak)
-            .clamp(1e-6, 1.0),
-        "cuBLAS bf16 GEMM curve: sustained rate / bf16 peak",
+    p.gemm_max_efficiency = derived_fraction(
+        &rate,
+        "gemm.bf16_flops_per_s",
+        &p.peak_bf16_flops_per_s,
+        "gpu.peak_flops_per_s.bf16",
     );
+    p.gemm_bf16_flops_per_s = Some(rate);
+    p.memory_efficiency = derived_fraction(
+        &bandwidth,
+        "memory.bandwidth_bytes_per_s",
+        &p.hbm_bandwidth_bytes_per_s,
+        "gpu.hbm_bandwidth_bytes_per_s",
+    );
+    p.memory_bandwidth_bytes_per_s = Some(bandwidth);
     p.gemm_k_half = fitted(g.k_half.clamp(0.0, f64::MAX), "cuBLAS bf16 GEMM curve");
     p.gemm_ramp_ns = fitted(
         g.ramp_ns.clamp(0.0, f64::MAX),
@@ -399,10 +413,6 @@ pub fn cuda_profile(base: &Profile, f: &crate::cuda::CudaFits, prov: &Provenance
     p.gemm_tile_n = tile(g.tile_n, g.tile_n_ci95, "interval");
     p.gemm_ramp_per_product = false;
     p.launch_per_op = false;
-    p.memory_efficiency = fitted(
-        f.memory_efficiency,
-        "memory-bound device copies (bytes read + written) / gpu.hbm_bandwidth_bytes_per_s",
-    );
     p.launch_ns = fitted(
         f.launch_ns.clamp(0.0, f64::MAX),
         "slope of GPU time over chains of back-to-back 256-byte copies",
@@ -417,6 +427,53 @@ pub fn cuda_profile(base: &Profile, f: &crate::cuda::CudaFits, prov: &Provenance
         holdout_max_relative_error: f.gemm_holdout_max_relative_error,
     });
     p
+}
+
+/// Replaces `p`'s GPU section with the GPU `start` asks for: its figures (or, with none known,
+/// the fitted bf16 rate as the peak and the fitted memory-bound bandwidth as the HBM
+/// bandwidth) and the device's SM count.
+fn set_gpu(p: &mut Profile, start: &Start, rate: &Param, bandwidth: &Param, run: &str) {
+    if let Some(d) = &start.device {
+        p.sm_count = Param {
+            value: f64::from(d.sm_count.max(1)),
+            source: Source::Datasheet,
+            reference: format!(
+                "multiprocessor count the CUDA driver reports for {} ({} bytes of memory); {run}",
+                d.name, d.memory_bytes
+            ),
+            ci95: None,
+        };
+    }
+    let (peak, hbm, source, reference) = match &start.figures {
+        Some(f) => (
+            f.peak.clone(),
+            f.hbm_bandwidth_bytes_per_s,
+            f.source,
+            f.reference.clone(),
+        ),
+        None => (
+            crate::gpu_base::peaks_from_bf16(rate.value),
+            bandwidth.value,
+            Source::Fitted,
+            format!(
+                "no datasheet figure is known for '{}': the fitted sustained rate (bf16; fp16 \
+                 and fp8 at it, tf32 at half, fp32 at 1/16) and memory-bound bandwidth; {run}",
+                start.gpu
+            ),
+        ),
+    };
+    let param = |value: f64, what: &str| Param {
+        value,
+        source,
+        reference: format!("{reference}: {what}"),
+        ci95: None,
+    };
+    p.peak_fp32_flops_per_s = param(peak.fp32_flops_per_s, "fp32 peak");
+    p.peak_tf32_flops_per_s = param(peak.tf32_flops_per_s, "tf32 dense peak");
+    p.peak_fp16_flops_per_s = param(peak.fp16_flops_per_s, "fp16 dense peak");
+    p.peak_bf16_flops_per_s = param(peak.bf16_flops_per_s, "bf16 dense peak");
+    p.peak_fp8_flops_per_s = param(peak.fp8_flops_per_s, "fp8 dense peak");
+    p.hbm_bandwidth_bytes_per_s = param(hbm, "HBM bandwidth");
 }
 
 /// The result of importing nccl-tests logs.

@@ -146,7 +146,10 @@ pub fn profile_toml(
     o.push_str(&param("bf16", &p.peak_bf16_flops_per_s));
     o.push_str(&param("fp8", &p.peak_fp8_flops_per_s));
     o.push_str("\n[gemm]\n");
-    o.push_str(&param("max_efficiency", &p.gemm_max_efficiency));
+    match &p.gemm_bf16_flops_per_s {
+        Some(r) => o.push_str(&param("bf16_flops_per_s", r)),
+        None => o.push_str(&param("max_efficiency", &p.gemm_max_efficiency)),
+    }
     o.push_str(&param("k_half", &p.gemm_k_half));
     o.push_str(&param("tile_m", &p.gemm_tile_m));
     o.push_str(&param("tile_n", &p.gemm_tile_n));
@@ -180,7 +183,10 @@ pub fn profile_toml(
         o.push_str("]\n");
     }
     o.push_str("\n[memory]\n");
-    o.push_str(&param("efficiency", &p.memory_efficiency));
+    match &p.memory_bandwidth_bytes_per_s {
+        Some(b) => o.push_str(&param("bandwidth_bytes_per_s", b)),
+        None => o.push_str(&param("efficiency", &p.memory_efficiency)),
+    }
     if let (Some(b), Some(e)) = (&p.memory_spill_bytes, &p.memory_spill_efficiency) {
         o.push_str(&param("spill_bytes", b));
         o.push_str(&param("spill_efficiency", e));

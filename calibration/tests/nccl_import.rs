@@ -100,7 +100,7 @@ fn import_writes_a_profile_the_loader_reads() {
     .map(|n| data(n))
     .collect();
     let (base_origin, base_text) =
-        twin_calibration::run::bundled_base("NVIDIA A100-SXM4-80GB").unwrap();
+        twin_calibration::gpu_base::bundled_base("NVIDIA A100-SXM4-80GB").unwrap();
     let base = twin_sim::profile::parse_str(base_text, base_origin).unwrap();
     let out = twin_calibration::from_nccl_tests(&logs, &base, base_origin, 0).unwrap();
     let back = twin_sim::profile::parse_str(&out.toml, "imported").unwrap();

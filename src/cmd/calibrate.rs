@@ -46,7 +46,9 @@ pub struct Args {
     /// the profile.
     #[arg(long)]
     pub scenario: Option<PathBuf>,
-    /// The GPU name the profile describes (default: the scenario's; "cpu-core" on the host).
+    /// The GPU name the profile describes: its `[gpu] name`, under the preset's own name for
+    /// an alias, and its name NAME-calibrated on a GPU (default: the scenario's GPU; on a GPU
+    /// without a scenario the device's name; "cpu-core" on the host).
     #[arg(long)]
     pub gpu_name: Option<String>,
     /// Seed of the benchmark order shuffle.
@@ -58,8 +60,10 @@ pub struct Args {
     /// alltoall_perf, broadcast_perf, sendrecv_perf) to fit the network tiers to.
     #[arg(long, num_args = 1.., conflicts_with = "backend")]
     pub from_nccl_tests: Vec<PathBuf>,
-    /// Profile whose other sections the result keeps (default: the bundled profile of the
-    /// logs' GPU).
+    /// Profile whose other sections the result keeps (default: the bundled profile of the GPU
+    /// calibrated or of the logs' GPU; --backend cuda for a GPU with none builds one from the
+    /// --scenario's node links). On a GPU, its GPU section is replaced when it describes
+    /// another GPU than the one calibrated (docs/calibration.md).
     #[arg(long)]
     pub base_profile: Option<PathBuf>,
     /// nccl-tests rows below this many bytes are left out of the fit.
@@ -68,7 +72,9 @@ pub struct Args {
     /// Fit the raw samples a host calibration wrote (PROFILE.samples.json) again, measuring
     /// nothing: the same measurements through this twin's fits and profile keys. The profile's
     /// provenance keeps where and when they were taken.
-    #[arg(long, value_name = "SAMPLES_JSON", conflicts_with_all = ["backend", "from_nccl_tests", "quick", "scenario", "tiny"])]
+    /// A GPU calibration's samples are fitted over --gpu-name, --scenario and --base-profile as
+    /// when measured (the GPU the file recorded stands in for the device).
+    #[arg(long, value_name = "SAMPLES_JSON", conflicts_with_all = ["backend", "from_nccl_tests", "quick", "tiny"])]
     pub refit: Option<PathBuf>,
     /// The fewest samples every fit accepts (tests).
     #[arg(long, hide = true)]
@@ -126,6 +132,27 @@ fn refit(args: &Args, samples: &Path) -> anyhow::Result<ExitCode> {
     }
     let text = std::fs::read_to_string(samples)
         .with_context(|| format!("--refit {}: cannot read it", samples.display()))?;
+    let origin = samples.display().to_string();
+    if twin_calibration::samples_backend(&text, &origin)? == "cuda" {
+        let req = twin_calibration::gpu_base::Request {
+            device: None,
+            ..gpu_request(args)?.1
+        };
+        let (run, start) = twin_calibration::refit_cuda(&text, &origin, req, &command_line())?;
+        super::write_atomic(&args.output, &run.toml)?;
+        match args.format {
+            Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
+            Format::Text => print!("{}", cuda_text(&run, &start, &args.output, None)),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.scenario.is_some() || args.base_profile.is_some() {
+        bail!(
+            "--refit {}: --scenario and --base-profile apply to a GPU calibration's samples; \
+             these are the host backend's",
+            samples.display()
+        );
+    }
     let run = twin_calibration::refit_host(
         &text,
         &samples.display().to_string(),
@@ -150,26 +177,26 @@ fn refit(args: &Args, samples: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes the raw samples beside the profile: where they were taken, what was measured (under
-/// `what_key`: the host's `config`, the GPU's `plan`), the outlier rule and every sample.
-fn write_samples<W: serde::Serialize, S: serde::Serialize>(
+/// Writes the raw samples beside the profile: where they were taken, what was measured (the
+/// keys of `what`: the host's `config`, the GPU's `plan` and `device`), the outlier rule and
+/// every sample.
+fn write_samples<S: serde::Serialize>(
     path: &Path,
     provenance: &twin_calibration::write::Provenance,
-    what_key: &'static str,
-    what: &W,
+    what: &serde_json::Value,
     samples: &S,
 ) -> anyhow::Result<()> {
     #[derive(serde::Serialize)]
-    struct SamplesFile<'a, W, S> {
+    struct SamplesFile<'a, S> {
         provenance: &'a twin_calibration::write::Provenance,
         #[serde(flatten)]
-        what: std::collections::BTreeMap<&'static str, &'a W>,
+        what: &'a serde_json::Value,
         outlier_rule: &'static str,
         samples: &'a S,
     }
     let file = SamplesFile {
         provenance,
-        what: std::collections::BTreeMap::from([(what_key, what)]),
+        what,
         outlier_rule: "drop samples above median + 3 * 1.4826 * MAD (docs/calibration.md)",
         samples,
     };
@@ -243,13 +270,8 @@ fn host(args: &Args) -> anyhow::Result<ExitCode> {
     bar.finish();
     let run = result?;
     super::write_atomic(&args.output, &run.toml)?;
-    write_samples(
-        &samples,
-        &run.provenance,
-        "config",
-        &run.config,
-        &run.samples,
-    )?;
+    let what = serde_json::json!({ "config": run.config });
+    write_samples(&samples, &run.provenance, &what, &run.samples)?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
         Format::Text => print!("{}", host_text(&run, &wrote(&args.output, &samples))),
@@ -260,20 +282,8 @@ fn host(args: &Args) -> anyhow::Result<ExitCode> {
 fn cuda(args: &Args) -> anyhow::Result<ExitCode> {
     // Fail before anything else when there is no GPU, with what to do instead.
     twin_calibration::cuda::require_gpu()?;
-    let (scenario_calls, scenario_gpu) = match &args.scenario {
-        Some(path) => {
-            let (s, schedule) = scenario_schedule(path)?;
-            (
-                twin_calibration::cuda::scenario_calls(&schedule, MAX_SCENARIO_CALLS),
-                Some(s.cluster.gpu.name),
-            )
-        }
-        None => (Vec::new(), None),
-    };
-    let (base, origin) = base_profile(
-        args.base_profile.as_deref(),
-        args.gpu_name.as_deref().or(scenario_gpu.as_deref()),
-    )?;
+    let (scenario_calls, req) = gpu_request(args)?;
+    let start = twin_calibration::gpu_base::start(req)?;
     let samples = samples_path(&args.output);
     let (cuda_version, nccl_version) = cuda_versions();
     let opts = twin_calibration::CudaOptions {
@@ -288,16 +298,53 @@ fn cuda(args: &Args) -> anyhow::Result<ExitCode> {
         enabled: !args.no_progress && std::io::stderr().is_terminal(),
         drawn: false,
     };
-    let result = twin_calibration::calibrate_cuda(&base, &opts, &mut bar);
+    let result = twin_calibration::calibrate_cuda(&start, &opts, &mut bar);
     bar.finish();
     let run = result?;
     super::write_atomic(&args.output, &run.toml)?;
-    write_samples(&samples, &run.provenance, "plan", &run.plan, &run.samples)?;
+    let what = serde_json::json!({ "plan": run.plan, "device": run.device });
+    write_samples(&samples, &run.provenance, &what, &run.samples)?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
-        Format::Text => print!("{}", cuda_text(&run, &origin, &args.output, &samples)),
+        Format::Text => print!("{}", cuda_text(&run, &start, &args.output, Some(&samples))),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a GPU calibration starts from (`--gpu-name`, `--scenario`, `--base-profile` and GPU 0
+/// as the driver reports it), and the scenario's GEMM calls to time.
+fn gpu_request(
+    args: &Args,
+) -> anyhow::Result<(
+    Vec<twin_sim::schedule::Gemm>,
+    twin_calibration::gpu_base::Request,
+)> {
+    let (scenario_calls, scenario) = match &args.scenario {
+        Some(path) => {
+            let (s, schedule) = scenario_schedule(path)?;
+            let links = twin_sim::cost::Analytic::new(&s).links;
+            (
+                twin_calibration::cuda::scenario_calls(&schedule, MAX_SCENARIO_CALLS),
+                Some(twin_calibration::gpu_base::ScenarioGpu {
+                    origin: path.display().to_string(),
+                    gpu: s.cluster.gpu,
+                    links,
+                }),
+            )
+        }
+        None => (Vec::new(), None),
+    };
+    let base = match &args.base_profile {
+        Some(p) => Some((twin_sim::profile::load(p)?, p.display().to_string())),
+        None => None,
+    };
+    let req = twin_calibration::gpu_base::Request {
+        gpu_name: args.gpu_name.clone(),
+        scenario,
+        base,
+        device: device(),
+    };
+    Ok((scenario_calls, req))
 }
 
 /// Most scenario GEMM calls a GPU calibration times (the most frequent first).
@@ -338,6 +385,22 @@ fn cuda_versions() -> (Option<String>, Option<String>) {
     (Some(cuda), found(&d.nccl_version))
 }
 
+/// GPU 0 as the CUDA driver reports it (`twin doctor`), when it does.
+fn device() -> Option<twin_calibration::gpu_base::Device> {
+    use twin_runtime::backend::cuda::Item;
+    match twin_runtime::backend::cuda::doctor().gpus {
+        Item::Found(gpus) => gpus
+            .into_iter()
+            .next()
+            .map(|g| twin_calibration::gpu_base::Device {
+                name: g.name,
+                sm_count: g.multiprocessors,
+                memory_bytes: g.total_bytes,
+            }),
+        Item::NotFound(_) => None,
+    }
+}
+
 /// `--base-profile`, or the bundled profile for `gpu`.
 fn base_profile(
     path: Option<&Path>,
@@ -347,7 +410,7 @@ fn base_profile(
         return Ok((twin_sim::profile::load(p)?, p.display().to_string()));
     }
     let gpu = gpu.unwrap_or("");
-    match twin_calibration::run::bundled_base(gpu) {
+    match twin_calibration::gpu_base::bundled_base(gpu) {
         Some((origin, text)) => Ok((
             twin_sim::profile::parse_str(text, origin)?,
             origin.to_string(),

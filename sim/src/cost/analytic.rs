@@ -66,6 +66,11 @@ pub struct Analytic {
     pub hbm_bandwidth_bytes_per_s: f64,
     pub gemm: GemmCurve,
     pub memory_efficiency: f64,
+    /// The achieved bandwidth of memory-bound kernels as an absolute number (a calibrated
+    /// profile's `memory.bandwidth_bytes_per_s`); when set it replaces
+    /// `hbm_bandwidth_bytes_per_s * memory_efficiency`. `None`: the datasheet times the
+    /// efficiency.
+    pub memory_bandwidth_bytes_per_s: Option<f64>,
     /// Slower bandwidth for the part of a memory-bound pass beyond a size; `None`: one
     /// bandwidth for every size (GPUs, where an op's bytes are many kernels').
     pub memory_spill: Option<MemorySpill>,
@@ -137,6 +142,7 @@ impl Analytic {
             hbm_bandwidth_bytes_per_s: c.gpu.hbm_bandwidth_bytes_per_s,
             gemm: DEFAULT_GEMM_CURVE,
             memory_efficiency: DEFAULT_MEMORY_EFFICIENCY,
+            memory_bandwidth_bytes_per_s: None,
             memory_spill: None,
             memory_cold_efficiency: None,
             state_cache: None,
@@ -184,7 +190,10 @@ impl Analytic {
     }
 
     fn hbm_rate(&self) -> f64 {
-        positive_rate(self.hbm_bandwidth_bytes_per_s * self.memory_efficiency)
+        positive_rate(
+            self.memory_bandwidth_bytes_per_s
+                .unwrap_or(self.hbm_bandwidth_bytes_per_s * self.memory_efficiency),
+        )
     }
 
     /// Seconds of the memory-bound pass of an op of `phase` over `bytes` (see [`MemorySpill`],

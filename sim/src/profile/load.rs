@@ -51,7 +51,8 @@ struct RawGpu {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawGemm {
-    max_efficiency: RawParam,
+    max_efficiency: Option<RawParam>,
+    bf16_flops_per_s: Option<RawParam>,
     k_half: RawParam,
     tile_m: RawParam,
     tile_n: RawParam,
@@ -68,7 +69,8 @@ struct RawGemm {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawMemory {
-    efficiency: RawParam,
+    efficiency: Option<RawParam>,
+    bandwidth_bytes_per_s: Option<RawParam>,
     alloc_bytes_per_s: Option<RawParam>,
     alloc_fixed_ns: Option<RawParam>,
     spill_bytes: Option<RawParam>,
@@ -406,6 +408,42 @@ impl Checker<'_> {
                 ))
             }
         })
+    }
+
+    /// A rate given either as a fraction of a datasheet figure (`rel_key`) or as an absolute
+    /// number (`abs_key`, a calibration's fit, never clipped against the datasheet): exactly
+    /// one of the two. Returns the fraction, derived as absolute / `datasheet` (not sampled:
+    /// no interval) when the file gives the absolute, and the absolute when given.
+    fn fraction_or_absolute(
+        &self,
+        (rel_key, rel): (&str, Option<RawParam>),
+        (abs_key, abs): (&str, Option<RawParam>),
+        datasheet: (&str, &Param),
+    ) -> Result<(Param, Option<Param>)> {
+        let allowed = format!("exactly one of {rel_key} and {abs_key}");
+        match (rel, abs) {
+            (Some(r), None) => Ok((self.param(rel_key, r, Range::Fraction)?, None)),
+            (None, Some(a)) => {
+                let a = self.param(abs_key, a, Range::Positive)?;
+                let derived = super::derived_fraction(&a, abs_key, datasheet.1, datasheet.0);
+                Ok((derived, Some(a)))
+            }
+            (Some(_), Some(a)) => Err(self.invalid(
+                a.value.span(),
+                abs_key,
+                a.value.get_ref().to_string(),
+                &format!("{rel_key} is also given"),
+                &allowed,
+            )),
+            (None, None) => Err(self.ctx.error(
+                ErrorKind::Missing,
+                None,
+                rel_key,
+                "",
+                format!("missing {rel_key} (or {abs_key})"),
+                &allowed,
+            )),
+        }
     }
 
     /// Two keys that come together (`memory.spill_*`, `host.interruption*`, `host.wake_*`):

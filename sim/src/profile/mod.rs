@@ -109,7 +109,14 @@ pub struct Profile {
     pub peak_bf16_flops_per_s: Param,
     pub peak_fp8_flops_per_s: Param,
     pub hbm_bandwidth_bytes_per_s: Param,
+    /// `gemm.max_efficiency`: the sustained rate of a large GEMM as a fraction of the dtype's
+    /// peak. Derived as `gemm_bf16_flops_per_s / peak bf16` (no interval) when the file gives
+    /// the absolute rate instead.
     pub gemm_max_efficiency: Param,
+    /// `gemm.bf16_flops_per_s`: the sustained bf16 rate of a large GEMM as an absolute number
+    /// (a GPU calibration's fit); when present the curve's efficiency is this over the bf16
+    /// peak, whatever the datasheet says. Exclusive with `gemm.max_efficiency` in the file.
+    pub gemm_bf16_flops_per_s: Option<Param>,
     pub gemm_k_half: Param,
     pub gemm_tile_m: Param,
     pub gemm_tile_n: Param,
@@ -132,8 +139,15 @@ pub struct Profile {
     /// `gemm.shape_factors`: the calibration's measured ratio to the curve per timed shape
     /// (host profiles from session 18 on; see `cost::shape_factors`); empty: none.
     pub gemm_shape_factors: Vec<crate::cost::shape_factors::ShapeFactor>,
-    /// Achieved fraction of HBM bandwidth for streaming (memory-bound) kernels.
+    /// Achieved fraction of HBM bandwidth for streaming (memory-bound) kernels. Derived as
+    /// `memory_bandwidth_bytes_per_s / hbm_bandwidth_bytes_per_s` (no interval) when the file
+    /// gives the absolute bandwidth instead.
     pub memory_efficiency: Param,
+    /// `memory.bandwidth_bytes_per_s`: the achieved bandwidth of memory-bound kernels as an
+    /// absolute number (a GPU calibration's fit, bytes read + written per second); when
+    /// present the cost model uses it instead of the datasheet times `memory_efficiency`.
+    /// Exclusive with `memory.efficiency` in the file.
+    pub memory_bandwidth_bytes_per_s: Option<Param>,
     /// `memory.spill_bytes` / `memory.spill_efficiency`: the bytes of one memory-bound pass
     /// beyond `spill_bytes` move at `spill_efficiency` of the bandwidth (host profiles: a pass
     /// larger than the caches). Both or neither; absent: one efficiency for every size.
@@ -211,6 +225,24 @@ pub struct Profile {
     pub fit: Option<FitQuality>,
 }
 
+/// The fraction of a datasheet figure that an absolute rate is (`gemm.max_efficiency` from
+/// `gemm.bf16_flops_per_s`, `memory.efficiency` from `memory.bandwidth_bytes_per_s`): derived,
+/// with no interval of its own (the absolute rate carries it, and is what is sampled), and
+/// not capped at 1.
+pub fn derived_fraction(
+    absolute: &Param,
+    absolute_key: &str,
+    datasheet: &Param,
+    datasheet_key: &str,
+) -> Param {
+    Param {
+        value: absolute.value / datasheet.value,
+        source: absolute.source,
+        reference: format!("{absolute_key} / {datasheet_key} (derived)"),
+        ci95: None,
+    }
+}
+
 /// A profile was made for another GPU than the scenario's.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -223,9 +255,12 @@ pub struct GpuMismatch {
     pub scenario_gpu: String,
 }
 
-/// Checks that `profile` describes the scenario's GPU.
+/// Checks that `profile` describes the scenario's GPU. A preset's alias in the profile
+/// (`h200-sxm-141gb`) names the preset, as it does in a scenario's `cluster.gpu`.
 pub fn check_matches(s: &Scenario, profile: &Profile) -> Result<(), GpuMismatch> {
-    if s.cluster.gpu.name == profile.gpu {
+    let profile_gpu =
+        crate::scenario::gpu_preset(&profile.gpu).map_or_else(|| profile.gpu.clone(), |g| g.name);
+    if s.cluster.gpu.name == profile_gpu {
         Ok(())
     } else {
         Err(GpuMismatch {
@@ -252,7 +287,12 @@ impl Profile {
     /// The GEMM curve this profile sets.
     pub fn gemm_curve(&self) -> GemmCurve {
         GemmCurve {
-            max_efficiency: self.gemm_max_efficiency.value,
+            max_efficiency: self
+                .gemm_bf16_flops_per_s
+                .as_ref()
+                .map_or(self.gemm_max_efficiency.value, |r| {
+                    r.value / self.peak_bf16_flops_per_s.value
+                }),
             k_half: whole(&self.gemm_k_half),
             tile_m: whole(&self.gemm_tile_m),
             tile_n: whole(&self.gemm_tile_n),
@@ -314,6 +354,7 @@ impl Analytic {
             hbm_bandwidth_bytes_per_s: p.hbm_bandwidth_bytes_per_s.value,
             gemm: p.gemm_curve(),
             memory_efficiency: p.memory_efficiency.value,
+            memory_bandwidth_bytes_per_s: p.memory_bandwidth_bytes_per_s.as_ref().map(|b| b.value),
             memory_spill: match (&p.memory_spill_bytes, &p.memory_spill_efficiency) {
                 (Some(b), Some(e)) => Some(crate::cost::MemorySpill {
                     bytes: whole(b),

@@ -92,6 +92,8 @@ impl Profile {
             }
         }
         let optional = [
+            (self.gemm_bf16_flops_per_s.as_mut(), Positive),
+            (self.memory_bandwidth_bytes_per_s.as_mut(), Positive),
             (self.nvls_efficiency.as_mut(), Fraction),
             (self.nvls_min_bytes.as_mut(), NonNegative),
             (self.overlap_compute_slowdown.as_mut(), Slowdown),

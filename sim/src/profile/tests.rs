@@ -1032,3 +1032,104 @@ fn the_memory_cores_key_reaches_the_cost_model_and_must_be_at_least_one() {
         assert!(v >= 1.0, "{v}");
     }
 }
+
+const H200: &str = include_str!("../../../scenarios/profiles/h200-dgx.toml");
+
+fn h200_scenario() -> Scenario {
+    let mut s = small_scenario(1, 1, 1, 1);
+    s.cluster.gpu = crate::scenario::gpu_preset("h200-141gb").unwrap();
+    s
+}
+
+/// The H200 profile gives its fitted GEMM rate and memory-bound bandwidth as absolute
+/// numbers, and the cost model prices with them, not with the datasheet times a fraction.
+#[test]
+fn absolute_rates_price_gemms_and_memory_bound_work() {
+    let p = parse_str(H200, "h200-dgx.toml").unwrap();
+    assert_eq!(p.gpu, "h200-141gb");
+    let bw = p.memory_bandwidth_bytes_per_s.clone().unwrap();
+    assert_eq!((bw.value, bw.ci95), (4.262e12, Some([4.056e12, 4.490e12])));
+    let rate = p.gemm_bf16_flops_per_s.clone().unwrap();
+    assert_eq!((rate.value, rate.source), (875.7e12, Source::Fitted));
+    // The fractions are derived, with no interval of their own.
+    assert_eq!(p.memory_efficiency.value, 4.262e12 / 4.8e12);
+    assert_eq!(p.memory_efficiency.ci95, None);
+    assert_eq!(p.gemm_curve().max_efficiency, 875.7e12 / 989e12);
+    let s = h200_scenario();
+    check_matches(&s, &p).unwrap();
+    let cost = Analytic::from_profile(&s, &p);
+    let bytes = 1u64 << 30;
+    let secs = cost.memory_pass_s(crate::schedule::Phase::Forward, bytes);
+    assert_eq!(secs, bytes as f64 / 4.262e12);
+    // Both rates are sampled for the step time's interval.
+    assert!(p.has_intervals());
+    let mut rng = Rng::new(3);
+    let drawn = p.sample(&mut rng);
+    assert_ne!(
+        drawn.memory_bandwidth_bytes_per_s,
+        p.memory_bandwidth_bytes_per_s
+    );
+    assert_ne!(drawn.gemm_bf16_flops_per_s, p.gemm_bf16_flops_per_s);
+}
+
+/// An absolute rate above the datasheet loads whole: nothing clips it to the datasheet.
+#[test]
+fn an_absolute_rate_above_the_datasheet_is_kept() {
+    let text = H100.replace(
+        "efficiency = { value = 0.90, source = \"fitted\", ref = \"carried over from the A100 fit; not refitted on H100\" }",
+        "bandwidth_bytes_per_s = { value = 4.2e12, source = \"fitted\", ref = \"r\", ci95 = [4.0e12, 4.4e12] }",
+    );
+    let p = parse_str(&text, "p.toml").unwrap();
+    assert_eq!(p.memory_bandwidth_bytes_per_s.unwrap().value, 4.2e12);
+    assert!(p.memory_efficiency.value > 1.0);
+    let s = small_scenario(1, 1, 1, 1);
+    let mut s = s;
+    s.cluster.gpu = crate::scenario::gpu_preset("h100-sxm-80gb").unwrap();
+    let cost = Analytic::from_profile(&s, &parse_str(&text, "p.toml").unwrap());
+    let secs = cost.memory_pass_s(crate::schedule::Phase::Forward, 1 << 20);
+    assert_eq!(secs, (1u64 << 20) as f64 / 4.2e12);
+}
+
+#[test]
+fn a_fraction_and_its_absolute_rate_are_exclusive() {
+    let both = H100.replace(
+        "[memory]\n",
+        "[memory]\nbandwidth_bytes_per_s = { value = 3e12, source = \"fitted\", ref = \"r\" }\n",
+    );
+    let e = error_of(&both);
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert_eq!(e.key, "memory.bandwidth_bytes_per_s");
+    assert!(
+        e.to_string().contains("memory.efficiency is also given"),
+        "{e}"
+    );
+    let neither: String = H100
+        .lines()
+        .filter(|l| !l.starts_with("max_efficiency"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let e = error_of(&neither);
+    assert_eq!(e.kind, ErrorKind::Missing);
+    let t = e.to_string();
+    assert!(
+        t.contains("gemm.max_efficiency") && t.contains("gemm.bf16_flops_per_s"),
+        "{t}"
+    );
+    let zero = H200.replace(
+        "bf16_flops_per_s = { value = 875.7e12",
+        "bf16_flops_per_s = { value = 0",
+    );
+    let e = error_of(&zero);
+    assert_eq!(e.key, "gemm.bf16_flops_per_s.value");
+}
+
+/// A profile may name its GPU by a preset's alias: it matches scenarios on that preset, as a
+/// scenario's alias does.
+#[test]
+fn a_profile_naming_a_gpu_alias_matches_its_preset() {
+    let mut p = parse_str(H200, "h200-dgx.toml").unwrap();
+    p.gpu = "h200-sxm-141gb".into();
+    check_matches(&h200_scenario(), &p).unwrap();
+    let e = check_matches(&small_scenario(1, 1, 1, 1), &p).unwrap_err();
+    assert_eq!(e.profile_gpu, "h200-sxm-141gb");
+}

@@ -39,6 +39,12 @@ use crate::faults::FaultConfig;
 use error::Ctx;
 use std::path::Path;
 
+/// The GPU preset of a name or one of its aliases (`h200-sxm-141gb`), under its own name;
+/// `None` for a name twin has no preset for.
+pub fn gpu_preset(name: &str) -> Option<Gpu> {
+    presets::gpu(name)
+}
+
 /// Reads, parses and validates a scenario file, applying `overrides` (`key=value` strings as
 /// given to `--set`, without the `--set`) in order.
 pub fn load(path: &Path, overrides: &[String]) -> Result<Scenario, ScenarioError> {

@@ -269,18 +269,24 @@ pub(super) fn host_text(run: &twin_calibration::HostRun, files: &str) -> String 
 
 pub(super) fn cuda_text(
     run: &twin_calibration::CudaRun,
-    origin: &str,
+    start: &twin_calibration::gpu_base::Start,
     profile: &Path,
-    samples: &Path,
+    samples: Option<&Path>,
 ) -> String {
     let f = &run.fits;
     let g = &f.gemm;
-    let mut o = format!(
-        "calibrated GPU 0 of {} ({}) in {:.1} s over {origin}; values with 95% confidence intervals\n\n",
-        run.provenance.hostname,
-        run.provenance.cuda_version.as_deref().unwrap_or("versions unknown"),
-        run.elapsed_s
-    );
+    let prov = &run.provenance;
+    let versions = prov.cuda_version.as_deref().unwrap_or("versions unknown");
+    let mut o = match &run.refit_of {
+        None => format!(
+            "calibrated GPU 0 of {} ({versions}) as '{}' in {:.1} s over {}; values with 95% confidence intervals\n\n",
+            prov.hostname, start.gpu, run.elapsed_s, start.origin
+        ),
+        Some(file) => format!(
+            "fitted again the GPU samples of {file} (GPU 0 of {} at {}, {versions}) as '{}' over {}; values with 95% confidence intervals\n\n",
+            prov.hostname, prov.date_utc, start.gpu, start.origin
+        ),
+    };
     o.push_str(&gemm_lines(
         "cuBLAS bf16 GEMM curve",
         g,
@@ -291,12 +297,23 @@ pub(super) fn cuda_text(
     o.push_str(&ab_line("memory-bound", &f.memory_bound, "fixed"));
     o.push_str(&ab_line("host-to-device", &f.host_to_device, "fixed"));
     o.push_str(&ab_line("device-to-host", &f.device_to_host, "fixed"));
+    let p = &run.profile;
     o.push_str(&format!(
-        "\nmemory efficiency {}   launch {}   outliers dropped {}\n",
-        est(&f.memory_efficiency, ""),
+        "\nbf16 GEMM {:.3} x the bf16 peak ({:.4e} FLOP/s), memory-bound {:.3} x the HBM bandwidth ({:.4e} B/s)\n",
+        p.gemm_max_efficiency.value,
+        p.peak_bf16_flops_per_s.value,
+        p.memory_efficiency.value,
+        p.hbm_bandwidth_bytes_per_s.value
+    ));
+    o.push_str(&format!(
+        "launch {}   outliers dropped {}\n",
         est(&f.launch_ns, "ns"),
         f.dropped_samples
     ));
-    o.push_str(&closing_lines(&f.notes, &wrote(profile, samples)));
+    let files = match samples {
+        Some(samples) => wrote(profile, samples),
+        None => profile.display().to_string(),
+    };
+    o.push_str(&closing_lines(&f.notes, &files));
     o
 }

@@ -99,6 +99,26 @@ impl Checker<'_> {
             ("host.interruption_mean_ns", mean, Range::NonNegative),
         )?;
         let gemm_shape_factors = self.shape_factors(raw.gemm.shape_factors.take())?;
+        let hbm_bandwidth_bytes_per_s = self.param(
+            "gpu.hbm_bandwidth_bytes_per_s",
+            g.hbm_bandwidth_bytes_per_s,
+            Range::Positive,
+        )?;
+        let peak_bf16_flops_per_s =
+            self.param(&format!("{pk}.bf16"), peak.bf16, Range::Positive)?;
+        let (gemm_max_efficiency, gemm_bf16_flops_per_s) = self.fraction_or_absolute(
+            ("gemm.max_efficiency", raw.gemm.max_efficiency.take()),
+            ("gemm.bf16_flops_per_s", raw.gemm.bf16_flops_per_s.take()),
+            ("gpu.peak_flops_per_s.bf16", &peak_bf16_flops_per_s),
+        )?;
+        let (memory_efficiency, memory_bandwidth_bytes_per_s) = self.fraction_or_absolute(
+            ("memory.efficiency", raw.memory.efficiency.take()),
+            (
+                "memory.bandwidth_bytes_per_s",
+                raw.memory.bandwidth_bytes_per_s.take(),
+            ),
+            ("gpu.hbm_bandwidth_bytes_per_s", &hbm_bandwidth_bytes_per_s),
+        )?;
         Ok(Profile {
             name: raw.name,
             description: raw.description,
@@ -107,18 +127,11 @@ impl Checker<'_> {
             peak_fp32_flops_per_s: self.param(&format!("{pk}.fp32"), peak.fp32, Range::Positive)?,
             peak_tf32_flops_per_s: self.param(&format!("{pk}.tf32"), peak.tf32, Range::Positive)?,
             peak_fp16_flops_per_s: self.param(&format!("{pk}.fp16"), peak.fp16, Range::Positive)?,
-            peak_bf16_flops_per_s: self.param(&format!("{pk}.bf16"), peak.bf16, Range::Positive)?,
+            peak_bf16_flops_per_s,
             peak_fp8_flops_per_s: self.param(&format!("{pk}.fp8"), peak.fp8, Range::Positive)?,
-            hbm_bandwidth_bytes_per_s: self.param(
-                "gpu.hbm_bandwidth_bytes_per_s",
-                g.hbm_bandwidth_bytes_per_s,
-                Range::Positive,
-            )?,
-            gemm_max_efficiency: self.param(
-                "gemm.max_efficiency",
-                raw.gemm.max_efficiency,
-                Range::Fraction,
-            )?,
+            hbm_bandwidth_bytes_per_s,
+            gemm_max_efficiency,
+            gemm_bf16_flops_per_s,
             gemm_k_half: self.param("gemm.k_half", raw.gemm.k_half, Range::NonNegative)?,
             gemm_tile_m: self.param("gemm.tile_m", raw.gemm.tile_m, Range::Count)?,
             gemm_tile_n: self.param("gemm.tile_n", raw.gemm.tile_n, Range::Count)?,
@@ -129,11 +142,8 @@ impl Checker<'_> {
             gemm_pack_bytes_per_s: pack_bytes_per_s,
             gemm_cold_ramp_ns: cold_ramp_ns,
             gemm_shape_factors,
-            memory_efficiency: self.param(
-                "memory.efficiency",
-                raw.memory.efficiency,
-                Range::Fraction,
-            )?,
+            memory_efficiency,
+            memory_bandwidth_bytes_per_s,
             launch_ns: self.param("kernel.launch_ns", raw.kernel.launch_ns, Range::NonNegative)?,
             launch_per_op: raw.kernel.launch_per_op,
             intra: self.link("network.intra", raw.network.intra)?,
