@@ -204,6 +204,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         BackendKind::Cuda if staged.plan.world == 1 => run_cuda(&scenario, &staged, c),
         BackendKind::Cuda => {
             check_gpus(staged.plan.world)?;
+            check_fits_device(&scenario, &staged)?;
             let out = launch_local(c, &staged, args.master_port, BackendKind::Cuda)?;
             print!("{out}");
             Ok(ExitCode::SUCCESS)
@@ -402,6 +403,7 @@ pub(crate) fn measure_cuda(
         "the scenario plans {} ranks: a single-process CUDA run takes one-rank schedules; `twin run --backend cuda` starts one process per GPU for more",
         staged.plan.world
     );
+    check_fits_device(scenario, staged)?;
     let run = twin_runtime::backend::cuda::run_single_gpu(
         scenario,
         &staged.plan,
@@ -450,6 +452,19 @@ fn check_gpus(world: u32) -> anyhow::Result<()> {
         world <= gpus,
         "the scenario plans {world} ranks but this machine has {gpus} GPU(s): `twin run --backend cuda` starts one process per GPU; use a smaller layout (--set parallel.dp=1 ...), start workers on several machines (docs/runtime.md), or --backend host"
     );
+    Ok(())
+}
+
+/// Refuse a CUDA run whose schedule peak plus the runtime's workspaces exceed the GPU's usable
+/// bytes, before any device memory is touched (docs/memory.md, "Device memory of a run").
+fn check_fits_device(scenario: &Scenario, staged: &Staged) -> anyhow::Result<()> {
+    use twin_runtime::backend::cuda::{footprint::DeviceFit, CudaOptions};
+    let fit = DeviceFit::predict(
+        scenario,
+        &staged.schedule,
+        CudaOptions::default().allow_tf32,
+    )?;
+    fit.check()?;
     Ok(())
 }
 
