@@ -371,6 +371,47 @@ fn cuda_backend_without_a_gpu_fails_cleanly() {
     );
 }
 
+/// A one-GPU CUDA run that cannot fit is refused before any device is touched, naming the
+/// numbers; one that fits goes on to the device (here: no driver, or a real run elsewhere).
+#[test]
+fn cuda_run_that_cannot_fit_is_refused_before_it_starts() {
+    let run = |layers: &str| {
+        twin(
+            &[
+                "run",
+                "scenarios/gpu/llama3-8b-1gpu.toml",
+                "--backend",
+                "cuda",
+                "--set",
+                "cluster.gpu=h200-141gb",
+                "--set",
+                &format!("model.layers={layers}"),
+            ],
+            &[],
+        )
+    };
+    let o = run("30");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("error: the CUDA run would need 140.92 GiB"),
+        "{err}"
+    );
+    assert!(err.contains("h200-141gb has 139.80 GiB usable"), "{err}");
+    assert!(err.contains("--set model.layers=N"), "{err}");
+    let found = twin_runtime::backend::cuda::discover::Discovery::run(
+        &twin_runtime::backend::cuda::discover::SearchEnv::from_process(),
+    );
+    if found
+        .path(twin_runtime::backend::cuda::discover::CudaLib::Driver)
+        .is_none()
+    {
+        let o = run("29");
+        let err = text(&o.stderr);
+        assert!(err.contains("no CUDA driver found"), "{err}");
+    }
+}
+
 /// A CUDA worker started by hand (or by srun) on a machine without a driver bootstraps, says
 /// what is missing once, and exits 1 instead of waiting on NCCL.
 #[test]

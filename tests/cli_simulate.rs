@@ -247,3 +247,32 @@ fn bench_collapse_measures_the_collapsed_mode() {
     assert!(!full_collapsed && collapsed);
     assert!(events < full_events, "{events} vs {full_events}");
 }
+
+/// A GPU preset without a node runs on its usual node, and both reports say so.
+#[test]
+fn a_gpu_without_a_node_gets_its_usual_node_and_a_note() {
+    let path = tmp("no-node.toml");
+    std::fs::write(
+        &path,
+        "[model]\npreset = \"llama3-8b\"\nlayers = 2\nseq_len = 1024\n\
+         [cluster]\ngpu = \"h100-sxm-80gb\"\ngpus = 8\n\
+         [parallel]\ntp = 8\n[training]\nglobal_batch = 4\n",
+    )
+    .unwrap();
+    let file = path.to_str().unwrap();
+    let o = twin(&["simulate", file]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let note = "cluster.node not given: h100-sxm-80gb GPUs come in dgx-h100 nodes (8 per node)";
+    assert!(
+        stdout(&o).contains(&format!("note            {note}")),
+        "{}",
+        stdout(&o)
+    );
+    let o = twin(&["simulate", file, "--format", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        json["notes"][0].as_str().unwrap().starts_with(note),
+        "{json}"
+    );
+    assert_eq!(json["usable_bytes"], 85_017_493_504u64);
+}

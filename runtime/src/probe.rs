@@ -23,6 +23,7 @@ pub fn h100() -> Gpu {
             fp8_flops_per_s: 1978.9e12,
         },
         hbm_bytes: 80 * 1_000_000_000,
+        driver_reserved_bytes: 0,
         hbm_bandwidth_bytes_per_s: 3.35e12,
     }
 }

@@ -36,7 +36,7 @@ fn main() {
             })
             .max()
             .unwrap_or(0);
-        let over = static_bytes > s.cluster.gpu.hbm_bytes;
+        let over = static_bytes > s.cluster.gpu.usable_bytes();
         let Ok(schedule) = twin_sim::schedule::generate(&s, &plan) else {
             continue;
         };

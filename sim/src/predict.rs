@@ -128,7 +128,7 @@ impl Prediction {
 pub fn sim_options(scenario: &Scenario, opts: &PredictOptions) -> SimOptions {
     SimOptions {
         trace: opts.trace,
-        memory_capacity_bytes: scenario.cluster.gpu.hbm_bytes,
+        memory_capacity_bytes: scenario.cluster.gpu.usable_bytes(),
         collapse: opts.collapse,
         ..SimOptions::default()
     }

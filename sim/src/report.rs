@@ -67,16 +67,18 @@ pub struct RankEntry {
 }
 
 /// Where memory ran out: the rank with the highest peak, and the alloc at which its live
-/// memory first crossed the HBM size (the peak's alloc when the simulation was run without
-/// a capacity, see [`crate::engine::SimOptions::memory_capacity_bytes`]).
+/// memory first crossed the usable bytes (the peak's alloc when the simulation was run without
+/// a capacity, see [`crate::engine::SimOptions::memory_capacity_bytes`]). A measured run
+/// knows no such op: `op` and `op_name` are then absent.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OutOfMemory {
     pub rank: u32,
     pub op: Option<u32>,
-    pub op_name: String,
-    /// How far the peak exceeds the HBM size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub op_name: Option<String>,
+    /// How far the peak exceeds the usable bytes.
     pub over_bytes: u64,
-    /// When live memory first crossed the HBM size.
+    /// When live memory first crossed the usable bytes.
     pub time_s: f64,
 }
 
@@ -105,7 +107,12 @@ pub struct Report {
     pub microbatches: u32,
     pub global_batch: u64,
     pub precision: Precision,
+    /// The GPU's memory as the driver counts it (nvidia-smi's total).
     pub hbm_bytes: u64,
+    /// What a process can allocate of it (cuMemGetInfo's total): what the verdict compares
+    /// the peak against.
+    pub usable_bytes: u64,
+    /// `usable_bytes` less the peak.
     pub hbm_free_bytes: u64,
     pub host_memory_peak_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -114,6 +121,9 @@ pub struct Report {
     /// (the report itself is the median one's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interruptions: Option<InterruptedSteps>,
+    /// Choices made for the user (a default node, ...), one line each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Steps simulated with the machine's interruptions (`engine::jitter`).
@@ -129,6 +139,19 @@ pub struct InterruptedSteps {
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
+
+/// What the scenario left to twin and twin chose, for the report's note lines.
+fn notes(scenario: &Scenario) -> Vec<String> {
+    let c = &scenario.cluster;
+    let mut notes = Vec::new();
+    if c.node_from_gpu {
+        notes.push(format!(
+            "cluster.node not given: {} GPUs come in {} nodes ({} per node); set cluster.node to choose",
+            c.gpu.name, c.node, c.gpus_per_node
+        ));
+    }
+    notes
+}
 
 fn ratio(num: f64, den: f64) -> f64 {
     if den > 0.0 && num.is_finite() {
@@ -154,8 +177,10 @@ pub struct Summary {
     pub exposed_comm_fraction: f64,
     /// The highest peak of any rank.
     pub peak_memory_bytes: u64,
+    /// The peak is at most `usable_bytes`.
     pub fits: bool,
     pub hbm_bytes: u64,
+    pub usable_bytes: u64,
     /// Position in `result.ranks` of the first rank with the highest peak.
     worst: Option<usize>,
 }
@@ -171,7 +196,7 @@ impl Summary {
         let model_per_gpu = per_gpu(model_flops);
         let hw_per_gpu = per_gpu(hw_flops);
         let peak = peak_for(&scenario.cluster.gpu.peak, scenario.training.precision);
-        let hbm = scenario.cluster.gpu.hbm_bytes;
+        let usable = scenario.cluster.gpu.usable_bytes();
         // The first rank with the highest peak.
         let mut worst: Option<(usize, u64)> = None;
         for (i, r) in result.ranks.iter().enumerate() {
@@ -191,8 +216,9 @@ impl Summary {
             bubble_fraction: result.bubble_fraction(),
             exposed_comm_fraction: result.exposed_comm_fraction(),
             peak_memory_bytes,
-            fits: peak_memory_bytes <= hbm,
-            hbm_bytes: hbm,
+            fits: peak_memory_bytes <= usable,
+            hbm_bytes: scenario.cluster.gpu.hbm_bytes,
+            usable_bytes: usable,
             worst: worst.map(|(i, _)| i),
         }
     }
@@ -207,7 +233,7 @@ impl Report {
         sim_wall_s: f64,
     ) -> Report {
         let sum = Summary::of(scenario, plan, result);
-        let hbm = sum.hbm_bytes;
+        let usable = sum.usable_bytes;
         let worst = sum.worst.and_then(|i| result.ranks.get(i));
         let oom = match worst {
             Some(w) if !sum.fits => {
@@ -218,8 +244,8 @@ impl Report {
                 Some(OutOfMemory {
                     rank: w.rank,
                     op,
-                    op_name: op_name(schedule, w.rank, op).unwrap_or_else(|| "?".to_string()),
-                    over_bytes: w.peak_memory_bytes - hbm,
+                    op_name: op_name(schedule, w.rank, op),
+                    over_bytes: w.peak_memory_bytes - usable,
                     time_s: time_ns as f64 * 1e-9,
                 })
             }
@@ -246,8 +272,9 @@ impl Report {
             microbatches: plan.microbatches,
             global_batch: scenario.training.global_batch,
             precision: scenario.training.precision,
-            hbm_bytes: hbm,
-            hbm_free_bytes: hbm.saturating_sub(sum.peak_memory_bytes),
+            hbm_bytes: sum.hbm_bytes,
+            usable_bytes: usable,
+            hbm_free_bytes: usable.saturating_sub(sum.peak_memory_bytes),
             host_memory_peak_bytes: result
                 .ranks
                 .iter()
@@ -256,6 +283,7 @@ impl Report {
                 .unwrap_or(0),
             oom,
             interruptions: None,
+            notes: notes(scenario),
         }
     }
 
@@ -334,6 +362,9 @@ impl Report {
         o.push_str(&self.memory_table());
         let _ = writeln!(o);
         let _ = writeln!(o, "verdict         {}", self.verdict());
+        for n in &self.notes {
+            let _ = writeln!(o, "note            {n}");
+        }
         o
     }
 
@@ -368,25 +399,31 @@ impl Report {
     }
 
     /// "fits with X GiB free" or "OUT OF MEMORY by X GiB on rank R at op Y", Y being the
-    /// alloc at which live memory first crossed the HBM size.
+    /// alloc at which live memory first crossed the usable bytes (a measured run names none).
     pub fn verdict(&self) -> String {
+        let of = format!(
+            "peak {:.2} GiB of {:.2} GiB usable",
+            self.peak_memory_bytes as f64 / GIB,
+            self.usable_bytes as f64 / GIB
+        );
         match &self.oom {
             None => format!(
-                "fits with {:.2} GiB free (peak {:.2} GiB of {:.2} GiB)",
-                self.hbm_free_bytes as f64 / GIB,
-                self.peak_memory_bytes as f64 / GIB,
-                self.hbm_bytes as f64 / GIB
+                "fits with {:.2} GiB free ({of})",
+                self.hbm_free_bytes as f64 / GIB
             ),
-            Some(oom) => format!(
-                "OUT OF MEMORY by {:.2} GiB on rank {} at op {} \"{}\" ({:.3} ms; peak {:.2} GiB of {:.2} GiB)",
-                oom.over_bytes as f64 / GIB,
-                oom.rank,
-                oom.op.map_or_else(|| "?".to_string(), |o| o.to_string()),
-                oom.op_name,
-                oom.time_s * 1e3,
-                self.peak_memory_bytes as f64 / GIB,
-                self.hbm_bytes as f64 / GIB
-            ),
+            Some(oom) => {
+                let at = match (oom.op, &oom.op_name) {
+                    (Some(op), Some(name)) => {
+                        format!(" at op {op} \"{name}\" ({:.3} ms; ", oom.time_s * 1e3)
+                    }
+                    _ => " (".to_string(),
+                };
+                format!(
+                    "OUT OF MEMORY by {:.2} GiB on rank {}{at}{of})",
+                    oom.over_bytes as f64 / GIB,
+                    oom.rank,
+                )
+            }
         }
     }
 

@@ -15,6 +15,7 @@ pub fn a100() -> Gpu {
             fp8_flops_per_s: 312e12,
         },
         hbm_bytes: 80 * 1_000_000_000,
+        driver_reserved_bytes: 0,
         hbm_bandwidth_bytes_per_s: 2.039e12,
     }
 }
@@ -42,6 +43,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             gpus,
             gpus_per_node: 8.min(gpus),
             node: "dgx-a100".into(),
+            node_from_gpu: false,
             intra_node: Link {
                 bandwidth_bytes_per_s: 300e9,
                 latency_ns: 3_000,

@@ -341,7 +341,8 @@ fn verdict_names_the_first_op_that_crosses_hbm() {
     assert_eq!(oom.over_bytes, peak - s.cluster.gpu.hbm_bytes);
     let stats = &p.result.ranks[0];
     assert_eq!(oom.op, stats.over_capacity_op);
-    assert!(oom.op_name.starts_with("alloc "), "{}", oom.op_name);
+    let op_name = oom.op_name.as_deref().unwrap();
+    assert!(op_name.starts_with("alloc "), "{op_name}");
     // The first memory sample over HBM is at that op's time.
     let trace = p.result.trace.as_ref().unwrap();
     let first = trace
@@ -353,7 +354,7 @@ fn verdict_names_the_first_op_that_crosses_hbm() {
     assert_eq!(first.time_ns, stats.over_capacity_time_ns);
     assert!(stats.over_capacity_time_ns <= stats.peak_time_ns);
     assert!(report.verdict().starts_with("OUT OF MEMORY by "));
-    assert!(report.verdict().contains(&oom.op_name));
+    assert!(report.verdict().contains(op_name));
     // And with room to spare the verdict says how much is free.
     s.cluster.gpu.hbm_bytes = 80_000_000_000;
     let p = predict(&s, &PredictOptions::default()).unwrap();

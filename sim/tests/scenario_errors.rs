@@ -978,7 +978,11 @@ fn missing_required_keys() {
             allowed: &[],
         },
     );
-    let text = BASE.replace("node = \"dgx-a100\"\n", "gpus_per_node = 8\n");
+    // A node of its own (the GPU preset would otherwise bring its usual node's links).
+    let text = BASE.replace(
+        "node = \"dgx-a100\"\n",
+        "node = \"custom\"\ngpus_per_node = 8\n",
+    );
     expect(
         &text,
         Expect {
@@ -987,6 +991,23 @@ fn missing_required_keys() {
             value: "",
             at: "[cluster]",
             message: &["or set cluster.node to a preset"],
+            allowed: &[],
+        },
+    );
+    // A GPU of its own has no usual node: say what to give.
+    let text = BASE.replace(
+        "gpu = \"a100-sxm-80gb\"\n",
+        "gpu = { peak_bf16_flops_per_s = 1e15, hbm_bytes = 96e9, hbm_bandwidth_bytes_per_s = 4e12 }\n",
+    )
+    .replace("node = \"dgx-a100\"\n", "");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::Missing,
+            key: "cluster.gpus_per_node",
+            value: "",
+            at: "[cluster]",
+            message: &["or set cluster.node to a preset; a GPU without a preset has no usual node"],
             allowed: &[],
         },
     );

@@ -240,7 +240,9 @@ fn gpu_and_node_presets() {
     let g = &s.cluster.gpu;
     assert_eq!(g.peak.bf16_flops_per_s, 989e12);
     assert_eq!(g.peak.fp8_flops_per_s, 1979e12);
-    assert_eq!(g.hbm_bytes, 80_000_000_000);
+    // nvidia-smi's 81,559 MiB, of which the driver keeps 480 MiB.
+    assert_eq!(g.hbm_bytes, 81_559 << 20);
+    assert_eq!(g.usable_bytes(), 85_017_493_504);
     assert_eq!(g.hbm_bandwidth_bytes_per_s, 3.35e12);
     let c = &s.cluster;
     assert_eq!(c.gpus_per_node, 8);
@@ -249,14 +251,27 @@ fn gpu_and_node_presets() {
 
     let over = ["cluster.gpu=h200-141gb".to_string()];
     let s = parse_str(MINIMAL, "m.toml", &over).unwrap();
-    assert_eq!(s.cluster.gpu.hbm_bytes, 141_000_000_000);
+    assert_eq!(s.cluster.gpu.hbm_bytes, 143_771 << 20);
+    assert_eq!(s.cluster.gpu.usable_bytes(), 150_109_880_320);
     assert_eq!(s.cluster.gpu.hbm_bandwidth_bytes_per_s, 4.8e12);
 
     let over = ["cluster.gpu={preset = \"a100-sxm-80gb\", hbm_bytes = 40e9}".to_string()];
     let s = parse_str(MINIMAL, "m.toml", &over).unwrap();
     assert_eq!(s.cluster.gpu.hbm_bytes, 40_000_000_000);
+    // A capacity written by hand is what a process can use, unless the driver's share is
+    // written too.
+    assert_eq!(s.cluster.gpu.usable_bytes(), 40_000_000_000);
     assert_eq!(s.cluster.gpu.peak.bf16_flops_per_s, 312e12);
     assert_eq!(s.cluster.gpu.name, "a100-sxm-80gb");
+    let over = [
+        "cluster.gpu={preset = \"a100-sxm-80gb\", hbm_bytes = 40e9, driver_reserved_bytes = 1e9}"
+            .to_string(),
+    ];
+    let s = parse_str(MINIMAL, "m.toml", &over).unwrap();
+    assert_eq!(s.cluster.gpu.usable_bytes(), 39_000_000_000);
+    let over = ["cluster.gpu={preset = \"h100-sxm-80gb\", name = \"mine\"}".to_string()];
+    let s = parse_str(MINIMAL, "m.toml", &over).unwrap();
+    assert_eq!(s.cluster.gpu.usable_bytes(), 85_017_493_504);
 
     let text = MINIMAL.replace(
         "node = \"dgx-h100\"",
@@ -269,6 +284,32 @@ fn gpu_and_node_presets() {
         s.cluster.inter_node.latency_ns, 10_000,
         "latency from the preset"
     );
+}
+
+/// A GPU preset without `node` gets its usual 8-GPU NVLink node, and says so.
+#[test]
+fn a_gpu_preset_brings_its_usual_node() {
+    let text = MINIMAL.replace("node = \"dgx-h100\"\n", "");
+    for (gpu, node, nvlink) in [
+        ("h100-sxm-80gb", "dgx-h100", 450e9),
+        ("h200-141gb", "dgx-h100", 450e9),
+        ("a100-sxm-80gb", "dgx-a100", 300e9),
+    ] {
+        let s = parse_str(&text, "m.toml", &[format!("cluster.gpu={gpu}")]).unwrap();
+        let c = &s.cluster;
+        assert_eq!((c.node.as_str(), c.node_from_gpu), (node, true), "{gpu}");
+        assert_eq!(c.gpus_per_node, 8);
+        assert_eq!(c.intra_node.bandwidth_bytes_per_s, nvlink);
+        // Written back, the node is left for the GPU to choose again.
+        let again = parse_str(&to_toml(&s), "again.toml", &[]).unwrap();
+        assert_eq!(again, s);
+    }
+    // So does a GPU table built on a preset; a named node is the user's.
+    let over = ["cluster.gpu={preset = \"h200-141gb\", hbm_bytes = 96e9}".to_string()];
+    let s = parse_str(&text, "m.toml", &over).unwrap();
+    assert_eq!(s.cluster.node, "dgx-h100");
+    let s = parse_str(MINIMAL, "m.toml", &[]).unwrap();
+    assert!(!s.cluster.node_from_gpu);
 }
 
 fn with_hf(file: &str, extra: &str) -> Result<Scenario, ScenarioError> {

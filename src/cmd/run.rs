@@ -245,7 +245,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (scenario, _notes, staged) = stage(c)?;
     let durable = args.checkpoint.checkpoint_dir.is_some() || !args.inject.is_empty();
     match args.backend {
-        BackendKind::Cuda => check_gpus(staged.plan.world)?,
+        BackendKind::Cuda => {
+            check_fits_device(&scenario, &staged)?;
+            check_gpus(staged.plan.world)?;
+        }
         BackendKind::Host => check_fits_host(&scenario, &staged, c)?,
         BackendKind::DummyCuda => {}
     }
@@ -460,6 +463,7 @@ pub(crate) fn measure_cuda(
         "the scenario plans {} ranks: a single-process CUDA run takes one-rank schedules; `twin run --backend cuda` starts one process per GPU for more",
         staged.plan.world
     );
+    check_fits_device(scenario, staged)?;
     let run = twin_runtime::backend::cuda::run_single_gpu(
         scenario,
         &staged.plan,
@@ -508,6 +512,19 @@ fn check_gpus(world: u32) -> anyhow::Result<()> {
         world <= gpus,
         "the scenario plans {world} ranks but this machine has {gpus} GPU(s): `twin run --backend cuda` starts one process per GPU; use a smaller layout (--set parallel.dp=1 ...), start workers on several machines (docs/runtime.md), or --backend host"
     );
+    Ok(())
+}
+
+/// Refuse a CUDA run whose schedule peak plus the runtime's workspaces exceed the GPU's usable
+/// bytes, before any device memory is touched (docs/memory.md, "Device memory of a run").
+fn check_fits_device(scenario: &Scenario, staged: &Staged) -> anyhow::Result<()> {
+    use twin_runtime::backend::cuda::{footprint::DeviceFit, CudaOptions};
+    let fit = DeviceFit::predict(
+        scenario,
+        &staged.schedule,
+        CudaOptions::default().allow_tf32,
+    )?;
+    fit.check()?;
     Ok(())
 }
 

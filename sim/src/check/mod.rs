@@ -59,10 +59,10 @@ pub fn metric_value(report: &Report, metric: Metric) -> Option<f64> {
         Metric::Mfu => report.mfu,
         Metric::Hfu => report.hfu,
         Metric::PeakMemoryFraction => {
-            if report.hbm_bytes == 0 {
+            if report.usable_bytes == 0 {
                 return None;
             }
-            report.peak_memory_bytes as f64 / report.hbm_bytes as f64
+            report.peak_memory_bytes as f64 / report.usable_bytes as f64
         }
         Metric::PeakMemoryBytes => report.peak_memory_bytes as f64,
         Metric::BubbleFraction => report.bubble_fraction,

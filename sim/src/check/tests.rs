@@ -38,7 +38,7 @@ fn thresholds_pass_and_fail_on_either_side_of_the_value() {
     assert_eq!(res[1].outcome, Outcome::Fail);
     assert_eq!(res[2].outcome, Outcome::Pass);
     let frac = metric_value(&r, Metric::PeakMemoryFraction).unwrap();
-    assert_eq!(frac, r.peak_memory_bytes as f64 / r.hbm_bytes as f64);
+    assert_eq!(frac, r.peak_memory_bytes as f64 / r.usable_bytes as f64);
 }
 
 #[test]

@@ -101,6 +101,39 @@ fn out_of_memory_report_snapshot() {
     insta::assert_snapshot!(r.to_text());
 }
 
+/// The verdict compares the peak against the usable bytes (the driver's share left out) and
+/// names both; a run that measured its peak (no op crossed a capacity) names no op.
+#[test]
+fn verdict_is_against_the_usable_bytes_and_names_only_known_ops() {
+    // Stage 0 peaks at 28 GiB: it fits 29 GiB of HBM, not 29 GiB less 2 GiB for the driver.
+    let (mut sc, plan, s, mut r) = simulated(29 * GIB_BYTES);
+    sc.cluster.gpu.driver_reserved_bytes = 2 * GIB_BYTES;
+    let rep = Report::build(&sc, &plan, &s, &r, 0.0);
+    assert!(!rep.fits);
+    assert_eq!(
+        (rep.hbm_bytes, rep.usable_bytes),
+        (29 * GIB_BYTES, 27 * GIB_BYTES)
+    );
+    assert_eq!(rep.oom.as_ref().unwrap().over_bytes, GIB_BYTES);
+    assert!(
+        rep.verdict().contains("peak 28.00 GiB of 27.00 GiB usable"),
+        "{}",
+        rep.verdict()
+    );
+    assert!(rep.verdict().contains(" at op "), "{}", rep.verdict());
+    for rank in &mut r.ranks {
+        rank.peak_op = None;
+        rank.over_capacity_op = None;
+    }
+    let measured = Report::build(&sc, &plan, &s, &r, 0.0);
+    let v = measured.verdict();
+    assert_eq!(
+        v,
+        "OUT OF MEMORY by 1.00 GiB on rank 0 (peak 28.00 GiB of 27.00 GiB usable)"
+    );
+    assert!(!measured.to_json().contains("op_name"));
+}
+
 #[test]
 fn headline_numbers_follow_from_the_simulation() {
     let r = report_for(80_000_000_000);

@@ -15,17 +15,24 @@ pub(crate) fn cluster(c: Section<'_>) -> Result<Cluster> {
         .uint32("gpus", limits::GPUS.0 as u32, limits::GPUS.1 as u32)?
         .ok_or_else(|| c.missing("gpus", ""))?
         .value;
-    let node_name = c.string("node")?;
+    // No `node`: the GPU preset's usual node (the report notes it), else none.
+    let (node_name, node_from_gpu) = match c.string("node")? {
+        Some(f) => (Some(f.value), false),
+        None => match presets::default_node(&gpu.name) {
+            Some(n) => (Some(n.to_string()), true),
+            None => (None, false),
+        },
+    };
     let node = match &node_name {
         None => None,
-        Some(f) if f.value == "custom" => None,
-        Some(f) => match presets::node(&f.value) {
-            Some(n) => Some(n),
+        Some(n) if n == "custom" => None,
+        Some(n) => match presets::node(n) {
+            Some(spec) => Some(spec),
             None => {
                 return Err(c.unknown_name(
                     "node",
                     "node preset",
-                    &f.value,
+                    n,
                     presets::NODE_NAMES.iter().copied().chain(["custom"]),
                 ))
             }
@@ -39,7 +46,12 @@ pub(crate) fn cluster(c: Section<'_>) -> Result<Cluster> {
         Some(f) => f.value,
         None => match &node {
             Some(n) => n.gpus_per_node,
-            None => return Err(c.missing("gpus_per_node", "or set cluster.node to a preset")),
+            None => {
+                return Err(c.missing(
+                    "gpus_per_node",
+                    "or set cluster.node to a preset; a GPU without a preset has no usual node",
+                ))
+            }
         },
     };
     let intra_node = link(
@@ -58,9 +70,8 @@ pub(crate) fn cluster(c: Section<'_>) -> Result<Cluster> {
         gpu,
         gpus,
         gpus_per_node,
-        node: node_name
-            .map(|f| f.value)
-            .unwrap_or_else(|| "custom".to_string()),
+        node: node_name.unwrap_or_else(|| "custom".to_string()),
+        node_from_gpu,
         intra_node,
         inter_node,
     })
@@ -115,14 +126,38 @@ fn gpu(c: Section<'_>) -> Result<Gpu> {
                 bf16_flops_per_s: bf16,
                 fp8_flops_per_s: pick("peak_fp8_flops_per_s", |p| p.fp8_flops_per_s, 1.0)?,
             };
-            let hbm_bytes = match (
-                opt(g.uint("hbm_bytes", limits::HBM_BYTES.0, limits::HBM_BYTES.1)?),
-                &preset,
-            ) {
+            let hbm_given = opt(g.uint("hbm_bytes", limits::HBM_BYTES.0, limits::HBM_BYTES.1)?);
+            let hbm_bytes = match (hbm_given, &preset) {
                 (Some(v), _) => v,
                 (None, Some(p)) => p.hbm_bytes,
                 (None, None) => return Err(g.missing("hbm_bytes", "or give cluster.gpu.preset")),
             };
+            // The driver's share comes with the preset's capacity: an `hbm_bytes` written by
+            // hand is taken as usable unless `driver_reserved_bytes` is written too.
+            let driver_reserved_bytes = match (
+                opt(g.uint(
+                    "driver_reserved_bytes",
+                    limits::RESERVED_BYTES.0,
+                    limits::RESERVED_BYTES.1,
+                )?),
+                hbm_given,
+                &preset,
+            ) {
+                (Some(v), _, _) => v,
+                (None, None, Some(p)) => p.driver_reserved_bytes,
+                _ => 0,
+            };
+            if driver_reserved_bytes >= hbm_bytes {
+                return Err(g.err(
+                    ErrorKind::CrossField,
+                    "driver_reserved_bytes",
+                    format!(
+                        "{driver_reserved_bytes} bytes kept by the driver leave nothing of \
+                         hbm_bytes = {hbm_bytes}"
+                    ),
+                    "less than hbm_bytes",
+                ));
+            }
             let hbm_bandwidth_bytes_per_s = match (
                 opt(g.positive("hbm_bandwidth_bytes_per_s", limits::BANDWIDTH_BYTES_PER_S)?),
                 &preset,
@@ -142,6 +177,7 @@ fn gpu(c: Section<'_>) -> Result<Gpu> {
                 name,
                 peak,
                 hbm_bytes,
+                driver_reserved_bytes,
                 hbm_bandwidth_bytes_per_s,
             })
         }

@@ -91,14 +91,21 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
         Value::from(i64::try_from(g.hbm_bytes).unwrap_or(i64::MAX)),
     );
     gpu.insert(
+        "driver_reserved_bytes",
+        Value::from(i64::try_from(g.driver_reserved_bytes).unwrap_or(i64::MAX)),
+    );
+    gpu.insert(
         "hbm_bandwidth_bytes_per_s",
         Value::from(g.hbm_bandwidth_bytes_per_s),
     );
     cluster.insert("gpu", value(gpu));
     cluster.insert("gpus", int(u64::from(c.gpus)));
     cluster.insert("gpus_per_node", int(u64::from(c.gpus_per_node)));
-    // Every node field below is explicit, so naming the preset only records the name.
-    cluster.insert("node", value(c.node.as_str()));
+    // Every node field below is explicit, so naming the preset only records the name; a node
+    // the GPU preset chose is left for it to choose again.
+    if !c.node_from_gpu {
+        cluster.insert("node", value(c.node.as_str()));
+    }
     cluster.insert("intra_node", link_table(&c.intra_node));
     cluster.insert("inter_node", link_table(&c.inter_node));
     if !c.topology.is_default() {

@@ -33,14 +33,22 @@ pub(crate) const GPU_NAMES: [&str; 3] = ["a100-sxm-80gb", "h100-sxm-80gb", "h200
 /// Accepted alternative spellings of GPU presets.
 const GPU_ALIASES: [(&str, &str); 1] = [("h200-sxm-141gb", "h200-141gb")];
 
+/// MiB as nvidia-smi counts them.
+const MIB_BYTES: u64 = 1 << 20;
+
 pub(crate) fn gpu(name: &str) -> Option<Gpu> {
     let name = GPU_ALIASES
         .iter()
         .find(|(alias, _)| *alias == name)
         .map(|(_, n)| *n)
         .unwrap_or(name);
-    let (peak, hbm_bytes, hbm_bandwidth_bytes_per_s) = match name {
-        // A100 has no FP8 tensor cores; FP8 runs at the BF16 rate.
+    // Capacity: nvidia-smi's "FB Memory Usage: Total" (MiB) and what the driver keeps of it
+    // (nvidia-smi's "Reserved"; the total less cuMemGetInfo's total where that was measured).
+    let (peak, hbm_bytes, driver_reserved_bytes, hbm_bandwidth_bytes_per_s) = match name {
+        // A100 has no FP8 tensor cores; FP8 runs at the BF16 rate. 81,920 MiB (nvidia-smi, as
+        // Modal lists it: modal-labs/modal-client#2797). The driver's share is an estimate:
+        // the H100's 480 of 81,559 MiB scaled to 81,920 MiB (482 MiB); no measured
+        // cuMemGetInfo total of this part was found.
         "a100-sxm-80gb" => (
             PeakFlops {
                 fp32_flops_per_s: 19.5e12,
@@ -49,19 +57,36 @@ pub(crate) fn gpu(name: &str) -> Option<Gpu> {
                 bf16_flops_per_s: 312e12,
                 fp8_flops_per_s: 312e12,
             },
-            80_000_000_000,
+            81_920 * MIB_BYTES,
+            482 * MIB_BYTES,
             2.039e12,
         ),
-        "h100-sxm-80gb" => (hopper_peak(), 80_000_000_000, 3.35e12),
-        "h200-141gb" => (hopper_peak(), 141_000_000_000, 4.8e12),
+        // 81,559 MiB (nvidia-smi); cuMemGetInfo's total 85,017,493,504 B on an H100 SXM 80GB
+        // (docs/measurements/2026-11-22-h100-cuda-backend.md), so the driver keeps 480 MiB.
+        "h100-sxm-80gb" => (hopper_peak(), 81_559 * MIB_BYTES, 480 * MIB_BYTES, 3.35e12),
+        // 143,771 MiB, "Reserved" 616 MiB (nvidia-smi, driver 580.159.04); cuMemGetInfo's
+        // total 150,109,880,320 B (docs/measurements/2026-11-28-h200-memory-edge.md), which
+        // puts the driver's share at 644,939,776 B (615.2 MiB; nvidia-smi rounds it up).
+        "h200-141gb" => (hopper_peak(), 143_771 * MIB_BYTES, 644_939_776, 4.8e12),
         _ => return None,
     };
     Some(Gpu {
         name: name.to_string(),
         peak,
         hbm_bytes,
+        driver_reserved_bytes,
         hbm_bandwidth_bytes_per_s,
     })
+}
+
+/// The 8-GPU NVLink node a GPU preset usually comes in: what `cluster.node` defaults to.
+/// An H200 HGX board has the DGX H100's NVLink4 switches and NDR NICs.
+pub(crate) fn default_node(gpu_name: &str) -> Option<&'static str> {
+    match gpu(gpu_name)?.name.as_str() {
+        "a100-sxm-80gb" => Some("dgx-a100"),
+        "h100-sxm-80gb" | "h200-141gb" => Some("dgx-h100"),
+        _ => None,
+    }
 }
 
 /// H100 / H200 SXM dense tensor-core peaks (the datasheet's figures halved where they are
@@ -189,20 +214,52 @@ mod tests {
     }
 
     #[test]
-    fn presets_match_the_shared_validation_figures() {
-        // data/validation/network.toml: bf16 dense 312 / 989 / 989 TFLOP/s,
-        // HBM 80 / 80 / 141 GB at 2.039 / 3.35 / 4.8 TB/s.
+    fn presets_match_the_published_figures() {
+        // data/validation/network.toml: bf16 dense 312 / 989 / 989 TFLOP/s at 2.039 / 3.35 /
+        // 4.8 TB/s.
         let want = [
-            ("a100-sxm-80gb", 312e12, 80e9, 2.039e12),
-            ("h100-sxm-80gb", 989e12, 80e9, 3.35e12),
-            ("h200-141gb", 989e12, 141e9, 4.8e12),
+            ("a100-sxm-80gb", 312e12, 2.039e12),
+            ("h100-sxm-80gb", 989e12, 3.35e12),
+            ("h200-141gb", 989e12, 4.8e12),
         ];
-        for (name, bf16, hbm, bw) in want {
+        for (name, bf16, bw) in want {
             let g = gpu(name).unwrap();
             assert_eq!(g.peak.bf16_flops_per_s, bf16, "{name}");
-            assert_eq!(g.hbm_bytes as f64, hbm, "{name}");
             assert_eq!(g.hbm_bandwidth_bytes_per_s, bw, "{name}");
         }
+    }
+
+    #[test]
+    fn capacities_are_what_the_driver_reports() {
+        // nvidia-smi totals in MiB; usable = cuMemGetInfo's total where it was measured (H100:
+        // docs/measurements/2026-11-22-h100-cuda-backend.md, H200: 2026-11-28-h200-memory-edge).
+        let want = [
+            ("a100-sxm-80gb", 81_920, None),
+            ("h100-sxm-80gb", 81_559, Some(85_017_493_504)),
+            ("h200-141gb", 143_771, Some(150_109_880_320)),
+        ];
+        for (name, mib, usable) in want {
+            let g = gpu(name).unwrap();
+            assert_eq!(g.hbm_bytes, mib << 20, "{name}");
+            assert!(g.driver_reserved_bytes > 0, "{name}");
+            if let Some(u) = usable {
+                assert_eq!(g.usable_bytes(), u, "{name}");
+            }
+        }
+        // nvidia-smi's "Reserved" on the H200 reads 616 MiB, within a MiB of the figure above.
+        let h200 = gpu("h200-141gb").unwrap();
+        assert!((616 << 20) - h200.driver_reserved_bytes < 1 << 20);
+    }
+
+    #[test]
+    fn every_gpu_preset_has_a_node_preset() {
+        for n in GPU_NAMES {
+            let node_name = default_node(n).unwrap();
+            assert!(node(node_name).is_some(), "{n}: {node_name}");
+        }
+        assert_eq!(default_node("h200-sxm-141gb"), Some("dgx-h100"));
+        assert_eq!(default_node("a100-sxm-80gb"), Some("dgx-a100"));
+        assert_eq!(default_node("v100"), None);
     }
 
     #[test]

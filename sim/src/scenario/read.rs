@@ -82,6 +82,7 @@ pub(crate) const SCHEMA: &[(&str, &[&str])] = &[
             "peak_bf16_flops_per_s",
             "peak_fp8_flops_per_s",
             "hbm_bytes",
+            "driver_reserved_bytes",
             "hbm_bandwidth_bytes_per_s",
         ],
     ),

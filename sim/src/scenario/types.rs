@@ -61,8 +61,21 @@ pub struct PeakFlops {
 pub struct Gpu {
     pub name: String,
     pub peak: PeakFlops,
+    /// Device memory as the driver counts it (nvidia-smi's total, MiB x 2^20).
     pub hbm_bytes: u64,
+    /// What the driver keeps of `hbm_bytes` for itself (nvidia-smi's "Reserved"): no process
+    /// can allocate it, and cuMemGetInfo's total leaves it out.
+    #[serde(default)]
+    pub driver_reserved_bytes: u64,
     pub hbm_bandwidth_bytes_per_s: f64,
+}
+
+impl Gpu {
+    /// The bytes a process can hold: `hbm_bytes` less the driver's share, i.e. cuMemGetInfo's
+    /// total. The memory verdict compares a rank's peak against this.
+    pub fn usable_bytes(&self) -> u64 {
+        self.hbm_bytes.saturating_sub(self.driver_reserved_bytes)
+    }
 }
 
 /// One direction of a link tier, as seen by one GPU.
@@ -80,6 +93,9 @@ pub struct Cluster {
     pub gpus_per_node: u32,
     /// Node preset name ("dgx-a100", ...) or "custom".
     pub node: String,
+    /// The scenario named no node and `node` is the GPU preset's usual one.
+    #[serde(default)]
+    pub node_from_gpu: bool,
     /// NVLink/NVSwitch tier inside a node.
     pub intra_node: Link,
     /// Network tier between nodes (per GPU, i.e. one NIC rail).
@@ -262,9 +278,22 @@ pub enum MemoryAccounting {
 }
 
 impl MemorySettings {
-    /// CUDA context plus cuBLAS handle and workspace, as measured on an H100 with CUDA 12
-    /// (0.59 GiB, docs/measurements/2026-11-22-h100-cuda-backend.md), rounded to 600 MiB.
-    pub const DEFAULT_RESERVED_BYTES: u64 = 600 << 20;
+    /// Device memory a CUDA context takes in a PyTorch process (torch 2.11, CUDA 13.0, H200:
+    /// bytes in use after the first tensor; docs/measurements/2026-11-28-h200-memory-edge.md).
+    pub const CUDA_CONTEXT_BYTES: u64 = 650_969_088;
+    /// cuBLAS's handle, workspace and loaded kernels after the first bf16 GEMM, the caching
+    /// allocator emptied (same measurement: 751,632,384 in use less the context; 96 MiB).
+    pub const CUBLAS_BYTES: u64 = 100_663_296;
+    /// One NCCL communicator after its first all-reduce (torch 2.11, NCCL 2.28.9, same
+    /// measurement: 1,357,709,312 in use less 54,525,952 the allocator cached, less the
+    /// context and cuBLAS; 526 MiB). Twin's own CUDA runtime holds about the same: 3,425,501,184
+    /// in use before a step less its 2,181,070,848 of workspace is 1,244,430,336 on an H100
+    /// (docs/measurements/2026-11-22-h100-cuda-backend.md).
+    pub const NCCL_BYTES: u64 = 551_550_976;
+    /// What every rank of a framework job holds outside its tensors: the CUDA context, cuBLAS
+    /// and one NCCL communicator (1.21 GiB).
+    pub const DEFAULT_RESERVED_BYTES: u64 =
+        Self::CUDA_CONTEXT_BYTES + Self::CUBLAS_BYTES + Self::NCCL_BYTES;
     /// The stream-ordered pool the runtime uses reserved 0.2% over its peak in the same
     /// measurement; 0 keeps the timeline exact. PyTorch's caching allocator users may set
     /// 0.05 - 0.1.

@@ -64,7 +64,7 @@ pub struct SweepRow {
 
 impl SweepRow {
     fn unsimulated(index: usize, overrides: Vec<String>, s: &Scenario, state: u64) -> SweepRow {
-        let hbm = s.cluster.gpu.hbm_bytes;
+        let hbm = s.cluster.gpu.usable_bytes();
         let mut row = SweepRow::fill(index, overrides, s);
         row.peak_memory_bytes = state;
         row.peak_memory_fraction = if hbm == 0 {
@@ -109,10 +109,10 @@ impl SweepRow {
             tokens_per_s: r.tokens_per_s,
             mfu: r.mfu,
             peak_memory_bytes: r.peak_memory_bytes,
-            peak_memory_fraction: if r.hbm_bytes == 0 {
+            peak_memory_fraction: if r.usable_bytes == 0 {
                 0.0
             } else {
-                r.peak_memory_bytes as f64 / r.hbm_bytes as f64
+                r.peak_memory_bytes as f64 / r.usable_bytes as f64
             },
             bubble_fraction: r.bubble_fraction,
             exposed_comm_fraction: r.exposed_comm_fraction,
@@ -179,7 +179,7 @@ fn evaluate_planned(
     overrides: Vec<String>,
 ) -> Outcome {
     let state = static_state_bytes(scenario, plan);
-    if state > scenario.cluster.gpu.hbm_bytes {
+    if state > scenario.cluster.gpu.usable_bytes() {
         return Outcome::Row(Box::new(SweepRow::unsimulated(
             index, overrides, scenario, state,
         )));

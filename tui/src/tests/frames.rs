@@ -41,8 +41,8 @@ fn memory_pane() {
 
 #[test]
 fn memory_pane_out_of_memory() {
-    // 600 MB of HBM: the 600 MiB framework reserve alone does not fit.
-    let (app, _) = small_with(&["cluster.gpu.hbm_bytes=600000000"]);
+    // 1.27 GB usable: the 1.21 GiB framework reserve alone does not fit.
+    let (app, _) = small_with(&["cluster.gpu.hbm_bytes=1270000000"]);
     assert!(!app.current.report.fits);
     let (app, _) = press(app, &[Key::Char('2')]);
     snap("memory_oom", &app);

@@ -17,7 +17,8 @@ const GIB: f64 = (1u64 << 30) as f64;
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let out = &app.current;
     let t = &out.timeline;
-    let hbm = out.report.hbm_bytes;
+    // The usable bytes (what the driver leaves a process), as the report's verdict.
+    let hbm = out.report.usable_bytes;
     let [header, main] = Layout::vertical([Constraint::Length(2), Constraint::Min(0)]).areas(area);
     let Some(row) = t
         .rows
@@ -57,7 +58,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             Style::new().add_modifier(Modifier::BOLD),
         ),
         Span::raw(format!(
-            " · peak {} of {} HBM ({fraction:.0}%)",
+            " · peak {} of {} usable ({fraction:.0}%)",
             bytes(peak_bytes),
             bytes(hbm)
         )),
@@ -65,10 +66,10 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let mut second = String::from("↑↓ rank");
     if let Some(oom) = &out.report.oom {
         second = format!(
-            "{second} · worst: rank {} crosses HBM at {} in {}",
+            "{second} · worst: rank {} crosses the usable bytes at {} in {}",
             oom.rank,
             fmt_ns((oom.time_s * 1e9).round() as u64),
-            oom.op_name
+            oom.op_name.as_deref().unwrap_or("-")
         );
     }
     lines.push(dim(second));

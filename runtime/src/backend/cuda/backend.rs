@@ -4,7 +4,7 @@
 
 use super::comm::{comm_specs, used_group_kinds, CommSpec, LocalRendezvous, Rendezvous};
 use super::device::{
-    operand_bytes, run_gemm, run_memory_bound, BlasHandle, DeviceBuffer, GemmOperands, HostBuffer,
+    run_gemm, run_memory_bound, BlasHandle, DeviceBuffer, GemmOperands, HostBuffer,
 };
 use super::dtype::{gemm_dtype, nccl_elements};
 use super::libs::{self, cu, guard, Libraries};

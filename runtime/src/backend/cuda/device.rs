@@ -10,9 +10,7 @@ use cudarc::driver::{result as drv, sys as drv_sys};
 use std::ffi::c_void;
 use twin_sim::schedule::Gemm;
 
-/// Largest bytes one operand of a batched GEMM call may span; longer batches are issued as
-/// several calls over the same buffers (see [`batch_per_call`]).
-pub const MAX_OPERAND_BYTES: u64 = 1 << 30;
+pub use super::footprint::{batch_per_call, operand_bytes};
 
 /// A device allocation outside the stream-ordered pool (workspaces), freed on drop.
 pub struct DeviceBuffer {
@@ -136,27 +134,6 @@ impl Drop for BlasHandle {
         // SAFETY: created by create_handle, destroyed once.
         let _ = unsafe { cublas::destroy_handle(self.raw) };
     }
-}
-
-/// How many of a GEMM's `count` repetitions one strided-batched call covers: the schedule's
-/// `batch` (the calls the cost model prices), fewer where an operand would span more than
-/// [`MAX_OPERAND_BYTES`].
-pub fn batch_per_call(g: &Gemm, dtype: GemmDtype) -> u64 {
-    let e = dtype.element_bytes();
-    let largest = [g.m * g.k, g.k * g.n, g.m * g.n]
-        .into_iter()
-        .max()
-        .unwrap_or(0)
-        .saturating_mul(e)
-        .max(1);
-    (MAX_OPERAND_BYTES / largest).clamp(1, u64::from(g.batch.min(g.count).max(1)))
-}
-
-/// Bytes of operands A, B and C one call of `g` needs.
-pub fn operand_bytes(g: &Gemm, dtype: GemmDtype) -> [u64; 3] {
-    let e = dtype.element_bytes();
-    let b = batch_per_call(g, dtype);
-    [g.m * g.k * e * b, g.k * g.n * e * b, g.m * g.n * e * b]
 }
 
 /// Operand buffers of one stream.
@@ -286,6 +263,7 @@ pub fn run_memory_bound(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cuda::footprint::MAX_OPERAND_BYTES;
 
     #[test]
     fn pattern_is_finite_in_every_dtype_and_seeded() {

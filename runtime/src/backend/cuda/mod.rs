@@ -7,6 +7,7 @@
 pub mod comm;
 pub mod discover;
 pub mod dtype;
+pub mod footprint;
 pub mod single;
 
 #[cfg(feature = "cuda")]
