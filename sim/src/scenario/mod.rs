@@ -19,7 +19,7 @@ mod emit;
 pub(crate) mod error;
 mod faults;
 mod hf;
-mod limits;
+pub(crate) mod limits;
 mod overrides;
 mod parse;
 mod presets;
@@ -28,6 +28,7 @@ mod source;
 mod topology;
 mod types;
 mod validate;
+mod work;
 
 pub use checks::{parse_key as parse_check_key, Bound, Checks, Metric, Threshold, CHECK_KEYS};
 pub use error::{ErrorKind, ScenarioError};
