@@ -80,7 +80,9 @@ fn parse_horizon(text: &str) -> Result<u64, String> {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(args.trace.as_deref(), "--trace")?;
     let source = twin_sim::scenario::ScenarioSource::read(&args.scenario)?;
-    let (scenario, plan, faults) = source.parse()?.resolve_with_faults(&args.overrides)?;
+    let parsed = source.parse()?;
+    let (scenario, plan, faults) = parsed.resolve_with_faults(&args.overrides)?;
+    super::warn_hf_unmodelled(&source.origin, &parsed.hf_unmodelled(&args.overrides)?);
     let opts = twin_sim::PredictOptions {
         trace: args.trace.is_some(),
         reproducible: args.reproducible,

@@ -115,6 +115,16 @@ impl ParsedSource {
         self.resolve_full(overrides).map(|(s, p, _, f)| (s, p, f))
     }
 
+    /// What the scenario's `model.hf_config` sets that twin does not model (each as "key =
+    /// value (what it means)"); empty without an `hf_config`. For the CLI's warning.
+    pub fn hf_unmodelled(&self, overrides: &[String]) -> Result<Vec<String>, ScenarioError> {
+        let ctx = &self.ctx;
+        let mut root = self.root.clone();
+        overrides::apply(ctx, &mut root, overrides)?;
+        let base_dir = Path::new(&ctx.origin).parent().unwrap_or(Path::new(""));
+        Ok(parse::resolve(ctx, &root, base_dir)?.hf_unmodelled)
+    }
+
     fn resolve_full(
         &self,
         overrides: &[String],

@@ -14,7 +14,7 @@ pub const OPS_PER_STEP: u64 = 12;
 
 /// Ops of a program that do not scale with its steps: the model state's allocations, the
 /// data-parallel start and the optimizer.
-pub(crate) const OPS_PER_PROGRAM: u64 = 64;
+pub const OPS_PER_PROGRAM: u64 = 64;
 
 /// The work a scenario's schedule implies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,7 +22,7 @@ mod sizes;
 mod validate;
 
 pub use builder::{recycle, recycle_program};
-pub use estimate::{estimate, WorkEstimate, OPS_PER_STEP};
+pub use estimate::{estimate, WorkEstimate, OPS_PER_PROGRAM, OPS_PER_STEP};
 pub use ir::*;
 pub use sizes::{Sizes, UniformSizes, WorkloadSizes};
 pub use validate::{ValidationError, ValidationReport};
