@@ -311,17 +311,30 @@ fn nccl_tests_bad_input_is_named_and_exits_2() {
     let o = calibrate_to(&out, &["--from-nccl-tests", junk.to_str().unwrap()], &[]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(2), "{t}");
-    assert!(t.contains(junk.to_str().unwrap()) && t.contains("Rank"), "{t}");
+    assert!(
+        t.contains(junk.to_str().unwrap()) && t.contains("Rank"),
+        "{t}"
+    );
     assert!(!t.contains("bundled profile"), "{t}");
-    let good = std::fs::read_to_string(repo("calibration/tests/data/all_reduce_perf-8xA100.log"))
-        .unwrap();
+    let good =
+        std::fs::read_to_string(repo("calibration/tests/data/all_reduce_perf-8xA100.log")).unwrap();
     let row = "    22.53    0.00    0.00      0    21.92    0.00    0.00      0";
     let wrong = dir.join("all_reduce_perf-wrong.log");
-    std::fs::write(&wrong, good.replace(row, "    22.53    0.00    0.00      7    21.92    0.00    0.00      0")).unwrap();
+    std::fs::write(
+        &wrong,
+        good.replace(
+            row,
+            "    22.53    0.00    0.00      7    21.92    0.00    0.00      0",
+        ),
+    )
+    .unwrap();
     let o = calibrate_to(&out, &["--from-nccl-tests", wrong.to_str().unwrap()], &[]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(2), "{t}");
-    assert!(t.contains(&format!("{}:17:", wrong.display())) && t.contains("#wrong = 7"), "{t}");
+    assert!(
+        t.contains(&format!("{}:17:", wrong.display())) && t.contains("#wrong = 7"),
+        "{t}"
+    );
     assert!(!out.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -219,7 +219,10 @@ pub fn parse(text: &str, origin: &str) -> Result<Log, ParseError> {
                 cols.join(" ")
             ),
         })?;
-        for (place, m) in [("out-of-place", Some(&row.out_of_place)), ("in-place", row.in_place.as_ref())] {
+        for (place, m) in [
+            ("out-of-place", Some(&row.out_of_place)),
+            ("in-place", row.in_place.as_ref()),
+        ] {
             if let Some(wrong) = m.and_then(|m| m.wrong).filter(|&w| w > 0) {
                 return Err(ParseError::Wrong {
                     origin: origin.to_string(),

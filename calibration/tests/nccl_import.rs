@@ -154,16 +154,35 @@ fn rows_with_wrong_results_are_refused() {
         }
     );
     assert!(e.to_string().contains(&format!("{origin}:{line}:")), "{e}");
-    let bad = text.replace(row, "    22.53    0.00    0.00     12    21.92    0.00    0.00      0");
+    let bad = text.replace(
+        row,
+        "    22.53    0.00    0.00     12    21.92    0.00    0.00      0",
+    );
     assert!(matches!(
         parse(&bad, &origin).unwrap_err(),
-        ParseError::Wrong { place: "out-of-place", wrong: 12, .. }
+        ParseError::Wrong {
+            place: "out-of-place",
+            wrong: 12,
+            ..
+        }
     ));
-    let unchecked = text.replace(row, "    22.53    0.00    0.00    N/A    21.92    0.00    0.00    N/A");
+    let unchecked = text.replace(
+        row,
+        "    22.53    0.00    0.00    N/A    21.92    0.00    0.00    N/A",
+    );
     let log = parse(&unchecked, &origin).unwrap();
     assert_eq!(log.rows[0].out_of_place.wrong, None);
-    assert_eq!(parse(&text, &origin).unwrap().rows[0].out_of_place.wrong, Some(0));
-    let garbled = text.replace(row, "    22.53    0.00    0.00      x    21.92    0.00    0.00      0");
+    assert_eq!(
+        parse(&text, &origin).unwrap().rows[0].out_of_place.wrong,
+        Some(0)
+    );
+    let garbled = text.replace(
+        row,
+        "    22.53    0.00    0.00      x    21.92    0.00    0.00      0",
+    );
     let e = parse(&garbled, &origin).unwrap_err().to_string();
-    assert!(e.contains("#wrong is 'x'") && e.contains("expected a result row"), "{e}");
+    assert!(
+        e.contains("#wrong is 'x'") && e.contains("expected a result row"),
+        "{e}"
+    );
 }

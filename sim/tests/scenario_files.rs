@@ -335,7 +335,10 @@ fn hf_unknown_model_type_is_refused_unless_forced() {
     assert_eq!(e.key, "model_type");
     assert_eq!(e.line, Some(16), "{e}");
     assert!(e.to_string().contains("deepseek_v3"), "{e}");
-    assert!(e.allowed.contains("llama, mistral") && e.allowed.contains("hf_force"), "{e}");
+    assert!(
+        e.allowed.contains("llama, mistral") && e.allowed.contains("hf_force"),
+        "{e}"
+    );
 
     let s = with_hf("deepseek-v3.json", "hf_force = true").unwrap();
     assert_eq!((s.model.layers, s.model.hidden), (61, 7168));
@@ -373,10 +376,16 @@ fn hf_unknown_model_type_is_refused_unless_forced() {
 fn hf_unmodelled_keys_are_listed() {
     let w = hf_unmodelled("mistral-7b.json", "");
     assert_eq!(w.len(), 1, "{w:?}");
-    assert!(w[0].starts_with("sliding_window = 4096 (sliding-window attention"), "{w:?}");
+    assert!(
+        w[0].starts_with("sliding_window = 4096 (sliding-window attention"),
+        "{w:?}"
+    );
     let w = hf_unmodelled("qwen2-7b.json", "");
     assert_eq!(w.len(), 1, "{w:?}");
-    assert!(w[0].contains("qwen2") && w[0].contains("query, key and value"), "{w:?}");
+    assert!(
+        w[0].contains("qwen2") && w[0].contains("query, key and value"),
+        "{w:?}"
+    );
     let m = with_hf("qwen2-7b.json", "").unwrap().model;
     assert_eq!((m.layers, m.hidden, m.kv_heads), (28, 3584, 4));
     assert!(hf_unmodelled("llama2-7b.json", "").is_empty());
@@ -447,8 +456,14 @@ fn work_estimate_bounds_every_bundled_schedule() {
             // possible bucket cut of each layer.
             let pp = u64::from(plan.pp());
             let fixed = pp * OPS_PER_PROGRAM + OPS_PER_STEP * u64::from(s.model.layers);
-            assert!(est.total_ops <= 6 * actual + fixed, "{at}: {est:?} vs {actual}");
-            assert!(Some(est.stage_ops) >= busiest, "{at}: {est:?} vs {busiest:?}");
+            assert!(
+                est.total_ops <= 6 * actual + fixed,
+                "{at}: {est:?} vs {actual}"
+            );
+            assert!(
+                Some(est.stage_ops) >= busiest,
+                "{at}: {est:?} vs {busiest:?}"
+            );
         }
         drop(base);
     }
@@ -463,14 +478,20 @@ fn huge_schedules_are_refused_with_the_keys() {
     assert_eq!(e.kind, ErrorKind::CrossField);
     assert_eq!(e.key, "training.global_batch");
     assert_eq!(e.origin, "--set training.global_batch=1048576");
-    assert!(e.message.contains("1048576 micro batches per pipeline"), "{e}");
+    assert!(
+        e.message.contains("1048576 micro batches per pipeline"),
+        "{e}"
+    );
     assert!(e.message.contains("limit of 4000000 ops"), "{e}");
     assert!(e.allowed.contains("training.micro_batch"), "{e}");
     assert!(e.allowed.contains("run.granularity = \"chunk\""), "{e}");
 
     let e = load(
         &repo().join("scenarios/512xA100.toml"),
-        &["model.layers=65536".into(), "run.granularity=\"layer\"".into()],
+        &[
+            "model.layers=65536".into(),
+            "run.granularity=\"layer\"".into(),
+        ],
     )
     .unwrap_err();
     assert_eq!(e.key, "run.granularity", "{e}");

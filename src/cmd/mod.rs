@@ -57,14 +57,16 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
         c.downcast_ref::<ScenarioError>().is_some()
             || c.downcast_ref::<twin_sim::profile::GpuMismatch>().is_some()
             || c.downcast_ref::<output::OutputError>().is_some()
-            || c.downcast_ref::<twin_calibration::nccl_tests::ParseError>().is_some()
-            || c.downcast_ref::<twin_sim::engine::SimError>().is_some_and(|e| {
-                matches!(
-                    e,
-                    twin_sim::engine::SimError::WorkTooLarge { .. }
-                        | twin_sim::engine::SimError::TraceTooLarge { .. }
-                )
-            })
+            || c.downcast_ref::<twin_calibration::nccl_tests::ParseError>()
+                .is_some()
+            || c.downcast_ref::<twin_sim::engine::SimError>()
+                .is_some_and(|e| {
+                    matches!(
+                        e,
+                        twin_sim::engine::SimError::WorkTooLarge { .. }
+                            | twin_sim::engine::SimError::TraceTooLarge { .. }
+                    )
+                })
     }) {
         ExitCode::from(2)
     } else {

@@ -32,7 +32,9 @@ pub struct Args {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
     /// Write a Chrome/Perfetto trace (one process per rank, one thread per stream, a memory
-    /// counter track). Open it in ui.perfetto.dev.
+    /// counter track). Open it in ui.perfetto.dev. A trace estimated (at 256 bytes per op
+    /// event) over 512 MiB is refused before simulating; --collapse traces one rank per
+    /// pipeline stage instead.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// Print the per-stage memory breakdown and the op at which each peak occurs.

@@ -45,8 +45,8 @@ pub(crate) mod testkit;
 mod tests;
 mod turns;
 
-pub use deadlock::{BlockedHead, BlockedRank, Deadlock};
 pub(crate) use crate::scenario::limits::TRACE_BYTES_PER_EVENT;
+pub use deadlock::{BlockedHead, BlockedRank, Deadlock};
 
 use crate::cost::CostModel;
 use crate::plan::{GroupKind, Plan};

@@ -603,11 +603,7 @@ fn trace_bound_is_enforced_before_the_run() {
         ..opts
     };
     let r = simulate(&plan, &s, &FixedCost::default(), &traced).unwrap();
-    let json = r
-        .trace
-        .as_ref()
-        .unwrap()
-        .to_chrome_json(&plan, &s);
+    let json = r.trace.as_ref().unwrap().to_chrome_json(&plan, &s);
     // The per-event allowance bounds the JSON actually written.
     assert!(
         (json.len() as u64) <= events * super::TRACE_BYTES_PER_EVENT,

@@ -41,25 +41,58 @@ pub const MODEL_TYPES: &[&str] = &["llama", "mistral", "mixtral", "qwen2", "gpt_
 /// Keys of Hugging Face configs that change the model's compute or memory but that the
 /// import does not model, with what each means. Keys set to null, false or 0 are not listed.
 pub const UNMODELLED: &[(&str, &str)] = &[
-    ("sliding_window", "sliding-window attention: twin attends over the whole sequence"),
-    ("use_sliding_window", "sliding-window attention: twin attends over the whole sequence"),
+    (
+        "sliding_window",
+        "sliding-window attention: twin attends over the whole sequence",
+    ),
+    (
+        "use_sliding_window",
+        "sliding-window attention: twin attends over the whole sequence",
+    ),
     ("attention_bias", "biases on the attention projections"),
     ("mlp_bias", "biases on the MLP projections"),
     ("head_dim", "a head size other than hidden / heads"),
-    ("n_routed_experts", "routed experts (DeepSeek MoE): twin models a dense model"),
+    (
+        "n_routed_experts",
+        "routed experts (DeepSeek MoE): twin models a dense model",
+    ),
     ("n_shared_experts", "shared experts"),
     ("moe_intermediate_size", "the experts' MLP width"),
-    ("first_k_dense_replace", "dense layers before the MoE layers"),
+    (
+        "first_k_dense_replace",
+        "dense layers before the MoE layers",
+    ),
     ("moe_layer_freq", "MoE on every n-th layer only"),
-    ("num_experts", "routed experts (Qwen MoE): twin models a dense model"),
+    (
+        "num_experts",
+        "routed experts (Qwen MoE): twin models a dense model",
+    ),
     ("shared_expert_intermediate_size", "a shared expert"),
-    ("kv_lora_rank", "multi-head latent attention (compressed keys and values)"),
-    ("q_lora_rank", "multi-head latent attention (compressed queries)"),
-    ("qk_rope_head_dim", "multi-head latent attention's rotary head size"),
-    ("qk_nope_head_dim", "multi-head latent attention's head size"),
-    ("v_head_dim", "multi-head latent attention's value head size"),
+    (
+        "kv_lora_rank",
+        "multi-head latent attention (compressed keys and values)",
+    ),
+    (
+        "q_lora_rank",
+        "multi-head latent attention (compressed queries)",
+    ),
+    (
+        "qk_rope_head_dim",
+        "multi-head latent attention's rotary head size",
+    ),
+    (
+        "qk_nope_head_dim",
+        "multi-head latent attention's head size",
+    ),
+    (
+        "v_head_dim",
+        "multi-head latent attention's value head size",
+    ),
     ("num_nextn_predict_layers", "multi-token prediction layers"),
-    ("rope_scaling", "rotary-embedding scaling (no cost of its own, but a longer context)"),
+    (
+        "rope_scaling",
+        "rotary-embedding scaling (no cost of its own, but a longer context)",
+    ),
 ];
 
 /// Largest file (scenario or config.json) twin reads; anything bigger is not a config.

@@ -32,7 +32,9 @@ pub struct WorkEstimate {
 
 /// Ops a program of `steps` compute steps holds at most.
 pub(crate) fn ops_for_steps(steps: u64) -> u64 {
-    steps.saturating_mul(OPS_PER_STEP).saturating_add(OPS_PER_PROGRAM)
+    steps
+        .saturating_mul(OPS_PER_STEP)
+        .saturating_add(OPS_PER_PROGRAM)
 }
 
 /// Estimates the schedule [`super::generate`] would build for `scenario` and `plan`, in time

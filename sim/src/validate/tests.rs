@@ -39,7 +39,10 @@ fn unknown_keys_are_refused() {
     assert_eq!((e.origin.as_str(), e.line), ("t.toml", Some(15)));
     assert_eq!(e.key, "micro_bach");
     assert!(e.message.contains("did you mean `micro_batch`"), "{e}");
-    assert!(e.allowed.contains("global_batch") && e.allowed.contains("tflops_per_gpu"), "{e}");
+    assert!(
+        e.allowed.contains("global_batch") && e.allowed.contains("tflops_per_gpu"),
+        "{e}"
+    );
     let e = parse_table(&format!("{row}kv_heads = 1\n"), "t.toml").unwrap_err();
     assert_eq!((e.key.as_str(), e.line), ("kv_heads", Some(15)));
     let e = parse_table("[[layer_timing]]\nid = \"x\"\nnote = 1\n", "t.toml").unwrap_err();
