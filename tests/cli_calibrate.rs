@@ -560,3 +560,42 @@ fn refitting_gpu_samples_without_what_it_needs_says_what_is_missing() {
     assert_eq!((p.gpu.as_str(), p.sm_count.value), ("lab-gpu", 64.0));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A log that is not nccl-tests output, or that reports wrong results, is bad input (exit
+/// 2) named by file and line, and nothing is written.
+#[test]
+fn nccl_tests_bad_input_is_named_and_exits_2() {
+    let dir = scratch("nccl-bad");
+    let out = dir.join("cluster.toml");
+    let junk = dir.join("all_reduce_perf.log");
+    std::fs::write(&junk, "hello\nworld\n").unwrap();
+    let o = calibrate_to(&out, &["--from-nccl-tests", junk.to_str().unwrap()], &[]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains(junk.to_str().unwrap()) && t.contains("Rank"),
+        "{t}"
+    );
+    assert!(!t.contains("bundled profile"), "{t}");
+    let good =
+        std::fs::read_to_string(repo("calibration/tests/data/all_reduce_perf-8xA100.log")).unwrap();
+    let row = "    22.53    0.00    0.00      0    21.92    0.00    0.00      0";
+    let wrong = dir.join("all_reduce_perf-wrong.log");
+    std::fs::write(
+        &wrong,
+        good.replace(
+            row,
+            "    22.53    0.00    0.00      7    21.92    0.00    0.00      0",
+        ),
+    )
+    .unwrap();
+    let o = calibrate_to(&out, &["--from-nccl-tests", wrong.to_str().unwrap()], &[]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains(&format!("{}:17:", wrong.display())) && t.contains("#wrong = 7"),
+        "{t}"
+    );
+    assert!(!out.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

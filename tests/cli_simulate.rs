@@ -276,3 +276,51 @@ fn a_gpu_without_a_node_gets_its_usual_node_and_a_note() {
     );
     assert_eq!(json["usable_bytes"], 85_017_493_504u64);
 }
+
+/// A million micro batches (which once aborted on an 8.8 GB allocation) is refused before
+/// anything is built: exit 2, naming the key, the limit and what to change.
+#[test]
+fn huge_micro_batch_count_is_refused_with_exit_2() {
+    let o = twin(&[
+        "simulate",
+        "scenarios/host/single.toml",
+        "--set",
+        "training.global_batch=1048576",
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("--set training.global_batch=1048576"), "{e}");
+    assert!(e.contains("limit of 4000000 ops"), "{e}");
+    assert!(e.contains("training.micro_batch"), "{e}");
+}
+
+/// A trace of every rank of 16,384 GPUs (1.4 GB) is refused before the simulation, with
+/// the estimate and `--collapse` as the way out, and nothing is written; the representative
+/// ranks' trace is written.
+#[test]
+fn oversized_trace_is_refused_and_collapse_is_offered() {
+    let t = tmp("16k.trace.json");
+    let _ = std::fs::remove_file(&t);
+    let o = twin(&[
+        "simulate",
+        "scenarios/16384xH100.toml",
+        "--trace",
+        t.to_str().unwrap(),
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("a trace of this step would hold"), "{e}");
+    assert!(e.contains("over the limit of 536870912 bytes"), "{e}");
+    assert!(e.contains("--collapse"), "{e}");
+    assert!(!t.exists());
+    let o = twin(&[
+        "simulate",
+        "scenarios/16384xH100.toml",
+        "--collapse",
+        "--trace",
+        t.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(t.exists());
+    let _ = std::fs::remove_file(&t);
+}

@@ -110,3 +110,27 @@ fn a_broken_profile_is_a_located_input_error() {
         "{err}"
     );
 }
+
+/// A key the table layout does not know (here a misspelt micro batch, which the prediction
+/// would otherwise ignore) is bad input: exit 2 with the file, line, key and allowed keys.
+#[test]
+fn validate_refuses_unknown_keys() {
+    let table = tmp(
+        "typo.toml",
+        &ONE_ROW.replace("micro_batch = 4", "micro_bach = 4"),
+    );
+    let o = twin(&["validate", &table]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    let line = ONE_ROW
+        .lines()
+        .position(|l| l.starts_with("micro_batch"))
+        .unwrap()
+        + 1;
+    assert!(e.contains(&format!("{table}:{line}:")), "{e}");
+    assert!(
+        e.contains("micro_bach: unknown key; did you mean `micro_batch`?"),
+        "{e}"
+    );
+    assert!(e.contains("allowed: id, source"), "{e}");
+}

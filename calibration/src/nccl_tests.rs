@@ -88,6 +88,18 @@ pub enum ParseError {
     },
     #[error("{origin}: no result rows")]
     NoRows { origin: String },
+    #[error(
+        "{origin}:{line}: the {place} measurement of {size_bytes} bytes reports #wrong = \
+         {wrong}: the collective returned wrong results, so its time is not a valid \
+         measurement; rerun nccl-tests on a healthy system, or delete the row"
+    )]
+    Wrong {
+        origin: String,
+        line: usize,
+        size_bytes: u64,
+        place: &'static str,
+        wrong: u64,
+    },
 }
 
 /// One table row: the out-of-place and in-place measurements of one size.
@@ -107,6 +119,9 @@ pub struct Measurement {
     pub time_us: f64,
     pub algbw_gb_per_s: f64,
     pub busbw_gb_per_s: f64,
+    /// Elements that failed nccl-tests' check (`#wrong`); `None` where the log says N/A
+    /// (checking disabled). Rows with wrong elements are refused ([`ParseError::Wrong`]).
+    pub wrong: Option<u64>,
 }
 
 /// A parsed log.
@@ -196,11 +211,29 @@ pub fn parse(text: &str, origin: &str) -> Result<Log, ParseError> {
         let Some(cols) = &columns else {
             continue;
         };
-        rows.push(parse_row(trimmed, cols).map_err(|message| ParseError::Row {
+        let row = parse_row(trimmed, cols).map_err(|message| ParseError::Row {
             origin: origin.to_string(),
             line: i + 1,
-            message,
-        })?);
+            message: format!(
+                "{message}; expected a result row of the columns `{}`",
+                cols.join(" ")
+            ),
+        })?;
+        for (place, m) in [
+            ("out-of-place", Some(&row.out_of_place)),
+            ("in-place", row.in_place.as_ref()),
+        ] {
+            if let Some(wrong) = m.and_then(|m| m.wrong).filter(|&w| w > 0) {
+                return Err(ParseError::Wrong {
+                    origin: origin.to_string(),
+                    line: i + 1,
+                    size_bytes: row.size_bytes,
+                    place,
+                    wrong,
+                });
+            }
+        }
+        rows.push(row);
     }
     if hosts.is_empty() {
         return Err(ParseError::NoRanks {
@@ -275,11 +308,22 @@ fn parse_row(line: &str, cols: &[String]) -> Result<Row, String> {
     } else {
         None
     };
+    // `#wrong` is a count, or N/A when nccl-tests ran without checking (-c 0).
+    let wrong = |at: usize| -> Result<Option<u64>, String> {
+        match vals.get(at) {
+            None | Some(&"N/A") => Ok(None),
+            Some(v) => v
+                .parse::<u64>()
+                .map(Some)
+                .map_err(|_| format!("#wrong is '{v}', not a count or N/A")),
+        }
+    };
     let measurement = |at: usize| -> Result<Measurement, String> {
         Ok(Measurement {
             time_us: num(at, "time")?,
             algbw_gb_per_s: num(at + 1, "algbw")?,
             busbw_gb_per_s: num(at + 2, "busbw")?,
+            wrong: wrong(at + 3)?,
         })
     };
     let out_of_place = measurement(lead)?;

@@ -128,3 +128,61 @@ fn a_log_of_unknown_origin_is_an_actionable_error() {
     let e = parse(&broken, &origin).unwrap_err().to_string();
     assert!(e.contains("time is 'fast'"), "{e}");
 }
+
+/// A row whose `#wrong` column counts wrong elements is refused with its file and line; N/A
+/// (checking disabled) and 0 are accepted.
+#[test]
+fn rows_with_wrong_results_are_refused() {
+    let (origin, text) = data("all_reduce_perf-8xA100.log");
+    let line_of = |t: &str, needle: &str| t.lines().position(|l| l.contains(needle)).unwrap() + 1;
+    let row = "    22.53    0.00    0.00      0    21.92    0.00    0.00      0";
+    assert!(text.contains(row));
+    let line = line_of(&text, row);
+    let bad = text.replace(
+        row,
+        "    22.53    0.00    0.00      0    21.92    0.00    0.00      3",
+    );
+    let e = parse(&bad, &origin).unwrap_err();
+    assert_eq!(
+        e,
+        ParseError::Wrong {
+            origin: origin.clone(),
+            line,
+            size_bytes: 8,
+            place: "in-place",
+            wrong: 3,
+        }
+    );
+    assert!(e.to_string().contains(&format!("{origin}:{line}:")), "{e}");
+    let bad = text.replace(
+        row,
+        "    22.53    0.00    0.00     12    21.92    0.00    0.00      0",
+    );
+    assert!(matches!(
+        parse(&bad, &origin).unwrap_err(),
+        ParseError::Wrong {
+            place: "out-of-place",
+            wrong: 12,
+            ..
+        }
+    ));
+    let unchecked = text.replace(
+        row,
+        "    22.53    0.00    0.00    N/A    21.92    0.00    0.00    N/A",
+    );
+    let log = parse(&unchecked, &origin).unwrap();
+    assert_eq!(log.rows[0].out_of_place.wrong, None);
+    assert_eq!(
+        parse(&text, &origin).unwrap().rows[0].out_of_place.wrong,
+        Some(0)
+    );
+    let garbled = text.replace(
+        row,
+        "    22.53    0.00    0.00      x    21.92    0.00    0.00      0",
+    );
+    let e = parse(&garbled, &origin).unwrap_err().to_string();
+    assert!(
+        e.contains("#wrong is 'x'") && e.contains("expected a result row"),
+        "{e}"
+    );
+}

@@ -78,7 +78,19 @@ impl Staged {
         })
     }
 
+    /// Proves the schedule executable by running every rank untimed; refused beforehand when
+    /// that run would process more than the engine's event bound.
     pub fn validate(&self) -> Result<(), PredictError> {
+        let events = self.schedule.total_ops();
+        let limit = crate::scenario::limits::SIMULATED_EVENTS;
+        if events > limit {
+            return Err(SimError::WorkTooLarge {
+                events,
+                ranks: self.schedule.world(),
+                limit,
+            }
+            .into());
+        }
         self.schedule.validate(&self.plan)?;
         Ok(())
     }

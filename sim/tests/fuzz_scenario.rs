@@ -7,6 +7,16 @@
 //!
 //! CI runs proptest's default 256 cases; for a long run: `PROPTEST_CASES=20000 cargo test
 //! -p twin-sim --test fuzz_scenario`.
+//!
+//! `mutated_scenarios_run_bounded` goes further: it runs the whole prediction (load, plan,
+//! schedule, validate, simulate) on mutated scenarios, with numeric keys also pushed toward
+//! huge values (global batch, layers, sequence length, GPUs, micro batch: the values that
+//! once hung or aborted on memory). Each input runs in a child process (this test binary,
+//! entered at `fuzz_child`) under an address-space rlimit and a wall-clock limit, and the
+//! test fails on any panic, abort, time-out or peak resident memory over the bound. The
+//! inputs come from a fixed seed. CI runs [`PIPELINE_CASES`] of them; `TWIN_FUZZ_CASES=10000
+//! cargo test --release -p twin-sim --test fuzz_scenario mutated_scenarios_run_bounded --
+//! --nocapture` runs more and prints the slowest and largest.
 
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -497,4 +507,261 @@ proptest! {
     fn arbitrary_text_never_panics(text in "\\PC{0,400}") {
         check(&text, &[])?;
     }
+}
+
+/// Inputs `mutated_scenarios_run_bounded` runs by default (`TWIN_FUZZ_CASES` overrides).
+const PIPELINE_CASES: usize = 24;
+/// Wall-clock bound per input in release builds; unoptimised builds get ten times as long.
+const PIPELINE_TIMEOUT_S: u64 = 20;
+/// Peak resident memory bound per input.
+const PIPELINE_MAX_RSS_BYTES: u64 = 2 << 30;
+/// Address space a child may map: past this, allocations fail and the child aborts (which
+/// the test reports) instead of taking the machine's memory.
+const PIPELINE_ADDRESS_SPACE_BYTES: u64 = 8 << 30;
+/// Environment variable naming the input file of a child run.
+const CHILD_INPUT: &str = "TWIN_FUZZ_CHILD_INPUT";
+
+/// Keys whose huge values made twin hang or abort, and values from plausible to past every
+/// bound.
+const HUGE_PATHS: &[&str] = &[
+    "training.global_batch",
+    "training.micro_batch",
+    "model.layers",
+    "model.seq_len",
+    "cluster.gpus",
+    "parallel.dp",
+    "parallel.pp",
+];
+
+fn huge_override() -> impl Strategy<Value = String> {
+    (select(HUGE_PATHS), 4u32..=26, 0u64..=2).prop_map(|(k, e, add)| {
+        let v = (1u64 << e) + if add == 2 { 1 } else { 0 };
+        format!("{k}={v}")
+    })
+}
+
+/// One pipeline input: a scenario text and its overrides.
+fn pipeline_input() -> impl Strategy<Value = (String, Vec<String>)> {
+    let mutated = (
+        0..SCENARIOS.len(),
+        proptest::collection::vec(mutation(), 0..3),
+        proptest::collection::vec(prop_oneof![2 => huge_override(), 1 => override_()], 0..3),
+    )
+        .prop_map(|(which, mutations, overrides)| {
+            let mut text = SCENARIOS[which].to_string();
+            for m in &mutations {
+                text = apply(&text, m);
+            }
+            (text, overrides)
+        });
+    let plausible = (
+        0..SCENARIOS.len(),
+        proptest::collection::vec((any::<usize>(), 0usize..64), 0..3),
+        proptest::collection::vec(huge_override(), 1..3),
+    )
+        .prop_map(|(which, edits, overrides)| {
+            let mut lines: Vec<String> = SCENARIOS[which].lines().map(str::to_string).collect();
+            for (line, v) in &edits {
+                plausible_edit(&mut lines, *line, *v);
+            }
+            (lines.join("\n"), overrides)
+        });
+    prop_oneof![mutated, plausible]
+}
+
+/// The child side: runs the CLI's default prediction on the input named by
+/// [`CHILD_INPUT`]. Without that variable (a normal test run) there is nothing to do.
+#[test]
+fn fuzz_child() {
+    let Ok(path) = std::env::var(CHILD_INPUT) else {
+        return;
+    };
+    let input = std::fs::read_to_string(&path).expect("child input");
+    let (text, overrides): (String, Vec<String>) =
+        serde_json::from_str(&input).expect("child input JSON");
+    // Refusals (invalid scenarios, work bounds) are fine; panics and aborts are not.
+    let outcome = match parse_str(&text, "fuzz.toml", &overrides) {
+        Err(_) => "rejected",
+        Ok(scenario) => {
+            let opts = twin_sim::PredictOptions {
+                collapse: true,
+                ..Default::default()
+            };
+            match twin_sim::predict(&scenario, &opts) {
+                Ok(_) => "simulated",
+                Err(_) => "refused",
+            }
+        }
+    };
+    std::fs::write(format!("{path}.outcome"), outcome).expect("child outcome");
+}
+
+/// How one child run ended.
+struct ChildRun {
+    wall_s: f64,
+    max_rss_bytes: u64,
+    /// `None` when the child was killed at the time limit.
+    status: Option<libc::c_int>,
+    /// What `fuzz_child` recorded: rejected, refused or simulated (empty if it died first).
+    outcome: String,
+}
+
+/// Runs `fuzz_child` on `input_path` in a child process under the address-space rlimit,
+/// killing it after `timeout`.
+fn run_child(input_path: &std::path::Path, timeout: std::time::Duration) -> ChildRun {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().expect("test binary");
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["--exact", "fuzz_child", "--test-threads=1", "--quiet"])
+        .env(CHILD_INPUT, input_path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: PIPELINE_ADDRESS_SPACE_BYTES as libc::rlim_t,
+                rlim_max: PIPELINE_ADDRESS_SPACE_BYTES as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let start = std::time::Instant::now();
+    // Reaped by wait4 below, which also gives its peak memory; std's wait would not.
+    #[allow(clippy::zombie_processes)]
+    let child = cmd.spawn().expect("spawn child");
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut killed = false;
+    loop {
+        // SAFETY: pid is our own child; status and usage are valid for writes.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            break;
+        }
+        assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
+        if !killed && start.elapsed() > timeout {
+            // SAFETY: signalling our own unreaped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    ChildRun {
+        wall_s: start.elapsed().as_secs_f64(),
+        // Linux reports ru_maxrss in KiB.
+        max_rss_bytes: (usage.ru_maxrss.max(0) as u64) * 1024,
+        status: (!killed).then_some(status),
+        outcome: {
+            let mut p = input_path.as_os_str().to_owned();
+            p.push(".outcome");
+            let o = std::fs::read_to_string(&p).unwrap_or_default();
+            let _ = std::fs::remove_file(&p);
+            o
+        },
+    }
+}
+
+#[test]
+fn mutated_scenarios_run_bounded() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let cases: usize = std::env::var("TWIN_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(PIPELINE_CASES);
+    let timeout_s = if cfg!(debug_assertions) {
+        PIPELINE_TIMEOUT_S * 10
+    } else {
+        PIPELINE_TIMEOUT_S
+    };
+    let timeout = std::time::Duration::from_secs(timeout_s);
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &[34; 32]),
+    );
+    let strategy = pipeline_input();
+    let inputs: Vec<(String, Vec<String>)> = (0..cases)
+        .map(|_| strategy.new_tree(&mut runner).expect("input").current())
+        .collect();
+    let dir = std::env::temp_dir().join(format!("twin-fuzz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<(usize, ChildRun)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..jobs)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(input) = inputs.get(i) else {
+                            return out;
+                        };
+                        let path = dir.join(format!("{i}.json"));
+                        std::fs::write(&path, serde_json::to_string(input).expect("JSON"))
+                            .expect("write input");
+                        out.push((i, run_child(&path, timeout)));
+                        let _ = std::fs::remove_file(&path);
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("worker"))
+            .collect()
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let slowest = results
+        .iter()
+        .max_by(|a, b| a.1.wall_s.total_cmp(&b.1.wall_s));
+    let largest = results.iter().max_by_key(|r| r.1.max_rss_bytes);
+    let count = |o: &str| results.iter().filter(|r| r.1.outcome == o).count();
+    if let (Some(s), Some(l)) = (slowest, largest) {
+        println!(
+            "{} inputs ({} rejected by validation, {} refused by the pipeline, {} simulated), \
+             {jobs} at a time: slowest {:.2} s (input {}), largest {:.0} MiB (input {})",
+            results.len(),
+            count("rejected"),
+            count("refused"),
+            count("simulated"),
+            s.1.wall_s,
+            s.0,
+            l.1.max_rss_bytes as f64 / (1 << 20) as f64,
+            l.0
+        );
+    }
+    let mut failures = Vec::new();
+    for (i, run) in &results {
+        let what = match run.status {
+            None => Some(format!("killed after {timeout_s} s")),
+            Some(st) if libc::WIFSIGNALED(st) => {
+                Some(format!("died of signal {}", libc::WTERMSIG(st)))
+            }
+            Some(st) if libc::WEXITSTATUS(st) != 0 => {
+                Some(format!("exited {} (a panic)", libc::WEXITSTATUS(st)))
+            }
+            Some(_) if run.max_rss_bytes > PIPELINE_MAX_RSS_BYTES => {
+                Some(format!("peak memory {} MiB", run.max_rss_bytes >> 20))
+            }
+            Some(_) => None,
+        };
+        if let Some(what) = what {
+            let (text, overrides) = &inputs[*i];
+            failures.push(format!("input {i} {what}; overrides {overrides:?}\n{text}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} inputs failed:\n{}",
+        failures.len(),
+        results.len(),
+        failures.join("\n---\n")
+    );
 }

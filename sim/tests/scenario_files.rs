@@ -355,6 +355,85 @@ fn hf_gpt2_neox_and_mixtral_configs() {
     assert_eq!((moe.experts, moe.top_k, moe.moe_every), (8, 2, 1));
 }
 
+/// What `hf_config` sets that twin does not model, as the CLI's warning lists it.
+fn hf_unmodelled(file: &str, extra: &str) -> Vec<String> {
+    let text = format!(
+        "[model]\nhf_config = \"fixtures/hf/{file}\"\n{extra}\n[cluster]\ngpu = \"a100-sxm-80gb\"\ngpus = 8\nnode = \"dgx-a100\"\n[training]\nglobal_batch = 8\n"
+    );
+    ParsedSource::parse(&text, &tests_origin())
+        .unwrap()
+        .hf_unmodelled(&[])
+        .unwrap()
+}
+
+/// DeepSeek-V3 is refused (its MoE and latent attention would be read as a dense model)
+/// unless forced, and then every unmodelled key is listed.
+#[test]
+fn hf_unknown_model_type_is_refused_unless_forced() {
+    let e = with_hf("deepseek-v3.json", "").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::HfConfig);
+    assert!(e.origin.ends_with("fixtures/hf/deepseek-v3.json"), "{e}");
+    assert_eq!(e.key, "model_type");
+    assert_eq!(e.line, Some(16), "{e}");
+    assert!(e.to_string().contains("deepseek_v3"), "{e}");
+    assert!(
+        e.allowed.contains("llama, mistral") && e.allowed.contains("hf_force"),
+        "{e}"
+    );
+
+    let s = with_hf("deepseek-v3.json", "hf_force = true").unwrap();
+    assert_eq!((s.model.layers, s.model.hidden), (61, 7168));
+    let keys: Vec<String> = hf_unmodelled("deepseek-v3.json", "hf_force = true")
+        .iter()
+        .map(|w| w.split(' ').next().unwrap().to_string())
+        .collect();
+    let want = [
+        "moe_layer_freq",
+        "n_routed_experts",
+        "n_shared_experts",
+        "moe_intermediate_size",
+        "first_k_dense_replace",
+        "kv_lora_rank",
+        "q_lora_rank",
+        "qk_rope_head_dim",
+        "qk_nope_head_dim",
+        "v_head_dim",
+        "num_nextn_predict_layers",
+        "rope_scaling",
+        "num_experts_per_tok",
+    ];
+    for k in want {
+        assert!(keys.iter().any(|x| x == k), "{k} missing from {keys:?}");
+    }
+    // attention_bias = false changes nothing and is not listed.
+    assert!(!keys.iter().any(|k| k == "attention_bias"), "{keys:?}");
+    // Its num_experts_per_tok without Mixtral's num_local_experts does not make it MoE.
+    assert!(s.model.moe.is_none());
+}
+
+/// Mistral's sliding window and Qwen2's QKV biases are listed; Qwen2's sliding_window with
+/// use_sliding_window = false is not. Llama and Mixtral configs import without a warning.
+#[test]
+fn hf_unmodelled_keys_are_listed() {
+    let w = hf_unmodelled("mistral-7b.json", "");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("sliding_window = 4096 (sliding-window attention"),
+        "{w:?}"
+    );
+    let w = hf_unmodelled("qwen2-7b.json", "");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("qwen2") && w[0].contains("query, key and value"),
+        "{w:?}"
+    );
+    let m = with_hf("qwen2-7b.json", "").unwrap().model;
+    assert_eq!((m.layers, m.hidden, m.kv_heads), (28, 3584, 4));
+    assert!(hf_unmodelled("llama2-7b.json", "").is_empty());
+    assert!(hf_unmodelled("mixtral-8x7b.json", "").is_empty());
+    assert!(hf_unmodelled("gpt2.json", "").is_empty());
+}
+
 #[test]
 fn hf_errors_point_into_the_json_file() {
     let e = with_hf("broken.json", "").unwrap_err();
@@ -390,4 +469,74 @@ fn to_toml_round_trips_test_scenarios() {
     s.model.name = "quote \" and unicode é".into();
     let back = parse_str(&to_toml(&s), "t.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(back, s);
+}
+
+use twin_sim::schedule::{OPS_PER_PROGRAM, OPS_PER_STEP};
+
+/// The work estimate bounds the schedule that is then generated, closely enough to be a
+/// useful limit, on every bundled scenario and at layer granularity too.
+#[test]
+fn work_estimate_bounds_every_bundled_schedule() {
+    for path in bundled() {
+        let Ok(base) = load(&path, &[]) else {
+            continue;
+        };
+        for granularity in ["\"chunk\"", "\"layer\""] {
+            let set = [format!("run.granularity={granularity}")];
+            let s = load(&path, &set).unwrap_or_else(|e| panic!("{e}"));
+            let plan = Plan::new(&s).unwrap();
+            let est = twin_sim::schedule::estimate(&s, &plan);
+            let schedule = twin_sim::schedule::generate(&s, &plan).unwrap();
+            let actual: u64 = schedule.programs.iter().map(|p| p.ops.len() as u64).sum();
+            let busiest = schedule.programs.iter().map(|p| p.ops.len() as u64).max();
+            let at = format!("{} at {granularity}", path.display());
+            assert!(est.total_ops >= actual, "{at}: {est:?} < {actual}");
+            // Each compute step brings at least two ops (the compute op and an allocation or
+            // free), so the allowance of OPS_PER_STEP per step is within 6x, up to the part
+            // that does not grow with micro batches: per program, its fixed ops and a
+            // possible bucket cut of each layer.
+            let pp = u64::from(plan.pp());
+            let fixed = pp * OPS_PER_PROGRAM + OPS_PER_STEP * u64::from(s.model.layers);
+            assert!(
+                est.total_ops <= 6 * actual + fixed,
+                "{at}: {est:?} vs {actual}"
+            );
+            assert!(
+                Some(est.stage_ops) >= busiest,
+                "{at}: {est:?} vs {busiest:?}"
+            );
+        }
+        drop(base);
+    }
+}
+
+/// A micro-batch count or layer count whose schedule would exceed the op bound is refused
+/// at validation, naming the overridden key, the limit and what to change.
+#[test]
+fn huge_schedules_are_refused_with_the_keys() {
+    let path = repo().join("scenarios/host/single.toml");
+    let e = load(&path, &["training.global_batch=1048576".into()]).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::CrossField);
+    assert_eq!(e.key, "training.global_batch");
+    assert_eq!(e.origin, "--set training.global_batch=1048576");
+    assert!(
+        e.message.contains("1048576 micro batches per pipeline"),
+        "{e}"
+    );
+    assert!(e.message.contains("limit of 4000000 ops"), "{e}");
+    assert!(e.allowed.contains("training.micro_batch"), "{e}");
+    assert!(e.allowed.contains("run.granularity = \"chunk\""), "{e}");
+
+    let e = load(
+        &repo().join("scenarios/512xA100.toml"),
+        &[
+            "model.layers=65536".into(),
+            "run.granularity=\"layer\"".into(),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "run.granularity", "{e}");
+    assert!(e.message.contains("ops"), "{e}");
+    // Within the bound: the same scenarios with a large but feasible batch load.
+    load(&path, &["training.global_batch=16384".into()]).unwrap();
 }

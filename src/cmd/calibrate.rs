@@ -428,9 +428,13 @@ fn import(args: &Args) -> anyhow::Result<ExitCode> {
             std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
         logs.push((p.display().to_string(), text));
     }
-    let first_gpu = logs
-        .iter()
-        .find_map(|(o, t)| twin_calibration::nccl_tests::parse(t, o).ok()?.gpu);
+    // Parsed here first so that a log's error (file, line, what was expected) is what the
+    // user sees, not a missing GPU name that the unparsed log could not give.
+    let mut first_gpu = None;
+    for (origin, text) in &logs {
+        let log = twin_calibration::nccl_tests::parse(text, origin)?;
+        first_gpu = first_gpu.or(log.gpu);
+    }
     let (base, origin) = base_profile(args.base_profile.as_deref(), first_gpu.as_deref())?;
     let out = twin_calibration::from_nccl_tests(&logs, &base, &origin, args.min_bytes)?;
     super::write_atomic(&args.output, &out.toml)?;

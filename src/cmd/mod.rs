@@ -31,8 +31,24 @@ pub enum Format {
 }
 
 /// Load a scenario with `--set` overrides. The error already names file, line, key and value.
+/// Warns on stderr about what its `model.hf_config` sets that twin does not model.
 pub fn load_scenario(path: &Path, overrides: &[String]) -> anyhow::Result<Scenario> {
-    Ok(twin_sim::scenario::load(path, overrides)?)
+    let source = twin_sim::scenario::ScenarioSource::read(path)?;
+    let parsed = source.parse()?;
+    let scenario = parsed.resolve(overrides)?;
+    warn_hf_unmodelled(&source.origin, &parsed.hf_unmodelled(overrides)?);
+    Ok(scenario)
+}
+
+/// The warning for keys of a Hugging Face config that the import read but does not model.
+pub fn warn_hf_unmodelled(origin: &str, unmodelled: &[String]) {
+    if !unmodelled.is_empty() {
+        eprintln!(
+            "warning: {origin}: model.hf_config sets what twin does not model; the prediction \
+             ignores:\n  {}",
+            unmodelled.join("\n  ")
+        );
+    }
 }
 
 /// Bad input (a scenario, a profile, or an argument) exits 2; a launch stopped by SIGINT,
@@ -52,6 +68,16 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
             || c.downcast_ref::<output::OutputError>().is_some()
             || c.downcast_ref::<twin_runtime::launch::InjectError>()
                 .is_some()
+            || c.downcast_ref::<twin_calibration::nccl_tests::ParseError>()
+                .is_some()
+            || c.downcast_ref::<twin_sim::engine::SimError>()
+                .is_some_and(|e| {
+                    matches!(
+                        e,
+                        twin_sim::engine::SimError::WorkTooLarge { .. }
+                            | twin_sim::engine::SimError::TraceTooLarge { .. }
+                    )
+                })
     }) {
         ExitCode::from(2)
     } else {

@@ -32,7 +32,9 @@ pub struct Args {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
     /// Write a Chrome/Perfetto trace (one process per rank, one thread per stream, a memory
-    /// counter track). Open it in ui.perfetto.dev.
+    /// counter track). Open it in ui.perfetto.dev. A trace estimated (at 256 bytes per op
+    /// event) over 512 MiB is refused before simulating; --collapse traces one rank per
+    /// pipeline stage instead.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// Print the per-stage memory breakdown and the op at which each peak occurs.
@@ -80,7 +82,9 @@ fn parse_horizon(text: &str) -> Result<u64, String> {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(args.trace.as_deref(), "--trace")?;
     let source = twin_sim::scenario::ScenarioSource::read(&args.scenario)?;
-    let (scenario, plan, faults) = source.parse()?.resolve_with_faults(&args.overrides)?;
+    let parsed = source.parse()?;
+    let (scenario, plan, faults) = parsed.resolve_with_faults(&args.overrides)?;
+    super::warn_hf_unmodelled(&source.origin, &parsed.hf_unmodelled(&args.overrides)?);
     let opts = twin_sim::PredictOptions {
         trace: args.trace.is_some(),
         reproducible: args.reproducible,

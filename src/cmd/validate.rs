@@ -12,7 +12,8 @@ use std::process::ExitCode;
 /// scenario per published figure (model shape, parallel layout, batch, recompute, schedule),
 /// simulates it, and prints predicted vs published TFLOP/s per GPU or iteration time with the
 /// signed error, then the median and max |error|. The rules that fill in what a row leaves
-/// out are in docs/validation.md.
+/// out are in docs/validation.md. A key a row's layout does not have is refused with its
+/// line and the allowed keys, as it would otherwise be ignored.
 ///
 /// Examples:
 ///   twin validate data/validation/throughput.toml

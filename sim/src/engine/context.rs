@@ -148,6 +148,10 @@ impl<'a> Ctx<'a> {
             Some(t) => (t.group_of, t.peers, t.collapse, t.active),
             None => fresh_tables(plan, schedule, cost, net, opts, &progs),
         };
+        if let Err(e) = check_work(&progs, &schedule.program_of, &active, opts) {
+            super::compile::recycle(progs);
+            return Err(e);
+        }
         Ok(Ctx {
             plan,
             schedule,
@@ -299,6 +303,40 @@ fn fresh_tables(
         None => (0..plan.world).collect(),
     };
     (group_of, peers, collapse, active)
+}
+
+/// Refuses a run whose simulated ranks hold more ops than the event bound, or whose trace
+/// would exceed its byte bound, before any event is processed.
+fn check_work(
+    progs: &[CProgram],
+    program_of: &[u32],
+    active: &[u32],
+    opts: &SimOptions,
+) -> Result<(), SimError> {
+    let events: u64 = active
+        .iter()
+        .filter_map(|&r| program_of.get(r as usize))
+        .filter_map(|&p| progs.get(p as usize))
+        .map(|p| p.ops.len() as u64)
+        .sum();
+    let ranks = active.len() as u32;
+    if events > opts.max_events {
+        return Err(SimError::WorkTooLarge {
+            events,
+            ranks,
+            limit: opts.max_events,
+        });
+    }
+    let estimate_bytes = events.saturating_mul(super::TRACE_BYTES_PER_EVENT);
+    if opts.trace && estimate_bytes > opts.max_trace_bytes {
+        return Err(SimError::TraceTooLarge {
+            events,
+            ranks,
+            estimate_bytes,
+            limit_bytes: opts.max_trace_bytes,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -45,6 +45,7 @@ pub(crate) mod testkit;
 mod tests;
 mod turns;
 
+pub(crate) use crate::scenario::limits::TRACE_BYTES_PER_EVENT;
 pub use deadlock::{BlockedHead, BlockedRank, Deadlock};
 
 use crate::cost::CostModel;
@@ -59,8 +60,12 @@ use serde::Serialize;
 pub struct SimOptions {
     /// Record a [`Trace`] (one event per op and memory samples).
     pub trace: bool,
-    /// Upper bound on processed events (op completions); exceeding it is an error.
+    /// Upper bound on processed events (op completions), checked against the simulated
+    /// ranks' op count before the run starts ([`SimError::WorkTooLarge`]).
     pub max_events: u64,
+    /// Upper bound on the bytes of a recorded trace's Chrome JSON, estimated before the run
+    /// starts at `limits::TRACE_BYTES_PER_EVENT` per simulated op ([`SimError::TraceTooLarge`]).
+    pub max_trace_bytes: u64,
     /// Device memory per rank (the GPU's HBM): the engine notes the first alloc at which live
     /// memory exceeds it ([`RankStats::over_capacity_op`]). `u64::MAX`: no limit.
     pub memory_capacity_bytes: u64,
@@ -79,7 +84,8 @@ impl Default for SimOptions {
     fn default() -> Self {
         SimOptions {
             trace: false,
-            max_events: u64::MAX,
+            max_events: crate::scenario::limits::SIMULATED_EVENTS,
+            max_trace_bytes: crate::scenario::limits::TRACE_BYTES,
             memory_capacity_bytes: u64::MAX,
             collapse: false,
             jitter_seed: None,
@@ -217,6 +223,32 @@ pub enum SimError {
     Deadlock(Box<Deadlock>),
     #[error("the simulation exceeded its bound of {limit} events")]
     TooManyEvents { limit: u64 },
+    /// Found before anything runs: the simulated ranks' programs hold more ops than
+    /// [`SimOptions::max_events`] (or a check that runs every rank would process more).
+    #[error(
+        "the step would process {events} op events on {ranks} simulated rank(s), over the \
+         limit of {limit} (about 10 s of simulation); the work grows with the ranks simulated \
+         (cluster.gpus and parallel.tp/cp/ep/dp; without --full, symmetric ranks collapse to \
+         one per pipeline stage, but the schedule check before the simulation runs every \
+         rank) and with each rank's ops (training.global_batch / (micro_batch * dp) micro \
+         batches, model.layers at run.granularity); simulate fewer GPUs or fewer micro \
+         batches, or use run.granularity = \"chunk\""
+    )]
+    WorkTooLarge { events: u64, ranks: u32, limit: u64 },
+    /// Found before anything runs: a trace of the simulated ranks would exceed
+    /// [`SimOptions::max_trace_bytes`].
+    #[error(
+        "a trace of this step would hold {events} op events on {ranks} rank(s), about \
+         {estimate_bytes} bytes of JSON, over the limit of {limit_bytes} bytes; trace the \
+         representative ranks only (twin simulate --collapse: one rank per pipeline stage), \
+         or a scenario with fewer GPUs or micro batches"
+    )]
+    TraceTooLarge {
+        events: u64,
+        ranks: u32,
+        estimate_bytes: u64,
+        limit_bytes: u64,
+    },
 }
 
 /// Run one step of `schedule` on every rank of `plan`, with durations from `cost`.

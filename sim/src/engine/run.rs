@@ -58,6 +58,8 @@ const MIN_COMPUTE_WEIGHT: f64 = 1e-3;
 /// hand-off (see `handoff_ns`).
 pub(crate) const HANDED_OFF: u32 = u32::MAX - 2;
 pub(crate) const STREAMS: usize = Stream::COUNT;
+/// Heads with more deps than this remember where their dep scan stopped (`State::dep_scan`).
+const SCAN_FROM_DEPS: usize = 16;
 /// What the event loop's handlers return: the error boxed, so that the common `Ok` travels in
 /// a register instead of through a result slot the size of [`SimError`] on every call.
 type Step = Result<(), Box<SimError>>;
@@ -191,6 +193,11 @@ pub(crate) struct State<S: Slots> {
     /// When each (slot, stream)'s head was issued (its deps done, its stream free), for the
     /// trace's `issued_ns`; kept only when tracing, out of the hot [`StreamState`].
     issued_ns: Option<Vec<u64>>,
+    /// Per (slot, stream), for a head with more than [`SCAN_FROM_DEPS`] deps: its cursor and
+    /// how many of its leading deps were already found done. Done bits only grow, so a head
+    /// waiting on thousands of deps (an optimizer after every gradient bucket) resumes its
+    /// scan there instead of rescanning from its first dep on every wake-up.
+    dep_scan: Vec<(u32, u32)>,
     /// Flow state, when transfers or compute share resources (see `engine::flow`).
     flows: Option<Flows>,
     /// Durations of recent collectives and transfers (see [`CollectiveMemo`]).
@@ -384,12 +391,23 @@ impl<S: Slots> State<S> {
         let op_idx = self.ranks[r].streams[s].cursor;
         let op = &prog.ops[op_idx as usize];
         let streams = &self.ranks[r].streams;
-        if let Some(d) = prog.dep_at_of(op).iter().find(|d| {
+        let deps = prog.dep_at_of(op);
+        let scan = r * STREAMS + s;
+        let skip = match self.dep_scan.get(scan) {
+            Some(&(cursor, done)) if deps.len() > SCAN_FROM_DEPS && cursor == op_idx => done,
+            _ => 0,
+        };
+        if let Some((k, d)) = deps.iter().enumerate().skip(skip as usize).find(|(_, d)| {
             streams
                 .get(d.stream as usize)
                 .is_none_or(|st| d.slot >= st.cursor)
         }) {
             self.ranks[r].streams[s].blocked_on = d.slot;
+            if deps.len() > SCAN_FROM_DEPS {
+                if let Some(e) = self.dep_scan.get_mut(scan) {
+                    *e = (op_idx, k as u32);
+                }
+            }
             return Ok(());
         }
         let now = self.now;

@@ -557,9 +557,58 @@ fn event_bound_is_enforced() {
         max_events: 10,
         ..SimOptions::default()
     };
+    // Refused before the run: the ranks' programs hold more ops than the bound.
     assert_eq!(
         simulate(&plan, &s, &FixedCost::default(), &opts).unwrap_err(),
-        SimError::TooManyEvents { limit: 10 }
+        SimError::WorkTooLarge {
+            events: s.total_ops(),
+            ranks: plan.world,
+            limit: 10
+        }
+    );
+    let exact = SimOptions {
+        max_events: s.total_ops(),
+        ..opts
+    };
+    assert!(simulate(&plan, &s, &FixedCost::default(), &exact).is_ok());
+}
+
+#[test]
+fn trace_bound_is_enforced_before_the_run() {
+    let plan = plan(1, 4, 1, 4);
+    let s = pipeline(&plan, Pipeline::OneFOneB, 4, 10, 20, 1);
+    let events = s.total_ops();
+    let opts = SimOptions {
+        trace: true,
+        max_trace_bytes: events * super::TRACE_BYTES_PER_EVENT - 1,
+        ..SimOptions::default()
+    };
+    assert_eq!(
+        simulate(&plan, &s, &FixedCost::default(), &opts).unwrap_err(),
+        SimError::TraceTooLarge {
+            events,
+            ranks: plan.world,
+            estimate_bytes: events * super::TRACE_BYTES_PER_EVENT,
+            limit_bytes: events * super::TRACE_BYTES_PER_EVENT - 1,
+        }
+    );
+    // The same bound without a trace, and a trace within it, run.
+    let untraced = SimOptions {
+        trace: false,
+        ..opts.clone()
+    };
+    assert!(simulate(&plan, &s, &FixedCost::default(), &untraced).is_ok());
+    let traced = SimOptions {
+        max_trace_bytes: events * super::TRACE_BYTES_PER_EVENT,
+        ..opts
+    };
+    let r = simulate(&plan, &s, &FixedCost::default(), &traced).unwrap();
+    let json = r.trace.as_ref().unwrap().to_chrome_json(&plan, &s);
+    // The per-event allowance bounds the JSON actually written.
+    assert!(
+        (json.len() as u64) <= events * super::TRACE_BYTES_PER_EVENT,
+        "{} bytes for {events} events",
+        json.len()
     );
 }
 

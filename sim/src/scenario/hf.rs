@@ -2,6 +2,12 @@
 //! shapes live. Understands Llama-style keys (Llama, Mistral, Mixtral, GPT-NeoX, Qwen, ...)
 //! and GPT-2-style keys (`n_embd`, `n_layer`, ...). Errors inside the JSON name the JSON file,
 //! the line and column of the key, and the key.
+//!
+//! What the import cannot model is never dropped silently: a `model_type` outside
+//! [`MODEL_TYPES`] is refused unless the scenario sets `model.hf_force = true` (its shape is
+//! then read as the dense Llama- or GPT-2-style keys say), and every key in [`UNMODELLED`]
+//! that the config sets is listed in [`HfShape::unmodelled`], which the CLI prints as a
+//! warning.
 
 use super::error::{Ctx, ErrorKind, LineIndex, Loc, ScenarioError};
 use super::limits;
@@ -23,7 +29,71 @@ pub(crate) struct HfShape {
     pub tied_embeddings: bool,
     pub experts: Option<u64>,
     pub top_k: Option<u64>,
+    /// Keys the config sets that change the model but that twin does not model, each as
+    /// "key = value (what it means)".
+    pub unmodelled: Vec<String>,
 }
+
+/// The `model_type`s whose shape the keys below describe completely, apart from the keys of
+/// [`UNMODELLED`].
+pub const MODEL_TYPES: &[&str] = &["llama", "mistral", "mixtral", "qwen2", "gpt_neox", "gpt2"];
+
+/// Keys of Hugging Face configs that change the model's compute or memory but that the
+/// import does not model, with what each means. Keys set to null, false or 0 are not listed.
+pub const UNMODELLED: &[(&str, &str)] = &[
+    (
+        "sliding_window",
+        "sliding-window attention: twin attends over the whole sequence",
+    ),
+    (
+        "use_sliding_window",
+        "sliding-window attention: twin attends over the whole sequence",
+    ),
+    ("attention_bias", "biases on the attention projections"),
+    ("mlp_bias", "biases on the MLP projections"),
+    ("head_dim", "a head size other than hidden / heads"),
+    (
+        "n_routed_experts",
+        "routed experts (DeepSeek MoE): twin models a dense model",
+    ),
+    ("n_shared_experts", "shared experts"),
+    ("moe_intermediate_size", "the experts' MLP width"),
+    (
+        "first_k_dense_replace",
+        "dense layers before the MoE layers",
+    ),
+    ("moe_layer_freq", "MoE on every n-th layer only"),
+    (
+        "num_experts",
+        "routed experts (Qwen MoE): twin models a dense model",
+    ),
+    ("shared_expert_intermediate_size", "a shared expert"),
+    (
+        "kv_lora_rank",
+        "multi-head latent attention (compressed keys and values)",
+    ),
+    (
+        "q_lora_rank",
+        "multi-head latent attention (compressed queries)",
+    ),
+    (
+        "qk_rope_head_dim",
+        "multi-head latent attention's rotary head size",
+    ),
+    (
+        "qk_nope_head_dim",
+        "multi-head latent attention's head size",
+    ),
+    (
+        "v_head_dim",
+        "multi-head latent attention's value head size",
+    ),
+    ("num_nextn_predict_layers", "multi-token prediction layers"),
+    (
+        "rope_scaling",
+        "rotary-embedding scaling (no cost of its own, but a longer context)",
+    ),
+];
 
 /// Largest file (scenario or config.json) twin reads; anything bigger is not a config.
 pub(crate) const MAX_FILE_BYTES: u64 = 16 << 20;
@@ -54,6 +124,7 @@ pub(crate) fn load(
     key: &str,
     raw: &str,
     path: &Path,
+    force: bool,
 ) -> Result<HfShape, ScenarioError> {
     let text = read_text(path).map_err(|e| {
         scenario_ctx.error(
@@ -65,11 +136,12 @@ pub(crate) fn load(
             "a path to config.json, relative to the scenario file",
         )
     })?;
-    parse(&path.display().to_string(), &text)
+    parse(&path.display().to_string(), &text, force)
 }
 
-/// Parses config.json text; `origin` names the file in errors.
-pub(crate) fn parse(origin: &str, text: &str) -> Result<HfShape, ScenarioError> {
+/// Parses config.json text; `origin` names the file in errors. An unknown `model_type` is
+/// an error unless `force`.
+pub(crate) fn parse(origin: &str, text: &str, force: bool) -> Result<HfShape, ScenarioError> {
     let ctx = Ctx {
         origin: origin.to_string(),
     };
@@ -105,6 +177,19 @@ pub(crate) fn parse(origin: &str, text: &str) -> Result<HfShape, ScenarioError> 
         map,
     };
     let model_type = reader.string("model_type")?.unwrap_or_default();
+    if !force && !model_type.is_empty() && !MODEL_TYPES.contains(&model_type.as_str()) {
+        return Err(reader.err(
+            "model_type",
+            &format!(
+                "model_type \"{model_type}\" is not one the import understands; its config \
+                 may describe layers twin would read as a dense model"
+            ),
+            format!(
+                "{}; or set model.hf_force = true in the scenario to import its dense shape anyway",
+                MODEL_TYPES.join(", ")
+            ),
+        ));
+    }
     let gpt2_style = reader.has("n_embd") || model_type == "gpt2";
     let mut shape = HfShape::default();
     if gpt2_style {
@@ -139,6 +224,35 @@ pub(crate) fn parse(origin: &str, text: &str) -> Result<HfShape, ScenarioError> 
             ));
     shape.experts = reader.uint("num_local_experts", limits::EXPERTS)?;
     shape.top_k = reader.uint("num_experts_per_tok", limits::EXPERTS)?;
+    // Qwen2 writes a sliding_window that applies only with use_sliding_window = true.
+    let window_off = map.get("use_sliding_window") == Some(&Value::Bool(false));
+    for (key, what) in UNMODELLED {
+        if *key == "sliding_window" && window_off {
+            continue;
+        }
+        match map.get(*key) {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+            Some(Value::Number(n)) if n.as_f64() == Some(0.0) => {}
+            Some(v) => shape.unmodelled.push(format!(
+                "{key} = {} ({what})",
+                super::error::shorten(&v.to_string())
+            )),
+        }
+    }
+    // Qwen2 puts biases on the query, key and value projections without a key saying so.
+    if model_type == "qwen2" {
+        shape
+            .unmodelled
+            .push("model_type = \"qwen2\" (biases on the query, key and value projections)".into());
+    }
+    // DeepSeek's MoE keys are not Mixtral's: top_k without num_local_experts is unmodelled.
+    if shape.experts.is_none() {
+        if let Some(k) = shape.top_k.take() {
+            shape.unmodelled.push(format!(
+                "num_experts_per_tok = {k} (experts per token, without num_local_experts)"
+            ));
+        }
+    }
     Ok(shape)
 }
 
@@ -223,7 +337,7 @@ mod tests {
         let text = r#"{"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
             "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
             "vocab_size": 32000, "max_position_embeddings": 4096, "hidden_act": "silu"}"#;
-        let s = parse("c.json", text).unwrap();
+        let s = parse("c.json", text, false).unwrap();
         assert_eq!(s.hidden, Some(4096));
         assert_eq!(s.kv_heads, Some(8));
         assert_eq!(s.ffn_hidden, Some(11008));
@@ -237,7 +351,7 @@ mod tests {
         let text = r#"{"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
             "n_positions": 1024, "n_inner": null, "vocab_size": 50257,
             "activation_function": "gelu_new"}"#;
-        let s = parse("c.json", text).unwrap();
+        let s = parse("c.json", text, false).unwrap();
         assert_eq!(
             (s.hidden, s.layers, s.heads),
             (Some(768), Some(12), Some(12))
@@ -250,7 +364,7 @@ mod tests {
     #[test]
     fn bad_value_is_located_in_the_json() {
         let text = "{\n  \"hidden_size\": \"big\"\n}";
-        let e = parse("c.json", text).unwrap_err();
+        let e = parse("c.json", text, false).unwrap_err();
         assert_eq!(e.kind, ErrorKind::HfConfig);
         assert_eq!((e.line, e.column), (Some(2), Some(3)));
         assert_eq!(e.key, "hidden_size");
@@ -259,7 +373,7 @@ mod tests {
 
     #[test]
     fn json_syntax_error_has_a_position() {
-        let e = parse("c.json", "{\n \"a\": [1,\n}").unwrap_err();
+        let e = parse("c.json", "{\n \"a\": [1,\n}", false).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Syntax);
         assert_eq!(e.line, Some(3));
     }

@@ -39,3 +39,28 @@ pub(crate) const PARAMS: f64 = (1u64 << 48) as f64;
 /// Forward FLOPs of one micro batch through the whole model; keeps every per-op FLOP count
 /// (backward is at most 2x forward, and recompute adds one forward) far inside u64.
 pub(crate) const MICROBATCH_FORWARD_FLOPS: f64 = (1u64 << 60) as f64;
+
+/// Ops a scenario's schedule may hold, all pipeline stages together (estimated from the
+/// plan by `schedule::estimate` before anything is built). Generating, validating and
+/// simulating a schedule costs about 200 bytes and 3 µs per op, so this keeps any accepted
+/// scenario under about 1 GiB and 15 s, with the largest bundled scenario, published-table
+/// row and sweep layout far below it (they hold at most tens of thousands of ops). Beyond
+/// it a step is refused with the keys that make it large, rather than left to exhaust memory.
+pub(crate) const SCHEDULE_OPS: u64 = 4_000_000;
+
+/// Op events one simulated step may process: the ops of every simulated rank's program
+/// (representatives only when the ranks collapse), and the ops of every rank for the
+/// schedule check, which runs them all untimed. Both cost about 0.1 µs per event on a 2026
+/// server core (a 262,144-GPU layout: 37.7 million events checked in 3 s), so this keeps
+/// either under about 5 s, while the largest bundled scenario needs 7 million.
+pub(crate) const SIMULATED_EVENTS: u64 = 32_000_000;
+
+/// Bytes of Chrome-trace JSON a `--trace` may write. Each simulated op event takes about
+/// [`TRACE_BYTES_PER_EVENT`] bytes, so this admits traces of about 2.5 million events:
+/// every rank of a few hundred GPUs, or the representative ranks of any accepted scenario.
+pub(crate) const TRACE_BYTES: u64 = 512 << 20;
+
+/// Bytes of trace JSON per simulated op event, at most (its complete event with name,
+/// category, rank, stream, times and arguments, and its share of the memory counter
+/// samples).
+pub(crate) const TRACE_BYTES_PER_EVENT: u64 = 256;

@@ -19,7 +19,7 @@ mod emit;
 pub(crate) mod error;
 mod faults;
 mod hf;
-mod limits;
+pub(crate) mod limits;
 mod overrides;
 mod parse;
 mod presets;
@@ -28,6 +28,7 @@ mod source;
 mod topology;
 mod types;
 mod validate;
+mod work;
 
 pub use checks::{parse_key as parse_check_key, Bound, Checks, Metric, Threshold, CHECK_KEYS};
 pub use error::{ErrorKind, ScenarioError};
@@ -118,6 +119,16 @@ impl ParsedSource {
         overrides: &[String],
     ) -> Result<(Scenario, crate::plan::Plan, Option<FaultConfig>), ScenarioError> {
         self.resolve_full(overrides).map(|(s, p, _, f)| (s, p, f))
+    }
+
+    /// What the scenario's `model.hf_config` sets that twin does not model (each as "key =
+    /// value (what it means)"); empty without an `hf_config`. For the CLI's warning.
+    pub fn hf_unmodelled(&self, overrides: &[String]) -> Result<Vec<String>, ScenarioError> {
+        let ctx = &self.ctx;
+        let mut root = self.root.clone();
+        overrides::apply(ctx, &mut root, overrides)?;
+        let base_dir = Path::new(&ctx.origin).parent().unwrap_or(Path::new(""));
+        Ok(parse::resolve(ctx, &root, base_dir)?.hf_unmodelled)
     }
 
     fn resolve_full(

@@ -27,6 +27,8 @@ pub(crate) struct Resolved {
     pub checks: Checks,
     /// The `[faults]` section, when present (see `faults.rs`).
     pub faults: Option<crate::faults::FaultConfig>,
+    /// Keys of the `hf_config` file that twin does not model (see `hf.rs`).
+    pub hf_unmodelled: Vec<String>,
 }
 
 fn u32_of(v: u64) -> u32 {
@@ -41,7 +43,7 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
         Some(f) => f.value,
         None => default_name(&ctx.origin),
     };
-    let model = model(root.section("model", "model")?, base_dir)?;
+    let (model, hf_unmodelled) = model(root.section("model", "model")?, base_dir)?;
     let cluster = cluster(root.section("cluster", "cluster")?)?;
     let (parallel, dp, zero_explicit) = parallel(root.section("parallel", "parallel")?)?;
     let (training, bucket_explicit) = training(root.section("training", "training")?)?;
@@ -64,6 +66,7 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
         bucket_explicit,
         checks,
         faults,
+        hf_unmodelled,
     })
 }
 
@@ -77,7 +80,7 @@ fn default_name(origin: &str) -> String {
         .to_string()
 }
 
-fn model(m: Section<'_>, base_dir: &Path) -> Result<Model> {
+fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
     m.check_unknown()?;
     let preset = m.string("preset")?;
     let hf_config = m.string("hf_config")?;
@@ -103,6 +106,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<Model> {
                 tied_embeddings: s.tied_embeddings,
                 experts: s.moe.map(|x| x.0),
                 top_k: s.moe.map(|x| x.1),
+                unmodelled: Vec::new(),
             },
             None => {
                 return Err(m.unknown_name(
@@ -119,6 +123,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<Model> {
             &m.key_path("hf_config"),
             &h.raw,
             &base_dir.join(&h.value),
+            m.boolean("hf_force")?.unwrap_or(false),
         )?,
         (None, None) => hf::HfShape::default(),
     };
@@ -175,7 +180,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<Model> {
             .or(hf_config.map(|h| h.value))
             .unwrap_or_else(|| "custom".to_string()),
     };
-    Ok(Model {
+    let model = Model {
         name,
         layers: u32_of(layers),
         hidden,
@@ -187,7 +192,8 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<Model> {
         gated_mlp,
         tied_embeddings,
         moe,
-    })
+    };
+    Ok((model, base.unmodelled))
 }
 
 fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool)> {

@@ -43,6 +43,7 @@ pub(crate) const SCHEMA: &[(&str, &[&str])] = &[
         &[
             "preset",
             "hf_config",
+            "hf_force",
             "name",
             "layers",
             "hidden",

@@ -43,6 +43,7 @@ pub(crate) fn validate(
             "",
         )
     })?;
+    super::work::check(&c, &s, &plan)?;
     Ok((s, plan))
 }
 

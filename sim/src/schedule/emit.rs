@@ -117,9 +117,9 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
         ctx.s.memory.allocator_slack_fraction,
         crate::workload::host_slack_fraction(ctx.s),
     );
-    // About ten ops per compute step (its allocs, frees, collectives and pipeline transfers)
-    // plus the step-wide state and data-parallel ops.
-    b.reserve(steps.len().saturating_mul(12).saturating_add(64));
+    // The per-step allowance the work estimate bounds programs with (`estimate`).
+    let reserve = super::estimate::ops_for_steps(steps.len() as u64);
+    b.reserve(usize::try_from(reserve).unwrap_or(usize::MAX));
     let mut dp = DpEmitter::new(ctx, stage, &steps_gathers(&steps, order, &chunk_of)?);
     let state = ctx.sizes.state_bytes(stage);
     // Building the model on the host (DeepSpeed accounting): done before the state exists.

@@ -13,6 +13,7 @@ mod deps;
 pub mod dp;
 mod dp_emit;
 mod emit;
+mod estimate;
 mod gemms;
 mod ir;
 pub mod partners;
@@ -21,6 +22,7 @@ mod sizes;
 mod validate;
 
 pub use builder::{recycle, recycle_program};
+pub use estimate::{estimate, WorkEstimate, OPS_PER_PROGRAM, OPS_PER_STEP};
 pub use ir::*;
 pub use sizes::{Sizes, UniformSizes, WorkloadSizes};
 pub use validate::{ValidationError, ValidationReport};

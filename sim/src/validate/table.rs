@@ -1,17 +1,32 @@
 //! The published-runs table (the layout of data/validation/throughput.toml): `[[run]]` rows
 //! of whole training runs and `[[layer_timing]]` rows of one transformer layer's forward and
-//! backward. Extra keys (sources, notes, derived percentages) are allowed and ignored, since
-//! published tables carry more than a prediction needs.
+//! backward. Every key must be one the structs below name: the descriptive ones (sources,
+//! notes, derived percentages) are read and not used, and any other key is refused with its
+//! line and the allowed keys, since an ignored `kv_heads` or a misspelt `micro_bach` would
+//! change the prediction without a word.
 
-use crate::scenario::error::{Ctx, LineIndex};
+use crate::scenario::error::{closest, Ctx, LineIndex};
 use crate::scenario::{ErrorKind, ScenarioError};
 use serde::Deserialize;
 use std::path::Path;
 
 /// One published training run.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunRow {
     pub id: String,
+    /// Where the figures come from (descriptive).
+    pub source: Option<String>,
+    /// Parameters in billions, as published (descriptive; the model shape determines them).
+    pub params_b: Option<f64>,
+    /// Which FLOP convention the published TFLOP/s use (descriptive).
+    pub flops_counting: Option<String>,
+    /// Published utilisation figures (descriptive; the prediction is compared with
+    /// `tflops_per_gpu` or the iteration times).
+    pub percent_of_peak: Option<f64>,
+    pub hfu_selective_sp_percent: Option<f64>,
+    pub mfu_selective_sp_percent: Option<f64>,
+    pub notes: Option<String>,
     pub gpu: String,
     pub gpus: u32,
     pub layers: u32,
@@ -41,6 +56,7 @@ pub struct RunRow {
 
 /// One case of a per-layer timing table.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LayerCase {
     pub case: String,
     pub forward_ms: f64,
@@ -49,8 +65,11 @@ pub struct LayerCase {
 
 /// Per-layer timings of one model shape (Korthikanti Table 4 layout).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LayerTiming {
     pub id: String,
+    /// Where the figures come from (descriptive).
+    pub source: Option<String>,
     pub gpu: String,
     pub hidden: u64,
     pub heads: u32,
@@ -62,6 +81,7 @@ pub struct LayerTiming {
 
 /// A whole table.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Table {
     #[serde(default)]
     pub run: Vec<RunRow>,
@@ -92,11 +112,34 @@ pub fn parse_table(text: &str, origin: &str) -> Result<Table, ScenarioError> {
     };
     toml::from_str(text).map_err(|e| {
         let loc = e.span().map(|s| LineIndex::new(text).loc(s.start));
-        let kind = if e.message().starts_with("missing field") {
+        let message = e.message().trim();
+        if let Some((key, allowed)) = unknown_field(message) {
+            let hint = closest(key, allowed.iter().copied())
+                .map(|k| format!("; did you mean `{k}`?"))
+                .unwrap_or_default();
+            return ctx.error(
+                ErrorKind::UnknownKey,
+                loc.as_ref(),
+                key,
+                "",
+                format!("unknown key{hint}"),
+                allowed.join(", "),
+            );
+        }
+        let kind = if message.starts_with("missing field") {
             ErrorKind::Missing
         } else {
             ErrorKind::Type
         };
-        ctx.error(kind, loc.as_ref(), "", "", e.message().trim(), "")
+        ctx.error(kind, loc.as_ref(), "", "", message, "")
     })
+}
+
+/// The key and the allowed keys of serde's "unknown field `k`, expected one of `a`, `b`"
+/// (or "expected `a`" when there is one).
+fn unknown_field(message: &str) -> Option<(&str, Vec<&str>)> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (key, rest) = rest.split_once('`')?;
+    let allowed = rest.split('`').skip(1).step_by(2).collect();
+    Some((key, allowed))
 }

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::cost::Analytic;
-use crate::scenario::{Recompute, Scenario};
+use crate::scenario::{ErrorKind, Recompute, Scenario};
 
 const THROUGHPUT: &str = include_str!("../../../data/validation/throughput.toml");
 
@@ -26,6 +26,30 @@ fn published_table_parses() {
     assert_eq!(t.layer_timing[0].rows.len(), 5);
     let e = parse_table("[[run]]\nid = 3\n", "t.toml").unwrap_err();
     assert_eq!(e.line, Some(2));
+}
+
+/// A key the row layout does not have (a typo, or a field the prediction would ignore, such
+/// as `kv_heads`) is refused with its line, the key, a suggestion and the allowed keys.
+#[test]
+fn unknown_keys_are_refused() {
+    let row = "[[run]]\nid = \"r\"\nsource = \"paper\"\ngpu = \"a100-sxm-80gb\"\ngpus = 8\nlayers = 2\nhidden = 64\nheads = 4\nseq_len = 128\nvocab = 512\ntp = 1\npp = 1\ndp = 8\nglobal_batch = 8\n";
+    parse_table(row, "t.toml").unwrap();
+    let e = parse_table(&format!("{row}micro_bach = 2\n"), "t.toml").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::UnknownKey);
+    assert_eq!((e.origin.as_str(), e.line), ("t.toml", Some(15)));
+    assert_eq!(e.key, "micro_bach");
+    assert!(e.message.contains("did you mean `micro_batch`"), "{e}");
+    assert!(
+        e.allowed.contains("global_batch") && e.allowed.contains("tflops_per_gpu"),
+        "{e}"
+    );
+    let e = parse_table(&format!("{row}kv_heads = 1\n"), "t.toml").unwrap_err();
+    assert_eq!((e.key.as_str(), e.line), ("kv_heads", Some(15)));
+    let e = parse_table("[[layer_timing]]\nid = \"x\"\nnote = 1\n", "t.toml").unwrap_err();
+    assert_eq!((e.key.as_str(), e.line), ("note", Some(3)));
+    let e = parse_table("[[runs]]\nid = \"x\"\n", "t.toml").unwrap_err();
+    assert_eq!(e.key, "runs");
+    assert!(e.message.contains("did you mean `run`"), "{e}");
 }
 
 #[test]

@@ -86,6 +86,7 @@ impl<S: Slots> State<S> {
                 memory: Vec::new(),
             }),
             issued_ns: ctx.opts.trace.then(|| vec![0; slots * STREAMS]),
+            dep_scan: vec![(u32::MAX, 0); slots * STREAMS],
         }
     }
 

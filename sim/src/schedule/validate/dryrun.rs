@@ -51,6 +51,10 @@ struct Run<'a> {
     ptr: Vec<[u32; Stream::COUNT]>,
     /// The head of `[rank][stream]` has reached its rendezvous and waits for partners.
     arrived: Vec<[bool; Stream::COUNT]>,
+    /// Leading deps of the head of `[rank][stream]` already found done (done-ness only
+    /// grows), so an op waiting on thousands of deps is not rescanned from its first one
+    /// each time its rank is woken.
+    deps_done: Vec<[u32; Stream::COUNT]>,
     /// Posted p2p halves: (sender, receiver, tag) -> the stream of the waiting side.
     sends: HashMap<(RankId, RankId, u32), Stream>,
     recvs: HashMap<(RankId, RankId, u32), Stream>,
@@ -77,6 +81,7 @@ impl Run<'_> {
     fn advance(&mut self, r: RankId, s: Stream) {
         self.ptr[r as usize][s.index()] += 1;
         self.arrived[r as usize][s.index()] = false;
+        self.deps_done[r as usize][s.index()] = 0;
         if !self.queued[r as usize] {
             self.queued[r as usize] = true;
             self.queue.push_back(r);
@@ -96,7 +101,9 @@ impl Run<'_> {
         let Some(op) = prog.ops.get(head as usize) else {
             return false;
         };
-        if !op.deps.iter().all(|&d| self.done(r, d)) {
+        let checked = self.deps_done[r as usize][s.index()] as usize;
+        if let Some(k) = op.deps.iter().skip(checked).position(|&d| !self.done(r, d)) {
+            self.deps_done[r as usize][s.index()] = (checked + k) as u32;
             return false;
         }
         match op.kind {
@@ -170,6 +177,7 @@ pub fn dry_run(s: &Schedule, plan: &Plan) -> Result<(), ValidationError> {
         idx: s.programs.iter().map(index).collect(),
         ptr: vec![[0; Stream::COUNT]; world],
         arrived: vec![[false; Stream::COUNT]; world],
+        deps_done: vec![[0; Stream::COUNT]; world],
         sends: HashMap::new(),
         recvs: HashMap::new(),
         colls: HashMap::new(),
