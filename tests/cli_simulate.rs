@@ -277,7 +277,7 @@ fn a_gpu_without_a_node_gets_its_usual_node_and_a_note() {
     assert_eq!(json["usable_bytes"], 85_017_493_504u64);
 }
 
-/// A million micro batches (which once aborted on an 8.8 GB allocation) is refused before
+/// A million micro batches (an 8.8 GB schedule) is refused before
 /// anything is built: exit 2, naming the key, the limit and what to change.
 #[test]
 fn huge_micro_batch_count_is_refused_with_exit_2() {
