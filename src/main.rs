@@ -80,7 +80,8 @@ extern "C" {
 /// `MIMALLOC_ALLOW_THP` wins): with THP on, every first touch of a 2 MiB region zeroes all of
 /// it, and a search's scattered per-thread heaps touched 150 MB where 110 MB were used; the
 /// kernel's page zeroing was 14% of a search's profile. Off, a search took 5-7% less CPU
-/// (2.54-2.65 s against 2.76-2.78 s, four interleaved pairs, session 5).
+/// (2.54-2.65 s against 2.76-2.78 s, four interleaved pairs;
+/// docs/journal/2026-11-performance-history.md).
 fn tune_memory_for_sweeps() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: mi_option_set only stores the value in mimalloc's option table (it checks

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """How late the host runtime issued each op after its inputs were ready, by kind of edge.
 
-For every op of a measured trace that records its issue time (`issued_us`, session 14), the
+For every op of a measured trace that records its issue time (`issued_us`), the
 release is the latest end among its deps and the op before it on its stream; the issue delay
 is the issue time less the release. Printed per (op kind <- releasing kind) with count, median,
-90th percentile, max and total over the traces given, as docs/validation-history.md (session 14) quotes
-them. The simulator issues an op at its release (plus `[host] handoff_ns` across streams), so
-these delays are what a model of the OS scheduler on shared cores would have to reproduce.
+90th percentile, max and total over the traces given, as
+docs/journal/2026-11-validation-history.md (2026-11-24) quotes them. The simulator issues an op at
+its release (plus `[host] handoff_ns` across streams), so these delays are what a model of the OS
+scheduler on shared cores would have to reproduce.
 
     cargo run --release -q -p twin-sim --example schedule_json -- scenarios/host/tp-pp.toml \\
         > /tmp/tp-pp.schedule.json

@@ -5,8 +5,9 @@ The host runtime's traces say when an op was issued and when it ran (`issued_us`
 the core did in between. The kernel's scheduler events do: for every time a compute stream
 thread (`twin-stream-0`) was switched out while still runnable (preempted, or it yielded), this
 sums the time until it ran again, grouped by the set of threads that ran meanwhile. A `*`
-marks threads of rank 0's process (it also serves the store). docs/validation-history.md, session 15,
-has the figures this found (the progress file's writes, a wake per stream reply, sends).
+marks threads of rank 0's process (it also serves the store).
+docs/journal/2026-11-validation-history.md (2026-11-24) has the figures this found (the progress
+file's writes, a wake per stream reply, sends).
 
     perf sched record -k CLOCK_MONOTONIC -o /tmp/pp.sched -- \\
         target/release/twin verify scenarios/host/pp.toml --profile P --repeat 1 --steps 20

@@ -12,7 +12,7 @@ change can be judged on real runs in seconds:
     tools/repredict.py docs/measurements/raw/2026-11-23-host-sets/*/
 
 prints step error (%) / bubble error (points) per set and scenario, then the medians, and, for
-sets whose verify JSON has `core_activity` (session 20 on), each core's median idle time between
+sets whose verify JSON has `core_activity` (newer sets), each core's median idle time between
 ops and holes, measured against the stored prediction. Errors
 are (measured - predicted) / measured, as `twin verify` reports them. --measured-only prints
 the stored comparison instead of re-predicting. TWIN names the binary (default
@@ -72,7 +72,7 @@ def main(argv):
 
 def holes(dirs):
     """Median per-core idle time between ops (ms) and holes per core, measured against
-    predicted, from the sets whose verify JSON has `core_activity` (since session 20): the
+    predicted, from the sets whose verify JSON has `core_activity` (newer sets): the
     stored prediction's, not a re-prediction (that needs the predicted trace)."""
     rows = {s: [] for s in SCENARIOS}
     for d in dirs:

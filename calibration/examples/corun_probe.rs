@@ -1,8 +1,9 @@
-//! Whether a compute op runs slower while the other core computes too (docs/validation-history.md,
-//! session 12). One scenario op runs on core 0 through the backend's `Workspace`, timed, while
-//! core 1 either idles or runs the same op back to back on a workspace of its own; the two
-//! ways alternate in blocks of 20 calls, 10 blocks each. OTHER_OP names another compute op for
-//! core 1 to run instead (the last, `pp.toml`'s optimizer, is a memory pass over the state).
+//! Whether a compute op runs slower while the other core computes too
+//! (docs/journal/2026-11-validation-history.md, 2026-11-23). One scenario op runs on core 0 through
+//! the backend's `Workspace`, timed, while core 1 either idles or runs the same op back to back on
+//! a workspace of its own; the two ways alternate in blocks of 20 calls, 10 blocks each. OTHER_OP
+//! names another compute op for core 1 to run instead (the last, `pp.toml`'s optimizer, is a memory
+//! pass over the state).
 //!
 //!   cargo run --release -p twin-calibration --example corun_probe -- scenarios/host/pp.toml 4
 //!   cargo run --release -p twin-calibration --example corun_probe -- scenarios/host/pp.toml 4 8

@@ -1,7 +1,8 @@
 //! How much longer one compute op of a scenario runs after other traffic evicted its operands
-//! (docs/validation-history.md, session 11: the evidence for the engine's operand residency model).
-//! The op runs through the host backend's own `Workspace` on a pinned core: once to warm it,
-//! then, after X bytes of other traffic, timed; 60 rounds over every X. The traffic is one of:
+//! (docs/journal/2026-11-validation-history.md, 2026-11-23: the evidence for the engine's operand
+//! residency model). The op runs through the host backend's own `Workspace` on a pinned core: once
+//! to warm it, then, after X bytes of other traffic, timed; 60 rounds over every X. The traffic is
+//! one of:
 //! - `write` (the default): writing X bytes of a buffer that stays allocated;
 //! - `alloc`: allocating and touching a fresh X-byte buffer, held over the op, as the host
 //!   backend's `Alloc` does;

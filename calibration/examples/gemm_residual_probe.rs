@@ -1,7 +1,8 @@
 //! The GEMM curve's residual on every shape of a host calibration's raw samples: the fit
 //! `twin calibrate` makes (`host::fit_all`), then per shape the median evicted and
-//! back-to-back call against the curve's price for each (docs/validation-history.md, session 18).
-//! Sorted by the evicted residual; `PROBE_SHAPES=m,n,k;...` adds shapes to price alone.
+//! back-to-back call against the curve's price for each
+//! (docs/journal/2026-11-validation-history.md, 2026-11-24). Sorted by the evicted residual;
+//! `PROBE_SHAPES=m,n,k;...` adds shapes to price alone.
 //!
 //!   cargo run --release -p twin-calibration --example gemm_residual_probe -- profile.samples.json
 

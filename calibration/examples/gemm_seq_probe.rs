@@ -1,9 +1,10 @@
 //! Each GEMM of one compute op timed three ways against the profile's price for it
-//! (docs/validation-history.md, session 17): inside the op's GEMM sequence (the backend's workspace,
-//! the op's GEMMs in order, again and again), alone back to back (operands warm when they fit
-//! the private cache), and alone after evicting the private cache (as the calibration's GEMM
-//! sweep times it). The profile's side: the compute part (`gemm_s`) and the operand load the
-//! model adds to one call whose operands are out of the cache (`cold_s`: the cold ramp and the load).
+//! (docs/journal/2026-11-validation-history.md, 2026-11-24): inside the op's GEMM sequence (the
+//! backend's workspace, the op's GEMMs in order, again and again), alone back to back (operands
+//! warm when they fit the private cache), and alone after evicting the private cache (as the
+//! calibration's GEMM sweep times it). The profile's side: the compute part (`gemm_s`) and the
+//! operand load the model adds to one call whose operands are out of the cache (`cold_s`: the cold
+//! ramp and the load).
 //!
 //!   cargo run --release -p twin-calibration --example gemm_seq_probe -- scenarios/host/pp-wide.toml PROFILE 3
 

@@ -1,12 +1,11 @@
-//! How long a stream hand-off takes after real work (docs/validation-history.md, session 14): chains
-//! of one of a scenario's compute ops (compute stream) and empty ops, through `run_step` on a
-//! one-rank `HostBackend` with a progress file, pinned to core 0, as a launched rank runs.
-//! Four chains: on one stream; alternating with an empty op on the pp-send stream; with the
-//! empty op hanging off each compute op while the compute stream goes on ("fan-out"); and the
-//! fan-out with an allocation for the empty op (no turn to take: what `twin calibrate`
-//! measures as `[host] handoff_ns`). Prints the median and 90th percentile gap from an op's
-//! end to the next op's issue and start. PROBE_TURNS=1 gives the backend turns at its core, as
-//! the launcher does.
+//! How long a stream hand-off takes after real work (docs/journal/2026-11-validation-history.md,
+//! 2026-11-24): chains of one of a scenario's compute ops (compute stream) and empty ops, through
+//! `run_step` on a one-rank `HostBackend` with a progress file, pinned to core 0, as a launched
+//! rank runs. Four chains: on one stream; alternating with an empty op on the pp-send stream; with
+//! the empty op hanging off each compute op while the compute stream goes on ("fan-out"); and the
+//! fan-out with an allocation for the empty op (no turn to take: what `twin calibrate` measures as
+//! `[host] handoff_ns`). Prints the median and 90th percentile gap from an op's end to the next
+//! op's issue and start. PROBE_TURNS=1 gives the backend turns at its core, as the launcher does.
 //!
 //!   PROBE_TURNS=1 cargo run --release -p twin-calibration --example handoff_probe -- scenarios/host/pp.toml 4
 

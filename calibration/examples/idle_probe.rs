@@ -1,11 +1,11 @@
-//! Does the optimizer's state leave the last-level cache with time alone (docs/validation-history.md,
-//! session 18)? A state of S MiB is updated (`ModelState::apply_optimizer`), then E MiB of
-//! other data are written, then the core waits T ms, then the update is timed again. 15 rounds
-//! per (S, E, T), medians in GB/s moved. While it waits the core spins on 256 KiB (a core
-//! computing from its private cache), or with `PROBE_SLEEP=1` sleeps, or with `PROBE_GEMM=1`
-//! runs `single.toml`'s forward GEMMs through the host workspace. `PROBE_CORE` picks the core
-//! (two at once, on cores 0 and 1, show what a second rank changes); `PROBE_STATE_MIB`,
-//! `PROBE_EVICT_MIB` and `PROBE_GAP_MS` the sweep (comma-separated).
+//! Does the optimizer's state leave the last-level cache with time alone
+//! (docs/journal/2026-11-validation-history.md, 2026-11-24)? A state of S MiB is updated
+//! (`ModelState::apply_optimizer`), then E MiB of other data are written, then the core waits T ms,
+//! then the update is timed again. 15 rounds per (S, E, T), medians in GB/s moved. While it waits
+//! the core spins on 256 KiB (a core computing from its private cache), or with `PROBE_SLEEP=1`
+//! sleeps, or with `PROBE_GEMM=1` runs `single.toml`'s forward GEMMs through the host workspace.
+//! `PROBE_CORE` picks the core (two at once, on cores 0 and 1, show what a second rank changes);
+//! `PROBE_STATE_MIB`, `PROBE_EVICT_MIB` and `PROBE_GAP_MS` the sweep (comma-separated).
 //!
 //!   cargo run --release -p twin-calibration --example idle_probe
 

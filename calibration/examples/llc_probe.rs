@@ -1,9 +1,9 @@
 //! How fast the memory pass runs over data last touched before E bytes of other data
-//! (docs/validation-history.md, session 16): the shape of the last-level cache as the optimizer sees it
-//! (its state is last touched a step earlier, and everything the node's ranks touch in a step
-//! comes between). A pass moving P bytes (the axpy of `Workspace::run_memory`, 12 bytes per
-//! element over x and y: footprint 2/3 P) runs once, then E bytes of a separate buffer are
-//! written, then the pass is timed again; 15 rounds per (P, E), medians in GB/s moved.
+//! (docs/journal/2026-11-validation-history.md, 2026-11-24): the shape of the last-level cache as
+//! the optimizer sees it (its state is last touched a step earlier, and everything the node's ranks
+//! touch in a step comes between). A pass moving P bytes (the axpy of `Workspace::run_memory`, 12
+//! bytes per element over x and y: footprint 2/3 P) runs once, then E bytes of a separate buffer
+//! are written, then the pass is timed again; 15 rounds per (P, E), medians in GB/s moved.
 //!
 //!   cargo run --release -p twin-calibration --example llc_probe
 

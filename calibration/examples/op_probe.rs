@@ -1,8 +1,8 @@
 //! Each compute op of a one-rank scenario timed four ways against what a profile prices it at
-//! (docs/validation-history.md, session 16): inside its step's op sequence (rank 0's program, op by
-//! op on one pinned thread, as `step_probe`'s `none` mode), back to back (the same op again
-//! and again: operands warm), and its GEMMs and its memory pass alone, back to back. The
-//! profile's side: the op warm (`compute_ns`), its GEMMs with operands loaded
+//! (docs/journal/2026-11-validation-history.md, 2026-11-24): inside its step's op sequence (rank
+//! 0's program, op by op on one pinned thread, as `step_probe`'s `none` mode), back to back (the
+//! same op again and again: operands warm), and its GEMMs and its memory pass alone, back to back.
+//! The profile's side: the op warm (`compute_ns`), its GEMMs with operands loaded
 //! (`compute_evicted_ns`), and the reload the engine adds once other work evicted them.
 //!
 //!   cargo run --release -p twin-calibration --example op_probe -- scenarios/host/single.toml PROFILE

@@ -1,8 +1,9 @@
 //! How fast the host backend's optimizer update runs against the axpy pass the cost model
-//! prices it by (docs/validation-history.md, session 12). For each state size, after writing 52 MB of
-//! other data (a step's traffic), untimed: (a) `ModelState::apply_optimizer` over a state of
-//! that size, as the Optimizer op runs it; (b) the axpy pass (`Workspace::run`) over the same
-//! bytes moved (the update reads and writes every state byte once). 30 rounds, medians.
+//! prices it by (docs/journal/2026-11-validation-history.md, 2026-11-23). For each state size,
+//! after writing 52 MB of other data (a step's traffic), untimed: (a) `ModelState::apply_optimizer`
+//! over a state of that size, as the Optimizer op runs it; (b) the axpy pass (`Workspace::run`)
+//! over the same bytes moved (the update reads and writes every state byte once). 30 rounds,
+//! medians.
 //!
 //!   cargo run --release -p twin-calibration --example optimizer_probe
 

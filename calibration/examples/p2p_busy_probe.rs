@@ -1,9 +1,9 @@
 //! One-way p2p time over the runtime's TCP mesh, back to back, with the cores idle between
 //! messages and with a nice-19 thread spinning on each rank's core, as a compute thread keeps a
-//! shared core busy in a run (docs/validation-history.md, session 14). Two ranks as threads, each pinned
-//! to its own core; half of the mean round trip of 8 ping-pongs is one sample, 200 samples per
-//! size and mode, modes alternating in blocks. PROBE_GAP_US=N makes rank 0 sleep N µs after
-//! each sample (both cores idle, as between a calibration's calls).
+//! shared core busy in a run (docs/journal/2026-11-validation-history.md, 2026-11-24). Two ranks as
+//! threads, each pinned to its own core; half of the mean round trip of 8 ping-pongs is one sample,
+//! 200 samples per size and mode, modes alternating in blocks. PROBE_GAP_US=N makes rank 0 sleep N
+//! µs after each sample (both cores idle, as between a calibration's calls).
 //!
 //!   cargo run --release -p twin-calibration --example p2p_busy_probe
 

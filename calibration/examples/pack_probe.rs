@@ -1,8 +1,9 @@
-//! Whether where the sgemm's packing buffer lands moves a compute op's time (docs/validation-history.md,
-//! session 17). `matrixmultiply` allocates its packing buffer on every call; this probe's
-//! global allocator serves those allocations (64 KiB or more, on the probe's thread, while a
-//! flag is set) from one arena at a chosen offset, and times rank 0's forward and backward ops
-//! with the buffer at each offset, 20 runs each after 3 to warm up, medians in µs.
+//! Whether where the sgemm's packing buffer lands moves a compute op's time
+//! (docs/journal/2026-11-validation-history.md, 2026-11-24). `matrixmultiply` allocates its packing
+//! buffer on every call; this probe's global allocator serves those allocations (64 KiB or more, on
+//! the probe's thread, while a flag is set) from one arena at a chosen offset, and times rank 0's
+//! forward and backward ops with the buffer at each offset, 20 runs each after 3 to warm up,
+//! medians in µs.
 //!
 //!   cargo run --release -p twin-calibration --example pack_probe -- scenarios/host/pp-wide.toml
 

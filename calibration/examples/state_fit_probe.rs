@@ -1,6 +1,6 @@
 //! The optimizer-state fit (`fit::state`) on a calibration's raw samples file, timed, with
 //! and without the time since the last update (the decay): how much the decay explains and
-//! what the fit costs (docs/validation-history.md, session 18).
+//! what the fit costs (docs/journal/2026-11-validation-history.md, 2026-11-24).
 //!
 //!   cargo run --release -p twin-calibration --example state_fit_probe -- profile.samples.json
 

@@ -1,18 +1,18 @@
 //! How long each compute op of a one-rank scenario runs inside its step's op sequence, by how
-//! the step's `Alloc` ops get their memory (docs/validation-history.md, session 12). Rank 0's program
-//! runs op by op on one pinned thread, with no stream threads; compute ops run through the
-//! backend's `Workspace` and are timed. The step runs three ways, interleaved, 40 times each
-//! after 5 to warm up:
-//! - `fresh`: every `Alloc` takes a new buffer and writes every byte (the host backend until
-//!   session 12), every `Free` drops it;
+//! the step's `Alloc` ops get their memory (docs/journal/2026-11-validation-history.md,
+//! 2026-11-23). Rank 0's program runs op by op on one pinned thread, with no stream threads;
+//! compute ops run through the backend's `Workspace` and are timed. The step runs three ways,
+//! interleaved, 40 times each after 5 to warm up:
+//! - `fresh`: every `Alloc` takes a new buffer and writes every byte (as an allocator
+//!   without reuse does), every `Free` drops it;
 //! - `kept`: through the backend's allocator (`Held`), which keeps freed buffers for reuse;
 //! - `none`: no allocations at all.
 //!
 //! `PROBE_ARENA=1` serves the sgemm's packing buffer from one pre-touched arena
-//! (`common::arena`), as the runtime's `backend::host::pack` does (session 17: `kept` 798-815 µs
-//! without, 775-777 with). `PROBE_MODE=fresh|kept|none` runs that mode alone (session 17: `pp-wide.toml`'s forward ops
-//! ran 757-761 µs with `none` alone, 794-795 with `kept` alone, and 818-823 in `none` steps
-//! interleaved with the other two).
+//! (`common::arena`), as the runtime's `backend::host::pack` does (`kept` 798-815 µs
+//! without, 775-777 with, on 2026-11-24). `PROBE_MODE=fresh|kept|none` runs that mode alone
+//! (`pp-wide.toml`'s forward ops ran 757-761 µs with `none` alone, 794-795 with `kept` alone, and
+//! 818-823 in `none` steps interleaved with the other two).
 //!
 //!   cargo run --release -p twin-calibration --example step_probe -- scenarios/host/single.toml
 

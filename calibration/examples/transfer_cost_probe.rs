@@ -1,11 +1,11 @@
-//! How much compute a transfer takes from the cores it runs on (docs/validation-history.md, session
-//! 16). On each of two cores a thread at the compute thread's priority (nice 5) counts work
-//! units, as a rank's compute thread keeps its core busy in a run. Rank 0 (pinned to core 0)
-//! sends one message to rank 1 (core 1) every PERIOD µs over the runtime's TCP mesh, or, with
-//! `allreduce`, both run a two-rank all-reduce of that size; in the other blocks they only
-//! wake up on the same clock. The work lost per message on each core, against those blocks,
-//! is what a transfer costs the compute beside it; the engine charges a transfer's modelled
-//! duration to both cores, shared 1024:335 with compute.
+//! How much compute a transfer takes from the cores it runs on
+//! (docs/journal/2026-11-validation-history.md, 2026-11-24). On each of two cores a thread at
+//! the compute thread's priority (nice 5) counts work units, as a rank's compute thread keeps
+//! its core busy in a run. Rank 0 (pinned to core 0) sends one message to rank 1 (core 1) every
+//! PERIOD µs over the runtime's TCP mesh, or, with `allreduce`, both run a two-rank all-reduce of
+//! that size; in the other blocks they only wake up on the same clock. The work lost per message on
+//! each core, against those blocks, is what a transfer costs the compute beside it; the engine
+//! charges a transfer's modelled duration to both cores, shared 1024:335 with compute.
 //!
 //!   cargo run --release -p twin-calibration --example transfer_cost_probe [p2p|allreduce]
 

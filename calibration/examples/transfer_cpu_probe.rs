@@ -1,13 +1,13 @@
-//! How much of a transfer's time its thread spends on the CPU (docs/validation-history.md, session 20;
-//! the calibration measures the p2p half as `[host] p2p_cpu_share` since session 21,
-//! `bench::p2p_cpu`).
-//! The engine runs a host transfer as CPU work on every member's core for its whole priced
-//! time, ahead of compute; in the runs a compute op beside a transfer is hardly slowed (`pp`:
-//! 22 µs of waiting per step against 190 µs predicted). This probe times the two ranks'
-//! threads, each pinned to its own core, over one-way p2p messages (ping-pong) and two-rank
-//! ring all-gathers of a few sizes, with the thread's CPU clock (user and system time in its
-//! context) beside the wall clock, and prints each rank's CPU time over the wall time. What the kernel does for the transfer in other contexts
-//! (softirqs on another core, the loopback device) is not counted.
+//! How much of a transfer's time its thread spends on the CPU
+//! (docs/journal/2026-11-validation-history.md, 2026-11-24; the calibration measures the p2p half
+//! as `[host] p2p_cpu_share`, `bench::p2p_cpu`). The engine runs a host transfer
+//! as CPU work on every member's core for its whole priced time, ahead of compute; in the runs a
+//! compute op beside a transfer is hardly slowed (`pp`: 22 µs of waiting per step against 190 µs
+//! predicted). This probe times the two ranks' threads, each pinned to its own core, over one-way
+//! p2p messages (ping-pong) and two-rank ring all-gathers of a few sizes, with the thread's CPU
+//! clock (user and system time in its context) beside the wall clock, and prints each rank's CPU
+//! time over the wall time. What the kernel does for the transfer in other contexts (softirqs on
+//! another core, the loopback device) is not counted.
 //!
 //!   cargo run --release -p twin-calibration --example transfer_cpu_probe
 

@@ -5,10 +5,10 @@
 //! check reports is the machine's speed now, not the schedule's model. With a profile that
 //! prices the optimizer by its state's cache residency (`memory.state_*`), [`state_check`] does
 //! the same for the scenario's largest optimizer update: the last-level cache a VM gets drifts
-//! within minutes (docs/validation-history.md, session 16). [`transfer_check`] times a two-rank
-//! collective of the scenario's most frequent size against the profile's price: the AMD
-//! development VM's transfers ran at two speeds, about 10 and about 15 µs for a 16 KiB
-//! all-gather, switching within minutes (docs/validation-history.md, session 19).
+//! within minutes (docs/journal/2026-11-validation-history.md, 2026-11-24). [`transfer_check`]
+//! times a two-rank collective of the scenario's most frequent size against the profile's price:
+//! the AMD development VM's transfers ran at two speeds, about 10 and about 15 µs for a 16 KiB
+//! all-gather, switching within minutes (docs/journal/2026-11-validation-history.md, 2026-11-24).
 
 use crate::bench::compute::{compute_op, scenario_shape_counts, time_gemm, workspace_for};
 use crate::bench::{Config, Mode};

@@ -3,15 +3,15 @@
 //! step of 9.4-10.6 µs, or 12.1-15.0 µs, with the same bandwidth) for spells of seconds: one
 //! calibration in six or seven timed every transfer in the slow state, priced every collective
 //! from it, and `tp-pp.toml`'s step then came out 11-23% slow, while the verify's transfer
-//! check, seconds later, read the fast state again (docs/validation.md, session 22). So the
-//! transfer benchmarks run [`rounds`] times, at the calibration's start, middle and end, each
-//! round is fitted, and the round with the lowest ring latency is kept whole (its samples
-//! belong to one state; mixing rounds would fit a line through two). The slow state is other
-//! work on the machine, as a benchmark's slow repeats are, and it held 11 rounds in 60: the
-//! median of three kept it in three calibrations of twenty (`tp-pp` −13.5% in one), the
-//! fastest in none (the same twenty sets re-fitted: `tp-pp` within 5% in 16 of 20 against 13,
-//! its range −7.3 .. +7.0% against −13.5 .. +5.9, the other scenarios' medians within 0.3
-//! points). The rounds set aside stay in the samples file.
+//! check, seconds later, read the fast state again (docs/journal/2026-11-25-host-verify.md,
+//! 2026-11-25). So the transfer benchmarks run [`rounds`] times, at the calibration's start, middle
+//! and end, each round is fitted, and the round with the lowest ring latency is kept whole (its
+//! samples belong to one state; mixing rounds would fit a line through two). The slow state is
+//! other work on the machine, as a benchmark's slow repeats are, and it held 11 rounds in 60: the
+//! median of three kept it in three calibrations of twenty (`tp-pp` −13.5% in one), the fastest in
+//! none (the same twenty sets re-fitted: `tp-pp` within 5% in 16 of 20 against 13, its range −7.3
+//! .. +7.0% against −13.5 .. +5.9, the other scenarios' medians within 0.3 points). The rounds set
+//! aside stay in the samples file.
 
 use crate::bench::{CommSamples, Mode, OverlapSamples, Samples};
 use crate::host::{self, HostFits};

@@ -155,8 +155,9 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
     samples.interruptions = Some(bench::interrupt::interruptions(&cfg, &mut progress));
     samples.wake = bench::wake::wake(&cfg, &mut progress)?;
     // The state update again, at the end: the last-level cache this machine gets can change
-    // within minutes (a VM's host shares it; docs/validation-history.md, session 16), and the runs a
-    // profile is used for come after the calibration. Both sweeps go into the fit.
+    // within minutes (a VM's host shares it; docs/journal/2026-11-validation-history.md,
+    // 2026-11-24), and the runs a profile is used for come after the calibration. Both sweeps go
+    // into the fit.
     samples
         .state_update
         .extend(memory::state_update(&cfg, &mut progress).map_err(CalibError::Bench)?);

@@ -1,7 +1,7 @@
 //! Times the simulation of one scenario as `twin bench` does (plan and schedule generation,
 //! then the event simulation, repeated; median printed), with or without collapsed mode, so
 //! that the flow model's collapsed runs can be measured next to the full ones
-//! (docs/performance.md, "Flow model speed (session 4)"). Run in release:
+//! (docs/journal/2026-11-performance-history.md, "Flow model speed"). Run in release:
 //! `cargo run --release -p twin-sim --example flow_speed -- FILE [REPEAT] [--collapse] [KEY=VALUE...]`
 //! (scenario overrides as `twin simulate --set` takes them).
 

@@ -4,8 +4,8 @@
 //! after the cost model changed (Megatron's backward overlap and the refitted GEMM curve) they
 //! were recomputed, and the speed-work code's full `--format json` reports on both scenarios
 //! were checked byte-identical (apart from wall time) to those of the code before it with the
-//! same cost model. Session 4 recomputed them once more when batched GEMM calls started to pay
-//! the ramp once per call (and the A100 curve was refitted to that).
+//! same cost model. They are recomputed whenever the cost model changes on purpose (as when
+//! batched GEMM calls came to pay the ramp once per call, with the A100 curve refitted).
 
 use std::path::Path;
 use twin_sim::scenario::load;

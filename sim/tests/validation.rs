@@ -5,8 +5,8 @@ use twin_sim::validate::{parse_table, validate_table};
 
 const THROUGHPUT: &str = include_str!("../../data/validation/throughput.toml");
 
-/// Issue 4's acceptance: median |error| <= 5% and max <= 12% over the published rows. Measured
-/// on 2026-11-23, session 4 (docs/validation.md): median 4.1%, max 6.4%.
+/// Issue 4's acceptance: median |error| <= 5% and max <= 12% over the published rows. The
+/// current figures are in docs/accuracy.md.
 #[test]
 fn published_runs_are_predicted_within_the_recorded_accuracy() {
     let table = parse_table(THROUGHPUT, "throughput.toml").unwrap();
@@ -18,9 +18,8 @@ fn published_runs_are_predicted_within_the_recorded_accuracy() {
 }
 
 /// Runs that are in neither the fit nor throughput.toml: the other rows of the same SC'21
-/// table (sim/tests/data/megatron-sc21-holdout.toml). Recorded on 2026-11-23, session 4:
-/// median |error| 3.9%, max 6.1% (session 3: 4.9%, 7.0%; before the backward overlap and the optimizer passes: 6.6%, 10.1%); the
-/// bounds are the acceptance's.
+/// table (sim/tests/data/megatron-sc21-holdout.toml). The current figures are in
+/// docs/validation.md ("Held-out rows"); the bounds are the acceptance's.
 #[test]
 fn held_out_runs_are_predicted_as_well_as_the_published_ones() {
     let text = include_str!("data/megatron-sc21-holdout.toml");

@@ -46,11 +46,11 @@ pub struct VerifyFigures {
     pub bubble_fraction: [f64; 2],
     pub exposed_comm_fraction: [f64; 2],
     /// Mean idle time per CPU core between its ops, [predicted, measured] seconds
-    /// (`core_activity`, since session 20: host profiles only; `None` without it).
+    /// (`core_activity`: host profiles only; `None` without it or in older verify files).
     pub core_idle_between_ops_s: Option<[f64; 2]>,
     /// Collective calls of the step that met another group's call on a core, and all calls,
-    /// [predicted, measured] (`collective_meetings`, since session 21: host profiles only;
-    /// `None` without it).
+    /// [predicted, measured] (`collective_meetings`: host profiles only;
+    /// `None` without it or in older verify files).
     pub collective_meetings: Option<[(u64, u64); 2]>,
 }
 
@@ -326,7 +326,7 @@ mod tests {
             Some([0.00026, 0.00125])
         );
         assert_eq!(with_cores.and_then(|f| f.collective_meetings), None);
-        // And, since session 21, the collective calls that met another group's on a core.
+        // And, where present, the collective calls that met another group's on a core.
         let with_meetings = VerifyFigures::parse(
             r#"{"bubble_fraction_predicted":0.57,"bubble_fraction_measured":0.52,
                 "exposed_comm_fraction_predicted":0.15,"exposed_comm_fraction_measured":0.18,

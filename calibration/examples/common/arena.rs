@@ -1,8 +1,8 @@
 //! A global allocator for probes that serves the sgemm's packing buffer from one pre-touched
-//! arena (docs/validation-history.md, session 17), the probes' stand-in for the runtime's
-//! `backend::host::pack`. Until [`install`] runs, and outside [`set_active`], every allocation
-//! goes to the system allocator. While active, the calling thread's allocations of 64 KiB or
-//! more are served from the arena at [`set_offset`], one at a time.
+//! arena (docs/journal/2026-11-validation-history.md, 2026-11-24), the probes' stand-in for the
+//! runtime's `backend::host::pack`. Until [`install`] runs, and outside [`set_active`], every
+//! allocation goes to the system allocator. While active, the calling thread's allocations of 64
+//! KiB or more are served from the arena at [`set_offset`], one at a time.
 #![allow(dead_code)] // each probe uses the part it needs
 
 use std::alloc::{GlobalAlloc, Layout, System};

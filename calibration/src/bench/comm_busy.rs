@@ -3,12 +3,12 @@
 //! core with another rank's compute thread; the engine shares the core between the two by
 //! weight (`[host] compute_weight`, the compute thread's share against the transfer's 1). The
 //! kernel's weights for the two threads' nice levels say 0.33; the AMD development VM's runs
-//! showed the transfers barely slowed (docs/validation-history.md, session 19). So it is measured:
-//! two-rank all-gathers and reduce-scatters, each rank pinned to its own core, timed in blocks
-//! that alternate between cores otherwise idle and a compute thread on each core (the host
-//! backend's compute priority, a GEMM op at a time with a yield after each, as the runtime's
-//! compute thread runs). A call is timed as `comm` times it, from its last member's start to
-//! its last end after a barrier.
+//! showed the transfers barely slowed (docs/journal/2026-11-validation-history.md, 2026-11-24). So
+//! it is measured: two-rank all-gathers and reduce-scatters, each rank pinned to its own core,
+//! timed in blocks that alternate between cores otherwise idle and a compute thread on each core
+//! (the host backend's compute priority, a GEMM op at a time with a yield after each, as the
+//! runtime's compute thread runs). A call is timed as `comm` times it, from its last member's start
+//! to its last end after a barrier.
 
 use super::comm::{run_world, task_samples, Task};
 use super::compute::{compute_op, workspace_for};

@@ -4,9 +4,10 @@
 //! A call the calibration's one outlier rule drops (`sample::reject_outliers`) was interrupted,
 //! by its excess over the mean of the calls the rule keeps. Every other benchmark drops those
 //! calls and prices the kept ones, so base price plus interruptions is the mean call: a step
-//! meets them, and ranks that meet at transfers meet each other's. Until session 17 a call had
-//! to take 1.2x the median to count; that missed about half the excess (1.2% of busy time
-//! counted where the calls' mean ran 2.9% over their median; docs/validation-history.md, session 17).
+//! meets them, and ranks that meet at transfers meet each other's. A threshold of 1.2x the
+//! median misses about half the excess (1.2% of busy time
+//! counted where the calls' mean ran 2.9% over their median;
+//! docs/journal/2026-11-validation-history.md, 2026-11-24).
 
 use super::compute::{compute_op, workspace_for};
 use super::{Config, Counter};

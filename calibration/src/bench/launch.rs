@@ -12,8 +12,8 @@
 //! backend runs with a progress file and turns at its core, as a launched rank does. A chain
 //! of empty ops alternating between two streams, where the releasing thread goes idle at
 //! once, measured 0.9 µs; ops after real work in `pp.toml`'s runs waited about 6 µs
-//! (docs/validation-history.md, session 14). Everything runs on one pinned core, as a rank's threads do
-//! in a host run (`launch::affinity`).
+//! (docs/journal/2026-11-validation-history.md, 2026-11-24). Everything runs on one pinned core, as
+//! a rank's threads do in a host run (`launch::affinity`).
 
 use super::compute::{compute_op, op};
 use super::{Config, Counter, SizedSamples};

@@ -46,10 +46,10 @@ pub fn memory_pass(
 /// separate buffer were written (untimed): between two steps' updates the node's ranks touch
 /// everything else they hold, and how much of that the last-level cache keeps decides whether
 /// the update reads its state from the cache or from DRAM (`memory.state_*`). The update is
-/// the op itself, not the axpy pass: it ran 1.2x faster per byte (docs/validation-history.md,
-/// session 16). Then each of `cfg.state_gap_bytes` after each of `cfg.state_gap_ns` with
-/// nothing written: on a cache other tenants share, the state also leaves with time
-/// (session 18).
+/// the op itself, not the axpy pass: it ran 1.2x faster per byte
+/// (docs/journal/2026-11-validation-history.md, 2026-11-24). Then each of `cfg.state_gap_bytes`
+/// after each of `cfg.state_gap_ns` with nothing written: on a cache other tenants share, the state
+/// also leaves with time (same journal, 2026-11-24).
 pub fn state_update(cfg: &Config, progress: &mut Counter) -> Result<Vec<StateSamples>, String> {
     let largest = cfg.state_evict_bytes.iter().copied().max().unwrap_or(0);
     let mut evict = vec![0u8; usize::try_from(largest).unwrap_or(0)];

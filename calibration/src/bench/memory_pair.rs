@@ -4,13 +4,13 @@
 //! computing in its cache). A memory-bound op does: the same pass ran 50-55% longer while the
 //! other core streamed 16 MiB, and the optimizer ops of `tp-pp.toml`'s runs, whose two
 //! tensor-parallel ranks update their state at the same time on two cores, ran 29-37% over
-//! their price (docs/validation.md, session 22). So it is measured: the host backend's
-//! optimizer update (`ModelState::apply_optimizer`) of `STATE_BYTES` of state, on a thread
-//! pinned to core 0, each sample after its state was evicted by `cfg.step_evict_bytes` of
+//! their price (docs/journal/2026-11-25-host-verify.md, 2026-11-25). So it is measured: the host
+//! backend's optimizer update (`ModelState::apply_optimizer`) of `STATE_BYTES` of state, on a
+//! thread pinned to core 0, each sample after its state was evicted by `cfg.step_evict_bytes` of
 //! other writes (as a step leaves it), in blocks that alternate between core 1 idle and core 1
-//! running the same update on its own state at the same time. The profile's
-//! `[host] memory_cores` is `2 (1 - s)` for the rate `s` the pair loses against alone
-//! (`fit::ratio::memory_cores`): the cores' worth of such work the machine serves at once.
+//! running the same update on its own state at the same time. The profile's `[host] memory_cores`
+//! is `2 (1 - s)` for the rate `s` the pair loses against alone (`fit::ratio::memory_cores`): the
+//! cores' worth of such work the machine serves at once.
 
 use super::comm::Barrier;
 use super::compute::evict_cache;

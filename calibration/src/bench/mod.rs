@@ -90,8 +90,8 @@ pub struct Config {
     pub comm: Repeats,
     /// Largest collective group: at most 4, and at most the cores where there are two or more
     /// (a larger group shares cores among its own members, and the fits leave such groups
-    /// out where the calibration measured what sharing a core costs, `host::fit_all`; until
-    /// session 22 it was twice the cores, timed and not used). One core: 2.
+    /// out where the calibration measured what sharing a core costs, `host::fit_all`). One core:
+    /// 2.
     pub max_group: u32,
     pub overlap: Repeats,
     pub checkpoint_bytes: Vec<u64>,
@@ -403,7 +403,7 @@ pub struct StateSamples {
     #[serde(default)]
     pub gap_ns: u64,
     /// Median time from the end of one update to the start of the next: the writes and the
-    /// gap (`NaN` in samples files written before session 18, which did not record it; JSON
+    /// gap (`NaN` in older samples files, which did not record it; JSON
     /// writes it `null`).
     #[serde(default = "not_recorded", deserialize_with = "null_as_nan")]
     pub elapsed_ns: f64,
@@ -442,7 +442,7 @@ pub struct Samples {
     /// `Config::cold_pass_bytes` (empty in samples files written before it existed).
     pub memory_pass_cold: Vec<SizedSamples>,
     /// The optimizer's state update after other writes (`memory::state_update`; empty in
-    /// samples files written before session 16).
+    /// older samples files).
     pub state_update: Vec<StateSamples>,
     /// memcpy: bytes moved (read + write).
     pub memcpy: Vec<SizedSamples>,
@@ -452,23 +452,22 @@ pub struct Samples {
     pub launch: Vec<SizedSamples>,
     /// Hand-off chains of real ops (`launch::handoff_chain`): each sample one chain's mean gap
     /// from a compute op's end to the issue of the op it releases on another stream; `bytes`
-    /// is the links per chain. (Until session 14, `handoff` held spans of empty-op chains
-    /// alternating between two streams.)
+    /// is the links per chain.
     #[serde(default)]
     pub handoff_gap: Vec<SizedSamples>,
     pub comm: Vec<CommSamples>,
     /// The other rounds of the transfer benchmarks (`rounds`: the profile keeps `comm`, the
-    /// fastest round); empty in samples files written before session 22.
+    /// fastest round); empty in older samples files.
     #[serde(default)]
     pub comm_rounds_set_aside: Vec<Vec<CommSamples>>,
     /// Two-rank collectives with the cores otherwise idle and beside a compute thread on each
-    /// (`comm_busy`; empty in samples files written before session 19).
+    /// (`comm_busy`; empty in older samples files).
     pub comm_busy: Vec<CommBusySamples>,
-    /// Ping-pongs with each rank thread's CPU clock (`p2p_cpu`; empty in samples files
-    /// written before session 21).
+    /// Ping-pongs with each rank thread's CPU clock (`p2p_cpu`; empty in older samples
+    /// files).
     pub p2p_cpu: Vec<p2p_cpu::P2pCpuSamples>,
     /// The optimizer's update on one core alone and on two at once (`memory_pair`; absent
-    /// in samples files written before session 22).
+    /// in older samples files).
     #[serde(default)]
     pub memory_pair: Option<memory_pair::MemoryPairSamples>,
     pub overlap: Option<OverlapSamples>,

@@ -2,9 +2,9 @@
 //! transfer as CPU work on its members' cores; for a collective that is right (its ring
 //! polls for its peers, 100% on the CPU), but a p2p's two threads sleep in their blocking
 //! reads for part of each message: over 4-64 KiB ping-pongs each end was on the CPU 38-51%
-//! of the one-way time on the AMD development VM (docs/validation-history.md, session 20). Two ranks,
-//! each a thread pinned to its own core as the runtime pins a rank, ping-pong messages the
-//! way `comm` times p2p; each sample records both threads' CPU clocks
+//! of the one-way time on the AMD development VM (docs/journal/2026-11-validation-history.md,
+//! 2026-11-24). Two ranks, each a thread pinned to its own core as the runtime pins a rank,
+//! ping-pong messages the way `comm` times p2p; each sample records both threads' CPU clocks
 //! (`CLOCK_THREAD_CPUTIME_ID`: user and system time in the thread's context) against the wall
 //! clock. The profile's `[host] p2p_cpu_share` is the mean of those ratios
 //! (`fit::ratio::busy_share`).

@@ -5,8 +5,8 @@
 //! receiver's first byte (one process, one monotonic clock). On the development VM it was
 //! 37-42 µs back to back, 55-61 µs after 50 µs idle, 82 µs after 1 ms and 169 µs after 5 ms:
 //! an idle vCPU takes longer to wake the longer it slept, and in a pipeline the receiver has
-//! usually slept for a bubble (docs/validation-history.md, session 6). The p2p benchmark's ping-pong
-//! never lets a core idle, so its latency is the back-to-back one.
+//! usually slept for a bubble (docs/journal/2026-11-validation-history.md, 2026-11-23). The p2p
+//! benchmark's ping-pong never lets a core idle, so its latency is the back-to-back one.
 
 use super::{Config, Counter, SizedSamples};
 use crate::sample::reject_outliers;

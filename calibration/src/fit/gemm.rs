@@ -14,13 +14,12 @@
 //! [`Operands::Loaded`] adds what a CPU sgemm pays for its operands, in three more terms:
 //! `p * (m*k + k*n) * 4` on every product (it packs A and B before its kernel runs, cached or
 //! not), and on a call whose operands are out of the private cache (`GemmPoint::cold`)
-//! `e + d * (m*k + k*n) * 4`, a fixed cost and the load from beyond the cache. Until session
-//! 17 the host timed evicted calls only and fitted one `d` for both packing and loading; a
-//! curve fitted that way priced the GEMMs of an op whose operands were cached at the compute
-//! term alone, 15-35% under what they ran back to back (docs/validation-history.md, session 17).
-//! Telling `p` from `d` and `e` needs both kinds of call: the host times each shape after an
-//! eviction and back to back. The model stays linear, so it is fitted the same way; the
-//! intervals of the rates map those of `p` and `d`.
+//! `e + d * (m*k + k*n) * 4`, a fixed cost and the load from beyond the cache. A curve fitted
+//! to evicted calls only, with one `d` for both packing and loading, prices the GEMMs of an op
+//! whose operands are cached at the compute term alone, 15-35% under what they ran back to back
+//! (docs/journal/2026-11-validation-history.md, 2026-11-24). Telling `p` from `d` and `e` needs
+//! both kinds of call: the host times each shape after an eviction and back to back. The model
+//! stays linear, so it is fitted the same way; the intervals of the rates map those of `p` and `d`.
 
 use super::{relative_least_squares, Estimate, FitError, Quality};
 use serde::Serialize;

@@ -5,10 +5,11 @@
 //! - the ramp over the distance `E + w S` is `1` up to `lo`, `0` from `hi`, linear between. `w`
 //!   is how much each byte of the state counts against the cache beside the other bytes: an
 //!   update of 48 MiB ran at DRAM speed with nothing written between, one of 4 MiB at cache
-//!   speed after 44 MiB (docs/validation-history.md, session 16);
+//!   speed after 44 MiB (docs/journal/2026-11-validation-history.md, 2026-11-24);
 //! - the survival over time is `1` up to `after`, then `exp(-(t - after) / lifetime)`: on a
 //!   cache other tenants share, an update of 8 MiB ran at 48 GB/s back to back and at 21 after
-//!   50 ms with nothing written (session 18). No decay (`lifetime` infinite) is a candidate.
+//!   50 ms with nothing written (same journal, 2026-11-24). No decay (`lifetime` infinite) is a
+//!   candidate.
 //!
 //! For fixed `(w, lo, hi, after, lifetime)` the model is linear in the two inverse bandwidths,
 //! fitted by relative-error least squares. The ramp's `(w, lo, hi)` come from a grid with the

@@ -423,9 +423,9 @@ pub fn fit_all(s: &Samples, cores: u32) -> Result<HostFits, FitError> {
         .transpose()?;
     // A group with more ranks than cores shares cores among its own members, and its calls
     // pay for that (1.4x a two-rank call's time per ring step, after the share, on both
-    // development VMs; docs/validation-history.md, session 19), which the simulator does not model
-    // inside a collective. Fitted with the others, those groups raised every call's latency,
-    // which stood in for what sharing a core with another rank's compute costs a run's
+    // development VMs; docs/journal/2026-11-validation-history.md, 2026-11-24), which the simulator
+    // does not model inside a collective. Fitted with the others, those groups raised every call's
+    // latency, which stood in for what sharing a core with another rank's compute costs a run's
     // transfers. Where that cost was measured (`compute_weight`), the fits take only the groups
     // that fit on the cores; samples without it are fitted as before.
     let compute_weight = compute_weight_fit(&s.comm_busy, &mut notes);

@@ -4,10 +4,10 @@
 //! the launcher at which op it was.
 //!
 //! The file is mapped into memory (`MAP_SHARED`), so a record is one store into the page cache:
-//! the kernel keeps the page when the process dies, and the launcher reads it as a file. Until
-//! session 15 each record was a `pwrite` (two per op): on the development VM about a quarter of
-//! a send thread's CPU time went into ext4's write path, between ops on the critical path
-//! (`perf record` of `pp.toml`, docs/validation.md).
+//! the kernel keeps the page when the process dies, and the launcher reads it as a file. A
+//! `pwrite` per record (two per op) cost, on the development VM, about a quarter of a send
+//! thread's CPU time in ext4's write path, between ops on the critical path (`perf record` of
+//! `pp.toml`, docs/journal/2026-11-validation-history.md, 2026-11-24).
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};

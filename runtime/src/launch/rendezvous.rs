@@ -4,9 +4,9 @@
 //! first data, which comes at least one message's latency after the last party issued the
 //! call, so the time in between counted as idle in the measurement and as communication in
 //! the prediction: on `tp-pp.toml`'s 16-64 KiB tensor-parallel calls that is most of each
-//! call (docs/validation-history.md, session 14). With every rank's issue times (the trace's
-//! `issued_ns`), the merge moves such an op's start back to the rendezvous. For a receive the
-//! send's side is the send's start (when the sender began writing, after building its
+//! call (docs/journal/2026-11-validation-history.md, 2026-11-24). With every rank's issue times
+//! (the trace's `issued_ns`), the merge moves such an op's start back to the rendezvous. For a
+//! receive the send's side is the send's start (when the sender began writing, after building its
 //! payload). A send keeps its own start: it begins when its rank issues it, whether or not the
 //! receive was posted (the socket buffers the data).
 

@@ -22,7 +22,7 @@ use twin_sim::plan::RankId;
 /// back-to-back pair takes 30). Polling for a while first keeps the core awake for a reply
 /// that is that close, as NCCL's proxy threads busy-poll; a longer wait still sleeps.
 /// `tp-pp.toml`'s step went from 12.36-12.64 ms to 10.44-10.76 ms with it (three interleaved
-/// rounds; docs/validation-history.md, session 13).
+/// rounds; docs/journal/2026-11-validation-history.md, 2026-11-24).
 const SPIN_BEFORE_BLOCK: Duration = Duration::from_micros(30);
 
 /// What one side of an exchange expects to receive (its length is the receiving buffer's).
@@ -37,7 +37,8 @@ pub struct Expect {
 ///
 /// Neither side copies the payload: the header goes out first and then `payload` itself, and
 /// the incoming payload lands in the caller's buffer (a copy in and out cost as much as the
-/// transfer for a collective's 0.9 MiB ring step; docs/validation-history.md, session 13).
+/// transfer for a collective's 0.9 MiB ring step; docs/journal/2026-11-validation-history.md,
+/// 2026-11-24).
 #[allow(clippy::too_many_arguments)]
 pub fn exchange(
     to: &Sock,

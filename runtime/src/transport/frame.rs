@@ -35,8 +35,8 @@ const WIRE_LANES: usize = 8;
 /// truncation, and words that changed places, and it runs at memory speed: the lanes are
 /// independent adds, where [`checksum`]'s multiply chain moved about 5 GB/s. A collective's
 /// 0.9 MiB ring step spent about 170 us in each of the two checksums, more than the transfer
-/// (docs/validation-history.md, session 13). Frames live only on the wire, so this can change between
-/// versions; files keep [`checksum`].
+/// (docs/journal/2026-11-validation-history.md, 2026-11-24). Frames live only on the wire, so this
+/// can change between versions; files keep [`checksum`].
 pub fn wire_sum(data: &[u8]) -> u64 {
     let mut a = [0u64; WIRE_LANES];
     let mut b = [0u64; WIRE_LANES];

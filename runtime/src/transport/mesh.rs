@@ -253,11 +253,10 @@ impl Mesh {
 
     /// Send to one peer and receive from another at the same time (a ring step), on this
     /// thread: `transport::exchange` drives both sockets with poll(2), so two ranks sending to
-    /// each other cannot block each other, at any size. Until session 13 a ring step over 2 MiB
-    /// (64 KiB until session 12) sent on a helper thread started per step; with the copies gone
-    /// from the exchange, the calling thread alone is as fast at every size measured (an
+    /// each other cannot block each other, at any size. The calling thread alone is as fast as a
+    /// helper thread started per step for the send, at every size measured (an
     /// all-reduce of 16 / 32 MiB over four ranks on two cores: 40.7 / 85.3-85.5 ms against
-    /// 42.2-44.5 / 89.3-91.0 ms threaded; docs/validation-history.md, session 13).
+    /// 42.2-44.5 / 89.3-91.0 ms threaded; docs/journal/2026-11-validation-history.md, 2026-11-24).
     #[allow(clippy::too_many_arguments)]
     pub fn exchange(
         &self,

@@ -2,9 +2,9 @@
 //! host. Over loopback every message pays for the TCP/IP stack on the sending core (segments,
 //! acknowledgements, congestion control): on the development VM a 32 KiB send(2) took 15 µs
 //! over TCP and 1.8 µs over a Unix socket, and a 32 KiB round trip 70-77 µs against 31-43 µs
-//! (docs/validation-history.md, session 17). NCCL likewise moves data within a node through shared
-//! memory, not the network. Both kinds are byte streams with the same framing, so the rest
-//! of the transport does not tell them apart.
+//! (docs/journal/2026-11-validation-history.md, 2026-11-24). NCCL likewise moves data within a node
+//! through shared memory, not the network. Both kinds are byte streams with the same framing, so
+//! the rest of the transport does not tell them apart.
 //!
 //! With `TWIN_TRANSPORT=unix`, ranks on one host find each other through the store: each
 //! advertises its host (the kernel's boot id) and an abstract Unix socket name; a rank that sees
@@ -13,8 +13,8 @@
 //! made `tp-pp.toml`'s step 8-9% shorter and left `dp-pp-zero.toml`'s where it was, but
 //! profiles calibrated over them predicted `dp-pp-zero` 7-10% under its run (against 2-4% over
 //! TCP): its collectives share cores with compute, and the faster transport the calibration
-//! measured does not make them cheaper there (docs/validation-history.md, session 17). Calibrate and
-//! verify with the same setting.
+//! measured does not make them cheaper there (docs/journal/2026-11-validation-history.md,
+//! 2026-11-24). Calibrate and verify with the same setting.
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, TcpStream};

@@ -110,7 +110,7 @@ impl Default for Clock {
 /// only the GETs of its own key: with one condition variable for the store, every SET woke
 /// every waiting connection thread (each rank's step barrier and its failure watcher), and at
 /// a step's end those wake-ups took the cores of the ranks still finishing their last ops
-/// (`perf sched` of `dp-pp-zero.toml`, docs/validation-history.md, session 15).
+/// (`perf sched` of `dp-pp-zero.toml`, docs/journal/2026-11-validation-history.md, 2026-11-24).
 #[derive(Default)]
 struct Shared {
     map: Mutex<Keys>,

@@ -90,7 +90,7 @@ pub struct Analytic {
     pub checkpoint_bandwidth_bytes_per_s: f64,
     /// Rate at which an `Alloc` allocates and touches its bytes; `None`: an allocation's time
     /// does not grow with its bytes (a caching allocator hands out memory it holds: a GPU
-    /// framework's, and the host backend's since session 12).
+    /// framework's, and the host backend's).
     pub alloc_bytes_per_s: Option<f64>,
     /// Fixed time of each `Alloc` beyond the op overhead (profile key
     /// `memory.alloc_fixed_ns`; 0 without it).
@@ -128,8 +128,8 @@ pub struct Analytic {
     pub p2p_bandwidth_bytes_per_s: [Option<f64>; 2],
     /// Fractional slowdown of compute that overlaps its rank's communication (profile key
     /// `overlap.compute_slowdown`; 0: none, the documented default). A field rather than a
-    /// wrapper model: a wrapper had to forward every other question by hand, and one that it
-    /// did not forward silently took the trait's default (session 11).
+    /// wrapper model: a wrapper would have to forward every other question by hand, and one it
+    /// did not forward would silently take the trait's default.
     pub overlap_compute_slowdown: f64,
 }
 
@@ -282,7 +282,8 @@ impl Analytic {
     /// largest B) loaded once. Timed after 4 and 64 MiB of other traffic, a forward op of
     /// single.toml took 17 and 29 us longer than warm, a backward op 22-24 and 48-60 us,
     /// where the union is 27 us for both and the sum over their GEMMs 72 and 114 us
-    /// (docs/validation-history.md, session 11). 0 without an operand term or a GEMM.
+    /// (docs/journal/2026-11-validation-history.md, 2026-11-23). 0 without an operand term or a
+    /// GEMM.
     pub fn cold_ns(&self, op: &ComputeOp) -> u64 {
         if op.gemms.is_empty() || self.gemm.operands.is_none() {
             return 0;

@@ -76,7 +76,7 @@ pub struct OperandLoad {
     /// cost model's rule, `Analytic::compute_ns`).
     pub cache_bytes: u64,
     /// Rate at which every product packs its A and B, cached or not; `None`: not priced apart
-    /// (profiles fitted before session 17, whose load rate carried the packing too).
+    /// (older profiles, whose load rate carries the packing too).
     pub pack_bytes_per_s: Option<f64>,
     /// Fixed cost of a call whose operands are not cached, beyond `ramp_ns`.
     pub cold_ramp_ns: u64,

@@ -1,12 +1,12 @@
 //! Measured corrections to the GEMM curve by shape (host profiles: `gemm.shape_factors`).
 //! The curve is one smooth function of (m, n, k); a CPU sgemm's blocking makes some shapes run
 //! 10-20% off it either way (thin-and-wide shapes with a long k over, small ones under:
-//! docs/validation-history.md, session 18), and the scenarios' GEMMs sit on both sides. The
-//! calibration keeps, for every shape it timed, the ratio of the measured back-to-back call
-//! to the curve's price; a shape is priced by the curve times the ratio interpolated from the
-//! nearest timed shapes in log space (inverse-distance weights on the log ratios), fading to
-//! no correction at [`RADIUS`]: a timed shape gets its own ratio, one between timed shapes a
-//! blend, one far from all of them the plain curve.
+//! docs/journal/2026-11-validation-history.md, 2026-11-24), and the scenarios' GEMMs sit on both
+//! sides. The calibration keeps, for every shape it timed, the ratio of the measured back-to-back
+//! call to the curve's price; a shape is priced by the curve times the ratio interpolated from the
+//! nearest timed shapes in log space (inverse-distance weights on the log ratios), fading to no
+//! correction at [`RADIUS`]: a timed shape gets its own ratio, one between timed shapes a blend,
+//! one far from all of them the plain curve.
 
 use serde::Serialize;
 

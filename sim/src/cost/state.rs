@@ -3,9 +3,10 @@
 //! updates: the bytes the node's own ranks touch in the step (a ramp over that distance), and
 //! time, on a cache other tenants of the machine share (a decay over the time since the last
 //! update). Timed after an idle gap with nothing else touched, an update of 8 MiB ran at 48 GB/s
-//! back to back, 37 at 10 ms, 21 at 50 ms and 19 at 100 ms (docs/validation-history.md, session 18).
-//! The cost model prices an optimizer op with its own ramp; the engine, which knows when the op
-//! starts, adds what the decay takes away ([`StateAging`]).
+//! back to back, 37 at 10 ms, 21 at 50 ms and 19 at 100 ms
+//! (docs/journal/2026-11-validation-history.md, 2026-11-24). The cost model prices an optimizer op
+//! with its own ramp; the engine, which knows when the op starts, adds what the decay takes away
+//! ([`StateAging`]).
 
 use super::positive_rate;
 use serde::Serialize;
@@ -19,7 +20,7 @@ use serde::Serialize;
 /// update of 48 MiB ran at DRAM speed with nothing between, one of 4 MiB at cache speed after
 /// 44 MiB). With a [`StateDecay`], that part also survives the time since the last update by
 /// the decay's fraction. Resident bytes move at `resident_efficiency` of the memory bandwidth,
-/// the rest at `evicted_efficiency` (docs/validation-history.md, sessions 16 and 18).
+/// the rest at `evicted_efficiency` (docs/journal/2026-11-validation-history.md, 2026-11-24).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct StateCache {
     pub state_weight: f64,

@@ -1,15 +1,15 @@
 //! Interruptions of compute by the machine itself. A shared host (a VM above all) takes the
 //! core away from a running op now and then, or slows it: on the development VM a back-to-back
 //! GEMM loop lost 3-12% of its busy time to hundreds of interruptions a second of ~60-80 µs
-//! each (session 6); counted by the calibration's outlier rule since session 17, 3.1-3.2% of
-//! busy time in about 5,000 a second of ~6 µs (`calibration::bench::interrupt`). One
-//! rank loses just that; ranks that meet at transfers (a pipeline, a tensor-parallel group)
-//! wait for each other's interruptions too, so the median step grows with the ranks that must
-//! meet (docs/validation-history.md, session 6). With a profile's `[host] interruptions_per_s` and
-//! `interruption_mean_ns` and a seed, the engine lengthens each compute op by interruptions
-//! drawn as a compound Poisson process: their count over the op's solo time is Poisson with
-//! mean `rate x time`, each interruption exponential with the profile's mean. The draws come
-//! from one seeded generator in event order, so a seed gives the same step every time.
+//! each, counting calls over 1.2x the median; counted by the calibration's outlier rule, 3.1-3.2%
+//! of busy time in about 5,000 a second of ~6 µs (`calibration::bench::interrupt`). One rank loses
+//! just that; ranks that meet at transfers (a pipeline, a tensor-parallel group) wait for each
+//! other's interruptions too, so the median step grows with the ranks that must meet
+//! (docs/journal/2026-11-validation-history.md, 2026-11-23). With a profile's `[host]
+//! interruptions_per_s` and `interruption_mean_ns` and a seed, the engine lengthens each compute op
+//! by interruptions drawn as a compound Poisson process: their count over the op's solo time is
+//! Poisson with mean `rate x time`, each interruption exponential with the profile's mean. The
+//! draws come from one seeded generator in event order, so a seed gives the same step every time.
 
 use crate::profile::sample::Rng;
 

@@ -4,7 +4,7 @@
 //! model prices it warm (`cost::Analytic`, `gemm.operand_*`). Two things break that:
 //! - the step's first op runs after the previous step's optimizer, whose pass streamed the
 //!   model state through the cache: in `single.toml` and `pp.toml` the first forward op ran
-//!   25-105 µs over its warm price (docs/validation-history.md, sessions 10 and 11);
+//!   25-105 µs over its warm price (docs/journal/2026-11-validation-history.md, 2026-11-23);
 //! - on a shared core another rank's op ran in between, on its own workspace.
 //!
 //! The engine keeps, per core, the last compute op's rank and working set, and charges the

@@ -1,10 +1,11 @@
 //! Transfers into a core that slept. On a VM an idle vCPU takes longer to wake the longer it
 //! idled: a one-way 4 KiB transfer over the host runtime's TCP mesh took 37-42 µs back to back,
 //! 55-61 µs after 50 µs idle, 82 µs after 1 ms and 169 µs after 5 ms, and in a pipeline the
-//! receiver has usually idled for a bubble (docs/validation-history.md, session 6). With a profile's
-//! `[host] wake_ns` and `wake_per_idle` the engine adds `wake_ns + wake_per_idle x idle` to a
-//! transfer whose receiving core (for a collective, any member's) ran no compute for `idle`
-//! before the transfer began; the profile's transfer latency is the back-to-back one.
+//! receiver has usually idled for a bubble (docs/journal/2026-11-validation-history.md,
+//! 2026-11-23). With a profile's `[host] wake_ns` and `wake_per_idle` the engine adds `wake_ns +
+//! wake_per_idle x idle` to a transfer whose receiving core (for a collective, any member's) ran no
+//! compute for `idle` before the transfer began; the profile's transfer latency is the back-to-back
+//! one.
 
 /// The extra time of a transfer into a core that idled (from a profile).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]

@@ -132,12 +132,12 @@ pub struct Profile {
     pub gemm_operand_cache_bytes: Option<Param>,
     /// `gemm.pack_bytes_per_s` / `gemm.cold_ramp_ns`: every product packs its A and B at
     /// `pack_bytes_per_s`, cached or not, and a call whose operands are not cached pays
-    /// `cold_ramp_ns` beyond `gemm.ramp_ns` (host profiles from session 17 on). Both or
+    /// `cold_ramp_ns` beyond `gemm.ramp_ns` (current host profiles). Both or
     /// neither, and only with the two operand keys; absent: the load rate carries the packing.
     pub gemm_pack_bytes_per_s: Option<Param>,
     pub gemm_cold_ramp_ns: Option<Param>,
     /// `gemm.shape_factors`: the calibration's measured ratio to the curve per timed shape
-    /// (host profiles from session 18 on; see `cost::shape_factors`); empty: none.
+    /// (current host profiles; see `cost::shape_factors`); empty: none.
     pub gemm_shape_factors: Vec<crate::cost::shape_factors::ShapeFactor>,
     /// Achieved fraction of HBM bandwidth for streaming (memory-bound) kernels. Derived as
     /// `memory_bandwidth_bytes_per_s / hbm_bandwidth_bytes_per_s` (no interval) when the file
@@ -176,8 +176,8 @@ pub struct Profile {
     /// Per-rank checkpoint write bandwidth; absent means
     /// [`crate::cost::DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S`].
     pub checkpoint_bandwidth_bytes_per_s: Option<Param>,
-    /// Rate at which an `Alloc` op allocates and touches its bytes (host profiles before
-    /// session 12, when the host backend wrote every byte of every Alloc); absent means an
+    /// Rate at which an `Alloc` op allocates and touches its bytes (older host profiles, of a
+    /// backend that wrote every byte of every Alloc); absent means an
     /// allocation's time does not grow with its bytes (a caching allocator).
     pub memory_alloc_bytes_per_s: Option<Param>,
     /// `memory.alloc_fixed_ns`: fixed time of each `Alloc` of a step buffer (the host

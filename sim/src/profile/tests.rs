@@ -543,7 +543,7 @@ fn alloc_fixed_cost_and_op_overhead_price_the_runtimes_own_work() {
     );
     // Model state is allocated once per run: only the op overhead.
     assert_eq!(with.alloc_ns(MemCategory::Weights, 1_000_000), 700);
-    // A fixed cost alone (a caching allocator: the host profiles since session 12) prices
+    // A fixed cost alone (a caching allocator, as the host backend's is) prices
     // every step buffer the same, whatever its bytes.
     let fixed_only = parse_str(
         &text.replacen(

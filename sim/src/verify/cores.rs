@@ -3,9 +3,9 @@
 //! cores`) a step is as long as its busiest core's ops plus the holes between them, and the
 //! holes are where the host model is known to fall short: a measured `tp-pp.toml` step left
 //! each core idle about 1.2 ms of 8 ms in holes of 3-60 µs (a thread woken late, a hand-off
-//! between threads), the prediction about 0.3 ms (docs/validation-history.md, sessions 19 and 20).
-//! `twin verify` prints both sides, so that a step-time error on shared cores can be told
-//! apart from ops priced wrong.
+//! between threads), the prediction about 0.3 ms (docs/journal/2026-11-validation-history.md,
+//! 2026-11-24). `twin verify` prints both sides, so that a step-time error on shared cores can be
+//! told apart from ops priced wrong.
 
 use super::steps::median;
 use crate::plan::Plan;

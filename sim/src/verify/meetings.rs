@@ -3,9 +3,9 @@
 //! `tp-pp.toml` each core holds a member of both tensor-parallel groups. Both groups' threads
 //! then poll for peers whose cores the other group's poller holds, and a call that meets
 //! another costs far more than fair sharing of the core would. Measured (sets 212-216,
-//! docs/validation.md, session 21): 17 of 136 TP calls a step met one, at 107 µs each against
-//! 34 µs for a call alone; the prediction's timeline never has them meet. `twin verify`
-//! reports both sides, so that an exposed-communication error on shared cores can be told
+//! docs/journal/2026-11-25-host-verify.md, 2026-11-24): 17 of 136 TP calls a step met one, at 107
+//! µs each against 34 µs for a call alone; the prediction's timeline never has them meet. `twin
+//! verify` reports both sides, so that an exposed-communication error on shared cores can be told
 //! apart from a collective priced wrong.
 
 use crate::plan::Plan;

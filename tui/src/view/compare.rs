@@ -28,7 +28,7 @@ pub struct OpError {
 /// difference of own time ([`crate::timeline::Span::own_ns`]; ties by rank and op, so the
 /// order is deterministic). On shared cores a predicted op runs stretched beside the
 /// transfers that take its core, where the runtime runs it whole between them: spans would
-/// compare the sharing, not the op (as `twin verify`'s op table, session 22).
+/// compare the sharing, not the op (as `twin verify`'s op table does).
 pub fn biggest_errors(predicted: &Timeline, measured: &Timeline, n: usize) -> Vec<OpError> {
     let mut out = Vec::new();
     for m in &measured.rows {

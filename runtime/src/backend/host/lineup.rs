@@ -2,15 +2,15 @@
 //! whichever thread made it ready, and not when its own stream thread next gets to run.
 //!
 //! The turns give each core's compute ops the order in which they took their tickets. A stream
-//! thread used to take its op's ticket itself, after it woke from waiting for the op's inputs.
-//! On a shared core that wake-up waits for the scheduler: in `tp-pp.toml` a compute op whose
+//! thread that took its op's ticket itself, after it woke from waiting for the op's inputs,
+//! would wait for the scheduler on a shared core: in `tp-pp.toml` such a compute op whose
 //! collective had ended waited a median 91 µs (p90 248 µs) to be issued, while the other
 //! rank on its core ran a GEMM and its collectives, and that rank's later-ready op took the
-//! core first (the trace's `issued_ns`; docs/validation-history.md, session 14). The simulator's turns
-//! serve ops in the order they became ready (`twin_sim::engine::turns`), as a GPU's scheduler
-//! would see them. Now the thread that completes an op takes the ticket, before it wakes
-//! anyone, for every stream's next compute op that the completion makes ready (with nothing
-//! but ready allocations and frees before it); the stream thread then waits on that ticket.
+//! core first (the trace's `issued_ns`; docs/journal/2026-11-validation-history.md, 2026-11-24).
+//! The simulator's turns serve ops in the order they became ready (`twin_sim::engine::turns`),
+//! as a GPU's scheduler would see them. So the thread that completes an op takes the ticket,
+//! before it wakes anyone, for every stream's next compute op that the completion makes ready (with
+//! nothing but ready allocations and frees before it); the stream thread then waits on that ticket.
 //!
 //! Each stream's [`Line`] records the one op a ticket was taken for, under its lock, so an op
 //! gets exactly one ticket whichever thread takes it: a ticket never waited on would stop the

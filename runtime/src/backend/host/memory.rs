@@ -4,10 +4,10 @@
 //! `Vec<u8>` of the planned size and writes every byte so its pages are resident. Every step
 //! after the first allocates the same sizes, so it runs on memory it already holds.
 //!
-//! The backend used to take fresh memory for every Alloc. Its page faults (and the kernel's work
-//! behind them) were the host's own cost, not the schedule's: the compute op after a fresh
-//! 529 KiB allocation ran 10% longer (`calibration/examples/step_probe.rs`,
-//! docs/validation-history.md, session 12).
+//! Fresh memory for every Alloc would cost page faults (and the kernel's work behind them),
+//! the host's own cost, not the schedule's: the compute op after a fresh 529 KiB allocation
+//! ran 10% longer (`calibration/examples/step_probe.rs`,
+//! docs/journal/2026-11-validation-history.md, 2026-11-23).
 //!
 //! The peak is taken from what is actually held, when it is held (measured order across
 //! streams, not program order); buffers kept for reuse are not held.
@@ -147,8 +147,8 @@ impl Held {
 }
 
 /// A new buffer of `len` bytes with every page resident: writing every byte makes it so (a
-/// lazily mapped zero page is not). What an Alloc with no kept buffer of its size takes (and,
-/// until session 12, every Alloc: the probes in `calibration/examples` compare the two).
+/// lazily mapped zero page is not). What an Alloc with no kept buffer of its size takes (the
+/// probes in `calibration/examples` compare this with a kept buffer).
 pub fn fresh(len: usize) -> Result<Vec<u8>, String> {
     let mut buf: Vec<u8> = Vec::new();
     buf.try_reserve_exact(len)

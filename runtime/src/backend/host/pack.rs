@@ -3,8 +3,8 @@
 //! depends on everything else the process holds. With mimalloc, the `twin` binary's allocator,
 //! that cost `pp-wide.toml`'s forward ops about 10% in the runtime: a one-rank run's forward
 //! ops took 850-874 µs, and 755-793 with the buffer served from one pre-touched arena per
-//! thread (five interleaved pairs; docs/validation-history.md, session 17). A probe linked with
-//! mimalloc ran the same GEMMs 5-9% slower than one on the system allocator.
+//! thread (five interleaved pairs; docs/journal/2026-11-validation-history.md, 2026-11-24). A probe
+//! linked with mimalloc ran the same GEMMs 5-9% slower than one on the system allocator.
 //!
 //! While [`with_arena`] runs, the calling thread's allocations of [`MIN_BYTES`] or more are
 //! served from that thread's arena, one at a time, if the `twin` binary's global allocator asks

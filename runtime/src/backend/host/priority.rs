@@ -11,8 +11,8 @@
 //! any priority takes the core. A `tp-pp.toml` rank's tensor-parallel thread, woken when its
 //! forward op ended, then waited behind the other rank's GEMM: 35-84 µs a step per rank of
 //! "runnable without a core" before it even issued its collective, up to 4 ms in one wait,
-//! and the two groups' collectives met on the cores where they would not have (docs/
-//! validation.md, session 21). So communication threads also ask for a short slice
+//! and the two groups' collectives met on the cores where they would not have (docs/journal/
+//! 2026-11-25-host-verify.md, 2026-11-24). So communication threads also ask for a short slice
 //! ([`prefer_wakeup`]), which since Linux 6.12 lets them preempt at wake-up.
 
 /// The nice value of compute stream threads (others stay at the process's, 0 by default). The

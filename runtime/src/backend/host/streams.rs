@@ -3,10 +3,11 @@
 //! thread runs its ops in order and leaves their timings in the step's [`Gather`]; the last
 //! thread to finish wakes the backend, once.
 //!
-//! The backend used to spawn a scoped thread per stream at every step. A fresh thread is an
-//! artifact no GPU has: the spawn itself (about 50 µs on the development VM), a first op that
-//! ran cold, and a fresh place in the scheduler for each of up to twenty threads on two cores
-//! (`dp-pp-zero.toml`) at every step start (docs/validation-history.md, session 12).
+//! Stream threads live as long as the backend, not one step. A fresh thread per stream and
+//! step would be an artifact no GPU has: the spawn itself (about 50 µs on the development VM), a
+//! first op that ran cold, and a fresh place in the scheduler for each of up to twenty threads
+//! on two cores (`dp-pp-zero.toml`) at every step start
+//! (docs/journal/2026-11-validation-history.md, 2026-11-23).
 
 use super::step::NONE;
 use super::{priority, Job};
@@ -32,7 +33,7 @@ struct Task {
 /// Where a step's stream threads leave their timings. Only the last thread to finish wakes
 /// the backend's thread: a reply per stream woke it mid-step, and on a core shared with the
 /// compute thread each wake-up took that core for 8-10 µs, two to three times a step
-/// (`perf sched` of `pp.toml`, docs/validation-history.md, session 15).
+/// (`perf sched` of `pp.toml`, docs/journal/2026-11-validation-history.md, 2026-11-24).
 #[derive(Default)]
 struct Gather {
     timings: Mutex<Vec<OpTiming>>,
@@ -235,9 +236,10 @@ impl Job {
             // line now, before the end wakes anyone and before this op's turn passes on: the
             // woken threads (a send, another rank's receive and then its compute thread) took
             // the core first, and another rank's op that became ready later took its ticket
-            // first and ran ahead (docs/validation-history.md, sessions 12 and 14). Released first, the
-            // turn woke the other rank's compute thread, which kept the core for its whole op
-            // while this thread still had its next ticket to take (session 15).
+            // first and ran ahead (docs/journal/2026-11-validation-history.md, 2026-11-23 and
+            // 2026-11-24). Released first, the turn woke the other rank's compute thread, which
+            // kept the core for its whole op while this thread still had its next ticket to take
+            // (`perf sched` of `pp.toml`, same journal, 2026-11-24).
             if let (Ok(_), Some(t)) = (&result, &self.shared.turns) {
                 self.line_up(t, q.index);
             }
@@ -262,7 +264,7 @@ impl Job {
                     // dependent op, a receiver whose data arrived meanwhile) run now, as a
                     // GPU's streams run side by side: a busy compute thread would otherwise keep
                     // the core until it blocks, and a send would wait for the ops after the
-                    // one it depends on (docs/validation-history.md, session 5).
+                    // one it depends on (docs/journal/2026-11-validation-history.md, 2026-11-23).
                     std::thread::yield_now();
                 }
                 Err(e) => {

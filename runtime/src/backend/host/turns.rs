@@ -3,10 +3,10 @@
 //! must choose between their compute ops, and the kernel's scheduler chose by its own account
 //! of each thread's past service: the same `tp-pp.toml` run settled into steps of 17 ms or of
 //! 21 ms depending on the launch, and a rank's optimizer waited behind two GEMMs of the other
-//! rank although it had been ready first (docs/validation-history.md, session 8). Here each core has
-//! a ticket lock in memory shared by the ranks' processes: a compute op takes a ticket when its
-//! deps are done and runs when its number is served, so the order is the one the simulator's
-//! host model gives (`twin_sim::engine`, "turns"), whatever the scheduler's history.
+//! rank although it had been ready first (docs/journal/2026-11-validation-history.md, 2026-11-23).
+//! Here each core has a ticket lock in memory shared by the ranks' processes: a compute op takes a
+//! ticket when its deps are done and runs when its number is served, so the order is the one the
+//! simulator's host model gives (`twin_sim::engine`, "turns"), whatever the scheduler's history.
 //!
 //! The launcher creates the shared memory (an anonymous `memfd`, one slot per rank: a rank
 //! uses the slot of its core) and passes its descriptor in [`TURNS_FD_VAR`]. A rank started

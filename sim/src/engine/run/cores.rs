@@ -111,8 +111,8 @@ impl<S: Slots> State<S> {
     /// it and, when that work is done, its thread must wake and get the core back, as a thread
     /// handed an op by another does (`handoff_ns`). The runtime's traces of `tp-pp.toml` show
     /// a core idle 5-9 µs between another thread's op and a compute op, 20-30 times a step
-    /// (docs/validation-history.md, session 19). The op's remaining work grows by the hand-off, once
-    /// per core.
+    /// (docs/journal/2026-11-validation-history.md, 2026-11-24). The op's remaining work grows by
+    /// the hand-off, once per core.
     fn switch_cost(&mut self, cpus: &[u32]) {
         let (Some(turns), Some(f)) = (self.turns.as_ref(), self.flows.as_mut()) else {
             return;
@@ -136,7 +136,8 @@ impl<S: Slots> State<S> {
     /// threads already waiting). It begins a hand-off later: the thread that runs it was
     /// asleep on its turn and must wake and get the core, as a thread released by another of
     /// its rank's threads does (`handoff_ns`; the runtime's traces show 5-6 µs between one
-    /// rank's op and the next rank's on a core, docs/validation-history.md, session 19).
+    /// rank's op and the next rank's on a core, docs/journal/2026-11-validation-history.md,
+    /// 2026-11-24).
     pub(super) fn pass_turn(&mut self, ctx: &Ctx, rank: u32) {
         let core = self.core_of(ctx, rank);
         if let Some((next, slot, s)) = self.turns.as_mut().and_then(|t| t.release(core)) {
