@@ -12,6 +12,7 @@
 //! `--reproducible` zeroes `sim_wall_s`, the one field that varies run to run; traces carry no
 //! wall-clock field. `TWIN_BLESS=1 cargo test --test golden` rewrites the set after an
 //! intended change (and removes goldens of scenarios that no longer exist).
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};

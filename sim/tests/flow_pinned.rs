@@ -6,6 +6,7 @@
 //! were checked byte-identical (apart from wall time) to those of the code before it with the
 //! same cost model. Session 4 recomputed them once more when batched GEMM calls started to pay
 //! the ramp once per call (and the A100 curve was refitted to that).
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::path::Path;
 use twin_sim::scenario::load;
