@@ -1,5 +1,6 @@
 //! End to end: `twin calibrate` on the host backend (hidden --tiny sample count), the
 //! nccl-tests import, and `--backend cuda` on a machine without a GPU.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 mod common;
 use common::twin_env as twin;

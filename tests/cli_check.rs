@@ -1,6 +1,7 @@
 //! End-to-end tests of `twin check` and `twin diff`: exit codes (0 pass, 1 fail, 2 bad
 //! input), every output format (text, JSON, markdown, JUnit XML checked structurally), the
 //! baseline regression gate and `--expect`, on the bundled scenarios/checks/*.toml.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::path::PathBuf;
 use std::process::Output;

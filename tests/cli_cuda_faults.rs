@@ -3,6 +3,7 @@
 //! reload as `--backend cuda`, on a device that keeps its state buffers in host memory. A
 //! recovered run ends with the state of an uninterrupted one, which is also the host
 //! backend's; flags that cannot take effect are refused.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use serde_json::Value;
 use std::path::PathBuf;

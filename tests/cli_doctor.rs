@@ -1,6 +1,7 @@
 //! End-to-end tests of `twin doctor`: the real binary, as a user or a CI job runs it. On a
 //! machine without a CUDA driver (CI, the dev machine) it must say what is missing and where
 //! it searched, and exit 3; with a driver and a GPU it exits 0 and lists the GPU.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_runtime::backend::cuda::discover::{CudaLib, Discovery, SearchEnv};
 

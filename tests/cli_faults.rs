@@ -1,6 +1,7 @@
 //! End-to-end tests of `twin simulate`'s horizon mode: the bundled faults scenario reports
 //! goodput and ETTR (text and top-level JSON), byte-identically for a seed, and a bad
 //! `--horizon` is a usage error.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 mod common;
 use common::twin;

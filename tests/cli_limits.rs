@@ -4,6 +4,7 @@
 //! at the next start), a closed stdout ends any command quietly, a stopped rank is the rank
 //! named, a `--resume` that restored nothing says so, and `--inject` / `--master-port` values
 //! that cannot work are refused.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

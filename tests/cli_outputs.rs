@@ -1,5 +1,6 @@
 //! Every command that writes a file checks its output flag before its work: a calibration or a
 //! real run whose `-o` names a missing directory must not spend minutes and then fail.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 mod common;
 use common::{scratch_dir, twin};

@@ -3,6 +3,7 @@
 //! model state as an uninterrupted one (nothing lost, nothing applied twice), sync and async
 //! checkpoints agree, a damaged or torn checkpoint is never loaded, and bad `--inject` specs
 //! are refused with the allowed forms.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,7 @@
 //! the built `twin` binary on loopback. They check the measured report's fields, trace parity
 //! with the schedule and with the simulator's trace, and failures: a SIGKILLed, hung or
 //! corrupting rank, bad bootstrap environment, and the CUDA backend without a GPU.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,5 +1,6 @@
 //! End-to-end tests of `twin simulate` and `twin bench`: they run the real binary the way a
 //! user or a CI job does and check what it prints, writes and exits with.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::path::PathBuf;
 use std::process::Output;

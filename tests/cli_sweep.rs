@@ -2,6 +2,7 @@
 //! JSON output, shards that merge back into the whole sweep, bad input, and the acceptance
 //! check that `--search` on the 512-GPU scenario finds a layout at least as fast as the
 //! bundled one whose collapsed figures match a full (uncollapsed) simulation.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::path::PathBuf;
 use std::process::Output;

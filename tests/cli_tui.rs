@@ -1,5 +1,6 @@
 //! End-to-end tests of `twin tui`: the real binary in a real terminal (tmux), driven by keys
 //! as a user would, and its refusal to draw into a pipe.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,5 +1,6 @@
 //! End-to-end tests of `twin validate` and `twin simulate --profile`: the real binary, as a
 //! user runs it.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 mod common;
 use common::twin;

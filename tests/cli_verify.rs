@@ -1,6 +1,7 @@
 //! End-to-end tests of `twin verify` on a small host scenario: the JSON fields the issue fixes,
 //! the trace directory, and the exit code when a threshold is exceeded. Each run launches real
 //! worker processes and finishes in about a second in a debug build.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use serde_json::Value;
 use std::path::PathBuf;

@@ -2,6 +2,7 @@
 //! the runtime's code paths, every fit succeeds, and the written profile loads with twin's
 //! profile loader (with the host-only keys removed, as the current loader does not know them
 //! yet) and describes the fitted values.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_calibration::bench::{Mode, Silent};
 use twin_calibration::write::without_host_keys;

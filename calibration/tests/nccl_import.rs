@@ -1,6 +1,7 @@
 //! nccl-tests import on the sample logs of tests/data (see its README): parsing of the header,
 //! rank lines and rows; the alpha-beta fit reproduces each log's busbw; the written profile
 //! loads with twin's profile loader.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_calibration::nccl_tests::{parse, ParseError, Test, Tier};
 

@@ -2,6 +2,7 @@
 //! returns the clear "no CUDA driver found (searched: ...)" error instead of panicking; with
 //! one (TWIN_GPU_TESTS=1), the real checks in gpu.rs run.
 #![cfg(feature = "cuda")]
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_runtime::backend::cuda::discover::{CudaLib, Discovery, SearchEnv};
 use twin_runtime::backend::cuda::{

@@ -2,6 +2,7 @@
 //! pure function of the program, and schedule peak plus workspaces against the GPU's usable
 //! bytes decides the edges measured on an H200 (29 layers ran, 30 ran out of memory) and on
 //! an H100 (docs/measurements/2026-11-28-h200-memory-edge.md).
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::path::PathBuf;
 use twin_runtime::backend::cuda::footprint::{

@@ -1,5 +1,6 @@
 //! Real-GPU checks, run only with TWIN_GPU_TESTS=1 on a machine with an NVIDIA GPU.
 #![cfg(feature = "cuda")]
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_runtime::backend::cuda::{
     doctor, dtype::GemmDtype, gemm_sweep, run_scenario_single_gpu, run_single_gpu, CudaOptions,

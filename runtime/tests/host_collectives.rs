@@ -2,6 +2,7 @@
 //! sockets between ranks on one host, TCP where asked): every collective kind on whole and partial groups (in ring orders that differ
 //! from rank order), p2p rings, and whole generated schedules (tp, pp, dp, ZeRO, cp, ep)
 //! whose every transfer and collective is checked against known data by the backend.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::sync::Arc;
 use std::time::Duration;

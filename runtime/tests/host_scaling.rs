@@ -4,6 +4,7 @@
 //! bytes makes its measured time grow. Each size is measured over repeated runs and the
 //! fastest kept, to damp noise from other processes; the band is wide on purpose (2.5-6x),
 //! since a shared CI machine can stall any single measurement.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@ use twin_sim::plan::Plan;
 use twin_sim::scenario::*;
 use twin_sim::schedule::*;
 
-fn main() {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let get = |i: usize, d: u32| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
     let mut s =
@@ -17,9 +17,9 @@ fn main() {
     };
     s.training.grad_bucket_bytes = 1 << 20;
     s.model.layers = 4 * s.parallel.pp;
-    let plan = Plan::new(&s).unwrap();
+    let plan = Plan::new(&s)?;
     let sizes = UniformSizes::new(&s);
-    let sched = generate_with(&s, &plan, &sizes, 0).unwrap();
+    let sched = generate_with(&s, &plan, &sizes, 0)?;
     for p in &sched.programs {
         println!("== stage {} ({} ops)", p.stage, p.ops.len());
         for (i, op) in p.ops.iter().enumerate() {
@@ -32,4 +32,5 @@ fn main() {
         }
     }
     println!("{:?}", sched.validate(&plan));
+    Ok(())
 }

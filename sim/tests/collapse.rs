@@ -2,6 +2,7 @@
 //! configurations (pipeline schedules, tp/cp/ep/dp, ZeRO, MoE, recompute, node sizes) the
 //! collapsed run must give the same step time, per-rank busy/exposed/idle times, FLOPs and
 //! memory, hence the same report apart from the event count and wall time.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use proptest::prelude::*;
 use std::path::Path;

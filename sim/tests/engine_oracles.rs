@@ -4,6 +4,7 @@
 //! With free communication and uniform stages, GPipe and 1F1B idle every stage for
 //! (p-1)(f+b) of a step of (m+p-1)(f+b), so the bubble fraction is (p-1)/(m+p-1); interleaving
 //! over v chunks cuts the bubble time to (p-1)(f+b)/v, i.e. (p-1)/(v*m) of the ideal step.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use proptest::prelude::*;
 use twin_sim::cost::{Analytic, CostModel};

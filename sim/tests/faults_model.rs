@@ -1,6 +1,7 @@
 //! Horizon-mode acceptance: the interval sweep's optimum against Daly's formula and the
 //! overhead curve against the first-order model (two operating points), the published
 //! failure rate's job MTTF, determinism, and located errors for bad `[faults]` input.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::faults::{
     daly_interval, first_order_overhead, monte_carlo, sweep_intervals, Distribution, Model,

@@ -1,5 +1,7 @@
 //! The `[faults]` section: parsed with defaults, located errors for bad values, no panics on
 //! odd input, and the bundled 512-GPU faults scenario resolves.
+#![cfg(test)]
+// helpers too are test code, for clippy.toml's allow-*-in-tests
 
 // ScenarioError is large by design (see scenario/mod.rs).
 #![allow(clippy::result_large_err)]

@@ -2,6 +2,7 @@
 //! the rail-optimized fabric it must run collapsed and give exactly the full run's step time
 //! and every rank's statistics; on the 4:1 fat-tree, whose leaf uplinks carry every rail, it
 //! must fall back to simulating every rank.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::path::Path;
 use twin_sim::scenario::load;

@@ -1,5 +1,6 @@
 //! The flow-level network model end to end: scenario keys, a topology comparison on a
 //! data-parallel-heavy job, and byte-identical reports.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::scenario::*;
 use twin_sim::testing::small_scenario;

@@ -6,6 +6,7 @@
 //! were checked byte-identical (apart from wall time) to those of the code before it with the
 //! same cost model. They are recomputed whenever the cost model changes on purpose (as when
 //! batched GEMM calls came to pay the ramp once per call, with the A100 curve refitted).
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::path::Path;
 use twin_sim::scenario::load;

@@ -17,6 +17,7 @@
 //! inputs come from a fixed seed. CI runs [`PIPELINE_CASES`] of them; `TWIN_FUZZ_CASES=10000
 //! cargo test --release -p twin-sim --test fuzz_scenario mutated_scenarios_run_bounded --
 //! --nocapture` runs more and prints the slowest and largest.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use proptest::prelude::*;
 use proptest::sample::select;

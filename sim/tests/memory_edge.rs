@@ -3,6 +3,7 @@
 //! an H200 and an H100 (docs/measurements/2026-11-28-h200-memory-edge.md). The schedule's peak
 //! is what a framework job holds; twin's own CUDA runtime adds its workspaces on top, and
 //! `twin_runtime::backend::cuda::footprint` tests that edge.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::path::PathBuf;
 use twin_sim::report::Report;

@@ -3,6 +3,7 @@
 //! generated, the engine runs it, and the test reads the live bytes per category at each
 //! rank's peak ([`RankStats::memory_at_peak`]). The only numbers written here are the
 //! published ones (and the model shapes that the sources state).
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::engine::{simulate, RankStats, SimOptions, SimResult};
 use twin_sim::plan::Plan;

@@ -3,6 +3,7 @@
 //! allocation is freed by the end of the step; the framework reserve and allocator slack of
 //! `[memory]` show up in category reserved; offload moves state to host memory; recompute
 //! holds its re-materialised layer; and the verdict names the first op that crosses HBM.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use proptest::prelude::*;
 use twin_sim::engine::{simulate, SimOptions, SimResult};

@@ -1,5 +1,6 @@
 //! One test per invalid-input path: each checks that the error names the file, the line and
 //! column, the key, the value and what is allowed.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::scenario::*;
 

@@ -1,5 +1,6 @@
 //! The bundled scenarios, presets, Hugging Face import and the `to_toml` round trip.
 #![allow(clippy::result_large_err)]
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::path::{Path, PathBuf};
 use twin_sim::plan::Plan;

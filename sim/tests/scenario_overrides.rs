@@ -1,6 +1,7 @@
 //! `--set key=value` overrides: TOML values and bare words, order, new tables, the same
 //! validation as the file, and errors that name the override.
 #![allow(clippy::result_large_err)]
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::scenario::*;
 

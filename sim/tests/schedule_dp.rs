@@ -1,6 +1,7 @@
 //! Data-parallel traffic of generated schedules: overlapped buckets, compression, async and
 //! delayed sync, ZeRO-1/2 parameter gathers, ZeRO-3/FSDP per-pass gathers and scatters,
 //! expert-parallel gradient groups.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::scenario::*;
 use twin_sim::schedule::*;

@@ -1,6 +1,7 @@
 //! Properties of the schedule generators: every generated schedule over thousands of random
 //! small configurations validates (and is deterministic), and activation memory along each
 //! stage's program matches what each pipeline schedule promises.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use proptest::prelude::*;
 use twin_sim::plan::Plan;

@@ -1,6 +1,7 @@
 //! The validator catches hand-broken schedules (missing receive, mismatched tag or bytes,
 //! collective order swapped, dependency cycle, deadlock, backward before forward, leaked
 //! allocation) with a message that names the rank and the op.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::plan::Plan;
 use twin_sim::scenario::*;

@@ -1,5 +1,6 @@
 //! Whole published runs (data/validation/throughput.toml): the model, fitted only on
 //! per-layer timings, predicts every published figure; these runs are held out of the fit.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::validate::{parse_table, validate_table};
 
