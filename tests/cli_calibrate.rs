@@ -128,9 +128,9 @@ fn shape_factors_price_each_timed_shape_at_its_measured_time(
         }
         let dim = |k: &str| g[k].as_u64().unwrap();
         let shape = twin_sim::schedule::Gemm::single(dim("m"), dim("n"), dim("k"), 1);
-        let cold = cache > 0 && twin_sim::cost::gemm_working_set_bytes(&shape, 4) > cache;
+        let cold = cache > 0 && shape.working_set_bytes(4) > cache;
         let load_s = if cold {
-            curve.cold_s(twin_sim::cost::gemm_operand_bytes(&shape, 4))
+            curve.cold_s(shape.operand_bytes(4))
         } else {
             0.0
         };

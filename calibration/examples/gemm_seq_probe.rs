@@ -95,10 +95,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             median(&mut v)
         };
         let compute = cost.gemm.gemm_s(&g, elem, peak, hbm) * 1e6;
-        let load = cost
-            .gemm
-            .cold_s(twin_sim::cost::gemm_operand_bytes(&g, elem))
-            * 1e6;
+        let load = cost.gemm.cold_s(g.operand_bytes(elem)) * 1e6;
         let seq = median(&mut in_seq[j]);
         for (acc, x) in sums.iter_mut().zip([seq, warm, evicted, compute, load]) {
             *acc += x;

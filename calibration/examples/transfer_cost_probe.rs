@@ -27,7 +27,7 @@ const UNIT: u64 = 256;
 /// so the worker keeps the core's caches full of its own data as a GEMM does.
 fn worker(core: u32, count: &AtomicU64, stop: &AtomicBool) {
     twin_runtime::launch::affinity::pin_rank(core);
-    twin_runtime::backend::host::priority::lower_priority(twin_sim::cost::HOST_COMPUTE_NICE);
+    twin_runtime::backend::host::priority::lower_priority(twin_sim::host_backend::COMPUTE_NICE);
     let bytes: usize = std::env::var("PROBE_WORKER_BYTES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -334,10 +334,10 @@ fn sim_shape_factors(f: &HostFits, profile: &Profile) -> Vec<ShapeFactor> {
         .iter()
         .filter_map(|sf| {
             let g = Gemm::single(sf.m, sf.n, sf.k, 1);
-            let cold = cache > 0 && twin_sim::cost::gemm_working_set_bytes(&g, 4) > cache;
+            let cold = cache > 0 && g.working_set_bytes(4) > cache;
             let fit_ns = crate::host::gemm_predict_ns(&f.gemm, sf.m, sf.n, sf.k, 1, cold);
             let load_s = if cold {
-                curve.cold_s(twin_sim::cost::gemm_operand_bytes(&g, 4))
+                curve.cold_s(g.operand_bytes(4))
             } else {
                 0.0
             };

@@ -6,7 +6,7 @@
 //! [--release-pool]` (default scenario: scenarios/gpu/llama3-8b-1gpu.toml; `--release-pool`
 //! trims the allocator pool after every step, to measure what mapping memory costs).
 
-use twin_runtime::backend::cuda::single::Comparison;
+use twin_runtime::backend::cuda::single::{Comparison, Predicted};
 use twin_runtime::backend::cuda::{
     doctor, dtype::GemmDtype, gemm_sweep, run_scenario_single_gpu, CudaOptions,
 };
@@ -214,7 +214,27 @@ fn main() {
     if !a.keep_pool {
         println!("  (--release-pool: the allocator pool is trimmed after every step)");
     }
-    match run_scenario_single_gpu(&scenario, a.steps, options) {
+    // The simulator's prediction of the same scenario, with a trace (per-op times).
+    let opts = twin_sim::PredictOptions {
+        trace: true,
+        reproducible: true,
+        ..twin_sim::PredictOptions::default()
+    };
+    let p = match twin_sim::predict(&scenario, &opts) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("  prediction failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    let predicted = Predicted {
+        scenario: &p.staged.scenario,
+        plan: &p.staged.plan,
+        schedule: &p.staged.schedule,
+        result: &p.result,
+        report: &p.report,
+    };
+    match run_scenario_single_gpu(&predicted, a.steps, options) {
         Ok(r) => {
             print_comparison(&r.comparison);
             let ops = r.run.events.len();

@@ -13,6 +13,8 @@ pub mod error;
 pub mod exec;
 pub mod launch;
 pub mod microbench;
+#[cfg(test)]
+mod testkit;
 pub mod transport;
 
 pub use backend::{Backend, MemoryReport, OpContext, OpTiming};

@@ -24,10 +24,13 @@ fn scenario(gpu: &str, layers: u32) -> Scenario {
     .unwrap()
 }
 
+/// The fit as `twin run --backend cuda` checks it: the simulator's schedule peak of every rank,
+/// then the runtime's workspaces.
 fn fit(gpu: &str, layers: u32) -> DeviceFit {
     let s = scenario(gpu, layers);
-    let staged = Staged::new(&s).unwrap();
-    DeviceFit::predict(&s, &staged.schedule, false).unwrap()
+    let p = twin_sim::predict(&s, &twin_sim::PredictOptions::default()).unwrap();
+    let peaks = p.result.ranks.iter().map(|r| r.peak_memory_bytes);
+    DeviceFit::of(&s, &p.staged.schedule, peaks, false)
 }
 
 #[test]

@@ -2,11 +2,14 @@
 #![cfg(feature = "cuda")]
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
+use twin_runtime::backend::cuda::single::Predicted;
 use twin_runtime::backend::cuda::{
     doctor, dtype::GemmDtype, gemm_sweep, run_scenario_single_gpu, run_single_gpu, CudaOptions,
     Item,
 };
+use twin_sim::scenario::Scenario;
 use twin_sim::schedule::{Gemm, OpKind, Stream};
+use twin_sim::{PredictOptions, Prediction};
 
 fn enabled() -> bool {
     let on = std::env::var("TWIN_GPU_TESTS").is_ok_and(|v| v == "1");
@@ -14,6 +17,26 @@ fn enabled() -> bool {
         eprintln!("note: GPU test skipped; set TWIN_GPU_TESTS=1 on a GPU machine to run it");
     }
     on
+}
+
+/// The simulator's prediction of `s` with a trace, as the caller of the single-GPU run makes it.
+fn predict_with_trace(s: &Scenario) -> Prediction {
+    let opts = PredictOptions {
+        trace: true,
+        reproducible: true,
+        ..PredictOptions::default()
+    };
+    twin_sim::predict(s, &opts).unwrap()
+}
+
+fn predicted(p: &Prediction) -> Predicted<'_> {
+    Predicted {
+        scenario: &p.staged.scenario,
+        plan: &p.staged.plan,
+        schedule: &p.staged.schedule,
+        result: &p.result,
+        report: &p.report,
+    }
 }
 
 #[test]
@@ -116,7 +139,8 @@ fn generated_single_gpu_schedule_runs_and_the_pool_keeps_its_memory() {
         });
     // Two layers keep the test short; the example runs the whole scenario.
     let s = twin_sim::scenario::load(&path, &["model.layers=2".to_string()]).unwrap();
-    let r = run_scenario_single_gpu(&s, 3, CudaOptions::default()).unwrap();
+    let p = predict_with_trace(&s);
+    let r = run_scenario_single_gpu(&predicted(&p), 3, CudaOptions::default()).unwrap();
     let c = &r.comparison;
     assert_eq!(c.measured_step_times_ns.len(), 3);
     assert!(c.measured_step_time_ns > 0 && c.predicted_step_time_ns > 0);
@@ -144,7 +168,8 @@ fn multi_gpu_scenarios_are_refused_before_device_work() {
         return;
     }
     let s = twin_sim::testing::small_scenario(2, 2, 2, 4);
-    let e = run_scenario_single_gpu(&s, 1, CudaOptions::default())
+    let p = predict_with_trace(&s);
+    let e = run_scenario_single_gpu(&predicted(&p), 1, CudaOptions::default())
         .err()
         .unwrap()
         .to_string();

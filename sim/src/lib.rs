@@ -7,6 +7,8 @@ pub mod check;
 pub mod cost;
 pub mod engine;
 pub mod faults;
+pub mod host_backend;
+pub mod outcome;
 pub mod plan;
 pub mod profile;
 pub mod report;

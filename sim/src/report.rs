@@ -3,8 +3,7 @@
 //! communication fractions, per-stage peak memory with its breakdown, and a fits / out of
 //! memory verdict. The JSON field names are a stable interface for scripts and CI.
 
-use crate::cost::peak_for;
-use crate::engine::{RankStats, SimResult};
+use crate::outcome::{RankStats, SimResult};
 use crate::plan::Plan;
 use crate::scenario::{Precision, Scenario};
 use crate::schedule::{MemCategory, Schedule};
@@ -195,7 +194,11 @@ impl Summary {
         let per_gpu = |f: f64| ratio(f / f64::from(world), step_s);
         let model_per_gpu = per_gpu(model_flops);
         let hw_per_gpu = per_gpu(hw_flops);
-        let peak = peak_for(&scenario.cluster.gpu.peak, scenario.training.precision);
+        let peak = scenario
+            .cluster
+            .gpu
+            .peak
+            .for_precision(scenario.training.precision);
         let usable = scenario.cluster.gpu.usable_bytes();
         // The first rank with the highest peak.
         let mut worst: Option<(usize, u64)> = None;

@@ -519,11 +519,14 @@ fn check_gpus(world: u32) -> anyhow::Result<()> {
 /// bytes, before any device memory is touched (docs/memory.md, "Device memory of a run").
 fn check_fits_device(scenario: &Scenario, staged: &Staged) -> anyhow::Result<()> {
     use twin_runtime::backend::cuda::{footprint::DeviceFit, CudaOptions};
-    let fit = DeviceFit::predict(
+    let prediction = twin_sim::predict(scenario, &twin_sim::PredictOptions::default())?;
+    let peaks = prediction.result.ranks.iter().map(|r| r.peak_memory_bytes);
+    let fit = DeviceFit::of(
         scenario,
         &staged.schedule,
+        peaks,
         CudaOptions::default().allow_tf32,
-    )?;
+    );
     fit.check()?;
     Ok(())
 }

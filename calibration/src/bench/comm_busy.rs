@@ -70,7 +70,7 @@ pub fn measurement_count(cfg: &Config, cores: u32) -> usize {
 /// backend's compute priority.
 fn compute_thread(core: u32, stop: &AtomicBool) {
     pin_rank(core);
-    twin_runtime::backend::host::priority::lower_priority(twin_sim::cost::HOST_COMPUTE_NICE);
+    twin_runtime::backend::host::priority::lower_priority(twin_sim::host_backend::COMPUTE_NICE);
     let op = compute_op(vec![BUSY_GEMM], 0);
     let mut ws = workspace_for(std::slice::from_ref(&op));
     while !stop.load(Ordering::Relaxed) {
@@ -98,7 +98,7 @@ pub fn comm_busy(
             kind: t.kind.map_or("p2p", CollectiveKind::name).to_string(),
             bytes: t.bytes,
             gemm: [BUSY_GEMM.m, BUSY_GEMM.n, BUSY_GEMM.k],
-            compute_nice: twin_sim::cost::HOST_COMPUTE_NICE,
+            compute_nice: twin_sim::host_backend::COMPUTE_NICE,
             idle_ns: Vec::new(),
             busy_ns: Vec::new(),
         })

@@ -52,7 +52,7 @@ pub enum Operands {
 /// Bytes of the A and B operands of one `m x n x k` product in f32, what the host's sgemm
 /// reads (and packs) per call: the simulator's own count, which prices them.
 pub fn operand_bytes(m: u64, n: u64, k: u64) -> f64 {
-    twin_sim::cost::gemm_operand_bytes(&twin_sim::schedule::Gemm::single(m, n, k, 1), 4) as f64
+    twin_sim::schedule::Gemm::single(m, n, k, 1).operand_bytes(4) as f64
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

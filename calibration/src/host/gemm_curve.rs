@@ -39,7 +39,7 @@ pub(crate) fn gemm_points(
 /// `cache_bytes` (never when the size is unknown, 0).
 pub(super) fn outgrows(g: &GemmSamples, cache_bytes: u64) -> bool {
     let shape = twin_sim::schedule::Gemm::single(g.m, g.n, g.k, 1);
-    cache_bytes > 0 && twin_sim::cost::gemm_working_set_bytes(&shape, 4) > cache_bytes
+    cache_bytes > 0 && shape.working_set_bytes(4) > cache_bytes
 }
 
 /// The curve's prediction of one call of `batch` products of `m x n x k`, its operands out of

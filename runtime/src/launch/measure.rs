@@ -1,13 +1,13 @@
 //! Turns the ranks' measurements into the simulator's shapes: one merged
 //! [`twin_sim::trace::Trace`] (rebased so the step starts at 0) and a
-//! [`twin_sim::engine::SimResult`] built from measured busy / exposed / idle time, so that
+//! [`twin_sim::outcome::SimResult`] built from measured busy / exposed / idle time, so that
 //! [`twin_sim::report::Report::build`] gives the measured report with the simulator's own
 //! definitions of bubble and exposed communication.
 
 use crate::backend::host::HeldPeak;
 use crate::exec::op_bytes;
 use serde::{Deserialize, Serialize};
-use twin_sim::engine::{RankStats, SimResult};
+use twin_sim::outcome::{RankStats, SimResult};
 use twin_sim::plan::Plan;
 use twin_sim::report::Report;
 use twin_sim::scenario::Scenario;

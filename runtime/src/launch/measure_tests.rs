@@ -11,8 +11,8 @@ fn union_merges_overlaps() {
     assert_eq!(union_ns(&mut [(3, 4), (0, 10)]), 10);
 }
 
-fn staged_pp2() -> twin_sim::Staged {
-    twin_sim::Staged::new(&twin_sim::testing::cpu_sized_scenario(1, 2, 1, 2)).unwrap()
+fn staged_pp2() -> crate::testkit::Planned {
+    crate::testkit::planned(&twin_sim::testing::cpu_sized_scenario(1, 2, 1, 2))
 }
 
 #[test]

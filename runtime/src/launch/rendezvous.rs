@@ -65,7 +65,7 @@ mod tests {
     #[test]
     fn a_receive_starts_at_its_sends_start_and_a_collective_at_its_last_members_issue() {
         let s = twin_sim::testing::cpu_sized_scenario(2, 2, 1, 2);
-        let staged = twin_sim::Staged::new(&s).unwrap();
+        let staged = crate::testkit::planned(&s);
         let (plan, schedule) = (&staged.plan, &staged.schedule);
         let partners = Partners::new(plan, schedule);
         // Every op of rank r: issued at 100 r + 1000 i, recorded start 500 later; but a

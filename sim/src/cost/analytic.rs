@@ -33,6 +33,7 @@ use super::gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
 use super::positive_rate;
 use super::state::{StateAging, StateCache};
 use super::{secs_to_ns, CostModel};
+use crate::host_backend::PASS_BYTES_PER_ELEM;
 use crate::plan::{Group, Plan};
 use crate::scenario::{PeakFlops, Precision, Scenario};
 use crate::schedule::{CollectiveKind, ComputeOp, Phase};
@@ -48,11 +49,6 @@ pub struct MemorySpill {
     pub bytes: u64,
     pub efficiency: f64,
 }
-
-/// Bytes per element of the host backend's memory-bound pass, an axpy: x read, y read and y
-/// written, 4 bytes each. The runtime sizes its pass by it; the cost model's working set
-/// counts its two vectors.
-pub const HOST_PASS_BYTES_PER_ELEM: u64 = 12;
 
 /// GPU-side gap between dependent kernels (launch latency mostly hidden by async launch).
 pub const DEFAULT_LAUNCH_NS: u64 = 1_000;
@@ -186,7 +182,7 @@ impl Analytic {
 
     /// Dense peak FLOP/s for a dtype (fp32 is plain FP32, PyTorch's default for matmul).
     pub fn peak_flops_per_s(&self, dtype: Precision) -> f64 {
-        peak_for(&self.peak, dtype)
+        self.peak.for_precision(dtype)
     }
 
     fn hbm_rate(&self) -> f64 {
@@ -243,16 +239,6 @@ impl Analytic {
     }
 }
 
-/// Dense peak FLOP/s of `peak` for a compute dtype.
-pub fn peak_for(peak: &PeakFlops, dtype: Precision) -> f64 {
-    match dtype {
-        Precision::Fp32 => peak.fp32_flops_per_s,
-        Precision::Fp16 => peak.fp16_flops_per_s,
-        Precision::Bf16 => peak.bf16_flops_per_s,
-        Precision::Fp8 => peak.fp8_flops_per_s,
-    }
-}
-
 impl Analytic {
     /// Bytes an op touches in the host backend's workspace: the largest A, B and C of its
     /// GEMMs (every GEMM uses the start of the same three buffers) and the two vectors of its
@@ -263,7 +249,7 @@ impl Analytic {
             .saturating_add(c)
             .saturating_mul(elem_bytes)
             // x and y: 8 bytes per element of the pass.
-            .saturating_add(op.memory_bytes / HOST_PASS_BYTES_PER_ELEM * 8)
+            .saturating_add(op.memory_bytes / PASS_BYTES_PER_ELEM * 8)
     }
 
     /// Elements of the workspace's A, B and C buffers that `op`'s GEMMs use.

@@ -82,19 +82,6 @@ pub struct OperandLoad {
     pub cold_ramp_ns: u64,
 }
 
-/// Bytes of one product's A and B, what the host's sgemm reads and packs per call.
-pub fn operand_bytes(g: &Gemm, elem_bytes: u64) -> u64 {
-    g.m.saturating_mul(g.k)
-        .saturating_add(g.k.saturating_mul(g.n))
-        .saturating_mul(elem_bytes)
-}
-
-/// Bytes one product touches: A, B and C (what must fit the private cache for a call to find
-/// its operands where the last call of the same shape left them).
-pub fn working_set_bytes(g: &Gemm, elem_bytes: u64) -> u64 {
-    operand_bytes(g, elem_bytes).saturating_add(g.m.saturating_mul(g.n).saturating_mul(elem_bytes))
-}
-
 /// Defaults fitted to the A100 per-layer timings of Korthikanti et al. 2022 (Table 4) by
 /// [`crate::validate::fit_gemm_curve`]; see scenarios/profiles/a100-dgx.toml for the
 /// provenance of each number. The fitted `max_efficiency` is what a training layer's GEMMs
@@ -163,7 +150,7 @@ impl GemmCurve {
             .operands
             .and_then(|o| o.pack_bytes_per_s)
             .map_or(0.0, |r| {
-                operand_bytes(g, elem_bytes) as f64 / positive_rate(r)
+                g.operand_bytes(elem_bytes) as f64 / positive_rate(r)
             });
         (f64::from(g.count) * (product + pack) + f64::from(calls) * self.ramp_s())
             * super::shape_factors::factor(&self.shape_factors, g.m, g.n, g.k)
@@ -313,7 +300,7 @@ mod tests {
     #[test]
     fn a_cold_load_is_the_bytes_of_a_and_b_over_the_rate() {
         let g = Gemm::single(64, 1024, 256, 3);
-        let bytes = operand_bytes(&g, 4);
+        let bytes = g.operand_bytes(4);
         assert_eq!(DEFAULT_GEMM_CURVE.cold_s(bytes), 0.0);
         let loaded = GemmCurve {
             operands: Some(OperandLoad {
@@ -349,8 +336,8 @@ mod tests {
     fn packing_is_paid_per_product_and_a_cold_call_adds_its_ramp_and_load() {
         let g = Gemm::single(64, 1024, 256, 3);
         let bytes = (64 * 256 + 256 * 1024) * 4;
-        assert_eq!(operand_bytes(&g, 4), bytes);
-        assert_eq!(working_set_bytes(&g, 4), bytes + 64 * 1024 * 4);
+        assert_eq!(g.operand_bytes(4), bytes);
+        assert_eq!(g.working_set_bytes(4), bytes + 64 * 1024 * 4);
         let load = OperandLoad {
             bytes_per_s: 10e9,
             cache_bytes: 1 << 20,

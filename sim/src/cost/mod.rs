@@ -12,19 +12,16 @@ mod state;
 mod threads;
 
 pub use analytic::{
-    peak_for, Analytic, MemorySpill, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_LAUNCH_NS,
-    DEFAULT_MEMORY_EFFICIENCY, HOST_PASS_BYTES_PER_ELEM,
+    Analytic, MemorySpill, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_LAUNCH_NS,
+    DEFAULT_MEMORY_EFFICIENCY,
 };
 pub use collective::{
     Algorithm, CollectiveEstimate, Decomposition, GroupShape, NvlsModel, Pattern, Phase, TierModel,
     DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY,
 };
-pub use gemm::{
-    operand_bytes as gemm_operand_bytes, working_set_bytes as gemm_working_set_bytes, GemmCurve,
-    OperandLoad, DEFAULT_GEMM_CURVE,
-};
+pub use gemm::{GemmCurve, OperandLoad, DEFAULT_GEMM_CURVE};
 pub use state::{ramp, survival, StateAging, StateCache, StateDecay};
-pub use threads::{cfs_relative_weight, host_compute_weight, HOST_COMPUTE_NICE};
+pub use threads::{cfs_relative_weight, host_compute_weight};
 
 use crate::plan::{Group, Plan};
 use crate::schedule::{CollectiveKind, ComputeOp};

@@ -3,11 +3,10 @@
 //! communication threads (`twin_runtime`'s `backend::host::priority`), and Linux's scheduler
 //! (CFS) gives runnable threads on a core CPU time in proportion to a weight fixed by their nice
 //! value. The engine shares a core among the work on it in the same proportions (weighted
-//! max-min, `topology::MaxMin::add_weighted`), so both sides read this one constant.
+//! max-min, `topology::MaxMin::add_weighted`), so both sides read one constant,
+//! [`crate::host_backend::COMPUTE_NICE`].
 
-/// The nice value of the host backend's compute stream threads; its other threads (sends,
-/// receives, collectives, allocations off the compute stream) stay at the process's, 0.
-pub const HOST_COMPUTE_NICE: i32 = 5;
+use crate::host_backend::COMPUTE_NICE;
 
 /// CFS's weight per nice value, -20 to 19 (Linux `sched_prio_to_weight`, kernel/sched/core.c;
 /// nice 0 is 1024 and each step is about 1.25x).
@@ -27,7 +26,7 @@ pub fn cfs_relative_weight(nice: i32) -> f64 {
 /// The weight of the host backend's compute-stream work against its other threads' work on a
 /// shared core: 335 / 1024 at nice 5.
 pub fn host_compute_weight() -> f64 {
-    cfs_relative_weight(HOST_COMPUTE_NICE)
+    cfs_relative_weight(COMPUTE_NICE)
 }
 
 #[cfg(test)]

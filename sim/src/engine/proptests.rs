@@ -7,7 +7,7 @@
 
 use super::testkit::*;
 use super::*;
-use crate::schedule::{CollectiveKind, Label, OpKind, Peer, Phase, Program, Stream};
+use crate::schedule::{CollectiveKind, Label, MemCategory, OpKind, Peer, Phase, Program, Stream};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 

@@ -4,7 +4,9 @@
 use super::testkit::*;
 use super::*;
 use crate::cost::Analytic;
-use crate::schedule::{CollectiveKind, Device, Label, OpKind, Peer, Phase, Program, Stream};
+use crate::schedule::{
+    CollectiveKind, Device, Label, MemCategory, OpKind, Peer, Phase, Program, Stream,
+};
 use crate::testing::small_scenario;
 
 fn sim(plan: &Plan, s: &Schedule) -> Result<SimResult, SimError> {

@@ -57,6 +57,18 @@ pub struct PeakFlops {
     pub fp8_flops_per_s: f64,
 }
 
+impl PeakFlops {
+    /// Dense peak FLOP/s for a compute dtype.
+    pub fn for_precision(&self, dtype: Precision) -> f64 {
+        match dtype {
+            Precision::Fp32 => self.fp32_flops_per_s,
+            Precision::Fp16 => self.fp16_flops_per_s,
+            Precision::Bf16 => self.bf16_flops_per_s,
+            Precision::Fp8 => self.fp8_flops_per_s,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Gpu {
     pub name: String,

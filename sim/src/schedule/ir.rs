@@ -156,6 +156,21 @@ impl Gemm {
             .saturating_mul(self.k)
             .saturating_mul(u64::from(self.count))
     }
+
+    /// Bytes of one product's A and B, what the host's sgemm reads and packs per call.
+    pub fn operand_bytes(&self, elem_bytes: u64) -> u64 {
+        self.m
+            .saturating_mul(self.k)
+            .saturating_add(self.k.saturating_mul(self.n))
+            .saturating_mul(elem_bytes)
+    }
+
+    /// Bytes one product touches: A, B and C (what must fit the private cache for a call to
+    /// find its operands where the last call of the same shape left them).
+    pub fn working_set_bytes(&self, elem_bytes: u64) -> u64 {
+        self.operand_bytes(elem_bytes)
+            .saturating_add(self.m.saturating_mul(self.n).saturating_mul(elem_bytes))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

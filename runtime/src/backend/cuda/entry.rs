@@ -1,12 +1,13 @@
 //! Library entry points for the CLI and calibration: a cuBLAS GEMM sweep (achieved TFLOP/s
 //! per shape), a single-GPU run of a schedule for several steps, and the same for a
-//! single-GPU scenario's generated schedule, set beside the simulator's prediction.
+//! single-GPU scenario's generated schedule, set beside the simulator's prediction (which the
+//! caller makes).
 
 use super::backend::{CudaBackend, CudaOptions};
 use super::device::{operand_bytes, run_gemm, BlasHandle, DeviceBuffer, GemmOperands};
 use super::dtype::GemmDtype;
 use super::libs::{self, cu, guard};
-use super::single::{compare, predict_single_gpu, Comparison};
+use super::single::{check_single_gpu, compare, Comparison, Predicted};
 use crate::error::RuntimeError;
 use crate::exec::{run_step, RankRun};
 use cudarc::driver::{sys as drv_sys, CudaContext};
@@ -148,23 +149,23 @@ pub struct ScenarioRun {
     pub comparison: Comparison,
 }
 
-/// Generate the schedule of a single-GPU scenario (pp = tp = dp = cp = ep = 1) exactly as the
-/// simulator does, predict it, and run it on GPU 0 for `steps` steps. A scenario of more
-/// than one GPU is refused before any device work, naming its degrees.
+/// Run the schedule of a single-GPU scenario (pp = tp = dp = cp = ep = 1), as the caller
+/// predicted it (with a trace), on GPU 0 for `steps` steps, and set the last step beside the
+/// prediction. A scenario of more than one GPU is refused before any device work, naming its
+/// degrees.
 pub fn run_scenario_single_gpu(
-    scenario: &Scenario,
+    predicted: &Predicted<'_>,
     steps: u32,
     options: CudaOptions,
 ) -> Result<ScenarioRun, RuntimeError> {
-    let prediction = predict_single_gpu(scenario)?;
-    let staged = &prediction.staged;
+    check_single_gpu(predicted.scenario)?;
     let run = run_single_gpu_with(
-        &staged.scenario,
-        &staged.plan,
-        &staged.schedule,
+        predicted.scenario,
+        predicted.plan,
+        predicted.schedule,
         steps,
         options,
     )?;
-    let comparison = compare(&prediction, &run)?;
+    let comparison = compare(predicted, &run)?;
     Ok(ScenarioRun { run, comparison })
 }

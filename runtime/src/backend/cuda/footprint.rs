@@ -5,7 +5,6 @@
 //! GPU's usable bytes. Nothing here touches a device, so it compiles and is tested everywhere.
 
 use super::dtype::{gemm_dtype, GemmDtype};
-use crate::error::RuntimeError;
 use twin_sim::scenario::Scenario;
 use twin_sim::schedule::{CollectiveKind, Gemm, OpKind, Program, Schedule, Stream};
 
@@ -121,7 +120,8 @@ pub struct DeviceFit {
 }
 
 impl DeviceFit {
-    /// From the ranks' schedule peaks (the simulator's, see [`DeviceFit::predict`]).
+    /// From the ranks' schedule peaks, which the caller has the simulator compute (the
+    /// `peak_memory_bytes` of each rank of a simulated step).
     pub fn of(
         scenario: &Scenario,
         schedule: &Schedule,
@@ -139,21 +139,6 @@ impl DeviceFit {
             usable_bytes: scenario.cluster.gpu.usable_bytes(),
             gpu: scenario.cluster.gpu.name.clone(),
         }
-    }
-
-    /// Simulate `scenario` for its ranks' schedule peaks, then [`DeviceFit::of`].
-    pub fn predict(
-        scenario: &Scenario,
-        schedule: &Schedule,
-        allow_tf32: bool,
-    ) -> Result<DeviceFit, RuntimeError> {
-        let prediction = twin_sim::predict(scenario, &twin_sim::PredictOptions::default())
-            .map_err(|e| RuntimeError::Schedule {
-                rank: 0,
-                message: e.to_string(),
-            })?;
-        let peaks = prediction.result.ranks.iter().map(|r| r.peak_memory_bytes);
-        Ok(DeviceFit::of(scenario, schedule, peaks, allow_tf32))
     }
 
     /// Schedule peak plus workspaces.

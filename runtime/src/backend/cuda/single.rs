@@ -1,18 +1,20 @@
 //! The single-GPU path from a scenario: check that the scenario is one GPU (pp = tp = dp = cp =
 //! ep = 1, gradient accumulation over micro batches), generate its schedule with the same
 //! generator the simulator uses, and set a measured run beside the simulator's prediction of
-//! the same schedule (step time, busy time per kind of op, peak memory by category). Nothing
-//! here needs a GPU, so the mapping and the comparison are tested everywhere.
+//! the same schedule (step time, busy time per kind of op, peak memory by category). The
+//! caller makes the prediction ([`Predicted`]): the runtime executes schedules and models
+//! nothing. Nothing here needs a GPU, so the mapping and the comparison are tested everywhere.
 
 use crate::backend::MemoryReport;
 use crate::error::RuntimeError;
 use crate::exec::{MemoryAccount, RankRun};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use twin_sim::report::MemoryBreakdown;
+use twin_sim::outcome::SimResult;
+use twin_sim::plan::Plan;
+use twin_sim::report::{MemoryBreakdown, Report};
 use twin_sim::scenario::Scenario;
-use twin_sim::schedule::{MemCategory, Op, OpKind};
-use twin_sim::{PredictOptions, Prediction, Staged};
+use twin_sim::schedule::{generate, MemCategory, Op, OpKind, Schedule};
 
 /// Refuse a scenario that is not one GPU, naming the degrees that are not 1.
 pub fn check_single_gpu(scenario: &Scenario) -> Result<(), RuntimeError> {
@@ -45,29 +47,31 @@ pub fn check_single_gpu(scenario: &Scenario) -> Result<(), RuntimeError> {
 
 /// Plan, generate and validate the schedule of a single-GPU scenario: the schedule the
 /// simulator predicts and the CUDA backend runs.
-pub fn single_gpu_staged(scenario: &Scenario) -> Result<Staged, RuntimeError> {
+pub fn single_gpu_schedule(scenario: &Scenario) -> Result<(Plan, Schedule), RuntimeError> {
     check_single_gpu(scenario)?;
-    let bad = |e: twin_sim::PredictError| RuntimeError::Schedule {
-        rank: 0,
-        message: e.to_string(),
-    };
-    let staged = Staged::new(scenario).map_err(bad)?;
-    staged.validate().map_err(bad)?;
-    Ok(staged)
+    let bad = |message: String| RuntimeError::Schedule { rank: 0, message };
+    let plan = Plan::new(scenario).map_err(|e| bad(format!("planning failed: {e}")))?;
+    let schedule =
+        generate(scenario, &plan).map_err(|e| bad(format!("schedule generation failed: {e}")))?;
+    schedule
+        .validate(&plan)
+        .map_err(|e| bad(format!("the generated schedule is not executable: {e}")))?;
+    Ok((plan, schedule))
 }
 
-/// The simulator's prediction of the same scenario, with a trace (per-op times).
-pub fn predict_single_gpu(scenario: &Scenario) -> Result<Prediction, RuntimeError> {
-    check_single_gpu(scenario)?;
-    let opts = PredictOptions {
-        trace: true,
-        reproducible: true,
-        ..PredictOptions::default()
-    };
-    twin_sim::predict(scenario, &opts).map_err(|e| RuntimeError::Schedule {
-        rank: 0,
-        message: e.to_string(),
-    })
+/// The simulator's prediction of a single-GPU scenario's step, which the caller makes (for
+/// example `twin_sim::predict` with a trace): what [`compare`] sets a measured run beside.
+#[derive(Clone, Copy)]
+pub struct Predicted<'a> {
+    /// The scenario as predicted.
+    pub scenario: &'a Scenario,
+    pub plan: &'a Plan,
+    /// The schedule the simulator ran, and the runtime runs.
+    pub schedule: &'a Schedule,
+    /// The simulated step; [`compare`] needs its trace (per-op times).
+    pub result: &'a SimResult,
+    /// The simulator's report of the step (its MFU).
+    pub report: &'a Report,
 }
 
 /// What kind of work an op is, for per-kind totals: the compute phase (`fwd`, `bwd`,
@@ -148,8 +152,8 @@ pub struct Comparison {
 }
 
 /// Set `run` (one rank of `prediction`'s schedule, run for real) beside the prediction.
-pub fn compare(prediction: &Prediction, run: &RankRun) -> Result<Comparison, RuntimeError> {
-    let schedule = &prediction.staged.schedule;
+pub fn compare(prediction: &Predicted<'_>, run: &RankRun) -> Result<Comparison, RuntimeError> {
+    let schedule = prediction.schedule;
     let program = schedule
         .get_program(run.rank)
         .ok_or_else(|| RuntimeError::Unsupported(format!("no program for rank {}", run.rank)))?;
@@ -192,9 +196,12 @@ pub fn compare(prediction: &Prediction, run: &RankRun) -> Result<Comparison, Run
         .ranks
         .get(run.rank as usize)
         .ok_or_else(|| RuntimeError::Unsupported(format!("no prediction for rank {}", run.rank)))?;
-    let scenario = &prediction.staged.scenario;
-    let peak_flops_per_s =
-        twin_sim::cost::peak_for(&scenario.cluster.gpu.peak, scenario.training.precision);
+    let scenario = prediction.scenario;
+    let peak_flops_per_s = scenario
+        .cluster
+        .gpu
+        .peak
+        .for_precision(scenario.training.precision);
     let measured_mfu = if run.step_time_ns == 0 || peak_flops_per_s <= 0.0 {
         0.0
     } else {
@@ -228,8 +235,6 @@ pub fn compare(prediction: &Prediction, run: &RankRun) -> Result<Comparison, Run
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Backend, OpContext, OpTiming};
-    use crate::exec::run_step;
     use twin_sim::schedule::Phase;
 
     fn bundled() -> Scenario {
@@ -238,63 +243,10 @@ mod tests {
         twin_sim::scenario::load(&path, &[]).unwrap()
     }
 
-    /// Runs ops back to back on one timeline, op i taking (i % 7 + 1) microseconds, so
-    /// per-kind sums can be checked by hand. Not a performance model.
-    #[derive(Default)]
-    struct Serial {
-        issued: Vec<u32>,
-    }
-
-    fn fake_ns(index: u32) -> u64 {
-        u64::from(index % 7 + 1) * 1000
-    }
-
-    impl Backend for Serial {
-        fn name(&self) -> &'static str {
-            "serial"
-        }
-        fn enqueue(&mut self, index: u32, _op: &Op, _ctx: &OpContext) -> Result<(), RuntimeError> {
-            self.issued.push(index);
-            Ok(())
-        }
-        fn finish_step(&mut self) -> Result<Vec<OpTiming>, RuntimeError> {
-            let mut t = 0;
-            Ok(self
-                .issued
-                .drain(..)
-                .map(|index| {
-                    let start_ns = t;
-                    t += fake_ns(index);
-                    OpTiming {
-                        index,
-                        start_ns,
-                        end_ns: t,
-                        issued_ns: None,
-                        wait_ns: None,
-                    }
-                })
-                .collect())
-        }
-        fn memory(&self) -> MemoryReport {
-            MemoryReport::default()
-        }
-    }
-
-    #[test]
-    fn the_bundled_gpu_scenario_is_one_h100_that_fits() {
-        let s = bundled();
-        check_single_gpu(&s).unwrap();
-        assert_eq!(s.cluster.gpu.name, "h100-sxm-80gb");
-        let p = predict_single_gpu(&s).unwrap();
-        assert!(p.report.fits, "{}", p.report.to_text());
-        assert_eq!(p.staged.plan.world, 1);
-        assert_eq!(p.staged.plan.microbatches, 4);
-    }
-
     #[test]
     fn multi_gpu_scenarios_are_refused_naming_their_degrees() {
         let s = twin_sim::testing::small_scenario(2, 1, 4, 2);
-        let e = single_gpu_staged(&s).err().unwrap().to_string();
+        let e = single_gpu_schedule(&s).err().unwrap().to_string();
         // Only the degrees that are not 1 are named.
         assert!(e.contains("(cluster.gpus = 8, tp = 2, dp = 4)"), "{e}");
         assert!(e.contains("launcher"), "{e}");
@@ -306,15 +258,14 @@ mod tests {
             e.contains("cp = 2") && e.contains("cluster.gpus = 1"),
             "{e}"
         );
-        assert!(predict_single_gpu(&s).is_err());
     }
 
     #[test]
     fn generated_single_gpu_schedule_accumulates_over_micro_batches() {
         let s = bundled();
-        let staged = single_gpu_staged(&s).unwrap();
-        assert_eq!(staged.schedule.world(), 1);
-        let ops = &staged.schedule.program(0).ops;
+        let (_, schedule) = single_gpu_schedule(&s).unwrap();
+        assert_eq!(schedule.world(), 1);
+        let ops = &schedule.program(0).ops;
         assert!(ops
             .iter()
             .all(|op| !matches!(op.kind, OpKind::Send { .. } | OpKind::Recv { .. })));
@@ -348,73 +299,10 @@ mod tests {
     }
 
     #[test]
-    fn the_runtime_account_of_the_schedule_equals_the_simulated_peak() {
-        let s = bundled();
-        let p = predict_single_gpu(&s).unwrap();
-        let mut backend = Serial::default();
-        let run = run_step(&p.staged.plan, &p.staged.schedule, 0, &mut backend).unwrap();
-        let c = compare(&p, &run).unwrap();
-        // Same schedule, same Alloc/Free: the runtime's own account and the simulator's peak
-        // agree byte for byte, by category.
-        assert_eq!(c.schedule_memory.peak_bytes, c.predicted_peak_memory_bytes);
-        let b = &c.schedule_memory.peak_breakdown;
-        let pm = &c.predicted_memory;
-        assert_eq!(
-            [b.weights, b.grads, b.optimizer, b.activations, b.buffers],
-            [
-                pm.weights,
-                pm.grads,
-                pm.optimizer,
-                pm.activations,
-                pm.buffers
-            ]
-        );
-        assert_eq!(c.schedule_memory.final_bytes, 0);
-        assert!(c.predicted_peak_memory_bytes > 40_000_000_000);
-        assert_eq!(c.predicted_step_time_ns, p.result.step_time_ns);
-    }
-
-    #[test]
-    fn comparison_sums_measured_and_predicted_time_by_kind() {
-        let s = bundled();
-        let p = predict_single_gpu(&s).unwrap();
-        let ops = p.staged.schedule.program(0).ops.clone();
-        let run = run_step(
-            &p.staged.plan,
-            &p.staged.schedule,
-            0,
-            &mut Serial::default(),
-        )
-        .unwrap();
-        let c = compare(&p, &run).unwrap();
-        let total_ops: u32 = c.by_kind.iter().map(|r| r.ops).sum();
-        assert_eq!(total_ops as usize, ops.len());
-        for row in &c.by_kind {
-            let want: u64 = (0..ops.len() as u32)
-                .filter(|&i| op_kind(&ops[i as usize]) == row.kind)
-                .map(fake_ns)
-                .sum();
-            assert_eq!(row.measured_busy_ns, want, "{}", row.kind);
-        }
-        let fwd = c.by_kind.iter().find(|r| r.kind == "fwd").unwrap();
-        assert!(fwd.predicted_busy_ns > 0);
-        let kinds: Vec<&str> = c.by_kind.iter().map(|r| r.kind.as_str()).collect();
-        assert!(
-            kinds.contains(&"alloc") && kinds.contains(&"optimizer"),
-            "{kinds:?}"
-        );
-        assert_eq!(
-            c.measured_step_time_ns,
-            (0..ops.len() as u32).map(fake_ns).sum::<u64>()
-        );
-        assert!(c.measured_mfu > 0.0 && c.predicted_mfu > 0.0);
-    }
-
-    #[test]
     fn times_for_ops_outside_the_program_are_errors() {
         let s = bundled();
-        let staged = single_gpu_staged(&s).unwrap();
-        let ops = &staged.schedule.program(0).ops;
+        let (_, schedule) = single_gpu_schedule(&s).unwrap();
+        let ops = &schedule.program(0).ops;
         let n = ops.len() as u32;
         let e = time_by_kind(ops, [(n, 0, 1)]).unwrap_err().to_string();
         assert!(e.contains(&format!("op {n}")), "{e}");

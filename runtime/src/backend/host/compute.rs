@@ -19,7 +19,7 @@ pub struct Workspace {
 }
 
 /// Bytes per element of the memory-bound pass (shared with the cost model's working set).
-const AXPY_BYTES_PER_ELEM: u64 = twin_sim::cost::HOST_PASS_BYTES_PER_ELEM;
+const AXPY_BYTES_PER_ELEM: u64 = twin_sim::host_backend::PASS_BYTES_PER_ELEM;
 
 fn elems(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
@@ -35,7 +35,7 @@ impl Workspace {
                     a = a.max(g.m.saturating_mul(g.k));
                     b = b.max(g.k.saturating_mul(g.n));
                     c = c.max(g.m.saturating_mul(g.n));
-                    pack = pack.max(twin_sim::cost::gemm_operand_bytes(g, 4));
+                    pack = pack.max(g.operand_bytes(4));
                 }
                 x = x.max(cop.memory_bytes / AXPY_BYTES_PER_ELEM);
             }

@@ -16,9 +16,9 @@
 //! ([`prefer_wakeup`]), which since Linux 6.12 lets them preempt at wake-up.
 
 /// The nice value of compute stream threads (others stay at the process's, 0 by default). The
-/// simulator weighs compute against transfers on a shared core by the same value
-/// (`twin_sim::cost::host_compute_weight`), so the two must not part.
-pub(super) const COMPUTE_NICE: i32 = twin_sim::cost::HOST_COMPUTE_NICE;
+/// simulator weighs compute against transfers on a shared core by the same value, which both
+/// read from the shared vocabulary ([`twin_sim::host_backend::COMPUTE_NICE`]).
+pub(super) const COMPUTE_NICE: i32 = twin_sim::host_backend::COMPUTE_NICE;
 
 /// Lower the calling thread's priority to `nice` (Linux: per-thread nice). Best effort:
 /// raising one's own nice value needs no privilege, and a failure leaves the thread as it was.

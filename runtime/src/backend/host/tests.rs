@@ -5,7 +5,7 @@ use crate::exec::run_step;
 #[test]
 fn runs_a_single_rank_program_with_real_memory() {
     let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
-    let staged = twin_sim::Staged::new(&s).unwrap();
+    let staged = crate::testkit::planned(&s);
     let mut b = HostBackend::single();
     let run = run_step(&staged.plan, &staged.schedule, 0, &mut b).unwrap();
     let ops = &staged.schedule.program(0).ops;
@@ -54,7 +54,7 @@ fn enqueued(mut b: HostBackend, ops: &[Op]) -> HostBackend {
 #[test]
 fn stream_threads_live_across_steps() {
     let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
-    let staged = twin_sim::Staged::new(&s).unwrap();
+    let staged = crate::testkit::planned(&s);
     // The rank's program, and a small checkpoint write beside it on a second stream.
     let mut ops = staged.schedule.program(0).ops.clone();
     ops.push(Op {
@@ -86,7 +86,7 @@ fn stream_threads_live_across_steps() {
 #[test]
 fn a_step_after_the_first_allocates_from_kept_buffers_only() {
     let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
-    let staged = twin_sim::Staged::new(&s).unwrap();
+    let staged = crate::testkit::planned(&s);
     let mut b = HostBackend::single();
     let mut fresh = Vec::new();
     let mut peaks = Vec::new();
@@ -104,7 +104,7 @@ fn a_step_after_the_first_allocates_from_kept_buffers_only() {
 #[test]
 fn the_next_compute_op_is_ready_through_ready_bookkeeping_only() {
     let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
-    let staged = twin_sim::Staged::new(&s).unwrap();
+    let staged = crate::testkit::planned(&s);
     let compute = staged
         .schedule
         .program(0)
@@ -159,7 +159,7 @@ fn the_next_compute_op_is_ready_through_ready_bookkeeping_only() {
 #[test]
 fn a_ready_compute_op_gets_exactly_one_ticket_whoever_takes_it() {
     let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
-    let staged = twin_sim::Staged::new(&s).unwrap();
+    let staged = crate::testkit::planned(&s);
     let ops = &staged.schedule.program(0).ops;
     let job = enqueued(HostBackend::single(), ops).job();
     let turns = turns::CoreTurns::private().unwrap();
@@ -198,7 +198,7 @@ fn a_ready_compute_op_gets_exactly_one_ticket_whoever_takes_it() {
 #[test]
 fn only_ready_allocations_and_frees_skip_the_yield() {
     let s = twin_sim::testing::cpu_sized_scenario(1, 1, 1, 2);
-    let staged = twin_sim::Staged::new(&s).unwrap();
+    let staged = crate::testkit::planned(&s);
     let plan = &staged.plan;
     let ops = &staged.schedule.program(0).ops;
     let mut b = HostBackend::single();
