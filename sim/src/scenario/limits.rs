@@ -52,8 +52,9 @@ pub(crate) const SCHEDULE_OPS: u64 = 4_000_000;
 /// (representatives only when the ranks collapse), and the ops of every rank for the
 /// schedule check, which runs them all untimed. Both cost about 0.1 µs per event on a 2026
 /// server core (a 262,144-GPU layout: 37.7 million events checked in 3 s), so this keeps
-/// either under about 5 s, while the largest bundled scenario needs 7 million.
-pub(crate) const SIMULATED_EVENTS: u64 = 32_000_000;
+/// either under about 10 s. Published layouts come near it: Megatron-LM's SC'21 529.6B run on
+/// 2,520 GPUs (sim/tests/data/megatron-sc21-launch.toml) simulates 48.5 million.
+pub(crate) const SIMULATED_EVENTS: u64 = 64_000_000;
 
 /// Bytes of Chrome-trace JSON a `--trace` may write. Each simulated op event takes about
 /// [`TRACE_BYTES_PER_EVENT`] bytes, so this admits traces of about 2.5 million events:
