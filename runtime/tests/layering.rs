@@ -9,6 +9,7 @@
 //!
 //! The crate's own tests and examples (`tests/`, `examples/`) play the caller, who may predict
 //! a scenario and hand the prediction in, so they are not scanned.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
 use std::collections::BTreeSet;

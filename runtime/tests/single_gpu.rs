@@ -1,6 +1,7 @@
 //! The single-GPU comparison with the simulator's prediction, without a GPU: the caller (here
 //! the test, in the product the binary) predicts the scenario with a trace and hands the
 //! prediction to the runtime's `compare`, with a rank run by a serial fake backend.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_runtime::backend::cuda::single::{check_single_gpu, compare, op_kind, Predicted};
 use twin_runtime::{run_step, Backend, MemoryReport, OpContext, OpTiming, RuntimeError};
