@@ -2,14 +2,14 @@
 #![cfg(feature = "cuda")]
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
-use twin_runtime::backend::cuda::single::Predicted;
+mod common;
+use common::{predict_with_trace, predicted};
+
 use twin_runtime::backend::cuda::{
     doctor, dtype::GemmDtype, gemm_sweep, run_scenario_single_gpu, run_single_gpu, CudaOptions,
     Item,
 };
-use twin_sim::scenario::Scenario;
 use twin_sim::schedule::{Gemm, OpKind, Stream};
-use twin_sim::{PredictOptions, Prediction};
 
 fn enabled() -> bool {
     let on = std::env::var("TWIN_GPU_TESTS").is_ok_and(|v| v == "1");
@@ -17,26 +17,6 @@ fn enabled() -> bool {
         eprintln!("note: GPU test skipped; set TWIN_GPU_TESTS=1 on a GPU machine to run it");
     }
     on
-}
-
-/// The simulator's prediction of `s` with a trace, as the caller of the single-GPU run makes it.
-fn predict_with_trace(s: &Scenario) -> Prediction {
-    let opts = PredictOptions {
-        trace: true,
-        reproducible: true,
-        ..PredictOptions::default()
-    };
-    twin_sim::predict(s, &opts).unwrap()
-}
-
-fn predicted(p: &Prediction) -> Predicted<'_> {
-    Predicted {
-        scenario: &p.staged.scenario,
-        plan: &p.staged.plan,
-        schedule: &p.staged.schedule,
-        result: &p.result,
-        report: &p.report,
-    }
 }
 
 #[test]

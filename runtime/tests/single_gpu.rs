@@ -3,36 +3,18 @@
 //! prediction to the runtime's `compare`, with a rank run by a serial fake backend.
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
-use twin_runtime::backend::cuda::single::{check_single_gpu, compare, op_kind, Predicted};
+mod common;
+use common::{predict_with_trace, predicted};
+
+use twin_runtime::backend::cuda::single::{check_single_gpu, compare, op_kind};
 use twin_runtime::{run_step, Backend, MemoryReport, OpContext, OpTiming, RuntimeError};
 use twin_sim::scenario::Scenario;
 use twin_sim::schedule::Op;
-use twin_sim::{PredictOptions, Prediction};
 
 fn bundled() -> Scenario {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../scenarios/gpu/llama3-8b-1gpu.toml");
     twin_sim::scenario::load(&path, &[]).unwrap()
-}
-
-/// The simulator's prediction of the scenario, with a trace (per-op times).
-fn predict_single_gpu(s: &Scenario) -> Prediction {
-    let opts = PredictOptions {
-        trace: true,
-        reproducible: true,
-        ..PredictOptions::default()
-    };
-    twin_sim::predict(s, &opts).unwrap()
-}
-
-fn predicted(p: &Prediction) -> Predicted<'_> {
-    Predicted {
-        scenario: &p.staged.scenario,
-        plan: &p.staged.plan,
-        schedule: &p.staged.schedule,
-        result: &p.result,
-        report: &p.report,
-    }
 }
 
 /// Runs ops back to back on one timeline, op i taking (i % 7 + 1) microseconds, so
@@ -82,7 +64,7 @@ fn the_bundled_gpu_scenario_is_one_h100_that_fits() {
     let s = bundled();
     check_single_gpu(&s).unwrap();
     assert_eq!(s.cluster.gpu.name, "h100-sxm-80gb");
-    let p = predict_single_gpu(&s);
+    let p = predict_with_trace(&s);
     assert!(p.report.fits, "{}", p.report.to_text());
     assert_eq!(p.staged.plan.world, 1);
     assert_eq!(p.staged.plan.microbatches, 4);
@@ -91,7 +73,7 @@ fn the_bundled_gpu_scenario_is_one_h100_that_fits() {
 #[test]
 fn the_runtime_account_of_the_schedule_equals_the_simulated_peak() {
     let s = bundled();
-    let p = predict_single_gpu(&s);
+    let p = predict_with_trace(&s);
     let mut backend = Serial::default();
     let run = run_step(&p.staged.plan, &p.staged.schedule, 0, &mut backend).unwrap();
     let c = compare(&predicted(&p), &run).unwrap();
@@ -118,7 +100,7 @@ fn the_runtime_account_of_the_schedule_equals_the_simulated_peak() {
 #[test]
 fn comparison_sums_measured_and_predicted_time_by_kind() {
     let s = bundled();
-    let p = predict_single_gpu(&s);
+    let p = predict_with_trace(&s);
     let ops = p.staged.schedule.program(0).ops.clone();
     let run = run_step(
         &p.staged.plan,
