@@ -101,7 +101,7 @@ fn odd_inputs_never_panic() {
         "true",
         "9223372036854775807",
     ];
-    for key in twin_sim::scenario::FAULT_KEYS {
+    for key in twin_sim::scenario::fault_keys() {
         for v in values {
             let _ = faults(&format!("[faults]\n{key} = {v}\n"));
         }

@@ -79,19 +79,6 @@ impl Metric {
             | Metric::Goodput => Bound::Min,
         }
     }
-
-    /// Largest threshold that makes sense (fractions are at most 1).
-    fn max_threshold(self) -> f64 {
-        match self {
-            Metric::Mfu
-            | Metric::Hfu
-            | Metric::BubbleFraction
-            | Metric::ExposedCommFraction
-            | Metric::Goodput => 1.0,
-            // A peak fraction above 1 is a valid (if odd) "allow oversubscription" bound.
-            _ => 1e18,
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -134,7 +121,7 @@ impl Threshold {
     }
 }
 
-/// Every check of a scenario, in canonical order (the order of [`CHECK_KEYS`]).
+/// Every check of a scenario, in canonical order (the order of [`check_keys`]).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Checks {
     pub thresholds: Vec<Threshold>,
@@ -158,25 +145,15 @@ impl Checks {
     }
 }
 
-/// The keys `[checks]` accepts, in canonical order. Bounds are the natural ones (see
-/// [`Metric::natural_bound`]): `min_step_time_s` would be a strange thing to want.
-pub const CHECK_KEYS: &[&str] = &[
-    "max_step_time_s",
-    "min_tokens_per_s",
-    "min_tokens_per_s_per_gpu",
-    "min_model_tflops_per_gpu",
-    "min_mfu",
-    "min_hfu",
-    "max_peak_memory_fraction",
-    "max_peak_memory_bytes",
-    "max_bubble_fraction",
-    "max_exposed_comm_fraction",
-    "min_goodput",
-    "must_fit",
-];
+/// The keys `[checks]` accepts, in canonical order (the schema's order). Bounds are the
+/// natural ones (see [`Metric::natural_bound`]): `min_step_time_s` would be a strange thing
+/// to want.
+pub fn check_keys() -> impl Iterator<Item = &'static str> {
+    super::keys::checks::ALL.iter().map(|k| k.name)
+}
 
 fn key_position(key: &str) -> Option<usize> {
-    CHECK_KEYS.iter().position(|k| *k == key)
+    check_keys().position(|k| k == key)
 }
 
 /// The metric and bound a `[checks]` key names (`must_fit` names none).
@@ -194,11 +171,11 @@ pub fn parse_key(key: &str) -> Option<(Metric, Bound)> {
 pub(crate) fn checks(c: Section<'_>) -> Result<Checks> {
     c.check_unknown()?;
     let mut out = Checks::default();
-    for key in CHECK_KEYS {
-        let Some((metric, bound)) = parse_key(key) else {
+    for key in super::keys::checks::ALL {
+        let Some((metric, bound)) = parse_key(key.name) else {
             continue;
         };
-        if let Some(f) = c.non_negative(key, metric.max_threshold())? {
+        if let Some(f) = c.number(key)? {
             out.thresholds.push(Threshold {
                 metric,
                 bound,
@@ -206,7 +183,7 @@ pub(crate) fn checks(c: Section<'_>) -> Result<Checks> {
             });
         }
     }
-    out.must_fit = c.boolean("must_fit")?;
+    out.must_fit = c.boolean(&super::keys::checks::MUST_FIT)?;
     Ok(out)
 }
 
@@ -216,7 +193,7 @@ mod tests {
 
     #[test]
     fn every_key_but_must_fit_names_a_natural_bound() {
-        for key in CHECK_KEYS {
+        for key in check_keys() {
             match parse_key(key) {
                 Some((m, b)) => {
                     assert_eq!(m.natural_bound(), b, "{key}");
@@ -225,9 +202,9 @@ mod tests {
                         bound: b,
                         value: 1.0,
                     };
-                    assert_eq!(&t.key(), key);
+                    assert_eq!(t.key(), key);
                 }
-                None => assert_eq!(*key, "must_fit"),
+                None => assert_eq!(key, "must_fit"),
             }
         }
         assert_eq!(parse_key("min_step_time_s"), None);

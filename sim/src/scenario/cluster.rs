@@ -2,7 +2,7 @@
 //! two link tiers, with explicit keys layered over the GPU and node presets.
 
 use super::error::ErrorKind;
-use super::limits;
+use super::keys::{cluster as k, gpu as gk, link as lk, Key};
 use super::presets;
 use super::read::{opt, Result, Section};
 use super::source::Node;
@@ -12,11 +12,11 @@ pub(crate) fn cluster(c: Section<'_>) -> Result<Cluster> {
     c.check_unknown()?;
     let gpu = gpu(c)?;
     let gpus = c
-        .uint32("gpus", limits::GPUS.0 as u32, limits::GPUS.1 as u32)?
-        .ok_or_else(|| c.missing("gpus", ""))?
+        .uint32(&k::GPUS)?
+        .ok_or_else(|| c.missing(k::GPUS.name, ""))?
         .value;
     // No `node`: the GPU preset's usual node (the report notes it), else none.
-    let (node_name, node_from_gpu) = match c.string("node")? {
+    let (node_name, node_from_gpu) = match c.string(&k::NODE)? {
         Some(f) => (Some(f.value), false),
         None => match presets::default_node(&gpu.name) {
             Some(n) => (Some(n.to_string()), true),
@@ -38,11 +38,7 @@ pub(crate) fn cluster(c: Section<'_>) -> Result<Cluster> {
             }
         },
     };
-    let gpus_per_node = match c.uint32(
-        "gpus_per_node",
-        limits::GPUS_PER_NODE.0 as u32,
-        limits::GPUS_PER_NODE.1 as u32,
-    )? {
+    let gpus_per_node = match c.uint32(&k::GPUS_PER_NODE)? {
         Some(f) => f.value,
         None => match &node {
             Some(n) => n.gpus_per_node,
@@ -89,26 +85,26 @@ fn gpu(c: Section<'_>) -> Result<Gpu> {
         Node::Table(_) => {
             let g = c.section("gpu", "cluster.gpu")?;
             g.check_unknown()?;
-            let preset = match g.string("preset")? {
+            let preset = match g.string(&gk::PRESET)? {
                 None => None,
                 Some(p) => Some(
                     presets::gpu(&p.value)
                         .ok_or_else(|| g.unknown_name("preset", "GPU preset", &p.value, names()))?,
                 ),
             };
-            let flops = |key: &str| -> Result<Option<f64>> {
-                Ok(opt(g.positive(key, limits::PEAK_FLOPS_PER_S)?))
-            };
-            let bf16 = match (flops("peak_bf16_flops_per_s")?, &preset) {
+            let flops = |key: &Key| -> Result<Option<f64>> { Ok(opt(g.number(key)?)) };
+            let bf16 = match (flops(&gk::PEAK_BF16_FLOPS_PER_S)?, &preset) {
                 (Some(v), _) => v,
                 (None, Some(p)) => p.peak.bf16_flops_per_s,
                 (None, None) => {
-                    return Err(g.missing("peak_bf16_flops_per_s", "or give cluster.gpu.preset"))
+                    return Err(
+                        g.missing(gk::PEAK_BF16_FLOPS_PER_S.name, "or give cluster.gpu.preset")
+                    )
                 }
             };
             // Without a preset, other dtypes default from bf16: fp16 and fp8 at the bf16 rate,
             // tf32 at half, fp32 (no tensor cores) at 1/16 (A100's ratio).
-            let pick = |key: &str, from_preset: fn(&PeakFlops) -> f64, ratio: f64| {
+            let pick = |key: &Key, from_preset: fn(&PeakFlops) -> f64, ratio: f64| {
                 Ok::<f64, super::ScenarioError>(match (flops(key)?, &preset) {
                     (Some(v), _) => v,
                     (None, Some(p)) => from_preset(&p.peak),
@@ -117,36 +113,31 @@ fn gpu(c: Section<'_>) -> Result<Gpu> {
             };
             let peak = PeakFlops {
                 fp32_flops_per_s: pick(
-                    "peak_fp32_flops_per_s",
+                    &gk::PEAK_FP32_FLOPS_PER_S,
                     |p| p.fp32_flops_per_s,
                     1.0 / 16.0,
                 )?,
-                tf32_flops_per_s: pick("peak_tf32_flops_per_s", |p| p.tf32_flops_per_s, 0.5)?,
-                fp16_flops_per_s: pick("peak_fp16_flops_per_s", |p| p.fp16_flops_per_s, 1.0)?,
+                tf32_flops_per_s: pick(&gk::PEAK_TF32_FLOPS_PER_S, |p| p.tf32_flops_per_s, 0.5)?,
+                fp16_flops_per_s: pick(&gk::PEAK_FP16_FLOPS_PER_S, |p| p.fp16_flops_per_s, 1.0)?,
                 bf16_flops_per_s: bf16,
-                fp8_flops_per_s: pick("peak_fp8_flops_per_s", |p| p.fp8_flops_per_s, 1.0)?,
+                fp8_flops_per_s: pick(&gk::PEAK_FP8_FLOPS_PER_S, |p| p.fp8_flops_per_s, 1.0)?,
             };
-            let hbm_given = opt(g.uint("hbm_bytes", limits::HBM_BYTES.0, limits::HBM_BYTES.1)?);
+            let hbm_given = opt(g.uint(&gk::HBM_BYTES)?);
             let hbm_bytes = match (hbm_given, &preset) {
                 (Some(v), _) => v,
                 (None, Some(p)) => p.hbm_bytes,
-                (None, None) => return Err(g.missing("hbm_bytes", "or give cluster.gpu.preset")),
+                (None, None) => {
+                    return Err(g.missing(gk::HBM_BYTES.name, "or give cluster.gpu.preset"))
+                }
             };
             // The driver's share comes with the preset's capacity: an `hbm_bytes` written by
             // hand is taken as usable unless `driver_reserved_bytes` is written too.
-            let driver_reserved_bytes = match (
-                opt(g.uint(
-                    "driver_reserved_bytes",
-                    limits::RESERVED_BYTES.0,
-                    limits::RESERVED_BYTES.1,
-                )?),
-                hbm_given,
-                &preset,
-            ) {
-                (Some(v), _, _) => v,
-                (None, None, Some(p)) => p.driver_reserved_bytes,
-                _ => 0,
-            };
+            let driver_reserved_bytes =
+                match (opt(g.uint(&gk::DRIVER_RESERVED_BYTES)?), hbm_given, &preset) {
+                    (Some(v), _, _) => v,
+                    (None, None, Some(p)) => p.driver_reserved_bytes,
+                    _ => 0,
+                };
             if driver_reserved_bytes >= hbm_bytes {
                 return Err(g.err(
                     ErrorKind::CrossField,
@@ -158,17 +149,18 @@ fn gpu(c: Section<'_>) -> Result<Gpu> {
                     "less than hbm_bytes",
                 ));
             }
-            let hbm_bandwidth_bytes_per_s = match (
-                opt(g.positive("hbm_bandwidth_bytes_per_s", limits::BANDWIDTH_BYTES_PER_S)?),
-                &preset,
-            ) {
-                (Some(v), _) => v,
-                (None, Some(p)) => p.hbm_bandwidth_bytes_per_s,
-                (None, None) => {
-                    return Err(g.missing("hbm_bandwidth_bytes_per_s", "or give cluster.gpu.preset"))
-                }
-            };
-            let name = match (g.string("name")?, &preset) {
+            let hbm_bandwidth_bytes_per_s =
+                match (opt(g.number(&gk::HBM_BANDWIDTH_BYTES_PER_S)?), &preset) {
+                    (Some(v), _) => v,
+                    (None, Some(p)) => p.hbm_bandwidth_bytes_per_s,
+                    (None, None) => {
+                        return Err(g.missing(
+                            gk::HBM_BANDWIDTH_BYTES_PER_S.name,
+                            "or give cluster.gpu.preset",
+                        ))
+                    }
+                };
+            let name = match (g.string(&gk::NAME)?, &preset) {
                 (Some(n), _) => n.value,
                 (None, Some(p)) => p.name.clone(),
                 (None, None) => "custom".to_string(),
@@ -210,8 +202,8 @@ fn link(l: Section<'_>, cluster: Section<'_>, preset: Option<&Link>) -> Result<L
         }
         Ok(())
     };
-    exclusive("bandwidth_bytes_per_s", "bandwidth_gb_per_s")?;
-    exclusive("latency_us", "latency_ns")?;
+    exclusive(lk::BANDWIDTH_BYTES_PER_S.name, lk::BANDWIDTH_GB_PER_S.name)?;
+    exclusive(lk::LATENCY_US.name, lk::LATENCY_NS.name)?;
     let hint = "or set cluster.node to a preset";
     let missing_here = |key: &str| {
         if l.table.is_some() {
@@ -223,27 +215,24 @@ fn link(l: Section<'_>, cluster: Section<'_>, preset: Option<&Link>) -> Result<L
             )
         }
     };
-    let bandwidth_bytes_per_s = if let Some(f) =
-        l.positive("bandwidth_bytes_per_s", limits::BANDWIDTH_BYTES_PER_S)?
-    {
+    let bandwidth_bytes_per_s = if let Some(f) = l.number(&lk::BANDWIDTH_BYTES_PER_S)? {
         f.value
-    } else if let Some(f) = l.positive("bandwidth_gb_per_s", limits::BANDWIDTH_BYTES_PER_S / 1e9)? {
+    } else if let Some(f) = l.number(&lk::BANDWIDTH_GB_PER_S)? {
         f.value * 1e9
     } else if let Some(p) = preset {
         p.bandwidth_bytes_per_s
     } else {
-        return Err(missing_here("bandwidth_bytes_per_s"));
+        return Err(missing_here(lk::BANDWIDTH_BYTES_PER_S.name));
     };
-    let latency_ns =
-        if let Some(f) = l.uint("latency_ns", limits::LATENCY_NS.0, limits::LATENCY_NS.1)? {
-            f.value
-        } else if let Some(f) = l.non_negative("latency_us", limits::LATENCY_US)? {
-            (f.value * 1e3).round() as u64
-        } else if let Some(p) = preset {
-            p.latency_ns
-        } else {
-            return Err(missing_here("latency_us"));
-        };
+    let latency_ns = if let Some(f) = l.uint(&lk::LATENCY_NS)? {
+        f.value
+    } else if let Some(f) = l.number(&lk::LATENCY_US)? {
+        (f.value * 1e3).round() as u64
+    } else if let Some(p) = preset {
+        p.latency_ns
+    } else {
+        return Err(missing_here(lk::LATENCY_US.name));
+    };
     Ok(Link {
         bandwidth_bytes_per_s,
         latency_ns,

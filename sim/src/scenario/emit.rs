@@ -111,14 +111,8 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     if !c.topology.is_default() {
         let t = &c.topology;
         let mut topo = Table::new();
-        let model = match t.model {
-            crate::scenario::NetworkModel::Analytic => "analytic",
-            crate::scenario::NetworkModel::Flow => "flow",
-        };
-        let fabric = match t.fabric {
-            crate::scenario::Fabric::RailOptimized => "rail-optimized",
-            crate::scenario::Fabric::FatTree => "fat-tree",
-        };
+        let model = name_of(&super::topology::NETWORK_MODELS, t.model);
+        let fabric = name_of(&super::topology::FABRICS, t.fabric);
         topo.insert("model", value(model));
         topo.insert("fabric", value(fabric));
         topo.insert("nics_per_node", int(u64::from(t.nics_per_node)));

@@ -3,6 +3,7 @@
 //! what happens to the job over weeks, not what one step is, so planning never sees it.
 
 use super::error::ErrorKind;
+use super::keys::{faults as k, Key};
 use super::read::{opt, Result, Section};
 use crate::faults::config::{
     parse_duration_ns, seconds_to_ns, CheckpointInterval, CheckpointMode, Distribution,
@@ -10,59 +11,32 @@ use crate::faults::config::{
 };
 use crate::scenario::source::Node;
 
-/// Every key `[faults]` accepts.
-pub const FAULT_KEYS: &[&str] = &[
-    "horizon",
-    "seeds",
-    "seed",
-    "gpu_failures_per_gpu_hour",
-    "gpu_mtbf_hours",
-    "node_failures_per_node_day",
-    "node_failures_per_1000_node_days",
-    "node_mtbf_hours",
-    "link_failures_per_link_day",
-    "link_mtbf_hours",
-    "distribution",
-    "weibull_shape",
-    "straggler_per_gpu_hour",
-    "straggler_slowdown",
-    "straggler_duration_s",
-    "link_degradation_per_link_day",
-    "link_degradation_bandwidth_fraction",
-    "link_degradation_duration_s",
-    "scheduled_s",
-    "detection_timeout_s",
-    "restart",
-    "spare_swap_s",
-    "replacement_wait_s",
-    "process_restart_s",
-    "comm_init_s",
-    "checkpoint_every_steps",
-    "checkpoint_every_minutes",
-    "checkpoint_mode",
-    "snapshot_bytes_per_s",
-    "in_memory_replicas",
-    "peer_bytes_per_s",
-    "storage_write_bytes_per_s",
-    "storage_read_bytes_per_s",
-    "checkpoint_bytes",
-];
+/// Every key `[faults]` accepts, in the schema's order.
+pub fn fault_keys() -> impl Iterator<Item = &'static str> {
+    k::ALL.iter().map(|k| k.name)
+}
 
-const RESTARTS: [(&str, RestartPolicy); 3] = [
+pub(crate) const RESTARTS: [(&str, RestartPolicy); 3] = [
     ("hot_spare", RestartPolicy::HotSpare),
     ("wait_replacement", RestartPolicy::WaitReplacement),
     ("elastic", RestartPolicy::Elastic),
 ];
-const MODES: [(&str, CheckpointMode); 2] = [
+pub(crate) const MODES: [(&str, CheckpointMode); 2] = [
     ("sync", CheckpointMode::Sync),
     ("async", CheckpointMode::Async),
 ];
-const DISTRIBUTIONS: [(&str, bool); 2] = [("exponential", false), ("weibull", true)];
+pub(crate) const DISTRIBUTIONS: [(&str, bool); 2] = [("exponential", false), ("weibull", true)];
 
-/// Rates far beyond any hardware; durations up to a year.
-const MAX_RATE: f64 = 1e6;
-const MAX_SECONDS: f64 = 365.0 * 86_400.0;
-const MAX_BANDWIDTH: f64 = 1e15;
+/// `horizon` given as a number of seconds: up to 100 years.
+const HORIZON_SECONDS: Key = Key {
+    kind: super::keys::Kind::Number {
+        zero_ok: false,
+        max: MAX_SCHEDULED_S,
+    },
+    ..k::HORIZON
+};
+/// Times in `scheduled_s`, and a `horizon` in seconds: up to 100 years.
+const MAX_SCHEDULED_S: f64 = 100.0 * 365.0 * 86_400.0;
 
 /// Parses `[faults]`; `None` when the scenario has no such section.
 pub(crate) fn faults(f: Section<'_>) -> Result<Option<FaultConfig>> {
@@ -71,118 +45,95 @@ pub(crate) fn faults(f: Section<'_>) -> Result<Option<FaultConfig>> {
     }
     f.check_unknown()?;
     let d = FaultConfig::default();
-    let secs = |key: &str, default_ns: u64| -> Result<u64> {
-        Ok(opt(f.non_negative(key, MAX_SECONDS)?)
-            .map(seconds_to_ns)
-            .unwrap_or(default_ns))
-    };
-    let horizon_ns = match f.entry("horizon").map(|e| &e.node) {
+    let secs = |key: &Key| -> Result<u64> { Ok(seconds_to_ns(f.number_or_default(key)?)) };
+    let horizon_ns = match f.entry(k::HORIZON.name).map(|e| &e.node) {
         None => d.horizon_ns,
         Some(Node::Str(s)) => parse_duration_ns(s).ok_or_else(|| {
             f.err(
                 ErrorKind::Invalid,
-                "horizon",
+                k::HORIZON.name,
                 "not a duration",
                 "a duration such as \"30d\", \"12h\", \"90m\" or \"3600s\"",
             )
         })?,
-        Some(_) => seconds_to_ns(opt(f.positive("horizon", MAX_SECONDS * 100.0)?).unwrap_or(0.0)),
+        Some(_) => seconds_to_ns(opt(f.number(&HORIZON_SECONDS)?).unwrap_or(0.0)),
     };
-    let rate = |per: &str, mtbf: &str, scale: f64, default: f64| -> Result<f64> {
-        let r = opt(f.non_negative(per, MAX_RATE)?);
-        let m = opt(f.positive(mtbf, 1e12)?);
+    let rate = |per: &Key, mtbf: &Key, scale: f64| -> Result<f64> {
+        let r = opt(f.number(per)?);
+        let m = opt(f.number(mtbf)?);
         match (r, m) {
             (Some(_), Some(_)) => Err(f.err(
                 ErrorKind::Invalid,
-                mtbf,
-                format!("give either `{per}` or `{mtbf}`, not both"),
+                mtbf.name,
+                format!("give either `{}` or `{}`, not both", per.name, mtbf.name),
                 "",
             )),
             (Some(r), None) => Ok(r),
             (None, Some(m)) => Ok(scale / m),
-            (None, None) => Ok(default),
+            (None, None) => f.number_or_default(per),
         }
     };
-    let gpu = rate(
-        "gpu_failures_per_gpu_hour",
-        "gpu_mtbf_hours",
-        1.0,
-        d.gpu_failures_per_gpu_hour,
-    )?;
-    let node_per_1000 = opt(f.non_negative("node_failures_per_1000_node_days", MAX_RATE)?);
+    let gpu = rate(&k::GPU_FAILURES_PER_GPU_HOUR, &k::GPU_MTBF_HOURS, 1.0)?;
+    let node_per_1000 = opt(f.number(&k::NODE_FAILURES_PER_1000_NODE_DAYS)?);
     let node = match node_per_1000 {
-        Some(r) if f.has("node_failures_per_node_day") || f.has("node_mtbf_hours") => {
+        Some(r) if f.has(k::NODE_FAILURES_PER_NODE_DAY.name) || f.has(k::NODE_MTBF_HOURS.name) => {
             let _ = r;
             return Err(f.err(
                 ErrorKind::Invalid,
-                "node_failures_per_1000_node_days",
+                k::NODE_FAILURES_PER_1000_NODE_DAYS.name,
                 "give one node failure rate only",
                 "",
             ));
         }
         Some(r) => r / 1000.0,
-        None => rate(
-            "node_failures_per_node_day",
-            "node_mtbf_hours",
-            24.0,
-            d.node_failures_per_node_day,
-        )?,
+        None => rate(&k::NODE_FAILURES_PER_NODE_DAY, &k::NODE_MTBF_HOURS, 24.0)?,
     };
-    let link = rate(
-        "link_failures_per_link_day",
-        "link_mtbf_hours",
-        24.0,
-        d.link_failures_per_link_day,
-    )?;
-    let weibull = f
-        .choice("distribution", "distribution", &DISTRIBUTIONS)?
-        .unwrap_or(false);
-    let shape = opt(f.positive("weibull_shape", 100.0)?);
+    let link = rate(&k::LINK_FAILURES_PER_LINK_DAY, &k::LINK_MTBF_HOURS, 24.0)?;
+    let weibull = f.choice_or_default(&k::DISTRIBUTION, &DISTRIBUTIONS)?;
+    let shape = opt(f.number(&k::WEIBULL_SHAPE)?);
     let distribution = match (weibull, shape) {
         (true, s) => Distribution::Weibull {
-            shape: s.unwrap_or(0.8),
+            shape: s.unwrap_or(match k::WEIBULL_SHAPE.default {
+                super::keys::Absent::Num(v) => v,
+                _ => 0.8,
+            }),
         },
         (false, Some(_)) => {
             return Err(f.err(
                 ErrorKind::Invalid,
-                "weibull_shape",
+                k::WEIBULL_SHAPE.name,
                 "only used with distribution = \"weibull\"",
                 "",
             ))
         }
         (false, None) => Distribution::Exponential,
     };
-    let slowdown = opt(f.positive("straggler_slowdown", 1000.0)?).unwrap_or(d.straggler_slowdown);
+    let slowdown = f.number_or_default(&k::STRAGGLER_SLOWDOWN)?;
     if slowdown < 1.0 {
         return Err(f.err(
             ErrorKind::Invalid,
-            "straggler_slowdown",
+            k::STRAGGLER_SLOWDOWN.name,
             "a slowdown is at least 1",
             "numbers from 1 to 1000",
         ));
     }
-    let bw_fraction = opt(f.positive("link_degradation_bandwidth_fraction", 1.0)?)
-        .unwrap_or(d.link_degradation_bandwidth_fraction);
-    let scheduled = f.array(
-        "scheduled_s",
-        "an array of times in seconds",
-        |e| match &e.node {
-            Node::Int(i) if *i >= 0 => Some(seconds_to_ns(*i as f64).max(u64::from(*i > 0))),
-            Node::Float(x) if x.is_finite() && *x >= 0.0 && *x <= MAX_SECONDS * 100.0 => {
-                Some(seconds_to_ns(*x))
-            }
-            _ => None,
-        },
-    )?;
+    let bw_fraction = f.number_or_default(&k::LINK_DEGRADATION_BANDWIDTH_FRACTION)?;
+    let scheduled = f.array(&k::SCHEDULED_S, |e| match &e.node {
+        Node::Int(i) if *i >= 0 => Some(seconds_to_ns(*i as f64).max(u64::from(*i > 0))),
+        Node::Float(x) if x.is_finite() && *x >= 0.0 && *x <= MAX_SCHEDULED_S => {
+            Some(seconds_to_ns(*x))
+        }
+        _ => None,
+    })?;
     let mut scheduled_ns = scheduled.unwrap_or_default();
     scheduled_ns.sort_unstable();
-    let steps = opt(f.uint("checkpoint_every_steps", 1, 1 << 40)?);
-    let minutes = opt(f.positive("checkpoint_every_minutes", MAX_SECONDS / 60.0)?);
+    let steps = opt(f.uint(&k::CHECKPOINT_EVERY_STEPS)?);
+    let minutes = opt(f.number(&k::CHECKPOINT_EVERY_MINUTES)?);
     let checkpoint_interval = match (steps, minutes) {
         (Some(_), Some(_)) => {
             return Err(f.err(
                 ErrorKind::Invalid,
-                "checkpoint_every_minutes",
+                k::CHECKPOINT_EVERY_MINUTES.name,
                 "give either `checkpoint_every_steps` or `checkpoint_every_minutes`, not both",
                 "",
             ))
@@ -191,50 +142,35 @@ pub(crate) fn faults(f: Section<'_>) -> Result<Option<FaultConfig>> {
         (None, Some(m)) => CheckpointInterval::Minutes(m),
         (None, None) => d.checkpoint_interval,
     };
-    let bw = |key: &str, default: f64| -> Result<f64> {
-        Ok(opt(f.positive(key, MAX_BANDWIDTH)?).unwrap_or(default))
-    };
+    let bw = |key: &Key| f.number_or_default(key);
     Ok(Some(FaultConfig {
         horizon_ns,
-        seeds: opt(f.uint32("seeds", 1, 1_000_000)?).unwrap_or(d.seeds),
-        seed: opt(f.uint("seed", 0, i64::MAX as u64)?).unwrap_or(d.seed),
+        seeds: f.uint32_or_default(&k::SEEDS)?,
+        seed: f.uint_or_default(&k::SEED)?,
         gpu_failures_per_gpu_hour: gpu,
         node_failures_per_node_day: node,
         link_failures_per_link_day: link,
         distribution,
-        straggler_per_gpu_hour: opt(f.non_negative("straggler_per_gpu_hour", MAX_RATE)?)
-            .unwrap_or(d.straggler_per_gpu_hour),
+        straggler_per_gpu_hour: f.number_or_default(&k::STRAGGLER_PER_GPU_HOUR)?,
         straggler_slowdown: slowdown,
-        straggler_duration_ns: secs("straggler_duration_s", d.straggler_duration_ns)?,
-        link_degradation_per_link_day: opt(
-            f.non_negative("link_degradation_per_link_day", MAX_RATE)?
-        )
-        .unwrap_or(d.link_degradation_per_link_day),
+        straggler_duration_ns: secs(&k::STRAGGLER_DURATION_S)?,
+        link_degradation_per_link_day: f.number_or_default(&k::LINK_DEGRADATION_PER_LINK_DAY)?,
         link_degradation_bandwidth_fraction: bw_fraction,
-        link_degradation_duration_ns: secs(
-            "link_degradation_duration_s",
-            d.link_degradation_duration_ns,
-        )?,
+        link_degradation_duration_ns: secs(&k::LINK_DEGRADATION_DURATION_S)?,
         scheduled_ns,
-        detection_timeout_ns: secs("detection_timeout_s", d.detection_timeout_ns)?,
-        restart: f
-            .choice("restart", "restart policy", &RESTARTS)?
-            .unwrap_or(d.restart),
-        spare_swap_ns: secs("spare_swap_s", d.spare_swap_ns)?,
-        replacement_wait_ns: secs("replacement_wait_s", d.replacement_wait_ns)?,
-        process_restart_ns: secs("process_restart_s", d.process_restart_ns)?,
-        comm_init_ns: secs("comm_init_s", d.comm_init_ns)?,
+        detection_timeout_ns: secs(&k::DETECTION_TIMEOUT_S)?,
+        restart: f.choice_or_default(&k::RESTART, &RESTARTS)?,
+        spare_swap_ns: secs(&k::SPARE_SWAP_S)?,
+        replacement_wait_ns: secs(&k::REPLACEMENT_WAIT_S)?,
+        process_restart_ns: secs(&k::PROCESS_RESTART_S)?,
+        comm_init_ns: secs(&k::COMM_INIT_S)?,
         checkpoint_interval,
-        checkpoint_mode: f
-            .choice("checkpoint_mode", "checkpoint mode", &MODES)?
-            .unwrap_or(d.checkpoint_mode),
-        snapshot_bytes_per_s: bw("snapshot_bytes_per_s", d.snapshot_bytes_per_s)?,
-        in_memory_replicas: f
-            .boolean("in_memory_replicas")?
-            .unwrap_or(d.in_memory_replicas),
-        peer_bytes_per_s: bw("peer_bytes_per_s", d.peer_bytes_per_s)?,
-        storage_write_bytes_per_s: bw("storage_write_bytes_per_s", d.storage_write_bytes_per_s)?,
-        storage_read_bytes_per_s: bw("storage_read_bytes_per_s", d.storage_read_bytes_per_s)?,
-        checkpoint_bytes: opt(f.uint("checkpoint_bytes", 1, 1 << 56)?),
+        checkpoint_mode: f.choice_or_default(&k::CHECKPOINT_MODE, &MODES)?,
+        snapshot_bytes_per_s: bw(&k::SNAPSHOT_BYTES_PER_S)?,
+        in_memory_replicas: f.boolean_or_default(&k::IN_MEMORY_REPLICAS)?,
+        peer_bytes_per_s: bw(&k::PEER_BYTES_PER_S)?,
+        storage_write_bytes_per_s: bw(&k::STORAGE_WRITE_BYTES_PER_S)?,
+        storage_read_bytes_per_s: bw(&k::STORAGE_READ_BYTES_PER_S)?,
+        checkpoint_bytes: opt(f.uint(&k::CHECKPOINT_BYTES)?),
     }))
 }

@@ -10,7 +10,7 @@
 //! warning.
 
 use super::error::{Ctx, ErrorKind, LineIndex, Loc, ScenarioError};
-use super::limits;
+use super::keys::model as mk;
 use super::read::group_digits;
 use serde_json::Value;
 use std::path::Path;
@@ -193,23 +193,23 @@ pub(crate) fn parse(origin: &str, text: &str, force: bool) -> Result<HfShape, Sc
     let gpt2_style = reader.has("n_embd") || model_type == "gpt2";
     let mut shape = HfShape::default();
     if gpt2_style {
-        shape.hidden = reader.uint("n_embd", limits::HIDDEN)?;
-        shape.layers = reader.uint("n_layer", limits::LAYERS)?;
-        shape.heads = reader.uint("n_head", limits::HEADS)?;
-        shape.seq_len = reader.uint("n_positions", limits::SEQ_LEN)?;
-        shape.ffn_hidden = reader.uint("n_inner", limits::FFN_HIDDEN)?;
+        shape.hidden = reader.uint("n_embd", mk::HIDDEN.uint_range())?;
+        shape.layers = reader.uint("n_layer", mk::LAYERS.uint_range())?;
+        shape.heads = reader.uint("n_head", mk::HEADS.uint_range())?;
+        shape.seq_len = reader.uint("n_positions", mk::SEQ_LEN.uint_range())?;
+        shape.ffn_hidden = reader.uint("n_inner", mk::FFN_HIDDEN.uint_range())?;
         // GPT-2 ties the output head to the input embedding unless told otherwise.
         shape.tied_embeddings = reader.boolean("tie_word_embeddings")?.unwrap_or(true);
     } else {
-        shape.hidden = reader.uint("hidden_size", limits::HIDDEN)?;
-        shape.layers = reader.uint("num_hidden_layers", limits::LAYERS)?;
-        shape.heads = reader.uint("num_attention_heads", limits::HEADS)?;
-        shape.kv_heads = reader.uint("num_key_value_heads", limits::HEADS)?;
-        shape.seq_len = reader.uint("max_position_embeddings", limits::SEQ_LEN)?;
-        shape.ffn_hidden = reader.uint("intermediate_size", limits::FFN_HIDDEN)?;
+        shape.hidden = reader.uint("hidden_size", mk::HIDDEN.uint_range())?;
+        shape.layers = reader.uint("num_hidden_layers", mk::LAYERS.uint_range())?;
+        shape.heads = reader.uint("num_attention_heads", mk::HEADS.uint_range())?;
+        shape.kv_heads = reader.uint("num_key_value_heads", mk::HEADS.uint_range())?;
+        shape.seq_len = reader.uint("max_position_embeddings", mk::SEQ_LEN.uint_range())?;
+        shape.ffn_hidden = reader.uint("intermediate_size", mk::FFN_HIDDEN.uint_range())?;
         shape.tied_embeddings = reader.boolean("tie_word_embeddings")?.unwrap_or(false);
     }
-    shape.vocab = reader.uint("vocab_size", limits::VOCAB)?;
+    shape.vocab = reader.uint("vocab_size", mk::VOCAB.uint_range())?;
     // SwiGLU (gate, up and down projections) is what the Llama family's "silu" activation
     // means in HF configs; GPT-2 and GPT-NeoX use a plain two-matrix GELU MLP.
     let act = reader
@@ -222,8 +222,8 @@ pub(crate) fn parse(origin: &str, text: &str, force: bool) -> Result<HfShape, Sc
                 model_type.as_str(),
                 "llama" | "mistral" | "mixtral" | "qwen2"
             ));
-    shape.experts = reader.uint("num_local_experts", limits::EXPERTS)?;
-    shape.top_k = reader.uint("num_experts_per_tok", limits::EXPERTS)?;
+    shape.experts = reader.uint("num_local_experts", mk::EXPERTS.uint_range())?;
+    shape.top_k = reader.uint("num_experts_per_tok", mk::EXPERTS.uint_range())?;
     // Qwen2 writes a sliding_window that applies only with use_sliding_window = true.
     let window_off = map.get("use_sliding_window") == Some(&Value::Bool(false));
     for (key, what) in UNMODELLED {

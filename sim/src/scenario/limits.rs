@@ -1,38 +1,8 @@
-//! Bounds on single values: far beyond any real training job, tight enough that every size
-//! derived from a valid scenario fits in u64 without overflow. Values outside are rejected
-//! with a message rather than allowed to wrap or exhaust memory downstream.
-
-/// Inclusive (min, max) ranges for integer keys.
-pub(crate) const GPUS: (u64, u64) = (1, 1 << 20);
-pub(crate) const GPUS_PER_NODE: (u64, u64) = (1, 4096);
-pub(crate) const LAYERS: (u64, u64) = (1, 1 << 16);
-pub(crate) const HIDDEN: (u64, u64) = (1, 1 << 20);
-pub(crate) const HEADS: (u64, u64) = (1, 1 << 16);
-pub(crate) const FFN_HIDDEN: (u64, u64) = (1, 1 << 22);
-pub(crate) const SEQ_LEN: (u64, u64) = (1, 1 << 24);
-pub(crate) const VOCAB: (u64, u64) = (1, 1 << 24);
-pub(crate) const EXPERTS: (u64, u64) = (1, 1 << 16);
-/// tp, pp, dp, ep, cp.
-pub(crate) const DEGREE: (u64, u64) = (1, 1 << 20);
-pub(crate) const VPP: (u64, u64) = (1, 1 << 16);
-pub(crate) const ZERO: (u64, u64) = (0, 3);
-pub(crate) const GLOBAL_BATCH: (u64, u64) = (1, 1 << 24);
-pub(crate) const MICRO_BATCH: (u64, u64) = (1, 1 << 24);
-pub(crate) const ITERATIONS: (u64, u64) = (1, 1 << 20);
-/// TOML integers are signed 64-bit.
-pub(crate) const SEED: (u64, u64) = (0, i64::MAX as u64);
-pub(crate) const GRAD_BUCKET_BYTES: (u64, u64) = (1, 1 << 40);
-pub(crate) const HBM_BYTES: (u64, u64) = (1, 1 << 50);
-pub(crate) const DELAYED_STEPS: (u64, u64) = (1, 1 << 20);
-pub(crate) const RESERVED_BYTES: (u64, u64) = (0, 1 << 50);
-pub(crate) const LATENCY_NS: (u64, u64) = (0, 1_000_000_000);
-
-/// Upper bounds for float keys.
-pub(crate) const PEAK_FLOPS_PER_S: f64 = 1e18;
-pub(crate) const BANDWIDTH_BYTES_PER_S: f64 = 1e15;
-pub(crate) const LATENCY_US: f64 = 1e6;
-/// Allocator slack is a fraction of each transient allocation.
-pub(crate) const ALLOCATOR_SLACK_FRACTION: f64 = 1.0;
+//! Bounds on what a scenario implies as a whole: far beyond any real training job, tight
+//! enough that every size derived from a valid scenario fits in u64 without overflow and every
+//! accepted step finishes in seconds. Values outside are rejected with a message rather than
+//! allowed to wrap or exhaust memory downstream. The bounds of single keys are in the schema
+//! table (`keys.rs`).
 
 /// Whole-model bounds (checked after resolution).
 pub(crate) const PARAMS: f64 = (1u64 << 48) as f64;

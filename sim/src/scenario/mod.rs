@@ -19,6 +19,9 @@ mod emit;
 pub(crate) mod error;
 mod faults;
 mod hf;
+pub mod keys;
+#[cfg(test)]
+mod keys_tests;
 pub(crate) mod limits;
 mod overrides;
 mod parse;
@@ -30,10 +33,10 @@ mod types;
 mod validate;
 mod work;
 
-pub use checks::{parse_key as parse_check_key, Bound, Checks, Metric, Threshold, CHECK_KEYS};
+pub use checks::{check_keys, parse_key as parse_check_key, Bound, Checks, Metric, Threshold};
 pub use error::{ErrorKind, ScenarioError};
-pub use faults::FAULT_KEYS;
-pub use topology::{Fabric, NetworkModel, NetworkTopology, TOPOLOGY_KEYS};
+pub use faults::fault_keys;
+pub use topology::{Fabric, NetworkModel, NetworkTopology};
 pub use types::*;
 
 use crate::faults::FaultConfig;

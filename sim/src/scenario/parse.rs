@@ -6,7 +6,7 @@ use super::checks::Checks;
 use super::cluster::cluster;
 use super::error::{Ctx, ErrorKind, Loc};
 use super::hf;
-use super::limits;
+use super::keys::{model as mk, parallel as pk, root as rk, run as runk, training as tk, Key};
 use super::presets;
 use super::read::{opt, Result, Section};
 use super::source::{Node, Table};
@@ -39,7 +39,7 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
     let top = Loc::File { line: 1, column: 1 };
     let root = Section::root(ctx, root, &top);
     root.check_unknown()?;
-    let name = match root.string("name")? {
+    let name = match root.string(&rk::NAME)? {
         Some(f) => f.value,
         None => default_name(&ctx.origin),
     };
@@ -82,8 +82,8 @@ fn default_name(origin: &str) -> String {
 
 fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
     m.check_unknown()?;
-    let preset = m.string("preset")?;
-    let hf_config = m.string("hf_config")?;
+    let preset = m.string(&mk::PRESET)?;
+    let hf_config = m.string(&mk::HF_CONFIG)?;
     let base: hf::HfShape = match (&preset, &hf_config) {
         (Some(_), Some(_)) => {
             return Err(m.err(
@@ -123,44 +123,44 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
             &m.key_path("hf_config"),
             &h.raw,
             &base_dir.join(&h.value),
-            m.boolean("hf_force")?.unwrap_or(false),
+            m.boolean_or_default(&mk::HF_FORCE)?,
         )?,
         (None, None) => hf::HfShape::default(),
     };
     let hint = "or give model.preset or model.hf_config";
-    let need = |key: &str, range: (u64, u64), base: Option<u64>| -> Result<u64> {
-        match opt(m.uint(key, range.0, range.1)?).or(base) {
+    let need = |key: &Key, base: Option<u64>| -> Result<u64> {
+        match opt(m.uint(key)?).or(base) {
             Some(v) => Ok(v),
-            None => Err(m.missing(key, hint)),
+            None => Err(m.missing(key.name, hint)),
         }
     };
-    let layers = need("layers", limits::LAYERS, base.layers)?;
-    let hidden = need("hidden", limits::HIDDEN, base.hidden)?;
-    let heads = need("heads", limits::HEADS, base.heads)?;
-    let kv_heads = opt(m.uint("kv_heads", limits::HEADS.0, limits::HEADS.1)?)
+    let layers = need(&mk::LAYERS, base.layers)?;
+    let hidden = need(&mk::HIDDEN, base.hidden)?;
+    let heads = need(&mk::HEADS, base.heads)?;
+    let kv_heads = opt(m.uint(&mk::KV_HEADS)?)
         .or(base.kv_heads)
         .unwrap_or(heads);
     // hidden <= 2^20, so 4*hidden fits the ffn range.
-    let ffn_hidden = opt(m.uint("ffn_hidden", limits::FFN_HIDDEN.0, limits::FFN_HIDDEN.1)?)
+    let ffn_hidden = opt(m.uint(&mk::FFN_HIDDEN)?)
         .or(base.ffn_hidden)
         .unwrap_or(4 * hidden);
-    let seq_len = need("seq_len", limits::SEQ_LEN, base.seq_len)?;
-    let vocab = need("vocab", limits::VOCAB, base.vocab)?;
-    let gated_mlp = m.boolean("gated_mlp")?.unwrap_or(base.gated_mlp);
+    let seq_len = need(&mk::SEQ_LEN, base.seq_len)?;
+    let vocab = need(&mk::VOCAB, base.vocab)?;
+    let gated_mlp = m.boolean(&mk::GATED_MLP)?.unwrap_or(base.gated_mlp);
     let tied_embeddings = m
-        .boolean("tied_embeddings")?
+        .boolean(&mk::TIED_EMBEDDINGS)?
         .unwrap_or(base.tied_embeddings);
-    let experts = opt(m.uint("experts", limits::EXPERTS.0, limits::EXPERTS.1)?).or(base.experts);
-    let top_k = opt(m.uint("top_k", limits::EXPERTS.0, limits::EXPERTS.1)?).or(base.top_k);
-    let moe_every = opt(m.uint("moe_every", limits::LAYERS.0, limits::LAYERS.1)?);
+    let experts = opt(m.uint(&mk::EXPERTS)?).or(base.experts);
+    let top_k = opt(m.uint(&mk::TOP_K)?).or(base.top_k);
+    let moe_every = m.uint_or_default(&mk::MOE_EVERY)?;
     let moe = match experts {
         Some(experts) => Some(Moe {
             experts: u32_of(experts),
             top_k: u32_of(top_k.unwrap_or(experts.min(2))),
-            moe_every: u32_of(moe_every.unwrap_or(1)),
+            moe_every: u32_of(moe_every),
         }),
         None => {
-            for key in ["top_k", "moe_every"] {
+            for key in [mk::TOP_K.name, mk::MOE_EVERY.name] {
                 if m.has(key) {
                     return Err(m.err(
                         ErrorKind::CrossField,
@@ -173,7 +173,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
             None
         }
     };
-    let name = match m.string("name")? {
+    let name = match m.string(&mk::NAME)? {
         Some(n) => n.value,
         None => preset
             .map(|p| p.value)
@@ -198,28 +198,21 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
 
 fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool)> {
     p.check_unknown()?;
-    let (lo, hi) = (limits::DEGREE.0 as u32, limits::DEGREE.1 as u32);
-    let degree = |key: &str| -> Result<u32> { Ok(opt(p.uint32(key, lo, hi)?).unwrap_or(1)) };
-    let tp = degree("tp")?;
-    let pp = degree("pp")?;
-    let ep = degree("ep")?;
-    let cp = degree("cp")?;
-    let dp = opt(p.uint32("dp", lo, hi)?);
-    let vpp = opt(p.uint32("vpp", limits::VPP.0 as u32, limits::VPP.1 as u32)?).unwrap_or(1);
-    let zero = opt(p.uint("zero", limits::ZERO.0, limits::ZERO.1)?);
-    let fsdp = p.boolean("fsdp")?.unwrap_or(false);
-    let sequence_parallel = p.boolean("sequence_parallel")?.unwrap_or(false);
-    let schedule = p
-        .choice("schedule", "schedule", &PipelineSchedule::ALL)?
-        .unwrap_or(PipelineSchedule::OneFOneB);
-    let layer_partition = p.array(
-        "layer_partition",
-        "an array of layer counts (integers from 1 to 65,536)",
-        |e| match e.node {
-            Node::Int(i) if (1..=limits::LAYERS.1 as i64).contains(&i) => u32::try_from(i).ok(),
-            _ => None,
-        },
-    )?;
+    let tp = p.uint32_or_default(&pk::TP)?;
+    let pp = p.uint32_or_default(&pk::PP)?;
+    let ep = p.uint32_or_default(&pk::EP)?;
+    let cp = p.uint32_or_default(&pk::CP)?;
+    let dp = opt(p.uint32(&pk::DP)?);
+    let vpp = p.uint32_or_default(&pk::VPP)?;
+    let zero = opt(p.uint(&pk::ZERO)?);
+    let fsdp = p.boolean_or_default(&pk::FSDP)?;
+    let sequence_parallel = p.boolean_or_default(&pk::SEQUENCE_PARALLEL)?;
+    let schedule = p.choice_or_default(&pk::SCHEDULE, &PipelineSchedule::ALL)?;
+    let max_layers = i64::try_from(mk::LAYERS.uint_range().1).unwrap_or(i64::MAX);
+    let layer_partition = p.array(&pk::LAYER_PARTITION, |e| match e.node {
+        Node::Int(i) if (1..=max_layers).contains(&i) => u32::try_from(i).ok(),
+        _ => None,
+    })?;
     let order = order(p)?;
     Ok((
         Parallel {
@@ -284,8 +277,9 @@ pub(crate) const AXES: [(&str, Axis); 5] = [
 ];
 
 fn order(p: Section<'_>) -> Result<Option<[Axis; 5]>> {
-    let allowed = "a permutation of [\"tp\", \"cp\", \"ep\", \"dp\", \"pp\"], innermost first";
-    let Some(names) = p.array("order", allowed, |e| match &e.node {
+    let allowed = pk::ORDER.allowed();
+    let allowed = allowed.as_str();
+    let Some(names) = p.array(&pk::ORDER, |e| match &e.node {
         Node::Str(s) => Some(s.clone()),
         _ => None,
     })?
@@ -327,41 +321,24 @@ fn order(p: Section<'_>) -> Result<Option<[Axis; 5]>> {
 fn training(t: Section<'_>) -> Result<(Training, bool)> {
     t.check_unknown()?;
     let global_batch = t
-        .uint(
-            "global_batch",
-            limits::GLOBAL_BATCH.0,
-            limits::GLOBAL_BATCH.1,
-        )?
-        .ok_or_else(|| t.missing("global_batch", "sequences per step, whole job"))?
+        .uint(&tk::GLOBAL_BATCH)?
+        .ok_or_else(|| t.missing(tk::GLOBAL_BATCH.name, "sequences per step, whole job"))?
         .value;
-    let micro_batch =
-        opt(t.uint("micro_batch", limits::MICRO_BATCH.0, limits::MICRO_BATCH.1)?).unwrap_or(1);
-    let bucket = opt(t.uint(
-        "grad_bucket_bytes",
-        limits::GRAD_BUCKET_BYTES.0,
-        limits::GRAD_BUCKET_BYTES.1,
-    )?);
+    let micro_batch = t.uint_or_default(&tk::MICRO_BATCH)?;
+    let bucket = opt(t.uint(&tk::GRAD_BUCKET_BYTES)?);
     Ok((
         Training {
             global_batch,
             micro_batch,
-            precision: t
-                .choice("precision", "precision", &PRECISIONS)?
-                .unwrap_or(Precision::Bf16),
-            recompute: t
-                .choice("recompute", "recompute policy", &RECOMPUTES)?
-                .unwrap_or(Recompute::None),
-            overlap_grad_reduce: t.boolean("overlap_grad_reduce")?.unwrap_or(true),
-            overlap_param_gather: t.boolean("overlap_param_gather")?.unwrap_or(true),
+            precision: t.choice_or_default(&tk::PRECISION, &PRECISIONS)?,
+            recompute: t.choice_or_default(&tk::RECOMPUTE, &RECOMPUTES)?,
+            overlap_grad_reduce: t.boolean_or_default(&tk::OVERLAP_GRAD_REDUCE)?,
+            overlap_param_gather: t.boolean_or_default(&tk::OVERLAP_PARAM_GATHER)?,
             grad_compression: grad_compression(t)?,
             sync: sync(t)?,
-            optimizer: t
-                .choice("optimizer", "optimizer", &OPTIMIZERS)?
-                .unwrap_or(Optimizer::Adam),
-            offload: t
-                .choice("offload", "offload mode", &OFFLOADS)?
-                .unwrap_or(Offload::None),
-            flash_attention: t.boolean("flash_attention")?.unwrap_or(true),
+            optimizer: t.choice_or_default(&tk::OPTIMIZER, &OPTIMIZERS)?,
+            offload: t.choice_or_default(&tk::OFFLOAD, &OFFLOADS)?,
+            flash_attention: t.boolean_or_default(&tk::FLASH_ATTENTION)?,
             grad_bucket_bytes: bucket.unwrap_or(0),
         },
         bucket.is_some(),
@@ -369,8 +346,8 @@ fn training(t: Section<'_>) -> Result<(Training, bool)> {
 }
 
 fn grad_compression(t: Section<'_>) -> Result<GradCompression> {
-    let allowed = "none, fp16, int8, topk:F with 0 < F <= 1 (fraction of elements kept)";
-    let Some(f) = t.string("grad_compression")? else {
+    let allowed = tk::GRAD_COMPRESSION.allowed();
+    let Some(f) = t.string(&tk::GRAD_COMPRESSION)? else {
         return Ok(GradCompression::None);
     };
     match f.value.as_str() {
@@ -392,21 +369,24 @@ fn grad_compression(t: Section<'_>) -> Result<GradCompression> {
                     s,
                     ["none", "fp16", "int8", "topk:0.01"].into_iter(),
                 )
-                .with_allowed(allowed)),
+                .with_allowed(&allowed)),
         },
     }
 }
 
+/// `sync = "delayed:N"`: N in this range.
+const DELAYED_STEPS: (u64, u64) = (1, 1 << 20);
+
 fn sync(t: Section<'_>) -> Result<SyncMode> {
-    let allowed = "sync, async, delayed:N with N >= 1 (synchronise every N steps)";
-    let Some(f) = t.string("sync")? else {
+    let allowed = tk::SYNC.allowed();
+    let Some(f) = t.string(&tk::SYNC)? else {
         return Ok(SyncMode::Sync);
     };
     match f.value.as_str() {
         "sync" => Ok(SyncMode::Sync),
         "async" => Ok(SyncMode::Async),
         s => match s.strip_prefix("delayed:").map(str::parse::<u64>) {
-            Some(Ok(n)) if (limits::DELAYED_STEPS.0..=limits::DELAYED_STEPS.1).contains(&n) => {
+            Some(Ok(n)) if (DELAYED_STEPS.0..=DELAYED_STEPS.1).contains(&n) => {
                 Ok(SyncMode::Delayed(u32_of(n)))
             }
             Some(_) => Err(t.err(
@@ -422,40 +402,26 @@ fn sync(t: Section<'_>) -> Result<SyncMode> {
                     s,
                     ["sync", "async", "delayed:2"].into_iter(),
                 )
-                .with_allowed(allowed)),
+                .with_allowed(&allowed)),
         },
     }
 }
 
 fn memory(m: Section<'_>) -> Result<MemorySettings> {
     m.check_unknown()?;
-    let d = MemorySettings::default();
+    use super::keys::memory as k;
     Ok(MemorySettings {
-        reserved_bytes: opt(m.uint(
-            "reserved_bytes",
-            limits::RESERVED_BYTES.0,
-            limits::RESERVED_BYTES.1,
-        )?)
-        .unwrap_or(d.reserved_bytes),
-        allocator_slack_fraction: opt(
-            m.non_negative("allocator_slack_fraction", limits::ALLOCATOR_SLACK_FRACTION)?
-        )
-        .unwrap_or(d.allocator_slack_fraction),
-        accounting: m
-            .choice("accounting", "memory accounting", &ACCOUNTINGS)?
-            .unwrap_or(d.accounting),
+        reserved_bytes: m.uint_or_default(&k::RESERVED_BYTES)?,
+        allocator_slack_fraction: m.number_or_default(&k::ALLOCATOR_SLACK_FRACTION)?,
+        accounting: m.choice_or_default(&k::ACCOUNTING, &ACCOUNTINGS)?,
     })
 }
 
 fn run(r: Section<'_>) -> Result<Run> {
     r.check_unknown()?;
     Ok(Run {
-        iterations: u32_of(
-            opt(r.uint("iterations", limits::ITERATIONS.0, limits::ITERATIONS.1)?).unwrap_or(1),
-        ),
-        seed: opt(r.uint("seed", limits::SEED.0, limits::SEED.1)?).unwrap_or(1),
-        granularity: r
-            .choice("granularity", "granularity", &GRANULARITIES)?
-            .unwrap_or(Granularity::Chunk),
+        iterations: r.uint32_or_default(&runk::ITERATIONS)?,
+        seed: r.uint_or_default(&runk::SEED)?,
+        granularity: r.choice_or_default(&runk::GRANULARITY, &GRANULARITIES)?,
     })
 }

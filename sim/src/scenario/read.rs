@@ -3,6 +3,7 @@
 //! and the allowed range. Unknown keys are caught here too, with a did-you-mean suggestion.
 
 use super::error::{closest, Ctx, ErrorKind, Loc, ScenarioError};
+use super::keys::{self, Absent, Key, Kind};
 use super::source::{Entry, Node, Table};
 
 pub(crate) type Result<T> = std::result::Result<T, ScenarioError>;
@@ -30,130 +31,9 @@ pub(crate) struct Section<'a> {
     pub loc: Option<&'a Loc>,
 }
 
-/// Every key the schema knows, by section path; used for "did you mean" across sections.
-pub(crate) const SCHEMA: &[(&str, &[&str])] = &[
-    (
-        "",
-        &[
-            "name", "model", "cluster", "parallel", "training", "memory", "run", "checks", "faults",
-        ],
-    ),
-    (
-        "model",
-        &[
-            "preset",
-            "hf_config",
-            "hf_force",
-            "name",
-            "layers",
-            "hidden",
-            "heads",
-            "kv_heads",
-            "ffn_hidden",
-            "seq_len",
-            "vocab",
-            "gated_mlp",
-            "tied_embeddings",
-            "experts",
-            "top_k",
-            "moe_every",
-        ],
-    ),
-    (
-        "cluster",
-        &[
-            "gpu",
-            "gpus",
-            "gpus_per_node",
-            "node",
-            "intra_node",
-            "inter_node",
-            "topology",
-        ],
-    ),
-    ("cluster.topology", super::topology::TOPOLOGY_KEYS),
-    (
-        "cluster.gpu",
-        &[
-            "preset",
-            "name",
-            "peak_fp32_flops_per_s",
-            "peak_tf32_flops_per_s",
-            "peak_fp16_flops_per_s",
-            "peak_bf16_flops_per_s",
-            "peak_fp8_flops_per_s",
-            "hbm_bytes",
-            "driver_reserved_bytes",
-            "hbm_bandwidth_bytes_per_s",
-        ],
-    ),
-    (
-        "cluster.intra_node",
-        &[
-            "bandwidth_bytes_per_s",
-            "bandwidth_gb_per_s",
-            "latency_us",
-            "latency_ns",
-        ],
-    ),
-    (
-        "cluster.inter_node",
-        &[
-            "bandwidth_bytes_per_s",
-            "bandwidth_gb_per_s",
-            "latency_us",
-            "latency_ns",
-        ],
-    ),
-    (
-        "parallel",
-        &[
-            "tp",
-            "pp",
-            "dp",
-            "vpp",
-            "ep",
-            "cp",
-            "zero",
-            "fsdp",
-            "sequence_parallel",
-            "schedule",
-            "layer_partition",
-            "order",
-        ],
-    ),
-    (
-        "training",
-        &[
-            "global_batch",
-            "micro_batch",
-            "precision",
-            "recompute",
-            "overlap_grad_reduce",
-            "overlap_param_gather",
-            "grad_compression",
-            "sync",
-            "optimizer",
-            "offload",
-            "flash_attention",
-            "grad_bucket_bytes",
-        ],
-    ),
-    (
-        "memory",
-        &["reserved_bytes", "allocator_slack_fraction", "accounting"],
-    ),
-    ("run", &["iterations", "seed", "granularity"]),
-    ("checks", super::checks::CHECK_KEYS),
-    ("faults", super::faults::FAULT_KEYS),
-];
-
-pub(crate) fn known_keys(path: &str) -> &'static [&'static str] {
-    SCHEMA
-        .iter()
-        .find(|(p, _)| *p == path)
-        .map(|(_, k)| *k)
-        .unwrap_or(&[])
+/// The key names of the table at `path`, in schema order.
+pub(crate) fn known_keys(path: &str) -> Vec<&'static str> {
+    keys::group(path).iter().map(|k| k.name).collect()
 }
 
 fn join(path: &str, key: &str) -> String {
@@ -258,13 +138,14 @@ impl<'a> Section<'a> {
             let mut message = "unknown key".to_string();
             if let Some(near) = closest(key, known.iter().copied()) {
                 message.push_str(&format!("; did you mean `{near}`?"));
-            } else if let Some((other, _)) = SCHEMA
+            } else if let Some(other) = keys::GROUPS
                 .iter()
-                .find(|(p, keys)| *p != self.path && keys.contains(&key.as_str()))
+                .find(|g| g.path != self.path && g.keys.iter().any(|k| k.name == key.as_str()))
             {
                 message.push_str(&format!(
-                    "; did you mean `{}` (it belongs in [{other}])?",
-                    join(other, key)
+                    "; did you mean `{}` (it belongs in [{}])?",
+                    join(other.path, key),
+                    other.path
                 ));
             }
             let allowed = if known.is_empty() {
@@ -284,9 +165,38 @@ impl<'a> Section<'a> {
         Ok(())
     }
 
-    /// An integer in `min..=max`. Floats with an exact integer value are accepted (so
+    /// The error for a reader applied to a key of another kind: a mistake in twin's schema
+    /// table, reported rather than panicking.
+    fn schema_err(&self, k: &Key, reader: &str) -> ScenarioError {
+        self.err(
+            ErrorKind::Type,
+            k.name,
+            format!(
+                "twin's schema declares this key as {}, read as {reader}",
+                k.type_name()
+            ),
+            k.allowed(),
+        )
+    }
+
+    /// An integer key (`Kind::Uint`). Floats with an exact integer value are accepted (so
     /// `hbm_bytes = 80e9` works).
-    pub(crate) fn uint(&self, key: &str, min: u64, max: u64) -> Result<Option<Field<u64>>> {
+    pub(crate) fn uint(&self, k: &Key) -> Result<Option<Field<u64>>> {
+        let Kind::Uint { min, max } = k.kind else {
+            return Err(self.schema_err(k, "an integer"));
+        };
+        self.uint_in(k.name, min, max)
+    }
+
+    /// An integer key, or its literal default (`Absent::Int`; 0 for any other).
+    pub(crate) fn uint_or_default(&self, k: &Key) -> Result<u64> {
+        Ok(opt(self.uint(k)?).unwrap_or(match k.default {
+            Absent::Int(v) => v,
+            _ => 0,
+        }))
+    }
+
+    fn uint_in(&self, key: &str, min: u64, max: u64) -> Result<Option<Field<u64>>> {
         let Some(e) = self.entry(key) else {
             return Ok(None);
         };
@@ -318,27 +228,27 @@ impl<'a> Section<'a> {
         }))
     }
 
-    pub(crate) fn uint32(&self, key: &str, min: u32, max: u32) -> Result<Option<Field<u32>>> {
-        Ok(self
-            .uint(key, u64::from(min), u64::from(max))?
-            .map(|f| Field {
-                value: u32::try_from(f.value).unwrap_or(max),
-                loc: f.loc,
-                raw: f.raw,
-            }))
+    /// An integer key whose range fits u32.
+    pub(crate) fn uint32(&self, k: &Key) -> Result<Option<Field<u32>>> {
+        Ok(self.uint(k)?.map(|f| Field {
+            value: u32::try_from(f.value).unwrap_or(u32::MAX),
+            loc: f.loc,
+            raw: f.raw,
+        }))
     }
 
-    /// A finite number in `(0, max]` (integers accepted).
-    pub(crate) fn positive(&self, key: &str, max: f64) -> Result<Option<Field<f64>>> {
-        self.number(key, false, max)
+    /// An integer key whose range fits u32, or its literal default.
+    pub(crate) fn uint32_or_default(&self, k: &Key) -> Result<u32> {
+        Ok(u32::try_from(self.uint_or_default(k)?).unwrap_or(u32::MAX))
     }
 
-    /// A finite number in `[0, max]` (integers accepted).
-    pub(crate) fn non_negative(&self, key: &str, max: f64) -> Result<Option<Field<f64>>> {
-        self.number(key, true, max)
-    }
-
-    fn number(&self, key: &str, zero_ok: bool, max: f64) -> Result<Option<Field<f64>>> {
+    /// A number key (`Kind::Number`): finite, at most its `max`, above 0 or from 0 (integers
+    /// accepted).
+    pub(crate) fn number(&self, k: &Key) -> Result<Option<Field<f64>>> {
+        let Kind::Number { zero_ok, max } = k.kind else {
+            return Err(self.schema_err(k, "a number"));
+        };
+        let key = k.name;
         let Some(e) = self.entry(key) else {
             return Ok(None);
         };
@@ -363,7 +273,19 @@ impl<'a> Section<'a> {
         }))
     }
 
-    pub(crate) fn boolean(&self, key: &str) -> Result<Option<bool>> {
+    /// A number key, or its literal default (`Absent::Num`; 0 for any other).
+    pub(crate) fn number_or_default(&self, k: &Key) -> Result<f64> {
+        Ok(opt(self.number(k)?).unwrap_or(match k.default {
+            Absent::Num(v) => v,
+            _ => 0.0,
+        }))
+    }
+
+    pub(crate) fn boolean(&self, k: &Key) -> Result<Option<bool>> {
+        if k.kind != Kind::Bool {
+            return Err(self.schema_err(k, "true or false"));
+        }
+        let key = k.name;
         match self.entry(key) {
             None => Ok(None),
             Some(Entry {
@@ -374,7 +296,17 @@ impl<'a> Section<'a> {
         }
     }
 
-    pub(crate) fn string(&self, key: &str) -> Result<Option<Field<String>>> {
+    /// A boolean key, or its literal default (`Absent::Flag`; false for any other).
+    pub(crate) fn boolean_or_default(&self, k: &Key) -> Result<bool> {
+        Ok(self.boolean(k)?.unwrap_or(k.default == Absent::Flag(true)))
+    }
+
+    /// A string key (text, a choice's name, or a string with a syntax of its own).
+    pub(crate) fn string(&self, k: &Key) -> Result<Option<Field<String>>> {
+        if !matches!(k.kind, Kind::Text | Kind::Choice { .. } | Kind::Other(_)) {
+            return Err(self.schema_err(k, "a string"));
+        }
+        let key = k.name;
         match self.entry(key) {
             None => Ok(None),
             Some(e) => match &e.node {
@@ -388,19 +320,34 @@ impl<'a> Section<'a> {
         }
     }
 
-    /// A string that must be one of `names`; `what` names the thing in the message.
-    pub(crate) fn choice<T: Copy>(
-        &self,
-        key: &str,
-        what: &str,
-        names: &[(&str, T)],
-    ) -> Result<Option<T>> {
-        let Some(f) = self.string(key)? else {
+    /// A choice key: a string that must be one of `names` (the typed table of the names its
+    /// row lists; a test keeps the two equal).
+    pub(crate) fn choice<T: Copy>(&self, k: &Key, names: &[(&str, T)]) -> Result<Option<T>> {
+        let Kind::Choice { what, .. } = k.kind else {
+            return Err(self.schema_err(k, "a name"));
+        };
+        let Some(f) = self.string(k)? else {
             return Ok(None);
         };
         match names.iter().find(|(n, _)| *n == f.value) {
             Some((_, v)) => Ok(Some(*v)),
-            None => Err(self.unknown_name(key, what, &f.value, names.iter().map(|(n, _)| *n))),
+            None => Err(self.unknown_name(k.name, what, &f.value, names.iter().map(|(n, _)| *n))),
+        }
+    }
+
+    /// A choice key, or its literal default (`Absent::Is`; the table's first name for any
+    /// other).
+    pub(crate) fn choice_or_default<T: Copy>(&self, k: &Key, names: &[(&str, T)]) -> Result<T> {
+        if let Some(v) = self.choice(k, names)? {
+            return Ok(v);
+        }
+        let default = match k.default {
+            Absent::Is(name) => names.iter().find(|(n, _)| *n == name),
+            _ => None,
+        };
+        match default.or(names.first()) {
+            Some((_, v)) => Ok(*v),
+            None => Err(self.schema_err(k, "a name from an empty table")),
         }
     }
 
@@ -420,13 +367,16 @@ impl<'a> Section<'a> {
         self.err(ErrorKind::Invalid, key, message, allowed.join(", "))
     }
 
-    /// An array whose items are read by `item`.
+    /// An array key (`Kind::Other`, whose text says what it holds) read item by item.
     pub(crate) fn array<T>(
         &self,
-        key: &str,
-        want: &str,
+        k: &Key,
         mut item: impl FnMut(&Entry) -> Option<T>,
     ) -> Result<Option<Vec<T>>> {
+        let Kind::Other(want) = k.kind else {
+            return Err(self.schema_err(k, "an array"));
+        };
+        let key = k.name;
         let Some(e) = self.entry(key) else {
             return Ok(None);
         };

@@ -2,7 +2,7 @@
 //! engine prices communication with the flow-level network model or per call (alpha-beta).
 //! Everything has a default, so scenarios without the section keep their meaning.
 
-use super::read::{opt, Result, Section};
+use super::read::{Result, Section};
 use serde::{Deserialize, Serialize};
 
 /// Which network model prices transfers.
@@ -60,42 +60,23 @@ impl NetworkTopology {
     }
 }
 
-/// Keys of `[cluster.topology]`.
-pub const TOPOLOGY_KEYS: &[&str] = &[
-    "model",
-    "fabric",
-    "nics_per_node",
-    "nodes_per_leaf",
-    "oversubscription",
-];
-
 pub(crate) fn topology(t: Section<'_>) -> Result<NetworkTopology> {
     t.check_unknown()?;
-    let d = NetworkTopology::default();
+    use super::keys::topology as k;
     Ok(NetworkTopology {
-        model: t
-            .choice(
-                "model",
-                "network model",
-                &[
-                    ("analytic", NetworkModel::Analytic),
-                    ("flow", NetworkModel::Flow),
-                ],
-            )?
-            .unwrap_or(d.model),
-        fabric: t
-            .choice(
-                "fabric",
-                "fabric",
-                &[
-                    ("rail-optimized", Fabric::RailOptimized),
-                    ("fat-tree", Fabric::FatTree),
-                ],
-            )?
-            .unwrap_or(d.fabric),
-        nics_per_node: opt(t.uint32("nics_per_node", 0, 4096)?).unwrap_or(d.nics_per_node),
-        nodes_per_leaf: opt(t.uint32("nodes_per_leaf", 1, 1 << 20)?).unwrap_or(d.nodes_per_leaf),
-        oversubscription: opt(t.positive("oversubscription", 1024.0)?)
-            .unwrap_or(d.oversubscription),
+        model: t.choice_or_default(&k::MODEL, &NETWORK_MODELS)?,
+        fabric: t.choice_or_default(&k::FABRIC, &FABRICS)?,
+        nics_per_node: t.uint32_or_default(&k::NICS_PER_NODE)?,
+        nodes_per_leaf: t.uint32_or_default(&k::NODES_PER_LEAF)?,
+        oversubscription: t.number_or_default(&k::OVERSUBSCRIPTION)?,
     })
 }
+
+pub(crate) const NETWORK_MODELS: [(&str, NetworkModel); 2] = [
+    ("analytic", NetworkModel::Analytic),
+    ("flow", NetworkModel::Flow),
+];
+pub(crate) const FABRICS: [(&str, Fabric); 2] = [
+    ("rail-optimized", Fabric::RailOptimized),
+    ("fat-tree", Fabric::FatTree),
+];

@@ -1,0 +1,418 @@
+//! The scenario schema as one table: every key a scenario file accepts, with its type, its
+//! bounds or names, its default and what it means. Everything else reads this table:
+//! - the readers in `read.rs` take a [`Key`] and check the value against its [`Kind`];
+//! - unknown-key errors and their did-you-mean search list [`GROUPS`];
+//! - literal defaults ([`Absent`]) are applied by the readers' `*_or_default` forms;
+//! - `docs/reference/keys.md` is [`markdown`]'s output (a test keeps the two equal).
+//!
+//! Adding a key is one row here plus its use (the field it fills, in `parse.rs` or a section
+//! file): see docs/reference/contributing.md.
+
+use super::presets::{GPU_NAMES, MODEL_NAMES, NODE_NAMES};
+
+/// What a key accepts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kind {
+    /// An integer in `min..=max` (a float with an exact integer value is accepted).
+    Uint {
+        min: u64,
+        max: u64,
+    },
+    /// A finite number at most `max`: greater than 0, or from 0 when `zero_ok`.
+    Number {
+        zero_ok: bool,
+        max: f64,
+    },
+    Bool,
+    /// Free text (a name, a path).
+    Text,
+    /// One of `names`; `what` names the thing in messages ("unknown recompute policy").
+    Choice {
+        what: &'static str,
+        names: &'static [&'static str],
+    },
+    /// A sub-table with keys of its own (its group in [`GROUPS`]).
+    Table,
+    /// Anything else (arrays, strings with a syntax); the text says what is allowed.
+    Other(&'static str),
+}
+
+/// What an absent key means.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Absent {
+    /// The file must give it.
+    Required,
+    Int(u64),
+    Num(f64),
+    Flag(bool),
+    /// This name of a choice.
+    Is(&'static str),
+    /// Derived from other keys or presets, or no value at all; the text says how.
+    Note(&'static str),
+}
+
+/// One key of a scenario file.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Key {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub default: Absent,
+    pub doc: &'static str,
+}
+
+/// The keys of one table of the file (`""` is the top level).
+#[derive(Clone, Copy, Debug)]
+pub struct Group {
+    pub path: &'static str,
+    pub keys: &'static [Key],
+}
+
+/// One module per table: a `const` per key, and `ALL` in file order.
+macro_rules! keys {
+    ($module:ident { $($id:ident = $name:literal, $kind:expr, $default:expr, $doc:literal;)* }) => {
+        pub mod $module {
+            #[allow(unused_imports)]
+            use super::{Absent::*, Kind::*, *};
+            $(pub const $id: Key = Key { name: $name, kind: $kind, default: $default, doc: $doc };)*
+            pub const ALL: &[Key] = &[$($id),*];
+        }
+    };
+}
+
+const MAX_DEGREE: u64 = 1 << 20;
+const MAX_LAYERS: u64 = 1 << 16;
+const MAX_FLOPS_PER_S: f64 = 1e18;
+const MAX_BANDWIDTH_BYTES_PER_S: f64 = 1e15;
+const MAX_BYTES: u64 = 1 << 50;
+/// `[faults]`: rates far beyond any hardware, durations up to a year.
+const MAX_RATE: f64 = 1e6;
+const MAX_SECONDS: f64 = 365.0 * 86_400.0;
+/// `[checks]` bounds on fractions; other thresholds are open-ended (a peak-memory fraction
+/// above 1 is a valid, if odd, "allow oversubscription" bound).
+const FRACTION: Kind = Kind::Number {
+    zero_ok: true,
+    max: 1.0,
+};
+const THRESHOLD: Kind = Kind::Number {
+    zero_ok: true,
+    max: MAX_FLOPS_PER_S,
+};
+
+keys!(root {
+    NAME = "name", Text, Note("the file name without `.toml`"), "Name of the scenario, shown in reports.";
+    MODEL = "model", Table, Required, "The model's shape: `[model]`.";
+    CLUSTER = "cluster", Table, Required, "GPUs, nodes and links: `[cluster]`.";
+    PARALLEL = "parallel", Table, Note("all degrees 1"), "The parallel layout: `[parallel]`.";
+    TRAINING = "training", Table, Required, "Batch, precision and training mechanics: `[training]`.";
+    MEMORY = "memory", Table, Note("the defaults below"), "Memory accounting: `[memory]`.";
+    RUN = "run", Table, Note("the defaults below"), "What to simulate: `[run]`.";
+    CHECKS = "checks", Table, Note("no checks"), "CI thresholds for `twin check`: `[checks]`.";
+    FAULTS = "faults", Table, Note("no failure model"), "Failures, stragglers and checkpoints for `simulate --horizon`: `[faults]`.";
+});
+
+keys!(model {
+    PRESET = "preset", Choice { what: "model preset", names: &MODEL_NAMES }, Note("none"), "Start from a published model shape; explicit keys override it. Not together with `hf_config`.";
+    HF_CONFIG = "hf_config", Text, Note("none"), "Path to a Hugging Face `config.json`, relative to the scenario file. Not together with `preset`.";
+    HF_FORCE = "hf_force", Bool, Flag(false), "Import an `hf_config` whose `model_type` the import does not know, as its dense shape.";
+    NAME = "name", Text, Note("the preset name, the `hf_config` path as written, or `custom`"), "Informational.";
+    LAYERS = "layers", Uint { min: 1, max: MAX_LAYERS }, Note("from preset or config, else required"), "Transformer layers.";
+    HIDDEN = "hidden", Uint { min: 1, max: 1 << 20 }, Note("from preset or config, else required"), "Hidden size.";
+    HEADS = "heads", Uint { min: 1, max: 1 << 16 }, Note("from preset or config, else required"), "Attention (query) heads.";
+    KV_HEADS = "kv_heads", Uint { min: 1, max: 1 << 16 }, Note("from preset or config, else `heads`"), "Key/value heads; fewer than `heads` is grouped-query attention.";
+    FFN_HIDDEN = "ffn_hidden", Uint { min: 1, max: 1 << 22 }, Note("from preset or config, else `4 * hidden`"), "MLP inner width.";
+    SEQ_LEN = "seq_len", Uint { min: 1, max: 1 << 24 }, Note("from preset or config, else required"), "Tokens per sequence.";
+    VOCAB = "vocab", Uint { min: 1, max: 1 << 24 }, Note("from preset or config, else required"), "Vocabulary size, as padded (twin does not pad it).";
+    GATED_MLP = "gated_mlp", Bool, Note("from preset or config, else `false`"), "`true` = SwiGLU: three MLP matrices instead of two.";
+    TIED_EMBEDDINGS = "tied_embeddings", Bool, Note("from preset or config, else `false`"), "The output head shares the input embedding matrix.";
+    EXPERTS = "experts", Uint { min: 1, max: 1 << 16 }, Note("from preset or config, else none (dense)"), "Experts per MoE layer; makes the model a mixture of experts.";
+    TOP_K = "top_k", Uint { min: 1, max: 1 << 16 }, Note("from config, else `min(2, experts)`"), "Experts per token, at most `experts`; needs `experts`.";
+    MOE_EVERY = "moe_every", Uint { min: 1, max: MAX_LAYERS }, Int(1), "Every n-th layer is an MoE layer, at most `layers`; needs `experts`.";
+});
+
+keys!(cluster {
+    GPU = "gpu", Other("a GPU preset name, or a table (`[cluster.gpu]`)"), Required, "The GPU: a preset (`a100-sxm-80gb`, `h100-sxm-80gb`, `h200-141gb`; `h200-sxm-141gb` is an alias) or a table.";
+    GPUS = "gpus", Uint { min: 1, max: MAX_DEGREE }, Required, "GPUs in the job.";
+    GPUS_PER_NODE = "gpus_per_node", Uint { min: 1, max: 4096 }, Note("from `node`, else required"), "GPUs per node.";
+    NODE = "node", Choice { what: "node preset", names: &NODE_NAMES }, Note("the GPU preset's usual node (the report notes it), else none"), "A node preset: sets `gpus_per_node` and both link tiers. `custom` = no preset.";
+    INTRA_NODE = "intra_node", Table, Note("from `node`, else required"), "The NVLink/NVSwitch tier: `[cluster.intra_node]`.";
+    INTER_NODE = "inter_node", Table, Note("from `node`, else required"), "The network tier, per GPU (one NIC rail): `[cluster.inter_node]`.";
+    TOPOLOGY = "topology", Table, Note("analytic model, rail-optimized, one NIC per GPU"), "Wiring and network model: `[cluster.topology]`.";
+});
+
+keys!(topology {
+    MODEL = "model", Choice { what: "network model", names: &["analytic", "flow"] }, Is("analytic"), "`analytic`: each transfer priced alone (alpha-beta); `flow`: flows share links max-min fairly.";
+    FABRIC = "fabric", Choice { what: "fabric", names: &["rail-optimized", "fat-tree"] }, Is("rail-optimized"), "How nodes are wired to leaf switches.";
+    NICS_PER_NODE = "nics_per_node", Uint { min: 0, max: 4096 }, Int(0), "NICs per node, shared evenly by its GPUs; 0 = one per GPU.";
+    NODES_PER_LEAF = "nodes_per_leaf", Uint { min: 1, max: MAX_DEGREE }, Int(super::super::topology::DEFAULT_NODES_PER_LEAF as u64), "Nodes per leaf switch (per rail when rail-optimized).";
+    OVERSUBSCRIPTION = "oversubscription", Number { zero_ok: false, max: 1024.0 }, Num(1.0), "Leaf downlink / uplink capacity (4 = 4:1).";
+});
+
+keys!(gpu {
+    PRESET = "preset", Choice { what: "GPU preset", names: &GPU_NAMES }, Note("none"), "Start from a GPU preset and change some fields.";
+    NAME = "name", Text, Note("the preset's name, else `custom`"), "Informational.";
+    PEAK_FP32_FLOPS_PER_S = "peak_fp32_flops_per_s", Number { zero_ok: false, max: MAX_FLOPS_PER_S }, Note("from `preset`, else bf16 / 16 (A100's ratio)"), "Peak dense FP32 FLOP/s.";
+    PEAK_TF32_FLOPS_PER_S = "peak_tf32_flops_per_s", Number { zero_ok: false, max: MAX_FLOPS_PER_S }, Note("from `preset`, else bf16 / 2"), "Peak dense TF32 FLOP/s.";
+    PEAK_FP16_FLOPS_PER_S = "peak_fp16_flops_per_s", Number { zero_ok: false, max: MAX_FLOPS_PER_S }, Note("from `preset`, else = bf16"), "Peak dense FP16 FLOP/s.";
+    PEAK_BF16_FLOPS_PER_S = "peak_bf16_flops_per_s", Number { zero_ok: false, max: MAX_FLOPS_PER_S }, Note("from `preset`, else required"), "Peak dense BF16 FLOP/s.";
+    PEAK_FP8_FLOPS_PER_S = "peak_fp8_flops_per_s", Number { zero_ok: false, max: MAX_FLOPS_PER_S }, Note("from `preset`, else = bf16 (no FP8 units)"), "Peak dense FP8 FLOP/s.";
+    HBM_BYTES = "hbm_bytes", Uint { min: 1, max: MAX_BYTES }, Note("from `preset`, else required"), "Device memory as the driver counts it (nvidia-smi's total).";
+    DRIVER_RESERVED_BYTES = "driver_reserved_bytes", Uint { min: 0, max: MAX_BYTES }, Note("from `preset` when `hbm_bytes` comes from it too, else 0"), "What the driver keeps (nvidia-smi's \"Reserved\"); the verdict compares against `hbm_bytes - driver_reserved_bytes`. Below `hbm_bytes`.";
+    HBM_BANDWIDTH_BYTES_PER_S = "hbm_bandwidth_bytes_per_s", Number { zero_ok: false, max: MAX_BANDWIDTH_BYTES_PER_S }, Note("from `preset`, else required"), "HBM bandwidth.";
+});
+
+keys!(link {
+    BANDWIDTH_BYTES_PER_S = "bandwidth_bytes_per_s", Number { zero_ok: false, max: MAX_BANDWIDTH_BYTES_PER_S }, Note("from `cluster.node`, else required"), "Per GPU, per direction. Not together with `bandwidth_gb_per_s`.";
+    BANDWIDTH_GB_PER_S = "bandwidth_gb_per_s", Number { zero_ok: false, max: MAX_BANDWIDTH_BYTES_PER_S / 1e9 }, Note("—"), "The same in GB/s (10^9 bytes).";
+    LATENCY_US = "latency_us", Number { zero_ok: true, max: 1e6 }, Note("from `cluster.node`, else required"), "Per-message latency in µs. Not together with `latency_ns`.";
+    LATENCY_NS = "latency_ns", Uint { min: 0, max: 1_000_000_000 }, Note("—"), "The same in ns.";
+});
+
+keys!(parallel {
+    TP = "tp", Uint { min: 1, max: MAX_DEGREE }, Int(1), "Tensor-parallel degree.";
+    PP = "pp", Uint { min: 1, max: MAX_DEGREE }, Int(1), "Pipeline stages.";
+    DP = "dp", Uint { min: 1, max: MAX_DEGREE }, Note("`gpus / (tp * pp * cp * ep)`"), "Data-parallel degree.";
+    VPP = "vpp", Uint { min: 1, max: MAX_LAYERS }, Int(1), "Model chunks (virtual stages) per device; above 1 only with `interleaved-1f1b`.";
+    EP = "ep", Uint { min: 1, max: MAX_DEGREE }, Int(1), "Expert-parallel degree (MoE only).";
+    CP = "cp", Uint { min: 1, max: MAX_DEGREE }, Int(1), "Context-parallel degree (splits the sequence).";
+    ZERO = "zero", Uint { min: 0, max: 3 }, Note("0 (3 with `fsdp = true`)"), "ZeRO stage over the data-parallel group.";
+    FSDP = "fsdp", Bool, Flag(false), "Fully sharded data parallel (ZeRO-3).";
+    SEQUENCE_PARALLEL = "sequence_parallel", Bool, Flag(false), "Megatron sequence parallelism: norms and dropout activations sharded over tp.";
+    SCHEDULE = "schedule", Choice { what: "schedule", names: &["gpipe", "1f1b", "interleaved-1f1b", "zero-bubble"] }, Is("1f1b"), "Pipeline schedule.";
+    LAYER_PARTITION = "layer_partition", Other("an array of layer counts (integers from 1 to 65,536)"), Note("even split"), "Layers per (stage, chunk) in pipeline order (virtual stage `chunk * pp + stage`): `pp * vpp` entries summing to `layers`.";
+    ORDER = "order", Other("a permutation of [\"tp\", \"cp\", \"ep\", \"dp\", \"pp\"], innermost first"), Note("`[\"tp\", \"cp\", \"ep\", \"dp\", \"pp\"]`"), "Placement of mesh axes on consecutive ranks, innermost first.";
+});
+
+keys!(training {
+    GLOBAL_BATCH = "global_batch", Uint { min: 1, max: 1 << 24 }, Required, "Sequences per step, whole job.";
+    MICRO_BATCH = "micro_batch", Uint { min: 1, max: 1 << 24 }, Int(1), "Sequences per micro batch.";
+    PRECISION = "precision", Choice { what: "precision", names: &["fp32", "fp16", "bf16", "fp8"] }, Is("bf16"), "Compute precision of the GEMMs.";
+    RECOMPUTE = "recompute", Choice { what: "recompute policy", names: &["none", "selective", "full"] }, Is("none"), "Activation recomputation: `selective` = attention scores (Korthikanti et al. 2022).";
+    OVERLAP_GRAD_REDUCE = "overlap_grad_reduce", Bool, Flag(true), "Overlap gradient reduction with backward.";
+    OVERLAP_PARAM_GATHER = "overlap_param_gather", Bool, Flag(true), "Overlap ZeRO/FSDP parameter gathers with compute.";
+    GRAD_COMPRESSION = "grad_compression", Other("none, fp16, int8, topk:F with 0 < F <= 1 (fraction of elements kept)"), Is("none"), "Gradient compression before the data-parallel reduction.";
+    SYNC = "sync", Other("sync, async, delayed:N with N >= 1 (synchronise every N steps)"), Is("sync"), "`async`: the reduction of step i overlaps step i+1.";
+    OPTIMIZER = "optimizer", Choice { what: "optimizer", names: &["adam", "sgd"] }, Is("adam"), "Optimizer (its state sizes and step).";
+    OFFLOAD = "offload", Choice { what: "offload mode", names: &["none", "optimizer", "params"] }, Is("none"), "Offload to host memory; `params` needs `zero = 3` or `fsdp`.";
+    FLASH_ATTENTION = "flash_attention", Bool, Flag(true), "No s² attention-score matrix is stored.";
+    GRAD_BUCKET_BYTES = "grad_bucket_bytes", Uint { min: 1, max: 1 << 40 }, Note("Megatron-Core's default (docs/reference/scenarios.md)"), "DDP gradient bucket size.";
+});
+
+keys!(memory {
+    RESERVED_BYTES = "reserved_bytes", Uint { min: 0, max: MAX_BYTES }, Int(super::super::types::MemorySettings::DEFAULT_RESERVED_BYTES), "Held on every GPU for the whole step: CUDA context, cuBLAS and NCCL (the default is what a PyTorch process held on an H200).";
+    ALLOCATOR_SLACK_FRACTION = "allocator_slack_fraction", Number { zero_ok: true, max: 1.0 }, Num(super::super::types::MemorySettings::DEFAULT_ALLOCATOR_SLACK_FRACTION), "Caching-allocator fragmentation: each activation and buffer allocation holds this fraction more.";
+    ACCOUNTING = "accounting", Choice { what: "memory accounting", names: &["megatron", "deepspeed"] }, Is("megatron"), "Whose bookkeeping of model state and ZeRO buffers the memory timeline follows (docs/memory.md). Only memory changes.";
+});
+
+keys!(run {
+    ITERATIONS = "iterations", Uint { min: 1, max: 1 << 20 }, Int(1), "Training steps to simulate.";
+    SEED = "seed", Uint { min: 0, max: i64::MAX as u64 }, Int(1), "The run's RNG seed.";
+    GRANULARITY = "granularity", Choice { what: "granularity", names: &["chunk", "layer"] }, Is("chunk"), "`chunk`: one op per (chunk, micro batch, phase); `layer`: one op per layer, finer traces.";
+});
+
+keys!(checks {
+    MAX_STEP_TIME_S = "max_step_time_s", THRESHOLD, Note("no check"), "Passes when the step time (s) is at most this.";
+    MIN_TOKENS_PER_S = "min_tokens_per_s", THRESHOLD, Note("no check"), "Passes when the job's tokens/s is at least this.";
+    MIN_TOKENS_PER_S_PER_GPU = "min_tokens_per_s_per_gpu", THRESHOLD, Note("no check"), "Tokens/s per GPU, at least.";
+    MIN_MODEL_TFLOPS_PER_GPU = "min_model_tflops_per_gpu", THRESHOLD, Note("no check"), "Model TFLOP/s per GPU, at least.";
+    MIN_MFU = "min_mfu", FRACTION, Note("no check"), "Model FLOPs utilisation, at least.";
+    MIN_HFU = "min_hfu", FRACTION, Note("no check"), "Hardware FLOPs utilisation, at least.";
+    MAX_PEAK_MEMORY_FRACTION = "max_peak_memory_fraction", THRESHOLD, Note("no check"), "Worst rank's peak device memory / usable HBM, at most.";
+    MAX_PEAK_MEMORY_BYTES = "max_peak_memory_bytes", THRESHOLD, Note("no check"), "Worst rank's peak device memory in bytes, at most.";
+    MAX_BUBBLE_FRACTION = "max_bubble_fraction", FRACTION, Note("no check"), "Mean idle fraction of the step, at most.";
+    MAX_EXPOSED_COMM_FRACTION = "max_exposed_comm_fraction", FRACTION, Note("no check"), "Mean exposed-communication fraction, at most.";
+    MIN_GOODPUT = "min_goodput", FRACTION, Note("no check"), "Goodput, at least (not evaluated without `[faults]`).";
+    MUST_FIT = "must_fit", Bool, Note("no check"), "`true`: every rank's peak fits in usable HBM.";
+});
+
+keys!(faults {
+    HORIZON = "horizon", Other("a duration such as \"30d\", \"12h\", \"90m\" or \"3600s\", or a number of seconds"), Note("30 days"), "How long the job runs.";
+    SEEDS = "seeds", Uint { min: 1, max: 1_000_000 }, Int(100), "Monte Carlo samples.";
+    SEED = "seed", Uint { min: 0, max: i64::MAX as u64 }, Int(1), "First seed.";
+    GPU_FAILURES_PER_GPU_HOUR = "gpu_failures_per_gpu_hour", Number { zero_ok: true, max: MAX_RATE }, Num(0.0), "GPU failure rate. Not together with `gpu_mtbf_hours`.";
+    GPU_MTBF_HOURS = "gpu_mtbf_hours", Number { zero_ok: false, max: 1e12 }, Note("—"), "The same as a mean time between failures.";
+    NODE_FAILURES_PER_NODE_DAY = "node_failures_per_node_day", Number { zero_ok: true, max: MAX_RATE }, Num(0.0065), "Node failure rate (RSC-1: 6.50 per 1,000 node-days, Kokolis et al.). Give one node rate only.";
+    NODE_FAILURES_PER_1000_NODE_DAYS = "node_failures_per_1000_node_days", Number { zero_ok: true, max: MAX_RATE }, Note("—"), "The same per 1,000 node-days.";
+    NODE_MTBF_HOURS = "node_mtbf_hours", Number { zero_ok: false, max: 1e12 }, Note("—"), "The same as a mean time between failures.";
+    LINK_FAILURES_PER_LINK_DAY = "link_failures_per_link_day", Number { zero_ok: true, max: MAX_RATE }, Num(0.0), "Link failure rate. Not together with `link_mtbf_hours`.";
+    LINK_MTBF_HOURS = "link_mtbf_hours", Number { zero_ok: false, max: 1e12 }, Note("—"), "The same as a mean time between failures.";
+    DISTRIBUTION = "distribution", Choice { what: "distribution", names: &["exponential", "weibull"] }, Is("exponential"), "Distribution of times between failures.";
+    WEIBULL_SHAPE = "weibull_shape", Number { zero_ok: false, max: 100.0 }, Num(0.8), "Weibull shape; only with `distribution = \"weibull\"`.";
+    STRAGGLER_PER_GPU_HOUR = "straggler_per_gpu_hour", Number { zero_ok: true, max: MAX_RATE }, Num(0.0), "Straggler episodes per GPU-hour.";
+    STRAGGLER_SLOWDOWN = "straggler_slowdown", Number { zero_ok: false, max: 1000.0 }, Num(1.5), "Step-time factor while a straggler lasts, at least 1.";
+    STRAGGLER_DURATION_S = "straggler_duration_s", Number { zero_ok: true, max: MAX_SECONDS }, Num(600.0), "How long a straggler lasts.";
+    LINK_DEGRADATION_PER_LINK_DAY = "link_degradation_per_link_day", Number { zero_ok: true, max: MAX_RATE }, Num(0.0), "Link degradations per link-day.";
+    LINK_DEGRADATION_BANDWIDTH_FRACTION = "link_degradation_bandwidth_fraction", Number { zero_ok: false, max: 1.0 }, Num(0.5), "Bandwidth left on a degraded link.";
+    LINK_DEGRADATION_DURATION_S = "link_degradation_duration_s", Number { zero_ok: true, max: MAX_SECONDS }, Num(3600.0), "How long a degradation lasts.";
+    SCHEDULED_S = "scheduled_s", Other("an array of times in seconds"), Note("none"), "Failures at fixed times, in addition to the random ones.";
+    DETECTION_TIMEOUT_S = "detection_timeout_s", Number { zero_ok: true, max: MAX_SECONDS }, Num(300.0), "Time to notice a failure.";
+    RESTART = "restart", Choice { what: "restart policy", names: &["hot_spare", "wait_replacement", "elastic"] }, Is("hot_spare"), "What replaces a failed node.";
+    SPARE_SWAP_S = "spare_swap_s", Number { zero_ok: true, max: MAX_SECONDS }, Num(30.0), "Time to swap in a hot spare.";
+    REPLACEMENT_WAIT_S = "replacement_wait_s", Number { zero_ok: true, max: MAX_SECONDS }, Num(14400.0), "Time to wait for a replacement node.";
+    PROCESS_RESTART_S = "process_restart_s", Number { zero_ok: true, max: MAX_SECONDS }, Num(60.0), "Time to restart the job's processes.";
+    COMM_INIT_S = "comm_init_s", Number { zero_ok: true, max: MAX_SECONDS }, Num(30.0), "Time to rebuild communicators.";
+    CHECKPOINT_EVERY_STEPS = "checkpoint_every_steps", Uint { min: 1, max: 1 << 40 }, Note("—"), "Checkpoint interval in steps. Not together with `checkpoint_every_minutes`.";
+    CHECKPOINT_EVERY_MINUTES = "checkpoint_every_minutes", Number { zero_ok: false, max: MAX_SECONDS / 60.0 }, Num(30.0), "Checkpoint interval in minutes.";
+    CHECKPOINT_MODE = "checkpoint_mode", Choice { what: "checkpoint mode", names: &["sync", "async"] }, Is("sync"), "`async`: training resumes after the snapshot to host memory.";
+    SNAPSHOT_BYTES_PER_S = "snapshot_bytes_per_s", Number { zero_ok: false, max: MAX_BANDWIDTH_BYTES_PER_S }, Num(20e9), "Device-to-host snapshot bandwidth per GPU.";
+    IN_MEMORY_REPLICAS = "in_memory_replicas", Bool, Flag(false), "Keep checkpoint replicas in peers' memory.";
+    PEER_BYTES_PER_S = "peer_bytes_per_s", Number { zero_ok: false, max: MAX_BANDWIDTH_BYTES_PER_S }, Num(25e9), "Bandwidth to a peer's memory.";
+    STORAGE_WRITE_BYTES_PER_S = "storage_write_bytes_per_s", Number { zero_ok: false, max: MAX_BANDWIDTH_BYTES_PER_S }, Num(100e9), "Aggregate storage write bandwidth.";
+    STORAGE_READ_BYTES_PER_S = "storage_read_bytes_per_s", Number { zero_ok: false, max: MAX_BANDWIDTH_BYTES_PER_S }, Num(200e9), "Aggregate storage read bandwidth.";
+    CHECKPOINT_BYTES = "checkpoint_bytes", Uint { min: 1, max: 1 << 56 }, Note("the model state's size"), "Bytes of one checkpoint.";
+});
+
+/// Every table of a scenario file, in the order of the docs.
+pub const GROUPS: &[Group] = &[
+    Group {
+        path: "",
+        keys: root::ALL,
+    },
+    Group {
+        path: "model",
+        keys: model::ALL,
+    },
+    Group {
+        path: "cluster",
+        keys: cluster::ALL,
+    },
+    Group {
+        path: "cluster.topology",
+        keys: topology::ALL,
+    },
+    Group {
+        path: "cluster.gpu",
+        keys: gpu::ALL,
+    },
+    Group {
+        path: "cluster.intra_node",
+        keys: link::ALL,
+    },
+    Group {
+        path: "cluster.inter_node",
+        keys: link::ALL,
+    },
+    Group {
+        path: "parallel",
+        keys: parallel::ALL,
+    },
+    Group {
+        path: "training",
+        keys: training::ALL,
+    },
+    Group {
+        path: "memory",
+        keys: memory::ALL,
+    },
+    Group {
+        path: "run",
+        keys: run::ALL,
+    },
+    Group {
+        path: "checks",
+        keys: checks::ALL,
+    },
+    Group {
+        path: "faults",
+        keys: faults::ALL,
+    },
+];
+
+/// The keys of the table at `path` (none for a path the schema does not know).
+pub fn group(path: &str) -> &'static [Key] {
+    GROUPS
+        .iter()
+        .find(|g| g.path == path)
+        .map(|g| g.keys)
+        .unwrap_or(&[])
+}
+
+impl Key {
+    /// The integer range of an integer key (`(0, u64::MAX)` for any other kind).
+    pub fn uint_range(&self) -> (u64, u64) {
+        match self.kind {
+            Kind::Uint { min, max } => (min, max),
+            _ => (0, u64::MAX),
+        }
+    }
+
+    /// The type column of the docs.
+    pub fn type_name(&self) -> &'static str {
+        match self.kind {
+            Kind::Uint { .. } => "integer",
+            Kind::Number { .. } => "number",
+            Kind::Bool => "bool",
+            Kind::Text | Kind::Choice { .. } => "string",
+            Kind::Table => "table",
+            Kind::Other(_) => "see allowed",
+        }
+    }
+
+    /// The allowed values, as the docs and error messages say them.
+    pub fn allowed(&self) -> String {
+        match self.kind {
+            Kind::Uint { min, max } => format!(
+                "{} ..= {}",
+                super::read::group_digits(min),
+                super::read::group_digits(max)
+            ),
+            Kind::Number { zero_ok: true, max } => format!("0 ..= {max:e}"),
+            Kind::Number {
+                zero_ok: false,
+                max,
+            } => format!("> 0, ≤ {max:e}"),
+            Kind::Bool => "true, false".into(),
+            Kind::Text => "text".into(),
+            Kind::Choice { names, .. } => names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            Kind::Table => "a table".into(),
+            Kind::Other(text) => text.into(),
+        }
+    }
+
+    /// The default column of the docs.
+    pub fn default_text(&self) -> String {
+        match self.default {
+            Absent::Required => "required".into(),
+            Absent::Int(v) => super::read::group_digits(v),
+            Absent::Num(v) => format!("{v}"),
+            Absent::Flag(b) => b.to_string(),
+            Absent::Is(n) => format!("`\"{n}\"`"),
+            Absent::Note(t) => t.into(),
+        }
+    }
+}
+
+/// The key reference: one Markdown table per group (docs/reference/keys.md).
+pub fn markdown() -> String {
+    let mut out = String::from(
+        "# Scenario keys\n\n\
+         Every key a scenario file accepts. This page is generated from the schema table \
+         (`sim/src/scenario/keys.rs`); `TWIN_BLESS=1 cargo test -p twin-sim keys_doc` rewrites \
+         it. Rules that relate several keys, presets and examples: \
+         [scenarios.md](scenarios.md).\n",
+    );
+    for g in GROUPS {
+        let title = if g.path.is_empty() {
+            "top level".to_string()
+        } else {
+            format!("`[{}]`", g.path)
+        };
+        out.push_str(&format!(
+            "\n## {title}\n\n| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n"
+        ));
+        for k in g.keys {
+            out.push_str(&format!(
+                "| `{}` | {} | {} | {} | {} |\n",
+                k.name,
+                k.type_name(),
+                k.default_text().replace('|', "\\|"),
+                k.allowed().replace('|', "\\|"),
+                k.doc.replace('|', "\\|"),
+            ));
+        }
+    }
+    out
+}
