@@ -9,7 +9,7 @@ Exits 1 and lists each broken target, or 0. Run from anywhere:
     python3 tools/md_links.py [--paths]
 
 `--paths` also checks the plain repository paths (journal and measurement records are
-skipped there, as they name files of their day).
+skipped there, as they name files of their day; so are globs and placeholders such as NAME).
 """
 import os
 import re
@@ -41,7 +41,8 @@ def main():
                     broken.append(f"{f}:{n}: link {target}")
             if paths and not f.startswith(RECORDS):
                 for path in PATH.findall(line):
-                    if "*" in path or path.endswith("/x.toml"):
+                    # Patterns and placeholders (`scenarios/x.toml`, `NAME-dgx.toml`) name no file.
+                    if "*" in path or path.endswith("/x.toml") or re.search(r"\b(NAME|FILE|DIR|PROFILE|SCENARIO|OUTDIR|CRATE)\b", path):
                         continue
                     if not os.path.exists(os.path.join(ROOT, path)):
                         broken.append(f"{f}:{n}: path {path}")
