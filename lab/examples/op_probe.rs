@@ -5,7 +5,7 @@
 //! The profile's side: the op warm (`compute_ns`), its GEMMs with operands loaded
 //! (`compute_evicted_ns`), and the reload the engine adds once other work evicted them.
 //!
-//!   cargo run --release -p twin-calibration --example op_probe -- scenarios/host/single.toml PROFILE
+//!   cargo run --release --manifest-path lab/Cargo.toml --example op_probe -- scenarios/host/single.toml PROFILE
 
 mod common;
 

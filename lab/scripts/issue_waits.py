@@ -12,7 +12,7 @@ scheduler on shared cores would have to reproduce.
     cargo run --release -q -p twin-sim --example schedule_json -- scenarios/host/tp-pp.toml \\
         > /tmp/tp-pp.schedule.json
     twin verify scenarios/host/tp-pp.toml --profile P --trace-dir /tmp/v
-    tools/issue_waits.py /tmp/tp-pp.schedule.json /tmp/v [more trace dirs of the same scenario]
+    lab/scripts/issue_waits.py /tmp/tp-pp.schedule.json /tmp/v [more trace dirs of the same scenario]
 
 Kinds: C compute, K collective, S send, R receive, A allocation, F free; "str" is the op
 before on the same stream. Allocations and frees that took no time are not in the Perfetto

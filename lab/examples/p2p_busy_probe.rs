@@ -5,7 +5,7 @@
 //! 200 samples per size and mode, modes alternating in blocks. PROBE_GAP_US=N makes rank 0 sleep N
 //! µs after each sample (both cores idle, as between a calibration's calls).
 //!
-//!   cargo run --release -p twin-calibration --example p2p_busy_probe
+//!   cargo run --release --manifest-path lab/Cargo.toml --example p2p_busy_probe
 
 use std::error::Error;
 use std::sync::atomic::{AtomicBool, Ordering};

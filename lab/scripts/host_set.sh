@@ -4,17 +4,17 @@
 # keep what re-predicting them later needs. Takes about a minute on a 2-core machine; stop
 # every other heavy process first, the machine's speed is part of what is measured.
 #
-#   tools/host_set.sh OUTDIR [PROFILE]
+#   lab/scripts/host_set.sh OUTDIR [PROFILE]
 #
 # OUTDIR gets profile.toml (unless PROFILE is given, which is then used as is),
 # calibrate.log, and SCENARIO.json (`twin verify --format json`) with SCENARIO/ (both traces)
-# for each scenario. Re-predict stored sets with tools/repredict.py.
+# for each scenario. Re-predict stored sets with lab/scripts/repredict.py.
 set -euo pipefail
 if [ $# -lt 1 ]; then
   sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 twin=${TWIN:-$root/target/release/twin}
 out=$1
 mkdir -p "$out"
@@ -30,4 +30,4 @@ for s in single pp tp-pp dp-pp-zero pp-wide; do
   "$twin" verify "$root/scenarios/host/$s.toml" --profile "$profile" --repeat 5 \
     --format json --trace-dir "$out/$s" >"$out/$s.json"
 done
-python3 "$root/tools/repredict.py" --measured-only "$out"
+python3 "$root/lab/scripts/repredict.py" --measured-only "$out"

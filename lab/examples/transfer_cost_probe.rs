@@ -7,7 +7,7 @@
 //! each core, against those blocks, is what a transfer costs the compute beside it; the engine
 //! charges a transfer's modelled duration to both cores, shared 1024:335 with compute.
 //!
-//!   cargo run --release -p twin-calibration --example transfer_cost_probe [p2p|allreduce]
+//!   cargo run --release --manifest-path lab/Cargo.toml --example transfer_cost_probe [p2p|allreduce]
 
 use std::error::Error;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

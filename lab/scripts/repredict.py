@@ -3,13 +3,13 @@
 
 A set is a directory holding profile.toml (what `twin calibrate --backend host` wrote) and
 SCENARIO.json (`twin verify --format json`) for some of the five host scenarios, as
-tools/host_set.sh writes them; docs/measurements/raw/2026-11-23-host-sets/ holds one hundred
+lab/scripts/host_set.sh writes them; docs/measurements/raw/2026-11-23-host-sets/ holds one hundred
 and fifty-nine from an Intel VM; docs/measurements/raw/2026-11-24-amd-sets/ (one hundred and
 five) and 2026-11-25-amd-sets/ (ten) come from an AMD one. The measured side is kept; the
 prediction is redone by `twin simulate --profile` with this checkout's model, so a model
 change can be judged on real runs in seconds:
 
-    tools/repredict.py docs/measurements/raw/2026-11-23-host-sets/*/
+    lab/scripts/repredict.py docs/measurements/raw/2026-11-23-host-sets/*/
 
 prints step error (%) / bubble error (points) per set and scenario, then the medians, and, for
 sets whose verify JSON has `core_activity` (newer sets), each core's median idle time between
@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 SCENARIOS = ["single", "pp", "tp-pp", "dp-pp-zero", "pp-wide"]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def predict(twin, scenario, profile):

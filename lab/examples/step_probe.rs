@@ -14,7 +14,7 @@
 //! (`pp-wide.toml`'s forward ops ran 757-761 µs with `none` alone, 794-795 with `kept` alone, and
 //! 818-823 in `none` steps interleaved with the other two).
 //!
-//!   cargo run --release -p twin-calibration --example step_probe -- scenarios/host/single.toml
+//!   cargo run --release --manifest-path lab/Cargo.toml --example step_probe -- scenarios/host/single.toml
 
 mod common;
 

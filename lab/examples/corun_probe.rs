@@ -5,8 +5,8 @@
 //! names another compute op for core 1 to run instead (the last, `pp.toml`'s optimizer, is a memory
 //! pass over the state).
 //!
-//!   cargo run --release -p twin-calibration --example corun_probe -- scenarios/host/pp.toml 4
-//!   cargo run --release -p twin-calibration --example corun_probe -- scenarios/host/pp.toml 4 8
+//!   cargo run --release --manifest-path lab/Cargo.toml --example corun_probe -- scenarios/host/pp.toml 4
+//!   cargo run --release --manifest-path lab/Cargo.toml --example corun_probe -- scenarios/host/pp.toml 4 8
 
 mod common;
 

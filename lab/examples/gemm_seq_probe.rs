@@ -6,7 +6,7 @@
 //! operand load the model adds to one call whose operands are out of the cache (`cold_s`: the cold
 //! ramp and the load).
 //!
-//!   cargo run --release -p twin-calibration --example gemm_seq_probe -- scenarios/host/pp-wide.toml PROFILE 3
+//!   cargo run --release --manifest-path lab/Cargo.toml --example gemm_seq_probe -- scenarios/host/pp-wide.toml PROFILE 3
 
 mod common;
 

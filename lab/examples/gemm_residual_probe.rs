@@ -4,7 +4,7 @@
 //! (docs/journal/2026-11-validation-history.md, 2026-11-24). Sorted by the evicted residual;
 //! `PROBE_SHAPES=m,n,k;...` adds shapes to price alone.
 //!
-//!   cargo run --release -p twin-calibration --example gemm_residual_probe -- profile.samples.json
+//!   cargo run --release --manifest-path lab/Cargo.toml --example gemm_residual_probe -- profile.samples.json
 
 use std::error::Error;
 use twin_calibration::bench::Samples;

@@ -10,7 +10,7 @@
 //! - `idle`: no traffic, the thread sleeps X µs instead (the sizes read as microseconds), as a
 //!   rank's compute thread sleeps while it waits for a transfer.
 //!
-//!   cargo run --release -p twin-calibration --example evict_probe -- scenarios/host/single.toml 1 alloc
+//!   cargo run --release --manifest-path lab/Cargo.toml --example evict_probe -- scenarios/host/single.toml 1 alloc
 //!
 //! The second argument picks the compute op of rank 0's program (0-based, compute ops only),
 //! the third the traffic.

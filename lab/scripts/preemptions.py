@@ -12,7 +12,7 @@ file's writes, a wake per stream reply, sends).
     perf sched record -k CLOCK_MONOTONIC -o /tmp/pp.sched -- \\
         target/release/twin verify scenarios/host/pp.toml --profile P --repeat 1 --steps 20
     perf script -i /tmp/pp.sched -F comm,tid,pid,cpu,time,event,trace > /tmp/pp.script
-    tools/preemptions.py /tmp/pp.script
+    lab/scripts/preemptions.py /tmp/pp.script
 
 `perf record -e cpu-clock -F 25000 -g` of the same command, then `perf report --comm
 twin-stream-5 --no-children --sort sym --percentage relative`, says what a thread spent its

@@ -8,7 +8,7 @@ path, and the wait before the next op on the path, split into the executor issui
 WAIT_US or more flagged, so where a measured step lost its time reads at a glance:
 
     twin verify scenarios/host/pp.toml --profile P --format json > /tmp/v.json
-    tools/critical_steps.py /tmp/v.json [WAIT_US]
+    lab/scripts/critical_steps.py /tmp/v.json [WAIT_US]
 """
 import json
 import sys

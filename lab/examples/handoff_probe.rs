@@ -7,7 +7,7 @@
 //! `[host] handoff_ns`). Prints the median and 90th percentile gap from an op's end to the next
 //! op's issue and start. PROBE_TURNS=1 gives the backend turns at its core, as the launcher does.
 //!
-//!   PROBE_TURNS=1 cargo run --release -p twin-calibration --example handoff_probe -- scenarios/host/pp.toml 4
+//!   PROBE_TURNS=1 cargo run --release --manifest-path lab/Cargo.toml --example handoff_probe -- scenarios/host/pp.toml 4
 
 mod common;
 
