@@ -8,6 +8,7 @@ pub mod cost;
 pub mod engine;
 pub mod faults;
 pub mod host_backend;
+pub mod ir;
 pub mod outcome;
 pub mod plan;
 pub mod profile;
