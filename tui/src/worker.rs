@@ -6,10 +6,10 @@
 use crate::timeline::Timeline;
 use crate::update::Msg;
 use std::sync::mpsc::{Receiver, Sender};
-use twin_sim::faults::{FaultConfig, HorizonReport, JobFacts};
+use twin_sim::faults::{HorizonReport, JobFacts};
 use twin_sim::profile::Profile;
 use twin_sim::report::Report;
-use twin_sim::scenario::{ParsedSource, Scenario};
+use twin_sim::scenario::{FaultConfig, ParsedSource, Scenario};
 use twin_sim::schedule::Schedule;
 use twin_sim::{predict_with, PredictOptions};
 

@@ -3,12 +3,12 @@
 //! what happens to the job over weeks, not what one step is, so planning never sees it.
 
 use super::error::ErrorKind;
-use super::read::{opt, Result, Section};
-use crate::faults::config::{
+use super::fault_config::{
     parse_duration_ns, seconds_to_ns, CheckpointInterval, CheckpointMode, Distribution,
     FaultConfig, RestartPolicy,
 };
-use crate::scenario::source::Node;
+use super::read::{opt, Result, Section};
+use super::source::Node;
 
 /// Every key `[faults]` accepts.
 pub const FAULT_KEYS: &[&str] = &[

@@ -17,6 +17,7 @@ mod checks;
 mod cluster;
 mod emit;
 pub(crate) mod error;
+mod fault_config;
 mod faults;
 mod hf;
 pub(crate) mod limits;
@@ -32,11 +33,11 @@ mod work;
 
 pub use checks::{parse_key as parse_check_key, Bound, Checks, Metric, Threshold, CHECK_KEYS};
 pub use error::{ErrorKind, ScenarioError};
+pub use fault_config::*;
 pub use faults::FAULT_KEYS;
 pub use topology::{Fabric, NetworkModel, NetworkTopology, TOPOLOGY_KEYS};
 pub use types::*;
 
-use crate::faults::FaultConfig;
 use error::Ctx;
 use std::path::Path;
 
