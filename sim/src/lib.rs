@@ -15,6 +15,7 @@ pub mod profile;
 pub mod report;
 pub mod scenario;
 pub mod schedule;
+pub mod setup;
 pub mod sweep;
 pub mod testing;
 pub mod topology;

@@ -6,8 +6,8 @@
 // ScenarioError is large by design (see scenario/mod.rs).
 #![allow(clippy::result_large_err)]
 
-use twin_sim::scenario::ParsedSource;
 use twin_sim::scenario::{CheckpointInterval, CheckpointMode, Distribution, RestartPolicy};
+use twin_sim::setup::ParsedSource;
 
 const BASE: &str = include_str!("../../scenarios/small.toml");
 

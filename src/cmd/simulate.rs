@@ -81,7 +81,7 @@ fn parse_horizon(text: &str) -> Result<u64, String> {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(args.trace.as_deref(), "--trace")?;
-    let source = twin_sim::scenario::ScenarioSource::read(&args.scenario)?;
+    let source = twin_sim::setup::ScenarioSource::read(&args.scenario)?;
     let parsed = source.parse()?;
     let (scenario, plan, faults) = parsed.resolve_with_faults(&args.overrides)?;
     super::warn_hf_unmodelled(&source.origin, &parsed.hf_unmodelled(&args.overrides)?);
