@@ -157,3 +157,39 @@ impl ScenarioSource {
         parse_with_checks(&self.text, &self.origin, overrides)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single() -> String {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/host/single.toml");
+        scenario::read_text(Path::new(path)).unwrap()
+    }
+
+    /// The schema alone accepts a step too large to generate; setting it up refuses it with
+    /// the work bound, blaming the override through the document's checker.
+    #[test]
+    fn the_work_bound_is_set_ups_not_the_schemas() {
+        let over = ["training.global_batch=1048576".to_string()];
+        let doc = Document::parse(&single(), "single.toml").unwrap();
+        let valid = doc.validate(&over).unwrap();
+        assert_eq!(valid.scenario.training.global_batch, 1_048_576);
+        let e = parse_str(&single(), "single.toml", &over).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::CrossField);
+        assert_eq!(e.origin, "--set training.global_batch=1048576");
+        assert!(e.message.contains("limit of 4000000 ops"), "{e}");
+    }
+
+    /// Setting up returns the plan it built, equal to planning the scenario afresh.
+    #[test]
+    fn the_plan_set_up_equals_a_fresh_one() {
+        let parsed = ParsedSource::parse(&single(), "single.toml").unwrap();
+        let (s, plan) = parsed.resolve_planned(&[]).unwrap();
+        let fresh = Plan::new(&s).unwrap();
+        assert_eq!(
+            serde_json::to_string(&plan).unwrap(),
+            serde_json::to_string(&fresh).unwrap()
+        );
+    }
+}
