@@ -78,7 +78,7 @@ fn host_calibration_writes_profile_and_samples() {
     );
     assert!(samples["provenance"]["hostname"].is_string());
     // Allocations and cold passes were timed after the scenario's step traffic.
-    let scenario = twin_sim::scenario::load(
+    let scenario = twin_sim::setup::load(
         std::path::Path::new(&repo("scenarios/host/single.toml")),
         &[],
     )

@@ -19,7 +19,7 @@ fn tmp(name: &str) -> PathBuf {
 
 fn staged(path: &str) -> twin_sim::Staged {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
-    let s = twin_sim::scenario::load(&p, &[]).unwrap();
+    let s = twin_sim::setup::load(&p, &[]).unwrap();
     twin_sim::Staged::new(&s).unwrap()
 }
 

@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         Some(s) => s.parse().map_err(|e| format!("COMPUTE_OP {s:?}: {e}"))?,
         None => 0,
     };
-    let scenario = twin_sim::scenario::load(std::path::Path::new(&path), &[])?;
+    let scenario = twin_sim::setup::load(std::path::Path::new(&path), &[])?;
     let profile = twin_sim::profile::load(std::path::Path::new(&profile_path))?;
     let cost = Analytic::from_profile(&scenario, &profile);
     let program = common::rank0_program(&path)?;

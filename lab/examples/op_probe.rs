@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
     let path = args.next().ok_or("usage: op_probe SCENARIO PROFILE")?;
     let profile_path = args.next().ok_or("usage: op_probe SCENARIO PROFILE")?;
-    let scenario = twin_sim::scenario::load(std::path::Path::new(&path), &[])?;
+    let scenario = twin_sim::setup::load(std::path::Path::new(&path), &[])?;
     let profile = twin_sim::profile::load(std::path::Path::new(&profile_path))?;
     let cost = Analytic::from_profile(&scenario, &profile);
     let program = common::rank0_program(&path)?;

@@ -200,7 +200,7 @@ fn main() {
         sweep();
     }
     println!("== generated single-GPU schedule: {}", a.scenario);
-    let scenario = match twin_sim::scenario::load(std::path::Path::new(&a.scenario), &[]) {
+    let scenario = match twin_sim::setup::load(std::path::Path::new(&a.scenario), &[]) {
         Ok(s) => s,
         Err(e) => {
             println!("  scenario failed: {e}");

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use twin_runtime::backend::cuda::footprint::{
     workspace_bytes, DeviceFit, MAX_MEMORY_SCRATCH_BYTES,
 };
-use twin_sim::scenario::{load, Scenario};
+use twin_sim::scenario::Scenario;
+use twin_sim::setup::load;
 use twin_sim::Staged;
 
 fn scenario(gpu: &str, layers: u32) -> Scenario {

@@ -118,7 +118,7 @@ fn generated_single_gpu_schedule_runs_and_the_pool_keeps_its_memory() {
                 .join("../scenarios/gpu/llama3-8b-1gpu.toml")
         });
     // Two layers keep the test short; the example runs the whole scenario.
-    let s = twin_sim::scenario::load(&path, &["model.layers=2".to_string()]).unwrap();
+    let s = twin_sim::setup::load(&path, &["model.layers=2".to_string()]).unwrap();
     let p = predict_with_trace(&s);
     let r = run_scenario_single_gpu(&predicted(&p), 3, CudaOptions::default()).unwrap();
     let c = &r.comparison;

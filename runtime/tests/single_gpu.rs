@@ -14,7 +14,7 @@ use twin_sim::schedule::Op;
 fn bundled() -> Scenario {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../scenarios/gpu/llama3-8b-1gpu.toml");
-    twin_sim::scenario::load(&path, &[]).unwrap()
+    twin_sim::setup::load(&path, &[]).unwrap()
 }
 
 /// Runs ops back to back on one timeline, op i taking (i % 7 + 1) microseconds, so

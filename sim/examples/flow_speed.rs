@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(n) => n.parse()?,
         None => 5,
     };
-    let scenario = twin_sim::scenario::load(&path, &overrides)?;
+    let scenario = twin_sim::setup::load(&path, &overrides)?;
     let opts = SimOptions {
         collapse,
         ..SimOptions::default()

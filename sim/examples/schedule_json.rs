@@ -7,7 +7,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let path = std::env::args()
         .nth(1)
         .ok_or("usage: schedule_json SCENARIO.toml")?;
-    let s = twin_sim::scenario::load(std::path::Path::new(&path), &[])?;
+    let s = twin_sim::setup::load(std::path::Path::new(&path), &[])?;
     let plan = twin_sim::plan::Plan::new(&s)?;
     let sched = twin_sim::schedule::generate(&s, &plan)?;
     println!("{}", serde_json::to_string(&sched)?);

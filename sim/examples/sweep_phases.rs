@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use twin_sim::engine::SimOptions;
 use twin_sim::plan::Plan;
 use twin_sim::report::Report;
-use twin_sim::scenario::ScenarioSource;
+use twin_sim::setup::ScenarioSource;
 use twin_sim::sweep::{search, SearchSpace};
 
 fn main() {

@@ -9,6 +9,7 @@ use std::path::Path;
 use twin_sim::engine::{SimOptions, SimResult};
 use twin_sim::report::Report;
 use twin_sim::scenario::*;
+use twin_sim::setup::load;
 use twin_sim::testing::small_scenario;
 use twin_sim::Staged;
 

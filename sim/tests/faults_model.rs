@@ -3,9 +3,8 @@
 //! failure rate's job MTTF, determinism, and located errors for bad `[faults]` input.
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
-use twin_sim::faults::{
-    daly_interval, first_order_overhead, monte_carlo, sweep_intervals, Distribution, Model,
-};
+use twin_sim::faults::{daly_interval, first_order_overhead, monte_carlo, sweep_intervals, Model};
+use twin_sim::scenario::Distribution;
 
 const S: u64 = 1_000_000_000;
 
@@ -77,7 +76,7 @@ fn young_daly_twelve_hour_mtbf_five_second_checkpoint() {
 fn published_rate_gives_the_projected_job_mttf() {
     // Kokolis et al., RSC-1: 6.50 failures per 1,000 node-days; 16,384 GPUs = 2,048 nodes of
     // 8 projects to an MTTF of 1.8 h (published to one decimal: 1.75-1.85 h).
-    let c = twin_sim::faults::FaultConfig {
+    let c = twin_sim::scenario::FaultConfig {
         horizon_ns: 30 * 86_400 * S,
         ..Default::default()
     };
@@ -154,7 +153,7 @@ fn async_checkpoints_beat_sync_when_writes_are_slow() {
 
 #[test]
 fn absurd_rates_are_an_error_not_a_hang() {
-    let c = twin_sim::faults::FaultConfig {
+    let c = twin_sim::scenario::FaultConfig {
         gpu_failures_per_gpu_hour: 1e6,
         ..Default::default()
     };

@@ -6,14 +6,14 @@
 // ScenarioError is large by design (see scenario/mod.rs).
 #![allow(clippy::result_large_err)]
 
-use twin_sim::faults::{CheckpointInterval, CheckpointMode, Distribution, RestartPolicy};
-use twin_sim::scenario::ParsedSource;
+use twin_sim::scenario::{CheckpointInterval, CheckpointMode, Distribution, RestartPolicy};
+use twin_sim::setup::ParsedSource;
 
 const BASE: &str = include_str!("../../scenarios/small.toml");
 
 fn faults(
     section: &str,
-) -> Result<Option<twin_sim::faults::FaultConfig>, twin_sim::scenario::ScenarioError> {
+) -> Result<Option<twin_sim::scenario::FaultConfig>, twin_sim::scenario::ScenarioError> {
     let text = format!("{BASE}\n{section}");
     ParsedSource::parse(&text, "t.toml")?
         .resolve_with_faults(&[])
@@ -24,7 +24,7 @@ fn faults(
 fn absent_section_is_none_and_empty_section_is_defaults() {
     assert_eq!(faults("").map_err(|e| e.to_string()), Ok(None));
     let d = faults("[faults]\n").ok().flatten();
-    assert_eq!(d, Some(twin_sim::faults::FaultConfig::default()));
+    assert_eq!(d, Some(twin_sim::scenario::FaultConfig::default()));
 }
 
 #[test]

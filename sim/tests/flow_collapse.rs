@@ -5,7 +5,7 @@
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::path::Path;
-use twin_sim::scenario::load;
+use twin_sim::setup::load;
 use twin_sim::{predict, PredictOptions};
 
 fn predict_at(rel: &str, collapse: bool) -> twin_sim::engine::SimResult {

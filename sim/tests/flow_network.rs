@@ -3,6 +3,7 @@
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::scenario::*;
+use twin_sim::setup::parse_str;
 use twin_sim::testing::small_scenario;
 use twin_sim::{predict, PredictOptions};
 

@@ -9,7 +9,7 @@
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use std::path::Path;
-use twin_sim::scenario::load;
+use twin_sim::setup::load;
 use twin_sim::{predict, PredictOptions};
 
 /// (step time, a digest of every rank's finish, busy, exposed-communication and idle times).

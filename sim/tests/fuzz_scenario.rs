@@ -22,7 +22,8 @@
 use proptest::prelude::*;
 use proptest::sample::select;
 use twin_sim::plan::Plan;
-use twin_sim::scenario::{parse_str, to_toml, ErrorKind};
+use twin_sim::scenario::{to_toml, ErrorKind};
+use twin_sim::setup::parse_str;
 
 const SCENARIOS: [&str; 7] = [
     include_str!("../../scenarios/512xA100.toml"),

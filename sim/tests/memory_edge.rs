@@ -7,7 +7,8 @@
 
 use std::path::PathBuf;
 use twin_sim::report::Report;
-use twin_sim::scenario::{load, MemorySettings};
+use twin_sim::scenario::MemorySettings;
+use twin_sim::setup::load;
 use twin_sim::{predict, PredictOptions};
 
 fn report(gpu: &str, layers: u32) -> Report {

@@ -8,9 +8,10 @@
 use twin_sim::engine::{simulate, RankStats, SimOptions, SimResult};
 use twin_sim::plan::Plan;
 use twin_sim::scenario::{
-    parse_str, to_toml, MemoryAccounting, PipelineSchedule, Precision, Recompute, Scenario,
+    to_toml, MemoryAccounting, PipelineSchedule, Precision, Recompute, Scenario,
 };
 use twin_sim::schedule::{generate, MemCategory};
+use twin_sim::setup::parse_str;
 use twin_sim::testing::small_scenario;
 use twin_sim::workload::{chunk_work, model_params};
 use twin_sim::{predict, PredictOptions};

@@ -10,6 +10,7 @@ use twin_sim::engine::{simulate, SimOptions, SimResult};
 use twin_sim::plan::Plan;
 use twin_sim::scenario::*;
 use twin_sim::schedule::{generate, MemCategory, OpKind};
+use twin_sim::setup::parse_str;
 use twin_sim::testing::small_scenario;
 use twin_sim::{predict, PredictOptions};
 

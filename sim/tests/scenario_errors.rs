@@ -3,6 +3,7 @@
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::scenario::*;
+use twin_sim::setup::{load, parse_str};
 
 const BASE: &str = r#"name = "t"
 [model]

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use twin_sim::plan::Plan;
 use twin_sim::scenario::*;
+use twin_sim::setup::{load, parse_str, ParsedSource};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -4,6 +4,7 @@
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::scenario::*;
+use twin_sim::setup::{apply_overrides, load, parse_str, ScenarioSource};
 
 const BASE: &str = r#"
 [model]

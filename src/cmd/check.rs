@@ -7,7 +7,7 @@ use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use twin_sim::check::{self, CheckFormat, CheckResult, Outcome, ScenarioChecks, Tolerances};
-use twin_sim::scenario::ScenarioSource;
+use twin_sim::setup::ScenarioSource;
 
 /// Simulate scenarios and check their results against thresholds (for CI).
 ///

@@ -33,7 +33,7 @@ pub enum Format {
 /// Load a scenario with `--set` overrides. The error already names file, line, key and value.
 /// Warns on stderr about what its `model.hf_config` sets that twin does not model.
 pub fn load_scenario(path: &Path, overrides: &[String]) -> anyhow::Result<Scenario> {
-    let source = twin_sim::scenario::ScenarioSource::read(path)?;
+    let source = twin_sim::setup::ScenarioSource::read(path)?;
     let parsed = source.parse()?;
     let scenario = parsed.resolve(overrides)?;
     warn_hf_unmodelled(&source.origin, &parsed.hf_unmodelled(overrides)?);

@@ -75,13 +75,13 @@ pub struct Args {
 }
 
 fn parse_horizon(text: &str) -> Result<u64, String> {
-    twin_sim::faults::parse_duration_ns(text)
+    twin_sim::scenario::parse_duration_ns(text)
         .ok_or_else(|| format!("`{text}` is not a duration such as 30d, 12h, 90m or 3600s"))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(args.trace.as_deref(), "--trace")?;
-    let source = twin_sim::scenario::ScenarioSource::read(&args.scenario)?;
+    let source = twin_sim::setup::ScenarioSource::read(&args.scenario)?;
     let parsed = source.parse()?;
     let (scenario, plan, faults) = parsed.resolve_with_faults(&args.overrides)?;
     super::warn_hf_unmodelled(&source.origin, &parsed.hf_unmodelled(&args.overrides)?);
@@ -183,9 +183,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// The fault model to run: the scenario's `[faults]`, or the defaults when only `--horizon`
 /// asks for one; flags override its horizon and seeds.
 fn horizon_config(
-    faults: Option<twin_sim::faults::FaultConfig>,
+    faults: Option<twin_sim::scenario::FaultConfig>,
     args: &Args,
-) -> Option<twin_sim::faults::FaultConfig> {
+) -> Option<twin_sim::scenario::FaultConfig> {
     let mut c = match (faults, args.horizon) {
         (None, None) => return None,
         (f, _) => f.unwrap_or_default(),

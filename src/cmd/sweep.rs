@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use twin_sim::scenario::ScenarioSource;
+use twin_sim::setup::ScenarioSource;
 use twin_sim::sweep::{self, Objective, SearchSpace, Shard, SweepResult};
 
 /// Simulate many layouts of a scenario and rank them.

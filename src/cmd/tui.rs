@@ -47,7 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(2));
     }
-    let source = twin_sim::scenario::ScenarioSource::read(&args.scenario)?;
+    let source = twin_sim::setup::ScenarioSource::read(&args.scenario)?;
     let parsed = source.parse()?;
     // Surface scenario errors (exit 2) before the terminal is taken over.
     parsed.resolve(&args.overrides)?;

@@ -12,9 +12,8 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use twin_runtime::launch::{At, Injection};
-use twin_sim::faults::{
-    CheckpointInterval, CheckpointMode, FaultConfig, JobFacts, Model, RestartPolicy,
-};
+use twin_sim::faults::{JobFacts, Model};
+use twin_sim::scenario::{CheckpointInterval, CheckpointMode, FaultConfig, RestartPolicy};
 
 /// The launcher polls its children this often: a death is noticed within one interval.
 pub const LAUNCHER_POLL_S: f64 = 0.005;
@@ -246,16 +245,16 @@ fn compare(
     let facts = JobFacts::from_scenario(
         scenario,
         &staged.plan,
-        twin_sim::faults::seconds_to_ns(step_time_s),
+        twin_sim::scenario::seconds_to_ns(step_time_s),
         0.0,
     );
     let reload_s = median(&reload).max(1e-6);
     let restart_s = median(&restart);
     let cfg = FaultConfig {
-        detection_timeout_ns: twin_sim::faults::seconds_to_ns(LAUNCHER_POLL_S),
+        detection_timeout_ns: twin_sim::scenario::seconds_to_ns(LAUNCHER_POLL_S),
         restart: RestartPolicy::HotSpare,
         spare_swap_ns: 0,
-        process_restart_ns: twin_sim::faults::seconds_to_ns(restart_s),
+        process_restart_ns: twin_sim::scenario::seconds_to_ns(restart_s),
         comm_init_ns: 0,
         checkpoint_interval: CheckpointInterval::Steps(args.checkpoint_every),
         checkpoint_mode: CheckpointMode::Sync,

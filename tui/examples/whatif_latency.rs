@@ -20,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let repeat: usize = args.get(2).map_or(Ok(5), |r| r.parse())?;
     let text = std::fs::read_to_string(&path)?;
     let setup = Setup {
-        source: twin_sim::scenario::ParsedSource::parse(&text, &path)?,
+        source: twin_sim::setup::ParsedSource::parse(&text, &path)?,
         base_overrides: Vec::new(),
         profile: None,
         collapse: true,

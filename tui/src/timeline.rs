@@ -418,8 +418,7 @@ mod tests {
     #[test]
     fn a_shared_core_prediction_reads_back_with_the_simulators_bubble() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let scenario =
-            twin_sim::scenario::load(&root.join("scenarios/host/tp-pp.toml"), &[]).unwrap();
+        let scenario = twin_sim::setup::load(&root.join("scenarios/host/tp-pp.toml"), &[]).unwrap();
         let profile =
             twin_sim::profile::load(&root.join("scenarios/profiles/host-example.toml")).unwrap();
         let opts = twin_sim::PredictOptions {

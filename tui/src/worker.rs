@@ -6,11 +6,12 @@
 use crate::timeline::Timeline;
 use crate::update::Msg;
 use std::sync::mpsc::{Receiver, Sender};
-use twin_sim::faults::{FaultConfig, HorizonReport, JobFacts};
+use twin_sim::faults::{HorizonReport, JobFacts};
 use twin_sim::profile::Profile;
 use twin_sim::report::Report;
-use twin_sim::scenario::{ParsedSource, Scenario};
+use twin_sim::scenario::{FaultConfig, Scenario};
 use twin_sim::schedule::Schedule;
+use twin_sim::setup::ParsedSource;
 use twin_sim::{predict_with, PredictOptions};
 
 /// What every simulation of this session shares.
@@ -218,7 +219,7 @@ mod tests {
 
     #[test]
     fn the_worker_answers_with_the_request_id() {
-        let source = twin_sim::scenario::ParsedSource::parse(
+        let source = twin_sim::setup::ParsedSource::parse(
             &std::fs::read_to_string(concat!(
                 env!("CARGO_MANIFEST_DIR"),
                 "/../scenarios/small.toml"

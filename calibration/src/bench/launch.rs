@@ -30,7 +30,7 @@ const SINGLE_RANK_SCENARIO: &str = include_str!("../../../scenarios/host/single.
 
 /// A plan for one rank.
 pub fn single_rank_plan() -> Result<Plan, CalibError> {
-    let s = twin_sim::scenario::parse_str(SINGLE_RANK_SCENARIO, "scenarios/host/single.toml", &[])
+    let s = twin_sim::setup::parse_str(SINGLE_RANK_SCENARIO, "scenarios/host/single.toml", &[])
         .map_err(|e| CalibError::Setup(format!("built-in one-rank scenario: {e}")))?;
     Plan::new(&s).map_err(|e| CalibError::Setup(format!("built-in one-rank plan: {e}")))
 }
@@ -107,7 +107,7 @@ pub fn handoff_gap_ns(events: &[twin_runtime::TraceEvent]) -> Option<f64> {
 
 /// The first compute op of the bundled one-rank scenario (a forward layer).
 fn representative_op(plan: &Plan) -> Result<twin_sim::schedule::ComputeOp, CalibError> {
-    let s = twin_sim::scenario::parse_str(SINGLE_RANK_SCENARIO, "scenarios/host/single.toml", &[])
+    let s = twin_sim::setup::parse_str(SINGLE_RANK_SCENARIO, "scenarios/host/single.toml", &[])
         .map_err(|e| CalibError::Setup(format!("built-in one-rank scenario: {e}")))?;
     let schedule = twin_sim::schedule::generate(&s, plan)
         .map_err(|e| CalibError::Setup(format!("built-in one-rank schedule: {e}")))?;

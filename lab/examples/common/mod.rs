@@ -8,7 +8,7 @@ use twin_sim::schedule::{ComputeOp, OpKind, Program};
 
 /// Rank 0's program of the scenario at `path`, as the simulator and the runtime plan it.
 pub fn rank0_program(path: &str) -> Result<Program, Box<dyn Error>> {
-    let s = twin_sim::scenario::load(std::path::Path::new(path), &[])?;
+    let s = twin_sim::setup::load(std::path::Path::new(path), &[])?;
     let plan = twin_sim::plan::Plan::new(&s)?;
     let schedule = twin_sim::schedule::generate(&s, &plan)?;
     let program = schedule

@@ -4,17 +4,18 @@
 //! Carlo trials in parallel, and summarised as goodput and ETTR with confidence intervals,
 //! lost time by cause, and the best checkpoint interval of a sweep. See docs/faults.md.
 
-pub mod config;
 mod report;
 pub mod rng;
 pub mod timeline;
 
-pub use config::*;
 pub use report::{Estimate, HorizonReport, IntervalPoint};
 pub use timeline::Outcome;
 
 use crate::plan::Plan;
-use crate::scenario::Scenario;
+use crate::scenario::{
+    seconds_to_ns, CheckpointInterval, CheckpointMode, Distribution, FaultConfig, RestartPolicy,
+    Scenario,
+};
 use rayon::prelude::*;
 use rng::Rng;
 
@@ -132,7 +133,7 @@ impl JobFacts {
 }
 
 fn time_ns(bytes: u64, bytes_per_s: f64) -> u64 {
-    config::seconds_to_ns(bytes as f64 / bytes_per_s)
+    seconds_to_ns(bytes as f64 / bytes_per_s)
 }
 
 impl Model {

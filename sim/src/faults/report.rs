@@ -2,7 +2,8 @@
 //! trials, lost time by cause, failure counts and MTTF, and the checkpoint interval sweep;
 //! as text and as the JSON object `twin simulate` merges into its report.
 
-use super::{ettr, goodput, Cause, FaultConfig, JobFacts, Model, Outcome};
+use super::{ettr, goodput, Cause, JobFacts, Model, Outcome};
+use crate::scenario::FaultConfig;
 use serde::Serialize;
 
 const HOUR_NS: f64 = 3_600e9;

@@ -819,7 +819,7 @@ fn the_optimizer_pays_for_the_state_time_took_from_the_cache() {
         .join("\n");
     let decayed = plain.replace("[memory]\n", &format!("[memory]\n{DECAY_KEYS}"));
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/host/pp.toml");
-    let s = crate::scenario::load(std::path::Path::new(path), &[]).unwrap();
+    let s = crate::setup::load(std::path::Path::new(path), &[]).unwrap();
     let run = |text: &str| {
         let p = parse_str(text, "host.toml").unwrap();
         let staged = crate::predict::Staged::with_profile(&s, Some(&p)).unwrap();
@@ -888,7 +888,7 @@ fn a_profile_with_state_keys_prices_the_optimizer_by_the_nodes_footprint() {
     };
     let p = parse_str(&text, "host.toml").unwrap();
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/host/pp.toml");
-    let s = crate::scenario::load(std::path::Path::new(path), &[]).unwrap();
+    let s = crate::setup::load(std::path::Path::new(path), &[]).unwrap();
     let staged = crate::predict::Staged::with_profile(&s, Some(&p)).unwrap();
     let d = staged.cost.node_step_bytes.expect("set from the schedule");
     // Both ranks share the node: the sum of their programs' footprints.
@@ -930,7 +930,7 @@ fn with_a_profile_the_report_divides_by_the_profiles_peak() {
         env!("CARGO_MANIFEST_DIR"),
         "/../scenarios/host/pp-wide.toml"
     );
-    let s = crate::scenario::load(std::path::Path::new(path), &[]).unwrap();
+    let s = crate::setup::load(std::path::Path::new(path), &[]).unwrap();
     assert_ne!(
         s.cluster.gpu.peak,
         p.peak(),

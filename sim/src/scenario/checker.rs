@@ -6,7 +6,8 @@
 use super::error::{Ctx, ErrorKind, Loc, ScenarioError};
 use super::source::{Entry, Node, Table};
 
-pub(crate) struct Checker<'a> {
+/// Blames the keys of one resolved document (its tree and the `--set` overrides applied).
+pub struct Checker<'a> {
     ctx: &'a Ctx,
     root: &'a Table,
     overrides: &'a [String],
@@ -57,9 +58,14 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// An error that no key explains (`kind` says what failed), located at the document only.
+    pub fn unlocated(&self, kind: ErrorKind, message: impl Into<String>) -> ScenarioError {
+        self.ctx.error(kind, None, "", "", message, "")
+    }
+
     /// An error about the keys involved in a rule; `keys` pairs each dotted key with its
     /// resolved value (used when the key was not written). The first key is the default.
-    pub(crate) fn fail(
+    pub fn fail(
         &self,
         keys: &[(&str, String)],
         message: String,

@@ -200,7 +200,7 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse_with_checks, to_toml, ParsedSource};
+    use super::super::{to_toml, Document};
     use super::with_side_sections;
 
     fn bundled(name: &str) -> String {
@@ -211,24 +211,30 @@ mod tests {
     #[test]
     fn side_sections_survive_a_round_trip_through_the_emitter() {
         let text = bundled("512xA100-faults.toml");
-        let src = ParsedSource::parse(&text, "faults").unwrap();
-        let (scenario, _, faults) = src.resolve_with_faults(&[]).unwrap();
+        let src = Document::parse(&text, "faults").unwrap();
+        let valid = src.validate(&[]).unwrap();
+        let (scenario, faults) = (valid.scenario, valid.faults);
         let plain = to_toml(&scenario);
         assert!(
             !plain.contains("[faults"),
             "the emitter alone drops [faults]"
         );
         let kept = with_side_sections(&plain, &text);
-        let again = ParsedSource::parse(&kept, "kept").unwrap();
-        let (scenario2, _, faults2) = again.resolve_with_faults(&[]).unwrap();
+        let again = Document::parse(&kept, "kept").unwrap();
+        let valid = again.validate(&[]).unwrap();
+        let (scenario2, faults2) = (valid.scenario, valid.faults);
         assert_eq!(scenario, scenario2);
         assert_eq!(faults, faults2);
         assert!(faults2.is_some());
 
         let text = bundled("checks/small-fail.toml");
-        let (s, checks) = parse_with_checks(&text, "checks", &[]).unwrap();
+        let doc = Document::parse(&text, "checks").unwrap();
+        let valid = doc.validate(&[]).unwrap();
+        let (s, checks) = (valid.scenario, valid.checks);
         let kept = with_side_sections(&to_toml(&s), &text);
-        let (s2, checks2) = parse_with_checks(&kept, "kept", &[]).unwrap();
+        let doc2 = Document::parse(&kept, "kept").unwrap();
+        let valid2 = doc2.validate(&[]).unwrap();
+        let (s2, checks2) = (valid2.scenario, valid2.checks);
         assert_eq!(s, s2);
         assert_eq!(checks, checks2);
         assert!(!checks2.is_empty());

@@ -3,13 +3,13 @@
 //! what happens to the job over weeks, not what one step is, so planning never sees it.
 
 use super::error::ErrorKind;
-use super::keys::{faults as k, Key};
-use super::read::{opt, Result, Section};
-use crate::faults::config::{
+use super::fault_config::{
     parse_duration_ns, seconds_to_ns, CheckpointInterval, CheckpointMode, Distribution,
     FaultConfig, RestartPolicy,
 };
-use crate::scenario::source::Node;
+use super::keys::{faults as k, Key};
+use super::read::{opt, Result, Section};
+use super::source::Node;
 
 /// Every key `[faults]` accepts, in the schema's order.
 pub fn fault_keys() -> impl Iterator<Item = &'static str> {

@@ -121,7 +121,7 @@ fn section_defaults_agree_with_the_table() {
     let with_faults = resolve(&format!("{MINIMAL}\n[faults]\nseeds = 100\n"));
     assert_eq!(
         with_faults.faults,
-        Some(crate::faults::FaultConfig::default())
+        Some(super::FaultConfig::default())
     );
     let with_topology = resolve(&format!(
         "{MINIMAL}\n[cluster.topology]\nfabric = \"rail-optimized\"\n"

@@ -26,7 +26,7 @@ pub(crate) struct Resolved {
     /// The `[checks]` section (returned beside the scenario, see `checks.rs`).
     pub checks: Checks,
     /// The `[faults]` section, when present (see `faults.rs`).
-    pub faults: Option<crate::faults::FaultConfig>,
+    pub faults: Option<super::FaultConfig>,
     /// Keys of the `hf_config` file that twin does not model (see `hf.rs`).
     pub hf_unmodelled: Vec<String>,
 }

@@ -4,47 +4,27 @@
 //! and spells out the arithmetic, so the user sees why and what would work.
 
 use super::checker::{divisors, Checker};
-use super::error::{Ctx, ErrorKind, ScenarioError};
+use super::error::ScenarioError;
 use super::limits;
 use super::parse::Resolved;
-use super::source::Table;
 use super::types::*;
-use crate::plan::Plan;
 
-/// Checks every cross-field rule, fills the values that depend on several keys (derived dp,
-/// the default gradient bucket), and builds the plan once to prove the scenario is plannable.
-/// Returns the plan too, so callers need not build it again.
-pub(crate) fn validate(
-    ctx: &Ctx,
-    root: &Table,
-    overrides: &[String],
-    resolved: Resolved,
-) -> Result<(Scenario, Plan), ScenarioError> {
-    let c = Checker::new(ctx, root, overrides);
+/// Checks every cross-field rule and fills the values that depend on several keys (derived
+/// dp, the default gradient bucket). `c` blames the keys of the document `resolved` came from.
+pub(crate) fn validate(c: &Checker<'_>, resolved: Resolved) -> Result<Scenario, ScenarioError> {
     let mut s = resolved.scenario;
-    nodes(&c, &s)?;
-    s.parallel.dp = mesh(&c, &s, resolved.dp)?;
-    model_shape(&c, &s)?;
-    sharding(&c, &s)?;
-    let microbatches = batch(&c, &s)?;
-    pipeline(&c, &s, microbatches)?;
-    zero(&c, &s, resolved.zero_explicit)?;
+    nodes(c, &s)?;
+    s.parallel.dp = mesh(c, &s, resolved.dp)?;
+    model_shape(c, &s)?;
+    sharding(c, &s)?;
+    let microbatches = batch(c, &s)?;
+    pipeline(c, &s, microbatches)?;
+    zero(c, &s, resolved.zero_explicit)?;
     if !resolved.bucket_explicit {
         s.training.grad_bucket_bytes = default_grad_bucket_bytes(&s.parallel);
     }
-    size(&c, &s)?;
-    let plan = Plan::new(&s).map_err(|e| {
-        ctx.error(
-            ErrorKind::Plan,
-            None,
-            "",
-            "",
-            format!("the plan rejected a scenario that passed validation (a bug in twin): {e}"),
-            "",
-        )
-    })?;
-    super::work::check(&c, &s, &plan)?;
-    Ok((s, plan))
+    size(c, &s)?;
+    Ok(s)
 }
 
 /// Megatron-Core's default DDP bucket: max(40,000,000, 1,000,000 * data-parallel size)

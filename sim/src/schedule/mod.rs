@@ -1,5 +1,5 @@
-//! Schedules: the IR ([`ir`]), the generators that build it from a plan, and the validator
-//! that proves a schedule can run. The generators are pure functions of (scenario, plan):
+//! Schedules: the generators that build the IR ([`crate::ir`], re-exported here) from a plan,
+//! and the validator that proves a schedule can run. The generators are pure functions of (scenario, plan):
 //! [`pipeline`] orders each stage's passes, [`emit`] turns the order into ops, [`dp`] and
 //! [`dp_emit`] add data-parallel traffic, and [`validate`] checks the result.
 //!
@@ -9,21 +9,18 @@
 
 mod builder;
 mod chunks;
-mod deps;
 pub mod dp;
 mod dp_emit;
 mod emit;
 mod estimate;
-mod gemms;
-mod ir;
 pub mod partners;
 pub mod pipeline;
 mod sizes;
 mod validate;
 
+pub use crate::ir::*;
 pub use builder::{recycle, recycle_program};
 pub use estimate::{estimate, WorkEstimate, OPS_PER_PROGRAM, OPS_PER_STEP};
-pub use ir::*;
 pub use sizes::{Sizes, UniformSizes, WorkloadSizes};
 pub use validate::{ValidationError, ValidationReport};
 

@@ -13,7 +13,8 @@ pub use space::{
 use crate::engine::SimOptions;
 use crate::plan::Plan;
 use crate::report::Summary;
-use crate::scenario::{ParsedSource, Scenario, ScenarioSource};
+use crate::scenario::Scenario;
+use crate::setup::{ParsedSource, ScenarioSource};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;

@@ -31,7 +31,8 @@ pub use layers::{
 pub use table::{load_table, parse_table, LayerCase, LayerTiming, RunRow, Table};
 
 use crate::profile::{check_matches, GpuMismatch, Profile};
-use crate::scenario::{parse_str, Scenario, ScenarioError};
+use crate::scenario::{Scenario, ScenarioError};
+use crate::setup::parse_str;
 use crate::{predict_with, PredictError, PredictOptions};
 use serde::Serialize;
 use std::fmt::Write;

@@ -24,8 +24,8 @@
 
 use super::dims::{mul, prod, to_u32, Dims};
 use super::CommCall;
+use crate::ir::CollectiveKind;
 use crate::plan::GroupKind;
-use crate::schedule::CollectiveKind;
 
 /// Collectives of one block's forward and backward, one call each before merging.
 #[derive(Clone, Debug, Default, PartialEq)]

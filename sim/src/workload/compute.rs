@@ -14,8 +14,8 @@
 //! and for norms also reduces the weight gradient).
 
 use super::dims::{div_ceil, mul, prod, to_u32, Dims};
+use crate::ir::{ComputeOp, Gemm, Phase};
 use crate::scenario::Precision;
-use crate::schedule::{ComputeOp, Gemm, Phase};
 
 /// Work of one kind inside a pass, before it becomes a [`ComputeOp`].
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -18,9 +18,9 @@ mod dims;
 mod optimizer;
 mod params;
 
+use crate::ir::{CollectiveKind, ComputeOp, Phase};
 use crate::plan::{ChunkLayout, GroupKind, Plan};
 use crate::scenario::{MemoryAccounting, Recompute, Scenario};
-use crate::schedule::{CollectiveKind, ComputeOp, Phase};
 use comms::BlockComms;
 use compute::BlockParts;
 use dims::{mul, Dims};

@@ -5,7 +5,7 @@ use crate::worker::{compute, Outcome, Setup};
 use crate::App;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
-use twin_sim::scenario::ParsedSource;
+use twin_sim::setup::ParsedSource;
 
 /// `scenarios/NAME` of this repository, parsed.
 pub fn source(name: &str) -> ParsedSource {

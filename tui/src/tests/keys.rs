@@ -272,7 +272,7 @@ fn save_writes_the_edited_scenario_as_toml() {
     let [Effect::Save { toml }] = &effects[..] else {
         panic!("expected one save, got {effects:?}");
     };
-    let back = twin_sim::scenario::parse_str(toml, "saved.toml", &[]).unwrap();
+    let back = twin_sim::setup::parse_str(toml, "saved.toml", &[]).unwrap();
     assert_eq!(back, app.current.scenario);
     assert_eq!(back.training.micro_batch, 4);
     let (app, _) = update(app, Msg::Saved(Ok("small-whatif.toml".into())));

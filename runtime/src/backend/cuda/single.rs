@@ -240,7 +240,7 @@ mod tests {
     fn bundled() -> Scenario {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../scenarios/gpu/llama3-8b-1gpu.toml");
-        twin_sim::scenario::load(&path, &[]).unwrap()
+        twin_sim::setup::load(&path, &[]).unwrap()
     }
 
     #[test]

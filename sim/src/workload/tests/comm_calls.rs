@@ -1,8 +1,8 @@
 //! Tensor, context and expert parallel collectives of a pass.
 
 use super::*;
+use crate::ir::CollectiveKind::{self, *};
 use crate::plan::GroupKind;
-use crate::schedule::CollectiveKind::{self, *};
 use crate::workload::{chunk_work, layers_work, CommCall};
 
 fn cc(kind: CollectiveKind, group: GroupKind, bytes: u64, calls: u32) -> CommCall {

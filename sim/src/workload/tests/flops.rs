@@ -2,7 +2,7 @@
 //! Korthikanti et al. 2022 appendix A; data/validation/throughput.toml).
 
 use super::*;
-use crate::schedule::{Gemm, Phase};
+use crate::ir::{Gemm, Phase};
 use crate::workload::{chunk_work, layers_work, ChunkWork};
 
 /// Sum over every rank of the step's FLOPs of each phase: per-rank work times the ranks that

@@ -3,7 +3,7 @@
 //! optimizer table.
 
 use super::*;
-use crate::schedule::Phase;
+use crate::ir::Phase;
 use crate::workload::{
     chunk_params, model_params, model_state_bytes, optimizer_step, state_bytes, ParamCount,
     StateBytes,

@@ -82,7 +82,7 @@ fn offload() -> impl Strategy<Value = Offload> {
 
 /// No sum or GEMM count of `op` came near saturation (beyond that, equalities between
 /// differently merged sums need not hold).
-fn unsaturated(op: &crate::schedule::ComputeOp) -> bool {
+fn unsaturated(op: &crate::ir::ComputeOp) -> bool {
     op.flops < u64::MAX / 4 && op.gemms.iter().all(|g| g.count < u32::MAX / 8)
 }
 

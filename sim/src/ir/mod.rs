@@ -1,6 +1,8 @@
 //! The schedule IR: the one description of a training step that both executors run. The
 //! simulator gives each op a modelled duration; the runtime does each op's work for real.
-//! Nothing here knows about time or cost models.
+//! Nothing here knows about time or cost models: like the scenario and the plan it names, the
+//! IR is shared vocabulary, below `workload` (which sizes its ops) and `schedule` (which
+//! generates it and re-exports it).
 //!
 //! A [`Schedule`] holds one [`Program`] per distinct role and maps every rank to its program.
 //! Programs name peers and groups relative to the rank that runs them ("my next pipeline
@@ -20,10 +22,13 @@
 //! - `Alloc` and `Free` move the rank's memory counter. They take no time unless the cost model
 //!   prices allocation (`CostModel::alloc_ns`: a host profile's `memory.alloc_bytes_per_s`).
 
-pub use super::deps::Deps;
-pub use super::gemms::Gemms;
+mod deps;
+mod gemms;
+
 use crate::plan::GroupKind;
 use crate::scenario::Precision;
+pub use deps::Deps;
+pub use gemms::Gemms;
 use serde::{Deserialize, Serialize};
 
 /// Execution queues of one rank. Ops on different streams may overlap in time.

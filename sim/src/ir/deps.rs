@@ -11,7 +11,7 @@ use std::ops::{Deref, DerefMut};
 const INLINE: usize = 5;
 
 /// Indices of earlier ops of the same program that must finish first (see
-/// [`crate::schedule::Op::deps`]). Derefs to `[u32]`; build it from an array, a vector, an
+/// [`crate::ir::Op::deps`]). Derefs to `[u32]`; build it from an array, a vector, an
 /// iterator, or with [`Deps::push`].
 #[derive(Clone)]
 pub struct Deps(Repr);

@@ -4,7 +4,7 @@
 //! not an allocation and a copy. It reads as a `[Gemm]` slice and serializes exactly as a
 //! `Vec<Gemm>` does, so schedule files are unchanged.
 
-use super::ir::Gemm;
+use super::Gemm;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::ops::Deref;
 use std::sync::Arc;

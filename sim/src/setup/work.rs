@@ -1,13 +1,10 @@
 //! The work bound: a scenario whose schedule would hold more ops than
-//! [`limits::SCHEDULE_OPS`] is refused at validation, naming the keys that make it large and
-//! what to change, instead of being accepted and then exhausting memory or running for
+//! [`limits::SCHEDULE_OPS`] is refused when it is set up, naming the keys that make it large
+//! and what to change, instead of being accepted and then exhausting memory or running for
 //! minutes while its programs are built.
 
-use super::checker::Checker;
-use super::error::ScenarioError;
-use super::limits;
-use super::types::{Granularity, Scenario};
 use crate::plan::Plan;
+use crate::scenario::{limits, Checker, Granularity, Scenario, ScenarioError};
 use crate::schedule::{estimate, OPS_PER_STEP};
 
 /// Fails when the schedule `plan` implies exceeds the op bound.
