@@ -181,6 +181,10 @@ enum Command {
 /// 2 bad input (scenario or arguments), 3 `twin doctor` found something the CUDA backend
 /// needs missing, 128 + N a launch stopped by signal N (SIGINT, SIGTERM, SIGHUP).
 fn main() -> ExitCode {
+    if let Some(message) = cmd::renamed::renamed(&std::env::args().collect::<Vec<_>>()) {
+        eprintln!("error: {message}");
+        return ExitCode::from(2);
+    }
     let cli = Cli::parse();
     if matches!(cli.command, Command::Sweep(_)) {
         tune_memory_for_sweeps();

@@ -32,18 +32,18 @@ pub fn refit_host(
     let file: SamplesFile = serde_json::from_str(text).map_err(|e| {
         CalibError::Profile(format!(
             "{origin}: not a host calibration's samples file ({e}); give the \
-             PROFILE.samples.json that twin calibrate --backend host wrote"
+             PROFILE.samples.json that twin calibrate host wrote"
         ))
     })?;
     if file.provenance.backend != "host" {
         return Err(CalibError::Profile(format!(
-            "{origin}: samples of the {} backend; --refit reads the host backend's",
+            "{origin}: samples of the {} backend; twin calibrate refit reads the host backend's",
             file.provenance.backend
         )));
     }
     if file.samples.gemm.is_empty() {
         return Err(CalibError::Profile(format!(
-            "{origin}: no GEMM samples (samples.gemm is empty); --refit needs the samples file \
+            "{origin}: no GEMM samples (samples.gemm is empty); twin calibrate refit needs the samples file \
              of a whole host calibration"
         )));
     }
@@ -136,7 +136,7 @@ pub fn refit_cuda(
     let file: CudaSamplesFile = serde_json::from_str(text).map_err(|e| {
         CalibError::Profile(format!(
             "{origin}: not a GPU calibration's samples file ({e}); give the \
-             PROFILE.samples.json that twin calibrate --backend cuda wrote"
+             PROFILE.samples.json that twin calibrate cuda wrote"
         ))
     })?;
     if file.provenance.backend != "cuda" {

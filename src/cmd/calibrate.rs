@@ -14,80 +14,180 @@ use twin_calibration::HostOptions;
 mod text;
 use text::{ab_line, cuda_text, est, host_text, wrote};
 
-/// Fit a hardware profile to this machine, or to nccl-tests logs.
-///
-///   twin calibrate --backend host -o host.toml            microbenchmarks, a few minutes
-///   twin calibrate --backend host --quick -o host.toml    under a minute
-///   twin calibrate --backend host --scenario s.toml ...   also time every GEMM shape of s,
-///                                                        and evict a step of s's traffic
-///                                                        before allocations and cold passes
-///   twin calibrate --from-nccl-tests all_reduce_perf.log ... -o cluster.toml
-///   twin calibrate --refit host.samples.json -o host2.toml
-///                                                        fit a host calibration's raw
-///                                                        samples again, measuring nothing
-///
-/// The raw samples are written beside the profile (PROFILE.samples.json). docs/calibration.md
-/// says what is measured, the outlier rule, the fits and their confidence intervals.
+/// Fit a hardware profile to this machine, or to nccl-tests logs (docs/calibration.md).
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
 pub struct Args {
-    /// Which backend to measure.
-    #[arg(long, value_enum, required_unless_present_any = ["from_nccl_tests", "refit"])]
-    pub backend: Option<Backend>,
+    #[command(subcommand)]
+    pub command: Kind,
+}
+
+#[derive(clap::Subcommand)]
+pub enum Kind {
+    Host(HostArgs),
+    Cuda(CudaArgs),
+    NcclTests(NcclArgs),
+    Refit(RefitArgs),
+}
+
+/// Where the profile goes and how the result is printed.
+#[derive(clap::Args)]
+pub struct Out {
+    /// Where to write the profile (its raw samples go beside it, PROFILE.samples.json).
+    #[arg(short, long, default_value = "profile.toml")]
+    pub output: PathBuf,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+/// What a measured calibration times and how.
+#[derive(clap::Args)]
+pub struct Measure {
     /// Fewer shapes, sizes and repeats: under a minute.
     #[arg(long)]
     pub quick: bool,
-    /// Where to write the profile.
-    #[arg(short, long, default_value = "profile.toml")]
-    pub output: PathBuf,
-    /// Also time every GEMM shape of this scenario's schedule, and (host) write the bytes its
-    /// busiest rank touches in a step, at most twice the last-level cache, before each
-    /// allocation and cold-pass sample (without it: twice the last-level cache); its GPU names
-    /// the profile.
+    /// Also time every GEMM shape of this scenario's schedule (and, on the host, evict a step
+    /// of its traffic before allocations and cold passes); its GPU names the profile.
     #[arg(long)]
     pub scenario: Option<PathBuf>,
-    /// The GPU name the profile describes: its `[gpu] name`, under the preset's own name for
-    /// an alias, and its name NAME-calibrated on a GPU (default: the scenario's GPU; on a GPU
-    /// without a scenario the device's name; "cpu-core" on the host).
+    /// The GPU name the profile describes (default: the scenario's GPU, the device's name on
+    /// a GPU, "cpu-core" on the host).
     #[arg(long)]
     pub gpu_name: Option<String>,
-    /// Seed of the benchmark order shuffle.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: Format,
-    /// nccl-tests output files (all_reduce_perf, all_gather_perf, reduce_scatter_perf,
-    /// alltoall_perf, broadcast_perf, sendrecv_perf) to fit the network tiers to.
-    #[arg(long, num_args = 1.., conflicts_with = "backend")]
-    pub from_nccl_tests: Vec<PathBuf>,
-    /// Profile whose other sections the result keeps (default: the bundled profile of the GPU
-    /// calibrated or of the logs' GPU; --backend cuda for a GPU with none builds one from the
-    /// --scenario's node links). On a GPU, its GPU section is replaced when it describes
-    /// another GPU than the one calibrated (docs/calibration.md).
-    #[arg(long)]
-    pub base_profile: Option<PathBuf>,
-    /// nccl-tests rows below this many bytes are left out of the fit.
-    #[arg(long, default_value_t = 0)]
-    pub min_bytes: u64,
-    /// Fit the raw samples a host calibration wrote (PROFILE.samples.json) again, measuring
-    /// nothing: the same measurements through this twin's fits and profile keys. The profile's
-    /// provenance keeps where and when they were taken.
-    /// A GPU calibration's samples are fitted over --gpu-name, --scenario and --base-profile as
-    /// when measured (the GPU the file recorded stands in for the device).
-    #[arg(long, value_name = "SAMPLES_JSON", conflicts_with_all = ["backend", "from_nccl_tests", "quick", "tiny"])]
-    pub refit: Option<PathBuf>,
-    /// The fewest samples every fit accepts (tests).
-    #[arg(long, hide = true)]
-    pub tiny: bool,
-    /// Never draw the progress bar (it is drawn only when standard error is a terminal).
+    /// Never draw the progress bar (drawn only when standard error is a terminal).
     #[arg(long)]
     pub no_progress: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Backend {
-    Host,
-    Cuda,
+/// Measure this machine's CPU cores, memory and transfers (host backend) into a profile.
+#[derive(clap::Args)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin calibrate host -o host.toml                         a few minutes
+  twin calibrate host --quick -o host.toml                 under a minute
+  twin calibrate host --scenario s.toml -o host.toml       also s's GEMM shapes"
+)]
+pub struct HostArgs {
+    #[command(flatten)]
+    pub measure: Measure,
+    /// Seed of the benchmark order shuffle.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The fewest samples every fit accepts (tests).
+    #[arg(long, hide = true)]
+    pub tiny: bool,
+    #[command(flatten)]
+    pub out: Out,
+}
+
+/// Measure the local GPU (cuBLAS, memory, NCCL) into a profile.
+#[derive(clap::Args)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin calibrate cuda -o h100.toml
+  twin calibrate cuda --quick --scenario scenarios/gpu/llama3-8b-1gpu.toml -o gpu.toml"
+)]
+pub struct CudaArgs {
+    #[command(flatten)]
+    pub measure: Measure,
+    /// Profile whose other sections the result keeps (default: the bundled profile of the
+    /// GPU calibrated).
+    #[arg(long)]
+    pub base_profile: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: Out,
+}
+
+/// Fit a profile's network tiers to nccl-tests logs (all_reduce_perf, all_gather_perf, ...).
+#[derive(clap::Args)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin calibrate nccl-tests all_reduce_perf.log all_gather_perf.log -o cluster.toml
+  twin calibrate nccl-tests logs/*.log --base-profile a100.toml --min-bytes 1048576"
+)]
+pub struct NcclArgs {
+    /// nccl-tests output files.
+    #[arg(required = true, num_args = 1..)]
+    pub logs: Vec<PathBuf>,
+    /// Profile whose other sections the result keeps (default: the bundled profile of the
+    /// logs' GPU).
+    #[arg(long)]
+    pub base_profile: Option<PathBuf>,
+    /// Rows below this many bytes are left out of the fit.
+    #[arg(long, default_value_t = 0)]
+    pub min_bytes: u64,
+    #[command(flatten)]
+    pub out: Out,
+}
+
+/// Fit a calibration's raw samples (PROFILE.samples.json) again, measuring nothing.
+#[derive(clap::Args)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin calibrate refit host.samples.json -o host2.toml
+  twin calibrate refit gpu.samples.json --scenario s.toml -o gpu2.toml
+
+A GPU calibration's samples are fitted over --gpu-name, --scenario and --base-profile as when
+measured; the profile's provenance keeps where and when they were taken."
+)]
+pub struct RefitArgs {
+    /// The samples file a calibration wrote.
+    pub samples: PathBuf,
+    /// The GPU name the profile describes.
+    #[arg(long)]
+    pub gpu_name: Option<String>,
+    /// (GPU samples) the scenario whose GEMM calls were timed.
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
+    /// (GPU samples) profile whose other sections the result keeps.
+    #[arg(long)]
+    pub base_profile: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: Out,
+}
+
+/// The resolved settings of any calibration, which the steps below read.
+struct Settings {
+    quick: bool,
+    tiny: bool,
+    output: PathBuf,
+    scenario: Option<PathBuf>,
+    gpu_name: Option<String>,
+    seed: u64,
+    format: Format,
+    base_profile: Option<PathBuf>,
+    min_bytes: u64,
+    no_progress: bool,
+}
+
+impl Settings {
+    fn new(out: Out) -> Settings {
+        Settings {
+            quick: false,
+            tiny: false,
+            output: out.output,
+            scenario: None,
+            gpu_name: None,
+            seed: 1,
+            format: out.format,
+            base_profile: None,
+            min_bytes: 0,
+            no_progress: false,
+        }
+    }
+
+    fn measured(m: Measure, out: Out) -> Settings {
+        Settings {
+            quick: m.quick,
+            scenario: m.scenario,
+            gpu_name: m.gpu_name,
+            no_progress: m.no_progress,
+            ..Settings::new(out)
+        }
+    }
 }
 
 /// A one-line progress bar on stderr: benchmark name, done/total.
@@ -121,7 +221,7 @@ impl Bar {
 }
 
 /// `--refit`: the profile of a host calibration's stored samples.
-fn refit(args: &Args, samples: &Path) -> anyhow::Result<ExitCode> {
+fn refit(args: &Settings, samples: &Path) -> anyhow::Result<ExitCode> {
     if samples == args.output || samples_path(&args.output) == samples {
         bail!(
             "--refit {} -o {}: the profile would overwrite or sit beside the samples it reads; \
@@ -200,7 +300,10 @@ fn write_samples<S: serde::Serialize>(
         outlier_rule: "drop samples above median + 3 * 1.4826 * MAD (docs/calibration.md)",
         samples,
     };
-    super::write_atomic(path, &serde_json::to_string_pretty(&file)?)
+    Ok(super::write_atomic(
+        path,
+        &serde_json::to_string_pretty(&file)?,
+    )?)
 }
 
 /// `profile.toml` → `profile.samples.json`.
@@ -213,21 +316,58 @@ fn command_line() -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    super::output::check_file(Some(&args.output), "--output")?;
-    if let Some(samples) = &args.refit {
-        return refit(&args, samples);
-    }
-    if !args.from_nccl_tests.is_empty() {
-        return import(&args);
-    }
-    match args.backend {
-        Some(Backend::Cuda) => cuda(&args),
-        Some(Backend::Host) => host(&args),
-        None => bail!("give --backend host|cuda or --from-nccl-tests LOG..."),
+    let (settings, kind) = match args.command {
+        Kind::Host(a) => {
+            let s = Settings {
+                seed: a.seed,
+                tiny: a.tiny,
+                ..Settings::measured(a.measure, a.out)
+            };
+            (s, Job::Host)
+        }
+        Kind::Cuda(a) => {
+            let s = Settings {
+                base_profile: a.base_profile,
+                ..Settings::measured(a.measure, a.out)
+            };
+            (s, Job::Cuda)
+        }
+        Kind::NcclTests(a) => {
+            let s = Settings {
+                base_profile: a.base_profile,
+                min_bytes: a.min_bytes,
+                ..Settings::new(a.out)
+            };
+            (s, Job::Import(a.logs))
+        }
+        Kind::Refit(a) => {
+            let s = Settings {
+                gpu_name: a.gpu_name,
+                scenario: a.scenario,
+                base_profile: a.base_profile,
+                ..Settings::new(a.out)
+            };
+            (s, Job::Refit(a.samples))
+        }
+    };
+    super::output::check_file(Some(&settings.output), "--output")?;
+    match kind {
+        Job::Host => host(&settings),
+        Job::Cuda => cuda(&settings),
+        Job::Import(logs) => import(&settings, &logs),
+        Job::Refit(samples) => refit(&settings, &samples),
     }
 }
 
-fn host(args: &Args) -> anyhow::Result<ExitCode> {
+/// Which calibration the subcommand asked for.
+enum Job {
+    Host,
+    Cuda,
+    Import(Vec<PathBuf>),
+    Refit(PathBuf),
+}
+
+fn host(args: &Settings) -> anyhow::Result<ExitCode> {
     let (extra_shapes, step_bytes, scenario_gpu) = match &args.scenario {
         Some(path) => {
             let (s, schedule) = scenario_schedule(path)?;
@@ -279,7 +419,7 @@ fn host(args: &Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn cuda(args: &Args) -> anyhow::Result<ExitCode> {
+fn cuda(args: &Settings) -> anyhow::Result<ExitCode> {
     // Fail before anything else when there is no GPU, with what to do instead.
     twin_calibration::cuda::require_gpu()?;
     let (scenario_calls, req) = gpu_request(args)?;
@@ -314,7 +454,7 @@ fn cuda(args: &Args) -> anyhow::Result<ExitCode> {
 /// What a GPU calibration starts from (`--gpu-name`, `--scenario`, `--base-profile` and GPU 0
 /// as the driver reports it), and the scenario's GEMM calls to time.
 fn gpu_request(
-    args: &Args,
+    args: &Settings,
 ) -> anyhow::Result<(
     Vec<twin_sim::schedule::Gemm>,
     twin_calibration::gpu_base::Request,
@@ -421,9 +561,9 @@ fn base_profile(
     }
 }
 
-fn import(args: &Args) -> anyhow::Result<ExitCode> {
+fn import(args: &Settings, paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let mut logs = Vec::new();
-    for p in &args.from_nccl_tests {
+    for p in paths {
         let text =
             std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
         logs.push((p.display().to_string(), text));
