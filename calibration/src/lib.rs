@@ -18,6 +18,7 @@ pub mod refit;
 pub mod rounds;
 pub mod run;
 pub mod sample;
+pub mod text;
 pub mod verify;
 pub mod write;
 

@@ -11,8 +11,9 @@ use std::process::ExitCode;
 use twin_calibration::bench::{Mode, Progress};
 use twin_calibration::HostOptions;
 
-mod text;
-use text::{ab_line, cuda_text, est, host_text, wrote};
+use twin_calibration::cuda::{device, versions as cuda_versions};
+use twin_calibration::text::{self, cuda_text, host_text, wrote};
+use twin_calibration::write::{samples_path, write_samples};
 
 /// Fit a hardware profile to this machine, or to nccl-tests logs (docs/calibration.md).
 #[derive(clap::Args)]
@@ -277,40 +278,6 @@ fn refit(args: &Settings, samples: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes the raw samples beside the profile: where they were taken, what was measured (the
-/// keys of `what`: the host's `config`, the GPU's `plan` and `device`), the outlier rule and
-/// every sample.
-fn write_samples<S: serde::Serialize>(
-    path: &Path,
-    provenance: &twin_calibration::write::Provenance,
-    what: &serde_json::Value,
-    samples: &S,
-) -> anyhow::Result<()> {
-    #[derive(serde::Serialize)]
-    struct SamplesFile<'a, S> {
-        provenance: &'a twin_calibration::write::Provenance,
-        #[serde(flatten)]
-        what: &'a serde_json::Value,
-        outlier_rule: &'static str,
-        samples: &'a S,
-    }
-    let file = SamplesFile {
-        provenance,
-        what,
-        outlier_rule: "drop samples above median + 3 * 1.4826 * MAD (docs/calibration.md)",
-        samples,
-    };
-    Ok(super::write_atomic(
-        path,
-        &serde_json::to_string_pretty(&file)?,
-    )?)
-}
-
-/// `profile.toml` → `profile.samples.json`.
-pub fn samples_path(profile: &Path) -> PathBuf {
-    profile.with_extension("samples.json")
-}
-
 fn command_line() -> String {
     std::env::args().collect::<Vec<_>>().join(" ")
 }
@@ -430,7 +397,10 @@ fn cuda(args: &Settings) -> anyhow::Result<ExitCode> {
         quick: args.quick,
         scenario_calls,
         command: command_line(),
-        samples_file: file_name(&samples),
+        samples_file: samples
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         cuda_version,
         nccl_version,
     };
@@ -502,45 +472,6 @@ fn scenario_schedule(
     Ok((s, schedule))
 }
 
-fn file_name(p: &Path) -> String {
-    p.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
-/// Driver, CUDA and cuBLAS versions, and NCCL's, as `twin doctor` finds them.
-fn cuda_versions() -> (Option<String>, Option<String>) {
-    use twin_runtime::backend::cuda::Item;
-    let d = twin_runtime::backend::cuda::doctor();
-    let found = |i: &Item<String>| match i {
-        Item::Found(v) => Some(v.clone()),
-        Item::NotFound(_) => None,
-    };
-    let cuda = format!(
-        "driver {} (CUDA {}), cuBLAS {}",
-        found(&d.driver_version).unwrap_or_else(|| "?".into()),
-        found(&d.driver_cuda_version).unwrap_or_else(|| "?".into()),
-        found(&d.cublas_version).unwrap_or_else(|| "?".into()),
-    );
-    (Some(cuda), found(&d.nccl_version))
-}
-
-/// GPU 0 as the CUDA driver reports it (`twin doctor`), when it does.
-fn device() -> Option<twin_calibration::gpu_base::Device> {
-    use twin_runtime::backend::cuda::Item;
-    match twin_runtime::backend::cuda::doctor().gpus {
-        Item::Found(gpus) => gpus
-            .into_iter()
-            .next()
-            .map(|g| twin_calibration::gpu_base::Device {
-                name: g.name,
-                sm_count: g.multiprocessors,
-                memory_bytes: g.total_bytes,
-            }),
-        Item::NotFound(_) => None,
-    }
-}
-
 /// `--base-profile`, or the bundled profile for `gpu`.
 fn base_profile(
     path: Option<&Path>,
@@ -580,29 +511,7 @@ fn import(args: &Settings, paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
     super::write_atomic(&args.output, &out.toml)?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&out)?),
-        Format::Text => {
-            let mut o =
-                format!("nccl-tests import over {origin}; values with 95% confidence intervals\n");
-            for f in &out.fits {
-                o.push_str(&format!(
-                    "  {:<22} {:>3} ranks {} node(s) {:?}: {} per rank{}, latency {}, R² {:.4}, rms {:.1}%\n",
-                    f.test.binary(),
-                    f.ranks,
-                    f.nodes,
-                    f.tier,
-                    est(&f.link_bandwidth_bytes_per_s, "B/s"),
-                    if f.nodes > 1 { " (per rail)" } else { "" },
-                    est(&f.fit.latency_ns, "ns"),
-                    f.fit.quality.r2,
-                    f.fit.quality.rms_relative_error * 100.0
-                ));
-            }
-            for (tier, f) in &out.tiers {
-                o.push_str(&ab_line(&format!("{tier:?} tier"), f, "step "));
-            }
-            o.push_str(&format!("wrote {}\n", args.output.display()));
-            print!("{o}");
-        }
+        Format::Text => print!("{}", text::import_text(&out, &origin, &args.output)),
     }
     Ok(ExitCode::SUCCESS)
 }

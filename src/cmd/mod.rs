@@ -26,7 +26,7 @@ use twin_sim::scenario::{Scenario, ScenarioError};
 /// Every subcommand's help: what it does, its examples, then usage and options. One screen;
 /// the longer text is docs/reference/cli.md.
 pub const HELP: &str =
-    "{about-with-newline}\n{before-help}\n\n{usage-heading} {usage}\n\n{all-args}{after-help}";
+    "{about-with-newline}\n{before-help}{usage-heading} {usage}\n\n{all-args}{after-help}";
 
 /// Output for people (`text`) or for machines (`json`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

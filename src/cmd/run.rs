@@ -121,23 +121,20 @@ impl CheckpointArgs {
 }
 
 /// Execute a scenario for real and report what was measured.
-///
-/// host: one process per rank on this machine, real f32 GEMMs of the planned shapes, real
-/// buffers per Alloc, real TCP transfers and ring collectives with checked results.
-/// TWIN_TRANSPORT=unix connects ranks on one host over Unix sockets instead (faster small
-/// transfers; calibrate with the same setting you verify with).
-///
-/// Examples:
-///   twin run scenarios/host/pp.toml --backend host
-///   twin run scenarios/host/tp-pp.toml --backend host --format json --trace run.trace.json
-///   twin run scenarios/small.toml --backend host --scale hidden=0.5
-///   twin run scenarios/host/faults.toml --steps 12 --checkpoint-dir ckpt --checkpoint-every 3 \
-///       --inject "kill rank=1 at=step:7"
-///   twin run scenarios/gpu/llama3-8b-1gpu.toml --backend cuda --steps 6 --checkpoint-dir ckpt \
-///       --checkpoint-every 2 --inject "kill rank=0 at=step:4"
 #[derive(clap::Args)]
 // A worker may be restarted with --resume and no checkpoints (kills alone); `twin run` refuses it.
-#[command(verbatim_doc_comment, mut_arg("resume", |a| a.requires("checkpoint_dir")))]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin run scenarios/host/pp.toml --backend host
+  twin run scenarios/host/tp-pp.toml --backend host --format json --trace run.trace.json
+  twin run scenarios/small.toml --backend host --scale hidden=0.5
+  twin run scenarios/host/faults.toml --steps 12 --checkpoint-dir ckpt --inject \"kill rank=1 at=step:7\"
+  twin run scenarios/gpu/llama3-8b-1gpu.toml --backend cuda --steps 6
+
+Details: docs/reference/cli.md#twin-run",
+    mut_arg("resume", |a| a.requires("checkpoint_dir"))
+)]
 pub struct Args {
     #[command(flatten)]
     pub common: Common,

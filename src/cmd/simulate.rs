@@ -6,22 +6,20 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Predict step time, throughput, MFU, memory and bubbles for a scenario.
-///
-/// The scenario is planned, turned into a per-rank schedule, validated, and executed by the
-/// discrete-event simulator. Symmetric ranks are simulated once (representatives), where that
-/// provably gives the same result as simulating every rank (--full does that anyway). The
-/// report explains itself; see README.md ("Reading the report") for each line.
-///
-/// Examples:
-///   twin simulate scenarios/512xA100.toml
-///   twin simulate scenarios/512xA100.toml --format json
-///   twin simulate scenarios/512xA100.toml --set parallel.pp=16 --set parallel.dp=4
-///   twin simulate scenarios/512xA100.toml --profile scenarios/profiles/a100-dgx.toml
-///   twin simulate scenarios/512xA100.toml --full        (every rank; same report)
-///   twin simulate scenarios/small.toml --trace small.trace.json   (open in ui.perfetto.dev)
-///   twin simulate scenarios/512xA100-faults.toml --horizon 30d --seeds 1000   (docs/faults.md)
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin simulate scenarios/512xA100.toml
+  twin simulate scenarios/512xA100.toml --format json
+  twin simulate scenarios/512xA100.toml --set parallel.pp=16 --set parallel.dp=4
+  twin simulate scenarios/512xA100.toml --profile scenarios/profiles/a100-dgx.toml
+  twin simulate scenarios/512xA100.toml --full        (every rank; same report)
+  twin simulate scenarios/small.toml --trace small.trace.json   (open in ui.perfetto.dev)
+  twin simulate scenarios/512xA100-faults.toml --horizon 30d --seeds 1000   (docs/faults.md)
+
+Details: docs/reference/cli.md#twin-simulate"
+)]
 pub struct Args {
     /// Scenario TOML file (see docs/scenarios.md).
     pub scenario: PathBuf,

@@ -13,25 +13,17 @@ use twin_sim::scenario::ScenarioSource;
 use twin_sim::sweep::{self, Objective, SearchSpace, Shard, SweepResult};
 
 /// Simulate many layouts of a scenario and rank them.
-///
-/// Either vary chosen keys (--vary, the cartesian product of all axes) or search every valid
-/// layout of the scenario's GPU count (--search: tp x pp x dp x vpp x micro batch x recompute
-/// x ZeRO stage; cp and ep are kept). Each layout is simulated in collapsed-rank mode (exact)
-/// on all cores. Invalid combinations are skipped and counted, layouts that do not fit in
-/// memory are dropped from the ranking, the rest are ranked by the objective and the top N
-/// printed; --out writes every simulated layout as CSV or JSON (by extension).
-///
-/// Large sweeps can be split: run `--shard I/N` (0-based) as N independent jobs, e.g. a Slurm
-/// array with --array=0-(N-1) and --shard $SLURM_ARRAY_TASK_ID/N --out part-$I.json, then
-/// `twin sweep --merge part-*.json`.
-///
-/// Examples:
-///   twin sweep scenarios/512xA100.toml --vary parallel.tp=1,2,4,8 --vary parallel.pp=1..16
-///   twin sweep scenarios/512xA100.toml --search --top 10 --out layouts.csv
-///   twin sweep scenarios/512xA100.toml --search --objective mfu --shard 0/4 --out part-0.json
-///   twin sweep --merge part-0.json part-1.json part-2.json part-3.json --out all.csv
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin sweep scenarios/512xA100.toml --vary parallel.tp=1,2,4,8 --vary parallel.pp=1..16
+  twin sweep scenarios/512xA100.toml --search --top 10 --out layouts.csv
+  twin sweep scenarios/512xA100.toml --search --objective mfu --shard 0/4 --out part-0.json
+  twin sweep --merge part-0.json part-1.json part-2.json part-3.json --out all.csv
+
+Details: docs/reference/cli.md#twin-sweep"
+)]
 pub struct Args {
     /// The base scenario (not needed with --merge).
     #[arg(required_unless_present = "merge")]
