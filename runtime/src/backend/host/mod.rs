@@ -10,6 +10,7 @@
 
 mod compute;
 mod data;
+pub mod alloc;
 pub mod fault;
 mod lineup;
 mod memory;
