@@ -58,15 +58,22 @@ fn is_closed_stdout(err: &anyhow::Error) -> bool {
     }) && stdout_reader_gone()
 }
 
-/// twin: a digital twin for parallel deep-learning training.
-///
-/// Describe a training job once (a scenario TOML: model, cluster, parallel layout, training
-/// recipe). twin turns it into one schedule of per-rank ops and predicts the step time, tokens/s,
-/// MFU, memory per GPU and pipeline bubbles with a discrete-event simulation.
-///
-/// Start with:   twin simulate scenarios/512xA100.toml
+/// twin: a digital twin for parallel deep-learning training. Describe a training job once (a
+/// scenario TOML); twin predicts its step, runs it for real, calibrates and compares.
 #[derive(Parser)]
-#[command(name = "twin", version, about, long_about, propagate_version = true)]
+#[command(
+    name = "twin",
+    version,
+    propagate_version = true,
+    help_template = cmd::HELP,
+    before_help = "Examples:
+  twin simulate scenarios/512xA100.toml
+  twin sweep scenarios/512xA100.toml --search --top 10
+  twin run scenarios/host/pp.toml --backend host
+  twin verify step scenarios/host/pp.toml --profile scenarios/profiles/host-example.toml
+
+Details: docs/reference/cli.md"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

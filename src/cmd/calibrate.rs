@@ -15,8 +15,18 @@ use twin_calibration::cuda::{device, versions as cuda_versions};
 use twin_calibration::text::{self, cuda_text, host_text, wrote};
 use twin_calibration::write::{samples_path, write_samples};
 
-/// Fit a hardware profile to this machine, or to nccl-tests logs (docs/calibration.md).
+/// Fit a hardware profile to this machine, or to nccl-tests logs.
 #[derive(clap::Args)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin calibrate host --quick -o host.toml
+  twin calibrate cuda -o gpu.toml
+  twin calibrate nccl-tests all_reduce_perf.log -o cluster.toml
+  twin calibrate refit host.samples.json -o host2.toml
+
+Details: docs/reference/cli.md#twin-calibrate"
+)]
 pub struct Args {
     #[command(subcommand)]
     pub command: Kind,
@@ -150,47 +160,6 @@ pub struct RefitArgs {
     pub out: Out,
 }
 
-/// The resolved settings of any calibration, which the steps below read.
-struct Settings {
-    quick: bool,
-    tiny: bool,
-    output: PathBuf,
-    scenario: Option<PathBuf>,
-    gpu_name: Option<String>,
-    seed: u64,
-    format: Format,
-    base_profile: Option<PathBuf>,
-    min_bytes: u64,
-    no_progress: bool,
-}
-
-impl Settings {
-    fn new(out: Out) -> Settings {
-        Settings {
-            quick: false,
-            tiny: false,
-            output: out.output,
-            scenario: None,
-            gpu_name: None,
-            seed: 1,
-            format: out.format,
-            base_profile: None,
-            min_bytes: 0,
-            no_progress: false,
-        }
-    }
-
-    fn measured(m: Measure, out: Out) -> Settings {
-        Settings {
-            quick: m.quick,
-            scenario: m.scenario,
-            gpu_name: m.gpu_name,
-            no_progress: m.no_progress,
-            ..Settings::new(out)
-        }
-    }
-}
-
 /// A one-line progress bar on stderr: benchmark name, done/total.
 struct Bar {
     enabled: bool,
@@ -221,121 +190,105 @@ impl Bar {
     }
 }
 
-/// `--refit`: the profile of a host calibration's stored samples.
-fn refit(args: &Settings, samples: &Path) -> anyhow::Result<ExitCode> {
-    if samples == args.output || samples_path(&args.output) == samples {
+impl Bar {
+    fn new(no_progress: bool) -> Bar {
+        Bar {
+            enabled: !no_progress && std::io::stderr().is_terminal(),
+            drawn: false,
+        }
+    }
+}
+
+/// Write the profile to `out.output` and print `run` as JSON, or `text`.
+fn emit<T: serde::Serialize>(out: &Out, toml: &str, run: &T, text: String) -> Result {
+    super::write_atomic(&out.output, toml)?;
+    print(out, run, text)
+}
+
+/// Print `run` as JSON, or `text`.
+fn print<T: serde::Serialize>(out: &Out, run: &T, text: String) -> Result {
+    match out.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(run)?),
+        Format::Text => print!("{text}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+type Result = anyhow::Result<ExitCode>;
+
+/// The file name of the samples file beside `output`.
+fn samples_file(output: &Path) -> (PathBuf, String) {
+    let samples = samples_path(output);
+    let name = samples
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
+    (samples.clone(), name.unwrap_or_default())
+}
+
+/// `refit`: the profile of a calibration's stored samples.
+fn refit(a: &RefitArgs) -> Result {
+    let (samples, output) = (&a.samples, &a.out.output);
+    if samples == output || samples_path(output) == *samples {
         bail!(
             "--refit {} -o {}: the profile would overwrite or sit beside the samples it reads; \
              give another --output",
             samples.display(),
-            args.output.display()
+            output.display()
         );
     }
     let text = std::fs::read_to_string(samples)
         .with_context(|| format!("--refit {}: cannot read it", samples.display()))?;
     let origin = samples.display().to_string();
     if twin_calibration::samples_backend(&text, &origin)? == "cuda" {
+        let (_, req) = gpu_request(
+            a.scenario.as_deref(),
+            &a.gpu_name,
+            a.base_profile.as_deref(),
+        )?;
         let req = twin_calibration::gpu_base::Request {
             device: None,
-            ..gpu_request(args)?.1
+            ..req
         };
         let (run, start) = twin_calibration::refit_cuda(&text, &origin, req, &command_line())?;
-        super::write_atomic(&args.output, &run.toml)?;
-        match args.format {
-            Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
-            Format::Text => print!("{}", cuda_text(&run, &start, &args.output, None)),
-        }
-        return Ok(ExitCode::SUCCESS);
+        let summary = cuda_text(&run, &start, output, None);
+        return emit(&a.out, &run.toml, &run, summary);
     }
-    if args.scenario.is_some() || args.base_profile.is_some() {
+    if a.scenario.is_some() || a.base_profile.is_some() {
         bail!(
             "--refit {}: --scenario and --base-profile apply to a GPU calibration's samples; \
              these are the host backend's",
             samples.display()
         );
     }
-    let run = twin_calibration::refit_host(
-        &text,
-        &samples.display().to_string(),
-        args.gpu_name.as_deref().unwrap_or("cpu-core"),
-        &command_line(),
-    )?;
-    super::write_atomic(&args.output, &run.toml)?;
-    match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
-        Format::Text => print!(
-            "{}",
-            host_text(
-                &run,
-                &format!(
-                    "{} (fitted again from {})",
-                    args.output.display(),
-                    samples.display()
-                )
-            )
-        ),
-    }
-    Ok(ExitCode::SUCCESS)
+    let gpu = a.gpu_name.as_deref().unwrap_or("cpu-core");
+    let run = twin_calibration::refit_host(&text, &origin, gpu, &command_line())?;
+    let files = format!("{} (fitted again from {origin})", output.display());
+    emit(&a.out, &run.toml, &run, host_text(&run, &files))
 }
 
 fn command_line() -> String {
     std::env::args().collect::<Vec<_>>().join(" ")
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (settings, kind) = match args.command {
-        Kind::Host(a) => {
-            let s = Settings {
-                seed: a.seed,
-                tiny: a.tiny,
-                ..Settings::measured(a.measure, a.out)
-            };
-            (s, Job::Host)
-        }
-        Kind::Cuda(a) => {
-            let s = Settings {
-                base_profile: a.base_profile,
-                ..Settings::measured(a.measure, a.out)
-            };
-            (s, Job::Cuda)
-        }
-        Kind::NcclTests(a) => {
-            let s = Settings {
-                base_profile: a.base_profile,
-                min_bytes: a.min_bytes,
-                ..Settings::new(a.out)
-            };
-            (s, Job::Import(a.logs))
-        }
-        Kind::Refit(a) => {
-            let s = Settings {
-                gpu_name: a.gpu_name,
-                scenario: a.scenario,
-                base_profile: a.base_profile,
-                ..Settings::new(a.out)
-            };
-            (s, Job::Refit(a.samples))
-        }
+pub fn run(args: Args) -> Result {
+    let out = match &args.command {
+        Kind::Host(a) => &a.out,
+        Kind::Cuda(a) => &a.out,
+        Kind::NcclTests(a) => &a.out,
+        Kind::Refit(a) => &a.out,
     };
-    super::output::check_file(Some(&settings.output), "--output")?;
-    match kind {
-        Job::Host => host(&settings),
-        Job::Cuda => cuda(&settings),
-        Job::Import(logs) => import(&settings, &logs),
-        Job::Refit(samples) => refit(&settings, &samples),
+    super::output::check_file(Some(&out.output), "--output")?;
+    match &args.command {
+        Kind::Host(a) => host(a),
+        Kind::Cuda(a) => cuda(a),
+        Kind::NcclTests(a) => import(a),
+        Kind::Refit(a) => refit(a),
     }
 }
 
-/// Which calibration the subcommand asked for.
-enum Job {
-    Host,
-    Cuda,
-    Import(Vec<PathBuf>),
-    Refit(PathBuf),
-}
-
-fn host(args: &Settings) -> anyhow::Result<ExitCode> {
-    let (extra_shapes, step_bytes, scenario_gpu) = match &args.scenario {
+fn host(a: &HostArgs) -> Result {
+    let m = &a.measure;
+    let (extra_shapes, step_bytes, scenario_gpu) = match &m.scenario {
         Some(path) => {
             let (s, schedule) = scenario_schedule(path)?;
             (
@@ -346,90 +299,79 @@ fn host(args: &Settings) -> anyhow::Result<ExitCode> {
         }
         None => (Vec::new(), None, None),
     };
-    let samples = samples_path(&args.output);
+    let (samples, samples_file) = samples_file(&a.out.output);
     let opts = HostOptions {
-        mode: if args.tiny {
-            Mode::Tiny
-        } else if args.quick {
-            Mode::Quick
-        } else {
-            Mode::Full
+        mode: match (a.tiny, m.quick) {
+            (true, _) => Mode::Tiny,
+            (false, true) => Mode::Quick,
+            (false, false) => Mode::Full,
         },
         extra_shapes,
         step_bytes,
-        gpu_name: args
-            .gpu_name
-            .clone()
-            .or(scenario_gpu)
-            .unwrap_or_else(|| "cpu-core".into()),
-        seed: args.seed,
+        gpu_name: (m.gpu_name.clone().or(scenario_gpu)).unwrap_or_else(|| "cpu-core".into()),
+        seed: a.seed,
         command: command_line(),
-        samples_file: samples
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        samples_file,
     };
-    let mut bar = Bar {
-        enabled: !args.no_progress && std::io::stderr().is_terminal(),
-        drawn: false,
-    };
+    let mut bar = Bar::new(m.no_progress);
     let result = twin_calibration::calibrate_host(&opts, &mut bar);
     bar.finish();
     let run = result?;
-    super::write_atomic(&args.output, &run.toml)?;
     let what = serde_json::json!({ "config": run.config });
+    super::write_atomic(&a.out.output, &run.toml)?;
     write_samples(&samples, &run.provenance, &what, &run.samples)?;
-    match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
-        Format::Text => print!("{}", host_text(&run, &wrote(&args.output, &samples))),
-    }
-    Ok(ExitCode::SUCCESS)
+    print(
+        &a.out,
+        &run,
+        host_text(&run, &wrote(&a.out.output, &samples)),
+    )
 }
 
-fn cuda(args: &Settings) -> anyhow::Result<ExitCode> {
+fn cuda(a: &CudaArgs) -> Result {
     // Fail before anything else when there is no GPU, with what to do instead.
     twin_calibration::cuda::require_gpu()?;
-    let (scenario_calls, req) = gpu_request(args)?;
+    let m = &a.measure;
+    let (scenario_calls, req) = gpu_request(
+        m.scenario.as_deref(),
+        &m.gpu_name,
+        a.base_profile.as_deref(),
+    )?;
     let start = twin_calibration::gpu_base::start(req)?;
-    let samples = samples_path(&args.output);
+    let (samples, samples_file) = samples_file(&a.out.output);
     let (cuda_version, nccl_version) = cuda_versions();
     let opts = twin_calibration::CudaOptions {
-        quick: args.quick,
+        quick: m.quick,
         scenario_calls,
         command: command_line(),
-        samples_file: samples
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        samples_file,
         cuda_version,
         nccl_version,
     };
-    let mut bar = Bar {
-        enabled: !args.no_progress && std::io::stderr().is_terminal(),
-        drawn: false,
-    };
+    let mut bar = Bar::new(m.no_progress);
     let result = twin_calibration::calibrate_cuda(&start, &opts, &mut bar);
     bar.finish();
     let run = result?;
-    super::write_atomic(&args.output, &run.toml)?;
     let what = serde_json::json!({ "plan": run.plan, "device": run.device });
+    super::write_atomic(&a.out.output, &run.toml)?;
     write_samples(&samples, &run.provenance, &what, &run.samples)?;
-    match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&run)?),
-        Format::Text => print!("{}", cuda_text(&run, &start, &args.output, Some(&samples))),
-    }
-    Ok(ExitCode::SUCCESS)
+    print(
+        &a.out,
+        &run,
+        cuda_text(&run, &start, &a.out.output, Some(&samples)),
+    )
 }
 
 /// What a GPU calibration starts from (`--gpu-name`, `--scenario`, `--base-profile` and GPU 0
 /// as the driver reports it), and the scenario's GEMM calls to time.
 fn gpu_request(
-    args: &Settings,
+    scenario: Option<&Path>,
+    gpu_name: &Option<String>,
+    base_profile: Option<&Path>,
 ) -> anyhow::Result<(
     Vec<twin_sim::schedule::Gemm>,
     twin_calibration::gpu_base::Request,
 )> {
-    let (scenario_calls, scenario) = match &args.scenario {
+    let (scenario_calls, scenario) = match scenario {
         Some(path) => {
             let (s, schedule) = scenario_schedule(path)?;
             let links = twin_sim::cost::Analytic::new(&s).links;
@@ -444,19 +386,18 @@ fn gpu_request(
         }
         None => (Vec::new(), None),
     };
-    let base = match &args.base_profile {
+    let base = match base_profile {
         Some(p) => Some((twin_sim::profile::load(p)?, p.display().to_string())),
         None => None,
     };
     let req = twin_calibration::gpu_base::Request {
-        gpu_name: args.gpu_name.clone(),
+        gpu_name: gpu_name.clone(),
         scenario,
         base,
         device: device(),
     };
     Ok((scenario_calls, req))
 }
-
 /// Most scenario GEMM calls a GPU calibration times (the most frequent first).
 const MAX_SCENARIO_CALLS: usize = 32;
 
@@ -492,9 +433,9 @@ fn base_profile(
     }
 }
 
-fn import(args: &Settings, paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
+fn import(a: &NcclArgs) -> Result {
     let mut logs = Vec::new();
-    for p in paths {
+    for p in &a.logs {
         let text =
             std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
         logs.push((p.display().to_string(), text));
@@ -506,12 +447,8 @@ fn import(args: &Settings, paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
         let log = twin_calibration::nccl_tests::parse(text, origin)?;
         first_gpu = first_gpu.or(log.gpu);
     }
-    let (base, origin) = base_profile(args.base_profile.as_deref(), first_gpu.as_deref())?;
-    let out = twin_calibration::from_nccl_tests(&logs, &base, &origin, args.min_bytes)?;
-    super::write_atomic(&args.output, &out.toml)?;
-    match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&out)?),
-        Format::Text => print!("{}", text::import_text(&out, &origin, &args.output)),
-    }
-    Ok(ExitCode::SUCCESS)
+    let (base, origin) = base_profile(a.base_profile.as_deref(), first_gpu.as_deref())?;
+    let out = twin_calibration::from_nccl_tests(&logs, &base, &origin, a.min_bytes)?;
+    let summary = text::import_text(&out, &origin, &a.out.output);
+    emit(&a.out, &out.toml, &out, summary)
 }

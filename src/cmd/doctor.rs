@@ -8,13 +8,15 @@ use std::process::ExitCode;
 /// Exit code when something the CUDA backend needs is missing (the report says what).
 pub const NOT_READY_EXIT_CODE: u8 = 3;
 
-///
+/// Check the GPU setup: GPUs, driver, CUDA, cuBLAS, NCCL, memory, peer access.
 #[derive(clap::Args)]
 #[command(
     help_template = super::HELP,
     before_help = "Examples:
   twin doctor
   TWIN_CUDA_LIB_DIR=/opt/cuda/lib64 twin doctor
+
+Exit codes: 0 the CUDA backend can run here; 3 something it needs is missing; 2 bad arguments.
 
 Details: docs/reference/cli.md#twin-doctor"
 )]

@@ -18,27 +18,23 @@ use twin_sim::Staged;
 /// Arguments shared by the launcher and its workers.
 #[derive(clap::Args, Clone)]
 pub struct Common {
-    /// Scenario TOML file (see docs/scenarios.md; CPU-sized ones are in scenarios/host/).
+    /// Scenario TOML file (CPU-sized ones are in scenarios/host/).
     pub scenario: PathBuf,
-    /// Override a scenario key (TOML value syntax), e.g. --set parallel.pp=2. Repeatable.
+    /// Override a scenario key (TOML value syntax). Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
-    /// Shrink the scenario before planning so it fits a CPU: KEY=FACTOR with KEY one of
-    /// hidden, seq, layers, batch (e.g. --scale hidden=0.125). Repeatable; reported.
+    /// Shrink before planning: hidden|seq|layers|batch=FACTOR. Repeatable.
     #[arg(long, value_name = "KEY=FACTOR")]
     pub scale: Vec<String>,
-    /// Steps to run; the last is reported, earlier ones warm up.
+    /// Steps to run; the last is reported.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub steps: u32,
-    /// Output format: readable text, or one JSON object with the simulator's report fields.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
-    /// Write the merged Chrome/Perfetto trace of the last step (same format as `simulate`).
+    /// Write the merged Chrome/Perfetto trace of the last step.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Longest a rank waits for a peer or the store before giving up; the launcher stops a
-    /// run that makes no progress (no op starts or ends) for this long plus 5 s. More than 0
-    /// and at most 86400 (a day).
+    /// Longest a rank waits for a peer (at most 86400).
     #[arg(long, default_value_t = 60.0, value_parser = job::fit::parse_timeout_s)]
     pub timeout_s: f64,
     /// Write every rank's raw measurements (JSON) here (used by `twin verify`).
@@ -49,17 +45,16 @@ pub struct Common {
 /// Checkpoint arguments shared by the launcher and its workers.
 #[derive(clap::Args, Clone)]
 pub struct CheckpointArgs {
-    /// Write real checkpoints of every rank's weights and optimizer state here
-    /// (DIR/step-NNNNNN/rank-NNNNN.ckpt + COMPLETE); a failed run restarts from them.
+    /// Write real checkpoints here; a failed run restarts from them.
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
-    /// Checkpoint after every K completed steps (the last step excepted).
+    /// Checkpoint after every K completed steps.
     #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), requires = "checkpoint_dir")]
     pub checkpoint_every: u64,
-    /// Snapshot to memory and write in the background (the next checkpoint waits for it).
+    /// Snapshot to memory and write in the background.
     #[arg(long, requires = "checkpoint_dir")]
     pub checkpoint_async: bool,
-    /// Continue from the newest complete checkpoint in --checkpoint-dir.
+    /// Continue from the newest complete checkpoint.
     #[arg(long)]
     pub resume: bool,
 }
@@ -129,7 +124,7 @@ impl CheckpointArgs {
   twin run scenarios/host/pp.toml --backend host
   twin run scenarios/host/tp-pp.toml --backend host --format json --trace run.trace.json
   twin run scenarios/small.toml --backend host --scale hidden=0.5
-  twin run scenarios/host/faults.toml --steps 12 --checkpoint-dir ckpt --inject \"kill rank=1 at=step:7\"
+  twin run scenarios/host/faults.toml --steps 12 --checkpoint-dir ckpt --inject random
   twin run scenarios/gpu/llama3-8b-1gpu.toml --backend cuda --steps 6
 
 Details: docs/reference/cli.md#twin-run",
@@ -140,8 +135,7 @@ pub struct Args {
     pub common: Common,
     #[command(flatten)]
     pub checkpoint: CheckpointArgs,
-    /// Kill a rank (SIGKILL) and recover: "kill rank=R at=step:S", "at=step:S,op:I",
-    /// "at=op:I" (first step), "at=time:SECONDS" (since launch), or "random". Repeatable.
+    /// Kill a rank and recover: "kill rank=R at=step:S[,op:I]", "at=time:S", or "random".
     #[arg(long, value_name = "SPEC", value_parser = InjectArg::parse)]
     pub inject: Vec<InjectArg>,
     /// Seed of `--inject random`.
@@ -150,21 +144,28 @@ pub struct Args {
     /// Kills drawn by `--inject random`.
     #[arg(long, default_value_t = 1)]
     pub inject_count: u32,
-    /// Most restarts after failures before the run gives up.
+    /// Most restarts before the run gives up.
     #[arg(long, default_value_t = 10)]
     pub max_restarts: u32,
-    /// host: CPU processes over TCP (any machine); cuda: the local GPUs, one process per GPU
-    /// (a one-rank run without checkpoints or --inject runs in this process).
+    /// host: CPU processes over TCP; cuda: one process per local GPU.
     #[arg(long, value_enum, default_value = "host")]
     pub backend: BackendKind,
-    /// Port of the bootstrap store, 1-65535 (default: a free one).
+    /// Port of the bootstrap store (default: a free one).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub master_port: Option<u16>,
 }
 
-/// One rank of a host run (started by `twin run`, by hand or by srun; reads RANK,
-/// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT or SLURM_PROCID/NTASKS/LOCALID).
+/// One rank of a run (started by `twin run`, by hand or by srun).
 #[derive(clap::Args)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  RANK=0 WORLD_SIZE=2 MASTER_ADDR=node0 MASTER_PORT=29500 twin worker scenarios/host/pp.toml
+  srun -n 4 twin worker scenarios/host/tp-pp.toml
+
+Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT or SLURM_PROCID/NTASKS/LOCALID.
+Details: docs/runtime.md"
+)]
 pub struct WorkerArgs {
     #[command(flatten)]
     pub common: Common,

@@ -28,18 +28,13 @@ pub struct Args {
     /// The base scenario (not needed with --merge).
     #[arg(required_unless_present = "merge")]
     pub scenario: Option<PathBuf>,
-    /// An axis to vary: KEY=V1,V2,... or KEY=A..B (integers, inclusive). Repeatable. When the
-    /// axes change tp, pp, cp or ep but not dp, each layout's dp is the GPU count divided by
-    /// tp*pp*cp*ep.
+    /// An axis: KEY=V1,V2,... or KEY=A..B. Repeatable.
     #[arg(long, value_name = "KEY=VALUES")]
     pub vary: Vec<String>,
-    /// Search every layout of the GPU count (combined with --vary: each searched layout is
-    /// also crossed with the --vary axes).
+    /// Search every layout of the GPU count (crossed with any --vary axes).
     #[arg(long)]
     pub search: bool,
-    /// Override a key of the base scenario first. Repeatable. The base is then written out
-    /// with every value explicit (dp included), so a --vary of tp or pp needs dp varied too;
-    /// --search sets tp, pp and dp itself.
+    /// Override a key of the base scenario first. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
     /// What to rank by.
@@ -54,13 +49,13 @@ pub struct Args {
     /// Run only shard I of N (0-based): layouts whose index is I modulo N.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<String>,
-    /// Join sweep results (JSON files written by --out) instead of running a sweep.
+    /// Join sweep results (JSON files written by --out) instead of sweeping.
     #[arg(long, num_args = 1.., value_name = "FILES", conflicts_with_all = ["scenario", "vary", "search", "shard"])]
     pub merge: Vec<PathBuf>,
-    /// Print the result as JSON on standard output instead of the top-N table.
+    /// Print the result as JSON instead of the top-N table.
     #[arg(long)]
     pub json: bool,
-    /// Never draw the progress bar (it is drawn only when standard error is a terminal).
+    /// Never draw the progress bar.
     #[arg(long)]
     pub quiet: bool,
 }

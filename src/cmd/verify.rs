@@ -8,8 +8,16 @@ use std::process::ExitCode;
 use twin_calibration::verify::{recovery, step};
 use twin_runtime::job::{fit::parse_timeout_s, Backend};
 
-/// Compare a prediction with a real run (step time or recovery; docs/reference/cli.md).
+/// Compare a prediction with a real run: a step, or the recovery from a fault.
 #[derive(clap::Args)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin verify step scenarios/host/pp.toml --profile scenarios/profiles/host-example.toml
+  twin verify recovery scenarios/host/faults.toml
+
+Details: docs/reference/cli.md#twin-verify"
+)]
 pub struct Args {
     #[command(subcommand)]
     pub command: Kind,
@@ -31,7 +39,7 @@ pub enum Kind {
   twin verify step scenarios/host/pp.toml --profile P --max-step-time-error 0.05
 
 Errors are (measured - predicted) / measured; exits 1 when one exceeds a --max-* threshold.
-What the report holds (machine check, critical paths, core activity): docs/reference/cli.md"
+Details (machine check, critical paths, core activity): docs/reference/cli.md#twin-verify-step"
 )]
 pub struct StepArgs {
     /// Scenario TOML file (CPU-sized ones are in scenarios/host/).
@@ -81,7 +89,8 @@ pub struct StepArgs {
   twin verify recovery scenarios/host/faults.toml
   twin verify recovery scenarios/host/faults.toml --inject \"kill rank=3 at=step:7\" --repeat 5
 
-Restart and reload are calibrated by separate runs with another kill (docs/faults.md)."
+Restart and reload are calibrated by separate runs with another kill.
+Details: docs/reference/cli.md#twin-verify-recovery"
 )]
 pub struct RecoveryArgs {
     /// Scenario TOML file (a CPU-sized one, e.g. scenarios/host/faults.toml).
