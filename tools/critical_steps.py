@@ -7,7 +7,7 @@ path, and the wait before the next op on the path, split into the executor issui
 ("issue") and what it then waited for. This prints both, one line per op, and the waits of
 WAIT_US or more flagged, so where a measured step lost its time reads at a glance:
 
-    twin verify scenarios/host/pp.toml --profile P --format json > /tmp/v.json
+    twin verify step scenarios/host/pp.toml --profile P --format json > /tmp/v.json
     tools/critical_steps.py /tmp/v.json [WAIT_US]
 """
 import json

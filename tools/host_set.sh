@@ -22,7 +22,7 @@ if [ $# -ge 2 ]; then
   profile=$2
 else
   profile=$out/profile.toml
-  "$twin" calibrate --backend host --scenario "$root/scenarios/host/tp-pp.toml" \
+  "$twin" calibrate host --scenario "$root/scenarios/host/tp-pp.toml" \
     -o "$profile" --no-progress >"$out/calibrate.log" 2>&1
 fi
 for s in single pp tp-pp dp-pp-zero pp-wide; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Re-predict stored host measurement sets with the current binary (docs/validation.md).
 
-A set is a directory holding profile.toml (what `twin calibrate --backend host` wrote) and
+A set is a directory holding profile.toml (what `twin calibrate host` wrote) and
 SCENARIO.json (`twin verify --format json`) for some of the five host scenarios, as
 tools/host_set.sh writes them; docs/measurements/raw/2026-11-23-host-sets/ holds one hundred
 and fifty-nine from an Intel VM; docs/measurements/raw/2026-11-24-amd-sets/ (one hundred and
