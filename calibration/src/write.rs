@@ -326,35 +326,6 @@ pub fn without_host_keys(text: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn numbers_are_short_and_finite() {
-        assert_eq!(number(128.0), "128");
-        assert_eq!(number(0.8412345678), "0.841235");
-        assert_eq!(number(2.5e10), "25000000000");
-        assert_eq!(number(2.5e15 + 0.5), "2.50000e15");
-        assert_eq!(number(f64::NAN), "0");
-        assert_eq!(number(12345.678), "12345.7");
-    }
-
-    #[test]
-    fn bundled_profile_round_trips_through_the_emitter() {
-        let text = include_str!("../../scenarios/profiles/a100-dgx.toml");
-        let p = twin_sim::profile::parse_str(text, "a100-dgx.toml").unwrap();
-        let out = profile_toml(&p, None, None, &[]);
-        let back = twin_sim::profile::parse_str(&out, "emitted").unwrap();
-        assert_eq!(back, p);
-    }
-
-    #[test]
-    fn strings_are_escaped() {
-        assert_eq!(string("a \"b\"\n"), "\"a \\\"b\\\"\\n\"");
-    }
-}
-
 /// `profile.toml` → `profile.samples.json`: where a calibration's raw samples go.
 pub fn samples_path(profile: &std::path::Path) -> std::path::PathBuf {
     profile.with_extension("samples.json")
@@ -390,4 +361,33 @@ pub fn write_samples<S: Serialize>(
         }
     })?;
     twin_runtime::job::write_atomic(path, &text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_short_and_finite() {
+        assert_eq!(number(128.0), "128");
+        assert_eq!(number(0.8412345678), "0.841235");
+        assert_eq!(number(2.5e10), "25000000000");
+        assert_eq!(number(2.5e15 + 0.5), "2.50000e15");
+        assert_eq!(number(f64::NAN), "0");
+        assert_eq!(number(12345.678), "12345.7");
+    }
+
+    #[test]
+    fn bundled_profile_round_trips_through_the_emitter() {
+        let text = include_str!("../../scenarios/profiles/a100-dgx.toml");
+        let p = twin_sim::profile::parse_str(text, "a100-dgx.toml").unwrap();
+        let out = profile_toml(&p, None, None, &[]);
+        let back = twin_sim::profile::parse_str(&out, "emitted").unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn strings_are_escaped() {
+        assert_eq!(string("a \"b\"\n"), "\"a \\\"b\\\"\\n\"");
+    }
 }

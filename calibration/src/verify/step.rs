@@ -337,7 +337,7 @@ fn to_json(
             serde_json::to_value(&c.meetings)?,
         );
     }
-    Ok(serde_json::to_string_pretty(&v)?)
+    serde_json::to_string_pretty(&v)
 }
 
 /// Which measured step the op table and the trace show, as a line of the text output.
