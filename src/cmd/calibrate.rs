@@ -1,7 +1,7 @@
-//! `twin calibrate`: measures this machine (host backend, or a GPU through cuBLAS) and fits a
-//! hardware profile with a 95% confidence interval on every fitted number, or imports
-//! nccl-tests logs into a profile's network tiers. The work is in the twin-calibration
-//! crate; this module parses arguments, draws the progress bar and writes the files.
+//! `twin calibrate host|cuda|nccl-tests|refit`: fit a hardware profile to this machine, to
+//! nccl-tests logs, or to a calibration's stored samples. The work is in the twin-calibration
+//! crate; this module parses arguments, reads the inputs, draws the progress bar and writes
+//! the files.
 
 use super::Format;
 use anyhow::{bail, Context};

@@ -1,10 +1,6 @@
-//! `twin run`: execute a scenario's schedule for real and print the measured report (the
-//! simulator's field names). `--backend host` launches one `twin worker` process per rank on
-//! this machine (CPU compute, TCP collectives); `twin worker` is also what a user starts by
-//! hand or with Slurm on several machines (see docs/runtime.md). `--backend cuda` runs a
-//! one-rank schedule on the local GPU in this process, or one `twin worker --backend cuda`
-//! per GPU. With `--checkpoint-dir` or `--inject`, a run on either backend goes through the
-//! launcher: real checkpoints, injected kills, restarts and reloads (docs/faults.md).
+//! `twin run` and `twin worker`: execute a scenario's schedule for real and print the measured
+//! report. This module parses the arguments and stages the scenario; the launch, recovery,
+//! CUDA run and the worker's life are `twin_runtime::job`.
 
 use super::{load_scenario, Format};
 use anyhow::Context;
@@ -37,7 +33,7 @@ pub struct Common {
     /// Longest a rank waits for a peer (at most 86400).
     #[arg(long, default_value_t = 60.0, value_parser = job::fit::parse_timeout_s)]
     pub timeout_s: f64,
-    /// Write every rank's raw measurements (JSON) here (used by `twin verify`).
+    /// Write every rank's raw measurements (JSON) here (used by `twin verify step`).
     #[arg(long, hide = true, value_name = "FILE")]
     pub measures: Option<PathBuf>,
 }
