@@ -160,6 +160,10 @@ pub fn verify_recovery(
         plan: &staged.plan,
         schedule: &staged.schedule,
     };
+    // As `twin run` refuses a host run this machine cannot hold (its notice of a slow run is
+    // left out: every run here is short).
+    job::fit::check_local_ranks(staged.plan.world)?;
+    job::fit::check_host_memory(&super::demand(scenario)?, spec.steps)?;
     let ops = work.ops_of(inj.rank);
     inj.check(
         &spec.inject,
