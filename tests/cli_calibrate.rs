@@ -43,15 +43,7 @@ fn host_calibration_writes_profile_and_samples() {
     let single = repo("scenarios/host/single.toml");
     let o = calibrate_to(
         &out,
-        &[
-            "--backend",
-            "host",
-            "--tiny",
-            "--scenario",
-            &single,
-            "--format",
-            "json",
-        ],
+        &["host", "--tiny", "--scenario", &single, "--format", "json"],
         &[],
     );
     assert!(o.status.success(), "{}", text(&o));
@@ -155,7 +147,7 @@ fn refit_to(input: &Path, output: &Path) -> Output {
     twin(
         &[
             "calibrate",
-            "--refit",
+            "refit",
             input.to_str().unwrap(),
             "-o",
             output.to_str().unwrap(),
@@ -228,13 +220,7 @@ fn refit_gives_the_same_profile(dir: &Path, profile: &Path, toml: &str) {
     assert!(text(&o).contains("another --output"), "{}", text(&o));
     // It measures nothing, so the measuring flags are refused.
     let o = twin(
-        &[
-            "calibrate",
-            "--refit",
-            samples.to_str().unwrap(),
-            "--backend",
-            "host",
-        ],
+        &["calibrate", "refit", samples.to_str().unwrap(), "--quick"],
         &[],
     );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -244,7 +230,7 @@ fn refit_gives_the_same_profile(dir: &Path, profile: &Path, toml: &str) {
 fn host_calibration_text_names_the_cold_pass_and_its_eviction() {
     let dir = scratch("host-text");
     let out = dir.join("host.toml");
-    let o = calibrate_to(&out, &["--backend", "host", "--tiny", "--no-progress"], &[]);
+    let o = calibrate_to(&out, &["host", "--tiny", "--no-progress"], &[]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(t.contains("cold pass"), "{t}");
@@ -265,7 +251,7 @@ fn nccl_tests_import_writes_a_loadable_profile() {
         repo("calibration/tests/data/all_reduce_perf-8xA100.log"),
         repo("calibration/tests/data/all_reduce_perf-2x8xA100.log"),
     );
-    let o = calibrate_to(&out, &["--from-nccl-tests", &one, &two], &[]);
+    let o = calibrate_to(&out, &["nccl-tests", &one, &two], &[]);
     assert!(o.status.success(), "{}", text(&o));
     let t = text(&o);
     assert!(
@@ -284,7 +270,7 @@ fn cuda_without_a_gpu_is_an_actionable_error() {
     let dir = scratch("cuda");
     let o = calibrate_to(
         &dir.join("gpu.toml"),
-        &["--backend", "cuda", "--quick"],
+        &["cuda", "--quick"],
         &[
             ("TWIN_CUDA_LIB_DIR", dir.to_str().unwrap()),
             ("LD_LIBRARY_PATH", dir.to_str().unwrap()),
@@ -297,8 +283,11 @@ fn cuda_without_a_gpu_is_an_actionable_error() {
     }
     let t = text(&o);
     assert!(!t.contains("panicked"), "{t}");
-    assert!(t.contains("--backend cuda needs an NVIDIA GPU"), "{t}");
-    assert!(t.contains("--backend host"), "{t}");
+    assert!(
+        t.contains("`twin calibrate cuda` needs an NVIDIA GPU"),
+        "{t}"
+    );
+    assert!(t.contains("`twin calibrate host`"), "{t}");
     assert!(!dir.join("gpu.toml").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -313,7 +302,6 @@ fn cuda_for_a_gpu_asked_by_name_without_a_gpu_is_the_no_gpu_error() {
     let o = calibrate_to(
         &out,
         &[
-            "--backend",
             "cuda",
             "--quick",
             "--scenario",
@@ -341,7 +329,10 @@ fn cuda_for_a_gpu_asked_by_name_without_a_gpu_is_the_no_gpu_error() {
         !t.contains("panicked") && !t.contains("no bundled profile"),
         "{t}"
     );
-    assert!(t.contains("--backend cuda needs an NVIDIA GPU"), "{t}");
+    assert!(
+        t.contains("`twin calibrate cuda` needs an NVIDIA GPU"),
+        "{t}"
+    );
     assert!(!out.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -456,7 +447,7 @@ fn refitting_gpu_samples_names_the_gpu_asked_for_and_keeps_the_bandwidth() {
     let o = calibrate_to(
         &out,
         &[
-            "--refit",
+            "refit",
             samples.to_str().unwrap(),
             "--gpu-name",
             "h200-sxm-141gb",
@@ -508,7 +499,7 @@ fn refitting_gpu_samples_without_what_it_needs_says_what_is_missing() {
     let o = calibrate_to(
         &out,
         &[
-            "--refit",
+            "refit",
             samples.to_str().unwrap(),
             "--gpu-name",
             "h200-141gb",
@@ -525,12 +516,7 @@ fn refitting_gpu_samples_without_what_it_needs_says_what_is_missing() {
     );
     let o = calibrate_to(
         &out,
-        &[
-            "--refit",
-            samples.to_str().unwrap(),
-            "--gpu-name",
-            "lab-gpu",
-        ],
+        &["refit", samples.to_str().unwrap(), "--gpu-name", "lab-gpu"],
         &[],
     );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
@@ -547,7 +533,7 @@ fn refitting_gpu_samples_without_what_it_needs_says_what_is_missing() {
     let o = calibrate_to(
         &out,
         &[
-            "--refit",
+            "refit",
             samples.to_str().unwrap(),
             "--gpu-name",
             "lab-gpu",
@@ -570,7 +556,7 @@ fn nccl_tests_bad_input_is_named_and_exits_2() {
     let out = dir.join("cluster.toml");
     let junk = dir.join("all_reduce_perf.log");
     std::fs::write(&junk, "hello\nworld\n").unwrap();
-    let o = calibrate_to(&out, &["--from-nccl-tests", junk.to_str().unwrap()], &[]);
+    let o = calibrate_to(&out, &["nccl-tests", junk.to_str().unwrap()], &[]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(2), "{t}");
     assert!(
@@ -590,7 +576,7 @@ fn nccl_tests_bad_input_is_named_and_exits_2() {
         ),
     )
     .unwrap();
-    let o = calibrate_to(&out, &["--from-nccl-tests", wrong.to_str().unwrap()], &[]);
+    let o = calibrate_to(&out, &["nccl-tests", wrong.to_str().unwrap()], &[]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(2), "{t}");
     assert!(

@@ -142,15 +142,15 @@ fn checkpoint_flags_without_a_checkpoint_dir_are_refused() {
 fn verify_faults_refuses_a_backend_it_does_not_measure() {
     let o = twin(&[
         "verify",
+        "recovery",
         "scenarios/host/faults.toml",
-        "--faults",
         "--backend",
         "cuda",
     ]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("verify --faults measures recoveries on the host backend only")
+        err.contains("verify recovery measures recoveries on the host backend only")
             && err.contains("twin run --backend cuda --checkpoint-dir"),
         "{err}"
     );

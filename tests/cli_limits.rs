@@ -120,11 +120,12 @@ fn send(pid: u32, sig: i32) {
 #[test]
 fn a_timeout_beyond_a_day_is_refused_before_anything_starts() {
     let tmp = fresh_tmp("timeout");
-    for cmd in ["run", "verify"] {
+    for cmd in [&["run"][..], &["verify", "step"], &["verify", "recovery"]] {
         for t in ["1e300", "9223372036854775807", "86401", "0", "nan"] {
-            let o = twin_in(&[cmd, "scenarios/host/single.toml", "--timeout-s", t], &tmp);
+            let args = [cmd, &["scenarios/host/single.toml", "--timeout-s", t]].concat();
+            let o = twin_in(&args, &tmp);
             let e = text(&o.stderr);
-            assert_eq!(o.status.code(), Some(2), "{cmd} --timeout-s {t}: {e}");
+            assert_eq!(o.status.code(), Some(2), "{cmd:?} --timeout-s {t}: {e}");
             assert!(e.contains("--timeout-s"), "{e}");
             assert!(e.contains("more than 0 and at most 86400"), "{e}");
             assert!(!e.contains("panicked"), "{e}");

@@ -19,7 +19,7 @@ fn every_writing_command_refuses_an_unwritable_output_first_naming_the_flag() {
     };
     let cases = [
         (
-            argv(&["calibrate", "--backend", "host", "-o"], file("p.toml")),
+            argv(&["calibrate", "host", "-o"], file("p.toml")),
             "--output",
         ),
         (
@@ -61,6 +61,7 @@ fn every_writing_command_refuses_an_unwritable_output_first_naming_the_flag() {
             argv(
                 &[
                     "verify",
+                    "step",
                     "scenarios/host/single.toml",
                     "--profile",
                     profile,

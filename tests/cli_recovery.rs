@@ -243,8 +243,8 @@ fn a_crash_loop_ends_with_an_error() {
 fn verify_faults_predicts_and_measures_the_same_fault() {
     let o = twin(&[
         "verify",
+        "recovery",
         SCENARIO,
-        "--faults",
         "--steps",
         "8",
         "--checkpoint-every",

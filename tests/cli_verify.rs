@@ -20,6 +20,7 @@ fn json_has_the_stable_fields_and_the_trace_dir_holds_both_traces() {
     let dir = tmp("traces");
     let o = twin(&[
         "verify",
+        "step",
         "scenarios/host/pp.toml",
         "--backend",
         "host",
@@ -187,11 +188,12 @@ fn json_has_the_stable_fields_and_the_trace_dir_holds_both_traces() {
     assert_eq!(saved, v);
 }
 
-/// `twin verify SCENARIO` with the bundled profile for one measured step, no warm-up, and
+/// `twin verify step SCENARIO` with the bundled profile for one measured step, no warm-up, and
 /// `extra` arguments.
 fn verify_one_step(scenario: &str, extra: &[&str]) -> std::process::Output {
     let mut args = vec![
         "verify",
+        "step",
         scenario,
         "--profile",
         PROFILE,
@@ -255,6 +257,7 @@ fn ranks_that_share_cores_are_named_with_what_the_model_leaves_out() {
 fn bad_arguments_are_usage_errors() {
     let o = twin(&[
         "verify",
+        "step",
         "scenarios/host/single.toml",
         "--profile",
         PROFILE,
@@ -264,6 +267,7 @@ fn bad_arguments_are_usage_errors() {
     assert_eq!(o.status.code(), Some(2), "stderr: {}", text(&o.stderr));
     let o = twin(&[
         "verify",
+        "step",
         "scenarios/host/single.toml",
         "--profile",
         "scenarios/profiles/a100-dgx.toml",
@@ -337,7 +341,6 @@ fn host_scenarios_and_the_held_out_one_are_predicted_within_the_bounds() {
             let p = tmp("acceptance-profile.toml");
             let o = twin(&[
                 "calibrate",
-                "--backend",
                 "host",
                 "--scenario",
                 "scenarios/host/tp-pp.toml",
@@ -364,6 +367,7 @@ fn host_scenarios_and_the_held_out_one_are_predicted_within_the_bounds() {
     ] {
         let o = twin(&[
             "verify",
+            "step",
             scenario,
             "--profile",
             profile,

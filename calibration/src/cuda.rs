@@ -321,3 +321,35 @@ pub fn measure(_plan: &Plan, _progress: &mut dyn Progress) -> Result<CudaSamples
 #[cfg(test)]
 #[path = "cuda_tests.rs"]
 mod tests;
+
+/// Driver, CUDA and cuBLAS versions, and NCCL's, as `twin doctor` finds them.
+#[cfg(feature = "cuda")]
+pub fn versions() -> (Option<String>, Option<String>) {
+    use twin_runtime::backend::cuda::Item;
+    let d = twin_runtime::backend::cuda::doctor();
+    let found = |i: &Item<String>| match i {
+        Item::Found(v) => Some(v.clone()),
+        Item::NotFound(_) => None,
+    };
+    let cuda = format!(
+        "driver {} (CUDA {}), cuBLAS {}",
+        found(&d.driver_version).unwrap_or_else(|| "?".into()),
+        found(&d.driver_cuda_version).unwrap_or_else(|| "?".into()),
+        found(&d.cublas_version).unwrap_or_else(|| "?".into()),
+    );
+    (Some(cuda), found(&d.nccl_version))
+}
+
+/// GPU 0 as the CUDA driver reports it (`twin doctor`), when it does.
+#[cfg(feature = "cuda")]
+pub fn device() -> Option<crate::gpu_base::Device> {
+    use twin_runtime::backend::cuda::Item;
+    match twin_runtime::backend::cuda::doctor().gpus {
+        Item::Found(gpus) => gpus.into_iter().next().map(|g| crate::gpu_base::Device {
+            name: g.name,
+            sm_count: g.multiprocessors,
+            memory_bytes: g.total_bytes,
+        }),
+        Item::NotFound(_) => None,
+    }
+}

@@ -134,7 +134,7 @@ fn provenance() -> crate::write::Provenance {
     crate::provenance::here(
         "cuda",
         "quick",
-        "twin calibrate --backend cuda",
+        "twin calibrate cuda",
         "p.samples.json",
     )
 }
@@ -378,6 +378,6 @@ fn without_a_gpu_measuring_is_an_error_not_a_panic() {
     // This machine may or may not have a GPU; without one the error says what to do.
     if let Err(e) = require_gpu() {
         let text = e.to_string();
-        assert!(text.contains("--backend host"), "{text}");
+        assert!(text.contains("`twin calibrate host`"), "{text}");
     }
 }

@@ -218,7 +218,7 @@ fn skeleton(gpu: &str, links: &TierModel, scenario: &str) -> Profile {
     };
     let link = |bw: f64, lat: u64, eff: f64, tier: &str| {
         let r = |what: &str| {
-            format!("{what} of the scenario {scenario}'s {tier} tier (its node preset or cluster keys); not measured by twin calibrate --backend cuda")
+            format!("{what} of the scenario {scenario}'s {tier} tier (its node preset or cluster keys); not measured by twin calibrate cuda")
         };
         LinkParams {
             bandwidth_bytes_per_s: Param {

@@ -103,7 +103,7 @@ pub fn to_profile(
     let host = host_keys(f, run);
     let profile = Profile {
         name: format!("{gpu_name}-calibrated"),
-        description: format!("twin calibrate --backend host on this machine ({run})"),
+        description: format!("twin calibrate host on this machine ({run})"),
         gpu: gpu_name.to_string(),
         sm_count: Param {
             value: 1.0,

@@ -18,6 +18,8 @@ pub mod refit;
 pub mod rounds;
 pub mod run;
 pub mod sample;
+pub mod text;
+pub mod verify;
 pub mod write;
 
 pub use refit::{refit_cuda, refit_host, samples_backend};
@@ -30,9 +32,9 @@ pub use run::{
 #[derive(Debug, thiserror::Error)]
 pub enum CalibError {
     #[error(
-        "--backend cuda needs an NVIDIA GPU and its driver: {0}. On a machine without a GPU, \
-         calibrate the host backend (`twin calibrate --backend host`), or import nccl-tests \
-         logs from your cluster (`twin calibrate --from-nccl-tests LOG...`)"
+        "`twin calibrate cuda` needs an NVIDIA GPU and its driver: {0}. On a machine without a \
+         GPU, calibrate the host backend (`twin calibrate host`), or import nccl-tests logs \
+         from your cluster (`twin calibrate nccl-tests LOG...`)"
     )]
     NoGpu(String),
     #[error("setting up the calibration: {0}")]

@@ -1,4 +1,4 @@
-//! `twin calibrate --refit`: a host or GPU calibration's raw samples (PROFILE.samples.json)
+//! `twin calibrate refit`: a host or GPU calibration's raw samples (PROFILE.samples.json)
 //! fitted again, measuring nothing. The machine's speed drifts by several percent between
 //! calibrations, so the same measurements through two versions of the fits or the model are
 //! how a change to either is judged (docs/calibration.md).
@@ -9,7 +9,7 @@ use crate::run::{host_profile_text, CudaRun, HostRun};
 use crate::write::Provenance;
 use crate::CalibError;
 
-/// A samples file as `twin calibrate --backend host` writes it (PROFILE.samples.json).
+/// A samples file as `twin calibrate host` writes it (PROFILE.samples.json).
 #[derive(serde::Deserialize)]
 struct SamplesFile {
     provenance: Provenance,
@@ -32,18 +32,18 @@ pub fn refit_host(
     let file: SamplesFile = serde_json::from_str(text).map_err(|e| {
         CalibError::Profile(format!(
             "{origin}: not a host calibration's samples file ({e}); give the \
-             PROFILE.samples.json that twin calibrate --backend host wrote"
+             PROFILE.samples.json that twin calibrate host wrote"
         ))
     })?;
     if file.provenance.backend != "host" {
         return Err(CalibError::Profile(format!(
-            "{origin}: samples of the {} backend; --refit reads the host backend's",
+            "{origin}: samples of the {} backend; twin calibrate refit reads the host backend's",
             file.provenance.backend
         )));
     }
     if file.samples.gemm.is_empty() {
         return Err(CalibError::Profile(format!(
-            "{origin}: no GEMM samples (samples.gemm is empty); --refit needs the samples file \
+            "{origin}: no GEMM samples (samples.gemm is empty); twin calibrate refit needs the samples file \
              of a whole host calibration"
         )));
     }
@@ -69,11 +69,11 @@ pub fn refit_host(
     let fits = host::fit_all(&samples, cores)?;
     let mut provenance = file.provenance;
     let measured = format!(
-        "the samples twin calibrate --backend host ({}) took on {} at {}",
+        "the samples twin calibrate host ({}) took on {} at {}",
         provenance.mode, provenance.hostname, provenance.date_utc
     );
     let now = crate::provenance::here("host", "refit", command, "");
-    let run_ref = format!("twin calibrate --refit at {} of {measured}", now.date_utc);
+    let run_ref = format!("twin calibrate refit at {} of {measured}", now.date_utc);
     provenance.command = format!(
         "{command} (refit at {}; measured by: {})",
         now.date_utc, provenance.command
@@ -136,7 +136,7 @@ pub fn refit_cuda(
     let file: CudaSamplesFile = serde_json::from_str(text).map_err(|e| {
         CalibError::Profile(format!(
             "{origin}: not a GPU calibration's samples file ({e}); give the \
-             PROFILE.samples.json that twin calibrate --backend cuda wrote"
+             PROFILE.samples.json that twin calibrate cuda wrote"
         ))
     })?;
     if file.provenance.backend != "cuda" {
@@ -164,8 +164,8 @@ pub fn refit_cuda(
         None,
         Some(&provenance),
         &[format!(
-            "Written by twin calibrate --refit of the GPU samples in {origin}, measured by twin \
-             calibrate --backend cuda ({}) on {} at {}.",
+            "Written by twin calibrate refit of the GPU samples in {origin}, measured by twin \
+             calibrate cuda ({}) on {} at {}.",
             provenance.mode, provenance.hostname, provenance.date_utc
         )],
     );

@@ -207,7 +207,7 @@ pub fn calibrate_host(opts: &HostOptions, sink: &mut dyn Progress) -> Result<Hos
     };
     let provenance = crate::provenance::here("host", mode, &opts.command, &opts.samples_file);
     let run_ref = format!(
-        "twin calibrate --backend host ({mode}) on {} at {}",
+        "twin calibrate host ({mode}) on {} at {}",
         provenance.hostname, provenance.date_utc
     );
     let (profile, host_keys, toml) = host_profile_text(
@@ -330,7 +330,7 @@ pub fn calibrate_cuda(
         None,
         Some(&prov),
         &[format!(
-            "Written by twin calibrate --backend cuda ({mode}); raw samples in {}.",
+            "Written by twin calibrate cuda ({mode}); raw samples in {}.",
             opts.samples_file
         )],
     );
@@ -353,7 +353,7 @@ pub fn calibrate_cuda(
 /// datasheet; the fractions of the datasheet are derived from them.
 pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance) -> Profile {
     let run = format!(
-        "twin calibrate --backend cuda ({}) on {} at {}",
+        "twin calibrate cuda ({}) on {} at {}",
         prov.mode, prov.hostname, prov.date_utc
     );
     let fitted = |e: Estimate, what: &str| Param {
@@ -563,7 +563,7 @@ pub fn from_nccl_tests(
         None,
         &[
             format!(
-                "Written by twin calibrate --from-nccl-tests over the base profile {base_origin}."
+                "Written by twin calibrate nccl-tests over the base profile {base_origin}."
             ),
             format!("Logs: {}", names.join(", ")),
         ],

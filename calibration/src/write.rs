@@ -326,6 +326,43 @@ pub fn without_host_keys(text: &str) -> String {
     out
 }
 
+/// `profile.toml` → `profile.samples.json`: where a calibration's raw samples go.
+pub fn samples_path(profile: &std::path::Path) -> std::path::PathBuf {
+    profile.with_extension("samples.json")
+}
+
+/// Writes the raw samples beside the profile: where they were taken, what was measured (the
+/// keys of `what`: the host's `config`, the GPU's `plan` and `device`), the outlier rule and
+/// every sample.
+pub fn write_samples<S: Serialize>(
+    path: &std::path::Path,
+    provenance: &Provenance,
+    what: &serde_json::Value,
+    samples: &S,
+) -> Result<(), twin_runtime::job::JobError> {
+    #[derive(Serialize)]
+    struct SamplesFile<'a, S> {
+        provenance: &'a Provenance,
+        #[serde(flatten)]
+        what: &'a serde_json::Value,
+        outlier_rule: &'static str,
+        samples: &'a S,
+    }
+    let file = SamplesFile {
+        provenance,
+        what,
+        outlier_rule: "drop samples above median + 3 * 1.4826 * MAD (docs/calibration.md)",
+        samples,
+    };
+    let text = serde_json::to_string_pretty(&file).map_err(|source| {
+        twin_runtime::job::JobError::Json {
+            what: format!("cannot write {} as JSON", path.display()),
+            source,
+        }
+    })?;
+    twin_runtime::job::write_atomic(path, &text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

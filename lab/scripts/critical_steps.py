@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The predicted and measured critical paths of a `twin verify --format json` report, op by op.
+"""The predicted and measured critical paths of a `twin verify step --format json` report, op by op.
 
 `twin verify`'s JSON carries each side's path as `critical_path.{predicted,measured}.steps`
 (docs/validation.md, "Critical path"): every op on it in time order, the time it counts on the
@@ -7,7 +7,7 @@ path, and the wait before the next op on the path, split into the executor issui
 ("issue") and what it then waited for. This prints both, one line per op, and the waits of
 WAIT_US or more flagged, so where a measured step lost its time reads at a glance:
 
-    twin verify scenarios/host/pp.toml --profile P --format json > /tmp/v.json
+    twin verify step scenarios/host/pp.toml --profile P --format json > /tmp/v.json
     lab/scripts/critical_steps.py /tmp/v.json [WAIT_US]
 """
 import json

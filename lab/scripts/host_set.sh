@@ -7,7 +7,7 @@
 #   lab/scripts/host_set.sh OUTDIR [PROFILE]
 #
 # OUTDIR gets profile.toml (unless PROFILE is given, which is then used as is),
-# calibrate.log, and SCENARIO.json (`twin verify --format json`) with SCENARIO/ (both traces)
+# calibrate.log, and SCENARIO.json (`twin verify step --format json`) with SCENARIO/ (both traces)
 # for each scenario. Re-predict stored sets with lab/scripts/repredict.py.
 set -euo pipefail
 if [ $# -lt 1 ]; then
@@ -22,7 +22,7 @@ if [ $# -ge 2 ]; then
   profile=$2
 else
   profile=$out/profile.toml
-  "$twin" calibrate --backend host --scenario "$root/scenarios/host/tp-pp.toml" \
+  "$twin" calibrate host --scenario "$root/scenarios/host/tp-pp.toml" \
     -o "$profile" --no-progress >"$out/calibrate.log" 2>&1
 fi
 for s in single pp tp-pp dp-pp-zero pp-wide; do

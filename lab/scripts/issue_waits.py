@@ -11,7 +11,7 @@ scheduler on shared cores would have to reproduce.
 
     cargo run --release -q -p twin-sim --example schedule_json -- scenarios/host/tp-pp.toml \\
         > /tmp/tp-pp.schedule.json
-    twin verify scenarios/host/tp-pp.toml --profile P --trace-dir /tmp/v
+    twin verify step scenarios/host/tp-pp.toml --profile P --trace-dir /tmp/v
     lab/scripts/issue_waits.py /tmp/tp-pp.schedule.json /tmp/v [more trace dirs of the same scenario]
 
 Kinds: C compute, K collective, S send, R receive, A allocation, F free; "str" is the op

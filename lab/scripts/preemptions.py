@@ -10,7 +10,7 @@ docs/journal/2026-11-validation-history.md (2026-11-24) has the figures this fou
 file's writes, a wake per stream reply, sends).
 
     perf sched record -k CLOCK_MONOTONIC -o /tmp/pp.sched -- \\
-        target/release/twin verify scenarios/host/pp.toml --profile P --repeat 1 --steps 20
+        target/release/twin verify step scenarios/host/pp.toml --profile P --repeat 1 --steps 20
     perf script -i /tmp/pp.sched -F comm,tid,pid,cpu,time,event,trace > /tmp/pp.script
     lab/scripts/preemptions.py /tmp/pp.script
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Re-predict stored host measurement sets with the current binary (docs/validation.md).
 
-A set is a directory holding profile.toml (what `twin calibrate --backend host` wrote) and
-SCENARIO.json (`twin verify --format json`) for some of the five host scenarios, as
+A set is a directory holding profile.toml (what `twin calibrate host` wrote) and
+SCENARIO.json (`twin verify step --format json`) for some of the five host scenarios, as
 lab/scripts/host_set.sh writes them; docs/measurements/raw/2026-11-23-host-sets/ holds one hundred
 and fifty-nine from an Intel VM; docs/measurements/raw/2026-11-24-amd-sets/ (one hundred and
 five) and 2026-11-25-amd-sets/ (ten) come from an AMD one. The measured side is kept; the

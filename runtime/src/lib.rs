@@ -11,6 +11,7 @@ pub mod backend;
 pub mod checkpoint;
 pub mod error;
 pub mod exec;
+pub mod job;
 pub mod launch;
 pub mod microbench;
 #[cfg(test)]

@@ -7,12 +7,15 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 /// Measure simulator speed on scenarios (default: the 512- and 16,384-GPU bundled ones).
-///
-/// For each scenario: plan + schedule generation, then the event simulation of one step over
-/// every rank, repeated; prints the median and best wall times and events per second.
-/// Build with --release for meaningful numbers.
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin bench
+  twin bench scenarios/512xA100.toml --repeat 5
+
+Details: docs/reference/cli.md#twin-bench"
+)]
 pub struct Args {
     /// Scenario files to measure.
     #[arg(default_values = ["scenarios/512xA100.toml", "scenarios/16384xH100.toml"])]

@@ -10,23 +10,18 @@ use twin_sim::check::{self, CheckFormat, CheckResult, Outcome, ScenarioChecks, T
 use twin_sim::setup::ScenarioSource;
 
 /// Simulate scenarios and check their results against thresholds (for CI).
-///
-/// Each scenario's [checks] section (see docs/scenarios.md) and every --expect bound are
-/// evaluated against its report; with --baseline, the report is also compared with a saved
-/// `twin simulate --format json` report of the same scenario, and a field that got worse by
-/// more than its tolerance fails. Prints a table: scenario, check, value, threshold, result.
-///
-/// Exit status: 0 all checks pass, 1 some check fails, 2 bad input (unreadable or invalid
-/// scenario, bad --expect/--tolerance, unreadable baseline, a glob that matches nothing).
-///
-/// Examples:
-///   twin check scenarios/checks/*.toml
-///   twin check 'scenarios/**/*.toml' --format markdown >> "$GITHUB_STEP_SUMMARY"
-///   twin check scenarios/512xA100.toml --expect 'step_time_s<=8' --expect must_fit
-///   twin check scenarios/512xA100.toml --baseline old.json --tolerance step_time_s=1%
-///   twin check scenarios/checks/*.toml --format junit --out twin-check.xml
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin check scenarios/checks/*.toml
+  twin check 'scenarios/**/*.toml' --format markdown >> \"$GITHUB_STEP_SUMMARY\"
+  twin check scenarios/512xA100.toml --expect 'step_time_s<=8' --expect must_fit
+  twin check scenarios/512xA100.toml --baseline old.json --tolerance step_time_s=1%
+  twin check scenarios/checks/*.toml --format junit --out twin-check.xml
+
+Details: docs/reference/cli.md#twin-check"
+)]
 pub struct Args {
     /// Scenario files or glob patterns (quoted globs are expanded by twin; `**` recurses).
     #[arg(required = true)]

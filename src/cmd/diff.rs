@@ -7,13 +7,16 @@ use std::process::ExitCode;
 use twin_sim::check::{diff_reports, render_diff};
 
 /// Compare two scenarios: headline figures of both reports side by side, with the change.
-///
-/// Examples:
-///   twin diff scenarios/512xA100.toml new.toml
-///   twin diff scenarios/512xA100.toml scenarios/512xA100.toml --set-b parallel.pp=16 --set-b parallel.dp=4
-///   twin diff a.toml b.toml --format markdown     (for a PR comment)
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin diff scenarios/512xA100.toml new.toml
+  twin diff scenarios/512xA100.toml scenarios/512xA100.toml --set-b parallel.pp=16 --set-b parallel.dp=4
+  twin diff a.toml b.toml --format markdown     (for a PR comment)
+
+Details: docs/reference/cli.md#twin-diff"
+)]
 pub struct Args {
     /// The scenario before the change.
     pub a: PathBuf,

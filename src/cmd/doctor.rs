@@ -9,15 +9,17 @@ use std::process::ExitCode;
 pub const NOT_READY_EXIT_CODE: u8 = 3;
 
 /// Check the GPU setup: GPUs, driver, CUDA, cuBLAS, NCCL, memory, peer access.
-///
-/// Libraries are searched in TWIN_CUDA_LIB_DIR (colon-separated) first, then
-/// LD_LIBRARY_PATH, CUDA_HOME / CUDA_PATH, the usual driver and toolkit folders, and pip's
-/// nvidia-* wheels in VIRTUAL_ENV, CONDA_PREFIX and ~/.local.
-///
-/// Exit codes: 0 the CUDA backend can run here; 3 something it needs is missing (listed
-/// under "missing", with every place searched); 2 bad arguments.
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin doctor
+  TWIN_CUDA_LIB_DIR=/opt/cuda/lib64 twin doctor
+
+Exit codes: 0 the CUDA backend can run here; 3 something it needs is missing; 2 bad arguments.
+
+Details: docs/reference/cli.md#twin-doctor"
+)]
 pub struct Args {
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,

@@ -4,12 +4,10 @@ pub mod bench;
 // issue 6: calibration
 pub mod calibrate;
 pub mod doctor;
-pub mod output;
+pub mod renamed;
 pub mod run;
 pub mod simulate;
 pub mod validate;
-// issue 7: recovery verification (to fold into `verify --faults`)
-pub mod verify_faults;
 // issue 9: CI checks and layout search
 pub mod check;
 pub mod diff;
@@ -21,7 +19,14 @@ pub mod tui;
 
 use std::path::Path;
 use std::process::ExitCode;
+use twin_calibration::verify::VerifyError;
+use twin_runtime::job::JobError;
 use twin_sim::scenario::{Scenario, ScenarioError};
+
+/// Every subcommand's help: what it does, its examples, then usage and options. One screen;
+/// the longer text is docs/reference/cli.md.
+pub const HELP: &str =
+    "{about-with-newline}\n{before-help}{usage-heading} {usage}\n\n{all-args}{after-help}";
 
 /// Output for people (`text`) or for machines (`json`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -51,13 +56,21 @@ pub fn warn_hf_unmodelled(origin: &str, unmodelled: &[String]) {
     }
 }
 
+/// The runtime's job error in `c`, also when a verification passes it on.
+fn job_error<'a>(c: &'a (dyn std::error::Error + 'static)) -> Option<&'a JobError> {
+    c.downcast_ref::<JobError>()
+        .or_else(|| c.downcast_ref::<VerifyError>().and_then(VerifyError::job))
+}
+
 /// Bad input (a scenario, a profile, or an argument) exits 2; a launch stopped by SIGINT,
 /// SIGTERM or SIGHUP exits 128 + the signal (as the shell reports a process it killed);
 /// everything else 1.
 pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
     let interrupted = err.chain().find_map(|c| match c.downcast_ref() {
         Some(twin_runtime::launch::LaunchError::Interrupted(sig)) => u8::try_from(128 + sig).ok(),
-        _ => None,
+        _ => job_error(c)
+            .and_then(JobError::interrupted_by)
+            .and_then(|sig| u8::try_from(128 + sig).ok()),
     });
     if let Some(code) = interrupted {
         return ExitCode::from(code);
@@ -66,6 +79,9 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
         c.downcast_ref::<ScenarioError>().is_some()
             || c.downcast_ref::<twin_sim::profile::GpuMismatch>().is_some()
             || c.downcast_ref::<output::OutputError>().is_some()
+            || job_error(c).is_some_and(JobError::is_bad_input)
+            || c.downcast_ref::<VerifyError>()
+                .is_some_and(|e| matches!(e, VerifyError::Inject(_)))
             || c.downcast_ref::<twin_runtime::launch::InjectError>()
                 .is_some()
             || c.downcast_ref::<twin_calibration::nccl_tests::ParseError>()
@@ -85,4 +101,4 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
     }
 }
 
-pub use output::write_atomic;
+pub use twin_runtime::job::{output, write_atomic};

@@ -6,70 +6,56 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Predict step time, throughput, MFU, memory and bubbles for a scenario.
-///
-/// The scenario is planned, turned into a per-rank schedule, validated, and executed by the
-/// discrete-event simulator. Symmetric ranks are simulated once (representatives), where that
-/// provably gives the same result as simulating every rank (--full does that anyway). The
-/// report explains itself; see README.md ("Reading the report") for each line.
-///
-/// Examples:
-///   twin simulate scenarios/512xA100.toml
-///   twin simulate scenarios/512xA100.toml --format json
-///   twin simulate scenarios/512xA100.toml --set parallel.pp=16 --set parallel.dp=4
-///   twin simulate scenarios/512xA100.toml --profile scenarios/profiles/a100-dgx.toml
-///   twin simulate scenarios/512xA100.toml --full        (every rank; same report)
-///   twin simulate scenarios/small.toml --trace small.trace.json   (open in ui.perfetto.dev)
-///   twin simulate scenarios/512xA100-faults.toml --horizon 30d --seeds 1000   (docs/faults.md)
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin simulate scenarios/512xA100.toml
+  twin simulate scenarios/512xA100.toml --format json
+  twin simulate scenarios/512xA100.toml --set parallel.pp=16 --set parallel.dp=4
+  twin simulate scenarios/512xA100.toml --profile scenarios/profiles/a100-dgx.toml
+  twin simulate scenarios/512xA100.toml --full        (every rank; same report)
+  twin simulate scenarios/small.toml --trace small.trace.json   (open in ui.perfetto.dev)
+  twin simulate scenarios/512xA100-faults.toml --horizon 30d --seeds 1000   (docs/faults.md)
+
+Details: docs/reference/cli.md#twin-simulate"
+)]
 pub struct Args {
-    /// Scenario TOML file (see docs/scenarios.md).
+    /// Scenario TOML file (docs/scenarios.md).
     pub scenario: PathBuf,
-    /// Output format: readable text, or one JSON object for scripts and CI.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
-    /// Override a scenario key (TOML value syntax), e.g. --set parallel.pp=16. Repeatable.
+    /// Override a scenario key (TOML value syntax), e.g. parallel.pp=16. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
-    /// Write a Chrome/Perfetto trace (one process per rank, one thread per stream, a memory
-    /// counter track). Open it in ui.perfetto.dev. A trace estimated (at 256 bytes per op
-    /// event) over 512 MiB is refused before simulating; --collapse traces one rank per
-    /// pipeline stage instead.
+    /// Write a Chrome/Perfetto trace (open it in ui.perfetto.dev).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Print the per-stage memory breakdown and the op at which each peak occurs.
+    /// Print the per-stage memory breakdown and the op of each peak.
     #[arg(long)]
     pub memory: bool,
-    /// Hardware profile TOML (docs/profiles.md; bundled: scenarios/profiles/*.toml) whose
-    /// cost-model parameters replace the defaults. It must describe the scenario's GPU.
+    /// Hardware profile TOML whose parameters replace the defaults (docs/profiles.md).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
-    /// Simulate representative ranks instead of every rank (the default without --trace): one
-    /// per pipeline stage (tp = cp = ep = dp = 0) with the analytic network; with the flow
-    /// network, the widest collapse whose left-out flows provably run on their own identical
-    /// links (docs/topology.md). Used only where it gives exactly the full result (no
-    /// stragglers, symmetric ranks); every rank is simulated otherwise. With --trace it
-    /// collapses too, and the trace holds only the representatives.
+    /// Simulate representative ranks only, also with --trace (exact; docs/topology.md).
     #[arg(long, conflicts_with = "full")]
     pub collapse: bool,
-    /// Simulate every rank even where the collapsed mode would give the same result (the
-    /// report is identical; only the event count and the time taken differ).
+    /// Simulate every rank (same report; more events and time).
     #[arg(long)]
     pub full: bool,
-    /// Simulate failures, checkpoints and restarts over this horizon (e.g. 30d, 12h) after the
-    /// step prediction, using the scenario's [faults] (defaults when it has none). A scenario
-    /// with [faults] runs its own `horizon` without this flag. See docs/faults.md.
+    /// Simulate failures and restarts over this horizon, e.g. 30d (docs/faults.md).
     #[arg(long, value_name = "DURATION", value_parser = parse_horizon)]
     pub horizon: Option<u64>,
-    /// Monte Carlo trials for the horizon mode (overrides [faults] seeds).
+    /// Monte Carlo trials of the horizon (overrides [faults] seeds).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub seeds: Option<u32>,
     /// With --profile: draws of the profile's fitted parameters (those with ci95) used for
     /// the step time's 95% interval (seeded by the scenario's run.seed; docs/profiles.md).
     #[arg(long, value_name = "N", default_value_t = twin_sim::profile::DEFAULT_SAMPLES,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    /// With --profile: draws of the fitted parameters for the step time's 95% interval.
     pub samples: u32,
-    /// Zero the wall-clock fields (sim_wall_s) so that two runs give byte-identical output.
+    /// Zero the wall-clock fields, for byte-identical output.
     #[arg(long)]
     pub reproducible: bool,
 }

@@ -13,41 +13,28 @@ use twin_sim::setup::ScenarioSource;
 use twin_sim::sweep::{self, Objective, SearchSpace, Shard, SweepResult};
 
 /// Simulate many layouts of a scenario and rank them.
-///
-/// Either vary chosen keys (--vary, the cartesian product of all axes) or search every valid
-/// layout of the scenario's GPU count (--search: tp x pp x dp x vpp x micro batch x recompute
-/// x ZeRO stage; cp and ep are kept). Each layout is simulated in collapsed-rank mode (exact)
-/// on all cores. Invalid combinations are skipped and counted, layouts that do not fit in
-/// memory are dropped from the ranking, the rest are ranked by the objective and the top N
-/// printed; --out writes every simulated layout as CSV or JSON (by extension).
-///
-/// Large sweeps can be split: run `--shard I/N` (0-based) as N independent jobs, e.g. a Slurm
-/// array with --array=0-(N-1) and --shard $SLURM_ARRAY_TASK_ID/N --out part-$I.json, then
-/// `twin sweep --merge part-*.json`.
-///
-/// Examples:
-///   twin sweep scenarios/512xA100.toml --vary parallel.tp=1,2,4,8 --vary parallel.pp=1..16
-///   twin sweep scenarios/512xA100.toml --search --top 10 --out layouts.csv
-///   twin sweep scenarios/512xA100.toml --search --objective mfu --shard 0/4 --out part-0.json
-///   twin sweep --merge part-0.json part-1.json part-2.json part-3.json --out all.csv
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin sweep scenarios/512xA100.toml --vary parallel.tp=1,2,4,8 --vary parallel.pp=1..16
+  twin sweep scenarios/512xA100.toml --search --top 10 --out layouts.csv
+  twin sweep scenarios/512xA100.toml --search --objective mfu --shard 0/4 --out part-0.json
+  twin sweep --merge part-0.json part-1.json part-2.json part-3.json --out all.csv
+
+Details: docs/reference/cli.md#twin-sweep"
+)]
 pub struct Args {
     /// The base scenario (not needed with --merge).
     #[arg(required_unless_present = "merge")]
     pub scenario: Option<PathBuf>,
-    /// An axis to vary: KEY=V1,V2,... or KEY=A..B (integers, inclusive). Repeatable. When the
-    /// axes change tp, pp, cp or ep but not dp, each layout's dp is the GPU count divided by
-    /// tp*pp*cp*ep.
+    /// An axis: KEY=V1,V2,... or KEY=A..B. Repeatable.
     #[arg(long, value_name = "KEY=VALUES")]
     pub vary: Vec<String>,
-    /// Search every layout of the GPU count (combined with --vary: each searched layout is
-    /// also crossed with the --vary axes).
+    /// Search every layout of the GPU count (crossed with any --vary axes).
     #[arg(long)]
     pub search: bool,
-    /// Override a key of the base scenario first. Repeatable. The base is then written out
-    /// with every value explicit (dp included), so a --vary of tp or pp needs dp varied too;
-    /// --search sets tp, pp and dp itself.
+    /// Override a key of the base scenario first. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
     /// What to rank by.
@@ -62,13 +49,13 @@ pub struct Args {
     /// Run only shard I of N (0-based): layouts whose index is I modulo N.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<String>,
-    /// Join sweep results (JSON files written by --out) instead of running a sweep.
+    /// Join sweep results (JSON files written by --out) instead of sweeping.
     #[arg(long, num_args = 1.., value_name = "FILES", conflicts_with_all = ["scenario", "vary", "search", "shard"])]
     pub merge: Vec<PathBuf>,
-    /// Print the result as JSON on standard output instead of the top-N table.
+    /// Print the result as JSON instead of the top-N table.
     #[arg(long)]
     pub json: bool,
-    /// Never draw the progress bar (it is drawn only when standard error is a terminal).
+    /// Never draw the progress bar.
     #[arg(long)]
     pub quiet: bool,
 }

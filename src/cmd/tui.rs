@@ -8,22 +8,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Explore a simulated step in the terminal: timeline, memory, compare, what-if, faults.
-///
-/// Panes (Tab or 1-5 to switch, ? for every key, q to quit):
-///   1 Timeline  Gantt chart per rank (per stage when collapsed), bubbles as dots; +/- zoom,
-///               arrows pan and pick ranks, n/p select ops
-///   2 Memory    live memory over the step against HBM, breakdown at the peak, OOM
-///   3 Compare   predicted against --measured, side by side, with the largest op errors
-///   4 What-if   edit tp, pp, dp, vpp, batch sizes, schedule, recompute, ZeRO, overlap and
-///               precision; re-simulated as you change them; s saves a new TOML
-///   5 Faults    goodput and recovery for scenarios with [faults]
-///
-/// Examples:
-///   twin tui scenarios/512xA100.toml
-///   twin tui scenarios/host/tp-pp.toml --measured run.trace.json
-///   twin tui scenarios/512xA100-faults.toml --set faults.seeds=50
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin tui scenarios/512xA100.toml
+  twin tui scenarios/host/tp-pp.toml --measured run.trace.json
+  twin tui scenarios/512xA100-faults.toml --set faults.seeds=50
+
+Details: docs/reference/cli.md#twin-tui"
+)]
 pub struct Args {
     /// Scenario TOML file (see docs/scenarios.md).
     pub scenario: PathBuf,

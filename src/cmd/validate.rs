@@ -7,20 +7,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Predict published training runs and compare.
-///
-/// Reads a table in the layout of data/validation/throughput.toml ([[run]] rows), builds a
-/// scenario per published figure (model shape, parallel layout, batch, recompute, schedule),
-/// simulates it, and prints predicted vs published TFLOP/s per GPU or iteration time with the
-/// signed error, then the median and max |error|. The rules that fill in what a row leaves
-/// out are in docs/validation.md. A key a row's layout does not have is refused with its
-/// line and the allowed keys, as it would otherwise be ignored.
-///
-/// Examples:
-///   twin validate data/validation/throughput.toml
-///   twin validate data/validation/throughput.toml --format json
-///   twin validate table.toml --profile scenarios/profiles/a100-dgx.toml
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin validate data/validation/throughput.toml
+  twin validate data/validation/throughput.toml --format json
+  twin validate table.toml --profile scenarios/profiles/a100-dgx.toml
+
+Details: docs/reference/cli.md#twin-validate"
+)]
 pub struct Args {
     /// Table of published runs (TOML, [[run]] rows).
     pub table: PathBuf,

@@ -1,7 +1,7 @@
 //! Reads a measured step back for the Compare pane: a Chrome/Perfetto trace file as written by
 //! `twin run --trace FILE` or `twin simulate --trace FILE` (see
 //! [`twin_sim::trace::Trace::to_chrome_json`]), or a directory written by
-//! `twin verify --trace-dir DIR`, whose `predicted.trace.json` and `measured.trace.json` are
+//! `twin verify step --trace-dir DIR`, whose `predicted.trace.json` and `measured.trace.json` are
 //! read the same way, and whose `verify.json` gives the bubble and exposed communication as
 //! `twin verify` reported them.
 
@@ -20,7 +20,7 @@ pub enum MeasuredError {
     #[error("{path} is not a trace: {message}")]
     Format { path: PathBuf, message: String },
     #[error(
-        "{path} is a directory without {file} (expected one written by `twin verify --trace-dir`)"
+        "{path} is a directory without {file} (expected one written by `twin verify step --trace-dir`)"
     )]
     MissingFile { path: PathBuf, file: &'static str },
 }
@@ -92,7 +92,7 @@ impl VerifyFigures {
 /// Trace files larger than this are refused rather than read into memory.
 const MAX_TRACE_BYTES: u64 = 1 << 30;
 
-/// Reads `path`: a trace file, or a `twin verify --trace-dir` directory.
+/// Reads `path`: a trace file, or a `twin verify step --trace-dir` directory.
 pub fn load(path: &Path, stage_of: &dyn Fn(u32) -> u32) -> Result<Measured, MeasuredError> {
     if path.is_dir() {
         let file = |name: &'static str| {

@@ -425,7 +425,7 @@ fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> 
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
-/// Everything one calibration measured. Read back by `twin calibrate --refit`: a field a
+/// Everything one calibration measured. Read back by `twin calibrate refit`: a field a
 /// samples file lacks (written before it existed) is empty.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 
 /// The folder of a `twin run` launch (or `twin verify`'s runs).
 pub const RUN_PREFIX: &str = "twin-run-";
-/// The folder of a `twin verify` (its measurements files).
+/// The folder of a `twin verify step` (its measurements files).
 pub const VERIFY_PREFIX: &str = "twin-verify-";
-/// The folder of a `twin verify --faults` (its runs' checkpoints).
+/// The folder of a `twin verify recovery` (its runs' checkpoints).
 pub const VERIFY_FAULTS_PREFIX: &str = "twin-verify-faults-";
 /// Suffixes a folder of ours may carry after the pid (older launchers kept recovery events in
 /// a second folder, `twin-run-<pid>-events`).

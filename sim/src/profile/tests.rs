@@ -717,7 +717,7 @@ fn optimizer_op(staged: &crate::predict::Staged) -> crate::schedule::ComputeOp {
         .expect("an optimizer op")
 }
 
-/// The four `memory.state_*` keys, as `twin calibrate --backend host` writes them.
+/// The four `memory.state_*` keys, as `twin calibrate host` writes them.
 const STATE_KEYS: &str = "state_weight = { value = 2, source = \"fitted\", ref = \"t\" }\n\
 state_resident_bytes = { value = 41943040, source = \"fitted\", ref = \"t\" }\n\
 state_evicted_bytes = { value = 125829120, source = \"fitted\", ref = \"t\" }\n\

@@ -149,7 +149,7 @@ fn compare_aligns_a_measured_trace_that_starts_later() {
 
 #[test]
 fn compare_shows_the_cores_idle_time_from_a_host_verify() {
-    // A `twin verify --trace-dir` directory of a host run: its figures, each core's idle time
+    // A `twin verify step --trace-dir` directory of a host run: its figures, each core's idle time
     // between ops among them, replace the counts from the traces.
     let (mut app, _) = small();
     let timeline = app.current.timeline.clone();

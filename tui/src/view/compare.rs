@@ -89,7 +89,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
                 dim(
                     "Start with --measured FILE (a trace from `twin run --trace FILE` or \
                      `twin simulate --trace FILE`) or --measured DIR (from \
-                     `twin verify --trace-dir DIR`) to compare this prediction with a \
+                     `twin verify step --trace-dir DIR`) to compare this prediction with a \
                      measured step.",
                 ),
             ])

@@ -1,4 +1,4 @@
-//! Microbenchmarks for `twin calibrate --backend cuda` besides the GEMM sweep: the backend's
+//! Microbenchmarks for `twin calibrate cuda` besides the GEMM sweep: the backend's
 //! memory-bound work (`run_memory_bound`, device-to-device copies) over sizes, host<->device
 //! copies from pinned memory, and chains of back-to-back tiny launches (the per-launch cost a
 //! schedule's kernel count pays). Each is timed with one CUDA-event pair per repetition on GPU

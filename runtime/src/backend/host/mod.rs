@@ -8,6 +8,7 @@
 //! `run_op` (one match arm per op kind) is the backend's contract in one place; the stream
 //! threads, compute, memory, model state and faults are their own files.
 
+pub mod alloc;
 mod compute;
 mod data;
 pub mod fault;

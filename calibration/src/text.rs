@@ -1,10 +1,9 @@
 //! The readable summaries `twin calibrate` prints: every fitted value with its interval, the
-//! fits' quality and notes, and the files written. Split from `cmd::calibrate`, which parses
-//! arguments and writes files.
+//! fits' quality and notes, and the files written.
 
+use crate::fit::alpha_beta::AlphaBeta;
+use crate::fit::Estimate;
 use std::path::Path;
-use twin_calibration::fit::alpha_beta::AlphaBeta;
-use twin_calibration::fit::Estimate;
 
 fn si(v: f64, unit: &str) -> String {
     let (d, p) = match v.abs() {
@@ -17,7 +16,7 @@ fn si(v: f64, unit: &str) -> String {
     format!("{:.3} {p}{unit}", v / d)
 }
 
-pub(super) fn est(e: &Estimate, unit: &str) -> String {
+pub fn est(e: &Estimate, unit: &str) -> String {
     format!(
         "{} [{} .. {}]",
         si(e.value, unit),
@@ -34,7 +33,7 @@ pub(super) fn est(e: &Estimate, unit: &str) -> String {
     )
 }
 
-pub(super) fn ab_line(name: &str, f: &AlphaBeta, latency: &str) -> String {
+pub fn ab_line(name: &str, f: &AlphaBeta, latency: &str) -> String {
     format!(
         "  {name:<16} {:<44} {latency} {:<36} R² {:.4}  rms {:.1}%  n {}\n",
         est(&f.bandwidth_bytes_per_s, "B/s"),
@@ -46,7 +45,7 @@ pub(super) fn ab_line(name: &str, f: &AlphaBeta, latency: &str) -> String {
 }
 
 /// The files a calibration wrote, for its closing line.
-pub(super) fn wrote(profile: &Path, samples: &Path) -> String {
+pub fn wrote(profile: &Path, samples: &Path) -> String {
     format!("{} and {}", profile.display(), samples.display())
 }
 
@@ -60,7 +59,7 @@ fn closing_lines(notes: &[String], files: &str) -> String {
 /// The GEMM curve's two summary lines (quality, then the fitted values).
 fn gemm_lines(
     title: &str,
-    g: &twin_calibration::fit::gemm::GemmFit,
+    g: &crate::fit::gemm::GemmFit,
     holdout_samples: usize,
     holdout_max_relative_error: f64,
 ) -> String {
@@ -87,7 +86,7 @@ fn gemm_lines(
     )
 }
 
-pub(super) fn host_text(run: &twin_calibration::HostRun, files: &str) -> String {
+pub fn host_text(run: &crate::HostRun, files: &str) -> String {
     let f = &run.fits;
     let g = &f.gemm;
     let mut o = if run.refit_of.is_some() {
@@ -267,9 +266,9 @@ pub(super) fn host_text(run: &twin_calibration::HostRun, files: &str) -> String 
     o
 }
 
-pub(super) fn cuda_text(
-    run: &twin_calibration::CudaRun,
-    start: &twin_calibration::gpu_base::Start,
+pub fn cuda_text(
+    run: &crate::CudaRun,
+    start: &crate::gpu_base::Start,
     profile: &Path,
     samples: Option<&Path>,
 ) -> String {
@@ -315,5 +314,29 @@ pub(super) fn cuda_text(
         None => profile.display().to_string(),
     };
     o.push_str(&closing_lines(&f.notes, &files));
+    o
+}
+
+/// What `twin calibrate nccl-tests` prints: each log's fit, each tier's, and the file written.
+pub fn import_text(out: &crate::NcclImport, origin: &str, output: &Path) -> String {
+    let mut o = format!("nccl-tests import over {origin}; values with 95% confidence intervals\n");
+    for f in &out.fits {
+        o.push_str(&format!(
+            "  {:<22} {:>3} ranks {} node(s) {:?}: {} per rank{}, latency {}, R² {:.4}, rms {:.1}%\n",
+            f.test.binary(),
+            f.ranks,
+            f.nodes,
+            f.tier,
+            est(&f.link_bandwidth_bytes_per_s, "B/s"),
+            if f.nodes > 1 { " (per rail)" } else { "" },
+            est(&f.fit.latency_ns, "ns"),
+            f.fit.quality.r2,
+            f.fit.quality.rms_relative_error * 100.0
+        ));
+    }
+    for (tier, f) in &out.tiers {
+        o.push_str(&ab_line(&format!("{tier:?} tier"), f, "step "));
+    }
+    o.push_str(&format!("wrote {}\n", output.display()));
     o
 }

@@ -4,23 +4,17 @@
 //! checks its output flags first, and the files are then written atomically
 //! ([`write_atomic`]), so a crash never leaves half a file.
 
+use super::JobError;
 use std::path::Path;
 
 /// An output flag whose path cannot be written. Bad input: the command exits 2.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{flag} {path}: {reason}")]
 pub struct OutputError {
     flag: &'static str,
     path: String,
     reason: String,
 }
-
-impl std::fmt::Display for OutputError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}: {}", self.flag, self.path, self.reason)
-    }
-}
-
-impl std::error::Error for OutputError {}
 
 fn fail(flag: &'static str, path: &Path, reason: String) -> OutputError {
     OutputError {
@@ -101,8 +95,7 @@ pub fn prepare_dir(path: Option<&Path>, flag: &'static str) -> Result<(), Output
 }
 
 /// Write `text` to `path` atomically (temp file + rename), so a crash never leaves half a file.
-pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
-    use anyhow::Context;
+pub fn write_atomic(path: &Path, text: &str) -> Result<(), JobError> {
     use std::io::Write;
     let dir = parent_dir(path);
     let name = path
@@ -117,9 +110,9 @@ pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
     });
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", path.display()));
+        return Err(JobError::io(format!("cannot write {}", path.display()))(e));
     }
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+    std::fs::rename(&tmp, path).map_err(JobError::io(format!("cannot write {}", path.display())))
 }
 
 #[cfg(test)]
@@ -188,7 +181,9 @@ mod tests {
     fn an_atomic_write_into_a_missing_directory_names_the_file_not_a_temporary() {
         let d = scratch("atomic");
         let p = d.join("missing").join("x.toml");
-        let e = format!("{:#}", write_atomic(&p, "a = 1").unwrap_err());
+        let e = write_atomic(&p, "a = 1").unwrap_err();
+        assert!(std::error::Error::source(&e).is_some(), "{e}");
+        let e = e.to_string();
         assert!(
             e.starts_with(&format!("cannot write {}", p.display())),
             "{e}"

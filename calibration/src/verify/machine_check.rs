@@ -1,33 +1,33 @@
-//! The machine check of `twin verify`: the scenario's GEMMs, optimizer update and transfer
+//! The machine check of `twin verify step`: the scenario's GEMMs, optimizer update and transfer
 //! timed on this machine around the runs, and the load other work put on it, so that a
-//! step-time error can be told apart from the machine's drift. Split from `cmd::verify`,
+//! step-time error can be told apart from the machine's drift. Beside `verify::step`,
 //! which runs and compares.
 
-use twin_calibration::check::{GemmCheck, StateCheck, TransferCheck};
-use twin_calibration::load::CpuLoad;
+use crate::check::{GemmCheck, StateCheck, TransferCheck};
+use crate::load::CpuLoad;
 
 /// The profile's prediction of the scenario's GEMMs against this machine now: before each run
-/// and after the last (host backend; `twin_calibration::check`).
+/// and after the last (host backend; `crate::check`).
 #[derive(Default, serde::Serialize)]
-pub(super) struct MachineCheck {
+pub(crate) struct MachineCheck {
     /// Before the first run (`runs[0]`).
     before: Option<GemmCheck>,
-    pub(super) after: Option<GemmCheck>,
+    pub(crate) after: Option<GemmCheck>,
     /// Before each run.
     runs: Vec<Option<GemmCheck>>,
     /// The scenario's largest optimizer update against the profile's price at the model's
     /// cache distance, before the first run and after the last (profiles with
-    /// `memory.state_*`; `twin_calibration::check::state_check`).
-    pub(super) optimizer_before: Option<StateCheck>,
-    pub(super) optimizer_after: Option<StateCheck>,
+    /// `memory.state_*`; `crate::check::state_check`).
+    pub(crate) optimizer_before: Option<StateCheck>,
+    pub(crate) optimizer_after: Option<StateCheck>,
     /// A two-rank call of the scenario's most frequent ring collective against the profile's
-    /// price, before the first run and after the last (`twin_calibration::check::
+    /// price, before the first run and after the last (`crate::check::
     /// transfer_check`; null on one core).
-    pub(super) transfer_before: Option<TransferCheck>,
-    pub(super) transfer_after: Option<TransferCheck>,
+    pub(crate) transfer_before: Option<TransferCheck>,
+    pub(crate) transfer_after: Option<TransferCheck>,
     /// During each run: CPU time other processes used, and time the hypervisor stole, as
-    /// fractions of the machine's cores (`twin_calibration::load`; null off Linux).
-    pub(super) load: Vec<Option<CpuLoad>>,
+    /// fractions of the machine's cores (`crate::load`; null off Linux).
+    pub(crate) load: Vec<Option<CpuLoad>>,
     /// The step-time error with each run's steps scaled to the profile's machine speed by the
     /// check before it (steps x predicted / measured GEMM time): the model's error with the
     /// machine's drift taken out, assuming the whole step moves with its GEMMs.
@@ -36,7 +36,7 @@ pub(super) struct MachineCheck {
 
 impl MachineCheck {
     /// Records the check before run `i` (the first is also `before`).
-    pub(super) fn before_run(&mut self, c: Option<GemmCheck>) {
+    pub(crate) fn before_run(&mut self, c: Option<GemmCheck>) {
         if self.runs.is_empty() {
             self.before = c.clone();
         }
@@ -44,7 +44,7 @@ impl MachineCheck {
     }
 
     /// Sets `step_time_error_at_profile_speed` when every run was checked.
-    pub(super) fn adjust(&mut self, steps: &[Vec<f64>], warmup: usize, predicted_s: f64) {
+    pub(crate) fn adjust(&mut self, steps: &[Vec<f64>], warmup: usize, predicted_s: f64) {
         let factors: Option<Vec<f64>> = self
             .runs
             .iter()
@@ -62,7 +62,7 @@ impl MachineCheck {
     }
 
     /// Two lines, or nothing when there was no check.
-    pub(super) fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let (Some(b), Some(a)) = (&self.before, &self.after) else {
             return String::new();
         };
@@ -133,7 +133,7 @@ impl MachineCheck {
 /// Other work above this fraction of the cores during a run is called out in the text output.
 const BUSY_MACHINE_FRACTION: f64 = 0.05;
 
-/// [`twin_calibration::check::gemm_check`] with the prediction's cost model.
-pub(super) fn gemm_check(staged: &twin_sim::Staged) -> Option<GemmCheck> {
-    twin_calibration::check::gemm_check(&staged.schedule, &staged.cost)
+/// [`crate::check::gemm_check`] with the prediction's cost model.
+pub(crate) fn gemm_check(staged: &twin_sim::Staged) -> Option<GemmCheck> {
+    crate::check::gemm_check(&staged.schedule, &staged.cost)
 }
