@@ -20,19 +20,14 @@ mod transfers;
 
 use cores::thread_weight;
 
-use super::aging::Agings;
 use super::compile::{CKind, CProgram, GROUP_KINDS};
 pub(crate) use super::context::Ctx;
 use super::flow::{Finished, Flows, FLOW_TAG};
-use super::jitter::Jitter;
 use super::memo::{CollectiveMemo, P2pMemo};
 use super::memory::RankMem;
 use super::queue::EventQueue;
-use super::residency::Residencies;
-use super::share::CoreShare;
-use super::turns::Turns;
-use super::wake::{CoreIdle, Wake};
 use super::{deadlock, RankStats, SimError, SimResult};
+use crate::host_model::{Agings, CoreIdle, CoreShare, Jitter, Residencies, Turns, Wake};
 use crate::schedule::{CollectiveKind, OpKind, Stream};
 use crate::trace::{MemorySample, Trace, TraceEvent};
 use std::collections::VecDeque;
@@ -203,7 +198,7 @@ pub(crate) struct State<S: Slots> {
     /// Durations of recent collectives and transfers (see [`CollectiveMemo`]).
     coll_memo: CollectiveMemo,
     p2p_memo: P2pMemo,
-    /// Waiting within stretched spans on shared cores (see `engine::share`); `None` unless
+    /// Waiting within stretched spans on shared cores (see `host_model::share`); `None` unless
     /// ranks share cores.
     share: Option<CoreShare>,
     /// What a `Free` takes (the cost model's `free_ns`; zero makes it instant).
@@ -217,17 +212,17 @@ pub(crate) struct State<S: Slots> {
     /// The share of a p2p's time its ends work on their cores (the cost model's
     /// `p2p_cpu_share`; see `State::run_transfer`).
     p2p_cpu_share: f64,
-    /// Interruptions drawn for compute ops (see `engine::jitter`), when asked for.
+    /// Interruptions drawn for compute ops (see `host_model::jitter`), when asked for.
     jitter: Option<Jitter>,
-    /// The profile's wake-up cost and each core's idle time (see `engine::wake`).
+    /// The profile's wake-up cost and each core's idle time (see `host_model::wake`).
     waking: Option<(Wake, CoreIdle)>,
-    /// GEMM operands evicted from cores' private caches (see `engine::residency`); `None`
+    /// GEMM operands evicted from cores' private caches (see `host_model::residency`); `None`
     /// unless the cost model prices it.
     residency: Option<Residencies>,
-    /// Optimizer state aging in a shared last-level cache (see `engine::aging`); `None`
+    /// Optimizer state aging in a shared last-level cache (see `host_model::aging`); `None`
     /// unless the cost model prices it.
     aging: Option<Agings>,
-    /// Compute ops taking turns on shared cores (see `engine::turns`); `None` unless ranks
+    /// Compute ops taking turns on shared cores (see `host_model::turns`); `None` unless ranks
     /// share cores.
     turns: Option<Turns>,
     slots: std::marker::PhantomData<S>,

@@ -4,7 +4,7 @@
 //! shares both. Its span then holds two kinds of lost time: time the memory was shared, which
 //! is work (its thread is on the core, stalled on loads), and time other work took its core,
 //! which is waiting. The engine's accounts and the trace's `solo_ns` count only the second as
-//! waiting (`engine::share`), so each op keeps its own time: over every stretch of constant
+//! waiting (`host_model::share`), so each op keeps its own time: over every stretch of constant
 //! rates, the progress it made divided by the rate it would have had with its core to itself,
 //! `min(1, max(C / n, C - others))` for the memory's capacity `C`, the `n` memory-bound ops on
 //! the node and the others' rates. Every stretch boundary of one node's ops is the same

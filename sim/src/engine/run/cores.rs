@@ -1,6 +1,6 @@
 //! The engine's handling of shared CPU cores (the host model): which core a rank runs on,
 //! CPU work of transfers and allocations shared with compute by weight, the compute turns, the
-//! cores' idle time for wake-ups and what their caches hold (`engine::residency`). Split from
+//! cores' idle time for wake-ups and what their caches hold (`host_model::residency`). Split from
 //! `run`, whose event loop reads on its own; without shared cores (every GPU profile) these
 //! reduce to a plain schedule or nothing.
 
@@ -17,7 +17,7 @@ impl<S: Slots> State<S> {
     }
 
     /// A compute op of `rank` started (`started`) or finished: its core's idle time restarts
-    /// (only tracked when the profile prices wake-ups, `engine::wake`).
+    /// (only tracked when the profile prices wake-ups, `host_model::wake`).
     pub(super) fn core_activity(&mut self, ctx: &Ctx, rank: u32, started: bool) {
         if self.waking.is_none() {
             return;
@@ -33,7 +33,7 @@ impl<S: Slots> State<S> {
     }
 
     /// What compute op `op` (IR index) of `rank`, starting now, pays to reload operands that
-    /// other work evicted from its core's cache (`engine::residency`). Out of line: only host
+    /// other work evicted from its core's cache (`host_model::residency`). Out of line: only host
     /// profiles have it.
     #[cold]
     #[inline(never)]
@@ -45,7 +45,7 @@ impl<S: Slots> State<S> {
             .map_or(0, |r| r.start(core, rank, program, op))
     }
 
-    /// What a transfer into `ranks` adds for their cores' wake-up (`engine::wake`): the most
+    /// What a transfer into `ranks` adds for their cores' wake-up (`host_model::wake`): the most
     /// any of them needs, as the transfer waits for every member.
     pub(super) fn wake_ns(&self, ctx: &Ctx, ranks: &[u32]) -> u64 {
         let Some((w, idle)) = &self.waking else {

@@ -91,7 +91,7 @@ impl<S: Slots> State<S> {
     }
 
     /// The step's result: every rank's accounts closed at the step's end (waiting on shared
-    /// cores moved to idle time, `engine::share`), expanded to every rank when collapsed.
+    /// cores moved to idle time, `host_model::share`), expanded to every rank when collapsed.
     pub(super) fn finish(mut self, ctx: &Ctx) -> SimResult {
         let step_time_ns = self
             .ranks

@@ -115,7 +115,7 @@ impl<S: Slots> State<S> {
                 ctx.cost.p2p_ns(ctx.plan, src, real_dst, bytes)
             }),
         };
-        // Into a core that slept, the transfer waits for it to wake (`engine::wake`).
+        // Into a core that slept, the transfer waits for it to wake (`host_model::wake`).
         let dur_ns = dur_ns + self.wake_ns(ctx, &[dst]);
         let solo_ns = ctx.net.is_none().then_some(dur_ns);
         self.begin_transfer(ctx, src, send_op, solo_ns);
