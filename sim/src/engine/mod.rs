@@ -11,6 +11,10 @@
 //! loop allocates nothing per event. Collective rendezvous is keyed by (concrete group,
 //! per-rank sequence number on that group); p2p mailboxes live on the receiving rank and hold
 //! at most a few entries (one per blocked stream); a p2p transfer is one heap entry.
+//!
+//! The CPU host model (`crate::host_model`: shared cores, turns, wake-ups, caches,
+//! interruptions) is one `Option` in the run's state, `None` unless the cost model switches a
+//! part of it on (a host profile); a GPU scenario never calls it.
 
 mod collapse;
 mod compile;

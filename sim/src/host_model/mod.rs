@@ -13,12 +13,14 @@
 //! - the engine's per-run state of the machine: [`Turns`] of compute ops on a core, each core's
 //!   idle time ([`CoreIdle`]), the cores' cache contents ([`Residencies`]), the state's age
 //!   ([`Agings`]), drawn interruptions ([`Jitter`]) and the waiting within stretched spans that
-//!   the accounts move to idle time ([`CoreShare`]).
+//!   the accounts move to idle time ([`CoreShare`]), gathered in [`HostRun`], which the engine
+//!   holds as an `Option` that is `None` for every GPU profile.
 
 mod aging;
 pub mod footprint;
 mod jitter;
 mod residency;
+mod run;
 pub mod shape_factors;
 mod share;
 mod state;
@@ -31,6 +33,7 @@ pub use jitter::Interruptions;
 pub(crate) use jitter::Jitter;
 pub(crate) use residency::Residencies;
 pub use residency::Residency;
+pub(crate) use run::HostRun;
 pub(crate) use share::CoreShare;
 pub use state::{ramp, survival, StateAging, StateCache, StateDecay};
 pub use threads::{cfs_relative_weight, host_compute_weight};

@@ -16,7 +16,7 @@ impl<S: Slots> State<S> {
     pub(super) fn begin_transfer(&mut self, ctx: &Ctx, rank: u32, op: u32, solo_ns: Option<u64>) {
         let r = S::slot(ctx, rank);
         let s = ctx.prog(rank as usize).ops[op as usize].stream as usize;
-        if let Some(sh) = &mut self.share {
+        if let Some(sh) = self.share_mut() {
             sh.started(r, s, solo_ns);
         }
         let rs = &mut self.ranks[r];
