@@ -10,15 +10,16 @@
 //! - the parameters the cost model hands the engine ([`Wake`], [`Interruptions`],
 //!   [`Residency`], [`StateAging`]) and the ones it prices with itself ([`StateCache`],
 //!   [`shape_factors`], [`footprint`], [`host_compute_weight`]);
-//! - the engine's per-run state of the machine: [`Turns`] of compute ops on a core, each core's
-//!   idle time ([`CoreIdle`]), the cores' cache contents ([`Residencies`]), the state's age
-//!   ([`Agings`]), drawn interruptions ([`Jitter`]) and the waiting within stretched spans that
-//!   the accounts move to idle time ([`CoreShare`]), gathered in [`HostRun`], which the engine
+//! - the engine's per-run state of the machine: `Turns` of compute ops on a core, each core's
+//!   idle time (`CoreIdle`), the cores' cache contents (`Residencies`), the state's age
+//!   (`Agings`), drawn interruptions (`Jitter`) and the waiting within stretched spans that
+//!   the accounts move to idle time (`CoreShare`), gathered in `HostRun`, which the engine
 //!   holds as an `Option` that is `None` for every GPU profile.
 
 mod aging;
 pub mod footprint;
 mod jitter;
+mod memory;
 mod residency;
 mod run;
 pub mod shape_factors;
@@ -31,6 +32,7 @@ mod wake;
 pub(crate) use aging::Agings;
 pub use jitter::Interruptions;
 pub(crate) use jitter::Jitter;
+pub(crate) use memory::alone_rate;
 pub(crate) use residency::Residencies;
 pub use residency::Residency;
 pub(crate) use run::HostRun;
