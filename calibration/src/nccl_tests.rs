@@ -46,7 +46,7 @@ impl Test {
         }
     }
     /// Latency-bound steps and bytes through one rank's link for one call of `size` bytes
-    /// over `n` ranks (the simulator's model, sim/src/cost/collective.rs).
+    /// over `n` ranks (the simulator's model, sim/src/topology/tiers.rs).
     pub fn steps_and_bytes(self, n: u32, size: f64) -> (f64, f64) {
         let nf = f64::from(n.max(1));
         match self {

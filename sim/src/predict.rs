@@ -147,7 +147,7 @@ pub fn sim_options(scenario: &Scenario, opts: &PredictOptions) -> SimOptions {
 }
 
 /// Simulated steps of a prediction whose profile has the machine's interruptions
-/// (`engine::jitter`): each meets its own draws, and the median one is the prediction.
+/// (`host_model::jitter`): each meets its own draws, and the median one is the prediction.
 pub const INTERRUPTED_RUNS: u64 = 15;
 
 /// [`INTERRUPTED_RUNS`] steps with interruptions (seeds 1..=N, every rank simulated): the

@@ -125,7 +125,7 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-/// Steps simulated with the machine's interruptions (`engine::jitter`).
+/// Steps simulated with the machine's interruptions (`host_model::jitter`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct InterruptedSteps {
     /// Steps simulated, each with its own draws.

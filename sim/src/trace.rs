@@ -34,7 +34,7 @@ pub struct TraceEvent {
     pub issued_ns: Option<u64>,
     /// The op's time alone on its core, where it shared a CPU core with other work and ran
     /// longer (the host model's `[host] cores`): the wall time beyond it was waiting for the
-    /// core, which the simulator's report counts as idle, not as work (`engine::share`), so a
+    /// core, which the simulator's report counts as idle, not as work (`host_model::share`), so a
     /// bubble counted from the trace must too. `None` where the op ran alone or the executor
     /// does not know (a measured trace: its ops take turns on a shared core instead).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -91,7 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let report = &prediction.report;
     let ci95_ns = match &profile {
-        Some(p) => twin_sim::profile::step_time_ci95(
+        Some(p) => twin_sim::uncertainty::step_time_ci95(
             &prediction.staged,
             p,
             args.samples,

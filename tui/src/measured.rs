@@ -40,7 +40,7 @@ pub struct Measured {
 /// Bubble and exposed communication as `twin verify` reported them, [predicted, measured]. On
 /// cores shared by ranks the predicted trace shows compute stretched by the sharing, which a
 /// count from the trace takes for busy time; the simulator's report counts that stretch as
-/// waiting (`twin_sim::engine::share`), as the runtime's measurement does.
+/// waiting (twin-sim's `host_model::share`), as the runtime's measurement does.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct VerifyFigures {
     pub bubble_fraction: [f64; 2],

@@ -285,7 +285,7 @@ impl Timeline {
     /// samples): the same arithmetic for a predicted and for a measured step. Where an op
     /// says how long it would have taken alone (`solo_ns`: a prediction whose ranks share CPU
     /// cores), the rest of its span counts as idle, as the simulator's report counts it
-    /// (`twin_sim::engine::share`), so the pane and `twin simulate` agree.
+    /// (twin-sim's `host_model::share`), so the pane and `twin simulate` agree.
     pub fn stats(&self) -> StepStats {
         let step_ns = self.span_ns();
         let (mut idle, mut exposed) = (0.0, 0.0);

@@ -1,5 +1,5 @@
 //! How often and how long the machine interrupts running compute (the profile's `[host]
-//! interruptions_per_s` and `interruption_mean_ns`; `twin_sim::engine::jitter`). One GEMM of
+//! interruptions_per_s` and `interruption_mean_ns`; twin-sim's `host_model::jitter`). One GEMM of
 //! a typical host op's size runs back to back on a pinned core for `Config::interrupt_ns`.
 //! A call the calibration's one outlier rule drops (`sample::reject_outliers`) was interrupted,
 //! by its excess over the mean of the calls the rule keeps. Every other benchmark drops those

@@ -1,5 +1,5 @@
 //! How much longer a transfer takes when the receiving core sat idle before it (the profile's
-//! `[host] wake_ns` and `wake_per_idle`; `twin_sim::engine::wake`). Two ranks on their own
+//! `[host] wake_ns` and `wake_per_idle`; twin-sim's `host_model::wake`). Two ranks on their own
 //! pinned cores exchange a 4 KiB message over the runtime's TCP mesh after both idled for each
 //! of `Config::wake_idle_ns`; a sample is the one-way time from the sender's write to the
 //! receiver's first byte (one process, one monotonic clock). On the development VM it was

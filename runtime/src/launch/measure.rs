@@ -299,7 +299,7 @@ pub fn merge(plan: &Plan, schedule: &Schedule, ranks: &[RankMeasure]) -> Merged 
         let (mut flops, mut model_flops, mut finish_ns) = (0u64, 0u64, 0u64);
         // The part of an op's span its thread waited for a core is idle, for compute ops and
         // transfers alike, as the simulator counts a stretched op beyond its solo time
-        // (`engine::share`: waiting never exceeds the account it comes from).
+        // (`host_model::share`: waiting never exceeds the account it comes from).
         let (mut wait_compute, mut wait_comm) = (0u64, 0u64);
         for (i, op) in ops.iter().enumerate().take(m.op_times_ns.len()) {
             let (s, e) = rel(i);

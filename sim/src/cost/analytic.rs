@@ -26,17 +26,17 @@
 //! - `kernels * launch_ns`: the gap the GPU idles between dependent kernels (once per op where
 //!   the backend runs an op as one call, `launch_per_op`: the host backend).
 
-use super::collective::{
-    GroupShape, TierModel, DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY,
-};
 use super::gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
 use super::positive_rate;
-use super::state::{StateAging, StateCache};
 use super::{secs_to_ns, CostModel};
 use crate::host_backend::PASS_BYTES_PER_ELEM;
+use crate::host_model::{StateAging, StateCache};
 use crate::plan::{Group, Plan};
 use crate::scenario::{PeakFlops, Precision, Scenario};
 use crate::schedule::{CollectiveKind, ComputeOp, Phase};
+use crate::topology::{
+    GroupShape, TierModel, DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY,
+};
 use serde::Serialize;
 
 /// Streaming kernels reach about 90% of HBM peak bandwidth (fitted with the GEMM curve, see
@@ -108,10 +108,10 @@ pub struct Analytic {
     pub memory_cores: Option<f64>,
     /// Interruptions of compute by the machine (profile keys `[host] interruptions_per_s`
     /// and `interruption_mean_ns`).
-    pub interruptions: Option<crate::engine::Interruptions>,
+    pub interruptions: Option<crate::host_model::Interruptions>,
     /// A transfer's extra time once its receiving core idled (profile keys `[host] wake_ns`
     /// and `wake_per_idle`).
-    pub wake: Option<crate::engine::Wake>,
+    pub wake: Option<crate::host_model::Wake>,
     /// CPU cores the ranks of one node share for compute (host backend); `None`: every
     /// rank has a device of its own. Carried for the engine's core sharing (see
     /// [`Analytic::host_cores`]).
@@ -336,7 +336,7 @@ impl CostModel for Analytic {
         self.gemm.operands.is_some()
     }
 
-    fn operand_residency(&self, op: &ComputeOp) -> Option<crate::engine::Residency> {
+    fn operand_residency(&self, op: &ComputeOp) -> Option<crate::host_model::Residency> {
         let load = self.gemm.operands?;
         let elem = op.dtype.bytes();
         let working_set_bytes = Self::working_set_bytes(op, elem);
@@ -347,7 +347,7 @@ impl CostModel for Analytic {
         } else {
             self.cold_ns(op)
         };
-        Some(crate::engine::Residency {
+        Some(crate::host_model::Residency {
             working_set_bytes,
             cache_bytes: load.cache_bytes,
             reload_ns,
@@ -420,11 +420,11 @@ impl CostModel for Analytic {
         self.op_overhead_ns
     }
 
-    fn interruptions(&self) -> Option<crate::engine::Interruptions> {
+    fn interruptions(&self) -> Option<crate::host_model::Interruptions> {
         self.interruptions
     }
 
-    fn wake(&self) -> Option<crate::engine::Wake> {
+    fn wake(&self) -> Option<crate::host_model::Wake> {
         self.wake
     }
 

@@ -28,7 +28,7 @@
 //!   decides, [`OperandLoad::cache_bytes`]). GPUs leave both out: their operand traffic
 //!   overlaps the tensor cores and the roofline bound above covers what does not.
 //! - Shape factors (optional, host profiles): the calibration's measured ratio to the curve
-//!   for the shapes it timed, interpolated for others ([`super::shape_factors`]), multiply
+//!   for the shapes it timed, interpolated for others ([`crate::host_model::shape_factors`]), multiply
 //!   [`GemmCurve::gemm_s`].
 //! - `ramp`: per-call fixed cost (launch to first tile, last-wave tail), which dominates
 //!   small GEMMs. A batched GEMM (`Gemm::batch` products in one strided-batched call, as the
@@ -40,7 +40,8 @@
 //! known here, and charging a partial last wave per head would be wrong by the batch factor.
 
 use super::positive_rate;
-use super::shape_factors::ShapeFactor;
+use crate::host_model::shape_factors;
+use crate::profile::ShapeFactor;
 use crate::schedule::Gemm;
 use serde::Serialize;
 
@@ -153,7 +154,7 @@ impl GemmCurve {
                 g.operand_bytes(elem_bytes) as f64 / positive_rate(r)
             });
         (f64::from(g.count) * (product + pack) + f64::from(calls) * self.ramp_s())
-            * super::shape_factors::factor(&self.shape_factors, g.m, g.n, g.k)
+            * shape_factors::factor(&self.shape_factors, g.m, g.n, g.k)
     }
 
     fn ramp_s(&self) -> f64 {

@@ -4,24 +4,26 @@
 //! the engine.
 
 mod analytic;
-mod collective;
-pub mod footprint;
+mod from_profile;
 mod gemm;
-pub mod shape_factors;
-mod state;
-mod threads;
 
 pub use analytic::{
     Analytic, MemorySpill, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_LAUNCH_NS,
     DEFAULT_MEMORY_EFFICIENCY,
 };
-pub use collective::{
+pub use gemm::{GemmCurve, OperandLoad, DEFAULT_GEMM_CURVE};
+// The link tiers' alpha-beta model (`topology::tiers`) prices collectives for this cost model;
+// the host model's parameters are the ones a host profile gives it.
+pub use crate::host_model::{
+    cfs_relative_weight, footprint, host_compute_weight, ramp, shape_factors, survival, StateAging,
+    StateCache, StateDecay,
+};
+use crate::host_model::{Interruptions, Residency, Wake};
+pub use crate::topology::{
     Algorithm, CollectiveEstimate, Decomposition, GroupShape, NvlsModel, Pattern, Phase, TierModel,
     DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY,
 };
-pub use gemm::{GemmCurve, OperandLoad, DEFAULT_GEMM_CURVE};
-pub use state::{ramp, survival, StateAging, StateCache, StateDecay};
-pub use threads::{cfs_relative_weight, host_compute_weight};
+pub(crate) use crate::units::{positive_rate, secs_to_ns};
 
 use crate::plan::{Group, Plan};
 use crate::schedule::{CollectiveKind, ComputeOp};
@@ -54,12 +56,12 @@ pub trait CostModel: Send + Sync {
     /// How often and how long the machine interrupts compute (a host profile's
     /// `[host] interruptions_per_s` and `interruption_mean_ns`); `None`: never. The engine
     /// draws them only when asked to ([`crate::engine::SimOptions::jitter_seed`]).
-    fn interruptions(&self) -> Option<crate::engine::Interruptions> {
+    fn interruptions(&self) -> Option<Interruptions> {
         None
     }
     /// How much longer a transfer takes when its receiving core idled before it (a host
     /// profile's `[host] wake_ns` and `wake_per_idle`); `None`: no difference.
-    fn wake(&self) -> Option<crate::engine::Wake> {
+    fn wake(&self) -> Option<Wake> {
         None
     }
     /// How long after an op on one of a rank's streams releases the head of another stream
@@ -106,9 +108,9 @@ pub trait CostModel: Send + Sync {
         false
     }
     /// A compute op's working set, the private cache it competes for, and what reloading its
-    /// operands adds when other work evicted them (`engine::residency`); `None`: caches are
+    /// operands adds when other work evicted them (`host_model::residency`); `None`: caches are
     /// not modelled (GPUs).
-    fn operand_residency(&self, _op: &ComputeOp) -> Option<crate::engine::Residency> {
+    fn operand_residency(&self, _op: &ComputeOp) -> Option<Residency> {
         None
     }
     /// True when `compute_ns` does not depend on `rank`: the engine then computes each
@@ -164,30 +166,6 @@ pub fn bus_factor(kind: CollectiveKind, n: u32) -> f64 {
     }
 }
 
-/// A rate (bytes or FLOPs per second) safe to divide by: NaN, or 1 and below, becomes 1, so a
-/// broken profile value gives huge times and never a panic or a negative time.
-pub(crate) fn positive_rate(r: f64) -> f64 {
-    if r.is_nan() || r <= 1.0 {
-        1.0
-    } else {
-        r
-    }
-}
-
-/// Seconds (f64) to whole nanoseconds, rounded to nearest but at least 1 for any positive
-/// time (so no real work takes zero time); saturates instead of overflowing, and maps NaN or
-/// negative input to zero.
-pub(crate) fn secs_to_ns(secs: f64) -> u64 {
-    let ns = (secs * 1e9).round();
-    if ns.is_nan() || secs <= 0.0 {
-        0
-    } else if ns >= u64::MAX as f64 {
-        u64::MAX
-    } else {
-        (ns as u64).max(1)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,15 +183,5 @@ mod tests {
         assert!((bc - 1e12).abs() < 1e3, "{bc}");
         assert_eq!(bus_bandwidth(CollectiveKind::AllReduce, 8, b, 0), 0.0);
         assert_eq!(bus_bandwidth(CollectiveKind::AllReduce, 1, b, t), 0.0);
-    }
-
-    #[test]
-    fn secs_to_ns_rounds_and_saturates() {
-        assert_eq!(secs_to_ns(2.4e-9), 2);
-        assert_eq!(secs_to_ns(0.2e-9), 1);
-        assert_eq!(secs_to_ns(0.0), 0);
-        assert_eq!(secs_to_ns(-1.0), 0);
-        assert_eq!(secs_to_ns(f64::NAN), 0);
-        assert_eq!(secs_to_ns(1e30), u64::MAX);
     }
 }

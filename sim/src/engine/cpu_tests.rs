@@ -220,7 +220,7 @@ fn a_transfer_into_a_core_that_slept_waits_for_it_to_wake() {
     // nothing since the step began; stage 1 computes 1000 ns and sends back to stage 0, idle
     // since its op ended.
     let plan = plan(1, 2, 1, 1);
-    let wake = Some(crate::engine::Wake {
+    let wake = Some(crate::host_model::Wake {
         ns: 500.0,
         per_idle: 0.1,
     });
@@ -310,7 +310,7 @@ fn s1_again() -> Program {
 fn ranks_sharing_a_core_take_turns_op_by_op() {
     // Two ranks on one core, two compute ops of 1000 ns each. Processor sharing would run
     // both ranks' ops side by side at half speed (each op 0-2000, then 2000-4000); the host
-    // runtime runs them in turns (`engine::turns`): rank 0's first op, then rank 1's first
+    // runtime runs them in turns (`host_model::turns`): rank 0's first op, then rank 1's first
     // (it was waiting), then rank 0's second, each at full speed.
     let plan = plan(1, 1, 2, 1);
     let s = per_rank(compute_programs(2, 2, 1000));

@@ -11,8 +11,11 @@
 //! loop allocates nothing per event. Collective rendezvous is keyed by (concrete group,
 //! per-rank sequence number on that group); p2p mailboxes live on the receiving rank and hold
 //! at most a few entries (one per blocked stream); a p2p transfer is one heap entry.
+//!
+//! The CPU host model (`crate::host_model`: shared cores, turns, wake-ups, caches,
+//! interruptions) is one `Option` in the run's state, `None` unless the cost model switches a
+//! part of it on (a host profile); a GPU scenario never calls it.
 
-mod aging;
 mod collapse;
 mod compile;
 mod context;
@@ -20,14 +23,6 @@ mod context;
 mod cpu_tests;
 mod deadlock;
 mod flow;
-mod jitter;
-pub use jitter::Interruptions;
-mod residency;
-pub use residency::Residency;
-#[cfg(test)]
-mod residency_tests;
-mod wake;
-pub use wake::Wake;
 #[cfg(test)]
 mod flow_tests;
 mod memo;
@@ -37,13 +32,13 @@ mod memory_share_tests;
 #[cfg(test)]
 mod proptests;
 mod queue;
+#[cfg(test)]
+mod residency_tests;
 mod run;
-mod share;
 #[cfg(test)]
 pub(crate) mod testkit;
 #[cfg(test)]
 mod tests;
-mod turns;
 
 pub use crate::outcome::{RankStats, SimResult};
 pub(crate) use crate::scenario::limits::TRACE_BYTES_PER_EVENT;

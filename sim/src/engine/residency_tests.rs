@@ -1,4 +1,4 @@
-//! The engine's use of operand residency (`engine::residency`): which compute ops pay to
+//! The engine's use of operand residency (`host_model::residency`): which compute ops pay to
 //! reload operands that other work pushed out of their core's cache, end to end through a
 //! simulated step. The cost model here ([`SharedCores`] with `residency`) reads an op's
 //! working set off its `memory_bytes`.

@@ -11,7 +11,7 @@
 //! A little longer than the ~600-line guide on purpose: the event loop and its per-op handlers
 //! share the hot state and are read together. The cold parts live in `compile`, `context`,
 //! `deadlock`, `flow`, `memo` and `memory`; the transfers' rendezvous in `run/transfers.rs`,
-//! the shared-core handling in `run/cores.rs`, and building the state and reading the result
+//! the calls into the CPU host model in `run/cores.rs`, and building the state and reading the result
 //! out in `run/setup.rs`.
 
 mod cores;
@@ -20,19 +20,14 @@ mod transfers;
 
 use cores::thread_weight;
 
-use super::aging::Agings;
 use super::compile::{CKind, CProgram, GROUP_KINDS};
 pub(crate) use super::context::Ctx;
 use super::flow::{Finished, Flows, FLOW_TAG};
-use super::jitter::Jitter;
 use super::memo::{CollectiveMemo, P2pMemo};
 use super::memory::RankMem;
 use super::queue::EventQueue;
-use super::residency::Residencies;
-use super::share::CoreShare;
-use super::turns::Turns;
-use super::wake::{CoreIdle, Wake};
 use super::{deadlock, RankStats, SimError, SimResult};
+use crate::host_model::HostRun;
 use crate::schedule::{CollectiveKind, OpKind, Stream};
 use crate::trace::{MemorySample, Trace, TraceEvent};
 use std::collections::VecDeque;
@@ -203,33 +198,17 @@ pub(crate) struct State<S: Slots> {
     /// Durations of recent collectives and transfers (see [`CollectiveMemo`]).
     coll_memo: CollectiveMemo,
     p2p_memo: P2pMemo,
-    /// Waiting within stretched spans on shared cores (see `engine::share`); `None` unless
-    /// ranks share cores.
-    share: Option<CoreShare>,
     /// What a `Free` takes (the cost model's `free_ns`; zero makes it instant).
     free_ns: u64,
-    /// How long after an op of another stream releases a head the head starts (the thread
-    /// that runs it waking); zero: at once.
-    handoff_ns: u64,
     /// The share of a shared core the compute thread's work takes against a transfer's (the
     /// cost model's `compute_weight`; see `thread_weight`).
     compute_weight: f64,
     /// The share of a p2p's time its ends work on their cores (the cost model's
     /// `p2p_cpu_share`; see `State::run_transfer`).
     p2p_cpu_share: f64,
-    /// Interruptions drawn for compute ops (see `engine::jitter`), when asked for.
-    jitter: Option<Jitter>,
-    /// The profile's wake-up cost and each core's idle time (see `engine::wake`).
-    waking: Option<(Wake, CoreIdle)>,
-    /// GEMM operands evicted from cores' private caches (see `engine::residency`); `None`
-    /// unless the cost model prices it.
-    residency: Option<Residencies>,
-    /// Optimizer state aging in a shared last-level cache (see `engine::aging`); `None`
-    /// unless the cost model prices it.
-    aging: Option<Agings>,
-    /// Compute ops taking turns on shared cores (see `engine::turns`); `None` unless ranks
-    /// share cores.
-    turns: Option<Turns>,
+    /// The CPU host model (see `host_model::run`): `None` for every GPU profile, whose runs
+    /// never call into it.
+    host: Option<HostRun>,
     slots: std::marker::PhantomData<S>,
 }
 
@@ -258,7 +237,7 @@ impl<S: Slots> State<S> {
             match f.finish(self.now, a & !FLOW_TAG, &mut self.queue) {
                 Finished::Nothing => Ok(()),
                 Finished::Compute { rank, op, own_ns } => {
-                    if let (Some(own), Some(sh)) = (own_ns, self.share.as_mut()) {
+                    if let (Some(own), Some(sh)) = (own_ns, self.share_mut()) {
                         // A memory-bound op: what of its span was its own is known only now.
                         let s = ctx.prog(rank as usize).ops[op as usize].stream as usize;
                         sh.started(S::slot(ctx, rank), s, Some(own));
@@ -301,7 +280,8 @@ impl<S: Slots> State<S> {
         let mut mask = self.ranks[r].waiting;
         // The stream of `completed`, when heads it releases on other streams wait out a
         // hand-off (host profiles: another thread of the rank runs them).
-        let from_stream = if self.handoff_ns == 0 {
+        let handoff_ns = self.handoff_ns();
+        let from_stream = if handoff_ns == 0 {
             usize::MAX
         } else {
             ctx.prog(rank as usize)
@@ -316,7 +296,7 @@ impl<S: Slots> State<S> {
             if b == completed && from_stream != usize::MAX && s != from_stream {
                 self.ranks[r].streams[s].blocked_on = HANDED_OFF;
                 self.queue.push(
-                    self.now.saturating_add(self.handoff_ns),
+                    self.now.saturating_add(handoff_ns),
                     HANDOFF_BIT | rank,
                     s as u32,
                 );
@@ -334,28 +314,17 @@ impl<S: Slots> State<S> {
         let prog = ctx.prog(rank as usize);
         let op_idx = self.ranks[r].streams[s].cursor;
         let op = &prog.ops[op_idx as usize];
-        let reload_ns = match self.residency {
-            Some(_) => self.operand_reload_ns(ctx, rank, op.index),
-            None => 0,
-        }
-        .saturating_add(match &self.aging {
-            Some(a) => {
-                let program = ctx.prog_of.get(rank as usize).map_or(0, |&p| p as usize);
-                a.extra_ns(program, op.index, self.now)
-            }
-            None => 0,
-        });
-        let rs = &mut self.ranks[r];
         let now = self.now;
-        rs.streams[s].start_ns = now;
-        let mut dur = match op.cached_ns {
+        self.ranks[r].streams[s].start_ns = now;
+        let price_ns = match op.cached_ns {
             Some(ns) => ns,
             None => compute_ns_uncached(ctx, rank, op.index),
-        }
-        .saturating_add(reload_ns);
-        if let Some(j) = &mut self.jitter {
-            dur = dur.saturating_add(j.delay_ns(dur));
-        }
+        };
+        let dur = match self.host {
+            Some(_) => self.host_compute_ns(ctx, rank, op.index, price_ns),
+            None => price_ns,
+        };
+        let rs = &mut self.ranks[r];
         let a = &mut rs.acct;
         a.flush(now);
         a.running_compute += 1;
@@ -365,7 +334,7 @@ impl<S: Slots> State<S> {
         // the machine serves at once, it shares the node's memory with the others running.
         let memory_bound = matches!(op.kind, CKind::Compute { flops: 0 })
             && self.flows.as_ref().is_some_and(|f| f.shares_memory());
-        if let Some(sh) = &mut self.share {
+        if let Some(sh) = self.share_mut() {
             // Its time beyond `dur` may be the memory's, which is work and not waiting for the
             // core: not counted as waiting.
             sh.started(r, s, (!memory_bound).then_some(dur));
@@ -425,9 +394,9 @@ impl<S: Slots> State<S> {
         rs.streams[s].start_ns = now;
         match op.kind {
             CKind::Compute { .. } => {
-                if self.turns.is_some() {
+                if self.host.as_ref().is_some_and(|h| h.turns.is_some()) {
                     let core = self.core_of(ctx, rank);
-                    if let Some(t) = &mut self.turns {
+                    if let Some(t) = self.host.as_mut().and_then(|h| h.turns.as_mut()) {
                         if !t.claim(core, (rank, r as u32, s as u8)) {
                             return Ok(());
                         }
@@ -440,7 +409,7 @@ impl<S: Slots> State<S> {
                 a.flush(self.now);
                 a.running_comm += 1;
                 let dur = op.cached_ns.unwrap_or(0);
-                if let Some(sh) = &mut self.share {
+                if let Some(sh) = self.share_mut() {
                     sh.started(r, s, Some(dur));
                 }
                 self.schedule(dur, rank, op_idx);
@@ -525,14 +494,14 @@ impl<S: Slots> State<S> {
                 a.flush(now);
                 debug_assert!(a.running_compute > 0);
                 a.running_compute -= 1;
-                if let Some(sh) = &mut self.share {
+                if let Some(sh) = self.share_mut() {
                     sh.finished(r, s, now - start_ns, false);
                 }
                 self.core_activity(ctx, rank, false);
                 self.pass_turn(ctx, rank);
             }
             CKind::Checkpoint { .. } | CKind::P2p { .. } | CKind::Collective { .. } => {
-                if let Some(sh) = &mut self.share {
+                if let Some(sh) = self.share_mut() {
                     sh.finished(r, s, now - start_ns, true);
                 }
                 let a = &mut self.ranks[r].acct;
@@ -592,8 +561,9 @@ impl<S: Slots> State<S> {
                     .as_ref()
                     .and_then(|v| v.get(r * STREAMS + s).copied()),
                 solo_ns: self
-                    .share
+                    .host
                     .as_ref()
+                    .and_then(|h| h.share.as_ref())
                     .and_then(|sh| sh.solo_below(r, s, now - start_ns)),
             });
         }

@@ -64,7 +64,7 @@ pub(crate) struct SharedCores {
     pub slowdown: f64,
     pub alloc_ns_per_byte: u64,
     pub free_ns: u64,
-    pub wake: Option<crate::engine::Wake>,
+    pub wake: Option<crate::host_model::Wake>,
     pub residency: Option<(u64, u64)>,
     pub handoff_ns: u64,
     /// The compute thread's weight against a transfer (`None`: the cost model's default).
@@ -98,7 +98,7 @@ impl CostModel for SharedCores {
     fn free_ns(&self) -> u64 {
         self.free_ns
     }
-    fn wake(&self) -> Option<crate::engine::Wake> {
+    fn wake(&self) -> Option<crate::host_model::Wake> {
         self.wake
     }
     fn handoff_ns(&self) -> u64 {
@@ -117,10 +117,10 @@ impl CostModel for SharedCores {
     fn models_operand_residency(&self) -> bool {
         self.residency.is_some()
     }
-    fn operand_residency(&self, op: &ComputeOp) -> Option<crate::engine::Residency> {
+    fn operand_residency(&self, op: &ComputeOp) -> Option<crate::host_model::Residency> {
         let (cache_bytes, reload_ns) = self.residency?;
         let ws = op.memory_bytes;
-        Some(crate::engine::Residency {
+        Some(crate::host_model::Residency {
             working_set_bytes: ws,
             cache_bytes,
             reload_ns: if ws > cache_bytes { 0 } else { reload_ns },

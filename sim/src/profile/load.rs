@@ -3,9 +3,9 @@
 //! type of twin: file, line and column, key, value, and what is allowed.
 
 use super::{FitQuality, LinkParams, Param, Profile, Source};
-use crate::cost::Algorithm;
 use crate::scenario::error::{Ctx, LineIndex};
 use crate::scenario::{ErrorKind, ScenarioError};
+use crate::topology::Algorithm;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;

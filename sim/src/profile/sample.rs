@@ -1,14 +1,10 @@
-//! Propagating a profile's uncertainty to a prediction: every fitted parameter (`source =
-//! "fitted"`) that carries a 95% confidence interval is drawn from a normal distribution with sd = (hi - lo) / 3.92, clamped
-//! to the values the loader accepts for it; the step is simulated once per draw on the already
-//! compiled schedule, and the 2.5% and 97.5% quantiles of the step times are the interval.
-//! Seeded (splitmix64 + Box-Muller), so the same scenario seed gives the same interval.
+//! Drawing a profile from its uncertainty: every fitted parameter (`source = "fitted"`) that
+//! carries a 95% confidence interval is drawn from a normal distribution with sd = (hi - lo) /
+//! 3.92, clamped to the values the loader accepts for it. Seeded (splitmix64 + Box-Muller), so
+//! the same seed gives the same draws. `crate::uncertainty` simulates a step per draw.
 
 use super::load::Range;
 use super::{Param, Profile, Source};
-use crate::cost::Analytic;
-use crate::engine::{simulate, SimError, SimOptions};
-use crate::Staged;
 
 /// Draws by default (`twin simulate --samples`).
 pub const DEFAULT_SAMPLES: u32 = 64;
@@ -161,113 +157,16 @@ impl Profile {
     }
 }
 
-/// The 95% interval of the step time (ns) under the profile's parameter uncertainty, from
-/// `samples` draws seeded by `seed`; `None` when no parameter has an interval. `staged` must
-/// hold the scenario already planned and generated (it is simulated, not rebuilt).
-pub fn step_time_ci95(
-    staged: &Staged,
-    profile: &Profile,
-    samples: u32,
-    seed: u64,
-    opts: &SimOptions,
-) -> Result<Option<[u64; 2]>, SimError> {
-    if !profile.has_intervals() || samples == 0 {
-        return Ok(None);
-    }
-    let opts = SimOptions {
-        trace: false,
-        ..opts.clone()
-    };
-    let mut rng = Rng::new(seed);
-    let mut times = Vec::with_capacity(samples as usize);
-    for i in 0..samples {
-        let mut cost = Analytic::from_profile(&staged.scenario, &profile.sample(&mut rng));
-        cost.node_step_bytes = staged.cost.node_step_bytes;
-        // With the machine's interruptions in the profile, each draw meets its own: the
-        // interval is then one step's, as a run measures it.
-        let opts = SimOptions {
-            jitter_seed: cost
-                .interruptions
-                .map(|_| seed.wrapping_add(u64::from(i) + 1)),
-            collapse: opts.collapse && cost.interruptions.is_none(),
-            ..opts.clone()
-        };
-        times.push(simulate(&staged.plan, &staged.schedule, &cost, &opts)?.step_time_ns);
-    }
-    times.sort_unstable();
-    let q = |f: f64| {
-        let i = ((times.len() as f64 - 1.0) * f).round() as usize;
-        times.get(i).copied().unwrap_or(0)
-    };
-    Ok(Some([q(0.025), q(0.975)]))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::small_scenario;
 
     const A100: &str = include_str!("../../../scenarios/profiles/a100-dgx.toml");
 
-    fn setup(width: f64) -> (Staged, Profile, u64) {
-        let mut p = super::super::parse_str(A100, "a100-dgx.toml").unwrap();
-        let e = p.gemm_max_efficiency.value;
-        p.intra.latency_ns.source = Source::Fitted;
-        p.gemm_max_efficiency.ci95 = Some([e - width, (e + width).min(1.0)]);
-        let l = p.intra.latency_ns.value;
-        p.intra.latency_ns.ci95 = Some([l * (1.0 - width), l * (1.0 + width)]);
-        let s = small_scenario(2, 2, 2, 4);
-        let staged = Staged::with_profile(&s, Some(&p)).unwrap();
-        let point = staged
-            .simulate(&SimOptions::default())
-            .unwrap()
-            .step_time_ns;
-        (staged, p, point)
-    }
-
-    #[test]
-    fn interval_contains_the_point_estimate_and_widens_with_wider_cis() {
-        let (staged, narrow_p, point) = setup(0.02);
-        let narrow = step_time_ci95(&staged, &narrow_p, 64, 7, &SimOptions::default())
-            .unwrap()
-            .unwrap();
-        assert!(
-            narrow[0] <= point && point <= narrow[1],
-            "{narrow:?} {point}"
-        );
-        assert!(narrow[0] < narrow[1]);
-        let (staged, wide_p, _) = setup(0.08);
-        let wide = step_time_ci95(&staged, &wide_p, 64, 7, &SimOptions::default())
-            .unwrap()
-            .unwrap();
-        assert!(
-            wide[1] - wide[0] > narrow[1] - narrow[0],
-            "{wide:?} {narrow:?}"
-        );
-        assert!(wide[0] <= point && point <= wide[1]);
-    }
-
-    #[test]
-    fn deterministic_per_seed_and_absent_without_intervals() {
-        let (staged, p, _) = setup(0.05);
-        let a = step_time_ci95(&staged, &p, 32, 1, &SimOptions::default()).unwrap();
-        let b = step_time_ci95(&staged, &p, 32, 1, &SimOptions::default()).unwrap();
-        assert_eq!(a, b);
-        let mut plain = super::super::parse_str(A100, "a100-dgx.toml").unwrap();
-        assert!(!plain.has_intervals());
-        // A published spread is not a fit's uncertainty: not sampled.
-        plain.intra.latency_ns.ci95 = Some([1000.0, 5000.0]);
-        assert_eq!(plain.intra.latency_ns.source, Source::Published);
-        assert!(!plain.has_intervals());
-        assert_eq!(
-            step_time_ci95(&staged, &plain, 32, 1, &SimOptions::default()).unwrap(),
-            None
-        );
-    }
-
     #[test]
     fn draws_stay_in_range() {
-        let (_, mut p, _) = setup(0.05);
+        let mut p = super::super::parse_str(A100, "a100-dgx.toml").unwrap();
+        p.gemm_max_efficiency.source = Source::Fitted;
         // An interval far wider than the valid range: draws are clamped, never invalid.
         p.gemm_max_efficiency.ci95 = Some([-5.0, 5.0]);
         let mut rng = Rng::new(3);

@@ -1,7 +1,7 @@
 //! Tests of profile loading, its errors, and the bundled profiles against published figures.
 
 use super::*;
-use crate::cost::{bus_bandwidth, Algorithm, CostModel, GroupShape};
+use crate::cost::{bus_bandwidth, Algorithm, Analytic, CostModel, GroupShape};
 use crate::plan::{GroupKind, Plan};
 use crate::scenario::ErrorKind;
 use crate::schedule::{CollectiveKind, MemCategory};
@@ -638,7 +638,7 @@ fn wake_keys_come_as_a_pair_and_reach_the_cost_model() {
     let a = Analytic::from_profile(&small_scenario(1, 2, 1, 4), &p);
     assert_eq!(
         a.wake(),
-        Some(crate::engine::Wake {
+        Some(crate::host_model::Wake {
             ns: 8000.0,
             per_idle: 0.02
         })

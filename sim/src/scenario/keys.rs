@@ -143,7 +143,7 @@ keys!(topology {
     MODEL = "model", Choice { what: "network model", names: &["analytic", "flow"] }, Is("analytic"), "`analytic`: each transfer priced alone (alpha-beta); `flow`: flows share links max-min fairly.";
     FABRIC = "fabric", Choice { what: "fabric", names: &["rail-optimized", "fat-tree"] }, Is("rail-optimized"), "How nodes are wired to leaf switches.";
     NICS_PER_NODE = "nics_per_node", Uint { min: 0, max: 4096 }, Int(0), "NICs per node, shared evenly by its GPUs; 0 = one per GPU.";
-    NODES_PER_LEAF = "nodes_per_leaf", Uint { min: 1, max: MAX_DEGREE }, Int(super::super::topology::DEFAULT_NODES_PER_LEAF as u64), "Nodes per leaf switch (per rail when rail-optimized).";
+    NODES_PER_LEAF = "nodes_per_leaf", Uint { min: 1, max: MAX_DEGREE }, Int(crate::scenario::topology::DEFAULT_NODES_PER_LEAF as u64), "Nodes per leaf switch (per rail when rail-optimized).";
     OVERSUBSCRIPTION = "oversubscription", Number { zero_ok: false, max: 1024.0 }, Num(1.0), "Leaf downlink / uplink capacity (4 = 4:1).";
 });
 
@@ -198,8 +198,8 @@ keys!(training {
 });
 
 keys!(memory {
-    RESERVED_BYTES = "reserved_bytes", Uint { min: 0, max: MAX_BYTES }, Int(super::super::types::MemorySettings::DEFAULT_RESERVED_BYTES), "Held on every GPU for the whole step: CUDA context, cuBLAS and NCCL (the default is what a PyTorch process held on an H200).";
-    ALLOCATOR_SLACK_FRACTION = "allocator_slack_fraction", Number { zero_ok: true, max: 1.0 }, Num(super::super::types::MemorySettings::DEFAULT_ALLOCATOR_SLACK_FRACTION), "Caching-allocator fragmentation: each activation and buffer allocation holds this fraction more.";
+    RESERVED_BYTES = "reserved_bytes", Uint { min: 0, max: MAX_BYTES }, Int(crate::scenario::types::MemorySettings::DEFAULT_RESERVED_BYTES), "Held on every GPU for the whole step: CUDA context, cuBLAS and NCCL (the default is what a PyTorch process held on an H200).";
+    ALLOCATOR_SLACK_FRACTION = "allocator_slack_fraction", Number { zero_ok: true, max: 1.0 }, Num(crate::scenario::types::MemorySettings::DEFAULT_ALLOCATOR_SLACK_FRACTION), "Caching-allocator fragmentation: each activation and buffer allocation holds this fraction more.";
     ACCOUNTING = "accounting", Choice { what: "memory accounting", names: &["megatron", "deepspeed"] }, Is("megatron"), "Whose bookkeeping of model state and ZeRO buffers the memory timeline follows (docs/memory.md). Only memory changes.";
 });
 

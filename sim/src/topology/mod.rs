@@ -5,16 +5,23 @@
 //! alpha-beta model's [`Decomposition`]) or a point-to-point send into flows over these links;
 //! [`maxmin`] shares the links among concurrent flows. See docs/topology.md.
 //!
-//! Capacities are the alpha-beta model's achieved rates (line rate times protocol
-//! efficiency), so a transfer that has its links to itself takes exactly its alpha-beta time.
+//! The alpha-beta model of the same links is [`TierModel`] (`tiers`): two tiers, a price per
+//! call and the algorithm NCCL's tuner would choose. Both models of the network live here, below
+//! the cost model that prices transfers with them. Capacities are the alpha-beta model's
+//! achieved rates (line rate times protocol efficiency), so a transfer that has its links to
+//! itself takes exactly its alpha-beta time.
 
 pub mod maxmin;
+mod tiers;
 
-use crate::cost::{GroupShape, Pattern, TierModel};
 use crate::plan::Group;
 use crate::scenario::{Cluster, Fabric, NetworkTopology};
 use crate::schedule::CollectiveKind;
 pub use maxmin::{MaxMin, Path};
+pub use tiers::{
+    Algorithm, CollectiveEstimate, Decomposition, GroupShape, NvlsModel, Pattern, Phase, TierModel,
+    DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY,
+};
 
 /// A transfer as flows: phases run one after another, the flows of one phase concurrently;
 /// `latency_ns` is added once after the last phase.

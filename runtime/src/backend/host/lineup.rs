@@ -7,7 +7,7 @@
 //! collective had ended waited a median 91 µs (p90 248 µs) to be issued, while the other
 //! rank on its core ran a GEMM and its collectives, and that rank's later-ready op took the
 //! core first (the trace's `issued_ns`; docs/journal/2026-11-validation-history.md, 2026-11-24).
-//! The simulator's turns serve ops in the order they became ready (`twin_sim::engine::turns`),
+//! The simulator's turns serve ops in the order they became ready (twin-sim's `host_model::turns`),
 //! as a GPU's scheduler would see them. So the thread that completes an op takes the ticket,
 //! before it wakes anyone, for every stream's next compute op that the completion makes ready (with
 //! nothing but ready allocations and frees before it); the stream thread then waits on that ticket.

@@ -4,14 +4,15 @@
 //! shares both. Its span then holds two kinds of lost time: time the memory was shared, which
 //! is work (its thread is on the core, stalled on loads), and time other work took its core,
 //! which is waiting. The engine's accounts and the trace's `solo_ns` count only the second as
-//! waiting (`engine::share`), so each op keeps its own time: over every stretch of constant
+//! waiting (`host_model::share`), so each op keeps its own time: over every stretch of constant
 //! rates, the progress it made divided by the rate it would have had with its core to itself,
 //! `min(1, max(C / n, C - others))` for the memory's capacity `C`, the `n` memory-bound ops on
-//! the node and the others' rates. Every stretch boundary of one node's ops is the same
+//! the node and the others' rates (the host model's rule, `host_model::memory`). Every stretch boundary of one node's ops is the same
 //! instant for all of them (they are settled together), so the others' rates are those of
 //! the stretch.
 
 use super::Flows;
+use crate::host_model::alone_rate;
 
 pub(super) struct Memory {
     /// Resource id of node 0's memory (node `k`'s is `base + k`).
@@ -61,7 +62,7 @@ impl Flows {
             let i = &mut self.info[id as usize];
             let elapsed = now.saturating_sub(i.last_ns) as f64;
             if elapsed > 0.0 {
-                let alone = (m.capacity / n).max(m.capacity - (sum - i.rate)).min(1.0);
+                let alone = alone_rate(m.capacity, n, sum - i.rate);
                 if alone > 0.0 {
                     m.own_ns[id as usize] += i.rate * elapsed / alone;
                 }

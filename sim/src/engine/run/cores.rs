@@ -1,11 +1,12 @@
-//! The engine's handling of shared CPU cores (the host model): which core a rank runs on,
-//! CPU work of transfers and allocations shared with compute by weight, the compute turns, the
-//! cores' idle time for wake-ups and what their caches hold (`engine::residency`). Split from
-//! `run`, whose event loop reads on its own; without shared cores (every GPU profile) these
-//! reduce to a plain schedule or nothing.
+//! Where the engine calls the CPU host model (`host_model`, held as [`State`]'s `host`): which
+//! core a rank runs on, CPU work of transfers and allocations shared with compute by weight, the
+//! compute turns, the cores' idle time for wake-ups, what their caches hold and what a compute op
+//! pays for it. The event loop in `run` reads on its own; without a host model (every GPU
+//! profile) these reduce to a plain schedule or nothing.
 
 use super::{Slots, State};
 use crate::engine::context::Ctx;
+use crate::host_model::CoreShare;
 
 impl<S: Slots> State<S> {
     /// The core `rank` runs on when ranks share cores, else a core of its own (its rank).
@@ -16,14 +17,26 @@ impl<S: Slots> State<S> {
         }
     }
 
+    /// The waiting within stretched spans on shared cores (`host_model::share`), when kept.
+    #[inline]
+    pub(super) fn share_mut(&mut self) -> Option<&mut CoreShare> {
+        self.host.as_mut().and_then(|h| h.share.as_mut())
+    }
+
+    /// The host model's hand-off (`host_model::HostRun::handoff_ns`); zero without one.
+    #[inline]
+    pub(super) fn handoff_ns(&self) -> u64 {
+        self.host.as_ref().map_or(0, |h| h.handoff_ns)
+    }
+
     /// A compute op of `rank` started (`started`) or finished: its core's idle time restarts
-    /// (only tracked when the profile prices wake-ups, `engine::wake`).
+    /// (only tracked when the profile prices wake-ups, `host_model::wake`).
     pub(super) fn core_activity(&mut self, ctx: &Ctx, rank: u32, started: bool) {
-        if self.waking.is_none() {
+        if self.host.as_ref().is_none_or(|h| h.waking.is_none()) {
             return;
         }
         let core = self.core_of(ctx, rank);
-        if let Some((_, idle)) = &mut self.waking {
+        if let Some((_, idle)) = self.host.as_mut().and_then(|h| h.waking.as_mut()) {
             if started {
                 idle.started(core, self.now);
             } else {
@@ -32,23 +45,24 @@ impl<S: Slots> State<S> {
         }
     }
 
-    /// What compute op `op` (IR index) of `rank`, starting now, pays to reload operands that
-    /// other work evicted from its core's cache (`engine::residency`). Out of line: only host
-    /// profiles have it.
+    /// How long compute op `op` (IR index) of `rank`, priced `price_ns` and starting now, takes
+    /// on its core ([`crate::host_model::HostRun::compute_ns`]). Out of line: only host
+    /// profiles have a host model.
     #[cold]
     #[inline(never)]
-    pub(super) fn operand_reload_ns(&mut self, ctx: &Ctx, rank: u32, op: u32) -> u64 {
+    pub(super) fn host_compute_ns(&mut self, ctx: &Ctx, rank: u32, op: u32, price_ns: u64) -> u64 {
         let core = self.core_of(ctx, rank);
         let program = ctx.prog_of.get(rank as usize).map_or(0, |&p| p as usize);
-        self.residency
-            .as_mut()
-            .map_or(0, |r| r.start(core, rank, program, op))
+        let now = self.now;
+        self.host.as_mut().map_or(price_ns, |h| {
+            h.compute_ns((core, rank), (program, op), now, price_ns)
+        })
     }
 
-    /// What a transfer into `ranks` adds for their cores' wake-up (`engine::wake`): the most
+    /// What a transfer into `ranks` adds for their cores' wake-up (`host_model::wake`): the most
     /// any of them needs, as the transfer waits for every member.
     pub(super) fn wake_ns(&self, ctx: &Ctx, ranks: &[u32]) -> u64 {
-        let Some((w, idle)) = &self.waking else {
+        let Some((w, idle)) = self.host.as_ref().and_then(|h| h.waking.as_ref()) else {
             return 0;
         };
         ranks
@@ -114,10 +128,13 @@ impl<S: Slots> State<S> {
     /// (docs/journal/2026-11-validation-history.md, 2026-11-24). The op's remaining work grows by
     /// the hand-off, once per core.
     fn switch_cost(&mut self, cpus: &[u32]) {
-        let (Some(turns), Some(f)) = (self.turns.as_ref(), self.flows.as_mut()) else {
+        let Some(host) = self.host.as_ref() else {
             return;
         };
-        if self.handoff_ns == 0 {
+        let (Some(turns), Some(f)) = (host.turns.as_ref(), self.flows.as_mut()) else {
+            return;
+        };
+        if host.handoff_ns == 0 {
             return;
         }
         for (i, &c) in cpus.iter().enumerate() {
@@ -126,7 +143,7 @@ impl<S: Slots> State<S> {
             }
             if let Some((_, slot, s)) = turns.holder(c as usize) {
                 let flow_slot = slot as usize * super::STREAMS + usize::from(s);
-                f.add_compute_work(self.now, flow_slot, self.handoff_ns as f64);
+                f.add_compute_work(self.now, flow_slot, host.handoff_ns as f64);
             }
         }
     }
@@ -140,13 +157,19 @@ impl<S: Slots> State<S> {
     /// 2026-11-24).
     pub(super) fn pass_turn(&mut self, ctx: &Ctx, rank: u32) {
         let core = self.core_of(ctx, rank);
-        if let Some((next, slot, s)) = self.turns.as_mut().and_then(|t| t.release(core)) {
-            if self.handoff_ns == 0 {
+        let next = self
+            .host
+            .as_mut()
+            .and_then(|h| h.turns.as_mut())
+            .and_then(|t| t.release(core));
+        if let Some((next, slot, s)) = next {
+            let handoff_ns = self.handoff_ns();
+            if handoff_ns == 0 {
                 self.begin_compute(ctx, next, slot as usize, s as usize);
             } else {
                 debug_assert_eq!(S::slot(ctx, next), slot as usize);
                 self.queue.push(
-                    self.now.saturating_add(self.handoff_ns),
+                    self.now.saturating_add(handoff_ns),
                     super::HANDOFF_BIT | next,
                     super::TURN_PASSED | u32::from(s),
                 );

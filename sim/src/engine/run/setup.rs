@@ -3,6 +3,7 @@
 //! loop and per-op handlers read on their own.
 
 use super::*;
+use crate::host_model::{Agings, CoreIdle, CoreShare, Jitter, Residencies, Turns};
 
 impl<S: Slots> State<S> {
     pub(super) fn new(ctx: &Ctx) -> State<S> {
@@ -54,32 +55,34 @@ impl<S: Slots> State<S> {
             },
             coll_memo: CollectiveMemo::default(),
             p2p_memo: P2pMemo::default(),
-            share: ctx.cost.shared_cores().map(|_| CoreShare::new(slots)),
             free_ns: ctx.cost.free_ns(),
-            handoff_ns: ctx.cost.handoff_ns(),
             // The solver counts a weight of 0 as 1; a measured 0 means "paused while a transfer
             // runs beside it", which a thousandth of the core gives to within a rounding.
             compute_weight: ctx.cost.compute_weight().max(MIN_COMPUTE_WEIGHT),
             p2p_cpu_share: ctx.cost.p2p_cpu_share().clamp(0.0, 1.0),
-            jitter: ctx
-                .opts
-                .jitter_seed
-                .zip(ctx.cost.interruptions())
-                .map(|(seed, model)| Jitter::new(seed, model)),
-            waking: ctx.cost.wake().map(|w| (w, CoreIdle::default())),
-            residency: if ctx.cost.models_operand_residency() {
-                Residencies::new(ctx.schedule.programs.iter(), |c| {
-                    ctx.cost.operand_residency(c)
-                })
-            } else {
-                None
-            },
-            aging: if ctx.cost.models_state_aging() {
-                Agings::new(ctx.schedule.programs.iter(), |c| ctx.cost.state_aging(c))
-            } else {
-                None
-            },
-            turns: ctx.cost.shared_cores().map(|_| Turns::default()),
+            host: HostRun::new(HostRun {
+                share: ctx.cost.shared_cores().map(|_| CoreShare::new(slots)),
+                turns: ctx.cost.shared_cores().map(|_| Turns::default()),
+                waking: ctx.cost.wake().map(|w| (w, CoreIdle::default())),
+                residency: if ctx.cost.models_operand_residency() {
+                    Residencies::new(ctx.schedule.programs.iter(), |c| {
+                        ctx.cost.operand_residency(c)
+                    })
+                } else {
+                    None
+                },
+                aging: if ctx.cost.models_state_aging() {
+                    Agings::new(ctx.schedule.programs.iter(), |c| ctx.cost.state_aging(c))
+                } else {
+                    None
+                },
+                jitter: ctx
+                    .opts
+                    .jitter_seed
+                    .zip(ctx.cost.interruptions())
+                    .map(|(seed, model)| Jitter::new(seed, model)),
+                handoff_ns: ctx.cost.handoff_ns(),
+            }),
             slots: std::marker::PhantomData,
             trace: ctx.opts.trace.then(|| Trace {
                 events: Vec::with_capacity(total_ops),
@@ -91,7 +94,7 @@ impl<S: Slots> State<S> {
     }
 
     /// The step's result: every rank's accounts closed at the step's end (waiting on shared
-    /// cores moved to idle time, `engine::share`), expanded to every rank when collapsed.
+    /// cores moved to idle time, `host_model::share`), expanded to every rank when collapsed.
     pub(super) fn finish(mut self, ctx: &Ctx) -> SimResult {
         let step_time_ns = self
             .ranks
@@ -99,7 +102,7 @@ impl<S: Slots> State<S> {
             .map(|r| r.acct.finish_ns)
             .max()
             .unwrap_or(0);
-        let share = self.share.take();
+        let share = self.host.as_mut().and_then(|h| h.share.take());
         let simulated: Vec<RankStats> = self
             .ranks
             .iter_mut()

@@ -16,7 +16,7 @@ impl<S: Slots> State<S> {
     pub(super) fn begin_transfer(&mut self, ctx: &Ctx, rank: u32, op: u32, solo_ns: Option<u64>) {
         let r = S::slot(ctx, rank);
         let s = ctx.prog(rank as usize).ops[op as usize].stream as usize;
-        if let Some(sh) = &mut self.share {
+        if let Some(sh) = self.share_mut() {
             sh.started(r, s, solo_ns);
         }
         let rs = &mut self.ranks[r];
@@ -115,7 +115,7 @@ impl<S: Slots> State<S> {
                 ctx.cost.p2p_ns(ctx.plan, src, real_dst, bytes)
             }),
         };
-        // Into a core that slept, the transfer waits for it to wake (`engine::wake`).
+        // Into a core that slept, the transfer waits for it to wake (`host_model::wake`).
         let dur_ns = dur_ns + self.wake_ns(ctx, &[dst]);
         let solo_ns = ctx.net.is_none().then_some(dur_ns);
         self.begin_transfer(ctx, src, send_op, solo_ns);

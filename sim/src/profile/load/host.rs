@@ -6,12 +6,12 @@ use super::{Checker, Range, RawMemory, Result};
 use crate::scenario::ErrorKind;
 
 impl Checker<'_> {
-    /// `gemm.shape_factors` (see [`crate::cost::shape_factors`]): rows of `[m, n, k, factor]`,
+    /// `gemm.shape_factors` (see `host_model::shape_factors`): rows of `[m, n, k, factor]`,
     /// whole positive dimensions and a positive factor.
     pub(super) fn shape_factors(
         &self,
         raw: Option<toml::Spanned<Vec<Vec<f64>>>>,
-    ) -> Result<Vec<crate::cost::shape_factors::ShapeFactor>> {
+    ) -> Result<Vec<crate::profile::ShapeFactor>> {
         let Some(raw) = raw else {
             return Ok(Vec::new());
         };
@@ -26,7 +26,7 @@ impl Checker<'_> {
             .map(|(i, r)| match r.as_slice() {
                 &[m, n, k, f] if f > 0.0 && f <= 100.0 => match (dim(m), dim(n), dim(k)) {
                     (Some(m), Some(n), Some(k)) => {
-                        Ok(crate::cost::shape_factors::ShapeFactor { m, n, k, factor: f })
+                        Ok(crate::profile::ShapeFactor { m, n, k, factor: f })
                     }
                     _ => Err((i, r)),
                 },

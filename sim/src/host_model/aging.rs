@@ -4,7 +4,7 @@
 //! step from time 0; in the steady state a rank's last update ended as its step began, so the
 //! time since it is the op's start time.
 
-use crate::cost::StateAging;
+use super::StateAging;
 use crate::schedule::Program;
 
 /// Per program, each op's aging (by IR index).

@@ -27,9 +27,8 @@
 //! e.g. a tree for an all-gather). Groups with uneven members per node are approximated by their
 //! busiest node (`max_per_node`).
 
-use super::positive_rate;
-use super::secs_to_ns;
 use crate::schedule::CollectiveKind;
+use crate::units::{positive_rate, secs_to_ns};
 use serde::Serialize;
 
 /// NCCL protocol efficiency on NVLink. network.toml: H100 ring "~370 GB/s (450 GB/s line rate
@@ -248,7 +247,7 @@ impl TierModel {
 }
 
 /// How the bytes of one phase of a collective move (see [`TierModel::decompose`]); the flow
-/// model (`crate::topology`) turns a pattern into flows over a group's members.
+/// model ([`super::Network`]) turns a pattern into flows over a group's members.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pattern {
     /// Every member sends to the next one in ring order; an edge between two nodes is split

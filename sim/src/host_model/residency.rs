@@ -46,7 +46,7 @@ impl Residency {
 
 /// Per program, `of` each compute op (by IR op index; `None` for every other op); `None` when
 /// no op has one, so the engine skips the bookkeeping. The engine's per-op tables
-/// (residencies, `engine::aging`) are built by it.
+/// (residencies, `host_model::aging`) are built by it.
 pub(crate) fn per_compute_op<'a, T>(
     programs: impl Iterator<Item = &'a crate::schedule::Program>,
     of: impl Fn(&crate::schedule::ComputeOp) -> Option<T>,

@@ -8,16 +8,7 @@
 //! correction at [`RADIUS`]: a timed shape gets its own ratio, one between timed shapes a blend,
 //! one far from all of them the plain curve.
 
-use serde::Serialize;
-
-/// One timed shape: measured back-to-back time over the curve's price for it.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct ShapeFactor {
-    pub m: u64,
-    pub n: u64,
-    pub k: u64,
-    pub factor: f64,
-}
+pub use crate::profile::ShapeFactor;
 
 /// How far (Euclidean, in natural logs of m, n and k) a timed shape still corrects another:
 /// a factor of 4 in one dimension. The calibration's grid spaces its shapes at most a factor

@@ -11,7 +11,7 @@
 //! Poisson with mean `rate x time`, each interruption exponential with the profile's mean. The
 //! draws come from one seeded generator in event order, so a seed gives the same step every time.
 
-use crate::profile::sample::Rng;
+use crate::profile::Rng;
 
 /// Interruption rate and length, from a profile.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]

@@ -8,7 +8,7 @@
 //! with its own ramp; the engine, which knows when the op starts, adds what the decay takes away
 //! ([`StateAging`]).
 
-use super::positive_rate;
+use crate::units::positive_rate;
 use serde::Serialize;
 
 /// How fast the optimizer's update runs by how much of its state the node's last-level cache

@@ -7,7 +7,10 @@
 //! such waiting (wall time beyond the op's solo time), and the run's accounts move it to idle
 //! time. Without shared cores nothing is kept.
 
-use super::run::STREAMS;
+use crate::schedule::Stream;
+
+/// Streams per rank.
+const STREAMS: usize = Stream::COUNT;
 
 /// Solo time not known (the flow network timed the transfer): no waiting is counted.
 const UNKNOWN: u64 = u64::MAX;

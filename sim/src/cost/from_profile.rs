@@ -1,0 +1,135 @@
+//! The cost model a hardware profile describes: every parameter of [`Analytic`] from one
+//! profile file, read at the bottom layer (`crate::profile`) and turned into prices here.
+
+use super::{
+    Analytic, GemmCurve, MemorySpill, OperandLoad, StateCache, StateDecay,
+    DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
+};
+use crate::host_model::{Interruptions, Wake};
+use crate::profile::{whole, Profile};
+use crate::scenario::Scenario;
+use crate::topology::{NvlsModel, TierModel};
+
+impl Profile {
+    /// The GEMM curve this profile sets.
+    pub fn gemm_curve(&self) -> GemmCurve {
+        GemmCurve {
+            max_efficiency: self
+                .gemm_bf16_flops_per_s
+                .as_ref()
+                .map_or(self.gemm_max_efficiency.value, |r| {
+                    r.value / self.peak_bf16_flops_per_s.value
+                }),
+            k_half: whole(&self.gemm_k_half),
+            tile_m: whole(&self.gemm_tile_m),
+            tile_n: whole(&self.gemm_tile_n),
+            ramp_ns: whole(&self.gemm_ramp_ns),
+            ramp_per_product: self.gemm_ramp_per_product,
+            operands: match (
+                &self.gemm_operand_bytes_per_s,
+                &self.gemm_operand_cache_bytes,
+            ) {
+                (Some(b), Some(c)) => Some(OperandLoad {
+                    bytes_per_s: b.value,
+                    cache_bytes: whole(c),
+                    pack_bytes_per_s: self.gemm_pack_bytes_per_s.as_ref().map(|p| p.value),
+                    cold_ramp_ns: self.gemm_cold_ramp_ns.as_ref().map_or(0, whole),
+                }),
+                _ => None,
+            },
+            shape_factors: self.gemm_shape_factors.clone(),
+        }
+    }
+
+    /// The link tiers this profile sets.
+    pub fn tiers(&self) -> TierModel {
+        let nvls = self.nvls_efficiency.as_ref().map(|e| NvlsModel {
+            efficiency: e.value,
+            min_bytes: self.nvls_min_bytes.as_ref().map_or(0, whole),
+        });
+        TierModel {
+            intra_bandwidth_bytes_per_s: self.intra.bandwidth_bytes_per_s.value,
+            intra_latency_ns: whole(&self.intra.latency_ns),
+            inter_bandwidth_bytes_per_s: self.inter.bandwidth_bytes_per_s.value,
+            inter_latency_ns: whole(&self.inter.latency_ns),
+            nvlink_efficiency: self.intra.efficiency.value,
+            network_efficiency: self.inter.efficiency.value,
+            nvls,
+            algorithm: self.algorithm,
+        }
+    }
+}
+
+impl Analytic {
+    /// The cost model a profile describes. Every parameter comes from the profile; the
+    /// scenario is taken for symmetry with [`Analytic::new`] and must be on the profile's GPU
+    /// (see [`crate::profile::check_matches`]; the predict pipeline enforces it).
+    pub fn from_profile(_s: &Scenario, p: &Profile) -> Analytic {
+        Analytic {
+            peak: p.peak(),
+            hbm_bandwidth_bytes_per_s: p.hbm_bandwidth_bytes_per_s.value,
+            gemm: p.gemm_curve(),
+            memory_efficiency: p.memory_efficiency.value,
+            memory_bandwidth_bytes_per_s: p.memory_bandwidth_bytes_per_s.as_ref().map(|b| b.value),
+            memory_spill: match (&p.memory_spill_bytes, &p.memory_spill_efficiency) {
+                (Some(b), Some(e)) => Some(MemorySpill {
+                    bytes: whole(b),
+                    efficiency: e.value,
+                }),
+                _ => None,
+            },
+            memory_cold_efficiency: p.memory_cold_efficiency.as_ref().map(|c| c.value),
+            state_cache: p.memory_state.as_ref().map(|s| StateCache {
+                state_weight: s.weight.as_ref().map_or(1.0, |w| w.value),
+                resident_bytes: whole(&s.resident_bytes),
+                evicted_bytes: whole(&s.evicted_bytes).max(whole(&s.resident_bytes) + 1),
+                resident_efficiency: s.resident_efficiency.value,
+                evicted_efficiency: s.evicted_efficiency.value,
+                decay: match (&s.decay_after_ns, &s.lifetime_ns) {
+                    (Some(a), Some(l)) => Some(StateDecay {
+                        after_ns: whole(a),
+                        lifetime_ns: whole(l).max(1),
+                    }),
+                    _ => None,
+                },
+            }),
+            node_step_bytes: None,
+            wake: match (&p.host_wake_ns, &p.host_wake_per_idle) {
+                (Some(w), Some(r)) => Some(Wake {
+                    ns: w.value,
+                    per_idle: r.value,
+                }),
+                _ => None,
+            },
+            launch_ns: whole(&p.launch_ns),
+            launch_per_op: p.launch_per_op,
+            links: p.tiers(),
+            checkpoint_bandwidth_bytes_per_s: p
+                .checkpoint_bandwidth_bytes_per_s
+                .as_ref()
+                .map_or(DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, |c| c.value),
+            alloc_bytes_per_s: p.memory_alloc_bytes_per_s.as_ref().map(|a| a.value),
+            alloc_fixed_ns: p.memory_alloc_fixed_ns.as_ref().map_or(0, whole),
+            op_overhead_ns: p.op_overhead_ns.as_ref().map_or(0, whole),
+            handoff_ns: p.host_handoff_ns.as_ref().map_or(0, whole),
+            compute_weight: p.host_compute_weight.as_ref().map(|w| w.value),
+            p2p_cpu_share: p.host_p2p_cpu_share.as_ref().map(|w| w.value),
+            memory_cores: p.host_memory_cores.as_ref().map(|m| m.value),
+            interruptions: match (&p.host_interruptions_per_s, &p.host_interruption_mean_ns) {
+                (Some(r), Some(m)) => Some(Interruptions {
+                    rate_per_ns: r.value * 1e-9,
+                    mean_ns: m.value,
+                }),
+                _ => None,
+            },
+            p2p_latency_ns: [&p.intra, &p.inter].map(|l| l.p2p_latency_ns.as_ref().map(whole)),
+            p2p_bandwidth_bytes_per_s: [&p.intra, &p.inter]
+                .map(|l| l.p2p_bandwidth_bytes_per_s.as_ref().map(|b| b.value)),
+            host_cores: p
+                .host_cores
+                .as_ref()
+                .map(|c| u32::try_from(whole(c)).unwrap_or(u32::MAX)),
+            overlap_compute_slowdown: p.overlap_compute_slowdown.as_ref().map_or(0.0, |o| o.value),
+        }
+    }
+}
