@@ -142,7 +142,7 @@ fn shape_factors_price_each_timed_shape_at_its_measured_time(
     assert_eq!(checked, p.gemm_shape_factors.len());
 }
 
-/// `twin calibrate --refit INPUT -o OUTPUT`.
+/// `twin calibrate refit INPUT -o OUTPUT`.
 fn refit_to(input: &Path, output: &Path) -> Output {
     twin(
         &[
@@ -181,7 +181,7 @@ fn refit_gives_the_same_profile(dir: &Path, profile: &Path, toml: &str) {
             .collect()
     };
     assert_eq!(values(&refit), values(toml));
-    assert!(refit.contains("twin calibrate --refit at"), "{refit}");
+    assert!(refit.contains("twin calibrate refit at"), "{refit}");
     assert!(refit.contains("measured by: "), "{refit}");
     assert!(
         !dir.join("again.samples.json").exists(),
@@ -420,7 +420,7 @@ fn gpu_samples_file(path: &Path, rate: f64, memory_bw: f64, device: Option<serde
         date_utc: "2026-11-28T12:00:00Z".into(),
         backend: "cuda".into(),
         mode: "quick".into(),
-        command: "twin calibrate --backend cuda --quick".into(),
+        command: "twin calibrate cuda --quick".into(),
         ..Default::default()
     };
     let file = serde_json::json!({

@@ -328,7 +328,7 @@ fn simulate_with_a_fitted_profile_reports_a_deterministic_interval() {
 /// bubble within 2 points, peak memory within 2%, over five runs. Timing depends on the machine
 /// being idle, so it is not part of the default suite: run it with
 /// `cargo test --release --test cli_verify -- --ignored` on a quiet machine. As the issue
-/// states it, it first runs `twin calibrate --backend host --scenario scenarios/host/tp-pp.toml`
+/// states it, it first runs `twin calibrate host --scenario scenarios/host/tp-pp.toml`
 /// on this machine (about 20 s; the bundled profile was measured on another one), or takes the
 /// profile named by `TWIN_ACCEPTANCE_PROFILE`. It fails on a machine shared with other work
 /// (docs/validation.md, "verify", has the numbers).

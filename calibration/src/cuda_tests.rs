@@ -131,12 +131,7 @@ fn bundled(path: &str) -> Profile {
 }
 
 fn provenance() -> crate::write::Provenance {
-    crate::provenance::here(
-        "cuda",
-        "quick",
-        "twin calibrate cuda",
-        "p.samples.json",
-    )
+    crate::provenance::here("cuda", "quick", "twin calibrate cuda", "p.samples.json")
 }
 
 fn h200_device() -> Device {

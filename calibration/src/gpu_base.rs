@@ -157,7 +157,9 @@ pub fn start(req: Request) -> Result<Start, CalibError> {
             peak: p.peak.clone(),
             hbm_bandwidth_bytes_per_s: p.hbm_bandwidth_bytes_per_s,
             source: Source::Datasheet,
-            reference: format!("twin's GPU preset '{gpu}' (docs/scenarios.md cites its datasheet)"),
+            reference: format!(
+                "twin's GPU preset '{gpu}' (docs/reference/scenarios.md cites its datasheet)"
+            ),
         }),
         (None, Some(s)) if s.gpu.name == gpu => Some(Figures {
             peak: s.gpu.peak.clone(),
@@ -236,7 +238,7 @@ fn skeleton(gpu: &str, links: &TierModel, scenario: &str) -> Profile {
             efficiency: Param {
                 value: eff,
                 source: Source::Published,
-                reference: r("twin's default collective efficiency (docs/profiles.md)"),
+                reference: r("twin's default collective efficiency (docs/reference/profiles.md)"),
                 ci95: None,
             },
             p2p_latency_ns: None,

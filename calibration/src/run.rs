@@ -562,9 +562,7 @@ pub fn from_nccl_tests(
         None,
         None,
         &[
-            format!(
-                "Written by twin calibrate nccl-tests over the base profile {base_origin}."
-            ),
+            format!("Written by twin calibrate nccl-tests over the base profile {base_origin}."),
             format!("Logs: {}", names.join(", ")),
         ],
     );

@@ -1,4 +1,4 @@
-//! The profile TOML emitter, in the format of docs/profiles.md: every number an inline table
+//! The profile TOML emitter, in the format of docs/reference/profiles.md: every number an inline table
 //! `{ value, source, ref, ci95 }`, sections in the documented order, then the host backend's
 //! keys (`[host] cores`) and the `[provenance]` table of a
 //! calibration run. Output depends only on its inputs (no clock, no map iteration order).
@@ -169,7 +169,7 @@ pub fn profile_toml(
         o.push_str(
             "# Per timed shape, the median back-to-back call over the curve's price for it: \
              [m, n, k, factor]; a shape between them is priced by the curve times the factor \
-             interpolated from its nearest (docs/profiles.md).\nshape_factors = [\n",
+             interpolated from its nearest (docs/reference/profiles.md).\nshape_factors = [\n",
         );
         for f in &p.gemm_shape_factors {
             o.push_str(&format!(

@@ -16,12 +16,12 @@ use std::process::ExitCode;
   twin simulate scenarios/512xA100.toml --profile scenarios/profiles/a100-dgx.toml
   twin simulate scenarios/512xA100.toml --full        (every rank; same report)
   twin simulate scenarios/small.toml --trace small.trace.json   (open in ui.perfetto.dev)
-  twin simulate scenarios/512xA100-faults.toml --horizon 30d --seeds 1000   (docs/faults.md)
+  twin simulate scenarios/512xA100-faults.toml --horizon 30d --seeds 1000   (docs/reference/faults.md)
 
 Details: docs/reference/cli.md#twin-simulate"
 )]
 pub struct Args {
-    /// Scenario TOML file (docs/scenarios.md).
+    /// Scenario TOML file (docs/reference/scenarios.md).
     pub scenario: PathBuf,
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
@@ -34,23 +34,23 @@ pub struct Args {
     /// Print the per-stage memory breakdown and the op of each peak.
     #[arg(long)]
     pub memory: bool,
-    /// Hardware profile TOML whose parameters replace the defaults (docs/profiles.md).
+    /// Hardware profile TOML whose parameters replace the defaults (docs/reference/profiles.md).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
-    /// Simulate representative ranks only, also with --trace (exact; docs/topology.md).
+    /// Simulate representative ranks only, also with --trace (exact; docs/reference/topology.md).
     #[arg(long, conflicts_with = "full")]
     pub collapse: bool,
     /// Simulate every rank (same report; more events and time).
     #[arg(long)]
     pub full: bool,
-    /// Simulate failures and restarts over this horizon, e.g. 30d (docs/faults.md).
+    /// Simulate failures and restarts over this horizon, e.g. 30d (docs/reference/faults.md).
     #[arg(long, value_name = "DURATION", value_parser = parse_horizon)]
     pub horizon: Option<u64>,
     /// Monte Carlo trials of the horizon (overrides [faults] seeds).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub seeds: Option<u32>,
     /// With --profile: draws of the profile's fitted parameters (those with ci95) used for
-    /// the step time's 95% interval (seeded by the scenario's run.seed; docs/profiles.md).
+    /// the step time's 95% interval (seeded by the scenario's run.seed; docs/reference/profiles.md).
     #[arg(long, value_name = "N", default_value_t = twin_sim::profile::DEFAULT_SAMPLES,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     /// With --profile: draws of the fitted parameters for the step time's 95% interval.

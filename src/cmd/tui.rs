@@ -19,10 +19,10 @@ use std::process::ExitCode;
 Details: docs/reference/cli.md#twin-tui"
 )]
 pub struct Args {
-    /// Scenario TOML file (see docs/scenarios.md).
+    /// Scenario TOML file (see docs/reference/scenarios.md).
     pub scenario: PathBuf,
     /// A measured step to compare with: a trace file (`twin run --trace FILE`) or a
-    /// directory written by `twin verify --trace-dir DIR`.
+    /// directory written by `twin verify step --trace-dir DIR`.
     #[arg(long, value_name = "TRACE_OR_DIR")]
     pub measured: Option<PathBuf>,
     /// Hardware profile TOML whose cost-model parameters replace the defaults.

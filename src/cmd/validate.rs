@@ -24,7 +24,7 @@ pub struct Args {
     /// {"rows":[{"id","field","published","predicted","error"}],"median_abs_error","max_abs_error"}.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
-    /// Hardware profile TOML (docs/profiles.md) to cost the runs with instead of the defaults.
+    /// Hardware profile TOML (docs/reference/profiles.md) to cost the runs with instead of the defaults.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
 }

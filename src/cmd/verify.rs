@@ -47,7 +47,7 @@ pub struct StepArgs {
     /// host: CPU processes over TCP; cuda: the local GPU (one-rank scenarios).
     #[arg(long, value_enum, default_value = "host")]
     pub backend: BackendKind,
-    /// Hardware profile TOML that costs the prediction (docs/profiles.md).
+    /// Hardware profile TOML that costs the prediction (docs/reference/profiles.md).
     #[arg(long, value_name = "FILE")]
     pub profile: PathBuf,
     /// Measured steps per run, after the warm-up.

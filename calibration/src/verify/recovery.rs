@@ -222,12 +222,7 @@ fn compare(
     }
     let step_time_s = median(&step);
     // The simulator's recovery model with the host parameters.
-    let facts = JobFacts::from_scenario(
-        work.scenario,
-        work.plan,
-        seconds_to_ns(step_time_s),
-        0.0,
-    );
+    let facts = JobFacts::from_scenario(work.scenario, work.plan, seconds_to_ns(step_time_s), 0.0);
     let reload_s = median(&reload).max(1e-6);
     let restart_s = median(&restart);
     let cfg = FaultConfig {

@@ -1,7 +1,7 @@
 //! Regression gate against a saved report (`twin simulate --format json > OLD.json`): each
 //! tracked field of the new report may be worse than the baseline's by at most a tolerance,
 //! relative (`step_time_s=2%`) or absolute in the field's unit (`bubble_fraction=0.02`).
-//! Better is always fine. Defaults are in [`Tolerances::default`] and docs/ci.md.
+//! Better is always fine. Defaults are in [`Tolerances::default`] and docs/reference/ci.md.
 
 use super::{format_number, CheckResult, Outcome};
 use crate::report::Report;

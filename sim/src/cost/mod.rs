@@ -128,7 +128,7 @@ pub trait CostModel: Send + Sync {
     }
     /// Fractional slowdown of compute while its rank also communicates (SM and memory
     /// contention): a compute op that overlaps a transfer runs `1 + s` times slower for the
-    /// overlapping part. Default 0 (none), as documented in docs/profiles.md.
+    /// overlapping part. Default 0 (none), as documented in docs/reference/profiles.md.
     fn overlap_compute_slowdown(&self) -> f64 {
         0.0
     }

@@ -2,7 +2,7 @@
 //! run. The step time comes from one step simulation (predicted once); the horizon is then
 //! simulated event by event (failures, checkpoint commits, recoveries) over many seeded Monte
 //! Carlo trials in parallel, and summarised as goodput and ETTR with confidence intervals,
-//! lost time by cause, and the best checkpoint interval of a sweep. See docs/faults.md.
+//! lost time by cause, and the best checkpoint interval of a sweep. See docs/reference/faults.md.
 
 mod report;
 pub mod rng;

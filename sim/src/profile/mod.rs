@@ -3,7 +3,7 @@
 //! with its confidence interval). A profile replaces the defaults of
 //! [`crate::cost::Analytic`] wholesale, so a calibrated machine is one file, and the
 //! calibration (issue 6) writes this same format. The format is documented in
-//! docs/profiles.md; bundled profiles live in scenarios/profiles/.
+//! docs/reference/profiles.md; bundled profiles live in scenarios/profiles/.
 
 // Errors are ScenarioErrors (the one located input-error type), large by design; they are the
 // cold path of reading a file once, so boxing them would buy nothing.
@@ -102,7 +102,7 @@ pub struct StateParams {
     pub evicted_efficiency: Param,
 }
 
-/// A whole hardware profile; see docs/profiles.md for the meaning of each field.
+/// A whole hardware profile; see docs/reference/profiles.md for the meaning of each field.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Profile {
     pub name: String,
@@ -179,7 +179,7 @@ pub struct Profile {
     pub algorithm: Option<Algorithm>,
     /// Fractional slowdown of compute that overlaps communication (SM and HBM contention);
     /// absent means none (the documented default). The engine slows the overlapping part of
-    /// a compute op by it (`Analytic::overlap_compute_slowdown`, docs/profiles.md).
+    /// a compute op by it (`Analytic::overlap_compute_slowdown`, docs/reference/profiles.md).
     pub overlap_compute_slowdown: Option<Param>,
     /// Per-rank checkpoint write bandwidth; absent means
     /// [`crate::cost::DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S`].

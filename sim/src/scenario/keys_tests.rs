@@ -119,10 +119,7 @@ fn section_defaults_agree_with_the_table() {
     );
     assert_eq!(r.scenario.memory, super::MemorySettings::default());
     let with_faults = resolve(&format!("{MINIMAL}\n[faults]\nseeds = 100\n"));
-    assert_eq!(
-        with_faults.faults,
-        Some(super::FaultConfig::default())
-    );
+    assert_eq!(with_faults.faults, Some(super::FaultConfig::default()));
     let with_topology = resolve(&format!(
         "{MINIMAL}\n[cluster.topology]\nfabric = \"rail-optimized\"\n"
     ));

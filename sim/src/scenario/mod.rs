@@ -6,7 +6,7 @@
 //! typed, preset-expanded sections (`parse`, `presets`, `hf`) → cross-field rules
 //! (`validate`). The `[checks]` and `[faults]` sections (`checks`, `faults`) are parsed
 //! alongside and returned beside the scenario. `to_toml` writes a resolved scenario back with
-//! every value explicit. The format is documented in docs/scenarios.md.
+//! every value explicit. The format is documented in docs/reference/scenarios.md.
 //!
 //! This is schema only: it knows no plan and no modelling. Building the plan and bounding the
 //! work of a scenario is the job of twin-sim's `setup`, which the loading entry points

@@ -1,5 +1,5 @@
 //! Named GPUs, nodes and models, so a scenario can say `gpu = "h100-sxm-80gb"` instead of
-//! copying a datasheet. Figures are public specs; docs/scenarios.md cites the source of each.
+//! copying a datasheet. Figures are public specs; docs/reference/scenarios.md cites the source of each.
 //! A preset only fills fields the user did not write: explicit keys always win.
 
 use super::types::{Gpu, Link, PeakFlops};

@@ -112,7 +112,7 @@ pub struct Cluster {
     pub intra_node: Link,
     /// Network tier between nodes (per GPU, i.e. one NIC rail).
     pub inter_node: Link,
-    /// Wiring and network model (`[cluster.topology]`, see docs/topology.md).
+    /// Wiring and network model (`[cluster.topology]`, see docs/reference/topology.md).
     #[serde(default)]
     pub topology: super::topology::NetworkTopology,
 }

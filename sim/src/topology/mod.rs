@@ -3,7 +3,7 @@
 //! oversubscribed uplink to the spine. Every link is directional, so each direction of a
 //! full-duplex cable is its own resource. [`Network`] turns a collective (through the
 //! alpha-beta model's [`Decomposition`]) or a point-to-point send into flows over these links;
-//! [`maxmin`] shares the links among concurrent flows. See docs/topology.md.
+//! [`maxmin`] shares the links among concurrent flows. See docs/reference/topology.md.
 //!
 //! The alpha-beta model of the same links is [`TierModel`] (`tiers`): two tiers, a price per
 //! call and the algorithm NCCL's tuner would choose. Both models of the network live here, below

@@ -26,7 +26,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             frame.render_widget(
                 Paragraph::new(vec![
                     Line::from("This scenario has no [faults] section."),
-                    dim("Add one (docs/faults.md; e.g. scenarios/512xA100-faults.toml) to see"),
+                    dim("Add one (docs/reference/faults.md; e.g. scenarios/512xA100-faults.toml) to see"),
                     dim("goodput, lost time and recovery over a long run."),
                 ])
                 .block(block(" Faults ")),

@@ -6,7 +6,7 @@
 //!
 //! Fresh memory for every Alloc would cost page faults (and the kernel's work behind them),
 //! the host's own cost, not the schedule's: the compute op after a fresh 529 KiB allocation
-//! ran 10% longer (`calibration/examples/step_probe.rs`,
+//! ran 10% longer (`lab/examples/step_probe.rs`,
 //! docs/journal/2026-11-validation-history.md, 2026-11-23).
 //!
 //! The peak is taken from what is actually held, when it is held (measured order across
@@ -148,7 +148,7 @@ impl Held {
 
 /// A new buffer of `len` bytes with every page resident: writing every byte makes it so (a
 /// lazily mapped zero page is not). What an Alloc with no kept buffer of its size takes (the
-/// probes in `calibration/examples` compare this with a kept buffer).
+/// probes in `lab/examples` compare this with a kept buffer).
 pub fn fresh(len: usize) -> Result<Vec<u8>, String> {
     let mut buf: Vec<u8> = Vec::new();
     buf.try_reserve_exact(len)
