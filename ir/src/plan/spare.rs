@@ -8,7 +8,7 @@ use std::cell::RefCell;
 
 /// The inputs of [`super::Plan::build_groups`]: plans equal in these have equal groups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct GroupsKey {
+pub struct GroupsKey {
     pub world: u32,
     pub sizes: Coords,
     pub order: [Axis; 5],
