@@ -6,7 +6,7 @@ use super::{Coords, Group, GroupId};
 use crate::scenario::Axis;
 use std::cell::RefCell;
 
-/// The inputs of [`super::Plan::build_groups`]: plans equal in these have equal groups.
+/// The inputs of `Plan::build_groups`: plans equal in these have equal groups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GroupsKey {
     pub world: u32,
