@@ -9,16 +9,13 @@ pub mod engine;
 pub mod faults;
 pub mod host_backend;
 pub mod host_model;
-pub mod ir;
+mod limits;
 pub mod outcome;
-pub mod plan;
 pub mod profile;
 pub mod report;
-pub mod scenario;
 pub mod schedule;
 pub mod setup;
 pub mod sweep;
-pub mod testing;
 pub mod topology;
 pub mod trace;
 pub mod uncertainty;
@@ -26,6 +23,10 @@ mod units;
 pub mod validate;
 pub mod verify;
 pub mod workload;
+
+// The shared vocabulary lives in twin-ir; it is re-exported here so that the simulator and its
+// callers name it as `twin_sim::scenario`, `twin_sim::plan`, ... as before.
+pub use twin_ir::{ir, plan, scenario, testing};
 
 mod predict;
 pub use predict::{

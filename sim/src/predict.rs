@@ -82,7 +82,7 @@ impl Staged {
     /// that run would process more than the engine's event bound.
     pub fn validate(&self) -> Result<(), PredictError> {
         let events = self.schedule.total_ops();
-        let limit = crate::scenario::limits::SIMULATED_EVENTS;
+        let limit = crate::limits::SIMULATED_EVENTS;
         if events > limit {
             return Err(SimError::WorkTooLarge {
                 events,

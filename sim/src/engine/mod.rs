@@ -40,8 +40,8 @@ pub(crate) mod testkit;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use crate::limits::TRACE_BYTES_PER_EVENT;
 pub use crate::outcome::{RankStats, SimResult};
-pub(crate) use crate::scenario::limits::TRACE_BYTES_PER_EVENT;
 pub use deadlock::{BlockedHead, BlockedRank, Deadlock};
 
 use crate::cost::CostModel;
@@ -78,8 +78,8 @@ impl Default for SimOptions {
     fn default() -> Self {
         SimOptions {
             trace: false,
-            max_events: crate::scenario::limits::SIMULATED_EVENTS,
-            max_trace_bytes: crate::scenario::limits::TRACE_BYTES,
+            max_events: crate::limits::SIMULATED_EVENTS,
+            max_trace_bytes: crate::limits::TRACE_BYTES,
             memory_capacity_bytes: u64::MAX,
             collapse: false,
             jitter_seed: None,

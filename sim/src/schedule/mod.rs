@@ -1,7 +1,8 @@
-//! Schedules: the generators that build the IR ([`crate::ir`], re-exported here) from a plan,
-//! and the validator that proves a schedule can run. The generators are pure functions of (scenario, plan):
+//! Schedules: the generators that build the IR ([`crate::ir`], re-exported here with its
+//! validator) from a plan. The generators are pure functions of (scenario, plan):
 //! [`pipeline`] orders each stage's passes, [`emit`] turns the order into ops, [`dp`] and
-//! [`dp_emit`] add data-parallel traffic, and [`validate`] checks the result.
+//! [`dp_emit`] add data-parallel traffic, and the IR's validator ([`Schedule::validate`])
+//! checks the result.
 //!
 //! One program is generated per pipeline stage and shared by every rank of that stage
 //! (`program_of[rank] = stage`), so generation costs O(pp x ops per program), whatever the
@@ -16,13 +17,11 @@ mod estimate;
 pub mod partners;
 pub mod pipeline;
 mod sizes;
-mod validate;
 
 pub use crate::ir::*;
 pub use builder::{recycle, recycle_program};
 pub use estimate::{estimate, WorkEstimate, OPS_PER_PROGRAM, OPS_PER_STEP};
 pub use sizes::{Sizes, UniformSizes, WorkloadSizes};
-pub use validate::{ValidationError, ValidationReport};
 
 use crate::plan::Plan;
 use crate::scenario::Scenario;

@@ -3,8 +3,9 @@
 //! and what to change, instead of being accepted and then exhausting memory or running for
 //! minutes while its programs are built.
 
+use crate::limits;
 use crate::plan::Plan;
-use crate::scenario::{limits, Checker, Granularity, Scenario, ScenarioError};
+use crate::scenario::{Checker, Granularity, Scenario, ScenarioError};
 use crate::schedule::{estimate, OPS_PER_STEP};
 
 /// Fails when the schedule `plan` implies exceeds the op bound.

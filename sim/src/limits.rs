@@ -1,14 +1,8 @@
-//! Bounds on what a scenario implies as a whole: far beyond any real training job, tight
-//! enough that every size derived from a valid scenario fits in u64 without overflow and every
-//! accepted step finishes in seconds. Values outside are rejected with a message rather than
-//! allowed to wrap or exhaust memory downstream. The bounds of single keys are in the schema
-//! table (`keys.rs`).
-
-/// Whole-model bounds (checked after resolution).
-pub(crate) const PARAMS: f64 = (1u64 << 48) as f64;
-/// Forward FLOPs of one micro batch through the whole model; keeps every per-op FLOP count
-/// (backward is at most 2x forward, and recompute adds one forward) far inside u64.
-pub(crate) const MICROBATCH_FORWARD_FLOPS: f64 = (1u64 << 60) as f64;
+//! Bounds on the work of simulating one scenario: far beyond any real training job, tight
+//! enough that every accepted step is generated, simulated and traced in seconds and within
+//! about a gigabyte. Work beyond them is refused with a message naming what makes it large,
+//! rather than left to exhaust memory or run for minutes. The bounds of the schema itself
+//! (single keys, whole-model sizes) are twin-ir's.
 
 /// Ops a scenario's schedule may hold, all pipeline stages together (estimated from the
 /// plan by `schedule::estimate` before anything is built). Generating, validating and

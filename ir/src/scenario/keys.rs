@@ -390,7 +390,7 @@ pub fn markdown() -> String {
     let mut out = String::from(
         "# Scenario keys\n\n\
          Every key a scenario file accepts. This page is generated from the schema table \
-         (`sim/src/scenario/keys.rs`); `TWIN_BLESS=1 cargo test -p twin-sim keys_doc` rewrites \
+         (`ir/src/scenario/keys.rs`); `TWIN_BLESS=1 cargo test -p twin-ir keys_doc` rewrites \
          it. Rules that relate several keys, presets and examples: \
          [scenarios.md](scenarios.md).\n",
     );

@@ -6,9 +6,9 @@ use super::{Coords, Group, GroupId};
 use crate::scenario::Axis;
 use std::cell::RefCell;
 
-/// The inputs of [`super::Plan::build_groups`]: plans equal in these have equal groups.
+/// The inputs of `Plan::build_groups`: plans equal in these have equal groups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct GroupsKey {
+pub struct GroupsKey {
     pub world: u32,
     pub sizes: Coords,
     pub order: [Axis; 5],

@@ -10,7 +10,8 @@ use crate::scenario::{Axis, Scenario};
 use serde::Serialize;
 
 mod spare;
-pub(crate) use spare::GroupsKey;
+#[doc(hidden)]
+pub use spare::GroupsKey;
 
 pub type RankId = u32;
 
@@ -98,7 +99,8 @@ impl GroupKind {
     }
 
     /// Position in [`GroupKind::ALL`] (a test checks the two agree).
-    pub(crate) fn index(self) -> usize {
+    #[doc(hidden)]
+    pub fn index(self) -> usize {
         match self {
             GroupKind::Tp => 0,
             GroupKind::Cp => 1,
@@ -274,7 +276,8 @@ impl Plan {
 
     /// Everything [`Plan::build_groups`] reads: the mesh. Plans equal in it have equal
     /// groups, nodes, stages and peers.
-    pub(crate) fn groups_key(&self) -> spare::GroupsKey {
+    #[doc(hidden)]
+    pub fn groups_key(&self) -> spare::GroupsKey {
         spare::GroupsKey {
             world: self.world,
             sizes: self.sizes,

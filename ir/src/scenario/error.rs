@@ -1,6 +1,8 @@
 //! The one error type of scenario loading. Every failure, from a TOML syntax error to a
 //! cross-field rule, becomes a [`ScenarioError`] that names where (file, line, column, or the
-//! `--set` override), which key, which value, and what would have been accepted.
+//! `--set` override), which key, which value, and what would have been accepted. The pieces
+//! that locate an error (`Ctx`, `LineIndex`, `closest`) are public so that other file formats
+//! read with a scenario (hardware profiles, published tables) report errors the same way.
 
 use std::fmt;
 
@@ -83,7 +85,7 @@ impl ScenarioError {
 
 /// Where a value came from: a place in a file or a `--set` override.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Loc {
+pub enum Loc {
     File {
         line: u32,
         column: u32,
@@ -93,20 +95,20 @@ pub(crate) enum Loc {
 }
 
 /// Maps byte offsets of one source text to 1-based line and character column.
-pub(crate) struct LineIndex<'a> {
+pub struct LineIndex<'a> {
     text: &'a str,
     line_starts: Vec<usize>,
 }
 
 impl<'a> LineIndex<'a> {
-    pub(crate) fn new(text: &'a str) -> Self {
+    pub fn new(text: &'a str) -> Self {
         let mut line_starts = vec![0];
         line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
         LineIndex { text, line_starts }
     }
 
     /// Line and column of byte `offset` (clamped to the text).
-    pub(crate) fn loc(&self, offset: usize) -> Loc {
+    pub fn loc(&self, offset: usize) -> Loc {
         let offset = offset.min(self.text.len());
         let line_idx = self.line_starts.partition_point(|&s| s <= offset).max(1) - 1;
         let start = self.line_starts.get(line_idx).copied().unwrap_or(0);
@@ -128,12 +130,12 @@ fn to_u32(v: usize) -> u32 {
 
 /// Builds errors for one source file (its name is the origin of located errors).
 #[derive(Clone, Debug)]
-pub(crate) struct Ctx {
+pub struct Ctx {
     pub origin: String,
 }
 
 impl Ctx {
-    pub(crate) fn error(
+    pub fn error(
         &self,
         kind: ErrorKind,
         loc: Option<&Loc>,
@@ -177,10 +179,7 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// The candidate closest to `word`, if it is close enough to be a plausible typo.
-pub(crate) fn closest<'a>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     // Keys are short; a very long word is no typo of any of them (and would be slow to compare).
     if word.chars().count() > 64 {
         return None;

@@ -7,8 +7,8 @@
 mod dryrun;
 mod order;
 
+use crate::ir::{OpKind, Peer, Program, Schedule, Stream};
 use crate::plan::{GroupKind, Plan, RankId};
-use crate::schedule::{OpKind, Peer, Program, Schedule, Stream};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -43,7 +43,7 @@ fn keys_doc_is_generated_from_the_table() {
     assert!(
         have == want,
         "docs/reference/keys.md is not the schema table's output: run \
-         `TWIN_BLESS=1 cargo test -p twin-sim keys_doc` and commit it"
+         `TWIN_BLESS=1 cargo test -p twin-ir keys_doc` and commit it"
     );
 }
 

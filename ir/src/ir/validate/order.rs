@@ -5,7 +5,7 @@
 //! and every free after its allocation. O(ops x streams).
 
 use super::ValidationError;
-use crate::schedule::{OpKind, Phase, Program, Stream};
+use crate::ir::{OpKind, Phase, Program, Stream};
 use std::collections::BTreeMap;
 
 /// `clock[i][s]` = 1 + the largest op index on stream `s` that finishes before op `i` ends

@@ -1,6 +1,6 @@
 //! The resolved `[faults]` section: failure sources, recovery and checkpoint policy, and the
 //! horizon to simulate. Schema only: parsed by `scenario::faults`, and turned into the
-//! timeline's nanosecond model by the `faults` module (`faults::Model::new`).
+//! timeline's nanosecond model by twin-sim's `faults` module (`faults::Model::new`).
 
 use serde::Serialize;
 

@@ -1,8 +1,9 @@
 //! The schedule IR: the one description of a training step that both executors run. The
 //! simulator gives each op a modelled duration; the runtime does each op's work for real.
 //! Nothing here knows about time or cost models: like the scenario and the plan it names, the
-//! IR is shared vocabulary, below `workload` (which sizes its ops) and `schedule` (which
-//! generates it and re-exports it).
+//! IR is shared vocabulary, below twin-sim's `workload` (which sizes its ops) and `schedule`
+//! (which generates it and re-exports it). Its validator ([`Schedule::validate`]) proves that a
+//! schedule can run, whoever generated it.
 //!
 //! A [`Schedule`] holds one [`Program`] per distinct role and maps every rank to its program.
 //! Programs name peers and groups relative to the rank that runs them ("my next pipeline
@@ -24,12 +25,14 @@
 
 mod deps;
 mod gemms;
+mod validate;
 
 use crate::plan::GroupKind;
 use crate::scenario::Precision;
 pub use deps::Deps;
 pub use gemms::Gemms;
 use serde::{Deserialize, Serialize};
+pub use validate::{ValidationError, ValidationReport};
 
 /// Execution queues of one rank. Ops on different streams may overlap in time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -20,14 +20,14 @@ mod checker;
 mod checks;
 mod cluster;
 mod emit;
-pub(crate) mod error;
+pub mod error;
 mod fault_config;
 mod faults;
 mod hf;
 pub mod keys;
 #[cfg(test)]
 mod keys_tests;
-pub(crate) mod limits;
+mod limits;
 mod overrides;
 mod parse;
 mod presets;
@@ -70,7 +70,7 @@ pub fn read_text(path: &Path) -> Result<String, ScenarioError> {
 
 /// A scenario's TOML parsed into its located tree, nothing resolved yet. [`Document::validate`]
 /// resolves it against the schema as often as needed (each time from a clone of the tree),
-/// which is what a sweep wants; building the plan and bounding the work is `crate::setup`'s.
+/// which is what a sweep wants; building the plan and bounding the work is twin-sim's `setup`'s.
 #[derive(Clone, Debug)]
 pub struct Document {
     ctx: Ctx,

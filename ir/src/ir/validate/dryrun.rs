@@ -5,8 +5,8 @@
 //! completes once, so the run is O(total ops) plus the re-checks of blocked stream heads.
 
 use super::ValidationError;
+use crate::ir::{OpKind, Program, Schedule, Stream};
 use crate::plan::{GroupKind, Plan, RankId};
-use crate::schedule::{OpKind, Program, Schedule, Stream};
 use std::collections::{HashMap, VecDeque};
 
 /// Per program: the ops of each stream, each op's position on its stream, and each
