@@ -1,7 +1,7 @@
 //! Schedules: the generators that build the IR ([`crate::ir`], re-exported here) from a plan,
 //! and the validator that proves a schedule can run. The generators are pure functions of (scenario, plan):
-//! [`pipeline`] orders each stage's passes, [`emit`] turns the order into ops, [`dp`] and
-//! [`dp_emit`] add data-parallel traffic, and [`validate`] checks the result.
+//! [`pipeline`] orders each stage's passes, [`emit`] turns the order into ops (with the
+//! data-parallel traffic that [`dp`] decides), and [`validate`] checks the result.
 //!
 //! One program is generated per pipeline stage and shared by every rank of that stage
 //! (`program_of[rank] = stage`), so generation costs O(pp x ops per program), whatever the
@@ -10,7 +10,6 @@
 mod builder;
 mod chunks;
 pub mod dp;
-mod dp_emit;
 mod emit;
 mod estimate;
 pub mod partners;
