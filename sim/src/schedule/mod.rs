@@ -1,8 +1,8 @@
 //! Schedules: the generators that build the IR ([`crate::ir`], re-exported here with its
 //! validator) from a plan. The generators are pure functions of (scenario, plan):
-//! [`pipeline`] orders each stage's passes, [`emit`] turns the order into ops, [`dp`] and
-//! [`dp_emit`] add data-parallel traffic, and the IR's validator ([`Schedule::validate`])
-//! checks the result.
+//! [`pipeline`] orders each stage's passes (one file per schedule family), [`emit`] turns the
+//! order into ops (with the data-parallel traffic that [`dp`] decides), and the IR's validator
+//! ([`Schedule::validate`]) checks the result.
 //!
 //! One program is generated per pipeline stage and shared by every rank of that stage
 //! (`program_of[rank] = stage`), so generation costs O(pp x ops per program), whatever the
@@ -11,7 +11,6 @@
 mod builder;
 mod chunks;
 pub mod dp;
-mod dp_emit;
 mod emit;
 mod estimate;
 pub mod partners;

@@ -1,8 +1,9 @@
 //! Emits the data-parallel ops of one stage's program as [`crate::schedule::dp`] decides
-//! them: gradient buckets (all-reduce or reduce-scatter, compressed or not), ZeRO-1/2
-//! parameter all-gathers, ZeRO-3/FSDP per-pass gathers with one-ahead prefetch and per-pass
-//! reduce-scatters, the one-step-stale reduction of async sync, and the optimizer step that
-//! waits for the gradients it needs.
+//! them: gradient buckets (all-reduce or reduce-scatter, compressed or not) cut from the
+//! backward that finalises a chunk's gradients, ZeRO-1/2 parameter all-gathers, the
+//! one-step-stale reduction of async sync, and the optimizer step that waits for the
+//! gradients it needs. ZeRO-3/FSDP's per-pass gathers and reduce-scatters are in
+//! [`super::zero`].
 //!
 //! Under `[memory] accounting = "deepspeed"` only the buffers differ (the ops and their
 //! timing do not): ZeRO-3 holds the 16-bit parameters and gradients of one module, the
@@ -14,28 +15,15 @@ use crate::scenario::MemoryAccounting;
 use crate::schedule::builder::{AllocTag, Builder};
 use crate::schedule::chunks::{ChunkPlan, Seg};
 use crate::schedule::dp::{Zero, GRAD_ELEM_BYTES};
+use crate::schedule::emit::steps::Step;
+use crate::schedule::emit::zero::{Gather, Issued};
 use crate::schedule::emit::StageCtx;
-use crate::schedule::pipeline::{Pass, Slot};
 use crate::schedule::{
     CollectiveKind, ComputeOp, Deps, Device, Gemms, Label, MemCategory, Phase, ScheduleError,
     Stream,
 };
 use crate::workload::ParamCount;
 use std::collections::BTreeMap;
-
-/// One ZeRO-3 gather: the parameters it brings and the largest module among them.
-#[derive(Clone, Copy, Debug)]
-pub struct Gather {
-    pub params: ParamCount,
-    pub largest_module_params: u64,
-    pub label: Label,
-}
-
-/// A ZeRO-3 gather once issued: the collectives to wait for and its buffer.
-struct Issued {
-    ops: Vec<u32>,
-    buffer: Option<AllocTag>,
-}
 
 /// A decompression still to run before the optimizer.
 struct Decompress {
@@ -46,15 +34,15 @@ struct Decompress {
 }
 
 pub struct DpEmitter<'a> {
-    ctx: &'a StageCtx<'a>,
+    pub(super) ctx: &'a StageCtx<'a>,
     stage: u32,
     /// Each ZeRO-3 gather, in the order the passes need them.
-    gathers: Vec<Gather>,
-    issued: Vec<Option<Issued>>,
+    pub(super) gathers: Vec<Gather>,
+    pub(super) issued: Vec<Option<Issued>>,
     /// The last compute op that used each gather (for the prefetch throttle).
-    gather_users: Vec<Option<u32>>,
+    pub(super) gather_users: Vec<Option<u32>>,
     /// ZeRO-1/2 parameter gathers issued at the start, waited for by each chunk's first forward.
-    start_gathers: BTreeMap<u32, Vec<u32>>,
+    pub(super) start_gathers: BTreeMap<u32, Vec<u32>>,
     /// Ops the optimizer waits for.
     opt_deps: Vec<u32>,
     decompress: Vec<Decompress>,
@@ -62,7 +50,7 @@ pub struct DpEmitter<'a> {
     step_bufs: Vec<Option<AllocTag>>,
     /// DeepSpeed accounting: bytes per parameter of a module's gathered weights and of its
     /// gradients (the 16-bit weight dtype); `None` under Megatron accounting.
-    module_bytes_per_param: Option<u64>,
+    pub(super) module_bytes_per_param: Option<u64>,
 }
 
 fn sum(a: ParamCount, b: ParamCount) -> ParamCount {
@@ -121,7 +109,7 @@ impl<'a> DpEmitter<'a> {
 
     /// Reduce the gradients of `params` after `deps`: (compress,) collectives on the DP
     /// stream, and the optimizer's wait (on a later decompression when compressing).
-    fn reduce(
+    pub(super) fn reduce(
         &mut self,
         b: &mut Builder,
         params: ParamCount,
@@ -160,7 +148,7 @@ impl<'a> DpEmitter<'a> {
     }
 
     /// All-gather the parameters `params` on the DP stream after `deps`.
-    fn gather_params(
+    pub(super) fn gather_params(
         &mut self,
         b: &mut Builder,
         params: ParamCount,
@@ -249,149 +237,36 @@ impl<'a> DpEmitter<'a> {
         Ok(())
     }
 
-    fn issue_gather(&mut self, b: &mut Builder, k: usize, deps: Deps) -> Result<(), ScheduleError> {
-        if self.issued.get(k).map(Option::is_some).unwrap_or(true) {
-            return Ok(());
-        }
-        let Some(&Gather { params, label, .. }) = self.gathers.get(k) else {
-            return Ok(());
-        };
-        let dp = self.ctx.dp;
-        let elems: u64 = dp.grad_groups(params).iter().map(|(_, e)| *e).sum();
-        // DeepSpeed accounting allocates the module buffer when the pass starts instead.
-        let buffer = match self.module_bytes_per_param {
-            Some(_) => None,
-            None => b.alloc(
-                Stream::Dp,
-                MemCategory::Buffers,
-                Device::Gpu,
-                dp.param_bytes(elems),
-                deps,
-                label,
-            )?,
-        };
-        let ops = self.gather_params(b, params, Deps::new(), label)?;
-        if let Some(slot) = self.issued.get_mut(k) {
-            *slot = Some(Issued { ops, buffer });
-        }
-        Ok(())
-    }
-
-    /// Ops the compute of a pass must wait for; issues ZeRO-3 gathers (the pass's own if not
-    /// yet issued, and the next one as prefetch once the pass before this one is done).
-    pub fn before_compute(
+    /// After `compute`, a step of the backward that finalises its chunk's gradients (cut
+    /// into `segs`), reduces the bucket that this step completes, if it completes one.
+    pub fn finalising_bucket(
         &mut self,
         b: &mut Builder,
-        gather: Option<usize>,
-        new_gather: bool,
-        slot: Slot,
-    ) -> Result<Vec<u32>, ScheduleError> {
-        let mut deps = Vec::new();
-        if slot.pass == Pass::Forward {
-            if let Some(ops) = self.start_gathers.remove(&slot.chunk) {
-                deps.extend(ops);
-            }
+        segs: &[Seg],
+        step: &Step,
+        chunk: u32,
+        compute: u32,
+    ) -> Result<(), ScheduleError> {
+        if !(step.finalising && self.ctx.overlap_buckets) {
+            return Ok(());
         }
-        if let (Some(k), true) = (gather, new_gather) {
-            self.issue_gather(b, k, Deps::new())?;
-            let throttle: Deps = k
+        let pos = segs.len() - 1 - step.seg;
+        let ends = ChunkPlan::bucket_ends_backward(segs, self.ctx.dp.bucket_bytes);
+        if let Some(k) = ends.iter().position(|&e| e == pos + 1) {
+            let lo = k
                 .checked_sub(1)
-                .and_then(|p| self.gather_users.get(p).copied().flatten())
-                .into_iter()
-                .collect();
-            self.issue_gather(b, k + 1, throttle)?;
-            let module_buffer = match (self.module_bytes_per_param, self.gathers.get(k)) {
-                (Some(per_param), Some(g)) => b.alloc(
-                    Stream::Compute,
-                    MemCategory::Buffers,
-                    Device::Gpu,
-                    g.largest_module_params.saturating_mul(per_param),
-                    Deps::new(),
-                    g.label,
-                )?,
-                _ => None,
-            };
-            if let Some(Some(issued)) = self.issued.get_mut(k) {
-                deps.extend(issued.ops.iter().copied());
-                if module_buffer.is_some() {
-                    issued.buffer = module_buffer;
-                }
+                .and_then(|j| ends.get(j))
+                .copied()
+                .unwrap_or(0);
+            if let Some(bucket) = segs.get(segs.len() - (pos + 1)..segs.len() - lo) {
+                self.bucket(b, bucket, chunk, compute)?;
             }
         }
-        Ok(deps)
-    }
-
-    /// After a pass's compute: note the gather's user; free the gather buffer after its last.
-    pub fn after_compute(
-        &mut self,
-        b: &mut Builder,
-        gather: Option<usize>,
-        compute: u32,
-        last_user: bool,
-    ) -> Result<(), ScheduleError> {
-        let Some(k) = gather else { return Ok(()) };
-        if let Some(u) = self.gather_users.get_mut(k) {
-            *u = Some(compute);
-        }
-        if last_user {
-            let buffer = self
-                .issued
-                .get_mut(k)
-                .and_then(Option::as_mut)
-                .and_then(|i| i.buffer.take());
-            b.free(Stream::Compute, buffer, [compute], Label::default())?;
-        }
         Ok(())
-    }
-
-    fn reduces_per_pass(&self) -> bool {
-        let dp = self.ctx.dp;
-        dp.zero == Zero::ShardedParams && dp.syncs && dp.reduces()
-    }
-
-    /// The unsharded gradient buffer a ZeRO-3 pass writes before it is reduce-scattered.
-    pub fn grad_buffer(
-        &mut self,
-        b: &mut Builder,
-        seg: &Seg,
-        label: Label,
-    ) -> Result<Option<AllocTag>, ScheduleError> {
-        if !self.reduces_per_pass() {
-            return Ok(None);
-        }
-        let bytes = match self.module_bytes_per_param {
-            Some(per_param) => seg.work.largest_module_params.saturating_mul(per_param),
-            None => self.ctx.dp.grad_bytes(seg.elems()),
-        };
-        b.alloc(
-            Stream::Compute,
-            MemCategory::Buffers,
-            Device::Gpu,
-            bytes,
-            Deps::new(),
-            label,
-        )
-    }
-
-    /// ZeRO-3: reduce-scatter this pass's gradients, then free their buffer.
-    pub fn per_pass_grads(
-        &mut self,
-        b: &mut Builder,
-        seg: &Seg,
-        compute: u32,
-        buffer: Option<AllocTag>,
-        label: Label,
-    ) -> Result<(), ScheduleError> {
-        if !self.reduces_per_pass() {
-            return Ok(());
-        }
-        let ops = self.reduce(b, seg.params, [compute], label)?;
-        let deps = ops.last().map(|&o| [o]).unwrap_or_else(|| [compute]);
-        b.free(Stream::Dp, buffer, deps, label)
     }
 
     /// Overlapped bucket: reduce the gradients of `segs` as soon as `compute` finished.
-    pub fn bucket(
+    fn bucket(
         &mut self,
         b: &mut Builder,
         segs: &[Seg],

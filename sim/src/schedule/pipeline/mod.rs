@@ -1,7 +1,13 @@
 //! The order in which one pipeline stage runs its passes: which forward (F), backward (B) and
 //! weight-gradient (W) pass of which micro batch and chunk comes next. This is the whole
 //! difference between GPipe, 1F1B, interleaved 1F1B and zero-bubble; everything else (p2p,
-//! collectives, memory) is derived from this order by the emitter.
+//! collectives, memory) is derived from this order by the emitter. Each family's order is a
+//! pure function in its own file; [`stage_order`] picks one.
+
+mod gpipe;
+mod interleaved;
+mod one_f_one_b;
+mod zero_bubble;
 
 use crate::scenario::PipelineSchedule;
 use crate::schedule::ScheduleError;
@@ -63,106 +69,17 @@ pub fn stage_order(
         )));
     }
     match schedule {
-        PipelineSchedule::Gpipe => Ok(gpipe(vpp, m)),
+        PipelineSchedule::Gpipe => Ok(gpipe::gpipe(vpp, m)),
         PipelineSchedule::OneFOneB | PipelineSchedule::ZeroBubble if vpp > 1 => {
             Err(ScheduleError::Unsupported(format!(
                 "schedule {} runs one chunk per stage but vpp = {vpp}; use interleaved-1f1b",
                 schedule.as_str()
             )))
         }
-        PipelineSchedule::OneFOneB => Ok(one_f_one_b(stage, pp, m)),
-        PipelineSchedule::ZeroBubble => Ok(zb_h1(stage, pp, m)),
-        PipelineSchedule::Interleaved1F1B => interleaved(stage, pp, vpp, m),
+        PipelineSchedule::OneFOneB => Ok(one_f_one_b::one_f_one_b(stage, pp, m)),
+        PipelineSchedule::ZeroBubble => Ok(zero_bubble::zb_h1(stage, pp, m)),
+        PipelineSchedule::Interleaved1F1B => interleaved::interleaved(stage, pp, vpp, m),
     }
-}
-
-/// All forwards (chunk by chunk along the model), then all backwards in reverse.
-fn gpipe(vpp: u32, m: u32) -> Vec<Slot> {
-    let mut out = Vec::with_capacity(2 * (vpp * m) as usize);
-    for chunk in 0..vpp {
-        out.extend((0..m).map(|mb| Slot::f(mb, chunk)));
-    }
-    for chunk in (0..vpp).rev() {
-        out.extend((0..m).map(|mb| Slot::b(mb, chunk)));
-    }
-    out
-}
-
-/// PipeDream-flush / Megatron non-interleaved: `pp - stage - 1` warm-up forwards, then one
-/// forward and one backward alternately, then the remaining backwards.
-fn one_f_one_b(stage: u32, pp: u32, m: u32) -> Vec<Slot> {
-    let warmup = (pp - stage - 1).min(m);
-    let mut out = Vec::with_capacity(2 * m as usize);
-    out.extend((0..warmup).map(|mb| Slot::f(mb, 0)));
-    for k in 0..m - warmup {
-        out.push(Slot::f(warmup + k, 0));
-        out.push(Slot::b(k, 0));
-    }
-    out.extend((m - warmup..m).map(|mb| Slot::b(mb, 0)));
-    out
-}
-
-/// ZB-H1 (Qi et al. 2023): the 1F1B order with each backward split into B (input gradient)
-/// and W (weight gradient). Stage `s` defers up to `s` W passes, so later stages fill their
-/// cool-down bubble with deferred W work, while no stage holds more than `pp` micro batches
-/// of activations (what stage 0 holds under 1F1B): the peak is unchanged. Deferred W passes
-/// run after the last B.
-fn zb_h1(stage: u32, pp: u32, m: u32) -> Vec<Slot> {
-    let mut out = Vec::with_capacity(3 * m as usize);
-    let mut next_w = 0u32;
-    let mut done_b = 0u32;
-    for slot in one_f_one_b(stage, pp, m) {
-        out.push(slot);
-        if slot.pass == Pass::Backward {
-            done_b += 1;
-            if done_b - next_w > stage {
-                out.push(Slot::w(next_w, 0));
-                next_w += 1;
-            }
-        }
-    }
-    out.extend((next_w..m).map(|mb| Slot::w(mb, 0)));
-    out
-}
-
-/// Megatron's interleaved schedule (virtual pipeline): the k-th forward of a stage runs
-/// chunk `(k / pp) % vpp` of micro batch `(k / (pp*vpp)) * pp + k % pp`; the k-th backward
-/// runs the chunks in reverse. Warm-up is `(pp - stage - 1) * 2 + (vpp - 1) * pp` forwards
-/// (all of them when m == pp), then 1F1B, then the remaining backwards.
-fn interleaved(stage: u32, pp: u32, vpp: u32, m: u32) -> Result<Vec<Slot>, ScheduleError> {
-    if vpp == 1 {
-        return Ok(one_f_one_b(stage, pp, m));
-    }
-    if !m.is_multiple_of(pp) {
-        return Err(ScheduleError::Unsupported(format!(
-            "interleaved-1f1b needs the micro batch count ({m}) to be a multiple of pp ({pp})"
-        )));
-    }
-    let total = u64::from(m) * u64::from(vpp);
-    if total > u64::from(u32::MAX) / 2 {
-        return Err(ScheduleError::Unsupported(format!(
-            "{m} micro batches x {vpp} chunks is too many passes"
-        )));
-    }
-    let total = total as u32;
-    let warmup = if m == pp {
-        total
-    } else {
-        ((pp - stage - 1) * 2 + (vpp - 1) * pp).min(total)
-    };
-    let group = pp * vpp;
-    let mb_of = |k: u32| (k / group) * pp + k % pp;
-    let fwd_chunk = |k: u32| (k / pp) % vpp;
-    let bwd_chunk = |k: u32| vpp - 1 - (k / pp) % vpp;
-    let mut out = Vec::with_capacity(2 * total as usize);
-    out.extend((0..warmup).map(|k| Slot::f(mb_of(k), fwd_chunk(k))));
-    for k in 0..total - warmup {
-        let f = warmup + k;
-        out.push(Slot::f(mb_of(f), fwd_chunk(f)));
-        out.push(Slot::b(mb_of(k), bwd_chunk(k)));
-    }
-    out.extend((total - warmup..total).map(|k| Slot::b(mb_of(k), bwd_chunk(k))));
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -1,0 +1,202 @@
+//! Turns one stage's pass order into its program. [`emit_stage`] walks the stage's compute
+//! steps ([`steps`]) and, for each, asks every concern for its ops in program order: the
+//! pipeline receive and send ([`p2p`]), the ZeRO-3 parameter gathers ([`zero`]), the saved
+//! activations and recompute buffers ([`memory`]), the compute with its tensor/context/expert
+//! collectives ([`compute`]) and the data-parallel gradient buckets and optimizer ([`dp`]).
+//!
+//! Memory, per rank: weights, gradients and optimizer state are allocated at the start and
+//! freed at the end. Each forward segment allocates its saved activations right before its
+//! compute; they are freed right after the pass that last needs them: the backward, or, under
+//! zero-bubble, the weight-gradient pass W (W reads the saved inputs). With recompute, the
+//! saved bytes are what the workload says survives the forward, and a recompute allocates the
+//! activations it re-creates (one layer's worth, `recompute_bytes`) from its start until the
+//! backward (B under zero-bubble) after it has finished. The framework reserve (category
+//! reserved) is held for the whole step like the model state. Under DeepSpeed accounting the
+//! host memory that building the model needs is allocated and freed first, before the state. A received activation
+//! or gradient lives in a Buffers allocation from the moment its receive is posted until the
+//! compute that consumes it has finished; a sent one from just before the compute that
+//! produces it until its send has finished.
+
+mod compute;
+mod dp;
+mod memory;
+mod p2p;
+mod steps;
+mod zero;
+
+pub use p2p::check_tags;
+
+use crate::plan::Plan;
+use crate::scenario::Scenario;
+use crate::schedule::builder::Builder;
+use crate::schedule::chunks::ChunkPlan;
+use crate::schedule::dp::DpPolicy;
+use crate::schedule::pipeline::Slot;
+use crate::schedule::sizes::Sizes;
+use crate::schedule::{Deps, Label, Phase, Program, ScheduleError, Stream};
+use dp::DpEmitter;
+use memory::Activations;
+use p2p::Pipe;
+
+/// Everything one stage's emission reads.
+pub struct StageCtx<'a> {
+    pub s: &'a Scenario,
+    pub plan: &'a Plan,
+    pub sizes: &'a dyn Sizes,
+    pub dp: &'a DpPolicy,
+    /// `chunks[stage][chunk]` for every stage (boundary sizes of neighbours are needed).
+    pub chunks: &'a [Vec<ChunkPlan>],
+    /// The finalising backward of each chunk is cut into buckets with overlapped reduction.
+    pub overlap_buckets: bool,
+}
+
+fn label(mb: Option<u32>, chunk: u32, first_layer: u32, num_layers: u32) -> Label {
+    Label {
+        microbatch: mb,
+        chunk,
+        first_layer,
+        num_layers,
+    }
+}
+
+/// Emit the program of `stage` for the pass order `order`.
+pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program, ScheduleError> {
+    let my_chunks = ctx
+        .chunks
+        .get(stage as usize)
+        .ok_or_else(|| ScheduleError::Unsupported(format!("stage {stage} has no layout")))?;
+    let chunk_of = |c: u32| -> Result<&ChunkPlan, ScheduleError> {
+        my_chunks
+            .get(c as usize)
+            .ok_or_else(|| ScheduleError::Unsupported(format!("stage {stage} has no chunk {c}")))
+    };
+    let steps = steps::flatten(ctx, order, &chunk_of)?;
+
+    let mut b = Builder::with_slack(
+        ctx.s.memory.allocator_slack_fraction,
+        crate::workload::host_slack_fraction(ctx.s),
+    );
+    // The per-step allowance the work estimate bounds programs with (`estimate`).
+    let reserve = super::estimate::ops_for_steps(steps.len() as u64);
+    b.reserve(usize::try_from(reserve).unwrap_or(usize::MAX));
+    let mut dp = DpEmitter::new(ctx, stage, &zero::steps_gathers(&steps, order, &chunk_of)?);
+    let state_tags = memory::alloc_state(ctx, &mut b, stage)?;
+    dp.start(&mut b, my_chunks)?;
+
+    let grad_pass = steps::grad_pass(ctx);
+    let mut pipe = Pipe::new(ctx);
+    let mut acts = Activations::default();
+    let mut pending_comms: Vec<u32> = Vec::new();
+    let mut last_grad_op: Option<u32> = None;
+
+    for (i, step) in steps.iter().enumerate() {
+        let slot = order
+            .get(step.slot)
+            .copied()
+            .ok_or_else(|| ScheduleError::Unsupported("step outside the order".into()))?;
+        let first_of_slot = i == 0 || steps.get(i - 1).map(|p| p.slot) != Some(step.slot);
+        let last_of_slot = steps.get(i + 1).map(|n| n.slot) != Some(step.slot);
+        let cp = chunk_of(slot.chunk)?;
+        let segs = cp.segs_for(step.finalising);
+        let seg = segs
+            .get(step.seg)
+            .ok_or_else(|| ScheduleError::Unsupported("segment out of range".into()))?;
+        let mb = slot.microbatch;
+        let key = (mb, slot.chunk);
+        let chunk_label = label(
+            Some(mb),
+            slot.chunk,
+            cp.layout.first_layer,
+            cp.layout.num_layers,
+        );
+        let seg_label = label(Some(mb), slot.chunk, seg.first_layer, seg.num_layers);
+
+        if first_of_slot {
+            pipe.receive(ctx, &mut b, slot, cp, chunk_label)?;
+        }
+        let gathered_deps = dp.before_compute(&mut b, step.gather, step.new_gather, slot)?;
+        let consumes_recv = step.phase != Phase::Recompute && step.phase != Phase::BackwardWeight;
+        let mut deps: Deps = pending_comms.drain(..).collect();
+        deps.extend(gathered_deps);
+        let mut consumed = None;
+        if consumes_recv {
+            if let Some((op, buf)) = pipe.take_received() {
+                deps.push(op);
+                consumed = Some(buf);
+            }
+        }
+        let sends = last_of_slot && pipe.sends(slot, cp);
+        if sends {
+            pipe.reserve_send(ctx, &mut b, slot, cp, chunk_label)?;
+        }
+        if step.phase == Phase::Forward {
+            acts.save(&mut b, key, seg, seg_label)?;
+        }
+        let makes_grads = step.phase == Phase::Backward || step.phase == Phase::BackwardWeight;
+        let grad_buf = if makes_grads {
+            dp.grad_buffer(&mut b, seg, seg_label)?
+        } else {
+            None
+        };
+        if step.phase == Phase::Recompute {
+            acts.recompute(&mut b, seg, seg_label)?;
+        }
+
+        let (compute, tail) = compute::emit_pass(ctx, &mut b, seg, step.phase, deps, seg_label)?;
+        if matches!(step.phase, Phase::Backward | Phase::BackwardInput) {
+            acts.free_recomputed(&mut b, [compute], seg_label)?;
+        }
+        if tail != compute {
+            pending_comms.push(tail);
+        }
+        let last_user = zero::last_gather_user(&steps, i);
+        dp.after_compute(&mut b, step.gather, compute, last_user)?;
+        if let Some(buf) = consumed {
+            b.free(Stream::Compute, buf, [compute], chunk_label)?;
+        }
+        if makes_grads {
+            last_grad_op = Some(compute);
+            dp.per_pass_grads(&mut b, seg, compute, grad_buf, seg_label)?;
+            dp.finalising_bucket(&mut b, segs, step, slot.chunk, compute)?;
+        }
+        // Activations: freed after the pass that last reads them.
+        if slot.pass == grad_pass && makes_grads {
+            if !step.finalising || cp.final_segs.is_none() {
+                acts.free_segment(&mut b, key, step.seg, compute, seg_label)?;
+            } else if last_of_slot {
+                acts.free_all(&mut b, key, compute, chunk_label)?;
+            }
+        }
+        if sends {
+            pipe.send(ctx, &mut b, slot, cp, [compute, tail], chunk_label)?;
+        }
+    }
+    acts.free_recomputed(&mut b, Deps::new(), Label::default())?;
+    dp.finish(&mut b, my_chunks, last_grad_op)?;
+    let tails = b.tails();
+    for tag in dp.step_buffers().into_iter().chain(state_tags).rev() {
+        b.free(Stream::Compute, tag, tails.clone(), Label::default())?;
+    }
+    Ok(b.finish(stage))
+}
+
+impl StageCtx<'_> {
+    /// Members of any group of `kind` (all groups of a kind have the same size).
+    pub fn plan_group_size(&self, kind: crate::plan::GroupKind) -> u32 {
+        use crate::plan::GroupKind as G;
+        let z = self.plan.sizes;
+        match kind {
+            G::Tp => z.tp,
+            G::Cp => z.cp,
+            G::Ep => z.ep,
+            G::Dp => z.dp,
+            G::DenseDp => z.dp.saturating_mul(z.ep).saturating_mul(z.cp),
+            G::ExpertDp => z.dp.saturating_mul(z.cp),
+            G::Pp => z.pp,
+            G::World => self.plan.world,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,190 @@
+//! The pipeline's point-to-point traffic of one stage: the receive of each pass's input
+//! (activation from the previous virtual stage, gradient from the next), the send of its
+//! output, their tags, and the Buffers allocations that hold a transfer's bytes. Receives are
+//! posted in consumption order on the pp-recv stream with no other dependency; sends go in
+//! production order on the pp-send stream after the compute (and its collectives) that
+//! produce them.
+
+use crate::schedule::builder::{AllocTag, Builder};
+use crate::schedule::chunks::ChunkPlan;
+use crate::schedule::emit::StageCtx;
+use crate::schedule::pipeline::{Pass, Slot};
+use crate::schedule::{Deps, Device, Label, MemCategory, OpKind, Peer, ScheduleError, Stream};
+
+/// Direction bit of a pipeline tag.
+const FWD: u64 = 0;
+const BWD: u64 = 1;
+
+/// Tag of the transfer over boundary `b` (between virtual stages b and b+1) of micro batch
+/// `mb` in direction `dir`; unique per (sender, receiver) pair within a step.
+fn p2p_tag(mb: u32, boundary: u32, boundaries: u32, dir: u64) -> u32 {
+    let t = (u64::from(mb) * u64::from(boundaries) + u64::from(boundary)) * 2 + dir;
+    // generate() checks the largest tag fits before emitting anything.
+    t.min(u64::from(u32::MAX)) as u32
+}
+
+/// Check that every pipeline tag of the step fits in a u32.
+pub fn check_tags(m: u32, pp: u32, vpp: u32) -> Result<(), ScheduleError> {
+    let boundaries = u64::from(pp) * u64::from(vpp);
+    let max = u64::from(m).saturating_mul(boundaries).saturating_mul(2);
+    if max > u64::from(u32::MAX) {
+        return Err(ScheduleError::TooLarge(format!(
+            "{m} micro batches x {boundaries} pipeline boundaries do not fit in 32-bit tags"
+        )));
+    }
+    Ok(())
+}
+
+/// Boundary bytes of the output of virtual stage `v`.
+fn boundary_bytes(ctx: &StageCtx, v: u32) -> u64 {
+    let pp = ctx.plan.pp().max(1);
+    ctx.chunks
+        .get((v % pp) as usize)
+        .and_then(|row| row.get((v / pp) as usize))
+        .map(|c| c.boundary_bytes)
+        .unwrap_or(0)
+}
+
+/// The stage's pipeline transfers in flight: the posted receive not yet consumed and the
+/// buffer of the send being produced.
+pub struct Pipe {
+    pp: u32,
+    last_vs: u32,
+    boundaries: u32,
+    recv: Option<(u32, Option<AllocTag>)>,
+    send_buf: Option<AllocTag>,
+}
+
+impl Pipe {
+    pub fn new(ctx: &StageCtx) -> Pipe {
+        let pp = ctx.plan.pp();
+        let last_vs = pp * ctx.plan.vpp() - 1;
+        Pipe {
+            pp,
+            last_vs,
+            boundaries: last_vs.max(1),
+            recv: None,
+            send_buf: None,
+        }
+    }
+
+    /// Posts the receive of the input `slot` needs, if it comes from another stage.
+    pub fn receive(
+        &mut self,
+        ctx: &StageCtx,
+        b: &mut Builder,
+        slot: Slot,
+        cp: &ChunkPlan,
+        label: Label,
+    ) -> Result<(), ScheduleError> {
+        if self.pp <= 1 {
+            return Ok(());
+        }
+        let vs = cp.layout.virtual_stage;
+        let mb = slot.microbatch;
+        let incoming = match slot.pass {
+            Pass::Forward if vs > 0 => Some((
+                Peer::PpPrev,
+                p2p_tag(mb, vs - 1, self.boundaries, FWD),
+                boundary_bytes(ctx, vs - 1),
+            )),
+            Pass::Backward if vs < self.last_vs => Some((
+                Peer::PpNext,
+                p2p_tag(mb, vs, self.boundaries, BWD),
+                cp.boundary_bytes,
+            )),
+            _ => None,
+        };
+        if let Some((peer, tag, bytes)) = incoming {
+            let buf = b.alloc(
+                Stream::PpRecv,
+                MemCategory::Buffers,
+                Device::Gpu,
+                bytes,
+                Deps::new(),
+                label,
+            )?;
+            let op = b.push(
+                Stream::PpRecv,
+                OpKind::Recv { peer, bytes, tag },
+                Deps::new(),
+                label,
+            )?;
+            self.recv = Some((op, buf));
+        }
+        Ok(())
+    }
+
+    /// The posted receive, for the compute that consumes it: its op and its buffer.
+    pub fn take_received(&mut self) -> Option<(u32, Option<AllocTag>)> {
+        self.recv.take()
+    }
+
+    /// Whether `slot`'s output goes to another stage.
+    pub fn sends(&self, slot: Slot, cp: &ChunkPlan) -> bool {
+        let vs = cp.layout.virtual_stage;
+        self.pp > 1
+            && match slot.pass {
+                Pass::Forward => vs < self.last_vs,
+                Pass::Backward => vs > 0,
+                Pass::Weight => false,
+            }
+    }
+
+    /// Allocates the buffer of `slot`'s outgoing transfer, before the compute that fills it.
+    pub fn reserve_send(
+        &mut self,
+        ctx: &StageCtx,
+        b: &mut Builder,
+        slot: Slot,
+        cp: &ChunkPlan,
+        label: Label,
+    ) -> Result<(), ScheduleError> {
+        let bytes = match slot.pass {
+            Pass::Forward => cp.boundary_bytes,
+            _ => boundary_bytes(ctx, cp.layout.virtual_stage.saturating_sub(1)),
+        };
+        self.send_buf = b.alloc(
+            Stream::Compute,
+            MemCategory::Buffers,
+            Device::Gpu,
+            bytes,
+            Deps::new(),
+            label,
+        )?;
+        Ok(())
+    }
+
+    /// Sends `slot`'s output after `deps` and frees its buffer once sent.
+    pub fn send(
+        &mut self,
+        ctx: &StageCtx,
+        b: &mut Builder,
+        slot: Slot,
+        cp: &ChunkPlan,
+        deps: impl Into<Deps>,
+        label: Label,
+    ) -> Result<(), ScheduleError> {
+        let vs = cp.layout.virtual_stage;
+        let mb = slot.microbatch;
+        let (peer, tag, bytes) = match slot.pass {
+            Pass::Forward => (
+                Peer::PpNext,
+                p2p_tag(mb, vs, self.boundaries, FWD),
+                cp.boundary_bytes,
+            ),
+            _ => (
+                Peer::PpPrev,
+                p2p_tag(mb, vs - 1, self.boundaries, BWD),
+                boundary_bytes(ctx, vs - 1),
+            ),
+        };
+        let send = b.push(
+            Stream::PpSend,
+            OpKind::Send { peer, bytes, tag },
+            deps,
+            label,
+        )?;
+        b.free(Stream::PpSend, self.send_buf.take(), [send], label)
+    }
+}

@@ -1,0 +1,113 @@
+//! One stage's pass order flattened into its compute steps: a forward or backward pass of a
+//! chunk becomes one step per segment (a backward in reverse segment order, each preceded by
+//! its recompute), and each step notes the ZeRO-3 parameter gather it uses.
+
+use crate::scenario::PipelineSchedule;
+use crate::schedule::chunks::ChunkPlan;
+use crate::schedule::dp::Zero;
+use crate::schedule::emit::StageCtx;
+use crate::schedule::pipeline::{Pass, Slot};
+use crate::schedule::{Phase, ScheduleError};
+use std::collections::BTreeMap;
+
+/// One compute op of the stage, before it is emitted.
+#[derive(Clone, Copy, Debug)]
+pub struct Step {
+    pub slot: usize,
+    pub phase: Phase,
+    pub seg: usize,
+    /// Uses the chunk's bucket cut (the pass that finalises its gradients).
+    pub finalising: bool,
+    /// ZeRO-3 parameter gather this step uses, and whether it is the first step to use it.
+    pub gather: Option<usize>,
+    pub new_gather: bool,
+}
+
+/// Whether the stage runs zero-bubble's split backward (B, then W later).
+pub fn zero_bubble(ctx: &StageCtx) -> bool {
+    ctx.s.parallel.schedule == PipelineSchedule::ZeroBubble
+}
+
+/// The pass that finalises a chunk's gradients: its backward, or W under zero-bubble.
+pub fn grad_pass(ctx: &StageCtx) -> Pass {
+    if zero_bubble(ctx) {
+        Pass::Weight
+    } else {
+        Pass::Backward
+    }
+}
+
+/// The stage's compute steps in order, with the ZeRO-3 gather each one uses.
+pub fn flatten<'c>(
+    ctx: &StageCtx,
+    order: &[Slot],
+    chunk_of: &dyn Fn(u32) -> Result<&'c ChunkPlan, ScheduleError>,
+) -> Result<Vec<Step>, ScheduleError> {
+    let zb = zero_bubble(ctx);
+    let grad_pass = grad_pass(ctx);
+    // The slot that finalises each chunk's gradients: its last backward (W under ZB).
+    let mut final_slot: BTreeMap<u32, usize> = BTreeMap::new();
+    for (i, slot) in order.iter().enumerate() {
+        if slot.pass == grad_pass {
+            final_slot.insert(slot.chunk, i);
+        }
+    }
+    let gathers = ctx.dp.zero == Zero::ShardedParams && ctx.dp.reduces();
+    let mut steps = Vec::new();
+    let mut next_gather = 0usize;
+    let mut push = |steps: &mut Vec<Step>, slot, phase, seg, finalising, needs_params: bool| {
+        let (gather, new_gather) = if !gathers {
+            (None, false)
+        } else if needs_params {
+            next_gather += 1;
+            (Some(next_gather - 1), true)
+        } else if phase == Phase::BackwardWeight {
+            (None, false)
+        } else {
+            // A backward after its recompute shares the recompute's gather.
+            (next_gather.checked_sub(1), false)
+        };
+        steps.push(Step {
+            slot,
+            phase,
+            seg,
+            finalising,
+            gather,
+            new_gather,
+        });
+    };
+    for (i, slot) in order.iter().enumerate() {
+        let cp = chunk_of(slot.chunk)?;
+        let finalising = ctx.overlap_buckets && final_slot.get(&slot.chunk) == Some(&i);
+        match slot.pass {
+            Pass::Forward => {
+                for seg in 0..cp.segs.len() {
+                    push(&mut steps, i, Phase::Forward, seg, false, true);
+                }
+            }
+            Pass::Backward => {
+                let fin = finalising && !zb;
+                let segs = cp.segs_for(fin);
+                let phase = if zb {
+                    Phase::BackwardInput
+                } else {
+                    Phase::Backward
+                };
+                for seg in (0..segs.len()).rev() {
+                    let rc = segs[seg].work.recompute.is_some();
+                    if rc {
+                        push(&mut steps, i, Phase::Recompute, seg, fin, true);
+                    }
+                    push(&mut steps, i, phase, seg, fin, !rc);
+                }
+            }
+            Pass::Weight => {
+                let segs = cp.segs_for(finalising);
+                for seg in (0..segs.len()).rev() {
+                    push(&mut steps, i, Phase::BackwardWeight, seg, finalising, false);
+                }
+            }
+        }
+    }
+    Ok(steps)
+}
