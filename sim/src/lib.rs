@@ -17,6 +17,7 @@ pub mod report;
 pub mod scenario;
 pub mod schedule;
 pub mod setup;
+pub mod simulation;
 pub mod sweep;
 pub mod testing;
 pub mod topology;
