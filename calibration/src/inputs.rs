@@ -20,8 +20,9 @@ pub const MAX_SCENARIO_CALLS: usize = 32;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
+    /// Boxed: a located scenario error is large.
     #[error(transparent)]
-    Scenario(#[from] ScenarioError),
+    Scenario(Box<ScenarioError>),
     #[error(transparent)]
     Parse(#[from] ParseError),
     #[error(transparent)]
@@ -49,6 +50,12 @@ pub enum InputError {
     RefitOverlap { samples: PathBuf, output: PathBuf },
     #[error("--refit {}: --scenario and --base-profile apply to a GPU calibration's samples; these are the host backend's", samples.display())]
     RefitHostOptions { samples: PathBuf },
+}
+
+impl From<ScenarioError> for InputError {
+    fn from(e: ScenarioError) -> Self {
+        InputError::Scenario(Box::new(e))
+    }
 }
 
 impl InputError {
@@ -211,7 +218,7 @@ pub struct RefitRequest<'a> {
 
 /// A refitted calibration, of the backend its samples came from.
 pub enum Refit {
-    Host(HostRun),
+    Host(Box<HostRun>),
     Cuda(Box<(CudaRun, Start)>),
 }
 
@@ -240,10 +247,6 @@ pub fn refit(req: &RefitRequest) -> Result<Refit, InputError> {
         });
     }
     let gpu = req.gpu_name.as_deref().unwrap_or("cpu-core");
-    Ok(Refit::Host(crate::refit_host(
-        &text,
-        &origin,
-        gpu,
-        req.command,
-    )?))
+    let run = crate::refit_host(&text, &origin, gpu, req.command)?;
+    Ok(Refit::Host(Box::new(run)))
 }

@@ -4,7 +4,6 @@
 //! the files.
 
 use super::Format;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use twin_calibration::bench::{Mode, Progress};
@@ -159,42 +158,22 @@ pub struct RefitArgs {
     pub out: Out,
 }
 
-/// A one-line progress bar on stderr: benchmark name, done/total.
-struct Bar {
-    enabled: bool,
-    drawn: bool,
-}
+/// The calibration's progress: benchmark name, done/total.
+struct Bar(super::progress::Bar);
 
 impl Progress for Bar {
     fn update(&mut self, benchmark: &str, done: usize, total: usize) {
-        if !self.enabled {
-            return;
-        }
-        let total = total.max(1);
-        let filled = done.min(total) * 30 / total;
-        eprint!(
-            "\r  calibrate [{}{}] {done}/{total} {benchmark:<16}",
-            "#".repeat(filled),
-            " ".repeat(30 - filled)
-        );
-        self.drawn = true;
-    }
-}
-
-impl Bar {
-    fn finish(&self) {
-        if self.drawn {
-            eprintln!();
-        }
+        self.0.draw(done, total, &format!("{benchmark:<16}"));
     }
 }
 
 impl Bar {
     fn new(no_progress: bool) -> Bar {
-        Bar {
-            enabled: !no_progress && std::io::stderr().is_terminal(),
-            drawn: false,
-        }
+        Bar(super::progress::Bar::new("calibrate", no_progress))
+    }
+
+    fn finish(&self) {
+        self.0.finish();
     }
 }
 

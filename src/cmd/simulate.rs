@@ -85,8 +85,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let horizon = simulation::horizon_config(faults, args.horizon, args.seeds);
-    let bar = Progress::new(horizon.as_ref().map_or(0, |h| h.seeds));
-    let progress = |done: usize| bar.show(done);
+    let seeds = horizon.as_ref().map_or(0, |h| h.seeds as usize);
+    let bar = super::progress::Bar::new("seeds", false);
+    let progress = |done: usize| bar.step(done, seeds, "");
     let sim_opts = simulation::SimulateOptions {
         predict: &opts,
         profile: profile.as_ref(),
@@ -95,9 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         progress: bar.enabled.then_some(&progress as &(dyn Fn(usize) + Sync)),
     };
     let out = simulation::simulate(&scenario, &plan, &source.origin, &sim_opts);
-    if horizon.is_some() {
-        bar.finish();
-    }
+    bar.finish();
     let out = out?;
     if let Some(path) = &args.trace {
         let json = out
@@ -111,38 +110,4 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Format::Text => print!("{}", out.to_text(args.memory)),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A one-line progress bar on stderr, only when stderr is a terminal.
-struct Progress {
-    total: u32,
-    enabled: bool,
-}
-
-impl Progress {
-    fn new(total: u32) -> Progress {
-        use std::io::IsTerminal;
-        Progress {
-            total,
-            enabled: std::io::stderr().is_terminal(),
-        }
-    }
-
-    fn show(&self, done: usize) {
-        let total = self.total.max(1) as usize;
-        if done.is_multiple_of((total / 50).max(1)) || done == total {
-            let filled = done * 30 / total;
-            eprint!(
-                "\r  seeds [{}{}] {done}/{total}",
-                "#".repeat(filled),
-                " ".repeat(30 - filled.min(30))
-            );
-        }
-    }
-
-    fn finish(&self) {
-        if self.enabled {
-            eprintln!();
-        }
-    }
 }

@@ -3,12 +3,10 @@
 
 use super::write_atomic;
 use anyhow::Context;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 use twin_sim::setup::ScenarioSource;
 use twin_sim::sweep::{self, Objective, SweepPlan, SweepRequest};
 
@@ -88,60 +86,6 @@ fn bad_input(err: impl Into<anyhow::Error>) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// A progress bar on standard error, redrawn from its own thread.
-struct Progress {
-    done: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Progress {
-    fn start(total: usize, draw: bool) -> Progress {
-        let done = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = draw.then(|| {
-            let (done, stop) = (done.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let t0 = Instant::now();
-                loop {
-                    let finished = stop.load(Ordering::Relaxed);
-                    let n = done.load(Ordering::Relaxed);
-                    let frac = if total == 0 {
-                        1.0
-                    } else {
-                        n as f64 / total as f64
-                    };
-                    let width = 30;
-                    let filled = ((frac * width as f64) as usize).min(width);
-                    let rate = n as f64 / t0.elapsed().as_secs_f64().max(1e-9);
-                    eprint!(
-                        "\r[{}{}] {n}/{total} layouts, {rate:.0}/s ",
-                        "#".repeat(filled),
-                        "-".repeat(width - filled)
-                    );
-                    if finished {
-                        eprintln!();
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            })
-        });
-        Progress { done, stop, thread }
-    }
-
-    fn tick(&self) {
-        self.done.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn finish(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(args.out.as_deref(), "--out")?;
     let t0 = Instant::now();
@@ -166,10 +110,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(plan) => plan,
             Err(e) => return Ok(bad_input(e)),
         };
-        let draw = !args.quiet && std::io::stderr().is_terminal();
-        let progress = Progress::start(plan.layouts.len(), draw);
-        let r = plan.run(args.objective.into(), &|| progress.tick());
-        progress.finish();
+        let total = plan.layouts.len();
+        let bar = super::progress::Bar::new("layouts", args.quiet);
+        let done = AtomicUsize::new(0);
+        let r = plan.run(args.objective.into(), &|| {
+            bar.step(done.fetch_add(1, Ordering::Relaxed) + 1, total, "")
+        });
+        bar.finish();
         r
     };
     let wall_s = t0.elapsed().as_secs_f64();

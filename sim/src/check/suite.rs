@@ -43,11 +43,18 @@ pub enum SuiteError {
         path: PathBuf,
         source: serde_json::Error,
     },
+    /// Boxed: a located scenario error is large.
     #[error(transparent)]
-    Scenario(#[from] ScenarioError),
+    Scenario(Box<ScenarioError>),
     /// A baseline matched a scenario but lacks a field the comparison needs.
     #[error("baseline {}: {error}", path.display())]
     Baseline { path: PathBuf, error: BaselineError },
+}
+
+impl From<ScenarioError> for SuiteError {
+    fn from(e: ScenarioError) -> Self {
+        SuiteError::Scenario(Box::new(e))
+    }
 }
 
 /// One scenario of a suite, its overrides applied and its checks merged with `--expect`.
@@ -217,4 +224,53 @@ fn read_baseline(path: &Path) -> Result<Baseline, SuiteError> {
         path: path.to_path_buf(),
         report,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn suite() -> Suite {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/small.toml");
+        let expect = ["must_fit".to_string()];
+        Suite::load(&SuiteRequest {
+            files: &[path],
+            expect: &expect,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    fn baseline(name: &str) -> Baseline {
+        Baseline {
+            path: PathBuf::from(format!("{name}.json")),
+            report: json!({ "scenario": name }),
+        }
+    }
+
+    #[test]
+    fn a_single_baseline_serves_a_single_scenario_whatever_its_name() {
+        let mut s = suite();
+        s.baselines = vec![baseline("other")];
+        assert!(s.baseline_for(&s.scenarios[0].scenario.name).is_some());
+        // It is compared, and it lacks the report's fields.
+        let err = s.run().unwrap_err();
+        assert!(matches!(err, SuiteError::Baseline { .. }), "{err}");
+    }
+
+    #[test]
+    fn baselines_naming_no_scenario_are_reported_unused() {
+        let mut s = suite();
+        s.baselines = vec![baseline("other"), baseline("another")];
+        let out = s.run().unwrap();
+        let unused: Vec<&str> = out
+            .unused_baselines
+            .iter()
+            .map(|(_, n)| n.as_str())
+            .collect();
+        assert_eq!(unused, ["other", "another"]);
+        assert!(!out.no_checks());
+        assert!(!out.failed(), "{:?}", out.files);
+    }
 }

@@ -26,8 +26,9 @@ pub struct SweepRequest<'a> {
 /// Why a sweep could not be planned or its shards read; all of them are bad input.
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
+    /// Boxed: a located scenario error is large.
     #[error(transparent)]
-    Scenario(#[from] ScenarioError),
+    Scenario(Box<ScenarioError>),
     #[error(transparent)]
     Axis(#[from] AxisError),
     #[error(transparent)]
@@ -46,6 +47,12 @@ pub enum SweepError {
     },
     #[error(transparent)]
     Merge(#[from] MergeError),
+}
+
+impl From<ScenarioError> for SweepError {
+    fn from(e: ScenarioError) -> Self {
+        SweepError::Scenario(Box::new(e))
+    }
 }
 
 /// The layouts to simulate, each numbered in full-sweep order with its overrides.
@@ -135,4 +142,51 @@ fn read_part(path: &Path) -> Result<SweepResult, SweepError> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source() -> ScenarioSource {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/small.toml");
+        ScenarioSource::read(&path).unwrap()
+    }
+
+    #[test]
+    fn a_request_without_axes_or_search_is_refused() {
+        let err = SweepPlan::new(source(), &SweepRequest::default()).unwrap_err();
+        assert!(matches!(err, SweepError::Nothing), "{err}");
+    }
+
+    #[test]
+    fn a_shard_keeps_its_layouts_numbered_as_in_the_whole_sweep() {
+        let vary = ["parallel.tp=1,2,4".to_string()];
+        let whole = SweepRequest {
+            vary: &vary,
+            ..Default::default()
+        };
+        let all = SweepPlan::new(source(), &whole).unwrap();
+        assert_eq!(all.layouts.len(), 3);
+        let shard = SweepRequest {
+            shard: Some("1/2"),
+            ..whole
+        };
+        let part = SweepPlan::new(source(), &shard).unwrap();
+        assert_eq!(part.layouts, vec![all.layouts[1].clone()]);
+    }
+
+    #[test]
+    fn overrides_are_folded_into_the_source_every_layout_starts_from() {
+        let vary = ["parallel.tp=1,2".to_string()];
+        let overrides = ["training.micro_batch=1".to_string()];
+        let req = SweepRequest {
+            vary: &vary,
+            overrides: &overrides,
+            ..Default::default()
+        };
+        let plan = SweepPlan::new(source(), &req).unwrap();
+        let base = plan.source.resolve(&[]).unwrap();
+        assert_eq!(base.training.micro_batch, 1);
+    }
 }
