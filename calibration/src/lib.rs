@@ -11,6 +11,7 @@ pub mod fit;
 pub mod gpu_base;
 pub mod host;
 pub mod host_profile;
+pub mod inputs;
 pub mod load;
 pub mod nccl_tests;
 pub mod provenance;

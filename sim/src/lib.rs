@@ -15,6 +15,7 @@ pub mod profile;
 pub mod report;
 pub mod schedule;
 pub mod setup;
+pub mod simulation;
 pub mod sweep;
 pub mod topology;
 pub mod trace;

@@ -4,12 +4,10 @@
 //! the files.
 
 use super::Format;
-use anyhow::{bail, Context};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use twin_calibration::bench::{Mode, Progress};
-use twin_calibration::HostOptions;
+use twin_calibration::inputs::{self, Refit, ScenarioWork};
 
 use twin_calibration::cuda::{device, versions as cuda_versions};
 use twin_calibration::text::{self, cuda_text, host_text, wrote};
@@ -160,42 +158,22 @@ pub struct RefitArgs {
     pub out: Out,
 }
 
-/// A one-line progress bar on stderr: benchmark name, done/total.
-struct Bar {
-    enabled: bool,
-    drawn: bool,
-}
+/// The calibration's progress: benchmark name, done/total.
+struct Bar(super::progress::Bar);
 
 impl Progress for Bar {
     fn update(&mut self, benchmark: &str, done: usize, total: usize) {
-        if !self.enabled {
-            return;
-        }
-        let total = total.max(1);
-        let filled = done.min(total) * 30 / total;
-        eprint!(
-            "\r  calibrate [{}{}] {done}/{total} {benchmark:<16}",
-            "#".repeat(filled),
-            " ".repeat(30 - filled)
-        );
-        self.drawn = true;
-    }
-}
-
-impl Bar {
-    fn finish(&self) {
-        if self.drawn {
-            eprintln!();
-        }
+        self.0.draw(done, total, &format!("{benchmark:<16}"));
     }
 }
 
 impl Bar {
     fn new(no_progress: bool) -> Bar {
-        Bar {
-            enabled: !no_progress && std::io::stderr().is_terminal(),
-            drawn: false,
-        }
+        Bar(super::progress::Bar::new("calibrate", no_progress))
+    }
+
+    fn finish(&self) {
+        self.0.finish();
     }
 }
 
@@ -216,54 +194,41 @@ fn print<T: serde::Serialize>(out: &Out, run: &T, text: String) -> Result {
 
 type Result = anyhow::Result<ExitCode>;
 
-/// The file name of the samples file beside `output`.
-fn samples_file(output: &Path) -> (PathBuf, String) {
-    let samples = samples_path(output);
-    let name = samples
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    (samples.clone(), name.unwrap_or_default())
+/// `--scenario`: the scenario (warning of what it sets that twin does not model) and its
+/// schedule.
+fn scenario_work(path: Option<&Path>) -> anyhow::Result<Option<ScenarioWork>> {
+    let Some(path) = path else { return Ok(None) };
+    let s = super::load_scenario(path, &[])?;
+    Ok(Some(ScenarioWork::new(s, path.display().to_string())?))
 }
 
 /// `refit`: the profile of a calibration's stored samples.
 fn refit(a: &RefitArgs) -> Result {
-    let (samples, output) = (&a.samples, &a.out.output);
-    if samples == output || samples_path(output) == *samples {
-        bail!(
-            "--refit {} -o {}: the profile would overwrite or sit beside the samples it reads; \
-             give another --output",
-            samples.display(),
-            output.display()
-        );
+    let scenario = scenario_work(a.scenario.as_deref())?;
+    let output = &a.out.output;
+    let req = inputs::RefitRequest {
+        samples: &a.samples,
+        output,
+        gpu_name: a.gpu_name.clone(),
+        scenario: scenario.as_ref(),
+        base_profile: a.base_profile.as_deref(),
+        command: &command_line(),
+    };
+    match inputs::refit(&req)? {
+        Refit::Cuda(run) => {
+            let (run, start) = *run;
+            let summary = cuda_text(&run, &start, output, None);
+            emit(&a.out, &run.toml, &run, summary)
+        }
+        Refit::Host(run) => {
+            let files = format!(
+                "{} (fitted again from {})",
+                output.display(),
+                a.samples.display()
+            );
+            emit(&a.out, &run.toml, &run, host_text(&run, &files))
+        }
     }
-    let text = std::fs::read_to_string(samples)
-        .with_context(|| format!("--refit {}: cannot read it", samples.display()))?;
-    let origin = samples.display().to_string();
-    if twin_calibration::samples_backend(&text, &origin)? == "cuda" {
-        let (_, req) = gpu_request(
-            a.scenario.as_deref(),
-            &a.gpu_name,
-            a.base_profile.as_deref(),
-        )?;
-        let req = twin_calibration::gpu_base::Request {
-            device: None,
-            ..req
-        };
-        let (run, start) = twin_calibration::refit_cuda(&text, &origin, req, &command_line())?;
-        let summary = cuda_text(&run, &start, output, None);
-        return emit(&a.out, &run.toml, &run, summary);
-    }
-    if a.scenario.is_some() || a.base_profile.is_some() {
-        bail!(
-            "--refit {}: --scenario and --base-profile apply to a GPU calibration's samples; \
-             these are the host backend's",
-            samples.display()
-        );
-    }
-    let gpu = a.gpu_name.as_deref().unwrap_or("cpu-core");
-    let run = twin_calibration::refit_host(&text, &origin, gpu, &command_line())?;
-    let files = format!("{} (fitted again from {origin})", output.display());
-    emit(&a.out, &run.toml, &run, host_text(&run, &files))
 }
 
 fn command_line() -> String {
@@ -288,35 +253,25 @@ pub fn run(args: Args) -> Result {
 
 fn host(a: &HostArgs) -> Result {
     let m = &a.measure;
-    let (extra_shapes, step_bytes, scenario_gpu) = match &m.scenario {
-        Some(path) => {
-            let (s, schedule) = scenario_schedule(path)?;
-            (
-                twin_calibration::bench::compute::scenario_shapes(&schedule, usize::MAX),
-                Some(twin_calibration::bench::compute::step_bytes(&schedule)),
-                Some(s.cluster.gpu.name.clone()),
-            )
-        }
-        None => (Vec::new(), None, None),
+    let scenario = scenario_work(m.scenario.as_deref())?;
+    let mode = match (a.tiny, m.quick) {
+        (true, _) => Mode::Tiny,
+        (false, true) => Mode::Quick,
+        (false, false) => Mode::Full,
     };
-    let (samples, samples_file) = samples_file(&a.out.output);
-    let opts = HostOptions {
-        mode: match (a.tiny, m.quick) {
-            (true, _) => Mode::Tiny,
-            (false, true) => Mode::Quick,
-            (false, false) => Mode::Full,
-        },
-        extra_shapes,
-        step_bytes,
-        gpu_name: (m.gpu_name.clone().or(scenario_gpu)).unwrap_or_else(|| "cpu-core".into()),
-        seed: a.seed,
-        command: command_line(),
-        samples_file,
-    };
+    let opts = inputs::host_options(
+        mode,
+        scenario.as_ref(),
+        m.gpu_name.clone(),
+        a.seed,
+        command_line(),
+        &a.out.output,
+    );
     let mut bar = Bar::new(m.no_progress);
     let result = twin_calibration::calibrate_host(&opts, &mut bar);
     bar.finish();
     let run = result?;
+    let samples = samples_path(&a.out.output);
     let what = serde_json::json!({ "config": run.config });
     super::write_atomic(&a.out.output, &run.toml)?;
     write_samples(&samples, &run.provenance, &what, &run.samples)?;
@@ -331,19 +286,20 @@ fn cuda(a: &CudaArgs) -> Result {
     // Fail before anything else when there is no GPU, with what to do instead.
     twin_calibration::cuda::require_gpu()?;
     let m = &a.measure;
-    let (scenario_calls, req) = gpu_request(
-        m.scenario.as_deref(),
-        &m.gpu_name,
+    let scenario = scenario_work(m.scenario.as_deref())?;
+    let (scenario_calls, req) = inputs::gpu_request(
+        scenario.as_ref(),
+        m.gpu_name.clone(),
         a.base_profile.as_deref(),
+        device(),
     )?;
     let start = twin_calibration::gpu_base::start(req)?;
-    let (samples, samples_file) = samples_file(&a.out.output);
     let (cuda_version, nccl_version) = cuda_versions();
     let opts = twin_calibration::CudaOptions {
         quick: m.quick,
         scenario_calls,
         command: command_line(),
-        samples_file,
+        samples_file: inputs::samples_file_name(&a.out.output),
         cuda_version,
         nccl_version,
     };
@@ -351,6 +307,7 @@ fn cuda(a: &CudaArgs) -> Result {
     let result = twin_calibration::calibrate_cuda(&start, &opts, &mut bar);
     bar.finish();
     let run = result?;
+    let samples = samples_path(&a.out.output);
     let what = serde_json::json!({ "plan": run.plan, "device": run.device });
     super::write_atomic(&a.out.output, &run.toml)?;
     write_samples(&samples, &run.provenance, &what, &run.samples)?;
@@ -361,94 +318,8 @@ fn cuda(a: &CudaArgs) -> Result {
     )
 }
 
-/// What a GPU calibration starts from (`--gpu-name`, `--scenario`, `--base-profile` and GPU 0
-/// as the driver reports it), and the scenario's GEMM calls to time.
-fn gpu_request(
-    scenario: Option<&Path>,
-    gpu_name: &Option<String>,
-    base_profile: Option<&Path>,
-) -> anyhow::Result<(
-    Vec<twin_sim::schedule::Gemm>,
-    twin_calibration::gpu_base::Request,
-)> {
-    let (scenario_calls, scenario) = match scenario {
-        Some(path) => {
-            let (s, schedule) = scenario_schedule(path)?;
-            let links = twin_sim::cost::Analytic::new(&s).links;
-            (
-                twin_calibration::cuda::scenario_calls(&schedule, MAX_SCENARIO_CALLS),
-                Some(twin_calibration::gpu_base::ScenarioGpu {
-                    origin: path.display().to_string(),
-                    gpu: s.cluster.gpu,
-                    links,
-                }),
-            )
-        }
-        None => (Vec::new(), None),
-    };
-    let base = match base_profile {
-        Some(p) => Some((twin_sim::profile::load(p)?, p.display().to_string())),
-        None => None,
-    };
-    let req = twin_calibration::gpu_base::Request {
-        gpu_name: gpu_name.clone(),
-        scenario,
-        base,
-        device: device(),
-    };
-    Ok((scenario_calls, req))
-}
-/// Most scenario GEMM calls a GPU calibration times (the most frequent first).
-const MAX_SCENARIO_CALLS: usize = 32;
-
-/// A scenario and its generated schedule.
-fn scenario_schedule(
-    path: &Path,
-) -> anyhow::Result<(twin_sim::scenario::Scenario, twin_sim::schedule::Schedule)> {
-    let s = super::load_scenario(path, &[])?;
-    let plan =
-        twin_sim::plan::Plan::new(&s).with_context(|| format!("cannot plan {}", path.display()))?;
-    let schedule = twin_sim::schedule::generate(&s, &plan)
-        .with_context(|| format!("cannot build the schedule of {}", path.display()))?;
-    Ok((s, schedule))
-}
-
-/// `--base-profile`, or the bundled profile for `gpu`.
-fn base_profile(
-    path: Option<&Path>,
-    gpu: Option<&str>,
-) -> anyhow::Result<(twin_sim::profile::Profile, String)> {
-    if let Some(p) = path {
-        return Ok((twin_sim::profile::load(p)?, p.display().to_string()));
-    }
-    let gpu = gpu.unwrap_or("");
-    match twin_calibration::gpu_base::bundled_base(gpu) {
-        Some((origin, text)) => Ok((
-            twin_sim::profile::parse_str(text, origin)?,
-            origin.to_string(),
-        )),
-        None => bail!(
-            "no bundled profile for GPU '{gpu}'; give --base-profile FILE (a profile whose other sections the result keeps)"
-        ),
-    }
-}
-
 fn import(a: &NcclArgs) -> Result {
-    let mut logs = Vec::new();
-    for p in &a.logs {
-        let text =
-            std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
-        logs.push((p.display().to_string(), text));
-    }
-    // Parsed here first so that a log's error (file, line, what was expected) is what the
-    // user sees, not a missing GPU name that the unparsed log could not give.
-    let mut first_gpu = None;
-    for (origin, text) in &logs {
-        let log = twin_calibration::nccl_tests::parse(text, origin)?;
-        first_gpu = first_gpu.or(log.gpu);
-    }
-    let (base, origin) = base_profile(a.base_profile.as_deref(), first_gpu.as_deref())?;
-    let out = twin_calibration::from_nccl_tests(&logs, &base, &origin, a.min_bytes)?;
+    let (out, origin) = inputs::import_nccl_tests(&a.logs, a.base_profile.as_deref(), a.min_bytes)?;
     let summary = text::import_text(&out, &origin, &a.out.output);
     emit(&a.out, &out.toml, &out, summary)
 }

@@ -4,10 +4,9 @@
 
 use super::write_atomic;
 use anyhow::Context;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use twin_sim::check::{self, CheckFormat, CheckResult, Outcome, ScenarioChecks, Tolerances};
-use twin_sim::setup::ScenarioSource;
+use twin_sim::check::{self, CheckFormat, Suite, SuiteRequest};
 
 /// Simulate scenarios and check their results against thresholds (for CI).
 #[derive(clap::Args)]
@@ -93,141 +92,48 @@ pub fn expand_globs(patterns: &[String]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Everything read from the command line and the files before any simulation.
-struct Inputs {
-    scenarios: Vec<(
-        PathBuf,
-        twin_sim::scenario::Scenario,
-        twin_sim::scenario::Checks,
-    )>,
-    baselines: Vec<(PathBuf, serde_json::Value)>,
-    tolerances: Tolerances,
-}
-
-fn read_inputs(args: &Args) -> anyhow::Result<Inputs> {
-    let expectations = args
-        .expect
-        .iter()
-        .map(|e| check::parse_expect(e))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut tolerances = Tolerances::default();
-    for t in &args.tolerance {
-        let (field, tol) = check::parse_tolerance(t)?;
-        tolerances.0.insert(field, tol);
+/// Bad input: the error and its causes on stderr, exit 2.
+fn bad_input(err: impl Into<anyhow::Error>) -> ExitCode {
+    let err = err.into();
+    eprintln!("error: {err}");
+    for cause in err.chain().skip(1) {
+        eprintln!("  caused by: {cause}");
     }
-    let mut baselines = Vec::new();
-    for path in &args.baseline {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read baseline {}", path.display()))?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .with_context(|| format!("baseline {} is not JSON", path.display()))?;
-        baselines.push((path.clone(), v));
-    }
-    let mut scenarios = Vec::new();
-    for path in expand_globs(&args.files)? {
-        let (s, mut checks) = ScenarioSource::read(&path)?.resolve_with_checks(&args.overrides)?;
-        for e in &expectations {
-            e.apply(&mut checks);
-        }
-        scenarios.push((path, s, checks));
-    }
-    Ok(Inputs {
-        scenarios,
-        baselines,
-        tolerances,
-    })
-}
-
-/// The baseline for `name`: the one whose `scenario` field matches, or the only one when
-/// there is one scenario.
-fn baseline_for<'a>(inputs: &'a Inputs, name: &str) -> Option<&'a (PathBuf, serde_json::Value)> {
-    inputs
-        .baselines
-        .iter()
-        .find(|(_, v)| v.get("scenario").and_then(|s| s.as_str()) == Some(name))
-        .or_else(|| {
-            (inputs.baselines.len() == 1 && inputs.scenarios.len() == 1)
-                .then(|| inputs.baselines.first())
-                .flatten()
-        })
-}
-
-fn display(p: &Path) -> String {
-    p.display().to_string()
+    ExitCode::from(2)
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(args.out.as_deref(), "--out")?;
-    let inputs = match read_inputs(&args) {
-        Ok(i) => i,
-        Err(err) => {
-            eprintln!("error: {err}");
-            for cause in err.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
-            return Ok(ExitCode::from(2));
-        }
+    let files = match expand_globs(&args.files) {
+        Ok(f) => f,
+        Err(err) => return Ok(bad_input(err)),
     };
-    let opts = twin_sim::PredictOptions {
-        reproducible: true,
-        collapse: true,
-        ..Default::default()
+    let suite = Suite::load(&SuiteRequest {
+        files: &files,
+        expect: &args.expect,
+        overrides: &args.overrides,
+        baselines: &args.baseline,
+        tolerances: &args.tolerance,
+    });
+    let outcome = match suite.and_then(|s| s.run()) {
+        Ok(o) => o,
+        Err(err) => return Ok(bad_input(err)),
     };
-    let mut files = Vec::new();
-    for (path, scenario, checks) in &inputs.scenarios {
-        let mut results: Vec<CheckResult> = Vec::new();
-        match twin_sim::predict(scenario, &opts) {
-            Err(e) => results.push(CheckResult {
-                check: "simulate".into(),
-                value: None,
-                threshold: format!("runs without error ({e})"),
-                outcome: Outcome::Fail,
-            }),
-            Ok(p) => {
-                results.extend(check::evaluate(checks, &p.report));
-                if let Some((bpath, base)) = baseline_for(&inputs, &scenario.name) {
-                    match check::compare_baseline(&p.report, base, &inputs.tolerances) {
-                        Ok(rows) => results.extend(rows),
-                        Err(e) => {
-                            eprintln!("error: baseline {}: {e}", bpath.display());
-                            return Ok(ExitCode::from(2));
-                        }
-                    }
-                }
-            }
-        }
-        files.push(ScenarioChecks {
-            file: display(path),
-            scenario: scenario.name.clone(),
-            checks: results,
-        });
+    for (path, name) in &outcome.unused_baselines {
+        eprintln!(
+            "warning: baseline {} (scenario {name:?}) matches no checked scenario",
+            path.display()
+        );
     }
-    if !args.baseline.is_empty() {
-        for (bpath, v) in &inputs.baselines {
-            let name = v.get("scenario").and_then(|s| s.as_str()).unwrap_or("?");
-            let used = files.iter().any(|f| f.scenario == name)
-                || (inputs.baselines.len() == 1 && inputs.scenarios.len() == 1);
-            if !used {
-                eprintln!(
-                    "warning: baseline {} (scenario {name:?}) matches no checked scenario",
-                    bpath.display()
-                );
-            }
-        }
-    }
-    let out = check::render(&files, args.format.into());
+    let out = check::render(&outcome.files, args.format.into());
     match &args.out {
         Some(path) => write_atomic(path, &out)?,
         None => print!("{out}"),
     }
-    let failed = files
-        .iter()
-        .flat_map(|f| &f.checks)
-        .any(CheckResult::failed);
-    if files.iter().all(|f| f.checks.is_empty()) {
+    if outcome.no_checks() {
         eprintln!("note: no checks were defined (add a [checks] section or --expect)");
     }
-    Ok(if failed {
+    Ok(if outcome.failed() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

@@ -4,6 +4,7 @@ pub mod bench;
 // issue 6: calibration
 pub mod calibrate;
 pub mod doctor;
+mod progress;
 pub mod renamed;
 pub mod run;
 pub mod simulate;
@@ -86,6 +87,8 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
                 .is_some()
             || c.downcast_ref::<twin_calibration::nccl_tests::ParseError>()
                 .is_some()
+            || c.downcast_ref::<twin_calibration::inputs::InputError>()
+                .is_some_and(twin_calibration::inputs::InputError::is_bad_input)
             || c.downcast_ref::<twin_sim::engine::SimError>()
                 .is_some_and(|e| {
                     matches!(

@@ -4,6 +4,7 @@ use super::{write_atomic, Format};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use twin_sim::simulation;
 
 /// Predict step time, throughput, MFU, memory and bubbles for a scenario.
 #[derive(clap::Args)]
@@ -83,138 +84,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(p) => Some(twin_sim::profile::load(p)?),
         None => None,
     };
-    let prediction = twin_sim::predict_with(&scenario, &opts, profile.as_ref())
-        .with_context(|| format!("simulating {}", args.scenario.display()))?;
+    let horizon = simulation::horizon_config(faults, args.horizon, args.seeds);
+    let seeds = horizon.as_ref().map_or(0, |h| h.seeds as usize);
+    let bar = super::progress::Bar::new("seeds", false);
+    let progress = |done: usize| bar.step(done, seeds, "");
+    let sim_opts = simulation::SimulateOptions {
+        predict: &opts,
+        profile: profile.as_ref(),
+        samples: args.samples,
+        horizon: horizon.as_ref(),
+        progress: bar.enabled.then_some(&progress as &(dyn Fn(usize) + Sync)),
+    };
+    let out = simulation::simulate(&scenario, &plan, &source.origin, &sim_opts);
+    bar.finish();
+    let out = out?;
     if let Some(path) = &args.trace {
-        let json = prediction.trace_json().context("no trace was recorded")?;
+        let json = out
+            .prediction
+            .trace_json()
+            .context("no trace was recorded")?;
         write_atomic(path, &json)?;
     }
-    let report = &prediction.report;
-    let ci95_ns = match &profile {
-        Some(p) => twin_sim::uncertainty::step_time_ci95(
-            &prediction.staged,
-            p,
-            args.samples,
-            scenario.run.seed,
-            &twin_sim::sim_options(&scenario, &opts),
-        )
-        .context("propagating the profile's uncertainty")?,
-        None => None,
-    };
-    let ci95_s = ci95_ns.map(|[lo, hi]| [lo as f64 * 1e-9, hi as f64 * 1e-9]);
-    let horizon = horizon_config(faults, &args)
-        .map(|config| {
-            let job = twin_sim::faults::JobFacts::from_scenario(
-                &scenario,
-                &plan,
-                (report.step_time_s * 1e9).round() as u64,
-                report.exposed_comm_fraction,
-            );
-            let bar = Progress::new(config.seeds);
-            let progress = |done: usize| bar.show(done);
-            let out = twin_sim::faults::simulate_horizon(
-                &config,
-                &job,
-                bar.enabled.then_some(&progress as &(dyn Fn(usize) + Sync)),
-            );
-            bar.finish();
-            out
-        })
-        .transpose()
-        .context("simulating the horizon")?;
     match args.format {
-        Format::Json => match (&horizon, ci95_s) {
-            (None, None) => println!("{}", report.to_json()),
-            (h, ci) => {
-                let mut v: serde_json::Value = serde_json::from_str(&report.to_json())?;
-                if let Some(obj) = v.as_object_mut() {
-                    if let Some(ci) = ci {
-                        obj.insert("step_time_ci95_s".into(), serde_json::to_value(ci)?);
-                    }
-                    if let Some(h) = h {
-                        obj.insert("goodput".into(), h.goodput.mean.into());
-                        obj.insert("ettr".into(), h.ettr.mean.into());
-                        obj.insert("faults".into(), h.to_json_value());
-                    }
-                }
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            }
-        },
-        Format::Text => {
-            for line in report.to_text().lines() {
-                match ci95_s {
-                    Some([lo, hi]) if line.starts_with("step time") => println!(
-                        "step time       {:.3} ms (95% CI {:.3}\u{2013}{:.3} ms)",
-                        report.step_time_s * 1e3,
-                        lo * 1e3,
-                        hi * 1e3
-                    ),
-                    _ if line.starts_with("simulated") && prediction.result.collapsed => {
-                        println!("{line} (representative ranks; --full simulates every rank)")
-                    }
-                    _ => println!("{line}"),
-                }
-            }
-            if args.memory {
-                print!("{}", report.memory_text());
-            }
-            if let Some(h) = &horizon {
-                print!("{}", h.to_text());
-            }
-        }
+        Format::Json => println!("{}", out.to_json()?),
+        Format::Text => print!("{}", out.to_text(args.memory)),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The fault model to run: the scenario's `[faults]`, or the defaults when only `--horizon`
-/// asks for one; flags override its horizon and seeds.
-fn horizon_config(
-    faults: Option<twin_sim::scenario::FaultConfig>,
-    args: &Args,
-) -> Option<twin_sim::scenario::FaultConfig> {
-    let mut c = match (faults, args.horizon) {
-        (None, None) => return None,
-        (f, _) => f.unwrap_or_default(),
-    };
-    if let Some(h) = args.horizon {
-        c.horizon_ns = h;
-    }
-    if let Some(n) = args.seeds {
-        c.seeds = n;
-    }
-    Some(c)
-}
-
-/// A one-line progress bar on stderr, only when stderr is a terminal.
-struct Progress {
-    total: u32,
-    enabled: bool,
-}
-
-impl Progress {
-    fn new(total: u32) -> Progress {
-        use std::io::IsTerminal;
-        Progress {
-            total,
-            enabled: std::io::stderr().is_terminal(),
-        }
-    }
-
-    fn show(&self, done: usize) {
-        let total = self.total.max(1) as usize;
-        if done.is_multiple_of((total / 50).max(1)) || done == total {
-            let filled = done * 30 / total;
-            eprint!(
-                "\r  seeds [{}{}] {done}/{total}",
-                "#".repeat(filled),
-                " ".repeat(30 - filled.min(30))
-            );
-        }
-    }
-
-    fn finish(&self) {
-        if self.enabled {
-            eprintln!();
-        }
-    }
 }

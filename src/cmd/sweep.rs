@@ -3,14 +3,12 @@
 
 use super::write_atomic;
 use anyhow::Context;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 use twin_sim::setup::ScenarioSource;
-use twin_sim::sweep::{self, Objective, SearchSpace, Shard, SweepResult};
+use twin_sim::sweep::{self, Objective, SweepPlan, SweepRequest};
 
 /// Simulate many layouts of a scenario and rank them.
 #[derive(clap::Args)]
@@ -79,7 +77,8 @@ impl From<Obj> for Objective {
     }
 }
 
-fn bad_input(err: anyhow::Error) -> ExitCode {
+fn bad_input(err: impl Into<anyhow::Error>) -> ExitCode {
+    let err = err.into();
     eprintln!("error: {err}");
     for cause in err.chain().skip(1) {
         eprintln!("  caused by: {cause}");
@@ -87,142 +86,37 @@ fn bad_input(err: anyhow::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// Layouts numbered in full-sweep order, each as its list of overrides.
-type Numbered = Vec<(usize, Vec<String>)>;
-
-/// The layouts to run and the base source.
-fn plan_layouts(args: &Args) -> anyhow::Result<(ScenarioSource, String, Numbered)> {
-    let path = args
-        .scenario
-        .as_ref()
-        .context("a scenario file is needed")?;
-    let mut source = ScenarioSource::read(path)?;
-    let base = source.resolve(&args.overrides)?;
-    if !args.overrides.is_empty() {
-        // Fold --set into the text so every layout starts from the overridden scenario.
-        source.text = twin_sim::scenario::to_toml(&base);
-    }
-    let axes = args
-        .vary
-        .iter()
-        .map(|v| sweep::parse_axis(v))
-        .collect::<Result<Vec<_>, _>>()?;
-    if axes.is_empty() && !args.search {
-        anyhow::bail!("nothing to sweep: give --vary KEY=VALUES or --search");
-    }
-    let mut varied = sweep::product(&axes);
-    if !args.search {
-        sweep::derive_dp(&base, &mut varied);
-    }
-    let layouts: Vec<Vec<String>> = if args.search {
-        let searched = sweep::search(&base, &SearchSpace::default());
-        searched
-            .iter()
-            .flat_map(|s| {
-                varied.iter().map(move |v| {
-                    let mut o = s.clone();
-                    o.extend(v.iter().cloned());
-                    o
-                })
-            })
-            .collect()
-    } else {
-        varied
-    };
-    let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
-    let numbered = layouts
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| shard.is_none_or(|s| s.holds(*i)))
-        .collect();
-    Ok((source, base.name, numbered))
-}
-
-fn read_parts(files: &[PathBuf]) -> anyhow::Result<SweepResult> {
-    let mut parts = Vec::new();
-    for f in files {
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?;
-        let part: SweepResult = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a `twin sweep --out X.json` file", f.display()))?;
-        parts.push(part);
-    }
-    Ok(SweepResult::merge(parts)?)
-}
-
-/// A progress bar on standard error, redrawn from its own thread.
-struct Progress {
-    done: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Progress {
-    fn start(total: usize, draw: bool) -> Progress {
-        let done = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = draw.then(|| {
-            let (done, stop) = (done.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let t0 = Instant::now();
-                loop {
-                    let finished = stop.load(Ordering::Relaxed);
-                    let n = done.load(Ordering::Relaxed);
-                    let frac = if total == 0 {
-                        1.0
-                    } else {
-                        n as f64 / total as f64
-                    };
-                    let width = 30;
-                    let filled = ((frac * width as f64) as usize).min(width);
-                    let rate = n as f64 / t0.elapsed().as_secs_f64().max(1e-9);
-                    eprint!(
-                        "\r[{}{}] {n}/{total} layouts, {rate:.0}/s ",
-                        "#".repeat(filled),
-                        "-".repeat(width - filled)
-                    );
-                    if finished {
-                        eprintln!();
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            })
-        });
-        Progress { done, stop, thread }
-    }
-
-    fn tick(&self) {
-        self.done.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn finish(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(args.out.as_deref(), "--out")?;
     let t0 = Instant::now();
     let result = if !args.merge.is_empty() {
-        match read_parts(&args.merge) {
+        match sweep::merge_files(&args.merge) {
             Ok(r) => r,
             Err(e) => return Ok(bad_input(e)),
         }
     } else {
-        let (source, name, layouts) = match plan_layouts(&args) {
-            Ok(x) => x,
+        let req = SweepRequest {
+            overrides: &args.overrides,
+            vary: &args.vary,
+            search: args.search,
+            shard: args.shard.as_deref(),
+        };
+        let plan = args
+            .scenario
+            .as_ref()
+            .context("a scenario file is needed")
+            .and_then(|p| Ok(SweepPlan::new(ScenarioSource::read(p)?, &req)?));
+        let plan = match plan {
+            Ok(plan) => plan,
             Err(e) => return Ok(bad_input(e)),
         };
-        let draw = !args.quiet && std::io::stderr().is_terminal();
-        let progress = Progress::start(layouts.len(), draw);
-        let r = sweep::run(&source, &name, layouts, args.objective.into(), &|| {
-            progress.tick()
+        let total = plan.layouts.len();
+        let bar = super::progress::Bar::new("layouts", args.quiet);
+        let done = AtomicUsize::new(0);
+        let r = plan.run(args.objective.into(), &|| {
+            bar.step(done.fetch_add(1, Ordering::Relaxed) + 1, total, "")
         });
-        progress.finish();
+        bar.finish();
         r
     };
     let wall_s = t0.elapsed().as_secs_f64();

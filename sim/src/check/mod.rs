@@ -7,6 +7,7 @@ mod baseline;
 mod diff;
 mod expect;
 mod render;
+mod suite;
 
 pub use baseline::{
     compare_baseline, parse_tolerance, BaselineError, Tolerance, Tolerances, BASELINE_FIELDS,
@@ -14,6 +15,7 @@ pub use baseline::{
 pub use diff::{diff_reports, render_diff, DiffRow};
 pub use expect::{parse_expect, ExpectError, Expectation};
 pub use render::{render, CheckFormat, ScenarioChecks};
+pub use suite::{Baseline, Suite, SuiteError, SuiteOutcome, SuiteRequest, SuiteScenario};
 
 use crate::report::Report;
 use crate::scenario::{Bound, Checks, Metric, Threshold};

@@ -3,8 +3,11 @@
 //! in memory, and rank the rest by an objective. Results are plain rows that serialize to
 //! CSV and JSON, and shards of one sweep ([`Shard`]) merge back into the same result.
 
+mod layouts;
 mod sizes;
 mod space;
+
+pub use layouts::{merge_files, SweepError, SweepPlan, SweepRequest};
 
 pub use space::{
     derive_dp, parse_axis, product, search, Axis, AxisError, SearchSpace, Shard, ShardError,
