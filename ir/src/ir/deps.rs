@@ -2,6 +2,9 @@
 //! schedule does not allocate one vector per op (a layout search generates millions of ops,
 //! almost all with at most five deps). It reads as a `[u32]` slice and serializes exactly as
 //! a `Vec<u32>` does (a sequence of integers), so schedule files are unchanged.
+//!
+//! The small methods are `#[inline]`: the schedule generators in twin-sim call them once per op,
+//! across the crate boundary, where they are not inlined otherwise.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::ops::{Deref, DerefMut};
@@ -31,6 +34,7 @@ impl Deps {
         })
     }
 
+    #[inline]
     pub fn as_slice(&self) -> &[u32] {
         match &self.0 {
             Repr::Inline { len, items } => items.get(..usize::from(*len)).unwrap_or(&[]),
@@ -38,6 +42,7 @@ impl Deps {
         }
     }
 
+    #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u32] {
         match &mut self.0 {
             Repr::Inline { len, items } => items.get_mut(..usize::from(*len)).unwrap_or(&mut []),
@@ -46,6 +51,7 @@ impl Deps {
     }
 
     /// Appends `dep` (moving to the heap past the inline capacity).
+    #[inline]
     pub fn push(&mut self, dep: u32) {
         match &mut self.0 {
             Repr::Inline { len, items } if usize::from(*len) < INLINE => {
@@ -104,6 +110,7 @@ impl Deps {
 }
 
 impl Default for Deps {
+    #[inline]
     fn default() -> Deps {
         Deps::new()
     }
@@ -111,18 +118,21 @@ impl Default for Deps {
 
 impl Deref for Deps {
     type Target = [u32];
+    #[inline]
     fn deref(&self) -> &[u32] {
         self.as_slice()
     }
 }
 
 impl DerefMut for Deps {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u32] {
         self.as_mut_slice()
     }
 }
 
 impl From<&[u32]> for Deps {
+    #[inline]
     fn from(deps: &[u32]) -> Deps {
         if deps.len() <= INLINE {
             let mut items = [0; INLINE];
@@ -140,6 +150,7 @@ impl From<&[u32]> for Deps {
 }
 
 impl From<Vec<u32>> for Deps {
+    #[inline]
     fn from(deps: Vec<u32>) -> Deps {
         if deps.len() <= INLINE {
             Deps::from(deps.as_slice())
@@ -174,12 +185,14 @@ impl Extend<u32> for Deps {
 impl<'a> IntoIterator for &'a Deps {
     type Item = &'a u32;
     type IntoIter = std::slice::Iter<'a, u32>;
+    #[inline]
     fn into_iter(self) -> Self::IntoIter {
         self.as_slice().iter()
     }
 }
 
 impl PartialEq for Deps {
+    #[inline]
     fn eq(&self, other: &Deps) -> bool {
         self.as_slice() == other.as_slice()
     }
