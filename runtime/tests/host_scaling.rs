@@ -1,6 +1,6 @@
 //! Honesty checks of the host backend: the work it does follows the planned sizes. Doubling
 //! the hidden size makes the measured GEMM time grow about 4x (the FLOPs of the layers'
-//! GEMMs grow 4x; the vocabulary and attention-score GEMMs 2x), and doubling a collective's
+//! GEMMs grow 4x; the vocabulary and attention-score GEMMs 2x), and quadrupling a collective's
 //! bytes makes its measured time grow. Each size is measured over repeated runs and the
 //! fastest kept, to damp noise from other processes; the band is wide on purpose (2.5-6x),
 //! since a shared CI machine can stall any single measurement.
@@ -84,8 +84,11 @@ fn doubling_hidden_makes_gemm_time_grow_about_4x() {
     );
 }
 
+/// f32 elements of the two all-reduces compared (4 MiB and 16 MiB).
+const ELEMS: [usize; 2] = [1 << 20, 4 << 20];
+
 #[test]
-fn doubling_collective_bytes_makes_it_slower() {
+fn more_collective_bytes_make_it_slower() {
     let _serial = SERIAL.lock();
     let server = StoreServer::start("127.0.0.1", 0, Clock::new()).unwrap();
     let port = server.addr.port();
@@ -96,10 +99,12 @@ fn doubling_collective_bytes_makes_it_slower() {
                 let mut store = StoreClient::connect("127.0.0.1", port, t).unwrap();
                 let mesh = Arc::new(Mesh::connect(&mut store, rank, 2, t).unwrap());
                 let members = [0, 1];
-                // Sizes alternate, so both see the same background load; fastest kept.
+                // Sizes alternate, so both see the same background load; fastest kept. The
+                // sizes are 4x apart, so a stall of one run on a loaded machine does not
+                // cover the difference.
                 let mut best = [u128::MAX; 2];
-                for rep in 0..5u64 {
-                    for (i, elems) in [1usize << 20, 2 << 20].into_iter().enumerate() {
+                for rep in 0..7u64 {
+                    for (i, elems) in ELEMS.into_iter().enumerate() {
                         store.barrier(&format!("b{i}-{rep}"), rank, 2).unwrap();
                         let ring = Ring::new(&mesh, &members, 4, rep + 10 * i as u64).unwrap();
                         let input = collective::input(CollectiveKind::AllReduce, &ring, elems, 0);
@@ -118,8 +123,10 @@ fn doubling_collective_bytes_makes_it_slower() {
         let best = h.join().unwrap();
         assert!(
             best[1] > best[0],
-            "an all-reduce of 8 MiB took {} ns, of 4 MiB {} ns",
+            "an all-reduce of {} MiB took {} ns, of {} MiB {} ns",
+            (ELEMS[1] * 4) >> 20,
             best[1],
+            (ELEMS[0] * 4) >> 20,
             best[0]
         );
     }
