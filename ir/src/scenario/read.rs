@@ -31,11 +31,6 @@ pub(crate) struct Section<'a> {
     pub loc: Option<&'a Loc>,
 }
 
-/// The key names of the table at `path`, in schema order.
-pub(crate) fn known_keys(path: &str) -> Vec<&'static str> {
-    keys::group(path).iter().map(|k| k.name).collect()
-}
-
 fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()
@@ -127,16 +122,16 @@ impl<'a> Section<'a> {
     /// Rejects keys the schema does not list for this section, suggesting the closest key
     /// (in this section, or the same key in another section).
     pub(crate) fn check_unknown(&self) -> Result<()> {
-        let known = known_keys(self.path);
+        let known = keys::group(self.path);
         let Some(table) = self.table else {
             return Ok(());
         };
         for (key, entry) in &table.entries {
-            if known.contains(&key.as_str()) {
+            if known.iter().any(|k| k.name == key.as_str()) {
                 continue;
             }
             let mut message = "unknown key".to_string();
-            if let Some(near) = closest(key, known.iter().copied()) {
+            if let Some(near) = closest(key, known.iter().map(|k| k.name)) {
                 message.push_str(&format!("; did you mean `{near}`?"));
             } else if let Some(other) = keys::GROUPS
                 .iter()
@@ -151,7 +146,7 @@ impl<'a> Section<'a> {
             let allowed = if known.is_empty() {
                 "no keys here".to_string()
             } else {
-                known.join(", ")
+                known.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
             };
             return Err(self.ctx.error(
                 ErrorKind::UnknownKey,
