@@ -144,6 +144,7 @@ pub fn scenario_calls(schedule: &twin_sim::schedule::Schedule, max: usize) -> Ve
     v.into_iter()
         .take(max)
         .map(|((m, n, k, batch), _)| Gemm {
+            dtype: None,
             m,
             n,
             k,

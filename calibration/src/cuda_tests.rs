@@ -47,6 +47,7 @@ fn synthetic_with(seed: u64, memory_bw: f64) -> (Plan, CudaSamples) {
             k: 128,
             count: 32,
             batch: 32,
+            dtype: None,
         },
         Gemm::single(2048, 14336, 4096, 1),
     ];

@@ -13,6 +13,7 @@ pub mod host;
 pub mod host_profile;
 pub mod inputs;
 pub mod load;
+pub mod microbench;
 pub mod nccl_tests;
 pub mod provenance;
 pub mod refit;

@@ -19,6 +19,7 @@ fn tiny_host_calibration_writes_a_loadable_profile() {
             k: 80,
             count: 1,
             batch: 1,
+            dtype: None,
         }],
         step_bytes: Some(3 << 20),
         gpu_name: "cpu-core".into(),

@@ -62,6 +62,7 @@ fn sweep() {
         g(2048, 4096, 14336),
         g(4096, 28672, 2048),
         Gemm {
+            dtype: None,
             m: 2048,
             n: 2048,
             k: 128,
@@ -69,6 +70,7 @@ fn sweep() {
             batch: 32,
         },
         Gemm {
+            dtype: None,
             m: 2048,
             n: 128,
             k: 2048,

@@ -80,6 +80,7 @@ fn layer_gemms(s: &Scenario) -> (Vec<Gemm>, Vec<Gemm>) {
     }
     // Attention core per head: scores = Q K^T, out = P V; backward twice each.
     let scores = Gemm {
+        dtype: None,
         m: t,
         n: t,
         k: head_dim,
@@ -87,6 +88,7 @@ fn layer_gemms(s: &Scenario) -> (Vec<Gemm>, Vec<Gemm>) {
         batch: heads,
     };
     let pv = Gemm {
+        dtype: None,
         m: t,
         n: head_dim,
         k: t,

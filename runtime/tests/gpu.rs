@@ -41,6 +41,7 @@ fn gemm_flops_are_positive_and_below_the_bf16_peak() {
         return;
     }
     let g = Gemm {
+        dtype: None,
         m: 4096,
         n: 4096,
         k: 4096,

@@ -21,6 +21,7 @@ fn compute(phase: Phase, scale: u64) -> OpKind {
         k: 4096,
         count: (4 * scale) as u32,
         batch: 1,
+        dtype: None,
     };
     OpKind::Compute(ComputeOp {
         phase,

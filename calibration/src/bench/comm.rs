@@ -424,6 +424,7 @@ pub fn comm(
 
 /// The GEMM of the overlap measurement.
 const OVERLAP_GEMM: Gemm = Gemm {
+    dtype: None,
     m: 256,
     n: 256,
     k: 384,

@@ -20,6 +20,7 @@ use twin_sim::schedule::{CollectiveKind, Gemm};
 
 /// The compute thread's op: about 100 µs of one core's sgemm, as a host scenario's layer op.
 const BUSY_GEMM: Gemm = Gemm {
+    dtype: None,
     m: 128,
     n: 256,
     k: 384,

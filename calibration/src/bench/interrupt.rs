@@ -17,6 +17,7 @@ use twin_sim::schedule::Gemm;
 
 /// The GEMM timed: about 90 µs here, the size of a host scenario's per-layer GEMMs.
 const GEMM: Gemm = Gemm {
+    dtype: None,
     m: 64,
     n: 512,
     k: 128,

@@ -122,6 +122,7 @@ mod tests {
         for n in 0..4u64 {
             let v: Vec<Gemm> = (0..n)
                 .map(|i| Gemm {
+                    dtype: None,
                     m: i + 1,
                     n: 2 * i + 1,
                     k: 3,

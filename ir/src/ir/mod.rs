@@ -135,6 +135,10 @@ pub struct Gemm {
     /// Products per kernel call (1: each product is its own call).
     #[serde(default = "one_product")]
     pub batch: u32,
+    /// The GEMM's own precision where it differs from its op's (FP8 training runs the
+    /// attention core and the output layer in bf16); `None`: the op's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<crate::scenario::Precision>,
 }
 
 fn one_product() -> u32 {
@@ -145,6 +149,7 @@ impl Gemm {
     /// `count` separate calls of one product each.
     pub fn single(m: u64, n: u64, k: u64, count: u32) -> Gemm {
         Gemm {
+            dtype: None,
             m,
             n,
             k,

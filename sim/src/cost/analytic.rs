@@ -61,6 +61,9 @@ pub struct Analytic {
     pub peak: PeakFlops,
     pub hbm_bandwidth_bytes_per_s: f64,
     pub gemm: GemmCurve,
+    /// FP8 GEMMs' own curve (a profile's `[gemm.fp8]`); `None`: FP8 GEMMs follow `gemm` at
+    /// the FP8 peak.
+    pub gemm_fp8: Option<GemmCurve>,
     pub memory_efficiency: f64,
     /// The achieved bandwidth of memory-bound kernels as an absolute number (a calibrated
     /// profile's `memory.bandwidth_bytes_per_s`); when set it replaces
@@ -137,6 +140,7 @@ impl Analytic {
             peak: c.gpu.peak.clone(),
             hbm_bandwidth_bytes_per_s: c.gpu.hbm_bandwidth_bytes_per_s,
             gemm: DEFAULT_GEMM_CURVE,
+            gemm_fp8: None,
             memory_efficiency: DEFAULT_MEMORY_EFFICIENCY,
             memory_bandwidth_bytes_per_s: None,
             memory_spill: None,
@@ -178,6 +182,14 @@ impl Analytic {
     /// has its own device.
     pub fn host_cores(&self) -> Option<u32> {
         self.host_cores
+    }
+
+    /// The GEMM curve of a dtype: FP8's own where the profile has one, else the one curve.
+    pub fn gemm_curve(&self, dtype: Precision) -> &GemmCurve {
+        match (dtype, &self.gemm_fp8) {
+            (Precision::Fp8, Some(c)) => c,
+            _ => &self.gemm,
+        }
     }
 
     /// Dense peak FLOP/s for a dtype (fp32 is plain FP32, PyTorch's default for matmul).
@@ -287,13 +299,17 @@ impl Analytic {
     }
 
     fn compute_with(&self, op: &ComputeOp, evicted: bool) -> u64 {
-        let peak = self.peak_flops_per_s(op.dtype);
         let hbm = self.hbm_rate();
         let elem = op.dtype.bytes();
         let mut gemm_s = 0.0;
         let mut gemm_flops = 0u64;
         for g in &op.gemms {
-            gemm_s += self.gemm.gemm_s(g, elem, peak, hbm);
+            // A GEMM of its own precision (FP8 training's bf16 attention core and output
+            // layer) follows that precision's peak, curve and element size.
+            let dtype = g.dtype.unwrap_or(op.dtype);
+            gemm_s +=
+                self.gemm_curve(dtype)
+                    .gemm_s(g, dtype.bytes(), self.peak_flops_per_s(dtype), hbm);
             gemm_flops = gemm_flops.saturating_add(g.flops());
         }
         let cold = self

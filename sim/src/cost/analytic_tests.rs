@@ -327,3 +327,52 @@ fn the_optimizer_slows_as_the_node_touches_more_per_step() {
         plain.memory_pass_s(Phase::Forward, bytes)
     );
 }
+
+/// An FP8 GEMM follows the profile's FP8 curve at the FP8 peak, a GEMM of its own bf16
+/// precision inside the same FP8 op follows the bf16 curve at the bf16 peak, and without an
+/// FP8 curve FP8 GEMMs follow the one curve.
+#[test]
+fn fp8_gemms_follow_their_own_curve() {
+    let mut model = Analytic::new(&small_scenario(1, 1, 1, 1));
+    model.launch_ns = 0;
+    let fp8_curve = GemmCurve {
+        max_efficiency: 0.5,
+        k_half: 100,
+        ramp_ns: 5_000,
+        ..model.gemm.clone()
+    };
+    let (m, n, k) = (4096u64, 4096u64, 4096u64);
+    let fp8 = Gemm::single(m, n, k, 1);
+    let bf16 = Gemm {
+        dtype: Some(Precision::Bf16),
+        ..fp8
+    };
+    let op = |gemms: Vec<Gemm>| ComputeOp {
+        dtype: Precision::Fp8,
+        gemms: gemms.into(),
+        ..gemm_op(m, n, k, 1)
+    };
+    let hbm = model.hbm_rate();
+    let expect = |c: &GemmCurve, g: &Gemm, peak: f64, elem: u64| {
+        crate::units::secs_to_ns(c.gemm_s(g, elem, peak, hbm))
+    };
+    let without = model.compute_ns(0, &op(vec![fp8]));
+    assert_eq!(
+        without,
+        expect(&model.gemm, &fp8, model.peak.fp8_flops_per_s, 1)
+    );
+    model.gemm_fp8 = Some(fp8_curve.clone());
+    let fp8_ns = model.compute_ns(0, &op(vec![fp8]));
+    assert_eq!(
+        fp8_ns,
+        expect(&fp8_curve, &fp8, model.peak.fp8_flops_per_s, 1)
+    );
+    // Half the efficiency over most of the curve: slower than without its own curve.
+    assert!(fp8_ns > without);
+    let bf16_ns = model.compute_ns(0, &op(vec![bf16]));
+    let bf16_curve = model.gemm.clone();
+    assert_eq!(
+        bf16_ns,
+        expect(&bf16_curve, &bf16, model.peak.bf16_flops_per_s, 2)
+    );
+}

@@ -11,6 +11,20 @@ use crate::scenario::Scenario;
 use crate::topology::{NvlsModel, TierModel};
 
 impl Profile {
+    /// FP8 GEMMs' own curve (`[gemm.fp8]`), with the bf16 curve's operand and shape terms
+    /// (GPU profiles have none); `None` without one.
+    pub fn gemm_fp8_curve(&self) -> Option<GemmCurve> {
+        let c = self.gemm_fp8.as_ref()?;
+        Some(GemmCurve {
+            max_efficiency: c.max_efficiency.value,
+            k_half: whole(&c.k_half),
+            tile_m: whole(&c.tile_m),
+            tile_n: whole(&c.tile_n),
+            ramp_ns: whole(&c.ramp_ns),
+            ..self.gemm_curve()
+        })
+    }
+
     /// The GEMM curve this profile sets.
     pub fn gemm_curve(&self) -> GemmCurve {
         GemmCurve {
@@ -69,6 +83,7 @@ impl Analytic {
             peak: p.peak(),
             hbm_bandwidth_bytes_per_s: p.hbm_bandwidth_bytes_per_s.value,
             gemm: p.gemm_curve(),
+            gemm_fp8: p.gemm_fp8_curve(),
             memory_efficiency: p.memory_efficiency.value,
             memory_bandwidth_bytes_per_s: p.memory_bandwidth_bytes_per_s.as_ref().map(|b| b.value),
             memory_spill: match (&p.memory_spill_bytes, &p.memory_spill_efficiency) {

@@ -86,6 +86,7 @@ mod tests {
     #[test]
     fn a_program_touches_its_peak_and_its_gemm_workspace() {
         let gemm = Gemm {
+            dtype: None,
             m: 10,
             n: 20,
             k: 30,

@@ -2,7 +2,7 @@
 //! range checks on every number. Errors are [`ScenarioError`]s, the one located input-error
 //! type of twin: file, line and column, key, value, and what is allowed.
 
-use super::{FitQuality, LinkParams, Param, Profile, Source};
+use super::{FitQuality, GemmParams, LinkParams, Param, Profile, Source};
 use crate::scenario::error::{Ctx, LineIndex};
 use crate::scenario::{ErrorKind, ScenarioError};
 use crate::topology::Algorithm;
@@ -64,6 +64,19 @@ struct RawGemm {
     pack_bytes_per_s: Option<RawParam>,
     cold_ramp_ns: Option<RawParam>,
     shape_factors: Option<toml::Spanned<Vec<Vec<f64>>>>,
+    /// `[gemm.fp8]`: FP8 GEMMs' own curve.
+    fp8: Option<RawGemmCurve>,
+}
+
+/// A dtype's own GEMM curve (`[gemm.fp8]`): efficiency against that dtype's peak.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGemmCurve {
+    max_efficiency: RawParam,
+    k_half: RawParam,
+    tile_m: RawParam,
+    tile_n: RawParam,
+    ramp_ns: RawParam,
 }
 
 #[derive(Deserialize)]

@@ -147,6 +147,10 @@ pub struct Profile {
     /// `gemm.shape_factors`: the calibration's measured ratio to the curve per timed shape
     /// (current host profiles; see `host_model::shape_factors`); empty: none.
     pub gemm_shape_factors: Vec<ShapeFactor>,
+    /// `[gemm.fp8]`: FP8 GEMMs' own curve (their efficiency against the FP8 peak differs
+    /// from bf16's against the bf16 peak); absent: FP8 GEMMs follow the bf16 curve at the FP8
+    /// peak.
+    pub gemm_fp8: Option<GemmParams>,
     /// Achieved fraction of HBM bandwidth for streaming (memory-bound) kernels. Derived as
     /// `memory_bandwidth_bytes_per_s / hbm_bandwidth_bytes_per_s` (no interval) when the file
     /// gives the absolute bandwidth instead.
@@ -289,6 +293,17 @@ pub(crate) fn whole(p: &Param) -> u64 {
     } else {
         v as u64
     }
+}
+
+/// One dtype's GEMM curve parameters (`[gemm.fp8]`; the meaning of each is
+/// [`crate::cost::GemmCurve`]'s).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GemmParams {
+    pub max_efficiency: Param,
+    pub k_half: Param,
+    pub tile_m: Param,
+    pub tile_n: Param,
+    pub ramp_ns: Param,
 }
 
 impl Profile {

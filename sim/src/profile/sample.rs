@@ -76,6 +76,13 @@ impl Profile {
             (&mut self.memory_efficiency, Fraction),
             (&mut self.launch_ns, NonNegative),
         ];
+        if let Some(c) = &mut self.gemm_fp8 {
+            v.push((&mut c.max_efficiency, Fraction));
+            v.push((&mut c.k_half, NonNegative));
+            v.push((&mut c.tile_m, Count));
+            v.push((&mut c.tile_n, Count));
+            v.push((&mut c.ramp_ns, NonNegative));
+        }
         for link in [&mut self.intra, &mut self.inter] {
             v.push((&mut link.bandwidth_bytes_per_s, Positive));
             v.push((&mut link.latency_ns, NonNegative));

@@ -138,6 +138,7 @@ impl UniformSizes {
             phase,
             dtype: crate::scenario::Precision::Bf16,
             gemms: vec![Gemm {
+                dtype: None,
                 m: 64,
                 n: 64,
                 k: 64,

@@ -17,12 +17,17 @@
 //!   SC'21 Table 1 counts it; iteration times with the simulated step time.
 //! - Korthikanti's `iteration_s_full_recompute` is full recompute without sequence
 //!   parallelism; `iteration_s_selective_sp` is selective recompute with it.
+//!
+//! Rows of the modern layout (they name their `precision`) follow [`modern`]'s rules instead.
+//! A row twin cannot express is not an error of the whole table: it is listed with its reason
+//! (the table's coverage), and the rest are compared.
 
 // Errors are ScenarioErrors (the one located input-error type), large by design; they are the
 // cold path of reading a file once, so boxing them would buy nothing.
 #![allow(clippy::result_large_err)]
 
 mod layers;
+pub mod modern;
 mod table;
 
 pub use layers::{
@@ -61,6 +66,8 @@ pub enum ValidateError {
         "row '{id}': no DGX node is known for GPU '{gpu}'; known: a100-sxm-80gb, h100-sxm-80gb"
     )]
     UnknownGpu { id: String, gpu: String },
+    #[error("row '{id}': {reason}")]
+    Unsupported { id: String, reason: String },
     #[error("the table has no [[run]] row with a published figure to compare")]
     NoRows,
 }
@@ -75,6 +82,29 @@ pub struct Comparison {
     pub predicted: f64,
     /// Signed fractional error: `(predicted - published) / published`.
     pub error: f64,
+    /// The summary groups the row belongs to (modern rows: precision, framework family,
+    /// long context); empty for classic rows.
+    pub groups: Vec<String>,
+    /// Settings the row states that the prediction does not model (modern rows).
+    pub unmodelled: Vec<String>,
+}
+
+/// A row that could not be compared, and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Uncovered {
+    pub id: String,
+    pub reason: String,
+}
+
+/// The errors of one group of rows.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GroupSummary {
+    pub group: String,
+    pub rows: usize,
+    pub median_abs_error: f64,
+    pub max_abs_error: f64,
+    /// The row of the largest |error|.
+    pub worst: String,
 }
 
 /// Every comparison of a table, with the summary statistics.
@@ -83,6 +113,10 @@ pub struct Validation {
     pub rows: Vec<Comparison>,
     pub median_abs_error: f64,
     pub max_abs_error: f64,
+    /// Rows that could not be compared, with the reason (coverage).
+    pub uncovered: Vec<Uncovered>,
+    /// Per-group statistics, in first-seen order; empty when no row has groups.
+    pub groups: Vec<GroupSummary>,
 }
 
 /// One scenario to simulate for one published figure.
@@ -149,6 +183,20 @@ pub fn row_scenario(
 
 /// The scenarios for every published figure of a row.
 pub fn row_cases(row: &RunRow) -> Result<Vec<Case>, ValidateError> {
+    if modern::is_modern(row) {
+        return modern::modern_cases(row);
+    }
+    let modern_only = modern::modern_fields_set(row);
+    if !modern_only.is_empty() {
+        return Err(ValidateError::Unsupported {
+            id: row.id.clone(),
+            reason: format!(
+                "{} belong to the modern layout, whose rules apply only to rows that name their \
+                 `precision`",
+                modern_only.join(", ")
+            ),
+        });
+    }
     let mut cases = Vec::new();
     if let Some(published) = row.tflops_per_gpu {
         let recompute = row.recompute.as_deref().unwrap_or("none");
@@ -178,7 +226,8 @@ pub fn row_cases(row: &RunRow) -> Result<Vec<Case>, ValidateError> {
     Ok(cases)
 }
 
-/// Simulates one case and compares.
+/// Simulates one case and compares. A modern row's `model_tflops_per_gpu` is compared as the
+/// step time it implies (see [`modern`]).
 pub fn run_case(case: &Case, profile: Option<&Profile>) -> Result<Comparison, ValidateError> {
     if let Some(p) = profile {
         check_matches(&case.scenario, p).map_err(|source| ValidateError::Profile {
@@ -196,17 +245,27 @@ pub fn run_case(case: &Case, profile: Option<&Profile>) -> Result<Comparison, Va
             source,
         })?;
     let report = &prediction.report;
-    let predicted = if case.field == "tflops_per_gpu" {
-        report.hardware_tflops_per_gpu
-    } else {
-        report.step_time_s
+    let (field, published, predicted) = match case.field {
+        "tflops_per_gpu" => (
+            case.field.to_string(),
+            case.published,
+            report.hardware_tflops_per_gpu,
+        ),
+        "model_tflops_per_gpu" => (
+            "step_time_s from tflops_per_gpu".to_string(),
+            report.step_time_s * report.model_tflops_per_gpu / case.published,
+            report.step_time_s,
+        ),
+        _ => (case.field.to_string(), case.published, report.step_time_s),
     };
     Ok(Comparison {
         id: case.id.clone(),
-        field: case.field.to_string(),
-        published: case.published,
+        field,
+        published,
         predicted,
-        error: relative_error(predicted, case.published),
+        error: relative_error(predicted, published),
+        groups: Vec::new(),
+        unmodelled: Vec::new(),
     })
 }
 
@@ -225,20 +284,101 @@ pub fn validate_table(
     profile: Option<&Profile>,
 ) -> Result<Validation, ValidateError> {
     let mut rows = Vec::new();
+    let mut uncovered = Vec::new();
     for row in &table.run {
-        for case in row_cases(row)? {
-            rows.push(run_case(&case, profile)?);
+        let compared = row_cases(row).and_then(|cases| {
+            cases
+                .iter()
+                .map(|case| run_case(case, profile))
+                .collect::<Result<Vec<_>, _>>()
+        });
+        match compared {
+            Ok(compared) => {
+                let modern = modern::is_modern(row);
+                for mut c in compared {
+                    if modern {
+                        c.groups = modern::groups(row);
+                        c.unmodelled = modern::unmodelled(row)
+                            .into_iter()
+                            .map(str::to_string)
+                            .collect();
+                    }
+                    rows.push(c);
+                }
+            }
+            Err(e) => uncovered.push(Uncovered {
+                id: row.id.clone(),
+                reason: uncovered_reason(&e),
+            }),
         }
     }
     if rows.is_empty() {
-        return Err(ValidateError::NoRows);
+        return Err(match uncovered.first() {
+            Some(u) => ValidateError::Unsupported {
+                id: u.id.clone(),
+                reason: format!("no row could be compared; the first: {}", u.reason),
+            },
+            None => ValidateError::NoRows,
+        });
     }
     let errors: Vec<f64> = rows.iter().map(|r| r.error).collect();
     Ok(Validation {
         median_abs_error: median_abs(&errors),
-        max_abs_error: errors.iter().fold(0.0, |m, e| m.max(e.abs())),
+        max_abs_error: max_abs(&errors),
+        groups: group_summaries(&rows),
         rows,
+        uncovered,
     })
+}
+
+/// The reason of an uncovered row, without the row id the error starts with.
+fn uncovered_reason(e: &ValidateError) -> String {
+    match e {
+        ValidateError::Unsupported { reason, .. } => reason.clone(),
+        ValidateError::Scenario { source, .. } => source.to_string(),
+        ValidateError::Predict { source, .. } => source.to_string(),
+        ValidateError::Profile { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Per-group statistics over the compared rows, groups in first-seen order.
+fn group_summaries(rows: &[Comparison]) -> Vec<GroupSummary> {
+    let mut names: Vec<&str> = Vec::new();
+    for r in rows {
+        for g in &r.groups {
+            if !names.contains(&g.as_str()) {
+                names.push(g);
+            }
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let members: Vec<&Comparison> = rows
+                .iter()
+                .filter(|r| r.groups.iter().any(|g| g == name))
+                .collect();
+            let errors: Vec<f64> = members.iter().map(|r| r.error).collect();
+            let worst = members
+                .iter()
+                .max_by(|a, b| a.error.abs().total_cmp(&b.error.abs()))
+                .map(|r| r.id.clone())
+                .unwrap_or_default();
+            GroupSummary {
+                group: name.to_string(),
+                rows: members.len(),
+                median_abs_error: median_abs(&errors),
+                max_abs_error: max_abs(&errors),
+                worst,
+            }
+        })
+        .collect()
+}
+
+/// Largest absolute value; 0 for none.
+pub fn max_abs(values: &[f64]) -> f64 {
+    values.iter().fold(0.0, |m, e| m.max(e.abs()))
 }
 
 /// Median of the absolute values (mean of the middle two for an even count); 0 for none.
@@ -254,6 +394,13 @@ pub fn median_abs(values: &[f64]) -> f64 {
 }
 
 impl Validation {
+    /// Distinct rows compared (a classic row may publish several figures).
+    pub fn compared_rows(&self) -> usize {
+        let mut ids: Vec<&str> = self.rows.iter().map(|r| r.id.as_str()).collect();
+        ids.dedup();
+        ids.len()
+    }
+
     /// Pretty JSON in the documented shape.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
@@ -284,6 +431,45 @@ impl Validation {
             self.max_abs_error * 100.0,
             self.rows.len()
         );
+        if !self.groups.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n| group | rows | median abs error | max abs error | worst |\n|---|---:|---:|---:|---|"
+            );
+            for g in &self.groups {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {:.1}% | {:.1}% | {} |",
+                    g.group,
+                    g.rows,
+                    g.median_abs_error * 100.0,
+                    g.max_abs_error * 100.0,
+                    g.worst
+                );
+            }
+        }
+        let unmodelled: Vec<&Comparison> = self
+            .rows
+            .iter()
+            .filter(|r| !r.unmodelled.is_empty())
+            .collect();
+        if !unmodelled.is_empty() {
+            let _ = writeln!(out, "\nsettings the prediction does not model:");
+            for r in unmodelled {
+                let _ = writeln!(out, "- {}: {}", r.id, r.unmodelled.join(", "));
+            }
+        }
+        if !self.uncovered.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n{} of {} rows cannot be expressed:",
+                self.uncovered.len(),
+                self.uncovered.len() + self.compared_rows()
+            );
+            for u in &self.uncovered {
+                let _ = writeln!(out, "- {}: {}", u.id, u.reason);
+            }
+        }
         out
     }
 }

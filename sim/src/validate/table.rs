@@ -52,6 +52,81 @@ pub struct RunRow {
     pub iteration_s_full_recompute: Option<f64>,
     /// Iteration time with selective recompute and sequence parallelism.
     pub iteration_s_selective_sp: Option<f64>,
+
+    // The modern layout (data/validation/throughput-modern.toml; its header documents each
+    // field). A row that names its `precision` is read by the modern rules (`super::modern`).
+    /// Where the micro batch, recompute and overlap settings were read (descriptive).
+    pub settings_source: Option<String>,
+    /// Software stack as the source states it; picks the framework family and group.
+    pub framework: Option<String>,
+    pub container: Option<String>,
+    /// Model label as published (descriptive).
+    pub model: Option<String>,
+    /// dense | moe | hybrid-mamba-moe.
+    pub arch: Option<String>,
+    /// When the GPU differs from the preset named by `gpu` (descriptive).
+    pub gpu_note: Option<String>,
+    pub kv_heads: Option<u32>,
+    /// Only where it differs from hidden / heads.
+    pub head_dim: Option<u64>,
+    /// Dense MLP width (per branch for gated MLPs).
+    pub ffn_hidden: Option<u64>,
+    /// gelu | swiglu | squared-relu | ... (swiglu: gated MLP).
+    pub ffn_act: Option<String>,
+    pub vocab_note: Option<String>,
+    /// DeepSeek MLA ranks and Mamba hybrid layouts (MoE architectures).
+    pub mla: Option<toml::Value>,
+    pub hybrid_pattern: Option<String>,
+    pub experts: Option<u32>,
+    pub top_k: Option<u32>,
+    pub moe_ffn_hidden: Option<u64>,
+    pub shared_experts: Option<u32>,
+    pub shared_expert_ffn_hidden: Option<u64>,
+    pub dense_layers: Option<u32>,
+    pub dense_ffn_hidden: Option<u64>,
+    pub mtp_layers: Option<u32>,
+    pub routing: Option<String>,
+    pub moe_dispatcher: Option<String>,
+    pub moe_a2a_overlap: Option<bool>,
+    /// bf16 | fp8.
+    pub precision: Option<String>,
+    /// FP8 scaling recipe as the source describes it.
+    pub fp8_recipe: Option<String>,
+    pub vpp: Option<u32>,
+    pub cp: Option<u32>,
+    pub ep: Option<u32>,
+    pub etp: Option<u32>,
+    pub edp: Option<u32>,
+    /// Sharding degree (0 = none).
+    pub fsdp: Option<u32>,
+    /// 1 = distributed optimizer, 3 = FSDP / FULL_SHARD.
+    pub zero_stage: Option<u32>,
+    pub grad_accum: Option<u64>,
+    pub recompute_detail: Option<String>,
+    pub sequence_parallel: Option<bool>,
+    pub tp_comm_overlap: Option<bool>,
+    pub overlap_param_gather: Option<bool>,
+    pub distributed_optimizer: Option<bool>,
+    pub overlap_p2p_comm: Option<bool>,
+    /// A bool, or text naming the graph scope.
+    pub cuda_graphs: Option<toml::Value>,
+    pub compile: Option<bool>,
+    pub pp_schedule: Option<String>,
+    pub other_flags: Option<String>,
+    /// Seconds per optimizer step (primary figure).
+    pub step_time_s: Option<f64>,
+    pub step_time_kind: Option<String>,
+    /// Tokens/s per GPU (primary figure; the same as the step time).
+    pub tokens_per_s_per_gpu: Option<f64>,
+    pub tflops_per_gpu_best_no_cp: Option<f64>,
+    pub mfu_percent: Option<f64>,
+    pub hfu_percent: Option<f64>,
+    pub mfu_peak_tflops: Option<f64>,
+    pub memory_gib: Option<f64>,
+    /// confirmed | unconfirmed.
+    pub confidence: Option<String>,
+    /// Fields that are assumptions, not read from any source.
+    pub assumed: Option<Vec<String>>,
 }
 
 /// One case of a per-layer timing table.

@@ -28,8 +28,7 @@ fn published_table_parses() {
     assert_eq!(e.line, Some(2));
 }
 
-/// A key the row layout does not have (a typo, or a field the prediction would ignore, such
-/// as `kv_heads`) is refused with its line, the key, a suggestion and the allowed keys.
+/// A key the row layout does not have (a typo such as `micro_bach` or `kv_head`) is refused with its line, the key, a suggestion and the allowed keys.
 #[test]
 fn unknown_keys_are_refused() {
     let row = "[[run]]\nid = \"r\"\nsource = \"paper\"\ngpu = \"a100-sxm-80gb\"\ngpus = 8\nlayers = 2\nhidden = 64\nheads = 4\nseq_len = 128\nvocab = 512\ntp = 1\npp = 1\ndp = 8\nglobal_batch = 8\n";
@@ -43,8 +42,9 @@ fn unknown_keys_are_refused() {
         e.allowed.contains("global_batch") && e.allowed.contains("tflops_per_gpu"),
         "{e}"
     );
-    let e = parse_table(&format!("{row}kv_heads = 1\n"), "t.toml").unwrap_err();
-    assert_eq!((e.key.as_str(), e.line), ("kv_heads", Some(15)));
+    let e = parse_table(&format!("{row}kv_head = 1\n"), "t.toml").unwrap_err();
+    assert_eq!((e.key.as_str(), e.line), ("kv_head", Some(15)));
+    assert!(e.message.contains("did you mean `kv_heads`"), "{e}");
     let e = parse_table("[[layer_timing]]\nid = \"x\"\nnote = 1\n", "t.toml").unwrap_err();
     assert_eq!((e.key.as_str(), e.line), ("note", Some(3)));
     let e = parse_table("[[runs]]\nid = \"x\"\n", "t.toml").unwrap_err();
@@ -190,15 +190,45 @@ fn json_has_the_documented_shape() {
             published: 100.0,
             predicted: 95.0,
             error: -0.05,
+            groups: vec!["BF16".into()],
+            unmodelled: vec!["compile".into()],
         }],
         median_abs_error: 0.05,
         max_abs_error: 0.05,
+        uncovered: vec![Uncovered {
+            id: "b".into(),
+            reason: "why".into(),
+        }],
+        groups: vec![GroupSummary {
+            group: "BF16".into(),
+            rows: 1,
+            median_abs_error: 0.05,
+            max_abs_error: 0.05,
+            worst: "a".into(),
+        }],
     };
     let json: serde_json::Value = serde_json::from_str(&v.to_json()).unwrap();
     let row = &json["rows"][0];
-    for key in ["id", "field", "published", "predicted", "error"] {
+    for key in [
+        "id",
+        "field",
+        "published",
+        "predicted",
+        "error",
+        "groups",
+        "unmodelled",
+    ] {
         assert!(row.get(key).is_some(), "{key}");
     }
+    assert_eq!(json["uncovered"][0]["reason"], "why");
+    assert_eq!(json["groups"][0]["worst"], "a");
+    let text = v.to_text();
+    assert!(text.contains("| BF16 | 1 | 5.0% | 5.0% | a |"), "{text}");
+    assert!(text.contains("- a: compile"), "{text}");
+    assert!(
+        text.contains("1 of 2 rows cannot be expressed:\n- b: why"),
+        "{text}"
+    );
     assert_eq!(json["median_abs_error"], 0.05);
     assert_eq!(json["max_abs_error"], 0.05);
     assert!(v

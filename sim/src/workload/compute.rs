@@ -34,7 +34,7 @@ impl Parts {
         match self
             .gemms
             .iter_mut()
-            .find(|x| (x.m, x.n, x.k, x.batch) == (g.m, g.n, g.k, g.batch))
+            .find(|x| (x.m, x.n, x.k, x.batch, x.dtype) == (g.m, g.n, g.k, g.batch, g.dtype))
         {
             Some(x) => x.count = x.count.saturating_add(g.count),
             None => self.gemms.push(g),
@@ -124,6 +124,7 @@ fn gemm(m: u64, k: u64, n: u64) -> Gemm {
 /// Gradient of A: `dA[m,k] = dC[m,n] B^T[n,k]` (a linear layer's dgrad).
 fn grad_a(g: Gemm) -> Gemm {
     Gemm {
+        dtype: g.dtype,
         m: g.m,
         n: g.k,
         k: g.n,
@@ -135,6 +136,7 @@ fn grad_a(g: Gemm) -> Gemm {
 /// Gradient of B: `dB[k,n] = A^T[k,m] dC[m,n]` (a linear layer's wgrad).
 fn grad_b(g: Gemm) -> Gemm {
     Gemm {
+        dtype: g.dtype,
         m: g.k,
         n: g.n,
         k: g.m,
@@ -153,6 +155,34 @@ fn add_linears(block: &mut BlockParts, linears: &[Gemm]) {
         block.backward_input.kernels += 1;
         block.backward_weight.add_gemm(grad_b(g));
         block.backward_weight.kernels += 1;
+    }
+}
+
+/// Bytes per element that Transformer Engine's FP8 cast moves: it reads the bf16 tensor (2)
+/// and writes its FP8 copy twice, row-major for this GEMM and transposed for the one of the
+/// backward that needs it (1 + 1; Hopper's FP8 GEMMs take only the TN layout), in one fused
+/// cast-transpose kernel (TransformerEngine `cast_transpose`, delayed scaling: the scale comes
+/// from the amax history, so no pass over the tensor precedes the cast).
+pub(crate) const FP8_CAST_BYTES_PER_ELEMENT: u64 = 4;
+
+/// Linear layers under the scenario's precision: [`add_linears`], plus, under FP8 training,
+/// the casts of each FP8 GEMM's inputs: the activation before the forward GEMM, and the
+/// output gradient before the dgrad (whose transposed copy the wgrad reads). The weight's
+/// cast is cached across the micro batches of a step (Transformer Engine's
+/// `is_first_microbatch`, which Megatron-Core passes) and left out.
+fn add_linears_in(block: &mut BlockParts, d: &Dims, linears: &[Gemm]) {
+    add_linears(block, linears);
+    if d.high_precision.is_none() {
+        return;
+    }
+    for g in linears.iter().filter(|g| g.dtype.is_none()) {
+        let count = u64::from(g.count);
+        let input = prod(&[FP8_CAST_BYTES_PER_ELEMENT, g.m, g.k, count]);
+        let grad = prod(&[FP8_CAST_BYTES_PER_ELEMENT, g.m, g.n, count]);
+        block.forward.memory_bytes = block.forward.memory_bytes.saturating_add(input);
+        block.forward.kernels = block.forward.kernels.saturating_add(g.count);
+        block.backward_input.memory_bytes = block.backward_input.memory_bytes.saturating_add(grad);
+        block.backward_input.kernels = block.backward_input.kernels.saturating_add(g.count);
     }
 }
 
@@ -176,11 +206,13 @@ fn attention_core(d: &Dims) -> BlockParts {
     let scores = Gemm {
         count: batches,
         batch: batches,
+        dtype: d.high_precision,
         ..gemm(d.s_local, d.head_dim, d.s)
     };
     let av = Gemm {
         count: batches,
         batch: batches,
+        dtype: d.high_precision,
         ..gemm(d.s_local, d.s, d.head_dim)
     };
     let mut core = Parts::default();
@@ -228,12 +260,13 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
     let mut block = BlockParts::default();
     // Layer norm 1 (read x, write x).
     add_elementwise(&mut block, mul(2 * act, x), 1);
-    add_linears(
+    add_linears_in(
         &mut block,
+        d,
         &[gemm(t, d.h, d.sharded(d.h.saturating_add(mul(2, d.kv))))],
     );
     block.add(&attention_core(d));
-    add_linears(&mut block, &[gemm(t, d.sharded(d.h), d.h)]);
+    add_linears_in(&mut block, d, &[gemm(t, d.sharded(d.h), d.h)]);
     // Bias + dropout + residual add (reads two, writes one, writes a one-byte mask), then
     // layer norm 2.
     let bda = mul(x, mul(3, act).saturating_add(1));
@@ -244,7 +277,13 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
         (true, Some(m)) => {
             // Router GEMM (replicated over tp), softmax + top-k in fp32, and the permutation
             // of token copies before and after the experts.
-            add_linears(&mut block, &[gemm(t, d.h, m.experts)]);
+            add_linears(
+                &mut block,
+                &[Gemm {
+                    dtype: d.high_precision,
+                    ..gemm(t, d.h, m.experts)
+                }],
+            );
             let router = prod(&[2, 4, t, m.experts]);
             let permute = prod(&[2, 2, act, d.routed_tokens(), d.h]);
             add_elementwise(&mut block, router.saturating_add(permute), 3);
@@ -252,8 +291,9 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
         }
         _ => t,
     };
-    add_linears(
+    add_linears_in(
         &mut block,
+        d,
         &[
             gemm(mlp_tokens, d.h, d.up_width()),
             gemm(mlp_tokens, f, d.h),
@@ -298,7 +338,13 @@ pub(crate) fn head(d: &Dims) -> BlockParts {
     let act = d.act_bytes;
     let mut block = BlockParts::default();
     add_elementwise(&mut block, mul(2 * act, x), 1);
-    add_linears(&mut block, &[gemm(d.tokens, d.h, div_ceil(d.v, d.t))]);
+    add_linears(
+        &mut block,
+        &[Gemm {
+            dtype: d.high_precision,
+            ..gemm(d.tokens, d.h, div_ceil(d.v, d.t))
+        }],
+    );
     let logits = mul(d.tokens, div_ceil(d.v, d.t));
     // Forward: cast to fp32 and ~4 passes (max, subtract, exp-sum, gather target).
     block.forward.memory_bytes = block

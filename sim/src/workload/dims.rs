@@ -67,6 +67,11 @@ pub(crate) struct Dims {
     /// Bytes per element of a saved GEMM input (1 with fp8: Transformer Engine keeps the fp8
     /// cast of a linear layer's input for the weight gradient).
     pub gemm_in_bytes: u64,
+    /// The precision of the GEMMs that stay out of FP8 under FP8 training (the attention
+    /// core and the output layer run in bf16: Transformer Engine's FP8 covers its Linear
+    /// modules, and neither the core attention nor Megatron-Core's output layer is one);
+    /// `None`: every GEMM in the training precision.
+    pub high_precision: Option<Precision>,
     pub moe: Option<MoeDims>,
 }
 
@@ -103,6 +108,7 @@ impl Dims {
             gated: m.gated_mlp,
             act_bytes,
             gemm_in_bytes: precision.bytes(),
+            high_precision: (precision == Precision::Fp8).then_some(Precision::Bf16),
             moe: m.moe.as_ref().map(|moe| MoeDims {
                 experts: u64::from(moe.experts.max(1)),
                 top_k: u64::from(moe.top_k),

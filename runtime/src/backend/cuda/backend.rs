@@ -312,7 +312,13 @@ impl CudaBackend {
                         ));
                     };
                     for g in &c.gemms {
-                        run_gemm(h, ops, g, choice.dtype)?;
+                        // A GEMM of its own precision runs in it (FP8 training's bf16
+                        // attention core and output layer).
+                        let dtype = match g.dtype {
+                            Some(d) => gemm_dtype(d, self.options.allow_tf32).dtype,
+                            None => choice.dtype,
+                        };
+                        run_gemm(h, ops, g, dtype)?;
                     }
                 }
                 if c.memory_bytes > 0 {

@@ -286,6 +286,7 @@ mod tests {
     #[test]
     fn long_batches_are_split_to_bound_operands() {
         let g = Gemm {
+            dtype: None,
             m: 2048,
             n: 14336,
             k: 4096,
@@ -299,6 +300,7 @@ mod tests {
         assert!(a.max(b).max(c) <= MAX_OPERAND_BYTES);
         assert_eq!(b, 4096 * 14336 * 2 * 9);
         let small = Gemm {
+            dtype: None,
             m: 128,
             n: 128,
             k: 64,

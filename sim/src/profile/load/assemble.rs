@@ -99,6 +99,24 @@ impl Checker<'_> {
             ("host.interruption_mean_ns", mean, Range::NonNegative),
         )?;
         let gemm_shape_factors = self.shape_factors(raw.gemm.shape_factors.take())?;
+        let gemm_fp8 = raw
+            .gemm
+            .fp8
+            .take()
+            .map(|c| -> Result<GemmParams> {
+                Ok(GemmParams {
+                    max_efficiency: self.param(
+                        "gemm.fp8.max_efficiency",
+                        c.max_efficiency,
+                        Range::Fraction,
+                    )?,
+                    k_half: self.param("gemm.fp8.k_half", c.k_half, Range::NonNegative)?,
+                    tile_m: self.param("gemm.fp8.tile_m", c.tile_m, Range::Count)?,
+                    tile_n: self.param("gemm.fp8.tile_n", c.tile_n, Range::Count)?,
+                    ramp_ns: self.param("gemm.fp8.ramp_ns", c.ramp_ns, Range::NonNegative)?,
+                })
+            })
+            .transpose()?;
         let hbm_bandwidth_bytes_per_s = self.param(
             "gpu.hbm_bandwidth_bytes_per_s",
             g.hbm_bandwidth_bytes_per_s,
@@ -142,6 +160,7 @@ impl Checker<'_> {
             gemm_pack_bytes_per_s: pack_bytes_per_s,
             gemm_cold_ramp_ns: cold_ramp_ns,
             gemm_shape_factors,
+            gemm_fp8,
             memory_efficiency,
             memory_bandwidth_bytes_per_s,
             launch_ns: self.param("kernel.launch_ns", raw.kernel.launch_ns, Range::NonNegative)?,

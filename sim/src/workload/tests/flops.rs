@@ -203,6 +203,7 @@ fn gemm_shapes_are_the_planned_per_rank_shapes() {
     let tokens = b * s / c;
     let want = [
         Gemm {
+            dtype: None,
             m: tokens,
             k: h,
             n: (h + 2 * h * 8 / 32) / t,
@@ -210,6 +211,7 @@ fn gemm_shapes_are_the_planned_per_rank_shapes() {
             batch: 1,
         },
         Gemm {
+            dtype: None,
             m: s / c,
             k: h / 32,
             n: s,
@@ -217,6 +219,7 @@ fn gemm_shapes_are_the_planned_per_rank_shapes() {
             batch: (b * 32 / t) as u32,
         },
         Gemm {
+            dtype: None,
             m: s / c,
             k: s,
             n: h / 32,
@@ -224,6 +227,7 @@ fn gemm_shapes_are_the_planned_per_rank_shapes() {
             batch: (b * 32 / t) as u32,
         },
         Gemm {
+            dtype: None,
             m: tokens,
             k: h / t,
             n: h,
@@ -231,6 +235,7 @@ fn gemm_shapes_are_the_planned_per_rank_shapes() {
             batch: 1,
         },
         Gemm {
+            dtype: None,
             m: tokens,
             k: h,
             n: 2 * f / t,
@@ -238,6 +243,7 @@ fn gemm_shapes_are_the_planned_per_rank_shapes() {
             batch: 1,
         },
         Gemm {
+            dtype: None,
             m: tokens,
             k: f / t,
             n: h,
@@ -245,6 +251,7 @@ fn gemm_shapes_are_the_planned_per_rank_shapes() {
             batch: 1,
         },
         Gemm {
+            dtype: None,
             m: tokens,
             k: h,
             n: v / t,
@@ -256,6 +263,7 @@ fn gemm_shapes_are_the_planned_per_rank_shapes() {
     // Backward of the QKV projection: dgrad [tokens, n] x [n, h]; wgrad [h, tokens] x [tokens, n].
     let qkv_n = (h + 2 * h * 8 / 32) / t;
     assert!(w.backward_input.compute.gemms.contains(&Gemm {
+        dtype: None,
         m: tokens,
         k: qkv_n,
         n: h,
@@ -263,6 +271,7 @@ fn gemm_shapes_are_the_planned_per_rank_shapes() {
         batch: 1,
     }));
     assert!(w.backward_weight.gemms.contains(&Gemm {
+        dtype: None,
         m: h,
         k: tokens,
         n: qkv_n,

@@ -1,0 +1,253 @@
+//! The rules for rows of the modern layout (data/validation/throughput-modern.toml: NeMo,
+//! Megatron-Bridge, torchtitan, llm-foundry on H100, 2024-26). Such a row spells out its
+//! settings (precision, recompute, overlaps, sharding), so the rules only translate; what a row
+//! states that twin does not model is listed with the comparison rather than dropped in
+//! silence, and a row twin cannot express at all is reported with the reason.
+//!
+//! A row is modern when it names its `precision`. The translation:
+//! - GPU preset from `gpu`, and that GPU's usual node (`cluster.node` left to its default).
+//! - The model shape as published; `ffn_act = "swiglu..."` is a gated MLP; `head_dim` where given.
+//! - `tp`, `pp`, `cp`, `dp` as published; `vpp > 1` is the interleaved 1F1B schedule.
+//! - `zero_stage` as published, or 1 with `distributed_optimizer = true`; stage 3 is FSDP.
+//! - Flash attention (every framework of the table uses a fused attention kernel).
+//! - `overlap_grad_reduce` / `overlap_param_gather` / `sequence_parallel` / `recompute` as
+//!   published, twin's defaults where a row is silent.
+//!
+//! The published figure is the step time: `step_time_s`, else `global_batch * seq_len /
+//! (tokens_per_s_per_gpu * gpus)`, else (rows that publish only TFLOP/s) the model FLOPs of the
+//! step over `tflops_per_gpu * gpus`. twin's model FLOPs follow the same convention as
+//! NVIDIA's "Model TFLOP/s" (Megatron's count: full s*s attention, no recompute; checked on
+//! NeMo 24.07's Llama2-7B row: 767 TFLOP/s at 16,634 tokens/s is 46.1 GFLOP per token, the
+//! Megatron count of that shape), so the conversion does not depend on the prediction.
+
+use super::{Case, RunRow, ValidateError};
+use crate::scenario::Scenario;
+use crate::setup::parse_str;
+use std::fmt::Write;
+
+/// Whether `row` is read by the modern rules.
+pub fn is_modern(row: &RunRow) -> bool {
+    row.precision.is_some()
+}
+
+/// The framework family a row's `framework` text names.
+pub fn family(row: &RunRow) -> &'static str {
+    let f = row.framework.as_deref().unwrap_or("").to_ascii_lowercase();
+    if f.contains("torchtitan") {
+        "torchtitan"
+    } else if f.contains("llm-foundry") {
+        "llm-foundry"
+    } else if f.contains("megatron") || f.contains("nemo") {
+        "megatron-core"
+    } else if f.contains("deepspeed") {
+        "deepspeed"
+    } else {
+        "other"
+    }
+}
+
+/// Whether a row counts as long context: context parallelism, or 16k tokens or more per
+/// sequence.
+pub fn is_long_context(row: &RunRow) -> bool {
+    row.cp.unwrap_or(1) > 1 || row.seq_len >= 16_384
+}
+
+/// The groups a row is summarised in: its precision, its framework family, and long context.
+/// A row is in several groups.
+pub fn groups(row: &RunRow) -> Vec<String> {
+    let mut g = Vec::with_capacity(3);
+    if let Some(p) = &row.precision {
+        g.push(p.to_ascii_uppercase());
+    }
+    g.push(family(row).to_string());
+    if is_long_context(row) {
+        g.push("long context".to_string());
+    }
+    g
+}
+
+/// Settings the row states that twin does not model yet: the prediction runs without them.
+pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let on = |b: Option<bool>| b == Some(true);
+    if on(row.tp_comm_overlap) {
+        out.push("tp_comm_overlap");
+    }
+    if on(row.overlap_p2p_comm) {
+        out.push("overlap_p2p_comm");
+    }
+    if on(row.compile) {
+        out.push("compile");
+    }
+    let graphs = match &row.cuda_graphs {
+        Some(toml::Value::Boolean(b)) => *b,
+        Some(toml::Value::String(s)) => !s.is_empty(),
+        _ => false,
+    };
+    if graphs {
+        out.push("cuda_graphs");
+    }
+    if row.fp8_recipe.is_some() && row.precision.as_deref() == Some("fp8") {
+        out.push("fp8_recipe");
+    }
+    if row.cp.unwrap_or(1) > 1 {
+        out.push("cp algorithm");
+    }
+    if row.gpu_note.is_some() {
+        out.push("gpu_note");
+    }
+    out
+}
+
+/// The fields of the modern layout that the modern rules read and `row` sets. The classic rules
+/// read none of them, so a classic row (no `precision`) that sets one is refused rather than
+/// predicted without it.
+pub fn modern_fields_set(row: &RunRow) -> Vec<&'static str> {
+    let fields = [
+        ("kv_heads", row.kv_heads.is_some()),
+        ("head_dim", row.head_dim.is_some()),
+        ("ffn_hidden", row.ffn_hidden.is_some()),
+        ("ffn_act", row.ffn_act.is_some()),
+        ("arch", row.arch.is_some()),
+        ("vpp", row.vpp.is_some()),
+        ("cp", row.cp.is_some()),
+        ("fsdp", row.fsdp.is_some()),
+        ("zero_stage", row.zero_stage.is_some()),
+        ("distributed_optimizer", row.distributed_optimizer.is_some()),
+        ("sequence_parallel", row.sequence_parallel.is_some()),
+        ("overlap_param_gather", row.overlap_param_gather.is_some()),
+        ("step_time_s", row.step_time_s.is_some()),
+        ("tokens_per_s_per_gpu", row.tokens_per_s_per_gpu.is_some()),
+    ];
+    fields
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect()
+}
+
+/// Why a row cannot be expressed before any scenario is built, if it cannot.
+fn unsupported(row: &RunRow) -> Option<String> {
+    match row.arch.as_deref().unwrap_or("dense") {
+        "dense" => {}
+        arch => {
+            return Some(format!(
+                "arch = {arch:?}: expert FFN widths, shared experts, dense first layers and \
+                 expert-tensor parallelism are not modelled"
+            ))
+        }
+    }
+    if row
+        .head_dim
+        .is_some_and(|d| d * u64::from(row.heads) != row.hidden)
+    {
+        return Some("head_dim differs from hidden / heads: not modelled".to_string());
+    }
+    if let (Some(f), Some(z)) = (row.fsdp, row.zero_stage) {
+        if z == 3 && f > 0 && f != row.dp {
+            return Some(format!(
+                "fsdp = {f} shards within groups smaller than dp = {} (HSDP): not modelled",
+                row.dp
+            ));
+        }
+    }
+    None
+}
+
+/// The scenario of a modern row (see the module doc for the rules).
+pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
+    if let Some(reason) = unsupported(row) {
+        return Err(ValidateError::Unsupported {
+            id: row.id.clone(),
+            reason,
+        });
+    }
+    let precision = row.precision.as_deref().unwrap_or("bf16");
+    let vpp = row.vpp.unwrap_or(1).max(1);
+    let schedule = if vpp > 1 { "interleaved-1f1b" } else { "1f1b" };
+    let zero = match row.zero_stage {
+        Some(z) => z,
+        None if row.distributed_optimizer == Some(true) => 1,
+        None => 0,
+    };
+    let gated = row
+        .ffn_act
+        .as_deref()
+        .is_some_and(|a| a.starts_with("swiglu"));
+    let mut text = String::new();
+    let _ = write!(
+        text,
+        "name = {name:?}\n\
+         [model]\nlayers = {layers}\nhidden = {hidden}\nheads = {heads}\nkv_heads = {kv}\n\
+         seq_len = {seq}\nvocab = {vocab}\ngated_mlp = {gated}\n",
+        name = row.id,
+        layers = row.layers,
+        hidden = row.hidden,
+        heads = row.heads,
+        kv = row.kv_heads.unwrap_or(row.heads),
+        seq = row.seq_len,
+        vocab = row.vocab,
+    );
+    if let Some(f) = row.ffn_hidden {
+        let _ = writeln!(text, "ffn_hidden = {f}");
+    }
+    let _ = write!(
+        text,
+        "[cluster]\ngpu = {gpu:?}\ngpus = {gpus}\n\
+         [parallel]\ntp = {tp}\npp = {pp}\ncp = {cp}\ndp = {dp}\nvpp = {vpp}\n\
+         schedule = {schedule:?}\nzero = {zero}\nsequence_parallel = {sp}\n\
+         [training]\nglobal_batch = {gb}\nmicro_batch = {mb}\nprecision = {precision:?}\n\
+         recompute = {recompute:?}\nflash_attention = true\n",
+        gpu = row.gpu,
+        gpus = row.gpus,
+        tp = row.tp,
+        pp = row.pp,
+        cp = row.cp.unwrap_or(1),
+        dp = row.dp,
+        sp = row.sequence_parallel.unwrap_or(false),
+        gb = row.global_batch,
+        mb = row.micro_batch.unwrap_or(1),
+        recompute = row.recompute.as_deref().unwrap_or("none"),
+    );
+    if let Some(o) = row.overlap_grad_reduce {
+        let _ = writeln!(text, "overlap_grad_reduce = {o}");
+    }
+    if let Some(o) = row.overlap_param_gather {
+        let _ = writeln!(text, "overlap_param_gather = {o}");
+    }
+    parse_str(&text, &format!("<validation row {}>", row.id), &[]).map_err(|source| {
+        ValidateError::Scenario {
+            id: row.id.clone(),
+            source,
+        }
+    })
+}
+
+/// The published step time of a row, when it publishes one directly or as tokens/s.
+pub fn published_step_time_s(row: &RunRow) -> Option<f64> {
+    if let Some(s) = row.step_time_s {
+        return Some(s);
+    }
+    let tokens = row.tokens_per_s_per_gpu? * f64::from(row.gpus);
+    (tokens > 0.0).then(|| (row.global_batch * row.seq_len) as f64 / tokens)
+}
+
+/// The one case of a modern row: its step time, published or derived (module doc).
+pub fn modern_cases(row: &RunRow) -> Result<Vec<Case>, ValidateError> {
+    let scenario = modern_scenario(row)?;
+    let (field, published) = match (published_step_time_s(row), row.tflops_per_gpu) {
+        (Some(s), _) => ("step_time_s", s),
+        (None, Some(tflops)) => ("model_tflops_per_gpu", tflops),
+        (None, None) => {
+            return Err(ValidateError::Unsupported {
+                id: row.id.clone(),
+                reason: "publishes no step time, tokens/s or TFLOP/s".to_string(),
+            })
+        }
+    };
+    Ok(vec![Case {
+        id: row.id.clone(),
+        field,
+        published,
+        scenario,
+    }])
+}

@@ -1,0 +1,82 @@
+//! FP8 training at workload level: which GEMMs run in FP8, and the casts they need.
+
+use super::*;
+use crate::ir::Gemm;
+use crate::workload::compute::FP8_CAST_BYTES_PER_ELEMENT;
+use crate::workload::layers_work;
+
+/// One layer with the head, tp 2, in `precision`.
+fn one_layer(precision: Precision) -> crate::workload::ChunkWork {
+    let mut s = gpt(1, 1024, 16, 512, 4096, (2, 1, 1), 2, 1);
+    s.training.precision = precision;
+    let plan = plan(&s);
+    let layout = plan.chunks[0][0].clone();
+    layers_work(&s, &plan, &layout, 0, 1, false, true)
+}
+
+/// Under FP8 the linear layers' GEMMs run in the training precision, while the attention core
+/// and the output layer keep bf16 (their GEMMs say so); under bf16 no GEMM has its own.
+#[test]
+fn fp8_covers_the_linear_layers_only() {
+    let (b, s, h, v, t) = (2u64, 512u64, 1024u64, 4096u64, 2u64);
+    let w = one_layer(Precision::Fp8);
+    let gemms = w.forward.compute.gemms.as_slice();
+    assert_eq!(gemms.len(), 7);
+    let bf16: Vec<&Gemm> = gemms
+        .iter()
+        .filter(|g| g.dtype == Some(Precision::Bf16))
+        .collect();
+    // QK^T and PV (batched over the heads of the rank) and the logits.
+    assert_eq!(bf16.len(), 3);
+    assert_eq!((bf16[0].k, bf16[0].batch), (h / 16, (b * 16 / t) as u32));
+    assert_eq!((bf16[2].m, bf16[2].k, bf16[2].n), (b * s, h, v / t));
+    assert!(gemms
+        .iter()
+        .filter(|g| g.dtype.is_none())
+        .all(|g| g.batch == 1));
+    // Gradients keep their forward's precision.
+    let bwd_bf16: u32 = w
+        .backward_input
+        .compute
+        .gemms
+        .iter()
+        .filter(|g| g.dtype == Some(Precision::Bf16))
+        .map(|g| g.count)
+        .sum();
+    // Four attention-core gradients per head of the rank, and the logits' dgrad.
+    assert_eq!(bwd_bf16, 4 * (b * 16 / t) as u32 + 1);
+    let bf = one_layer(Precision::Bf16);
+    assert!(bf.forward.compute.gemms.iter().all(|g| g.dtype.is_none()));
+    // Same shapes and FLOPs either way.
+    assert_eq!(bf.forward.compute.flops, w.forward.compute.flops);
+}
+
+/// Each FP8 GEMM casts its input before the forward and its output gradient before the
+/// dgrad: 4 bytes per element each (read bf16, write the FP8 copy and its transpose), one
+/// kernel each; nothing else changes.
+#[test]
+fn fp8_casts_are_charged_per_linear() {
+    let fp8 = one_layer(Precision::Fp8);
+    let bf16 = one_layer(Precision::Bf16);
+    let (tokens, h, f, t) = (2 * 512u64, 1024u64, 4096u64, 2u64);
+    // QKV [tokens, h] -> 3h/t; proj [tokens, h/t] -> h; fc1 [tokens, h] -> f/t; fc2 [tokens, f/t] -> h.
+    let linears = [(h, 3 * h / t), (h / t, h), (h, f / t), (f / t, h)];
+    let inputs: u64 = linears.iter().map(|(k, _)| tokens * k).sum();
+    let grads: u64 = linears.iter().map(|(_, n)| tokens * n).sum();
+    assert_eq!(
+        fp8.forward.compute.memory_bytes - bf16.forward.compute.memory_bytes,
+        FP8_CAST_BYTES_PER_ELEMENT * inputs
+    );
+    assert_eq!(
+        fp8.backward_input.compute.memory_bytes - bf16.backward_input.compute.memory_bytes,
+        FP8_CAST_BYTES_PER_ELEMENT * grads
+    );
+    assert_eq!(
+        fp8.forward.compute.kernels,
+        bf16.forward.compute.kernels + 4
+    );
+    assert_eq!(
+        fp8.backward_weight.memory_bytes,
+        bf16.backward_weight.memory_bytes
+    );
+}
