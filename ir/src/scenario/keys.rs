@@ -178,7 +178,9 @@ keys!(parallel {
     FSDP = "fsdp", Bool, Flag(false), "Fully sharded data parallel (ZeRO-3).";
     SEQUENCE_PARALLEL = "sequence_parallel", Bool, Flag(false), "Megatron sequence parallelism: norms and dropout activations sharded over tp.";
     SCHEDULE = "schedule", Choice { what: "schedule", names: &["gpipe", "1f1b", "interleaved-1f1b", "zero-bubble"] }, Is("1f1b"), "Pipeline schedule.";
-    LAYER_PARTITION = "layer_partition", Other("an array of layer counts (integers from 1 to 65,536)"), Note("even split"), "Layers per (stage, chunk) in pipeline order (virtual stage `chunk * pp + stage`): `pp * vpp` entries summing to `layers`.";
+    LAYER_PARTITION = "layer_partition", Other("an array of layer counts (integers from 1 to 65,536)"), Note("even split; where `pp * vpp` does not divide `layers`, Megatron-Core's uneven split (docs/reference/scenarios.md)"), "Layers per (stage, chunk) in pipeline order (virtual stage `chunk * pp + stage`): `pp * vpp` entries summing to `layers`. Overrides the automatic split.";
+    ACCOUNT_FOR_EMBEDDING_IN_PIPELINE_SPLIT = "account_for_embedding_in_pipeline_split", Bool, Flag(false), "Megatron-Core's option: the input embedding counts as one layer of the pipeline split, so the first virtual stage holds one layer fewer. Not together with `layer_partition`.";
+    ACCOUNT_FOR_LOSS_IN_PIPELINE_SPLIT = "account_for_loss_in_pipeline_split", Bool, Flag(false), "Megatron-Core's option: the output layer and loss count as one layer of the pipeline split, so the last virtual stage holds one layer fewer. Not together with `layer_partition`.";
     ORDER = "order", Other("a permutation of [\"tp\", \"cp\", \"ep\", \"dp\", \"pp\"], innermost first"), Note("`[\"tp\", \"cp\", \"ep\", \"dp\", \"pp\"]`"), "Placement of mesh axes on consecutive ranks, innermost first.";
 });
 
