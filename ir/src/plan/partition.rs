@@ -22,15 +22,15 @@
 //!    exactly Megatron's slot split above.
 //! 3. Neither, and `pp * vpp` divides the layers: the even split.
 //! 4. Neither, and it does not divide (automatic):
-//!    a. the embedding and the loss each count as one slot, as in 2 with both set, when
-//!       `layers + 2` divides `pp * vpp` and every virtual stage keeps a layer;
-//!    b. else lighter first and last stages, as Megatron's first/last-stage options would set
-//!       them: each middle stage holds `m`, the fewest layers that are a multiple of `vpp` and
-//!       at least `layers / pp` (so no stage holds more than the least possible maximum); the
-//!       `r = layers - (pp - 2) * m` left go to the first and last stages in multiples of
-//!       `vpp`, the first taking the larger half (the last also runs the output layer and the
-//!       loss). It needs `pp >= 2`, `layers` a multiple of `vpp` and at least `vpp` layers for
-//!       the last stage.
+//!    - first the embedding and the loss each count as one slot, as in 2 with both set, when
+//!      `layers + 2` divides `pp * vpp` and every virtual stage keeps a layer;
+//!    - else lighter first and last stages, as Megatron's first/last-stage options would set
+//!      them: each middle stage holds `m`, the fewest layers that are a multiple of `vpp` and
+//!      at least `layers / pp` (so no stage holds more than the least possible maximum); the
+//!      `r = layers - (pp - 2) * m` left go to the first and last stages in multiples of
+//!      `vpp`, the first taking the larger half (the last also runs the output layer and the
+//!      loss). It needs `pp >= 2`, `layers` a multiple of `vpp` and at least `vpp` layers for
+//!      the last stage.
 //!
 //! twin needs at least one layer in every (stage, chunk), as `layer_partition` does, so a
 //! split that would leave a chunk with the embedding or the loss alone is refused.
