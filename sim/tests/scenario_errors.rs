@@ -969,19 +969,23 @@ fn unknown_presets() {
             value: "\"a100\"",
             at: "\"a100\"",
             message: &["unknown GPU preset"],
-            allowed: &["a100-sxm-80gb, h100-sxm-80gb, h200-141gb"],
+            allowed: &[
+                "a100-sxm-80gb, h100-sxm-80gb, h200-141gb, h800-sxm-80gb, b200-sxm-180gb, gb200",
+            ],
         },
     );
-    let text = edit("node = \"dgx-a100\"", "node = \"dgx-b200\"");
+    let text = edit("node = \"dgx-a100\"", "node = \"dgx-b300\"");
     expect(
         &text,
         Expect {
             kind: ErrorKind::Invalid,
             key: "cluster.node",
-            value: "\"dgx-b200\"",
-            at: "\"dgx-b200\"",
+            value: "\"dgx-b300\"",
+            at: "\"dgx-b300\"",
             message: &["unknown node preset"],
-            allowed: &["dgx-a100, dgx-h100, custom"],
+            allowed: &[
+                "dgx-a100, dgx-h100, hgx-h800, dgx-h200, hgx-h200, dgx-b200, gb200-nvl72, custom",
+            ],
         },
     );
 }

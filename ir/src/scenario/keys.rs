@@ -130,7 +130,7 @@ keys!(model {
 });
 
 keys!(cluster {
-    GPU = "gpu", Other("a GPU preset name, or a table (`[cluster.gpu]`)"), Required, "The GPU: a preset (`a100-sxm-80gb`, `h100-sxm-80gb`, `h200-141gb`; `h200-sxm-141gb` is an alias) or a table.";
+    GPU = "gpu", Other("a GPU preset name (the names of `[cluster.gpu] preset`), or a table (`[cluster.gpu]`)"), Required, "The GPU: a preset (`h200-sxm-141gb` and `b200` are accepted as aliases) or a table.";
     GPUS = "gpus", Uint { min: 1, max: MAX_DEGREE }, Required, "GPUs in the job.";
     GPUS_PER_NODE = "gpus_per_node", Uint { min: 1, max: 4096 }, Note("from `node`, else required"), "GPUs per node.";
     NODE = "node", Choice { what: "node preset", names: &NODE_NAMES }, Note("the GPU preset's usual node (the report notes it), else none"), "A node preset: sets `gpus_per_node` and both link tiers. `custom` = no preset.";
