@@ -325,3 +325,41 @@ fn oversized_trace_is_refused_and_collapse_is_offered() {
     assert!(t.exists());
     let _ = std::fs::remove_file(&t);
 }
+
+/// Llama 3.1 405B's 126 layers on pp 8 with vpp 8 need no written partition: the report shows
+/// the split twin chose (the embedding and the loss each take a layer's slot).
+#[test]
+fn simulate_shows_an_automatic_uneven_layer_split() {
+    let path = tmp("llama405b-pp8-vpp8.toml");
+    std::fs::write(
+        &path,
+        "name = \"llama405b-pp8-vpp8\"\n\
+         [model]\npreset = \"llama3-405b\"\n\
+         [cluster]\ngpu = \"h100-sxm-80gb\"\ngpus = 64\n\
+         [parallel]\ntp = 8\npp = 8\nvpp = 8\nschedule = \"interleaved-1f1b\"\nsequence_parallel = true\n\
+         [training]\nglobal_batch = 16\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let o = twin(&["simulate", p]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("layer split     1, 2 x62, 1 layers per virtual stage: embedding and loss"),
+        "{out}"
+    );
+    let o = twin(&["simulate", p, "--format", "json"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let split = &v["layer_partition"];
+    assert_eq!(split["rule"], "slots");
+    assert_eq!(split["automatic"], true);
+    let mut want = vec![2u64; 64];
+    want[0] = 1;
+    want[63] = 1;
+    assert_eq!(split["layers_per_virtual_stage"], serde_json::json!(want));
+    assert_eq!(
+        split["layers_per_stage"],
+        serde_json::json!([15, 16, 16, 16, 16, 16, 16, 15])
+    );
+}

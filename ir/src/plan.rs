@@ -9,7 +9,9 @@
 use crate::scenario::{Axis, Scenario};
 use serde::Serialize;
 
+pub mod partition;
 mod spare;
+pub use partition::{PartitionError, PartitionRule};
 #[doc(hidden)]
 pub use spare::GroupsKey;
 
@@ -153,6 +155,8 @@ pub struct Plan {
     pub microbatches: u32,
     /// `chunks[stage][chunk]`.
     pub chunks: Vec<Vec<ChunkLayout>>,
+    /// The rule that chose the layers per chunk ([`partition`]).
+    pub partition: PartitionRule,
     pub groups: Vec<Group>,
     /// `group_of[kind.index()][rank]` = the rank's group of that kind.
     group_of: Vec<Vec<GroupId>>,
@@ -169,12 +173,8 @@ pub enum PlanError {
     MeshMismatch { product: u64, gpus: u32 },
     #[error("{what} must be at least 1")]
     Zero { what: &'static str },
-    #[error("layer partition has {got} entries; pp*vpp = {want}")]
-    PartitionLength { got: usize, want: u32 },
-    #[error("layer partition sums to {got} layers; the model has {want}")]
-    PartitionSum { got: u64, want: u32 },
-    #[error("{layers} layers do not split evenly over pp*vpp = {chunks} chunks; give parallel.layer_partition")]
-    UnevenLayers { layers: u32, chunks: u32 },
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
     #[error(
         "global batch {global_batch} is not a positive multiple of micro_batch*dp*ep = {denom}"
     )]
@@ -236,7 +236,15 @@ impl Plan {
             dp: p.dp,
             pp: p.pp,
         };
-        let chunks = layout_chunks(s.model.layers, p.pp, p.vpp, p.layer_partition.as_deref())?;
+        let split = partition::split(partition::SplitInput {
+            layers: s.model.layers,
+            pp: p.pp,
+            vpp: p.vpp,
+            given: p.layer_partition.as_deref(),
+            account_for_embedding: p.account_for_embedding_in_pipeline_split,
+            account_for_loss: p.account_for_loss_in_pipeline_split,
+        })?;
+        let chunks = layout_chunks(p.pp, p.vpp, &split.layers_per_virtual_stage);
         let mut plan = Plan {
             world,
             sizes,
@@ -244,6 +252,7 @@ impl Plan {
             gpus_per_node: s.cluster.gpus_per_node,
             microbatches: m as u32,
             chunks,
+            partition: split.rule,
             groups: Vec::new(),
             group_of: Vec::new(),
             pp_stride: 1,
@@ -291,6 +300,17 @@ impl Plan {
     }
     pub fn vpp(&self) -> u32 {
         self.chunks.first().map(|c| c.len() as u32).unwrap_or(1)
+    }
+
+    /// Layers per virtual stage, in pipeline order (`chunk * pp + stage`): the split in use.
+    pub fn layers_per_virtual_stage(&self) -> Vec<u32> {
+        let mut out = vec![0u32; self.chunks.iter().map(Vec::len).sum()];
+        for c in self.chunks.iter().flatten() {
+            if let Some(slot) = out.get_mut(c.virtual_stage as usize) {
+                *slot = c.num_layers;
+            }
+        }
+        out
     }
 
     pub fn coords(&self, rank: RankId) -> Coords {
@@ -446,37 +466,9 @@ impl Plan {
     }
 }
 
-fn layout_chunks(
-    layers: u32,
-    pp: u32,
-    vpp: u32,
-    partition: Option<&[u32]>,
-) -> Result<Vec<Vec<ChunkLayout>>, PlanError> {
+/// The (stage, chunk) layouts of a split given per virtual stage (`chunk * pp + stage`).
+fn layout_chunks(pp: u32, vpp: u32, per_virtual: &[u32]) -> Vec<Vec<ChunkLayout>> {
     let n = pp * vpp;
-    let per_virtual: Vec<u32> = match partition {
-        Some(part) => {
-            if part.len() != n as usize {
-                return Err(PlanError::PartitionLength {
-                    got: part.len(),
-                    want: n,
-                });
-            }
-            let sum: u64 = part.iter().map(|&x| u64::from(x)).sum();
-            if sum != u64::from(layers) {
-                return Err(PlanError::PartitionSum {
-                    got: sum,
-                    want: layers,
-                });
-            }
-            part.to_vec()
-        }
-        None => {
-            if !layers.is_multiple_of(n) {
-                return Err(PlanError::UnevenLayers { layers, chunks: n });
-            }
-            vec![layers / n; n as usize]
-        }
-    };
     let mut first = vec![0u32; n as usize];
     for v in 1..n as usize {
         first[v] = first[v - 1] + per_virtual[v - 1];
@@ -498,7 +490,7 @@ fn layout_chunks(
         }
         out.push(row);
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

@@ -170,11 +170,51 @@ fn invalid_meshes_are_errors_not_panics() {
     let mut s = small_scenario(2, 2, 2, 4);
     s.cluster.gpus = 7;
     assert!(matches!(Plan::new(&s), Err(PlanError::MeshMismatch { .. })));
+    // 2 layers on 3 stages: not evenly, not as 4 slots, and no layer left for a last stage.
     let mut s = small_scenario(1, 3, 1, 4);
+    s.model.layers = 2;
+    assert!(matches!(
+        Plan::new(&s),
+        Err(PlanError::Partition(PartitionError::Automatic { .. }))
+    ));
     s.model.layers = 10;
-    assert!(matches!(Plan::new(&s), Err(PlanError::UnevenLayers { .. })));
     s.parallel.layer_partition = Some(vec![4, 3, 3]);
-    assert!(Plan::new(&s).is_ok());
+    let plan = Plan::new(&s).unwrap();
+    assert_eq!(plan.partition, PartitionRule::Given);
+    assert_eq!(plan.layers_per_virtual_stage(), vec![4, 3, 3]);
+}
+
+/// 126 layers on pp 4 with vpp 2 (Llama 3.1 405B's depth): 128 slots over 8 virtual stages,
+/// the first and last one layer lighter, laid out along the model in virtual-stage order.
+#[test]
+fn an_uneven_model_is_split_automatically_and_laid_out_in_order() {
+    let mut s = small_scenario(1, 4, 1, 8);
+    s.model.layers = 126;
+    s.parallel.vpp = 2;
+    s.parallel.schedule = crate::scenario::PipelineSchedule::Interleaved1F1B;
+    let plan = Plan::new(&s).unwrap();
+    assert_eq!(
+        plan.layers_per_virtual_stage(),
+        vec![15, 16, 16, 16, 16, 16, 16, 15]
+    );
+    assert!(plan.partition.is_derived());
+    // stage 0 holds virtual stages 0 (layers 0..15) and 4 (layers 15 + 3 * 16 = 63 ..);
+    // stage 3 holds 3 (47..63) and 7, the last, with the head (111..126).
+    let (c0, c4) = (&plan.chunks[0][0], &plan.chunks[0][1]);
+    assert_eq!(
+        (c0.first_layer, c0.num_layers, c0.has_embedding),
+        (0, 15, true)
+    );
+    assert_eq!(
+        (c4.virtual_stage, c4.first_layer, c4.num_layers),
+        (4, 63, 16)
+    );
+    let (c3, c7) = (&plan.chunks[3][0], &plan.chunks[3][1]);
+    assert_eq!((c3.first_layer, c3.num_layers), (47, 16));
+    assert_eq!(
+        (c7.first_layer, c7.num_layers, c7.has_head),
+        (111, 15, true)
+    );
 }
 
 /// A plan takes a recycled plan's groups only when its mesh is the same, and they are

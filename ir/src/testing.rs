@@ -66,6 +66,8 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             sequence_parallel: tp > 1,
             schedule: PipelineSchedule::OneFOneB,
             layer_partition: None,
+            account_for_embedding_in_pipeline_split: false,
+            account_for_loss_in_pipeline_split: false,
             order: Parallel::DEFAULT_ORDER,
         },
         training: Training {

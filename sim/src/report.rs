@@ -4,7 +4,7 @@
 //! memory verdict. The JSON field names are a stable interface for scripts and CI.
 
 use crate::outcome::{RankStats, SimResult};
-use crate::plan::Plan;
+use crate::plan::{PartitionRule, Plan};
 use crate::scenario::{Precision, Scenario};
 use crate::schedule::{MemCategory, Schedule};
 use serde::Serialize;
@@ -104,6 +104,11 @@ pub struct Report {
     pub gpu: String,
     pub world: u32,
     pub microbatches: u32,
+    /// The layer split over the pipeline when twin derived it (the layers do not divide
+    /// `pp * vpp`, or the `account_for_*_in_pipeline_split` keys are set); absent for an even
+    /// split and for a written `parallel.layer_partition`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layer_partition: Option<LayerSplit>,
     pub global_batch: u64,
     pub precision: Precision,
     /// The GPU's memory as the driver counts it (nvidia-smi's total).
@@ -123,6 +128,52 @@ pub struct Report {
     /// Choices made for the user (a default node, ...), one line each.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+/// A layer split twin derived (`twin_ir::plan::partition`), as the report shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LayerSplit {
+    /// The rule, with its parameters (`"rule": "slots"`, `"lighter-ends"`, ...).
+    #[serde(flatten)]
+    pub rule: PartitionRule,
+    /// Layers per virtual stage in pipeline order (`chunk * pp + stage`).
+    pub layers_per_virtual_stage: Vec<u32>,
+    /// Layers per pipeline stage (its chunks together).
+    pub layers_per_stage: Vec<u32>,
+}
+
+impl LayerSplit {
+    /// The plan's split when twin derived it.
+    pub fn of(plan: &Plan) -> Option<LayerSplit> {
+        if !plan.partition.is_derived() {
+            return None;
+        }
+        Some(LayerSplit {
+            rule: plan.partition,
+            layers_per_virtual_stage: plan.layers_per_virtual_stage(),
+            layers_per_stage: plan
+                .chunks
+                .iter()
+                .map(|stage| stage.iter().map(|c| c.num_layers).sum())
+                .collect(),
+        })
+    }
+
+    /// Runs of equal counts written once with their length: `1, 2 x62, 1`.
+    fn compact(counts: &[u32]) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < counts.len() {
+            let run = counts[i..].iter().take_while(|&&c| c == counts[i]).count();
+            parts.push(if run > 1 {
+                format!("{} x{run}", counts[i])
+            } else {
+                counts[i].to_string()
+            });
+            i += run;
+        }
+        parts.join(", ")
+    }
 }
 
 /// Steps simulated with the machine's interruptions (`host_model::jitter`).
@@ -273,6 +324,7 @@ impl Report {
             gpu: scenario.cluster.gpu.name.clone(),
             world: plan.world,
             microbatches: plan.microbatches,
+            layer_partition: LayerSplit::of(plan),
             global_batch: scenario.training.global_batch,
             precision: scenario.training.precision,
             hbm_bytes: sum.hbm_bytes,
@@ -315,6 +367,14 @@ impl Report {
             self.global_batch,
             format!("{:?}", self.precision).to_lowercase()
         );
+        if let Some(l) = &self.layer_partition {
+            let _ = writeln!(
+                o,
+                "layer split     {} layers per virtual stage: {}",
+                LayerSplit::compact(&l.layers_per_virtual_stage),
+                l.rule.describe()
+            );
+        }
         let _ = writeln!(o, "step time       {:.3} ms", self.step_time_s * 1e3);
         if let Some(i) = &self.interruptions {
             let _ = writeln!(

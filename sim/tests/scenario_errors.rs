@@ -588,9 +588,17 @@ fn global_batch_must_divide_into_micro_batches() {
     );
 }
 
+/// Layers that divide neither evenly nor with the embedding and loss as layers are split
+/// with lighter ends (`plan::partition`); a split that no rule finds names the keys.
 #[test]
-fn layers_must_split_evenly_without_a_partition() {
-    let text = edit("layers = 8", "layers = 9");
+fn layers_split_automatically_or_say_which_keys_to_change() {
+    let ok = edit("layers = 8", "layers = 9");
+    let s = parse_str(&ok, "t.toml", &[]).unwrap();
+    assert_eq!(s.parallel.layer_partition, None);
+    let text = edit("layers = 8", "layers = 9").replace(
+        "schedule = \"1f1b\"",
+        "schedule = \"interleaved-1f1b\"\nvpp = 2",
+    );
     expect(
         &text,
         Expect {
@@ -598,13 +606,56 @@ fn layers_must_split_evenly_without_a_partition() {
             key: "model.layers",
             value: "9",
             at: "layers = ^9",
-            message: &["9 layers do not split evenly over pp*vpp = 2*1 = 2 chunks (9 % 2 = 1)"],
-            allowed: &["parallel.layer_partition of 2 counts summing to 9"],
+            message: &[
+                "9 layers do not split over pp = 2, vpp = 2: not evenly (9 % 4 = 1)",
+                "not with the embedding and loss as layers (11 % 4 = 3)",
+                "multiple of vpp = 2, but 9 is not",
+            ],
+            allowed: &["parallel.layer_partition of 4 counts summing to 9"],
         },
     );
-    let ok = edit("layers = 8", "layers = 9").replace("dp = 4", "dp = 4\nlayer_partition = [4, 5]");
+    let ok = text.replace("vpp = 2", "vpp = 2\nlayer_partition = [2, 2, 2, 3]");
     let s = parse_str(&ok, "t.toml", &[]).unwrap();
-    assert_eq!(s.parallel.layer_partition, Some(vec![4, 5]));
+    assert_eq!(s.parallel.layer_partition, Some(vec![2, 2, 2, 3]));
+}
+
+#[test]
+fn megatron_split_keys_must_divide_the_pipeline() {
+    let text = edit(
+        "dp = 4",
+        "dp = 4\naccount_for_embedding_in_pipeline_split = true",
+    );
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.account_for_embedding_in_pipeline_split",
+            value: "true",
+            at: "account_for_embedding_in_pipeline_split = ^true",
+            message: &[
+                "8 layers plus 1 slot(s) for the embedding/loss = 9 do not divide over pp*vpp = 2",
+            ],
+            allowed: &["a multiple of pp*vpp = 2"],
+        },
+    );
+    let both = text.replace(
+        "= true",
+        "= true\naccount_for_loss_in_pipeline_split = true",
+    );
+    let s = parse_str(&both, "t.toml", &[]).unwrap();
+    assert!(s.parallel.account_for_loss_in_pipeline_split);
+    let given = both.replace("dp = 4", "dp = 4\nlayer_partition = [4, 4]");
+    expect(
+        &given,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.layer_partition",
+            value: "[4, 4]",
+            at: "[4, 4]",
+            message: &["layer_partition gives the split itself"],
+            allowed: &["either layer_partition, or the account_for_*_in_pipeline_split keys"],
+        },
+    );
 }
 
 #[test]
@@ -918,19 +969,23 @@ fn unknown_presets() {
             value: "\"a100\"",
             at: "\"a100\"",
             message: &["unknown GPU preset"],
-            allowed: &["a100-sxm-80gb, h100-sxm-80gb, h200-141gb"],
+            allowed: &[
+                "a100-sxm-80gb, h100-sxm-80gb, h200-141gb, h800-sxm-80gb, b200-sxm-180gb, gb200",
+            ],
         },
     );
-    let text = edit("node = \"dgx-a100\"", "node = \"dgx-b200\"");
+    let text = edit("node = \"dgx-a100\"", "node = \"dgx-b300\"");
     expect(
         &text,
         Expect {
             kind: ErrorKind::Invalid,
             key: "cluster.node",
-            value: "\"dgx-b200\"",
-            at: "\"dgx-b200\"",
+            value: "\"dgx-b300\"",
+            at: "\"dgx-b300\"",
             message: &["unknown node preset"],
-            allowed: &["dgx-a100, dgx-h100, custom"],
+            allowed: &[
+                "dgx-a100, dgx-h100, hgx-h800, dgx-h200, hgx-h200, dgx-b200, gb200-nvl72, custom",
+            ],
         },
     );
 }

@@ -141,9 +141,12 @@ fn the_latest_override_is_blamed_for_a_cross_field_error() {
     assert_eq!(e.origin, "--set parallel.tp=4");
     assert_eq!(e.key, "parallel.tp");
     // A key written in the file but not overridden is blamed at its line.
-    let e = set(&["model.layers=9"]).unwrap_err();
-    assert_eq!(e.origin, "--set model.layers=9");
-    assert!(e.message.contains("9 layers do not split evenly"), "{e}");
+    let e = set(&["model.layers=1"]).unwrap_err();
+    assert_eq!(e.origin, "--set model.layers=1");
+    assert!(
+        e.message.contains("1 layers do not split over pp = 2"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -142,6 +142,20 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
         let arr: Array = part.iter().map(|&x| i64::from(x)).collect();
         parallel.insert("layer_partition", value(arr));
     }
+    for (key, set) in [
+        (
+            "account_for_embedding_in_pipeline_split",
+            p.account_for_embedding_in_pipeline_split,
+        ),
+        (
+            "account_for_loss_in_pipeline_split",
+            p.account_for_loss_in_pipeline_split,
+        ),
+    ] {
+        if set {
+            parallel.insert(key, value(true));
+        }
+    }
     let order: Array = p.order.iter().map(|&a| name_of(&AXES, a)).collect();
     parallel.insert("order", value(order));
     doc.insert("parallel", Item::Table(parallel));

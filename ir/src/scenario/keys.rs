@@ -130,7 +130,7 @@ keys!(model {
 });
 
 keys!(cluster {
-    GPU = "gpu", Other("a GPU preset name, or a table (`[cluster.gpu]`)"), Required, "The GPU: a preset (`a100-sxm-80gb`, `h100-sxm-80gb`, `h200-141gb`; `h200-sxm-141gb` is an alias) or a table.";
+    GPU = "gpu", Other("a GPU preset name (the names of `[cluster.gpu] preset`), or a table (`[cluster.gpu]`)"), Required, "The GPU: a preset (`h200-sxm-141gb` and `b200` are accepted as aliases) or a table.";
     GPUS = "gpus", Uint { min: 1, max: MAX_DEGREE }, Required, "GPUs in the job.";
     GPUS_PER_NODE = "gpus_per_node", Uint { min: 1, max: 4096 }, Note("from `node`, else required"), "GPUs per node.";
     NODE = "node", Choice { what: "node preset", names: &NODE_NAMES }, Note("the GPU preset's usual node (the report notes it), else none"), "A node preset: sets `gpus_per_node` and both link tiers. `custom` = no preset.";
@@ -178,7 +178,9 @@ keys!(parallel {
     FSDP = "fsdp", Bool, Flag(false), "Fully sharded data parallel (ZeRO-3).";
     SEQUENCE_PARALLEL = "sequence_parallel", Bool, Flag(false), "Megatron sequence parallelism: norms and dropout activations sharded over tp.";
     SCHEDULE = "schedule", Choice { what: "schedule", names: &["gpipe", "1f1b", "interleaved-1f1b", "zero-bubble"] }, Is("1f1b"), "Pipeline schedule.";
-    LAYER_PARTITION = "layer_partition", Other("an array of layer counts (integers from 1 to 65,536)"), Note("even split"), "Layers per (stage, chunk) in pipeline order (virtual stage `chunk * pp + stage`): `pp * vpp` entries summing to `layers`.";
+    LAYER_PARTITION = "layer_partition", Other("an array of layer counts (integers from 1 to 65,536)"), Note("even split; where `pp * vpp` does not divide `layers`, Megatron-Core's uneven split (docs/reference/scenarios.md)"), "Layers per (stage, chunk) in pipeline order (virtual stage `chunk * pp + stage`): `pp * vpp` entries summing to `layers`. Overrides the automatic split.";
+    ACCOUNT_FOR_EMBEDDING_IN_PIPELINE_SPLIT = "account_for_embedding_in_pipeline_split", Bool, Flag(false), "Megatron-Core's option: the input embedding counts as one layer of the pipeline split, so the first virtual stage holds one layer fewer. Not together with `layer_partition`.";
+    ACCOUNT_FOR_LOSS_IN_PIPELINE_SPLIT = "account_for_loss_in_pipeline_split", Bool, Flag(false), "Megatron-Core's option: the output layer and loss count as one layer of the pipeline split, so the last virtual stage holds one layer fewer. Not together with `layer_partition`.";
     ORDER = "order", Other("a permutation of [\"tp\", \"cp\", \"ep\", \"dp\", \"pp\"], innermost first"), Note("`[\"tp\", \"cp\", \"ep\", \"dp\", \"pp\"]`"), "Placement of mesh axes on consecutive ranks, innermost first.";
 });
 

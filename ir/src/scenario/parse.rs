@@ -213,6 +213,10 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool)> {
         Node::Int(i) if (1..=max_layers).contains(&i) => u32::try_from(i).ok(),
         _ => None,
     })?;
+    let account_for_embedding_in_pipeline_split =
+        p.boolean_or_default(&pk::ACCOUNT_FOR_EMBEDDING_IN_PIPELINE_SPLIT)?;
+    let account_for_loss_in_pipeline_split =
+        p.boolean_or_default(&pk::ACCOUNT_FOR_LOSS_IN_PIPELINE_SPLIT)?;
     let order = order(p)?;
     Ok((
         Parallel {
@@ -227,6 +231,8 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool)> {
             sequence_parallel,
             schedule,
             layer_partition,
+            account_for_embedding_in_pipeline_split,
+            account_for_loss_in_pipeline_split,
             order: order.unwrap_or(Parallel::DEFAULT_ORDER),
         },
         dp,

@@ -28,10 +28,18 @@ pub(crate) struct NodeSpec {
     pub inter_node: Link,
 }
 
-pub(crate) const GPU_NAMES: [&str; 3] = ["a100-sxm-80gb", "h100-sxm-80gb", "h200-141gb"];
+pub(crate) const GPU_NAMES: [&str; 6] = [
+    "a100-sxm-80gb",
+    "h100-sxm-80gb",
+    "h200-141gb",
+    "h800-sxm-80gb",
+    "b200-sxm-180gb",
+    "gb200",
+];
 
 /// Accepted alternative spellings of GPU presets.
-const GPU_ALIASES: [(&str, &str); 1] = [("h200-sxm-141gb", "h200-141gb")];
+const GPU_ALIASES: [(&str, &str); 2] =
+    [("h200-sxm-141gb", "h200-141gb"), ("b200", "b200-sxm-180gb")];
 
 /// MiB as nvidia-smi counts them.
 const MIB_BYTES: u64 = 1 << 20;
@@ -68,6 +76,48 @@ pub(crate) fn gpu(name: &str) -> Option<Gpu> {
         // total 150,109,880,320 B (docs/measurements/2026-11-28-h200-memory-edge.md), which
         // puts the driver's share at 644,939,776 B (615.2 MiB; nvidia-smi rounds it up).
         "h200-141gb" => (hopper_peak(), 143_771 * MIB_BYTES, 644_939_776, 4.8e12),
+        // NVIDIA H800 Tensor Core GPU datasheet (SXM): the H100 SXM's tensor-core, FP32 and
+        // memory figures (80 GB HBM3 at 3.35 TB/s); only FP64 and NVLink (400 GB/s, the node)
+        // are cut. Capacity: no nvidia-smi total of an H800 was found; the H100 SXM's (the same
+        // 80 GB HBM3 part) is used, with its driver share.
+        "h800-sxm-80gb" => (hopper_peak(), 81_559 * MIB_BYTES, 480 * MIB_BYTES, 3.35e12),
+        // NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx), per GPU: FP16/BF16
+        // 36 PFLOPS, FP8 72 PFLOPS, TF32 18 PFLOPS with sparsity per 8 GPUs, halved to dense;
+        // FP32 600 TFLOPS per 8 GPUs; HBM3e 64 TB/s per 8 GPUs (pytorch/ao#4002 computes
+        // 7.67 TB/s from the bus width the driver reports; the datasheet's figure is kept
+        // here, a calibration measures it). Capacity: nvidia-smi's total
+        // 183,359 MiB (NVIDIA/TensorRT-LLM#10278, driver 580.95.05); the CUDA total
+        // 178.35 GiB (pytorch/ao#4002) puts the driver's share at 728 MiB.
+        "b200-sxm-180gb" => (
+            PeakFlops {
+                fp32_flops_per_s: 75e12,
+                tf32_flops_per_s: 1.125e15,
+                fp16_flops_per_s: 2.25e15,
+                bf16_flops_per_s: 2.25e15,
+                fp8_flops_per_s: 4.5e15,
+            },
+            183_359 * MIB_BYTES,
+            728 * MIB_BYTES,
+            8e12,
+        ),
+        // One Blackwell GPU of a GB200 superchip: NVIDIA GB200 NVL72 specifications
+        // (nvidia.com/en-us/data-center/gb200-nvl72), per GPU of the 72: FP16/BF16 360 PFLOPS,
+        // FP8 720 PFLOPS, TF32 180 PFLOPS with sparsity, halved to dense; FP32 5,760 TFLOPS;
+        // HBM3e 576 TB/s. Capacity: nvidia-smi's total on GB200 trays, 189,471 MiB (public
+        // nvidia-smi printouts, driver 580.95.05); the driver's share is an estimate, the B200's
+        // 728 of 183,359 MiB scaled to this total (752 MiB).
+        "gb200" => (
+            PeakFlops {
+                fp32_flops_per_s: 80e12,
+                tf32_flops_per_s: 1.25e15,
+                fp16_flops_per_s: 2.5e15,
+                bf16_flops_per_s: 2.5e15,
+                fp8_flops_per_s: 5e15,
+            },
+            189_471 * MIB_BYTES,
+            752 * MIB_BYTES,
+            8e12,
+        ),
         _ => return None,
     };
     Some(Gpu {
@@ -79,12 +129,16 @@ pub(crate) fn gpu(name: &str) -> Option<Gpu> {
     })
 }
 
-/// The 8-GPU NVLink node a GPU preset usually comes in: what `cluster.node` defaults to.
-/// An H200 HGX board has the DGX H100's NVLink4 switches and NDR NICs.
+/// The NVLink node a GPU preset usually comes in: what `cluster.node` defaults to. An H200
+/// HGX board has the DGX H100's NVLink4 switches and NDR NICs (`dgx-h200` has the same
+/// figures); a GB200 GPU comes in a GB200 NVL72 rack.
 pub(crate) fn default_node(gpu_name: &str) -> Option<&'static str> {
     match gpu(gpu_name)?.name.as_str() {
         "a100-sxm-80gb" => Some("dgx-a100"),
         "h100-sxm-80gb" | "h200-141gb" => Some("dgx-h100"),
+        "h800-sxm-80gb" => Some("hgx-h800"),
+        "b200-sxm-180gb" => Some("dgx-b200"),
+        "gb200" => Some("gb200-nvl72"),
         _ => None,
     }
 }
@@ -101,7 +155,15 @@ fn hopper_peak() -> PeakFlops {
     }
 }
 
-pub(crate) const NODE_NAMES: [&str; 2] = ["dgx-a100", "dgx-h100"];
+pub(crate) const NODE_NAMES: [&str; 7] = [
+    "dgx-a100",
+    "dgx-h100",
+    "hgx-h800",
+    "dgx-h200",
+    "hgx-h200",
+    "dgx-b200",
+    "gb200-nvl72",
+];
 
 /// Effective per-message latency of one NCCL step on each tier (not wire latency); the
 /// calibration replaces these with fitted values.
@@ -109,15 +171,29 @@ const NVLINK_LATENCY_NS: u64 = 3_000;
 const IB_LATENCY_NS: u64 = 10_000;
 
 pub(crate) fn node(name: &str) -> Option<NodeSpec> {
-    let (nvlink_bytes_per_s, nic_bytes_per_s) = match name {
+    let (gpus_per_node, nvlink_bytes_per_s, nic_bytes_per_s) = match name {
         // NVLink3: 12 links x 25 GB/s per direction; 8 x 200 Gb/s HDR, one NIC per GPU.
-        "dgx-a100" => (300e9, 25e9),
+        "dgx-a100" => (8, 300e9, 25e9),
         // NVLink4: 18 links x 25 GB/s per direction; 8 x 400 Gb/s NDR, one NIC per GPU.
-        "dgx-h100" => (450e9, 50e9),
+        "dgx-h100" => (8, 450e9, 50e9),
+        // H800 datasheet: NVLink 400 GB/s bidirectional, 200 GB/s per direction; eight
+        // 400 Gb/s InfiniBand NICs per node, one per GPU, as in DeepSeek's H800 cluster
+        // (Zhao et al. 2025, "Insights into DeepSeek-V3", arXiv 2505.09343, section 4).
+        "hgx-h800" => (8, 200e9, 50e9),
+        // DGX H200 datasheet: 18 NVLink4 links per GPU, 900 GB/s bidirectional (450 GB/s per
+        // direction); 8 x single-port ConnectX-7, 400 Gb/s. An HGX H200 board has the same.
+        "dgx-h200" | "hgx-h200" => (8, 450e9, 50e9),
+        // DGX B200 datasheet: NVLink5, 1.8 TB/s bidirectional per GPU (900 GB/s per direction);
+        // 8 x single-port ConnectX-7, 400 Gb/s.
+        "dgx-b200" => (8, 900e9, 50e9),
+        // GB200 NVL72 specifications: 72 GPUs in one NVLink5 domain (NVLink switch trays),
+        // 1.8 TB/s bidirectional per GPU; DGX GB200 datasheet: one 400 Gb/s ConnectX-7 per GPU
+        // to the scale-out network.
+        "gb200-nvl72" => (72, 900e9, 50e9),
         _ => return None,
     };
     Some(NodeSpec {
-        gpus_per_node: 8,
+        gpus_per_node,
         intra_node: Link {
             bandwidth_bytes_per_s: nvlink_bytes_per_s,
             latency_ns: NVLINK_LATENCY_NS,
@@ -221,11 +297,51 @@ mod tests {
             ("a100-sxm-80gb", 312e12, 2.039e12),
             ("h100-sxm-80gb", 989e12, 3.35e12),
             ("h200-141gb", 989e12, 4.8e12),
+            ("h800-sxm-80gb", 989e12, 3.35e12),
+            ("b200-sxm-180gb", 2.25e15, 8e12),
+            ("gb200", 2.5e15, 8e12),
         ];
         for (name, bf16, bw) in want {
             let g = gpu(name).unwrap();
             assert_eq!(g.peak.bf16_flops_per_s, bf16, "{name}");
             assert_eq!(g.hbm_bandwidth_bytes_per_s, bw, "{name}");
+        }
+        // Blackwell dense peaks (HGX B200 and GB200 NVL72 specifications, sparse figures
+        // halved): FP8 twice BF16, TF32 half of it.
+        for (name, fp32, tf32, fp8) in [
+            ("b200-sxm-180gb", 75e12, 1.125e15, 4.5e15),
+            ("gb200", 80e12, 1.25e15, 5e15),
+        ] {
+            let p = gpu(name).unwrap().peak;
+            assert_eq!(
+                (p.fp32_flops_per_s, p.tf32_flops_per_s, p.fp8_flops_per_s),
+                (fp32, tf32, fp8),
+                "{name}"
+            );
+            assert_eq!(p.fp16_flops_per_s, p.bf16_flops_per_s, "{name}");
+        }
+        assert_eq!(gpu("h800-sxm-80gb").unwrap().peak, hopper_peak());
+    }
+
+    /// Per GPU and per direction: NVLink from the datasheets' bidirectional figures halved,
+    /// one 400 Gb/s NIC per GPU.
+    #[test]
+    fn node_presets_match_the_published_figures() {
+        let want = [
+            ("dgx-a100", 8, 300e9, 25e9),
+            ("dgx-h100", 8, 450e9, 50e9),
+            ("hgx-h800", 8, 200e9, 50e9),
+            ("dgx-h200", 8, 450e9, 50e9),
+            ("hgx-h200", 8, 450e9, 50e9),
+            ("dgx-b200", 8, 900e9, 50e9),
+            ("gb200-nvl72", 72, 900e9, 50e9),
+        ];
+        assert_eq!(want.len(), NODE_NAMES.len());
+        for (name, gpus, nvlink, nic) in want {
+            let n = node(name).unwrap();
+            assert_eq!(n.gpus_per_node, gpus, "{name}");
+            assert_eq!(n.intra_node.bandwidth_bytes_per_s, nvlink, "{name}");
+            assert_eq!(n.inter_node.bandwidth_bytes_per_s, nic, "{name}");
         }
     }
 
@@ -237,6 +353,9 @@ mod tests {
             ("a100-sxm-80gb", 81_920, None),
             ("h100-sxm-80gb", 81_559, Some(85_017_493_504)),
             ("h200-141gb", 143_771, Some(150_109_880_320)),
+            ("h800-sxm-80gb", 81_559, Some(85_017_493_504)),
+            ("b200-sxm-180gb", 183_359, None),
+            ("gb200", 189_471, None),
         ];
         for (name, mib, usable) in want {
             let g = gpu(name).unwrap();
@@ -249,6 +368,12 @@ mod tests {
         // nvidia-smi's "Reserved" on the H200 reads 616 MiB, within a MiB of the figure above.
         let h200 = gpu("h200-141gb").unwrap();
         assert!((616 << 20) - h200.driver_reserved_bytes < 1 << 20);
+        // B200: the CUDA total, 178.35 GiB (pytorch/ao#4002, two decimals), is what is left.
+        let b200 = gpu("b200-sxm-180gb").unwrap().usable_bytes() as f64;
+        assert!(
+            (b200 / (1u64 << 30) as f64 - 178.35).abs() < 0.005,
+            "{b200}"
+        );
     }
 
     #[test]
@@ -259,6 +384,9 @@ mod tests {
         }
         assert_eq!(default_node("h200-sxm-141gb"), Some("dgx-h100"));
         assert_eq!(default_node("a100-sxm-80gb"), Some("dgx-a100"));
+        assert_eq!(default_node("h800-sxm-80gb"), Some("hgx-h800"));
+        assert_eq!(default_node("b200"), Some("dgx-b200"));
+        assert_eq!(default_node("gb200"), Some("gb200-nvl72"));
         assert_eq!(default_node("v100"), None);
     }
 

@@ -170,8 +170,16 @@ pub struct Parallel {
     pub fsdp: bool,
     pub sequence_parallel: bool,
     pub schedule: PipelineSchedule,
-    /// Explicit layers per (stage, chunk) in pipeline order, length pp*vpp; `None` = even split.
+    /// Explicit layers per (stage, chunk) in pipeline order, length pp*vpp; `None` = the rule
+    /// of `plan::partition` (even where the layers divide).
     pub layer_partition: Option<Vec<u32>>,
+    /// Megatron-Core's `account_for_embedding_in_pipeline_split`: the embedding counts as one
+    /// layer of the pipeline split (`plan::partition`).
+    #[serde(default)]
+    pub account_for_embedding_in_pipeline_split: bool,
+    /// Megatron-Core's `account_for_loss_in_pipeline_split`: the loss counts as one layer.
+    #[serde(default)]
+    pub account_for_loss_in_pipeline_split: bool,
     /// Rank placement, innermost axis first. Default: tp, cp, ep, dp, pp (Megatron order).
     pub order: [Axis; 5],
 }

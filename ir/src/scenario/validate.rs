@@ -8,6 +8,7 @@ use super::error::ScenarioError;
 use super::limits;
 use super::parse::Resolved;
 use super::types::*;
+use crate::plan::{partition, PartitionError};
 
 /// Checks every cross-field rule and fills the values that depend on several keys (derived
 /// dp, the default gradient bucket). `c` blames the keys of the document `resolved` came from.
@@ -345,63 +346,100 @@ fn pipeline(c: &Checker<'_>, s: &Scenario, microbatches: u64) -> Result<(), Scen
     layers(c, s)
 }
 
+/// The layer split over the pipeline's virtual stages (`plan::partition`, the one rule the
+/// plan uses too), its refusals located on the keys involved.
 fn layers(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     let p = &s.parallel;
     let layers = s.model.layers;
     let chunks = u64::from(p.pp) * u64::from(p.vpp);
-    match &p.layer_partition {
-        Some(part) => {
-            let list = || format!("{part:?}");
-            if part.len() as u64 != chunks {
-                return Err(c.fail(
-                    &[
-                        ("parallel.layer_partition", list()),
-                        ("parallel.pp", v(p.pp)),
-                        ("parallel.vpp", v(p.vpp)),
-                    ],
-                    format!(
-                        "layer_partition has {} entries, but there are pp*vpp = {}*{} = {chunks} (stage, chunk) slots",
-                        part.len(),
-                        p.pp,
-                        p.vpp
-                    ),
-                    format!("{chunks} layer counts, each >= 1, summing to {layers}"),
-                ));
-            }
-            let sum: u64 = part.iter().map(|&x| u64::from(x)).sum();
-            if sum != u64::from(layers) {
-                return Err(c.fail(
-                    &[
-                        ("parallel.layer_partition", list()),
-                        ("model.layers", v(layers)),
-                    ],
-                    format!("layer_partition sums to {sum} layers, but the model has {layers}"),
-                    format!("{chunks} layer counts, each >= 1, summing to {layers}"),
-                ));
-            }
+    let (embedding, loss) = (
+        p.account_for_embedding_in_pipeline_split,
+        p.account_for_loss_in_pipeline_split,
+    );
+    let e = match partition::split(partition::SplitInput {
+        layers,
+        pp: p.pp,
+        vpp: p.vpp,
+        given: p.layer_partition.as_deref(),
+        account_for_embedding: embedding,
+        account_for_loss: loss,
+    }) {
+        Ok(_) => return Ok(()),
+        Err(e) => e,
+    };
+    let list = || format!("{:?}", p.layer_partition.as_deref().unwrap_or(&[]));
+    let given_allowed = format!("{chunks} layer counts, each >= 1, summing to {layers}");
+    let slot_keys = || {
+        let mut k = Vec::new();
+        if embedding {
+            k.push(("parallel.account_for_embedding_in_pipeline_split", v(true)));
         }
-        None => {
-            if u64::from(layers) % chunks != 0 {
-                return Err(c.fail(
-                    &[
-                        ("model.layers", v(layers)),
-                        ("parallel.pp", v(p.pp)),
-                        ("parallel.vpp", v(p.vpp)),
-                    ],
-                    format!(
-                        "{layers} layers do not split evenly over pp*vpp = {}*{} = {chunks} chunks ({layers} % {chunks} = {})",
-                        p.pp,
-                        p.vpp,
-                        u64::from(layers) % chunks
-                    ),
-                    format!(
-                        "pp*vpp dividing {layers}, or an explicit parallel.layer_partition of {chunks} counts summing to {layers}"
-                    ),
-                ));
-            }
+        if loss {
+            k.push(("parallel.account_for_loss_in_pipeline_split", v(true)));
         }
-    }
-    Ok(())
+        k
+    };
+    let pipeline_keys = || {
+        vec![
+            ("model.layers", v(layers)),
+            ("parallel.pp", v(p.pp)),
+            ("parallel.vpp", v(p.vpp)),
+        ]
+    };
+    Err(match e {
+        PartitionError::Length { got, .. } => c.fail(
+            &[
+                ("parallel.layer_partition", list()),
+                ("parallel.pp", v(p.pp)),
+                ("parallel.vpp", v(p.vpp)),
+            ],
+            format!(
+                "layer_partition has {got} entries, but there are pp*vpp = {}*{} = {chunks} (stage, chunk) slots",
+                p.pp, p.vpp
+            ),
+            given_allowed,
+        ),
+        PartitionError::Sum { got, .. } => c.fail(
+            &[
+                ("parallel.layer_partition", list()),
+                ("model.layers", v(layers)),
+            ],
+            format!("layer_partition sums to {got} layers, but the model has {layers}"),
+            given_allowed,
+        ),
+        PartitionError::EmptyChunk => c.fail(
+            &[("parallel.layer_partition", list())],
+            "layer_partition has an entry of 0".to_string(),
+            given_allowed,
+        ),
+        PartitionError::GivenWithSlots => {
+            let mut keys = vec![("parallel.layer_partition", list())];
+            keys.extend(slot_keys());
+            c.fail(
+                &keys,
+                "layer_partition gives the split itself; the account_for_*_in_pipeline_split keys would be ignored (Megatron-Core refuses the two together as well)".to_string(),
+                "either layer_partition, or the account_for_*_in_pipeline_split keys",
+            )
+        }
+        e @ (PartitionError::SlotsUneven { .. } | PartitionError::SlotsEmpty { .. }) => {
+            let mut keys = slot_keys();
+            keys.extend(pipeline_keys());
+            c.fail(
+                &keys,
+                e.to_string(),
+                format!(
+                    "layers plus the counted embedding/loss a multiple of pp*vpp = {chunks} with a layer left in every virtual stage, or an explicit parallel.layer_partition of {chunks} counts summing to {layers}"
+                ),
+            )
+        }
+        e @ PartitionError::Automatic { .. } => c.fail(
+            &pipeline_keys(),
+            e.to_string(),
+            format!(
+                "an explicit parallel.layer_partition of {chunks} counts summing to {layers}, or pp and vpp for which one of these splits works"
+            ),
+        ),
+    })
 }
 
 fn zero(c: &Checker<'_>, s: &Scenario, zero_explicit: bool) -> Result<(), ScenarioError> {

@@ -212,6 +212,42 @@ fn json_has_the_stable_top_level_fields_and_is_deterministic() {
     );
     assert_eq!(bd["weights"], 20 * GIB_BYTES);
     assert!(v.get("oom").is_none());
+    // An even split is not reported.
+    assert!(v.get("layer_partition").is_none());
+}
+
+/// A split twin derived is in both reports: 10 layers on pp 3 with vpp 2 (10 % 6 = 4,
+/// 12 % 6 = 0), so the embedding and the loss take a slot each: 1, 2, 2, 2, 2, 1.
+#[test]
+fn a_derived_split_is_reported_in_text_and_json() {
+    let mut sc = small_scenario(1, 3, 1, 6);
+    sc.model.layers = 10;
+    sc.parallel.vpp = 2;
+    sc.parallel.schedule = crate::scenario::PipelineSchedule::Interleaved1F1B;
+    let plan = Plan::new(&sc).unwrap();
+    let s = crate::schedule::generate(&sc, &plan).unwrap();
+    let r = simulate(&plan, &s, &FixedCost::default(), &SimOptions::default()).unwrap();
+    let rep = Report::build(&sc, &plan, &s, &r, 0.0);
+    let v: serde_json::Value = serde_json::from_str(&rep.to_json()).unwrap();
+    assert_eq!(
+        v["layer_partition"],
+        serde_json::json!({
+            "rule": "slots",
+            "embedding": true,
+            "loss": true,
+            "automatic": true,
+            "layers_per_virtual_stage": [1, 2, 2, 2, 2, 1],
+            "layers_per_stage": [3, 4, 3],
+        })
+    );
+    let text = rep.to_text();
+    assert!(
+        text.contains(
+            "layer split     1, 2 x4, 1 layers per virtual stage: embedding and loss each \
+             counted as a layer (automatic: the layers do not divide pp*vpp)\n"
+        ),
+        "{text}"
+    );
 }
 
 #[test]

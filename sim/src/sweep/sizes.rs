@@ -48,6 +48,8 @@ fn key_of(scenario: &Scenario) -> Scenario {
     p.zero = 0;
     p.schedule = PipelineSchedule::OneFOneB;
     p.layer_partition = None;
+    p.account_for_embedding_in_pipeline_split = false;
+    p.account_for_loss_in_pipeline_split = false;
     key
 }
 
