@@ -296,3 +296,6 @@ pub struct Launch {
     /// cost model's per-kernel launch gap is the smaller of this and the hardware's.
     pub cuda_graphs_kernel_gap_ns: u64,
 }
+
+#[cfg(test)]
+mod tests;
