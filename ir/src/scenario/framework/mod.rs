@@ -127,15 +127,6 @@ impl Framework {
     pub fn refusal(&self, s: &super::Scenario) -> Option<&Limit> {
         self.cannot_run.iter().find(|l| l.hits(s))
     }
-
-    /// The elementwise fusion in effect with or without `compile`.
-    pub fn elementwise(&self, compile: bool) -> &Elementwise {
-        if compile {
-            &self.fusions.compiled
-        } else {
-            &self.fusions.eager
-        }
-    }
 }
 
 /// The default framework: megatron-core, the one twin's model describes.
