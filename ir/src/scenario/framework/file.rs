@@ -170,20 +170,25 @@ pub fn parse_str(text: &str, origin: &str) -> Result<Framework> {
     let raw: RawFile = toml::from_str(text).map_err(|e| {
         let loc = e.span().map(|s| lines.loc(s.start));
         let message = e.message().trim().to_string();
-        ctx.error(
-            crate::scenario::error::serde_kind(&message),
-            loc.as_ref(),
-            "",
-            "",
-            message,
-            "",
-        )
+        let kind = crate::scenario::error::serde_kind(&message);
+        match unknown_field(&message) {
+            Some((key, allowed)) => ctx.error(kind, loc.as_ref(), key, "", "unknown key", allowed),
+            None => ctx.error(kind, loc.as_ref(), "", "", message, ""),
+        }
     })?;
     Reader {
         ctx: &ctx,
         lines: &lines,
     }
     .file(raw)
+}
+
+/// The key and the allowed keys of serde's "unknown field `x`, expected one of `a`, `b`".
+fn unknown_field(message: &str) -> Option<(&str, &str)> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (key, rest) = rest.split_once('`')?;
+    let allowed = rest.strip_prefix(", expected ")?;
+    Some((key, allowed.strip_prefix("one of ").unwrap_or(allowed)))
 }
 
 struct Reader<'a> {
