@@ -47,14 +47,17 @@ fn blessing() -> bool {
     std::env::var_os("TWIN_BLESS").is_some_and(|v| v == "1")
 }
 
-/// Every `.toml` under `scenarios/` except the hardware profiles (`scenarios/profiles/`, another
-/// format, not runnable), as paths relative to `scenarios/`, sorted.
+/// Every `.toml` under `scenarios/` except the hardware profiles and the framework files
+/// (`scenarios/profiles/`, `scenarios/frameworks/`: other formats, not runnable), as paths
+/// relative to `scenarios/`, sorted.
 fn scenarios() -> Vec<String> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
         for e in std::fs::read_dir(dir).unwrap() {
             let p = e.unwrap().path();
             if p.is_dir() {
-                if p.file_name().is_some_and(|n| n == "profiles") {
+                if p.file_name()
+                    .is_some_and(|n| n == "profiles" || n == "frameworks")
+                {
                     continue;
                 }
                 walk(root, &p, out);

@@ -82,6 +82,10 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             optimizer: Optimizer::Adam,
             offload: Offload::None,
             flash_attention: true,
+            framework: crate::scenario::framework::default_framework()
+                .expect("the bundled megatron-core framework file parses"),
+            compile: false,
+            cuda_graphs: false,
             grad_bucket_bytes: 40_000_000 * 4,
         },
         memory: MemorySettings::default(),

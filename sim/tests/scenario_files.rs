@@ -11,8 +11,9 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Every `.toml` under `scenarios/`, sorted; hardware profiles (`scenarios/profiles/`) are
-/// another format and are tested in `twin_sim::profile`.
+/// Every `.toml` under `scenarios/`, sorted; hardware profiles (`scenarios/profiles/`) and
+/// framework files (`scenarios/frameworks/`) are other formats, tested in `twin_sim::profile`
+/// and `twin_ir::scenario::framework`.
 fn bundled() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -22,7 +23,9 @@ fn bundled() -> Vec<PathBuf> {
         entries.sort();
         for p in entries {
             if p.is_dir() {
-                if p.file_name().is_some_and(|n| n == "profiles") {
+                if p.file_name()
+                    .is_some_and(|n| n == "profiles" || n == "frameworks")
+                {
                     continue;
                 }
                 walk(&p, out);

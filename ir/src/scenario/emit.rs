@@ -188,6 +188,14 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     let offload = name_of(&OFFLOADS, t.offload);
     training.insert("offload", value(offload));
     training.insert("flash_attention", value(t.flash_attention));
+    match &t.framework.origin {
+        super::framework::Origin::Bundled(b) => training.insert("framework", value(b.name())),
+        super::framework::Origin::File(path) => {
+            training.insert("framework_file", value(path.as_str()))
+        }
+    };
+    training.insert("compile", value(t.compile));
+    training.insert("cuda_graphs", value(t.cuda_graphs));
     training.insert("grad_bucket_bytes", int(t.grad_bucket_bytes));
     doc.insert("training", Item::Table(training));
 

@@ -162,6 +162,22 @@ impl Ctx {
     }
 }
 
+/// Error kind from a serde message (the only structure serde errors carry), for the files
+/// read through serde beside a scenario (hardware profiles, framework files).
+pub fn serde_kind(message: &str) -> ErrorKind {
+    if message.starts_with("unknown field") {
+        ErrorKind::UnknownKey
+    } else if message.starts_with("missing field") {
+        ErrorKind::Missing
+    } else if message.starts_with("invalid type") {
+        ErrorKind::Type
+    } else if message.starts_with("unknown variant") || message.starts_with("invalid value") {
+        ErrorKind::Invalid
+    } else {
+        ErrorKind::Syntax
+    }
+}
+
 /// Levenshtein distance in characters; small inputs only (keys and names).
 pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();

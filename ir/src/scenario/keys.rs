@@ -196,12 +196,16 @@ keys!(training {
     OPTIMIZER = "optimizer", Choice { what: "optimizer", names: &["adam", "sgd"] }, Is("adam"), "Optimizer (its state sizes and step).";
     OFFLOAD = "offload", Choice { what: "offload mode", names: &["none", "optimizer", "params"] }, Is("none"), "Offload to host memory; `params` needs `zero = 3` or `fsdp`.";
     FLASH_ATTENTION = "flash_attention", Bool, Flag(true), "No s² attention-score matrix is stored.";
+    FRAMEWORK = "framework", Choice { what: "framework", names: &["megatron-core", "nemo", "torchtitan", "deepspeed", "hf"] }, Is("megatron-core"), "The training framework whose behaviour and limits apply (docs/reference/frameworks.md); `nemo` is an alias of `megatron-core`. Not together with `framework_file`.";
+    FRAMEWORK_FILE = "framework_file", Text, Note("none: the bundled file `framework` names"), "Path to a framework file of your own, relative to the scenario file (format: docs/reference/frameworks.md). Not together with `framework`.";
+    COMPILE = "compile", Bool, Flag(false), "The model runs under `torch.compile`: the framework file's compiled elementwise fusion applies.";
+    CUDA_GRAPHS = "cuda_graphs", Bool, Flag(false), "The step is captured in CUDA graphs: each kernel pays the framework file's graph launch gap when it is below the hardware's.";
     GRAD_BUCKET_BYTES = "grad_bucket_bytes", Uint { min: 1, max: 1 << 40 }, Note("Megatron-Core's default (docs/reference/scenarios.md)"), "DDP gradient bucket size.";
 });
 
 keys!(memory {
     RESERVED_BYTES = "reserved_bytes", Uint { min: 0, max: MAX_BYTES }, Int(crate::scenario::types::MemorySettings::DEFAULT_RESERVED_BYTES), "Held on every GPU for the whole step: CUDA context, cuBLAS and NCCL (the default is what a PyTorch process held on an H200).";
-    ALLOCATOR_SLACK_FRACTION = "allocator_slack_fraction", Number { zero_ok: true, max: 1.0 }, Num(crate::scenario::types::MemorySettings::DEFAULT_ALLOCATOR_SLACK_FRACTION), "Caching-allocator fragmentation: each activation and buffer allocation holds this fraction more.";
+    ALLOCATOR_SLACK_FRACTION = "allocator_slack_fraction", Number { zero_ok: true, max: 1.0 }, Note("the framework file's `memory.allocator_slack_fraction` (0 in every bundled file)"), "Caching-allocator fragmentation: each activation and buffer allocation holds this fraction more.";
     ACCOUNTING = "accounting", Choice { what: "memory accounting", names: &["megatron", "deepspeed"] }, Is("megatron"), "Whose bookkeeping of model state and ZeRO buffers the memory timeline follows (docs/memory.md). Only memory changes.";
 });
 

@@ -58,6 +58,7 @@ fn choice_rows_name_what_their_tables_read() {
         (keys::training::OPTIMIZER, names(&parse::OPTIMIZERS)),
         (keys::training::OFFLOAD, names(&parse::OFFLOADS)),
         (keys::memory::ACCOUNTING, names(&parse::ACCOUNTINGS)),
+        (keys::training::FRAMEWORK, names(&parse::FRAMEWORKS)),
         (keys::run::GRANULARITY, names(&parse::GRANULARITIES)),
         (
             keys::parallel::SCHEDULE,

@@ -23,6 +23,7 @@ mod emit;
 pub mod error;
 mod fault_config;
 mod faults;
+pub mod framework;
 mod hf;
 pub mod keys;
 #[cfg(test)]

@@ -5,6 +5,7 @@
 use super::checks::Checks;
 use super::cluster::cluster;
 use super::error::{Ctx, ErrorKind, Loc};
+use super::framework;
 use super::hf;
 use super::keys::{model as mk, parallel as pk, root as rk, run as runk, training as tk, Key};
 use super::presets;
@@ -46,8 +47,8 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
     let (model, hf_unmodelled) = model(root.section("model", "model")?, base_dir)?;
     let cluster = cluster(root.section("cluster", "cluster")?)?;
     let (parallel, dp, zero_explicit) = parallel(root.section("parallel", "parallel")?)?;
-    let (training, bucket_explicit) = training(root.section("training", "training")?)?;
-    let memory = memory(root.section("memory", "memory")?)?;
+    let (training, bucket_explicit) = training(root.section("training", "training")?, base_dir)?;
+    let memory = memory(root.section("memory", "memory")?, &training.framework)?;
     let run = run(root.section("run", "run")?)?;
     let checks = super::checks::checks(root.section("checks", "checks")?)?;
     let faults = super::faults::faults(root.section("faults", "faults")?)?;
@@ -324,7 +325,36 @@ fn order(p: Section<'_>) -> Result<Option<[Axis; 5]>> {
     })
 }
 
-fn training(t: Section<'_>) -> Result<(Training, bool)> {
+/// The names `training.framework` accepts (an alias included), with the bundled file each reads.
+pub(crate) const FRAMEWORKS: [(&str, framework::Bundled); 5] = framework::FRAMEWORKS;
+
+/// `training.framework` (a bundled file) or `training.framework_file` (a user's, relative to
+/// the scenario's directory); megatron-core when neither is given.
+fn framework_of(t: Section<'_>, base_dir: &Path) -> Result<framework::Framework> {
+    let file = t.string(&tk::FRAMEWORK_FILE)?;
+    if file.is_some() && t.has(tk::FRAMEWORK.name) {
+        return Err(t.err(
+            ErrorKind::CrossField,
+            tk::FRAMEWORK_FILE.name,
+            "training.framework and training.framework_file both name the framework; give one",
+            "either training.framework or training.framework_file",
+        ));
+    }
+    match file {
+        Some(f) => framework::load(
+            t.ctx,
+            &f.loc,
+            &t.key_path(tk::FRAMEWORK_FILE.name),
+            &f.raw,
+            &base_dir.join(&f.value),
+        ),
+        None => t
+            .choice_or_default(&tk::FRAMEWORK, &FRAMEWORKS)?
+            .framework(),
+    }
+}
+
+fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool)> {
     t.check_unknown()?;
     let global_batch = t
         .uint(&tk::GLOBAL_BATCH)?
@@ -345,6 +375,9 @@ fn training(t: Section<'_>) -> Result<(Training, bool)> {
             optimizer: t.choice_or_default(&tk::OPTIMIZER, &OPTIMIZERS)?,
             offload: t.choice_or_default(&tk::OFFLOAD, &OFFLOADS)?,
             flash_attention: t.boolean_or_default(&tk::FLASH_ATTENTION)?,
+            framework: framework_of(t, base_dir)?,
+            compile: t.boolean_or_default(&tk::COMPILE)?,
+            cuda_graphs: t.boolean_or_default(&tk::CUDA_GRAPHS)?,
             grad_bucket_bytes: bucket.unwrap_or(0),
         },
         bucket.is_some(),
@@ -413,12 +446,14 @@ fn sync(t: Section<'_>) -> Result<SyncMode> {
     }
 }
 
-fn memory(m: Section<'_>) -> Result<MemorySettings> {
+/// `[memory]`; an absent `allocator_slack_fraction` is the framework's.
+fn memory(m: Section<'_>, fw: &framework::Framework) -> Result<MemorySettings> {
     m.check_unknown()?;
     use super::keys::memory as k;
     Ok(MemorySettings {
         reserved_bytes: m.uint_or_default(&k::RESERVED_BYTES)?,
-        allocator_slack_fraction: m.number_or_default(&k::ALLOCATOR_SLACK_FRACTION)?,
+        allocator_slack_fraction: opt(m.number(&k::ALLOCATOR_SLACK_FRACTION)?)
+            .unwrap_or(fw.memory.allocator_slack_fraction),
         accounting: m.choice_or_default(&k::ACCOUNTING, &ACCOUNTINGS)?,
     })
 }

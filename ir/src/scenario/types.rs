@@ -265,6 +265,12 @@ pub struct Training {
     pub offload: Offload,
     /// Flash attention: no s^2 score matrix is saved. Default true.
     pub flash_attention: bool,
+    /// The framework whose behaviour and limits apply (`framework` or `framework_file`).
+    pub framework: super::framework::Framework,
+    /// The model runs under `torch.compile`.
+    pub compile: bool,
+    /// The step is captured in CUDA graphs.
+    pub cuda_graphs: bool,
     /// DDP gradient bucket size. Default (set by the parser): Megatron-Core's
     /// max(40M, 1M * dp * cp) fp32 elements, i.e. 160 MB up to dp*cp = 40.
     pub grad_bucket_bytes: u64,

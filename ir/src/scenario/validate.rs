@@ -21,6 +21,7 @@ pub(crate) fn validate(c: &Checker<'_>, resolved: Resolved) -> Result<Scenario, 
     let microbatches = batch(c, &s)?;
     pipeline(c, &s, microbatches)?;
     zero(c, &s, resolved.zero_explicit)?;
+    framework(c, &s)?;
     if !resolved.bucket_explicit {
         s.training.grad_bucket_bytes = default_grad_bucket_bytes(&s.parallel);
     }
@@ -33,6 +34,39 @@ pub(crate) fn validate(c: &Checker<'_>, resolved: Resolved) -> Result<Scenario, 
 pub(crate) fn default_grad_bucket_bytes(p: &Parallel) -> u64 {
     let dp_size = u64::from(p.dp) * u64::from(p.cp);
     40_000_000u64.max(1_000_000u64.saturating_mul(dp_size)) * 4
+}
+
+/// The framework can launch the layout: no limit of its file is met.
+fn framework(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let fw = &s.training.framework;
+    let Some(limit) = fw.refusal(s) else {
+        return Ok(());
+    };
+    let mut keys: Vec<(&str, String)> = limit.when.iter().map(|w| (w.key(), w.value(s))).collect();
+    let named = match &fw.origin {
+        super::framework::Origin::Bundled(_) => ("training.framework", format!("\"{}\"", fw.name)),
+        super::framework::Origin::File(path) => ("training.framework_file", format!("\"{path}\"")),
+    };
+    keys.push(named);
+    let values: Vec<String> = limit
+        .when
+        .iter()
+        .map(|w| format!("{} = {}", w.key(), w.value(s)))
+        .collect();
+    Err(c.fail(
+        &keys,
+        format!(
+            "framework {} cannot launch this layout ({}): {} [{}]",
+            fw.name,
+            values.join(", "),
+            limit.reason,
+            limit.reference
+        ),
+        format!(
+            "a layout outside {}, or another framework",
+            limit.describe()
+        ),
+    ))
 }
 
 fn v<T: ToString>(x: T) -> String {

@@ -52,6 +52,18 @@ pub struct MemorySpill {
 
 /// GPU-side gap between dependent kernels (launch latency mostly hidden by async launch).
 pub const DEFAULT_LAUNCH_NS: u64 = 1_000;
+/// The gap between dependent kernels: `hardware_ns` (the profile's `kernel.launch_ns`), or,
+/// with `[training] cuda_graphs`, the framework file's `launch.cuda_graphs_kernel_gap_ns`
+/// when that is smaller (a graph replays its kernels without a launch each).
+pub fn kernel_gap_ns(s: &Scenario, hardware_ns: u64) -> u64 {
+    if s.training.cuda_graphs {
+        let graphed = s.training.framework.launch.cuda_graphs_kernel_gap_ns;
+        hardware_ns.min(graphed)
+    } else {
+        hardware_ns
+    }
+}
+
 /// Per-rank share of checkpoint storage bandwidth (a parallel file system shared by all
 /// ranks of a node); 2 GB/s.
 pub const DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S: f64 = 2e9;
@@ -147,7 +159,7 @@ impl Analytic {
             memory_cold_efficiency: None,
             state_cache: None,
             node_step_bytes: None,
-            launch_ns: DEFAULT_LAUNCH_NS,
+            launch_ns: kernel_gap_ns(s, DEFAULT_LAUNCH_NS),
             launch_per_op: false,
             links: TierModel {
                 intra_bandwidth_bytes_per_s: c.intra_node.bandwidth_bytes_per_s,

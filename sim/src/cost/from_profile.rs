@@ -2,7 +2,7 @@
 //! profile file, read at the bottom layer (`crate::profile`) and turned into prices here.
 
 use super::{
-    Analytic, GemmCurve, MemorySpill, OperandLoad, StateCache, StateDecay,
+    kernel_gap_ns, Analytic, GemmCurve, MemorySpill, OperandLoad, StateCache, StateDecay,
     DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
 };
 use crate::host_model::{Interruptions, Wake};
@@ -75,10 +75,11 @@ impl Profile {
 }
 
 impl Analytic {
-    /// The cost model a profile describes. Every parameter comes from the profile; the
-    /// scenario is taken for symmetry with [`Analytic::new`] and must be on the profile's GPU
-    /// (see [`crate::profile::check_matches`]; the predict pipeline enforces it).
-    pub fn from_profile(_s: &Scenario, p: &Profile) -> Analytic {
+    /// The cost model a profile describes. Every parameter comes from the profile, except
+    /// that the scenario's `cuda_graphs` may shorten the kernel gap ([`super::kernel_gap_ns`]); the
+    /// scenario must be on the profile's GPU (see [`crate::profile::check_matches`]; the
+    /// predict pipeline enforces it).
+    pub fn from_profile(s: &Scenario, p: &Profile) -> Analytic {
         Analytic {
             peak: p.peak(),
             hbm_bandwidth_bytes_per_s: p.hbm_bandwidth_bytes_per_s.value,
@@ -116,7 +117,7 @@ impl Analytic {
                 }),
                 _ => None,
             },
-            launch_ns: whole(&p.launch_ns),
+            launch_ns: kernel_gap_ns(s, whole(&p.launch_ns)),
             launch_per_op: p.launch_per_op,
             links: p.tiers(),
             checkpoint_bandwidth_bytes_per_s: p

@@ -8,8 +8,8 @@ mod from_profile;
 mod gemm;
 
 pub use analytic::{
-    Analytic, MemorySpill, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_LAUNCH_NS,
-    DEFAULT_MEMORY_EFFICIENCY,
+    kernel_gap_ns, Analytic, MemorySpill, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
+    DEFAULT_LAUNCH_NS, DEFAULT_MEMORY_EFFICIENCY,
 };
 pub use gemm::{GemmCurve, OperandLoad, DEFAULT_GEMM_CURVE};
 // The link tiers' alpha-beta model (`topology::tiers`) prices collectives for this cost model;

@@ -3,7 +3,7 @@
 //! type of twin: file, line and column, key, value, and what is allowed.
 
 use super::{FitQuality, GemmParams, LinkParams, Param, Profile, Source};
-use crate::scenario::error::{Ctx, LineIndex};
+use crate::scenario::error::{serde_kind, Ctx, LineIndex};
 use crate::scenario::{ErrorKind, ScenarioError};
 use crate::topology::Algorithm;
 use serde::Deserialize;
@@ -229,28 +229,13 @@ pub fn parse_str(text: &str, origin: &str) -> Result<Profile> {
     let raw: RawProfile = toml::from_str(text).map_err(|e| {
         let loc = e.span().map(|s| lines.loc(s.start));
         let message = e.message().trim().to_string();
-        ctx.error(kind_of(&message), loc.as_ref(), "", "", message, "")
+        ctx.error(serde_kind(&message), loc.as_ref(), "", "", message, "")
     })?;
     Checker {
         ctx: &ctx,
         lines: &lines,
     }
     .profile(raw)
-}
-
-/// Error kind from serde's message (the only structure serde errors carry).
-fn kind_of(message: &str) -> ErrorKind {
-    if message.starts_with("unknown field") {
-        ErrorKind::UnknownKey
-    } else if message.starts_with("missing field") {
-        ErrorKind::Missing
-    } else if message.starts_with("invalid type") {
-        ErrorKind::Type
-    } else if message.starts_with("unknown variant") || message.starts_with("invalid value") {
-        ErrorKind::Invalid
-    } else {
-        ErrorKind::Syntax
-    }
 }
 
 /// What range a number must lie in.

@@ -4,7 +4,11 @@
 //! Enumeration is cheap and deterministic; whether a layout is valid is left to scenario
 //! validation, which explains nothing here but counts what it rejects.
 
-use crate::scenario::Scenario;
+use crate::scenario::{PipelineSchedule, Scenario};
+
+fn u32_of(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
 
 /// One `--vary` axis: a scenario key and the values it takes (TOML value syntax).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,8 +149,9 @@ impl Default for SearchSpace {
 /// Every layout of `base`'s GPU count (cp and ep kept as they are): tp dividing the heads,
 /// pp dividing the layers, dp the rest; then each vpp, micro batch, recompute and ZeRO stage.
 /// Combinations that cannot work for arithmetic reasons (pp*vpp not dividing the layers, a
-/// micro batch that does not divide the per-replica batch) are not generated; the rest are
-/// left to scenario validation.
+/// micro batch that does not divide the per-replica batch) and layouts `base`'s framework
+/// cannot launch (its file's `cannot_run` limits) are not generated; the rest are left to
+/// scenario validation.
 pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
     let p = &base.parallel;
     let m = &base.model;
@@ -157,9 +162,11 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
     }
     let rest = gpus / fixed;
     let non_interleaved = match p.schedule {
-        crate::scenario::PipelineSchedule::Interleaved1F1B => "1f1b",
-        other => other.as_str(),
+        PipelineSchedule::Interleaved1F1B => PipelineSchedule::OneFOneB,
+        other => other,
     };
+    let limits = !base.training.framework.cannot_run.is_empty();
+    let mut candidate = base.clone();
     let mut out = Vec::new();
     for tp in divisors(rest) {
         if u64::from(m.heads) % tp != 0 {
@@ -173,7 +180,7 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
                     continue;
                 }
                 let schedule = if vpp > 1 {
-                    "interleaved-1f1b"
+                    PipelineSchedule::Interleaved1F1B
                 } else {
                     non_interleaved
                 };
@@ -187,12 +194,23 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
                     }
                     for rc in &space.recompute {
                         for &zero in &space.zero {
+                            if limits {
+                                let c = &mut candidate.parallel;
+                                (c.tp, c.pp, c.dp, c.vpp) =
+                                    (u32_of(tp), u32_of(pp), u32_of(dp), vpp);
+                                (c.schedule, c.zero, c.fsdp) = (schedule, zero, false);
+                                c.sequence_parallel = tp > 1;
+                                candidate.training.micro_batch = mb;
+                                if base.training.framework.refusal(&candidate).is_some() {
+                                    continue;
+                                }
+                            }
                             out.push(vec![
                                 format!("parallel.tp={tp}"),
                                 format!("parallel.pp={pp}"),
                                 format!("parallel.dp={dp}"),
                                 format!("parallel.vpp={vpp}"),
-                                format!("parallel.schedule=\"{schedule}\""),
+                                format!("parallel.schedule=\"{}\"", schedule.as_str()),
                                 format!("parallel.zero={zero}"),
                                 "parallel.fsdp=false".to_string(),
                                 format!("parallel.sequence_parallel={}", tp > 1),

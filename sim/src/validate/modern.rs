@@ -10,8 +10,10 @@
 //! - `tp`, `pp`, `cp`, `dp` as published; `vpp > 1` is the interleaved 1F1B schedule.
 //! - `zero_stage` as published, or 1 with `distributed_optimizer = true`; stage 3 is FSDP.
 //! - Flash attention (every framework of the table uses a fused attention kernel).
-//! - `overlap_grad_reduce` / `overlap_param_gather` / `sequence_parallel` / `recompute` as
-//!   published, twin's defaults where a row is silent.
+//! - `overlap_grad_reduce` / `overlap_param_gather` / `sequence_parallel` / `recompute` /
+//!   `compile` / `cuda_graphs` as published, twin's defaults where a row is silent.
+//! - The framework file of the row's family (Megatron-Core for NeMo and Megatron-Bridge,
+//!   torchtitan); other families (llm-foundry's Composer) keep twin's default.
 //!
 //! The published figure is the step time: `step_time_s`, else `global_batch * seq_len /
 //! (tokens_per_s_per_gpu * gpus)`, else (rows that publish only TFLOP/s) the model FLOPs of the
@@ -79,14 +81,6 @@ pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
     if on(row.compile) {
         out.push("compile");
     }
-    let graphs = match &row.cuda_graphs {
-        Some(toml::Value::Boolean(b)) => *b,
-        Some(toml::Value::String(s)) => !s.is_empty(),
-        _ => false,
-    };
-    if graphs {
-        out.push("cuda_graphs");
-    }
     if row.fp8_recipe.is_some() && row.precision.as_deref() == Some("fp8") {
         out.push("fp8_recipe");
     }
@@ -123,6 +117,26 @@ pub fn modern_fields_set(row: &RunRow) -> Vec<&'static str> {
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))
         .collect()
+}
+
+/// Whether the row ran with CUDA graphs (a bool, or text naming the graph's scope).
+fn cuda_graphs(row: &RunRow) -> bool {
+    match &row.cuda_graphs {
+        Some(toml::Value::Boolean(b)) => *b,
+        Some(toml::Value::String(s)) => !s.is_empty(),
+        _ => false,
+    }
+}
+
+/// The bundled framework file of a row's family; `None` (twin's default, Megatron-Core's
+/// mechanics) for a family without one.
+fn framework_key(row: &RunRow) -> Option<&'static str> {
+    match family(row) {
+        "megatron-core" => Some("megatron-core"),
+        "torchtitan" => Some("torchtitan"),
+        "deepspeed" => Some("deepspeed"),
+        _ => None,
+    }
 }
 
 /// Why a row cannot be expressed before any scenario is built, if it cannot.
@@ -213,6 +227,15 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     }
     if let Some(o) = row.overlap_param_gather {
         let _ = writeln!(text, "overlap_param_gather = {o}");
+    }
+    if let Some(f) = framework_key(row) {
+        let _ = writeln!(text, "framework = {f:?}");
+    }
+    if row.compile == Some(true) {
+        let _ = writeln!(text, "compile = true");
+    }
+    if cuda_graphs(row) {
+        let _ = writeln!(text, "cuda_graphs = true");
     }
     parse_str(&text, &format!("<validation row {}>", row.id), &[]).map_err(|source| {
         ValidateError::Scenario {

@@ -80,12 +80,13 @@ pub(crate) fn embedding(d: &Dims) -> u64 {
 }
 
 /// Extra bytes the output head saves: the final layer norm's input, the output layer's input
-/// and the fp32 logits for the cross entropy (Korthikanti section 4.3: `4*s*b*h/t*(1 + v/h)`
-/// with SP and 16-bit activations).
-pub(crate) fn head(d: &Dims) -> u64 {
+/// and what the loss keeps of the logits, `loss_logits_bytes` per element (the framework
+/// file's `memory.loss_logits_bytes`; 4 for the fp32 softmax, Korthikanti section 4.3:
+/// `4*s*b*h/t*(1 + v/h)` with SP and 16-bit activations).
+pub(crate) fn head(d: &Dims, loss_logits_bytes: u64) -> u64 {
     let x = d.replicated(d.hidden_elements());
     let norm_and_input = mul(x, d.act_bytes.saturating_add(d.gemm_in_bytes));
-    let logits = prod(&[4, d.tokens, div_ceil(d.v, d.t)]);
+    let logits = prod(&[loss_logits_bytes, d.tokens, div_ceil(d.v, d.t)]);
     norm_and_input.saturating_add(logits)
 }
 

@@ -159,7 +159,9 @@ pub fn layers_work(
     if head {
         all.add(&compute::head(&d));
         all_comms.add(&comms::head(&d));
-        activation_bytes = activation_bytes.saturating_add(activations::head(&d));
+        let loss_logits_bytes = s.training.framework.memory.loss_logits_bytes;
+        activation_bytes =
+            activation_bytes.saturating_add(activations::head(&d, loss_logits_bytes));
     }
 
     let recompute_bytes = match (recompute, n) {

@@ -1,0 +1,460 @@
+//! The framework file format (docs/reference/frameworks.md): TOML read through serde with
+//! unknown keys refused, every value written as `{ value = ..., ref = "..." }` so that none
+//! comes without its source, then each name and range checked. Errors are located
+//! [`ScenarioError`]s naming the file, line, key, value and what is allowed.
+
+use super::rules::{Cond, Limit, COUNTS, FLAGS};
+use super::*;
+use crate::scenario::error::{closest, Ctx, ErrorKind, LineIndex, ScenarioError};
+use crate::scenario::types::PipelineSchedule;
+use serde::Deserialize;
+use toml::Spanned;
+
+type Result<T> = std::result::Result<T, ScenarioError>;
+
+/// A value with its source.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Cited<T> {
+    value: Spanned<T>,
+    #[serde(rename = "ref")]
+    reference: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAttention {
+    backend: Cited<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOverlaps {
+    grad_reduce: Cited<String>,
+    grad_reduce_bucketed: Cited<bool>,
+    param_gather: Cited<String>,
+    fsdp_prefetch: Cited<u64>,
+    reshard_after_forward: Cited<String>,
+    tp_comm_overlap: Cited<bool>,
+    p2p_overlap: Cited<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawElementwise {
+    kernels: Cited<u64>,
+    hidden_passes: Cited<u64>,
+    ffn_passes: Cited<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFusions {
+    eager: RawElementwise,
+    compiled: RawElementwise,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOptimizer {
+    kernel: Cited<String>,
+    master_weights: Cited<String>,
+    grad_buffer: Cited<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMemory {
+    contiguous_grad_buffer: Cited<bool>,
+    autocast_weight_copies: Cited<bool>,
+    loss_logits_bytes: Cited<u64>,
+    allocator_slack_fraction: Cited<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLaunch {
+    cuda_graphs_kernel_gap_ns: Cited<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRange {
+    min: Option<u64>,
+    max: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWhen {
+    tp: Option<Spanned<RawRange>>,
+    pp: Option<Spanned<RawRange>>,
+    dp: Option<Spanned<RawRange>>,
+    cp: Option<Spanned<RawRange>>,
+    ep: Option<Spanned<RawRange>>,
+    vpp: Option<Spanned<RawRange>>,
+    zero: Option<Spanned<RawRange>>,
+    fsdp: Option<bool>,
+    sequence_parallel: Option<bool>,
+    compile: Option<bool>,
+    cuda_graphs: Option<bool>,
+    schedule: Option<Spanned<Vec<Spanned<String>>>>,
+    offload: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    when: Spanned<RawWhen>,
+    reason: Spanned<String>,
+    #[serde(rename = "ref")]
+    reference: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    name: Spanned<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: String,
+    attention: RawAttention,
+    overlaps: RawOverlaps,
+    fusions: RawFusions,
+    optimizer: RawOptimizer,
+    memory: RawMemory,
+    launch: RawLaunch,
+    #[serde(default)]
+    cannot_run: Vec<RawLimit>,
+}
+
+const BACKENDS: [(&str, AttentionBackend); 2] = [
+    ("flash", AttentionBackend::Flash),
+    ("cudnn", AttentionBackend::Cudnn),
+];
+const GRAD_REDUCES: [(&str, GradReduce); 3] = [
+    ("last-microbatch", GradReduce::LastMicrobatch),
+    ("every-microbatch", GradReduce::EveryMicrobatch),
+    ("after-backward", GradReduce::AfterBackward),
+];
+const PARAM_GATHERS: [(&str, ParamGather); 3] = [
+    (
+        "first-microbatch-forward",
+        ParamGather::FirstMicrobatchForward,
+    ),
+    ("per-layer", ParamGather::PerLayer),
+    ("before-forward", ParamGather::BeforeForward),
+];
+const RESHARDS: [(&str, Reshard); 3] = [
+    ("always", Reshard::Always),
+    ("never", Reshard::Never),
+    ("unless-pipelined", Reshard::UnlessPipelined),
+];
+const KERNELS: [(&str, OptimizerKernel); 3] = [
+    ("fused", OptimizerKernel::Fused),
+    ("multi-tensor", OptimizerKernel::MultiTensor),
+    ("foreach", OptimizerKernel::Foreach),
+];
+const DTYPES: [(&str, Dtype); 2] = [("fp32", Dtype::Fp32), ("bf16", Dtype::Bf16)];
+
+/// Counts in a framework file (kernels, passes, layers) are at most this.
+const MAX_COUNT: u64 = 1 << 16;
+
+/// Parses and checks a framework file's text; `origin` names it in errors. The result's
+/// `origin` is a `File` of `origin`; the bundled loader replaces it.
+pub fn parse_str(text: &str, origin: &str) -> Result<Framework> {
+    let ctx = Ctx {
+        origin: origin.to_string(),
+    };
+    let lines = LineIndex::new(text);
+    let raw: RawFile = toml::from_str(text).map_err(|e| {
+        let loc = e.span().map(|s| lines.loc(s.start));
+        let message = e.message().trim().to_string();
+        let kind = crate::scenario::error::serde_kind(&message);
+        match unknown_field(&message) {
+            Some((key, allowed)) => ctx.error(kind, loc.as_ref(), key, "", "unknown key", allowed),
+            None => ctx.error(kind, loc.as_ref(), "", "", message, ""),
+        }
+    })?;
+    Reader {
+        ctx: &ctx,
+        lines: &lines,
+    }
+    .file(raw)
+}
+
+/// The key and the allowed keys of serde's "unknown field `x`, expected one of `a`, `b`".
+fn unknown_field(message: &str) -> Option<(&str, &str)> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (key, rest) = rest.split_once('`')?;
+    let allowed = rest.strip_prefix(", expected ")?;
+    Some((key, allowed.strip_prefix("one of ").unwrap_or(allowed)))
+}
+
+struct Reader<'a> {
+    ctx: &'a Ctx,
+    lines: &'a LineIndex<'a>,
+}
+
+impl Reader<'_> {
+    fn invalid(
+        &self,
+        span: std::ops::Range<usize>,
+        key: &str,
+        value: String,
+        message: impl Into<String>,
+        allowed: impl Into<String>,
+    ) -> ScenarioError {
+        let loc = self.lines.loc(span.start);
+        self.ctx.error(
+            ErrorKind::Invalid,
+            Some(&loc),
+            key,
+            &value,
+            message,
+            allowed,
+        )
+    }
+
+    /// Every value has a source: an empty `ref` is refused.
+    fn cited<T: Clone>(&self, key: &str, c: &Cited<T>) -> Result<T> {
+        if c.reference.get_ref().trim().is_empty() {
+            return Err(self.invalid(
+                c.reference.span(),
+                &format!("{key}.ref"),
+                "\"\"".into(),
+                "every value needs its source",
+                "repo@commit:path, or a paper and its table",
+            ));
+        }
+        Ok(c.value.get_ref().clone())
+    }
+
+    fn name<T: Copy>(&self, key: &str, c: &Cited<String>, names: &[(&str, T)]) -> Result<T> {
+        let got = self.cited(key, c)?;
+        self.lookup(&format!("{key}.value"), &got, c.value.span(), names)
+    }
+
+    fn lookup<T: Copy>(
+        &self,
+        key: &str,
+        got: &str,
+        span: std::ops::Range<usize>,
+        names: &[(&str, T)],
+    ) -> Result<T> {
+        if let Some((_, v)) = names.iter().find(|(n, _)| *n == got) {
+            return Ok(*v);
+        }
+        let mut message = "unknown name".to_string();
+        if let Some(near) = closest(got, names.iter().map(|(n, _)| *n)) {
+            message.push_str(&format!("; did you mean `{near}`?"));
+        }
+        let allowed: Vec<String> = names.iter().map(|(n, _)| format!("`{n}`")).collect();
+        Err(self.invalid(span, key, format!("\"{got}\""), message, allowed.join(", ")))
+    }
+
+    fn count(&self, key: &str, c: &Cited<u64>, min: u64, max: u64) -> Result<u64> {
+        let v = self.cited(key, c)?;
+        if !(min..=max).contains(&v) {
+            return Err(self.invalid(
+                c.value.span(),
+                &format!("{key}.value"),
+                v.to_string(),
+                "out of range",
+                format!("{min} ..= {max}"),
+            ));
+        }
+        Ok(v)
+    }
+
+    fn elementwise(&self, key: &str, e: &RawElementwise) -> Result<Elementwise> {
+        let small = |k: &str, c: &Cited<u64>| -> Result<u32> {
+            let v = self.count(&format!("{key}.{k}"), c, 0, MAX_COUNT)?;
+            Ok(u32::try_from(v).unwrap_or(u32::MAX))
+        };
+        Ok(Elementwise {
+            kernels: small("kernels", &e.kernels)?,
+            hidden_passes: small("hidden_passes", &e.hidden_passes)?,
+            ffn_passes: small("ffn_passes", &e.ffn_passes)?,
+        })
+    }
+
+    fn file(&self, raw: RawFile) -> Result<Framework> {
+        let o = &raw.overlaps;
+        let overlaps = Overlaps {
+            grad_reduce: self.name("overlaps.grad_reduce", &o.grad_reduce, &GRAD_REDUCES)?,
+            grad_reduce_bucketed: self
+                .cited("overlaps.grad_reduce_bucketed", &o.grad_reduce_bucketed)?,
+            param_gather: self.name("overlaps.param_gather", &o.param_gather, &PARAM_GATHERS)?,
+            fsdp_prefetch: u32::try_from(self.count(
+                "overlaps.fsdp_prefetch",
+                &o.fsdp_prefetch,
+                0,
+                MAX_COUNT,
+            )?)
+            .unwrap_or(u32::MAX),
+            reshard_after_forward: self.name(
+                "overlaps.reshard_after_forward",
+                &o.reshard_after_forward,
+                &RESHARDS,
+            )?,
+            tp_comm_overlap: self.cited("overlaps.tp_comm_overlap", &o.tp_comm_overlap)?,
+            p2p_overlap: self.cited("overlaps.p2p_overlap", &o.p2p_overlap)?,
+        };
+        let fusions = Fusions {
+            eager: self.elementwise("fusions.eager", &raw.fusions.eager)?,
+            compiled: self.elementwise("fusions.compiled", &raw.fusions.compiled)?,
+        };
+        let op = &raw.optimizer;
+        let optimizer = OptimizerImpl {
+            kernel: self.name("optimizer.kernel", &op.kernel, &KERNELS)?,
+            master_weights: self.name("optimizer.master_weights", &op.master_weights, &DTYPES)?,
+            grad_buffer: self.name("optimizer.grad_buffer", &op.grad_buffer, &DTYPES)?,
+        };
+        let m = &raw.memory;
+        let slack = self.cited(
+            "memory.allocator_slack_fraction",
+            &m.allocator_slack_fraction,
+        )?;
+        if !(0.0..=1.0).contains(&slack) {
+            return Err(self.invalid(
+                m.allocator_slack_fraction.value.span(),
+                "memory.allocator_slack_fraction.value",
+                slack.to_string(),
+                "out of range",
+                "0 ..= 1",
+            ));
+        }
+        let memory = MemoryHabits {
+            contiguous_grad_buffer: self
+                .cited("memory.contiguous_grad_buffer", &m.contiguous_grad_buffer)?,
+            autocast_weight_copies: self
+                .cited("memory.autocast_weight_copies", &m.autocast_weight_copies)?,
+            loss_logits_bytes: self.count(
+                "memory.loss_logits_bytes",
+                &m.loss_logits_bytes,
+                0,
+                8,
+            )?,
+            allocator_slack_fraction: slack,
+        };
+        let launch = Launch {
+            cuda_graphs_kernel_gap_ns: self.count(
+                "launch.cuda_graphs_kernel_gap_ns",
+                &raw.launch.cuda_graphs_kernel_gap_ns,
+                0,
+                1_000_000_000,
+            )?,
+        };
+        let cannot_run = raw
+            .cannot_run
+            .iter()
+            .enumerate()
+            .map(|(i, l)| self.limit(i, l))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Framework {
+            name: raw.name.get_ref().clone(),
+            origin: Origin::File(self.ctx.origin.clone()),
+            attention_backend: self.name("attention.backend", &raw.attention.backend, &BACKENDS)?,
+            overlaps,
+            fusions,
+            optimizer,
+            memory,
+            launch,
+            cannot_run,
+        })
+    }
+
+    fn limit(&self, i: usize, l: &RawLimit) -> Result<Limit> {
+        let key = format!("cannot_run[{i}]");
+        for (k, text) in [("reason", &l.reason), ("ref", &l.reference)] {
+            if text.get_ref().trim().is_empty() {
+                return Err(self.invalid(
+                    text.span(),
+                    &format!("{key}.{k}"),
+                    "\"\"".into(),
+                    "a limit says why, and where the framework says so",
+                    "non-empty text",
+                ));
+            }
+        }
+        let w = l.when.get_ref();
+        let mut when = Vec::new();
+        let ranges = [&w.tp, &w.pp, &w.dp, &w.cp, &w.ep, &w.vpp, &w.zero];
+        for ((name, count, _), range) in COUNTS.iter().zip(ranges) {
+            let Some(r) = range else { continue };
+            let (min, max) = (r.get_ref().min, r.get_ref().max);
+            if min.is_none() && max.is_none() || min.unwrap_or(0) > max.unwrap_or(u64::MAX) {
+                return Err(self.invalid(
+                    r.span(),
+                    &format!("{key}.when.{name}"),
+                    format!("{{ min = {min:?}, max = {max:?} }}"),
+                    "an empty or unbounded range",
+                    "{ min = N }, { max = N } or { min = N, max = M } with N <= M",
+                ));
+            }
+            when.push(Cond::Range {
+                key: *count,
+                min: min.unwrap_or(0),
+                max: max.unwrap_or(u64::MAX),
+            });
+        }
+        let flags = [w.fsdp, w.sequence_parallel, w.compile, w.cuda_graphs];
+        for ((_, flag, _), value) in FLAGS.iter().zip(flags) {
+            if let Some(value) = value {
+                when.push(Cond::Flag { key: *flag, value });
+            }
+        }
+        if let Some(list) = &w.schedule {
+            let names = self.names(
+                &format!("{key}.when.schedule"),
+                list,
+                &PipelineSchedule::ALL,
+            )?;
+            when.push(Cond::Schedule(names));
+        }
+        if let Some(list) = &w.offload {
+            let names = self.names(
+                &format!("{key}.when.offload"),
+                list,
+                &crate::scenario::parse::OFFLOADS,
+            )?;
+            when.push(Cond::Offload(names));
+        }
+        if when.is_empty() {
+            return Err(self.invalid(
+                l.when.span(),
+                &format!("{key}.when"),
+                "{}".into(),
+                "a limit with no condition would refuse every scenario",
+                "at least one of tp, pp, dp, cp, ep, vpp, zero, fsdp, sequence_parallel, compile, cuda_graphs, schedule, offload",
+            ));
+        }
+        Ok(Limit {
+            when,
+            reason: l.reason.get_ref().clone(),
+            reference: l.reference.get_ref().clone(),
+        })
+    }
+
+    fn names<T: Copy>(
+        &self,
+        key: &str,
+        list: &Spanned<Vec<Spanned<String>>>,
+        table: &[(&str, T)],
+    ) -> Result<Vec<T>> {
+        if list.get_ref().is_empty() {
+            return Err(self.invalid(
+                list.span(),
+                key,
+                "[]".into(),
+                "an empty list matches nothing",
+                "one or more names",
+            ));
+        }
+        list.get_ref()
+            .iter()
+            .map(|n| self.lookup(key, n.get_ref(), n.span(), table))
+            .collect()
+    }
+}

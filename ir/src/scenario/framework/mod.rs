@@ -1,0 +1,292 @@
+//! Training frameworks as data. What Megatron-Core, torchtitan, DeepSpeed or the Hugging Face
+//! Trainer do differently (when they overlap which collective, which elementwise kernels they
+//! fuse, how their optimizer and memory habits look, which layouts they cannot launch) is
+//! written in a file under `scenarios/frameworks/`, every value with its source, instead of
+//! being spread over the model as code. A scenario picks one with `[training] framework` (a
+//! bundled file, embedded in the binary) or `[training] framework_file` (a user's own).
+//!
+//! This module holds the resolved, typed [`Framework`]; `file.rs` reads and checks the file
+//! format (docs/reference/frameworks.md) and `rules.rs` the layouts a framework refuses.
+
+mod file;
+mod rules;
+
+pub use file::parse_str;
+pub use rules::{Cond, Limit};
+
+use super::error::{ErrorKind, Loc, ScenarioError};
+use serde::{Deserialize, Serialize};
+use std::sync::OnceLock;
+
+/// The bundled framework files, by their canonical name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Bundled {
+    MegatronCore,
+    Torchtitan,
+    Deepspeed,
+    Hf,
+}
+
+/// The names `[training] framework` accepts: every bundled file's name, and `nemo`, an alias
+/// of megatron-core (NeMo and Megatron-Bridge train through Megatron-Core).
+pub const FRAMEWORKS: [(&str, Bundled); 5] = [
+    ("megatron-core", Bundled::MegatronCore),
+    ("nemo", Bundled::MegatronCore),
+    ("torchtitan", Bundled::Torchtitan),
+    ("deepspeed", Bundled::Deepspeed),
+    ("hf", Bundled::Hf),
+];
+
+impl Bundled {
+    pub const ALL: [Bundled; 4] = [
+        Bundled::MegatronCore,
+        Bundled::Torchtitan,
+        Bundled::Deepspeed,
+        Bundled::Hf,
+    ];
+
+    /// The canonical name (the file's stem).
+    pub fn name(self) -> &'static str {
+        match self {
+            Bundled::MegatronCore => "megatron-core",
+            Bundled::Torchtitan => "torchtitan",
+            Bundled::Deepspeed => "deepspeed",
+            Bundled::Hf => "hf",
+        }
+    }
+
+    /// The file's text, embedded at build time.
+    pub fn text(self) -> &'static str {
+        match self {
+            Bundled::MegatronCore => {
+                include_str!("../../../../scenarios/frameworks/megatron-core.toml")
+            }
+            Bundled::Torchtitan => include_str!("../../../../scenarios/frameworks/torchtitan.toml"),
+            Bundled::Deepspeed => include_str!("../../../../scenarios/frameworks/deepspeed.toml"),
+            Bundled::Hf => include_str!("../../../../scenarios/frameworks/hf.toml"),
+        }
+    }
+
+    /// The parsed file. Each is parsed once per process (a sweep resolves thousands of
+    /// scenarios); a bundled file that does not parse is a build defect, reported as an error
+    /// naming the file rather than a panic.
+    pub fn framework(self) -> Result<Framework, ScenarioError> {
+        static CACHE: [OnceLock<Result<Framework, ScenarioError>>; 4] = [
+            OnceLock::new(),
+            OnceLock::new(),
+            OnceLock::new(),
+            OnceLock::new(),
+        ];
+        let index = match self {
+            Bundled::MegatronCore => 0,
+            Bundled::Torchtitan => 1,
+            Bundled::Deepspeed => 2,
+            Bundled::Hf => 3,
+        };
+        CACHE[index]
+            .get_or_init(|| {
+                let origin = format!("scenarios/frameworks/{}.toml", self.name());
+                let mut fw = parse_str(self.text(), &origin)?;
+                fw.origin = Origin::Bundled(self);
+                Ok(fw)
+            })
+            .clone()
+    }
+}
+
+/// Where a framework came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    Bundled(Bundled),
+    /// A user's file (`[training] framework_file`), by its path as resolved.
+    File(String),
+}
+
+/// A framework's behaviour, resolved from its file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Framework {
+    /// The file's `name`.
+    pub name: String,
+    pub origin: Origin,
+    /// The attention kernel it calls by default.
+    pub attention_backend: AttentionBackend,
+    pub overlaps: Overlaps,
+    /// Elementwise work of one transformer layer's forward, eager and with `compile`.
+    pub fusions: Fusions,
+    pub optimizer: OptimizerImpl,
+    pub memory: MemoryHabits,
+    pub launch: Launch,
+    /// Layouts it cannot launch, each with the reason.
+    pub cannot_run: Vec<Limit>,
+}
+
+impl Framework {
+    /// The first of its limits that `s` hits (`None`: the framework can launch `s`).
+    pub fn refusal(&self, s: &super::Scenario) -> Option<&Limit> {
+        self.cannot_run.iter().find(|l| l.hits(s))
+    }
+}
+
+/// The default framework: megatron-core, the one twin's model describes.
+pub fn default_framework() -> Result<Framework, ScenarioError> {
+    Bundled::MegatronCore.framework()
+}
+
+/// Loads a user's framework file; `at` and `key` locate `framework_file` in the scenario for
+/// an error about the file as a whole.
+pub(crate) fn load(
+    scenario_ctx: &super::error::Ctx,
+    at: &Loc,
+    key: &str,
+    raw: &str,
+    path: &std::path::Path,
+) -> Result<Framework, ScenarioError> {
+    let text = super::hf::read_text(path).map_err(|e| {
+        scenario_ctx.error(
+            ErrorKind::Io,
+            Some(at),
+            key,
+            raw,
+            format!("cannot read framework file {}: {e}", path.display()),
+            "a path to a framework file (docs/reference/frameworks.md), relative to the scenario file",
+        )
+    })?;
+    let mut fw = parse_str(&text, &path.display().to_string())?;
+    // The absolute path, so that the scenario written back (`to_toml`) names the same file
+    // wherever it is read from.
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    fw.origin = Origin::File(absolute.display().to_string());
+    Ok(fw)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttentionBackend {
+    /// FlashAttention (Dao et al.), directly or through PyTorch SDPA's flash kernel.
+    Flash,
+    /// cuDNN's fused attention (Transformer Engine's `FusedAttention`, SDPA's cudnn kernel).
+    Cudnn,
+}
+
+/// When the data-parallel gradient reduction runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GradReduce {
+    /// During the backward of the last micro batch only (gradients accumulate locally before).
+    LastMicrobatch,
+    /// During the backward of every micro batch.
+    EveryMicrobatch,
+    /// After the last backward, not overlapped.
+    AfterBackward,
+}
+
+/// When sharded parameters are gathered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ParamGather {
+    /// Bucket by bucket during the first micro batch's forward (a distributed optimizer's
+    /// updated shards).
+    FirstMicrobatchForward,
+    /// Layer by layer before each forward and backward, prefetching the next (FSDP, ZeRO-3).
+    PerLayer,
+    /// Before the forward, not overlapped.
+    BeforeForward,
+}
+
+/// When FSDP frees the gathered parameters of a layer after its forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reshard {
+    Always,
+    Never,
+    /// Except under pipeline parallelism (torchtitan's "default" policy).
+    UnlessPipelined,
+}
+
+/// Which collectives a framework overlaps with compute, and when.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Overlaps {
+    pub grad_reduce: GradReduce,
+    /// Gradients are reduced in buckets as they become ready (not one collective at the end).
+    pub grad_reduce_bucketed: bool,
+    pub param_gather: ParamGather,
+    /// FSDP / ZeRO-3: gathers issued ahead of the one computing.
+    pub fsdp_prefetch: u32,
+    pub reshard_after_forward: Reshard,
+    /// It can overlap TP all-gathers and reduce-scatters with the GEMMs (`tp_comm_overlap`).
+    pub tp_comm_overlap: bool,
+    /// It can overlap the pipeline's sends and receives with compute (`overlap_p2p_comm`).
+    pub p2p_overlap: bool,
+}
+
+/// Elementwise kernels of one transformer layer's forward, outside the GEMMs and the
+/// attention core.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Elementwise {
+    /// Kernel launches.
+    pub kernels: u32,
+    /// Reads and writes of `tokens x hidden` activations (each counts one tensor's bytes).
+    pub hidden_passes: u32,
+    /// Reads and writes of `tokens x ffn_hidden` activations, for a gated (SwiGLU) MLP.
+    pub ffn_passes: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fusions {
+    pub eager: Elementwise,
+    /// With `[training] compile = true`.
+    pub compiled: Elementwise,
+}
+
+/// How the optimizer step is launched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerKernel {
+    /// One fused kernel over many tensors (apex / TE FusedAdam, `torch.optim.AdamW(fused=True)`).
+    Fused,
+    /// Multi-tensor apply: a few kernels per group of tensors.
+    MultiTensor,
+    /// PyTorch's `foreach` implementation: a kernel per operation over lists of tensors.
+    Foreach,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dtype {
+    Fp32,
+    Bf16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OptimizerImpl {
+    pub kernel: OptimizerKernel,
+    /// The dtype of the master weights the optimizer updates.
+    pub master_weights: Dtype,
+    /// The dtype gradients accumulate and are reduced in.
+    pub grad_buffer: Dtype,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryHabits {
+    /// Gradients live in one contiguous buffer (no per-parameter allocations).
+    pub contiguous_grad_buffer: bool,
+    /// Autocast keeps 16-bit copies of fp32 weights during the forward.
+    pub autocast_weight_copies: bool,
+    /// Bytes per logit element the loss keeps from the forward for the backward (4: the
+    /// fp32 softmax).
+    pub loss_logits_bytes: u64,
+    /// The default of `[memory] allocator_slack_fraction` under this framework.
+    pub allocator_slack_fraction: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// The gap between dependent kernels replayed from a CUDA graph. With `cuda_graphs` the
+    /// cost model's per-kernel launch gap is the smaller of this and the hardware's.
+    pub cuda_graphs_kernel_gap_ns: u64,
+}
+
+#[cfg(test)]
+mod tests;

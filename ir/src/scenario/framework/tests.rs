@@ -1,0 +1,293 @@
+//! The framework files: the bundled ones parse and say what twin models, the format's errors
+//! are located and name what is allowed, and a scenario a framework cannot launch is refused
+//! with the framework, the keys and the reason.
+
+use super::*;
+use crate::scenario::{to_toml, Document, MemorySettings, Scenario};
+
+fn bundled_text(name: &str) -> String {
+    let path = format!(
+        "{}/../scenarios/frameworks/{name}.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(path).unwrap()
+}
+
+fn scenario_text(name: &str) -> String {
+    let path = format!("{}/../scenarios/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(path).unwrap()
+}
+
+fn resolve(text: &str, overrides: &[&str]) -> Result<Scenario, ScenarioError> {
+    let doc = Document::parse(text, "scenario.toml")?;
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    doc.validate(&overrides).map(|v| v.scenario)
+}
+
+#[test]
+fn every_bundled_file_parses_under_its_own_name() {
+    for b in Bundled::ALL {
+        let fw = b.framework().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(fw.name, b.name());
+        assert_eq!(fw.origin, Origin::Bundled(b));
+        // The embedded text is the file in scenarios/frameworks/.
+        assert_eq!(b.text(), bundled_text(b.name()));
+    }
+    for (name, b) in FRAMEWORKS {
+        assert!(name == b.name() || (name == "nemo" && b == Bundled::MegatronCore));
+    }
+}
+
+/// The default framework is what twin's model does: the defaults of `[memory]` and the fp32
+/// softmax the head's activations count, and no layout refused.
+#[test]
+fn megatron_core_describes_what_twin_models() {
+    let fw = default_framework().unwrap();
+    assert_eq!(fw.name, "megatron-core");
+    assert_eq!(
+        fw.memory.allocator_slack_fraction,
+        MemorySettings::DEFAULT_ALLOCATOR_SLACK_FRACTION
+    );
+    assert_eq!(fw.memory.loss_logits_bytes, 4);
+    assert!(fw.cannot_run.is_empty());
+    assert_eq!(fw.overlaps.grad_reduce, GradReduce::LastMicrobatch);
+    assert_eq!(
+        fw.overlaps.param_gather,
+        ParamGather::FirstMicrobatchForward
+    );
+    let s = resolve(&scenario_text("512xA100.toml"), &[]).unwrap();
+    assert_eq!(s.training.framework, fw);
+    assert!(!s.training.compile && !s.training.cuda_graphs);
+    let nemo = resolve(
+        &scenario_text("512xA100.toml"),
+        &["training.framework=\"nemo\""],
+    )
+    .unwrap();
+    assert_eq!(nemo.training.framework, fw);
+}
+
+/// `text` with `old` replaced (once, and it must be there).
+fn with(text: &str, old: &str, new: &str) -> String {
+    assert!(text.contains(old), "{old}");
+    text.replacen(old, new, 1)
+}
+
+#[test]
+fn format_errors_name_the_file_line_key_and_what_is_allowed() {
+    let base = bundled_text("deepspeed");
+    let line_of = |text: &str, needle: &str| -> u32 {
+        let i = text.find(needle).unwrap();
+        text[..i].lines().count() as u32 + u32::from(text[..i].ends_with('\n'))
+    };
+
+    // An unknown key inside a section.
+    let text = with(&base, "[launch]\n", "[launch]\ngraph_gap_ns = 3\n");
+    let e = parse_str(&text, "my.toml").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::UnknownKey);
+    assert_eq!(e.origin, "my.toml");
+    assert_eq!(e.line, Some(line_of(&text, "graph_gap_ns")));
+    assert_eq!(e.key, "graph_gap_ns");
+    assert_eq!(e.allowed, "`cuda_graphs_kernel_gap_ns`");
+
+    // A name that is not allowed: did-you-mean and the list.
+    let text = with(&base, "value = \"flash\"", "value = \"flsh\"");
+    let e = parse_str(&text, "my.toml").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert_eq!(e.key, "attention.backend.value");
+    assert_eq!(e.value, "\"flsh\"");
+    assert!(e.message.contains("did you mean `flash`"), "{e}");
+    assert_eq!(e.allowed, "`flash`, `cudnn`");
+    assert_eq!(e.line, Some(line_of(&text, "\"flsh\"")));
+
+    // A value without its source.
+    let text = base.replace(
+        "loss_logits_bytes = { value = 4, ref = \"the wrapped model's loss, as hf.toml (huggingface/transformers@d0fed636753eeb35d790126c4496d06847983d60:src/transformers/loss/loss_utils.py ForCausalLMLoss upcasts the logits)\" }",
+        "loss_logits_bytes = { value = 4, ref = \"  \" }",
+    );
+    assert_ne!(text, base);
+    let e = parse_str(&text, "my.toml").unwrap_err();
+    assert_eq!(e.key, "memory.loss_logits_bytes.ref");
+    assert!(e.message.contains("source"), "{e}");
+
+    // Out of range.
+    let text = with(
+        &base,
+        "loss_logits_bytes = { value = 4,",
+        "loss_logits_bytes = { value = 9,",
+    );
+    let e = parse_str(&text, "my.toml").unwrap_err();
+    assert_eq!(e.key, "memory.loss_logits_bytes.value");
+    assert_eq!(e.allowed, "0 ..= 8");
+
+    // A limit's condition names an unknown schedule, and a key a limit cannot test.
+    let text = with(&base, "\"zero-bubble\"]", "\"zero-bubbles\"]");
+    let e = parse_str(&text, "my.toml").unwrap_err();
+    assert_eq!(e.key, "cannot_run[1].when.schedule");
+    assert!(e.message.contains("did you mean `zero-bubble`"), "{e}");
+    let text = with(
+        &base,
+        "when = { zero = { min = 2 }",
+        "when = { zeros = { min = 2 }",
+    );
+    let e = parse_str(&text, "my.toml").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::UnknownKey);
+    assert_eq!(e.key, "zeros");
+    assert!(
+        e.allowed.contains("`zero`") && e.allowed.contains("`schedule`"),
+        "{e}"
+    );
+    // A range with no bound.
+    let text = with(&base, "when = { zero = { min = 2 }", "when = { zero = { }");
+    let e = parse_str(&text, "my.toml").unwrap_err();
+    assert_eq!(e.key, "cannot_run[0].when.zero");
+}
+
+#[test]
+fn deepspeed_refuses_zero_2_and_3_with_pipeline_parallelism() {
+    let text = scenario_text("512xA100.toml");
+    // 512xA100 is pp 8, zero 1: deepspeed launches it.
+    let ok = resolve(&text, &["training.framework=\"deepspeed\""]).unwrap();
+    assert_eq!(ok.training.framework.name, "deepspeed");
+    for zero in [2, 3] {
+        let set = format!("parallel.zero={zero}");
+        let e = resolve(&text, &["training.framework=\"deepspeed\"", &set]).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::CrossField);
+        // The latest override among the keys involved is blamed.
+        assert_eq!(e.key, "parallel.zero");
+        assert_eq!(e.origin, format!("--set {set}"));
+        for part in [
+            "framework deepspeed cannot launch this layout",
+            &format!("parallel.zero = {zero}"),
+            "parallel.pp = 8",
+            "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
+            "microsoft/DeepSpeed@",
+        ] {
+            assert!(e.message.contains(part), "{part}: {e}");
+        }
+        assert_eq!(
+            e.allowed,
+            "a layout outside parallel.pp >= 2 and parallel.zero >= 2, or another framework"
+        );
+    }
+    // With the framework written in the file, the layout key set by --set is blamed.
+    let in_file = with(
+        &text,
+        "[training]\n",
+        "[training]\nframework = \"deepspeed\"\n",
+    );
+    let e = resolve(&in_file, &["parallel.zero=3"]).unwrap_err();
+    assert_eq!(e.key, "parallel.zero");
+    // megatron-core launches the same layout.
+    resolve(&text, &["parallel.zero=3"]).unwrap();
+}
+
+#[test]
+fn torchtitan_and_hf_limits() {
+    let text = scenario_text("512xA100.toml");
+    let e = resolve(&text, &["training.framework=\"torchtitan\""]).unwrap_err();
+    assert!(e.message.contains("FSDP2"), "{e}");
+    assert_eq!(e.key, "training.framework");
+    resolve(
+        &text,
+        &["training.framework=\"torchtitan\"", "parallel.zero=3"],
+    )
+    .unwrap();
+    let e = resolve(
+        &text,
+        &["training.framework=\"torchtitan\"", "parallel.zero=0"],
+    )
+    .unwrap_err();
+    assert!(e.message.contains("DDP has not supported > 1D"), "{e}");
+    let e = resolve(&text, &["training.framework=\"hf\"", "parallel.zero=3"]).unwrap_err();
+    assert!(e.message.contains("no pipeline"), "{e}");
+}
+
+#[test]
+fn framework_file_is_read_relative_to_the_scenario_and_written_back() {
+    let dir = std::env::temp_dir().join(format!("twin-framework-test-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("fw")).unwrap();
+    let mine = with(
+        &bundled_text("megatron-core"),
+        "allocator_slack_fraction = { value = 0.0,",
+        "allocator_slack_fraction = { value = 0.05,",
+    );
+    let mine = with(&mine, "name = \"megatron-core\"", "name = \"mine\"");
+    std::fs::write(dir.join("fw/mine.toml"), &mine).unwrap();
+    let text = with(
+        &scenario_text("small.toml"),
+        "[training]\n",
+        "[training]\nframework_file = \"fw/mine.toml\"\ncuda_graphs = true\n",
+    );
+    let origin = dir.join("s.toml").display().to_string();
+    let doc = Document::parse(&text, &origin).unwrap();
+    let s = doc.validate(&[]).unwrap().scenario;
+    assert_eq!(s.training.framework.name, "mine");
+    assert!(s.training.cuda_graphs);
+    // The framework's slack is [memory]'s default; the key still overrides it.
+    assert_eq!(s.memory.allocator_slack_fraction, 0.05);
+    let set = ["memory.allocator_slack_fraction=0.1".to_string()];
+    assert_eq!(
+        doc.validate(&set)
+            .unwrap()
+            .scenario
+            .memory
+            .allocator_slack_fraction,
+        0.1
+    );
+    // Written back with the file's absolute path, it reads back equal from anywhere.
+    let emitted = to_toml(&s);
+    assert!(emitted.contains("framework_file = "), "{emitted}");
+    let again = Document::parse(&emitted, "elsewhere/x.toml")
+        .unwrap()
+        .validate(&[])
+        .unwrap()
+        .scenario;
+    assert_eq!(again, s);
+
+    // Both keys, and a file that is not there.
+    let both = with(&text, "[training]\n", "[training]\nframework = \"hf\"\n");
+    let e = Document::parse(&both, &origin)
+        .unwrap()
+        .validate(&[])
+        .unwrap_err();
+    assert_eq!(e.key, "training.framework_file");
+    assert!(e
+        .allowed
+        .contains("either training.framework or training.framework_file"));
+    let missing = with(&text, "fw/mine.toml", "fw/none.toml");
+    let e = Document::parse(&missing, &origin)
+        .unwrap()
+        .validate(&[])
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Io);
+    assert_eq!(e.key, "training.framework_file");
+    assert!(e.message.contains("none.toml"), "{e}");
+    // An error inside the user's file names that file.
+    std::fs::write(
+        dir.join("fw/mine.toml"),
+        mine.replace("[launch]", "[lunch]"),
+    )
+    .unwrap();
+    let e = doc.validate(&[]).unwrap_err();
+    assert!(e.origin.ends_with("mine.toml"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bundled_frameworks_compile_and_cuda_graphs_round_trip() {
+    let text = scenario_text("small.toml");
+    let s = resolve(
+        &text,
+        &[
+            "training.framework=\"torchtitan\"",
+            "parallel.zero=3",
+            "training.compile=true",
+            "training.cuda_graphs=true",
+        ],
+    )
+    .unwrap();
+    assert_eq!(s.training.framework.name, "torchtitan");
+    assert!(s.training.compile && s.training.cuda_graphs);
+    let again = resolve(&to_toml(&s), &[]).unwrap();
+    assert_eq!(again, s);
+}

@@ -1,0 +1,98 @@
+//! What the framework file changes in the model today, each with exact figures on a small
+//! case: `[training] cuda_graphs` replaces the kernel gap by the framework's graph replay gap
+//! (priced per kernel, so a single-GPU step shrinks by exactly the launches it pays), and the
+//! framework's `memory.loss_logits_bytes` sets what the head keeps of the logits (the last
+//! stage's peak moves by exactly that difference). The default framework changes nothing:
+//! tests/golden.rs holds the bundled scenarios' results.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
+
+use twin_sim::cost::{Analytic, CostModel};
+use twin_sim::engine::{simulate, SimOptions};
+use twin_sim::plan::Plan;
+use twin_sim::scenario::Scenario;
+use twin_sim::schedule::{generate, OpKind};
+use twin_sim::testing::small_scenario;
+
+/// One GPU: no communication, so the step is its compute ops one after another.
+fn one_gpu() -> Scenario {
+    small_scenario(1, 1, 1, 2)
+}
+
+/// The step time and (kernels, summed compute time) of rank 0's program under `cost`.
+fn step(s: &Scenario) -> (u64, u64, u64) {
+    let plan = Plan::new(s).unwrap();
+    let sched = generate(s, &plan).unwrap();
+    let cost = Analytic::new(s);
+    let res = simulate(&plan, &sched, &cost, &SimOptions::default()).unwrap();
+    let (mut kernels, mut compute_ns) = (0u64, 0u64);
+    for op in &sched.programs[sched.program_of[0] as usize].ops {
+        if let OpKind::Compute(c) = &op.kind {
+            kernels += u64::from(c.kernels);
+            compute_ns += cost.compute_ns(0, c);
+        }
+    }
+    (res.step_time_ns, kernels, compute_ns)
+}
+
+#[test]
+fn cuda_graphs_take_the_framework_s_gap_off_every_kernel() {
+    let eager = one_gpu();
+    let mut graphed = eager.clone();
+    graphed.training.cuda_graphs = true;
+    assert_eq!(Analytic::new(&eager).launch_ns, 1_000);
+    assert_eq!(
+        Analytic::new(&graphed).launch_ns,
+        graphed.training.framework.launch.cuda_graphs_kernel_gap_ns
+    );
+    assert_eq!(Analytic::new(&graphed).launch_ns, 500);
+    let (eager_ns, kernels, eager_compute) = step(&eager);
+    let (graphed_ns, graphed_kernels, graphed_compute) = step(&graphed);
+    assert_eq!(kernels, graphed_kernels);
+    assert!(kernels > 0);
+    // The step is its compute ops, end to end, with and without graphs.
+    assert_eq!(eager_ns, eager_compute);
+    assert_eq!(graphed_ns, graphed_compute);
+    // 500 ns less per kernel, exactly.
+    assert_eq!(eager_ns - graphed_ns, 500 * kernels);
+}
+
+/// A profile's gap below the graph gap is kept: graphs never slow a kernel down.
+#[test]
+fn cuda_graphs_never_lengthen_a_shorter_hardware_gap() {
+    let mut s = one_gpu();
+    s.training.cuda_graphs = true;
+    assert_eq!(twin_sim::cost::kernel_gap_ns(&s, 300), 300);
+    assert_eq!(twin_sim::cost::kernel_gap_ns(&s, 2_000), 500);
+    s.training.cuda_graphs = false;
+    assert_eq!(twin_sim::cost::kernel_gap_ns(&s, 2_000), 2_000);
+}
+
+#[test]
+fn loss_logits_bytes_set_what_the_head_keeps_and_the_last_stage_s_peak() {
+    // pp 2: the head is on stage 1 only.
+    let fp32 = small_scenario(1, 2, 1, 4);
+    let mut bf16 = fp32.clone();
+    bf16.training.framework.memory.loss_logits_bytes = 2;
+    let plan = Plan::new(&fp32).unwrap();
+    let last = &plan.chunks[1][0];
+    let first = &plan.chunks[0][0];
+    let a = twin_sim::workload::chunk_work(&fp32, &plan, last).activation_bytes;
+    let b = twin_sim::workload::chunk_work(&bf16, &plan, last).activation_bytes;
+    // Per micro batch: tokens (micro batch x seq) x vocab / tp, 2 bytes fewer each.
+    let m = &fp32.model;
+    let logits =
+        fp32.training.micro_batch * m.seq_len * m.vocab.div_ceil(u64::from(fp32.parallel.tp));
+    assert_eq!(a - b, 2 * logits);
+    assert_eq!(
+        twin_sim::workload::chunk_work(&fp32, &plan, first).activation_bytes,
+        twin_sim::workload::chunk_work(&bf16, &plan, first).activation_bytes
+    );
+    // The memory timeline: the last stage under 1F1B holds one micro batch's activations at
+    // its peak, so its peak drops by exactly that; the first stage's does not move.
+    let peak = |s: &Scenario, stage: usize| -> u64 {
+        let r = twin_sim::predict(s, &twin_sim::PredictOptions::default()).unwrap();
+        r.report.ranks[stage].peak_memory_bytes
+    };
+    assert_eq!(peak(&fp32, 1) - peak(&bf16, 1), 2 * logits);
+    assert_eq!(peak(&fp32, 0), peak(&bf16, 0));
+}
