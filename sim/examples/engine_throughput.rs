@@ -23,6 +23,7 @@ fn compute(phase: Phase, scale: u64) -> OpKind {
         batch: 1,
     };
     OpKind::Compute(ComputeOp {
+        attention: None,
         phase,
         dtype: Precision::Bf16,
         gemms: vec![g].into(),

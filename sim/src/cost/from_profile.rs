@@ -2,15 +2,48 @@
 //! profile file, read at the bottom layer (`crate::profile`) and turned into prices here.
 
 use super::{
-    Analytic, GemmCurve, MemorySpill, OperandLoad, StateCache, StateDecay,
+    Analytic, AttentionBackend, AttentionCurve, AttentionModel, BackendCurves, DEFAULT_ATTENTION,
+    DEFAULT_CUDNN, DEFAULT_FLASH, GemmCurve, MemorySpill, OperandLoad, StateCache, StateDecay,
     DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
 };
 use crate::host_model::{Interruptions, Wake};
-use crate::profile::{whole, Profile};
+use crate::profile::{whole, AttentionCurveParams, Profile};
 use crate::scenario::Scenario;
 use crate::topology::{NvlsModel, TierModel};
 
 impl Profile {
+    /// The fused-attention model this profile sets: its `[attention]` over the defaults on a
+    /// GPU; `None` (attention as GEMMs) on a host profile without `[attention]`.
+    pub fn attention_model(&self) -> Option<AttentionModel> {
+        let a = match (&self.attention, &self.host_cores) {
+            (None, Some(_)) => return None,
+            (None, None) => return Some(DEFAULT_ATTENTION),
+            (Some(a), _) => a,
+        };
+        let curve = |p: &Option<AttentionCurveParams>, d: AttentionCurve| {
+            p.as_ref().map_or(d, |c| AttentionCurve {
+                max_efficiency: c.max_efficiency.value,
+                keys_half: c.keys_half.value,
+                head_dim_half: c.head_dim_half.value,
+            })
+        };
+        let backend = AttentionBackend::ALL
+            .iter()
+            .find(|(n, _)| Some(*n) == a.backend.as_deref())
+            .map_or(AttentionBackend::Flash, |(_, b)| *b);
+        Some(AttentionModel {
+            backend,
+            flash: BackendCurves {
+                forward: curve(&a.flash_forward, DEFAULT_FLASH.forward),
+                backward: curve(&a.flash_backward, DEFAULT_FLASH.backward),
+            },
+            cudnn: BackendCurves {
+                forward: curve(&a.cudnn_forward, DEFAULT_CUDNN.forward),
+                backward: curve(&a.cudnn_backward, DEFAULT_CUDNN.backward),
+            },
+        })
+    }
+
     /// The GEMM curve this profile sets.
     pub fn gemm_curve(&self) -> GemmCurve {
         GemmCurve {
@@ -69,6 +102,7 @@ impl Analytic {
             peak: p.peak(),
             hbm_bandwidth_bytes_per_s: p.hbm_bandwidth_bytes_per_s.value,
             gemm: p.gemm_curve(),
+            attention: p.attention_model(),
             memory_efficiency: p.memory_efficiency.value,
             memory_bandwidth_bytes_per_s: p.memory_bandwidth_bytes_per_s.as_ref().map(|b| b.value),
             memory_spill: match (&p.memory_spill_bytes, &p.memory_spill_efficiency) {

@@ -108,6 +108,7 @@ fn h100_nvls_matches_published_busbw() {
 fn h100_profile_is_faster_than_a100_on_the_same_work() {
     let s = small_scenario(8, 1, 1, 1);
     let op = crate::schedule::ComputeOp {
+        attention: None,
         phase: crate::schedule::Phase::Forward,
         dtype: crate::scenario::Precision::Bf16,
         gemms: vec![crate::schedule::Gemm {

@@ -305,6 +305,7 @@ pub fn optimizer_step(s: &Scenario, plan: &Plan, stage: u32) -> ComputeOp {
         .flatten()
         .fold(0u32, |acc, c| acc.saturating_add(c.num_layers));
     ComputeOp {
+        attention: None,
         phase: Phase::Optimizer,
         dtype: s.training.precision,
         gemms: Vec::new().into(),

@@ -65,8 +65,8 @@ pub fn workspaces(program: &Program, allow_tf32: bool) -> [StreamWorkspace; Stre
         match &op.kind {
             OpKind::Compute(c) => {
                 let dtype = gemm_dtype(c.dtype, allow_tf32).dtype;
-                for g in &c.gemms {
-                    for (have, n) in s.gemm.iter_mut().zip(operand_bytes(g, dtype)) {
+                for g in c.executed_gemms() {
+                    for (have, n) in s.gemm.iter_mut().zip(operand_bytes(&g, dtype)) {
                         *have = (*have).max(n);
                     }
                 }
