@@ -23,15 +23,15 @@
 //! - `Alloc` and `Free` move the rank's memory counter. They take no time unless the cost model
 //!   prices allocation (`CostModel::alloc_ns`: a host profile's `memory.alloc_bytes_per_s`).
 
-mod deps;
 mod attention;
+mod deps;
 mod gemms;
 mod validate;
 
 use crate::plan::GroupKind;
 use crate::scenario::Precision;
-pub use deps::Deps;
 pub use attention::Attention;
+pub use deps::Deps;
 pub use gemms::Gemms;
 use serde::{Deserialize, Serialize};
 pub use validate::{ValidationError, ValidationReport};

@@ -153,3 +153,7 @@ pub fn attention_dtype(op_dtype: Precision) -> Precision {
         other => other,
     }
 }
+
+#[cfg(test)]
+#[path = "attention_tests.rs"]
+mod tests;

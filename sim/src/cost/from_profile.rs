@@ -2,9 +2,9 @@
 //! profile file, read at the bottom layer (`crate::profile`) and turned into prices here.
 
 use super::{
-    Analytic, AttentionBackend, AttentionCurve, AttentionModel, BackendCurves, DEFAULT_ATTENTION,
-    DEFAULT_CUDNN, DEFAULT_FLASH, GemmCurve, MemorySpill, OperandLoad, StateCache, StateDecay,
-    DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
+    Analytic, AttentionBackend, AttentionCurve, AttentionModel, BackendCurves, GemmCurve,
+    MemorySpill, OperandLoad, StateCache, StateDecay, DEFAULT_ATTENTION,
+    DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_CUDNN, DEFAULT_FLASH,
 };
 use crate::host_model::{Interruptions, Wake};
 use crate::profile::{whole, AttentionCurveParams, Profile};

@@ -2,7 +2,9 @@
 //! range checks on every number. Errors are [`ScenarioError`]s, the one located input-error
 //! type of twin: file, line and column, key, value, and what is allowed.
 
-use super::{AttentionCurveParams, AttentionParams, FitQuality, LinkParams, Param, Profile, Source};
+use super::{
+    AttentionCurveParams, AttentionParams, FitQuality, LinkParams, Param, Profile, Source,
+};
 use crate::scenario::error::{Ctx, LineIndex};
 use crate::scenario::{ErrorKind, ScenarioError};
 use crate::topology::Algorithm;

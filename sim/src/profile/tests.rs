@@ -1134,3 +1134,57 @@ fn a_profile_naming_a_gpu_alias_matches_its_preset() {
     let e = check_matches(&small_scenario(1, 1, 1, 1), &p).unwrap_err();
     assert_eq!(e.profile_gpu, "h200-sxm-141gb");
 }
+
+/// `[attention]`: the H200 profile's fitted curves and backend become the cost model's; a
+/// backend switched to cudnn takes the cudnn curves; a host profile without the section runs
+/// attention as GEMMs; an unknown backend is refused with its key, line and the allowed names.
+#[test]
+fn attention_section_sets_the_backend_and_curves() {
+    use crate::cost::{AttentionBackend, DEFAULT_ATTENTION};
+    let p = parse_str(H200, "h200-dgx.toml").unwrap();
+    let m = p.attention_model().unwrap();
+    assert_eq!(m, DEFAULT_ATTENTION);
+    let a = p.attention.as_ref().unwrap();
+    assert_eq!(
+        a.flash_forward.as_ref().unwrap().keys_half.source,
+        Source::Fitted
+    );
+
+    let cudnn = H200.replace("backend = \"flash\"", "backend = \"cudnn\"");
+    let cudnn = cudnn.replacen(
+        "max_efficiency = { value = 1.0233,",
+        "max_efficiency = { value = 0.9,",
+        1,
+    );
+    let m = parse_str(&cudnn, "h200-dgx.toml")
+        .unwrap()
+        .attention_model()
+        .unwrap();
+    assert_eq!(m.backend, AttentionBackend::Cudnn);
+    assert_eq!(m.cudnn.forward.max_efficiency, 0.9);
+    assert_eq!(m.flash, DEFAULT_ATTENTION.flash);
+
+    let host = include_str!("../../../scenarios/profiles/host-example.toml");
+    assert_eq!(
+        parse_str(host, "host.toml").unwrap().attention_model(),
+        None
+    );
+    // Without the section a GPU profile takes the defaults.
+    let start = H200.find("[attention]").unwrap();
+    let end = H200.find("[network]").unwrap();
+    let bare = format!("{}{}", &H200[..start], &H200[end..]);
+    assert_eq!(
+        parse_str(&bare, "h200-dgx.toml").unwrap().attention_model(),
+        Some(DEFAULT_ATTENTION)
+    );
+
+    let e = error_of(&H200.replace("backend = \"flash\"", "backend = \"fa3\""));
+    assert_eq!(e.key, "attention.backend");
+    assert!(e.allowed.contains("\"cudnn\""), "{e}");
+    let line = H200
+        .lines()
+        .position(|l| l.starts_with("backend ="))
+        .unwrap() as u32
+        + 1;
+    assert_eq!(e.line, Some(line));
+}

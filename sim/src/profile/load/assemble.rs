@@ -246,27 +246,38 @@ impl Checker<'_> {
             }
             other => other.map(|b| b.into_inner()),
         };
-        let curve = |key: &str, c: Option<RawAttentionCurve>| -> Result<Option<AttentionCurveParams>> {
-            c.map(|c| {
-                Ok(AttentionCurveParams {
-                    max_efficiency: self.param(
-                        &format!("{key}.max_efficiency"),
-                        c.max_efficiency,
-                        Range::Positive,
-                    )?,
-                    keys_half: self.param(&format!("{key}.keys_half"), c.keys_half, Range::NonNegative)?,
-                    head_dim_half: self.param(
-                        &format!("{key}.head_dim_half"),
-                        c.head_dim_half,
-                        Range::NonNegative,
-                    )?,
+        let curve =
+            |key: &str, c: Option<RawAttentionCurve>| -> Result<Option<AttentionCurveParams>> {
+                c.map(|c| {
+                    Ok(AttentionCurveParams {
+                        max_efficiency: self.param(
+                            &format!("{key}.max_efficiency"),
+                            c.max_efficiency,
+                            Range::Positive,
+                        )?,
+                        keys_half: self.param(
+                            &format!("{key}.keys_half"),
+                            c.keys_half,
+                            Range::NonNegative,
+                        )?,
+                        head_dim_half: self.param(
+                            &format!("{key}.head_dim_half"),
+                            c.head_dim_half,
+                            Range::NonNegative,
+                        )?,
+                    })
                 })
-            })
-            .transpose()
-        };
+                .transpose()
+            };
         let (flash, cudnn) = (
-            a.flash.unwrap_or(RawAttentionBackend { forward: None, backward: None }),
-            a.cudnn.unwrap_or(RawAttentionBackend { forward: None, backward: None }),
+            a.flash.unwrap_or(RawAttentionBackend {
+                forward: None,
+                backward: None,
+            }),
+            a.cudnn.unwrap_or(RawAttentionBackend {
+                forward: None,
+                backward: None,
+            }),
         );
         Ok(AttentionParams {
             backend,
