@@ -199,6 +199,7 @@ impl UniformSizes {
             } else {
                 Vec::new()
             },
+            ring: None,
         }
     }
 }
