@@ -33,9 +33,9 @@
 
 use super::dims::{mul, prod, to_u32, Dims};
 use super::{CommCall, RingPass};
-use crate::scenario::CpAlgorithm;
 use crate::ir::CollectiveKind;
 use crate::plan::GroupKind;
+use crate::scenario::CpAlgorithm;
 
 /// Collectives of one block's forward and backward, one call each before merging.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -10,7 +10,9 @@ use crate::scenario::Granularity;
 use crate::schedule::builder::Builder;
 use crate::schedule::chunks::Seg;
 use crate::schedule::emit::StageCtx;
-use crate::schedule::{Attention, ComputeOp, Deps, Label, OpKind, Peer, Phase, ScheduleError, Stream};
+use crate::schedule::{
+    Attention, ComputeOp, Deps, Label, OpKind, Peer, Phase, ScheduleError, Stream,
+};
 use crate::workload::{CommCall, RingPass};
 
 pub fn emit_pass(
@@ -136,10 +138,7 @@ fn ring_blocks(op: &ComputeOp, steps: u32) -> Option<(ComputeOp, ComputeOp, Comp
         )
     } else {
         let kv = a.kv_len / (u64::from(steps) + 1);
-        (
-            Attention { kv_len: kv, ..a },
-            Attention { kv_len: kv, ..a },
-        )
+        (Attention { kv_len: kv, ..a }, Attention { kv_len: kv, ..a })
     };
     let rest = ComputeOp {
         attention: None,
@@ -210,8 +209,16 @@ type PassParts<'a> = (ComputeOp, &'a [CommCall], Option<RingPass>);
 fn pass_work(seg: &Seg, phase: Phase) -> Result<PassParts<'_>, ScheduleError> {
     let w = &seg.work;
     let mut op = match phase {
-        Phase::Forward => (w.forward.compute.clone(), w.forward.comms.as_slice(), w.forward.ring),
-        Phase::Backward => (w.backward.compute.clone(), w.backward.comms.as_slice(), w.backward.ring),
+        Phase::Forward => (
+            w.forward.compute.clone(),
+            w.forward.comms.as_slice(),
+            w.forward.ring,
+        ),
+        Phase::Backward => (
+            w.backward.compute.clone(),
+            w.backward.comms.as_slice(),
+            w.backward.ring,
+        ),
         Phase::BackwardInput => (
             w.backward_input.compute.clone(),
             w.backward_input.comms.as_slice(),
