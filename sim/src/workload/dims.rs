@@ -146,15 +146,15 @@ impl Dims {
 
     /// The fused attention kernel of one layer's forward on this rank: the load-balanced
     /// share `s/c` of the queries against the whole causal sequence (all-gather and ring: the
-    /// same work, see [`crate::schedule::Attention::causal`]), or with Ulysses every query
+    /// same work, see [`crate::ir::Attention::causal`]), or with Ulysses every query
     /// of the sequence for `a/(t*c)` heads.
-    pub fn flash_attention(&self) -> crate::schedule::Attention {
+    pub fn flash_attention(&self) -> crate::ir::Attention {
         let (q_len, heads) = if self.ulysses() {
             (self.s, div_ceil(self.sharded(self.a), self.c))
         } else {
             (self.s_local, self.sharded(self.a))
         };
-        crate::schedule::Attention {
+        crate::ir::Attention {
             batch: to_u32(self.b),
             heads: to_u32(heads),
             head_dim: self.head_dim,
