@@ -132,7 +132,8 @@ pub fn scenario_calls(schedule: &twin_sim::schedule::Schedule, max: usize) -> Ve
     for p in &schedule.programs {
         for o in &p.ops {
             if let OpKind::Compute(c) = &o.kind {
-                for g in c.gemms.iter().filter(|g| g.m > 0 && g.n > 0 && g.k > 0) {
+                // The backend runs a fused attention kernel as its equivalent GEMM.
+                for g in c.executed_gemms().filter(|g| g.m > 0 && g.n > 0 && g.k > 0) {
                     let batch = g.batch.clamp(1, g.count.max(1));
                     *freq.entry((g.m, g.n, g.k, batch)).or_default() += u64::from(g.calls());
                 }

@@ -306,6 +306,7 @@ fn skeleton(gpu: &str, links: &TierModel, scenario: &str) -> Profile {
         host_handoff_ns: None,
         host_compute_weight: None,
         host_p2p_cpu_share: None,
+        attention: None,
         host_memory_cores: None,
         provenance: Default::default(),
         fit: None,

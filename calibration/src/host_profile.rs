@@ -307,6 +307,7 @@ pub fn to_profile(
                 r("ping-pongs of 4, 16 and 64 KiB between two rank threads on their own cores: each thread's CPU clock over the wall clock, mean of the per-sample ratios, Student-t interval"),
             )
         }),
+        attention: None,
         host_memory_cores: f.memory_cores.map(|m| {
             fitted(
                 m,

@@ -106,6 +106,27 @@ fn link(out: &mut String, name: &str, l: &LinkParams) {
     }
 }
 
+/// `[attention]`: the backend, then each curve the profile states.
+fn attention(out: &mut String, a: &twin_sim::profile::AttentionParams) {
+    out.push_str("\n[attention]\n");
+    if let Some(b) = &a.backend {
+        out.push_str(&format!("backend = {}\n", string(b)));
+    }
+    for (name, curve) in [
+        ("flash.forward", &a.flash_forward),
+        ("flash.backward", &a.flash_backward),
+        ("cudnn.forward", &a.cudnn_forward),
+        ("cudnn.backward", &a.cudnn_backward),
+    ] {
+        if let Some(c) = curve {
+            out.push_str(&format!("\n[attention.{name}]\n"));
+            out.push_str(&param("max_efficiency", &c.max_efficiency));
+            out.push_str(&param("keys_half", &c.keys_half));
+            out.push_str(&param("head_dim_half", &c.head_dim_half));
+        }
+    }
+}
+
 fn algorithm(a: Option<Algorithm>) -> &'static str {
     match a {
         Some(Algorithm::Ring) => "ring",
@@ -241,6 +262,9 @@ pub fn profile_toml(
         o.push_str("\n[network.nvls]\n");
         o.push_str(&param("efficiency", e));
         o.push_str(&param("min_bytes", m));
+    }
+    if let Some(a) = &p.attention {
+        attention(&mut o, a);
     }
     if let Some(s) = &p.overlap_compute_slowdown {
         o.push_str("\n[overlap]\n");

@@ -61,6 +61,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             vpp: 1,
             ep: 1,
             cp: 1,
+            cp_algorithm: CpAlgorithm::AllGather,
             zero: 0,
             fsdp: false,
             sequence_parallel: tp > 1,

@@ -40,6 +40,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         .gemms
         .iter()
         .map(|g| ComputeOp {
+            attention: None,
             gemms: vec![*g].into(),
             memory_bytes: 0,
             ..op.clone()

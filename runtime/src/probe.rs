@@ -167,6 +167,7 @@ pub fn llama_probe(
     let mut reduces = Vec::new();
     let compute = |phase, gemms: &Vec<Gemm>, mem| {
         OpKind::Compute(ComputeOp {
+            attention: None,
             phase,
             dtype: Precision::Bf16,
             flops: gemms.iter().map(Gemm::flops).sum(),

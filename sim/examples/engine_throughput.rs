@@ -24,6 +24,7 @@ fn compute(phase: Phase, scale: u64) -> OpKind {
         dtype: None,
     };
     OpKind::Compute(ComputeOp {
+        attention: None,
         phase,
         dtype: Precision::Bf16,
         gemms: vec![g].into(),

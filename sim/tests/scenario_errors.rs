@@ -1242,3 +1242,58 @@ fn missing_file_is_an_io_error() {
         "{e}"
     );
 }
+
+#[test]
+fn ulysses_needs_the_heads_of_a_tp_rank_to_split_over_cp() {
+    let text = edit("hidden = 1024\nheads = 16", "hidden = 1536\nheads = 12")
+        .replace("dp = 4", "dp = 1\ncp = 4\ncp_algorithm = \"ulysses\"");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.cp_algorithm",
+            value: "\"ulysses\"",
+            at: "cp_algorithm = ^\"ulysses\"",
+            message: &["heads / tp = 12 / 2 = 6 is not divisible by cp = 4"],
+            allowed: &["cp dividing 6: 1, 2, 3, 6", "\"all-gather\" or \"ring\""],
+        },
+    );
+    // Sixteen heads split: 8 per tp rank, 2 per cp rank.
+    let ok = edit("dp = 4", "dp = 1\ncp = 4\ncp_algorithm = \"ulysses\"");
+    parse_str(&ok, "t.toml", &[]).unwrap();
+}
+
+#[test]
+fn ring_context_parallelism_needs_flash_attention() {
+    let text = edit("dp = 4", "dp = 1\ncp = 4\ncp_algorithm = \"ring\"").replace(
+        "micro_batch = 1",
+        "micro_batch = 1\nflash_attention = false",
+    );
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.cp_algorithm",
+            value: "\"ring\"",
+            at: "cp_algorithm = ^\"ring\"",
+            message: &["needs flash_attention = true"],
+            allowed: &["flash_attention = true"],
+        },
+    );
+}
+
+#[test]
+fn an_unknown_cp_algorithm_lists_the_three() {
+    let text = edit("dp = 4", "dp = 1\ncp = 4\ncp_algorithm = \"p2p\"");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::Invalid,
+            key: "parallel.cp_algorithm",
+            value: "\"p2p\"",
+            at: "\"p2p\"",
+            message: &["unknown context-parallel algorithm"],
+            allowed: &["all-gather, ring, ulysses"],
+        },
+    );
+}

@@ -13,6 +13,7 @@ use twin_sim::schedule::{ComputeOp, Gemm, Label, Op, OpKind, Phase, Program, Sch
 pub fn compute_op(gemms: Vec<Gemm>, memory_bytes: u64) -> ComputeOp {
     let flops = gemms.iter().map(Gemm::flops).sum();
     ComputeOp {
+        attention: None,
         phase: Phase::Forward,
         dtype: Precision::Fp32,
         gemms: gemms.into(),

@@ -23,12 +23,14 @@
 //! - `Alloc` and `Free` move the rank's memory counter. They take no time unless the cost model
 //!   prices allocation (`CostModel::alloc_ns`: a host profile's `memory.alloc_bytes_per_s`).
 
+mod attention;
 mod deps;
 mod gemms;
 mod validate;
 
 use crate::plan::GroupKind;
 use crate::scenario::Precision;
+pub use attention::Attention;
 pub use deps::Deps;
 pub use gemms::Gemms;
 use serde::{Deserialize, Serialize};
@@ -192,13 +194,30 @@ pub struct ComputeOp {
     pub dtype: Precision,
     /// The GEMMs this op contains, with their planned shapes (already divided by tp/cp).
     pub gemms: Gemms,
-    /// FLOPs of the op's GEMMs (Megatron's counting: attention score GEMMs included; softmax,
-    /// norms and other elementwise work are costed by `memory_bytes` instead).
+    /// The fused attention kernel of this op (flash attention), priced by its own curve;
+    /// `None` when the op has none (or runs attention as the GEMMs above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<Attention>,
+    /// Model FLOPs of the op in Megatron's counting: its GEMMs' and, for `attention`, the full
+    /// `s*s` score and value products whatever the mask (Narayanan et al. 2021), so MFU compares
+    /// with published figures; softmax, norms and other elementwise work are costed by
+    /// `memory_bytes` instead. The cost model prices `attention` by its causal work.
     pub flops: u64,
     /// Bytes moved by memory-bound kernels (elementwise, norms, softmax, optimizer update).
     pub memory_bytes: u64,
     /// Kernel launches, for launch overhead.
     pub kernels: u32,
+}
+
+impl ComputeOp {
+    /// The GEMMs a backend that runs attention as GEMMs executes: the op's own, then its
+    /// attention kernel's equivalent ([`Attention::equivalent_gemm`]).
+    pub fn executed_gemms(&self) -> impl Iterator<Item = Gemm> + '_ {
+        self.gemms
+            .iter()
+            .copied()
+            .chain(self.attention.map(|a| a.equivalent_gemm()))
+    }
 }
 
 /// A point-to-point peer, relative to the rank that runs the program.

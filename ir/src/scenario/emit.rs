@@ -134,6 +134,7 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     ] {
         parallel.insert(key, int(u64::from(v)));
     }
+    parallel.insert("cp_algorithm", value(p.cp_algorithm.as_str()));
     parallel.insert("zero", int(u64::from(p.zero)));
     parallel.insert("fsdp", value(p.fsdp));
     parallel.insert("sequence_parallel", value(p.sequence_parallel));

@@ -174,6 +174,7 @@ keys!(parallel {
     VPP = "vpp", Uint { min: 1, max: MAX_LAYERS }, Int(1), "Model chunks (virtual stages) per device; above 1 only with `interleaved-1f1b`.";
     EP = "ep", Uint { min: 1, max: MAX_DEGREE }, Int(1), "Expert-parallel degree (MoE only).";
     CP = "cp", Uint { min: 1, max: MAX_DEGREE }, Int(1), "Context-parallel degree (splits the sequence).";
+    CP_ALGORITHM = "cp_algorithm", Choice { what: "context-parallel algorithm", names: &["all-gather", "ring", "ulysses"] }, Is("all-gather"), "How context parallelism exchanges K and V: all-gather (then reduce-scatter of their gradients), ring (p2p blocks overlapped with blockwise attention, 2*cp load-balanced chunks) or ulysses (all-to-all to head sharding; heads divisible by cp).";
     ZERO = "zero", Uint { min: 0, max: 3 }, Note("0 (3 with `fsdp = true`)"), "ZeRO stage over the data-parallel group.";
     FSDP = "fsdp", Bool, Flag(false), "Fully sharded data parallel (ZeRO-3).";
     SEQUENCE_PARALLEL = "sequence_parallel", Bool, Flag(false), "Megatron sequence parallelism: norms and dropout activations sharded over tp.";

@@ -203,6 +203,7 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool)> {
     let pp = p.uint32_or_default(&pk::PP)?;
     let ep = p.uint32_or_default(&pk::EP)?;
     let cp = p.uint32_or_default(&pk::CP)?;
+    let cp_algorithm = p.choice_or_default(&pk::CP_ALGORITHM, &CpAlgorithm::ALL)?;
     let dp = opt(p.uint32(&pk::DP)?);
     let vpp = p.uint32_or_default(&pk::VPP)?;
     let zero = opt(p.uint(&pk::ZERO)?);
@@ -227,6 +228,7 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool)> {
             vpp,
             ep,
             cp,
+            cp_algorithm,
             zero: zero.map(|z| z as u8).unwrap_or(if fsdp { 3 } else { 0 }),
             fsdp,
             sequence_parallel,

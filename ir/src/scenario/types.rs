@@ -144,6 +144,39 @@ impl PipelineSchedule {
     }
 }
 
+/// How context parallelism exchanges keys and values (`[parallel] cp_algorithm`), as
+/// Transformer Engine's `cp_comm_type` names them (TransformerEngine
+/// `transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`):
+/// - `AllGather` ("all_gather"): K and V all-gathered over the cp group before attention, the
+///   gradients of K and V reduce-scattered after its backward.
+/// - `Ring` ("p2p"): K and V blocks passed around the cp group by point-to-point transfers,
+///   each overlapped with the attention of the block before; the backward passes K, V and
+///   their gradients the same way.
+/// - `Ulysses` ("a2a", DeepSpeed-Ulysses): all-to-alls turn Q, K and V from sequence- to
+///   head-sharded before attention and the output back after it (heads divisible by cp).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CpAlgorithm {
+    AllGather,
+    Ring,
+    Ulysses,
+}
+
+impl CpAlgorithm {
+    pub const ALL: [(&'static str, CpAlgorithm); 3] = [
+        ("all-gather", CpAlgorithm::AllGather),
+        ("ring", CpAlgorithm::Ring),
+        ("ulysses", CpAlgorithm::Ulysses),
+    ];
+    pub fn as_str(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, s)| *s == self)
+            .map(|(n, _)| *n)
+            .unwrap_or("?")
+    }
+}
+
 /// Order in which mesh axes are laid onto consecutive ranks, innermost first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -164,6 +197,9 @@ pub struct Parallel {
     pub vpp: u32,
     pub ep: u32,
     pub cp: u32,
+    /// How context parallelism exchanges keys and values.
+    #[serde(default = "default_cp_algorithm")]
+    pub cp_algorithm: CpAlgorithm,
     /// ZeRO stage 0..=3 over the data-parallel group.
     pub zero: u8,
     /// FSDP (full sharding); behaves as ZeRO-3 with per-layer gather/scatter.
@@ -182,6 +218,10 @@ pub struct Parallel {
     pub account_for_loss_in_pipeline_split: bool,
     /// Rank placement, innermost axis first. Default: tp, cp, ep, dp, pp (Megatron order).
     pub order: [Axis; 5],
+}
+
+fn default_cp_algorithm() -> CpAlgorithm {
+    CpAlgorithm::AllGather
 }
 
 impl Parallel {

@@ -232,6 +232,34 @@ fn sharding(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
             ),
         ));
     }
+    if p.cp_algorithm == CpAlgorithm::Ring && p.cp > 1 && !s.training.flash_attention {
+        return Err(c.fail(
+            &[
+                ("parallel.cp_algorithm", "\"ring\"".to_string()),
+                ("training.flash_attention", "false".to_string()),
+            ],
+            "ring context parallelism runs blockwise attention inside a fused kernel (Transformer Engine's AttnFuncWithCPAndKVP2P); it needs flash_attention = true".to_string(),
+            "flash_attention = true, or cp_algorithm = \"all-gather\" or \"ulysses\"".to_string(),
+        ));
+    }
+    let heads_per_tp = m.heads / tp.max(1);
+    if p.cp_algorithm == CpAlgorithm::Ulysses && p.cp > 1 && heads_per_tp % p.cp != 0 {
+        return Err(c.fail(
+            &[
+                ("parallel.cp_algorithm", "\"ulysses\"".to_string()),
+                ("parallel.cp", v(p.cp)),
+                ("model.heads", v(m.heads)),
+            ],
+            format!(
+                "ulysses context parallelism shards the heads of each tensor-parallel rank over cp, but heads / tp = {} / {tp} = {heads_per_tp} is not divisible by cp = {}",
+                m.heads, p.cp
+            ),
+            format!(
+                "cp dividing {heads_per_tp}: {}, or cp_algorithm = \"all-gather\" or \"ring\"",
+                divisors(u64::from(heads_per_tp), u64::from(s.cluster.gpus), 16)
+            ),
+        ));
+    }
     if m.ffn_hidden % u64::from(tp) != 0 {
         return Err(c.fail(
             &[("parallel.tp", v(tp)), ("model.ffn_hidden", v(m.ffn_hidden))],

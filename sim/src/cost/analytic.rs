@@ -23,9 +23,14 @@
 //!   buffers: an op that fits finds its operands where the last op left them, one that does
 //!   not has evicted them itself, and within an op a GEMM finds what the GEMMs before it
 //!   loaded.
+//! - a fused attention kernel ([`crate::schedule::Attention`]): its causal work on the
+//!   attention curve of [`super::attention`]; without an [`AttentionModel`] (host profiles) its
+//!   equivalent GEMMs on the GEMM curve, as the host backend runs them. An op with one prices
+//!   no FLOPs beyond its GEMMs and kernel: its `flops` carry Megatron's attention count.
 //! - `kernels * launch_ns`: the gap the GPU idles between dependent kernels (once per op where
 //!   the backend runs an op as one call, `launch_per_op`: the host backend).
 
+use super::attention::{attention_dtype, AttentionModel, DEFAULT_ATTENTION};
 use super::gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
 use super::positive_rate;
 use super::{secs_to_ns, CostModel};
@@ -76,6 +81,9 @@ pub struct Analytic {
     /// FP8 GEMMs' own curve (a profile's `[gemm.fp8]`); `None`: FP8 GEMMs follow `gemm` at
     /// the FP8 peak.
     pub gemm_fp8: Option<GemmCurve>,
+    /// Fused attention kernels' curves and backend; `None`: attention runs as its equivalent
+    /// GEMMs on the GEMM curve (a host profile: the host backend's sgemm).
+    pub attention: Option<AttentionModel>,
     pub memory_efficiency: f64,
     /// The achieved bandwidth of memory-bound kernels as an absolute number (a calibrated
     /// profile's `memory.bandwidth_bytes_per_s`); when set it replaces
@@ -153,6 +161,7 @@ impl Analytic {
             hbm_bandwidth_bytes_per_s: c.gpu.hbm_bandwidth_bytes_per_s,
             gemm: DEFAULT_GEMM_CURVE,
             gemm_fp8: None,
+            attention: Some(DEFAULT_ATTENTION),
             memory_efficiency: DEFAULT_MEMORY_EFFICIENCY,
             memory_bandwidth_bytes_per_s: None,
             memory_spill: None,
@@ -278,7 +287,7 @@ impl Analytic {
 
     /// Elements of the workspace's A, B and C buffers that `op`'s GEMMs use.
     fn workspace_elems(op: &ComputeOp) -> (u64, u64, u64) {
-        op.gemms.iter().fold((0, 0, 0), |(a, b, c), g| {
+        op.executed_gemms().fold((0, 0, 0), |(a, b, c), g| {
             (
                 a.max(g.m.saturating_mul(g.k)),
                 b.max(g.k.saturating_mul(g.n)),
@@ -295,7 +304,7 @@ impl Analytic {
     /// (docs/journal/2026-11-validation-history.md, 2026-11-23). 0 without an operand term or a
     /// GEMM.
     pub fn cold_ns(&self, op: &ComputeOp) -> u64 {
-        if op.gemms.is_empty() || self.gemm.operands.is_none() {
+        if op.executed_gemms().next().is_none() || self.gemm.operands.is_none() {
             return 0;
         }
         let (a, b, _) = Self::workspace_elems(op);
@@ -324,6 +333,25 @@ impl Analytic {
                     .gemm_s(g, dtype.bytes(), self.peak_flops_per_s(dtype), hbm);
             gemm_flops = gemm_flops.saturating_add(g.flops());
         }
+        let mut attention_s = 0.0;
+        if let Some(a) = &op.attention {
+            match &self.attention {
+                Some(m) => {
+                    attention_s = m.attention_s(a, self.peak_flops_per_s(attention_dtype(op.dtype)))
+                }
+                None => {
+                    let dtype = attention_dtype(op.dtype);
+                    gemm_s += self.gemm.gemm_s(
+                        &a.equivalent_gemm(),
+                        dtype.bytes(),
+                        self.peak_flops_per_s(dtype),
+                        hbm,
+                    )
+                }
+            }
+            // The rest of the op's FLOPs are the attention's Megatron count, priced above.
+            gemm_flops = gemm_flops.max(op.flops);
+        }
         let cold = self
             .gemm
             .operands
@@ -336,7 +364,7 @@ impl Analytic {
             op.kernels
         };
         let launch_s = f64::from(kernels) * self.launch_ns as f64 * 1e-9;
-        secs_to_ns(gemm_s + memory_s + launch_s).saturating_add(cold_ns)
+        secs_to_ns(gemm_s + attention_s + memory_s + launch_s).saturating_add(cold_ns)
     }
 
     /// Seconds of `op`'s memory-bound kernels (its FLOPs outside its `gemm_flops` at the

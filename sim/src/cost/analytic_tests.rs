@@ -11,6 +11,7 @@ use crate::testing::small_scenario;
 fn gemm_op(m: u64, n: u64, k: u64, count: u32) -> ComputeOp {
     let g = Gemm::single(m, n, k, count);
     ComputeOp {
+        attention: None,
         phase: Phase::Forward,
         dtype: Precision::Bf16,
         gemms: vec![g].into(),
@@ -45,6 +46,7 @@ fn a_pass_beyond_the_spill_size_slows_down_only_for_the_excess() {
     assert!((big / want - 1.0).abs() < 1e-12, "{big} vs {want}");
     // And it is what an op's memory-bound time uses.
     let op = ComputeOp {
+        attention: None,
         phase: Phase::Optimizer,
         dtype: Precision::Fp32,
         gemms: Vec::new().into(),
@@ -218,6 +220,7 @@ fn skinny_gemm_is_memory_bound() {
 fn memory_bound_op_costed_by_bytes_and_launches() {
     let model = Analytic::new(&small_scenario(1, 1, 1, 1));
     let op = ComputeOp {
+        attention: None,
         phase: Phase::Optimizer,
         dtype: Precision::Fp32,
         gemms: vec![].into(),

@@ -2,11 +2,12 @@
 //! profile file, read at the bottom layer (`crate::profile`) and turned into prices here.
 
 use super::{
-    kernel_gap_ns, Analytic, GemmCurve, MemorySpill, OperandLoad, StateCache, StateDecay,
-    DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
+    kernel_gap_ns, Analytic, AttentionBackend, AttentionCurve, AttentionModel, BackendCurves,
+    GemmCurve, MemorySpill, OperandLoad, StateCache, StateDecay, DEFAULT_ATTENTION,
+    DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_CUDNN, DEFAULT_FLASH,
 };
 use crate::host_model::{Interruptions, Wake};
-use crate::profile::{whole, Profile};
+use crate::profile::{whole, AttentionCurveParams, Profile};
 use crate::scenario::Scenario;
 use crate::topology::{NvlsModel, TierModel};
 
@@ -22,6 +23,38 @@ impl Profile {
             tile_n: whole(&c.tile_n),
             ramp_ns: whole(&c.ramp_ns),
             ..self.gemm_curve()
+        })
+    }
+
+    /// The fused-attention model this profile sets: its `[attention]` over the defaults on a
+    /// GPU; `None` (attention as GEMMs) on a host profile without `[attention]`.
+    pub fn attention_model(&self) -> Option<AttentionModel> {
+        let a = match (&self.attention, &self.host_cores) {
+            (None, Some(_)) => return None,
+            (None, None) => return Some(DEFAULT_ATTENTION),
+            (Some(a), _) => a,
+        };
+        let curve = |p: &Option<AttentionCurveParams>, d: AttentionCurve| {
+            p.as_ref().map_or(d, |c| AttentionCurve {
+                max_efficiency: c.max_efficiency.value,
+                keys_half: c.keys_half.value,
+                head_dim_half: c.head_dim_half.value,
+            })
+        };
+        let backend = AttentionBackend::ALL
+            .iter()
+            .find(|(n, _)| Some(*n) == a.backend.as_deref())
+            .map_or(AttentionBackend::Flash, |(_, b)| *b);
+        Some(AttentionModel {
+            backend,
+            flash: BackendCurves {
+                forward: curve(&a.flash_forward, DEFAULT_FLASH.forward),
+                backward: curve(&a.flash_backward, DEFAULT_FLASH.backward),
+            },
+            cudnn: BackendCurves {
+                forward: curve(&a.cudnn_forward, DEFAULT_CUDNN.forward),
+                backward: curve(&a.cudnn_backward, DEFAULT_CUDNN.backward),
+            },
         })
     }
 
@@ -85,6 +118,7 @@ impl Analytic {
             hbm_bandwidth_bytes_per_s: p.hbm_bandwidth_bytes_per_s.value,
             gemm: p.gemm_curve(),
             gemm_fp8: p.gemm_fp8_curve(),
+            attention: p.attention_model(),
             memory_efficiency: p.memory_efficiency.value,
             memory_bandwidth_bytes_per_s: p.memory_bandwidth_bytes_per_s.as_ref().map(|b| b.value),
             memory_spill: match (&p.memory_spill_bytes, &p.memory_spill_efficiency) {

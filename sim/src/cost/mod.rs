@@ -4,12 +4,17 @@
 //! the engine.
 
 mod analytic;
+mod attention;
 mod from_profile;
 mod gemm;
 
 pub use analytic::{
     kernel_gap_ns, Analytic, MemorySpill, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
     DEFAULT_LAUNCH_NS, DEFAULT_MEMORY_EFFICIENCY,
+};
+pub use attention::{
+    attention_dtype, AttentionBackend, AttentionCurve, AttentionModel, BackendCurves,
+    DEFAULT_ATTENTION, DEFAULT_CUDNN, DEFAULT_FLASH,
 };
 pub use gemm::{GemmCurve, OperandLoad, DEFAULT_GEMM_CURVE};
 // The link tiers' alpha-beta model (`topology::tiers`) prices collectives for this cost model;

@@ -143,6 +143,7 @@ pub(crate) fn plan(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Plan {
 
 pub(crate) fn compute_op(phase: Phase, flops: u64) -> ComputeOp {
     ComputeOp {
+        attention: None,
         phase,
         dtype: Precision::Bf16,
         gemms: vec![].into(),

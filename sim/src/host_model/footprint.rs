@@ -31,7 +31,7 @@ pub fn program_step_bytes(program: &Program) -> u64 {
                 held = held.saturating_sub(live.remove(tag).unwrap_or(0));
             }
             OpKind::Compute(op) => {
-                for g in &op.gemms {
+                for g in op.executed_gemms() {
                     a = a.max(g.m.saturating_mul(g.k));
                     b = b.max(g.k.saturating_mul(g.n));
                     c = c.max(g.m.saturating_mul(g.n));
@@ -94,6 +94,7 @@ mod tests {
             batch: 1,
         };
         let compute = op(OpKind::Compute(ComputeOp {
+            attention: None,
             phase: crate::schedule::Phase::Forward,
             dtype: crate::scenario::Precision::Fp32,
             gemms: vec![gemm].into(),

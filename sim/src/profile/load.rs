@@ -2,7 +2,10 @@
 //! range checks on every number. Errors are [`ScenarioError`]s, the one located input-error
 //! type of twin: file, line and column, key, value, and what is allowed.
 
-use super::{FitQuality, GemmParams, LinkParams, Param, Profile, Source};
+use super::{
+    AttentionCurveParams, AttentionParams, FitQuality, GemmParams, LinkParams, Param, Profile,
+    Source,
+};
 use crate::scenario::error::{serde_kind, Ctx, LineIndex};
 use crate::scenario::{ErrorKind, ScenarioError};
 use crate::topology::Algorithm;
@@ -155,6 +158,29 @@ struct RawOverlap {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawAttentionCurve {
+    max_efficiency: RawParam,
+    keys_half: RawParam,
+    head_dim_half: RawParam,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAttentionBackend {
+    forward: Option<RawAttentionCurve>,
+    backward: Option<RawAttentionCurve>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAttention {
+    backend: Option<Spanned<String>>,
+    flash: Option<RawAttentionBackend>,
+    cudnn: Option<RawAttentionBackend>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawCheckpoint {
     bandwidth_bytes_per_s: RawParam,
 }
@@ -185,6 +211,7 @@ struct RawProfile {
     kernel: RawKernel,
     network: RawNetwork,
     overlap: Option<RawOverlap>,
+    attention: Option<RawAttention>,
     checkpoint: Option<RawCheckpoint>,
     host: Option<RawHost>,
     fit: Option<RawFit>,

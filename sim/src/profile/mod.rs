@@ -102,6 +102,26 @@ pub struct StateParams {
     pub evicted_efficiency: Param,
 }
 
+/// `[attention.<backend>.<direction>]`: one curve of `cost::AttentionCurve`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AttentionCurveParams {
+    pub max_efficiency: Param,
+    pub keys_half: Param,
+    pub head_dim_half: Param,
+}
+
+/// `[attention]`: which fused-attention backend the framework runs and the curves of each
+/// (see `cost::attention`); a curve left out keeps the default fit.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct AttentionParams {
+    /// `attention.backend`: "flash" or "cudnn" (checked when read); absent: "flash".
+    pub backend: Option<String>,
+    pub flash_forward: Option<AttentionCurveParams>,
+    pub flash_backward: Option<AttentionCurveParams>,
+    pub cudnn_forward: Option<AttentionCurveParams>,
+    pub cudnn_backward: Option<AttentionCurveParams>,
+}
+
 /// A whole hardware profile; see docs/reference/profiles.md for the meaning of each field.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Profile {
@@ -232,6 +252,9 @@ pub struct Profile {
     /// and memory serve at once (>= 1): memory-bound ops running on several cores share it
     /// (`engine::flow`); absent means every core has its own.
     pub host_memory_cores: Option<Param>,
+    /// `[attention]`: fused-attention backend and curves; absent: the defaults on a GPU, and
+    /// attention as GEMMs on a host profile (`[host]`), as the host backend runs it.
+    pub attention: Option<AttentionParams>,
     /// `[provenance]`: where the profile was measured (machine, date, backend, versions).
     pub provenance: BTreeMap<String, String>,
     pub fit: Option<FitQuality>,

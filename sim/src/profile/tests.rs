@@ -42,7 +42,8 @@ fn bundled_profiles_load_with_provenance() {
 }
 
 /// The A100 profile carries the fitted defaults: the default model and the profile agree, so
-/// `twin validate` with and without `--profile a100-dgx.toml` predict the same.
+/// `twin validate` with and without `--profile a100-dgx.toml` predict the same (its rows run
+/// without flash attention, the one part where they differ).
 #[test]
 fn a100_profile_equals_the_default_model() {
     let s = small_scenario(8, 1, 1, 1);
@@ -51,6 +52,15 @@ fn a100_profile_equals_the_default_model() {
     // Profiles state the link efficiencies per machine; the default's inter-node figure is
     // the NDR one (0.94), the A100 profile's the HDR one (0.96).
     default.links.network_efficiency = 0.96;
+    // FlashAttention-2 reaches a larger share of an A100's peak than of an H100's, whose
+    // figures the default curves are: the profile raises the plateaus and keeps the shape.
+    let a = from_profile
+        .attention
+        .expect("a GPU profile prices attention");
+    let d = crate::cost::DEFAULT_ATTENTION;
+    assert!(a.flash.forward.max_efficiency > d.flash.forward.max_efficiency);
+    assert_eq!(a.flash.forward.keys_half, d.flash.forward.keys_half);
+    default.attention = Some(a);
     assert_eq!(from_profile, default);
 }
 
@@ -108,6 +118,7 @@ fn h100_nvls_matches_published_busbw() {
 fn h100_profile_is_faster_than_a100_on_the_same_work() {
     let s = small_scenario(8, 1, 1, 1);
     let op = crate::schedule::ComputeOp {
+        attention: None,
         phase: crate::schedule::Phase::Forward,
         dtype: crate::scenario::Precision::Bf16,
         gemms: vec![crate::schedule::Gemm {
@@ -1104,12 +1115,17 @@ fn a_fraction_and_its_absolute_rate_are_exclusive() {
         e.to_string().contains("memory.efficiency is also given"),
         "{e}"
     );
-    // Without the [gemm] table's efficiency ([gemm.fp8] keeps its own).
-    let gemm_efficiency = H100
+    let mut section = "";
+    let neither: String = H100
         .lines()
-        .find(|l| l.starts_with("max_efficiency"))
-        .unwrap();
-    let neither = H100.replacen(&format!("{gemm_efficiency}\n"), "", 1);
+        .filter(|l| {
+            if l.starts_with('[') {
+                section = l;
+            }
+            !(section == "[gemm]" && l.starts_with("max_efficiency"))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
     let e = error_of(&neither);
     assert_eq!(e.kind, ErrorKind::Missing);
     let t = e.to_string();
@@ -1134,4 +1150,58 @@ fn a_profile_naming_a_gpu_alias_matches_its_preset() {
     check_matches(&h200_scenario(), &p).unwrap();
     let e = check_matches(&small_scenario(1, 1, 1, 1), &p).unwrap_err();
     assert_eq!(e.profile_gpu, "h200-sxm-141gb");
+}
+
+/// `[attention]`: the H200 profile's fitted curves and backend become the cost model's; a
+/// backend switched to cudnn takes the cudnn curves; a host profile without the section runs
+/// attention as GEMMs; an unknown backend is refused with its key, line and the allowed names.
+#[test]
+fn attention_section_sets_the_backend_and_curves() {
+    use crate::cost::{AttentionBackend, DEFAULT_ATTENTION};
+    let p = parse_str(H200, "h200-dgx.toml").unwrap();
+    let m = p.attention_model().unwrap();
+    assert_eq!(m, DEFAULT_ATTENTION);
+    let a = p.attention.as_ref().unwrap();
+    assert_eq!(
+        a.flash_forward.as_ref().unwrap().keys_half.source,
+        Source::Fitted
+    );
+
+    let cudnn = H200.replace("backend = \"flash\"", "backend = \"cudnn\"");
+    let cudnn = cudnn.replacen(
+        "max_efficiency = { value = 1.0233,",
+        "max_efficiency = { value = 0.9,",
+        1,
+    );
+    let m = parse_str(&cudnn, "h200-dgx.toml")
+        .unwrap()
+        .attention_model()
+        .unwrap();
+    assert_eq!(m.backend, AttentionBackend::Cudnn);
+    assert_eq!(m.cudnn.forward.max_efficiency, 0.9);
+    assert_eq!(m.flash, DEFAULT_ATTENTION.flash);
+
+    let host = include_str!("../../../scenarios/profiles/host-example.toml");
+    assert_eq!(
+        parse_str(host, "host.toml").unwrap().attention_model(),
+        None
+    );
+    // Without the section a GPU profile takes the defaults.
+    let start = H200.find("[attention]").unwrap();
+    let end = H200.find("[network]").unwrap();
+    let bare = format!("{}{}", &H200[..start], &H200[end..]);
+    assert_eq!(
+        parse_str(&bare, "h200-dgx.toml").unwrap().attention_model(),
+        Some(DEFAULT_ATTENTION)
+    );
+
+    let e = error_of(&H200.replace("backend = \"flash\"", "backend = \"fa3\""));
+    assert_eq!(e.key, "attention.backend");
+    assert!(e.allowed.contains("\"cudnn\""), "{e}");
+    let line = H200
+        .lines()
+        .position(|l| l.starts_with("backend ="))
+        .unwrap() as u32
+        + 1;
+    assert_eq!(e.line, Some(line));
 }

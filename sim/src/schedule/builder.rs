@@ -61,6 +61,9 @@ fn spare_ops() -> Vec<Op> {
 pub struct Builder {
     ops: Vec<Op>,
     next_tag: u32,
+    /// Tag of the next ring context-parallel transfer: every rank of a cp group runs the same
+    /// program, so the k-th ring send of one rank meets the k-th ring receive of the next.
+    next_ring_tag: u32,
     tails: [Option<u32>; Stream::COUNT],
     /// Allocator slack: each transient GPU allocation (activations, buffers) comes with a
     /// reserved allocation of this fraction of its size, freed with it.
@@ -85,6 +88,7 @@ impl Builder {
         Builder {
             ops: spare_ops(),
             next_tag: 0,
+            next_ring_tag: 0,
             tails: [None; Stream::COUNT],
             slack_fraction: finite(fraction),
             host_slack_fraction: finite(host_fraction),
@@ -109,6 +113,16 @@ impl Builder {
             .next_tag
             .checked_add(1)
             .ok_or_else(|| ScheduleError::TooLarge("allocation tags in one program".into()))?;
+        Ok(tag)
+    }
+
+    /// A fresh tag for one ring context-parallel send and its receive.
+    pub fn ring_tag(&mut self) -> Result<u32, ScheduleError> {
+        let tag = self.next_ring_tag;
+        self.next_ring_tag = self
+            .next_ring_tag
+            .checked_add(1)
+            .ok_or_else(|| ScheduleError::TooLarge("ring transfers in one program".into()))?;
         Ok(tag)
     }
 

@@ -135,6 +135,7 @@ impl UniformSizes {
             .saturating_mul(layers)
             .saturating_mul(scale);
         ComputeOp {
+            attention: None,
             phase,
             dtype: crate::scenario::Precision::Bf16,
             gemms: vec![Gemm {
@@ -199,6 +200,7 @@ impl UniformSizes {
             } else {
                 Vec::new()
             },
+            ring: None,
         }
     }
 }

@@ -12,9 +12,18 @@
 //!   backward reduce-scatters; without SP the backward all-reduces the input gradient), and
 //!   the vocab-parallel cross entropy all-reduces three fp32 values per token (max, target
 //!   logit, sum of exponentials).
-//! - Context parallel (`c > 1`): per layer, an all-gather of K and V (the gathered buffer is
-//!   `2*b*s*kv/t` elements) in the forward and a reduce-scatter of their gradients in the
-//!   backward.
+//! - Context parallel (`c > 1`), by `cp_algorithm` (Transformer Engine's `cp_comm_type`,
+//!   `transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`):
+//!   - all-gather: per layer, an all-gather of K and V (the gathered buffer is `2*b*s*kv/t`
+//!     elements) in the forward and a reduce-scatter of their gradients in the backward
+//!     (`AttnFuncWithCPAndKVAllGather`).
+//!   - ulysses: per layer, an all-to-all of Q, K and V from sequence to head sharding (send
+//!     buffer `b*s/c*(h+2kv)/t` elements) and one of the output back (`b*s/c*h/t`) in the
+//!     forward; in the backward the same two for the output's gradient and Q, K, V's
+//!     (`AttnFuncWithCPAndQKVOA2A`, DeepSpeed-Ulysses, Jacobs et al. 2023).
+//!   - ring: no collective; `cp-1` point-to-point steps per layer pass K and V blocks
+//!     (`2*b*s/c*kv/t` elements) around the group in the forward, and K, V with their
+//!     gradients (twice that) in the backward (`AttnFuncWithCPAndKVP2P`). See [`ring`].
 //! - Expert parallel (`ep > 1`, MoE layers only): two all-to-alls (dispatch, combine) in the
 //!   forward and two in the backward. One call's send buffer holds this rank's routed token
 //!   copies: `b*s/c*top_k*h` elements, divided by `t` with sequence parallelism (each TP rank
@@ -23,9 +32,10 @@
 //! Buffers are in the activation dtype (bf16 for fp8 training).
 
 use super::dims::{mul, prod, to_u32, Dims};
-use super::CommCall;
+use super::{CommCall, RingPass};
 use crate::ir::CollectiveKind;
 use crate::plan::GroupKind;
+use crate::scenario::CpAlgorithm;
 
 /// Collectives of one block's forward and backward, one call each before merging.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -122,15 +132,31 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
         tp_pairs(d, &mut out.backward);
     }
     if d.c > 1 {
-        let kv = mul(d.act_bytes, mul(2, d.sharded(prod(&[d.b, d.s, d.kv]))));
-        push(
-            &mut out.forward,
-            call(CollectiveKind::AllGather, GroupKind::Cp, kv),
-        );
-        push(
-            &mut out.backward,
-            call(CollectiveKind::ReduceScatter, GroupKind::Cp, kv),
-        );
+        match d.cp_algorithm {
+            CpAlgorithm::AllGather => {
+                let kv = mul(d.act_bytes, mul(2, d.sharded(prod(&[d.b, d.s, d.kv]))));
+                push(
+                    &mut out.forward,
+                    call(CollectiveKind::AllGather, GroupKind::Cp, kv),
+                );
+                push(
+                    &mut out.backward,
+                    call(CollectiveKind::ReduceScatter, GroupKind::Cp, kv),
+                );
+            }
+            CpAlgorithm::Ulysses => {
+                let qkv = mul(
+                    d.act_bytes,
+                    d.sharded(mul(d.tokens, d.h.saturating_add(mul(2, d.kv)))),
+                );
+                let o = mul(d.act_bytes, d.sharded(d.hidden_elements()));
+                for list in [&mut out.forward, &mut out.backward] {
+                    push(list, call(CollectiveKind::AllToAll, GroupKind::Cp, qkv));
+                    push(list, call(CollectiveKind::AllToAll, GroupKind::Cp, o));
+                }
+            }
+            CpAlgorithm::Ring => {}
+        }
     }
     if let (true, true, Some(_)) = (moe, d.ep > 1, d.moe) {
         let copies = mul(d.routed_tokens(), d.h);
@@ -141,6 +167,27 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
         }
     }
     out
+}
+
+/// Ring context parallelism's K/V exchange for `layers` layers of one micro batch: `None`
+/// unless the algorithm is ring over more than one rank. Forward: `cp-1` steps each passing
+/// one rank's K and V block; backward: the same steps carrying K, V and their gradients.
+pub(crate) fn ring(d: &Dims, layers: u64) -> Option<(RingPass, RingPass)> {
+    if d.c <= 1 || d.cp_algorithm != CpAlgorithm::Ring || layers == 0 {
+        return None;
+    }
+    let block = mul(d.act_bytes, mul(2, d.sharded(mul(d.tokens, d.kv))));
+    let steps = to_u32(d.c - 1);
+    Some((
+        RingPass {
+            steps,
+            bytes: mul(block, layers),
+        },
+        RingPass {
+            steps,
+            bytes: mul(mul(2, block), layers),
+        },
+    ))
 }
 
 /// Collectives of the vocab-parallel input embedding.

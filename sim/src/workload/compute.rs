@@ -3,10 +3,12 @@
 //! and the kernel launches, for the forward, the two halves of the backward, and the attention
 //! core that selective recompute runs again.
 //!
-//! FLOPs are the GEMMs' only, counted as Megatron-LM does (Narayanan et al. 2021): full `s*s`
+//! FLOPs are counted as Megatron-LM does (Narayanan et al. 2021): the GEMMs', with full `s*s`
 //! score matrices even under causal masking, backward = 2x forward, nothing for softmax, norms
 //! or elementwise work. Those are memory-bound and are carried by `memory_bytes` instead, so
-//! model FLOPs, MFU and HFU match the published closed forms exactly.
+//! model FLOPs, MFU and HFU match the published closed forms exactly. With flash attention the
+//! attention core is one fused kernel ([`crate::schedule::Attention`]) whose time the cost
+//! model takes from its causal work; only its reported FLOPs keep Megatron's full square.
 //!
 //! Memory-bound bytes (an estimate; see docs/memory.md): each elementwise kernel reads its
 //! inputs and writes its outputs once; a backward elementwise kernel moves twice its forward's
@@ -14,7 +16,7 @@
 //! and for norms also reduces the weight gradient).
 
 use super::dims::{div_ceil, mul, prod, to_u32, Dims};
-use crate::ir::{ComputeOp, Gemm, Phase};
+use crate::ir::{Attention, ComputeOp, Gemm, Phase};
 use crate::scenario::Precision;
 
 /// Work of one kind inside a pass, before it becomes a [`ComputeOp`].
@@ -24,9 +26,25 @@ pub(crate) struct Parts {
     pub gemms: Vec<Gemm>,
     pub memory_bytes: u64,
     pub kernels: u32,
+    /// The fused attention kernel (flash attention); one scenario's layers share one shape,
+    /// so merging parts adds calls.
+    pub attention: Option<Attention>,
+    /// Megatron's FLOPs of `attention` (full `s*s` products), reported, not priced.
+    pub attention_flops: u64,
 }
 
 impl Parts {
+    fn add_attention(&mut self, a: Option<Attention>, flops: u64) {
+        self.attention = match (self.attention, a) {
+            (Some(x), Some(y)) => Some(Attention {
+                count: x.count.saturating_add(y.count),
+                ..x
+            }),
+            (x, y) => x.or(y),
+        };
+        self.attention_flops = self.attention_flops.saturating_add(flops);
+    }
+
     pub fn add_gemm(&mut self, g: Gemm) {
         if g.count == 0 {
             return;
@@ -47,6 +65,7 @@ impl Parts {
         }
         self.memory_bytes = self.memory_bytes.saturating_add(other.memory_bytes);
         self.kernels = self.kernels.saturating_add(other.kernels);
+        self.add_attention(other.attention, other.attention_flops);
     }
 
     /// The same work `n` times (n layers).
@@ -56,6 +75,11 @@ impl Parts {
             gemms: Vec::with_capacity(self.gemms.len()),
             memory_bytes: mul(self.memory_bytes, n),
             kernels: self.kernels.saturating_mul(n32),
+            attention: self.attention.map(|a| Attention {
+                count: a.count.saturating_mul(n32),
+                ..a
+            }),
+            attention_flops: mul(self.attention_flops, n),
         };
         for g in &self.gemms {
             out.add_gemm(Gemm {
@@ -69,7 +93,7 @@ impl Parts {
     pub fn flops(&self) -> u64 {
         self.gemms
             .iter()
-            .fold(0u64, |acc, g| acc.saturating_add(g.flops()))
+            .fold(self.attention_flops, |acc, g| acc.saturating_add(g.flops()))
     }
 
     pub fn into_op(self, phase: Phase, dtype: Precision) -> ComputeOp {
@@ -78,6 +102,7 @@ impl Parts {
             phase,
             dtype,
             gemms: self.gemms.into(),
+            attention: self.attention,
             flops,
             memory_bytes: self.memory_bytes,
             kernels: self.kernels,
@@ -199,7 +224,8 @@ fn add_elementwise(block: &mut BlockParts, bytes: u64, kernels: u32) {
 }
 
 /// The attention core: `S = Q K^T` and `O = P V` per head as batched GEMMs, with softmax and
-/// dropout in between (or one fused flash-attention kernel).
+/// dropout in between, or one fused flash-attention kernel forward and one backward whose
+/// work follows the causal mask (FLOPs still reported as the GEMMs', Megatron's convention).
 fn attention_core(d: &Dims) -> BlockParts {
     let batches = to_u32(d.head_batches());
     // One strided-batched call per layer computes every head's product.
@@ -216,15 +242,16 @@ fn attention_core(d: &Dims) -> BlockParts {
         ..gemm(d.s_local, d.s, d.head_dim)
     };
     let mut core = Parts::default();
-    core.add_gemm(scores);
-    core.add_gemm(av);
     let mut bwd = Parts::default();
-    // Both operands of both GEMMs are activations: all four gradients are input gradients.
-    for g in [scores, av] {
-        bwd.add_gemm(grad_a(g));
-        bwd.add_gemm(grad_b(g));
-    }
     if d.flash {
+        let fwd_kernel = d.flash_attention();
+        let fwd_flops = scores.flops().saturating_add(av.flops());
+        core.add_attention(Some(fwd_kernel), fwd_flops);
+        let bwd_kernel = Attention {
+            backward: true,
+            ..fwd_kernel
+        };
+        bwd.add_attention(Some(bwd_kernel), mul(2, fwd_flops));
         // One kernel reads Q, K, V and writes O and the fp32 softmax statistics.
         let qo = mul(2, d.sharded(d.hidden_elements()));
         let kv = mul(2, d.sharded(prod(&[d.b, d.s, d.kv])));
@@ -235,6 +262,13 @@ fn attention_core(d: &Dims) -> BlockParts {
         bwd.memory_bytes = mul(2, bytes);
         bwd.kernels = 1;
     } else {
+        core.add_gemm(scores);
+        core.add_gemm(av);
+        // Both operands of both GEMMs are activations: all four gradients are input gradients.
+        for g in [scores, av] {
+            bwd.add_gemm(grad_a(g));
+            bwd.add_gemm(grad_b(g));
+        }
         // Fused scale-mask-softmax reads and writes S; dropout reads S, writes S and a
         // one-byte mask. Two batched GEMMs and two elementwise kernels.
         let scores_n = d.score_elements();
@@ -320,12 +354,14 @@ pub(crate) fn embedding(d: &Dims, grad_bytes: u64) -> BlockParts {
             gemms: Vec::new(),
             memory_bytes: lookup.saturating_add(dropout),
             kernels: 2,
+            ..Parts::default()
         },
         backward_input: Parts::default(),
         backward_weight: Parts {
             gemms: Vec::new(),
             memory_bytes: dropout.saturating_add(scatter),
             kernels: 2,
+            ..Parts::default()
         },
         attention_core: Parts::default(),
     }

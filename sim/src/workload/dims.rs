@@ -2,7 +2,7 @@
 //! tensor-parallel shard widths, the bytes of each saved tensor's dtype), with arithmetic that
 //! saturates instead of panicking, so every formula in this module works on any input.
 
-use crate::scenario::{Precision, Scenario};
+use crate::scenario::{CpAlgorithm, Precision, Scenario};
 
 /// `a * b`, saturating.
 pub(crate) fn mul(a: u64, b: u64) -> u64 {
@@ -48,6 +48,8 @@ pub(crate) struct Dims {
     pub t: u64,
     /// Context-parallel size.
     pub c: u64,
+    /// How context parallelism exchanges K and V (only read when `c > 1`).
+    pub cp_algorithm: CpAlgorithm,
     pub ep: u64,
     /// `h / a`.
     pub head_dim: u64,
@@ -98,6 +100,7 @@ impl Dims {
             v: m.vocab,
             t,
             c,
+            cp_algorithm: p.cp_algorithm,
             ep: u64::from(p.ep.max(1)),
             head_dim: m.hidden / a,
             kv: mul(m.hidden, g) / a,
@@ -140,6 +143,33 @@ impl Dims {
     /// Attention heads on this rank times micro batch: the batch count of the score GEMMs.
     pub fn head_batches(&self) -> u64 {
         mul(self.b, self.sharded(self.a))
+    }
+
+    /// Whether the attention runs as Ulysses does it: the whole sequence, heads over `t*c`.
+    pub fn ulysses(&self) -> bool {
+        self.c > 1 && self.cp_algorithm == CpAlgorithm::Ulysses
+    }
+
+    /// The fused attention kernel of one layer's forward on this rank: the load-balanced
+    /// share `s/c` of the queries against the whole causal sequence (all-gather and ring: the
+    /// same work, see [`crate::ir::Attention::causal`]), or with Ulysses every query
+    /// of the sequence for `a/(t*c)` heads.
+    pub fn flash_attention(&self) -> crate::ir::Attention {
+        let (q_len, heads) = if self.ulysses() {
+            (self.s, div_ceil(self.sharded(self.a), self.c))
+        } else {
+            (self.s_local, self.sharded(self.a))
+        };
+        crate::ir::Attention {
+            batch: to_u32(self.b),
+            heads: to_u32(heads),
+            head_dim: self.head_dim,
+            q_len,
+            kv_len: self.s,
+            causal: true,
+            backward: false,
+            count: 1,
+        }
     }
 
     /// Score-matrix elements on this rank: `b * a/t * (s/c) * s` (Megatron counts the full

@@ -61,6 +61,17 @@ pub fn backward_comms_overlap_wgrad(comms: &[CommCall]) -> bool {
     comms.iter().any(overlaps_wgrad) && comms.iter().all(|c| c.group == GroupKind::Tp)
 }
 
+/// Ring context parallelism's exchange inside one pass: `steps` transfers of `bytes` (the
+/// blocks of all the pass's layers) to the next rank of the cp group and as many from the
+/// previous, each overlapped with the attention of the block already held. The schedule
+/// splits the pass's attention kernel into `steps + 1` blocks around them
+/// (`schedule::emit::compute`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingPass {
+    pub steps: u32,
+    pub bytes: u64,
+}
+
 /// One pass (forward, backward, ...) of one micro batch through some layers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PassWork {
@@ -68,6 +79,9 @@ pub struct PassWork {
     /// Collectives that the pass needs; on the critical path after `compute`. One entry per
     /// (kind, group, buffer size), in first-use order; layers' calls are merged into `calls`.
     pub comms: Vec<CommCall>,
+    /// Ring context parallelism's K/V exchange, overlapped with the attention; `None` for
+    /// other algorithms, without context parallelism, and for passes without attention.
+    pub ring: Option<RingPass>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -176,6 +190,12 @@ pub fn layers_work(
             dense.max(moe)
         }
     };
+    // Only a fused attention kernel is split into ring blocks; unfused attention runs the
+    // gathered form.
+    let (ring_fwd, ring_bwd) = match comms::ring(&d, n) {
+        Some((f, b)) if d.flash => (Some(f), Some(b)),
+        _ => (None, None),
+    };
     let mut backward = all.backward_input.clone();
     backward.add(&all.backward_weight);
     let recompute = match (recompute, n) {
@@ -183,24 +203,29 @@ pub fn layers_work(
         (Recompute::Selective, _) => Some(PassWork {
             compute: layers.attention_core.into_op(Phase::Recompute, dtype),
             comms: Vec::new(),
+            ring: ring_fwd,
         }),
         (Recompute::Full, _) => Some(PassWork {
             compute: layers.forward.into_op(Phase::Recompute, dtype),
             comms: layer_comms.forward,
+            ring: ring_fwd,
         }),
     };
     ChunkWork {
         forward: PassWork {
             compute: all.forward.into_op(Phase::Forward, dtype),
             comms: all_comms.forward,
+            ring: ring_fwd,
         },
         backward: PassWork {
             compute: backward.into_op(Phase::Backward, dtype),
             comms: all_comms.backward.clone(),
+            ring: ring_bwd,
         },
         backward_input: PassWork {
             compute: all.backward_input.into_op(Phase::BackwardInput, dtype),
             comms: all_comms.backward,
+            ring: ring_bwd,
         },
         backward_weight: all.backward_weight.into_op(Phase::BackwardWeight, dtype),
         recompute,
@@ -307,6 +332,7 @@ pub fn optimizer_step(s: &Scenario, plan: &Plan, stage: u32) -> ComputeOp {
         .flatten()
         .fold(0u32, |acc, c| acc.saturating_add(c.num_layers));
     ComputeOp {
+        attention: None,
         phase: Phase::Optimizer,
         dtype: s.training.precision,
         gemms: Vec::new().into(),

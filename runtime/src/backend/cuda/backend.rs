@@ -305,20 +305,20 @@ impl CudaBackend {
         match &op.kind {
             OpKind::Compute(c) => {
                 let choice = gemm_dtype(c.dtype, self.options.allow_tf32);
-                if !c.gemms.is_empty() {
+                if c.executed_gemms().next().is_some() {
                     let (Some(h), Some(ops)) = (&w.blas, &w.gemm) else {
                         return Err(RuntimeError::Unsupported(
                             "GEMM without a prepared workspace".into(),
                         ));
                     };
-                    for g in &c.gemms {
+                    for g in c.executed_gemms() {
                         // A GEMM of its own precision runs in it (FP8 training's bf16
                         // attention core and output layer).
                         let dtype = match g.dtype {
                             Some(d) => gemm_dtype(d, self.options.allow_tf32).dtype,
                             None => choice.dtype,
                         };
-                        run_gemm(h, ops, g, dtype)?;
+                        run_gemm(h, ops, &g, dtype)?;
                     }
                 }
                 if c.memory_bytes > 0 {
@@ -328,8 +328,7 @@ impl CudaBackend {
                         .ok_or_else(|| RuntimeError::Unsupported("no scratch".into()))?;
                     // The op's kernels that are not GEMM calls are its elementwise launches.
                     let gemm_calls = c
-                        .gemms
-                        .iter()
+                        .executed_gemms()
                         .fold(0u32, |a, g| a.saturating_add(g.calls()));
                     run_memory_bound(
                         s,

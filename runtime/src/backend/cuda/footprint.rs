@@ -64,9 +64,9 @@ pub fn workspaces(program: &Program, allow_tf32: bool) -> [StreamWorkspace; Stre
         };
         match &op.kind {
             OpKind::Compute(c) => {
-                for g in &c.gemms {
+                for g in c.executed_gemms() {
                     let dtype = gemm_dtype(g.dtype.unwrap_or(c.dtype), allow_tf32).dtype;
-                    for (have, n) in s.gemm.iter_mut().zip(operand_bytes(g, dtype)) {
+                    for (have, n) in s.gemm.iter_mut().zip(operand_bytes(&g, dtype)) {
                         *have = (*have).max(n);
                     }
                 }

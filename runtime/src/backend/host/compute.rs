@@ -31,7 +31,7 @@ impl Workspace {
         let (mut a, mut b, mut c, mut x, mut pack) = (0u64, 0u64, 0u64, 0u64, 0u64);
         for op in &program.ops {
             if let OpKind::Compute(cop) = &op.kind {
-                for g in &cop.gemms {
+                for g in cop.executed_gemms() {
                     a = a.max(g.m.saturating_mul(g.k));
                     b = b.max(g.k.saturating_mul(g.n));
                     c = c.max(g.m.saturating_mul(g.n));
@@ -72,7 +72,7 @@ impl Workspace {
     }
 
     fn gemms(&mut self, op: &ComputeOp) {
-        for g in &op.gemms {
+        for g in op.executed_gemms() {
             let (m, n, k) = (elems(g.m), elems(g.n), elems(g.k));
             if m == 0 || n == 0 || k == 0 {
                 continue;

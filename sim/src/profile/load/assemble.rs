@@ -226,6 +226,7 @@ impl Checker<'_> {
             host_compute_weight: compute_weight,
             host_p2p_cpu_share: p2p_cpu_share,
             host_memory_cores: memory_cores,
+            attention: raw.attention.map(|a| self.attention(a)).transpose()?,
             provenance: raw
                 .provenance
                 .into_iter()
@@ -243,6 +244,66 @@ impl Checker<'_> {
                 holdout_samples: f.holdout_samples,
                 holdout_max_relative_error: f.holdout_max_relative_error,
             }),
+        })
+    }
+}
+
+impl Checker<'_> {
+    /// `[attention]`: the backend name checked against the two the cost model knows, every
+    /// curve parameter in its range.
+    fn attention(&self, a: RawAttention) -> Result<AttentionParams> {
+        const BACKENDS: [&str; 2] = ["flash", "cudnn"];
+        let backend = match a.backend {
+            Some(b) if !BACKENDS.contains(&b.get_ref().as_str()) => {
+                return Err(self.invalid(
+                    b.span(),
+                    "attention.backend",
+                    format!("\"{}\"", b.get_ref()),
+                    "unknown attention backend",
+                    "\"flash\" or \"cudnn\"",
+                ))
+            }
+            other => other.map(|b| b.into_inner()),
+        };
+        let curve =
+            |key: &str, c: Option<RawAttentionCurve>| -> Result<Option<AttentionCurveParams>> {
+                c.map(|c| {
+                    Ok(AttentionCurveParams {
+                        max_efficiency: self.param(
+                            &format!("{key}.max_efficiency"),
+                            c.max_efficiency,
+                            Range::Positive,
+                        )?,
+                        keys_half: self.param(
+                            &format!("{key}.keys_half"),
+                            c.keys_half,
+                            Range::NonNegative,
+                        )?,
+                        head_dim_half: self.param(
+                            &format!("{key}.head_dim_half"),
+                            c.head_dim_half,
+                            Range::NonNegative,
+                        )?,
+                    })
+                })
+                .transpose()
+            };
+        let (flash, cudnn) = (
+            a.flash.unwrap_or(RawAttentionBackend {
+                forward: None,
+                backward: None,
+            }),
+            a.cudnn.unwrap_or(RawAttentionBackend {
+                forward: None,
+                backward: None,
+            }),
+        );
+        Ok(AttentionParams {
+            backend,
+            flash_forward: curve("attention.flash.forward", flash.forward)?,
+            flash_backward: curve("attention.flash.backward", flash.backward)?,
+            cudnn_forward: curve("attention.cudnn.forward", cudnn.forward)?,
+            cudnn_backward: curve("attention.cudnn.backward", cudnn.backward)?,
         })
     }
 }

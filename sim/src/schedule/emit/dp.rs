@@ -96,6 +96,7 @@ impl<'a> DpEmitter<'a> {
 
     fn compress_op(&self, elems: u64, wire_bytes: u64) -> ComputeOp {
         ComputeOp {
+            attention: None,
             phase: Phase::Compress,
             dtype: self.ctx.s.training.precision,
             gemms: Gemms::default(),

@@ -126,6 +126,84 @@ fn context_parallel_gathers_k_and_v_and_scatters_their_gradients() {
     assert_eq!(w.recompute.expect("full").comms, w.forward.comms);
 }
 
+/// Ulysses: per layer an all-to-all of this rank's Q, K and V (b*s/c*(h+2kv)/t elements) and
+/// one of the output (b*s/c*h/t) each way; no gather. Attention then sees the whole sequence
+/// for heads/(t*c) heads.
+#[test]
+fn ulysses_context_parallel_all_to_alls_qkv_and_the_output() {
+    let (b, s, h, t, c, l) = (1u64, 8192u64, 4096u64, 2u64, 4u64, 3u32);
+    let mut sc = gpt(l, h, 32, s, 32000, (t as u32, 1, 1), b, 1);
+    sc.model.kv_heads = 8;
+    sc.parallel.cp = c as u32;
+    sc.parallel.cp_algorithm = crate::scenario::CpAlgorithm::Ulysses;
+    sc.cluster.gpus = (t * c) as u32;
+    sc.training.flash_attention = true;
+    let plan = plan(&sc);
+    let w = layers_work(&sc, &plan, &plan.chunks[0][0], 0, l, false, false);
+    let kv = h * 8 / 32;
+    let qkv = b * s / c * (h + 2 * kv) / t * 2;
+    let o = b * s / c * h / t * 2;
+    let tp = b * s / c * h * 2;
+    let want = vec![
+        cc(AllReduce, GroupKind::Tp, tp, 2 * l),
+        cc(AllToAll, GroupKind::Cp, qkv, l),
+        cc(AllToAll, GroupKind::Cp, o, l),
+    ];
+    assert_eq!(w.forward.comms, want);
+    assert_eq!(w.backward.comms, want);
+    assert_eq!(w.forward.ring, None);
+    let a = w.forward.compute.attention.expect("flash");
+    assert_eq!((a.q_len, a.kv_len, a.heads, a.count), (s, s, 32 / 8, l));
+}
+
+/// Ring: no collective over cp; cp-1 transfers per pass of every layer's K/V block
+/// (2*b*s/c*kv/t elements) forward, and of the blocks with their gradients (twice that)
+/// backward; the attention kernel keeps the rank's load-balanced share (s/c queries over s).
+#[test]
+fn ring_context_parallel_passes_kv_blocks_instead_of_collectives() {
+    let (b, s, h, t, c, l) = (2u64, 8192u64, 4096u64, 2u64, 4u64, 3u32);
+    let mut sc = gpt(l, h, 32, s, 32000, (t as u32, 1, 1), b, 1);
+    sc.model.kv_heads = 8;
+    sc.parallel.cp = c as u32;
+    sc.parallel.cp_algorithm = crate::scenario::CpAlgorithm::Ring;
+    sc.cluster.gpus = (t * c) as u32;
+    sc.training.flash_attention = true;
+    sc.training.recompute = Recompute::Full;
+    let p = plan(&sc);
+    let w = layers_work(&sc, &p, &p.chunks[0][0], 0, l, false, false);
+    let tp = b * s / c * h * 2;
+    assert_eq!(
+        w.forward.comms,
+        vec![cc(AllReduce, GroupKind::Tp, tp, 2 * l)]
+    );
+    assert_eq!(w.backward.comms, w.forward.comms);
+    let block = 2 * b * (s / c) * (h * 8 / 32) / t * 2;
+    assert_eq!(block, 2 * 2 * 2048 * 1024 / 2 * 2);
+    let fwd = crate::workload::RingPass {
+        steps: 3,
+        bytes: u64::from(l) * block,
+    };
+    let bwd = crate::workload::RingPass {
+        steps: 3,
+        bytes: 2 * u64::from(l) * block,
+    };
+    assert_eq!(w.forward.ring, Some(fwd));
+    assert_eq!(
+        (w.backward.ring, w.backward_input.ring),
+        (Some(bwd), Some(bwd))
+    );
+    assert_eq!(w.recompute.expect("full").ring, Some(fwd));
+    let a = w.forward.compute.attention.expect("flash");
+    assert_eq!((a.q_len, a.kv_len, a.heads), (s / c, s, 32 / 2));
+    // Without context parallelism there is nothing to pass.
+    let mut one = sc.clone();
+    one.parallel.cp = 1;
+    one.cluster.gpus = t as u32;
+    let plan1 = plan(&one);
+    let w1 = layers_work(&one, &plan1, &plan1.chunks[0][0], 0, l, false, false);
+    assert_eq!(w1.forward.ring, None);
+}
+
 #[test]
 fn expert_parallel_moe_layers_all_to_all_twice_per_direction() {
     let (b, s, h, l) = (2u64, 1024u64, 1024u64, 4u32);

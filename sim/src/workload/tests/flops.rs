@@ -2,7 +2,7 @@
 //! Korthikanti et al. 2022 appendix A; data/validation/throughput.toml).
 
 use super::*;
-use crate::ir::{Gemm, Phase};
+use crate::ir::{Attention, Gemm, Phase};
 use crate::workload::{chunk_work, layers_work, ChunkWork};
 
 /// Sum over every rank of the step's FLOPs of each phase: per-rank work times the ranks that
@@ -173,12 +173,37 @@ fn backward_is_twice_forward_and_splits_into_input_and_weight_halves() {
                     (Phase::Backward, Phase::BackwardInput, Phase::BackwardWeight)
                 );
                 let gemm_flops = |g: &[Gemm]| g.iter().map(Gemm::flops).sum::<u64>();
-                assert_eq!(gemm_flops(&b.gemms), b.flops);
-                assert_eq!(gemm_flops(&f.gemms), f.flops);
                 // The weight half is exactly the linear layers' wgrads: the forward minus
                 // the attention core (4*b*s^2*h/t per layer).
                 let core = u64::from(c.num_layers) * 4 * 2 * 1024 * 1024 * 2048 / 2;
                 assert_eq!(bw.flops + core, f.flops);
+                if flash {
+                    // The core is one fused kernel per layer, outside the GEMMs, still
+                    // reported with Megatron's full-square FLOPs.
+                    assert_eq!(gemm_flops(&f.gemms) + core, f.flops);
+                    assert_eq!(gemm_flops(&b.gemms) + 2 * core, b.flops);
+                    let kernel = Attention {
+                        batch: 2,
+                        heads: 8,
+                        head_dim: 128,
+                        q_len: 1024,
+                        kv_len: 1024,
+                        causal: true,
+                        backward: false,
+                        count: c.num_layers,
+                    };
+                    let fwd = (c.num_layers > 0).then_some(kernel);
+                    assert_eq!(f.attention, fwd);
+                    let bwd = fwd.map(|k| Attention {
+                        backward: true,
+                        ..k
+                    });
+                    assert_eq!((b.attention, bi.attention, bw.attention), (bwd, bwd, None));
+                } else {
+                    assert_eq!(gemm_flops(&b.gemms), b.flops);
+                    assert_eq!(gemm_flops(&f.gemms), f.flops);
+                    assert_eq!(f.attention, None);
+                }
                 assert_eq!(w.backward.comms, w.backward_input.comms);
             }
         }

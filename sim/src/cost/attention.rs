@@ -1,0 +1,159 @@
+//! Time of a fused attention kernel ([`crate::schedule::Attention`]): its causal work at an
+//! efficiency that follows one general curve in the mean keys per query `L` (the kernel's
+//! inner-loop length) and the head dimension `d`, per backend and direction:
+//!
+//! ```text
+//! t = work_flops / (peak(dtype) * eff)
+//! eff = min(1, max_efficiency * L / (L + keys_half) * d / (d + head_dim_half))
+//! ```
+//!
+//! A short inner loop does not amortise a query tile's prologue and epilogue (loading Q,
+//! rescaling and writing O), and a small head dimension makes each tile's two products short
+//! against its softmax, so both terms rise to the backend's plateau. `L` is `s/2` for a causal
+//! sequence of `s` (the benchmarks' causal rows) and `s` without a mask, so one curve covers
+//! both. The defaults are fitted to causal `scaled_dot_product_attention` on one H200 (bf16,
+//! head_dim 64 and 128, sequence 1k-64k, 32k tokens per call; backward counted as 2.5x the
+//! forward's FLOPs): docs/measurements/2026-11-28-h200-attention.md. An H200 has the H100 SXM's
+//! SMs and clocks (989 TFLOP/s dense bf16 both), so the fractions serve the H100 too.
+
+use super::secs_to_ns;
+use crate::scenario::Precision;
+use crate::schedule::Attention;
+use serde::Serialize;
+
+/// Which attention implementation the framework runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionBackend {
+    /// The FlashAttention-2 kernels (`flash_attn`, PyTorch SDPA's flash backend).
+    Flash,
+    /// cuDNN's fused attention (Transformer Engine's FusedAttention, SDPA's cuDNN backend).
+    Cudnn,
+}
+
+impl AttentionBackend {
+    pub const ALL: [(&'static str, AttentionBackend); 2] = [
+        ("flash", AttentionBackend::Flash),
+        ("cudnn", AttentionBackend::Cudnn),
+    ];
+}
+
+/// One direction's curve (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct AttentionCurve {
+    pub max_efficiency: f64,
+    pub keys_half: f64,
+    pub head_dim_half: f64,
+}
+
+impl AttentionCurve {
+    /// Fraction of the dtype's dense peak the kernel sustains at `keys` mean keys per query
+    /// and head dimension `head_dim`.
+    pub fn efficiency(&self, keys: f64, head_dim: f64) -> f64 {
+        let l = keys.max(0.0);
+        let d = head_dim.max(0.0);
+        let shape = |x: f64, half: f64| {
+            if x + half.max(0.0) > 0.0 {
+                x / (x + half.max(0.0))
+            } else {
+                0.0
+            }
+        };
+        (self.max_efficiency * shape(l, self.keys_half) * shape(d, self.head_dim_half)).min(1.0)
+    }
+}
+
+/// Forward and backward curves of one backend.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct BackendCurves {
+    pub forward: AttentionCurve,
+    pub backward: AttentionCurve,
+}
+
+/// The attention part of the cost model: the backend in use and both backends' curves.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct AttentionModel {
+    pub backend: AttentionBackend,
+    pub flash: BackendCurves,
+    pub cudnn: BackendCurves,
+}
+
+/// Fitted on one H200, causal SDPA, least squares on relative error over a grid of the two
+/// half points (`lab/attention_fit.py`): flash forward rms 8.0% (max 20%, head_dim 64 at 1k), backward rms 2.5% (max
+/// 7.3%); docs/measurements/2026-11-28-h200-attention.md.
+pub const DEFAULT_FLASH: BackendCurves = BackendCurves {
+    forward: AttentionCurve {
+        max_efficiency: 0.4351,
+        keys_half: 320.0,
+        head_dim_half: 23.0,
+    },
+    backward: AttentionCurve {
+        max_efficiency: 0.3673,
+        keys_half: 512.0,
+        head_dim_half: 16.0,
+    },
+};
+
+/// Fitted as [`DEFAULT_FLASH`], cuDNN backend: forward rms 3.0% (max 5.5%), backward rms 1.7%
+/// (max 3.0%).
+pub const DEFAULT_CUDNN: BackendCurves = BackendCurves {
+    forward: AttentionCurve {
+        max_efficiency: 1.0233,
+        keys_half: 152.0,
+        head_dim_half: 74.5,
+    },
+    backward: AttentionCurve {
+        max_efficiency: 0.6960,
+        keys_half: 504.0,
+        head_dim_half: 37.0,
+    },
+};
+
+/// The default: the flash backend with both fitted curves.
+pub const DEFAULT_ATTENTION: AttentionModel = AttentionModel {
+    backend: AttentionBackend::Flash,
+    flash: DEFAULT_FLASH,
+    cudnn: DEFAULT_CUDNN,
+};
+
+impl AttentionModel {
+    /// The curve `a` runs on.
+    pub fn curve(&self, a: &Attention) -> AttentionCurve {
+        let b = match self.backend {
+            AttentionBackend::Flash => self.flash,
+            AttentionBackend::Cudnn => self.cudnn,
+        };
+        if a.backward {
+            b.backward
+        } else {
+            b.forward
+        }
+    }
+
+    /// Seconds of `a`'s calls at `peak` FLOP/s of its dtype.
+    pub fn attention_s(&self, a: &Attention, peak: f64) -> f64 {
+        let eff = self
+            .curve(a)
+            .efficiency(a.keys_per_query(), a.head_dim as f64);
+        let rate = super::positive_rate(peak * eff);
+        a.work_flops() as f64 / rate
+    }
+
+    /// [`AttentionModel::attention_s`] in whole nanoseconds.
+    pub fn attention_ns(&self, a: &Attention, peak: f64) -> u64 {
+        secs_to_ns(self.attention_s(a, peak))
+    }
+}
+
+/// The dtype the attention core runs in: fp8 training keeps it in bf16 (Transformer Engine
+/// runs FP8 only in its linear layers unless FP8 attention is asked for).
+pub fn attention_dtype(op_dtype: Precision) -> Precision {
+    match op_dtype {
+        Precision::Fp8 => Precision::Bf16,
+        other => other,
+    }
+}
+
+#[cfg(test)]
+#[path = "attention_tests.rs"]
+mod tests;
