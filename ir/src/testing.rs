@@ -31,6 +31,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             hidden: 1024,
             heads: 16,
             kv_heads: 16,
+            head_dim: None,
             ffn_hidden: 4096,
             seq_len: 1024,
             vocab: 32000,

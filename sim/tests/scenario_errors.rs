@@ -543,6 +543,47 @@ fn hidden_must_be_a_multiple_of_heads() {
 }
 
 #[test]
+fn head_dim_lifts_the_multiple_of_heads_rule_and_has_a_range() {
+    // GPT-OSS-like: the heads are not hidden / heads wide, so hidden need not divide.
+    let s = parse_str(
+        &edit("hidden = 1024", "hidden = 1000\nhead_dim = 128"),
+        "t.toml",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(s.model.head_dim(), 128);
+    assert_eq!(
+        (s.model.q_width(), s.model.kv_width()),
+        (16 * 128, 16 * 128)
+    );
+    let text = edit("hidden = 1024", "hidden = 1000");
+    let e = expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "model.hidden",
+            value: "1000",
+            at: "1000",
+            message: &["hidden = 1000 is not a multiple of heads = 16"],
+            allowed: &["or model.head_dim"],
+        },
+    );
+    assert!(e.to_string().contains("head_dim"), "{e}");
+    let text = edit("heads = 16", "heads = 16\nhead_dim = 0");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::Invalid,
+            key: "model.head_dim",
+            value: "0",
+            at: "head_dim = ^0",
+            message: &["too"],
+            allowed: &["integers from 1 to 65,536"],
+        },
+    );
+}
+
+#[test]
 fn ffn_hidden_must_split_over_tp() {
     let text = edit("heads = 16", "heads = 16\nffn_hidden = 1001");
     expect(

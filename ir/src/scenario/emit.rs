@@ -52,6 +52,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     model.insert("hidden", int(m.hidden));
     model.insert("heads", int(u64::from(m.heads)));
     model.insert("kv_heads", int(u64::from(m.kv_heads)));
+    if let Some(d) = m.head_dim {
+        model.insert("head_dim", int(d));
+    }
     model.insert("ffn_hidden", int(m.ffn_hidden));
     model.insert("seq_len", int(m.seq_len));
     model.insert("vocab", int(m.vocab));

@@ -100,6 +100,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
                 hidden: Some(s.hidden),
                 heads: Some(s.heads),
                 kv_heads: Some(s.kv_heads),
+                head_dim: None,
                 ffn_hidden: Some(s.ffn_hidden),
                 seq_len: Some(s.seq_len),
                 vocab: Some(s.vocab),
@@ -141,6 +142,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
     let kv_heads = opt(m.uint(&mk::KV_HEADS)?)
         .or(base.kv_heads)
         .unwrap_or(heads);
+    let head_dim = opt(m.uint(&mk::HEAD_DIM)?).or(base.head_dim);
     // hidden <= 2^20, so 4*hidden fits the ffn range.
     let ffn_hidden = opt(m.uint(&mk::FFN_HIDDEN)?)
         .or(base.ffn_hidden)
@@ -187,6 +189,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
         hidden,
         heads: u32_of(heads),
         kv_heads: u32_of(kv_heads),
+        head_dim,
         ffn_hidden,
         seq_len,
         vocab,

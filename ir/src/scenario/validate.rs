@@ -164,14 +164,17 @@ fn model_shape(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
             format!("kv_heads dividing {}: {}", m.heads, divisors(u64::from(m.heads), u64::MAX, 16)),
         ));
     }
-    if !m.hidden.is_multiple_of(u64::from(m.heads)) {
+    if m.head_dim.is_none() && !m.hidden.is_multiple_of(u64::from(m.heads)) {
         return Err(c.fail(
             &[("model.hidden", v(m.hidden)), ("model.heads", v(m.heads))],
             format!(
                 "hidden = {} is not a multiple of heads = {} (head dimension = hidden / heads)",
                 m.hidden, m.heads
             ),
-            format!("hidden a multiple of {}", m.heads),
+            format!(
+                "hidden a multiple of {}, or model.head_dim when the head width is not hidden / heads",
+                m.heads
+            ),
         ));
     }
     if let Some(moe) = &m.moe {
@@ -508,8 +511,8 @@ fn zero(c: &Checker<'_>, s: &Scenario, zero_explicit: bool) -> Result<(), Scenar
 fn size(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     let m = &s.model;
     let h = m.hidden as f64;
-    let head_dim = h / f64::from(m.heads);
-    let attention = 2.0 * h * h + 2.0 * h * f64::from(m.kv_heads) * head_dim;
+    let (q, kv) = (m.q_width() as f64, m.kv_width() as f64);
+    let attention = 2.0 * h * q + 2.0 * h * kv;
     let mlp = if m.gated_mlp { 3.0 } else { 2.0 } * h * m.ffn_hidden as f64;
     let layers = f64::from(m.layers);
     let (moe_layers, experts, top_k) = match &m.moe {
@@ -544,7 +547,7 @@ fn size(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
         + (layers - moe_layers) * mlp
         + moe_layers * top_k * mlp
         + m.vocab as f64 * h;
-    let flops = 2.0 * tokens * active + 4.0 * tokens * m.seq_len as f64 * h * layers;
+    let flops = 2.0 * tokens * active + 4.0 * tokens * m.seq_len as f64 * q * layers;
     if flops > limits::MICROBATCH_FORWARD_FLOPS {
         return Err(c.fail(
             &[

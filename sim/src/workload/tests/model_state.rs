@@ -30,6 +30,28 @@ fn gpt3_175b_has_174_6_billion_parameters() {
     assert!((p as f64 / 174.6e9 - 1.0).abs() < 5e-4, "{p}");
 }
 
+/// Heads of `head_dim` other than `h / a`: QKV is `h x (a*hd + 2*g*hd)`, the output
+/// projection `a*hd x h`; norms, MLP and embeddings keep `h`.
+#[test]
+fn explicit_head_dim_sets_the_attention_parameters() {
+    let (l, h, a, g, hd, f, v) = (2u64, 96u64, 4u64, 2u64, 32u64, 160u64, 1000u64);
+    let m = Model {
+        head_dim: Some(hd),
+        ..llama(l as u32, h, a as u32, g as u32, f, v)
+    };
+    let (q, kv) = (a * hd, g * hd);
+    let layer = h * (q + 2 * kv) + q * h + 2 * h + 3 * h * f;
+    assert_eq!(total(model_params(&m)), l * layer + 2 * v * h + h);
+    // Per tensor-parallel rank (tp 2): the attention columns and rows split, norms do not.
+    let mut sc = on_one_gpu(m);
+    sc.parallel.tp = 2;
+    sc.cluster.gpus = 2;
+    let plan = plan(&sc);
+    let p = chunk_params(&sc, &plan, &plan.chunks[0][0]);
+    let rank_layer = h * (q + 2 * kv) / 2 + q / 2 * h + 2 * h + 3 * h * f / 2;
+    assert_eq!(total(p), l * rank_layer + 2 * v / 2 * h + h);
+}
+
 #[test]
 fn llama_and_mixtral_parameter_counts_are_exact() {
     // Published totals (Hugging Face checkpoints): Llama-2 7B 6,738,415,616;
