@@ -64,6 +64,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             cp: 1,
             zero: 0,
             fsdp: false,
+            fsdp_degree: None,
             sequence_parallel: tp > 1,
             schedule: PipelineSchedule::OneFOneB,
             layer_partition: None,

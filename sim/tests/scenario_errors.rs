@@ -829,6 +829,62 @@ fn fsdp_is_zero_three() {
 }
 
 #[test]
+fn fsdp_degree_must_divide_dp_and_needs_zero_three() {
+    let s = parse_str(
+        &edit("dp = 4", "dp = 4\nfsdp = true\nfsdp_degree = 2"),
+        "t.toml",
+        &[],
+    )
+    .unwrap();
+    assert_eq!((s.parallel.fsdp_degree(), s.parallel.dp_replicas()), (2, 2));
+    let text = edit("dp = 4", "dp = 4\nfsdp = true\nfsdp_degree = 3");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.fsdp_degree",
+            value: "3",
+            at: "fsdp_degree = ^3",
+            message: &["fsdp_degree = 3 does not divide dp = 4"],
+            allowed: &["fsdp_degree dividing dp = 4: 1, 2, 4"],
+        },
+    );
+    // dp derived from the GPU count is named the same way.
+    let text = edit("dp = 4", "zero = 3\nfsdp_degree = 8");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.fsdp_degree",
+            value: "8",
+            at: "fsdp_degree = ^8",
+            message: &["fsdp_degree = 8 does not divide dp = 4"],
+            allowed: &["1, 2, 4"],
+        },
+    );
+    // fsdp_degree = dp changes nothing, with any ZeRO stage (a layout search writes it).
+    let s = parse_str(
+        &edit("dp = 4", "dp = 4\nzero = 1\nfsdp_degree = 4"),
+        "t.toml",
+        &[],
+    )
+    .unwrap();
+    assert_eq!((s.parallel.fsdp_degree(), s.parallel.dp_replicas()), (4, 1));
+    let text = edit("dp = 4", "dp = 4\nzero = 1\nfsdp_degree = 2");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.fsdp_degree",
+            value: "2",
+            at: "fsdp_degree = ^2",
+            message: &["only ZeRO-3 / FSDP", "zero = 1"],
+            allowed: &["fsdp = true or zero = 3"],
+        },
+    );
+}
+
+#[test]
 fn offloading_parameters_needs_zero_three() {
     let text = edit("micro_batch = 1", "micro_batch = 1\noffload = \"params\"");
     expect(

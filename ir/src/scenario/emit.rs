@@ -139,6 +139,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     }
     parallel.insert("zero", int(u64::from(p.zero)));
     parallel.insert("fsdp", value(p.fsdp));
+    if let Some(f) = p.fsdp_degree {
+        parallel.insert("fsdp_degree", int(u64::from(f)));
+    }
     parallel.insert("sequence_parallel", value(p.sequence_parallel));
     parallel.insert("schedule", value(p.schedule.as_str()));
     if let Some(part) = &p.layer_partition {

@@ -210,6 +210,7 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool)> {
     let vpp = p.uint32_or_default(&pk::VPP)?;
     let zero = opt(p.uint(&pk::ZERO)?);
     let fsdp = p.boolean_or_default(&pk::FSDP)?;
+    let fsdp_degree = opt(p.uint32(&pk::FSDP_DEGREE)?);
     let sequence_parallel = p.boolean_or_default(&pk::SEQUENCE_PARALLEL)?;
     let schedule = p.choice_or_default(&pk::SCHEDULE, &PipelineSchedule::ALL)?;
     let max_layers = i64::try_from(mk::LAYERS.uint_range().1).unwrap_or(i64::MAX);
@@ -232,6 +233,7 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool)> {
             cp,
             zero: zero.map(|z| z as u8).unwrap_or(if fsdp { 3 } else { 0 }),
             fsdp,
+            fsdp_degree,
             sequence_parallel,
             schedule,
             layer_partition,

@@ -200,6 +200,11 @@ pub struct Parallel {
     pub zero: u8,
     /// FSDP (full sharding); behaves as ZeRO-3 with per-layer gather/scatter.
     pub fsdp: bool,
+    /// HSDP: ZeRO-3/FSDP shards model state within blocks of this many consecutive
+    /// data-parallel ranks and replicates it across the `dp / fsdp_degree` blocks; `None` =
+    /// one block of `dp` (plain FSDP). Read it through [`Parallel::fsdp_degree`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fsdp_degree: Option<u32>,
     pub sequence_parallel: bool,
     pub schedule: PipelineSchedule,
     /// Explicit layers per (stage, chunk) in pipeline order, length pp*vpp; `None` = the rule
@@ -218,6 +223,21 @@ pub struct Parallel {
 
 impl Parallel {
     pub const DEFAULT_ORDER: [Axis; 5] = [Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp];
+
+    /// Data-parallel ranks that share one copy of the model state: `fsdp_degree` under
+    /// ZeRO-3/FSDP when given (HSDP), else `dp`.
+    pub fn fsdp_degree(&self) -> u32 {
+        match self.fsdp_degree {
+            Some(f) if self.fsdp || self.zero >= 3 => f,
+            _ => self.dp,
+        }
+    }
+
+    /// Copies of each model-state shard across data parallelism: `dp / fsdp_degree` (1 but
+    /// for HSDP).
+    pub fn dp_replicas(&self) -> u32 {
+        self.dp / self.fsdp_degree().max(1)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -491,6 +491,33 @@ fn zero(c: &Checker<'_>, s: &Scenario, zero_explicit: bool) -> Result<(), Scenar
             "zero = 3 (or leave zero out) with fsdp = true",
         ));
     }
+    if let Some(f) = p.fsdp_degree {
+        // fsdp_degree = dp is plain data parallelism's one group: allowed with any stage.
+        if f != p.dp && !(p.fsdp || p.zero >= 3) {
+            return Err(c.fail(
+                &[("parallel.fsdp_degree", v(f)), ("parallel.zero", v(p.zero))],
+                format!(
+                    "fsdp_degree = {f} sizes the groups that shard parameters, gradients and optimizer state (HSDP), which only ZeRO-3 / FSDP does, but zero = {}",
+                    p.zero
+                ),
+                "fsdp = true or zero = 3 with fsdp_degree; or leave fsdp_degree out",
+            ));
+        }
+        if f == 0 || !p.dp.is_multiple_of(f) {
+            return Err(c.fail(
+                &[("parallel.fsdp_degree", v(f)), ("parallel.dp", v(p.dp))],
+                format!(
+                    "fsdp_degree = {f} does not divide dp = {}: the data-parallel ranks split into dp / fsdp_degree replicas of one shard group each",
+                    p.dp
+                ),
+                format!(
+                    "fsdp_degree dividing dp = {}: {}",
+                    p.dp,
+                    divisors(u64::from(p.dp), u64::MAX, 16)
+                ),
+            ));
+        }
+    }
     if s.training.offload == Offload::Params && p.zero < 3 {
         return Err(c.fail(
             &[

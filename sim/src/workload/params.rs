@@ -347,11 +347,12 @@ pub(crate) fn optimizer_shard(
 }
 
 /// Sizes of the data-parallel groups that shard dense and expert state: DenseDp is
-/// `dp*ep*cp`, ExpertDp is `dp*cp`.
+/// `dp*ep*cp`, ExpertDp is `dp*cp`, with `fsdp_degree` for `dp` under HSDP (the state is
+/// replicated across the `dp / fsdp_degree` shard groups).
 pub(crate) fn dp_sizes(s: &Scenario) -> (u64, u64) {
     let p = &s.parallel;
     let (dp, ep, cp) = (
-        u64::from(p.dp.max(1)),
+        u64::from(p.fsdp_degree().max(1)),
         u64::from(p.ep.max(1)),
         u64::from(p.cp.max(1)),
     );

@@ -191,6 +191,41 @@ fn state_bytes_shard_a_stage_over_the_data_parallel_group() {
     );
 }
 
+/// HSDP shards model state over the shard group (fsdp_degree of the dp ranks, times cp and
+/// ep for dense parameters), not over dp: bf16 Adam holds 2 + 4 + 12 bytes per parameter,
+/// all divided by the shard group. The optimizer updates the same shard.
+#[test]
+fn hsdp_shards_model_state_over_fsdp_degree_not_dp() {
+    let mut s = gpt(4, 1024, 16, 1024, 32000, (1, 1, 8), 1, 1);
+    s.parallel.fsdp = true;
+    s.parallel.zero = 3;
+    let p = total(model_params(&s.model));
+    let state = |s: &Scenario| state_bytes(s, &plan(s), 0);
+    let sharded = |n: u64| StateBytes {
+        weights_bytes: (2 * p).div_ceil(n),
+        grads_bytes: (4 * p).div_ceil(n),
+        optimizer_bytes: (12 * p).div_ceil(n),
+        host_bytes: 0,
+        host_init_bytes: 0,
+    };
+    assert_eq!(state(&s), sharded(8));
+    let plain_optimizer = optimizer_step(&s, &plan(&s), 0).memory_bytes;
+    s.parallel.fsdp_degree = Some(4);
+    assert_eq!(state(&s), sharded(4));
+    // Twice the shard, twice the optimizer's traffic.
+    assert_eq!(
+        optimizer_step(&s, &plan(&s), 0).memory_bytes,
+        2 * plain_optimizer
+    );
+    s.parallel.fsdp_degree = Some(8);
+    assert_eq!(state(&s), sharded(8));
+    // Context parallelism joins the shard group of dense parameters: 2 * 2 ranks.
+    s.parallel.fsdp_degree = Some(2);
+    s.parallel.cp = 2;
+    s.cluster.gpus = 16;
+    assert_eq!(state(&s), sharded(4));
+}
+
 #[test]
 fn bytes_per_parameter_follow_megatron_for_bf16_and_fp32() {
     // Megatron's distributed-optimizer table: bf16 params with fp32 grads 18 bytes
