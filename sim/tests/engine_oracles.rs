@@ -260,4 +260,12 @@ fn hsdp_replica_all_reduces_take_what_the_cost_model_charges() {
     }
     assert!(replicas > 0);
     assert_eq!(replicas, scatters);
+    // Simulating one representative per stage gives the same step.
+    let opts = SimOptions {
+        collapse: true,
+        ..SimOptions::default()
+    };
+    let collapsed = simulate(&plan, &sched, &cost, &opts).unwrap();
+    assert!(collapsed.collapsed);
+    assert_eq!(collapsed.step_time_ns, res.step_time_ns);
 }
