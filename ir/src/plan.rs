@@ -5,6 +5,14 @@
 //! Placement: consecutive ranks vary the innermost axis first. The default order is
 //! tp, cp, ep, dp, pp (Megatron's), so a TP group sits inside one node whenever
 //! `tp <= gpus_per_node`. A scenario may override the order (`parallel.order`).
+//!
+//! HSDP (`parallel.fsdp_degree` below dp under ZeRO-3/FSDP) splits the dp axis in two: the
+//! inner `fsdp_degree` coordinates (consecutive, so the faster links) form the shard group
+//! that ZeRO-3 gathers parameters and reduce-scatters gradients over, and the outer
+//! `dp / fsdp_degree` coordinates the replica group that all-reduces the sharded gradients.
+//! This is torchtitan's mesh, `["pp", "dp_replicate", "dp_shard", "cp", "tp"]` outermost
+//! first (pytorch/torchtitan@0119de156de558030726b8539ef0078d8aaaec99:
+//! torchtitan/distributed/parallel_dims.py), with FSDP sharding over `dp_shard` and `cp`.
 
 use crate::scenario::{Axis, Scenario};
 use serde::Serialize;
@@ -65,18 +73,25 @@ pub enum GroupKind {
     /// Pure data parallel: ranks that differ only in dp.
     Dp,
     /// Replicas of dense (non-expert) parameters: ranks that differ in dp, ep or cp. Dense
-    /// gradients are reduced and ZeRO-sharded over this group.
+    /// gradients are reduced and ZeRO-sharded over this group. Under HSDP only the inner
+    /// `fsdp_degree` dp coordinates vary: the group shards, [`GroupKind::DpReplica`] joins the
+    /// shards' copies.
     DenseDp,
-    /// Replicas of expert parameters: ranks that differ in dp or cp.
+    /// Replicas of expert parameters: ranks that differ in dp or cp (under HSDP, in cp or the
+    /// inner `fsdp_degree` dp coordinates).
     ExpertDp,
     /// The pipeline: ranks that differ only in pp.
     Pp,
     /// Every rank.
     World,
+    /// HSDP replicas: ranks that differ only in the outer `dp / fsdp_degree` dp coordinates,
+    /// i.e. hold the same shard of the model state in different shard groups. One rank each
+    /// without HSDP.
+    DpReplica,
 }
 
 impl GroupKind {
-    pub const ALL: [GroupKind; 8] = [
+    pub const ALL: [GroupKind; 9] = [
         GroupKind::Tp,
         GroupKind::Cp,
         GroupKind::Ep,
@@ -85,6 +100,7 @@ impl GroupKind {
         GroupKind::ExpertDp,
         GroupKind::Pp,
         GroupKind::World,
+        GroupKind::DpReplica,
     ];
 
     fn varied_axes(self) -> &'static [Axis] {
@@ -97,6 +113,7 @@ impl GroupKind {
             GroupKind::ExpertDp => &[Axis::Cp, Axis::Dp],
             GroupKind::Pp => &[Axis::Pp],
             GroupKind::World => &[Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp],
+            GroupKind::DpReplica => &[Axis::Dp],
         }
     }
 
@@ -112,6 +129,7 @@ impl GroupKind {
             GroupKind::ExpertDp => 5,
             GroupKind::Pp => 6,
             GroupKind::World => 7,
+            GroupKind::DpReplica => 8,
         }
     }
 }
@@ -151,6 +169,9 @@ pub struct Plan {
     /// Axis sizes indexed like `Coords`.
     pub sizes: Coords,
     pub order: [Axis; 5],
+    /// Inner dp coordinates that share one copy of the model state (`dp` but under HSDP):
+    /// how far `DenseDp` and `ExpertDp` reach along dp.
+    pub fsdp_degree: u32,
     pub gpus_per_node: u32,
     pub microbatches: u32,
     /// `chunks[stage][chunk]`.
@@ -181,6 +202,8 @@ pub enum PlanError {
     Batch { global_batch: u64, denom: u64 },
     #[error("world of {0} ranks is too large (limit 1,048,576)")]
     TooLarge(u64),
+    #[error("fsdp_degree = {fsdp_degree} does not divide dp = {dp}")]
+    FsdpDegree { fsdp_degree: u32, dp: u32 },
 }
 
 impl Plan {
@@ -228,6 +251,13 @@ impl Plan {
                 denom,
             });
         }
+        let fsdp_degree = p.fsdp_degree();
+        if fsdp_degree == 0 || !p.dp.is_multiple_of(fsdp_degree) {
+            return Err(PlanError::FsdpDegree {
+                fsdp_degree,
+                dp: p.dp,
+            });
+        }
         let world = product as u32;
         let sizes = Coords {
             tp: p.tp,
@@ -249,6 +279,7 @@ impl Plan {
             world,
             sizes,
             order: p.order,
+            fsdp_degree,
             gpus_per_node: s.cluster.gpus_per_node,
             microbatches: m as u32,
             chunks,
@@ -291,8 +322,31 @@ impl Plan {
             world: self.world,
             sizes: self.sizes,
             order: self.order,
+            fsdp_degree: self.fsdp_degree,
             gpus_per_node: self.gpus_per_node,
         }
+    }
+
+    /// Members of every group of `kind` (all groups of a kind have the same size).
+    pub fn group_size(&self, kind: GroupKind) -> u32 {
+        self.group_dims(kind, &Coords::default())
+            .iter()
+            .fold(1u32, |acc, &(n, _)| acc.saturating_mul(n))
+    }
+
+    /// The (size, rank stride) of each mesh dimension a group of `kind` varies, given each
+    /// axis's stride: the dp axis is cut at `fsdp_degree` for the shard groups (its inner
+    /// part) and the replica group (its outer part).
+    fn group_dims(&self, kind: GroupKind, stride: &Coords) -> Vec<(u32, u32)> {
+        let (f, dp) = (self.fsdp_degree.max(1), self.sizes.dp);
+        kind.varied_axes()
+            .iter()
+            .map(|&axis| match (kind, axis) {
+                (GroupKind::DenseDp | GroupKind::ExpertDp, Axis::Dp) => (f, stride.dp),
+                (GroupKind::DpReplica, Axis::Dp) => (dp / f, stride.dp.saturating_mul(f)),
+                _ => (self.sizes.get(axis), stride.get(axis)),
+            })
+            .collect()
     }
 
     pub fn pp(&self) -> u32 {
@@ -407,22 +461,13 @@ impl Plan {
         // room for all of them at once (growing would copy the groups built so far).
         let groups: usize = GroupKind::ALL
             .iter()
-            .map(|k| {
-                let size: usize = k
-                    .varied_axes()
-                    .iter()
-                    .map(|&a| self.sizes.get(a) as usize)
-                    .product();
-                world / size.max(1)
-            })
+            .map(|&k| world / (self.group_size(k) as usize).max(1))
             .sum();
         self.groups.reserve_exact(groups);
         for kind in GroupKind::ALL {
-            let axes = kind.varied_axes();
             offsets.clear();
             offsets.push(0);
-            for &axis in axes {
-                let (n, st) = (self.sizes.get(axis), stride.get(axis));
+            for (n, st) in self.group_dims(kind, &stride) {
                 let len = offsets.len();
                 for v in 1..n {
                     for i in 0..len {

@@ -58,10 +58,22 @@ fn groups_partition_the_world() {
 /// kind does not vary, ascending; ids in order of each group's smallest member.
 /// Plans of one tp 2, cp 2, pp 3, dp 2 scenario, each in a different placement order.
 fn plans_in_three_orders() -> Vec<Plan> {
+    plans_in_three_orders_of(small_scenario(2, 3, 2, 4))
+}
+
+/// The same, HSDP: dp 4 under FSDP in shard groups of 2.
+fn hsdp_plans_in_three_orders() -> Vec<Plan> {
+    let mut s = small_scenario(2, 3, 4, 4);
+    s.parallel.fsdp = true;
+    s.parallel.zero = 3;
+    s.parallel.fsdp_degree = Some(2);
+    plans_in_three_orders_of(s)
+}
+
+fn plans_in_three_orders_of(mut s: crate::scenario::Scenario) -> Vec<Plan> {
     use crate::scenario::Axis;
-    let mut s = small_scenario(2, 3, 2, 4);
     s.parallel.cp = 2;
-    s.cluster.gpus = 24;
+    s.cluster.gpus *= 2;
     [
         crate::scenario::Parallel::DEFAULT_ORDER,
         [Axis::Pp, Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp],
@@ -77,16 +89,28 @@ fn plans_in_three_orders() -> Vec<Plan> {
 
 #[test]
 fn groups_match_their_coordinate_definition_in_any_order() {
-    for plan in plans_in_three_orders() {
+    for plan in plans_in_three_orders()
+        .into_iter()
+        .chain(hsdp_plans_in_three_orders())
+    {
         let order = plan.order;
         let mut next_id = 0u32;
         for kind in GroupKind::ALL {
+            // The coordinates a group's members share: every axis the kind does not vary,
+            // and along dp the shard block (dp / fsdp_degree) for the shard groups or the
+            // place in the block (dp % fsdp_degree) for the replica group.
+            let f = plan.fsdp_degree;
             let fixed = |c: Coords| {
-                let mut c = c;
+                let (mut out, dp) = (c, c.dp);
                 for &a in kind.varied_axes() {
-                    c.set(a, 0);
+                    out.set(a, 0);
                 }
-                c
+                match kind {
+                    GroupKind::DenseDp | GroupKind::ExpertDp => out.dp = dp / f,
+                    GroupKind::DpReplica => out.dp = dp % f,
+                    _ => {}
+                }
+                out
             };
             for r in 0..plan.world {
                 let want: Vec<RankId> = (0..plan.world)
@@ -112,6 +136,60 @@ fn groups_match_their_coordinate_definition_in_any_order() {
         }
         assert_eq!(next_id as usize, plan.groups.len());
     }
+}
+
+/// HSDP over dp 8 in shard groups of 4, tp 2 inside: the shard groups take the inner dp
+/// coordinates (one node of 8 GPUs each), the replica groups join the two nodes.
+#[test]
+fn hsdp_splits_the_dp_axis_into_inner_shard_and_outer_replica_groups() {
+    let mut s = small_scenario(2, 1, 8, 4);
+    s.parallel.fsdp = true;
+    s.parallel.zero = 3;
+    s.parallel.fsdp_degree = Some(4);
+    let plan = Plan::new(&s).unwrap();
+    assert_eq!(
+        (plan.world, plan.gpus_per_node, plan.fsdp_degree),
+        (16, 8, 4)
+    );
+    let members = |r: RankId, k: GroupKind| plan.group(plan.group_of(r, k)).members.clone();
+    assert_eq!(members(0, GroupKind::DenseDp), vec![0, 2, 4, 6]);
+    assert_eq!(members(9, GroupKind::DenseDp), vec![9, 11, 13, 15]);
+    assert_eq!(members(0, GroupKind::ExpertDp), vec![0, 2, 4, 6]);
+    assert_eq!(members(0, GroupKind::DpReplica), vec![0, 8]);
+    assert_eq!(members(7, GroupKind::DpReplica), vec![7, 15]);
+    assert_eq!(
+        members(0, GroupKind::Dp),
+        (0..16).step_by(2).collect::<Vec<_>>()
+    );
+    let shard = plan.group(plan.group_of(0, GroupKind::DenseDp));
+    assert_eq!((shard.nodes, shard.max_per_node), (1, 4));
+    let replica = plan.group(plan.group_of(0, GroupKind::DpReplica));
+    assert_eq!((replica.nodes, replica.max_per_node), (2, 1));
+    assert_eq!(
+        [
+            GroupKind::DenseDp,
+            GroupKind::ExpertDp,
+            GroupKind::DpReplica,
+            GroupKind::Dp
+        ]
+        .map(|k| plan.group_size(k)),
+        [4, 4, 2, 8]
+    );
+    // Without HSDP the shard group is the whole dp axis and each rank its own replica.
+    s.parallel.fsdp_degree = None;
+    let plain = Plan::new(&s).unwrap();
+    let members = |r: RankId, k: GroupKind| plain.group(plain.group_of(r, k)).members.clone();
+    assert_eq!(members(0, GroupKind::DenseDp), members(0, GroupKind::Dp));
+    assert_eq!(members(5, GroupKind::DpReplica), vec![5]);
+    // A degree that does not divide dp is an error, not a wrong plan.
+    s.parallel.fsdp_degree = Some(3);
+    assert_eq!(
+        Plan::new(&s).unwrap_err(),
+        PlanError::FsdpDegree {
+            fsdp_degree: 3,
+            dp: 8
+        }
+    );
 }
 
 #[test]

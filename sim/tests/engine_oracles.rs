@@ -203,3 +203,69 @@ proptest! {
         }
     }
 }
+
+/// HSDP on two nodes of 8 (tp 2, dp 8 in shard groups of 4): every reduce-scatter over the
+/// shard group, inside a node, is followed by an all-reduce of its output over the replica
+/// group, one rank in each node; each of those runs for exactly what the analytic cost model
+/// charges for its bytes, calls and group.
+#[test]
+fn hsdp_replica_all_reduces_take_what_the_cost_model_charges() {
+    use twin_sim::plan::GroupKind;
+    let mut s = small_scenario(2, 1, 8, 2);
+    s.parallel.fsdp = true;
+    s.parallel.zero = 3;
+    s.parallel.fsdp_degree = Some(4);
+    let cost = Analytic::new(&s);
+    let plan = Plan::new(&s).unwrap();
+    let sched = generate(&s, &plan).unwrap();
+    sched.validate(&plan).unwrap();
+    let opts = SimOptions {
+        trace: true,
+        collapse: false,
+        ..SimOptions::default()
+    };
+    let res = simulate(&plan, &sched, &cost, &opts).unwrap();
+    let trace = res.trace.unwrap();
+    let replica = plan.group(plan.group_of(0, GroupKind::DpReplica));
+    assert_eq!((replica.members.clone(), replica.nodes), (vec![0, 8], 2));
+    let shard = plan.group(plan.group_of(0, GroupKind::DenseDp));
+    assert_eq!(shard.nodes, 1);
+    let prog = &sched.programs[sched.program_of[0] as usize];
+    let (mut replicas, mut scatters) = (0, 0);
+    for ev in trace.events.iter().filter(|e| e.rank == 0) {
+        let OpKind::Collective {
+            kind,
+            group,
+            bytes,
+            calls,
+        } = prog.ops[ev.op as usize].kind
+        else {
+            continue;
+        };
+        match (kind, group) {
+            (CollectiveKind::AllReduce, GroupKind::DpReplica) => {
+                replicas += 1;
+                assert_eq!(ev.stream, Stream::Dp);
+                assert_eq!(
+                    ev.end_ns - ev.start_ns,
+                    cost.collective_ns(kind, replica, bytes, calls),
+                    "op {}",
+                    ev.op
+                );
+                assert!(ev.end_ns - ev.start_ns > 0);
+            }
+            (CollectiveKind::ReduceScatter, GroupKind::DenseDp) => scatters += 1,
+            _ => {}
+        }
+    }
+    assert!(replicas > 0);
+    assert_eq!(replicas, scatters);
+    // Simulating one representative per stage gives the same step.
+    let opts = SimOptions {
+        collapse: true,
+        ..SimOptions::default()
+    };
+    let collapsed = simulate(&plan, &sched, &cost, &opts).unwrap();
+    assert!(collapsed.collapsed);
+    assert_eq!(collapsed.step_time_ns, res.step_time_ns);
+}

@@ -543,6 +543,47 @@ fn hidden_must_be_a_multiple_of_heads() {
 }
 
 #[test]
+fn head_dim_lifts_the_multiple_of_heads_rule_and_has_a_range() {
+    // GPT-OSS-like: the heads are not hidden / heads wide, so hidden need not divide.
+    let s = parse_str(
+        &edit("hidden = 1024", "hidden = 1000\nhead_dim = 128"),
+        "t.toml",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(s.model.head_dim(), 128);
+    assert_eq!(
+        (s.model.q_width(), s.model.kv_width()),
+        (16 * 128, 16 * 128)
+    );
+    let text = edit("hidden = 1024", "hidden = 1000");
+    let e = expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "model.hidden",
+            value: "1000",
+            at: "1000",
+            message: &["hidden = 1000 is not a multiple of heads = 16"],
+            allowed: &["or model.head_dim"],
+        },
+    );
+    assert!(e.to_string().contains("head_dim"), "{e}");
+    let text = edit("heads = 16", "heads = 16\nhead_dim = 0");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::Invalid,
+            key: "model.head_dim",
+            value: "0",
+            at: "head_dim = ^0",
+            message: &["too"],
+            allowed: &["integers from 1 to 65,536"],
+        },
+    );
+}
+
+#[test]
 fn ffn_hidden_must_split_over_tp() {
     let text = edit("heads = 16", "heads = 16\nffn_hidden = 1001");
     expect(
@@ -783,6 +824,62 @@ fn fsdp_is_zero_three() {
             at: "zero = ^1",
             message: &["fsdp = true shards parameters, gradients and optimizer state (ZeRO-3), but zero = 1"],
             allowed: &["zero = 3"],
+        },
+    );
+}
+
+#[test]
+fn fsdp_degree_must_divide_dp_and_needs_zero_three() {
+    let s = parse_str(
+        &edit("dp = 4", "dp = 4\nfsdp = true\nfsdp_degree = 2"),
+        "t.toml",
+        &[],
+    )
+    .unwrap();
+    assert_eq!((s.parallel.fsdp_degree(), s.parallel.dp_replicas()), (2, 2));
+    let text = edit("dp = 4", "dp = 4\nfsdp = true\nfsdp_degree = 3");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.fsdp_degree",
+            value: "3",
+            at: "fsdp_degree = ^3",
+            message: &["fsdp_degree = 3 does not divide dp = 4"],
+            allowed: &["fsdp_degree dividing dp = 4: 1, 2, 4"],
+        },
+    );
+    // dp derived from the GPU count is named the same way.
+    let text = edit("dp = 4", "zero = 3\nfsdp_degree = 8");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.fsdp_degree",
+            value: "8",
+            at: "fsdp_degree = ^8",
+            message: &["fsdp_degree = 8 does not divide dp = 4"],
+            allowed: &["1, 2, 4"],
+        },
+    );
+    // fsdp_degree = dp changes nothing, with any ZeRO stage (a layout search writes it).
+    let s = parse_str(
+        &edit("dp = 4", "dp = 4\nzero = 1\nfsdp_degree = 4"),
+        "t.toml",
+        &[],
+    )
+    .unwrap();
+    assert_eq!((s.parallel.fsdp_degree(), s.parallel.dp_replicas()), (4, 1));
+    let text = edit("dp = 4", "dp = 4\nzero = 1\nfsdp_degree = 2");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.fsdp_degree",
+            value: "2",
+            at: "fsdp_degree = ^2",
+            message: &["only ZeRO-3 / FSDP", "zero = 1"],
+            allowed: &["fsdp = true or zero = 3"],
         },
     );
 }

@@ -472,6 +472,10 @@ fn to_toml_round_trips_test_scenarios() {
     s.parallel.order = [Axis::Tp, Axis::Dp, Axis::Cp, Axis::Ep, Axis::Pp];
     s.cluster.gpu.hbm_bandwidth_bytes_per_s = 1.0 / 3.0 * 1e12;
     s.model.name = "quote \" and unicode é".into();
+    s.model.head_dim = Some(96);
+    s.parallel.fsdp = true;
+    s.parallel.zero = 3;
+    s.parallel.fsdp_degree = Some(1);
     let back = parse_str(&to_toml(&s), "t.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(back, s);
 }

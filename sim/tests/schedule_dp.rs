@@ -224,3 +224,126 @@ fn expert_gradients_reduce_over_the_expert_replicas() {
     assert!(groups.contains(&GroupKind::ExpertDp));
     assert!(groups.contains(&GroupKind::Ep));
 }
+
+/// A schedule with the workload model's sizes (the real parameter counts), validated.
+fn gen_sized(s: &Scenario) -> Schedule {
+    let plan = twin_sim::plan::Plan::new(s).unwrap();
+    let sched = generate(s, &plan).unwrap();
+    sched.validate(&plan).unwrap();
+    sched
+}
+
+/// HSDP over dp 8 in shard groups of 4: parameters are gathered and gradients
+/// reduce-scattered over the shard group (DenseDp); each reduce-scatter is followed by an
+/// all-reduce of its output, a quarter of its bytes in as many calls, over the replica group
+/// (DpReplica); the optimizer waits for the all-reduces. One stage holds the whole model, so
+/// the reduce-scatters of one backward carry its fp32 gradients: 4 bytes per parameter.
+#[test]
+fn hsdp_all_reduces_each_sharded_gradient_over_the_replicas() {
+    use twin_sim::plan::GroupKind;
+    let mut s = small_scenario(1, 1, 8, 2);
+    s.parallel.fsdp = true;
+    s.parallel.zero = 3;
+    s.parallel.fsdp_degree = Some(4);
+    s.training.grad_bucket_bytes = 1 << 26;
+    let params = twin_sim::workload::model_params(&s.model).dense;
+    let prog = &gen_sized(&s).programs[0];
+    let collectives: Vec<(usize, CollectiveKind, GroupKind, u64, u32)> = prog
+        .ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| match o.kind {
+            OpKind::Collective {
+                kind,
+                group,
+                bytes,
+                calls,
+            } => Some((i, kind, group, bytes, calls)),
+            _ => None,
+        })
+        .collect();
+    let of = |k: CollectiveKind, g: GroupKind| {
+        collectives
+            .iter()
+            .filter(|c| c.1 == k && c.2 == g)
+            .copied()
+            .collect::<Vec<_>>()
+    };
+    let scatters = of(CollectiveKind::ReduceScatter, GroupKind::DenseDp);
+    let replicas = of(CollectiveKind::AllReduce, GroupKind::DpReplica);
+    let backwards = prog
+        .ops
+        .iter()
+        .filter(|o| is_phase(o, Phase::Backward))
+        .count();
+    assert_eq!(backwards, 2);
+    // Each backward's gradients: 4 * params bytes in calls of at most the bucket size.
+    let scattered: u64 = scatters.iter().map(|c| c.3 * u64::from(c.4)).sum();
+    assert_eq!(scattered, 2 * 4 * params);
+    assert!(scatters.iter().all(|c| c.3 <= 1 << 26));
+    assert_eq!(replicas.len(), scatters.len());
+    for (rs, ar) in scatters.iter().zip(&replicas) {
+        assert_eq!(
+            (ar.3, ar.4),
+            (rs.3.div_ceil(4), rs.4),
+            "a quarter, as many calls"
+        );
+        assert_eq!(
+            prog.ops[ar.0].deps,
+            vec![rs.0 as u32],
+            "after its reduce-scatter"
+        );
+    }
+    // Gathers stay on the shard group; nothing else crosses the replica group.
+    assert!(!of(CollectiveKind::AllGather, GroupKind::DenseDp).is_empty());
+    assert_eq!(collectives.len(), {
+        let gathers = of(CollectiveKind::AllGather, GroupKind::DenseDp).len();
+        gathers + scatters.len() + replicas.len()
+    });
+    let optimizer = prog
+        .ops
+        .iter()
+        .position(|o| is_phase(o, Phase::Optimizer))
+        .unwrap();
+    for ar in &replicas {
+        assert!(prog.ops[optimizer].deps.contains(&(ar.0 as u32)));
+    }
+    // fsdp_degree = dp is plain FSDP: the same program without the replica all-reduces.
+    s.parallel.fsdp_degree = Some(8);
+    let plain = &gen_sized(&s).programs[0];
+    s.parallel.fsdp_degree = None;
+    assert_eq!(plain, &gen_sized(&s).programs[0]);
+    assert!(plain.ops.iter().all(|o| !matches!(
+        o.kind,
+        OpKind::Collective {
+            group: GroupKind::DpReplica,
+            ..
+        }
+    )));
+}
+
+/// fsdp_degree = 1: nothing is sharded (no gathers, no reduce-scatters); every gradient is
+/// all-reduced over the dp replicas, whole, after each backward.
+#[test]
+fn hsdp_of_degree_one_replicates_and_all_reduces() {
+    use twin_sim::plan::GroupKind;
+    let mut s = small_scenario(1, 1, 4, 2);
+    s.parallel.fsdp = true;
+    s.parallel.zero = 3;
+    s.parallel.fsdp_degree = Some(1);
+    s.training.grad_bucket_bytes = 1 << 40;
+    let params = twin_sim::workload::model_params(&s.model).dense;
+    let prog = &gen_sized(&s).programs[0];
+    let calls: Vec<(CollectiveKind, GroupKind, u64)> = prog
+        .ops
+        .iter()
+        .filter_map(|o| match o.kind {
+            OpKind::Collective {
+                kind, group, bytes, ..
+            } => Some((kind, group, bytes)),
+            _ => None,
+        })
+        .collect();
+    let want = (CollectiveKind::AllReduce, GroupKind::DpReplica, 4 * params);
+    assert_eq!(calls, vec![want, want]);
+}

@@ -25,6 +25,8 @@ struct Cfg {
     moe: bool,
     zero: u8,
     fsdp: bool,
+    /// Under ZeRO-3, HSDP with shard groups of dp's largest proper divisor.
+    hsdp: bool,
     schedule: PipelineSchedule,
     recompute: Recompute,
     layer_granularity: bool,
@@ -51,6 +53,14 @@ fn scenario(c: &Cfg) -> Scenario {
     s.parallel.ep = c.ep;
     s.parallel.zero = c.zero;
     s.parallel.fsdp = c.fsdp;
+    if c.hsdp && (c.fsdp || c.zero >= 3) {
+        s.parallel.fsdp_degree = Some(
+            (1..c.dp)
+                .rev()
+                .find(|&d| c.dp.is_multiple_of(d))
+                .unwrap_or(1),
+        );
+    }
     s.parallel.schedule = c.schedule;
     s.cluster.gpus = c.tp * c.pp * c.dp * c.cp * c.ep;
     s.cluster.gpus_per_node = 8.min(s.cluster.gpus);
@@ -120,12 +130,13 @@ fn cfg_strategy() -> impl Strategy<Value = Cfg> {
         prop_oneof![Just(1u64 << 19), Just(3u64 << 20), Just(160_000_000u64)],
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
     );
     (mesh, dp_modes, more).prop_map(
         |(
             (pp, vpp, m_factor, layers_per_chunk, tp, dp, cp, ep),
             (zero, fsdp, schedule, recompute, layer_granularity, ogr, opg),
-            (compression, sync, step, bucket_bytes, moe, big_dp),
+            (compression, sync, step, bucket_bytes, moe, big_dp, hsdp),
         )| {
             // keep the world small: at most 48 ranks
             let dp = if big_dp && pp <= 2 { dp + 2 } else { dp };
@@ -142,6 +153,7 @@ fn cfg_strategy() -> impl Strategy<Value = Cfg> {
                 moe: moe || ep > 1,
                 zero,
                 fsdp,
+                hsdp,
                 schedule,
                 recompute,
                 layer_granularity,

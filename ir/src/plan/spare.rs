@@ -12,6 +12,7 @@ pub struct GroupsKey {
     pub world: u32,
     pub sizes: Coords,
     pub order: [Axis; 5],
+    pub fsdp_degree: u32,
     pub gpus_per_node: u32,
 }
 

@@ -52,6 +52,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     model.insert("hidden", int(m.hidden));
     model.insert("heads", int(u64::from(m.heads)));
     model.insert("kv_heads", int(u64::from(m.kv_heads)));
+    if let Some(d) = m.head_dim {
+        model.insert("head_dim", int(d));
+    }
     model.insert("ffn_hidden", int(m.ffn_hidden));
     model.insert("seq_len", int(m.seq_len));
     model.insert("vocab", int(m.vocab));
@@ -137,6 +140,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     parallel.insert("cp_algorithm", value(p.cp_algorithm.as_str()));
     parallel.insert("zero", int(u64::from(p.zero)));
     parallel.insert("fsdp", value(p.fsdp));
+    if let Some(f) = p.fsdp_degree {
+        parallel.insert("fsdp_degree", int(u64::from(f)));
+    }
     parallel.insert("sequence_parallel", value(p.sequence_parallel));
     parallel.insert("schedule", value(p.schedule.as_str()));
     if let Some(part) = &p.layer_partition {

@@ -22,6 +22,7 @@ pub(crate) struct HfShape {
     pub hidden: Option<u64>,
     pub heads: Option<u64>,
     pub kv_heads: Option<u64>,
+    pub head_dim: Option<u64>,
     pub ffn_hidden: Option<u64>,
     pub seq_len: Option<u64>,
     pub vocab: Option<u64>,
@@ -51,7 +52,6 @@ pub const UNMODELLED: &[(&str, &str)] = &[
     ),
     ("attention_bias", "biases on the attention projections"),
     ("mlp_bias", "biases on the MLP projections"),
-    ("head_dim", "a head size other than hidden / heads"),
     (
         "n_routed_experts",
         "routed experts (DeepSeek MoE): twin models a dense model",
@@ -205,6 +205,8 @@ pub(crate) fn parse(origin: &str, text: &str, force: bool) -> Result<HfShape, Sc
         shape.layers = reader.uint("num_hidden_layers", mk::LAYERS.uint_range())?;
         shape.heads = reader.uint("num_attention_heads", mk::HEADS.uint_range())?;
         shape.kv_heads = reader.uint("num_key_value_heads", mk::HEADS.uint_range())?;
+        // Qwen3, Gemma and GPT-OSS give a head width other than hidden / heads.
+        shape.head_dim = reader.uint("head_dim", mk::HEAD_DIM.uint_range())?;
         shape.seq_len = reader.uint("max_position_embeddings", mk::SEQ_LEN.uint_range())?;
         shape.ffn_hidden = reader.uint("intermediate_size", mk::FFN_HIDDEN.uint_range())?;
         shape.tied_embeddings = reader.boolean("tie_word_embeddings")?.unwrap_or(false);
@@ -344,6 +346,20 @@ mod tests {
         assert!(s.gated_mlp);
         assert!(!s.tied_embeddings);
         assert_eq!(s.experts, None);
+        assert_eq!(s.head_dim, None);
+    }
+
+    /// The shape of Qwen3-4B's config.json (huggingface.co/Qwen/Qwen3-4B): 32 heads of 128
+    /// over a hidden size of 2560, so head_dim is not hidden / heads.
+    #[test]
+    fn explicit_head_dim_is_read_not_listed_as_unmodelled() {
+        let text = r#"{"model_type": "llama", "hidden_size": 2560, "intermediate_size": 9728,
+            "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+            "hidden_act": "silu", "tie_word_embeddings": true}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert_eq!(s.head_dim, Some(128));
+        assert!(s.unmodelled.is_empty(), "{:?}", s.unmodelled);
     }
 
     #[test]

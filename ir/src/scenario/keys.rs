@@ -119,6 +119,7 @@ keys!(model {
     HIDDEN = "hidden", Uint { min: 1, max: 1 << 20 }, Note("from preset or config, else required"), "Hidden size.";
     HEADS = "heads", Uint { min: 1, max: 1 << 16 }, Note("from preset or config, else required"), "Attention (query) heads.";
     KV_HEADS = "kv_heads", Uint { min: 1, max: 1 << 16 }, Note("from preset or config, else `heads`"), "Key/value heads; fewer than `heads` is grouped-query attention.";
+    HEAD_DIM = "head_dim", Uint { min: 1, max: 1 << 16 }, Note("from `hf_config`, else `hidden / heads`"), "Width of one attention head. Q is `heads * head_dim` wide, K and V `kv_heads * head_dim` each; given, `hidden` need not be a multiple of `heads` (Qwen3, Gemma, GPT-OSS).";
     FFN_HIDDEN = "ffn_hidden", Uint { min: 1, max: 1 << 22 }, Note("from preset or config, else `4 * hidden`"), "MLP inner width.";
     SEQ_LEN = "seq_len", Uint { min: 1, max: 1 << 24 }, Note("from preset or config, else required"), "Tokens per sequence.";
     VOCAB = "vocab", Uint { min: 1, max: 1 << 24 }, Note("from preset or config, else required"), "Vocabulary size, as padded (twin does not pad it).";
@@ -177,6 +178,7 @@ keys!(parallel {
     CP_ALGORITHM = "cp_algorithm", Choice { what: "context-parallel algorithm", names: &["all-gather", "ring", "ulysses"] }, Is("all-gather"), "How context parallelism exchanges K and V: all-gather (then reduce-scatter of their gradients), ring (p2p blocks overlapped with blockwise attention, 2*cp load-balanced chunks) or ulysses (all-to-all to head sharding; heads divisible by cp).";
     ZERO = "zero", Uint { min: 0, max: 3 }, Note("0 (3 with `fsdp = true`)"), "ZeRO stage over the data-parallel group.";
     FSDP = "fsdp", Bool, Flag(false), "Fully sharded data parallel (ZeRO-3).";
+    FSDP_DEGREE = "fsdp_degree", Uint { min: 1, max: MAX_DEGREE }, Note("`dp` (plain FSDP)"), "HSDP: with `fsdp = true` or `zero = 3`, model state is sharded within blocks of this many consecutive data-parallel ranks and replicated across the `dp / fsdp_degree` blocks. Divides `dp`.";
     SEQUENCE_PARALLEL = "sequence_parallel", Bool, Flag(false), "Megatron sequence parallelism: norms and dropout activations sharded over tp.";
     SCHEDULE = "schedule", Choice { what: "schedule", names: &["gpipe", "1f1b", "interleaved-1f1b", "zero-bubble"] }, Is("1f1b"), "Pipeline schedule.";
     LAYER_PARTITION = "layer_partition", Other("an array of layer counts (integers from 1 to 65,536)"), Note("even split; where `pp * vpp` does not divide `layers`, Megatron-Core's uneven split (docs/reference/scenarios.md)"), "Layers per (stage, chunk) in pipeline order (virtual stage `chunk * pp + stage`): `pp * vpp` entries summing to `layers`. Overrides the automatic split.";

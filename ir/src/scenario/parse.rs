@@ -100,6 +100,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
                 hidden: Some(s.hidden),
                 heads: Some(s.heads),
                 kv_heads: Some(s.kv_heads),
+                head_dim: None,
                 ffn_hidden: Some(s.ffn_hidden),
                 seq_len: Some(s.seq_len),
                 vocab: Some(s.vocab),
@@ -141,6 +142,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
     let kv_heads = opt(m.uint(&mk::KV_HEADS)?)
         .or(base.kv_heads)
         .unwrap_or(heads);
+    let head_dim = opt(m.uint(&mk::HEAD_DIM)?).or(base.head_dim);
     // hidden <= 2^20, so 4*hidden fits the ffn range.
     let ffn_hidden = opt(m.uint(&mk::FFN_HIDDEN)?)
         .or(base.ffn_hidden)
@@ -187,6 +189,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
         hidden,
         heads: u32_of(heads),
         kv_heads: u32_of(kv_heads),
+        head_dim,
         ffn_hidden,
         seq_len,
         vocab,
@@ -208,6 +211,7 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool)> {
     let vpp = p.uint32_or_default(&pk::VPP)?;
     let zero = opt(p.uint(&pk::ZERO)?);
     let fsdp = p.boolean_or_default(&pk::FSDP)?;
+    let fsdp_degree = opt(p.uint32(&pk::FSDP_DEGREE)?);
     let sequence_parallel = p.boolean_or_default(&pk::SEQUENCE_PARALLEL)?;
     let schedule = p.choice_or_default(&pk::SCHEDULE, &PipelineSchedule::ALL)?;
     let max_layers = i64::try_from(mk::LAYERS.uint_range().1).unwrap_or(i64::MAX);
@@ -231,6 +235,7 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool)> {
             cp_algorithm,
             zero: zero.map(|z| z as u8).unwrap_or(if fsdp { 3 } else { 0 }),
             fsdp,
+            fsdp_degree,
             sequence_parallel,
             schedule,
             layer_partition,

@@ -29,6 +29,10 @@ pub struct Model {
     pub heads: u32,
     /// Key/value heads (GQA); equals `heads` for classic multi-head attention.
     pub kv_heads: u32,
+    /// Width of one attention head when it is not `hidden / heads` (Qwen3, Gemma, GPT-OSS);
+    /// `None` = `hidden / heads`. Read it through [`Model::head_dim`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<u64>,
     pub ffn_hidden: u64,
     pub seq_len: u64,
     pub vocab: u64,
@@ -37,6 +41,34 @@ pub struct Model {
     /// Input embedding and output head share one matrix.
     pub tied_embeddings: bool,
     pub moe: Option<Moe>,
+}
+
+impl Model {
+    /// Width of one attention head: `head_dim` when given, else `hidden / heads`.
+    pub fn head_dim(&self) -> u64 {
+        self.head_dim
+            .unwrap_or(self.hidden / u64::from(self.heads.max(1)))
+    }
+
+    /// Width of Q, of the attention context and of the output projection's input:
+    /// `heads * head_dim` (`hidden` without an explicit `head_dim`).
+    pub fn q_width(&self) -> u64 {
+        match self.head_dim {
+            Some(d) => u64::from(self.heads).saturating_mul(d),
+            None => self.hidden,
+        }
+    }
+
+    /// Width of K (and of V): `kv_heads * head_dim` (`hidden * kv_heads / heads` without an
+    /// explicit `head_dim`).
+    pub fn kv_width(&self) -> u64 {
+        match self.head_dim {
+            Some(d) => u64::from(self.kv_heads).saturating_mul(d),
+            None => {
+                self.hidden.saturating_mul(u64::from(self.kv_heads)) / u64::from(self.heads.max(1))
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -204,6 +236,11 @@ pub struct Parallel {
     pub zero: u8,
     /// FSDP (full sharding); behaves as ZeRO-3 with per-layer gather/scatter.
     pub fsdp: bool,
+    /// HSDP: ZeRO-3/FSDP shards model state within blocks of this many consecutive
+    /// data-parallel ranks and replicates it across the `dp / fsdp_degree` blocks; `None` =
+    /// one block of `dp` (plain FSDP). Read it through [`Parallel::fsdp_degree`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fsdp_degree: Option<u32>,
     pub sequence_parallel: bool,
     pub schedule: PipelineSchedule,
     /// Explicit layers per (stage, chunk) in pipeline order, length pp*vpp; `None` = the rule
@@ -226,6 +263,21 @@ fn default_cp_algorithm() -> CpAlgorithm {
 
 impl Parallel {
     pub const DEFAULT_ORDER: [Axis; 5] = [Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp];
+
+    /// Data-parallel ranks that share one copy of the model state: `fsdp_degree` under
+    /// ZeRO-3/FSDP when given (HSDP), else `dp`.
+    pub fn fsdp_degree(&self) -> u32 {
+        match self.fsdp_degree {
+            Some(f) if self.fsdp || self.zero >= 3 => f,
+            _ => self.dp,
+        }
+    }
+
+    /// Copies of each model-state shard across data parallelism: `dp / fsdp_degree` (1 but
+    /// for HSDP).
+    pub fn dp_replicas(&self) -> u32 {
+        self.dp / self.fsdp_degree().max(1)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -164,14 +164,17 @@ fn model_shape(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
             format!("kv_heads dividing {}: {}", m.heads, divisors(u64::from(m.heads), u64::MAX, 16)),
         ));
     }
-    if !m.hidden.is_multiple_of(u64::from(m.heads)) {
+    if m.head_dim.is_none() && !m.hidden.is_multiple_of(u64::from(m.heads)) {
         return Err(c.fail(
             &[("model.hidden", v(m.hidden)), ("model.heads", v(m.heads))],
             format!(
                 "hidden = {} is not a multiple of heads = {} (head dimension = hidden / heads)",
                 m.hidden, m.heads
             ),
-            format!("hidden a multiple of {}", m.heads),
+            format!(
+                "hidden a multiple of {}, or model.head_dim when the head width is not hidden / heads",
+                m.heads
+            ),
         ));
     }
     if let Some(moe) = &m.moe {
@@ -516,6 +519,33 @@ fn zero(c: &Checker<'_>, s: &Scenario, zero_explicit: bool) -> Result<(), Scenar
             "zero = 3 (or leave zero out) with fsdp = true",
         ));
     }
+    if let Some(f) = p.fsdp_degree {
+        // fsdp_degree = dp is plain data parallelism's one group: allowed with any stage.
+        if f != p.dp && !(p.fsdp || p.zero >= 3) {
+            return Err(c.fail(
+                &[("parallel.fsdp_degree", v(f)), ("parallel.zero", v(p.zero))],
+                format!(
+                    "fsdp_degree = {f} sizes the groups that shard parameters, gradients and optimizer state (HSDP), which only ZeRO-3 / FSDP does, but zero = {}",
+                    p.zero
+                ),
+                "fsdp = true or zero = 3 with fsdp_degree; or leave fsdp_degree out",
+            ));
+        }
+        if f == 0 || !p.dp.is_multiple_of(f) {
+            return Err(c.fail(
+                &[("parallel.fsdp_degree", v(f)), ("parallel.dp", v(p.dp))],
+                format!(
+                    "fsdp_degree = {f} does not divide dp = {}: the data-parallel ranks split into dp / fsdp_degree replicas of one shard group each",
+                    p.dp
+                ),
+                format!(
+                    "fsdp_degree dividing dp = {}: {}",
+                    p.dp,
+                    divisors(u64::from(p.dp), u64::MAX, 16)
+                ),
+            ));
+        }
+    }
     if s.training.offload == Offload::Params && p.zero < 3 {
         return Err(c.fail(
             &[
@@ -536,8 +566,8 @@ fn zero(c: &Checker<'_>, s: &Scenario, zero_explicit: bool) -> Result<(), Scenar
 fn size(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     let m = &s.model;
     let h = m.hidden as f64;
-    let head_dim = h / f64::from(m.heads);
-    let attention = 2.0 * h * h + 2.0 * h * f64::from(m.kv_heads) * head_dim;
+    let (q, kv) = (m.q_width() as f64, m.kv_width() as f64);
+    let attention = 2.0 * h * q + 2.0 * h * kv;
     let mlp = if m.gated_mlp { 3.0 } else { 2.0 } * h * m.ffn_hidden as f64;
     let layers = f64::from(m.layers);
     let (moe_layers, experts, top_k) = match &m.moe {
@@ -572,7 +602,7 @@ fn size(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
         + (layers - moe_layers) * mlp
         + moe_layers * top_k * mlp
         + m.vocab as f64 * h;
-    let flops = 2.0 * tokens * active + 4.0 * tokens * m.seq_len as f64 * h * layers;
+    let flops = 2.0 * tokens * active + 4.0 * tokens * m.seq_len as f64 * q * layers;
     if flops > limits::MICROBATCH_FORWARD_FLOPS {
         return Err(c.fail(
             &[

@@ -273,7 +273,8 @@ pub fn stream_for(group: GroupKind) -> Stream {
         | GroupKind::DenseDp
         | GroupKind::ExpertDp
         | GroupKind::Pp
-        | GroupKind::World => Stream::Dp,
+        | GroupKind::World
+        | GroupKind::DpReplica => Stream::Dp,
     }
 }
 

@@ -19,6 +19,14 @@
 //!   input) first all-gathers its layers' parameters into a gather buffer, prefetched one
 //!   pass ahead; after every backward (or weight-gradient pass) the unsharded gradients are
 //!   reduce-scattered at once, per micro batch, as FSDP does without `no_sync`.
+//! - HSDP (`fsdp_degree` below dp): the gathers and reduce-scatters run over the shard group
+//!   (`DenseDp` / `ExpertDp`, cut to the inner `fsdp_degree` dp coordinates by the plan), and
+//!   each reduce-scatter's output, the sharded gradient, is then all-reduced over the replica
+//!   group (`DpReplica`) in place, as PyTorch FSDP2's `foreach_reduce` does when it has an
+//!   all-reduce group (pytorch/pytorch@010ae4a89516fa3be548ab16dff711414ec12d0b:
+//!   torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: `reduce_scatter_comm` over
+//!   `reduce_scatter_group`, then `dist.all_reduce(reduce_output, group=all_reduce_group)` on
+//!   the all-reduce stream after it).
 //! - `sync = delayed:N`: step `i` synchronises iff `i % N == N - 1` (accumulate N - 1 steps
 //!   locally, reduce and update on the N-th). A step without sync has no gradient reduction,
 //!   no optimizer step and no ZeRO-1/2 parameter gather; under ZeRO 3 it keeps full unsharded
@@ -64,6 +72,8 @@ pub struct DpPolicy {
     pub overlap_param_gather: bool,
     pub dense_group_size: u32,
     pub expert_group_size: u32,
+    /// HSDP: copies of each shard group (1 without HSDP).
+    pub replica_group_size: u32,
     pub bucket_bytes: u64,
     pub compression: GradCompression,
     pub param_elem_bytes: u64,
@@ -105,7 +115,6 @@ impl DpPolicy {
                 )));
             }
         }
-        let sz = plan.sizes;
         Ok(DpPolicy {
             zero,
             syncs,
@@ -113,8 +122,9 @@ impl DpPolicy {
             async_reduce,
             overlap_grad_reduce: s.training.overlap_grad_reduce,
             overlap_param_gather: s.training.overlap_param_gather,
-            dense_group_size: sz.dp.saturating_mul(sz.ep).saturating_mul(sz.cp),
-            expert_group_size: sz.dp.saturating_mul(sz.cp),
+            dense_group_size: plan.group_size(GroupKind::DenseDp),
+            expert_group_size: plan.group_size(GroupKind::ExpertDp),
+            replica_group_size: plan.group_size(GroupKind::DpReplica),
             bucket_bytes: s.training.grad_bucket_bytes.max(1),
             compression: s.training.grad_compression,
             param_elem_bytes: s.training.precision.bytes(),
@@ -133,9 +143,32 @@ impl DpPolicy {
         out
     }
 
+    /// Every gradient reduction with the parameters it covers: the shard group (reduce-scattered
+    /// or all-reduced over, when more than one rank) and its size, for dense and expert
+    /// parameters; under HSDP each is followed by an all-reduce of its output over
+    /// `DpReplica`, so a shard group of one is listed too.
+    pub fn grad_reductions(&self, params: ParamCount) -> Vec<(GroupKind, u32, u64)> {
+        let mut out = Vec::with_capacity(2);
+        for (group, size, elems) in [
+            (GroupKind::DenseDp, self.dense_group_size, params.dense),
+            (GroupKind::ExpertDp, self.expert_group_size, params.expert),
+        ] {
+            if elems > 0 && (size > 1 || self.replica_group_size > 1) {
+                out.push((group, size, elems));
+            }
+        }
+        out
+    }
+
+    /// Whether parameters are sharded over more than one rank (ZeRO stages shard over these
+    /// groups).
+    pub fn shards(&self) -> bool {
+        self.dense_group_size > 1 || self.expert_group_size > 1
+    }
+
     /// Whether any gradient crosses the network at all.
     pub fn reduces(&self) -> bool {
-        self.dense_group_size > 1 || self.expert_group_size > 1
+        self.shards() || self.replica_group_size > 1
     }
 
     /// Gradient bytes on the wire for `elems` gradient elements, after compression.

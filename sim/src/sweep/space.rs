@@ -200,12 +200,13 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
                                     (u32_of(tp), u32_of(pp), u32_of(dp), vpp);
                                 (c.schedule, c.zero, c.fsdp) = (schedule, zero, false);
                                 c.sequence_parallel = tp > 1;
+                                c.fsdp_degree = c.fsdp_degree.map(|_| u32_of(dp));
                                 candidate.training.micro_batch = mb;
                                 if base.training.framework.refusal(&candidate).is_some() {
                                     continue;
                                 }
                             }
-                            out.push(vec![
+                            let mut layout = vec![
                                 format!("parallel.tp={tp}"),
                                 format!("parallel.pp={pp}"),
                                 format!("parallel.dp={dp}"),
@@ -216,7 +217,13 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
                                 format!("parallel.sequence_parallel={}", tp > 1),
                                 format!("training.micro_batch={mb}"),
                                 format!("training.recompute=\"{rc}\""),
-                            ]);
+                            ];
+                            // The search proposes plain FSDP only: a base's HSDP degree
+                            // becomes the whole dp of each layout.
+                            if p.fsdp_degree.is_some() {
+                                layout.push(format!("parallel.fsdp_degree={dp}"));
+                            }
+                            out.push(layout);
                         }
                     }
                 }
@@ -331,6 +338,25 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), layouts.len(), "no duplicates");
+        assert!(layouts.iter().flatten().all(|o| !o.contains("fsdp_degree")));
+    }
+
+    /// From an HSDP base the search proposes plain FSDP: fsdp_degree = each layout's dp.
+    #[test]
+    fn search_from_hsdp_sets_fsdp_degree_to_dp() {
+        let mut s = small_scenario(2, 2, 4, 8);
+        s.parallel.fsdp = true;
+        s.parallel.zero = 3;
+        s.parallel.fsdp_degree = Some(2);
+        let layouts = search(&s, &SearchSpace::default());
+        assert!(!layouts.is_empty());
+        for l in &layouts {
+            let dp = l
+                .iter()
+                .find_map(|o| o.strip_prefix("parallel.dp="))
+                .unwrap();
+            assert_eq!(l.last().unwrap(), &format!("parallel.fsdp_degree={dp}"));
+        }
     }
 
     #[test]

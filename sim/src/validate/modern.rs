@@ -8,7 +8,8 @@
 //! - GPU preset from `gpu`, and that GPU's usual node (`cluster.node` left to its default).
 //! - The model shape as published; `ffn_act = "swiglu..."` is a gated MLP; `head_dim` where given.
 //! - `tp`, `pp`, `cp`, `dp` as published; `vpp > 1` is the interleaved 1F1B schedule.
-//! - `zero_stage` as published, or 1 with `distributed_optimizer = true`; stage 3 is FSDP.
+//! - `zero_stage` as published, or 1 with `distributed_optimizer = true`; stage 3 is FSDP,
+//!   and an `fsdp` degree other than `dp` is HSDP (`parallel.fsdp_degree`).
 //! - Flash attention (every framework of the table uses a fused attention kernel).
 //! - `overlap_grad_reduce` / `overlap_param_gather` / `sequence_parallel` / `recompute` /
 //!   `compile` / `cuda_graphs` as published, twin's defaults where a row is silent.
@@ -150,20 +151,6 @@ fn unsupported(row: &RunRow) -> Option<String> {
             ))
         }
     }
-    if row
-        .head_dim
-        .is_some_and(|d| d * u64::from(row.heads) != row.hidden)
-    {
-        return Some("head_dim differs from hidden / heads: not modelled".to_string());
-    }
-    if let (Some(f), Some(z)) = (row.fsdp, row.zero_stage) {
-        if z == 3 && f > 0 && f != row.dp {
-            return Some(format!(
-                "fsdp = {f} shards within groups smaller than dp = {} (HSDP): not modelled",
-                row.dp
-            ));
-        }
-    }
     None
 }
 
@@ -204,11 +191,19 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     if let Some(f) = row.ffn_hidden {
         let _ = writeln!(text, "ffn_hidden = {f}");
     }
+    if let Some(d) = row.head_dim {
+        let _ = writeln!(text, "head_dim = {d}");
+    }
+    // HSDP: FSDP sharding within groups of `fsdp` data-parallel ranks.
+    let hsdp = match (row.fsdp, zero) {
+        (Some(f), 3) if f > 0 && f != row.dp => format!("fsdp_degree = {f}\n"),
+        _ => String::new(),
+    };
     let _ = write!(
         text,
         "[cluster]\ngpu = {gpu:?}\ngpus = {gpus}\n\
          [parallel]\ntp = {tp}\npp = {pp}\ncp = {cp}\ndp = {dp}\nvpp = {vpp}\n\
-         schedule = {schedule:?}\nzero = {zero}\nsequence_parallel = {sp}\n\
+         schedule = {schedule:?}\nzero = {zero}\nsequence_parallel = {sp}\n{hsdp}\
          [training]\nglobal_batch = {gb}\nmicro_batch = {mb}\nprecision = {precision:?}\n\
          recompute = {recompute:?}\nflash_attention = true\n",
         gpu = row.gpu,

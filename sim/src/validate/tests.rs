@@ -270,3 +270,43 @@ fn launch_settings_reach_the_scenarios() {
     // A row without the field keeps the rule: no overlap.
     assert!(!table().run.iter().any(|r| r.overlap_grad_reduce.is_some()));
 }
+
+/// A modern row's explicit `head_dim` and an `fsdp` degree below dp under ZeRO-3 (HSDP) reach
+/// the scenario; `fsdp = dp` stays plain FSDP.
+#[test]
+fn modern_rows_carry_head_dim_and_hsdp() {
+    let row = RunRow {
+        id: "qwen3-like".into(),
+        gpu: "h100-sxm-80gb".into(),
+        gpus: 16,
+        layers: 4,
+        hidden: 2560,
+        heads: 32,
+        kv_heads: Some(8),
+        head_dim: Some(128),
+        ffn_hidden: Some(9728),
+        ffn_act: Some("swiglu".into()),
+        seq_len: 4096,
+        vocab: 151936,
+        tp: 1,
+        pp: 1,
+        dp: 16,
+        fsdp: Some(8),
+        zero_stage: Some(3),
+        global_batch: 32,
+        precision: Some("bf16".into()),
+        step_time_s: Some(1.0),
+        ..RunRow::default()
+    };
+    let s = modern::modern_scenario(&row).unwrap();
+    assert_eq!(s.model.head_dim, Some(128));
+    assert_eq!((s.model.q_width(), s.model.kv_width()), (32 * 128, 8 * 128));
+    assert_eq!((s.parallel.zero, s.parallel.fsdp_degree), (3, Some(8)));
+    assert_eq!(s.parallel.dp_replicas(), 2);
+    let plain = modern::modern_scenario(&RunRow {
+        fsdp: Some(16),
+        ..row
+    })
+    .unwrap();
+    assert_eq!(plain.parallel.fsdp_degree, None);
+}

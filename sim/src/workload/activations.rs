@@ -12,11 +12,14 @@
 //! | layer norm 1 input, 2 input | `T*h` each | only with SP |
 //! | QKV input, MLP input (GEMM inputs) | `T*h` each | only with SP |
 //! | attention and MLP dropout masks (1 byte) | `T*h` each | only with SP |
-//! | Q; K and V | `T*h`; `T*kv` each | yes |
-//! | output-projection input (GEMM input) | `T*h` | yes |
+//! | Q; K and V | `T*q`; `T*kv` each | yes |
+//! | output-projection input (GEMM input) | `T*q` | yes |
 //! | MLP up output (GeLU input) | `T*f` (`2*T*f` gated) | yes |
 //! | MLP down input (GEMM input) | `T*f` | yes |
 //! | softmax output, dropout mask (1 byte), dropout output | `b*a*(s/c)*s` each | yes |
+//!
+//! `q = heads * head_dim` and `kv = kv_heads * head_dim` (`q = h` and `kv = h*g/a` when the
+//! head width is `h / a`).
 //!
 //! Bytes per element: the activation dtype (2 for bf16/fp16, 4 for fp32, 2 for fp8 training:
 //! norms, residuals and attention stay bf16), except GEMM inputs, which fp8 training keeps as
@@ -46,14 +49,15 @@ pub(crate) fn layer(d: &Dims, recompute: Recompute, moe: bool) -> u64 {
     let per_token_rep = mul(2, act).saturating_add(mul(2, gin)).saturating_add(2);
     let mut bytes = mul(per_token_rep, d.replicated(x));
     // Attention: Q, K, V and the output-projection input.
+    let q = d.q_elements();
     let qkv = mul(
         act,
-        d.sharded(x)
+        d.sharded(q)
             .saturating_add(mul(2, d.sharded(mul(d.tokens, d.kv)))),
     );
     bytes = bytes
         .saturating_add(qkv)
-        .saturating_add(mul(gin, d.sharded(x)));
+        .saturating_add(mul(gin, d.sharded(q)));
     bytes = bytes.saturating_add(match (recompute, d.flash) {
         (Recompute::Selective, _) => 0,
         (_, true) => prod(&[4, d.head_batches(), d.s_local]),

@@ -253,7 +253,7 @@ fn attention_core(d: &Dims) -> BlockParts {
         };
         bwd.add_attention(Some(bwd_kernel), mul(2, fwd_flops));
         // One kernel reads Q, K, V and writes O and the fp32 softmax statistics.
-        let qo = mul(2, d.sharded(d.hidden_elements()));
+        let qo = mul(2, d.sharded(d.q_elements()));
         let kv = mul(2, d.sharded(prod(&[d.b, d.s, d.kv])));
         let stats = prod(&[4, d.head_batches(), d.s_local]);
         let bytes = mul(d.act_bytes, qo.saturating_add(kv)).saturating_add(stats);
@@ -297,10 +297,10 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
     add_linears_in(
         &mut block,
         d,
-        &[gemm(t, d.h, d.sharded(d.h.saturating_add(mul(2, d.kv))))],
+        &[gemm(t, d.h, d.sharded(d.q.saturating_add(mul(2, d.kv))))],
     );
     block.add(&attention_core(d));
-    add_linears_in(&mut block, d, &[gemm(t, d.sharded(d.h), d.h)]);
+    add_linears_in(&mut block, d, &[gemm(t, d.sharded(d.q), d.h)]);
     // Bias + dropout + residual add (reads two, writes one, writes a one-byte mask), then
     // layer norm 2.
     let bda = mul(x, mul(3, act).saturating_add(1));

@@ -51,9 +51,13 @@ pub(crate) struct Dims {
     /// How context parallelism exchanges K and V (only read when `c > 1`).
     pub cp_algorithm: CpAlgorithm,
     pub ep: u64,
-    /// `h / a`.
+    /// Width of one head: `model.head_dim`, else `h / a`.
     pub head_dim: u64,
-    /// Width of K (and of V): `h * g / a`.
+    /// Width of Q, of the attention context and of the output projection's input:
+    /// `a * head_dim` (`h` unless the scenario gives `head_dim`).
+    pub q: u64,
+    /// Width of K (and of V): `g * head_dim` (`h * g / a` unless the scenario gives
+    /// `head_dim`).
     pub kv: u64,
     /// Sequence positions held by this rank: `ceil(s / c)`.
     pub s_local: u64,
@@ -84,7 +88,6 @@ impl Dims {
         let t = u64::from(p.tp.max(1));
         let c = u64::from(p.cp.max(1));
         let a = u64::from(m.heads.max(1));
-        let g = u64::from(m.kv_heads);
         let s_local = div_ceil(m.seq_len, c);
         let precision = s.training.precision;
         let act_bytes = match precision {
@@ -102,8 +105,9 @@ impl Dims {
             c,
             cp_algorithm: p.cp_algorithm,
             ep: u64::from(p.ep.max(1)),
-            head_dim: m.hidden / a,
-            kv: mul(m.hidden, g) / a,
+            head_dim: m.head_dim(),
+            q: m.q_width(),
+            kv: m.kv_width(),
             s_local,
             tokens: mul(s.training.micro_batch, s_local),
             sp: p.sequence_parallel && t > 1,
@@ -138,6 +142,12 @@ impl Dims {
     /// tensor-parallel split.
     pub fn hidden_elements(&self) -> u64 {
         mul(self.tokens, self.h)
+    }
+
+    /// `tokens * q`: the micro batch's Q (or attention context) on this rank, before any
+    /// tensor-parallel split.
+    pub fn q_elements(&self) -> u64 {
+        mul(self.tokens, self.q)
     }
 
     /// Attention heads on this rank times micro batch: the batch count of the score GEMMs.

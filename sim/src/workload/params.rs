@@ -55,12 +55,14 @@ impl Shapes<'_> {
         mul(div_ceil(rows, self.t), cols).saturating_add(bias)
     }
 
-    /// Attention: QKV (`h x (h + 2*h*g/a)`) and output projection (`h x h`).
+    /// Attention: QKV (`h x (q + 2*kv)`) and output projection (`q x h`), with
+    /// `q = heads * head_dim` and `kv = kv_heads * head_dim` (`h` and `h*g/a` when the head
+    /// width is `h / a`).
     fn attention(&self) -> u64 {
         let h = self.m.hidden;
-        let kv = mul(h, u64::from(self.m.kv_heads)) / u64::from(self.m.heads.max(1));
-        self.column_parallel(h, h.saturating_add(mul(2, kv)))
-            .saturating_add(self.row_parallel(h, h))
+        let (q, kv) = (self.m.q_width(), self.m.kv_width());
+        self.column_parallel(h, q.saturating_add(mul(2, kv)))
+            .saturating_add(self.row_parallel(q, h))
     }
 
     /// One MLP (or one expert): `2*h*f`, or `3*h*f` gated.
@@ -117,11 +119,11 @@ impl Shapes<'_> {
         let (h, f) = (self.m.hidden, self.m.ffn_hidden);
         let mut largest = 0;
         if n > 0 {
-            let kv = mul(h, u64::from(self.m.kv_heads)) / u64::from(self.m.heads.max(1));
+            let (q, kv) = (self.m.q_width(), self.m.kv_width());
             let up = if self.m.gated_mlp { mul(2, f) } else { f };
             largest = [
-                self.column_parallel(h, h.saturating_add(mul(2, kv))),
-                self.row_parallel(h, h),
+                self.column_parallel(h, q.saturating_add(mul(2, kv))),
+                self.row_parallel(q, h),
                 self.norm(),
                 self.column_parallel(h, up),
                 self.row_parallel(f, h),
@@ -345,11 +347,12 @@ pub(crate) fn optimizer_shard(
 }
 
 /// Sizes of the data-parallel groups that shard dense and expert state: DenseDp is
-/// `dp*ep*cp`, ExpertDp is `dp*cp`.
+/// `dp*ep*cp`, ExpertDp is `dp*cp`, with `fsdp_degree` for `dp` under HSDP (the state is
+/// replicated across the `dp / fsdp_degree` shard groups).
 pub(crate) fn dp_sizes(s: &Scenario) -> (u64, u64) {
     let p = &s.parallel;
     let (dp, ep, cp) = (
-        u64::from(p.dp.max(1)),
+        u64::from(p.fsdp_degree().max(1)),
         u64::from(p.ep.max(1)),
         u64::from(p.cp.max(1)),
     );

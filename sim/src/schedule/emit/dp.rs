@@ -11,6 +11,7 @@
 //! than from the prefetch, as DeepSpeed's estimator does; ZeRO-2 has no accumulation buffer,
 //! since its 16-bit gradients are state already (or streamed to the host when offloaded).
 
+use crate::plan::GroupKind;
 use crate::scenario::MemoryAccounting;
 use crate::schedule::builder::{AllocTag, Builder};
 use crate::schedule::chunks::{ChunkPlan, Seg};
@@ -109,7 +110,11 @@ impl<'a> DpEmitter<'a> {
     }
 
     /// Reduce the gradients of `params` after `deps`: (compress,) collectives on the DP
-    /// stream, and the optimizer's wait (on a later decompression when compressing).
+    /// stream, and the optimizer's wait (on a later decompression when compressing). Under
+    /// HSDP each call over the shard group is followed by an all-reduce of its output (the
+    /// call's bytes over the shard group's size) over the replica group. Returns the ops that
+    /// read the unreduced gradients: the calls over the shard group, or the replica
+    /// all-reduces where the shard group is one rank.
     pub(super) fn reduce(
         &mut self,
         b: &mut Builder,
@@ -118,34 +123,56 @@ impl<'a> DpEmitter<'a> {
         label: Label,
     ) -> Result<Vec<u32>, ScheduleError> {
         let dp = self.ctx.dp;
-        let groups = dp.grad_groups(params);
+        let groups = dp.grad_reductions(params);
         if groups.is_empty() {
             return Ok(Vec::new());
         }
-        let elems: u64 = groups.iter().map(|(_, e)| *e).sum();
+        let elems: u64 = groups.iter().map(|(_, _, e)| *e).sum();
         let wire = dp.wire_grad_bytes(elems);
         let mut deps: Deps = deps.into();
         if dp.compresses() {
             deps = [b.compute(self.compress_op(elems, wire), deps, label)?].into();
         }
         let kind = self.reduce_kind();
-        let mut ops = Vec::new();
-        for (group, e) in groups {
+        let (mut readers, mut last) = (Vec::new(), Vec::new());
+        for (group, size, e) in groups {
             for (bytes, calls) in dp.grad_calls(e) {
-                ops.push(b.collective(kind, group, bytes, calls, deps.clone(), label)?);
+                let mut after = deps.clone();
+                if size > 1 {
+                    let op = b.collective(kind, group, bytes, calls, after, label)?;
+                    readers.push(op);
+                    after = [op].into();
+                }
+                if dp.replica_group_size > 1 {
+                    let shard = bytes.div_ceil(u64::from(size.max(1)));
+                    let op = b.collective(
+                        CollectiveKind::AllReduce,
+                        GroupKind::DpReplica,
+                        shard,
+                        calls,
+                        after,
+                        label,
+                    )?;
+                    if size <= 1 {
+                        readers.push(op);
+                    }
+                    last.push(op);
+                } else if let Some(&op) = readers.last() {
+                    last.push(op);
+                }
             }
         }
         if dp.compresses() {
             self.decompress.push(Decompress {
-                deps: ops.clone(),
+                deps: last,
                 elems,
                 wire_bytes: wire,
                 label,
             });
         } else {
-            self.opt_deps.extend(ops.iter().copied());
+            self.opt_deps.extend(last);
         }
-        Ok(ops)
+        Ok(readers)
     }
 
     /// All-gather the parameters `params` on the DP stream after `deps`.

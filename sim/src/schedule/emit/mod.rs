@@ -183,18 +183,7 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
 impl StageCtx<'_> {
     /// Members of any group of `kind` (all groups of a kind have the same size).
     pub fn plan_group_size(&self, kind: crate::plan::GroupKind) -> u32 {
-        use crate::plan::GroupKind as G;
-        let z = self.plan.sizes;
-        match kind {
-            G::Tp => z.tp,
-            G::Cp => z.cp,
-            G::Ep => z.ep,
-            G::Dp => z.dp,
-            G::DenseDp => z.dp.saturating_mul(z.ep).saturating_mul(z.cp),
-            G::ExpertDp => z.dp.saturating_mul(z.cp),
-            G::Pp => z.pp,
-            G::World => self.plan.world,
-        }
+        self.plan.group_size(kind)
     }
 }
 

@@ -52,7 +52,7 @@ pub fn flatten<'c>(
             final_slot.insert(slot.chunk, i);
         }
     }
-    let gathers = ctx.dp.zero == Zero::ShardedParams && ctx.dp.reduces();
+    let gathers = ctx.dp.zero == Zero::ShardedParams && ctx.dp.shards();
     let mut steps = Vec::new();
     let mut next_gather = 0usize;
     let mut push = |steps: &mut Vec<Step>, slot, phase, seg, finalising, needs_params: bool| {

@@ -186,3 +186,29 @@ fn boundary_is_the_hidden_state() {
         2 * s * b * h / t / 2
     );
 }
+
+/// With an explicit head width, Q, the attention context (the output projection's input) and
+/// K and V follow `heads * head_dim` and `kv_heads * head_dim`; the hidden-state tensors stay
+/// `T*h`. bf16, no recompute, no flash attention, one GPU, gated MLP:
+/// `10*T*h + (2 + 2)*T*q + 2*2*T*kv + 5*b*a*s^2 + (2*2 + 2)*T*f`.
+#[test]
+fn explicit_head_dim_sizes_q_k_v_and_the_context() {
+    let (b, s, h, a, g, hd, f) = (2u64, 64u64, 96u64, 4u64, 2u64, 32u64, 160u64);
+    let mut sc = gpt(2, h, a as u32, s, 1000, (1, 1, 1), b, 1);
+    sc.model = Model {
+        seq_len: s,
+        head_dim: Some(hd),
+        ..llama(2, h, a as u32, g as u32, f, 1000)
+    };
+    let (q, kv, t) = (a * hd, g * hd, b * s);
+    assert_eq!(
+        per_layer(&sc),
+        10 * t * h + 4 * t * q + 4 * t * kv + 5 * b * a * s * s + 6 * t * f
+    );
+    // Without head_dim the heads are h / a = 24 wide: q = h and kv = h * g / a.
+    sc.model.head_dim = None;
+    assert_eq!(
+        per_layer(&sc),
+        10 * t * h + 4 * t * h + 4 * t * (g * h / a) + 5 * b * a * s * s + 6 * t * f
+    );
+}

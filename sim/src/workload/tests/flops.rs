@@ -383,3 +383,64 @@ fn moe_layers_route_top_k_copies_through_local_experts() {
         2 * dense.forward.compute.flops + 2 * moe.forward.compute.flops
     );
 }
+
+/// A model whose heads are not `hidden / heads` wide (as GPT-OSS: 64 heads of 64 over a
+/// hidden size of 2880): Q is `a * head_dim`, K and V `g * head_dim`, the output projection
+/// maps `a * head_dim` back to `h`, and the score GEMMs contract over `head_dim`.
+#[test]
+fn explicit_head_dim_sets_the_attention_gemms() {
+    let (b, s, h, a, g, hd, f, v) = (2u64, 64u64, 96u64, 4u64, 2u64, 32u64, 160u64, 1000u64);
+    let (l, t) = (2u64, 2u64);
+    let mut sc = gpt(l as u32, h, a as u32, s, v, (t as u32, 1, 1), b, 1);
+    sc.model = Model {
+        seq_len: s,
+        head_dim: Some(hd),
+        ..llama(l as u32, h, a as u32, g as u32, f, v)
+    };
+    let (q, kv, tokens) = (a * hd, g * hd, b * s);
+    // Forward of one layer: QKV 2*T*h*(q + 2kv), scores and context 2 * 2*b*a*s*s*hd,
+    // output projection 2*T*q*h, gated MLP 3 * 2*T*h*f; the head 2*T*h*v. Backward = 2x.
+    let layer = 2 * tokens * h * (q + 2 * kv)
+        + 4 * b * a * s * s * hd
+        + 2 * tokens * q * h
+        + 6 * tokens * h * f;
+    assert_eq!(model_flops(&sc), 3 * (l * layer + 2 * tokens * h * v));
+
+    // The per-rank shapes at tp 2.
+    let plan = plan(&sc);
+    let one = layers_work(&sc, &plan, &plan.chunks[0][0], 0, 1, false, false);
+    let shapes: Vec<(u64, u64, u64, u32)> = one
+        .forward
+        .compute
+        .gemms
+        .iter()
+        .map(|g| (g.m, g.n, g.k, g.batch))
+        .collect();
+    let heads_here = (b * a / t) as u32;
+    assert_eq!(
+        shapes,
+        vec![
+            (tokens, (q + 2 * kv) / t, h, 1),
+            (s, s, hd, heads_here),
+            (s, hd, s, heads_here),
+            (tokens, h, q / t, 1),
+            (tokens, 2 * f / t, h, 1),
+            (tokens, h, f / t, 1),
+        ]
+    );
+}
+
+/// Without `head_dim` the widths are today's: `q = h`, `kv = h * g / a`.
+#[test]
+fn head_dim_equal_to_hidden_over_heads_changes_nothing() {
+    let implicit = gpt(2, 128, 4, 64, 1000, (2, 1, 1), 2, 1);
+    let mut explicit = implicit.clone();
+    explicit.model.head_dim = Some(32);
+    let (pi, pe) = (plan(&implicit), plan(&explicit));
+    for c in all_chunks(&pi) {
+        assert_eq!(
+            chunk_work(&implicit, &pi, &c),
+            chunk_work(&explicit, &pe, &c)
+        );
+    }
+}

@@ -30,6 +30,28 @@ fn gpt3_175b_has_174_6_billion_parameters() {
     assert!((p as f64 / 174.6e9 - 1.0).abs() < 5e-4, "{p}");
 }
 
+/// Heads of `head_dim` other than `h / a`: QKV is `h x (a*hd + 2*g*hd)`, the output
+/// projection `a*hd x h`; norms, MLP and embeddings keep `h`.
+#[test]
+fn explicit_head_dim_sets_the_attention_parameters() {
+    let (l, h, a, g, hd, f, v) = (2u64, 96u64, 4u64, 2u64, 32u64, 160u64, 1000u64);
+    let m = Model {
+        head_dim: Some(hd),
+        ..llama(l as u32, h, a as u32, g as u32, f, v)
+    };
+    let (q, kv) = (a * hd, g * hd);
+    let layer = h * (q + 2 * kv) + q * h + 2 * h + 3 * h * f;
+    assert_eq!(total(model_params(&m)), l * layer + 2 * v * h + h);
+    // Per tensor-parallel rank (tp 2): the attention columns and rows split, norms do not.
+    let mut sc = on_one_gpu(m);
+    sc.parallel.tp = 2;
+    sc.cluster.gpus = 2;
+    let plan = plan(&sc);
+    let p = chunk_params(&sc, &plan, &plan.chunks[0][0]);
+    let rank_layer = h * (q + 2 * kv) / 2 + q / 2 * h + 2 * h + 3 * h * f / 2;
+    assert_eq!(total(p), l * rank_layer + 2 * v / 2 * h + h);
+}
+
 #[test]
 fn llama_and_mixtral_parameter_counts_are_exact() {
     // Published totals (Hugging Face checkpoints): Llama-2 7B 6,738,415,616;
@@ -167,6 +189,41 @@ fn state_bytes_shard_a_stage_over_the_data_parallel_group() {
         state_bytes(&s, &plan, 0).weights_bytes,
         (2 * p).div_ceil(64)
     );
+}
+
+/// HSDP shards model state over the shard group (fsdp_degree of the dp ranks, times cp and
+/// ep for dense parameters), not over dp: bf16 Adam holds 2 + 4 + 12 bytes per parameter,
+/// all divided by the shard group. The optimizer updates the same shard.
+#[test]
+fn hsdp_shards_model_state_over_fsdp_degree_not_dp() {
+    let mut s = gpt(4, 1024, 16, 1024, 32000, (1, 1, 8), 1, 1);
+    s.parallel.fsdp = true;
+    s.parallel.zero = 3;
+    let p = total(model_params(&s.model));
+    let state = |s: &Scenario| state_bytes(s, &plan(s), 0);
+    let sharded = |n: u64| StateBytes {
+        weights_bytes: (2 * p).div_ceil(n),
+        grads_bytes: (4 * p).div_ceil(n),
+        optimizer_bytes: (12 * p).div_ceil(n),
+        host_bytes: 0,
+        host_init_bytes: 0,
+    };
+    assert_eq!(state(&s), sharded(8));
+    let plain_optimizer = optimizer_step(&s, &plan(&s), 0).memory_bytes;
+    s.parallel.fsdp_degree = Some(4);
+    assert_eq!(state(&s), sharded(4));
+    // Twice the shard, twice the optimizer's traffic.
+    assert_eq!(
+        optimizer_step(&s, &plan(&s), 0).memory_bytes,
+        2 * plain_optimizer
+    );
+    s.parallel.fsdp_degree = Some(8);
+    assert_eq!(state(&s), sharded(8));
+    // Context parallelism joins the shard group of dense parameters: 2 * 2 ranks.
+    s.parallel.fsdp_degree = Some(2);
+    s.parallel.cp = 2;
+    s.cluster.gpus = 16;
+    assert_eq!(state(&s), sharded(4));
 }
 
 #[test]
