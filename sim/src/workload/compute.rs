@@ -292,8 +292,6 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
     let x = d.replicated(d.hidden_elements());
     let act = d.act_bytes;
     let mut block = BlockParts::default();
-    // Layer norm 1 (read x, write x).
-    add_elementwise(&mut block, mul(2 * act, x), 1);
     add_linears_in(
         &mut block,
         d,
@@ -301,11 +299,6 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
     );
     block.add(&attention_core(d));
     add_linears_in(&mut block, d, &[gemm(t, d.sharded(d.q), d.h)]);
-    // Bias + dropout + residual add (reads two, writes one, writes a one-byte mask), then
-    // layer norm 2.
-    let bda = mul(x, mul(3, act).saturating_add(1));
-    add_elementwise(&mut block, bda, 1);
-    add_elementwise(&mut block, mul(2 * act, x), 1);
     let f = d.sharded(d.f);
     let mlp_tokens = match (moe, d.moe) {
         (true, Some(m)) => {
@@ -333,10 +326,25 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
             gemm(mlp_tokens, f, d.h),
         ],
     );
-    // Activation function: GeLU reads and writes f; SwiGLU reads 2f and writes f.
-    let act_fn = prod(&[if d.gated { 3 } else { 2 }, act, mlp_tokens, f]);
-    add_elementwise(&mut block, act_fn, 1);
-    add_elementwise(&mut block, bda, 1);
+    // The framework's elementwise kernels (docs/reference/frameworks.md, `[fusions]`): its
+    // passes over `tokens x hidden` (norms, residual adds, rotary, copies; Megatron-Core's 10
+    // are two norms of one read and one write and two fused bias-dropout-adds of two reads and
+    // one write), the two one-byte dropout masks of the residual adds, and its passes over the
+    // MLP's inner width (given for SwiGLU, which reads 2f and writes f; GeLU reads one tensor
+    // fewer).
+    let e = d.elementwise;
+    let hidden_bytes = mul(x, mul(u64::from(e.hidden_passes), act).saturating_add(2));
+    let ffn_passes = if d.gated {
+        e.ffn_passes
+    } else {
+        e.ffn_passes.saturating_sub(1)
+    };
+    let ffn_bytes = prod(&[u64::from(ffn_passes), act, mlp_tokens, f]);
+    add_elementwise(
+        &mut block,
+        hidden_bytes.saturating_add(ffn_bytes),
+        e.kernels,
+    );
     block
 }
 

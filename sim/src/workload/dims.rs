@@ -78,6 +78,9 @@ pub(crate) struct Dims {
     /// modules, and neither the core attention nor Megatron-Core's output layer is one);
     /// `None`: every GEMM in the training precision.
     pub high_precision: Option<Precision>,
+    /// The framework's elementwise work per layer outside the GEMMs and attention (its
+    /// `[fusions.eager]`, or `[fusions.compiled]` under `training.compile`).
+    pub elementwise: crate::scenario::framework::Elementwise,
     pub moe: Option<MoeDims>,
 }
 
@@ -116,6 +119,11 @@ impl Dims {
             act_bytes,
             gemm_in_bytes: precision.bytes(),
             high_precision: (precision == Precision::Fp8).then_some(Precision::Bf16),
+            elementwise: if s.training.compile {
+                s.training.framework.fusions.compiled
+            } else {
+                s.training.framework.fusions.eager
+            },
             moe: m.moe.as_ref().map(|moe| MoeDims {
                 experts: u64::from(moe.experts.max(1)),
                 top_k: u64::from(moe.top_k),

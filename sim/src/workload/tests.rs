@@ -5,6 +5,7 @@ mod activation_memory;
 mod comm_calls;
 mod flops;
 mod fp8;
+mod fusions;
 mod model_state;
 mod properties;
 mod worked_example;
