@@ -2,7 +2,7 @@
 """Question: which flash-attention efficiency curve (cost::attention) fits the causal SDPA
 figures measured on one H200, per backend (flash, cudnn) and direction?
 
-    python3 lab/scripts/attention_fit.py docs/measurements/2026-11-28-h200-attention.json
+    python3 lab/scripts/attention_fit.py data/microbench/h200-2026-11-28.json
 
 Curve: eff = max_efficiency * L/(L + keys_half) * d/(d + head_dim_half), L the mean keys per
 query (s/2 for a causal sequence of s), d the head dimension, as a fraction of 989 TFLOP/s (H200

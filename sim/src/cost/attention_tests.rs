@@ -111,7 +111,7 @@ fn without_an_attention_model_the_kernel_runs_as_its_equivalent_gemm() {
 /// backward 7.3%; cuDNN 5.5% and 3.0%.
 #[test]
 fn default_curves_reproduce_the_h200_measurement() {
-    let text = include_str!("../../../docs/measurements/2026-11-28-h200-attention.json");
+    let text = include_str!("../../../data/microbench/h200-2026-11-28.json");
     let data: serde_json::Value = serde_json::from_str(text).unwrap();
     let rows = data["attention"].as_array().unwrap();
     assert_eq!(rows.len(), 14);
