@@ -78,6 +78,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             micro_batch: 1,
             precision: Precision::Bf16,
             recompute: Recompute::None,
+            recompute_layers: None,
             overlap_grad_reduce: true,
             overlap_param_gather: true,
             grad_compression: GradCompression::None,

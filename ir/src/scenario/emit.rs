@@ -175,6 +175,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     training.insert("precision", value(precision));
     let recompute = name_of(&RECOMPUTES, t.recompute);
     training.insert("recompute", value(recompute));
+    if let Some(n) = t.recompute_layers {
+        training.insert("recompute_layers", int(u64::from(n)));
+    }
     training.insert("overlap_grad_reduce", value(t.overlap_grad_reduce));
     training.insert("overlap_param_gather", value(t.overlap_param_gather));
     let compression = match t.grad_compression {

@@ -192,6 +192,7 @@ keys!(training {
     MICRO_BATCH = "micro_batch", Uint { min: 1, max: 1 << 24 }, Int(1), "Sequences per micro batch.";
     PRECISION = "precision", Choice { what: "precision", names: &["fp32", "fp16", "bf16", "fp8"] }, Is("bf16"), "Compute precision of the GEMMs.";
     RECOMPUTE = "recompute", Choice { what: "recompute policy", names: &["none", "selective", "full"] }, Is("none"), "Activation recomputation: `selective` = attention scores (Korthikanti et al. 2022).";
+    RECOMPUTE_LAYERS = "recompute_layers", Uint { min: 0, max: 1 << 16 }, Note("every layer"), "With `recompute = \"full\"`: only the first N layers of each model chunk recompute, the rest keep their activations (Megatron-Core's `recompute_method = \"block\"` with `recompute_num_layers`).";
     OVERLAP_GRAD_REDUCE = "overlap_grad_reduce", Bool, Flag(true), "Overlap gradient reduction with backward.";
     OVERLAP_PARAM_GATHER = "overlap_param_gather", Bool, Flag(true), "Overlap ZeRO/FSDP parameter gathers with compute.";
     GRAD_COMPRESSION = "grad_compression", Other("none, fp16, int8, topk:F with 0 < F <= 1 (fraction of elements kept)"), Is("none"), "Gradient compression before the data-parallel reduction.";

@@ -375,6 +375,7 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool)> {
             micro_batch,
             precision: t.choice_or_default(&tk::PRECISION, &PRECISIONS)?,
             recompute: t.choice_or_default(&tk::RECOMPUTE, &RECOMPUTES)?,
+            recompute_layers: opt(t.uint32(&tk::RECOMPUTE_LAYERS)?),
             overlap_grad_reduce: t.boolean_or_default(&tk::OVERLAP_GRAD_REDUCE)?,
             overlap_param_gather: t.boolean_or_default(&tk::OVERLAP_PARAM_GATHER)?,
             grad_compression: grad_compression(t)?,

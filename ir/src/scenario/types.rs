@@ -349,6 +349,9 @@ pub struct Training {
     pub micro_batch: u64,
     pub precision: Precision,
     pub recompute: Recompute,
+    /// With full recompute, the layers of each model chunk that recompute, counted from its
+    /// first (Megatron-Core's block method); `None`: every layer.
+    pub recompute_layers: Option<u32>,
     pub overlap_grad_reduce: bool,
     pub overlap_param_gather: bool,
     pub grad_compression: GradCompression,

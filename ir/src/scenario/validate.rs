@@ -235,6 +235,27 @@ fn sharding(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
             ),
         ));
     }
+    if s.training.recompute_layers.is_some() && s.training.recompute != Recompute::Full {
+        return Err(c.fail(
+            &[
+                (
+                    "training.recompute_layers",
+                    v(s.training.recompute_layers.unwrap_or(0)),
+                ),
+                (
+                    "training.recompute",
+                    match s.training.recompute {
+                        Recompute::None => "\"none\"",
+                        Recompute::Selective => "\"selective\"",
+                        Recompute::Full => "\"full\"",
+                    }
+                    .to_string(),
+                ),
+            ],
+            "recompute_layers chooses which layers recompute in full; it needs recompute = \"full\"".to_string(),
+            "recompute = \"full\", or no recompute_layers".to_string(),
+        ));
+    }
     if p.cp_algorithm == CpAlgorithm::Ring && p.cp > 1 && !s.training.flash_attention {
         return Err(c.fail(
             &[

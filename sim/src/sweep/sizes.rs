@@ -20,7 +20,9 @@ use std::rc::Rc;
 
 /// Everything `layers_work` is asked besides the scenario and the layout it ignores: the
 /// layer range and whether it carries the embedding and the head.
-type Query = (u32, u32, bool, bool);
+/// (first layer, layers, embedding, head, layers of them that recompute): the last depends on
+/// where the chunk starts under `recompute_layers`, which the pipeline depth moves.
+type Query = (u32, u32, bool, bool, u32);
 
 /// The answers for one scenario (as [`key_of`] normalises it).
 struct Cache {
@@ -126,7 +128,13 @@ impl Sizes for Shared<'_> {
         embedding: bool,
         head: bool,
     ) -> Rc<ChunkWork> {
-        let query = (first_layer, num_layers, embedding, head);
+        let recomputed = crate::workload::recomputed_layers(
+            self.inner.scenario,
+            layout,
+            first_layer,
+            num_layers,
+        );
+        let query = (first_layer, num_layers, embedding, head, recomputed);
         if let Some(w) = self
             .work
             .try_borrow()

@@ -13,6 +13,8 @@
 //! - Flash attention (every framework of the table uses a fused attention kernel).
 //! - `overlap_grad_reduce` / `overlap_param_gather` / `sequence_parallel` / `recompute` /
 //!   `compile` / `cuda_graphs` as published, twin's defaults where a row is silent.
+//! - `recompute_detail` naming Megatron's block method with `recompute_num_layers=N` is
+//!   `recompute_layers = N`.
 //! - The framework file of the row's family (Megatron-Core for NeMo and Megatron-Bridge,
 //!   torchtitan); other families (llm-foundry's Composer) keep twin's default.
 //!
@@ -140,6 +142,18 @@ fn framework_key(row: &RunRow) -> Option<&'static str> {
     }
 }
 
+/// Megatron's block recompute of the first N layers of each chunk, when the row's
+/// `recompute_detail` names it (`block method, recompute_num_layers=N`).
+fn block_recompute_layers(row: &RunRow) -> Option<u32> {
+    let detail = row.recompute_detail.as_deref()?;
+    if row.recompute.as_deref() != Some("full") || !detail.contains("block") {
+        return None;
+    }
+    let (_, rest) = detail.split_once("recompute_num_layers=")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
 /// Why a row cannot be expressed before any scenario is built, if it cannot.
 fn unsupported(row: &RunRow) -> Option<String> {
     match row.arch.as_deref().unwrap_or("dense") {
@@ -222,6 +236,9 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     }
     if let Some(o) = row.overlap_param_gather {
         let _ = writeln!(text, "overlap_param_gather = {o}");
+    }
+    if let Some(n) = block_recompute_layers(row) {
+        let _ = writeln!(text, "recompute_layers = {n}");
     }
     if let Some(f) = framework_key(row) {
         let _ = writeln!(text, "framework = {f:?}");

@@ -130,6 +130,29 @@ pub struct StateBytes {
     pub host_init_bytes: u64,
 }
 
+/// How many of layers `first_layer .. first_layer + num_layers` of `layout` recompute, counted
+/// from the first of the range: all of them under a recompute policy, none without, and with
+/// `recompute_layers = N` (full recompute) those among the first N layers of the chunk, as
+/// Megatron-Core's block method recomputes the first `recompute_num_layers` layers of each
+/// model chunk (NVIDIA/Megatron-LM `megatron/core/transformer/transformer_block.py`,
+/// `_checkpointed_forward`, `recompute_method == 'block'`).
+pub fn recomputed_layers(
+    s: &Scenario,
+    layout: &ChunkLayout,
+    first_layer: u32,
+    num_layers: u32,
+) -> u32 {
+    match (s.training.recompute, s.training.recompute_layers) {
+        (Recompute::None, _) => 0,
+        (Recompute::Full, Some(limit)) => layout
+            .first_layer
+            .saturating_add(limit)
+            .saturating_sub(first_layer)
+            .min(num_layers),
+        _ => num_layers,
+    }
+}
+
 /// Work for layers `first_layer .. first_layer + num_layers` of `layout`, plus the embedding
 /// and/or head when asked. Used whole for chunk granularity, per layer for layer granularity
 /// and for splitting the last backward into gradient buckets.
@@ -139,7 +162,7 @@ pub struct StateBytes {
 pub fn layers_work(
     s: &Scenario,
     _plan: &Plan,
-    _layout: &ChunkLayout,
+    layout: &ChunkLayout,
     first_layer: u32,
     num_layers: u32,
     embedding: bool,
@@ -151,13 +174,26 @@ pub fn layers_work(
     let n = u64::from(num_layers);
     let n_moe = params::moe_layers_in(&s.model, u64::from(first_layer), n);
     let n_dense = n - n_moe;
+    // The layers that recompute are the first `r` of the range (module doc of
+    // `recomputed_layers`); the rest keep every activation.
+    let r = u64::from(recomputed_layers(s, layout, first_layer, num_layers));
+    let r_moe = params::moe_layers_in(&s.model, u64::from(first_layer), r);
+    let r_dense = r - r_moe;
 
     let mut layers = compute::layer(&d, false).repeat(n_dense);
     layers.add(&compute::layer(&d, true).repeat(n_moe));
     let mut layer_comms = comms::layer(&d, false).repeat(n_dense);
     layer_comms.add(&comms::layer(&d, true).repeat(n_moe));
-    let layer_activations = mul(activations::layer(&d, recompute, false), n_dense)
-        .saturating_add(mul(activations::layer(&d, recompute, true), n_moe));
+    let layer_activations = mul(activations::layer(&d, recompute, false), r_dense)
+        .saturating_add(mul(activations::layer(&d, recompute, true), r_moe))
+        .saturating_add(mul(
+            activations::layer(&d, Recompute::None, false),
+            n_dense - r_dense,
+        ))
+        .saturating_add(mul(
+            activations::layer(&d, Recompute::None, true),
+            n_moe - r_moe,
+        ));
 
     let mut all = BlockParts::default();
     let mut all_comms = BlockComms::default();
@@ -178,15 +214,15 @@ pub fn layers_work(
             activation_bytes.saturating_add(activations::head(&d, loss_logits_bytes));
     }
 
-    let recompute_bytes = match (recompute, n) {
+    let recompute_bytes = match (recompute, r) {
         (Recompute::None, _) | (_, 0) => 0,
         _ => {
             let extra = |moe: bool| {
                 activations::layer(&d, Recompute::None, moe)
                     .saturating_sub(activations::layer(&d, recompute, moe))
             };
-            let dense = if n_dense > 0 { extra(false) } else { 0 };
-            let moe = if n_moe > 0 { extra(true) } else { 0 };
+            let dense = if r_dense > 0 { extra(false) } else { 0 };
+            let moe = if r_moe > 0 { extra(true) } else { 0 };
             dense.max(moe)
         }
     };
@@ -198,18 +234,33 @@ pub fn layers_work(
     };
     let mut backward = all.backward_input.clone();
     backward.add(&all.backward_weight);
-    let recompute = match (recompute, n) {
+    let recompute = match (recompute, r) {
         (Recompute::None, _) | (_, 0) => None,
         (Recompute::Selective, _) => Some(PassWork {
             compute: layers.attention_core.into_op(Phase::Recompute, dtype),
             comms: Vec::new(),
             ring: ring_fwd,
         }),
-        (Recompute::Full, _) => Some(PassWork {
+        (Recompute::Full, _) if r == n => Some(PassWork {
             compute: layers.forward.into_op(Phase::Recompute, dtype),
             comms: layer_comms.forward,
             ring: ring_fwd,
         }),
+        (Recompute::Full, _) => {
+            // Block recompute: only the first `r` layers of the range run again.
+            let mut part = compute::layer(&d, false).repeat(r_dense);
+            part.add(&compute::layer(&d, true).repeat(r_moe));
+            let mut part_comms = comms::layer(&d, false).repeat(r_dense);
+            part_comms.add(&comms::layer(&d, true).repeat(r_moe));
+            Some(PassWork {
+                compute: part.forward.into_op(Phase::Recompute, dtype),
+                comms: part_comms.forward,
+                ring: match comms::ring(&d, r) {
+                    Some((f, _)) if d.flash => Some(f),
+                    _ => None,
+                },
+            })
+        }
     };
     ChunkWork {
         forward: PassWork {
