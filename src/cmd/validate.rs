@@ -21,7 +21,9 @@ pub struct Args {
     /// Table of published runs (TOML, [[run]] rows).
     pub table: PathBuf,
     /// Output format: a Markdown table, or one JSON object
-    /// {"rows":[{"id","field","published","predicted","error"}],"median_abs_error","max_abs_error"}.
+    /// {"rows":[{"id","field","published","predicted","error","groups","unmodelled"}],
+    /// "median_abs_error","max_abs_error","uncovered":[{"id","reason"}],
+    /// "groups":[{"group","rows","median_abs_error","max_abs_error","worst"}]}.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
     /// Hardware profile TOML (docs/reference/profiles.md) to cost the runs with instead of the defaults.
