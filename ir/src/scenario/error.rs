@@ -160,6 +160,22 @@ impl Ctx {
             allowed: allowed.into(),
         }
     }
+
+    /// An [`ErrorKind::Invalid`] value of a file read through serde (hardware profiles,
+    /// framework files), located at the start of `span` (byte offsets into the text `lines`
+    /// indexes).
+    pub fn invalid_at(
+        &self,
+        lines: &LineIndex,
+        span: std::ops::Range<usize>,
+        key: &str,
+        value: &str,
+        message: impl Into<String>,
+        allowed: impl Into<String>,
+    ) -> ScenarioError {
+        let loc = lines.loc(span.start);
+        self.error(ErrorKind::Invalid, Some(&loc), key, value, message, allowed)
+    }
 }
 
 /// Error kind from a serde message (the only structure serde errors carry), for the files

@@ -321,15 +321,8 @@ impl Checker<'_> {
         message: &str,
         allowed: &str,
     ) -> ScenarioError {
-        let loc = self.lines.loc(span.start);
-        self.ctx.error(
-            ErrorKind::Invalid,
-            Some(&loc),
-            key,
-            &value,
-            message,
-            allowed,
-        )
+        self.ctx
+            .invalid_at(self.lines, span, key, &value, message, allowed)
     }
 
     fn param(&self, key: &str, raw: RawParam, range: Range) -> Result<Param> {

@@ -5,7 +5,7 @@
 
 use super::rules::{Cond, Limit, COUNTS, FLAGS};
 use super::*;
-use crate::scenario::error::{closest, Ctx, ErrorKind, LineIndex, ScenarioError};
+use crate::scenario::error::{closest, Ctx, LineIndex, ScenarioError};
 use crate::scenario::types::PipelineSchedule;
 use serde::Deserialize;
 use toml::Spanned;
@@ -205,15 +205,8 @@ impl Reader<'_> {
         message: impl Into<String>,
         allowed: impl Into<String>,
     ) -> ScenarioError {
-        let loc = self.lines.loc(span.start);
-        self.ctx.error(
-            ErrorKind::Invalid,
-            Some(&loc),
-            key,
-            &value,
-            message,
-            allowed,
-        )
+        self.ctx
+            .invalid_at(self.lines, span, key, &value, message, allowed)
     }
 
     /// Every value has a source: an empty `ref` is refused.
