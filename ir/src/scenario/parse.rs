@@ -274,13 +274,7 @@ pub(crate) const GRANULARITIES: [(&str, Granularity); 2] =
     [("chunk", Granularity::Chunk), ("layer", Granularity::Layer)];
 
 /// The name a value has in a name table (the inverse of reading it).
-pub(crate) fn name_of<T: PartialEq>(names: &[(&'static str, T)], value: T) -> &'static str {
-    names
-        .iter()
-        .find(|(_, v)| *v == value)
-        .map(|(n, _)| *n)
-        .unwrap_or("?")
-}
+pub(crate) use super::types::name_of;
 
 pub(crate) const AXES: [(&str, Axis); 5] = [
     ("tp", Axis::Tp),

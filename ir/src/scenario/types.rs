@@ -160,6 +160,15 @@ pub enum PipelineSchedule {
     ZeroBubble,
 }
 
+/// The name `value` has in a table of (name, value) choices; `?` if it has none.
+pub(crate) fn name_of<T: PartialEq>(names: &[(&'static str, T)], value: T) -> &'static str {
+    names
+        .iter()
+        .find(|(_, v)| *v == value)
+        .map(|(n, _)| *n)
+        .unwrap_or("?")
+}
+
 impl PipelineSchedule {
     pub const ALL: [(&'static str, PipelineSchedule); 4] = [
         ("gpipe", PipelineSchedule::Gpipe),
@@ -168,11 +177,7 @@ impl PipelineSchedule {
         ("zero-bubble", PipelineSchedule::ZeroBubble),
     ];
     pub fn as_str(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|(_, s)| *s == self)
-            .map(|(n, _)| *n)
-            .unwrap_or("?")
+        name_of(&Self::ALL, self)
     }
 }
 
@@ -201,11 +206,7 @@ impl CpAlgorithm {
         ("ulysses", CpAlgorithm::Ulysses),
     ];
     pub fn as_str(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|(_, s)| *s == self)
-            .map(|(n, _)| *n)
-            .unwrap_or("?")
+        name_of(&Self::ALL, self)
     }
 }
 
