@@ -96,3 +96,66 @@ fn loss_logits_bytes_set_what_the_head_keeps_and_the_last_stage_s_peak() {
     assert_eq!(peak(&fp32, 1) - peak(&bf16, 1), 2 * logits);
     assert_eq!(peak(&fp32, 0), peak(&bf16, 0));
 }
+
+/// ZeRO 3 under a framework that gathers per layer (torchtitan's FSDP2: one `fully_shard`
+/// unit per block) gathers each layer before each forward and backward, where Megatron-Core's
+/// file (chunk-wise gathers in twin) gathers the whole chunk once per pass: 8 layers, 2 micro
+/// batches, so 8 times the gathers with the same bytes in all, and a gather buffer of a layer
+/// (at most two alive: the one computing and the one prefetched) instead of the chunk.
+#[test]
+fn per_layer_param_gather_gathers_each_layer_and_holds_one_layer_s_buffer() {
+    use twin_sim::ir::CollectiveKind;
+    use twin_sim::scenario::framework::Bundled;
+    let mut chunked = small_scenario(1, 1, 2, 2);
+    chunked.parallel.zero = 3;
+    let mut layered = chunked.clone();
+    layered.training.framework = Bundled::Torchtitan.framework().unwrap();
+    let gathers = |s: &Scenario| -> (usize, u64) {
+        let plan = Plan::new(s).unwrap();
+        let sched = generate(s, &plan).unwrap();
+        sched.validate(&plan).unwrap();
+        let prog = &sched.programs[sched.program_of[0] as usize];
+        let mut n = 0;
+        let mut bytes = 0;
+        for op in &prog.ops {
+            if let OpKind::Collective {
+                kind: CollectiveKind::AllGather,
+                bytes: b,
+                ..
+            } = op.kind
+            {
+                n += 1;
+                bytes += b;
+            }
+        }
+        (n, bytes)
+    };
+    let (n_chunk, bytes_chunk) = gathers(&chunked);
+    let (n_layer, bytes_layer) = gathers(&layered);
+    // Forward and backward of each of 2 micro batches.
+    assert_eq!(n_chunk, 4);
+    assert_eq!(n_layer, 8 * 4);
+    assert_eq!(bytes_layer, bytes_chunk);
+
+    // The gather buffers at the peak: the chunk's parameters in bf16, or at most two layers'.
+    let buffers = |s: &Scenario| -> u64 {
+        let r = twin_sim::predict(s, &twin_sim::PredictOptions::default()).unwrap();
+        r.report.ranks[0].memory_breakdown.buffers
+    };
+    let plan = Plan::new(&chunked).unwrap();
+    let layout = &plan.chunks[0][0];
+    let chunk_params = twin_sim::workload::chunk_params(&chunked, &plan, layout);
+    let chunk_bytes = 2 * (chunk_params.dense + chunk_params.expert);
+    assert!(buffers(&chunked) >= chunk_bytes);
+    let m = &chunked.model;
+    // One layer's parameters (with the embedding or head on the first or last layer).
+    let embedding = m.vocab * m.hidden;
+    let layer_bytes = 2 * ((chunk_params.dense - 2 * embedding) / u64::from(m.layers) + embedding);
+    let fp32_grads = 2 * layer_bytes;
+    assert!(
+        buffers(&layered) <= 2 * layer_bytes + fp32_grads,
+        "{} > {}",
+        buffers(&layered),
+        2 * layer_bytes + fp32_grads
+    );
+}

@@ -14,6 +14,8 @@ use std::process::ExitCode;
   twin validate data/validation/throughput.toml
   twin validate data/validation/throughput.toml --format json
   twin validate table.toml --profile scenarios/profiles/a100-dgx.toml
+  twin validate data/validation/throughput-modern.toml \
+      --profile scenarios/profiles/h100-dgx.toml --profile scenarios/profiles/h100-grand-teton.toml
 
 Details: docs/reference/cli.md#twin-validate"
 )]
@@ -26,18 +28,19 @@ pub struct Args {
     /// "groups":[{"group","rows","median_abs_error","max_abs_error","worst"}]}.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
-    /// Hardware profile TOML (docs/reference/profiles.md) to cost the runs with instead of the defaults.
+    /// Hardware profile TOML (docs/reference/profiles.md) to cost the runs with instead of the
+    /// defaults. Repeat it for tables that mix GPUs: each row takes the profile of its GPU.
     #[arg(long, value_name = "FILE")]
-    pub profile: Option<PathBuf>,
+    pub profile: Vec<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let table = twin_sim::validate::load_table(&args.table)?;
-    let profile = match &args.profile {
-        Some(p) => Some(twin_sim::profile::load(p)?),
-        None => None,
-    };
-    let validation = twin_sim::validate::validate_table(&table, profile.as_ref())
+    let mut profiles = Vec::with_capacity(args.profile.len());
+    for p in &args.profile {
+        profiles.push(twin_sim::profile::load(p)?);
+    }
+    let validation = twin_sim::validate::validate_table(&table, &profiles)
         .with_context(|| format!("validating {}", args.table.display()))?;
     match args.format {
         Format::Json => println!("{}", validation.to_json()),

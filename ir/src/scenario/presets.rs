@@ -28,9 +28,10 @@ pub(crate) struct NodeSpec {
     pub inter_node: Link,
 }
 
-pub(crate) const GPU_NAMES: [&str; 6] = [
+pub(crate) const GPU_NAMES: [&str; 7] = [
     "a100-sxm-80gb",
     "h100-sxm-80gb",
+    "h100-sxm-96gb-500w",
     "h200-141gb",
     "h800-sxm-80gb",
     "b200-sxm-180gb",
@@ -72,6 +73,20 @@ pub(crate) fn gpu(name: &str) -> Option<Gpu> {
         // 81,559 MiB (nvidia-smi); cuMemGetInfo's total 85,017,493,504 B on an H100 SXM 80GB
         // (docs/measurements/2026-11-22-h100-cuda-backend.md), so the driver keeps 480 MiB.
         "h100-sxm-80gb" => (hopper_peak(), 81_559 * MIB_BYTES, 480 * MIB_BYTES, 3.35e12),
+        // Meta's Grand Teton H100 (pytorch/torchtitan@d4c86e3758a84cf23e2e879ab3c995cba9d5e410:
+        // docs/performance.md): the H100 SXM die with 96 GB of HBM2e at 2.4 TB/s and a 500 W
+        // power limit instead of 700 W. Its tensor-core peak is unpublished; that file's
+        // footnote 2 puts it "between SXM and NVL", 989 and 835 TFLOP/s dense bf16
+        // (torchtitan/utils.py get_peak_flops, NVIDIA's datasheets); the midpoint, 912, is
+        // used, +-77 (8.4%), and every other peak scales with it. Capacity: the H100 80GB's
+        // nvidia-smi total per nominal GB (81,559 MiB / 80) times 96, and its driver share;
+        // an estimate, no nvidia-smi total of this part was found.
+        "h100-sxm-96gb-500w" => (
+            scaled_peak(hopper_peak(), 912.0 / 989.0),
+            97_871 * MIB_BYTES,
+            480 * MIB_BYTES,
+            2.4e12,
+        ),
         // 143,771 MiB, "Reserved" 616 MiB (nvidia-smi, driver 580.159.04); cuMemGetInfo's
         // total 150,109,880,320 B (docs/measurements/2026-11-28-h200-memory-edge.md), which
         // puts the driver's share at 644,939,776 B (615.2 MiB; nvidia-smi rounds it up).
@@ -135,7 +150,7 @@ pub(crate) fn gpu(name: &str) -> Option<Gpu> {
 pub(crate) fn default_node(gpu_name: &str) -> Option<&'static str> {
     match gpu(gpu_name)?.name.as_str() {
         "a100-sxm-80gb" => Some("dgx-a100"),
-        "h100-sxm-80gb" | "h200-141gb" => Some("dgx-h100"),
+        "h100-sxm-80gb" | "h100-sxm-96gb-500w" | "h200-141gb" => Some("dgx-h100"),
         "h800-sxm-80gb" => Some("hgx-h800"),
         "b200-sxm-180gb" => Some("dgx-b200"),
         "gb200" => Some("gb200-nvl72"),
@@ -145,6 +160,17 @@ pub(crate) fn default_node(gpu_name: &str) -> Option<&'static str> {
 
 /// H100 / H200 SXM dense tensor-core peaks (the datasheet's figures halved where they are
 /// quoted with 2:4 sparsity).
+/// Every peak of `p` times `factor` (a part of the same die at a lower sustained clock).
+fn scaled_peak(p: PeakFlops, factor: f64) -> PeakFlops {
+    PeakFlops {
+        fp32_flops_per_s: p.fp32_flops_per_s * factor,
+        tf32_flops_per_s: p.tf32_flops_per_s * factor,
+        fp16_flops_per_s: p.fp16_flops_per_s * factor,
+        bf16_flops_per_s: p.bf16_flops_per_s * factor,
+        fp8_flops_per_s: p.fp8_flops_per_s * factor,
+    }
+}
+
 fn hopper_peak() -> PeakFlops {
     PeakFlops {
         fp32_flops_per_s: 67e12,
@@ -296,6 +322,7 @@ mod tests {
         let want = [
             ("a100-sxm-80gb", 312e12, 2.039e12),
             ("h100-sxm-80gb", 989e12, 3.35e12),
+            ("h100-sxm-96gb-500w", 912e12, 2.4e12),
             ("h200-141gb", 989e12, 4.8e12),
             ("h800-sxm-80gb", 989e12, 3.35e12),
             ("b200-sxm-180gb", 2.25e15, 8e12),
@@ -352,6 +379,7 @@ mod tests {
         let want = [
             ("a100-sxm-80gb", 81_920, None),
             ("h100-sxm-80gb", 81_559, Some(85_017_493_504)),
+            ("h100-sxm-96gb-500w", 97_871, None),
             ("h200-141gb", 143_771, Some(150_109_880_320)),
             ("h800-sxm-80gb", 81_559, Some(85_017_493_504)),
             ("b200-sxm-180gb", 183_359, None),

@@ -149,11 +149,13 @@ pub fn plan_chunks(
             row.iter()
                 .map(|layout| {
                     let whole_seg = whole(sizes, layout);
-                    let segs = match s.run.granularity {
-                        Granularity::Chunk => vec![whole_seg.clone()],
-                        Granularity::Layer => per_layer(sizes, layout),
+                    let by_layer = s.run.granularity == Granularity::Layer || dp.gather_per_layer;
+                    let segs = if by_layer {
+                        per_layer(sizes, layout)
+                    } else {
+                        vec![whole_seg.clone()]
                     };
-                    let final_segs = (split_final && s.run.granularity == Granularity::Chunk)
+                    let final_segs = (split_final && !by_layer)
                         .then(|| bucket_segs(sizes, layout, dp.bucket_bytes))
                         .filter(|f| f.len() > 1);
                     ChunkPlan {

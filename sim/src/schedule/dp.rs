@@ -37,6 +37,7 @@
 //!   ZeRO 3 / FSDP, whose gradients are reduce-scattered per micro batch.
 
 use crate::plan::{GroupKind, Plan};
+use crate::scenario::framework::ParamGather;
 use crate::scenario::{GradCompression, Scenario, SyncMode};
 use crate::schedule::ScheduleError;
 use crate::workload::ParamCount;
@@ -77,6 +78,12 @@ pub struct DpPolicy {
     pub bucket_bytes: u64,
     pub compression: GradCompression,
     pub param_elem_bytes: u64,
+    /// ZeRO 3 / FSDP gathers one layer at a time (the framework file's
+    /// `overlaps.param_gather = "per-layer"`: FSDP2 / FSDP1 wrap each transformer block as a
+    /// unit, DeepSpeed ZeRO-3 gathers each submodule), so the gather buffer holds one layer and
+    /// the gather of the next layer overlaps this one's compute. Otherwise a ZeRO-3 pass
+    /// gathers its whole chunk (or `run.granularity` segment).
+    pub gather_per_layer: bool,
 }
 
 impl DpPolicy {
@@ -128,6 +135,8 @@ impl DpPolicy {
             bucket_bytes: s.training.grad_bucket_bytes.max(1),
             compression: s.training.grad_compression,
             param_elem_bytes: s.training.precision.bytes(),
+            gather_per_layer: zero == Zero::ShardedParams
+                && s.training.framework.overlaps.param_gather == ParamGather::PerLayer,
         })
     }
 

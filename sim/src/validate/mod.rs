@@ -226,6 +226,30 @@ pub fn row_cases(row: &RunRow) -> Result<Vec<Case>, ValidateError> {
     Ok(cases)
 }
 
+/// The profile of `profiles` that describes the case's GPU: `Ok(None)` when none is given,
+/// the first mismatch when some are given and none describes it.
+fn profile_for<'p>(
+    case: &Case,
+    profiles: &'p [Profile],
+) -> Result<Option<&'p Profile>, ValidateError> {
+    let mut mismatch = None;
+    for p in profiles {
+        match check_matches(&case.scenario, p) {
+            Ok(()) => return Ok(Some(p)),
+            Err(e) => {
+                mismatch.get_or_insert(e);
+            }
+        }
+    }
+    match mismatch {
+        Some(source) => Err(ValidateError::Profile {
+            id: case.id.clone(),
+            source,
+        }),
+        None => Ok(None),
+    }
+}
+
 /// Simulates one case and compares. A modern row's `model_tflops_per_gpu` is compared as the
 /// step time it implies (see [`modern`]).
 pub fn run_case(case: &Case, profile: Option<&Profile>) -> Result<Comparison, ValidateError> {
@@ -235,6 +259,7 @@ pub fn run_case(case: &Case, profile: Option<&Profile>) -> Result<Comparison, Va
             source,
         })?;
     }
+
     let opts = PredictOptions {
         reproducible: true,
         ..PredictOptions::default()
@@ -278,18 +303,17 @@ pub fn relative_error(predicted: f64, published: f64) -> f64 {
     }
 }
 
-/// Predicts every published figure of `table`.
-pub fn validate_table(
-    table: &Table,
-    profile: Option<&Profile>,
-) -> Result<Validation, ValidateError> {
+/// Predicts every published figure of `table`, each row costed with the one of `profiles`
+/// that describes its GPU (twin's defaults when `profiles` is empty; a row whose GPU no
+/// profile describes is reported as uncovered, with the reason).
+pub fn validate_table(table: &Table, profiles: &[Profile]) -> Result<Validation, ValidateError> {
     let mut rows = Vec::new();
     let mut uncovered = Vec::new();
     for row in &table.run {
         let compared = row_cases(row).and_then(|cases| {
             cases
                 .iter()
-                .map(|case| run_case(case, profile))
+                .map(|case| run_case(case, profile_for(case, profiles)?))
                 .collect::<Result<Vec<_>, _>>()
         });
         match compared {

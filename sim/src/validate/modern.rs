@@ -5,7 +5,9 @@
 //! silence, and a row twin cannot express at all is reported with the reason.
 //!
 //! A row is modern when it names its `precision`. The translation:
-//! - GPU preset from `gpu`, and that GPU's usual node (`cluster.node` left to its default).
+//! - GPU preset from `gpu`, and that GPU's usual node (`cluster.node` left to its default);
+//!   a `gpu_note` that describes a part twin has its own preset for selects that preset
+//!   ([`gpu_preset`]).
 //! - The model shape as published; `ffn_act = "swiglu..."` is a gated MLP; `head_dim` where given.
 //! - `tp`, `pp`, `cp`, `dp` as published; `vpp > 1` is the interleaved 1F1B schedule.
 //! - `zero_stage` as published, or 1 with `distributed_optimizer = true`; stage 3 is FSDP,
@@ -81,19 +83,30 @@ pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
     if on(row.overlap_p2p_comm) {
         out.push("overlap_p2p_comm");
     }
-    if on(row.compile) {
-        out.push("compile");
-    }
     if row.fp8_recipe.is_some() && row.precision.as_deref() == Some("fp8") {
         out.push("fp8_recipe");
     }
     if row.cp.unwrap_or(1) > 1 {
         out.push("cp algorithm");
     }
-    if row.gpu_note.is_some() {
+    if row.gpu_note.is_some() && gpu_preset(row) == row.gpu {
         out.push("gpu_note");
     }
     out
+}
+
+/// The GPU preset a row runs on: its `gpu`, unless its `gpu_note` describes a variant twin
+/// has a preset of its own for. Known: Meta's Grand Teton H100 (96 GB HBM2e, 500 W power
+/// limit), on which torchtitan's published runs were made: `h100-sxm-96gb-500w`.
+pub fn gpu_preset(row: &RunRow) -> &str {
+    match row.gpu_note.as_deref() {
+        Some(note)
+            if row.gpu == "h100-sxm-80gb" && note.contains("HBM2e") && note.contains("500 W") =>
+        {
+            "h100-sxm-96gb-500w"
+        }
+        _ => &row.gpu,
+    }
 }
 
 /// The fields of the modern layout that the modern rules read and `row` sets. The classic rules
@@ -220,7 +233,7 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
          schedule = {schedule:?}\nzero = {zero}\nsequence_parallel = {sp}\n{hsdp}\
          [training]\nglobal_batch = {gb}\nmicro_batch = {mb}\nprecision = {precision:?}\n\
          recompute = {recompute:?}\nflash_attention = true\n",
-        gpu = row.gpu,
+        gpu = gpu_preset(row),
         gpus = row.gpus,
         tp = row.tp,
         pp = row.pp,

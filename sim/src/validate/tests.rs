@@ -240,7 +240,7 @@ fn json_has_the_documented_shape() {
 fn empty_table_is_an_error() {
     let t = Table::default();
     assert!(matches!(
-        validate_table(&t, None),
+        validate_table(&t, &[]),
         Err(ValidateError::NoRows)
     ));
 }
@@ -309,4 +309,76 @@ fn modern_rows_carry_head_dim_and_hsdp() {
     })
     .unwrap();
     assert_eq!(plain.parallel.fsdp_degree, None);
+}
+
+/// A row whose `gpu_note` describes Grand Teton's 96 GB HBM2e, 500 W H100 runs on that preset
+/// (and the note is no longer listed as unmodelled); with a profile for each GPU, each row takes
+/// its own, and a row whose GPU no profile describes is uncovered with the mismatch as reason.
+#[test]
+fn gpu_notes_select_their_preset_and_each_row_its_profile() {
+    let note = "Grand Teton: H100 SXM with 96 GB HBM2e (2.4 TB/s), 500 W power limit";
+    let row = RunRow {
+        id: "tt-like".into(),
+        gpu: "h100-sxm-80gb".into(),
+        gpus: 8,
+        layers: 2,
+        hidden: 1024,
+        heads: 8,
+        seq_len: 2048,
+        vocab: 32000,
+        tp: 1,
+        pp: 1,
+        dp: 8,
+        global_batch: 8,
+        precision: Some("bf16".into()),
+        step_time_s: Some(1.0),
+        framework: Some("torchtitan".into()),
+        ..RunRow::default()
+    };
+    let noted = RunRow {
+        id: "tt-noted".into(),
+        gpu_note: Some(note.into()),
+        ..row.clone()
+    };
+    assert_eq!(modern::gpu_preset(&row), "h100-sxm-80gb");
+    assert_eq!(modern::gpu_preset(&noted), "h100-sxm-96gb-500w");
+    let s = modern::modern_scenario(&noted).unwrap();
+    assert_eq!(s.cluster.gpu.name, "h100-sxm-96gb-500w");
+    assert_eq!(s.cluster.gpu.hbm_bandwidth_bytes_per_s, 2.4e12);
+    assert!(!modern::unmodelled(&noted).contains(&"gpu_note"));
+    // A note twin has no preset for stays listed.
+    let other = RunRow {
+        gpu_note: Some("liquid-cooled".into()),
+        ..row.clone()
+    };
+    assert_eq!(modern::gpu_preset(&other), "h100-sxm-80gb");
+    assert!(modern::unmodelled(&other).contains(&"gpu_note"));
+
+    let dgx = crate::profile::parse_str(
+        include_str!("../../../scenarios/profiles/h100-dgx.toml"),
+        "h100-dgx.toml",
+    )
+    .unwrap();
+    let teton = crate::profile::parse_str(
+        include_str!("../../../scenarios/profiles/h100-grand-teton.toml"),
+        "h100-grand-teton.toml",
+    )
+    .unwrap();
+    let t = Table {
+        run: vec![row, noted],
+        layer_timing: Vec::new(),
+    };
+    let both = validate_table(&t, &[dgx.clone(), teton]).unwrap();
+    assert_eq!(both.rows.len(), 2);
+    assert!(both.uncovered.is_empty());
+    // Same shape, less peak and bandwidth: the Grand Teton row is slower.
+    assert!(both.rows[1].predicted > both.rows[0].predicted);
+    let one = validate_table(&t, &[dgx]).unwrap();
+    assert_eq!(one.rows.len(), 1);
+    assert_eq!(one.uncovered.len(), 1);
+    assert!(
+        one.uncovered[0].reason.contains("h100-sxm-96gb-500w"),
+        "{}",
+        one.uncovered[0].reason
+    );
 }

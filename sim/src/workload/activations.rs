@@ -30,11 +30,20 @@
 //! the layer input (`T*h`, split over t with SP). Context parallelism divides the sequence of
 //! every tensor; a rank's score matrices are `(s/c) x s`.
 //!
+//! Selective recompute that saves every second matmul (torchtitan's per-op policy, the
+//! framework's `recompute.selective = "every-second-matmul"`) keeps the layer input (the
+//! checkpoint region's input, `T*h`, split over t only with SP), the outputs of the saved
+//! matmuls (the 1st, 3rd, ... of the layer's projections in forward order, in the activation
+//! dtype), the attention kernel's output (`T*q`) and its fp32 softmax statistics, and, in MoE
+//! layers, the router's fp32 probabilities. Everything else is recomputed.
+//!
 //! MoE layers (an estimate; Korthikanti covers dense layers only): the MLP rows apply to the
 //! `T*top_k` routed token copies, the experts' input copies are whole on every TP rank, and the
 //! router keeps fp32 probabilities (`T*experts`).
 
+use super::compute::{every_second_linear, router_gemm};
 use super::dims::{div_ceil, mul, prod, Dims};
+use crate::scenario::framework::SelectiveRecompute;
 use crate::scenario::Recompute;
 
 /// Bytes one micro batch saves in one transformer layer.
@@ -43,6 +52,9 @@ pub(crate) fn layer(d: &Dims, recompute: Recompute, moe: bool) -> u64 {
     let (act, gin) = (d.act_bytes, d.gemm_in_bytes);
     if recompute == Recompute::Full {
         return mul(act, d.replicated(x));
+    }
+    if recompute == Recompute::Selective && d.selective == SelectiveRecompute::EverySecondMatmul {
+        return every_second_matmul_saved(d, moe);
     }
     // Replicated under plain TP: layer norm 1 input, QKV input, attention dropout mask,
     // layer norm 2 input, MLP/router input, MLP dropout mask.
@@ -76,6 +88,31 @@ pub(crate) fn layer(d: &Dims, recompute: Recompute, moe: bool) -> u64 {
     };
     let mlp = mul(act, mul(mlp_tokens, d.up_width())).saturating_add(prod(&[gin, mlp_tokens, f]));
     bytes.saturating_add(mlp)
+}
+
+/// What one layer saves under the every-second-matmul policy (module doc).
+fn every_second_matmul_saved(d: &Dims, moe: bool) -> u64 {
+    let (router, mlp_tokens, probs) = match (moe, d.moe) {
+        (true, Some(m)) => (
+            Some(router_gemm(d, m.experts)),
+            d.routed_tokens(),
+            prod(&[4, m.experts, d.replicated(d.tokens)]),
+        ),
+        _ => (None, d.tokens, 0),
+    };
+    let (saved, _) = every_second_linear(d, router, mlp_tokens);
+    let outputs = saved
+        .iter()
+        .fold(0u64, |acc, g| acc.saturating_add(mul(g.m, g.n)));
+    let input = d.replicated(d.hidden_elements());
+    let attention_out = d.sharded(d.q_elements());
+    let stats = prod(&[4, d.head_batches(), d.s_local]);
+    mul(
+        d.act_bytes,
+        input.saturating_add(outputs).saturating_add(attention_out),
+    )
+    .saturating_add(stats)
+    .saturating_add(probs)
 }
 
 /// Extra bytes the input embedding saves: its dropout mask (Korthikanti section 4.3).

@@ -17,6 +17,7 @@
 
 use super::dims::{div_ceil, mul, prod, to_u32, Dims};
 use crate::ir::{Attention, ComputeOp, Gemm, Phase};
+use crate::scenario::framework::SelectiveRecompute;
 use crate::scenario::Precision;
 
 /// Work of one kind inside a pass, before it becomes a [`ComputeOp`].
@@ -118,9 +119,10 @@ pub(crate) struct BlockParts {
     pub backward_input: Parts,
     /// Weight gradients: GEMM wgrads (and the embedding's scatter-add).
     pub backward_weight: Parts,
-    /// The attention core's forward (QK^T, softmax, dropout, AV): what selective recompute
-    /// runs again. Empty for blocks without attention.
-    pub attention_core: Parts,
+    /// The forward work that selective recompute runs again, as the framework's
+    /// `recompute.selective` says: the attention core (QK^T, softmax, dropout, AV), or every
+    /// second matmul with all the elementwise work. Empty for blocks without attention.
+    pub selective: Parts,
 }
 
 impl BlockParts {
@@ -128,7 +130,7 @@ impl BlockParts {
         self.forward.add(&other.forward);
         self.backward_input.add(&other.backward_input);
         self.backward_weight.add(&other.backward_weight);
-        self.attention_core.add(&other.attention_core);
+        self.selective.add(&other.selective);
     }
 
     pub fn repeat(&self, n: u64) -> BlockParts {
@@ -136,7 +138,7 @@ impl BlockParts {
             forward: self.forward.repeat(n),
             backward_input: self.backward_input.repeat(n),
             backward_weight: self.backward_weight.repeat(n),
-            attention_core: self.attention_core.repeat(n),
+            selective: self.selective.repeat(n),
         }
     }
 }
@@ -282,7 +284,60 @@ fn attention_core(d: &Dims) -> BlockParts {
         forward: core.clone(),
         backward_input: bwd,
         backward_weight: Parts::default(),
-        attention_core: core,
+        selective: core,
+    }
+}
+
+/// The linear layers of one transformer layer in the order its forward calls them, one GEMM
+/// per projection: Q, K, V, the output projection, the MoE router, then the MLP's gate and up
+/// (gated) or up, and down. `mlp_tokens` is the tokens the MLP sees (routed copies in an MoE
+/// layer).
+fn linears_in_order(d: &Dims, router: Option<Gemm>, mlp_tokens: u64) -> Vec<Gemm> {
+    let t = d.tokens;
+    let (q, kv, f) = (d.sharded(d.q), d.sharded(d.kv), d.sharded(d.f));
+    let mut out = vec![
+        gemm(t, d.h, q),
+        gemm(t, d.h, kv),
+        gemm(t, d.h, kv),
+        gemm(t, q, d.h),
+    ];
+    out.extend(router);
+    if d.gated {
+        out.push(gemm(mlp_tokens, d.h, f));
+    }
+    out.push(gemm(mlp_tokens, d.h, f));
+    out.push(gemm(mlp_tokens, f, d.h));
+    out
+}
+
+/// The linears of [`linears_in_order`] split as a per-op selective policy that saves every
+/// second matmul splits them: `(saved, recomputed)`, the 1st, 3rd, ... saved and the 2nd,
+/// 4th, ... recomputed (torchtitan counts `aten.mm` calls per block from one and recomputes
+/// the even ones).
+pub(crate) fn every_second_linear(
+    d: &Dims,
+    router: Option<Gemm>,
+    mlp_tokens: u64,
+) -> (Vec<Gemm>, Vec<Gemm>) {
+    let (mut saved, mut recomputed) = (Vec::new(), Vec::new());
+    for (i, g) in linears_in_order(d, router, mlp_tokens)
+        .into_iter()
+        .enumerate()
+    {
+        if i % 2 == 0 {
+            saved.push(g);
+        } else {
+            recomputed.push(g);
+        }
+    }
+    (saved, recomputed)
+}
+
+/// The MoE router's GEMM (replicated over tp, kept in high precision under FP8).
+pub(crate) fn router_gemm(d: &Dims, experts: u64) -> Gemm {
+    Gemm {
+        dtype: d.high_precision,
+        ..gemm(d.tokens, d.h, experts)
     }
 }
 
@@ -300,23 +355,23 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
     block.add(&attention_core(d));
     add_linears_in(&mut block, d, &[gemm(t, d.sharded(d.q), d.h)]);
     let f = d.sharded(d.f);
-    let mlp_tokens = match (moe, d.moe) {
+    let (mlp_tokens, router, router_bytes) = match (moe, d.moe) {
         (true, Some(m)) => {
             // Router GEMM (replicated over tp), softmax + top-k in fp32, and the permutation
             // of token copies before and after the experts.
-            add_linears(
-                &mut block,
-                &[Gemm {
-                    dtype: d.high_precision,
-                    ..gemm(t, d.h, m.experts)
-                }],
-            );
-            let router = prod(&[2, 4, t, m.experts]);
-            let permute = prod(&[2, 2, act, d.routed_tokens(), d.h]);
-            add_elementwise(&mut block, router.saturating_add(permute), 3);
-            d.routed_tokens()
+            let router = router_gemm(d, m.experts);
+            add_linears(&mut block, &[router]);
+            let bytes = prod(&[2, 4, t, m.experts]).saturating_add(prod(&[
+                2,
+                2,
+                act,
+                d.routed_tokens(),
+                d.h,
+            ]));
+            add_elementwise(&mut block, bytes, 3);
+            (d.routed_tokens(), Some(router), bytes)
         }
-        _ => t,
+        _ => (t, None, 0),
     };
     add_linears_in(
         &mut block,
@@ -340,11 +395,21 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
         e.ffn_passes.saturating_sub(1)
     };
     let ffn_bytes = prod(&[u64::from(ffn_passes), act, mlp_tokens, f]);
-    add_elementwise(
-        &mut block,
-        hidden_bytes.saturating_add(ffn_bytes),
-        e.kernels,
-    );
+    let elementwise_bytes = hidden_bytes.saturating_add(ffn_bytes);
+    add_elementwise(&mut block, elementwise_bytes, e.kernels);
+    if d.selective == SelectiveRecompute::EverySecondMatmul {
+        // The recompute runs the unsaved matmuls (with their FP8 input casts) and every
+        // elementwise op of the forward again; the attention kernel's output is saved.
+        let mut again = BlockParts::default();
+        add_linears_in(&mut again, d, &every_second_linear(d, router, mlp_tokens).1);
+        add_elementwise(
+            &mut again,
+            elementwise_bytes.saturating_add(router_bytes),
+            e.kernels
+                .saturating_add(if router.is_some() { 3 } else { 0 }),
+        );
+        block.selective = again.forward;
+    }
     block
 }
 
@@ -371,7 +436,7 @@ pub(crate) fn embedding(d: &Dims, grad_bytes: u64) -> BlockParts {
             kernels: 2,
             ..Parts::default()
         },
-        attention_core: Parts::default(),
+        selective: Parts::default(),
     }
 }
 

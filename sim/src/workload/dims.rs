@@ -81,6 +81,8 @@ pub(crate) struct Dims {
     /// The framework's elementwise work per layer outside the GEMMs and attention (its
     /// `[fusions.eager]`, or `[fusions.compiled]` under `training.compile`).
     pub elementwise: crate::scenario::framework::Elementwise,
+    /// What selective recompute runs again (the framework's `recompute.selective`).
+    pub selective: crate::scenario::framework::SelectiveRecompute,
     pub moe: Option<MoeDims>,
 }
 
@@ -124,6 +126,7 @@ impl Dims {
             } else {
                 s.training.framework.fusions.eager
             },
+            selective: s.training.framework.recompute.selective,
             moe: m.moe.as_ref().map(|moe| MoeDims {
                 experts: u64::from(moe.experts.max(1)),
                 top_k: u64::from(moe.top_k),

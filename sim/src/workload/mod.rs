@@ -20,6 +20,7 @@ mod params;
 
 use crate::ir::{CollectiveKind, ComputeOp, Phase};
 use crate::plan::{ChunkLayout, GroupKind, Plan};
+use crate::scenario::framework::SelectiveRecompute;
 use crate::scenario::{MemoryAccounting, Recompute, Scenario};
 use comms::BlockComms;
 use compute::BlockParts;
@@ -237,9 +238,13 @@ pub fn layers_work(
     let recompute = match (recompute, r) {
         (Recompute::None, _) | (_, 0) => None,
         (Recompute::Selective, _) => Some(PassWork {
-            compute: layers.attention_core.into_op(Phase::Recompute, dtype),
+            // Only the attention-core policy runs the attention (and its ring) again.
+            ring: match d.selective {
+                SelectiveRecompute::AttentionCore => ring_fwd,
+                SelectiveRecompute::EverySecondMatmul => None,
+            },
+            compute: layers.selective.into_op(Phase::Recompute, dtype),
             comms: Vec::new(),
-            ring: ring_fwd,
         }),
         (Recompute::Full, _) if r == n => Some(PassWork {
             compute: layers.forward.into_op(Phase::Recompute, dtype),

@@ -8,6 +8,7 @@ mod fp8;
 mod fusions;
 mod model_state;
 mod properties;
+mod selective;
 mod worked_example;
 
 use crate::plan::Plan;

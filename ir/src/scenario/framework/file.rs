@@ -73,6 +73,12 @@ struct RawMemory {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawRecompute {
+    selective: Cited<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawLaunch {
     cuda_graphs_kernel_gap_ns: Cited<u64>,
 }
@@ -123,6 +129,7 @@ struct RawFile {
     fusions: RawFusions,
     optimizer: RawOptimizer,
     memory: RawMemory,
+    recompute: RawRecompute,
     launch: RawLaunch,
     #[serde(default)]
     cannot_run: Vec<RawLimit>,
@@ -131,6 +138,10 @@ struct RawFile {
 const BACKENDS: [(&str, AttentionBackend); 2] = [
     ("flash", AttentionBackend::Flash),
     ("cudnn", AttentionBackend::Cudnn),
+];
+const SELECTIVE: [(&str, SelectiveRecompute); 2] = [
+    ("attention-core", SelectiveRecompute::AttentionCore),
+    ("every-second-matmul", SelectiveRecompute::EverySecondMatmul),
 ];
 const GRAD_REDUCES: [(&str, GradReduce); 3] = [
     ("last-microbatch", GradReduce::LastMicrobatch),
@@ -331,6 +342,9 @@ impl Reader<'_> {
             )?,
             allocator_slack_fraction: slack,
         };
+        let recompute = RecomputeHabits {
+            selective: self.name("recompute.selective", &raw.recompute.selective, &SELECTIVE)?,
+        };
         let launch = Launch {
             cuda_graphs_kernel_gap_ns: self.count(
                 "launch.cuda_graphs_kernel_gap_ns",
@@ -353,6 +367,7 @@ impl Reader<'_> {
             fusions,
             optimizer,
             memory,
+            recompute,
             launch,
             cannot_run,
         })

@@ -117,6 +117,7 @@ pub struct Framework {
     pub fusions: Fusions,
     pub optimizer: OptimizerImpl,
     pub memory: MemoryHabits,
+    pub recompute: RecomputeHabits,
     pub launch: Launch,
     /// Layouts it cannot launch, each with the reason.
     pub cannot_run: Vec<Limit>,
@@ -279,6 +280,25 @@ pub struct MemoryHabits {
     pub loss_logits_bytes: u64,
     /// The default of `[memory] allocator_slack_fraction` under this framework.
     pub allocator_slack_fraction: f64,
+}
+
+/// What `[training] recompute = "selective"` runs again in the backward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SelectiveRecompute {
+    /// The attention core (Megatron-Core's `recompute_granularity = "selective"`): its
+    /// activations are not saved, everything else is.
+    AttentionCore,
+    /// Per-op selective checkpointing that saves the outputs of the matmuls, the attention
+    /// kernel and the reductions, except every second matmul of the block in forward order,
+    /// and recomputes everything else (every elementwise op and the unsaved matmuls).
+    EverySecondMatmul,
+}
+
+/// How the framework's activation recompute modes work.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecomputeHabits {
+    pub selective: SelectiveRecompute,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

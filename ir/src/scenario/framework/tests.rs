@@ -55,6 +55,7 @@ fn megatron_core_describes_what_twin_models() {
         fw.overlaps.param_gather,
         ParamGather::FirstMicrobatchForward
     );
+    assert_eq!(fw.recompute.selective, SelectiveRecompute::AttentionCore);
     let s = resolve(&scenario_text("512xA100.toml"), &[]).unwrap();
     assert_eq!(s.training.framework, fw);
     assert!(!s.training.compile && !s.training.cuda_graphs);
@@ -290,4 +291,24 @@ fn bundled_frameworks_compile_and_cuda_graphs_round_trip() {
     assert!(s.training.compile && s.training.cuda_graphs);
     let again = resolve(&to_toml(&s), &[]).unwrap();
     assert_eq!(again, s);
+}
+
+/// torchtitan's per-op selective checkpointing saves every second matmul; a name outside the
+/// two policies is refused with the list.
+#[test]
+fn selective_recompute_policy_is_read_and_checked() {
+    let tt = Bundled::Torchtitan.framework().unwrap();
+    assert_eq!(
+        tt.recompute.selective,
+        SelectiveRecompute::EverySecondMatmul
+    );
+    let text = with(
+        &bundled_text("torchtitan"),
+        "value = \"every-second-matmul\"",
+        "value = \"every-matmul\"",
+    );
+    let e = parse_str(&text, "my.toml").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert_eq!(e.key, "recompute.selective.value");
+    assert_eq!(e.allowed, "`attention-core`, `every-second-matmul`");
 }
