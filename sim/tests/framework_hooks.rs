@@ -3,12 +3,14 @@
 //! (priced per kernel, so a single-GPU step shrinks by exactly the launches it pays), and the
 //! framework's `memory.loss_logits_bytes` sets what the head keeps of the logits (the last
 //! stage's peak moves by exactly that difference). The default framework changes nothing:
-//! tests/golden.rs holds the bundled scenarios' results.
+//! tests/golden.rs holds the bundled scenarios' results. llm-foundry's file prices the block as
+//! megatron-core's does and differs, today, only in the logits its loss keeps.
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::cost::{Analytic, CostModel};
 use twin_sim::engine::{simulate, SimOptions};
 use twin_sim::plan::Plan;
+use twin_sim::scenario::framework::Bundled;
 use twin_sim::scenario::Scenario;
 use twin_sim::schedule::{generate, OpKind};
 use twin_sim::testing::small_scenario;
@@ -158,4 +160,29 @@ fn per_layer_param_gather_gathers_each_layer_and_holds_one_layer_s_buffer() {
         buffers(&layered),
         2 * layer_bytes + fp32_grads
     );
+}
+
+/// llm-foundry's file (MPT under Composer, docs/reference/frameworks.md): the eager MPT block
+/// launches the same five elementwise kernels over the same passes as megatron-core's layer,
+/// so one GPU's step is exactly as long; flash-attn's fused cross entropy keeps the bf16
+/// logits, so the head holds 2 bytes fewer per logit and the peak drops by exactly that.
+#[test]
+fn llm_foundry_prices_the_block_like_megatron_core_and_keeps_bf16_logits() {
+    let mc = one_gpu();
+    let mut lf = mc.clone();
+    lf.training.framework = Bundled::LlmFoundry.framework().unwrap();
+    assert_eq!(lf.training.framework.name, "llm-foundry");
+    assert_eq!(step(&mc), step(&lf));
+    let plan = Plan::new(&mc).unwrap();
+    let chunk = &plan.chunks[0][0];
+    let a = twin_sim::workload::chunk_work(&mc, &plan, chunk).activation_bytes;
+    let b = twin_sim::workload::chunk_work(&lf, &plan, chunk).activation_bytes;
+    let m = &mc.model;
+    let logits = mc.training.micro_batch * m.seq_len * m.vocab;
+    assert_eq!(a - b, 2 * logits);
+    let peak = |s: &Scenario| -> u64 {
+        let r = twin_sim::predict(s, &twin_sim::PredictOptions::default()).unwrap();
+        r.report.ranks[0].peak_memory_bytes
+    };
+    assert_eq!(peak(&mc) - peak(&lf), 2 * logits);
 }

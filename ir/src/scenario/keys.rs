@@ -200,7 +200,7 @@ keys!(training {
     OPTIMIZER = "optimizer", Choice { what: "optimizer", names: &["adam", "sgd"] }, Is("adam"), "Optimizer (its state sizes and step).";
     OFFLOAD = "offload", Choice { what: "offload mode", names: &["none", "optimizer", "params"] }, Is("none"), "Offload to host memory; `params` needs `zero = 3` or `fsdp`.";
     FLASH_ATTENTION = "flash_attention", Bool, Flag(true), "No s² attention-score matrix is stored.";
-    FRAMEWORK = "framework", Choice { what: "framework", names: &["megatron-core", "nemo", "torchtitan", "deepspeed", "hf"] }, Is("megatron-core"), "The training framework whose behaviour and limits apply (docs/reference/frameworks.md); `nemo` is an alias of `megatron-core`. Not together with `framework_file`.";
+    FRAMEWORK = "framework", Choice { what: "framework", names: &["megatron-core", "nemo", "torchtitan", "deepspeed", "hf", "llm-foundry"] }, Is("megatron-core"), "The training framework whose behaviour and limits apply (docs/reference/frameworks.md); `nemo` is an alias of `megatron-core`. Not together with `framework_file`.";
     FRAMEWORK_FILE = "framework_file", Text, Note("none: the bundled file `framework` names"), "Path to a framework file of your own, relative to the scenario file (format: docs/reference/frameworks.md). Not together with `framework`.";
     COMPILE = "compile", Bool, Flag(false), "The model runs under `torch.compile`: the framework file's compiled elementwise fusion applies.";
     CUDA_GRAPHS = "cuda_graphs", Bool, Flag(false), "The step is captured in CUDA graphs: each kernel pays the framework file's graph launch gap when it is below the hardware's.";

@@ -327,7 +327,7 @@ fn order(p: Section<'_>) -> Result<Option<[Axis; 5]>> {
 }
 
 /// The names `training.framework` accepts (an alias included), with the bundled file each reads.
-pub(crate) const FRAMEWORKS: [(&str, framework::Bundled); 5] = framework::FRAMEWORKS;
+pub(crate) const FRAMEWORKS: [(&str, framework::Bundled); 6] = framework::FRAMEWORKS;
 
 /// `training.framework` (a bundled file) or `training.framework_file` (a user's, relative to
 /// the scenario's directory); megatron-core when neither is given.

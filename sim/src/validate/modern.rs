@@ -18,7 +18,8 @@
 //! - `recompute_detail` naming Megatron's block method with `recompute_num_layers=N` is
 //!   `recompute_layers = N`.
 //! - The framework file of the row's family (Megatron-Core for NeMo and Megatron-Bridge,
-//!   torchtitan); other families (llm-foundry's Composer) keep twin's default.
+//!   torchtitan, DeepSpeed, llm-foundry for MosaicML's Composer); other families keep twin's
+//!   default.
 //!
 //! The published figure is the step time: `step_time_s`, else `global_batch * seq_len /
 //! (tokens_per_s_per_gpu * gpus)`, else (rows that publish only TFLOP/s) the model FLOPs of the
@@ -151,6 +152,7 @@ fn framework_key(row: &RunRow) -> Option<&'static str> {
         "megatron-core" => Some("megatron-core"),
         "torchtitan" => Some("torchtitan"),
         "deepspeed" => Some("deepspeed"),
+        "llm-foundry" => Some("llm-foundry"),
         _ => None,
     }
 }

@@ -382,3 +382,38 @@ fn gpu_notes_select_their_preset_and_each_row_its_profile() {
         one.uncovered[0].reason
     );
 }
+
+/// Each llm-foundry row of the modern table (MosaicML Composer, FSDP) is predicted under the
+/// bundled llm-foundry framework file, as each torchtitan row is under torchtitan's; a row of
+/// no known family keeps the default (megatron-core).
+#[test]
+fn modern_rows_take_their_family_framework_file() {
+    use crate::scenario::framework::{Bundled, Origin};
+    let text = include_str!("../../../data/validation/throughput-modern.toml");
+    let t = parse_table(text, "throughput-modern.toml").unwrap();
+    let framework_of = |row: &RunRow| modern::modern_scenario(row).unwrap().training.framework;
+    let foundry: Vec<&RunRow> = t
+        .run
+        .iter()
+        .filter(|r| modern::family(r) == "llm-foundry")
+        .collect();
+    assert_eq!(foundry.len(), 18);
+    for row in foundry {
+        let fw = framework_of(row);
+        assert_eq!(fw.name, "llm-foundry", "{}", row.id);
+        assert_eq!(fw.origin, Origin::Bundled(Bundled::LlmFoundry));
+        assert_eq!(fw.memory.loss_logits_bytes, 2);
+    }
+    let titan = t
+        .run
+        .iter()
+        .find(|r| modern::family(r) == "torchtitan")
+        .unwrap();
+    assert_eq!(framework_of(titan).name, "torchtitan");
+    let other = RunRow {
+        framework: Some("an in-house trainer".into()),
+        ..titan.clone()
+    };
+    assert_eq!(modern::family(&other), "other");
+    assert_eq!(framework_of(&other).name, "megatron-core");
+}

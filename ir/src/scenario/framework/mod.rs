@@ -1,9 +1,10 @@
-//! Training frameworks as data. What Megatron-Core, torchtitan, DeepSpeed or the Hugging Face
-//! Trainer do differently (when they overlap which collective, which elementwise kernels they
-//! fuse, how their optimizer and memory habits look, which layouts they cannot launch) is
-//! written in a file under `scenarios/frameworks/`, every value with its source, instead of
-//! being spread over the model as code. A scenario picks one with `[training] framework` (a
-//! bundled file, embedded in the binary) or `[training] framework_file` (a user's own).
+//! Training frameworks as data. What Megatron-Core, torchtitan, DeepSpeed, the Hugging Face
+//! Trainer or MosaicML's llm-foundry do differently (when they overlap which collective, which
+//! elementwise kernels they fuse, how their optimizer and memory habits look, which layouts they
+//! cannot launch) is written in a file under `scenarios/frameworks/`, every value with its
+//! source, instead of being spread over the model as code. A scenario picks one with
+//! `[training] framework` (a bundled file, embedded in the binary) or `[training]
+//! framework_file` (a user's own).
 //!
 //! This module holds the resolved, typed [`Framework`]; `file.rs` reads and checks the file
 //! format (docs/reference/frameworks.md) and `rules.rs` the layouts a framework refuses.
@@ -26,24 +27,27 @@ pub enum Bundled {
     Torchtitan,
     Deepspeed,
     Hf,
+    LlmFoundry,
 }
 
 /// The names `[training] framework` accepts: every bundled file's name, and `nemo`, an alias
 /// of megatron-core (NeMo and Megatron-Bridge train through Megatron-Core).
-pub const FRAMEWORKS: [(&str, Bundled); 5] = [
+pub const FRAMEWORKS: [(&str, Bundled); 6] = [
     ("megatron-core", Bundled::MegatronCore),
     ("nemo", Bundled::MegatronCore),
     ("torchtitan", Bundled::Torchtitan),
     ("deepspeed", Bundled::Deepspeed),
     ("hf", Bundled::Hf),
+    ("llm-foundry", Bundled::LlmFoundry),
 ];
 
 impl Bundled {
-    pub const ALL: [Bundled; 4] = [
+    pub const ALL: [Bundled; 5] = [
         Bundled::MegatronCore,
         Bundled::Torchtitan,
         Bundled::Deepspeed,
         Bundled::Hf,
+        Bundled::LlmFoundry,
     ];
 
     /// The canonical name (the file's stem).
@@ -53,6 +57,7 @@ impl Bundled {
             Bundled::Torchtitan => "torchtitan",
             Bundled::Deepspeed => "deepspeed",
             Bundled::Hf => "hf",
+            Bundled::LlmFoundry => "llm-foundry",
         }
     }
 
@@ -65,6 +70,9 @@ impl Bundled {
             Bundled::Torchtitan => include_str!("../../../../scenarios/frameworks/torchtitan.toml"),
             Bundled::Deepspeed => include_str!("../../../../scenarios/frameworks/deepspeed.toml"),
             Bundled::Hf => include_str!("../../../../scenarios/frameworks/hf.toml"),
+            Bundled::LlmFoundry => {
+                include_str!("../../../../scenarios/frameworks/llm-foundry.toml")
+            }
         }
     }
 
@@ -72,7 +80,8 @@ impl Bundled {
     /// scenarios); a bundled file that does not parse is a build defect, reported as an error
     /// naming the file rather than a panic.
     pub fn framework(self) -> Result<Framework, ScenarioError> {
-        static CACHE: [OnceLock<Result<Framework, ScenarioError>>; 4] = [
+        static CACHE: [OnceLock<Result<Framework, ScenarioError>>; 5] = [
+            OnceLock::new(),
             OnceLock::new(),
             OnceLock::new(),
             OnceLock::new(),
@@ -83,6 +92,7 @@ impl Bundled {
             Bundled::Torchtitan => 1,
             Bundled::Deepspeed => 2,
             Bundled::Hf => 3,
+            Bundled::LlmFoundry => 4,
         };
         CACHE[index]
             .get_or_init(|| {

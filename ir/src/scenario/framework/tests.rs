@@ -312,3 +312,106 @@ fn selective_recompute_policy_is_read_and_checked() {
     assert_eq!(e.key, "recompute.selective.value");
     assert_eq!(e.allowed, "`attention-core`, `every-second-matmul`");
 }
+
+/// llm-foundry's file (MosaicML Composer + FSDP1, MPT): every value as the file states it, and
+/// the layouts it refuses (no tensor, pipeline, context or expert parallelism, nothing that
+/// shards only the optimizer state) against the FSDP layout its benchmarks ran.
+#[test]
+fn llm_foundry_file_says_what_composer_and_mpt_do() {
+    let fw = Bundled::LlmFoundry.framework().unwrap();
+    assert_eq!(fw.name, "llm-foundry");
+    assert_eq!(fw.origin, Origin::Bundled(Bundled::LlmFoundry));
+    assert_eq!(fw.attention_backend, AttentionBackend::Flash);
+    let o = &fw.overlaps;
+    assert_eq!(o.grad_reduce, GradReduce::EveryMicrobatch);
+    assert!(o.grad_reduce_bucketed);
+    assert_eq!(o.param_gather, ParamGather::PerLayer);
+    assert_eq!(o.fsdp_prefetch, 1);
+    assert_eq!(o.reshard_after_forward, Reshard::Always);
+    assert!(!o.tp_comm_overlap && !o.p2p_overlap);
+    let eager = fw.fusions.eager;
+    assert_eq!(
+        (eager.kernels, eager.hidden_passes, eager.ffn_passes),
+        (5, 10, 3)
+    );
+    let compiled = fw.fusions.compiled;
+    assert_eq!(
+        (
+            compiled.kernels,
+            compiled.hidden_passes,
+            compiled.ffn_passes
+        ),
+        (4, 9, 3)
+    );
+    assert_eq!(
+        fw.optimizer,
+        OptimizerImpl {
+            kernel: OptimizerKernel::Foreach,
+            master_weights: Dtype::Fp32,
+            grad_buffer: Dtype::Fp32,
+        }
+    );
+    let m = fw.memory;
+    assert!(m.contiguous_grad_buffer && !m.autocast_weight_copies);
+    // The fused cross entropy keeps the bf16 logits, not an fp32 softmax.
+    assert_eq!(m.loss_logits_bytes, 2);
+    assert_eq!(
+        m.allocator_slack_fraction,
+        MemorySettings::DEFAULT_ALLOCATOR_SLACK_FRACTION
+    );
+    assert_eq!(fw.launch.cuda_graphs_kernel_gap_ns, 500);
+    let refused: Vec<String> = fw.cannot_run.iter().map(Limit::describe).collect();
+    assert_eq!(
+        refused,
+        [
+            "parallel.tp >= 2",
+            "parallel.pp >= 2",
+            "parallel.cp >= 2",
+            "parallel.ep >= 2",
+            "parallel.zero = 1",
+        ]
+    );
+    for l in &fw.cannot_run {
+        assert!(l.reference.starts_with("mosaicml/"), "{}", l.reference);
+    }
+
+    // The benchmarks' layout: FSDP FULL_SHARD over every GPU.
+    let text = scenario_text("small.toml");
+    let fsdp = [
+        "training.framework=\"llm-foundry\"",
+        "parallel.tp=1",
+        "parallel.pp=1",
+        "parallel.dp=8",
+        "parallel.sequence_parallel=false",
+        "parallel.zero=3",
+    ];
+    let s = resolve(&text, &fsdp).unwrap();
+    assert_eq!(s.training.framework, fw);
+    // small.toml is tp 2, pp 2: refused, blaming the framework set last.
+    let e = resolve(&text, &["training.framework=\"llm-foundry\""]).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::CrossField);
+    assert_eq!(e.key, "training.framework");
+    for part in [
+        "framework llm-foundry cannot launch this layout",
+        "parallel.tp = 2",
+        "no tensor parallelism",
+        "mosaicml/llm-foundry@061f2c7ce64e655100286584a7629e2a09f827ba",
+    ] {
+        assert!(e.message.contains(part), "{part}: {e}");
+    }
+    let one_more = |set: &[&str]| {
+        let mut all = fsdp.to_vec();
+        all.extend_from_slice(set);
+        resolve(&text, &all)
+    };
+    let e = one_more(&["parallel.zero=1"]).unwrap_err();
+    assert_eq!(e.key, "parallel.zero");
+    assert!(e.message.contains("only the optimizer state"), "{e}");
+    let e = one_more(&["parallel.dp=4", "parallel.cp=2"]).unwrap_err();
+    assert_eq!(e.key, "parallel.cp");
+    assert!(e.message.contains("no context parallelism"), "{e}");
+    // What Composer's FSDP does run: NO_SHARD (zero 0) and SHARD_GRAD_OP (zero 2).
+    for zero in ["parallel.zero=0", "parallel.zero=2"] {
+        one_more(&[zero]).unwrap();
+    }
+}
