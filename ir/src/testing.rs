@@ -88,6 +88,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             flash_attention: true,
             framework: crate::scenario::framework::default_framework()
                 .expect("the bundled megatron-core framework file parses"),
+            tp_comm_overlap: false,
             compile: false,
             cuda_graphs: false,
             grad_bucket_bytes: 40_000_000 * 4,

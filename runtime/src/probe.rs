@@ -174,6 +174,7 @@ pub fn llama_probe(
             gemms: gemms.clone().into(),
             memory_bytes: mem,
             kernels: gemms.len() as u32 + 8,
+            sms_reserved: 0,
         })
     };
     for mb in 0..microbatches {

@@ -31,6 +31,7 @@ fn compute(phase: Phase, scale: u64) -> OpKind {
         flops: g.flops(),
         memory_bytes: 1 << 28,
         kernels: 40,
+        sms_reserved: 0,
     })
 }
 

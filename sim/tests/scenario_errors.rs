@@ -1067,7 +1067,7 @@ fn unknown_presets() {
             at: "\"a100\"",
             message: &["unknown GPU preset"],
             allowed: &[
-                "a100-sxm-80gb, h100-sxm-80gb, h200-141gb, h800-sxm-80gb, b200-sxm-180gb, gb200",
+                "a100-sxm-80gb, h100-sxm-80gb, h100-sxm-96gb-500w, h200-141gb, h800-sxm-80gb, b200-sxm-180gb, gb200",
             ],
         },
     );

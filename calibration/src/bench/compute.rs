@@ -20,6 +20,7 @@ pub fn compute_op(gemms: Vec<Gemm>, memory_bytes: u64) -> ComputeOp {
         flops,
         memory_bytes,
         kernels: 1,
+        sms_reserved: 0,
     }
 }
 

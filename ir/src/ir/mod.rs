@@ -207,6 +207,14 @@ pub struct ComputeOp {
     pub memory_bytes: u64,
     /// Kernel launches, for launch overhead.
     pub kernels: u32,
+    /// SMs given to communication that overlaps this op's GEMMs (`tp_comm_overlap`): its
+    /// GEMMs run on the GPU's other SMs. 0 for nearly every op.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sms_reserved: u32,
+}
+
+fn is_zero(x: &u32) -> bool {
+    *x == 0
 }
 
 impl ComputeOp {

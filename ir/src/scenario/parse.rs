@@ -378,6 +378,7 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool)> {
             offload: t.choice_or_default(&tk::OFFLOAD, &OFFLOADS)?,
             flash_attention: t.boolean_or_default(&tk::FLASH_ATTENTION)?,
             framework: framework_of(t, base_dir)?,
+            tp_comm_overlap: t.boolean_or_default(&tk::TP_COMM_OVERLAP)?,
             compile: t.boolean_or_default(&tk::COMPILE)?,
             cuda_graphs: t.boolean_or_default(&tk::CUDA_GRAPHS)?,
             grad_bucket_bytes: bucket.unwrap_or(0),

@@ -363,6 +363,8 @@ pub struct Training {
     pub flash_attention: bool,
     /// The framework whose behaviour and limits apply (`framework` or `framework_file`).
     pub framework: super::framework::Framework,
+    /// Tensor-parallel collectives overlap the GEMMs next to them (`tp_comm_overlap`).
+    pub tp_comm_overlap: bool,
     /// The model runs under `torch.compile`.
     pub compile: bool,
     /// The step is captured in CUDA graphs.

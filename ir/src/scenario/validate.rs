@@ -22,6 +22,7 @@ pub(crate) fn validate(c: &Checker<'_>, resolved: Resolved) -> Result<Scenario, 
     pipeline(c, &s, microbatches)?;
     zero(c, &s, resolved.zero_explicit)?;
     framework(c, &s)?;
+    tp_comm_overlap(c, &s)?;
     if !resolved.bucket_explicit {
         s.training.grad_bucket_bytes = default_grad_bucket_bytes(&s.parallel);
     }
@@ -67,6 +68,43 @@ fn framework(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
             limit.describe()
         ),
     ))
+}
+
+/// `tp_comm_overlap` needs a framework that overlaps tensor-parallel communication and, with
+/// tensor parallelism, sequence parallelism (Transformer Engine's userbuffers and PyTorch's
+/// async TP both overlap the all-gather and reduce-scatter of sequence-parallel activations).
+fn tp_comm_overlap(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    if !s.training.tp_comm_overlap {
+        return Ok(());
+    }
+    let fw = &s.training.framework;
+    if !fw.overlaps.tp_comm_overlap {
+        return Err(c.fail(
+            &[
+                ("training.tp_comm_overlap", v(true)),
+                ("training.framework", format!("\"{}\"", fw.name)),
+            ],
+            format!(
+                "framework {} cannot overlap tensor-parallel communication with the GEMMs \
+                 (its file's overlaps.tp_comm_overlap is false)",
+                fw.name
+            ),
+            "tp_comm_overlap = false, or a framework that can (megatron-core, torchtitan)",
+        ));
+    }
+    if s.parallel.tp > 1 && !s.parallel.sequence_parallel {
+        return Err(c.fail(
+            &[
+                ("training.tp_comm_overlap", v(true)),
+                ("parallel.sequence_parallel", v(false)),
+            ],
+            "tp_comm_overlap overlaps the all-gathers and reduce-scatters of sequence \
+             parallelism; without it tensor parallelism all-reduces, which is not overlapped"
+                .to_string(),
+            "sequence_parallel = true, or tp_comm_overlap = false",
+        ));
+    }
+    Ok(())
 }
 
 fn v<T: ToString>(x: T) -> String {

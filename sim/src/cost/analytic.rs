@@ -150,6 +150,10 @@ pub struct Analytic {
     /// wrapper model: a wrapper would have to forward every other question by hand, and one it
     /// did not forward would silently take the trait's default.
     pub overlap_compute_slowdown: f64,
+    /// The GPU's SMs (a profile's `gpu.sm_count`): a compute op's GEMMs with
+    /// `sms_reserved` SMs given to communication take `sm_count / (sm_count - sms_reserved)`
+    /// times as long. `None` (no profile): the reservation is not priced.
+    pub sm_count: Option<u64>,
 }
 
 impl Analytic {
@@ -194,6 +198,7 @@ impl Analytic {
             p2p_latency_ns: [None, None],
             p2p_bandwidth_bytes_per_s: [None, None],
             overlap_compute_slowdown: 0.0,
+            sm_count: None,
         }
     }
 
@@ -333,6 +338,7 @@ impl Analytic {
                     .gemm_s(g, dtype.bytes(), self.peak_flops_per_s(dtype), hbm);
             gemm_flops = gemm_flops.saturating_add(g.flops());
         }
+        gemm_s *= self.reserved_sms_factor(op.sms_reserved);
         let mut attention_s = 0.0;
         if let Some(a) = &op.attention {
             match &self.attention {
@@ -365,6 +371,18 @@ impl Analytic {
         };
         let launch_s = f64::from(kernels) * self.launch_ns as f64 * 1e-9;
         secs_to_ns(gemm_s + attention_s + memory_s + launch_s).saturating_add(cold_ns)
+    }
+
+    /// How much longer GEMMs take on the SMs `reserved` leaves them: `sm / (sm - reserved)`,
+    /// 1 without a reservation or an SM count (and at most the whole GPU's time per SM left).
+    pub fn reserved_sms_factor(&self, reserved: u32) -> f64 {
+        match self.sm_count {
+            Some(sm) if reserved > 0 => {
+                let left = sm.saturating_sub(u64::from(reserved)).max(1);
+                sm as f64 / left as f64
+            }
+            _ => 1.0,
+        }
     }
 
     /// Seconds of `op`'s memory-bound kernels (its FLOPs outside its `gemm_flops` at the

@@ -18,6 +18,7 @@ fn gemm_op(m: u64, n: u64, k: u64, count: u32) -> ComputeOp {
         flops: g.flops(),
         memory_bytes: 0,
         kernels: 0,
+        sms_reserved: 0,
     }
 }
 
@@ -53,6 +54,7 @@ fn a_pass_beyond_the_spill_size_slows_down_only_for_the_excess() {
         flops: 0,
         memory_bytes: 32 << 20,
         kernels: 0,
+        sms_reserved: 0,
     };
     assert_eq!(model.compute_ns(0, &op), secs_to_ns(want));
 }
@@ -227,6 +229,7 @@ fn memory_bound_op_costed_by_bytes_and_launches() {
         flops: 1_000,
         memory_bytes: 1_835_100_000,
         kernels: 10,
+        sms_reserved: 0,
     };
     // 1.8351 GB at 2.039 TB/s * 0.9 = 1 ms, plus 10 launches of 1 us.
     assert_eq!(model.compute_ns(0, &op), 1_010_000);

@@ -35,6 +35,7 @@ fn op(a: Attention) -> ComputeOp {
         flops: 4 * 2 * 16 * 128 * 4096 * 4096 * 3 * if a.backward { 2 } else { 1 },
         memory_bytes: 0,
         kernels: 0,
+        sms_reserved: 0,
     }
 }
 

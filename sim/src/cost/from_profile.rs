@@ -180,6 +180,7 @@ impl Analytic {
                 .as_ref()
                 .map(|c| u32::try_from(whole(c)).unwrap_or(u32::MAX)),
             overlap_compute_slowdown: p.overlap_compute_slowdown.as_ref().map_or(0.0, |o| o.value),
+            sm_count: Some(crate::profile::whole(&p.sm_count)).filter(|&n| n > 0),
         }
     }
 }

@@ -150,6 +150,7 @@ pub(crate) fn compute_op(phase: Phase, flops: u64) -> ComputeOp {
         flops,
         memory_bytes: 0,
         kernels: 0,
+        sms_reserved: 0,
     }
 }
 

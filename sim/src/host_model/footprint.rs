@@ -101,6 +101,7 @@ mod tests {
             flops: 0,
             memory_bytes: 0,
             kernels: 1,
+            sms_reserved: 0,
         }));
         let p = Program {
             ops: vec![

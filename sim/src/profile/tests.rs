@@ -61,6 +61,10 @@ fn a100_profile_equals_the_default_model() {
     assert!(a.flash.forward.max_efficiency > d.flash.forward.max_efficiency);
     assert_eq!(a.flash.forward.keys_half, d.flash.forward.keys_half);
     default.attention = Some(a);
+    // The profile states the SM count (which prices SMs a TP overlap reserves); the default
+    // model has none.
+    assert_eq!(from_profile.sm_count, Some(108));
+    default.sm_count = Some(108);
     assert_eq!(from_profile, default);
 }
 
@@ -133,6 +137,7 @@ fn h100_profile_is_faster_than_a100_on_the_same_work() {
         flops: 2 * 8192u64.pow(3),
         memory_bytes: 1 << 30,
         kernels: 4,
+        sms_reserved: 0,
     };
     let a = Analytic::from_profile(&s, &a100()).compute_ns(0, &op);
     let h = Analytic::from_profile(&s, &h100()).compute_ns(0, &op);

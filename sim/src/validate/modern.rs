@@ -14,7 +14,8 @@
 //!   and an `fsdp` degree other than `dp` is HSDP (`parallel.fsdp_degree`).
 //! - Flash attention (every framework of the table uses a fused attention kernel).
 //! - `overlap_grad_reduce` / `overlap_param_gather` / `sequence_parallel` / `recompute` /
-//!   `compile` / `cuda_graphs` as published, twin's defaults where a row is silent.
+//!   `compile` / `cuda_graphs` / `tp_comm_overlap` as published, twin's defaults where a row
+//!   is silent.
 //! - `recompute_detail` naming Megatron's block method with `recompute_num_layers=N` is
 //!   `recompute_layers = N`.
 //! - The framework file of the row's family (Megatron-Core for NeMo and Megatron-Bridge,
@@ -78,9 +79,6 @@ pub fn groups(row: &RunRow) -> Vec<String> {
 pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
     let mut out = Vec::new();
     let on = |b: Option<bool>| b == Some(true);
-    if on(row.tp_comm_overlap) {
-        out.push("tp_comm_overlap");
-    }
     if on(row.overlap_p2p_comm) {
         out.push("overlap_p2p_comm");
     }
@@ -260,6 +258,9 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     }
     if row.compile == Some(true) {
         let _ = writeln!(text, "compile = true");
+    }
+    if row.tp_comm_overlap == Some(true) {
+        let _ = writeln!(text, "tp_comm_overlap = true");
     }
     if cuda_graphs(row) {
         let _ = writeln!(text, "cuda_graphs = true");

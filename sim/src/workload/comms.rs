@@ -108,12 +108,21 @@ fn hidden_bytes(d: &Dims) -> u64 {
 }
 
 /// The two tensor-parallel reductions of a layer direction: all-reduces, or all-gather plus
-/// reduce-scatter pairs with sequence parallelism.
+/// reduce-scatter pairs with sequence parallelism. Under FP8 training the all-gathers carry the
+/// GEMM inputs' FP8 casts (one byte per element): Transformer Engine quantizes before it
+/// gathers, through NCCL or userbuffers (NVIDIA/TransformerEngine@d0067d0da6cb01811b8072a7d304f0e00344ce2b:
+/// transformer_engine/pytorch/module/layernorm_linear.py, `gather_along_first_dim(ln_out,
+/// tp_group, quantizer=quantizer)` after `ln_out = quantizer(ln_out)`), as torchao's
+/// `Float8ColwiseParallel` does for torchtitan; the reduce-scatters reduce bf16 outputs.
 fn tp_pairs(d: &Dims, out: &mut Vec<CommCall>) {
     let bytes = hidden_bytes(d);
+    let gathered = mul(d.hidden_elements(), d.gemm_in_bytes);
     for _ in 0..2 {
         if d.sp {
-            push(out, call(CollectiveKind::AllGather, GroupKind::Tp, bytes));
+            push(
+                out,
+                call(CollectiveKind::AllGather, GroupKind::Tp, gathered),
+            );
             push(
                 out,
                 call(CollectiveKind::ReduceScatter, GroupKind::Tp, bytes),

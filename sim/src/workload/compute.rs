@@ -107,6 +107,7 @@ impl Parts {
             flops,
             memory_bytes: self.memory_bytes,
             kernels: self.kernels,
+            sms_reserved: 0,
         }
     }
 }

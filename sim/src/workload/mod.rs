@@ -395,6 +395,7 @@ pub fn optimizer_step(s: &Scenario, plan: &Plan, stage: u32) -> ComputeOp {
         flops: 0,
         memory_bytes: mul(shard, per_param),
         kernels: layers.saturating_add(2),
+        sms_reserved: 0,
     }
 }
 

@@ -36,6 +36,8 @@ struct RawOverlaps {
     fsdp_prefetch: Cited<u64>,
     reshard_after_forward: Cited<String>,
     tp_comm_overlap: Cited<bool>,
+    tp_comm_overlap_sms: Cited<u64>,
+    tp_comm_overlap_backward: Cited<bool>,
     p2p_overlap: Cited<bool>,
 }
 
@@ -303,6 +305,17 @@ impl Reader<'_> {
                 &RESHARDS,
             )?,
             tp_comm_overlap: self.cited("overlaps.tp_comm_overlap", &o.tp_comm_overlap)?,
+            tp_comm_overlap_sms: u32::try_from(self.count(
+                "overlaps.tp_comm_overlap_sms",
+                &o.tp_comm_overlap_sms,
+                0,
+                1024,
+            )?)
+            .unwrap_or(u32::MAX),
+            tp_comm_overlap_backward: self.cited(
+                "overlaps.tp_comm_overlap_backward",
+                &o.tp_comm_overlap_backward,
+            )?,
             p2p_overlap: self.cited("overlaps.p2p_overlap", &o.p2p_overlap)?,
         };
         let fusions = Fusions {

@@ -228,6 +228,12 @@ pub struct Overlaps {
     pub reshard_after_forward: Reshard,
     /// It can overlap TP all-gathers and reduce-scatters with the GEMMs (`tp_comm_overlap`).
     pub tp_comm_overlap: bool,
+    /// SMs an overlapped reduce-scatter takes from the GEMMs it overlaps (the GEMMs run on the
+    /// rest); an overlapped all-gather takes none (copy engines).
+    pub tp_comm_overlap_sms: u32,
+    /// The overlap covers the backward's collectives too; `false`: only the forward's (and a
+    /// recompute's, which is a forward).
+    pub tp_comm_overlap_backward: bool,
     /// It can overlap the pipeline's sends and receives with compute (`overlap_p2p_comm`).
     pub p2p_overlap: bool,
 }

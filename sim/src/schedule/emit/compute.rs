@@ -11,7 +11,7 @@ use crate::schedule::builder::Builder;
 use crate::schedule::chunks::Seg;
 use crate::schedule::emit::StageCtx;
 use crate::schedule::{
-    Attention, ComputeOp, Deps, Label, OpKind, Peer, Phase, ScheduleError, Stream,
+    Attention, CollectiveKind, ComputeOp, Deps, Label, OpKind, Peer, Phase, ScheduleError, Stream,
 };
 use crate::workload::{CommCall, RingPass};
 
@@ -24,6 +24,9 @@ pub fn emit_pass(
     label: Label,
 ) -> Result<(u32, u32), ScheduleError> {
     let (op, comms, ring) = pass_work(seg, phase)?;
+    if let Some(sms) = tp_comm_overlap_sms(ctx, phase, comms) {
+        return emit_tp_overlapped(ctx, b, (op, comms, ring), sms, deps, label);
+    }
     if overlaps_tp_backward(ctx, seg, phase) {
         // Megatron: the input-gradient all-reduce runs while the weight-gradient GEMMs do.
         let (input_op, _, input_ring) = pass_work(seg, Phase::BackwardInput)?;
@@ -174,6 +177,110 @@ fn overlaps_tp_backward(ctx: &StageCtx, seg: &Seg, phase: Phase) -> bool {
         && ctx.s.run.granularity == Granularity::Layer
         && ctx.plan_group_size(GroupKind::Tp) > 1
         && crate::workload::backward_comms_overlap_wgrad(&seg.work.backward.comms)
+}
+
+/// Whether a tensor-parallel collective is one `tp_comm_overlap` overlaps with its GEMMs.
+fn tp_overlapped(c: &CommCall) -> bool {
+    c.group == GroupKind::Tp
+        && matches!(
+            c.kind,
+            CollectiveKind::AllGather | CollectiveKind::ReduceScatter
+        )
+}
+
+/// With `tp_comm_overlap` (and a tp group of more than one rank), the SMs a pass with `comms`
+/// gives to its overlapped collectives: the framework's `overlaps.tp_comm_overlap_sms`, which
+/// only the reduce-scatters take (Transformer Engine's pipelined and bulk overlaps launch the
+/// GEMM on the other SMs; its ring-exchange all-gathers use the copy engines), weighted by
+/// their share of the pass's overlapped bytes. `None` when the pass overlaps nothing, or is a
+/// backward and the framework overlaps only the forward's (`tp_comm_overlap_backward`).
+fn tp_comm_overlap_sms(ctx: &StageCtx, phase: Phase, comms: &[CommCall]) -> Option<u32> {
+    let overlaps = &ctx.s.training.framework.overlaps;
+    let forward = matches!(phase, Phase::Forward | Phase::Recompute);
+    if !ctx.s.training.tp_comm_overlap
+        || ctx.plan_group_size(GroupKind::Tp) <= 1
+        || !(forward || overlaps.tp_comm_overlap_backward)
+    {
+        return None;
+    }
+    let bytes = |c: &CommCall| c.bytes.saturating_mul(u64::from(c.calls));
+    let (mut all, mut scatter) = (0u64, 0u64);
+    for c in comms.iter().filter(|c| tp_overlapped(c)) {
+        all = all.saturating_add(bytes(c));
+        if c.kind == CollectiveKind::ReduceScatter {
+            scatter = scatter.saturating_add(bytes(c));
+        }
+    }
+    if all == 0 {
+        return None;
+    }
+    let sms = u64::from(overlaps.tp_comm_overlap_sms);
+    // Rounded to the nearest SM.
+    let weighted = (sms.saturating_mul(scatter) + all / 2) / all;
+    Some(u32::try_from(weighted).unwrap_or(u32::MAX))
+}
+
+/// A pass whose tensor-parallel all-gathers and reduce-scatters overlap its GEMMs, chunk by
+/// chunk, as Transformer Engine's userbuffers and PyTorch's async TP run them: each collective
+/// is cut into `t` chunks (one per rank of the tp group: the ring exchange's steps); `t - 1`
+/// of them run on the tp stream beside the compute (from the pass's start), and one stays
+/// exposed after both (the first chunk of an all-gather before any GEMM has its input, the
+/// last of a reduce-scatter after the last GEMM chunk). The compute's GEMMs run on the SMs the
+/// overlap leaves them (`sms` reserved, see [`tp_comm_overlap_sms`]). Other collectives (cp,
+/// ep) follow as without overlap.
+fn emit_tp_overlapped(
+    ctx: &StageCtx,
+    b: &mut Builder,
+    (mut op, comms, ring): PassParts<'_>,
+    sms: u32,
+    deps: Deps,
+    label: Label,
+) -> Result<(u32, u32), ScheduleError> {
+    let t = u64::from(ctx.plan_group_size(GroupKind::Tp)).max(1);
+    op.sms_reserved = sms;
+    op.gemms = chunked_gemms(&op.gemms, t).into();
+    let (overlapped, rest): (Vec<CommCall>, Vec<CommCall>) =
+        comms.iter().cloned().partition(tp_overlapped);
+    let mut beside = Vec::with_capacity(overlapped.len());
+    for c in &overlapped {
+        let hidden = c.bytes - c.bytes / t;
+        beside.push(b.collective(c.kind, c.group, hidden, c.calls, deps.clone(), label)?);
+    }
+    let compute = emit_ring(ctx, b, op, ring, deps, label)?;
+    let mut tail = compute;
+    for (c, &side) in overlapped.iter().zip(&beside) {
+        tail = b.collective(
+            c.kind,
+            c.group,
+            c.bytes / t,
+            c.calls,
+            [compute, side, tail],
+            label,
+        )?;
+    }
+    Ok((compute, emit_comms(ctx, b, &rest, tail, label)?))
+}
+
+/// The linear layers' GEMMs of an overlapped pass cut into `t` calls along their rows (the
+/// tokens: each chunk of the exchange feeds or drains its own GEMM call), so each call pays
+/// its fixed time and the efficiency of a `t` times shorter GEMM. Batched GEMMs (the attention
+/// core's per-head products) stay whole.
+fn chunked_gemms(gemms: &[crate::schedule::Gemm], t: u64) -> Vec<crate::schedule::Gemm> {
+    let chunks = u32::try_from(t).unwrap_or(u32::MAX);
+    gemms
+        .iter()
+        .map(|g| {
+            if g.batch > 1 || t <= 1 || g.m < t {
+                *g
+            } else {
+                crate::schedule::Gemm {
+                    m: g.m / t,
+                    count: g.count.saturating_mul(chunks),
+                    ..*g
+                }
+            }
+        })
+        .collect()
 }
 
 /// Emits `comms` (those over groups of more than one rank) one after another after `after`;

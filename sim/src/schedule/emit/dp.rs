@@ -106,6 +106,7 @@ impl<'a> DpEmitter<'a> {
                 .saturating_mul(GRAD_ELEM_BYTES)
                 .saturating_add(wire_bytes),
             kernels: 1,
+            sms_reserved: 0,
         }
     }
 
