@@ -77,6 +77,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             global_batch: microbatches * u64::from(dp),
             micro_batch: 1,
             precision: Precision::Bf16,
+            fp8_recipe: Fp8Recipe::Delayed,
             recompute: Recompute::None,
             recompute_layers: None,
             overlap_grad_reduce: true,

@@ -173,6 +173,7 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     training.insert("micro_batch", int(t.micro_batch));
     let precision = name_of(&PRECISIONS, t.precision);
     training.insert("precision", value(precision));
+    training.insert("fp8_recipe", value(t.fp8_recipe.as_str()));
     let recompute = name_of(&RECOMPUTES, t.recompute);
     training.insert("recompute", value(recompute));
     if let Some(n) = t.recompute_layers {

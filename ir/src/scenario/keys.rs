@@ -191,6 +191,7 @@ keys!(training {
     GLOBAL_BATCH = "global_batch", Uint { min: 1, max: 1 << 24 }, Required, "Sequences per step, whole job.";
     MICRO_BATCH = "micro_batch", Uint { min: 1, max: 1 << 24 }, Int(1), "Sequences per micro batch.";
     PRECISION = "precision", Choice { what: "precision", names: &["fp32", "fp16", "bf16", "fp8"] }, Is("bf16"), "Compute precision of the GEMMs.";
+    FP8_RECIPE = "fp8_recipe", Choice { what: "FP8 scaling recipe", names: &["delayed", "tensorwise", "rowwise", "blockwise", "mxfp8"] }, Is("delayed"), "How FP8 GEMM inputs are scaled (with `precision = \"fp8\"`): `delayed` (Transformer Engine's amax history: the cast needs no pass before it) or `tensorwise` (current scaling, TE Float8CurrentScaling / torchao tensorwise: an amax pass over each tensor before its cast). `rowwise`, `blockwise` and `mxfp8` are refused: their GEMM curves are not measured.";
     RECOMPUTE = "recompute", Choice { what: "recompute policy", names: &["none", "selective", "full"] }, Is("none"), "Activation recomputation: `selective` = attention scores (Korthikanti et al. 2022).";
     RECOMPUTE_LAYERS = "recompute_layers", Uint { min: 0, max: 1 << 16 }, Note("every layer"), "With `recompute = \"full\"`: only the first N layers of each model chunk recompute, the rest keep their activations (Megatron-Core's `recompute_method = \"block\"` with `recompute_num_layers`).";
     OVERLAP_GRAD_REDUCE = "overlap_grad_reduce", Bool, Flag(true), "Overlap gradient reduction with backward.";

@@ -368,6 +368,7 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool)> {
             global_batch,
             micro_batch,
             precision: t.choice_or_default(&tk::PRECISION, &PRECISIONS)?,
+            fp8_recipe: t.choice_or_default(&tk::FP8_RECIPE, &Fp8Recipe::ALL)?,
             recompute: t.choice_or_default(&tk::RECOMPUTE, &RECOMPUTES)?,
             recompute_layers: opt(t.uint32(&tk::RECOMPUTE_LAYERS)?),
             overlap_grad_reduce: t.boolean_or_default(&tk::OVERLAP_GRAD_REDUCE)?,

@@ -210,6 +210,38 @@ impl CpAlgorithm {
     }
 }
 
+/// How FP8 training scales the tensors it casts (`[training] fp8_recipe`):
+/// - `Delayed`: Transformer Engine's delayed scaling, each scale from the amax history of
+///   earlier steps, so a cast is one pass (TransformerEngine `DelayedScaling`).
+/// - `Tensorwise`: current (just-in-time) per-tensor scaling: the tensor's amax is reduced in
+///   a pass of its own before the cast (TE `Float8CurrentScaling`, torchao's tensorwise
+///   `Float8Linear`).
+/// - `Rowwise`, `Blockwise` (DeepSeek-V3's 1x128 / 128x128 blocks), `Mxfp8` (Blackwell's
+///   microscaling): named so that scenarios can say them; refused until their GEMM curves are
+///   measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fp8Recipe {
+    Delayed,
+    Tensorwise,
+    Rowwise,
+    Blockwise,
+    Mxfp8,
+}
+
+impl Fp8Recipe {
+    pub const ALL: [(&'static str, Fp8Recipe); 5] = [
+        ("delayed", Fp8Recipe::Delayed),
+        ("tensorwise", Fp8Recipe::Tensorwise),
+        ("rowwise", Fp8Recipe::Rowwise),
+        ("blockwise", Fp8Recipe::Blockwise),
+        ("mxfp8", Fp8Recipe::Mxfp8),
+    ];
+    pub fn as_str(self) -> &'static str {
+        name_of(&Self::ALL, self)
+    }
+}
+
 /// Order in which mesh axes are laid onto consecutive ranks, innermost first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -349,6 +381,8 @@ pub struct Training {
     pub global_batch: u64,
     pub micro_batch: u64,
     pub precision: Precision,
+    /// How FP8 GEMM inputs are scaled (with `precision = "fp8"`).
+    pub fp8_recipe: Fp8Recipe,
     pub recompute: Recompute,
     /// With full recompute, the layers of each model chunk that recompute, counted from its
     /// first (Megatron-Core's block method); `None`: every layer.

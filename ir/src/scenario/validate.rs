@@ -23,6 +23,7 @@ pub(crate) fn validate(c: &Checker<'_>, resolved: Resolved) -> Result<Scenario, 
     zero(c, &s, resolved.zero_explicit)?;
     framework(c, &s)?;
     tp_comm_overlap(c, &s)?;
+    fp8_recipe(c, &s)?;
     if !resolved.bucket_explicit {
         s.training.grad_bucket_bytes = default_grad_bucket_bytes(&s.parallel);
     }
@@ -105,6 +106,28 @@ fn tp_comm_overlap(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
         ));
     }
     Ok(())
+}
+
+/// FP8 recipes whose GEMM efficiency twin has no measurement of are refused under FP8.
+fn fp8_recipe(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let r = s.training.fp8_recipe;
+    if s.training.precision != Precision::Fp8
+        || matches!(r, Fp8Recipe::Delayed | Fp8Recipe::Tensorwise)
+    {
+        return Ok(());
+    }
+    Err(c.fail(
+        &[
+            ("training.fp8_recipe", format!("\"{}\"", r.as_str())),
+            ("training.precision", "\"fp8\"".to_string()),
+        ],
+        format!(
+            "fp8_recipe = \"{}\" is not modelled: its GEMMs' efficiency (per-row or per-block \
+             scales, or Blackwell's microscaling) has no measured curve yet",
+            r.as_str()
+        ),
+        "\"delayed\" or \"tensorwise\"",
+    ))
 }
 
 fn v<T: ToString>(x: T) -> String {

@@ -82,7 +82,10 @@ pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
     if on(row.overlap_p2p_comm) {
         out.push("overlap_p2p_comm");
     }
-    if row.fp8_recipe.is_some() && row.precision.as_deref() == Some("fp8") {
+    if row.fp8_recipe.is_some()
+        && row.precision.as_deref() == Some("fp8")
+        && fp8_recipe(row).is_none()
+    {
         out.push("fp8_recipe");
     }
     if row.cp.unwrap_or(1) > 1 {
@@ -92,6 +95,22 @@ pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
         out.push("gpu_note");
     }
     out
+}
+
+/// The `fp8_recipe` a row's recipe text names: current (tensorwise, dynamic) scaling or
+/// delayed scaling; `None` for an FP8 row whose text names neither (or a BF16 row).
+pub fn fp8_recipe(row: &RunRow) -> Option<&'static str> {
+    if row.precision.as_deref() != Some("fp8") {
+        return None;
+    }
+    let text = row.fp8_recipe.as_deref()?.to_ascii_lowercase();
+    if text.contains("current scaling") || text.contains("tensorwise") {
+        Some("tensorwise")
+    } else if text.contains("delayed") {
+        Some("delayed")
+    } else {
+        None
+    }
 }
 
 /// The GPU preset a row runs on: its `gpu`, unless its `gpu_note` describes a variant twin
@@ -258,6 +277,9 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     }
     if row.compile == Some(true) {
         let _ = writeln!(text, "compile = true");
+    }
+    if let Some(recipe) = fp8_recipe(row) {
+        let _ = writeln!(text, "fp8_recipe = {recipe:?}");
     }
     if row.tp_comm_overlap == Some(true) {
         let _ = writeln!(text, "tp_comm_overlap = true");

@@ -417,3 +417,56 @@ fn modern_rows_take_their_family_framework_file() {
     assert_eq!(modern::family(&other), "other");
     assert_eq!(framework_of(&other).name, "megatron-core");
 }
+
+/// A modern FP8 row's recipe text selects `fp8_recipe`: current or tensorwise scaling is
+/// `tensorwise`, TE delayed scaling `delayed`; a text naming neither is listed as unmodelled.
+#[test]
+fn fp8_recipe_text_selects_the_recipe() {
+    let row = |text: &str| RunRow {
+        id: "fp8-row".into(),
+        gpu: "h100-sxm-80gb".into(),
+        gpus: 8,
+        layers: 2,
+        hidden: 1024,
+        heads: 8,
+        seq_len: 2048,
+        vocab: 32000,
+        tp: 1,
+        pp: 1,
+        dp: 8,
+        global_batch: 8,
+        precision: Some("fp8".into()),
+        fp8_recipe: Some(text.into()),
+        step_time_s: Some(1.0),
+        ..RunRow::default()
+    };
+    use crate::scenario::Fp8Recipe;
+    for (text, want) in [
+        (
+            "FP8 current scaling (TE Float8CurrentScaling), bf16 params",
+            Fp8Recipe::Tensorwise,
+        ),
+        (
+            "torchao Float8Linear, tensorwise dynamic scaling",
+            Fp8Recipe::Tensorwise,
+        ),
+        ("TE delayed scaling (recipe n/s)", Fp8Recipe::Delayed),
+    ] {
+        let r = row(text);
+        assert_eq!(
+            modern::modern_scenario(&r).unwrap().training.fp8_recipe,
+            want,
+            "{text}"
+        );
+        assert!(!modern::unmodelled(&r).contains(&"fp8_recipe"), "{text}");
+    }
+    let unknown = row("FP8 (table n/s)");
+    assert_eq!(
+        modern::modern_scenario(&unknown)
+            .unwrap()
+            .training
+            .fp8_recipe,
+        Fp8Recipe::Delayed
+    );
+    assert!(modern::unmodelled(&unknown).contains(&"fp8_recipe"));
+}

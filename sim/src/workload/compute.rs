@@ -18,7 +18,7 @@
 use super::dims::{div_ceil, mul, prod, to_u32, Dims};
 use crate::ir::{Attention, ComputeOp, Gemm, Phase};
 use crate::scenario::framework::SelectiveRecompute;
-use crate::scenario::Precision;
+use crate::scenario::{Fp8Recipe, Precision};
 
 /// Work of one kind inside a pass, before it becomes a [`ComputeOp`].
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -193,6 +193,12 @@ fn add_linears(block: &mut BlockParts, linears: &[Gemm]) {
 /// from the amax history, so no pass over the tensor precedes the cast).
 pub(crate) const FP8_CAST_BYTES_PER_ELEMENT: u64 = 4;
 
+/// Bytes per element of the amax pass that current (tensorwise) scaling runs before each
+/// cast: it reads the bf16 tensor once to reduce its absolute maximum, which the cast's scale
+/// needs before any element is written (TransformerEngine `Float8CurrentScaling`, torchao's
+/// tensorwise `Float8Linear`: `amax = tensor.abs().max()`, then the cast).
+pub(crate) const FP8_AMAX_BYTES_PER_ELEMENT: u64 = 2;
+
 /// Linear layers under the scenario's precision: [`add_linears`], plus, under FP8 training,
 /// the casts of each FP8 GEMM's inputs: the activation before the forward GEMM, and the
 /// output gradient before the dgrad (whose transposed copy the wgrad reads). The weight's
@@ -203,14 +209,23 @@ fn add_linears_in(block: &mut BlockParts, d: &Dims, linears: &[Gemm]) {
     if d.high_precision.is_none() {
         return;
     }
+    // Current scaling adds an amax pass (and its kernel) before every cast, unless the
+    // framework reduces the amax in the kernel that produced the tensor.
+    let (per_element, kernels_per_cast) = match d.fp8_recipe {
+        Fp8Recipe::Tensorwise if !d.fp8_amax_fused => {
+            (FP8_CAST_BYTES_PER_ELEMENT + FP8_AMAX_BYTES_PER_ELEMENT, 2)
+        }
+        _ => (FP8_CAST_BYTES_PER_ELEMENT, 1),
+    };
     for g in linears.iter().filter(|g| g.dtype.is_none()) {
         let count = u64::from(g.count);
-        let input = prod(&[FP8_CAST_BYTES_PER_ELEMENT, g.m, g.k, count]);
-        let grad = prod(&[FP8_CAST_BYTES_PER_ELEMENT, g.m, g.n, count]);
+        let input = prod(&[per_element, g.m, g.k, count]);
+        let grad = prod(&[per_element, g.m, g.n, count]);
+        let kernels = g.count.saturating_mul(kernels_per_cast);
         block.forward.memory_bytes = block.forward.memory_bytes.saturating_add(input);
-        block.forward.kernels = block.forward.kernels.saturating_add(g.count);
+        block.forward.kernels = block.forward.kernels.saturating_add(kernels);
         block.backward_input.memory_bytes = block.backward_input.memory_bytes.saturating_add(grad);
-        block.backward_input.kernels = block.backward_input.kernels.saturating_add(g.count);
+        block.backward_input.kernels = block.backward_input.kernels.saturating_add(kernels);
     }
 }
 

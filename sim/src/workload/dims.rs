@@ -81,6 +81,11 @@ pub(crate) struct Dims {
     /// The framework's elementwise work per layer outside the GEMMs and attention (its
     /// `[fusions.eager]`, or `[fusions.compiled]` under `training.compile`).
     pub elementwise: crate::scenario::framework::Elementwise,
+    /// How FP8 casts are scaled (`training.fp8_recipe`; only read under FP8).
+    pub fp8_recipe: crate::scenario::Fp8Recipe,
+    /// The framework reduces a current-scaling amax inside the producing kernel
+    /// (`fusions.fp8_amax_fused`).
+    pub fp8_amax_fused: bool,
     /// What selective recompute runs again (the framework's `recompute.selective`).
     pub selective: crate::scenario::framework::SelectiveRecompute,
     pub moe: Option<MoeDims>,
@@ -126,6 +131,8 @@ impl Dims {
             } else {
                 s.training.framework.fusions.eager
             },
+            fp8_recipe: s.training.fp8_recipe,
+            fp8_amax_fused: s.training.framework.fusions.fp8_amax_fused,
             selective: s.training.framework.recompute.selective,
             moe: m.moe.as_ref().map(|moe| MoeDims {
                 experts: u64::from(moe.experts.max(1)),

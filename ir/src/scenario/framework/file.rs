@@ -52,6 +52,7 @@ struct RawElementwise {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFusions {
+    fp8_amax_fused: Cited<bool>,
     eager: RawElementwise,
     compiled: RawElementwise,
 }
@@ -319,6 +320,7 @@ impl Reader<'_> {
             p2p_overlap: self.cited("overlaps.p2p_overlap", &o.p2p_overlap)?,
         };
         let fusions = Fusions {
+            fp8_amax_fused: self.cited("fusions.fp8_amax_fused", &raw.fusions.fp8_amax_fused)?,
             eager: self.elementwise("fusions.eager", &raw.fusions.eager)?,
             compiled: self.elementwise("fusions.compiled", &raw.fusions.compiled)?,
         };

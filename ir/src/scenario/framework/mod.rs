@@ -252,6 +252,10 @@ pub struct Elementwise {
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Fusions {
+    /// Under FP8 current (tensorwise) scaling, the amax each cast needs is reduced inside the
+    /// kernel that produces the tensor (a norm, an activation); otherwise it is a pass of its
+    /// own over the tensor before the cast.
+    pub fp8_amax_fused: bool,
     pub eager: Elementwise,
     /// With `[training] compile = true`.
     pub compiled: Elementwise,

@@ -80,3 +80,44 @@ fn fp8_casts_are_charged_per_linear() {
         bf16.backward_weight.memory_bytes
     );
 }
+
+/// Current (tensorwise) scaling under a framework that reduces the amax in a pass of its own
+/// (torchtitan's torchao `tensor_to_amax`) reads each cast tensor once more (2 bytes per
+/// element) in one more kernel; a framework that fuses the amax into the producing kernel
+/// (Transformer Engine's norms) pays what delayed scaling does.
+#[test]
+fn tensorwise_scaling_adds_an_amax_pass_unless_the_framework_fuses_it() {
+    use crate::scenario::framework::Bundled;
+    use crate::scenario::Fp8Recipe;
+    use crate::workload::compute::FP8_AMAX_BYTES_PER_ELEMENT;
+    let layer = |framework: Bundled, recipe: Fp8Recipe| {
+        let mut s = gpt(1, 1024, 16, 512, 4096, (2, 1, 1), 2, 1);
+        s.training.precision = Precision::Fp8;
+        s.training.fp8_recipe = recipe;
+        s.training.framework = framework.framework().unwrap();
+        let plan = plan(&s);
+        let layout = plan.chunks[0][0].clone();
+        layers_work(&s, &plan, &layout, 0, 1, false, true)
+    };
+    let (tokens, h, f, t) = (2 * 512u64, 1024u64, 4096u64, 2u64);
+    let linears = [(h, 3 * h / t), (h / t, h), (h, f / t), (f / t, h)];
+    let inputs: u64 = linears.iter().map(|(k, _)| tokens * k).sum();
+    let grads: u64 = linears.iter().map(|(_, n)| tokens * n).sum();
+    let delayed = layer(Bundled::Torchtitan, Fp8Recipe::Delayed);
+    let current = layer(Bundled::Torchtitan, Fp8Recipe::Tensorwise);
+    assert_eq!(
+        current.forward.compute.memory_bytes - delayed.forward.compute.memory_bytes,
+        FP8_AMAX_BYTES_PER_ELEMENT * inputs
+    );
+    assert_eq!(
+        current.backward_input.compute.memory_bytes - delayed.backward_input.compute.memory_bytes,
+        FP8_AMAX_BYTES_PER_ELEMENT * grads
+    );
+    assert_eq!(
+        current.forward.compute.kernels,
+        delayed.forward.compute.kernels + 4
+    );
+    let te_delayed = layer(Bundled::MegatronCore, Fp8Recipe::Delayed);
+    let te_current = layer(Bundled::MegatronCore, Fp8Recipe::Tensorwise);
+    assert_eq!(te_current, te_delayed);
+}
