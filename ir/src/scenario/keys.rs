@@ -175,7 +175,7 @@ keys!(parallel {
     VPP = "vpp", Uint { min: 1, max: MAX_LAYERS }, Int(1), "Model chunks (virtual stages) per device; above 1 only with `interleaved-1f1b`.";
     EP = "ep", Uint { min: 1, max: MAX_DEGREE }, Int(1), "Expert-parallel degree (MoE only).";
     CP = "cp", Uint { min: 1, max: MAX_DEGREE }, Int(1), "Context-parallel degree (splits the sequence).";
-    CP_ALGORITHM = "cp_algorithm", Choice { what: "context-parallel algorithm", names: &["all-gather", "ring", "ulysses"] }, Is("all-gather"), "How context parallelism exchanges K and V: all-gather (then reduce-scatter of their gradients), ring (p2p blocks overlapped with blockwise attention, 2*cp load-balanced chunks) or ulysses (all-to-all to head sharding; heads divisible by cp).";
+    CP_ALGORITHM = "cp_algorithm", Choice { what: "context-parallel algorithm", names: &["all-gather", "ring", "ulysses"] }, Note("the framework file's `attention.cp_algorithm` (megatron-core: `ring`, torchtitan: `all-gather`)"), "How context parallelism exchanges K and V: all-gather (then reduce-scatter of their gradients), ring (p2p blocks overlapped with blockwise attention, 2*cp load-balanced chunks) or ulysses (all-to-all to head sharding; heads divisible by cp).";
     ZERO = "zero", Uint { min: 0, max: 3 }, Note("0 (3 with `fsdp = true`)"), "ZeRO stage over the data-parallel group.";
     FSDP = "fsdp", Bool, Flag(false), "Fully sharded data parallel (ZeRO-3).";
     FSDP_DEGREE = "fsdp_degree", Uint { min: 1, max: MAX_DEGREE }, Note("`dp` (plain FSDP)"), "HSDP: with `fsdp = true` or `zero = 3`, model state is sharded within blocks of this many consecutive data-parallel ranks and replicated across the `dp / fsdp_degree` blocks. Divides `dp`.";

@@ -46,8 +46,12 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
     };
     let (model, hf_unmodelled) = model(root.section("model", "model")?, base_dir)?;
     let cluster = cluster(root.section("cluster", "cluster")?)?;
-    let (parallel, dp, zero_explicit) = parallel(root.section("parallel", "parallel")?)?;
+    let (mut parallel, dp, zero_explicit, cp_algorithm_explicit) =
+        parallel(root.section("parallel", "parallel")?)?;
     let (training, bucket_explicit) = training(root.section("training", "training")?, base_dir)?;
+    if !cp_algorithm_explicit {
+        parallel.cp_algorithm = training.framework.cp_algorithm;
+    }
     let memory = memory(root.section("memory", "memory")?, &training.framework)?;
     let run = run(root.section("run", "run")?)?;
     let checks = super::checks::checks(root.section("checks", "checks")?)?;
@@ -200,13 +204,16 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
     Ok((model, base.unmodelled))
 }
 
-fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool)> {
+fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool, bool)> {
     p.check_unknown()?;
     let tp = p.uint32_or_default(&pk::TP)?;
     let pp = p.uint32_or_default(&pk::PP)?;
     let ep = p.uint32_or_default(&pk::EP)?;
     let cp = p.uint32_or_default(&pk::CP)?;
-    let cp_algorithm = p.choice_or_default(&pk::CP_ALGORITHM, &CpAlgorithm::ALL)?;
+    let cp_algorithm = p.choice(&pk::CP_ALGORITHM, &CpAlgorithm::ALL)?;
+    let cp_algorithm_explicit = cp_algorithm.is_some();
+    // Without the key, the framework's (filled in by `resolve` once the framework is read).
+    let cp_algorithm = cp_algorithm.unwrap_or(CpAlgorithm::AllGather);
     let dp = opt(p.uint32(&pk::DP)?);
     let vpp = p.uint32_or_default(&pk::VPP)?;
     let zero = opt(p.uint(&pk::ZERO)?);
@@ -245,6 +252,7 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool)> {
         },
         dp,
         zero.is_some(),
+        cp_algorithm_explicit,
     ))
 }
 

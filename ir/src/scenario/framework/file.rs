@@ -25,6 +25,7 @@ struct Cited<T> {
 #[serde(deny_unknown_fields)]
 struct RawAttention {
     backend: Cited<String>,
+    cp_algorithm: Cited<String>,
 }
 
 #[derive(Deserialize)]
@@ -378,6 +379,11 @@ impl Reader<'_> {
             name: raw.name.get_ref().clone(),
             origin: Origin::File(self.ctx.origin.clone()),
             attention_backend: self.name("attention.backend", &raw.attention.backend, &BACKENDS)?,
+            cp_algorithm: self.name(
+                "attention.cp_algorithm",
+                &raw.attention.cp_algorithm,
+                &crate::scenario::CpAlgorithm::ALL,
+            )?,
             overlaps,
             fusions,
             optimizer,

@@ -122,6 +122,9 @@ pub struct Framework {
     pub origin: Origin,
     /// The attention kernel it calls by default.
     pub attention_backend: AttentionBackend,
+    /// How its context parallelism exchanges K and V unless the scenario says
+    /// (`parallel.cp_algorithm`).
+    pub cp_algorithm: crate::scenario::CpAlgorithm,
     pub overlaps: Overlaps,
     /// Elementwise work of one transformer layer's forward, eager and with `compile`.
     pub fusions: Fusions,

@@ -415,3 +415,24 @@ fn llm_foundry_file_says_what_composer_and_mpt_do() {
         one_more(&[zero]).unwrap();
     }
 }
+
+/// Without `parallel.cp_algorithm` a scenario takes its framework's: Megatron-Core's ring
+/// (`--cp-comm-type p2p`), torchtitan's all-gather; the key, when written, wins.
+#[test]
+fn cp_algorithm_defaults_to_the_framework_s() {
+    use crate::scenario::CpAlgorithm;
+    let text = scenario_text("512xA100.toml");
+    let mc = resolve(&text, &[]).unwrap();
+    assert_eq!(mc.parallel.cp_algorithm, CpAlgorithm::Ring);
+    let tt = resolve(
+        &text,
+        &["training.framework=\"torchtitan\"", "parallel.zero=3"],
+    )
+    .unwrap();
+    assert_eq!(tt.parallel.cp_algorithm, CpAlgorithm::AllGather);
+    let set = resolve(&text, &["parallel.cp_algorithm=\"ulysses\""]).unwrap();
+    assert_eq!(set.parallel.cp_algorithm, CpAlgorithm::Ulysses);
+    // Written back, the resolved value is explicit and survives a change of framework.
+    let again = resolve(&to_toml(&tt), &["training.framework=\"megatron-core\""]).unwrap();
+    assert_eq!(again.parallel.cp_algorithm, CpAlgorithm::AllGather);
+}
