@@ -186,3 +186,35 @@ fn llm_foundry_prices_the_block_like_megatron_core_and_keeps_bf16_logits() {
     };
     assert_eq!(peak(&mc) - peak(&lf), 2 * logits);
 }
+
+/// torchtitan repeats grouped K/V to the query heads before SDPA (`repeat_kv`), so its
+/// context-parallel all-gather of K and V carries heads/kv_heads times Megatron-Core's bytes.
+#[test]
+fn repeated_kv_heads_widen_the_context_parallel_exchange() {
+    use twin_sim::ir::CollectiveKind;
+    use twin_sim::plan::GroupKind;
+    use twin_sim::scenario::framework::Bundled;
+    use twin_sim::scenario::CpAlgorithm;
+    let mut mc = small_scenario(1, 1, 1, 2);
+    mc.parallel.cp = 2;
+    mc.cluster.gpus = 2;
+    mc.parallel.cp_algorithm = CpAlgorithm::AllGather;
+    mc.training.flash_attention = true;
+    mc.model.kv_heads = 4;
+    let mut tt = mc.clone();
+    tt.training.framework = Bundled::Torchtitan.framework().unwrap();
+    tt.parallel.zero = 3;
+    let cp_gather = |s: &Scenario| -> u64 {
+        let plan = Plan::new(s).unwrap();
+        let w = twin_sim::workload::chunk_work(s, &plan, &plan.chunks[0][0]);
+        w.forward
+            .comms
+            .iter()
+            .filter(|c| c.group == GroupKind::Cp && c.kind == CollectiveKind::AllGather)
+            .map(|c| c.bytes * u64::from(c.calls))
+            .sum()
+    };
+    let (a, b) = (cp_gather(&mc), cp_gather(&tt));
+    assert!(a > 0);
+    assert_eq!(b, a * u64::from(mc.model.heads / mc.model.kv_heads));
+}

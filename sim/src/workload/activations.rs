@@ -65,7 +65,7 @@ pub(crate) fn layer(d: &Dims, recompute: Recompute, moe: bool) -> u64 {
     let qkv = mul(
         act,
         d.sharded(q)
-            .saturating_add(mul(2, d.sharded(mul(d.tokens, d.kv)))),
+            .saturating_add(mul(2, d.sharded(mul(d.tokens, d.kv_attention)))),
     );
     bytes = bytes
         .saturating_add(qkv)

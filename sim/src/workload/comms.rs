@@ -143,7 +143,10 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
     if d.c > 1 {
         match d.cp_algorithm {
             CpAlgorithm::AllGather => {
-                let kv = mul(d.act_bytes, mul(2, d.sharded(prod(&[d.b, d.s, d.kv]))));
+                let kv = mul(
+                    d.act_bytes,
+                    mul(2, d.sharded(prod(&[d.b, d.s, d.kv_attention]))),
+                );
                 push(
                     &mut out.forward,
                     call(CollectiveKind::AllGather, GroupKind::Cp, kv),
@@ -156,7 +159,7 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
             CpAlgorithm::Ulysses => {
                 let qkv = mul(
                     d.act_bytes,
-                    d.sharded(mul(d.tokens, d.h.saturating_add(mul(2, d.kv)))),
+                    d.sharded(mul(d.tokens, d.h.saturating_add(mul(2, d.kv_attention)))),
                 );
                 let o = mul(d.act_bytes, d.sharded(d.hidden_elements()));
                 for list in [&mut out.forward, &mut out.backward] {
@@ -185,7 +188,10 @@ pub(crate) fn ring(d: &Dims, layers: u64) -> Option<(RingPass, RingPass)> {
     if d.c <= 1 || d.cp_algorithm != CpAlgorithm::Ring || layers == 0 {
         return None;
     }
-    let block = mul(d.act_bytes, mul(2, d.sharded(mul(d.tokens, d.kv))));
+    let block = mul(
+        d.act_bytes,
+        mul(2, d.sharded(mul(d.tokens, d.kv_attention))),
+    );
     let steps = to_u32(d.c - 1);
     Some((
         RingPass {

@@ -272,7 +272,7 @@ fn attention_core(d: &Dims) -> BlockParts {
         bwd.add_attention(Some(bwd_kernel), mul(2, fwd_flops));
         // One kernel reads Q, K, V and writes O and the fp32 softmax statistics.
         let qo = mul(2, d.sharded(d.q_elements()));
-        let kv = mul(2, d.sharded(prod(&[d.b, d.s, d.kv])));
+        let kv = mul(2, d.sharded(prod(&[d.b, d.s, d.kv_attention])));
         let stats = prod(&[4, d.head_batches(), d.s_local]);
         let bytes = mul(d.act_bytes, qo.saturating_add(kv)).saturating_add(stats);
         core.memory_bytes = bytes;

@@ -59,6 +59,9 @@ pub(crate) struct Dims {
     /// Width of K (and of V): `g * head_dim` (`h * g / a` unless the scenario gives
     /// `head_dim`).
     pub kv: u64,
+    /// Width of the K (and of the V) the attention kernel reads, saves and context parallelism
+    /// exchanges: `kv`, or `q` when the framework repeats K/V to the query heads first.
+    pub kv_attention: u64,
     /// Sequence positions held by this rank: `ceil(s / c)`.
     pub s_local: u64,
     /// Tokens of the micro batch on this rank: `b * s / c`.
@@ -118,6 +121,11 @@ impl Dims {
             head_dim: m.head_dim(),
             q: m.q_width(),
             kv: m.kv_width(),
+            kv_attention: if s.training.framework.kv_heads_repeated {
+                m.q_width()
+            } else {
+                m.kv_width()
+            },
             s_local,
             tokens: mul(s.training.micro_batch, s_local),
             sp: p.sequence_parallel && t > 1,

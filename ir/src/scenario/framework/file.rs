@@ -26,6 +26,7 @@ struct Cited<T> {
 struct RawAttention {
     backend: Cited<String>,
     cp_algorithm: Cited<String>,
+    kv_heads_repeated: Cited<bool>,
 }
 
 #[derive(Deserialize)]
@@ -383,6 +384,10 @@ impl Reader<'_> {
                 "attention.cp_algorithm",
                 &raw.attention.cp_algorithm,
                 &crate::scenario::CpAlgorithm::ALL,
+            )?,
+            kv_heads_repeated: self.cited(
+                "attention.kv_heads_repeated",
+                &raw.attention.kv_heads_repeated,
             )?,
             overlaps,
             fusions,

@@ -125,6 +125,10 @@ pub struct Framework {
     /// How its context parallelism exchanges K and V unless the scenario says
     /// (`parallel.cp_algorithm`).
     pub cp_algorithm: crate::scenario::CpAlgorithm,
+    /// Grouped-query attention's K and V are repeated to the query heads before the attention
+    /// kernel (`repeat_kv`), so the kernel, the saved K and V and a context-parallel exchange
+    /// carry the query heads' width.
+    pub kv_heads_repeated: bool,
     pub overlaps: Overlaps,
     /// Elementwise work of one transformer layer's forward, eager and with `compile`.
     pub fusions: Fusions,
