@@ -25,6 +25,7 @@ struct Cited<T> {
 #[serde(deny_unknown_fields)]
 struct RawAttention {
     backend: Cited<String>,
+    backend_from_sm90: Option<Cited<String>>,
 }
 
 #[derive(Deserialize)]
@@ -135,10 +136,6 @@ struct RawFile {
     cannot_run: Vec<RawLimit>,
 }
 
-const BACKENDS: [(&str, AttentionBackend); 2] = [
-    ("flash", AttentionBackend::Flash),
-    ("cudnn", AttentionBackend::Cudnn),
-];
 const SELECTIVE: [(&str, SelectiveRecompute); 2] = [
     ("attention-core", SelectiveRecompute::AttentionCore),
     ("every-second-matmul", SelectiveRecompute::EverySecondMatmul),
@@ -362,7 +359,17 @@ impl Reader<'_> {
         Ok(Framework {
             name: raw.name.get_ref().clone(),
             origin: Origin::File(self.ctx.origin.clone()),
-            attention_backend: self.name("attention.backend", &raw.attention.backend, &BACKENDS)?,
+            attention_backend: self.name(
+                "attention.backend",
+                &raw.attention.backend,
+                &ATTENTION_BACKENDS,
+            )?,
+            attention_backend_from_sm90: raw
+                .attention
+                .backend_from_sm90
+                .as_ref()
+                .map(|b| self.name("attention.backend_from_sm90", b, &ATTENTION_BACKENDS))
+                .transpose()?,
             overlaps,
             fusions,
             optimizer,
