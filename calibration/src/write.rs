@@ -106,17 +106,16 @@ fn link(out: &mut String, name: &str, l: &LinkParams) {
     }
 }
 
-/// `[attention]`: the backend, then each curve the profile states.
+/// `[attention]`: each curve the profile states.
 fn attention(out: &mut String, a: &twin_sim::profile::AttentionParams) {
     out.push_str("\n[attention]\n");
-    if let Some(b) = &a.backend {
-        out.push_str(&format!("backend = {}\n", string(b)));
-    }
     for (name, curve) in [
         ("flash.forward", &a.flash_forward),
         ("flash.backward", &a.flash_backward),
         ("cudnn.forward", &a.cudnn_forward),
         ("cudnn.backward", &a.cudnn_backward),
+        ("triton.forward", &a.triton_forward),
+        ("triton.backward", &a.triton_backward),
     ] {
         if let Some(c) = curve {
             out.push_str(&format!("\n[attention.{name}]\n"));

@@ -10,7 +10,7 @@
 use twin_sim::cost::{Analytic, CostModel};
 use twin_sim::engine::{simulate, SimOptions};
 use twin_sim::plan::Plan;
-use twin_sim::scenario::framework::Bundled;
+use twin_sim::scenario::framework::{AttentionBackend, Bundled};
 use twin_sim::scenario::Scenario;
 use twin_sim::schedule::{generate, OpKind};
 use twin_sim::testing::small_scenario;
@@ -164,15 +164,28 @@ fn per_layer_param_gather_gathers_each_layer_and_holds_one_layer_s_buffer() {
 
 /// llm-foundry's file (MPT under Composer, docs/reference/frameworks.md): the eager MPT block
 /// launches the same five elementwise kernels over the same passes as megatron-core's layer,
-/// so one GPU's step is exactly as long; flash-attn's fused cross entropy keeps the bf16
-/// logits, so the head holds 2 bytes fewer per logit and the peak drops by exactly that.
+/// so on the same attention kernel one GPU's step is exactly as long, and its own Triton
+/// kernel makes it longer; flash-attn's fused cross entropy keeps the bf16 logits, so the head
+/// holds 2 bytes fewer per logit and the peak drops by exactly that.
 #[test]
 fn llm_foundry_prices_the_block_like_megatron_core_and_keeps_bf16_logits() {
     let mc = one_gpu();
     let mut lf = mc.clone();
     lf.training.framework = Bundled::LlmFoundry.framework().unwrap();
     assert_eq!(lf.training.framework.name, "llm-foundry");
-    assert_eq!(step(&mc), step(&lf));
+    // Megatron-Core runs flash-attn on this A100.
+    assert_eq!(
+        twin_sim::cost::scenario_backend(&mc),
+        AttentionBackend::Flash
+    );
+    assert_eq!(
+        twin_sim::cost::scenario_backend(&lf),
+        AttentionBackend::Triton
+    );
+    assert!(step(&lf).0 > step(&mc).0);
+    let mut same_kernel = lf.clone();
+    same_kernel.training.framework.attention_backend = AttentionBackend::Flash;
+    assert_eq!(step(&mc), step(&same_kernel));
     let plan = Plan::new(&mc).unwrap();
     let chunk = &plan.chunks[0][0];
     let a = twin_sim::workload::chunk_work(&mc, &plan, chunk).activation_bytes;

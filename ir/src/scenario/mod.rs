@@ -55,6 +55,12 @@ pub fn gpu_preset(name: &str) -> Option<Gpu> {
     presets::gpu(name)
 }
 
+/// The CUDA compute capability of the GPU preset `name` names (or an alias of it); `None` for
+/// a name twin has no preset for (a `[cluster.gpu]` table under a name of its own).
+pub fn gpu_compute_capability(name: &str) -> Option<(u32, u32)> {
+    presets::compute_capability(name)
+}
+
 /// The text of a scenario file (at most 16 MiB); the error names the file.
 pub fn read_text(path: &Path) -> Result<String, ScenarioError> {
     hf::read_text(path).map_err(|e| ScenarioError {

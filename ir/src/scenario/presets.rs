@@ -158,6 +158,19 @@ pub(crate) fn default_node(gpu_name: &str) -> Option<&'static str> {
     }
 }
 
+/// The CUDA compute capability of a GPU preset (NVIDIA's CUDA GPU compute capability table,
+/// developer.nvidia.com/cuda-gpus: A100 8.0; H100, H200 and H800 9.0; B200 and GB200 10.0).
+/// A framework whose kernel choice depends on the architecture reads it
+/// (`Framework::attention_backend_on`).
+pub(crate) fn compute_capability(gpu_name: &str) -> Option<(u32, u32)> {
+    match gpu(gpu_name)?.name.as_str() {
+        "a100-sxm-80gb" => Some((8, 0)),
+        "h100-sxm-80gb" | "h100-sxm-96gb-500w" | "h200-141gb" | "h800-sxm-80gb" => Some((9, 0)),
+        "b200-sxm-180gb" | "gb200" => Some((10, 0)),
+        _ => None,
+    }
+}
+
 /// H100 / H200 SXM dense tensor-core peaks (the datasheet's figures halved where they are
 /// quoted with 2:4 sparsity).
 /// Every peak of `p` times `factor` (a part of the same die at a lower sustained clock).

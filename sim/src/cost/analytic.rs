@@ -30,7 +30,7 @@
 //! - `kernels * launch_ns`: the gap the GPU idles between dependent kernels (once per op where
 //!   the backend runs an op as one call, `launch_per_op`: the host backend).
 
-use super::attention::{attention_dtype, AttentionModel, DEFAULT_ATTENTION};
+use super::attention::{attention_dtype, scenario_backend, AttentionModel, DEFAULT_ATTENTION};
 use super::gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
 use super::positive_rate;
 use super::{secs_to_ns, CostModel};
@@ -165,7 +165,10 @@ impl Analytic {
             hbm_bandwidth_bytes_per_s: c.gpu.hbm_bandwidth_bytes_per_s,
             gemm: DEFAULT_GEMM_CURVE,
             gemm_fp8: None,
-            attention: Some(DEFAULT_ATTENTION),
+            attention: Some(AttentionModel {
+                backend: scenario_backend(s),
+                ..DEFAULT_ATTENTION
+            }),
             memory_efficiency: DEFAULT_MEMORY_EFFICIENCY,
             memory_bandwidth_bytes_per_s: None,
             memory_spill: None,

@@ -14,28 +14,26 @@
 //! both. The defaults are fitted to causal `scaled_dot_product_attention` on one H200 (bf16,
 //! head_dim 64 and 128, sequence 1k-64k, 32k tokens per call; backward counted as 2.5x the
 //! forward's FLOPs): docs/measurements/2026-11-28-h200-attention.md. An H200 has the H100 SXM's
-//! SMs and clocks (989 TFLOP/s dense bf16 both), so the fractions serve the H100 too.
+//! SMs and clocks (989 TFLOP/s dense bf16 both), so the fractions serve the H100 too. The
+//! Triton backend's defaults are derived from the flash curve by a published ratio
+//! ([`super::attention_fit`]).
+//!
+//! The backend priced is the one the scenario's framework file names for the scenario's GPU
+//! ([`scenario_backend`]); a profile supplies the curves.
 
 use super::secs_to_ns;
-use crate::scenario::Precision;
+pub use crate::scenario::framework::{AttentionBackend, ATTENTION_BACKENDS};
+use crate::scenario::{gpu_compute_capability, Precision, Scenario};
 use crate::schedule::Attention;
 use serde::Serialize;
 
-/// Which attention implementation the framework runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AttentionBackend {
-    /// The FlashAttention-2 kernels (`flash_attn`, PyTorch SDPA's flash backend).
-    Flash,
-    /// cuDNN's fused attention (Transformer Engine's FusedAttention, SDPA's cuDNN backend).
-    Cudnn,
-}
-
-impl AttentionBackend {
-    pub const ALL: [(&'static str, AttentionBackend); 2] = [
-        ("flash", AttentionBackend::Flash),
-        ("cudnn", AttentionBackend::Cudnn),
-    ];
+/// The attention kernel `s` runs: its framework file's backend for its GPU's compute
+/// capability (`Framework::attention_backend_on`; a GPU that is no preset takes the file's
+/// `backend`).
+pub fn scenario_backend(s: &Scenario) -> AttentionBackend {
+    s.training
+        .framework
+        .attention_backend_on(gpu_compute_capability(&s.cluster.gpu.name))
 }
 
 /// One direction's curve (see the module doc).
@@ -70,12 +68,13 @@ pub struct BackendCurves {
     pub backward: AttentionCurve,
 }
 
-/// The attention part of the cost model: the backend in use and both backends' curves.
+/// The attention part of the cost model: the backend in use and every backend's curves.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct AttentionModel {
     pub backend: AttentionBackend,
     pub flash: BackendCurves,
     pub cudnn: BackendCurves,
+    pub triton: BackendCurves,
 }
 
 /// Fitted on one H200, causal SDPA, least squares on relative error over a grid of the two
@@ -109,11 +108,32 @@ pub const DEFAULT_CUDNN: BackendCurves = BackendCurves {
     },
 };
 
-/// The default: the flash backend with both fitted curves.
+/// The 2022 Triton FlashAttention on an H100/H200: [`DEFAULT_FLASH`] times the Triton /
+/// FlashAttention-2 throughput ratio measured on A100 at each sequence length (both kernels
+/// are Ampere-style, mma.sync, so the ratio is carried to Hopper), refitted
+/// ([`super::attention_fit::triton_from_flash`], which a test checks against these values);
+/// `head_dim_half` is flash's, the published ratio being at head dimension 128 only.
+/// Forward rms 1.5% (max 2.0%), backward rms 1.9% (max 2.4%) against the derived points.
+pub const DEFAULT_TRITON: BackendCurves = BackendCurves {
+    forward: AttentionCurve {
+        max_efficiency: 0.1800,
+        keys_half: 224.0,
+        head_dim_half: 23.0,
+    },
+    backward: AttentionCurve {
+        max_efficiency: 0.1508,
+        keys_half: 384.0,
+        head_dim_half: 16.0,
+    },
+};
+
+/// The default: every backend's fitted curves, pricing flash until the scenario's framework
+/// names its backend ([`scenario_backend`]).
 pub const DEFAULT_ATTENTION: AttentionModel = AttentionModel {
     backend: AttentionBackend::Flash,
     flash: DEFAULT_FLASH,
     cudnn: DEFAULT_CUDNN,
+    triton: DEFAULT_TRITON,
 };
 
 impl AttentionModel {
@@ -122,6 +142,7 @@ impl AttentionModel {
         let b = match self.backend {
             AttentionBackend::Flash => self.flash,
             AttentionBackend::Cudnn => self.cudnn,
+            AttentionBackend::Triton => self.triton,
         };
         if a.backward {
             b.backward

@@ -76,6 +76,43 @@ fn the_cudnn_backend_has_its_own_curve() {
     assert_eq!(model.compute_ns(0, &op(kernel(true, false))), 2_195_230);
 }
 
+/// The scenario's framework file picks the kernel: llm-foundry's Triton FlashAttention on its
+/// own curve, torchtitan's SDPA flash kernel, Megatron-Core's flash-attn; a profile supplies
+/// the same curves. Each time
+/// is `work / (peak * eff)` of the causal forward above (412,417,523,712 FLOPs, 2048.5 keys per
+/// query, head_dim 128).
+#[test]
+fn the_scenarios_framework_picks_the_backend_and_its_curve() {
+    use crate::scenario::framework::Bundled;
+    let scenario = |fw: Bundled, gpu: &str| {
+        let mut s = small_scenario(1, 1, 1, 1);
+        s.training.framework = fw.framework().unwrap();
+        s.cluster.gpu = crate::scenario::gpu_preset(gpu).unwrap();
+        s
+    };
+    let on = |fw: Bundled, gpu: &str| {
+        let model = Analytic::new(&scenario(fw, gpu));
+        model.compute_ns(0, &op(kernel(true, false)))
+    };
+    // Triton: eff = 0.18 * 2048.5/2272.5 * 128/151 = 0.137543; at 312 TFLOP/s (A100) and
+    // 989 TFLOP/s (H100).
+    assert_eq!(on(Bundled::LlmFoundry, "a100-sxm-80gb"), 9_610_476);
+    assert_eq!(on(Bundled::LlmFoundry, "h100-sxm-80gb"), 3_031_819);
+    // Flash: eff = 0.318996 (see the first test) at 989 TFLOP/s.
+    assert_eq!(on(Bundled::Torchtitan, "h100-sxm-80gb"), 1_307_242);
+    assert_eq!(on(Bundled::MegatronCore, "h100-sxm-80gb"), 1_307_242);
+    assert_eq!(on(Bundled::MegatronCore, "a100-sxm-80gb"), 4_143_791);
+
+    let h100 = crate::profile::parse_str(
+        include_str!("../../../scenarios/profiles/h100-dgx.toml"),
+        "h100-dgx.toml",
+    )
+    .unwrap();
+    let model = Analytic::from_profile(&scenario(Bundled::LlmFoundry, "h100-sxm-80gb"), &h100);
+    assert_eq!(model.attention.unwrap().backend, AttentionBackend::Triton);
+    assert_eq!(model.compute_ns(0, &op(kernel(true, false))), 3_031_819);
+}
+
 #[test]
 fn efficiency_never_exceeds_the_peak() {
     let c = AttentionCurve {

@@ -2,9 +2,9 @@
 //! profile file, read at the bottom layer (`crate::profile`) and turned into prices here.
 
 use super::{
-    kernel_gap_ns, Analytic, AttentionBackend, AttentionCurve, AttentionModel, BackendCurves,
+    kernel_gap_ns, scenario_backend, Analytic, AttentionCurve, AttentionModel, BackendCurves,
     GemmCurve, MemorySpill, OperandLoad, StateCache, StateDecay, DEFAULT_ATTENTION,
-    DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_CUDNN, DEFAULT_FLASH,
+    DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_CUDNN, DEFAULT_FLASH, DEFAULT_TRITON,
 };
 use crate::host_model::{Interruptions, Wake};
 use crate::profile::{whole, AttentionCurveParams, Profile};
@@ -26,8 +26,10 @@ impl Profile {
         })
     }
 
-    /// The fused-attention model this profile sets: its `[attention]` over the defaults on a
-    /// GPU; `None` (attention as GEMMs) on a host profile without `[attention]`.
+    /// The fused-attention model this profile sets: its `[attention]` curves over the defaults
+    /// on a GPU; `None` (attention as GEMMs) on a host profile without `[attention]`. Its
+    /// `backend` is the default's: the cost model prices the scenario's framework's
+    /// ([`super::scenario_backend`]).
     pub fn attention_model(&self) -> Option<AttentionModel> {
         let a = match (&self.attention, &self.host_cores) {
             (None, Some(_)) => return None,
@@ -41,12 +43,8 @@ impl Profile {
                 head_dim_half: c.head_dim_half.value,
             })
         };
-        let backend = AttentionBackend::ALL
-            .iter()
-            .find(|(n, _)| Some(*n) == a.backend.as_deref())
-            .map_or(AttentionBackend::Flash, |(_, b)| *b);
         Some(AttentionModel {
-            backend,
+            backend: DEFAULT_ATTENTION.backend,
             flash: BackendCurves {
                 forward: curve(&a.flash_forward, DEFAULT_FLASH.forward),
                 backward: curve(&a.flash_backward, DEFAULT_FLASH.backward),
@@ -54,6 +52,10 @@ impl Profile {
             cudnn: BackendCurves {
                 forward: curve(&a.cudnn_forward, DEFAULT_CUDNN.forward),
                 backward: curve(&a.cudnn_backward, DEFAULT_CUDNN.backward),
+            },
+            triton: BackendCurves {
+                forward: curve(&a.triton_forward, DEFAULT_TRITON.forward),
+                backward: curve(&a.triton_backward, DEFAULT_TRITON.backward),
             },
         })
     }
@@ -118,7 +120,10 @@ impl Analytic {
             hbm_bandwidth_bytes_per_s: p.hbm_bandwidth_bytes_per_s.value,
             gemm: p.gemm_curve(),
             gemm_fp8: p.gemm_fp8_curve(),
-            attention: p.attention_model(),
+            attention: p.attention_model().map(|m| AttentionModel {
+                backend: scenario_backend(s),
+                ..m
+            }),
             memory_efficiency: p.memory_efficiency.value,
             memory_bandwidth_bytes_per_s: p.memory_bandwidth_bytes_per_s.as_ref().map(|b| b.value),
             memory_spill: match (&p.memory_spill_bytes, &p.memory_spill_efficiency) {

@@ -5,6 +5,7 @@
 
 mod analytic;
 mod attention;
+pub mod attention_fit;
 mod from_profile;
 mod gemm;
 
@@ -13,8 +14,9 @@ pub use analytic::{
     DEFAULT_LAUNCH_NS, DEFAULT_MEMORY_EFFICIENCY,
 };
 pub use attention::{
-    attention_dtype, AttentionBackend, AttentionCurve, AttentionModel, BackendCurves,
-    DEFAULT_ATTENTION, DEFAULT_CUDNN, DEFAULT_FLASH,
+    attention_dtype, scenario_backend, AttentionBackend, AttentionCurve, AttentionModel,
+    BackendCurves, ATTENTION_BACKENDS, DEFAULT_ATTENTION, DEFAULT_CUDNN, DEFAULT_FLASH,
+    DEFAULT_TRITON,
 };
 pub use gemm::{GemmCurve, OperandLoad, DEFAULT_GEMM_CURVE};
 // The link tiers' alpha-beta model (`topology::tiers`) prices collectives for this cost model;

@@ -177,6 +177,7 @@ struct RawAttention {
     backend: Option<Spanned<String>>,
     flash: Option<RawAttentionBackend>,
     cudnn: Option<RawAttentionBackend>,
+    triton: Option<RawAttentionBackend>,
 }
 
 #[derive(Deserialize)]

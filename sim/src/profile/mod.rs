@@ -110,16 +110,18 @@ pub struct AttentionCurveParams {
     pub head_dim_half: Param,
 }
 
-/// `[attention]`: which fused-attention backend the framework runs and the curves of each
-/// (see `cost::attention`); a curve left out keeps the default fit.
+/// `[attention]`: the curves of each fused-attention backend (see `cost::attention`); a curve
+/// left out keeps the default fit. Which backend is priced is the scenario's framework's
+/// (`cost::scenario_backend`); a `backend` key, which older profiles carry, is checked and not
+/// kept.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct AttentionParams {
-    /// `attention.backend`: "flash" or "cudnn" (checked when read); absent: "flash".
-    pub backend: Option<String>,
     pub flash_forward: Option<AttentionCurveParams>,
     pub flash_backward: Option<AttentionCurveParams>,
     pub cudnn_forward: Option<AttentionCurveParams>,
     pub cudnn_backward: Option<AttentionCurveParams>,
+    pub triton_forward: Option<AttentionCurveParams>,
+    pub triton_backward: Option<AttentionCurveParams>,
 }
 
 /// A whole hardware profile; see docs/reference/profiles.md for the meaning of each field.
@@ -252,7 +254,7 @@ pub struct Profile {
     /// and memory serve at once (>= 1): memory-bound ops running on several cores share it
     /// (`engine::flow`); absent means every core has its own.
     pub host_memory_cores: Option<Param>,
-    /// `[attention]`: fused-attention backend and curves; absent: the defaults on a GPU, and
+    /// `[attention]`: fused-attention curves per backend; absent: the defaults on a GPU, and
     /// attention as GEMMs on a host profile (`[host]`), as the host backend runs it.
     pub attention: Option<AttentionParams>,
     /// `[provenance]`: where the profile was measured (machine, date, backend, versions).

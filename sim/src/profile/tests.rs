@@ -1157,12 +1157,14 @@ fn a_profile_naming_a_gpu_alias_matches_its_preset() {
     assert_eq!(e.profile_gpu, "h200-sxm-141gb");
 }
 
-/// `[attention]`: the H200 profile's fitted curves and backend become the cost model's; a
-/// backend switched to cudnn takes the cudnn curves; a host profile without the section runs
-/// attention as GEMMs; an unknown backend is refused with its key, line and the allowed names.
+/// `[attention]`: the H200 profile's curves (flash, cudnn, triton) become the cost model's; a
+/// curve changed in the file changes that backend's only; a host profile without the section
+/// runs attention as GEMMs; an older profile's `backend` is still read and does not choose the
+/// kernel (the scenario's framework does), an unknown one is refused with its key, line and
+/// the allowed names.
 #[test]
-fn attention_section_sets_the_backend_and_curves() {
-    use crate::cost::{AttentionBackend, DEFAULT_ATTENTION};
+fn attention_section_sets_the_curves() {
+    use crate::cost::DEFAULT_ATTENTION;
     let p = parse_str(H200, "h200-dgx.toml").unwrap();
     let m = p.attention_model().unwrap();
     assert_eq!(m, DEFAULT_ATTENTION);
@@ -1171,20 +1173,31 @@ fn attention_section_sets_the_backend_and_curves() {
         a.flash_forward.as_ref().unwrap().keys_half.source,
         Source::Fitted
     );
+    assert_eq!(
+        a.triton_backward.as_ref().unwrap().keys_half.source,
+        Source::Published
+    );
 
-    let cudnn = H200.replace("backend = \"flash\"", "backend = \"cudnn\"");
-    let cudnn = cudnn.replacen(
-        "max_efficiency = { value = 1.0233,",
-        "max_efficiency = { value = 0.9,",
+    let slower = H200.replacen(
+        "max_efficiency = { value = 0.18,",
+        "max_efficiency = { value = 0.09,",
         1,
     );
-    let m = parse_str(&cudnn, "h200-dgx.toml")
+    assert_ne!(slower, H200);
+    let m = parse_str(&slower, "h200-dgx.toml")
         .unwrap()
         .attention_model()
         .unwrap();
-    assert_eq!(m.backend, AttentionBackend::Cudnn);
-    assert_eq!(m.cudnn.forward.max_efficiency, 0.9);
-    assert_eq!(m.flash, DEFAULT_ATTENTION.flash);
+    assert_eq!(m.triton.forward.max_efficiency, 0.09);
+    assert_eq!(m.triton.backward, DEFAULT_ATTENTION.triton.backward);
+    assert_eq!(
+        (m.flash, m.cudnn, m.backend),
+        (
+            DEFAULT_ATTENTION.flash,
+            DEFAULT_ATTENTION.cudnn,
+            DEFAULT_ATTENTION.backend
+        )
+    );
 
     let host = include_str!("../../../scenarios/profiles/host-example.toml");
     assert_eq!(
@@ -1192,7 +1205,7 @@ fn attention_section_sets_the_backend_and_curves() {
         None
     );
     // Without the section a GPU profile takes the defaults.
-    let start = H200.find("[attention]").unwrap();
+    let start = H200.find("[attention.").unwrap();
     let end = H200.find("[network]").unwrap();
     let bare = format!("{}{}", &H200[..start], &H200[end..]);
     assert_eq!(
@@ -1200,13 +1213,91 @@ fn attention_section_sets_the_backend_and_curves() {
         Some(DEFAULT_ATTENTION)
     );
 
-    let e = error_of(&H200.replace("backend = \"flash\"", "backend = \"fa3\""));
+    // A profile written when `[attention] backend` chose the kernel still reads, to the
+    // same model.
+    let old = H200.replacen(
+        "[attention.flash.forward]",
+        "[attention]\nbackend = \"cudnn\"\n\n[attention.flash.forward]",
+        1,
+    );
+    assert_eq!(
+        parse_str(&old, "h200-dgx.toml").unwrap().attention_model(),
+        Some(DEFAULT_ATTENTION)
+    );
+    let e = error_of(&old.replace("backend = \"cudnn\"", "backend = \"fa3\""));
     assert_eq!(e.key, "attention.backend");
-    assert!(e.allowed.contains("\"cudnn\""), "{e}");
-    let line = H200
+    assert_eq!(e.allowed, "\"flash\", \"cudnn\", \"triton\"");
+    let line = old
         .lines()
         .position(|l| l.starts_with("backend ="))
         .unwrap() as u32
         + 1;
     assert_eq!(e.line, Some(line));
+}
+
+/// A malformed `[attention.triton.*]` section is refused where it is: a value out of range
+/// with its key and line, a key the section does not have, a section the format does not
+/// have.
+#[test]
+fn a_malformed_triton_section_is_refused_with_its_location() {
+    let header = "[attention.triton.backward]\nmax_efficiency = { value = 0.1508,";
+    assert!(H200.contains(header));
+    let bad = H200.replace(
+        header,
+        "[attention.triton.backward]\nmax_efficiency = { value = -0.1508,",
+    );
+    let e = error_of(&bad);
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert_eq!(e.key, "attention.triton.backward.max_efficiency.value");
+    let line = bad
+        .lines()
+        .position(|l| l.starts_with("[attention.triton.backward]"))
+        .unwrap() as u32
+        + 2;
+    assert_eq!(e.line, Some(line));
+
+    let bad = H200.replace(
+        "[attention.triton.forward]\n",
+        "[attention.triton.forward]\nplateau = 0.2\n",
+    );
+    let e = error_of(&bad);
+    assert_eq!(e.kind, ErrorKind::UnknownKey);
+    assert!(e.message.contains("`plateau`"), "{e}");
+    let line = bad.lines().position(|l| l.starts_with("plateau")).unwrap() as u32 + 1;
+    assert_eq!(e.line, Some(line));
+
+    let e = error_of(&H200.replace("[attention.triton.forward]", "[attention.tritn.forward]"));
+    assert_eq!(e.kind, ErrorKind::UnknownKey);
+    assert!(
+        e.message.contains("`tritn`") && e.message.contains("`triton`"),
+        "{e}"
+    );
+}
+
+/// Every bundled GPU profile's Triton curves are its own flash curves carried through the
+/// published Triton / FlashAttention-2 ratio (`cost::attention_fit`), as written (four
+/// decimals).
+#[test]
+fn bundled_triton_curves_are_the_fit_of_each_profiles_flash_curves() {
+    use crate::cost::attention_fit::triton_curves_from_flash;
+    let round4 = |x: f64| (x * 1e4).round() / 1e4;
+    let grand_teton = include_str!("../../../scenarios/profiles/h100-grand-teton.toml");
+    for (name, text) in [
+        ("a100-dgx", A100),
+        ("h100-dgx", H100),
+        ("h100-grand-teton", grand_teton),
+        ("h200-dgx", H200),
+    ] {
+        let m = parse_str(text, name).unwrap().attention_model().unwrap();
+        let (fwd, bwd) = triton_curves_from_flash(&m.flash).unwrap();
+        for (fit, stated) in [(fwd, m.triton.forward), (bwd, m.triton.backward)] {
+            assert_eq!(
+                round4(fit.curve.max_efficiency),
+                stated.max_efficiency,
+                "{name}"
+            );
+            assert_eq!(fit.curve.keys_half, stated.keys_half, "{name}");
+            assert_eq!(fit.curve.head_dim_half, stated.head_dim_half, "{name}");
+        }
+    }
 }

@@ -27,6 +27,7 @@ struct RawAttention {
     backend: Cited<String>,
     cp_algorithm: Cited<String>,
     kv_heads_repeated: Cited<bool>,
+    backend_from_sm90: Option<Cited<String>>,
 }
 
 #[derive(Deserialize)]
@@ -140,10 +141,6 @@ struct RawFile {
     cannot_run: Vec<RawLimit>,
 }
 
-const BACKENDS: [(&str, AttentionBackend); 2] = [
-    ("flash", AttentionBackend::Flash),
-    ("cudnn", AttentionBackend::Cudnn),
-];
 const SELECTIVE: [(&str, SelectiveRecompute); 2] = [
     ("attention-core", SelectiveRecompute::AttentionCore),
     ("every-second-matmul", SelectiveRecompute::EverySecondMatmul),
@@ -379,7 +376,17 @@ impl Reader<'_> {
         Ok(Framework {
             name: raw.name.get_ref().clone(),
             origin: Origin::File(self.ctx.origin.clone()),
-            attention_backend: self.name("attention.backend", &raw.attention.backend, &BACKENDS)?,
+            attention_backend: self.name(
+                "attention.backend",
+                &raw.attention.backend,
+                &ATTENTION_BACKENDS,
+            )?,
+            attention_backend_from_sm90: raw
+                .attention
+                .backend_from_sm90
+                .as_ref()
+                .map(|b| self.name("attention.backend_from_sm90", b, &ATTENTION_BACKENDS))
+                .transpose()?,
             cp_algorithm: self.name(
                 "attention.cp_algorithm",
                 &raw.attention.cp_algorithm,

@@ -120,8 +120,13 @@ pub struct Framework {
     /// The file's `name`.
     pub name: String,
     pub origin: Origin,
-    /// The attention kernel it calls by default.
+    /// The attention kernel it calls (on every GPU, or below sm90 where
+    /// `attention_backend_from_sm90` is set); see [`Framework::attention_backend_on`].
     pub attention_backend: AttentionBackend,
+    /// The kernel it calls instead on a GPU of compute capability 9.0 or later (Transformer
+    /// Engine prefers cuDNN's fused attention from Hopper on); `None`: `attention_backend`
+    /// there too.
+    pub attention_backend_from_sm90: Option<AttentionBackend>,
     /// How its context parallelism exchanges K and V unless the scenario says
     /// (`parallel.cp_algorithm`).
     pub cp_algorithm: crate::scenario::CpAlgorithm,
@@ -144,6 +149,16 @@ impl Framework {
     /// The first of its limits that `s` hits (`None`: the framework can launch `s`).
     pub fn refusal(&self, s: &super::Scenario) -> Option<&Limit> {
         self.cannot_run.iter().find(|l| l.hits(s))
+    }
+
+    /// The attention kernel the framework calls on a GPU of `compute_capability` (`None`: not
+    /// known, a GPU that is no preset): `attention_backend_from_sm90` from 9.0 on where the
+    /// file sets it, else `attention_backend`.
+    pub fn attention_backend_on(&self, compute_capability: Option<(u32, u32)>) -> AttentionBackend {
+        match (compute_capability, self.attention_backend_from_sm90) {
+            (Some(cc), Some(from_sm90)) if cc >= (9, 0) => from_sm90,
+            _ => self.attention_backend,
+        }
     }
 }
 
@@ -186,7 +201,17 @@ pub enum AttentionBackend {
     Flash,
     /// cuDNN's fused attention (Transformer Engine's `FusedAttention`, SDPA's cudnn kernel).
     Cudnn,
+    /// The 2022 Triton FlashAttention (HazyResearch's `flash_attn_triton.py`, which
+    /// llm-foundry's MPT runs as `attn_impl: triton`).
+    Triton,
 }
+
+/// The names of [`AttentionBackend`] in framework and profile files.
+pub const ATTENTION_BACKENDS: [(&str, AttentionBackend); 3] = [
+    ("flash", AttentionBackend::Flash),
+    ("cudnn", AttentionBackend::Cudnn),
+    ("triton", AttentionBackend::Triton),
+];
 
 /// When the data-parallel gradient reduction runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

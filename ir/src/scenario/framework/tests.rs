@@ -44,6 +44,7 @@ fn every_bundled_file_parses_under_its_own_name() {
 fn megatron_core_describes_what_twin_models() {
     let fw = default_framework().unwrap();
     assert_eq!(fw.name, "megatron-core");
+    assert_eq!(fw.attention_backend, AttentionBackend::Flash);
     assert_eq!(
         fw.memory.allocator_slack_fraction,
         MemorySettings::DEFAULT_ALLOCATOR_SLACK_FRACTION
@@ -68,6 +69,65 @@ fn megatron_core_describes_what_twin_models() {
 }
 
 /// `text` with `old` replaced (once, and it must be there).
+/// The attention kernel by GPU: a file with `backend_from_sm90` runs that kernel from compute
+/// capability 9.0 on and `backend` below and on a GPU of unknown capability; a file without it
+/// runs its `backend` everywhere; a bad name there is refused with its key and the names.
+#[test]
+fn attention_backend_follows_the_gpus_compute_capability() {
+    let tt = Bundled::Torchtitan.framework().unwrap();
+    assert_eq!(tt.attention_backend_from_sm90, None);
+    for cc in [Some((8, 0)), Some((9, 0)), None] {
+        assert_eq!(tt.attention_backend_on(cc), AttentionBackend::Flash);
+    }
+    let line = "backend = { value = \"flash\", ref = \"t\" }";
+    let text = bundled_text("torchtitan");
+    let start = text.find("backend = {").unwrap();
+    let end = start + text[start..].find('\n').unwrap();
+    let base = format!("{}{line}{}", &text[..start], &text[end..]);
+    let split = with(
+        &base,
+        line,
+        &format!("{line}\nbackend_from_sm90 = {{ value = \"cudnn\", ref = \"t\" }}"),
+    );
+    let fw = parse_str(&split, "split.toml").unwrap();
+    assert_eq!(
+        fw.attention_backend_from_sm90,
+        Some(AttentionBackend::Cudnn)
+    );
+    assert_eq!(
+        fw.attention_backend_on(Some((9, 0))),
+        AttentionBackend::Cudnn
+    );
+    assert_eq!(
+        fw.attention_backend_on(Some((10, 0))),
+        AttentionBackend::Cudnn
+    );
+    assert_eq!(
+        fw.attention_backend_on(Some((8, 0))),
+        AttentionBackend::Flash
+    );
+    assert_eq!(fw.attention_backend_on(None), AttentionBackend::Flash);
+    assert_eq!(
+        crate::scenario::gpu_compute_capability("a100-sxm-80gb"),
+        Some((8, 0))
+    );
+    assert_eq!(
+        crate::scenario::gpu_compute_capability("h200-sxm-141gb"),
+        Some((9, 0))
+    );
+    assert_eq!(
+        crate::scenario::gpu_compute_capability("gb200"),
+        Some((10, 0))
+    );
+    assert_eq!(crate::scenario::gpu_compute_capability("custom"), None);
+
+    let bad = split.replace("value = \"cudnn\"", "value = \"xformers\"");
+    let e = parse_str(&bad, "split.toml").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert_eq!(e.key, "attention.backend_from_sm90.value");
+    assert_eq!(e.allowed, "`flash`, `cudnn`, `triton`");
+}
+
 fn with(text: &str, old: &str, new: &str) -> String {
     assert!(text.contains(old), "{old}");
     text.replacen(old, new, 1)
@@ -97,7 +157,7 @@ fn format_errors_name_the_file_line_key_and_what_is_allowed() {
     assert_eq!(e.key, "attention.backend.value");
     assert_eq!(e.value, "\"flsh\"");
     assert!(e.message.contains("did you mean `flash`"), "{e}");
-    assert_eq!(e.allowed, "`flash`, `cudnn`");
+    assert_eq!(e.allowed, "`flash`, `cudnn`, `triton`");
     assert_eq!(e.line, Some(line_of(&text, "\"flsh\"")));
 
     // A value without its source.
@@ -321,7 +381,8 @@ fn llm_foundry_file_says_what_composer_and_mpt_do() {
     let fw = Bundled::LlmFoundry.framework().unwrap();
     assert_eq!(fw.name, "llm-foundry");
     assert_eq!(fw.origin, Origin::Bundled(Bundled::LlmFoundry));
-    assert_eq!(fw.attention_backend, AttentionBackend::Flash);
+    assert_eq!(fw.attention_backend, AttentionBackend::Triton);
+    assert_eq!(fw.attention_backend_from_sm90, None);
     let o = &fw.overlaps;
     assert_eq!(o.grad_reduce, GradReduce::EveryMicrobatch);
     assert!(o.grad_reduce_bucketed);

@@ -3,6 +3,7 @@
 //! Split from `profile::load`, which parses the file and holds the checks themselves.
 
 use super::*;
+use crate::scenario::framework::ATTENTION_BACKENDS;
 
 impl Checker<'_> {
     pub(super) fn profile(&self, mut raw: RawProfile) -> Result<Profile> {
@@ -249,22 +250,26 @@ impl Checker<'_> {
 }
 
 impl Checker<'_> {
-    /// `[attention]`: the backend name checked against the two the cost model knows, every
-    /// curve parameter in its range.
+    /// `[attention]`: every curve parameter in its range. A `backend` (older profiles: the
+    /// cost model now prices the scenario's framework's) must still name a backend the cost
+    /// model knows, and is not kept.
     fn attention(&self, a: RawAttention) -> Result<AttentionParams> {
-        const BACKENDS: [&str; 2] = ["flash", "cudnn"];
-        let backend = match a.backend {
-            Some(b) if !BACKENDS.contains(&b.get_ref().as_str()) => {
-                return Err(self.invalid(
-                    b.span(),
-                    "attention.backend",
-                    format!("\"{}\"", b.get_ref()),
-                    "unknown attention backend",
-                    "\"flash\" or \"cudnn\"",
-                ))
-            }
-            other => other.map(|b| b.into_inner()),
-        };
+        if let Some(b) = a
+            .backend
+            .filter(|b| !ATTENTION_BACKENDS.iter().any(|(n, _)| n == b.get_ref()))
+        {
+            let allowed: Vec<String> = ATTENTION_BACKENDS
+                .iter()
+                .map(|(n, _)| format!("\"{n}\""))
+                .collect();
+            return Err(self.invalid(
+                b.span(),
+                "attention.backend",
+                format!("\"{}\"", b.get_ref()),
+                "unknown attention backend",
+                &allowed.join(", "),
+            ));
+        }
         let curve =
             |key: &str, c: Option<RawAttentionCurve>| -> Result<Option<AttentionCurveParams>> {
                 c.map(|c| {
@@ -288,22 +293,20 @@ impl Checker<'_> {
                 })
                 .transpose()
             };
-        let (flash, cudnn) = (
-            a.flash.unwrap_or(RawAttentionBackend {
-                forward: None,
-                backward: None,
-            }),
-            a.cudnn.unwrap_or(RawAttentionBackend {
-                forward: None,
-                backward: None,
-            }),
-        );
+        let none = || RawAttentionBackend {
+            forward: None,
+            backward: None,
+        };
+        let flash = a.flash.unwrap_or_else(none);
+        let cudnn = a.cudnn.unwrap_or_else(none);
+        let triton = a.triton.unwrap_or_else(none);
         Ok(AttentionParams {
-            backend,
             flash_forward: curve("attention.flash.forward", flash.forward)?,
             flash_backward: curve("attention.flash.backward", flash.backward)?,
             cudnn_forward: curve("attention.cudnn.forward", cudnn.forward)?,
             cudnn_backward: curve("attention.cudnn.backward", cudnn.backward)?,
+            triton_forward: curve("attention.triton.forward", triton.forward)?,
+            triton_backward: curve("attention.triton.backward", triton.backward)?,
         })
     }
 }
