@@ -230,4 +230,24 @@ fn repeated_kv_heads_widen_the_context_parallel_exchange() {
     let (a, b) = (cp_gather(&mc), cp_gather(&tt));
     assert!(a > 0);
     assert_eq!(b, a * u64::from(mc.model.heads / mc.model.kv_heads));
+    // Memory: without recompute each layer saves K and V at the query width, so a chunk's
+    // activations grow by 2 x tokens x (q - kv) bf16 elements per layer (cp halves the tokens).
+    let acts = |s: &Scenario| {
+        let plan = Plan::new(s).unwrap();
+        twin_sim::workload::chunk_work(s, &plan, &plan.chunks[0][0]).activation_bytes
+    };
+    let tt_plain = {
+        let mut s = mc.clone();
+        s.training.framework = Bundled::Torchtitan.framework().unwrap();
+        s.parallel.zero = 3;
+        s.training.framework.kv_heads_repeated = false;
+        s
+    };
+    let m = &mc.model;
+    let tokens = mc.training.micro_batch * m.seq_len / 2;
+    let (q, kv) = (m.q_width(), m.kv_width());
+    assert_eq!(
+        acts(&tt) - acts(&tt_plain),
+        u64::from(m.layers) * 2 * 2 * tokens * (q - kv)
+    );
 }

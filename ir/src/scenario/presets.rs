@@ -171,8 +171,6 @@ pub(crate) fn compute_capability(gpu_name: &str) -> Option<(u32, u32)> {
     }
 }
 
-/// H100 / H200 SXM dense tensor-core peaks (the datasheet's figures halved where they are
-/// quoted with 2:4 sparsity).
 /// Every peak of `p` times `factor` (a part of the same die at a lower sustained clock).
 fn scaled_peak(p: PeakFlops, factor: f64) -> PeakFlops {
     PeakFlops {
@@ -184,6 +182,8 @@ fn scaled_peak(p: PeakFlops, factor: f64) -> PeakFlops {
     }
 }
 
+/// H100 / H200 SXM dense tensor-core peaks (the datasheet's figures halved where they are
+/// quoted with 2:4 sparsity).
 fn hopper_peak() -> PeakFlops {
     PeakFlops {
         fp32_flops_per_s: 67e12,
