@@ -135,3 +135,36 @@ fn validate_refuses_unknown_keys() {
     );
     assert!(e.contains("allowed: id, source"), "{e}");
 }
+
+/// `--emit-scenarios DIR` writes each row's scenario, and simulating it gives the row's
+/// prediction.
+#[test]
+fn validate_writes_each_row_s_scenario() {
+    let table = tmp("emit.toml", ONE_ROW);
+    let dir = common::scratch_dir("validate-emit").join("rows");
+    let o = twin(&[
+        "validate",
+        &table,
+        "--format",
+        "json",
+        "--emit-scenarios",
+        &dir.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let predicted = v["rows"][0]["predicted"].as_f64().unwrap();
+    let file = dir.join("korthikanti-t5-22b.toml");
+    assert!(file.exists(), "{}", file.display());
+    let sim = twin(&["simulate", &file.display().to_string(), "--format", "json"]);
+    assert!(
+        sim.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sim.stderr)
+    );
+    let s: serde_json::Value = serde_json::from_slice(&sim.stdout).unwrap();
+    let step = s["step_time_s"].as_f64().unwrap();
+    assert!(
+        (step - predicted).abs() <= 1e-9 * predicted,
+        "{step} vs {predicted}"
+    );
+}

@@ -32,6 +32,10 @@ pub struct Args {
     /// defaults. Repeat it for tables that mix GPUs: each row takes the profile of its GPU.
     #[arg(long, value_name = "FILE")]
     pub profile: Vec<PathBuf>,
+    /// Also write the scenario built for each row to DIR/<row id>.toml (created if missing),
+    /// to simulate, inspect or change one row on its own.
+    #[arg(long, value_name = "DIR")]
+    pub emit_scenarios: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -40,6 +44,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for p in &args.profile {
         profiles.push(twin_sim::profile::load(p)?);
     }
+    if let Some(dir) = &args.emit_scenarios {
+        emit_scenarios(&table, dir)?;
+    }
     let validation = twin_sim::validate::validate_table(&table, &profiles)
         .with_context(|| format!("validating {}", args.table.display()))?;
     match args.format {
@@ -47,4 +54,38 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Format::Text => print!("{}", validation.to_text()),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes each row's scenario (every case of it, named by row id and field when a row has
+/// several) to `dir`; rows that cannot be expressed are skipped (validate reports them).
+fn emit_scenarios(table: &twin_sim::validate::Table, dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for row in &table.run {
+        let Ok(cases) = twin_sim::validate::row_cases(row) else {
+            continue;
+        };
+        let several = cases.len() > 1;
+        for case in cases {
+            let stem = if several {
+                format!("{}-{}", case.id, case.field)
+            } else {
+                case.id.clone()
+            };
+            // Row ids are published names; keep the file name to safe characters.
+            let stem: String = stem
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            let path = dir.join(format!("{stem}.toml"));
+            std::fs::write(&path, twin_sim::scenario::to_toml(&case.scenario))
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    Ok(())
 }
