@@ -17,7 +17,8 @@
 //!   gathers of the previous step's update.
 //! - ZeRO 3 / FSDP: each pass that needs weights (forward, recompute + backward, backward
 //!   input) first all-gathers its layers' parameters into a gather buffer, prefetched one
-//!   pass ahead; after every backward (or weight-gradient pass) the unsharded gradients are
+//!   pass ahead (one layer at a time when the framework gathers per layer,
+//!   [`DpPolicy::gather_per_layer`], as FSDP's per-block units do); after every backward (or weight-gradient pass) the unsharded gradients are
 //!   reduce-scattered at once, per micro batch, as FSDP does without `no_sync`.
 //! - HSDP (`fsdp_degree` below dp): the gathers and reduce-scatters run over the shard group
 //!   (`DenseDp` / `ExpertDp`, cut to the inner `fsdp_degree` dp coordinates by the plan), and

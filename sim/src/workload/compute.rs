@@ -1,7 +1,8 @@
 //! The compute of one micro batch through a transformer layer, the input embedding and the
 //! output head: the GEMMs with their per-rank shapes, the bytes the memory-bound kernels move,
-//! and the kernel launches, for the forward, the two halves of the backward, and the attention
-//! core that selective recompute runs again.
+//! and the kernel launches, for the forward, the two halves of the backward, and what selective
+//! recompute runs again (the attention core, or every second matmul with the elementwise work,
+//! as the framework's `recompute.selective` says).
 //!
 //! FLOPs are counted as Megatron-LM does (Narayanan et al. 2021): the GEMMs', with full `s*s`
 //! score matrices even under causal masking, backward = 2x forward, nothing for softmax, norms

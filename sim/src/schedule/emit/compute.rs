@@ -2,7 +2,9 @@
 //! parallelism add to it. A pass's collectives follow its compute, except that at layer
 //! granularity a backward with tensor parallelism is cut into its input- and weight-gradient
 //! halves with the input-gradient reductions beside the second, as Megatron-LM overlaps them
-//! (see [`overlaps_tp_backward`]). With ring context parallelism the pass's attention kernel
+//! (see [`overlaps_tp_backward`]). With `tp_comm_overlap` the pass's tensor-parallel
+//! all-gathers and reduce-scatters run beside its compute instead, one chunk of each exposed
+//! (see [`emit_tp_overlapped`]). With ring context parallelism the pass's attention kernel
 //! is cut into `cp` blocks with the K/V transfers between them (see [`emit_ring`]).
 
 use crate::plan::GroupKind;
