@@ -99,19 +99,21 @@ fn loss_logits_bytes_set_what_the_head_keeps_and_the_last_stage_s_peak() {
     assert_eq!(peak(&fp32, 0), peak(&bf16, 0));
 }
 
-/// ZeRO 3 under a framework that gathers per layer (torchtitan's FSDP2: one `fully_shard`
-/// unit per block) gathers each layer before each forward and backward, where Megatron-Core's
-/// file (chunk-wise gathers in twin) gathers the whole chunk once per pass: 8 layers, 2 micro
-/// batches, so 8 times the gathers with the same bytes in all, and a gather buffer of a layer
-/// (at most two alive: the one computing and the one prefetched) instead of the chunk.
+/// ZeRO 3 under a framework whose FSDP unit is a layer (torchtitan's FSDP2: one `fully_shard`
+/// unit per block) gathers each layer before each forward and backward, where a unit of a
+/// chunk (`overlaps.fsdp_unit = "chunk"`) gathers the whole chunk once per pass: 8 layers, 2
+/// micro batches, so 8 times the gathers with the same bytes in all, and a gather buffer of a
+/// layer (at most two alive: the one computing and the one prefetched) instead of the chunk.
 #[test]
 fn per_layer_param_gather_gathers_each_layer_and_holds_one_layer_s_buffer() {
     use twin_sim::ir::CollectiveKind;
-    use twin_sim::scenario::framework::Bundled;
-    let mut chunked = small_scenario(1, 1, 2, 2);
-    chunked.parallel.zero = 3;
-    let mut layered = chunked.clone();
+    use twin_sim::scenario::framework::{Bundled, FsdpUnit};
+    let mut layered = small_scenario(1, 1, 2, 2);
+    layered.parallel.zero = 3;
     layered.training.framework = Bundled::Torchtitan.framework().unwrap();
+    // Every bundled framework gathers per layer; a file of one's own may say `chunk`.
+    let mut chunked = layered.clone();
+    chunked.training.framework.overlaps.fsdp_unit = FsdpUnit::Chunk;
     let gathers = |s: &Scenario| -> (usize, u64) {
         let plan = Plan::new(s).unwrap();
         let sched = generate(s, &plan).unwrap();

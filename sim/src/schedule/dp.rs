@@ -38,7 +38,7 @@
 //!   ZeRO 3 / FSDP, whose gradients are reduce-scattered per micro batch.
 
 use crate::plan::{GroupKind, Plan};
-use crate::scenario::framework::ParamGather;
+use crate::scenario::framework::FsdpUnit;
 use crate::scenario::{GradCompression, Scenario, SyncMode};
 use crate::schedule::ScheduleError;
 use crate::workload::ParamCount;
@@ -80,10 +80,11 @@ pub struct DpPolicy {
     pub compression: GradCompression,
     pub param_elem_bytes: u64,
     /// ZeRO 3 / FSDP gathers one layer at a time (the framework file's
-    /// `overlaps.param_gather = "per-layer"`: FSDP2 / FSDP1 wrap each transformer block as a
-    /// unit, DeepSpeed ZeRO-3 gathers each submodule), so the gather buffer holds one layer and
-    /// the gather of the next layer overlaps this one's compute. Otherwise a ZeRO-3 pass
-    /// gathers its whole chunk (or `run.granularity` segment).
+    /// `overlaps.fsdp_unit = "layer"`: FSDP2 / FSDP1 wrap each transformer block as a unit,
+    /// Megatron-FSDP's unit is the transformer layer, DeepSpeed ZeRO-3 gathers each
+    /// submodule), so the gather buffer holds one layer and the gather of the next layer
+    /// overlaps this one's compute. Otherwise a ZeRO-3 pass gathers its whole chunk (or
+    /// `run.granularity` segment).
     pub gather_per_layer: bool,
 }
 
@@ -137,7 +138,7 @@ impl DpPolicy {
             compression: s.training.grad_compression,
             param_elem_bytes: s.training.precision.bytes(),
             gather_per_layer: zero == Zero::ShardedParams
-                && s.training.framework.overlaps.param_gather == ParamGather::PerLayer,
+                && s.training.framework.overlaps.fsdp_unit == FsdpUnit::Layer,
         })
     }
 

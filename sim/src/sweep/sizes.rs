@@ -211,14 +211,16 @@ mod tests {
         // (layout, whether every range it asks was asked before under the same key)
         let layouts = [
             (layout(2, 2, 1, 0, OneFOneB, none), false),
-            (layout(2, 2, 1, 3, Gpipe, none), true), // same ranges
+            // ZeRO 3 gathers layer by layer (the framework's FSDP unit): one-layer ranges.
+            (layout(2, 2, 1, 3, Gpipe, none), false),
             (layout(2, 2, 2, 1, Interleaved1F1B, none), false), // chunks of 4 layers
-            (layout(4, 1, 1, 2, OneFOneB, none), true), // stages of 4 layers
-            (layout(1, 4, 1, 0, OneFOneB, none), false), // one stage of 16
-            (layout(2, 2, 1, 0, OneFOneB, full), false), // another key
-            (layout(4, 1, 1, 1, OneFOneB, none), true), // the first key is still kept
+            (layout(4, 1, 1, 2, OneFOneB, none), true),         // stages of 4 layers
+            (layout(1, 4, 1, 0, OneFOneB, none), false),        // one stage of 16
+            (layout(2, 2, 1, 0, OneFOneB, full), false),        // another key
+            (layout(4, 1, 1, 1, OneFOneB, none), true),         // the first key is still kept
             (layout(2, 2, 2, 0, Interleaved1F1B, full), false),
-            (layout(4, 1, 1, 3, Gpipe, full), true),
+            (layout(4, 1, 1, 3, Gpipe, full), false), // one-layer ranges under this key
+            (layout(2, 2, 1, 3, OneFOneB, full), true), // the same one-layer ranges
         ];
         for (i, (s, answered)) in layouts.iter().enumerate() {
             let plan = Plan::new(s).unwrap();

@@ -36,6 +36,7 @@ struct RawOverlaps {
     grad_reduce: Cited<String>,
     grad_reduce_bucketed: Cited<bool>,
     param_gather: Cited<String>,
+    fsdp_unit: Cited<String>,
     fsdp_prefetch: Cited<u64>,
     reshard_after_forward: Cited<String>,
     tp_comm_overlap: Cited<bool>,
@@ -141,6 +142,7 @@ struct RawFile {
     cannot_run: Vec<RawLimit>,
 }
 
+const FSDP_UNITS: [(&str, FsdpUnit); 2] = [("layer", FsdpUnit::Layer), ("chunk", FsdpUnit::Chunk)];
 const SELECTIVE: [(&str, SelectiveRecompute); 2] = [
     ("attention-core", SelectiveRecompute::AttentionCore),
     ("every-second-matmul", SelectiveRecompute::EverySecondMatmul),
@@ -292,6 +294,7 @@ impl Reader<'_> {
             grad_reduce_bucketed: self
                 .cited("overlaps.grad_reduce_bucketed", &o.grad_reduce_bucketed)?,
             param_gather: self.name("overlaps.param_gather", &o.param_gather, &PARAM_GATHERS)?,
+            fsdp_unit: self.name("overlaps.fsdp_unit", &o.fsdp_unit, &FSDP_UNITS)?,
             fsdp_prefetch: u32::try_from(self.count(
                 "overlaps.fsdp_prefetch",
                 &o.fsdp_prefetch,

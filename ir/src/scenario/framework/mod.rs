@@ -238,6 +238,17 @@ pub enum ParamGather {
     BeforeForward,
 }
 
+/// What one ZeRO-3 / FSDP parameter gather covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FsdpUnit {
+    /// One transformer layer (FSDP's per-block `fully_shard`, Megatron-FSDP's
+    /// `fsdp_unit_modules = [TransformerLayer]`, ZeRO-3's submodules).
+    Layer,
+    /// The whole model chunk of a pipeline stage at once.
+    Chunk,
+}
+
 /// When FSDP frees the gathered parameters of a layer after its forward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -255,6 +266,9 @@ pub struct Overlaps {
     /// Gradients are reduced in buckets as they become ready (not one collective at the end).
     pub grad_reduce_bucketed: bool,
     pub param_gather: ParamGather,
+    /// Under ZeRO 3 / FSDP, what one gather covers: a transformer layer (the FSDP unit of every
+    /// bundled framework) or a whole model chunk.
+    pub fsdp_unit: FsdpUnit,
     /// FSDP / ZeRO-3: gathers issued ahead of the one computing.
     pub fsdp_prefetch: u32,
     pub reshard_after_forward: Reshard,
