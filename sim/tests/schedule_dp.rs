@@ -245,6 +245,8 @@ fn hsdp_all_reduces_each_sharded_gradient_over_the_replicas() {
     s.parallel.fsdp = true;
     s.parallel.zero = 3;
     s.parallel.fsdp_degree = Some(4);
+    // One gather and one reduction per pass (a chunk-wide FSDP unit) keeps the figures whole.
+    s.training.framework.overlaps.fsdp_unit = twin_sim::scenario::framework::FsdpUnit::Chunk;
     s.training.grad_bucket_bytes = 1 << 26;
     let params = twin_sim::workload::model_params(&s.model).dense;
     let prog = &gen_sized(&s).programs[0];
@@ -331,6 +333,7 @@ fn hsdp_of_degree_one_replicates_and_all_reduces() {
     s.parallel.fsdp = true;
     s.parallel.zero = 3;
     s.parallel.fsdp_degree = Some(1);
+    s.training.framework.overlaps.fsdp_unit = twin_sim::scenario::framework::FsdpUnit::Chunk;
     s.training.grad_bucket_bytes = 1 << 40;
     let params = twin_sim::workload::model_params(&s.model).dense;
     let prog = &gen_sized(&s).programs[0];

@@ -196,7 +196,9 @@ proptest! {
         let vpp = plan.vpp();
         for prog in &sched.programs {
             let fwd = prog.ops.iter().filter(|o| matches!(&o.kind, OpKind::Compute(c) if c.phase == Phase::Forward)).count() as u32;
-            let per_chunk = if c.layer_granularity { c.layers_per_chunk } else { 1 };
+            // Layer granularity, and ZeRO 3 under a framework whose FSDP unit is a layer (every
+            // bundled one), cut a chunk's passes per layer.
+            let per_chunk = if c.layer_granularity || zero3 { c.layers_per_chunk } else { 1 };
             prop_assert_eq!(fwd, plan.microbatches * vpp * per_chunk);
         }
         // deterministic
