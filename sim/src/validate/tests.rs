@@ -311,14 +311,11 @@ fn modern_rows_carry_head_dim_and_hsdp() {
     assert_eq!(plain.parallel.fsdp_degree, None);
 }
 
-/// A row whose `gpu_note` describes Grand Teton's 96 GB HBM2e, 500 W H100 runs on that preset
-/// (and the note is no longer listed as unmodelled); with a profile for each GPU, each row takes
-/// its own, and a row whose GPU no profile describes is uncovered with the mismatch as reason.
-#[test]
-fn gpu_notes_select_their_preset_and_each_row_its_profile() {
-    let note = "Grand Teton: H100 SXM with 96 GB HBM2e (2.4 TB/s), 500 W power limit";
-    let row = RunRow {
-        id: "tt-like".into(),
+/// A two-layer modern row on 8 H100s (data parallel), with a published step time; tests set
+/// what they vary.
+fn small_modern_row() -> RunRow {
+    RunRow {
+        id: "modern-row".into(),
         gpu: "h100-sxm-80gb".into(),
         gpus: 8,
         layers: 2,
@@ -332,8 +329,21 @@ fn gpu_notes_select_their_preset_and_each_row_its_profile() {
         global_batch: 8,
         precision: Some("bf16".into()),
         step_time_s: Some(1.0),
-        framework: Some("torchtitan".into()),
         ..RunRow::default()
+    }
+}
+
+/// A row whose `gpu_note` describes Grand Teton's 96 GB HBM2e, 500 W H100 runs on that preset
+/// (and the note is no longer listed as unmodelled); with a profile for each GPU, each row takes
+/// its own, and a row whose GPU no profile describes is uncovered with the mismatch as reason.
+#[test]
+fn gpu_notes_select_their_preset_and_each_row_its_profile() {
+    let note = "Grand Teton: H100 SXM with 96 GB HBM2e (2.4 TB/s), 500 W power limit";
+    let row = RunRow {
+        id: "tt-like".into(),
+        precision: Some("bf16".into()),
+        framework: Some("torchtitan".into()),
+        ..small_modern_row()
     };
     let noted = RunRow {
         id: "tt-noted".into(),
@@ -424,21 +434,9 @@ fn modern_rows_take_their_family_framework_file() {
 fn fp8_recipe_text_selects_the_recipe() {
     let row = |text: &str| RunRow {
         id: "fp8-row".into(),
-        gpu: "h100-sxm-80gb".into(),
-        gpus: 8,
-        layers: 2,
-        hidden: 1024,
-        heads: 8,
-        seq_len: 2048,
-        vocab: 32000,
-        tp: 1,
-        pp: 1,
-        dp: 8,
-        global_batch: 8,
         precision: Some("fp8".into()),
         fp8_recipe: Some(text.into()),
-        step_time_s: Some(1.0),
-        ..RunRow::default()
+        ..small_modern_row()
     };
     use crate::scenario::Fp8Recipe;
     for (text, want) in [

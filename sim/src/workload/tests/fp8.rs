@@ -14,6 +14,17 @@ fn one_layer(precision: Precision) -> crate::workload::ChunkWork {
     layers_work(&s, &plan, &layout, 0, 1, false, true)
 }
 
+/// Elements an FP8 cast reads in [`one_layer`]'s linear layers: (their inputs, the gradients
+/// of their outputs). QKV [tokens, h] -> 3h/t; proj [tokens, h/t] -> h; fc1 [tokens, h] ->
+/// f/t; fc2 [tokens, f/t] -> h.
+fn cast_elements() -> (u64, u64) {
+    let (tokens, h, f, t) = (2 * 512u64, 1024u64, 4096u64, 2u64);
+    let linears = [(h, 3 * h / t), (h / t, h), (h, f / t), (f / t, h)];
+    let inputs = linears.iter().map(|(k, _)| tokens * k).sum();
+    let grads = linears.iter().map(|(_, n)| tokens * n).sum();
+    (inputs, grads)
+}
+
 /// Under FP8 the linear layers' GEMMs run in the training precision, while the attention core
 /// and the output layer keep bf16 (their GEMMs say so); under bf16 no GEMM has its own.
 #[test]
@@ -58,11 +69,7 @@ fn fp8_covers_the_linear_layers_only() {
 fn fp8_casts_are_charged_per_linear() {
     let fp8 = one_layer(Precision::Fp8);
     let bf16 = one_layer(Precision::Bf16);
-    let (tokens, h, f, t) = (2 * 512u64, 1024u64, 4096u64, 2u64);
-    // QKV [tokens, h] -> 3h/t; proj [tokens, h/t] -> h; fc1 [tokens, h] -> f/t; fc2 [tokens, f/t] -> h.
-    let linears = [(h, 3 * h / t), (h / t, h), (h, f / t), (f / t, h)];
-    let inputs: u64 = linears.iter().map(|(k, _)| tokens * k).sum();
-    let grads: u64 = linears.iter().map(|(_, n)| tokens * n).sum();
+    let (inputs, grads) = cast_elements();
     assert_eq!(
         fp8.forward.compute.memory_bytes - bf16.forward.compute.memory_bytes,
         FP8_CAST_BYTES_PER_ELEMENT * inputs
@@ -99,10 +106,7 @@ fn tensorwise_scaling_adds_an_amax_pass_unless_the_framework_fuses_it() {
         let layout = plan.chunks[0][0].clone();
         layers_work(&s, &plan, &layout, 0, 1, false, true)
     };
-    let (tokens, h, f, t) = (2 * 512u64, 1024u64, 4096u64, 2u64);
-    let linears = [(h, 3 * h / t), (h / t, h), (h, f / t), (f / t, h)];
-    let inputs: u64 = linears.iter().map(|(k, _)| tokens * k).sum();
-    let grads: u64 = linears.iter().map(|(_, n)| tokens * n).sum();
+    let (inputs, grads) = cast_elements();
     let delayed = layer(Bundled::Torchtitan, Fp8Recipe::Delayed);
     let current = layer(Bundled::Torchtitan, Fp8Recipe::Tensorwise);
     assert_eq!(
