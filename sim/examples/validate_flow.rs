@@ -13,9 +13,9 @@ fn main() {
     let (mut analytic, mut flow) = (Vec::new(), Vec::new());
     for row in &table.run {
         for mut case in row_cases(row).expect("cases") {
-            let a = run_case(&case, None).expect("analytic");
+            let a = run_case(&case, &[]).expect("analytic");
             case.scenario.cluster.topology.model = NetworkModel::Flow;
-            let f = run_case(&case, None).expect("flow");
+            let f = run_case(&case, &[]).expect("flow");
             println!(
                 "{:<28} {:<28} published {:>8.2} analytic {:>8.2} ({:+.1}%) flow {:>8.2} ({:+.1}%)",
                 a.id,

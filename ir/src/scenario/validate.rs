@@ -45,11 +45,7 @@ fn framework(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
         return Ok(());
     };
     let mut keys: Vec<(&str, String)> = limit.when.iter().map(|w| (w.key(), w.value(s))).collect();
-    let named = match &fw.origin {
-        super::framework::Origin::Bundled(_) => ("training.framework", format!("\"{}\"", fw.name)),
-        super::framework::Origin::File(path) => ("training.framework_file", format!("\"{path}\"")),
-    };
-    keys.push(named);
+    keys.push(framework_key(fw));
     let values: Vec<String> = limit
         .when
         .iter()
@@ -71,6 +67,15 @@ fn framework(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     ))
 }
 
+/// The key that chose `fw`, with its value: `training.framework` for a bundled one,
+/// `training.framework_file` for a file of the user's.
+fn framework_key(fw: &super::framework::Framework) -> (&'static str, String) {
+    match &fw.origin {
+        super::framework::Origin::Bundled(_) => ("training.framework", format!("\"{}\"", fw.name)),
+        super::framework::Origin::File(path) => ("training.framework_file", format!("\"{path}\"")),
+    }
+}
+
 /// `tp_comm_overlap` needs a framework that overlaps tensor-parallel communication and, with
 /// tensor parallelism, sequence parallelism (Transformer Engine's userbuffers and PyTorch's
 /// async TP both overlap the all-gather and reduce-scatter of sequence-parallel activations).
@@ -81,10 +86,7 @@ fn tp_comm_overlap(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     let fw = &s.training.framework;
     if !fw.overlaps.tp_comm_overlap {
         return Err(c.fail(
-            &[
-                ("training.tp_comm_overlap", v(true)),
-                ("training.framework", format!("\"{}\"", fw.name)),
-            ],
+            &[("training.tp_comm_overlap", v(true)), framework_key(fw)],
             format!(
                 "framework {} cannot overlap tensor-parallel communication with the GEMMs \
                  (its file's overlaps.tp_comm_overlap is false)",

@@ -250,16 +250,11 @@ fn profile_for<'p>(
     }
 }
 
-/// Simulates one case and compares. A modern row's `model_tflops_per_gpu` is compared as the
+/// Simulates one case with the one of `profiles` that describes its GPU (twin's defaults when
+/// `profiles` is empty) and compares. A modern row's `model_tflops_per_gpu` is compared as the
 /// step time it implies (see [`modern`]).
-pub fn run_case(case: &Case, profile: Option<&Profile>) -> Result<Comparison, ValidateError> {
-    if let Some(p) = profile {
-        check_matches(&case.scenario, p).map_err(|source| ValidateError::Profile {
-            id: case.id.clone(),
-            source,
-        })?;
-    }
-
+pub fn run_case(case: &Case, profiles: &[Profile]) -> Result<Comparison, ValidateError> {
+    let profile = profile_for(case, profiles)?;
     let opts = PredictOptions {
         reproducible: true,
         ..PredictOptions::default()
@@ -313,7 +308,7 @@ pub fn validate_table(table: &Table, profiles: &[Profile]) -> Result<Validation,
         let compared = row_cases(row).and_then(|cases| {
             cases
                 .iter()
-                .map(|case| run_case(case, profile_for(case, profiles)?))
+                .map(|case| run_case(case, profiles))
                 .collect::<Result<Vec<_>, _>>()
         });
         match compared {
