@@ -90,6 +90,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             framework: crate::scenario::framework::default_framework()
                 .expect("the bundled megatron-core framework file parses"),
             tp_comm_overlap: false,
+            overlap_p2p_comm: false,
             compile: false,
             cuda_graphs: false,
             grad_bucket_bytes: 40_000_000 * 4,

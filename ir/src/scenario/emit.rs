@@ -206,6 +206,7 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
         }
     };
     training.insert("tp_comm_overlap", value(t.tp_comm_overlap));
+    training.insert("overlap_p2p_comm", value(t.overlap_p2p_comm));
     training.insert("compile", value(t.compile));
     training.insert("cuda_graphs", value(t.cuda_graphs));
     training.insert("grad_bucket_bytes", int(t.grad_bucket_bytes));

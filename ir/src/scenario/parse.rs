@@ -48,10 +48,15 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
     let cluster = cluster(root.section("cluster", "cluster")?)?;
     let (mut parallel, dp, zero_explicit, cp_algorithm_explicit) =
         parallel(root.section("parallel", "parallel")?)?;
-    let (training, bucket_explicit) = training(root.section("training", "training")?, base_dir)?;
+    let (mut training, bucket_explicit, overlap_p2p_comm) =
+        training(root.section("training", "training")?, base_dir)?;
     if !cp_algorithm_explicit {
         parallel.cp_algorithm = training.framework.cp_algorithm;
     }
+    training.overlap_p2p_comm = overlap_p2p_comm.unwrap_or(
+        training.framework.overlaps.p2p_overlap
+            && parallel.schedule == PipelineSchedule::Interleaved1F1B,
+    );
     let memory = memory(root.section("memory", "memory")?, &training.framework)?;
     let run = run(root.section("run", "run")?)?;
     let checks = super::checks::checks(root.section("checks", "checks")?)?;
@@ -363,7 +368,9 @@ fn framework_of(t: Section<'_>, base_dir: &Path) -> Result<framework::Framework>
     }
 }
 
-fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool)> {
+/// The training section, whether it sets `grad_bucket_bytes`, and its `overlap_p2p_comm`
+/// when written (the default needs the schedule and the framework).
+fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool, Option<bool>)> {
     t.check_unknown()?;
     let global_batch = t
         .uint(&tk::GLOBAL_BATCH)?
@@ -388,11 +395,13 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool)> {
             flash_attention: t.boolean_or_default(&tk::FLASH_ATTENTION)?,
             framework: framework_of(t, base_dir)?,
             tp_comm_overlap: t.boolean_or_default(&tk::TP_COMM_OVERLAP)?,
+            overlap_p2p_comm: false,
             compile: t.boolean_or_default(&tk::COMPILE)?,
             cuda_graphs: t.boolean_or_default(&tk::CUDA_GRAPHS)?,
             grad_bucket_bytes: bucket.unwrap_or(0),
         },
         bucket.is_some(),
+        t.boolean(&tk::OVERLAP_P2P_COMM)?,
     ))
 }
 

@@ -399,6 +399,10 @@ pub struct Training {
     pub framework: super::framework::Framework,
     /// Tensor-parallel collectives overlap the GEMMs next to them (`tp_comm_overlap`).
     pub tp_comm_overlap: bool,
+    /// Pipeline sends and receives overlap compute (`overlap_p2p_comm`); false: each pass
+    /// waits for the send before it and the receive it consumes, both posted after the pass
+    /// before. Resolved at parse from the framework and the schedule when not written.
+    pub overlap_p2p_comm: bool,
     /// The model runs under `torch.compile`.
     pub compile: bool,
     /// The step is captured in CUDA graphs.

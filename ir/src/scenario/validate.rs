@@ -23,6 +23,7 @@ pub(crate) fn validate(c: &Checker<'_>, resolved: Resolved) -> Result<Scenario, 
     zero(c, &s, resolved.zero_explicit)?;
     framework(c, &s)?;
     tp_comm_overlap(c, &s)?;
+    overlap_p2p_comm(c, &s)?;
     fp8_recipe(c, &s)?;
     if !resolved.bucket_explicit {
         s.training.grad_bucket_bytes = default_grad_bucket_bytes(&s.parallel);
@@ -105,6 +106,44 @@ fn tp_comm_overlap(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
              parallelism; without it tensor parallelism all-reduces, which is not overlapped"
                 .to_string(),
             "sequence_parallel = true, or tp_comm_overlap = false",
+        ));
+    }
+    Ok(())
+}
+
+/// `overlap_p2p_comm` needs a framework that overlaps the pipeline's transfers and, with a
+/// pipeline, an interleaved schedule: Megatron-Core refuses it for 1F1B ("Non-interleaved pipeline
+/// parallelism does not support overlapping p2p communication", NVIDIA/Megatron-LM@d98e8a64dd
+/// megatron/core/pipeline_parallel/schedules.py forward_backward_pipelining_without_interleaving).
+fn overlap_p2p_comm(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    if !s.training.overlap_p2p_comm {
+        return Ok(());
+    }
+    let fw = &s.training.framework;
+    if !fw.overlaps.p2p_overlap {
+        return Err(c.fail(
+            &[("training.overlap_p2p_comm", v(true)), framework_key(fw)],
+            format!(
+                "framework {} cannot overlap the pipeline's sends and receives with compute \
+                 (its file's overlaps.p2p_overlap is false)",
+                fw.name
+            ),
+            "overlap_p2p_comm = false, or a framework that can (megatron-core)",
+        ));
+    }
+    if s.parallel.pp > 1 && s.parallel.schedule != PipelineSchedule::Interleaved1F1B {
+        return Err(c.fail(
+            &[
+                ("training.overlap_p2p_comm", v(true)),
+                (
+                    "parallel.schedule",
+                    format!("\"{}\"", s.parallel.schedule.as_str()),
+                ),
+            ],
+            "overlap_p2p_comm overlaps the transfers of interleaved schedules only \
+             (Megatron-Core refuses it for the others)"
+                .to_string(),
+            "schedule = \"interleaved-1f1b\", or overlap_p2p_comm = false",
         ));
     }
     Ok(())

@@ -15,7 +15,9 @@
 //! - Flash attention (every framework of the table uses a fused attention kernel).
 //! - `overlap_grad_reduce` / `overlap_param_gather` / `sequence_parallel` / `recompute` /
 //!   `compile` / `cuda_graphs` / `tp_comm_overlap` as published, twin's defaults where a row
-//!   is silent.
+//!   is silent; `overlap_p2p_comm` as published under an interleaved pipeline (under 1F1B the
+//!   transfers block, whatever the row says). The context-parallel algorithm is the
+//!   framework file's.
 //! - `recompute_detail` naming Megatron's block method with `recompute_num_layers=N` is
 //!   `recompute_layers = N`.
 //! - The framework file of the row's family (Megatron-Core for NeMo and Megatron-Bridge,
@@ -78,18 +80,11 @@ pub fn groups(row: &RunRow) -> Vec<String> {
 /// Settings the row states that twin does not model yet: the prediction runs without them.
 pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
     let mut out = Vec::new();
-    let on = |b: Option<bool>| b == Some(true);
-    if on(row.overlap_p2p_comm) {
-        out.push("overlap_p2p_comm");
-    }
     if row.fp8_recipe.is_some()
         && row.precision.as_deref() == Some("fp8")
         && fp8_recipe(row).is_none()
     {
         out.push("fp8_recipe");
-    }
-    if row.cp.unwrap_or(1) > 1 {
-        out.push("cp algorithm");
     }
     if row.gpu_note.is_some() && gpu_preset(row) == row.gpu {
         out.push("gpu_note");
@@ -283,6 +278,10 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     }
     if row.tp_comm_overlap == Some(true) {
         let _ = writeln!(text, "tp_comm_overlap = true");
+    }
+    // Only interleaved schedules can overlap the pipeline's transfers; under 1F1B they block.
+    if let (Some(o), true) = (row.overlap_p2p_comm, row.pp > 1 && vpp > 1) {
+        let _ = writeln!(text, "overlap_p2p_comm = {o}");
     }
     if cuda_graphs(row) {
         let _ = writeln!(text, "cuda_graphs = true");

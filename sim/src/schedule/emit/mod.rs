@@ -15,7 +15,8 @@
 //! host memory that building the model needs is allocated and freed first, before the state. A received activation
 //! or gradient lives in a Buffers allocation from the moment its receive is posted until the
 //! compute that consumes it has finished; a sent one from just before the compute that
-//! produces it until its send has finished.
+//! produces it until its send has finished. Without `overlap_p2p_comm` a receive is posted
+//! after the pass before it, and a pass waits for the send of the pass before it ([`p2p`]).
 
 mod compute;
 mod dp;
@@ -118,6 +119,9 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
         let consumes_recv = step.phase != Phase::Recompute && step.phase != Phase::BackwardWeight;
         let mut deps: Deps = pending_comms.drain(..).collect();
         deps.extend(gathered_deps);
+        if first_of_slot {
+            deps.extend(pipe.take_unwaited_send());
+        }
         let mut consumed = None;
         if consumes_recv {
             if let Some((op, buf)) = pipe.take_received() {
@@ -170,6 +174,7 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
         if sends {
             pipe.send(ctx, &mut b, slot, cp, [compute, tail], chunk_label)?;
         }
+        pipe.passed(compute, tail);
     }
     acts.free_recomputed(&mut b, Deps::new(), Label::default())?;
     dp.finish(&mut b, my_chunks, last_grad_op)?;

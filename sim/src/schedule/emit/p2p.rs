@@ -4,7 +4,20 @@
 //! posted in consumption order on the pp-recv stream with no other dependency; sends go in
 //! production order on the pp-send stream after the compute (and its collectives) that
 //! produce them.
+//!
+//! Without `overlap_p2p_comm` the transfers block, as Megatron-Core's 1F1B and
+//! torch.distributed.pipelining do: a pass waits for the send of the pass before it, and a
+//! receive is posted only once the pass before it has finished (with that send), so the pass
+//! that consumes it waits for the whole transfer (NVIDIA/Megatron-LM@d98e8a64dd
+//! megatron/core/pipeline_parallel/p2p_communication.py `_communicate`: `req.wait()` on every
+//! request when `wait_on_reqs`). That is the 1F1B and GPipe of one chunk per stage. With
+//! several chunks per stage both frameworks post a stage's receives in the same batched call
+//! as the peer's matching send (Megatron-Core's `send_forward_backward_recv_forward_backward`,
+//! torch's `PipelineScheduleMulti` pairing the receives of a time step with the neighbours'
+//! sends), and zero-bubble implementations post them ahead of the weight-gradient passes that
+//! fill the wait; there the receives stay posted early and only the sends block.
 
+use crate::scenario::PipelineSchedule;
 use crate::schedule::builder::{AllocTag, Builder};
 use crate::schedule::chunks::ChunkPlan;
 use crate::schedule::emit::StageCtx;
@@ -53,6 +66,16 @@ pub struct Pipe {
     boundaries: u32,
     recv: Option<(u32, Option<AllocTag>)>,
     send_buf: Option<AllocTag>,
+    /// Transfers block compute (`overlap_p2p_comm = false`).
+    blocking: bool,
+    /// Blocking under 1F1B or GPipe with one chunk per stage: receives are posted after the
+    /// pass before them.
+    late_receives: bool,
+    /// Blocking: the ops of the last pass emitted (its compute and its collectives' tail),
+    /// which the next receive is posted after.
+    last_pass: Deps,
+    /// Blocking: the send not yet waited for, which the next pass waits for.
+    unwaited_send: Option<u32>,
 }
 
 impl Pipe {
@@ -65,6 +88,15 @@ impl Pipe {
             boundaries: last_vs.max(1),
             recv: None,
             send_buf: None,
+            blocking: !ctx.s.training.overlap_p2p_comm,
+            late_receives: !ctx.s.training.overlap_p2p_comm
+                && ctx.plan.vpp() == 1
+                && matches!(
+                    ctx.s.parallel.schedule,
+                    PipelineSchedule::OneFOneB | PipelineSchedule::Gpipe
+                ),
+            last_pass: Deps::new(),
+            unwaited_send: None,
         }
     }
 
@@ -104,10 +136,15 @@ impl Pipe {
                 Deps::new(),
                 label,
             )?;
+            let deps = if self.late_receives {
+                self.last_pass.clone()
+            } else {
+                Deps::new()
+            };
             let op = b.push(
                 Stream::PpRecv,
                 OpKind::Recv { peer, bytes, tag },
-                Deps::new(),
+                deps,
                 label,
             )?;
             self.recv = Some((op, buf));
@@ -118,6 +155,19 @@ impl Pipe {
     /// The posted receive, for the compute that consumes it: its op and its buffer.
     pub fn take_received(&mut self) -> Option<(u32, Option<AllocTag>)> {
         self.recv.take()
+    }
+
+    /// Blocking transfers: the send the first compute of a pass waits for.
+    pub fn take_unwaited_send(&mut self) -> Option<u32> {
+        self.unwaited_send.take()
+    }
+
+    /// Records the ops of the pass just emitted (`compute` and its collectives' `tail`): under
+    /// blocking transfers the next receive is posted after them.
+    pub fn passed(&mut self, compute: u32, tail: u32) {
+        if self.late_receives {
+            self.last_pass = [compute, tail].into_iter().collect();
+        }
     }
 
     /// Whether `slot`'s output goes to another stage.
@@ -185,6 +235,9 @@ impl Pipe {
             deps,
             label,
         )?;
+        if self.blocking {
+            self.unwaited_send = Some(send);
+        }
         b.free(Stream::PpSend, self.send_buf.take(), [send], label)
     }
 }
