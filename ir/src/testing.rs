@@ -37,6 +37,8 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             vocab: 32000,
             gated_mlp: false,
             tied_embeddings: false,
+            qkv_bias: false,
+            mla: None,
             moe: None,
         },
         cluster: Cluster {

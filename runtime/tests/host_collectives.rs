@@ -218,11 +218,8 @@ fn generated_schedules_run_with_checked_data() {
     // Expert parallel (MoE all-to-all): ep 2.
     let mut ep = tiny(1, 1, 1);
     ep.cluster.gpus = 2;
-    ep.model.moe = Some(twin_sim::scenario::Moe {
-        experts: 4,
-        top_k: 2,
-        moe_every: 1,
-    });
+    let ffn_hidden = ep.model.ffn_hidden;
+    ep.model.moe = Some(twin_sim::scenario::Moe::uniform(4, 2, 1, ffn_hidden));
     ep.parallel.ep = 2;
     cases.extend([zero1, zero3, cp, ep]);
     let mut seen = std::collections::BTreeSet::new();

@@ -130,11 +130,8 @@ fn random_scenario() -> impl Strategy<Value = Scenario> {
                 s.cluster.gpus = tp * pp * dp * cp * ep;
                 s.cluster.gpus_per_node = gpn.min(s.cluster.gpus);
                 s.model.layers = pp * vpp * 2;
-                s.model.moe = moe.then_some(Moe {
-                    experts: 4,
-                    top_k: 2,
-                    moe_every: 1,
-                });
+                let ffn_hidden = s.model.ffn_hidden;
+                s.model.moe = moe.then_some(Moe::uniform(4, 2, 1, ffn_hidden));
                 s.training.micro_batch = mb;
                 s.training.global_batch = m * mb * u64::from(dp * ep);
                 s.training.recompute = rc;

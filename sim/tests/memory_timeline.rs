@@ -84,11 +84,8 @@ fn scenario(c: &Cfg) -> Scenario {
         s.parallel.layer_partition = Some(part);
     }
     if c.ep > 1 {
-        s.model.moe = Some(Moe {
-            experts: 4,
-            top_k: 2,
-            moe_every: 1,
-        });
+        let ffn_hidden = s.model.ffn_hidden;
+        s.model.moe = Some(Moe::uniform(4, 2, 1, ffn_hidden));
     }
     s.training.global_batch = u64::from(m * c.dp * c.ep);
     s.training.recompute = c.recompute;

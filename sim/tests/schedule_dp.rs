@@ -206,11 +206,8 @@ fn expert_gradients_reduce_over_the_expert_replicas() {
     s.parallel.ep = 2;
     s.cluster.gpus = 4;
     s.training.global_batch = 4 * 2 * 2;
-    s.model.moe = Some(Moe {
-        experts: 4,
-        top_k: 2,
-        moe_every: 1,
-    });
+    let ffn_hidden = s.model.ffn_hidden;
+    s.model.moe = Some(Moe::uniform(4, 2, 1, ffn_hidden));
     let prog = &gen_ok(&s, 0).programs[0];
     let groups: std::collections::BTreeSet<GroupKind> = prog
         .ops

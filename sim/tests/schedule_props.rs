@@ -65,11 +65,8 @@ fn scenario(c: &Cfg) -> Scenario {
     s.cluster.gpus = c.tp * c.pp * c.dp * c.cp * c.ep;
     s.cluster.gpus_per_node = 8.min(s.cluster.gpus);
     s.model.layers = c.pp * vpp * c.layers_per_chunk;
-    s.model.moe = c.moe.then_some(Moe {
-        experts: 4,
-        top_k: 2,
-        moe_every: 1,
-    });
+    let ffn_hidden = s.model.ffn_hidden;
+    s.model.moe = c.moe.then_some(Moe::uniform(4, 2, 1, ffn_hidden));
     s.training.global_batch = u64::from(m * c.dp * c.ep);
     s.training.recompute = c.recompute;
     s.training.overlap_grad_reduce = c.overlap_grad_reduce;

@@ -30,6 +30,13 @@ pub(crate) struct HfShape {
     pub tied_embeddings: bool,
     pub experts: Option<u64>,
     pub top_k: Option<u64>,
+    pub moe_every: Option<u64>,
+    pub moe_ffn_hidden: Option<u64>,
+    pub shared_experts: Option<u64>,
+    pub shared_ffn_hidden: Option<u64>,
+    pub dense_layers: Option<u64>,
+    pub qkv_bias: bool,
+    pub mla: Option<super::types::Mla>,
     /// Keys the config sets that change the model but that twin does not model, each as
     /// "key = value (what it means)".
     pub unmodelled: Vec<String>,

@@ -127,7 +127,22 @@ keys!(model {
     TIED_EMBEDDINGS = "tied_embeddings", Bool, Note("from preset or config, else `false`"), "The output head shares the input embedding matrix.";
     EXPERTS = "experts", Uint { min: 1, max: 1 << 16 }, Note("from preset or config, else none (dense)"), "Experts per MoE layer; makes the model a mixture of experts.";
     TOP_K = "top_k", Uint { min: 1, max: 1 << 16 }, Note("from config, else `min(2, experts)`"), "Experts per token, at most `experts`; needs `experts`.";
-    MOE_EVERY = "moe_every", Uint { min: 1, max: MAX_LAYERS }, Int(1), "Every n-th layer is an MoE layer, at most `layers`; needs `experts`.";
+    MOE_EVERY = "moe_every", Uint { min: 1, max: MAX_LAYERS }, Int(1), "Layer `i` (from 0) past the `dense_layers` is an MoE layer when `i % moe_every == 0`; at most `layers`; needs `experts`.";
+    MOE_FFN_HIDDEN = "moe_ffn_hidden", Uint { min: 1, max: 1 << 22 }, Note("from config, else `ffn_hidden`"), "Inner width of one routed expert's MLP; needs `experts`.";
+    SHARED_EXPERTS = "shared_experts", Uint { min: 0, max: 1 << 10 }, Note("from config, else 0"), "Experts every token goes through beside its routed ones, in each MoE layer (DeepSeek, Qwen2-MoE); needs `experts`.";
+    SHARED_EXPERT_FFN_HIDDEN = "shared_expert_ffn_hidden", Uint { min: 1, max: 1 << 22 }, Note("from config, else `moe_ffn_hidden`"), "Inner width of one shared expert's MLP; needs `shared_experts`.";
+    DENSE_LAYERS = "dense_layers", Uint { min: 0, max: MAX_LAYERS }, Note("from config, else 0"), "The first N layers have a dense MLP (DeepSeek's `first_k_dense_replace`); below `layers`; needs `experts`.";
+    DENSE_FFN_HIDDEN = "dense_ffn_hidden", Uint { min: 1, max: 1 << 22 }, Note("`ffn_hidden`"), "Inner MLP width of the dense layers of a mixture-of-experts model; needs `experts`.";
+    QKV_BIAS = "qkv_bias", Bool, Note("from config, else `false`"), "Biases on the query, key and value projections (Qwen2, GPT-OSS). Models without a gated MLP (GPT-style) have a bias on every linear layer anyway.";
+    MLA = "mla", Table, Note("none"), "DeepSeek's multi-head latent attention instead of Q/K/V projections: `[model.mla]`.";
+});
+
+keys!(mla {
+    Q_LORA_RANK = "q_lora_rank", Uint { min: 0, max: 1 << 20 }, Int(0), "Rank of the query compression (`h x r` down, norm, `r x heads*(nope+rope)` up); 0 = queries projected from the hidden state directly.";
+    KV_LORA_RANK = "kv_lora_rank", Uint { min: 1, max: 1 << 20 }, Required, "Rank of the joint key/value compression: `h x (r + rope)` down (with the shared rotary key), norm, `r x heads*(nope+v)` up.";
+    QK_NOPE_HEAD_DIM = "qk_nope_head_dim", Uint { min: 1, max: 1 << 16 }, Required, "Per-head query/key width without rotary position.";
+    QK_ROPE_HEAD_DIM = "qk_rope_head_dim", Uint { min: 0, max: 1 << 16 }, Required, "Per-head query/key width with rotary position (the key's part is shared by all heads).";
+    V_HEAD_DIM = "v_head_dim", Uint { min: 1, max: 1 << 16 }, Required, "Per-head value width; the output projection is `heads*v_head_dim x h`.";
 });
 
 keys!(cluster {
@@ -283,6 +298,10 @@ pub const GROUPS: &[Group] = &[
     Group {
         path: "model",
         keys: model::ALL,
+    },
+    Group {
+        path: "model.mla",
+        keys: mla::ALL,
     },
     Group {
         path: "cluster",

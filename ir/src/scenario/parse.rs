@@ -7,7 +7,9 @@ use super::cluster::cluster;
 use super::error::{Ctx, ErrorKind, Loc};
 use super::framework;
 use super::hf;
-use super::keys::{model as mk, parallel as pk, root as rk, run as runk, training as tk, Key};
+use super::keys::{
+    mla as mlak, model as mk, parallel as pk, root as rk, run as runk, training as tk, Key,
+};
 use super::presets;
 use super::read::{opt, Result, Section};
 use super::source::{Node, Table};
@@ -117,7 +119,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
                 tied_embeddings: s.tied_embeddings,
                 experts: s.moe.map(|x| x.0),
                 top_k: s.moe.map(|x| x.1),
-                unmodelled: Vec::new(),
+                ..hf::HfShape::default()
             },
             None => {
                 return Err(m.unknown_name(
@@ -164,15 +166,50 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
         .unwrap_or(base.tied_embeddings);
     let experts = opt(m.uint(&mk::EXPERTS)?).or(base.experts);
     let top_k = opt(m.uint(&mk::TOP_K)?).or(base.top_k);
-    let moe_every = m.uint_or_default(&mk::MOE_EVERY)?;
+    let moe_every = opt(m.uint(&mk::MOE_EVERY)?).or(base.moe_every).unwrap_or(1);
     let moe = match experts {
-        Some(experts) => Some(Moe {
-            experts: u32_of(experts),
-            top_k: u32_of(top_k.unwrap_or(experts.min(2))),
-            moe_every: u32_of(moe_every),
-        }),
+        Some(experts) => {
+            let moe_ffn_hidden = opt(m.uint(&mk::MOE_FFN_HIDDEN)?)
+                .or(base.moe_ffn_hidden)
+                .unwrap_or(ffn_hidden);
+            let shared_experts = opt(m.uint(&mk::SHARED_EXPERTS)?)
+                .or(base.shared_experts)
+                .unwrap_or(0);
+            if shared_experts == 0 && m.has(mk::SHARED_EXPERT_FFN_HIDDEN.name) {
+                return Err(m.err(
+                    ErrorKind::CrossField,
+                    mk::SHARED_EXPERT_FFN_HIDDEN.name,
+                    "only meaningful with shared experts",
+                    "set model.shared_experts too, or remove this key",
+                ));
+            }
+            Some(Moe {
+                experts: u32_of(experts),
+                top_k: u32_of(top_k.unwrap_or(experts.min(2))),
+                moe_every: u32_of(moe_every),
+                ffn_hidden: moe_ffn_hidden,
+                shared_experts: u32_of(shared_experts),
+                shared_ffn_hidden: opt(m.uint(&mk::SHARED_EXPERT_FFN_HIDDEN)?)
+                    .or(base.shared_ffn_hidden)
+                    .unwrap_or(moe_ffn_hidden),
+                dense_layers: u32_of(
+                    opt(m.uint(&mk::DENSE_LAYERS)?)
+                        .or(base.dense_layers)
+                        .unwrap_or(0),
+                ),
+                dense_ffn_hidden: opt(m.uint(&mk::DENSE_FFN_HIDDEN)?).unwrap_or(ffn_hidden),
+            })
+        }
         None => {
-            for key in [mk::TOP_K.name, mk::MOE_EVERY.name] {
+            for key in [
+                mk::TOP_K.name,
+                mk::MOE_EVERY.name,
+                mk::MOE_FFN_HIDDEN.name,
+                mk::SHARED_EXPERTS.name,
+                mk::SHARED_EXPERT_FFN_HIDDEN.name,
+                mk::DENSE_LAYERS.name,
+                mk::DENSE_FFN_HIDDEN.name,
+            ] {
                 if m.has(key) {
                     return Err(m.err(
                         ErrorKind::CrossField,
@@ -192,6 +229,11 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
             .or(hf_config.map(|h| h.value))
             .unwrap_or_else(|| "custom".to_string()),
     };
+    let qkv_bias = m.boolean(&mk::QKV_BIAS)?.unwrap_or(base.qkv_bias);
+    let mla = match m.has(mk::MLA.name) {
+        true => Some(mla(m.section("mla", "model.mla")?)?),
+        false => base.mla,
+    };
     let model = Model {
         name,
         layers: u32_of(layers),
@@ -204,9 +246,26 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
         vocab,
         gated_mlp,
         tied_embeddings,
+        qkv_bias,
+        mla,
         moe,
     };
     Ok((model, base.unmodelled))
+}
+
+/// `[model.mla]`: every rank but the query's is required.
+fn mla(t: Section<'_>) -> Result<Mla> {
+    t.check_unknown()?;
+    let need = |key: &Key| -> Result<u64> {
+        opt(t.uint(key)?).ok_or_else(|| t.missing(key.name, "multi-head latent attention's shape"))
+    };
+    Ok(Mla {
+        q_lora_rank: opt(t.uint(&mlak::Q_LORA_RANK)?).unwrap_or(0),
+        kv_lora_rank: need(&mlak::KV_LORA_RANK)?,
+        qk_nope_head_dim: need(&mlak::QK_NOPE_HEAD_DIM)?,
+        qk_rope_head_dim: need(&mlak::QK_ROPE_HEAD_DIM)?,
+        v_head_dim: need(&mlak::V_HEAD_DIM)?,
+    })
 }
 
 fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool, bool)> {

@@ -40,7 +40,34 @@ pub struct Model {
     pub gated_mlp: bool,
     /// Input embedding and output head share one matrix.
     pub tied_embeddings: bool,
+    /// Biases on the query, key and value projections (`qkv_bias`; GPT-style models, without a
+    /// gated MLP, have biases on every linear layer whatever this says).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub qkv_bias: bool,
+    /// Multi-head latent attention (DeepSeek-V2/V3) instead of Q/K/V projections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla: Option<Mla>,
     pub moe: Option<Moe>,
+}
+
+/// DeepSeek's multi-head latent attention (`[model.mla]`): queries from an optional
+/// low-rank compression, keys and values from one joint low-rank compression plus a rotary
+/// key shared by all heads (arXiv 2405.04434, section 2.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mla {
+    /// 0: queries projected from the hidden state directly.
+    pub q_lora_rank: u64,
+    pub kv_lora_rank: u64,
+    pub qk_nope_head_dim: u64,
+    pub qk_rope_head_dim: u64,
+    pub v_head_dim: u64,
+}
+
+impl Mla {
+    /// Per-head query/key width the attention scores are taken over.
+    pub fn qk_head_dim(&self) -> u64 {
+        self.qk_nope_head_dim.saturating_add(self.qk_rope_head_dim)
+    }
 }
 
 impl Model {
@@ -75,8 +102,59 @@ impl Model {
 pub struct Moe {
     pub experts: u32,
     pub top_k: u32,
-    /// Every `moe_every`-th layer is an MoE layer (1 = all layers).
+    /// Layer `i` at or past `dense_layers` is an MoE layer when `i % moe_every == 0` (1 = all
+    /// of them).
     pub moe_every: u32,
+    /// Inner width of one routed expert's MLP (`moe_ffn_hidden`).
+    pub ffn_hidden: u64,
+    /// Experts every token goes through beside its routed ones (`shared_experts`).
+    #[serde(default)]
+    pub shared_experts: u32,
+    /// Inner width of one shared expert's MLP (`shared_expert_ffn_hidden`).
+    #[serde(default)]
+    pub shared_ffn_hidden: u64,
+    /// The first `dense_layers` layers have a dense MLP.
+    #[serde(default)]
+    pub dense_layers: u32,
+    /// Inner MLP width of the dense layers (`dense_ffn_hidden`).
+    pub dense_ffn_hidden: u64,
+}
+
+impl Moe {
+    /// Mixtral-style experts: every MoE layer's experts `ffn_hidden` wide, no shared experts,
+    /// no dense first layers.
+    pub fn uniform(experts: u32, top_k: u32, moe_every: u32, ffn_hidden: u64) -> Moe {
+        Moe {
+            experts,
+            top_k,
+            moe_every,
+            ffn_hidden,
+            shared_experts: 0,
+            shared_ffn_hidden: ffn_hidden,
+            dense_layers: 0,
+            dense_ffn_hidden: ffn_hidden,
+        }
+    }
+
+    /// Whether global layer `i` (from 0) is an MoE layer.
+    pub fn is_moe_layer(&self, i: u64) -> bool {
+        i >= u64::from(self.dense_layers) && i.is_multiple_of(u64::from(self.moe_every.max(1)))
+    }
+
+    /// MoE layers among global layers `first .. first + n`.
+    pub fn moe_layers_in(&self, first: u64, n: u64) -> u64 {
+        let every = u64::from(self.moe_every.max(1));
+        // Multiples of `every` in [lo, hi).
+        let count = |lo: u64, hi: u64| {
+            if hi <= lo {
+                0
+            } else {
+                hi.div_ceil(every) - lo.div_ceil(every)
+            }
+        };
+        let lo = first.max(u64::from(self.dense_layers));
+        count(lo, first.saturating_add(n))
+    }
 }
 
 /// Peak dense throughput per dtype, FLOP/s.

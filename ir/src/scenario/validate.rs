@@ -306,6 +306,32 @@ fn model_shape(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
                 format!("1 to {}", m.layers),
             ));
         }
+        if moe.moe_layers_in(0, u64::from(m.layers)) == 0 {
+            return Err(c.fail(
+                &[
+                    ("model.dense_layers", v(moe.dense_layers)),
+                    ("model.moe_every", v(moe.moe_every)),
+                    ("model.layers", v(m.layers)),
+                ],
+                format!(
+                    "with dense_layers = {} and moe_every = {} none of the {} layers is an MoE layer",
+                    moe.dense_layers, moe.moe_every, m.layers
+                ),
+                "dense_layers below the last layer that moe_every makes an MoE layer".to_string(),
+            ));
+        }
+    }
+    if let (Some(_), true) = (&m.mla, m.kv_heads != m.heads) {
+        return Err(c.fail(
+            &[
+                ("model.kv_heads", v(m.kv_heads)),
+                ("model.heads", v(m.heads)),
+            ],
+            "multi-head latent attention gives every head its own keys and values; \
+             kv_heads must equal heads"
+                .to_string(),
+            format!("kv_heads = {}, or no [model.mla]", m.heads),
+        ));
     }
     Ok(())
 }
@@ -691,19 +717,25 @@ fn size(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     let h = m.hidden as f64;
     let (q, kv) = (m.q_width() as f64, m.kv_width() as f64);
     let attention = 2.0 * h * q + 2.0 * h * kv;
-    let mlp = if m.gated_mlp { 3.0 } else { 2.0 } * h * m.ffn_hidden as f64;
+    let matrices = if m.gated_mlp { 3.0 } else { 2.0 } * h;
     let layers = f64::from(m.layers);
-    let (moe_layers, experts, top_k) = match &m.moe {
+    // (MoE layers, dense MLP, one expert, routed experts, per token, shared experts).
+    let (moe_layers, mlp, expert, experts, top_k, shared) = match &m.moe {
         Some(moe) => (
-            f64::from(m.layers / moe.moe_every),
+            moe.moe_layers_in(0, u64::from(m.layers)) as f64,
+            matrices * moe.dense_ffn_hidden as f64,
+            matrices * moe.ffn_hidden as f64,
             f64::from(moe.experts),
             f64::from(moe.top_k),
+            matrices * moe.shared_ffn_hidden as f64 * f64::from(moe.shared_experts),
         ),
-        None => (0.0, 1.0, 1.0),
+        None => (0.0, matrices * m.ffn_hidden as f64, 0.0, 0.0, 0.0, 0.0),
     };
     let embeddings = m.vocab as f64 * h * if m.tied_embeddings { 1.0 } else { 2.0 };
-    let params =
-        layers * attention + (layers - moe_layers) * mlp + moe_layers * experts * mlp + embeddings;
+    let params = layers * attention
+        + (layers - moe_layers) * mlp
+        + moe_layers * (experts * expert + shared)
+        + embeddings;
     if params > limits::PARAMS {
         return Err(c.fail(
             &[
@@ -723,7 +755,7 @@ fn size(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     let tokens = s.training.micro_batch as f64 * m.seq_len as f64;
     let active = layers * attention
         + (layers - moe_layers) * mlp
-        + moe_layers * top_k * mlp
+        + moe_layers * (top_k * expert + shared)
         + m.vocab as f64 * h;
     let flops = 2.0 * tokens * active + 4.0 * tokens * m.seq_len as f64 * q * layers;
     if flops > limits::MICROBATCH_FORWARD_FLOPS {

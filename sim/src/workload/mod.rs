@@ -26,7 +26,9 @@ use comms::BlockComms;
 use compute::BlockParts;
 use dims::{mul, Dims};
 pub use optimizer::{optimizer_bytes_per_param, optimizer_passes, OptimizerPass};
-pub use params::{model_params, model_state_bytes, state_coefficients, StateCoefficients};
+pub use params::{
+    activated_params, model_params, model_state_bytes, state_coefficients, StateCoefficients,
+};
 
 /// A collective that follows a pass's compute on the tp / cp / ep stream.
 #[derive(Clone, Debug, PartialEq)]

@@ -18,6 +18,53 @@ use super::dims::{div_ceil, mul, prod};
 use super::{ParamCount, StateBytes};
 use crate::scenario::{MemoryAccounting, Model, Offload, Optimizer, Precision, Scenario, Training};
 
+/// How tensor parallelism splits a linear layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Split {
+    /// Output columns split over t.
+    Column,
+    /// Input rows split over t.
+    Row,
+    /// Whole on every rank.
+    None,
+}
+
+/// A linear layer `rows x cols` (input x output).
+#[derive(Clone, Copy, Debug)]
+struct Linear {
+    rows: u64,
+    cols: u64,
+    split: Split,
+    bias: bool,
+}
+
+impl Linear {
+    fn column(rows: u64, cols: u64, bias: bool) -> Linear {
+        Linear {
+            rows,
+            cols,
+            split: Split::Column,
+            bias,
+        }
+    }
+    fn row(rows: u64, cols: u64, bias: bool) -> Linear {
+        Linear {
+            rows,
+            cols,
+            split: Split::Row,
+            bias,
+        }
+    }
+    fn replicated(rows: u64, cols: u64) -> Linear {
+        Linear {
+            rows,
+            cols,
+            split: Split::None,
+            bias: false,
+        }
+    }
+}
+
 /// Shapes that decide parameter counts, with the tensor and expert parallel sizes they are
 /// split by (1 and 1 for the unsharded model).
 struct Shapes<'a> {
@@ -40,37 +87,102 @@ impl Shapes<'_> {
         }
     }
 
-    /// A linear layer of `rows x cols` with the `cols` side split over t (column parallel),
-    /// bias included for GPT-style models.
-    fn column_parallel(&self, rows: u64, cols: u64) -> u64 {
-        let cols = div_ceil(cols, self.t);
-        let bias = if self.gpt_style() { cols } else { 0 };
+    /// The attention's linear layers as (rows, cols, column-parallel, biased): QKV
+    /// (`h x (q + 2*kv)`) and output projection (`q x h`), with `q = heads * head_dim` and
+    /// `kv = kv_heads * head_dim` (`h` and `h*g/a` when the head width is `h / a`). Under
+    /// multi-head latent attention: the query down-projection (`h x q_lora`, replicated) and
+    /// up-projection (`q_lora x heads*(nope+rope)`, column parallel) or, without a query rank,
+    /// one `h x heads*(nope+rope)`; the joint key/value down-projection with the shared rotary
+    /// key (`h x (kv_lora + rope)`, replicated) and up-projection (`kv_lora x
+    /// heads*(nope+v)`, column parallel); the output projection (`heads*v x h`, row parallel).
+    /// Megatron-Core's MLASelfAttention shards them so (NVIDIA/Megatron-LM@d98e8a64dd
+    /// megatron/core/transformer/multi_latent_attention.py).
+    fn attention_linears(&self) -> Vec<Linear> {
+        let h = self.m.hidden;
+        let biased = self.gpt_style() || self.m.qkv_bias;
+        let out_bias = self.gpt_style();
+        match &self.m.mla {
+            None => {
+                let (q, kv) = (self.m.q_width(), self.m.kv_width());
+                vec![
+                    Linear::column(h, q.saturating_add(mul(2, kv)), biased),
+                    Linear::row(q, h, out_bias),
+                ]
+            }
+            Some(mla) => {
+                let heads = u64::from(self.m.heads);
+                let q_out = mul(heads, mla.qk_head_dim());
+                let mut l = Vec::with_capacity(5);
+                if mla.q_lora_rank > 0 {
+                    l.push(Linear::replicated(h, mla.q_lora_rank));
+                    l.push(Linear::column(mla.q_lora_rank, q_out, false));
+                } else {
+                    l.push(Linear::column(h, q_out, false));
+                }
+                l.push(Linear::replicated(
+                    h,
+                    mla.kv_lora_rank.saturating_add(mla.qk_rope_head_dim),
+                ));
+                l.push(Linear::column(
+                    mla.kv_lora_rank,
+                    mul(heads, mla.qk_nope_head_dim.saturating_add(mla.v_head_dim)),
+                    false,
+                ));
+                l.push(Linear::row(mul(heads, mla.v_head_dim), h, out_bias));
+                l
+            }
+        }
+    }
+
+    /// Parameters of one linear layer on this rank.
+    fn linear(&self, l: &Linear) -> u64 {
+        let (rows, cols) = match l.split {
+            Split::Column => (l.rows, div_ceil(l.cols, self.t)),
+            Split::Row => (div_ceil(l.rows, self.t), l.cols),
+            Split::None => (l.rows, l.cols),
+        };
+        // A row-parallel layer's bias is replicated, a column-parallel one's split.
+        let bias = if l.bias { cols } else { 0 };
         mul(rows, cols).saturating_add(bias)
     }
 
-    /// A linear layer of `rows x cols` with the `rows` side split over t (row parallel); its
-    /// bias is replicated.
-    fn row_parallel(&self, rows: u64, cols: u64) -> u64 {
-        let bias = if self.gpt_style() { cols } else { 0 };
-        mul(div_ceil(rows, self.t), cols).saturating_add(bias)
-    }
-
-    /// Attention: QKV (`h x (q + 2*kv)`) and output projection (`q x h`), with
-    /// `q = heads * head_dim` and `kv = kv_heads * head_dim` (`h` and `h*g/a` when the head
-    /// width is `h / a`).
+    /// Attention: its linear layers, and the norms of the latent ranks under MLA.
     fn attention(&self) -> u64 {
-        let h = self.m.hidden;
-        let (q, kv) = (self.m.q_width(), self.m.kv_width());
-        self.column_parallel(h, q.saturating_add(mul(2, kv)))
-            .saturating_add(self.row_parallel(q, h))
+        let norms = self
+            .m
+            .mla
+            .map_or(0, |mla| mla.q_lora_rank.saturating_add(mla.kv_lora_rank));
+        self.attention_linears()
+            .iter()
+            .map(|l| self.linear(l))
+            .fold(norms, u64::saturating_add)
     }
 
-    /// One MLP (or one expert): `2*h*f`, or `3*h*f` gated.
-    fn mlp(&self) -> u64 {
-        let (h, f) = (self.m.hidden, self.m.ffn_hidden);
+    /// The MLP's linear layers for an inner width `f`: up (`h x f`, or gate and up `h x 2f`
+    /// gated) and down (`f x h`).
+    fn mlp_linears(&self, f: u64) -> [Linear; 2] {
+        let h = self.m.hidden;
         let up = if self.m.gated_mlp { mul(2, f) } else { f };
-        self.column_parallel(h, up)
-            .saturating_add(self.row_parallel(f, h))
+        [
+            Linear::column(h, up, self.gpt_style()),
+            Linear::row(f, h, self.gpt_style()),
+        ]
+    }
+
+    /// One MLP (or one expert) of inner width `f`: `2*h*f`, or `3*h*f` gated.
+    fn mlp(&self, f: u64) -> u64 {
+        self.mlp_linears(f)
+            .iter()
+            .map(|l| self.linear(l))
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Inner MLP width of a dense layer: the MoE model's `dense_ffn_hidden`, else `ffn_hidden`.
+    fn dense_width(&self) -> u64 {
+        self.m
+            .moe
+            .as_ref()
+            .map_or(self.m.ffn_hidden, |moe| moe.dense_ffn_hidden)
     }
 
     fn layer(&self, moe: bool) -> ParamCount {
@@ -78,14 +190,21 @@ impl Shapes<'_> {
         match (moe, &self.m.moe) {
             (true, Some(moe)) => {
                 let experts = u64::from(moe.experts);
+                // The router (`h x experts`) and the shared experts (tensor parallel like a
+                // dense MLP) are replicated over the expert-parallel ranks.
+                let shared = mul(
+                    u64::from(moe.shared_experts),
+                    self.mlp(moe.shared_ffn_hidden),
+                );
                 ParamCount {
-                    // The router (`h x experts`) is replicated.
-                    dense: common.saturating_add(mul(self.m.hidden, experts)),
-                    expert: mul(div_ceil(experts, self.ep), self.mlp()),
+                    dense: common
+                        .saturating_add(mul(self.m.hidden, experts))
+                        .saturating_add(shared),
+                    expert: mul(div_ceil(experts, self.ep), self.mlp(moe.ffn_hidden)),
                 }
             }
             _ => ParamCount {
-                dense: common.saturating_add(self.mlp()),
+                dense: common.saturating_add(self.mlp(self.dense_width())),
                 expert: 0,
             },
         }
@@ -116,24 +235,25 @@ impl Shapes<'_> {
     /// one expert's matrix) among layers `first .. first + n` and the embedding / head: the
     /// unit DeepSpeed's ZeRO-3 gathers. Fused as Megatron fuses them (QKV; gate and up).
     fn largest_module(&self, first: u64, n: u64, embedding: bool, head: bool) -> u64 {
-        let (h, f) = (self.m.hidden, self.m.ffn_hidden);
+        let h = self.m.hidden;
         let mut largest = 0;
         if n > 0 {
-            let (q, kv) = (self.m.q_width(), self.m.kv_width());
-            let up = if self.m.gated_mlp { mul(2, f) } else { f };
-            largest = [
-                self.column_parallel(h, q.saturating_add(mul(2, kv))),
-                self.row_parallel(q, h),
-                self.norm(),
-                self.column_parallel(h, up),
-                self.row_parallel(f, h),
-            ]
-            .into_iter()
-            .max()
-            .unwrap_or(0);
-            if let (Some(moe), true) = (&self.m.moe, moe_layers_in(self.m, first, n) > 0) {
+            let moe_layers = moe_layers_in(self.m, first, n);
+            let mut linears = self.attention_linears();
+            if moe_layers < n {
+                linears.extend(self.mlp_linears(self.dense_width()));
+            }
+            if let (Some(moe), true) = (&self.m.moe, moe_layers > 0) {
+                linears.extend(self.mlp_linears(moe.ffn_hidden));
+                if moe.shared_experts > 0 {
+                    linears.extend(self.mlp_linears(moe.shared_ffn_hidden));
+                }
                 largest = largest.max(mul(h, u64::from(moe.experts)));
             }
+            largest = linears
+                .iter()
+                .map(|l| self.linear(l))
+                .fold(largest.max(self.norm()), u64::max);
         }
         if embedding {
             // Word and position embeddings are separate tables.
@@ -172,16 +292,10 @@ impl Shapes<'_> {
     }
 }
 
-/// MoE layers among global layers `first .. first + n` (layer `i` is MoE when
-/// `i % moe_every == 0`, Megatron's `moe_layer_freq`).
+/// MoE layers among global layers `first .. first + n` (`Moe::is_moe_layer`: past the dense
+/// first layers, layer `i` is MoE when `i % moe_every == 0`, Megatron's `moe_layer_freq`).
 pub(crate) fn moe_layers_in(m: &Model, first: u64, n: u64) -> u64 {
-    match &m.moe {
-        None => 0,
-        Some(moe) => {
-            let every = u64::from(moe.moe_every.max(1));
-            div_ceil(first.saturating_add(n), every) - div_ceil(first, every)
-        }
-    }
+    m.moe.as_ref().map_or(0, |moe| moe.moe_layers_in(first, n))
 }
 
 /// Parameters one rank holds for layers `first .. first + n` (and the embedding / head),
@@ -221,6 +335,25 @@ pub(crate) fn range_largest_module(
 /// Unique parameters of the whole model, unsharded (tied embeddings counted once).
 pub fn model_params(m: &Model) -> ParamCount {
     Shapes { m, t: 1, ep: 1 }.range(0, u64::from(m.layers), true, true)
+}
+
+/// Parameters one token passes through, of the whole model: every dense parameter (attention,
+/// norms, routers, shared experts, dense MLPs, both embedding matrices) and `top_k` routed
+/// experts of each MoE layer. Model cards differ on the embeddings: some leave the input
+/// embedding out (docs/reference/scenarios.md).
+pub fn activated_params(m: &Model) -> u64 {
+    let total = model_params(m);
+    match &m.moe {
+        None => total.dense,
+        Some(moe) => {
+            let expert = Shapes { m, t: 1, ep: 1 }.mlp(moe.ffn_hidden);
+            let routed = mul(
+                moe.moe_layers_in(0, u64::from(m.layers)),
+                mul(u64::from(moe.top_k), expert),
+            );
+            total.dense.saturating_add(routed)
+        }
+    }
 }
 
 /// Bytes per parameter of each kind of model state, before sharding.

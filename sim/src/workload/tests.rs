@@ -41,6 +41,8 @@ pub(super) fn gpt(
         vocab,
         gated_mlp: false,
         tied_embeddings: false,
+        qkv_bias: false,
+        mla: None,
         moe: None,
     };
     s.training.micro_batch = b;
@@ -71,6 +73,8 @@ pub(super) fn llama(
         vocab,
         gated_mlp: true,
         tied_embeddings: false,
+        qkv_bias: false,
+        mla: None,
         moe: None,
     }
 }

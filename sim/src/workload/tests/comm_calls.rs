@@ -18,11 +18,8 @@ fn cc(kind: CollectiveKind, group: GroupKind, bytes: u64, calls: u32) -> CommCal
 fn no_collectives_without_tp_cp_or_ep() {
     let mut sc = gpt(4, 1024, 16, 1024, 32000, (1, 2, 2), 1, 2);
     sc.training.recompute = Recompute::Full;
-    sc.model.moe = Some(Moe {
-        experts: 4,
-        top_k: 2,
-        moe_every: 1,
-    });
+    let ffn_hidden = sc.model.ffn_hidden;
+    sc.model.moe = Some(Moe::uniform(4, 2, 1, ffn_hidden));
     let plan = plan(&sc);
     for c in all_chunks(&plan) {
         let w = chunk_work(&sc, &plan, &c);
@@ -208,11 +205,8 @@ fn ring_context_parallel_passes_kv_blocks_instead_of_collectives() {
 fn expert_parallel_moe_layers_all_to_all_twice_per_direction() {
     let (b, s, h, l) = (2u64, 1024u64, 1024u64, 4u32);
     let mut sc = gpt(l, h, 16, s, 32000, (1, 1, 4), b, 2);
-    sc.model.moe = Some(Moe {
-        experts: 8,
-        top_k: 2,
-        moe_every: 2,
-    });
+    let ffn_hidden = sc.model.ffn_hidden;
+    sc.model.moe = Some(Moe::uniform(8, 2, 2, ffn_hidden));
     sc.parallel.ep = 4;
     sc.parallel.dp = 1;
     let plan = plan(&sc);

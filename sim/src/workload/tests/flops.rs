@@ -355,11 +355,8 @@ fn flash_attention_fuses_the_core_into_fewer_kernels_and_bytes() {
 fn moe_layers_route_top_k_copies_through_local_experts() {
     let (b, s, h, f) = (1u64, 1024u64, 1024u64, 4096u64);
     let mut sc = gpt(4, h, 16, s, 32000, (1, 1, 2), b, 2);
-    sc.model.moe = Some(Moe {
-        experts: 8,
-        top_k: 2,
-        moe_every: 2,
-    });
+    let ffn_hidden = sc.model.ffn_hidden;
+    sc.model.moe = Some(Moe::uniform(8, 2, 2, ffn_hidden));
     sc.parallel.ep = 2;
     sc.parallel.dp = 1;
     let plan = plan(&sc);

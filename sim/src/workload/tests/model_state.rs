@@ -61,11 +61,8 @@ fn llama_and_mixtral_parameter_counts_are_exact() {
     let llama3_70b = llama(80, 8192, 64, 8, 28672, 128256);
     assert_eq!(total(model_params(&llama3_70b)), 70_553_706_496);
     let mut mixtral = llama(32, 4096, 32, 8, 14336, 32000);
-    mixtral.moe = Some(Moe {
-        experts: 8,
-        top_k: 2,
-        moe_every: 1,
-    });
+    let ffn_hidden = mixtral.ffn_hidden;
+    mixtral.moe = Some(Moe::uniform(8, 2, 1, ffn_hidden));
     let p = model_params(&mixtral);
     assert_eq!(total(p), 46_702_792_704);
     assert_eq!(p.expert, 32 * 8 * 3 * 4096 * 14336);
@@ -294,11 +291,8 @@ fn offload_moves_state_to_the_host() {
 #[test]
 fn expert_state_shards_over_expert_data_parallel_ranks() {
     let mut s = on_one_gpu(llama(2, 1024, 16, 16, 4096, 32000));
-    s.model.moe = Some(Moe {
-        experts: 8,
-        top_k: 2,
-        moe_every: 1,
-    });
+    let ffn_hidden = s.model.ffn_hidden;
+    s.model.moe = Some(Moe::uniform(8, 2, 1, ffn_hidden));
     s.parallel.dp = 2;
     s.parallel.ep = 4;
     s.cluster.gpus = 8;

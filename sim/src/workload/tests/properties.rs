@@ -36,10 +36,9 @@ fn build(
     s.model.ffn_hidden = hidden * ffn_mult;
     s.model.gated_mlp = gated;
     s.model.tied_embeddings = tied;
-    s.model.moe = moe.map(|(experts, top_k, moe_every)| Moe {
-        experts: experts * ep,
-        top_k,
-        moe_every,
+    let ffn_hidden = s.model.ffn_hidden;
+    s.model.moe = moe.map(|(experts, top_k, moe_every)| {
+        Moe::uniform(experts * ep, top_k, moe_every, ffn_hidden)
     });
     s.parallel.cp = cp;
     s.parallel.ep = if moe.is_some() { ep } else { 1 };
