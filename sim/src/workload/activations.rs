@@ -16,6 +16,11 @@
 //! | output-projection input (GEMM input) | `T*q` | yes |
 //! | MLP up output (GeLU input) | `T*f` (`2*T*f` gated) | yes |
 //! | MLP down input (GEMM input) | `T*f` | yes |
+//!
+//! Under multi-head latent attention Q is `T*heads*(nope+rope)`, K and V together
+//! `T*heads*(nope+rope+v)`, the output-projection input `T*heads*v`, and the compressed query
+//! and key/value (`T*(q_lora + kv_lora)`) are saved twice, as their norm's input and as their
+//! up-projection's input, whole on every tensor-parallel rank.
 //! | softmax output, dropout mask (1 byte), dropout output | `b*a*(s/c)*s` each | yes |
 //!
 //! `q = heads * head_dim` and `kv = kv_heads * head_dim` (`q = h` and `kv = h*g/a` when the
@@ -38,8 +43,9 @@
 //! layers, the router's fp32 probabilities. Everything else is recomputed.
 //!
 //! MoE layers (an estimate; Korthikanti covers dense layers only): the MLP rows apply to the
-//! `T*top_k` routed token copies, the experts' input copies are whole on every TP rank, and the
-//! router keeps fp32 probabilities (`T*experts`).
+//! `T*top_k` routed token copies at the expert width, and once more to the `T` tokens at the
+//! shared experts' summed width when the model has them; the experts' input copies are whole on
+//! every TP rank, and the router keeps fp32 probabilities (`T*experts`).
 
 use super::compute::{every_second_linear, router_gemm};
 use super::dims::{div_ceil, mul, prod, Dims};
@@ -69,43 +75,45 @@ pub(crate) fn layer(d: &Dims, recompute: Recompute, moe: bool) -> u64 {
     );
     bytes = bytes
         .saturating_add(qkv)
-        .saturating_add(mul(gin, d.sharded(q)));
+        .saturating_add(mul(gin, d.sharded(mul(d.tokens, d.attn_out))));
+    if let Some(mla) = d.mla {
+        // The compressed query and key/value: each norm's input and each up-projection's
+        // input, whole on every tensor-parallel rank.
+        let latent = mul(d.tokens, mla.q_lora_rank.saturating_add(mla.kv_lora_rank));
+        bytes = bytes.saturating_add(mul(act.saturating_add(gin), latent));
+    }
     bytes = bytes.saturating_add(match (recompute, d.flash) {
         (Recompute::Selective, _) => 0,
         (_, true) => prod(&[4, d.head_batches(), d.s_local]),
         (_, false) => mul(d.score_elements(), mul(2, act).saturating_add(1)),
     });
-    // MLP.
-    let f = d.sharded(d.f);
-    let mlp_tokens = match (moe, d.moe) {
-        (true, Some(m)) => {
-            let router = prod(&[4, m.experts, d.replicated(d.tokens)]);
-            let copies = prod(&[gin, d.routed_tokens(), d.h]);
-            bytes = bytes.saturating_add(router).saturating_add(copies);
-            d.routed_tokens()
-        }
-        _ => d.tokens,
-    };
-    let mlp = mul(act, mul(mlp_tokens, d.up_width())).saturating_add(prod(&[gin, mlp_tokens, f]));
-    bytes.saturating_add(mlp)
+    // MLPs.
+    if let (true, Some(m)) = (moe, d.moe) {
+        let router = prod(&[4, m.experts, d.replicated(d.tokens)]);
+        let copies = prod(&[gin, d.routed_tokens(), d.h]);
+        bytes = bytes.saturating_add(router).saturating_add(copies);
+    }
+    d.mlps(moe).iter().fold(bytes, |acc, mlp| {
+        acc.saturating_add(mul(act, mul(mlp.tokens, d.up_width(mlp.f))))
+            .saturating_add(prod(&[gin, mlp.tokens, d.sharded(mlp.f)]))
+    })
 }
 
 /// What one layer saves under the every-second-matmul policy (module doc).
 fn every_second_matmul_saved(d: &Dims, moe: bool) -> u64 {
-    let (router, mlp_tokens, probs) = match (moe, d.moe) {
+    let (router, probs) = match (moe, d.moe) {
         (true, Some(m)) => (
             Some(router_gemm(d, m.experts)),
-            d.routed_tokens(),
             prod(&[4, m.experts, d.replicated(d.tokens)]),
         ),
-        _ => (None, d.tokens, 0),
+        _ => (None, 0),
     };
-    let (saved, _) = every_second_linear(d, router, mlp_tokens);
+    let (saved, _) = every_second_linear(d, router, moe);
     let outputs = saved
         .iter()
         .fold(0u64, |acc, g| acc.saturating_add(mul(g.m, g.n)));
     let input = d.replicated(d.hidden_elements());
-    let attention_out = d.sharded(d.q_elements());
+    let attention_out = d.sharded(mul(d.tokens, d.attn_out));
     let stats = prod(&[4, d.head_batches(), d.s_local]);
     mul(
         d.act_bytes,

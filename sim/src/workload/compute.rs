@@ -272,7 +272,9 @@ fn attention_core(d: &Dims) -> BlockParts {
         };
         bwd.add_attention(Some(bwd_kernel), mul(2, fwd_flops));
         // One kernel reads Q, K, V and writes O and the fp32 softmax statistics.
-        let qo = mul(2, d.sharded(d.q_elements()));
+        let qo = d
+            .sharded(d.q_elements())
+            .saturating_add(d.sharded(mul(d.tokens, d.attn_out)));
         let kv = mul(2, d.sharded(prod(&[d.b, d.s, d.kv_attention])));
         let stats = prod(&[4, d.head_batches(), d.s_local]);
         let bytes = mul(d.act_bytes, qo.saturating_add(kv)).saturating_add(stats);
@@ -306,24 +308,32 @@ fn attention_core(d: &Dims) -> BlockParts {
 }
 
 /// The linear layers of one transformer layer in the order its forward calls them, one GEMM
-/// per projection: Q, K, V, the output projection, the MoE router, then the MLP's gate and up
-/// (gated) or up, and down. `mlp_tokens` is the tokens the MLP sees (routed copies in an MoE
-/// layer).
-fn linears_in_order(d: &Dims, router: Option<Gemm>, mlp_tokens: u64) -> Vec<Gemm> {
+/// per projection: Q, K, V (or multi-head latent attention's down- and up-projections), the
+/// output projection, the MoE router, then each MLP's gate and up (gated) or up, and down:
+/// the routed experts on the routed token copies, then the shared experts, in an MoE layer.
+fn linears_in_order(d: &Dims, router: Option<Gemm>, moe: bool) -> Vec<Gemm> {
     let t = d.tokens;
-    let (q, kv, f) = (d.sharded(d.q), d.sharded(d.kv), d.sharded(d.f));
-    let mut out = vec![
-        gemm(t, d.h, q),
-        gemm(t, d.h, kv),
-        gemm(t, d.h, kv),
-        gemm(t, q, d.h),
-    ];
+    let mut out: Vec<Gemm> = match d.mla {
+        None => {
+            let (q, kv) = (d.sharded(d.q), d.sharded(d.kv));
+            vec![gemm(t, d.h, q), gemm(t, d.h, kv), gemm(t, d.h, kv)]
+        }
+        Some(_) => d
+            .attention_projections()
+            .into_iter()
+            .map(|(m, k, n)| gemm(m, k, n))
+            .collect(),
+    };
+    out.push(gemm(t, d.sharded(d.attn_out), d.h));
     out.extend(router);
-    if d.gated {
-        out.push(gemm(mlp_tokens, d.h, f));
+    for mlp in d.mlps(moe) {
+        let f = d.sharded(mlp.f);
+        if d.gated {
+            out.push(gemm(mlp.tokens, d.h, f));
+        }
+        out.push(gemm(mlp.tokens, d.h, f));
+        out.push(gemm(mlp.tokens, f, d.h));
     }
-    out.push(gemm(mlp_tokens, d.h, f));
-    out.push(gemm(mlp_tokens, f, d.h));
     out
 }
 
@@ -334,13 +344,10 @@ fn linears_in_order(d: &Dims, router: Option<Gemm>, mlp_tokens: u64) -> Vec<Gemm
 pub(crate) fn every_second_linear(
     d: &Dims,
     router: Option<Gemm>,
-    mlp_tokens: u64,
+    moe: bool,
 ) -> (Vec<Gemm>, Vec<Gemm>) {
     let (mut saved, mut recomputed) = (Vec::new(), Vec::new());
-    for (i, g) in linears_in_order(d, router, mlp_tokens)
-        .into_iter()
-        .enumerate()
-    {
+    for (i, g) in linears_in_order(d, router, moe).into_iter().enumerate() {
         if i % 2 == 0 {
             saved.push(g);
         } else {
@@ -364,15 +371,21 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
     let x = d.replicated(d.hidden_elements());
     let act = d.act_bytes;
     let mut block = BlockParts::default();
-    add_linears_in(
-        &mut block,
-        d,
-        &[gemm(t, d.h, d.sharded(d.q.saturating_add(mul(2, d.kv))))],
-    );
+    let projections: Vec<Gemm> = d
+        .attention_projections()
+        .into_iter()
+        .map(|(m, k, n)| gemm(m, k, n))
+        .collect();
+    add_linears_in(&mut block, d, &projections);
+    if let Some(mla) = d.mla {
+        // The norms of the compressed query and key/value (one read, one write each).
+        let latent = mla.q_lora_rank.saturating_add(mla.kv_lora_rank);
+        let kernels = if mla.q_lora_rank > 0 { 2 } else { 1 };
+        add_elementwise(&mut block, prod(&[2, act, t, latent]), kernels);
+    }
     block.add(&attention_core(d));
-    add_linears_in(&mut block, d, &[gemm(t, d.sharded(d.q), d.h)]);
-    let f = d.sharded(d.f);
-    let (mlp_tokens, router, router_bytes) = match (moe, d.moe) {
+    add_linears_in(&mut block, d, &[gemm(t, d.sharded(d.attn_out), d.h)]);
+    let (router, router_bytes) = match (moe, d.moe) {
         (true, Some(m)) => {
             // Router GEMM (replicated over tp), softmax + top-k in fp32, and the permutation
             // of token copies before and after the experts.
@@ -386,18 +399,21 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
                 d.h,
             ]));
             add_elementwise(&mut block, bytes, 3);
-            (d.routed_tokens(), Some(router), bytes)
+            (Some(router), bytes)
         }
-        _ => (t, None, 0),
+        _ => (None, 0),
     };
-    add_linears_in(
-        &mut block,
-        d,
-        &[
-            gemm(mlp_tokens, d.h, d.up_width()),
-            gemm(mlp_tokens, f, d.h),
-        ],
-    );
+    let mlps = d.mlps(moe);
+    for mlp in &mlps {
+        add_linears_in(
+            &mut block,
+            d,
+            &[
+                gemm(mlp.tokens, d.h, d.up_width(mlp.f)),
+                gemm(mlp.tokens, d.sharded(mlp.f), d.h),
+            ],
+        );
+    }
     // The framework's elementwise kernels (docs/reference/frameworks.md, `[fusions]`): its
     // passes over `tokens x hidden` (norms, residual adds, rotary, copies; Megatron-Core's 10
     // are two norms of one read and one write and two fused bias-dropout-adds of two reads and
@@ -411,14 +427,21 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
     } else {
         e.ffn_passes.saturating_sub(1)
     };
-    let ffn_bytes = prod(&[u64::from(ffn_passes), act, mlp_tokens, f]);
+    let ffn_bytes = mlps.iter().fold(0u64, |acc, mlp| {
+        acc.saturating_add(prod(&[
+            u64::from(ffn_passes),
+            act,
+            mlp.tokens,
+            d.sharded(mlp.f),
+        ]))
+    });
     let elementwise_bytes = hidden_bytes.saturating_add(ffn_bytes);
     add_elementwise(&mut block, elementwise_bytes, e.kernels);
     if d.selective == SelectiveRecompute::EverySecondMatmul {
         // The recompute runs the unsaved matmuls (with their FP8 input casts) and every
         // elementwise op of the forward again; the attention kernel's output is saved.
         let mut again = BlockParts::default();
-        add_linears_in(&mut again, d, &every_second_linear(d, router, mlp_tokens).1);
+        add_linears_in(&mut again, d, &every_second_linear(d, router, moe).1);
         add_elementwise(
             &mut again,
             elementwise_bytes.saturating_add(router_bytes),

@@ -29,6 +29,33 @@ pub(crate) fn to_u32(x: u64) -> u32 {
 pub(crate) struct MoeDims {
     pub experts: u64,
     pub top_k: u64,
+    /// Inner width of one routed expert.
+    pub f: u64,
+    /// Summed inner width of the shared experts (0: none). Megatron-Core runs them as one MLP
+    /// of `shared_experts * shared_expert_ffn_hidden` (NVIDIA/Megatron-LM@d98e8a64dd
+    /// megatron/core/transformer/moe/shared_experts.py `SharedExpertMLP`).
+    pub shared_f: u64,
+}
+
+/// One MLP of a layer as it runs on this rank: the tokens it sees and its inner width before
+/// the tensor-parallel split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Mlp {
+    pub tokens: u64,
+    pub f: u64,
+}
+
+/// The low-rank projections of multi-head latent attention on this rank, as (tokens x in x
+/// out) GEMMs in forward order; see `Dims::attention_projections`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MlaDims {
+    pub q_lora_rank: u64,
+    pub kv_lora_rank: u64,
+    pub rope: u64,
+    /// `heads * (nope + rope)`: the queries' width after the up-projection.
+    pub q_up: u64,
+    /// `heads * (nope + v)`: the keys' no-position part and the values after the up-projection.
+    pub kv_up: u64,
 }
 
 /// Sizes of one micro batch on one rank. Shard widths round up: a rank's planned shapes are
@@ -60,8 +87,15 @@ pub(crate) struct Dims {
     /// `head_dim`).
     pub kv: u64,
     /// Width of the K (and of the V) the attention kernel reads, saves and context parallelism
-    /// exchanges: `kv`, or `q` when the framework repeats K/V to the query heads first.
+    /// exchanges: `kv`, or `q` when the framework repeats K/V to the query heads first; under
+    /// multi-head latent attention the mean of K's `heads * (nope + rope)` and V's
+    /// `heads * v`, so that `2 * kv_attention` is both.
     pub kv_attention: u64,
+    /// Width of the attention's output and of the output projection's input: `q`, or
+    /// `heads * v_head_dim` under multi-head latent attention.
+    pub attn_out: u64,
+    /// Multi-head latent attention's projections, when the model has it.
+    pub mla: Option<MlaDims>,
     /// Sequence positions held by this rank: `ceil(s / c)`.
     pub s_local: u64,
     /// Tokens of the micro batch on this rank: `b * s / c`.
@@ -98,6 +132,28 @@ impl Dims {
     pub fn new(s: &Scenario) -> Dims {
         let m = &s.model;
         let p = &s.parallel;
+        let heads = u64::from(m.heads);
+        // Multi-head latent attention: scores over `nope + rope` per head, values `v` wide.
+        // The attention kernel is described by the mean head width, which gives its FLOPs
+        // exactly (`2*(qk + v)` per query-key pair).
+        let (head_dim, q, kv_attention, attn_out) = match &m.mla {
+            Some(mla) => (
+                (mla.qk_head_dim() + mla.v_head_dim) / 2,
+                mul(heads, mla.qk_head_dim()),
+                mul(heads, mla.qk_head_dim().saturating_add(mla.v_head_dim)) / 2,
+                mul(heads, mla.v_head_dim),
+            ),
+            None => (
+                m.head_dim(),
+                m.q_width(),
+                if s.training.framework.kv_heads_repeated {
+                    m.q_width()
+                } else {
+                    m.kv_width()
+                },
+                m.q_width(),
+            ),
+        };
         let t = u64::from(p.tp.max(1));
         let c = u64::from(p.cp.max(1));
         let a = u64::from(m.heads.max(1));
@@ -112,20 +168,26 @@ impl Dims {
             s: m.seq_len,
             h: m.hidden,
             a,
-            f: m.ffn_hidden,
+            f: m.moe
+                .as_ref()
+                .map_or(m.ffn_hidden, |moe| moe.dense_ffn_hidden),
             v: m.vocab,
             t,
             c,
             cp_algorithm: p.cp_algorithm,
             ep: u64::from(p.ep.max(1)),
-            head_dim: m.head_dim(),
-            q: m.q_width(),
+            head_dim,
+            q,
             kv: m.kv_width(),
-            kv_attention: if s.training.framework.kv_heads_repeated {
-                m.q_width()
-            } else {
-                m.kv_width()
-            },
+            kv_attention,
+            attn_out,
+            mla: m.mla.as_ref().map(|mla| MlaDims {
+                q_lora_rank: mla.q_lora_rank,
+                kv_lora_rank: mla.kv_lora_rank,
+                rope: mla.qk_rope_head_dim,
+                q_up: mul(heads, mla.qk_head_dim()),
+                kv_up: mul(heads, mla.qk_nope_head_dim.saturating_add(mla.v_head_dim)),
+            }),
             s_local,
             tokens: mul(s.training.micro_batch, s_local),
             sp: p.sequence_parallel && t > 1,
@@ -145,6 +207,8 @@ impl Dims {
             moe: m.moe.as_ref().map(|moe| MoeDims {
                 experts: u64::from(moe.experts.max(1)),
                 top_k: u64::from(moe.top_k),
+                f: moe.ffn_hidden,
+                shared_f: mul(u64::from(moe.shared_experts), moe.shared_ffn_hidden),
             }),
         }
     }
@@ -214,13 +278,70 @@ impl Dims {
         prod(&[self.head_batches(), self.s_local, self.s])
     }
 
-    /// Width of the MLP's first GEMM output on this rank (gate and up fused when gated).
-    pub fn up_width(&self) -> u64 {
-        let f = self.sharded(self.f);
+    /// Width of an MLP's first GEMM output on this rank for inner width `f` (gate and up fused
+    /// when gated).
+    pub fn up_width(&self, f: u64) -> u64 {
+        let f = self.sharded(f);
         if self.gated {
             mul(2, f)
         } else {
             f
+        }
+    }
+
+    /// The MLPs of a layer: a dense layer's one (`f` wide, every token); an MoE layer's routed
+    /// experts (the routed token copies, the expert width) and, when the model has them, its
+    /// shared experts (every token, their summed width).
+    pub fn mlps(&self, moe: bool) -> Vec<Mlp> {
+        match (moe, self.moe) {
+            (true, Some(m)) => {
+                let mut v = vec![Mlp {
+                    tokens: self.routed_tokens(),
+                    f: m.f,
+                }];
+                if m.shared_f > 0 {
+                    v.push(Mlp {
+                        tokens: self.tokens,
+                        f: m.shared_f,
+                    });
+                }
+                v
+            }
+            _ => vec![Mlp {
+                tokens: self.tokens,
+                f: self.f,
+            }],
+        }
+    }
+
+    /// The attention's input projections on this rank in forward order, as GEMMs of this
+    /// rank's tokens: Q, K and V fused (`h -> q + 2*kv`, split over t); under multi-head
+    /// latent attention the query down-projection (`h -> q_lora`, whole on every rank) and
+    /// up-projection (`q_lora -> heads*(nope+rope)`, split) or, without a query rank, one
+    /// `h -> heads*(nope+rope)`, then the joint key/value down-projection with the shared
+    /// rotary key (`h -> kv_lora + rope`, whole) and up-projection (`kv_lora -> heads*(nope+v)`,
+    /// split), as Megatron-Core's MLASelfAttention runs them
+    /// (NVIDIA/Megatron-LM@d98e8a64dd megatron/core/transformer/multi_latent_attention.py).
+    pub fn attention_projections(&self) -> Vec<(u64, u64, u64)> {
+        let t = self.tokens;
+        match self.mla {
+            None => vec![(
+                t,
+                self.h,
+                self.sharded(self.q.saturating_add(mul(2, self.kv))),
+            )],
+            Some(mla) => {
+                let mut v = Vec::with_capacity(4);
+                if mla.q_lora_rank > 0 {
+                    v.push((t, self.h, mla.q_lora_rank));
+                    v.push((t, mla.q_lora_rank, self.sharded(mla.q_up)));
+                } else {
+                    v.push((t, self.h, self.sharded(mla.q_up)));
+                }
+                v.push((t, self.h, mla.kv_lora_rank.saturating_add(mla.rope)));
+                v.push((t, mla.kv_lora_rank, self.sharded(mla.kv_up)));
+                v
+            }
         }
     }
 

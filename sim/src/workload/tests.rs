@@ -7,6 +7,7 @@ mod flops;
 mod fp8;
 mod fusions;
 mod model_state;
+mod moe_shape;
 mod properties;
 mod selective;
 mod worked_example;

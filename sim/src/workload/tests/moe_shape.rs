@@ -1,0 +1,175 @@
+//! Mixture-of-experts widths (routed experts, shared experts, dense first layers) and
+//! multi-head latent attention: exact FLOPs, saved bytes and parameter counts on small shapes.
+
+use super::*;
+use crate::workload::{activated_params, layers_work, model_params};
+
+/// A GPT-style MoE model (GeLU MLP, MHA, one GPU): 8 experts of width `fe`, top 2, every
+/// layer past the first dense (`dense_layers = 1`, width `fd`), two shared experts of width
+/// `fs` each.
+fn moe_model(h: u64, s: u64, b: u64, (fe, fs, fd): (u64, u64, u64)) -> Scenario {
+    let mut sc = gpt(4, h, 16, s, 32000, (1, 1, 1), b, 1);
+    sc.model.moe = Some(Moe {
+        experts: 8,
+        top_k: 2,
+        moe_every: 1,
+        ffn_hidden: fe,
+        shared_experts: 2,
+        shared_ffn_hidden: fs,
+        dense_layers: 1,
+        dense_ffn_hidden: fd,
+    });
+    sc.training.flash_attention = true;
+    sc
+}
+
+#[test]
+fn expert_shared_and_dense_widths_set_the_mlp_gemms() {
+    let (b, s, h) = (1u64, 512u64, 256u64);
+    let (fe, fs, fd) = (96u64, 64u64, 1024u64);
+    let sc = moe_model(h, s, b, (fe, fs, fd));
+    let plan = Plan::new(&sc).unwrap();
+    let layout = &plan.chunks[0][0];
+    let dense = layers_work(&sc, &plan, layout, 0, 1, false, false);
+    let moe = layers_work(&sc, &plan, layout, 1, 1, false, false);
+    let tokens = b * s;
+    // Attention: QKV 6*T*h^2, output projection 2*T*h^2, scores and context 4*b*s*s*h.
+    let attention = 8 * tokens * h * h + 4 * b * s * s * h;
+    // Layer 0 is dense: one GeLU MLP of width fd (2*T*h*fd up, 2*T*fd*h down).
+    assert_eq!(dense.forward.compute.flops, attention + 4 * tokens * h * fd);
+    // Layer 1: router 2*T*h*8, top-2 routed copies through experts of width fe, and every
+    // token through the two shared experts (one MLP of 2*fs).
+    assert_eq!(
+        moe.forward.compute.flops,
+        attention + 2 * tokens * h * 8 + 2 * 4 * tokens * h * fe + 4 * tokens * h * (2 * fs)
+    );
+    assert_eq!(moe.backward.compute.flops, 2 * moe.forward.compute.flops);
+    // Layers 1-3 are MoE, layer 0 dense.
+    let all = layers_work(&sc, &plan, layout, 0, 4, false, false);
+    assert_eq!(
+        all.forward.compute.flops,
+        dense.forward.compute.flops + 3 * moe.forward.compute.flops
+    );
+}
+
+/// Saved bytes: each MLP saves its up output (activation dtype) and its down input (GEMM
+/// input), `4*T*f` in bf16 for a GeLU MLP; the shared experts add that at their summed width.
+#[test]
+fn shared_experts_save_their_mlp_activations() {
+    let (b, s, h) = (1u64, 512u64, 256u64);
+    let with = moe_model(h, s, b, (96, 64, 1024));
+    let mut without = with.clone();
+    if let Some(m) = without.model.moe.as_mut() {
+        m.shared_experts = 0;
+    }
+    let plan = Plan::new(&with).unwrap();
+    let layout = &plan.chunks[0][0];
+    let a = layers_work(&with, &plan, layout, 1, 1, false, false);
+    let z = layers_work(&without, &plan, layout, 1, 1, false, false);
+    assert_eq!(a.activation_bytes - z.activation_bytes, 4 * b * s * 2 * 64);
+    // The dense layer's MLP is fd wide whatever the experts are.
+    let d = layers_work(&with, &plan, layout, 0, 1, false, false);
+    let d0 = layers_work(&without, &plan, layout, 0, 1, false, false);
+    assert_eq!(d.activation_bytes, d0.activation_bytes);
+}
+
+/// A small multi-head latent attention model, GeLU MLP of width 4h, on `tp` GPUs.
+fn mla_model(tp: u32) -> Scenario {
+    let (b, s, h) = (1u64, 256u64, 128u64);
+    let mut sc = gpt(2, h, 4, s, 32000, (tp, 1, 1), b, 1);
+    sc.model.mla = Some(Mla {
+        q_lora_rank: 32,
+        kv_lora_rank: 16,
+        qk_nope_head_dim: 8,
+        qk_rope_head_dim: 4,
+        v_head_dim: 8,
+    });
+    sc.model.gated_mlp = true;
+    sc.model.ffn_hidden = 2 * h;
+    sc.training.flash_attention = true;
+    sc
+}
+
+/// FLOPs of an MLA layer, forward: the query down (h -> 32) and up (32 -> 4*12)
+/// projections, the key/value down projection with the rotary key (h -> 16 + 4) and up
+/// projection (16 -> 4*(8+8)), scores over 12 and context over 8 per head, the output
+/// projection (4*8 -> h) and the gated MLP. Under tp 2 the up-projections, the attention and
+/// the output projection split, the down-projections do not.
+#[test]
+fn latent_attention_projections_and_core_flops() {
+    for tp in [1u64, 2] {
+        let sc = mla_model(tp as u32);
+        let plan = Plan::new(&sc).unwrap();
+        let layout = &plan.chunks[0][0];
+        let w = layers_work(&sc, &plan, layout, 0, 1, false, false);
+        let (b, s, h, heads) = (1u64, 256u64, 128u64, 4u64);
+        let t = b * s;
+        let down = 2 * t * (h * 32 + h * (16 + 4));
+        let up = 2 * t * (32 * heads * 12 + 16 * heads * (8 + 8)) / tp;
+        let core = 2 * b * heads * s * s * (12 + 8) / tp;
+        let out = 2 * t * heads * 8 * h / tp;
+        let mlp = 3 * 2 * t * h * (2 * h) / tp;
+        assert_eq!(
+            w.forward.compute.flops,
+            down + up + core + out + mlp,
+            "tp {tp}"
+        );
+    }
+}
+
+/// Saved bytes of an MLA layer in bf16 with flash attention, no recompute, one GPU: the
+/// replicated tensors (two norm inputs, two GEMM inputs, two dropout masks: 10 bytes per
+/// hidden element), Q (heads*12), K and V (heads*(12+8)), the output-projection input
+/// (heads*8), the compressed query and key/value twice (norm input and up-projection input),
+/// the fp32 softmax statistics, and the gated MLP's up output (2f) and down input (f).
+#[test]
+fn latent_attention_saved_bytes() {
+    let sc = mla_model(1);
+    let plan = Plan::new(&sc).unwrap();
+    let layout = &plan.chunks[0][0];
+    let w = layers_work(&sc, &plan, layout, 0, 1, false, false);
+    let (b, s, h, heads, f) = (1u64, 256u64, 128u64, 4u64, 256u64);
+    let t = b * s;
+    let want = 10 * t * h
+        + 2 * t * heads * 12
+        + 2 * t * heads * (12 + 8)
+        + 2 * t * heads * 8
+        + 4 * t * (32 + 16)
+        + 4 * b * heads * s
+        + 2 * t * 2 * f
+        + 2 * t * f;
+    assert_eq!(w.activation_bytes, want);
+}
+
+/// Parameters of the MLA model: per layer the projections (h*32, 32 norm, 32*48, h*20, 16
+/// norm, 16*64, 32*h), two norms, the gated MLP; embedding and head. Every parameter is
+/// activated in a dense model.
+#[test]
+fn latent_attention_parameters() {
+    let sc = mla_model(1);
+    let h = 128u64;
+    let attention = h * 32 + 32 + 32 * 48 + h * 20 + 16 + 16 * 64 + 32 * h;
+    let layer = attention + 2 * h + 3 * h * 2 * h;
+    let want = 2 * layer + 32000 * h + h + 32000 * h;
+    let p = model_params(&sc.model);
+    assert_eq!((p.dense, p.expert), (want, 0));
+    assert_eq!(activated_params(&sc.model), want);
+}
+
+/// Activated parameters of the MoE model: everything dense (attention, norms, router, shared
+/// experts, the dense layer's MLP, embeddings) plus top_k routed experts of each MoE layer.
+#[test]
+fn activated_parameters_count_top_k_experts() {
+    let (h, fe, fs, fd) = (256u64, 96u64, 64u64, 1024u64);
+    let sc = moe_model(h, 512, 1, (fe, fs, fd));
+    let mlp = |f: u64| 2 * h * f + f + h; // GeLU MLP with biases (GPT-style)
+    let p = model_params(&sc.model);
+    assert_eq!(p.expert, 3 * 8 * mlp(fe));
+    let attention = 4 * h * h + 4 * h; // QKV and output projection, with biases
+    let norms = 2 * 2 * h;
+    let dense_layer = attention + norms + mlp(fd);
+    let moe_layer_dense = attention + norms + h * 8 + 2 * mlp(fs);
+    let embeddings = 32000 * h + 512 * h + (2 * h + 32000 * h);
+    assert_eq!(p.dense, dense_layer + 3 * moe_layer_dense + embeddings);
+    assert_eq!(activated_params(&sc.model), p.dense + 3 * 2 * mlp(fe));
+}
