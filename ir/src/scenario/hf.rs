@@ -1,6 +1,7 @@
 //! Model shapes from a Hugging Face `config.json`, because that is where most users' model
-//! shapes live. Understands Llama-style keys (Llama, Mistral, Mixtral, GPT-NeoX, Qwen, ...)
-//! and GPT-2-style keys (`n_embd`, `n_layer`, ...). Errors inside the JSON name the JSON file,
+//! shapes live. Understands Llama-style keys (Llama, Mistral, Mixtral, GPT-NeoX, Qwen2,
+//! Qwen3, ...), GPT-2-style keys (`n_embd`, `n_layer`, ...) and the mixture-of-experts and
+//! latent-attention keys of DeepSeek-V3, Qwen2-MoE, Qwen3-MoE and GPT-OSS. Errors inside the JSON name the JSON file,
 //! the line and column of the key, and the key.
 //!
 //! What the import cannot model is never dropped silently: a `model_type` outside
@@ -10,8 +11,9 @@
 //! warning.
 
 use super::error::{Ctx, ErrorKind, LineIndex, Loc, ScenarioError};
-use super::keys::model as mk;
+use super::keys::{mla as mlak, model as mk};
 use super::read::group_digits;
+use super::types::Mla;
 use serde_json::Value;
 use std::path::Path;
 
@@ -36,18 +38,33 @@ pub(crate) struct HfShape {
     pub shared_ffn_hidden: Option<u64>,
     pub dense_layers: Option<u64>,
     pub qkv_bias: bool,
-    pub mla: Option<super::types::Mla>,
+    pub mla: Option<Mla>,
     /// Keys the config sets that change the model but that twin does not model, each as
     /// "key = value (what it means)".
     pub unmodelled: Vec<String>,
 }
 
-/// The `model_type`s whose shape the keys below describe completely, apart from the keys of
-/// [`UNMODELLED`].
-pub const MODEL_TYPES: &[&str] = &["llama", "mistral", "mixtral", "qwen2", "gpt_neox", "gpt2"];
+/// The `model_type`s whose shape the import reads completely, apart from the keys of
+/// [`UNMODELLED`] and the notes it adds per family.
+pub const MODEL_TYPES: &[&str] = &[
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "deepseek_v3",
+    "gpt_oss",
+    "gpt_neox",
+    "gpt2",
+];
 
 /// Keys of Hugging Face configs that change the model's compute or memory but that the
-/// import does not model, with what each means. Keys set to null, false or 0 are not listed.
+/// import does not model, with what each means. Keys set to null, false, 0 or empty are not
+/// listed, nor keys the config's own family reads (DeepSeek-V3's MoE and MLA keys under
+/// `deepseek_v3`, Qwen's under `qwen2_moe` and `qwen3_moe`): under another `model_type`
+/// (imported with `hf_force`) they leave the model dense and are listed.
 pub const UNMODELLED: &[(&str, &str)] = &[
     (
         "sliding_window",
@@ -57,11 +74,14 @@ pub const UNMODELLED: &[(&str, &str)] = &[
         "use_sliding_window",
         "sliding-window attention: twin attends over the whole sequence",
     ),
-    ("attention_bias", "biases on the attention projections"),
+    (
+        "attention_bias",
+        "the output projection's bias; twin counts the query, key and value biases",
+    ),
     ("mlp_bias", "biases on the MLP projections"),
     (
         "n_routed_experts",
-        "routed experts (DeepSeek MoE): twin models a dense model",
+        "routed experts, read under model_type deepseek_v3: here a dense model",
     ),
     ("n_shared_experts", "shared experts"),
     ("moe_intermediate_size", "the experts' MLP width"),
@@ -72,8 +92,9 @@ pub const UNMODELLED: &[(&str, &str)] = &[
     ("moe_layer_freq", "MoE on every n-th layer only"),
     (
         "num_experts",
-        "routed experts (Qwen MoE): twin models a dense model",
+        "routed experts, read under model_type qwen2_moe and qwen3_moe: here a dense model",
     ),
+    ("decoder_sparse_step", "MoE on every n-th layer only"),
     ("shared_expert_intermediate_size", "a shared expert"),
     (
         "kv_lora_rank",
@@ -99,6 +120,28 @@ pub const UNMODELLED: &[(&str, &str)] = &[
     (
         "rope_scaling",
         "rotary-embedding scaling (no cost of its own, but a longer context)",
+    ),
+    (
+        "layer_types",
+        "layers of different attention kinds (windowed, linear): twin attends fully on all",
+    ),
+    (
+        "mlp_only_layers",
+        "dense layers among the MoE layers, which moe_every cannot place",
+    ),
+    (
+        "n_group",
+        "group-limited routing (each token's experts from topk_group of n_group groups)",
+    ),
+    (
+        "topk_group",
+        "group-limited routing (each token's experts from topk_group of n_group groups)",
+    ),
+    ("topk_method", "the router's expert selection"),
+    ("routed_scaling_factor", "the routed experts' output scale"),
+    (
+        "quantization_config",
+        "the checkpoint's weight format; twin trains at the scenario's precision",
     ),
 ];
 
@@ -229,32 +272,66 @@ pub(crate) fn parse(origin: &str, text: &str, force: bool) -> Result<HfShape, Sc
         && (matches!(act.as_str(), "silu" | "swiglu")
             || matches!(
                 model_type.as_str(),
-                "llama" | "mistral" | "mixtral" | "qwen2"
+                "llama"
+                    | "mistral"
+                    | "mixtral"
+                    | "qwen2"
+                    | "qwen2_moe"
+                    | "qwen3"
+                    | "qwen3_moe"
+                    | "deepseek_v3"
+                    | "gpt_oss"
             ));
     shape.experts = reader.uint("num_local_experts", mk::EXPERTS.uint_range())?;
-    shape.top_k = reader.uint("num_experts_per_tok", mk::EXPERTS.uint_range())?;
-    // Qwen2 writes a sliding_window that applies only with use_sliding_window = true.
-    let window_off = map.get("use_sliding_window") == Some(&Value::Bool(false));
+    shape.top_k = reader.uint("num_experts_per_tok", mk::TOP_K.uint_range())?;
+    // `attention_bias` biases all four attention projections wherever transformers has the
+    // key (its Llama, Qwen3, DeepSeek-V3 and GPT-OSS attention classes); twin counts the
+    // query, key and value biases, and UNMODELLED lists the output projection's.
+    shape.qkv_bias = reader.boolean("attention_bias")?.unwrap_or(false);
+    // Keys the family's import reads; UNMODELLED does not list them.
+    let mut modelled: Vec<&str> = Vec::new();
+    match model_type.as_str() {
+        "deepseek_v3" => deepseek_v3(&reader, &mut shape, &mut modelled)?,
+        "qwen2_moe" => qwen_moe(&reader, true, &mut shape, &mut modelled)?,
+        "qwen3_moe" => qwen_moe(&reader, false, &mut shape, &mut modelled)?,
+        "gpt_oss" => gpt_oss(&reader, &mut shape)?,
+        // Qwen2 biases the query, key and value projections without a key saying so
+        // (Qwen2Attention, huggingface/transformers@63bb723747035466e5339aea864b133f709b067d
+        // src/transformers/models/qwen2/modeling_qwen2.py).
+        "qwen2" => shape.qkv_bias = true,
+        // Qwen3's per-head RMSNorm on queries and keys (2 * head_dim weights per layer, 256
+        // at head_dim 128) is not counted: under 0.0002% of any Qwen3 model.
+        _ => {}
+    }
+    // The Qwen families attend over a sliding window only with use_sliding_window = true
+    // (their configs write sliding_window regardless); elsewhere use_sliding_window = false
+    // switches it off.
+    let qwen = model_type.starts_with("qwen");
+    let window_off = match map.get("use_sliding_window") {
+        Some(Value::Bool(on)) => !on,
+        _ => qwen,
+    };
     for (key, what) in UNMODELLED {
-        if *key == "sliding_window" && window_off {
+        if modelled.contains(key) || (*key == "sliding_window" && window_off) {
             continue;
         }
         match map.get(*key) {
             None | Some(Value::Null) | Some(Value::Bool(false)) => {}
             Some(Value::Number(n)) if n.as_f64() == Some(0.0) => {}
+            Some(Value::Array(a)) if a.is_empty() => {}
+            Some(Value::Object(o)) if o.is_empty() => {}
+            // Every layer attending fully is what twin models.
+            Some(Value::Array(a))
+                if *key == "layer_types"
+                    && a.iter().all(|t| t.as_str() == Some("full_attention")) => {}
             Some(v) => shape.unmodelled.push(format!(
                 "{key} = {} ({what})",
                 super::error::shorten(&v.to_string())
             )),
         }
     }
-    // Qwen2 puts biases on the query, key and value projections without a key saying so.
-    if model_type == "qwen2" {
-        shape
-            .unmodelled
-            .push("model_type = \"qwen2\" (biases on the query, key and value projections)".into());
-    }
-    // DeepSeek's MoE keys are not Mixtral's: top_k without num_local_experts is unmodelled.
+    // Without a family that reads them, MoE keys other than Mixtral's leave the model dense:
+    // top_k without num_local_experts is unmodelled.
     if shape.experts.is_none() {
         if let Some(k) = shape.top_k.take() {
             shape.unmodelled.push(format!(
@@ -263,6 +340,168 @@ pub(crate) fn parse(origin: &str, text: &str, force: bool) -> Result<HfShape, Sc
         }
     }
     Ok(shape)
+}
+
+/// DeepSeek-V3, as transformers' DeepseekV3Config names its keys
+/// (huggingface/transformers@001f85b38fb432858ace93f18622f07cec46d874
+/// src/transformers/models/deepseek_v3/configuration_deepseek_v3.py); a key the config leaves
+/// out takes that class's default, which is DeepSeek-V3's own shape.
+/// - `n_routed_experts`, `num_experts_per_tok`, `moe_intermediate_size` (the routed expert's
+///   width); `intermediate_size` stays the dense layers' width.
+/// - `n_shared_experts` shared experts, each `moe_intermediate_size` wide (transformers
+///   builds them as one MLP `n_shared_experts` times as wide: the same parameters and FLOPs).
+/// - Layer `i` has experts when `i >= first_k_dense_replace` and `i % moe_layer_freq == 0`,
+///   which is `Moe::is_moe_layer` (DeepSeek's modeling code as vLLM carries it:
+///   vllm-project/vllm@b863fe5bf4e19680572603b4e166faefc5725551
+///   vllm/model_executor/models/deepseek_v2.py).
+/// - Multi-head latent attention from `q_lora_rank` (null: queries projected directly),
+///   `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim` and `v_head_dim`.
+fn deepseek_v3(
+    r: &Reader<'_>,
+    s: &mut HfShape,
+    modelled: &mut Vec<&str>,
+) -> Result<(), ScenarioError> {
+    s.experts = r.uint_or("n_routed_experts", mk::EXPERTS.uint_range(), 256)?;
+    s.top_k = r.uint_or("num_experts_per_tok", mk::TOP_K.uint_range(), 8)?;
+    s.moe_ffn_hidden = r.uint_or(
+        "moe_intermediate_size",
+        mk::MOE_FFN_HIDDEN.uint_range(),
+        2048,
+    )?;
+    s.shared_experts = r.uint_or("n_shared_experts", mk::SHARED_EXPERTS.uint_range(), 1)?;
+    s.shared_ffn_hidden = s.moe_ffn_hidden;
+    s.dense_layers = r.uint_or("first_k_dense_replace", mk::DENSE_LAYERS.uint_range(), 3)?;
+    s.moe_every = r.uint("moe_layer_freq", mk::MOE_EVERY.uint_range())?;
+    let rank = |key: &str, range: (u64, u64), default: u64| -> Result<u64, ScenarioError> {
+        r.uint_or(key, range, default)?.ok_or_else(|| {
+            r.err(
+                key,
+                "multi-head latent attention needs this size",
+                format!(
+                    "integers from {} to {}",
+                    group_digits(range.0),
+                    group_digits(range.1)
+                ),
+            )
+        })
+    };
+    s.mla = Some(Mla {
+        q_lora_rank: r
+            .uint_or("q_lora_rank", mlak::Q_LORA_RANK.uint_range(), 1536)?
+            .unwrap_or(0),
+        kv_lora_rank: rank("kv_lora_rank", mlak::KV_LORA_RANK.uint_range(), 512)?,
+        qk_nope_head_dim: rank("qk_nope_head_dim", mlak::QK_NOPE_HEAD_DIM.uint_range(), 128)?,
+        qk_rope_head_dim: rank("qk_rope_head_dim", mlak::QK_ROPE_HEAD_DIM.uint_range(), 64)?,
+        v_head_dim: rank("v_head_dim", mlak::V_HEAD_DIM.uint_range(), 128)?,
+    });
+    modelled.extend([
+        "n_routed_experts",
+        "n_shared_experts",
+        "moe_intermediate_size",
+        "first_k_dense_replace",
+        "moe_layer_freq",
+        "q_lora_rank",
+        "kv_lora_rank",
+        "qk_nope_head_dim",
+        "qk_rope_head_dim",
+        "v_head_dim",
+    ]);
+    Ok(())
+}
+
+/// Qwen2-MoE (`qwen2_moe`) and Qwen3-MoE, as transformers' Qwen2MoeConfig and Qwen3MoeConfig
+/// name their keys (huggingface/transformers@008e574391258935f3ecc3035c882e73bbcac419
+/// src/transformers/models/qwen2_moe/configuration_qwen2_moe.py and
+/// src/transformers/models/qwen3_moe/configuration_qwen3_moe.py); a key the config leaves out
+/// takes that class's default.
+/// - `num_experts` (0: a dense model), `num_experts_per_tok`, `moe_intermediate_size`.
+/// - `decoder_sparse_step` as `moe_every`. transformers puts the experts on the layers with
+///   `(i + 1) % step == 0` (modeling_qwen3_moe.py), twin on those with `i % step == 0`: the
+///   same for the step of 1 every published Qwen MoE uses, listed as unmodelled otherwise.
+/// - Qwen2-MoE: one shared expert `shared_expert_intermediate_size` wide (0: none) and biases
+///   on the query, key and value projections (`qkv_bias`, true unless the config says
+///   otherwise). The shared expert's sigmoid gate (`hidden x 1` per layer) is listed.
+fn qwen_moe(
+    r: &Reader<'_>,
+    qwen2: bool,
+    s: &mut HfShape,
+    modelled: &mut Vec<&str>,
+) -> Result<(), ScenarioError> {
+    let (experts, top_k, width) = if qwen2 { (60, 4, 1408) } else { (128, 8, 768) };
+    let any = (0, mk::EXPERTS.uint_range().1);
+    s.experts = r.uint_or("num_experts", any, experts)?.filter(|&e| e > 0);
+    s.top_k = r.uint_or("num_experts_per_tok", mk::TOP_K.uint_range(), top_k)?;
+    s.moe_ffn_hidden = r.uint_or(
+        "moe_intermediate_size",
+        mk::MOE_FFN_HIDDEN.uint_range(),
+        width,
+    )?;
+    s.moe_every = r.uint_or("decoder_sparse_step", mk::MOE_EVERY.uint_range(), 1)?;
+    if let (Some(step @ 2..), Some(_)) = (s.moe_every, s.experts) {
+        s.unmodelled.push(format!(
+            "decoder_sparse_step = {step} (experts on the layers i with (i + 1) % {step} == 0; \
+             twin puts them where i % {step} == 0)"
+        ));
+    }
+    modelled.extend([
+        "num_experts",
+        "moe_intermediate_size",
+        "decoder_sparse_step",
+    ]);
+    if qwen2 {
+        let any = (0, mk::SHARED_EXPERT_FFN_HIDDEN.uint_range().1);
+        if let Some(w @ 1..) = r.uint_or("shared_expert_intermediate_size", any, 5632)? {
+            s.shared_experts = Some(1);
+            s.shared_ffn_hidden = Some(w);
+            s.unmodelled.push(
+                "model_type = \"qwen2_moe\" (the shared expert's sigmoid gate, a hidden x 1 \
+                 linear layer per MoE layer)"
+                    .into(),
+            );
+        }
+        modelled.push("shared_expert_intermediate_size");
+        s.qkv_bias = r.boolean("qkv_bias")?.unwrap_or(true);
+    }
+    Ok(())
+}
+
+/// GPT-OSS, as transformers' GptOssConfig names its keys
+/// (huggingface/transformers@02b8f42b4240dddea1b27c45d2dc95fb2682f841
+/// src/transformers/models/gpt_oss/configuration_gpt_oss.py); a key the config leaves out
+/// takes that class's default. Every layer is an MoE layer without a dense MLP:
+/// `intermediate_size` is the expert's width. `attention_bias` (default true) biases all
+/// four attention projections. What GptOssAttention, GptOssTopKRouter and GptOssExperts
+/// (huggingface/transformers@00d4b3d2142cb4ced2f51b90614b5d26bc045015
+/// src/transformers/models/gpt_oss/modeling_gpt_oss.py) have beyond that is listed as
+/// unmodelled: one attention-sink logit per head, the router's bias, the experts' biases
+/// (`2 * f + h` per expert) and their clamped SwiGLU; the alternating sliding-window layers
+/// are listed through `sliding_window` and `layer_types`.
+fn gpt_oss(r: &Reader<'_>, s: &mut HfShape) -> Result<(), ScenarioError> {
+    s.experts = r.uint_or("num_local_experts", mk::EXPERTS.uint_range(), 128)?;
+    s.top_k = r.uint_or("num_experts_per_tok", mk::TOP_K.uint_range(), 4)?;
+    s.ffn_hidden = r.uint_or("intermediate_size", mk::FFN_HIDDEN.uint_range(), 2880)?;
+    s.moe_ffn_hidden = s.ffn_hidden;
+    if !r.has("attention_bias") {
+        s.qkv_bias = true;
+        s.unmodelled.push(
+            "attention_bias (absent: GPT-OSS's default true) (the output projection's bias; \
+             twin counts the query, key and value biases)"
+                .into(),
+        );
+    }
+    if !r.map.contains_key("sliding_window") {
+        s.unmodelled.push(
+            "sliding_window (absent: GPT-OSS's default 128 on every other layer) \
+             (sliding-window attention: twin attends over the whole sequence)"
+                .into(),
+        );
+    }
+    s.unmodelled.push(
+        "model_type = \"gpt_oss\" (attention sinks, the router's and the experts' biases, \
+         the experts' clamped SwiGLU)"
+            .into(),
+    );
+    Ok(())
 }
 
 struct Reader<'a> {
@@ -317,6 +556,20 @@ impl Reader<'_> {
                 _ => Err(self.err(key, "out of range", allowed)),
             },
             Some(_) => Err(self.err(key, "expected an integer", allowed)),
+        }
+    }
+
+    /// As [`Reader::uint`], but a key the config leaves out takes `default` (the default of
+    /// the family's transformers config class); a null stays `None`.
+    fn uint_or(
+        &self,
+        key: &str,
+        range: (u64, u64),
+        default: u64,
+    ) -> Result<Option<u64>, ScenarioError> {
+        match self.map.contains_key(key) {
+            true => self.uint(key, range),
+            false => Ok(Some(default)),
         }
     }
 
