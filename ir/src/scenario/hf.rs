@@ -622,6 +622,263 @@ mod tests {
         assert!(s.unmodelled.is_empty(), "{:?}", s.unmodelled);
     }
 
+    /// The first word of each unmodelled note: the key it names.
+    fn listed(s: &HfShape) -> Vec<&str> {
+        s.unmodelled
+            .iter()
+            .map(|n| n.split(' ').next().unwrap_or(""))
+            .collect()
+    }
+
+    /// DeepSeek-V3's keys (huggingface.co/deepseek-ai/DeepSeek-V3 config.json) fill the MoE
+    /// and MLA fields; what twin does not model stays listed.
+    #[test]
+    fn deepseek_v3_keys() {
+        let text = r#"{"model_type": "deepseek_v3", "hidden_size": 7168,
+            "intermediate_size": 18432, "num_hidden_layers": 61, "num_attention_heads": 128,
+            "n_routed_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
+            "n_shared_experts": 1, "first_k_dense_replace": 3, "moe_layer_freq": 1,
+            "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1,
+            "n_group": 8, "topk_group": 4, "topk_method": "noaux_tc",
+            "routed_scaling_factor": 2.5, "attention_bias": false, "vocab_size": 129280}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert_eq!(
+            (s.experts, s.top_k, s.moe_every),
+            (Some(256), Some(8), Some(1))
+        );
+        assert_eq!((s.moe_ffn_hidden, s.ffn_hidden), (Some(2048), Some(18432)));
+        assert_eq!(
+            (s.shared_experts, s.shared_ffn_hidden),
+            (Some(1), Some(2048))
+        );
+        assert_eq!(s.dense_layers, Some(3));
+        assert_eq!(
+            s.mla,
+            Some(Mla {
+                q_lora_rank: 1536,
+                kv_lora_rank: 512,
+                qk_nope_head_dim: 128,
+                qk_rope_head_dim: 64,
+                v_head_dim: 128
+            })
+        );
+        assert!(s.gated_mlp && !s.qkv_bias);
+        assert_eq!(
+            listed(&s),
+            [
+                "num_nextn_predict_layers",
+                "n_group",
+                "topk_group",
+                "topk_method",
+                "routed_scaling_factor"
+            ]
+        );
+    }
+
+    /// A DeepSeek-V3 key the config leaves out takes DeepseekV3Config's default; a null
+    /// q_lora_rank projects queries directly; a null KV rank is an error at the key.
+    #[test]
+    fn deepseek_v3_defaults_and_nulls() {
+        let text = r#"{"model_type": "deepseek_v3", "hidden_size": 1024}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert_eq!(
+            (s.experts, s.top_k, s.moe_ffn_hidden),
+            (Some(256), Some(8), Some(2048))
+        );
+        assert_eq!(
+            (s.shared_experts, s.dense_layers, s.moe_every),
+            (Some(1), Some(3), None)
+        );
+        assert_eq!(
+            s.mla.map(|m| (m.q_lora_rank, m.kv_lora_rank)),
+            Some((1536, 512))
+        );
+
+        let text = r#"{"model_type": "deepseek_v3", "q_lora_rank": null, "n_routed_experts": 64}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert_eq!(s.mla.map(|m| m.q_lora_rank), Some(0));
+        assert_eq!(s.experts, Some(64));
+
+        let text = "{\"model_type\": \"deepseek_v3\",\n \"kv_lora_rank\": null}";
+        let e = parse("c.json", text, false).unwrap_err();
+        assert_eq!((e.key.as_str(), e.line), ("kv_lora_rank", Some(2)));
+        assert!(e.to_string().contains("latent attention"), "{e}");
+    }
+
+    /// Qwen3-MoE: num_experts, moe_intermediate_size and decoder_sparse_step; a step other
+    /// than 1 places the experts differently and is listed, as is a non-empty
+    /// mlp_only_layers; an empty one and a switched-off sliding window are not.
+    #[test]
+    fn qwen3_moe_keys() {
+        let text = r#"{"model_type": "qwen3_moe", "hidden_size": 2048, "head_dim": 128,
+            "intermediate_size": 6144, "num_experts": 128, "num_experts_per_tok": 8,
+            "moe_intermediate_size": 768, "decoder_sparse_step": 1, "mlp_only_layers": [],
+            "sliding_window": null, "use_sliding_window": false, "attention_bias": false}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert_eq!(
+            (s.experts, s.top_k, s.moe_every),
+            (Some(128), Some(8), Some(1))
+        );
+        assert_eq!((s.moe_ffn_hidden, s.ffn_hidden), (Some(768), Some(6144)));
+        assert_eq!(
+            (s.shared_experts, s.dense_layers, s.mla),
+            (None, None, None)
+        );
+        assert!(s.gated_mlp && !s.qkv_bias);
+        assert!(s.unmodelled.is_empty(), "{:?}", s.unmodelled);
+
+        let text = r#"{"model_type": "qwen3_moe", "num_experts": 8, "decoder_sparse_step": 2,
+            "mlp_only_layers": [0, 5], "sliding_window": 4096}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert_eq!(s.moe_every, Some(2));
+        assert_eq!(listed(&s), ["decoder_sparse_step", "mlp_only_layers"]);
+        assert!(
+            s.unmodelled[0].contains("(i + 1) % 2 == 0"),
+            "{:?}",
+            s.unmodelled
+        );
+
+        // num_experts = 0 is a dense Qwen3-MoE.
+        let s = parse(
+            "c.json",
+            r#"{"model_type": "qwen3_moe", "num_experts": 0}"#,
+            false,
+        )
+        .unwrap();
+        assert_eq!((s.experts, s.top_k), (None, None));
+    }
+
+    /// Qwen2-MoE (huggingface.co/Qwen/Qwen1.5-MoE-A2.7B config.json): one shared expert of
+    /// shared_expert_intermediate_size, biased Q/K/V unless the config says otherwise.
+    #[test]
+    fn qwen2_moe_keys() {
+        let text = r#"{"model_type": "qwen2_moe", "hidden_size": 2048, "num_experts": 60,
+            "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+            "shared_expert_intermediate_size": 5632, "intermediate_size": 5632,
+            "use_sliding_window": false, "sliding_window": 32768}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert_eq!(
+            (s.experts, s.top_k, s.moe_ffn_hidden),
+            (Some(60), Some(4), Some(1408))
+        );
+        assert_eq!(
+            (s.shared_experts, s.shared_ffn_hidden),
+            (Some(1), Some(5632))
+        );
+        assert!(s.qkv_bias && s.gated_mlp);
+        assert_eq!(listed(&s), ["model_type"]);
+        assert!(s.unmodelled[0].contains("gate"), "{:?}", s.unmodelled);
+
+        let text = r#"{"model_type": "qwen2_moe", "shared_expert_intermediate_size": 0,
+            "qkv_bias": false}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert_eq!((s.shared_experts, s.shared_ffn_hidden), (None, None));
+        assert!(!s.qkv_bias);
+        assert!(s.unmodelled.is_empty(), "{:?}", s.unmodelled);
+    }
+
+    /// GPT-OSS (huggingface.co/openai/gpt-oss-120b config.json): intermediate_size is the
+    /// expert's width, attention_bias the Q/K/V biases; the windows, sinks and expert biases
+    /// are listed.
+    #[test]
+    fn gpt_oss_keys() {
+        let text = r#"{"model_type": "gpt_oss", "hidden_size": 2880, "head_dim": 64,
+            "intermediate_size": 2880, "num_local_experts": 128, "num_experts_per_tok": 4,
+            "attention_bias": true, "sliding_window": 128,
+            "layer_types": ["sliding_attention", "full_attention"], "swiglu_limit": 7.0}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert_eq!((s.experts, s.top_k), (Some(128), Some(4)));
+        assert_eq!((s.moe_ffn_hidden, s.ffn_hidden), (Some(2880), Some(2880)));
+        assert_eq!(
+            (s.shared_experts, s.dense_layers, s.moe_every),
+            (None, None, None)
+        );
+        assert!(s.qkv_bias && s.gated_mlp);
+        assert_eq!(
+            listed(&s),
+            [
+                "model_type",
+                "sliding_window",
+                "attention_bias",
+                "layer_types"
+            ]
+        );
+
+        // Left out, attention_bias and sliding_window take GptOssConfig's defaults, and say
+        // so; layer_types of full attention only is what twin models.
+        let text = r#"{"model_type": "gpt_oss", "layer_types": ["full_attention"]}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert!(s.qkv_bias);
+        assert_eq!((s.experts, s.moe_ffn_hidden), (Some(128), Some(2880)));
+        assert_eq!(
+            listed(&s),
+            ["attention_bias", "sliding_window", "model_type"]
+        );
+    }
+
+    /// attention_bias on any family makes qkv_bias and lists the output projection's bias.
+    #[test]
+    fn attention_bias_is_qkv_bias() {
+        let text = r#"{"model_type": "llama", "hidden_size": 4096, "attention_bias": true}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert!(s.qkv_bias);
+        assert_eq!(listed(&s), ["attention_bias"]);
+        assert!(
+            s.unmodelled[0].contains("output projection"),
+            "{:?}",
+            s.unmodelled
+        );
+        let s = parse("c.json", r#"{"model_type": "qwen2"}"#, false).unwrap();
+        assert!(s.qkv_bias && s.unmodelled.is_empty());
+    }
+
+    /// Qwen3's configs write a sliding_window that applies only with use_sliding_window =
+    /// true; Mistral's applies without that key.
+    #[test]
+    fn qwen_sliding_window_needs_use_sliding_window() {
+        let s = parse(
+            "c.json",
+            r#"{"model_type": "qwen3", "sliding_window": 4096}"#,
+            false,
+        )
+        .unwrap();
+        assert!(s.unmodelled.is_empty(), "{:?}", s.unmodelled);
+        let text = r#"{"model_type": "qwen3", "sliding_window": 4096, "use_sliding_window": true}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert_eq!(listed(&s), ["sliding_window", "use_sliding_window"]);
+        let s = parse(
+            "c.json",
+            r#"{"model_type": "mistral", "sliding_window": 4096}"#,
+            false,
+        )
+        .unwrap();
+        assert_eq!(listed(&s), ["sliding_window"]);
+    }
+
+    /// Under a model_type the import does not know (here forced), the MoE and MLA keys are
+    /// not read: the model stays dense and each key is listed.
+    #[test]
+    fn unknown_family_keys_still_warn() {
+        let text = r#"{"model_type": "deepseek_v2", "hidden_size": 2048,
+            "n_routed_experts": 64, "num_experts_per_tok": 6, "moe_intermediate_size": 1408,
+            "kv_lora_rank": 512, "num_experts": 16, "decoder_sparse_step": 2}"#;
+        assert!(parse("c.json", text, false).is_err());
+        let s = parse("c.json", text, true).unwrap();
+        assert_eq!((s.experts, s.top_k, s.mla), (None, None, None));
+        assert_eq!(
+            listed(&s),
+            [
+                "n_routed_experts",
+                "moe_intermediate_size",
+                "num_experts",
+                "decoder_sparse_step",
+                "kv_lora_rank",
+                "num_experts_per_tok"
+            ]
+        );
+    }
+
     #[test]
     fn gpt2_keys_and_null_inner() {
         let text = r#"{"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
