@@ -288,7 +288,10 @@ pub(crate) fn parse(origin: &str, text: &str, force: bool) -> Result<HfShape, Sc
     // key (its Llama, Qwen3, DeepSeek-V3 and GPT-OSS attention classes); twin counts the
     // query, key and value biases, and UNMODELLED lists the output projection's.
     shape.qkv_bias = reader.boolean("attention_bias")?.unwrap_or(false);
-    // Keys the family's import reads; UNMODELLED does not list them.
+    // Keys the family's import reads; UNMODELLED does not list them. Qwen3 and Qwen3-MoE
+    // need nothing beyond the Llama keys but their per-head RMSNorm on queries and keys
+    // (2 * head_dim weights per layer, 256 at head_dim 128), which is not counted: under
+    // 0.0002% of any Qwen3 model.
     let mut modelled: Vec<&str> = Vec::new();
     match model_type.as_str() {
         "deepseek_v3" => deepseek_v3(&reader, &mut shape, &mut modelled)?,
@@ -299,8 +302,6 @@ pub(crate) fn parse(origin: &str, text: &str, force: bool) -> Result<HfShape, Sc
         // (Qwen2Attention, huggingface/transformers@63bb723747035466e5339aea864b133f709b067d
         // src/transformers/models/qwen2/modeling_qwen2.py).
         "qwen2" => shape.qkv_bias = true,
-        // Qwen3's per-head RMSNorm on queries and keys (2 * head_dim weights per layer, 256
-        // at head_dim 128) is not counted: under 0.0002% of any Qwen3 model.
         _ => {}
     }
     // The Qwen families attend over a sliding window only with use_sliding_window = true
