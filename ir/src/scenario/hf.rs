@@ -290,8 +290,8 @@ pub(crate) fn parse(origin: &str, text: &str, force: bool) -> Result<HfShape, Sc
     shape.qkv_bias = reader.boolean("attention_bias")?.unwrap_or(false);
     // Keys the family's import reads; UNMODELLED does not list them. Qwen3 and Qwen3-MoE
     // need nothing beyond the Llama keys but their per-head RMSNorm on queries and keys
-    // (2 * head_dim weights per layer, 256 at head_dim 128), which is not counted: under
-    // 0.0002% of any Qwen3 model.
+    // (2 * head_dim weights per layer, 256 at head_dim 128), which is not counted: 7,168
+    // weights in the smallest, Qwen3-0.6B's 28 layers, about 0.001% of it.
     let mut modelled: Vec<&str> = Vec::new();
     match model_type.as_str() {
         "deepseek_v3" => deepseek_v3(&reader, &mut shape, &mut modelled)?,
