@@ -371,24 +371,31 @@ fn hf_unmodelled(file: &str, extra: &str) -> Vec<String> {
         .unwrap()
 }
 
-/// DeepSeek-V3 is refused (its MoE and latent attention would be read as a dense model)
-/// unless forced, and then every unmodelled key is listed.
+/// DeepSeek-V2-Lite (`deepseek_v2`, huggingface.co/deepseek-ai/DeepSeek-V2-Lite config.json)
+/// is refused unless forced, and then imports dense with every MoE and latent-attention key
+/// listed: the import reads those keys under `deepseek_v3` only. DeepSeek-V3's config imports
+/// without force, as MoE with latent attention.
 #[test]
 fn hf_unknown_model_type_is_refused_unless_forced() {
-    let e = with_hf("deepseek-v3.json", "").unwrap_err();
+    let e = with_hf("deepseek-v2-lite.json", "").unwrap_err();
     assert_eq!(e.kind, ErrorKind::HfConfig);
-    assert!(e.origin.ends_with("fixtures/hf/deepseek-v3.json"), "{e}");
-    assert_eq!(e.key, "model_type");
-    assert_eq!(e.line, Some(16), "{e}");
-    assert!(e.to_string().contains("deepseek_v3"), "{e}");
     assert!(
-        e.allowed.contains("llama, mistral") && e.allowed.contains("hf_force"),
+        e.origin.ends_with("fixtures/hf/deepseek-v2-lite.json"),
+        "{e}"
+    );
+    assert_eq!(e.key, "model_type");
+    assert_eq!(e.line, Some(15), "{e}");
+    assert!(e.to_string().contains("deepseek_v2"), "{e}");
+    assert!(
+        e.allowed.contains("llama, mistral")
+            && e.allowed.contains("deepseek_v3")
+            && e.allowed.contains("hf_force"),
         "{e}"
     );
 
-    let s = with_hf("deepseek-v3.json", "hf_force = true").unwrap();
-    assert_eq!((s.model.layers, s.model.hidden), (61, 7168));
-    let keys: Vec<String> = hf_unmodelled("deepseek-v3.json", "hf_force = true")
+    let s = with_hf("deepseek-v2-lite.json", "hf_force = true").unwrap();
+    assert_eq!((s.model.layers, s.model.hidden), (27, 2048));
+    let keys: Vec<String> = hf_unmodelled("deepseek-v2-lite.json", "hf_force = true")
         .iter()
         .map(|w| w.split(' ').next().unwrap().to_string())
         .collect();
@@ -399,25 +406,35 @@ fn hf_unknown_model_type_is_refused_unless_forced() {
         "moe_intermediate_size",
         "first_k_dense_replace",
         "kv_lora_rank",
-        "q_lora_rank",
         "qk_rope_head_dim",
         "qk_nope_head_dim",
         "v_head_dim",
-        "num_nextn_predict_layers",
         "rope_scaling",
+        "topk_method",
+        "n_group",
         "num_experts_per_tok",
     ];
     for k in want {
         assert!(keys.iter().any(|x| x == k), "{k} missing from {keys:?}");
     }
-    // attention_bias = false changes nothing and is not listed.
+    // attention_bias = false and q_lora_rank = null change nothing and are not listed.
     assert!(!keys.iter().any(|k| k == "attention_bias"), "{keys:?}");
+    assert!(!keys.iter().any(|k| k == "q_lora_rank"), "{keys:?}");
     // Its num_experts_per_tok without Mixtral's num_local_experts does not make it MoE.
-    assert!(s.model.moe.is_none());
+    assert!(s.model.moe.is_none() && s.model.mla.is_none());
+
+    let m = with_hf("deepseek-v3.json", "").unwrap().model;
+    let moe = m.moe.unwrap();
+    assert_eq!(
+        (moe.experts, moe.shared_experts, moe.dense_layers),
+        (256, 1, 3)
+    );
+    assert_eq!(m.mla.map(|a| a.kv_lora_rank), Some(512));
 }
 
-/// Mistral's sliding window and Qwen2's QKV biases are listed; Qwen2's sliding_window with
-/// use_sliding_window = false is not. Llama and Mixtral configs import without a warning.
+/// Mistral's sliding window is listed; Qwen2's sliding_window with use_sliding_window = false
+/// is not, and its query/key/value biases are modelled. Llama and Mixtral configs import
+/// without a warning.
 #[test]
 fn hf_unmodelled_keys_are_listed() {
     let w = hf_unmodelled("mistral-7b.json", "");
@@ -426,14 +443,17 @@ fn hf_unmodelled_keys_are_listed() {
         w[0].starts_with("sliding_window = 4096 (sliding-window attention"),
         "{w:?}"
     );
-    let w = hf_unmodelled("qwen2-7b.json", "");
-    assert_eq!(w.len(), 1, "{w:?}");
-    assert!(
-        w[0].contains("qwen2") && w[0].contains("query, key and value"),
-        "{w:?}"
-    );
+    assert!(hf_unmodelled("qwen2-7b.json", "").is_empty());
     let m = with_hf("qwen2-7b.json", "").unwrap().model;
     assert_eq!((m.layers, m.hidden, m.kv_heads), (28, 3584, 4));
+    assert!(m.qkv_bias);
+    // The scenario's key wins over the config's.
+    assert!(
+        !with_hf("qwen2-7b.json", "qkv_bias = false")
+            .unwrap()
+            .model
+            .qkv_bias
+    );
     assert!(hf_unmodelled("llama2-7b.json", "").is_empty());
     assert!(hf_unmodelled("mixtral-8x7b.json", "").is_empty());
     assert!(hf_unmodelled("gpt2.json", "").is_empty());
