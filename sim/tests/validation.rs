@@ -71,8 +71,10 @@ fn modern_validation() -> twin_sim::validate::Validation {
 }
 
 /// The modern table (data/validation/throughput-modern.toml, H100, 2024-26) with the bundled
-/// H100 profiles (DGX H100, and Grand Teton for torchtitan's 500 W HBM2e parts): every dense row is simulated, only the mixture-of-experts and hybrid rows
-/// are reported as not expressible, and the errors stay within today's figures
+/// H100 profiles (DGX H100, and Grand Teton for torchtitan's 500 W HBM2e parts): every dense
+/// row and the mixture-of-experts rows without expert-tensor refolding are simulated, the
+/// others (expert layers with etp other than tp, the Mamba hybrid) are reported as not
+/// expressible, and the errors stay within today's figures
 /// (docs/accuracy.md), per group as over the whole table. The bounds are what the model
 /// achieves now, so a change that makes any group worse fails here.
 #[test]
@@ -85,15 +87,24 @@ fn modern_runs_are_covered_and_predicted_within_the_recorded_accuracy() {
         .iter()
         .filter(|r| r.arch.as_deref() == Some("dense"))
         .count();
-    assert_eq!(v.compared_rows(), dense);
-    assert_eq!(v.rows.len(), dense);
-    assert_eq!(v.uncovered.len(), table.run.len() - dense);
+    // Every dense row and the mixture-of-experts rows whose expert layers use the dense
+    // layers' tensor parallelism are simulated; the others are reported with the reason.
+    assert_eq!(v.compared_rows(), dense + MODERN_MOE_SIMULATED);
+    assert_eq!(v.rows.len(), v.compared_rows());
+    assert_eq!(v.uncovered.len(), table.run.len() - v.compared_rows());
     for u in &v.uncovered {
-        assert!(u.reason.starts_with("arch = "), "{}: {}", u.id, u.reason);
+        assert!(
+            u.reason.contains("etp = 1 and tp = 2") || u.reason.contains("Mamba"),
+            "{}: {}",
+            u.id,
+            u.reason
+        );
     }
     let bound = |group: &str| -> (f64, f64) {
         match group {
             "all" => MODERN_ALL,
+            "dense" => MODERN_DENSE,
+            "MoE" => MODERN_MOE,
             "FP8" => MODERN_FP8,
             "BF16" => MODERN_BF16,
             "megatron-core" => MODERN_MEGATRON,
@@ -110,7 +121,7 @@ fn modern_runs_are_covered_and_predicted_within_the_recorded_accuracy() {
         v.median_abs_error
     );
     assert!(v.max_abs_error <= max, "max {}", v.max_abs_error);
-    assert_eq!(v.groups.len(), 6);
+    assert_eq!(v.groups.len(), 8);
     for g in &v.groups {
         let (median, max) = bound(&g.group);
         assert!(
@@ -130,7 +141,11 @@ fn modern_runs_are_covered_and_predicted_within_the_recorded_accuracy() {
 
 /// (median, max) |step-time error| of the modern table today (docs/accuracy.md), over all rows
 /// and per group, each rounded up by 0.2 points: a change that makes a group worse fails.
-const MODERN_ALL: (f64, f64) = (0.083, 0.398);
+const MODERN_ALL: (f64, f64) = (0.092, 0.590);
+const MODERN_DENSE: (f64, f64) = (0.082, 0.398);
+/// The mixture-of-experts rows: Qwen3-30B-A3B and GPT-OSS-120B (tp = etp = 1).
+const MODERN_MOE_SIMULATED: usize = 5;
+const MODERN_MOE: (f64, f64) = (0.182, 0.590);
 const MODERN_FP8: (f64, f64) = (0.069, 0.398);
 const MODERN_BF16: (f64, f64) = (0.115, 0.264);
 const MODERN_MEGATRON: (f64, f64) = (0.049, 0.150);

@@ -63,10 +63,15 @@ pub fn is_long_context(row: &RunRow) -> bool {
     row.cp.unwrap_or(1) > 1 || row.seq_len >= 16_384
 }
 
-/// The groups a row is summarised in: its precision, its framework family, and long context.
-/// A row is in several groups.
+/// The groups a row is summarised in. A dense row: "dense", its precision, its framework
+/// family, and long context (a row is in several groups). A mixture-of-experts row: "MoE"
+/// only, so that the dense groups keep describing dense runs.
 pub fn groups(row: &RunRow) -> Vec<String> {
-    let mut g = Vec::with_capacity(3);
+    if row.arch.as_deref().is_some_and(|a| a != "dense") {
+        return vec!["MoE".to_string()];
+    }
+    let mut g = Vec::with_capacity(4);
+    g.push("dense".to_string());
     if let Some(p) = &row.precision {
         g.push(p.to_ascii_uppercase());
     }
@@ -88,6 +93,23 @@ pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
     }
     if row.gpu_note.is_some() && gpu_preset(row) == row.gpu {
         out.push("gpu_note");
+    }
+    // twin routes every token to top_k experts evenly (dropless, balanced).
+    if row
+        .routing
+        .as_deref()
+        .is_some_and(|r| !r.starts_with("force-balanced"))
+    {
+        out.push("routing");
+    }
+    if row.moe_a2a_overlap == Some(true) {
+        out.push("moe_a2a_overlap");
+    }
+    if row.mtp_layers.unwrap_or(0) > 0 {
+        out.push("mtp_layers");
+    }
+    if row.moe_dispatcher.is_some() {
+        out.push("moe_dispatcher");
     }
     out
 }
@@ -184,15 +206,67 @@ fn block_recompute_layers(row: &RunRow) -> Option<u32> {
 /// Why a row cannot be expressed before any scenario is built, if it cannot.
 fn unsupported(row: &RunRow) -> Option<String> {
     match row.arch.as_deref().unwrap_or("dense") {
-        "dense" => {}
-        arch => {
-            return Some(format!(
-                "arch = {arch:?}: expert FFN widths, shared experts, dense first layers and \
-                 expert-tensor parallelism are not modelled"
-            ))
+        "dense" => None,
+        "moe" => {
+            let etp = row.etp.unwrap_or(row.tp);
+            if etp != row.tp {
+                return Some(format!(
+                    "arch = \"moe\" with etp = {etp} and tp = {}: expert layers that refold the \
+                     tensor-parallel ranks (expert-tensor parallelism other than tp) are not \
+                     modelled",
+                    row.tp
+                ));
+            }
+            if row.cp.unwrap_or(1) > 1 {
+                return Some(
+                    "arch = \"moe\" with cp > 1: expert parallelism across context-parallel \
+                     ranks is not modelled"
+                        .to_string(),
+                );
+            }
+            if row.ep.unwrap_or(1) == 0 || !row.dp.is_multiple_of(row.ep.unwrap_or(1)) {
+                return Some(format!(
+                    "arch = \"moe\": ep = {:?} does not divide dp = {}",
+                    row.ep, row.dp
+                ));
+            }
+            None
+        }
+        arch => Some(format!("arch = {arch:?}: Mamba layers are not modelled")),
+    }
+}
+
+/// The `[model]` keys of a mixture-of-experts row, and its `[model.mla]` table when it has
+/// one (`mla` as the row writes it: "q_lora_rank=1536, kv_lora_rank=512, ...").
+fn moe_keys(row: &RunRow) -> String {
+    let mut text = String::new();
+    let keys = [
+        ("experts", row.experts.map(u64::from)),
+        ("top_k", row.top_k.map(u64::from)),
+        ("moe_ffn_hidden", row.moe_ffn_hidden),
+        ("shared_experts", row.shared_experts.map(u64::from)),
+        (
+            "shared_expert_ffn_hidden",
+            row.shared_expert_ffn_hidden
+                .filter(|_| row.shared_experts.unwrap_or(0) > 0),
+        ),
+        ("dense_layers", row.dense_layers.map(u64::from)),
+        ("dense_ffn_hidden", row.dense_ffn_hidden),
+    ];
+    for (key, value) in keys {
+        if let Some(v) = value {
+            let _ = writeln!(text, "{key} = {v}");
         }
     }
-    None
+    if let Some(toml::Value::String(mla)) = &row.mla {
+        let _ = writeln!(text, "[model.mla]");
+        for part in mla.split(',') {
+            if let Some((k, v)) = part.split_once('=') {
+                let _ = writeln!(text, "{} = {}", k.trim(), v.trim());
+            }
+        }
+    }
+    text
 }
 
 /// The scenario of a modern row (see the module doc for the rules).
@@ -235,6 +309,11 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     if let Some(d) = row.head_dim {
         let _ = writeln!(text, "head_dim = {d}");
     }
+    text.push_str(&moe_keys(row));
+    // twin's `dp` is the data parallelism of the expert layers (`edp`); the dense layers' is
+    // `ep * dp` (with etp = tp and no cp, which `unsupported` checks).
+    let ep = row.ep.unwrap_or(1).max(1);
+    let dp = row.dp / ep;
     // HSDP: FSDP sharding within groups of `fsdp` data-parallel ranks.
     let hsdp = match (row.fsdp, zero) {
         (Some(f), 3) if f > 0 && f != row.dp => format!("fsdp_degree = {f}\n"),
@@ -243,7 +322,7 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     let _ = write!(
         text,
         "[cluster]\ngpu = {gpu:?}\ngpus = {gpus}\n\
-         [parallel]\ntp = {tp}\npp = {pp}\ncp = {cp}\ndp = {dp}\nvpp = {vpp}\n\
+         [parallel]\ntp = {tp}\npp = {pp}\ncp = {cp}\nep = {ep}\ndp = {dp}\nvpp = {vpp}\n\
          schedule = {schedule:?}\nzero = {zero}\nsequence_parallel = {sp}\n{hsdp}\
          [training]\nglobal_batch = {gb}\nmicro_batch = {mb}\nprecision = {precision:?}\n\
          recompute = {recompute:?}\nflash_attention = true\n",
@@ -252,7 +331,6 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
         tp = row.tp,
         pp = row.pp,
         cp = row.cp.unwrap_or(1),
-        dp = row.dp,
         sp = row.sequence_parallel.unwrap_or(false),
         gb = row.global_batch,
         mb = row.micro_batch.unwrap_or(1),
