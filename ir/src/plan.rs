@@ -6,6 +6,13 @@
 //! tp, cp, ep, dp, pp (Megatron's), so a TP group sits inside one node whenever
 //! `tp <= gpus_per_node`. A scenario may override the order (`parallel.order`).
 //!
+//! The mesh's ep and dp axes split the scenario's data parallelism: the scenario's `dp` counts
+//! every data-parallel rank of the dense layers, and the expert layers group `ep` consecutive
+//! ones of them, so the mesh's dp axis is `dp / ep`, the expert layers' data parallelism
+//! (Megatron-Core's expert mesh with the expert tensor parallelism equal to tp,
+//! NVIDIA/Megatron-LM@d98e8a64dd megatron/core/parallel_state.py `RankGenerator`). Dense
+//! data-parallel groups vary cp, ep and dp; expert ones cp and dp.
+//!
 //! HSDP (`parallel.fsdp_degree` below dp under ZeRO-3/FSDP) splits the dp axis in two: the
 //! inner `fsdp_degree` coordinates (consecutive, so the faster links) form the shard group
 //! that ZeRO-3 gathers parameters and reduce-scatters gradients over, and the outer
@@ -166,7 +173,8 @@ pub struct ChunkLayout {
 #[derive(Clone, Debug, Serialize)]
 pub struct Plan {
     pub world: u32,
-    /// Axis sizes indexed like `Coords`.
+    /// Axis sizes indexed like `Coords`; `sizes.dp` is the expert layers' data parallelism,
+    /// the scenario's `dp / ep`.
     pub sizes: Coords,
     pub order: [Axis; 5],
     /// Inner dp coordinates that share one copy of the model state (`dp` but under HSDP):
@@ -190,20 +198,20 @@ pub struct Plan {
 /// guarantees, re-checked so a bug upstream cannot turn into a panic or a silent wrong plan.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PlanError {
-    #[error("mesh tp*cp*ep*dp*pp = {product} does not equal the GPU count {gpus}")]
+    #[error("mesh tp*cp*dp*pp = {product} does not equal the GPU count {gpus}")]
     MeshMismatch { product: u64, gpus: u32 },
     #[error("{what} must be at least 1")]
     Zero { what: &'static str },
     #[error(transparent)]
     Partition(#[from] PartitionError),
-    #[error(
-        "global batch {global_batch} is not a positive multiple of micro_batch*dp*ep = {denom}"
-    )]
+    #[error("global batch {global_batch} is not a positive multiple of micro_batch*dp = {denom}")]
     Batch { global_batch: u64, denom: u64 },
     #[error("world of {0} ranks is too large (limit 1,048,576)")]
     TooLarge(u64),
-    #[error("fsdp_degree = {fsdp_degree} does not divide dp = {dp}")]
+    #[error("fsdp_degree = {fsdp_degree} does not divide the expert data-parallel size {dp}")]
     FsdpDegree { fsdp_degree: u32, dp: u32 },
+    #[error("ep = {ep} does not divide dp = {dp}")]
+    EpDp { ep: u32, dp: u32 },
 }
 
 impl Plan {
@@ -226,7 +234,13 @@ impl Plan {
                 what: "gpus_per_node",
             });
         }
-        let product = [p.tp, p.cp, p.ep, p.dp, p.pp]
+        // The mesh's dp axis is the expert layers' data parallelism: ep groups ep of the dense
+        // layers' dp ranks (Megatron-Core's mesh), so tp*cp*ep*edp*pp = tp*cp*dp*pp.
+        if !p.dp.is_multiple_of(p.ep) {
+            return Err(PlanError::EpDp { ep: p.ep, dp: p.dp });
+        }
+        let edp = p.dp / p.ep;
+        let product = [p.tp, p.cp, p.ep, edp, p.pp]
             .iter()
             .map(|&v| u64::from(v))
             .product::<u64>();
@@ -239,7 +253,7 @@ impl Plan {
                 gpus: s.cluster.gpus,
             });
         }
-        let denom = s.training.micro_batch * u64::from(p.dp) * u64::from(p.ep);
+        let denom = s.training.micro_batch * u64::from(p.dp);
         let m = s.num_microbatches();
         if denom == 0
             || !s.training.global_batch.is_multiple_of(denom)
@@ -251,11 +265,13 @@ impl Plan {
                 denom,
             });
         }
-        let fsdp_degree = p.fsdp_degree();
-        if fsdp_degree == 0 || !p.dp.is_multiple_of(fsdp_degree) {
+        // The shard group's reach along the mesh's dp axis (the dense layers' `fsdp_degree` of
+        // `dp`; HSDP comes only with ep = 1).
+        let fsdp_degree = p.fsdp_degree() / p.ep;
+        if fsdp_degree == 0 || !edp.is_multiple_of(fsdp_degree) {
             return Err(PlanError::FsdpDegree {
                 fsdp_degree,
-                dp: p.dp,
+                dp: edp,
             });
         }
         let world = product as u32;
@@ -263,7 +279,7 @@ impl Plan {
             tp: p.tp,
             cp: p.cp,
             ep: p.ep,
-            dp: p.dp,
+            dp: edp,
             pp: p.pp,
         };
         let split = partition::split(partition::SplitInput {

@@ -322,3 +322,30 @@ fn recycled_groups_serve_only_the_same_mesh() {
     assert_eq!(groups(&reused), groups(&fresh));
     assert_eq!(reused.microbatches, fresh.microbatches);
 }
+
+/// Expert parallelism folds into data parallelism, as Megatron-Core's mesh does: tp 2, pp 1,
+/// dp 8, ep 4 is 16 GPUs (not 64). The dense layers' data-parallel group is the 8 dp ranks of
+/// a tp coordinate; the expert layers split those into ep groups of 4 consecutive dp ranks
+/// (tp ranks apart) and expert data-parallel groups of the dp / ep = 2 ranks that hold the
+/// same experts.
+#[test]
+fn expert_parallelism_groups_ranks_of_the_data_parallel_dimension() {
+    let mut s = small_scenario(2, 1, 8, 4);
+    s.parallel.ep = 4;
+    let plan = Plan::new(&s).unwrap();
+    assert_eq!(plan.world, 16);
+    assert_eq!((plan.sizes.ep, plan.sizes.dp), (4, 2));
+    let members = |r: RankId, k: GroupKind| plan.group(plan.group_of(r, k)).members.clone();
+    assert_eq!(
+        members(0, GroupKind::DenseDp),
+        (0..16).step_by(2).collect::<Vec<_>>()
+    );
+    assert_eq!(members(0, GroupKind::Ep), vec![0, 2, 4, 6]);
+    assert_eq!(members(1, GroupKind::Ep), vec![1, 3, 5, 7]);
+    assert_eq!(members(0, GroupKind::ExpertDp), vec![0, 8]);
+    assert_eq!(plan.group_size(GroupKind::DenseDp), 8);
+    assert_eq!(plan.group_size(GroupKind::ExpertDp), 2);
+    // ep must divide dp.
+    s.parallel.ep = 3;
+    assert_eq!(Plan::new(&s).unwrap_err(), PlanError::EpDp { ep: 3, dp: 8 });
+}

@@ -221,6 +221,7 @@ fn generated_schedules_run_with_checked_data() {
     let ffn_hidden = ep.model.ffn_hidden;
     ep.model.moe = Some(twin_sim::scenario::Moe::uniform(4, 2, 1, ffn_hidden));
     ep.parallel.ep = 2;
+    ep.parallel.dp = 2;
     cases.extend([zero1, zero3, cp, ep]);
     let mut seen = std::collections::BTreeSet::new();
     for s in &cases {

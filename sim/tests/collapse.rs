@@ -125,6 +125,9 @@ fn random_scenario() -> impl Strategy<Value = Scenario> {
                 s.parallel.vpp = vpp;
                 s.parallel.cp = cp;
                 s.parallel.ep = ep;
+                // `dp` here is the expert layers' data parallelism; the scenario's is the
+                // dense layers'.
+                s.parallel.dp = dp * ep;
                 s.parallel.zero = zero;
                 s.parallel.schedule = sched;
                 s.cluster.gpus = tp * pp * dp * cp * ep;

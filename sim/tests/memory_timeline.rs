@@ -68,6 +68,8 @@ fn scenario(c: &Cfg) -> Scenario {
     };
     s.parallel.vpp = vpp;
     s.parallel.ep = c.ep;
+    // `c.dp` is the expert layers' data parallelism; the scenario's is the dense layers'.
+    s.parallel.dp = c.dp * c.ep;
     s.parallel.zero = if c.fsdp { 3 } else { c.zero };
     s.parallel.fsdp = c.fsdp;
     s.parallel.schedule = c.schedule;

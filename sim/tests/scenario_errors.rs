@@ -419,7 +419,7 @@ fn mesh_must_cover_the_gpus() {
             key: "parallel.dp",
             value: "3",
             at: "dp = ^3",
-            message: &["tp*pp*dp*cp*ep = 2*2*3*1*1 = 12, but cluster.gpus = 16"],
+            message: &["tp*pp*dp*cp = 2*2*3*1 = 12, but cluster.gpus = 16"],
             allowed: &["dp = 4", "leave dp out"],
         },
     );
@@ -436,7 +436,7 @@ fn derived_dp_must_be_whole() {
             value: "3",
             at: "tp = ^3",
             message: &[
-                "gpus / (tp*pp*cp*ep) = 16 / (3*2*1*1) = 16 / 6",
+                "gpus / (tp*pp*cp) = 16 / (3*2*1) = 16 / 6",
                 "not a whole number",
             ],
             allowed: &["dividing cluster.gpus = 16"],
@@ -609,9 +609,7 @@ fn global_batch_must_divide_into_micro_batches() {
             key: "training.global_batch",
             value: "30",
             at: "global_batch = ^30",
-            message: &[
-                "global_batch = 30 is not a positive multiple of micro_batch*dp*ep = 1*4*1 = 4",
-            ],
+            message: &["global_batch = 30 is not a positive multiple of micro_batch*dp = 1*4 = 4"],
             allowed: &["multiples of 4: 28, 32"],
         },
     );
@@ -623,7 +621,7 @@ fn global_batch_must_divide_into_micro_batches() {
             key: "training.global_batch",
             value: "2",
             at: "global_batch = ^2",
-            message: &["micro_batch*dp*ep = 1*4*1 = 4"],
+            message: &["micro_batch*dp = 1*4 = 4"],
             allowed: &["multiples of 4: 4, 8"],
         },
     );
@@ -803,9 +801,9 @@ fn interleaved_needs_microbatches_a_multiple_of_pp() {
             value: "12",
             at: "global_batch = ^12",
             message: &[
-                "global_batch / (micro_batch*dp*ep) = 12 / (1*2*1) = 6, to be a multiple of pp = 4",
+                "global_batch / (micro_batch*dp) = 12 / (1*2) = 6, to be a multiple of pp = 4",
             ],
-            allowed: &["global_batch a multiple of micro_batch*dp*ep*pp = 8"],
+            allowed: &["global_batch a multiple of micro_batch*dp*pp = 8"],
         },
     );
 }
@@ -900,9 +898,48 @@ fn offloading_parameters_needs_zero_three() {
     );
 }
 
+/// A file written when `ep` multiplied the GPU count (`tp*pp*cp*ep*dp = gpus`) is refused with
+/// what to write now; an `ep` that does not divide `dp` is refused with the divisors.
+#[test]
+fn expert_parallelism_folds_into_data_parallelism() {
+    let text =
+        edit("vocab = 32000", "vocab = 32000\nexperts = 4").replace("dp = 4", "dp = 2\nep = 2");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.dp",
+            value: "2",
+            at: "dp = ^2",
+            message: &[
+                "ep no longer multiplies the GPU count",
+                "tp*pp*cp*dp = 8 covers only part of the 16 GPUs",
+            ],
+            allowed: &["dp = 4 (the old dp times ep)", "leave dp out"],
+        },
+    );
+    let text =
+        edit("vocab = 32000", "vocab = 32000\nexperts = 6").replace("dp = 4", "dp = 4\nep = 3");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.ep",
+            value: "3",
+            at: "ep = ^3",
+            message: &["ep = 3 does not divide dp = 4"],
+            allowed: &["ep dividing dp: 1, 2, 4"],
+        },
+    );
+    // Without dp, dp is gpus / (tp*pp*cp) whatever ep is.
+    let text = edit("vocab = 32000", "vocab = 32000\nexperts = 4").replace("dp = 4\n", "ep = 4\n");
+    let s = parse_str(&text, "t.toml", &[]).unwrap();
+    assert_eq!((s.parallel.dp, s.parallel.ep, s.parallel.edp()), (4, 4, 1));
+}
+
 #[test]
 fn expert_parallel_rules() {
-    let text = edit("dp = 4", "dp = 2\nep = 2");
+    let text = edit("dp = 4", "dp = 4\nep = 2");
     expect(
         &text,
         Expect {
@@ -915,7 +952,7 @@ fn expert_parallel_rules() {
         },
     );
     let text =
-        edit("vocab = 32000", "vocab = 32000\nexperts = 6").replace("dp = 4", "dp = 1\nep = 4");
+        edit("vocab = 32000", "vocab = 32000\nexperts = 6").replace("dp = 4", "dp = 4\nep = 4");
     expect(
         &text,
         Expect {

@@ -114,7 +114,7 @@ fn override_errors_name_the_override() {
     assert_eq!(e.value, "3");
     assert!(
         e.message
-            .contains("tp*pp*dp*cp*ep = 2*3*4*1*1 = 24, but cluster.gpus = 16"),
+            .contains("tp*pp*dp*cp = 2*3*4*1 = 24, but cluster.gpus = 16"),
         "{e}"
     );
     assert!(

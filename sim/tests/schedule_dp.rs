@@ -204,6 +204,7 @@ fn expert_gradients_reduce_over_the_expert_replicas() {
     use twin_sim::plan::GroupKind;
     let mut s = small_scenario(1, 1, 2, 4);
     s.parallel.ep = 2;
+    s.parallel.dp = 4;
     s.cluster.gpus = 4;
     s.training.global_batch = 4 * 2 * 2;
     let ffn_hidden = s.model.ffn_hidden;

@@ -51,9 +51,12 @@ fn scenario(c: &Cfg) -> Scenario {
     s.parallel.vpp = vpp;
     s.parallel.cp = c.cp;
     s.parallel.ep = c.ep;
+    // `c.dp` is the expert layers' data parallelism; the scenario's is the dense layers'.
+    s.parallel.dp = c.dp * c.ep;
     s.parallel.zero = c.zero;
     s.parallel.fsdp = c.fsdp;
-    if c.hsdp && (c.fsdp || c.zero >= 3) {
+    // HSDP comes only without expert parallelism.
+    if c.hsdp && (c.fsdp || c.zero >= 3) && c.ep == 1 {
         s.parallel.fsdp_degree = Some(
             (1..c.dp)
                 .rev()

@@ -186,14 +186,14 @@ keys!(link {
 keys!(parallel {
     TP = "tp", Uint { min: 1, max: MAX_DEGREE }, Int(1), "Tensor-parallel degree.";
     PP = "pp", Uint { min: 1, max: MAX_DEGREE }, Int(1), "Pipeline stages.";
-    DP = "dp", Uint { min: 1, max: MAX_DEGREE }, Note("`gpus / (tp * pp * cp * ep)`"), "Data-parallel degree.";
+    DP = "dp", Uint { min: 1, max: MAX_DEGREE }, Note("`gpus / (tp * pp * cp)`"), "Data-parallel degree of the dense layers: `tp * pp * cp * dp` is the GPU count.";
     VPP = "vpp", Uint { min: 1, max: MAX_LAYERS }, Int(1), "Model chunks (virtual stages) per device; above 1 only with `interleaved-1f1b`.";
-    EP = "ep", Uint { min: 1, max: MAX_DEGREE }, Int(1), "Expert-parallel degree (MoE only).";
+    EP = "ep", Uint { min: 1, max: MAX_DEGREE }, Int(1), "Expert-parallel degree (MoE only): the expert layers group `ep` of the `dp` data-parallel ranks (Megatron-Core's mesh), so `ep` divides `dp`, each rank holds `experts / ep` experts, and their state is sharded over the `dp / ep` expert data-parallel ranks. It does not multiply the GPU count.";
     CP = "cp", Uint { min: 1, max: MAX_DEGREE }, Int(1), "Context-parallel degree (splits the sequence).";
     CP_ALGORITHM = "cp_algorithm", Choice { what: "context-parallel algorithm", names: &["all-gather", "ring", "ulysses"] }, Note("the framework file's `attention.cp_algorithm` (megatron-core: `ring`, torchtitan: `all-gather`)"), "How context parallelism exchanges K and V: all-gather (then reduce-scatter of their gradients), ring (p2p blocks overlapped with blockwise attention, 2*cp load-balanced chunks) or ulysses (all-to-all to head sharding; heads divisible by cp).";
     ZERO = "zero", Uint { min: 0, max: 3 }, Note("0 (3 with `fsdp = true`)"), "ZeRO stage over the data-parallel group.";
     FSDP = "fsdp", Bool, Flag(false), "Fully sharded data parallel (ZeRO-3).";
-    FSDP_DEGREE = "fsdp_degree", Uint { min: 1, max: MAX_DEGREE }, Note("`dp` (plain FSDP)"), "HSDP: with `fsdp = true` or `zero = 3`, model state is sharded within blocks of this many consecutive data-parallel ranks and replicated across the `dp / fsdp_degree` blocks. Divides `dp`.";
+    FSDP_DEGREE = "fsdp_degree", Uint { min: 1, max: MAX_DEGREE }, Note("`dp` (plain FSDP)"), "HSDP: with `fsdp = true` or `zero = 3`, model state is sharded within blocks of this many consecutive data-parallel ranks and replicated across the `dp / fsdp_degree` blocks. Divides `dp`; only with `ep = 1`.";
     SEQUENCE_PARALLEL = "sequence_parallel", Bool, Flag(false), "Megatron sequence parallelism: norms and dropout activations sharded over tp.";
     SCHEDULE = "schedule", Choice { what: "schedule", names: &["gpipe", "1f1b", "interleaved-1f1b", "zero-bubble"] }, Is("1f1b"), "Pipeline schedule.";
     LAYER_PARTITION = "layer_partition", Other("an array of layer counts (integers from 1 to 65,536)"), Note("even split; where `pp * vpp` does not divide `layers`, Megatron-Core's uneven split (docs/reference/scenarios.md)"), "Layers per (stage, chunk) in pipeline order (virtual stage `chunk * pp + stage`): `pp * vpp` entries summing to `layers`. Overrides the automatic split.";

@@ -335,9 +335,12 @@ pub enum Axis {
 pub struct Parallel {
     pub tp: u32,
     pub pp: u32,
+    /// Data-parallel size of the dense layers: `tp*pp*cp*dp` is the GPU count.
     pub dp: u32,
     /// Virtual pipeline stages (model chunks) per device; 1 unless interleaved.
     pub vpp: u32,
+    /// Expert parallelism: the expert layers group `ep` of the `dp` ranks (Megatron-Core's
+    /// mesh), leaving `dp / ep` expert data-parallel ranks ([`Parallel::edp`]).
     pub ep: u32,
     pub cp: u32,
     /// How context parallelism exchanges keys and values.
@@ -373,6 +376,11 @@ fn default_cp_algorithm() -> CpAlgorithm {
 }
 
 impl Parallel {
+    /// Data-parallel size of the expert layers: `dp / ep`.
+    pub fn edp(&self) -> u32 {
+        self.dp / self.ep.max(1)
+    }
+
     pub const DEFAULT_ORDER: [Axis; 5] = [Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp];
 
     /// Data-parallel ranks that share one copy of the model state: `fsdp_degree` under
@@ -569,14 +577,13 @@ pub struct Run {
 }
 
 impl Scenario {
-    /// Micro batches per pipeline per step: global_batch / (micro_batch * dp * ep).
+    /// Micro batches per pipeline per step: global_batch / (micro_batch * dp).
     /// Validation guarantees the division is exact and non-zero.
     pub fn num_microbatches(&self) -> u64 {
         let denom = self
             .training
             .micro_batch
-            .saturating_mul(u64::from(self.parallel.dp))
-            .saturating_mul(u64::from(self.parallel.ep));
+            .saturating_mul(u64::from(self.parallel.dp));
         self.training.global_batch.checked_div(denom).unwrap_or(0)
     }
 

@@ -194,10 +194,13 @@ fn nodes(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     Ok(())
 }
 
+/// The data-parallel size: `dp` as written, or `gpus / (tp*pp*cp)`. The mesh is Megatron-Core's:
+/// `tp*pp*cp*dp` covers every GPU, and expert parallelism groups `ep` of the `dp` ranks for
+/// the expert layers (so `ep` divides `dp`), which leaves `dp / ep` expert data-parallel ranks.
 fn mesh(c: &Checker<'_>, s: &Scenario, dp: Option<u32>) -> Result<u32, ScenarioError> {
     let p = &s.parallel;
     let gpus = u128::from(s.cluster.gpus);
-    let others = [p.tp, p.pp, p.cp, p.ep]
+    let others = [p.tp, p.pp, p.cp]
         .iter()
         .map(|&x| u128::from(x))
         .product::<u128>();
@@ -207,51 +210,82 @@ fn mesh(c: &Checker<'_>, s: &Scenario, dp: Option<u32>) -> Result<u32, ScenarioE
             ("parallel.tp", v(p.tp)),
             ("parallel.pp", v(p.pp)),
             ("parallel.cp", v(p.cp)),
-            ("parallel.ep", v(p.ep)),
             ("cluster.gpus", v(gpus)),
         ]);
         k
     };
-    match dp {
+    let dp = match dp {
         Some(dp) => {
             let product = others * u128::from(dp);
             if product != gpus {
+                // A file written when ep multiplied the GPU count: say what to write now.
+                if p.ep > 1 && product * u128::from(p.ep) == gpus {
+                    return Err(c.fail(
+                        &[
+                            ("parallel.dp", v(dp)),
+                            ("parallel.ep", v(p.ep)),
+                            ("cluster.gpus", v(gpus)),
+                        ],
+                        format!(
+                            "ep no longer multiplies the GPU count: dp counts every \
+                             data-parallel rank of the dense layers and the expert layers group \
+                             ep of them (Megatron-Core's mesh), so tp*pp*cp*dp = {product} \
+                             covers only part of the {gpus} GPUs"
+                        ),
+                        format!(
+                            "dp = {} (the old dp times ep), or leave dp out to derive it",
+                            u128::from(dp) * u128::from(p.ep)
+                        ),
+                    ));
+                }
                 let allowed = if gpus % others == 0 {
                     format!(
-                        "dp = {} (= gpus / (tp*pp*cp*ep) = {gpus} / {others}), or leave dp out to derive it",
+                        "dp = {} (= gpus / (tp*pp*cp) = {gpus} / {others}), or leave dp out to derive it",
                         gpus / others
                     )
                 } else {
                     format!(
-                        "tp*pp*cp*ep (now {}*{}*{}*{} = {others}) dividing cluster.gpus = {gpus}, and dp = gpus / (tp*pp*cp*ep)",
-                        p.tp, p.pp, p.cp, p.ep
+                        "tp*pp*cp (now {}*{}*{} = {others}) dividing cluster.gpus = {gpus}, and dp = gpus / (tp*pp*cp)",
+                        p.tp, p.pp, p.cp
                     )
                 };
                 return Err(c.fail(
                     &keys(Some("parallel.dp")),
                     format!(
-                        "tp*pp*dp*cp*ep = {}*{}*{dp}*{}*{} = {product}, but cluster.gpus = {gpus}",
-                        p.tp, p.pp, p.cp, p.ep
+                        "tp*pp*dp*cp = {}*{}*{dp}*{} = {product}, but cluster.gpus = {gpus}",
+                        p.tp, p.pp, p.cp
                     ),
                     allowed,
                 ));
             }
-            Ok(dp)
+            dp
         }
         None => {
             if gpus % others != 0 {
                 return Err(c.fail(
                     &keys(None),
                     format!(
-                        "dp is derived as gpus / (tp*pp*cp*ep) = {gpus} / ({}*{}*{}*{}) = {gpus} / {others}, which is not a whole number",
-                        p.tp, p.pp, p.cp, p.ep
+                        "dp is derived as gpus / (tp*pp*cp) = {gpus} / ({}*{}*{}) = {gpus} / {others}, which is not a whole number",
+                        p.tp, p.pp, p.cp
                     ),
-                    format!("tp*pp*cp*ep dividing cluster.gpus = {gpus}"),
+                    format!("tp*pp*cp dividing cluster.gpus = {gpus}"),
                 ));
             }
-            Ok(u32::try_from(gpus / others).unwrap_or(u32::MAX))
+            u32::try_from(gpus / others).unwrap_or(u32::MAX)
         }
+    };
+    if !dp.is_multiple_of(p.ep.max(1)) {
+        return Err(c.fail(
+            &[("parallel.ep", v(p.ep)), ("parallel.dp", v(dp))],
+            format!(
+                "ep = {} does not divide dp = {dp}: the expert layers group ep of the dp \
+                 data-parallel ranks",
+                p.ep
+            ),
+            format!("ep dividing dp: {}", divisors(u64::from(dp), u64::MAX, 16)),
+        ));
     }
+    Ok(dp)
 }
 
 fn model_shape(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
@@ -478,7 +512,7 @@ fn sharding(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
 /// Micro batches per pipeline per step.
 fn batch(c: &Checker<'_>, s: &Scenario) -> Result<u64, ScenarioError> {
     let (t, p) = (&s.training, &s.parallel);
-    let denom = u128::from(t.micro_batch) * u128::from(p.dp) * u128::from(p.ep);
+    let denom = u128::from(t.micro_batch) * u128::from(p.dp);
     let global = u128::from(t.global_batch);
     if global % denom != 0 || global < denom {
         let below = global / denom * denom;
@@ -492,11 +526,10 @@ fn batch(c: &Checker<'_>, s: &Scenario) -> Result<u64, ScenarioError> {
                 ("training.global_batch", v(t.global_batch)),
                 ("training.micro_batch", v(t.micro_batch)),
                 ("parallel.dp", v(p.dp)),
-                ("parallel.ep", v(p.ep)),
             ],
             format!(
-                "global_batch = {} is not a positive multiple of micro_batch*dp*ep = {}*{}*{} = {denom} (micro batches per pipeline = global_batch / (micro_batch*dp*ep))",
-                t.global_batch, t.micro_batch, p.dp, p.ep
+                "global_batch = {} is not a positive multiple of micro_batch*dp = {}*{} = {denom} (micro batches per pipeline = global_batch / (micro_batch*dp))",
+                t.global_batch, t.micro_batch, p.dp
             ),
             allowed,
         ));
@@ -548,12 +581,12 @@ fn pipeline(c: &Checker<'_>, s: &Scenario, microbatches: u64) -> Result<(), Scen
                 ("training.micro_batch", v(t.micro_batch)),
             ],
             format!(
-                "interleaved-1f1b needs the micro batches per pipeline, global_batch / (micro_batch*dp*ep) = {} / ({}*{}*{}) = {microbatches}, to be a multiple of pp = {} (as Megatron-LM requires)",
-                t.global_batch, t.micro_batch, p.dp, p.ep, p.pp
+                "interleaved-1f1b needs the micro batches per pipeline, global_batch / (micro_batch*dp) = {} / ({}*{}) = {microbatches}, to be a multiple of pp = {} (as Megatron-LM requires)",
+                t.global_batch, t.micro_batch, p.dp, p.pp
             ),
             format!(
-                "global_batch a multiple of micro_batch*dp*ep*pp = {}",
-                u128::from(t.micro_batch) * u128::from(p.dp) * u128::from(p.ep) * u128::from(p.pp)
+                "global_batch a multiple of micro_batch*dp*pp = {}",
+                u128::from(t.micro_batch) * u128::from(p.dp) * u128::from(p.pp)
             ),
         ));
     }
@@ -692,6 +725,17 @@ fn zero(c: &Checker<'_>, s: &Scenario, zero_explicit: bool) -> Result<(), Scenar
                     p.dp,
                     divisors(u64::from(p.dp), u64::MAX, 16)
                 ),
+            ));
+        }
+        if f != p.dp && p.ep > 1 {
+            return Err(c.fail(
+                &[("parallel.fsdp_degree", v(f)), ("parallel.ep", v(p.ep))],
+                format!(
+                    "fsdp_degree = {f} with ep = {}: HSDP shard groups over the expert layers' \
+                     data-parallel ranks are not modelled",
+                    p.ep
+                ),
+                "ep = 1 with fsdp_degree, or leave fsdp_degree out",
             ));
         }
     }

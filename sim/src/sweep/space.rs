@@ -86,8 +86,8 @@ pub fn product(axes: &[Axis]) -> Vec<Vec<String>> {
     out
 }
 
-/// When a layout sets tp, pp, cp or ep but not dp, appends `parallel.dp=` the GPU count over
-/// tp*pp*cp*ep (values the layout does not set come from `base`), so that `--vary
+/// When a layout sets tp, pp or cp but not dp, appends `parallel.dp=` the GPU count over
+/// tp*pp*cp (values the layout does not set come from `base`), so that `--vary
 /// parallel.pp=1..16` alone moves GPUs between pipeline and data parallelism. A layout whose
 /// product does not divide the GPU count is left alone (validation then rejects it).
 pub fn derive_dp(base: &Scenario, layouts: &mut [Vec<String>]) {
@@ -102,7 +102,7 @@ pub fn derive_dp(base: &Scenario, layouts: &mut [Vec<String>]) {
         if get("dp").is_some() {
             continue;
         }
-        let axes = [("tp", p.tp), ("pp", p.pp), ("cp", p.cp), ("ep", p.ep)];
+        let axes = [("tp", p.tp), ("pp", p.pp), ("cp", p.cp)];
         if axes.iter().all(|(k, _)| get(k).is_none()) {
             continue;
         }
@@ -146,7 +146,8 @@ impl Default for SearchSpace {
     }
 }
 
-/// Every layout of `base`'s GPU count (cp and ep kept as they are): tp dividing the heads,
+/// Every layout of `base`'s GPU count (cp and ep kept as they are, dp a multiple of ep): tp
+/// dividing the heads,
 /// pp dividing the layers, dp the rest; then each vpp, micro batch, recompute and ZeRO stage.
 /// Combinations that cannot work for arithmetic reasons (pp*vpp not dividing the layers, a
 /// micro batch that does not divide the per-replica batch) and layouts `base`'s framework
@@ -156,7 +157,7 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
     let p = &base.parallel;
     let m = &base.model;
     let gpus = u64::from(base.cluster.gpus);
-    let fixed = u64::from(p.cp) * u64::from(p.ep);
+    let fixed = u64::from(p.cp);
     if fixed == 0 || gpus % fixed != 0 {
         return Vec::new();
     }
@@ -174,6 +175,10 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
         }
         for pp in divisors(rest / tp) {
             let dp = rest / tp / pp;
+            // The expert layers group ep of the dp ranks.
+            if !dp.is_multiple_of(u64::from(p.ep.max(1))) {
+                continue;
+            }
             for &vpp in &space.vpp {
                 let chunks = pp * u64::from(vpp);
                 if u64::from(m.layers) % chunks != 0 || (vpp > 1 && pp == 1) {
@@ -185,11 +190,7 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
                     non_interleaved
                 };
                 for &mb in &space.micro_batches {
-                    if !base
-                        .training
-                        .global_batch
-                        .is_multiple_of(mb * dp * u64::from(p.ep))
-                    {
+                    if !base.training.global_batch.is_multiple_of(mb * dp) {
                         continue;
                     }
                     for rc in &space.recompute {

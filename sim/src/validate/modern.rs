@@ -310,10 +310,7 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
         let _ = writeln!(text, "head_dim = {d}");
     }
     text.push_str(&moe_keys(row));
-    // twin's `dp` is the data parallelism of the expert layers (`edp`); the dense layers' is
-    // `ep * dp` (with etp = tp and no cp, which `unsupported` checks).
     let ep = row.ep.unwrap_or(1).max(1);
-    let dp = row.dp / ep;
     // HSDP: FSDP sharding within groups of `fsdp` data-parallel ranks.
     let hsdp = match (row.fsdp, zero) {
         (Some(f), 3) if f > 0 && f != row.dp => format!("fsdp_degree = {f}\n"),
@@ -331,6 +328,7 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
         tp = row.tp,
         pp = row.pp,
         cp = row.cp.unwrap_or(1),
+        dp = row.dp,
         sp = row.sequence_parallel.unwrap_or(false),
         gb = row.global_batch,
         mb = row.micro_batch.unwrap_or(1),

@@ -14,7 +14,7 @@
 //! stage), so the head's rank holds `V*h/t` either way; only when one chunk holds both is the
 //! matrix held once. [`model_params`] counts unique parameters.
 
-use super::dims::{div_ceil, mul, prod};
+use super::dims::{div_ceil, mul};
 use super::{ParamCount, StateBytes};
 use crate::scenario::{MemoryAccounting, Model, Offload, Optimizer, Precision, Scenario, Training};
 
@@ -479,9 +479,9 @@ pub(crate) fn optimizer_shard(
     }
 }
 
-/// Sizes of the data-parallel groups that shard dense and expert state: DenseDp is
-/// `dp*ep*cp`, ExpertDp is `dp*cp`, with `fsdp_degree` for `dp` under HSDP (the state is
-/// replicated across the `dp / fsdp_degree` shard groups).
+/// Sizes of the data-parallel groups that shard dense and expert state: DenseDp is `dp*cp`,
+/// ExpertDp is `dp/ep*cp`, with `fsdp_degree` for `dp` under HSDP (the state is replicated
+/// across the `dp / fsdp_degree` shard groups; validation keeps HSDP to `ep = 1`).
 pub(crate) fn dp_sizes(s: &Scenario) -> (u64, u64) {
     let p = &s.parallel;
     let (dp, ep, cp) = (
@@ -489,5 +489,5 @@ pub(crate) fn dp_sizes(s: &Scenario) -> (u64, u64) {
         u64::from(p.ep.max(1)),
         u64::from(p.cp.max(1)),
     );
-    (prod(&[dp, ep, cp]), mul(dp, cp))
+    (mul(dp, cp), mul((dp / ep).max(1), cp))
 }

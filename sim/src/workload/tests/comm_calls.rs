@@ -208,7 +208,6 @@ fn expert_parallel_moe_layers_all_to_all_twice_per_direction() {
     let ffn_hidden = sc.model.ffn_hidden;
     sc.model.moe = Some(Moe::uniform(8, 2, 2, ffn_hidden));
     sc.parallel.ep = 4;
-    sc.parallel.dp = 1;
     let plan = plan(&sc);
     let w = layers_work(&sc, &plan, &plan.chunks[0][0], 0, l, false, false);
     // Two MoE layers (0 and 2), each with dispatch and combine.

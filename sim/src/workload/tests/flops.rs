@@ -358,7 +358,6 @@ fn moe_layers_route_top_k_copies_through_local_experts() {
     let ffn_hidden = sc.model.ffn_hidden;
     sc.model.moe = Some(Moe::uniform(8, 2, 2, ffn_hidden));
     sc.parallel.ep = 2;
-    sc.parallel.dp = 1;
     let plan = plan(&sc);
     let layout = &plan.chunks[0][0];
     let dense = layers_work(&sc, &plan, layout, 1, 1, false, false);

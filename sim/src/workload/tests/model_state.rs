@@ -293,7 +293,7 @@ fn expert_state_shards_over_expert_data_parallel_ranks() {
     let mut s = on_one_gpu(llama(2, 1024, 16, 16, 4096, 32000));
     let ffn_hidden = s.model.ffn_hidden;
     s.model.moe = Some(Moe::uniform(8, 2, 1, ffn_hidden));
-    s.parallel.dp = 2;
+    s.parallel.dp = 8;
     s.parallel.ep = 4;
     s.cluster.gpus = 8;
     s.training.global_batch = 8;
@@ -303,7 +303,7 @@ fn expert_state_shards_over_expert_data_parallel_ranks() {
     // Two of the eight experts per rank, 3*h*f each, two layers.
     assert_eq!(p.expert, 2 * 2 * 3 * 1024 * 4096);
     let b = state_bytes(&s, &plan, 0);
-    // Dense optimizer state over dp*ep = 8, expert over dp = 2.
+    // Dense optimizer state over dp = 8, expert over dp / ep = 2.
     assert_eq!(
         b.optimizer_bytes,
         (12 * p.dense).div_ceil(8) + (12 * p.expert).div_ceil(2)

@@ -42,6 +42,8 @@ fn build(
     });
     s.parallel.cp = cp;
     s.parallel.ep = if moe.is_some() { ep } else { 1 };
+    // `dp` here is the expert layers' data parallelism; the scenario's is the dense layers'.
+    s.parallel.dp = dp * s.parallel.ep;
     s.parallel.vpp = vpp;
     s.parallel.zero = zero;
     s.parallel.sequence_parallel = sp;
