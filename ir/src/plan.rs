@@ -192,6 +192,22 @@ pub struct Plan {
     /// Rank distance between neighbouring pipeline stages (the product of the axis sizes
     /// placed inside pp), so stage and pipeline neighbours need no coordinate decomposition.
     pp_stride: u32,
+    /// The expert layers' own mesh, when they refold the tensor-parallel ranks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expert_fold: Option<ExpertFold>,
+}
+
+/// Expert layers that refold a stage's tensor- and data-parallel ranks (`etp` other than `tp`,
+/// Megatron-Core's expert rank generator, expert tp innermost, then ep, then the expert data
+/// parallelism): within each stage's block of consecutive ranks, the expert-parallel group is
+/// `ep` ranks `etp` apart and the expert data-parallel group the ranks `etp * ep` apart. The
+/// mesh's ep axis is then 1 and its dp axis the dense layers' whole `dp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct ExpertFold {
+    pub etp: u32,
+    pub ep: u32,
+    /// Expert data-parallel ranks: `tp * dp / (etp * ep)`.
+    pub edp: u32,
 }
 
 /// Plans are only built from validated scenarios; these are the invariants that validation
@@ -235,12 +251,28 @@ impl Plan {
             });
         }
         // The mesh's dp axis is the expert layers' data parallelism: ep groups ep of the dense
-        // layers' dp ranks (Megatron-Core's mesh), so tp*cp*ep*edp*pp = tp*cp*dp*pp.
-        if !p.dp.is_multiple_of(p.ep) {
-            return Err(PlanError::EpDp { ep: p.ep, dp: p.dp });
-        }
-        let edp = p.dp / p.ep;
-        let product = [p.tp, p.cp, p.ep, edp, p.pp]
+        // layers' dp ranks (Megatron-Core's mesh), so tp*cp*ep*edp*pp = tp*cp*dp*pp. When the
+        // expert layers refold the tensor-parallel ranks, the fold holds their mesh instead.
+        let expert_fold = if p.expert_refold() {
+            let block = u64::from(p.tp) * u64::from(p.dp);
+            let experts = u64::from(p.etp()) * u64::from(p.ep);
+            if p.cp != 1 || !block.is_multiple_of(experts) || p.order.last() != Some(&Axis::Pp) {
+                return Err(PlanError::EpDp { ep: p.ep, dp: p.dp });
+            }
+            Some(ExpertFold {
+                etp: p.etp(),
+                ep: p.ep,
+                edp: u32::try_from(block / experts).unwrap_or(u32::MAX),
+            })
+        } else {
+            None
+        };
+        let (mesh_ep, edp) = match expert_fold {
+            Some(_) => (1, p.dp),
+            None if p.dp.is_multiple_of(p.ep) => (p.ep, p.dp / p.ep),
+            None => return Err(PlanError::EpDp { ep: p.ep, dp: p.dp }),
+        };
+        let product = [p.tp, p.cp, mesh_ep, edp, p.pp]
             .iter()
             .map(|&v| u64::from(v))
             .product::<u64>();
@@ -267,7 +299,7 @@ impl Plan {
         }
         // The shard group's reach along the mesh's dp axis (the dense layers' `fsdp_degree` of
         // `dp`; HSDP comes only with ep = 1).
-        let fsdp_degree = p.fsdp_degree() / p.ep;
+        let fsdp_degree = p.fsdp_degree() / mesh_ep;
         if fsdp_degree == 0 || !edp.is_multiple_of(fsdp_degree) {
             return Err(PlanError::FsdpDegree {
                 fsdp_degree,
@@ -278,7 +310,7 @@ impl Plan {
         let sizes = Coords {
             tp: p.tp,
             cp: p.cp,
-            ep: p.ep,
+            ep: mesh_ep,
             dp: edp,
             pp: p.pp,
         };
@@ -303,6 +335,7 @@ impl Plan {
             groups: Vec::new(),
             group_of: Vec::new(),
             pp_stride: 1,
+            expert_fold,
         };
         for axis in p.order {
             if axis == Axis::Pp {
@@ -340,6 +373,7 @@ impl Plan {
             order: self.order,
             fsdp_degree: self.fsdp_degree,
             gpus_per_node: self.gpus_per_node,
+            expert_fold: self.expert_fold,
         }
     }
 
@@ -355,6 +389,13 @@ impl Plan {
     /// part) and the replica group (its outer part).
     fn group_dims(&self, kind: GroupKind, stride: &Coords) -> Vec<(u32, u32)> {
         let (f, dp) = (self.fsdp_degree.max(1), self.sizes.dp);
+        match (self.expert_fold, kind) {
+            (Some(fold), GroupKind::Ep) => return vec![(fold.ep, fold.etp)],
+            (Some(fold), GroupKind::ExpertDp) => {
+                return vec![(fold.edp, fold.etp.saturating_mul(fold.ep))]
+            }
+            _ => {}
+        }
         kind.varied_axes()
             .iter()
             .map(|&axis| match (kind, axis) {

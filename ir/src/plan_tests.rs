@@ -349,3 +349,43 @@ fn expert_parallelism_groups_ranks_of_the_data_parallel_dimension() {
     s.parallel.ep = 3;
     assert_eq!(Plan::new(&s).unwrap_err(), PlanError::EpDp { ep: 3, dp: 8 });
 }
+
+/// Expert layers with `etp = 1` under `tp = 2` refold a stage's `tp * dp` ranks as Megatron-Core
+/// does (expert tp innermost, then ep, then expert dp): tp 2, dp 8, ep 4 on 16 GPUs gives ep
+/// groups of 4 consecutive ranks and expert data-parallel groups of the 4 ranks 4 apart; the
+/// dense groups are unchanged.
+#[test]
+fn expert_layers_with_etp_1_refold_the_tensor_parallel_ranks() {
+    let mut s = small_scenario(2, 1, 8, 4);
+    s.parallel.ep = 4;
+    s.parallel.etp = Some(1);
+    let plan = Plan::new(&s).unwrap();
+    assert_eq!(plan.world, 16);
+    assert_eq!(
+        plan.expert_fold,
+        Some(ExpertFold {
+            etp: 1,
+            ep: 4,
+            edp: 4
+        })
+    );
+    let members = |r: RankId, k: GroupKind| plan.group(plan.group_of(r, k)).members.clone();
+    assert_eq!(members(0, GroupKind::Tp), vec![0, 1]);
+    assert_eq!(
+        members(0, GroupKind::DenseDp),
+        (0..16).step_by(2).collect::<Vec<_>>()
+    );
+    assert_eq!(members(0, GroupKind::Ep), vec![0, 1, 2, 3]);
+    assert_eq!(members(5, GroupKind::Ep), vec![4, 5, 6, 7]);
+    assert_eq!(members(1, GroupKind::ExpertDp), vec![1, 5, 9, 13]);
+    assert_eq!(plan.group_size(GroupKind::ExpertDp), 4);
+    // ep 32 over 2 stages of tp 2 x dp 16: more expert-parallel ranks than dp (Qwen3-235B's
+    // layout on 256 GPUs at pp 4).
+    let mut s = small_scenario(2, 4, 16, 4);
+    s.parallel.ep = 32;
+    s.parallel.etp = Some(1);
+    let plan = Plan::new(&s).unwrap();
+    let ep = plan.group(plan.group_of(64, GroupKind::Ep));
+    assert_eq!(ep.members, (64..96).collect::<Vec<_>>());
+    assert_eq!(plan.group_size(GroupKind::ExpertDp), 1);
+}

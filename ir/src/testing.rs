@@ -63,6 +63,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             dp,
             vpp: 1,
             ep: 1,
+            etp: None,
             cp: 1,
             cp_algorithm: CpAlgorithm::AllGather,
             zero: 0,

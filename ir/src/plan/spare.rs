@@ -14,6 +14,7 @@ pub struct GroupsKey {
     pub order: [Axis; 5],
     pub fsdp_degree: u32,
     pub gpus_per_node: u32,
+    pub expert_fold: Option<super::ExpertFold>,
 }
 
 /// The groups of a recycled plan, with what they were built from.

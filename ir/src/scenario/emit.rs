@@ -137,6 +137,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     ] {
         parallel.insert(key, int(u64::from(v)));
     }
+    if let Some(etp) = p.etp {
+        parallel.insert("etp", int(u64::from(etp)));
+    }
     parallel.insert("cp_algorithm", value(p.cp_algorithm.as_str()));
     parallel.insert("zero", int(u64::from(p.zero)));
     parallel.insert("fsdp", value(p.fsdp));

@@ -273,6 +273,7 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool, bool)> {
     let tp = p.uint32_or_default(&pk::TP)?;
     let pp = p.uint32_or_default(&pk::PP)?;
     let ep = p.uint32_or_default(&pk::EP)?;
+    let etp = opt(p.uint32(&pk::ETP)?);
     let cp = p.uint32_or_default(&pk::CP)?;
     let cp_algorithm = p.choice(&pk::CP_ALGORITHM, &CpAlgorithm::ALL)?;
     let cp_algorithm_explicit = cp_algorithm.is_some();
@@ -302,6 +303,7 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool, bool)> {
             dp: dp.unwrap_or(0),
             vpp,
             ep,
+            etp,
             cp,
             cp_algorithm,
             zero: zero.map(|z| z as u8).unwrap_or(if fsdp { 3 } else { 0 }),

@@ -342,6 +342,9 @@ pub struct Parallel {
     /// Expert parallelism: the expert layers group `ep` of the `dp` ranks (Megatron-Core's
     /// mesh), leaving `dp / ep` expert data-parallel ranks ([`Parallel::edp`]).
     pub ep: u32,
+    /// Expert tensor parallelism (`etp`); `None` = `tp`. Read it through [`Parallel::etp`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etp: Option<u32>,
     pub cp: u32,
     /// How context parallelism exchanges keys and values.
     #[serde(default = "default_cp_algorithm")]
@@ -376,9 +379,28 @@ fn default_cp_algorithm() -> CpAlgorithm {
 }
 
 impl Parallel {
-    /// Data-parallel size of the expert layers: `dp / ep`.
+    /// Data-parallel size of the expert layers: `dp / ep`, or `tp * dp / (etp * ep)` when the
+    /// expert layers refold the tensor-parallel ranks.
     pub fn edp(&self) -> u32 {
-        self.dp / self.ep.max(1)
+        if self.expert_refold() {
+            let block = u64::from(self.tp) * u64::from(self.dp);
+            let experts = u64::from(self.etp()) * u64::from(self.ep.max(1));
+            u32::try_from(block / experts.max(1)).unwrap_or(u32::MAX)
+        } else {
+            self.dp / self.ep.max(1)
+        }
+    }
+
+    /// Expert tensor parallelism: `etp`, else `tp`.
+    pub fn etp(&self) -> u32 {
+        self.etp.unwrap_or(self.tp)
+    }
+
+    /// Whether the expert layers refold the tensor-parallel ranks (`etp` other than `tp`): then
+    /// their expert-parallel groups are `ep` consecutive ranks of a stage, not `ep` of its
+    /// data-parallel ranks.
+    pub fn expert_refold(&self) -> bool {
+        self.etp() != self.tp
     }
 
     pub const DEFAULT_ORDER: [Axis; 5] = [Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp];

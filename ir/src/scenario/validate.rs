@@ -274,7 +274,9 @@ fn mesh(c: &Checker<'_>, s: &Scenario, dp: Option<u32>) -> Result<u32, ScenarioE
             u32::try_from(gpus / others).unwrap_or(u32::MAX)
         }
     };
-    if !dp.is_multiple_of(p.ep.max(1)) {
+    if p.expert_refold() {
+        expert_refold(c, s, dp)?;
+    } else if !dp.is_multiple_of(p.ep.max(1)) {
         return Err(c.fail(
             &[("parallel.ep", v(p.ep)), ("parallel.dp", v(dp))],
             format!(
@@ -286,6 +288,85 @@ fn mesh(c: &Checker<'_>, s: &Scenario, dp: Option<u32>) -> Result<u32, ScenarioE
         ));
     }
     Ok(dp)
+}
+
+/// Expert layers that refold the tensor-parallel ranks (`etp` other than `tp`): twin models
+/// `etp = 1`, the experts whole on their ranks and the expert-parallel groups `ep` consecutive
+/// ranks of a stage's `tp * dp`, as Megatron-Core's expert rank generator orders them
+/// (tp-ep-dp-pp with the expert tp; NVIDIA/Megatron-LM@d98e8a64dd
+/// megatron/core/parallel_state.py). Each rank dispatches its own sequence-parallel tokens,
+/// so tensor parallelism needs sequence parallelism, as Megatron-Core requires with MoE.
+fn expert_refold(c: &Checker<'_>, s: &Scenario, dp: u32) -> Result<(), ScenarioError> {
+    let p = &s.parallel;
+    let etp = p.etp();
+    let etp_key = ("parallel.etp", v(etp));
+    let fail = |keys: &[(&str, String)], message: String, allowed: String| {
+        Err(c.fail(keys, message, allowed))
+    };
+    if etp != 1 {
+        return fail(
+            &[etp_key, ("parallel.tp", v(p.tp))],
+            format!(
+                "etp = {etp} with tp = {}: expert tensor parallelism is tp or 1",
+                p.tp
+            ),
+            format!("etp = {} or etp = 1", p.tp),
+        );
+    }
+    if s.model.moe.is_none() {
+        return fail(
+            &[etp_key],
+            "etp splits experts, but the model is dense".to_string(),
+            "leave etp out, or a mixture-of-experts model (model.experts)".to_string(),
+        );
+    }
+    if p.cp > 1 {
+        return fail(
+            &[etp_key, ("parallel.cp", v(p.cp))],
+            "etp = 1 under tp > 1 with context parallelism is not modelled".to_string(),
+            "cp = 1, or etp = tp".to_string(),
+        );
+    }
+    if p.tp > 1 && !p.sequence_parallel {
+        return fail(
+            &[etp_key, ("parallel.sequence_parallel", v(false))],
+            "etp = 1 under tp > 1: each rank dispatches its own sequence-parallel tokens to the \
+             experts, which needs sequence parallelism (Megatron-Core requires it with MoE and \
+             tensor parallelism)"
+                .to_string(),
+            "sequence_parallel = true, or etp = tp".to_string(),
+        );
+    }
+    let block = u64::from(p.tp) * u64::from(dp);
+    if !block.is_multiple_of(u64::from(p.ep)) {
+        return fail(
+            &[etp_key, ("parallel.ep", v(p.ep)), ("parallel.dp", v(dp))],
+            format!(
+                "ep = {} does not divide tp*dp = {block}, the ranks of a stage the expert layers \
+                 refold",
+                p.ep
+            ),
+            format!("ep dividing {block}: {}", divisors(block, u64::MAX, 16)),
+        );
+    }
+    if p.order.last() != Some(&Axis::Pp) {
+        return fail(
+            &[etp_key, ("parallel.order", "a custom order".to_string())],
+            "etp = 1 under tp > 1 needs pp as the outermost axis".to_string(),
+            "the default order, or etp = tp".to_string(),
+        );
+    }
+    if p.fsdp_degree.is_some_and(|f| f != dp) {
+        return fail(
+            &[
+                etp_key,
+                ("parallel.fsdp_degree", v(p.fsdp_degree.unwrap_or(dp))),
+            ],
+            "HSDP with etp = 1 under tp > 1 is not modelled".to_string(),
+            "leave fsdp_degree out, or etp = tp".to_string(),
+        );
+    }
+    Ok(())
 }
 
 fn model_shape(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {

@@ -146,9 +146,9 @@ impl Default for SearchSpace {
     }
 }
 
-/// Every layout of `base`'s GPU count (cp and ep kept as they are, dp a multiple of ep): tp
-/// dividing the heads,
-/// pp dividing the layers, dp the rest; then each vpp, micro batch, recompute and ZeRO stage.
+/// Every layout of `base`'s GPU count (cp kept as it is): tp dividing the heads, pp dividing the
+/// layers, dp the rest; for a mixture of experts each expert layout ([`expert_layouts`]); then
+/// each vpp, micro batch, recompute and ZeRO stage.
 /// Combinations that cannot work for arithmetic reasons (pp*vpp not dividing the layers, a
 /// micro batch that does not divide the per-replica batch) and layouts `base`'s framework
 /// cannot launch (its file's `cannot_run` limits) are not generated; the rest are left to
@@ -175,61 +175,90 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
         }
         for pp in divisors(rest / tp) {
             let dp = rest / tp / pp;
-            // The expert layers group ep of the dp ranks.
-            if !dp.is_multiple_of(u64::from(p.ep.max(1))) {
-                continue;
-            }
-            for &vpp in &space.vpp {
-                let chunks = pp * u64::from(vpp);
-                if u64::from(m.layers) % chunks != 0 || (vpp > 1 && pp == 1) {
-                    continue;
-                }
-                let schedule = if vpp > 1 {
-                    PipelineSchedule::Interleaved1F1B
-                } else {
-                    non_interleaved
-                };
-                for &mb in &space.micro_batches {
-                    if !base.training.global_batch.is_multiple_of(mb * dp) {
+            for (ep, etp) in expert_layouts(base, tp, dp) {
+                for &vpp in &space.vpp {
+                    let chunks = pp * u64::from(vpp);
+                    if u64::from(m.layers) % chunks != 0 || (vpp > 1 && pp == 1) {
                         continue;
                     }
-                    for rc in &space.recompute {
-                        for &zero in &space.zero {
-                            if limits {
-                                let c = &mut candidate.parallel;
-                                (c.tp, c.pp, c.dp, c.vpp) =
-                                    (u32_of(tp), u32_of(pp), u32_of(dp), vpp);
-                                (c.schedule, c.zero, c.fsdp) = (schedule, zero, false);
-                                c.sequence_parallel = tp > 1;
-                                c.fsdp_degree = c.fsdp_degree.map(|_| u32_of(dp));
-                                candidate.training.micro_batch = mb;
-                                if base.training.framework.refusal(&candidate).is_some() {
-                                    continue;
+                    let schedule = if vpp > 1 {
+                        PipelineSchedule::Interleaved1F1B
+                    } else {
+                        non_interleaved
+                    };
+                    for &mb in &space.micro_batches {
+                        if !base.training.global_batch.is_multiple_of(mb * dp) {
+                            continue;
+                        }
+                        for rc in &space.recompute {
+                            for &zero in &space.zero {
+                                if limits {
+                                    let c = &mut candidate.parallel;
+                                    (c.tp, c.pp, c.dp, c.vpp) =
+                                        (u32_of(tp), u32_of(pp), u32_of(dp), vpp);
+                                    (c.ep, c.etp) = (ep, Some(etp));
+                                    (c.schedule, c.zero, c.fsdp) = (schedule, zero, false);
+                                    c.sequence_parallel = tp > 1;
+                                    c.fsdp_degree = c.fsdp_degree.map(|_| u32_of(dp));
+                                    candidate.training.micro_batch = mb;
+                                    if base.training.framework.refusal(&candidate).is_some() {
+                                        continue;
+                                    }
                                 }
+                                let mut layout = vec![
+                                    format!("parallel.tp={tp}"),
+                                    format!("parallel.pp={pp}"),
+                                    format!("parallel.dp={dp}"),
+                                    format!("parallel.vpp={vpp}"),
+                                    format!("parallel.schedule=\"{}\"", schedule.as_str()),
+                                    format!("parallel.zero={zero}"),
+                                    "parallel.fsdp=false".to_string(),
+                                    format!("parallel.sequence_parallel={}", tp > 1),
+                                    format!("training.micro_batch={mb}"),
+                                    format!("training.recompute=\"{rc}\""),
+                                ];
+                                if base.model.moe.is_some() {
+                                    layout.push(format!("parallel.ep={ep}"));
+                                    layout.push(format!("parallel.etp={etp}"));
+                                }
+                                // The search proposes plain FSDP only: a base's HSDP degree
+                                // becomes the whole dp of each layout.
+                                if p.fsdp_degree.is_some() {
+                                    layout.push(format!("parallel.fsdp_degree={dp}"));
+                                }
+                                out.push(layout);
                             }
-                            let mut layout = vec![
-                                format!("parallel.tp={tp}"),
-                                format!("parallel.pp={pp}"),
-                                format!("parallel.dp={dp}"),
-                                format!("parallel.vpp={vpp}"),
-                                format!("parallel.schedule=\"{}\"", schedule.as_str()),
-                                format!("parallel.zero={zero}"),
-                                "parallel.fsdp=false".to_string(),
-                                format!("parallel.sequence_parallel={}", tp > 1),
-                                format!("training.micro_batch={mb}"),
-                                format!("training.recompute=\"{rc}\""),
-                            ];
-                            // The search proposes plain FSDP only: a base's HSDP degree
-                            // becomes the whole dp of each layout.
-                            if p.fsdp_degree.is_some() {
-                                layout.push(format!("parallel.fsdp_degree={dp}"));
-                            }
-                            out.push(layout);
                         }
                     }
                 }
             }
         }
+    }
+    out
+}
+
+/// The expert layouts `--search` tries for one tp and dp, as (ep, etp): the base's ep for a
+/// dense model (it stays 1); for a mixture of experts every ep dividing both dp and the
+/// experts with the experts split like the MLP (etp = tp), and, under tensor parallelism,
+/// every ep dividing both tp*dp and the experts with whole experts (etp = 1, which refolds the
+/// tensor-parallel ranks and needs cp = 1).
+fn expert_layouts(base: &Scenario, tp: u64, dp: u64) -> Vec<(u32, u32)> {
+    let Some(moe) = &base.model.moe else {
+        return vec![(base.parallel.ep, u32_of(tp))];
+    };
+    let experts = u64::from(moe.experts);
+    let mut out: Vec<(u32, u32)> = divisors(dp)
+        .into_iter()
+        .filter(|ep| experts.is_multiple_of(*ep))
+        .map(|ep| (u32_of(ep), u32_of(tp)))
+        .collect();
+    if tp > 1 && base.parallel.cp == 1 {
+        out.extend(
+            divisors(tp * dp)
+                .into_iter()
+                .filter(|ep| experts.is_multiple_of(*ep))
+                .map(|ep| (u32_of(ep), 1)),
+        );
     }
     out
 }
@@ -358,6 +387,43 @@ mod tests {
                 .unwrap();
             assert_eq!(l.last().unwrap(), &format!("parallel.fsdp_degree={dp}"));
         }
+    }
+
+    /// A mixture of experts: the search varies ep (dividing dp and the experts) with the experts
+    /// split like the MLP, and, under tensor parallelism, ep over tp*dp with whole experts.
+    #[test]
+    fn search_varies_expert_parallelism_for_a_mixture_of_experts() {
+        let mut s = small_scenario(2, 1, 8, 8);
+        let f = s.model.ffn_hidden;
+        s.model.moe = Some(crate::scenario::Moe::uniform(8, 2, 1, f));
+        let layouts = search(&s, &SearchSpace::default());
+        let get = |l: &Vec<String>, k: &str| -> u64 {
+            l.iter()
+                .find_map(|o| o.strip_prefix(&format!("parallel.{k}=")))
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for l in &layouts {
+            let (tp, dp, ep, etp) = (get(l, "tp"), get(l, "dp"), get(l, "ep"), get(l, "etp"));
+            assert_eq!(8 % ep, 0, "{l:?}");
+            if etp == tp {
+                assert_eq!(dp % ep, 0, "{l:?}");
+            } else {
+                assert_eq!((etp, (tp * dp) % ep), (1, 0), "{l:?}");
+            }
+            seen.insert((tp, ep, etp));
+        }
+        assert!(seen.contains(&(2, 4, 2)));
+        assert!(seen.contains(&(2, 8, 1)));
+        assert!(seen.contains(&(1, 8, 1)));
+        // A dense model's layouts do not name ep or etp.
+        let dense = search(&small_scenario(2, 1, 8, 8), &SearchSpace::default());
+        assert!(dense
+            .iter()
+            .flatten()
+            .all(|o| !o.starts_with("parallel.ep") && !o.starts_with("parallel.etp")));
     }
 
     #[test]

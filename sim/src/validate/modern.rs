@@ -208,12 +208,17 @@ fn unsupported(row: &RunRow) -> Option<String> {
     match row.arch.as_deref().unwrap_or("dense") {
         "dense" => None,
         "moe" => {
-            let etp = row.etp.unwrap_or(row.tp);
-            if etp != row.tp {
+            if let Some(n @ 1..) = row.mtp_layers {
                 return Some(format!(
-                    "arch = \"moe\" with etp = {etp} and tp = {}: expert layers that refold the \
-                     tensor-parallel ranks (expert-tensor parallelism other than tp) are not \
-                     modelled",
+                    "arch = \"moe\" with mtp_layers = {n}: multi-token prediction (and the \
+                     pipeline stage that holds only it) is not modelled"
+                ));
+            }
+            let etp = row.etp.unwrap_or(row.tp);
+            if etp != row.tp && etp != 1 {
+                return Some(format!(
+                    "arch = \"moe\" with etp = {etp} and tp = {}: expert tensor parallelism \
+                     other than tp or 1 is not modelled",
                     row.tp
                 ));
             }
@@ -224,10 +229,16 @@ fn unsupported(row: &RunRow) -> Option<String> {
                         .to_string(),
                 );
             }
-            if row.ep.unwrap_or(1) == 0 || !row.dp.is_multiple_of(row.ep.unwrap_or(1)) {
+            // Expert-parallel ranks come from dp, or from tp*dp when the experts are whole.
+            let ranks = if etp == row.tp {
+                row.dp
+            } else {
+                row.tp * row.dp
+            };
+            let ep = row.ep.unwrap_or(1);
+            if ep == 0 || !ranks.is_multiple_of(ep) {
                 return Some(format!(
-                    "arch = \"moe\": ep = {:?} does not divide dp = {}",
-                    row.ep, row.dp
+                    "arch = \"moe\": ep = {ep} does not divide the {ranks} ranks it groups"
                 ));
             }
             None
@@ -311,6 +322,10 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     }
     text.push_str(&moe_keys(row));
     let ep = row.ep.unwrap_or(1).max(1);
+    let etp = match row.etp {
+        Some(e) if e != row.tp => format!("etp = {e}\n"),
+        _ => String::new(),
+    };
     // HSDP: FSDP sharding within groups of `fsdp` data-parallel ranks.
     let hsdp = match (row.fsdp, zero) {
         (Some(f), 3) if f > 0 && f != row.dp => format!("fsdp_degree = {f}\n"),
@@ -320,7 +335,7 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
         text,
         "[cluster]\ngpu = {gpu:?}\ngpus = {gpus}\n\
          [parallel]\ntp = {tp}\npp = {pp}\ncp = {cp}\nep = {ep}\ndp = {dp}\nvpp = {vpp}\n\
-         schedule = {schedule:?}\nzero = {zero}\nsequence_parallel = {sp}\n{hsdp}\
+         schedule = {schedule:?}\nzero = {zero}\nsequence_parallel = {sp}\n{hsdp}{etp}\
          [training]\nglobal_batch = {gb}\nmicro_batch = {mb}\nprecision = {precision:?}\n\
          recompute = {recompute:?}\nflash_attention = true\n",
         gpu = gpu_preset(row),

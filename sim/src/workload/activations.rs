@@ -90,12 +90,12 @@ pub(crate) fn layer(d: &Dims, recompute: Recompute, moe: bool) -> u64 {
     // MLPs.
     if let (true, Some(m)) = (moe, d.moe) {
         let router = prod(&[4, m.experts, d.replicated(d.tokens)]);
-        let copies = prod(&[gin, d.routed_tokens(), d.h]);
+        let copies = prod(&[gin, d.expert_tokens(), d.h]);
         bytes = bytes.saturating_add(router).saturating_add(copies);
     }
     d.mlps(moe).iter().fold(bytes, |acc, mlp| {
-        acc.saturating_add(mul(act, mul(mlp.tokens, d.up_width(mlp.f))))
-            .saturating_add(prod(&[gin, mlp.tokens, d.sharded(mlp.f)]))
+        acc.saturating_add(mul(act, mul(mlp.tokens, mlp.up(d.gated))))
+            .saturating_add(prod(&[gin, mlp.tokens, mlp.f]))
     })
 }
 

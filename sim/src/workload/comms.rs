@@ -114,10 +114,10 @@ fn hidden_bytes(d: &Dims) -> u64 {
 /// transformer_engine/pytorch/module/layernorm_linear.py, `gather_along_first_dim(ln_out,
 /// tp_group, quantizer=quantizer)` after `ln_out = quantizer(ln_out)`), as torchao's
 /// `Float8ColwiseParallel` does for torchtitan; the reduce-scatters reduce bf16 outputs.
-fn tp_pairs(d: &Dims, out: &mut Vec<CommCall>) {
+fn tp_pairs(d: &Dims, pairs: u32, out: &mut Vec<CommCall>) {
     let bytes = hidden_bytes(d);
     let gathered = mul(d.hidden_elements(), d.gemm_in_bytes);
-    for _ in 0..2 {
+    for _ in 0..pairs {
         if d.sp {
             push(
                 out,
@@ -137,8 +137,16 @@ fn tp_pairs(d: &Dims, out: &mut Vec<CommCall>) {
 pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
     let mut out = BlockComms::default();
     if d.t > 1 {
-        tp_pairs(d, &mut out.forward);
-        tp_pairs(d, &mut out.backward);
+        // The attention's pair, and the MLP's, except in an MoE layer whose experts are whole
+        // on each rank (each rank routes its own sequence-parallel tokens), where only shared
+        // experts (split over tp) need one.
+        let mlp_pair = match (moe, d.moe) {
+            (true, Some(m)) if d.experts_refold() => m.shared_f > 0,
+            _ => true,
+        };
+        let pairs = if mlp_pair { 2 } else { 1 };
+        tp_pairs(d, pairs, &mut out.forward);
+        tp_pairs(d, pairs, &mut out.backward);
     }
     if d.c > 1 {
         match d.cp_algorithm {

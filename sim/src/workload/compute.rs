@@ -327,7 +327,7 @@ fn linears_in_order(d: &Dims, router: Option<Gemm>, moe: bool) -> Vec<Gemm> {
     out.push(gemm(t, d.sharded(d.attn_out), d.h));
     out.extend(router);
     for mlp in d.mlps(moe) {
-        let f = d.sharded(mlp.f);
+        let f = mlp.f;
         if d.gated {
             out.push(gemm(mlp.tokens, d.h, f));
         }
@@ -395,7 +395,7 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
                 2,
                 2,
                 act,
-                d.routed_tokens(),
+                d.expert_tokens(),
                 d.h,
             ]));
             add_elementwise(&mut block, bytes, 3);
@@ -409,8 +409,8 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
             &mut block,
             d,
             &[
-                gemm(mlp.tokens, d.h, d.up_width(mlp.f)),
-                gemm(mlp.tokens, d.sharded(mlp.f), d.h),
+                gemm(mlp.tokens, d.h, mlp.up(d.gated)),
+                gemm(mlp.tokens, mlp.f, d.h),
             ],
         );
     }
@@ -428,12 +428,7 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
         e.ffn_passes.saturating_sub(1)
     };
     let ffn_bytes = mlps.iter().fold(0u64, |acc, mlp| {
-        acc.saturating_add(prod(&[
-            u64::from(ffn_passes),
-            act,
-            mlp.tokens,
-            d.sharded(mlp.f),
-        ]))
+        acc.saturating_add(prod(&[u64::from(ffn_passes), act, mlp.tokens, mlp.f]))
     });
     let elementwise_bytes = hidden_bytes.saturating_add(ffn_bytes);
     add_elementwise(&mut block, elementwise_bytes, e.kernels);

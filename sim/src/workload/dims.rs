@@ -37,12 +37,23 @@ pub(crate) struct MoeDims {
     pub shared_f: u64,
 }
 
-/// One MLP of a layer as it runs on this rank: the tokens it sees and its inner width before
-/// the tensor-parallel split.
+/// One MLP of a layer as it runs on this rank: the tokens it sees and its inner width on this
+/// rank (after the tensor-parallel split it runs under).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Mlp {
     pub tokens: u64,
     pub f: u64,
+}
+
+impl Mlp {
+    /// Width of the first GEMM's output (gate and up fused when gated).
+    pub fn up(&self, gated: bool) -> u64 {
+        if gated {
+            mul(2, self.f)
+        } else {
+            self.f
+        }
+    }
 }
 
 /// The low-rank projections of multi-head latent attention on this rank, as (tokens x in x
@@ -78,6 +89,9 @@ pub(crate) struct Dims {
     /// How context parallelism exchanges K and V (only read when `c > 1`).
     pub cp_algorithm: CpAlgorithm,
     pub ep: u64,
+    /// Expert tensor parallelism: the size the routed experts' inner width splits over (`t`,
+    /// or 1 when the expert layers refold the tensor-parallel ranks).
+    pub et: u64,
     /// Width of one head: `model.head_dim`, else `h / a`.
     pub head_dim: u64,
     /// Width of Q, of the attention context and of the output projection's input:
@@ -176,6 +190,7 @@ impl Dims {
             c,
             cp_algorithm: p.cp_algorithm,
             ep: u64::from(p.ep.max(1)),
+            et: u64::from(p.etp().max(1)),
             head_dim,
             q,
             kv: m.kv_width(),
@@ -278,39 +293,47 @@ impl Dims {
         prod(&[self.head_batches(), self.s_local, self.s])
     }
 
-    /// Width of an MLP's first GEMM output on this rank for inner width `f` (gate and up fused
-    /// when gated).
-    pub fn up_width(&self, f: u64) -> u64 {
-        let f = self.sharded(f);
-        if self.gated {
-            mul(2, f)
-        } else {
-            f
-        }
+    /// Whether the routed experts are whole on ranks that split the rest of the layer over
+    /// tensor parallelism (`etp = 1` under `tp > 1`).
+    pub fn experts_refold(&self) -> bool {
+        self.et < self.t
     }
 
-    /// The MLPs of a layer: a dense layer's one (`f` wide, every token); an MoE layer's routed
-    /// experts (the routed token copies, the expert width) and, when the model has them, its
-    /// shared experts (every token, their summed width).
+    /// The MLPs of a layer on this rank: a dense layer's one (every token, `f/t` wide); an MoE
+    /// layer's routed experts and, when the model has them, its shared experts (every token,
+    /// their summed width over `t`). The routed experts see the routed token copies
+    /// ([`Dims::expert_tokens`]) at the expert width over `et`.
     pub fn mlps(&self, moe: bool) -> Vec<Mlp> {
         match (moe, self.moe) {
             (true, Some(m)) => {
                 let mut v = vec![Mlp {
-                    tokens: self.routed_tokens(),
-                    f: m.f,
+                    tokens: self.expert_tokens(),
+                    f: div_ceil(m.f, self.et),
                 }];
                 if m.shared_f > 0 {
                     v.push(Mlp {
                         tokens: self.tokens,
-                        f: m.shared_f,
+                        f: self.sharded(m.shared_f),
                     });
                 }
                 v
             }
             _ => vec![Mlp {
                 tokens: self.tokens,
-                f: self.f,
+                f: self.sharded(self.f),
             }],
+        }
+    }
+
+    /// Token copies this rank's routed experts process (balanced routing): `T*top_k` when the
+    /// experts split over tensor parallelism (its group gathers the tokens first); `T/t*top_k`
+    /// when they are whole (`etp = 1` under `tp > 1`: each rank dispatches its own
+    /// sequence-parallel share and gets as many copies back).
+    pub fn expert_tokens(&self) -> u64 {
+        if self.experts_refold() {
+            div_ceil(self.routed_tokens(), self.t)
+        } else {
+            self.routed_tokens()
         }
     }
 

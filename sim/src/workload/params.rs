@@ -65,11 +65,14 @@ impl Linear {
     }
 }
 
-/// Shapes that decide parameter counts, with the tensor and expert parallel sizes they are
-/// split by (1 and 1 for the unsharded model).
+/// Shapes that decide parameter counts, with the tensor, expert-tensor and expert parallel
+/// sizes they are split by (1, 1 and 1 for the unsharded model).
+#[derive(Clone, Copy)]
 struct Shapes<'a> {
     m: &'a Model,
     t: u64,
+    /// What the routed experts' linear layers split over (`etp`).
+    et: u64,
     ep: u64,
 }
 
@@ -177,6 +180,15 @@ impl Shapes<'_> {
             .fold(0, u64::saturating_add)
     }
 
+    /// One routed expert of inner width `f`, split over the expert tensor parallelism.
+    fn expert_mlp(&self, f: u64) -> u64 {
+        Shapes {
+            t: self.et,
+            ..*self
+        }
+        .mlp(f)
+    }
+
     /// Inner MLP width of a dense layer: the MoE model's `dense_ffn_hidden`, else `ffn_hidden`.
     fn dense_width(&self) -> u64 {
         self.m
@@ -200,7 +212,7 @@ impl Shapes<'_> {
                     dense: common
                         .saturating_add(mul(self.m.hidden, experts))
                         .saturating_add(shared),
-                    expert: mul(div_ceil(experts, self.ep), self.mlp(moe.ffn_hidden)),
+                    expert: mul(div_ceil(experts, self.ep), self.expert_mlp(moe.ffn_hidden)),
                 }
             }
             _ => ParamCount {
@@ -244,7 +256,16 @@ impl Shapes<'_> {
                 linears.extend(self.mlp_linears(self.dense_width()));
             }
             if let (Some(moe), true) = (&self.m.moe, moe_layers > 0) {
-                linears.extend(self.mlp_linears(moe.ffn_hidden));
+                // A routed expert's matrices split over the expert tensor parallelism.
+                let expert = Shapes {
+                    t: self.et,
+                    ..*self
+                };
+                largest = expert
+                    .mlp_linears(moe.ffn_hidden)
+                    .iter()
+                    .map(|l| expert.linear(l))
+                    .fold(largest, u64::max);
                 if moe.shared_experts > 0 {
                     linears.extend(self.mlp_linears(moe.shared_ffn_hidden));
                 }
@@ -310,6 +331,7 @@ pub(crate) fn range_params(
     Shapes {
         m: &s.model,
         t: u64::from(s.parallel.tp.max(1)),
+        et: u64::from(s.parallel.etp().max(1)),
         ep: u64::from(s.parallel.ep.max(1)),
     }
     .range(first, n, embedding, head)
@@ -327,6 +349,7 @@ pub(crate) fn range_largest_module(
     Shapes {
         m: &s.model,
         t: u64::from(s.parallel.tp.max(1)),
+        et: u64::from(s.parallel.etp().max(1)),
         ep: u64::from(s.parallel.ep.max(1)),
     }
     .largest_module(first, n, embedding, head)
@@ -334,7 +357,13 @@ pub(crate) fn range_largest_module(
 
 /// Unique parameters of the whole model, unsharded (tied embeddings counted once).
 pub fn model_params(m: &Model) -> ParamCount {
-    Shapes { m, t: 1, ep: 1 }.range(0, u64::from(m.layers), true, true)
+    Shapes {
+        m,
+        t: 1,
+        et: 1,
+        ep: 1,
+    }
+    .range(0, u64::from(m.layers), true, true)
 }
 
 /// Parameters one token passes through, of the whole model: every dense parameter (attention,
@@ -346,7 +375,13 @@ pub fn activated_params(m: &Model) -> u64 {
     match &m.moe {
         None => total.dense,
         Some(moe) => {
-            let expert = Shapes { m, t: 1, ep: 1 }.mlp(moe.ffn_hidden);
+            let expert = Shapes {
+                m,
+                t: 1,
+                et: 1,
+                ep: 1,
+            }
+            .mlp(moe.ffn_hidden);
             let routed = mul(
                 moe.moe_layers_in(0, u64::from(m.layers)),
                 mul(u64::from(moe.top_k), expert),
@@ -480,7 +515,7 @@ pub(crate) fn optimizer_shard(
 }
 
 /// Sizes of the data-parallel groups that shard dense and expert state: DenseDp is `dp*cp`,
-/// ExpertDp is `dp/ep*cp`, with `fsdp_degree` for `dp` under HSDP (the state is replicated
+/// ExpertDp is `dp/ep*cp` (`tp*dp/(etp*ep)` when the expert layers refold tp), with `fsdp_degree` for `dp` under HSDP (the state is replicated
 /// across the `dp / fsdp_degree` shard groups; validation keeps HSDP to `ep = 1`).
 pub(crate) fn dp_sizes(s: &Scenario) -> (u64, u64) {
     let p = &s.parallel;
@@ -489,5 +524,12 @@ pub(crate) fn dp_sizes(s: &Scenario) -> (u64, u64) {
         u64::from(p.ep.max(1)),
         u64::from(p.cp.max(1)),
     );
-    (mul(dp, cp), mul((dp / ep).max(1), cp))
+    // Expert layers that refold the tensor-parallel ranks have their own data parallelism
+    // (`tp * dp / (etp * ep)`, no HSDP and no cp there).
+    let expert = if p.expert_refold() {
+        u64::from(p.edp().max(1))
+    } else {
+        mul((dp / ep).max(1), cp)
+    };
+    (mul(dp, cp), expert)
 }

@@ -173,3 +173,96 @@ fn activated_parameters_count_top_k_experts() {
     assert_eq!(p.dense, dense_layer + 3 * moe_layer_dense + embeddings);
     assert_eq!(activated_params(&sc.model), p.dense + 3 * 2 * mlp(fe));
 }
+
+/// tp 2 with sequence parallelism, dp 4, ep 4, Mixtral-style experts of width `f` (8, top 2),
+/// every layer MoE; `etp` as given.
+fn refold(etp: Option<u32>) -> Scenario {
+    let (b, s, h) = (1u64, 512u64, 256u64);
+    let mut sc = gpt(2, h, 16, s, 32000, (2, 1, 4), b, 1);
+    sc.model.moe = Some(Moe::uniform(8, 2, 1, 512));
+    sc.parallel.ep = 4;
+    sc.parallel.etp = etp;
+    sc.parallel.sequence_parallel = true;
+    sc.training.flash_attention = true;
+    sc
+}
+
+/// With `etp = 1` under `tp = 2` each rank's experts are whole and see the routed copies of its
+/// own sequence-parallel half of the tokens, so the per-rank expert FLOPs are those of
+/// `etp = tp` (all tokens, half the width): the work moves, it does not grow. The MLP's
+/// tensor-parallel all-gather and reduce-scatter go; the attention's stay; the expert-parallel
+/// all-to-alls carry the same copies.
+#[test]
+fn experts_whole_on_each_rank_under_tensor_parallelism() {
+    use crate::ir::CollectiveKind::{self, *};
+    use crate::plan::GroupKind;
+    let (b, s, h, f) = (1u64, 512u64, 256u64, 512u64);
+    let split = refold(None);
+    let whole = refold(Some(1));
+    let plan_split = Plan::new(&split).unwrap();
+    let plan_whole = Plan::new(&whole).unwrap();
+    let ws = layers_work(
+        &split,
+        &plan_split,
+        &plan_split.chunks[0][0],
+        0,
+        1,
+        false,
+        false,
+    );
+    let ww = layers_work(
+        &whole,
+        &plan_whole,
+        &plan_whole.chunks[0][0],
+        0,
+        1,
+        false,
+        false,
+    );
+    let tokens = b * s;
+    // Routed experts: top-2 copies, GeLU MLP 4*h*f FLOPs per copy.
+    let experts_split = 2 * tokens * 4 * h * (f / 2);
+    let experts_whole = 2 * (tokens / 2) * 4 * h * f;
+    assert_eq!(experts_split, experts_whole);
+    assert_eq!(ws.forward.compute.flops, ww.forward.compute.flops);
+    let tp_calls = |w: &crate::workload::ChunkWork| -> Vec<(CollectiveKind, u64)> {
+        w.forward
+            .comms
+            .iter()
+            .filter(|c| c.group == GroupKind::Tp)
+            .map(|c| (c.kind, u64::from(c.calls)))
+            .collect()
+    };
+    assert_eq!(tp_calls(&ws), vec![(AllGather, 2), (ReduceScatter, 2)]);
+    assert_eq!(tp_calls(&ww), vec![(AllGather, 1), (ReduceScatter, 1)]);
+    let a2a = |w: &crate::workload::ChunkWork| -> Vec<(u64, u32)> {
+        w.forward
+            .comms
+            .iter()
+            .filter(|c| c.group == GroupKind::Ep)
+            .map(|c| (c.bytes, c.calls))
+            .collect()
+    };
+    // This rank's routed copies of its half of the tokens, bf16: dispatch and combine.
+    assert_eq!(a2a(&ww), vec![(2 * (tokens / 2) * 2 * h, 2)]);
+    assert_eq!(a2a(&ws), a2a(&ww));
+}
+
+/// Expert state under `etp = 1`: each rank holds `experts / ep` whole experts, and their state
+/// shards over the `tp * dp / ep` expert data-parallel ranks (here 2).
+#[test]
+fn whole_experts_hold_and_shard_their_state_over_the_refolded_ranks() {
+    let mut whole = refold(Some(1));
+    whole.parallel.zero = 1;
+    let plan = Plan::new(&whole).unwrap();
+    let p = crate::workload::chunk_params(&whole, &plan, &plan.chunks[0][0]);
+    let h = 256u64;
+    let expert = 2 * h * 512 + 512 + h; // GeLU MLP with biases, whole
+    assert_eq!(p.expert, 2 * 2 * expert); // 2 layers x 8/4 experts
+    assert_eq!(whole.parallel.edp(), 2);
+    let b = crate::workload::state_bytes(&whole, &plan, 0);
+    assert_eq!(
+        b.optimizer_bytes,
+        (12 * p.dense).div_ceil(4) + (12 * p.expert).div_ceil(2)
+    );
+}

@@ -1,0 +1,82 @@
+//! Expert layers that refold the tensor-parallel ranks (`etp = 1` under `tp = 2`) run end to
+//! end: the schedule validates, every rank finishes, simulating one representative per stage
+//! gives the step of simulating every rank, and the scenario file says it as Megatron-Core does.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
+
+use twin_sim::cost::Analytic;
+use twin_sim::engine::{simulate, SimOptions};
+use twin_sim::plan::{GroupKind, Plan};
+use twin_sim::schedule::generate;
+use twin_sim::setup::parse_str;
+
+const TEXT: &str = r#"
+[model]
+layers = 4
+hidden = 1024
+heads = 16
+seq_len = 1024
+vocab = 32000
+experts = 8
+top_k = 2
+moe_ffn_hidden = 512
+[cluster]
+gpu = "h100-sxm-80gb"
+gpus = 32
+[parallel]
+tp = 2
+pp = 2
+ep = 8
+etp = 1
+sequence_parallel = true
+[training]
+global_batch = 64
+"#;
+
+#[test]
+fn a_refolded_expert_layout_simulates_collapsed_as_in_full() {
+    let s = parse_str(TEXT, "refold.toml", &[]).unwrap();
+    assert_eq!(
+        (s.parallel.dp, s.parallel.etp(), s.parallel.edp()),
+        (8, 1, 2)
+    );
+    let plan = Plan::new(&s).unwrap();
+    // ep 8 spans the tp pairs of four dp ranks: consecutive ranks of the stage.
+    let ep = plan.group(plan.group_of(0, GroupKind::Ep));
+    assert_eq!(ep.members, (0..8).collect::<Vec<_>>());
+    let sched = generate(&s, &plan).unwrap();
+    sched.validate(&plan).unwrap();
+    let cost = Analytic::new(&s);
+    let full = simulate(
+        &plan,
+        &sched,
+        &cost,
+        &SimOptions {
+            collapse: false,
+            ..SimOptions::default()
+        },
+    )
+    .unwrap();
+    let collapsed = simulate(&plan, &sched, &cost, &SimOptions::default()).unwrap();
+    assert!(full.step_time_ns > 0);
+    assert_eq!(collapsed.step_time_ns, full.step_time_ns);
+}
+
+#[test]
+fn etp_other_than_one_or_tp_and_missing_sequence_parallelism_are_refused() {
+    let e = parse_str(
+        TEXT,
+        "r.toml",
+        &["parallel.tp=4".into(), "parallel.etp=2".into()],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("expert tensor parallelism is tp or 1"), "{e}");
+    let e = parse_str(TEXT, "r.toml", &["parallel.sequence_parallel=false".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs sequence parallelism"), "{e}");
+    let e = parse_str(TEXT, "r.toml", &["parallel.ep=3".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ep = 3 does not divide tp*dp = 16"), "{e}");
+}
