@@ -9,42 +9,17 @@
 use proptest::prelude::*;
 use twin_sim::cost::{Analytic, CostModel};
 use twin_sim::engine::{simulate, SimOptions, SimResult};
-use twin_sim::plan::{Group, Plan};
+use twin_sim::plan::Plan;
 use twin_sim::scenario::{PipelineSchedule, Recompute, Scenario};
-use twin_sim::schedule::{generate, CollectiveKind, ComputeOp, OpKind, Phase, Stream};
+use twin_sim::schedule::{generate, CollectiveKind, OpKind, Stream};
 use twin_sim::testing::small_scenario;
 
+mod common;
+
+use common::{pipeline, FlopsCost};
+
 /// Compute costs 1 ns per 1,000 FLOPs of model passes; everything else is free.
-struct FreeComm;
-
-impl CostModel for FreeComm {
-    fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
-        match op.phase {
-            Phase::Optimizer | Phase::Compress => 0,
-            _ => op.flops / 1_000,
-        }
-    }
-    fn collective_ns(&self, _: CollectiveKind, _: &Group, _: u64, _: u32) -> u64 {
-        0
-    }
-    fn p2p_ns(&self, _: &Plan, _: u32, _: u32, _: u64) -> u64 {
-        0
-    }
-    fn checkpoint_ns(&self, _: u64) -> u64 {
-        0
-    }
-}
-
-/// A pipeline-only scenario with a negligible head (tiny vocab) so stages are uniform.
-fn pipeline(pp: u32, m: u64, schedule: PipelineSchedule, vpp: u32) -> Scenario {
-    let mut s = small_scenario(1, pp, 1, m);
-    s.model.layers = 4 * pp * vpp;
-    s.model.vocab = 8;
-    s.parallel.schedule = schedule;
-    s.parallel.vpp = vpp;
-    s.training.recompute = Recompute::None;
-    s
-}
+const FREE_COMM: FlopsCost = FlopsCost { p2p_ns: 0 };
 
 fn run(s: &Scenario, cost: &dyn CostModel) -> (Plan, SimResult) {
     let plan = Plan::new(s).unwrap();
@@ -66,7 +41,7 @@ fn assert_close(got: f64, want: f64, rel: f64, what: &str) {
 fn gpipe_and_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1() {
     for schedule in [PipelineSchedule::Gpipe, PipelineSchedule::OneFOneB] {
         for (p, m) in [(2u32, 4u64), (4, 8), (4, 32), (8, 16), (8, 64)] {
-            let (_, res) = run(&pipeline(p, m, schedule, 1), &FreeComm);
+            let (_, res) = run(&pipeline(p, m, schedule, 1), &FREE_COMM);
             let want = f64::from(p - 1) / (m as f64 + f64::from(p) - 1.0);
             assert_close(
                 res.bubble_fraction(),
@@ -84,7 +59,7 @@ fn interleaving_divides_the_bubble_by_v() {
     for (p, v, m) in [(4u32, 2u32, 8u64), (4, 4, 16), (8, 2, 16), (2, 3, 8)] {
         let (_, res) = run(
             &pipeline(p, m, PipelineSchedule::Interleaved1F1B, v),
-            &FreeComm,
+            &FREE_COMM,
         );
         // bubble time / ideal step = (p-1)/(v m); as a fraction of the whole step:
         let ratio = f64::from(p - 1) / (f64::from(v) * m as f64);
@@ -105,15 +80,15 @@ fn one_stage_has_no_bubble() {
         PipelineSchedule::OneFOneB,
         PipelineSchedule::ZeroBubble,
     ] {
-        let (_, res) = run(&pipeline(1, 8, schedule, 1), &FreeComm);
+        let (_, res) = run(&pipeline(1, 8, schedule, 1), &FREE_COMM);
         assert_eq!(res.bubble_fraction(), 0.0, "{schedule:?}");
     }
 }
 
 #[test]
 fn zero_bubble_beats_1f1b() {
-    let (_, zb) = run(&pipeline(4, 8, PipelineSchedule::ZeroBubble, 1), &FreeComm);
-    let (_, f1) = run(&pipeline(4, 8, PipelineSchedule::OneFOneB, 1), &FreeComm);
+    let (_, zb) = run(&pipeline(4, 8, PipelineSchedule::ZeroBubble, 1), &FREE_COMM);
+    let (_, f1) = run(&pipeline(4, 8, PipelineSchedule::OneFOneB, 1), &FREE_COMM);
     assert!(
         zb.bubble_fraction() < 0.8 * f1.bubble_fraction(),
         "zb {} vs 1f1b {}",

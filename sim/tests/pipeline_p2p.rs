@@ -5,46 +5,27 @@
 //! whose transfers each take a fixed time, and the default and refusals of the key.
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
-use twin_sim::cost::CostModel;
 use twin_sim::engine::{simulate, SimOptions, SimResult};
-use twin_sim::plan::{Group, Plan};
-use twin_sim::scenario::{PipelineSchedule, Recompute, Scenario};
-use twin_sim::schedule::{generate, CollectiveKind, ComputeOp, OpKind, Phase};
-use twin_sim::testing::small_scenario;
+use twin_sim::plan::Plan;
+use twin_sim::scenario::{PipelineSchedule, Scenario};
+use twin_sim::schedule::{generate, OpKind, Phase};
 
 /// Each pipeline transfer's time.
 const TRANSFER_NS: u64 = 1_000_000;
 
+mod common;
+
+use common::FlopsCost;
+
 /// Compute costs 1 ns per 1,000 FLOPs of model passes; a pipeline transfer takes
 /// `TRANSFER_NS`; everything else is free.
-struct FixedTransfer;
-
-impl CostModel for FixedTransfer {
-    fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
-        match op.phase {
-            Phase::Optimizer | Phase::Compress => 0,
-            _ => op.flops / 1_000,
-        }
-    }
-    fn collective_ns(&self, _: CollectiveKind, _: &Group, _: u64, _: u32) -> u64 {
-        0
-    }
-    fn p2p_ns(&self, _: &Plan, _: u32, _: u32, _: u64) -> u64 {
-        TRANSFER_NS
-    }
-    fn checkpoint_ns(&self, _: u64) -> u64 {
-        0
-    }
-}
+const FIXED_TRANSFER: FlopsCost = FlopsCost {
+    p2p_ns: TRANSFER_NS,
+};
 
 /// A pipeline-only scenario; a tiny vocabulary keeps the head negligible.
 fn pipeline(pp: u32, m: u64, schedule: PipelineSchedule, vpp: u32, overlap: bool) -> Scenario {
-    let mut s = small_scenario(1, pp, 1, m);
-    s.model.layers = 4 * pp * vpp;
-    s.model.vocab = 8;
-    s.parallel.schedule = schedule;
-    s.parallel.vpp = vpp;
-    s.training.recompute = Recompute::None;
+    let mut s = common::pipeline(pp, m, schedule, vpp);
     s.training.overlap_p2p_comm = overlap;
     s
 }
@@ -58,7 +39,7 @@ fn run(s: &Scenario) -> SimResult {
         collapse: false,
         ..SimOptions::default()
     };
-    simulate(&plan, &sched, &FixedTransfer, &opts).unwrap()
+    simulate(&plan, &sched, &FIXED_TRANSFER, &opts).unwrap()
 }
 
 /// Forward and backward time of one micro batch on stage `stage`: the compute of its first

@@ -24,3 +24,44 @@ pub fn gen_ok(s: &Scenario, step: u64) -> Schedule {
 pub fn is_phase(op: &Op, phase: Phase) -> bool {
     matches!(&op.kind, OpKind::Compute(c) if c.phase == phase)
 }
+
+/// Compute costs 1 ns per 1,000 FLOPs of model passes; each pipeline transfer takes
+/// `p2p_ns`; everything else is free. The engine oracles' cost model.
+pub struct FlopsCost {
+    pub p2p_ns: u64,
+}
+
+impl twin_sim::cost::CostModel for FlopsCost {
+    fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
+        match op.phase {
+            Phase::Optimizer | Phase::Compress => 0,
+            _ => op.flops / 1_000,
+        }
+    }
+    fn collective_ns(&self, _: CollectiveKind, _: &twin_sim::plan::Group, _: u64, _: u32) -> u64 {
+        0
+    }
+    fn p2p_ns(&self, _: &Plan, _: u32, _: u32, _: u64) -> u64 {
+        self.p2p_ns
+    }
+    fn checkpoint_ns(&self, _: u64) -> u64 {
+        0
+    }
+}
+
+/// A pipeline-only scenario with a negligible head (tiny vocab) so stages are uniform, no
+/// recompute.
+pub fn pipeline(
+    pp: u32,
+    m: u64,
+    schedule: twin_sim::scenario::PipelineSchedule,
+    vpp: u32,
+) -> Scenario {
+    let mut s = twin_sim::testing::small_scenario(1, pp, 1, m);
+    s.model.layers = 4 * pp * vpp;
+    s.model.vocab = 8;
+    s.parallel.schedule = schedule;
+    s.parallel.vpp = vpp;
+    s.training.recompute = twin_sim::scenario::Recompute::None;
+    s
+}
