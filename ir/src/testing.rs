@@ -39,6 +39,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             tied_embeddings: false,
             qkv_bias: false,
             mla: None,
+            mtp_layers: 0,
             moe: None,
         },
         cluster: Cluster {

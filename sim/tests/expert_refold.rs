@@ -80,3 +80,21 @@ fn etp_other_than_one_or_tp_and_missing_sequence_parallelism_are_refused() {
         .to_string();
     assert!(e.contains("ep = 3 does not divide tp*dp = 16"), "{e}");
 }
+
+/// Every mixture-of-experts, latent-attention and expert-parallel key survives the scenario
+/// writer (what `sweep` and `validate --emit-scenarios` write out and read back).
+#[test]
+fn moe_and_mla_keys_survive_a_round_trip_through_the_writer() {
+    let text = TEXT.replace(
+        "moe_ffn_hidden = 512\n",
+        "moe_ffn_hidden = 512\nshared_experts = 2\nshared_expert_ffn_hidden = 256\n\
+         dense_layers = 1\ndense_ffn_hidden = 2048\nqkv_bias = true\nmtp_layers = 1\n\
+         [model.mla]\nq_lora_rank = 64\nkv_lora_rank = 32\nqk_nope_head_dim = 32\n\
+         qk_rope_head_dim = 16\nv_head_dim = 32\n",
+    );
+    let s = parse_str(&text, "refold.toml", &[]).unwrap();
+    assert!(s.model.mla.is_some() && s.model.qkv_bias && s.model.mtp_layers == 1);
+    let again = parse_str(&twin_sim::scenario::to_toml(&s), "again.toml", &[]).unwrap();
+    assert_eq!(again.model, s.model);
+    assert_eq!(again.parallel, s.parallel);
+}

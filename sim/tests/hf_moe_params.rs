@@ -73,17 +73,23 @@ fn keys(notes: &[String]) -> Vec<&str> {
 
 /// DeepSeek-V3. Card (huggingface.co/deepseek-ai/DeepSeek-V3, README): "671B total parameters
 /// with 37B activated for each token"; the 685B checkpoint is "671B of the Main Model weights
-/// and 14B of the Multi-Token Prediction (MTP) Module weights", and twin leaves the MTP layer
-/// out (`num_nextn_predict_layers` stays unmodelled).
+/// and 14B of the Multi-Token Prediction (MTP) Module weights". The import reads the MTP
+/// module (`num_nextn_predict_layers = 1`); the card's 671B and 37B are the main model's, so
+/// they are checked with `mtp_layers = 0`.
 ///
-/// twin: 671,026,404,352 in total. Activated: 37,552,282,624 counting both embedding
-/// matrices, which rounds to 38B; 36,625,603,584 without the input embedding, which rounds to
-/// the card's 37B. The card's figure fits only with the input embedding left out, and that is
-/// what is asserted.
+/// twin, main model: 671,026,404,352 in total. Activated: 37,552,282,624 counting both
+/// embedding matrices, which rounds to 38B; 36,625,603,584 without the input embedding, which
+/// rounds to the card's 37B. The card's figure fits only with the input embedding left out,
+/// and that is what is asserted. The MTP module adds one MoE layer, three norms and the
+/// `2h x h` projection (11.6B); the checkpoint's 14B also holds the module's own copies of the
+/// embedding and output matrices, which twin counts once as they are shared.
 #[test]
 fn deepseek_v3() {
     let (s, notes) = scenario("deepseek-v3.json");
-    let m = &s.model;
+    assert_eq!(s.model.mtp_layers, 1);
+    let mut main = s.model.clone();
+    main.mtp_layers = 0;
+    let m = &main;
     let moe = m.moe.as_ref().expect("DeepSeek-V3 imports as MoE");
     assert_eq!(
         (m.layers, m.hidden, m.heads, m.ffn_hidden),
@@ -133,9 +139,10 @@ fn deepseek_v3() {
     assert!(!rounds_to(active, 37e9, 2), "{active}");
     assert!(rounds_to(active - embedding(m), 37e9, 2), "{active}");
 
+    // With the MTP module: one more MoE layer, its three norms and its projection.
+    assert_eq!(total(&s.model), want + moe_layer + 3 * h + 2 * h * h);
     let k = keys(&notes);
     for key in [
-        "num_nextn_predict_layers",
         "rope_scaling",
         "n_group",
         "topk_group",
@@ -145,7 +152,12 @@ fn deepseek_v3() {
     ] {
         assert!(k.contains(&key), "{key} missing from {notes:?}");
     }
-    for key in ["n_routed_experts", "kv_lora_rank", "first_k_dense_replace"] {
+    for key in [
+        "n_routed_experts",
+        "kv_lora_rank",
+        "first_k_dense_replace",
+        "num_nextn_predict_layers",
+    ] {
         assert!(!k.contains(&key), "{key} is modelled: {notes:?}");
     }
 }

@@ -708,7 +708,7 @@ fn layer_partition_rules() {
             value: "[4, 3, 1]",
             at: "[4, 3, 1]",
             message: &["layer_partition has 3 entries, but there are pp*vpp = 2*1 = 2"],
-            allowed: &["2 layer counts, each >= 1, summing to 8"],
+            allowed: &["2 layer counts, each >= 1 but the first and the last, summing to 8"],
         },
     );
     let text = edit("dp = 4", "dp = 4\nlayer_partition = [4, 5]");
@@ -723,16 +723,31 @@ fn layer_partition_rules() {
             allowed: &["summing to 8"],
         },
     );
-    let text = edit("dp = 4", "dp = 4\nlayer_partition = [8, 0]");
+    let text = edit("dp = 4", "dp = 4\nlayer_partition = [8, -1]");
     expect(
         &text,
         Expect {
             kind: ErrorKind::Type,
             key: "parallel.layer_partition[1]",
-            value: "0",
-            at: "[8, ^0]",
+            value: "-1",
+            at: "[8, ^-1]",
             message: &["not allowed in an array of layer counts"],
             allowed: &["layer counts"],
+        },
+    );
+    // The last virtual stage (the loss's) may hold no layer; a stage in between may not.
+    let text = edit("dp = 4", "dp = 4\nlayer_partition = [8, 0]");
+    assert!(parse_str(&text, "t.toml", &[]).is_ok());
+    let text = edit("pp = 2", "pp = 4").replace("dp = 4", "dp = 2\nlayer_partition = [4, 0, 2, 2]");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.layer_partition",
+            value: "[4, 0, 2, 2]",
+            at: "[4, 0, 2, 2]",
+            message: &["an entry of 0 for a virtual stage that holds neither the embedding"],
+            allowed: &["each >= 1 but the first and the last"],
         },
     );
 }

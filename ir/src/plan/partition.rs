@@ -125,7 +125,7 @@ pub enum PartitionError {
     Length { got: usize, want: u64 },
     #[error("layer partition sums to {got} layers; the model has {want}")]
     Sum { got: u64, want: u32 },
-    #[error("layer partition entries must be at least 1")]
+    #[error("layer partition entries must be at least 1, but for the first and last virtual stages (they hold the embedding and the loss)")]
     EmptyChunk,
     #[error("layer_partition gives the split; account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split cannot be set with it (as in Megatron-Core)")]
     GivenWithSlots,
@@ -177,7 +177,10 @@ pub fn split(input: SplitInput<'_>) -> Result<Split, PartitionError> {
                 want: chunks,
             });
         }
-        if part.contains(&0) {
+        // Only the virtual stages with the embedding or the loss may hold no layer, as in
+        // Megatron-Core's pipeline layouts ("E|..." and "...|L").
+        let inner = part.get(1..part.len().saturating_sub(1)).unwrap_or(&[]);
+        if inner.contains(&0) || part.len() == 1 && part.first() == Some(&0) {
             return Err(PartitionError::EmptyChunk);
         }
         let sum: u64 = part.iter().map(|&x| u64::from(x)).sum();

@@ -203,3 +203,29 @@ fn a_given_partition_is_used_as_written() {
     });
     assert_eq!(sum, Err(PartitionError::Sum { got: 10, want: 11 }));
 }
+
+/// A given split may leave the first or the last virtual stage without layers (Megatron-Core
+/// layouts such as DeepSeek-V3's `Et|(tt|)*30mL`, whose last stage holds only the multi-token
+/// prediction module and the loss), but no stage in between.
+#[test]
+fn only_the_end_stages_may_hold_no_layer() {
+    let given = |part: &[u32]| {
+        split(SplitInput {
+            layers: part.iter().sum(),
+            pp: 2,
+            vpp: 2,
+            given: Some(part),
+            account_for_embedding: false,
+            account_for_loss: false,
+        })
+    };
+    assert_eq!(
+        given(&[1, 2, 2, 0]).unwrap().layers_per_virtual_stage,
+        vec![1, 2, 2, 0]
+    );
+    assert!(given(&[0, 2, 2, 1]).is_ok());
+    assert_eq!(
+        given(&[1, 0, 2, 2]).unwrap_err(),
+        PartitionError::EmptyChunk
+    );
+}

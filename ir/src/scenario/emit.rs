@@ -60,10 +60,32 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     model.insert("vocab", int(m.vocab));
     model.insert("gated_mlp", value(m.gated_mlp));
     model.insert("tied_embeddings", value(m.tied_embeddings));
+    if m.qkv_bias {
+        model.insert("qkv_bias", value(true));
+    }
+    if m.mtp_layers > 0 {
+        model.insert("mtp_layers", int(u64::from(m.mtp_layers)));
+    }
     if let Some(moe) = &m.moe {
         model.insert("experts", int(u64::from(moe.experts)));
         model.insert("top_k", int(u64::from(moe.top_k)));
         model.insert("moe_every", int(u64::from(moe.moe_every)));
+        model.insert("moe_ffn_hidden", int(moe.ffn_hidden));
+        model.insert("shared_experts", int(u64::from(moe.shared_experts)));
+        if moe.shared_experts > 0 {
+            model.insert("shared_expert_ffn_hidden", int(moe.shared_ffn_hidden));
+        }
+        model.insert("dense_layers", int(u64::from(moe.dense_layers)));
+        model.insert("dense_ffn_hidden", int(moe.dense_ffn_hidden));
+    }
+    if let Some(mla) = &m.mla {
+        let mut t = Table::new();
+        t.insert("q_lora_rank", int(mla.q_lora_rank));
+        t.insert("kv_lora_rank", int(mla.kv_lora_rank));
+        t.insert("qk_nope_head_dim", int(mla.qk_nope_head_dim));
+        t.insert("qk_rope_head_dim", int(mla.qk_rope_head_dim));
+        t.insert("v_head_dim", int(mla.v_head_dim));
+        model.insert("mla", Item::Table(t));
     }
     doc.insert("model", Item::Table(model));
 

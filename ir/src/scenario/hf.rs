@@ -39,6 +39,7 @@ pub(crate) struct HfShape {
     pub dense_layers: Option<u64>,
     pub qkv_bias: bool,
     pub mla: Option<Mla>,
+    pub mtp_layers: Option<u64>,
     /// Keys the config sets that change the model but that twin does not model, each as
     /// "key = value (what it means)".
     pub unmodelled: Vec<String>,
@@ -395,7 +396,9 @@ fn deepseek_v3(
         qk_rope_head_dim: rank("qk_rope_head_dim", mlak::QK_ROPE_HEAD_DIM.uint_range(), 64)?,
         v_head_dim: rank("v_head_dim", mlak::V_HEAD_DIM.uint_range(), 128)?,
     });
+    s.mtp_layers = r.uint("num_nextn_predict_layers", mk::MTP_LAYERS.uint_range())?;
     modelled.extend([
+        "num_nextn_predict_layers",
         "n_routed_experts",
         "n_shared_experts",
         "moe_intermediate_size",
@@ -665,10 +668,10 @@ mod tests {
             })
         );
         assert!(s.gated_mlp && !s.qkv_bias);
+        assert_eq!(s.mtp_layers, Some(1));
         assert_eq!(
             listed(&s),
             [
-                "num_nextn_predict_layers",
                 "n_group",
                 "topk_group",
                 "topk_method",

@@ -135,6 +135,7 @@ keys!(model {
     DENSE_FFN_HIDDEN = "dense_ffn_hidden", Uint { min: 1, max: 1 << 22 }, Note("`ffn_hidden`"), "Inner MLP width of the dense layers of a mixture-of-experts model; needs `experts`.";
     QKV_BIAS = "qkv_bias", Bool, Note("from config, else `false`"), "Biases on the query, key and value projections (Qwen2, GPT-OSS). Models without a gated MLP (GPT-style) have a bias on every linear layer anyway.";
     MLA = "mla", Table, Note("none"), "DeepSeek's multi-head latent attention instead of Q/K/V projections: `[model.mla]`.";
+    MTP_LAYERS = "mtp_layers", Uint { min: 0, max: 64 }, Note("from config, else 0"), "Multi-token prediction modules after the last layer (DeepSeek-V3), on the last pipeline stage: each re-embeds the tokens shifted by one, normalises that and the hidden state, projects the pair (`2h x h`), runs one more transformer layer (an MoE layer when the model has experts) and the output head and loss again.";
 });
 
 keys!(mla {
@@ -197,7 +198,7 @@ keys!(parallel {
     FSDP_DEGREE = "fsdp_degree", Uint { min: 1, max: MAX_DEGREE }, Note("`dp` (plain FSDP)"), "HSDP: with `fsdp = true` or `zero = 3`, model state is sharded within blocks of this many consecutive data-parallel ranks and replicated across the `dp / fsdp_degree` blocks. Divides `dp`; only with `ep = 1`.";
     SEQUENCE_PARALLEL = "sequence_parallel", Bool, Flag(false), "Megatron sequence parallelism: norms and dropout activations sharded over tp.";
     SCHEDULE = "schedule", Choice { what: "schedule", names: &["gpipe", "1f1b", "interleaved-1f1b", "zero-bubble"] }, Is("1f1b"), "Pipeline schedule.";
-    LAYER_PARTITION = "layer_partition", Other("an array of layer counts (integers from 1 to 65,536)"), Note("even split; where `pp * vpp` does not divide `layers`, Megatron-Core's uneven split (docs/reference/scenarios.md)"), "Layers per (stage, chunk) in pipeline order (virtual stage `chunk * pp + stage`): `pp * vpp` entries summing to `layers`. Overrides the automatic split.";
+    LAYER_PARTITION = "layer_partition", Other("an array of layer counts (integers from 0 to 65,536; 0 only first or last)"), Note("even split; where `pp * vpp` does not divide `layers`, Megatron-Core's uneven split (docs/reference/scenarios.md)"), "Layers per (stage, chunk) in pipeline order (virtual stage `chunk * pp + stage`): `pp * vpp` entries summing to `layers`. Overrides the automatic split.";
     ACCOUNT_FOR_EMBEDDING_IN_PIPELINE_SPLIT = "account_for_embedding_in_pipeline_split", Bool, Flag(false), "Megatron-Core's option: the input embedding counts as one layer of the pipeline split, so the first virtual stage holds one layer fewer. Not together with `layer_partition`.";
     ACCOUNT_FOR_LOSS_IN_PIPELINE_SPLIT = "account_for_loss_in_pipeline_split", Bool, Flag(false), "Megatron-Core's option: the output layer and loss count as one layer of the pipeline split, so the last virtual stage holds one layer fewer. Not together with `layer_partition`.";
     ORDER = "order", Other("a permutation of [\"tp\", \"cp\", \"ep\", \"dp\", \"pp\"], innermost first"), Note("`[\"tp\", \"cp\", \"ep\", \"dp\", \"pp\"]`"), "Placement of mesh axes on consecutive ranks, innermost first.";

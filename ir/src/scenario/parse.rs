@@ -248,6 +248,11 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
         tied_embeddings,
         qkv_bias,
         mla,
+        mtp_layers: u32_of(
+            opt(m.uint(&mk::MTP_LAYERS)?)
+                .or(base.mtp_layers)
+                .unwrap_or(0),
+        ),
         moe,
     };
     Ok((model, base.unmodelled))
@@ -288,7 +293,7 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool, bool)> {
     let schedule = p.choice_or_default(&pk::SCHEDULE, &PipelineSchedule::ALL)?;
     let max_layers = i64::try_from(mk::LAYERS.uint_range().1).unwrap_or(i64::MAX);
     let layer_partition = p.array(&pk::LAYER_PARTITION, |e| match e.node {
-        Node::Int(i) if (1..=max_layers).contains(&i) => u32::try_from(i).ok(),
+        Node::Int(i) if (0..=max_layers).contains(&i) => u32::try_from(i).ok(),
         _ => None,
     })?;
     let account_for_embedding_in_pipeline_split =

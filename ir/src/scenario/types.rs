@@ -47,7 +47,14 @@ pub struct Model {
     /// Multi-head latent attention (DeepSeek-V2/V3) instead of Q/K/V projections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mla: Option<Mla>,
+    /// Multi-token prediction modules after the last layer (`mtp_layers`).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub mtp_layers: u32,
     pub moe: Option<Moe>,
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
 }
 
 /// DeepSeek's multi-head latent attention (`[model.mla]`): queries from an optional

@@ -696,7 +696,8 @@ fn layers(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
         Err(e) => e,
     };
     let list = || format!("{:?}", p.layer_partition.as_deref().unwrap_or(&[]));
-    let given_allowed = format!("{chunks} layer counts, each >= 1, summing to {layers}");
+    let given_allowed =
+        format!("{chunks} layer counts, each >= 1 but the first and the last, summing to {layers}");
     let slot_keys = || {
         let mut k = Vec::new();
         if embedding {
@@ -737,7 +738,7 @@ fn layers(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
         ),
         PartitionError::EmptyChunk => c.fail(
             &[("parallel.layer_partition", list())],
-            "layer_partition has an entry of 0".to_string(),
+            "layer_partition has an entry of 0 for a virtual stage that holds neither the embedding (the first) nor the loss (the last)".to_string(),
             given_allowed,
         ),
         PartitionError::GivenWithSlots => {

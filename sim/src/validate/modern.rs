@@ -105,9 +105,6 @@ pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
     if row.moe_a2a_overlap == Some(true) {
         out.push("moe_a2a_overlap");
     }
-    if row.mtp_layers.unwrap_or(0) > 0 {
-        out.push("mtp_layers");
-    }
     if row.moe_dispatcher.is_some() {
         out.push("moe_dispatcher");
     }
@@ -208,12 +205,6 @@ fn unsupported(row: &RunRow) -> Option<String> {
     match row.arch.as_deref().unwrap_or("dense") {
         "dense" => None,
         "moe" => {
-            if let Some(n @ 1..) = row.mtp_layers {
-                return Some(format!(
-                    "arch = \"moe\" with mtp_layers = {n}: multi-token prediction (and the \
-                     pipeline stage that holds only it) is not modelled"
-                ));
-            }
             let etp = row.etp.unwrap_or(row.tp);
             if etp != row.tp && etp != 1 {
                 return Some(format!(
@@ -247,6 +238,71 @@ fn unsupported(row: &RunRow) -> Option<String> {
     }
 }
 
+/// The layers per virtual stage of a Megatron-Core pipeline layout
+/// (`pipeline_model_parallel_layout`: virtual stages separated by `|`, `t` a transformer
+/// layer, `E` the embedding, `m` a multi-token prediction module, `L` the loss, `(...)*n` a
+/// repetition), when the row's `other_flags` give one as "pipeline layout ...".
+pub fn pipeline_layout(row: &RunRow) -> Option<Vec<u32>> {
+    let flags = row.other_flags.as_deref()?;
+    let (_, rest) = flags.split_once("pipeline layout ")?;
+    let layout: String = rest
+        .chars()
+        .take_while(|c| !c.is_whitespace() && *c != ',')
+        .collect();
+    let expanded = expand_layout(&layout)?;
+    let stages: Vec<u32> = expanded
+        .split('|')
+        .map(|stage| stage.chars().filter(|&c| c == 't').count() as u32)
+        .collect();
+    (stages.len() > 1).then_some(stages)
+}
+
+/// `(...)*n` repetitions written out (nested ones too); `None` for text that is not a layout.
+fn expand_layout(text: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '(' => {
+                // The matching parenthesis.
+                let mut depth = 1;
+                let mut end = None;
+                for (j, d) in chars.by_ref() {
+                    match d {
+                        '(' => depth += 1,
+                        ')' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = Some(j);
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                let inner = expand_layout(text.get(i + 1..end?)?)?;
+                let mut times = 1usize;
+                if chars.peek().map(|&(_, c)| c) == Some('*') {
+                    chars.next();
+                    let mut digits = String::new();
+                    while let Some(&(_, d)) = chars.peek() {
+                        if !d.is_ascii_digit() {
+                            break;
+                        }
+                        digits.push(d);
+                        chars.next();
+                    }
+                    times = digits.parse().ok().filter(|&n: &usize| n <= 4096)?;
+                }
+                out.push_str(&inner.repeat(times));
+            }
+            'E' | 't' | 'm' | 'L' | '|' => out.push(c),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
 /// The `[model]` keys of a mixture-of-experts row, and its `[model.mla]` table when it has
 /// one (`mla` as the row writes it: "q_lora_rank=1536, kv_lora_rank=512, ...").
 fn moe_keys(row: &RunRow) -> String {
@@ -263,6 +319,7 @@ fn moe_keys(row: &RunRow) -> String {
         ),
         ("dense_layers", row.dense_layers.map(u64::from)),
         ("dense_ffn_hidden", row.dense_ffn_hidden),
+        ("mtp_layers", row.mtp_layers.map(u64::from)),
     ];
     for (key, value) in keys {
         if let Some(v) = value {
@@ -322,10 +379,14 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     }
     text.push_str(&moe_keys(row));
     let ep = row.ep.unwrap_or(1).max(1);
-    let etp = match row.etp {
+    let mut etp = match row.etp {
         Some(e) if e != row.tp => format!("etp = {e}\n"),
         _ => String::new(),
     };
+    if let Some(stages) = pipeline_layout(row) {
+        let list: Vec<String> = stages.iter().map(u32::to_string).collect();
+        let _ = writeln!(etp, "layer_partition = [{}]", list.join(", "));
+    }
     // HSDP: FSDP sharding within groups of `fsdp` data-parallel ranks.
     let hsdp = match (row.fsdp, zero) {
         (Some(f), 3) if f > 0 && f != row.dp => format!("fsdp_degree = {f}\n"),

@@ -123,6 +123,16 @@ fn every_second_matmul_saved(d: &Dims, moe: bool) -> u64 {
     .saturating_add(probs)
 }
 
+/// Bytes a multi-token prediction module saves besides its embedding, layer and head: the
+/// two norms' inputs (activation dtype) and the projection's `2h`-wide input (GEMM input).
+pub(crate) fn mtp_projection(d: &Dims) -> u64 {
+    let x = d.replicated(d.hidden_elements());
+    mul(
+        x,
+        mul(2, d.act_bytes).saturating_add(mul(2, d.gemm_in_bytes)),
+    )
+}
+
 /// Extra bytes the input embedding saves: its dropout mask (Korthikanti section 4.3).
 pub(crate) fn embedding(d: &Dims) -> u64 {
     d.replicated(d.hidden_elements())

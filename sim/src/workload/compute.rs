@@ -475,6 +475,21 @@ pub(crate) fn embedding(d: &Dims, grad_bytes: u64) -> BlockParts {
     }
 }
 
+/// A multi-token prediction module's own work besides its layer and head: the norms of the
+/// embedded shifted tokens and of the hidden state (one read and one write each) and the
+/// projection of their concatenation (`T x 2h x h`, column parallel).
+pub(crate) fn mtp_projection(d: &Dims) -> BlockParts {
+    let x = d.replicated(d.hidden_elements());
+    let mut block = BlockParts::default();
+    add_elementwise(&mut block, prod(&[2, 2, d.act_bytes, x]), 2);
+    add_linears_in(
+        &mut block,
+        d,
+        &[gemm(d.tokens, mul(2, d.h), d.sharded(d.h))],
+    );
+    block
+}
+
 /// The output head: final layer norm, the logits GEMM (vocab split over tp) and the
 /// vocab-parallel cross-entropy in fp32.
 pub(crate) fn head(d: &Dims) -> BlockParts {

@@ -215,6 +215,29 @@ pub fn layers_work(
         let loss_logits_bytes = s.training.framework.memory.loss_logits_bytes;
         activation_bytes =
             activation_bytes.saturating_add(activations::head(&d, loss_logits_bytes));
+        // Multi-token prediction after the head: per module the embedding of the shifted
+        // tokens, two norms, the `2h x h` projection, one layer (MoE when the model has
+        // experts) and the head and loss again. The module's layer keeps its activations (it
+        // is not recomputed).
+        let mtp = u64::from(s.model.mtp_layers);
+        if mtp > 0 {
+            let moe = s.model.moe.is_some();
+            let grad_bytes = params::state_coefficients(&s.training).grad_bytes;
+            let mut module = compute::embedding(&d, grad_bytes);
+            module.add(&compute::mtp_projection(&d));
+            module.add(&compute::layer(&d, moe));
+            module.add(&compute::head(&d));
+            all.add(&module.repeat(mtp));
+            let mut module_comms = comms::embedding(&d);
+            module_comms.add(&comms::layer(&d, moe));
+            module_comms.add(&comms::head(&d));
+            all_comms.add(&module_comms.repeat(mtp));
+            let saved = activations::embedding(&d)
+                .saturating_add(activations::mtp_projection(&d))
+                .saturating_add(activations::layer(&d, Recompute::None, moe))
+                .saturating_add(activations::head(&d, loss_logits_bytes));
+            activation_bytes = activation_bytes.saturating_add(mul(mtp, saved));
+        }
     }
 
     let recompute_bytes = match (recompute, r) {

@@ -308,8 +308,40 @@ impl Shapes<'_> {
             // A chunk with both the embedding and a tied head holds the matrix once.
             let own_matrix = !(self.m.tied_embeddings && embedding);
             p.dense = p.dense.saturating_add(self.head(own_matrix));
+            let mtp = self.mtp();
+            p.dense = p.dense.saturating_add(mtp.dense);
+            p.expert = p.expert.saturating_add(mtp.expert);
+            // The modules embed with the word embeddings: a head chunk without the embedding
+            // holds a copy, as for a tied head.
+            if self.m.mtp_layers > 0 && !embedding && !self.m.tied_embeddings {
+                let words = mul(div_ceil(self.m.vocab, self.t), self.m.hidden);
+                p.dense = p.dense.saturating_add(words);
+            }
         }
         p
+    }
+
+    /// The multi-token prediction modules (on the head's chunk): each an embedding norm, a
+    /// hidden-state norm, the `2h x h` projection (column parallel), one transformer layer (an
+    /// MoE layer when the model has experts) and a final norm; the embedding and the output
+    /// head are the model's (Megatron-Core's `MultiTokenPredictionLayer`,
+    /// NVIDIA/Megatron-LM@d98e8a64dd megatron/core/transformer/multi_token_prediction.py).
+    fn mtp(&self) -> ParamCount {
+        let n = u64::from(self.m.mtp_layers);
+        if n == 0 {
+            return ParamCount::default();
+        }
+        let layer = self.layer(self.m.moe.is_some());
+        let h = self.m.hidden;
+        let own = mul(3, self.norm()).saturating_add(self.linear(&Linear::column(
+            mul(2, h),
+            h,
+            self.gpt_style(),
+        )));
+        ParamCount {
+            dense: mul(n, layer.dense.saturating_add(own)),
+            expert: mul(n, layer.expert),
+        }
     }
 }
 
@@ -382,10 +414,11 @@ pub fn activated_params(m: &Model) -> u64 {
                 ep: 1,
             }
             .mlp(moe.ffn_hidden);
-            let routed = mul(
-                moe.moe_layers_in(0, u64::from(m.layers)),
-                mul(u64::from(moe.top_k), expert),
-            );
+            // The multi-token prediction modules' layers are MoE layers too.
+            let layers = moe
+                .moe_layers_in(0, u64::from(m.layers))
+                .saturating_add(u64::from(m.mtp_layers));
+            let routed = mul(layers, mul(u64::from(moe.top_k), expert));
             total.dense.saturating_add(routed)
         }
     }

@@ -44,6 +44,7 @@ pub(super) fn gpt(
         tied_embeddings: false,
         qkv_bias: false,
         mla: None,
+        mtp_layers: 0,
         moe: None,
     };
     s.training.micro_batch = b;
@@ -76,6 +77,7 @@ pub(super) fn llama(
         tied_embeddings: false,
         qkv_bias: false,
         mla: None,
+        mtp_layers: 0,
         moe: None,
     }
 }

@@ -266,3 +266,45 @@ fn whole_experts_hold_and_shard_their_state_over_the_refolded_ranks() {
         (12 * p.dense).div_ceil(4) + (12 * p.expert).div_ceil(2)
     );
 }
+
+/// A multi-token prediction module on the head's chunk: the forward adds the projection of the
+/// concatenated norms (`T x 2h x h`), one more layer and the output head again; the chunk holds
+/// the module's layer, three norms and projection, and a copy of the word embeddings; the
+/// module saves its embedding's mask, the norms' and projection's inputs, a layer's and the
+/// head's activations.
+#[test]
+fn multi_token_prediction_runs_a_layer_and_the_head_again() {
+    let (b, s, h, v) = (1u64, 512u64, 256u64, 32000u64);
+    let mut sc = gpt(4, h, 16, s, v, (1, 2, 1), b, 2);
+    sc.training.flash_attention = true;
+    let plan = Plan::new(&sc).unwrap();
+    let last = &plan.chunks[1][0];
+    assert!(last.has_head && !last.has_embedding);
+    let without = crate::workload::chunk_work(&sc, &plan, last);
+    let params_without = crate::workload::chunk_params(&sc, &plan, last);
+    sc.model.mtp_layers = 1;
+    let with = crate::workload::chunk_work(&sc, &plan, last);
+    let params_with = crate::workload::chunk_params(&sc, &plan, last);
+    let tokens = b * s;
+    let layer = 24 * tokens * h * h + 4 * b * s * s * h;
+    let head = 2 * tokens * h * v;
+    let projection = 2 * tokens * 2 * h * h;
+    assert_eq!(
+        with.forward.compute.flops - without.forward.compute.flops,
+        projection + layer + head
+    );
+    // GPT-style: biased projection (2h x h + h), three LayerNorms (2h each), a layer of
+    // 12h^2 + 13h, and the word embeddings' copy.
+    let module = (2 * h * h + h) + 3 * 2 * h + (12 * h * h + 13 * h);
+    assert_eq!(params_with.dense - params_without.dense, module + v * h);
+    // bf16: embedding dropout mask (1 byte per element), two norm inputs and the 2h
+    // projection input (2 bytes each), a layer without recompute, and the head.
+    let x = tokens * h;
+    let saved_layer =
+        crate::workload::layers_work(&sc, &plan, last, 2, 1, false, false).activation_bytes;
+    let saved_head = x * (2 + 2) + 4 * tokens * v;
+    assert_eq!(
+        with.activation_bytes - without.activation_bytes,
+        x + 2 * 2 * x + 2 * 2 * x + saved_layer + saved_head
+    );
+}
