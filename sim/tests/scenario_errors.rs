@@ -1446,3 +1446,52 @@ fn an_unknown_cp_algorithm_lists_the_three() {
         },
     );
 }
+
+/// `pipeline_layout` in Megatron-Core's syntax sets the split; it is refused beside
+/// `layer_partition`, when it is not a layout, and when its stages put the embedding, the loss
+/// or the multi-token prediction modules elsewhere than the model has them.
+#[test]
+fn pipeline_layout_rules() {
+    let text = edit("dp = 4", "dp = 4\npipeline_layout = \"Et|(t)*7L\"");
+    let s = parse_str(&text, "t.toml", &[]).unwrap();
+    assert_eq!(s.parallel.layer_partition, Some(vec![1, 7]));
+    let text = edit(
+        "dp = 4",
+        "dp = 4\npipeline_layout = \"Ett|(t)*6L\"\nlayer_partition = [2, 6]",
+    );
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.pipeline_layout",
+            value: "\"Ett|(t)*6L\"",
+            at: "\"Ett|(t)*6L\"",
+            message: &["both give the split"],
+            allowed: &["one of them"],
+        },
+    );
+    let text = edit("dp = 4", "dp = 4\npipeline_layout = \"Et|(t*7L\"");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::Type,
+            key: "parallel.pipeline_layout",
+            value: "\"Et|(t*7L\"",
+            at: "\"Et|(t*7L\"",
+            message: &["not a pipeline layout", "without its `)`"],
+            allowed: &["separated by |"],
+        },
+    );
+    let text = edit("dp = 4", "dp = 4\npipeline_layout = \"Et|(t)*7mL\"");
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "parallel.pipeline_layout",
+            value: "\"Et|(t)*7mL\"",
+            at: "\"Et|(t)*7mL\"",
+            message: &["1 multi-token prediction module(s) (m), the model 0"],
+            allowed: &["model.mtp_layers"],
+        },
+    );
+}

@@ -28,6 +28,7 @@ mod hf;
 pub mod keys;
 #[cfg(test)]
 mod keys_tests;
+pub mod layout;
 mod limits;
 mod overrides;
 mod parse;

@@ -10,6 +10,7 @@ use super::hf;
 use super::keys::{
     mla as mlak, model as mk, parallel as pk, root as rk, run as runk, training as tk, Key,
 };
+use super::layout::LayoutStage;
 use super::presets;
 use super::read::{opt, Result, Section};
 use super::source::{Node, Table};
@@ -48,8 +49,22 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
     };
     let (model, hf_unmodelled) = model(root.section("model", "model")?, base_dir)?;
     let cluster = cluster(root.section("cluster", "cluster")?)?;
-    let (mut parallel, dp, zero_explicit, cp_algorithm_explicit) =
+    let (mut parallel, dp, zero_explicit, cp_algorithm_explicit, layout) =
         parallel(root.section("parallel", "parallel")?)?;
+    if let Some(stages) = layout {
+        super::layout::check_layout(&stages, model.mtp_layers).map_err(|why| {
+            let section = root.section("parallel", "parallel");
+            match section {
+                Ok(p) => p.err(
+                    ErrorKind::CrossField,
+                    pk::PIPELINE_LAYOUT.name,
+                    why,
+                    "E opening the first stage, L closing the last, model.mtp_layers m's in the last",
+                ),
+                Err(e) => e,
+            }
+        })?;
+    }
     let (mut training, bucket_explicit, overlap_p2p_comm) =
         training(root.section("training", "training")?, base_dir)?;
     if !cp_algorithm_explicit {
@@ -273,7 +288,11 @@ fn mla(t: Section<'_>) -> Result<Mla> {
     })
 }
 
-fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool, bool)> {
+/// The parallel section, its `dp` as written, whether it sets `zero` and `cp_algorithm`, and
+/// the stages of its `pipeline_layout` when it has one (checked against the model later).
+type ParallelRead = (Parallel, Option<u32>, bool, bool, Option<Vec<LayoutStage>>);
+
+fn parallel(p: Section<'_>) -> Result<ParallelRead> {
     p.check_unknown()?;
     let tp = p.uint32_or_default(&pk::TP)?;
     let pp = p.uint32_or_default(&pk::PP)?;
@@ -292,10 +311,33 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool, bool)> {
     let sequence_parallel = p.boolean_or_default(&pk::SEQUENCE_PARALLEL)?;
     let schedule = p.choice_or_default(&pk::SCHEDULE, &PipelineSchedule::ALL)?;
     let max_layers = i64::try_from(mk::LAYERS.uint_range().1).unwrap_or(i64::MAX);
-    let layer_partition = p.array(&pk::LAYER_PARTITION, |e| match e.node {
+    let mut layer_partition = p.array(&pk::LAYER_PARTITION, |e| match e.node {
         Node::Int(i) if (0..=max_layers).contains(&i) => u32::try_from(i).ok(),
         _ => None,
     })?;
+    let layout = match p.string(&pk::PIPELINE_LAYOUT)? {
+        None => None,
+        Some(text) => {
+            if layer_partition.is_some() {
+                return Err(p.err(
+                    ErrorKind::CrossField,
+                    pk::PIPELINE_LAYOUT.name,
+                    "pipeline_layout and layer_partition both give the split",
+                    "one of them",
+                ));
+            }
+            let stages = super::layout::parse_layout(&text.value).map_err(|why| {
+                p.err(
+                    ErrorKind::Type,
+                    pk::PIPELINE_LAYOUT.name,
+                    format!("not a pipeline layout: {why}"),
+                    "virtual stages separated by |, of E, t, m and L, with (...)*n repetitions",
+                )
+            })?;
+            layer_partition = Some(stages.iter().map(|s| s.layers).collect());
+            Some(stages)
+        }
+    };
     let account_for_embedding_in_pipeline_split =
         p.boolean_or_default(&pk::ACCOUNT_FOR_EMBEDDING_IN_PIPELINE_SPLIT)?;
     let account_for_loss_in_pipeline_split =
@@ -324,6 +366,7 @@ fn parallel(p: Section<'_>) -> Result<(Parallel, Option<u32>, bool, bool)> {
         dp,
         zero.is_some(),
         cp_algorithm_explicit,
+        layout,
     ))
 }
 

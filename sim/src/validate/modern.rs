@@ -238,69 +238,16 @@ fn unsupported(row: &RunRow) -> Option<String> {
     }
 }
 
-/// The layers per virtual stage of a Megatron-Core pipeline layout
-/// (`pipeline_model_parallel_layout`: virtual stages separated by `|`, `t` a transformer
-/// layer, `E` the embedding, `m` a multi-token prediction module, `L` the loss, `(...)*n` a
-/// repetition), when the row's `other_flags` give one as "pipeline layout ...".
-pub fn pipeline_layout(row: &RunRow) -> Option<Vec<u32>> {
+/// The Megatron-Core pipeline layout a row's `other_flags` give as "pipeline layout ..."
+/// (`parallel.pipeline_layout`).
+pub fn pipeline_layout(row: &RunRow) -> Option<String> {
     let flags = row.other_flags.as_deref()?;
     let (_, rest) = flags.split_once("pipeline layout ")?;
     let layout: String = rest
         .chars()
         .take_while(|c| !c.is_whitespace() && *c != ',')
         .collect();
-    let expanded = expand_layout(&layout)?;
-    let stages: Vec<u32> = expanded
-        .split('|')
-        .map(|stage| stage.chars().filter(|&c| c == 't').count() as u32)
-        .collect();
-    (stages.len() > 1).then_some(stages)
-}
-
-/// `(...)*n` repetitions written out (nested ones too); `None` for text that is not a layout.
-fn expand_layout(text: &str) -> Option<String> {
-    let mut out = String::new();
-    let mut chars = text.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        match c {
-            '(' => {
-                // The matching parenthesis.
-                let mut depth = 1;
-                let mut end = None;
-                for (j, d) in chars.by_ref() {
-                    match d {
-                        '(' => depth += 1,
-                        ')' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                end = Some(j);
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                let inner = expand_layout(text.get(i + 1..end?)?)?;
-                let mut times = 1usize;
-                if chars.peek().map(|&(_, c)| c) == Some('*') {
-                    chars.next();
-                    let mut digits = String::new();
-                    while let Some(&(_, d)) = chars.peek() {
-                        if !d.is_ascii_digit() {
-                            break;
-                        }
-                        digits.push(d);
-                        chars.next();
-                    }
-                    times = digits.parse().ok().filter(|&n: &usize| n <= 4096)?;
-                }
-                out.push_str(&inner.repeat(times));
-            }
-            'E' | 't' | 'm' | 'L' | '|' => out.push(c),
-            _ => return None,
-        }
-    }
-    Some(out)
+    (!layout.is_empty()).then_some(layout)
 }
 
 /// The `[model]` keys of a mixture-of-experts row, and its `[model.mla]` table when it has
@@ -383,9 +330,8 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
         Some(e) if e != row.tp => format!("etp = {e}\n"),
         _ => String::new(),
     };
-    if let Some(stages) = pipeline_layout(row) {
-        let list: Vec<String> = stages.iter().map(u32::to_string).collect();
-        let _ = writeln!(etp, "layer_partition = [{}]", list.join(", "));
+    if let Some(layout) = pipeline_layout(row) {
+        let _ = writeln!(etp, "pipeline_layout = {layout:?}");
     }
     // HSDP: FSDP sharding within groups of `fsdp` data-parallel ranks.
     let hsdp = match (row.fsdp, zero) {
