@@ -262,7 +262,7 @@ impl Plan {
             Some(ExpertFold {
                 etp: p.etp(),
                 ep: p.ep,
-                edp: u32::try_from(block / experts).unwrap_or(u32::MAX),
+                edp: p.edp(),
             })
         } else {
             None
