@@ -23,6 +23,13 @@
 //! - The framework file of the row's family (Megatron-Core for NeMo and Megatron-Bridge,
 //!   torchtitan, DeepSpeed, llm-foundry for MosaicML's Composer); other families keep twin's
 //!   default.
+//! - Mixture-of-experts rows: `experts`, `top_k`, `moe_ffn_hidden`, `shared_experts` and their
+//!   width, `dense_layers`, `dense_ffn_hidden`, `mtp_layers` and the `mla` ranks as published;
+//!   `ep` and `etp` (1 under tp > 1 refolds the tensor-parallel ranks); a pipeline layout in
+//!   `other_flags` ("pipeline layout Et|(tt|)*30mL") as `parallel.pipeline_layout`. Routing
+//!   other than force-balanced, `moe_a2a_overlap` and the dispatcher are listed as not
+//!   modelled; expert tensor parallelism other than tp or 1, context parallelism with experts
+//!   and Mamba hybrids are refused. MoE rows are summarised in a group of their own.
 //!
 //! The published figure is the step time: `step_time_s`, else `global_batch * seq_len /
 //! (tokens_per_s_per_gpu * gpus)`, else (rows that publish only TFLOP/s) the model FLOPs of the
