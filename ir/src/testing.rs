@@ -97,6 +97,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             overlap_p2p_comm: false,
             compile: false,
             cuda_graphs: false,
+            moe_routing: MoeRouting::Balanced,
             grad_bucket_bytes: 40_000_000 * 4,
         },
         memory: MemorySettings::default(),

@@ -507,6 +507,7 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool, Option<b
             overlap_p2p_comm: false,
             compile: t.boolean_or_default(&tk::COMPILE)?,
             cuda_graphs: t.boolean_or_default(&tk::CUDA_GRAPHS)?,
+            moe_routing: MoeRouting::Balanced,
             grad_bucket_bytes: bucket.unwrap_or(0),
         },
         bucket.is_some(),

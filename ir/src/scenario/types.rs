@@ -522,9 +522,40 @@ pub struct Training {
     pub compile: bool,
     /// The step is captured in CUDA graphs.
     pub cuda_graphs: bool,
+    /// How an MoE layer's router spreads the tokens over the experts (`moe_routing`).
+    #[serde(default)]
+    pub moe_routing: MoeRouting,
     /// DDP gradient bucket size. Default (set by the parser): Megatron-Core's
     /// max(40M, 1M * dp * cp) fp32 elements, i.e. 160 MB up to dp*cp = 40.
     pub grad_bucket_bytes: u64,
+}
+
+/// How an MoE layer's router spreads the routed token copies over the experts
+/// (`[training] moe_routing`). Each token picks `top_k` experts; what varies is how many copies
+/// each expert-parallel rank receives, relative to the mean share `tokens * top_k / ep`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind", content = "value")]
+pub enum MoeRouting {
+    /// Every expert receives its mean share (the default).
+    #[default]
+    Balanced,
+    /// The router is forced to the mean share, as NVIDIA's benchmarks run
+    /// (Megatron-Core's `moe_router_force_load_balancing`); priced as `Balanced`.
+    ForceBalanced,
+    /// Token drop with padding: each expert takes at most `factor` times its mean share, and
+    /// its input is padded up to that capacity, so every expert processes exactly `factor`
+    /// times the mean (Megatron-Core's `moe_expert_capacity_factor` with
+    /// `moe_pad_expert_input_to_capacity`).
+    Capacity { factor: f64 },
+    /// The busiest expert-parallel rank (the first of each group) receives `max_load` times the
+    /// mean share; the others split the rest evenly.
+    Imbalance { max_load: f64 },
+    /// Relative load of each expert, one entry per expert (any positive scale). Experts are
+    /// placed on the expert-parallel ranks in contiguous blocks, as Megatron-Core places them.
+    ExpertLoads(Vec<f64>),
+    /// Per-expert loads drawn from a lognormal of mean 1 and this coefficient of variation,
+    /// with the run's seed (`[run] seed`).
+    ExpertLoadCv { cv: f64 },
 }
 
 /// Device memory the framework holds beyond the model's tensors (see docs/memory.md).
