@@ -737,7 +737,7 @@ fn programs_compiled_as_generated_simulate_as_the_schedule() {
             let want = simulate(&plan, &schedule, &cost, &opts).unwrap();
             let shape = Schedule {
                 programs: Vec::new(),
-                program_of: crate::schedule::program_of(&plan),
+                program_of: crate::schedule::program_of(&s, &plan),
             };
             let mut compiled =
                 Compiled::new(&plan, &shape.program_of, plan.pp() as usize, &cost).unwrap();
@@ -758,8 +758,9 @@ fn programs_compiled_as_generated_simulate_as_the_schedule() {
             );
         }
     }
-    let plan = crate::plan::Plan::new(&small_scenario(2, 2, 2, 4)).unwrap();
-    let program_of = crate::schedule::program_of(&plan);
+    let s = small_scenario(2, 2, 2, 4);
+    let plan = crate::plan::Plan::new(&s).unwrap();
+    let program_of = crate::schedule::program_of(&s, &plan);
     assert!(Compiled::new(&plan, &program_of, 2, &FixedCost::default()).is_some());
     let straggler = FixedCost {
         straggler: Some((1, 2)),

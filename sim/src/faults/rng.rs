@@ -46,6 +46,12 @@ impl Rng {
         ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
     }
 
+    /// Standard normal (Box-Muller, one of the pair).
+    pub fn standard_normal(&mut self) -> f64 {
+        let r = (-2.0 * self.uniform_open().ln()).sqrt();
+        r * (std::f64::consts::TAU * self.uniform_open()).cos()
+    }
+
     /// Exponential with the given mean (inverse CDF).
     pub fn exponential(&mut self, mean: f64) -> f64 {
         -mean * self.uniform_open().ln()

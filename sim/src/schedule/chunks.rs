@@ -8,6 +8,7 @@ use crate::plan::{ChunkLayout, Plan};
 use crate::scenario::{Granularity, Scenario};
 use crate::schedule::dp::{bucket_ends, DpPolicy, GRAD_ELEM_BYTES};
 use crate::schedule::sizes::Sizes;
+use crate::workload::routing::ExpertLoad;
 use crate::workload::{ChunkWork, ParamCount};
 use std::rc::Rc;
 
@@ -57,21 +58,28 @@ impl ChunkPlan {
     }
 }
 
-fn seg(sizes: &dyn Sizes, layout: &ChunkLayout, first: u32, n: u32, emb: bool, head: bool) -> Seg {
+/// The sizes provider and the routing load of the ranks the chunks are planned for.
+#[derive(Clone, Copy)]
+struct Src<'a> {
+    sizes: &'a dyn Sizes,
+    load: ExpertLoad,
+}
+
+fn seg(src: Src<'_>, layout: &ChunkLayout, first: u32, n: u32, emb: bool, head: bool) -> Seg {
     Seg {
         first_layer: first,
         num_layers: n,
-        work: sizes.layers_work(layout, first, n, emb, head),
-        params: sizes.layers_params(layout, first, n, emb, head),
+        work: src.sizes.layers_work(layout, first, n, emb, head, src.load),
+        params: src.sizes.layers_params(layout, first, n, emb, head),
     }
 }
 
 /// Segments of a layer range `[from, to)` of `layout`, with the embedding on the chunk's
 /// first layer and the head on its last.
-fn range_seg(sizes: &dyn Sizes, layout: &ChunkLayout, from: u32, to: u32) -> Seg {
+fn range_seg(src: Src<'_>, layout: &ChunkLayout, from: u32, to: u32) -> Seg {
     let end = layout.first_layer + layout.num_layers;
     seg(
-        sizes,
+        src,
         layout,
         from,
         to - from,
@@ -80,9 +88,9 @@ fn range_seg(sizes: &dyn Sizes, layout: &ChunkLayout, from: u32, to: u32) -> Seg
     )
 }
 
-fn whole(sizes: &dyn Sizes, layout: &ChunkLayout) -> Seg {
+fn whole(src: Src<'_>, layout: &ChunkLayout) -> Seg {
     seg(
-        sizes,
+        src,
         layout,
         layout.first_layer,
         layout.num_layers,
@@ -91,21 +99,21 @@ fn whole(sizes: &dyn Sizes, layout: &ChunkLayout) -> Seg {
     )
 }
 
-fn per_layer(sizes: &dyn Sizes, layout: &ChunkLayout) -> Vec<Seg> {
+fn per_layer(src: Src<'_>, layout: &ChunkLayout) -> Vec<Seg> {
     if layout.num_layers == 0 {
-        return vec![whole(sizes, layout)];
+        return vec![whole(src, layout)];
     }
     let first = layout.first_layer;
     (first..first + layout.num_layers)
-        .map(|l| range_seg(sizes, layout, l, l + 1))
+        .map(|l| range_seg(src, layout, l, l + 1))
         .collect()
 }
 
 /// Bucket-sized segments: layers grouped (from the last layer down) until their gradients
 /// fill a bucket.
-fn bucket_segs(sizes: &dyn Sizes, layout: &ChunkLayout, bucket_bytes: u64) -> Vec<Seg> {
+fn bucket_segs(src: Src<'_>, layout: &ChunkLayout, bucket_bytes: u64) -> Vec<Seg> {
     if layout.num_layers <= 1 {
-        return vec![whole(sizes, layout)];
+        return vec![whole(src, layout)];
     }
     let first = layout.first_layer;
     let end = first + layout.num_layers;
@@ -113,7 +121,7 @@ fn bucket_segs(sizes: &dyn Sizes, layout: &ChunkLayout, bucket_bytes: u64) -> Ve
     let elems: Vec<u64> = (first..end)
         .rev()
         .map(|l| {
-            let p = sizes.layers_params(
+            let p = src.sizes.layers_params(
                 layout,
                 l,
                 1,
@@ -128,7 +136,7 @@ fn bucket_segs(sizes: &dyn Sizes, layout: &ChunkLayout, bucket_bytes: u64) -> Ve
     let mut hi = end;
     for e in ends {
         let lo = end - e as u32;
-        segs.push(range_seg(sizes, layout, lo, hi));
+        segs.push(range_seg(src, layout, lo, hi));
         hi = lo;
     }
     segs.reverse();
@@ -140,23 +148,25 @@ pub fn plan_chunks(
     s: &Scenario,
     plan: &Plan,
     sizes: &dyn Sizes,
+    load: ExpertLoad,
     dp: &DpPolicy,
     split_final: bool,
 ) -> Vec<Vec<ChunkPlan>> {
+    let src = Src { sizes, load };
     plan.chunks
         .iter()
         .map(|row| {
             row.iter()
                 .map(|layout| {
-                    let whole_seg = whole(sizes, layout);
+                    let whole_seg = whole(src, layout);
                     let by_layer = s.run.granularity == Granularity::Layer || dp.gather_per_layer;
                     let segs = if by_layer {
-                        per_layer(sizes, layout)
+                        per_layer(src, layout)
                     } else {
                         vec![whole_seg.clone()]
                     };
                     let final_segs = (split_final && !by_layer)
-                        .then(|| bucket_segs(sizes, layout, dp.bucket_bytes))
+                        .then(|| bucket_segs(src, layout, dp.bucket_bytes))
                         .filter(|f| f.len() > 1);
                     ChunkPlan {
                         layout: layout.clone(),

@@ -6,7 +6,9 @@
 //!
 //! One program is generated per pipeline stage and shared by every rank of that stage
 //! (`program_of[rank] = stage`), so generation costs O(pp x ops per program), whatever the
-//! data/tensor-parallel width.
+//! data/tensor-parallel width. Under skewed MoE routing the ranks of a stage whose experts
+//! carry different loads run different programs: one per (load class, stage)
+//! ([`program_of`]).
 
 mod builder;
 mod chunks;
@@ -24,6 +26,7 @@ pub use sizes::{Sizes, UniformSizes, WorkloadSizes};
 
 use crate::plan::Plan;
 use crate::scenario::Scenario;
+use crate::workload::routing::LoadClasses;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ScheduleError {
@@ -67,20 +70,32 @@ pub fn generate_with(
     sizes: &dyn Sizes,
     step: u64,
 ) -> Result<Schedule, ScheduleError> {
-    let mut programs = Vec::with_capacity(plan.pp() as usize);
+    let mut programs = Vec::with_capacity(program_count(scenario, plan));
     generate_each(scenario, plan, sizes, step, |program| {
         programs.push(program);
         Ok::<(), ScheduleError>(())
     })?;
     Ok(Schedule {
         programs,
-        program_of: program_of(plan),
+        program_of: program_of(scenario, plan),
     })
 }
 
-/// The rank-to-program map of every generated schedule: one program per pipeline stage.
-pub fn program_of(plan: &Plan) -> Vec<u32> {
-    (0..plan.world).map(|r| plan.stage_of(r)).collect()
+/// The rank-to-program map of every generated schedule: one program per pipeline stage and
+/// routing load class (`workload::routing::LoadClasses`), class-major, so that without
+/// routing skew `program_of[rank]` is the rank's stage and with it `programs[stage]` is the
+/// stage's representative's.
+pub fn program_of(scenario: &Scenario, plan: &Plan) -> Vec<u32> {
+    let classes = LoadClasses::new(scenario);
+    let pp = plan.pp();
+    (0..plan.world)
+        .map(|r| classes.class_of(plan, r) * pp + plan.stage_of(r))
+        .collect()
+}
+
+/// How many programs [`generate`] builds: pp times the routing load classes.
+pub fn program_count(scenario: &Scenario, plan: &Plan) -> usize {
+    plan.pp() as usize * LoadClasses::new(scenario).len().max(1)
 }
 
 /// [`generate_with`]'s programs, handed to `each` one at a time in program order (stage 0
@@ -107,18 +122,23 @@ pub fn generate_each<E: From<ScheduleError>>(
         && !policy.async_reduce
         && policy.overlap_grad_reduce
         && policy.reduces();
-    let chunk_plans = chunks::plan_chunks(scenario, plan, sizes, &policy, overlap_buckets);
-    let ctx = emit::StageCtx {
-        s: scenario,
-        plan,
-        sizes,
-        dp: &policy,
-        chunks: &chunk_plans,
-        overlap_buckets,
-    };
-    for stage in 0..pp {
-        let order = pipeline::stage_order(scenario.parallel.schedule, stage, pp, vpp, m)?;
-        each(emit::emit_stage(&ctx, stage, &order)?)?;
+    let orders = (0..pp)
+        .map(|stage| pipeline::stage_order(scenario.parallel.schedule, stage, pp, vpp, m))
+        .collect::<Result<Vec<_>, _>>()?;
+    for load in LoadClasses::new(scenario).loads {
+        let chunk_plans =
+            chunks::plan_chunks(scenario, plan, sizes, load, &policy, overlap_buckets);
+        let ctx = emit::StageCtx {
+            s: scenario,
+            plan,
+            sizes,
+            dp: &policy,
+            chunks: &chunk_plans,
+            overlap_buckets,
+        };
+        for (stage, order) in (0..pp).zip(&orders) {
+            each(emit::emit_stage(&ctx, stage, order)?)?;
+        }
     }
     Ok(())
 }

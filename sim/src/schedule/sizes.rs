@@ -6,13 +6,15 @@
 use crate::plan::{ChunkLayout, GroupKind, Plan};
 use crate::scenario::{Recompute, Scenario};
 use crate::schedule::{CollectiveKind, ComputeOp, Gemm, Phase};
+use crate::workload::routing::ExpertLoad;
 use crate::workload::{self, ChunkWork, CommCall, ParamCount, PassWork, StateBytes};
 use std::rc::Rc;
 
 /// Sizes of the work of one stage, as the generators need them.
 pub trait Sizes {
     /// Work for layers `first_layer .. first_layer + num_layers` of `layout`, with the
-    /// embedding and/or head when asked. Shared: a caching provider hands out one answer to
+    /// embedding and/or head when asked, on a rank whose routed experts carry `load`
+    /// ([`crate::workload::routing`]). Shared: a caching provider hands out one answer to
     /// many schedules without copying it.
     fn layers_work(
         &self,
@@ -21,6 +23,7 @@ pub trait Sizes {
         num_layers: u32,
         embedding: bool,
         head: bool,
+        load: ExpertLoad,
     ) -> Rc<ChunkWork>;
     /// Parameters one rank holds for those layers (before ZeRO sharding).
     fn layers_params(
@@ -51,15 +54,15 @@ impl Sizes for WorkloadSizes<'_> {
         num_layers: u32,
         embedding: bool,
         head: bool,
+        load: ExpertLoad,
     ) -> Rc<ChunkWork> {
-        Rc::new(workload::layers_work(
+        Rc::new(workload::layers_work_at(
             self.scenario,
             self.plan,
             layout,
-            first_layer,
-            num_layers,
-            embedding,
-            head,
+            (first_layer, num_layers),
+            (embedding, head),
+            load,
         ))
     }
 
@@ -214,6 +217,7 @@ impl Sizes for UniformSizes {
         num_layers: u32,
         embedding: bool,
         head: bool,
+        _load: ExpertLoad,
     ) -> Rc<ChunkWork> {
         // Embedding and head count as one extra layer each, so they stay visible.
         let n = num_layers + u32::from(embedding) + u32::from(head);

@@ -233,10 +233,10 @@ fn simulate(
 ) -> Result<crate::engine::SimResult, Failed> {
     let shape = crate::schedule::Schedule {
         programs: Vec::new(),
-        program_of: crate::schedule::program_of(plan),
+        program_of: crate::schedule::program_of(scenario, plan),
     };
-    let Some(mut compiled) =
-        crate::engine::Compiled::new(plan, &shape.program_of, plan.pp() as usize, cost)
+    let programs = crate::schedule::program_count(scenario, plan);
+    let Some(mut compiled) = crate::engine::Compiled::new(plan, &shape.program_of, programs, cost)
     else {
         let schedule = sizes::generate(scenario, plan)?;
         let r = crate::engine::simulate_on(plan, &schedule, cost, network, opts);

@@ -13,6 +13,7 @@
 use crate::plan::{ChunkLayout, Plan};
 use crate::scenario::{PipelineSchedule, Scenario};
 use crate::schedule::{ComputeOp, Program, Schedule, ScheduleError, Sizes, WorkloadSizes};
+use crate::workload::routing::ExpertLoad;
 use crate::workload::{ChunkWork, ParamCount, StateBytes};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -20,9 +21,10 @@ use std::rc::Rc;
 
 /// Everything `layers_work` is asked besides the scenario and the layout it ignores: the
 /// layer range and whether it carries the embedding and the head.
-/// (first layer, layers, embedding, head, layers of them that recompute): the last depends on
-/// where the chunk starts under `recompute_layers`, which the pipeline depth moves.
-type Query = (u32, u32, bool, bool, u32);
+/// (first layer, layers, embedding, head, layers of them that recompute, routing load key):
+/// the recompute count depends on where the chunk starts under `recompute_layers`, which the
+/// pipeline depth moves.
+type Query = (u32, u32, bool, bool, u32, (u64, u64));
 
 /// The answers for one scenario (as [`key_of`] normalises it).
 struct Cache {
@@ -127,6 +129,7 @@ impl Sizes for Shared<'_> {
         num_layers: u32,
         embedding: bool,
         head: bool,
+        load: ExpertLoad,
     ) -> Rc<ChunkWork> {
         let recomputed = crate::workload::recomputed_layers(
             self.inner.scenario,
@@ -134,7 +137,14 @@ impl Sizes for Shared<'_> {
             first_layer,
             num_layers,
         );
-        let query = (first_layer, num_layers, embedding, head, recomputed);
+        let query = (
+            first_layer,
+            num_layers,
+            embedding,
+            head,
+            recomputed,
+            load.key(),
+        );
         if let Some(w) = self
             .work
             .try_borrow()
@@ -145,7 +155,7 @@ impl Sizes for Shared<'_> {
         }
         let w = self
             .inner
-            .layers_work(layout, first_layer, num_layers, embedding, head);
+            .layers_work(layout, first_layer, num_layers, embedding, head, load);
         if let Ok(mut m) = self.work.try_borrow_mut() {
             m.insert(query, Rc::clone(&w));
         }

@@ -31,7 +31,7 @@
 //!
 //! Buffers are in the activation dtype (bf16 for fp8 training).
 
-use super::dims::{mul, prod, to_u32, Dims};
+use super::dims::{mul, prod, scale, to_u32, Dims};
 use super::{CommCall, RingPass};
 use crate::ir::CollectiveKind;
 use crate::plan::GroupKind;
@@ -178,8 +178,9 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
             CpAlgorithm::Ring => {}
         }
     }
-    if let (true, true, Some(_)) = (moe, d.ep > 1, d.moe) {
-        let copies = mul(d.routed_tokens(), d.h);
+    if let (true, true, Some(m)) = (moe, d.ep > 1, d.moe) {
+        // Every member's call carries the busiest member's copies (`workload::routing`).
+        let copies = mul(scale(d.routed_tokens(), m.pace), d.h);
         let bytes = mul(d.act_bytes, d.replicated(copies));
         for list in [&mut out.forward, &mut out.backward] {
             push(list, call(CollectiveKind::AllToAll, GroupKind::Ep, bytes));

@@ -35,6 +35,29 @@ pub(crate) struct MoeDims {
     /// of `shared_experts * shared_expert_ffn_hidden` (NVIDIA/Megatron-LM@d98e8a64dd
     /// megatron/core/transformer/moe/shared_experts.py `SharedExpertMLP`).
     pub shared_f: u64,
+    /// Routed copies this rank's experts process, relative to the balanced mean share
+    /// (`[training] moe_routing`, see `workload::routing`).
+    pub load: f64,
+    /// Copies the busiest rank of the expert-parallel group receives, relative to the mean:
+    /// the volume each dispatch and combine all-to-all carries.
+    pub pace: f64,
+}
+
+/// `ceil(x * factor)`, saturating; a factor of exactly 1 returns `x` unchanged.
+pub(crate) fn scale(x: u64, factor: f64) -> u64 {
+    if factor == 1.0 {
+        return x;
+    }
+    let y = (x as f64 * factor).ceil();
+    if y.is_finite() && y >= 0.0 {
+        if y >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            y as u64
+        }
+    } else {
+        0
+    }
 }
 
 /// One MLP of a layer as it runs on this rank: the tokens it sees and its inner width on this
@@ -224,6 +247,8 @@ impl Dims {
                 top_k: u64::from(moe.top_k),
                 f: moe.ffn_hidden,
                 shared_f: mul(u64::from(moe.shared_experts), moe.shared_ffn_hidden),
+                load: 1.0,
+                pace: 1.0,
             }),
         }
     }
@@ -325,16 +350,31 @@ impl Dims {
         }
     }
 
-    /// Token copies this rank's routed experts process (balanced routing): `T*top_k` when the
+    /// Token copies this rank's routed experts process: under balanced routing `T*top_k` when the
     /// experts split over tensor parallelism (its group gathers the tokens first); `T/t*top_k`
     /// when they are whole (`etp = 1` under `tp > 1`: each rank dispatches its own
-    /// sequence-parallel share and gets as many copies back).
+    /// sequence-parallel share and gets as many copies back); times the rank's routing load.
     pub fn expert_tokens(&self) -> u64 {
+        let load = self.moe.map_or(1.0, |m| m.load);
+        scale(self.balanced_expert_tokens(), load)
+    }
+
+    /// [`Dims::expert_tokens`] under balanced routing.
+    fn balanced_expert_tokens(&self) -> u64 {
         if self.experts_refold() {
             div_ceil(self.routed_tokens(), self.t)
         } else {
             self.routed_tokens()
         }
+    }
+
+    /// This dims with a rank's routing load (see `workload::routing`).
+    pub fn with_load(mut self, load: super::routing::ExpertLoad) -> Dims {
+        if let Some(m) = self.moe.as_mut() {
+            m.load = load.rank;
+            m.pace = load.pace;
+        }
+        self
     }
 
     /// The attention's input projections on this rank in forward order, as GEMMs of this

@@ -17,6 +17,7 @@ mod deepspeed;
 mod dims;
 mod optimizer;
 mod params;
+pub mod routing;
 
 use crate::ir::{CollectiveKind, ComputeOp, Phase};
 use crate::plan::{ChunkLayout, GroupKind, Plan};
@@ -164,14 +165,35 @@ pub fn recomputed_layers(
 /// "none" or the range holds no layers (the embedding and head are never recomputed).
 pub fn layers_work(
     s: &Scenario,
-    _plan: &Plan,
+    plan: &Plan,
     layout: &ChunkLayout,
     first_layer: u32,
     num_layers: u32,
     embedding: bool,
     head: bool,
 ) -> ChunkWork {
-    let d = Dims::new(s);
+    let load = routing::LoadClasses::new(s).busiest();
+    layers_work_at(
+        s,
+        plan,
+        layout,
+        (first_layer, num_layers),
+        (embedding, head),
+        load,
+    )
+}
+
+/// [`layers_work`] on a rank whose routed experts carry `load` (see [`routing`]);
+/// `layers_work` sizes the busiest rank.
+pub fn layers_work_at(
+    s: &Scenario,
+    _plan: &Plan,
+    layout: &ChunkLayout,
+    (first_layer, num_layers): (u32, u32),
+    (embedding, head): (bool, bool),
+    load: routing::ExpertLoad,
+) -> ChunkWork {
+    let d = Dims::new(s).with_load(load);
     let dtype = s.training.precision;
     let recompute = s.training.recompute;
     let n = u64::from(num_layers);
