@@ -13,6 +13,7 @@ mod limits;
 pub mod outcome;
 pub mod profile;
 pub mod report;
+pub mod rng;
 pub mod schedule;
 pub mod setup;
 pub mod simulation;

@@ -6,7 +6,7 @@
 //! the same point.
 
 use crate::error::RuntimeError;
-use twin_sim::faults::rng::Rng;
+use twin_sim::rng::Rng;
 
 /// Variable through which the launcher hands a rank its pending step/op kills.
 pub const INJECT_VAR: &str = "TWIN_INJECT";

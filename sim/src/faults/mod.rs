@@ -5,7 +5,6 @@
 //! lost time by cause, and the best checkpoint interval of a sweep. See docs/reference/faults.md.
 
 mod report;
-pub mod rng;
 pub mod timeline;
 
 pub use report::{Estimate, HorizonReport, IntervalPoint};
@@ -17,7 +16,7 @@ use crate::scenario::{
     Scenario,
 };
 use rayon::prelude::*;
-use rng::Rng;
+use crate::rng::Rng;
 
 const NS_PER_HOUR: f64 = 3_600e9;
 const NS_PER_DAY: f64 = 86_400e9;

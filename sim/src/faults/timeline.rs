@@ -5,7 +5,7 @@
 //! checkpoint commits (at the end of the stall when synchronous, `write_ns` after the
 //! snapshot when asynchronous).
 
-use super::rng::Rng;
+use crate::rng::Rng;
 use super::{Cause, Model};
 
 /// Where the wall time of one trial went, in nanoseconds, plus failure counts.

@@ -8,7 +8,7 @@
 //! rank's volume (the group's *pace*): the hottest expert rank paces its whole group, and
 //! through it the step.
 
-use crate::faults::rng::Rng;
+use crate::rng::Rng;
 use crate::plan::{GroupKind, Plan, RankId};
 use crate::scenario::{MoeRouting, Scenario};
 

@@ -1,5 +1,6 @@
 //! A small seeded generator (xoshiro256** seeded by splitmix64) and inverse-CDF sampling, so
-//! a horizon run is reproducible from its seed without a heavy statistics dependency.
+//! a horizon run or a routing draw is reproducible from its seed without a heavy statistics
+//! dependency.
 
 /// xoshiro256**: fast, 256 bits of state, good enough for Monte Carlo.
 #[derive(Clone, Debug)]
