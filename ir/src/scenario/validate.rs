@@ -173,7 +173,7 @@ fn fp8_recipe(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
 }
 
 /// `moe_routing` as TOML text, for errors about it.
-pub(crate) fn routing_text(r: &MoeRouting) -> String {
+fn routing_text(r: &MoeRouting) -> String {
     let list = |xs: &[f64]| {
         xs.iter()
             .map(|x| x.to_string())
