@@ -41,6 +41,26 @@ pub fn with_side_sections(emitted: &str, original: &str) -> String {
     doc.to_string()
 }
 
+/// `training.moe_routing` as written: nothing for the default, a name, or a one-key table.
+fn moe_routing(r: &MoeRouting) -> Option<Value> {
+    let table = |key: &str, v: Value| {
+        let mut t = InlineTable::new();
+        t.insert(key, v);
+        Value::InlineTable(t)
+    };
+    Some(match r {
+        MoeRouting::Balanced => return None,
+        MoeRouting::ForceBalanced => Value::from("force-balanced"),
+        MoeRouting::Capacity { factor } => table("capacity_factor", Value::from(*factor)),
+        MoeRouting::Imbalance { max_load } => table("imbalance", Value::from(*max_load)),
+        MoeRouting::ExpertLoads(loads) => table(
+            "expert_loads",
+            Value::Array(loads.iter().copied().collect::<Array>()),
+        ),
+        MoeRouting::ExpertLoadCv { cv } => table("expert_load_cv", Value::from(*cv)),
+    })
+}
+
 pub(crate) fn to_toml(s: &Scenario) -> String {
     let mut doc = DocumentMut::new();
     doc.insert("name", value(s.name.as_str()));
@@ -234,6 +254,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     training.insert("overlap_p2p_comm", value(t.overlap_p2p_comm));
     training.insert("compile", value(t.compile));
     training.insert("cuda_graphs", value(t.cuda_graphs));
+    if let Some(routing) = moe_routing(&t.moe_routing) {
+        training.insert("moe_routing", value(routing));
+    }
     training.insert("grad_bucket_bytes", int(t.grad_bucket_bytes));
     doc.insert("training", Item::Table(training));
 
@@ -300,5 +323,49 @@ mod tests {
         assert!(!checks2.is_empty());
         // Not TOML: nothing is added, nothing breaks.
         assert_eq!(with_side_sections(&to_toml(&s), "= ["), to_toml(&s));
+    }
+
+    /// Every `moe_routing` form is written back and parses to the same scenario; the default
+    /// is not written.
+    #[test]
+    fn moe_routing_forms_survive_a_round_trip() {
+        use super::super::MoeRouting;
+        let moe = "[model]\nlayers = 2\nhidden = 64\nheads = 4\nseq_len = 128\nvocab = 1000\n\
+                   experts = 4\ntop_k = 2\n[cluster]\ngpu = \"h100-sxm-80gb\"\ngpus = 8\n\
+                   [parallel]\nep = 2\n[training]\nglobal_batch = 8\n";
+        let cases = [
+            ("\"balanced\"", MoeRouting::Balanced),
+            ("\"force-balanced\"", MoeRouting::ForceBalanced),
+            (
+                "{ capacity_factor = 1.25 }",
+                MoeRouting::Capacity { factor: 1.25 },
+            ),
+            ("{ imbalance = 2 }", MoeRouting::Imbalance { max_load: 2.0 }),
+            (
+                "{ expert_loads = [1, 0.1, 0, 3e-7] }",
+                MoeRouting::ExpertLoads(vec![1.0, 0.1, 0.0, 3e-7]),
+            ),
+            (
+                "{ expert_load_cv = 0.3 }",
+                MoeRouting::ExpertLoadCv { cv: 0.3 },
+            ),
+        ];
+        for (form, want) in cases {
+            let text = format!("{moe}moe_routing = {form}\n");
+            let s = Document::parse(&text, "moe.toml")
+                .and_then(|d| d.validate(&[]).map(|v| v.scenario))
+                .unwrap_or_else(|e| panic!("{form}: {e}"));
+            assert_eq!(s.training.moe_routing, want, "{form}");
+            let emitted = to_toml(&s);
+            assert_eq!(
+                emitted.contains("moe_routing"),
+                want != MoeRouting::Balanced,
+                "{emitted}"
+            );
+            let again = Document::parse(&emitted, "emitted.toml")
+                .and_then(|d| d.validate(&[]).map(|v| v.scenario))
+                .unwrap_or_else(|e| panic!("{form}: {e}\n{emitted}"));
+            assert_eq!(again, s, "{form}");
+        }
     }
 }

@@ -34,6 +34,8 @@ mod overrides;
 mod parse;
 mod presets;
 mod read;
+#[cfg(test)]
+mod routing_tests;
 mod source;
 mod topology;
 mod types;

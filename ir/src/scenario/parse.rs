@@ -8,7 +8,8 @@ use super::error::{Ctx, ErrorKind, Loc};
 use super::framework;
 use super::hf;
 use super::keys::{
-    mla as mlak, model as mk, parallel as pk, root as rk, run as runk, training as tk, Key,
+    mla as mlak, model as mk, parallel as pk, root as rk, run as runk, training as tk, Absent, Key,
+    Kind,
 };
 use super::layout::LayoutStage;
 use super::presets;
@@ -507,7 +508,7 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool, Option<b
             overlap_p2p_comm: false,
             compile: t.boolean_or_default(&tk::COMPILE)?,
             cuda_graphs: t.boolean_or_default(&tk::CUDA_GRAPHS)?,
-            moe_routing: MoeRouting::Balanced,
+            moe_routing: moe_routing(t)?,
             grad_bucket_bytes: bucket.unwrap_or(0),
         },
         bucket.is_some(),
@@ -541,6 +542,163 @@ fn grad_compression(t: Section<'_>) -> Result<GradCompression> {
                 )
                 .with_allowed(&allowed)),
         },
+    }
+}
+
+/// The names `training.moe_routing` accepts as a string.
+pub(crate) const ROUTING_NAMES: [(&str, MoeRouting); 2] = [
+    ("balanced", MoeRouting::Balanced),
+    ("force-balanced", MoeRouting::ForceBalanced),
+];
+
+/// The keys of `training.moe_routing`'s one-key table, each with the range its reader checks.
+/// `imbalance` is bounded here by the largest `parallel.ep`; validation bounds it by the
+/// scenario's own `ep`.
+pub(crate) mod routing {
+    use super::{Absent, Key, Kind};
+
+    const fn key(name: &'static str, kind: Kind) -> Key {
+        Key {
+            name,
+            kind,
+            default: Absent::Required,
+            doc: "",
+        }
+    }
+
+    pub(crate) const CAPACITY_FACTOR: Key = key(
+        "capacity_factor",
+        Kind::Number {
+            zero_ok: false,
+            max: 1000.0,
+        },
+    );
+    pub(crate) const IMBALANCE: Key = key(
+        "imbalance",
+        Kind::Number {
+            zero_ok: false,
+            max: (1u64 << 20) as f64,
+        },
+    );
+    /// Largest relative load of one expert (`expert_loads` entries).
+    pub(crate) const MAX_LOAD: f64 = 1e15;
+    pub(crate) const EXPERT_LOADS: Key = key(
+        "expert_loads",
+        Kind::Other("an array of numbers from 0 to 1e15, one per expert, not all 0"),
+    );
+    pub(crate) const EXPERT_LOAD_CV: Key = key(
+        "expert_load_cv",
+        Kind::Number {
+            zero_ok: true,
+            max: 10.0,
+        },
+    );
+    pub(crate) const ALL: [Key; 4] = [CAPACITY_FACTOR, IMBALANCE, EXPERT_LOADS, EXPERT_LOAD_CV];
+}
+
+/// `training.moe_routing`: a name (`balanced`, `force-balanced`) or an inline table of exactly
+/// one of the [`routing`] keys.
+fn moe_routing(t: Section<'_>) -> Result<MoeRouting> {
+    let key = tk::MOE_ROUTING.name;
+    let allowed = tk::MOE_ROUTING.allowed();
+    let Some(e) = t.entry(key) else {
+        return Ok(MoeRouting::Balanced);
+    };
+    let table = match &e.node {
+        Node::Str(s) => {
+            return match ROUTING_NAMES.iter().find(|(n, _)| n == s) {
+                Some((_, r)) => Ok(r.clone()),
+                None => Err(t
+                    .unknown_name(
+                        key,
+                        "routing name",
+                        s,
+                        ROUTING_NAMES.iter().map(|(n, _)| *n),
+                    )
+                    .with_allowed(&allowed)),
+            }
+        }
+        Node::Table(table) => table,
+        other => {
+            return Err(t.err(
+                ErrorKind::Type,
+                key,
+                format!(
+                    "expected a routing name or an inline table, found a {}",
+                    other.type_name()
+                ),
+                allowed,
+            ))
+        }
+    };
+    let names = || routing::ALL.iter().map(|k| k.name);
+    for (name, entry) in &table.entries {
+        if !names().any(|n| n == name.as_str()) {
+            let mut message = "unknown routing form".to_string();
+            if let Some(near) = super::error::closest(name, names()) {
+                message.push_str(&format!("; did you mean `{near}`?"));
+            }
+            return Err(t.ctx.error(
+                ErrorKind::UnknownKey,
+                Some(&entry.key_loc),
+                &format!("{}.{name}", t.key_path(key)),
+                "",
+                message,
+                names().collect::<Vec<_>>().join(", "),
+            ));
+        }
+    }
+    if table.entries.len() != 1 {
+        let given: Vec<&str> = table.entries.iter().map(|(n, _)| n.as_str()).collect();
+        let message = match given.len() {
+            0 => "an empty table names no routing form".to_string(),
+            _ => format!(
+                "{} routing forms at once ({}); give one",
+                given.len(),
+                given.join(", ")
+            ),
+        };
+        return Err(t.err(ErrorKind::Invalid, key, message, allowed));
+    }
+    let sub = t.section(key, "training.moe_routing")?;
+    if let Some(f) = sub.number(&routing::CAPACITY_FACTOR)? {
+        return Ok(MoeRouting::Capacity { factor: f.value });
+    }
+    if sub.has(routing::IMBALANCE.name) {
+        let imbalance_allowed =
+            "numbers from 1 (balanced) to parallel.ep (the whole load on one rank)";
+        let f = sub
+            .number(&routing::IMBALANCE)
+            .map_err(|e| e.with_allowed(imbalance_allowed))?;
+        return match f {
+            Some(f) if f.value >= 1.0 => Ok(MoeRouting::Imbalance { max_load: f.value }),
+            _ => Err(sub.err(
+                ErrorKind::Invalid,
+                routing::IMBALANCE.name,
+                "below 1: the busiest expert-parallel rank receives at least the mean share",
+                imbalance_allowed,
+            )),
+        };
+    }
+    if let Some(f) = sub.number(&routing::EXPERT_LOAD_CV)? {
+        return Ok(MoeRouting::ExpertLoadCv { cv: f.value });
+    }
+    let loads = sub.array(&routing::EXPERT_LOADS, |e| {
+        let v = match e.node {
+            Node::Int(i) => i as f64,
+            Node::Float(f) => f,
+            _ => return None,
+        };
+        (v.is_finite() && (0.0..=routing::MAX_LOAD).contains(&v)).then_some(v)
+    })?;
+    match loads {
+        Some(loads) if loads.iter().any(|&l| l > 0.0) => Ok(MoeRouting::ExpertLoads(loads)),
+        _ => Err(sub.err(
+            ErrorKind::Invalid,
+            routing::EXPERT_LOADS.name,
+            "no expert has a load: the tokens must go somewhere",
+            "one number ≥ 0 per expert (any scale), at least one above 0",
+        )),
     }
 }
 

@@ -25,6 +25,7 @@ pub(crate) fn validate(c: &Checker<'_>, resolved: Resolved) -> Result<Scenario, 
     tp_comm_overlap(c, &s)?;
     overlap_p2p_comm(c, &s)?;
     fp8_recipe(c, &s)?;
+    moe_routing(c, &s)?;
     if !resolved.bucket_explicit {
         s.training.grad_bucket_bytes = default_grad_bucket_bytes(&s.parallel);
     }
@@ -169,6 +170,73 @@ fn fp8_recipe(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
         ),
         "\"delayed\" or \"tensorwise\"",
     ))
+}
+
+/// `moe_routing` as TOML text, for errors about it.
+fn routing_text(r: &MoeRouting) -> String {
+    let list = |xs: &[f64]| {
+        xs.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match r {
+        MoeRouting::Balanced => "\"balanced\"".to_string(),
+        MoeRouting::ForceBalanced => "\"force-balanced\"".to_string(),
+        MoeRouting::Capacity { factor } => format!("{{ capacity_factor = {factor} }}"),
+        MoeRouting::Imbalance { max_load } => format!("{{ imbalance = {max_load} }}"),
+        MoeRouting::ExpertLoads(loads) => format!("{{ expert_loads = [{}] }}", list(loads)),
+        MoeRouting::ExpertLoadCv { cv } => format!("{{ expert_load_cv = {cv} }}"),
+    }
+}
+
+/// `moe_routing` other than balanced needs experts; `expert_loads` gives one load per expert;
+/// `imbalance` skews the load between expert-parallel ranks, so it needs `ep > 1` and can put
+/// at most the whole load (`ep` times the mean share) on one rank.
+fn moe_routing(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let r = &s.training.moe_routing;
+    if *r == MoeRouting::Balanced {
+        return Ok(());
+    }
+    let key = ("training.moe_routing", routing_text(r));
+    let Some(moe) = &s.model.moe else {
+        return Err(c.fail(
+            &[key, ("model.experts", "none".to_string())],
+            "moe_routing spreads tokens over experts, but the model is dense".to_string(),
+            "moe_routing = \"balanced\" (or leave it out), or a mixture-of-experts model \
+             (model.experts)",
+        ));
+    };
+    let ep = s.parallel.ep;
+    match r {
+        MoeRouting::ExpertLoads(loads) if loads.len() != moe.experts as usize => Err(c.fail(
+            &[key, ("model.experts", v(moe.experts))],
+            format!(
+                "expert_loads gives {} loads, but the model has {} experts",
+                loads.len(),
+                moe.experts
+            ),
+            format!("expert_loads with {} numbers, one per expert", moe.experts),
+        )),
+        MoeRouting::Imbalance { .. } if ep <= 1 => Err(c.fail(
+            &[key, ("parallel.ep", v(ep))],
+            "imbalance skews the load between expert-parallel ranks, but with ep = 1 the \
+             experts are all on every rank, so every rank receives the mean share"
+                .to_string(),
+            "parallel.ep > 1, or moe_routing = \"balanced\" (expert_loads and expert_load_cv \
+             describe per-expert skew)",
+        )),
+        MoeRouting::Imbalance { max_load } if *max_load > f64::from(ep) => Err(c.fail(
+            &[key, ("parallel.ep", v(ep))],
+            format!(
+                "imbalance = {max_load} is more than ep = {ep}: the busiest of the {ep} \
+                 expert-parallel ranks can receive at most the whole load, {ep} times the mean \
+                 share"
+            ),
+            format!("imbalance from 1 to {ep}"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn v<T: ToString>(x: T) -> String {
