@@ -98,6 +98,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             compile: false,
             cuda_graphs: false,
             moe_routing: MoeRouting::Balanced,
+            moe_a2a_overlap: false,
             grad_bucket_bytes: 40_000_000 * 4,
         },
         memory: MemorySettings::default(),

@@ -525,6 +525,10 @@ pub struct Training {
     /// How an MoE layer's router spreads the tokens over the experts (`moe_routing`).
     #[serde(default)]
     pub moe_routing: MoeRouting,
+    /// MoE all-to-alls overlap the compute of another micro batch (`moe_a2a_overlap`):
+    /// Megatron-Core's combined 1F1B (`overlap_moe_expert_parallel_comm`).
+    #[serde(default)]
+    pub moe_a2a_overlap: bool,
     /// DDP gradient bucket size. Default (set by the parser): Megatron-Core's
     /// max(40M, 1M * dp * cp) fp32 elements, i.e. 160 MB up to dp*cp = 40.
     pub grad_bucket_bytes: u64,
