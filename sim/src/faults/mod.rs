@@ -11,12 +11,12 @@ pub use report::{Estimate, HorizonReport, IntervalPoint};
 pub use timeline::Outcome;
 
 use crate::plan::Plan;
+use crate::rng::Rng;
 use crate::scenario::{
     seconds_to_ns, CheckpointInterval, CheckpointMode, Distribution, FaultConfig, RestartPolicy,
     Scenario,
 };
 use rayon::prelude::*;
-use crate::rng::Rng;
 
 const NS_PER_HOUR: f64 = 3_600e9;
 const NS_PER_DAY: f64 = 86_400e9;

@@ -5,8 +5,8 @@
 //! checkpoint commits (at the end of the stall when synchronous, `write_ns` after the
 //! snapshot when asynchronous).
 
-use crate::rng::Rng;
 use super::{Cause, Model};
+use crate::rng::Rng;
 
 /// Where the wall time of one trial went, in nanoseconds, plus failure counts.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -123,7 +123,15 @@ pub fn generate_each<E: From<ScheduleError>>(
         && policy.overlap_grad_reduce
         && policy.reduces();
     let orders = (0..pp)
-        .map(|stage| pipeline::stage_order(scenario.parallel.schedule, stage, pp, vpp, m))
+        .map(|stage| {
+            let extra_warmup = u32::from(scenario.training.moe_a2a_overlap);
+            pipeline::stage_order(
+                scenario.parallel.schedule,
+                stage,
+                (pp, vpp, m),
+                extra_warmup,
+            )
+        })
         .collect::<Result<Vec<_>, _>>()?;
     for load in LoadClasses::new(scenario).loads {
         let chunk_plans =

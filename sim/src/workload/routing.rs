@@ -8,8 +8,8 @@
 //! rank's volume (the group's *pace*): the hottest expert rank paces its whole group, and
 //! through it the step.
 
-use crate::rng::Rng;
 use crate::plan::{GroupKind, Plan, RankId};
+use crate::rng::Rng;
 use crate::scenario::{MoeRouting, Scenario};
 
 /// One rank's routed-copy load and its expert-parallel group's pace, both relative to the

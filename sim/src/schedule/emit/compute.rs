@@ -17,6 +17,20 @@ use crate::schedule::{
 };
 use crate::workload::{CommCall, RingPass};
 
+/// A pass's ops: its compute (the last op on the compute stream), the end of the collectives
+/// the next compute waits for, and the end of the expert all-to-alls left to run beside the
+/// next compute (`moe_a2a_overlap`), when there are some.
+#[derive(Clone, Copy, Debug)]
+pub struct PassOps {
+    pub compute: u32,
+    pub tail: u32,
+    pub deferred: Option<u32>,
+}
+
+/// Emits `seg`'s pass `phase` after `deps`. With `defer_a2a` its expert-parallel all-to-alls
+/// are not on the critical path of the next compute: they run on the ep stream beside it, as
+/// Megatron-Core's combined 1F1B hides one micro batch's dispatch and combine behind another's
+/// compute (see `emit_stage`).
 pub fn emit_pass(
     ctx: &StageCtx,
     b: &mut Builder,
@@ -24,12 +38,20 @@ pub fn emit_pass(
     phase: Phase,
     deps: Deps,
     label: Label,
-) -> Result<(u32, u32), ScheduleError> {
-    let (op, comms, ring) = pass_work(seg, phase)?;
-    if let Some(sms) = tp_comm_overlap_sms(ctx, phase, comms) {
-        return emit_tp_overlapped(ctx, b, (op, comms, ring), sms, deps, label);
-    }
-    if overlaps_tp_backward(ctx, seg, phase) {
+    defer_a2a: bool,
+) -> Result<PassOps, ScheduleError> {
+    let (op, all, ring) = pass_work(seg, phase)?;
+    let split: (Vec<CommCall>, Vec<CommCall>);
+    let comms: &[CommCall] = if defer_a2a && all.iter().any(is_expert_a2a) {
+        split = all.iter().cloned().partition(is_expert_a2a);
+        &split.1
+    } else {
+        split = (Vec::new(), Vec::new());
+        all
+    };
+    let (compute, tail) = if let Some(sms) = tp_comm_overlap_sms(ctx, phase, comms) {
+        emit_tp_overlapped(ctx, b, (op, comms, ring), sms, deps, label)?
+    } else if overlaps_tp_backward(ctx, seg, phase) {
         // Megatron: the input-gradient all-reduce runs while the weight-gradient GEMMs do.
         let (input_op, _, input_ring) = pass_work(seg, Phase::BackwardInput)?;
         let input = emit_ring(ctx, b, input_op, input_ring, deps, label)?;
@@ -40,11 +62,22 @@ pub fn emit_pass(
         let gathered = emit_comms(ctx, b, &blocking, input, label)?;
         let tail = emit_comms(ctx, b, &beside, gathered, label)?;
         let weight = pass_work(seg, Phase::BackwardWeight)?.0;
-        Ok((b.compute(weight, [input, gathered], label)?, tail))
+        (b.compute(weight, [input, gathered], label)?, tail)
     } else {
         let compute = emit_ring(ctx, b, op, ring, deps, label)?;
-        Ok((compute, emit_comms(ctx, b, comms, compute, label)?))
-    }
+        (compute, emit_comms(ctx, b, comms, compute, label)?)
+    };
+    let deferred = emit_comms(ctx, b, &split.0, compute, label)?;
+    Ok(PassOps {
+        compute,
+        tail,
+        deferred: (deferred != compute).then_some(deferred),
+    })
+}
+
+/// An expert-parallel all-to-all (an MoE layer's dispatch or combine).
+fn is_expert_a2a(c: &CommCall) -> bool {
+    c.group == GroupKind::Ep && c.kind == CollectiveKind::AllToAll
 }
 
 /// Emits `op` after `deps`; with a ring exchange (`ring`, over a cp group of more than one

@@ -17,6 +17,12 @@
 //! compute that consumes it has finished; a sent one from just before the compute that
 //! produces it until its send has finished. Without `overlap_p2p_comm` a receive is posted
 //! after the pass before it, and a pass waits for the send of the pass before it ([`p2p`]).
+//!
+//! With `moe_a2a_overlap` (Megatron-Core's combined 1F1B) a pass of the steady phase (a
+//! forward beside a backward, [`beside_opposite`]) leaves its expert all-to-alls to run beside
+//! the next compute, which belongs to another micro batch; the compute after that waits for
+//! them, and its send waits for them too. The pipeline order has one more warm-up forward so
+//! that the two never belong to the same micro batch ([`crate::schedule::pipeline::stage_order`]).
 
 mod compute;
 mod dp;
@@ -88,6 +94,7 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
     let mut pipe = Pipe::new(ctx);
     let mut acts = Activations::default();
     let mut pending_comms: Vec<u32> = Vec::new();
+    let mut deferred_comms: Vec<u32> = Vec::new();
     let mut last_grad_op: Option<u32> = None;
 
     for (i, step) in steps.iter().enumerate() {
@@ -146,13 +153,19 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             acts.recompute(&mut b, seg, seg_label)?;
         }
 
-        let (compute, tail) = compute::emit_pass(ctx, &mut b, seg, step.phase, deps, seg_label)?;
+        let defer_a2a = ctx.s.training.moe_a2a_overlap && beside_opposite(order, step.slot);
+        let ops = compute::emit_pass(ctx, &mut b, seg, step.phase, deps, seg_label, defer_a2a)?;
+        let (compute, tail) = (ops.compute, ops.tail);
         if matches!(step.phase, Phase::Backward | Phase::BackwardInput) {
             acts.free_recomputed(&mut b, [compute], seg_label)?;
         }
         if tail != compute {
             pending_comms.push(tail);
         }
+        // The all-to-alls deferred by the pass before ran beside this compute; the next one
+        // waits for them. This pass's run beside the next.
+        pending_comms.append(&mut deferred_comms);
+        deferred_comms.extend(ops.deferred);
         let last_user = zero::last_gather_user(&steps, i);
         dp.after_compute(&mut b, step.gather, compute, last_user)?;
         if let Some(buf) = consumed {
@@ -172,7 +185,9 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             }
         }
         if sends {
-            pipe.send(ctx, &mut b, slot, cp, [compute, tail], chunk_label)?;
+            let mut after = Deps::from([compute, tail]);
+            after.extend(ops.deferred);
+            pipe.send(ctx, &mut b, slot, cp, after, chunk_label)?;
         }
         pipe.passed(compute, tail);
     }
@@ -183,6 +198,18 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
         b.free(Stream::Compute, tag, tails.clone(), Label::default())?;
     }
     Ok(b.finish(stage))
+}
+
+/// Whether slot `i` of `order` sits beside a pass of the other direction (a forward next to a
+/// backward): the steady phase, where `moe_a2a_overlap` runs each pass's expert all-to-alls
+/// beside the other pass's compute.
+fn beside_opposite(order: &[Slot], i: usize) -> bool {
+    let forward = |s: &Slot| s.pass == crate::schedule::pipeline::Pass::Forward;
+    let Some(me) = order.get(i) else {
+        return false;
+    };
+    let opposite = |j: usize| order.get(j).is_some_and(|o| forward(o) != forward(me));
+    opposite(i + 1) || (i > 0 && opposite(i - 1))
 }
 
 impl StageCtx<'_> {

@@ -7,15 +7,16 @@ use crate::schedule::ScheduleError;
 /// Megatron's interleaved schedule (virtual pipeline): the k-th forward of a stage runs
 /// chunk `(k / pp) % vpp` of micro batch `(k / (pp*vpp)) * pp + k % pp`; the k-th backward
 /// runs the chunks in reverse. Warm-up is `(pp - stage - 1) * 2 + (vpp - 1) * pp` forwards
-/// (all of them when m == pp), then 1F1B, then the remaining backwards.
+/// (`extra` more; all of them when m == pp), then 1F1B, then the remaining backwards.
 pub(super) fn interleaved(
     stage: u32,
     pp: u32,
     vpp: u32,
     m: u32,
+    extra: u32,
 ) -> Result<Vec<Slot>, ScheduleError> {
     if vpp == 1 {
-        return Ok(one_f_one_b(stage, pp, m));
+        return Ok(one_f_one_b(stage, pp, m, extra));
     }
     if !m.is_multiple_of(pp) {
         return Err(ScheduleError::Unsupported(format!(
@@ -32,7 +33,9 @@ pub(super) fn interleaved(
     let warmup = if m == pp {
         total
     } else {
-        ((pp - stage - 1) * 2 + (vpp - 1) * pp).min(total)
+        ((pp - stage - 1) * 2 + (vpp - 1) * pp)
+            .saturating_add(extra)
+            .min(total)
     };
     let group = pp * vpp;
     let mb_of = |k: u32| (k / group) * pp + k % pp;

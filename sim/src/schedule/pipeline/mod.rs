@@ -55,13 +55,16 @@ impl Slot {
 }
 
 /// The order of passes of `stage` for `m` micro batches over `pp` stages with `vpp` chunks
-/// per stage.
+/// per stage. `extra_warmup` more forwards run before the 1F1B phase of the 1F1B and
+/// interleaved schedules (Megatron-Core adds one under `overlap_moe_expert_parallel_comm`, so
+/// that each forward and the backward beside it belong to different micro batches:
+/// NVIDIA/Megatron-LM@d98e8a64dd megatron/core/pipeline_parallel/schedules.py); the other
+/// schedules ignore it.
 pub fn stage_order(
     schedule: PipelineSchedule,
     stage: u32,
-    pp: u32,
-    vpp: u32,
-    m: u32,
+    (pp, vpp, m): (u32, u32, u32),
+    extra_warmup: u32,
 ) -> Result<Vec<Slot>, ScheduleError> {
     if pp == 0 || vpp == 0 || m == 0 || stage >= pp {
         return Err(ScheduleError::Unsupported(format!(
@@ -76,9 +79,11 @@ pub fn stage_order(
                 schedule.as_str()
             )))
         }
-        PipelineSchedule::OneFOneB => Ok(one_f_one_b::one_f_one_b(stage, pp, m)),
+        PipelineSchedule::OneFOneB => Ok(one_f_one_b::one_f_one_b(stage, pp, m, extra_warmup)),
         PipelineSchedule::ZeroBubble => Ok(zero_bubble::zb_h1(stage, pp, m)),
-        PipelineSchedule::Interleaved1F1B => interleaved::interleaved(stage, pp, vpp, m),
+        PipelineSchedule::Interleaved1F1B => {
+            interleaved::interleaved(stage, pp, vpp, m, extra_warmup)
+        }
     }
 }
 
@@ -103,33 +108,52 @@ mod tests {
 
     #[test]
     fn one_f_one_b_warms_up_by_distance_to_the_end() {
-        let s0 = stage_order(PipelineSchedule::OneFOneB, 0, 4, 1, 6).unwrap();
+        let s0 = stage_order(PipelineSchedule::OneFOneB, 0, (4, 1, 6), 0).unwrap();
         assert_eq!(letters(&s0), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
-        let s3 = stage_order(PipelineSchedule::OneFOneB, 3, 4, 1, 6).unwrap();
+        let s3 = stage_order(PipelineSchedule::OneFOneB, 3, (4, 1, 6), 0).unwrap();
         assert_eq!(letters(&s3), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5");
         // fewer micro batches than stages: warm-up is capped
-        let s0 = stage_order(PipelineSchedule::OneFOneB, 0, 4, 1, 2).unwrap();
+        let s0 = stage_order(PipelineSchedule::OneFOneB, 0, (4, 1, 2), 0).unwrap();
         assert_eq!(letters(&s0), "F0 F1 B0 B1");
+    }
+
+    /// Megatron-Core's combined 1F1B (`moe_a2a_overlap`): one more warm-up forward, so every
+    /// forward of the steady phase sits beside the backward of an earlier micro batch.
+    #[test]
+    fn one_extra_warmup_forward_pairs_each_forward_with_an_earlier_backward() {
+        let s = stage_order(PipelineSchedule::OneFOneB, 0, (1, 1, 4), 1).unwrap();
+        assert_eq!(letters(&s), "F0 F1 B0 F2 B1 F3 B2 B3");
+        let s3 = stage_order(PipelineSchedule::OneFOneB, 3, (4, 1, 6), 1).unwrap();
+        assert_eq!(letters(&s3), "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 B5");
+        let plain = stage_order(PipelineSchedule::Interleaved1F1B, 1, (2, 2, 4), 0).unwrap();
+        let extra = stage_order(PipelineSchedule::Interleaved1F1B, 1, (2, 2, 4), 1).unwrap();
+        let warm = |o: &[Slot]| o.iter().take_while(|s| s.pass == Pass::Forward).count();
+        assert_eq!(warm(&extra), warm(&plain) + 1);
+        for w in extra.windows(2) {
+            if w[0].pass != w[1].pass {
+                assert_ne!((w[0].microbatch, w[0].chunk), (w[1].microbatch, w[1].chunk));
+            }
+        }
     }
 
     #[test]
     fn gpipe_runs_all_forwards_first() {
-        let s = stage_order(PipelineSchedule::Gpipe, 1, 4, 1, 3).unwrap();
+        let s = stage_order(PipelineSchedule::Gpipe, 1, (4, 1, 3), 0).unwrap();
         assert_eq!(letters(&s), "F0 F1 F2 B0 B1 B2");
     }
 
     #[test]
     fn zero_bubble_defers_w_by_stage_index() {
-        let s0 = stage_order(PipelineSchedule::ZeroBubble, 0, 3, 1, 4).unwrap();
+        let s0 = stage_order(PipelineSchedule::ZeroBubble, 0, (3, 1, 4), 0).unwrap();
         assert_eq!(letters(&s0), "F0 F1 F2 B0 W0 F3 B1 W1 B2 W2 B3 W3");
-        let s2 = stage_order(PipelineSchedule::ZeroBubble, 2, 3, 1, 4).unwrap();
+        let s2 = stage_order(PipelineSchedule::ZeroBubble, 2, (3, 1, 4), 0).unwrap();
         assert_eq!(letters(&s2), "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3");
     }
 
     #[test]
     fn interleaved_follows_megatron_chunk_order() {
         // pp 2, vpp 2, m 4: warm-up of stage 0 = 2 + 2 = 4 forwards.
-        let s0 = stage_order(PipelineSchedule::Interleaved1F1B, 0, 2, 2, 4).unwrap();
+        let s0 = stage_order(PipelineSchedule::Interleaved1F1B, 0, (2, 2, 4), 0).unwrap();
         let got: Vec<(Pass, u32, u32)> =
             s0.iter().map(|s| (s.pass, s.microbatch, s.chunk)).collect();
         use Pass::*;
@@ -154,7 +178,7 @@ mod tests {
                 (Backward, 3, 0),
             ]
         );
-        assert!(stage_order(PipelineSchedule::Interleaved1F1B, 0, 4, 2, 6).is_err());
+        assert!(stage_order(PipelineSchedule::Interleaved1F1B, 0, (4, 2, 6), 0).is_err());
     }
 
     #[test]
@@ -171,9 +195,12 @@ mod tests {
                 } else {
                     1
                 };
-                for m in [pp, 2 * pp, 3 * pp] {
+                for (m, extra) in [pp, 2 * pp, 3 * pp]
+                    .into_iter()
+                    .flat_map(|m| [(m, 0), (m, 1)])
+                {
                     for stage in 0..pp {
-                        let order = stage_order(sched, stage, pp, vpp, m).unwrap();
+                        let order = stage_order(sched, stage, (pp, vpp, m), extra).unwrap();
                         let mut seen = std::collections::BTreeMap::new();
                         for s in &order {
                             *seen

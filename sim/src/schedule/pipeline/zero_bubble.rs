@@ -13,7 +13,7 @@ pub(super) fn zb_h1(stage: u32, pp: u32, m: u32) -> Vec<Slot> {
     let mut out = Vec::with_capacity(3 * m as usize);
     let mut next_w = 0u32;
     let mut done_b = 0u32;
-    for slot in one_f_one_b(stage, pp, m) {
+    for slot in one_f_one_b(stage, pp, m, 0) {
         out.push(slot);
         if slot.pass == Pass::Backward {
             done_b += 1;

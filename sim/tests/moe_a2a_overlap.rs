@@ -1,0 +1,149 @@
+//! `[training] moe_a2a_overlap` on the engine: Megatron-Core's combined 1F1B, where each
+//! steady-phase pass's expert all-to-alls run beside the compute of the pass next to it (a
+//! forward beside the backward of an earlier micro batch), after one extra warm-up forward.
+//! Exact times under a cost model where compute costs 1 ns per 1,000 FLOPs and an expert
+//! all-to-all a set time per byte; everything else is free.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
+
+use twin_sim::engine::{simulate, SimOptions};
+use twin_sim::plan::{Group, GroupKind, Plan};
+use twin_sim::scenario::{Moe, Scenario};
+use twin_sim::schedule::{generate, CollectiveKind, ComputeOp, OpKind, Phase, Program};
+
+/// An expert all-to-all costs `a2a_ns_per_kb` ns per 1,000 bytes.
+struct Cost {
+    a2a_ns_per_kb: u64,
+}
+
+impl twin_sim::cost::CostModel for Cost {
+    fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
+        match op.phase {
+            Phase::Optimizer | Phase::Compress => 0,
+            _ => op.flops / 1_000,
+        }
+    }
+    fn collective_ns(&self, kind: CollectiveKind, g: &Group, bytes: u64, _calls: u32) -> u64 {
+        match (kind, g.kind) {
+            (CollectiveKind::AllToAll, GroupKind::Ep) => bytes / 1_000 * self.a2a_ns_per_kb,
+            _ => 0,
+        }
+    }
+    fn p2p_ns(&self, _: &Plan, _: u32, _: u32, _: u64) -> u64 {
+        0
+    }
+    fn checkpoint_ns(&self, _: u64) -> u64 {
+        0
+    }
+    fn compute_is_rank_invariant(&self) -> bool {
+        true
+    }
+}
+
+/// Micro batches of the test step.
+const M: u64 = 4;
+
+/// Two GPUs, one stage, `M` micro batches: four MoE layers of two experts, one per rank.
+fn moe(overlap: bool) -> Scenario {
+    let mut s = twin_sim::testing::small_scenario(1, 1, 2, M);
+    s.model.layers = 4;
+    s.model.vocab = 8;
+    s.model.moe = Some(Moe::uniform(2, 1, 1, 4096));
+    s.parallel.ep = 2;
+    s.training.moe_a2a_overlap = overlap;
+    s
+}
+
+fn step_ns(s: &Scenario, cost: &Cost) -> u64 {
+    let plan = Plan::new(s).unwrap();
+    let sched = generate(s, &plan).unwrap();
+    sched.validate(&plan).unwrap();
+    simulate(&plan, &sched, cost, &SimOptions::default())
+        .unwrap()
+        .step_time_ns
+}
+
+/// The compute time of micro batch 0's pass `phase`, and the time of its expert all-to-all
+/// (dispatch and combine of every layer, merged into one op).
+fn pass_ns(p: &Program, phase: Phase, cost: &Cost) -> (u64, u64) {
+    let i = p
+        .ops
+        .iter()
+        .position(|o| {
+            o.label.microbatch == Some(0)
+                && matches!(&o.kind, OpKind::Compute(c) if c.phase == phase)
+        })
+        .unwrap();
+    let OpKind::Compute(c) = &p.ops[i].kind else {
+        unreachable!()
+    };
+    let a2a = p.ops[i + 1..]
+        .iter()
+        .find_map(|o| match o.kind {
+            OpKind::Collective {
+                kind: CollectiveKind::AllToAll,
+                group: GroupKind::Ep,
+                bytes,
+                ..
+            } => Some(bytes / 1_000 * cost.a2a_ns_per_kb),
+            _ => None,
+        })
+        .unwrap();
+    (c.flops / 1_000, a2a)
+}
+
+/// Short all-to-alls hide completely: the step is `M (f + b)` plus the first forward's and
+/// the last backward's all-to-all, against `M (f + x + b + y)` without the overlap.
+#[test]
+fn steady_phase_all_to_alls_hide_behind_the_other_micro_batch() {
+    let cost = Cost { a2a_ns_per_kb: 1 };
+    let s = moe(false);
+    let plan = Plan::new(&s).unwrap();
+    let sched = generate(&s, &plan).unwrap();
+    let (f, x) = pass_ns(&sched.programs[0], Phase::Forward, &cost);
+    let (b, y) = pass_ns(&sched.programs[0], Phase::Backward, &cost);
+    assert!(x > 0 && x < b && y < f, "f {f} x {x} b {b} y {y}");
+    assert_eq!(step_ns(&moe(false), &cost), M * (f + x + b + y));
+    assert_eq!(step_ns(&moe(true), &cost), M * (f + b) + x + y);
+}
+
+/// Long all-to-alls are what they hide: the overlap never makes the step slower, and when the
+/// all-to-alls dominate the step is bound by them, no shorter than their sum.
+#[test]
+fn the_overlap_never_slows_the_step_and_cannot_beat_the_all_to_alls() {
+    for a2a_ns_per_kb in [1, 100, 1_000, 10_000, 100_000] {
+        let cost = Cost { a2a_ns_per_kb };
+        let (plain, over) = (step_ns(&moe(false), &cost), step_ns(&moe(true), &cost));
+        assert!(over <= plain, "{a2a_ns_per_kb}: {over} > {plain}");
+        let s = moe(false);
+        let plan = Plan::new(&s).unwrap();
+        let sched = generate(&s, &plan).unwrap();
+        let (f, x) = pass_ns(&sched.programs[0], Phase::Forward, &cost);
+        let (b, y) = pass_ns(&sched.programs[0], Phase::Backward, &cost);
+        assert!(over >= M * (x + y).max(f + b), "{a2a_ns_per_kb}");
+    }
+}
+
+/// Under the interleaved schedule the overlap runs without deadlock on every stage, and
+/// hides all-to-all time there too.
+#[test]
+fn interleaved_pipelines_overlap_without_deadlock() {
+    use twin_sim::scenario::PipelineSchedule;
+    for (pp, vpp, m) in [(2, 2, 4), (2, 2, 2), (4, 2, 8), (2, 3, 6)] {
+        let mk = |overlap: bool| {
+            let mut s = twin_sim::testing::small_scenario(1, pp, 2, m);
+            s.model.layers = 2 * pp * vpp;
+            s.model.vocab = 8;
+            s.model.moe = Some(Moe::uniform(2, 1, 1, 4096));
+            s.parallel.ep = 2;
+            s.parallel.vpp = vpp;
+            s.parallel.schedule = PipelineSchedule::Interleaved1F1B;
+            s.training.moe_a2a_overlap = overlap;
+            s
+        };
+        let cost = Cost {
+            a2a_ns_per_kb: 1_000,
+        };
+        let (plain, over) = (step_ns(&mk(false), &cost), step_ns(&mk(true), &cost));
+        assert!(over < plain, "pp {pp} vpp {vpp} m {m}: {over} >= {plain}");
+    }
+}
