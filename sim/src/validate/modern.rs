@@ -26,10 +26,12 @@
 //! - Mixture-of-experts rows: `experts`, `top_k`, `moe_ffn_hidden`, `shared_experts` and their
 //!   width, `dense_layers`, `dense_ffn_hidden`, `mtp_layers` and the `mla` ranks as published;
 //!   `ep` and `etp` (1 under tp > 1 refolds the tensor-parallel ranks); a pipeline layout in
-//!   `other_flags` ("pipeline layout Et|(tt|)*30mL") as `parallel.pipeline_layout`. Routing
-//!   other than force-balanced, `moe_a2a_overlap` and the dispatcher are listed as not
-//!   modelled; expert tensor parallelism other than tp or 1, context parallelism with experts
-//!   and Mamba hybrids are refused. MoE rows are summarised in a group of their own.
+//!   `other_flags` ("pipeline layout Et|(tt|)*30mL") as `parallel.pipeline_layout`;
+//!   `routing` as `moe_routing` (force-balanced, or a token drop's capacity factor) and
+//!   `moe_a2a_overlap` as published. A dispatcher other than `alltoall` (DeepEP, HybridEP) is
+//!   listed as not modelled; expert tensor parallelism other than tp or 1, context parallelism
+//!   with experts and Mamba hybrids are refused. MoE rows are summarised in a group of their
+//!   own.
 //!
 //! The published figure is the step time: `step_time_s`, else `global_batch * seq_len /
 //! (tokens_per_s_per_gpu * gpus)`, else (rows that publish only TFLOP/s) the model FLOPs of the
@@ -101,21 +103,36 @@ pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
     if row.gpu_note.is_some() && gpu_preset(row) == row.gpu {
         out.push("gpu_note");
     }
-    // twin routes every token to top_k experts evenly (dropless, balanced).
-    if row
-        .routing
-        .as_deref()
-        .is_some_and(|r| !r.starts_with("force-balanced"))
-    {
+    if row.routing.is_some() && moe_routing(row).is_none() {
         out.push("routing");
     }
-    if row.moe_a2a_overlap == Some(true) {
-        out.push("moe_a2a_overlap");
-    }
-    if row.moe_dispatcher.is_some() {
+    // twin's all-to-all is NCCL's, as Megatron-Core's `alltoall` dispatcher runs it; DeepEP
+    // and HybridEP kernels are not modelled.
+    if row
+        .moe_dispatcher
+        .as_deref()
+        .is_some_and(|d| d != "alltoall")
+    {
         out.push("moe_dispatcher");
     }
     out
+}
+
+/// The `moe_routing` value a row's `routing` text names, as TOML: `"force-balanced"`, or a
+/// token drop's capacity factor ("token-drop (capacity factor 1.0, ...)"); `None` for a row
+/// without routing or one whose text names neither.
+pub fn moe_routing(row: &RunRow) -> Option<String> {
+    let text = row.routing.as_deref()?.to_ascii_lowercase();
+    if text.starts_with("force-balanced") {
+        return Some("\"force-balanced\"".to_string());
+    }
+    let (_, rest) = text.split_once("capacity factor ")?;
+    let factor: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let factor: f64 = factor.parse().ok()?;
+    Some(format!("{{ capacity_factor = {factor:?} }}"))
 }
 
 /// The `fp8_recipe` a row's recipe text names: current (tensorwise, dynamic) scaling or
@@ -369,6 +386,12 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     }
     if cuda_graphs(row) {
         let _ = writeln!(text, "cuda_graphs = true");
+    }
+    if let Some(routing) = moe_routing(row) {
+        let _ = writeln!(text, "moe_routing = {routing}");
+    }
+    if row.moe_a2a_overlap == Some(true) {
+        let _ = writeln!(text, "moe_a2a_overlap = true");
     }
     parse_str(&text, &format!("<validation row {}>", row.id), &[]).map_err(|source| {
         ValidateError::Scenario {

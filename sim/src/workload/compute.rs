@@ -329,10 +329,10 @@ fn linears_in_order(d: &Dims, router: Option<Gemm>, moe: bool) -> Vec<Gemm> {
     for mlp in d.mlps(moe) {
         let f = mlp.f;
         if d.gated {
-            out.push(gemm(mlp.tokens, d.h, f));
+            out.push(mlp.gemm(d.h, f));
         }
-        out.push(gemm(mlp.tokens, d.h, f));
-        out.push(gemm(mlp.tokens, f, d.h));
+        out.push(mlp.gemm(d.h, f));
+        out.push(mlp.gemm(f, d.h));
     }
     out
 }
@@ -408,10 +408,7 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
         add_linears_in(
             &mut block,
             d,
-            &[
-                gemm(mlp.tokens, d.h, mlp.up(d.gated)),
-                gemm(mlp.tokens, mlp.f, d.h),
-            ],
+            &[mlp.gemm(d.h, mlp.up(d.gated)), mlp.gemm(mlp.f, d.h)],
         );
     }
     // The framework's elementwise kernels (docs/reference/frameworks.md, `[fusions]`): its

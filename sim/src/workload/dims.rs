@@ -66,9 +66,25 @@ pub(crate) fn scale(x: u64, factor: f64) -> u64 {
 pub(crate) struct Mlp {
     pub tokens: u64,
     pub f: u64,
+    /// Separate GEMMs the tokens are split over: the rank's local experts (`experts / ep`),
+    /// each its own GEMM of `tokens / groups` rows, as Transformer Engine's grouped linear
+    /// runs them (NVIDIA/Megatron-LM@d98e8a64dd megatron/core/transformer/moe/experts.py
+    /// `TEGroupedMLP`); 1 for a dense or shared MLP.
+    pub groups: u64,
 }
 
 impl Mlp {
+    /// One of this MLP's projections, `k -> n`: `groups` GEMMs of `ceil(tokens / groups)` rows.
+    pub fn gemm(&self, k: u64, n: u64) -> crate::ir::Gemm {
+        let groups = self.groups.max(1);
+        crate::ir::Gemm::single(
+            div_ceil(self.tokens, groups),
+            n,
+            k,
+            u32::try_from(groups).unwrap_or(u32::MAX),
+        )
+    }
+
     /// Width of the first GEMM's output (gate and up fused when gated).
     pub fn up(&self, gated: bool) -> u64 {
         if gated {
@@ -334,11 +350,13 @@ impl Dims {
                 let mut v = vec![Mlp {
                     tokens: self.expert_tokens(),
                     f: div_ceil(m.f, self.et),
+                    groups: div_ceil(m.experts, self.ep),
                 }];
                 if m.shared_f > 0 {
                     v.push(Mlp {
                         tokens: self.tokens,
                         f: self.sharded(m.shared_f),
+                        groups: 1,
                     });
                 }
                 v
@@ -346,6 +364,7 @@ impl Dims {
             _ => vec![Mlp {
                 tokens: self.tokens,
                 f: self.sharded(self.f),
+                groups: 1,
             }],
         }
     }
