@@ -132,7 +132,7 @@ fn algorithm(a: Option<Algorithm>) -> &'static str {
         Some(Algorithm::Tree) => "tree",
         Some(Algorithm::Hierarchical) => "hierarchical",
         Some(Algorithm::Nvls) => "nvls",
-        Some(Algorithm::Local) | Some(Algorithm::Direct) | None => "auto",
+        Some(Algorithm::Local | Algorithm::Direct | Algorithm::NodeDedup) | None => "auto",
     }
 }
 

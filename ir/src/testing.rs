@@ -99,6 +99,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             cuda_graphs: false,
             moe_routing: MoeRouting::Balanced,
             moe_a2a_overlap: false,
+            moe_dispatcher: MoeDispatcher::AllToAll,
             grad_bucket_bytes: 40_000_000 * 4,
         },
         memory: MemorySettings::default(),

@@ -61,7 +61,8 @@ impl Staged {
         if cost.state_cache.is_some() {
             cost.node_step_bytes = Some(crate::cost::footprint::node_step_bytes(&schedule, &plan));
         }
-        let network = Network::for_cluster(&scenario.cluster, &cost.links);
+        let network = Network::for_cluster(&scenario.cluster, &cost.links)
+            .map(|n| n.with_expert_dispatch(cost.expert_dispatch));
         // The report's MFU and HFU divide by the GPU's dense peak: with a profile, the peak the
         // profile measured or states, which also prices the GEMMs (a host scenario's nominal
         // 50 GFLOP/s core against a calibrated 225 put `pp-wide.toml` at an MFU of 237%).

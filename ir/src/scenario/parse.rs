@@ -510,6 +510,7 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool, Option<b
             cuda_graphs: t.boolean_or_default(&tk::CUDA_GRAPHS)?,
             moe_routing: moe_routing(t)?,
             moe_a2a_overlap: false,
+            moe_dispatcher: MoeDispatcher::AllToAll,
             grad_bucket_bytes: bucket.unwrap_or(0),
         },
         bucket.is_some(),

@@ -529,6 +529,9 @@ pub struct Training {
     /// Megatron-Core's combined 1F1B (`overlap_moe_expert_parallel_comm`).
     #[serde(default)]
     pub moe_a2a_overlap: bool,
+    /// How the expert all-to-alls move tokens (`moe_dispatcher`).
+    #[serde(default)]
+    pub moe_dispatcher: MoeDispatcher,
     /// DDP gradient bucket size. Default (set by the parser): Megatron-Core's
     /// max(40M, 1M * dp * cp) fp32 elements, i.e. 160 MB up to dp*cp = 40.
     pub grad_bucket_bytes: u64,
@@ -560,6 +563,28 @@ pub enum MoeRouting {
     /// Per-expert loads drawn from a lognormal of mean 1 and this coefficient of variation,
     /// with the run's seed (`[run] seed`).
     ExpertLoadCv { cv: f64 },
+}
+
+/// How the expert all-to-alls move the routed tokens (`[training] moe_dispatcher`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MoeDispatcher {
+    /// NCCL all-to-all of every routed copy (Megatron-Core's `alltoall` dispatcher).
+    #[default]
+    AllToAll,
+    /// DeepEP's kernels (Megatron-Core's `flex` dispatcher, `deepep` backend): each token
+    /// crosses once to each remote node holding one of its experts and is forwarded inside it.
+    DeepEp,
+    /// HybridEP (the `flex` dispatcher's `hybridep` backend): priced as `DeepEp`.
+    HybridEp,
+}
+
+impl MoeDispatcher {
+    pub const ALL: [(&'static str, MoeDispatcher); 3] = [
+        ("alltoall", MoeDispatcher::AllToAll),
+        ("deepep", MoeDispatcher::DeepEp),
+        ("hybridep", MoeDispatcher::HybridEp),
+    ];
 }
 
 /// Device memory the framework holds beyond the model's tensors (see docs/memory.md).

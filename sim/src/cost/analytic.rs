@@ -36,7 +36,7 @@ use super::positive_rate;
 use super::{secs_to_ns, CostModel};
 use crate::host_backend::PASS_BYTES_PER_ELEM;
 use crate::host_model::{StateAging, StateCache};
-use crate::plan::{Group, Plan};
+use crate::plan::{Group, GroupKind, Plan};
 use crate::scenario::{PeakFlops, Precision, Scenario};
 use crate::schedule::{CollectiveKind, ComputeOp, Phase};
 use crate::topology::{
@@ -154,6 +154,8 @@ pub struct Analytic {
     /// `sms_reserved` SMs given to communication take `sm_count / (sm_count - sms_reserved)`
     /// times as long. `None` (no profile): the reservation is not priced.
     pub sm_count: Option<u64>,
+    /// Expert all-to-alls sent hierarchically (`moe_dispatcher`); `None`: NCCL's.
+    pub expert_dispatch: Option<crate::topology::dispatch::NodeDedup>,
 }
 
 impl Analytic {
@@ -202,6 +204,7 @@ impl Analytic {
             p2p_bandwidth_bytes_per_s: [None, None],
             overlap_compute_slowdown: 0.0,
             sm_count: None,
+            expert_dispatch: crate::topology::dispatch::NodeDedup::of(s),
         }
     }
 
@@ -458,8 +461,13 @@ impl CostModel for Analytic {
             nodes: group.nodes,
             max_per_node: group.max_per_node,
         };
-        self.links
-            .estimate(kind, shape, bytes)
+        let estimate = match self.expert_dispatch {
+            Some(dedup) if kind == CollectiveKind::AllToAll && group.kind == GroupKind::Ep => {
+                dedup.estimate(&self.links, shape, bytes)
+            }
+            _ => self.links.estimate(kind, shape, bytes),
+        };
+        estimate
             .time_ns
             .saturating_mul(u64::from(calls))
             .saturating_add(self.op_overhead_ns)

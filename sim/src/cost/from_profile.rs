@@ -186,6 +186,7 @@ impl Analytic {
                 .map(|c| u32::try_from(whole(c)).unwrap_or(u32::MAX)),
             overlap_compute_slowdown: p.overlap_compute_slowdown.as_ref().map_or(0.0, |o| o.value),
             sm_count: Some(crate::profile::whole(&p.sm_count)).filter(|&n| n > 0),
+            expert_dispatch: crate::topology::dispatch::NodeDedup::of(s),
         }
     }
 }

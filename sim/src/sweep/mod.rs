@@ -193,7 +193,8 @@ fn evaluate_planned(
         collapse: true,
         ..SimOptions::default()
     };
-    let network = crate::topology::Network::for_cluster(&scenario.cluster, &cost.links);
+    let network = crate::topology::Network::for_cluster(&scenario.cluster, &cost.links)
+        .map(|n| n.with_expert_dispatch(cost.expert_dispatch));
     let result = match simulate(scenario, plan, &cost, network.as_ref(), &opts) {
         Ok(r) => r,
         Err(Failed) => return Outcome::Failed,

@@ -11,10 +11,11 @@
 //! achieved rates (line rate times protocol efficiency), so a transfer that has its links to
 //! itself takes exactly its alpha-beta time.
 
+pub mod dispatch;
 pub mod maxmin;
 mod tiers;
 
-use crate::plan::Group;
+use crate::plan::{Group, GroupKind};
 use crate::scenario::{Cluster, Fabric, NetworkTopology};
 use crate::schedule::CollectiveKind;
 pub use maxmin::{MaxMin, Path};
@@ -45,6 +46,8 @@ pub struct Network {
     leaf_base: u32,
     /// Bytes per nanosecond of every link, indexed by link id.
     capacity: Vec<f64>,
+    /// Expert all-to-alls sent hierarchically (`moe_dispatcher`); `None`: NCCL's.
+    expert_dispatch: Option<dispatch::NodeDedup>,
 }
 
 impl Network {
@@ -99,7 +102,14 @@ impl Network {
             nic_base: 2 * gpus,
             leaf_base: 2 * gpus + 2 * nodes * nics,
             capacity,
+            expert_dispatch: None,
         }
+    }
+
+    /// This network with expert all-to-alls sent as `dispatch` says (`None`: NCCL's).
+    pub fn with_expert_dispatch(mut self, dispatch: Option<dispatch::NodeDedup>) -> Network {
+        self.expert_dispatch = dispatch;
+        self
     }
 
     /// The network when `cluster` asks for the flow model (`[cluster.topology] model =
@@ -202,19 +212,28 @@ impl Network {
             nodes: group.nodes,
             max_per_node: group.max_per_node,
         };
-        let d = self.tiers.decompose(kind, shape, bytes);
+        let d = match self.expert_dispatch {
+            Some(dedup) if kind == CollectiveKind::AllToAll && group.kind == GroupKind::Ep => {
+                dedup.decompose(&self.tiers, shape, bytes)
+            }
+            _ => self.tiers.decompose(kind, shape, bytes),
+        };
         let calls_f = f64::from(calls);
         let by_node = self.by_node(&group.members);
         let phases = d
             .phases
             .iter()
             .map(|p| {
-                self.flows(
+                let mut flows = self.flows(
                     p.pattern,
                     &group.members,
                     &by_node,
                     p.bytes_per_edge * calls_f,
-                )
+                );
+                if let Some((pattern, bytes)) = p.beside {
+                    flows.extend(self.flows(pattern, &group.members, &by_node, bytes * calls_f));
+                }
+                flows
             })
             .filter(|f| !f.is_empty())
             .collect();
@@ -300,6 +319,28 @@ impl Network {
                     for &b in members {
                         if a != b {
                             out.push((self.path(a, b), bytes));
+                        }
+                    }
+                }
+            }
+            Pattern::RailPairs => {
+                for (i, here) in by_node.iter().enumerate() {
+                    for (j, &a) in here.iter().enumerate() {
+                        for there in by_node.iter().take(i).chain(by_node.iter().skip(i + 1)) {
+                            if let Some(&b) = there.get(j) {
+                                out.push((self.path(a, b), bytes));
+                            }
+                        }
+                    }
+                }
+            }
+            Pattern::NodePairs => {
+                for ms in by_node {
+                    for &a in ms {
+                        for &b in ms {
+                            if a != b {
+                                out.push((self.path(a, b), bytes));
+                            }
                         }
                     }
                 }

@@ -51,6 +51,9 @@ pub enum Algorithm {
     Nvls,
     /// All-to-all: every rank sends straight to every other rank.
     Direct,
+    /// Expert all-to-all sent once per remote node and forwarded inside it
+    /// ([`super::dispatch`]).
+    NodeDedup,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -260,14 +263,20 @@ pub enum Pattern {
     InterRails,
     /// Every member sends to every other member.
     AllPairs,
+    /// Every member sends to the member of the same local index on every other node.
+    RailPairs,
+    /// Every member sends to every other member of its node.
+    NodePairs,
 }
 
-/// One phase: every edge (flow) of the pattern carries `bytes_per_edge`. Phases run one
+/// One phase: every edge (flow) of the pattern carries `bytes_per_edge`, and the flows of
+/// `beside` (a second pattern and its bytes per edge) run at the same time. Phases run one
 /// after another.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Phase {
     pub pattern: Pattern,
     pub bytes_per_edge: f64,
+    pub beside: Option<(Pattern, f64)>,
 }
 
 /// A collective split into its latency term and its bandwidth phases: with no other traffic,
@@ -292,6 +301,7 @@ impl TierModel {
             vec![Phase {
                 pattern,
                 bytes_per_edge,
+                beside: None,
             }]
         };
         let (latency_s, phases) = match (algorithm, kind) {
@@ -310,7 +320,9 @@ impl TierModel {
                 let scale = self.nvlink_efficiency / positive_eff(nvls_eff);
                 (2.0 * lat, one(Pattern::Ring, (n + 1.0) / n * s * scale))
             }
-            (Algorithm::Direct, _) => ((n - 1.0) * lat, one(Pattern::AllPairs, s / n)),
+            (Algorithm::Direct | Algorithm::NodeDedup, _) => {
+                ((n - 1.0) * lat, one(Pattern::AllPairs, s / n))
+            }
             (Algorithm::Hierarchical, _) => {
                 let k = f64::from(g.max_per_node.max(1));
                 let nodes = f64::from(g.nodes.max(1));
@@ -318,6 +330,7 @@ impl TierModel {
                 let intra = Phase {
                     pattern: Pattern::IntraRing,
                     bytes_per_edge: (k - 1.0) / k * s,
+                    beside: None,
                 };
                 let (ring, tree) = self.hierarchical_inter(g, shard);
                 let (inter_lat, inter_bytes) = if ring <= tree {
@@ -331,6 +344,7 @@ impl TierModel {
                 let inter = Phase {
                     pattern: Pattern::InterRails,
                     bytes_per_edge: inter_bytes,
+                    beside: None,
                 };
                 (
                     2.0 * (k - 1.0) * self.intra_lat_s() + inter_lat,
