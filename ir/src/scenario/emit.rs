@@ -257,6 +257,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     if let Some(routing) = moe_routing(&t.moe_routing) {
         training.insert("moe_routing", value(routing));
     }
+    if t.moe_a2a_overlap {
+        training.insert("moe_a2a_overlap", value(true));
+    }
     training.insert("grad_bucket_bytes", int(t.grad_bucket_bytes));
     doc.insert("training", Item::Table(training));
 
