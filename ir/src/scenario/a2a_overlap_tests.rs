@@ -2,8 +2,8 @@
 //! runs its combined 1F1B, and each refusal names the keys, their values and what to write
 //! instead.
 
-use super::{moe_a2a_overlap_blocker, A2aOverlapBlocker, Document, ErrorKind, Scenario};
 use super::ScenarioError;
+use super::{moe_a2a_overlap_blocker, A2aOverlapBlocker, Document, ErrorKind, Scenario};
 
 /// A mixture-of-experts model of 4 experts and 4 layers on 8 GPUs, expert-parallel over 2;
 /// `[training]` is the last section, so a line appended to it lands there.
@@ -158,7 +158,10 @@ fn moe_a2a_overlap_under_a_pipeline_needs_the_interleaved_schedule() {
 #[test]
 fn moe_a2a_overlap_refuses_full_recomputation() {
     let e = refused(&["training.recompute=\"full\""]);
-    assert_eq!((e.key.as_str(), e.value.as_str()), ("training.recompute", "\"full\""));
+    assert_eq!(
+        (e.key.as_str(), e.value.as_str()),
+        ("training.recompute", "\"full\"")
+    );
     assert!(e.allowed.contains("selective"), "{e}");
     refused(&["training.recompute=\"full\"", "training.recompute_layers=1"]);
 }

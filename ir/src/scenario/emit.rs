@@ -386,11 +386,7 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{on}: {e}"));
             assert_eq!(s.training.moe_a2a_overlap, on);
             let emitted = to_toml(&s);
-            assert_eq!(
-                emitted.contains("moe_a2a_overlap = true"),
-                on,
-                "{emitted}"
-            );
+            assert_eq!(emitted.contains("moe_a2a_overlap = true"), on, "{emitted}");
             assert_eq!(emitted.contains("moe_a2a_overlap"), on, "{emitted}");
             let again = Document::parse(&emitted, "emitted.toml")
                 .and_then(|d| d.validate(&[]).map(|v| v.scenario))

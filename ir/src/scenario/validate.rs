@@ -242,10 +242,7 @@ fn moe_a2a_overlap(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
             vec![
                 on,
                 ("parallel.pp", v(p.pp)),
-                (
-                    "parallel.schedule",
-                    format!("\"{}\"", p.schedule.as_str()),
-                ),
+                ("parallel.schedule", format!("\"{}\"", p.schedule.as_str())),
             ],
             format!(
                 "moe_a2a_overlap with pp = {} needs the interleaved schedule (Megatron-Core: \

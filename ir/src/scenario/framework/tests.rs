@@ -526,7 +526,12 @@ fn moe_a2a_overlap_capability_is_read_and_defaults_to_false() {
         .find(|l| l.starts_with("moe_a2a_overlap = "))
         .unwrap();
     let without = with(&text, &format!("{line}\n"), "");
-    assert!(!parse_str(&without, "mine.toml").unwrap().overlaps.moe_a2a_overlap);
+    assert!(
+        !parse_str(&without, "mine.toml")
+            .unwrap()
+            .overlaps
+            .moe_a2a_overlap
+    );
 
     let line_no = text
         .lines()
@@ -560,7 +565,11 @@ fn moe_a2a_overlap_capability_is_read_and_defaults_to_false() {
         .lines()
         .find(|l| l.starts_with("moe_a2a_overlap = "))
         .unwrap();
-    let can = with(&tt, tt_line, "moe_a2a_overlap = { value = true, ref = \"mine\" }");
+    let can = with(
+        &tt,
+        tt_line,
+        "moe_a2a_overlap = { value = true, ref = \"mine\" }",
+    );
     std::fs::write(dir.join("tt-can.toml"), can).unwrap();
     let moe = "[model]\nlayers = 2\nhidden = 64\nheads = 4\nseq_len = 128\nvocab = 1000\n\
                experts = 4\ntop_k = 2\n[cluster]\ngpu = \"h100-sxm-80gb\"\ngpus = 8\n\
