@@ -257,6 +257,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     if let Some(routing) = moe_routing(&t.moe_routing) {
         training.insert("moe_routing", value(routing));
     }
+    if t.moe_a2a_overlap {
+        training.insert("moe_a2a_overlap", value(true));
+    }
     training.insert("grad_bucket_bytes", int(t.grad_bucket_bytes));
     doc.insert("training", Item::Table(training));
 
@@ -366,6 +369,29 @@ mod tests {
                 .and_then(|d| d.validate(&[]).map(|v| v.scenario))
                 .unwrap_or_else(|e| panic!("{form}: {e}\n{emitted}"));
             assert_eq!(again, s, "{form}");
+        }
+    }
+
+    /// `moe_a2a_overlap = true` is written back and parses to the same scenario; false, the
+    /// default, is not written.
+    #[test]
+    fn moe_a2a_overlap_survives_a_round_trip() {
+        let moe = "[model]\nlayers = 2\nhidden = 64\nheads = 4\nseq_len = 128\nvocab = 1000\n\
+                   experts = 4\ntop_k = 2\n[cluster]\ngpu = \"h100-sxm-80gb\"\ngpus = 8\n\
+                   [parallel]\nep = 2\n[training]\nglobal_batch = 8\n";
+        for on in [false, true] {
+            let text = format!("{moe}moe_a2a_overlap = {on}\n");
+            let s = Document::parse(&text, "moe.toml")
+                .and_then(|d| d.validate(&[]).map(|v| v.scenario))
+                .unwrap_or_else(|e| panic!("{on}: {e}"));
+            assert_eq!(s.training.moe_a2a_overlap, on);
+            let emitted = to_toml(&s);
+            assert_eq!(emitted.contains("moe_a2a_overlap = true"), on, "{emitted}");
+            assert_eq!(emitted.contains("moe_a2a_overlap"), on, "{emitted}");
+            let again = Document::parse(&emitted, "emitted.toml")
+                .and_then(|d| d.validate(&[]).map(|v| v.scenario))
+                .unwrap_or_else(|e| panic!("{on}: {e}\n{emitted}"));
+            assert_eq!(again, s, "{on}");
         }
     }
 }

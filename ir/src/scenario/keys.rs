@@ -226,6 +226,7 @@ keys!(training {
     COMPILE = "compile", Bool, Flag(false), "The model runs under `torch.compile`: the framework file's compiled elementwise fusion applies.";
     CUDA_GRAPHS = "cuda_graphs", Bool, Flag(false), "The step is captured in CUDA graphs: each kernel pays the framework file's graph launch gap when it is below the hardware's.";
     MOE_ROUTING = "moe_routing", Other("\"balanced\", \"force-balanced\", or an inline table of one key: `{ capacity_factor = F }` (0 < F ≤ 1000), `{ imbalance = F }` (1 ≤ F ≤ `parallel.ep`), `{ expert_loads = [..] }` (one number ≥ 0 per expert, not all 0), `{ expert_load_cv = F }` (0 ≤ F ≤ 10)"), Is("balanced"), "How an MoE layer's router spreads the token copies over the experts (docs/reference/scenarios.md, Routing); the busiest expert-parallel rank paces the step. Other than `balanced` needs `model.experts`.";
+    MOE_A2A_OVERLAP = "moe_a2a_overlap", Bool, Flag(false), "The expert-parallel all-to-alls of one micro batch run behind the compute of another: each micro batch's backward is interleaved layer by layer with the next one's forward, one forward ahead (Megatron-Core's `overlap_moe_expert_parallel_comm`, its combined 1F1B). Needs `model.experts`, `ep > 1`, `pp = 1` or `schedule = \"interleaved-1f1b\"`, `recompute` other than `\"full\"`, `precision` other than `\"fp32\"`, `mtp_layers` at most 1, and a framework that can.";
     GRAD_BUCKET_BYTES = "grad_bucket_bytes", Uint { min: 1, max: 1 << 40 }, Note("Megatron-Core's default (docs/reference/scenarios.md)"), "DDP gradient bucket size.";
 });
 

@@ -16,6 +16,8 @@
 // a scenario is parsed once, so boxing it would buy nothing.
 #![allow(clippy::result_large_err)]
 
+#[cfg(test)]
+mod a2a_overlap_tests;
 mod checker;
 mod checks;
 mod cluster;
@@ -48,6 +50,7 @@ pub use fault_config::*;
 pub use faults::fault_keys;
 pub use topology::{Fabric, NetworkModel, NetworkTopology};
 pub use types::*;
+pub use validate::{moe_a2a_overlap_blocker, A2aOverlapBlocker};
 
 use error::Ctx;
 use std::path::Path;

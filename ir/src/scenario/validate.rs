@@ -26,6 +26,7 @@ pub(crate) fn validate(c: &Checker<'_>, resolved: Resolved) -> Result<Scenario, 
     overlap_p2p_comm(c, &s)?;
     fp8_recipe(c, &s)?;
     moe_routing(c, &s)?;
+    moe_a2a_overlap(c, &s)?;
     if !resolved.bucket_explicit {
         s.training.grad_bucket_bytes = default_grad_bucket_bytes(&s.parallel);
     }
@@ -148,6 +149,133 @@ fn overlap_p2p_comm(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> 
         ));
     }
     Ok(())
+}
+
+/// Why `[training] moe_a2a_overlap = true` cannot apply to a scenario: each is one of
+/// Megatron-Core's asserts for `overlap_moe_expert_parallel_comm`
+/// (NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553
+/// megatron/core/transformer/transformer_config.py `__post_init__`), or the framework file's
+/// `overlaps.moe_a2a_overlap`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum A2aOverlapBlocker {
+    /// The model has no experts: there is no all-to-all to overlap.
+    Dense,
+    /// `ep = 1`: "only supported with expert model parallelism".
+    NoExpertParallelism,
+    /// The framework file's `overlaps.moe_a2a_overlap` is false.
+    Framework,
+    /// `pp > 1` without the interleaved schedule: "virtual_pipeline_model_parallel_size must be
+    /// specified when pipeline_model_parallel_size > 1".
+    Pipeline,
+    /// `recompute = "full"`: "disable full recomputation".
+    FullRecompute,
+    /// `precision = "fp32"`: "only supported with bf16 or fp16 model".
+    Fp32,
+    /// `mtp_layers > 1`: "MTP supports at most one layer".
+    MtpLayers,
+}
+
+/// The first reason `s` cannot run with `moe_a2a_overlap = true` (`None`: it can), whatever
+/// `s.training.moe_a2a_overlap` says; validation refuses the flag on the same rules, and
+/// `sweep --search` proposes it only where this is `None`.
+pub fn moe_a2a_overlap_blocker(s: &Scenario) -> Option<A2aOverlapBlocker> {
+    let p = &s.parallel;
+    let blocker = if s.model.moe.is_none() {
+        A2aOverlapBlocker::Dense
+    } else if p.ep <= 1 {
+        A2aOverlapBlocker::NoExpertParallelism
+    } else if !s.training.framework.overlaps.moe_a2a_overlap {
+        A2aOverlapBlocker::Framework
+    } else if p.pp > 1 && (p.schedule != PipelineSchedule::Interleaved1F1B || p.vpp <= 1) {
+        A2aOverlapBlocker::Pipeline
+    } else if s.training.recompute == Recompute::Full {
+        A2aOverlapBlocker::FullRecompute
+    } else if s.training.precision == Precision::Fp32 {
+        A2aOverlapBlocker::Fp32
+    } else if s.model.mtp_layers > 1 {
+        A2aOverlapBlocker::MtpLayers
+    } else {
+        return None;
+    };
+    Some(blocker)
+}
+
+/// `moe_a2a_overlap = true` where [`moe_a2a_overlap_blocker`] finds a reason it cannot apply.
+fn moe_a2a_overlap(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    if !s.training.moe_a2a_overlap {
+        return Ok(());
+    }
+    let Some(blocker) = moe_a2a_overlap_blocker(s) else {
+        return Ok(());
+    };
+    let on = ("training.moe_a2a_overlap", v(true));
+    let p = &s.parallel;
+    let (keys, message, instead): (Vec<(&str, String)>, String, String) = match blocker {
+        A2aOverlapBlocker::Dense => (
+            vec![on, ("model.experts", "none".to_string())],
+            "moe_a2a_overlap hides the expert-parallel all-to-alls, but the model is dense"
+                .to_string(),
+            "moe_a2a_overlap = false (or leave it out), or a mixture-of-experts model \
+             (model.experts)"
+                .to_string(),
+        ),
+        A2aOverlapBlocker::NoExpertParallelism => (
+            vec![on, ("parallel.ep", v(p.ep))],
+            "moe_a2a_overlap hides the expert-parallel all-to-alls, but with ep = 1 there are \
+             none (Megatron-Core: only supported with expert model parallelism)"
+                .to_string(),
+            "parallel.ep > 1, or moe_a2a_overlap = false".to_string(),
+        ),
+        A2aOverlapBlocker::Framework => {
+            let fw = &s.training.framework;
+            (
+                vec![on, framework_key(fw)],
+                format!(
+                    "framework {} cannot overlap the expert-parallel all-to-alls with another \
+                     micro batch's compute (its file's overlaps.moe_a2a_overlap is false)",
+                    fw.name
+                ),
+                "moe_a2a_overlap = false, or a framework that can (megatron-core)".to_string(),
+            )
+        }
+        A2aOverlapBlocker::Pipeline => (
+            vec![
+                on,
+                ("parallel.pp", v(p.pp)),
+                ("parallel.schedule", format!("\"{}\"", p.schedule.as_str())),
+            ],
+            format!(
+                "moe_a2a_overlap with pp = {} needs the interleaved schedule (Megatron-Core: \
+                 virtual_pipeline_model_parallel_size must be specified when \
+                 pipeline_model_parallel_size > 1)",
+                p.pp
+            ),
+            "schedule = \"interleaved-1f1b\" with vpp > 1, pp = 1, or moe_a2a_overlap = false"
+                .to_string(),
+        ),
+        A2aOverlapBlocker::FullRecompute => (
+            vec![on, ("training.recompute", "\"full\"".to_string())],
+            "moe_a2a_overlap does not run with full recomputation (Megatron-Core refuses it)"
+                .to_string(),
+            "recompute = \"selective\" or \"none\", or moe_a2a_overlap = false".to_string(),
+        ),
+        A2aOverlapBlocker::Fp32 => (
+            vec![on, ("training.precision", "\"fp32\"".to_string())],
+            "moe_a2a_overlap runs with bf16 or fp16 models only (Megatron-Core refuses fp32)"
+                .to_string(),
+            "precision = \"bf16\", \"fp16\" or \"fp8\", or moe_a2a_overlap = false".to_string(),
+        ),
+        A2aOverlapBlocker::MtpLayers => (
+            vec![on, ("model.mtp_layers", v(s.model.mtp_layers))],
+            format!(
+                "moe_a2a_overlap supports at most one multi-token prediction layer \
+                 (Megatron-Core refuses more); the model has {}",
+                s.model.mtp_layers
+            ),
+            "mtp_layers = 0 or 1, or moe_a2a_overlap = false".to_string(),
+        ),
+    };
+    Err(c.fail(&keys, message, instead))
 }
 
 /// FP8 recipes whose GEMM efficiency twin has no measurement of are refused under FP8.

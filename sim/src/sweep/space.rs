@@ -4,7 +4,7 @@
 //! Enumeration is cheap and deterministic; whether a layout is valid is left to scenario
 //! validation, which explains nothing here but counts what it rejects.
 
-use crate::scenario::{PipelineSchedule, Scenario};
+use crate::scenario::{moe_a2a_overlap_blocker, PipelineSchedule, Recompute, Scenario};
 
 fn u32_of(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
@@ -148,7 +148,10 @@ impl Default for SearchSpace {
 
 /// Every layout of `base`'s GPU count (cp kept as it is): tp dividing the heads, pp dividing the
 /// layers, dp the rest; for a mixture of experts each expert layout ([`expert_layouts`]); then
-/// each vpp, micro batch, recompute and ZeRO stage.
+/// each vpp, micro batch, recompute and ZeRO stage; for a mixture of experts, then
+/// `moe_a2a_overlap` off, and on where validation accepts it
+/// ([`moe_a2a_overlap_blocker`]: ep > 1, no pipeline or an interleaved one, no full
+/// recomputation, a framework that can).
 /// Combinations that cannot work for arithmetic reasons (pp*vpp not dividing the layers, a
 /// micro batch that does not divide the per-replica batch) and layouts `base`'s framework
 /// cannot launch (its file's `cannot_run` limits) are not generated; the rest are left to
@@ -167,6 +170,7 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
         other => other,
     };
     let limits = !base.training.framework.cannot_run.is_empty();
+    let moe = base.model.moe.is_some();
     let mut candidate = base.clone();
     let mut out = Vec::new();
     for tp in divisors(rest) {
@@ -192,7 +196,7 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
                         }
                         for rc in &space.recompute {
                             for &zero in &space.zero {
-                                if limits {
+                                if limits || moe {
                                     let c = &mut candidate.parallel;
                                     (c.tp, c.pp, c.dp, c.vpp) =
                                         (u32_of(tp), u32_of(pp), u32_of(dp), vpp);
@@ -201,9 +205,10 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
                                     c.sequence_parallel = tp > 1;
                                     c.fsdp_degree = c.fsdp_degree.map(|_| u32_of(dp));
                                     candidate.training.micro_batch = mb;
-                                    if base.training.framework.refusal(&candidate).is_some() {
-                                        continue;
-                                    }
+                                    candidate.training.recompute = recompute_of(rc);
+                                }
+                                if limits && base.training.framework.refusal(&candidate).is_some() {
+                                    continue;
                                 }
                                 let mut layout = vec![
                                     format!("parallel.tp={tp}"),
@@ -217,7 +222,7 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
                                     format!("training.micro_batch={mb}"),
                                     format!("training.recompute=\"{rc}\""),
                                 ];
-                                if base.model.moe.is_some() {
+                                if moe {
                                     layout.push(format!("parallel.ep={ep}"));
                                     layout.push(format!("parallel.etp={etp}"));
                                 }
@@ -226,7 +231,21 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
                                 if p.fsdp_degree.is_some() {
                                     layout.push(format!("parallel.fsdp_degree={dp}"));
                                 }
-                                out.push(layout);
+                                if !moe {
+                                    out.push(layout);
+                                    continue;
+                                }
+                                // Both settings of the all-to-all overlap, each written out so
+                                // that a base's own setting does not carry over.
+                                let overlap = moe_a2a_overlap_blocker(&candidate).is_none();
+                                for on in [false, true] {
+                                    if on && !overlap {
+                                        continue;
+                                    }
+                                    let mut l = layout.clone();
+                                    l.push(format!("training.moe_a2a_overlap={on}"));
+                                    out.push(l);
+                                }
                             }
                         }
                     }
@@ -235,6 +254,16 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
         }
     }
     out
+}
+
+/// A recompute name of the search space as the scenario's value (a name that is none of
+/// these is left to validation, which refuses it; it counts as no recomputation here).
+fn recompute_of(name: &str) -> Recompute {
+    match name {
+        "full" => Recompute::Full,
+        "selective" => Recompute::Selective,
+        _ => Recompute::None,
+    }
 }
 
 /// The expert layouts `--search` tries for one tp and dp, as (ep, etp): the base's ep for a
@@ -418,12 +447,11 @@ mod tests {
         assert!(seen.contains(&(2, 4, 2)));
         assert!(seen.contains(&(2, 8, 1)));
         assert!(seen.contains(&(1, 8, 1)));
-        // A dense model's layouts do not name ep or etp.
+        // A dense model's layouts do not name ep, etp or moe_a2a_overlap.
         let dense = search(&small_scenario(2, 1, 8, 8), &SearchSpace::default());
-        assert!(dense
-            .iter()
-            .flatten()
-            .all(|o| !o.starts_with("parallel.ep") && !o.starts_with("parallel.etp")));
+        assert!(dense.iter().flatten().all(|o| !o.starts_with("parallel.ep")
+            && !o.starts_with("parallel.etp")
+            && !o.starts_with("training.moe_a2a_overlap")));
     }
 
     #[test]

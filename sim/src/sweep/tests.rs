@@ -230,3 +230,122 @@ fn search_proposes_only_layouts_the_framework_can_launch() {
         }
     }
 }
+
+/// small.toml as a mixture of experts: 8 experts, top 2.
+fn moe_source() -> ScenarioSource {
+    let mut src = source();
+    assert!(src.text.contains("vocab = 1024\n"));
+    src.text = src
+        .text
+        .replace("vocab = 1024\n", "vocab = 1024\nexperts = 8\ntop_k = 2\n");
+    src
+}
+
+/// `--search` on a mixture of experts proposes `moe_a2a_overlap` off on every layout and on
+/// exactly where Megatron-Core runs it (ep > 1, no pipeline or an interleaved one, no full
+/// recomputation), each on layout next to its twin with the flag off. Over micro batches of 1
+/// and 2 every layout it proposes validates; over the default space, which leaves some
+/// layouts to validation (a micro batch that leaves too few per pipeline), the flag never
+/// decides whether a layout validates.
+#[test]
+fn search_varies_moe_a2a_overlap_where_validation_accepts_it() {
+    use crate::scenario::Recompute;
+    let src = moe_source();
+    let base = src.resolve(&[]).unwrap();
+    let flag = |l: &[String]| -> bool {
+        let v: Vec<&str> = l
+            .iter()
+            .filter_map(|o| o.strip_prefix("training.moe_a2a_overlap="))
+            .collect();
+        assert_eq!(v.len(), 1, "{l:?}");
+        v[0].parse().unwrap()
+    };
+    let with_flag = |l: &[String], on: bool| -> Vec<String> {
+        let mut l = l.to_vec();
+        assert!(flag(&l) != on);
+        *l.last_mut().unwrap() = format!("training.moe_a2a_overlap={on}");
+        l
+    };
+    let accepted = |s: &Scenario| {
+        let (p, t) = (&s.parallel, &s.training);
+        p.ep > 1 && (p.pp == 1 || p.vpp > 1) && t.recompute != Recompute::Full
+    };
+
+    let small = SearchSpace {
+        micro_batches: vec![1, 2],
+        ..SearchSpace::default()
+    };
+    let layouts = search(&base, &small);
+    let mut on = 0;
+    for (i, l) in layouts.iter().enumerate() {
+        let s = src
+            .resolve(l)
+            .unwrap_or_else(|e| panic!("{l:?} does not validate: {e}"));
+        assert_eq!(s.training.moe_a2a_overlap, flag(l), "{l:?}");
+        if flag(l) {
+            on += 1;
+            assert!(accepted(&s), "{l:?}");
+            assert_eq!(layouts[i - 1], with_flag(l, false), "{l:?}");
+        } else {
+            let next = layouts.get(i + 1).filter(|n| flag(n));
+            assert_eq!(next.is_some(), accepted(&s), "{l:?}");
+            if let Some(n) = next {
+                assert_eq!(n, &with_flag(l, true));
+            }
+        }
+    }
+    let off = layouts.len() - on;
+    assert!(on > 0 && off > on, "{on} on, {off} off");
+    // Some layouts leave the flag off for each reason: ep = 1, a 1F1B pipeline, full
+    // recomputation.
+    let off_where = |pred: &dyn Fn(&Scenario) -> bool| {
+        layouts
+            .iter()
+            .filter(|l| !flag(l))
+            .any(|l| pred(&src.resolve(l).unwrap()))
+    };
+    assert!(off_where(&|s| s.parallel.ep == 1));
+    assert!(off_where(&|s| s.parallel.ep > 1
+        && s.parallel.pp > 1
+        && s.parallel.vpp == 1));
+    assert!(off_where(&|s| s.parallel.ep > 1
+        && s.parallel.pp == 1
+        && s.training.recompute == Recompute::Full));
+
+    // The default space: a layout validates with the flag on exactly when it does with it off.
+    let all = search(&base, &SearchSpace::default());
+    let mut invalid = 0;
+    for l in all.iter().filter(|l| flag(l)) {
+        let off = src
+            .resolve(&with_flag(l, false))
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        let on = src.resolve(l).map(|_| ()).map_err(|e| e.to_string());
+        assert_eq!(on, off, "{l:?}");
+        invalid += usize::from(on.is_err());
+    }
+    assert!(invalid > 0);
+
+    // A base that sets the flag searches the same layouts: each writes the flag out.
+    let on_base = src
+        .resolve(&[
+            "training.moe_a2a_overlap=true".to_string(),
+            "parallel.ep=2".to_string(),
+            "parallel.pp=1".to_string(),
+            "parallel.dp=4".to_string(),
+        ])
+        .unwrap();
+    assert!(on_base.training.moe_a2a_overlap);
+    assert_eq!(search(&on_base, &small), layouts);
+
+    // Under a framework that cannot overlap, the flag stays off.
+    let tt = src
+        .resolve(&[
+            "training.framework=\"torchtitan\"".to_string(),
+            "parallel.zero=3".to_string(),
+        ])
+        .unwrap();
+    let tt_layouts = search(&tt, &small);
+    assert!(!tt_layouts.is_empty());
+    assert!(tt_layouts.iter().all(|l| !flag(l)));
+}

@@ -43,6 +43,7 @@ struct RawOverlaps {
     tp_comm_overlap_sms: Cited<u64>,
     tp_comm_overlap_backward: Cited<bool>,
     p2p_overlap: Cited<bool>,
+    moe_a2a_overlap: Option<Cited<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -320,6 +321,12 @@ impl Reader<'_> {
                 &o.tp_comm_overlap_backward,
             )?,
             p2p_overlap: self.cited("overlaps.p2p_overlap", &o.p2p_overlap)?,
+            moe_a2a_overlap: o
+                .moe_a2a_overlap
+                .as_ref()
+                .map(|c| self.cited("overlaps.moe_a2a_overlap", c))
+                .transpose()?
+                .unwrap_or(false),
         };
         let fusions = Fusions {
             fp8_amax_fused: self.cited("fusions.fp8_amax_fused", &raw.fusions.fp8_amax_fused)?,

@@ -282,6 +282,10 @@ pub struct Overlaps {
     pub tp_comm_overlap_backward: bool,
     /// It can overlap the pipeline's sends and receives with compute (`overlap_p2p_comm`).
     pub p2p_overlap: bool,
+    /// It can overlap the expert-parallel all-to-alls of one micro batch with another's compute
+    /// (`moe_a2a_overlap`); false where the file leaves the key out.
+    #[serde(default)]
+    pub moe_a2a_overlap: bool,
 }
 
 /// Elementwise kernels of one transformer layer's forward, outside the GEMMs and the

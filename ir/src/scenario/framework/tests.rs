@@ -497,3 +497,92 @@ fn cp_algorithm_defaults_to_the_framework_s() {
     let again = resolve(&to_toml(&tt), &["training.framework=\"megatron-core\""]).unwrap();
     assert_eq!(again.parallel.cp_algorithm, CpAlgorithm::AllGather);
 }
+
+/// `overlaps.moe_a2a_overlap`: megatron-core can overlap the expert-parallel all-to-alls and
+/// every other bundled file says it cannot; a file without the key cannot; an empty `ref` or a
+/// value that is not a boolean is refused at its line and key; and a file of the user's that
+/// says it can lets a scenario set `moe_a2a_overlap`.
+#[test]
+fn moe_a2a_overlap_capability_is_read_and_defaults_to_false() {
+    for b in Bundled::ALL {
+        let fw = b.framework().unwrap();
+        assert_eq!(
+            fw.overlaps.moe_a2a_overlap,
+            b == Bundled::MegatronCore,
+            "{}",
+            b.name()
+        );
+        // Every bundled file says so explicitly, with its source.
+        let text = bundled_text(b.name());
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("moe_a2a_overlap = { value = "))
+            .unwrap_or_else(|| panic!("{}: no overlaps.moe_a2a_overlap", b.name()));
+        assert!(!line.contains("ref = \"\""), "{line}");
+    }
+    let text = bundled_text("megatron-core");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("moe_a2a_overlap = "))
+        .unwrap();
+    let without = with(&text, &format!("{line}\n"), "");
+    assert!(
+        !parse_str(&without, "mine.toml")
+            .unwrap()
+            .overlaps
+            .moe_a2a_overlap
+    );
+
+    let line_no = text
+        .lines()
+        .position(|l| l.starts_with("moe_a2a_overlap = "))
+        .unwrap() as u32
+        + 1;
+    let empty_ref = with(
+        &text,
+        line,
+        "moe_a2a_overlap = { value = true, ref = \"\" }",
+    );
+    let e = parse_str(&empty_ref, "mine.toml").unwrap_err();
+    assert_eq!(
+        (e.key.as_str(), e.line),
+        ("overlaps.moe_a2a_overlap.ref", Some(line_no)),
+        "{e}"
+    );
+    let not_bool = with(
+        &text,
+        line,
+        "moe_a2a_overlap = { value = \"yes\", ref = \"r\" }",
+    );
+    let e = parse_str(&not_bool, "mine.toml").unwrap_err();
+    assert_eq!(e.line, Some(line_no), "{e}");
+
+    // torchtitan's file, told it can: a scenario may then set the flag.
+    let dir = std::env::temp_dir().join(format!("twin-a2a-fw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tt = bundled_text("torchtitan");
+    let tt_line = tt
+        .lines()
+        .find(|l| l.starts_with("moe_a2a_overlap = "))
+        .unwrap();
+    let can = with(
+        &tt,
+        tt_line,
+        "moe_a2a_overlap = { value = true, ref = \"mine\" }",
+    );
+    std::fs::write(dir.join("tt-can.toml"), can).unwrap();
+    let moe = "[model]\nlayers = 2\nhidden = 64\nheads = 4\nseq_len = 128\nvocab = 1000\n\
+               experts = 4\ntop_k = 2\n[cluster]\ngpu = \"h100-sxm-80gb\"\ngpus = 8\n\
+               [parallel]\nep = 2\n[training]\nglobal_batch = 8\nmoe_a2a_overlap = true\n";
+    let origin = dir.join("moe.toml").display().to_string();
+    let mine = format!("{moe}framework_file = \"tt-can.toml\"\n");
+    let s = Document::parse(&mine, &origin)
+        .unwrap()
+        .validate(&[])
+        .unwrap()
+        .scenario;
+    assert!(s.training.moe_a2a_overlap && s.training.framework.overlaps.moe_a2a_overlap);
+    let e = resolve(moe, &["training.framework=\"torchtitan\""]).unwrap_err();
+    assert_eq!(e.key, "training.framework", "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
