@@ -260,6 +260,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     if t.moe_a2a_overlap {
         training.insert("moe_a2a_overlap", value(true));
     }
+    if t.moe_dispatcher != MoeDispatcher::AllToAll {
+        training.insert("moe_dispatcher", value(t.moe_dispatcher.as_str()));
+    }
     training.insert("grad_bucket_bytes", int(t.grad_bucket_bytes));
     doc.insert("training", Item::Table(training));
 

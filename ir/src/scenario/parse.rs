@@ -510,7 +510,7 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool, Option<b
             cuda_graphs: t.boolean_or_default(&tk::CUDA_GRAPHS)?,
             moe_routing: moe_routing(t)?,
             moe_a2a_overlap: t.boolean_or_default(&tk::MOE_A2A_OVERLAP)?,
-            moe_dispatcher: MoeDispatcher::AllToAll,
+            moe_dispatcher: t.choice_or_default(&tk::MOE_DISPATCHER, &MoeDispatcher::ALL)?,
             grad_bucket_bytes: bucket.unwrap_or(0),
         },
         bucket.is_some(),

@@ -324,3 +324,37 @@ fn cross_field_rules_name_the_fix() {
         MoeRouting::Balanced
     );
 }
+
+/// `[training] moe_dispatcher`: each name reads to its dispatcher, an unknown one is refused
+/// with the allowed names, a dense model refuses every dispatcher but NCCL's, and the writer
+/// gives back what it read.
+#[test]
+fn moe_dispatcher_reads_refuses_and_round_trips() {
+    use super::MoeDispatcher;
+    for (name, want) in MoeDispatcher::ALL {
+        let s = resolve(&format!("{MOE}moe_dispatcher = {name:?}\n"), &[]).unwrap();
+        assert_eq!(s.training.moe_dispatcher, want);
+        let emitted = super::emit::to_toml(&s);
+        assert_eq!(
+            emitted.contains("moe_dispatcher"),
+            want != MoeDispatcher::AllToAll
+        );
+        let again = resolve(&emitted, &[]).unwrap();
+        assert_eq!(again.training.moe_dispatcher, want, "{emitted}");
+    }
+    assert_eq!(
+        resolve(MOE, &[]).unwrap().training.moe_dispatcher,
+        MoeDispatcher::AllToAll
+    );
+    let e = resolve(&format!("{MOE}moe_dispatcher = \"deep-ep\"\n"), &[]).unwrap_err();
+    assert_eq!(e.key, "training.moe_dispatcher", "{e}");
+    assert!(e.allowed.contains("deepep"), "{e}");
+    let dense = MOE
+        .replace("experts = 4\ntop_k = 2\n", "")
+        .replace("ep = 2\n", "");
+    let e = resolve(&format!("{dense}moe_dispatcher = \"deepep\"\n"), &[]).unwrap_err();
+    assert!(e.to_string().contains("moe_dispatcher"), "{e}");
+    assert!(e.to_string().contains("dense"), "{e}");
+    let ok = resolve(&format!("{dense}moe_dispatcher = \"alltoall\"\n"), &[]);
+    assert!(ok.is_ok(), "{ok:?}");
+}

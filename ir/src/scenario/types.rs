@@ -585,6 +585,9 @@ impl MoeDispatcher {
         ("deepep", MoeDispatcher::DeepEp),
         ("hybridep", MoeDispatcher::HybridEp),
     ];
+    pub fn as_str(self) -> &'static str {
+        name_of(&Self::ALL, self)
+    }
 }
 
 /// Device memory the framework holds beyond the model's tensors (see docs/memory.md).

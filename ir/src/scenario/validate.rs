@@ -26,6 +26,7 @@ pub(crate) fn validate(c: &Checker<'_>, resolved: Resolved) -> Result<Scenario, 
     overlap_p2p_comm(c, &s)?;
     fp8_recipe(c, &s)?;
     moe_routing(c, &s)?;
+    moe_dispatcher(c, &s)?;
     moe_a2a_overlap(c, &s)?;
     if !resolved.bucket_explicit {
         s.training.grad_bucket_bytes = default_grad_bucket_bytes(&s.parallel);
@@ -321,6 +322,24 @@ fn routing_text(r: &MoeRouting) -> String {
 /// `moe_routing` other than balanced needs experts; `expert_loads` gives one load per expert;
 /// `imbalance` skews the load between expert-parallel ranks, so it needs `ep > 1` and can put
 /// at most the whole load (`ep` times the mean share) on one rank.
+/// A dispatcher other than NCCL's all-to-all moves the tokens of experts: it needs a model
+/// with them.
+fn moe_dispatcher(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let d = s.training.moe_dispatcher;
+    if d == MoeDispatcher::AllToAll || s.model.moe.is_some() {
+        return Ok(());
+    }
+    Err(c.fail(
+        &[
+            ("training.moe_dispatcher", v(d.as_str())),
+            ("model.experts", "none".to_string()),
+        ],
+        "moe_dispatcher moves tokens to experts, but the model is dense".to_string(),
+        "moe_dispatcher = \"alltoall\" (or leave it out), or a mixture-of-experts model \
+         (model.experts)",
+    ))
+}
+
 fn moe_routing(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     let r = &s.training.moe_routing;
     if *r == MoeRouting::Balanced {

@@ -467,3 +467,58 @@ fn same_times(
     let ab = simulate_on(plan, schedule, cost, None, &opts).unwrap();
     *contended |= ab.step_time_ns != fast.0;
 }
+
+/// A hierarchical expert dispatch (`moe_dispatcher = "deepep"`) as flows: alone on the
+/// network it takes what the tier model says, and across nodes it is faster than NCCL's
+/// all-to-all of every copy.
+#[test]
+fn hierarchical_expert_dispatch_flows_reproduce_their_estimate() {
+    use crate::scenario::{Moe, MoeDispatcher};
+    for (gpn, ep) in [(8, 16), (4, 16), (8, 8), (2, 8)] {
+        let mut s = scenario(1, ep, gpn);
+        s.model.moe = Some(Moe::uniform(64, 8, 1, 1024));
+        s.parallel.ep = ep;
+        let plan = Plan::new(&s).unwrap();
+        let g: &Group = plan.group(plan.group_of(0, GroupKind::Ep));
+        let shape = crate::cost::GroupShape {
+            ranks: g.members.len() as u32,
+            nodes: g.nodes,
+            max_per_node: g.max_per_node,
+        };
+        let mut times = |dispatcher| {
+            s.training.moe_dispatcher = dispatcher;
+            let cost = Analytic::new(&s);
+            let net =
+                Network::new(&s.cluster, &cost.links).with_expert_dispatch(cost.expert_dispatch);
+            let op = [(
+                Stream::Ep,
+                GroupKind::Ep,
+                CollectiveKind::AllToAll,
+                64 << 20,
+            )];
+            let schedule = collectives(&plan, &op);
+            let step = |net: Option<&Network>| {
+                simulate_on(&plan, &schedule, &cost, net, &SimOptions::default())
+                    .unwrap()
+                    .step_time_ns
+            };
+            (step(None), step(Some(&net)), cost)
+        };
+        let (ab, fl, cost) = times(MoeDispatcher::DeepEp);
+        assert!(
+            ab.abs_diff(fl) <= 4,
+            "gpn {gpn} ep {ep}: alpha-beta {ab} flow {fl}"
+        );
+        let dedup = cost.expert_dispatch.unwrap();
+        assert_eq!(ab, dedup.estimate(&cost.links, shape, 64 << 20).time_ns);
+        let (nccl, nccl_flow, _) = times(MoeDispatcher::AllToAll);
+        if g.nodes > 1 {
+            assert!(
+                ab < nccl && fl < nccl_flow,
+                "gpn {gpn} ep {ep}: {ab} vs {nccl}"
+            );
+        } else {
+            assert_eq!(ab.abs_diff(nccl), 0, "one node: the same traffic");
+        }
+    }
+}

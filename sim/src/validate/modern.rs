@@ -28,8 +28,8 @@
 //!   `ep` and `etp` (1 under tp > 1 refolds the tensor-parallel ranks); a pipeline layout in
 //!   `other_flags` ("pipeline layout Et|(tt|)*30mL") as `parallel.pipeline_layout`;
 //!   `routing` as `moe_routing` (force-balanced, or a token drop's capacity factor) and
-//!   `moe_a2a_overlap` as published. A dispatcher other than `alltoall` (DeepEP, HybridEP) is
-//!   listed as not modelled; expert tensor parallelism other than tp or 1, context parallelism
+//!   `moe_a2a_overlap` and the dispatcher (`alltoall`, the flex dispatcher's DeepEP or
+//!   HybridEP) as published; expert tensor parallelism other than tp or 1, context parallelism
 //!   with experts and Mamba hybrids are refused. MoE rows are summarised in a group of their
 //!   own.
 //!
@@ -106,16 +106,25 @@ pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
     if row.routing.is_some() && moe_routing(row).is_none() {
         out.push("routing");
     }
-    // twin's all-to-all is NCCL's, as Megatron-Core's `alltoall` dispatcher runs it; DeepEP
-    // and HybridEP kernels are not modelled.
-    if row
-        .moe_dispatcher
-        .as_deref()
-        .is_some_and(|d| d != "alltoall")
-    {
+    if row.moe_dispatcher.is_some() && moe_dispatcher(row).is_none() {
         out.push("moe_dispatcher");
     }
     out
+}
+
+/// The `moe_dispatcher` a row's dispatcher text names: `alltoall`, or the `flex`
+/// dispatcher's DeepEP or HybridEP backend ("flex / DeepEP (H100)", "flex / hybridep").
+pub fn moe_dispatcher(row: &RunRow) -> Option<&'static str> {
+    let text = row.moe_dispatcher.as_deref()?.to_ascii_lowercase();
+    if text == "alltoall" {
+        Some("alltoall")
+    } else if text.contains("deepep") {
+        Some("deepep")
+    } else if text.contains("hybridep") {
+        Some("hybridep")
+    } else {
+        None
+    }
 }
 
 /// The `moe_routing` value a row's `routing` text names, as TOML: `"force-balanced"`, or a
@@ -392,6 +401,9 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     }
     if row.moe_a2a_overlap == Some(true) {
         let _ = writeln!(text, "moe_a2a_overlap = true");
+    }
+    if let Some(d) = moe_dispatcher(row) {
+        let _ = writeln!(text, "moe_dispatcher = {d:?}");
     }
     parse_str(&text, &format!("<validation row {}>", row.id), &[]).map_err(|source| {
         ValidateError::Scenario {

@@ -391,14 +391,17 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
             // of token copies before and after the experts.
             let router = router_gemm(d, m.experts);
             add_linears(&mut block, &[router]);
+            // The permutations each read and write every copy: before and after the experts,
+            // and with the local-expert sorts (`MoeDims::sorts_local_experts`) twice more.
+            let permutations: u32 = if m.sorts_local_experts { 4 } else { 2 };
             let bytes = prod(&[2, 4, t, m.experts]).saturating_add(prod(&[
-                2,
+                u64::from(permutations),
                 2,
                 act,
                 d.expert_tokens(),
                 d.h,
             ]));
-            add_elementwise(&mut block, bytes, 3);
+            add_elementwise(&mut block, bytes, 1 + permutations);
             (Some(router), bytes)
         }
         _ => (None, 0),

@@ -41,6 +41,14 @@ pub(crate) struct MoeDims {
     /// Copies the busiest rank of the expert-parallel group receives, relative to the mean:
     /// the volume each dispatch and combine all-to-all carries.
     pub pace: f64,
+    /// The received copies are sorted by local expert after the dispatch and back before the
+    /// combine: Megatron-Core's `alltoall` dispatcher with more than one local expert and
+    /// `ep > 1` (NVIDIA/Megatron-LM@d98e8a64dd megatron/core/transformer/moe/token_dispatcher.py
+    /// `MoEAlltoAllTokenDispatcher`: `sort_chunks_by_idxs` in `token_dispatch` and
+    /// `combine_preprocess`, or a transpose made contiguous when padded to capacity). The
+    /// `flex` dispatcher (DeepEP, HybridEP) permutes what it receives once instead of the
+    /// sender's permute (`_DeepepManager.get_permuted_hidden_states_by_experts`).
+    pub sorts_local_experts: bool,
 }
 
 /// `ceil(x * factor)`, saturating; a factor of exactly 1 returns `x` unchanged.
@@ -265,6 +273,10 @@ impl Dims {
                 shared_f: mul(u64::from(moe.shared_experts), moe.shared_ffn_hidden),
                 load: 1.0,
                 pace: 1.0,
+                sorts_local_experts: s.training.moe_dispatcher
+                    == crate::scenario::MoeDispatcher::AllToAll
+                    && p.ep > 1
+                    && moe.experts / p.ep.max(1) > 1,
             }),
         }
     }
