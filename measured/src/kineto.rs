@@ -1,0 +1,1 @@
+//! PyTorch profiler (Kineto) Chrome traces.

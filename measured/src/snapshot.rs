@@ -1,0 +1,1 @@
+//! CUDA caching-allocator memory snapshots.
