@@ -213,8 +213,14 @@ fn per_expert_loads_place_experts_on_ranks_in_blocks() {
     let cold = pass_flops(sched.program(1), Phase::Forward);
     // ceil(1024 * 4/3) = 1366 copies on rank 0, ceil(1024 * 2/3) = 683 on rank 1, each rank's
     // two experts a GEMM of half of them (rounded up: 683 and 342 rows).
-    assert_eq!(hot, base + layers * (2 * expert_flops(683) - expert_flops(S)));
-    assert_eq!(cold, base - layers * (expert_flops(S) - 2 * expert_flops(342)));
+    assert_eq!(
+        hot,
+        base + layers * (2 * expert_flops(683) - expert_flops(S))
+    );
+    assert_eq!(
+        cold,
+        base - layers * (expert_flops(S) - 2 * expert_flops(342))
+    );
     assert_eq!(res.step_time_ns, serial_ns(sched.program(0)));
 }
 

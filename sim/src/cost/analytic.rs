@@ -158,6 +158,16 @@ pub struct Analytic {
     pub expert_dispatch: Option<crate::topology::dispatch::NodeDedup>,
 }
 
+/// The parts of one compute op's time ([`Analytic::compute_parts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ComputeParts {
+    pub gemm_s: f64,
+    pub attention_s: f64,
+    pub memory_s: f64,
+    pub launch_s: f64,
+    pub cold_ns: u64,
+}
+
 impl Analytic {
     /// The default model for a scenario's GPU and links.
     pub fn new(s: &Scenario) -> Analytic {
@@ -331,6 +341,15 @@ impl Analytic {
     }
 
     fn compute_with(&self, op: &ComputeOp, evicted: bool) -> u64 {
+        let p = self.compute_parts(op, evicted);
+        secs_to_ns(p.gemm_s + p.attention_s + p.memory_s + p.launch_s).saturating_add(p.cold_ns)
+    }
+
+    /// The parts of an op's time: its GEMMs (with an attention priced as GEMMs where no
+    /// attention curve exists), its fused attention kernel, its memory-bound passes, its
+    /// kernel launches and the reload of evicted operands (host profiles). Their sum is
+    /// `compute_ns`; `twin verify` splits a predicted step by them.
+    pub fn compute_parts(&self, op: &ComputeOp, evicted: bool) -> ComputeParts {
         let hbm = self.hbm_rate();
         let elem = op.dtype.bytes();
         let mut gemm_s = 0.0;
@@ -376,7 +395,13 @@ impl Analytic {
             op.kernels
         };
         let launch_s = f64::from(kernels) * self.launch_ns as f64 * 1e-9;
-        secs_to_ns(gemm_s + attention_s + memory_s + launch_s).saturating_add(cold_ns)
+        ComputeParts {
+            gemm_s,
+            attention_s,
+            memory_s,
+            launch_s,
+            cold_ns,
+        }
     }
 
     /// How much longer GEMMs take on the SMs `reserved` leaves them: `sm / (sm - reserved)`,
