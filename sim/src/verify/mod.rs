@@ -9,6 +9,7 @@
 //! error means the run took longer (or held more) than predicted; bubble and exposed
 //! communication errors are (measured - predicted) in percentage points.
 
+mod classes;
 mod cores;
 mod critical;
 mod groups;
@@ -18,6 +19,9 @@ mod steps;
 #[cfg(test)]
 mod tests;
 
+pub use classes::{
+    compare_classes, predicted_classes, ClassComparison, ClassRow, ClassTimes, WorkClass,
+};
 pub use cores::{core_activity, CoreActivities, CoreActivity, Holes, HolesByThreads};
 pub use critical::{critical_path, CriticalPath, CriticalPaths};
 pub use groups::{group_of, size_bucket};

@@ -1,0 +1,271 @@
+//! A predicted step against a framework's measured one (a PyTorch profiler trace), where the two
+//! do not share a schedule: both are reduced to the time of one rank's step by class of work,
+//! every instant counted once, so that each side's classes and idle sum exactly to its step.
+//!
+//! Predicted side ([`predicted_classes`]): each compute op of the rank splits its simulated
+//! duration by the cost model's parts ([`crate::cost::Analytic::compute_parts`]): GEMMs,
+//! the fused attention kernel, and the rest (memory-bound passes, launches, reloads) as
+//! elementwise; optimizer ops count whole as optimizer. Communication is what the rank spent
+//! with a transfer running and no compute, idle the rest. Measured side: built by the caller
+//! from the trace reader's breakdown, with the same classes.
+//!
+//! Sign convention, as everywhere in `verify`: error = (measured - predicted) / measured.
+
+use crate::cost::Analytic;
+use crate::outcome::SimResult;
+use crate::schedule::{OpKind, Phase, Schedule};
+use serde::Serialize;
+
+/// What the GPU of one rank was doing, each instant counted once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkClass {
+    Gemm,
+    Attention,
+    /// Memory-bound kernels: norms, activations, casts, copies, rotary, residual adds, losses.
+    Elementwise,
+    Optimizer,
+    /// Communication with no compute running (exposed).
+    Communication,
+    Idle,
+}
+
+impl WorkClass {
+    pub const ALL: [WorkClass; 6] = [
+        WorkClass::Gemm,
+        WorkClass::Attention,
+        WorkClass::Elementwise,
+        WorkClass::Optimizer,
+        WorkClass::Communication,
+        WorkClass::Idle,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkClass::Gemm => "gemm",
+            WorkClass::Attention => "attention",
+            WorkClass::Elementwise => "elementwise",
+            WorkClass::Optimizer => "optimizer",
+            WorkClass::Communication => "communication",
+            WorkClass::Idle => "idle",
+        }
+    }
+}
+
+/// One rank's step by class: `by_class_ns` sums to `step_ns`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ClassTimes {
+    pub step_ns: u64,
+    /// In [`WorkClass::ALL`] order, every class present.
+    pub by_class_ns: Vec<(WorkClass, u64)>,
+    /// Peak allocated device memory, when known.
+    pub peak_allocated_bytes: Option<u64>,
+}
+
+impl ClassTimes {
+    /// Times in `WorkClass::ALL` order from `(class, ns)` pairs (repeated classes add up).
+    pub fn new(step_ns: u64, pairs: &[(WorkClass, u64)]) -> ClassTimes {
+        let by_class_ns = WorkClass::ALL
+            .iter()
+            .map(|&c| {
+                let ns = pairs
+                    .iter()
+                    .filter(|(k, _)| *k == c)
+                    .fold(0u64, |a, (_, n)| a.saturating_add(*n));
+                (c, ns)
+            })
+            .collect();
+        ClassTimes {
+            step_ns,
+            by_class_ns,
+            peak_allocated_bytes: None,
+        }
+    }
+
+    pub fn get(&self, c: WorkClass) -> u64 {
+        self.by_class_ns
+            .iter()
+            .find(|(k, _)| *k == c)
+            .map_or(0, |(_, n)| *n)
+    }
+}
+
+/// The predicted step of `rank` by class (module doc). `result` must carry its trace.
+pub fn predicted_classes(
+    schedule: &Schedule,
+    result: &SimResult,
+    cost: &Analytic,
+    rank: u32,
+) -> ClassTimes {
+    let mut parts = [0f64; 4]; // gemm, attention, elementwise, optimizer (ns, fractional)
+    if let (Some(trace), Some(program)) = (&result.trace, schedule.get_program(rank)) {
+        for e in trace.events.iter().filter(|e| e.rank == rank) {
+            let Some(OpKind::Compute(op)) = program.ops.get(e.op as usize).map(|o| &o.kind) else {
+                continue;
+            };
+            let dur = e.end_ns.saturating_sub(e.start_ns) as f64;
+            if op.phase == Phase::Optimizer {
+                parts[3] += dur;
+                continue;
+            }
+            let p = cost.compute_parts(op, false);
+            let rest = p.memory_s + p.launch_s + p.cold_ns as f64 * 1e-9;
+            let total = p.gemm_s + p.attention_s + rest;
+            if total <= 0.0 {
+                parts[2] += dur;
+                continue;
+            }
+            parts[0] += dur * p.gemm_s / total;
+            parts[1] += dur * p.attention_s / total;
+            parts[2] += dur * rest / total;
+        }
+    }
+    let stats = result.ranks.get(rank as usize);
+    let step_ns = result.step_time_ns;
+    let busy = stats.map_or(0, |r| r.compute_busy_ns);
+    // Whole ns per class, the remainder of the rounding to elementwise, so they sum to `busy`.
+    let gemm = parts[0].round() as u64;
+    let attention = parts[1].round() as u64;
+    let optimizer = parts[3].round() as u64;
+    let elementwise = busy.saturating_sub(gemm + attention + optimizer);
+    let comm = stats.map_or(0, |r| r.comm_exposed_ns);
+    let idle = step_ns.saturating_sub(busy).saturating_sub(comm);
+    let mut t = ClassTimes::new(
+        step_ns,
+        &[
+            (WorkClass::Gemm, gemm),
+            (WorkClass::Attention, attention),
+            (WorkClass::Elementwise, elementwise),
+            (WorkClass::Optimizer, optimizer),
+            (WorkClass::Communication, comm),
+            (WorkClass::Idle, idle),
+        ],
+    );
+    // What `torch.cuda.max_memory_allocated` counts: the peak without the framework reserve
+    // (CUDA context, library workspaces, allocator slack), which is held for the whole step.
+    t.peak_allocated_bytes = stats.map(|r| {
+        let reserved = r.memory_at_peak[crate::schedule::MemCategory::Reserved as usize];
+        r.peak_memory_bytes.saturating_sub(reserved)
+    });
+    t
+}
+
+/// One class side by side.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClassRow {
+    pub class: WorkClass,
+    pub predicted_s: f64,
+    pub measured_s: f64,
+    /// measured - predicted.
+    pub difference_s: f64,
+}
+
+/// A predicted step against a measured one by class.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClassComparison {
+    pub step_time_predicted_s: f64,
+    pub step_time_measured_s: f64,
+    /// (measured - predicted) / measured.
+    pub step_time_error: f64,
+    /// In `WorkClass::ALL` order.
+    pub classes: Vec<ClassRow>,
+    pub peak_allocated_predicted_bytes: Option<u64>,
+    pub peak_allocated_measured_bytes: Option<u64>,
+    /// (measured - predicted) / measured, when both peaks are known.
+    pub peak_allocated_error: Option<f64>,
+    /// Peak reserved by the caching allocator (measured only: shown beside).
+    pub peak_reserved_measured_bytes: Option<u64>,
+}
+
+pub fn compare_classes(
+    predicted: &ClassTimes,
+    measured: &ClassTimes,
+    peak_reserved_measured_bytes: Option<u64>,
+) -> ClassComparison {
+    let s = |ns: u64| ns as f64 * 1e-9;
+    let classes = WorkClass::ALL
+        .iter()
+        .map(|&c| {
+            let (p, m) = (s(predicted.get(c)), s(measured.get(c)));
+            ClassRow {
+                class: c,
+                predicted_s: p,
+                measured_s: m,
+                difference_s: m - p,
+            }
+        })
+        .collect();
+    let (p, m) = (s(predicted.step_ns), s(measured.step_ns));
+    let peak_error = match (
+        predicted.peak_allocated_bytes,
+        measured.peak_allocated_bytes,
+    ) {
+        (Some(p), Some(m)) => super::relative_error(p as f64, m as f64),
+        _ => None,
+    };
+    ClassComparison {
+        step_time_predicted_s: p,
+        step_time_measured_s: m,
+        step_time_error: super::relative_error(p, m).unwrap_or(0.0),
+        classes,
+        peak_allocated_predicted_bytes: predicted.peak_allocated_bytes,
+        peak_allocated_measured_bytes: measured.peak_allocated_bytes,
+        peak_allocated_error: peak_error,
+        peak_reserved_measured_bytes,
+    }
+}
+
+impl ClassComparison {
+    /// The comparison as a table for people.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let pct = |x: f64| format!("{:+.1}%", 100.0 * x);
+        let _ = writeln!(
+            out,
+            "step time     predicted {:.1} ms, measured {:.1} ms, error {}",
+            self.step_time_predicted_s * 1e3,
+            self.step_time_measured_s * 1e3,
+            pct(self.step_time_error)
+        );
+        let _ = writeln!(
+            out,
+            "\n{:<14} {:>12} {:>12} {:>12} {:>8}",
+            "class", "predicted ms", "measured ms", "diff ms", "share"
+        );
+        for r in &self.classes {
+            let share = if self.step_time_measured_s > 0.0 {
+                r.measured_s / self.step_time_measured_s
+            } else {
+                0.0
+            };
+            let _ = writeln!(
+                out,
+                "{:<14} {:>12.1} {:>12.1} {:>+12.1} {:>7.1}%",
+                r.class.name(),
+                r.predicted_s * 1e3,
+                r.measured_s * 1e3,
+                r.difference_s * 1e3,
+                100.0 * share
+            );
+        }
+        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        if let (Some(p), Some(m)) = (
+            self.peak_allocated_predicted_bytes,
+            self.peak_allocated_measured_bytes,
+        ) {
+            let _ = write!(
+                out,
+                "\npeak allocated predicted {:.2} GiB, measured {:.2} GiB, error {}",
+                gib(p),
+                gib(m),
+                self.peak_allocated_error.map_or("-".into(), pct)
+            );
+            if let Some(r) = self.peak_reserved_measured_bytes {
+                let _ = write!(out, " (measured reserved {:.2} GiB)", gib(r));
+            }
+            out.push('\n');
+        }
+        out
+    }
+}

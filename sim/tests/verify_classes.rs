@@ -1,0 +1,94 @@
+//! A predicted step by class of work (`verify::predicted_classes`): the classes and idle sum
+//! exactly to the step, and each class is what the cost model's parts of the rank's ops say.
+#![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
+
+use twin_sim::cost::{Analytic, CostModel};
+use twin_sim::engine::{simulate, SimOptions};
+use twin_sim::plan::Plan;
+use twin_sim::schedule::{generate, OpKind, Phase};
+use twin_sim::verify::{compare_classes, predicted_classes, ClassTimes, WorkClass};
+
+#[test]
+fn predicted_classes_sum_to_the_step_and_follow_the_cost_model() {
+    for (tp, pp, dp) in [(1, 1, 1), (2, 1, 2), (1, 2, 2)] {
+        let s = twin_sim::testing::small_scenario(tp, pp, dp, 4);
+        let plan = Plan::new(&s).unwrap();
+        let sched = generate(&s, &plan).unwrap();
+        let cost = Analytic::new(&s);
+        let opts = SimOptions {
+            trace: true,
+            collapse: false,
+            ..SimOptions::default()
+        };
+        let res = simulate(&plan, &sched, &cost, &opts).unwrap();
+        for rank in 0..plan.world {
+            let t = predicted_classes(&sched, &res, &cost, rank);
+            let sum: u64 = t.by_class_ns.iter().map(|(_, n)| n).sum();
+            assert_eq!(sum, t.step_ns, "({tp},{pp},{dp}) rank {rank}");
+            assert_eq!(t.step_ns, res.step_time_ns);
+            let stats = &res.ranks[rank as usize];
+            assert_eq!(t.get(WorkClass::Communication), stats.comm_exposed_ns);
+            assert_eq!(t.get(WorkClass::Idle), stats.idle_ns);
+            // Alone on its GPU every op runs its priced time, so the GEMM class is the sum of
+            // the GEMM parts (within rounding, one ns per op).
+            let program = sched.program(rank);
+            let (mut gemm_s, mut ops) = (0.0, 0u64);
+            let mut optimizer_ns = 0;
+            for op in &program.ops {
+                if let OpKind::Compute(c) = &op.kind {
+                    ops += 1;
+                    if c.phase == Phase::Optimizer {
+                        optimizer_ns += cost.compute_ns(rank, c);
+                    } else {
+                        gemm_s += cost.compute_parts(c, false).gemm_s;
+                    }
+                }
+            }
+            let gemm_ns = (gemm_s * 1e9).round() as u64;
+            assert!(
+                t.get(WorkClass::Gemm).abs_diff(gemm_ns) <= ops,
+                "({tp},{pp},{dp}) rank {rank}: {} vs {gemm_ns}",
+                t.get(WorkClass::Gemm)
+            );
+            assert!(t.get(WorkClass::Optimizer).abs_diff(optimizer_ns) <= ops);
+            assert!(t.get(WorkClass::Gemm) > 0 && t.get(WorkClass::Elementwise) > 0);
+        }
+    }
+}
+
+#[test]
+fn a_comparison_reports_each_class_and_the_peak_errors() {
+    let mut predicted = ClassTimes::new(
+        100,
+        &[
+            (WorkClass::Gemm, 60),
+            (WorkClass::Elementwise, 30),
+            (WorkClass::Idle, 10),
+        ],
+    );
+    predicted.peak_allocated_bytes = Some(90);
+    let mut measured = ClassTimes::new(
+        125,
+        &[
+            (WorkClass::Gemm, 65),
+            (WorkClass::Elementwise, 50),
+            (WorkClass::Idle, 10),
+        ],
+    );
+    measured.peak_allocated_bytes = Some(100);
+    let c = compare_classes(&predicted, &measured, Some(120));
+    assert!((c.step_time_error - 0.2).abs() < 1e-12);
+    assert_eq!(c.peak_allocated_error, Some(0.1));
+    let elementwise = c
+        .classes
+        .iter()
+        .find(|r| r.class == WorkClass::Elementwise)
+        .unwrap();
+    assert!((elementwise.difference_s - 20e-9).abs() < 1e-18);
+    assert_eq!(c.classes.len(), WorkClass::ALL.len());
+    let text = c.to_text();
+    assert!(
+        text.contains("elementwise") && text.contains("reserved"),
+        "{text}"
+    );
+}
