@@ -363,3 +363,49 @@ fn simulate_shows_an_automatic_uneven_layer_split() {
         serde_json::json!([15, 16, 16, 16, 16, 16, 16, 15])
     );
 }
+
+/// `--resolved` writes the scenario as twin resolved it, and tools/torch_reference.py builds
+/// its PyTorch job from that file: its dry run reads the model and batch twin resolved (the
+/// script itself needs a GPU; its scenario reading does not).
+#[test]
+fn resolved_scenario_feeds_the_torch_reference_script() {
+    let resolved = tmp("resolved-hf-llama.toml");
+    let o = twin(&[
+        "simulate",
+        "scenarios/gpu/hf-llama-8layers-h200.toml",
+        "--resolved",
+        resolved.to_str().unwrap(),
+        "--set",
+        "training.global_batch=8",
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let text = std::fs::read_to_string(&resolved).unwrap();
+    assert!(
+        text.contains("hidden = 4096") && text.contains("global_batch = 8"),
+        "{text}"
+    );
+    let Ok(py) = std::process::Command::new("python3")
+        .args([
+            "tools/torch_reference.py",
+            resolved.to_str().unwrap(),
+            "unused",
+            "--dry-run",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+    else {
+        eprintln!("python3 not found: the script's dry run is not checked");
+        return;
+    };
+    assert!(
+        py.status.success(),
+        "{}",
+        String::from_utf8_lossy(&py.stderr)
+    );
+    let job: serde_json::Value = serde_json::from_slice(&py.stdout).unwrap();
+    assert_eq!(job["layers"], 8);
+    assert_eq!(job["kv_heads"], 8);
+    assert_eq!(job["head_dim"], 128);
+    assert_eq!(job["accum"], 8, "8 sequences of 1, one GPU");
+    assert_eq!(job["gated"], true);
+}

@@ -59,6 +59,10 @@ pub struct Args {
     /// Zero the wall-clock fields, for byte-identical output.
     #[arg(long)]
     pub reproducible: bool,
+    /// Also write the scenario as twin resolved it (presets expanded, defaults and --set
+    /// applied) to FILE, as TOML: what tools/torch_reference.py builds its model from.
+    #[arg(long, value_name = "FILE")]
+    pub resolved: Option<PathBuf>,
 }
 
 fn parse_horizon(text: &str) -> Result<u64, String> {
@@ -68,9 +72,13 @@ fn parse_horizon(text: &str) -> Result<u64, String> {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(args.trace.as_deref(), "--trace")?;
+    super::output::check_file(args.resolved.as_deref(), "--resolved")?;
     let source = twin_sim::setup::ScenarioSource::read(&args.scenario)?;
     let parsed = source.parse()?;
     let (scenario, plan, faults) = parsed.resolve_with_faults(&args.overrides)?;
+    if let Some(path) = &args.resolved {
+        write_atomic(path, &twin_sim::scenario::to_toml(&scenario))?;
+    }
     super::warn_hf_unmodelled(&source.origin, &parsed.hf_unmodelled(&args.overrides)?);
     let opts = twin_sim::PredictOptions {
         trace: args.trace.is_some(),
