@@ -93,6 +93,10 @@ pub(crate) fn layer(d: &Dims, recompute: Recompute, moe: bool) -> u64 {
         let copies = prod(&[gin, d.expert_tokens(), d.h]);
         bytes = bytes.saturating_add(router).saturating_add(copies);
     }
+    bytes = bytes.saturating_add(weight_copies(
+        d,
+        super::compute::layer_weight_elements(d, moe),
+    ));
     d.mlps(moe).iter().fold(bytes, |acc, mlp| {
         acc.saturating_add(mul(act, mul(mlp.tokens, mlp.up(d.gated))))
             .saturating_add(prod(&[gin, mlp.tokens, mlp.f]))
@@ -146,7 +150,20 @@ pub(crate) fn head(d: &Dims, loss_logits_bytes: u64) -> u64 {
     let x = d.replicated(d.hidden_elements());
     let norm_and_input = mul(x, d.act_bytes.saturating_add(d.gemm_in_bytes));
     let logits = prod(&[loss_logits_bytes, d.tokens, div_ceil(d.v, d.t)]);
-    norm_and_input.saturating_add(logits)
+    norm_and_input
+        .saturating_add(logits)
+        .saturating_add(weight_copies(d, super::compute::head_weight_elements(d)))
+}
+
+/// Under autocast over fp32 weights ([`Dims::autocast`]) each linear layer's backward needs
+/// its weight in the compute dtype, so autograd saves the forward's cast copy until then:
+/// `elements` weights in the activation dtype.
+fn weight_copies(d: &Dims, elements: u64) -> u64 {
+    if d.autocast {
+        mul(d.act_bytes, elements)
+    } else {
+        0
+    }
 }
 
 /// Bytes of the hidden state sent to the next virtual stage: `b*s/c*h` in the activation

@@ -187,6 +187,63 @@ fn add_linears(block: &mut BlockParts, linears: &[Gemm]) {
     }
 }
 
+/// Under autocast over fp32 weights ([`Dims::autocast`]) every linear layer's forward first
+/// casts its weight to the compute dtype (`aten::_to_copy`: read 4, write 2 bytes per
+/// element, one kernel), and its backward casts the weight gradient, computed in the compute
+/// dtype, back to fp32 for the parameter (the cast's backward: read 2, write 4, one kernel,
+/// beside the weight-gradient GEMM). pytorch/pytorch@v2.11.0 aten/src/ATen/autocast_mode.h:
+/// `linear`, `matmul` and `mm` are in the lower-precision list, whose ops cast their fp32
+/// arguments with `cached_cast`; the cached copy lives for the autocast region, one forward.
+fn add_weight_casts(block: &mut BlockParts, d: &Dims, linears: &[Gemm]) {
+    if !d.autocast {
+        return;
+    }
+    let fp32 = Precision::Fp32.bytes();
+    let per_element = fp32.saturating_add(d.act_bytes);
+    for g in linears {
+        let elements = weight_elements(g);
+        let bytes = mul(per_element, elements);
+        block.forward.memory_bytes = block.forward.memory_bytes.saturating_add(bytes);
+        block.forward.kernels = block.forward.kernels.saturating_add(g.count);
+        block.backward_weight.memory_bytes =
+            block.backward_weight.memory_bytes.saturating_add(bytes);
+        block.backward_weight.kernels = block.backward_weight.kernels.saturating_add(g.count);
+    }
+}
+
+/// Weight elements of a linear layer's GEMM (`count` weights of `k x n`).
+fn weight_elements(g: &Gemm) -> u64 {
+    prod(&[g.k, g.n, u64::from(g.count)])
+}
+
+/// Weight elements of one layer's linear layers on this rank: what autocast casts in each
+/// forward and autograd saves for the backward.
+pub(crate) fn layer_weight_elements(d: &Dims, moe: bool) -> u64 {
+    let router = match (moe, d.moe) {
+        (true, Some(m)) => Some(router_gemm(d, m.experts)),
+        _ => None,
+    };
+    linears_in_order(d, router, moe)
+        .iter()
+        .fold(0u64, |acc, g| acc.saturating_add(weight_elements(g)))
+}
+
+/// Weight tensors of one layer's linear layers on this rank (each expert's its own).
+pub(crate) fn layer_weight_tensors(d: &Dims, moe: bool) -> u64 {
+    let router = match (moe, d.moe) {
+        (true, Some(m)) => Some(router_gemm(d, m.experts)),
+        _ => None,
+    };
+    linears_in_order(d, router, moe)
+        .iter()
+        .fold(0u64, |acc, g| acc.saturating_add(u64::from(g.count)))
+}
+
+/// Weight elements of the output layer on this rank.
+pub(crate) fn head_weight_elements(d: &Dims) -> u64 {
+    mul(d.h, div_ceil(d.v, d.t))
+}
+
 /// Bytes per element that Transformer Engine's FP8 cast moves: it reads the bf16 tensor (2)
 /// and writes its FP8 copy twice, row-major for this GEMM and transposed for the one of the
 /// backward that needs it (1 + 1; Hopper's FP8 GEMMs take only the TN layout), in one fused
@@ -414,6 +471,8 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
             &[mlp.gemm(d.h, mlp.up(d.gated)), mlp.gemm(mlp.f, d.h)],
         );
     }
+    // One cast per weight tensor of the PyTorch modules (Q, K and V each their own).
+    add_weight_casts(&mut block, d, &linears_in_order(d, router, moe));
     // The framework's elementwise kernels (docs/reference/frameworks.md, `[fusions]`): its
     // passes over `tokens x hidden` (norms, residual adds, rotary, copies; Megatron-Core's 10
     // are two norms of one read and one write and two fused bias-dropout-adds of two reads and
@@ -482,11 +541,9 @@ pub(crate) fn mtp_projection(d: &Dims) -> BlockParts {
     let x = d.replicated(d.hidden_elements());
     let mut block = BlockParts::default();
     add_elementwise(&mut block, prod(&[2, 2, d.act_bytes, x]), 2);
-    add_linears_in(
-        &mut block,
-        d,
-        &[gemm(d.tokens, mul(2, d.h), d.sharded(d.h))],
-    );
+    let projection = gemm(d.tokens, mul(2, d.h), d.sharded(d.h));
+    add_linears_in(&mut block, d, &[projection]);
+    add_weight_casts(&mut block, d, &[projection]);
     block
 }
 
@@ -497,13 +554,12 @@ pub(crate) fn head(d: &Dims) -> BlockParts {
     let act = d.act_bytes;
     let mut block = BlockParts::default();
     add_elementwise(&mut block, mul(2 * act, x), 1);
-    add_linears(
-        &mut block,
-        &[Gemm {
-            dtype: d.high_precision,
-            ..gemm(d.tokens, d.h, div_ceil(d.v, d.t))
-        }],
-    );
+    let logits_gemm = Gemm {
+        dtype: d.high_precision,
+        ..gemm(d.tokens, d.h, div_ceil(d.v, d.t))
+    };
+    add_linears(&mut block, &[logits_gemm]);
+    add_weight_casts(&mut block, d, &[logits_gemm]);
     let logits = mul(d.tokens, div_ceil(d.v, d.t));
     // Forward: cast to fp32 and ~4 passes (max, subtract, exp-sum, gather target).
     block.forward.memory_bytes = block

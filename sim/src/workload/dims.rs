@@ -186,6 +186,9 @@ pub(crate) struct Dims {
     pub fp8_amax_fused: bool,
     /// What selective recompute runs again (the framework's `recompute.selective`).
     pub selective: crate::scenario::framework::SelectiveRecompute,
+    /// The weights are fp32 parameters cast to the compute dtype by `torch.autocast` in every
+    /// forward (the framework's `memory.autocast_weight_copies`, under bf16 or fp16).
+    pub autocast: bool,
     pub moe: Option<MoeDims>,
 }
 
@@ -266,6 +269,8 @@ impl Dims {
             fp8_recipe: s.training.fp8_recipe,
             fp8_amax_fused: s.training.framework.fusions.fp8_amax_fused,
             selective: s.training.framework.recompute.selective,
+            autocast: s.training.framework.memory.autocast_weight_copies
+                && matches!(precision, Precision::Bf16 | Precision::Fp16),
             moe: m.moe.as_ref().map(|moe| MoeDims {
                 experts: u64::from(moe.experts.max(1)),
                 top_k: u64::from(moe.top_k),

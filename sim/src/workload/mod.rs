@@ -25,7 +25,7 @@ use crate::scenario::framework::SelectiveRecompute;
 use crate::scenario::{MemoryAccounting, Recompute, Scenario};
 use comms::BlockComms;
 use compute::BlockParts;
-use dims::{mul, Dims};
+use dims::{mul, prod, Dims};
 pub use optimizer::{optimizer_bytes_per_param, optimizer_passes, OptimizerPass};
 pub use params::{
     activated_params, model_params, model_state_bytes, state_coefficients, StateCoefficients,
@@ -112,6 +112,13 @@ pub struct ChunkWork {
     /// Parameters of the largest module of the range (per rank): what DeepSpeed's ZeRO-3
     /// holds gathered at a time (`[memory] accounting = "deepspeed"`).
     pub largest_module_params: u64,
+    /// Adding this pass's weight gradients into the gradients of the micro batches before it,
+    /// where the framework keeps per-parameter gradients (`memory.contiguous_grad_buffer =
+    /// false`: PyTorch's `AccumulateGrad`, one in-place add per parameter, reading both and
+    /// writing one); run after every backward of a chunk but its first. `None` where the
+    /// weight-gradient GEMMs accumulate in place (Megatron-Core's fused accumulation into
+    /// its main-gradient buffer).
+    pub grad_accumulate: Option<ComputeOp>,
 }
 
 /// Parameters held by one rank for some layers, after tp/ep sharding and before ZeRO.
@@ -342,7 +349,51 @@ pub fn layers_work_at(
             embedding,
             head,
         ),
+        grad_accumulate: grad_accumulate(s, &d, (first_layer, num_layers), (embedding, head)),
     }
+}
+
+/// [`ChunkWork::grad_accumulate`] for a layer range: one add kernel per parameter tensor
+/// (each linear weight, two norms per layer, the embedding, the head and the final norm), over
+/// the range's parameters on this rank in the gradient dtype (read twice, written once).
+fn grad_accumulate(
+    s: &Scenario,
+    d: &Dims,
+    (first_layer, num_layers): (u32, u32),
+    (embedding, head): (bool, bool),
+) -> Option<ComputeOp> {
+    if s.training.framework.memory.contiguous_grad_buffer {
+        return None;
+    }
+    let p = params::range_params(
+        s,
+        u64::from(first_layer),
+        u64::from(num_layers),
+        embedding,
+        head,
+    );
+    let elements = p.dense.saturating_add(p.expert);
+    if elements == 0 {
+        return None;
+    }
+    let grad_bytes = params::state_coefficients(&s.training).grad_bytes;
+    let n = u64::from(num_layers);
+    let n_moe = params::moe_layers_in(&s.model, u64::from(first_layer), n);
+    let tensors = |moe: bool| compute::layer_weight_tensors(d, moe).saturating_add(2);
+    let kernels = mul(n - n_moe, tensors(false))
+        .saturating_add(mul(n_moe, tensors(true)))
+        .saturating_add(u64::from(embedding))
+        .saturating_add(2 * u64::from(head));
+    Some(ComputeOp {
+        phase: Phase::Backward,
+        dtype: s.training.precision,
+        gemms: Vec::new().into(),
+        attention: None,
+        flops: 0,
+        memory_bytes: prod(&[3, grad_bytes, elements]),
+        kernels: dims::to_u32(kernels),
+        sms_reserved: 0,
+    })
 }
 
 /// Work for a whole chunk (all its layers, embedding and head).

@@ -440,12 +440,18 @@ pub struct StateCoefficients {
 ///   variance);
 /// - bf16: 2 + 4 + 12 (Megatron-LM accumulates bf16 gradients in fp32 main grads);
 /// - fp8: as bf16 (weights are kept in bf16; fp8 casts are transient per GEMM);
-/// - fp32: 4 + 4 + 8 (no master copy).
+/// - fp32: 4 + 4 + 8 (no master copy);
+/// - bf16 or fp16 under autocast (the framework's `memory.autocast_weight_copies`: PyTorch
+///   AMP over fp32 parameters): 4 + 4 + 8, as fp32.
 ///
 /// SGD with momentum keeps 4 bytes of momentum (+ 4 for the master copy).
 pub fn state_coefficients(training: &Training) -> StateCoefficients {
+    let autocast = training.framework.memory.autocast_weight_copies;
     let (weight_bytes, grad_bytes, master_copy) = match training.precision {
         Precision::Fp32 => (4, 4, false),
+        // Autocast over fp32 parameters: they are the weights the optimizer updates, with
+        // fp32 gradients; the compute-dtype copies are transient (`workload::activations`).
+        Precision::Fp16 | Precision::Bf16 if autocast => (4, 4, false),
         Precision::Fp16 => (2, 2, true),
         Precision::Bf16 | Precision::Fp8 => (2, 4, true),
     };

@@ -2,6 +2,7 @@
 //! helpers build scenarios by hand so that the published shapes are explicit in each test.
 
 mod activation_memory;
+mod autocast;
 mod comm_calls;
 mod flops;
 mod fp8;

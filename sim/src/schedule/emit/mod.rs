@@ -95,6 +95,8 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
     let mut acts = Activations::default();
     let mut pending_comms: Vec<u32> = Vec::new();
     let mut deferred_comms: Vec<u32> = Vec::new();
+    // The micro batch of each chunk's first gradient pass.
+    let mut first_grads: Vec<Option<u32>> = vec![None; my_chunks.len()];
     let mut last_grad_op: Option<u32> = None;
 
     for (i, step) in steps.iter().enumerate() {
@@ -172,9 +174,18 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             b.free(Stream::Compute, buf, [compute], chunk_label)?;
         }
         if makes_grads {
-            last_grad_op = Some(compute);
-            dp.per_pass_grads(&mut b, seg, compute, grad_buf, seg_label)?;
-            dp.finalising_bucket(&mut b, segs, step, slot.chunk, compute)?;
+            // After the chunk's first backward, each adds its gradients to the earlier ones'
+            // where the framework keeps per-parameter gradients.
+            let grads = match &seg.work.grad_accumulate {
+                Some(add) if first_grads[slot.chunk as usize].is_some_and(|m| m != mb) => {
+                    b.compute(add.clone(), [compute], seg_label)?
+                }
+                _ => compute,
+            };
+            first_grads[slot.chunk as usize].get_or_insert(mb);
+            last_grad_op = Some(grads);
+            dp.per_pass_grads(&mut b, seg, grads, grad_buf, seg_label)?;
+            dp.finalising_bucket(&mut b, segs, step, slot.chunk, grads)?;
         }
         // Activations: freed after the pass that last reads them.
         if slot.pass == grad_pass && makes_grads {
