@@ -25,8 +25,9 @@
 //!   `allocated_bytes` stat by the block's size in `malloc` (trace `alloc`) and lowers it in
 //!   `free` (trace `free_requested`); `free_completed` (the block becoming reusable, possibly
 //!   later when other streams used it) leaves it unchanged. A trace entry's `size` is the
-//!   block's size, the same rounded size the stat counts. The legacy action `free` counts as a
-//!   `free_requested`.
+//!   size the program requested (in the fixture, 4-byte requests sit in 512-byte blocks), so
+//!   a block's size is [`block_size`] of it, or, for a block still live at the end, the
+//!   segment's own block size. The legacy action `free` counts as a `free_requested`.
 //! - Reserved bytes rise on `segment_alloc` and `segment_map` and fall on `segment_free` and
 //!   `segment_unmap`, by the entry's `size`.
 //! - Start state (just before the window's first event): a forward pass pairs each
@@ -35,6 +36,8 @@
 //!   blocks whose `free_requested` in the window has no `alloc` before it (allocated before the
 //!   window; their size is the free entry's). Start allocated is their sum; start reserved is
 //!   end reserved minus the net of the window's segment events.
+//! - If `allocator_settings.roundup_power2_divisions` asks for power-of-two rounding,
+//!   [`block_size`] underestimates blocks; a warning says so.
 //! - Then the events are replayed forward from the start: one [`MemoryPoint`] for the start and
 //!   one per event. The peak is the first point with the highest allocated bytes; the blocks
 //!   live there are listed with their allocation frames. The replay's last point must equal the
@@ -181,7 +184,10 @@ pub struct MemoryPoint {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LiveBlock {
     pub address: u64,
+    /// The block's size, as the allocator counts it in `allocated_bytes`.
     pub size_bytes: u64,
+    /// What the program asked for.
+    pub requested_bytes: u64,
     /// `None` when allocated before the trace window.
     pub alloc_time_us: Option<i64>,
     /// `None` when still live at the end of the window.
@@ -472,6 +478,7 @@ struct TraceEvent {
 
 struct EndBlock {
     size: u64,
+    requested: u64,
     frames: Vec<u32>,
 }
 
@@ -527,6 +534,12 @@ fn from_decoded(arena: &Arena, root: &Val, path: &Path) -> Result<Snapshot, Snap
         }
     }
 
+    let rounding_warning = power2_rounding(arena, top).then(|| {
+        "allocator_settings.roundup_power2_divisions is set: block sizes of freed blocks are \
+         estimated with 512-byte rounding only"
+            .to_string()
+    });
+
     let mut devices: Vec<u32> = ends.keys().chain(traces.keys()).copied().collect();
     devices.sort_unstable();
     devices.dedup();
@@ -534,12 +547,36 @@ fn from_decoded(arena: &Arena, root: &Val, path: &Path) -> Result<Snapshot, Snap
     let devices = devices
         .into_iter()
         .map(|d| {
-            let end = ends.remove(&d).unwrap_or_default();
+            let mut end = ends.remove(&d).unwrap_or_default();
+            end.warnings.extend(rounding_warning.clone());
             let events = traces.remove(&d).unwrap_or_default();
             replay(d, end, events, &frames)
         })
         .collect();
     Ok(Snapshot { devices })
+}
+
+/// Whether the snapshot's allocator settings round requests to power-of-two divisions (any
+/// division count above 1); unreadable settings count as not.
+fn power2_rounding(arena: &Arena, top: &[(Val, Val)]) -> bool {
+    let settings = get(top, "allocator_settings").and_then(|v| arena.obj(v));
+    let Some(settings) = settings.filter(|o| o.kind == ObjKind::Dict) else {
+        return false;
+    };
+    match get(&settings.entries, "roundup_power2_divisions") {
+        Some(Val::Int(n)) => *n > 1,
+        Some(v) => arena
+            .obj(v)
+            .map(|o| {
+                o.entries
+                    .iter()
+                    .map(|(_, x)| x)
+                    .chain(o.items.iter())
+                    .any(|x| matches!(x, Val::Int(n) if *n > 1))
+            })
+            .unwrap_or(false),
+        None => false,
+    }
 }
 
 fn read_segment(
@@ -580,11 +617,23 @@ fn read_segment(
         let size = cx.uint(size_v, &format!("{bat}.size"))?;
         let addr_v = get(b, "address").ok_or_else(|| cx.missing(&bat, "address"))?;
         let addr = cx.uint(addr_v, &format!("{bat}.address"))?;
+        let requested = match get(b, "requested_size") {
+            Some(v) => cx.uint(v, &format!("{bat}.requested_size"))?,
+            None => size,
+        };
         let frames = match get(b, "frames") {
             Some(f) => cx.frame_list(f, &format!("{bat}.frames"))?,
             None => Vec::new(),
         };
-        live.push((bat, addr, EndBlock { size, frames }));
+        live.push((
+            bat,
+            addr,
+            EndBlock {
+                size,
+                requested,
+                frames,
+            },
+        ));
     }
     let end = ends.entry(device).or_default();
     end.reserved = end.reserved.saturating_add(total);
@@ -648,7 +697,10 @@ fn read_event(cx: &mut Ctx, v: &Val, at: &str) -> Result<TraceEvent, SnapshotErr
 /// before it; freed in it (`free` = event index) or not.
 struct Lifetime {
     addr: u64,
+    /// The block's size: the segment's for a block live at the end, else [`block_size`] of
+    /// the requested size.
     size: u64,
+    requested: u64,
     alloc: Option<usize>,
     free: Option<usize>,
     /// Allocation frames of a block allocated before the window and live at its end.
@@ -680,7 +732,8 @@ fn replay(device: u32, end: DeviceEnd, events: Vec<TraceEvent>, frames: &[Frame]
                 let b = blocks.len();
                 blocks.push(Lifetime {
                     addr: e.addr,
-                    size: e.size,
+                    size: block_size(e.size),
+                    requested: e.size,
                     alloc: Some(i),
                     free: None,
                     end_frames: None,
@@ -697,17 +750,18 @@ fn replay(device: u32, end: DeviceEnd, events: Vec<TraceEvent>, frames: &[Frame]
                 Some(b) => {
                     if let Some(blk) = blocks.get_mut(b) {
                         blk.free = Some(i);
-                        if blk.size != e.size {
+                        if blk.requested != e.size {
                             warnings.push(format!(
                                 "trace entry {i}: frees {} bytes at {:#x}, allocated as {}",
-                                e.size, e.addr, blk.size
+                                e.size, e.addr, blk.requested
                             ));
                         }
                     }
                 }
                 None => blocks.push(Lifetime {
                     addr: e.addr,
-                    size: e.size,
+                    size: block_size(e.size),
+                    requested: e.size,
                     alloc: None,
                     free: Some(i),
                     end_frames: None,
@@ -721,12 +775,18 @@ fn replay(device: u32, end: DeviceEnd, events: Vec<TraceEvent>, frames: &[Frame]
     // Blocks allocated in the window and never freed must be live at the end.
     let open_addrs: BTreeMap<u64, usize> = open;
     for (addr, b) in &open_addrs {
-        match (end_live.get(addr), blocks.get(*b)) {
-            (Some(eb), Some(blk)) if eb.size == blk.size => {}
-            (Some(eb), Some(blk)) => warnings.push(format!(
-                "block at {addr:#x} allocated in the trace with {} bytes is live at the end with {}",
-                blk.size, eb.size
-            )),
+        match (end_live.get(addr), blocks.get_mut(*b)) {
+            (Some(eb), Some(blk)) => {
+                // The segment knows the block's real size (the allocator may have kept a
+                // remainder too small to split off); use it for the block's whole life.
+                if eb.size < blk.size {
+                    warnings.push(format!(
+                        "block at {addr:#x} allocated in the trace for {} bytes is live at the end with only {}",
+                        blk.requested, eb.size
+                    ));
+                }
+                blk.size = eb.size;
+            }
             _ => warnings.push(format!(
                 "block at {addr:#x} allocated in the trace is neither freed nor live at the end"
             )),
@@ -739,6 +799,7 @@ fn replay(device: u32, end: DeviceEnd, events: Vec<TraceEvent>, frames: &[Frame]
             blocks.push(Lifetime {
                 addr: **addr,
                 size: eb.size,
+                requested: eb.requested,
                 alloc: None,
                 free: None,
                 end_frames: Some(k),
@@ -768,18 +829,26 @@ fn replay(device: u32, end: DeviceEnd, events: Vec<TraceEvent>, frames: &[Frame]
         allocated_bytes: start_allocated,
         reserved_bytes: start_reserved,
     });
+    // Allocated bytes move by the block sizes, at each block's alloc and free_requested.
+    let mut delta = vec![0i128; events.len()];
+    for b in &blocks {
+        if let Some(d) = b.alloc.and_then(|a| delta.get_mut(a)) {
+            *d += i128::from(b.size);
+        }
+        if let Some(d) = b.free.and_then(|f| delta.get_mut(f)) {
+            *d -= i128::from(b.size);
+        }
+    }
     let mut alloc_now = i128::from(start_allocated);
     let mut res_now = i128::from(start_reserved);
     let (mut peak_a, mut peak_i) = (start_allocated, 0usize);
     let mut peak_r = start_reserved;
-    for e in &events {
-        let size = i128::from(e.size);
+    for (e, d) in events.iter().zip(&delta) {
+        alloc_now += d;
         match e.action {
-            Action::Alloc => alloc_now += size,
-            Action::FreeRequested => alloc_now -= size,
-            Action::SegmentUp => res_now += size,
-            Action::SegmentDown => res_now -= size,
-            Action::FreeCompleted | Action::Other => {}
+            Action::SegmentUp => res_now += i128::from(e.size),
+            Action::SegmentDown => res_now -= i128::from(e.size),
+            _ => {}
         }
         let p = MemoryPoint {
             time_us: e.time_us,
@@ -848,6 +917,7 @@ fn replay(device: u32, end: DeviceEnd, events: Vec<TraceEvent>, frames: &[Frame]
         at_peak.push(LiveBlock {
             address: b.addr,
             size_bytes: b.size,
+            requested_bytes: b.requested,
             alloc_time_us: b.alloc.and_then(|a| events.get(a)).map(|e| e.time_us),
             free_time_us: b.free.and_then(|f| events.get(f)).map(|e| e.time_us),
             category,
@@ -892,6 +962,24 @@ fn replay(device: u32, end: DeviceEnd, events: Vec<TraceEvent>, frames: &[Frame]
         },
         timeline,
         warnings,
+    }
+}
+
+/// The size of the block the caching allocator hands out for a request of `requested` bytes:
+/// at least 512, rounded up to a multiple of 512 (`round_size` in
+/// pytorch/pytorch@001074d25084fdb87a799823e395a50f5ec044d3:c10/cuda/CUDACachingAllocator.cpp,
+/// `kMinBlockSize`). The trace records the requested size; `allocated_bytes` counts blocks.
+/// Not modelled: `roundup_power2_divisions` (off by default), and a best-fit block that the
+/// allocator does not split because the rest would be too small (up to 1 MiB more for
+/// requests over 1 MiB). For blocks live at the end the segment's real size is used instead.
+pub fn block_size(requested: u64) -> u64 {
+    const MIN_BLOCK_BYTES: u64 = 512;
+    if requested < MIN_BLOCK_BYTES {
+        MIN_BLOCK_BYTES
+    } else {
+        requested
+            .div_ceil(MIN_BLOCK_BYTES)
+            .saturating_mul(MIN_BLOCK_BYTES)
     }
 }
 
