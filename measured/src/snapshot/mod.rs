@@ -34,7 +34,7 @@
 //!   `free_requested` with the latest unmatched `alloc` of the same address. The blocks live
 //!   at the start are the end's live blocks that no `alloc` in the window produced, plus the
 //!   blocks whose `free_requested` in the window has no `alloc` before it (allocated before the
-//!   window; their size is the free entry's). Start allocated is their sum; start reserved is
+//!   window; their size is [`block_size`] of the free entry's). Start allocated is their sum; start reserved is
 //!   end reserved minus the net of the window's segment events.
 //! - If `allocator_settings.roundup_power2_divisions` asks for power-of-two rounding,
 //!   [`block_size`] underestimates blocks; a warning says so.
@@ -263,7 +263,8 @@ pub fn parse_snapshot(bytes: &[u8], path: &Path) -> Result<Snapshot, SnapshotErr
 }
 
 /// Builds the [`Snapshot`] from a [`serde_pickle::Value`] (for callers that unpickled it
-/// themselves, and for tests); `path` names it in errors.
+/// themselves, and for tests); `path` names it in errors. It recurses over the value's nesting,
+/// as the value's own `Drop` does; [`read_snapshot`] and [`parse_snapshot`] never recurse.
 pub fn snapshot_from_value(value: &Value, path: &Path) -> Result<Snapshot, SnapshotError> {
     let mut arena = Arena::default();
     let root = from_serde(&mut arena, value);
