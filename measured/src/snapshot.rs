@@ -1,1 +1,0 @@
-//! CUDA caching-allocator memory snapshots.
