@@ -83,7 +83,7 @@ pub enum TraceError {
         step: usize,
         steps: usize,
     },
-    #[error("{path}: no trace files (*.json, *.json.gz) in this directory", path = path.display())]
+    #[error("{path}: no trace files (*.json, *.json.gz) directly in this directory", path = path.display())]
     NoTraceFiles { path: PathBuf },
     #[error(
         "{path}: {first} and {second} both state distributedInfo.rank {rank}",
@@ -291,8 +291,10 @@ pub fn read_trace(path: &Path) -> Result<RankTrace, TraceError> {
     parse_trace(path, &bytes)
 }
 
-/// Reads a trace file, or a directory of them (one per rank: every `*.json` and `*.json.gz`
-/// directly in it). A directory's traces come in rank order when each states
+/// Reads a trace file, or a directory of them, one per rank. In a directory the traces are the
+/// files directly in it named `*.trace.json` or `*.trace.json.gz` (what PyTorch's
+/// `tensorboard_trace_handler` writes: `<worker>.<ts>.pt.trace.json`), or, where none is so
+/// named, every `*.json` and `*.json.gz`. They come in rank order when each states
 /// `distributedInfo.rank` (two stating the same rank is an error), else in file name order.
 pub fn read_traces(path: &Path) -> Result<Vec<RankTrace>, TraceError> {
     let io = |source| TraceError::Io {
@@ -310,6 +312,16 @@ pub fn read_traces(path: &Path) -> Result<Vec<RankTrace>, TraceError> {
         if is_trace && entry.path().is_file() {
             files.push(entry.path());
         }
+    }
+    let named_trace = |f: &PathBuf| {
+        let name = f
+            .file_name()
+            .map(|n| n.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        name.ends_with(".trace.json") || name.ends_with(".trace.json.gz")
+    };
+    if files.iter().any(named_trace) {
+        files.retain(named_trace);
     }
     if files.is_empty() {
         return Err(TraceError::NoTraceFiles {
