@@ -14,7 +14,7 @@
 //! - what links a kernel to the CPU: its `args` "External id" (the launching CPU op, whose name
 //!   is the kernel's [`Kernel::op`]) and "correlation" (the runtime call that launched it, a
 //!   `cuda_runtime`/`cuda_driver` event);
-//! - `Optimizer.step#...` annotations (see [`classify`](self) rules) and the profiler's own
+//! - `Optimizer.step#...` annotations (see the rules in [`classify`]) and the profiler's own
 //!   window (`cat` "Trace").
 //!
 //! Everything else (CPU ops, Python events, flows, instant and metadata events) is read past.
@@ -24,7 +24,7 @@
 //! first, and each end is `start_ns + dur_ns`, so sums of ns are exact.
 
 mod breakdown;
-mod classify;
+pub mod classify;
 mod raw;
 
 pub use breakdown::{breakdown, class_totals, ClassTotal, StepBreakdown};
@@ -457,12 +457,18 @@ fn build(
         // The start and duration of an event this reader needs; an error if they are unusable.
         let timing = || -> Result<(i64, u64), TraceError> {
             let ts = ev.ts.as_f64().ok_or_else(|| {
-                bad(format!("\"ts\" is {}, expected a number of µs", ev.ts.describe()))
+                bad(format!(
+                    "\"ts\" is {}, expected a number of µs",
+                    ev.ts.describe()
+                ))
             })?;
-            let start = us_to_ns(ts)
-                .ok_or_else(|| bad(format!("\"ts\" {ts} µs is not a usable time")))?;
+            let start =
+                us_to_ns(ts).ok_or_else(|| bad(format!("\"ts\" {ts} µs is not a usable time")))?;
             let dur = ev.dur.as_f64().ok_or_else(|| {
-                bad(format!("\"dur\" is {}, expected a number of µs", ev.dur.describe()))
+                bad(format!(
+                    "\"dur\" is {}, expected a number of µs",
+                    ev.dur.describe()
+                ))
             })?;
             let dur_ns = us_to_ns(dur)
                 .and_then(|d| u64::try_from(d).ok())
@@ -477,7 +483,10 @@ fn build(
         match cat {
             "kernel" | "gpu_memcpy" | "gpu_memset" => {
                 let name = name.ok_or_else(|| {
-                    bad(format!("\"name\" is {}, expected a string", ev.name.describe()))
+                    bad(format!(
+                        "\"name\" is {}, expected a string",
+                        ev.name.describe()
+                    ))
                 })?;
                 let (start, dur) = timing()?;
                 gpus.push(Gpu {
@@ -531,15 +540,13 @@ fn build(
                     launches.entry(corr).or_insert(ts);
                 }
             }
-            "Trace" => {
-                if window.is_none() {
-                    if let Ok((start, dur)) = timing() {
-                        window = Some(Marker {
-                            name: name.unwrap_or("trace").to_owned(),
-                            start,
-                            dur,
-                        });
-                    }
+            "Trace" if window.is_none() => {
+                if let Ok((start, dur)) = timing() {
+                    window = Some(Marker {
+                        name: name.unwrap_or("trace").to_owned(),
+                        start,
+                        dur,
+                    });
                 }
             }
             _ => {}
@@ -626,7 +633,10 @@ fn build(
         let start = gpus.iter().map(|g| g.start).min().unwrap_or(0);
         let end = gpus
             .iter()
-            .map(|g| g.start.saturating_add(i64::try_from(g.dur).unwrap_or(i64::MAX)))
+            .map(|g| {
+                g.start
+                    .saturating_add(i64::try_from(g.dur).unwrap_or(i64::MAX))
+            })
             .max()
             .unwrap_or(start);
         step_markers.push(Marker {
@@ -693,7 +703,9 @@ fn comm_args<'e>(
 fn merge_same_name(markers: Vec<Marker>) -> Vec<Marker> {
     let mut by_name: Vec<(String, i64, i64)> = Vec::new();
     for m in markers {
-        let end = m.start.saturating_add(i64::try_from(m.dur).unwrap_or(i64::MAX));
+        let end = m
+            .start
+            .saturating_add(i64::try_from(m.dur).unwrap_or(i64::MAX));
         if let Some(e) = by_name.iter_mut().find(|e| e.0 == m.name) {
             e.1 = e.1.min(m.start);
             e.2 = e.2.max(end);
@@ -720,14 +732,18 @@ fn cpu_step_spans(
 ) -> Vec<Marker> {
     let mut out = Vec::new();
     for (m, _) in cpu_steps {
-        let end = m.start.saturating_add(i64::try_from(m.dur).unwrap_or(i64::MAX));
+        let end = m
+            .start
+            .saturating_add(i64::try_from(m.dur).unwrap_or(i64::MAX));
         let mut span: Option<(i64, i64)> = None;
         for (g, launch) in gpus.iter().zip(launch_times) {
             let Some(t) = launch else { continue };
             if *t < m.start || *t > end {
                 continue;
             }
-            let g_end = g.start.saturating_add(i64::try_from(g.dur).unwrap_or(i64::MAX));
+            let g_end = g
+                .start
+                .saturating_add(i64::try_from(g.dur).unwrap_or(i64::MAX));
             span = Some(span.map_or((g.start, g_end), |(s, e)| (s.min(g.start), e.max(g_end))));
         }
         if let Some((s, e)) = span {

@@ -2,7 +2,9 @@
 //! What the reader refuses, and that each refusal names the file and says what was expected.
 
 use std::path::{Path, PathBuf};
-use twin_measured::kineto::{breakdown, class_totals, parse_trace, read_trace, read_traces, TraceError};
+use twin_measured::kineto::{
+    breakdown, class_totals, parse_trace, read_trace, read_traces, TraceError,
+};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("twin-kineto-err-{}-{name}", std::process::id()));
@@ -28,7 +30,10 @@ fn not_json() {
     let err = read_trace(&path).unwrap_err();
     assert!(matches!(err, TraceError::Json { .. }), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains("rank0.json") && msg.contains("not JSON"), "{msg}");
+    assert!(
+        msg.contains("rank0.json") && msg.contains("not JSON"),
+        "{msg}"
+    );
     // serde_json's error locates the fault.
     assert!(msg.contains("line 1"), "{msg}");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -38,15 +43,26 @@ fn not_json() {
 fn json_but_not_a_trace() {
     let dir = temp_dir("not-trace");
     for (file, text, found) in [
-        ("object.json", r#"{"schemaVersion": 1}"#, "no \"traceEvents\""),
+        (
+            "object.json",
+            r#"{"schemaVersion": 1}"#,
+            "no \"traceEvents\"",
+        ),
         ("array.json", "[1, 2, 3]", "top level is not an object"),
-        ("events.json", r#"{"traceEvents": {"ph": "X"}}"#, "not an array"),
+        (
+            "events.json",
+            r#"{"traceEvents": {"ph": "X"}}"#,
+            "not an array",
+        ),
     ] {
         let path = write(&dir, file, text.as_bytes());
         let err = read_trace(&path).unwrap_err();
         assert!(matches!(err, TraceError::NotATrace { .. }), "{err}");
         let msg = err.to_string();
-        assert!(msg.contains(file) && msg.contains("traceEvents") && msg.contains(found), "{msg}");
+        assert!(
+            msg.contains(file) && msg.contains("traceEvents") && msg.contains(found),
+            "{msg}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -60,7 +76,10 @@ fn a_trace_with_no_gpu_activity() {
     let err = parse_trace(Path::new("cpu-only.json"), text.as_bytes()).unwrap_err();
     assert!(matches!(err, TraceError::NoGpuActivity { .. }), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains("cpu-only.json") && msg.contains("\"kernel\""), "{msg}");
+    assert!(
+        msg.contains("cpu-only.json") && msg.contains("\"kernel\""),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -69,7 +88,17 @@ fn a_step_out_of_range() {
     assert_eq!(t.steps.len(), 1);
     assert!(breakdown(&t, 0).is_ok());
     let err = breakdown(&t, 1).unwrap_err();
-    assert!(matches!(err, TraceError::StepOutOfRange { step: 1, steps: 1, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            TraceError::StepOutOfRange {
+                step: 1,
+                steps: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("one.json"));
     assert!(class_totals(&t, Some(3)).is_err());
 }
@@ -90,10 +119,16 @@ fn a_kernel_with_unusable_times_names_the_event() {
             ]}}"#
         );
         let err = parse_trace(Path::new("bad.json"), text.as_bytes()).unwrap_err();
-        assert!(matches!(err, TraceError::BadEvent { index: 1, .. }), "{err}");
+        assert!(
+            matches!(err, TraceError::BadEvent { index: 1, .. }),
+            "{err}"
+        );
         let msg = err.to_string();
         assert!(
-            msg.contains("bad.json") && msg.contains("traceEvents[1]") && msg.contains("gemm_kernel") && msg.contains(want),
+            msg.contains("bad.json")
+                && msg.contains("traceEvents[1]")
+                && msg.contains("gemm_kernel")
+                && msg.contains(want),
             "{msg}"
         );
     }

@@ -55,7 +55,10 @@ fn one_step_spanning_the_profiled_step() {
         (step_ns / want - 1.0).abs() < 0.03,
         "step {step_ns} ns vs profiled {want} ns"
     );
-    assert!(step_ns <= want, "the GPU span is inside the wall-clock step");
+    assert!(
+        step_ns <= want,
+        "the GPU span is inside the wall-clock step"
+    );
     // The profiler's own window holds the step.
     let w = t.window.as_ref().unwrap();
     assert!(w.start_ns <= t.steps[0].start_ns && t.steps[0].end_ns() <= w.end_ns());
@@ -144,7 +147,10 @@ fn shares_of_cuda_time_match_the_readme() {
         .all(|k| matches!(k.class, KernelClass::Elementwise | KernelClass::Memcpy)));
     // SDPA ran (cuDNN attention): some attention time, well below the GEMMs.
     let attention = share(class(KernelClass::Attention));
-    assert!(attention > 1.0 && attention < gemm, "attention {attention:.1}%");
+    assert!(
+        attention > 1.0 && attention < gemm,
+        "attention {attention:.1}%"
+    );
 }
 
 #[test]

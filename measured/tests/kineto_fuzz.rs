@@ -91,35 +91,83 @@ fn deep_nesting_neither_overflows_the_stack_nor_matters() {
     );
     let t = parse_trace(Path::new("deep.json"), deep_arg.as_bytes()).unwrap();
     assert_eq!(t.kernels.len(), 1);
-    assert_eq!(t.kernels[0].stream, 0, "a stream that is not a number falls back to tid, else 0");
+    assert_eq!(
+        t.kernels[0].stream, 0,
+        "a stream that is not a number falls back to tid, else 0"
+    );
     let deep_doc = format!("{open}{close}");
     assert!(parse_trace(Path::new("deep.json"), deep_doc.as_bytes()).is_err());
 }
 
 /// JSON texts a field may hold: every type, edge numbers, and strings that look like numbers.
 const VALUES: &[&str] = &[
-    "0", "1", "-1", "0.5", "-0.0", "1e308", "-1e308", "1e-320", "4.6e15", "9.3e18", "-9.3e18",
-    "18446744073709551615", "-9223372036854775808", "null", "true", "false",
-    r#""NaN""#, r#""Infinity""#, r#""-1""#, r#""""#, "[]", "{}", "[1, [2, {}]]",
+    "0",
+    "1",
+    "-1",
+    "0.5",
+    "-0.0",
+    "1e308",
+    "-1e308",
+    "1e-320",
+    "4.6e15",
+    "9.3e18",
+    "-9.3e18",
+    "18446744073709551615",
+    "-9223372036854775808",
+    "null",
+    "true",
+    "false",
+    r#""NaN""#,
+    r#""Infinity""#,
+    r#""-1""#,
+    r#""""#,
+    "[]",
+    "{}",
+    "[1, [2, {}]]",
     r#"{"a": {"b": []}}"#,
 ];
 
 const CATS: &[&str] = &[
-    r#""kernel""#, r#""gpu_memcpy""#, r#""gpu_memset""#, r#""gpu_user_annotation""#,
-    r#""user_annotation""#, r#""cpu_op""#, r#""cuda_runtime""#, r#""cuda_driver""#,
-    r#""Trace""#, r#""ac2g""#, "5", "null",
+    r#""kernel""#,
+    r#""gpu_memcpy""#,
+    r#""gpu_memset""#,
+    r#""gpu_user_annotation""#,
+    r#""user_annotation""#,
+    r#""cpu_op""#,
+    r#""cuda_runtime""#,
+    r#""cuda_driver""#,
+    r#""Trace""#,
+    r#""ac2g""#,
+    "5",
+    "null",
 ];
 
 const NAMES: &[&str] = &[
-    r#""ProfilerStep#1""#, r#""ProfilerStep#""#, r#""Optimizer.step#AdamW.step""#,
-    r#""ncclDevKernel_AllReduce_Sum_f32_RING_LL""#, r#""ncclDevKernel_SendRecv""#,
-    r#""nvjet_sm90_tst""#, r#""aten::mm""#, r#""record_param_comms""#, r#""""#,
-    r#""\u00e9\n\"""#, "7", "[]",
+    r#""ProfilerStep#1""#,
+    r#""ProfilerStep#""#,
+    r#""Optimizer.step#AdamW.step""#,
+    r#""ncclDevKernel_AllReduce_Sum_f32_RING_LL""#,
+    r#""ncclDevKernel_SendRecv""#,
+    r#""nvjet_sm90_tst""#,
+    r#""aten::mm""#,
+    r#""record_param_comms""#,
+    r#""""#,
+    r#""\u00e9\n\"""#,
+    "7",
+    "[]",
 ];
 
 const ARG_KEYS: &[&str] = &[
-    "External id", "correlation", "stream", "device", "bytes", "Collective name",
-    "In msg nelems", "Out msg nelems", "Group size", "dtype",
+    "External id",
+    "correlation",
+    "stream",
+    "device",
+    "bytes",
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "Group size",
+    "dtype",
 ];
 
 fn value() -> impl Strategy<Value = String> {
@@ -178,7 +226,13 @@ fn event() -> impl Strategy<Value = String> {
                 .filter(|(i, _)| drop % 16 != *i as u8)
                 .map(|(_, f)| f)
                 .collect();
-            format!("{{{}}}", kept.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))
+            format!(
+                "{{{}}}",
+                kept.iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
         })
 }
 

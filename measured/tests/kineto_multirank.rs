@@ -60,7 +60,15 @@ fn rank0() -> String {
         kernel("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>(Flash_fwd_params)", 7, 180.0, 20.0, r#""correlation": 6"#),
         kernel("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>()", 7, 300.0, 10.0, r#""correlation": 7"#),
     ];
-    for (c, ts) in [(1, 60.0), (2, 70.0), (3, 80.0), (4, 90.0), (5, 100.0), (6, 110.0), (7, 250.0)] {
+    for (c, ts) in [
+        (1, 60.0),
+        (2, 70.0),
+        (3, 80.0),
+        (4, 90.0),
+        (5, 100.0),
+        (6, 110.0),
+        (7, 250.0),
+    ] {
         events.push(launch(c, ts));
     }
     trace(0, &events)
@@ -126,7 +134,15 @@ fn rank0_step_from_the_cpu_marker_and_its_breakdown() {
     use KernelClass::*;
     assert_eq!(
         classes,
-        [Gemm, Collective, Elementwise, P2p, Memcpy, Attention, Elementwise]
+        [
+            Gemm,
+            Collective,
+            Elementwise,
+            P2p,
+            Memcpy,
+            Attention,
+            Elementwise
+        ]
     );
     let ar = t.kernels[1].collective.as_ref().unwrap();
     assert_eq!(ar.kind, CollectiveKind::AllReduce);
@@ -203,7 +219,10 @@ fn two_files_stating_the_same_rank_are_refused() {
     write(&dir, "a.json", &rank0());
     write(&dir, "b.json", &rank0());
     let err = read_traces(&dir).unwrap_err();
-    assert!(matches!(err, TraceError::DuplicateRank { rank: 0, .. }), "{err}");
+    assert!(
+        matches!(err, TraceError::DuplicateRank { rank: 0, .. }),
+        "{err}"
+    );
     let msg = err.to_string();
     assert!(msg.contains("a.json") && msg.contains("b.json"), "{msg}");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -212,7 +231,10 @@ fn two_files_stating_the_same_rank_are_refused() {
 #[test]
 fn without_stated_ranks_files_come_in_name_order() {
     let dir = temp_dir("no-rank");
-    let strip = |s: String| s.replace(r#""rank": 0, "#, "").replace(r#""rank": 1, "#, "");
+    let strip = |s: String| {
+        s.replace(r#""rank": 0, "#, "")
+            .replace(r#""rank": 1, "#, "")
+    };
     write(&dir, "a.json", &strip(rank1()));
     write(&dir, "b.json", &strip(rank0()));
     let traces = read_traces(&dir).unwrap();

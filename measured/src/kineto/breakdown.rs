@@ -37,11 +37,14 @@ impl StepBreakdown {
 
 /// Sweeps step `step` of `t` once (see [`StepBreakdown`]). Activity outside the step is clipped.
 pub fn breakdown(t: &RankTrace, step: usize) -> Result<StepBreakdown, TraceError> {
-    let span = t.steps.get(step).ok_or_else(|| TraceError::StepOutOfRange {
-        path: t.path.clone(),
-        step,
-        steps: t.steps.len(),
-    })?;
+    let span = t
+        .steps
+        .get(step)
+        .ok_or_else(|| TraceError::StepOutOfRange {
+            path: t.path.clone(),
+            step,
+            steps: t.steps.len(),
+        })?;
     let (s, e) = (span.start_ns, span.end_ns());
     // (time, +1 start / -1 end, class index)
     let mut edges: Vec<(u64, i32, usize)> = Vec::new();

@@ -96,8 +96,14 @@ fn collective(ev: &Evidence, lname: &str) -> Option<CollectiveInfo> {
         .map(str::to_owned)
         .or_else(|| dtype_from_kernel_name(lname).map(str::to_owned));
     let elem = a.dtype.and_then(dtype_bytes);
-    let bytes = a.in_msg_nelems.zip(elem).and_then(|(n, b)| n.checked_mul(b));
-    let out_bytes = a.out_msg_nelems.zip(elem).and_then(|(n, b)| n.checked_mul(b));
+    let bytes = a
+        .in_msg_nelems
+        .zip(elem)
+        .and_then(|(n, b)| n.checked_mul(b));
+    let out_bytes = a
+        .out_msg_nelems
+        .zip(elem)
+        .and_then(|(n, b)| n.checked_mul(b));
     Some(CollectiveInfo {
         kind,
         bytes,
@@ -111,7 +117,7 @@ fn collective(ev: &Evidence, lname: &str) -> Option<CollectiveInfo> {
 /// "_allgather_base", "all_gather_into_tensor_coalesced", "reduce_scatter",
 /// "_reduce_scatter_base", "all_to_all", "all_to_allv", "broadcast", "reduce", "gather",
 /// "scatter", "send", "recv", "barrier" (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp).
-pub(crate) fn kind_from_collective_name(name: &str) -> CollectiveKind {
+pub fn kind_from_collective_name(name: &str) -> CollectiveKind {
     let n: String = name
         .chars()
         .filter(|c| *c != '_' && *c != ' ' && *c != '"')
@@ -192,7 +198,7 @@ fn dtype_from_kernel_name(lname: &str) -> Option<&'static str> {
 /// Bytes per element of a c10 ScalarType name as PyTorch writes it into "dtype" ("Float",
 /// "BFloat16", ...: c10/core/ScalarType.h), also with a `c10::` or `torch.` prefix or in
 /// lower case.
-pub(crate) fn dtype_bytes(dtype: &str) -> Option<u64> {
+pub fn dtype_bytes(dtype: &str) -> Option<u64> {
     let d = dtype
         .trim_matches('"')
         .trim_start_matches("c10::")
@@ -231,7 +237,9 @@ fn by_op(op: &str) -> Option<KernelClass> {
     let l = op.to_ascii_lowercase();
     if GEMM_OPS.contains(&op) {
         Some(KernelClass::Gemm)
-    } else if l.contains("attention") || l.contains("scaled_dot_product") || l.contains("flash_attn")
+    } else if l.contains("attention")
+        || l.contains("scaled_dot_product")
+        || l.contains("flash_attn")
     {
         Some(KernelClass::Attention)
     } else if l.starts_with("optimizer.step#")
@@ -345,7 +353,10 @@ mod tests {
             KernelClass::Elementwise
         );
         assert_eq!(
-            kernel("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>()", None),
+            kernel(
+                "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>()",
+                None
+            ),
             KernelClass::Elementwise
         );
         assert_eq!(kernel("some_custom_kernel", None), KernelClass::Other);
@@ -362,7 +373,10 @@ mod tests {
         );
         // A fill launched by a norm op is the norm's.
         assert_eq!(
-            kernel("vectorized_elementwise_kernel<FillFunctor>", Some("aten::native_layer_norm")),
+            kernel(
+                "vectorized_elementwise_kernel<FillFunctor>",
+                Some("aten::native_layer_norm")
+            ),
             KernelClass::Norm
         );
         assert_eq!(
@@ -385,20 +399,48 @@ mod tests {
                 },
             })
         };
-        let (class, info) = c("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", None);
+        let (class, info) = c(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+            None,
+        );
         assert_eq!(class, KernelClass::Collective);
         let info = info.unwrap();
         assert_eq!(info.kind, CollectiveKind::AllReduce);
         assert_eq!(info.dtype.as_deref(), Some("f32"));
         assert_eq!(info.bytes, None);
-        assert_eq!(c("ncclKernel_ReduceScatter_RING_LL_Sum_bfloat16(ncclWorkElem)", None).1.unwrap().kind, CollectiveKind::ReduceScatter);
-        assert_eq!(c("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", None).0, KernelClass::P2p);
+        assert_eq!(
+            c(
+                "ncclKernel_ReduceScatter_RING_LL_Sum_bfloat16(ncclWorkElem)",
+                None
+            )
+            .1
+            .unwrap()
+            .kind,
+            CollectiveKind::ReduceScatter
+        );
+        assert_eq!(
+            c(
+                "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+                None
+            )
+            .0,
+            KernelClass::P2p
+        );
         // An all-to-all runs as SendRecv kernels; its args say what it is.
-        let (class, info) = c("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", Some("all_to_allv"));
+        let (class, info) = c(
+            "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+            Some("all_to_allv"),
+        );
         assert_eq!(class, KernelClass::Collective);
         assert_eq!(info.unwrap().kind, CollectiveKind::AllToAll);
-        assert_eq!(kind_from_collective_name("_allgather_base"), CollectiveKind::AllGather);
-        assert_eq!(kind_from_collective_name("allreduce_coalesced"), CollectiveKind::AllReduce);
+        assert_eq!(
+            kind_from_collective_name("_allgather_base"),
+            CollectiveKind::AllGather
+        );
+        assert_eq!(
+            kind_from_collective_name("allreduce_coalesced"),
+            CollectiveKind::AllReduce
+        );
         assert_eq!(kind_from_collective_name("recv"), CollectiveKind::Recv);
         assert_eq!(kind_from_collective_name("reduce"), CollectiveKind::Reduce);
     }
