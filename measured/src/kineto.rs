@@ -224,6 +224,13 @@ pub struct Kernel {
     pub op: Option<String>,
     /// Bytes a memcpy or memset moved ("bytes" in args).
     pub bytes: Option<u64>,
+    /// The launching op's input shapes ("Input Dims", recorded with `record_shapes=True`), one
+    /// list per input, empty for a non-tensor input or one the trace does not give as
+    /// non-negative integers; empty when unrecorded. For `aten::mm`: `[[m, k], [k, n]]`.
+    pub op_input_dims: Vec<Vec<u64>>,
+    /// The launching op's input types ("Input type": `c10::BFloat16`, `float`, `""`), where
+    /// recorded.
+    pub op_input_types: Vec<String>,
 }
 
 impl Kernel {
@@ -614,6 +621,8 @@ fn build(
                 .args
                 .and_then(|a| a.bytes.as_u64())
                 .filter(|_| g.cat != "kernel"),
+            op_input_dims: op.and_then(|o| o.args).map_or_else(Vec::new, input_dims),
+            op_input_types: op.and_then(|o| o.args).map_or_else(Vec::new, input_types),
         });
         launch_times.push(launch);
     }
@@ -696,6 +705,33 @@ fn comm_args<'e>(
         group_size: a.group_size.as_u32(),
         dtype: a.dtype.as_str(),
     }
+}
+
+fn input_dims(a: &RawArgs) -> Vec<Vec<u64>> {
+    let IfArray::Items(inputs) = &a.input_dims else {
+        return Vec::new();
+    };
+    inputs
+        .iter()
+        .map(|dims| match dims {
+            IfArray::Items(d) => d
+                .iter()
+                .map(Loose::as_u64)
+                .collect::<Option<Vec<u64>>>()
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+fn input_types(a: &RawArgs) -> Vec<String> {
+    let IfArray::Items(types) = &a.input_type else {
+        return Vec::new();
+    };
+    types
+        .iter()
+        .map(|t| t.as_str().unwrap_or("").to_owned())
+        .collect()
 }
 
 /// GPU annotations of one step may come once per stream: one span per name, from the first

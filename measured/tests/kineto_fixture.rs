@@ -187,3 +187,44 @@ fn the_fixture_directory_reads_as_one_rank() {
     assert_eq!(traces.len(), 1);
     assert_eq!(traces[0].kernels.len(), trace().kernels.len());
 }
+
+/// The GEMMs' shapes, from their ops' "Input Dims", against the model the README describes:
+/// per layer q and o projections 4096 x 4096, k and v 4096 x 1024 (8 KV heads of 128), gate,
+/// up and down 4096 x 14336, and the untied LM head 4096 x 128256; 4 micro batches of 2048
+/// tokens. Every matmul runs once forward and twice backward (input and weight gradients), so
+/// the `aten::mm` FLOPs are exactly 6 x matmul parameters x tokens.
+#[test]
+fn gemm_shapes_give_the_models_flops() {
+    let t = trace();
+    let layer: u64 = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336;
+    let params = 8 * layer + 4096 * 128_256;
+    let tokens = 4 * 2048;
+    let mut flops = 0u64;
+    let mut gemms = 0;
+    for k in t
+        .kernels
+        .iter()
+        .filter(|k| k.op.as_deref() == Some("aten::mm"))
+    {
+        if k.class != KernelClass::Gemm {
+            continue;
+        }
+        let [a, b] = &k.op_input_dims[..] else {
+            panic!("aten::mm with inputs {:?}", k.op_input_dims)
+        };
+        let ([m, k1], [k2, n]) = (&a[..], &b[..]) else {
+            panic!("aten::mm of {a:?} and {b:?}")
+        };
+        assert_eq!(k1, k2, "inner dimensions agree");
+        assert_eq!(
+            k.op_input_types,
+            ["c10::BFloat16", "c10::BFloat16"],
+            "autocast bf16"
+        );
+        flops += 2 * m * k1 * n;
+        gemms += 1;
+    }
+    // 7 matmuls per layer x 8 layers + the head, x 3, x 4 micro batches.
+    assert_eq!(gemms, (7 * 8 + 1) * 3 * 4);
+    assert_eq!(flops, 6 * params * tokens);
+}

@@ -125,6 +125,9 @@ const VALUES: &[&str] = &[
     "{}",
     "[1, [2, {}]]",
     r#"{"a": {"b": []}}"#,
+    "[[2048, 4096], [4096, -1]]",
+    r#"[[1.5], "x", null, [[]]]"#,
+    r#"["c10::BFloat16", 3]"#,
 ];
 
 const CATS: &[&str] = &[
@@ -168,6 +171,8 @@ const ARG_KEYS: &[&str] = &[
     "Out msg nelems",
     "Group size",
     "dtype",
+    "Input Dims",
+    "Input type",
 ];
 
 fn value() -> impl Strategy<Value = String> {

@@ -326,4 +326,11 @@ pub(crate) struct RawArgs<'a> {
     pub group_size: Loose<'a>,
     #[serde(default, borrow)]
     pub dtype: Loose<'a>,
+    /// A CPU op's input shapes, where the profiler ran with `record_shapes=True`:
+    /// `[[2048, 4096], [4096, 14336]]`, `[]` for a non-tensor input.
+    #[serde(rename = "Input Dims", default, borrow)]
+    pub input_dims: IfArray<IfArray<Loose<'a>>>,
+    /// A CPU op's input types: `["c10::BFloat16", "c10::BFloat16"]`, `""` for a non-tensor.
+    #[serde(rename = "Input type", default, borrow)]
+    pub input_type: IfArray<Loose<'a>>,
 }
