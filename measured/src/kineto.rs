@@ -570,8 +570,12 @@ fn build(
     let mut kernels = Vec::with_capacity(gpus.len());
     let mut launch_times = Vec::with_capacity(gpus.len());
     for g in &gpus {
+        // Kineto before 2024 wrote a kernel with no linked CPU op with its own correlation id
+        // as "External id" (today's output_json.cpp leaves the key out instead): such an id
+        // names no op, and must not be looked up among the ops' ids.
         let op = g
             .args
+            .filter(|a| a.external_id.as_u64() != a.correlation.as_u64())
             .and_then(|a| a.external_id.as_u64())
             .and_then(|id| ops.get(&id));
         let launch = g

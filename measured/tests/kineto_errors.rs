@@ -185,3 +185,25 @@ fn missing_files_and_empty_directories() {
     assert!(err.to_string().contains("r1.json"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn an_external_id_equal_to_the_correlation_links_no_op() {
+    // Kineto before 2024 wrote a kernel with no linked op with "External id" = its correlation
+    // id, which may collide with an unrelated op's id (here aten::mm's): no link, and the
+    // kernel is classed by its name.
+    let text = r#"{"traceEvents": [
+      {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2, "args": {"External id": 5}},
+      {"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "ts": 10, "dur": 5,
+       "args": {"External id": 5, "correlation": 5}},
+      {"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "ts": 20, "dur": 5,
+       "args": {"External id": 5, "correlation": 6}}
+    ]}"#;
+    let t = parse_trace(Path::new("old.json"), text.as_bytes()).unwrap();
+    assert_eq!(t.kernels[0].op, None);
+    assert_eq!(
+        t.kernels[0].class,
+        twin_measured::kineto::KernelClass::Elementwise
+    );
+    assert_eq!(t.kernels[1].op.as_deref(), Some("aten::mm"));
+    assert_eq!(t.kernels[1].class, twin_measured::kineto::KernelClass::Gemm);
+}

@@ -164,10 +164,21 @@ fn kind_from_token(n: &str) -> CollectiveKind {
     }
 }
 
-/// The element type in a NCCL kernel name (`..._Sum_bf16_RING_LL`, `..._Sum_f32_...`), one of
-/// NCCL's `ncclTypeStr` suffixes.
+/// The element type in a NCCL kernel name: NCCL 2.19 and later write `ncclTypeStr` suffixes
+/// (`ncclDevKernel_AllReduce_Sum_bf16_RING_LL`), earlier ones C type names
+/// (`ncclKernel_AllReduce_RING_LL_Sum_float`).
 fn dtype_from_kernel_name(lname: &str) -> Option<&'static str> {
-    const TYPES: [(&str, &str); 12] = [
+    const TYPES: [(&str, &str); 22] = [
+        ("_bfloat16", "bf16"),
+        ("_half", "f16"),
+        ("_float", "f32"),
+        ("_double", "f64"),
+        ("_int8_t", "i8"),
+        ("_uint8_t", "u8"),
+        ("_int32_t", "i32"),
+        ("_uint32_t", "u32"),
+        ("_int64_t", "i64"),
+        ("_uint64_t", "u64"),
         ("_bf16", "bf16"),
         ("_f16", "f16"),
         ("_f32", "f32"),
@@ -408,16 +419,19 @@ mod tests {
         assert_eq!(info.kind, CollectiveKind::AllReduce);
         assert_eq!(info.dtype.as_deref(), Some("f32"));
         assert_eq!(info.bytes, None);
-        assert_eq!(
-            c(
-                "ncclKernel_ReduceScatter_RING_LL_Sum_bfloat16(ncclWorkElem)",
-                None
-            )
+        // Names before NCCL 2.19 carry C type names.
+        let rs = c(
+            "ncclKernel_ReduceScatter_RING_LL_Sum_bfloat16(ncclWorkElem)",
+            None,
+        )
+        .1
+        .unwrap();
+        assert_eq!(rs.kind, CollectiveKind::ReduceScatter);
+        assert_eq!(rs.dtype.as_deref(), Some("bf16"));
+        let ar = c("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", None)
             .1
-            .unwrap()
-            .kind,
-            CollectiveKind::ReduceScatter
-        );
+            .unwrap();
+        assert_eq!(ar.dtype.as_deref(), Some("f32"));
         assert_eq!(
             c(
                 "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
