@@ -398,3 +398,84 @@ fn host_scenarios_and_the_held_out_one_are_predicted_within_the_bounds() {
         failures.join("\n")
     );
 }
+
+/// `verify step --measured` on the bundled H200 trace and snapshot: nothing runs, the
+/// prediction and the trace are compared by class, each side's classes sum to its step, and
+/// the peak allocated memory is the snapshot's (torch's `max_memory_allocated`).
+#[test]
+fn verify_measured_compares_a_pytorch_trace_by_class() {
+    let dir = "measured/tests/data/h200-hf-llama";
+    let trace = format!("{dir}/hf-llama-L8-mb1-gb4-s2048-h200.trace.json.gz");
+    let snapshot = format!("{dir}/hf-llama-L8-mb1-gb4-s2048-h200.memsnap.pickle.gz");
+    let o = twin(&[
+        "verify",
+        "step",
+        "scenarios/gpu/hf-llama-8layers-h200.toml",
+        "--profile",
+        "scenarios/profiles/h200-dgx.toml",
+        "--measured",
+        &trace,
+        "--memory-snapshot",
+        &snapshot,
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let classes = v["classes"].as_array().unwrap();
+    for side in ["predicted_s", "measured_s"] {
+        let sum: f64 = classes.iter().map(|c| c[side].as_f64().unwrap()).sum();
+        let step = v[format!("step_time_{side}")].as_f64().unwrap();
+        assert!((sum - step).abs() <= 1e-6 * step, "{side}: {sum} vs {step}");
+    }
+    // The profiled step: 358 ms by the profiler's window (the fixture's meta.json), of which
+    // the GPU's span is a little shorter.
+    let measured = v["step_time_measured_s"].as_f64().unwrap();
+    assert!((0.34..0.358).contains(&measured), "{measured}");
+    assert_eq!(v["peak_allocated_measured_bytes"], 57_195_896_832u64);
+    let names: Vec<&str> = classes
+        .iter()
+        .map(|c| c["class"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "gemm",
+            "attention",
+            "elementwise",
+            "optimizer",
+            "communication",
+            "idle"
+        ]
+    );
+    // A threshold the run misses fails the command.
+    let o = twin(&[
+        "verify",
+        "step",
+        "scenarios/gpu/hf-llama-8layers-h200.toml",
+        "--profile",
+        "scenarios/profiles/h200-dgx.toml",
+        "--measured",
+        &trace,
+        "--max-step-time-error",
+        "0.001",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("verify failed"));
+    // Not a trace: a clear error naming the file, no panic.
+    let o = twin(&[
+        "verify",
+        "step",
+        "scenarios/gpu/hf-llama-8layers-h200.toml",
+        "--profile",
+        "scenarios/profiles/h200-dgx.toml",
+        "--measured",
+        "scenarios/small.toml",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("small.toml") && !err.contains("panicked"),
+        "{err}"
+    );
+}

@@ -15,6 +15,7 @@ pub mod diff;
 pub mod sweep;
 // issue 6: prediction against measurement
 pub mod verify;
+mod verify_measured;
 // issue 8: terminal UI
 pub mod tui;
 

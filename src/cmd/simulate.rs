@@ -50,17 +50,14 @@ pub struct Args {
     /// Monte Carlo trials of the horizon (overrides [faults] seeds).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub seeds: Option<u32>,
-    /// With --profile: draws of the profile's fitted parameters (those with ci95) used for
-    /// the step time's 95% interval (seeded by the scenario's run.seed; docs/reference/profiles.md).
+    /// With --profile: draws of its fitted parameters for the step time's 95% interval.
     #[arg(long, value_name = "N", default_value_t = twin_sim::profile::DEFAULT_SAMPLES,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    /// With --profile: draws of the fitted parameters for the step time's 95% interval.
     pub samples: u32,
     /// Zero the wall-clock fields, for byte-identical output.
     #[arg(long)]
     pub reproducible: bool,
-    /// Also write the scenario as twin resolved it (presets expanded, defaults and --set
-    /// applied) to FILE, as TOML: what tools/torch_reference.py builds its model from.
+    /// Also write the resolved scenario (presets, defaults, --set) to FILE as TOML.
     #[arg(long, value_name = "FILE")]
     pub resolved: Option<PathBuf>,
 }

@@ -37,6 +37,7 @@ pub enum Kind {
   twin verify step scenarios/host/pp.toml --profile scenarios/profiles/host-example.toml
   twin verify step scenarios/host/tp-pp.toml --profile P --format json --trace-dir out/
   twin verify step scenarios/host/pp.toml --profile P --max-step-time-error 0.05
+  twin verify step S.toml --profile P --measured step.trace.json.gz --memory-snapshot s.pickle.gz
 
 Errors are (measured - predicted) / measured; exits 1 when one exceeds a --max-* threshold.
 Details (machine check, critical paths, core activity): docs/reference/cli.md#twin-verify-step"
@@ -56,7 +57,7 @@ pub struct StepArgs {
     /// Steps run first and left out of the measurement.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub warmup: u32,
-    /// Runs (each a fresh launch); the step median is taken over all of them.
+    /// Runs (fresh launches); the median step over all.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
     /// Override a scenario key (TOML value syntax). Repeatable.
@@ -64,21 +65,33 @@ pub struct StepArgs {
     pub overrides: Vec<String>,
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
-    /// Write DIR/predicted.trace.json, DIR/measured.trace.json and DIR/verify.json.
+    /// Write both traces and verify.json into DIR.
     #[arg(long, value_name = "DIR")]
     pub trace_dir: Option<PathBuf>,
-    /// Fail (exit 1) when |step time error| exceeds this fraction (0.05 = 5%).
+    /// Fail when |step time error| exceeds F (0.05 = 5%).
     #[arg(long, value_name = "F", value_parser = non_negative)]
     pub max_step_time_error: Option<f64>,
-    /// Fail (exit 1) when the largest |peak memory error| over ranks exceeds this fraction.
+    /// Fail when the worst |peak memory error| exceeds F.
     #[arg(long, value_name = "F", value_parser = non_negative)]
     pub max_peak_memory_error: Option<f64>,
-    /// Fail (exit 1) when |bubble error| exceeds this many percentage points.
+    /// Fail when |bubble error| exceeds P percentage points.
     #[arg(long, value_name = "P", value_parser = non_negative)]
     pub max_bubble_error_points: Option<f64>,
-    /// Longest a rank waits for a peer before giving up (as `twin run`; at most 86400).
+    /// Longest a rank waits for a peer (at most 86400 s).
     #[arg(long, default_value_t = 60.0, value_parser = parse_timeout_s)]
     pub timeout_s: f64,
+    /// A PyTorch profiler trace (.json[.gz], or a directory of them) to compare with.
+    #[arg(long, value_name = "TRACE")]
+    pub measured: Option<PathBuf>,
+    /// With --measured: a CUDA memory snapshot pickle (.gz) of that step.
+    #[arg(long, value_name = "SNAPSHOT", requires = "measured")]
+    pub memory_snapshot: Option<PathBuf>,
+    /// With --measured: the rank compared.
+    #[arg(long, default_value_t = 0, requires = "measured")]
+    pub rank: u32,
+    /// With --measured: the trace's step (0-based; default: the last).
+    #[arg(long, value_name = "N", requires = "measured")]
+    pub measured_step: Option<usize>,
 }
 
 /// Inject one kill into real host runs and compare the recovery with the simulator's model.
@@ -139,6 +152,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn verify_step(a: StepArgs) -> anyhow::Result<ExitCode> {
+    if a.measured.is_some() {
+        return super::verify_measured::run(a);
+    }
     let spec = step::StepSpec {
         scenario: a.scenario,
         overrides: a.overrides,

@@ -83,8 +83,10 @@ fn autocast_keeps_fp32_parameters_and_no_master_copy() {
     );
 }
 
-/// Every backward but each chunk's first adds its fp32 gradients into the earlier ones: one
-/// add per parameter tensor over the chunk's parameters (read twice, written once).
+/// The add of a backward's fp32 gradients into the earlier micro batches': one per parameter
+/// tensor over the chunk's parameters (read twice, written once); none for a framework whose
+/// weight-gradient GEMMs accumulate in place. (`sim/tests/grad_accumulate.rs` checks where the
+/// schedule places it.)
 #[test]
 fn gradients_accumulate_after_the_first_micro_batch() {
     for m in [1u64, 2, 4] {
@@ -100,13 +102,6 @@ fn gradients_accumulate_after_the_first_micro_batch() {
         assert_eq!(add.memory_bytes, 12 * (params.dense + params.expert));
         // Per layer 6 weights and 2 norms; the embedding, the head and the final norm.
         assert_eq!(add.kernels, 2 * 8 + 1 + 2);
-        let sched = crate::schedule::generate(&s, &plan).unwrap();
-        let adds = sched.programs[0]
-            .ops
-            .iter()
-            .filter(|o| matches!(&o.kind, crate::ir::OpKind::Compute(c) if *c == add))
-            .count() as u64;
-        assert_eq!(adds, m - 1, "{m} micro batches");
         assert!(
             scenario(false, m)
                 .training

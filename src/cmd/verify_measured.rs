@@ -1,0 +1,130 @@
+//! `twin verify step SCENARIO --measured TRACE [--memory-snapshot SNAP]`: a prediction against
+//! a framework's real step, read from a PyTorch profiler trace (and a CUDA memory snapshot),
+//! by class of work. Nothing runs: the trace is the measurement. The readers are
+//! `twin_measured`, the comparison `twin_sim::verify::compare_classes`.
+
+use super::verify::StepArgs;
+use super::{load_scenario, Format};
+use anyhow::Context;
+use std::process::ExitCode;
+use twin_measured::kineto::{self, KernelClass};
+use twin_sim::verify::{compare_classes, predicted_classes, ClassTimes, WorkClass};
+
+/// The predicted class a kernel class is compared with: memory-bound kernels of every kind
+/// (norms, casts, copies, fills, unrecognised kernels) as elementwise, NCCL as communication.
+fn work_class(c: KernelClass) -> WorkClass {
+    match c {
+        KernelClass::Gemm => WorkClass::Gemm,
+        KernelClass::Attention => WorkClass::Attention,
+        KernelClass::Optimizer => WorkClass::Optimizer,
+        KernelClass::Collective | KernelClass::P2p => WorkClass::Communication,
+        KernelClass::Norm
+        | KernelClass::Elementwise
+        | KernelClass::Other
+        | KernelClass::Memcpy
+        | KernelClass::Memset => WorkClass::Elementwise,
+    }
+}
+
+pub fn run(a: StepArgs) -> anyhow::Result<ExitCode> {
+    let Some(trace_path) = a.measured.as_deref() else {
+        anyhow::bail!("--measured is required here");
+    };
+    let scenario = load_scenario(&a.scenario, &a.overrides)?;
+    anyhow::ensure!(
+        a.rank < scenario.cluster.gpus,
+        "--rank {}: the scenario has {} GPUs (ranks 0 to {})",
+        a.rank,
+        scenario.cluster.gpus,
+        scenario.cluster.gpus.saturating_sub(1)
+    );
+    let profile = twin_sim::profile::load(&a.profile)?;
+    let staged = twin_sim::Staged::with_profile(&scenario, Some(&profile))?;
+    staged.validate()?;
+    let opts = twin_sim::engine::SimOptions {
+        trace: true,
+        collapse: false,
+        ..twin_sim::sim_options(&scenario, &twin_sim::PredictOptions::default())
+    };
+    let result = staged.simulate(&opts)?;
+    let predicted = predicted_classes(&staged.schedule, &result, &staged.cost, a.rank);
+
+    let traces = kineto::read_traces(trace_path)?;
+    let trace = traces
+        .iter()
+        .find(|t| t.rank == Some(a.rank))
+        .or_else(|| {
+            traces
+                .iter()
+                .all(|t| t.rank.is_none())
+                .then(|| traces.get(a.rank as usize))
+                .flatten()
+        })
+        .with_context(|| {
+            format!(
+                "--rank {}: {} holds no trace of that rank ({} file(s))",
+                a.rank,
+                trace_path.display(),
+                traces.len()
+            )
+        })?;
+    let steps = trace.steps.len();
+    let step = a.measured_step.unwrap_or(steps.saturating_sub(1));
+    let b = kineto::breakdown(trace, step)?;
+    let mut pairs: Vec<(WorkClass, u64)> = b
+        .by_class_ns
+        .iter()
+        .map(|&(c, ns)| (work_class(c), ns))
+        .collect();
+    pairs.push((WorkClass::Idle, b.idle_ns));
+    let mut measured = ClassTimes::new(b.step_ns, &pairs);
+    let mut reserved = None;
+    if let Some(path) = &a.memory_snapshot {
+        let snap = twin_measured::snapshot::read_snapshot(path)?;
+        let device = snap
+            .devices
+            .iter()
+            .max_by_key(|d| d.peak_allocated_bytes)
+            .with_context(|| format!("{}: the snapshot holds no device", path.display()))?;
+        measured.peak_allocated_bytes = Some(device.peak_allocated_bytes);
+        reserved = Some(device.peak_reserved_bytes);
+    }
+    let cmp = compare_classes(&predicted, &measured, reserved);
+    match a.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&cmp)?),
+        Format::Text => {
+            println!(
+                "measured      {} (rank {}, step {} of {}, {} kernels)",
+                trace_path.display(),
+                a.rank,
+                step,
+                steps.max(1),
+                b.kernels
+            );
+            print!("{}", cmp.to_text());
+        }
+    }
+    let mut violations = Vec::new();
+    if let Some(max) = a.max_step_time_error {
+        if cmp.step_time_error.abs() > max {
+            violations.push(format!(
+                "step time error {:+.1}% exceeds {:.1}%",
+                100.0 * cmp.step_time_error,
+                100.0 * max
+            ));
+        }
+    }
+    if let (Some(max), Some(e)) = (a.max_peak_memory_error, cmp.peak_allocated_error) {
+        if e.abs() > max {
+            violations.push(format!(
+                "peak allocated error {:+.1}% exceeds {:.1}%",
+                100.0 * e,
+                100.0 * max
+            ));
+        }
+    }
+    for v in &violations {
+        eprintln!("verify failed: {v}");
+    }
+    Ok(ExitCode::from(u8::from(!violations.is_empty())))
+}
