@@ -586,3 +586,96 @@ fn nccl_tests_bad_input_is_named_and_exits_2() {
     assert!(!out.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `calibrate trace` on the bundled H200 trace: the GEMM curve fitted to its GEMM kernels one
+/// by one prices the step's GEMMs as they ran in total, the profile it writes loads and costs
+/// the scenario, and with it the scenario's step is the one measured unprofiled (326.4 ms, the
+/// fixture's README) within 5%.
+#[test]
+fn a_profile_fitted_to_a_pytorch_trace_prices_its_job() {
+    let dir = scratch("trace");
+    let out = dir.join("h200-hf.toml");
+    let fixture =
+        repo("measured/tests/data/h200-hf-llama/hf-llama-L8-mb1-gb4-s2048-h200.trace.json.gz");
+    let scenario = repo("scenarios/gpu/hf-llama-8layers-h200.toml");
+    let base = repo("scenarios/profiles/h200-dgx.toml");
+    let o = calibrate_to(
+        &out,
+        &[
+            "trace",
+            &fixture,
+            "--scenario",
+            &scenario,
+            "--base-profile",
+            &base,
+            "--step-time-s",
+            "0.3264",
+            "--format",
+            "json",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let fit: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(fit["gemm_kernels"].as_u64().unwrap() >= 100);
+    assert!(fit["memory_kernels"].as_u64().unwrap() >= 100);
+    let fitted = fit["step_fitted_s"].as_f64().unwrap();
+    assert!((fitted - 0.3264).abs() <= 0.05 * 0.3264, "{fitted}");
+    // With the fitted profile the predicted GEMM class is the trace's, within 5%.
+    let o = twin(
+        &[
+            "verify",
+            "step",
+            &scenario,
+            "--profile",
+            out.to_str().unwrap(),
+            "--measured",
+            &fixture,
+            "--format",
+            "json",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let gemm = &v["classes"][0];
+    assert_eq!(gemm["class"], "gemm");
+    let (p, m) = (
+        gemm["predicted_s"].as_f64().unwrap(),
+        gemm["measured_s"].as_f64().unwrap(),
+    );
+    assert!(
+        (p - m).abs() <= 0.05 * m,
+        "GEMMs predicted {p} s, measured {m} s"
+    );
+    // The profile simulates the scenario (and names what it fitted).
+    let toml = std::fs::read_to_string(&out).unwrap();
+    assert!(toml.contains("twin calibrate trace"), "{toml}");
+    let o = twin(
+        &[
+            "simulate",
+            &scenario,
+            "--profile",
+            out.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    // A trace without the shapes the fits need is refused with what to do.
+    let o = calibrate_to(
+        &dir.join("none.toml"),
+        &[
+            "trace",
+            &scenario,
+            "--scenario",
+            &scenario,
+            "--base-profile",
+            &base,
+        ],
+        &[],
+    );
+    assert!(!o.status.success());
+    assert!(!text(&o).contains("panicked"), "{}", text(&o));
+}

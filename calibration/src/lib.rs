@@ -21,6 +21,7 @@ pub mod rounds;
 pub mod run;
 pub mod sample;
 pub mod text;
+pub mod trace;
 pub mod verify;
 pub mod write;
 

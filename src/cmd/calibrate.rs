@@ -22,6 +22,7 @@ use twin_calibration::write::{samples_path, write_samples};
   twin calibrate cuda -o gpu.toml
   twin calibrate nccl-tests all_reduce_perf.log -o cluster.toml
   twin calibrate refit host.samples.json -o host2.toml
+  twin calibrate trace step.trace.json.gz --scenario s.toml --base-profile h200.toml -o h200-hf.toml
 
 Details: docs/reference/cli.md#twin-calibrate"
 )]
@@ -36,6 +37,42 @@ pub enum Kind {
     Cuda(CudaArgs),
     NcclTests(NcclArgs),
     Refit(RefitArgs),
+    Trace(TraceArgs),
+}
+
+/// Fit a profile to a framework's PyTorch profiler trace (GEMMs, copies, per-kernel cost).
+#[derive(clap::Args)]
+#[command(
+    help_template = super::HELP,
+    before_help = "Examples:
+  twin calibrate trace step.trace.json.gz --scenario s.toml --base-profile h200.toml -o out.toml
+  twin calibrate trace run/ --scenario s.toml --base-profile h200.toml --step-time-s 0.3264
+
+The GEMM curve comes from the trace's GEMM kernels, the memory-bound bandwidth from its copy
+kernels, and what the step took beyond both from the scenario's kernels (kernel.launch_ns).
+Details: docs/reference/cli.md#twin-calibrate-trace"
+)]
+pub struct TraceArgs {
+    /// A PyTorch profiler trace (.json[.gz], recorded with record_shapes), or a directory.
+    pub trace: PathBuf,
+    /// The scenario of the traced job (its GPU must be the base profile's).
+    #[arg(long)]
+    pub scenario: PathBuf,
+    /// Profile whose other sections the result keeps.
+    #[arg(long)]
+    pub base_profile: PathBuf,
+    /// The step measured without the profiler, in seconds (the profiler slows the host);
+    /// default: the trace's step.
+    #[arg(long, value_name = "S")]
+    pub step_time_s: Option<f64>,
+    /// The rank of the trace to fit.
+    #[arg(long, default_value_t = 0)]
+    pub rank: u32,
+    /// The trace's step to fit (0-based; default: the last).
+    #[arg(long, value_name = "N")]
+    pub step: Option<usize>,
+    #[command(flatten)]
+    pub out: Out,
 }
 
 /// Where the profile goes and how the result is printed.
@@ -241,6 +278,7 @@ pub fn run(args: Args) -> Result {
         Kind::Cuda(a) => &a.out,
         Kind::NcclTests(a) => &a.out,
         Kind::Refit(a) => &a.out,
+        Kind::Trace(a) => &a.out,
     };
     super::output::check_file(Some(&out.output), "--output")?;
     match &args.command {
@@ -248,7 +286,61 @@ pub fn run(args: Args) -> Result {
         Kind::Cuda(a) => cuda(a),
         Kind::NcclTests(a) => import(a),
         Kind::Refit(a) => refit(a),
+        Kind::Trace(a) => from_trace(a),
     }
+}
+
+/// `trace`: a profile fitted to a PyTorch profiler trace (twin_calibration::trace).
+fn from_trace(a: &TraceArgs) -> Result {
+    if let Some(s) = a.step_time_s {
+        anyhow::ensure!(
+            s.is_finite() && s > 0.0,
+            "--step-time-s {s}: give the measured step in seconds, a number > 0"
+        );
+    }
+    let scenario = super::load_scenario(&a.scenario, &[])?;
+    let base = twin_sim::profile::load(&a.base_profile)?;
+    let traces = twin_measured::kineto::read_traces(&a.trace)?;
+    let trace = traces
+        .iter()
+        .find(|t| t.rank == Some(a.rank))
+        .or_else(|| traces.get(a.rank as usize).filter(|t| t.rank.is_none()))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--rank {}: {} holds no trace of that rank",
+                a.rank,
+                a.trace.display()
+            )
+        })?;
+    let step = a.step.unwrap_or(trace.steps.len().saturating_sub(1));
+    let (profile, fit) = twin_calibration::trace::calibrate_trace(
+        trace,
+        step,
+        &scenario,
+        &base,
+        a.rank,
+        a.step_time_s,
+    )?;
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let provenance = twin_calibration::provenance::here(
+        "trace",
+        "trace",
+        &command,
+        &a.trace.display().to_string(),
+    );
+    let toml = twin_calibration::write::profile_toml(
+        &profile,
+        None,
+        Some(&provenance),
+        &[format!(
+            "Written by twin calibrate trace from {} (rank {}, step {step}) over {}.",
+            a.trace.display(),
+            a.rank,
+            a.base_profile.display()
+        )],
+    );
+    let text = format!("{}wrote {}\n", fit.to_text(), a.out.output.display());
+    emit(&a.out, &toml, &fit, text)
 }
 
 fn host(a: &HostArgs) -> Result {

@@ -3,13 +3,14 @@
 //! clap's generic "unrecognized subcommand".
 
 /// The subcommand words after `verify` and `calibrate` (and help) that are today's spelling.
-const CURRENT: [&str; 9] = [
+const CURRENT: [&str; 10] = [
     "step",
     "recovery",
     "host",
     "cuda",
     "nccl-tests",
     "refit",
+    "trace",
     "help",
     "-h",
     "--help",
