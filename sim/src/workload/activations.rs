@@ -155,6 +155,12 @@ pub(crate) fn head(d: &Dims, loss_logits_bytes: u64) -> u64 {
         .saturating_add(weight_copies(d, super::compute::head_weight_elements(d)))
 }
 
+/// What the loss's backward holds beyond the saved activations: `per_logit` bytes per logit
+/// element of this rank (`tokens x vocab/t`).
+pub(crate) fn loss_backward(d: &Dims, per_logit: u64) -> u64 {
+    prod(&[per_logit, d.tokens, div_ceil(d.v, d.t)])
+}
+
 /// Under autocast over fp32 weights ([`Dims::autocast`]) each linear layer's backward needs
 /// its weight in the compute dtype, so autograd saves the forward's cast copy until then:
 /// `elements` weights in the activation dtype.

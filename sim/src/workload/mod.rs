@@ -119,6 +119,10 @@ pub struct ChunkWork {
     /// weight-gradient GEMMs accumulate in place (Megatron-Core's fused accumulation into
     /// its main-gradient buffer).
     pub grad_accumulate: Option<ComputeOp>,
+    /// Bytes the backward holds from its start to its end beyond the saved activations: the
+    /// loss's gradients and casts of the logits on the head's chunk (the framework's
+    /// `memory.loss_backward_bytes` per logit element); 0 elsewhere.
+    pub backward_transient_bytes: u64,
 }
 
 /// Parameters held by one rank for some layers, after tp/ep sharding and before ZeRO.
@@ -350,6 +354,11 @@ pub fn layers_work_at(
             head,
         ),
         grad_accumulate: grad_accumulate(s, &d, (first_layer, num_layers), (embedding, head)),
+        backward_transient_bytes: if head {
+            activations::loss_backward(&d, s.training.framework.memory.loss_backward_bytes)
+        } else {
+            0
+        },
     }
 }
 

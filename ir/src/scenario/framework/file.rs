@@ -76,6 +76,7 @@ struct RawMemory {
     contiguous_grad_buffer: Cited<bool>,
     autocast_weight_copies: Cited<bool>,
     loss_logits_bytes: Cited<u64>,
+    loss_backward_bytes: Option<Cited<u64>>,
     allocator_slack_fraction: Cited<f64>,
 }
 
@@ -364,6 +365,12 @@ impl Reader<'_> {
                 0,
                 8,
             )?,
+            loss_backward_bytes: m
+                .loss_backward_bytes
+                .as_ref()
+                .map(|c| self.count("memory.loss_backward_bytes", c, 0, 64))
+                .transpose()?
+                .unwrap_or(0),
             allocator_slack_fraction: slack,
         };
         let recompute = RecomputeHabits {

@@ -348,6 +348,11 @@ pub struct MemoryHabits {
     /// Bytes per logit element the loss keeps from the forward for the backward (4: the
     /// fp32 softmax).
     pub loss_logits_bytes: u64,
+    /// Bytes per logit element the loss's backward holds beyond `loss_logits_bytes`, from
+    /// its start to its end (gradients of the log-probabilities and of the logits, upcast and
+    /// cast copies); 0 when the file does not say (`memory.loss_backward_bytes`, optional).
+    #[serde(default)]
+    pub loss_backward_bytes: u64,
     /// The default of `[memory] allocator_slack_fraction` under this framework.
     pub allocator_slack_fraction: f64,
 }

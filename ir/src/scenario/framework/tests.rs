@@ -586,3 +586,50 @@ fn moe_a2a_overlap_capability_is_read_and_defaults_to_false() {
     assert_eq!(e.key, "training.framework", "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `memory.loss_backward_bytes` is optional (0 when absent, as in Megatron-Core's file, whose
+/// fused cross entropy writes the gradient into its saved softmax); the Hugging Face file sets
+/// it; a value out of `0 ..= 64` is refused at its line and key.
+#[test]
+fn loss_backward_bytes_is_optional_and_bounded() {
+    assert_eq!(
+        Bundled::MegatronCore
+            .framework()
+            .unwrap()
+            .memory
+            .loss_backward_bytes,
+        0
+    );
+    let hf = bundled_text("hf");
+    assert_eq!(
+        parse_str(&hf, "hf.toml")
+            .unwrap()
+            .memory
+            .loss_backward_bytes,
+        14
+    );
+    let line = hf
+        .lines()
+        .find(|l| l.starts_with("loss_backward_bytes = "))
+        .unwrap();
+    let line_no = hf.lines().position(|l| l == line).unwrap() as u32 + 1;
+    let huge = with(
+        &hf,
+        line,
+        "loss_backward_bytes = { value = 65, ref = \"r\" }",
+    );
+    let e = parse_str(&huge, "mine.toml").unwrap_err();
+    assert_eq!(
+        (e.key.as_str(), e.line),
+        ("memory.loss_backward_bytes.value", Some(line_no)),
+        "{e}"
+    );
+    let without = with(&hf, &format!("{line}\n"), "");
+    assert_eq!(
+        parse_str(&without, "mine.toml")
+            .unwrap()
+            .memory
+            .loss_backward_bytes,
+        0
+    );
+}

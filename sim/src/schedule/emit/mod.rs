@@ -155,9 +155,23 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             acts.recompute(&mut b, seg, seg_label)?;
         }
 
+        // What the backward holds only while it runs (the loss's gradients of the logits).
+        let transient = if matches!(step.phase, Phase::Backward | Phase::BackwardInput) {
+            b.alloc(
+                Stream::Compute,
+                crate::schedule::MemCategory::Activations,
+                crate::schedule::Device::Gpu,
+                seg.work.backward_transient_bytes,
+                Deps::new(),
+                seg_label,
+            )?
+        } else {
+            None
+        };
         let defer_a2a = ctx.s.training.moe_a2a_overlap && beside_opposite(order, step.slot);
         let ops = compute::emit_pass(ctx, &mut b, seg, step.phase, deps, seg_label, defer_a2a)?;
         let (compute, tail) = (ops.compute, ops.tail);
+        b.free(Stream::Compute, transient, [compute], seg_label)?;
         if matches!(step.phase, Phase::Backward | Phase::BackwardInput) {
             acts.free_recomputed(&mut b, [compute], seg_label)?;
         }

@@ -115,3 +115,27 @@ fn gradients_accumulate_after_the_first_micro_batch() {
         assert!(w.grad_accumulate.is_none());
     }
 }
+
+/// The loss's backward holds the framework's `memory.loss_backward_bytes` per logit element
+/// beside the saved activations, on the head's chunk only: 14 bytes under the Hugging Face
+/// file (the fp32 upcast, the fp32 gradients of the log-probabilities and of the logits, and
+/// the bf16 gradient).
+#[test]
+fn the_loss_backward_holds_its_gradients_of_the_logits() {
+    let mut s = gpt(2, 1024, 16, 512, 4096, (1, 1, 1), 1, 1);
+    s.training.framework = Bundled::Hf.framework().unwrap();
+    assert_eq!(s.training.framework.memory.loss_backward_bytes, 14);
+    let plan = plan(&s);
+    let layout = plan.chunks[0][0].clone();
+    let head = layers_work(&s, &plan, &layout, 1, 1, false, true);
+    assert_eq!(head.backward_transient_bytes, 14 * 512 * 4096);
+    let body = layers_work(&s, &plan, &layout, 0, 1, true, false);
+    assert_eq!(body.backward_transient_bytes, 0);
+    s.training.framework = Bundled::MegatronCore.framework().unwrap();
+    let plan = super::plan(&s);
+    let w = layers_work(&s, &plan, &plan.chunks[0][0], 1, 1, false, true);
+    assert_eq!(
+        w.backward_transient_bytes, 0,
+        "Megatron-Core's file does not set it"
+    );
+}
