@@ -479,3 +479,121 @@ fn verify_measured_compares_a_pytorch_trace_by_class() {
         "{err}"
     );
 }
+
+/// A two-rank PyTorch trace with NCCL kernels: the rank asked for is compared, and its
+/// collectives side by side with the predicted ones by kind and size range (an all-gather by
+/// its output, as twin counts its buffer).
+#[test]
+fn verify_measured_compares_collectives_of_a_multi_rank_trace() {
+    let dir = std::env::temp_dir().join(format!("twin-verify-nccl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let scenario = dir.join("dp2.toml");
+    std::fs::write(
+        &scenario,
+        "name = \"dp2\"\n[model]\npreset = \"llama3-8b\"\nlayers = 2\nseq_len = 1024\n\
+         [cluster]\ngpu = \"h200-141gb\"\ngpus = 2\nnode = \"dgx-h200\"\n\
+         [parallel]\ndp = 2\n[training]\nglobal_batch = 2\n",
+    )
+    .unwrap();
+    let kernel = |name: &str, stream: u32, ts: u32, dur: u32, args: &str| {
+        format!(
+            r#"{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": {stream}, "ts": {ts}, "dur": {dur}, "args": {{"device": 0, "stream": {stream}{args}}}}}"#
+        )
+    };
+    for rank in 0..2 {
+        let events = [
+            kernel(
+                "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
+                7,
+                0,
+                5000,
+                "",
+            ),
+            kernel(
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                20,
+                5000,
+                3000,
+                r#", "Collective name": "allreduce", "In msg nelems": 40000000, "Out msg nelems": 40000000, "Group size": 2, "dtype": "Float""#,
+            ),
+            kernel(
+                "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                20,
+                8000,
+                1000,
+                r#", "Collective name": "allgather", "In msg nelems": 1024, "Out msg nelems": 2048, "Group size": 2, "dtype": "BFloat16""#,
+            ),
+        ];
+        std::fs::write(
+            dir.join(format!("r{rank}.trace.json")),
+            format!(
+                r#"{{"distributedInfo": {{"rank": {rank}, "world_size": 2}}, "traceEvents": [{}]}}"#,
+                events.join(",")
+            ),
+        )
+        .unwrap();
+    }
+    let o = twin(&[
+        "verify",
+        "step",
+        scenario.to_str().unwrap(),
+        "--profile",
+        "scenarios/profiles/h200-dgx.toml",
+        "--measured",
+        dir.to_str().unwrap(),
+        "--rank",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["collectives"].as_array().unwrap();
+    fn row<'a>(
+        rows: &'a [serde_json::Value],
+        kind: &'a str,
+    ) -> impl Iterator<Item = &'a serde_json::Value> {
+        rows.iter().filter(move |r| r["kind"] == kind)
+    }
+    let rows = rows.as_slice();
+    // The measured all-reduce: 160 MB of fp32, one call; the prediction reduces the
+    // gradients with all-reduces too.
+    let measured: Vec<_> = row(rows, "all-reduce")
+        .filter(|r| r["measured_calls"].as_u64() == Some(1))
+        .collect();
+    assert_eq!(measured.len(), 1, "{rows:?}");
+    assert_eq!(measured[0]["size"], "64.0MiB-256.0MiB");
+    assert!((measured[0]["measured_s"].as_f64().unwrap() - 3e-3).abs() < 1e-12);
+    assert!(row(rows, "all-reduce").any(|r| r["predicted_calls"].as_u64().unwrap() > 0));
+    // The all-gather by its output: 2048 bf16 elements.
+    let ag: Vec<_> = row(rows, "all-gather").collect();
+    assert_eq!(ag.len(), 1, "{rows:?}");
+    assert_eq!(ag[0]["size"], "4.0KiB-16.0KiB");
+    assert_eq!(ag[0]["predicted_calls"], 0);
+    let text = twin(&[
+        "verify",
+        "step",
+        scenario.to_str().unwrap(),
+        "--profile",
+        "scenarios/profiles/h200-dgx.toml",
+        "--measured",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(text.status.success());
+    assert!(String::from_utf8_lossy(&text.stdout).contains("all-gather"));
+    // A rank the traces do not hold is an error that says so.
+    let o = twin(&[
+        "verify",
+        "step",
+        scenario.to_str().unwrap(),
+        "--profile",
+        "scenarios/profiles/h200-dgx.toml",
+        "--measured",
+        dir.to_str().unwrap(),
+        "--rank",
+        "5",
+    ]);
+    assert!(!o.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -8,7 +8,7 @@ use super::{load_scenario, Format};
 use anyhow::Context;
 use std::process::ExitCode;
 use twin_measured::kineto::{self, KernelClass};
-use twin_sim::verify::{compare_classes, predicted_classes, ClassTimes, WorkClass};
+use twin_sim::verify::{compare_classes, predicted_classes, ClassTimes, CollectiveCall, WorkClass};
 
 /// The predicted class a kernel class is compared with: memory-bound kernels of every kind
 /// (norms, casts, copies, fills, unrecognised kernels) as elementwise, NCCL as communication.
@@ -24,6 +24,31 @@ fn work_class(c: KernelClass) -> WorkClass {
         | KernelClass::Memcpy
         | KernelClass::Memset => WorkClass::Elementwise,
     }
+}
+
+/// A NCCL kernel as twin counts a collective: its kind by twin's name and its buffer in the
+/// nccl-tests sense (an all-gather's output: its output message, else the input times the
+/// group; every other kind's input message). Unknown sizes count as 0 bytes.
+fn collective_call(c: &kineto::CollectiveInfo, ns: u64) -> CollectiveCall {
+    use kineto::CollectiveKind as K;
+    let kind = match c.kind {
+        K::AllReduce => "all-reduce".to_string(),
+        K::AllGather => "all-gather".to_string(),
+        K::ReduceScatter => "reduce-scatter".to_string(),
+        K::AllToAll => "all-to-all".to_string(),
+        K::Broadcast => "broadcast".to_string(),
+        other => format!("{other:?}").to_ascii_lowercase(),
+    };
+    let bytes = match c.kind {
+        K::AllGather => c.out_bytes.or_else(|| {
+            c.bytes
+                .zip(c.group_size)
+                .map(|(b, g)| b.saturating_mul(u64::from(g)))
+        }),
+        _ => c.bytes,
+    }
+    .unwrap_or(0);
+    CollectiveCall { kind, bytes, ns }
 }
 
 pub fn run(a: StepArgs) -> anyhow::Result<ExitCode> {
@@ -78,6 +103,15 @@ pub fn run(a: StepArgs) -> anyhow::Result<ExitCode> {
         .collect();
     pairs.push((WorkClass::Idle, b.idle_ns));
     let mut measured = ClassTimes::new(b.step_ns, &pairs);
+    if let Some(span) = trace.steps.get(step) {
+        measured.collectives = trace
+            .kernels
+            .iter()
+            .filter(|k| span.start_ns <= k.start_ns && k.start_ns < span.end_ns())
+            .filter(|k| k.class == KernelClass::Collective)
+            .filter_map(|k| k.collective.as_ref().map(|c| collective_call(c, k.dur_ns)))
+            .collect();
+    }
     let mut reserved = None;
     if let Some(path) = &a.memory_snapshot {
         let snap = twin_measured::snapshot::read_snapshot(path)?;

@@ -60,6 +60,18 @@ pub struct ClassTimes {
     pub by_class_ns: Vec<(WorkClass, u64)>,
     /// Peak allocated device memory, when known.
     pub peak_allocated_bytes: Option<u64>,
+    /// Each collective call of the step: its kind (`CollectiveKind::name`, or the trace's own
+    /// name for kinds twin has none of), its buffer in the nccl-tests sense (the all-gather's
+    /// output, the reduce-scatter's input), and its time.
+    pub collectives: Vec<CollectiveCall>,
+}
+
+/// One collective call.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CollectiveCall {
+    pub kind: String,
+    pub bytes: u64,
+    pub ns: u64,
 }
 
 impl ClassTimes {
@@ -79,6 +91,7 @@ impl ClassTimes {
             step_ns,
             by_class_ns,
             peak_allocated_bytes: None,
+            collectives: Vec::new(),
         }
     }
 
@@ -98,9 +111,27 @@ pub fn predicted_classes(
     rank: u32,
 ) -> ClassTimes {
     let mut parts = [0f64; 4]; // gemm, attention, elementwise, optimizer (ns, fractional)
+    let mut collectives = Vec::new();
     if let (Some(trace), Some(program)) = (&result.trace, schedule.get_program(rank)) {
         for e in trace.events.iter().filter(|e| e.rank == rank) {
-            let Some(OpKind::Compute(op)) = program.ops.get(e.op as usize).map(|o| &o.kind) else {
+            let kind = program.ops.get(e.op as usize).map(|o| &o.kind);
+            if let Some(&OpKind::Collective {
+                kind, bytes, calls, ..
+            }) = kind
+            {
+                // Merged same-size calls share the op's time evenly.
+                let n = u64::from(calls.max(1));
+                let ns = e.end_ns.saturating_sub(e.start_ns) / n;
+                for _ in 0..n.min(1 << 16) {
+                    collectives.push(CollectiveCall {
+                        kind: kind.name().to_string(),
+                        bytes,
+                        ns,
+                    });
+                }
+                continue;
+            }
+            let Some(OpKind::Compute(op)) = kind else {
                 continue;
             };
             let dur = e.end_ns.saturating_sub(e.start_ns) as f64;
@@ -147,6 +178,7 @@ pub fn predicted_classes(
         let reserved = r.memory_at_peak[crate::schedule::MemCategory::Reserved as usize];
         r.peak_memory_bytes.saturating_sub(reserved)
     });
+    t.collectives = collectives;
     t
 }
 
@@ -158,6 +190,51 @@ pub struct ClassRow {
     pub measured_s: f64,
     /// measured - predicted.
     pub difference_s: f64,
+}
+
+/// The collective calls of one kind and size range (`size_bucket`) on both sides.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CollectiveRow {
+    pub kind: String,
+    pub size: String,
+    pub predicted_calls: u64,
+    pub measured_calls: u64,
+    pub predicted_s: f64,
+    pub measured_s: f64,
+}
+
+/// Both sides' calls grouped by (kind, size range), in kind then size order.
+fn collective_rows(
+    predicted: &[CollectiveCall],
+    measured: &[CollectiveCall],
+) -> Vec<CollectiveRow> {
+    use std::collections::BTreeMap;
+    let mut rows: BTreeMap<(String, u32, String), CollectiveRow> = BTreeMap::new();
+    for (side, calls) in [(0, predicted), (1, measured)] {
+        for c in calls {
+            let size = super::size_bucket(c.bytes);
+            let order = 64 - c.bytes.leading_zeros();
+            let row = rows
+                .entry((c.kind.clone(), order / 2, size.clone()))
+                .or_insert_with(|| CollectiveRow {
+                    kind: c.kind.clone(),
+                    size,
+                    predicted_calls: 0,
+                    measured_calls: 0,
+                    predicted_s: 0.0,
+                    measured_s: 0.0,
+                });
+            let s = c.ns as f64 * 1e-9;
+            if side == 0 {
+                row.predicted_calls += 1;
+                row.predicted_s += s;
+            } else {
+                row.measured_calls += 1;
+                row.measured_s += s;
+            }
+        }
+    }
+    rows.into_values().collect()
 }
 
 /// A predicted step against a measured one by class.
@@ -175,6 +252,8 @@ pub struct ClassComparison {
     pub peak_allocated_error: Option<f64>,
     /// Peak reserved by the caching allocator (measured only: shown beside).
     pub peak_reserved_measured_bytes: Option<u64>,
+    /// The collectives by kind and size range; empty when neither side has any.
+    pub collectives: Vec<CollectiveRow>,
 }
 
 pub fn compare_classes(
@@ -212,6 +291,7 @@ pub fn compare_classes(
         peak_allocated_measured_bytes: measured.peak_allocated_bytes,
         peak_allocated_error: peak_error,
         peak_reserved_measured_bytes,
+        collectives: collective_rows(&predicted.collectives, &measured.collectives),
     }
 }
 
@@ -248,6 +328,25 @@ impl ClassComparison {
                 r.difference_s * 1e3,
                 100.0 * share
             );
+        }
+        if !self.collectives.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n{:<16} {:>14} {:>9} {:>9} {:>12} {:>12}",
+                "collective", "size", "pred. n", "meas. n", "predicted ms", "measured ms"
+            );
+            for r in &self.collectives {
+                let _ = writeln!(
+                    out,
+                    "{:<16} {:>14} {:>9} {:>9} {:>12.2} {:>12.2}",
+                    r.kind,
+                    r.size,
+                    r.predicted_calls,
+                    r.measured_calls,
+                    r.predicted_s * 1e3,
+                    r.measured_s * 1e3
+                );
+            }
         }
         let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
         if let (Some(p), Some(m)) = (

@@ -20,7 +20,8 @@ mod steps;
 mod tests;
 
 pub use classes::{
-    compare_classes, predicted_classes, ClassComparison, ClassRow, ClassTimes, WorkClass,
+    compare_classes, predicted_classes, ClassComparison, ClassRow, ClassTimes, CollectiveCall,
+    CollectiveRow, WorkClass,
 };
 pub use cores::{core_activity, CoreActivities, CoreActivity, Holes, HolesByThreads};
 pub use critical::{critical_path, CriticalPath, CriticalPaths};
