@@ -21,8 +21,8 @@ Details: docs/reference/cli.md#twin-tui"
 pub struct Args {
     /// Scenario TOML file (see docs/reference/scenarios.md).
     pub scenario: PathBuf,
-    /// A measured step to compare with: a trace file (`twin run --trace FILE`) or a
-    /// directory written by `twin verify step --trace-dir DIR`.
+    /// A measured step to compare with: a trace file (`twin run --trace FILE`), a directory
+    /// written by `twin verify step --trace-dir DIR`, or a PyTorch profiler trace.
     #[arg(long, value_name = "TRACE_OR_DIR")]
     pub measured: Option<PathBuf>,
     /// Hardware profile TOML whose cost-model parameters replace the defaults.

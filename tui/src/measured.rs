@@ -3,7 +3,10 @@
 //! [`twin_sim::trace::Trace::to_chrome_json`]), or a directory written by
 //! `twin verify step --trace-dir DIR`, whose `predicted.trace.json` and `measured.trace.json` are
 //! read the same way, and whose `verify.json` gives the bubble and exposed communication as
-//! `twin verify` reported them.
+//! `twin verify` reported them. A PyTorch profiler (Kineto) trace, `.json` or `.json.gz`, or a
+//! directory of one per rank, is read too ([`twin_measured::kineto`]): its last step's kernels
+//! become the measured timeline, compute kernels on the compute stream, NCCL collectives on the
+//! data-parallel one, point-to-point on the pipeline's.
 
 use crate::timeline::{RawOp, Timeline};
 use std::path::{Path, PathBuf};
@@ -94,6 +97,18 @@ const MAX_TRACE_BYTES: u64 = 1 << 30;
 
 /// Reads `path`: a trace file, or a `twin verify step --trace-dir` directory.
 pub fn load(path: &Path, stage_of: &dyn Fn(u32) -> u32) -> Result<Measured, MeasuredError> {
+    let verify_dir = ["measured.trace.json", "predicted.trace.json"]
+        .iter()
+        .any(|f| path.join(f).is_file());
+    if path.is_dir() && !verify_dir {
+        return read_pytorch(path, stage_of).map_err(|e| MeasuredError::Format {
+            path: path.to_path_buf(),
+            message: format!(
+                "neither a `twin verify step --trace-dir` directory (no measured.trace.json) \
+                 nor one of PyTorch profiler traces ({e})"
+            ),
+        });
+    }
     if path.is_dir() {
         let file = |name: &'static str| {
             let p = path.join(name);
@@ -119,13 +134,86 @@ pub fn load(path: &Path, stage_of: &dyn Fn(u32) -> u32) -> Result<Measured, Meas
             figures,
         })
     } else {
-        Ok(Measured {
-            label: file_label(path),
-            timeline: read_trace_file(path, stage_of)?,
-            predicted: None,
-            figures: None,
-        })
+        match read_trace_file(path, stage_of) {
+            Ok(timeline) if !timeline_is_empty(&timeline) => Ok(Measured {
+                label: file_label(path),
+                timeline,
+                predicted: None,
+                figures: None,
+            }),
+            // Not twin's own trace: a PyTorch one, or the error of twin's reader.
+            twin => read_pytorch(path, stage_of).or_else(|pytorch| match twin {
+                Err(e) => Err(e),
+                Ok(_) => Err(pytorch),
+            }),
+        }
     }
+}
+
+fn timeline_is_empty(t: &Timeline) -> bool {
+    t.rows.iter().all(|r| r.spans.is_empty())
+}
+
+/// A PyTorch profiler trace (a file, or a directory of one per rank): each rank's last step,
+/// its kernels as ops from the step's start.
+fn read_pytorch(path: &Path, stage_of: &dyn Fn(u32) -> u32) -> Result<Measured, MeasuredError> {
+    use twin_measured::kineto::{read_traces, KernelClass};
+    let traces = read_traces(path).map_err(|e| MeasuredError::Format {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let mut ops = Vec::new();
+    for (i, t) in traces.iter().enumerate() {
+        let rank = t.rank.unwrap_or(u32::try_from(i).unwrap_or(u32::MAX));
+        let Some(step) = t.steps.last() else {
+            continue;
+        };
+        for (n, k) in t
+            .kernels
+            .iter()
+            .filter(|k| step.start_ns <= k.start_ns && k.start_ns < step.end_ns())
+            .enumerate()
+        {
+            let stream = match k.class {
+                KernelClass::Collective => Stream::Dp,
+                KernelClass::P2p => Stream::PpSend,
+                KernelClass::Memcpy | KernelClass::Memset => Stream::Io,
+                _ => Stream::Compute,
+            };
+            let start_ns = k.start_ns - step.start_ns;
+            ops.push(RawOp {
+                rank,
+                op: u32::try_from(n).unwrap_or(u32::MAX),
+                stream,
+                name: format!("{} {}", k.class.name(), short_kernel_name(&k.name)),
+                start_ns,
+                end_ns: start_ns.saturating_add(k.dur_ns),
+                bytes: k
+                    .collective
+                    .as_ref()
+                    .and_then(|c| c.bytes)
+                    .or(k.bytes)
+                    .unwrap_or(0),
+                flops: 0,
+                solo_ns: None,
+            });
+        }
+    }
+    Ok(Measured {
+        label: format!("{} (PyTorch)", file_label(path)),
+        timeline: Timeline::build(ops.into_iter(), &[], stage_of),
+        predicted: None,
+        figures: None,
+    })
+}
+
+/// A kernel's name without its template arguments and parameter list: "void
+/// at::native::vectorized_elementwise_kernel<4, ...>(...)" is "vectorized_elementwise_kernel".
+fn short_kernel_name(name: &str) -> &str {
+    let name = name.strip_prefix("void ").unwrap_or(name);
+    let end = name.find(['<', '(']).unwrap_or(name.len());
+    let base = &name[..end];
+    base.rsplit("::").next().unwrap_or(base)
 }
 
 fn file_label(path: &Path) -> String {
@@ -274,6 +362,38 @@ mod tests {
             .contains("stream"));
         let neg = r#"{"traceEvents":[{"ph":"X","pid":0,"tid":0,"ts":-1,"dur":1}]}"#;
         assert!(parse_chrome_json(neg, &none).is_err());
+    }
+
+    /// The bundled H200 PyTorch trace reads as a measured timeline: its step's kernels, one
+    /// rank, compute on the compute stream, and the spans end where the step does.
+    #[test]
+    fn a_pytorch_trace_reads_as_the_measured_timeline() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(
+            "../measured/tests/data/h200-hf-llama/hf-llama-L8-mb1-gb4-s2048-h200.trace.json.gz",
+        );
+        let m = load(&path, &|_| 0).unwrap();
+        assert!(m.label.ends_with("(PyTorch)"), "{}", m.label);
+        let trace = twin_measured::kineto::read_trace(&path).unwrap();
+        let step = trace.steps.last().unwrap();
+        let spans: usize = m.timeline.rows.iter().map(|r| r.spans.len()).sum();
+        let in_step = trace
+            .kernels
+            .iter()
+            .filter(|k| step.start_ns <= k.start_ns && k.start_ns < step.end_ns())
+            .count();
+        assert_eq!(spans, in_step);
+        assert!(m.timeline.rows.iter().all(|r| r.rank == 0));
+        assert_eq!(short_kernel_name("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int)"), "vectorized_elementwise_kernel");
+        assert_eq!(
+            short_kernel_name("nvjet_sm90_tst_256x128"),
+            "nvjet_sm90_tst_256x128"
+        );
+        // Neither twin's trace nor a PyTorch one: an error, no panic.
+        let dir = std::env::temp_dir().join(format!("twin-tui-neither-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("x.json"), "{\"traceEvents\": []}").unwrap();
+        assert!(load(&dir.join("x.json"), &|_| 0).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
