@@ -142,9 +142,9 @@ pub fn load(path: &Path, stage_of: &dyn Fn(u32) -> u32) -> Result<Measured, Meas
                 figures: None,
             }),
             // Not twin's own trace: a PyTorch one, or the error of twin's reader.
-            twin => read_pytorch(path, stage_of).or_else(|pytorch| match twin {
-                Err(e) => Err(e),
-                Ok(_) => Err(pytorch),
+            twin => read_pytorch(path, stage_of).map_err(|pytorch| match twin {
+                Err(e) => e,
+                Ok(_) => pytorch,
             }),
         }
     }
