@@ -648,6 +648,22 @@ fn a_profile_fitted_to_a_pytorch_trace_prices_its_job() {
         (p - m).abs() <= 0.05 * m,
         "GEMMs predicted {p} s, measured {m} s"
     );
+    // And the attention class, its curve scaled per direction by the trace's cuDNN calls.
+    let attention = &v["classes"][1];
+    assert_eq!(attention["class"], "attention");
+    let (p, m) = (
+        attention["predicted_s"].as_f64().unwrap(),
+        attention["measured_s"].as_f64().unwrap(),
+    );
+    assert!(
+        (p - m).abs() <= 0.05 * m,
+        "attention predicted {p} s, measured {m} s"
+    );
+    assert_eq!(
+        fit["attention"][0]["calls"], 32,
+        "one forward per layer and micro batch"
+    );
+    assert_eq!(fit["attention"][1]["calls"], 32);
     // The profile simulates the scenario (and names what it fitted).
     let toml = std::fs::read_to_string(&out).unwrap();
     assert!(toml.contains("twin calibrate trace"), "{toml}");

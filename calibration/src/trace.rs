@@ -9,6 +9,11 @@
 //! - the memory-bound bandwidth: every copy or cast kernel (`aten::copy_`, whose shapes and
 //!   types give the bytes it read and wrote exactly) is one point of
 //!   `time = bytes / bandwidth + floor`, fitted by least squares;
+//! - the attention kernel's efficiency: the calls of the backend the scenario's framework runs
+//!   (cuDNN, flash; `aten::_cudnn_attention_*`, `aten::_flash_attention_*`,
+//!   `aten::_scaled_dot_product_*` with `[b, heads, s, d]` shapes) against the base curve's
+//!   price for the same shapes, causal, per direction: the curve's `max_efficiency` scaled by
+//!   their ratio (its half points kept);
 //! - the per-kernel cost that remains: the scenario is simulated with the two fits, and what
 //!   the measured step is longer than that prediction, spread over the kernels twin counts,
 //!   becomes the profile's `kernel.launch_ns` (host dispatch, launch gaps, kernel floors: what
@@ -38,6 +43,9 @@ pub struct TraceFit {
     /// Their fixed time per kernel.
     pub memory_floor_ns: Estimate,
     pub memory_kernels: usize,
+    /// The attention curve's `max_efficiency` per direction, [forward, backward], as the base
+    /// profile had it and as fitted, with the calls each is fitted to (`None`: no such calls).
+    pub attention: [Option<AttentionFit>; 2],
     /// The per-kernel cost left after the fits (the profile's `kernel.launch_ns`).
     pub launch_ns: f64,
     /// Kernels the trace's step ran, and kernels twin's schedule of the scenario counts on
@@ -51,6 +59,63 @@ pub struct TraceFit {
     pub step_base_s: f64,
     pub step_without_launch_s: f64,
     pub step_fitted_s: f64,
+}
+
+/// One direction of the attention fit.
+#[derive(Clone, Debug, Serialize)]
+pub struct AttentionFit {
+    pub calls: usize,
+    pub measured_s: f64,
+    pub base_s: f64,
+    pub base_max_efficiency: f64,
+    pub max_efficiency: f64,
+}
+
+/// Attention calls of a step, as (shape, measured ns): each op call of a fused attention
+/// (its kernels summed), with `[b, heads, s, d]` query and `[b, kv_heads, s_kv, d]` key
+/// shapes; causal, as a training step's attention is.
+pub fn attention_calls(
+    trace: &RankTrace,
+    window: (u64, u64),
+) -> Vec<(twin_sim::ir::Attention, f64)> {
+    use std::collections::BTreeMap;
+    let mut calls: BTreeMap<u64, (twin_sim::ir::Attention, f64)> = BTreeMap::new();
+    for k in &trace.kernels {
+        if k.class != KernelClass::Attention || !in_window(k.start_ns, window) {
+            continue;
+        }
+        let (Some(op), Some(id)) = (k.op.as_deref(), k.op_id) else {
+            continue;
+        };
+        let fused = [
+            "_cudnn_attention",
+            "_flash_attention",
+            "_scaled_dot_product",
+        ];
+        if !fused.iter().any(|f| op.contains(f)) {
+            continue;
+        }
+        let shape = || -> Option<twin_sim::ir::Attention> {
+            let q = k.op_input_dims.first()?;
+            let kv = k.op_input_dims.get(1)?;
+            let (&b, &h, &s, &d) = (q.first()?, q.get(1)?, q.get(2)?, q.get(3)?);
+            let skv = *kv.get(2)?;
+            Some(twin_sim::ir::Attention {
+                batch: u32::try_from(b).ok()?,
+                heads: u32::try_from(h).ok()?,
+                head_dim: d,
+                q_len: s,
+                kv_len: skv,
+                causal: true,
+                backward: op.contains("backward"),
+                count: 1,
+            })
+        };
+        let Some(a) = shape() else { continue };
+        let entry = calls.entry(id).or_insert((a, 0.0));
+        entry.1 += k.dur_ns as f64;
+    }
+    calls.into_values().collect()
 }
 
 /// The GEMM calls of a trace's step: each GEMM kernel whose launching op recorded its shapes,
@@ -244,6 +309,8 @@ pub fn calibrate_trace(
     };
     p.memory_bandwidth_bytes_per_s = Some(bw);
 
+    let attention = fit_attention(trace, window, scenario, &mut p);
+
     let simulate = |profile: &Profile| -> Result<(f64, u64), CalibError> {
         let staged = twin_sim::Staged::with_profile(scenario, Some(profile))
             .map_err(|e| CalibError::Profile(e.to_string()))?;
@@ -295,6 +362,7 @@ pub fn calibrate_trace(
         memory_bandwidth_bytes_per_s: bandwidth,
         memory_floor_ns: floor,
         memory_kernels: copies.len(),
+        attention,
         launch_ns,
         kernels_measured: breakdown.kernels,
         kernels_predicted,
@@ -304,6 +372,83 @@ pub fn calibrate_trace(
         step_fitted_s,
     };
     Ok((p, fit))
+}
+
+/// Scales the profile's attention curve of the scenario's backend, per direction, by how the
+/// trace's calls ran against the base curve's price for their shapes (module doc).
+fn fit_attention(
+    trace: &RankTrace,
+    window: (u64, u64),
+    scenario: &Scenario,
+    p: &mut Profile,
+) -> [Option<AttentionFit>; 2] {
+    use twin_sim::cost::Analytic;
+    use twin_sim::profile::AttentionCurveParams;
+    use twin_sim::scenario::framework::AttentionBackend;
+    let cost = Analytic::from_profile(scenario, p);
+    let Some(model) = cost.attention.as_ref() else {
+        return [None, None];
+    };
+    let peak = cost.peak_flops_per_s(twin_sim::scenario::Precision::Bf16);
+    let calls = attention_calls(trace, window);
+    let origin = trace.path.display().to_string();
+    let mut out = [None, None];
+    for (i, backward) in [false, true].into_iter().enumerate() {
+        let mine: Vec<_> = calls
+            .iter()
+            .filter(|(a, _)| a.backward == backward)
+            .collect();
+        let measured_ns: f64 = mine.iter().map(|(_, t)| t).sum();
+        let base_s: f64 = mine.iter().map(|(a, _)| model.attention_s(a, peak)).sum();
+        if mine.is_empty() || !(measured_ns > 0.0 && base_s > 0.0) {
+            continue;
+        }
+        let measured_s = measured_ns * 1e-9;
+        let curve = model.curve(&mine[0].0);
+        let max_efficiency = (curve.max_efficiency * base_s / measured_s).clamp(1e-3, 1.0);
+        let param = |value: f64, what: String| Param {
+            value,
+            source: Source::Fitted,
+            reference: what,
+            ci95: None,
+        };
+        let kept = "kept from the base profile's curve (its default fit to H200 attention \
+                    microbenchmarks where it gives none: sim/src/cost/attention.rs)"
+            .to_string();
+        let fitted = AttentionCurveParams {
+            max_efficiency: param(
+                max_efficiency,
+                format!(
+                    "{} calls of the trace ran {:.2} ms where the base curve priced {:.2} ms: \
+                     its max_efficiency {:.4} scaled by their ratio; twin calibrate trace {origin}",
+                    mine.len(),
+                    measured_s * 1e3,
+                    base_s * 1e3,
+                    curve.max_efficiency
+                ),
+            ),
+            keys_half: param(curve.keys_half, kept.clone()),
+            head_dim_half: param(curve.head_dim_half, kept.clone()),
+        };
+        let att = p.attention.get_or_insert_with(Default::default);
+        let slot = match (model.backend, backward) {
+            (AttentionBackend::Flash, false) => &mut att.flash_forward,
+            (AttentionBackend::Flash, true) => &mut att.flash_backward,
+            (AttentionBackend::Cudnn, false) => &mut att.cudnn_forward,
+            (AttentionBackend::Cudnn, true) => &mut att.cudnn_backward,
+            (AttentionBackend::Triton, false) => &mut att.triton_forward,
+            (AttentionBackend::Triton, true) => &mut att.triton_backward,
+        };
+        *slot = Some(fitted);
+        out[i] = Some(AttentionFit {
+            calls: mine.len(),
+            measured_s,
+            base_s,
+            base_max_efficiency: curve.max_efficiency,
+            max_efficiency,
+        });
+    }
+    out
 }
 
 impl TraceFit {
@@ -334,6 +479,20 @@ impl TraceFit {
             self.memory_floor_ns.value / 1e3,
             self.memory_kernels
         );
+        for (dir, a) in ["forward", "backward"].iter().zip(&self.attention) {
+            if let Some(a) = a {
+                let _ = writeln!(
+                    out,
+                    "attention     {dir}: {} calls ran {:.2} ms, the base curve priced {:.2} ms: \
+                     max efficiency {:.3} -> {:.3}",
+                    a.calls,
+                    a.measured_s * 1e3,
+                    a.base_s * 1e3,
+                    a.base_max_efficiency,
+                    a.max_efficiency
+                );
+            }
+        }
         let _ = writeln!(
             out,
             "per kernel    {:.2} us beyond the fitted work ({} kernels measured, {} counted by twin)",

@@ -222,6 +222,8 @@ pub struct Kernel {
     pub collective: Option<CollectiveInfo>,
     /// The CPU op that launched it (by "External id"), e.g. `aten::mm`.
     pub op: Option<String>,
+    /// That op's "External id": the kernels one op call launched share it.
+    pub op_id: Option<u64>,
     /// Bytes a memcpy or memset moved ("bytes" in args).
     pub bytes: Option<u64>,
     /// The launching op's input shapes ("Input Dims", recorded with `record_shapes=True`), one
@@ -573,11 +575,12 @@ fn build(
         // Kineto before 2024 wrote a kernel with no linked CPU op with its own correlation id
         // as "External id" (today's output_json.cpp leaves the key out instead): such an id
         // names no op, and must not be looked up among the ops' ids.
-        let op = g
+        let op_id = g
             .args
             .filter(|a| a.external_id.as_u64() != a.correlation.as_u64())
             .and_then(|a| a.external_id.as_u64())
-            .and_then(|id| ops.get(&id));
+            .filter(|id| ops.contains_key(id));
+        let op = op_id.and_then(|id| ops.get(&id));
         let launch = g
             .args
             .and_then(|a| a.correlation.as_u64())
@@ -621,6 +624,7 @@ fn build(
             class,
             collective,
             op: op.map(|o| o.name.to_owned()),
+            op_id,
             bytes: g
                 .args
                 .and_then(|a| a.bytes.as_u64())
