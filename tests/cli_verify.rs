@@ -433,6 +433,18 @@ fn verify_measured_compares_a_pytorch_trace_by_class() {
     let measured = v["step_time_measured_s"].as_f64().unwrap();
     assert!((0.34..0.358).contains(&measured), "{measured}");
     assert_eq!(v["peak_allocated_measured_bytes"], 57_195_896_832u64);
+    // The peak by kind: the fp32 parameters (weights) and Adam's moments are the model's
+    // state on both sides, within 1%.
+    let at_peak = v["at_peak"].as_array().unwrap();
+    let kinds: Vec<&str> = at_peak.iter().map(|r| r[0].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["weights", "grads", "optimizer", "activations", "other"]
+    );
+    for row in &at_peak[..3] {
+        let (p, m) = (row[1].as_f64().unwrap(), row[2].as_f64().unwrap());
+        assert!((p - m).abs() <= 0.01 * m, "{row}");
+    }
     let names: Vec<&str> = classes
         .iter()
         .map(|c| c["class"].as_str().unwrap())

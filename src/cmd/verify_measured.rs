@@ -121,6 +121,21 @@ pub fn run(a: StepArgs) -> anyhow::Result<ExitCode> {
             .max_by_key(|d| d.peak_allocated_bytes)
             .with_context(|| format!("{}: the snapshot holds no device", path.display()))?;
         measured.peak_allocated_bytes = Some(device.peak_allocated_bytes);
+        measured.at_peak = device
+            .by_category_at_peak
+            .iter()
+            .map(|&(c, bytes)| {
+                use twin_measured::snapshot::MemoryCategory as C;
+                let kind = match c {
+                    C::Weights => "weights",
+                    C::Gradients => "grads",
+                    C::OptimizerState => "optimizer",
+                    C::Activations | C::Temporaries => "activations",
+                    C::Unknown => "other",
+                };
+                (kind.to_string(), bytes)
+            })
+            .collect();
         reserved = Some(device.peak_reserved_bytes);
     }
     let cmp = compare_classes(&predicted, &measured, reserved);

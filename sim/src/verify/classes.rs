@@ -60,6 +60,9 @@ pub struct ClassTimes {
     pub by_class_ns: Vec<(WorkClass, u64)>,
     /// Peak allocated device memory, when known.
     pub peak_allocated_bytes: Option<u64>,
+    /// What the peak holds by kind, when known: (kind, bytes) with the kinds "weights",
+    /// "grads", "optimizer", "activations" (temporaries included) and "other".
+    pub at_peak: Vec<(String, u64)>,
     /// Each collective call of the step: its kind (`CollectiveKind::name`, or the trace's own
     /// name for kinds twin has none of), its buffer in the nccl-tests sense (the all-gather's
     /// output, the reduce-scatter's input), and its time.
@@ -91,6 +94,7 @@ impl ClassTimes {
             step_ns,
             by_class_ns,
             peak_allocated_bytes: None,
+            at_peak: Vec::new(),
             collectives: Vec::new(),
         }
     }
@@ -178,6 +182,17 @@ pub fn predicted_classes(
         let reserved = r.memory_at_peak[crate::schedule::MemCategory::Reserved as usize];
         r.peak_memory_bytes.saturating_sub(reserved)
     });
+    if let Some(r) = stats {
+        use crate::schedule::MemCategory as M;
+        let at = |c: M| r.memory_at_peak[c as usize];
+        t.at_peak = vec![
+            ("weights".into(), at(M::Weights)),
+            ("grads".into(), at(M::Grads)),
+            ("optimizer".into(), at(M::Optimizer)),
+            ("activations".into(), at(M::Activations)),
+            ("other".into(), at(M::Buffers)),
+        ];
+    }
     t.collectives = collectives;
     t
 }
@@ -254,6 +269,9 @@ pub struct ClassComparison {
     pub peak_reserved_measured_bytes: Option<u64>,
     /// The collectives by kind and size range; empty when neither side has any.
     pub collectives: Vec<CollectiveRow>,
+    /// What each side's peak holds by kind, (kind, predicted bytes, measured bytes); empty
+    /// unless both sides say.
+    pub at_peak: Vec<(String, u64, u64)>,
 }
 
 pub fn compare_classes(
@@ -292,6 +310,23 @@ pub fn compare_classes(
         peak_allocated_error: peak_error,
         peak_reserved_measured_bytes,
         collectives: collective_rows(&predicted.collectives, &measured.collectives),
+        at_peak: if predicted.at_peak.is_empty() || measured.at_peak.is_empty() {
+            Vec::new()
+        } else {
+            predicted
+                .at_peak
+                .iter()
+                .map(|(k, p)| {
+                    let m = measured
+                        .at_peak
+                        .iter()
+                        .filter(|(mk, _)| mk == k)
+                        .map(|(_, b)| *b)
+                        .sum();
+                    (k.clone(), *p, m)
+                })
+                .collect()
+        },
     }
 }
 
@@ -364,6 +399,16 @@ impl ClassComparison {
                 let _ = write!(out, " (measured reserved {:.2} GiB)", gib(r));
             }
             out.push('\n');
+        }
+        if !self.at_peak.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n{:<14} {:>14} {:>14}",
+                "at the peak", "predicted GiB", "measured GiB"
+            );
+            for (k, p, m) in &self.at_peak {
+                let _ = writeln!(out, "{:<14} {:>14.2} {:>14.2}", k, gib(*p), gib(*m));
+            }
         }
         out
     }
