@@ -147,3 +147,36 @@ const MODERN_MEGATRON: (f64, f64) = (0.049, 0.150);
 const MODERN_TORCHTITAN: (f64, f64) = (0.173, 0.398);
 const MODERN_LLM_FOUNDRY: (f64, f64) = (0.082, 0.264);
 const MODERN_LONG_CONTEXT: (f64, f64) = (0.072, 0.398);
+
+/// DeepSeek-V3 at Megatron-Bridge's published layout (1,024 H100s, tp 2, pp 8, vpp 4, ep 64,
+/// its pipeline layout and multi-token prediction) fits, as the run did: every stage's peak,
+/// reported by category (which sum to it), stays under the usable HBM of an 80 GB H100.
+#[test]
+fn deepseek_v3_fits_at_its_published_layout() {
+    let table = parse_table(MODERN, "throughput-modern.toml").unwrap();
+    let row = table
+        .run
+        .iter()
+        .find(|r| r.id == "mb2509-deepseek-v3")
+        .expect("the DeepSeek-V3 row");
+    let s = twin_sim::validate::modern::modern_scenario(row).unwrap();
+    let opts = twin_sim::PredictOptions {
+        collapse: true,
+        ..Default::default()
+    };
+    let p = twin_sim::predict(&s, &opts).unwrap();
+    let usable = s.cluster.gpu.usable_bytes();
+    assert!(
+        p.report.fits,
+        "peak {} of {usable}",
+        p.report.peak_memory_bytes
+    );
+    for r in &p.report.ranks {
+        let m = &r.memory_breakdown;
+        let sum = m.weights + m.grads + m.optimizer + m.activations + m.buffers + m.reserved;
+        assert_eq!(sum, r.peak_memory_bytes, "rank {:?}", r.rank);
+        assert!(r.peak_memory_bytes <= usable);
+    }
+    // The busiest stage is within 10% of full: the layout is tight, as published layouts are.
+    assert!(p.report.peak_memory_bytes as f64 > 0.9 * usable as f64);
+}

@@ -243,6 +243,7 @@ impl Sizes for UniformSizes {
             boundary_bytes: self.boundary_bytes,
             largest_module_params: self.dense_params_per_layer,
             grad_accumulate: None,
+            forward_transient_bytes: 0,
             backward_transient_bytes: 0,
         })
     }

@@ -155,6 +155,20 @@ pub(crate) fn head(d: &Dims, loss_logits_bytes: u64) -> u64 {
         .saturating_add(weight_copies(d, super::compute::head_weight_elements(d)))
 }
 
+/// What an MoE layer's pass holds beyond what it saves, while its tokens travel: the send
+/// buffer of the dispatch (the permuted copies) and of the combine (the experts' outputs), one
+/// copy of the rank's routed tokens each in the activation dtype, capacity padding included
+/// (Megatron-Core's `alltoall` dispatcher permutes into one buffer before the all-to-all and
+/// the experts write another before the all-to-all back: NVIDIA/Megatron-LM@d98e8a64dd
+/// megatron/core/transformer/moe/token_dispatcher.py `dispatch_preprocess`,
+/// `combine_preprocess`). 0 without experts.
+pub(crate) fn moe_buffers(d: &Dims) -> u64 {
+    match d.moe {
+        Some(_) => prod(&[2, d.act_bytes, d.expert_tokens(), d.h]),
+        None => 0,
+    }
+}
+
 /// What the loss's backward holds beyond the saved activations: `per_logit` bytes per logit
 /// element of this rank (`tokens x vocab/t`).
 pub(crate) fn loss_backward(d: &Dims, per_logit: u64) -> u64 {

@@ -119,9 +119,14 @@ pub struct ChunkWork {
     /// weight-gradient GEMMs accumulate in place (Megatron-Core's fused accumulation into
     /// its main-gradient buffer).
     pub grad_accumulate: Option<ComputeOp>,
+    /// Bytes a forward (or recompute) pass holds from its start to its end beyond the saved
+    /// activations: an MoE layer's dispatch and combine buffers (one layer at a time); 0 for
+    /// dense ranges.
+    pub forward_transient_bytes: u64,
     /// Bytes the backward holds from its start to its end beyond the saved activations: the
-    /// loss's gradients and casts of the logits on the head's chunk (the framework's
-    /// `memory.loss_backward_bytes` per logit element); 0 elsewhere.
+    /// larger of the loss's gradients and casts of the logits on the head's chunk (the
+    /// framework's `memory.loss_backward_bytes` per logit element) and an MoE layer's
+    /// dispatch and combine buffers of the gradients.
     pub backward_transient_bytes: u64,
 }
 
@@ -354,10 +359,23 @@ pub fn layers_work_at(
             head,
         ),
         grad_accumulate: grad_accumulate(s, &d, (first_layer, num_layers), (embedding, head)),
-        backward_transient_bytes: if head {
-            activations::loss_backward(&d, s.training.framework.memory.loss_backward_bytes)
+        forward_transient_bytes: if n_moe > 0 {
+            activations::moe_buffers(&d)
         } else {
             0
+        },
+        backward_transient_bytes: {
+            let loss = if head {
+                activations::loss_backward(&d, s.training.framework.memory.loss_backward_bytes)
+            } else {
+                0
+            };
+            let moe = if n_moe > 0 {
+                activations::moe_buffers(&d)
+            } else {
+                0
+            };
+            loss.max(moe)
         },
     }
 }

@@ -155,19 +155,21 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             acts.recompute(&mut b, seg, seg_label)?;
         }
 
-        // What the backward holds only while it runs (the loss's gradients of the logits).
-        let transient = if matches!(step.phase, Phase::Backward | Phase::BackwardInput) {
-            b.alloc(
-                Stream::Compute,
-                crate::schedule::MemCategory::Activations,
-                crate::schedule::Device::Gpu,
-                seg.work.backward_transient_bytes,
-                Deps::new(),
-                seg_label,
-            )?
-        } else {
-            None
+        // What a pass holds only while it runs (the loss's gradients of the logits, an MoE
+        // layer's all-to-all buffers).
+        let transient_bytes = match step.phase {
+            Phase::Backward | Phase::BackwardInput => seg.work.backward_transient_bytes,
+            Phase::Forward | Phase::Recompute => seg.work.forward_transient_bytes,
+            _ => 0,
         };
+        let transient = b.alloc(
+            Stream::Compute,
+            crate::schedule::MemCategory::Activations,
+            crate::schedule::Device::Gpu,
+            transient_bytes,
+            Deps::new(),
+            seg_label,
+        )?;
         let defer_a2a = ctx.s.training.moe_a2a_overlap && beside_opposite(order, step.slot);
         let ops = compute::emit_pass(ctx, &mut b, seg, step.phase, deps, seg_label, defer_a2a)?;
         let (compute, tail) = (ops.compute, ops.tail);

@@ -308,3 +308,27 @@ fn multi_token_prediction_runs_a_layer_and_the_head_again() {
         x + 2 * 2 * x + 2 * 2 * x + saved_layer + saved_head
     );
 }
+
+/// An MoE layer's pass holds its dispatch and combine send buffers while its tokens travel:
+/// one copy of the routed tokens each (top 2 of `T` tokens, bf16), padded to capacity under a
+/// capacity factor; a dense range holds none, and the backward holds the same for the
+/// gradients.
+#[test]
+fn moe_passes_hold_their_all_to_all_buffers() {
+    let (b, s, h) = (1u64, 512u64, 256u64);
+    let mut sc = moe_model(h, s, b, (96, 64, 1024));
+    let plan = Plan::new(&sc).unwrap();
+    let layout = &plan.chunks[0][0];
+    let copies = 2 * b * s;
+    let moe = layers_work(&sc, &plan, layout, 1, 1, false, false);
+    assert_eq!(moe.forward_transient_bytes, 2 * 2 * copies * h);
+    assert_eq!(moe.backward_transient_bytes, moe.forward_transient_bytes);
+    let dense = layers_work(&sc, &plan, layout, 0, 1, false, false);
+    assert_eq!(dense.forward_transient_bytes, 0);
+    // Several MoE layers run one at a time: the same buffers, not more.
+    let three = layers_work(&sc, &plan, layout, 1, 3, false, false);
+    assert_eq!(three.forward_transient_bytes, moe.forward_transient_bytes);
+    sc.training.moe_routing = MoeRouting::Capacity { factor: 1.5 };
+    let padded = layers_work(&sc, &plan, layout, 1, 1, false, false);
+    assert_eq!(padded.forward_transient_bytes, 2 * 2 * (copies * 3 / 2) * h);
+}
