@@ -29,7 +29,7 @@ use crate::microbench::HOPPER_TILES;
 use crate::CalibError;
 use serde::Serialize;
 use twin_measured::kineto::{KernelClass, RankTrace};
-use twin_sim::profile::{Param, Profile, Source};
+use twin_sim::profile::{derived_fraction, Param, Profile, Source};
 use twin_sim::scenario::Scenario;
 
 /// What `calibrate_trace` fitted and how the prediction moved.
@@ -283,12 +283,12 @@ pub fn calibrate_trace(
             points.len()
         ),
     );
-    p.gemm_max_efficiency = Param {
-        value: rate.value / p.peak_bf16_flops_per_s.value.max(f64::MIN_POSITIVE),
-        source: Source::Fitted,
-        reference: "gemm.bf16_flops_per_s / gpu.peak_flops_per_s.bf16".into(),
-        ci95: None,
-    };
+    p.gemm_max_efficiency = derived_fraction(
+        &rate,
+        "gemm.bf16_flops_per_s",
+        &p.peak_bf16_flops_per_s,
+        "gpu.peak_flops_per_s.bf16",
+    );
     p.gemm_bf16_flops_per_s = Some(rate);
     p.gemm_k_half = fitted(gemm.k_half.clamp(0.0, f64::MAX), "bf16 GEMM curve");
     p.gemm_ramp_ns = fitted(gemm.ramp_ns.clamp(0.0, f64::MAX), "bf16 GEMM curve");
@@ -301,12 +301,12 @@ pub fn calibrate_trace(
             copies.len()
         ),
     );
-    p.memory_efficiency = Param {
-        value: bw.value / p.hbm_bandwidth_bytes_per_s.value.max(f64::MIN_POSITIVE),
-        source: Source::Fitted,
-        reference: "memory.bandwidth_bytes_per_s / gpu.hbm_bandwidth_bytes_per_s".into(),
-        ci95: None,
-    };
+    p.memory_efficiency = derived_fraction(
+        &bw,
+        "memory.bandwidth_bytes_per_s",
+        &p.hbm_bandwidth_bytes_per_s,
+        "gpu.hbm_bandwidth_bytes_per_s",
+    );
     p.memory_bandwidth_bytes_per_s = Some(bw);
 
     let attention = fit_attention(trace, window, scenario, &mut p);

@@ -6,38 +6,12 @@
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::engine::{simulate, SimOptions};
-use twin_sim::plan::{Group, GroupKind, Plan};
+use twin_sim::plan::{GroupKind, Plan};
 use twin_sim::scenario::{Moe, Scenario};
-use twin_sim::schedule::{generate, CollectiveKind, ComputeOp, OpKind, Phase, Program};
+use twin_sim::schedule::{generate, CollectiveKind, OpKind, Phase, Program};
 
-/// An expert all-to-all costs `a2a_ns_per_kb` ns per 1,000 bytes.
-struct Cost {
-    a2a_ns_per_kb: u64,
-}
-
-impl twin_sim::cost::CostModel for Cost {
-    fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
-        match op.phase {
-            Phase::Optimizer | Phase::Compress => 0,
-            _ => op.flops / 1_000,
-        }
-    }
-    fn collective_ns(&self, kind: CollectiveKind, g: &Group, bytes: u64, _calls: u32) -> u64 {
-        match (kind, g.kind) {
-            (CollectiveKind::AllToAll, GroupKind::Ep) => bytes / 1_000 * self.a2a_ns_per_kb,
-            _ => 0,
-        }
-    }
-    fn p2p_ns(&self, _: &Plan, _: u32, _: u32, _: u64) -> u64 {
-        0
-    }
-    fn checkpoint_ns(&self, _: u64) -> u64 {
-        0
-    }
-    fn compute_is_rank_invariant(&self) -> bool {
-        true
-    }
-}
+mod common;
+use common::ExpertCost;
 
 /// Micro batches of the test step.
 const M: u64 = 4;
@@ -53,7 +27,7 @@ fn moe(overlap: bool) -> Scenario {
     s
 }
 
-fn step_ns(s: &Scenario, cost: &Cost) -> u64 {
+fn step_ns(s: &Scenario, cost: &ExpertCost) -> u64 {
     let plan = Plan::new(s).unwrap();
     let sched = generate(s, &plan).unwrap();
     sched.validate(&plan).unwrap();
@@ -64,7 +38,7 @@ fn step_ns(s: &Scenario, cost: &Cost) -> u64 {
 
 /// The compute time of micro batch 0's pass `phase`, and the time of its expert all-to-all
 /// (dispatch and combine of every layer, merged into one op).
-fn pass_ns(p: &Program, phase: Phase, cost: &Cost) -> (u64, u64) {
+fn pass_ns(p: &Program, phase: Phase, cost: &ExpertCost) -> (u64, u64) {
     let i = p
         .ops
         .iter()
@@ -95,7 +69,7 @@ fn pass_ns(p: &Program, phase: Phase, cost: &Cost) -> (u64, u64) {
 /// the last backward's all-to-all, against `M (f + x + b + y)` without the overlap.
 #[test]
 fn steady_phase_all_to_alls_hide_behind_the_other_micro_batch() {
-    let cost = Cost { a2a_ns_per_kb: 1 };
+    let cost = ExpertCost { a2a_ns_per_kb: 1 };
     let s = moe(false);
     let plan = Plan::new(&s).unwrap();
     let sched = generate(&s, &plan).unwrap();
@@ -111,7 +85,7 @@ fn steady_phase_all_to_alls_hide_behind_the_other_micro_batch() {
 #[test]
 fn the_overlap_never_slows_the_step_and_cannot_beat_the_all_to_alls() {
     for a2a_ns_per_kb in [1, 100, 1_000, 10_000, 100_000] {
-        let cost = Cost { a2a_ns_per_kb };
+        let cost = ExpertCost { a2a_ns_per_kb };
         let (plain, over) = (step_ns(&moe(false), &cost), step_ns(&moe(true), &cost));
         assert!(over <= plain, "{a2a_ns_per_kb}: {over} > {plain}");
         let s = moe(false);
@@ -140,7 +114,7 @@ fn interleaved_pipelines_overlap_without_deadlock() {
             s.training.moe_a2a_overlap = overlap;
             s
         };
-        let cost = Cost {
+        let cost = ExpertCost {
             a2a_ns_per_kb: 1_000,
         };
         let (plain, over) = (step_ns(&mk(false), &cost), step_ns(&mk(true), &cost));

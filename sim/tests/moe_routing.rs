@@ -6,35 +6,14 @@
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::engine::{simulate, SimOptions, SimResult};
-use twin_sim::plan::{Group, GroupKind, Plan};
+use twin_sim::plan::{GroupKind, Plan};
 use twin_sim::scenario::{Moe, MoeRouting, Scenario};
 use twin_sim::schedule::{generate, CollectiveKind, ComputeOp, OpKind, Phase, Program, Schedule};
 
-struct Cost;
+mod common;
 
-impl twin_sim::cost::CostModel for Cost {
-    fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
-        match op.phase {
-            Phase::Optimizer | Phase::Compress => 0,
-            _ => op.flops / 1_000,
-        }
-    }
-    fn collective_ns(&self, kind: CollectiveKind, g: &Group, bytes: u64, _calls: u32) -> u64 {
-        match (kind, g.kind) {
-            (CollectiveKind::AllToAll, GroupKind::Ep) => bytes / 1_000,
-            _ => 0,
-        }
-    }
-    fn p2p_ns(&self, _: &Plan, _: u32, _: u32, _: u64) -> u64 {
-        0
-    }
-    fn checkpoint_ns(&self, _: u64) -> u64 {
-        0
-    }
-    fn compute_is_rank_invariant(&self) -> bool {
-        true
-    }
-}
+/// The expert all-to-all costs 1 ns per 1,000 bytes.
+const COST: common::ExpertCost = common::ExpertCost { a2a_ns_per_kb: 1 };
 
 /// Sequence length, hidden and expert widths of the test model.
 const S: u64 = 1024;
@@ -62,7 +41,7 @@ fn run(s: &Scenario, collapse: bool) -> (Plan, Schedule, SimResult) {
         collapse,
         ..SimOptions::default()
     };
-    let res = simulate(&plan, &sched, &Cost, &opts).unwrap();
+    let res = simulate(&plan, &sched, &COST, &opts).unwrap();
     (plan, sched, res)
 }
 
@@ -106,7 +85,7 @@ fn serial_ns(p: &Program) -> u64 {
         .ops
         .iter()
         .filter_map(|o| match &o.kind {
-            OpKind::Compute(c) => Some(twin_sim::cost::CostModel::compute_ns(&Cost, 0, c)),
+            OpKind::Compute(c) => Some(twin_sim::cost::CostModel::compute_ns(&COST, 0, c)),
             _ => None,
         })
         .sum();

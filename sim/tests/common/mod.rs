@@ -65,3 +65,42 @@ pub fn pipeline(
     s.training.recompute = twin_sim::scenario::Recompute::None;
     s
 }
+
+/// Compute costs 1 ns per 1,000 FLOPs of model passes; an expert-parallel all-to-all costs
+/// `a2a_ns_per_kb` ns per 1,000 bytes; everything else is free. The MoE engine oracles' cost
+/// model, the same on every rank.
+pub struct ExpertCost {
+    pub a2a_ns_per_kb: u64,
+}
+
+impl twin_sim::cost::CostModel for ExpertCost {
+    fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
+        match op.phase {
+            Phase::Optimizer | Phase::Compress => 0,
+            _ => op.flops / 1_000,
+        }
+    }
+    fn collective_ns(
+        &self,
+        kind: CollectiveKind,
+        g: &twin_sim::plan::Group,
+        bytes: u64,
+        _calls: u32,
+    ) -> u64 {
+        match (kind, g.kind) {
+            (CollectiveKind::AllToAll, twin_sim::plan::GroupKind::Ep) => {
+                bytes / 1_000 * self.a2a_ns_per_kb
+            }
+            _ => 0,
+        }
+    }
+    fn p2p_ns(&self, _: &Plan, _: u32, _: u32, _: u64) -> u64 {
+        0
+    }
+    fn checkpoint_ns(&self, _: u64) -> u64 {
+        0
+    }
+    fn compute_is_rank_invariant(&self) -> bool {
+        true
+    }
+}
