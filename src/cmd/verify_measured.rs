@@ -31,14 +31,19 @@ fn work_class(c: KernelClass) -> WorkClass {
 /// group; every other kind's input message). Unknown sizes count as 0 bytes.
 fn collective_call(c: &kineto::CollectiveInfo, ns: u64) -> CollectiveCall {
     use kineto::CollectiveKind as K;
-    let kind = match c.kind {
-        K::AllReduce => "all-reduce".to_string(),
-        K::AllGather => "all-gather".to_string(),
-        K::ReduceScatter => "reduce-scatter".to_string(),
-        K::AllToAll => "all-to-all".to_string(),
-        K::Broadcast => "broadcast".to_string(),
-        other => format!("{other:?}").to_ascii_lowercase(),
+    use twin_sim::schedule::CollectiveKind as T;
+    let twin_kind = match c.kind {
+        K::AllReduce => Some(T::AllReduce),
+        K::AllGather => Some(T::AllGather),
+        K::ReduceScatter => Some(T::ReduceScatter),
+        K::AllToAll => Some(T::AllToAll),
+        K::Broadcast => Some(T::Broadcast),
+        _ => None,
     };
+    let kind = twin_kind.map_or_else(
+        || format!("{:?}", c.kind).to_ascii_lowercase(),
+        |k| k.name().to_string(),
+    );
     let bytes = match c.kind {
         K::AllGather => c.out_bytes.or_else(|| {
             c.bytes
