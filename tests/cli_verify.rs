@@ -513,7 +513,9 @@ fn verify_measured_compares_collectives_of_a_multi_rank_trace() {
             r#"{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": {stream}, "ts": {ts}, "dur": {dur}, "args": {{"device": 0, "stream": {stream}{args}}}}}"#
         )
     };
-    for rank in 0..2 {
+    // Rank 1 waits 2 ms between its GEMM and its all-reduce: idle 2 of its 11 ms.
+    for rank in 0..2u32 {
+        let wait = 2000 * rank;
         let events = [
             kernel(
                 "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
@@ -525,14 +527,14 @@ fn verify_measured_compares_collectives_of_a_multi_rank_trace() {
             kernel(
                 "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
                 20,
-                5000,
+                5000 + wait,
                 3000,
                 r#", "Collective name": "allreduce", "In msg nelems": 40000000, "Out msg nelems": 40000000, "Group size": 2, "dtype": "Float""#,
             ),
             kernel(
                 "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
                 20,
-                8000,
+                8000 + wait,
                 1000,
                 r#", "Collective name": "allgather", "In msg nelems": 1024, "Out msg nelems": 2048, "Group size": 2, "dtype": "BFloat16""#,
             ),
@@ -583,6 +585,13 @@ fn verify_measured_compares_collectives_of_a_multi_rank_trace() {
     assert_eq!(ag.len(), 1, "{rows:?}");
     assert_eq!(ag[0]["size"], "4.0KiB-16.0KiB");
     assert_eq!(ag[0]["predicted_calls"], 0);
+    // Idle over the step, averaged over both ranks: (0 + 2/11) / 2.
+    let bubble = v["bubble_fraction"].as_array().unwrap();
+    assert!(
+        (bubble[1].as_f64().unwrap() - 1.0 / 11.0).abs() < 1e-9,
+        "{bubble:?}"
+    );
+    assert!((0.0..1.0).contains(&bubble[0].as_f64().unwrap()));
     let text = twin(&[
         "verify",
         "step",

@@ -143,7 +143,22 @@ pub fn run(a: StepArgs) -> anyhow::Result<ExitCode> {
             .collect();
         reserved = Some(device.peak_reserved_bytes);
     }
-    let cmp = compare_classes(&predicted, &measured, reserved);
+    let mut cmp = compare_classes(&predicted, &measured, reserved);
+    if traces.len() > 1 {
+        // Every rank's last step (or the one asked for), as the bubble of a pipeline.
+        let mut idle = Vec::with_capacity(traces.len());
+        for t in &traces {
+            let n = a.measured_step.unwrap_or(t.steps.len().saturating_sub(1));
+            let b = kineto::breakdown(t, n)?;
+            if b.step_ns > 0 {
+                idle.push(b.idle_ns as f64 / b.step_ns as f64);
+            }
+        }
+        if !idle.is_empty() {
+            let measured = idle.iter().sum::<f64>() / idle.len() as f64;
+            cmp.bubble_fraction = Some([result.bubble_fraction(), measured]);
+        }
+    }
     match a.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&cmp)?),
         Format::Text => {

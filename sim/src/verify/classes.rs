@@ -272,6 +272,9 @@ pub struct ClassComparison {
     /// What each side's peak holds by kind, (kind, predicted bytes, measured bytes); empty
     /// unless both sides say.
     pub at_peak: Vec<(String, u64, u64)>,
+    /// Idle over step time, averaged over every rank, [predicted, measured], when the
+    /// measurement has more than one rank (a pipeline's bubble); set by the caller.
+    pub bubble_fraction: Option<[f64; 2]>,
 }
 
 pub fn compare_classes(
@@ -310,6 +313,7 @@ pub fn compare_classes(
         peak_allocated_error: peak_error,
         peak_reserved_measured_bytes,
         collectives: collective_rows(&predicted.collectives, &measured.collectives),
+        bubble_fraction: None,
         at_peak: if predicted.at_peak.is_empty() || measured.at_peak.is_empty() {
             Vec::new()
         } else {
@@ -362,6 +366,14 @@ impl ClassComparison {
                 r.measured_s * 1e3,
                 r.difference_s * 1e3,
                 100.0 * share
+            );
+        }
+        if let Some([p, m]) = self.bubble_fraction {
+            let _ = writeln!(
+                out,
+                "idle, all ranks predicted {:.1}%, measured {:.1}% of the step",
+                100.0 * p,
+                100.0 * m
             );
         }
         if !self.collectives.is_empty() {
