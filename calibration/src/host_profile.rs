@@ -28,13 +28,7 @@ use twin_sim::profile::{FitQuality, LinkParams, Param, Profile, Source, StatePar
 use twin_sim::schedule::Gemm;
 
 fn fitted(e: Estimate, reference: String) -> Param {
-    let finite = e.ci95[0].is_finite() && e.ci95[1].is_finite();
-    Param {
-        value: e.value,
-        source: Source::Fitted,
-        reference,
-        ci95: finite.then_some(e.ci95),
-    }
+    e.fitted_param(reference)
 }
 
 /// Scale an estimate (value and interval) by `1/d`.

@@ -15,7 +15,7 @@ use crate::write::{self, HostKeys, Provenance};
 use crate::CalibError;
 use serde::Serialize;
 use std::time::Instant;
-use twin_sim::profile::{derived_fraction, LinkParams, Param, Profile, Source};
+use twin_sim::profile::{LinkParams, Param, Profile, Source};
 use twin_sim::schedule::Gemm;
 
 /// What a host calibration is asked to do.
@@ -356,12 +356,7 @@ pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance)
         "twin calibrate cuda ({}) on {} at {}",
         prov.mode, prov.hostname, prov.date_utc
     );
-    let fitted = |e: Estimate, what: &str| Param {
-        value: e.value,
-        source: Source::Fitted,
-        reference: format!("{what}; {run}"),
-        ci95: (e.ci95[0].is_finite() && e.ci95[1].is_finite()).then_some(e.ci95),
-    };
+    let fitted = |e: Estimate, what: &str| e.fitted_param(format!("{what}; {run}"));
     let g = &f.gemm;
     let rate = fitted(
         g.rate_flops_per_s.clamp(f64::MIN_POSITIVE, f64::MAX),
@@ -383,20 +378,8 @@ pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance)
         "{} over {}; GEMM curve, memory-bound bandwidth and launch cost fitted by {run}",
         start.gpu, start.origin
     );
-    p.gemm_max_efficiency = derived_fraction(
-        &rate,
-        "gemm.bf16_flops_per_s",
-        &p.peak_bf16_flops_per_s,
-        "gpu.peak_flops_per_s.bf16",
-    );
-    p.gemm_bf16_flops_per_s = Some(rate);
-    p.memory_efficiency = derived_fraction(
-        &bandwidth,
-        "memory.bandwidth_bytes_per_s",
-        &p.hbm_bandwidth_bytes_per_s,
-        "gpu.hbm_bandwidth_bytes_per_s",
-    );
-    p.memory_bandwidth_bytes_per_s = Some(bandwidth);
+    p.set_gemm_bf16_flops_per_s(rate);
+    p.set_memory_bandwidth_bytes_per_s(bandwidth);
     p.gemm_k_half = fitted(g.k_half.clamp(0.0, f64::MAX), "cuBLAS bf16 GEMM curve");
     p.gemm_ramp_ns = fitted(
         g.ramp_ns.clamp(0.0, f64::MAX),

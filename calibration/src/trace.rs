@@ -29,7 +29,7 @@ use crate::microbench::HOPPER_TILES;
 use crate::CalibError;
 use serde::Serialize;
 use twin_measured::kineto::{KernelClass, RankTrace};
-use twin_sim::profile::{derived_fraction, Param, Profile, Source};
+use twin_sim::profile::{Param, Profile, Source};
 use twin_sim::scenario::Scenario;
 
 /// What `calibrate_trace` fitted and how the prediction moved.
@@ -263,12 +263,8 @@ pub fn calibrate_trace(
     let (bandwidth, floor) = fit_copies(&copies)?;
 
     let origin = trace.path.display().to_string();
-    let fitted = |e: Estimate, what: &str| Param {
-        value: e.value,
-        source: Source::Fitted,
-        reference: format!("{what}; twin calibrate trace {origin}"),
-        ci95: (e.ci95[0].is_finite() && e.ci95[1].is_finite()).then_some(e.ci95),
-    };
+    let fitted =
+        |e: Estimate, what: &str| e.fitted_param(format!("{what}; twin calibrate trace {origin}"));
     let mut p = base.clone();
     p.name = format!("{}-from-trace", base.gpu);
     p.description = format!(
@@ -283,13 +279,7 @@ pub fn calibrate_trace(
             points.len()
         ),
     );
-    p.gemm_max_efficiency = derived_fraction(
-        &rate,
-        "gemm.bf16_flops_per_s",
-        &p.peak_bf16_flops_per_s,
-        "gpu.peak_flops_per_s.bf16",
-    );
-    p.gemm_bf16_flops_per_s = Some(rate);
+    p.set_gemm_bf16_flops_per_s(rate);
     p.gemm_k_half = fitted(gemm.k_half.clamp(0.0, f64::MAX), "bf16 GEMM curve");
     p.gemm_ramp_ns = fitted(gemm.ramp_ns.clamp(0.0, f64::MAX), "bf16 GEMM curve");
     p.gemm_tile_m.value = gemm.tile_m as f64;
@@ -301,13 +291,7 @@ pub fn calibrate_trace(
             copies.len()
         ),
     );
-    p.memory_efficiency = derived_fraction(
-        &bw,
-        "memory.bandwidth_bytes_per_s",
-        &p.hbm_bandwidth_bytes_per_s,
-        "gpu.hbm_bandwidth_bytes_per_s",
-    );
-    p.memory_bandwidth_bytes_per_s = Some(bw);
+    p.set_memory_bandwidth_bytes_per_s(bw);
 
     let attention = fit_attention(trace, window, scenario, &mut p);
 

@@ -39,6 +39,18 @@ pub struct Estimate {
 }
 
 impl Estimate {
+    /// The estimate as a profile parameter fitted by a calibration, with its interval where
+    /// both ends are finite.
+    pub fn fitted_param(self, reference: String) -> twin_sim::profile::Param {
+        let finite = self.ci95[0].is_finite() && self.ci95[1].is_finite();
+        twin_sim::profile::Param {
+            value: self.value,
+            source: twin_sim::profile::Source::Fitted,
+            reference,
+            ci95: finite.then_some(self.ci95),
+        }
+    }
+
     /// Whether the interval contains `x`.
     pub fn covers(&self, x: f64) -> bool {
         self.ci95[0] <= x && x <= self.ci95[1]

@@ -332,6 +332,30 @@ pub struct GemmParams {
 }
 
 impl Profile {
+    /// Sets `gemm.bf16_flops_per_s` to an absolute rate, with `gemm.max_efficiency` derived
+    /// from it over the bf16 peak ([`derived_fraction`]): the two always move together.
+    pub fn set_gemm_bf16_flops_per_s(&mut self, rate: Param) {
+        self.gemm_max_efficiency = derived_fraction(
+            &rate,
+            "gemm.bf16_flops_per_s",
+            &self.peak_bf16_flops_per_s,
+            "gpu.peak_flops_per_s.bf16",
+        );
+        self.gemm_bf16_flops_per_s = Some(rate);
+    }
+
+    /// Sets `memory.bandwidth_bytes_per_s` to an absolute bandwidth, with `memory.efficiency`
+    /// derived from it over the HBM datasheet figure.
+    pub fn set_memory_bandwidth_bytes_per_s(&mut self, bandwidth: Param) {
+        self.memory_efficiency = derived_fraction(
+            &bandwidth,
+            "memory.bandwidth_bytes_per_s",
+            &self.hbm_bandwidth_bytes_per_s,
+            "gpu.hbm_bandwidth_bytes_per_s",
+        );
+        self.memory_bandwidth_bytes_per_s = Some(bandwidth);
+    }
+
     /// Dense peaks per dtype.
     pub fn peak(&self) -> PeakFlops {
         PeakFlops {
