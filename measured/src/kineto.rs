@@ -300,6 +300,18 @@ pub fn read_trace(path: &Path) -> Result<RankTrace, TraceError> {
     parse_trace(path, &bytes)
 }
 
+/// The trace of `rank` among `traces` (as [`read_traces`] orders them): the one that states
+/// that rank; where none states a rank, the `rank`-th.
+pub fn trace_of_rank(traces: &[RankTrace], rank: u32) -> Option<&RankTrace> {
+    traces.iter().find(|t| t.rank == Some(rank)).or_else(|| {
+        traces
+            .iter()
+            .all(|t| t.rank.is_none())
+            .then(|| traces.get(rank as usize))
+            .flatten()
+    })
+}
+
 /// Reads a trace file, or a directory of them, one per rank. In a directory the traces are the
 /// files directly in it named `*.trace.json` or `*.trace.json.gz` (what PyTorch's
 /// `tensorboard_trace_handler` writes: `<worker>.<ts>.pt.trace.json`), or, where none is so

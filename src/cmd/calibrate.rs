@@ -301,17 +301,13 @@ fn from_trace(a: &TraceArgs) -> Result {
     let scenario = super::load_scenario(&a.scenario, &[])?;
     let base = twin_sim::profile::load(&a.base_profile)?;
     let traces = twin_measured::kineto::read_traces(&a.trace)?;
-    let trace = traces
-        .iter()
-        .find(|t| t.rank == Some(a.rank))
-        .or_else(|| traces.get(a.rank as usize).filter(|t| t.rank.is_none()))
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "--rank {}: {} holds no trace of that rank",
-                a.rank,
-                a.trace.display()
-            )
-        })?;
+    let trace = twin_measured::kineto::trace_of_rank(&traces, a.rank).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--rank {}: {} holds no trace of that rank",
+            a.rank,
+            a.trace.display()
+        )
+    })?;
     let step = a.step.unwrap_or(trace.steps.len().saturating_sub(1));
     let (profile, fit) = twin_calibration::trace::calibrate_trace(
         trace,

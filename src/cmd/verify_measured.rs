@@ -80,24 +80,14 @@ pub fn run(a: StepArgs) -> anyhow::Result<ExitCode> {
     let predicted = predicted_classes(&staged.schedule, &result, &staged.cost, a.rank);
 
     let traces = kineto::read_traces(trace_path)?;
-    let trace = traces
-        .iter()
-        .find(|t| t.rank == Some(a.rank))
-        .or_else(|| {
-            traces
-                .iter()
-                .all(|t| t.rank.is_none())
-                .then(|| traces.get(a.rank as usize))
-                .flatten()
-        })
-        .with_context(|| {
-            format!(
-                "--rank {}: {} holds no trace of that rank ({} file(s))",
-                a.rank,
-                trace_path.display(),
-                traces.len()
-            )
-        })?;
+    let trace = kineto::trace_of_rank(&traces, a.rank).with_context(|| {
+        format!(
+            "--rank {}: {} holds no trace of that rank ({} file(s))",
+            a.rank,
+            trace_path.display(),
+            traces.len()
+        )
+    })?;
     let steps = trace.steps.len();
     let step = a.measured_step.unwrap_or(steps.saturating_sub(1));
     let b = kineto::breakdown(trace, step)?;
