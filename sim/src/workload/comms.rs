@@ -15,8 +15,10 @@
 //! - Context parallel (`c > 1`), by `cp_algorithm` (Transformer Engine's `cp_comm_type`,
 //!   `transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`):
 //!   - all-gather: per layer, an all-gather of K and V (the gathered buffer is `2*b*s*kv/t`
-//!     elements) in the forward and a reduce-scatter of their gradients in the backward
-//!     (`AttnFuncWithCPAndKVAllGather`).
+//!     elements) in the forward; in the backward the same all-gather again (the forward saves
+//!     only the rank's shard) and a reduce-scatter of their gradients
+//!     (`AttnFuncWithCPAndKVAllGather.backward`: `gather_along_first_dim` of k and v, then
+//!     `reduce_scatter_along_first_dim` of dk and dv).
 //!   - ulysses: per layer, an all-to-all of Q, K and V from sequence to head sharding (send
 //!     buffer `b*s/c*(h+2kv)/t` elements) and one of the output back (`b*s/c*h/t`) in the
 //!     forward; in the backward the same two for the output's gradient and Q, K, V's
@@ -157,6 +159,11 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
                 );
                 push(
                     &mut out.forward,
+                    call(CollectiveKind::AllGather, GroupKind::Cp, kv),
+                );
+                // The backward gathers K and V again (the forward keeps only its shard).
+                push(
+                    &mut out.backward,
                     call(CollectiveKind::AllGather, GroupKind::Cp, kv),
                 );
                 push(

@@ -95,7 +95,7 @@ fn embedding_and_head_add_their_vocab_parallel_collectives() {
 }
 
 #[test]
-fn context_parallel_gathers_k_and_v_and_scatters_their_gradients() {
+fn context_parallel_gathers_k_and_v_each_pass_and_scatters_their_gradients() {
     let (b, s, h, t, c, l) = (1u64, 8192u64, 4096u64, 2u64, 4u64, 3u32);
     let mut sc = gpt(l, h, 32, s, 32000, (t as u32, 1, 1), b, 1);
     sc.model.kv_heads = 8;
@@ -117,6 +117,7 @@ fn context_parallel_gathers_k_and_v_and_scatters_their_gradients() {
         w.backward.comms,
         vec![
             cc(AllReduce, GroupKind::Tp, tp, 2 * l),
+            cc(AllGather, GroupKind::Cp, kv, l),
             cc(ReduceScatter, GroupKind::Cp, kv, l)
         ]
     );
