@@ -23,6 +23,7 @@ pub mod trace;
 pub mod uncertainty;
 mod units;
 pub mod validate;
+pub mod variability;
 pub mod verify;
 pub mod workload;
 

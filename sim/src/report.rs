@@ -633,7 +633,7 @@ fn rank_ranges(sorted: &[u32]) -> String {
 }
 
 /// 1234567.8 -> "1,234,568".
-fn group_thousands(v: f64) -> String {
+pub(crate) fn group_thousands(v: f64) -> String {
     let n = if v.is_finite() && v > 0.0 {
         v.round() as u64
     } else {

@@ -8,7 +8,8 @@ use crate::engine::SimError;
 use crate::faults::{simulate_horizon, FaultsError, HorizonReport, JobFacts};
 use crate::plan::Plan;
 use crate::profile::Profile;
-use crate::scenario::{FaultConfig, Scenario};
+use crate::scenario::{FaultConfig, Scenario, VariabilityConfig};
+use crate::variability::{sample_steps, VariabilityError, VariabilityReport};
 use crate::{predict_with, sim_options, PredictError, PredictOptions, Prediction};
 
 /// What to simulate beyond the step itself.
@@ -17,8 +18,14 @@ pub struct SimulateOptions<'a> {
     pub predict: &'a PredictOptions,
     /// A hardware profile whose parameters replace the defaults.
     pub profile: Option<&'a Profile>,
-    /// Draws of the profile's fitted parameters for the step time's 95% interval.
+    /// Draws of the profile's fitted parameters for the step time's 95% interval, and samples
+    /// of the step under `variability`.
     pub samples: u32,
+    /// The scenario's `[variability]`: sample the step on varied clusters (see
+    /// [`crate::variability`]).
+    pub variability: Option<&'a VariabilityConfig>,
+    /// Called with the number of finished variability samples, from any thread.
+    pub sample_progress: Option<&'a (dyn Fn(usize) + Sync)>,
     /// The fault model to run over the simulated step (see [`horizon_config`]).
     pub horizon: Option<&'a FaultConfig>,
     /// Called with the number of finished horizon trials, from any thread.
@@ -37,6 +44,8 @@ pub enum SimulateError {
     Uncertainty(#[source] SimError),
     #[error("simulating the horizon")]
     Horizon(#[source] FaultsError),
+    #[error("sampling the step under [variability]")]
+    Variability(#[source] VariabilityError),
 }
 
 /// A simulated step and what was asked for beside it.
@@ -45,6 +54,8 @@ pub struct Simulation {
     /// The step time's 95% interval in seconds, from the profile's fitted parameters.
     pub step_time_ci95_s: Option<[f64; 2]>,
     pub horizon: Option<HorizonReport>,
+    /// The step's spread under `[variability]`, when the scenario has it.
+    pub variability: Option<VariabilityReport>,
 }
 
 /// The fault model to run: the scenario's `[faults]`, or the defaults when only a horizon is
@@ -92,6 +103,21 @@ pub fn simulate(
         .map_err(SimulateError::Uncertainty)?,
         None => None,
     };
+    let variability = opts
+        .variability
+        .map(|config| {
+            sample_steps(
+                &prediction.staged,
+                config,
+                opts.samples,
+                scenario.run.seed,
+                &sim_options(scenario, opts.predict),
+                prediction.result.step_time_ns,
+                opts.sample_progress,
+            )
+        })
+        .transpose()
+        .map_err(SimulateError::Variability)?;
     let report = &prediction.report;
     let horizon = opts
         .horizon
@@ -110,6 +136,7 @@ pub fn simulate(
         step_time_ci95_s: ci95_ns.map(|[lo, hi]| [lo as f64 * 1e-9, hi as f64 * 1e-9]),
         prediction,
         horizon,
+        variability,
     })
 }
 
@@ -118,13 +145,16 @@ impl Simulation {
     /// they were simulated.
     pub fn to_json(&self) -> Result<String, serde_json::Error> {
         let report = &self.prediction.report;
-        if self.horizon.is_none() && self.step_time_ci95_s.is_none() {
+        if self.horizon.is_none() && self.step_time_ci95_s.is_none() && self.variability.is_none() {
             return Ok(report.to_json());
         }
         let mut v: serde_json::Value = serde_json::from_str(&report.to_json())?;
         if let Some(obj) = v.as_object_mut() {
             if let Some(ci) = self.step_time_ci95_s {
                 obj.insert("step_time_ci95_s".into(), serde_json::to_value(ci)?);
+            }
+            if let Some(v) = &self.variability {
+                obj.insert("variability".into(), self.variability_json(v));
             }
             if let Some(h) = &self.horizon {
                 obj.insert("goodput".into(), h.goodput.mean.into());
@@ -159,8 +189,77 @@ impl Simulation {
         if memory {
             out.push_str(&report.memory_text());
         }
+        if let Some(v) = &self.variability {
+            out.push_str(&self.variability_text(v));
+        }
         if let Some(h) = &self.horizon {
             out.push_str(&h.to_text());
+        }
+        out
+    }
+
+    /// Tokens per second and MFU at a step time of `step_ns` (both scale as its inverse).
+    fn rates_at(&self, step_ns: u64) -> (f64, f64) {
+        let report = &self.prediction.report;
+        let scale = report.step_time_s * 1e9 / (step_ns.max(1) as f64);
+        (report.tokens_per_s_per_gpu * scale, report.mfu * scale)
+    }
+
+    fn variability_json(&self, v: &VariabilityReport) -> serde_json::Value {
+        let at = |ns: u64| {
+            let (tokens, mfu) = self.rates_at(ns);
+            serde_json::json!({
+                "step_time_ns": ns,
+                "step_time_s": ns as f64 * 1e-9,
+                "tokens_per_s_per_gpu": tokens,
+                "mfu": mfu,
+            })
+        };
+        serde_json::json!({
+            "samples": v.samples,
+            "deterministic_step_time_ns": v.deterministic_step_time_ns,
+            "p50": at(v.step_time_ns.p50),
+            "p95": at(v.step_time_ns.p95),
+            "p99": at(v.step_time_ns.p99),
+            "mean_step_time_ns": v.mean_step_time_ns,
+            "min_step_time_ns": v.min_step_time_ns,
+            "max_step_time_ns": v.max_step_time_ns,
+            "paced_slowest": v.paced_slowest,
+        })
+    }
+
+    fn variability_text(&self, v: &VariabilityReport) -> String {
+        let ms = |ns: u64| ns as f64 * 1e-6;
+        let mut out = format!(
+            "\nvariability     {} samples, every rank simulated; without variation {:.3} ms\n",
+            v.samples,
+            ms(v.deterministic_step_time_ns)
+        );
+        out.push_str("  percentile  step time ms  tokens/s per GPU     MFU\n");
+        for (name, ns) in [
+            ("P50", v.step_time_ns.p50),
+            ("P95", v.step_time_ns.p95),
+            ("P99", v.step_time_ns.p99),
+        ] {
+            let (tokens, mfu) = self.rates_at(ns);
+            out.push_str(&format!(
+                "  {name:>10}  {:>12.3}  {:>16}  {:>5.1}%\n",
+                ms(ns),
+                crate::report::group_thousands(tokens),
+                mfu * 100.0
+            ));
+        }
+        if !v.paced_slowest.is_empty() {
+            let ranks: Vec<String> = v
+                .paced_slowest
+                .iter()
+                .take(5)
+                .map(|p| format!("rank {} ({})", p.rank, p.samples))
+                .collect();
+            out.push_str(&format!(
+                "  paced the samples at or above P95 (slowest compute): {}\n",
+                ranks.join(", ")
+            ));
         }
         out
     }

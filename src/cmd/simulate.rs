@@ -50,7 +50,8 @@ pub struct Args {
     /// Monte Carlo trials of the horizon (overrides [faults] seeds).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub seeds: Option<u32>,
-    /// With --profile: draws of its fitted parameters for the step time's 95% interval.
+    /// Samples: of [variability] (P50/P95/P99, every rank) and of --profile's fitted
+    /// parameters (the step time's 95% interval).
     #[arg(long, value_name = "N", default_value_t = twin_sim::profile::DEFAULT_SAMPLES,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub samples: u32,
@@ -72,7 +73,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(args.resolved.as_deref(), "--resolved")?;
     let source = twin_sim::setup::ScenarioSource::read(&args.scenario)?;
     let parsed = source.parse()?;
-    let (scenario, plan, faults) = parsed.resolve_with_faults(&args.overrides)?;
+    let (scenario, plan, sections) = parsed.resolve_with_sections(&args.overrides)?;
+    let faults = sections.faults;
     if let Some(path) = &args.resolved {
         write_atomic(path, &twin_sim::scenario::to_toml(&scenario))?;
     }
@@ -93,14 +95,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let seeds = horizon.as_ref().map_or(0, |h| h.seeds as usize);
     let bar = super::progress::Bar::new("seeds", false);
     let progress = |done: usize| bar.step(done, seeds, "");
+    let sample_bar = super::progress::Bar::new("samples", false);
+    let samples = args.samples as usize;
+    let sample_progress = |done: usize| sample_bar.step(done, samples, "");
     let sim_opts = simulation::SimulateOptions {
         predict: &opts,
         profile: profile.as_ref(),
         samples: args.samples,
+        variability: sections.variability.as_ref(),
+        sample_progress: sample_bar
+            .enabled
+            .then_some(&sample_progress as &(dyn Fn(usize) + Sync)),
         horizon: horizon.as_ref(),
         progress: bar.enabled.then_some(&progress as &(dyn Fn(usize) + Sync)),
     };
     let out = simulation::simulate(&scenario, &plan, &source.origin, &sim_opts);
+    sample_bar.finish();
     bar.finish();
     let out = out?;
     if let Some(path) = &args.trace {

@@ -108,6 +108,7 @@ keys!(root {
     RUN = "run", Table, Note("the defaults below"), "What to simulate: `[run]`.";
     CHECKS = "checks", Table, Note("no checks"), "CI thresholds for `twin check`: `[checks]`.";
     FAULTS = "faults", Table, Note("no failure model"), "Failures, stragglers and checkpoints for `simulate --horizon`: `[faults]`.";
+    VARIABILITY = "variability", Table, Note("every GPU and link as the profile says"), "Per-GPU, per-link and per-op variation for `simulate --samples`: `[variability]`.";
 });
 
 keys!(model {
@@ -295,6 +296,15 @@ keys!(faults {
     CHECKPOINT_BYTES = "checkpoint_bytes", Uint { min: 1, max: 1 << 56 }, Note("the model state's size"), "Bytes of one checkpoint.";
 });
 
+keys!(variability {
+    GPU_SPEED_CV = "gpu_speed_cv", Number { zero_ok: true, max: 2.0 }, Num(0.0), "Coefficient of variation of each GPU's compute speed (lognormal, mean 1), drawn per sample.";
+    LINK_BANDWIDTH_CV = "link_bandwidth_cv", Number { zero_ok: true, max: 2.0 }, Num(0.0), "Coefficient of variation of each GPU's link bandwidth (NVLink port and NIC; lognormal, mean 1); a collective runs at its slowest member's.";
+    STEP_JITTER_CV = "step_jitter_cv", Number { zero_ok: true, max: 2.0 }, Num(0.0), "Coefficient of variation of every compute op's duration (lognormal, mean 1), drawn per op: noise that synchronisation turns into waiting.";
+    SLOW_NODE_FRACTION = "slow_node_fraction", FRACTION, Num(0.0), "Chance that a node is slow, drawn per node per sample.";
+    SLOW_NODE_FACTOR = "slow_node_factor", Number { zero_ok: false, max: 100.0 }, Num(1.0), "Compute-time factor on a slow node, at least 1.";
+    SAMPLES = "samples", Text, Note("lognormal speeds"), "A file of measured relative GPU speeds (numbers, one per line or comma separated, `#` comments), relative to the scenario file: each GPU's speed is drawn from them, divided by their median; instead of `gpu_speed_cv`.";
+});
+
 /// Every table of a scenario file, in the order of the docs.
 pub const GROUPS: &[Group] = &[
     Group {
@@ -352,6 +362,10 @@ pub const GROUPS: &[Group] = &[
     Group {
         path: "faults",
         keys: faults::ALL,
+    },
+    Group {
+        path: "variability",
+        keys: variability::ALL,
     },
 ];
 

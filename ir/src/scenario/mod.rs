@@ -42,6 +42,7 @@ mod source;
 mod topology;
 mod types;
 mod validate;
+mod variability;
 
 pub use checker::Checker;
 pub use checks::{check_keys, parse_key as parse_check_key, Bound, Checks, Metric, Threshold};
@@ -51,6 +52,7 @@ pub use faults::fault_keys;
 pub use topology::{Fabric, NetworkModel, NetworkTopology};
 pub use types::*;
 pub use validate::{moe_a2a_overlap_blocker, A2aOverlapBlocker};
+pub use variability::{parse_speeds, SpeedSamples, VariabilityConfig, MAX_SPEED_SAMPLES};
 
 use error::Ctx;
 use std::path::Path;
@@ -112,11 +114,13 @@ impl Document {
         let mut resolved = parse::resolve(ctx, &root, base_dir)?;
         let checks = std::mem::take(&mut resolved.checks);
         let faults = resolved.faults.take();
+        let variability = resolved.variability.take();
         let scenario = validate::validate(&Checker::new(ctx, &root, overrides), resolved)?;
         Ok(Validated {
             scenario,
             checks,
             faults,
+            variability,
             ctx,
             root,
             overrides,
@@ -143,6 +147,8 @@ pub struct Validated<'a> {
     pub checks: Checks,
     /// The `[faults]` section (`None` when there is none).
     pub faults: Option<FaultConfig>,
+    /// The `[variability]` section (`None` when there is none).
+    pub variability: Option<VariabilityConfig>,
     ctx: &'a Ctx,
     root: source::Table,
     overrides: &'a [String],

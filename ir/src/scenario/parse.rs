@@ -32,6 +32,8 @@ pub(crate) struct Resolved {
     pub checks: Checks,
     /// The `[faults]` section, when present (see `faults.rs`).
     pub faults: Option<super::FaultConfig>,
+    /// The `[variability]` section, when present (see `variability.rs`).
+    pub variability: Option<super::VariabilityConfig>,
     /// Keys of the `hf_config` file that twin does not model (see `hf.rs`).
     pub hf_unmodelled: Vec<String>,
 }
@@ -79,6 +81,8 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
     let run = run(root.section("run", "run")?)?;
     let checks = super::checks::checks(root.section("checks", "checks")?)?;
     let faults = super::faults::faults(root.section("faults", "faults")?)?;
+    let variability =
+        super::variability::variability(root.section("variability", "variability")?, base_dir)?;
     Ok(Resolved {
         scenario: Scenario {
             name,
@@ -94,6 +98,7 @@ pub(crate) fn resolve(ctx: &Ctx, root: &Table, base_dir: &Path) -> Result<Resolv
         bucket_explicit,
         checks,
         faults,
+        variability,
         hf_unmodelled,
     })
 }

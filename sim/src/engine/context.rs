@@ -286,7 +286,13 @@ fn fresh_tables(
     // rank is simulated, and with the flow network only the replicas whose flows provably
     // run apart, on mirrored links, are left out (see `engine::flow::symmetry`).
     let collapse = match net {
-        _ if !opts.collapse || cost.shared_cores().is_some() => None,
+        _ if !opts.collapse
+            || cost.shared_cores().is_some()
+            || opts.op_jitter.is_some()
+            || opts.compute_factors.is_some() =>
+        {
+            None
+        }
         None => Collapse::with_peers(plan, schedule, cost, &peers).ok(),
         Some(net) => super::flow::collapse_for_flows(net, plan, schedule, cost, progs, &peers),
     };

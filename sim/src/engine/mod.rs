@@ -50,7 +50,7 @@ use crate::schedule::{Program, Schedule};
 use crate::topology::Network;
 
 /// How to run a simulation.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SimOptions {
     /// Record a [`crate::trace::Trace`] (one event per op and memory samples).
     pub trace: bool,
@@ -72,6 +72,23 @@ pub struct SimOptions {
     /// seed; `None`: every op takes its undisturbed time. Ranks are then no longer symmetric,
     /// so a run with interruptions simulates every rank.
     pub jitter_seed: Option<u64>,
+    /// Scale every compute op's duration by its own lognormal draw of mean 1 (`[variability]
+    /// step_jitter_cv`); `None`: every op takes its priced time. Ranks are then no longer
+    /// symmetric, so such a run simulates every rank.
+    pub op_jitter: Option<OpJitter>,
+    /// Per-rank factors on every compute op's priced time (a GPU's speed under
+    /// `[variability]`: 1.25 takes a quarter longer), indexed by rank; `None`: 1 everywhere.
+    /// Ranks are then no longer symmetric, so such a run simulates every rank.
+    pub compute_factors: Option<std::sync::Arc<[f64]>>,
+}
+
+/// Per-op noise on compute: each compute op's duration is multiplied by a lognormal draw of
+/// mean 1 and coefficient of variation `cv`, from one generator seeded by `seed` and drawn in
+/// the engine's event order (so the same run draws the same noise).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OpJitter {
+    pub seed: u64,
+    pub cv: f64,
 }
 
 impl Default for SimOptions {
@@ -83,6 +100,8 @@ impl Default for SimOptions {
             memory_capacity_bytes: u64::MAX,
             collapse: false,
             jitter_seed: None,
+            op_jitter: None,
+            compute_factors: None,
         }
     }
 }

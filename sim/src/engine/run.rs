@@ -209,6 +209,8 @@ pub(crate) struct State<S: Slots> {
     /// The CPU host model (see `host_model::run`): `None` for every GPU profile, whose runs
     /// never call into it.
     host: Option<HostRun>,
+    /// Per-op compute noise ([`super::OpJitter`]), when asked for.
+    op_noise: Option<OpNoise>,
     slots: std::marker::PhantomData<S>,
 }
 
@@ -323,6 +325,14 @@ impl<S: Slots> State<S> {
         let dur = match self.host {
             Some(_) => self.host_compute_ns(ctx, rank, op.index, price_ns),
             None => price_ns,
+        };
+        let dur = match ctx.opts.compute_factors.as_deref() {
+            Some(f) => scaled_ns(dur, f.get(rank as usize).copied().unwrap_or(1.0)),
+            None => dur,
+        };
+        let dur = match &mut self.op_noise {
+            Some(n) => n.scale(dur),
+            None => dur,
         };
         let rs = &mut self.ranks[r];
         let a = &mut rs.acct;
@@ -601,6 +611,47 @@ impl<S: Slots> State<S> {
                 bytes: self.mem[slot].live,
             });
         }
+    }
+}
+
+/// The generator and lognormal parameters of [`super::OpJitter`].
+pub(super) struct OpNoise {
+    rng: crate::rng::Rng,
+    mu: f64,
+    sigma: f64,
+}
+
+impl OpNoise {
+    /// `None` when `cv` draws nothing (zero, negative or not finite).
+    pub(super) fn new(j: super::OpJitter) -> Option<OpNoise> {
+        if !(j.cv.is_finite() && j.cv > 0.0) {
+            return None;
+        }
+        let sigma2 = (1.0 + j.cv * j.cv).ln();
+        Some(OpNoise {
+            rng: crate::rng::Rng::new(j.seed, 0x6f70_6a69_7474_6572),
+            mu: -sigma2 / 2.0,
+            sigma: sigma2.sqrt(),
+        })
+    }
+
+    /// `ns` times this op's draw, rounded.
+    fn scale(&mut self, ns: u64) -> u64 {
+        scaled_ns(
+            ns,
+            (self.mu + self.sigma * self.rng.standard_normal()).exp(),
+        )
+    }
+}
+
+/// `ns` times `factor`, rounded; `ns` itself when the product is no duration (a factor that
+/// is negative, not finite, or overflows).
+fn scaled_ns(ns: u64, factor: f64) -> u64 {
+    let scaled = (ns as f64 * factor).round();
+    if scaled.is_finite() && scaled >= 0.0 && scaled < u64::MAX as f64 {
+        scaled as u64
+    } else {
+        ns
     }
 }
 

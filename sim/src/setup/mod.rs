@@ -78,13 +78,14 @@ impl ParsedSource {
         &self,
         overrides: &[String],
     ) -> Result<(Scenario, Checks), ScenarioError> {
-        self.resolve_full(overrides).map(|(s, _, c, _)| (s, c))
+        self.resolve_full(overrides)
+            .map(|(s, _, side)| (s, side.checks))
     }
 
     /// [`ParsedSource::resolve`], also returning the plan that setting up builds to prove the
     /// scenario plannable (equal to `Plan::new(&scenario)`), so a sweep builds it only once.
     pub fn resolve_planned(&self, overrides: &[String]) -> Result<(Scenario, Plan), ScenarioError> {
-        self.resolve_full(overrides).map(|(s, p, _, _)| (s, p))
+        self.resolve_full(overrides).map(|(s, p, _)| (s, p))
     }
 
     /// [`ParsedSource::resolve`], also returning the plan and the `[faults]` section (`None`
@@ -93,7 +94,17 @@ impl ParsedSource {
         &self,
         overrides: &[String],
     ) -> Result<(Scenario, Plan, Option<FaultConfig>), ScenarioError> {
-        self.resolve_full(overrides).map(|(s, p, _, f)| (s, p, f))
+        self.resolve_full(overrides)
+            .map(|(s, p, side)| (s, p, side.faults))
+    }
+
+    /// [`ParsedSource::resolve`], also returning the plan and the side sections (`[checks]`,
+    /// `[faults]`, `[variability]`).
+    pub fn resolve_with_sections(
+        &self,
+        overrides: &[String],
+    ) -> Result<(Scenario, Plan, Sections), ScenarioError> {
+        self.resolve_full(overrides)
     }
 
     /// What the scenario's `model.hf_config` sets that twin does not model (each as "key =
@@ -107,7 +118,7 @@ impl ParsedSource {
     fn resolve_full(
         &self,
         overrides: &[String],
-    ) -> Result<(Scenario, Plan, Checks, Option<FaultConfig>), ScenarioError> {
+    ) -> Result<(Scenario, Plan, Sections), ScenarioError> {
         let valid = self.document.validate(overrides)?;
         let checker = valid.checker();
         let plan = Plan::new(&valid.scenario).map_err(|e| {
@@ -117,8 +128,27 @@ impl ParsedSource {
             )
         })?;
         work::check(&checker, &valid.scenario, &plan)?;
-        Ok((valid.scenario, plan, valid.checks, valid.faults))
+        Ok((
+            valid.scenario,
+            plan,
+            Sections {
+                checks: valid.checks,
+                faults: valid.faults,
+                variability: valid.variability,
+            },
+        ))
     }
+}
+
+/// The sections a scenario file has beside the step it describes.
+#[derive(Clone, Debug, Default)]
+pub struct Sections {
+    /// `[checks]` (empty when there is none).
+    pub checks: Checks,
+    /// `[faults]`, when present.
+    pub faults: Option<FaultConfig>,
+    /// `[variability]`, when present.
+    pub variability: Option<twin_ir::scenario::VariabilityConfig>,
 }
 
 /// The text of a scenario file, kept so that what-if tools can re-resolve it with more

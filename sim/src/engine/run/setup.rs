@@ -60,6 +60,7 @@ impl<S: Slots> State<S> {
             // runs beside it", which a thousandth of the core gives to within a rounding.
             compute_weight: ctx.cost.compute_weight().max(MIN_COMPUTE_WEIGHT),
             p2p_cpu_share: ctx.cost.p2p_cpu_share().clamp(0.0, 1.0),
+            op_noise: ctx.opts.op_jitter.and_then(OpNoise::new),
             host: HostRun::new(HostRun {
                 share: ctx.cost.shared_cores().map(|_| CoreShare::new(slots)),
                 turns: ctx.cost.shared_cores().map(|_| Turns::default()),
