@@ -122,3 +122,64 @@ fn a_bad_variability_value_is_located() {
         "{err}"
     );
 }
+
+fn horizon_json(extra: &[&str]) -> serde_json::Value {
+    let mut all = vec![
+        "simulate",
+        "scenarios/512xA100-faults.toml",
+        "--format",
+        "json",
+        "--reproducible",
+        "--seeds",
+        "40",
+        "--set",
+        "training.tokens=3e10",
+    ];
+    all.extend_from_slice(extra);
+    let o = twin(&all);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_str(&stdout(&o)).expect("simulate prints JSON")
+}
+
+#[test]
+fn without_failures_the_time_to_train_has_no_spread() {
+    let v = horizon_json(&[
+        "--set",
+        "faults.node_failures_per_1000_node_days=0",
+        "--set",
+        "faults.straggler_per_gpu_hour=0",
+    ]);
+    let t = &v["time_to_train"];
+    // 3e10 tokens at 512 sequences of 2,048 tokens a step.
+    let steps = 30_000_000_000u64.div_ceil(512 * 2048);
+    assert_eq!(t["steps"], steps);
+    let (p10, p50, p90) = (
+        ns(t, &["time_ns", "p10"]),
+        ns(t, &["time_ns", "p50"]),
+        ns(t, &["time_ns", "p90"]),
+    );
+    assert_eq!((p10, p50), (p50, p90));
+    // Every trial loses only the checkpoint stalls: steps x step over that goodput.
+    let step_s = v["step_time_s"].as_f64().expect("step");
+    let goodput = t["goodput"]["p50"].as_f64().expect("goodput");
+    let want = steps as f64 * (step_s * 1e9).round() / goodput;
+    assert!((p50 as f64 - want).abs() <= 1.0, "{p50} vs {want}");
+}
+
+#[test]
+fn with_failures_the_mean_time_to_train_lies_in_the_horizon_models_interval() {
+    let v = horizon_json(&[]);
+    let t = &v["time_to_train"];
+    let steps = t["steps"].as_u64().expect("steps") as f64;
+    let step_ns = (v["step_time_s"].as_f64().expect("step") * 1e9).round();
+    let g = &v["faults"]["goodput"];
+    let (lo, hi) = (
+        g["ci_low"].as_f64().expect("ci_low"),
+        g["ci_high"].as_f64().expect("ci_high"),
+    );
+    let mean = ns(t, &["mean_time_ns"]) as f64;
+    let (fast, slow) = (steps * step_ns / hi, steps * step_ns / lo);
+    assert!(fast <= mean && mean <= slow, "{fast} <= {mean} <= {slow}");
+    let (p10, p90) = (ns(t, &["time_ns", "p10"]), ns(t, &["time_ns", "p90"]));
+    assert!(p10 < p90, "failures spread the time: {p10} {p90}");
+}

@@ -79,6 +79,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
         },
         training: Training {
             global_batch: microbatches * u64::from(dp),
+            tokens: None,
             micro_batch: 1,
             precision: Precision::Bf16,
             fp8_recipe: Fp8Recipe::Delayed,

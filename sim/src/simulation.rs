@@ -5,7 +5,8 @@
 //! [`Simulation::to_json`].
 
 use crate::engine::SimError;
-use crate::faults::{simulate_horizon, FaultsError, HorizonReport, JobFacts};
+use crate::faults::time_to_train::{time_to_train, TimeToTrain};
+use crate::faults::{simulate_horizon_trials, FaultsError, HorizonReport, JobFacts};
 use crate::plan::Plan;
 use crate::profile::Profile;
 use crate::scenario::{FaultConfig, Scenario, VariabilityConfig};
@@ -56,6 +57,8 @@ pub struct Simulation {
     pub horizon: Option<HorizonReport>,
     /// The step's spread under `[variability]`, when the scenario has it.
     pub variability: Option<VariabilityReport>,
+    /// The time to train on `training.tokens`, with a horizon and that key.
+    pub time_to_train: Option<TimeToTrain>,
 }
 
 /// The fault model to run: the scenario's `[faults]`, or the defaults when only a horizon is
@@ -119,7 +122,7 @@ pub fn simulate(
         .transpose()
         .map_err(SimulateError::Variability)?;
     let report = &prediction.report;
-    let horizon = opts
+    let trials = opts
         .horizon
         .map(|config| {
             let job = JobFacts::from_scenario(
@@ -128,15 +131,39 @@ pub fn simulate(
                 (report.step_time_s * 1e9).round() as u64,
                 report.exposed_comm_fraction,
             );
-            simulate_horizon(config, &job, opts.progress)
+            simulate_horizon_trials(config, &job, opts.progress).map(|r| (config, r))
         })
         .transpose()
         .map_err(SimulateError::Horizon)?;
+    let time_to_train = match (&trials, scenario.training.tokens) {
+        (Some((config, (_, outs))), Some(tokens)) => {
+            // Each trial steps at a variability sample's step time, in turn, where there are
+            // samples; else at the prediction's.
+            let steps: Vec<u64> = match &variability {
+                Some(v) => v.each.iter().map(|x| x.step_time_ns).collect(),
+                None => vec![prediction.result.step_time_ns],
+            };
+            let per_step = scenario
+                .training
+                .global_batch
+                .saturating_mul(scenario.model.seq_len);
+            Some(time_to_train(
+                tokens,
+                per_step,
+                outs,
+                config.horizon_ns,
+                &steps,
+            ))
+        }
+        _ => None,
+    };
+    let horizon = trials.map(|(_, (report, _))| report);
     Ok(Simulation {
         step_time_ci95_s: ci95_ns.map(|[lo, hi]| [lo as f64 * 1e-9, hi as f64 * 1e-9]),
         prediction,
         horizon,
         variability,
+        time_to_train,
     })
 }
 
@@ -160,6 +187,9 @@ impl Simulation {
                 obj.insert("goodput".into(), h.goodput.mean.into());
                 obj.insert("ettr".into(), h.ettr.mean.into());
                 obj.insert("faults".into(), h.to_json_value());
+            }
+            if let Some(t) = &self.time_to_train {
+                obj.insert("time_to_train".into(), serde_json::to_value(t)?);
             }
         }
         serde_json::to_string_pretty(&v)
@@ -194,6 +224,9 @@ impl Simulation {
         }
         if let Some(h) = &self.horizon {
             out.push_str(&h.to_text());
+        }
+        if let Some(t) = &self.time_to_train {
+            out.push_str(&time_to_train_text(t));
         }
         out
     }
@@ -263,6 +296,32 @@ impl Simulation {
         }
         out
     }
+}
+
+/// The time to train as text: days per percentile, then goodput and ETTR.
+fn time_to_train_text(t: &TimeToTrain) -> String {
+    let days = |ns: Option<u64>| match ns {
+        Some(ns) => format!("{:.2} d", ns as f64 / 86_400e9),
+        None => "never (a trial kept no work)".to_string(),
+    };
+    format!(
+        "\ntime to train   {} tokens = {} steps of {} tokens, over {} trials\n  \
+         P10 {}   P50 {}   P90 {}\n  goodput P10/P50/P90 {:.4} / {:.4} / {:.4}   \
+         ETTR {:.4} / {:.4} / {:.4}\n",
+        crate::report::group_thousands(t.tokens as f64),
+        crate::report::group_thousands(t.steps as f64),
+        crate::report::group_thousands(t.tokens_per_step as f64),
+        t.trials,
+        days(t.time_ns.p10),
+        days(t.time_ns.p50),
+        days(t.time_ns.p90),
+        t.goodput.p10,
+        t.goodput.p50,
+        t.goodput.p90,
+        t.ettr.p10,
+        t.ettr.p50,
+        t.ettr.p90,
+    )
 }
 
 #[cfg(test)]

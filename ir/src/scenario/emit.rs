@@ -216,6 +216,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     let mut training = Table::new();
     training.insert("global_batch", int(t.global_batch));
     training.insert("micro_batch", int(t.micro_batch));
+    if let Some(tokens) = t.tokens {
+        training.insert("tokens", int(tokens));
+    }
     let precision = name_of(&PRECISIONS, t.precision);
     training.insert("precision", value(precision));
     training.insert("fp8_recipe", value(t.fp8_recipe.as_str()));

@@ -209,6 +209,7 @@ keys!(parallel {
 keys!(training {
     GLOBAL_BATCH = "global_batch", Uint { min: 1, max: 1 << 24 }, Required, "Sequences per step, whole job.";
     MICRO_BATCH = "micro_batch", Uint { min: 1, max: 1 << 24 }, Int(1), "Sequences per micro batch.";
+    TOKENS = "tokens", Uint { min: 1, max: 1 << 62 }, Note("none"), "Tokens the whole training run consumes: `simulate --horizon` then reports the time to reach them (P10/P50/P90).";
     PRECISION = "precision", Choice { what: "precision", names: &["fp32", "fp16", "bf16", "fp8"] }, Is("bf16"), "Compute precision of the GEMMs.";
     FP8_RECIPE = "fp8_recipe", Choice { what: "FP8 scaling recipe", names: &["delayed", "tensorwise", "rowwise", "blockwise", "mxfp8"] }, Is("delayed"), "How FP8 GEMM inputs are scaled (with `precision = \"fp8\"`): `delayed` (Transformer Engine's amax history: the cast needs no pass before it) or `tensorwise` (current scaling, TE Float8CurrentScaling / torchao tensorwise: an amax pass over each tensor before its cast). `rowwise`, `blockwise` and `mxfp8` are refused: their GEMM curves are not measured.";
     RECOMPUTE = "recompute", Choice { what: "recompute policy", names: &["none", "selective", "full"] }, Is("none"), "Activation recomputation: `selective` = attention scores (Korthikanti et al. 2022).";

@@ -497,6 +497,7 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool, Option<b
         Training {
             global_batch,
             micro_batch,
+            tokens: opt(t.uint(&tk::TOKENS)?),
             precision: t.choice_or_default(&tk::PRECISION, &PRECISIONS)?,
             fp8_recipe: t.choice_or_default(&tk::FP8_RECIPE, &Fp8Recipe::ALL)?,
             recompute: t.choice_or_default(&tk::RECOMPUTE, &RECOMPUTES)?,

@@ -495,6 +495,9 @@ pub enum Offload {
 pub struct Training {
     pub global_batch: u64,
     pub micro_batch: u64,
+    /// Tokens the whole run consumes (`tokens`), for the time to train; `None`: not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
     pub precision: Precision,
     /// How FP8 GEMM inputs are scaled (with `precision = "fp8"`).
     pub fp8_recipe: Fp8Recipe,

@@ -5,6 +5,7 @@
 //! lost time by cause, and the best checkpoint interval of a sweep. See docs/reference/faults.md.
 
 mod report;
+pub mod time_to_train;
 pub mod timeline;
 
 pub use report::{Estimate, HorizonReport, IntervalPoint};
@@ -381,6 +382,15 @@ pub fn simulate_horizon(
     job: &JobFacts,
     progress: Option<&(dyn Fn(usize) + Sync)>,
 ) -> Result<HorizonReport, FaultsError> {
+    simulate_horizon_trials(config, job, progress).map(|(report, _)| report)
+}
+
+/// [`simulate_horizon`], also returning each Monte Carlo trial's outcome (in seed order).
+pub fn simulate_horizon_trials(
+    config: &FaultConfig,
+    job: &JobFacts,
+    progress: Option<&(dyn Fn(usize) + Sync)>,
+) -> Result<(HorizonReport, Vec<Outcome>), FaultsError> {
     let model = Model::new(config, job);
     let rate =
         model.failure_rate_per_ns() + model.slowdowns.iter().map(|s| s.rate_per_ns).sum::<f64>();
@@ -399,5 +409,8 @@ pub fn simulate_horizon(
         sweep_seeds,
         &candidate_intervals(&model, 24),
     );
-    Ok(HorizonReport::build(config, job, &model, &outs, sweep))
+    Ok((
+        HorizonReport::build(config, job, &model, &outs, sweep),
+        outs,
+    ))
 }
