@@ -1,6 +1,7 @@
 //! twin's pictures: one self-contained HTML file (inline SVG, no script, no network) and single
-//! SVG plots, drawn with plotters' SVG backend. This crate knows nothing of the simulator or
-//! the command line: it takes plain data ([`Report`] and its sections) and returns text.
+//! SVG plots, drawn with plotters' SVG backend. The drawing takes plain data ([`Report`] and
+//! its sections) and returns text; [`from_sim`] makes that data from twin-sim's results. The
+//! crate knows nothing of the command line.
 //!
 //! Text in the SVG is `<text>` elements that the viewer's fonts render; plotters lays it out
 //! with its built-in estimate of text widths (no font files are read), so drawing works on a
@@ -9,6 +10,7 @@
 //! Units: times are integer nanoseconds and sizes integer bytes in the data; the plots show
 //! milliseconds, seconds and GiB, and say so on their axes.
 
+pub mod from_sim;
 mod html;
 mod plot;
 

@@ -623,12 +623,8 @@ pub fn goodput_svg(g: &Goodput) -> Result<String, ReportError> {
                 )])
                 .map_err(draw_error(P))?;
         }
-        let mut series: Vec<(RGBColor, Vec<(f64, crate::Ci)>)> = vec![(
-            colour::GOODPUT,
-            pts.iter()
-                .map(|p| (p.interval_steps as f64, p.goodput))
-                .collect(),
-        )];
+        // ETTR first, so goodput (never above it) draws on top where the two meet.
+        let mut series: Vec<(RGBColor, Vec<(f64, crate::Ci)>)> = Vec::new();
         if with_ettr {
             series.push((
                 colour::ETTR,
@@ -637,6 +633,12 @@ pub fn goodput_svg(g: &Goodput) -> Result<String, ReportError> {
                     .collect(),
             ));
         }
+        series.push((
+            colour::GOODPUT,
+            pts.iter()
+                .map(|p| (p.interval_steps as f64, p.goodput))
+                .collect(),
+        ));
         for (c, line) in &series {
             chart
                 .draw_series([PathElement::new(

@@ -116,7 +116,10 @@ fn timeline_has_a_bar_per_span_by_kind_stage_and_time() {
     let comm = with(&doc, "rect", "fill", &hex(colour::COMM));
     let idle = with(&doc, "rect", "fill", &hex(colour::IDLE));
     // Data bars plus one legend block each; the empty span draws nothing.
-    assert_eq!((compute.len(), comm.len(), idle.len()), (2 + 1, 1 + 1, 3 + 1));
+    assert_eq!(
+        (compute.len(), comm.len(), idle.len()),
+        (2 + 1, 1 + 1, 3 + 1)
+    );
     let t = texts(&doc);
     assert!(t.contains(&"stage 0 (rank 0)".to_string()), "{t:?}");
     assert!(t.contains(&"stage 1 (rank 8)".to_string()), "{t:?}");
