@@ -59,8 +59,14 @@ fn pct(f: f64) -> String {
     format!("{:.1}%", f * 100.0)
 }
 
+/// Bytes in the largest binary unit (KiB to GiB) that keeps the figure at least 1.
 fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+    let b = bytes as f64;
+    match bytes {
+        0..1_048_576 => format!("{:.1} KiB", b / 1024.0),
+        1_048_576..1_073_741_824 => format!("{:.1} MiB", b / 1_048_576.0),
+        _ => format!("{:.1} GiB", b / 1_073_741_824.0),
+    }
 }
 
 fn figure(label: &str, value: String) -> rep::Figure {

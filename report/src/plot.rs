@@ -699,7 +699,7 @@ pub fn verify_svg(v: &Verify) -> Result<String, ReportError> {
     let title = "Predicted against measured time";
     svg_document((WIDTH, 600), P, |area, strip| {
         if log {
-            let range = (bottom / 1.5)..top;
+            let range = (bottom / 1.5)..(top * 1.5);
             let mut chart = ChartBuilder::on(area)
                 .caption(format!("{title} (log axes)"), (FONT, 18))
                 .margin(12)
@@ -707,7 +707,7 @@ pub fn verify_svg(v: &Verify) -> Result<String, ReportError> {
                 .y_label_area_size(70)
                 .build_cartesian_2d(range.clone().log_scale(), range.log_scale())
                 .map_err(draw_error(P))?;
-            verify_points(&mut chart, &pts, bottom / 1.5, top)?;
+            verify_points(&mut chart, &pts, bottom / 1.5, top * 1.5)?;
         } else {
             let mut chart = ChartBuilder::on(area)
                 .caption(title, (FONT, 18))

@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(short = 'o', long = "out", value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// html: the whole report; svg: the one plot --plot names.
-    #[arg(long, value_enum, default_value = "html")]
+    #[arg(long, value_enum, default_value = "html", requires_if("svg", "plot"))]
     pub format: ReportFormat,
     /// One plot as SVG (implies --format svg).
     #[arg(long, value_enum)]
@@ -74,12 +74,7 @@ impl From<PlotArg> for rep::Plot {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let plot = match (args.format, args.plot) {
-        (ReportFormat::Svg, None) => anyhow::bail!(
-            "--format svg draws one plot: add --plot memory, timeline, pareto or goodput"
-        ),
-        (_, p) => p,
-    };
+    let plot = args.plot;
     let out = args.out.clone().unwrap_or_else(|| match plot {
         Some(p) => PathBuf::from(format!("{}.svg", rep::Plot::from(p).name())),
         None => PathBuf::from("report.html"),
@@ -112,11 +107,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         sweep_report(&result, hbm).plot_svg(rep::Plot::Pareto)?
     } else {
         if plot == Some(PlotArg::Goodput) && faults.is_none() {
-            anyhow::bail!(
-                "{}: --plot goodput needs a [faults] table in the scenario \
+            eprintln!(
+                "error: {}: --plot goodput needs a [faults] table in the scenario \
                  (docs/reference/faults.md), e.g. scenarios/512xA100-faults.toml",
                 source.origin
             );
+            return Ok(ExitCode::from(2));
         }
         let with_horizon = matches!(plot, None | Some(PlotArg::Goodput));
         let profile = match &args.profile {
