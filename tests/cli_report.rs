@@ -32,7 +32,11 @@ fn assert_self_contained(html: &str) {
     assert!(html.starts_with("<!DOCTYPE html>"));
     assert!(!html.contains("<script"), "the report needs no script");
     let ns = html.matches("xmlns=\"http://www.w3.org/2000/svg\"").count();
-    assert_eq!(html.matches("http").count(), ns, "a URL other than the SVG namespace");
+    assert_eq!(
+        html.matches("http").count(),
+        ns,
+        "a URL other than the SVG namespace"
+    );
     assert!(!html.contains(" src="), "nothing is loaded from elsewhere");
 }
 
@@ -55,7 +59,10 @@ fn report_of_512xa100_is_one_small_file_with_every_section() {
     assert_self_contained(&html);
     // pp = 8: a row of the timeline and a memory chart per stage.
     for stage in 0..8 {
-        assert!(html.contains(&format!("stage {stage} (rank ")), "stage {stage}");
+        assert!(
+            html.contains(&format!("stage {stage} (rank ")),
+            "stage {stage}"
+        );
     }
     assert!(html.contains("gpt-100b-512xA100"));
 }
@@ -81,7 +88,12 @@ fn a_scenario_with_faults_adds_goodput_and_single_plots_are_svg_documents() {
     );
     assert!(html.contains("<th>ETTR</th>"));
     for (plot, title, x, y) in [
-        ("memory", "Memory over the step", "time (ms)", "memory (GiB)"),
+        (
+            "memory",
+            "Memory over the step",
+            "time (ms)",
+            "memory (GiB)",
+        ),
         (
             "timeline",
             "Timeline of one step",
@@ -151,7 +163,14 @@ fn bad_report_arguments_exit_2_naming_what_is_missing() {
     let o = twin(&["report", "scenarios/small.toml", "--format", "svg"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("--plot"), "{}", text(&o.stderr));
-    let o = twin(&["report", "scenarios/small.toml", "--plot", "goodput", "-o", "-"]);
+    let o = twin(&[
+        "report",
+        "scenarios/small.toml",
+        "--plot",
+        "goodput",
+        "-o",
+        "-",
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("[faults]"), "{}", text(&o.stderr));
     let dir = scratch_dir("report");

@@ -83,14 +83,20 @@ pub fn simulation_report(sim: &Simulation, scenario: &Scenario, plan: &Plan) -> 
     let p = &sim.prediction;
     let r = &p.report;
     let par = &scenario.parallel;
+    // Seconds from one second on, milliseconds below.
+    let (scale, unit) = if r.step_time_s >= 1.0 {
+        (1.0, "s")
+    } else {
+        (1e3, "ms")
+    };
     let step = match sim.step_time_ci95_s {
         Some([lo, hi]) => format!(
-            "{:.3} ms (95% CI {:.3}\u{2013}{:.3} ms)",
-            r.step_time_s * 1e3,
-            lo * 1e3,
-            hi * 1e3
+            "{:.3} {unit} (95% CI {:.3}\u{2013}{:.3} {unit})",
+            r.step_time_s * scale,
+            lo * scale,
+            hi * scale
         ),
-        None => format!("{:.3} ms", r.step_time_s * 1e3),
+        None => format!("{:.3} {unit}", r.step_time_s * scale),
     };
     let mut headline = vec![
         figure("scenario", r.scenario.clone()),

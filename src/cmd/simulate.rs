@@ -17,7 +17,7 @@ use twin_sim::simulation;
   twin simulate scenarios/512xA100.toml --profile scenarios/profiles/a100-dgx.toml
   twin simulate scenarios/512xA100.toml --full        (every rank; same report)
   twin simulate scenarios/small.toml --trace small.trace.json   (open in ui.perfetto.dev)
-  twin simulate scenarios/512xA100-faults.toml --horizon 30d --seeds 1000   (docs/reference/faults.md)
+  twin simulate scenarios/512xA100-faults.toml --horizon 30d --report r.html
 
 Details: docs/reference/cli.md#twin-simulate"
 )]
@@ -60,7 +60,7 @@ pub struct Args {
     /// Also write the resolved scenario (presets, defaults, --set) to FILE as TOML.
     #[arg(long, value_name = "FILE")]
     pub resolved: Option<PathBuf>,
-    /// Also write an HTML report (timeline, memory, goodput with --horizon) to FILE.
+    /// Also write an HTML report to FILE (twin report -h).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
 }

@@ -53,7 +53,7 @@ pub struct Args {
     /// Print the result as JSON instead of the top-N table.
     #[arg(long)]
     pub json: bool,
-    /// Also write an HTML report (the Pareto plot and the best layouts) to FILE.
+    /// Also write an HTML report to FILE (Pareto plot, best layouts).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// Never draw the progress bar.

@@ -92,7 +92,7 @@ pub struct StepArgs {
     /// With --measured: the trace's step (0-based; default: the last).
     #[arg(long, value_name = "N", requires = "measured")]
     pub measured_step: Option<usize>,
-    /// Also write an HTML report (predicted against measured) to FILE.
+    /// Also write an HTML report to FILE (predicted against measured).
     #[arg(long, value_name = "FILE", conflicts_with = "measured")]
     pub report: Option<PathBuf>,
 }
