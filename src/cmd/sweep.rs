@@ -120,8 +120,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             hbm_bytes = plan
                 .source
                 .parse()
-                .and_then(|p| p.resolve(&args.overrides))
                 .ok()
+                .and_then(|p| p.resolve(&args.overrides).ok())
                 .map(|s| s.cluster.gpu.usable_bytes());
         }
         let total = plan.layouts.len();
