@@ -184,3 +184,24 @@ fn bad_report_arguments_exit_2_naming_what_is_missing() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("--out"), "{}", text(&o.stderr));
 }
+
+#[test]
+fn the_same_input_gives_byte_identical_reports() {
+    for args in [
+        &["report", "scenarios/small.toml", "-o", "-"][..],
+        &[
+            "report",
+            "scenarios/512xA100-faults.toml",
+            "--set",
+            "faults.seeds=20",
+            "--plot",
+            "goodput",
+            "-o",
+            "-",
+        ],
+    ] {
+        let (a, b) = (run_ok(args), run_ok(args));
+        assert!(!a.stdout.is_empty());
+        assert!(a.stdout == b.stdout, "twin {args:?} differs between runs");
+    }
+}
