@@ -623,27 +623,28 @@ pub fn goodput_svg(g: &Goodput) -> Result<String, ReportError> {
                 )])
                 .map_err(draw_error(P))?;
         }
-        // ETTR first, so goodput (never above it) draws on top where the two meet.
-        let mut series: Vec<(RGBColor, Vec<(f64, crate::Ci)>)> = Vec::new();
+        // Goodput first, ETTR over it, thinner and smaller: the two often nearly meet.
+        let mut series: Vec<(RGBColor, u32, Vec<(f64, crate::Ci)>)> = vec![(
+            colour::GOODPUT,
+            2,
+            pts.iter()
+                .map(|p| (p.interval_steps as f64, p.goodput))
+                .collect(),
+        )];
         if with_ettr {
             series.push((
                 colour::ETTR,
+                1,
                 pts.iter()
                     .filter_map(|p| Some((p.interval_steps as f64, p.ettr?)))
                     .collect(),
             ));
         }
-        series.push((
-            colour::GOODPUT,
-            pts.iter()
-                .map(|p| (p.interval_steps as f64, p.goodput))
-                .collect(),
-        ));
-        for (c, line) in &series {
+        for (c, width, line) in &series {
             chart
                 .draw_series([PathElement::new(
                     line.iter().map(|(x, ci)| (*x, ci.mean)).collect::<Vec<_>>(),
-                    c.stroke_width(2),
+                    c.stroke_width(*width),
                 )])
                 .map_err(draw_error(P))?;
             chart
@@ -654,7 +655,7 @@ pub fn goodput_svg(g: &Goodput) -> Result<String, ReportError> {
             chart
                 .draw_series(
                     line.iter()
-                        .map(|(x, ci)| Circle::new((*x, ci.mean), 3, c.filled())),
+                        .map(|(x, ci)| Circle::new((*x, ci.mean), 1 + *width, c.filled())),
                 )
                 .map_err(draw_error(P))?;
         }
