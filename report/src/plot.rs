@@ -553,6 +553,9 @@ pub fn pareto_svg(s: &Sweep) -> Result<String, ReportError> {
     })
 }
 
+/// One line of the goodput plot: its colour, its width, and (interval, estimate) points.
+type Series = (RGBColor, u32, Vec<(f64, crate::Ci)>);
+
 /// Goodput (and ETTR) against the checkpoint interval on a log axis, with their 95% intervals
 /// as error bars, and the scenario's, the best, Young's and Daly's intervals as vertical lines.
 pub fn goodput_svg(g: &Goodput) -> Result<String, ReportError> {
@@ -624,7 +627,7 @@ pub fn goodput_svg(g: &Goodput) -> Result<String, ReportError> {
                 .map_err(draw_error(P))?;
         }
         // Goodput first, ETTR over it, thinner and smaller: the two often nearly meet.
-        let mut series: Vec<(RGBColor, u32, Vec<(f64, crate::Ci)>)> = vec![(
+        let mut series: Vec<Series> = vec![(
             colour::GOODPUT,
             2,
             pts.iter()
