@@ -205,3 +205,25 @@ fn the_same_input_gives_byte_identical_reports() {
         assert!(a.stdout == b.stdout, "twin {args:?} differs between runs");
     }
 }
+
+#[test]
+fn simulate_horizon_report_adds_the_goodput_section() {
+    let dir = scratch_dir("report");
+    let out = dir.join("h.html");
+    run_ok(&[
+        "simulate",
+        "scenarios/small.toml",
+        "--horizon",
+        "7d",
+        "--seeds",
+        "10",
+        "--report",
+        out.to_str().unwrap(),
+    ]);
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(
+        sections(&html),
+        ["headline", "timeline", "memory", "goodput"]
+    );
+    assert!(html.contains("<th>ETTR</th>"));
+}

@@ -676,4 +676,52 @@ mod tests {
         }
         assert_eq!(g.best_steps, h.best_interval_steps);
     }
+
+    #[test]
+    fn the_first_op_over_hbm_is_marked_on_its_stage() {
+        let opts = twin_sim::PredictOptions {
+            trace: true,
+            reproducible: true,
+            collapse: true,
+            ..Default::default()
+        };
+        let mut s = twin_sim::testing::small_scenario(1, 2, 1, 1);
+        let fits = twin_sim::predict(&s, &opts).expect("simulates");
+        // Usable HBM at half the smaller stage peak: both stages cross it.
+        let least = fits.result.ranks.iter().map(|r| r.peak_memory_bytes).min();
+        s.cluster.gpu.hbm_bytes = s.cluster.gpu.driver_reserved_bytes + least.unwrap() / 2;
+        let p = twin_sim::predict(&s, &opts).expect("simulates");
+        assert!(p.result.ranks.iter().all(|r| r.over_capacity_op.is_some()));
+        let oom = p.report.oom.clone().expect("the step runs out of memory");
+        let plan = p.staged.plan.clone();
+        let sim = Simulation {
+            prediction: p,
+            step_time_ci95_s: None,
+            horizon: None,
+        };
+        let m = simulation_report(&sim, &s, &plan).memory.unwrap();
+        assert_eq!(m.hbm_bytes, s.cluster.gpu.usable_bytes());
+        let stage = m
+            .stages
+            .iter()
+            .find(|st| st.rank == oom.rank)
+            .expect("the OOM rank is a representative");
+        let over = stage.over_hbm.as_ref().expect("marked");
+        assert_eq!(Some(&over.op), oom.op_name.as_ref());
+        // At that time live memory is above HBM, and before it never was.
+        let live_at = |t: u64| {
+            stage
+                .samples
+                .iter()
+                .filter(|x| x.time_ns <= t)
+                .last()
+                .map_or(0, rep::MemoryPoint::total_bytes)
+        };
+        assert!(live_at(over.time_ns) > m.hbm_bytes);
+        assert!(stage
+            .samples
+            .iter()
+            .filter(|x| x.time_ns < over.time_ns)
+            .all(|x| x.total_bytes() <= m.hbm_bytes));
+    }
 }
