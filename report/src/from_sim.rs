@@ -713,8 +713,7 @@ mod tests {
             stage
                 .samples
                 .iter()
-                .filter(|x| x.time_ns <= t)
-                .last()
+                .rfind(|x| x.time_ns <= t)
                 .map_or(0, rep::MemoryPoint::total_bytes)
         };
         assert!(live_at(over.time_ns) > m.hbm_bytes);
