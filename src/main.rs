@@ -92,6 +92,7 @@ enum Command {
     Verify(cmd::verify::Args),
     Tui(cmd::tui::Args),
     Calibrate(cmd::calibrate::Args),
+    Report(cmd::report::Args),
     /// One rank of a host run (started by `twin run`, by hand, or by srun).
     #[command(hide = true)]
     Worker(cmd::run::WorkerArgs),
@@ -148,6 +149,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Tui(args) => cmd::tui::run(args),
         Command::Calibrate(args) => cmd::calibrate::run(args),
+        Command::Report(args) => cmd::report::run(args),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Check(args) => cmd::check::run(args),
         Command::Diff(args) => cmd::diff::run(args),

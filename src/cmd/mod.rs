@@ -6,6 +6,8 @@ pub mod calibrate;
 pub mod doctor;
 mod progress;
 pub mod renamed;
+// issue 39: pictures
+pub mod report;
 pub mod run;
 pub mod simulate;
 pub mod validate;

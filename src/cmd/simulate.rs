@@ -17,7 +17,7 @@ use twin_sim::simulation;
   twin simulate scenarios/512xA100.toml --profile scenarios/profiles/a100-dgx.toml
   twin simulate scenarios/512xA100.toml --full        (every rank; same report)
   twin simulate scenarios/small.toml --trace small.trace.json   (open in ui.perfetto.dev)
-  twin simulate scenarios/512xA100-faults.toml --horizon 30d --seeds 1000   (docs/reference/faults.md)
+  twin simulate scenarios/512xA100-faults.toml --horizon 30d --report r.html
 
 Details: docs/reference/cli.md#twin-simulate"
 )]
@@ -61,6 +61,9 @@ pub struct Args {
     /// Also write the resolved scenario (presets, defaults, --set) to FILE as TOML.
     #[arg(long, value_name = "FILE")]
     pub resolved: Option<PathBuf>,
+    /// Also write an HTML report to FILE (twin report -h).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 fn parse_horizon(text: &str) -> Result<u64, String> {
@@ -71,6 +74,7 @@ fn parse_horizon(text: &str) -> Result<u64, String> {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(args.trace.as_deref(), "--trace")?;
     super::output::check_file(args.resolved.as_deref(), "--resolved")?;
+    super::output::check_file(args.report.as_deref(), "--report")?;
     let source = twin_sim::setup::ScenarioSource::read(&args.scenario)?;
     let parsed = source.parse()?;
     let (scenario, plan, sections) = parsed.resolve_with_sections(&args.overrides)?;
@@ -80,7 +84,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     super::warn_hf_unmodelled(&source.origin, &parsed.hf_unmodelled(&args.overrides)?);
     let opts = twin_sim::PredictOptions {
-        trace: args.trace.is_some(),
+        // The report's timeline and memory are drawn from the trace.
+        trace: args.trace.is_some() || args.report.is_some(),
         reproducible: args.reproducible,
         // Collapsed by default, as it is exact wherever the engine uses it; a trace shows
         // every rank unless --collapse asks for the representatives only.
@@ -119,6 +124,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .trace_json()
             .context("no trace was recorded")?;
         write_atomic(path, &json)?;
+    }
+    if let Some(path) = &args.report {
+        let report = super::report::simulation_report(&out, &scenario, &plan);
+        super::report::write_html(path, &report)?;
     }
     match args.format {
         Format::Json => println!("{}", out.to_json()?),

@@ -53,6 +53,9 @@ pub struct Args {
     /// Print the result as JSON instead of the top-N table.
     #[arg(long)]
     pub json: bool,
+    /// Also write an HTML report to FILE (Pareto plot, best layouts).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
     /// Never draw the progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -88,7 +91,10 @@ fn bad_input(err: impl Into<anyhow::Error>) -> ExitCode {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(args.out.as_deref(), "--out")?;
+    super::output::check_file(args.report.as_deref(), "--report")?;
     let t0 = Instant::now();
+    // The usable HBM per GPU the report draws (unknown when merging shards).
+    let mut hbm_bytes = None;
     let result = if !args.merge.is_empty() {
         match sweep::merge_files(&args.merge) {
             Ok(r) => r,
@@ -110,6 +116,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(plan) => plan,
             Err(e) => return Ok(bad_input(e)),
         };
+        if args.report.is_some() {
+            hbm_bytes = plan
+                .source
+                .parse()
+                .ok()
+                .and_then(|p| p.resolve(&args.overrides).ok())
+                .map(|s| s.cluster.gpu.usable_bytes());
+        }
         let total = plan.layouts.len();
         let bar = super::progress::Bar::new("layouts", args.quiet);
         let done = AtomicUsize::new(0);
@@ -127,6 +141,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             result.to_json()
         };
         write_atomic(path, &text)?;
+    }
+    if let Some(path) = &args.report {
+        super::report::write_html(path, &super::report::sweep_report(&result, hbm_bytes))?;
     }
     if args.json {
         println!("{}", result.to_json());

@@ -92,6 +92,9 @@ pub struct StepArgs {
     /// With --measured: the trace's step (0-based; default: the last).
     #[arg(long, value_name = "N", requires = "measured")]
     pub measured_step: Option<usize>,
+    /// Also write an HTML report to FILE (predicted against measured).
+    #[arg(long, value_name = "FILE", conflicts_with = "measured")]
+    pub report: Option<PathBuf>,
 }
 
 /// Inject one kill into real host runs and compare the recovery with the simulator's model.
@@ -172,6 +175,7 @@ fn verify_step(a: StepArgs) -> anyhow::Result<ExitCode> {
         },
     };
     super::output::prepare_dir(spec.trace_dir.as_deref(), "--trace-dir")?;
+    super::output::check_file(a.report.as_deref(), "--report")?;
     let scenario = load_scenario(&spec.scenario, &spec.overrides)?;
     let profile = twin_sim::profile::load(&a.profile)?;
     let text = a.format == Format::Text && spec.repeat > 1;
@@ -181,6 +185,10 @@ fn verify_step(a: StepArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let out = step::verify_step(&spec, &scenario, &profile, &mut on_run)?;
+    if let Some(path) = &a.report {
+        let title = format!("twin verify step: {}", spec.scenario.display());
+        super::report::write_html(path, &super::report::verify_report(&title, &out.comparison))?;
+    }
     print!("{}", out.output);
     for v in &out.violations {
         eprintln!("verify failed: {v}");

@@ -42,6 +42,8 @@ pub struct StepSpec {
 pub struct StepOutcome {
     pub output: String,
     pub violations: Vec<String>,
+    /// The comparison the output shows (what `--report` draws).
+    pub comparison: Comparison,
 }
 
 /// One real run: its measured report and merged measurement.
@@ -219,7 +221,11 @@ pub fn verify_step(
             &paths,
         ),
     };
-    Ok(StepOutcome { output, violations })
+    Ok(StepOutcome {
+        output,
+        violations,
+        comparison,
+    })
 }
 
 /// One launch (host) or one GPU run (cuda), merged and reported as `twin run` does.

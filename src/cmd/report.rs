@@ -1,0 +1,188 @@
+//! `twin report`: one self-contained HTML report of a scenario (headline, per-stage timeline,
+//! memory over the step, and goodput when the scenario has `[faults]`), or one SVG plot; and
+//! `--report FILE` of `simulate`, `sweep` and `verify step`. The data and the drawing are the
+//! `twin-report` crate's.
+
+use super::{write_atomic, HELP};
+use anyhow::Context;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use twin_report as rep;
+pub use twin_report::from_sim::{simulation_report, sweep_report, verify_report};
+use twin_sim::plan::Plan;
+use twin_sim::scenario::Scenario;
+use twin_sim::simulation::{self, Simulation};
+use twin_sim::sweep::{Objective, SweepPlan, SweepRequest};
+
+/// Draw a scenario's prediction: one HTML report, or one SVG plot.
+#[derive(clap::Args)]
+#[command(
+    help_template = HELP,
+    before_help = "Examples:
+  twin report scenarios/512xA100.toml -o report.html
+  twin report scenarios/512xA100.toml --plot memory -o memory.svg
+  twin report scenarios/512xA100-faults.toml --plot goodput -o goodput.svg
+  twin report scenarios/512xA100.toml --plot pareto -o layouts.svg   (runs a layout search)
+  twin simulate S.toml --report r.html   (also: sweep, verify step, simulate --horizon)
+
+Details: docs/reference/cli.md#twin-report"
+)]
+pub struct Args {
+    /// Scenario TOML file (docs/reference/scenarios.md).
+    pub scenario: PathBuf,
+    /// Where to write: default report.html, or PLOT.svg with --plot; `-` for stdout.
+    #[arg(short = 'o', long = "out", value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// html: the whole report; svg: the one plot --plot names.
+    #[arg(long, value_enum, default_value = "html", requires_if("svg", "plot"))]
+    pub format: ReportFormat,
+    /// One plot as SVG (implies --format svg).
+    #[arg(long, value_enum)]
+    pub plot: Option<PlotArg>,
+    /// Override a scenario key (TOML value syntax), e.g. parallel.pp=16. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    /// Hardware profile TOML whose parameters replace the defaults (docs/reference/profiles.md).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    Html,
+    Svg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlotArg {
+    Memory,
+    Timeline,
+    Pareto,
+    Goodput,
+}
+
+impl From<PlotArg> for rep::Plot {
+    fn from(p: PlotArg) -> Self {
+        match p {
+            PlotArg::Memory => rep::Plot::Memory,
+            PlotArg::Timeline => rep::Plot::Timeline,
+            PlotArg::Pareto => rep::Plot::Pareto,
+            PlotArg::Goodput => rep::Plot::Goodput,
+        }
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let plot = args.plot;
+    let out = args.out.clone().unwrap_or_else(|| match plot {
+        Some(p) => PathBuf::from(format!("{}.svg", rep::Plot::from(p).name())),
+        None => PathBuf::from("report.html"),
+    });
+    let to_stdout = out.as_os_str() == "-";
+    if !to_stdout {
+        super::output::check_file(Some(&out), "--out")?;
+    }
+    let source = twin_sim::setup::ScenarioSource::read(&args.scenario)?;
+    let parsed = source.parse()?;
+    let (scenario, plan, faults) = parsed.resolve_with_faults(&args.overrides)?;
+    super::warn_hf_unmodelled(&source.origin, &parsed.hf_unmodelled(&args.overrides)?);
+    let text = if plot == Some(PlotArg::Pareto) {
+        let req = SweepRequest {
+            overrides: &args.overrides,
+            vary: &[],
+            search: true,
+            shard: None,
+        };
+        let sweep_plan = SweepPlan::new(source, &req)?;
+        let total = sweep_plan.layouts.len();
+        let bar = super::progress::Bar::new("layouts", false);
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let result = sweep_plan.run(Objective::TokensPerS, &|| {
+            let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            bar.step(n, total, "");
+        });
+        bar.finish();
+        let hbm = Some(scenario.cluster.gpu.usable_bytes());
+        sweep_report(&result, hbm).plot_svg(rep::Plot::Pareto)?
+    } else {
+        if plot == Some(PlotArg::Goodput) && faults.is_none() {
+            eprintln!(
+                "error: {}: --plot goodput needs a [faults] table in the scenario \
+                 (docs/reference/faults.md), e.g. scenarios/512xA100-faults.toml",
+                source.origin
+            );
+            return Ok(ExitCode::from(2));
+        }
+        let with_horizon = matches!(plot, None | Some(PlotArg::Goodput));
+        let profile = match &args.profile {
+            Some(p) => Some(twin_sim::profile::load(p)?),
+            None => None,
+        };
+        let horizon = if with_horizon {
+            simulation::horizon_config(faults, None, None)
+        } else {
+            None
+        };
+        let sim = simulate_for_report(
+            &scenario,
+            &plan,
+            &source.origin,
+            profile.as_ref(),
+            horizon.as_ref(),
+        )?;
+        let report = simulation_report(&sim, &scenario, &plan);
+        match plot {
+            Some(p) => report.plot_svg(p.into())?,
+            None => rep::to_html(&report)?,
+        }
+    };
+    if to_stdout {
+        std::io::stdout().write_all(text.as_bytes())?;
+    } else {
+        write_atomic(&out, &text)?;
+        eprintln!(
+            "wrote {} ({} KiB)",
+            out.display(),
+            text.len().div_ceil(1024)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Predicts `scenario` with the trace the timeline and memory sections read (representative
+/// ranks), and the horizon when `horizon` is given, drawing a progress bar over its trials.
+fn simulate_for_report(
+    scenario: &Scenario,
+    plan: &Plan,
+    origin: &str,
+    profile: Option<&twin_sim::profile::Profile>,
+    horizon: Option<&twin_sim::scenario::FaultConfig>,
+) -> anyhow::Result<Simulation> {
+    let opts = twin_sim::PredictOptions {
+        trace: true,
+        reproducible: true,
+        collapse: true,
+        ..Default::default()
+    };
+    let seeds = horizon.map_or(0, |h| h.seeds as usize);
+    let bar = super::progress::Bar::new("seeds", false);
+    let progress = |done: usize| bar.step(done, seeds, "");
+    let sim_opts = simulation::SimulateOptions {
+        predict: &opts,
+        profile,
+        samples: twin_sim::profile::DEFAULT_SAMPLES,
+        horizon,
+        progress: bar.enabled.then_some(&progress as &(dyn Fn(usize) + Sync)),
+    };
+    let out = simulation::simulate(scenario, plan, origin, &sim_opts);
+    bar.finish();
+    Ok(out?)
+}
+
+/// Writes `report` as HTML to `path` (`--report FILE` of simulate, sweep and verify).
+pub fn write_html(path: &Path, report: &rep::Report) -> anyhow::Result<()> {
+    let html = rep::to_html(report)?;
+    write_atomic(path, &html).with_context(|| format!("writing --report {}", path.display()))?;
+    Ok(())
+}
