@@ -172,6 +172,8 @@ fn simulate_for_report(
         predict: &opts,
         profile,
         samples: twin_sim::profile::DEFAULT_SAMPLES,
+        variability: None,
+        sample_progress: None,
         horizon,
         progress: bar.enabled.then_some(&progress as &(dyn Fn(usize) + Sync)),
     };
