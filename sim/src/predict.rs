@@ -79,6 +79,15 @@ impl Staged {
         })
     }
 
+    /// Checks each program once ([`Schedule::validate_programs`]): what a run on
+    /// representative ranks needs, whose engine proves and checks the rest (its collapse maps
+    /// every representative's peers to representatives, and it matches the transfers and
+    /// collectives it runs). Proportional to the programs, not to the world.
+    pub fn validate_programs(&self) -> Result<(), PredictError> {
+        self.schedule.validate_programs(&self.plan)?;
+        Ok(())
+    }
+
     /// Proves the schedule executable by running every rank untimed; refused beforehand when
     /// that run would process more than the engine's event bound.
     pub fn validate(&self) -> Result<(), PredictError> {
@@ -217,7 +226,13 @@ pub fn predict_with(
     let start = Instant::now();
     let staged = Staged::with_profile(scenario, profile)?;
     if !opts.skip_validation {
-        staged.validate()?;
+        // A collapsed run simulates representatives, which the programs' own checks and the
+        // engine's collapse cover; every rank simulated is validated across every rank.
+        if opts.collapse && staged.cost.interruptions.is_none() {
+            staged.validate_programs()?;
+        } else {
+            staged.validate()?;
+        }
     }
     let (result, interruptions) = match staged.cost.interruptions {
         Some(_) => median_interrupted(&staged, scenario, opts)?,

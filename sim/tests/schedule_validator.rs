@@ -188,3 +188,47 @@ fn unfreed_allocation_is_named() {
         "{msg}"
     );
 }
+
+/// The per-program checks a collapsed run relies on find what one program shows on its own
+/// (a cycle, a backward before its forward), name the first rank that runs it, and leave
+/// matching across ranks to the full validation and the engine.
+#[test]
+fn per_program_checks_find_program_errors_and_leave_cross_rank_ones() {
+    let (plan, sched) = base();
+    let counted = sched.validate_programs(&plan).unwrap();
+    assert_eq!(counted.ranks, plan.world);
+    assert_eq!((counted.p2p_pairs, counted.collectives), (0, 0));
+    assert_eq!(counted.ops, sched.total_ops());
+
+    let mut cyclic = sched.clone();
+    let n = cyclic.programs[0].ops.len() as u32;
+    cyclic.programs[0].ops[3].deps.push(n - 1);
+    let msg = cyclic.validate_programs(&plan).unwrap_err().to_string();
+    assert!(msg.contains("op 3") && msg.contains("cycle"), "{msg}");
+
+    let mut early = sched.clone();
+    let prog = &mut early.programs[2];
+    let i = find(
+        prog,
+        |o| matches!(&o.kind, OpKind::Compute(c) if c.phase == Phase::Backward),
+    );
+    prog.ops[i].label.microbatch = Some(1);
+    let err = early.validate_programs(&plan).unwrap_err();
+    assert!(
+        matches!(err, ValidationError::BackwardBeforeForward { .. }),
+        "{err}"
+    );
+
+    // A retagged receive is only wrong against its sender: not a per-program error.
+    let mut retagged = sched.clone();
+    let prog = &mut retagged.programs[2];
+    let i = find(prog, |o| matches!(o.kind, OpKind::Recv { .. }));
+    if let OpKind::Recv { tag, .. } = &mut prog.ops[i].kind {
+        *tag += 1000;
+    }
+    assert!(retagged.validate_programs(&plan).is_ok());
+    assert!(matches!(
+        retagged.validate(&plan),
+        Err(ValidationError::Unmatched { .. })
+    ));
+}

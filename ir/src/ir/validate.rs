@@ -77,8 +77,49 @@ pub enum ValidationError {
 }
 
 impl Schedule {
-    /// Check that this schedule is well formed and executable on `plan`'s ranks.
+    /// Check that this schedule is well formed and executable on `plan`'s ranks: every
+    /// program's structure, then across ranks (every send matched, every group's collectives
+    /// in one order), every program's order, and an untimed dry run of every rank. Errors
+    /// across ranks come before a program's order error, as they say more.
     pub fn validate(&self, plan: &Plan) -> Result<ValidationReport, ValidationError> {
+        let first_rank = self.check_programs(plan)?;
+        let p2p_pairs = check_p2p(self, plan)?;
+        let collectives = check_collectives(self, plan)?;
+        self.check_orders(&first_rank)?;
+        dryrun::dry_run(self, plan)?;
+        Ok(ValidationReport {
+            p2p_pairs,
+            collectives,
+            ..self.counted()
+        })
+    }
+
+    /// The checks of [`Schedule::validate`] that need only each program once: the world and
+    /// every rank's program index and stage (one pass over the ranks), then each program's
+    /// structure (deps, streams, allocations) and order (backwards after their forwards),
+    /// named by the first rank that runs it. What is left, matching across ranks, is proved
+    /// for a run on representative ranks by the engine's collapse (each representative's
+    /// peers are representatives, the rest mirror them) and checked by the engine as it runs
+    /// them; [`ValidationReport::p2p_pairs`] and `collectives` stay 0 here.
+    pub fn validate_programs(&self, plan: &Plan) -> Result<ValidationReport, ValidationError> {
+        let first_rank = self.check_programs(plan)?;
+        self.check_orders(&first_rank)?;
+        Ok(self.counted())
+    }
+
+    fn counted(&self) -> ValidationReport {
+        ValidationReport {
+            ranks: self.world(),
+            programs: self.programs.len() as u32,
+            ops: self.total_ops(),
+            p2p_pairs: 0,
+            collectives: 0,
+        }
+    }
+
+    /// The world, every rank's program index and stage, and each program's structure; the
+    /// first rank of each program in use (errors about a program name it).
+    fn check_programs(&self, plan: &Plan) -> Result<BTreeMap<u32, u32>, ValidationError> {
         if self.world() != plan.world {
             return Err(ValidationError::World {
                 got: self.world(),
@@ -86,7 +127,6 @@ impl Schedule {
             });
         }
         let programs = self.programs.len() as u32;
-        // First rank of each program in use: structural errors name it.
         let mut first_rank: BTreeMap<u32, u32> = BTreeMap::new();
         for (rank, &p) in self.program_of.iter().enumerate() {
             let rank = rank as u32;
@@ -108,22 +148,16 @@ impl Schedule {
             first_rank.entry(p).or_insert(rank);
         }
         for (&p, &rank) in &first_rank {
-            let prog = &self.programs[p as usize];
-            check_structure(prog, rank)?;
+            check_structure(&self.programs[p as usize], rank)?;
         }
-        let p2p_pairs = check_p2p(self, plan)?;
-        let collectives = check_collectives(self, plan)?;
-        for (&p, &rank) in &first_rank {
+        Ok(first_rank)
+    }
+
+    fn check_orders(&self, first_rank: &BTreeMap<u32, u32>) -> Result<(), ValidationError> {
+        for (&p, &rank) in first_rank {
             order::check_order(&self.programs[p as usize], rank)?;
         }
-        dryrun::dry_run(self, plan)?;
-        Ok(ValidationReport {
-            ranks: self.world(),
-            programs,
-            ops: self.total_ops(),
-            p2p_pairs,
-            collectives,
-        })
+        Ok(())
     }
 }
 

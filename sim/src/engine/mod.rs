@@ -168,11 +168,11 @@ pub enum SimError {
     #[error(
         "the step would process {events} op events on {ranks} simulated rank(s), over the \
          limit of {limit} (about 10 s of simulation); the work grows with the ranks simulated \
-         (cluster.gpus and parallel.tp/cp/ep/dp; without --full, symmetric ranks collapse to \
-         one per pipeline stage, but the schedule check before the simulation runs every \
-         rank) and with each rank's ops (training.global_batch / (micro_batch * dp) micro \
-         batches, model.layers at run.granularity); simulate fewer GPUs or fewer micro \
-         batches, or use run.granularity = \"chunk\""
+         (cluster.gpus and parallel.tp/cp/ep/dp; without --full and --trace, symmetric \
+         ranks collapse to one per pipeline stage) and with each rank's ops \
+         (training.global_batch / (micro_batch * dp) micro batches, model.layers at \
+         run.granularity); simulate fewer GPUs or fewer micro batches, or use \
+         run.granularity = \"chunk\""
     )]
     WorkTooLarge { events: u64, ranks: u32, limit: u64 },
     /// Found before anything runs: a trace of the simulated ranks would exceed
