@@ -641,6 +641,8 @@ mod tests {
             prediction: p,
             step_time_ci95_s: None,
             horizon: None,
+            variability: None,
+            time_to_train: None,
         };
         let r = simulation_report(&sim, &s, &plan);
         let (t, m) = (r.timeline.unwrap(), r.memory.unwrap());
@@ -698,6 +700,8 @@ mod tests {
             prediction: p,
             step_time_ci95_s: None,
             horizon: None,
+            variability: None,
+            time_to_train: None,
         };
         let m = simulation_report(&sim, &s, &plan).memory.unwrap();
         assert_eq!(m.hbm_bytes, s.cluster.gpu.usable_bytes());
