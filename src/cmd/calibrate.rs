@@ -99,8 +99,8 @@ pub struct Measure {
     /// a GPU, "cpu-core" on the host).
     #[arg(long)]
     pub gpu_name: Option<String>,
-    /// Never draw the progress bar (drawn only when standard error is a terminal).
-    #[arg(long)]
+    /// The same as --quiet: never draw the progress bar.
+    #[arg(long, hide = true)]
     pub no_progress: bool,
 }
 
@@ -200,13 +200,13 @@ struct Bar(super::progress::Bar);
 
 impl Progress for Bar {
     fn update(&mut self, benchmark: &str, done: usize, total: usize) {
-        self.0.draw(done, total, &format!("{benchmark:<16}"));
+        self.0.set(done, total, benchmark);
     }
 }
 
 impl Bar {
     fn new(no_progress: bool) -> Bar {
-        Bar(super::progress::Bar::new("calibrate", no_progress))
+        Bar(super::progress::Bar::new("calibrate", 0, no_progress))
     }
 
     fn finish(&self) {

@@ -91,14 +91,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let horizon = simulation::horizon_config(faults, args.horizon, args.seeds);
     let seeds = horizon.as_ref().map_or(0, |h| h.seeds as usize);
-    let bar = super::progress::Bar::new("seeds", false);
-    let progress = |done: usize| bar.step(done, seeds, "");
+    let bar = super::progress::Bar::new("seeds", seeds, false);
+    let progress = |_done: usize| bar.inc();
     let sim_opts = simulation::SimulateOptions {
         predict: &opts,
         profile: profile.as_ref(),
         samples: args.samples,
         horizon: horizon.as_ref(),
-        progress: bar.enabled.then_some(&progress as &(dyn Fn(usize) + Sync)),
+        progress: bar
+            .enabled()
+            .then_some(&progress as &(dyn Fn(usize) + Sync)),
     };
     let out = simulation::simulate(&scenario, &plan, &source.origin, &sim_opts);
     bar.finish();

@@ -5,7 +5,6 @@ use super::write_atomic;
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 use twin_sim::setup::ScenarioSource;
 use twin_sim::sweep::{self, Objective, SweepPlan, SweepRequest};
@@ -53,9 +52,6 @@ pub struct Args {
     /// Print the result as JSON instead of the top-N table.
     #[arg(long)]
     pub json: bool,
-    /// Never draw the progress bar.
-    #[arg(long)]
-    pub quiet: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -111,11 +107,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Err(e) => return Ok(bad_input(e)),
         };
         let total = plan.layouts.len();
-        let bar = super::progress::Bar::new("layouts", args.quiet);
-        let done = AtomicUsize::new(0);
-        let r = plan.run(args.objective.into(), &|| {
-            bar.step(done.fetch_add(1, Ordering::Relaxed) + 1, total, "")
-        });
+        let bar = super::progress::Bar::new("layouts", total, false);
+        let r = plan.run(args.objective.into(), &|| bar.inc());
         bar.finish();
         r
     };

@@ -174,13 +174,11 @@ fn verify_step(a: StepArgs) -> anyhow::Result<ExitCode> {
     super::output::prepare_dir(spec.trace_dir.as_deref(), "--trace-dir")?;
     let scenario = load_scenario(&spec.scenario, &spec.overrides)?;
     let profile = twin_sim::profile::load(&a.profile)?;
-    let text = a.format == Format::Text && spec.repeat > 1;
-    let mut on_run = |i: u32, n: u32| {
-        if text {
-            eprintln!("run {}/{n}", i + 1);
-        }
-    };
-    let out = step::verify_step(&spec, &scenario, &profile, &mut on_run)?;
+    let bar = super::progress::Bar::new("runs", spec.repeat as usize, spec.repeat < 2);
+    let mut on_run = |i: u32, n: u32| bar.set(i as usize, n as usize, "");
+    let out = step::verify_step(&spec, &scenario, &profile, &mut on_run);
+    bar.finish();
+    let out = out?;
     print!("{}", out.output);
     for v in &out.violations {
         eprintln!("verify failed: {v}");
