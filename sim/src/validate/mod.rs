@@ -402,14 +402,8 @@ pub fn max_abs(values: &[f64]) -> f64 {
 
 /// Median of the absolute values (mean of the middle two for an even count); 0 for none.
 pub fn median_abs(values: &[f64]) -> f64 {
-    let mut abs: Vec<f64> = values.iter().map(|v| v.abs()).collect();
-    abs.sort_by(f64::total_cmp);
-    let n = abs.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => abs[n / 2],
-        _ => (abs[n / 2 - 1] + abs[n / 2]) / 2.0,
-    }
+    let abs: Vec<f64> = values.iter().map(|v| v.abs()).collect();
+    crate::stats::median_or_zero(&abs)
 }
 
 impl Validation {
