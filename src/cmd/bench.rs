@@ -47,12 +47,12 @@ struct Row {
     events_per_s: f64,
 }
 
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut rows = Vec::new();
     for path in &args.scenarios {
         let scenario = load_scenario(path, &[])?;
-        let (mut gen_s, mut sim_s, mut total_s): (Vec<f64>, Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut gen_s, mut sim_s, mut total_s): (Vec<f64>, Vec<f64>, Vec<f64>) =
+            (Vec::new(), Vec::new(), Vec::new());
         let (mut ops, mut events, mut collapsed) = (0, 0, false);
         let options = twin_sim::engine::SimOptions {
             collapse: args.collapse,

@@ -49,9 +49,19 @@ pub struct Args {
     /// Join sweep results (JSON files written by --out) instead of sweeping.
     #[arg(long, num_args = 1.., value_name = "FILES", conflicts_with_all = ["scenario", "vary", "search", "shard"])]
     pub merge: Vec<PathBuf>,
-    /// Print the result as JSON instead of the top-N table.
-    #[arg(long)]
+    /// text: the top-N table; json or csv: every simulated layout.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: SweepFormat,
+    /// The same as --format json (kept for one release).
+    #[arg(long, hide = true)]
     pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SweepFormat {
+    Text,
+    Json,
+    Csv,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -115,14 +125,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let wall_s = t0.elapsed().as_secs_f64();
     if let Some(path) = &args.out {
         let text = if path.extension().is_some_and(|e| e == "csv") {
-            result.to_csv()
+            result.to_csv()?
         } else {
-            result.to_json()
+            result.to_json()?
         };
         write_atomic(path, &text)?;
     }
-    if args.json {
-        println!("{}", result.to_json());
+    let format = if args.json {
+        SweepFormat::Json
+    } else {
+        args.format
+    };
+    if format == SweepFormat::Json {
+        println!("{}", result.to_json()?);
+    } else if format == SweepFormat::Csv {
+        print!("{}", result.to_csv()?);
     } else {
         print!("{}", result.top_text(args.top));
         if args.merge.is_empty() {
