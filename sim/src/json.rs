@@ -41,6 +41,21 @@ pub fn document<T: Serialize + ?Sized>(kind: &str, body: &T) -> Result<String, s
     Document::new(kind, body).to_string_pretty()
 }
 
+/// Pretty JSON of `body` as a document of `kind` that echoes `layout` after its schema tag.
+pub fn document_with_layout<T: Serialize + ?Sized>(
+    kind: &str,
+    layout: Layout,
+    body: &T,
+) -> Result<String, serde_json::Error> {
+    #[derive(Serialize)]
+    struct WithLayout<'a, T: Serialize + ?Sized> {
+        layout: Layout,
+        #[serde(flatten)]
+        body: &'a T,
+    }
+    document(kind, &WithLayout { layout, body })
+}
+
 /// The parallel layout of a scenario, as documents echo it: the degrees of tensor, pipeline,
 /// data, context and expert parallelism, the virtual stages per pipeline rank and the micro
 /// batch (sequences).

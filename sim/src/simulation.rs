@@ -114,25 +114,33 @@ pub fn simulate(
 }
 
 impl Simulation {
-    /// The report as JSON, with `step_time_ci95_s`, `goodput`, `ettr` and `faults` when
-    /// they were simulated.
+    /// The `twin.simulate/1` document: the report, then `step_time_ci95_s`, `goodput`,
+    /// `ettr` and `faults` when they were simulated (docs/reference/json.md).
     pub fn to_json(&self) -> Result<String, serde_json::Error> {
-        let report = &self.prediction.report;
-        if self.horizon.is_none() && self.step_time_ci95_s.is_none() {
-            return Ok(report.to_json());
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            #[serde(flatten)]
+            report: &'a crate::report::Report,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            step_time_ci95_s: Option<[f64; 2]>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            goodput: Option<f64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            ettr: Option<f64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            faults: Option<&'a HorizonReport>,
         }
-        let mut v: serde_json::Value = serde_json::from_str(&report.to_json())?;
-        if let Some(obj) = v.as_object_mut() {
-            if let Some(ci) = self.step_time_ci95_s {
-                obj.insert("step_time_ci95_s".into(), serde_json::to_value(ci)?);
-            }
-            if let Some(h) = &self.horizon {
-                obj.insert("goodput".into(), h.goodput.mean.into());
-                obj.insert("ettr".into(), h.ettr.mean.into());
-                obj.insert("faults".into(), h.to_json_value());
-            }
-        }
-        serde_json::to_string_pretty(&v)
+        let h = self.horizon.as_ref();
+        crate::json::document(
+            "simulate",
+            &Body {
+                report: &self.prediction.report,
+                step_time_ci95_s: self.step_time_ci95_s,
+                goodput: h.map(|h| h.goodput.mean),
+                ettr: h.map(|h| h.ettr.mean),
+                faults: h,
+            },
+        )
     }
 
     /// The text report: the step time with its interval, a note on collapsed ranks, the

@@ -36,6 +36,7 @@ pub struct Args {
 struct Row {
     scenario: String,
     gpus: u32,
+    layout: twin_sim::json::Layout,
     ops: u64,
     events: u64,
     /// Whether the runs simulated representatives only (`--collapse`, where exact).
@@ -75,6 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         rows.push(Row {
             scenario: path.display().to_string(),
             gpus: scenario.cluster.gpus,
+            layout: twin_sim::json::Layout::of(&scenario),
             ops,
             events,
             collapsed,
@@ -86,7 +88,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         });
     }
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Json => println!(
+            "{}",
+            twin_sim::json::document("bench", &serde_json::json!({ "rows": rows }))?
+        ),
         Format::Text => {
             println!(
                 "{:<34} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}",

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use twin_calibration::verify::{recovery, step};
 use twin_runtime::job::{fit::parse_timeout_s, Backend};
+use twin_sim::json::Layout;
 
 /// Compare a prediction with a real run: a step, or the recovery from a fault.
 #[derive(clap::Args)]
@@ -205,7 +206,10 @@ fn verify_recovery(a: RecoveryArgs) -> anyhow::Result<ExitCode> {
     };
     let c = recovery::verify_recovery(&spec, &scenario)?;
     match a.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&c)?),
+        Format::Json => println!(
+            "{}",
+            twin_sim::json::document_with_layout("verify-recovery", Layout::of(&scenario), &c)?
+        ),
         Format::Text => print!("{}", c.to_text()),
     }
     Ok(ExitCode::from(u8::from(!c.pass)))

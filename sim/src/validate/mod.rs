@@ -78,6 +78,8 @@ pub struct Comparison {
     pub id: String,
     /// Which published figure (`tflops_per_gpu`, `iteration_s_full_recompute`, ...).
     pub field: String,
+    /// The layout the row was simulated with.
+    pub layout: crate::json::Layout,
     pub published: f64,
     pub predicted: f64,
     /// Signed fractional error: `(predicted - published) / published`.
@@ -281,6 +283,7 @@ pub fn run_case(case: &Case, profiles: &[Profile]) -> Result<Comparison, Validat
     Ok(Comparison {
         id: case.id.clone(),
         field,
+        layout: crate::json::Layout::of(&case.scenario),
         published,
         predicted,
         error: relative_error(predicted, published),
@@ -416,7 +419,7 @@ impl Validation {
 
     /// Pretty JSON in the documented shape.
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        crate::json::document("validate", self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
     /// A Markdown table plus the summary lines.
