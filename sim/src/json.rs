@@ -47,13 +47,15 @@ pub fn document_with_layout<T: Serialize + ?Sized>(
     layout: Layout,
     body: &T,
 ) -> Result<String, serde_json::Error> {
-    #[derive(Serialize)]
-    struct WithLayout<'a, T: Serialize + ?Sized> {
-        layout: Layout,
-        #[serde(flatten)]
-        body: &'a T,
-    }
     document(kind, &WithLayout { layout, body })
+}
+
+/// `body`'s fields after `layout` (see [`document_with_layout`]).
+#[derive(Serialize)]
+pub struct WithLayout<'a, T: Serialize + ?Sized> {
+    pub layout: Layout,
+    #[serde(flatten)]
+    pub body: &'a T,
 }
 
 /// The parallel layout of a scenario, as documents echo it: the degrees of tensor, pipeline,

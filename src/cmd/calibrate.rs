@@ -342,6 +342,10 @@ fn from_trace(a: &TraceArgs) -> Result {
         )],
     );
     let text = format!("{}wrote {}\n", fit.to_text(), a.out.output.display());
+    let fit = twin_sim::json::WithLayout {
+        layout: twin_sim::json::Layout::of(&scenario),
+        body: &fit,
+    };
     emit("calibrate-trace", &a.out, &toml, &fit, text)
 }
 
