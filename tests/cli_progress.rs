@@ -143,6 +143,33 @@ fn quiet_on_a_terminal_draws_nothing() {
     assert!(!screen.contains("ETA"), "{screen}");
 }
 
+#[test]
+fn a_horizon_draws_its_trials_and_a_plain_simulate_draws_nothing() {
+    let Some(plain) = Tmux::start("plain", "simulate scenarios/small.toml") else {
+        return;
+    };
+    let screen = plain.final_screen();
+    assert!(screen.contains("TWIN-EXIT=0"), "{screen}");
+    assert!(
+        !screen.contains("ETA") && !screen.contains(" ["),
+        "{screen}"
+    );
+    let Some(horizon) = Tmux::start(
+        "horizon",
+        "simulate scenarios/small.toml --horizon 1d --seeds 40",
+    ) else {
+        return;
+    };
+    let screen = horizon.final_screen();
+    assert!(screen.contains("TWIN-EXIT=0"), "{screen}");
+    let bar = screen
+        .lines()
+        .find(|l| l.starts_with("  seeds ["))
+        .unwrap_or_else(|| panic!("no bar:\n{screen}"));
+    assert!(bar.contains("] 40/40 "), "{bar}");
+    assert!(bar.trim_end().ends_with("ETA 0s"), "{bar}");
+}
+
 /// No bar, no carriage return and no escape sequence reaches a stderr that is a pipe.
 fn assert_nothing_drawn(o: &Output) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

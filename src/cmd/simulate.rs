@@ -91,7 +91,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let horizon = simulation::horizon_config(faults, args.horizon, args.seeds);
     let seeds = horizon.as_ref().map_or(0, |h| h.seeds as usize);
-    let bar = super::progress::Bar::new("seeds", seeds, false);
+    // A bar only for a horizon's trials.
+    let bar = super::progress::Bar::new("seeds", seeds, seeds == 0);
     let progress = |_done: usize| bar.inc();
     let sim_opts = simulation::SimulateOptions {
         predict: &opts,
