@@ -204,7 +204,11 @@ fn verify_recovery(a: RecoveryArgs) -> anyhow::Result<ExitCode> {
         timeout_s: a.timeout_s,
         tolerance: a.max_recovery_error,
     };
-    let c = recovery::verify_recovery(&spec, &scenario)?;
+    let bar = super::progress::Bar::new("runs", spec.repeats as usize, false);
+    let mut on_run = |i: u32, n: u32| bar.set(i as usize, n as usize, "");
+    let c = recovery::verify_recovery(&spec, &scenario, &mut on_run);
+    bar.finish();
+    let c = c?;
     match a.format {
         Format::Json => println!(
             "{}",
