@@ -72,11 +72,15 @@ fn is_closed_stdout(err: &anyhow::Error) -> bool {
   twin run scenarios/host/pp.toml --backend host
   twin verify step scenarios/host/pp.toml --profile scenarios/profiles/host-example.toml
 
+Every command takes --format text|json (some also csv, markdown or junit) and --quiet.
 Details: docs/reference/cli.md"
 )]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Draw no progress bar (one is drawn only when stderr is a terminal).
+    #[arg(long, global = true, hide_short_help = true)]
+    quiet: bool,
 }
 
 #[derive(Subcommand)]
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let cli = Cli::parse();
+    cmd::progress::set_quiet(cli.quiet);
     if matches!(cli.command, Command::Sweep(_)) {
         twin_runtime::backend::host::alloc::tune_memory_for_sweeps();
     }

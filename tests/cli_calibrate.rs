@@ -48,6 +48,21 @@ fn host_calibration_writes_profile_and_samples() {
     );
     assert!(o.status.success(), "{}", text(&o));
     let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The documents' tags and keys (docs/reference/json.md; the other documents are checked
+    // by cli_json_schema.rs).
+    assert_eq!(json["schema"], "twin.calibrate-host/1");
+    for key in [
+        "config",
+        "fits",
+        "profile",
+        "host",
+        "provenance",
+        "elapsed_s",
+        "step_bytes",
+        "refit_of",
+    ] {
+        assert!(json.get(key).is_some(), "{key}");
+    }
     assert_eq!(json["profile"]["gpu"], "cpu-core");
     assert!(
         json["fits"]["gemm"]["rate_flops_per_s"]["value"]
@@ -63,6 +78,10 @@ fn host_calibration_writes_profile_and_samples() {
     let samples: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("host.samples.json")).unwrap())
             .unwrap();
+    assert_eq!(samples["schema"], "twin.calibration-samples/1");
+    for key in ["provenance", "outlier_rule", "samples"] {
+        assert!(samples.get(key).is_some(), "{key}");
+    }
     let gemms = samples["samples"]["gemm"].as_array().unwrap();
     assert!(
         gemms.iter().any(|g| g["origin"] == "scenario"),

@@ -101,3 +101,39 @@ fn the_binary_is_thin() {
         each.join("\n")
     );
 }
+
+/// Every command that does something (not a group of subcommands, not the hidden worker)
+/// takes `--format` with `text` among its values, and `--quiet` (global; shown by `--help`).
+#[test]
+fn every_command_takes_format_and_quiet() {
+    for path in commands() {
+        if path.is_empty() || path == ["worker"] {
+            continue;
+        }
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("-h");
+        let short = text(&twin(&args).stdout);
+        if short.contains("\nCommands:") {
+            continue;
+        }
+        // The option's block: its line and the lines of its help after it.
+        let format: String = short
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("--format <FORMAT>"))
+            .take_while(|l| !l.trim_start().starts_with("--") || l.contains("--format"))
+            .collect();
+        assert!(
+            format.contains("possible values: text"),
+            "`twin {}` takes no --format text:\n{short}",
+            path.join(" ")
+        );
+        args.pop();
+        args.push("--help");
+        let long = text(&twin(&args).stdout);
+        assert!(
+            long.lines().any(|l| l.trim_start().starts_with("--quiet")),
+            "`twin {}` has no --quiet:\n{long}",
+            path.join(" ")
+        );
+    }
+}

@@ -227,3 +227,26 @@ fn simulate_horizon_report_adds_the_goodput_section() {
     );
     assert!(html.contains("<th>ETTR</th>"));
 }
+
+/// `--format text` prints the report's figures (the simulate text: headline and memory per
+/// stage) to stdout, and refuses a plot, which is a picture.
+#[test]
+fn text_format_prints_the_figures_and_refuses_a_plot() {
+    let o = twin(&["report", "scenarios/small.toml", "--format", "text"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("step time") && out.contains("memory at peak"),
+        "{out}"
+    );
+    assert!(!out.contains("<svg") && !out.contains("<html"), "{out}");
+    let o = twin(&[
+        "report",
+        "scenarios/small.toml",
+        "--format",
+        "text",
+        "--plot",
+        "memory",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}

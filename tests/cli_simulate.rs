@@ -218,7 +218,8 @@ fn bench_reports_events_per_second() {
     ]);
     assert!(o.status.success(), "stderr: {}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let row = &v[0];
+    assert_eq!(v["schema"], "twin.bench/1");
+    let row = &v["rows"][0];
     assert!(row["events"].as_u64().unwrap() > 0);
     assert!(row["events_per_s"].as_f64().unwrap() > 0.0);
 }
@@ -239,8 +240,8 @@ fn bench_collapse_measures_the_collapsed_mode() {
         assert!(o.status.success(), "stderr: {}", stderr(&o));
         let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
         (
-            v[0]["collapsed"].as_bool().unwrap(),
-            v[0]["events"].as_u64().unwrap(),
+            v["rows"][0]["collapsed"].as_bool().unwrap(),
+            v["rows"][0]["events"].as_u64().unwrap(),
         )
     };
     let (full_collapsed, full_events) = run(&[]);

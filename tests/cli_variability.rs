@@ -154,9 +154,9 @@ fn without_failures_the_time_to_train_has_no_spread() {
     let steps = 30_000_000_000u64.div_ceil(512 * 2048);
     assert_eq!(t["steps"], steps);
     let (p10, p50, p90) = (
-        ns(t, &["time_ns", "p10"]),
-        ns(t, &["time_ns", "p50"]),
-        ns(t, &["time_ns", "p90"]),
+        ns(t, &["time_p10_ns"]),
+        ns(t, &["time_p50_ns"]),
+        ns(t, &["time_p90_ns"]),
     );
     assert_eq!((p10, p50), (p50, p90));
     // Every trial loses only the checkpoint stalls: steps x step over that goodput.
@@ -180,6 +180,6 @@ fn with_failures_the_mean_time_to_train_lies_in_the_horizon_models_interval() {
     let mean = ns(t, &["mean_time_ns"]) as f64;
     let (fast, slow) = (steps * step_ns / hi, steps * step_ns / lo);
     assert!(fast <= mean && mean <= slow, "{fast} <= {mean} <= {slow}");
-    let (p10, p90) = (ns(t, &["time_ns", "p10"]), ns(t, &["time_ns", "p90"]));
+    let (p10, p90) = (ns(t, &["time_p10_ns"]), ns(t, &["time_p90_ns"]));
     assert!(p10 < p90, "failures spread the time: {p10} {p90}");
 }

@@ -25,20 +25,7 @@ pub struct Kept {
 
 /// Median of `xs` (the mean of the two middle values for an even count); `None` when empty
 /// or when a value is NaN.
-pub fn median(xs: &[f64]) -> Option<f64> {
-    if xs.is_empty() || xs.iter().any(|x| x.is_nan()) {
-        return None;
-    }
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let hi = *v.get(n / 2)?;
-    if n % 2 == 1 {
-        Some(hi)
-    } else {
-        Some((*v.get(n / 2 - 1)? + hi) / 2.0)
-    }
-}
+pub use twin_sim::stats::median;
 
 /// Applies the outlier rule of the module doc.
 pub fn reject_outliers(xs: &[f64]) -> Kept {

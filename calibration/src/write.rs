@@ -385,7 +385,7 @@ pub fn write_samples<S: Serialize>(
         outlier_rule: "drop samples above median + 3 * 1.4826 * MAD (docs/calibration.md)",
         samples,
     };
-    let text = serde_json::to_string_pretty(&file).map_err(|source| {
+    let text = twin_sim::json::document("calibration-samples", &file).map_err(|source| {
         twin_runtime::job::JobError::Json {
             what: format!("cannot write {} as JSON", path.display()),
             source,

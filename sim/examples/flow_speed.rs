@@ -42,10 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sim_ms.push((t2 - t1).as_secs_f64() * 1e3);
         last = Some(result);
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
+    let median = |v: &mut Vec<f64>| twin_sim::stats::median_or_zero(v);
     let r = last.ok_or("no run")?;
     println!(
         "{} collapse={} collapsed={} step_ns={} events={} gen_ms={:.1} sim_ms={:.1}",

@@ -103,6 +103,8 @@ pub struct Report {
     pub scenario: String,
     pub gpu: String,
     pub world: u32,
+    /// The parallel layout (tp, pp, dp, cp, ep, vpp, micro batch).
+    pub layout: crate::json::Layout,
     pub microbatches: u32,
     /// The layer split over the pipeline when twin derived it (the layers do not divide
     /// `pp * vpp`, or the `account_for_*_in_pipeline_split` keys are set); absent for an even
@@ -323,6 +325,7 @@ impl Report {
             scenario: scenario.name.clone(),
             gpu: scenario.cluster.gpu.name.clone(),
             world: plan.world,
+            layout: crate::json::Layout::of(scenario),
             microbatches: plan.microbatches,
             layer_partition: LayerSplit::of(plan),
             global_batch: scenario.training.global_batch,

@@ -168,31 +168,40 @@ pub fn simulate(
 }
 
 impl Simulation {
-    /// The report as JSON, with `step_time_ci95_s`, `goodput`, `ettr` and `faults` when
-    /// they were simulated.
+    /// The `twin.simulate/1` document: the report, then `step_time_ci95_s`, `variability`,
+    /// `goodput`, `ettr`, `faults` and `time_to_train` when they were simulated
+    /// (docs/reference/json.md).
     pub fn to_json(&self) -> Result<String, serde_json::Error> {
-        let report = &self.prediction.report;
-        if self.horizon.is_none() && self.step_time_ci95_s.is_none() && self.variability.is_none() {
-            return Ok(report.to_json());
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            #[serde(flatten)]
+            report: &'a crate::report::Report,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            step_time_ci95_s: Option<[f64; 2]>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            variability: Option<serde_json::Value>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            goodput: Option<f64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            ettr: Option<f64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            faults: Option<&'a HorizonReport>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            time_to_train: Option<&'a TimeToTrain>,
         }
-        let mut v: serde_json::Value = serde_json::from_str(&report.to_json())?;
-        if let Some(obj) = v.as_object_mut() {
-            if let Some(ci) = self.step_time_ci95_s {
-                obj.insert("step_time_ci95_s".into(), serde_json::to_value(ci)?);
-            }
-            if let Some(v) = &self.variability {
-                obj.insert("variability".into(), self.variability_json(v));
-            }
-            if let Some(h) = &self.horizon {
-                obj.insert("goodput".into(), h.goodput.mean.into());
-                obj.insert("ettr".into(), h.ettr.mean.into());
-                obj.insert("faults".into(), h.to_json_value());
-            }
-            if let Some(t) = &self.time_to_train {
-                obj.insert("time_to_train".into(), serde_json::to_value(t)?);
-            }
-        }
-        serde_json::to_string_pretty(&v)
+        let h = self.horizon.as_ref();
+        crate::json::document(
+            "simulate",
+            &Body {
+                report: &self.prediction.report,
+                step_time_ci95_s: self.step_time_ci95_s,
+                variability: self.variability.as_ref().map(|v| self.variability_json(v)),
+                goodput: h.map(|h| h.goodput.mean),
+                ettr: h.map(|h| h.ettr.mean),
+                faults: h,
+                time_to_train: self.time_to_train.as_ref(),
+            },
+        )
     }
 
     /// The text report: the step time with its interval, a note on collapsed ranks, the
@@ -312,9 +321,9 @@ fn time_to_train_text(t: &TimeToTrain) -> String {
         crate::report::group_thousands(t.steps as f64),
         crate::report::group_thousands(t.tokens_per_step as f64),
         t.trials,
-        days(t.time_ns.p10),
-        days(t.time_ns.p50),
-        days(t.time_ns.p90),
+        days(t.time_p10_ns),
+        days(t.time_p50_ns),
+        days(t.time_p90_ns),
         t.goodput.p10,
         t.goodput.p50,
         t.goodput.p90,

@@ -5,6 +5,7 @@ use super::{load_scenario, Format};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
+use twin_sim::stats::median_or_zero as median;
 
 /// Measure simulator speed on scenarios (default: the 512- and 16,384-GPU bundled ones).
 #[derive(clap::Args)]
@@ -35,6 +36,7 @@ pub struct Args {
 struct Row {
     scenario: String,
     gpus: u32,
+    layout: twin_sim::json::Layout,
     ops: u64,
     events: u64,
     /// Whether the runs simulated representatives only (`--collapse`, where exact).
@@ -46,16 +48,12 @@ struct Row {
     events_per_s: f64,
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut rows = Vec::new();
     for path in &args.scenarios {
         let scenario = load_scenario(path, &[])?;
-        let (mut gen_s, mut sim_s, mut total_s) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut gen_s, mut sim_s, mut total_s): (Vec<f64>, Vec<f64>, Vec<f64>) =
+            (Vec::new(), Vec::new(), Vec::new());
         let (mut ops, mut events, mut collapsed) = (0, 0, false);
         let options = twin_sim::engine::SimOptions {
             collapse: args.collapse,
@@ -74,22 +72,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             sim_s.push((t2 - t1).as_secs_f64());
             total_s.push((t2 - t0).as_secs_f64());
         }
-        let sim_median = median(&mut sim_s);
+        let sim_median = median(&sim_s);
         rows.push(Row {
             scenario: path.display().to_string(),
             gpus: scenario.cluster.gpus,
+            layout: twin_sim::json::Layout::of(&scenario),
             ops,
             events,
             collapsed,
-            generate_median_s: median(&mut gen_s),
+            generate_median_s: median(&gen_s),
             simulate_median_s: sim_median,
-            simulate_best_s: sim_s[0],
-            total_median_s: median(&mut total_s),
+            simulate_best_s: sim_s.iter().copied().fold(f64::INFINITY, f64::min),
+            total_median_s: median(&total_s),
             events_per_s: events as f64 / sim_median.max(1e-12),
         });
     }
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Json => println!(
+            "{}",
+            twin_sim::json::document("bench", &serde_json::json!({ "rows": rows }))?
+        ),
         Format::Text => {
             println!(
                 "{:<34} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}",

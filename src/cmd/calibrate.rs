@@ -99,8 +99,8 @@ pub struct Measure {
     /// a GPU, "cpu-core" on the host).
     #[arg(long)]
     pub gpu_name: Option<String>,
-    /// Never draw the progress bar (drawn only when standard error is a terminal).
-    #[arg(long)]
+    /// The same as --quiet: never draw the progress bar.
+    #[arg(long, hide = true)]
     pub no_progress: bool,
 }
 
@@ -200,13 +200,13 @@ struct Bar(super::progress::Bar);
 
 impl Progress for Bar {
     fn update(&mut self, benchmark: &str, done: usize, total: usize) {
-        self.0.draw(done, total, &format!("{benchmark:<16}"));
+        self.0.set(done, total, benchmark);
     }
 }
 
 impl Bar {
     fn new(no_progress: bool) -> Bar {
-        Bar(super::progress::Bar::new("calibrate", no_progress))
+        Bar(super::progress::Bar::new("calibrate", 0, no_progress))
     }
 
     fn finish(&self) {
@@ -215,15 +215,15 @@ impl Bar {
 }
 
 /// Write the profile to `out.output` and print `run` as JSON, or `text`.
-fn emit<T: serde::Serialize>(out: &Out, toml: &str, run: &T, text: String) -> Result {
+fn emit<T: serde::Serialize>(kind: &str, out: &Out, toml: &str, run: &T, text: String) -> Result {
     super::write_atomic(&out.output, toml)?;
-    print(out, run, text)
+    print(kind, out, run, text)
 }
 
-/// Print `run` as JSON, or `text`.
-fn print<T: serde::Serialize>(out: &Out, run: &T, text: String) -> Result {
+/// Print `run` as the JSON document `twin.<kind>/1`, or `text`.
+fn print<T: serde::Serialize>(kind: &str, out: &Out, run: &T, text: String) -> Result {
     match out.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(run)?),
+        Format::Json => println!("{}", twin_sim::json::document(kind, run)?),
         Format::Text => print!("{text}"),
     }
     Ok(ExitCode::SUCCESS)
@@ -255,7 +255,7 @@ fn refit(a: &RefitArgs) -> Result {
         Refit::Cuda(run) => {
             let (run, start) = *run;
             let summary = cuda_text(&run, &start, output, None);
-            emit(&a.out, &run.toml, &run, summary)
+            emit("calibrate-cuda", &a.out, &run.toml, &run, summary)
         }
         Refit::Host(run) => {
             let files = format!(
@@ -263,7 +263,13 @@ fn refit(a: &RefitArgs) -> Result {
                 output.display(),
                 a.samples.display()
             );
-            emit(&a.out, &run.toml, &run, host_text(&run, &files))
+            emit(
+                "calibrate-host",
+                &a.out,
+                &run.toml,
+                &run,
+                host_text(&run, &files),
+            )
         }
     }
 }
@@ -336,7 +342,11 @@ fn from_trace(a: &TraceArgs) -> Result {
         )],
     );
     let text = format!("{}wrote {}\n", fit.to_text(), a.out.output.display());
-    emit(&a.out, &toml, &fit, text)
+    let fit = twin_sim::json::WithLayout {
+        layout: twin_sim::json::Layout::of(&scenario),
+        body: &fit,
+    };
+    emit("calibrate-trace", &a.out, &toml, &fit, text)
 }
 
 fn host(a: &HostArgs) -> Result {
@@ -364,6 +374,7 @@ fn host(a: &HostArgs) -> Result {
     super::write_atomic(&a.out.output, &run.toml)?;
     write_samples(&samples, &run.provenance, &what, &run.samples)?;
     print(
+        "calibrate-host",
         &a.out,
         &run,
         host_text(&run, &wrote(&a.out.output, &samples)),
@@ -400,6 +411,7 @@ fn cuda(a: &CudaArgs) -> Result {
     super::write_atomic(&a.out.output, &run.toml)?;
     write_samples(&samples, &run.provenance, &what, &run.samples)?;
     print(
+        "calibrate-cuda",
         &a.out,
         &run,
         cuda_text(&run, &start, &a.out.output, Some(&samples)),
@@ -409,5 +421,5 @@ fn cuda(a: &CudaArgs) -> Result {
 fn import(a: &NcclArgs) -> Result {
     let (out, origin) = inputs::import_nccl_tests(&a.logs, a.base_profile.as_deref(), a.min_bytes)?;
     let summary = text::import_text(&out, &origin, &a.out.output);
-    emit(&a.out, &out.toml, &out, summary)
+    emit("calibrate-nccl-tests", &a.out, &out.toml, &out, summary)
 }

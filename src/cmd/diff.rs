@@ -71,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.format {
         DiffFormat::Json => {
             let v = serde_json::json!({ "a": ra, "b": rb, "rows": rows });
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            println!("{}", twin_sim::json::document("diff", &v)?);
         }
         DiffFormat::Text => {
             println!("A: {} ({})\nB: {} ({})\n", ra.scenario, na, rb.scenario, nb);

@@ -43,7 +43,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 missing: &missing,
                 report: &report,
             };
-            println!("{}", serde_json::to_string_pretty(&out)?);
+            println!("{}", twin_sim::json::document("doctor", &out)?);
         }
         Format::Text => print!("{report}"),
     }

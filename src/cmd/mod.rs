@@ -4,7 +4,7 @@ pub mod bench;
 // issue 6: calibration
 pub mod calibrate;
 pub mod doctor;
-mod progress;
+pub mod progress;
 pub mod renamed;
 // issue 39: pictures
 pub mod report;

@@ -34,7 +34,7 @@ pub struct Args {
     /// Where to write: default report.html, or PLOT.svg with --plot; `-` for stdout.
     #[arg(short = 'o', long = "out", value_name = "FILE")]
     pub out: Option<PathBuf>,
-    /// html: the whole report; svg: the one plot --plot names.
+    /// text: the report's figures as text; html: the whole report; svg: the one plot --plot names.
     #[arg(long, value_enum, default_value = "html", requires_if("svg", "plot"))]
     pub format: ReportFormat,
     /// One plot as SVG (implies --format svg).
@@ -50,6 +50,7 @@ pub struct Args {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReportFormat {
+    Text,
     Html,
     Svg,
 }
@@ -75,8 +76,15 @@ impl From<PlotArg> for rep::Plot {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let plot = args.plot;
+    let as_text = args.format == ReportFormat::Text;
+    if as_text && plot.is_some() {
+        eprintln!("error: --plot draws one SVG plot; --format text prints the figures without it");
+        return Ok(ExitCode::from(2));
+    }
     let out = args.out.clone().unwrap_or_else(|| match plot {
         Some(p) => PathBuf::from(format!("{}.svg", rep::Plot::from(p).name())),
+        // Text is for reading: to stdout unless -o says otherwise.
+        None if as_text => PathBuf::from("-"),
         None => PathBuf::from("report.html"),
     });
     let to_stdout = out.as_os_str() == "-";
@@ -96,12 +104,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         let sweep_plan = SweepPlan::new(source, &req)?;
         let total = sweep_plan.layouts.len();
-        let bar = super::progress::Bar::new("layouts", false);
-        let done = std::sync::atomic::AtomicUsize::new(0);
-        let result = sweep_plan.run(Objective::TokensPerS, &|| {
-            let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            bar.step(n, total, "");
-        });
+        let bar = super::progress::Bar::new("layouts", total, false);
+        let result = sweep_plan.run(Objective::TokensPerS, &|| bar.inc());
         bar.finish();
         let hbm = Some(scenario.cluster.gpu.usable_bytes());
         sweep_report(&result, hbm).plot_svg(rep::Plot::Pareto)?
@@ -134,6 +138,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let report = simulation_report(&sim, &scenario, &plan);
         match plot {
             Some(p) => report.plot_svg(p.into())?,
+            None if as_text => sim.to_text(true),
             None => rep::to_html(&report)?,
         }
     };
@@ -166,8 +171,8 @@ fn simulate_for_report(
         ..Default::default()
     };
     let seeds = horizon.map_or(0, |h| h.seeds as usize);
-    let bar = super::progress::Bar::new("seeds", false);
-    let progress = |done: usize| bar.step(done, seeds, "");
+    let bar = super::progress::Bar::new("seeds", seeds, seeds == 0);
+    let progress = |_done: usize| bar.inc();
     let sim_opts = simulation::SimulateOptions {
         predict: &opts,
         profile,
@@ -175,7 +180,9 @@ fn simulate_for_report(
         variability: None,
         sample_progress: None,
         horizon,
-        progress: bar.enabled.then_some(&progress as &(dyn Fn(usize) + Sync)),
+        progress: bar
+            .enabled()
+            .then_some(&progress as &(dyn Fn(usize) + Sync)),
     };
     let out = simulation::simulate(scenario, plan, origin, &sim_opts);
     bar.finish();

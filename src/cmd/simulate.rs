@@ -98,21 +98,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let horizon = simulation::horizon_config(faults, args.horizon, args.seeds);
     let seeds = horizon.as_ref().map_or(0, |h| h.seeds as usize);
-    let bar = super::progress::Bar::new("seeds", false);
-    let progress = |done: usize| bar.step(done, seeds, "");
-    let sample_bar = super::progress::Bar::new("samples", false);
-    let samples = args.samples as usize;
-    let sample_progress = |done: usize| sample_bar.step(done, samples, "");
+    // Bars for a horizon's trials and for [variability]'s samples, only when they run.
+    let bar = super::progress::Bar::new("seeds", seeds, seeds == 0);
+    let progress = |_done: usize| bar.inc();
+    let samples = sections
+        .variability
+        .as_ref()
+        .map_or(0, |_| args.samples as usize);
+    let sample_bar = super::progress::Bar::new("samples", samples, samples == 0);
+    let sample_progress = |_done: usize| sample_bar.inc();
     let sim_opts = simulation::SimulateOptions {
         predict: &opts,
         profile: profile.as_ref(),
         samples: args.samples,
         variability: sections.variability.as_ref(),
         sample_progress: sample_bar
-            .enabled
+            .enabled()
             .then_some(&sample_progress as &(dyn Fn(usize) + Sync)),
         horizon: horizon.as_ref(),
-        progress: bar.enabled.then_some(&progress as &(dyn Fn(usize) + Sync)),
+        progress: bar
+            .enabled()
+            .then_some(&progress as &(dyn Fn(usize) + Sync)),
     };
     let out = simulation::simulate(&scenario, &plan, &source.origin, &sim_opts);
     sample_bar.finish();

@@ -5,7 +5,6 @@ use super::write_atomic;
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 use twin_sim::setup::ScenarioSource;
 use twin_sim::sweep::{self, Objective, SweepPlan, SweepRequest};
@@ -50,15 +49,22 @@ pub struct Args {
     /// Join sweep results (JSON files written by --out) instead of sweeping.
     #[arg(long, num_args = 1.., value_name = "FILES", conflicts_with_all = ["scenario", "vary", "search", "shard"])]
     pub merge: Vec<PathBuf>,
-    /// Print the result as JSON instead of the top-N table.
-    #[arg(long)]
+    /// text: the top-N table; json or csv: every simulated layout.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: SweepFormat,
+    /// The same as --format json (kept for one release).
+    #[arg(long, hide = true)]
     pub json: bool,
     /// Also write an HTML report to FILE (Pareto plot, best layouts).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
-    /// Never draw the progress bar.
-    #[arg(long)]
-    pub quiet: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SweepFormat {
+    Text,
+    Json,
+    Csv,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -125,28 +131,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .map(|s| s.cluster.gpu.usable_bytes());
         }
         let total = plan.layouts.len();
-        let bar = super::progress::Bar::new("layouts", args.quiet);
-        let done = AtomicUsize::new(0);
-        let r = plan.run(args.objective.into(), &|| {
-            bar.step(done.fetch_add(1, Ordering::Relaxed) + 1, total, "")
-        });
+        let bar = super::progress::Bar::new("layouts", total, false);
+        let r = plan.run(args.objective.into(), &|| bar.inc());
         bar.finish();
         r
     };
     let wall_s = t0.elapsed().as_secs_f64();
     if let Some(path) = &args.out {
         let text = if path.extension().is_some_and(|e| e == "csv") {
-            result.to_csv()
+            result.to_csv()?
         } else {
-            result.to_json()
+            result.to_json()?
         };
         write_atomic(path, &text)?;
     }
     if let Some(path) = &args.report {
         super::report::write_html(path, &super::report::sweep_report(&result, hbm_bytes))?;
     }
-    if args.json {
-        println!("{}", result.to_json());
+    let format = if args.json {
+        SweepFormat::Json
+    } else {
+        args.format
+    };
+    if format == SweepFormat::Json {
+        println!("{}", result.to_json()?);
+    } else if format == SweepFormat::Csv {
+        print!("{}", result.to_csv()?);
     } else {
         print!("{}", result.top_text(args.top));
         if args.merge.is_empty() {

@@ -31,6 +31,15 @@ pub struct Args {
     /// Override a scenario key (TOML value syntax), e.g. --set parallel.pp=16. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
+    /// The terminal UI draws text only (for JSON: twin simulate --format json).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: TextOnly,
+}
+
+/// The one format of a command that draws for people only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TextOnly {
+    Text,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

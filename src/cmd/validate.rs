@@ -22,10 +22,7 @@ Details: docs/reference/cli.md#twin-validate"
 pub struct Args {
     /// Table of published runs (TOML, [[run]] rows).
     pub table: PathBuf,
-    /// Output format: a Markdown table, or one JSON object
-    /// {"rows":[{"id","field","published","predicted","error","groups","unmodelled"}],
-    /// "median_abs_error","max_abs_error","uncovered":[{"id","reason"}],
-    /// "groups":[{"group","rows","median_abs_error","max_abs_error","worst"}]}.
+    /// Output format: a Markdown table, or JSON (twin.validate/1, docs/reference/json.md).
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
     /// Hardware profile TOML (docs/reference/profiles.md) to cost the runs with instead of the

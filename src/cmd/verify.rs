@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use twin_calibration::verify::{recovery, step};
 use twin_runtime::job::{fit::parse_timeout_s, Backend};
+use twin_sim::json::Layout;
 
 /// Compare a prediction with a real run: a step, or the recovery from a fault.
 #[derive(clap::Args)]
@@ -178,13 +179,11 @@ fn verify_step(a: StepArgs) -> anyhow::Result<ExitCode> {
     super::output::check_file(a.report.as_deref(), "--report")?;
     let scenario = load_scenario(&spec.scenario, &spec.overrides)?;
     let profile = twin_sim::profile::load(&a.profile)?;
-    let text = a.format == Format::Text && spec.repeat > 1;
-    let mut on_run = |i: u32, n: u32| {
-        if text {
-            eprintln!("run {}/{n}", i + 1);
-        }
-    };
-    let out = step::verify_step(&spec, &scenario, &profile, &mut on_run)?;
+    let bar = super::progress::Bar::new("runs", spec.repeat as usize, spec.repeat < 2);
+    let mut on_run = |i: u32, n: u32| bar.set(i as usize, n as usize, "");
+    let out = step::verify_step(&spec, &scenario, &profile, &mut on_run);
+    bar.finish();
+    let out = out?;
     if let Some(path) = &a.report {
         let title = format!("twin verify step: {}", spec.scenario.display());
         super::report::write_html(path, &super::report::verify_report(&title, &out.comparison))?;
@@ -213,9 +212,16 @@ fn verify_recovery(a: RecoveryArgs) -> anyhow::Result<ExitCode> {
         timeout_s: a.timeout_s,
         tolerance: a.max_recovery_error,
     };
-    let c = recovery::verify_recovery(&spec, &scenario)?;
+    let bar = super::progress::Bar::new("runs", spec.repeats as usize, false);
+    let mut on_run = |i: u32, n: u32| bar.set(i as usize, n as usize, "");
+    let c = recovery::verify_recovery(&spec, &scenario, &mut on_run);
+    bar.finish();
+    let c = c?;
     match a.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&c)?),
+        Format::Json => println!(
+            "{}",
+            twin_sim::json::document_with_layout("verify-recovery", Layout::of(&scenario), &c)?
+        ),
         Format::Text => print!("{}", c.to_text()),
     }
     Ok(ExitCode::from(u8::from(!c.pass)))

@@ -150,7 +150,14 @@ pub fn run(a: StepArgs) -> anyhow::Result<ExitCode> {
         }
     }
     match a.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&cmp)?),
+        Format::Json => println!(
+            "{}",
+            twin_sim::json::document_with_layout(
+                "verify-measured",
+                twin_sim::json::Layout::of(&scenario),
+                &cmp
+            )?
+        ),
         Format::Text => {
             println!(
                 "measured      {} (rank {}, step {} of {}, {} kernels)",

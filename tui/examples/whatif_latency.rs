@@ -70,7 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "  {:<60} median {:>7.1} ms  max {:>7.1} ms",
             edit.join(" "),
-            times[times.len() / 2],
+            twin_sim::stats::median_or_zero(&times),
             times[times.len() - 1]
         );
         all.extend(times);
@@ -78,7 +78,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     all.sort_by(|a, b| a.total_cmp(b));
     println!(
         "  all edits: median {:.1} ms, max {:.1} ms over {} runs",
-        all[all.len() / 2],
+        twin_sim::stats::median_or_zero(&all),
         all[all.len() - 1],
         all.len()
     );

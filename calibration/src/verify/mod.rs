@@ -86,17 +86,7 @@ pub fn demand(
 }
 
 /// The median of `v` (0 for none).
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v.get(n / 2).copied().unwrap_or(0.0),
-        n => {
-            (v.get(n / 2 - 1).copied().unwrap_or(0.0) + v.get(n / 2).copied().unwrap_or(0.0)) / 2.0
-        }
-    }
-}
+use twin_sim::stats::median_or_zero as median;
 
 #[cfg(test)]
 mod tests {

@@ -143,10 +143,12 @@ fn fresh_dir(base: &Path, name: &str) -> Result<PathBuf, VerifyError> {
 }
 
 /// Verify the recovery from `spec.inject` on `scenario` (loaded from `spec.scenario` with its
-/// overrides), on the host backend.
+/// overrides), on the host backend; `on_run(i, n)` is called before pair i of n (a calibration
+/// run and a fault run).
 pub fn verify_recovery(
     spec: &RecoverySpec,
     scenario: &Scenario,
+    on_run: &mut dyn FnMut(u32, u32),
 ) -> Result<FaultComparison, VerifyError> {
     let inj = Injection::parse(&spec.inject)?;
     let At::Step { step: at_step, op } = inj.at else {
@@ -182,11 +184,12 @@ pub fn verify_recovery(
                 "cannot create verify's folder in {}",
                 std::env::temp_dir().display()
             )))?;
-    let out = compare(spec, &work, inj.rank, at_step, op, ops, base.path());
+    let out = compare(spec, &work, inj.rank, at_step, op, ops, base.path(), on_run);
     drop(base);
     out
 }
 
+#[allow(clippy::too_many_arguments)]
 fn compare(
     spec: &RecoverySpec,
     work: &Work<'_>,
@@ -195,6 +198,7 @@ fn compare(
     op: u32,
     ops: u32,
     base: &Path,
+    on_run: &mut dyn FnMut(u32, u32),
 ) -> Result<FaultComparison, VerifyError> {
     // Calibration runs (short, recovering from the same rank's kill at step 2, right after a
     // checkpoint) and the measured fault runs, interleaved so that a change in the machine's
@@ -204,6 +208,7 @@ fn compare(
     let (mut restart, mut reload, mut step) = (Vec::new(), Vec::new(), Vec::new());
     let mut runs = Vec::new();
     for i in 0..spec.repeats {
+        on_run(i, spec.repeats);
         let d = fresh_dir(base, &format!("calibration-{i}"))?;
         let c = recovering_run(spec, work, 3, 1, d, &calibration_kill)?;
         restart.push(measured(c.recovery.restart_s, "restart_s")?);

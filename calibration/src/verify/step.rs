@@ -314,6 +314,7 @@ fn to_json(
     let mut v = serde_json::to_value(c)?;
     let mut extra = serde_json::Map::new();
     let obj = v.as_object_mut().unwrap_or(&mut extra);
+    obj.insert("layout".into(), serde_json::to_value(predicted.layout)?);
     obj.insert("predicted".into(), serde_json::to_value(predicted)?);
     obj.insert("measured".into(), serde_json::to_value(measured)?);
     obj.insert(
@@ -343,7 +344,7 @@ fn to_json(
             serde_json::to_value(&c.meetings)?,
         );
     }
-    serde_json::to_string_pretty(&v)
+    twin_sim::json::document("verify-step", &v)
 }
 
 /// Which measured step the op table and the trace show, as a line of the text output.

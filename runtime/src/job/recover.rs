@@ -27,6 +27,8 @@ impl RecoveredRun {
                     .map_err(JobError::json("rank 0 printed no JSON report"))?;
                 let json = |e| JobError::json("cannot write the report as JSON")(e);
                 if let Some(m) = v.as_object_mut() {
+                    // Written again first, below.
+                    m.remove("schema");
                     m.insert(
                         "recoveries".into(),
                         serde_json::to_value(&out.recoveries).map_err(json)?,
@@ -44,7 +46,7 @@ impl RecoveredRun {
                         serde_json::to_value(&self.warnings).map_err(json)?,
                     );
                 }
-                let text = serde_json::to_string_pretty(&v).map_err(json)?;
+                let text = twin_sim::json::document("run", &v).map_err(json)?;
                 Ok(format!("{text}\n"))
             }
             Format::Text => {

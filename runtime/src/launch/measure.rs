@@ -463,8 +463,9 @@ pub fn report(
 }
 
 impl RunReport {
+    /// The `twin.run/1` document (docs/reference/json.md).
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        twin_sim::json::document("run", self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
     pub fn to_text(&self) -> String {

@@ -147,7 +147,9 @@ pub fn compare_baseline(
         out.push(CheckResult {
             check: format!("baseline.{field}"),
             value: Some(value),
-            threshold: format!(
+            operator: Some(op),
+            threshold: Some(limit),
+            threshold_text: format!(
                 "{op} {} (baseline {} {} {})",
                 format_number(limit),
                 format_number(base),
@@ -162,7 +164,9 @@ pub fn compare_baseline(
         out.push(CheckResult {
             check: "baseline.fits".into(),
             value: Some(if report.fits { 1.0 } else { 0.0 }),
-            threshold: format!("true if the baseline fits ({base_fits})"),
+            operator: Some(">="),
+            threshold: Some(if base_fits { 1.0 } else { 0.0 }),
+            threshold_text: format!("true if the baseline fits ({base_fits})"),
             outcome: if ok { Outcome::Pass } else { Outcome::Fail },
         });
     }

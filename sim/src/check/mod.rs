@@ -39,8 +39,13 @@ pub struct CheckResult {
     pub check: String,
     /// The measured value, when there is one.
     pub value: Option<f64>,
+    /// How `value` is compared with `threshold`: `<=` or `>=`; `None` for a check that
+    /// compares nothing (a scenario that failed to simulate).
+    pub operator: Option<&'static str>,
+    /// The bound `value` is compared with (for a fit: 1 when fitting is required, else 0).
+    pub threshold: Option<f64>,
     /// The bound as written for people: `<= 9.5`, `>= 0.45`, `true`, `<= 7.7 (+2%)`.
-    pub threshold: String,
+    pub threshold_text: String,
     pub outcome: Outcome,
 }
 
@@ -84,7 +89,9 @@ pub fn evaluate(checks: &Checks, report: &Report) -> Vec<CheckResult> {
         out.push(CheckResult {
             check: "must_fit".into(),
             value: Some(if report.fits { 1.0 } else { 0.0 }),
-            threshold: want.to_string(),
+            operator: Some(">="),
+            threshold: Some(if want { 1.0 } else { 0.0 }),
+            threshold_text: want.to_string(),
             outcome: if !want || report.fits {
                 Outcome::Pass
             } else {
@@ -96,7 +103,8 @@ pub fn evaluate(checks: &Checks, report: &Report) -> Vec<CheckResult> {
 }
 
 fn evaluate_threshold(t: &Threshold, report: &Report) -> CheckResult {
-    let threshold = format!("{} {}", t.bound.operator(), format_number(t.value));
+    let threshold_text = format!("{} {}", t.bound.operator(), format_number(t.value));
+    let (operator, threshold) = (Some(t.bound.operator()), Some(t.value));
     let Some(value) = metric_value(report, t.metric) else {
         let reason = match t.metric {
             Metric::Goodput => "not evaluated: no [faults] in the scenario".to_string(),
@@ -105,7 +113,9 @@ fn evaluate_threshold(t: &Threshold, report: &Report) -> CheckResult {
         return CheckResult {
             check: t.key(),
             value: None,
+            operator,
             threshold,
+            threshold_text,
             outcome: Outcome::NotEvaluated(reason),
         };
     };
@@ -116,7 +126,9 @@ fn evaluate_threshold(t: &Threshold, report: &Report) -> CheckResult {
     CheckResult {
         check: t.key(),
         value: Some(value),
+        operator,
         threshold,
+        threshold_text,
         outcome: if ok { Outcome::Pass } else { Outcome::Fail },
     }
 }

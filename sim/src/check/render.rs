@@ -21,6 +21,8 @@ pub struct ScenarioChecks {
     pub file: String,
     /// The scenario's `name`.
     pub scenario: String,
+    /// The layout the scenario was simulated with.
+    pub layout: crate::json::Layout,
     pub checks: Vec<CheckResult>,
 }
 
@@ -78,7 +80,8 @@ pub fn render(files: &[ScenarioChecks], format: CheckFormat) -> String {
         CheckFormat::Text => text(files),
         CheckFormat::Json => json(files),
         CheckFormat::Markdown => markdown(files),
-        CheckFormat::Junit => junit(files),
+        // Writing into memory cannot fail.
+        CheckFormat::Junit => junit(files).unwrap_or_else(|e| format!("<!-- error: {e} -->\n")),
     }
 }
 
@@ -91,7 +94,7 @@ fn rows(files: &[ScenarioChecks]) -> Vec<[String; 5]> {
                     f.scenario.clone(),
                     r.check.clone(),
                     value_text(r),
-                    r.threshold.clone(),
+                    r.threshold_text.clone(),
                     result_text(r),
                 ]
             })
@@ -144,7 +147,7 @@ fn json(files: &[ScenarioChecks]) -> String {
         summary: c,
         scenarios: files,
     };
-    serde_json::to_string_pretty(&out).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    crate::json::document("check", &out).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
 /// A table cell: pipes escaped, no line breaks.
@@ -182,76 +185,109 @@ fn markdown(files: &[ScenarioChecks]) -> String {
     o
 }
 
-/// Text escaped for XML attributes and content.
-fn xml(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&apos;"),
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => o.push(' '),
-            c => o.push(c),
-        }
-    }
-    o
+/// Text without the control characters XML 1.0 forbids (each becomes a space); quick-xml
+/// escapes the rest.
+fn xml_text(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
-fn junit(files: &[ScenarioChecks]) -> String {
+/// JUnit XML: `<testsuites>`, one `<testsuite>` per scenario file with its file as a
+/// property, one `<testcase>` per check with a `<failure>` or `<skipped>` child.
+fn junit(files: &[ScenarioChecks]) -> std::io::Result<String> {
+    use quick_xml::events::{BytesDecl, BytesText, Event};
+    let mut w = quick_xml::Writer::new_with_indent(Vec::new(), b' ', 2);
+    w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
     let c = counts(all(files));
-    let mut o = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let _ = writeln!(
-        o,
-        "<testsuites name=\"twin check\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"{}\">",
-        c.checks, c.failed, c.not_evaluated
+    let (tests, failures, skipped) = (
+        c.checks.to_string(),
+        c.failed.to_string(),
+        c.not_evaluated.to_string(),
     );
-    for f in files {
-        let fc = counts(&f.checks);
-        let _ = writeln!(
-            o,
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"{}\">",
-            xml(&f.scenario),
-            fc.checks,
-            fc.failed,
-            fc.not_evaluated
-        );
-        let _ = writeln!(
-            o,
-            "    <properties><property name=\"file\" value=\"{}\"/></properties>",
-            xml(&f.file)
-        );
-        for r in &f.checks {
-            let open = format!(
-                "    <testcase name=\"{}\" classname=\"twin.check.{}\"",
-                xml(&r.check),
-                xml(&f.scenario)
-            );
-            match &r.outcome {
-                Outcome::Pass => {
-                    let _ = writeln!(o, "{open}/>");
-                }
-                Outcome::Fail => {
-                    let msg = format!("{} = {}, want {}", r.check, value_text(r), r.threshold);
-                    let _ = writeln!(
-                        o,
-                        "{open}>\n      <failure message=\"{}\" type=\"threshold\">{}</failure>\n    </testcase>",
-                        xml(&msg),
-                        xml(&msg)
-                    );
-                }
-                Outcome::NotEvaluated(reason) => {
-                    let _ = writeln!(
-                        o,
-                        "{open}>\n      <skipped message=\"{}\"/>\n    </testcase>",
-                        xml(reason)
-                    );
-                }
+    w.create_element("testsuites")
+        .with_attributes([
+            ("name", "twin check"),
+            ("tests", tests.as_str()),
+            ("failures", failures.as_str()),
+            ("errors", "0"),
+            ("skipped", skipped.as_str()),
+        ])
+        .write_inner_content(|w| {
+            for f in files {
+                let fc = counts(&f.checks);
+                let (name, file) = (xml_text(&f.scenario), xml_text(&f.file));
+                let (tests, failures, skipped) = (
+                    fc.checks.to_string(),
+                    fc.failed.to_string(),
+                    fc.not_evaluated.to_string(),
+                );
+                w.create_element("testsuite")
+                    .with_attributes([
+                        ("name", name.as_str()),
+                        ("tests", tests.as_str()),
+                        ("failures", failures.as_str()),
+                        ("errors", "0"),
+                        ("skipped", skipped.as_str()),
+                    ])
+                    .write_inner_content(|w| {
+                        w.create_element("properties").write_inner_content(|w| {
+                            w.create_element("property")
+                                .with_attributes([("name", "file"), ("value", file.as_str())])
+                                .write_empty()?;
+                            Ok(())
+                        })?;
+                        let classname = format!("twin.check.{name}");
+                        for r in &f.checks {
+                            let check = xml_text(&r.check);
+                            let case = w.create_element("testcase").with_attributes([
+                                ("name", check.as_str()),
+                                ("classname", classname.as_str()),
+                            ]);
+                            match &r.outcome {
+                                Outcome::Pass => {
+                                    case.write_empty()?;
+                                }
+                                Outcome::Fail => {
+                                    let msg = xml_text(&format!(
+                                        "{} = {}, want {}",
+                                        r.check,
+                                        value_text(r),
+                                        r.threshold_text
+                                    ));
+                                    case.write_inner_content(|w| {
+                                        w.create_element("failure")
+                                            .with_attributes([
+                                                ("message", msg.as_str()),
+                                                ("type", "threshold"),
+                                            ])
+                                            .write_text_content(BytesText::new(&msg))?;
+                                        Ok(())
+                                    })?;
+                                }
+                                Outcome::NotEvaluated(reason) => {
+                                    let reason = xml_text(reason);
+                                    case.write_inner_content(|w| {
+                                        w.create_element("skipped")
+                                            .with_attribute(("message", reason.as_str()))
+                                            .write_empty()?;
+                                        Ok(())
+                                    })?;
+                                }
+                            }
+                        }
+                        Ok(())
+                    })?;
             }
-        }
-        o.push_str("  </testsuite>\n");
-    }
-    o.push_str("</testsuites>\n");
-    o
+            Ok(())
+        })?;
+    let mut text = String::from_utf8_lossy(&w.into_inner()).into_owned();
+    text.push('\n');
+    Ok(text)
 }

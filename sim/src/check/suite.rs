@@ -176,7 +176,9 @@ impl Suite {
                 Err(e) => results.push(CheckResult {
                     check: "simulate".into(),
                     value: None,
-                    threshold: format!("runs without error ({e})"),
+                    operator: None,
+                    threshold: None,
+                    threshold_text: format!("runs without error ({e})"),
                     outcome: Outcome::Fail,
                 }),
                 Ok(p) => {
@@ -194,6 +196,7 @@ impl Suite {
             files.push(ScenarioChecks {
                 file: s.path.display().to_string(),
                 scenario: s.scenario.name.clone(),
+                layout: crate::json::Layout::of(&s.scenario),
                 checks: results,
             });
         }

@@ -133,17 +133,22 @@ fn junit_escapes_and_counts() {
     let files = vec![ScenarioChecks {
         file: "a&b.toml".into(),
         scenario: "x<y>".into(),
+        layout: crate::json::Layout::default(),
         checks: vec![
             CheckResult {
                 check: "min_mfu".into(),
                 value: Some(0.1),
-                threshold: ">= 0.5".into(),
+                operator: Some(">="),
+                threshold: Some(0.5),
+                threshold_text: ">= 0.5".into(),
                 outcome: Outcome::Fail,
             },
             CheckResult {
                 check: "min_goodput".into(),
                 value: None,
-                threshold: ">= 0.9".into(),
+                operator: Some(">="),
+                threshold: Some(0.9),
+                threshold_text: ">= 0.9".into(),
                 outcome: Outcome::NotEvaluated("not evaluated".into()),
             },
         ],

@@ -57,21 +57,30 @@ pub struct LostHours {
     pub slowdown: f64,
 }
 
-/// What the horizon simulation reports.
+/// What the horizon simulation reports. In JSON (docs/reference/json.md, `faults`) every
+/// single duration is an integer `_ns` field (the `_s` and `_hours` fields here are for
+/// people), and the estimates over trials of MTTF and lost time are floats in hours.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct HorizonReport {
     pub goodput: Estimate,
     pub ettr: Estimate,
+    #[serde(rename = "horizon_ns", serialize_with = "hours_as_ns")]
     pub horizon_hours: f64,
     pub seeds: u32,
+    #[serde(rename = "step_time_ns", serialize_with = "seconds_as_ns")]
     pub step_time_s: f64,
     pub checkpoint_bytes: u64,
     pub checkpoint_interval_steps: u64,
+    #[serde(rename = "checkpoint_stall_ns", serialize_with = "seconds_as_ns")]
     pub checkpoint_stall_s: f64,
+    #[serde(rename = "reload_ns", serialize_with = "seconds_as_ns")]
     pub reload_s: f64,
+    #[serde(rename = "recovery_ns", serialize_with = "seconds_as_ns")]
     pub recovery_s: f64,
     /// Mean failures per trial, by cause (gpu, node, link, scheduled) and in total.
     pub expected_failures: Estimate,
+    /// In JSON an object, cause to mean failures per trial.
+    #[serde(serialize_with = "as_object")]
     pub failures_by_cause: Vec<(String, f64)>,
     /// Mean time between failures implied by the simulated failure counts.
     pub mttf_hours: Estimate,
@@ -82,6 +91,26 @@ pub struct HorizonReport {
     pub daly_interval_steps: f64,
     pub sweep: Vec<IntervalPoint>,
     pub config: FaultConfig,
+}
+
+/// Seconds as whole nanoseconds (rounded).
+fn seconds_as_ns<S: serde::Serializer>(s: &f64, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_u64((s * 1e9).round().max(0.0) as u64)
+}
+
+/// Hours as whole nanoseconds (rounded).
+fn hours_as_ns<S: serde::Serializer>(h: &f64, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_u64((h * HOUR_NS).round().max(0.0) as u64)
+}
+
+/// Pairs as an object, in their order.
+fn as_object<S: serde::Serializer>(pairs: &[(String, f64)], out: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = out.serialize_map(Some(pairs.len()))?;
+    for (k, v) in pairs {
+        map.serialize_entry(k, v)?;
+    }
+    map.end()
 }
 
 impl HorizonReport {

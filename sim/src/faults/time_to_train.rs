@@ -24,9 +24,11 @@ pub struct TimeToTrain {
     pub tokens: u64,
     pub tokens_per_step: u64,
     pub steps: u64,
-    /// Wall time to finish the steps; `None` where a trial kept no work at all (the run never
-    /// finishes at that trial's rate).
-    pub time_ns: Percentiles<Option<u64>>,
+    /// Wall time to finish the steps, P10, P50 and P90 over the trials; `None` where the
+    /// trials at that percentile kept no work at all (the run never finishes at their rate).
+    pub time_p10_ns: Option<u64>,
+    pub time_p50_ns: Option<u64>,
+    pub time_p90_ns: Option<u64>,
     pub mean_time_ns: Option<u64>,
     pub goodput: Percentiles<f64>,
     pub ettr: Percentiles<f64>,
@@ -85,11 +87,9 @@ pub fn time_to_train(
         tokens,
         tokens_per_step,
         steps,
-        time_ns: Percentiles {
-            p10: at(10.0),
-            p50: at(50.0),
-            p90: at(90.0),
-        },
+        time_p10_ns: at(10.0),
+        time_p50_ns: at(50.0),
+        time_p90_ns: at(90.0),
         mean_time_ns,
         goodput: percentiles_f64(outs.iter().map(|o| goodput(o, horizon_ns)).collect()),
         ettr: percentiles_f64(outs.iter().map(|o| ettr(o, horizon_ns)).collect()),
@@ -115,9 +115,9 @@ mod tests {
         let outs = vec![out(h); 20];
         let t = time_to_train(1_000, 100, &outs, h, &[7_000]);
         assert_eq!(t.steps, 10);
-        assert_eq!(t.time_ns.p10, Some(70_000));
-        assert_eq!(t.time_ns.p50, Some(70_000));
-        assert_eq!(t.time_ns.p90, Some(70_000));
+        assert_eq!(t.time_p10_ns, Some(70_000));
+        assert_eq!(t.time_p50_ns, Some(70_000));
+        assert_eq!(t.time_p90_ns, Some(70_000));
         assert_eq!(t.mean_time_ns, Some(70_000));
         assert_eq!(t.goodput.p50, 1.0);
     }
@@ -140,9 +140,9 @@ mod tests {
             })
             .collect();
         want.sort_unstable();
-        assert_eq!(t.time_ns.p10, Some(want[0]));
-        assert_eq!(t.time_ns.p50, Some(want[4]));
-        assert_eq!(t.time_ns.p90, Some(want[8]));
+        assert_eq!(t.time_p10_ns, Some(want[0]));
+        assert_eq!(t.time_p50_ns, Some(want[4]));
+        assert_eq!(t.time_p90_ns, Some(want[8]));
         assert!(t.goodput.p10 <= t.goodput.p50 && t.goodput.p50 <= t.goodput.p90);
     }
 
@@ -152,10 +152,10 @@ mod tests {
         let mut outs = vec![out(1_000); 9];
         outs.push(out(0));
         let t = time_to_train(10, 1, &outs, h, &[5]);
-        assert_eq!(t.time_ns.p50, Some(50));
-        assert_eq!(t.time_ns.p90, Some(50));
+        assert_eq!(t.time_p50_ns, Some(50));
+        assert_eq!(t.time_p90_ns, Some(50));
         assert_eq!(t.mean_time_ns, None);
         let all_lost = time_to_train(10, 1, &[out(0)], h, &[5]);
-        assert_eq!(all_lost.time_ns.p50, None);
+        assert_eq!(all_lost.time_p50_ns, None);
     }
 }

@@ -22,22 +22,40 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
-/// What to rank by.
+/// What to rank by; named as `--objective` takes it (`tokens-per-s`, `mfu`, `step-time`,
+/// `memory`) in text and JSON alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum Objective {
     /// Highest tokens per second (default).
+    #[serde(alias = "tokens_per_s")]
     TokensPerS,
     /// Highest model FLOPs utilisation.
     Mfu,
     /// Shortest step.
+    #[serde(alias = "step_time")]
     StepTime,
     /// Lowest peak memory per GPU.
     Memory,
 }
 
-/// One simulated layout.
+impl Objective {
+    /// The name `--objective` takes and every output prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Objective::TokensPerS => "tokens-per-s",
+            Objective::Mfu => "mfu",
+            Objective::StepTime => "step-time",
+            Objective::Memory => "memory",
+        }
+    }
+}
+
+/// One simulated layout. In JSON the figures a layout that was not simulated lacks
+/// (`step_time_s`, `tokens_per_s`, `mfu`, `bubble_fraction`, `exposed_comm_fraction`) are
+/// null; here they are zero.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(into = "RowJson", from = "RowJson")]
 pub struct SweepRow {
     /// Position in the sweep's full enumeration (stable across shards).
     pub index: usize,
@@ -64,6 +82,89 @@ pub struct SweepRow {
     /// False when the layout was not simulated because its model state alone exceeds HBM
     /// (`peak_memory_bytes` is then that state, a lower bound, and the times are zero).
     pub simulated: bool,
+}
+
+/// [`SweepRow`] as JSON: null for what was not computed.
+#[derive(Serialize, Deserialize)]
+struct RowJson {
+    index: usize,
+    overrides: Vec<String>,
+    tp: u32,
+    pp: u32,
+    dp: u32,
+    cp: u32,
+    ep: u32,
+    vpp: u32,
+    micro_batch: u64,
+    recompute: String,
+    zero: u8,
+    schedule: String,
+    step_time_s: Option<f64>,
+    tokens_per_s: Option<f64>,
+    mfu: Option<f64>,
+    peak_memory_bytes: u64,
+    peak_memory_fraction: f64,
+    bubble_fraction: Option<f64>,
+    exposed_comm_fraction: Option<f64>,
+    fits: bool,
+    simulated: bool,
+}
+
+impl From<SweepRow> for RowJson {
+    fn from(r: SweepRow) -> RowJson {
+        let computed = |v: f64| r.simulated.then_some(v);
+        RowJson {
+            step_time_s: computed(r.step_time_s),
+            tokens_per_s: computed(r.tokens_per_s),
+            mfu: computed(r.mfu),
+            bubble_fraction: computed(r.bubble_fraction),
+            exposed_comm_fraction: computed(r.exposed_comm_fraction),
+            index: r.index,
+            overrides: r.overrides,
+            tp: r.tp,
+            pp: r.pp,
+            dp: r.dp,
+            cp: r.cp,
+            ep: r.ep,
+            vpp: r.vpp,
+            micro_batch: r.micro_batch,
+            recompute: r.recompute,
+            zero: r.zero,
+            schedule: r.schedule,
+            peak_memory_bytes: r.peak_memory_bytes,
+            peak_memory_fraction: r.peak_memory_fraction,
+            fits: r.fits,
+            simulated: r.simulated,
+        }
+    }
+}
+
+impl From<RowJson> for SweepRow {
+    fn from(r: RowJson) -> SweepRow {
+        SweepRow {
+            index: r.index,
+            overrides: r.overrides,
+            tp: r.tp,
+            pp: r.pp,
+            dp: r.dp,
+            cp: r.cp,
+            ep: r.ep,
+            vpp: r.vpp,
+            micro_batch: r.micro_batch,
+            recompute: r.recompute,
+            zero: r.zero,
+            schedule: r.schedule,
+            step_time_s: r.step_time_s.unwrap_or(0.0),
+            tokens_per_s: r.tokens_per_s.unwrap_or(0.0),
+            mfu: r.mfu.unwrap_or(0.0),
+            peak_memory_bytes: r.peak_memory_bytes,
+            peak_memory_fraction: r.peak_memory_fraction,
+            bubble_fraction: r.bubble_fraction.unwrap_or(0.0),
+            exposed_comm_fraction: r.exposed_comm_fraction.unwrap_or(0.0),
+            fits: r.fits,
+            simulated: r.simulated,
+        }
+    }
 }
 
 impl SweepRow {
@@ -331,8 +432,8 @@ impl SweepResult {
         for p in it {
             if p.scenario != out.scenario || p.objective != out.objective {
                 return Err(MergeError::Mismatch {
-                    a: format!("{} ({:?})", out.scenario, out.objective),
-                    b: format!("{} ({:?})", p.scenario, p.objective),
+                    a: format!("{} ({})", out.scenario, out.objective.name()),
+                    b: format!("{} ({})", p.scenario, p.objective.name()),
                 });
             }
             out.layouts += p.layouts;
@@ -347,49 +448,58 @@ impl SweepResult {
         Ok(out)
     }
 
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    /// The `twin.sweep/1` document (docs/reference/json.md).
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        crate::json::document("sweep", self)
     }
 
-    /// One header line and one line per simulated layout, ranked ones first in rank order
-    /// (`rank` empty for layouts that do not fit).
-    pub fn to_csv(&self) -> String {
-        let mut o = String::from(CSV_HEADER);
-        o.push('\n');
+    /// One header line and one record per simulated layout, ranked ones first in rank order
+    /// (`rank` empty for layouts that do not fit; the figures empty for layouts that were not
+    /// simulated).
+    pub fn to_csv(&self) -> Result<String, csv::Error> {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.write_record(CSV_HEADER.split(','))?;
         let ranked = self.ranked();
         let unfit = self.rows.iter().filter(|r| !r.fits);
         let ranks = (1..=ranked.len())
             .map(|n| n.to_string())
             .chain(std::iter::repeat(String::new()));
         for (rank, r) in ranks.zip(ranked.into_iter().chain(unfit)) {
-            let _ = writeln!(
-                o,
-                "{rank},{},{},{},{},{},{},{},{},{},{},{},{},{:.9},{:.3},{:.6},{},{:.6},{:.6},{:.6},{},{},\"{}\"",
-                r.index,
-                r.tp,
-                r.pp,
-                r.dp,
-                r.cp,
-                r.ep,
-                r.vpp,
-                r.micro_batch,
-                r.recompute,
-                r.zero,
-                r.schedule,
-                self.scenario.replace([',', '"'], "_"),
-                r.step_time_s,
-                r.tokens_per_s,
-                r.mfu,
-                r.peak_memory_bytes,
-                r.peak_memory_fraction,
-                r.bubble_fraction,
-                r.exposed_comm_fraction,
-                r.fits,
-                r.simulated,
-                r.overrides.join(" ").replace('"', "\"\"")
-            );
+            let figure = |v: f64, digits: usize| {
+                if r.simulated {
+                    format!("{v:.digits$}")
+                } else {
+                    String::new()
+                }
+            };
+            w.write_record([
+                rank,
+                r.index.to_string(),
+                r.tp.to_string(),
+                r.pp.to_string(),
+                r.dp.to_string(),
+                r.cp.to_string(),
+                r.ep.to_string(),
+                r.vpp.to_string(),
+                r.micro_batch.to_string(),
+                r.recompute.clone(),
+                r.zero.to_string(),
+                r.schedule.clone(),
+                self.scenario.clone(),
+                figure(r.step_time_s, 9),
+                figure(r.tokens_per_s, 3),
+                figure(r.mfu, 6),
+                r.peak_memory_bytes.to_string(),
+                format!("{:.6}", r.peak_memory_fraction),
+                figure(r.bubble_fraction, 6),
+                figure(r.exposed_comm_fraction, 6),
+                r.fits.to_string(),
+                r.simulated.to_string(),
+                r.overrides.join(" "),
+            ])?;
         }
-        o
+        let bytes = w.into_inner().map_err(|e| e.into_error())?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     /// The top `n` as an aligned table with a summary of what was skipped.
@@ -398,7 +508,7 @@ impl SweepResult {
         let mut o = String::new();
         let _ = writeln!(
             o,
-            "{}: {} layouts, {} invalid (skipped), {} failed, {} out of memory ({} by model state alone, not simulated), {} fit; ranked by {:?}",
+            "{}: {} layouts, {} invalid (skipped), {} failed, {} out of memory ({} by model state alone, not simulated), {} fit; ranked by {}",
             self.scenario,
             self.layouts,
             self.invalid,
@@ -406,7 +516,7 @@ impl SweepResult {
             self.out_of_memory(),
             self.rows.len() - self.simulated(),
             ranked.len(),
-            self.objective
+            self.objective.name()
         );
         let _ = writeln!(
             o,

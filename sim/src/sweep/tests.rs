@@ -67,7 +67,7 @@ fn shards_merge_into_the_whole_sweep() {
     // Through JSON, as the files a batch system would hand back.
     let parts = parts
         .iter()
-        .map(|p| serde_json::from_str::<SweepResult>(&p.to_json()).unwrap())
+        .map(|p| serde_json::from_str::<SweepResult>(&p.to_json().unwrap()).unwrap())
         .collect();
     let merged = SweepResult::merge(parts).unwrap();
     assert_eq!(
@@ -97,7 +97,7 @@ fn csv_has_one_line_per_row_and_ranks_first() {
         Objective::StepTime,
         &|| {},
     );
-    let csv = r.to_csv();
+    let csv = r.to_csv().unwrap();
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines[0], CSV_HEADER);
     assert_eq!(lines.len(), 1 + r.rows.len());
@@ -348,4 +348,75 @@ fn search_varies_moe_a2a_overlap_where_validation_accepts_it() {
     let tt_layouts = search(&tt, &small);
     assert!(!tt_layouts.is_empty());
     assert!(tt_layouts.iter().all(|l| !flag(l)));
+}
+
+/// A layout that was not simulated has null figures in JSON (and reads back as before), empty
+/// cells in CSV; a field holding commas or quotes is quoted so that the record still parses.
+#[test]
+fn unsimulated_figures_are_null_in_json_and_empty_in_csv() {
+    let s = crate::testing::small_scenario(1, 2, 4, 8);
+    let mut skipped = SweepRow::unsimulated(3, vec!["a=\"x,y\"".into()], &s, 7);
+    skipped.fits = false;
+    let mut fitting = SweepRow::fill(4, vec![], &s);
+    fitting.simulated = true;
+    fitting.fits = true;
+    fitting.step_time_s = 0.5;
+    fitting.tokens_per_s = 10.0;
+    let result = SweepResult {
+        scenario: "s,1".into(),
+        objective: Objective::StepTime,
+        layouts: 2,
+        invalid: 0,
+        failed: 0,
+        rows: vec![skipped.clone(), fitting.clone()],
+    };
+    let text = result.to_json().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["schema"], "twin.sweep/1");
+    assert_eq!(v["objective"], "step-time");
+    let rows = v["rows"].as_array().unwrap();
+    for key in [
+        "step_time_s",
+        "tokens_per_s",
+        "mfu",
+        "bubble_fraction",
+        "exposed_comm_fraction",
+    ] {
+        assert!(rows[0][key].is_null(), "{key}: {}", rows[0]);
+        assert!(rows[1][key].is_number(), "{key}: {}", rows[1]);
+    }
+    assert_eq!(rows[0]["peak_memory_bytes"], 7);
+    let back: SweepResult = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, result);
+
+    let csv = result.to_csv().unwrap();
+    let mut reader = csv::Reader::from_reader(csv.as_bytes());
+    let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+    assert_eq!(header.join(","), CSV_HEADER);
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let records: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(records.len(), 2);
+    // Ranked first: the fitting layout, rank 1; then the skipped one, unranked.
+    assert_eq!(&records[0][col("rank")], "1");
+    assert_eq!(&records[0][col("step_time_s")], "0.500000000");
+    assert_eq!(&records[1][col("rank")], "");
+    assert_eq!(&records[1][col("step_time_s")], "");
+    assert_eq!(&records[1][col("tokens_per_s")], "");
+    assert_eq!(&records[1][col("overrides")], "a=\"x,y\"");
+    assert_eq!(&records[1][col("scenario")], "s,1");
+}
+
+#[test]
+fn objectives_are_named_as_the_flag_takes_them_and_old_names_still_read() {
+    for (o, name) in [
+        (Objective::TokensPerS, "tokens-per-s"),
+        (Objective::Mfu, "mfu"),
+        (Objective::StepTime, "step-time"),
+        (Objective::Memory, "memory"),
+    ] {
+        assert_eq!(o.name(), name);
+        assert_eq!(serde_json::to_value(o).unwrap(), name);
+    }
+    let old: Objective = serde_json::from_str("\"tokens_per_s\"").unwrap();
+    assert_eq!(old, Objective::TokensPerS);
 }

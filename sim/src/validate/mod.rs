@@ -78,6 +78,8 @@ pub struct Comparison {
     pub id: String,
     /// Which published figure (`tflops_per_gpu`, `iteration_s_full_recompute`, ...).
     pub field: String,
+    /// The layout the row was simulated with.
+    pub layout: crate::json::Layout,
     pub published: f64,
     pub predicted: f64,
     /// Signed fractional error: `(predicted - published) / published`.
@@ -281,6 +283,7 @@ pub fn run_case(case: &Case, profiles: &[Profile]) -> Result<Comparison, Validat
     Ok(Comparison {
         id: case.id.clone(),
         field,
+        layout: crate::json::Layout::of(&case.scenario),
         published,
         predicted,
         error: relative_error(predicted, published),
@@ -402,14 +405,8 @@ pub fn max_abs(values: &[f64]) -> f64 {
 
 /// Median of the absolute values (mean of the middle two for an even count); 0 for none.
 pub fn median_abs(values: &[f64]) -> f64 {
-    let mut abs: Vec<f64> = values.iter().map(|v| v.abs()).collect();
-    abs.sort_by(f64::total_cmp);
-    let n = abs.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => abs[n / 2],
-        _ => (abs[n / 2 - 1] + abs[n / 2]) / 2.0,
-    }
+    let abs: Vec<f64> = values.iter().map(|v| v.abs()).collect();
+    crate::stats::median_or_zero(&abs)
 }
 
 impl Validation {
@@ -422,7 +419,7 @@ impl Validation {
 
     /// Pretty JSON in the documented shape.
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        crate::json::document("validate", self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
     /// A Markdown table plus the summary lines.

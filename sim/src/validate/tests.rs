@@ -187,6 +187,7 @@ fn json_has_the_documented_shape() {
         rows: vec![Comparison {
             id: "a".into(),
             field: "tflops_per_gpu".into(),
+            layout: crate::json::Layout::default(),
             published: 100.0,
             predicted: 95.0,
             error: -0.05,

@@ -19,16 +19,7 @@ pub struct StepSummary {
 }
 
 /// The median (mean of the middle two for an even count); 0 when empty.
-pub fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => s[n / 2],
-        _ => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
-}
+pub use crate::stats::median_or_zero as median;
 
 /// The median of every step after warm-up, each multiplied by its run's entry of `factors`
 /// (a run without one counts unscaled); 0 when there are no steps.
