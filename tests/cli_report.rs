@@ -250,3 +250,37 @@ fn text_format_prints_the_figures_and_refuses_a_plot() {
     ]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// A scenario with `[variability]` adds the step time's spread (histogram and percentiles);
+/// `--plot variability` draws it alone, and is refused where there is nothing to sample.
+#[test]
+fn a_scenario_with_variability_adds_the_step_times_spread() {
+    let o = run_ok(&["report", "scenarios/variability.toml", "-o", "-"]);
+    let html = text(&o.stdout);
+    assert_self_contained(&html);
+    assert_eq!(
+        sections(&html),
+        ["headline", "timeline", "memory", "variability"]
+    );
+    assert!(html.contains("P95 (ms)"), "the percentiles' table");
+    let o = run_ok(&[
+        "report",
+        "scenarios/variability.toml",
+        "--plot",
+        "variability",
+        "-o",
+        "-",
+    ]);
+    let svg = text(&o.stdout);
+    assert!(svg.starts_with("<svg") && svg.contains("Step time over the samples"));
+    let o = twin(&[
+        "report",
+        "scenarios/small.toml",
+        "--plot",
+        "variability",
+        "-o",
+        "-",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("[variability]"));
+}

@@ -149,6 +149,7 @@ fn section_height(id: &str) -> u32 {
         "memory" => 1180,
         "goodput" => 720,
         "sweep" => 800,
+        "variability" => 720,
         _ => 820,
     }
 }
@@ -221,9 +222,17 @@ fn reports_load_in_chromium_without_console_messages_and_render() {
         "--report",
         &path("verify.html"),
     ]);
+    twin_ok(&[
+        "report",
+        "scenarios/variability.toml",
+        "--samples",
+        "32",
+        "-o",
+        &path("variability.html"),
+    ]);
     // Each page: its sections, and those whose screenshot docs/images keeps (each once).
     type Page<'a> = (&'a str, &'a [&'a str], &'a [&'a str]);
-    let pages: [Page; 4] = [
+    let pages: [Page; 5] = [
         ("scenario.html", &["headline", "timeline", "memory"], &[]),
         (
             "faults.html",
@@ -232,6 +241,11 @@ fn reports_load_in_chromium_without_console_messages_and_render() {
         ),
         ("sweep.html", &["headline", "sweep"], &["sweep"]),
         ("verify.html", &["headline", "verify"], &["verify"]),
+        (
+            "variability.html",
+            &["headline", "timeline", "memory", "variability"],
+            &["variability"],
+        ),
     ];
     let bless = std::env::var("TWIN_BLESS").is_ok_and(|v| v == "1");
     let images = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/images");

@@ -203,6 +203,13 @@ pub fn simulation_report(sim: &Simulation, scenario: &Scenario, plan: &Plan) -> 
         verify: None,
         sweep: None,
         goodput,
+        variability: sim.variability.as_ref().map(|v| rep::StepSpread {
+            deterministic_ns: v.deterministic_step_time_ns,
+            samples_ns: v.each.iter().map(|x| x.step_time_ns).collect(),
+            p50_ns: v.step_time_ns.p50,
+            p95_ns: v.step_time_ns.p95,
+            p99_ns: v.step_time_ns.p99,
+        }),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The HTML report: one file, inline SVG and a little CSS, no script and nothing fetched (the
 //! favicon is an empty data URL, so a browser asks the network for nothing).
 
-use crate::plot::{goodput_svg, memory_svg, pareto_svg, timeline_svg, verify_svg};
+use crate::plot::{goodput_svg, memory_svg, pareto_svg, timeline_svg, variability_svg, verify_svg};
 use crate::{Report, ReportError, Table};
 use std::fmt::Write as _;
 
@@ -185,6 +185,39 @@ pub fn to_html(r: &Report) -> Result<String, ReportError> {
             t.rows.push(row);
         }
         table(&mut out, &t);
+        out.push_str("</section>\n");
+    }
+    if let Some(v) = &r.variability {
+        section(
+            &mut out,
+            "variability",
+            "Step time under variability",
+            &format!(
+                "The step time of {} samples, each on a cluster drawn from the scenario's \
+                 [variability] with every rank simulated; the grey line is the step without \
+                 variation.",
+                v.samples_ns.len()
+            ),
+            &variability_svg(v)?,
+        );
+        let ms = |ns: u64| format!("{:.3}", ns as f64 / 1e6);
+        table(
+            &mut out,
+            &Table {
+                header: vec![
+                    "without variation (ms)".into(),
+                    "P50 (ms)".into(),
+                    "P95 (ms)".into(),
+                    "P99 (ms)".into(),
+                ],
+                rows: vec![vec![
+                    ms(v.deterministic_ns),
+                    ms(v.p50_ns),
+                    ms(v.p95_ns),
+                    ms(v.p99_ns),
+                ]],
+            },
+        );
         out.push_str("</section>\n");
     }
     out.push_str("</body>\n</html>\n");

@@ -15,7 +15,7 @@ mod html;
 mod plot;
 
 pub use html::to_html;
-pub use plot::{goodput_svg, memory_svg, pareto_svg, timeline_svg, verify_svg};
+pub use plot::{goodput_svg, memory_svg, pareto_svg, timeline_svg, variability_svg, verify_svg};
 
 /// What went wrong while drawing.
 #[derive(Debug, thiserror::Error)]
@@ -200,6 +200,18 @@ pub struct Goodput {
     pub seeds: u32,
 }
 
+/// The step time over `[variability]`'s samples (every rank simulated on a drawn cluster).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepSpread {
+    /// The step without variation (the prediction).
+    pub deterministic_ns: u64,
+    /// Each sample's step time, in sample order.
+    pub samples_ns: Vec<u64>,
+    pub p50_ns: u64,
+    pub p95_ns: u64,
+    pub p99_ns: u64,
+}
+
 /// Everything a report can show; each section appears only when its data is given.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Report {
@@ -213,6 +225,7 @@ pub struct Report {
     pub verify: Option<Verify>,
     pub sweep: Option<Sweep>,
     pub goodput: Option<Goodput>,
+    pub variability: Option<StepSpread>,
 }
 
 /// The single plots `twin report --format svg --plot` draws.
@@ -223,6 +236,7 @@ pub enum Plot {
     Pareto,
     Goodput,
     Verify,
+    Variability,
 }
 
 impl Plot {
@@ -233,6 +247,7 @@ impl Plot {
             Plot::Pareto => "pareto",
             Plot::Goodput => "goodput",
             Plot::Verify => "verify",
+            Plot::Variability => "variability",
         }
     }
 }
@@ -250,6 +265,7 @@ impl Report {
             Plot::Pareto => pareto_svg(self.sweep.as_ref().ok_or_else(missing)?),
             Plot::Goodput => goodput_svg(self.goodput.as_ref().ok_or_else(missing)?),
             Plot::Verify => verify_svg(self.verify.as_ref().ok_or_else(missing)?),
+            Plot::Variability => variability_svg(self.variability.as_ref().ok_or_else(missing)?),
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The plots, each one SVG document drawn by plotters: a title, axes with units, the data,
 //! and a legend strip under the chart (outside the data, so it hides none of it).
 
-use crate::{Goodput, Memory, MemoryPoint, ReportError, SpanKind, Sweep, Timeline, Verify};
+use crate::{
+    Goodput, Memory, MemoryPoint, ReportError, SpanKind, StepSpread, Sweep, Timeline, Verify,
+};
 use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -24,6 +26,10 @@ pub(crate) mod colour {
     pub const DALY: RGBColor = RGBColor(227, 119, 194);
     pub const POINT: RGBColor = RGBColor(31, 119, 180);
     pub const DIAGONAL: RGBColor = RGBColor(160, 160, 160);
+    pub const SAMPLES: RGBColor = RGBColor(31, 119, 180);
+    pub const P50: RGBColor = RGBColor(44, 160, 44);
+    pub const P95: RGBColor = RGBColor(255, 127, 14);
+    pub const P99: RGBColor = RGBColor(214, 39, 40);
     /// Memory categories, bottom of the stack first; more categories reuse them in turn.
     pub const CATEGORIES: [RGBColor; 6] = [
         RGBColor(78, 121, 167),
@@ -782,4 +788,114 @@ where
             .map_err(draw_error(P))?;
     }
     Ok(())
+}
+
+/// Bins of the variability histogram: about the square root of the samples, at most this many.
+pub(crate) const MAX_BINS: usize = 40;
+
+/// The samples' counts in `bins` equal bins over `[lo, hi]` (the last bin closed).
+pub(crate) fn histogram(samples: &[u64], lo: u64, hi: u64, bins: usize) -> Vec<u32> {
+    let mut counts = vec![0u32; bins.max(1)];
+    let width = (hi.saturating_sub(lo)) as f64 / counts.len() as f64;
+    for &s in samples {
+        let i = if width > 0.0 {
+            ((s.saturating_sub(lo)) as f64 / width) as usize
+        } else {
+            0
+        };
+        let last = counts.len() - 1;
+        if let Some(c) = counts.get_mut(i.min(last)) {
+            *c += 1;
+        }
+    }
+    counts
+}
+
+/// The step time over the samples: a histogram of the samples' step times, with vertical
+/// lines at the step without variation (grey) and at P50, P95 and P99.
+pub fn variability_svg(v: &StepSpread) -> Result<String, ReportError> {
+    const P: &str = "variability";
+    if v.samples_ns.is_empty() {
+        return Err(ReportError::Empty {
+            plot: P,
+            why: "no samples".into(),
+        });
+    }
+    let lo = v
+        .samples_ns
+        .iter()
+        .copied()
+        .min()
+        .unwrap_or(0)
+        .min(v.deterministic_ns);
+    let hi = v
+        .samples_ns
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(v.deterministic_ns);
+    let bins = ((v.samples_ns.len() as f64).sqrt().ceil() as usize).clamp(1, MAX_BINS);
+    let counts = histogram(&v.samples_ns, lo, hi, bins);
+    let (x0, x1) = (ms(lo), ms(hi));
+    let pad = ((x1 - x0) * 0.05).max(x1.abs() * 1e-3).max(1e-6);
+    let width = (x1 - x0) / bins as f64;
+    let top = f64::from(counts.iter().copied().max().unwrap_or(1)) * 1.15;
+    svg_document((WIDTH, 480), P, |area, strip| {
+        let mut chart = ChartBuilder::on(area)
+            .caption("Step time over the samples", (FONT, 18))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(60)
+            .build_cartesian_2d((x0 - pad)..(x1 + pad), 0f64..top)
+            .map_err(draw_error(P))?;
+        chart
+            .configure_mesh()
+            .light_line_style(TRANSPARENT)
+            .axis_desc_style((FONT, 15))
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
+            .label_style((FONT, 14))
+            .x_desc("step time (ms)")
+            .y_desc("samples")
+            .draw()
+            .map_err(draw_error(P))?;
+        chart
+            .draw_series(
+                counts
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &c)| c > 0)
+                    .map(|(i, &c)| {
+                        let a = x0 + width * i as f64;
+                        let b = if width > 0.0 { a + width } else { a + pad };
+                        Rectangle::new([(a, 0.0), (b, f64::from(c))], colour::SAMPLES.filled())
+                    }),
+            )
+            .map_err(draw_error(P))?;
+        for (ns, c) in [
+            (v.deterministic_ns, colour::DIAGONAL),
+            (v.p50_ns, colour::P50),
+            (v.p95_ns, colour::P95),
+            (v.p99_ns, colour::P99),
+        ] {
+            chart
+                .draw_series([PathElement::new(
+                    vec![(ms(ns), 0.0), (ms(ns), top)],
+                    c.stroke_width(2),
+                )])
+                .map_err(draw_error(P))?;
+        }
+        let items = vec![
+            ("samples".to_string(), Mark::Block(colour::SAMPLES)),
+            (
+                "without variation".to_string(),
+                Mark::Line(colour::DIAGONAL),
+            ),
+            ("P50".to_string(), Mark::Line(colour::P50)),
+            ("P95".to_string(), Mark::Line(colour::P95)),
+            ("P99".to_string(), Mark::Line(colour::P99)),
+        ];
+        legend(strip, &items, P)
+    })
 }

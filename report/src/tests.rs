@@ -2,7 +2,7 @@
 //! elements found by their colour, counted against the inputs and placed in the order of
 //! their values. Legend markers use the same colours; each test adds the legend's own count.
 
-use super::plot::{colour, downsample, pareto_front, shown_stages, tick};
+use super::plot::{colour, downsample, histogram, pareto_front, shown_stages, tick};
 use super::*;
 use plotters::style::RGBColor;
 
@@ -398,13 +398,21 @@ fn html_has_each_given_section_and_no_script() {
         verify: None,
         sweep: Some(sweep()),
         goodput: Some(goodput()),
+        variability: Some(spread()),
     };
     let html = to_html(&full).unwrap();
-    for id in ["headline", "timeline", "memory", "sweep", "goodput"] {
+    for id in [
+        "headline",
+        "timeline",
+        "memory",
+        "sweep",
+        "goodput",
+        "variability",
+    ] {
         assert!(html.contains(&format!("<section id=\"{id}\">")), "{id}");
     }
     assert!(!html.contains("<section id=\"verify\">"));
-    assert_eq!(html.matches("<svg").count(), 4);
+    assert_eq!(html.matches("<svg").count(), 5);
     assert!(!html.contains("<script"));
     assert!(html.contains("twin report: &lt;a &amp; b&gt;"));
     assert!(html.contains("<code>--set b</code>"));
@@ -430,4 +438,62 @@ fn ticks_have_three_significant_digits() {
     assert_eq!(tick(&12.34), "12.3");
     assert_eq!(tick(&2.5), "2.5");
     assert_eq!(tick(&0.1234), "0.123");
+}
+
+fn spread() -> StepSpread {
+    // Ten samples from 100 to 109 ms (one each), the prediction at 95 ms.
+    StepSpread {
+        deterministic_ns: 95 * MS,
+        samples_ns: (0..10).map(|i| (100 + i) * MS).collect(),
+        p50_ns: 104 * MS,
+        p95_ns: 109 * MS,
+        p99_ns: 109 * MS,
+    }
+}
+
+#[test]
+fn histogram_counts_every_sample_once_in_its_bin() {
+    let samples = [0, 1, 2, 5, 9, 10];
+    // Bins over [0, 10]: [0, 2.5), [2.5, 5), [5, 7.5), [7.5, 10] (the last one closed).
+    assert_eq!(histogram(&samples, 0, 10, 4), vec![3, 0, 1, 2]);
+    assert_eq!(histogram(&[7, 7, 7], 7, 7, 3), vec![3, 0, 0]);
+    let many: Vec<u64> = (0..1000).collect();
+    assert_eq!(histogram(&many, 0, 999, 10).iter().sum::<u32>(), 1000);
+}
+
+#[test]
+fn variability_has_the_samples_bars_and_a_line_per_percentile() {
+    let v = spread();
+    let svg = variability_svg(&v).unwrap();
+    check_frame(
+        &svg,
+        "Step time over the samples",
+        "step time (ms)",
+        "samples",
+    );
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    // ceil(sqrt(10)) = 4 bins of 3.5 ms over 95-109 ms: [95, 98.5) is empty, and the samples
+    // fall 2 (100, 101), 4 (102-105) and 4 (106-109); the empty bin draws nothing.
+    let bars = with(&doc, "rect", "fill", &hex(colour::SAMPLES));
+    assert_eq!(bars.len(), 3 + 1, "three data bars and the legend's block");
+    let heights: Vec<f64> = bars[..3].iter().map(|b| num(*b, "height")).collect();
+    assert!((heights[1] - heights[2]).abs() < 1.0, "{heights:?}");
+    assert!(
+        (heights[1] / heights[0] - 2.0).abs() < 0.02,
+        "4 samples against 2: {heights:?}"
+    );
+    // Bars left to right in time.
+    assert!(num(bars[0], "x") < num(bars[1], "x") && num(bars[1], "x") < num(bars[2], "x"));
+    for c in [colour::DIAGONAL, colour::P50, colour::P95, colour::P99] {
+        let lines = with(&doc, "polyline", "stroke", &hex(c));
+        assert!(lines.len() >= 2, "a line and its legend mark in {}", hex(c));
+    }
+    // The prediction's line (95 ms) lies left of the P50 line (104 ms).
+    let x_of = |c| points(with(&doc, "polyline", "stroke", &hex(c))[0])[0].0;
+    assert!(x_of(colour::DIAGONAL) < x_of(colour::P50));
+    let empty = StepSpread {
+        samples_ns: Vec::new(),
+        ..v
+    };
+    assert!(variability_svg(&empty).is_err());
 }

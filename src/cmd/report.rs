@@ -1,5 +1,6 @@
 //! `twin report`: one self-contained HTML report of a scenario (headline, per-stage timeline,
-//! memory over the step, and goodput when the scenario has `[faults]`), or one SVG plot; and
+//! memory over the step, goodput when the scenario has `[faults]`, the step time's spread when
+//! it has `[variability]`), or one SVG plot; and
 //! `--report FILE` of `simulate`, `sweep` and `verify step`. The data and the drawing are the
 //! `twin-report` crate's.
 
@@ -46,6 +47,10 @@ pub struct Args {
     /// Hardware profile TOML whose parameters replace the defaults (docs/reference/profiles.md).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
+    /// Samples of [variability] (every rank simulated) and draws of --profile's fits.
+    #[arg(long, value_name = "N", default_value_t = twin_sim::profile::DEFAULT_SAMPLES,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub samples: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -61,6 +66,7 @@ pub enum PlotArg {
     Timeline,
     Pareto,
     Goodput,
+    Variability,
 }
 
 impl From<PlotArg> for rep::Plot {
@@ -70,6 +76,7 @@ impl From<PlotArg> for rep::Plot {
             PlotArg::Timeline => rep::Plot::Timeline,
             PlotArg::Pareto => rep::Plot::Pareto,
             PlotArg::Goodput => rep::Plot::Goodput,
+            PlotArg::Variability => rep::Plot::Variability,
         }
     }
 }
@@ -93,7 +100,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let source = twin_sim::setup::ScenarioSource::read(&args.scenario)?;
     let parsed = source.parse()?;
-    let (scenario, plan, faults) = parsed.resolve_with_faults(&args.overrides)?;
+    let (scenario, plan, sections) = parsed.resolve_with_sections(&args.overrides)?;
+    let faults = sections.faults;
     super::warn_hf_unmodelled(&source.origin, &parsed.hf_unmodelled(&args.overrides)?);
     let text = if plot == Some(PlotArg::Pareto) {
         let req = SweepRequest {
@@ -118,7 +126,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
             return Ok(ExitCode::from(2));
         }
+        if plot == Some(PlotArg::Variability) && sections.variability.is_none() {
+            eprintln!(
+                "error: {}: --plot variability needs a [variability] table in the scenario \
+                 (docs/reference/scenarios.md#variability), e.g. scenarios/variability.toml",
+                source.origin
+            );
+            return Ok(ExitCode::from(2));
+        }
         let with_horizon = matches!(plot, None | Some(PlotArg::Goodput));
+        let variability = match plot {
+            None | Some(PlotArg::Variability) => sections.variability.as_ref(),
+            _ => None,
+        };
         let profile = match &args.profile {
             Some(p) => Some(twin_sim::profile::load(p)?),
             None => None,
@@ -134,6 +154,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             &source.origin,
             profile.as_ref(),
             horizon.as_ref(),
+            variability,
+            args.samples,
         )?;
         let report = simulation_report(&sim, &scenario, &plan);
         match plot {
@@ -156,13 +178,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Predicts `scenario` with the trace the timeline and memory sections read (representative
-/// ranks), and the horizon when `horizon` is given, drawing a progress bar over its trials.
+/// ranks), the horizon when `horizon` is given (drawing a progress bar over its trials), and
+/// the samples of `variability` when given.
 fn simulate_for_report(
     scenario: &Scenario,
     plan: &Plan,
     origin: &str,
     profile: Option<&twin_sim::profile::Profile>,
     horizon: Option<&twin_sim::scenario::FaultConfig>,
+    variability: Option<&twin_sim::scenario::VariabilityConfig>,
+    samples: u32,
 ) -> anyhow::Result<Simulation> {
     let opts = twin_sim::PredictOptions {
         trace: true,
@@ -176,8 +201,8 @@ fn simulate_for_report(
     let sim_opts = simulation::SimulateOptions {
         predict: &opts,
         profile,
-        samples: twin_sim::profile::DEFAULT_SAMPLES,
-        variability: None,
+        samples,
+        variability,
         sample_progress: None,
         horizon,
         progress: bar
