@@ -8,6 +8,7 @@ use crate::schedule::{MemCategory, Stream};
 use serde::{Deserialize, Serialize};
 
 mod chrome;
+pub use crate::limits::TRACE_BYTES_PER_EVENT;
 pub use chrome::Written;
 
 /// One executed op of one rank.
@@ -105,6 +106,75 @@ pub fn representative_ranks(plan: &Plan) -> Vec<u32> {
     ranks
 }
 
+/// Which ranks a trace holds, as `twin simulate --trace-ranks` spells it: `all`, or ranks and
+/// inclusive ranges separated by commas (`0-63,128`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TraceRanks {
+    All,
+    /// Inclusive ranges (a single rank is a range of one), as written.
+    List(Vec<(u32, u32)>),
+}
+
+/// A `--trace-ranks` list that names a rank outside the layout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--trace-ranks names rank {rank}, but the layout has ranks 0-{last} only")]
+pub struct RankOutOfLayout {
+    pub rank: u32,
+    pub last: u32,
+}
+
+impl std::str::FromStr for TraceRanks {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text == "all" {
+            return Ok(TraceRanks::All);
+        }
+        let rank = |t: &str| {
+            t.trim().parse::<u32>().map_err(|_| {
+                format!(
+                    "`{text}`: `{}` is not a rank; give all, or ranks and ranges such as 0-63,128",
+                    t.trim()
+                )
+            })
+        };
+        let mut ranges = Vec::new();
+        for item in text.split(',') {
+            let (a, b) = match item.split_once('-') {
+                Some((a, b)) => (rank(a)?, rank(b)?),
+                None => {
+                    let r = rank(item)?;
+                    (r, r)
+                }
+            };
+            if a > b {
+                return Err(format!("`{text}`: the range {a}-{b} runs backwards"));
+            }
+            ranges.push((a, b));
+        }
+        Ok(TraceRanks::List(ranges))
+    }
+}
+
+impl TraceRanks {
+    /// The listed ranks, ascending and each once, checked against a layout of `world` ranks;
+    /// `None` for every rank.
+    pub fn resolve(&self, world: u32) -> Result<Option<Vec<u32>>, RankOutOfLayout> {
+        let TraceRanks::List(ranges) = self else {
+            return Ok(None);
+        };
+        let last = world.saturating_sub(1);
+        if let Some(&(_, b)) = ranges.iter().find(|r| r.1 >= world) {
+            return Err(RankOutOfLayout { rank: b, last });
+        }
+        let mut ranks: Vec<u32> = ranges.iter().flat_map(|&(a, b)| a..=b).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        Ok(Some(ranks))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +204,34 @@ mod tests {
         assert!(json.contains("\"stream\":\"pp-send\""), "{json}");
         let back: Trace = serde_json::from_str(&json).unwrap();
         assert_eq!(back, t);
+    }
+
+    #[test]
+    fn trace_rank_lists_parse_and_resolve_against_the_layout() {
+        let parse = |t: &str| t.parse::<TraceRanks>();
+        assert_eq!(parse("all"), Ok(TraceRanks::All));
+        assert_eq!(parse("all").unwrap().resolve(8), Ok(None));
+        assert_eq!(
+            parse("5,0-2, 7 ,1").unwrap().resolve(8),
+            Ok(Some(vec![0, 1, 2, 5, 7]))
+        );
+        assert_eq!(parse("3").unwrap().resolve(4), Ok(Some(vec![3])));
+        assert_eq!(
+            parse("0-8").unwrap().resolve(8),
+            Err(RankOutOfLayout { rank: 8, last: 7 })
+        );
+        // A huge range outside the layout is refused before it is expanded.
+        assert_eq!(
+            parse("0-4294967295").unwrap().resolve(16),
+            Err(RankOutOfLayout {
+                rank: u32::MAX,
+                last: 15
+            })
+        );
+        for bad in ["", "x", "1-", "-3", "3-1", "1,,2", "1-2-3", "all,1"] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+        assert!(parse("3-1").unwrap_err().contains("backwards"));
     }
 }

@@ -549,7 +549,11 @@ impl<S: Slots> State<S> {
                 }
             }
         }
-        if let Some(t) = self.trace.as_mut().filter(|_| Self::traces(&self.traced, r)) {
+        if let Some(t) = self
+            .trace
+            .as_mut()
+            .filter(|_| Self::traces(&self.traced, r))
+        {
             t.events.push(TraceEvent {
                 rank,
                 stream: Stream::ALL[s],
@@ -604,7 +608,11 @@ impl<S: Slots> State<S> {
     }
 
     fn sample(&mut self, rank: u32, slot: usize) {
-        if let Some(t) = self.trace.as_mut().filter(|_| Self::traces(&self.traced, slot)) {
+        if let Some(t) = self
+            .trace
+            .as_mut()
+            .filter(|_| Self::traces(&self.traced, slot))
+        {
             t.memory.push(MemorySample {
                 rank,
                 time_ns: self.now,

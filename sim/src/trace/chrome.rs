@@ -127,7 +127,11 @@ enum ChromeEvent<'a> {
 /// Where a flow attaches: the middle of an op's slice, so that the slice encloses it.
 fn middle(e: &TraceEvent) -> (u32, u32, Micros) {
     let dur = e.end_ns.saturating_sub(e.start_ns);
-    (e.rank, e.stream.index() as u32, Micros(e.start_ns + dur / 2))
+    (
+        e.rank,
+        e.stream.index() as u32,
+        Micros(e.start_ns + dur / 2),
+    )
 }
 
 /// The pairs (send event, receive event) of the trace, as indices into `events`, in the
@@ -149,13 +153,15 @@ fn p2p_pairs(events: &[TraceEvent], plan: &Plan, schedule: &Schedule) -> Vec<(us
     events
         .iter()
         .enumerate()
-        .filter_map(|(i, e)| match schedule.get_op(e.rank, e.op).map(|o| &o.kind) {
-            Some(OpKind::Recv { peer, tag, .. }) if e.rank < plan.world => {
-                let src = peer.rank_for(plan, e.rank);
-                sends.get(&(src, e.rank, *tag)).map(|&s| (s, i))
-            }
-            _ => None,
-        })
+        .filter_map(
+            |(i, e)| match schedule.get_op(e.rank, e.op).map(|o| &o.kind) {
+                Some(OpKind::Recv { peer, tag, .. }) if e.rank < plan.world => {
+                    let src = peer.rank_for(plan, e.rank);
+                    sends.get(&(src, e.rank, *tag)).map(|&s| (s, i))
+                }
+                _ => None,
+            },
+        )
         .collect()
 }
 
@@ -319,7 +325,11 @@ impl Trace {
     /// [`Trace::write_chrome_json`] into a string.
     pub fn to_chrome_json(&self, plan: &Plan, schedule: &Schedule) -> String {
         let bytes = self
-            .write_chrome_json(Vec::with_capacity(64 + 160 * self.events.len()), plan, schedule)
+            .write_chrome_json(
+                Vec::with_capacity(64 + 160 * self.events.len()),
+                plan,
+                schedule,
+            )
             // Writing to a Vec fails only where serde_json would, and these types cannot.
             .unwrap_or_default();
         String::from_utf8(bytes).unwrap_or_default()

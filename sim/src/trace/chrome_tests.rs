@@ -26,7 +26,11 @@ fn micros_are_the_exact_decimal_and_read_back_to_the_nanosecond() {
         let t = text(ns);
         assert_eq!(t, exact_micros(ns), "{ns} ns");
         let us: f64 = t.parse().unwrap();
-        assert_eq!((us * 1000.0).round() as u64, ns, "{ns} ns read back from {t}");
+        assert_eq!(
+            (us * 1000.0).round() as u64,
+            ns,
+            "{ns} ns read back from {t}"
+        );
     }
 }
 
@@ -98,7 +102,9 @@ fn check_structure(json: &str) -> Result<Shape, String> {
                     return Err(format!("event {i}: flow id {id} repeats its {ph}"));
                 }
                 if ph == "f" && e["bp"] != "e" {
-                    return Err(format!("event {i}: flow end does not bind its enclosing slice"));
+                    return Err(format!(
+                        "event {i}: flow end does not bind its enclosing slice"
+                    ));
                 }
             }
             "C" => {
@@ -136,9 +142,10 @@ fn check_structure(json: &str) -> Result<Shape, String> {
             (Some(a), Some(b)) if a.starts_with("send") && b.starts_with("recv") => {}
             other => return Err(format!("flow {id} binds {other:?}, not a send and a recv")),
         }
-        shape
-            .flow_ends
-            .push((s["pid"].as_u64().unwrap_or(0), f["pid"].as_u64().unwrap_or(0)));
+        shape.flow_ends.push((
+            s["pid"].as_u64().unwrap_or(0),
+            f["pid"].as_u64().unwrap_or(0),
+        ));
     }
     shape.flows = starts.len();
     Ok(shape)
@@ -213,7 +220,15 @@ fn context_parallel_ring_steps_get_flows() {
     let ring = all
         .iter()
         .flat_map(|&r| schedule.get_program(r).into_iter().flat_map(|p| &p.ops))
-        .filter(|o| matches!(o.kind, OpKind::Send { peer: Peer::CpNext, .. }))
+        .filter(|o| {
+            matches!(
+                o.kind,
+                OpKind::Send {
+                    peer: Peer::CpNext,
+                    ..
+                }
+            )
+        })
         .count();
     assert!(ring > 0, "the scenario has no ring steps");
     assert_eq!(shape.flows, sends_within(plan, schedule, &all));
@@ -311,7 +326,10 @@ fn gzip_holds_exactly_the_plain_trace() {
     let wg = trace.write_chrome_file(&gz, plan, schedule).unwrap();
     let plain_bytes = std::fs::read(&plain).unwrap();
     let gz_bytes = std::fs::read(&gz).unwrap();
-    assert_eq!(plain_bytes, trace.to_chrome_json(plan, schedule).into_bytes());
+    assert_eq!(
+        plain_bytes,
+        trace.to_chrome_json(plan, schedule).into_bytes()
+    );
     assert_eq!(&gz_bytes[..2], &[0x1f, 0x8b], "gzip magic");
     let mut back = Vec::new();
     flate2::read::GzDecoder::new(&gz_bytes[..])
@@ -332,7 +350,12 @@ fn gzip_holds_exactly_the_plain_trace() {
             file_bytes: gz_bytes.len() as u64
         }
     );
-    assert!(gz_bytes.len() * 5 < plain_bytes.len(), "{} vs {}", gz_bytes.len(), plain_bytes.len());
+    assert!(
+        gz_bytes.len() * 5 < plain_bytes.len(),
+        "{} vs {}",
+        gz_bytes.len(),
+        plain_bytes.len()
+    );
     // Written again: the same bytes (no time or name in the gzip header); no temporary
     // file left.
     trace.write_chrome_file(&gz, plan, schedule).unwrap();
@@ -371,8 +394,7 @@ fn the_chrome_export_carries_issue_times_where_the_trace_has_them() {
     let mut trace = p.result.trace.clone().unwrap();
     let (plan, schedule) = (&p.staged.plan, &p.staged.schedule);
     let ops = |t: &Trace| -> Vec<serde_json::Value> {
-        let v: serde_json::Value =
-            serde_json::from_str(&t.to_chrome_json(plan, schedule)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&t.to_chrome_json(plan, schedule)).unwrap();
         v["traceEvents"]
             .as_array()
             .unwrap()
