@@ -34,6 +34,9 @@ fn micros_are_the_exact_decimal_and_read_back_to_the_nanosecond() {
     }
 }
 
+/// A slice's start and end (µs) and name.
+type Slice = (f64, f64, String);
+
 /// What the structural check found.
 #[derive(Debug, Default)]
 struct Shape {
@@ -59,7 +62,7 @@ fn check_structure(json: &str) -> Result<Shape, String> {
     let mut named_pids = BTreeSet::new();
     let mut named_threads = BTreeSet::new();
     // (pid, tid) -> [(start, end, name)] in microseconds.
-    let mut slices: BTreeMap<(u64, u64), Vec<(f64, f64, String)>> = BTreeMap::new();
+    let mut slices: BTreeMap<(u64, u64), Vec<Slice>> = BTreeMap::new();
     let mut starts: BTreeMap<u64, &Value> = BTreeMap::new();
     let mut ends: BTreeMap<u64, &Value> = BTreeMap::new();
     for (i, e) in events.iter().enumerate() {
@@ -108,7 +111,7 @@ fn check_structure(json: &str) -> Result<Shape, String> {
                 }
             }
             "C" => {
-                if !e["args"].as_object().is_some_and(|a| !a.is_empty()) {
+                if e["args"].as_object().is_none_or(|a| a.is_empty()) {
                     return Err(format!("event {i}: counter without series"));
                 }
             }
