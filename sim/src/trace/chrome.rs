@@ -337,49 +337,33 @@ impl Trace {
 
     /// Writes [`Trace::write_chrome_json`] to `path`, gzipped when its name ends in `.gz`,
     /// through a temporary file in the same directory renamed into place (no half-written
-    /// trace is left behind).
+    /// trace is left behind). A path that exists and is not a regular file (`/dev/stdout`,
+    /// `/dev/null`, a named pipe) is written in place instead: a rename would replace it.
     pub fn write_chrome_file(
         &self,
         path: &Path,
         plan: &Plan,
         schedule: &Schedule,
     ) -> io::Result<Written> {
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let gzip = name.ends_with(".gz");
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+            let file = std::fs::OpenOptions::new().write(true).open(path)?;
+            return self.write_file(file, gzip, plan, schedule).map(|(w, _)| w);
+        }
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
         let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-        let written = (|| {
-            let file = Counting::new(std::fs::File::create(&tmp)?);
-            let (json_bytes, file) = if gzip {
-                let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
-                let json = self.write_chrome_json(
-                    Counting::new(io::BufWriter::with_capacity(1 << 16, gz)),
-                    plan,
-                    schedule,
-                )?;
-                let gz = json.inner.into_inner().map_err(|e| e.into_error())?;
-                (json.bytes, gz.finish()?)
-            } else {
-                let json = self.write_chrome_json(
-                    Counting::new(io::BufWriter::with_capacity(1 << 16, file)),
-                    plan,
-                    schedule,
-                )?;
-                let file = json.inner.into_inner().map_err(|e| e.into_error())?;
-                (json.bytes, file)
-            };
-            file.inner.sync_all().ok();
-            Ok(Written {
-                json_bytes,
-                file_bytes: file.bytes,
-            })
-        })();
+        let written = std::fs::File::create(&tmp).and_then(|file| {
+            let (w, file) = self.write_file(file, gzip, plan, schedule)?;
+            file.sync_all().ok();
+            Ok(w)
+        });
         match written {
             Ok(w) => {
                 std::fs::rename(&tmp, path)?;
@@ -390,6 +374,41 @@ impl Trace {
                 Err(e)
             }
         }
+    }
+
+    /// The trace's JSON into `file` (gzipped with `gzip`), buffered; the file back once all is
+    /// written.
+    fn write_file(
+        &self,
+        file: std::fs::File,
+        gzip: bool,
+        plan: &Plan,
+        schedule: &Schedule,
+    ) -> io::Result<(Written, std::fs::File)> {
+        let file = Counting::new(file);
+        let (json_bytes, file) = if gzip {
+            let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+            let json = self.write_chrome_json(
+                Counting::new(io::BufWriter::with_capacity(1 << 16, gz)),
+                plan,
+                schedule,
+            )?;
+            let gz = json.inner.into_inner().map_err(|e| e.into_error())?;
+            (json.bytes, gz.finish()?)
+        } else {
+            let json = self.write_chrome_json(
+                Counting::new(io::BufWriter::with_capacity(1 << 16, file)),
+                plan,
+                schedule,
+            )?;
+            let file = json.inner.into_inner().map_err(|e| e.into_error())?;
+            (json.bytes, file)
+        };
+        let written = Written {
+            json_bytes,
+            file_bytes: file.bytes,
+        };
+        Ok((written, file.inner))
     }
 }
 

@@ -368,6 +368,51 @@ fn gzip_holds_exactly_the_plain_trace() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A named pipe (as `/dev/stdout` or `/dev/null` would be) is written through, not replaced
+/// by a renamed file.
+#[cfg(unix)]
+#[test]
+fn a_pipe_is_written_in_place() {
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+    let s = crate::testing::small_scenario(1, 2, 1, 2);
+    let p = predicted(&s, false, None);
+    let trace = p.result.trace.as_ref().unwrap();
+    let dir = std::env::temp_dir().join(format!("twin-chrome-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("trace.json");
+    let _ = std::fs::remove_file(&fifo);
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            std::fs::File::open(&fifo)
+                .unwrap()
+                .read_to_end(&mut got)
+                .unwrap();
+            got
+        })
+    };
+    let w = trace
+        .write_chrome_file(&fifo, &p.staged.plan, &p.staged.schedule)
+        .unwrap();
+    // Checked before joining: had a renamed file replaced the pipe, the reader would wait on
+    // the orphaned pipe for ever.
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    let got = reader.join().unwrap();
+    assert_eq!(
+        got,
+        trace
+            .to_chrome_json(&p.staged.plan, &p.staged.schedule)
+            .into_bytes()
+    );
+    assert_eq!(w.json_bytes, got.len() as u64);
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_trace_that_cannot_be_written_leaves_nothing_behind() {
     let s = crate::testing::small_scenario(1, 2, 1, 2);
