@@ -22,9 +22,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
 use std::path::Path;
 
-/// Nanoseconds written as a number of microseconds. For any time below 2^53 ns (104 days)
-/// the shortest decimal that reads back as `ns / 1000` carries at most three decimals, so a
-/// reader that multiplies by 1000 and rounds gets the nanoseconds back exactly.
+/// Nanoseconds written as a number of microseconds. Below 2^51 ns (26 days) doubles are
+/// closer than 0.0005 µs apart, so the shortest decimal that reads back as `ns / 1000` is
+/// the exact one (at most three decimals), and a reader that multiplies the double by 1000
+/// and rounds gets the nanoseconds back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Micros(u64);
 

@@ -17,11 +17,13 @@ fn micros_are_the_exact_decimal_and_read_back_to_the_nanosecond() {
     assert_eq!(text(1), "0.001");
     assert_eq!(text(1_500), "1.5");
     assert_eq!(text(1_234_567), "1234.567");
-    // Every nanosecond of the first 20 µs, and around the 16,384-GPU step (9.5 s) and an
-    // hour: the text is the exact decimal, and a reader's round(us * 1000) is the time.
+    // Every nanosecond of the first 20 µs, around the 16,384-GPU step (9.5 s), around 100
+    // hours and just below 2^51 ns (26 days): the text is the exact decimal, and a reader's
+    // round(us * 1000) is the time.
     let samples = (0..20_000)
         .chain(9_518_497_000_000 - 2_000..9_518_497_000_000 + 2_000)
-        .chain(3_600_000_000_000_000 - 1_000..3_600_000_000_000_000 + 1_000);
+        .chain(360_000_000_000_000 - 1_000..360_000_000_000_000 + 1_000)
+        .chain((1 << 51) - 20_000..1 << 51);
     for ns in samples {
         let t = text(ns);
         assert_eq!(t, exact_micros(ns), "{ns} ns");
