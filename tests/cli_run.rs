@@ -116,7 +116,14 @@ fn host_trace_has_every_op_once_in_dependency_order_and_matches_the_sim_trace() 
     let report: Value = serde_json::from_slice(&o.stdout).unwrap();
     let residual_us = report["clock_residual_ns"].as_f64().unwrap() / 1e3;
     let o = twin(
-        &["simulate", scenario, "--trace", sim_path.to_str().unwrap()],
+        &[
+            "simulate",
+            scenario,
+            "--trace",
+            sim_path.to_str().unwrap(),
+            "--trace-ranks",
+            "all",
+        ],
         &[],
     );
     assert!(o.status.success());

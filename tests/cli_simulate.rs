@@ -296,34 +296,125 @@ fn huge_micro_batch_count_is_refused_with_exit_2() {
     assert!(e.contains("training.micro_batch"), "{e}");
 }
 
-/// A trace of every rank of 16,384 GPUs (1.4 GB) is refused before the simulation, with
-/// the estimate and `--collapse` as the way out, and nothing is written; the representative
-/// ranks' trace is written.
+/// `--trace` alone holds one rank per pipeline stage: on 16,384 GPUs (16 stages) a small
+/// file, said so on stderr with the way to every rank; the same trace gzipped when the name
+/// ends in .gz. Every rank's trace (1.7 GB estimated) is refused before the simulation,
+/// naming the estimate and `--trace-ranks`, and nothing is written.
 #[test]
-fn oversized_trace_is_refused_and_collapse_is_offered() {
-    let t = tmp("16k.trace.json");
-    let _ = std::fs::remove_file(&t);
+fn traces_hold_representative_ranks_by_default_and_every_rank_is_refused_when_too_large() {
+    let (plain, gz) = (tmp("16k.trace.json"), tmp("16k.trace.json.gz"));
+    for t in [&plain, &gz] {
+        let _ = std::fs::remove_file(t);
+        let o = twin(&[
+            "simulate",
+            "scenarios/16384xH100.toml",
+            "--reproducible",
+            "--trace",
+            t.to_str().unwrap(),
+        ]);
+        let e = stderr(&o);
+        assert!(o.status.success(), "{e}");
+        assert!(
+            e.contains("one rank per pipeline stage (16 of 16384"),
+            "{e}"
+        );
+        assert!(e.contains("--trace-ranks all"), "{e}");
+    }
+    let bytes = std::fs::read(&plain).unwrap();
+    assert!(bytes.len() < 50 << 20, "{} bytes", bytes.len());
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let pids: std::collections::BTreeSet<u64> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["pid"].as_u64())
+        .collect();
+    // Llama 3 405B at tp 8, pp 16, dp 128: stage s's first rank is s * 8 * 128.
+    assert_eq!(pids, (0..16).map(|s| s * 1024).collect());
+    let mut back = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(&gz).unwrap()),
+        &mut back,
+    )
+    .unwrap();
+    assert_eq!(back, bytes, "the gzip holds the plain trace");
+    let all = tmp("16k-all.trace.json");
+    let _ = std::fs::remove_file(&all);
     let o = twin(&[
         "simulate",
         "scenarios/16384xH100.toml",
         "--trace",
-        t.to_str().unwrap(),
+        all.to_str().unwrap(),
+        "--trace-ranks",
+        "all",
     ]);
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{e}");
-    assert!(e.contains("a trace of this step would hold"), "{e}");
+    assert!(e.contains("a trace of 16384 rank(s) would hold"), "{e}");
+    assert!(e.contains("about 1778384896 bytes of JSON (1.7GiB)"), "{e}");
     assert!(e.contains("over the limit of 536870912 bytes"), "{e}");
-    assert!(e.contains("--collapse"), "{e}");
-    assert!(!t.exists());
+    assert!(e.contains("--trace-ranks 0-63"), "{e}");
+    assert!(!all.exists());
+    for t in [&plain, &gz] {
+        let _ = std::fs::remove_file(t);
+    }
+}
+
+/// `--trace-ranks` traces the listed ranks (every rank simulated, the same report); a rank
+/// outside the layout, or a list without --trace, is bad input.
+#[test]
+fn trace_ranks_lists_ranks_and_refuses_ranks_outside_the_layout() {
+    let t = tmp("small-ranks.trace.json");
+    let report = |extra: &[&str]| {
+        let mut argv = vec!["simulate", "scenarios/small.toml", "--format", "json"];
+        argv.extend_from_slice(&["--reproducible", "--trace", t.to_str().unwrap()]);
+        argv.extend_from_slice(extra);
+        let o = twin(&argv);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let pids: std::collections::BTreeSet<u64> =
+            serde_json::from_slice::<serde_json::Value>(&std::fs::read(&t).unwrap()).unwrap()
+                ["traceEvents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|e| e["pid"].as_u64())
+                .collect();
+        (v["step_time_s"].clone(), pids)
+    };
+    // small.toml: tp 2, pp 2, dp 2 (8 GPUs).
+    let (step, pids) = report(&["--trace-ranks", "1,5-6"]);
+    assert_eq!(pids, [1, 5, 6].into());
+    let (all_step, all) = report(&["--trace-ranks", "all"]);
+    assert_eq!(all, (0..8).collect());
+    assert_eq!(step, all_step);
+    let (_, full) = report(&["--full"]);
+    assert_eq!(full, all);
     let o = twin(&[
         "simulate",
-        "scenarios/16384xH100.toml",
-        "--collapse",
+        "scenarios/small.toml",
         "--trace",
         t.to_str().unwrap(),
+        "--trace-ranks",
+        "0-8",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(t.exists());
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("--trace-ranks names rank 8"), "{e}");
+    assert!(e.contains("ranks 0-7"), "{e}");
+    let o = twin(&["simulate", "scenarios/small.toml", "--trace-ranks", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--trace"), "{}", stderr(&o));
+    let o = twin(&[
+        "simulate",
+        "scenarios/small.toml",
+        "--trace",
+        t.to_str().unwrap(),
+        "--trace-ranks",
+        "3-1",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("backwards"), "{}", stderr(&o));
     let _ = std::fs::remove_file(&t);
 }
 

@@ -185,6 +185,8 @@ fn tui_compares_with_a_measured_trace_file() {
         "scenarios/small.toml",
         "--trace",
         trace.to_str().unwrap(),
+        "--trace-ranks",
+        "all",
     ]);
     assert!(out.status.success());
     let args = format!("tui scenarios/small.toml --measured '{}'", trace.display());

@@ -5,7 +5,8 @@
 //! Layout, under `tests/golden/`, mirroring `scenarios/` (`host/pp.toml` → `host/pp.*`):
 //! - `NAME.json`: the report of `simulate --format json --reproducible` (collapsed ranks where
 //!   that is exact, the default).
-//! - `NAME.traced.json`: the report of the traced run (every rank, or `--collapse` where noted).
+//! - `NAME.traced.json`: the report of the traced run (`--trace-ranks all`: every rank; or the
+//!   default trace, one rank per pipeline stage, where noted).
 //! - `NAME.trace.json.gz`: the trace itself, gzipped, when it is at most `STORE_TRACE_BYTES`;
 //!   larger traces are kept as `NAME.trace.sha256` (hex digest and byte length).
 //!
@@ -28,8 +29,8 @@ use common::twin;
 /// Traces up to this size are stored (gzipped) so that a failure shows the changed events.
 const STORE_TRACE_BYTES: u64 = 1 << 20;
 
-/// Scenarios whose full trace is over the binary's trace limit: traced with `--collapse`
-/// (one representative rank per pipeline stage).
+/// Scenarios whose full trace is over the binary's trace limit: traced by default (one
+/// representative rank per pipeline stage); the others with `--trace-ranks all`.
 const COLLAPSED_TRACE: &[&str] = &["16384xH100.toml", "131072xH100.toml", "1048576xH100.toml"];
 
 /// Lines of unified diff shown per failing file.
@@ -275,8 +276,8 @@ fn check_scenario(rel: &str, scratch: &Path) -> Vec<String> {
     let trace = scratch.join(format!("{}.trace.json", rel.replace('/', "_")));
     let trace_arg = trace.to_string_lossy().into_owned();
     let mut extra = vec!["--trace", trace_arg.as_str()];
-    if COLLAPSED_TRACE.contains(&rel) {
-        extra.push("--collapse");
+    if !COLLAPSED_TRACE.contains(&rel) {
+        extra.extend(["--trace-ranks", "all"]);
     }
     match simulate(rel, &extra) {
         Ok(out) => {

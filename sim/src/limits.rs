@@ -28,4 +28,4 @@ pub(crate) const TRACE_BYTES: u64 = 512 << 20;
 /// Bytes of trace JSON per simulated op event, at most (its complete event with name,
 /// category, rank, stream, times and arguments, and its share of the memory counter
 /// samples).
-pub(crate) const TRACE_BYTES_PER_EVENT: u64 = 256;
+pub const TRACE_BYTES_PER_EVENT: u64 = 256;

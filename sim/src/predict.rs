@@ -120,6 +120,9 @@ impl Staged {
 pub struct PredictOptions {
     /// Record trace events (for `--trace`).
     pub trace: bool,
+    /// With `trace`: the ranks the trace holds (ascending; [`SimOptions::trace_ranks`]);
+    /// `None`: every simulated rank.
+    pub trace_ranks: Option<Vec<u32>>,
     /// Zero wall-clock fields so that output is byte-identical across runs.
     pub reproducible: bool,
     /// Simulate one representative rank per pipeline stage when that is exact (see
@@ -150,6 +153,7 @@ impl Prediction {
 pub fn sim_options(scenario: &Scenario, opts: &PredictOptions) -> SimOptions {
     SimOptions {
         trace: opts.trace,
+        trace_ranks: opts.trace_ranks.clone(),
         memory_capacity_bytes: scenario.cluster.gpu.usable_bytes(),
         collapse: opts.collapse,
         ..SimOptions::default()

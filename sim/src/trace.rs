@@ -1,13 +1,15 @@
 //! The trace both executors write: one [`TraceEvent`] per executed op and memory samples per
 //! rank. The simulator and the runtime share this schema (serde), so a predicted and a
-//! measured step can be compared op by op; [`Trace::to_chrome_json`] exports either one for
-//! ui.perfetto.dev or chrome://tracing.
+//! measured step can be compared op by op; [`Trace::write_chrome_json`] (`chrome`) exports
+//! either one for ui.perfetto.dev or chrome://tracing.
 
-use crate::plan::Plan;
-use crate::schedule::{MemCategory, OpKind, Schedule, Stream};
+use crate::plan::{Coords, Plan};
+use crate::schedule::{MemCategory, Stream};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
-use std::fmt::Write as _;
+
+mod chrome;
+pub use crate::limits::TRACE_BYTES_PER_EVENT;
+pub use chrome::Written;
 
 /// One executed op of one rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,167 +89,95 @@ pub struct Trace {
     pub memory: Vec<MemorySample>,
 }
 
-impl Trace {
-    /// Chrome trace event format: one process per rank ("rank N (stage s)"), one thread per
-    /// stream, an "X" event per op (frees and instant allocations show up on the counter track
-    /// only; an allocation that takes time also gets its "X" event), and a
-    /// "memory" counter per rank with one series per category. Times are microseconds with
-    /// nanosecond precision. Output is a pure function of the inputs.
-    pub fn to_chrome_json(&self, plan: &Plan, schedule: &Schedule) -> String {
-        let mut ranks = BTreeSet::new();
-        let mut threads = BTreeSet::new();
-        for e in &self.events {
-            ranks.insert(e.rank);
-            threads.insert((e.rank, e.stream));
+/// The representative ranks of `plan`, ascending: one per pipeline stage, the rank with
+/// every other coordinate zero (the ranks a collapsed simulation runs where the ranks of a
+/// stage are symmetric). What `twin simulate --trace` traces by default.
+pub fn representative_ranks(plan: &Plan) -> Vec<u32> {
+    let mut ranks: Vec<u32> = (0..plan.sizes.pp.max(1))
+        .map(|pp| {
+            plan.rank_of(Coords {
+                pp,
+                ..Coords::default()
+            })
+        })
+        .collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    ranks
+}
+
+/// Which ranks a trace holds, as `twin simulate --trace-ranks` spells it: `all`, or ranks and
+/// inclusive ranges separated by commas (`0-63,128`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TraceRanks {
+    All,
+    /// Inclusive ranges (a single rank is a range of one), as written.
+    List(Vec<(u32, u32)>),
+}
+
+/// A `--trace-ranks` list that names a rank outside the layout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--trace-ranks names rank {rank}, but the layout has ranks 0-{last} only")]
+pub struct RankOutOfLayout {
+    pub rank: u32,
+    pub last: u32,
+}
+
+impl std::str::FromStr for TraceRanks {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text == "all" {
+            return Ok(TraceRanks::All);
         }
-        for m in &self.memory {
-            ranks.insert(m.rank);
-        }
-        let mut out = String::with_capacity(64 + 160 * self.events.len());
-        out.push_str("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
-        let mut first = true;
-        let mut sep = |out: &mut String| {
-            if !first {
-                out.push_str(",\n");
-            }
-            first = false;
+        let rank = |t: &str| {
+            t.trim().parse::<u32>().map_err(|_| {
+                format!(
+                    "`{text}`: `{}` is not a rank; give all, or ranks and ranges such as 0-63,128",
+                    t.trim()
+                )
+            })
         };
-        for &rank in &ranks {
-            let stage = if rank < plan.world {
-                plan.stage_of(rank)
-            } else {
-                0
-            };
-            sep(&mut out);
-            let _ = write!(
-                out,
-                "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{rank},\"args\":{{\"name\":\"rank {rank} (stage {stage})\"}}}}"
-            );
-            sep(&mut out);
-            let _ = write!(
-                out,
-                "{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{rank},\"args\":{{\"sort_index\":{rank}}}}}"
-            );
-        }
-        for &(rank, stream) in &threads {
-            let tid = stream.index();
-            sep(&mut out);
-            let _ = write!(
-                out,
-                "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{rank},\"tid\":{tid},\"args\":{{\"name\":\"{}\"}}}}",
-                stream.name()
-            );
-            sep(&mut out);
-            let _ = write!(
-                out,
-                "{{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":{rank},\"tid\":{tid},\"args\":{{\"sort_index\":{tid}}}}}"
-            );
-        }
-        for e in &self.events {
-            let op = schedule.get_op(e.rank, e.op);
-            // Frees are instant, and so are allocations on a GPU (a caching allocator); a
-            // priced allocation (the host writes every byte) takes time on its stream and is
-            // shown, so a critical path through one can be read off the trace.
-            let instant = e.end_ns <= e.start_ns;
-            match op.map(|o| &o.kind) {
-                Some(OpKind::Free { .. }) => continue,
-                Some(OpKind::Alloc { .. }) if instant => continue,
-                _ => {}
-            }
-            let name = op.map_or_else(|| format!("op {}", e.op), |o| o.name());
-            sep(&mut out);
-            out.push_str("{\"ph\":\"X\",\"name\":");
-            push_json_str(&mut out, &name);
-            let _ = write!(
-                out,
-                ",\"cat\":\"{}\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},\"args\":{{\"op\":{},\"bytes\":{},\"flops\":{},\"mem_bytes\":{}",
-                e.stream.name(),
-                e.rank,
-                e.stream.index(),
-                Micros(e.start_ns),
-                Micros(e.end_ns.saturating_sub(e.start_ns)),
-                e.op,
-                e.bytes,
-                e.flops,
-                e.mem_bytes
-            );
-            if let Some(i) = e.issued_ns {
-                let _ = write!(out, ",\"issued_us\":{}", Micros(i));
-            }
-            if let Some(s) = e.solo_ns {
-                let _ = write!(out, ",\"solo_us\":{}", Micros(s));
-            }
-            // Close args, then the event.
-            out.push_str("}}");
-        }
-        for m in &self.memory {
-            sep(&mut out);
-            let _ = write!(
-                out,
-                "{{\"ph\":\"C\",\"name\":\"memory\",\"pid\":{},\"ts\":{},\"args\":{{",
-                m.rank,
-                Micros(m.time_ns)
-            );
-            for (i, cat) in MemCategory::ALL.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
+        let mut ranges = Vec::new();
+        for item in text.split(',') {
+            let (a, b) = match item.split_once('-') {
+                Some((a, b)) => (rank(a)?, rank(b)?),
+                None => {
+                    let r = rank(item)?;
+                    (r, r)
                 }
-                let _ = write!(out, "\"{}\":{}", cat.name(), m.bytes[i]);
+            };
+            if a > b {
+                return Err(format!("`{text}`: the range {a}-{b} runs backwards"));
             }
-            out.push_str("}}");
+            ranges.push((a, b));
         }
-        out.push_str("\n]}\n");
-        out
+        Ok(TraceRanks::List(ranges))
     }
 }
 
-/// Nanoseconds printed as microseconds with exactly three decimals (exact, no float).
-struct Micros(u64);
-
-impl std::fmt::Display for Micros {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
-    }
-}
-
-/// Append `s` as a JSON string literal.
-pub(crate) fn push_json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+impl TraceRanks {
+    /// The listed ranks, ascending and each once, checked against a layout of `world` ranks;
+    /// `None` for every rank.
+    pub fn resolve(&self, world: u32) -> Result<Option<Vec<u32>>, RankOutOfLayout> {
+        let TraceRanks::List(ranges) = self else {
+            return Ok(None);
+        };
+        let last = world.saturating_sub(1);
+        if let Some(&(_, b)) = ranges.iter().find(|r| r.1 >= world) {
+            return Err(RankOutOfLayout { rank: b, last });
         }
+        let mut ranks: Vec<u32> = ranges.iter().flat_map(|&(a, b)| a..=b).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        Ok(Some(ranks))
     }
-    out.push('"');
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn micros_are_exact() {
-        assert_eq!(Micros(0).to_string(), "0.000");
-        assert_eq!(Micros(1).to_string(), "0.001");
-        assert_eq!(Micros(1_234_567).to_string(), "1234.567");
-    }
-
-    #[test]
-    fn json_strings_are_escaped() {
-        let mut s = String::new();
-        push_json_str(&mut s, "a\"b\\c\nd\u{1}");
-        assert_eq!(s, "\"a\\\"b\\\\c\\nd\\u0001\"");
-        let parsed: String = serde_json::from_str(&s).unwrap();
-        assert_eq!(parsed, "a\"b\\c\nd\u{1}");
-    }
 
     #[test]
     fn trace_events_round_trip_through_serde() {
@@ -277,57 +207,31 @@ mod tests {
     }
 
     #[test]
-    fn the_chrome_export_carries_issue_times_where_the_trace_has_them() {
-        let s = crate::testing::small_scenario(1, 2, 1, 2);
-        let p = crate::predict(
-            &s,
-            &crate::PredictOptions {
-                trace: true,
-                reproducible: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let mut trace = p.result.trace.clone().unwrap();
-        let (plan, schedule) = (&p.staged.plan, &p.staged.schedule);
-        let ops = |t: &Trace| -> Vec<serde_json::Value> {
-            let v: serde_json::Value =
-                serde_json::from_str(&t.to_chrome_json(plan, schedule)).unwrap();
-            v["traceEvents"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|e| e["ph"] == "X")
-                .cloned()
-                .collect()
-        };
-        let with = ops(&trace);
-        assert!(!with.is_empty());
-        assert!(
-            with.iter().all(|e| e["args"]["issued_us"].is_number()),
-            "{with:?}"
+    fn trace_rank_lists_parse_and_resolve_against_the_layout() {
+        let parse = |t: &str| t.parse::<TraceRanks>();
+        assert_eq!(parse("all"), Ok(TraceRanks::All));
+        assert_eq!(parse("all").unwrap().resolve(8), Ok(None));
+        assert_eq!(
+            parse("5,0-2, 7 ,1").unwrap().resolve(8),
+            Ok(Some(vec![0, 1, 2, 5, 7]))
         );
-        for e in &mut trace.events {
-            e.issued_ns = None;
+        assert_eq!(parse("3").unwrap().resolve(4), Ok(Some(vec![3])));
+        assert_eq!(
+            parse("0-8").unwrap().resolve(8),
+            Err(RankOutOfLayout { rank: 8, last: 7 })
+        );
+        // A huge range outside the layout is refused before it is expanded.
+        assert_eq!(
+            parse("0-4294967295").unwrap().resolve(16),
+            Err(RankOutOfLayout {
+                rank: u32::MAX,
+                last: 15
+            })
+        );
+        for bad in ["", "x", "1-", "-3", "3-1", "1,,2", "1-2-3", "all,1"] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(bad), "{bad}: {e}");
         }
-        let without = ops(&trace);
-        assert_eq!(without.len(), with.len());
-        assert!(without
-            .iter()
-            .all(|e| e["args"].get("issued_us").is_none() && e["args"]["op"].is_number()));
-        // No op of this run shared a core, so none says how long it would have taken alone.
-        assert!(with.iter().all(|e| e["args"].get("solo_us").is_none()));
-        let e = trace
-            .events
-            .iter_mut()
-            .find(|e| e.end_ns > e.start_ns)
-            .unwrap();
-        e.solo_ns = Some(1_500);
-        let (rank, op) = (e.rank, e.op);
-        let x = ops(&trace)
-            .into_iter()
-            .find(|x| x["pid"] == rank && x["args"]["op"] == op)
-            .unwrap();
-        assert_eq!(x["args"]["solo_us"], 1.5);
+        assert!(parse("3-1").unwrap_err().contains("backwards"));
     }
 }

@@ -83,6 +83,8 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
         c.downcast_ref::<ScenarioError>().is_some()
             || c.downcast_ref::<twin_sim::profile::GpuMismatch>().is_some()
             || c.downcast_ref::<output::OutputError>().is_some()
+            || c.downcast_ref::<twin_sim::trace::RankOutOfLayout>()
+                .is_some()
             || job_error(c).is_some_and(JobError::is_bad_input)
             || c.downcast_ref::<VerifyError>()
                 .is_some_and(|e| matches!(e, VerifyError::Inject(_)))

@@ -16,7 +16,7 @@ use twin_sim::simulation;
   twin simulate scenarios/512xA100.toml --set parallel.pp=16 --set parallel.dp=4
   twin simulate scenarios/512xA100.toml --profile scenarios/profiles/a100-dgx.toml
   twin simulate scenarios/512xA100.toml --full        (every rank; same report)
-  twin simulate scenarios/small.toml --trace small.trace.json   (open in ui.perfetto.dev)
+  twin simulate scenarios/small.toml --trace small.trace.json.gz   (open in ui.perfetto.dev)
   twin simulate scenarios/512xA100-faults.toml --horizon 30d --report r.html
 
 Details: docs/reference/cli.md#twin-simulate"
@@ -29,16 +29,24 @@ pub struct Args {
     /// Override a scenario key (TOML value syntax), e.g. parallel.pp=16. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
-    /// Write a Chrome/Perfetto trace (open it in ui.perfetto.dev).
+    /// Write a Chrome/Perfetto trace for ui.perfetto.dev (gzip: FILE.gz).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Ranks to trace: 0-63,128 or all (default: one per pipeline stage).
+    #[arg(
+        long,
+        value_name = "LIST",
+        requires = "trace",
+        conflicts_with = "collapse"
+    )]
+    pub trace_ranks: Option<twin_sim::trace::TraceRanks>,
     /// Print the per-stage memory breakdown and the op of each peak.
     #[arg(long)]
     pub memory: bool,
     /// Hardware profile TOML whose parameters replace the defaults (docs/reference/profiles.md).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
-    /// Simulate representative ranks only, also with --trace (exact; docs/reference/topology.md).
+    /// Simulate representative ranks only (exact; docs/reference/topology.md).
     #[arg(long, conflicts_with = "full")]
     pub collapse: bool,
     /// Simulate every rank (same report; more events and time).
@@ -66,6 +74,23 @@ pub struct Args {
     pub report: Option<PathBuf>,
 }
 
+/// Says on stderr which ranks a default trace holds and how to get others.
+fn note_representatives(reps: &[u32], world: u32) {
+    if reps.len() as u32 >= world {
+        return;
+    }
+    let shown: Vec<String> = reps.iter().map(u32::to_string).collect();
+    let shown = match shown.as_slice() {
+        [first, second, .., last] if shown.len() > 6 => format!("{first}, {second}, ..., {last}"),
+        _ => shown.join(", "),
+    };
+    eprintln!(
+        "note: the trace holds one rank per pipeline stage ({} of {world}: {shown}); \
+         --trace-ranks all (or --full) traces every rank, --trace-ranks 0-63 a range",
+        reps.len()
+    );
+}
+
 fn parse_horizon(text: &str) -> Result<u64, String> {
     twin_sim::scenario::parse_duration_ns(text)
         .ok_or_else(|| format!("`{text}` is not a duration such as 30d, 12h, 90m or 3600s"))
@@ -83,13 +108,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         write_atomic(path, &twin_sim::scenario::to_toml(&scenario))?;
     }
     super::warn_hf_unmodelled(&source.origin, &parsed.hf_unmodelled(&args.overrides)?);
+    let trace_ranks = match (&args.trace, &args.trace_ranks) {
+        (None, _) => None,
+        (Some(_), Some(list)) => list.resolve(plan.world)?,
+        (Some(_), None) if args.full => None,
+        (Some(_), None) => {
+            let reps = twin_sim::trace::representative_ranks(&plan);
+            note_representatives(&reps, plan.world);
+            Some(reps)
+        }
+    };
+    // Collapsed by default, as it is exact wherever the engine uses it (the representatives
+    // are the ranks it runs); a trace of other ranks needs every rank simulated.
+    let reps_suffice = match (&args.trace, &trace_ranks) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(_), Some(list)) => {
+            let reps = twin_sim::trace::representative_ranks(&plan);
+            list.iter().all(|r| reps.binary_search(r).is_ok())
+        }
+    };
     let opts = twin_sim::PredictOptions {
         // The report's timeline and memory are drawn from the trace.
         trace: args.trace.is_some() || args.report.is_some(),
+        trace_ranks,
         reproducible: args.reproducible,
-        // Collapsed by default, as it is exact wherever the engine uses it; a trace shows
-        // every rank unless --collapse asks for the representatives only.
-        collapse: args.collapse || (!args.full && args.trace.is_none()),
+        collapse: args.collapse || (!args.full && reps_suffice),
         ..Default::default()
     };
     let profile = match &args.profile {
@@ -125,11 +169,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     bar.finish();
     let out = out?;
     if let Some(path) = &args.trace {
-        let json = out
-            .prediction
-            .trace_json()
-            .context("no trace was recorded")?;
-        write_atomic(path, &json)?;
+        let p = &out.prediction;
+        let trace = p.result.trace.as_ref().context("no trace was recorded")?;
+        trace
+            .write_chrome_file(path, &p.staged.plan, &p.staged.schedule)
+            .with_context(|| format!("cannot write the trace {}", path.display()))?;
     }
     if let Some(path) = &args.report {
         let report = super::report::simulation_report(&out, &scenario, &plan);

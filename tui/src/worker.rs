@@ -80,6 +80,7 @@ pub fn compute_step(setup: &Setup, overrides: &[String]) -> Result<Outcome, Stri
         reproducible: true,
         collapse: setup.collapse,
         skip_validation: true,
+        trace_ranks: None,
     };
     let prediction =
         predict_with(&scenario, &opts, setup.profile.as_ref()).map_err(|e| e.to_string())?;

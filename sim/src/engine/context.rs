@@ -312,19 +312,20 @@ fn fresh_tables(
 }
 
 /// Refuses a run whose simulated ranks hold more ops than the event bound, or whose trace
-/// would exceed its byte bound, before any event is processed.
+/// (the traced ones among them) would exceed its byte bound, before any event is processed.
 fn check_work(
     progs: &[CProgram],
     program_of: &[u32],
     active: &[u32],
     opts: &SimOptions,
 ) -> Result<(), SimError> {
-    let events: u64 = active
-        .iter()
-        .filter_map(|&r| program_of.get(r as usize))
-        .filter_map(|&p| progs.get(p as usize))
-        .map(|p| p.ops.len() as u64)
-        .sum();
+    let ops_of = |r: u32| {
+        program_of
+            .get(r as usize)
+            .and_then(|&p| progs.get(p as usize))
+            .map_or(0, |p| p.ops.len() as u64)
+    };
+    let events: u64 = active.iter().map(|&r| ops_of(r)).sum();
     let ranks = active.len() as u32;
     if events > opts.max_events {
         return Err(SimError::WorkTooLarge {
@@ -333,8 +334,18 @@ fn check_work(
             limit: opts.max_events,
         });
     }
+    if !opts.trace {
+        return Ok(());
+    }
+    let (events, ranks) = match &opts.trace_ranks {
+        None => (events, ranks),
+        Some(list) => active
+            .iter()
+            .filter(|r| list.binary_search(r).is_ok())
+            .fold((0, 0), |(e, n), &r| (e + ops_of(r), n + 1)),
+    };
     let estimate_bytes = events.saturating_mul(super::TRACE_BYTES_PER_EVENT);
-    if opts.trace && estimate_bytes > opts.max_trace_bytes {
+    if estimate_bytes > opts.max_trace_bytes {
         return Err(SimError::TraceTooLarge {
             events,
             ranks,

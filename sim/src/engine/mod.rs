@@ -54,11 +54,15 @@ use crate::topology::Network;
 pub struct SimOptions {
     /// Record a [`crate::trace::Trace`] (one event per op and memory samples).
     pub trace: bool,
+    /// With `trace`: the ranks whose ops and memory the trace records (ascending); `None`:
+    /// every simulated rank. A listed rank that the run does not simulate (a collapsed run
+    /// simulates representatives only) records nothing.
+    pub trace_ranks: Option<Vec<u32>>,
     /// Upper bound on processed events (op completions), checked against the simulated
     /// ranks' op count before the run starts ([`SimError::WorkTooLarge`]).
     pub max_events: u64,
     /// Upper bound on the bytes of a recorded trace's Chrome JSON, estimated before the run
-    /// starts at `limits::TRACE_BYTES_PER_EVENT` per simulated op ([`SimError::TraceTooLarge`]).
+    /// starts at `limits::TRACE_BYTES_PER_EVENT` per traced op ([`SimError::TraceTooLarge`]).
     pub max_trace_bytes: u64,
     /// Device memory per rank (the GPU's HBM): the engine notes the first alloc at which live
     /// memory exceeds it ([`RankStats::over_capacity_op`]). `u64::MAX`: no limit.
@@ -95,6 +99,7 @@ impl Default for SimOptions {
     fn default() -> Self {
         SimOptions {
             trace: false,
+            trace_ranks: None,
             max_events: crate::limits::SIMULATED_EVENTS,
             max_trace_bytes: crate::limits::TRACE_BYTES,
             memory_capacity_bytes: u64::MAX,
@@ -168,20 +173,22 @@ pub enum SimError {
     #[error(
         "the step would process {events} op events on {ranks} simulated rank(s), over the \
          limit of {limit} (about 10 s of simulation); the work grows with the ranks simulated \
-         (cluster.gpus and parallel.tp/cp/ep/dp; without --full and --trace, symmetric \
-         ranks collapse to one per pipeline stage) and with each rank's ops \
+         (cluster.gpus and parallel.tp/cp/ep/dp; without --full or a --trace-ranks beyond \
+         one rank per stage, symmetric ranks collapse to one per pipeline stage) and with each rank's ops \
          (training.global_batch / (micro_batch * dp) micro batches, model.layers at \
          run.granularity); simulate fewer GPUs or fewer micro batches, or use \
          run.granularity = \"chunk\""
     )]
     WorkTooLarge { events: u64, ranks: u32, limit: u64 },
-    /// Found before anything runs: a trace of the simulated ranks would exceed
+    /// Found before anything runs: a trace of the traced ranks would exceed
     /// [`SimOptions::max_trace_bytes`].
     #[error(
-        "a trace of this step would hold {events} op events on {ranks} rank(s), about \
-         {estimate_bytes} bytes of JSON, over the limit of {limit_bytes} bytes; trace the \
-         representative ranks only (twin simulate --collapse: one rank per pipeline stage), \
-         or a scenario with fewer GPUs or micro batches"
+        "a trace of {ranks} rank(s) would hold {events} op events, about {estimate_bytes} \
+         bytes of JSON ({}), over the limit of {limit_bytes} bytes ({}); trace fewer ranks \
+         (twin simulate --trace-ranks 0-63, or --trace alone: one rank per pipeline stage), \
+         or simulate fewer GPUs or micro batches",
+        crate::schedule::fmt_bytes(*estimate_bytes),
+        crate::schedule::fmt_bytes(*limit_bytes)
     )]
     TraceTooLarge {
         events: u64,

@@ -185,6 +185,9 @@ pub(crate) struct State<S: Slots> {
     queue: EventQueue,
     instant: VecDeque<(u32, u32)>,
     trace: Option<Trace>,
+    /// Per slot, whether the trace records the rank (`SimOptions::trace_ranks`); `None`:
+    /// every slot is traced.
+    traced: Option<Vec<bool>>,
     /// When each (slot, stream)'s head was issued (its deps done, its stream free), for the
     /// trace's `issued_ns`; kept only when tracing, out of the hot [`StreamState`].
     issued_ns: Option<Vec<u64>>,
@@ -556,7 +559,11 @@ impl<S: Slots> State<S> {
                 }
             }
         }
-        if let Some(t) = &mut self.trace {
+        if let Some(t) = self
+            .trace
+            .as_mut()
+            .filter(|_| Self::traces(&self.traced, r))
+        {
             t.events.push(TraceEvent {
                 rank,
                 stream: Stream::ALL[s],
@@ -603,8 +610,19 @@ impl<S: Slots> State<S> {
         }
     }
 
+    /// Whether the trace records `slot`'s rank.
+    fn traces(traced: &Option<Vec<bool>>, slot: usize) -> bool {
+        traced
+            .as_ref()
+            .is_none_or(|t| t.get(slot).copied().unwrap_or(false))
+    }
+
     fn sample(&mut self, rank: u32, slot: usize) {
-        if let Some(t) = &mut self.trace {
+        if let Some(t) = self
+            .trace
+            .as_mut()
+            .filter(|_| Self::traces(&self.traced, slot))
+        {
             t.memory.push(MemorySample {
                 rank,
                 time_ns: self.now,

@@ -614,6 +614,57 @@ fn trace_bound_is_enforced_before_the_run() {
     );
 }
 
+/// With `trace_ranks`, the bound counts the listed ranks' ops only, and the trace holds
+/// their events and memory samples only.
+#[test]
+fn trace_bound_counts_the_traced_ranks_only() {
+    let plan = plan(1, 4, 1, 4);
+    let s = pipeline(&plan, Pipeline::OneFOneB, 4, 10, 20, 1);
+    let ops = |r: u32| s.get_program(r).unwrap().ops.len() as u64;
+    let listed = ops(1) + ops(3);
+    assert!(listed < s.total_ops());
+    let opts = SimOptions {
+        trace: true,
+        trace_ranks: Some(vec![1, 3]),
+        max_trace_bytes: listed * super::TRACE_BYTES_PER_EVENT - 1,
+        ..SimOptions::default()
+    };
+    assert_eq!(
+        simulate(&plan, &s, &FixedCost::default(), &opts).unwrap_err(),
+        SimError::TraceTooLarge {
+            events: listed,
+            ranks: 2,
+            estimate_bytes: listed * super::TRACE_BYTES_PER_EVENT,
+            limit_bytes: listed * super::TRACE_BYTES_PER_EVENT - 1,
+        }
+    );
+    let fits = SimOptions {
+        max_trace_bytes: listed * super::TRACE_BYTES_PER_EVENT,
+        ..opts
+    };
+    let r = simulate(&plan, &s, &FixedCost::default(), &fits).unwrap();
+    let every = simulate(
+        &plan,
+        &s,
+        &FixedCost::default(),
+        &SimOptions {
+            trace: true,
+            ..SimOptions::default()
+        },
+    )
+    .unwrap();
+    // The same step; the trace is the full one's events of ranks 1 and 3, in its order.
+    assert_eq!(r.ranks, every.ranks);
+    let (t, all) = (r.trace.unwrap(), every.trace.unwrap());
+    let keep = |rank: u32| rank == 1 || rank == 3;
+    let expected: Vec<_> = all.events.iter().filter(|e| keep(e.rank)).collect();
+    assert_eq!(t.events.iter().collect::<Vec<_>>(), expected);
+    assert_eq!(t.events.len() as u64, listed);
+    let samples: Vec<_> = all.memory.iter().filter(|m| keep(m.rank)).collect();
+    assert!(!samples.is_empty());
+    assert_eq!(t.memory.iter().collect::<Vec<_>>(), samples);
+}
+
 #[test]
 fn empty_schedule_finishes_at_zero() {
     let plan = plan(2, 1, 1, 1);

@@ -11,13 +11,21 @@ impl<S: Slots> State<S> {
         let slots = ctx.active.len();
         let mut ranks = Vec::with_capacity(slots);
         let mut total_ops = 0usize;
-        for &r in &ctx.active {
+        let traced: Option<Vec<bool>> = ctx.opts.trace_ranks.as_ref().map(|list| {
+            ctx.active
+                .iter()
+                .map(|r| list.binary_search(r).is_ok())
+                .collect()
+        });
+        for (slot, &r) in ctx.active.iter().enumerate() {
             let p = ctx.prog(r as usize);
             let mut rs = RankState {
                 remaining: p.ops.len() as u32,
                 ..RankState::default()
             };
-            total_ops += p.ops.len();
+            if State::<S>::traces(&traced, slot) {
+                total_ops += p.ops.len();
+            }
             for s in 0..STREAMS {
                 let (start, end) = (p.stream_start[s], p.stream_start[s + 1]);
                 if start < end {
@@ -89,6 +97,7 @@ impl<S: Slots> State<S> {
                 events: Vec::with_capacity(total_ops),
                 memory: Vec::new(),
             }),
+            traced,
             issued_ns: ctx.opts.trace.then(|| vec![0; slots * STREAMS]),
             dep_scan: vec![(u32::MAX, 0); slots * STREAMS],
         }
