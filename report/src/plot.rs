@@ -87,6 +87,32 @@ pub(crate) fn tick(v: &f64) -> String {
     }
 }
 
+/// The axes of a chart over numbers: tick labels of about three significant digits, the two
+/// axis descriptions (with their units), no light grid lines.
+fn draw_axes<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    x_desc: &str,
+    y_desc: &str,
+    plot: &'static str,
+) -> Result<(), ReportError>
+where
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .light_line_style(TRANSPARENT)
+        .axis_desc_style((FONT, 15))
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
+        .label_style((FONT, 14))
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .draw()
+        .map_err(draw_error(plot))?;
+    Ok(())
+}
+
 /// How a legend entry marks its series.
 #[derive(Clone, Copy)]
 enum Mark {
@@ -485,17 +511,12 @@ pub fn pareto_svg(s: &Sweep) -> Result<String, ReportError> {
             .y_label_area_size(70)
             .build_cartesian_2d(0f64..x_top, 0f64..y_top)
             .map_err(draw_error(P))?;
-        chart
-            .configure_mesh()
-            .light_line_style(TRANSPARENT)
-            .axis_desc_style((FONT, 15))
-            .x_label_formatter(&tick)
-            .y_label_formatter(&tick)
-            .label_style((FONT, 14))
-            .x_desc("peak memory per GPU (GiB)")
-            .y_desc("throughput (thousand tokens/s)")
-            .draw()
-            .map_err(draw_error(P))?;
+        draw_axes(
+            &mut chart,
+            "peak memory per GPU (GiB)",
+            "throughput (thousand tokens/s)",
+            P,
+        )?;
         if let Some(h) = s.hbm_bytes {
             let x = gib(h);
             chart
@@ -613,17 +634,12 @@ pub fn goodput_svg(g: &Goodput) -> Result<String, ReportError> {
             .y_label_area_size(70)
             .build_cartesian_2d((x_lo..x_hi).log_scale(), y_lo..y_hi)
             .map_err(draw_error(P))?;
-        chart
-            .configure_mesh()
-            .light_line_style(TRANSPARENT)
-            .axis_desc_style((FONT, 15))
-            .x_label_formatter(&tick)
-            .y_label_formatter(&tick)
-            .label_style((FONT, 14))
-            .x_desc("checkpoint interval (steps, log scale)")
-            .y_desc("fraction of wall time")
-            .draw()
-            .map_err(draw_error(P))?;
+        draw_axes(
+            &mut chart,
+            "checkpoint interval (steps, log scale)",
+            "fraction of wall time",
+            P,
+        )?;
         for (_, x, c) in &markers {
             chart
                 .draw_series([PathElement::new(
@@ -750,17 +766,7 @@ where
     Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
     const P: &str = "verify";
-    chart
-        .configure_mesh()
-        .light_line_style(TRANSPARENT)
-        .axis_desc_style((FONT, 15))
-        .x_label_formatter(&tick)
-        .y_label_formatter(&tick)
-        .label_style((FONT, 14))
-        .x_desc("predicted (ms)")
-        .y_desc("measured (ms)")
-        .draw()
-        .map_err(draw_error(P))?;
+    draw_axes(chart, "predicted (ms)", "measured (ms)", P)?;
     chart
         .draw_series([PathElement::new(
             vec![(lo, lo), (hi, hi)],
@@ -849,17 +855,7 @@ pub fn variability_svg(v: &StepSpread) -> Result<String, ReportError> {
             .y_label_area_size(60)
             .build_cartesian_2d((x0 - pad)..(x1 + pad), 0f64..top)
             .map_err(draw_error(P))?;
-        chart
-            .configure_mesh()
-            .light_line_style(TRANSPARENT)
-            .axis_desc_style((FONT, 15))
-            .x_label_formatter(&tick)
-            .y_label_formatter(&tick)
-            .label_style((FONT, 14))
-            .x_desc("step time (ms)")
-            .y_desc("samples")
-            .draw()
-            .map_err(draw_error(P))?;
+        draw_axes(&mut chart, "step time (ms)", "samples", P)?;
         chart
             .draw_series(
                 counts
