@@ -33,7 +33,6 @@ use raw::{IdKey, IfArray, IfObject, Loose, RawArgs, RawEvent, RawTrace};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Why a trace could not be read. Every variant names the file.
@@ -378,21 +377,11 @@ const MAX_JSON_BYTES: u64 = 16 << 30;
 
 /// Reads a trace from bytes (`path` names it in errors). JSON or gzip'd JSON.
 pub fn parse_trace(path: &Path, bytes: &[u8]) -> Result<RankTrace, TraceError> {
-    let decompressed;
-    let json: &[u8] = if bytes.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes)
-            .take(MAX_JSON_BYTES)
-            .read_to_end(&mut out)
-            .map_err(|source| TraceError::Gzip {
-                path: path.to_owned(),
-                source,
-            })?;
-        decompressed = out;
-        &decompressed
-    } else {
-        bytes
-    };
+    let json = crate::gunzip_if_gzip(bytes, MAX_JSON_BYTES).map_err(|source| TraceError::Gzip {
+        path: path.to_owned(),
+        source,
+    })?;
+    let json: &[u8] = &json;
     let top: IfObject<RawTrace> =
         serde_json::from_slice(json).map_err(|source| TraceError::Json {
             path: path.to_owned(),

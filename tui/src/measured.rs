@@ -234,8 +234,14 @@ fn read_trace_file(path: &Path, stage_of: &dyn Fn(u32) -> u32) -> Result<Timelin
             message: format!("{len} bytes is more than the {MAX_TRACE_BYTES} read"),
         });
     }
-    let text = std::fs::read_to_string(path).map_err(io)?;
-    parse_chrome_json(&text, stage_of).map_err(|message| MeasuredError::Format {
+    let bytes = std::fs::read(path).map_err(io)?;
+    // `twin simulate --trace FILE.json.gz` writes gzip: told by its magic, whatever the name.
+    let json = twin_measured::gunzip_if_gzip(&bytes, MAX_TRACE_BYTES).map_err(io)?;
+    let text = std::str::from_utf8(&json).map_err(|e| MeasuredError::Format {
+        path: path.to_path_buf(),
+        message: format!("not UTF-8 text: {e}"),
+    })?;
+    parse_chrome_json(text, stage_of).map_err(|message| MeasuredError::Format {
         path: path.to_path_buf(),
         message,
     })
@@ -349,6 +355,34 @@ mod tests {
         assert_eq!(back, direct);
         assert!(!back.rows.is_empty());
         assert!(!back.memory.is_empty());
+    }
+
+    /// `twin simulate --trace FILE.json.gz` writes gzip; it loads as the plain file does.
+    #[test]
+    fn a_gzipped_simulated_trace_loads_as_the_plain_one() {
+        let scenario = twin_sim::testing::small_scenario(2, 2, 2, 4);
+        let opts = PredictOptions {
+            trace: true,
+            reproducible: true,
+            ..Default::default()
+        };
+        let p = predict(&scenario, &opts).unwrap();
+        let trace = p.result.trace.as_ref().unwrap();
+        let (plan, schedule) = (&p.staged.plan, &p.staged.schedule);
+        let dir = std::env::temp_dir().join(format!("twin-tui-gz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (plain, gz) = (dir.join("t.json"), dir.join("t.json.gz"));
+        trace.write_chrome_file(&plain, plan, schedule).unwrap();
+        trace.write_chrome_file(&gz, plan, schedule).unwrap();
+        assert_ne!(std::fs::read(&plain).unwrap(), std::fs::read(&gz).unwrap());
+        let stage_of = |r: u32| plan.stage_of(r);
+        let (a, b) = (
+            load(&plain, &stage_of).unwrap(),
+            load(&gz, &stage_of).unwrap(),
+        );
+        assert_eq!(a.timeline, b.timeline);
+        assert!(!b.timeline.rows.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
