@@ -3,79 +3,11 @@
 //! terminal or with `--quiet`.
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
-use std::path::Path;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Output;
 
 mod common;
+use common::tmux::Tmux;
 use common::twin;
-
-/// A tmux server of our own (unique socket), killed when dropped, even if the test fails.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    /// Runs `twin ARGS` in a 120x40 pane, then prints `TWIN-EXIT=<status>` and keeps the pane
-    /// open. `None` (with a printed reason) when tmux is missing.
-    fn start(name: &str, args: &str) -> Option<Tmux> {
-        if Command::new("tmux").arg("-V").output().is_err() {
-            println!("skipped: tmux is not installed");
-            return None;
-        }
-        let tmux = Tmux {
-            socket: format!("twin-progress-{}-{name}", std::process::id()),
-        };
-        let bin = env!("CARGO_BIN_EXE_twin");
-        let dir = env!("CARGO_MANIFEST_DIR");
-        assert!(Path::new(bin).exists());
-        let script = format!("cd '{dir}' && '{bin}' {args}; echo TWIN-EXIT=$?; sleep 120");
-        let started = tmux.cmd(&[
-            "new-session",
-            "-d",
-            "-s",
-            "p",
-            "-x",
-            "120",
-            "-y",
-            "40",
-            "sh",
-            "-c",
-            &script,
-        ]);
-        assert!(started.status.success(), "{started:?}");
-        Some(tmux)
-    }
-
-    fn cmd(&self, args: &[&str]) -> Output {
-        Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("tmux runs")
-    }
-
-    /// The pane once the command has ended.
-    fn final_screen(&self) -> String {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let out = self.cmd(&["capture-pane", "-p", "-t", "p"]);
-            let s = String::from_utf8_lossy(&out.stdout).into_owned();
-            if s.contains("TWIN-EXIT=") {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "timed out; screen:\n{s}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.cmd(&["kill-server"]);
-    }
-}
 
 /// The layouts a sweep considered, from its summary line ("... N layouts, ...").
 fn layouts_in_summary(screen: &str) -> u64 {
@@ -89,7 +21,7 @@ fn layouts_in_summary(screen: &str) -> u64 {
 
 #[test]
 fn a_sweep_on_a_terminal_leaves_one_complete_bar_and_no_fragments() {
-    let Some(tmux) = Tmux::start("sweep", "sweep scenarios/small.toml --search --top 3") else {
+    let Some(tmux) = Tmux::start("sweep", "sweep scenarios/small.toml --search --top 3", "") else {
         return;
     };
     let screen = tmux.final_screen();
@@ -134,6 +66,7 @@ fn quiet_on_a_terminal_draws_nothing() {
     let Some(tmux) = Tmux::start(
         "quiet",
         "sweep scenarios/small.toml --search --top 1 --quiet",
+        "",
     ) else {
         return;
     };
@@ -145,7 +78,7 @@ fn quiet_on_a_terminal_draws_nothing() {
 
 #[test]
 fn a_horizon_draws_its_trials_and_a_plain_simulate_draws_nothing() {
-    let Some(plain) = Tmux::start("plain", "simulate scenarios/small.toml") else {
+    let Some(plain) = Tmux::start("plain", "simulate scenarios/small.toml", "") else {
         return;
     };
     let screen = plain.final_screen();
@@ -157,6 +90,7 @@ fn a_horizon_draws_its_trials_and_a_plain_simulate_draws_nothing() {
     let Some(horizon) = Tmux::start(
         "horizon",
         "simulate scenarios/small.toml --horizon 1d --seeds 40",
+        "",
     ) else {
         return;
     };

@@ -2,11 +2,8 @@
 //! as a user would, and its refusal to draw into a pipe.
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
-use std::path::Path;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
-
 mod common;
+use common::tmux::Tmux;
 use common::twin;
 
 #[test]
@@ -18,100 +15,21 @@ fn tui_refuses_a_stdout_that_is_not_a_terminal() {
     assert!(out.stdout.is_empty(), "nothing drawn into the pipe");
 }
 
-/// A tmux server of our own (unique socket), killed when dropped, even if the test fails.
-struct Tmux {
-    socket: String,
-}
+/// The tty's canonical mode, printed after the UI exits (`MODE=icanon` or `MODE=-icanon`).
+const PRINT_MODE: &str = "stty -a | tr ' ' '\\n' | grep -x -- '-*icanon' | sed 's/^/MODE=/';";
 
-impl Tmux {
-    /// A server on its own socket running `twin ARGS` in a 120x40 session named "tui";
-    /// after the UI exits the pane prints its exit status and the tty's canonical mode, and
-    /// stays open so it can be read. `None` (with a printed reason) when tmux is missing.
-    fn start(name: &str, args: &str) -> Option<Tmux> {
-        if Command::new("tmux").arg("-V").output().is_err() {
-            println!("skipped: tmux is not installed");
-            return None;
-        }
-        let tmux = Tmux {
-            socket: format!("twin-test-{}-{name}", std::process::id()),
-        };
-        let bin = env!("CARGO_BIN_EXE_twin");
-        let dir = env!("CARGO_MANIFEST_DIR");
-        assert!(Path::new(bin).exists());
-        let script = format!(
-            "cd '{dir}' && '{bin}' {args}; echo TWIN-EXIT=$?; \
-             stty -a | tr ' ' '\\n' | grep -x -- '-*icanon' | sed 's/^/MODE=/'; sleep 120"
-        );
-        let started = tmux.cmd(&[
-            "new-session",
-            "-d",
-            "-s",
-            "tui",
-            "-x",
-            "120",
-            "-y",
-            "40",
-            "sh",
-            "-c",
-            &script,
-        ]);
-        assert!(started.status.success(), "{started:?}");
-        Some(tmux)
-    }
-
-    /// Quits with `q` and checks the terminal was given back: exit 0, canonical mode, the
-    /// alternate screen left.
-    fn quit_and_check_restored(&self) {
-        self.keys(&["q"]);
-        let screen = self.wait_for("the shell again", |s| s.contains("TWIN-EXIT="));
-        assert!(screen.contains("TWIN-EXIT=0"), "{screen}");
-        let mode = self.wait_for("the tty mode", |s| s.contains("MODE="));
-        assert!(mode.contains("MODE=icanon"), "raw mode left on:\n{mode}");
-        assert!(
-            !screen.contains("1 Timeline"),
-            "the alternate screen was left: the UI is gone\n{screen}"
-        );
-    }
-
-    fn cmd(&self, args: &[&str]) -> Output {
-        Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("tmux runs")
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.cmd(&["capture-pane", "-p", "-t", "tui"]).stdout).into_owned()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "tui"];
-        args.extend_from_slice(keys);
-        assert!(self.cmd(&args).status.success());
-    }
-
-    /// Polls the screen until `ok` holds, up to a deadline; panics with the last screen.
-    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let s = self.screen();
-            if ok(&s) {
-                return s;
-            }
-            if Instant::now() > deadline {
-                panic!("timed out waiting for {what}; screen:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.cmd(&["kill-server"]);
-    }
+/// Quits with `q` and checks the terminal was given back: exit 0, canonical mode, the
+/// alternate screen left.
+fn quit_and_check_restored(tmux: &Tmux) {
+    tmux.keys(&["q"]);
+    let screen = tmux.final_screen();
+    assert!(screen.contains("TWIN-EXIT=0"), "{screen}");
+    let mode = tmux.wait_for("the tty mode", |s| s.contains("MODE="));
+    assert!(mode.contains("MODE=icanon"), "raw mode left on:\n{mode}");
+    assert!(
+        !screen.contains("1 Timeline"),
+        "the alternate screen was left: the UI is gone\n{screen}"
+    );
 }
 
 /// The "now" column of the What-if pane's step time row.
@@ -146,7 +64,7 @@ fn simulated_step_ms(set: &str) -> String {
 
 #[test]
 fn tui_switches_panes_edits_a_knob_and_quits_restoring_the_terminal() {
-    let Some(tmux) = Tmux::start("whatif", "tui scenarios/small.toml") else {
+    let Some(tmux) = Tmux::start("whatif", "tui scenarios/small.toml", PRINT_MODE) else {
         return;
     };
     tmux.wait_for("the timeline", |s| {
@@ -173,7 +91,7 @@ fn tui_switches_panes_edits_a_knob_and_quits_restoring_the_terminal() {
     });
     assert!(screen.contains("--set training.micro_batch=4"), "{screen}");
 
-    tmux.quit_and_check_restored();
+    quit_and_check_restored(&tmux);
 }
 
 #[test]
@@ -190,7 +108,7 @@ fn tui_compares_with_a_measured_trace_file() {
     ]);
     assert!(out.status.success());
     let args = format!("tui scenarios/small.toml --measured '{}'", trace.display());
-    let Some(tmux) = Tmux::start("measured", &args) else {
+    let Some(tmux) = Tmux::start("measured", &args, PRINT_MODE) else {
         return;
     };
     tmux.wait_for("the timeline", |s| {
@@ -212,6 +130,6 @@ fn tui_compares_with_a_measured_trace_file() {
         screen.contains("predicted") && screen.contains("r7"),
         "{screen}"
     );
-    tmux.quit_and_check_restored();
+    quit_and_check_restored(&tmux);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -3,6 +3,8 @@
 // Each test file uses its own subset.
 #![allow(dead_code)]
 
+pub mod tmux;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Once;
