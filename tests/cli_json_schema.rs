@@ -113,6 +113,7 @@ const REQUIRED: &[(&str, &str, &[&str])] = &[
             "recompute",
             "zero",
             "schedule",
+            "precision",
             "step_time_s",
             "tokens_per_s",
             "mfu",
@@ -164,6 +165,20 @@ const REQUIRED: &[(&str, &str, &[&str])] = &[
             "simulate_best_s",
             "total_median_s",
             "events_per_s",
+        ],
+    ),
+    ("bench-search", "", &["schema", "rows"]),
+    (
+        "bench-search",
+        "rows[]",
+        &[
+            "scenario",
+            "gpus",
+            "layouts",
+            "simulated",
+            "pruned",
+            "median_s",
+            "layouts_per_s",
         ],
     ),
     (
@@ -670,6 +685,19 @@ fn every_document_has_its_tag_its_keys_and_the_conventions() {
         "bench",
         &[
             "bench",
+            "scenarios/small.toml",
+            "--repeat",
+            "1",
+            "--format",
+            "json",
+        ],
+        &[0],
+    );
+    doc(
+        "bench-search",
+        &[
+            "bench",
+            "--search",
             "scenarios/small.toml",
             "--repeat",
             "1",

@@ -153,6 +153,9 @@ fn search_beats_the_bundled_layout_and_matches_a_full_simulation() {
         "sweep",
         "scenarios/512xA100.toml",
         "--search",
+        "--space",
+        "layouts",
+        "--exhaustive",
         "--json",
     ]));
     let rows = v["rows"].as_array().unwrap();
@@ -250,4 +253,62 @@ fn dp_follows_when_only_tp_and_pp_are_varied() {
         let n = r["tp"].as_u64().unwrap() * r["pp"].as_u64().unwrap() * r["dp"].as_u64().unwrap();
         assert_eq!(n, 8);
     }
+}
+
+/// A pruned search run as four shards (as a Slurm array or a Kubernetes indexed job would run
+/// it) merges into the same best layouts as one run, each shard pruning on its own.
+#[test]
+fn four_search_shards_merge_into_the_best_of_one_run() {
+    let top = |v: &serde_json::Value| -> Vec<(u64, String)> {
+        let rows = v["rows"].as_array().unwrap();
+        let mut fit: Vec<&serde_json::Value> = rows.iter().filter(|r| r["fits"] == true).collect();
+        fit.sort_by(|a, b| {
+            b["tokens_per_s"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&a["tokens_per_s"].as_f64().unwrap())
+                .then(a["index"].as_u64().cmp(&b["index"].as_u64()))
+        });
+        fit.iter()
+            .take(3)
+            .map(|r| (r["index"].as_u64().unwrap(), r["step_time_s"].to_string()))
+            .collect()
+    };
+    let one = json(&twin(&[
+        "sweep",
+        "scenarios/small.toml",
+        "--search",
+        "--top",
+        "3",
+        "--format",
+        "json",
+    ]));
+    let mut parts = Vec::new();
+    for i in 0..4 {
+        let part = tmp(&format!("search-part-{i}.json"));
+        let shard = format!("{i}/4");
+        let o = twin(&[
+            "sweep",
+            "scenarios/small.toml",
+            "--search",
+            "--top",
+            "3",
+            "--shard",
+            &shard,
+            "--out",
+            part.to_str().unwrap(),
+            "--quiet",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        parts.push(part);
+    }
+    let mut args = vec!["sweep", "--merge"];
+    let names: Vec<String> = parts.iter().map(|p| p.display().to_string()).collect();
+    args.extend(names.iter().map(String::as_str));
+    args.extend(["--format", "json"]);
+    let merged = json(&twin(&args));
+    assert_eq!(merged["layouts"], one["layouts"]);
+    assert!(one["pruned"].as_u64().unwrap() > 0);
+    assert_eq!(top(&merged), top(&one));
+    assert_eq!(top(&one).len(), 3);
 }

@@ -424,6 +424,11 @@ pub fn sweep_report(result: &SweepResult, hbm_bytes: Option<u64>) -> rep::Report
         .filter_map(|best| simulated.iter().position(|r| r.index == best.index))
         .take(TOP_LAYOUTS)
         .collect();
+    let pareto: Vec<usize> = result
+        .pareto
+        .iter()
+        .filter_map(|i| simulated.iter().position(|r| r.index == *i))
+        .collect();
     let fitting = result.rows.iter().filter(|r| r.fits).count();
     let headline = vec![
         figure("scenario", result.scenario.clone()),
@@ -431,7 +436,7 @@ pub fn sweep_report(result: &SweepResult, hbm_bytes: Option<u64>) -> rep::Report
         figure(
             "simulated",
             format!(
-                "{} ({} did not fit by model state alone)",
+                "{} ({} did not fit by a lower bound of memory)",
                 simulated.len(),
                 result.rows.len() - simulated.len()
             ),
@@ -441,6 +446,7 @@ pub fn sweep_report(result: &SweepResult, hbm_bytes: Option<u64>) -> rep::Report
             "invalid / failed",
             format!("{} / {}", result.invalid, result.failed),
         ),
+        figure("pruned by bound", result.pruned.to_string()),
     ];
     rep::Report {
         title: format!("twin sweep: {}", result.scenario),
@@ -448,6 +454,7 @@ pub fn sweep_report(result: &SweepResult, hbm_bytes: Option<u64>) -> rep::Report
         sweep: (!points.is_empty()).then(|| rep::Sweep {
             points,
             top,
+            pareto,
             objective: objective_name(result.objective).into(),
             hbm_bytes,
         }),

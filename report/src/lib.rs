@@ -163,6 +163,9 @@ pub struct Sweep {
     pub points: Vec<SweepPoint>,
     /// Indices into `points`, best first (what the report lists as `--set` lines).
     pub top: Vec<usize>,
+    /// Indices into `points` of the Pareto front of throughput against memory (the sweep's
+    /// own, `twin_sim::sweep::SweepResult::pareto`), in any order.
+    pub pareto: Vec<usize>,
     /// What the ranking optimised, for the caption (`tokens/s`).
     pub objective: String,
     /// Usable HBM per GPU, drawn as a vertical line, when known.

@@ -444,27 +444,16 @@ fn stacked_band(kept: &[&MemoryPoint], c: usize, end_ns: u64) -> Vec<(f64, f64)>
     upper
 }
 
-/// The layouts on the Pareto front: fitting, and none that fits uses no more memory for at
-/// least as many tokens/s; by increasing memory.
+/// The layouts on the Pareto front by increasing memory (the line's order).
 pub(crate) fn pareto_front(s: &Sweep) -> Vec<usize> {
-    let mut fits: Vec<usize> = (0..s.points.len())
-        .filter(|&i| s.points[i].fits && s.points[i].tokens_per_s.is_finite())
+    let mut front: Vec<usize> = s
+        .pareto
+        .iter()
+        .copied()
+        .filter(|&i| i < s.points.len())
         .collect();
-    fits.sort_by(|&a, &b| {
-        let (pa, pb) = (&s.points[a], &s.points[b]);
-        pa.peak_bytes
-            .cmp(&pb.peak_bytes)
-            .then(pb.tokens_per_s.total_cmp(&pa.tokens_per_s))
-    });
-    let mut best = f64::NEG_INFINITY;
-    let mut out = Vec::new();
-    for i in fits {
-        if s.points[i].tokens_per_s > best {
-            best = s.points[i].tokens_per_s;
-            out.push(i);
-        }
-    }
-    out
+    front.sort_by_key(|&i| s.points[i].peak_bytes);
+    front
 }
 
 /// A sweep's layouts: throughput against peak memory per GPU, filled where the layout fits

@@ -231,14 +231,15 @@ fn sweep() -> Sweep {
             p("d", 90, 200.0, false),
         ],
         top: vec![1, 0, 2],
+        pareto: vec![1, 0],
         objective: "tokens/s".into(),
         hbm_bytes: Some(80 * GIB),
     }
 }
 
 #[test]
-fn the_pareto_front_keeps_layouts_nothing_beats_on_both() {
-    // c (25 GiB, 90k) is beaten by a (20 GiB, 100k); d does not fit.
+fn the_pareto_line_runs_by_increasing_memory() {
+    // The sweep's front, a (20 GiB) and b (30 GiB), given fastest first.
     assert_eq!(pareto_front(&sweep()), vec![0, 1]);
 }
 

@@ -14,6 +14,7 @@ use twin_sim::stats::median_or_zero as median;
     before_help = "Examples:
   twin bench
   twin bench scenarios/512xA100.toml --repeat 5
+  twin bench --search scenarios/16384xH100.toml
 
 Details: docs/reference/cli.md#twin-bench"
 )]
@@ -30,6 +31,80 @@ pub struct Args {
     /// where that is exact.
     #[arg(long)]
     pub collapse: bool,
+    /// Measure `twin sweep --search --top 10` instead: layouts per second over the whole
+    /// space, pruned layouts counted.
+    #[arg(long, conflicts_with = "collapse")]
+    pub search: bool,
+}
+
+#[derive(serde::Serialize)]
+struct SearchRow {
+    scenario: String,
+    gpus: u32,
+    layouts: usize,
+    simulated: usize,
+    pruned: usize,
+    median_s: f64,
+    layouts_per_s: f64,
+}
+
+fn search(args: &Args) -> anyhow::Result<ExitCode> {
+    use twin_sim::sweep::{Objective, SweepPlan, SweepRequest};
+    let mut rows = Vec::new();
+    for path in &args.scenarios {
+        let source = twin_sim::setup::ScenarioSource::read(path)?;
+        let gpus = source.resolve(&[])?.cluster.gpus;
+        let req = SweepRequest {
+            search: true,
+            keep: Some(10),
+            ..SweepRequest::default()
+        };
+        let mut times = Vec::new();
+        let mut last = None;
+        for _ in 0..args.repeat {
+            let t0 = Instant::now();
+            let plan = SweepPlan::new(source.clone(), &req)?;
+            let r = plan.run(Objective::TokensPerS, &|_| {});
+            times.push(t0.elapsed().as_secs_f64());
+            last = Some(r);
+        }
+        let Some(r) = last else { continue };
+        let t = median(&times);
+        rows.push(SearchRow {
+            scenario: path.display().to_string(),
+            gpus,
+            layouts: r.layouts,
+            simulated: r.simulated() + r.failed,
+            pruned: r.pruned,
+            median_s: t,
+            layouts_per_s: r.layouts as f64 / t.max(1e-12),
+        });
+    }
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            twin_sim::json::document("bench-search", &serde_json::json!({ "rows": rows }))?
+        ),
+        Format::Text => {
+            println!(
+                "{:<34} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10}",
+                "scenario", "gpus", "layouts", "simulated", "pruned", "s", "layouts/s"
+            );
+            for r in &rows {
+                println!(
+                    "{:<34} {:>7} {:>9} {:>9} {:>9} {:>9.2} {:>10.0}",
+                    r.scenario,
+                    r.gpus,
+                    r.layouts,
+                    r.simulated,
+                    r.pruned,
+                    r.median_s,
+                    r.layouts_per_s
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(serde::Serialize)]
@@ -49,6 +124,9 @@ struct Row {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.search {
+        return search(&args);
+    }
     let mut rows = Vec::new();
     for path in &args.scenarios {
         let scenario = load_scenario(path, &[])?;

@@ -50,6 +50,11 @@ impl Bar {
         self.0.inc(1);
     }
 
+    /// `n` more steps done.
+    pub fn inc_by(&self, n: u64) {
+        self.0.inc(n);
+    }
+
     /// `done` of `total` steps done, with `note` after the figures.
     pub fn set(&self, done: usize, total: usize, note: &str) {
         self.0.set_length(total as u64);

@@ -109,11 +109,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             vary: &[],
             search: true,
             shard: None,
+            keep: Some(10),
+            space: None,
         };
         let sweep_plan = SweepPlan::new(source, &req)?;
         let total = sweep_plan.layouts.len();
         let bar = super::progress::Bar::new("layouts", total, false);
-        let result = sweep_plan.run(Objective::TokensPerS, &|| bar.inc());
+        let result = sweep_plan.run(Objective::TokensPerS, &|n| bar.inc_by(n));
         bar.finish();
         let hbm = Some(scenario.cluster.gpu.usable_bytes());
         sweep_report(&result, hbm).plot_svg(rep::Plot::Pareto)?

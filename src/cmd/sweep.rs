@@ -28,9 +28,17 @@ pub struct Args {
     /// An axis: KEY=V1,V2,... or KEY=A..B. Repeatable.
     #[arg(long, value_name = "KEY=VALUES")]
     pub vary: Vec<String>,
-    /// Search every layout of the GPU count (crossed with any --vary axes).
+    /// Search every layout of the GPU count (crossed with any --vary axes); simulates only
+    /// layouts whose lower bound can still reach the --top best.
     #[arg(long)]
     pub search: bool,
+    /// With --search: simulate every layout instead of pruning by the bound.
+    #[arg(long, requires = "search")]
+    pub exhaustive: bool,
+    /// With --search: every axis (full), or tp, pp, dp, vpp, micro batch, recompute and ZeRO
+    /// only, the rest as the scenario has it (layouts).
+    #[arg(long, value_enum, default_value = "full", requires = "search")]
+    pub space: Space,
     /// Override a key of the base scenario first. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
@@ -58,6 +66,12 @@ pub struct Args {
     /// Also write an HTML report to FILE (Pareto plot, best layouts).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Space {
+    Full,
+    Layouts,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -112,6 +126,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             vary: &args.vary,
             search: args.search,
             shard: args.shard.as_deref(),
+            keep: (args.search && !args.exhaustive).then_some(args.top.max(1)),
+            space: (args.space == Space::Layouts).then(sweep::SearchSpace::layouts_only),
         };
         let plan = args
             .scenario
@@ -132,7 +148,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let total = plan.layouts.len();
         let bar = super::progress::Bar::new("layouts", total, false);
-        let r = plan.run(args.objective.into(), &|| bar.inc());
+        let r = plan.run(args.objective.into(), &|n| bar.inc_by(n));
         bar.finish();
         r
     };
@@ -162,8 +178,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if args.merge.is_empty() {
             let simulated = result.simulated() + result.failed;
             eprintln!(
-                "{} layouts ({simulated} simulated) in {wall_s:.2} s: {:.0} layouts/s",
+                "{} layouts ({simulated} simulated, {} pruned by bound) in {wall_s:.2} s: {:.0} layouts/s",
                 result.layouts,
+                result.pruned,
                 result.layouts as f64 / wall_s.max(1e-9)
             );
         }

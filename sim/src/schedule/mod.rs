@@ -10,6 +10,7 @@
 //! carry different loads run different programs: one per (load class, stage)
 //! ([`program_of`]).
 
+mod bound;
 mod builder;
 mod chunks;
 pub mod dp;
@@ -20,6 +21,7 @@ pub mod pipeline;
 mod sizes;
 
 pub use crate::ir::*;
+pub use bound::{step_lower_bounds, Bounds};
 pub use builder::{recycle, recycle_program};
 pub use estimate::{estimate, WorkEstimate, OPS_PER_PROGRAM, OPS_PER_STEP};
 pub use sizes::{Sizes, UniformSizes, WorkloadSizes};
@@ -117,11 +119,7 @@ pub fn generate_each<E: From<ScheduleError>>(
     }
     emit::check_tags(m, pp, vpp)?;
     let policy = dp::DpPolicy::new(scenario, plan, step)?;
-    let overlap_buckets = policy.zero != dp::Zero::ShardedParams
-        && policy.syncs
-        && !policy.async_reduce
-        && policy.overlap_grad_reduce
-        && policy.reduces();
+    let overlap_buckets = bound::overlap_buckets(&policy);
     let orders = (0..pp)
         .map(|stage| {
             let extra_warmup = u32::from(scenario.training.moe_a2a_overlap);

@@ -3,8 +3,8 @@
 //! is argument parsing and a progress bar over these.
 
 use super::{
-    derive_dp, parse_axis, product, search, AxisError, MergeError, SearchSpace, Shard, ShardError,
-    SweepResult,
+    candidates, derive_dp, parse_axis, product, AxisError, Candidate, MergeError, SearchSpace,
+    Shard, ShardError, SweepResult,
 };
 use crate::scenario::ScenarioError;
 use crate::setup::ScenarioSource;
@@ -21,6 +21,11 @@ pub struct SweepRequest<'a> {
     pub search: bool,
     /// `I/N`: only the layouts whose index is I modulo N.
     pub shard: Option<&'a str>,
+    /// Branch and bound: simulate only the layouts that can still enter the best `keep`
+    /// (`None`: simulate every layout).
+    pub keep: Option<usize>,
+    /// What `search` varies (`None`: [`SearchSpace::default`], every axis).
+    pub space: Option<SearchSpace>,
 }
 
 /// Why a sweep could not be planned or its shards read; all of them are bad input.
@@ -61,14 +66,100 @@ pub struct SweepPlan {
     /// The base scenario's source, with the request's overrides folded in.
     pub source: ScenarioSource,
     pub scenario_name: String,
-    pub layouts: Vec<(usize, Vec<String>)>,
+    pub layouts: LayoutSet,
+    /// See [`SweepRequest::keep`].
+    pub keep: Option<usize>,
+}
+
+/// The layouts of a sweep (or of one shard of it), numbered in full-sweep order. A search's
+/// are kept compact ([`Candidate`]) and written out as overrides one at a time.
+#[derive(Clone, Debug)]
+pub struct LayoutSet {
+    /// The searched layouts, each crossed with every `varied` entry (empty without
+    /// `--search`: then `varied` alone are the layouts).
+    pub(super) searched: Vec<Candidate>,
+    pub(super) varied: Vec<Vec<String>>,
+    pub(super) shard: Option<Shard>,
+}
+
+impl LayoutSet {
+    /// Layouts given as override lists, numbered from 0.
+    pub fn listed(layouts: Vec<Vec<String>>) -> LayoutSet {
+        LayoutSet {
+            searched: Vec::new(),
+            varied: layouts,
+            shard: None,
+        }
+    }
+
+    /// The whole sweep's layout count (every shard's).
+    pub fn total(&self) -> usize {
+        if self.searched.is_empty() {
+            self.varied.len()
+        } else {
+            self.searched.len().saturating_mul(self.varied.len())
+        }
+    }
+
+    /// The positions in this shard, in order.
+    pub fn positions(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.total()).filter(|i| self.shard.is_none_or(|s| s.holds(*i)))
+    }
+
+    /// How many layouts this shard holds.
+    pub fn len(&self) -> usize {
+        match self.shard {
+            None => self.total(),
+            Some(s) => {
+                let (n, count, index) = (self.total(), s.count as usize, s.index as usize);
+                n / count + usize::from(index < n % count)
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The overrides of the layout at `position` (empty past the end).
+    pub fn overrides(&self, position: usize) -> Vec<String> {
+        if self.searched.is_empty() {
+            return self.varied.get(position).cloned().unwrap_or_default();
+        }
+        let per = self.varied.len().max(1);
+        let Some(c) = self.searched.get(position / per) else {
+            return Vec::new();
+        };
+        let mut o = c.overrides();
+        if let Some(v) = self.varied.get(position % per) {
+            o.extend(v.iter().cloned());
+        }
+        o
+    }
+
+    /// Every layout of this shard with its position.
+    pub fn numbered(&self) -> Vec<(usize, Vec<String>)> {
+        self.positions().map(|i| (i, self.overrides(i))).collect()
+    }
 }
 
 impl SweepPlan {
-    /// Numbers the layouts `req` asks for over `source`.
+    /// Numbers the layouts `req` asks for over `source`. A search leaves the layer split to
+    /// each layout's pipeline (Megatron-Core's automatic split): a base scenario's
+    /// `layer_partition`, `pipeline_layout` and `account_for_*` settings describe its own
+    /// pipeline depth only, so they are dropped.
     pub fn new(mut source: ScenarioSource, req: &SweepRequest) -> Result<SweepPlan, SweepError> {
-        let base = source.resolve(req.overrides)?;
-        if !req.overrides.is_empty() {
+        let mut base = source.resolve(req.overrides)?;
+        let p = &mut base.parallel;
+        let split = p.layer_partition.is_some()
+            || p.account_for_embedding_in_pipeline_split
+            || p.account_for_loss_in_pipeline_split;
+        if req.search && split {
+            p.layer_partition = None;
+            p.account_for_embedding_in_pipeline_split = false;
+            p.account_for_loss_in_pipeline_split = false;
+        }
+        if !req.overrides.is_empty() || (req.search && split) {
             // Fold the overrides into the text so every layout starts from them.
             source.text = crate::scenario::to_toml(&base);
         }
@@ -84,41 +175,33 @@ impl SweepPlan {
         if !req.search {
             derive_dp(&base, &mut varied);
         }
-        let layouts: Vec<Vec<String>> = if req.search {
-            let searched = search(&base, &SearchSpace::default());
-            searched
-                .iter()
-                .flat_map(|s| {
-                    varied.iter().map(move |v| {
-                        let mut o = s.clone();
-                        o.extend(v.iter().cloned());
-                        o
-                    })
-                })
-                .collect()
+        let searched = if req.search {
+            candidates(&base, &req.space.clone().unwrap_or_default())
         } else {
-            varied
+            Vec::new()
         };
         let shard = req.shard.map(Shard::parse).transpose()?;
-        let layouts = layouts
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| shard.is_none_or(|s| s.holds(*i)))
-            .collect();
         Ok(SweepPlan {
             source,
             scenario_name: base.name,
-            layouts,
+            layouts: LayoutSet {
+                searched,
+                varied,
+                shard,
+            },
+            keep: req.keep,
         })
     }
 
-    /// Simulates every layout in parallel, calling `progress` once per finished layout.
-    pub fn run(self, objective: super::Objective, progress: &(dyn Fn() + Sync)) -> SweepResult {
-        super::run(
+    /// Simulates the layouts in parallel (only those that can still enter the best `keep`
+    /// when set), calling `progress` with the layouts done since its last call.
+    pub fn run(self, objective: super::Objective, progress: &(dyn Fn(u64) + Sync)) -> SweepResult {
+        super::run_set(
             &self.source,
             &self.scenario_name,
-            self.layouts,
+            &self.layouts,
             objective,
+            self.keep,
             progress,
         )
     }
@@ -168,12 +251,13 @@ mod tests {
         };
         let all = SweepPlan::new(source(), &whole).unwrap();
         assert_eq!(all.layouts.len(), 3);
+        let all = all.layouts.numbered();
         let shard = SweepRequest {
             shard: Some("1/2"),
             ..whole
         };
         let part = SweepPlan::new(source(), &shard).unwrap();
-        assert_eq!(part.layouts, vec![all.layouts[1].clone()]);
+        assert_eq!(part.layouts.numbered(), vec![all[1].clone()]);
     }
 
     #[test]

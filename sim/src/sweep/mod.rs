@@ -7,10 +7,11 @@ mod layouts;
 mod sizes;
 mod space;
 
-pub use layouts::{merge_files, SweepError, SweepPlan, SweepRequest};
+pub use layouts::{merge_files, LayoutSet, SweepError, SweepPlan, SweepRequest};
 
 pub use space::{
-    derive_dp, parse_axis, product, search, Axis, AxisError, SearchSpace, Shard, ShardError,
+    candidates, derive_dp, parse_axis, product, search, Axis, AxisError, Candidate, SearchSpace,
+    Shard, ShardError,
 };
 
 use crate::engine::SimOptions;
@@ -71,6 +72,8 @@ pub struct SweepRow {
     pub recompute: String,
     pub zero: u8,
     pub schedule: String,
+    /// `bf16`, `fp8-delayed`, ...: the GEMMs' precision, with the FP8 recipe.
+    pub precision: String,
     pub step_time_s: f64,
     pub tokens_per_s: f64,
     pub mfu: f64,
@@ -79,8 +82,10 @@ pub struct SweepRow {
     pub bubble_fraction: f64,
     pub exposed_comm_fraction: f64,
     pub fits: bool,
-    /// False when the layout was not simulated because its model state alone exceeds HBM
-    /// (`peak_memory_bytes` is then that state, a lower bound, and the times are zero).
+    /// False when the layout was not simulated because a lower bound of its peak exceeds HBM:
+    /// its model state alone, or (in a search) its state with the saved activations its
+    /// pipeline holds at once ([`crate::schedule::Bounds`]); `peak_memory_bytes` is then that
+    /// bound and the times are zero.
     pub simulated: bool,
 }
 
@@ -99,6 +104,8 @@ struct RowJson {
     recompute: String,
     zero: u8,
     schedule: String,
+    #[serde(default)]
+    precision: String,
     step_time_s: Option<f64>,
     tokens_per_s: Option<f64>,
     mfu: Option<f64>,
@@ -131,6 +138,7 @@ impl From<SweepRow> for RowJson {
             recompute: r.recompute,
             zero: r.zero,
             schedule: r.schedule,
+            precision: r.precision,
             peak_memory_bytes: r.peak_memory_bytes,
             peak_memory_fraction: r.peak_memory_fraction,
             fits: r.fits,
@@ -154,6 +162,7 @@ impl From<RowJson> for SweepRow {
             recompute: r.recompute,
             zero: r.zero,
             schedule: r.schedule,
+            precision: r.precision,
             step_time_s: r.step_time_s.unwrap_or(0.0),
             tokens_per_s: r.tokens_per_s.unwrap_or(0.0),
             mfu: r.mfu.unwrap_or(0.0),
@@ -164,6 +173,16 @@ impl From<RowJson> for SweepRow {
             fits: r.fits,
             simulated: r.simulated,
         }
+    }
+}
+
+/// `bf16`, `fp16`, `fp32`, or `fp8-` and the recipe.
+fn precision_name(s: &Scenario) -> String {
+    match s.training.precision {
+        crate::scenario::Precision::Fp8 => format!("fp8-{}", s.training.fp8_recipe.as_str()),
+        crate::scenario::Precision::Bf16 => "bf16".to_string(),
+        crate::scenario::Precision::Fp16 => "fp16".to_string(),
+        crate::scenario::Precision::Fp32 => "fp32".to_string(),
     }
 }
 
@@ -196,6 +215,7 @@ impl SweepRow {
             recompute: format!("{:?}", s.training.recompute).to_lowercase(),
             zero: p.zero,
             schedule: p.schedule.as_str().to_string(),
+            precision: precision_name(s),
             step_time_s: 0.0,
             tokens_per_s: 0.0,
             mfu: 0.0,
@@ -239,8 +259,19 @@ pub struct SweepResult {
     pub invalid: usize,
     /// Valid, but planning, schedule generation or simulation failed.
     pub failed: usize,
-    /// Every simulated layout, fitting or not, by `index`.
+    /// Not simulated because a lower bound of their objective (step time from compute
+    /// alone, or model state for memory) is worse than the `keep`-th best simulated layout
+    /// (branch and bound, [`run_set`]).
+    #[serde(default)]
+    pub pruned: usize,
+    /// Every simulated layout, fitting or not, by `index`, and those a lower bound of memory
+    /// puts over HBM.
     pub rows: Vec<SweepRow>,
+    /// The `index` of each fitting layout on the Pareto front of tokens/s against peak
+    /// memory (no other fitting layout is at least as fast with no more memory), fastest
+    /// first.
+    #[serde(default)]
+    pub pareto: Vec<usize>,
 }
 
 enum Outcome {
@@ -366,14 +397,7 @@ pub fn run(
     progress: &(dyn Fn() + Sync),
 ) -> SweepResult {
     let total = layouts.len();
-    let mut result = SweepResult {
-        scenario: scenario_name.to_string(),
-        objective,
-        layouts: total,
-        invalid: 0,
-        failed: 0,
-        rows: Vec::new(),
-    };
+    let mut result = SweepResult::empty(scenario_name, objective, total);
     // A source that does not parse makes every layout invalid.
     let Ok(parsed) = source.parse() else {
         result.invalid = total;
@@ -387,24 +411,235 @@ pub fn run(
             out
         })
         .collect();
-    for o in outcomes {
-        match o {
-            Outcome::Invalid => result.invalid += 1,
-            Outcome::Failed => result.failed += 1,
-            Outcome::Row(r) => result.rows.push(*r),
+    result.add(outcomes);
+    result.finish();
+    result
+}
+
+/// A layout examined before simulation: its objective's lower bound ([`Bound`]).
+struct Bounded {
+    index: usize,
+    bound: f64,
+}
+
+/// What examining a layout found.
+enum Examined {
+    Done(Outcome),
+    Bounded(Bounded),
+}
+
+/// The objective as a cost to minimise, and a lower bound of it before simulating: step time
+/// (tokens/s is the tokens of a step over it) or peak memory, both bounded by
+/// [`sizes::lower_bounds`]. MFU has no bound here (a layout's model FLOPs are only
+/// known once its schedule is generated), so it simulates every layout.
+fn cost_of(objective: Objective, row: &SweepRow) -> Option<f64> {
+    match objective {
+        Objective::TokensPerS | Objective::StepTime => Some(row.step_time_s * 1e9),
+        Objective::Memory => Some(row.peak_memory_bytes as f64),
+        Objective::Mfu => None,
+    }
+}
+
+fn examine(
+    source: &ParsedSource,
+    index: usize,
+    overrides: Vec<String>,
+    objective: Objective,
+) -> Examined {
+    let Ok((scenario, plan)) = source.resolve_planned(&overrides) else {
+        return Examined::Done(Outcome::Invalid);
+    };
+    let usable = scenario.cluster.gpu.usable_bytes();
+    let state = static_state_bytes(&scenario, &plan);
+    let out = if state > usable {
+        Examined::Done(Outcome::Row(Box::new(SweepRow::unsimulated(
+            index, overrides, &scenario, state,
+        ))))
+    } else {
+        let cost = crate::cost::Analytic::new(&scenario);
+        match sizes::lower_bounds(&scenario, &plan, &cost) {
+            Err(_) => Examined::Done(Outcome::Failed),
+            Ok(b) if b.memory_bytes > usable => Examined::Done(Outcome::Row(Box::new(
+                SweepRow::unsimulated(index, overrides, &scenario, b.memory_bytes.max(state)),
+            ))),
+            Ok(b) => match objective {
+                Objective::TokensPerS | Objective::StepTime => Examined::Bounded(Bounded {
+                    index,
+                    bound: b.step_ns as f64,
+                }),
+                Objective::Memory => Examined::Bounded(Bounded {
+                    index,
+                    bound: b.memory_bytes.max(state) as f64,
+                }),
+                Objective::Mfu => {
+                    Examined::Done(evaluate_planned(&scenario, &plan, index, overrides))
+                }
+            },
+        }
+    };
+    plan.recycle();
+    out
+}
+
+/// Simulates the layouts of `layouts` in parallel. With `keep`, by branch and bound: every
+/// layout is first resolved and bounded ([`cost_of`]), then simulated in the order of its
+/// bound, in batches, until the next bound is worse than the `keep`-th best fitting layout
+/// simulated so far; the rest are counted as `pruned`. The best `keep` are then exactly those
+/// a simulation of every layout finds (ties broken by index as [`SweepResult::ranked`] does),
+/// and the Pareto front is exact up to the `keep`-th best step. `progress` is called with the
+/// number of layouts finished since its last call.
+pub fn run_set(
+    source: &ScenarioSource,
+    scenario_name: &str,
+    layouts: &LayoutSet,
+    objective: Objective,
+    keep: Option<usize>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> SweepResult {
+    let total = layouts.len();
+    let mut result = SweepResult::empty(scenario_name, objective, total);
+    let Ok(parsed) = source.parse() else {
+        result.invalid = total;
+        return result;
+    };
+    let Some(keep) = keep.filter(|k| *k > 0) else {
+        let numbered = layouts.numbered();
+        return run(source, scenario_name, numbered, objective, &|| progress(1));
+    };
+    let positions: Vec<usize> = layouts.positions().collect();
+    let examined: Vec<Examined> = positions
+        .into_par_iter()
+        .map(|i| {
+            let e = examine(&parsed, i, layouts.overrides(i), objective);
+            if matches!(e, Examined::Done(_)) {
+                progress(1);
+            }
+            e
+        })
+        .collect();
+    let mut bounded = Vec::new();
+    let mut done = Vec::new();
+    for e in examined {
+        match e {
+            Examined::Done(o) => done.push(o),
+            Examined::Bounded(b) => bounded.push(b),
         }
     }
-    result.rows.sort_by_key(|r| r.index);
+    result.add(done);
+    bounded.sort_by(|a, b| a.bound.total_cmp(&b.bound).then(a.index.cmp(&b.index)));
+    // The costs of the best `keep` fitting layouts so far, ascending.
+    let mut best: Vec<f64> = result
+        .rows
+        .iter()
+        .filter(|r| r.fits && r.simulated)
+        .filter_map(|r| cost_of(objective, r))
+        .collect();
+    best.sort_by(f64::total_cmp);
+    best.truncate(keep);
+    let batch = (rayon::current_num_threads() * 2).max(4);
+    let mut next = 0;
+    while next < bounded.len() {
+        let threshold = if best.len() >= keep {
+            best[keep - 1]
+        } else {
+            f64::INFINITY
+        };
+        let end = bounded[next..]
+            .iter()
+            .take(batch)
+            .take_while(|b| b.bound <= threshold)
+            .count();
+        if end == 0 {
+            break;
+        }
+        let outcomes: Vec<Outcome> = bounded[next..next + end]
+            .par_iter()
+            .map(|b| {
+                let out = evaluate(&parsed, b.index, layouts.overrides(b.index));
+                progress(1);
+                out
+            })
+            .collect();
+        next += end;
+        for o in &outcomes {
+            if let Outcome::Row(r) = o {
+                if r.fits && r.simulated {
+                    if let Some(c) = cost_of(objective, r) {
+                        let at = best.partition_point(|b| *b <= c);
+                        best.insert(at, c);
+                        best.truncate(keep);
+                    }
+                }
+            }
+        }
+        result.add(outcomes);
+    }
+    result.pruned = bounded.len() - next;
+    progress(result.pruned as u64);
+    result.finish();
     result
 }
 
 impl SweepResult {
+    fn empty(scenario: &str, objective: Objective, layouts: usize) -> SweepResult {
+        SweepResult {
+            scenario: scenario.to_string(),
+            objective,
+            layouts,
+            invalid: 0,
+            failed: 0,
+            pruned: 0,
+            rows: Vec::new(),
+            pareto: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, outcomes: Vec<Outcome>) {
+        for o in outcomes {
+            match o {
+                Outcome::Invalid => self.invalid += 1,
+                Outcome::Failed => self.failed += 1,
+                Outcome::Row(r) => self.rows.push(*r),
+            }
+        }
+    }
+
+    /// Orders the rows by index and finds the Pareto front.
+    fn finish(&mut self) {
+        self.rows.sort_by_key(|r| r.index);
+        self.pareto = self.pareto_front().iter().map(|r| r.index).collect();
+    }
+
+    /// The fitting simulated layouts no other one beats on both tokens/s and peak memory
+    /// (at least as fast with no more memory, and better on one), fastest first; of layouts
+    /// equal on both, the first by index.
+    pub fn pareto_front(&self) -> Vec<&SweepRow> {
+        let mut v: Vec<&SweepRow> = self.rows.iter().filter(|r| r.fits && r.simulated).collect();
+        v.sort_by(|a, b| {
+            b.tokens_per_s
+                .total_cmp(&a.tokens_per_s)
+                .then(a.peak_memory_bytes.cmp(&b.peak_memory_bytes))
+                .then(a.index.cmp(&b.index))
+        });
+        let mut front: Vec<&SweepRow> = Vec::new();
+        for r in v {
+            // Sorted by speed: a row joins when it needs less memory than every faster one.
+            if front
+                .last()
+                .is_none_or(|f| r.peak_memory_bytes < f.peak_memory_bytes)
+            {
+                front.push(r);
+            }
+        }
+        front
+    }
+
     /// Layouts that do not fit in memory (simulated or not).
     pub fn out_of_memory(&self) -> usize {
         self.rows.iter().filter(|r| !r.fits).count()
     }
 
-    /// Layouts that were simulated (the other rows did not fit by model state alone).
+    /// Layouts that were simulated (the other rows did not fit by a lower bound of memory).
     pub fn simulated(&self) -> usize {
         self.rows.iter().filter(|r| r.simulated).count()
     }
@@ -439,9 +674,10 @@ impl SweepResult {
             out.layouts += p.layouts;
             out.invalid += p.invalid;
             out.failed += p.failed;
+            out.pruned += p.pruned;
             out.rows.extend(p.rows);
         }
-        out.rows.sort_by_key(|r| r.index);
+        out.finish();
         if let Some(w) = out.rows.windows(2).find(|w| w[0].index == w[1].index) {
             return Err(MergeError::Overlap(w[0].index));
         }
@@ -485,6 +721,7 @@ impl SweepResult {
                 r.recompute.clone(),
                 r.zero.to_string(),
                 r.schedule.clone(),
+                r.precision.clone(),
                 self.scenario.clone(),
                 figure(r.step_time_s, 9),
                 figure(r.tokens_per_s, 3),
@@ -502,13 +739,23 @@ impl SweepResult {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    /// The top `n` as an aligned table with a summary of what was skipped.
+    /// The top `n` as an aligned table with a summary of what was skipped, then the Pareto
+    /// front of tokens/s against memory (at most `n` of its layouts, spread over it) and the
+    /// best layout's overrides.
     pub fn top_text(&self, n: usize) -> String {
         let ranked = self.ranked();
         let mut o = String::new();
+        let pruned = if self.pruned > 0 {
+            format!(
+                ", {} pruned by bound (cannot reach the top {n})",
+                self.pruned
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             o,
-            "{}: {} layouts, {} invalid (skipped), {} failed, {} out of memory ({} by model state alone, not simulated), {} fit; ranked by {}",
+            "{}: {} layouts, {} invalid (skipped), {} failed, {} out of memory ({} by a lower bound, not simulated){pruned}, {} fit; ranked by {}",
             self.scenario,
             self.layouts,
             self.invalid,
@@ -518,37 +765,72 @@ impl SweepResult {
             ranked.len(),
             self.objective.name()
         );
-        let _ = writeln!(
-            o,
-            "{:>4} {:>4} {:>4} {:>4} {:>4} {:>4} {:>9} {:>2} {:>17} {:>10} {:>12} {:>6} {:>8} {:>7}",
-            "rank", "tp", "pp", "dp", "vpp", "mb", "recompute", "z", "schedule", "step ms", "tokens/s", "MFU", "mem GiB", "bubble"
+        table(
+            &mut o,
+            "rank",
+            &ranked.iter().take(n).copied().collect::<Vec<_>>(),
         );
-        for (i, r) in ranked.iter().take(n).enumerate() {
+        let front = self.pareto_front();
+        if front.len() > 1 {
+            let step = front.len().div_ceil(n.max(1)).max(1);
+            let shown: Vec<&SweepRow> = front.iter().step_by(step).copied().collect();
             let _ = writeln!(
                 o,
-                "{:>4} {:>4} {:>4} {:>4} {:>4} {:>4} {:>9} {:>2} {:>17} {:>10.3} {:>12.0} {:>5.1}% {:>8.2} {:>6.1}%",
-                i + 1,
-                r.tp,
-                r.pp,
-                r.dp,
-                r.vpp,
-                r.micro_batch,
-                r.recompute,
-                r.zero,
-                r.schedule,
-                r.step_time_s * 1e3,
-                r.tokens_per_s,
-                r.mfu * 100.0,
-                r.peak_memory_bytes as f64 / (1u64 << 30) as f64,
-                r.bubble_fraction * 100.0
+                "\nPareto front, tokens/s against peak memory ({} layouts{}):",
+                front.len(),
+                if step > 1 {
+                    format!(", one in {step} shown")
+                } else {
+                    String::new()
+                }
             );
+            table(&mut o, "#", &shown);
+        }
+        if let Some(best) = ranked.first() {
+            let set: Vec<String> = best
+                .overrides
+                .iter()
+                .map(|s| format!("--set {s}"))
+                .collect();
+            let _ = writeln!(o, "\nbest: {}", set.join(" "));
         }
         o
     }
 }
 
+/// Rows as the aligned table `top_text` prints, numbered from 1 under `first`.
+fn table(o: &mut String, first: &str, rows: &[&SweepRow]) {
+    let _ = writeln!(
+        o,
+        "{:>4} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>9} {:>1} {:>16} {:>12} {:>10} {:>11} {:>6} {:>7} {:>6}",
+        first, "tp", "cp", "pp", "dp", "vpp", "mb", "recompute", "z", "schedule", "precision", "step ms", "tokens/s", "MFU", "mem GiB", "bubble"
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "{:>4} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>9} {:>1} {:>16} {:>12} {:>10.3} {:>11.0} {:>5.1}% {:>7.2} {:>5.1}%",
+            i + 1,
+            r.tp,
+            r.cp,
+            r.pp,
+            r.dp,
+            r.vpp,
+            r.micro_batch,
+            r.recompute,
+            r.zero,
+            r.schedule,
+            r.precision,
+            r.step_time_s * 1e3,
+            r.tokens_per_s,
+            r.mfu * 100.0,
+            r.peak_memory_bytes as f64 / (1u64 << 30) as f64,
+            r.bubble_fraction * 100.0
+        );
+    }
+}
+
 /// Columns of [`SweepResult::to_csv`].
-pub const CSV_HEADER: &str = "rank,index,tp,pp,dp,cp,ep,vpp,micro_batch,recompute,zero,schedule,scenario,step_time_s,tokens_per_s,mfu,peak_memory_bytes,peak_memory_fraction,bubble_fraction,exposed_comm_fraction,fits,simulated,overrides";
+pub const CSV_HEADER: &str = "rank,index,tp,pp,dp,cp,ep,vpp,micro_batch,recompute,zero,schedule,precision,scenario,step_time_s,tokens_per_s,mfu,peak_memory_bytes,peak_memory_fraction,bubble_fraction,exposed_comm_fraction,fits,simulated,overrides";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MergeError {
@@ -560,5 +842,7 @@ pub enum MergeError {
     Overlap(usize),
 }
 
+#[cfg(test)]
+mod bound_tests;
 #[cfg(test)]
 mod tests;

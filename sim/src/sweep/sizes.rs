@@ -42,14 +42,20 @@ thread_local! {
 }
 
 /// `scenario` as the cache keys it: the fields sizing does not read (pipeline depth,
-/// virtual stages and schedule, data-parallel size, ZeRO stage) set to fixed values.
+/// virtual stages and schedule, data-parallel size, ZeRO stage and HSDP degree, the
+/// data-parallel overlaps, offload) set to fixed values.
 fn key_of(scenario: &Scenario) -> Scenario {
     let mut key = scenario.clone();
+    let t = &mut key.training;
+    t.overlap_grad_reduce = true;
+    t.overlap_param_gather = true;
+    t.offload = crate::scenario::Offload::None;
     let p = &mut key.parallel;
     p.pp = 1;
     p.dp = 1;
     p.vpp = 1;
     p.zero = 0;
+    p.fsdp_degree = None;
     p.schedule = PipelineSchedule::OneFOneB;
     p.layer_partition = None;
     p.account_for_embedding_in_pipeline_split = false;
@@ -99,6 +105,20 @@ pub(crate) fn generate_each<E: From<ScheduleError>>(
 ) -> Result<(), E> {
     with_cache(scenario, plan, |sizes, step| {
         crate::schedule::generate_each(scenario, plan, sizes, step, each)
+    })
+}
+
+/// [`crate::schedule::step_lower_bounds`] of `scenario`'s representative step, each compute
+/// op priced by `cost`, with `layers_work` answered from this thread's cache as [`generate`]
+/// answers it.
+pub(crate) fn lower_bounds(
+    scenario: &Scenario,
+    plan: &Plan,
+    cost: &dyn crate::cost::CostModel,
+) -> Result<crate::schedule::Bounds, ScheduleError> {
+    let price = |op: &ComputeOp| cost.compute_ns(0, op);
+    with_cache(scenario, plan, |sizes, step| {
+        crate::schedule::step_lower_bounds(scenario, plan, sizes, step, &price)
     })
 }
 
@@ -225,9 +245,20 @@ mod tests {
             (layout(2, 2, 1, 3, Gpipe, none), false),
             (layout(2, 2, 2, 1, Interleaved1F1B, none), false), // chunks of 4 layers
             (layout(4, 1, 1, 2, OneFOneB, none), true),         // stages of 4 layers
-            (layout(1, 4, 1, 0, OneFOneB, none), false),        // one stage of 16
-            (layout(2, 2, 1, 0, OneFOneB, full), false),        // another key
-            (layout(4, 1, 1, 1, OneFOneB, none), true),         // the first key is still kept
+            // Offload and the data-parallel overlaps do not change what a range costs.
+            (
+                {
+                    let mut s = layout(4, 1, 1, 2, OneFOneB, none);
+                    s.training.offload = crate::scenario::Offload::Optimizer;
+                    s.training.overlap_grad_reduce = false;
+                    s.training.overlap_param_gather = false;
+                    s
+                },
+                true,
+            ),
+            (layout(1, 4, 1, 0, OneFOneB, none), false), // one stage of 16
+            (layout(2, 2, 1, 0, OneFOneB, full), false), // another key
+            (layout(4, 1, 1, 1, OneFOneB, none), true),  // the first key is still kept
             (layout(2, 2, 2, 0, Interleaved1F1B, full), false),
             (layout(4, 1, 1, 3, Gpipe, full), false), // one-layer ranges under this key
             (layout(2, 2, 1, 3, OneFOneB, full), true), // the same one-layer ranges

@@ -4,7 +4,9 @@
 //! Enumeration is cheap and deterministic; whether a layout is valid is left to scenario
 //! validation, which explains nothing here but counts what it rejects.
 
-use crate::scenario::{moe_a2a_overlap_blocker, PipelineSchedule, Recompute, Scenario};
+use crate::scenario::{
+    moe_a2a_overlap_blocker, Fp8Recipe, Offload, PipelineSchedule, Precision, Recompute, Scenario,
+};
 
 fn u32_of(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
@@ -125,7 +127,9 @@ fn divisors(n: u64) -> Vec<u64> {
     (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
-/// What `--search` varies, with its defaults.
+/// What `--search` varies, with its defaults. Each axis lists the values tried; an axis
+/// that cannot apply to a layout (tensor-parallel overlap without tp, the data-parallel
+/// overlaps without dp, FP8 on a GPU without an FP8 rate) is not varied there.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SearchSpace {
     pub micro_batches: Vec<u64>,
@@ -133,6 +137,22 @@ pub struct SearchSpace {
     pub zero: Vec<u8>,
     /// Virtual pipeline depths tried (> 1 uses the interleaved-1f1b schedule).
     pub vpp: Vec<u32>,
+    /// Context-parallel degrees tried (each needs `seq_len` divisible by `2 * cp`).
+    pub cp: Vec<u32>,
+    /// Largest tensor-parallel degree; `None`: the GPUs of one node.
+    pub max_tp: Option<u32>,
+    /// Schedules of layouts with one chunk per stage and pp > 1.
+    pub schedules: Vec<PipelineSchedule>,
+    /// FP8 recipes tried beside the base precision, on GPUs with an FP8 rate above bf16.
+    pub fp8_recipes: Vec<Fp8Recipe>,
+    /// `tp_comm_overlap` values, where tp > 1 and the framework can overlap.
+    pub tp_comm_overlap: Vec<bool>,
+    /// `overlap_grad_reduce` and `overlap_param_gather` (set together), where dp > 1.
+    pub dp_overlap: Vec<bool>,
+    /// `offload` values (`params` only with ZeRO 3).
+    pub offload: Vec<&'static str>,
+    /// HSDP: shard groups spanning this many nodes are tried beside plain FSDP under ZeRO 3.
+    pub hsdp_nodes: Vec<u32>,
 }
 
 impl Default for SearchSpace {
@@ -142,115 +162,345 @@ impl Default for SearchSpace {
             recompute: vec!["none", "selective", "full"],
             zero: vec![0, 1, 2, 3],
             vpp: vec![1, 2, 4, 8],
+            cp: vec![1, 2, 4, 8, 16],
+            max_tp: None,
+            schedules: vec![PipelineSchedule::OneFOneB, PipelineSchedule::ZeroBubble],
+            fp8_recipes: vec![Fp8Recipe::Delayed, Fp8Recipe::Tensorwise],
+            tp_comm_overlap: vec![false, true],
+            dp_overlap: vec![true, false],
+            offload: vec!["none", "optimizer"],
+            hsdp_nodes: vec![1, 4],
         }
     }
 }
 
-/// Every layout of `base`'s GPU count (cp kept as it is): tp dividing the heads, pp dividing the
-/// layers, dp the rest; for a mixture of experts each expert layout ([`expert_layouts`]); then
-/// each vpp, micro batch, recompute and ZeRO stage; for a mixture of experts, then
-/// `moe_a2a_overlap` off, and on where validation accepts it
-/// ([`moe_a2a_overlap_blocker`]: ep > 1, no pipeline or an interleaved one, no full
-/// recomputation, a framework that can).
-/// Combinations that cannot work for arithmetic reasons (pp*vpp not dividing the layers, a
-/// micro batch that does not divide the per-replica batch) and layouts `base`'s framework
-/// cannot launch (its file's `cannot_run` limits) are not generated; the rest are left to
-/// scenario validation.
+impl SearchSpace {
+    /// The space of the earlier search: tp x pp x dp with vpp, micro batch, recompute and
+    /// ZeRO stage, everything else as the base scenario has it.
+    pub fn layouts_only() -> SearchSpace {
+        SearchSpace {
+            cp: Vec::new(),
+            schedules: Vec::new(),
+            fp8_recipes: Vec::new(),
+            tp_comm_overlap: Vec::new(),
+            dp_overlap: Vec::new(),
+            offload: Vec::new(),
+            hsdp_nodes: Vec::new(),
+            ..SearchSpace::default()
+        }
+    }
+}
+
+/// One layout of a search, compact (a search holds hundreds of thousands); its `--set`
+/// overrides come from [`Candidate::overrides`]. `None` keeps the base scenario's setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    pub tp: u32,
+    pub pp: u32,
+    pub dp: u32,
+    pub cp: u32,
+    /// (ep, etp) for a mixture of experts.
+    pub experts: Option<(u32, u32)>,
+    pub vpp: u32,
+    pub schedule: PipelineSchedule,
+    pub micro_batch: u64,
+    pub recompute: &'static str,
+    pub zero: u8,
+    /// HSDP shard-group size (written when the base or the layout uses HSDP).
+    pub fsdp_degree: Option<u32>,
+    /// `Some(recipe)`: FP8 with that recipe; `None`: the base precision.
+    pub fp8: Option<Fp8Recipe>,
+    pub tp_comm_overlap: Option<bool>,
+    pub dp_overlap: Option<bool>,
+    pub offload: Option<&'static str>,
+    pub moe_a2a_overlap: Option<bool>,
+}
+
+impl Candidate {
+    /// The `--set` overrides that make this layout from the base scenario.
+    pub fn overrides(&self) -> Vec<String> {
+        let mut o = vec![
+            format!("parallel.tp={}", self.tp),
+            format!("parallel.pp={}", self.pp),
+            format!("parallel.dp={}", self.dp),
+            format!("parallel.vpp={}", self.vpp),
+            format!("parallel.schedule=\"{}\"", self.schedule.as_str()),
+            format!("parallel.zero={}", self.zero),
+            "parallel.fsdp=false".to_string(),
+            format!("parallel.sequence_parallel={}", self.tp > 1),
+            format!("training.micro_batch={}", self.micro_batch),
+            format!("training.recompute=\"{}\"", self.recompute),
+        ];
+        if self.cp != 1 || self.experts.is_none() {
+            o.push(format!("parallel.cp={}", self.cp));
+        }
+        if let Some((ep, etp)) = self.experts {
+            o.push(format!("parallel.ep={ep}"));
+            o.push(format!("parallel.etp={etp}"));
+        }
+        if let Some(d) = self.fsdp_degree {
+            o.push(format!("parallel.fsdp_degree={d}"));
+        }
+        if let Some(r) = self.fp8 {
+            o.push("training.precision=\"fp8\"".to_string());
+            o.push(format!("training.fp8_recipe=\"{}\"", r.as_str()));
+        }
+        if let Some(on) = self.tp_comm_overlap {
+            o.push(format!("training.tp_comm_overlap={on}"));
+        }
+        if let Some(on) = self.dp_overlap {
+            o.push(format!("training.overlap_grad_reduce={on}"));
+            o.push(format!("training.overlap_param_gather={on}"));
+        }
+        if let Some(mode) = self.offload {
+            o.push(format!("training.offload=\"{mode}\""));
+        }
+        if let Some(on) = self.moe_a2a_overlap {
+            o.push(format!("training.moe_a2a_overlap={on}"));
+        }
+        o
+    }
+
+    /// `base` with this layout applied, for the checks made while enumerating (the
+    /// framework's limits, the all-to-all overlap's conditions); validation proper happens
+    /// when the overrides are resolved.
+    fn apply(&self, candidate: &mut Scenario) {
+        let c = &mut candidate.parallel;
+        (c.tp, c.pp, c.dp, c.cp, c.vpp) = (self.tp, self.pp, self.dp, self.cp, self.vpp);
+        if let Some((ep, etp)) = self.experts {
+            (c.ep, c.etp) = (ep, Some(etp));
+        }
+        (c.schedule, c.zero, c.fsdp) = (self.schedule, self.zero, false);
+        c.sequence_parallel = self.tp > 1;
+        if self.fsdp_degree.is_some() {
+            c.fsdp_degree = self.fsdp_degree;
+        }
+        let t = &mut candidate.training;
+        t.micro_batch = self.micro_batch;
+        t.recompute = recompute_of(self.recompute);
+        if let Some(r) = self.fp8 {
+            t.precision = Precision::Fp8;
+            t.fp8_recipe = r;
+        }
+        if let Some(on) = self.tp_comm_overlap {
+            t.tp_comm_overlap = on;
+        }
+        if let Some(on) = self.dp_overlap {
+            (t.overlap_grad_reduce, t.overlap_param_gather) = (on, on);
+        }
+        if let Some(mode) = self.offload {
+            t.offload = match mode {
+                "optimizer" => Offload::Optimizer,
+                "params" => Offload::Params,
+                _ => Offload::None,
+            };
+        }
+        if let Some(on) = self.moe_a2a_overlap {
+            t.moe_a2a_overlap = on;
+        }
+    }
+}
+
+/// Every layout of `base`'s GPU count in `space`, as `--set` overrides ([`candidates`]).
 pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
+    candidates(base, space)
+        .iter()
+        .map(Candidate::overrides)
+        .collect()
+}
+
+/// Every layout of `base`'s GPU count in `space`: each cp, tp (dividing the heads, at most
+/// `max_tp`), pp and dp = the rest; for a mixture of experts each expert layout
+/// ([`expert_layouts`]); each vpp (> 1 interleaved) or, with one chunk per stage, each
+/// schedule; each micro batch, recompute mode, ZeRO stage (with HSDP degrees under ZeRO 3),
+/// precision (the base's, and FP8 with each recipe where the GPU has an FP8 rate),
+/// tensor-parallel overlap, data-parallel overlap and offload; for a mixture of experts then
+/// `moe_a2a_overlap` off, and on where validation accepts it ([`moe_a2a_overlap_blocker`]).
+/// Combinations that cannot work for arithmetic reasons (a product not dividing the GPUs, more
+/// pipeline chunks than layers, a micro batch that does not divide the per-replica batch) and
+/// layouts `base`'s framework cannot launch (its file's `cannot_run` limits) are not
+/// generated; the rest are left to scenario validation.
+pub fn candidates(base: &Scenario, space: &SearchSpace) -> Vec<Candidate> {
     let p = &base.parallel;
     let m = &base.model;
+    let t = &base.training;
     let gpus = u64::from(base.cluster.gpus);
-    let fixed = u64::from(p.cp);
-    if fixed == 0 || gpus % fixed != 0 {
-        return Vec::new();
-    }
-    let rest = gpus / fixed;
-    let non_interleaved = match p.schedule {
-        PipelineSchedule::Interleaved1F1B => PipelineSchedule::OneFOneB,
-        other => other,
-    };
-    let limits = !base.training.framework.cannot_run.is_empty();
+    let fw = &t.framework;
+    let limits = !fw.cannot_run.is_empty();
     let moe = base.model.moe.is_some();
+    let node = u64::from(base.cluster.gpus_per_node.max(1));
+    let max_tp = space.max_tp.map_or(node, u64::from);
+    let cps: Vec<u64> = if space.cp.is_empty() {
+        vec![u64::from(p.cp)]
+    } else {
+        space.cp.iter().map(|&c| u64::from(c)).collect()
+    };
+    let peak = &base.cluster.gpu.peak;
+    let fp8_rate = peak.fp8_flops_per_s > peak.bf16_flops_per_s;
+    let mut precisions: Vec<Option<Fp8Recipe>> = vec![None];
+    if fp8_rate && t.precision != Precision::Fp32 {
+        precisions.extend(
+            space
+                .fp8_recipes
+                .iter()
+                .filter(|r| t.precision != Precision::Fp8 || **r != t.fp8_recipe)
+                .map(|&r| Some(r)),
+        );
+    }
+    let or_base = |values: &[bool]| -> Vec<Option<bool>> {
+        if values.is_empty() {
+            vec![None]
+        } else {
+            values.iter().map(|&v| Some(v)).collect()
+        }
+    };
+    let offloads: Vec<Option<&'static str>> = if space.offload.is_empty() {
+        vec![None]
+    } else {
+        space.offload.iter().map(|&o| Some(o)).collect()
+    };
     let mut candidate = base.clone();
     let mut out = Vec::new();
-    for tp in divisors(rest) {
-        if u64::from(m.heads) % tp != 0 {
+    for cp in cps {
+        if cp == 0 || gpus % cp != 0 || (cp > 1 && m.seq_len % (2 * cp) != 0) {
             continue;
         }
-        for pp in divisors(rest / tp) {
-            let dp = rest / tp / pp;
-            for (ep, etp) in expert_layouts(base, tp, dp) {
-                for &vpp in &space.vpp {
-                    let chunks = pp * u64::from(vpp);
-                    if u64::from(m.layers) % chunks != 0 || (vpp > 1 && pp == 1) {
-                        continue;
-                    }
-                    let schedule = if vpp > 1 {
-                        PipelineSchedule::Interleaved1F1B
-                    } else {
-                        non_interleaved
-                    };
-                    for &mb in &space.micro_batches {
-                        if !base.training.global_batch.is_multiple_of(mb * dp) {
+        let rest = gpus / cp;
+        for tp in divisors(rest) {
+            if tp > max_tp || u64::from(m.heads) % tp != 0 {
+                continue;
+            }
+            for pp in divisors(rest / tp) {
+                let dp = rest / tp / pp;
+                for (ep, etp) in expert_layouts(base, tp, dp, cp) {
+                    for &vpp in &space.vpp {
+                        let chunks = pp * u64::from(vpp);
+                        if chunks > u64::from(m.layers) || (vpp > 1 && pp == 1) {
                             continue;
                         }
-                        for rc in &space.recompute {
-                            for &zero in &space.zero {
-                                if limits || moe {
-                                    let c = &mut candidate.parallel;
-                                    (c.tp, c.pp, c.dp, c.vpp) =
-                                        (u32_of(tp), u32_of(pp), u32_of(dp), vpp);
-                                    (c.ep, c.etp) = (ep, Some(etp));
-                                    (c.schedule, c.zero, c.fsdp) = (schedule, zero, false);
-                                    c.sequence_parallel = tp > 1;
-                                    c.fsdp_degree = c.fsdp_degree.map(|_| u32_of(dp));
-                                    candidate.training.micro_batch = mb;
-                                    candidate.training.recompute = recompute_of(rc);
-                                }
-                                if limits && base.training.framework.refusal(&candidate).is_some() {
+                        let schedules: Vec<PipelineSchedule> = if vpp > 1 {
+                            vec![PipelineSchedule::Interleaved1F1B]
+                        } else if pp == 1 || space.schedules.is_empty() {
+                            vec![match p.schedule {
+                                PipelineSchedule::Interleaved1F1B => PipelineSchedule::OneFOneB,
+                                other => other,
+                            }]
+                        } else {
+                            space.schedules.clone()
+                        };
+                        for &schedule in &schedules {
+                            for &mb in &space.micro_batches {
+                                if !t.global_batch.is_multiple_of(mb * dp) {
                                     continue;
                                 }
-                                let mut layout = vec![
-                                    format!("parallel.tp={tp}"),
-                                    format!("parallel.pp={pp}"),
-                                    format!("parallel.dp={dp}"),
-                                    format!("parallel.vpp={vpp}"),
-                                    format!("parallel.schedule=\"{}\"", schedule.as_str()),
-                                    format!("parallel.zero={zero}"),
-                                    "parallel.fsdp=false".to_string(),
-                                    format!("parallel.sequence_parallel={}", tp > 1),
-                                    format!("training.micro_batch={mb}"),
-                                    format!("training.recompute=\"{rc}\""),
-                                ];
-                                if moe {
-                                    layout.push(format!("parallel.ep={ep}"));
-                                    layout.push(format!("parallel.etp={etp}"));
-                                }
-                                // The search proposes plain FSDP only: a base's HSDP degree
-                                // becomes the whole dp of each layout.
-                                if p.fsdp_degree.is_some() {
-                                    layout.push(format!("parallel.fsdp_degree={dp}"));
-                                }
-                                if !moe {
-                                    out.push(layout);
-                                    continue;
-                                }
-                                // Both settings of the all-to-all overlap, each written out so
-                                // that a base's own setting does not carry over.
-                                let overlap = moe_a2a_overlap_blocker(&candidate).is_none();
-                                for on in [false, true] {
-                                    if on && !overlap {
-                                        continue;
+                                for &rc in &space.recompute {
+                                    // Precision and tensor-parallel overlap change what a
+                                    // layer range costs; the loops inside them (ZeRO, HSDP,
+                                    // data-parallel overlap, offload) do not, so consecutive
+                                    // layouts share their sized layers (`sizes`).
+                                    for &fp8 in &precisions {
+                                        let tp_overlaps = if tp > 1 && fw.overlaps.tp_comm_overlap {
+                                            or_base(&space.tp_comm_overlap)
+                                        } else {
+                                            vec![(!space.tp_comm_overlap.is_empty())
+                                                .then_some(false)]
+                                        };
+                                        for &tpo in &tp_overlaps {
+                                            for &zero in &space.zero {
+                                                let fsdp_degrees =
+                                                    hsdp_degrees(base, space, zero, dp, tp * cp);
+                                                for &fsdp_degree in &fsdp_degrees {
+                                                    let dp_overlaps = if dp > 1 {
+                                                        or_base(&space.dp_overlap)
+                                                    } else {
+                                                        vec![None]
+                                                    };
+                                                    for &dpo in &dp_overlaps {
+                                                        for &off in &offloads {
+                                                            let mut c = Candidate {
+                                                                tp: u32_of(tp),
+                                                                pp: u32_of(pp),
+                                                                dp: u32_of(dp),
+                                                                cp: u32_of(cp),
+                                                                experts: moe.then_some((ep, etp)),
+                                                                vpp,
+                                                                schedule,
+                                                                micro_batch: mb,
+                                                                recompute: rc,
+                                                                zero,
+                                                                fsdp_degree,
+                                                                fp8,
+                                                                tp_comm_overlap: tpo,
+                                                                dp_overlap: dpo,
+                                                                offload: off,
+                                                                moe_a2a_overlap: None,
+                                                            };
+                                                            if limits || moe {
+                                                                candidate.clone_from(base);
+                                                                c.apply(&mut candidate);
+                                                            }
+                                                            if limits
+                                                                && fw.refusal(&candidate).is_some()
+                                                            {
+                                                                continue;
+                                                            }
+                                                            if !moe {
+                                                                out.push(c);
+                                                                continue;
+                                                            }
+                                                            // Both settings, each written out so
+                                                            // that a base's own does not carry over.
+                                                            let overlap =
+                                                                moe_a2a_overlap_blocker(&candidate)
+                                                                    .is_none();
+                                                            for on in [false, true] {
+                                                                if on && !overlap {
+                                                                    continue;
+                                                                }
+                                                                c.moe_a2a_overlap = Some(on);
+                                                                out.push(c);
+                                                            }
+                                                        }
+                                                    }
+                                                }
+                                            }
+                                        }
                                     }
-                                    let mut l = layout.clone();
-                                    l.push(format!("training.moe_a2a_overlap={on}"));
-                                    out.push(l);
                                 }
                             }
                         }
                     }
                 }
             }
+        }
+    }
+    out
+}
+
+/// The HSDP shard-group sizes tried for one layout: `dp` (plain FSDP, written only when the
+/// base uses HSDP) and, under ZeRO 3, groups spanning `space.hsdp_nodes` nodes where they
+/// divide dp and are smaller than it; `None` (not written) for other ZeRO stages.
+fn hsdp_degrees(
+    base: &Scenario,
+    space: &SearchSpace,
+    zero: u8,
+    dp: u64,
+    tp_cp: u64,
+) -> Vec<Option<u32>> {
+    let plain = base.parallel.fsdp_degree.map(|_| u32_of(dp));
+    if zero < 3 {
+        return vec![plain];
+    }
+    let node = u64::from(base.cluster.gpus_per_node.max(1));
+    let mut out = vec![plain];
+    for &nodes in &space.hsdp_nodes {
+        let gpus = node * u64::from(nodes);
+        if gpus % tp_cp != 0 {
+            continue;
+        }
+        let d = gpus / tp_cp;
+        if d > 1 && d < dp && dp % d == 0 && !out.contains(&Some(u32_of(d))) {
+            out.push(Some(u32_of(d)));
         }
     }
     out
@@ -271,7 +521,7 @@ fn recompute_of(name: &str) -> Recompute {
 /// experts with the experts split like the MLP (etp = tp), and, under tensor parallelism,
 /// every ep dividing both tp*dp and the experts with whole experts (etp = 1, which refolds the
 /// tensor-parallel ranks and needs cp = 1).
-fn expert_layouts(base: &Scenario, tp: u64, dp: u64) -> Vec<(u32, u32)> {
+fn expert_layouts(base: &Scenario, tp: u64, dp: u64, cp: u64) -> Vec<(u32, u32)> {
     let Some(moe) = &base.model.moe else {
         return vec![(base.parallel.ep, u32_of(tp))];
     };
@@ -281,7 +531,7 @@ fn expert_layouts(base: &Scenario, tp: u64, dp: u64) -> Vec<(u32, u32)> {
         .filter(|ep| experts.is_multiple_of(*ep))
         .map(|ep| (u32_of(ep), u32_of(tp)))
         .collect();
-    if tp > 1 && base.parallel.cp == 1 {
+    if tp > 1 && cp == 1 {
         out.extend(
             divisors(tp * dp)
                 .into_iter()

@@ -51,7 +51,7 @@ fn vary_sweep_counts_invalid_layouts_and_ranks_the_rest() {
 fn shards_merge_into_the_whole_sweep() {
     let src = source();
     let s = src.resolve(&[]).unwrap();
-    let layouts = numbered(search(&s, &SearchSpace::default()));
+    let layouts = numbered(search(&s, &SearchSpace::layouts_only()));
     let whole = run(&src, "small", layouts.clone(), Objective::Mfu, &|| {});
     let parts: Vec<SweepResult> = (0..3)
         .map(|i| {
@@ -124,7 +124,7 @@ fn layouts_skipped_for_model_state_really_do_not_fit() {
     let r = run(
         &src,
         "small",
-        numbered(search(&s, &SearchSpace::default())),
+        numbered(search(&s, &SearchSpace::layouts_only())),
         Objective::TokensPerS,
         &|| {},
     );
@@ -148,7 +148,7 @@ fn layouts_skipped_for_model_state_really_do_not_fit() {
 fn a_layout_simulated_after_others_equals_one_simulated_fresh() {
     let src = source();
     let s = src.resolve(&[]).unwrap();
-    let layouts = numbered(search(&s, &SearchSpace::default()));
+    let layouts = numbered(search(&s, &SearchSpace::layouts_only()));
     assert!(layouts.len() > 4);
     let parsed = src.parse().unwrap();
     let row = |o: Outcome| match o {
@@ -189,14 +189,11 @@ fn a_layout_simulated_after_others_equals_one_simulated_fresh() {
 fn search_proposes_only_layouts_the_framework_can_launch() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/512xA100.toml");
     let layouts = |overrides: &[String]| -> Vec<Vec<String>> {
-        let req = SweepRequest {
-            overrides,
-            vary: &[],
-            search: true,
-            shard: None,
-        };
-        let plan = SweepPlan::new(ScenarioSource::read(&path).unwrap(), &req).unwrap();
-        plan.layouts.into_iter().map(|(_, o)| o).collect()
+        let base = ScenarioSource::read(&path)
+            .unwrap()
+            .resolve(overrides)
+            .unwrap();
+        search(&base, &SearchSpace::layouts_only())
     };
     let get = |l: &[String], k: &str| -> u64 {
         l.iter()
@@ -273,7 +270,7 @@ fn search_varies_moe_a2a_overlap_where_validation_accepts_it() {
 
     let small = SearchSpace {
         micro_batches: vec![1, 2],
-        ..SearchSpace::default()
+        ..SearchSpace::layouts_only()
     };
     let layouts = search(&base, &small);
     let mut on = 0;
@@ -312,8 +309,8 @@ fn search_varies_moe_a2a_overlap_where_validation_accepts_it() {
         && s.parallel.pp == 1
         && s.training.recompute == Recompute::Full));
 
-    // The default space: a layout validates with the flag on exactly when it does with it off.
-    let all = search(&base, &SearchSpace::default());
+    // The layout space: a layout validates with the flag on exactly when it does with it off.
+    let all = search(&base, &SearchSpace::layouts_only());
     let mut invalid = 0;
     for l in all.iter().filter(|l| flag(l)) {
         let off = src
