@@ -212,3 +212,59 @@ fn kept_parameters_and_fp32_gradients_stay_resident() {
     // the whole stage's bf16 parameters and fp32 gradients.
     assert!(kept - per_pass <= 6 * stage_params);
 }
+
+/// Interleaved (two chunks per stage): after a chunk's last backward its reduce-scatters are
+/// issued, and the rank's next compute (the other chunk's backward) waits for all of them, as
+/// FSDP2's post-backward callback makes the compute stream wait for the last one. Each chunk
+/// reduces its own layers once.
+#[test]
+fn the_next_compute_waits_for_a_finished_chunk_s_reduce_scatters() {
+    let mut s = titan(4);
+    s.parallel.vpp = 2;
+    s.parallel.schedule = twin_sim::scenario::PipelineSchedule::Interleaved1F1B;
+    let plan = Plan::new(&s).unwrap();
+    let sched = generate(&s, &plan).unwrap();
+    sched.validate(&plan).unwrap();
+    let prog = &sched.programs[sched.program_of[0] as usize];
+    let scatters = |chunk: u32| -> Vec<usize> {
+        prog.ops
+            .iter()
+            .enumerate()
+            .filter(|(_, op)| {
+                op.label.chunk == chunk
+                    && matches!(
+                        op.kind,
+                        OpKind::Collective {
+                            kind: CollectiveKind::ReduceScatter,
+                            ..
+                        }
+                    )
+            })
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let layers = plan.chunks[0][0].num_layers as usize;
+    assert_eq!(layers, 4);
+    let mut waited = 0;
+    for chunk in 0..2 {
+        let rs = scatters(chunk);
+        // One call per layer; the first chunk's first layer carries the embedding (two calls).
+        assert!(rs.len() == layers || rs.len() == layers + 1, "{rs:?}");
+        let last = *rs.last().unwrap();
+        let next_compute = prog.ops[last..]
+            .iter()
+            .position(|op| matches!(op.kind, OpKind::Compute(_)))
+            .map(|k| last + k);
+        if let Some(c) = next_compute {
+            for &r in &rs {
+                assert!(
+                    prog.ops[c].deps.contains(&(r as u32)),
+                    "op {c} does not wait for {r}"
+                );
+            }
+            waited += 1;
+        }
+    }
+    // The chunk whose last backward is not the stage's last op is waited for.
+    assert!(waited >= 1);
+}

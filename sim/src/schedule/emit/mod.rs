@@ -202,7 +202,9 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             first_grads[slot.chunk as usize].get_or_insert(mb);
             last_grad_op = Some(grads);
             dp.per_pass_grads(&mut b, seg, grads, grad_buf, seg_label)?;
-            dp.pipelined_grads(&mut b, segs, step, slot.chunk, grads, last_of_slot)?;
+            let reduced =
+                dp.pipelined_grads(&mut b, segs, step, slot.chunk, grads, last_of_slot)?;
+            pending_comms.extend(reduced);
             dp.finalising_bucket(&mut b, segs, step, slot.chunk, grads)?;
         }
         // Activations: freed after the pass that last reads them.

@@ -174,7 +174,12 @@ impl DpEmitter<'_> {
     /// backward, reduce-scatter this segment's gradients (`last-microbatch`) or, at the end
     /// of that pass, every segment's in backward order (`after-backward`); once the chunk's
     /// reductions are issued, its accumulated gradients are freed after the ops that read
-    /// them.
+    /// them. Returns those ops at the end of the pass: the rank's next compute waits for them,
+    /// as FSDP2's post-backward callback makes the compute stream wait for the last
+    /// reduce-scatter (pytorch/pytorch@0138610331c90b8053a0bfc6df0175b200a1cad2:
+    /// torch/distributed/fsdp/_fully_shard/_fsdp_state.py `_root_post_backward_final_callback`:
+    /// `current_stream().wait_event(self._comm_ctx.reduce_scatter_state.event)`, called by the
+    /// pipeline stage's `_post_backward`).
     pub fn pipelined_grads(
         &mut self,
         b: &mut Builder,
@@ -183,13 +188,13 @@ impl DpEmitter<'_> {
         chunk: u32,
         grads: u32,
         last_of_slot: bool,
-    ) -> Result<(), ScheduleError> {
+    ) -> Result<Vec<u32>, ScheduleError> {
         let dp = self.ctx.dp;
         let Some(p) = dp.pipelined else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         if !(dp.syncs && dp.reduces() && step.last_grads) {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let mut readers = Vec::new();
         let unit = |seg: &Seg| label(None, chunk, seg.first_layer, seg.num_layers);
@@ -203,14 +208,18 @@ impl DpEmitter<'_> {
             readers.extend(self.reduce(b, seg.params, [grads], unit(seg))?);
         }
         self.pipelined_readers.extend(readers);
-        if last_of_slot {
-            let buffer = self.pipelined_grads.remove(&chunk).flatten();
-            let deps: Deps = std::mem::take(&mut self.pipelined_readers)
-                .into_iter()
-                .collect();
-            b.free(Stream::Dp, buffer, deps, Label::default())?;
+        if !last_of_slot {
+            return Ok(Vec::new());
         }
-        Ok(())
+        let buffer = self.pipelined_grads.remove(&chunk).flatten();
+        let readers = std::mem::take(&mut self.pipelined_readers);
+        b.free(
+            Stream::Dp,
+            buffer,
+            readers.iter().copied().collect::<Deps>(),
+            Label::default(),
+        )?;
+        Ok(readers)
     }
 
     /// The unsharded gradient buffer a ZeRO-3 pass writes before it is reduce-scattered.
