@@ -20,6 +20,21 @@
 //!   pass ahead (one layer at a time when the framework gathers per layer,
 //!   [`DpPolicy::gather_per_layer`], as FSDP's per-block units do); after every backward (or weight-gradient pass) the unsharded gradients are
 //!   reduce-scattered at once, per micro batch, as FSDP does without `no_sync`.
+//! - ZeRO 3 / FSDP under pipeline parallelism where the framework says
+//!   `overlaps.grad_reduce_pipelined` ([`Pipelined`]): `torch.distributed.pipelining` turns
+//!   FSDP2's gradient sync and its reshard after backward off for every micro batch's backward
+//!   (pytorch/pytorch@0138610331c90b8053a0bfc6df0175b200a1cad2:
+//!   torch/distributed/pipelining/stage.py `backward_maybe_with_nosync`:
+//!   `set_reshard_after_backward(False)`, `set_requires_gradient_sync(False)`) and runs FSDP's
+//!   post-backward, the reduce-scatter of every unit, once after the stage's last backward
+//!   (`_post_backward`). Meanwhile FSDP2 accumulates each unsharded gradient in its reduce
+//!   dtype (`FSDPParam.to_accumulated_grad_if_needed`, fp32 under torchtitan's policy), held
+//!   here for the whole step. With `reshard_after_forward` off under pipelining (torchtitan:
+//!   `reshard_after_forward = False` when `pp_enabled`,
+//!   pytorch/torchtitan@9dec370ad26b5f8e9a7333a0e36165018262644b:torchtitan/parallelisms/parallelize_llama.py
+//!   `apply_fsdp`) nothing reshards before that post-backward either, so each layer is
+//!   gathered once per step, by its first forward, and stays gathered until its chunk's last
+//!   backward.
 //! - HSDP (`fsdp_degree` below dp): the gathers and reduce-scatters run over the shard group
 //!   (`DenseDp` / `ExpertDp`, cut to the inner `fsdp_degree` dp coordinates by the plan), and
 //!   each reduce-scatter's output, the sharded gradient, is then all-reduced over the replica
@@ -38,7 +53,7 @@
 //!   ZeRO 3 / FSDP, whose gradients are reduce-scattered per micro batch.
 
 use crate::plan::{GroupKind, Plan};
-use crate::scenario::framework::FsdpUnit;
+use crate::scenario::framework::{FsdpUnit, GradReduce, Reshard};
 use crate::scenario::{GradCompression, Scenario, SyncMode};
 use crate::schedule::ScheduleError;
 use crate::workload::ParamCount;
@@ -57,6 +72,18 @@ pub enum Zero {
     ShardedOptimizer,
     /// ZeRO 3 / FSDP: gather parameters per pass, reduce-scatter gradients per micro batch.
     ShardedParams,
+}
+
+/// ZeRO 3 / FSDP under pipeline parallelism, driven once per step (the module comment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pipelined {
+    /// `AfterBackward`: each chunk's gradients are reduce-scattered, unit by unit, once its
+    /// last backward has finished; `LastMicrobatch`: each unit's as soon as the chunk's last
+    /// backward has produced them.
+    pub reduce: GradReduce,
+    /// Each layer is gathered once per step (its first forward) and kept until its chunk's
+    /// last backward.
+    pub keep_params: bool,
 }
 
 /// The data-parallel decisions for one step.
@@ -86,6 +113,9 @@ pub struct DpPolicy {
     /// overlaps this one's compute. Otherwise a ZeRO-3 pass gathers its whole chunk (or
     /// `run.granularity` segment).
     pub gather_per_layer: bool,
+    /// ZeRO 3 / FSDP under pipeline parallelism with the framework's
+    /// `overlaps.grad_reduce_pipelined` (`None`: per pass and per micro batch).
+    pub pipelined: Option<Pipelined>,
 }
 
 impl DpPolicy {
@@ -139,6 +169,7 @@ impl DpPolicy {
             param_elem_bytes: s.training.precision.bytes(),
             gather_per_layer: zero == Zero::ShardedParams
                 && s.training.framework.overlaps.fsdp_unit == FsdpUnit::Layer,
+            pipelined: pipelined(s, plan, zero),
         })
     }
 
@@ -217,6 +248,23 @@ impl DpPolicy {
             .map(|(e, n)| (self.wire_grad_bytes(e), n))
             .collect()
     }
+}
+
+/// [`DpPolicy::pipelined`]: ZeRO 3 over more than one pipeline stage under a framework whose
+/// file reduces once per step there.
+fn pipelined(s: &Scenario, plan: &Plan, zero: Zero) -> Option<Pipelined> {
+    let o = &s.training.framework.overlaps;
+    let reduce = o.grad_reduce_pipelined?;
+    if zero != Zero::ShardedParams || plan.pp() <= 1 || reduce == GradReduce::EveryMicrobatch {
+        return None;
+    }
+    Some(Pipelined {
+        reduce,
+        keep_params: matches!(
+            o.reshard_after_forward,
+            Reshard::Never | Reshard::UnlessPipelined
+        ),
+    })
 }
 
 /// `total` cut into pieces of `per`: `[(per, full)]` plus `[(rest, 1)]` when there is a rest.

@@ -19,6 +19,9 @@
 //!     only the rank's shard) and a reduce-scatter of their gradients
 //!     (`AttnFuncWithCPAndKVAllGather.backward`: `gather_along_first_dim` of k and v, then
 //!     `reduce_scatter_along_first_dim` of dk and dv).
+//!     Under PyTorch's context parallelism (`attention.cp_merge = "eager-fp32"`) the
+//!     gradients go around the ring in fp32 instead of a reduce-scatter; see
+//!     `workload::cp_merge`.
 //!   - ulysses: per layer, an all-to-all of Q, K and V from sequence to head sharding (send
 //!     buffer `b*s/c*(h+2kv)/t` elements) and one of the output back (`b*s/c*h/t`) in the
 //!     forward; in the backward the same two for the output's gradient and Q, K, V's
@@ -166,10 +169,23 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
                     &mut out.backward,
                     call(CollectiveKind::AllGather, GroupKind::Cp, kv),
                 );
-                push(
-                    &mut out.backward,
-                    call(CollectiveKind::ReduceScatter, GroupKind::Cp, kv),
-                );
+                if super::cp_merge::applies(d) {
+                    // PyTorch passes the fp32 dK/dV around the ring instead; only the last
+                    // transfer is waited for (`cp_merge`). `permute_tensor` is an all-to-all
+                    // with one non-empty split: priced as the all-to-all whose per-rank
+                    // traffic it is (a buffer of c/(c-1) times what one rank sends).
+                    let sent = super::cp_merge::grad_pass_bytes(d);
+                    let buffer = mul(sent, d.c) / (d.c - 1);
+                    push(
+                        &mut out.backward,
+                        call(CollectiveKind::AllToAll, GroupKind::Cp, buffer),
+                    );
+                } else {
+                    push(
+                        &mut out.backward,
+                        call(CollectiveKind::ReduceScatter, GroupKind::Cp, kv),
+                    );
+                }
             }
             CpAlgorithm::Ulysses => {
                 let qkv = mul(

@@ -356,6 +356,14 @@ fn attention_core(d: &Dims) -> BlockParts {
         bwd.memory_bytes = mul(2, bytes);
         bwd.kernels = 6;
     }
+    // PyTorch's context parallelism merges the blocks' outputs and accumulates dK/dV in fp32
+    // with eager kernels (`cp_merge`); a recompute of the attention runs the forward's again.
+    let (fwd_bytes, fwd_kernels) = super::cp_merge::forward(d);
+    core.memory_bytes = core.memory_bytes.saturating_add(fwd_bytes);
+    core.kernels = core.kernels.saturating_add(fwd_kernels);
+    let (bwd_bytes, bwd_kernels) = super::cp_merge::backward(d);
+    bwd.memory_bytes = bwd.memory_bytes.saturating_add(bwd_bytes);
+    bwd.kernels = bwd.kernels.saturating_add(bwd_kernels);
     BlockParts {
         forward: core.clone(),
         backward_input: bwd,

@@ -135,6 +135,9 @@ pub(crate) struct Dims {
     pub c: u64,
     /// How context parallelism exchanges K and V (only read when `c > 1`).
     pub cp_algorithm: CpAlgorithm,
+    /// How the context-parallel attention merges its blocks (the framework's
+    /// `attention.cp_merge`; only read when `c > 1`).
+    pub cp_merge: crate::scenario::framework::CpMerge,
     pub ep: u64,
     /// Expert tensor parallelism: the size the routed experts' inner width splits over (`t`,
     /// or 1 when the expert layers refold the tensor-parallel ranks).
@@ -239,6 +242,7 @@ impl Dims {
             t,
             c,
             cp_algorithm: p.cp_algorithm,
+            cp_merge: s.training.framework.cp_merge,
             ep: u64::from(p.ep.max(1)),
             et: u64::from(p.etp().max(1)),
             head_dim,

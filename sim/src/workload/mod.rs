@@ -13,6 +13,7 @@
 mod activations;
 mod comms;
 mod compute;
+mod cp_merge;
 mod deepspeed;
 mod dims;
 mod optimizer;
@@ -363,7 +364,8 @@ pub fn layers_work_at(
             activations::moe_buffers(&d)
         } else {
             0
-        },
+        }
+        .max(cp_merge::transient_bytes(&d).0),
         backward_transient_bytes: {
             let loss = if head {
                 activations::loss_backward(&d, s.training.framework.memory.loss_backward_bytes)
@@ -375,7 +377,7 @@ pub fn layers_work_at(
             } else {
                 0
             };
-            loss.max(moe)
+            loss.max(moe).max(cp_merge::transient_bytes(&d).1)
         },
     }
 }

@@ -28,6 +28,7 @@ struct RawAttention {
     cp_algorithm: Cited<String>,
     kv_heads_repeated: Cited<bool>,
     backend_from_sm90: Option<Cited<String>>,
+    cp_merge: Option<Cited<String>>,
 }
 
 #[derive(Deserialize)]
@@ -44,6 +45,7 @@ struct RawOverlaps {
     tp_comm_overlap_backward: Cited<bool>,
     p2p_overlap: Cited<bool>,
     moe_a2a_overlap: Option<Cited<bool>>,
+    grad_reduce_pipelined: Option<Cited<String>>,
 }
 
 #[derive(Deserialize)]
@@ -166,6 +168,10 @@ const RESHARDS: [(&str, Reshard); 3] = [
     ("always", Reshard::Always),
     ("never", Reshard::Never),
     ("unless-pipelined", Reshard::UnlessPipelined),
+];
+const CP_MERGES: [(&str, CpMerge); 2] = [
+    ("fused", CpMerge::Fused),
+    ("eager-fp32", CpMerge::EagerFp32),
 ];
 const KERNELS: [(&str, OptimizerKernel); 3] = [
     ("fused", OptimizerKernel::Fused),
@@ -328,6 +334,11 @@ impl Reader<'_> {
                 .map(|c| self.cited("overlaps.moe_a2a_overlap", c))
                 .transpose()?
                 .unwrap_or(false),
+            grad_reduce_pipelined: o
+                .grad_reduce_pipelined
+                .as_ref()
+                .map(|c| self.name("overlaps.grad_reduce_pipelined", c, &GRAD_REDUCES))
+                .transpose()?,
         };
         let fusions = Fusions {
             fp8_amax_fused: self.cited("fusions.fp8_amax_fused", &raw.fusions.fp8_amax_fused)?,
@@ -413,6 +424,13 @@ impl Reader<'_> {
                 "attention.kv_heads_repeated",
                 &raw.attention.kv_heads_repeated,
             )?,
+            cp_merge: raw
+                .attention
+                .cp_merge
+                .as_ref()
+                .map(|c| self.name("attention.cp_merge", c, &CP_MERGES))
+                .transpose()?
+                .unwrap_or(CpMerge::Fused),
             overlaps,
             fusions,
             optimizer,

@@ -134,6 +134,10 @@ pub struct Framework {
     /// kernel (`repeat_kv`), so the kernel, the saved K and V and a context-parallel exchange
     /// carry the query heads' width.
     pub kv_heads_repeated: bool,
+    /// How a context-parallel attention combines the partial results of its blocks
+    /// (`attention.cp_merge`, optional: `fused` where the file leaves it out).
+    #[serde(default)]
+    pub cp_merge: CpMerge,
     pub overlaps: Overlaps,
     /// Elementwise work of one transformer layer's forward, eager and with `compile`.
     pub fusions: Fusions,
@@ -213,6 +217,23 @@ pub const ATTENTION_BACKENDS: [(&str, AttentionBackend); 3] = [
     ("triton", AttentionBackend::Triton),
 ];
 
+/// How a context-parallel attention merges the partial outputs of its K/V blocks and
+/// returns the gradients of K and V.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CpMerge {
+    /// Inside the attention kernels (Transformer Engine's CP: the correction of the output is
+    /// part of its kernels, dK/dV reduced in the compute dtype); nothing priced beyond the
+    /// kernels and the exchange of `cp_algorithm`.
+    #[default]
+    Fused,
+    /// PyTorch's `_templated_ring_attention` with `convert_to_f32`: each ring step's output
+    /// and log-sum-exp are merged into fp32 accumulators by eager elementwise kernels, and the
+    /// backward accumulates dK/dV in fp32 and passes them around the ring, one step at a time
+    /// (`workload::cp_merge`).
+    EagerFp32,
+}
+
 /// When the data-parallel gradient reduction runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -286,6 +307,12 @@ pub struct Overlaps {
     /// (`moe_a2a_overlap`); false where the file leaves the key out.
     #[serde(default)]
     pub moe_a2a_overlap: bool,
+    /// Under ZeRO 3 / FSDP with pipeline parallelism, when gradients are reduced instead of
+    /// `grad_reduce` (`overlaps.grad_reduce_pipelined`, optional): `after-backward`, once per
+    /// step after a chunk's last backward, gradients accumulating unsharded meanwhile, as
+    /// `torch.distributed.pipelining` drives FSDP2; `None`: as `grad_reduce` says.
+    #[serde(default)]
+    pub grad_reduce_pipelined: Option<GradReduce>,
 }
 
 /// Elementwise kernels of one transformer layer's forward, outside the GEMMs and the

@@ -633,3 +633,43 @@ fn loss_backward_bytes_is_optional_and_bounded() {
         0
     );
 }
+
+/// torchtitan's file states PyTorch's fp32 context-parallel merges and pipelined FSDP2's
+/// reduction; both keys are optional (megatron-core leaves them out: fused merges, reduction as
+/// `grad_reduce` says), and an unknown name is refused with the key, its line and the names.
+#[test]
+fn cp_merge_and_pipelined_reduction_are_optional_and_checked() {
+    let tt = Bundled::Torchtitan.framework().unwrap();
+    assert_eq!(tt.cp_merge, CpMerge::EagerFp32);
+    assert_eq!(
+        tt.overlaps.grad_reduce_pipelined,
+        Some(GradReduce::AfterBackward)
+    );
+    let mc = Bundled::MegatronCore.framework().unwrap();
+    assert_eq!(mc.cp_merge, CpMerge::Fused);
+    assert_eq!(mc.overlaps.grad_reduce_pipelined, None);
+    let text = bundled_text("torchtitan");
+    for (prefix, key, allowed) in [
+        (
+            "cp_merge = ",
+            "attention.cp_merge.value",
+            "`fused`, `eager-fp32`",
+        ),
+        (
+            "grad_reduce_pipelined = ",
+            "overlaps.grad_reduce_pipelined.value",
+            "`last-microbatch`, `every-microbatch`, `after-backward`",
+        ),
+    ] {
+        let line = text.lines().find(|l| l.starts_with(prefix)).unwrap();
+        let line_no = text.lines().position(|l| l == line).unwrap() as u32 + 1;
+        let bad = with(
+            &text,
+            line,
+            &format!("{prefix}{{ value = \"eager\", ref = \"r\" }}"),
+        );
+        let e = parse_str(&bad, "mine.toml").unwrap_err();
+        assert_eq!((e.key.as_str(), e.line), (key, Some(line_no)), "{e}");
+        assert_eq!(e.allowed, allowed, "{e}");
+    }
+}

@@ -52,6 +52,10 @@ pub struct DpEmitter<'a> {
     /// DeepSpeed accounting: bytes per parameter of a module's gathered weights and of its
     /// gradients (the 16-bit weight dtype); `None` under Megatron accounting.
     pub(super) module_bytes_per_param: Option<u64>,
+    /// Pipelined FSDP: each chunk's unsharded gradients, accumulated over the step.
+    pub(super) pipelined_grads: BTreeMap<u32, Option<AllocTag>>,
+    /// Pipelined FSDP: the reductions of the chunk whose last backward is running.
+    pub(super) pipelined_readers: Vec<u32>,
 }
 
 fn sum(a: ParamCount, b: ParamCount) -> ParamCount {
@@ -85,6 +89,8 @@ impl<'a> DpEmitter<'a> {
             decompress: Vec::new(),
             step_bufs: Vec::new(),
             module_bytes_per_param,
+            pipelined_grads: BTreeMap::new(),
+            pipelined_readers: Vec::new(),
         }
     }
 
@@ -251,6 +257,21 @@ impl<'a> DpEmitter<'a> {
                 Label::default(),
             )?;
             self.step_bufs.push(accumulation);
+        }
+        // Pipelined FSDP reduces once per step: each chunk's gradients accumulate unsharded in
+        // the reduce dtype until its last backward has reduce-scattered them.
+        if dp.pipelined.is_some() && dp.syncs {
+            for c in chunks {
+                let tag = b.alloc(
+                    Stream::Compute,
+                    MemCategory::Buffers,
+                    Device::Gpu,
+                    dp.grad_bytes(c.params.dense.saturating_add(c.params.expert)),
+                    Deps::new(),
+                    chunk_label(c),
+                )?;
+                self.pipelined_grads.insert(c.layout.chunk, tag);
+            }
         }
         if dp.zero == Zero::ShardedParams && !dp.syncs {
             let full = b.alloc(

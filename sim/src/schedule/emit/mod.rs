@@ -78,6 +78,7 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             .ok_or_else(|| ScheduleError::Unsupported(format!("stage {stage} has no chunk {c}")))
     };
     let steps = steps::flatten(ctx, order, &chunk_of)?;
+    let last_gather_users = zero::last_gather_users(&steps);
 
     let mut b = Builder::with_slack(
         ctx.s.memory.allocator_slack_fraction,
@@ -184,7 +185,7 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
         // waits for them. This pass's run beside the next.
         pending_comms.append(&mut deferred_comms);
         deferred_comms.extend(ops.deferred);
-        let last_user = zero::last_gather_user(&steps, i);
+        let last_user = last_gather_users.get(i).copied().unwrap_or(false);
         dp.after_compute(&mut b, step.gather, compute, last_user)?;
         if let Some(buf) = consumed {
             b.free(Stream::Compute, buf, [compute], chunk_label)?;
@@ -201,6 +202,9 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             first_grads[slot.chunk as usize].get_or_insert(mb);
             last_grad_op = Some(grads);
             dp.per_pass_grads(&mut b, seg, grads, grad_buf, seg_label)?;
+            let reduced =
+                dp.pipelined_grads(&mut b, segs, step, slot.chunk, grads, last_of_slot)?;
+            pending_comms.extend(reduced);
             dp.finalising_bucket(&mut b, segs, step, slot.chunk, grads)?;
         }
         // Activations: freed after the pass that last reads them.

@@ -18,6 +18,9 @@ pub struct Step {
     pub seg: usize,
     /// Uses the chunk's bucket cut (the pass that finalises its gradients).
     pub finalising: bool,
+    /// Belongs to the pass that produces its chunk's gradients for the last time this step
+    /// (the chunk's last backward, or its last W under zero-bubble).
+    pub last_grads: bool,
     /// ZeRO-3 parameter gather this step uses, and whether it is the first step to use it.
     pub gather: Option<usize>,
     pub new_gather: bool,
@@ -53,29 +56,47 @@ pub fn flatten<'c>(
         }
     }
     let gathers = ctx.dp.zero == Zero::ShardedParams && ctx.dp.shards();
+    // Parameters kept gathered for the step (pipelined FSDP): one gather per (chunk, segment),
+    // made by its first forward and used by every later pass of that segment.
+    let keep = ctx.dp.pipelined.is_some_and(|p| p.keep_params);
+    let mut kept: BTreeMap<(u32, usize), usize> = BTreeMap::new();
     let mut steps = Vec::new();
     let mut next_gather = 0usize;
-    let mut push = |steps: &mut Vec<Step>, slot, phase, seg, finalising, needs_params: bool| {
-        let (gather, new_gather) = if !gathers {
-            (None, false)
-        } else if needs_params {
-            next_gather += 1;
-            (Some(next_gather - 1), true)
-        } else if phase == Phase::BackwardWeight {
-            (None, false)
-        } else {
-            // A backward after its recompute shares the recompute's gather.
-            (next_gather.checked_sub(1), false)
+    let mut push =
+        |steps: &mut Vec<Step>, slot: usize, phase, seg, finalising, needs_params: bool| {
+            let last_grads = final_slot.values().any(|&f| f == slot);
+            let chunk = order.get(slot).map(|s| s.chunk).unwrap_or(0);
+            let (gather, new_gather) = if !gathers {
+                (None, false)
+            } else if keep {
+                if phase == Phase::BackwardWeight {
+                    (None, false)
+                } else if let Some(&k) = kept.get(&(chunk, seg)) {
+                    (Some(k), false)
+                } else {
+                    kept.insert((chunk, seg), next_gather);
+                    next_gather += 1;
+                    (Some(next_gather - 1), true)
+                }
+            } else if needs_params {
+                next_gather += 1;
+                (Some(next_gather - 1), true)
+            } else if phase == Phase::BackwardWeight {
+                (None, false)
+            } else {
+                // A backward after its recompute shares the recompute's gather.
+                (next_gather.checked_sub(1), false)
+            };
+            steps.push(Step {
+                slot,
+                phase,
+                seg,
+                finalising,
+                last_grads,
+                gather,
+                new_gather,
+            });
         };
-        steps.push(Step {
-            slot,
-            phase,
-            seg,
-            finalising,
-            gather,
-            new_gather,
-        });
-    };
     for (i, slot) in order.iter().enumerate() {
         let cp = chunk_of(slot.chunk)?;
         let finalising = ctx.overlap_buckets && final_slot.get(&slot.chunk) == Some(&i);

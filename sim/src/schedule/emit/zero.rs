@@ -4,6 +4,7 @@
 //! unsharded gradient buffer reduce-scattered right after it. ZeRO-1/2 gathers issued at the
 //! start of the step are waited for here too, by each chunk's first forward.
 
+use crate::scenario::framework::GradReduce;
 use crate::schedule::builder::{AllocTag, Builder};
 use crate::schedule::chunks::{ChunkPlan, Seg};
 use crate::schedule::dp::Zero;
@@ -52,10 +53,20 @@ pub fn steps_gathers<'c>(
     Ok(out)
 }
 
-/// Whether step `i` is the last to use its gather (so its buffer can go after it).
-pub fn last_gather_user(steps: &[Step], i: usize) -> bool {
-    let gather = steps.get(i).and_then(|s| s.gather);
-    gather.is_some() && steps.get(i + 1).map(|n| n.gather) != Some(gather)
+/// For each step, whether it is the last to use its gather (so its buffer can go after it).
+/// A gather is used by consecutive steps, or, kept for the step under pipelined FSDP, by
+/// every pass of its segment.
+pub fn last_gather_users(steps: &[Step]) -> Vec<bool> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = vec![false; steps.len()];
+    for (i, s) in steps.iter().enumerate().rev() {
+        if let Some(g) = s.gather {
+            if let Some(o) = out.get_mut(i) {
+                *o = seen.insert(g);
+            }
+        }
+    }
+    out
 }
 
 impl DpEmitter<'_> {
@@ -156,7 +167,59 @@ impl DpEmitter<'_> {
 
     pub(super) fn reduces_per_pass(&self) -> bool {
         let dp = self.ctx.dp;
-        dp.zero == Zero::ShardedParams && dp.syncs && dp.reduces()
+        dp.zero == Zero::ShardedParams && dp.syncs && dp.reduces() && dp.pipelined.is_none()
+    }
+
+    /// Pipelined FSDP ([`crate::schedule::dp::Pipelined`]): after a step of its chunk's last
+    /// backward, reduce-scatter this segment's gradients (`last-microbatch`) or, at the end
+    /// of that pass, every segment's in backward order (`after-backward`); once the chunk's
+    /// reductions are issued, its accumulated gradients are freed after the ops that read
+    /// them. Returns those ops at the end of the pass: the rank's next compute waits for them,
+    /// as FSDP2's post-backward callback makes the compute stream wait for the last
+    /// reduce-scatter (pytorch/pytorch@0138610331c90b8053a0bfc6df0175b200a1cad2:
+    /// torch/distributed/fsdp/_fully_shard/_fsdp_state.py `_root_post_backward_final_callback`:
+    /// `current_stream().wait_event(self._comm_ctx.reduce_scatter_state.event)`, called by the
+    /// pipeline stage's `_post_backward`).
+    pub fn pipelined_grads(
+        &mut self,
+        b: &mut Builder,
+        segs: &[Seg],
+        step: &Step,
+        chunk: u32,
+        grads: u32,
+        last_of_slot: bool,
+    ) -> Result<Vec<u32>, ScheduleError> {
+        let dp = self.ctx.dp;
+        let Some(p) = dp.pipelined else {
+            return Ok(Vec::new());
+        };
+        if !(dp.syncs && dp.reduces() && step.last_grads) {
+            return Ok(Vec::new());
+        }
+        let mut readers = Vec::new();
+        let unit = |seg: &Seg| label(None, chunk, seg.first_layer, seg.num_layers);
+        if p.reduce == GradReduce::AfterBackward {
+            if last_of_slot {
+                for seg in segs.iter().rev() {
+                    readers.extend(self.reduce(b, seg.params, [grads], unit(seg))?);
+                }
+            }
+        } else if let Some(seg) = segs.get(step.seg) {
+            readers.extend(self.reduce(b, seg.params, [grads], unit(seg))?);
+        }
+        self.pipelined_readers.extend(readers);
+        if !last_of_slot {
+            return Ok(Vec::new());
+        }
+        let buffer = self.pipelined_grads.remove(&chunk).flatten();
+        let readers = std::mem::take(&mut self.pipelined_readers);
+        b.free(
+            Stream::Dp,
+            buffer,
+            readers.iter().copied().collect::<Deps>(),
+            Label::default(),
+        )?;
+        Ok(readers)
     }
 
     /// The unsharded gradient buffer a ZeRO-3 pass writes before it is reduce-scattered.
