@@ -714,6 +714,16 @@ fn sharding(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
             "recompute = \"full\", or no recompute_layers".to_string(),
         ));
     }
+    if let (Some(w), CpAlgorithm::Ring, 2..) = (&m.sliding_window, p.cp_algorithm, p.cp) {
+        return Err(c.fail(
+            &[
+                ("parallel.cp_algorithm", "\"ring\"".to_string()),
+                ("model.sliding_window", v(w.tokens)),
+            ],
+            "Transformer Engine runs sliding-window attention under context parallelism only with the all-gather and all-to-all exchanges (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py, attn_forward_func_with_cp)".to_string(),
+            "cp_algorithm = \"all-gather\" or \"ulysses\"".to_string(),
+        ));
+    }
     if p.cp_algorithm == CpAlgorithm::Ring && p.cp > 1 && !s.training.flash_attention {
         return Err(c.fail(
             &[
