@@ -275,6 +275,9 @@ pub enum PipelineSchedule {
     #[serde(rename = "interleaved-1f1b")]
     Interleaved1F1B,
     ZeroBubble,
+    /// DeepSeek-V3's bidirectional pipeline: rank `r` holds stages `r` and `pp - 1 - r`.
+    #[serde(rename = "dualpipe")]
+    DualPipe,
 }
 
 /// The name `value` has in a table of (name, value) choices; `?` if it has none.
@@ -287,11 +290,12 @@ pub(crate) fn name_of<T: PartialEq>(names: &[(&'static str, T)], value: T) -> &'
 }
 
 impl PipelineSchedule {
-    pub const ALL: [(&'static str, PipelineSchedule); 4] = [
+    pub const ALL: [(&'static str, PipelineSchedule); 5] = [
         ("gpipe", PipelineSchedule::Gpipe),
         ("1f1b", PipelineSchedule::OneFOneB),
         ("interleaved-1f1b", PipelineSchedule::Interleaved1F1B),
         ("zero-bubble", PipelineSchedule::ZeroBubble),
+        ("dualpipe", PipelineSchedule::DualPipe),
     ];
     pub fn as_str(self) -> &'static str {
         name_of(&Self::ALL, self)

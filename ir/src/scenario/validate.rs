@@ -187,7 +187,10 @@ pub fn moe_a2a_overlap_blocker(s: &Scenario) -> Option<A2aOverlapBlocker> {
         A2aOverlapBlocker::NoExpertParallelism
     } else if !s.training.framework.overlaps.moe_a2a_overlap {
         A2aOverlapBlocker::Framework
-    } else if p.pp > 1 && (p.schedule != PipelineSchedule::Interleaved1F1B || p.vpp <= 1) {
+    } else if p.pp > 1
+        && p.schedule != PipelineSchedule::DualPipe
+        && (p.schedule != PipelineSchedule::Interleaved1F1B || p.vpp <= 1)
+    {
         A2aOverlapBlocker::Pipeline
     } else if s.training.recompute == Recompute::Full {
         A2aOverlapBlocker::FullRecompute
@@ -251,7 +254,8 @@ fn moe_a2a_overlap(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
                  pipeline_model_parallel_size > 1)",
                 p.pp
             ),
-            "schedule = \"interleaved-1f1b\" with vpp > 1, pp = 1, or moe_a2a_overlap = false"
+            "schedule = \"interleaved-1f1b\" with vpp > 1 or \"dualpipe\", pp = 1, or \
+             moe_a2a_overlap = false"
                 .to_string(),
         ),
         A2aOverlapBlocker::FullRecompute => (
@@ -876,6 +880,28 @@ fn pipeline(c: &Checker<'_>, s: &Scenario, microbatches: u64) -> Result<(), Scen
                 p.pp
             ),
             "pp >= 2, or another schedule",
+        ));
+    }
+    if p.schedule == PipelineSchedule::DualPipe
+        && (!p.pp.is_multiple_of(2)
+            || !microbatches.is_multiple_of(2)
+            || microbatches < 2 * u64::from(p.pp))
+    {
+        let t = &s.training;
+        return Err(c.fail(
+            &[
+                ("parallel.schedule", schedule),
+                ("parallel.pp", v(p.pp)),
+                ("training.global_batch", v(t.global_batch)),
+                ("training.micro_batch", v(t.micro_batch)),
+            ],
+            format!(
+                "dualpipe feeds half of the micro batches in at each end of the pipeline: it needs pp even and the micro batches per pipeline, global_batch / (micro_batch*dp) = {microbatches}, even and at least 2*pp (deepseek-ai/DualPipe dualpipe.py asserts both)"
+            ),
+            format!(
+                "pp even, and global_batch an even multiple of micro_batch*dp = {} with at least 2*pp micro batches",
+                u128::from(t.micro_batch) * u128::from(p.dp)
+            ),
         ));
     }
     if interleaved && !microbatches.is_multiple_of(u64::from(p.pp)) {

@@ -45,7 +45,10 @@ pub fn estimate(scenario: &Scenario, plan: &Plan) -> WorkEstimate {
     // backward, and zero-bubble's separate weight gradient.
     let passes = 2
         + u64::from(scenario.training.recompute != Recompute::None)
-        + u64::from(scenario.parallel.schedule == PipelineSchedule::ZeroBubble);
+        + u64::from(matches!(
+            scenario.parallel.schedule,
+            PipelineSchedule::ZeroBubble | PipelineSchedule::DualPipe
+        ));
     let mut busiest = (0u64, 0u64);
     let mut total_ops = 0u64;
     for chunks in &plan.chunks {
