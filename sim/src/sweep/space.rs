@@ -148,9 +148,10 @@ impl Default for SearchSpace {
 
 /// Every layout of `base`'s GPU count (cp kept as it is): tp dividing the heads, pp dividing the
 /// layers, dp the rest; for a mixture of experts each expert layout ([`expert_layouts`]); then
-/// each vpp, micro batch, recompute and ZeRO stage; for a mixture of experts, then
+/// each vpp (with vpp 1 on an even pp also DualPipe, [`schedules`]), micro batch, recompute
+/// and ZeRO stage; for a mixture of experts, then
 /// `moe_a2a_overlap` off, and on where validation accepts it
-/// ([`moe_a2a_overlap_blocker`]: ep > 1, no pipeline or an interleaved one, no full
+/// ([`moe_a2a_overlap_blocker`]: ep > 1, no pipeline, an interleaved one or DualPipe, no full
 /// recomputation, a framework that can).
 /// Combinations that cannot work for arithmetic reasons (pp*vpp not dividing the layers, a
 /// micro batch that does not divide the per-replica batch) and layouts `base`'s framework
@@ -180,16 +181,11 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
         for pp in divisors(rest / tp) {
             let dp = rest / tp / pp;
             for (ep, etp) in expert_layouts(base, tp, dp) {
-                for &vpp in &space.vpp {
+                for (vpp, schedule) in schedules(space, pp, non_interleaved) {
                     let chunks = pp * u64::from(vpp);
                     if u64::from(m.layers) % chunks != 0 || (vpp > 1 && pp == 1) {
                         continue;
                     }
-                    let schedule = if vpp > 1 {
-                        PipelineSchedule::Interleaved1F1B
-                    } else {
-                        non_interleaved
-                    };
                     for &mb in &space.micro_batches {
                         if !base.training.global_batch.is_multiple_of(mb * dp) {
                             continue;
@@ -251,6 +247,28 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
                     }
                 }
             }
+        }
+    }
+    out
+}
+
+/// The (vpp, schedule) pairs tried for a pipeline of `pp` stages: each vpp of the space (> 1:
+/// interleaved-1f1b, 1: `plain`), and with vpp 1 on an even pp also DualPipe (its micro batch
+/// rule is left to validation).
+fn schedules(
+    space: &SearchSpace,
+    pp: u64,
+    plain: PipelineSchedule,
+) -> Vec<(u32, PipelineSchedule)> {
+    let mut out = Vec::with_capacity(space.vpp.len() + 1);
+    for &vpp in &space.vpp {
+        if vpp > 1 {
+            out.push((vpp, PipelineSchedule::Interleaved1F1B));
+            continue;
+        }
+        out.push((vpp, plain));
+        if pp >= 2 && pp.is_multiple_of(2) && plain != PipelineSchedule::DualPipe {
+            out.push((vpp, PipelineSchedule::DualPipe));
         }
     }
     out
@@ -452,6 +470,37 @@ mod tests {
         assert!(dense.iter().flatten().all(|o| !o.starts_with("parallel.ep")
             && !o.starts_with("parallel.etp")
             && !o.starts_with("training.moe_a2a_overlap")));
+    }
+
+    /// DualPipe is proposed with vpp 1 on every even pipeline, never on an odd one or
+    /// beside vpp > 1; for a mixture of experts with the all-to-all overlap too.
+    #[test]
+    fn search_proposes_dualpipe_on_even_pipelines() {
+        let s = small_scenario(2, 2, 4, 8);
+        let layouts = search(&s, &SearchSpace::default());
+        let has = |l: &Vec<String>, o: &str| l.iter().any(|x| x == o);
+        let dual: Vec<&Vec<String>> = layouts
+            .iter()
+            .filter(|l| has(l, "parallel.schedule=\"dualpipe\""))
+            .collect();
+        assert!(!dual.is_empty());
+        for l in &dual {
+            assert!(has(l, "parallel.vpp=1"), "{l:?}");
+            let pp: u64 = l
+                .iter()
+                .find_map(|o| o.strip_prefix("parallel.pp="))
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(pp >= 2 && pp % 2 == 0, "{l:?}");
+        }
+        let mut moe = small_scenario(1, 2, 4, 8);
+        let f = moe.model.ffn_hidden;
+        moe.model.moe = Some(crate::scenario::Moe::uniform(8, 2, 1, f));
+        let layouts = search(&moe, &SearchSpace::default());
+        assert!(layouts.iter().any(|l| has(l, "parallel.schedule=\"dualpipe\"")
+            && has(l, "parallel.ep=2")
+            && has(l, "training.moe_a2a_overlap=true")));
     }
 
     #[test]
