@@ -140,7 +140,7 @@ const MODERN_DENSE: (f64, f64) = (0.082, 0.393);
 /// The mixture-of-experts rows: Qwen3-30B-A3B, GPT-OSS-120B, Qwen3-235B-A22B and DeepSeek-V3
 /// (etp = 1; DeepSeek-V3 with multi-token prediction and its pipeline layout).
 const MODERN_MOE_SIMULATED: usize = 9;
-const MODERN_MOE: (f64, f64) = (0.141, 0.521);
+const MODERN_MOE: (f64, f64) = (0.179, 0.521);
 const MODERN_FP8: (f64, f64) = (0.069, 0.393);
 const MODERN_BF16: (f64, f64) = (0.115, 0.264);
 const MODERN_MEGATRON: (f64, f64) = (0.049, 0.150);

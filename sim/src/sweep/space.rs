@@ -148,8 +148,8 @@ impl Default for SearchSpace {
 
 /// Every layout of `base`'s GPU count (cp kept as it is): tp dividing the heads, pp dividing the
 /// layers, dp the rest; for a mixture of experts each expert layout ([`expert_layouts`]); then
-/// each vpp (with vpp 1 on an even pp also DualPipe, [`schedules`]), micro batch, recompute
-/// and ZeRO stage; for a mixture of experts, then
+/// each vpp (with vpp 1 on an even pp also DualPipe, [`schedules`]), micro batch (for
+/// DualPipe those leaving an even count of at least `2 pp`), recompute and ZeRO stage; for a mixture of experts, then
 /// `moe_a2a_overlap` off, and on where validation accepts it
 /// ([`moe_a2a_overlap_blocker`]: ep > 1, no pipeline, an interleaved one or DualPipe, no full
 /// recomputation, a framework that can).
@@ -187,7 +187,9 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
                         continue;
                     }
                     for &mb in &space.micro_batches {
-                        if !base.training.global_batch.is_multiple_of(mb * dp) {
+                        if !base.training.global_batch.is_multiple_of(mb * dp)
+                            || !fits(schedule, base.training.global_batch / (mb * dp), pp)
+                        {
                             continue;
                         }
                         for rc in &space.recompute {
@@ -253,8 +255,7 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
 }
 
 /// The (vpp, schedule) pairs tried for a pipeline of `pp` stages: each vpp of the space (> 1:
-/// interleaved-1f1b, 1: `plain`), and with vpp 1 on an even pp also DualPipe (its micro batch
-/// rule is left to validation).
+/// interleaved-1f1b, 1: `plain`), and with vpp 1 on an even pp also DualPipe.
 fn schedules(
     space: &SearchSpace,
     pp: u64,
@@ -272,6 +273,12 @@ fn schedules(
         }
     }
     out
+}
+
+/// Whether `m` micro batches per pipeline of `pp` stages suit `schedule`: DualPipe needs them
+/// even and at least `2 pp`; the others take any count here.
+fn fits(schedule: PipelineSchedule, m: u64, pp: u64) -> bool {
+    schedule != PipelineSchedule::DualPipe || (m.is_multiple_of(2) && m >= 2 * pp)
 }
 
 /// A recompute name of the search space as the scenario's value (a name that is none of
@@ -498,9 +505,11 @@ mod tests {
         let f = moe.model.ffn_hidden;
         moe.model.moe = Some(crate::scenario::Moe::uniform(8, 2, 1, f));
         let layouts = search(&moe, &SearchSpace::default());
-        assert!(layouts.iter().any(|l| has(l, "parallel.schedule=\"dualpipe\"")
-            && has(l, "parallel.ep=2")
-            && has(l, "training.moe_a2a_overlap=true")));
+        assert!(layouts
+            .iter()
+            .any(|l| has(l, "parallel.schedule=\"dualpipe\"")
+                && has(l, "parallel.ep=2")
+                && has(l, "training.moe_a2a_overlap=true")));
     }
 
     #[test]
