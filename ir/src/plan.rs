@@ -417,9 +417,17 @@ impl Plan {
         self.chunks.first().map(|c| c.len() as u32).unwrap_or(1)
     }
 
-    /// Layers per virtual stage, in pipeline order (`chunk * pp + stage`): the split in use.
+    /// Layers per virtual stage, in pipeline order (`chunk * pp + stage`): the split in use
+    /// (under DualPipe the `pp` stages, each held twice).
     pub fn layers_per_virtual_stage(&self) -> Vec<u32> {
-        let mut out = vec![0u32; self.chunks.iter().map(Vec::len).sum()];
+        let n = self
+            .chunks
+            .iter()
+            .flatten()
+            .map(|c| c.virtual_stage as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut out = vec![0u32; n];
         for c in self.chunks.iter().flatten() {
             if let Some(slot) = out.get_mut(c.virtual_stage as usize) {
                 *slot = c.num_layers;
