@@ -499,7 +499,7 @@ mod tests {
                 .unwrap()
                 .parse()
                 .unwrap();
-            assert!(pp >= 2 && pp % 2 == 0, "{l:?}");
+            assert!(pp >= 2 && pp.is_multiple_of(2), "{l:?}");
         }
         let mut moe = small_scenario(1, 2, 4, 8);
         let f = moe.model.ffn_hidden;

@@ -164,11 +164,11 @@ pub(super) fn dualpipe(rank: u32, pp: u32, m: u32) -> Result<Vec<Slot>, Schedule
     let step_6 = half_rank + 1;
     let mut zero_bubble = false;
     for i in 0..step_6 {
-        if i == step_6 / 2 && half_rank % 2 == 1 {
+        if i == step_6 / 2 && !half_rank.is_multiple_of(2) {
             zero_bubble = true;
         }
         o.backward(1, zero_bubble);
-        if i == step_6 / 2 && half_rank % 2 == 0 {
+        if i == step_6 / 2 && half_rank.is_multiple_of(2) {
             zero_bubble = true;
         }
         o.backward(0, zero_bubble);
