@@ -109,6 +109,9 @@ pub fn attention_calls(
                 causal: true,
                 backward: op.contains("backward"),
                 count: 1,
+                window: 0,
+                windowed: 0,
+                sinks: false,
             })
         };
         let Some(a) = shape() else { continue };

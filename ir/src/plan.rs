@@ -156,7 +156,8 @@ pub struct Group {
 }
 
 /// Layers held by one (stage, chunk). Virtual stage `v = chunk * pp + stage` is the position
-/// along the model, as in Megatron's interleaved schedule.
+/// along the model, as in Megatron's interleaved schedule; under DualPipe chunk 1 of stage
+/// `s` is model stage `v = pp - 1 - s`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ChunkLayout {
     pub stage: u32,
@@ -322,7 +323,10 @@ impl Plan {
             account_for_embedding: p.account_for_embedding_in_pipeline_split,
             account_for_loss: p.account_for_loss_in_pipeline_split,
         })?;
-        let chunks = layout_chunks(p.pp, p.vpp, &split.layers_per_virtual_stage);
+        let mut chunks = layout_chunks(p.pp, p.vpp, &split.layers_per_virtual_stage);
+        if p.schedule == crate::scenario::PipelineSchedule::DualPipe {
+            chunks = dualpipe_chunks(chunks);
+        }
         let mut plan = Plan {
             world,
             sizes,
@@ -413,9 +417,17 @@ impl Plan {
         self.chunks.first().map(|c| c.len() as u32).unwrap_or(1)
     }
 
-    /// Layers per virtual stage, in pipeline order (`chunk * pp + stage`): the split in use.
+    /// Layers per virtual stage, in pipeline order (`chunk * pp + stage`): the split in use
+    /// (under DualPipe the `pp` stages, each held twice).
     pub fn layers_per_virtual_stage(&self) -> Vec<u32> {
-        let mut out = vec![0u32; self.chunks.iter().map(Vec::len).sum()];
+        let n = self
+            .chunks
+            .iter()
+            .flatten()
+            .map(|c| c.virtual_stage as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut out = vec![0u32; n];
         for c in self.chunks.iter().flatten() {
             if let Some(slot) = out.get_mut(c.virtual_stage as usize) {
                 *slot = c.num_layers;
@@ -593,6 +605,31 @@ fn layout_chunks(pp: u32, vpp: u32, per_virtual: &[u32]) -> Vec<Vec<ChunkLayout>
         out.push(row);
     }
     out
+}
+
+/// DualPipe's layouts: stage `s` holds model stage `s` (chunk 0, the direction fed in at
+/// stage 0) and model stage `pp - 1 - s` (chunk 1, the direction fed in at stage `pp - 1`),
+/// each with the virtual stage of its place along the model (deepseek-ai/DualPipe
+/// examples/example_dualpipe.py: `local_modules = (full_modules[rank],
+/// full_modules[pp_size - 1 - rank])`).
+fn dualpipe_chunks(one_per_stage: Vec<Vec<ChunkLayout>>) -> Vec<Vec<ChunkLayout>> {
+    let pp = one_per_stage.len();
+    (0..pp)
+        .map(|stage| {
+            let mut row: Vec<ChunkLayout> = one_per_stage[stage].iter().take(1).cloned().collect();
+            row.extend(
+                one_per_stage[pp - 1 - stage]
+                    .iter()
+                    .take(1)
+                    .map(|mirror| ChunkLayout {
+                        stage: stage as u32,
+                        chunk: 1,
+                        ..mirror.clone()
+                    }),
+            );
+            row
+        })
+        .collect()
 }
 
 #[cfg(test)]

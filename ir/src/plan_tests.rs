@@ -389,3 +389,35 @@ fn expert_layers_with_etp_1_refold_the_tensor_parallel_ranks() {
     assert_eq!(ep.members, (64..96).collect::<Vec<_>>());
     assert_eq!(plan.group_size(GroupKind::ExpertDp), 1);
 }
+
+/// DualPipe: stage s holds model stage s (chunk 0) and model stage pp - 1 - s (chunk 1), both
+/// ends hold the embedding and the head, and the split is still the pp stages'.
+#[test]
+fn dualpipe_stages_hold_a_stage_and_its_mirror() {
+    let mut s = small_scenario(1, 4, 1, 8);
+    s.model.layers = 8;
+    s.parallel.schedule = crate::scenario::PipelineSchedule::DualPipe;
+    let plan = Plan::new(&s).unwrap();
+    assert_eq!(plan.vpp(), 2);
+    let got: Vec<Vec<(u32, u32, u32)>> = plan
+        .chunks
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|c| (c.chunk, c.virtual_stage, c.first_layer))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            vec![(0, 0, 0), (1, 3, 6)],
+            vec![(0, 1, 2), (1, 2, 4)],
+            vec![(0, 2, 4), (1, 1, 2)],
+            vec![(0, 3, 6), (1, 0, 0)],
+        ]
+    );
+    assert!(plan.chunks[0][0].has_embedding && plan.chunks[0][1].has_head);
+    assert!(plan.chunks[3][1].has_embedding && plan.chunks[3][0].has_head);
+    assert_eq!(plan.layers_per_virtual_stage(), vec![2, 2, 2, 2]);
+}

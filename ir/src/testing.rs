@@ -40,6 +40,8 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             qkv_bias: false,
             mla: None,
             mtp_layers: 0,
+            sliding_window: None,
+            attention_sinks: false,
             moe: None,
         },
         cluster: Cluster {

@@ -116,7 +116,7 @@ fn the_example_message_from_the_brief() {
     );
     assert_eq!(
         e.to_string(),
-        "t.toml:16:12: parallel.schedule = \"1fb1\": unknown schedule; allowed: gpipe, 1f1b, interleaved-1f1b, zero-bubble"
+        "t.toml:16:12: parallel.schedule = \"1fb1\": unknown schedule; allowed: gpipe, 1f1b, interleaved-1f1b, zero-bubble, dualpipe"
     );
 }
 

@@ -432,16 +432,18 @@ fn hf_unknown_model_type_is_refused_unless_forced() {
     assert_eq!(m.mla.map(|a| a.kv_lora_rank), Some(512));
 }
 
-/// Mistral's sliding window is listed; Qwen2's sliding_window with use_sliding_window = false
-/// is not, and its query/key/value biases are modelled. Llama and Mixtral configs import
-/// without a warning.
+/// Mistral's sliding window is modelled on every layer; Qwen2's sliding_window with
+/// use_sliding_window = false is not read, and its query/key/value biases are modelled. Llama
+/// and Mixtral configs import without a warning.
 #[test]
 fn hf_unmodelled_keys_are_listed() {
     let w = hf_unmodelled("mistral-7b.json", "");
-    assert_eq!(w.len(), 1, "{w:?}");
-    assert!(
-        w[0].starts_with("sliding_window = 4096 (sliding-window attention"),
-        "{w:?}"
+    assert!(w.is_empty(), "{w:?}");
+    let window = with_hf("mistral-7b.json", "").unwrap().model.sliding_window;
+    assert_eq!(window.map(|w| (w.tokens, w.every)), Some((4096, 1)));
+    assert_eq!(
+        with_hf("qwen2-7b.json", "").unwrap().model.sliding_window,
+        None
     );
     assert!(hf_unmodelled("qwen2-7b.json", "").is_empty());
     let m = with_hf("qwen2-7b.json", "").unwrap().model;

@@ -126,7 +126,10 @@ fn override_errors_name_the_override() {
     let e = set(&["parallel.schedule=gpipee"]).unwrap_err();
     assert_eq!(e.origin, "--set parallel.schedule=gpipee");
     assert!(e.message.contains("did you mean `gpipe`?"), "{e}");
-    assert_eq!(e.allowed, "gpipe, 1f1b, interleaved-1f1b, zero-bubble");
+    assert_eq!(
+        e.allowed,
+        "gpipe, 1f1b, interleaved-1f1b, zero-bubble, dualpipe"
+    );
 
     let e = set(&["parallel.micro_batch=2"]).unwrap_err();
     assert_eq!(e.kind, ErrorKind::UnknownKey);

@@ -106,7 +106,13 @@ impl Knob {
     }
 }
 
-pub const SCHEDULES: [&str; 4] = ["gpipe", "1f1b", "interleaved-1f1b", "zero-bubble"];
+pub const SCHEDULES: [&str; 5] = [
+    "gpipe",
+    "1f1b",
+    "interleaved-1f1b",
+    "zero-bubble",
+    "dualpipe",
+];
 pub const RECOMPUTES: [&str; 3] = ["none", "selective", "full"];
 pub const PRECISIONS: [&str; 4] = ["fp32", "fp16", "bf16", "fp8"];
 

@@ -219,12 +219,15 @@ fn is_zero(x: &u32) -> bool {
 
 impl ComputeOp {
     /// The GEMMs a backend that runs attention as GEMMs executes: the op's own, then its
-    /// attention kernel's equivalent ([`Attention::equivalent_gemm`]).
+    /// attention kernel's equivalent ([`Attention::equivalent_gemm`]), one per kind of call
+    /// (full and windowed, [`Attention::parts`]).
     pub fn executed_gemms(&self) -> impl Iterator<Item = Gemm> + '_ {
-        self.gemms
-            .iter()
-            .copied()
-            .chain(self.attention.map(|a| a.equivalent_gemm()))
+        self.gemms.iter().copied().chain(
+            self.attention
+                .into_iter()
+                .flat_map(|a| a.parts())
+                .map(|a| a.equivalent_gemm()),
+        )
     }
 }
 

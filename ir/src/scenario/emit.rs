@@ -86,6 +86,13 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     if m.mtp_layers > 0 {
         model.insert("mtp_layers", int(u64::from(m.mtp_layers)));
     }
+    if let Some(w) = &m.sliding_window {
+        model.insert("sliding_window", int(w.tokens));
+        model.insert("sliding_window_every", int(u64::from(w.every)));
+    }
+    if m.attention_sinks {
+        model.insert("attention_sinks", value(true));
+    }
     if let Some(moe) = &m.moe {
         model.insert("experts", int(u64::from(moe.experts)));
         model.insert("top_k", int(u64::from(moe.top_k)));

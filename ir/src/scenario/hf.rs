@@ -40,6 +40,9 @@ pub(crate) struct HfShape {
     pub qkv_bias: bool,
     pub mla: Option<Mla>,
     pub mtp_layers: Option<u64>,
+    pub sliding_window: Option<u64>,
+    pub sliding_window_every: Option<u64>,
+    pub attention_sinks: bool,
     /// Keys the config sets that change the model but that twin does not model, each as
     /// "key = value (what it means)".
     pub unmodelled: Vec<String>,
@@ -313,6 +316,9 @@ pub(crate) fn parse(origin: &str, text: &str, force: bool) -> Result<HfShape, Sc
         Some(Value::Bool(on)) => !on,
         _ => qwen,
     };
+    if WINDOW_FAMILIES.contains(&model_type.as_str()) && !window_off {
+        sliding_window(&reader, &model_type, &mut shape, &mut modelled)?;
+    }
     for (key, what) in UNMODELLED {
         if modelled.contains(key) || (*key == "sliding_window" && window_off) {
             continue;
@@ -342,6 +348,93 @@ pub(crate) fn parse(origin: &str, text: &str, force: bool) -> Result<HfShape, Sc
         }
     }
     Ok(shape)
+}
+
+/// The families whose attention classes read `sliding_window` (and `layer_types`) in
+/// transformers: Mistral and Mixtral on every layer, the Qwen families with
+/// `use_sliding_window = true`, GPT-OSS on every other layer.
+const WINDOW_FAMILIES: &[&str] = &[
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gpt_oss",
+];
+
+/// The sliding window of a family that has one, as `sliding_window` and
+/// `sliding_window_every`. Which layers are windowed:
+/// - `layer_types` when the config writes it: "sliding_attention" on the layers `i` with
+///   `i % k == 0` and "full_attention" on the others is `sliding_window_every = k` (all
+///   "full_attention": no window); another pattern is listed as unmodelled.
+/// - Without it, as the config classes build their default `layer_types`
+///   (huggingface/transformers@02b8f42b4240dddea1b27c45d2dc95fb2682f841
+///   src/transformers/models/gpt_oss/configuration_gpt_oss.py, qwen2/configuration_qwen2.py):
+///   GPT-OSS windows layer `i` when `(i + 1) % 2` is 1, the even layers, with a default
+///   window of 128; the Qwen families window the layers from `max_window_layers` (default
+///   28) on, which is every layer only when it is 0 (other values are listed); Mistral and
+///   Mixtral window every layer.
+fn sliding_window(
+    r: &Reader<'_>,
+    model_type: &str,
+    s: &mut HfShape,
+    modelled: &mut Vec<&str>,
+) -> Result<(), ScenarioError> {
+    let gpt_oss = model_type == "gpt_oss";
+    let range = mk::SLIDING_WINDOW.uint_range();
+    let tokens = if gpt_oss {
+        r.uint_or("sliding_window", range, 128)?
+    } else {
+        r.uint("sliding_window", range)?
+    };
+    let Some(tokens) = tokens else {
+        return Ok(());
+    };
+    modelled.extend(["sliding_window", "use_sliding_window", "layer_types"]);
+    let every = match r.map.get("layer_types") {
+        Some(Value::Array(types)) if !types.is_empty() => {
+            let windowed: Vec<bool> = types
+                .iter()
+                .map(|t| t.as_str() == Some("sliding_attention"))
+                .collect();
+            let period = |k: usize| windowed.iter().enumerate().all(|(i, &w)| w == (i % k == 0));
+            if windowed.iter().all(|w| !w) {
+                return Ok(());
+            }
+            match (1..=windowed.len()).find(|&k| period(k)) {
+                Some(k) => k as u64,
+                None => {
+                    s.unmodelled.push(format!(
+                        "layer_types = {} (windowed layers in a pattern sliding_window_every                          cannot place: twin attends fully on all)",
+                        super::error::shorten(
+                            &r.map.get("layer_types").map(Value::to_string).unwrap_or_default()
+                        )
+                    ));
+                    return Ok(());
+                }
+            }
+        }
+        _ if gpt_oss => 2,
+        _ if model_type.starts_with("qwen") => {
+            let from = r
+                .uint_or("max_window_layers", (0, u64::MAX), 28)?
+                .unwrap_or(0);
+            if from > 0 {
+                if s.layers.is_none_or(|l| from < l) {
+                    s.unmodelled.push(format!(
+                        "max_window_layers = {from} (the sliding window on the layers from                          {from} on only: twin attends fully on all)"
+                    ));
+                }
+                return Ok(());
+            }
+            1
+        }
+        _ => 1,
+    };
+    s.sliding_window = Some(tokens);
+    s.sliding_window_every = Some(every);
+    Ok(())
 }
 
 /// DeepSeek-V3, as transformers' DeepseekV3Config names its keys
@@ -477,10 +570,11 @@ fn qwen_moe(
 /// four attention projections. What GptOssAttention, GptOssTopKRouter and GptOssExperts
 /// (huggingface/transformers@00d4b3d2142cb4ced2f51b90614b5d26bc045015
 /// src/transformers/models/gpt_oss/modeling_gpt_oss.py) have beyond that is listed as
-/// unmodelled: one attention-sink logit per head, the router's bias, the experts' biases
-/// (`2 * f + h` per expert) and their clamped SwiGLU; the alternating sliding-window layers
-/// are listed through `sliding_window` and `layer_types`.
+/// unmodelled: the router's bias, the experts' biases (`2 * f + h` per expert) and their
+/// clamped SwiGLU. Its attention sinks (one learned logit per head, `self.sinks`) are
+/// `attention_sinks`; its alternating sliding-window layers are read by [`sliding_window`].
 fn gpt_oss(r: &Reader<'_>, s: &mut HfShape) -> Result<(), ScenarioError> {
+    s.attention_sinks = true;
     s.experts = r.uint_or("num_local_experts", mk::EXPERTS.uint_range(), 128)?;
     s.top_k = r.uint_or("num_experts_per_tok", mk::TOP_K.uint_range(), 4)?;
     s.ffn_hidden = r.uint_or("intermediate_size", mk::FFN_HIDDEN.uint_range(), 2880)?;
@@ -493,16 +587,9 @@ fn gpt_oss(r: &Reader<'_>, s: &mut HfShape) -> Result<(), ScenarioError> {
                 .into(),
         );
     }
-    if !r.map.contains_key("sliding_window") {
-        s.unmodelled.push(
-            "sliding_window (absent: GPT-OSS's default 128 on every other layer) \
-             (sliding-window attention: twin attends over the whole sequence)"
-                .into(),
-        );
-    }
     s.unmodelled.push(
-        "model_type = \"gpt_oss\" (attention sinks, the router's and the experts' biases, \
-         the experts' clamped SwiGLU)"
+        "model_type = \"gpt_oss\" (the router's and the experts' biases, the experts' \
+         clamped SwiGLU)"
             .into(),
     );
     Ok(())
@@ -783,8 +870,8 @@ mod tests {
     }
 
     /// GPT-OSS (huggingface.co/openai/gpt-oss-120b config.json): intermediate_size is the
-    /// expert's width, attention_bias the Q/K/V biases; the windows, sinks and expert biases
-    /// are listed.
+    /// expert's width, attention_bias the Q/K/V biases, the windows on the even layers and
+    /// the sinks are modelled; the expert biases and the output projection's are listed.
     #[test]
     fn gpt_oss_keys() {
         let text = r#"{"model_type": "gpt_oss", "hidden_size": 2880, "head_dim": 64,
@@ -798,27 +885,40 @@ mod tests {
             (s.shared_experts, s.dense_layers, s.moe_every),
             (None, None, None)
         );
-        assert!(s.qkv_bias && s.gated_mlp);
+        assert!(s.qkv_bias && s.gated_mlp && s.attention_sinks);
         assert_eq!(
-            listed(&s),
-            [
-                "model_type",
-                "sliding_window",
-                "attention_bias",
-                "layer_types"
-            ]
+            (s.sliding_window, s.sliding_window_every),
+            (Some(128), Some(2))
         );
+        assert_eq!(listed(&s), ["model_type", "attention_bias"]);
 
-        // Left out, attention_bias and sliding_window take GptOssConfig's defaults, and say
-        // so; layer_types of full attention only is what twin models.
+        // Left out, attention_bias takes GptOssConfig's default, and says so; layer_types of
+        // full attention only leaves no window.
         let text = r#"{"model_type": "gpt_oss", "layer_types": ["full_attention"]}"#;
         let s = parse("c.json", text, false).unwrap();
         assert!(s.qkv_bias);
         assert_eq!((s.experts, s.moe_ffn_hidden), (Some(128), Some(2880)));
+        assert_eq!(s.sliding_window, None);
+        assert_eq!(listed(&s), ["attention_bias", "model_type"]);
+
+        // Without layer_types and sliding_window: GptOssConfig's 128 on the even layers.
+        let s = parse("c.json", r#"{"model_type": "gpt_oss"}"#, false).unwrap();
         assert_eq!(
-            listed(&s),
-            ["attention_bias", "sliding_window", "model_type"]
+            (s.sliding_window, s.sliding_window_every),
+            (Some(128), Some(2))
         );
+
+        // Every third layer windowed is sliding_window_every = 3; a pattern no period
+        // describes is listed and leaves every layer full.
+        let text = r#"{"model_type": "gpt_oss", "layer_types": ["sliding_attention",
+            "full_attention", "full_attention", "sliding_attention"]}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert_eq!(s.sliding_window_every, Some(3));
+        let text = r#"{"model_type": "gpt_oss", "layer_types": ["full_attention",
+            "sliding_attention"]}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert_eq!(s.sliding_window, None);
+        assert!(listed(&s).contains(&"layer_types"), "{:?}", s.unmodelled);
     }
 
     /// attention_bias on any family makes qkv_bias and lists the output projection's bias.
@@ -848,16 +948,31 @@ mod tests {
         )
         .unwrap();
         assert!(s.unmodelled.is_empty(), "{:?}", s.unmodelled);
+        // With it, the layers from max_window_layers (Qwen2Config's default 28) on are
+        // windowed: all of them at 0, which twin models; otherwise listed.
         let text = r#"{"model_type": "qwen3", "sliding_window": 4096, "use_sliding_window": true}"#;
         let s = parse("c.json", text, false).unwrap();
-        assert_eq!(listed(&s), ["sliding_window", "use_sliding_window"]);
+        assert_eq!(listed(&s), ["max_window_layers"]);
+        assert_eq!(s.sliding_window, None);
+        let text = r#"{"model_type": "qwen3", "sliding_window": 4096, "use_sliding_window": true,
+            "max_window_layers": 0}"#;
+        let s = parse("c.json", text, false).unwrap();
+        assert!(s.unmodelled.is_empty(), "{:?}", s.unmodelled);
+        assert_eq!(
+            (s.sliding_window, s.sliding_window_every),
+            (Some(4096), Some(1))
+        );
         let s = parse(
             "c.json",
             r#"{"model_type": "mistral", "sliding_window": 4096}"#,
             false,
         )
         .unwrap();
-        assert_eq!(listed(&s), ["sliding_window"]);
+        assert!(s.unmodelled.is_empty(), "{:?}", s.unmodelled);
+        assert_eq!(
+            (s.sliding_window, s.sliding_window_every),
+            (Some(4096), Some(1))
+        );
     }
 
     /// Under a model_type the import does not know (here forced), the MoE and MLA keys are

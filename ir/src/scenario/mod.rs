@@ -43,6 +43,8 @@ mod topology;
 mod types;
 mod validate;
 mod variability;
+#[cfg(test)]
+mod window_tests;
 
 pub use checker::Checker;
 pub use checks::{check_keys, parse_key as parse_check_key, Bound, Checks, Metric, Threshold};

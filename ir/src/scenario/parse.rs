@@ -251,6 +251,25 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
             .unwrap_or_else(|| "custom".to_string()),
     };
     let qkv_bias = m.boolean(&mk::QKV_BIAS)?.unwrap_or(base.qkv_bias);
+    let window_every = opt(m.uint(&mk::SLIDING_WINDOW_EVERY)?).or(base.sliding_window_every);
+    let sliding_window = match opt(m.uint(&mk::SLIDING_WINDOW)?).or(base.sliding_window) {
+        Some(tokens) => Some(SlidingWindow {
+            tokens,
+            every: u32_of(window_every.unwrap_or(1)),
+        }),
+        None if m.has(mk::SLIDING_WINDOW_EVERY.name) => {
+            return Err(m.err(
+                ErrorKind::CrossField,
+                mk::SLIDING_WINDOW_EVERY.name,
+                "only meaningful with a sliding window",
+                "set model.sliding_window too, or remove this key",
+            ))
+        }
+        None => None,
+    };
+    let attention_sinks = m
+        .boolean(&mk::ATTENTION_SINKS)?
+        .unwrap_or(base.attention_sinks);
     let mla = match m.has(mk::MLA.name) {
         true => Some(mla(m.section("mla", "model.mla")?)?),
         false => base.mla,
@@ -274,6 +293,8 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
                 .or(base.mtp_layers)
                 .unwrap_or(0),
         ),
+        sliding_window,
+        attention_sinks,
         moe,
     };
     Ok((model, base.unmodelled))

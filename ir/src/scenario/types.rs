@@ -50,7 +50,39 @@ pub struct Model {
     /// Multi-token prediction modules after the last layer (`mtp_layers`).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub mtp_layers: u32,
+    /// Sliding-window attention on some layers (`sliding_window`, `sliding_window_every`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<SlidingWindow>,
+    /// A learned sink logit per head in each layer's softmax (`attention_sinks`, GPT-OSS).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attention_sinks: bool,
     pub moe: Option<Moe>,
+}
+
+/// Sliding-window attention: on layer `i` (from 0) with `i % every == 0` each query sees
+/// itself and the `tokens - 1` keys before it, as Transformer Engine's `window_size =
+/// (tokens - 1, 0)` on the layers Megatron-Core's `window_attn_skip_freq = every` selects
+/// (NVIDIA/Megatron-LM@d98e8a64dd megatron/core/transformer/utils.py
+/// `is_layer_window_attention`, 1-based `layer_number % every != 0`); the other layers see
+/// the whole sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlidingWindow {
+    pub tokens: u64,
+    pub every: u32,
+}
+
+impl SlidingWindow {
+    /// Whether global layer `i` attends over the window.
+    pub fn is_windowed_layer(&self, i: u64) -> bool {
+        i.is_multiple_of(u64::from(self.every.max(1)))
+    }
+
+    /// Windowed layers among global layers `first .. first + n`.
+    pub fn windowed_layers_in(&self, first: u64, n: u64) -> u64 {
+        let every = u64::from(self.every.max(1));
+        let end = first.saturating_add(n);
+        end.div_ceil(every) - first.div_ceil(every)
+    }
 }
 
 fn is_zero_u32(v: &u32) -> bool {
@@ -243,6 +275,9 @@ pub enum PipelineSchedule {
     #[serde(rename = "interleaved-1f1b")]
     Interleaved1F1B,
     ZeroBubble,
+    /// DeepSeek-V3's bidirectional pipeline: rank `r` holds stages `r` and `pp - 1 - r`.
+    #[serde(rename = "dualpipe")]
+    DualPipe,
 }
 
 /// The name `value` has in a table of (name, value) choices; `?` if it has none.
@@ -255,11 +290,12 @@ pub(crate) fn name_of<T: PartialEq>(names: &[(&'static str, T)], value: T) -> &'
 }
 
 impl PipelineSchedule {
-    pub const ALL: [(&'static str, PipelineSchedule); 4] = [
+    pub const ALL: [(&'static str, PipelineSchedule); 5] = [
         ("gpipe", PipelineSchedule::Gpipe),
         ("1f1b", PipelineSchedule::OneFOneB),
         ("interleaved-1f1b", PipelineSchedule::Interleaved1F1B),
         ("zero-bubble", PipelineSchedule::ZeroBubble),
+        ("dualpipe", PipelineSchedule::DualPipe),
     ];
     pub fn as_str(self) -> &'static str {
         name_of(&Self::ALL, self)

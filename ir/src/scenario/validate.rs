@@ -187,7 +187,10 @@ pub fn moe_a2a_overlap_blocker(s: &Scenario) -> Option<A2aOverlapBlocker> {
         A2aOverlapBlocker::NoExpertParallelism
     } else if !s.training.framework.overlaps.moe_a2a_overlap {
         A2aOverlapBlocker::Framework
-    } else if p.pp > 1 && (p.schedule != PipelineSchedule::Interleaved1F1B || p.vpp <= 1) {
+    } else if p.pp > 1
+        && p.schedule != PipelineSchedule::DualPipe
+        && (p.schedule != PipelineSchedule::Interleaved1F1B || p.vpp <= 1)
+    {
         A2aOverlapBlocker::Pipeline
     } else if s.training.recompute == Recompute::Full {
         A2aOverlapBlocker::FullRecompute
@@ -251,7 +254,8 @@ fn moe_a2a_overlap(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
                  pipeline_model_parallel_size > 1)",
                 p.pp
             ),
-            "schedule = \"interleaved-1f1b\" with vpp > 1, pp = 1, or moe_a2a_overlap = false"
+            "schedule = \"interleaved-1f1b\" with vpp > 1 or \"dualpipe\", pp = 1, or \
+             moe_a2a_overlap = false"
                 .to_string(),
         ),
         A2aOverlapBlocker::FullRecompute => (
@@ -714,6 +718,16 @@ fn sharding(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
             "recompute = \"full\", or no recompute_layers".to_string(),
         ));
     }
+    if let (Some(w), CpAlgorithm::Ring, 2..) = (&m.sliding_window, p.cp_algorithm, p.cp) {
+        return Err(c.fail(
+            &[
+                ("parallel.cp_algorithm", "\"ring\"".to_string()),
+                ("model.sliding_window", v(w.tokens)),
+            ],
+            "Transformer Engine runs sliding-window attention under context parallelism only with the all-gather and all-to-all exchanges (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py, attn_forward_func_with_cp)".to_string(),
+            "cp_algorithm = \"all-gather\" or \"ulysses\"".to_string(),
+        ));
+    }
     if p.cp_algorithm == CpAlgorithm::Ring && p.cp > 1 && !s.training.flash_attention {
         return Err(c.fail(
             &[
@@ -866,6 +880,28 @@ fn pipeline(c: &Checker<'_>, s: &Scenario, microbatches: u64) -> Result<(), Scen
                 p.pp
             ),
             "pp >= 2, or another schedule",
+        ));
+    }
+    if p.schedule == PipelineSchedule::DualPipe
+        && (!p.pp.is_multiple_of(2)
+            || !microbatches.is_multiple_of(2)
+            || microbatches < 2 * u64::from(p.pp))
+    {
+        let t = &s.training;
+        return Err(c.fail(
+            &[
+                ("parallel.schedule", schedule),
+                ("parallel.pp", v(p.pp)),
+                ("training.global_batch", v(t.global_batch)),
+                ("training.micro_batch", v(t.micro_batch)),
+            ],
+            format!(
+                "dualpipe feeds half of the micro batches in at each end of the pipeline: it needs pp even and the micro batches per pipeline, global_batch / (micro_batch*dp) = {microbatches}, even and at least 2*pp (deepseek-ai/DualPipe dualpipe.py asserts both)"
+            ),
+            format!(
+                "pp even, and global_batch an even multiple of micro_batch*dp = {} with at least 2*pp micro batches",
+                u128::from(t.micro_batch) * u128::from(p.dp)
+            ),
         ));
     }
     if interleaved && !microbatches.is_multiple_of(u64::from(p.pp)) {

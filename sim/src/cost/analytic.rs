@@ -372,12 +372,14 @@ impl Analytic {
                 }
                 None => {
                     let dtype = attention_dtype(op.dtype);
-                    gemm_s += self.gemm.gemm_s(
-                        &a.equivalent_gemm(),
-                        dtype.bytes(),
-                        self.peak_flops_per_s(dtype),
-                        hbm,
-                    )
+                    for part in a.parts() {
+                        gemm_s += self.gemm.gemm_s(
+                            &part.equivalent_gemm(),
+                            dtype.bytes(),
+                            self.peak_flops_per_s(dtype),
+                            hbm,
+                        )
+                    }
                 }
             }
             // The rest of the op's FLOPs are the attention's Megatron count, priced above.

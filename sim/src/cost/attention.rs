@@ -153,11 +153,16 @@ impl AttentionModel {
 
     /// Seconds of `a`'s calls at `peak` FLOP/s of its dtype.
     pub fn attention_s(&self, a: &Attention, peak: f64) -> f64 {
-        let eff = self
-            .curve(a)
-            .efficiency(a.keys_per_query(), a.head_dim as f64);
-        let rate = super::positive_rate(peak * eff);
-        a.work_flops() as f64 / rate
+        // Full and windowed calls each at the efficiency of their own keys per query.
+        a.parts()
+            .map(|part| {
+                let eff = self
+                    .curve(&part)
+                    .efficiency(part.keys_per_query(), part.head_dim as f64);
+                let rate = super::positive_rate(peak * eff);
+                part.work_flops() as f64 / rate
+            })
+            .sum()
     }
 
     /// [`AttentionModel::attention_s`] in whole nanoseconds.

@@ -18,6 +18,9 @@ fn kernel(causal: bool, backward: bool) -> Attention {
         causal,
         backward,
         count: 3,
+        window: 0,
+        windowed: 0,
+        sinks: false,
     }
 }
 
@@ -49,6 +52,27 @@ fn causal_forward_time_follows_the_flash_curve() {
     // L = 2048.5 keys per query: eff = 0.4351 * 2048.5/2368.5 * 128/151 = 0.318996;
     // 412.42e9 / (312e12 * 0.318996) = 4,143,791 ns. The Megatron FLOPs in `flops` add nothing.
     assert_eq!(model.compute_ns(0, &op(a)), 4_143_791);
+}
+
+/// Two of the three layers attend over a window of 128 keys (GPT-OSS's): their calls run at
+/// the efficiency of their own, short, inner loop; the third as above.
+#[test]
+fn windowed_calls_follow_the_curve_at_their_own_keys_per_query() {
+    let model = Analytic::new(&small_scenario(1, 1, 1, 1));
+    let a = Attention {
+        window: 128,
+        windowed: 2,
+        ..kernel(true, false)
+    };
+    // Full call: 137,472,507,904 FLOPs at eff 0.318996 (a third of the first test's time).
+    // Windowed: 128 * 129 / 2 + 3968 * 128 = 516,160 pairs per head, L = 126.015625 keys per
+    // query, eff = 0.4351 * 126.015625/446.015625 * 128/151 = 0.104207; 16,913,530,880 FLOPs
+    // for the two calls. 1,381,264 + 520,215 = 1,901,479 ns.
+    assert_eq!(
+        a.work_flops(),
+        137_472_507_904 + 2 * 2 * 16 * 128 * 516_160 * 2 * 2
+    );
+    assert_eq!(model.compute_ns(0, &op(a)), 1_901_479);
 }
 
 #[test]

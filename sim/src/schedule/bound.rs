@@ -15,13 +15,15 @@
 //! - its first op is the forward of chunk 0 of some micro batch, which needs that micro
 //!   batch's forward of chunk 0 on every stage before it: `fill_k`, the sum of those
 //!   forwards, passes before it can start;
-//! - under the schedules whose backward is not split (all but zero-bubble), the last pass of
-//!   a rank is a backward of chunk 0 (every later chunk's backward of the same micro batch
-//!   precedes it), and each stage before it must then run that micro batch's backward of
-//!   chunk 0 in turn: `drain_k` more after the rank's passes.
+//! - the last pass of a rank is a backward of chunk 0 (every later chunk's backward of the
+//!   same micro batch precedes it), and each stage before it must then run that micro batch's
+//!   backward of chunk 0 in turn: `drain_k` more after the rank's passes.
 //!
-//! So `step >= fill_k + passes_k + max(optimizer_k, drain_k)` for every stage and routing
-//! load class; the bound is the largest. Communication, bubbles beyond the fill and drain,
+//! The chains hold under `gpipe`, `1f1b` and `interleaved-1f1b`. Zero-bubble and DualPipe
+//! split backwards (a W may come last), and DualPipe's ranks also start from the other end of
+//! the pipeline, so under them the bound is a stage's passes and optimizer alone. So `step >=
+//! fill_k + passes_k + max(optimizer_k, drain_k)` for every stage and routing load class; the
+//! bound is the largest. Communication, bubbles beyond the fill and drain,
 //! and memory traffic between ops are what it leaves out. A test checks it against the
 //! engine on every valid layout of small search spaces.
 
@@ -32,6 +34,7 @@ use super::{ComputeOp, ScheduleError, Sizes};
 use crate::plan::Plan;
 use crate::scenario::{PipelineSchedule, Scenario};
 use crate::workload::routing::LoadClasses;
+use std::collections::BTreeSet;
 
 /// Whether the finalising backward of each chunk is cut into gradient buckets with
 /// overlapped reduction (as [`super::generate_each`] decides it).
@@ -68,7 +71,13 @@ pub fn step_lower_bounds(
     let (pp, vpp, m) = (plan.pp(), plan.vpp(), plan.microbatches);
     let policy = DpPolicy::new(scenario, plan, step)?;
     let buckets = overlap_buckets(&policy);
-    let zb = scenario.parallel.schedule == PipelineSchedule::ZeroBubble;
+    // The fill and drain chains hold where each stage's passes run chunk 0's forward first
+    // and its backward last, unsplit; zero-bubble and DualPipe split backwards, and
+    // DualPipe's ranks also start from the other end.
+    let chains = matches!(
+        scenario.parallel.schedule,
+        PipelineSchedule::Gpipe | PipelineSchedule::OneFOneB | PipelineSchedule::Interleaved1F1B
+    );
     let extra_warmup = u32::from(scenario.training.moe_a2a_overlap);
     let orders = (0..pp)
         .map(|stage| {
@@ -95,7 +104,7 @@ pub fn step_lower_bounds(
                 .iter()
                 .map(|c| ChunkPrices::new(c, price))
                 .collect();
-            let (passes, last_adds) = passes_ns(&mine, order, buckets, zb);
+            let (passes, last_adds) = passes_ns(&mine, order, buckets);
             let state = sizes.state_bytes(stage as u32);
             let held = state
                 .weights_bytes
@@ -104,7 +113,7 @@ pub fn step_lower_bounds(
                 .saturating_add(scenario.memory.reserved_bytes);
             let saved = chunks
                 .get(stage)
-                .map(|c| saved_peak_bytes(c, order, zb))
+                .map(|c| saved_peak_bytes(c, order))
                 .unwrap_or(0);
             memory = memory.max(held.saturating_add(saved));
             let optimizer = if policy.syncs {
@@ -112,15 +121,17 @@ pub fn step_lower_bounds(
             } else {
                 0
             };
-            bound = bound.max(fill.saturating_add(passes).saturating_add(optimizer));
-            if !zb {
-                // The drain starts when the last backward ends, beside the gradient
-                // accumulation that follows it.
-                let chained = fill
-                    .saturating_add(passes.saturating_sub(last_adds))
-                    .saturating_add(drain);
-                bound = bound.max(chained);
+            if !chains {
+                bound = bound.max(passes.saturating_add(optimizer));
+                continue;
             }
+            bound = bound.max(fill.saturating_add(passes).saturating_add(optimizer));
+            // The drain starts when the last backward ends, beside the gradient accumulation
+            // that follows it.
+            let chained = fill
+                .saturating_add(passes.saturating_sub(last_adds))
+                .saturating_add(drain);
+            bound = bound.max(chained);
             if let Some(first) = mine.first() {
                 fill = fill.saturating_add(first.segs.forward);
                 let last = match &first.final_segs {
@@ -138,8 +149,9 @@ pub fn step_lower_bounds(
 }
 
 /// The most saved-activation bytes a stage holds at once: each forward of a chunk adds the
-/// chunk's saved bytes per micro batch, its backward (W under zero-bubble) removes them.
-fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot], zb: bool) -> u64 {
+/// chunk's saved bytes per micro batch, the pass that last reads them (its backward, or its W
+/// where the backward is split) removes them.
+fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot]) -> u64 {
     let per_chunk: Vec<u64> = chunks
         .iter()
         .map(|c| {
@@ -149,18 +161,38 @@ fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot], zb: bool) -> u64 {
                 .fold(0, u64::saturating_add)
         })
         .collect();
-    let frees = if zb { Pass::Weight } else { Pass::Backward };
+    let split = split_backwards(order);
     let (mut held, mut peak) = (0u64, 0u64);
     for slot in order {
         let bytes = per_chunk.get(slot.chunk as usize).copied().unwrap_or(0);
         if slot.pass == Pass::Forward {
             held = held.saturating_add(bytes);
             peak = peak.max(held);
-        } else if slot.pass == frees {
+        } else if makes_grads(slot, &split) {
             held = held.saturating_sub(bytes);
         }
     }
     peak
+}
+
+/// The (micro batch, chunk) pairs whose backward is split into B and a later W: those the
+/// order has a weight-gradient pass for (every one under zero-bubble, some under DualPipe),
+/// as the emitter splits them.
+fn split_backwards(order: &[Slot]) -> BTreeSet<(u32, u32)> {
+    order
+        .iter()
+        .filter(|s| s.pass == Pass::Weight)
+        .map(|s| (s.microbatch, s.chunk))
+        .collect()
+}
+
+/// Whether `slot` computes its chunk's weight gradients: a whole backward, or a W.
+fn makes_grads(slot: &Slot, split: &BTreeSet<(u32, u32)>) -> bool {
+    match slot.pass {
+        Pass::Forward => false,
+        Pass::Backward => !split.contains(&(slot.microbatch, slot.chunk)),
+        Pass::Weight => true,
+    }
 }
 
 /// A pass's compute over a run of segments, each phase priced once.
@@ -219,15 +251,15 @@ impl ChunkPrices {
 }
 
 /// Every compute op of one stage's passes, priced: each forward, recompute, backward (input
-/// and weight halves under zero-bubble) of each segment, and the gradient accumulation after
+/// and weight halves where it is split) of each segment, and the gradient accumulation after
 /// every gradient pass of a chunk but its first; and the accumulation after the last pass
 /// (0 when there is none).
-fn passes_ns(chunks: &[ChunkPrices], order: &[Slot], buckets: bool, zb: bool) -> (u64, u64) {
-    let grad_pass = if zb { Pass::Weight } else { Pass::Backward };
+fn passes_ns(chunks: &[ChunkPrices], order: &[Slot], buckets: bool) -> (u64, u64) {
+    let split = split_backwards(order);
     // The last gradient pass of each chunk finalises it (cut into buckets when `buckets`).
     let mut final_slot = vec![None; chunks.len()];
     for (i, slot) in order.iter().enumerate() {
-        if slot.pass == grad_pass {
+        if makes_grads(slot, &split) {
             if let Some(f) = final_slot.get_mut(slot.chunk as usize) {
                 *f = Some(i);
             }
@@ -241,9 +273,10 @@ fn passes_ns(chunks: &[ChunkPrices], order: &[Slot], buckets: bool, zb: bool) ->
             continue;
         };
         let finalising = buckets && final_slot.get(slot.chunk as usize) == Some(&Some(i));
+        let grads = makes_grads(slot, &split);
         let ns = match slot.pass {
             Pass::Forward => cp.segs.forward,
-            Pass::Backward if zb => {
+            Pass::Backward if !grads => {
                 let p = cp.segs;
                 p.recompute.saturating_add(p.backward_input)
             }
@@ -255,7 +288,7 @@ fn passes_ns(chunks: &[ChunkPrices], order: &[Slot], buckets: bool, zb: bool) ->
         };
         total = total.saturating_add(ns);
         last_adds = 0;
-        if slot.pass == grad_pass {
+        if grads {
             let seen = first_grads.get_mut(slot.chunk as usize);
             if seen.as_deref() == Some(&true) {
                 last_adds = cp.segs_for(finalising).accumulate;

@@ -42,10 +42,13 @@ pub(crate) fn ops_for_steps(steps: u64) -> u64 {
 pub fn estimate(scenario: &Scenario, plan: &Plan) -> WorkEstimate {
     let m = u64::from(plan.microbatches);
     // Passes of one segment per micro batch: forward and backward, the recompute before the
-    // backward, and zero-bubble's separate weight gradient.
+    // backward, and the separate weight gradient of zero-bubble (and of some of DualPipe's).
     let passes = 2
         + u64::from(scenario.training.recompute != Recompute::None)
-        + u64::from(scenario.parallel.schedule == PipelineSchedule::ZeroBubble);
+        + u64::from(matches!(
+            scenario.parallel.schedule,
+            PipelineSchedule::ZeroBubble | PipelineSchedule::DualPipe
+        ));
     let mut busiest = (0u64, 0u64);
     let mut total_ops = 0u64;
     for chunks in &plan.chunks {
@@ -64,7 +67,13 @@ pub fn estimate(scenario: &Scenario, plan: &Plan) -> WorkEstimate {
             };
             per_mb = per_mb.saturating_add(segs.saturating_mul(passes));
         }
-        let steps = per_mb.saturating_mul(m).saturating_add(once);
+        // Under DualPipe each of a stage's two chunks carries half of the micro batches.
+        let per_chunk = if scenario.parallel.schedule == PipelineSchedule::DualPipe {
+            m.div_ceil(2)
+        } else {
+            m
+        };
+        let steps = per_mb.saturating_mul(per_chunk).saturating_add(once);
         total_ops = total_ops.saturating_add(ops_for_steps(steps));
         if steps > busiest.0 {
             busiest = (steps, per_mb);

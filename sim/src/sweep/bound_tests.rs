@@ -69,7 +69,11 @@ fn space() -> SearchSpace {
         vpp: vec![1, 2],
         cp: vec![1, 2],
         max_tp: Some(4),
-        schedules: vec![PipelineSchedule::OneFOneB, PipelineSchedule::ZeroBubble],
+        schedules: vec![
+            PipelineSchedule::OneFOneB,
+            PipelineSchedule::ZeroBubble,
+            PipelineSchedule::DualPipe,
+        ],
         fp8_recipes: vec![Fp8Recipe::Tensorwise],
         tp_comm_overlap: vec![false, true],
         dp_overlap: vec![true, false],

@@ -141,7 +141,8 @@ pub struct SearchSpace {
     pub cp: Vec<u32>,
     /// Largest tensor-parallel degree; `None`: the GPUs of one node.
     pub max_tp: Option<u32>,
-    /// Schedules of layouts with one chunk per stage and pp > 1.
+    /// Schedules of layouts with one chunk per stage and pp > 1 (DualPipe only on an even pp,
+    /// with an even count of at least `2 * pp` micro batches).
     pub schedules: Vec<PipelineSchedule>,
     /// FP8 recipes tried beside the base precision, on GPUs with an FP8 rate above bf16.
     pub fp8_recipes: Vec<Fp8Recipe>,
@@ -164,7 +165,11 @@ impl Default for SearchSpace {
             vpp: vec![1, 2, 4, 8],
             cp: vec![1, 2, 4, 8, 16],
             max_tp: None,
-            schedules: vec![PipelineSchedule::OneFOneB, PipelineSchedule::ZeroBubble],
+            schedules: vec![
+                PipelineSchedule::OneFOneB,
+                PipelineSchedule::ZeroBubble,
+                PipelineSchedule::DualPipe,
+            ],
             fp8_recipes: vec![Fp8Recipe::Delayed, Fp8Recipe::Tensorwise],
             tp_comm_overlap: vec![false, true],
             dp_overlap: vec![true, false],
@@ -390,7 +395,9 @@ pub fn candidates(base: &Scenario, space: &SearchSpace) -> Vec<Candidate> {
                         };
                         for &schedule in &schedules {
                             for &mb in &space.micro_batches {
-                                if !t.global_batch.is_multiple_of(mb * dp) {
+                                if !t.global_batch.is_multiple_of(mb * dp)
+                                    || !dualpipe_fits(schedule, t.global_batch / (mb * dp), pp)
+                                {
                                     continue;
                                 }
                                 for &rc in &space.recompute {
@@ -475,6 +482,13 @@ pub fn candidates(base: &Scenario, space: &SearchSpace) -> Vec<Candidate> {
         }
     }
     out
+}
+
+/// Whether `m` micro batches per pipeline of `pp` stages suit `schedule`: DualPipe needs an
+/// even pp and an even count of at least `2 pp` (deepseek-ai/DualPipe's asserts).
+fn dualpipe_fits(schedule: PipelineSchedule, m: u64, pp: u64) -> bool {
+    schedule != PipelineSchedule::DualPipe
+        || (pp.is_multiple_of(2) && m.is_multiple_of(2) && m >= 2 * pp)
 }
 
 /// The HSDP shard-group sizes tried for one layout: `dp` (plain FSDP, written only when the
@@ -702,6 +716,39 @@ mod tests {
         assert!(dense.iter().flatten().all(|o| !o.starts_with("parallel.ep")
             && !o.starts_with("parallel.etp")
             && !o.starts_with("training.moe_a2a_overlap")));
+    }
+
+    /// DualPipe is proposed with vpp 1 on every even pipeline, never on an odd one or
+    /// beside vpp > 1; for a mixture of experts with the all-to-all overlap too.
+    #[test]
+    fn search_proposes_dualpipe_on_even_pipelines() {
+        let s = small_scenario(2, 2, 4, 8);
+        let layouts = search(&s, &SearchSpace::default());
+        let has = |l: &Vec<String>, o: &str| l.iter().any(|x| x == o);
+        let dual: Vec<&Vec<String>> = layouts
+            .iter()
+            .filter(|l| has(l, "parallel.schedule=\"dualpipe\""))
+            .collect();
+        assert!(!dual.is_empty());
+        for l in &dual {
+            assert!(has(l, "parallel.vpp=1"), "{l:?}");
+            let pp: u64 = l
+                .iter()
+                .find_map(|o| o.strip_prefix("parallel.pp="))
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(pp >= 2 && pp.is_multiple_of(2), "{l:?}");
+        }
+        let mut moe = small_scenario(1, 2, 4, 8);
+        let f = moe.model.ffn_hidden;
+        moe.model.moe = Some(crate::scenario::Moe::uniform(8, 2, 1, f));
+        let layouts = search(&moe, &SearchSpace::default());
+        assert!(layouts
+            .iter()
+            .any(|l| has(l, "parallel.schedule=\"dualpipe\"")
+                && has(l, "parallel.ep=2")
+                && has(l, "training.moe_a2a_overlap=true")));
     }
 
     #[test]

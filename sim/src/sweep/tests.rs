@@ -265,7 +265,9 @@ fn search_varies_moe_a2a_overlap_where_validation_accepts_it() {
     };
     let accepted = |s: &Scenario| {
         let (p, t) = (&s.parallel, &s.training);
-        p.ep > 1 && (p.pp == 1 || p.vpp > 1) && t.recompute != Recompute::Full
+        p.ep > 1
+            && (p.pp == 1 || p.vpp > 1 || p.schedule == crate::scenario::PipelineSchedule::DualPipe)
+            && t.recompute != Recompute::Full
     };
 
     let small = SearchSpace {

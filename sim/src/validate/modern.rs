@@ -8,7 +8,8 @@
 //! - GPU preset from `gpu`, and that GPU's usual node (`cluster.node` left to its default);
 //!   a `gpu_note` that describes a part twin has its own preset for selects that preset
 //!   ([`gpu_preset`]).
-//! - The model shape as published; `ffn_act = "swiglu..."` is a gated MLP; `head_dim` where given.
+//! - The model shape as published; `ffn_act = "swiglu..."` is a gated MLP; `head_dim`,
+//!   `sliding_window` (with `sliding_window_every`) and `attention_sinks` where given.
 //! - `tp`, `pp`, `cp`, `dp` as published; `vpp > 1` is the interleaved 1F1B schedule.
 //! - `zero_stage` as published, or 1 with `distributed_optimizer = true`; stage 3 is FSDP,
 //!   and an `fsdp` degree other than `dp` is HSDP (`parallel.fsdp_degree`).
@@ -181,6 +182,9 @@ pub fn modern_fields_set(row: &RunRow) -> Vec<&'static str> {
     let fields = [
         ("kv_heads", row.kv_heads.is_some()),
         ("head_dim", row.head_dim.is_some()),
+        ("sliding_window", row.sliding_window.is_some()),
+        ("sliding_window_every", row.sliding_window_every.is_some()),
+        ("attention_sinks", row.attention_sinks.is_some()),
         ("ffn_hidden", row.ffn_hidden.is_some()),
         ("ffn_act", row.ffn_act.is_some()),
         ("arch", row.arch.is_some()),
@@ -335,6 +339,15 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     }
     if let Some(d) = row.head_dim {
         let _ = writeln!(text, "head_dim = {d}");
+    }
+    if let Some(w) = row.sliding_window {
+        let _ = writeln!(text, "sliding_window = {w}");
+    }
+    if let Some(every) = row.sliding_window_every {
+        let _ = writeln!(text, "sliding_window_every = {every}");
+    }
+    if let Some(sinks) = row.attention_sinks {
+        let _ = writeln!(text, "attention_sinks = {sinks}");
     }
     text.push_str(&moe_keys(row));
     let ep = row.ep.unwrap_or(1).max(1);

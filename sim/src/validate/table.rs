@@ -69,6 +69,12 @@ pub struct RunRow {
     pub kv_heads: Option<u32>,
     /// Only where it differs from hidden / heads.
     pub head_dim: Option<u64>,
+    /// Keys each query attends to on the windowed layers, and which layers those are (layer
+    /// `i` when `i % sliding_window_every == 0`; every layer when absent).
+    pub sliding_window: Option<u64>,
+    pub sliding_window_every: Option<u32>,
+    /// A learned sink logit per head in each layer's softmax.
+    pub attention_sinks: Option<bool>,
     /// Dense MLP width (per branch for gated MLPs).
     pub ffn_hidden: Option<u64>,
     /// gelu | swiglu | squared-relu | ... (swiglu: gated MLP).

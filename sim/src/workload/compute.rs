@@ -40,6 +40,8 @@ impl Parts {
         self.attention = match (self.attention, a) {
             (Some(x), Some(y)) => Some(Attention {
                 count: x.count.saturating_add(y.count),
+                windowed: x.windowed.saturating_add(y.windowed),
+                window: x.window.max(y.window),
                 ..x
             }),
             (x, y) => x.or(y),
@@ -79,6 +81,7 @@ impl Parts {
             kernels: self.kernels.saturating_mul(n32),
             attention: self.attention.map(|a| Attention {
                 count: a.count.saturating_mul(n32),
+                windowed: a.windowed.saturating_mul(n32),
                 ..a
             }),
             attention_flops: mul(self.attention_flops, n),
@@ -90,6 +93,15 @@ impl Parts {
             });
         }
         out
+    }
+
+    /// Marks `n` of the attention kernel's calls as attending over the model's sliding
+    /// window (the windowed layers among these parts' layers); nothing without a window or a
+    /// fused kernel.
+    fn window_calls(&mut self, n: u64) {
+        if let Some(a) = self.attention.as_mut().filter(|a| a.window > 0) {
+            a.windowed = to_u32(n).min(a.count);
+        }
     }
 
     pub fn flops(&self) -> u64 {
@@ -128,6 +140,18 @@ pub(crate) struct BlockParts {
 }
 
 impl BlockParts {
+    /// [`Parts::window_calls`] on the forward, the input-gradient half and what selective
+    /// recompute runs again: `n` of the layers attend over the sliding window.
+    pub fn window_layers(&mut self, n: u64) {
+        for p in [
+            &mut self.forward,
+            &mut self.backward_input,
+            &mut self.selective,
+        ] {
+            p.window_calls(n);
+        }
+    }
+
     pub fn add(&mut self, other: &BlockParts) {
         self.forward.add(&other.forward);
         self.backward_input.add(&other.backward_input);

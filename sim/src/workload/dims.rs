@@ -167,6 +167,11 @@ pub(crate) struct Dims {
     /// Sequence parallelism is on and does something (`t > 1`).
     pub sp: bool,
     pub flash: bool,
+    /// The model's sliding window (`model.sliding_window`), which the fused kernel follows on
+    /// the windowed layers.
+    pub window: Option<crate::scenario::SlidingWindow>,
+    /// A learned sink logit per head (`model.attention_sinks`).
+    pub sinks: bool,
     pub gated: bool,
     /// Bytes per element of saved and communicated activations (fp8 training keeps these in
     /// bf16; see `docs/memory.md`).
@@ -261,6 +266,8 @@ impl Dims {
             tokens: mul(s.training.micro_batch, s_local),
             sp: p.sequence_parallel && t > 1,
             flash: s.training.flash_attention,
+            window: m.sliding_window,
+            sinks: m.attention_sinks,
             gated: m.gated_mlp,
             act_bytes,
             gemm_in_bytes: precision.bytes(),
@@ -346,6 +353,9 @@ impl Dims {
             causal: true,
             backward: false,
             count: 1,
+            window: self.window.map_or(0, |w| w.tokens),
+            windowed: 0,
+            sinks: self.sinks,
         }
     }
 

@@ -222,8 +222,14 @@ pub fn layers_work_at(
     let r_moe = params::moe_layers_in(&s.model, u64::from(first_layer), r);
     let r_dense = r - r_moe;
 
+    let windowed = |first: u64, n: u64| {
+        s.model
+            .sliding_window
+            .map_or(0, |w| w.windowed_layers_in(first, n))
+    };
     let mut layers = compute::layer(&d, false).repeat(n_dense);
     layers.add(&compute::layer(&d, true).repeat(n_moe));
+    layers.window_layers(windowed(u64::from(first_layer), n));
     let mut layer_comms = comms::layer(&d, false).repeat(n_dense);
     layer_comms.add(&comms::layer(&d, true).repeat(n_moe));
     let layer_activations = mul(activations::layer(&d, recompute, false), r_dense)
@@ -319,6 +325,7 @@ pub fn layers_work_at(
             // Block recompute: only the first `r` layers of the range run again.
             let mut part = compute::layer(&d, false).repeat(r_dense);
             part.add(&compute::layer(&d, true).repeat(r_moe));
+            part.window_layers(windowed(u64::from(first_layer), r));
             let mut part_comms = comms::layer(&d, false).repeat(r_dense);
             part_comms.add(&comms::layer(&d, true).repeat(r_moe));
             Some(PassWork {

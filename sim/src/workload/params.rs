@@ -149,16 +149,25 @@ impl Shapes<'_> {
         mul(rows, cols).saturating_add(bias)
     }
 
-    /// Attention: its linear layers, and the norms of the latent ranks under MLA.
+    /// Attention: its linear layers, the norms of the latent ranks under MLA, and the sink
+    /// logits (one per head, split over tensor parallelism with the heads: Megatron-Core's
+    /// `softmax_offset` of `num_attention_heads_per_partition` under `softmax_type =
+    /// "learnable"`, NVIDIA/Megatron-LM@d98e8a64dd
+    /// megatron/core/transformer/dot_product_attention.py).
     fn attention(&self) -> u64 {
         let norms = self
             .m
             .mla
             .map_or(0, |mla| mla.q_lora_rank.saturating_add(mla.kv_lora_rank));
+        let sinks = if self.m.attention_sinks {
+            div_ceil(u64::from(self.m.heads), self.t)
+        } else {
+            0
+        };
         self.attention_linears()
             .iter()
             .map(|l| self.linear(l))
-            .fold(norms, u64::saturating_add)
+            .fold(norms.saturating_add(sinks), u64::saturating_add)
     }
 
     /// The MLP's linear layers for an inner width `f`: up (`h x f`, or gate and up `h x 2f`

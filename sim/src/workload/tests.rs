@@ -11,6 +11,7 @@ mod model_state;
 mod moe_shape;
 mod properties;
 mod selective;
+mod window;
 mod worked_example;
 
 use crate::plan::Plan;
@@ -46,6 +47,8 @@ pub(super) fn gpt(
         qkv_bias: false,
         mla: None,
         mtp_layers: 0,
+        sliding_window: None,
+        attention_sinks: false,
         moe: None,
     };
     s.training.micro_batch = b;
@@ -79,6 +82,8 @@ pub(super) fn llama(
         qkv_bias: false,
         mla: None,
         mtp_layers: 0,
+        sliding_window: None,
+        attention_sinks: false,
         moe: None,
     }
 }

@@ -23,6 +23,11 @@
 //! the next compute, which belongs to another micro batch; the compute after that waits for
 //! them, and its send waits for them too. The pipeline order has one more warm-up forward so
 //! that the two never belong to the same micro batch ([`crate::schedule::pipeline::stage_order`]).
+//!
+//! DualPipe moves some transfers ([`crate::schedule::pipeline::Link`]): a pass may leave its
+//! send for after the next pass, which then does not wait for it, and a pass may receive a
+//! later pass's input before it runs and wait for it, as DualPipe receives and sends in
+//! batches before each compute.
 
 mod compute;
 mod dp;
@@ -91,7 +96,6 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
     let state_tags = memory::alloc_state(ctx, &mut b, stage)?;
     dp.start(&mut b, my_chunks)?;
 
-    let grad_pass = steps::grad_pass(ctx);
     let mut pipe = Pipe::new(ctx);
     let mut acts = Activations::default();
     let mut pending_comms: Vec<u32> = Vec::new();
@@ -123,14 +127,39 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
         let seg_label = label(Some(mb), slot.chunk, seg.first_layer, seg.num_layers);
 
         if first_of_slot {
-            pipe.receive(ctx, &mut b, slot, cp, chunk_label)?;
+            pipe.receive(ctx, &mut b, (step.slot, slot), cp, chunk_label)?;
         }
         let gathered_deps = dp.before_compute(&mut b, step.gather, step.new_gather, slot)?;
         let consumes_recv = step.phase != Phase::Recompute && step.phase != Phase::BackwardWeight;
         let mut deps: Deps = pending_comms.drain(..).collect();
         deps.extend(gathered_deps);
-        if first_of_slot {
-            deps.extend(pipe.take_unwaited_send());
+        // A pass after one that sends after it runs before that send; the pass after it
+        // waits for both.
+        let after_paired = step.slot > 0
+            && order
+                .get(step.slot - 1)
+                .is_some_and(|prev| prev.link.send_after_next);
+        if first_of_slot && !after_paired {
+            deps.extend(pipe.take_unwaited_sends());
+        }
+        if let (true, Some(ahead)) = (first_of_slot, slot.link.receive_ahead) {
+            let index = step.slot + ahead as usize;
+            if let Some(later) = order.get(index).copied() {
+                let later_cp = chunk_of(later.chunk)?;
+                let later_label = label(
+                    Some(later.microbatch),
+                    later.chunk,
+                    later_cp.layout.first_layer,
+                    later_cp.layout.num_layers,
+                );
+                deps.extend(pipe.receive_ahead(
+                    ctx,
+                    &mut b,
+                    (index, later),
+                    later_cp,
+                    later_label,
+                )?);
+            }
         }
         let mut consumed = None;
         if consumes_recv {
@@ -207,8 +236,9 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
             pending_comms.extend(reduced);
             dp.finalising_bucket(&mut b, segs, step, slot.chunk, grads)?;
         }
-        // Activations: freed after the pass that last reads them.
-        if slot.pass == grad_pass && makes_grads {
+        // Activations: freed after the pass that last reads them, the one that computes the
+        // weight gradients (a whole backward, or W after a split one).
+        if makes_grads {
             if !step.finalising || cp.final_segs.is_none() {
                 acts.free_segment(&mut b, key, step.seg, compute, seg_label)?;
             } else if last_of_slot {

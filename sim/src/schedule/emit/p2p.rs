@@ -16,6 +16,10 @@
 //! torch's `PipelineScheduleMulti` pairing the receives of a time step with the neighbours'
 //! sends), and zero-bubble implementations post them ahead of the weight-gradient passes that
 //! fill the wait; there the receives stay posted early and only the sends block.
+//!
+//! Under DualPipe chunk 1 of a stage carries the micro batches fed in at the last stage: its
+//! activations flow from the next stage to the previous one and its gradients back, so its
+//! peers are swapped, and the model has `pp` virtual stages, not `2 pp`.
 
 use crate::scenario::PipelineSchedule;
 use crate::schedule::builder::{AllocTag, Builder};
@@ -62,9 +66,14 @@ fn boundary_bytes(ctx: &StageCtx, v: u32) -> u64 {
 /// buffer of the send being produced.
 pub struct Pipe {
     pp: u32,
+    /// DualPipe: chunk 1 runs in the other direction.
+    dualpipe: bool,
     last_vs: u32,
     boundaries: u32,
     recv: Option<(u32, Option<AllocTag>)>,
+    /// Receives posted ahead of the pass that consumes them ([`Pipe::receive_ahead`]), by the
+    /// consuming pass's index in the order.
+    ahead: std::collections::BTreeMap<usize, (u32, Option<AllocTag>)>,
     send_buf: Option<AllocTag>,
     /// Transfers block compute (`overlap_p2p_comm = false`).
     blocking: bool,
@@ -74,19 +83,27 @@ pub struct Pipe {
     /// Blocking: the ops of the last pass emitted (its compute and its collectives' tail),
     /// which the next receive is posted after.
     last_pass: Deps,
-    /// Blocking: the send not yet waited for, which the next pass waits for.
-    unwaited_send: Option<u32>,
+    /// Blocking: the sends not yet waited for, which the next pass waits for (two after a
+    /// DualPipe pair, whose backward does not wait for its forward's send).
+    unwaited_sends: Vec<u32>,
 }
 
 impl Pipe {
     pub fn new(ctx: &StageCtx) -> Pipe {
         let pp = ctx.plan.pp();
-        let last_vs = pp * ctx.plan.vpp() - 1;
+        let dualpipe = ctx.s.parallel.schedule == PipelineSchedule::DualPipe;
+        let last_vs = if dualpipe {
+            pp - 1
+        } else {
+            pp * ctx.plan.vpp() - 1
+        };
         Pipe {
             pp,
+            dualpipe,
             last_vs,
             boundaries: last_vs.max(1),
             recv: None,
+            ahead: std::collections::BTreeMap::new(),
             send_buf: None,
             blocking: !ctx.s.training.overlap_p2p_comm,
             late_receives: !ctx.s.training.overlap_p2p_comm
@@ -96,7 +113,16 @@ impl Pipe {
                     PipelineSchedule::OneFOneB | PipelineSchedule::Gpipe
                 ),
             last_pass: Deps::new(),
-            unwaited_send: None,
+            unwaited_sends: Vec::new(),
+        }
+    }
+
+    /// The peers holding the virtual stages before and after `cp`'s.
+    fn neighbours(&self, cp: &ChunkPlan) -> (Peer, Peer) {
+        if self.dualpipe && cp.layout.chunk == 1 {
+            (Peer::PpNext, Peer::PpPrev)
+        } else {
+            (Peer::PpPrev, Peer::PpNext)
         }
     }
 
@@ -105,23 +131,28 @@ impl Pipe {
         &mut self,
         ctx: &StageCtx,
         b: &mut Builder,
-        slot: Slot,
+        (index, slot): (usize, Slot),
         cp: &ChunkPlan,
         label: Label,
     ) -> Result<(), ScheduleError> {
+        if let Some(ahead) = self.ahead.remove(&index) {
+            self.recv = Some(ahead);
+            return Ok(());
+        }
         if self.pp <= 1 {
             return Ok(());
         }
         let vs = cp.layout.virtual_stage;
         let mb = slot.microbatch;
+        let (before, after) = self.neighbours(cp);
         let incoming = match slot.pass {
             Pass::Forward if vs > 0 => Some((
-                Peer::PpPrev,
+                before,
                 p2p_tag(mb, vs - 1, self.boundaries, FWD),
                 boundary_bytes(ctx, vs - 1),
             )),
             Pass::Backward if vs < self.last_vs => Some((
-                Peer::PpNext,
+                after,
                 p2p_tag(mb, vs, self.boundaries, BWD),
                 cp.boundary_bytes,
             )),
@@ -152,14 +183,37 @@ impl Pipe {
         Ok(())
     }
 
+    /// Posts now the receive of `later` (pass `index` of the order) for the current pass to
+    /// wait for: DualPipe receives a later pass's input in the batch of transfers before the
+    /// current compute and waits for the whole batch (deepseek-ai/DualPipe@3da1bbea53
+    /// dualpipe/dualpipe.py: `_recv_forward`, `_recv_backward`, then
+    /// `_commit_and_wait_comm`). [`Pipe::receive`] of that pass then takes it.
+    pub fn receive_ahead(
+        &mut self,
+        ctx: &StageCtx,
+        b: &mut Builder,
+        (index, later): (usize, Slot),
+        cp: &ChunkPlan,
+        label: Label,
+    ) -> Result<Option<u32>, ScheduleError> {
+        let current = self.recv.take();
+        self.receive(ctx, b, (usize::MAX, later), cp, label)?;
+        let posted = self.recv.take();
+        self.recv = current;
+        Ok(posted.map(|(op, buf)| {
+            self.ahead.insert(index, (op, buf));
+            op
+        }))
+    }
+
     /// The posted receive, for the compute that consumes it: its op and its buffer.
     pub fn take_received(&mut self) -> Option<(u32, Option<AllocTag>)> {
         self.recv.take()
     }
 
     /// Blocking transfers: the send the first compute of a pass waits for.
-    pub fn take_unwaited_send(&mut self) -> Option<u32> {
-        self.unwaited_send.take()
+    pub fn take_unwaited_sends(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.unwaited_sends)
     }
 
     /// Records the ops of the pass just emitted (`compute` and its collectives' `tail`): under
@@ -217,14 +271,15 @@ impl Pipe {
     ) -> Result<(), ScheduleError> {
         let vs = cp.layout.virtual_stage;
         let mb = slot.microbatch;
+        let (before, after) = self.neighbours(cp);
         let (peer, tag, bytes) = match slot.pass {
             Pass::Forward => (
-                Peer::PpNext,
+                after,
                 p2p_tag(mb, vs, self.boundaries, FWD),
                 cp.boundary_bytes,
             ),
             _ => (
-                Peer::PpPrev,
+                before,
                 p2p_tag(mb, vs - 1, self.boundaries, BWD),
                 boundary_bytes(ctx, vs - 1),
             ),
@@ -236,7 +291,7 @@ impl Pipe {
             label,
         )?;
         if self.blocking {
-            self.unwaited_send = Some(send);
+            self.unwaited_sends.push(send);
         }
         b.free(Stream::PpSend, self.send_buf.take(), [send], label)
     }

@@ -2,13 +2,12 @@
 //! chunk becomes one step per segment (a backward in reverse segment order, each preceded by
 //! its recompute), and each step notes the ZeRO-3 parameter gather it uses.
 
-use crate::scenario::PipelineSchedule;
 use crate::schedule::chunks::ChunkPlan;
 use crate::schedule::dp::Zero;
 use crate::schedule::emit::StageCtx;
 use crate::schedule::pipeline::{Pass, Slot};
 use crate::schedule::{Phase, ScheduleError};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One compute op of the stage, before it is emitted.
 #[derive(Clone, Copy, Debug)]
@@ -26,18 +25,14 @@ pub struct Step {
     pub new_gather: bool,
 }
 
-/// Whether the stage runs zero-bubble's split backward (B, then W later).
-pub fn zero_bubble(ctx: &StageCtx) -> bool {
-    ctx.s.parallel.schedule == PipelineSchedule::ZeroBubble
-}
-
-/// The pass that finalises a chunk's gradients: its backward, or W under zero-bubble.
-pub fn grad_pass(ctx: &StageCtx) -> Pass {
-    if zero_bubble(ctx) {
-        Pass::Weight
-    } else {
-        Pass::Backward
-    }
+/// The (micro batch, chunk) pairs whose backward is split into B and a later W: those the
+/// order has a weight-gradient pass for (every one under zero-bubble, some under DualPipe).
+fn split_backwards(order: &[Slot]) -> BTreeSet<(u32, u32)> {
+    order
+        .iter()
+        .filter(|s| s.pass == Pass::Weight)
+        .map(|s| (s.microbatch, s.chunk))
+        .collect()
 }
 
 /// The stage's compute steps in order, with the ZeRO-3 gather each one uses.
@@ -46,12 +41,13 @@ pub fn flatten<'c>(
     order: &[Slot],
     chunk_of: &dyn Fn(u32) -> Result<&'c ChunkPlan, ScheduleError>,
 ) -> Result<Vec<Step>, ScheduleError> {
-    let zb = zero_bubble(ctx);
-    let grad_pass = grad_pass(ctx);
-    // The slot that finalises each chunk's gradients: its last backward (W under ZB).
+    let split = split_backwards(order);
+    // The slot that finalises each chunk's gradients: the last that computes weight
+    // gradients (a whole backward, or a W).
     let mut final_slot: BTreeMap<u32, usize> = BTreeMap::new();
     for (i, slot) in order.iter().enumerate() {
-        if slot.pass == grad_pass {
+        let whole = slot.pass == Pass::Backward && !split.contains(&(slot.microbatch, slot.chunk));
+        if whole || slot.pass == Pass::Weight {
             final_slot.insert(slot.chunk, i);
         }
     }
@@ -107,6 +103,7 @@ pub fn flatten<'c>(
                 }
             }
             Pass::Backward => {
+                let zb = split.contains(&(slot.microbatch, slot.chunk));
                 let fin = finalising && !zb;
                 let segs = cp.segs_for(fin);
                 let phase = if zb {

@@ -1,9 +1,11 @@
 //! The order in which one pipeline stage runs its passes: which forward (F), backward (B) and
 //! weight-gradient (W) pass of which micro batch and chunk comes next. This is the whole
-//! difference between GPipe, 1F1B, interleaved 1F1B and zero-bubble; everything else (p2p,
+//! difference between GPipe, 1F1B, interleaved 1F1B, zero-bubble and DualPipe; everything
+//! else (p2p,
 //! collectives, memory) is derived from this order by the emitter. Each family's order is a
 //! pure function in its own file; [`stage_order`] picks one.
 
+mod dualpipe;
 mod gpipe;
 mod interleaved;
 mod one_f_one_b;
@@ -16,7 +18,8 @@ use crate::schedule::ScheduleError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pass {
     Forward,
-    /// The backward: the full backward, or only the input gradient under zero-bubble.
+    /// The backward: the full backward, or only the input gradient when the order has a
+    /// `Weight` pass of the same micro batch and chunk (zero-bubble, some of DualPipe's).
     Backward,
     /// Zero-bubble weight gradient of an earlier `Backward`.
     Weight,
@@ -28,6 +31,19 @@ pub struct Slot {
     pub pass: Pass,
     pub microbatch: u32,
     pub chunk: u32,
+    /// How this pass's transfers interleave with its neighbours' (DualPipe's; the others run
+    /// each pass's receive right before it and its send right after).
+    pub link: Link,
+}
+
+/// When a pass's transfers happen relative to other passes (see [`Slot::link`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Link {
+    /// The send of this pass goes after the next pass, which does not wait for it.
+    pub send_after_next: bool,
+    /// The input of the pass this many slots later is received before this pass, which waits
+    /// for it (one batch of transfers before a compute).
+    pub receive_ahead: Option<u32>,
 }
 
 impl Slot {
@@ -36,6 +52,10 @@ impl Slot {
             pass: Pass::Forward,
             microbatch,
             chunk,
+            link: Link {
+                send_after_next: false,
+                receive_ahead: None,
+            },
         }
     }
     fn b(microbatch: u32, chunk: u32) -> Slot {
@@ -43,6 +63,10 @@ impl Slot {
             pass: Pass::Backward,
             microbatch,
             chunk,
+            link: Link {
+                send_after_next: false,
+                receive_ahead: None,
+            },
         }
     }
     fn w(microbatch: u32, chunk: u32) -> Slot {
@@ -50,12 +74,17 @@ impl Slot {
             pass: Pass::Weight,
             microbatch,
             chunk,
+            link: Link {
+                send_after_next: false,
+                receive_ahead: None,
+            },
         }
     }
 }
 
 /// The order of passes of `stage` for `m` micro batches over `pp` stages with `vpp` chunks
-/// per stage. `extra_warmup` more forwards run before the 1F1B phase of the 1F1B and
+/// per stage (DualPipe: the plan's two, stage `stage` and stage `pp - 1 - stage`).
+/// `extra_warmup` more forwards run before the 1F1B phase of the 1F1B and
 /// interleaved schedules (Megatron-Core adds one under `overlap_moe_expert_parallel_comm`, so
 /// that each forward and the backward beside it belong to different micro batches:
 /// NVIDIA/Megatron-LM@d98e8a64dd megatron/core/pipeline_parallel/schedules.py); the other
@@ -84,6 +113,8 @@ pub fn stage_order(
         PipelineSchedule::Interleaved1F1B => {
             interleaved::interleaved(stage, pp, vpp, m, extra_warmup)
         }
+        // The plan gives each stage its two chunks (vpp = 2).
+        PipelineSchedule::DualPipe => dualpipe::dualpipe(stage, pp, m),
     }
 }
 
@@ -181,6 +212,50 @@ mod tests {
         assert!(stage_order(PipelineSchedule::Interleaved1F1B, 0, (4, 2, 6), 0).is_err());
     }
 
+    fn chunked(order: &[Slot]) -> String {
+        order
+            .iter()
+            .map(|s| {
+                let p = match s.pass {
+                    Pass::Forward => 'F',
+                    Pass::Backward => 'B',
+                    Pass::Weight => 'W',
+                };
+                let mark = if s.chunk == 1 { "'" } else { "" };
+                format!("{p}{}{mark}", s.microbatch)
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// DualPipe's `step` for pp 4 and 8 micro batches, traced by hand: rank 0 (chunk 0 is
+    /// stage 0, chunk 1 (') stage 3, micro batches 4-7 fed in at rank 3) and its mirror rank 3.
+    #[test]
+    fn dualpipe_follows_deepseeks_steps() {
+        let r0 = stage_order(PipelineSchedule::DualPipe, 0, (4, 2, 8), 0).unwrap();
+        assert_eq!(
+            chunked(&r0),
+            "F0 F1 F2 F4' B4' W4' F5' F3 B5' F6' B0 B6' F7' B1 B7' B2 W2 B3 W3"
+        );
+        let r3 = stage_order(PipelineSchedule::DualPipe, 3, (4, 2, 8), 0).unwrap();
+        assert_eq!(
+            chunked(&r3),
+            "F4' F5' F6' F0 B0 W0 F1 F7' B1 F2 B4' B2 F3 B5' B3 B6' W6' B7' W7'"
+        );
+        // The overlapped pairs: each receives its backward's input first, sends after both.
+        let pair = Link {
+            send_after_next: true,
+            receive_ahead: Some(1),
+        };
+        assert_eq!(r0[7].link, pair, "F3 with B5'");
+        assert_eq!(r0[12].link, pair, "F7' with B1");
+        // Rank 0's step 2: F2's output goes after F4', which receives F3's input (step 4).
+        assert!(r0[2].link.send_after_next);
+        assert_eq!(r0[3].link.receive_ahead, Some(4));
+        assert!(stage_order(PipelineSchedule::DualPipe, 0, (4, 2, 6), 0).is_err());
+        assert!(stage_order(PipelineSchedule::DualPipe, 0, (3, 2, 6), 0).is_err());
+    }
+
     #[test]
     fn every_order_runs_each_pass_once() {
         for sched in [
@@ -188,6 +263,7 @@ mod tests {
             PipelineSchedule::OneFOneB,
             PipelineSchedule::Interleaved1F1B,
             PipelineSchedule::ZeroBubble,
+            PipelineSchedule::DualPipe,
         ] {
             for pp in 1..6 {
                 let vpp = if sched == PipelineSchedule::Interleaved1F1B {
@@ -195,10 +271,16 @@ mod tests {
                 } else {
                     1
                 };
+                if sched == PipelineSchedule::DualPipe && pp % 2 == 1 {
+                    continue;
+                }
                 for (m, extra) in [pp, 2 * pp, 3 * pp]
                     .into_iter()
                     .flat_map(|m| [(m, 0), (m, 1)])
                 {
+                    if sched == PipelineSchedule::DualPipe && m < 2 * pp {
+                        continue;
+                    }
                     for stage in 0..pp {
                         let order = stage_order(sched, stage, (pp, vpp, m), extra).unwrap();
                         let mut seen = std::collections::BTreeMap::new();
@@ -206,6 +288,22 @@ mod tests {
                             *seen
                                 .entry((s.pass as u8, s.microbatch, s.chunk))
                                 .or_insert(0) += 1;
+                        }
+                        if sched == PipelineSchedule::DualPipe {
+                            // Each micro batch through one of the two chunks, a W only after
+                            // its B.
+                            let fb = seen.keys().filter(|k| k.0 != Pass::Weight as u8).count();
+                            assert_eq!(fb as u32, 2 * m, "dualpipe pp{pp} m{m}");
+                            for (i, s) in order.iter().enumerate() {
+                                let key = (s.microbatch, s.chunk);
+                                assert!(
+                                    s.pass != Pass::Weight
+                                        || order[..i].iter().any(|b| b.pass == Pass::Backward
+                                            && (b.microbatch, b.chunk) == key)
+                                );
+                            }
+                            assert!(seen.values().all(|&c| c == 1));
+                            continue;
                         }
                         let passes = if sched == PipelineSchedule::ZeroBubble {
                             3

@@ -191,6 +191,9 @@ fn backward_is_twice_forward_and_splits_into_input_and_weight_halves() {
                         causal: true,
                         backward: false,
                         count: c.num_layers,
+                        window: 0,
+                        windowed: 0,
+                        sinks: false,
                     };
                     let fwd = (c.num_layers > 0).then_some(kernel);
                     assert_eq!(f.attention, fwd);
