@@ -39,6 +39,8 @@ mod run;
 pub(crate) mod testkit;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod host_issue_tests;
 
 pub(crate) use crate::limits::TRACE_BYTES_PER_EVENT;
 pub use crate::outcome::{RankStats, SimResult};

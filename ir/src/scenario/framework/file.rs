@@ -90,6 +90,9 @@ struct RawRecompute {
 #[serde(deny_unknown_fields)]
 struct RawLaunch {
     cuda_graphs_kernel_gap_ns: Cited<u64>,
+    host_per_kernel_ns: Option<Cited<u64>>,
+    compiled_host_per_kernel_ns: Option<Cited<u64>>,
+    cuda_graphs_host_per_kernel_ns: Option<Cited<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -376,13 +379,32 @@ impl Reader<'_> {
         let recompute = RecomputeHabits {
             selective: self.name("recompute.selective", &raw.recompute.selective, &SELECTIVE)?,
         };
+        let host_ns = |key: &str, c: &Option<Cited<u64>>| -> Result<Option<u64>> {
+            c.as_ref()
+                .map(|c| self.count(key, c, 0, 1_000_000_000))
+                .transpose()
+        };
+        let l = &raw.launch;
+        let host_per_kernel_ns =
+            host_ns("launch.host_per_kernel_ns", &l.host_per_kernel_ns)?.unwrap_or(0);
         let launch = Launch {
             cuda_graphs_kernel_gap_ns: self.count(
                 "launch.cuda_graphs_kernel_gap_ns",
-                &raw.launch.cuda_graphs_kernel_gap_ns,
+                &l.cuda_graphs_kernel_gap_ns,
                 0,
                 1_000_000_000,
             )?,
+            host_per_kernel_ns,
+            compiled_host_per_kernel_ns: host_ns(
+                "launch.compiled_host_per_kernel_ns",
+                &l.compiled_host_per_kernel_ns,
+            )?
+            .unwrap_or(host_per_kernel_ns),
+            cuda_graphs_host_per_kernel_ns: host_ns(
+                "launch.cuda_graphs_host_per_kernel_ns",
+                &l.cuda_graphs_host_per_kernel_ns,
+            )?
+            .unwrap_or(0),
         };
         let cannot_run = raw
             .cannot_run

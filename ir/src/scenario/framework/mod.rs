@@ -381,6 +381,19 @@ pub struct Launch {
     /// The gap between dependent kernels replayed from a CUDA graph. With `cuda_graphs` the
     /// cost model's per-kernel launch gap is the smaller of this and the hardware's.
     pub cuda_graphs_kernel_gap_ns: u64,
+    /// CPU time the host spends issuing one kernel of an eager step (Python, dispatch,
+    /// autograd, the launch call): the GPU cannot start a kernel before the host issued it.
+    /// 0 where the file leaves `launch.host_per_kernel_ns` out: the host is never the floor.
+    #[serde(default)]
+    pub host_per_kernel_ns: u64,
+    /// The same under `[training] compile = true` (`launch.compiled_host_per_kernel_ns`;
+    /// the eager value where the file leaves it out).
+    #[serde(default)]
+    pub compiled_host_per_kernel_ns: u64,
+    /// The same under `[training] cuda_graphs = true`, which replays a step's kernels from
+    /// one graph launch (`launch.cuda_graphs_host_per_kernel_ns`; 0 where left out).
+    #[serde(default)]
+    pub cuda_graphs_host_per_kernel_ns: u64,
 }
 
 #[cfg(test)]
