@@ -2,8 +2,8 @@
 //! profile file, read at the bottom layer (`crate::profile`) and turned into prices here.
 
 use super::{
-    host_issue_ns, kernel_gap_ns, scenario_backend, Analytic, AttentionCurve, AttentionModel, BackendCurves,
-    GemmCurve, MemorySpill, OperandLoad, StateCache, StateDecay, DEFAULT_ATTENTION,
+    host_issue_ns, kernel_gap_ns, scenario_backend, Analytic, AttentionCurve, AttentionModel,
+    BackendCurves, GemmCurve, MemorySpill, OperandLoad, StateCache, StateDecay, DEFAULT_ATTENTION,
     DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_CUDNN, DEFAULT_FLASH, DEFAULT_TRITON,
 };
 use crate::host_model::{Interruptions, Wake};

@@ -65,7 +65,13 @@ fn ends(s: &Schedule, host_ns: u64) -> (Vec<u64>, u64) {
         },
     )
     .unwrap();
-    let mut ev: Vec<_> = r.trace.unwrap().events.iter().map(|e| (e.op, e.end_ns)).collect();
+    let mut ev: Vec<_> = r
+        .trace
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| (e.op, e.end_ns))
+        .collect();
     ev.sort_unstable();
     (ev.into_iter().map(|(_, e)| e).collect(), r.step_time_ns)
 }

@@ -25,6 +25,8 @@ mod deadlock;
 mod flow;
 #[cfg(test)]
 mod flow_tests;
+#[cfg(test)]
+mod host_issue_tests;
 mod memo;
 mod memory;
 #[cfg(test)]
@@ -39,8 +41,6 @@ mod run;
 pub(crate) mod testkit;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod host_issue_tests;
 
 pub(crate) use crate::limits::TRACE_BYTES_PER_EVENT;
 pub use crate::outcome::{RankStats, SimResult};

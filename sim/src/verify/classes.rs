@@ -275,6 +275,9 @@ pub struct ClassComparison {
     /// Idle over step time, averaged over every rank, [predicted, measured], when the
     /// measurement has more than one rank (a pipeline's bubble); set by the caller.
     pub bubble_fraction: Option<[f64; 2]>,
+    /// Allocated memory over the step, predicted against the snapshot's replay; set by the
+    /// caller when a snapshot is given.
+    pub memory_timeline: Option<super::MemoryTimeline>,
 }
 
 pub fn compare_classes(
@@ -314,6 +317,7 @@ pub fn compare_classes(
         peak_reserved_measured_bytes,
         collectives: collective_rows(&predicted.collectives, &measured.collectives),
         bubble_fraction: None,
+        memory_timeline: None,
         at_peak: if predicted.at_peak.is_empty() || measured.at_peak.is_empty() {
             Vec::new()
         } else {
@@ -421,6 +425,9 @@ impl ClassComparison {
             for (k, p, m) in &self.at_peak {
                 let _ = writeln!(out, "{:<14} {:>14.2} {:>14.2}", k, gib(*p), gib(*m));
             }
+        }
+        if let Some(t) = &self.memory_timeline {
+            out.push_str(&t.to_text());
         }
         out
     }

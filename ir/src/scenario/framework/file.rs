@@ -52,6 +52,10 @@ struct RawElementwise {
     kernels: Cited<u64>,
     hidden_passes: Cited<u64>,
     ffn_passes: Cited<u64>,
+    extra_forward_kernels: Option<Cited<u64>>,
+    extra_backward_kernels: Option<Cited<u64>>,
+    extra_forward_hidden_passes: Option<Cited<u64>>,
+    extra_backward_hidden_passes: Option<Cited<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -289,6 +293,30 @@ impl Reader<'_> {
             kernels: small("kernels", &e.kernels)?,
             hidden_passes: small("hidden_passes", &e.hidden_passes)?,
             ffn_passes: small("ffn_passes", &e.ffn_passes)?,
+            extra_forward_kernels: e
+                .extra_forward_kernels
+                .as_ref()
+                .map(|c| small("extra_forward_kernels", c))
+                .transpose()?
+                .unwrap_or(0),
+            extra_backward_kernels: e
+                .extra_backward_kernels
+                .as_ref()
+                .map(|c| small("extra_backward_kernels", c))
+                .transpose()?
+                .unwrap_or(0),
+            extra_forward_hidden_passes: e
+                .extra_forward_hidden_passes
+                .as_ref()
+                .map(|c| small("extra_forward_hidden_passes", c))
+                .transpose()?
+                .unwrap_or(0),
+            extra_backward_hidden_passes: e
+                .extra_backward_hidden_passes
+                .as_ref()
+                .map(|c| small("extra_backward_hidden_passes", c))
+                .transpose()?
+                .unwrap_or(0),
         })
     }
 

@@ -298,6 +298,22 @@ pub struct Elementwise {
     pub hidden_passes: u32,
     /// Reads and writes of `tokens x ffn_hidden` activations, for a gated (SwiGLU) MLP.
     pub ffn_passes: u32,
+    /// Kernels per layer and micro batch that the framework launches and twin does not size
+    /// otherwise, in the forward and in the backward (casts of activations under autocast,
+    /// GEMM workspace memsets, copies, the backward's gradient adds and slices): each costs
+    /// the GPU its launch gap and the host its issue time, and moves no bytes twin counts.
+    /// 0 where the file leaves `extra_forward_kernels` / `extra_backward_kernels` out.
+    #[serde(default)]
+    pub extra_forward_kernels: u32,
+    #[serde(default)]
+    pub extra_backward_kernels: u32,
+    /// What those kernels move per layer and micro batch, in reads and writes of
+    /// `tokens x hidden` activations (as `hidden_passes`), forward and backward; 0 where the
+    /// file leaves `extra_forward_hidden_passes` / `extra_backward_hidden_passes` out.
+    #[serde(default)]
+    pub extra_forward_hidden_passes: u32,
+    #[serde(default)]
+    pub extra_backward_hidden_passes: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
