@@ -41,7 +41,7 @@ pub enum Kind {
     Trace(TraceArgs),
 }
 
-/// Fit a profile to a framework's PyTorch profiler trace (GEMMs, copies, per-kernel cost).
+/// Fit a profile to a framework's PyTorch profiler trace (GEMMs, copies, host time per kernel).
 #[derive(clap::Args)]
 #[command(
     help_template = super::HELP,
@@ -50,7 +50,7 @@ pub enum Kind {
   twin calibrate trace run/ --scenario s.toml --base-profile h200.toml --step-time-s 0.3264
 
 The GEMM curve comes from the trace's GEMM kernels, the memory-bound bandwidth from its copy
-kernels, and what the step took beyond both from the scenario's kernels (kernel.launch_ns).
+kernels, the host time per kernel from the step (written to OUT-STEM.framework.toml).
 Details: docs/reference/cli.md#twin-calibrate-trace"
 )]
 pub struct TraceArgs {
