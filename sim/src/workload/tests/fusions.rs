@@ -82,8 +82,8 @@ fn extra_kernels_and_passes_add_to_forward_and_backward() {
     assert_eq!(b.kernels - bb.kernels, 7);
     assert_eq!(b.memory_bytes - bb.memory_bytes, 11 * tokens * h * act);
     assert_eq!(
-        w.backward_weight.compute.kernels,
-        base.backward_weight.compute.kernels
+        w.backward_weight.kernels,
+        base.backward_weight.kernels
     );
     assert_eq!(f.gemms, bf.gemms);
 }
