@@ -716,12 +716,10 @@ fn a_profile_fitted_to_a_pytorch_trace_prices_its_job() {
     assert!(fw.contains("name = \"hf\""), "{fw}");
     assert!(fw.contains("# Framework: the Hugging Face Trainer"), "{fw}");
     let own = dir.join("hf-own.toml");
-    let body = std::fs::read_to_string(&scenario)
-        .unwrap()
-        .replace(
-            "framework = \"hf\"",
-            "framework_file = \"h200-hf.framework.toml\"",
-        );
+    let body = std::fs::read_to_string(&scenario).unwrap().replace(
+        "framework = \"hf\"",
+        "framework_file = \"h200-hf.framework.toml\"",
+    );
     std::fs::write(&own, body).unwrap();
     let o = twin(
         &[

@@ -81,9 +81,6 @@ fn extra_kernels_and_passes_add_to_forward_and_backward() {
     assert_eq!(f.memory_bytes - bf.memory_bytes, 5 * tokens * h * act);
     assert_eq!(b.kernels - bb.kernels, 7);
     assert_eq!(b.memory_bytes - bb.memory_bytes, 11 * tokens * h * act);
-    assert_eq!(
-        w.backward_weight.kernels,
-        base.backward_weight.kernels
-    );
+    assert_eq!(w.backward_weight.kernels, base.backward_weight.kernels);
     assert_eq!(f.gemms, bf.gemms);
 }
