@@ -280,9 +280,15 @@ fn set_host_ns(s: &mut Scenario, ns: u64) {
     }
 }
 
-/// The scenario's framework file with the fitted host time per kernel in its `[launch]`
-/// table (comments and every other value kept): `text` is the framework file's text.
-pub fn framework_toml(text: &str, fit: &TraceFit, origin: &str) -> Result<String, CalibError> {
+/// The scenario's framework file (`text`) with `launch.<key> = { value = host_ns, ref =
+/// reference }`, comments and every other value kept; an existing value of the key is
+/// replaced.
+pub fn framework_toml(
+    text: &str,
+    key: &str,
+    host_ns: u64,
+    reference: &str,
+) -> Result<String, CalibError> {
     let mut doc: toml_edit::DocumentMut = text
         .parse()
         .map_err(|e| CalibError::Profile(format!("the framework file does not parse: {e}")))?;
@@ -292,34 +298,32 @@ pub fn framework_toml(text: &str, fit: &TraceFit, origin: &str) -> Result<String
         .as_table_like_mut()
         .ok_or_else(|| CalibError::Profile("the framework file's launch is not a table".into()))?;
     let mut cited = toml_edit::InlineTable::new();
-    cited.insert(
-        "value",
-        i64::try_from(fit.host_per_kernel_ns)
-            .unwrap_or(i64::MAX)
-            .into(),
+    cited.insert("value", i64::try_from(host_ns).unwrap_or(i64::MAX).into());
+    cited.insert("ref", reference.into());
+    launch.insert(
+        key,
+        toml_edit::Item::Value(toml_edit::Value::InlineTable(cited)),
     );
-    cited.insert(
-        "ref",
+    Ok(doc.to_string())
+}
+
+impl TraceFit {
+    /// The framework file's `ref` of the fitted host time, fitted from the trace `origin`.
+    pub fn host_reference(&self, origin: &str) -> String {
         format!(
             "fitted by twin calibrate trace {origin}: {} ({} kernels on the rank), measured \
              {:.1} ms, with the gap between kernels {:.2} us",
-            if fit.host_bound {
+            if self.host_bound {
                 "the host time per kernel under which the simulated step is the measured one"
             } else {
                 "an upper bound: the largest host time per kernel that lengthens the simulated \
                  step by at most 0.5% (the fitted work alone takes the measured step)"
             },
-            fit.kernels_predicted,
-            fit.step_measured_s * 1e3,
-            fit.launch_ns / 1e3
+            self.kernels_predicted,
+            self.step_measured_s * 1e3,
+            self.launch_ns / 1e3
         )
-        .into(),
-    );
-    launch.insert(
-        &fit.host_key,
-        toml_edit::Item::Value(toml_edit::Value::InlineTable(cited)),
-    );
-    Ok(doc.to_string())
+    }
 }
 
 fn in_window(t: u64, (lo, hi): (u64, u64)) -> bool {
@@ -669,5 +673,52 @@ impl TraceFit {
             self.step_fitted_s * 1e3
         );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_framework_file_gets_the_host_time_and_keeps_the_rest() {
+        let text = "# a comment\nname = \"x\"\n\n[launch]\n# gap\ncuda_graphs_kernel_gap_ns = \
+                    { value = 500, ref = \"r\" }\nhost_per_kernel_ns = { value = 1, ref = \"old\" }\n";
+        let out = framework_toml(text, "host_per_kernel_ns", 46_650, "fitted").unwrap();
+        let v: toml_edit::DocumentMut = out.parse().unwrap();
+        assert_eq!(
+            v["launch"]["host_per_kernel_ns"]["value"].as_integer(),
+            Some(46_650)
+        );
+        assert_eq!(
+            v["launch"]["host_per_kernel_ns"]["ref"].as_str(),
+            Some("fitted")
+        );
+        assert_eq!(
+            v["launch"]["cuda_graphs_kernel_gap_ns"]["value"].as_integer(),
+            Some(500)
+        );
+        assert!(
+            out.contains("# a comment") && out.contains("# gap"),
+            "{out}"
+        );
+        // Without a [launch] table one is made; a variant key goes beside the others.
+        let out = framework_toml("name = \"x\"\n", "compiled_host_per_kernel_ns", 7, "f").unwrap();
+        let v: toml_edit::DocumentMut = out.parse().unwrap();
+        assert_eq!(
+            v["launch"]["compiled_host_per_kernel_ns"]["value"].as_integer(),
+            Some(7)
+        );
+        // Not TOML, or a launch that is not a table: errors, no panic.
+        assert!(framework_toml("[launch", "host_per_kernel_ns", 1, "f").is_err());
+        assert!(framework_toml("launch = 3\n", "host_per_kernel_ns", 1, "f").is_err());
+    }
+
+    #[test]
+    fn gaps_and_medians() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[f64::NAN, 5.0]), Some(5.0));
     }
 }

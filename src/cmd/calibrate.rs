@@ -359,8 +359,12 @@ fn from_trace(a: &TraceArgs) -> Result {
             .with_context(|| format!("reading the scenario's framework file {path}"))?,
     };
     let fw_path = framework_path(&a.out.output);
-    let fw_toml =
-        twin_calibration::trace::framework_toml(&fw_text, &fit, &a.trace.display().to_string())?;
+    let fw_toml = twin_calibration::trace::framework_toml(
+        &fw_text,
+        &fit.host_key,
+        fit.host_per_kernel_ns,
+        &fit.host_reference(&a.trace.display().to_string()),
+    )?;
     super::write_atomic(&fw_path, &fw_toml)?;
     let text = format!(
         "{}wrote {} and {} (a scenario takes it as [training] framework_file, in place of framework)\n",
