@@ -90,9 +90,12 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     draw_breakdown(frame, breakdown, peak);
 }
 
+/// A measured sample: (fraction of its step, allocated bytes).
+type FractionBytes = (f64, u64);
+
 /// A snapshot's (fraction of its step, allocated bytes) as a step function in GiB over
 /// `0..x_max` ms: the measured step stretched onto the predicted one.
-fn fraction_points(points: &[(f64, u64)], x_max: f64) -> Vec<(f64, f64)> {
+fn fraction_points(points: &[FractionBytes], x_max: f64) -> Vec<(f64, f64)> {
     let mut out = Vec::with_capacity(points.len() * 2 + 1);
     let mut prev = points.first().map_or(0.0, |p| p.1 as f64 / GIB);
     for &(f, b) in points {
@@ -124,7 +127,7 @@ fn step_points(points: &[MemPoint], origin_ns: u64, end_ns: u64) -> Vec<(f64, f6
 fn draw_chart(
     frame: &mut Frame,
     area: Rect,
-    (points, snapshot): (&[MemPoint], Option<&[(f64, u64)]>),
+    (points, snapshot): (&[MemPoint], Option<&[FractionBytes]>),
     (origin_ns, end_ns): (u64, u64),
     hbm: u64,
     over: bool,
