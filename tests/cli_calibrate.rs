@@ -698,6 +698,44 @@ fn a_profile_fitted_to_a_pytorch_trace_prices_its_job() {
         &[],
     );
     assert!(o.status.success(), "{}", text(&o));
+    // The host time per kernel: fitted to the step where the work alone is shorter, an upper
+    // bound where it is not; either way it goes into the framework file written beside the
+    // profile, which a scenario takes as its framework_file and which keeps the step.
+    let without = fit["step_without_launch_s"].as_f64().unwrap();
+    assert_eq!(fit["host_bound"].as_bool().unwrap(), without < 0.3264);
+    assert_eq!(fit["host_key"], "host_per_kernel_ns");
+    let host_ns = fit["host_per_kernel_ns"].as_u64().unwrap();
+    let fw_path = dir.join("h200-hf.framework.toml");
+    let fw = std::fs::read_to_string(&fw_path).unwrap();
+    assert!(
+        fw.contains(&format!("host_per_kernel_ns = {{ value = {host_ns},")),
+        "{fw}"
+    );
+    assert!(fw.contains("fitted by twin calibrate trace"), "{fw}");
+    // Everything else of the bundled file is kept, comments included.
+    assert!(fw.contains("name = \"hf\""), "{fw}");
+    assert!(fw.contains("# Framework: the Hugging Face Trainer"), "{fw}");
+    let own = dir.join("hf-own.toml");
+    let body = std::fs::read_to_string(&scenario).unwrap().replace(
+        "framework = \"hf\"",
+        "framework_file = \"h200-hf.framework.toml\"",
+    );
+    std::fs::write(&own, body).unwrap();
+    let o = twin(
+        &[
+            "simulate",
+            own.to_str().unwrap(),
+            "--profile",
+            out.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let step = v["step_time_s"].as_f64().unwrap();
+    assert!((step - 0.3264).abs() <= 0.05 * 0.3264, "{step}");
     // A trace without the shapes the fits need is refused with what to do.
     let o = calibrate_to(
         &dir.join("none.toml"),

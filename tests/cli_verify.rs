@@ -445,6 +445,19 @@ fn verify_measured_compares_a_pytorch_trace_by_class() {
         let (p, m) = (row[1].as_f64().unwrap(), row[2].as_f64().unwrap());
         assert!((p - m).abs() <= 0.01 * m, "{row}");
     }
+    // The memory timeline: 20 bins of each step, each the most either side held in it, so
+    // the bins' maxima are the two peaks; the largest divergence names a bin.
+    let t = &v["memory_timeline"];
+    let bins = t["bins"].as_array().unwrap();
+    assert_eq!(bins.len(), 20);
+    let most = |k: &str| bins.iter().map(|b| b[k].as_u64().unwrap()).max().unwrap();
+    assert_eq!(most("measured_bytes"), 57_195_896_832u64);
+    assert_eq!(
+        most("predicted_bytes"),
+        v["peak_allocated_predicted_bytes"].as_u64().unwrap()
+    );
+    assert!(t["largest"].as_u64().unwrap() < 20);
+    assert!((0.0..1.0).contains(&t["mean_abs_error"].as_f64().unwrap()));
     let names: Vec<&str> = classes
         .iter()
         .map(|c| c["class"].as_str().unwrap())

@@ -14,10 +14,17 @@
 //!   `aten::_scaled_dot_product_*` with `[b, heads, s, d]` shapes) against the base curve's
 //!   price for the same shapes, causal, per direction: the curve's `max_efficiency` scaled by
 //!   their ratio (its half points kept);
-//! - the per-kernel cost that remains: the scenario is simulated with the two fits, and what
-//!   the measured step is longer than that prediction, spread over the kernels twin counts,
-//!   becomes the profile's `kernel.launch_ns` (host dispatch, launch gaps, kernel floors: what
-//!   an eager framework pays per kernel beyond its work).
+//! - the gap between dependent kernels (the profile's `kernel.launch_ns`): the median gap
+//!   between consecutive kernels of the step. An eager host runs ahead of the GPU for most of
+//!   a step, so most gaps are the GPU's own; the host-bound gaps are a minority the median
+//!   leaves out;
+//! - the host's time per kernel (the framework's `launch.host_per_kernel_ns`, or the variant
+//!   the scenario's `compile` / `cuda_graphs` selects): the scenario is simulated with the
+//!   fits above and the framework's kernel counts, and the host time is the one under which
+//!   the simulated step equals the measured one (bisection: the step grows with it). The
+//!   engine's host issue model (`twin_sim::cost::CostModel::host_issue_ns`) lets long kernels
+//!   hide it and short ones expose it, so it carries to other shapes where an additive
+//!   per-kernel cost would not. [`framework_toml`] writes it into a copy of the framework file.
 //!
 //! Everything else (attention curves, links, peaks) stays the base profile's. The result says
 //! what it fitted from how many kernels, with intervals where the fits give them.
@@ -46,16 +53,28 @@ pub struct TraceFit {
     /// The attention curve's `max_efficiency` per direction, [forward, backward], as the base
     /// profile had it and as fitted, with the calls each is fitted to (`None`: no such calls).
     pub attention: [Option<AttentionFit>; 2],
-    /// The per-kernel cost left after the fits (the profile's `kernel.launch_ns`).
+    /// The median gap between consecutive kernels of the step (the profile's
+    /// `kernel.launch_ns`).
     pub launch_ns: f64,
+    /// The host's time per kernel the measured step asks for (the framework's
+    /// `launch.host_per_kernel_ns` or its variant; [`TraceFit::host_key`]).
+    pub host_per_kernel_ns: u64,
+    /// The framework key it goes to.
+    pub host_key: String,
+    /// Whether the measured step is longer than the fitted work alone, so that the host time
+    /// is fitted to it; false: the GPU bounds the step and the host time is an upper bound.
+    pub host_bound: bool,
+    /// The per-kernel cost that an additive model (no host issue, the framework's host time
+    /// 0) needs for the same step: for comparison.
+    pub additive_launch_ns: f64,
     /// Kernels the trace's step ran, and kernels twin's schedule of the scenario counts on
     /// the rank.
     pub kernels_measured: u32,
     pub kernels_predicted: u64,
     /// The step the launch cost was fitted to (the trace's, or the one given unprofiled).
     pub step_measured_s: f64,
-    /// The prediction with the base profile, with the fitted GEMM and memory terms but no
-    /// per-kernel cost, and with the whole fitted profile.
+    /// The prediction with the base profile, with the fitted GEMM and memory terms and the
+    /// measured kernel gap but no host time, and with the fitted profile and host time.
     pub step_base_s: f64,
     pub step_without_launch_s: f64,
     pub step_fitted_s: f64,
@@ -197,6 +216,119 @@ pub fn copy_points(trace: &RankTrace, window: (u64, u64)) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// How much longer than the fitted work alone a GPU-bound step may grow under the host time
+/// `calibrate_trace` gives as an upper bound (0.5%).
+pub const HOST_BOUND_SLACK: f64 = 0.005;
+
+/// The gaps between consecutive kernels of a step on the trace's GPU, in ns (overlapping
+/// kernels give none).
+pub fn kernel_gaps(trace: &RankTrace, window: (u64, u64)) -> Vec<f64> {
+    let mut spans: Vec<(u64, u64)> = trace
+        .kernels
+        .iter()
+        .filter(|k| in_window(k.start_ns, window))
+        .map(|k| (k.start_ns, k.end_ns()))
+        .collect();
+    spans.sort_unstable();
+    let mut gaps = Vec::with_capacity(spans.len());
+    let mut end = None;
+    for (start, stop) in spans {
+        if let Some(e) = end {
+            if start >= e {
+                gaps.push((start - e) as f64);
+            }
+        }
+        end = Some(end.map_or(stop, |e: u64| e.max(stop)));
+    }
+    gaps
+}
+
+/// The median of `v` (the mean of the middle two of an even count); `None` when empty.
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => v.get(n / 2).copied(),
+        _ => Some((v.get(n / 2 - 1)? + v.get(n / 2)?) / 2.0),
+    }
+}
+
+/// The framework key of the host's time per kernel that the scenario uses (eager, compiled
+/// or CUDA graphs: `twin_sim::cost::host_issue_ns`).
+pub fn host_key(s: &Scenario) -> &'static str {
+    if s.training.cuda_graphs {
+        "cuda_graphs_host_per_kernel_ns"
+    } else if s.training.compile {
+        "compiled_host_per_kernel_ns"
+    } else {
+        "host_per_kernel_ns"
+    }
+}
+
+fn host_issue_ns_of(s: &Scenario) -> u64 {
+    twin_sim::cost::host_issue_ns(s)
+}
+
+/// Sets the host time per kernel the scenario uses ([`host_key`]).
+fn set_host_ns(s: &mut Scenario, ns: u64) {
+    let l = &mut s.training.framework.launch;
+    if s.training.cuda_graphs {
+        l.cuda_graphs_host_per_kernel_ns = ns;
+    } else if s.training.compile {
+        l.compiled_host_per_kernel_ns = ns;
+    } else {
+        l.host_per_kernel_ns = ns;
+    }
+}
+
+/// The scenario's framework file (`text`) with `launch.<key> = { value = host_ns, ref =
+/// reference }`, comments and every other value kept; an existing value of the key is
+/// replaced.
+pub fn framework_toml(
+    text: &str,
+    key: &str,
+    host_ns: u64,
+    reference: &str,
+) -> Result<String, CalibError> {
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e| CalibError::Profile(format!("the framework file does not parse: {e}")))?;
+    let launch = doc
+        .entry("launch")
+        .or_insert_with(|| toml_edit::Item::Table(toml_edit::Table::new()))
+        .as_table_like_mut()
+        .ok_or_else(|| CalibError::Profile("the framework file's launch is not a table".into()))?;
+    let mut cited = toml_edit::InlineTable::new();
+    cited.insert("value", i64::try_from(host_ns).unwrap_or(i64::MAX).into());
+    cited.insert("ref", reference.into());
+    launch.insert(
+        key,
+        toml_edit::Item::Value(toml_edit::Value::InlineTable(cited)),
+    );
+    Ok(doc.to_string())
+}
+
+impl TraceFit {
+    /// The framework file's `ref` of the fitted host time, fitted from the trace `origin`.
+    pub fn host_reference(&self, origin: &str) -> String {
+        format!(
+            "fitted by twin calibrate trace {origin}: {} ({} kernels on the rank), measured \
+             {:.1} ms, with the gap between kernels {:.2} us",
+            if self.host_bound {
+                "the host time per kernel under which the simulated step is the measured one"
+            } else {
+                "an upper bound: the largest host time per kernel that lengthens the simulated \
+                 step by at most 0.5% (the fitted work alone takes the measured step)"
+            },
+            self.kernels_predicted,
+            self.step_measured_s * 1e3,
+            self.launch_ns / 1e3
+        )
+    }
+}
+
 fn in_window(t: u64, (lo, hi): (u64, u64)) -> bool {
     lo <= t && t < hi
 }
@@ -298,12 +430,28 @@ pub fn calibrate_trace(
 
     let attention = fit_attention(trace, window, scenario, &mut p);
 
-    let simulate = |profile: &Profile| -> Result<(f64, u64), CalibError> {
-        let staged = twin_sim::Staged::with_profile(scenario, Some(profile))
+    let gaps = kernel_gaps(trace, window);
+    let launch_ns = median(&gaps).unwrap_or(base.launch_ns.value);
+    p.launch_ns = Param {
+        value: launch_ns,
+        source: Source::Fitted,
+        reference: format!(
+            "gap between dependent kernels: the median of the {} gaps between consecutive \
+             kernels of the step; twin calibrate trace {origin}",
+            gaps.len()
+        ),
+        ci95: None,
+    };
+    p.launch_per_op = false;
+
+    let simulate = |profile: &Profile, host_ns: u64| -> Result<(f64, u64), CalibError> {
+        let mut s = scenario.clone();
+        set_host_ns(&mut s, host_ns);
+        let staged = twin_sim::Staged::with_profile(&s, Some(profile))
             .map_err(|e| CalibError::Profile(e.to_string()))?;
         let opts = twin_sim::engine::SimOptions {
             collapse: false,
-            ..twin_sim::sim_options(scenario, &twin_sim::PredictOptions::default())
+            ..twin_sim::sim_options(&s, &twin_sim::PredictOptions::default())
         };
         let r = staged
             .simulate(&opts)
@@ -319,30 +467,42 @@ pub fn calibrate_trace(
         });
         Ok((r.step_time_ns as f64 * 1e-9, kernels))
     };
-    let (step_base_s, _) = simulate(base)?;
-    let mut no_launch = p.clone();
-    no_launch.launch_ns.value = 0.0;
-    let (step_without_launch_s, kernels_predicted) = simulate(&no_launch)?;
+    let (step_base_s, _) = simulate(base, host_issue_ns_of(scenario))?;
+    let (step_without_launch_s, kernels_predicted) = simulate(&p, 0)?;
     let measured_s = step_measured_s.unwrap_or(breakdown.step_ns as f64 * 1e-9);
-    let launch_ns = if kernels_predicted > 0 {
-        ((measured_s - step_without_launch_s) * 1e9 / kernels_predicted as f64).max(0.0)
+    // The host time per kernel whose simulated step is the measured one: the step does not
+    // shrink as the host slows, so bisect on whole nanoseconds. Where the fitted work alone
+    // already takes the measured step, the GPU bounds it and the step cannot tell the host's
+    // time: the largest that lengthens the step by at most HOST_BOUND_SLACK is an upper bound.
+    let host_bound = step_without_launch_s < measured_s;
+    let target_ns = if host_bound {
+        measured_s * 1e9
     } else {
-        0.0
+        step_without_launch_s * 1e9 * (1.0 + HOST_BOUND_SLACK)
     };
-    p.launch_ns = Param {
-        value: launch_ns,
-        source: Source::Fitted,
-        reference: format!(
-            "per-kernel cost: the measured step ({:.1} ms) beyond the prediction with the \
-             fitted GEMM and memory terms ({:.1} ms), over the {kernels_predicted} kernels twin \
-             counts on rank {rank}; twin calibrate trace {origin}",
-            measured_s * 1e3,
-            step_without_launch_s * 1e3
-        ),
-        ci95: None,
+    let mut host_ns = 0u64;
+    if kernels_predicted > 0 {
+        let (mut lo, mut hi) = (
+            0u64,
+            (target_ns / kernels_predicted as f64).ceil() as u64 + 1,
+        );
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if simulate(&p, mid)?.0 * 1e9 <= target_ns {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        host_ns = lo;
+    }
+    let (step_fitted_s, _) = simulate(&p, host_ns)?;
+    // The additive model: every kernel pays one cost beyond the fitted work.
+    let additive_launch_ns = if kernels_predicted > 0 {
+        launch_ns + ((measured_s - step_without_launch_s) * 1e9 / kernels_predicted as f64).max(0.0)
+    } else {
+        launch_ns
     };
-    p.launch_per_op = false;
-    let (step_fitted_s, _) = simulate(&p)?;
     let fit = TraceFit {
         gemm,
         gemm_kernels: points.len(),
@@ -351,6 +511,10 @@ pub fn calibrate_trace(
         memory_kernels: copies.len(),
         attention,
         launch_ns,
+        host_per_kernel_ns: host_ns,
+        host_key: host_key(scenario).to_string(),
+        host_bound,
+        additive_launch_ns,
         kernels_measured: breakdown.kernels,
         kernels_predicted,
         step_measured_s: measured_s,
@@ -482,20 +646,82 @@ impl TraceFit {
         }
         let _ = writeln!(
             out,
-            "per kernel    {:.2} us beyond the fitted work ({} kernels measured, {} counted by twin)",
+            "kernel gap    {:.2} us (median between consecutive kernels; {} kernels measured, {} \
+             counted by twin)",
             self.launch_ns / 1e3,
             self.kernels_measured,
             self.kernels_predicted
         );
         let _ = writeln!(
             out,
+            "host          {}{:.2} us per kernel issued (framework launch.{}){}; an additive cost \
+             would need {:.2} us per kernel",
+            if self.host_bound { "" } else { "at most " },
+            self.host_per_kernel_ns as f64 / 1e3,
+            self.host_key,
+            if self.host_bound {
+                ""
+            } else {
+                ": the fitted work alone takes the step, which the GPU bounds"
+            },
+            self.additive_launch_ns / 1e3
+        );
+        let _ = writeln!(
+            out,
             "step          measured {:.1} ms; predicted {:.1} ms with the base profile, {:.1} ms \
-             fitted without the per-kernel cost, {:.1} ms fitted",
+             fitted without host time, {:.1} ms fitted",
             self.step_measured_s * 1e3,
             self.step_base_s * 1e3,
             self.step_without_launch_s * 1e3,
             self.step_fitted_s * 1e3
         );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_framework_file_gets_the_host_time_and_keeps_the_rest() {
+        let text = "# a comment\nname = \"x\"\n\n[launch]\n# gap\ncuda_graphs_kernel_gap_ns = \
+                    { value = 500, ref = \"r\" }\nhost_per_kernel_ns = { value = 1, ref = \"old\" }\n";
+        let out = framework_toml(text, "host_per_kernel_ns", 46_650, "fitted").unwrap();
+        let v: toml_edit::DocumentMut = out.parse().unwrap();
+        assert_eq!(
+            v["launch"]["host_per_kernel_ns"]["value"].as_integer(),
+            Some(46_650)
+        );
+        assert_eq!(
+            v["launch"]["host_per_kernel_ns"]["ref"].as_str(),
+            Some("fitted")
+        );
+        assert_eq!(
+            v["launch"]["cuda_graphs_kernel_gap_ns"]["value"].as_integer(),
+            Some(500)
+        );
+        assert!(
+            out.contains("# a comment") && out.contains("# gap"),
+            "{out}"
+        );
+        // Without a [launch] table one is made; a variant key goes beside the others.
+        let out = framework_toml("name = \"x\"\n", "compiled_host_per_kernel_ns", 7, "f").unwrap();
+        let v: toml_edit::DocumentMut = out.parse().unwrap();
+        assert_eq!(
+            v["launch"]["compiled_host_per_kernel_ns"]["value"].as_integer(),
+            Some(7)
+        );
+        // Not TOML, or a launch that is not a table: errors, no panic.
+        assert!(framework_toml("[launch", "host_per_kernel_ns", 1, "f").is_err());
+        assert!(framework_toml("launch = 3\n", "host_per_kernel_ns", 1, "f").is_err());
+    }
+
+    #[test]
+    fn gaps_and_medians() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[f64::NAN, 5.0]), Some(5.0));
     }
 }

@@ -56,6 +56,57 @@ fn predicted_classes_sum_to_the_step_and_follow_the_cost_model() {
     }
 }
 
+/// With an eager host slower than the GPU, every compute op waits for its kernels' issue: that
+/// wait is idle (the GPU idles), and the work classes stay the cost model's prices.
+#[test]
+fn time_waiting_for_the_host_is_idle() {
+    let mut s = twin_sim::testing::small_scenario(1, 1, 1, 4);
+    let plan = Plan::new(&s).unwrap();
+    let sched = generate(&s, &plan).unwrap();
+    let opts = SimOptions {
+        trace: true,
+        collapse: false,
+        ..SimOptions::default()
+    };
+    let fast = Analytic::new(&s);
+    let res = simulate(&plan, &sched, &fast, &opts).unwrap();
+    let without = predicted_classes(&sched, &res, &fast, 0);
+    // 1 ms per kernel: far longer than any of this small model's kernels.
+    s.training.framework.launch.host_per_kernel_ns = 1_000_000;
+    let slow = Analytic::new(&s);
+    assert_eq!(slow.host_issue_ns(), 1_000_000);
+    let res = simulate(&plan, &sched, &slow, &opts).unwrap();
+    let with = predicted_classes(&sched, &res, &slow, 0);
+    let sum: u64 = with.by_class_ns.iter().map(|(_, n)| n).sum();
+    assert_eq!(sum, with.step_ns);
+    // The host issues every kernel of the rank one after another: the step is at least that.
+    let kernels: u64 = sched
+        .program(0)
+        .ops
+        .iter()
+        .filter_map(|o| match &o.kind {
+            OpKind::Compute(c) => Some(u64::from(c.kernels)),
+            _ => None,
+        })
+        .sum();
+    assert!(kernels > 0);
+    assert!(with.step_ns >= kernels * 1_000_000);
+    assert!(with.step_ns > without.step_ns);
+    // The work is the same; only idle grew, by the whole lengthening of the step (within a
+    // nanosecond per op of rounding).
+    let ops = sched.program(0).ops.len() as u64;
+    for c in [WorkClass::Gemm, WorkClass::Attention, WorkClass::Optimizer] {
+        assert!(with.get(c).abs_diff(without.get(c)) <= ops, "{c:?}");
+    }
+    let grown = with.step_ns - without.step_ns;
+    assert!(
+        (with.get(WorkClass::Idle) - without.get(WorkClass::Idle)).abs_diff(grown) <= 2 * ops,
+        "idle {} -> {}, step grew {grown}",
+        without.get(WorkClass::Idle),
+        with.get(WorkClass::Idle)
+    );
+}
+
 #[test]
 fn a_comparison_reports_each_class_and_the_peak_errors() {
     let mut predicted = ClassTimes::new(

@@ -4,6 +4,7 @@
 //! the files.
 
 use super::Format;
+use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use twin_calibration::bench::{Mode, Progress};
@@ -40,7 +41,7 @@ pub enum Kind {
     Trace(TraceArgs),
 }
 
-/// Fit a profile to a framework's PyTorch profiler trace (GEMMs, copies, per-kernel cost).
+/// Fit a profile to a framework's PyTorch profiler trace (GEMMs, copies, host time per kernel).
 #[derive(clap::Args)]
 #[command(
     help_template = super::HELP,
@@ -49,7 +50,7 @@ pub enum Kind {
   twin calibrate trace run/ --scenario s.toml --base-profile h200.toml --step-time-s 0.3264
 
 The GEMM curve comes from the trace's GEMM kernels, the memory-bound bandwidth from its copy
-kernels, and what the step took beyond both from the scenario's kernels (kernel.launch_ns).
+kernels, the host time per kernel from the step (written to OUT-STEM.framework.toml).
 Details: docs/reference/cli.md#twin-calibrate-trace"
 )]
 pub struct TraceArgs {
@@ -296,6 +297,15 @@ pub fn run(args: Args) -> Result {
     }
 }
 
+/// Where `calibrate trace` writes the framework file: beside the profile, `P.framework.toml`
+/// for the profile `P.toml`.
+fn framework_path(profile: &Path) -> PathBuf {
+    let stem = profile
+        .file_stem()
+        .map_or_else(|| "profile".into(), |s| s.to_string_lossy().into_owned());
+    profile.with_file_name(format!("{stem}.framework.toml"))
+}
+
 /// `trace`: a profile fitted to a PyTorch profiler trace (twin_calibration::trace).
 fn from_trace(a: &TraceArgs) -> Result {
     if let Some(s) = a.step_time_s {
@@ -341,7 +351,27 @@ fn from_trace(a: &TraceArgs) -> Result {
             a.base_profile.display()
         )],
     );
-    let text = format!("{}wrote {}\n", fit.to_text(), a.out.output.display());
+    // The framework file with the fitted host time, beside the profile.
+    let fw = &scenario.training.framework;
+    let fw_text = match &fw.origin {
+        twin_sim::scenario::framework::Origin::Bundled(b) => b.text().to_string(),
+        twin_sim::scenario::framework::Origin::File(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the scenario's framework file {path}"))?,
+    };
+    let fw_path = framework_path(&a.out.output);
+    let fw_toml = twin_calibration::trace::framework_toml(
+        &fw_text,
+        &fit.host_key,
+        fit.host_per_kernel_ns,
+        &fit.host_reference(&a.trace.display().to_string()),
+    )?;
+    super::write_atomic(&fw_path, &fw_toml)?;
+    let text = format!(
+        "{}wrote {} and {} (a scenario takes it as [training] framework_file, in place of framework)\n",
+        fit.to_text(),
+        a.out.output.display(),
+        fw_path.display()
+    );
     let fit = twin_sim::json::WithLayout {
         layout: twin_sim::json::Layout::of(&scenario),
         body: &fit,

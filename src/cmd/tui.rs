@@ -25,6 +25,9 @@ pub struct Args {
     /// written by `twin verify step --trace-dir DIR`, or a PyTorch profiler trace.
     #[arg(long, value_name = "TRACE_OR_DIR")]
     pub measured: Option<PathBuf>,
+    /// A CUDA memory snapshot of the measured step, drawn in the Memory pane.
+    #[arg(long, value_name = "SNAP", requires = "measured")]
+    pub memory_snapshot: Option<PathBuf>,
     /// Hardware profile TOML whose cost-model parameters replace the defaults.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
@@ -40,6 +43,33 @@ pub struct Args {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum TextOnly {
     Text,
+}
+
+/// Allocated bytes over the snapshot's recorded window, as (fraction of it, bytes), of the
+/// device with the highest peak.
+fn snapshot_fractions(path: &std::path::Path) -> anyhow::Result<Vec<(f64, u64)>> {
+    let snap = twin_measured::snapshot::read_snapshot(path)?;
+    let device = snap
+        .devices
+        .iter()
+        .max_by_key(|d| d.peak_allocated_bytes)
+        .with_context(|| format!("{}: the snapshot holds no device", path.display()))?;
+    let t = &device.timeline;
+    let (start, end) = match (t.first(), t.last()) {
+        (Some(a), Some(b)) => (a.time_us as f64, b.time_us as f64),
+        _ => return Ok(Vec::new()),
+    };
+    let span = end - start;
+    Ok(t.iter()
+        .map(|p| {
+            let f = if span > 0.0 {
+                (p.time_us as f64 - start) / span
+            } else {
+                0.0
+            };
+            (f, p.allocated_bytes)
+        })
+        .collect())
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -73,7 +103,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let plan = twin_sim::plan::Plan::new(&base.scenario)?;
             let stage_of = |r: u32| if r < plan.world { plan.stage_of(r) } else { 0 };
             match twin_tui::measured::load(path, &stage_of) {
-                Ok(m) => Some(m),
+                Ok(mut m) => {
+                    if let Some(snap) = &args.memory_snapshot {
+                        m.snapshot = Some(snapshot_fractions(snap)?);
+                    }
+                    Some(m)
+                }
                 Err(e) => {
                     eprintln!("error: --measured: {e}");
                     return Ok(ExitCode::from(2));

@@ -56,6 +56,75 @@ fn collective_call(c: &kineto::CollectiveInfo, ns: u64) -> CollectiveCall {
     CollectiveCall { kind, bytes, ns }
 }
 
+/// The predicted rank's allocated memory over its step (twin's `reserved` category left out,
+/// as the peak leaves it) against the snapshot's replay, by fraction of each step.
+fn memory_timeline(
+    schedule: &twin_sim::schedule::Schedule,
+    result: &twin_sim::engine::SimResult,
+    rank: u32,
+    measured: &[(f64, u64)],
+) -> Option<twin_sim::verify::MemoryTimeline> {
+    use twin_sim::schedule::{MemCategory, OpKind};
+    use twin_sim::verify::{compare_memory_timelines, Samples, TIMELINE_BINS};
+    let trace = result.trace.as_ref()?;
+    let predicted: Vec<(f64, u64)> = trace
+        .memory
+        .iter()
+        .filter(|m| m.rank == rank)
+        .map(|m| {
+            let reserved = m.bytes[MemCategory::Reserved as usize];
+            let all = m.bytes.iter().fold(0u64, |a, b| a.saturating_add(*b));
+            (m.time_ns as f64, all.saturating_sub(reserved))
+        })
+        .collect();
+    let program = schedule.get_program(rank)?;
+    let name = |t: f64| -> Option<String> {
+        let e = trace.events.iter().find(|e| {
+            e.rank == rank
+                && (e.start_ns as f64) <= t
+                && t < e.end_ns as f64
+                && matches!(
+                    program.ops.get(e.op as usize).map(|o| &o.kind),
+                    Some(OpKind::Compute(_))
+                )
+        })?;
+        let op = program.ops.get(e.op as usize)?;
+        let OpKind::Compute(c) = &op.kind else {
+            return None;
+        };
+        let l = &op.label;
+        let mb = l.microbatch.map_or(String::new(), |m| format!(" mb {m}"));
+        let layers = if l.num_layers > 0 {
+            format!(
+                " layers {}-{}",
+                l.first_layer,
+                l.first_layer + l.num_layers.saturating_sub(1)
+            )
+        } else {
+            String::new()
+        };
+        Some(format!("{}{mb}{layers}", c.phase.short()))
+    };
+    let (start, end) = (
+        measured.first().map_or(0.0, |p| p.0),
+        measured.last().map_or(0.0, |p| p.0),
+    );
+    compare_memory_timelines(
+        &Samples {
+            points: &predicted,
+            start: 0.0,
+            end: result.step_time_ns as f64,
+        },
+        &Samples {
+            points: measured,
+            start,
+            end,
+        },
+        TIMELINE_BINS,
+        name,
+    )
+}
+
 pub fn run(a: StepArgs) -> anyhow::Result<ExitCode> {
     let Some(trace_path) = a.measured.as_deref() else {
         anyhow::bail!("--measured is required here");
@@ -108,6 +177,7 @@ pub fn run(a: StepArgs) -> anyhow::Result<ExitCode> {
             .collect();
     }
     let mut reserved = None;
+    let mut measured_timeline: Vec<(f64, u64)> = Vec::new();
     if let Some(path) = &a.memory_snapshot {
         let snap = twin_measured::snapshot::read_snapshot(path)?;
         let device = snap
@@ -132,8 +202,17 @@ pub fn run(a: StepArgs) -> anyhow::Result<ExitCode> {
             })
             .collect();
         reserved = Some(device.peak_reserved_bytes);
+        measured_timeline = device
+            .timeline
+            .iter()
+            .map(|p| (p.time_us as f64, p.allocated_bytes))
+            .collect();
     }
     let mut cmp = compare_classes(&predicted, &measured, reserved);
+    if !measured_timeline.is_empty() {
+        cmp.memory_timeline =
+            memory_timeline(&staged.schedule, &result, a.rank, &measured_timeline);
+    }
     if traces.len() > 1 {
         // Every rank's last step (or the one asked for), as the bubble of a pipeline.
         let mut idle = Vec::with_capacity(traces.len());

@@ -38,6 +38,10 @@ pub struct Measured {
     pub predicted: Option<Timeline>,
     /// The verify directory's `verify.json` figures, when it has them.
     pub figures: Option<VerifyFigures>,
+    /// Allocated device bytes over the measured step from a CUDA memory snapshot
+    /// (`twin tui --memory-snapshot`), as (fraction of the step, bytes) after each change; the
+    /// Memory pane draws it over the predicted step's length.
+    pub snapshot: Option<Vec<(f64, u64)>>,
 }
 
 /// Bubble and exposed communication as `twin verify` reported them, [predicted, measured]. On
@@ -132,6 +136,7 @@ pub fn load(path: &Path, stage_of: &dyn Fn(u32) -> u32) -> Result<Measured, Meas
             timeline: measured,
             predicted: Some(predicted),
             figures,
+            snapshot: None,
         })
     } else {
         match read_trace_file(path, stage_of) {
@@ -140,6 +145,7 @@ pub fn load(path: &Path, stage_of: &dyn Fn(u32) -> u32) -> Result<Measured, Meas
                 timeline,
                 predicted: None,
                 figures: None,
+                snapshot: None,
             }),
             // Not twin's own trace: a PyTorch one, or the error of twin's reader.
             twin => read_pytorch(path, stage_of).map_err(|pytorch| match twin {
@@ -204,6 +210,7 @@ fn read_pytorch(path: &Path, stage_of: &dyn Fn(u32) -> u32) -> Result<Measured, 
         timeline: Timeline::build(ops.into_iter(), &[], stage_of),
         predicted: None,
         figures: None,
+        snapshot: None,
     })
 }
 

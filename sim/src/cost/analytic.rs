@@ -69,6 +69,22 @@ pub fn kernel_gap_ns(s: &Scenario, hardware_ns: u64) -> u64 {
     }
 }
 
+/// CPU time an eager framework's host spends issuing one kernel (the framework file's
+/// `launch.host_per_kernel_ns`, or its `compiled_` or `cuda_graphs_` variant under
+/// `[training] compile` or `cuda_graphs`); 0: the host is never the floor. The engine keeps
+/// the GPU from starting a kernel before the host issued it
+/// ([`crate::cost::CostModel::host_issue_ns`]).
+pub fn host_issue_ns(s: &Scenario) -> u64 {
+    let l = &s.training.framework.launch;
+    if s.training.cuda_graphs {
+        l.cuda_graphs_host_per_kernel_ns
+    } else if s.training.compile {
+        l.compiled_host_per_kernel_ns
+    } else {
+        l.host_per_kernel_ns
+    }
+}
+
 /// Per-rank share of checkpoint storage bandwidth (a parallel file system shared by all
 /// ranks of a node); 2 GB/s.
 pub const DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S: f64 = 2e9;
@@ -105,6 +121,9 @@ pub struct Analytic {
     /// Pay `launch_ns` once per compute op instead of once per kernel (profile key
     /// `kernel.launch_per_op`: the host backend runs an op as one call).
     pub launch_per_op: bool,
+    /// The host's CPU time per kernel issued (see [`host_issue_ns`]); 0 where the host never
+    /// bounds the GPU (host profiles, whose backend runs an op as one call).
+    pub host_issue_ns: u64,
     pub links: TierModel,
     pub checkpoint_bandwidth_bytes_per_s: f64,
     /// Rate at which an `Alloc` allocates and touches its bytes; `None`: an allocation's time
@@ -189,6 +208,7 @@ impl Analytic {
             node_step_bytes: None,
             launch_ns: kernel_gap_ns(s, DEFAULT_LAUNCH_NS),
             launch_per_op: false,
+            host_issue_ns: host_issue_ns(s),
             links: TierModel {
                 intra_bandwidth_bytes_per_s: c.intra_node.bandwidth_bytes_per_s,
                 intra_latency_ns: c.intra_node.latency_ns,
@@ -432,6 +452,10 @@ impl Analytic {
 impl CostModel for Analytic {
     fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
         self.compute_with(op, false)
+    }
+
+    fn host_issue_ns(&self) -> u64 {
+        self.host_issue_ns
     }
 
     fn overlap_compute_slowdown(&self) -> f64 {

@@ -382,3 +382,20 @@ fn fp8_gemms_follow_their_own_curve() {
         expect(&bf16_curve, &bf16, model.peak.bf16_flops_per_s, 2)
     );
 }
+
+/// The host's time per kernel is the framework file's eager value, its compiled one under
+/// `compile`, its CUDA-graph one under `cuda_graphs` (which wins over `compile`); a cost model
+/// without it reports 0.
+#[test]
+fn host_issue_follows_the_framework_and_the_scenario_s_launch_mode() {
+    let mut s = small_scenario(1, 1, 1, 1);
+    assert_eq!(Analytic::new(&s).host_issue_ns(), 0);
+    let l = &mut s.training.framework.launch;
+    (l.host_per_kernel_ns, l.compiled_host_per_kernel_ns) = (40_000, 9_000);
+    l.cuda_graphs_host_per_kernel_ns = 500;
+    assert_eq!(Analytic::new(&s).host_issue_ns(), 40_000);
+    s.training.compile = true;
+    assert_eq!(Analytic::new(&s).host_issue_ns(), 9_000);
+    s.training.cuda_graphs = true;
+    assert_eq!(Analytic::new(&s).host_issue_ns(), 500);
+}

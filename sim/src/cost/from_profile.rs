@@ -2,8 +2,8 @@
 //! profile file, read at the bottom layer (`crate::profile`) and turned into prices here.
 
 use super::{
-    kernel_gap_ns, scenario_backend, Analytic, AttentionCurve, AttentionModel, BackendCurves,
-    GemmCurve, MemorySpill, OperandLoad, StateCache, StateDecay, DEFAULT_ATTENTION,
+    host_issue_ns, kernel_gap_ns, scenario_backend, Analytic, AttentionCurve, AttentionModel,
+    BackendCurves, GemmCurve, MemorySpill, OperandLoad, StateCache, StateDecay, DEFAULT_ATTENTION,
     DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_CUDNN, DEFAULT_FLASH, DEFAULT_TRITON,
 };
 use crate::host_model::{Interruptions, Wake};
@@ -158,6 +158,8 @@ impl Analytic {
             },
             launch_ns: kernel_gap_ns(s, whole(&p.launch_ns)),
             launch_per_op: p.launch_per_op,
+            // The host backend runs an op as one call on its own thread: no eager host.
+            host_issue_ns: if p.launch_per_op { 0 } else { host_issue_ns(s) },
             links: p.tiers(),
             checkpoint_bandwidth_bytes_per_s: p
                 .checkpoint_bandwidth_bytes_per_s

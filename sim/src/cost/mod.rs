@@ -10,7 +10,7 @@ mod from_profile;
 mod gemm;
 
 pub use analytic::{
-    kernel_gap_ns, Analytic, MemorySpill, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
+    host_issue_ns, kernel_gap_ns, Analytic, MemorySpill, DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
     DEFAULT_LAUNCH_NS, DEFAULT_MEMORY_EFFICIENCY,
 };
 pub use attention::{
@@ -53,6 +53,15 @@ pub trait CostModel: Send + Sync {
     /// (weights, optimizer state) lives for the whole run there as in any framework, so a
     /// pricing model leaves it free (see [`is_model_state`]).
     fn alloc_ns(&self, _category: crate::schedule::MemCategory, _bytes: u64) -> u64 {
+        0
+    }
+    /// The CPU time the host of an eager framework spends issuing one kernel; 0 (the
+    /// default): the host is never the floor. The host issues a rank's compute ops one after
+    /// another in program order, `kernels x host_issue_ns` each, from the step's start, without
+    /// waiting for the GPU (the launch queue holds what it issued ahead); the engine starts no
+    /// compute op before its first kernel is issued and ends none before its last kernel is
+    /// issued and has run (`crate::engine`, "host issue").
+    fn host_issue_ns(&self) -> u64 {
         0
     }
     /// One `Free`. Defaults to zero (bookkeeping); a host profile's `kernel.op_overhead_ns`

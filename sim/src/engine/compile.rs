@@ -177,6 +177,11 @@ pub(crate) fn peer_index(peer: Peer) -> usize {
 pub(crate) enum CKind {
     Compute {
         flops: u64,
+        /// Its kernels, and the kernels of the program's compute ops before it in program
+        /// order: what the host has issued when it begins to issue this op (host issue,
+        /// [`crate::cost::CostModel::host_issue_ns`]).
+        kernels: u32,
+        issued_before: u64,
     },
     Checkpoint {
         bytes: u64,
@@ -347,6 +352,7 @@ pub(crate) fn compile(
     let mut open = OpenAllocs::new(n, n + 64);
     let mut memo = Recent::default();
     let (mut flops, mut model_flops) = (0u64, 0u64);
+    let mut issued = 0u64;
     for (i, op) in program.ops.iter().enumerate() {
         let i32_ = i as u32;
         let stream = op.stream.index();
@@ -379,7 +385,13 @@ pub(crate) fn compile(
                 let model = if c.phase.is_model_work() { c.flops } else { 0 };
                 flops = flops.saturating_add(c.flops);
                 model_flops = model_flops.saturating_add(model);
-                CKind::Compute { flops: c.flops }
+                let issued_before = issued;
+                issued = issued.saturating_add(u64::from(c.kernels));
+                CKind::Compute {
+                    flops: c.flops,
+                    kernels: c.kernels,
+                    issued_before,
+                }
             }
             OpKind::Checkpoint { bytes } => {
                 cached_ns = Some(cost.checkpoint_ns(*bytes));

@@ -25,6 +25,8 @@ mod deadlock;
 mod flow;
 #[cfg(test)]
 mod flow_tests;
+#[cfg(test)]
+mod host_issue_tests;
 mod memo;
 mod memory;
 #[cfg(test)]

@@ -337,6 +337,14 @@ impl<S: Slots> State<S> {
             Some(n) => n.scale(dur),
             None => dur,
         };
+        let dur = match op.kind {
+            CKind::Compute {
+                kernels,
+                issued_before,
+                ..
+            } => host_issued_ns(now, dur, kernels, issued_before, ctx.cost.host_issue_ns()),
+            _ => dur,
+        };
         let rs = &mut self.ranks[r];
         let a = &mut rs.acct;
         a.flush(now);
@@ -345,7 +353,7 @@ impl<S: Slots> State<S> {
         self.core_activity(ctx, rank, true);
         // A compute op without GEMMs streams memory: where the profile says how much of that
         // the machine serves at once, it shares the node's memory with the others running.
-        let memory_bound = matches!(op.kind, CKind::Compute { flops: 0 })
+        let memory_bound = matches!(op.kind, CKind::Compute { flops: 0, .. })
             && self.flows.as_ref().is_some_and(|f| f.shares_memory());
         if let Some(sh) = self.share_mut() {
             // Its time beyond `dur` may be the memory's, which is work and not waiting for the
@@ -671,6 +679,37 @@ fn scaled_ns(ns: u64, factor: f64) -> u64 {
     } else {
         ns
     }
+}
+
+/// Host issue: how long a compute op that the GPU could start at `now` and run in `dur_ns`
+/// takes when an eager host issues each kernel in `host_ns` of CPU time, in program order
+/// from the step's start, `issued_before` kernels ahead of it. The host runs ahead of the GPU
+/// through the launch queue, so its `kernels` are issued over
+/// `[issued_before, issued_before + kernels] x host_ns` whatever the GPU does. With the op's
+/// kernels of equal length `d = dur_ns / kernels`, the first cannot start before it is issued
+/// and the last cannot end before it is issued and has run:
+/// `end = max(max(now, (issued_before + 1) h) + dur_ns, (issued_before + kernels) h + d)`.
+/// Short kernels make the host the floor (`kernels x h` per op), long ones hide it. The time
+/// the op waits for the host counts as its own (the engine works per op, not per kernel).
+#[inline]
+pub(crate) fn host_issued_ns(
+    now: u64,
+    dur_ns: u64,
+    kernels: u32,
+    issued_before: u64,
+    host_ns: u64,
+) -> u64 {
+    if host_ns == 0 || kernels == 0 {
+        return dur_ns;
+    }
+    let k = u64::from(kernels);
+    let first_ns = issued_before.saturating_add(1).saturating_mul(host_ns);
+    let last_ns = issued_before.saturating_add(k).saturating_mul(host_ns);
+    let end = now
+        .max(first_ns)
+        .saturating_add(dur_ns)
+        .max(last_ns.saturating_add(dur_ns / k));
+    end - now
 }
 
 fn compute_ns_uncached(ctx: &Ctx, rank: u32, op: u32) -> u64 {

@@ -5,8 +5,10 @@
 //! Predicted side ([`predicted_classes`]): each compute op of the rank splits its simulated
 //! duration by the cost model's parts ([`crate::cost::Analytic::compute_parts`]): GEMMs,
 //! the fused attention kernel, and the rest (memory-bound passes, launches, reloads) as
-//! elementwise; optimizer ops count whole as optimizer. Communication is what the rank spent
-//! with a transfer running and no compute, idle the rest. Measured side: built by the caller
+//! elementwise; optimizer ops count whole as optimizer. Where an eager host issues the kernels
+//! (`CostModel::host_issue_ns`), what an op took beyond its price is time its GPU waited for
+//! the host: idle, as the trace shows it. Communication is what the rank spent with a transfer
+//! running and no compute, idle the rest. Measured side: built by the caller
 //! from the trace reader's breakdown, with the same classes.
 //!
 //! Sign convention, as everywhere in `verify`: error = (measured - predicted) / measured.
@@ -114,7 +116,11 @@ pub fn predicted_classes(
     cost: &Analytic,
     rank: u32,
 ) -> ClassTimes {
+    use crate::cost::CostModel;
     let mut parts = [0f64; 4]; // gemm, attention, elementwise, optimizer (ns, fractional)
+                               // Time compute ops waited for the host beyond their price (ns).
+    let mut host_wait = 0u64;
+    let host = cost.host_issue_ns() > 0;
     let mut collectives = Vec::new();
     if let (Some(trace), Some(program)) = (&result.trace, schedule.get_program(rank)) {
         for e in trace.events.iter().filter(|e| e.rank == rank) {
@@ -138,7 +144,13 @@ pub fn predicted_classes(
             let Some(OpKind::Compute(op)) = kind else {
                 continue;
             };
-            let dur = e.end_ns.saturating_sub(e.start_ns) as f64;
+            let mut span = e.end_ns.saturating_sub(e.start_ns);
+            if host {
+                let priced = cost.compute_ns(rank, op);
+                host_wait = host_wait.saturating_add(span.saturating_sub(priced));
+                span = span.min(priced);
+            }
+            let dur = span as f64;
             if op.phase == Phase::Optimizer {
                 parts[3] += dur;
                 continue;
@@ -157,7 +169,7 @@ pub fn predicted_classes(
     }
     let stats = result.ranks.get(rank as usize);
     let step_ns = result.step_time_ns;
-    let busy = stats.map_or(0, |r| r.compute_busy_ns);
+    let busy = stats.map_or(0, |r| r.compute_busy_ns.saturating_sub(host_wait));
     // Whole ns per class, the remainder of the rounding to elementwise, so they sum to `busy`.
     let gemm = parts[0].round() as u64;
     let attention = parts[1].round() as u64;
@@ -275,6 +287,9 @@ pub struct ClassComparison {
     /// Idle over step time, averaged over every rank, [predicted, measured], when the
     /// measurement has more than one rank (a pipeline's bubble); set by the caller.
     pub bubble_fraction: Option<[f64; 2]>,
+    /// Allocated memory over the step, predicted against the snapshot's replay; set by the
+    /// caller when a snapshot is given.
+    pub memory_timeline: Option<super::MemoryTimeline>,
 }
 
 pub fn compare_classes(
@@ -314,6 +329,7 @@ pub fn compare_classes(
         peak_reserved_measured_bytes,
         collectives: collective_rows(&predicted.collectives, &measured.collectives),
         bubble_fraction: None,
+        memory_timeline: None,
         at_peak: if predicted.at_peak.is_empty() || measured.at_peak.is_empty() {
             Vec::new()
         } else {
@@ -421,6 +437,9 @@ impl ClassComparison {
             for (k, p, m) in &self.at_peak {
                 let _ = writeln!(out, "{:<14} {:>14.2} {:>14.2}", k, gib(*p), gib(*m));
             }
+        }
+        if let Some(t) = &self.memory_timeline {
+            out.push_str(&t.to_text());
         }
         out
     }

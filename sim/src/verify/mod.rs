@@ -14,6 +14,7 @@ mod cores;
 mod critical;
 mod groups;
 mod meetings;
+mod memory_timeline;
 mod render;
 mod steps;
 #[cfg(test)]
@@ -27,6 +28,9 @@ pub use cores::{core_activity, CoreActivities, CoreActivity, Holes, HolesByThrea
 pub use critical::{critical_path, CriticalPath, CriticalPaths};
 pub use groups::{group_of, size_bucket};
 pub use meetings::{collective_meetings, CollectiveMeetings, CollectiveMeetingsBoth};
+pub use memory_timeline::{
+    compare_memory_timelines, MemoryTimeline, Samples, TimelineBin, TIMELINE_BINS,
+};
 pub use steps::{median, scaled_median, summarize_steps, StepSummary};
 
 use crate::report::Report;

@@ -523,6 +523,23 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
     });
     let elementwise_bytes = hidden_bytes.saturating_add(ffn_bytes);
     add_elementwise(&mut block, elementwise_bytes, e.kernels);
+    // The framework's kernels twin does not size one by one, with what they move.
+    block.forward.kernels = block
+        .forward
+        .kernels
+        .saturating_add(e.extra_forward_kernels);
+    block.forward.memory_bytes = block
+        .forward
+        .memory_bytes
+        .saturating_add(mul(x, mul(u64::from(e.extra_forward_hidden_passes), act)));
+    block.backward_input.kernels = block
+        .backward_input
+        .kernels
+        .saturating_add(e.extra_backward_kernels);
+    block.backward_input.memory_bytes = block
+        .backward_input
+        .memory_bytes
+        .saturating_add(mul(x, mul(u64::from(e.extra_backward_hidden_passes), act)));
     if d.selective == SelectiveRecompute::EverySecondMatmul {
         // The recompute runs the unsaved matmuls (with their FP8 input casts) and every
         // elementwise op of the forward again; the attention kernel's output is saved.

@@ -63,6 +63,7 @@ pub fn small_with_measured() -> App {
         timeline,
         predicted: None,
         figures: None,
+        snapshot: None,
     };
     App::new("small.toml".into(), base, Some(measured))
 }

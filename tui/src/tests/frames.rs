@@ -130,6 +130,7 @@ fn compare_aligns_a_measured_trace_that_starts_later() {
         timeline: late,
         predicted: None,
         figures: None,
+        snapshot: None,
     });
     let (app, _) = press(app, &[Key::Char('3')]);
     let text = frame(&app, 120, 40);
@@ -163,6 +164,7 @@ fn compare_shows_the_cores_idle_time_from_a_host_verify() {
             core_idle_between_ops_s: Some([0.000_26, 0.001_25]),
             collective_meetings: Some([(0, 136), (17, 136)]),
         }),
+        snapshot: None,
     });
     let (app, _) = press(app, &[Key::Char('3')]);
     let text = frame(&app, 120, 40);
@@ -182,4 +184,25 @@ fn compare_shows_the_cores_idle_time_from_a_host_verify() {
         meet.contains("0/136") && meet.contains("17/136") && meet.contains("+17"),
         "{meet}"
     );
+}
+
+#[test]
+fn the_memory_pane_draws_a_snapshot_over_the_predicted_step() {
+    // A measured snapshot (fractions of its step) is drawn beside the prediction, with its own
+    // legend entry; without one the legend has none.
+    let (mut app, _) = small();
+    let timeline = app.current.timeline.clone();
+    app.measured = Some(crate::measured::Measured {
+        label: "snap".into(),
+        timeline,
+        predicted: None,
+        figures: None,
+        snapshot: Some(vec![(0.0, 1 << 30), (0.5, 3 << 30), (1.0, 1 << 30)]),
+    });
+    let (app, _) = press(app, &[Key::Char('2')]);
+    let text = frame(&app, 120, 40);
+    assert!(text.contains("measured"), "{text}");
+    let (app, _) = small();
+    let (app, _) = press(app, &[Key::Char('2')]);
+    assert!(!frame(&app, 120, 40).contains("measured"));
 }

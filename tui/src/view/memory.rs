@@ -77,8 +77,36 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
 
     let [chart_area, breakdown] =
         Layout::horizontal([Constraint::Min(20), Constraint::Length(34)]).areas(main);
-    draw_chart(frame, chart_area, points, t.start_ns, t.end_ns, hbm, over);
+    // A snapshot's allocated bytes, by fraction of the measured step, over the predicted one.
+    let snapshot = app.measured.as_ref().and_then(|m| m.snapshot.as_deref());
+    draw_chart(
+        frame,
+        chart_area,
+        (points, snapshot),
+        (t.start_ns, t.end_ns),
+        hbm,
+        over,
+    );
     draw_breakdown(frame, breakdown, peak);
+}
+
+/// A measured sample: (fraction of its step, allocated bytes).
+type FractionBytes = (f64, u64);
+
+/// A snapshot's (fraction of its step, allocated bytes) as a step function in GiB over
+/// `0..x_max` ms: the measured step stretched onto the predicted one.
+fn fraction_points(points: &[FractionBytes], x_max: f64) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(points.len() * 2 + 1);
+    let mut prev = points.first().map_or(0.0, |p| p.1 as f64 / GIB);
+    for &(f, b) in points {
+        let x = f.clamp(0.0, 1.0) * x_max;
+        let y = b as f64 / GIB;
+        out.push((x, prev));
+        out.push((x, y));
+        prev = y;
+    }
+    out.push((x_max, prev));
+    out
 }
 
 /// Memory as a step function in GiB over milliseconds since the step started.
@@ -99,23 +127,29 @@ fn step_points(points: &[MemPoint], origin_ns: u64, end_ns: u64) -> Vec<(f64, f6
 fn draw_chart(
     frame: &mut Frame,
     area: Rect,
-    points: &[MemPoint],
-    origin_ns: u64,
-    end_ns: u64,
+    (points, snapshot): (&[MemPoint], Option<&[FractionBytes]>),
+    (origin_ns, end_ns): (u64, u64),
     hbm: u64,
     over: bool,
 ) {
     let data = step_points(points, origin_ns, end_ns);
     let x_max = (end_ns.saturating_sub(origin_ns) as f64 / 1e6).max(1e-6);
+    let measured = snapshot.map_or_else(Vec::new, |s| fraction_points(s, x_max));
     let hbm_gib = hbm as f64 / GIB;
     let hbm_line = [(0.0, hbm_gib), (x_max, hbm_gib)];
-    let y_max = data.iter().map(|p| p.1).fold(hbm_gib, f64::max).max(1e-9) * 1.1;
+    let y_max = data
+        .iter()
+        .chain(&measured)
+        .map(|p| p.1)
+        .fold(hbm_gib, f64::max)
+        .max(1e-9)
+        * 1.1;
     let hbm_style = if over {
         Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
     } else {
         Style::new().fg(Color::Yellow)
     };
-    let datasets = vec![
+    let mut datasets = vec![
         Dataset::default()
             .name("live")
             .marker(Marker::Braille)
@@ -129,6 +163,16 @@ fn draw_chart(
             .style(hbm_style)
             .data(&hbm_line),
     ];
+    if !measured.is_empty() {
+        datasets.push(
+            Dataset::default()
+                .name("measured")
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(Style::new().fg(Color::Magenta))
+                .data(&measured),
+        );
+    }
     let label = |v: f64| Span::raw(format!("{v:.1}"));
     let chart = Chart::new(datasets)
         .block(Block::new().borders(Borders::ALL).title(" GiB over ms "))

@@ -54,6 +54,10 @@ struct RawElementwise {
     kernels: Cited<u64>,
     hidden_passes: Cited<u64>,
     ffn_passes: Cited<u64>,
+    extra_forward_kernels: Option<Cited<u64>>,
+    extra_backward_kernels: Option<Cited<u64>>,
+    extra_forward_hidden_passes: Option<Cited<u64>>,
+    extra_backward_hidden_passes: Option<Cited<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -92,6 +96,9 @@ struct RawRecompute {
 #[serde(deny_unknown_fields)]
 struct RawLaunch {
     cuda_graphs_kernel_gap_ns: Cited<u64>,
+    host_per_kernel_ns: Option<Cited<u64>>,
+    compiled_host_per_kernel_ns: Option<Cited<u64>>,
+    cuda_graphs_host_per_kernel_ns: Option<Cited<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -292,6 +299,30 @@ impl Reader<'_> {
             kernels: small("kernels", &e.kernels)?,
             hidden_passes: small("hidden_passes", &e.hidden_passes)?,
             ffn_passes: small("ffn_passes", &e.ffn_passes)?,
+            extra_forward_kernels: e
+                .extra_forward_kernels
+                .as_ref()
+                .map(|c| small("extra_forward_kernels", c))
+                .transpose()?
+                .unwrap_or(0),
+            extra_backward_kernels: e
+                .extra_backward_kernels
+                .as_ref()
+                .map(|c| small("extra_backward_kernels", c))
+                .transpose()?
+                .unwrap_or(0),
+            extra_forward_hidden_passes: e
+                .extra_forward_hidden_passes
+                .as_ref()
+                .map(|c| small("extra_forward_hidden_passes", c))
+                .transpose()?
+                .unwrap_or(0),
+            extra_backward_hidden_passes: e
+                .extra_backward_hidden_passes
+                .as_ref()
+                .map(|c| small("extra_backward_hidden_passes", c))
+                .transpose()?
+                .unwrap_or(0),
         })
     }
 
@@ -387,13 +418,32 @@ impl Reader<'_> {
         let recompute = RecomputeHabits {
             selective: self.name("recompute.selective", &raw.recompute.selective, &SELECTIVE)?,
         };
+        let host_ns = |key: &str, c: &Option<Cited<u64>>| -> Result<Option<u64>> {
+            c.as_ref()
+                .map(|c| self.count(key, c, 0, 1_000_000_000))
+                .transpose()
+        };
+        let l = &raw.launch;
+        let host_per_kernel_ns =
+            host_ns("launch.host_per_kernel_ns", &l.host_per_kernel_ns)?.unwrap_or(0);
         let launch = Launch {
             cuda_graphs_kernel_gap_ns: self.count(
                 "launch.cuda_graphs_kernel_gap_ns",
-                &raw.launch.cuda_graphs_kernel_gap_ns,
+                &l.cuda_graphs_kernel_gap_ns,
                 0,
                 1_000_000_000,
             )?,
+            host_per_kernel_ns,
+            compiled_host_per_kernel_ns: host_ns(
+                "launch.compiled_host_per_kernel_ns",
+                &l.compiled_host_per_kernel_ns,
+            )?
+            .unwrap_or(host_per_kernel_ns),
+            cuda_graphs_host_per_kernel_ns: host_ns(
+                "launch.cuda_graphs_host_per_kernel_ns",
+                &l.cuda_graphs_host_per_kernel_ns,
+            )?
+            .unwrap_or(0),
         };
         let cannot_run = raw
             .cannot_run

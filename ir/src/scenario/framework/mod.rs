@@ -325,6 +325,22 @@ pub struct Elementwise {
     pub hidden_passes: u32,
     /// Reads and writes of `tokens x ffn_hidden` activations, for a gated (SwiGLU) MLP.
     pub ffn_passes: u32,
+    /// Kernels per layer and micro batch that the framework launches and twin does not size
+    /// otherwise, in the forward and in the backward (casts of activations under autocast,
+    /// GEMM workspace memsets, copies, the backward's gradient adds and slices): each costs
+    /// the GPU its launch gap and the host its issue time, and moves no bytes twin counts.
+    /// 0 where the file leaves `extra_forward_kernels` / `extra_backward_kernels` out.
+    #[serde(default)]
+    pub extra_forward_kernels: u32,
+    #[serde(default)]
+    pub extra_backward_kernels: u32,
+    /// What those kernels move per layer and micro batch, in reads and writes of
+    /// `tokens x hidden` activations (as `hidden_passes`), forward and backward; 0 where the
+    /// file leaves `extra_forward_hidden_passes` / `extra_backward_hidden_passes` out.
+    #[serde(default)]
+    pub extra_forward_hidden_passes: u32,
+    #[serde(default)]
+    pub extra_backward_hidden_passes: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -408,6 +424,19 @@ pub struct Launch {
     /// The gap between dependent kernels replayed from a CUDA graph. With `cuda_graphs` the
     /// cost model's per-kernel launch gap is the smaller of this and the hardware's.
     pub cuda_graphs_kernel_gap_ns: u64,
+    /// CPU time the host spends issuing one kernel of an eager step (Python, dispatch,
+    /// autograd, the launch call): the GPU cannot start a kernel before the host issued it.
+    /// 0 where the file leaves `launch.host_per_kernel_ns` out: the host is never the floor.
+    #[serde(default)]
+    pub host_per_kernel_ns: u64,
+    /// The same under `[training] compile = true` (`launch.compiled_host_per_kernel_ns`;
+    /// the eager value where the file leaves it out).
+    #[serde(default)]
+    pub compiled_host_per_kernel_ns: u64,
+    /// The same under `[training] cuda_graphs = true`, which replays a step's kernels from
+    /// one graph launch (`launch.cuda_graphs_host_per_kernel_ns`; 0 where left out).
+    #[serde(default)]
+    pub cuda_graphs_host_per_kernel_ns: u64,
 }
 
 #[cfg(test)]

@@ -148,7 +148,11 @@ fn format_errors_name_the_file_line_key_and_what_is_allowed() {
     assert_eq!(e.origin, "my.toml");
     assert_eq!(e.line, Some(line_of(&text, "graph_gap_ns")));
     assert_eq!(e.key, "graph_gap_ns");
-    assert_eq!(e.allowed, "`cuda_graphs_kernel_gap_ns`");
+    assert_eq!(
+        e.allowed,
+        "`cuda_graphs_kernel_gap_ns`, `host_per_kernel_ns`, `compiled_host_per_kernel_ns`, \
+         `cuda_graphs_host_per_kernel_ns`"
+    );
 
     // A name that is not allowed: did-you-mean and the list.
     let text = with(&base, "value = \"flash\"", "value = \"flsh\"");
@@ -672,4 +676,33 @@ fn cp_merge_and_pipelined_reduction_are_optional_and_checked() {
         assert_eq!((e.key.as_str(), e.line), (key, Some(line_no)), "{e}");
         assert_eq!(e.allowed, allowed, "{e}");
     }
+}
+
+#[test]
+fn host_issue_keys_are_optional_and_default_from_the_eager_value() {
+    let base = bundled_text("deepspeed");
+    let fw = parse_str(&base, "my.toml").unwrap();
+    assert_eq!(fw.launch.host_per_kernel_ns, 0);
+    assert_eq!(fw.launch.compiled_host_per_kernel_ns, 0);
+    assert_eq!(fw.launch.cuda_graphs_host_per_kernel_ns, 0);
+
+    let text = with(
+        &base,
+        "[launch]\n",
+        "[launch]\nhost_per_kernel_ns = { value = 7000, ref = \"a trace\" }\n",
+    );
+    let fw = parse_str(&text, "my.toml").unwrap();
+    assert_eq!(fw.launch.host_per_kernel_ns, 7000);
+    // Unstated: compiled takes the eager value, CUDA graphs none.
+    assert_eq!(fw.launch.compiled_host_per_kernel_ns, 7000);
+    assert_eq!(fw.launch.cuda_graphs_host_per_kernel_ns, 0);
+
+    let text = with(
+        &text,
+        "[launch]\n",
+        "[launch]\ncompiled_host_per_kernel_ns = { value = 2000000000, ref = \"x\" }\n",
+    );
+    let e = parse_str(&text, "my.toml").unwrap_err();
+    assert_eq!(e.key, "launch.compiled_host_per_kernel_ns.value");
+    assert_eq!(e.allowed, "0 ..= 1000000000");
 }

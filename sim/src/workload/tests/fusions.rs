@@ -55,3 +55,32 @@ fn elementwise_work_follows_the_framework_file() {
     assert!(tt.compiled.kernels < tt.eager.kernels);
     assert!(bytes(tt.compiled) < bytes(tt.eager));
 }
+
+/// The kernels a framework launches that twin does not size one by one (`extra_*` of
+/// `[fusions.eager]`): the forward and the backward's input half gain exactly their kernels
+/// and passes (bf16, `tokens x hidden` each), nothing else moves.
+#[test]
+fn extra_kernels_and_passes_add_to_forward_and_backward() {
+    let (tokens, h, act) = (2 * 512u64, 1024u64, 2u64);
+    let base = one_layer(Bundled::Torchtitan, false);
+    let mut s = gpt(1, 1024, 16, 512, 4096, (1, 1, 1), 2, 1);
+    s.model.gated_mlp = true;
+    s.model.ffn_hidden = 2816;
+    let mut fw = Bundled::Torchtitan.framework().unwrap();
+    fw.fusions.eager.extra_forward_kernels = 3;
+    fw.fusions.eager.extra_backward_kernels = 7;
+    fw.fusions.eager.extra_forward_hidden_passes = 5;
+    fw.fusions.eager.extra_backward_hidden_passes = 11;
+    s.training.framework = fw;
+    let plan = plan(&s);
+    let layout = plan.chunks[0][0].clone();
+    let w = layers_work(&s, &plan, &layout, 0, 1, false, false);
+    let (f, bf) = (&w.forward.compute, &base.forward.compute);
+    let (b, bb) = (&w.backward_input.compute, &base.backward_input.compute);
+    assert_eq!(f.kernels - bf.kernels, 3);
+    assert_eq!(f.memory_bytes - bf.memory_bytes, 5 * tokens * h * act);
+    assert_eq!(b.kernels - bb.kernels, 7);
+    assert_eq!(b.memory_bytes - bb.memory_bytes, 11 * tokens * h * act);
+    assert_eq!(w.backward_weight.kernels, base.backward_weight.kernels);
+    assert_eq!(f.gemms, bf.gemms);
+}
