@@ -48,15 +48,28 @@ fn bases() -> Vec<(&'static str, ScenarioSource)> {
                 .replace("granularity = \"layer\"", "granularity = \"chunk\"");
             s
         }),
-        ("hf", variant("", "framework = \"hf\"\n")),
-        ("torchtitan", variant("", "framework = \"torchtitan\"\n")),
-        (
-            "moe",
-            variant(
+        ("hf", {
+            // Accelerate runs no pipeline, and tensor parallelism only under FSDP.
+            let mut s = variant("", "framework = \"hf\"\n");
+            s.text = s
+                .text
+                .replace("pp = 2\ndp = 2\nzero = 0", "pp = 1\ndp = 4\nzero = 3");
+            s
+        }),
+        ("torchtitan", {
+            // FSDP2 under tensor parallelism.
+            let mut s = variant("", "framework = \"torchtitan\"\n");
+            s.text = s.text.replace("zero = 0\n", "zero = 3\n");
+            s
+        }),
+        ("moe", {
+            let mut s = variant(
                 "experts = 8\ntop_k = 2\n",
                 "moe_routing = { imbalance = 1.5 }\n",
-            ),
-        ),
+            );
+            s.text = s.text.replace("zero = 0\n", "zero = 0\nep = 2\n");
+            s
+        }),
     ]
 }
 

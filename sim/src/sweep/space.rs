@@ -644,7 +644,11 @@ mod tests {
     #[test]
     fn search_layouts_cover_the_gpus_exactly() {
         let s = small_scenario(2, 2, 4, 8);
-        let layouts = search(&s, &SearchSpace::default());
+        let space = SearchSpace {
+            hsdp_nodes: Vec::new(),
+            ..SearchSpace::default()
+        };
+        let layouts = search(&s, &space);
         assert!(!layouts.is_empty());
         for l in &layouts {
             let get = |k: &str| -> u64 {
@@ -654,8 +658,8 @@ mod tests {
                     .parse()
                     .unwrap()
             };
-            assert_eq!(get("tp") * get("pp") * get("dp"), 16);
-            assert_eq!(u64::from(s.model.layers) % (get("pp") * get("vpp")), 0);
+            assert_eq!(get("tp") * get("pp") * get("dp") * get("cp"), 16);
+            assert!(get("pp") * get("vpp") <= u64::from(s.model.layers));
         }
         let mut sorted = layouts.clone();
         sorted.sort();
@@ -671,7 +675,7 @@ mod tests {
         s.parallel.fsdp = true;
         s.parallel.zero = 3;
         s.parallel.fsdp_degree = Some(2);
-        let layouts = search(&s, &SearchSpace::default());
+        let layouts = search(&s, &SearchSpace::layouts_only());
         assert!(!layouts.is_empty());
         for l in &layouts {
             let dp = l

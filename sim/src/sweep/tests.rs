@@ -367,7 +367,9 @@ fn unsimulated_figures_are_null_in_json_and_empty_in_csv() {
         layouts: 2,
         invalid: 0,
         failed: 0,
+        pruned: 0,
         rows: vec![skipped.clone(), fitting.clone()],
+        pareto: vec![fitting.index],
     };
     let text = result.to_json().unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
