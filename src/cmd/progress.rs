@@ -15,6 +15,11 @@ pub fn set_quiet(quiet: bool) {
     QUIET.store(quiet, Ordering::Relaxed);
 }
 
+/// Whether `--quiet` was given (notes about long work are left out too).
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
 /// The bar's line: `  LABEL [=====>    ] done/total  rate/s  ETA 12s  MESSAGE`. The bar takes
 /// the width left, so the line never wraps.
 const TEMPLATE: &str = "  {prefix} [{wide_bar}] {pos}/{len}  {per_sec:0}  ETA {eta}  {msg}";

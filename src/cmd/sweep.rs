@@ -147,6 +147,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .map(|s| s.cluster.gpu.usable_bytes());
         }
         let total = plan.layouts.len();
+        if args.search && total > 20_000 && !super::progress::quiet() {
+            // A large space takes a while: say what runs and how to make it smaller.
+            let how = if args.exhaustive {
+                "every layout simulated (--exhaustive)"
+            } else {
+                "each bounded, only those that can reach --top simulated"
+            };
+            eprintln!(
+                "note: {total} layouts to search, {how}; --space layouts searches tp, pp, dp, \
+                 vpp, micro batch, recompute and ZeRO only, and --shard I/N splits the work"
+            );
+        }
         let bar = super::progress::Bar::new("layouts", total, false);
         let r = plan.run(args.objective.into(), &|n| bar.inc_by(n));
         bar.finish();

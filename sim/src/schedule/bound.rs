@@ -29,7 +29,7 @@
 
 use super::chunks::{plan_chunks, ChunkPlan, Seg};
 use super::dp::{DpPolicy, Zero};
-use super::pipeline::{stage_order, Pass, Slot};
+use super::pipeline::{split_backwards, stage_order, Pass, Slot};
 use super::{ComputeOp, ScheduleError, Sizes};
 use crate::plan::Plan;
 use crate::scenario::{PipelineSchedule, Scenario};
@@ -173,17 +173,6 @@ fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot]) -> u64 {
         }
     }
     peak
-}
-
-/// The (micro batch, chunk) pairs whose backward is split into B and a later W: those the
-/// order has a weight-gradient pass for (every one under zero-bubble, some under DualPipe),
-/// as the emitter splits them.
-fn split_backwards(order: &[Slot]) -> BTreeSet<(u32, u32)> {
-    order
-        .iter()
-        .filter(|s| s.pass == Pass::Weight)
-        .map(|s| (s.microbatch, s.chunk))
-        .collect()
 }
 
 /// Whether `slot` computes its chunk's weight gradients: a whole backward, or a W.

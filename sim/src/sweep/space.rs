@@ -367,7 +367,7 @@ pub fn candidates(base: &Scenario, space: &SearchSpace) -> Vec<Candidate> {
     let mut candidate = base.clone();
     let mut out = Vec::new();
     for cp in cps {
-        if cp == 0 || gpus % cp != 0 || (cp > 1 && m.seq_len % (2 * cp) != 0) {
+        if cp == 0 || gpus % cp != 0 || (cp > 1 && !m.seq_len.is_multiple_of(2 * cp)) {
             continue;
         }
         let rest = gpus / cp;
@@ -513,7 +513,7 @@ fn hsdp_degrees(
             continue;
         }
         let d = gpus / tp_cp;
-        if d > 1 && d < dp && dp % d == 0 && !out.contains(&Some(u32_of(d))) {
+        if d > 1 && d < dp && dp.is_multiple_of(d) && !out.contains(&Some(u32_of(d))) {
             out.push(Some(u32_of(d)));
         }
     }

@@ -5,9 +5,9 @@
 use crate::schedule::chunks::ChunkPlan;
 use crate::schedule::dp::Zero;
 use crate::schedule::emit::StageCtx;
-use crate::schedule::pipeline::{Pass, Slot};
+use crate::schedule::pipeline::{split_backwards, Pass, Slot};
 use crate::schedule::{Phase, ScheduleError};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// One compute op of the stage, before it is emitted.
 #[derive(Clone, Copy, Debug)]
@@ -23,16 +23,6 @@ pub struct Step {
     /// ZeRO-3 parameter gather this step uses, and whether it is the first step to use it.
     pub gather: Option<usize>,
     pub new_gather: bool,
-}
-
-/// The (micro batch, chunk) pairs whose backward is split into B and a later W: those the
-/// order has a weight-gradient pass for (every one under zero-bubble, some under DualPipe).
-fn split_backwards(order: &[Slot]) -> BTreeSet<(u32, u32)> {
-    order
-        .iter()
-        .filter(|s| s.pass == Pass::Weight)
-        .map(|s| (s.microbatch, s.chunk))
-        .collect()
 }
 
 /// The stage's compute steps in order, with the ZeRO-3 gather each one uses.

@@ -25,6 +25,17 @@ pub enum Pass {
     Weight,
 }
 
+/// The (micro batch, chunk) pairs of `order` whose backward is split into B and a later W:
+/// those the order has a weight-gradient pass for (every one under zero-bubble, some under
+/// DualPipe). The emitter splits them, and the step bound prices them so.
+pub fn split_backwards(order: &[Slot]) -> std::collections::BTreeSet<(u32, u32)> {
+    order
+        .iter()
+        .filter(|s| s.pass == Pass::Weight)
+        .map(|s| (s.microbatch, s.chunk))
+        .collect()
+}
+
 /// One entry of a stage's order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot {
