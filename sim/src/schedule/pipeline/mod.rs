@@ -133,7 +133,8 @@ pub fn stage_order(
 mod tests {
     use super::*;
 
-    fn letters(order: &[Slot]) -> String {
+    /// An order as `F0 B0 W0 ...`; with `mark_chunk_1`, chunk 1's passes carry a `'`.
+    fn text(order: &[Slot], mark_chunk_1: bool) -> String {
         order
             .iter()
             .map(|s| {
@@ -142,10 +143,19 @@ mod tests {
                     Pass::Backward => 'B',
                     Pass::Weight => 'W',
                 };
-                format!("{p}{}", s.microbatch)
+                let mark = if mark_chunk_1 && s.chunk == 1 {
+                    "'"
+                } else {
+                    ""
+                };
+                format!("{p}{}{mark}", s.microbatch)
             })
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    fn letters(order: &[Slot]) -> String {
+        text(order, false)
     }
 
     #[test]
@@ -224,19 +234,7 @@ mod tests {
     }
 
     fn chunked(order: &[Slot]) -> String {
-        order
-            .iter()
-            .map(|s| {
-                let p = match s.pass {
-                    Pass::Forward => 'F',
-                    Pass::Backward => 'B',
-                    Pass::Weight => 'W',
-                };
-                let mark = if s.chunk == 1 { "'" } else { "" };
-                format!("{p}{}{mark}", s.microbatch)
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
+        text(order, true)
     }
 
     /// DualPipe's `step` for pp 4 and 8 micro batches, traced by hand: rank 0 (chunk 0 is
