@@ -375,8 +375,19 @@ pub fn candidates(base: &Scenario, space: &SearchSpace) -> Vec<Candidate> {
             if tp > max_tp || u64::from(m.heads) % tp != 0 {
                 continue;
             }
+            // Written as `false` where it cannot apply, so a base's own does not carry over.
+            let tp_overlaps = if tp > 1 && fw.overlaps.tp_comm_overlap {
+                or_base(&space.tp_comm_overlap)
+            } else {
+                vec![(!space.tp_comm_overlap.is_empty()).then_some(false)]
+            };
             for pp in divisors(rest / tp) {
                 let dp = rest / tp / pp;
+                let dp_overlaps = if dp > 1 {
+                    or_base(&space.dp_overlap)
+                } else {
+                    vec![None]
+                };
                 for (ep, etp) in expert_layouts(base, tp, dp, cp) {
                     for &vpp in &space.vpp {
                         let chunks = pp * u64::from(vpp);
@@ -406,22 +417,11 @@ pub fn candidates(base: &Scenario, space: &SearchSpace) -> Vec<Candidate> {
                                     // data-parallel overlap, offload) do not, so consecutive
                                     // layouts share their sized layers (`sizes`).
                                     for &fp8 in &precisions {
-                                        let tp_overlaps = if tp > 1 && fw.overlaps.tp_comm_overlap {
-                                            or_base(&space.tp_comm_overlap)
-                                        } else {
-                                            vec![(!space.tp_comm_overlap.is_empty())
-                                                .then_some(false)]
-                                        };
                                         for &tpo in &tp_overlaps {
                                             for &zero in &space.zero {
                                                 let fsdp_degrees =
                                                     hsdp_degrees(base, space, zero, dp, tp * cp);
                                                 for &fsdp_degree in &fsdp_degrees {
-                                                    let dp_overlaps = if dp > 1 {
-                                                        or_base(&space.dp_overlap)
-                                                    } else {
-                                                        vec![None]
-                                                    };
                                                     for &dpo in &dp_overlaps {
                                                         for &off in &offloads {
                                                             let mut c = Candidate {
