@@ -23,6 +23,7 @@
 
 use crate::scenario::{Axis, Scenario};
 use serde::Serialize;
+use std::sync::OnceLock;
 
 pub mod partition;
 mod spare;
@@ -187,9 +188,10 @@ pub struct Plan {
     pub chunks: Vec<Vec<ChunkLayout>>,
     /// The rule that chose the layers per chunk ([`partition`]).
     pub partition: PartitionRule,
-    pub groups: Vec<Group>,
-    /// `group_of[kind.index()][rank]` = the rank's group of that kind.
-    group_of: Vec<Vec<GroupId>>,
+    /// Every group, built on first use ([`Plan::groups`]; not serialized): a layout search
+    /// bounds most layouts without them ([`Plan::group_containing`] builds one group).
+    #[serde(skip)]
+    table: OnceLock<GroupTable>,
     /// Rank distance between neighbouring pipeline stages (the product of the axis sizes
     /// placed inside pp), so stage and pipeline neighbours need no coordinate decomposition.
     pp_stride: u32,
@@ -336,8 +338,7 @@ impl Plan {
             microbatches: m as u32,
             chunks,
             partition: split.rule,
-            groups: Vec::new(),
-            group_of: Vec::new(),
+            table: OnceLock::new(),
             pp_stride: 1,
             expert_fold,
         };
@@ -347,12 +348,8 @@ impl Plan {
             }
             plan.pp_stride = plan.pp_stride.saturating_mul(plan.sizes.get(axis));
         }
-        match spare::take(plan.groups_key()) {
-            Some((groups, group_of)) => {
-                plan.groups = groups;
-                plan.group_of = group_of;
-            }
-            None => plan.build_groups(),
+        if let Some((groups, group_of)) = spare::take(plan.groups_key()) {
+            let _ = plan.table.set(GroupTable { groups, group_of });
         }
         Ok(plan)
     }
@@ -364,7 +361,10 @@ impl Plan {
     /// over a thousand at 512 GPUs) are a tenth of planning and generation's allocations.
     /// Optional: dropping the plan instead is equally correct.
     pub fn recycle(self) {
-        spare::keep(self.groups_key(), self.groups, self.group_of);
+        let key = self.groups_key();
+        if let Some(t) = self.table.into_inner() {
+            spare::keep(key, t.groups, t.group_of);
+        }
     }
 
     /// Everything [`Plan::build_groups`] reads: the mesh. Plans equal in it have equal
@@ -496,11 +496,70 @@ impl Plan {
     }
 
     pub fn group_of(&self, rank: RankId, kind: GroupKind) -> GroupId {
-        self.group_of[kind.index()][rank as usize]
+        self.table().group_of[kind.index()][rank as usize]
     }
 
     pub fn group(&self, id: GroupId) -> &Group {
-        &self.groups[id as usize]
+        &self.table().groups[id as usize]
+    }
+
+    /// Every group of every kind, ids in order (built on the first call).
+    pub fn groups(&self) -> &[Group] {
+        &self.table().groups
+    }
+
+    fn table(&self) -> &GroupTable {
+        self.table.get_or_init(|| self.build_groups())
+    }
+
+    /// `rank`'s group of `kind`, equal to `group(group_of(rank, kind))`, built alone: without
+    /// the table of every group when that has not been built.
+    pub fn group_containing(&self, rank: RankId, kind: GroupKind) -> Group {
+        if let Some(t) = self.table.get() {
+            return t.groups[t.group_of[kind.index()][rank as usize] as usize].clone();
+        }
+        let stride = self.strides();
+        let dims = self.group_dims(kind, &stride);
+        // The group's smallest member: `rank` less its coordinate along each varied dimension.
+        let base = dims
+            .iter()
+            .fold(rank, |b, &(n, st)| b - (rank / st.max(1)) % n.max(1) * st);
+        self.make_group(kind, base, &group_offsets(&dims))
+    }
+
+    /// Each axis's rank stride in the mesh's placement order.
+    fn strides(&self) -> Coords {
+        let mut stride = Coords::default();
+        let mut step = 1u32;
+        for axis in self.order {
+            stride.set(axis, step);
+            step = step.saturating_mul(self.sizes.get(axis));
+        }
+        stride
+    }
+
+    /// The group of `kind` whose smallest member is `base`: members `base + offsets`.
+    fn make_group(&self, kind: GroupKind, base: RankId, offsets: &[RankId]) -> Group {
+        let members: Vec<RankId> = offsets.iter().map(|&o| base + o).collect();
+        let (mut nodes, mut max_per_node, mut run) = (0u32, 0u32, 0u32);
+        let mut last_node = None;
+        // members ascend, so their nodes do too: runs of one node are contiguous
+        for &m in &members {
+            let node = self.node_of(m);
+            if last_node != Some(node) {
+                nodes += 1;
+                run = 0;
+                last_node = Some(node);
+            }
+            run += 1;
+            max_per_node = max_per_node.max(run);
+        }
+        Group {
+            kind,
+            members,
+            nodes,
+            max_per_node,
+        }
     }
 
     /// Ranks of one stage (pp coordinate), ascending.
@@ -516,68 +575,61 @@ impl Plan {
     /// (the varied axes' coordinates times their strides), so the offsets are sorted once per
     /// kind and every group is a shifted copy. Group ids follow the ascending base within each
     /// kind, kinds in [`GroupKind::ALL`] order (the order a rank-by-rank scan discovers them).
-    fn build_groups(&mut self) {
+    fn build_groups(&self) -> GroupTable {
         let world = self.world as usize;
-        let mut stride = Coords::default();
-        let mut step = 1u32;
-        for axis in self.order {
-            stride.set(axis, step);
-            step = step.saturating_mul(self.sizes.get(axis));
-        }
-        let mut offsets: Vec<RankId> = Vec::new();
-        self.group_of = Vec::with_capacity(GroupKind::ALL.len());
+        let stride = self.strides();
         // Each kind's groups partition the world into groups of the varied axes' product;
         // room for all of them at once (growing would copy the groups built so far).
-        let groups: usize = GroupKind::ALL
+        let count: usize = GroupKind::ALL
             .iter()
             .map(|&k| world / (self.group_size(k) as usize).max(1))
             .sum();
-        self.groups.reserve_exact(groups);
+        let mut groups = Vec::with_capacity(count);
+        let mut group_of = Vec::with_capacity(GroupKind::ALL.len());
         for kind in GroupKind::ALL {
-            offsets.clear();
-            offsets.push(0);
-            for (n, st) in self.group_dims(kind, &stride) {
-                let len = offsets.len();
-                for v in 1..n {
-                    for i in 0..len {
-                        offsets.push(offsets[i] + v * st);
-                    }
-                }
-            }
-            offsets.sort_unstable();
+            let offsets = group_offsets(&self.group_dims(kind, &stride));
             let mut of = vec![u32::MAX; world];
             for base in 0..self.world {
                 if of[base as usize] != u32::MAX {
                     continue;
                 }
-                let id = self.groups.len() as GroupId;
-                let members: Vec<RankId> = offsets.iter().map(|&o| base + o).collect();
-                let (mut nodes, mut max_per_node, mut run) = (0u32, 0u32, 0u32);
-                let mut last_node = None;
-                // members ascend, so their nodes do too: runs of one node are contiguous
-                for &m in &members {
-                    let node = self.node_of(m);
-                    if last_node != Some(node) {
-                        nodes += 1;
-                        run = 0;
-                        last_node = Some(node);
-                    }
-                    run += 1;
-                    max_per_node = max_per_node.max(run);
+                let id = groups.len() as GroupId;
+                let group = self.make_group(kind, base, &offsets);
+                for &m in &group.members {
                     if let Some(slot) = of.get_mut(m as usize) {
                         *slot = id;
                     }
                 }
-                self.groups.push(Group {
-                    kind,
-                    members,
-                    nodes,
-                    max_per_node,
-                });
+                groups.push(group);
             }
-            self.group_of.push(of);
+            group_of.push(of);
+        }
+        GroupTable { groups, group_of }
+    }
+}
+
+/// Every group of a plan, and each rank's group of each kind.
+#[derive(Clone, Debug)]
+struct GroupTable {
+    groups: Vec<Group>,
+    /// `group_of[kind.index()][rank]` = the rank's group of that kind.
+    group_of: Vec<Vec<GroupId>>,
+}
+
+/// The rank offsets of a group's members from its smallest, ascending, for the (size, stride)
+/// of each dimension it varies.
+fn group_offsets(dims: &[(u32, u32)]) -> Vec<RankId> {
+    let mut offsets: Vec<RankId> = vec![0];
+    for &(n, st) in dims {
+        let len = offsets.len();
+        for v in 1..n {
+            for i in 0..len {
+                offsets.push(offsets[i] + v * st);
+            }
         }
     }
+    offsets.sort_unstable();
+    offsets
 }
 
 /// The (stage, chunk) layouts of a split given per virtual stage (`chunk * pp + stage`).

@@ -31,12 +31,15 @@ fn groups_partition_the_world() {
     let plan = Plan::new(&s).unwrap();
     for kind in GroupKind::ALL {
         let mut seen = vec![0u32; plan.world as usize];
-        for g in plan.groups.iter().filter(|g| g.kind == kind) {
+        for g in plan.groups().iter().filter(|g| g.kind == kind) {
             for &m in &g.members {
                 seen[m as usize] += 1;
                 assert_eq!(
                     plan.group_of(m, kind),
-                    plan.groups.iter().position(|x| std::ptr::eq(x, g)).unwrap() as u32
+                    plan.groups()
+                        .iter()
+                        .position(|x| std::ptr::eq(x, g))
+                        .unwrap() as u32
                 );
             }
         }
@@ -134,7 +137,7 @@ fn groups_match_their_coordinate_definition_in_any_order() {
                 }
             }
         }
-        assert_eq!(next_id as usize, plan.groups.len());
+        assert_eq!(next_id as usize, plan.groups().len());
     }
 }
 
@@ -299,21 +302,26 @@ fn an_uneven_model_is_split_automatically_and_laid_out_in_order() {
 /// the groups it would have built.
 #[test]
 fn recycled_groups_serve_only_the_same_mesh() {
-    let groups = |p: &Plan| (format!("{:?}", p.groups), p.group_of.clone());
+    let groups = |p: &Plan| {
+        let of: Vec<GroupId> = (0..p.world)
+            .flat_map(|r| GroupKind::ALL.map(|k| p.group_of(r, k)))
+            .collect();
+        (format!("{:?}", p.groups()), of)
+    };
     let (tp2, other_mesh) = (small_scenario(2, 2, 2, 8), small_scenario(4, 2, 1, 8));
     let mut other_batch = tp2.clone();
     other_batch.training.micro_batch = 2;
     let first = Plan::new(&tp2).unwrap();
-    let recycled = first.groups.as_ptr();
+    let recycled = first.groups().as_ptr();
     first.recycle();
     let mismatched = Plan::new(&other_mesh).unwrap();
-    assert_ne!(mismatched.groups.as_ptr(), recycled);
+    assert_ne!(mismatched.groups().as_ptr(), recycled);
     let fresh_other =
         std::thread::scope(|t| t.spawn(|| Plan::new(&other_mesh).unwrap()).join().unwrap());
     assert_eq!(groups(&mismatched), groups(&fresh_other));
     let reused = Plan::new(&other_batch).unwrap();
     assert_eq!(
-        reused.groups.as_ptr(),
+        reused.groups().as_ptr(),
         recycled,
         "the same mesh takes the spare groups"
     );
@@ -420,4 +428,37 @@ fn dualpipe_stages_hold_a_stage_and_its_mirror() {
     assert!(plan.chunks[0][0].has_embedding && plan.chunks[0][1].has_head);
     assert!(plan.chunks[3][1].has_embedding && plan.chunks[3][0].has_head);
     assert_eq!(plan.layers_per_virtual_stage(), vec![2, 2, 2, 2]);
+}
+
+/// One group built alone equals the group of the whole table, for every rank and kind, in
+/// any placement order, under HSDP and with expert layers refolding the tensor-parallel
+/// ranks; and building it leaves the table unbuilt.
+#[test]
+fn a_group_built_alone_equals_the_tables() {
+    let mut plans = plans_in_three_orders();
+    plans.extend(hsdp_plans_in_three_orders());
+    for (ep, etp) in [(4, None), (4, Some(1))] {
+        let mut s = small_scenario(2, 2, 8, 4);
+        s.parallel.ep = ep;
+        s.parallel.etp = etp;
+        plans.push(Plan::new(&s).unwrap());
+    }
+    for plan in plans {
+        let alone: Vec<Group> = (0..plan.world)
+            .flat_map(|r| GroupKind::ALL.map(|k| plan.group_containing(r, k)))
+            .collect();
+        assert!(plan.table.get().is_none(), "{:?}", plan.order);
+        let mut alone = alone.into_iter();
+        for r in 0..plan.world {
+            for k in GroupKind::ALL {
+                let (a, t) = (alone.next().unwrap(), plan.group(plan.group_of(r, k)));
+                assert_eq!(
+                    (a.kind, &a.members, a.nodes, a.max_per_node),
+                    (t.kind, &t.members, t.nodes, t.max_per_node),
+                    "{:?} rank {r} {k:?}",
+                    plan.order
+                );
+            }
+        }
+    }
 }

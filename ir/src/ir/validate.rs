@@ -377,7 +377,7 @@ fn check_collectives(s: &Schedule, plan: &Plan) -> Result<u64, ValidationError> 
     let mut compared: BTreeSet<(u32, u32, GroupKind)> = BTreeSet::new();
     let mut count_of: BTreeMap<(u32, GroupKind), u64> = BTreeMap::new();
     let mut total = 0u64;
-    for g in &plan.groups {
+    for g in plan.groups() {
         let Some(&first) = g.members.first() else {
             continue;
         };

@@ -185,7 +185,7 @@ impl Collapse {
                 *x = slot as u32;
             }
         }
-        let mut members = vec![Vec::new(); plan.groups.len()];
+        let mut members = vec![Vec::new(); plan.groups().len()];
         for &rep in &reps {
             for kind in GroupKind::ALL {
                 if let Some(list) = members.get_mut(plan.group_of(rep, kind) as usize) {

@@ -1,6 +1,6 @@
-//! A lower bound of a layout's step time from its compute alone, for a search that must not
-//! simulate every layout (branch and bound: a layout whose bound is slower than the k-th best
-//! simulated one cannot enter the top k).
+//! A lower bound of a layout's step time from its compute and the collectives chained
+//! between its computes, for a search that must not simulate every layout (branch and bound:
+//! a layout whose bound is slower than the k-th best simulated one cannot enter the top k).
 //!
 //! It reads the same pass orders ([`super::pipeline::stage_order`]), chunk segments
 //! ([`super::chunks::plan_chunks`]) and workload answers as [`super::generate_each`], but
@@ -9,31 +9,37 @@
 //! GEMMs under TP overlap, SMs given to communication), which can only lengthen them.
 //!
 //! Why it bounds the engine's step, stage by stage (`k`):
-//! - a rank runs its compute ops one at a time on its compute stream, so its step is at least
-//!   the sum of their prices (`work_k`: every pass of its order, each recompute, each
-//!   gradient accumulation, and the optimizer when the step synchronises);
-//! - its first op is the forward of chunk 0 of some micro batch, which needs that micro
-//!   batch's forward of chunk 0 on every stage before it: `fill_k`, the sum of those
-//!   forwards, passes before it can start;
-//! - the last pass of a rank is a backward of chunk 0 (every later chunk's backward of the
-//!   same micro batch precedes it), and each stage before it must then run that micro batch's
-//!   backward of chunk 0 in turn: `drain_k` more after the rank's passes.
+//! - a rank runs its compute ops one at a time on its compute stream, and each pass's first
+//!   compute waits for the collectives the pass before it ends with (its tensor-, context- and
+//!   expert-parallel ones, less what runs beside the compute:
+//!   [`super::emit::chained_comms`]), while the gradient accumulation after a pass runs
+//!   beside them. So its step is at least the sum over its passes of each compute plus the
+//!   larger of those collectives and that accumulation (`passes_k`; collectives priced by the
+//!   cost model, as the engine prices them when no flow network times them), and the
+//!   optimizer when the step synchronises;
+//! - when its first pass is a forward of chunk 0, that micro batch's forward of chunk 0 (and
+//!   its collectives) on every stage before it must run first: `fill_k`;
+//! - its last backward of chunk 0 (its input-gradient half where backwards are split) sends
+//!   the gradient back after its compute and collectives, and each stage before it must then
+//!   run that micro batch's backward of chunk 0 in turn: `drain_k` after it.
 //!
-//! The chains hold under `gpipe`, `1f1b` and `interleaved-1f1b`. Zero-bubble and DualPipe
-//! split backwards (a W may come last), and DualPipe's ranks also start from the other end of
-//! the pipeline, so under them the bound is a stage's passes and optimizer alone. So `step >=
-//! fill_k + passes_k + max(optimizer_k, drain_k)` for every stage and routing load class; the
-//! bound is the largest. Communication, bubbles beyond the fill and drain,
-//! and memory traffic between ops are what it leaves out. A test checks it against the
-//! engine on every valid layout of small search spaces.
+//! These hold under every schedule: the fill where the first pass is a forward of chunk 0,
+//! the drain always (chunk 0's micro batches flow from stage 0 on, DualPipe's too). So
+//! `step >= fill_k + passes_k + optimizer_k` and `step >= fill_k + (passes up to the last
+//! backward of chunk 0) + drain_k` for every stage and routing load class; the bound is the
+//! largest. Data-parallel and pipeline transfers, bubbles beyond the fill and drain, and
+//! memory traffic between ops are what it leaves out. A test checks it against the engine on
+//! every valid layout of small search spaces.
 
 use super::chunks::{plan_chunks, ChunkPlan, Seg};
 use super::dp::{DpPolicy, Zero};
+use super::emit::chained_comms;
 use super::pipeline::{split_backwards, stage_order, Pass, Slot};
-use super::{ComputeOp, ScheduleError, Sizes};
+use super::{ComputeOp, Phase, ScheduleError, Sizes};
 use crate::plan::Plan;
-use crate::scenario::{PipelineSchedule, Scenario};
+use crate::scenario::Scenario;
 use crate::workload::routing::LoadClasses;
+use crate::workload::CommCall;
 use std::collections::BTreeSet;
 
 /// Whether the finalising backward of each chunk is cut into gradient buckets with
@@ -60,24 +66,26 @@ pub struct Bounds {
     pub memory_bytes: u64,
 }
 
-/// The [`Bounds`] of step `step`, with each compute op priced by `price`.
+/// What the bound prices ops with.
+pub struct Prices<'a> {
+    /// A compute op's time.
+    pub compute: &'a dyn Fn(&ComputeOp) -> u64,
+    /// A collective's time on a rank of the stage (the first argument); 0 where the engine
+    /// does not take it from the cost model (a flow network times it).
+    pub collective: &'a dyn Fn(u32, &CommCall) -> u64,
+}
+
+/// The [`Bounds`] of step `step`, with each op priced by `price`.
 pub fn step_lower_bounds(
     scenario: &Scenario,
     plan: &Plan,
     sizes: &dyn Sizes,
     step: u64,
-    price: &dyn Fn(&ComputeOp) -> u64,
+    price: &Prices<'_>,
 ) -> Result<Bounds, ScheduleError> {
     let (pp, vpp, m) = (plan.pp(), plan.vpp(), plan.microbatches);
     let policy = DpPolicy::new(scenario, plan, step)?;
     let buckets = overlap_buckets(&policy);
-    // The fill and drain chains hold where each stage's passes run chunk 0's forward first
-    // and its backward last, unsplit; zero-bubble and DualPipe split backwards, and
-    // DualPipe's ranks also start from the other end.
-    let chains = matches!(
-        scenario.parallel.schedule,
-        PipelineSchedule::Gpipe | PipelineSchedule::OneFOneB | PipelineSchedule::Interleaved1F1B
-    );
     let extra_warmup = u32::from(scenario.training.moe_a2a_overlap);
     let orders = (0..pp)
         .map(|stage| {
@@ -97,14 +105,23 @@ pub fn step_lower_bounds(
         let mut fill = 0u64;
         let mut drain = 0u64;
         for (stage, order) in orders.iter().enumerate() {
+            let pass_prices = |segs: &[Seg]| {
+                PassPrices::new(segs, price.compute, &|seg, phase| {
+                    let comms = chained_comms(scenario, plan, seg, phase).unwrap_or_default();
+                    comms
+                        .iter()
+                        .map(|c| (price.collective)(stage as u32, c))
+                        .fold(0, u64::saturating_add)
+                })
+            };
             let mine: Vec<ChunkPrices> = chunks
                 .get(stage)
                 .map(Vec::as_slice)
                 .unwrap_or_default()
                 .iter()
-                .map(|c| ChunkPrices::new(c, price))
+                .map(|c| ChunkPrices::new(c, &pass_prices))
                 .collect();
-            let (passes, last_adds) = passes_ns(&mine, order, buckets);
+            let slots = slot_costs(&mine, order, buckets);
             let state = sizes.state_bytes(stage as u32);
             let held = state
                 .weights_bytes
@@ -117,27 +134,65 @@ pub fn step_lower_bounds(
                 .unwrap_or(0);
             memory = memory.max(held.saturating_add(saved));
             let optimizer = if policy.syncs {
-                price(&sizes.optimizer_step(stage as u32))
+                (price.compute)(&sizes.optimizer_step(stage as u32))
             } else {
                 0
             };
-            if !chains {
-                bound = bound.max(passes.saturating_add(optimizer));
-                continue;
+            let passes = slots
+                .iter()
+                .fold(0u64, |t, c| t.saturating_add(c.on_rank()));
+            // The data-parallel stream runs its collectives one at a time.
+            let reductions = chunks
+                .get(stage)
+                .map(|c| {
+                    per_pass_reductions_ns(&policy, c, order, &|call| {
+                        (price.collective)(stage as u32, call)
+                    })
+                })
+                .unwrap_or(0);
+            bound = bound.max(reductions);
+            // The rank's first op waits for the fill when it is a forward of chunk 0.
+            let fill_k = match order.first() {
+                Some(s) if s.pass == Pass::Forward && s.chunk == 0 => fill,
+                _ => 0,
+            };
+            bound = bound.max(fill_k.saturating_add(passes).saturating_add(optimizer));
+            // The drain starts when the rank's last backward of chunk 0 and its collectives
+            // end (the send to the stage before waits for both, not for the gradient
+            // accumulation beside them).
+            if let Some(last) = order
+                .iter()
+                .rposition(|s| s.chunk == 0 && s.pass == Pass::Backward)
+            {
+                let before = slots[..last]
+                    .iter()
+                    .fold(0u64, |t, c| t.saturating_add(c.on_rank()));
+                let to_send = slots[last].compute_ns.saturating_add(slots[last].comms_ns);
+                let chained = fill_k
+                    .saturating_add(before)
+                    .saturating_add(to_send)
+                    .saturating_add(drain);
+                bound = bound.max(chained);
             }
-            bound = bound.max(fill.saturating_add(passes).saturating_add(optimizer));
-            // The drain starts when the last backward ends, beside the gradient accumulation
-            // that follows it.
-            let chained = fill
-                .saturating_add(passes.saturating_sub(last_adds))
-                .saturating_add(drain);
-            bound = bound.max(chained);
             if let Some(first) = mine.first() {
-                fill = fill.saturating_add(first.segs.forward);
-                let last = match &first.final_segs {
-                    Some(f) => first.segs.backward.min(f.backward),
-                    None => first.segs.backward,
-                };
+                fill = fill
+                    .saturating_add(first.segs.forward)
+                    .saturating_add(first.segs.forward_comms);
+                // The backward on the drain is the input-gradient half where this stage
+                // splits backwards.
+                let split = !split_backwards(order).is_empty();
+                let last = [Some(&first.segs), first.final_segs.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        if split {
+                            p.backward.min(p.backward_input)
+                        } else {
+                            p.backward
+                        }
+                    })
+                    .min()
+                    .unwrap_or(0);
                 drain = drain.saturating_add(last);
             }
         }
@@ -146,6 +201,60 @@ pub fn step_lower_bounds(
         step_ns: bound,
         memory_bytes: memory,
     })
+}
+
+/// ZeRO-3 / FSDP reducing per pass (neither pipelined nor without sync): the reductions of
+/// every gradient pass's segments, one after another on the data-parallel stream, as the
+/// emitter issues them (per group and bucket call, each shard group's followed by the
+/// replica all-reduce under HSDP); 0 otherwise.
+fn per_pass_reductions_ns(
+    policy: &DpPolicy,
+    chunks: &[ChunkPlan],
+    order: &[Slot],
+    price: &dyn Fn(&CommCall) -> u64,
+) -> u64 {
+    if !(policy.zero == Zero::ShardedParams
+        && policy.syncs
+        && policy.reduces()
+        && policy.pipelined.is_none())
+    {
+        return 0;
+    }
+    let per_chunk: Vec<u64> = chunks
+        .iter()
+        .map(|c| {
+            let mut ns = 0u64;
+            for seg in &c.segs {
+                for (group, size, elems) in policy.grad_reductions(seg.params) {
+                    for (bytes, calls) in policy.grad_calls(elems) {
+                        if size > 1 {
+                            ns = ns.saturating_add(price(&CommCall {
+                                kind: crate::schedule::CollectiveKind::ReduceScatter,
+                                group,
+                                bytes,
+                                calls,
+                            }));
+                        }
+                        if policy.replica_group_size > 1 {
+                            ns = ns.saturating_add(price(&CommCall {
+                                kind: crate::schedule::CollectiveKind::AllReduce,
+                                group: crate::plan::GroupKind::DpReplica,
+                                bytes: bytes.div_ceil(u64::from(size.max(1))),
+                                calls,
+                            }));
+                        }
+                    }
+                }
+            }
+            ns
+        })
+        .collect();
+    let split = split_backwards(order);
+    order
+        .iter()
+        .filter(|s| makes_grads(s, &split))
+        .filter_map(|s| per_chunk.get(s.chunk as usize))
+        .fold(0u64, |t, ns| t.saturating_add(*ns))
 }
 
 /// The most saved-activation bytes a stage holds at once: each forward of a chunk adds the
@@ -184,7 +293,8 @@ fn makes_grads(slot: &Slot, split: &BTreeSet<(u32, u32)>) -> bool {
     }
 }
 
-/// A pass's compute over a run of segments, each phase priced once.
+/// A pass's compute over a run of segments, each phase priced once, and the collectives
+/// chained after each segment's compute ([`chained_comms`]).
 #[derive(Clone, Copy, Default)]
 struct PassPrices {
     forward: u64,
@@ -193,20 +303,33 @@ struct PassPrices {
     backward_weight: u64,
     recompute: u64,
     accumulate: u64,
+    forward_comms: u64,
+    backward_comms: u64,
+    backward_input_comms: u64,
+    recompute_comms: u64,
 }
 
 impl PassPrices {
-    fn new(segs: &[Seg], price: &dyn Fn(&ComputeOp) -> u64) -> PassPrices {
+    fn new(
+        segs: &[Seg],
+        price: &dyn Fn(&ComputeOp) -> u64,
+        comms: &dyn Fn(&Seg, Phase) -> u64,
+    ) -> PassPrices {
         let mut p = PassPrices::default();
         for s in segs {
             let w = &s.work;
             let add = |total: &mut u64, op: &ComputeOp| *total = total.saturating_add(price(op));
+            let chained = |total: &mut u64, phase| *total = total.saturating_add(comms(s, phase));
             add(&mut p.forward, &w.forward.compute);
             add(&mut p.backward, &w.backward.compute);
             add(&mut p.backward_input, &w.backward_input.compute);
             add(&mut p.backward_weight, &w.backward_weight);
+            chained(&mut p.forward_comms, Phase::Forward);
+            chained(&mut p.backward_comms, Phase::Backward);
+            chained(&mut p.backward_input_comms, Phase::BackwardInput);
             if let Some(r) = &w.recompute {
                 add(&mut p.recompute, &r.compute);
+                chained(&mut p.recompute_comms, Phase::Recompute);
             }
             if let Some(a) = &w.grad_accumulate {
                 add(&mut p.accumulate, a);
@@ -223,10 +346,10 @@ struct ChunkPrices {
 }
 
 impl ChunkPrices {
-    fn new(c: &ChunkPlan, price: &dyn Fn(&ComputeOp) -> u64) -> ChunkPrices {
+    fn new(c: &ChunkPlan, prices: &dyn Fn(&[Seg]) -> PassPrices) -> ChunkPrices {
         ChunkPrices {
-            segs: PassPrices::new(&c.segs, price),
-            final_segs: c.final_segs.as_deref().map(|f| PassPrices::new(f, price)),
+            segs: prices(&c.segs),
+            final_segs: c.final_segs.as_deref().map(prices),
         }
     }
 
@@ -239,11 +362,29 @@ impl ChunkPrices {
     }
 }
 
-/// Every compute op of one stage's passes, priced: each forward, recompute, backward (input
-/// and weight halves where it is split) of each segment, and the gradient accumulation after
-/// every gradient pass of a chunk but its first; and the accumulation after the last pass
-/// (0 when there is none).
-fn passes_ns(chunks: &[ChunkPrices], order: &[Slot], buckets: bool) -> (u64, u64) {
+/// One pass of a stage's order, priced: its compute ops, the collectives the next pass's
+/// first compute waits for (0 for the last pass), and the gradient accumulation after it,
+/// which runs beside those collectives.
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotCost {
+    compute_ns: u64,
+    comms_ns: u64,
+    accumulate_ns: u64,
+}
+
+impl SlotCost {
+    /// What the pass adds to its rank's chain of compute and chained collectives.
+    fn on_rank(&self) -> u64 {
+        self.compute_ns
+            .saturating_add(self.comms_ns.max(self.accumulate_ns))
+    }
+}
+
+/// Every compute op of one stage's passes, priced, slot by slot: each forward, recompute,
+/// backward (input and weight halves where it is split) of each segment, the gradient
+/// accumulation after every gradient pass of a chunk but its first, and the collectives
+/// chained after each pass but the last.
+fn slot_costs(chunks: &[ChunkPrices], order: &[Slot], buckets: bool) -> Vec<SlotCost> {
     let split = split_backwards(order);
     // The last gradient pass of each chunk finalises it (cut into buckets when `buckets`).
     let mut final_slot = vec![None; chunks.len()];
@@ -255,38 +396,47 @@ fn passes_ns(chunks: &[ChunkPrices], order: &[Slot], buckets: bool) -> (u64, u64
         }
     }
     let mut first_grads = vec![false; chunks.len()];
-    let mut total = 0u64;
-    let mut last_adds = 0u64;
+    let mut out = Vec::with_capacity(order.len());
     for (i, slot) in order.iter().enumerate() {
         let Some(cp) = chunks.get(slot.chunk as usize) else {
+            out.push(SlotCost::default());
             continue;
         };
         let finalising = buckets && final_slot.get(slot.chunk as usize) == Some(&Some(i));
         let grads = makes_grads(slot, &split);
-        let ns = match slot.pass {
-            Pass::Forward => cp.segs.forward,
+        let (compute_ns, comms) = match slot.pass {
+            Pass::Forward => (cp.segs.forward, cp.segs.forward_comms),
             Pass::Backward if !grads => {
                 let p = cp.segs;
-                p.recompute.saturating_add(p.backward_input)
+                (
+                    p.recompute.saturating_add(p.backward_input),
+                    p.recompute_comms.saturating_add(p.backward_input_comms),
+                )
             }
             Pass::Backward => {
                 let p = cp.segs_for(finalising);
-                p.recompute.saturating_add(p.backward)
+                (
+                    p.recompute.saturating_add(p.backward),
+                    p.recompute_comms.saturating_add(p.backward_comms),
+                )
             }
-            Pass::Weight => cp.segs_for(finalising).backward_weight,
+            Pass::Weight => (cp.segs_for(finalising).backward_weight, 0),
         };
-        total = total.saturating_add(ns);
-        last_adds = 0;
+        let mut accumulate_ns = 0;
         if grads {
             let seen = first_grads.get_mut(slot.chunk as usize);
             if seen.as_deref() == Some(&true) {
-                last_adds = cp.segs_for(finalising).accumulate;
-                total = total.saturating_add(last_adds);
+                accumulate_ns = cp.segs_for(finalising).accumulate;
             }
             if let Some(s) = seen {
                 *s = true;
             }
         }
+        out.push(SlotCost {
+            compute_ns,
+            comms_ns: if i + 1 < order.len() { comms } else { 0 },
+            accumulate_ns,
+        });
     }
-    (total, last_adds)
+    out
 }

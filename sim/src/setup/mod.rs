@@ -221,5 +221,9 @@ mod tests {
             serde_json::to_string(&plan).unwrap(),
             serde_json::to_string(&fresh).unwrap()
         );
+        assert_eq!(
+            format!("{:?}", plan.groups()),
+            format!("{:?}", fresh.groups())
+        );
     }
 }

@@ -108,17 +108,34 @@ pub(crate) fn generate_each<E: From<ScheduleError>>(
     })
 }
 
-/// [`crate::schedule::step_lower_bounds`] of `scenario`'s representative step, each compute
-/// op priced by `cost`, with `layers_work` answered from this thread's cache as [`generate`]
-/// answers it.
+/// [`crate::schedule::step_lower_bounds`] of `scenario`'s representative step, each op
+/// priced by `cost` (collectives on the first rank of each stage, in that rank's groups, as
+/// the engine prices them when no flow network times them), with `layers_work` answered from
+/// this thread's cache as [`generate`] answers it.
 pub(crate) fn lower_bounds(
     scenario: &Scenario,
     plan: &Plan,
     cost: &dyn crate::cost::CostModel,
 ) -> Result<crate::schedule::Bounds, ScheduleError> {
-    let price = |op: &ComputeOp| cost.compute_ns(0, op);
+    let compute = |op: &ComputeOp| cost.compute_ns(0, op);
+    let analytic = scenario.cluster.topology.model != crate::scenario::NetworkModel::Flow;
+    let collective = |stage: u32, c: &crate::workload::CommCall| {
+        if !analytic {
+            return 0;
+        }
+        let rank = plan.rank_of(crate::plan::Coords {
+            pp: stage,
+            ..Default::default()
+        });
+        let group = plan.group_containing(rank, c.group);
+        cost.collective_ns(c.kind, &group, c.bytes, c.calls)
+    };
+    let prices = crate::schedule::Prices {
+        compute: &compute,
+        collective: &collective,
+    };
     with_cache(scenario, plan, |sizes, step| {
-        crate::schedule::step_lower_bounds(scenario, plan, sizes, step, &price)
+        crate::schedule::step_lower_bounds(scenario, plan, sizes, step, &prices)
     })
 }
 

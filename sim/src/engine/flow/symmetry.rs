@@ -196,7 +196,7 @@ impl Check<'_> {
     /// Every transfer the programs can issue, with whether it is simulated.
     fn transfers(&self) -> Vec<(Transfer, bool)> {
         let mut out = Vec::new();
-        for (g, group) in self.plan.groups.iter().enumerate() {
+        for (g, group) in self.plan.groups().iter().enumerate() {
             let gk = group.kind.index();
             let simulated = group.members.iter().any(|&m| self.is_rep(m));
             let mut programs: Vec<u32> = group
@@ -252,7 +252,7 @@ impl Check<'_> {
                 kind,
                 bytes,
                 calls,
-            } => match self.plan.groups.get(group as usize) {
+            } => match self.plan.groups().get(group as usize) {
                 Some(g) => self.net.collective(kind, g, bytes, calls),
                 None => FlowPlan::default(),
             },
@@ -277,7 +277,7 @@ impl Check<'_> {
                 bytes,
                 calls,
             } => {
-                let g = self.plan.groups.get(group as usize)?;
+                let g = self.plan.groups().get(group as usize)?;
                 let rep = *self.rep_of.get(*g.members.first()? as usize)?;
                 Some(Transfer::Collective {
                     group: self.plan.group_of(rep, g.kind),

@@ -7,8 +7,8 @@
 //! (see [`emit_tp_overlapped`]). With ring context parallelism the pass's attention kernel
 //! is cut into `cp` blocks with the K/V transfers between them (see [`emit_ring`]).
 
-use crate::plan::GroupKind;
-use crate::scenario::Granularity;
+use crate::plan::{GroupKind, Plan};
+use crate::scenario::{Granularity, Scenario};
 use crate::schedule::builder::Builder;
 use crate::schedule::chunks::Seg;
 use crate::schedule::emit::StageCtx;
@@ -49,9 +49,10 @@ pub fn emit_pass(
         split = (Vec::new(), Vec::new());
         all
     };
-    let (compute, tail) = if let Some(sms) = tp_comm_overlap_sms(ctx, phase, comms) {
+    let tp = ctx.plan_group_size(GroupKind::Tp);
+    let (compute, tail) = if let Some(sms) = tp_comm_overlap_sms(ctx.s, tp, phase, comms) {
         emit_tp_overlapped(ctx, b, (op, comms, ring), sms, deps, label)?
-    } else if overlaps_tp_backward(ctx, seg, phase) {
+    } else if overlaps_tp_backward(ctx.s, tp, seg, phase) {
         // Megatron: the input-gradient all-reduce runs while the weight-gradient GEMMs do.
         let (input_op, _, input_ring) = pass_work(seg, Phase::BackwardInput)?;
         let input = emit_ring(ctx, b, input_op, input_ring, deps, label)?;
@@ -78,6 +79,57 @@ pub fn emit_pass(
 /// An expert-parallel all-to-all (an MoE layer's dispatch or combine).
 fn is_expert_a2a(c: &CommCall) -> bool {
     c.group == GroupKind::Ep && c.kind == CollectiveKind::AllToAll
+}
+
+/// The collectives of `seg`'s pass `phase` that the next compute on its rank waits for after
+/// the pass's own compute, one after another, as [`emit_pass`] chains them, each with the
+/// bytes of its chained part: every collective over a group of more than one rank, except
+/// what runs beside the compute. That is, under `tp_comm_overlap` all but one chunk of each
+/// overlapped collective ([`emit_tp_overlapped`]); at layer granularity the input-gradient
+/// reductions of a backward ([`overlaps_tp_backward`]); with `moe_a2a_overlap` the expert
+/// all-to-alls (which run beside the next compute where the pass sits next to one of the
+/// other direction). For [`crate::schedule::step_lower_bounds`]: the step is at least the
+/// sum, on one rank, of its computes and the collectives chained between them.
+pub(crate) fn chained_comms(
+    s: &Scenario,
+    plan: &Plan,
+    seg: &Seg,
+    phase: Phase,
+) -> Result<Vec<CommCall>, ScheduleError> {
+    if phase == Phase::BackwardWeight {
+        return Ok(Vec::new());
+    }
+    let (_, all, _) = pass_work(seg, phase)?;
+    let comms: Vec<CommCall> = all
+        .iter()
+        .filter(|c| !(s.training.moe_a2a_overlap && is_expert_a2a(c)))
+        .cloned()
+        .collect();
+    let tp = plan.group_size(GroupKind::Tp);
+    let wide = |c: &CommCall| plan.group_size(c.group) > 1;
+    Ok(if tp_comm_overlap_sms(s, tp, phase, &comms).is_some() {
+        let t = u64::from(tp).max(1);
+        comms
+            .into_iter()
+            .filter_map(|c| {
+                if tp_overlapped(&c) {
+                    Some(CommCall {
+                        bytes: c.bytes / t,
+                        ..c
+                    })
+                } else {
+                    wide(&c).then_some(c)
+                }
+            })
+            .collect()
+    } else if overlaps_tp_backward(s, tp, seg, phase) {
+        comms
+            .into_iter()
+            .filter(|c| wide(c) && !crate::workload::overlaps_wgrad(c))
+            .collect()
+    } else {
+        comms.into_iter().filter(wide).collect()
+    })
 }
 
 /// Emits `op` after `deps`; with a ring exchange (`ring`, over a cp group of more than one
@@ -207,10 +259,10 @@ fn ring_blocks(op: &ComputeOp, steps: u32) -> Option<(ComputeOp, ComputeOp, Comp
 /// the collectives and its W runs later), and only when every collective of the backward is a
 /// tensor-parallel one (context- and expert-parallel exchanges sit inside the backward and stay
 /// on the critical path).
-fn overlaps_tp_backward(ctx: &StageCtx, seg: &Seg, phase: Phase) -> bool {
+fn overlaps_tp_backward(s: &Scenario, tp: u32, seg: &Seg, phase: Phase) -> bool {
     phase == Phase::Backward
-        && ctx.s.run.granularity == Granularity::Layer
-        && ctx.plan_group_size(GroupKind::Tp) > 1
+        && s.run.granularity == Granularity::Layer
+        && tp > 1
         && crate::workload::backward_comms_overlap_wgrad(&seg.work.backward.comms)
 }
 
@@ -229,13 +281,10 @@ fn tp_overlapped(c: &CommCall) -> bool {
 /// GEMM on the other SMs; its ring-exchange all-gathers use the copy engines), weighted by
 /// their share of the pass's overlapped bytes. `None` when the pass overlaps nothing, or is a
 /// backward and the framework overlaps only the forward's (`tp_comm_overlap_backward`).
-fn tp_comm_overlap_sms(ctx: &StageCtx, phase: Phase, comms: &[CommCall]) -> Option<u32> {
-    let overlaps = &ctx.s.training.framework.overlaps;
+fn tp_comm_overlap_sms(s: &Scenario, tp: u32, phase: Phase, comms: &[CommCall]) -> Option<u32> {
+    let overlaps = &s.training.framework.overlaps;
     let forward = matches!(phase, Phase::Forward | Phase::Recompute);
-    if !ctx.s.training.tp_comm_overlap
-        || ctx.plan_group_size(GroupKind::Tp) <= 1
-        || !(forward || overlaps.tp_comm_overlap_backward)
-    {
+    if !s.training.tp_comm_overlap || tp <= 1 || !(forward || overlaps.tp_comm_overlap_backward) {
         return None;
     }
     let bytes = |c: &CommCall| c.bytes.saturating_mul(u64::from(c.calls));

@@ -36,6 +36,7 @@ mod p2p;
 mod steps;
 mod zero;
 
+pub(crate) use compute::chained_comms;
 pub use p2p::check_tags;
 
 use crate::plan::Plan;
