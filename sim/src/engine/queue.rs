@@ -1,20 +1,24 @@
 //! The engine's event queue: events ordered by (time, push order), so events at equal times
 //! pop in the order they were scheduled and a run is deterministic.
 //!
-//! Events at the same time are kept together in a *bucket*, a FIFO of payloads, and only
-//! buckets enter the heap, a 4-ary min-heap keyed by (time, the bucket's creation sequence).
-//! Symmetric ranks (the members of a tensor- or data-parallel group) finish the same ops at
-//! the same times, so at 16,384 GPUs a thousand events share a bucket and the heap holds a
+//! The heap is a 4-ary min-heap of *nodes* keyed by (time, the node's creation sequence).
+//! A node holds the first event pushed for its time; events pushed later for the same time
+//! while the node is still queued go to the node's *overflow*, a FIFO bucket, instead of the
+//! heap. Symmetric ranks (the members of a tensor- or data-parallel group) finish the same ops
+//! at the same times, so at 16,384 GPUs a thousand events share a node and the heap holds a
 //! few dozen entries instead of tens of thousands; where every time differs (per-op noise)
-//! each bucket holds one event and this is a plain heap.
+//! no node has an overflow and this is a plain heap of events.
 //!
-//! Why the order is exactly (time, push order): a push at time `t` appends to the bucket
-//! for `t` created last, if that bucket has not been emptied, and otherwise creates a new
-//! bucket for `t`. Buckets of one time are therefore ordered by creation, every event of an
-//! older bucket was pushed before every event of a newer one, and within a bucket events pop
-//! in push order. The bucket created last for a time is found through a direct-mapped table
-//! (`recent`) that every bucket creation writes; a time evicted from it by another time
-//! just gets a new bucket, which is still ordered after the old one.
+//! Why the order is exactly (time, push order): a push at time `t` joins the node created
+//! last for `t` if that node is still queued, and otherwise creates a new node for `t`. Nodes
+//! of one time are therefore ordered by creation, every event of an older node was pushed
+//! before every event of a newer one, and within a node events pop in push order (its own
+//! event, then its overflow's). The node created last for a time is found through a
+//! direct-mapped table (`recent`) that every node creation writes and every node removal
+//! clears; a time evicted from it by another time just gets a new node, which is still
+//! ordered after the old one (whose overflow, if it has one, is then found in `evicted`).
+
+use std::collections::HashMap;
 
 /// A popped event. `a` and `b` are the payload; the engine gives them meaning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,12 +28,13 @@ pub(crate) struct Event {
     pub b: u32,
 }
 
-/// A heap entry: one bucket.
+/// A heap entry: the first event of its time, and the order of its creation.
 #[derive(Clone, Copy, Debug)]
 struct Node {
     time_ns: u64,
     seq: u64,
-    bucket: u32,
+    a: u32,
+    b: u32,
 }
 
 impl Node {
@@ -44,18 +49,34 @@ impl Node {
     }
 }
 
-/// The events of one time, in push order; `items[read..]` are still to pop.
+/// The overflow of a node: events pushed after its own for its time; `items[read..]` are
+/// still to pop.
 #[derive(Debug, Default)]
 struct Bucket {
-    time_ns: u64,
     read: u32,
     items: Vec<(u32, u32)>,
 }
 
-/// Entries of the table of recently created buckets (a power of two).
+/// Entries of the table of recently created nodes (a power of two).
 const RECENT: usize = 256;
-/// `recent` entry that names no bucket.
+/// `Recent::seq` of an entry that names no node.
+const NO_NODE: u64 = u64::MAX;
+/// `Recent::bucket` of a node without an overflow.
 const NO_BUCKET: u32 = u32::MAX;
+
+/// The node created last for `time_ns`, while it is queued.
+#[derive(Clone, Copy, Debug)]
+struct Recent {
+    time_ns: u64,
+    seq: u64,
+    bucket: u32,
+}
+
+const EMPTY: Recent = Recent {
+    time_ns: 0,
+    seq: NO_NODE,
+    bucket: NO_BUCKET,
+};
 
 #[derive(Debug)]
 pub(crate) struct EventQueue {
@@ -63,8 +84,12 @@ pub(crate) struct EventQueue {
     buckets: Vec<Bucket>,
     /// Buckets emptied and ready for reuse (their vectors keep their room).
     free: Vec<u32>,
-    /// By a hash of the time: (time, the live bucket created last for it, or [`NO_BUCKET`]).
-    recent: Box<[(u64, u32); RECENT]>,
+    /// By a hash of the time: the node created last for it, while it is queued.
+    recent: Box<[Recent; RECENT]>,
+    /// Overflows of queued nodes whose `recent` entry another time took: by node sequence.
+    evicted: HashMap<u64, u32>,
+    /// The root node whose own event has popped, and its overflow being popped.
+    draining: Option<(u64, u32)>,
     next_seq: u64,
 }
 
@@ -83,19 +108,29 @@ impl EventQueue {
     pub fn with_capacity(n: usize) -> EventQueue {
         EventQueue {
             heap: Vec::with_capacity(n),
-            buckets: Vec::with_capacity(n),
-            free: Vec::with_capacity(n),
-            recent: Box::new([(0, NO_BUCKET); RECENT]),
+            buckets: Vec::new(),
+            free: Vec::new(),
+            recent: Box::new([EMPTY; RECENT]),
+            evicted: HashMap::new(),
+            draining: None,
             next_seq: 0,
         }
     }
 
+    /// Events queued.
     #[cfg(test)]
     pub fn len(&self) -> usize {
+        let left = |id: u32| {
+            self.buckets
+                .get(id as usize)
+                .map_or(0, |b| b.items.len() - b.read as usize)
+        };
         self.heap
             .iter()
-            .filter_map(|n| self.buckets.get(n.bucket as usize))
-            .map(|b| b.items.len() - b.read as usize)
+            .map(|n| match self.draining {
+                Some((seq, id)) if seq == n.seq => left(id),
+                _ => 1 + self.overflow_of(n).map_or(0, left),
+            })
             .sum()
     }
 
@@ -103,32 +138,46 @@ impl EventQueue {
     #[inline]
     pub fn push(&mut self, time_ns: u64, a: u32, b: u32) {
         let slot = recent_slot(time_ns);
-        let (t, id) = self.recent[slot];
-        if t == time_ns {
+        let e = self.recent[slot];
+        if e.seq != NO_NODE && e.time_ns == time_ns {
+            let id = if e.bucket != NO_BUCKET {
+                e.bucket
+            } else {
+                let id = self.new_bucket();
+                self.recent[slot].bucket = id;
+                id
+            };
             if let Some(bucket) = self.buckets.get_mut(id as usize) {
                 bucket.items.push((a, b));
-                return;
             }
+            return;
         }
-        let id = match self.free.pop() {
+        if e.seq != NO_NODE && e.bucket != NO_BUCKET {
+            self.evicted.insert(e.seq, e.bucket);
+        }
+        let node = Node {
+            time_ns,
+            seq: self.next_seq,
+            a,
+            b,
+        };
+        self.recent[slot] = Recent {
+            time_ns,
+            seq: self.next_seq,
+            bucket: NO_BUCKET,
+        };
+        self.next_seq += 1;
+        self.sift_up(node);
+    }
+
+    fn new_bucket(&mut self) -> u32 {
+        match self.free.pop() {
             Some(id) => id,
             None => {
                 self.buckets.push(Bucket::default());
                 (self.buckets.len() - 1) as u32
             }
-        };
-        if let Some(bucket) = self.buckets.get_mut(id as usize) {
-            bucket.time_ns = time_ns;
-            bucket.items.push((a, b));
         }
-        self.recent[slot] = (time_ns, id);
-        let node = Node {
-            time_ns,
-            seq: self.next_seq,
-            bucket: id,
-        };
-        self.next_seq += 1;
-        self.sift_up(node);
     }
 
     fn sift_up(&mut self, node: Node) {
@@ -153,32 +202,61 @@ impl EventQueue {
         self.heap.first().map(|e| e.time_ns)
     }
 
+    /// The overflow of queued node `n`, if it has one.
+    #[inline]
+    fn overflow_of(&self, n: &Node) -> Option<u32> {
+        let e = self.recent[recent_slot(n.time_ns)];
+        if e.seq == n.seq {
+            (e.bucket != NO_BUCKET).then_some(e.bucket)
+        } else if self.evicted.is_empty() {
+            None
+        } else {
+            self.evicted.get(&n.seq).copied()
+        }
+    }
+
     /// The earliest event.
     #[inline]
     pub fn pop(&mut self) -> Option<Event> {
         let top = *self.heap.first()?;
-        let bucket = self.buckets.get_mut(top.bucket as usize)?;
-        let (a, b) = *bucket.items.get(bucket.read as usize)?;
-        bucket.read += 1;
-        if bucket.read as usize == bucket.items.len() {
-            bucket.items.clear();
-            bucket.read = 0;
-            let slot = recent_slot(top.time_ns);
-            if self.recent[slot].1 == top.bucket {
-                self.recent[slot].1 = NO_BUCKET;
+        if let Some((seq, id)) = self.draining.filter(|&(seq, _)| seq == top.seq) {
+            let bucket = self.buckets.get_mut(id as usize)?;
+            let (a, b) = *bucket.items.get(bucket.read as usize)?;
+            bucket.read += 1;
+            if bucket.read as usize == bucket.items.len() {
+                bucket.items.clear();
+                bucket.read = 0;
+                self.free.push(id);
+                self.draining = None;
+                if !self.evicted.is_empty() {
+                    self.evicted.remove(&seq);
+                }
+                self.retire(&top);
             }
-            self.free.push(top.bucket);
-            self.pop_top();
+            return Some(Event {
+                time_ns: top.time_ns,
+                a,
+                b,
+            });
+        }
+        // The node's own event; its overflow, if any, pops next.
+        match self.overflow_of(&top) {
+            Some(id) => self.draining = Some((top.seq, id)),
+            None => self.retire(&top),
         }
         Some(Event {
             time_ns: top.time_ns,
-            a,
-            b,
+            a: top.a,
+            b: top.b,
         })
     }
 
-    /// Removes the heap's root.
-    fn pop_top(&mut self) {
+    /// Removes the root, `top`, and its `recent` entry.
+    fn retire(&mut self, top: &Node) {
+        let slot = recent_slot(top.time_ns);
+        if self.recent[slot].seq == top.seq {
+            self.recent[slot] = EMPTY;
+        }
         let Some(last) = self.heap.pop() else { return };
         let n = self.heap.len();
         if n == 0 {
@@ -229,28 +307,56 @@ mod tests {
         assert_eq!(q.len(), 0);
     }
 
+    /// A time other than `t` that shares its `recent` entry.
+    fn colliding(t: u64) -> u64 {
+        (t + 1..)
+            .find(|&u| recent_slot(u) == recent_slot(t))
+            .unwrap_or(t)
+    }
+
     #[test]
     fn a_time_evicted_from_the_table_keeps_push_order() {
-        // Two times that share a `recent` entry: pushing the second evicts the first, so the
-        // next push at the first time opens a second bucket for it, which must pop after the
-        // first bucket and before nothing pushed earlier.
+        // Pushing t2 evicts t1's entry, so the next push at t1 creates a second node for it,
+        // which must pop after the first node and its overflow.
         let t1 = 1_000u64;
-        let t2 = (t1 + 1..)
-            .find(|&t| recent_slot(t) == recent_slot(t1))
-            .unwrap_or(t1);
+        let t2 = colliding(t1);
         assert_ne!(t1, t2);
         let mut q = EventQueue::with_capacity(0);
         q.push(t1, 1, 0);
-        q.push(t2, 2, 0);
-        q.push(t1, 3, 0);
-        q.push(t2, 4, 0);
-        q.push(t1, 5, 0);
+        q.push(t1, 2, 0); // t1's first node now has an overflow
+        q.push(t2, 3, 0); // evicts it: the overflow must still pop
+        q.push(t1, 4, 0);
+        q.push(t2, 5, 0);
+        q.push(t1, 6, 0);
+        assert_eq!(q.len(), 6);
         let order: Vec<(u64, u32)> = std::iter::from_fn(|| q.pop())
             .map(|e| (e.time_ns, e.a))
             .collect();
-        let mut want = vec![(t1, 1), (t1, 3), (t1, 5), (t2, 2), (t2, 4)];
+        let mut want = vec![(t1, 1), (t1, 2), (t1, 4), (t1, 6), (t2, 3), (t2, 5)];
         want.sort_by_key(|&(t, a)| (t, a));
         assert_eq!(order, want);
+        assert!(q.evicted.is_empty());
+        assert_eq!(q.len(), 0);
+    }
+
+    #[test]
+    fn a_node_drained_while_its_entry_is_evicted_pops_its_whole_overflow() {
+        let t1 = 1_000u64;
+        let t2 = colliding(t1);
+        let mut q = EventQueue::with_capacity(0);
+        q.push(t1, 1, 0);
+        q.push(t1, 2, 0);
+        q.push(t1, 3, 0);
+        assert_eq!(q.pop().map(|e| e.a), Some(1));
+        assert_eq!(q.pop().map(|e| e.a), Some(2));
+        // t2 takes the entry while t1's node is being popped; a push at t1 then opens a new
+        // node, after the old one's last event.
+        q.push(t2, 4, 0);
+        q.push(t1, 5, 0);
+        let rest: Vec<u32> = std::iter::from_fn(|| q.pop()).map(|e| e.a).collect();
+        let want = if t1 < t2 { vec![3, 5, 4] } else { vec![4, 3, 5] };
+        assert_eq!(rest, want);
+        assert!(q.evicted.is_empty());
     }
 
     #[test]
