@@ -117,6 +117,21 @@ impl EventQueue {
         }
     }
 
+    /// Empties the queue for another run, keeping its vectors' room.
+    pub fn reset(&mut self) {
+        self.heap.clear();
+        for b in self.buckets.iter_mut() {
+            b.items.clear();
+            b.read = 0;
+        }
+        self.free.clear();
+        self.free.extend((0..self.buckets.len() as u32).rev());
+        self.recent.fill(EMPTY);
+        self.evicted.clear();
+        self.draining = None;
+        self.next_seq = 0;
+    }
+
     /// Events queued.
     #[cfg(test)]
     pub fn len(&self) -> usize {
@@ -376,6 +391,23 @@ mod tests {
         assert_eq!(q.pop().map(|e| (e.time_ns, e.a)), Some((7, 4)));
         assert_eq!(q.pop(), None);
         assert_eq!(q.next_time_ns(), None);
+    }
+
+    #[test]
+    fn a_reset_queue_is_empty_and_orders_as_a_new_one() {
+        let mut q = EventQueue::with_capacity(0);
+        for (t, a) in [(5, 1), (5, 2), (3, 3), (9, 4)] {
+            q.push(t, a, 0);
+        }
+        assert_eq!(q.pop().map(|e| e.a), Some(3));
+        q.reset();
+        assert_eq!(q.len(), 0);
+        assert_eq!(q.pop(), None);
+        for (t, a) in [(4, 10), (2, 11), (4, 12)] {
+            q.push(t, a, 0);
+        }
+        let order: Vec<u32> = std::iter::from_fn(|| q.pop()).map(|e| e.a).collect();
+        assert_eq!(order, vec![11, 10, 12]);
     }
 
     proptest! {
