@@ -236,3 +236,51 @@ impl<S: Slots> State<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::{OpJitter, SimOptions, SimResult};
+    use crate::testing::small_scenario;
+    use crate::Staged;
+
+    fn run(s: &crate::scenario::Scenario, opts: &SimOptions) -> SimResult {
+        let staged = Staged::new(s).unwrap();
+        staged.simulate(opts).unwrap()
+    }
+
+    /// Runs of every rank on one thread refill the vectors and queue the run before left
+    /// (larger and smaller worlds, with and without per-op noise, collapsed between), and
+    /// each gives what it gives on a fresh thread.
+    #[test]
+    fn a_run_after_others_on_its_thread_equals_a_fresh_one() {
+        let full = SimOptions::default();
+        let noisy = SimOptions {
+            op_jitter: Some(OpJitter { seed: 3, cv: 0.2 }),
+            ..SimOptions::default()
+        };
+        let collapsed = SimOptions {
+            collapse: true,
+            ..SimOptions::default()
+        };
+        let runs = [
+            (small_scenario(2, 2, 4, 8), &full),
+            (small_scenario(2, 2, 2, 4), &noisy),
+            (small_scenario(1, 4, 2, 8), &full),
+            (small_scenario(2, 2, 4, 8), &collapsed),
+            (small_scenario(2, 4, 4, 8), &noisy),
+            (small_scenario(2, 2, 2, 4), &full),
+        ];
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                for (i, (s, opts)) in runs.iter().enumerate() {
+                    let got = run(s, opts);
+                    let fresh = std::thread::scope(|f| f.spawn(|| run(s, opts)).join()).unwrap();
+                    assert_eq!(got, fresh, "run {i}");
+                    assert!(got.events > 0, "run {i}");
+                }
+            })
+            .join()
+            .unwrap();
+        });
+    }
+}
