@@ -177,7 +177,13 @@ fn only_the_dry_run_and_the_engine_catch_a_deadlock() {
         s
     };
     let cost = Analytic::new(&s);
-    let err = simulate(&plan, &sched, &cost as &dyn CostModel, &SimOptions::default()).unwrap_err();
+    let err = simulate(
+        &plan,
+        &sched,
+        &cost as &dyn CostModel,
+        &SimOptions::default(),
+    )
+    .unwrap_err();
     assert!(matches!(err, SimError::Deadlock(_)), "{err}");
 }
 

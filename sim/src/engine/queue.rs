@@ -369,7 +369,11 @@ mod tests {
         q.push(t2, 4, 0);
         q.push(t1, 5, 0);
         let rest: Vec<u32> = std::iter::from_fn(|| q.pop()).map(|e| e.a).collect();
-        let want = if t1 < t2 { vec![3, 5, 4] } else { vec![4, 3, 5] };
+        let want = if t1 < t2 {
+            vec![3, 5, 4]
+        } else {
+            vec![4, 3, 5]
+        };
         assert_eq!(rest, want);
         assert!(q.evicted.is_empty());
     }
