@@ -91,6 +91,21 @@ impl Staged {
     /// Proves the schedule executable by running every rank untimed; refused beforehand when
     /// that run would process more than the engine's event bound.
     pub fn validate(&self) -> Result<(), PredictError> {
+        self.check_events()?;
+        self.schedule.validate(&self.plan)?;
+        Ok(())
+    }
+
+    /// [`Staged::validate`] but the dry run ([`Schedule::validate_but_dry_run`]): for a run
+    /// of every rank, which stops where the dry run would.
+    pub fn validate_but_dry_run(&self) -> Result<(), PredictError> {
+        self.check_events()?;
+        self.schedule.validate_but_dry_run(&self.plan)?;
+        Ok(())
+    }
+
+    /// Refuses a run of every rank that would process more than the engine's event bound.
+    fn check_events(&self) -> Result<(), PredictError> {
         let events = self.schedule.total_ops();
         let limit = crate::limits::SIMULATED_EVENTS;
         if events > limit {
@@ -101,7 +116,6 @@ impl Staged {
             }
             .into());
         }
-        self.schedule.validate(&self.plan)?;
         Ok(())
     }
 
@@ -229,18 +243,34 @@ pub fn predict_with(
 ) -> Result<Prediction, PredictError> {
     let start = Instant::now();
     let staged = Staged::with_profile(scenario, profile)?;
+    // One run of every rank (no interruptions to repeat it): the engine runs what the
+    // validator's dry run would (every rank, stream order, deps, every transfer and
+    // collective matched as it runs), so the dry run is left out before it and done only
+    // when the run fails, for the validator's error where it has one. A run that succeeds
+    // is one the dry run would have passed.
+    let engine_proves = !opts.collapse && staged.cost.interruptions.is_none();
     if !opts.skip_validation {
         // A collapsed run simulates representatives, which the programs' own checks and the
-        // engine's collapse cover; every rank simulated is validated across every rank.
+        // engine's collapse cover.
         if opts.collapse && staged.cost.interruptions.is_none() {
             staged.validate_programs()?;
+        } else if engine_proves {
+            staged.validate_but_dry_run()?;
         } else {
             staged.validate()?;
         }
     }
     let (result, interruptions) = match staged.cost.interruptions {
         Some(_) => median_interrupted(&staged, scenario, opts)?,
-        None => (staged.simulate(&sim_options(scenario, opts))?, None),
+        None => match staged.simulate(&sim_options(scenario, opts)) {
+            Ok(r) => (r, None),
+            Err(e) => {
+                if engine_proves && !opts.skip_validation {
+                    staged.validate()?;
+                }
+                return Err(e);
+            }
+        },
     };
     let wall_s = if opts.reproducible {
         0.0

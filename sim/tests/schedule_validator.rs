@@ -117,8 +117,9 @@ fn forward_dependency_cycle_is_rejected() {
     assert!(msg.contains("op 3") && msg.contains("cycle"), "{msg}");
 }
 
-#[test]
-fn deadlock_names_blocked_ranks_and_ops() {
+/// The schedule of [`deadlock_names_blocked_ranks_and_ops`]: stage 0's first two sends to
+/// the next stage swapped.
+fn deadlocked() -> (Plan, Schedule) {
     let (plan, mut sched) = base();
     // Stage 0 sends micro batch 1's activation before micro batch 0's: both tags exist, but
     // stage 1 waits for micro batch 0 first, so neither side can move.
@@ -142,6 +143,12 @@ fn deadlock_names_blocked_ranks_and_ops() {
     let ka = prog.ops[a].kind.clone();
     prog.ops[a].kind = prog.ops[b].kind.clone();
     prog.ops[b].kind = ka;
+    (plan, sched)
+}
+
+#[test]
+fn deadlock_names_blocked_ranks_and_ops() {
+    let (plan, sched) = deadlocked();
     let err = sched.validate(&plan).unwrap_err();
     let msg = err.to_string();
     let ValidationError::Deadlock { blocked, .. } = &err else {
@@ -153,6 +160,31 @@ fn deadlock_names_blocked_ranks_and_ops() {
         "{msg}"
     );
     assert!(msg.contains("recv PpPrev"), "{msg}");
+}
+
+/// What `twin simulate --full` relies on to leave the dry run out before a run of every
+/// rank: a schedule only the dry run rejects passes the other checks, and the engine, running
+/// every rank, stops on it too (then the prediction validates fully, for the dry run's error).
+#[test]
+fn only_the_dry_run_and_the_engine_catch_a_deadlock() {
+    use twin_sim::cost::{Analytic, CostModel};
+    use twin_sim::engine::{simulate, SimError, SimOptions};
+    let (plan, sched) = deadlocked();
+    sched.validate_but_dry_run(&plan).unwrap();
+    let s = {
+        let mut s = small_scenario(2, 3, 2, 4);
+        s.training.recompute = Recompute::None;
+        s
+    };
+    let cost = Analytic::new(&s);
+    let err = simulate(
+        &plan,
+        &sched,
+        &cost as &dyn CostModel,
+        &SimOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, SimError::Deadlock(_)), "{err}");
 }
 
 #[test]

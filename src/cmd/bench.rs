@@ -15,6 +15,7 @@ use twin_sim::stats::median_or_zero as median;
   twin bench
   twin bench scenarios/512xA100.toml --repeat 5
   twin bench --search scenarios/16384xH100.toml
+  twin bench --samples 16 scenarios/variability.toml
 
 Details: docs/reference/cli.md#twin-bench"
 )]
@@ -35,6 +36,114 @@ pub struct Args {
     /// space, pruned layouts counted.
     #[arg(long, conflicts_with = "collapse")]
     pub search: bool,
+    /// Measure `twin simulate --samples N` instead: N samples of the scenario's
+    /// `[variability]`, every rank simulated, in parallel.
+    #[arg(long, value_name = "N", conflicts_with_all = ["collapse", "search"],
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub samples: Option<u32>,
+}
+
+#[derive(serde::Serialize)]
+struct SamplesRow {
+    scenario: String,
+    gpus: u32,
+    samples: u32,
+    /// Ops of one sample's step (every rank), each one event of the engine.
+    ops_per_sample: u64,
+    median_s: f64,
+    /// The median run's wall time over its samples.
+    wall_per_sample_s: f64,
+    /// The process's CPU time (every thread, user and system) over every run's samples.
+    cpu_per_sample_s: f64,
+    events_per_s: f64,
+}
+
+/// CPU time (user and system, every thread) this process has used so far, in seconds; 0 where
+/// the system does not say.
+fn cpu_s() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `getrusage` writes a `rusage` into the pointer it is given, which points to
+    // one; the value is read only when the call reports success.
+    let ok = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } == 0;
+    if !ok {
+        return 0.0;
+    }
+    // SAFETY: initialised by the successful call above (and zeroed before it).
+    let u = unsafe { usage.assume_init() };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    s(u.ru_utime) + s(u.ru_stime)
+}
+
+fn samples(args: &Args, n: u32) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    let mut rows = Vec::new();
+    for path in &args.scenarios {
+        let source = twin_sim::setup::ScenarioSource::read(path)?;
+        let (scenario, _, sections) = source.parse()?.resolve_with_sections(&[])?;
+        let config = sections.variability.with_context(|| {
+            format!(
+                "{}: no [variability] table; `twin bench --samples` measures its samples \
+                 (keys: docs/reference/scenarios.md#variability)",
+                path.display()
+            )
+        })?;
+        let base = twin_sim::sim_options(&scenario, &twin_sim::PredictOptions::default());
+        let staged = twin_sim::Staged::new(&scenario)?;
+        let mut times = Vec::new();
+        let cpu0 = cpu_s();
+        for _ in 0..args.repeat {
+            let t0 = Instant::now();
+            twin_sim::variability::sample_steps(
+                &staged,
+                &config,
+                n,
+                scenario.run.seed,
+                &base,
+                0,
+                None,
+            )?;
+            times.push(t0.elapsed().as_secs_f64());
+        }
+        let cpu = cpu_s() - cpu0;
+        let t = median(&times);
+        let ops = staged.schedule.total_ops();
+        rows.push(SamplesRow {
+            scenario: path.display().to_string(),
+            gpus: scenario.cluster.gpus,
+            samples: n,
+            ops_per_sample: ops,
+            median_s: t,
+            wall_per_sample_s: t / f64::from(n),
+            cpu_per_sample_s: cpu / (f64::from(n) * f64::from(args.repeat)),
+            events_per_s: ops as f64 * f64::from(n) / t.max(1e-12),
+        });
+    }
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            twin_sim::json::document("bench-samples", &serde_json::json!({ "rows": rows }))?
+        ),
+        Format::Text => {
+            println!(
+                "{:<34} {:>7} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9}",
+                "scenario", "gpus", "samples", "ops", "s", "ms/sample", "cpu ms", "Mevents/s"
+            );
+            for r in &rows {
+                println!(
+                    "{:<34} {:>7} {:>7} {:>10} {:>9.2} {:>9.1} {:>9.1} {:>9.1}",
+                    r.scenario,
+                    r.gpus,
+                    r.samples,
+                    r.ops_per_sample,
+                    r.median_s,
+                    r.wall_per_sample_s * 1e3,
+                    r.cpu_per_sample_s * 1e3,
+                    r.events_per_s / 1e6
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(serde::Serialize)]
@@ -126,6 +235,9 @@ struct Row {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.search {
         return search(&args);
+    }
+    if let Some(n) = args.samples {
+        return samples(&args, n);
     }
     let mut rows = Vec::new();
     for path in &args.scenarios {

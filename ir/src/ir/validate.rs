@@ -94,6 +94,23 @@ impl Schedule {
         })
     }
 
+    /// The checks of [`Schedule::validate`] but its dry run: every program's structure and
+    /// order, every send matched, every group's collectives in one order. For a caller that
+    /// then runs every rank itself on an engine that stops where the dry run would (a
+    /// deadlock, a transfer without its counterpart) and calls [`Schedule::validate`] when
+    /// it does, for this error.
+    pub fn validate_but_dry_run(&self, plan: &Plan) -> Result<ValidationReport, ValidationError> {
+        let first_rank = self.check_programs(plan)?;
+        let p2p_pairs = check_p2p(self, plan)?;
+        let collectives = check_collectives(self, plan)?;
+        self.check_orders(&first_rank)?;
+        Ok(ValidationReport {
+            p2p_pairs,
+            collectives,
+            ..self.counted()
+        })
+    }
+
     /// The checks of [`Schedule::validate`] that need only each program once: the world and
     /// every rank's program index and stage (one pass over the ranks), then each program's
     /// structure (deps, streams, allocations) and order (backwards after their forwards),

@@ -4,12 +4,63 @@
 
 use super::*;
 use crate::host_model::{Agings, CoreIdle, CoreShare, Jitter, Residencies, Turns};
+use std::cell::RefCell;
+
+/// The per-rank vectors and the queue of a finished run, which the next run on this thread
+/// refills instead of allocating: `twin simulate --samples` and `twin bench` run the same
+/// 16,384-rank step again and again, and fresh vectors each time cost the kernel zeroing
+/// megabytes of new pages. Every vector is refilled before use, so a run does not depend on
+/// what ran before (`sample_steps` draws the same samples on any thread, tested in
+/// `variability`).
+#[derive(Default)]
+struct Spare {
+    ranks: Vec<RankState>,
+    partner: Vec<(u32, u32)>,
+    mem: Vec<RankMem>,
+    pending: Vec<Vec<Pending>>,
+    rendezvous: Vec<Vec<Inst>>,
+    dep_scan: Vec<(u32, u32)>,
+    queue: Option<EventQueue>,
+}
+
+thread_local! {
+    static SPARE: RefCell<Spare> = RefCell::new(Spare::default());
+}
+
+/// This thread's spare buffers (empty ones where there are none, or on thread teardown).
+fn take_spare() -> Spare {
+    SPARE
+        .try_with(|s| s.try_borrow_mut().map(|mut s| std::mem::take(&mut *s)).ok())
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// `v` holding `n` copies of `x`, in its own allocation when that is large enough.
+fn refilled<T: Clone>(mut v: Vec<T>, n: usize, x: T) -> Vec<T> {
+    v.clear();
+    v.resize(n, x);
+    v
+}
+
+/// `v` holding `n` empty vectors, the ones it had keeping their room.
+fn emptied<T>(mut v: Vec<Vec<T>>, n: usize) -> Vec<Vec<T>> {
+    v.truncate(n);
+    for x in v.iter_mut() {
+        x.clear();
+    }
+    v.resize_with(n, Vec::new);
+    v
+}
 
 impl<S: Slots> State<S> {
     pub(super) fn new(ctx: &Ctx) -> State<S> {
         let world = ctx.world;
         let slots = ctx.active.len();
-        let mut ranks = Vec::with_capacity(slots);
+        let spare = take_spare();
+        let mut ranks = spare.ranks;
+        ranks.clear();
+        ranks.reserve(slots);
         let mut total_ops = 0usize;
         let traced: Option<Vec<bool>> = ctx.opts.trace_ranks.as_ref().map(|list| {
             ctx.active
@@ -43,11 +94,17 @@ impl<S: Slots> State<S> {
             now: 0,
             events: 0,
             ranks,
-            partner: vec![(0, 0); slots * STREAMS],
-            mem: vec![RankMem::default(); slots],
-            pending: vec![Vec::new(); slots],
-            rendezvous: vec![Vec::new(); slots * GROUP_KINDS],
-            queue: EventQueue::with_capacity(slots * 4),
+            partner: refilled(spare.partner, slots * STREAMS, (0, 0)),
+            mem: refilled(spare.mem, slots, RankMem::default()),
+            pending: emptied(spare.pending, slots),
+            rendezvous: emptied(spare.rendezvous, slots * GROUP_KINDS),
+            queue: match spare.queue {
+                Some(mut q) => {
+                    q.reset();
+                    q
+                }
+                None => EventQueue::with_capacity(slots * 4),
+            },
             instant: VecDeque::with_capacity(64),
             flows: {
                 let cores = ctx.cost.shared_cores();
@@ -99,8 +156,26 @@ impl<S: Slots> State<S> {
             }),
             traced,
             issued_ns: ctx.opts.trace.then(|| vec![0; slots * STREAMS]),
-            dep_scan: vec![(u32::MAX, 0); slots * STREAMS],
+            dep_scan: refilled(spare.dep_scan, slots * STREAMS, (u32::MAX, 0)),
         }
+    }
+
+    /// Hands the per-rank vectors and the queue to this thread's next run.
+    fn recycle(&mut self) {
+        let spare = Spare {
+            ranks: std::mem::take(&mut self.ranks),
+            partner: std::mem::take(&mut self.partner),
+            mem: std::mem::take(&mut self.mem),
+            pending: std::mem::take(&mut self.pending),
+            rendezvous: std::mem::take(&mut self.rendezvous),
+            dep_scan: std::mem::take(&mut self.dep_scan),
+            queue: Some(std::mem::take(&mut self.queue)),
+        };
+        let _ = SPARE.try_with(|s| {
+            if let Ok(mut s) = s.try_borrow_mut() {
+                *s = spare;
+            }
+        });
     }
 
     /// The step's result: every rank's accounts closed at the step's end (waiting on shared
@@ -151,6 +226,7 @@ impl<S: Slots> State<S> {
             Some(c) => c.expand(&simulated),
             None => simulated,
         };
+        self.recycle();
         SimResult {
             step_time_ns,
             events: self.events,
@@ -158,5 +234,53 @@ impl<S: Slots> State<S> {
             ranks,
             trace: self.trace,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::{OpJitter, SimOptions, SimResult};
+    use crate::testing::small_scenario;
+    use crate::Staged;
+
+    fn run(s: &crate::scenario::Scenario, opts: &SimOptions) -> SimResult {
+        let staged = Staged::new(s).unwrap();
+        staged.simulate(opts).unwrap()
+    }
+
+    /// Runs of every rank on one thread refill the vectors and queue the run before left
+    /// (larger and smaller worlds, with and without per-op noise, collapsed between), and
+    /// each gives what it gives on a fresh thread.
+    #[test]
+    fn a_run_after_others_on_its_thread_equals_a_fresh_one() {
+        let full = SimOptions::default();
+        let noisy = SimOptions {
+            op_jitter: Some(OpJitter { seed: 3, cv: 0.2 }),
+            ..SimOptions::default()
+        };
+        let collapsed = SimOptions {
+            collapse: true,
+            ..SimOptions::default()
+        };
+        let runs = [
+            (small_scenario(2, 2, 4, 8), &full),
+            (small_scenario(2, 2, 2, 4), &noisy),
+            (small_scenario(1, 4, 2, 8), &full),
+            (small_scenario(2, 2, 4, 8), &collapsed),
+            (small_scenario(2, 4, 4, 8), &noisy),
+            (small_scenario(2, 2, 2, 4), &full),
+        ];
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                for (i, (s, opts)) in runs.iter().enumerate() {
+                    let got = run(s, opts);
+                    let fresh = std::thread::scope(|f| f.spawn(|| run(s, opts)).join()).unwrap();
+                    assert_eq!(got, fresh, "run {i}");
+                    assert!(got.events > 0, "run {i}");
+                }
+            })
+            .join()
+            .unwrap();
+        });
     }
 }
