@@ -95,10 +95,14 @@ pub enum GroupKind {
     /// i.e. hold the same shard of the model state in different shard groups. One rank each
     /// without HSDP.
     DpReplica,
+    /// DualPipe's two copies of a stage: ranks that differ only in pp, at stages `s` and
+    /// `pp - 1 - s` (rank `s` holds model stages `s` and `pp - 1 - s`, rank `pp - 1 - s` the
+    /// same two), which sum the gradients of the copies. One rank each when pp is odd.
+    PpMirror,
 }
 
 impl GroupKind {
-    pub const ALL: [GroupKind; 9] = [
+    pub const ALL: [GroupKind; 10] = [
         GroupKind::Tp,
         GroupKind::Cp,
         GroupKind::Ep,
@@ -108,6 +112,7 @@ impl GroupKind {
         GroupKind::Pp,
         GroupKind::World,
         GroupKind::DpReplica,
+        GroupKind::PpMirror,
     ];
 
     fn varied_axes(self) -> &'static [Axis] {
@@ -121,6 +126,7 @@ impl GroupKind {
             GroupKind::Pp => &[Axis::Pp],
             GroupKind::World => &[Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp],
             GroupKind::DpReplica => &[Axis::Dp],
+            GroupKind::PpMirror => &[Axis::Pp],
         }
     }
 
@@ -137,6 +143,7 @@ impl GroupKind {
             GroupKind::Pp => 6,
             GroupKind::World => 7,
             GroupKind::DpReplica => 8,
+            GroupKind::PpMirror => 9,
         }
     }
 }
@@ -383,6 +390,9 @@ impl Plan {
 
     /// Members of every group of `kind` (all groups of a kind have the same size).
     pub fn group_size(&self, kind: GroupKind) -> u32 {
+        if kind == GroupKind::PpMirror {
+            return if self.pp_mirrored() { 2 } else { 1 };
+        }
         self.group_dims(kind, &Coords::default())
             .iter()
             .fold(1u32, |acc, &(n, _)| acc.saturating_mul(n))
@@ -412,6 +422,24 @@ impl Plan {
 
     pub fn pp(&self) -> u32 {
         self.sizes.pp
+    }
+
+    /// Whether stages `s` and `pp - 1 - s` pair up into [`GroupKind::PpMirror`] groups of two:
+    /// pp even (an odd pp's middle stage would have no partner).
+    fn pp_mirrored(&self) -> bool {
+        self.sizes.pp >= 2 && self.sizes.pp.is_multiple_of(2)
+    }
+
+    /// The rank at stage `pp - 1 - s` with `rank`'s other coordinates (`rank` itself when pp
+    /// is odd): its partner in [`GroupKind::PpMirror`].
+    pub fn pp_mirror(&self, rank: RankId) -> RankId {
+        if !self.pp_mirrored() {
+            return rank;
+        }
+        let stage = self.stage_of(rank);
+        let other = self.sizes.pp - 1 - stage;
+        let base = rank - stage * self.pp_stride;
+        base + other * self.pp_stride
     }
     pub fn vpp(&self) -> u32 {
         self.chunks.first().map(|c| c.len() as u32).unwrap_or(1)
@@ -534,6 +562,10 @@ impl Plan {
             .sum();
         self.groups.reserve_exact(groups);
         for kind in GroupKind::ALL {
+            if kind == GroupKind::PpMirror {
+                self.build_mirror_groups();
+                continue;
+            }
             offsets.clear();
             offsets.push(0);
             for (n, st) in self.group_dims(kind, &stride) {
@@ -577,6 +609,38 @@ impl Plan {
             }
             self.group_of.push(of);
         }
+    }
+
+    /// [`GroupKind::PpMirror`]'s groups: each rank with its [`Plan::pp_mirror`], ids in
+    /// ascending order of the smaller member.
+    fn build_mirror_groups(&mut self) {
+        let mut of = vec![u32::MAX; self.world as usize];
+        for base in 0..self.world {
+            if of[base as usize] != u32::MAX {
+                continue;
+            }
+            let id = self.groups.len() as GroupId;
+            let other = self.pp_mirror(base);
+            let members: Vec<RankId> = if other == base {
+                vec![base]
+            } else {
+                vec![base, other]
+            };
+            let nodes: Vec<u32> = members.iter().map(|&m| self.node_of(m)).collect();
+            let same = nodes.windows(2).all(|w| w[0] == w[1]);
+            for &m in &members {
+                if let Some(slot) = of.get_mut(m as usize) {
+                    *slot = id;
+                }
+            }
+            self.groups.push(Group {
+                kind: GroupKind::PpMirror,
+                nodes: if same { 1 } else { members.len() as u32 },
+                max_per_node: if same { members.len() as u32 } else { 1 },
+                members,
+            });
+        }
+        self.group_of.push(of);
     }
 }
 
