@@ -434,7 +434,11 @@ fn pp_mirror_pairs_stage_s_with_stage_pp_minus_1_minus_s() {
     // tp 2, pp 4, dp 1 on 8 GPUs per node: stage s is ranks 2s and 2s + 1, one node.
     let plan = Plan::new(&small_scenario(2, 4, 1, 8)).unwrap();
     assert_eq!(plan.group_size(GroupKind::PpMirror), 2);
-    let members = |r| plan.group(plan.group_of(r, GroupKind::PpMirror)).members.clone();
+    let members = |r| {
+        plan.group(plan.group_of(r, GroupKind::PpMirror))
+            .members
+            .clone()
+    };
     assert_eq!(members(0), vec![0, 6]);
     assert_eq!(members(7), vec![1, 7]);
     assert_eq!(members(2), vec![2, 4]);
@@ -449,5 +453,8 @@ fn pp_mirror_pairs_stage_s_with_stage_pp_minus_1_minus_s() {
     assert_eq!((g.nodes, g.max_per_node), (2, 1));
     let plan = Plan::new(&small_scenario(1, 3, 1, 8)).unwrap();
     assert_eq!(plan.group_size(GroupKind::PpMirror), 1);
-    assert_eq!(plan.group(plan.group_of(1, GroupKind::PpMirror)).members, vec![1]);
+    assert_eq!(
+        plan.group(plan.group_of(1, GroupKind::PpMirror)).members,
+        vec![1]
+    );
 }

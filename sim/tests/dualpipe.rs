@@ -203,7 +203,7 @@ impl CostModel for MirrorCost {
     }
 }
 
-fn program<'a>(sched: &'a Schedule, rank: u32) -> &'a Program {
+fn program(sched: &Schedule, rank: u32) -> &Program {
     &sched.programs[sched.program_of[rank as usize] as usize]
 }
 
@@ -339,8 +339,15 @@ fn copies_are_summed_over_the_pair_after_the_data_parallel_reduction() {
                 .collect::<Vec<_>>();
             assert_eq!(rs.len(), 1, "rank {rank} chunk {chunk}");
             let (j, rs_bytes) = rs[0];
-            assert!(j < i && op.deps.contains(&(j as u32)), "rank {rank} chunk {chunk}");
-            assert_eq!(bytes, (rs_bytes / 4).div_ceil(2) * 4, "rank {rank} chunk {chunk}");
+            assert!(
+                j < i && op.deps.contains(&(j as u32)),
+                "rank {rank} chunk {chunk}"
+            );
+            assert_eq!(
+                bytes,
+                (rs_bytes / 4).div_ceil(2) * 4,
+                "rank {rank} chunk {chunk}"
+            );
         }
         let opt = prog
             .ops
@@ -354,12 +361,16 @@ fn copies_are_summed_over_the_pair_after_the_data_parallel_reduction() {
         let theirs = mirror_ops(program(&sched, other));
         let by_stage = |ops: &[(usize, u32, u64)], r: u32| -> Vec<(u32, u64)> {
             ops.iter()
-                .map(|&(_, c, b)| (plan.chunks[plan.stage_of(r) as usize][c as usize].virtual_stage, b))
+                .map(|&(_, c, b)| {
+                    (
+                        plan.chunks[plan.stage_of(r) as usize][c as usize].virtual_stage,
+                        b,
+                    )
+                })
                 .collect()
         };
         assert_eq!(by_stage(&mirrors, rank), by_stage(&theirs, other));
     }
-    let mut s = s;
     s.parallel.schedule = PipelineSchedule::OneFOneB;
     let plan = Plan::new(&s).unwrap();
     let sched = generate(&s, &plan).unwrap();

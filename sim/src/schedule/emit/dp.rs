@@ -500,7 +500,11 @@ impl<'a> DpEmitter<'a> {
         if !dp.compresses() {
             self.opt_deps.extend(ops);
         } else if pending {
-            for d in self.decompress.iter_mut().filter(|d| d.label.chunk == chunk) {
+            for d in self
+                .decompress
+                .iter_mut()
+                .filter(|d| d.label.chunk == chunk)
+            {
                 d.deps.extend(ops.iter().copied());
             }
         } else {
