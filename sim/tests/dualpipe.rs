@@ -376,3 +376,64 @@ fn copies_are_summed_over_the_pair_after_the_data_parallel_reduction() {
     let sched = generate(&s, &plan).unwrap();
     assert!(sched.programs.iter().all(|p| mirror_ops(p).is_empty()));
 }
+
+/// On the flow topology the sum of two copies is a two-rank ring all-reduce routed over the
+/// link between the pair: each rank sends half of the gradients twice (`2 (n - 1)` steps of
+/// `bytes / n` with n = 2), so it takes two link latencies plus `bytes` over the link's
+/// achievable bandwidth (line rate times NCCL's protocol efficiency), over NVLink where the
+/// pair shares a node and over the NICs where it does not (`ep_all_to_all.rs` does the same
+/// for the expert all-to-all).
+#[test]
+fn the_copies_sum_on_the_flow_topology_runs_over_the_pairs_link() {
+    use twin_sim::cost::{Analytic, DEFAULT_NETWORK_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY};
+    // Four ranks on one node, then two nodes of two: stages 0 and 1 on node 0.
+    for gpus_per_node in [4u32, 2] {
+        let mut s = dualpipe(4, 8);
+        s.cluster.gpus_per_node = gpus_per_node;
+        s.cluster.topology.model = twin_sim::scenario::NetworkModel::Flow;
+        s.training.grad_bucket_bytes = u64::MAX;
+        let plan = Plan::new(&s).unwrap();
+        let nodes = plan.group(plan.group_of(0, GroupKind::PpMirror)).nodes;
+        assert_eq!(nodes, 4 / gpus_per_node, "gpus per node {gpus_per_node}");
+        let sched = generate(&s, &plan).unwrap();
+        let opts = SimOptions {
+            trace: true,
+            collapse: false,
+            ..SimOptions::default()
+        };
+        let cost = Analytic::new(&s);
+        let res = simulate(&plan, &sched, &cost as &dyn CostModel, &opts).unwrap();
+        let link = if nodes == 1 {
+            let l = &s.cluster.intra_node;
+            (
+                l.bandwidth_bytes_per_s * DEFAULT_NVLINK_EFFICIENCY,
+                l.latency_ns,
+            )
+        } else {
+            let l = &s.cluster.inter_node;
+            (
+                l.bandwidth_bytes_per_s * DEFAULT_NETWORK_EFFICIENCY,
+                l.latency_ns,
+            )
+        };
+        let mut seen = 0;
+        for rank in 0..4 {
+            let ops = mirror_ops(program(&sched, rank));
+            for e in res.trace.as_ref().unwrap().events.iter() {
+                let Some(&(_, _, bytes)) =
+                    ops.iter().find(|m| e.rank == rank && m.0 == e.op as usize)
+                else {
+                    continue;
+                };
+                let wire_ns = (e.end_ns - e.start_ns - 2 * link.1) as f64;
+                let want_ns = bytes as f64 / link.0 * 1e9;
+                assert!(
+                    (wire_ns / want_ns - 1.0).abs() < 0.001,
+                    "rank {rank}, {nodes} node(s): {wire_ns} ns, want {want_ns}"
+                );
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 8, "two sums on each of four ranks");
+    }
+}
