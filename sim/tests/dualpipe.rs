@@ -437,3 +437,56 @@ fn the_copies_sum_on_the_flow_topology_runs_over_the_pairs_link() {
         assert_eq!(seen, 8, "two sums on each of four ranks");
     }
 }
+
+/// Every way the data-parallel reduction runs (overlapped buckets, one reduction at the end,
+/// one step stale, per micro batch under ZeRO-3, compressed; with dp 2 and without) sums each
+/// chunk's two copies once per step, in an order both ranks of a pair share (the validator's
+/// matching and dry run), before the optimizer; a step without sync does not.
+#[test]
+fn every_data_parallel_mode_sums_each_chunk_once() {
+    use twin_sim::scenario::{GradCompression, SyncMode};
+    for dp in [1u32, 2] {
+        for mode in 0..6 {
+            let mut s = twin_sim::testing::small_scenario(1, 4, dp, 8);
+            s.model.layers = 16;
+            s.parallel.schedule = PipelineSchedule::DualPipe;
+            s.training.recompute = twin_sim::scenario::Recompute::None;
+            match mode {
+                0 => {}
+                1 => s.training.overlap_grad_reduce = false,
+                2 => s.training.sync = SyncMode::Async,
+                3 => {
+                    s.parallel.zero = 3;
+                    s.parallel.fsdp = true;
+                }
+                4 => s.training.grad_compression = GradCompression::Fp16,
+                _ => s.training.sync = SyncMode::Delayed(2),
+            }
+            let plan = Plan::new(&s).unwrap();
+            if mode == 5 {
+                // Step 0 of delayed:2 does not synchronise (step 1, generate's, does).
+                let quiet = twin_sim::schedule::generate_step(&s, &plan, 0).unwrap();
+                quiet.validate(&plan).unwrap();
+                assert!(quiet.programs.iter().all(|p| mirror_ops(p).is_empty()));
+            }
+            let sched = generate(&s, &plan).unwrap();
+            sched.validate(&plan).unwrap();
+            for rank in 0..plan.world {
+                let prog = program(&sched, rank);
+                let mirrors = mirror_ops(prog);
+                let mut chunks: Vec<u32> = mirrors.iter().map(|m| m.1).collect();
+                chunks.dedup();
+                chunks.sort_unstable();
+                assert_eq!(chunks, vec![0, 1], "dp {dp} mode {mode} rank {rank}");
+                let opt = prog
+                    .ops
+                    .iter()
+                    .position(
+                        |o| matches!(&o.kind, OpKind::Compute(c) if c.phase == Phase::Optimizer),
+                    )
+                    .unwrap();
+                assert!(mirrors.iter().all(|m| m.0 < opt), "dp {dp} mode {mode}");
+            }
+        }
+    }
+}
