@@ -49,11 +49,14 @@
 //!   gradients (a Buffers allocation for the step) since nothing is reduce-scattered.
 //! - DualPipe's two copies of each model stage (on pipeline stages `s` and `pp - 1 - s`) hold
 //!   gradients of different micro batches, which DeepSeek's code leaves for the caller to
-//!   sum: `DualPipe.step` only runs the passes (deepseek-ai/DualPipe@3da1bbea53 dualpipe/dualpipe.py
-//!   lines 325-440, no reduction), and its example sums them after the step, `p0.grad +=
-//!   p1all[pp_size - 1 - rank]` after an all-gather of every rank's gradients
-//!   (examples/example_dualpipe.py lines 168-174), before comparing with the whole model's.
-//!   twin sums them with an all-reduce over the pair ([`GroupKind::PpMirror`]) on the DP
+//!   sum: `DualPipe.step` only runs the passes (deepseek-ai/DualPipe@3da1bbea53
+//!   dualpipe/dualpipe.py lines 294-440, no reduction), and its example, which gives rank `r`
+//!   copies of `full_modules[r]` and `full_modules[pp_size - 1 - r]` (line 138), sums them
+//!   after the step, `p0.grad += p1all[pp_size - 1 - rank]` after an all-gather of every
+//!   rank's gradients (examples/example_dualpipe.py lines 168-174). Neither says which
+//!   collective DeepSeek's training uses; between two ranks an all-reduce moves what an
+//!   all-gather of the pair would. twin sums them with an all-reduce over the pair
+//!   ([`GroupKind::PpMirror`]) on the DP
 //!   stream, once per chunk after the chunk's data-parallel reduction (on its output: the
 //!   shard under ZeRO, the whole gradient otherwise; summing the two copies' shards gives the
 //!   sum over all `2 dp` copies), and the optimizer waits for it
