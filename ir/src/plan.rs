@@ -96,10 +96,14 @@ pub enum GroupKind {
     /// i.e. hold the same shard of the model state in different shard groups. One rank each
     /// without HSDP.
     DpReplica,
+    /// DualPipe's two copies of a stage: ranks that differ only in pp, at stages `s` and
+    /// `pp - 1 - s` (rank `s` holds model stages `s` and `pp - 1 - s`, rank `pp - 1 - s` the
+    /// same two), which sum the gradients of the copies. One rank each when pp is odd.
+    PpMirror,
 }
 
 impl GroupKind {
-    pub const ALL: [GroupKind; 9] = [
+    pub const ALL: [GroupKind; 10] = [
         GroupKind::Tp,
         GroupKind::Cp,
         GroupKind::Ep,
@@ -109,6 +113,7 @@ impl GroupKind {
         GroupKind::Pp,
         GroupKind::World,
         GroupKind::DpReplica,
+        GroupKind::PpMirror,
     ];
 
     fn varied_axes(self) -> &'static [Axis] {
@@ -122,6 +127,7 @@ impl GroupKind {
             GroupKind::Pp => &[Axis::Pp],
             GroupKind::World => &[Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp],
             GroupKind::DpReplica => &[Axis::Dp],
+            GroupKind::PpMirror => &[Axis::Pp],
         }
     }
 
@@ -138,6 +144,7 @@ impl GroupKind {
             GroupKind::Pp => 6,
             GroupKind::World => 7,
             GroupKind::DpReplica => 8,
+            GroupKind::PpMirror => 9,
         }
     }
 }
@@ -383,6 +390,9 @@ impl Plan {
 
     /// Members of every group of `kind` (all groups of a kind have the same size).
     pub fn group_size(&self, kind: GroupKind) -> u32 {
+        if kind == GroupKind::PpMirror {
+            return if self.pp_mirrored() { 2 } else { 1 };
+        }
         self.group_dims(kind, &Coords::default())
             .iter()
             .fold(1u32, |acc, &(n, _)| acc.saturating_mul(n))
@@ -412,6 +422,24 @@ impl Plan {
 
     pub fn pp(&self) -> u32 {
         self.sizes.pp
+    }
+
+    /// Whether stages `s` and `pp - 1 - s` pair up into [`GroupKind::PpMirror`] groups of two:
+    /// pp even (an odd pp's middle stage would have no partner).
+    fn pp_mirrored(&self) -> bool {
+        self.sizes.pp >= 2 && self.sizes.pp.is_multiple_of(2)
+    }
+
+    /// The rank at stage `pp - 1 - s` with `rank`'s other coordinates (`rank` itself when pp
+    /// is odd): its partner in [`GroupKind::PpMirror`].
+    pub fn pp_mirror(&self, rank: RankId) -> RankId {
+        if !self.pp_mirrored() {
+            return rank;
+        }
+        let stage = self.stage_of(rank);
+        let other = self.sizes.pp - 1 - stage;
+        let base = rank - stage * self.pp_stride;
+        base + other * self.pp_stride
     }
     pub fn vpp(&self) -> u32 {
         self.chunks.first().map(|c| c.len() as u32).unwrap_or(1)
@@ -518,6 +546,9 @@ impl Plan {
         if let Some(t) = self.table.get() {
             return t.groups[t.group_of[kind.index()][rank as usize] as usize].clone();
         }
+        if kind == GroupKind::PpMirror {
+            return self.mirror_group(rank);
+        }
         let stride = self.strides();
         let dims = self.group_dims(kind, &stride);
         // The group's smallest member: `rank` less its coordinate along each varied dimension.
@@ -525,6 +556,15 @@ impl Plan {
             .iter()
             .fold(rank, |b, &(n, st)| b - (rank / st.max(1)) % n.max(1) * st);
         self.make_group(kind, base, &group_offsets(&dims))
+    }
+
+    /// [`GroupKind::PpMirror`]'s group of `rank`: it and its [`Plan::pp_mirror`] (itself
+    /// alone when pp is odd).
+    fn mirror_group(&self, rank: RankId) -> Group {
+        let other = self.pp_mirror(rank);
+        let (low, high) = (rank.min(other), rank.max(other));
+        let offsets: &[RankId] = if low == high { &[0] } else { &[0, high - low] };
+        self.make_group(GroupKind::PpMirror, low, offsets)
     }
 
     /// Each axis's rank stride in the mesh's placement order.
@@ -587,14 +627,22 @@ impl Plan {
         let mut groups = Vec::with_capacity(count);
         let mut group_of = Vec::with_capacity(GroupKind::ALL.len());
         for kind in GroupKind::ALL {
-            let offsets = group_offsets(&self.group_dims(kind, &stride));
+            let offsets = if kind == GroupKind::PpMirror {
+                Vec::new()
+            } else {
+                group_offsets(&self.group_dims(kind, &stride))
+            };
             let mut of = vec![u32::MAX; world];
             for base in 0..self.world {
                 if of[base as usize] != u32::MAX {
                     continue;
                 }
                 let id = groups.len() as GroupId;
-                let group = self.make_group(kind, base, &offsets);
+                let group = if kind == GroupKind::PpMirror {
+                    self.mirror_group(base)
+                } else {
+                    self.make_group(kind, base, &offsets)
+                };
                 for &m in &group.members {
                     if let Some(slot) = of.get_mut(m as usize) {
                         *slot = id;

@@ -95,6 +95,7 @@ fn groups_match_their_coordinate_definition_in_any_order() {
     for plan in plans_in_three_orders()
         .into_iter()
         .chain(hsdp_plans_in_three_orders())
+        .chain(plans_in_three_orders_of(small_scenario(2, 4, 2, 4)))
     {
         let order = plan.order;
         let mut next_id = 0u32;
@@ -108,9 +109,13 @@ fn groups_match_their_coordinate_definition_in_any_order() {
                 for &a in kind.varied_axes() {
                     out.set(a, 0);
                 }
+                let pp = plan.sizes.pp;
                 match kind {
                     GroupKind::DenseDp | GroupKind::ExpertDp => out.dp = dp / f,
                     GroupKind::DpReplica => out.dp = dp % f,
+                    // Stages s and pp - 1 - s share a group when pp is even.
+                    GroupKind::PpMirror if pp % 2 == 0 => out.pp = c.pp.min(pp - 1 - c.pp),
+                    GroupKind::PpMirror => out.pp = c.pp,
                     _ => {}
                 }
                 out
@@ -461,4 +466,36 @@ fn a_group_built_alone_equals_the_tables() {
             }
         }
     }
+}
+
+/// DualPipe's copies: with pp 4, ranks at stages 0 and 3 pair up, and 1 and 2; the pairs
+/// cross nodes where the stages do. With pp odd every rank is alone.
+#[test]
+fn pp_mirror_pairs_stage_s_with_stage_pp_minus_1_minus_s() {
+    // tp 2, pp 4, dp 1 on 8 GPUs per node: stage s is ranks 2s and 2s + 1, one node.
+    let plan = Plan::new(&small_scenario(2, 4, 1, 8)).unwrap();
+    assert_eq!(plan.group_size(GroupKind::PpMirror), 2);
+    let members = |r| {
+        plan.group(plan.group_of(r, GroupKind::PpMirror))
+            .members
+            .clone()
+    };
+    assert_eq!(members(0), vec![0, 6]);
+    assert_eq!(members(7), vec![1, 7]);
+    assert_eq!(members(2), vec![2, 4]);
+    assert_eq!(members(5), vec![3, 5]);
+    assert_eq!(plan.pp_mirror(3), 5);
+    let g = plan.group(plan.group_of(0, GroupKind::PpMirror));
+    assert_eq!((g.nodes, g.max_per_node), (1, 2));
+    // tp 4, pp 4 on 8 GPUs per node: stages 0 and 3 are on nodes 0 and 1.
+    let plan = Plan::new(&small_scenario(4, 4, 1, 8)).unwrap();
+    let g = plan.group(plan.group_of(1, GroupKind::PpMirror));
+    assert_eq!(g.members, vec![1, 13]);
+    assert_eq!((g.nodes, g.max_per_node), (2, 1));
+    let plan = Plan::new(&small_scenario(1, 3, 1, 8)).unwrap();
+    assert_eq!(plan.group_size(GroupKind::PpMirror), 1);
+    assert_eq!(
+        plan.group(plan.group_of(1, GroupKind::PpMirror)).members,
+        vec![1]
+    );
 }

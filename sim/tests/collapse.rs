@@ -171,3 +171,14 @@ fn flow_network_runs_every_rank_and_matches_the_full_simulation() {
         assert_eq!(assert_same(&s), Some(false), "{}", s.name);
     }
 }
+
+/// DualPipe on the flow network over two nodes: the sums of each stage's two copies (stages
+/// 0 and 3 on different nodes, 1 and 2 too) are routed as flows, and a collapsed request
+/// gives exactly the full result.
+#[test]
+fn dualpipe_copies_sums_on_the_flow_network_match_the_full_simulation() {
+    let mut s = small_scenario(4, 4, 1, 8);
+    s.parallel.schedule = PipelineSchedule::DualPipe;
+    s.cluster.topology.model = NetworkModel::Flow;
+    assert!(assert_same(&s).is_some(), "{}", s.name);
+}

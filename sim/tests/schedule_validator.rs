@@ -107,6 +107,56 @@ fn swapped_collective_order_is_named() {
     );
 }
 
+/// DualPipe's sums of the two copies of a stage pair rank s with rank pp - 1 - s: the
+/// validator matches their all-reduces over that group, and names a pair whose sums differ
+/// (here rank 0's first carries one more gradient element than rank 3's).
+#[test]
+fn dualpipe_copies_sums_are_matched_per_pair() {
+    use twin_sim::plan::GroupKind;
+    let mut s = small_scenario(1, 4, 1, 8);
+    s.model.layers = 16;
+    s.parallel.schedule = PipelineSchedule::DualPipe;
+    s.training.grad_bucket_bytes = u64::MAX;
+    let (plan, sched) = generate_uniform(&s, 0);
+    let mut sched = sched.unwrap();
+    let report = sched.validate(&plan).unwrap();
+    assert!(report.collectives > 0);
+    let prog = &mut sched.programs[sched.program_of[0] as usize];
+    let mirrors: Vec<usize> = prog
+        .ops
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| {
+            matches!(
+                o.kind,
+                OpKind::Collective {
+                    group: GroupKind::PpMirror,
+                    ..
+                }
+            )
+        })
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(mirrors.len(), 2);
+    if let OpKind::Collective { bytes, .. } = &mut prog.ops[mirrors[0]].kind {
+        *bytes += 4;
+    }
+    let err = sched.validate(&plan).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(
+            err,
+            ValidationError::CollectiveOrder {
+                kind: GroupKind::PpMirror,
+                rank: 0,
+                other: 3,
+                ..
+            }
+        ),
+        "{msg}"
+    );
+}
+
 #[test]
 fn forward_dependency_cycle_is_rejected() {
     let (plan, mut sched) = base();

@@ -274,7 +274,8 @@ pub fn stream_for(group: GroupKind) -> Stream {
         | GroupKind::ExpertDp
         | GroupKind::Pp
         | GroupKind::World
-        | GroupKind::DpReplica => Stream::Dp,
+        | GroupKind::DpReplica
+        | GroupKind::PpMirror => Stream::Dp,
     }
 }
 

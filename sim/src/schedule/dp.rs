@@ -47,6 +47,20 @@
 //!   locally, reduce and update on the N-th). A step without sync has no gradient reduction,
 //!   no optimizer step and no ZeRO-1/2 parameter gather; under ZeRO 3 it keeps full unsharded
 //!   gradients (a Buffers allocation for the step) since nothing is reduce-scattered.
+//! - DualPipe's two copies of each model stage (on pipeline stages `s` and `pp - 1 - s`) hold
+//!   gradients of different micro batches, which DeepSeek's code leaves for the caller to
+//!   sum: `DualPipe.step` only runs the passes (deepseek-ai/DualPipe@3da1bbea53
+//!   dualpipe/dualpipe.py lines 294-440, no reduction), and its example, which gives rank `r`
+//!   copies of `full_modules[r]` and `full_modules[pp_size - 1 - r]` (line 138), sums them
+//!   after the step, `p0.grad += p1all[pp_size - 1 - rank]` after an all-gather of every
+//!   rank's gradients (examples/example_dualpipe.py lines 168-174). Neither says which
+//!   collective DeepSeek's training uses; between two ranks an all-reduce moves what an
+//!   all-gather of the pair would. twin sums them with an all-reduce over the pair
+//!   ([`GroupKind::PpMirror`]) on the DP
+//!   stream, once per chunk after the chunk's data-parallel reduction (on its output: the
+//!   shard under ZeRO, the whole gradient otherwise; summing the two copies' shards gives the
+//!   sum over all `2 dp` copies), and the optimizer waits for it
+//!   ([`DpPolicy::mirror_copies`]).
 //! - `sync = async`: each step reduces the previous step's gradients (a stale copy in a
 //!   Buffers allocation of the gradient size) on the DP stream from its start, overlapping
 //!   this step's compute, and its optimizer applies them (one step stale). Not modelled for
@@ -54,7 +68,7 @@
 
 use crate::plan::{GroupKind, Plan};
 use crate::scenario::framework::{FsdpUnit, GradReduce, Reshard};
-use crate::scenario::{GradCompression, Scenario, SyncMode};
+use crate::scenario::{GradCompression, PipelineSchedule, Scenario, SyncMode};
 use crate::schedule::ScheduleError;
 use crate::workload::ParamCount;
 
@@ -116,6 +130,9 @@ pub struct DpPolicy {
     /// ZeRO 3 / FSDP under pipeline parallelism with the framework's
     /// `overlaps.grad_reduce_pipelined` (`None`: per pass and per micro batch).
     pub pipelined: Option<Pipelined>,
+    /// DualPipe with pp even: each chunk's gradients are summed with the other copy's over
+    /// [`GroupKind::PpMirror`] before the optimizer (the module comment).
+    pub mirror_copies: bool,
 }
 
 impl DpPolicy {
@@ -170,6 +187,8 @@ impl DpPolicy {
             gather_per_layer: zero == Zero::ShardedParams
                 && s.training.framework.overlaps.fsdp_unit == FsdpUnit::Layer,
             pipelined: pipelined(s, plan, zero),
+            mirror_copies: s.parallel.schedule == PipelineSchedule::DualPipe
+                && plan.group_size(GroupKind::PpMirror) > 1,
         })
     }
 
@@ -200,6 +219,18 @@ impl DpPolicy {
             }
         }
         out
+    }
+
+    /// Gradient elements of `params` a rank holds after their data-parallel reduction: its
+    /// shard of the dense and of the expert ones when ZeRO shards them (over the shard groups,
+    /// rounded up), all of them otherwise. What [`GroupKind::PpMirror`] sums.
+    pub fn reduced_grad_elems(&self, params: ParamCount) -> u64 {
+        let shard = |elems: u64, size: u32| match self.zero {
+            Zero::None => elems,
+            Zero::ShardedOptimizer | Zero::ShardedParams => elems.div_ceil(u64::from(size.max(1))),
+        };
+        shard(params.dense, self.dense_group_size)
+            .saturating_add(shard(params.expert, self.expert_group_size))
     }
 
     /// Whether parameters are sharded over more than one rank (ZeRO stages shard over these

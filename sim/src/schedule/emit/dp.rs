@@ -1,8 +1,8 @@
 //! Emits the data-parallel ops of one stage's program as [`crate::schedule::dp`] decides
 //! them: gradient buckets (all-reduce or reduce-scatter, compressed or not) cut from the
 //! backward that finalises a chunk's gradients, ZeRO-1/2 parameter all-gathers, the
-//! one-step-stale reduction of async sync, and the optimizer step that waits for the
-//! gradients it needs. ZeRO-3/FSDP's per-pass gathers and reduce-scatters are in
+//! one-step-stale reduction of async sync, DualPipe's sum of the two copies of each stage
+//! ([`crate::schedule::dp`]), and the optimizer step that waits for the gradients it needs. ZeRO-3/FSDP's per-pass gathers and reduce-scatters are in
 //! [`super::zero`].
 //!
 //! Under `[memory] accounting = "deepspeed"` only the buffers differ (the ops and their
@@ -25,6 +25,17 @@ use crate::schedule::{
 };
 use crate::workload::ParamCount;
 use std::collections::BTreeMap;
+
+/// Where a step sums DualPipe's two copies of each chunk ([`DpEmitter::mirror`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MirrorAt {
+    /// After the one-step-stale reduction at the start (async sync).
+    Start,
+    /// As each chunk's gradients are done (and reduced, where the reduction overlaps).
+    Pass,
+    /// After the reduction at the end of the step.
+    Finish,
+}
 
 /// A decompression still to run before the optimizer.
 struct Decompress {
@@ -56,6 +67,8 @@ pub struct DpEmitter<'a> {
     pub(super) pipelined_grads: BTreeMap<u32, Option<AllocTag>>,
     /// Pipelined FSDP: the reductions of the chunk whose last backward is running.
     pub(super) pipelined_readers: Vec<u32>,
+    /// The last data-parallel reduction op of each chunk so far.
+    reduced: BTreeMap<u32, u32>,
 }
 
 fn sum(a: ParamCount, b: ParamCount) -> ParamCount {
@@ -91,6 +104,7 @@ impl<'a> DpEmitter<'a> {
             module_bytes_per_param,
             pipelined_grads: BTreeMap::new(),
             pipelined_readers: Vec::new(),
+            reduced: BTreeMap::new(),
         }
     }
 
@@ -169,6 +183,9 @@ impl<'a> DpEmitter<'a> {
                 }
             }
         }
+        if let Some(&op) = last.iter().max() {
+            self.reduced.insert(label.chunk, op);
+        }
         if dp.compresses() {
             self.decompress.push(Decompress {
                 deps: last,
@@ -239,6 +256,9 @@ impl<'a> DpEmitter<'a> {
             self.step_bufs.push(stale);
             for c in chunks {
                 self.reduce(b, c.params, Deps::new(), chunk_label(c))?;
+            }
+            if self.mirror_at() == Some(MirrorAt::Start) {
+                self.mirror_all(b, chunks, None)?;
             }
         }
         // ZeRO-2 keeps only its gradient shard as state, but this step reduces once, after
@@ -350,11 +370,7 @@ impl<'a> DpEmitter<'a> {
         if !dp.syncs {
             return Ok(());
         }
-        let tail_reduce = dp.zero != Zero::ShardedParams
-            && !dp.async_reduce
-            && !self.ctx.overlap_buckets
-            && dp.reduces();
-        if tail_reduce {
+        if self.tail_reduce() {
             // Gradients finish from the last chunk down to the first.
             for c in chunks.iter().rev() {
                 self.reduce(
@@ -364,6 +380,9 @@ impl<'a> DpEmitter<'a> {
                     chunk_label(c),
                 )?;
             }
+        }
+        if self.mirror_at() == Some(MirrorAt::Finish) {
+            self.mirror_all(b, chunks, last_grad_op)?;
         }
         let mut deps = std::mem::take(&mut self.opt_deps);
         for d in std::mem::take(&mut self.decompress) {
@@ -378,6 +397,123 @@ impl<'a> DpEmitter<'a> {
             for c in chunks {
                 self.gather_params(b, c.params, [optimizer].into(), chunk_label(c))?;
             }
+        }
+        Ok(())
+    }
+
+    /// Whether this step reduces the gradients once, at its end, after the last backward.
+    fn tail_reduce(&self) -> bool {
+        let dp = self.ctx.dp;
+        dp.zero != Zero::ShardedParams
+            && !dp.async_reduce
+            && !self.ctx.overlap_buckets
+            && dp.reduces()
+    }
+
+    /// Where this step sums DualPipe's copies; `None` where it does not (not DualPipe, or a
+    /// step without sync).
+    fn mirror_at(&self) -> Option<MirrorAt> {
+        let dp = self.ctx.dp;
+        if !(dp.mirror_copies && dp.syncs) {
+            None
+        } else if dp.async_reduce && dp.reduces() {
+            Some(MirrorAt::Start)
+        } else if self.tail_reduce() {
+            Some(MirrorAt::Finish)
+        } else {
+            Some(MirrorAt::Pass)
+        }
+    }
+
+    /// After the pass that last produces chunk `c`'s gradients (`grads`, the op that holds
+    /// them) and the reductions it issued: the sum with the other copy, where the step sums
+    /// as it goes. Both ranks of a pair reach their copies' last passes in one order (stage
+    /// `pp - 1 - s` runs stage `s`'s order of directions, its chunks swapped), so their
+    /// all-reduces match.
+    pub fn chunk_grads_done(
+        &mut self,
+        b: &mut Builder,
+        c: &ChunkPlan,
+        grads: u32,
+    ) -> Result<(), ScheduleError> {
+        if self.mirror_at() == Some(MirrorAt::Pass) {
+            self.mirror(b, c, Some(grads))?;
+        }
+        Ok(())
+    }
+
+    /// The sums of every chunk at once, in model order (the order both ranks of a pair share).
+    fn mirror_all(
+        &mut self,
+        b: &mut Builder,
+        chunks: &[ChunkPlan],
+        grads: Option<u32>,
+    ) -> Result<(), ScheduleError> {
+        let mut order: Vec<&ChunkPlan> = chunks.iter().collect();
+        order.sort_by_key(|c| c.layout.virtual_stage);
+        for c in order {
+            self.mirror(b, c, grads)?;
+        }
+        Ok(())
+    }
+
+    /// DualPipe: all-reduce chunk `c`'s reduced gradients (its shard under ZeRO) with the
+    /// other copy of its model stage over [`GroupKind::PpMirror`], after the chunk's last
+    /// data-parallel reduction or, without one, after `grads`. Compressed as the
+    /// data-parallel reduction is: the decompression before the optimizer waits for it.
+    fn mirror(
+        &mut self,
+        b: &mut Builder,
+        c: &ChunkPlan,
+        grads: Option<u32>,
+    ) -> Result<(), ScheduleError> {
+        let dp = self.ctx.dp;
+        let elems = dp.reduced_grad_elems(c.params);
+        if elems == 0 {
+            return Ok(());
+        }
+        let chunk = c.layout.chunk;
+        let label = chunk_label(c);
+        let mut deps: Deps = self
+            .reduced
+            .get(&chunk)
+            .copied()
+            .or(grads)
+            .into_iter()
+            .collect();
+        let pending = self.decompress.iter().any(|d| d.label.chunk == chunk);
+        let wire = dp.wire_grad_bytes(elems);
+        if dp.compresses() && !pending {
+            deps = [b.compute(self.compress_op(elems, wire), deps, label)?].into();
+        }
+        let mut ops = Vec::with_capacity(2);
+        for (bytes, calls) in dp.grad_calls(elems) {
+            ops.push(b.collective(
+                CollectiveKind::AllReduce,
+                GroupKind::PpMirror,
+                bytes,
+                calls,
+                deps.clone(),
+                label,
+            )?);
+        }
+        if !dp.compresses() {
+            self.opt_deps.extend(ops);
+        } else if pending {
+            for d in self
+                .decompress
+                .iter_mut()
+                .filter(|d| d.label.chunk == chunk)
+            {
+                d.deps.extend(ops.iter().copied());
+            }
+        } else {
+            self.decompress.push(Decompress {
+                deps: ops,
+                elems,
+                wire_bytes: wire,
+                label,
+            });
         }
         Ok(())
     }

@@ -236,6 +236,9 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
                 dp.pipelined_grads(&mut b, segs, step, slot.chunk, grads, last_of_slot)?;
             pending_comms.extend(reduced);
             dp.finalising_bucket(&mut b, segs, step, slot.chunk, grads)?;
+            if step.last_grads && last_of_slot {
+                dp.chunk_grads_done(&mut b, cp, grads)?;
+            }
         }
         // Activations: freed after the pass that last reads them, the one that computes the
         // weight gradients (a whole backward, or W after a split one).

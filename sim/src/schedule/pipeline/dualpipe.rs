@@ -12,7 +12,10 @@
 //! one (`phase ^= is_in_second_half`); a backward with `enable_zb` leaves its weight
 //! gradient in a first-in first-out queue that `_weight_chunk` empties one at a time. Micro
 //! batches `0 .. m/2` go in at rank 0, `m/2 .. m` at rank `pp - 1`. `step` asserts that
-//! `pp` is even and that the micro batches are even and at least `2 pp`.
+//! `pp` is even and that the micro batches are even and at least `2 pp`. The gradients of
+//! the two copies of each model stage are summed after the passes (`crate::schedule::dp`).
+//! Ranks `r` and `pp - 1 - r` run the same order of directions with their chunks swapped,
+//! so both copies of a stage reach their last pass at the same place in the order.
 
 use super::{Link, Slot};
 use crate::schedule::ScheduleError;
