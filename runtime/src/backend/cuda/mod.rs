@@ -8,6 +8,7 @@ pub mod comm;
 pub mod discover;
 pub mod dtype;
 pub mod footprint;
+pub mod fp8;
 pub mod single;
 
 #[cfg(feature = "cuda")]
