@@ -335,10 +335,7 @@ pub struct Fp8GemmPlan {
 impl Fp8GemmPlan {
     /// Bytes of A (the weight) and B (activations or gradient) of one call.
     pub fn operand_bytes(&self) -> [u64; 2] {
-        [
-            self.k.saturating_mul(self.m),
-            self.k.saturating_mul(self.n),
-        ]
+        [self.k.saturating_mul(self.m), self.k.saturating_mul(self.n)]
     }
 
     /// Bytes of the A and B scales.
@@ -512,10 +509,7 @@ pub fn plan_op(c: &ComputeOp, device: Result<&Fp8Device, &str>, allow_tf32: bool
                 (Err(why), _) => Err(format!(
                     "fp8 GEMMs run as bf16 ({why}); times are bf16 times"
                 )),
-                (Ok(_), None) => Err(format!(
-                    "fp8 GEMMs of {} ops run as bf16",
-                    c.phase.short()
-                )),
+                (Ok(_), None) => Err(format!("fp8 GEMMs of {} ops run as bf16", c.phase.short())),
                 (Ok(d), Some(role)) => plan_fp8_gemm(&g, role, d),
             };
             match planned {

@@ -89,7 +89,10 @@ fn forward_gemms_run_tn_with_fast_accumulation() {
     assert_eq!((p.m, p.n, p.k), (4096, 8192, 4096));
     assert_eq!((p.lda, p.ldb, p.ldc), (4096, 4096, 4096));
     assert_eq!((p.a_format, p.b_format), (Fp8Format::E4m3, Fp8Format::E4m3));
-    assert_eq!((p.a_scale, p.b_scale), (ScaleMode::Tensor, ScaleMode::Tensor));
+    assert_eq!(
+        (p.a_scale, p.b_scale),
+        (ScaleMode::Tensor, ScaleMode::Tensor)
+    );
     assert!(p.fast_accum);
     assert_eq!(p.calls, 1);
     assert_eq!(p.operand_bytes(), [4096 * 4096, 4096 * 8192]);
@@ -124,19 +127,28 @@ fn backward_gemms_take_e5m2_gradients_under_hybrid_recipes() {
 fn blockwise_scales_weights_by_blocks_and_activations_by_runs() {
     let d = hopper(Fp8Recipe::Blockwise);
     let (f, _) = plan_fp8_gemm(&linear(), Role::Forward, &d).unwrap();
-    assert_eq!((f.a_scale, f.b_scale), (ScaleMode::Block128, ScaleMode::Vec128));
+    assert_eq!(
+        (f.a_scale, f.b_scale),
+        (ScaleMode::Block128, ScaleMode::Vec128)
+    );
     // Split accumulation everywhere under block scaling.
     assert!(!f.fast_accum);
     // Weight: (4096/128)^2 blocks; activations: 8192 rows x 4096/128 runs; 4 bytes each.
     assert_eq!(f.scale_bytes(), [32 * 32 * 4, 8192 * 32 * 4]);
     let (w, _) = plan_fp8_gemm(&linear(), Role::WeightGradient, &d).unwrap();
-    assert_eq!((w.a_scale, w.b_scale), (ScaleMode::Vec128, ScaleMode::Vec128));
+    assert_eq!(
+        (w.a_scale, w.b_scale),
+        (ScaleMode::Vec128, ScaleMode::Vec128)
+    );
 }
 
 #[test]
 fn recipes_the_gpu_lacks_run_per_tensor_with_a_note() {
     let (p, note) = plan_fp8_gemm(&linear(), Role::Forward, &hopper(Fp8Recipe::Mxfp8)).unwrap();
-    assert_eq!((p.a_scale, p.b_scale), (ScaleMode::Tensor, ScaleMode::Tensor));
+    assert_eq!(
+        (p.a_scale, p.b_scale),
+        (ScaleMode::Tensor, ScaleMode::Tensor)
+    );
     let note = note.unwrap();
     assert!(note.contains("mxfp8") && note.contains("9.0"), "{note}");
     let blackwell = Fp8Device::check((10, 0), Fp8Recipe::Mxfp8).unwrap();
@@ -165,7 +177,10 @@ fn shapes_off_the_alignment_run_in_bf16_naming_the_shape() {
     let d = hopper(Fp8Recipe::Delayed);
     let odd_k = Gemm::single(8192, 4096, 4100, 1);
     let why = plan_fp8_gemm(&odd_k, Role::Forward, &d).unwrap_err();
-    assert!(why.contains("8192x4096x4100") && why.contains("bf16"), "{why}");
+    assert!(
+        why.contains("8192x4096x4100") && why.contains("bf16"),
+        "{why}"
+    );
     let odd_n = Gemm::single(8192, 4100, 4096, 1);
     assert!(plan_fp8_gemm(&odd_n, Role::Forward, &d).is_err());
     // An odd token count is cuBLASLt's n, which has no alignment rule.
@@ -277,12 +292,21 @@ fn quantized_operands_fill_the_format_with_training_like_values() {
     let mean = xs.iter().sum::<f64>() / n as f64;
     let var = xs.iter().map(|x| x * x).sum::<f64>() / n as f64 - mean * mean;
     assert!(mean.abs() < 5.0 / (n as f64).sqrt(), "{mean}");
-    assert!((var - 1.0).abs() < 5.0 * (2.0 / n as f64).sqrt() + 0.01, "{var}");
+    assert!(
+        (var - 1.0).abs() < 5.0 * (2.0 / n as f64).sqrt() + 0.01,
+        "{var}"
+    );
     // Delayed scaling's scale comes from earlier draws, not from this tensor.
     let d = quantize_block(n, 5, Fp8Format::E5m2, Fp8Recipe::Delayed);
     assert_ne!(d.scale_inv, own / E5M2_MAX);
     assert!(d.codes.iter().all(|&c| c & 0x7F <= 0x7B));
     // Seeded.
-    assert_eq!(t.codes, quantize_block(n, 5, Fp8Format::E4m3, Fp8Recipe::Tensorwise).codes);
-    assert_ne!(t.codes, quantize_block(n, 6, Fp8Format::E4m3, Fp8Recipe::Tensorwise).codes);
+    assert_eq!(
+        t.codes,
+        quantize_block(n, 5, Fp8Format::E4m3, Fp8Recipe::Tensorwise).codes
+    );
+    assert_ne!(
+        t.codes,
+        quantize_block(n, 6, Fp8Format::E4m3, Fp8Recipe::Tensorwise).codes
+    );
 }
