@@ -214,7 +214,8 @@ pub struct CudaFits {
     /// FP8 GEMM curve (cuBLASLt, tensorwise scales) over the non-held-out calls, where FP8
     /// was measured.
     pub gemm_fp8: Option<GemmFit>,
-    pub gemm_fp8_holdout_max_relative_error: Option<f64>,
+    pub gemm_fp8_holdout_samples: usize,
+    pub gemm_fp8_holdout_max_relative_error: f64,
     /// Memory-bound copies: bandwidth counts bytes read + written.
     pub memory_bound: AlphaBeta,
     pub host_to_device: AlphaBeta,
@@ -237,8 +238,8 @@ pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
     )
     .map_err(|e| FitError::Degenerate(format!("GEMM curve: {e}")))?;
     let holdout = holdout_errors(&g, &s.gemm, 0);
-    let (gemm_fp8, gemm_fp8_holdout_max_relative_error) = if s.gemm_fp8.is_empty() {
-        (None, None)
+    let (gemm_fp8, fp8_holdout) = if s.gemm_fp8.is_empty() {
+        (None, Vec::new())
     } else {
         let f = gemm::fit(
             &gemm_points(&s.gemm_fp8, false, 0),
@@ -246,10 +247,8 @@ pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
             gemm::Operands::Free,
         )
         .map_err(|e| FitError::Degenerate(format!("FP8 GEMM curve: {e}")))?;
-        let h = holdout_errors(&f, &s.gemm_fp8, 0)
-            .iter()
-            .fold(0.0, |a: f64, b| a.max(*b));
-        (Some(f), Some(h))
+        let h = holdout_errors(&f, &s.gemm_fp8, 0);
+        (Some(f), h)
     };
     let mut notes = Vec::new();
     let memory_bound = named("memory-bound", &sized_points(&s.memory_bound), &mut notes)?;
@@ -271,7 +270,8 @@ pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
         gemm_holdout_max_relative_error: holdout.iter().fold(0.0, |a: f64, b| a.max(*b)),
         gemm: g,
         gemm_fp8,
-        gemm_fp8_holdout_max_relative_error,
+        gemm_fp8_holdout_samples: fp8_holdout.len(),
+        gemm_fp8_holdout_max_relative_error: fp8_holdout.iter().fold(0.0, |a: f64, b| a.max(*b)),
         memory_bound,
         host_to_device: named(
             "host-to-device",
