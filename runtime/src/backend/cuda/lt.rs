@@ -23,16 +23,19 @@ fn blas_lt(call: &'static str, e: lt::CublasError) -> RuntimeError {
 /// Values per host block of an operand fill (repeated over the buffer).
 const FILL_VALUES: usize = 1 << 20;
 
-/// Copies `pattern` over `buf` from its start, repeating it.
+/// Copies `pattern` over `buf` from its start, repeating it (in host blocks of at least
+/// [`FILL_VALUES`] bytes, so a short pattern is not one copy per repetition).
 fn fill_repeating(buf: &DeviceBuffer, pattern: &[u8]) -> Result<(), RuntimeError> {
     if pattern.is_empty() {
         return Ok(());
     }
+    let reps = FILL_VALUES.div_ceil(pattern.len()).max(1);
+    let block = pattern.repeat(reps);
     let mut off = 0u64;
     while off < buf.bytes {
-        let n = (buf.bytes - off).min(pattern.len() as u64) as usize;
+        let n = (buf.bytes - off).min(block.len() as u64) as usize;
         // SAFETY: off + n <= bytes, inside the allocation.
-        unsafe { drv::memcpy_htod_sync(buf.ptr + off, &pattern[..n]) }
+        unsafe { drv::memcpy_htod_sync(buf.ptr + off, &block[..n]) }
             .map_err(|e| cu("cuMemcpyHtoD", e))?;
         off += n as u64;
     }
@@ -258,15 +261,42 @@ impl LtHandle {
         if let Some(Err(e)) = attrs.into_iter().find(Result::is_err) {
             return refuse(desc, format!("cublasLtMatmulDescSetAttribute: {:?}", e.0));
         }
-        let layout = |t, rows: u64, cols: u64, ld: u64| {
-            lt::create_matrix_layout(t, rows, cols, ld as i64)
-                .map_err(|e| blas_lt("cublasLtMatrixLayoutCreate", e))
+        // The layouts made so far, destroyed with the descriptor if a later step fails.
+        let mut made: Vec<lt_sys::cublasLtMatrixLayout_t> = Vec::with_capacity(3);
+        let specs = [
+            (lt_type(plan.a_format), plan.k, plan.m, plan.lda),
+            (lt_type(plan.b_format), plan.k, plan.n, plan.ldb),
+            (lt_sys::cudaDataType::CUDA_R_16BF, plan.m, plan.n, plan.ldc),
+        ];
+        for (t, rows, cols, ld) in specs {
+            match lt::create_matrix_layout(t, rows, cols, ld as i64) {
+                Ok(l) => made.push(l),
+                Err(e) => {
+                    // SAFETY: created above, destroyed once.
+                    unsafe {
+                        for l in made {
+                            let _ = lt::destroy_matrix_layout(l);
+                        }
+                        let _ = lt::destroy_matmul_desc(desc);
+                    }
+                    return Err(blas_lt("cublasLtMatrixLayoutCreate", e));
+                }
+            }
+        }
+        let [a, b, c] = [made[0], made[1], made[2]];
+        let pref = match lt::create_matmul_pref() {
+            Ok(p) => p,
+            Err(e) => {
+                // SAFETY: created above, destroyed once.
+                unsafe {
+                    for l in made {
+                        let _ = lt::destroy_matrix_layout(l);
+                    }
+                    let _ = lt::destroy_matmul_desc(desc);
+                }
+                return Err(blas_lt("cublasLtMatmulPreferenceCreate", e));
+            }
         };
-        let a = layout(lt_type(plan.a_format), plan.k, plan.m, plan.lda)?;
-        let b = layout(lt_type(plan.b_format), plan.k, plan.n, plan.ldb)?;
-        let c = layout(lt_sys::cudaDataType::CUDA_R_16BF, plan.m, plan.n, plan.ldc)?;
-        let pref =
-            lt::create_matmul_pref().map_err(|e| blas_lt("cublasLtMatmulPreferenceCreate", e))?;
         let ws: u64 = self.workspace.bytes;
         // SAFETY: live preference; the value is one u64.
         let heuristic = unsafe {
