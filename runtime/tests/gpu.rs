@@ -204,10 +204,7 @@ fn the_fp8_scenario_runs_without_a_bf16_fallback() {
     let notes = &r.run.device_memory.notes;
     println!("{notes:#?}");
     match fp8_device(Fp8Recipe::Delayed).unwrap() {
-        Ok(_) => assert!(
-            notes.iter().all(|n| !n.contains("bf16")),
-            "{notes:#?}"
-        ),
+        Ok(_) => assert!(notes.iter().all(|n| !n.contains("bf16")), "{notes:#?}"),
         Err(why) => assert!(notes.iter().any(|n| n.contains(&why)), "{notes:#?}"),
     }
 }
