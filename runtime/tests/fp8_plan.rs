@@ -89,3 +89,26 @@ fn without_fp8_tensor_cores_the_scenario_runs_in_bf16_and_says_why() {
     assert!(!notes.is_empty());
     assert!(notes.iter().all(|n| n.contains("compute capability 8.0")));
 }
+
+#[test]
+fn the_fp8_workspace_is_the_largest_fp8_operands_and_scales() {
+    use twin_runtime::backend::cuda::footprint::{workspace_bytes, workspaces};
+    let s = staged(&[]);
+    let program = &s.schedule.programs[0];
+    let w = workspaces(program, false);
+    // Tokens 2048, hidden 4096, the fused gate and up projection 2 x 14336 = 28672 wide.
+    // A (the weight side, k x twin's n): the gate-up forward, 4096 x 28672 (its dgrad's
+    // 28672 x 4096 is the same). B (k x twin's m): the gate-up dgrad, 28672 x 2048. Scales: 1x128
+    // runs over the 28672 rows of that weight, 28672 x 4096/128 x 4 bytes (MX's 28672 x
+    // 4096/32 x 1 byte is the same).
+    let (a, b, scales) = (4096 * 28672u64, 28672 * 2048u64, 28672 * 32 * 4u64);
+    assert_eq!(w[0].fp8, [a, b, scales]);
+    // Transformer Engine's Hopper cuBLASLt workspace, 32 MiB + 1 KiB.
+    assert_eq!(w[0].lt_workspace, 33_555_456);
+    // B is held twice (e4m3 activations, e5m2 gradients); each operand's scales twice (fp32,
+    // E8M0). The rest is the bf16 scenario's workspace (docs/memory.md: 3,163,553,792 B, the
+    // output head and the copy scratch), which the FP8 scenario shares.
+    let fp8 = a + 2 * b + 6 * scales + 33_555_456;
+    assert_eq!(fp8, 290_456_576);
+    assert_eq!(workspace_bytes(program, false), 3_163_553_792 + fp8);
+}
