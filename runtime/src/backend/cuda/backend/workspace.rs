@@ -53,6 +53,15 @@ impl CudaBackend {
                         w.fp8 = None;
                         w.fp8 = Some(Fp8Operands::new(n.fp8, d.recipe, seed)?);
                     }
+                    let note = format!(
+                        "FP8 GEMMs run through cuBLASLt on compute capability {}.{} with fp8_recipe = \"{}\" (docs/runtime.md, \"FP8 GEMMs\"); their casts and amax reductions run as copies of the bytes the ops carry",
+                        d.compute_capability.0,
+                        d.compute_capability.1,
+                        d.recipe.as_str()
+                    );
+                    if !self.memory.notes.contains(&note) {
+                        self.memory.notes.push(note);
+                    }
                 }
             }
             grow(&mut w.scratch, n.scratch)?;
