@@ -1,5 +1,6 @@
 //! `--backend cuda`: microbenchmarks through the runtime's CUDA code on GPU 0 (cuBLAS GEMMs
-//! over a shape sweep plus a scenario's own calls, the backend's memory-bound copies, pinned
+//! over a shape sweep plus a scenario's own calls, the same shapes as cuBLASLt FP8 GEMMs where
+//! the GPU has FP8 (compute capability 8.9+), the backend's memory-bound copies, pinned
 //! host<->device copies, chains of tiny launches), fitted with the same models as the host
 //! (GEMM curve with batched calls paying the ramp once, alpha-beta lines). Measuring needs the
 //! `cuda` feature and a GPU; fitting is plain arithmetic, tested without one. Without a GPU
@@ -75,6 +76,11 @@ pub struct Plan {
     pub repeats: u32,
     /// Sweep shapes then the scenario's calls; each entry is one call (`count` = `batch`).
     pub gemms: Vec<(Gemm, &'static str)>,
+    /// The same shapes as FP8 GEMMs through cuBLASLt (tensorwise scales, the forward's fast
+    /// accumulation), where the GPU has FP8 ([`Plan::with_fp8`]) and the shape meets
+    /// cuBLASLt's FP8 alignment (`fp8_shape`); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fp8_gemms: Vec<(Gemm, &'static str)>,
     /// Bytes moved (read + write) by the backend's memory-bound copies.
     pub memory_bytes: Vec<u64>,
     /// Bytes of each pinned host<->device copy.
@@ -95,6 +101,7 @@ impl Plan {
         if quick {
             Plan {
                 repeats: 7,
+                fp8_gemms: Vec::new(),
                 gemms,
                 memory_bytes: [2, 16, 128, 1024].iter().map(|m| m * MIB).collect(),
                 copy_bytes: [1, 16, 256].iter().map(|m| m * MIB).collect(),
@@ -103,6 +110,7 @@ impl Plan {
         } else {
             Plan {
                 repeats: 20,
+                fp8_gemms: Vec::new(),
                 gemms,
                 memory_bytes: [1, 4, 16, 64, 256, 1024, 4096]
                     .iter()
@@ -114,13 +122,39 @@ impl Plan {
         }
     }
 
+    /// The plan with an FP8 GEMM column: every planned GEMM cuBLASLt can run in FP8, one
+    /// product per call (a batched scenario call is left out: twin issues FP8 GEMMs one
+    /// product per call).
+    pub fn with_fp8(mut self) -> Plan {
+        self.fp8_gemms = self
+            .gemms
+            .iter()
+            .filter(|(g, _)| fp8_shape(g))
+            .copied()
+            .collect();
+        self
+    }
+
     /// Measurements in all (what the progress bar counts).
     pub fn total(&self) -> usize {
         self.gemms.len()
+            + self.fp8_gemms.len()
             + self.memory_bytes.len()
             + 2 * self.copy_bytes.len()
             + self.chain_launches.len()
     }
+}
+
+/// Whether the CUDA backend runs `g` as an FP8 GEMM (`fp8::plan_fp8_gemm`: cuBLASLt's
+/// alignment, one product per call).
+pub fn fp8_shape(g: &Gemm) -> bool {
+    use twin_runtime::backend::cuda::fp8::{plan_fp8_gemm, Fp8Device, Role};
+    use twin_sim::scenario::Fp8Recipe;
+    let any = Fp8Device {
+        compute_capability: (9, 0),
+        recipe: Fp8Recipe::Tensorwise,
+    };
+    g.m > 0 && g.batch <= 1 && plan_fp8_gemm(g, Role::Forward, &any).is_ok()
 }
 
 /// The distinct GEMM calls of a schedule as the CUDA backend issues them: one call of
@@ -159,6 +193,9 @@ pub fn scenario_calls(schedule: &twin_sim::schedule::Schedule, max: usize) -> Ve
 #[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct CudaSamples {
     pub gemm: Vec<GemmSamples>,
+    /// FP8 GEMMs through cuBLASLt (tensorwise scales); empty where the GPU has no FP8.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gemm_fp8: Vec<GemmSamples>,
     /// `bytes`: read + write bytes of the backend's memory-bound copies.
     pub memory_bound: Vec<SizedSamples>,
     pub host_to_device: Vec<SizedSamples>,
@@ -174,6 +211,11 @@ pub struct CudaFits {
     pub gemm: GemmFit,
     pub gemm_holdout_samples: usize,
     pub gemm_holdout_max_relative_error: f64,
+    /// FP8 GEMM curve (cuBLASLt, tensorwise scales) over the non-held-out calls, where FP8
+    /// was measured.
+    pub gemm_fp8: Option<GemmFit>,
+    pub gemm_fp8_holdout_samples: usize,
+    pub gemm_fp8_holdout_max_relative_error: f64,
     /// Memory-bound copies: bandwidth counts bytes read + written.
     pub memory_bound: AlphaBeta,
     pub host_to_device: AlphaBeta,
@@ -196,6 +238,18 @@ pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
     )
     .map_err(|e| FitError::Degenerate(format!("GEMM curve: {e}")))?;
     let holdout = holdout_errors(&g, &s.gemm, 0);
+    let (gemm_fp8, fp8_holdout) = if s.gemm_fp8.is_empty() {
+        (None, Vec::new())
+    } else {
+        let f = gemm::fit(
+            &gemm_points(&s.gemm_fp8, false, 0),
+            &TILES,
+            gemm::Operands::Free,
+        )
+        .map_err(|e| FitError::Degenerate(format!("FP8 GEMM curve: {e}")))?;
+        let h = holdout_errors(&f, &s.gemm_fp8, 0);
+        (Some(f), h)
+    };
     let mut notes = Vec::new();
     let memory_bound = named("memory-bound", &sized_points(&s.memory_bound), &mut notes)?;
     let launch_chain = named("launch chain", &sized_points(&s.launch_chain), &mut notes)?;
@@ -215,6 +269,9 @@ pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
         gemm_holdout_samples: holdout.len(),
         gemm_holdout_max_relative_error: holdout.iter().fold(0.0, |a: f64, b| a.max(*b)),
         gemm: g,
+        gemm_fp8,
+        gemm_fp8_holdout_samples: fp8_holdout.len(),
+        gemm_fp8_holdout_max_relative_error: fp8_holdout.iter().fold(0.0, |a: f64, b| a.max(*b)),
         memory_bound,
         host_to_device: named(
             "host-to-device",
@@ -245,7 +302,8 @@ fn kept(times_ns: &[u64]) -> crate::sample::Kept {
 #[cfg(feature = "cuda")]
 pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, CalibError> {
     use twin_runtime::backend::cuda::bench::{micro_sweep, Micro, SizedTimes};
-    use twin_runtime::backend::cuda::{dtype::GemmDtype, gemm_sweep_times};
+    use twin_runtime::backend::cuda::{dtype::GemmDtype, fp8_gemm_sweep_times, gemm_sweep_times};
+    use twin_sim::scenario::Fp8Recipe;
     let total = plan.total();
     let mut done = 0usize;
     let bench = |e: twin_runtime::RuntimeError| CalibError::Bench(e.to_string());
@@ -262,6 +320,28 @@ pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, 
                 n: g.n,
                 k: g.k,
                 batch: u64::from(g.count.max(1)),
+                origin: (*origin).to_string(),
+                holdout: *origin == "sweep" && i % 5 == 4,
+                kept_ns: k.kept,
+                dropped_ns: k.dropped,
+                warm_kept_ns: Vec::new(),
+                warm_dropped_ns: Vec::new(),
+            });
+        }
+        done += 1;
+    }
+    for (i, (g, origin)) in plan.fp8_gemms.iter().enumerate() {
+        progress.update("cuBLASLt FP8 GEMM", done, total);
+        let times =
+            fp8_gemm_sweep_times(std::slice::from_ref(g), Fp8Recipe::Tensorwise, plan.repeats)
+                .map_err(bench)?;
+        for t in times {
+            let k = kept(&t);
+            out.gemm_fp8.push(GemmSamples {
+                m: g.m,
+                n: g.n,
+                k: g.k,
+                batch: 1,
                 origin: (*origin).to_string(),
                 holdout: *origin == "sweep" && i % 5 == 4,
                 kept_ns: k.kept,
@@ -313,6 +393,21 @@ pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, 
     )?;
     progress.update("done", total, total);
     Ok(out)
+}
+
+/// Whether GPU 0 runs FP8 GEMMs (`Err`: why not, for the run's notes).
+#[cfg(feature = "cuda")]
+pub fn fp8_available() -> Result<(), String> {
+    match twin_runtime::backend::cuda::fp8_device(twin_sim::scenario::Fp8Recipe::Tensorwise) {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(why)) => Err(why),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn fp8_available() -> Result<(), String> {
+    Err("this twin was built without the `cuda` feature".into())
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -377,3 +377,143 @@ fn without_a_gpu_measuring_is_an_error_not_a_panic() {
         assert!(text.contains("`twin calibrate host`"), "{text}");
     }
 }
+
+const FP8_RATE: f64 = 1_500e12;
+const FP8_K_HALF: f64 = 400.0;
+const FP8_RAMP_NS: f64 = 11_000.0;
+
+/// [`synthetic`] with an FP8 column drawn from the FP8 constants (tile 128) over the plan's
+/// FP8 shapes.
+fn synthetic_fp8(seed: u64) -> (Plan, CudaSamples) {
+    let (plan, mut s) = synthetic(seed);
+    let plan = plan.with_fp8();
+    let mut rng = TestRng::new(seed.wrapping_add(100));
+    for (i, (g, origin)) in plan.fp8_gemms.iter().enumerate() {
+        let kf = g.k as f64;
+        let t = gemm::padded_flops(g.m, g.n, g.k, 128, 128) / (FP8_RATE * kf / (kf + FP8_K_HALF))
+            * 1e9
+            + FP8_RAMP_NS;
+        let k = noisy(&mut rng, t, 7);
+        s.gemm_fp8.push(GemmSamples {
+            m: g.m,
+            n: g.n,
+            k: g.k,
+            batch: 1,
+            origin: (*origin).to_string(),
+            holdout: *origin == "sweep" && i % 5 == 4,
+            kept_ns: k.kept,
+            dropped_ns: k.dropped,
+            warm_kept_ns: Vec::new(),
+            warm_dropped_ns: Vec::new(),
+        });
+    }
+    (plan, s)
+}
+
+/// The FP8 column takes the shapes cuBLASLt's FP8 kernels run (k a multiple of 16, n of 8, one
+/// product per call) and no others.
+#[test]
+fn the_fp8_column_takes_the_shapes_fp8_runs() {
+    assert!(fp8_shape(&Gemm::single(100, 1000, 64, 1)));
+    // n = 1004 is not a multiple of 8; k = 72 not of 16.
+    assert!(!fp8_shape(&Gemm::single(100, 1004, 64, 1)));
+    assert!(!fp8_shape(&Gemm::single(100, 1000, 72, 1)));
+    let (plan, _) = synthetic(8);
+    assert!(plan.fp8_gemms.is_empty());
+    let with = plan.clone().with_fp8();
+    // Every quick sweep shape aligns; of the two scenario calls the batched one is left out.
+    assert_eq!(with.fp8_gemms.len(), plan.gemms.len() - 1);
+    assert!(with.fp8_gemms.iter().all(|(g, _)| g.batch == 1));
+    assert_eq!(with.total(), plan.total() + with.fp8_gemms.len());
+}
+
+/// An FP8 column is fitted as its own curve and written as `[gemm.fp8]`: efficiency against
+/// the FP8 peak, which the loader reads back.
+#[test]
+fn the_fp8_column_is_written_as_its_own_curve() {
+    let (_, s) = synthetic_fp8(9);
+    let f = fit(&s).unwrap();
+    let f8 = f.gemm_fp8.as_ref().unwrap();
+    assert!(
+        (f8.rate_flops_per_s.value / FP8_RATE - 1.0).abs() < 0.03,
+        "{f8:?}"
+    );
+    assert!((f8.k_half.value / FP8_K_HALF - 1.0).abs() < 0.15, "{f8:?}");
+    assert!(
+        (f8.ramp_ns.value / FP8_RAMP_NS - 1.0).abs() < 0.15,
+        "{f8:?}"
+    );
+    assert!(f.gemm_fp8_holdout_samples > 0);
+    assert!(f.gemm_fp8_holdout_max_relative_error < 0.03);
+    // The bf16 curve is unchanged by the FP8 column.
+    assert!((f.gemm.rate_flops_per_s.value / RATE - 1.0).abs() < 0.03);
+    let base = bundled("h100-dgx.toml");
+    let (p, back) = written(
+        Request {
+            gpu_name: Some("h100-sxm-80gb".into()),
+            ..Request::default()
+        },
+        &s,
+    );
+    let c = back.gemm_fp8.as_ref().unwrap();
+    let rate = c.max_efficiency.value * base.peak_fp8_flops_per_s.value;
+    assert!(
+        (rate / f8.rate_flops_per_s.value - 1.0).abs() < 1e-5,
+        "{rate}"
+    );
+    let [lo, hi] = c.max_efficiency.ci95.unwrap();
+    assert!(lo < c.max_efficiency.value && c.max_efficiency.value < hi);
+    assert!(close(c.k_half.value, f8.k_half.value));
+    assert!(close(c.ramp_ns.value, f8.ramp_ns.value));
+    assert_eq!(c.tile_m.value, f8.tile_m as f64);
+    assert_eq!(back.peak_fp8_flops_per_s, base.peak_fp8_flops_per_s);
+    assert!(p.gemm_fp8.unwrap().max_efficiency.reference.contains("FP8"));
+    // The cost model prices an FP8 GEMM by this curve.
+    let scenario = twin_sim::testing::small_scenario(1, 1, 1, 1);
+    let cost = twin_sim::cost::Analytic::from_profile(&scenario, &back);
+    assert!(cost.gemm_fp8.is_some());
+}
+
+/// Without an FP8 column the profile keeps its base's `[gemm.fp8]`; older samples files (no
+/// `gemm_fp8` key) still read.
+#[test]
+fn without_fp8_samples_the_base_fp8_curve_stays() {
+    let (_, s) = synthetic(10);
+    let f = fit(&s).unwrap();
+    assert!(f.gemm_fp8.is_none());
+    let start = crate::gpu_base::start(Request {
+        gpu_name: Some("h100-sxm-80gb".into()),
+        ..Request::default()
+    })
+    .unwrap();
+    let p = crate::run::cuda_profile(&start, &f, &provenance());
+    assert_eq!(p.gemm_fp8, start.base.gemm_fp8);
+    let json = serde_json::to_string(&s).unwrap();
+    assert!(!json.contains("gemm_fp8"));
+    let back: CudaSamples = serde_json::from_str(&json).unwrap();
+    assert!(back.gemm_fp8.is_empty());
+}
+
+/// A GPU known only by its device: the fitted FP8 rate stands in for its FP8 peak, so the
+/// curve's efficiency is 1 and the profile loads.
+#[test]
+fn a_gpu_without_figures_takes_its_fp8_peak_from_the_fit() {
+    let (_, s) = synthetic_fp8(11);
+    let scenario = twin_sim::testing::small_scenario(1, 1, 1, 1);
+    let (_, back) = written(
+        Request {
+            gpu_name: Some("nvidia-lab".into()),
+            scenario: Some(ScenarioGpu {
+                origin: "s.toml".into(),
+                gpu: scenario.cluster.gpu.clone(),
+                links: twin_sim::cost::Analytic::new(&scenario).links,
+            }),
+            device: Some(h200_device()),
+            ..Request::default()
+        },
+        &s,
+    );
+    let c = back.gemm_fp8.as_ref().unwrap();
+    assert!(close(c.max_efficiency.value, 1.0));
+    assert!((back.peak_fp8_flops_per_s.value / FP8_RATE - 1.0).abs() < 0.03);
+}

@@ -316,6 +316,11 @@ pub fn calibrate_cuda(
 ) -> Result<CudaRun, CalibError> {
     crate::cuda::require_gpu()?;
     let plan = crate::cuda::Plan::new(opts.quick, &opts.scenario_calls);
+    let fp8 = crate::cuda::fp8_available();
+    let plan = match fp8 {
+        Ok(()) => plan.with_fp8(),
+        Err(_) => plan,
+    };
     let started = Instant::now();
     let samples = crate::cuda::measure(&plan, sink)?;
     let elapsed_s = started.elapsed().as_secs_f64();
@@ -323,7 +328,12 @@ pub fn calibrate_cuda(
     let mut prov = crate::provenance::here("cuda", mode, &opts.command, &opts.samples_file);
     prov.cuda_version = opts.cuda_version.clone();
     prov.nccl_version = opts.nccl_version.clone();
-    let fits = crate::cuda::fit(&samples)?;
+    let mut fits = crate::cuda::fit(&samples)?;
+    if let Err(why) = fp8 {
+        fits.notes.push(format!(
+            "no FP8 GEMM column ({why}): the profile keeps its base's [gemm.fp8], if any"
+        ));
+    }
     let profile = cuda_profile(start, &fits, &prov);
     let toml = write::profile_toml(
         &profile,
@@ -395,6 +405,9 @@ pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance)
     };
     p.gemm_tile_m = tile(g.tile_m, g.tile_m_ci95, "interval");
     p.gemm_tile_n = tile(g.tile_n, g.tile_n_ci95, "interval");
+    if let Some(f8) = &f.gemm_fp8 {
+        set_gemm_fp8(&mut p, start, f8, &run);
+    }
     p.gemm_ramp_per_product = false;
     p.launch_per_op = false;
     p.launch_ns = fitted(
@@ -411,6 +424,52 @@ pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance)
         holdout_max_relative_error: f.gemm_holdout_max_relative_error,
     });
     p
+}
+
+/// `[gemm.fp8]` from the FP8 fit: the curve's efficiency is the fitted sustained rate over the
+/// profile's FP8 peak (with its interval), or, for a GPU with no datasheet figure whose
+/// section is replaced, the fitted rate is the FP8 peak.
+fn set_gemm_fp8(p: &mut Profile, start: &Start, f8: &crate::fit::gemm::GemmFit, run: &str) {
+    let what = "cuBLASLt FP8 GEMM curve (e4m3, tensorwise scales, forward fast accumulation)";
+    let rate = f8.rate_flops_per_s.clamp(f64::MIN_POSITIVE, f64::MAX);
+    if start.replace_gpu && start.figures.is_none() {
+        p.peak_fp8_flops_per_s = Param {
+            value: rate.value,
+            source: Source::Fitted,
+            reference: format!(
+                "no datasheet figure is known for '{}': the fitted sustained FP8 rate; {run}",
+                start.gpu
+            ),
+            ci95: None,
+        };
+    }
+    let peak = p.peak_fp8_flops_per_s.value;
+    let fitted = |e: Estimate, detail: &str| e.fitted_param(format!("{what}{detail}; {run}"));
+    let tile = |v: u64, ci: [u64; 2]| Param {
+        value: v as f64,
+        source: Source::Fitted,
+        reference: format!(
+            "{what}, grid over tiles (interval: tiles an F-test does not reject); {run}"
+        ),
+        ci95: Some([ci[0] as f64, ci[1] as f64]),
+    };
+    p.gemm_fp8 = Some(twin_sim::profile::GemmParams {
+        max_efficiency: Param {
+            value: rate.value / peak,
+            source: Source::Fitted,
+            reference: format!(
+                "{:.0} TFLOP/s sustained of the {:.0} TFLOP/s FP8 peak; {what}; {run}",
+                rate.value / 1e12,
+                peak / 1e12
+            ),
+            ci95: (rate.ci95[0].is_finite() && rate.ci95[1].is_finite())
+                .then(|| [rate.ci95[0] / peak, rate.ci95[1] / peak]),
+        },
+        k_half: fitted(f8.k_half.clamp(0.0, f64::MAX), ""),
+        tile_m: tile(f8.tile_m, f8.tile_m_ci95),
+        tile_n: tile(f8.tile_n, f8.tile_n_ci95),
+        ramp_ns: fitted(f8.ramp_ns.clamp(0.0, f64::MAX), ": fixed time per call"),
+    });
 }
 
 /// Replaces `p`'s GPU section with the GPU `start` asks for: its figures (or, with none known,

@@ -6,9 +6,11 @@
 
 use twin_runtime::backend::cuda::discover::{CudaLib, Discovery, SearchEnv};
 use twin_runtime::backend::cuda::{
-    doctor, dtype::GemmDtype, gemm_sweep, run_single_gpu, CudaBackend, CudaOptions, Item,
+    doctor, dtype::GemmDtype, fp8_device, fp8_gemm_sweep_times, gemm_sweep, run_single_gpu,
+    CudaBackend, CudaOptions, Item,
 };
 use twin_runtime::RuntimeError;
+use twin_sim::scenario::Fp8Recipe;
 
 fn driver_present() -> bool {
     Discovery::run(&SearchEnv::from_process())
@@ -33,6 +35,8 @@ fn without_a_driver_entry_points_say_what_is_missing() {
             .expect("no driver, so no backend"),
     );
     check(gemm_sweep(&[], GemmDtype::Bf16, 1).unwrap_err());
+    check(fp8_gemm_sweep_times(&[], Fp8Recipe::Tensorwise, 1).unwrap_err());
+    check(fp8_device(Fp8Recipe::Delayed).unwrap_err());
     let (s, plan, sched) = twin_runtime::probe::llama_probe(1, 1, false).unwrap();
     check(run_single_gpu(&s, &plan, &sched, 1).unwrap_err());
     let report = doctor();

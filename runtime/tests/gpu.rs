@@ -156,3 +156,55 @@ fn multi_gpu_scenarios_are_refused_before_device_work() {
         .to_string();
     assert!(e.contains("not a single-GPU scenario"), "{e}");
 }
+
+/// FP8 through cuBLASLt on a GPU that has it (compute capability 8.9+): a large GEMM runs
+/// faster than bf16, below twice the bf16 rate's ceiling of 5 PFLOP/s.
+#[test]
+fn fp8_gemms_run_through_cublaslt_where_the_gpu_has_fp8() {
+    if !enabled() {
+        return;
+    }
+    use twin_runtime::backend::cuda::{fp8_device, fp8_gemm_sweep_times};
+    use twin_sim::scenario::Fp8Recipe;
+    if let Err(why) = fp8_device(Fp8Recipe::Tensorwise).unwrap() {
+        eprintln!("note: FP8 GEMM test skipped: {why}");
+        return;
+    }
+    let g = Gemm::single(8192, 8192, 8192, 1);
+    let bf16 = gemm_sweep(&[g], GemmDtype::Bf16, 10).unwrap()[0].achieved_flops_per_s;
+    let mut times = fp8_gemm_sweep_times(&[g], Fp8Recipe::Tensorwise, 10).unwrap();
+    let t = &mut times[0];
+    t.sort_unstable();
+    let fp8 = g.flops() as f64 / (t[t.len() / 2] as f64 * 1e-9);
+    println!(
+        "8192^3: bf16 {:.0}, fp8 {:.0} TFLOP/s",
+        bf16 / 1e12,
+        fp8 / 1e12
+    );
+    assert!(fp8 > bf16 && fp8 < 1e16, "{fp8} vs {bf16}");
+}
+
+/// The FP8 scenario runs its linears in FP8 on an FP8 GPU: no bf16 fallback note.
+#[test]
+fn the_fp8_scenario_runs_without_a_bf16_fallback() {
+    if !enabled() {
+        return;
+    }
+    use twin_runtime::backend::cuda::fp8_device;
+    use twin_sim::scenario::Fp8Recipe;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/gpu/llama3-8b-1gpu-fp8.toml");
+    let mut sets = vec!["model.layers=2".to_string()];
+    if let Some(gpu) = std::env::var_os("TWIN_GPU_PRESET") {
+        sets.push(format!("cluster.gpu={}", gpu.to_string_lossy()));
+    }
+    let s = twin_sim::setup::load(&path, &sets).unwrap();
+    let p = predict_with_trace(&s);
+    let r = run_scenario_single_gpu(&predicted(&p), 2, CudaOptions::default()).unwrap();
+    let notes = &r.run.device_memory.notes;
+    println!("{notes:#?}");
+    match fp8_device(Fp8Recipe::Delayed).unwrap() {
+        Ok(_) => assert!(notes.iter().all(|n| !n.contains("bf16")), "{notes:#?}"),
+        Err(why) => assert!(notes.iter().any(|n| n.contains(&why)), "{notes:#?}"),
+    }
+}

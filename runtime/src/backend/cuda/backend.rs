@@ -6,8 +6,10 @@ use super::comm::{comm_specs, used_group_kinds, CommSpec, LocalRendezvous, Rende
 use super::device::{
     run_gemm, run_memory_bound, BlasHandle, DeviceBuffer, GemmOperands, HostBuffer,
 };
-use super::dtype::{gemm_dtype, nccl_elements};
+use super::dtype::nccl_elements;
+use super::fp8::{lt_workspace_bytes, plan_op, Exec, Fp8Device};
 use super::libs::{self, cu, guard, Libraries};
+use super::lt::{Fp8Operands, Fp8Outcome, LtHandle};
 use super::nccl::{self, Buffers, Comm, UniqueId};
 use super::pool::Pool;
 
@@ -19,6 +21,7 @@ use cudarc::driver::{result as drv, sys as drv_sys, CudaContext, CudaEvent, Cuda
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use twin_sim::plan::{GroupKind, Plan, RankId};
+use twin_sim::scenario::Fp8Recipe;
 use twin_sim::schedule::{CollectiveKind, Device, MemCategory, Op, OpKind, Program, Stream};
 
 #[derive(Clone, Debug)]
@@ -37,6 +40,9 @@ pub struct CudaOptions {
     /// steps, filled from the seed, for checkpoints to copy (see `state`). When false they are
     /// step allocations like any other.
     pub keep_state: bool,
+    /// How FP8 GEMMs are scaled (the scenario's `training.fp8_recipe`): their cuBLASLt scale
+    /// modes and how their operands are cast (`fp8`).
+    pub fp8_recipe: Fp8Recipe,
 }
 
 impl Default for CudaOptions {
@@ -47,6 +53,7 @@ impl Default for CudaOptions {
             seed: 1,
             keep_pool_between_steps: true,
             keep_state: false,
+            fp8_recipe: Fp8Recipe::Delayed,
         }
     }
 }
@@ -56,6 +63,9 @@ impl Default for CudaOptions {
 struct StreamWork {
     blas: Option<BlasHandle>,
     gemm: Option<GemmOperands>,
+    /// cuBLASLt and the FP8 operands, for streams with FP8 GEMMs on an FP8 GPU.
+    lt: Option<LtHandle>,
+    fp8: Option<Fp8Operands>,
     scratch: Option<DeviceBuffer>,
     comm_send: Option<DeviceBuffer>,
     comm_recv: Option<DeviceBuffer>,
@@ -76,6 +86,8 @@ enum LiveAlloc {
 /// Executes one rank's program on one GPU.
 pub struct CudaBackend {
     options: CudaOptions,
+    /// The GPU's FP8 GEMMs, or why they run in bf16 (no FP8 tensor cores, no cuBLASLt).
+    fp8_device: Result<Fp8Device, String>,
     // Field order is drop order: everything that needs the context goes before it.
     comms: BTreeMap<GroupKind, (CommSpec, Comm)>,
     work: Vec<StreamWork>,
@@ -153,6 +165,14 @@ impl CudaBackend {
                 stream_of(&streams, Stream::Compute)?.cu_stream(),
             )?);
         }
+        let fp8_device = match (&libs.cublas_lt, ctx.compute_capability()) {
+            (Err(why), _) => Err(why.clone()),
+            (Ok(()), Ok((major, minor))) => Fp8Device::check(
+                (major.max(0) as u32, minor.max(0) as u32),
+                options.fp8_recipe,
+            ),
+            (Ok(()), Err(e)) => Err(format!("the compute capability could not be read: {e}")),
+        };
         let dev = drv::device::get(options.device as i32).map_err(|e| cu("cuDeviceGet", e))?;
         let pool = Pool::open(dev, options.keep_pool_between_steps)?;
         let (free, total) = ctx.mem_get_info().map_err(|e| cu("cuMemGetInfo", e))?;
@@ -176,6 +196,7 @@ impl CudaBackend {
         }
         Ok(CudaBackend {
             options,
+            fp8_device,
             comms: BTreeMap::new(),
             work,
             allocs: BTreeMap::new(),
@@ -304,21 +325,39 @@ impl CudaBackend {
             .ok_or_else(|| RuntimeError::Unsupported(format!("stream {}", op.stream.name())))?;
         match &op.kind {
             OpKind::Compute(c) => {
-                let choice = gemm_dtype(c.dtype, self.options.allow_tf32);
-                if c.executed_gemms().next().is_some() {
+                let plan = plan_op(
+                    c,
+                    self.fp8_device.as_ref().map_err(String::as_str),
+                    self.options.allow_tf32,
+                );
+                let mut notes = plan.notes;
+                let w = self.work.get_mut(op.stream.index()).ok_or_else(|| {
+                    RuntimeError::Unsupported(format!("stream {}", op.stream.name()))
+                })?;
+                if !plan.gemms.is_empty() {
                     let (Some(h), Some(ops)) = (&w.blas, &w.gemm) else {
                         return Err(RuntimeError::Unsupported(
                             "GEMM without a prepared workspace".into(),
                         ));
                     };
-                    for g in c.executed_gemms() {
-                        // A GEMM of its own precision runs in it (FP8 training's bf16
-                        // attention core and output layer).
-                        let dtype = match g.dtype {
-                            Some(d) => gemm_dtype(d, self.options.allow_tf32).dtype,
-                            None => choice.dtype,
-                        };
-                        run_gemm(h, ops, &g, dtype)?;
+                    for p in &plan.gemms {
+                        match p.exec {
+                            Exec::Blas(dtype) => run_gemm(h, ops, &p.gemm, dtype)?,
+                            Exec::Fp8(f) => {
+                                let (Some(lt), Some(f8)) = (w.lt.as_mut(), w.fp8.as_ref()) else {
+                                    return Err(RuntimeError::Unsupported(
+                                        "FP8 GEMM without a prepared cuBLASLt workspace".into(),
+                                    ));
+                                };
+                                match lt.run(f8, &ops.c, &f, cu_stream)? {
+                                    Fp8Outcome::Ran(note) => notes.extend(note),
+                                    Fp8Outcome::Unsupported(note) => {
+                                        notes.push(note);
+                                        run_gemm(h, ops, &p.gemm, super::dtype::GemmDtype::Bf16)?;
+                                    }
+                                }
+                            }
+                        }
                     }
                 }
                 if c.memory_bytes > 0 {
@@ -326,7 +365,8 @@ impl CudaBackend {
                         .scratch
                         .as_ref()
                         .ok_or_else(|| RuntimeError::Unsupported("no scratch".into()))?;
-                    // The op's kernels that are not GEMM calls are its elementwise launches.
+                    // The op's kernels that are not GEMM calls are its elementwise launches
+                    // (under FP8, its casts and amax reductions, whose bytes the op carries).
                     let gemm_calls = c
                         .executed_gemms()
                         .fold(0u32, |a, g| a.saturating_add(g.calls()));
@@ -337,7 +377,7 @@ impl CudaBackend {
                         cu_stream,
                     )?;
                 }
-                if let Some(n) = choice.fallback_note {
+                for n in notes {
                     self.note(n);
                 }
             }

@@ -61,36 +61,18 @@ impl Drop for DeviceBuffer {
 const FILL_MIN_MAGNITUDE: f32 = 1.0 / 16384.0;
 const FILL_MAX_MAGNITUDE: f32 = 3.99;
 
-/// bf16 words of standard normal values (Box-Muller over splitmix64), their magnitudes held
+/// bf16 words of standard normal values (`fp8::standard_normals`), their magnitudes held
 /// in [2^-14, 3.99]: what a training run's weights and activations look like, where a GEMM's
 /// rate depends on its data (an H200 ran bf16 GEMMs at 876 TFLOP/s on values of one exponent
 /// and 695 on normal ones; data/microbench/README.md). Read as fp16 every word is a normal
 /// number of magnitude 2^-14..4, and read in pairs as fp32 about the same value as its upper
 /// word: finite in every float dtype.
 pub fn fill_pattern(bytes: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
-    let mut next = move || {
-        // splitmix64
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
-    let mut out = Vec::with_capacity(bytes + 8);
-    while out.len() < bytes {
-        // Two uniforms in (0, 1] and [0, 1), 32 bits each, give two normals.
-        let z = next();
-        let u1 = ((z >> 32) as f64 + 1.0) / 4_294_967_296.0;
-        let u2 = (z & 0xFFFF_FFFF) as f64 / 4_294_967_296.0;
-        let r = (-2.0 * u1.ln()).sqrt();
-        let angle = std::f64::consts::TAU * u2;
-        for v in [r * angle.cos(), r * angle.sin()] {
-            let v = v as f32;
-            let magnitude = v.abs().clamp(FILL_MIN_MAGNITUDE, FILL_MAX_MAGNITUDE);
-            let word = (magnitude.copysign(v).to_bits() >> 16) as u16;
-            out.extend_from_slice(&word.to_le_bytes());
-        }
+    let mut out = Vec::with_capacity(bytes + 2);
+    for v in super::fp8::standard_normals(bytes.div_ceil(2), seed) {
+        let magnitude = v.abs().clamp(FILL_MIN_MAGNITUDE, FILL_MAX_MAGNITUDE);
+        let word = (magnitude.copysign(v).to_bits() >> 16) as u16;
+        out.extend_from_slice(&word.to_le_bytes());
     }
     out.truncate(bytes);
     out

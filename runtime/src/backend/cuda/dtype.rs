@@ -1,6 +1,7 @@
 //! Maps the schedule's precisions to what cuBLAS and NCCL run. bf16/fp16 accumulate in fp32;
-//! fp32 runs as true fp32 or, when chosen, TF32 tensor cores; fp8 GEMMs need scaled cuBLASLt
-//! calls that twin does not issue yet, so fp8 falls back to bf16 and says so.
+//! fp32 runs as true fp32 or, when chosen, TF32 tensor cores. FP8 GEMMs run through cuBLASLt
+//! where the GPU has FP8 tensor cores (`fp8`); here fp8 maps to bf16, the dtype of its
+//! cuBLAS fallback and of its operand buffers' sizing.
 
 use serde::Serialize;
 use twin_sim::scenario::{PeakFlops, Precision};
@@ -57,7 +58,7 @@ pub fn gemm_dtype(p: Precision, allow_tf32: bool) -> DtypeChoice {
         Precision::Bf16 => (GemmDtype::Bf16, None),
         Precision::Fp8 => (
             GemmDtype::Bf16,
-            Some("fp8 GEMMs run as bf16 (scaled fp8 cuBLASLt calls are not issued yet); times are bf16 times".to_string()),
+            Some("fp8 GEMMs run as bf16 outside cuBLASLt; times are bf16 times".to_string()),
         ),
     };
     DtypeChoice {

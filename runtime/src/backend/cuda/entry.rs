@@ -1,19 +1,21 @@
 //! Library entry points for the CLI and calibration: a cuBLAS GEMM sweep (achieved TFLOP/s
-//! per shape), a single-GPU run of a schedule for several steps, and the same for a
+//! per shape) and its FP8 counterpart through cuBLASLt, a single-GPU run of a schedule for several steps, and the same for a
 //! single-GPU scenario's generated schedule, set beside the simulator's prediction (which the
 //! caller makes).
 
 use super::backend::{CudaBackend, CudaOptions};
 use super::device::{operand_bytes, run_gemm, BlasHandle, DeviceBuffer, GemmOperands};
 use super::dtype::GemmDtype;
+use super::fp8::{lt_workspace_bytes, plan_fp8_gemm, Fp8Device, Role};
 use super::libs::{self, cu, guard};
+use super::lt::{Fp8Operands, Fp8Outcome, LtHandle};
 use super::single::{check_single_gpu, compare, Comparison, Predicted};
 use crate::error::RuntimeError;
 use crate::exec::{run_step, RankRun};
 use cudarc::driver::{sys as drv_sys, CudaContext};
 use serde::Serialize;
 use twin_sim::plan::Plan;
-use twin_sim::scenario::Scenario;
+use twin_sim::scenario::{Fp8Recipe, Scenario};
 use twin_sim::schedule::{Gemm, Schedule};
 
 /// Measured time of one GEMM shape.
@@ -98,6 +100,74 @@ pub fn gemm_sweep_times(
     })
 }
 
+/// GPU 0's FP8 GEMMs: the compute capability and recipe they run under, or why the GPU (or
+/// the libraries found) cannot run them.
+pub fn fp8_device(recipe: Fp8Recipe) -> Result<Result<Fp8Device, String>, RuntimeError> {
+    let libs = libs::load()?;
+    guard("fp8_device", || {
+        if let Err(why) = &libs.cublas_lt {
+            return Ok(Err(why.clone()));
+        }
+        let ctx = CudaContext::new(0).map_err(|e| cu("cuDevicePrimaryCtxRetain", e))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| cu("cuDeviceGetAttribute", e))?;
+        Ok(Fp8Device::check(
+            (major.max(0) as u32, minor.max(0) as u32),
+            recipe,
+        ))
+    })
+}
+
+/// As [`gemm_sweep_times`] for FP8: each shape as the forward GEMM of a linear layer through
+/// cuBLASLt (`fp8::plan_fp8_gemm`), operands cast as `recipe` casts them. A shape FP8 cannot
+/// run, or a GPU without FP8, is an error naming it.
+pub fn fp8_gemm_sweep_times(
+    shapes: &[Gemm],
+    recipe: Fp8Recipe,
+    reps: u32,
+) -> Result<Vec<Vec<u64>>, RuntimeError> {
+    let device = fp8_device(recipe)?.map_err(RuntimeError::Unsupported)?;
+    guard("fp8_gemm_sweep", || {
+        let ctx = CudaContext::new(0).map_err(|e| cu("cuDevicePrimaryCtxRetain", e))?;
+        let stream = ctx.new_stream().map_err(|e| cu("cuStreamCreate", e))?;
+        let mut lt = LtHandle::new(lt_workspace_bytes(device.compute_capability))?;
+        let timing = Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = ctx.new_event(timing).map_err(|e| cu("cuEventCreate", e))?;
+        let end = ctx.new_event(timing).map_err(|e| cu("cuEventCreate", e))?;
+        let reps = reps.max(1);
+        let mut out = Vec::with_capacity(shapes.len());
+        for g in shapes {
+            let (plan, _) =
+                plan_fp8_gemm(g, Role::Forward, &device).map_err(RuntimeError::Unsupported)?;
+            let [a, b] = plan.operand_bytes();
+            let scales = plan.scale_bytes().into_iter().max().unwrap_or(4);
+            let ops = Fp8Operands::new([a, b, scales], recipe, 1)?;
+            let c = DeviceBuffer::new(plan.m * plan.n * 2)?;
+            let s = stream.cu_stream();
+            let mut issue = || match lt.run(&ops, &c, &plan, s)? {
+                Fp8Outcome::Ran(_) => Ok(()),
+                Fp8Outcome::Unsupported(why) => Err(RuntimeError::Unsupported(why)),
+            };
+            for _ in 0..3 {
+                issue()?;
+            }
+            let mut times: Vec<u64> = Vec::with_capacity(reps as usize);
+            for _ in 0..reps {
+                start.record(&stream).map_err(|e| cu("cuEventRecord", e))?;
+                issue()?;
+                end.record(&stream).map_err(|e| cu("cuEventRecord", e))?;
+                let ms = start
+                    .elapsed_ms(&end)
+                    .map_err(|e| cu("cuEventElapsedTime", e))?;
+                times.push((f64::from(ms) * 1e6).round().max(1.0) as u64);
+            }
+            out.push(times);
+        }
+        Ok(out)
+    })
+}
+
 /// Run a single-rank schedule on GPU 0 for `steps` steps (the first warms up cuBLAS, the
 /// allocator and NCCL). Returns the last step, with every step's time in `step_times_ns`.
 pub fn run_single_gpu(
@@ -109,7 +179,8 @@ pub fn run_single_gpu(
     run_single_gpu_with(scenario, plan, schedule, steps, CudaOptions::default())
 }
 
-/// As [`run_single_gpu`], with backend options (the fill seed comes from the scenario).
+/// As [`run_single_gpu`], with backend options (the fill seed and the FP8 recipe come from
+/// the scenario).
 pub fn run_single_gpu_with(
     scenario: &Scenario,
     plan: &Plan,
@@ -127,6 +198,7 @@ pub fn run_single_gpu_with(
     }
     let options = CudaOptions {
         seed: scenario.run.seed,
+        fp8_recipe: scenario.training.fp8_recipe,
         ..options
     };
     let mut backend = CudaBackend::new(options)?;

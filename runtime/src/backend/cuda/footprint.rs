@@ -5,6 +5,7 @@
 //! GPU's usable bytes. Nothing here touches a device, so it compiles and is tested everywhere.
 
 use super::dtype::{gemm_dtype, GemmDtype};
+use super::fp8::{fp8_workspace, lt_workspace_bytes};
 use twin_sim::scenario::Scenario;
 use twin_sim::schedule::{CollectiveKind, Gemm, OpKind, Program, Schedule, Stream};
 
@@ -47,11 +48,25 @@ pub struct StreamWorkspace {
     pub comm_send: u64,
     /// All-to-all receive buffer.
     pub comm_recv: u64,
+    /// FP8 GEMM operands (`fp8::fp8_workspace`): A (e4m3), B (e4m3, and again as e5m2 for
+    /// gradients) and each operand's scales (fp32, and E8M0 for MXFP8), counted whether or not
+    /// the GPU turns out to run FP8 (an upper bound).
+    pub fp8: [u64; 3],
+    /// cuBLASLt's workspace, when the stream has FP8 GEMMs.
+    pub lt_workspace: u64,
 }
 
 impl StreamWorkspace {
     pub fn total_bytes(&self) -> u64 {
-        self.gemm.iter().sum::<u64>() + self.scratch + self.comm_send + self.comm_recv
+        let [a, b, scales] = self.fp8;
+        self.gemm.iter().sum::<u64>()
+            + self.scratch
+            + self.comm_send
+            + self.comm_recv
+            + a
+            + 2 * b
+            + 6 * scales
+            + self.lt_workspace
     }
 }
 
@@ -69,6 +84,13 @@ pub fn workspaces(program: &Program, allow_tf32: bool) -> [StreamWorkspace; Stre
                     for (have, n) in s.gemm.iter_mut().zip(operand_bytes(&g, dtype)) {
                         *have = (*have).max(n);
                     }
+                }
+                let fp8 = fp8_workspace(c);
+                if fp8[0] > 0 {
+                    for (have, n) in s.fp8.iter_mut().zip(fp8) {
+                        *have = (*have).max(n);
+                    }
+                    s.lt_workspace = lt_workspace_bytes((9, 0));
                 }
                 s.scratch = s.scratch.max(
                     c.memory_bytes

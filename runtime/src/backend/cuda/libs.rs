@@ -14,6 +14,9 @@ use std::sync::OnceLock;
 /// The libraries the backend runs on, kept loaded for the life of the process.
 pub struct Libraries {
     pub discovery: Discovery,
+    /// cuBLASLt, which FP8 GEMMs need: `Err` says why it cannot be used (FP8 GEMMs then run
+    /// in bf16 with that note).
+    pub cublas_lt: Result<(), String>,
     _handles: Vec<Library>,
 }
 
@@ -60,8 +63,21 @@ pub fn load() -> Result<&'static Libraries, RuntimeError> {
             reason: "loaded, but not under a name cudarc looks for (expected soname libcublas.so.13 or .12)".into(),
         });
     }
+    // SAFETY: only tries to open candidate names.
+    let cublas_lt = if unsafe { cudarc::cublaslt::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(match &cublas_lt {
+            Some(p) => format!(
+                "cuBLASLt at {} is loaded but not under a name cudarc looks for (libcublasLt.so.13 or .12)",
+                p.display()
+            ),
+            None => "no cuBLASLt library was found beside cuBLAS".to_string(),
+        })
+    };
     let libs = Libraries {
         discovery,
+        cublas_lt,
         _handles: handles,
     };
     Ok(LOADED.get_or_init(|| libs))

@@ -40,6 +40,30 @@ impl CudaBackend {
                     w.gemm = Some(ops);
                 }
             }
+            if n.fp8[0] > 0 {
+                if let Ok(d) = &self.fp8_device {
+                    if w.lt.is_none() {
+                        w.lt = Some(LtHandle::new(lt_workspace_bytes(d.compute_capability))?);
+                    }
+                    let [a, b, scales] = n.fp8;
+                    let fits = w.fp8.as_ref().is_some_and(|f| {
+                        f.a.data.bytes >= a && f.b.data.bytes >= b && f.a.scales.bytes >= scales
+                    });
+                    if !fits {
+                        w.fp8 = None;
+                        w.fp8 = Some(Fp8Operands::new(n.fp8, d.recipe, seed)?);
+                    }
+                    let note = format!(
+                        "FP8 GEMMs run through cuBLASLt on compute capability {}.{} with fp8_recipe = \"{}\" (docs/runtime.md, \"FP8 GEMMs\"); their casts and amax reductions run as copies of the bytes the ops carry",
+                        d.compute_capability.0,
+                        d.compute_capability.1,
+                        d.recipe.as_str()
+                    );
+                    if !self.memory.notes.contains(&note) {
+                        self.memory.notes.push(note);
+                    }
+                }
+            }
             grow(&mut w.scratch, n.scratch)?;
             grow(&mut w.comm_send, n.comm_send)?;
             grow(&mut w.comm_recv, n.comm_recv)?;
@@ -53,7 +77,9 @@ impl CudaBackend {
                     .as_ref()
                     .map_or(0, |g| g.a.bytes + g.b.bytes + g.c.bytes);
                 let sz = |b: &Option<DeviceBuffer>| b.as_ref().map_or(0, |b| b.bytes);
-                g + sz(&w.scratch) + sz(&w.comm_send) + sz(&w.comm_recv)
+                let fp8 = w.fp8.as_ref().map_or(0, Fp8Operands::bytes)
+                    + w.lt.as_ref().map_or(0, LtHandle::workspace_bytes);
+                g + sz(&w.scratch) + sz(&w.comm_send) + sz(&w.comm_recv) + fp8
             })
             .sum();
         Ok(())
