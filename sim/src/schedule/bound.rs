@@ -39,8 +39,10 @@ use super::{ComputeOp, Phase, ScheduleError, Sizes};
 use crate::plan::Plan;
 use crate::scenario::Scenario;
 use crate::workload::routing::LoadClasses;
-use crate::workload::CommCall;
+use crate::workload::{ChunkWork, CommCall};
 use std::collections::BTreeSet;
+use std::collections::HashMap;
+use std::rc::Rc;
 
 /// Whether the finalising backward of each chunk is cut into gradient buckets with
 /// overlapped reduction (as [`super::generate_each`] decides it).
@@ -66,6 +68,14 @@ pub struct Bounds {
     pub memory_bytes: u64,
 }
 
+/// The compute prices of segments' work, by the work's address (each entry holds the work
+/// alive, so no other work takes its address). Valid for one compute price function: a
+/// caller keeps one per cost model.
+#[derive(Default)]
+pub struct PriceMemo {
+    prices: HashMap<*const ChunkWork, (Rc<ChunkWork>, PassPrices)>,
+}
+
 /// What the bound prices ops with.
 pub struct Prices<'a> {
     /// A compute op's time.
@@ -82,6 +92,7 @@ pub fn step_lower_bounds(
     sizes: &dyn Sizes,
     step: u64,
     price: &Prices<'_>,
+    memo: &mut PriceMemo,
 ) -> Result<Bounds, ScheduleError> {
     let (pp, vpp, m) = (plan.pp(), plan.vpp(), plan.microbatches);
     let policy = DpPolicy::new(scenario, plan, step)?;
@@ -105,13 +116,29 @@ pub fn step_lower_bounds(
         let mut fill = 0u64;
         let mut drain = 0u64;
         for (stage, order) in orders.iter().enumerate() {
-            let pass_prices = |segs: &[Seg]| {
-                PassPrices::new(segs, price.compute, &|seg, phase| {
-                    let comms = chained_comms(scenario, plan, seg, phase).unwrap_or_default();
-                    comms
-                        .iter()
-                        .map(|c| (price.collective)(stage as u32, c))
-                        .fold(0, u64::saturating_add)
+            // Segments share their work (`Rc`) between stages and chunks: each is priced
+            // once, its collectives once per stage (they run in the stage's groups).
+            let mut comms_memo: HashMap<*const ChunkWork, PassPrices> = HashMap::new();
+            let mut pass_prices = |segs: &[Seg]| {
+                segs.iter().fold(PassPrices::default(), |acc, seg| {
+                    let key = Rc::as_ptr(&seg.work);
+                    let compute = memo
+                        .prices
+                        .entry(key)
+                        .or_insert_with(|| {
+                            let p = PassPrices::compute(&seg.work, price.compute);
+                            (Rc::clone(&seg.work), p)
+                        })
+                        .1;
+                    let comms = *comms_memo.entry(key).or_insert_with(|| {
+                        PassPrices::comms(seg, &|seg, phase| {
+                            chained_comms(scenario, plan, seg, phase)
+                                .iter()
+                                .map(|c| (price.collective)(stage as u32, c))
+                                .fold(0, u64::saturating_add)
+                        })
+                    });
+                    acc.plus(compute).plus(comms)
                 })
             };
             let mine: Vec<ChunkPrices> = chunks
@@ -119,7 +146,7 @@ pub fn step_lower_bounds(
                 .map(Vec::as_slice)
                 .unwrap_or_default()
                 .iter()
-                .map(|c| ChunkPrices::new(c, &pass_prices))
+                .map(|c| ChunkPrices::new(c, &mut pass_prices))
                 .collect();
             let slots = slot_costs(&mine, order, buckets);
             let state = sizes.state_bytes(stage as u32);
@@ -310,32 +337,48 @@ struct PassPrices {
 }
 
 impl PassPrices {
-    fn new(
-        segs: &[Seg],
-        price: &dyn Fn(&ComputeOp) -> u64,
-        comms: &dyn Fn(&Seg, Phase) -> u64,
-    ) -> PassPrices {
-        let mut p = PassPrices::default();
-        for s in segs {
-            let w = &s.work;
-            let add = |total: &mut u64, op: &ComputeOp| *total = total.saturating_add(price(op));
-            let chained = |total: &mut u64, phase| *total = total.saturating_add(comms(s, phase));
-            add(&mut p.forward, &w.forward.compute);
-            add(&mut p.backward, &w.backward.compute);
-            add(&mut p.backward_input, &w.backward_input.compute);
-            add(&mut p.backward_weight, &w.backward_weight);
-            chained(&mut p.forward_comms, Phase::Forward);
-            chained(&mut p.backward_comms, Phase::Backward);
-            chained(&mut p.backward_input_comms, Phase::BackwardInput);
-            if let Some(r) = &w.recompute {
-                add(&mut p.recompute, &r.compute);
-                chained(&mut p.recompute_comms, Phase::Recompute);
-            }
-            if let Some(a) = &w.grad_accumulate {
-                add(&mut p.accumulate, a);
-            }
+    /// One segment's compute ops priced.
+    fn compute(w: &ChunkWork, price: &dyn Fn(&ComputeOp) -> u64) -> PassPrices {
+        PassPrices {
+            forward: price(&w.forward.compute),
+            backward: price(&w.backward.compute),
+            backward_input: price(&w.backward_input.compute),
+            backward_weight: price(&w.backward_weight),
+            recompute: w.recompute.as_ref().map_or(0, |r| price(&r.compute)),
+            accumulate: w.grad_accumulate.as_ref().map_or(0, price),
+            ..PassPrices::default()
         }
-        p
+    }
+
+    /// One segment's chained collectives priced.
+    fn comms(seg: &Seg, comms: &dyn Fn(&Seg, Phase) -> u64) -> PassPrices {
+        PassPrices {
+            forward_comms: comms(seg, Phase::Forward),
+            backward_comms: comms(seg, Phase::Backward),
+            backward_input_comms: comms(seg, Phase::BackwardInput),
+            recompute_comms: if seg.work.recompute.is_some() {
+                comms(seg, Phase::Recompute)
+            } else {
+                0
+            },
+            ..PassPrices::default()
+        }
+    }
+
+    fn plus(self, o: PassPrices) -> PassPrices {
+        let add = u64::saturating_add;
+        PassPrices {
+            forward: add(self.forward, o.forward),
+            backward: add(self.backward, o.backward),
+            backward_input: add(self.backward_input, o.backward_input),
+            backward_weight: add(self.backward_weight, o.backward_weight),
+            recompute: add(self.recompute, o.recompute),
+            accumulate: add(self.accumulate, o.accumulate),
+            forward_comms: add(self.forward_comms, o.forward_comms),
+            backward_comms: add(self.backward_comms, o.backward_comms),
+            backward_input_comms: add(self.backward_input_comms, o.backward_input_comms),
+            recompute_comms: add(self.recompute_comms, o.recompute_comms),
+        }
     }
 }
 
@@ -346,7 +389,7 @@ struct ChunkPrices {
 }
 
 impl ChunkPrices {
-    fn new(c: &ChunkPlan, prices: &dyn Fn(&[Seg]) -> PassPrices) -> ChunkPrices {
+    fn new(c: &ChunkPlan, prices: &mut dyn FnMut(&[Seg]) -> PassPrices) -> ChunkPrices {
         ChunkPrices {
             segs: prices(&c.segs),
             final_segs: c.final_segs.as_deref().map(prices),

@@ -21,7 +21,7 @@ pub mod pipeline;
 mod sizes;
 
 pub use crate::ir::*;
-pub use bound::{step_lower_bounds, Bounds, Prices};
+pub use bound::{step_lower_bounds, Bounds, PriceMemo, Prices};
 pub use builder::{recycle, recycle_program};
 pub use estimate::{estimate, WorkEstimate, OPS_PER_PROGRAM, OPS_PER_STEP};
 pub use sizes::{Sizes, UniformSizes, WorkloadSizes};

@@ -109,8 +109,7 @@ fn bounds_never_exceed_the_simulated_step_or_peak() {
             let Ok((s, plan)) = parsed.resolve_planned(o) else {
                 continue;
             };
-            let cost = crate::cost::Analytic::new(&s);
-            let b = sizes::lower_bounds(&s, &plan, &cost).unwrap();
+            let b = sizes::lower_bounds(&s, &plan).unwrap();
             let Outcome::Row(row) = evaluate_planned(&s, &plan, 0, o.clone()) else {
                 panic!("{name}: {o:?} failed");
             };

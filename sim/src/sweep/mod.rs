@@ -456,8 +456,7 @@ fn examine(
             index, overrides, &scenario, state,
         ))))
     } else {
-        let cost = crate::cost::Analytic::new(&scenario);
-        match sizes::lower_bounds(&scenario, &plan, &cost) {
+        match sizes::lower_bounds(&scenario, &plan) {
             Err(_) => Examined::Done(Outcome::Failed),
             Ok(b) if b.memory_bytes > usable => Examined::Done(Outcome::Row(Box::new(
                 SweepRow::unsimulated(index, overrides, &scenario, b.memory_bytes.max(state)),

@@ -12,7 +12,9 @@
 
 use crate::plan::{ChunkLayout, Plan};
 use crate::scenario::{PipelineSchedule, Scenario};
-use crate::schedule::{ComputeOp, Program, Schedule, ScheduleError, Sizes, WorkloadSizes};
+use crate::schedule::{
+    ComputeOp, PriceMemo, Program, Schedule, ScheduleError, Sizes, WorkloadSizes,
+};
 use crate::workload::routing::ExpertLoad;
 use crate::workload::{ChunkWork, ParamCount, StateBytes};
 use std::cell::RefCell;
@@ -30,6 +32,9 @@ type Query = (u32, u32, bool, bool, u32, (u64, u64));
 struct Cache {
     scenario: Scenario,
     work: BTreeMap<Query, Rc<ChunkWork>>,
+    /// The bound's compute prices of that work, under the cost model [`lower_bounds`] builds
+    /// from the scenario (`Analytic::new` reads none of the fields [`key_of`] normalises).
+    prices: PriceMemo,
 }
 
 /// Scenarios kept per thread: a search's inner loops (micro batch x recompute x ZeRO) give
@@ -64,12 +69,13 @@ fn key_of(scenario: &Scenario) -> Scenario {
 }
 
 /// This thread's cached answers for `key`, taken out of the cache (empty if none).
-fn take(key: &Scenario) -> BTreeMap<Query, Rc<ChunkWork>> {
+fn take(key: &Scenario) -> (BTreeMap<Query, Rc<ChunkWork>>, PriceMemo) {
     CACHE
         .try_with(|c| {
             c.try_borrow_mut().ok().and_then(|mut c| {
                 let i = c.iter().position(|e| e.scenario == *key)?;
-                Some(c.remove(i).work)
+                let e = c.remove(i);
+                Some((e.work, e.prices))
             })
         })
         .ok()
@@ -78,10 +84,17 @@ fn take(key: &Scenario) -> BTreeMap<Query, Rc<ChunkWork>> {
 }
 
 /// Puts answers back as the most recent, dropping the least recent beyond the limit.
-fn put(scenario: Scenario, work: BTreeMap<Query, Rc<ChunkWork>>) {
+fn put(scenario: Scenario, work: BTreeMap<Query, Rc<ChunkWork>>, prices: PriceMemo) {
     let _ = CACHE.try_with(|c| {
         if let Ok(mut c) = c.try_borrow_mut() {
-            c.insert(0, Cache { scenario, work });
+            c.insert(
+                0,
+                Cache {
+                    scenario,
+                    work,
+                    prices,
+                },
+            );
             c.truncate(MAX_SCENARIOS);
         }
     });
@@ -109,46 +122,64 @@ pub(crate) fn generate_each<E: From<ScheduleError>>(
 }
 
 /// [`crate::schedule::step_lower_bounds`] of `scenario`'s representative step, each op
-/// priced by `cost` (collectives on the first rank of each stage, in that rank's groups, as
-/// the engine prices them when no flow network times them), with `layers_work` answered from
-/// this thread's cache as [`generate`] answers it.
+/// priced by the cost model the sweep simulates it with (`Analytic::new`; collectives on the
+/// first rank of each stage, in that rank's groups, as the engine prices them when no flow
+/// network times them), with `layers_work` and the compute prices of its answers taken from
+/// this thread's cache as [`generate`] takes them.
 pub(crate) fn lower_bounds(
     scenario: &Scenario,
     plan: &Plan,
-    cost: &dyn crate::cost::CostModel,
 ) -> Result<crate::schedule::Bounds, ScheduleError> {
+    let analytic_cost = crate::cost::Analytic::new(scenario);
+    let cost: &dyn crate::cost::CostModel = &analytic_cost;
     let compute = |op: &ComputeOp| cost.compute_ns(0, op);
     let analytic = scenario.cluster.topology.model != crate::scenario::NetworkModel::Flow;
+    // The groups of each stage's first rank, each built once (a bound asks for them per pass
+    // and segment).
+    let kinds = crate::plan::GroupKind::ALL.len();
+    let groups = RefCell::new(vec![None; (plan.pp() as usize).saturating_mul(kinds)]);
     let collective = |stage: u32, c: &crate::workload::CommCall| {
         if !analytic {
             return 0;
         }
-        let rank = plan.rank_of(crate::plan::Coords {
-            pp: stage,
-            ..Default::default()
+        let slot = (stage as usize) * kinds + c.group.index();
+        let mut groups = groups.borrow_mut();
+        let Some(group) = groups.get_mut(slot) else {
+            return 0;
+        };
+        let group = group.get_or_insert_with(|| {
+            let rank = plan.rank_of(crate::plan::Coords {
+                pp: stage,
+                ..Default::default()
+            });
+            plan.group_containing(rank, c.group)
         });
-        let group = plan.group_containing(rank, c.group);
-        cost.collective_ns(c.kind, &group, c.bytes, c.calls)
+        cost.collective_ns(c.kind, group, c.bytes, c.calls)
     };
     let prices = crate::schedule::Prices {
         compute: &compute,
         collective: &collective,
     };
     with_cache(scenario, plan, |sizes, step| {
-        crate::schedule::step_lower_bounds(scenario, plan, sizes, step, &prices)
+        let mut memo = sizes.prices.take();
+        let b = crate::schedule::step_lower_bounds(scenario, plan, sizes, step, &prices, &mut memo);
+        sizes.prices.replace(memo);
+        b
     })
 }
 
 /// Runs `f` with the caching sizes provider of `scenario` and the step it generates.
 fn with_cache<T>(scenario: &Scenario, plan: &Plan, f: impl FnOnce(&Shared, u64) -> T) -> T {
     let key = key_of(scenario);
+    let (work, prices) = take(&key);
     let sizes = Shared {
         inner: WorkloadSizes { scenario, plan },
-        work: RefCell::new(take(&key)),
+        work: RefCell::new(work),
+        prices: RefCell::new(prices),
     };
     let step = crate::schedule::representative_step(scenario);
     let out = f(&sizes, step);
-    put(key, sizes.work.into_inner());
+    put(key, sizes.work.into_inner(), sizes.prices.into_inner());
     out
 }
 
@@ -156,6 +187,7 @@ fn with_cache<T>(scenario: &Scenario, plan: &Plan, f: impl FnOnce(&Shared, u64) 
 struct Shared<'a> {
     inner: WorkloadSizes<'a>,
     work: RefCell<BTreeMap<Query, Rc<ChunkWork>>>,
+    prices: RefCell<PriceMemo>,
 }
 
 impl Sizes for Shared<'_> {

@@ -90,16 +90,15 @@ fn is_expert_a2a(c: &CommCall) -> bool {
 /// all-to-alls (which run beside the next compute where the pass sits next to one of the
 /// other direction). For [`crate::schedule::step_lower_bounds`]: the step is at least the
 /// sum, on one rank, of its computes and the collectives chained between them.
-pub(crate) fn chained_comms(
-    s: &Scenario,
-    plan: &Plan,
-    seg: &Seg,
-    phase: Phase,
-) -> Result<Vec<CommCall>, ScheduleError> {
-    if phase == Phase::BackwardWeight {
-        return Ok(Vec::new());
-    }
-    let (_, all, _) = pass_work(seg, phase)?;
+pub(crate) fn chained_comms(s: &Scenario, plan: &Plan, seg: &Seg, phase: Phase) -> Vec<CommCall> {
+    let w = &seg.work;
+    let all = match phase {
+        Phase::Forward => w.forward.comms.as_slice(),
+        Phase::Backward => w.backward.comms.as_slice(),
+        Phase::BackwardInput => w.backward_input.comms.as_slice(),
+        Phase::Recompute => w.recompute.as_ref().map_or(&[][..], |r| r.comms.as_slice()),
+        Phase::BackwardWeight | Phase::Optimizer | Phase::Compress => &[],
+    };
     let comms: Vec<CommCall> = all
         .iter()
         .filter(|c| !(s.training.moe_a2a_overlap && is_expert_a2a(c)))
@@ -107,7 +106,7 @@ pub(crate) fn chained_comms(
         .collect();
     let tp = plan.group_size(GroupKind::Tp);
     let wide = |c: &CommCall| plan.group_size(c.group) > 1;
-    Ok(if tp_comm_overlap_sms(s, tp, phase, &comms).is_some() {
+    if tp_comm_overlap_sms(s, tp, phase, &comms).is_some() {
         let t = u64::from(tp).max(1);
         comms
             .into_iter()
@@ -129,7 +128,7 @@ pub(crate) fn chained_comms(
             .collect()
     } else {
         comms.into_iter().filter(wide).collect()
-    })
+    }
 }
 
 /// Emits `op` after `deps`; with a ring exchange (`ring`, over a cp group of more than one
