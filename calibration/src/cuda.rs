@@ -298,6 +298,30 @@ fn kept(times_ns: &[u64]) -> crate::sample::Kept {
     reject_outliers(&xs)
 }
 
+/// One GEMM shape's measured times, outliers set apart.
+#[cfg(feature = "cuda")]
+fn gemm_samples(
+    g: &twin_sim::schedule::Gemm,
+    batch: u64,
+    origin: &str,
+    holdout: bool,
+    times_ns: &[u64],
+) -> GemmSamples {
+    let k = kept(times_ns);
+    GemmSamples {
+        m: g.m,
+        n: g.n,
+        k: g.k,
+        batch,
+        origin: origin.to_string(),
+        holdout,
+        kept_ns: k.kept,
+        dropped_ns: k.dropped,
+        warm_kept_ns: Vec::new(),
+        warm_dropped_ns: Vec::new(),
+    }
+}
+
 /// Runs `plan` on GPU 0.
 #[cfg(feature = "cuda")]
 pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, CalibError> {
@@ -313,21 +337,13 @@ pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, 
         progress.update("cuBLAS GEMM", done, total);
         let times = gemm_sweep_times(std::slice::from_ref(g), GemmDtype::Bf16, plan.repeats)
             .map_err(bench)?;
-        for t in times {
-            let k = kept(&t);
-            out.gemm.push(GemmSamples {
-                m: g.m,
-                n: g.n,
-                k: g.k,
-                batch: u64::from(g.count.max(1)),
-                origin: (*origin).to_string(),
-                holdout: *origin == "sweep" && i % 5 == 4,
-                kept_ns: k.kept,
-                dropped_ns: k.dropped,
-                warm_kept_ns: Vec::new(),
-                warm_dropped_ns: Vec::new(),
-            });
-        }
+        let holdout = *origin == "sweep" && i % 5 == 4;
+        let batch = u64::from(g.count.max(1));
+        out.gemm.extend(
+            times
+                .iter()
+                .map(|t| gemm_samples(g, batch, origin, holdout, t)),
+        );
         done += 1;
     }
     for (i, (g, origin)) in plan.fp8_gemms.iter().enumerate() {
@@ -335,21 +351,9 @@ pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, 
         let times =
             fp8_gemm_sweep_times(std::slice::from_ref(g), Fp8Recipe::Tensorwise, plan.repeats)
                 .map_err(bench)?;
-        for t in times {
-            let k = kept(&t);
-            out.gemm_fp8.push(GemmSamples {
-                m: g.m,
-                n: g.n,
-                k: g.k,
-                batch: 1,
-                origin: (*origin).to_string(),
-                holdout: *origin == "sweep" && i % 5 == 4,
-                kept_ns: k.kept,
-                dropped_ns: k.dropped,
-                warm_kept_ns: Vec::new(),
-                warm_dropped_ns: Vec::new(),
-            });
-        }
+        let holdout = *origin == "sweep" && i % 5 == 4;
+        out.gemm_fp8
+            .extend(times.iter().map(|t| gemm_samples(g, 1, origin, holdout, t)));
         done += 1;
     }
     let mut sized = |what: Micro,

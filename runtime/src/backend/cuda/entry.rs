@@ -12,8 +12,9 @@ use super::lt::{Fp8Operands, Fp8Outcome, LtHandle};
 use super::single::{check_single_gpu, compare, Comparison, Predicted};
 use crate::error::RuntimeError;
 use crate::exec::{run_step, RankRun};
-use cudarc::driver::{sys as drv_sys, CudaContext};
+use cudarc::driver::{sys as drv_sys, CudaContext, CudaEvent, CudaStream};
 use serde::Serialize;
+use std::sync::Arc;
 use twin_sim::plan::Plan;
 use twin_sim::scenario::{Fp8Recipe, Scenario};
 use twin_sim::schedule::{Gemm, Schedule};
@@ -81,20 +82,8 @@ pub fn gemm_sweep_times(
             };
             ops.a.fill_random(1)?;
             ops.b.fill_random(2)?;
-            for _ in 0..3 {
-                run_gemm(&h, &ops, g, dtype)?;
-            }
-            let mut times: Vec<u64> = Vec::with_capacity(reps as usize);
-            for _ in 0..reps {
-                start.record(&stream).map_err(|e| cu("cuEventRecord", e))?;
-                run_gemm(&h, &ops, g, dtype)?;
-                end.record(&stream).map_err(|e| cu("cuEventRecord", e))?;
-                let ms = start
-                    .elapsed_ms(&end)
-                    .map_err(|e| cu("cuEventElapsedTime", e))?;
-                times.push((f64::from(ms) * 1e6).round().max(1.0) as u64);
-            }
-            out.push(times);
+            let events = (&stream, &start, &end);
+            out.push(timed(events, reps, || run_gemm(&h, &ops, g, dtype))?);
         }
         Ok(out)
     })
@@ -117,6 +106,29 @@ pub fn fp8_device(recipe: Fp8Recipe) -> Result<Result<Fp8Device, String>, Runtim
             recipe,
         ))
     })
+}
+
+/// `issue` run three times to warm up, then `reps` times, each between two events on the
+/// stream: the times in ns (at least 1 each).
+fn timed(
+    (stream, start, end): (&Arc<CudaStream>, &CudaEvent, &CudaEvent),
+    reps: u32,
+    mut issue: impl FnMut() -> Result<(), RuntimeError>,
+) -> Result<Vec<u64>, RuntimeError> {
+    for _ in 0..3 {
+        issue()?;
+    }
+    let mut times: Vec<u64> = Vec::with_capacity(reps as usize);
+    for _ in 0..reps {
+        start.record(stream).map_err(|e| cu("cuEventRecord", e))?;
+        issue()?;
+        end.record(stream).map_err(|e| cu("cuEventRecord", e))?;
+        let ms = start
+            .elapsed_ms(end)
+            .map_err(|e| cu("cuEventElapsedTime", e))?;
+        times.push((f64::from(ms) * 1e6).round().max(1.0) as u64);
+    }
+    Ok(times)
 }
 
 /// As [`gemm_sweep_times`] for FP8: each shape as the forward GEMM of a linear layer through
@@ -145,24 +157,11 @@ pub fn fp8_gemm_sweep_times(
             let ops = Fp8Operands::new([a, b, scales], recipe, 1)?;
             let c = DeviceBuffer::new(plan.m * plan.n * 2)?;
             let s = stream.cu_stream();
-            let mut issue = || match lt.run(&ops, &c, &plan, s)? {
+            let issue = || match lt.run(&ops, &c, &plan, s)? {
                 Fp8Outcome::Ran(_) => Ok(()),
                 Fp8Outcome::Unsupported(why) => Err(RuntimeError::Unsupported(why)),
             };
-            for _ in 0..3 {
-                issue()?;
-            }
-            let mut times: Vec<u64> = Vec::with_capacity(reps as usize);
-            for _ in 0..reps {
-                start.record(&stream).map_err(|e| cu("cuEventRecord", e))?;
-                issue()?;
-                end.record(&stream).map_err(|e| cu("cuEventRecord", e))?;
-                let ms = start
-                    .elapsed_ms(&end)
-                    .map_err(|e| cu("cuEventElapsedTime", e))?;
-                times.push((f64::from(ms) * 1e6).round().max(1.0) as u64);
-            }
-            out.push(times);
+            out.push(timed((&stream, &start, &end), reps, issue)?);
         }
         Ok(out)
     })
