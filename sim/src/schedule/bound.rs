@@ -108,6 +108,8 @@ pub fn step_lower_bounds(
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // The backwards each stage splits (zero-bubble, DualPipe).
+    let splits: Vec<BTreeSet<(u32, u32)>> = orders.iter().map(|o| split_backwards(o)).collect();
     let mut bound = 0u64;
     let mut memory = 0u64;
     let grads_held = scenario.training.framework.memory.contiguous_grad_buffer;
@@ -115,7 +117,7 @@ pub fn step_lower_bounds(
         let chunks = plan_chunks(scenario, plan, sizes, load, &policy, buckets);
         let mut fill = 0u64;
         let mut drain = 0u64;
-        for (stage, order) in orders.iter().enumerate() {
+        for ((stage, order), split) in orders.iter().enumerate().zip(&splits) {
             // Segments share their work (`Rc`) between stages and chunks: each is priced
             // once, its collectives once per stage (they run in the stage's groups).
             let mut comms_memo: HashMap<*const ChunkWork, PassPrices> = HashMap::new();
@@ -148,7 +150,7 @@ pub fn step_lower_bounds(
                 .iter()
                 .map(|c| ChunkPrices::new(c, &mut pass_prices))
                 .collect();
-            let slots = slot_costs(&mine, order, buckets);
+            let slots = slot_costs(&mine, order, split, buckets);
             let state = sizes.state_bytes(stage as u32);
             let held = state
                 .weights_bytes
@@ -157,7 +159,7 @@ pub fn step_lower_bounds(
                 .saturating_add(scenario.memory.reserved_bytes);
             let saved = chunks
                 .get(stage)
-                .map(|c| saved_peak_bytes(c, order))
+                .map(|c| saved_peak_bytes(c, order, split))
                 .unwrap_or(0);
             memory = memory.max(held.saturating_add(saved));
             let optimizer = if policy.syncs {
@@ -172,7 +174,7 @@ pub fn step_lower_bounds(
             let reductions = chunks
                 .get(stage)
                 .map(|c| {
-                    per_pass_reductions_ns(&policy, c, order, &|call| {
+                    per_pass_reductions_ns(&policy, c, order, split, &|call| {
                         (price.collective)(stage as u32, call)
                     })
                 })
@@ -207,7 +209,7 @@ pub fn step_lower_bounds(
                     .saturating_add(first.segs.forward_comms);
                 // The backward on the drain is the input-gradient half where this stage
                 // splits backwards.
-                let split = !split_backwards(order).is_empty();
+                let split = !split.is_empty();
                 let last = [Some(&first.segs), first.final_segs.as_ref()]
                     .into_iter()
                     .flatten()
@@ -238,6 +240,7 @@ fn per_pass_reductions_ns(
     policy: &DpPolicy,
     chunks: &[ChunkPlan],
     order: &[Slot],
+    split: &BTreeSet<(u32, u32)>,
     price: &dyn Fn(&CommCall) -> u64,
 ) -> u64 {
     if !(policy.zero == Zero::ShardedParams
@@ -276,10 +279,9 @@ fn per_pass_reductions_ns(
             ns
         })
         .collect();
-    let split = split_backwards(order);
     order
         .iter()
-        .filter(|s| makes_grads(s, &split))
+        .filter(|s| makes_grads(s, split))
         .filter_map(|s| per_chunk.get(s.chunk as usize))
         .fold(0u64, |t, ns| t.saturating_add(*ns))
 }
@@ -287,7 +289,7 @@ fn per_pass_reductions_ns(
 /// The most saved-activation bytes a stage holds at once: each forward of a chunk adds the
 /// chunk's saved bytes per micro batch, the pass that last reads them (its backward, or its W
 /// where the backward is split) removes them.
-fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot]) -> u64 {
+fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot], split: &BTreeSet<(u32, u32)>) -> u64 {
     let per_chunk: Vec<u64> = chunks
         .iter()
         .map(|c| {
@@ -297,14 +299,13 @@ fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot]) -> u64 {
                 .fold(0, u64::saturating_add)
         })
         .collect();
-    let split = split_backwards(order);
     let (mut held, mut peak) = (0u64, 0u64);
     for slot in order {
         let bytes = per_chunk.get(slot.chunk as usize).copied().unwrap_or(0);
         if slot.pass == Pass::Forward {
             held = held.saturating_add(bytes);
             peak = peak.max(held);
-        } else if makes_grads(slot, &split) {
+        } else if makes_grads(slot, split) {
             held = held.saturating_sub(bytes);
         }
     }
@@ -427,12 +428,16 @@ impl SlotCost {
 /// backward (input and weight halves where it is split) of each segment, the gradient
 /// accumulation after every gradient pass of a chunk but its first, and the collectives
 /// chained after each pass but the last.
-fn slot_costs(chunks: &[ChunkPrices], order: &[Slot], buckets: bool) -> Vec<SlotCost> {
-    let split = split_backwards(order);
+fn slot_costs(
+    chunks: &[ChunkPrices],
+    order: &[Slot],
+    split: &BTreeSet<(u32, u32)>,
+    buckets: bool,
+) -> Vec<SlotCost> {
     // The last gradient pass of each chunk finalises it (cut into buckets when `buckets`).
     let mut final_slot = vec![None; chunks.len()];
     for (i, slot) in order.iter().enumerate() {
-        if makes_grads(slot, &split) {
+        if makes_grads(slot, split) {
             if let Some(f) = final_slot.get_mut(slot.chunk as usize) {
                 *f = Some(i);
             }
@@ -446,7 +451,7 @@ fn slot_costs(chunks: &[ChunkPrices], order: &[Slot], buckets: bool) -> Vec<Slot
             continue;
         };
         let finalising = buckets && final_slot.get(slot.chunk as usize) == Some(&Some(i));
-        let grads = makes_grads(slot, &split);
+        let grads = makes_grads(slot, split);
         let (compute_ns, comms) = match slot.pass {
             Pass::Forward => (cp.segs.forward, cp.segs.forward_comms),
             Pass::Backward if !grads => {
