@@ -27,6 +27,7 @@
 //! apart).
 
 use super::dtype::{gemm_dtype, GemmDtype};
+use float8::{F8E4M3, F8E5M2};
 use serde::Serialize;
 use twin_sim::scenario::{Fp8Recipe, Precision};
 use twin_sim::schedule::{ComputeOp, Gemm, Phase};
@@ -74,20 +75,6 @@ impl Fp8Format {
         }
     }
 
-    fn mantissa_bits(self) -> u32 {
-        match self {
-            Fp8Format::E4m3 => 3,
-            Fp8Format::E5m2 => 2,
-        }
-    }
-
-    fn bias(self) -> i32 {
-        match self {
-            Fp8Format::E4m3 => 7,
-            Fp8Format::E5m2 => 15,
-        }
-    }
-
     /// Code of the largest finite magnitude (e4m3: 0x7E, its 0x7F is NaN; e5m2: 0x7B, above
     /// it infinity and NaN).
     fn max_code(self) -> u8 {
@@ -99,57 +86,26 @@ impl Fp8Format {
 
     /// The value of a code at or below [`Fp8Format::max_code`] (sign bit honoured).
     pub fn decode(self, code: u8) -> f32 {
-        let sign = if code & 0x80 != 0 { -1.0 } else { 1.0 };
-        let mag = u32::from(code & 0x7F);
-        let mb = self.mantissa_bits();
-        let exponent = (mag >> mb) as i32;
-        let mantissa = (mag & ((1 << mb) - 1)) as f32 / (1u32 << mb) as f32;
-        let value = if exponent == 0 {
-            mantissa * 2f32.powi(1 - self.bias())
-        } else {
-            (1.0 + mantissa) * 2f32.powi(exponent - self.bias())
-        };
-        sign * value
+        match self {
+            Fp8Format::E4m3 => F8E4M3::from_bits(code).to_f32(),
+            Fp8Format::E5m2 => F8E5M2::from_bits(code).to_f32(),
+        }
     }
 
     /// The nearest code to `x` (ties to the even code), saturating at the largest finite
     /// magnitude as Transformer Engine's casts do; NaN maps to zero, a signed zero keeps its sign.
     pub fn encode(self, x: f32) -> u8 {
-        let sign = if x.is_sign_negative() { 0x80 } else { 0 };
-        let a = x.abs();
-        if a.is_nan() {
+        if x.is_nan() {
             return 0;
         }
-        if a == 0.0 {
-            return sign;
+        let sign = if x.is_sign_negative() { 0x80 } else { 0 };
+        if x.abs() >= self.max() {
+            return sign | self.max_code();
         }
-        let top = self.max_code();
-        if a >= self.max() {
-            return sign | top;
+        match self {
+            Fp8Format::E4m3 => F8E4M3::from_f32(x).to_bits(),
+            Fp8Format::E5m2 => F8E5M2::from_f32(x).to_bits(),
         }
-        // Magnitudes rise with the code: find the first code at or above `a`.
-        let (mut lo, mut hi) = (0u8, top);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.decode(mid) < a {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        let above = lo;
-        let code = if above == 0 {
-            0
-        } else {
-            let below = above - 1;
-            let (db, da) = (a - self.decode(below), self.decode(above) - a);
-            if db < da || (db == da && below % 2 == 0) {
-                below
-            } else {
-                above
-            }
-        };
-        sign | code
     }
 }
 
