@@ -65,13 +65,8 @@ pub fn gemm_sweep_times(
 ) -> Result<Vec<Vec<u64>>, RuntimeError> {
     libs::load()?;
     guard("gemm_sweep", || {
-        let ctx = CudaContext::new(0).map_err(|e| cu("cuDevicePrimaryCtxRetain", e))?;
-        let stream = ctx.new_stream().map_err(|e| cu("cuStreamCreate", e))?;
-        let h = BlasHandle::new(stream.cu_stream())?;
-        let timing = Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let start = ctx.new_event(timing).map_err(|e| cu("cuEventCreate", e))?;
-        let end = ctx.new_event(timing).map_err(|e| cu("cuEventCreate", e))?;
-        let reps = reps.max(1);
+        let timer = Timer::new()?;
+        let h = BlasHandle::new(timer.stream.cu_stream())?;
         let mut out = Vec::with_capacity(shapes.len());
         for g in shapes {
             let [a, b, c] = operand_bytes(g, dtype);
@@ -82,8 +77,7 @@ pub fn gemm_sweep_times(
             };
             ops.a.fill_random(1)?;
             ops.b.fill_random(2)?;
-            let events = (&stream, &start, &end);
-            out.push(timed(events, reps, || run_gemm(&h, &ops, g, dtype))?);
+            out.push(timer.times(reps, || run_gemm(&h, &ops, g, dtype))?);
         }
         Ok(out)
     })
@@ -108,27 +102,48 @@ pub fn fp8_device(recipe: Fp8Recipe) -> Result<Result<Fp8Device, String>, Runtim
     })
 }
 
-/// `issue` run three times to warm up, then `reps` times, each between two events on the
-/// stream: the times in ns (at least 1 each).
-fn timed(
-    (stream, start, end): (&Arc<CudaStream>, &CudaEvent, &CudaEvent),
-    reps: u32,
-    mut issue: impl FnMut() -> Result<(), RuntimeError>,
-) -> Result<Vec<u64>, RuntimeError> {
-    for _ in 0..3 {
-        issue()?;
+/// A stream on GPU 0 and the pair of events that times work issued on it.
+struct Timer {
+    stream: Arc<CudaStream>,
+    start: CudaEvent,
+    end: CudaEvent,
+}
+
+impl Timer {
+    fn new() -> Result<Timer, RuntimeError> {
+        let ctx = CudaContext::new(0).map_err(|e| cu("cuDevicePrimaryCtxRetain", e))?;
+        let stream = ctx.new_stream().map_err(|e| cu("cuStreamCreate", e))?;
+        let timing = Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = ctx.new_event(timing).map_err(|e| cu("cuEventCreate", e))?;
+        let end = ctx.new_event(timing).map_err(|e| cu("cuEventCreate", e))?;
+        Ok(Timer { stream, start, end })
     }
-    let mut times: Vec<u64> = Vec::with_capacity(reps as usize);
-    for _ in 0..reps {
-        start.record(stream).map_err(|e| cu("cuEventRecord", e))?;
-        issue()?;
-        end.record(stream).map_err(|e| cu("cuEventRecord", e))?;
-        let ms = start
-            .elapsed_ms(end)
-            .map_err(|e| cu("cuEventElapsedTime", e))?;
-        times.push((f64::from(ms) * 1e6).round().max(1.0) as u64);
+
+    /// `issue` run three times to warm up, then `reps` times (at least once), each between
+    /// the two events: the times in ns (at least 1 each).
+    fn times(
+        &self,
+        reps: u32,
+        mut issue: impl FnMut() -> Result<(), RuntimeError>,
+    ) -> Result<Vec<u64>, RuntimeError> {
+        for _ in 0..3 {
+            issue()?;
+        }
+        let reps = reps.max(1);
+        let mut times: Vec<u64> = Vec::with_capacity(reps as usize);
+        for _ in 0..reps {
+            let record = |e: &CudaEvent| e.record(&self.stream).map_err(|e| cu("cuEventRecord", e));
+            record(&self.start)?;
+            issue()?;
+            record(&self.end)?;
+            let ms = self
+                .start
+                .elapsed_ms(&self.end)
+                .map_err(|e| cu("cuEventElapsedTime", e))?;
+            times.push((f64::from(ms) * 1e6).round().max(1.0) as u64);
+        }
+        Ok(times)
     }
-    Ok(times)
 }
 
 /// As [`gemm_sweep_times`] for FP8: each shape as the forward GEMM of a linear layer through
@@ -141,13 +156,8 @@ pub fn fp8_gemm_sweep_times(
 ) -> Result<Vec<Vec<u64>>, RuntimeError> {
     let device = fp8_device(recipe)?.map_err(RuntimeError::Unsupported)?;
     guard("fp8_gemm_sweep", || {
-        let ctx = CudaContext::new(0).map_err(|e| cu("cuDevicePrimaryCtxRetain", e))?;
-        let stream = ctx.new_stream().map_err(|e| cu("cuStreamCreate", e))?;
+        let timer = Timer::new()?;
         let mut lt = LtHandle::new(lt_workspace_bytes(device.compute_capability))?;
-        let timing = Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let start = ctx.new_event(timing).map_err(|e| cu("cuEventCreate", e))?;
-        let end = ctx.new_event(timing).map_err(|e| cu("cuEventCreate", e))?;
-        let reps = reps.max(1);
         let mut out = Vec::with_capacity(shapes.len());
         for g in shapes {
             let (plan, _) =
@@ -156,12 +166,12 @@ pub fn fp8_gemm_sweep_times(
             let scales = plan.scale_bytes().into_iter().max().unwrap_or(4);
             let ops = Fp8Operands::new([a, b, scales], recipe, 1)?;
             let c = DeviceBuffer::new(plan.m * plan.n * 2)?;
-            let s = stream.cu_stream();
+            let s = timer.stream.cu_stream();
             let issue = || match lt.run(&ops, &c, &plan, s)? {
                 Fp8Outcome::Ran(_) => Ok(()),
                 Fp8Outcome::Unsupported(why) => Err(RuntimeError::Unsupported(why)),
             };
-            out.push(timed((&stream, &start, &end), reps, issue)?);
+            out.push(timer.times(reps, issue)?);
         }
         Ok(out)
     })
