@@ -98,6 +98,7 @@ mod tests {
         assert_eq!(bench.gpu, "NVIDIA H200");
         let bf16 = fit_column(&bench, GemmColumn::Bf16).unwrap();
         let fp8 = fit_column(&bench, GemmColumn::Fp8Tensorwise).unwrap();
+        let rowwise = fit_column(&bench, GemmColumn::Fp8Rowwise).unwrap();
         assert_eq!(bf16.quality.samples, 40);
         assert!(bf16.quality.r2 > 0.99 && fp8.quality.r2 > 0.99);
         for text in [H100_PROFILE, H200_PROFILE] {
@@ -123,6 +124,15 @@ mod tests {
             close(&c.k_half, fp8.k_half.value, 0.01);
             close(&c.ramp_ns, fp8.ramp_ns.value, 0.01);
             assert_eq!(c.tile_m.value, fp8.tile_m as f64);
+            let r = p.gemm_fp8_rowwise.as_ref().unwrap();
+            let rowwise_rate = r.max_efficiency.value * p.peak_fp8_flops_per_s.value;
+            assert!(
+                (rowwise_rate - rowwise.rate_flops_per_s.value).abs() < 1e-3 * rowwise_rate,
+                "{rowwise_rate}"
+            );
+            close(&r.k_half, rowwise.k_half.value, 0.01);
+            close(&r.ramp_ns, rowwise.ramp_ns.value, 0.01);
+            assert_eq!(r.tile_m.value, rowwise.tile_m as f64);
         }
     }
 

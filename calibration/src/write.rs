@@ -202,13 +202,18 @@ pub fn profile_toml(
         }
         o.push_str("]\n");
     }
-    if let Some(c) = &p.gemm_fp8 {
-        o.push_str("\n[gemm.fp8]\n");
-        o.push_str(&param("max_efficiency", &c.max_efficiency));
-        o.push_str(&param("k_half", &c.k_half));
-        o.push_str(&param("tile_m", &c.tile_m));
-        o.push_str(&param("tile_n", &c.tile_n));
-        o.push_str(&param("ramp_ns", &c.ramp_ns));
+    for (table, curve) in [
+        ("gemm.fp8", &p.gemm_fp8),
+        ("gemm.fp8_rowwise", &p.gemm_fp8_rowwise),
+    ] {
+        if let Some(c) = curve {
+            o.push_str(&format!("\n[{table}]\n"));
+            o.push_str(&param("max_efficiency", &c.max_efficiency));
+            o.push_str(&param("k_half", &c.k_half));
+            o.push_str(&param("tile_m", &c.tile_m));
+            o.push_str(&param("tile_n", &c.tile_n));
+            o.push_str(&param("ramp_ns", &c.ramp_ns));
+        }
     }
     o.push_str("\n[memory]\n");
     match &p.memory_bandwidth_bytes_per_s {

@@ -337,9 +337,11 @@ impl CpAlgorithm {
 /// - `Tensorwise`: current (just-in-time) per-tensor scaling: the tensor's amax is reduced in
 ///   a pass of its own before the cast (TE `Float8CurrentScaling`, torchao's tensorwise
 ///   `Float8Linear`).
-/// - `Rowwise`, `Blockwise` (DeepSeek-V3's 1x128 / 128x128 blocks), `Mxfp8` (Blackwell's
-///   microscaling): named so that scenarios can say them; refused until their GEMM curves are
-///   measured.
+/// - `Rowwise`: a scale per row of each operand (torchao's rowwise `Float8Linear`, cuBLASLt's
+///   outer-vector scales on Hopper): its GEMMs on their own curve (a profile's
+///   `[gemm.fp8_rowwise]`), each cast along both axes.
+/// - `Blockwise` (DeepSeek-V3's 1x128 / 128x128 blocks), `Mxfp8` (Blackwell's microscaling):
+///   named so that scenarios can say them; refused until their GEMM curves are measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fp8Recipe {

@@ -283,11 +283,15 @@ fn moe_a2a_overlap(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     Err(c.fail(&keys, message, instead))
 }
 
-/// FP8 recipes whose GEMM efficiency twin has no measurement of are refused under FP8.
+/// FP8 recipes whose GEMM efficiency twin has no measurement of (blockwise, MXFP8) are refused
+/// under FP8.
 fn fp8_recipe(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     let r = s.training.fp8_recipe;
     if s.training.precision != Precision::Fp8
-        || matches!(r, Fp8Recipe::Delayed | Fp8Recipe::Tensorwise)
+        || matches!(
+            r,
+            Fp8Recipe::Delayed | Fp8Recipe::Tensorwise | Fp8Recipe::Rowwise
+        )
     {
         return Ok(());
     }
@@ -297,11 +301,11 @@ fn fp8_recipe(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
             ("training.precision", "\"fp8\"".to_string()),
         ],
         format!(
-            "fp8_recipe = \"{}\" is not modelled: its GEMMs' efficiency (per-row or per-block \
-             scales, or Blackwell's microscaling) has no measured curve yet",
+            "fp8_recipe = \"{}\" is not modelled: its GEMMs' efficiency (per-block scales, or \
+             Blackwell's microscaling) has no measured curve yet",
             r.as_str()
         ),
-        "\"delayed\" or \"tensorwise\"",
+        "\"delayed\", \"tensorwise\" or \"rowwise\"",
     ))
 }
 

@@ -94,8 +94,8 @@ pub struct Analytic {
     pub peak: PeakFlops,
     pub hbm_bandwidth_bytes_per_s: f64,
     pub gemm: GemmCurve,
-    /// FP8 GEMMs' own curve (a profile's `[gemm.fp8]`); `None`: FP8 GEMMs follow `gemm` at
-    /// the FP8 peak.
+    /// FP8 GEMMs' own curve (a profile's `[gemm.fp8]`, or `[gemm.fp8_rowwise]` under the
+    /// rowwise recipe); `None`: FP8 GEMMs follow `gemm` at the FP8 peak.
     pub gemm_fp8: Option<GemmCurve>,
     /// Fused attention kernels' curves and backend; `None`: attention runs as its equivalent
     /// GEMMs on the GEMM curve (a host profile: the host backend's sgemm).

@@ -383,6 +383,56 @@ fn fp8_gemms_follow_their_own_curve() {
     );
 }
 
+/// A profile's `[gemm.fp8_rowwise]` prices the FP8 GEMMs of a rowwise scenario, and only
+/// those: every other recipe takes `[gemm.fp8]`, and a rowwise scenario whose profile has no
+/// rowwise curve takes `[gemm.fp8]` too. The bundled H100 profile holds both fits.
+#[test]
+fn rowwise_fp8_takes_its_own_curve() {
+    use crate::scenario::Fp8Recipe;
+    let text = include_str!("../../../scenarios/profiles/h100-dgx.toml");
+    let mut p = crate::profile::parse_str(text, "h100-dgx.toml").unwrap();
+    let mut s = small_scenario(1, 1, 1, 1);
+    s.training.precision = Precision::Fp8;
+    let curve = |s: &crate::scenario::Scenario, p: &crate::profile::Profile| {
+        Analytic::from_profile(s, p).gemm_fp8.unwrap()
+    };
+    let tensorwise = curve(&s, &p);
+    assert_eq!(
+        (tensorwise.max_efficiency, tensorwise.k_half),
+        (0.6835, 411)
+    );
+    s.training.fp8_recipe = Fp8Recipe::Rowwise;
+    let rowwise = curve(&s, &p);
+    assert_eq!(
+        (rowwise.max_efficiency, rowwise.k_half, rowwise.ramp_ns),
+        (0.6342, 224, 11_400)
+    );
+    // The same 16k x 4k x 14k GEMM is slower with a scale per row.
+    let mut model = Analytic::from_profile(&s, &p);
+    let g = Gemm::single(16_384, 14_336, 4_096, 1);
+    let op = ComputeOp {
+        dtype: Precision::Fp8,
+        gemms: vec![g].into(),
+        ..gemm_op(16_384, 14_336, 4_096, 1)
+    };
+    model.launch_ns = 0;
+    let hbm = model.hbm_rate();
+    let rowwise_ns = model.compute_ns(0, &op);
+    assert_eq!(
+        rowwise_ns,
+        crate::units::secs_to_ns(rowwise.gemm_s(&g, 1, model.peak.fp8_flops_per_s, hbm))
+    );
+    model.gemm_fp8 = Some(tensorwise.clone());
+    assert!(model.compute_ns(0, &op) < rowwise_ns);
+    for recipe in [Fp8Recipe::Delayed, Fp8Recipe::Tensorwise] {
+        s.training.fp8_recipe = recipe;
+        assert_eq!(curve(&s, &p), tensorwise, "{recipe:?}");
+    }
+    s.training.fp8_recipe = Fp8Recipe::Rowwise;
+    p.gemm_fp8_rowwise = None;
+    assert_eq!(curve(&s, &p), tensorwise);
+}
+
 /// The host's time per kernel is the framework file's eager value, its compiled one under
 /// `compile`, its CUDA-graph one under `cuda_graphs` (which wins over `compile`); a cost model
 /// without it reports 0.

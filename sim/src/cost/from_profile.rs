@@ -7,15 +7,28 @@ use super::{
     DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, DEFAULT_CUDNN, DEFAULT_FLASH, DEFAULT_TRITON,
 };
 use crate::host_model::{Interruptions, Wake};
-use crate::profile::{whole, AttentionCurveParams, Profile};
-use crate::scenario::Scenario;
+use crate::profile::{whole, AttentionCurveParams, GemmParams, Profile};
+use crate::scenario::{Fp8Recipe, Scenario};
 use crate::topology::{NvlsModel, TierModel};
 
 impl Profile {
     /// FP8 GEMMs' own curve (`[gemm.fp8]`), with the bf16 curve's operand and shape terms
     /// (GPU profiles have none); `None` without one.
     pub fn gemm_fp8_curve(&self) -> Option<GemmCurve> {
-        let c = self.gemm_fp8.as_ref()?;
+        self.dtype_curve(self.gemm_fp8.as_ref()?)
+    }
+
+    /// The curve FP8 GEMMs of a recipe run on: `[gemm.fp8_rowwise]` for rowwise scales where
+    /// the profile has it, else `[gemm.fp8]` (every other recipe twin prices scales per
+    /// tensor); `None` without either.
+    pub fn gemm_fp8_curve_for(&self, recipe: Fp8Recipe) -> Option<GemmCurve> {
+        match (recipe, &self.gemm_fp8_rowwise) {
+            (Fp8Recipe::Rowwise, Some(c)) => self.dtype_curve(c),
+            _ => self.gemm_fp8_curve(),
+        }
+    }
+
+    fn dtype_curve(&self, c: &GemmParams) -> Option<GemmCurve> {
         Some(GemmCurve {
             max_efficiency: c.max_efficiency.value,
             k_half: whole(&c.k_half),
@@ -119,7 +132,7 @@ impl Analytic {
             peak: p.peak(),
             hbm_bandwidth_bytes_per_s: p.hbm_bandwidth_bytes_per_s.value,
             gemm: p.gemm_curve(),
-            gemm_fp8: p.gemm_fp8_curve(),
+            gemm_fp8: p.gemm_fp8_curve_for(s.training.fp8_recipe),
             attention: p.attention_model().map(|m| AttentionModel {
                 backend: scenario_backend(s),
                 ..m

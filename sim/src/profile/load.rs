@@ -69,9 +69,12 @@ struct RawGemm {
     shape_factors: Option<toml::Spanned<Vec<Vec<f64>>>>,
     /// `[gemm.fp8]`: FP8 GEMMs' own curve.
     fp8: Option<RawGemmCurve>,
+    /// `[gemm.fp8_rowwise]`: FP8 GEMMs with a scale per row of each operand.
+    fp8_rowwise: Option<RawGemmCurve>,
 }
 
-/// A dtype's own GEMM curve (`[gemm.fp8]`): efficiency against that dtype's peak.
+/// A dtype's own GEMM curve (`[gemm.fp8]`, `[gemm.fp8_rowwise]`): efficiency against that
+/// dtype's peak.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawGemmCurve {

@@ -173,6 +173,9 @@ pub struct Profile {
     /// from bf16's against the bf16 peak); absent: FP8 GEMMs follow the bf16 curve at the FP8
     /// peak.
     pub gemm_fp8: Option<GemmParams>,
+    /// `[gemm.fp8_rowwise]`: FP8 GEMMs with one scale per row of each operand
+    /// (`fp8_recipe = "rowwise"`); absent: they follow `[gemm.fp8]`.
+    pub gemm_fp8_rowwise: Option<GemmParams>,
     /// Achieved fraction of HBM bandwidth for streaming (memory-bound) kernels. Derived as
     /// `memory_bandwidth_bytes_per_s / hbm_bandwidth_bytes_per_s` (no interval) when the file
     /// gives the absolute bandwidth instead.
@@ -320,7 +323,7 @@ pub(crate) fn whole(p: &Param) -> u64 {
     }
 }
 
-/// One dtype's GEMM curve parameters (`[gemm.fp8]`; the meaning of each is
+/// One dtype's GEMM curve parameters (`[gemm.fp8]`, `[gemm.fp8_rowwise]`; the meaning of each is
 /// [`crate::cost::GemmCurve`]'s).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GemmParams {

@@ -76,7 +76,10 @@ impl Profile {
             (&mut self.memory_efficiency, Fraction),
             (&mut self.launch_ns, NonNegative),
         ];
-        if let Some(c) = &mut self.gemm_fp8 {
+        for c in [&mut self.gemm_fp8, &mut self.gemm_fp8_rowwise]
+            .into_iter()
+            .flatten()
+        {
             v.push((&mut c.max_efficiency, Fraction));
             v.push((&mut c.k_half, NonNegative));
             v.push((&mut c.tile_m, Count));

@@ -1301,3 +1301,27 @@ fn bundled_triton_curves_are_the_fit_of_each_profiles_flash_curves() {
         }
     }
 }
+
+/// `[gemm.fp8_rowwise]` is read with the bundled Hopper profiles, and a value out of range is
+/// refused with its own key and line.
+#[test]
+fn the_rowwise_fp8_curve_is_read_and_checked() {
+    let p = parse_str(H200, "h200.toml").unwrap();
+    let c = p.gemm_fp8_rowwise.as_ref().unwrap();
+    assert_eq!((c.max_efficiency.value, c.k_half.value), (0.6342, 224.0));
+    let header = "[gemm.fp8_rowwise]\nmax_efficiency = { value = 0.6342,";
+    assert!(H200.contains(header));
+    let bad = H200.replace(
+        header,
+        "[gemm.fp8_rowwise]\nmax_efficiency = { value = 1.6342,",
+    );
+    let e = error_of(&bad);
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert_eq!(e.key, "gemm.fp8_rowwise.max_efficiency.value");
+    let line = bad
+        .lines()
+        .position(|l| l.starts_with("[gemm.fp8_rowwise]"))
+        .unwrap() as u32
+        + 2;
+    assert_eq!(e.line, Some(line));
+}

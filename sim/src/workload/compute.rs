@@ -281,6 +281,16 @@ pub(crate) const FP8_CAST_BYTES_PER_ELEMENT: u64 = 4;
 /// tensorwise `Float8Linear`: `amax = tensor.abs().max()`, then the cast).
 pub(crate) const FP8_AMAX_BYTES_PER_ELEMENT: u64 = 2;
 
+/// Bytes per element that rowwise scaling adds to a cast: a scale per row cannot serve the
+/// transposed copy the backward's other GEMM reads (its rows are the columns), so the first
+/// kernel also writes a transposed bf16 copy (2) that a second kernel reads (2) to cast along
+/// the other axis. With the first kernel's cast (read 2, write 1) and the second's write (1),
+/// a rowwise cast moves 8 bytes per element in 2 kernels, and reduces each row's amax inside
+/// the kernel that casts it (torchao's own roofline of its rowwise recipe:
+/// pytorch/ao@36027d82d1ad9949597ea16002ff4940374b1b94:torchao/testing/training/roofline_utils.py
+/// get_tensor_memory_traffic_ovhd_s, input and grad_output under "rowwise").
+pub(crate) const FP8_ROWWISE_TRANSPOSE_BYTES_PER_ELEMENT: u64 = 4;
+
 /// Linear layers under the scenario's precision: [`add_linears`], plus, under FP8 training,
 /// the casts of each FP8 GEMM's inputs: the activation before the forward GEMM, and the
 /// output gradient before the dgrad (whose transposed copy the wgrad reads). The weight's
@@ -291,14 +301,7 @@ fn add_linears_in(block: &mut BlockParts, d: &Dims, linears: &[Gemm]) {
     if d.high_precision.is_none() {
         return;
     }
-    // Current scaling adds an amax pass (and its kernel) before every cast, unless the
-    // framework reduces the amax in the kernel that produced the tensor.
-    let (per_element, kernels_per_cast) = match d.fp8_recipe {
-        Fp8Recipe::Tensorwise if !d.fp8_amax_fused => {
-            (FP8_CAST_BYTES_PER_ELEMENT + FP8_AMAX_BYTES_PER_ELEMENT, 2)
-        }
-        _ => (FP8_CAST_BYTES_PER_ELEMENT, 1),
-    };
+    let (per_element, kernels_per_cast) = fp8_cast_traffic(d.fp8_recipe, d.fp8_amax_fused);
     for g in linears.iter().filter(|g| g.dtype.is_none()) {
         let count = u64::from(g.count);
         let input = prod(&[per_element, g.m, g.k, count]);
@@ -308,6 +311,31 @@ fn add_linears_in(block: &mut BlockParts, d: &Dims, linears: &[Gemm]) {
         block.forward.kernels = block.forward.kernels.saturating_add(kernels);
         block.backward_input.memory_bytes = block.backward_input.memory_bytes.saturating_add(grad);
         block.backward_input.kernels = block.backward_input.kernels.saturating_add(kernels);
+    }
+}
+
+/// Bytes per element and kernels of one FP8 cast of a GEMM input under `recipe`. Current
+/// (tensorwise) scaling adds an amax pass (and its kernel) before every cast, unless the
+/// framework reduces the amax in the kernel that produced the tensor (`amax_fused`); rowwise
+/// scaling casts along both axes in two kernels (see
+/// [`FP8_ROWWISE_TRANSPOSE_BYTES_PER_ELEMENT`]), and where the framework fuses with the
+/// producing kernel its first read is that kernel's (the same 2 bytes less); delayed scaling
+/// takes its scale from the amax history and casts in one pass.
+pub(crate) fn fp8_cast_traffic(recipe: Fp8Recipe, amax_fused: bool) -> (u64, u32) {
+    let fused_read = if amax_fused {
+        FP8_AMAX_BYTES_PER_ELEMENT
+    } else {
+        0
+    };
+    match recipe {
+        Fp8Recipe::Tensorwise if !amax_fused => {
+            (FP8_CAST_BYTES_PER_ELEMENT + FP8_AMAX_BYTES_PER_ELEMENT, 2)
+        }
+        Fp8Recipe::Rowwise => (
+            FP8_CAST_BYTES_PER_ELEMENT + FP8_ROWWISE_TRANSPOSE_BYTES_PER_ELEMENT - fused_read,
+            2,
+        ),
+        _ => (FP8_CAST_BYTES_PER_ELEMENT, 1),
     }
 }
 

@@ -100,24 +100,8 @@ impl Checker<'_> {
             ("host.interruption_mean_ns", mean, Range::NonNegative),
         )?;
         let gemm_shape_factors = self.shape_factors(raw.gemm.shape_factors.take())?;
-        let gemm_fp8 = raw
-            .gemm
-            .fp8
-            .take()
-            .map(|c| -> Result<GemmParams> {
-                Ok(GemmParams {
-                    max_efficiency: self.param(
-                        "gemm.fp8.max_efficiency",
-                        c.max_efficiency,
-                        Range::Fraction,
-                    )?,
-                    k_half: self.param("gemm.fp8.k_half", c.k_half, Range::NonNegative)?,
-                    tile_m: self.param("gemm.fp8.tile_m", c.tile_m, Range::Count)?,
-                    tile_n: self.param("gemm.fp8.tile_n", c.tile_n, Range::Count)?,
-                    ramp_ns: self.param("gemm.fp8.ramp_ns", c.ramp_ns, Range::NonNegative)?,
-                })
-            })
-            .transpose()?;
+        let gemm_fp8 = self.gemm_curve("gemm.fp8", raw.gemm.fp8.take())?;
+        let gemm_fp8_rowwise = self.gemm_curve("gemm.fp8_rowwise", raw.gemm.fp8_rowwise.take())?;
         let hbm_bandwidth_bytes_per_s = self.param(
             "gpu.hbm_bandwidth_bytes_per_s",
             g.hbm_bandwidth_bytes_per_s,
@@ -162,6 +146,7 @@ impl Checker<'_> {
             gemm_cold_ramp_ns: cold_ramp_ns,
             gemm_shape_factors,
             gemm_fp8,
+            gemm_fp8_rowwise,
             memory_efficiency,
             memory_bandwidth_bytes_per_s,
             launch_ns: self.param("kernel.launch_ns", raw.kernel.launch_ns, Range::NonNegative)?,
@@ -250,6 +235,26 @@ impl Checker<'_> {
 }
 
 impl Checker<'_> {
+    /// A dtype's own GEMM curve (`[gemm.fp8]`, `[gemm.fp8_rowwise]`), each key in its range
+    /// and named under `table` in errors.
+    fn gemm_curve(&self, table: &str, c: Option<RawGemmCurve>) -> Result<Option<GemmParams>> {
+        c.map(|c| -> Result<GemmParams> {
+            let key = |k: &str| format!("{table}.{k}");
+            Ok(GemmParams {
+                max_efficiency: self.param(
+                    &key("max_efficiency"),
+                    c.max_efficiency,
+                    Range::Fraction,
+                )?,
+                k_half: self.param(&key("k_half"), c.k_half, Range::NonNegative)?,
+                tile_m: self.param(&key("tile_m"), c.tile_m, Range::Count)?,
+                tile_n: self.param(&key("tile_n"), c.tile_n, Range::Count)?,
+                ramp_ns: self.param(&key("ramp_ns"), c.ramp_ns, Range::NonNegative)?,
+            })
+        })
+        .transpose()
+    }
+
     /// `[attention]`: every curve parameter in its range. A `backend` (older profiles: the
     /// cost model now prices the scenario's framework's) must still name a backend the cost
     /// model knows, and is not kept.
