@@ -258,7 +258,7 @@ fn unmeasured_fp8_recipes_are_refused() {
         assert!(e.contains("is not modelled"), "{e}");
         assert!(e.contains("\"rowwise\""), "{e}");
     }
-    for recipe in ["delayed", "tensorwise", "rowwise"] {
+    for recipe in ["delayed", "tensorwise"] {
         let ok = vec![
             "training.precision=\"fp8\"".to_string(),
             format!("training.fp8_recipe=\"{recipe}\""),
@@ -268,4 +268,32 @@ fn unmeasured_fp8_recipes_are_refused() {
     // Under bf16 the recipe is not read.
     let bf16 = vec!["training.fp8_recipe=\"rowwise\"".to_string()];
     assert!(twin_sim::setup::parse_str(text, "512xA100.toml", &bf16).is_ok());
+}
+
+/// Which FP8 recipes a framework can run is the framework file's: Transformer Engine has no
+/// rowwise recipe (Megatron-Core refuses it, naming TE's recipes), torchao has no delayed one
+/// (torchtitan refuses it), and torchtitan runs rowwise. Under bf16 neither is read.
+#[test]
+fn fp8_recipes_follow_the_framework() {
+    let text = include_str!("../../scenarios/512xA100.toml");
+    let parse = |sets: &[&str]| {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        twin_sim::setup::parse_str(text, "512xA100.toml", &sets).map_err(|e| e.to_string())
+    };
+    let fp8 = "training.precision=\"fp8\"";
+    let e = parse(&[fp8, "training.fp8_recipe=\"rowwise\""]).unwrap_err();
+    assert!(
+        e.contains("megatron-core cannot launch") && e.contains("Float8BlockScaling"),
+        "{e}"
+    );
+    let titan = ["training.framework=\"torchtitan\"", "parallel.zero=3"];
+    let e = parse(&[titan[0], titan[1], fp8, "training.fp8_recipe=\"delayed\""]).unwrap_err();
+    assert!(e.contains("torchtitan cannot launch"), "{e}");
+    assert!(e.contains("training.fp8_recipe = \"delayed\""), "{e}");
+    for recipe in ["tensorwise", "rowwise"] {
+        let r = format!("training.fp8_recipe=\"{recipe}\"");
+        parse(&[titan[0], titan[1], fp8, &r]).unwrap();
+    }
+    parse(&[titan[0], titan[1], "training.fp8_recipe=\"delayed\""]).unwrap();
+    parse(&["training.fp8_recipe=\"rowwise\""]).unwrap();
 }

@@ -124,6 +124,7 @@ struct RawWhen {
     cuda_graphs: Option<bool>,
     schedule: Option<Spanned<Vec<Spanned<String>>>>,
     offload: Option<Spanned<Vec<Spanned<String>>>>,
+    fp8_recipe: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 #[derive(Deserialize)]
@@ -547,13 +548,21 @@ impl Reader<'_> {
             )?;
             when.push(Cond::Offload(names));
         }
+        if let Some(list) = &w.fp8_recipe {
+            let names = self.names(
+                &format!("{key}.when.fp8_recipe"),
+                list,
+                &crate::scenario::types::Fp8Recipe::ALL,
+            )?;
+            when.push(Cond::Fp8Recipe(names));
+        }
         if when.is_empty() {
             return Err(self.invalid(
                 l.when.span(),
                 &format!("{key}.when"),
                 "{}".into(),
                 "a limit with no condition would refuse every scenario",
-                "at least one of tp, pp, dp, cp, ep, vpp, zero, fsdp, sequence_parallel, compile, cuda_graphs, schedule, offload",
+                "at least one of tp, pp, dp, cp, ep, vpp, zero, fsdp, sequence_parallel, compile, cuda_graphs, schedule, offload, fp8_recipe",
             ));
         }
         Ok(Limit {

@@ -2,7 +2,7 @@
 //! ("zero >= 2 and pp >= 2") with the reason and its source; a scenario that meets every
 //! condition of one limit is refused at validation, and `sweep --search` does not propose it.
 
-use super::super::types::{Offload, PipelineSchedule, Scenario};
+use super::super::types::{Fp8Recipe, Offload, PipelineSchedule, Precision, Scenario};
 use serde::{Deserialize, Serialize};
 
 /// A layout the framework cannot launch.
@@ -72,6 +72,8 @@ pub enum Cond {
     Schedule(Vec<PipelineSchedule>),
     /// `training.offload` is one of these.
     Offload(Vec<Offload>),
+    /// FP8 training (`training.precision = "fp8"`) with `training.fp8_recipe` one of these.
+    Fp8Recipe(Vec<Fp8Recipe>),
 }
 
 /// The names of the condition keys in a framework file, with the scenario key each tests.
@@ -146,6 +148,9 @@ impl Cond {
             Cond::Flag { key, value } => key.of(s) == *value,
             Cond::Schedule(list) => list.contains(&s.parallel.schedule),
             Cond::Offload(list) => list.contains(&s.training.offload),
+            Cond::Fp8Recipe(list) => {
+                s.training.precision == Precision::Fp8 && list.contains(&s.training.fp8_recipe)
+            }
         }
     }
 
@@ -156,6 +161,7 @@ impl Cond {
             Cond::Flag { key, .. } => key.key(),
             Cond::Schedule(_) => "parallel.schedule",
             Cond::Offload(_) => "training.offload",
+            Cond::Fp8Recipe(_) => "training.fp8_recipe",
         }
     }
 
@@ -166,6 +172,7 @@ impl Cond {
             Cond::Flag { key, .. } => key.of(s).to_string(),
             Cond::Schedule(_) => format!("\"{}\"", s.parallel.schedule.as_str()),
             Cond::Offload(_) => format!("\"{}\"", offload_name(s.training.offload)),
+            Cond::Fp8Recipe(_) => format!("\"{}\"", s.training.fp8_recipe.as_str()),
         }
     }
 
@@ -187,6 +194,13 @@ impl Cond {
             Cond::Offload(list) => {
                 let names: Vec<&str> = list.iter().map(|o| offload_name(*o)).collect();
                 format!("{key} in [{}]", names.join(", "))
+            }
+            Cond::Fp8Recipe(list) => {
+                let names: Vec<&str> = list.iter().map(|r| r.as_str()).collect();
+                format!(
+                    "training.precision = fp8 and {key} in [{}]",
+                    names.join(", ")
+                )
             }
         }
     }
