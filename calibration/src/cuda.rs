@@ -15,6 +15,8 @@ use crate::host::{gemm_points, holdout_errors, named, sized_points};
 use crate::sample::reject_outliers;
 use crate::CalibError;
 use serde::Serialize;
+use twin_runtime::RuntimeError;
+use twin_sim::scenario::Fp8Recipe;
 use twin_sim::schedule::Gemm;
 
 /// Tile sides the GEMM fit tries.
@@ -166,7 +168,6 @@ impl Plan {
 /// alignment, one product per call).
 pub fn fp8_shape(g: &Gemm) -> bool {
     use twin_runtime::backend::cuda::fp8::{plan_fp8_gemm, Fp8Device, Role};
-    use twin_sim::scenario::Fp8Recipe;
     let any = Fp8Device {
         compute_capability: (9, 0),
         recipe: Fp8Recipe::Tensorwise,
@@ -180,7 +181,6 @@ pub fn fp8_shape(g: &Gemm) -> bool {
 /// call finds out ([`fp8_rowwise_available`] makes one).
 pub fn rowwise_runs_on(cc: (u32, u32)) -> Result<(), String> {
     use twin_runtime::backend::cuda::fp8::{plan_fp8_gemm, Fp8Device, Role, ScaleMode};
-    use twin_sim::scenario::Fp8Recipe;
     let device = Fp8Device::check(cc, Fp8Recipe::Rowwise)?;
     let (plan, note) = plan_fp8_gemm(&ROWWISE_PROBE, Role::Forward, &device)?;
     match note {
@@ -370,7 +370,6 @@ fn kept(times_ns: &[u64]) -> crate::sample::Kept {
 }
 
 /// One GEMM shape's measured times, outliers set apart.
-#[cfg(feature = "cuda")]
 fn gemm_samples(
     g: &twin_sim::schedule::Gemm,
     batch: u64,
@@ -393,12 +392,74 @@ fn gemm_samples(
     }
 }
 
-/// Runs `plan` on GPU 0.
+/// Times the plan's FP8 columns (tensorwise, then rowwise) with `time` (one shape in one
+/// recipe: its repetitions' times), into `out`'s `gemm_fp8` and `gemm_fp8_rowwise`, every
+/// fifth sweep shape of a column held out. A column a call of which is
+/// `RuntimeError::Unsupported` (cuBLASLt has no FP8 kernel for it, or would run it with other
+/// scales than the recipe's) is left out whole, the profile keeping its base's section, and
+/// the returned notes say why; any other error stops. `done` counts measurements for the
+/// progress bar, a left-out column's untimed ones included.
+pub fn fp8_columns(
+    plan: &Plan,
+    time: &mut dyn FnMut(&Gemm, Fp8Recipe) -> Result<Vec<Vec<u64>>, RuntimeError>,
+    progress: &mut dyn Progress,
+    done: &mut usize,
+    out: &mut CudaSamples,
+) -> Result<Vec<String>, CalibError> {
+    let total = plan.total();
+    let mut notes = Vec::new();
+    let columns = [
+        (
+            &plan.fp8_gemms,
+            Fp8Recipe::Tensorwise,
+            "cuBLASLt FP8 GEMM",
+            ("FP8 GEMM", "[gemm.fp8]"),
+            &mut out.gemm_fp8,
+        ),
+        (
+            &plan.fp8_rowwise_gemms,
+            Fp8Recipe::Rowwise,
+            "cuBLASLt FP8 GEMM, rowwise",
+            ("rowwise FP8 GEMM", "[gemm.fp8_rowwise]"),
+            &mut out.gemm_fp8_rowwise,
+        ),
+    ];
+    for (shapes, recipe, label, (what, section), into) in columns {
+        let mut column = Vec::new();
+        for (i, (g, origin)) in shapes.iter().enumerate() {
+            progress.update(label, *done, total);
+            match time(g, recipe) {
+                Ok(times) => {
+                    let holdout = *origin == "sweep" && i % 5 == 4;
+                    column.extend(times.iter().map(|t| gemm_samples(g, 1, origin, holdout, t)));
+                    *done += 1;
+                }
+                Err(RuntimeError::Unsupported(why)) => {
+                    notes.push(format!(
+                        "the {what} column was left out at {}x{}x{} (m x n x k) ({why}): the \
+                         profile keeps its base's {section}, if any",
+                        g.m, g.n, g.k
+                    ));
+                    column.clear();
+                    *done += shapes.len() - i;
+                    break;
+                }
+                Err(e) => return Err(CalibError::Bench(e.to_string())),
+            }
+        }
+        *into = column;
+    }
+    Ok(notes)
+}
+
+/// Runs `plan` on GPU 0: the samples, and notes on FP8 columns left out ([`fp8_columns`]).
 #[cfg(feature = "cuda")]
-pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, CalibError> {
+pub fn measure(
+    plan: &Plan,
+    progress: &mut dyn Progress,
+) -> Result<(CudaSamples, Vec<String>), CalibError> {
     use twin_runtime::backend::cuda::bench::{micro_sweep, Micro, SizedTimes};
     use twin_runtime::backend::cuda::{dtype::GemmDtype, fp8_gemm_sweep_times, gemm_sweep_times};
-    use twin_sim::scenario::Fp8Recipe;
     let total = plan.total();
     let mut done = 0usize;
     let bench = |e: twin_runtime::RuntimeError| CalibError::Bench(e.to_string());
@@ -417,30 +478,10 @@ pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, 
         );
         done += 1;
     }
-    let columns = [
-        (
-            &plan.fp8_gemms,
-            Fp8Recipe::Tensorwise,
-            "cuBLASLt FP8 GEMM",
-            &mut out.gemm_fp8,
-        ),
-        (
-            &plan.fp8_rowwise_gemms,
-            Fp8Recipe::Rowwise,
-            "cuBLASLt FP8 GEMM, rowwise",
-            &mut out.gemm_fp8_rowwise,
-        ),
-    ];
-    for (shapes, recipe, label, into) in columns {
-        for (i, (g, origin)) in shapes.iter().enumerate() {
-            progress.update(label, done, total);
-            let times = fp8_gemm_sweep_times(std::slice::from_ref(g), recipe, plan.repeats)
-                .map_err(bench)?;
-            let holdout = *origin == "sweep" && i % 5 == 4;
-            into.extend(times.iter().map(|t| gemm_samples(g, 1, origin, holdout, t)));
-            done += 1;
-        }
-    }
+    let mut time = |g: &Gemm, recipe: Fp8Recipe| {
+        fp8_gemm_sweep_times(std::slice::from_ref(g), recipe, plan.repeats)
+    };
+    let notes = fp8_columns(plan, &mut time, progress, &mut done, &mut out)?;
     let mut sized = |what: Micro,
                      label: &str,
                      sizes: &[u64],
@@ -481,13 +522,13 @@ pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, 
         &mut out.launch_chain,
     )?;
     progress.update("done", total, total);
-    Ok(out)
+    Ok((out, notes))
 }
 
 /// Whether GPU 0 runs FP8 GEMMs (`Err`: why not, for the run's notes).
 #[cfg(feature = "cuda")]
 pub fn fp8_available() -> Result<(), String> {
-    match twin_runtime::backend::cuda::fp8_device(twin_sim::scenario::Fp8Recipe::Tensorwise) {
+    match twin_runtime::backend::cuda::fp8_device(Fp8Recipe::Tensorwise) {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(why)) => Err(why),
         Err(e) => Err(e.to_string()),
@@ -505,7 +546,6 @@ pub fn fp8_available() -> Result<(), String> {
 #[cfg(feature = "cuda")]
 pub fn fp8_rowwise_available() -> Result<(), String> {
     use twin_runtime::backend::cuda::{fp8_device, fp8_gemm_sweep_times};
-    use twin_sim::scenario::Fp8Recipe;
     let device = match fp8_device(Fp8Recipe::Rowwise) {
         Ok(Ok(d)) => d,
         Ok(Err(why)) => return Err(why),
@@ -523,8 +563,11 @@ pub fn fp8_rowwise_available() -> Result<(), String> {
 }
 
 #[cfg(not(feature = "cuda"))]
-pub fn measure(_plan: &Plan, _progress: &mut dyn Progress) -> Result<CudaSamples, CalibError> {
-    device_count().map(|_| CudaSamples::default())
+pub fn measure(
+    _plan: &Plan,
+    _progress: &mut dyn Progress,
+) -> Result<(CudaSamples, Vec<String>), CalibError> {
+    device_count().map(|_| (CudaSamples::default(), Vec::new()))
 }
 
 #[cfg(test)]

@@ -820,3 +820,84 @@ fn the_text_summary_has_a_rowwise_line_where_one_was_fitted() {
     let without = summary(&synthetic_fp8(16).1);
     assert!(!without.contains(title), "{without}");
 }
+
+/// Records every progress update.
+struct Updates(Vec<(String, usize, usize)>);
+
+impl Progress for Updates {
+    fn update(&mut self, benchmark: &str, done: usize, total: usize) {
+        self.0.push((benchmark.to_string(), done, total));
+    }
+}
+
+/// The FP8 columns are timed shape by shape; a column cuBLASLt cannot run as asked is left
+/// out whole with a note, the other kept, and the progress bar still reaches the columns' end.
+#[test]
+fn an_fp8_column_that_cannot_run_as_asked_is_left_out_with_a_note() {
+    let plan = Plan::new(true, &[]).with_fp8().with_fp8_rowwise();
+    let (n8, nr) = (plan.fp8_gemms.len(), plan.fp8_rowwise_gemms.len());
+    let mut calls = Vec::new();
+    let mut time = |g: &Gemm, recipe: twin_sim::scenario::Fp8Recipe| {
+        calls.push(recipe);
+        match recipe {
+            twin_sim::scenario::Fp8Recipe::Rowwise if calls.len() == n8 + 3 => Err(
+                twin_runtime::RuntimeError::Unsupported("no outer-vector kernel".into()),
+            ),
+            _ => Ok(vec![vec![g.k * 10; 7]]),
+        }
+    };
+    let mut progress = Updates(Vec::new());
+    let mut done = 5;
+    let mut out = CudaSamples::default();
+    let notes = fp8_columns(&plan, &mut time, &mut progress, &mut done, &mut out).unwrap();
+    // The tensorwise column whole, one sample per shape, every fifth sweep shape held out.
+    assert_eq!(out.gemm_fp8.len(), n8);
+    assert_eq!(out.gemm_fp8.iter().filter(|s| s.holdout).count(), n8 / 5);
+    assert!(out
+        .gemm_fp8
+        .iter()
+        .all(|s| s.kept_ns == vec![s.k as f64 * 10.0; 7]));
+    // The rowwise column stopped at its third shape and was dropped.
+    assert_eq!(calls.len(), n8 + 3);
+    assert!(out.gemm_fp8_rowwise.is_empty());
+    assert_eq!(notes.len(), 1);
+    let g = plan.fp8_rowwise_gemms[2].0;
+    let at = format!("{}x{}x{}", g.m, g.n, g.k);
+    for part in [
+        "rowwise FP8 GEMM",
+        "no outer-vector kernel",
+        "[gemm.fp8_rowwise]",
+        &at,
+    ] {
+        assert!(notes[0].contains(part), "{part}: {}", notes[0]);
+    }
+    // Every measurement of both columns counted, from where `done` started.
+    assert_eq!(done, 5 + n8 + nr);
+    assert!(progress
+        .0
+        .iter()
+        .all(|(_, d, t)| *d < *t && *t == plan.total()));
+    assert_eq!(progress.0.len(), n8 + 3);
+}
+
+/// An error other than "unsupported" (a CUDA failure) stops the calibration.
+#[test]
+fn a_cuda_failure_in_an_fp8_column_is_an_error() {
+    let plan = Plan::new(true, &[]).with_fp8();
+    let mut time = |_: &Gemm, _| {
+        Err(twin_runtime::RuntimeError::Cuda {
+            call: "cuLaunchKernel",
+            message: "CUDA_ERROR_LAUNCH_FAILED".into(),
+        })
+    };
+    let mut done = 0;
+    let e = fp8_columns(
+        &plan,
+        &mut time,
+        &mut crate::bench::Silent,
+        &mut done,
+        &mut CudaSamples::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("CUDA_ERROR_LAUNCH_FAILED"), "{e}");
+}

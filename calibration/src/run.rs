@@ -328,7 +328,7 @@ pub fn calibrate_cuda(
         _ => plan,
     };
     let started = Instant::now();
-    let samples = crate::cuda::measure(&plan, sink)?;
+    let (samples, measure_notes) = crate::cuda::measure(&plan, sink)?;
     let elapsed_s = started.elapsed().as_secs_f64();
     let mode = if opts.quick { "quick" } else { "full" };
     let mut prov = crate::provenance::here("cuda", mode, &opts.command, &opts.samples_file);
@@ -346,6 +346,7 @@ pub fn calibrate_cuda(
         )),
         (Ok(()), _) => {}
     }
+    fits.notes.extend(measure_notes);
     let profile = cuda_profile(start, &fits, &prov);
     let toml = write::profile_toml(
         &profile,
