@@ -399,13 +399,16 @@ fn gemm_samples(
 /// scales than the recipe's) is left out whole, the profile keeping its base's section, and
 /// the returned notes say why; any other error stops. `done` counts measurements for the
 /// progress bar, a left-out column's untimed ones included.
-pub fn fp8_columns(
+pub fn fp8_columns<T>(
     plan: &Plan,
-    time: &mut dyn FnMut(&Gemm, Fp8Recipe) -> Result<Vec<Vec<u64>>, RuntimeError>,
+    mut time: T,
     progress: &mut dyn Progress,
     done: &mut usize,
     out: &mut CudaSamples,
-) -> Result<Vec<String>, CalibError> {
+) -> Result<Vec<String>, CalibError>
+where
+    T: FnMut(&Gemm, Fp8Recipe) -> Result<Vec<Vec<u64>>, RuntimeError>,
+{
     let total = plan.total();
     let mut notes = Vec::new();
     let columns = [
@@ -478,10 +481,10 @@ pub fn measure(
         );
         done += 1;
     }
-    let mut time = |g: &Gemm, recipe: Fp8Recipe| {
+    let time = |g: &Gemm, recipe: Fp8Recipe| {
         fp8_gemm_sweep_times(std::slice::from_ref(g), recipe, plan.repeats)
     };
-    let notes = fp8_columns(plan, &mut time, progress, &mut done, &mut out)?;
+    let notes = fp8_columns(plan, time, progress, &mut done, &mut out)?;
     let mut sized = |what: Micro,
                      label: &str,
                      sizes: &[u64],

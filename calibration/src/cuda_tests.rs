@@ -837,7 +837,7 @@ fn an_fp8_column_that_cannot_run_as_asked_is_left_out_with_a_note() {
     let plan = Plan::new(true, &[]).with_fp8().with_fp8_rowwise();
     let (n8, nr) = (plan.fp8_gemms.len(), plan.fp8_rowwise_gemms.len());
     let mut calls = Vec::new();
-    let mut time = |g: &Gemm, recipe: twin_sim::scenario::Fp8Recipe| {
+    let time = |g: &Gemm, recipe: twin_sim::scenario::Fp8Recipe| {
         calls.push(recipe);
         match recipe {
             twin_sim::scenario::Fp8Recipe::Rowwise if calls.len() == n8 + 3 => Err(
@@ -849,7 +849,7 @@ fn an_fp8_column_that_cannot_run_as_asked_is_left_out_with_a_note() {
     let mut progress = Updates(Vec::new());
     let mut done = 5;
     let mut out = CudaSamples::default();
-    let notes = fp8_columns(&plan, &mut time, &mut progress, &mut done, &mut out).unwrap();
+    let notes = fp8_columns(&plan, time, &mut progress, &mut done, &mut out).unwrap();
     // The tensorwise column whole, one sample per shape, every fifth sweep shape held out.
     assert_eq!(out.gemm_fp8.len(), n8);
     assert_eq!(out.gemm_fp8.iter().filter(|s| s.holdout).count(), n8 / 5);
@@ -884,7 +884,7 @@ fn an_fp8_column_that_cannot_run_as_asked_is_left_out_with_a_note() {
 #[test]
 fn a_cuda_failure_in_an_fp8_column_is_an_error() {
     let plan = Plan::new(true, &[]).with_fp8();
-    let mut time = |_: &Gemm, _| {
+    let time = |_: &Gemm, _| {
         Err(twin_runtime::RuntimeError::Cuda {
             call: "cuLaunchKernel",
             message: "CUDA_ERROR_LAUNCH_FAILED".into(),
@@ -893,7 +893,7 @@ fn a_cuda_failure_in_an_fp8_column_is_an_error() {
     let mut done = 0;
     let e = fp8_columns(
         &plan,
-        &mut time,
+        time,
         &mut crate::bench::Silent,
         &mut done,
         &mut CudaSamples::default(),
