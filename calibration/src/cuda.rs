@@ -1,6 +1,7 @@
 //! `--backend cuda`: microbenchmarks through the runtime's CUDA code on GPU 0 (cuBLAS GEMMs
 //! over a shape sweep plus a scenario's own calls, the same shapes as cuBLASLt FP8 GEMMs where
-//! the GPU has FP8 (compute capability 8.9+), the backend's memory-bound copies, pinned
+//! the GPU has FP8 (compute capability 8.9+), with tensorwise scales and, where the backend
+//! runs them (compute capability 9.x), rowwise scales, the backend's memory-bound copies, pinned
 //! host<->device copies, chains of tiny launches), fitted with the same models as the host
 //! (GEMM curve with batched calls paying the ramp once, alpha-beta lines). Measuring needs the
 //! `cuda` feature and a GPU; fitting is plain arithmetic, tested without one. Without a GPU
@@ -14,6 +15,8 @@ use crate::host::{gemm_points, holdout_errors, named, sized_points};
 use crate::sample::reject_outliers;
 use crate::CalibError;
 use serde::Serialize;
+use twin_runtime::RuntimeError;
+use twin_sim::scenario::Fp8Recipe;
 use twin_sim::schedule::Gemm;
 
 /// Tile sides the GEMM fit tries.
@@ -81,6 +84,10 @@ pub struct Plan {
     /// cuBLASLt's FP8 alignment (`fp8_shape`); empty otherwise.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fp8_gemms: Vec<(Gemm, &'static str)>,
+    /// The same FP8 shapes with rowwise scales (one per row of each operand, cuBLASLt's
+    /// outer-vector mode), where GPU 0 runs them ([`Plan::with_fp8_rowwise`]); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fp8_rowwise_gemms: Vec<(Gemm, &'static str)>,
     /// Bytes moved (read + write) by the backend's memory-bound copies.
     pub memory_bytes: Vec<u64>,
     /// Bytes of each pinned host<->device copy.
@@ -102,6 +109,7 @@ impl Plan {
             Plan {
                 repeats: 7,
                 fp8_gemms: Vec::new(),
+                fp8_rowwise_gemms: Vec::new(),
                 gemms,
                 memory_bytes: [2, 16, 128, 1024].iter().map(|m| m * MIB).collect(),
                 copy_bytes: [1, 16, 256].iter().map(|m| m * MIB).collect(),
@@ -111,6 +119,7 @@ impl Plan {
             Plan {
                 repeats: 20,
                 fp8_gemms: Vec::new(),
+                fp8_rowwise_gemms: Vec::new(),
                 gemms,
                 memory_bytes: [1, 4, 16, 64, 256, 1024, 4096]
                     .iter()
@@ -126,19 +135,29 @@ impl Plan {
     /// product per call (a batched scenario call is left out: twin issues FP8 GEMMs one
     /// product per call).
     pub fn with_fp8(mut self) -> Plan {
-        self.fp8_gemms = self
-            .gemms
+        self.fp8_gemms = self.fp8_column();
+        self
+    }
+
+    /// The plan with a rowwise FP8 column: the FP8 column's shapes again, with rowwise scales.
+    pub fn with_fp8_rowwise(mut self) -> Plan {
+        self.fp8_rowwise_gemms = self.fp8_column();
+        self
+    }
+
+    fn fp8_column(&self) -> Vec<(Gemm, &'static str)> {
+        self.gemms
             .iter()
             .filter(|(g, _)| fp8_shape(g))
             .copied()
-            .collect();
-        self
+            .collect()
     }
 
     /// Measurements in all (what the progress bar counts).
     pub fn total(&self) -> usize {
         self.gemms.len()
             + self.fp8_gemms.len()
+            + self.fp8_rowwise_gemms.len()
             + self.memory_bytes.len()
             + 2 * self.copy_bytes.len()
             + self.chain_launches.len()
@@ -149,13 +168,45 @@ impl Plan {
 /// alignment, one product per call).
 pub fn fp8_shape(g: &Gemm) -> bool {
     use twin_runtime::backend::cuda::fp8::{plan_fp8_gemm, Fp8Device, Role};
-    use twin_sim::scenario::Fp8Recipe;
     let any = Fp8Device {
         compute_capability: (9, 0),
         recipe: Fp8Recipe::Tensorwise,
     };
     g.m > 0 && g.batch <= 1 && plan_fp8_gemm(g, Role::Forward, &any).is_ok()
 }
+
+/// Whether the CUDA backend runs rowwise FP8 scales on a GPU of compute capability `cc` as
+/// they are, not as the per-tensor fallback (`fp8::plan_fp8_gemm` decides): `Err` says why
+/// not. cuBLASLt may still lack the outer-vector kernels (before cuBLAS 12.9), which only a
+/// call finds out ([`fp8_rowwise_available`] makes one).
+pub fn rowwise_runs_on(cc: (u32, u32)) -> Result<(), String> {
+    use twin_runtime::backend::cuda::fp8::{plan_fp8_gemm, Fp8Device, Role, ScaleMode};
+    let device = Fp8Device::check(cc, Fp8Recipe::Rowwise)?;
+    let (plan, note) = plan_fp8_gemm(&ROWWISE_PROBE, Role::Forward, &device)?;
+    match note {
+        Some(why) => Err(why),
+        None if plan.a_scale == ScaleMode::OuterVector
+            && plan.b_scale == ScaleMode::OuterVector =>
+        {
+            Ok(())
+        }
+        None => Err(format!(
+            "rowwise FP8 runs with {} x {} scales on this GPU, not outer-vector ones",
+            plan.a_scale.name(),
+            plan.b_scale.name()
+        )),
+    }
+}
+
+/// The GEMM [`fp8_rowwise_available`] runs to find out whether cuBLASLt has rowwise kernels.
+const ROWWISE_PROBE: Gemm = Gemm {
+    dtype: None,
+    m: 256,
+    n: 256,
+    k: 256,
+    count: 1,
+    batch: 1,
+};
 
 /// The distinct GEMM calls of a schedule as the CUDA backend issues them: one call of
 /// `batch` products per shape (`count` = `batch`), most frequent first, at most `max`.
@@ -196,6 +247,10 @@ pub struct CudaSamples {
     /// FP8 GEMMs through cuBLASLt (tensorwise scales); empty where the GPU has no FP8.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gemm_fp8: Vec<GemmSamples>,
+    /// FP8 GEMMs through cuBLASLt with rowwise scales; empty where GPU 0 does not run them
+    /// (and in samples files written before they were measured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gemm_fp8_rowwise: Vec<GemmSamples>,
     /// `bytes`: read + write bytes of the backend's memory-bound copies.
     pub memory_bound: Vec<SizedSamples>,
     pub host_to_device: Vec<SizedSamples>,
@@ -216,6 +271,11 @@ pub struct CudaFits {
     pub gemm_fp8: Option<GemmFit>,
     pub gemm_fp8_holdout_samples: usize,
     pub gemm_fp8_holdout_max_relative_error: f64,
+    /// FP8 GEMM curve with rowwise scales over the non-held-out calls, where they were
+    /// measured.
+    pub gemm_fp8_rowwise: Option<GemmFit>,
+    pub gemm_fp8_rowwise_holdout_samples: usize,
+    pub gemm_fp8_rowwise_holdout_max_relative_error: f64,
     /// Memory-bound copies: bandwidth counts bytes read + written.
     pub memory_bound: AlphaBeta,
     pub host_to_device: AlphaBeta,
@@ -238,18 +298,9 @@ pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
     )
     .map_err(|e| FitError::Degenerate(format!("GEMM curve: {e}")))?;
     let holdout = holdout_errors(&g, &s.gemm, 0);
-    let (gemm_fp8, fp8_holdout) = if s.gemm_fp8.is_empty() {
-        (None, Vec::new())
-    } else {
-        let f = gemm::fit(
-            &gemm_points(&s.gemm_fp8, false, 0),
-            &TILES,
-            gemm::Operands::Free,
-        )
-        .map_err(|e| FitError::Degenerate(format!("FP8 GEMM curve: {e}")))?;
-        let h = holdout_errors(&f, &s.gemm_fp8, 0);
-        (Some(f), h)
-    };
+    let (gemm_fp8, fp8_holdout) = fp8_fit(&s.gemm_fp8, "FP8 GEMM curve")?;
+    let (gemm_fp8_rowwise, rowwise_holdout) =
+        fp8_fit(&s.gemm_fp8_rowwise, "rowwise FP8 GEMM curve")?;
     let mut notes = Vec::new();
     let memory_bound = named("memory-bound", &sized_points(&s.memory_bound), &mut notes)?;
     let launch_chain = named("launch chain", &sized_points(&s.launch_chain), &mut notes)?;
@@ -259,7 +310,11 @@ pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
         &s.device_to_host,
         &s.launch_chain,
     ];
-    let dropped = s.gemm.iter().map(|x| x.dropped_ns.len()).sum::<usize>()
+    let dropped = [&s.gemm, &s.gemm_fp8, &s.gemm_fp8_rowwise]
+        .iter()
+        .flat_map(|v| v.iter())
+        .map(|x| x.dropped_ns.len())
+        .sum::<usize>()
         + sized
             .iter()
             .flat_map(|v| v.iter())
@@ -272,6 +327,11 @@ pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
         gemm_fp8,
         gemm_fp8_holdout_samples: fp8_holdout.len(),
         gemm_fp8_holdout_max_relative_error: fp8_holdout.iter().fold(0.0, |a: f64, b| a.max(*b)),
+        gemm_fp8_rowwise,
+        gemm_fp8_rowwise_holdout_samples: rowwise_holdout.len(),
+        gemm_fp8_rowwise_holdout_max_relative_error: rowwise_holdout
+            .iter()
+            .fold(0.0, |a: f64, b| a.max(*b)),
         memory_bound,
         host_to_device: named(
             "host-to-device",
@@ -292,6 +352,17 @@ pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
     })
 }
 
+/// One FP8 column's curve and its held-out calls' relative errors; `None` for an empty column.
+fn fp8_fit(column: &[GemmSamples], what: &str) -> Result<(Option<GemmFit>, Vec<f64>), FitError> {
+    if column.is_empty() {
+        return Ok((None, Vec::new()));
+    }
+    let f = gemm::fit(&gemm_points(column, false, 0), &TILES, gemm::Operands::Free)
+        .map_err(|e| FitError::Degenerate(format!("{what}: {e}")))?;
+    let h = holdout_errors(&f, column, 0);
+    Ok((Some(f), h))
+}
+
 /// Keeps the samples of one measurement after the outlier rule.
 fn kept(times_ns: &[u64]) -> crate::sample::Kept {
     let xs: Vec<f64> = times_ns.iter().map(|&t| t as f64).collect();
@@ -299,7 +370,6 @@ fn kept(times_ns: &[u64]) -> crate::sample::Kept {
 }
 
 /// One GEMM shape's measured times, outliers set apart.
-#[cfg(feature = "cuda")]
 fn gemm_samples(
     g: &twin_sim::schedule::Gemm,
     batch: u64,
@@ -322,12 +392,77 @@ fn gemm_samples(
     }
 }
 
-/// Runs `plan` on GPU 0.
+/// Times the plan's FP8 columns (tensorwise, then rowwise) with `time` (one shape in one
+/// recipe: its repetitions' times), into `out`'s `gemm_fp8` and `gemm_fp8_rowwise`, every
+/// fifth sweep shape of a column held out. A column a call of which is
+/// `RuntimeError::Unsupported` (cuBLASLt has no FP8 kernel for it, or would run it with other
+/// scales than the recipe's) is left out whole, the profile keeping its base's section, and
+/// the returned notes say why; any other error stops. `done` counts measurements for the
+/// progress bar, a left-out column's untimed ones included.
+pub fn fp8_columns<T>(
+    plan: &Plan,
+    mut time: T,
+    progress: &mut dyn Progress,
+    done: &mut usize,
+    out: &mut CudaSamples,
+) -> Result<Vec<String>, CalibError>
+where
+    T: FnMut(&Gemm, Fp8Recipe) -> Result<Vec<Vec<u64>>, RuntimeError>,
+{
+    let total = plan.total();
+    let mut notes = Vec::new();
+    let columns = [
+        (
+            &plan.fp8_gemms,
+            Fp8Recipe::Tensorwise,
+            "cuBLASLt FP8 GEMM",
+            ("FP8 GEMM", "[gemm.fp8]"),
+            &mut out.gemm_fp8,
+        ),
+        (
+            &plan.fp8_rowwise_gemms,
+            Fp8Recipe::Rowwise,
+            "cuBLASLt FP8 GEMM, rowwise",
+            ("rowwise FP8 GEMM", "[gemm.fp8_rowwise]"),
+            &mut out.gemm_fp8_rowwise,
+        ),
+    ];
+    for (shapes, recipe, label, (what, section), into) in columns {
+        let mut column = Vec::new();
+        for (i, (g, origin)) in shapes.iter().enumerate() {
+            progress.update(label, *done, total);
+            match time(g, recipe) {
+                Ok(times) => {
+                    let holdout = *origin == "sweep" && i % 5 == 4;
+                    column.extend(times.iter().map(|t| gemm_samples(g, 1, origin, holdout, t)));
+                    *done += 1;
+                }
+                Err(RuntimeError::Unsupported(why)) => {
+                    notes.push(format!(
+                        "the {what} column was left out at {}x{}x{} (m x n x k) ({why}): the \
+                         profile keeps its base's {section}, if any",
+                        g.m, g.n, g.k
+                    ));
+                    column.clear();
+                    *done += shapes.len() - i;
+                    break;
+                }
+                Err(e) => return Err(CalibError::Bench(e.to_string())),
+            }
+        }
+        *into = column;
+    }
+    Ok(notes)
+}
+
+/// Runs `plan` on GPU 0: the samples, and notes on FP8 columns left out ([`fp8_columns`]).
 #[cfg(feature = "cuda")]
-pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, CalibError> {
+pub fn measure(
+    plan: &Plan,
+    progress: &mut dyn Progress,
+) -> Result<(CudaSamples, Vec<String>), CalibError> {
     use twin_runtime::backend::cuda::bench::{micro_sweep, Micro, SizedTimes};
     use twin_runtime::backend::cuda::{dtype::GemmDtype, fp8_gemm_sweep_times, gemm_sweep_times};
-    use twin_sim::scenario::Fp8Recipe;
     let total = plan.total();
     let mut done = 0usize;
     let bench = |e: twin_runtime::RuntimeError| CalibError::Bench(e.to_string());
@@ -346,16 +481,10 @@ pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, 
         );
         done += 1;
     }
-    for (i, (g, origin)) in plan.fp8_gemms.iter().enumerate() {
-        progress.update("cuBLASLt FP8 GEMM", done, total);
-        let times =
-            fp8_gemm_sweep_times(std::slice::from_ref(g), Fp8Recipe::Tensorwise, plan.repeats)
-                .map_err(bench)?;
-        let holdout = *origin == "sweep" && i % 5 == 4;
-        out.gemm_fp8
-            .extend(times.iter().map(|t| gemm_samples(g, 1, origin, holdout, t)));
-        done += 1;
-    }
+    let time = |g: &Gemm, recipe: Fp8Recipe| {
+        fp8_gemm_sweep_times(std::slice::from_ref(g), recipe, plan.repeats)
+    };
+    let notes = fp8_columns(plan, time, progress, &mut done, &mut out)?;
     let mut sized = |what: Micro,
                      label: &str,
                      sizes: &[u64],
@@ -396,13 +525,13 @@ pub fn measure(plan: &Plan, progress: &mut dyn Progress) -> Result<CudaSamples, 
         &mut out.launch_chain,
     )?;
     progress.update("done", total, total);
-    Ok(out)
+    Ok((out, notes))
 }
 
 /// Whether GPU 0 runs FP8 GEMMs (`Err`: why not, for the run's notes).
 #[cfg(feature = "cuda")]
 pub fn fp8_available() -> Result<(), String> {
-    match twin_runtime::backend::cuda::fp8_device(twin_sim::scenario::Fp8Recipe::Tensorwise) {
+    match twin_runtime::backend::cuda::fp8_device(Fp8Recipe::Tensorwise) {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(why)) => Err(why),
         Err(e) => Err(e.to_string()),
@@ -414,9 +543,34 @@ pub fn fp8_available() -> Result<(), String> {
     Err("this twin was built without the `cuda` feature".into())
 }
 
+/// Whether GPU 0 runs FP8 GEMMs with rowwise scales as they are (`Err`: why not, for the
+/// run's notes): compute capability 9.x ([`rowwise_runs_on`]), and one rowwise call that
+/// cuBLASLt runs without falling back to per-tensor scales.
+#[cfg(feature = "cuda")]
+pub fn fp8_rowwise_available() -> Result<(), String> {
+    use twin_runtime::backend::cuda::{fp8_device, fp8_gemm_sweep_times};
+    let device = match fp8_device(Fp8Recipe::Rowwise) {
+        Ok(Ok(d)) => d,
+        Ok(Err(why)) => return Err(why),
+        Err(e) => return Err(e.to_string()),
+    };
+    rowwise_runs_on(device.compute_capability)?;
+    fp8_gemm_sweep_times(&[ROWWISE_PROBE], Fp8Recipe::Rowwise, 1)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 #[cfg(not(feature = "cuda"))]
-pub fn measure(_plan: &Plan, _progress: &mut dyn Progress) -> Result<CudaSamples, CalibError> {
-    device_count().map(|_| CudaSamples::default())
+pub fn fp8_rowwise_available() -> Result<(), String> {
+    Err("this twin was built without the `cuda` feature".into())
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn measure(
+    _plan: &Plan,
+    _progress: &mut dyn Progress,
+) -> Result<(CudaSamples, Vec<String>), CalibError> {
+    device_count().map(|_| (CudaSamples::default(), Vec::new()))
 }
 
 #[cfg(test)]

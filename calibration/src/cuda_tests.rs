@@ -388,26 +388,41 @@ fn synthetic_fp8(seed: u64) -> (Plan, CudaSamples) {
     let (plan, mut s) = synthetic(seed);
     let plan = plan.with_fp8();
     let mut rng = TestRng::new(seed.wrapping_add(100));
-    for (i, (g, origin)) in plan.fp8_gemms.iter().enumerate() {
-        let kf = g.k as f64;
-        let t = gemm::padded_flops(g.m, g.n, g.k, 128, 128) / (FP8_RATE * kf / (kf + FP8_K_HALF))
-            * 1e9
-            + FP8_RAMP_NS;
-        let k = noisy(&mut rng, t, 7);
-        s.gemm_fp8.push(GemmSamples {
-            m: g.m,
-            n: g.n,
-            k: g.k,
-            batch: 1,
-            origin: (*origin).to_string(),
-            holdout: *origin == "sweep" && i % 5 == 4,
-            kept_ns: k.kept,
-            dropped_ns: k.dropped,
-            warm_kept_ns: Vec::new(),
-            warm_dropped_ns: Vec::new(),
-        });
-    }
+    s.gemm_fp8 = fp8_column(&plan.fp8_gemms, &mut rng, FP8_RATE, FP8_K_HALF, FP8_RAMP_NS);
     (plan, s)
+}
+
+/// One FP8 column's samples over `shapes`, drawn from a curve of tile 128 with 1% noise,
+/// every fifth sweep shape held out.
+fn fp8_column(
+    shapes: &[(Gemm, &'static str)],
+    rng: &mut TestRng,
+    rate: f64,
+    k_half: f64,
+    ramp_ns: f64,
+) -> Vec<GemmSamples> {
+    shapes
+        .iter()
+        .enumerate()
+        .map(|(i, (g, origin))| {
+            let kf = g.k as f64;
+            let t = gemm::padded_flops(g.m, g.n, g.k, 128, 128) / (rate * kf / (kf + k_half)) * 1e9
+                + ramp_ns;
+            let k = noisy(rng, t, 7);
+            GemmSamples {
+                m: g.m,
+                n: g.n,
+                k: g.k,
+                batch: 1,
+                origin: (*origin).to_string(),
+                holdout: *origin == "sweep" && i % 5 == 4,
+                kept_ns: k.kept,
+                dropped_ns: k.dropped,
+                warm_kept_ns: Vec::new(),
+                warm_dropped_ns: Vec::new(),
+            }
+        })
+        .collect()
 }
 
 /// The FP8 column takes the shapes cuBLASLt's FP8 kernels run (k a multiple of 16, n of 8, one
@@ -516,4 +531,373 @@ fn a_gpu_without_figures_takes_its_fp8_peak_from_the_fit() {
     let c = back.gemm_fp8.as_ref().unwrap();
     assert!(close(c.max_efficiency.value, 1.0));
     assert!((back.peak_fp8_flops_per_s.value / FP8_RATE - 1.0).abs() < 0.03);
+}
+
+const ROWWISE_RATE: f64 = 1_300e12;
+const ROWWISE_K_HALF: f64 = 600.0;
+const ROWWISE_RAMP_NS: f64 = 14_000.0;
+
+/// [`synthetic_fp8`] with a rowwise column over the same shapes, drawn from the rowwise
+/// constants.
+fn synthetic_rowwise(seed: u64) -> (Plan, CudaSamples) {
+    let (plan, mut s) = synthetic_fp8(seed);
+    let plan = plan.with_fp8_rowwise();
+    let mut rng = TestRng::new(seed.wrapping_add(200));
+    s.gemm_fp8_rowwise = fp8_column(
+        &plan.fp8_rowwise_gemms,
+        &mut rng,
+        ROWWISE_RATE,
+        ROWWISE_K_HALF,
+        ROWWISE_RAMP_NS,
+    );
+    (plan, s)
+}
+
+/// The backend runs rowwise scales as they are only on Hopper (compute capability 9.x);
+/// elsewhere it would run them per tensor, which a rowwise column must not measure.
+#[test]
+fn rowwise_is_measured_only_where_the_backend_runs_it() {
+    assert_eq!(rowwise_runs_on((9, 0)), Ok(()));
+    for cc in [(8, 9), (10, 0), (12, 0)] {
+        let why = rowwise_runs_on(cc).unwrap_err();
+        assert!(why.contains("per-tensor"), "{cc:?}: {why}");
+    }
+    // No FP8 tensor cores at all.
+    let why = rowwise_runs_on((8, 0)).unwrap_err();
+    assert!(why.contains("no FP8 tensor cores"), "{why}");
+}
+
+/// The rowwise column is the FP8 column's shapes again, and the progress bar counts it.
+#[test]
+fn the_rowwise_column_repeats_the_fp8_shapes_and_is_counted() {
+    let quick = Plan::new(true, &[]);
+    // The quick plan: 4 x 4 x 3 = 48 sweep shapes (all FP8-aligned: k in {64, 512, 4096} are
+    // multiples of 16, n in {512, 1000, 2048, 8192} of 8), 4 memory-bound sizes, 3 copy sizes
+    // each way, 4 launch chains.
+    assert_eq!(quick.total(), 48 + 4 + 2 * 3 + 4);
+    let fp8 = quick.clone().with_fp8();
+    assert_eq!(fp8.total(), 62 + 48);
+    assert!(fp8.fp8_rowwise_gemms.is_empty());
+    let both = fp8.clone().with_fp8_rowwise();
+    assert_eq!(both.fp8_rowwise_gemms, both.fp8_gemms);
+    assert_eq!(both.total(), 62 + 48 + 48);
+    // The plan's JSON lists the rowwise shapes only when there are some.
+    let json = |p: &Plan| serde_json::to_value(p).unwrap();
+    assert!(json(&fp8).get("fp8_rowwise_gemms").is_none());
+    assert_eq!(
+        json(&both)["fp8_rowwise_gemms"].as_array().map(Vec::len),
+        Some(48)
+    );
+}
+
+/// A rowwise column is fitted as its own curve and written as `[gemm.fp8_rowwise]`, its
+/// efficiency the fitted rate over the FP8 peak; `[gemm.fp8]` stays the tensorwise curve.
+#[test]
+fn the_rowwise_column_is_written_as_its_own_curve() {
+    let (plan, s) = synthetic_rowwise(12);
+    let f = fit(&s).unwrap();
+    let r = f.gemm_fp8_rowwise.as_ref().unwrap();
+    assert!(
+        (r.rate_flops_per_s.value / ROWWISE_RATE - 1.0).abs() < 0.03,
+        "{r:?}"
+    );
+    assert!(
+        (r.k_half.value / ROWWISE_K_HALF - 1.0).abs() < 0.15,
+        "{r:?}"
+    );
+    assert!(
+        (r.ramp_ns.value / ROWWISE_RAMP_NS - 1.0).abs() < 0.15,
+        "{r:?}"
+    );
+    // Every fifth FP8 sweep shape is held out (48 quick sweep shapes: 9 of them).
+    let sweep = plan
+        .fp8_rowwise_gemms
+        .iter()
+        .filter(|(_, o)| *o == "sweep")
+        .count();
+    assert_eq!(f.gemm_fp8_rowwise_holdout_samples, sweep / 5);
+    assert!(f.gemm_fp8_rowwise_holdout_max_relative_error < 0.03);
+    // The tensorwise curve is the one its own column gives.
+    let tensorwise = fit(&CudaSamples {
+        gemm_fp8_rowwise: Vec::new(),
+        ..s.clone()
+    })
+    .unwrap();
+    assert_eq!(f.gemm_fp8, tensorwise.gemm_fp8);
+    let base = bundled("h100-dgx.toml");
+    let (p, back) = written(
+        Request {
+            gpu_name: Some("h100-sxm-80gb".into()),
+            ..Request::default()
+        },
+        &s,
+    );
+    let peak = base.peak_fp8_flops_per_s.value;
+    let c = back.gemm_fp8_rowwise.as_ref().unwrap();
+    assert!(close(
+        c.max_efficiency.value * peak,
+        r.rate_flops_per_s.value
+    ));
+    let [lo, hi] = c.max_efficiency.ci95.unwrap();
+    assert!(close(lo * peak, r.rate_flops_per_s.ci95[0]));
+    assert!(close(hi * peak, r.rate_flops_per_s.ci95[1]));
+    assert!(close(c.k_half.value, r.k_half.value));
+    assert!(close(c.ramp_ns.value, r.ramp_ns.value));
+    assert_eq!(
+        (c.tile_m.value, c.tile_n.value),
+        (r.tile_m as f64, r.tile_n as f64)
+    );
+    assert_eq!(c.max_efficiency.source, Source::Fitted);
+    assert!(c.max_efficiency.reference.contains("rowwise"));
+    let t = back.gemm_fp8.as_ref().unwrap();
+    let tw = f.gemm_fp8.as_ref().unwrap();
+    assert!(close(
+        t.max_efficiency.value * peak,
+        tw.rate_flops_per_s.value
+    ));
+    assert!(p
+        .gemm_fp8
+        .unwrap()
+        .max_efficiency
+        .reference
+        .contains("tensorwise"));
+    // The cost model prices rowwise FP8 GEMMs by the rowwise curve, other recipes by
+    // [gemm.fp8].
+    use twin_sim::scenario::Fp8Recipe;
+    let eff = |recipe| back.gemm_fp8_curve_for(recipe).unwrap().max_efficiency;
+    assert_eq!(eff(Fp8Recipe::Rowwise), c.max_efficiency.value);
+    assert_eq!(eff(Fp8Recipe::Tensorwise), t.max_efficiency.value);
+}
+
+/// Without a rowwise column the profile keeps its base's `[gemm.fp8_rowwise]` (the bundled
+/// Hopper profiles have one), and writes none over a base without it.
+#[test]
+fn without_rowwise_samples_no_rowwise_curve_is_fitted() {
+    let (_, s) = synthetic_fp8(13);
+    let f = fit(&s).unwrap();
+    assert!(f.gemm_fp8_rowwise.is_none());
+    assert_eq!(f.gemm_fp8_rowwise_holdout_samples, 0);
+    let start = crate::gpu_base::start(Request {
+        gpu_name: Some("h100-sxm-80gb".into()),
+        ..Request::default()
+    })
+    .unwrap();
+    assert!(start.base.gemm_fp8_rowwise.is_some());
+    let p = crate::run::cuda_profile(&start, &f, &provenance());
+    assert_eq!(p.gemm_fp8_rowwise, start.base.gemm_fp8_rowwise);
+    // A GPU whose base is built from a scenario has no rowwise curve to keep.
+    let mut scenario = twin_sim::testing::small_scenario(1, 1, 1, 1);
+    scenario.cluster.gpu.name = "lab-gpu".into();
+    let start = crate::gpu_base::start(Request {
+        scenario: Some(ScenarioGpu {
+            origin: "lab.toml".into(),
+            gpu: scenario.cluster.gpu.clone(),
+            links: twin_sim::cost::Analytic::new(&scenario).links,
+        }),
+        device: Some(h200_device()),
+        ..Request::default()
+    })
+    .unwrap();
+    let p = crate::run::cuda_profile(&start, &f, &provenance());
+    assert!(p.gemm_fp8_rowwise.is_none() && p.gemm_fp8.is_some());
+    let text = crate::write::profile_toml(&p, None, Some(&provenance()), &[]);
+    assert!(text.contains("[gemm.fp8]"), "{text}");
+    assert!(!text.contains("[gemm.fp8_rowwise]"), "{text}");
+}
+
+/// A samples file written before the rowwise column (no `gemm_fp8_rowwise` key) reads back
+/// and refits as it did: the same fits, no rowwise curve, the base's section kept.
+#[test]
+fn an_older_samples_file_without_rowwise_refits_unchanged() {
+    let (_, s) = synthetic_fp8(14);
+    let prov = provenance();
+    let file = serde_json::json!({
+        "provenance": prov,
+        "plan": null,
+        "device": null,
+        "samples": s,
+    })
+    .to_string();
+    assert!(!file.contains("gemm_fp8_rowwise"), "{file}");
+    assert!(file.contains("\"gemm_fp8\""));
+    let req = || Request {
+        gpu_name: Some("h100-sxm-80gb".into()),
+        ..Request::default()
+    };
+    let (run, start) = crate::refit::refit_cuda(&file, "old.samples.json", req(), "refit").unwrap();
+    assert_eq!(run.samples, s);
+    assert_eq!(run.fits, fit(&s).unwrap());
+    assert!(run.fits.gemm_fp8_rowwise.is_none());
+    assert_eq!(run.profile.gemm_fp8_rowwise, start.base.gemm_fp8_rowwise);
+    assert_eq!(
+        run.profile,
+        crate::run::cuda_profile(&start, &run.fits, &run.provenance)
+    );
+    // A file with the column refits to the rowwise curve.
+    let (_, with) = synthetic_rowwise(14);
+    let file = serde_json::json!({
+        "provenance": prov,
+        "plan": null,
+        "device": null,
+        "samples": with,
+    })
+    .to_string();
+    let (run, _) = crate::refit::refit_cuda(&file, "new.samples.json", req(), "refit").unwrap();
+    assert_eq!(run.samples.gemm_fp8_rowwise, with.gemm_fp8_rowwise);
+    assert!(run.profile.gemm_fp8_rowwise != start.base.gemm_fp8_rowwise);
+    assert!(run.toml.contains("rowwise outer-vector scales"));
+}
+
+/// A GPU known only by its device: the fastest fitted FP8 rate stands in for its FP8 peak, so
+/// both curves load (efficiency at most 1), the faster one at exactly 1.
+#[test]
+fn a_gpu_without_figures_takes_the_fastest_fp8_rate_as_its_peak() {
+    let (plan, mut s) = synthetic_rowwise(15);
+    let scenario = twin_sim::testing::small_scenario(1, 1, 1, 1);
+    let req = || Request {
+        gpu_name: Some("nvidia-lab".into()),
+        scenario: Some(ScenarioGpu {
+            origin: "s.toml".into(),
+            gpu: scenario.cluster.gpu.clone(),
+            links: twin_sim::cost::Analytic::new(&scenario).links,
+        }),
+        device: Some(h200_device()),
+        ..Request::default()
+    };
+    // Rowwise slower: the tensorwise rate is the peak.
+    let (_, back) = written(req(), &s);
+    assert!(close(
+        back.gemm_fp8.as_ref().unwrap().max_efficiency.value,
+        1.0
+    ));
+    let r = back.gemm_fp8_rowwise.as_ref().unwrap().max_efficiency.value;
+    assert!((r / (ROWWISE_RATE / FP8_RATE) - 1.0).abs() < 0.05, "{r}");
+    // Rowwise faster (drawn at 1.2x the tensorwise rate): the rowwise rate is the peak.
+    let mut rng = TestRng::new(315);
+    s.gemm_fp8_rowwise = fp8_column(
+        &plan.fp8_rowwise_gemms,
+        &mut rng,
+        1.2 * FP8_RATE,
+        FP8_K_HALF,
+        FP8_RAMP_NS,
+    );
+    let (_, back) = written(req(), &s);
+    assert!(close(
+        back.gemm_fp8_rowwise.as_ref().unwrap().max_efficiency.value,
+        1.0
+    ));
+    let t = back.gemm_fp8.as_ref().unwrap().max_efficiency.value;
+    assert!((t * 1.2 - 1.0).abs() < 0.05, "{t}");
+}
+
+/// The text summary prints the rowwise curve's line where it was fitted, and not otherwise.
+#[test]
+fn the_text_summary_has_a_rowwise_line_where_one_was_fitted() {
+    let start = crate::gpu_base::start(Request {
+        gpu_name: Some("h100-sxm-80gb".into()),
+        ..Request::default()
+    })
+    .unwrap();
+    let summary = |s: &CudaSamples| {
+        let fits = fit(s).unwrap();
+        let run = crate::CudaRun {
+            plan: None,
+            device: None,
+            refit_of: None,
+            profile: crate::run::cuda_profile(&start, &fits, &provenance()),
+            fits,
+            provenance: provenance(),
+            elapsed_s: 0.0,
+            samples: s.clone(),
+            toml: String::new(),
+        };
+        crate::text::cuda_text(&run, &start, std::path::Path::new("p.toml"), None)
+    };
+    let title = "cuBLASLt FP8 GEMM curve (e4m3, rowwise scales)";
+    let with = summary(&synthetic_rowwise(16).1);
+    assert_eq!(with.matches(title).count(), 1, "{with}");
+    assert!(with.contains("cuBLASLt FP8 GEMM curve (e4m3, tensorwise scales)"));
+    let without = summary(&synthetic_fp8(16).1);
+    assert!(!without.contains(title), "{without}");
+}
+
+/// Records every progress update.
+struct Updates(Vec<(String, usize, usize)>);
+
+impl Progress for Updates {
+    fn update(&mut self, benchmark: &str, done: usize, total: usize) {
+        self.0.push((benchmark.to_string(), done, total));
+    }
+}
+
+/// The FP8 columns are timed shape by shape; a column cuBLASLt cannot run as asked is left
+/// out whole with a note, the other kept, and the progress bar still reaches the columns' end.
+#[test]
+fn an_fp8_column_that_cannot_run_as_asked_is_left_out_with_a_note() {
+    let plan = Plan::new(true, &[]).with_fp8().with_fp8_rowwise();
+    let (n8, nr) = (plan.fp8_gemms.len(), plan.fp8_rowwise_gemms.len());
+    let mut calls = Vec::new();
+    let time = |g: &Gemm, recipe: twin_sim::scenario::Fp8Recipe| {
+        calls.push(recipe);
+        match recipe {
+            twin_sim::scenario::Fp8Recipe::Rowwise if calls.len() == n8 + 3 => Err(
+                twin_runtime::RuntimeError::Unsupported("no outer-vector kernel".into()),
+            ),
+            _ => Ok(vec![vec![g.k * 10; 7]]),
+        }
+    };
+    let mut progress = Updates(Vec::new());
+    let mut done = 5;
+    let mut out = CudaSamples::default();
+    let notes = fp8_columns(&plan, time, &mut progress, &mut done, &mut out).unwrap();
+    // The tensorwise column whole, one sample per shape, every fifth sweep shape held out.
+    assert_eq!(out.gemm_fp8.len(), n8);
+    assert_eq!(out.gemm_fp8.iter().filter(|s| s.holdout).count(), n8 / 5);
+    assert!(out
+        .gemm_fp8
+        .iter()
+        .all(|s| s.kept_ns == vec![s.k as f64 * 10.0; 7]));
+    // The rowwise column stopped at its third shape and was dropped.
+    assert_eq!(calls.len(), n8 + 3);
+    assert!(out.gemm_fp8_rowwise.is_empty());
+    assert_eq!(notes.len(), 1);
+    let g = plan.fp8_rowwise_gemms[2].0;
+    let at = format!("{}x{}x{}", g.m, g.n, g.k);
+    for part in [
+        "rowwise FP8 GEMM",
+        "no outer-vector kernel",
+        "[gemm.fp8_rowwise]",
+        &at,
+    ] {
+        assert!(notes[0].contains(part), "{part}: {}", notes[0]);
+    }
+    // Every measurement of both columns counted, from where `done` started.
+    assert_eq!(done, 5 + n8 + nr);
+    assert!(progress
+        .0
+        .iter()
+        .all(|(_, d, t)| *d < *t && *t == plan.total()));
+    assert_eq!(progress.0.len(), n8 + 3);
+}
+
+/// An error other than "unsupported" (a CUDA failure) stops the calibration.
+#[test]
+fn a_cuda_failure_in_an_fp8_column_is_an_error() {
+    let plan = Plan::new(true, &[]).with_fp8();
+    let time = |_: &Gemm, _| {
+        Err(twin_runtime::RuntimeError::Cuda {
+            call: "cuLaunchKernel",
+            message: "CUDA_ERROR_LAUNCH_FAILED".into(),
+        })
+    };
+    let mut done = 0;
+    let e = fp8_columns(
+        &plan,
+        time,
+        &mut crate::bench::Silent,
+        &mut done,
+        &mut CudaSamples::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("CUDA_ERROR_LAUNCH_FAILED"), "{e}");
 }

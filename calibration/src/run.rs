@@ -317,23 +317,36 @@ pub fn calibrate_cuda(
     crate::cuda::require_gpu()?;
     let plan = crate::cuda::Plan::new(opts.quick, &opts.scenario_calls);
     let fp8 = crate::cuda::fp8_available();
+    // Rowwise scales are asked about only where FP8 runs at all.
+    let rowwise = fp8.is_ok().then(crate::cuda::fp8_rowwise_available);
     let plan = match fp8 {
         Ok(()) => plan.with_fp8(),
         Err(_) => plan,
     };
+    let plan = match rowwise {
+        Some(Ok(())) => plan.with_fp8_rowwise(),
+        _ => plan,
+    };
     let started = Instant::now();
-    let samples = crate::cuda::measure(&plan, sink)?;
+    let (samples, measure_notes) = crate::cuda::measure(&plan, sink)?;
     let elapsed_s = started.elapsed().as_secs_f64();
     let mode = if opts.quick { "quick" } else { "full" };
     let mut prov = crate::provenance::here("cuda", mode, &opts.command, &opts.samples_file);
     prov.cuda_version = opts.cuda_version.clone();
     prov.nccl_version = opts.nccl_version.clone();
     let mut fits = crate::cuda::fit(&samples)?;
-    if let Err(why) = fp8 {
-        fits.notes.push(format!(
-            "no FP8 GEMM column ({why}): the profile keeps its base's [gemm.fp8], if any"
-        ));
+    match (fp8, rowwise) {
+        (Err(why), _) => fits.notes.push(format!(
+            "no FP8 GEMM columns ({why}): the profile keeps its base's [gemm.fp8] and \
+             [gemm.fp8_rowwise], if any"
+        )),
+        (Ok(()), Some(Err(why))) => fits.notes.push(format!(
+            "no rowwise FP8 GEMM column ({why}): the profile keeps its base's \
+             [gemm.fp8_rowwise], if any (without one, rowwise FP8 is priced by [gemm.fp8])"
+        )),
+        (Ok(()), _) => {}
     }
+    fits.notes.extend(measure_notes);
     let profile = cuda_profile(start, &fits, &prov);
     let toml = write::profile_toml(
         &profile,
@@ -405,8 +418,42 @@ pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance)
     };
     p.gemm_tile_m = tile(g.tile_m, g.tile_m_ci95, "interval");
     p.gemm_tile_n = tile(g.tile_n, g.tile_n_ci95, "interval");
+    // For a GPU with no datasheet figure whose section is replaced, the fastest fitted FP8
+    // rate stands in for the FP8 peak, so each FP8 curve's efficiency is at most 1.
+    let fp8_rates = [&f.gemm_fp8, &f.gemm_fp8_rowwise].map(|c| {
+        c.as_ref()
+            .map(|c| c.rate_flops_per_s.value)
+            .filter(|r| r.is_finite() && *r > 0.0)
+    });
+    if let Some(fastest) = fp8_rates.into_iter().flatten().reduce(f64::max) {
+        if start.replace_gpu && start.figures.is_none() {
+            p.peak_fp8_flops_per_s = Param {
+                value: fastest,
+                source: Source::Fitted,
+                reference: format!(
+                    "no datasheet figure is known for '{}': the fastest fitted sustained FP8 \
+                     rate; {run}",
+                    start.gpu
+                ),
+                ci95: None,
+            };
+        }
+    }
     if let Some(f8) = &f.gemm_fp8 {
-        set_gemm_fp8(&mut p, start, f8, &run);
+        p.gemm_fp8 = Some(fp8_curve(
+            &p,
+            f8,
+            "cuBLASLt FP8 GEMM curve (e4m3, tensorwise scales, forward fast accumulation)",
+            &run,
+        ));
+    }
+    if let Some(f8) = &f.gemm_fp8_rowwise {
+        p.gemm_fp8_rowwise = Some(fp8_curve(
+            &p,
+            f8,
+            "cuBLASLt FP8 GEMM curve (e4m3, rowwise outer-vector scales, forward fast accumulation)",
+            &run,
+        ));
     }
     p.gemm_ramp_per_product = false;
     p.launch_per_op = false;
@@ -426,23 +473,16 @@ pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance)
     p
 }
 
-/// `[gemm.fp8]` from the FP8 fit: the curve's efficiency is the fitted sustained rate over the
-/// profile's FP8 peak (with its interval), or, for a GPU with no datasheet figure whose
-/// section is replaced, the fitted rate is the FP8 peak.
-fn set_gemm_fp8(p: &mut Profile, start: &Start, f8: &crate::fit::gemm::GemmFit, run: &str) {
-    let what = "cuBLASLt FP8 GEMM curve (e4m3, tensorwise scales, forward fast accumulation)";
+/// An FP8 curve section (`[gemm.fp8]`, `[gemm.fp8_rowwise]`) from its fit (`what` names the
+/// measurement in each key's reference): the efficiency is the fitted sustained rate over
+/// `p`'s FP8 peak, with its interval.
+fn fp8_curve(
+    p: &Profile,
+    f8: &crate::fit::gemm::GemmFit,
+    what: &str,
+    run: &str,
+) -> twin_sim::profile::GemmParams {
     let rate = f8.rate_flops_per_s.clamp(f64::MIN_POSITIVE, f64::MAX);
-    if start.replace_gpu && start.figures.is_none() {
-        p.peak_fp8_flops_per_s = Param {
-            value: rate.value,
-            source: Source::Fitted,
-            reference: format!(
-                "no datasheet figure is known for '{}': the fitted sustained FP8 rate; {run}",
-                start.gpu
-            ),
-            ci95: None,
-        };
-    }
     let peak = p.peak_fp8_flops_per_s.value;
     let fitted = |e: Estimate, detail: &str| e.fitted_param(format!("{what}{detail}; {run}"));
     let tile = |v: u64, ci: [u64; 2]| Param {
@@ -453,7 +493,7 @@ fn set_gemm_fp8(p: &mut Profile, start: &Start, f8: &crate::fit::gemm::GemmFit, 
         ),
         ci95: Some([ci[0] as f64, ci[1] as f64]),
     };
-    p.gemm_fp8 = Some(twin_sim::profile::GemmParams {
+    twin_sim::profile::GemmParams {
         max_efficiency: Param {
             value: rate.value / peak,
             source: Source::Fitted,
@@ -469,7 +509,7 @@ fn set_gemm_fp8(p: &mut Profile, start: &Start, f8: &crate::fit::gemm::GemmFit, 
         tile_m: tile(f8.tile_m, f8.tile_m_ci95),
         tile_n: tile(f8.tile_n, f8.tile_n_ci95),
         ramp_ns: fitted(f8.ramp_ns.clamp(0.0, f64::MAX), ": fixed time per call"),
-    });
+    }
 }
 
 /// Replaces `p`'s GPU section with the GPU `start` asks for: its figures (or, with none known,

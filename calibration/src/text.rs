@@ -300,6 +300,14 @@ pub fn cuda_text(
             f.gemm_fp8_holdout_max_relative_error,
         ));
     }
+    if let Some(f8) = &f.gemm_fp8_rowwise {
+        o.push_str(&gemm_lines(
+            "cuBLASLt FP8 GEMM curve (e4m3, rowwise scales)",
+            f8,
+            f.gemm_fp8_rowwise_holdout_samples,
+            f.gemm_fp8_rowwise_holdout_max_relative_error,
+        ));
+    }
     o.push_str("bandwidth + fixed cost per call\n");
     o.push_str(&ab_line("memory-bound", &f.memory_bound, "fixed"));
     o.push_str(&ab_line("host-to-device", &f.host_to_device, "fixed"));

@@ -148,7 +148,9 @@ impl Timer {
 
 /// As [`gemm_sweep_times`] for FP8: each shape as the forward GEMM of a linear layer through
 /// cuBLASLt (`fp8::plan_fp8_gemm`), operands cast as `recipe` casts them. A shape FP8 cannot
-/// run, or a GPU without FP8, is an error naming it.
+/// run, or a GPU without FP8, is an error naming it; so is a shape that would run with other
+/// scales than the recipe's (the per-tensor fallback where the GPU or cuBLASLt lacks the
+/// recipe's scale mode): a sweep times the recipe it is asked for or nothing.
 pub fn fp8_gemm_sweep_times(
     shapes: &[Gemm],
     recipe: Fp8Recipe,
@@ -160,16 +162,21 @@ pub fn fp8_gemm_sweep_times(
         let mut lt = LtHandle::new(lt_workspace_bytes(device.compute_capability))?;
         let mut out = Vec::with_capacity(shapes.len());
         for g in shapes {
-            let (plan, _) =
+            let (plan, note) =
                 plan_fp8_gemm(g, Role::Forward, &device).map_err(RuntimeError::Unsupported)?;
+            if let Some(why) = note {
+                return Err(RuntimeError::Unsupported(why));
+            }
             let [a, b] = plan.operand_bytes();
             let scales = plan.scale_bytes().into_iter().max().unwrap_or(4);
             let ops = Fp8Operands::new([a, b, scales], recipe, 1)?;
             let c = DeviceBuffer::new(plan.m * plan.n * 2)?;
             let s = timer.stream.cu_stream();
             let issue = || match lt.run(&ops, &c, &plan, s)? {
-                Fp8Outcome::Ran(_) => Ok(()),
-                Fp8Outcome::Unsupported(why) => Err(RuntimeError::Unsupported(why)),
+                Fp8Outcome::Ran(None) => Ok(()),
+                Fp8Outcome::Ran(Some(why)) | Fp8Outcome::Unsupported(why) => {
+                    Err(RuntimeError::Unsupported(why))
+                }
             };
             out.push(timer.times(reps, issue)?);
         }
