@@ -22,7 +22,7 @@ impl CostModel for Prices {
     fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
         let backward = matches!(op.phase, Phase::Backward | Phase::BackwardInput);
         match (&op.attention, op.phase) {
-            (_, Phase::Optimizer | Phase::Compress) => 0,
+            (_, Phase::Optimizer | Phase::Compress | Phase::Copy) => 0,
             (Some(a), _) if a.causal => {
                 if backward {
                     2_500

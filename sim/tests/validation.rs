@@ -144,12 +144,11 @@ const MODERN_MOE_SIMULATED: usize = 9;
 /// modelled (both rows were already too fast; docs/measurements/2026-11-29-gpt-oss-window-sinks.md).
 const MODERN_MOE: (f64, f64) = (0.179, 0.521);
 const MODERN_FP8: (f64, f64) = (0.069, 0.356);
-const MODERN_BF16: (f64, f64) = (0.115, 0.264);
+const MODERN_BF16: (f64, f64) = (0.106, 0.264);
 const MODERN_MEGATRON: (f64, f64) = (0.049, 0.150);
-/// torchtitan's median rose from 16.9% to 17.4% when FSDP2 under pipelining became a gather
-/// once and a reduction once per step (its 405B pipeline rows, already too fast, lost per-micro-
-/// batch gather traffic): what torchtitan runs, docs/measurements/2026-11-29-torchtitan-cp-merge-and-pipelined-fsdp.md.
-const MODERN_TORCHTITAN: (f64, f64) = (0.176, 0.356);
+/// torchtitan: every row too fast; the same framework file predicts torchtitan's own A100 runs
+/// at a 1.7% median (`torchtitan_runs_on_a100_are_predicted_within_the_recorded_accuracy`).
+const MODERN_TORCHTITAN: (f64, f64) = (0.171, 0.356);
 const MODERN_LLM_FOUNDRY: (f64, f64) = (0.082, 0.264);
 const MODERN_LONG_CONTEXT: (f64, f64) = (0.072, 0.356);
 
@@ -204,6 +203,6 @@ fn torchtitan_runs_on_a100_are_predicted_within_the_recorded_accuracy() {
     println!("{}", v.to_text());
     assert_eq!(v.rows.len(), 8);
     assert!(v.uncovered.is_empty(), "{:?}", v.uncovered);
-    assert!(v.max_abs_error <= 0.145, "max {}", v.max_abs_error);
-    assert!(v.median_abs_error <= 0.045, "median {}", v.median_abs_error);
+    assert!(v.max_abs_error <= 0.10, "max {}", v.max_abs_error);
+    assert!(v.median_abs_error <= 0.02, "median {}", v.median_abs_error);
 }

@@ -101,6 +101,9 @@ pub enum Phase {
     Optimizer,
     /// Gradient (de)quantisation or sparsification for compressed communication.
     Compress,
+    /// A copy between a collective's buffer and the tensors it serves (FSDP2's copy-out of
+    /// gathered parameters and copy-in of gradients to reduce).
+    Copy,
 }
 
 impl Phase {
@@ -113,11 +116,15 @@ impl Phase {
             Phase::Recompute => "recompute",
             Phase::Optimizer => "optimizer",
             Phase::Compress => "compress",
+            Phase::Copy => "copy",
         }
     }
     /// Counts toward model FLOPs (MFU). Recompute counts only toward hardware FLOPs (HFU).
     pub fn is_model_work(self) -> bool {
-        !matches!(self, Phase::Recompute | Phase::Compress | Phase::Optimizer)
+        !matches!(
+            self,
+            Phase::Recompute | Phase::Compress | Phase::Copy | Phase::Optimizer
+        )
     }
 }
 

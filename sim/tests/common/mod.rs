@@ -34,7 +34,7 @@ pub struct FlopsCost {
 impl twin_sim::cost::CostModel for FlopsCost {
     fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
         match op.phase {
-            Phase::Optimizer | Phase::Compress => 0,
+            Phase::Optimizer | Phase::Compress | Phase::Copy => 0,
             _ => op.flops / 1_000,
         }
     }
@@ -76,7 +76,7 @@ pub struct ExpertCost {
 impl twin_sim::cost::CostModel for ExpertCost {
     fn compute_ns(&self, _rank: u32, op: &ComputeOp) -> u64 {
         match op.phase {
-            Phase::Optimizer | Phase::Compress => 0,
+            Phase::Optimizer | Phase::Compress | Phase::Copy => 0,
             _ => op.flops / 1_000,
         }
     }

@@ -46,6 +46,7 @@ struct RawOverlaps {
     p2p_overlap: Cited<bool>,
     moe_a2a_overlap: Option<Cited<bool>>,
     grad_reduce_pipelined: Option<Cited<String>>,
+    fsdp_copies: Option<Cited<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -371,6 +372,12 @@ impl Reader<'_> {
                 .as_ref()
                 .map(|c| self.name("overlaps.grad_reduce_pipelined", c, &GRAD_REDUCES))
                 .transpose()?,
+            fsdp_copies: o
+                .fsdp_copies
+                .as_ref()
+                .map(|c| self.cited("overlaps.fsdp_copies", c))
+                .transpose()?
+                .unwrap_or(false),
         };
         let fusions = Fusions {
             fp8_amax_fused: self.cited("fusions.fp8_amax_fused", &raw.fusions.fp8_amax_fused)?,

@@ -313,6 +313,13 @@ pub struct Overlaps {
     /// `torch.distributed.pipelining` drives FSDP2; `None`: as `grad_reduce` says.
     #[serde(default)]
     pub grad_reduce_pipelined: Option<GradReduce>,
+    /// Under ZeRO 3 / FSDP, the compute stream copies each gathered unit out of its all-gather
+    /// buffer into the unit's parameters before the unit's first pass, and each unit's
+    /// gradients into the reduce-scatter buffer, in the reduce dtype, before each of its
+    /// reductions (FSDP2's copy-out and copy-in; `overlaps.fsdp_copies`, optional); false: the
+    /// collectives read and write the parameters and gradients where they are.
+    #[serde(default)]
+    pub fsdp_copies: bool,
 }
 
 /// Elementwise kernels of one transformer layer's forward, outside the GEMMs and the

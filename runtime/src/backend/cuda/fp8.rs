@@ -235,7 +235,7 @@ impl Role {
             Phase::Forward | Phase::Recompute => Some(Role::Forward),
             Phase::Backward | Phase::BackwardInput => Some(Role::Backward),
             Phase::BackwardWeight => Some(Role::WeightGradient),
-            Phase::Optimizer | Phase::Compress => None,
+            Phase::Optimizer | Phase::Compress | Phase::Copy => None,
         }
     }
 }

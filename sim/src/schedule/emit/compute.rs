@@ -97,7 +97,7 @@ pub(crate) fn chained_comms(s: &Scenario, plan: &Plan, seg: &Seg, phase: Phase) 
         Phase::Backward => w.backward.comms.as_slice(),
         Phase::BackwardInput => w.backward_input.comms.as_slice(),
         Phase::Recompute => w.recompute.as_ref().map_or(&[][..], |r| r.comms.as_slice()),
-        Phase::BackwardWeight | Phase::Optimizer | Phase::Compress => &[],
+        Phase::BackwardWeight | Phase::Optimizer | Phase::Compress | Phase::Copy => &[],
     };
     let comms: Vec<CommCall> = all
         .iter()
@@ -423,7 +423,7 @@ fn pass_work(seg: &Seg, phase: Phase) -> Result<PassParts<'_>, ScheduleError> {
                 ))
             }
         },
-        Phase::Optimizer | Phase::Compress => {
+        Phase::Optimizer | Phase::Compress | Phase::Copy => {
             return Err(ScheduleError::Unsupported(format!(
                 "{} is not a pass of a chunk",
                 phase.short()

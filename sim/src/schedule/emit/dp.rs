@@ -115,6 +115,28 @@ impl<'a> DpEmitter<'a> {
         }
     }
 
+    /// Whether the framework copies parameters and gradients between its ZeRO-3 collectives'
+    /// buffers and the tensors they serve on the compute stream (FSDP2's copy-out and copy-in,
+    /// `overlaps.fsdp_copies`).
+    pub(super) fn copies(&self) -> bool {
+        self.ctx.dp.zero == Zero::ShardedParams
+            && self.ctx.s.training.framework.overlaps.fsdp_copies
+    }
+
+    /// One memory-bound copy kernel on the compute stream over `bytes` (read + written).
+    pub(super) fn copy_op(&self, bytes: u64) -> ComputeOp {
+        ComputeOp {
+            attention: None,
+            phase: Phase::Copy,
+            dtype: self.ctx.s.training.precision,
+            gemms: Gemms::default(),
+            flops: 0,
+            memory_bytes: bytes,
+            kernels: 1,
+            sms_reserved: 0,
+        }
+    }
+
     fn compress_op(&self, elems: u64, wire_bytes: u64) -> ComputeOp {
         ComputeOp {
             attention: None,
@@ -151,6 +173,13 @@ impl<'a> DpEmitter<'a> {
         let elems: u64 = groups.iter().map(|(_, _, e)| *e).sum();
         let wire = dp.wire_grad_bytes(elems);
         let mut deps: Deps = deps.into();
+        if self.copies() {
+            // FSDP2's copy-in (`foreach_reduce_scatter_copy_in`): the unsharded gradients,
+            // read in the training dtype, written to the reduce-scatter buffer in the reduce
+            // dtype, on the compute stream before the reduce-scatter stream waits for it.
+            let bytes = dp.param_bytes(elems).saturating_add(dp.grad_bytes(elems));
+            deps = [b.compute(self.copy_op(bytes), deps, label)?].into();
+        }
         if dp.compresses() {
             deps = [b.compute(self.compress_op(elems, wire), deps, label)?].into();
         }

@@ -132,14 +132,46 @@ impl DpEmitter<'_> {
                 )?,
                 _ => None,
             };
+            let mut waits = Vec::new();
             if let Some(Some(issued)) = self.issued.get_mut(k) {
-                deps.extend(issued.ops.iter().copied());
+                waits.extend(issued.ops.iter().copied());
                 if module_buffer.is_some() {
                     issued.buffer = module_buffer;
                 }
             }
+            match self.gathers.get(k).filter(|_| self.copies()) {
+                Some(g) => deps.push(self.copy_out(b, g.params, waits, g.label)?),
+                None => deps.extend(waits),
+            }
         }
         Ok(deps)
+    }
+
+    /// FSDP2's copy-out (`foreach_all_gather_copy_out`): once a gather is done, the compute
+    /// stream copies its output into the unit's unsharded parameters (the gathered bytes read
+    /// and written, one kernel); the parameters are allocated for the copy while the
+    /// all-gather output, the gather's buffer, still holds the same bytes. Returns the copy.
+    fn copy_out(
+        &mut self,
+        b: &mut Builder,
+        params: ParamCount,
+        waits: Vec<u32>,
+        label: Label,
+    ) -> Result<u32, ScheduleError> {
+        let dp = self.ctx.dp;
+        let elems: u64 = dp.grad_groups(params).iter().map(|(_, e)| *e).sum();
+        let bytes = dp.param_bytes(elems);
+        let second = b.alloc(
+            Stream::Compute,
+            MemCategory::Buffers,
+            Device::Gpu,
+            bytes,
+            Deps::new(),
+            label,
+        )?;
+        let copy = b.compute(self.copy_op(bytes.saturating_mul(2)), waits, label)?;
+        b.free(Stream::Compute, second, [copy], label)?;
+        Ok(copy)
     }
 
     /// After a pass's compute: note the gather's user; free the gather buffer after its last.
