@@ -214,6 +214,11 @@ pub(crate) struct State<S: Slots> {
     host: Option<HostRun>,
     /// Per-op compute noise ([`super::OpJitter`]), when asked for.
     op_noise: Option<OpNoise>,
+    /// Whether the event loop prefetches the next event's rank state ([`State::prefetch`]):
+    /// when per-op noise or per-rank compute factors draw the ranks' times apart, events
+    /// visit ranks in random order and their state is rarely cached; without them the ranks
+    /// of one instant come in order and the hardware prefetches them itself.
+    prefetch: bool,
     slots: std::marker::PhantomData<S>,
 }
 
@@ -787,8 +792,10 @@ fn run_as<S: Slots>(ctx: &Ctx) -> Result<SimResult, SimError> {
             }
         }
         let Some(ev) = st.queue.pop() else { break };
-        if let Some((a, _)) = st.queue.peek_payload() {
-            st.prefetch(ctx, a);
+        if st.prefetch {
+            if let Some((a, _)) = st.queue.peek_payload() {
+                st.prefetch(ctx, a);
+            }
         }
         debug_assert!(ev.time_ns >= st.now, "time went backwards");
         st.now = ev.time_ns;

@@ -126,6 +126,7 @@ impl<S: Slots> State<S> {
             compute_weight: ctx.cost.compute_weight().max(MIN_COMPUTE_WEIGHT),
             p2p_cpu_share: ctx.cost.p2p_cpu_share().clamp(0.0, 1.0),
             op_noise: ctx.opts.op_jitter.and_then(OpNoise::new),
+            prefetch: ctx.opts.op_jitter.is_some() || ctx.opts.compute_factors.is_some(),
             host: HostRun::new(HostRun {
                 share: ctx.cost.shared_cores().map(|_| CoreShare::new(slots)),
                 turns: ctx.cost.shared_cores().map(|_| Turns::default()),
