@@ -9,10 +9,9 @@
 //! overflow and the nodes are the events.
 //!
 //! The nodes are ordered by a radix heap (Ahuja, Mehlhorn, Orlin and Tarjan, "Faster
-//! algorithms for the shortest path problem", J. ACM 37(2), 1990): the engine never schedules
-//! an event before the one it is handling, so no pushed time is below the least queued time,
-//! `last`, and a node can live in the bucket named by the highest bit in which its time
-//! differs from `last` (bucket 0: equal to it). Every time in bucket `i` is below every time
+//! algorithms for the shortest path problem", J. ACM 37(2), 1990): no queued time is below
+//! the least one, `last`, so a node can live in the bucket named by the highest bit in which
+//! its time differs from `last` (bucket 0: equal to it). Every time in bucket `i` is below every time
 //! in bucket `j > i`. A new node is appended to its bucket; when bucket 0 runs empty, the
 //! first non-empty bucket's least time becomes `last` and its nodes move down to the buckets
 //! their times now name. A node moves down at most 64 times, in practice a few, each move a
@@ -31,9 +30,11 @@
 //! gets a new node, which is still ordered after the old one (whose overflow, if it has one,
 //! is then found in `evicted`).
 //!
-//! A push below `last` (which the engine does not make; the queue accepts it anyway) puts
-//! every queued node back in with the new least time as `last`, bucket 0 first and then
-//! bucket by bucket, which keeps the nodes of each time in creation order.
+//! `last` is the least queued time, not the last popped one, so that the event after the one
+//! being handled is known (the engine prefetches its rank's state). A push below it (an
+//! event scheduled before the next queued one) makes the pushed time `last` and moves the
+//! nodes of the buckets that change, which keeps the nodes of each time in creation order
+//! (see `lower_last`).
 
 use std::collections::HashMap;
 
@@ -101,6 +102,8 @@ pub(crate) struct EventQueue {
     full: u64,
     /// Nodes queued.
     nodes: usize,
+    /// Room for the nodes `lower_last` moves.
+    scratch: Vec<Node>,
     buckets: Vec<Bucket>,
     /// Buckets emptied and ready for reuse (their vectors keep their room).
     free: Vec<u32>,
@@ -139,6 +142,7 @@ impl EventQueue {
             radix: (0..RADIX).map(|_| Vec::new()).collect(),
             full: 0,
             nodes: 0,
+            scratch: Vec::new(),
             buckets: Vec::new(),
             free: Vec::new(),
             recent: Box::new([EMPTY; RECENT]),
@@ -270,22 +274,34 @@ impl EventQueue {
         }
     }
 
-    /// Makes `time_ns` (below every queued time) the new `last`: every queued node goes back
-    /// in, bucket 0's first and then bucket by bucket, each in its order, so the nodes of each
-    /// time keep their creation order.
-    #[cold]
+    /// Makes `time_ns` (below every queued time) the new `last`. Nodes whose bucket may
+    /// change are those at most bucket `k = radix_of(time_ns, last)`: a time differing from
+    /// the old `last` above bit `k - 1` differs from `time_ns` in the same highest bit, and
+    /// one that does not, differs from `time_ns` at most in bit `k - 1`. So bucket 0 and
+    /// buckets 1..=k go back in, in that order and each in its order, and land in buckets
+    /// 0..=k only: the nodes of each time keep their creation order. The engine makes such
+    /// pushes when it schedules an event before the next queued one (the least time is known
+    /// ahead, for the prefetch), mostly a short time ahead: a few small buckets move.
     fn lower_last(&mut self, time_ns: u64) {
         self.stop_draining();
-        let mut queued: Vec<Node> = self.front.drain(..).skip(self.read).collect();
-        for v in self.radix.iter_mut() {
-            queued.append(v);
-        }
+        let k = radix_of(time_ns, self.last);
+        let mut moving = std::mem::take(&mut self.scratch);
+        moving.clear();
+        moving.extend(self.front.drain(..).skip(self.read));
         self.read = 0;
-        self.full = 0;
+        for i in 0..k.min(RADIX) {
+            if self.full & (1 << i) != 0 {
+                if let Some(v) = self.radix.get_mut(i) {
+                    moving.append(v);
+                }
+            }
+        }
+        self.full &= if k >= RADIX { 0 } else { u64::MAX << k };
         self.last = time_ns;
-        for node in queued {
+        for &node in &moving {
             self.place(node);
         }
+        self.scratch = moving;
     }
 
     /// If the front node is having its overflow popped, makes the overflow's next event the
