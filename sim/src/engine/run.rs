@@ -129,6 +129,11 @@ pub(crate) struct Pending {
     pub bytes: u64,
 }
 
+/// A p2p mailbox: its first two entries in place.
+pub(crate) type Mailbox = smallvec::SmallVec<[Pending; 2]>;
+/// The collectives under way on one group: the first in place.
+pub(crate) type Arrivals = smallvec::SmallVec<[Inst; 1]>;
+
 /// A collective some members of a group have reached.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Inst {
@@ -177,11 +182,14 @@ pub(crate) struct State<S: Slots> {
     /// For a running send on (slot, stream): the matched receive (rank, op).
     partner: Vec<(u32, u32)>,
     mem: Vec<RankMem>,
-    /// P2p mailboxes, by the receiving rank's slot.
-    pub pending: Vec<Vec<Pending>>,
+    /// P2p mailboxes, by the receiving rank's slot. A mailbox holds its first entries in
+    /// place, so that finding a counterpart reads one cache line, not a vector's header and
+    /// then its items.
+    pub pending: Vec<Mailbox>,
     /// Collectives under way, by (group kind, slot of the group's first simulated member):
     /// that pair names one concrete group.
-    pub rendezvous: Vec<Vec<Inst>>,
+    /// Like the mailboxes, with the first entry in place.
+    pub rendezvous: Vec<Arrivals>,
     queue: EventQueue,
     instant: VecDeque<(u32, u32)>,
     trace: Option<Trace>,
@@ -388,9 +396,13 @@ impl<S: Slots> State<S> {
         let streams = &self.ranks[r].streams;
         let deps = prog.dep_at_of(op);
         let scan = r * STREAMS + s;
-        let skip = match self.dep_scan.get(scan) {
-            Some(&(cursor, done)) if deps.len() > SCAN_FROM_DEPS && cursor == op_idx => done,
-            _ => 0,
+        // Only a head with many deps reads its scan entry (one more cache line per event).
+        let skip = match deps.len() > SCAN_FROM_DEPS {
+            true => match self.dep_scan.get(scan) {
+                Some(&(cursor, done)) if cursor == op_idx => done,
+                _ => 0,
+            },
+            false => 0,
         };
         if let Some((k, d)) = deps.iter().enumerate().skip(skip as usize).find(|(_, d)| {
             streams

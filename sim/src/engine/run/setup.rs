@@ -17,8 +17,8 @@ struct Spare {
     ranks: Vec<RankState>,
     partner: Vec<(u32, u32)>,
     mem: Vec<RankMem>,
-    pending: Vec<Vec<Pending>>,
-    rendezvous: Vec<Vec<Inst>>,
+    pending: Vec<Mailbox>,
+    rendezvous: Vec<Arrivals>,
     dep_scan: Vec<(u32, u32)>,
     queue: Option<EventQueue>,
 }
@@ -43,13 +43,16 @@ fn refilled<T: Clone>(mut v: Vec<T>, n: usize, x: T) -> Vec<T> {
     v
 }
 
-/// `v` holding `n` empty vectors, the ones it had keeping their room.
-fn emptied<T>(mut v: Vec<Vec<T>>, n: usize) -> Vec<Vec<T>> {
+/// `v` holding `n` empty small vectors, the ones it had keeping their room.
+fn emptied<A: smallvec::Array>(
+    mut v: Vec<smallvec::SmallVec<A>>,
+    n: usize,
+) -> Vec<smallvec::SmallVec<A>> {
     v.truncate(n);
     for x in v.iter_mut() {
         x.clear();
     }
-    v.resize_with(n, Vec::new);
+    v.resize_with(n, smallvec::SmallVec::new);
     v
 }
 
