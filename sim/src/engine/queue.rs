@@ -527,7 +527,14 @@ mod tests {
     fn a_push_below_the_least_time_keeps_each_times_push_order() {
         // Not something the engine does; the queue re-buckets everything and stays exact.
         let mut q = EventQueue::with_capacity(0);
-        for (t, a) in [(100, 1), (100, 2), (1_000, 3), (100, 4), (1 << 40, 5), (1_000, 6)] {
+        for (t, a) in [
+            (100, 1),
+            (100, 2),
+            (1_000, 3),
+            (100, 4),
+            (1 << 40, 5),
+            (1_000, 6),
+        ] {
             q.push(t, a, 0);
         }
         assert_eq!(q.pop().map(|e| e.a), Some(1));

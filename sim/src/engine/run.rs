@@ -676,7 +676,10 @@ impl<S: Slots> State<S> {
             }
         }
         if let Some(m) = self.mem.get(slot) {
-            prefetch_line((m as *const RankMem).cast::<u8>());
+            let p = (m as *const RankMem).cast::<u8>();
+            for line in 0..std::mem::size_of::<RankMem>().div_ceil(64) {
+                prefetch_line(p.wrapping_add(line * 64));
+            }
         }
     }
 }
