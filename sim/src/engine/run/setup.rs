@@ -121,8 +121,8 @@ impl<S: Slots> State<S> {
                 );
                 (ctx.net.is_some() || f.compute).then_some(f)
             },
-            coll_memo: CollectiveMemo::for_ranks(slots),
-            p2p_memo: P2pMemo::for_ranks(slots),
+            coll_memo: CollectiveMemo::default(),
+            p2p_memo: P2pMemo::default(),
             free_ns: ctx.cost.free_ns(),
             // The solver counts a weight of 0 as 1; a measured 0 means "paused while a transfer
             // runs beside it", which a thousandth of the core gives to within a rounding.
