@@ -11,10 +11,10 @@
 //! The nodes are ordered by a radix heap (Ahuja, Mehlhorn, Orlin and Tarjan, "Faster
 //! algorithms for the shortest path problem", J. ACM 37(2), 1990): no queued time is below
 //! the least one, `last`, so a node can live in the bucket named by the highest bit in which
-//! its time differs from `last` (bucket 0: equal to it). Every time in bucket `i` is below every time
-//! in bucket `j > i`. A new node is appended to its bucket; when bucket 0 runs empty, the
-//! first non-empty bucket's least time becomes `last` and its nodes move down to the buckets
-//! their times now name. A node moves down at most 64 times, in practice a few, each move a
+//! its time differs from `last` (bucket 0: equal to it). Every time in bucket `i` is below
+//! every time in bucket `j > i`. A new node is appended to its bucket; when bucket 0 runs
+//! empty, the first non-empty bucket's least time becomes `last` and its nodes move down to
+//! the buckets their times now name. A node moves down at most 64 times, in practice a few, each move a
 //! copy in sequence: no sift through a heap of tens of thousands of entries when per-op noise
 //! makes every time distinct.
 //!
