@@ -14,9 +14,9 @@
 //! its time differs from `last` (bucket 0: equal to it). Every time in bucket `i` is below
 //! every time in bucket `j > i`. A new node is appended to its bucket; when bucket 0 runs
 //! empty, the first non-empty bucket's least time becomes `last` and its nodes move down to
-//! the buckets their times now name. A node moves down at most 64 times, in practice a few, each move a
-//! copy in sequence: no sift through a heap of tens of thousands of entries when per-op noise
-//! makes every time distinct.
+//! the buckets their times now name. A node moves down at most 64 times, in practice a few,
+//! each move a copy in sequence: no sift through a heap of tens of thousands of entries when
+//! per-op noise makes every time distinct.
 //!
 //! Why the order is exactly (time, push order): a push at time `t` joins the node created
 //! last for `t` if that node is still queued, and otherwise creates a new node for `t`. Nodes
@@ -666,13 +666,18 @@ mod tests {
         #[test]
         fn pops_sorted_by_time_then_push_order(
             ops in proptest::collection::vec((0u64..50, any::<bool>()), 0..400),
-            spread in prop_oneof![Just(1u64), Just(1u64 << 20), Just(0x9E37_79B9), Just(1u64 << 57)],
+            spread in prop_oneof![
+                Just(1u64),
+                Just(1u64 << 20),
+                Just(0x9E37_79B9),
+                Just(1u64 << 57)
+            ],
             back in prop_oneof![Just(0u64), Just(3u64)],
         ) {
             // Interleave pushes and pops; compare with a sorted reference. `spread` scales
-            // the times from adjacent buckets to the outermost ones and so that some collide in the table
-            // of recent nodes; `back` lets some pushes
-            // land below the last time popped.
+            // the times from adjacent buckets to the outermost ones, and so that some collide
+            // in the table of recent nodes; `back` lets some pushes land below the last time
+            // popped.
             let mut q = EventQueue::with_capacity(0);
             let mut reference: Vec<(u64, u32)> = Vec::new();
             let mut seq = 0u32;
