@@ -17,8 +17,8 @@ struct Spare {
     ranks: Vec<RankState>,
     partner: Vec<(u32, u32)>,
     mem: Vec<RankMem>,
-    pending: Vec<Vec<Pending>>,
-    rendezvous: Vec<Vec<Inst>>,
+    pending: Vec<Mailbox>,
+    rendezvous: Vec<Arrivals>,
     dep_scan: Vec<(u32, u32)>,
     queue: Option<EventQueue>,
 }
@@ -43,13 +43,16 @@ fn refilled<T: Clone>(mut v: Vec<T>, n: usize, x: T) -> Vec<T> {
     v
 }
 
-/// `v` holding `n` empty vectors, the ones it had keeping their room.
-fn emptied<T>(mut v: Vec<Vec<T>>, n: usize) -> Vec<Vec<T>> {
+/// `v` holding `n` empty small vectors, the ones it had keeping their room.
+fn emptied<A: smallvec::Array>(
+    mut v: Vec<smallvec::SmallVec<A>>,
+    n: usize,
+) -> Vec<smallvec::SmallVec<A>> {
     v.truncate(n);
     for x in v.iter_mut() {
         x.clear();
     }
-    v.resize_with(n, Vec::new);
+    v.resize_with(n, smallvec::SmallVec::new);
     v
 }
 
@@ -126,6 +129,7 @@ impl<S: Slots> State<S> {
             compute_weight: ctx.cost.compute_weight().max(MIN_COMPUTE_WEIGHT),
             p2p_cpu_share: ctx.cost.p2p_cpu_share().clamp(0.0, 1.0),
             op_noise: ctx.opts.op_jitter.and_then(OpNoise::new),
+            prefetch: ctx.opts.op_jitter.is_some() || ctx.opts.compute_factors.is_some(),
             host: HostRun::new(HostRun {
                 share: ctx.cost.shared_cores().map(|_| CoreShare::new(slots)),
                 turns: ctx.cost.shared_cores().map(|_| Turns::default()),
