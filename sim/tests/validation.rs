@@ -206,3 +206,26 @@ fn torchtitan_runs_on_a100_are_predicted_within_the_recorded_accuracy() {
     assert!(v.max_abs_error <= 0.10, "max {}", v.max_abs_error);
     assert!(v.median_abs_error <= 0.02, "median {}", v.median_abs_error);
 }
+
+/// llm-foundry on A100 (sim/tests/data/llm-foundry-a100.toml): the 34 amp_bf16 FSDP rows of
+/// 1B-30B MPT models in llm-foundry's benchmark README, on the GPU whose Triton
+/// FlashAttention figure the framework's attention curve comes from, held out of every fit.
+/// A known miss, named in docs/accuracy.md: every row but two is predicted slower than it ran,
+/// more so with longer sequences and with activation checkpointing. The bounds hold today's
+/// figures so that it cannot get worse unnoticed.
+#[test]
+fn llm_foundry_runs_on_a100_are_predicted_within_the_recorded_accuracy() {
+    let text = include_str!("data/llm-foundry-a100.toml");
+    let table = parse_table(text, "llm-foundry-a100.toml").unwrap();
+    let profile = twin_sim::profile::parse_str(
+        include_str!("../../scenarios/profiles/a100-dgx.toml"),
+        "a100-dgx.toml",
+    )
+    .unwrap();
+    let v = validate_table(&table, std::slice::from_ref(&profile)).unwrap();
+    println!("{}", v.to_text());
+    assert_eq!(v.rows.len(), 34);
+    assert!(v.uncovered.is_empty(), "{:?}", v.uncovered);
+    assert!(v.max_abs_error <= 0.393, "max {}", v.max_abs_error);
+    assert!(v.median_abs_error <= 0.182, "median {}", v.median_abs_error);
+}
