@@ -33,13 +33,14 @@
 
 use super::chunks::{plan_chunks, ChunkPlan, Seg};
 use super::dp::{DpPolicy, Zero};
-use super::emit::chained_comms;
+use super::emit::{bucket_completed, chained_comms, flatten, steps_gathers, StageCtx, StepBuffers};
 use super::pipeline::{split_backwards, stage_order, Pass, Slot};
 use super::{ComputeOp, Phase, ScheduleError, Sizes};
 use crate::plan::Plan;
-use crate::scenario::Scenario;
+use crate::scenario::framework::GradReduce;
+use crate::scenario::{MemoryAccounting, Scenario};
 use crate::workload::routing::LoadClasses;
-use crate::workload::{ChunkWork, CommCall};
+use crate::workload::{ChunkWork, CommCall, ParamCount};
 use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -83,6 +84,9 @@ pub struct Prices<'a> {
     /// A collective's time on a rank of the stage (the first argument); 0 where the engine
     /// does not take it from the cost model (a flow network times it).
     pub collective: &'a dyn Fn(u32, &CommCall) -> u64,
+    /// A pipeline transfer of `bytes` from the first rank of one stage (the first argument)
+    /// to the first rank of another; 0 where a flow network times it.
+    pub p2p: &'a dyn Fn(u32, u32, u64) -> u64,
 }
 
 /// The [`Bounds`] of step `step`, with each op priced by `price`.
@@ -113,6 +117,10 @@ pub fn step_lower_bounds(
     let mut bound = 0u64;
     let mut memory = 0u64;
     let grads_held = scenario.training.framework.memory.contiguous_grad_buffer;
+    // DeepSpeed accounting: bytes per parameter of a gathered ZeRO-3 module.
+    let module_bytes = (scenario.memory.accounting == MemoryAccounting::Deepspeed)
+        .then(|| crate::workload::state_coefficients(&scenario.training).weight_bytes);
+    let deepspeed = module_bytes.is_some();
     for load in LoadClasses::new(scenario).loads {
         let chunks = plan_chunks(scenario, plan, sizes, load, &policy, buckets);
         let mut fill = 0u64;
@@ -151,16 +159,17 @@ pub fn step_lower_bounds(
                 .map(|c| ChunkPrices::new(c, &mut pass_prices))
                 .collect();
             let slots = slot_costs(&mine, order, split, buckets);
+            let my_chunks = chunks.get(stage).map(Vec::as_slice).unwrap_or_default();
             let state = sizes.state_bytes(stage as u32);
+            let buffers = StepBuffers::new(scenario, plan, &policy, my_chunks, deepspeed);
             let held = state
                 .weights_bytes
                 .saturating_add(state.optimizer_bytes)
                 .saturating_add(if grads_held { state.grads_bytes } else { 0 })
-                .saturating_add(scenario.memory.reserved_bytes);
-            let saved = chunks
-                .get(stage)
-                .map(|c| saved_peak_bytes(c, order, split))
-                .unwrap_or(0);
+                .saturating_add(scenario.memory.reserved_bytes)
+                .saturating_add(buffers.bytes());
+            let units = gathered_unit_bytes(&policy, my_chunks, module_bytes);
+            let saved = saved_peak_bytes(my_chunks, order, split, &units);
             memory = memory.max(held.saturating_add(saved));
             let optimizer = if policy.syncs {
                 (price.compute)(&sizes.optimizer_step(stage as u32))
@@ -170,16 +179,27 @@ pub fn step_lower_bounds(
             let passes = slots
                 .iter()
                 .fold(0u64, |t, c| t.saturating_add(c.on_rank()));
-            // The data-parallel stream runs its collectives one at a time.
-            let reductions = chunks
-                .get(stage)
-                .map(|c| {
-                    per_pass_reductions_ns(&policy, c, order, split, &|call| {
-                        (price.collective)(stage as u32, call)
-                    })
-                })
-                .unwrap_or(0);
-            bound = bound.max(reductions);
+            // The data-parallel stream runs its collectives one at a time, in issue order,
+            // and the optimizer waits for the last reduction.
+            let ctx = StageCtx {
+                s: scenario,
+                plan,
+                sizes,
+                dp: &policy,
+                chunks: &chunks,
+                overlap_buckets: buckets,
+            };
+            let dp = dp_stream(&ctx, my_chunks, order, &|call| {
+                (price.collective)(stage as u32, call)
+            })?;
+            bound = bound.max(dp.before_optimizer_ns);
+            if dp.optimizer_waits {
+                bound = bound.max(
+                    dp.before_optimizer_ns
+                        .saturating_add(optimizer)
+                        .saturating_add(dp.after_optimizer_ns),
+                );
+            }
             // The rank's first op waits for the fill when it is a forward of chunk 0.
             let fill_k = match order.first() {
                 Some(s) if s.pass == Pass::Forward && s.chunk == 0 => fill,
@@ -204,9 +224,19 @@ pub fn step_lower_bounds(
                 bound = bound.max(chained);
             }
             if let Some(first) = mine.first() {
+                // Chunk 0's output goes to the next stage, and its input gradient comes back
+                // from there: the same boundary bytes.
+                let boundary = my_chunks.first().map_or(0, |c| c.boundary_bytes);
+                let (here, next) = (stage as u32, stage as u32 + 1);
+                let (to_next, from_next) = if next < pp {
+                    ((price.p2p)(here, next, boundary), (price.p2p)(next, here, boundary))
+                } else {
+                    (0, 0)
+                };
                 fill = fill
                     .saturating_add(first.segs.forward)
-                    .saturating_add(first.segs.forward_comms);
+                    .saturating_add(first.segs.forward_comms)
+                    .saturating_add(to_next);
                 // The backward on the drain is the input-gradient half where this stage
                 // splits backwards.
                 let split = !split.is_empty();
@@ -222,7 +252,7 @@ pub fn step_lower_bounds(
                     })
                     .min()
                     .unwrap_or(0);
-                drain = drain.saturating_add(last);
+                drain = drain.saturating_add(last).saturating_add(from_next);
             }
         }
     }
@@ -232,64 +262,172 @@ pub fn step_lower_bounds(
     })
 }
 
-/// ZeRO-3 / FSDP reducing per pass (neither pipelined nor without sync): the reductions of
-/// every gradient pass's segments, one after another on the data-parallel stream, as the
-/// emitter issues them (per group and bucket call, each shard group's followed by the
-/// replica all-reduce under HSDP); 0 otherwise.
-fn per_pass_reductions_ns(
-    policy: &DpPolicy,
+/// One stage's data-parallel stream, priced: its collectives up to the last gradient
+/// reduction (the ZeRO-1/2 parameter gathers at the start, ZeRO-3's gathers, every reduction
+/// as [`super::emit`] issues it, bucket by bucket or pass by pass, each through
+/// [`DpPolicy::reduction_calls`]), and the ZeRO-1/2 gathers after the optimizer.
+#[derive(Clone, Copy, Debug, Default)]
+struct DpStream {
+    before_optimizer_ns: u64,
+    after_optimizer_ns: u64,
+    /// The step reduces gradients and its optimizer waits for the last reduction.
+    optimizer_waits: bool,
+}
+
+/// [`DpStream`] of the stage holding `chunks`, with pass order `order`. The stream is FIFO
+/// and the ops counted before the optimizer are all issued before the last reduction: the
+/// ZeRO-3 gathers are issued before the pass that uses them (a prefetch one pass ahead), and
+/// the last pass of an order produces gradients (every forward is followed by its backward,
+/// every split backward by its W).
+fn dp_stream(
+    ctx: &StageCtx<'_>,
     chunks: &[ChunkPlan],
     order: &[Slot],
-    split: &BTreeSet<(u32, u32)>,
     price: &dyn Fn(&CommCall) -> u64,
-) -> u64 {
-    if !(policy.zero == Zero::ShardedParams
-        && policy.syncs
-        && policy.reduces()
-        && policy.pipelined.is_none())
-    {
-        return 0;
+) -> Result<DpStream, ScheduleError> {
+    let dp = ctx.dp;
+    let mut out = DpStream::default();
+    if !dp.reduces() {
+        return Ok(out);
     }
-    let per_chunk: Vec<u64> = chunks
-        .iter()
-        .map(|c| {
-            let mut ns = 0u64;
-            for seg in &c.segs {
-                for (group, size, elems) in policy.grad_reductions(seg.params) {
-                    for (bytes, calls) in policy.grad_calls(elems) {
-                        if size > 1 {
-                            ns = ns.saturating_add(price(&CommCall {
-                                kind: crate::schedule::CollectiveKind::ReduceScatter,
-                                group,
-                                bytes,
-                                calls,
-                            }));
-                        }
-                        if policy.replica_group_size > 1 {
-                            ns = ns.saturating_add(price(&CommCall {
-                                kind: crate::schedule::CollectiveKind::AllReduce,
-                                group: crate::plan::GroupKind::DpReplica,
-                                bytes: bytes.div_ceil(u64::from(size.max(1))),
-                                calls,
-                            }));
+    let reduce = |params| {
+        dp.reduction_calls(params)
+            .iter()
+            .map(|c| price(&c.call))
+            .fold(0u64, u64::saturating_add)
+    };
+    let gather = |params| {
+        dp.gather_calls(params)
+            .iter()
+            .map(price)
+            .fold(0u64, u64::saturating_add)
+    };
+    let mut ns = 0u64;
+    let mut reduced = false;
+    if dp.zero == Zero::ShardedOptimizer && dp.overlap_param_gather && dp.gather_at_start {
+        for c in chunks {
+            ns = ns.saturating_add(gather(c.params));
+        }
+    }
+    if dp.async_reduce && dp.syncs {
+        for c in chunks {
+            ns = ns.saturating_add(reduce(c.params));
+        }
+        reduced = true;
+    }
+    if dp.zero == Zero::ShardedParams {
+        let chunk_of = |c: u32| -> Result<&ChunkPlan, ScheduleError> {
+            chunks
+                .get(c as usize)
+                .ok_or_else(|| ScheduleError::Unsupported(format!("no chunk {c}")))
+        };
+        let steps = flatten(ctx, order, &chunk_of)?;
+        for g in steps_gathers(&steps, order, &chunk_of)? {
+            ns = ns.saturating_add(gather(g.params));
+        }
+        let per_pass = dp.syncs && dp.pipelined.is_none();
+        for (i, step) in steps.iter().enumerate() {
+            if !matches!(step.phase, Phase::Backward | Phase::BackwardWeight) {
+                continue;
+            }
+            let Some(slot) = order.get(step.slot) else {
+                continue;
+            };
+            let segs = chunk_of(slot.chunk)?.segs_for(step.finalising);
+            let Some(seg) = segs.get(step.seg) else {
+                continue;
+            };
+            if per_pass {
+                ns = ns.saturating_add(reduce(seg.params));
+                reduced = true;
+            }
+            match dp.pipelined {
+                Some(p) if dp.syncs && step.last_grads => {
+                    let last_of_slot = steps.get(i + 1).map(|n| n.slot) != Some(step.slot);
+                    if p.reduce != GradReduce::AfterBackward {
+                        ns = ns.saturating_add(reduce(seg.params));
+                    } else if last_of_slot {
+                        for s in segs {
+                            ns = ns.saturating_add(reduce(s.params));
                         }
                     }
+                    reduced = true;
                 }
+                _ => {}
             }
-            ns
-        })
-        .collect();
-    order
+        }
+    } else if dp.syncs && !dp.async_reduce {
+        for c in chunks {
+            if ctx.overlap_buckets {
+                // The finalising backward reduces each bucket once its lowest segment is done.
+                let segs = c.segs_for(true);
+                for seg in 0..segs.len() {
+                    if let Some(bucket) = bucket_completed(segs, dp.bucket_bytes, seg) {
+                        let params = bucket.iter().fold(ParamCount::default(), |a, s| {
+                            ParamCount {
+                                dense: a.dense.saturating_add(s.params.dense),
+                                expert: a.expert.saturating_add(s.params.expert),
+                            }
+                        });
+                        ns = ns.saturating_add(reduce(params));
+                    }
+                }
+            } else {
+                ns = ns.saturating_add(reduce(c.params));
+            }
+        }
+        reduced = true;
+    }
+    out.before_optimizer_ns = ns;
+    out.optimizer_waits = reduced && dp.syncs;
+    if dp.zero == Zero::ShardedOptimizer && !dp.overlap_param_gather && dp.syncs {
+        for c in chunks {
+            out.after_optimizer_ns = out.after_optimizer_ns.saturating_add(gather(c.params));
+        }
+    }
+    Ok(out)
+}
+
+/// Bytes of the ZeRO-3 gather buffer each chunk's forward holds while its last segment
+/// computes (its own saved activations already allocated): the segment's gathered
+/// parameters, or under DeepSpeed accounting (`module_bytes`, per parameter) its largest
+/// module, allocated as the pass starts; 0 where no parameters are gathered.
+fn gathered_unit_bytes(
+    dp: &DpPolicy,
+    chunks: &[ChunkPlan],
+    module_bytes: Option<u64>,
+) -> Vec<u64> {
+    let gathers = dp.zero == Zero::ShardedParams && dp.shards();
+    // Kept gathers are allocated once per step, by a segment's first forward only.
+    let kept = dp.pipelined.is_some_and(|p| p.keep_params);
+    chunks
         .iter()
-        .filter(|s| makes_grads(s, split))
-        .filter_map(|s| per_chunk.get(s.chunk as usize))
-        .fold(0u64, |t, ns| t.saturating_add(*ns))
+        .map(|c| match (gathers, c.segs.last(), module_bytes) {
+            (false, _, _) | (_, None, _) => 0,
+            (true, Some(_), Some(_)) if kept => 0,
+            (true, Some(seg), Some(per_param)) => {
+                seg.work.largest_module_params.saturating_mul(per_param)
+            }
+            (true, Some(seg), None) => dp.param_bytes(
+                dp.grad_groups(seg.params)
+                    .iter()
+                    .map(|(_, e)| *e)
+                    .fold(0, u64::saturating_add),
+            ),
+        })
+        .collect()
 }
 
 /// The most saved-activation bytes a stage holds at once: each forward of a chunk adds the
 /// chunk's saved bytes per micro batch, the pass that last reads them (its backward, or its W
-/// where the backward is split) removes them.
-fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot], split: &BTreeSet<(u32, u32)>) -> u64 {
+/// where the backward is split) removes them. While a forward's last segment computes, the
+/// chunk's gathered unit (`units`, ZeRO-3) is held too.
+fn saved_peak_bytes(
+    chunks: &[ChunkPlan],
+    order: &[Slot],
+    split: &BTreeSet<(u32, u32)>,
+    units: &[u64],
+) -> u64 {
     let per_chunk: Vec<u64> = chunks
         .iter()
         .map(|c| {
@@ -301,10 +439,12 @@ fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot], split: &BTreeSet<(u32,
         .collect();
     let (mut held, mut peak) = (0u64, 0u64);
     for slot in order {
-        let bytes = per_chunk.get(slot.chunk as usize).copied().unwrap_or(0);
+        let chunk = slot.chunk as usize;
+        let bytes = per_chunk.get(chunk).copied().unwrap_or(0);
         if slot.pass == Pass::Forward {
             held = held.saturating_add(bytes);
-            peak = peak.max(held);
+            let unit = units.get(chunk).copied().unwrap_or(0);
+            peak = peak.max(held.saturating_add(unit));
         } else if makes_grads(slot, split) {
             held = held.saturating_sub(bytes);
         }

@@ -78,7 +78,7 @@ fn space() -> SearchSpace {
     SearchSpace {
         micro_batches: vec![1, 2],
         recompute: vec!["none", "selective", "full"],
-        zero: vec![0, 1, 3],
+        zero: vec![0, 1, 2, 3],
         vpp: vec![1, 2],
         cp: vec![1, 2],
         max_tp: Some(4),

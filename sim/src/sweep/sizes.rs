@@ -156,9 +156,22 @@ pub(crate) fn lower_bounds(
         });
         cost.collective_ns(c.kind, group, c.bytes, c.calls)
     };
+    let p2p = |from: u32, to: u32, bytes: u64| {
+        if !analytic {
+            return 0;
+        }
+        let rank = |stage: u32| {
+            plan.rank_of(crate::plan::Coords {
+                pp: stage,
+                ..Default::default()
+            })
+        };
+        cost.p2p_ns(plan, rank(from), rank(to), bytes)
+    };
     let prices = crate::schedule::Prices {
         compute: &compute,
         collective: &collective,
+        p2p: &p2p,
     };
     with_cache(scenario, plan, |sizes, step| {
         let mut memo = sizes.prices.take();

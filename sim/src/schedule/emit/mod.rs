@@ -37,6 +37,9 @@ mod steps;
 mod zero;
 
 pub(crate) use compute::chained_comms;
+pub(crate) use dp::{bucket_completed, StepBuffers};
+pub(crate) use steps::flatten;
+pub(crate) use zero::steps_gathers;
 pub use p2p::check_tags;
 
 use crate::plan::Plan;
