@@ -38,9 +38,11 @@ use super::pipeline::{split_backwards, stage_order, Pass, Slot};
 use super::{ComputeOp, Phase, ScheduleError, Sizes};
 use crate::plan::Plan;
 use crate::scenario::framework::GradReduce;
+use crate::scenario::PipelineSchedule;
 use crate::scenario::{MemoryAccounting, Scenario};
 use crate::workload::routing::LoadClasses;
 use crate::workload::{ChunkWork, CommCall, ParamCount};
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -89,7 +91,8 @@ pub struct Prices<'a> {
     pub p2p: &'a dyn Fn(u32, u32, u64) -> u64,
 }
 
-/// The [`Bounds`] of step `step`, with each op priced by `price`.
+/// The [`Bounds`] of step `step`, with each op priced by `price`. When the memory bound
+/// exceeds `memory_limit_bytes` nothing is priced and the step's bound is 0.
 pub fn step_lower_bounds(
     scenario: &Scenario,
     plan: &Plan,
@@ -97,23 +100,18 @@ pub fn step_lower_bounds(
     step: u64,
     price: &Prices<'_>,
     memo: &mut PriceMemo,
+    memory_limit_bytes: u64,
 ) -> Result<Bounds, ScheduleError> {
     let (pp, vpp, m) = (plan.pp(), plan.vpp(), plan.microbatches);
     let policy = DpPolicy::new(scenario, plan, step)?;
     let buckets = overlap_buckets(&policy);
     let extra_warmup = u32::from(scenario.training.moe_a2a_overlap);
-    let orders = (0..pp)
-        .map(|stage| {
-            stage_order(
-                scenario.parallel.schedule,
-                stage,
-                (pp, vpp, m),
-                extra_warmup,
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    // The backwards each stage splits (zero-bubble, DualPipe).
-    let splits: Vec<BTreeSet<(u32, u32)>> = orders.iter().map(|o| split_backwards(o)).collect();
+    let orders = Orders::of(scenario.parallel.schedule, (pp, vpp, m), extra_warmup)?;
+    let loads: Vec<_> = LoadClasses::new(scenario)
+        .loads
+        .into_iter()
+        .map(|load| plan_chunks(scenario, plan, sizes, load, &policy, buckets))
+        .collect();
     let mut bound = 0u64;
     let mut memory = 0u64;
     let grads_held = scenario.training.framework.memory.contiguous_grad_buffer;
@@ -121,11 +119,40 @@ pub fn step_lower_bounds(
     let module_bytes = (scenario.memory.accounting == MemoryAccounting::Deepspeed)
         .then(|| crate::workload::state_coefficients(&scenario.training).weight_bytes);
     let deepspeed = module_bytes.is_some();
-    for load in LoadClasses::new(scenario).loads {
-        let chunks = plan_chunks(scenario, plan, sizes, load, &policy, buckets);
+    for chunks in &loads {
+        for (stage, order) in orders.orders.iter().enumerate() {
+            let my_chunks = chunks.get(stage).map(Vec::as_slice).unwrap_or_default();
+            let state = sizes.state_bytes(stage as u32);
+            let buffers = StepBuffers::new(scenario, plan, &policy, my_chunks, deepspeed);
+            let held = state
+                .weights_bytes
+                .saturating_add(state.optimizer_bytes)
+                .saturating_add(if grads_held { state.grads_bytes } else { 0 })
+                .saturating_add(scenario.memory.reserved_bytes)
+                .saturating_add(buffers.bytes());
+            let units = gathered_unit_bytes(&policy, my_chunks, module_bytes);
+            let grads = orders
+                .grads
+                .get(stage)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let saved = saved_peak_bytes(my_chunks, order, grads, &units);
+            memory = memory.max(held.saturating_add(saved));
+        }
+    }
+    if memory > memory_limit_bytes {
+        return Ok(Bounds {
+            step_ns: 0,
+            memory_bytes: memory,
+        });
+    }
+    for chunks in &loads {
         let mut fill = 0u64;
         let mut drain = 0u64;
-        for ((stage, order), split) in orders.iter().enumerate().zip(&splits) {
+        let mut all_slots = Vec::with_capacity(orders.orders.len());
+        let mut optimizers = Vec::with_capacity(orders.orders.len());
+        for (stage, (order, grads)) in orders.orders.iter().zip(&orders.grads).enumerate() {
+            let split = orders.splits.get(stage).map_or(false, |s| !s.is_empty());
             // Segments share their work (`Rc`) between stages and chunks: each is priced
             // once, its collectives once per stage (they run in the stage's groups).
             let mut comms_memo: HashMap<*const ChunkWork, PassPrices> = HashMap::new();
@@ -151,26 +178,12 @@ pub fn step_lower_bounds(
                     acc.plus(compute).plus(comms)
                 })
             };
-            let mine: Vec<ChunkPrices> = chunks
-                .get(stage)
-                .map(Vec::as_slice)
-                .unwrap_or_default()
+            let my_chunks = chunks.get(stage).map(Vec::as_slice).unwrap_or_default();
+            let mine: Vec<ChunkPrices> = my_chunks
                 .iter()
                 .map(|c| ChunkPrices::new(c, &mut pass_prices))
                 .collect();
-            let slots = slot_costs(&mine, order, split, buckets);
-            let my_chunks = chunks.get(stage).map(Vec::as_slice).unwrap_or_default();
-            let state = sizes.state_bytes(stage as u32);
-            let buffers = StepBuffers::new(scenario, plan, &policy, my_chunks, deepspeed);
-            let held = state
-                .weights_bytes
-                .saturating_add(state.optimizer_bytes)
-                .saturating_add(if grads_held { state.grads_bytes } else { 0 })
-                .saturating_add(scenario.memory.reserved_bytes)
-                .saturating_add(buffers.bytes());
-            let units = gathered_unit_bytes(&policy, my_chunks, module_bytes);
-            let saved = saved_peak_bytes(my_chunks, order, split, &units);
-            memory = memory.max(held.saturating_add(saved));
+            let slots = slot_costs(&mine, order, grads, buckets);
             let optimizer = if policy.syncs {
                 (price.compute)(&sizes.optimizer_step(stage as u32))
             } else {
@@ -186,7 +199,7 @@ pub fn step_lower_bounds(
                 plan,
                 sizes,
                 dp: &policy,
-                chunks: &chunks,
+                chunks,
                 overlap_buckets: buckets,
             };
             let dp = dp_stream(&ctx, my_chunks, order, &|call| {
@@ -229,7 +242,10 @@ pub fn step_lower_bounds(
                 let boundary = my_chunks.first().map_or(0, |c| c.boundary_bytes);
                 let (here, next) = (stage as u32, stage as u32 + 1);
                 let (to_next, from_next) = if next < pp {
-                    ((price.p2p)(here, next, boundary), (price.p2p)(next, here, boundary))
+                    (
+                        (price.p2p)(here, next, boundary),
+                        (price.p2p)(next, here, boundary),
+                    )
                 } else {
                     (0, 0)
                 };
@@ -239,7 +255,6 @@ pub fn step_lower_bounds(
                     .saturating_add(to_next);
                 // The backward on the drain is the input-gradient half where this stage
                 // splits backwards.
-                let split = !split.is_empty();
                 let last = [Some(&first.segs), first.final_segs.as_ref()]
                     .into_iter()
                     .flatten()
@@ -253,6 +268,19 @@ pub fn step_lower_bounds(
                     .min()
                     .unwrap_or(0);
                 drain = drain.saturating_add(last).saturating_add(from_next);
+            }
+            all_slots.push(slots);
+            optimizers.push(optimizer);
+        }
+        if let Some(ends) = chain_ends(
+            &orders,
+            &all_slots,
+            chunks,
+            scenario.parallel.schedule == PipelineSchedule::DualPipe,
+            price.p2p,
+        ) {
+            for (end, optimizer) in ends.iter().zip(&optimizers) {
+                bound = bound.max(end.saturating_add(*optimizer));
             }
         }
     }
@@ -363,12 +391,12 @@ fn dp_stream(
                 let segs = c.segs_for(true);
                 for seg in 0..segs.len() {
                     if let Some(bucket) = bucket_completed(segs, dp.bucket_bytes, seg) {
-                        let params = bucket.iter().fold(ParamCount::default(), |a, s| {
-                            ParamCount {
+                        let params = bucket
+                            .iter()
+                            .fold(ParamCount::default(), |a, s| ParamCount {
                                 dense: a.dense.saturating_add(s.params.dense),
                                 expert: a.expert.saturating_add(s.params.expert),
-                            }
-                        });
+                            });
                         ns = ns.saturating_add(reduce(params));
                     }
                 }
@@ -392,11 +420,7 @@ fn dp_stream(
 /// computes (its own saved activations already allocated): the segment's gathered
 /// parameters, or under DeepSpeed accounting (`module_bytes`, per parameter) its largest
 /// module, allocated as the pass starts; 0 where no parameters are gathered.
-fn gathered_unit_bytes(
-    dp: &DpPolicy,
-    chunks: &[ChunkPlan],
-    module_bytes: Option<u64>,
-) -> Vec<u64> {
+fn gathered_unit_bytes(dp: &DpPolicy, chunks: &[ChunkPlan], module_bytes: Option<u64>) -> Vec<u64> {
     let gathers = dp.zero == Zero::ShardedParams && dp.shards();
     // Kept gathers are allocated once per step, by a segment's first forward only.
     let kept = dp.pipelined.is_some_and(|p| p.keep_params);
@@ -422,12 +446,7 @@ fn gathered_unit_bytes(
 /// chunk's saved bytes per micro batch, the pass that last reads them (its backward, or its W
 /// where the backward is split) removes them. While a forward's last segment computes, the
 /// chunk's gathered unit (`units`, ZeRO-3) is held too.
-fn saved_peak_bytes(
-    chunks: &[ChunkPlan],
-    order: &[Slot],
-    split: &BTreeSet<(u32, u32)>,
-    units: &[u64],
-) -> u64 {
+fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot], grads: &[bool], units: &[u64]) -> u64 {
     let per_chunk: Vec<u64> = chunks
         .iter()
         .map(|c| {
@@ -438,18 +457,251 @@ fn saved_peak_bytes(
         })
         .collect();
     let (mut held, mut peak) = (0u64, 0u64);
-    for slot in order {
+    for (slot, &grads) in order.iter().zip(grads) {
         let chunk = slot.chunk as usize;
         let bytes = per_chunk.get(chunk).copied().unwrap_or(0);
         if slot.pass == Pass::Forward {
             held = held.saturating_add(bytes);
             let unit = units.get(chunk).copied().unwrap_or(0);
             peak = peak.max(held.saturating_add(unit));
-        } else if makes_grads(slot, split) {
+        } else if grads {
             held = held.saturating_sub(bytes);
         }
     }
     peak
+}
+
+/// The end, on each stage, of its last pass when every pass starts only after the pass
+/// before it on its rank (its compute, then the larger of its chained collectives and the
+/// gradient accumulation after it) and after the pass of the same micro batch it receives
+/// from: a forward after the previous virtual stage's forward, a backward (its input half
+/// where split) after the next virtual stage's, each sent once its compute and collectives
+/// are done and carried by a pipeline transfer between ranks (`transfer`). This is the
+/// longest chain of those dependencies, the fill, drain and bubbles of every schedule
+/// included; the engine adds to each link, never removes. `None` when the orders deadlock
+/// (the engine then fails the layout).
+fn chain_ends(
+    orders: &Orders,
+    costs: &[Vec<SlotCost>],
+    chunks: &[Vec<ChunkPlan>],
+    dualpipe: bool,
+    transfer: &dyn Fn(u32, u32, u64) -> u64,
+) -> Option<Vec<u64>> {
+    let pp = orders.orders.len();
+    // (direction, virtual stage) -> (stage, chunk, bytes of its output). Micro batches flow
+    // along the virtual stages; DualPipe's chunk 1 holds the same virtual stages as chunk 0
+    // on the mirror stages (its micro batches are fed in at the last stage).
+    let direction = |chunk: u32| if dualpipe { chunk.min(1) as usize } else { 0 };
+    let mut at: [Vec<Option<(usize, u32, u64)>>; 2] = [Vec::new(), Vec::new()];
+    for (stage, row) in chunks.iter().enumerate() {
+        for (chunk, c) in row.iter().enumerate() {
+            let v = c.layout.virtual_stage as usize;
+            let line = &mut at[direction(chunk as u32)];
+            if line.len() <= v {
+                line.resize(v + 1, None);
+            }
+            line[v] = Some((stage, chunk as u32, c.boundary_bytes));
+        }
+    }
+    let locate = |chunk: u32, v: usize| at[direction(chunk)].get(v).copied().flatten();
+    let virtual_of = |stage: usize, chunk: u32| {
+        chunks
+            .get(stage)
+            .and_then(|r| r.get(chunk as usize))
+            .map(|c| c.layout.virtual_stage as usize)
+    };
+    let mut next = vec![0usize; pp];
+    let mut ready: Vec<Vec<u64>> = orders.orders.iter().map(|o| vec![0; o.len()]).collect();
+    let mut chain = vec![0u64; pp];
+    loop {
+        let mut progressed = false;
+        let mut done = true;
+        for k in 0..pp {
+            let order = &orders.orders[k];
+            while let Some(slot) = order.get(next[k]) {
+                let j = next[k];
+                // The pass this one receives from: (stage, position, transfer bytes).
+                let from = match (slot.pass, virtual_of(k, slot.chunk)) {
+                    (Pass::Forward, Some(v)) => v
+                        .checked_sub(1)
+                        .and_then(|u| locate(slot.chunk, u))
+                        .map(|(s, c, bytes)| {
+                            (
+                                s,
+                                orders.position(s, Pass::Forward, slot.microbatch, c),
+                                bytes,
+                            )
+                        }),
+                    (Pass::Backward, Some(v)) => v
+                        .checked_add(1)
+                        .and_then(|d| locate(slot.chunk, d))
+                        .map(|(s, c, _)| {
+                            let bytes = locate(slot.chunk, v).map_or(0, |a| a.2);
+                            (
+                                s,
+                                orders.position(s, Pass::Backward, slot.microbatch, c),
+                                bytes,
+                            )
+                        }),
+                    _ => None,
+                };
+                let arrival = match from {
+                    Some((s, Some(p), bytes)) => {
+                        if p >= next[s] {
+                            break; // not reached yet
+                        }
+                        let carry = if s == k {
+                            0
+                        } else {
+                            transfer(s as u32, k as u32, bytes)
+                        };
+                        ready[s][p].saturating_add(carry)
+                    }
+                    _ => 0,
+                };
+                // A backward's recompute runs before its input arrives.
+                let c = costs
+                    .get(k)
+                    .and_then(|c| c.get(j))
+                    .copied()
+                    .unwrap_or_default();
+                let start = chain[k].saturating_add(c.ahead_ns).max(arrival);
+                ready[k][j] = start.saturating_add(
+                    c.compute_ns
+                        .saturating_add(c.comms_ns)
+                        .saturating_sub(c.ahead_ns),
+                );
+                chain[k] = start.saturating_add(c.on_rank().saturating_sub(c.ahead_ns));
+                next[k] += 1;
+                progressed = true;
+            }
+            if next[k] < order.len() {
+                done = false;
+            }
+        }
+        if done {
+            return Some(chain);
+        }
+        if !progressed {
+            return None;
+        }
+    }
+}
+
+/// Every stage's pass order of one pipeline shape, the backwards each splits (zero-bubble,
+/// DualPipe) and which of its passes compute weight gradients; kept per thread for the
+/// shapes asked most recently (a search asks each shape for many layouts).
+struct Orders {
+    orders: Vec<Vec<Slot>>,
+    splits: Vec<BTreeSet<(u32, u32)>>,
+    grads: Vec<Vec<bool>>,
+    /// Each stage's forward and backward positions: `index[stage][(pass * chunks + chunk) *
+    /// m + microbatch]` (`u32::MAX` where the order has none).
+    index: Vec<Vec<u32>>,
+    chunks: u32,
+    microbatches: u32,
+}
+
+/// (schedule, (pp, vpp, micro batches), extra warm-up passes).
+type OrdersKey = (PipelineSchedule, (u32, u32, u32), u32);
+
+/// Pipeline shapes kept per thread.
+const MAX_ORDERS: usize = 64;
+
+thread_local! {
+    /// Most recently used last.
+    static ORDERS: RefCell<Vec<(OrdersKey, Rc<Orders>)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Orders {
+    /// Where `stage` runs the forward or backward of (`mb`, `chunk`).
+    fn position(&self, stage: usize, pass: Pass, mb: u32, chunk: u32) -> Option<usize> {
+        let pass = match pass {
+            Pass::Forward => 0,
+            Pass::Backward => 1,
+            Pass::Weight => return None,
+        };
+        if chunk >= self.chunks || mb >= self.microbatches {
+            return None;
+        }
+        let at = (pass * self.chunks as usize + chunk as usize) * self.microbatches as usize
+            + mb as usize;
+        let i = *self.index.get(stage)?.get(at)?;
+        (i != u32::MAX).then_some(i as usize)
+    }
+
+    fn of(
+        schedule: PipelineSchedule,
+        shape: (u32, u32, u32),
+        extra_warmup: u32,
+    ) -> Result<Rc<Orders>, ScheduleError> {
+        let key = (schedule, shape, extra_warmup);
+        let cached = ORDERS
+            .try_with(|c| {
+                let c = c.try_borrow().ok()?;
+                c.iter()
+                    .rev()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, o)| Rc::clone(o))
+            })
+            .ok()
+            .flatten();
+        if let Some(o) = cached {
+            return Ok(o);
+        }
+        let orders = (0..shape.0)
+            .map(|stage| stage_order(schedule, stage, shape, extra_warmup))
+            .collect::<Result<Vec<_>, _>>()?;
+        let splits: Vec<BTreeSet<(u32, u32)>> = orders.iter().map(|o| split_backwards(o)).collect();
+        let grads = orders
+            .iter()
+            .zip(&splits)
+            .map(|(o, split)| o.iter().map(|s| makes_grads(s, split)).collect())
+            .collect();
+        let chunks = orders
+            .iter()
+            .flatten()
+            .map(|s| s.chunk + 1)
+            .max()
+            .unwrap_or(0);
+        let m = shape.2;
+        let index = orders
+            .iter()
+            .map(|o| {
+                let mut index = vec![u32::MAX; 2 * chunks as usize * m as usize];
+                for (i, s) in o.iter().enumerate() {
+                    let pass = match s.pass {
+                        Pass::Forward => 0,
+                        Pass::Backward => 1,
+                        Pass::Weight => continue,
+                    };
+                    let at = (pass * chunks as usize + s.chunk as usize) * m as usize
+                        + s.microbatch as usize;
+                    if let Some(x) = index.get_mut(at) {
+                        *x = i as u32;
+                    }
+                }
+                index
+            })
+            .collect();
+        let out = Rc::new(Orders {
+            orders,
+            splits,
+            grads,
+            index,
+            chunks,
+            microbatches: m,
+        });
+        let _ = ORDERS.try_with(|c| {
+            if let Ok(mut c) = c.try_borrow_mut() {
+                if c.len() >= MAX_ORDERS {
+                    c.remove(0);
+                }
+                c.push((key, Rc::clone(&out)));
+            }
+        });
+        Ok(out)
+    }
 }
 
 /// Whether `slot` computes its chunk's weight gradients: a whole backward, or a W.
@@ -554,6 +806,9 @@ struct SlotCost {
     compute_ns: u64,
     comms_ns: u64,
     accumulate_ns: u64,
+    /// The part of `compute_ns + comms_ns` that may run before the pass's input arrives from
+    /// another stage (a backward's recompute and its collectives), or more.
+    ahead_ns: u64,
 }
 
 impl SlotCost {
@@ -571,13 +826,13 @@ impl SlotCost {
 fn slot_costs(
     chunks: &[ChunkPrices],
     order: &[Slot],
-    split: &BTreeSet<(u32, u32)>,
+    grads: &[bool],
     buckets: bool,
 ) -> Vec<SlotCost> {
     // The last gradient pass of each chunk finalises it (cut into buckets when `buckets`).
     let mut final_slot = vec![None; chunks.len()];
-    for (i, slot) in order.iter().enumerate() {
-        if makes_grads(slot, split) {
+    for (i, (slot, &g)) in order.iter().zip(grads).enumerate() {
+        if g {
             if let Some(f) = final_slot.get_mut(slot.chunk as usize) {
                 *f = Some(i);
             }
@@ -591,14 +846,16 @@ fn slot_costs(
             continue;
         };
         let finalising = buckets && final_slot.get(slot.chunk as usize) == Some(&Some(i));
-        let grads = makes_grads(slot, split);
-        let (compute_ns, comms) = match slot.pass {
-            Pass::Forward => (cp.segs.forward, cp.segs.forward_comms),
+        let grads = grads.get(i).copied().unwrap_or(false);
+        let last = i + 1 == order.len();
+        let (compute_ns, comms, recompute) = match slot.pass {
+            Pass::Forward => (cp.segs.forward, cp.segs.forward_comms, (0, 0)),
             Pass::Backward if !grads => {
                 let p = cp.segs;
                 (
                     p.recompute.saturating_add(p.backward_input),
                     p.recompute_comms.saturating_add(p.backward_input_comms),
+                    (p.recompute, p.recompute_comms),
                 )
             }
             Pass::Backward => {
@@ -606,9 +863,16 @@ fn slot_costs(
                 (
                     p.recompute.saturating_add(p.backward),
                     p.recompute_comms.saturating_add(p.backward_comms),
+                    (p.recompute, p.recompute_comms),
                 )
             }
-            Pass::Weight => (cp.segs_for(finalising).backward_weight, 0),
+            Pass::Weight => (cp.segs_for(finalising).backward_weight, 0, (0, 0)),
+        };
+        // The chained collectives of the last pass are not counted (nothing waits for them).
+        let ahead_ns = if last {
+            recompute.0
+        } else {
+            recompute.0.saturating_add(recompute.1)
         };
         let mut accumulate_ns = 0;
         if grads {
@@ -622,8 +886,9 @@ fn slot_costs(
         }
         out.push(SlotCost {
             compute_ns,
-            comms_ns: if i + 1 < order.len() { comms } else { 0 },
+            comms_ns: if last { 0 } else { comms },
             accumulate_ns,
+            ahead_ns,
         });
     }
     out

@@ -129,6 +129,7 @@ pub(crate) fn generate_each<E: From<ScheduleError>>(
 pub(crate) fn lower_bounds(
     scenario: &Scenario,
     plan: &Plan,
+    memory_limit_bytes: u64,
 ) -> Result<crate::schedule::Bounds, ScheduleError> {
     let analytic_cost = crate::cost::Analytic::new(scenario);
     let cost: &dyn crate::cost::CostModel = &analytic_cost;
@@ -175,7 +176,15 @@ pub(crate) fn lower_bounds(
     };
     with_cache(scenario, plan, |sizes, step| {
         let mut memo = sizes.prices.take();
-        let b = crate::schedule::step_lower_bounds(scenario, plan, sizes, step, &prices, &mut memo);
+        let b = crate::schedule::step_lower_bounds(
+            scenario,
+            plan,
+            sizes,
+            step,
+            &prices,
+            &mut memo,
+            memory_limit_bytes,
+        );
         sizes.prices.replace(memo);
         b
     })

@@ -222,7 +222,14 @@ impl<'a> DpEmitter<'a> {
                 (true, Some(op)) => [op].into(),
                 _ => deps.clone(),
             };
-            let op = b.collective(c.call.kind, c.call.group, c.call.bytes, c.call.calls, after, label)?;
+            let op = b.collective(
+                c.call.kind,
+                c.call.group,
+                c.call.bytes,
+                c.call.calls,
+                after,
+                label,
+            )?;
             if c.reads_grads {
                 readers.push(op);
             }
