@@ -151,6 +151,7 @@ pub fn step_lower_bounds(
         let mut drain = 0u64;
         let mut all_slots = Vec::with_capacity(orders.orders.len());
         let mut optimizers = Vec::with_capacity(orders.orders.len());
+        let mut streams = Vec::with_capacity(orders.orders.len());
         for (stage, (order, grads)) in orders.orders.iter().zip(&orders.grads).enumerate() {
             let split = orders.splits.get(stage).map_or(false, |s| !s.is_empty());
             // Segments share their work (`Rc`) between stages and chunks: each is priced
@@ -271,6 +272,7 @@ pub fn step_lower_bounds(
             }
             all_slots.push(slots);
             optimizers.push(optimizer);
+            streams.push(dp);
         }
         if let Some(ends) = chain_ends(
             &orders,
@@ -279,8 +281,17 @@ pub fn step_lower_bounds(
             scenario.parallel.schedule == PipelineSchedule::DualPipe,
             price.p2p,
         ) {
-            for (end, optimizer) in ends.iter().zip(&optimizers) {
+            for ((end, optimizer), dp) in ends.iter().zip(&optimizers).zip(&streams) {
                 bound = bound.max(end.saturating_add(*optimizer));
+                // The reductions after the last gradient op, then the optimizer (which
+                // waits for them) and the gathers after it.
+                if dp.optimizer_waits {
+                    bound = bound.max(
+                        end.saturating_add(dp.after_last_grads_ns)
+                            .saturating_add(*optimizer)
+                            .saturating_add(dp.after_optimizer_ns),
+                    );
+                }
             }
         }
     }
@@ -298,6 +309,10 @@ pub fn step_lower_bounds(
 struct DpStream {
     before_optimizer_ns: u64,
     after_optimizer_ns: u64,
+    /// The reductions issued after the stage's last gradient op (its last pass's compute
+    /// and accumulation): the end-of-step reduction, or the last pass's last bucket or
+    /// segment.
+    after_last_grads_ns: u64,
     /// The step reduces gradients and its optimizer waits for the last reduction.
     optimizer_waits: bool,
 }
@@ -408,12 +423,56 @@ fn dp_stream(
     }
     out.before_optimizer_ns = ns;
     out.optimizer_waits = reduced && dp.syncs;
+    out.after_last_grads_ns = after_last_grads_ns(dp, ctx.overlap_buckets, chunks, order, &reduce);
     if dp.zero == Zero::ShardedOptimizer && !dp.overlap_param_gather && dp.syncs {
         for c in chunks {
             out.after_optimizer_ns = out.after_optimizer_ns.saturating_add(gather(c.params));
         }
     }
     Ok(out)
+}
+
+/// [`DpStream::after_last_grads_ns`]: a step that reduces at its end reduces every chunk
+/// after its last gradient op; otherwise the last pass (a gradient pass: every forward is
+/// followed by its backward, every split backward by its W) reduces its last bucket (under
+/// overlapped buckets) or its last segment (ZeRO-3; every segment of the chunk where
+/// pipelined FSDP reduces after the backward) once its compute is done.
+fn after_last_grads_ns(
+    dp: &DpPolicy,
+    overlap_buckets: bool,
+    chunks: &[ChunkPlan],
+    order: &[Slot],
+    reduce: &dyn Fn(ParamCount) -> u64,
+) -> u64 {
+    if !(dp.syncs && dp.reduces()) || dp.async_reduce {
+        return 0;
+    }
+    let sum = |segs: &[Seg]| {
+        segs.iter().fold(ParamCount::default(), |a, s| ParamCount {
+            dense: a.dense.saturating_add(s.params.dense),
+            expert: a.expert.saturating_add(s.params.expert),
+        })
+    };
+    let last = order.last().and_then(|s| chunks.get(s.chunk as usize));
+    match (dp.zero, last) {
+        (_, None) => 0,
+        (Zero::ShardedParams, Some(c)) => match dp.pipelined {
+            Some(p) if p.reduce == GradReduce::AfterBackward => c
+                .segs
+                .iter()
+                .map(|s| reduce(s.params))
+                .fold(0, u64::saturating_add),
+            _ => c.segs.first().map_or(0, |s| reduce(s.params)),
+        },
+        (_, Some(c)) if overlap_buckets => {
+            let segs = c.segs_for(true);
+            bucket_completed(segs, dp.bucket_bytes, 0).map_or(0, |b| reduce(sum(b)))
+        }
+        _ => chunks
+            .iter()
+            .map(|c| reduce(c.params))
+            .fold(0, u64::saturating_add),
+    }
 }
 
 /// Bytes of the ZeRO-3 gather buffer each chunk's forward holds while its last segment
