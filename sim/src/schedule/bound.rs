@@ -333,17 +333,35 @@ fn dp_stream(
     if !dp.reduces() {
         return Ok(out);
     }
-    let reduce = |params| {
-        dp.reduction_calls(params)
-            .iter()
-            .map(|c| price(&c.call))
-            .fold(0u64, u64::saturating_add)
+    // Segments of one chunk mostly hold the same parameters: each size priced once (a
+    // handful of sizes per stage, looked up in order).
+    let reduced_ns: RefCell<Vec<(ParamCount, u64)>> = RefCell::default();
+    let gathered_ns: RefCell<Vec<(ParamCount, u64)>> = RefCell::default();
+    let priced = |memo: &RefCell<Vec<(ParamCount, u64)>>,
+                  params: ParamCount,
+                  calls: &dyn Fn(ParamCount) -> u64| {
+        if let Some(&(_, ns)) = memo.borrow().iter().find(|(p, _)| *p == params) {
+            return ns;
+        }
+        let ns = calls(params);
+        memo.borrow_mut().push((params, ns));
+        ns
     };
-    let gather = |params| {
-        dp.gather_calls(params)
-            .iter()
-            .map(price)
-            .fold(0u64, u64::saturating_add)
+    let reduce = |params: ParamCount| {
+        priced(&reduced_ns, params, &|p| {
+            dp.reduction_calls(p)
+                .iter()
+                .map(|c| price(&c.call))
+                .fold(0u64, u64::saturating_add)
+        })
+    };
+    let gather = |params: ParamCount| {
+        priced(&gathered_ns, params, &|p| {
+            dp.gather_calls(p)
+                .iter()
+                .map(price)
+                .fold(0u64, u64::saturating_add)
+        })
     };
     let mut ns = 0u64;
     let mut reduced = false;
@@ -569,6 +587,8 @@ fn chain_ends(
             .and_then(|r| r.get(chunk as usize))
             .map(|c| c.layout.virtual_stage as usize)
     };
+    // Each (from, to, bytes) transfer priced once (a few per layout, looked up in order).
+    let mut carried: Vec<((usize, usize, u64), u64)> = Vec::new();
     let mut next = vec![0usize; pp];
     let mut ready: Vec<Vec<u64>> = orders.orders.iter().map(|o| vec![0; o.len()]).collect();
     let mut chain = vec![0u64; pp];
@@ -612,7 +632,14 @@ fn chain_ends(
                         let carry = if s == k {
                             0
                         } else {
-                            transfer(s as u32, k as u32, bytes)
+                            match carried.iter().find(|(key, _)| *key == (s, k, bytes)) {
+                                Some(&(_, ns)) => ns,
+                                None => {
+                                    let ns = transfer(s as u32, k as u32, bytes);
+                                    carried.push(((s, k, bytes), ns));
+                                    ns
+                                }
+                            }
                         };
                         ready[s][p].saturating_add(carry)
                     }
