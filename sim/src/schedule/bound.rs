@@ -153,7 +153,7 @@ pub fn step_lower_bounds(
         let mut optimizers = Vec::with_capacity(orders.orders.len());
         let mut streams = Vec::with_capacity(orders.orders.len());
         for (stage, (order, grads)) in orders.orders.iter().zip(&orders.grads).enumerate() {
-            let split = orders.splits.get(stage).map_or(false, |s| !s.is_empty());
+            let split = orders.splits.get(stage).is_some_and(|s| !s.is_empty());
             // Segments share their work (`Rc`) between stages and chunks: each is priced
             // once, its collectives once per stage (they run in the stage's groups).
             let mut comms_memo: HashMap<*const ChunkWork, PassPrices> = HashMap::new();
