@@ -26,10 +26,24 @@
 //! These hold under every schedule: the fill where the first pass is a forward of chunk 0,
 //! the drain always (chunk 0's micro batches flow from stage 0 on, DualPipe's too). So
 //! `step >= fill_k + passes_k + optimizer_k` and `step >= fill_k + (passes up to the last
-//! backward of chunk 0) + drain_k` for every stage and routing load class; the bound is the
-//! largest. Data-parallel and pipeline transfers, bubbles beyond the fill and drain, and
-//! memory traffic between ops are what it leaves out. A test checks it against the engine on
-//! every valid layout of small search spaces.
+//! backward of chunk 0) + drain_k` for every stage and routing load class. Beyond these:
+//! - the longest chain of passes over all stages ([`chain_ends`]): each pass after the one
+//!   before it on its rank and after the pass of its micro batch it receives from (the
+//!   previous virtual stage's forward, the next one's backward), with the pipeline transfer
+//!   between ranks priced by the cost model; a backward's recompute may run before its input
+//!   arrives. This holds every bubble of the pass orders, the fill and drain included;
+//! - the data-parallel stream ([`dp_stream`]): its collectives run one at a time in issue
+//!   order (ZeRO-1/2 gathers at the start, ZeRO-3's gathers, every gradient reduction as the
+//!   emitter issues it, through [`DpPolicy::reduction_calls`] and
+//!   [`super::emit::bucket_completed`]), and the optimizer waits for the last reduction, so
+//!   `step >= dp_k + optimizer_k + gathers after it`; the reductions issued after a stage's
+//!   last gradient op (the end-of-step reduction, or the last bucket or segment) follow the
+//!   chain's end, then the optimizer.
+//!
+//! The bound is the largest of these. Bubbles from collectives the chain leaves out (the
+//! data-parallel ones beside compute, ring attention between context-parallel ranks),
+//! DualPipe's mirror reductions and memory traffic between ops are what it leaves out. A
+//! test checks it against the engine on every third valid layout of small search spaces.
 
 use super::chunks::{plan_chunks, ChunkPlan, Seg};
 use super::dp::{DpPolicy, Zero};
@@ -63,8 +77,10 @@ pub struct Bounds {
     /// The step time (see the module documentation).
     pub step_ns: u64,
     /// The peak memory of the busiest rank: its model state (without the gradients where the
-    /// framework allocates them pass by pass), the framework reserve, and the saved
-    /// activations of the most micro batches its pass order holds at once. Each forward
+    /// framework allocates them pass by pass), the framework reserve, the buffers held for
+    /// the whole step ([`StepBuffers`]: ZeRO-2's gradient accumulation, async sync's stale
+    /// gradients), and the saved activations of the most micro batches its pass order holds
+    /// at once with, under ZeRO-3, the gathered unit of the forward that adds the last. Each forward
     /// allocates its saved activations before its compute and the backward (W under
     /// zero-bubble) frees them after its own, while the state and the reserve are held for
     /// the whole step.
@@ -274,13 +290,24 @@ pub fn step_lower_bounds(
             optimizers.push(optimizer);
             streams.push(dp);
         }
-        if let Some(ends) = chain_ends(
-            &orders,
-            &all_slots,
-            chunks,
-            scenario.parallel.schedule == PipelineSchedule::DualPipe,
-            price.p2p,
-        ) {
+        // One stage has no transfers: its chain is its passes.
+        let ends = if pp > 1 {
+            chain_ends(
+                &orders,
+                &all_slots,
+                chunks,
+                scenario.parallel.schedule == PipelineSchedule::DualPipe,
+                price.p2p,
+            )
+        } else {
+            Some(
+                all_slots
+                    .iter()
+                    .map(|s| s.iter().fold(0u64, |t, c| t.saturating_add(c.on_rank())))
+                    .collect(),
+            )
+        };
+        if let Some(ends) = ends {
             for ((end, optimizer), dp) in ends.iter().zip(&optimizers).zip(&streams) {
                 bound = bound.max(end.saturating_add(*optimizer));
                 // The reductions after the last gradient op, then the optimizer (which
