@@ -26,20 +26,37 @@
 //! These hold under every schedule: the fill where the first pass is a forward of chunk 0,
 //! the drain always (chunk 0's micro batches flow from stage 0 on, DualPipe's too). So
 //! `step >= fill_k + passes_k + optimizer_k` and `step >= fill_k + (passes up to the last
-//! backward of chunk 0) + drain_k` for every stage and routing load class; the bound is the
-//! largest. Data-parallel and pipeline transfers, bubbles beyond the fill and drain, and
-//! memory traffic between ops are what it leaves out. A test checks it against the engine on
-//! every valid layout of small search spaces.
+//! backward of chunk 0) + drain_k` for every stage and routing load class. Beyond these:
+//! - the longest chain of passes over all stages ([`chain_ends`]): each pass after the one
+//!   before it on its rank and after the pass of its micro batch it receives from (the
+//!   previous virtual stage's forward, the next one's backward), with the pipeline transfer
+//!   between ranks priced by the cost model; a backward's recompute may run before its input
+//!   arrives. This holds every bubble of the pass orders, the fill and drain included;
+//! - the data-parallel stream ([`dp_stream`]): its collectives run one at a time in issue
+//!   order (ZeRO-1/2 gathers at the start, ZeRO-3's gathers, every gradient reduction as the
+//!   emitter issues it, through [`DpPolicy::reduction_calls`] and
+//!   [`super::emit::bucket_completed`]), and the optimizer waits for the last reduction, so
+//!   `step >= dp_k + optimizer_k + gathers after it`; the reductions issued after a stage's
+//!   last gradient op (the end-of-step reduction, or the last bucket or segment) follow the
+//!   chain's end, then the optimizer.
+//!
+//! The bound is the largest of these. Bubbles from collectives the chain leaves out (the
+//! data-parallel ones beside compute, ring attention between context-parallel ranks),
+//! DualPipe's mirror reductions and memory traffic between ops are what it leaves out. A
+//! test checks it against the engine on every third valid layout of small search spaces.
 
 use super::chunks::{plan_chunks, ChunkPlan, Seg};
 use super::dp::{DpPolicy, Zero};
-use super::emit::chained_comms;
+use super::emit::{bucket_completed, chained_comms, flatten, steps_gathers, StageCtx, StepBuffers};
 use super::pipeline::{split_backwards, stage_order, Pass, Slot};
 use super::{ComputeOp, Phase, ScheduleError, Sizes};
 use crate::plan::Plan;
-use crate::scenario::Scenario;
+use crate::scenario::framework::GradReduce;
+use crate::scenario::PipelineSchedule;
+use crate::scenario::{MemoryAccounting, Scenario};
 use crate::workload::routing::LoadClasses;
-use crate::workload::{ChunkWork, CommCall};
+use crate::workload::{ChunkWork, CommCall, ParamCount};
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -60,8 +77,10 @@ pub struct Bounds {
     /// The step time (see the module documentation).
     pub step_ns: u64,
     /// The peak memory of the busiest rank: its model state (without the gradients where the
-    /// framework allocates them pass by pass), the framework reserve, and the saved
-    /// activations of the most micro batches its pass order holds at once. Each forward
+    /// framework allocates them pass by pass), the framework reserve, the buffers held for
+    /// the whole step ([`StepBuffers`]: ZeRO-2's gradient accumulation, async sync's stale
+    /// gradients), and the saved activations of the most micro batches its pass order holds
+    /// at once with, under ZeRO-3, the gathered unit of the forward that adds the last. Each forward
     /// allocates its saved activations before its compute and the backward (W under
     /// zero-bubble) frees them after its own, while the state and the reserve are held for
     /// the whole step.
@@ -83,9 +102,13 @@ pub struct Prices<'a> {
     /// A collective's time on a rank of the stage (the first argument); 0 where the engine
     /// does not take it from the cost model (a flow network times it).
     pub collective: &'a dyn Fn(u32, &CommCall) -> u64,
+    /// A pipeline transfer of `bytes` from the first rank of one stage (the first argument)
+    /// to the first rank of another; 0 where a flow network times it.
+    pub p2p: &'a dyn Fn(u32, u32, u64) -> u64,
 }
 
-/// The [`Bounds`] of step `step`, with each op priced by `price`.
+/// The [`Bounds`] of step `step`, with each op priced by `price`. When the memory bound
+/// exceeds `memory_limit_bytes` nothing is priced and the step's bound is 0.
 pub fn step_lower_bounds(
     scenario: &Scenario,
     plan: &Plan,
@@ -93,31 +116,60 @@ pub fn step_lower_bounds(
     step: u64,
     price: &Prices<'_>,
     memo: &mut PriceMemo,
+    memory_limit_bytes: u64,
 ) -> Result<Bounds, ScheduleError> {
     let (pp, vpp, m) = (plan.pp(), plan.vpp(), plan.microbatches);
     let policy = DpPolicy::new(scenario, plan, step)?;
     let buckets = overlap_buckets(&policy);
     let extra_warmup = u32::from(scenario.training.moe_a2a_overlap);
-    let orders = (0..pp)
-        .map(|stage| {
-            stage_order(
-                scenario.parallel.schedule,
-                stage,
-                (pp, vpp, m),
-                extra_warmup,
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    // The backwards each stage splits (zero-bubble, DualPipe).
-    let splits: Vec<BTreeSet<(u32, u32)>> = orders.iter().map(|o| split_backwards(o)).collect();
+    let orders = Orders::of(scenario.parallel.schedule, (pp, vpp, m), extra_warmup)?;
+    let loads: Vec<_> = LoadClasses::new(scenario)
+        .loads
+        .into_iter()
+        .map(|load| plan_chunks(scenario, plan, sizes, load, &policy, buckets))
+        .collect();
     let mut bound = 0u64;
     let mut memory = 0u64;
     let grads_held = scenario.training.framework.memory.contiguous_grad_buffer;
-    for load in LoadClasses::new(scenario).loads {
-        let chunks = plan_chunks(scenario, plan, sizes, load, &policy, buckets);
+    // DeepSpeed accounting: bytes per parameter of a gathered ZeRO-3 module.
+    let module_bytes = (scenario.memory.accounting == MemoryAccounting::Deepspeed)
+        .then(|| crate::workload::state_coefficients(&scenario.training).weight_bytes);
+    let deepspeed = module_bytes.is_some();
+    for chunks in &loads {
+        for (stage, order) in orders.orders.iter().enumerate() {
+            let my_chunks = chunks.get(stage).map(Vec::as_slice).unwrap_or_default();
+            let state = sizes.state_bytes(stage as u32);
+            let buffers = StepBuffers::new(scenario, plan, &policy, my_chunks, deepspeed);
+            let held = state
+                .weights_bytes
+                .saturating_add(state.optimizer_bytes)
+                .saturating_add(if grads_held { state.grads_bytes } else { 0 })
+                .saturating_add(scenario.memory.reserved_bytes)
+                .saturating_add(buffers.bytes());
+            let units = gathered_unit_bytes(&policy, my_chunks, module_bytes);
+            let grads = orders
+                .grads
+                .get(stage)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let saved = saved_peak_bytes(my_chunks, order, grads, &units);
+            memory = memory.max(held.saturating_add(saved));
+        }
+    }
+    if memory > memory_limit_bytes {
+        return Ok(Bounds {
+            step_ns: 0,
+            memory_bytes: memory,
+        });
+    }
+    for chunks in &loads {
         let mut fill = 0u64;
         let mut drain = 0u64;
-        for ((stage, order), split) in orders.iter().enumerate().zip(&splits) {
+        let mut all_slots = Vec::with_capacity(orders.orders.len());
+        let mut optimizers = Vec::with_capacity(orders.orders.len());
+        let mut streams = Vec::with_capacity(orders.orders.len());
+        for (stage, (order, grads)) in orders.orders.iter().zip(&orders.grads).enumerate() {
+            let split = orders.splits.get(stage).is_some_and(|s| !s.is_empty());
             // Segments share their work (`Rc`) between stages and chunks: each is priced
             // once, its collectives once per stage (they run in the stage's groups).
             let mut comms_memo: HashMap<*const ChunkWork, PassPrices> = HashMap::new();
@@ -143,25 +195,12 @@ pub fn step_lower_bounds(
                     acc.plus(compute).plus(comms)
                 })
             };
-            let mine: Vec<ChunkPrices> = chunks
-                .get(stage)
-                .map(Vec::as_slice)
-                .unwrap_or_default()
+            let my_chunks = chunks.get(stage).map(Vec::as_slice).unwrap_or_default();
+            let mine: Vec<ChunkPrices> = my_chunks
                 .iter()
                 .map(|c| ChunkPrices::new(c, &mut pass_prices))
                 .collect();
-            let slots = slot_costs(&mine, order, split, buckets);
-            let state = sizes.state_bytes(stage as u32);
-            let held = state
-                .weights_bytes
-                .saturating_add(state.optimizer_bytes)
-                .saturating_add(if grads_held { state.grads_bytes } else { 0 })
-                .saturating_add(scenario.memory.reserved_bytes);
-            let saved = chunks
-                .get(stage)
-                .map(|c| saved_peak_bytes(c, order, split))
-                .unwrap_or(0);
-            memory = memory.max(held.saturating_add(saved));
+            let slots = slot_costs(&mine, order, grads, buckets);
             let optimizer = if policy.syncs {
                 (price.compute)(&sizes.optimizer_step(stage as u32))
             } else {
@@ -170,16 +209,27 @@ pub fn step_lower_bounds(
             let passes = slots
                 .iter()
                 .fold(0u64, |t, c| t.saturating_add(c.on_rank()));
-            // The data-parallel stream runs its collectives one at a time.
-            let reductions = chunks
-                .get(stage)
-                .map(|c| {
-                    per_pass_reductions_ns(&policy, c, order, split, &|call| {
-                        (price.collective)(stage as u32, call)
-                    })
-                })
-                .unwrap_or(0);
-            bound = bound.max(reductions);
+            // The data-parallel stream runs its collectives one at a time, in issue order,
+            // and the optimizer waits for the last reduction.
+            let ctx = StageCtx {
+                s: scenario,
+                plan,
+                sizes,
+                dp: &policy,
+                chunks,
+                overlap_buckets: buckets,
+            };
+            let dp = dp_stream(&ctx, my_chunks, order, &|call| {
+                (price.collective)(stage as u32, call)
+            })?;
+            bound = bound.max(dp.before_optimizer_ns);
+            if dp.optimizer_waits {
+                bound = bound.max(
+                    dp.before_optimizer_ns
+                        .saturating_add(optimizer)
+                        .saturating_add(dp.after_optimizer_ns),
+                );
+            }
             // The rank's first op waits for the fill when it is a forward of chunk 0.
             let fill_k = match order.first() {
                 Some(s) if s.pass == Pass::Forward && s.chunk == 0 => fill,
@@ -204,12 +254,24 @@ pub fn step_lower_bounds(
                 bound = bound.max(chained);
             }
             if let Some(first) = mine.first() {
+                // Chunk 0's output goes to the next stage, and its input gradient comes back
+                // from there: the same boundary bytes.
+                let boundary = my_chunks.first().map_or(0, |c| c.boundary_bytes);
+                let (here, next) = (stage as u32, stage as u32 + 1);
+                let (to_next, from_next) = if next < pp {
+                    (
+                        (price.p2p)(here, next, boundary),
+                        (price.p2p)(next, here, boundary),
+                    )
+                } else {
+                    (0, 0)
+                };
                 fill = fill
                     .saturating_add(first.segs.forward)
-                    .saturating_add(first.segs.forward_comms);
+                    .saturating_add(first.segs.forward_comms)
+                    .saturating_add(to_next);
                 // The backward on the drain is the input-gradient half where this stage
                 // splits backwards.
-                let split = !split.is_empty();
                 let last = [Some(&first.segs), first.final_segs.as_ref()]
                     .into_iter()
                     .flatten()
@@ -222,7 +284,41 @@ pub fn step_lower_bounds(
                     })
                     .min()
                     .unwrap_or(0);
-                drain = drain.saturating_add(last);
+                drain = drain.saturating_add(last).saturating_add(from_next);
+            }
+            all_slots.push(slots);
+            optimizers.push(optimizer);
+            streams.push(dp);
+        }
+        // One stage has no transfers: its chain is its passes.
+        let ends = if pp > 1 {
+            chain_ends(
+                &orders,
+                &all_slots,
+                chunks,
+                scenario.parallel.schedule == PipelineSchedule::DualPipe,
+                price.p2p,
+            )
+        } else {
+            Some(
+                all_slots
+                    .iter()
+                    .map(|s| s.iter().fold(0u64, |t, c| t.saturating_add(c.on_rank())))
+                    .collect(),
+            )
+        };
+        if let Some(ends) = ends {
+            for ((end, optimizer), dp) in ends.iter().zip(&optimizers).zip(&streams) {
+                bound = bound.max(end.saturating_add(*optimizer));
+                // The reductions after the last gradient op, then the optimizer (which
+                // waits for them) and the gathers after it.
+                if dp.optimizer_waits {
+                    bound = bound.max(
+                        end.saturating_add(dp.after_last_grads_ns)
+                            .saturating_add(*optimizer)
+                            .saturating_add(dp.after_optimizer_ns),
+                    );
+                }
             }
         }
     }
@@ -232,64 +328,229 @@ pub fn step_lower_bounds(
     })
 }
 
-/// ZeRO-3 / FSDP reducing per pass (neither pipelined nor without sync): the reductions of
-/// every gradient pass's segments, one after another on the data-parallel stream, as the
-/// emitter issues them (per group and bucket call, each shard group's followed by the
-/// replica all-reduce under HSDP); 0 otherwise.
-fn per_pass_reductions_ns(
-    policy: &DpPolicy,
+/// One stage's data-parallel stream, priced: its collectives up to the last gradient
+/// reduction (the ZeRO-1/2 parameter gathers at the start, ZeRO-3's gathers, every reduction
+/// as [`super::emit`] issues it, bucket by bucket or pass by pass, each through
+/// [`DpPolicy::reduction_calls`]), and the ZeRO-1/2 gathers after the optimizer.
+#[derive(Clone, Copy, Debug, Default)]
+struct DpStream {
+    before_optimizer_ns: u64,
+    after_optimizer_ns: u64,
+    /// The reductions issued after the stage's last gradient op (its last pass's compute
+    /// and accumulation): the end-of-step reduction, or the last pass's last bucket or
+    /// segment.
+    after_last_grads_ns: u64,
+    /// The step reduces gradients and its optimizer waits for the last reduction.
+    optimizer_waits: bool,
+}
+
+/// [`DpStream`] of the stage holding `chunks`, with pass order `order`. The stream is FIFO
+/// and the ops counted before the optimizer are all issued before the last reduction: the
+/// ZeRO-3 gathers are issued before the pass that uses them (a prefetch one pass ahead), and
+/// the last pass of an order produces gradients (every forward is followed by its backward,
+/// every split backward by its W).
+fn dp_stream(
+    ctx: &StageCtx<'_>,
     chunks: &[ChunkPlan],
     order: &[Slot],
-    split: &BTreeSet<(u32, u32)>,
     price: &dyn Fn(&CommCall) -> u64,
-) -> u64 {
-    if !(policy.zero == Zero::ShardedParams
-        && policy.syncs
-        && policy.reduces()
-        && policy.pipelined.is_none())
-    {
-        return 0;
+) -> Result<DpStream, ScheduleError> {
+    let dp = ctx.dp;
+    let mut out = DpStream::default();
+    if !dp.reduces() {
+        return Ok(out);
     }
-    let per_chunk: Vec<u64> = chunks
-        .iter()
-        .map(|c| {
-            let mut ns = 0u64;
-            for seg in &c.segs {
-                for (group, size, elems) in policy.grad_reductions(seg.params) {
-                    for (bytes, calls) in policy.grad_calls(elems) {
-                        if size > 1 {
-                            ns = ns.saturating_add(price(&CommCall {
-                                kind: crate::schedule::CollectiveKind::ReduceScatter,
-                                group,
-                                bytes,
-                                calls,
-                            }));
-                        }
-                        if policy.replica_group_size > 1 {
-                            ns = ns.saturating_add(price(&CommCall {
-                                kind: crate::schedule::CollectiveKind::AllReduce,
-                                group: crate::plan::GroupKind::DpReplica,
-                                bytes: bytes.div_ceil(u64::from(size.max(1))),
-                                calls,
-                            }));
+    // Segments of one chunk mostly hold the same parameters: each size priced once (a
+    // handful of sizes per stage, looked up in order).
+    let reduced_ns: RefCell<Vec<(ParamCount, u64)>> = RefCell::default();
+    let gathered_ns: RefCell<Vec<(ParamCount, u64)>> = RefCell::default();
+    let priced = |memo: &RefCell<Vec<(ParamCount, u64)>>,
+                  params: ParamCount,
+                  calls: &dyn Fn(ParamCount) -> u64| {
+        if let Some(&(_, ns)) = memo.borrow().iter().find(|(p, _)| *p == params) {
+            return ns;
+        }
+        let ns = calls(params);
+        memo.borrow_mut().push((params, ns));
+        ns
+    };
+    let reduce = |params: ParamCount| {
+        priced(&reduced_ns, params, &|p| {
+            dp.reduction_calls(p)
+                .iter()
+                .map(|c| price(&c.call))
+                .fold(0u64, u64::saturating_add)
+        })
+    };
+    let gather = |params: ParamCount| {
+        priced(&gathered_ns, params, &|p| {
+            dp.gather_calls(p)
+                .iter()
+                .map(price)
+                .fold(0u64, u64::saturating_add)
+        })
+    };
+    let mut ns = 0u64;
+    let mut reduced = false;
+    if dp.zero == Zero::ShardedOptimizer && dp.overlap_param_gather && dp.gather_at_start {
+        for c in chunks {
+            ns = ns.saturating_add(gather(c.params));
+        }
+    }
+    if dp.async_reduce && dp.syncs {
+        for c in chunks {
+            ns = ns.saturating_add(reduce(c.params));
+        }
+        reduced = true;
+    }
+    if dp.zero == Zero::ShardedParams {
+        let chunk_of = |c: u32| -> Result<&ChunkPlan, ScheduleError> {
+            chunks
+                .get(c as usize)
+                .ok_or_else(|| ScheduleError::Unsupported(format!("no chunk {c}")))
+        };
+        let steps = flatten(ctx, order, &chunk_of)?;
+        for g in steps_gathers(&steps, order, &chunk_of)? {
+            ns = ns.saturating_add(gather(g.params));
+        }
+        let per_pass = dp.syncs && dp.pipelined.is_none();
+        for (i, step) in steps.iter().enumerate() {
+            if !matches!(step.phase, Phase::Backward | Phase::BackwardWeight) {
+                continue;
+            }
+            let Some(slot) = order.get(step.slot) else {
+                continue;
+            };
+            let segs = chunk_of(slot.chunk)?.segs_for(step.finalising);
+            let Some(seg) = segs.get(step.seg) else {
+                continue;
+            };
+            if per_pass {
+                ns = ns.saturating_add(reduce(seg.params));
+                reduced = true;
+            }
+            match dp.pipelined {
+                Some(p) if dp.syncs && step.last_grads => {
+                    let last_of_slot = steps.get(i + 1).map(|n| n.slot) != Some(step.slot);
+                    if p.reduce != GradReduce::AfterBackward {
+                        ns = ns.saturating_add(reduce(seg.params));
+                    } else if last_of_slot {
+                        for s in segs {
+                            ns = ns.saturating_add(reduce(s.params));
                         }
                     }
+                    reduced = true;
                 }
+                _ => {}
             }
-            ns
+        }
+    } else if dp.syncs && !dp.async_reduce {
+        for c in chunks {
+            if ctx.overlap_buckets {
+                // The finalising backward reduces each bucket once its lowest segment is done.
+                let segs = c.segs_for(true);
+                for seg in 0..segs.len() {
+                    if let Some(bucket) = bucket_completed(segs, dp.bucket_bytes, seg) {
+                        let params = bucket
+                            .iter()
+                            .fold(ParamCount::default(), |a, s| ParamCount {
+                                dense: a.dense.saturating_add(s.params.dense),
+                                expert: a.expert.saturating_add(s.params.expert),
+                            });
+                        ns = ns.saturating_add(reduce(params));
+                    }
+                }
+            } else {
+                ns = ns.saturating_add(reduce(c.params));
+            }
+        }
+        reduced = true;
+    }
+    out.before_optimizer_ns = ns;
+    out.optimizer_waits = reduced && dp.syncs;
+    out.after_last_grads_ns = after_last_grads_ns(dp, ctx.overlap_buckets, chunks, order, &reduce);
+    if dp.zero == Zero::ShardedOptimizer && !dp.overlap_param_gather && dp.syncs {
+        for c in chunks {
+            out.after_optimizer_ns = out.after_optimizer_ns.saturating_add(gather(c.params));
+        }
+    }
+    Ok(out)
+}
+
+/// [`DpStream::after_last_grads_ns`]: a step that reduces at its end reduces every chunk
+/// after its last gradient op; otherwise the last pass (a gradient pass: every forward is
+/// followed by its backward, every split backward by its W) reduces its last bucket (under
+/// overlapped buckets) or its last segment (ZeRO-3; every segment of the chunk where
+/// pipelined FSDP reduces after the backward) once its compute is done.
+fn after_last_grads_ns(
+    dp: &DpPolicy,
+    overlap_buckets: bool,
+    chunks: &[ChunkPlan],
+    order: &[Slot],
+    reduce: &dyn Fn(ParamCount) -> u64,
+) -> u64 {
+    if !(dp.syncs && dp.reduces()) || dp.async_reduce {
+        return 0;
+    }
+    let sum = |segs: &[Seg]| {
+        segs.iter().fold(ParamCount::default(), |a, s| ParamCount {
+            dense: a.dense.saturating_add(s.params.dense),
+            expert: a.expert.saturating_add(s.params.expert),
         })
-        .collect();
-    order
+    };
+    let last = order.last().and_then(|s| chunks.get(s.chunk as usize));
+    match (dp.zero, last) {
+        (_, None) => 0,
+        (Zero::ShardedParams, Some(c)) => match dp.pipelined {
+            Some(p) if p.reduce == GradReduce::AfterBackward => c
+                .segs
+                .iter()
+                .map(|s| reduce(s.params))
+                .fold(0, u64::saturating_add),
+            _ => c.segs.first().map_or(0, |s| reduce(s.params)),
+        },
+        (_, Some(c)) if overlap_buckets => {
+            let segs = c.segs_for(true);
+            bucket_completed(segs, dp.bucket_bytes, 0).map_or(0, |b| reduce(sum(b)))
+        }
+        _ => chunks
+            .iter()
+            .map(|c| reduce(c.params))
+            .fold(0, u64::saturating_add),
+    }
+}
+
+/// Bytes of the ZeRO-3 gather buffer each chunk's forward holds while its last segment
+/// computes (its own saved activations already allocated): the segment's gathered
+/// parameters, or under DeepSpeed accounting (`module_bytes`, per parameter) its largest
+/// module, allocated as the pass starts; 0 where no parameters are gathered.
+fn gathered_unit_bytes(dp: &DpPolicy, chunks: &[ChunkPlan], module_bytes: Option<u64>) -> Vec<u64> {
+    let gathers = dp.zero == Zero::ShardedParams && dp.shards();
+    // Kept gathers are allocated once per step, by a segment's first forward only.
+    let kept = dp.pipelined.is_some_and(|p| p.keep_params);
+    chunks
         .iter()
-        .filter(|s| makes_grads(s, split))
-        .filter_map(|s| per_chunk.get(s.chunk as usize))
-        .fold(0u64, |t, ns| t.saturating_add(*ns))
+        .map(|c| match (gathers, c.segs.last(), module_bytes) {
+            (false, _, _) | (_, None, _) => 0,
+            (true, Some(_), Some(_)) if kept => 0,
+            (true, Some(seg), Some(per_param)) => {
+                seg.work.largest_module_params.saturating_mul(per_param)
+            }
+            (true, Some(seg), None) => dp.param_bytes(
+                dp.grad_groups(seg.params)
+                    .iter()
+                    .map(|(_, e)| *e)
+                    .fold(0, u64::saturating_add),
+            ),
+        })
+        .collect()
 }
 
 /// The most saved-activation bytes a stage holds at once: each forward of a chunk adds the
 /// chunk's saved bytes per micro batch, the pass that last reads them (its backward, or its W
-/// where the backward is split) removes them.
-fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot], split: &BTreeSet<(u32, u32)>) -> u64 {
+/// where the backward is split) removes them. While a forward's last segment computes, the
+/// chunk's gathered unit (`units`, ZeRO-3) is held too.
+fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot], grads: &[bool], units: &[u64]) -> u64 {
     let per_chunk: Vec<u64> = chunks
         .iter()
         .map(|c| {
@@ -300,16 +561,260 @@ fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot], split: &BTreeSet<(u32,
         })
         .collect();
     let (mut held, mut peak) = (0u64, 0u64);
-    for slot in order {
-        let bytes = per_chunk.get(slot.chunk as usize).copied().unwrap_or(0);
+    for (slot, &grads) in order.iter().zip(grads) {
+        let chunk = slot.chunk as usize;
+        let bytes = per_chunk.get(chunk).copied().unwrap_or(0);
         if slot.pass == Pass::Forward {
             held = held.saturating_add(bytes);
-            peak = peak.max(held);
-        } else if makes_grads(slot, split) {
+            let unit = units.get(chunk).copied().unwrap_or(0);
+            peak = peak.max(held.saturating_add(unit));
+        } else if grads {
             held = held.saturating_sub(bytes);
         }
     }
     peak
+}
+
+/// The end, on each stage, of its last pass when every pass starts only after the pass
+/// before it on its rank (its compute, then the larger of its chained collectives and the
+/// gradient accumulation after it) and after the pass of the same micro batch it receives
+/// from: a forward after the previous virtual stage's forward, a backward (its input half
+/// where split) after the next virtual stage's, each sent once its compute and collectives
+/// are done and carried by a pipeline transfer between ranks (`transfer`). This is the
+/// longest chain of those dependencies, the fill, drain and bubbles of every schedule
+/// included; the engine adds to each link, never removes. `None` when the orders deadlock
+/// (the engine then fails the layout).
+fn chain_ends(
+    orders: &Orders,
+    costs: &[Vec<SlotCost>],
+    chunks: &[Vec<ChunkPlan>],
+    dualpipe: bool,
+    transfer: &dyn Fn(u32, u32, u64) -> u64,
+) -> Option<Vec<u64>> {
+    let pp = orders.orders.len();
+    // (direction, virtual stage) -> (stage, chunk, bytes of its output). Micro batches flow
+    // along the virtual stages; DualPipe's chunk 1 holds the same virtual stages as chunk 0
+    // on the mirror stages (its micro batches are fed in at the last stage).
+    let direction = |chunk: u32| if dualpipe { chunk.min(1) as usize } else { 0 };
+    let mut at: [Vec<Option<(usize, u32, u64)>>; 2] = [Vec::new(), Vec::new()];
+    for (stage, row) in chunks.iter().enumerate() {
+        for (chunk, c) in row.iter().enumerate() {
+            let v = c.layout.virtual_stage as usize;
+            let line = &mut at[direction(chunk as u32)];
+            if line.len() <= v {
+                line.resize(v + 1, None);
+            }
+            line[v] = Some((stage, chunk as u32, c.boundary_bytes));
+        }
+    }
+    let locate = |chunk: u32, v: usize| at[direction(chunk)].get(v).copied().flatten();
+    let virtual_of = |stage: usize, chunk: u32| {
+        chunks
+            .get(stage)
+            .and_then(|r| r.get(chunk as usize))
+            .map(|c| c.layout.virtual_stage as usize)
+    };
+    // Each (from, to, bytes) transfer priced once (a few per layout, looked up in order).
+    let mut carried: Vec<((usize, usize, u64), u64)> = Vec::new();
+    let mut next = vec![0usize; pp];
+    let mut ready: Vec<Vec<u64>> = orders.orders.iter().map(|o| vec![0; o.len()]).collect();
+    let mut chain = vec![0u64; pp];
+    loop {
+        let mut progressed = false;
+        let mut done = true;
+        for k in 0..pp {
+            let order = &orders.orders[k];
+            while let Some(slot) = order.get(next[k]) {
+                let j = next[k];
+                // The pass this one receives from: (stage, position, transfer bytes).
+                let from = match (slot.pass, virtual_of(k, slot.chunk)) {
+                    (Pass::Forward, Some(v)) => v
+                        .checked_sub(1)
+                        .and_then(|u| locate(slot.chunk, u))
+                        .map(|(s, c, bytes)| {
+                            (
+                                s,
+                                orders.position(s, Pass::Forward, slot.microbatch, c),
+                                bytes,
+                            )
+                        }),
+                    (Pass::Backward, Some(v)) => v
+                        .checked_add(1)
+                        .and_then(|d| locate(slot.chunk, d))
+                        .map(|(s, c, _)| {
+                            let bytes = locate(slot.chunk, v).map_or(0, |a| a.2);
+                            (
+                                s,
+                                orders.position(s, Pass::Backward, slot.microbatch, c),
+                                bytes,
+                            )
+                        }),
+                    _ => None,
+                };
+                let arrival = match from {
+                    Some((s, Some(p), bytes)) => {
+                        if p >= next[s] {
+                            break; // not reached yet
+                        }
+                        let carry = if s == k {
+                            0
+                        } else {
+                            match carried.iter().find(|(key, _)| *key == (s, k, bytes)) {
+                                Some(&(_, ns)) => ns,
+                                None => {
+                                    let ns = transfer(s as u32, k as u32, bytes);
+                                    carried.push(((s, k, bytes), ns));
+                                    ns
+                                }
+                            }
+                        };
+                        ready[s][p].saturating_add(carry)
+                    }
+                    _ => 0,
+                };
+                // A backward's recompute runs before its input arrives.
+                let c = costs
+                    .get(k)
+                    .and_then(|c| c.get(j))
+                    .copied()
+                    .unwrap_or_default();
+                let start = chain[k].saturating_add(c.ahead_ns).max(arrival);
+                ready[k][j] = start.saturating_add(
+                    c.compute_ns
+                        .saturating_add(c.comms_ns)
+                        .saturating_sub(c.ahead_ns),
+                );
+                chain[k] = start.saturating_add(c.on_rank().saturating_sub(c.ahead_ns));
+                next[k] += 1;
+                progressed = true;
+            }
+            if next[k] < order.len() {
+                done = false;
+            }
+        }
+        if done {
+            return Some(chain);
+        }
+        if !progressed {
+            return None;
+        }
+    }
+}
+
+/// Every stage's pass order of one pipeline shape, the backwards each splits (zero-bubble,
+/// DualPipe) and which of its passes compute weight gradients; kept per thread for the
+/// shapes asked most recently (a search asks each shape for many layouts).
+struct Orders {
+    orders: Vec<Vec<Slot>>,
+    splits: Vec<BTreeSet<(u32, u32)>>,
+    grads: Vec<Vec<bool>>,
+    /// Each stage's forward and backward positions: `index[stage][(pass * chunks + chunk) *
+    /// m + microbatch]` (`u32::MAX` where the order has none).
+    index: Vec<Vec<u32>>,
+    chunks: u32,
+    microbatches: u32,
+}
+
+/// (schedule, (pp, vpp, micro batches), extra warm-up passes).
+type OrdersKey = (PipelineSchedule, (u32, u32, u32), u32);
+
+/// Pipeline shapes kept per thread.
+const MAX_ORDERS: usize = 64;
+
+thread_local! {
+    /// Most recently used last.
+    static ORDERS: RefCell<Vec<(OrdersKey, Rc<Orders>)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Orders {
+    /// Where `stage` runs the forward or backward of (`mb`, `chunk`).
+    fn position(&self, stage: usize, pass: Pass, mb: u32, chunk: u32) -> Option<usize> {
+        let pass = match pass {
+            Pass::Forward => 0,
+            Pass::Backward => 1,
+            Pass::Weight => return None,
+        };
+        if chunk >= self.chunks || mb >= self.microbatches {
+            return None;
+        }
+        let at = (pass * self.chunks as usize + chunk as usize) * self.microbatches as usize
+            + mb as usize;
+        let i = *self.index.get(stage)?.get(at)?;
+        (i != u32::MAX).then_some(i as usize)
+    }
+
+    fn of(
+        schedule: PipelineSchedule,
+        shape: (u32, u32, u32),
+        extra_warmup: u32,
+    ) -> Result<Rc<Orders>, ScheduleError> {
+        let key = (schedule, shape, extra_warmup);
+        let cached = ORDERS
+            .try_with(|c| {
+                let c = c.try_borrow().ok()?;
+                c.iter()
+                    .rev()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, o)| Rc::clone(o))
+            })
+            .ok()
+            .flatten();
+        if let Some(o) = cached {
+            return Ok(o);
+        }
+        let orders = (0..shape.0)
+            .map(|stage| stage_order(schedule, stage, shape, extra_warmup))
+            .collect::<Result<Vec<_>, _>>()?;
+        let splits: Vec<BTreeSet<(u32, u32)>> = orders.iter().map(|o| split_backwards(o)).collect();
+        let grads = orders
+            .iter()
+            .zip(&splits)
+            .map(|(o, split)| o.iter().map(|s| makes_grads(s, split)).collect())
+            .collect();
+        let chunks = orders
+            .iter()
+            .flatten()
+            .map(|s| s.chunk + 1)
+            .max()
+            .unwrap_or(0);
+        let m = shape.2;
+        let index = orders
+            .iter()
+            .map(|o| {
+                let mut index = vec![u32::MAX; 2 * chunks as usize * m as usize];
+                for (i, s) in o.iter().enumerate() {
+                    let pass = match s.pass {
+                        Pass::Forward => 0,
+                        Pass::Backward => 1,
+                        Pass::Weight => continue,
+                    };
+                    let at = (pass * chunks as usize + s.chunk as usize) * m as usize
+                        + s.microbatch as usize;
+                    if let Some(x) = index.get_mut(at) {
+                        *x = i as u32;
+                    }
+                }
+                index
+            })
+            .collect();
+        let out = Rc::new(Orders {
+            orders,
+            splits,
+            grads,
+            index,
+            chunks,
+            microbatches: m,
+        });
+        let _ = ORDERS.try_with(|c| {
+            if let Ok(mut c) = c.try_borrow_mut() {
+                if c.len() >= MAX_ORDERS {
+                    c.remove(0);
+                }
+                c.push((key, Rc::clone(&out)));
+            }
+        });
+        Ok(out)
+    }
 }
 
 /// Whether `slot` computes its chunk's weight gradients: a whole backward, or a W.
@@ -414,6 +919,9 @@ struct SlotCost {
     compute_ns: u64,
     comms_ns: u64,
     accumulate_ns: u64,
+    /// The part of `compute_ns + comms_ns` that may run before the pass's input arrives from
+    /// another stage (a backward's recompute and its collectives), or more.
+    ahead_ns: u64,
 }
 
 impl SlotCost {
@@ -431,13 +939,13 @@ impl SlotCost {
 fn slot_costs(
     chunks: &[ChunkPrices],
     order: &[Slot],
-    split: &BTreeSet<(u32, u32)>,
+    grads: &[bool],
     buckets: bool,
 ) -> Vec<SlotCost> {
     // The last gradient pass of each chunk finalises it (cut into buckets when `buckets`).
     let mut final_slot = vec![None; chunks.len()];
-    for (i, slot) in order.iter().enumerate() {
-        if makes_grads(slot, split) {
+    for (i, (slot, &g)) in order.iter().zip(grads).enumerate() {
+        if g {
             if let Some(f) = final_slot.get_mut(slot.chunk as usize) {
                 *f = Some(i);
             }
@@ -451,14 +959,16 @@ fn slot_costs(
             continue;
         };
         let finalising = buckets && final_slot.get(slot.chunk as usize) == Some(&Some(i));
-        let grads = makes_grads(slot, split);
-        let (compute_ns, comms) = match slot.pass {
-            Pass::Forward => (cp.segs.forward, cp.segs.forward_comms),
+        let grads = grads.get(i).copied().unwrap_or(false);
+        let last = i + 1 == order.len();
+        let (compute_ns, comms, recompute) = match slot.pass {
+            Pass::Forward => (cp.segs.forward, cp.segs.forward_comms, (0, 0)),
             Pass::Backward if !grads => {
                 let p = cp.segs;
                 (
                     p.recompute.saturating_add(p.backward_input),
                     p.recompute_comms.saturating_add(p.backward_input_comms),
+                    (p.recompute, p.recompute_comms),
                 )
             }
             Pass::Backward => {
@@ -466,9 +976,16 @@ fn slot_costs(
                 (
                     p.recompute.saturating_add(p.backward),
                     p.recompute_comms.saturating_add(p.backward_comms),
+                    (p.recompute, p.recompute_comms),
                 )
             }
-            Pass::Weight => (cp.segs_for(finalising).backward_weight, 0),
+            Pass::Weight => (cp.segs_for(finalising).backward_weight, 0, (0, 0)),
+        };
+        // The chained collectives of the last pass are not counted (nothing waits for them).
+        let ahead_ns = if last {
+            recompute.0
+        } else {
+            recompute.0.saturating_add(recompute.1)
         };
         let mut accumulate_ns = 0;
         if grads {
@@ -482,8 +999,9 @@ fn slot_costs(
         }
         out.push(SlotCost {
             compute_ns,
-            comms_ns: if i + 1 < order.len() { comms } else { 0 },
+            comms_ns: if last { 0 } else { comms },
             accumulate_ns,
+            ahead_ns,
         });
     }
     out

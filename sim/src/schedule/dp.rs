@@ -69,8 +69,8 @@
 use crate::plan::{GroupKind, Plan};
 use crate::scenario::framework::{FsdpUnit, GradReduce, Reshard};
 use crate::scenario::{GradCompression, PipelineSchedule, Scenario, SyncMode};
-use crate::schedule::ScheduleError;
-use crate::workload::ParamCount;
+use crate::schedule::{CollectiveKind, ScheduleError};
+use crate::workload::{CommCall, ParamCount};
 
 /// Bytes per gradient element on the wire before compression (fp32 reduction).
 pub const GRAD_ELEM_BYTES: u64 = 4;
@@ -86,6 +86,19 @@ pub enum Zero {
     ShardedOptimizer,
     /// ZeRO 3 / FSDP: gather parameters per pass, reduce-scatter gradients per micro batch.
     ShardedParams,
+}
+
+/// One collective of a gradient reduction ([`DpPolicy::reduction_calls`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DpCall {
+    pub call: CommCall,
+    /// Waits for the call before it (HSDP's replica all-reduce after its shard group's call),
+    /// not for the gradients.
+    pub after_previous: bool,
+    /// Reads the unreduced gradients (their buffer may go once these are done).
+    pub reads_grads: bool,
+    /// Ends its part of the reduction (what the optimizer waits for).
+    pub ends: bool,
 }
 
 /// ZeRO 3 / FSDP under pipeline parallelism, driven once per step (the module comment).
@@ -268,6 +281,69 @@ impl DpPolicy {
 
     pub fn param_bytes(&self, elems: u64) -> u64 {
         elems.saturating_mul(self.param_elem_bytes)
+    }
+
+    /// The collective that reduces gradients: an all-reduce when replicated, a reduce-scatter
+    /// when ZeRO shards them.
+    pub fn reduce_kind(&self) -> CollectiveKind {
+        match self.zero {
+            Zero::None => CollectiveKind::AllReduce,
+            Zero::ShardedOptimizer | Zero::ShardedParams => CollectiveKind::ReduceScatter,
+        }
+    }
+
+    /// The collectives of one reduction of `params`' gradients, in issue order (what the
+    /// emitter issues on the data-parallel stream and the search bound prices): per shard
+    /// group ([`Self::grad_reductions`]) and per call size ([`Self::grad_calls`]), the call
+    /// over the shard group when it has more than one rank, then under HSDP the all-reduce of
+    /// its output (the call's bytes over the shard group's size) over the replica group.
+    pub fn reduction_calls(&self, params: ParamCount) -> Vec<DpCall> {
+        let mut out = Vec::new();
+        for (group, size, e) in self.grad_reductions(params) {
+            for (bytes, calls) in self.grad_calls(e) {
+                let shard_call = size > 1;
+                if shard_call {
+                    out.push(DpCall {
+                        call: CommCall {
+                            kind: self.reduce_kind(),
+                            group,
+                            bytes,
+                            calls,
+                        },
+                        after_previous: false,
+                        reads_grads: true,
+                        ends: self.replica_group_size <= 1,
+                    });
+                }
+                if self.replica_group_size > 1 {
+                    out.push(DpCall {
+                        call: CommCall {
+                            kind: CollectiveKind::AllReduce,
+                            group: GroupKind::DpReplica,
+                            bytes: bytes.div_ceil(u64::from(size.max(1))),
+                            calls,
+                        },
+                        after_previous: shard_call,
+                        reads_grads: !shard_call,
+                        ends: true,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// The all-gathers of `params`' parameters, one per group that shards them.
+    pub fn gather_calls(&self, params: ParamCount) -> Vec<CommCall> {
+        self.grad_groups(params)
+            .into_iter()
+            .map(|(group, e)| CommCall {
+                kind: CollectiveKind::AllGather,
+                group,
+                bytes: self.param_bytes(e),
+                calls: 1,
+            })
+            .collect()
     }
 
     /// Wire bytes of `elems` gradient elements cut into calls of at most the bucket size

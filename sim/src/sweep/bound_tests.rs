@@ -36,8 +36,10 @@ fn variant(model: &str, training: &str) -> ScenarioSource {
 }
 
 /// Bases that exercise the bound's parts: per-layer segments and buckets (megatron-core),
-/// per-parameter gradients and their accumulation (hf), FSDP units (torchtitan), a mixture
-/// of experts with skewed routing and the all-to-all overlap, and chunk granularity.
+/// per-parameter gradients and their accumulation (hf), FSDP units (torchtitan), a
+/// data-parallel stream that dominates the step (slow), DeepSpeed's ZeRO-3 module buffers,
+/// a mixture of experts with skewed routing and the all-to-all overlap, and chunk
+/// granularity.
 fn bases() -> Vec<(&'static str, ScenarioSource)> {
     vec![
         ("megatron-core", variant("", "")),
@@ -62,6 +64,24 @@ fn bases() -> Vec<(&'static str, ScenarioSource)> {
             s.text = s.text.replace("zero = 0\n", "zero = 3\n");
             s
         }),
+        ("slow data parallelism", {
+            // Data-parallel traffic dominates: small buckets over a slow inter-node link.
+            let mut s = variant("", "grad_bucket_bytes = 300000\n");
+            assert!(s.text.contains("bandwidth_gb_per_s = 12.5"));
+            s.text = s
+                .text
+                .replace("bandwidth_gb_per_s = 12.5", "bandwidth_gb_per_s = 0.5");
+            s
+        }),
+        ("deepspeed", {
+            // DeepSpeed accounting: ZeRO-3's module buffers (its pipeline engine refuses
+            // ZeRO-2 and 3, so the base has none).
+            let mut s = variant("", "framework = \"deepspeed\"\n");
+            s.text = s
+                .text
+                .replace("pp = 2\ndp = 2\nzero = 0", "pp = 1\ndp = 4\nzero = 3");
+            s
+        }),
         ("moe", {
             let mut s = variant(
                 "experts = 8\ntop_k = 2\n",
@@ -78,7 +98,7 @@ fn space() -> SearchSpace {
     SearchSpace {
         micro_batches: vec![1, 2],
         recompute: vec!["none", "selective", "full"],
-        zero: vec![0, 1, 3],
+        zero: vec![0, 1, 2, 3],
         vpp: vec![1, 2],
         cp: vec![1, 2],
         max_tp: Some(4),
@@ -109,7 +129,7 @@ fn bounds_never_exceed_the_simulated_step_or_peak() {
             let Ok((s, plan)) = parsed.resolve_planned(o) else {
                 continue;
             };
-            let b = sizes::lower_bounds(&s, &plan).unwrap();
+            let b = sizes::lower_bounds(&s, &plan, u64::MAX).unwrap();
             let Outcome::Row(row) = evaluate_planned(&s, &plan, 0, o.clone()) else {
                 panic!("{name}: {o:?} failed");
             };

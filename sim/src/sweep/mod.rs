@@ -456,7 +456,7 @@ fn examine(
             index, overrides, &scenario, state,
         ))))
     } else {
-        match sizes::lower_bounds(&scenario, &plan) {
+        match sizes::lower_bounds(&scenario, &plan, usable) {
             Err(_) => Examined::Done(Outcome::Failed),
             Ok(b) if b.memory_bytes > usable => Examined::Done(Outcome::Row(Box::new(
                 SweepRow::unsimulated(index, overrides, &scenario, b.memory_bytes.max(state)),

@@ -129,6 +129,7 @@ pub(crate) fn generate_each<E: From<ScheduleError>>(
 pub(crate) fn lower_bounds(
     scenario: &Scenario,
     plan: &Plan,
+    memory_limit_bytes: u64,
 ) -> Result<crate::schedule::Bounds, ScheduleError> {
     let analytic_cost = crate::cost::Analytic::new(scenario);
     let cost: &dyn crate::cost::CostModel = &analytic_cost;
@@ -156,13 +157,34 @@ pub(crate) fn lower_bounds(
         });
         cost.collective_ns(c.kind, group, c.bytes, c.calls)
     };
+    let p2p = |from: u32, to: u32, bytes: u64| {
+        if !analytic {
+            return 0;
+        }
+        let rank = |stage: u32| {
+            plan.rank_of(crate::plan::Coords {
+                pp: stage,
+                ..Default::default()
+            })
+        };
+        cost.p2p_ns(plan, rank(from), rank(to), bytes)
+    };
     let prices = crate::schedule::Prices {
         compute: &compute,
         collective: &collective,
+        p2p: &p2p,
     };
     with_cache(scenario, plan, |sizes, step| {
         let mut memo = sizes.prices.take();
-        let b = crate::schedule::step_lower_bounds(scenario, plan, sizes, step, &prices, &mut memo);
+        let b = crate::schedule::step_lower_bounds(
+            scenario,
+            plan,
+            sizes,
+            step,
+            &prices,
+            &mut memo,
+            memory_limit_bytes,
+        );
         sizes.prices.replace(memo);
         b
     })

@@ -45,6 +45,74 @@ struct Decompress {
     label: Label,
 }
 
+/// The gradient bucket (its segments, in model order) that the backward step of segment
+/// `seg` completes, when it completes one: a finalising backward runs its `segs` from the
+/// last down, and each bucket ([`ChunkPlan::bucket_ends_backward`]) is reduced once its
+/// lowest segment is done.
+pub fn bucket_completed(segs: &[Seg], bucket_bytes: u64, seg: usize) -> Option<&[Seg]> {
+    let pos = segs.len().checked_sub(1)?.checked_sub(seg)?;
+    let ends = ChunkPlan::bucket_ends_backward(segs, bucket_bytes);
+    let k = ends.iter().position(|&e| e == pos + 1)?;
+    let lo = k
+        .checked_sub(1)
+        .and_then(|j| ends.get(j))
+        .copied()
+        .unwrap_or(0);
+    segs.get(segs.len() - (pos + 1)..segs.len() - lo)
+}
+
+/// The buffers [`DpEmitter::start`] allocates for the whole step: the stale gradients of
+/// async sync, ZeRO-2's unsharded gradient accumulation and the unsharded gradients of a
+/// ZeRO-3 step without sync (0 for each one a step does not hold).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepBuffers {
+    pub stale_bytes: u64,
+    pub accumulation_bytes: u64,
+    pub unsynced_bytes: u64,
+}
+
+impl StepBuffers {
+    /// The buffers of a stage holding `chunks`; `deepspeed`: under DeepSpeed accounting.
+    pub fn new(
+        s: &crate::scenario::Scenario,
+        plan: &crate::plan::Plan,
+        dp: &crate::schedule::dp::DpPolicy,
+        chunks: &[ChunkPlan],
+        deepspeed: bool,
+    ) -> StepBuffers {
+        if !dp.reduces() {
+            return StepBuffers::default();
+        }
+        let all = chunks
+            .iter()
+            .fold(ParamCount::default(), |acc, c| sum(acc, c.params));
+        let elems = all.dense.saturating_add(all.expert);
+        let mut out = StepBuffers::default();
+        if dp.async_reduce && dp.syncs {
+            out.stale_bytes = dp.grad_bytes(elems);
+        }
+        // ZeRO-2 keeps only its gradient shard as state, but this step reduces once, after
+        // the last backward (or not at all under delayed sync): the gradients of the earlier
+        // micro batches accumulate unsharded, in the gradient dtype, meanwhile.
+        let zero2 = s.parallel.zero == 2 && dp.zero == Zero::ShardedOptimizer;
+        if zero2 && !deepspeed && (plan.microbatches > 1 || !dp.syncs) {
+            let per_param = crate::workload::state_coefficients(&s.training).grad_bytes;
+            out.accumulation_bytes = elems.saturating_mul(per_param);
+        }
+        if dp.zero == Zero::ShardedParams && !dp.syncs {
+            out.unsynced_bytes = dp.grad_bytes(elems);
+        }
+        out
+    }
+
+    /// Their sum.
+    pub fn bytes(&self) -> u64 {
+        self.stale_bytes
+            .saturating_add(self.accumulation_bytes)
+            .saturating_add(self.unsynced_bytes)
+    }
+}
+
 pub struct DpEmitter<'a> {
     pub(super) ctx: &'a StageCtx<'a>,
     stage: u32,
@@ -105,13 +173,6 @@ impl<'a> DpEmitter<'a> {
             pipelined_grads: BTreeMap::new(),
             pipelined_readers: Vec::new(),
             reduced: BTreeMap::new(),
-        }
-    }
-
-    fn reduce_kind(&self) -> CollectiveKind {
-        match self.ctx.dp.zero {
-            Zero::None => CollectiveKind::AllReduce,
-            Zero::ShardedOptimizer | Zero::ShardedParams => CollectiveKind::ReduceScatter,
         }
     }
 
@@ -183,34 +244,28 @@ impl<'a> DpEmitter<'a> {
         if dp.compresses() {
             deps = [b.compute(self.compress_op(elems, wire), deps, label)?].into();
         }
-        let kind = self.reduce_kind();
         let (mut readers, mut last) = (Vec::new(), Vec::new());
-        for (group, size, e) in groups {
-            for (bytes, calls) in dp.grad_calls(e) {
-                let mut after = deps.clone();
-                if size > 1 {
-                    let op = b.collective(kind, group, bytes, calls, after, label)?;
-                    readers.push(op);
-                    after = [op].into();
-                }
-                if dp.replica_group_size > 1 {
-                    let shard = bytes.div_ceil(u64::from(size.max(1)));
-                    let op = b.collective(
-                        CollectiveKind::AllReduce,
-                        GroupKind::DpReplica,
-                        shard,
-                        calls,
-                        after,
-                        label,
-                    )?;
-                    if size <= 1 {
-                        readers.push(op);
-                    }
-                    last.push(op);
-                } else if let Some(&op) = readers.last() {
-                    last.push(op);
-                }
+        let mut previous = None;
+        for c in dp.reduction_calls(params) {
+            let after = match (c.after_previous, previous) {
+                (true, Some(op)) => [op].into(),
+                _ => deps.clone(),
+            };
+            let op = b.collective(
+                c.call.kind,
+                c.call.group,
+                c.call.bytes,
+                c.call.calls,
+                after,
+                label,
+            )?;
+            if c.reads_grads {
+                readers.push(op);
             }
+            if c.ends {
+                last.push(op);
+            }
+            previous = Some(op);
         }
         if let Some(&op) = last.iter().max() {
             self.reduced.insert(label.chunk, op);
@@ -236,25 +291,11 @@ impl<'a> DpEmitter<'a> {
         deps: Deps,
         label: Label,
     ) -> Result<Vec<u32>, ScheduleError> {
-        let dp = self.ctx.dp;
         let mut ops = Vec::new();
-        for (group, e) in dp.grad_groups(params) {
-            ops.push(b.collective(
-                CollectiveKind::AllGather,
-                group,
-                dp.param_bytes(e),
-                1,
-                deps.clone(),
-                label,
-            )?);
+        for c in self.ctx.dp.gather_calls(params) {
+            ops.push(b.collective(c.kind, c.group, c.bytes, c.calls, deps.clone(), label)?);
         }
         Ok(ops)
-    }
-
-    fn all_params(chunks: &[ChunkPlan]) -> ParamCount {
-        chunks
-            .iter()
-            .fold(ParamCount::default(), |acc, c| sum(acc, c.params))
     }
 
     /// Ops at the start of the step: ZeRO-1/2 gathers of the previous update, the stale
@@ -271,14 +312,19 @@ impl<'a> DpEmitter<'a> {
                 self.start_gathers.insert(c.layout.chunk, ops);
             }
         }
-        let all = Self::all_params(chunks);
-        let elems = all.dense.saturating_add(all.expert);
-        if dp.async_reduce && dp.syncs {
+        let held = StepBuffers::new(
+            self.ctx.s,
+            self.ctx.plan,
+            dp,
+            chunks,
+            self.module_bytes_per_param.is_some(),
+        );
+        if held.stale_bytes > 0 {
             let stale = b.alloc(
                 Stream::Dp,
                 MemCategory::Buffers,
                 Device::Gpu,
-                dp.grad_bytes(elems),
+                held.stale_bytes,
                 Deps::new(),
                 Label::default(),
             )?;
@@ -290,18 +336,12 @@ impl<'a> DpEmitter<'a> {
                 self.mirror_all(b, chunks, None)?;
             }
         }
-        // ZeRO-2 keeps only its gradient shard as state, but this step reduces once, after
-        // the last backward (or not at all under delayed sync): the gradients of the earlier
-        // micro batches accumulate unsharded, in the gradient dtype, meanwhile.
-        let zero2 = self.ctx.s.parallel.zero == 2 && dp.zero == Zero::ShardedOptimizer;
-        let accumulates = self.module_bytes_per_param.is_none();
-        if zero2 && accumulates && (self.ctx.plan.microbatches > 1 || !dp.syncs) {
-            let per_param = crate::workload::state_coefficients(&self.ctx.s.training).grad_bytes;
+        if held.accumulation_bytes > 0 {
             let accumulation = b.alloc(
                 Stream::Compute,
                 MemCategory::Buffers,
                 Device::Gpu,
-                elems.saturating_mul(per_param),
+                held.accumulation_bytes,
                 Deps::new(),
                 Label::default(),
             )?;
@@ -322,12 +362,12 @@ impl<'a> DpEmitter<'a> {
                 self.pipelined_grads.insert(c.layout.chunk, tag);
             }
         }
-        if dp.zero == Zero::ShardedParams && !dp.syncs {
+        if held.unsynced_bytes > 0 {
             let full = b.alloc(
                 Stream::Compute,
                 MemCategory::Buffers,
                 Device::Gpu,
-                dp.grad_bytes(elems),
+                held.unsynced_bytes,
                 Deps::new(),
                 Label::default(),
             )?;
@@ -349,17 +389,8 @@ impl<'a> DpEmitter<'a> {
         if !(step.finalising && self.ctx.overlap_buckets) {
             return Ok(());
         }
-        let pos = segs.len() - 1 - step.seg;
-        let ends = ChunkPlan::bucket_ends_backward(segs, self.ctx.dp.bucket_bytes);
-        if let Some(k) = ends.iter().position(|&e| e == pos + 1) {
-            let lo = k
-                .checked_sub(1)
-                .and_then(|j| ends.get(j))
-                .copied()
-                .unwrap_or(0);
-            if let Some(bucket) = segs.get(segs.len() - (pos + 1)..segs.len() - lo) {
-                self.bucket(b, bucket, chunk, compute)?;
-            }
+        if let Some(bucket) = bucket_completed(segs, self.ctx.dp.bucket_bytes, step.seg) {
+            self.bucket(b, bucket, chunk, compute)?;
         }
         Ok(())
     }

@@ -37,7 +37,10 @@ mod steps;
 mod zero;
 
 pub(crate) use compute::chained_comms;
+pub(crate) use dp::{bucket_completed, StepBuffers};
 pub use p2p::check_tags;
+pub(crate) use steps::flatten;
+pub(crate) use zero::steps_gathers;
 
 use crate::plan::Plan;
 use crate::scenario::Scenario;
