@@ -108,7 +108,11 @@ pub struct Prices<'a> {
 }
 
 /// The [`Bounds`] of step `step`, with each op priced by `price`. When the memory bound
-/// exceeds `memory_limit_bytes` nothing is priced and the step's bound is 0.
+/// exceeds `memory_limit_bytes` nothing is priced and the step's bound is 0. Without
+/// `dp_stream` the data-parallel stream (gathers, reductions, the optimizer's wait for them)
+/// is left out: a cheaper bound, and a lower one, that a search can take first and refine only
+/// for the layouts it would otherwise simulate.
+#[allow(clippy::too_many_arguments)]
 pub fn step_lower_bounds(
     scenario: &Scenario,
     plan: &Plan,
@@ -117,6 +121,7 @@ pub fn step_lower_bounds(
     price: &Prices<'_>,
     memo: &mut PriceMemo,
     memory_limit_bytes: u64,
+    dp_stream_too: bool,
 ) -> Result<Bounds, ScheduleError> {
     let (pp, vpp, m) = (plan.pp(), plan.vpp(), plan.microbatches);
     let policy = DpPolicy::new(scenario, plan, step)?;
@@ -219,9 +224,13 @@ pub fn step_lower_bounds(
                 chunks,
                 overlap_buckets: buckets,
             };
-            let dp = dp_stream(&ctx, my_chunks, order, &|call| {
-                (price.collective)(stage as u32, call)
-            })?;
+            let dp = if dp_stream_too {
+                dp_stream(&ctx, my_chunks, order, &|call| {
+                    (price.collective)(stage as u32, call)
+                })?
+            } else {
+                DpStream::default()
+            };
             bound = bound.max(dp.before_optimizer_ns);
             if dp.optimizer_waits {
                 bound = bound.max(

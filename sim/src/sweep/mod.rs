@@ -456,7 +456,7 @@ fn examine(
             index, overrides, &scenario, state,
         ))))
     } else {
-        match sizes::lower_bounds(&scenario, &plan, usable) {
+        match sizes::lower_bounds(&scenario, &plan, usable, false) {
             Err(_) => Examined::Done(Outcome::Failed),
             Ok(b) if b.memory_bytes > usable => Examined::Done(Outcome::Row(Box::new(
                 SweepRow::unsimulated(index, overrides, &scenario, b.memory_bytes.max(state)),
@@ -480,10 +480,23 @@ fn examine(
     out
 }
 
+/// The full step bound of a layout (with the data-parallel stream, [`sizes::lower_bounds`]),
+/// which [`examine`] leaves out for speed; `None` where it cannot be had.
+fn full_step_bound(source: &ParsedSource, overrides: &[String]) -> Option<f64> {
+    let (scenario, plan) = source.resolve_planned(overrides).ok()?;
+    let usable = scenario.cluster.gpu.usable_bytes();
+    let b = sizes::lower_bounds(&scenario, &plan, usable, true).ok();
+    plan.recycle();
+    b.map(|b| b.step_ns as f64)
+}
+
 /// Simulates the layouts of `layouts` in parallel. With `keep`, by branch and bound: every
 /// layout is first resolved and bounded ([`cost_of`]), then simulated in the order of its
 /// bound, in batches, until the next bound is worse than the `keep`-th best fitting layout
-/// simulated so far; the rest are counted as `pruned`. The best `keep` are then exactly those
+/// simulated so far; the rest are counted as `pruned`. Layouts are ordered by the bound
+/// without the data-parallel stream (cheap for every layout); one about to be simulated gets
+/// its full bound first and is pruned instead when that already exceeds the `keep`-th best.
+/// The best `keep` are then exactly those
 /// a simulation of every layout finds (ties broken by index as [`SweepResult::ranked`] does),
 /// and the Pareto front is exact up to the `keep`-th best step. `progress` is called with the
 /// number of layouts finished since its last call.
@@ -537,6 +550,7 @@ pub fn run_set(
     best.truncate(keep);
     let batch = (rayon::current_num_threads() * 2).max(4);
     let mut next = 0;
+    let mut refined_out = 0;
     while next < bounded.len() {
         let threshold = if best.len() >= keep {
             best[keep - 1]
@@ -551,15 +565,23 @@ pub fn run_set(
         if end == 0 {
             break;
         }
-        let outcomes: Vec<Outcome> = bounded[next..next + end]
+        let refine = threshold.is_finite()
+            && matches!(objective, Objective::TokensPerS | Objective::StepTime);
+        let outcomes: Vec<Option<Outcome>> = bounded[next..next + end]
             .par_iter()
             .map(|b| {
-                let out = evaluate(&parsed, b.index, layouts.overrides(b.index));
+                let overrides = layouts.overrides(b.index);
+                if refine && full_step_bound(&parsed, &overrides).is_some_and(|f| f > threshold) {
+                    return None;
+                }
+                let out = evaluate(&parsed, b.index, overrides);
                 progress(1);
-                out
+                Some(out)
             })
             .collect();
         next += end;
+        refined_out += outcomes.iter().filter(|o| o.is_none()).count();
+        let outcomes: Vec<Outcome> = outcomes.into_iter().flatten().collect();
         for o in &outcomes {
             if let Outcome::Row(r) = o {
                 if r.fits && r.simulated {
@@ -573,7 +595,7 @@ pub fn run_set(
         }
         result.add(outcomes);
     }
-    result.pruned = bounded.len() - next;
+    result.pruned = bounded.len() - next + refined_out;
     progress(result.pruned as u64);
     result.finish();
     result
