@@ -185,6 +185,27 @@ fn deepseek_v3_fits_at_its_published_layout() {
     assert!(p.report.peak_memory_bytes as f64 > 0.9 * usable as f64);
 }
 
+/// A held-out table of A100 runs validated with the bundled A100 profile: every row simulated,
+/// within `(median, max)` |step-time error|.
+fn a100_control(text: &str, name: &str, rows: usize, (median, max): (f64, f64)) {
+    let table = parse_table(text, name).unwrap();
+    let profile = twin_sim::profile::parse_str(
+        include_str!("../../scenarios/profiles/a100-dgx.toml"),
+        "a100-dgx.toml",
+    )
+    .unwrap();
+    let v = validate_table(&table, std::slice::from_ref(&profile)).unwrap();
+    println!("{}", v.to_text());
+    assert_eq!(v.rows.len(), rows);
+    assert!(v.uncovered.is_empty(), "{:?}", v.uncovered);
+    assert!(v.max_abs_error <= max, "max {}", v.max_abs_error);
+    assert!(
+        v.median_abs_error <= median,
+        "median {}",
+        v.median_abs_error
+    );
+}
+
 /// torchtitan on 64 A100s (April 2024, sim/tests/data/torchtitan-a100.toml): FSDP2 runs of
 /// torchtitan's own first performance page, held out of every fit, on a GPU whose peak and
 /// power limit are published. They check the torchtitan framework file where the modern
@@ -193,18 +214,7 @@ fn deepseek_v3_fits_at_its_published_layout() {
 #[test]
 fn torchtitan_runs_on_a100_are_predicted_within_the_recorded_accuracy() {
     let text = include_str!("data/torchtitan-a100.toml");
-    let table = parse_table(text, "torchtitan-a100.toml").unwrap();
-    let profile = twin_sim::profile::parse_str(
-        include_str!("../../scenarios/profiles/a100-dgx.toml"),
-        "a100-dgx.toml",
-    )
-    .unwrap();
-    let v = validate_table(&table, std::slice::from_ref(&profile)).unwrap();
-    println!("{}", v.to_text());
-    assert_eq!(v.rows.len(), 8);
-    assert!(v.uncovered.is_empty(), "{:?}", v.uncovered);
-    assert!(v.max_abs_error <= 0.10, "max {}", v.max_abs_error);
-    assert!(v.median_abs_error <= 0.02, "median {}", v.median_abs_error);
+    a100_control(text, "torchtitan-a100.toml", 8, (0.02, 0.10));
 }
 
 /// llm-foundry on A100 (sim/tests/data/llm-foundry-a100.toml): the 34 amp_bf16 FSDP rows of
@@ -216,16 +226,5 @@ fn torchtitan_runs_on_a100_are_predicted_within_the_recorded_accuracy() {
 #[test]
 fn llm_foundry_runs_on_a100_are_predicted_within_the_recorded_accuracy() {
     let text = include_str!("data/llm-foundry-a100.toml");
-    let table = parse_table(text, "llm-foundry-a100.toml").unwrap();
-    let profile = twin_sim::profile::parse_str(
-        include_str!("../../scenarios/profiles/a100-dgx.toml"),
-        "a100-dgx.toml",
-    )
-    .unwrap();
-    let v = validate_table(&table, std::slice::from_ref(&profile)).unwrap();
-    println!("{}", v.to_text());
-    assert_eq!(v.rows.len(), 34);
-    assert!(v.uncovered.is_empty(), "{:?}", v.uncovered);
-    assert!(v.max_abs_error <= 0.393, "max {}", v.max_abs_error);
-    assert!(v.median_abs_error <= 0.182, "median {}", v.median_abs_error);
+    a100_control(text, "llm-foundry-a100.toml", 34, (0.182, 0.393));
 }
