@@ -170,7 +170,11 @@ impl Default for SearchSpace {
                 PipelineSchedule::ZeroBubble,
                 PipelineSchedule::DualPipe,
             ],
-            fp8_recipes: vec![Fp8Recipe::Delayed, Fp8Recipe::Tensorwise],
+            fp8_recipes: vec![
+                Fp8Recipe::Delayed,
+                Fp8Recipe::Tensorwise,
+                Fp8Recipe::Rowwise,
+            ],
             tp_comm_overlap: vec![false, true],
             dp_overlap: vec![true, false],
             offload: vec!["none", "optimizer"],
@@ -343,12 +347,26 @@ pub fn candidates(base: &Scenario, space: &SearchSpace) -> Vec<Candidate> {
     let peak = &base.cluster.gpu.peak;
     let fp8_rate = peak.fp8_flops_per_s > peak.bf16_flops_per_s;
     let mut precisions: Vec<Option<Fp8Recipe>> = vec![None];
+    // A recipe the framework refuses whatever the layout (a limit on the recipe alone:
+    // Transformer Engine has no rowwise scaling, torchao no delayed) is not tried at all.
+    let recipe_refused = |r: Fp8Recipe| {
+        let mut probe = base.clone();
+        probe.training.precision = Precision::Fp8;
+        probe.training.fp8_recipe = r;
+        fw.cannot_run.iter().any(|l| {
+            l.when
+                .iter()
+                .all(|c| matches!(c, crate::scenario::framework::Cond::Fp8Recipe(_)))
+                && l.hits(&probe)
+        })
+    };
     if fp8_rate && t.precision != Precision::Fp32 {
         precisions.extend(
             space
                 .fp8_recipes
                 .iter()
                 .filter(|r| t.precision != Precision::Fp8 || **r != t.fp8_recipe)
+                .filter(|r| !recipe_refused(**r))
                 .map(|&r| Some(r)),
         );
     }

@@ -421,3 +421,32 @@ fn objectives_are_named_as_the_flag_takes_them_and_old_names_still_read() {
     let old: Objective = serde_json::from_str("\"tokens_per_s\"").unwrap();
     assert_eq!(old, Objective::TokensPerS);
 }
+
+/// The FP8 recipes a search tries are those the framework can run: on H100s, megatron-core's
+/// (Transformer Engine: delayed and current scaling, no rowwise) and torchtitan's (torchao:
+/// tensorwise and rowwise, no delayed).
+#[test]
+fn search_tries_the_fp8_recipes_the_framework_runs() {
+    use std::collections::BTreeSet;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/512xA100.toml");
+    let recipes = |framework: &str| -> BTreeSet<String> {
+        let overrides = vec![
+            "cluster.gpu=\"h100-sxm-80gb\"".to_string(),
+            format!("training.framework=\"{framework}\""),
+            "parallel.zero=3".to_string(),
+        ];
+        let base = ScenarioSource::read(&path)
+            .unwrap()
+            .resolve(&overrides)
+            .unwrap();
+        search(&base, &SearchSpace::default())
+            .iter()
+            .flatten()
+            .filter_map(|o| o.strip_prefix("training.fp8_recipe="))
+            .map(|r| r.trim_matches('"').to_string())
+            .collect()
+    };
+    let set = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(recipes("megatron-core"), set(&["delayed", "tensorwise"]));
+    assert_eq!(recipes("torchtitan"), set(&["rowwise", "tensorwise"]));
+}
