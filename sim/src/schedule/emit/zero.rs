@@ -70,6 +70,14 @@ pub fn last_gather_users(steps: &[Step]) -> Vec<bool> {
 }
 
 impl DpEmitter<'_> {
+    /// Bytes one gather of `params` brings: the parameters of every data-parallel group they
+    /// belong to, in the compute dtype.
+    fn gathered_bytes(&self, params: ParamCount) -> u64 {
+        let dp = self.ctx.dp;
+        let elems: u64 = dp.grad_groups(params).iter().map(|(_, e)| *e).sum();
+        dp.param_bytes(elems)
+    }
+
     fn issue_gather(&mut self, b: &mut Builder, k: usize, deps: Deps) -> Result<(), ScheduleError> {
         if self.issued.get(k).map(Option::is_some).unwrap_or(true) {
             return Ok(());
@@ -77,8 +85,6 @@ impl DpEmitter<'_> {
         let Some(&Gather { params, label, .. }) = self.gathers.get(k) else {
             return Ok(());
         };
-        let dp = self.ctx.dp;
-        let elems: u64 = dp.grad_groups(params).iter().map(|(_, e)| *e).sum();
         // DeepSpeed accounting allocates the module buffer when the pass starts instead.
         let buffer = match self.module_bytes_per_param {
             Some(_) => None,
@@ -86,7 +92,7 @@ impl DpEmitter<'_> {
                 Stream::Dp,
                 MemCategory::Buffers,
                 Device::Gpu,
-                dp.param_bytes(elems),
+                self.gathered_bytes(params),
                 deps,
                 label,
             )?,
@@ -158,9 +164,7 @@ impl DpEmitter<'_> {
         waits: Vec<u32>,
         label: Label,
     ) -> Result<u32, ScheduleError> {
-        let dp = self.ctx.dp;
-        let elems: u64 = dp.grad_groups(params).iter().map(|(_, e)| *e).sum();
-        let bytes = dp.param_bytes(elems);
+        let bytes = self.gathered_bytes(params);
         let second = b.alloc(
             Stream::Compute,
             MemCategory::Buffers,
