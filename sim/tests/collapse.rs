@@ -91,6 +91,33 @@ fn symmetric_grid_always_collapses() {
     assert!(n >= 80, "only {n} configurations ran");
 }
 
+/// A context-parallel ring that leaves the node from some ranks only (tp 4, cp 4 on nodes of
+/// 8 GPUs: cp ranks 0 and 4 share a node, 4 and 8 do not) cannot collapse to one rank per
+/// stage. The engine collapses the other axes alone, one rank per (stage, cp index), and
+/// gets exactly the full result.
+#[test]
+fn an_uneven_cp_ring_collapses_over_the_other_axes_exactly() {
+    let mut s = small_scenario(4, 2, 2, 4);
+    s.parallel.cp = 4;
+    s.cluster.gpus = 4 * 2 * 2 * 4;
+    s.cluster.gpus_per_node = 8;
+    assert_eq!(assert_same(&s), Some(true));
+    let (_, full, collapsed) = both(&s).unwrap();
+    // 8 of the 64 ranks simulated (2 stages x 4 cp indices): the events shrink about 8-fold.
+    assert!(
+        collapsed.events * 6 <= full.events,
+        "{} events collapsed, {} in full",
+        collapsed.events,
+        full.events
+    );
+    assert!(
+        collapsed.events * 12 >= full.events,
+        "more collapsed than one rank per cp index: {} of {}",
+        collapsed.events,
+        full.events
+    );
+}
+
 fn random_scenario() -> impl Strategy<Value = Scenario> {
     (
         (1u32..=4, 1u32..=4, 1u32..=3, 1u32..=2, 1u32..=2, 1u32..=2),

@@ -7,9 +7,11 @@
 //! to the ranks it stands for. Sweeps use this: a 512-GPU layout with 8 stages simulates 8
 //! ranks instead of 512.
 //!
-//! When the conditions do not hold, [`Collapse::new`] says why and the engine simulates every
-//! rank, so asking for collapse is always safe. With the flow network the engine may collapse
-//! fewer axes ([`representatives_over`]; one rank per tensor-parallel index on a rail-optimized
+//! When the conditions do not hold, [`Collapse::new`] says why, and the engine collapses fewer
+//! axes where that is exact ([`Collapse::partial`]: e.g. one rank per context-parallel index
+//! when the cp ring leaves the node from some ranks only) or else simulates every rank, so
+//! asking for collapse is always safe. With the flow network the engine may collapse fewer
+//! axes ([`representatives_over`]; one rank per tensor-parallel index on a rail-optimized
 //! fabric), and only where `engine::flow::symmetry` proves the result exact.
 
 use super::RankStats;
@@ -131,6 +133,51 @@ impl Collapse {
         peers: &[[RankId; 4]],
     ) -> Result<Collapse, NotCollapsible> {
         Collapse::with_reps(plan, schedule, cost, peers, representatives(plan))
+    }
+
+    /// Where collapsing every axis but pp is not exact (a context-parallel ring that leaves
+    /// the node from some ranks and not from their representatives, a group that spans nodes
+    /// unevenly), the collapse over fewer axes that leaves out the most ranks and is exact,
+    /// if any: each subset of the other axes is tried, most ranks per representative first
+    /// (ties in placement order), and checked as [`Collapse::with_reps`] checks it.
+    pub fn partial(
+        plan: &Plan,
+        schedule: &Schedule,
+        cost: &dyn CostModel,
+        peers: &[[RankId; 4]],
+    ) -> Option<Collapse> {
+        let inner: Vec<crate::scenario::Axis> = plan
+            .order
+            .into_iter()
+            .filter(|&a| a != crate::scenario::Axis::Pp && axis_size(plan, a) > 1)
+            .collect();
+        // Every non-empty subset but the whole (which `with_peers` already refused).
+        let whole = (1u32 << inner.len()).saturating_sub(1);
+        let mut subsets: Vec<(u32, Vec<crate::scenario::Axis>)> = (1..whole)
+            .map(|mask| {
+                let axes: Vec<_> = inner
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| mask & (1 << i) != 0)
+                    .map(|(_, &a)| a)
+                    .collect();
+                let per_rep = axes
+                    .iter()
+                    .fold(1u32, |n, &a| n.saturating_mul(axis_size(plan, a)));
+                (per_rep, axes)
+            })
+            .collect();
+        subsets.sort_by_key(|s| std::cmp::Reverse(s.0));
+        subsets.into_iter().find_map(|(_, axes)| {
+            Collapse::with_reps(
+                plan,
+                schedule,
+                cost,
+                peers,
+                representatives_over(plan, &axes),
+            )
+            .ok()
+        })
     }
 
     /// [`Collapse::with_peers`] for the representatives `rep_of` (from

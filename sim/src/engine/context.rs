@@ -293,7 +293,9 @@ fn fresh_tables(
         {
             None
         }
-        None => Collapse::with_peers(plan, schedule, cost, &peers).ok(),
+        None => Collapse::with_peers(plan, schedule, cost, &peers)
+            .ok()
+            .or_else(|| Collapse::partial(plan, schedule, cost, &peers)),
         Some(net) => super::flow::collapse_for_flows(net, plan, schedule, cost, progs, &peers),
     };
     let mut peers = peers;
