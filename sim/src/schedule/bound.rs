@@ -5,8 +5,10 @@
 //! It reads the same pass orders ([`super::pipeline::stage_order`]), chunk segments
 //! ([`super::chunks::plan_chunks`]) and workload answers as [`super::generate_each`], but
 //! emits nothing: each pass is priced by summing its segments' compute ops, as the emitter
-//! would cut them, before the emitter's own refinements (ring-attention blocks, chunked
-//! GEMMs under TP overlap, SMs given to communication), which can only lengthen them.
+//! would cut them, before the emitter's own refinements (chunked GEMMs under TP overlap, SMs
+//! given to communication), which can only lengthen them. Ring attention is the exception:
+//! its blocks, each priced on its own, and the chain of its transfers
+//! ([`ring_excess_ns`]) are counted, since at a high cp they are most of the pass.
 //!
 //! Why it bounds the engine's step, stage by stage (`k`):
 //! - a rank runs its compute ops one at a time on its compute stream, and each pass's first
@@ -41,13 +43,15 @@
 //!   chain's end, then the optimizer.
 //!
 //! The bound is the largest of these. Bubbles from collectives the chain leaves out (the
-//! data-parallel ones beside compute, ring attention between context-parallel ranks),
+//! data-parallel ones beside compute, a ring transfer waiting for its peer's),
 //! DualPipe's mirror reductions and memory traffic between ops are what it leaves out. A
 //! test checks it against the engine on every third valid layout of small search spaces.
 
 use super::chunks::{plan_chunks, ChunkPlan, Seg};
 use super::dp::{DpPolicy, Zero};
-use super::emit::{bucket_completed, chained_comms, flatten, steps_gathers, StageCtx, StepBuffers};
+use super::emit::{
+    bucket_completed, chained_comms, flatten, ring_blocks, steps_gathers, StageCtx, StepBuffers,
+};
 use super::pipeline::{split_backwards, stage_order, Pass, Slot};
 use super::{ComputeOp, Phase, ScheduleError, Sizes};
 use crate::plan::Plan;
@@ -55,7 +59,7 @@ use crate::scenario::framework::GradReduce;
 use crate::scenario::PipelineSchedule;
 use crate::scenario::{MemoryAccounting, Scenario};
 use crate::workload::routing::LoadClasses;
-use crate::workload::{ChunkWork, CommCall, ParamCount};
+use crate::workload::{ChunkWork, CommCall, ParamCount, PassWork};
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::collections::HashMap;
@@ -105,6 +109,9 @@ pub struct Prices<'a> {
     /// A pipeline transfer of `bytes` from the first rank of one stage (the first argument)
     /// to the first rank of another; 0 where a flow network times it.
     pub p2p: &'a dyn Fn(u32, u32, u64) -> u64,
+    /// A ring context-parallel transfer of `bytes` into the first rank of a stage (the first
+    /// argument) from the previous rank of its cp group; 0 where a flow network times it.
+    pub cp_ring: &'a dyn Fn(u32, u64) -> u64,
 }
 
 /// The [`Bounds`] of step `step`, with each op priced by `price`. When the memory bound
@@ -196,6 +203,11 @@ pub fn step_lower_bounds(
                                 .map(|c| (price.collective)(stage as u32, c))
                                 .fold(0, u64::saturating_add)
                         })
+                        .plus(PassPrices::ring(
+                            &seg.work,
+                            price.compute,
+                            &|bytes| (price.cp_ring)(stage as u32, bytes),
+                        ))
                     });
                     acc.plus(compute).plus(comms)
                 })
@@ -623,8 +635,9 @@ fn chain_ends(
             .and_then(|r| r.get(chunk as usize))
             .map(|c| c.layout.virtual_stage as usize)
     };
-    // Each (from, to, bytes) transfer priced once (a few per layout, looked up in order).
-    let mut carried: Vec<((usize, usize, u64), u64)> = Vec::new();
+    // Each (from, to, bytes) transfer priced once, kept by the receiving stage: a stage
+    // receives from one or two neighbours, so each list holds a few entries, whatever pp.
+    let mut carried: Vec<Vec<(usize, u64, u64)>> = vec![Vec::new(); pp];
     let mut next = vec![0usize; pp];
     let mut ready: Vec<Vec<u64>> = orders.orders.iter().map(|o| vec![0; o.len()]).collect();
     let mut chain = vec![0u64; pp];
@@ -668,11 +681,12 @@ fn chain_ends(
                         let carry = if s == k {
                             0
                         } else {
-                            match carried.iter().find(|(key, _)| *key == (s, k, bytes)) {
-                                Some(&(_, ns)) => ns,
+                            let mine = &mut carried[k];
+                            match mine.iter().find(|&&(from, b, _)| from == s && b == bytes) {
+                                Some(&(_, _, ns)) => ns,
                                 None => {
                                     let ns = transfer(s as u32, k as u32, bytes);
-                                    carried.push(((s, k, bytes), ns));
+                                    mine.push((s, bytes, ns));
                                     ns
                                 }
                             }
@@ -865,6 +879,23 @@ impl PassPrices {
         }
     }
 
+    /// What ring context parallelism adds to each pass of one segment beyond its compute
+    /// ([`ring_excess_ns`]).
+    fn ring(
+        w: &ChunkWork,
+        price: &dyn Fn(&ComputeOp) -> u64,
+        transfer: &dyn Fn(u64) -> u64,
+    ) -> PassPrices {
+        let wait = |p: &PassWork| ring_excess_ns(p, price, transfer);
+        PassPrices {
+            forward: wait(&w.forward),
+            backward: wait(&w.backward),
+            backward_input: wait(&w.backward_input),
+            recompute: w.recompute.as_ref().map_or(0, wait),
+            ..PassPrices::default()
+        }
+    }
+
     /// One segment's chained collectives priced.
     fn comms(seg: &Seg, comms: &dyn Fn(&Seg, Phase) -> u64) -> PassPrices {
         PassPrices {
@@ -895,6 +926,35 @@ impl PassPrices {
             recompute_comms: add(self.recompute_comms, o.recompute_comms),
         }
     }
+}
+
+/// What a pass with a ring exchange takes beyond its compute op priced whole. The schedule
+/// cuts the op into the rest of the pass and `steps + 1` attention blocks ([`ring_blocks`]),
+/// each priced on its own (smaller blocks run less efficiently, and each launches its own
+/// kernels); each transfer starts once the block it passes on has arrived, and the last block
+/// waits for the last of them. So the pass takes at least
+/// `rest + max(first + steps x other, steps x transfer + other)`, and this is that less the
+/// whole op's price (which [`PassPrices::compute`] counts); 0 without a ring.
+fn ring_excess_ns(
+    p: &PassWork,
+    price: &dyn Fn(&ComputeOp) -> u64,
+    transfer: &dyn Fn(u64) -> u64,
+) -> u64 {
+    let Some(r) = p.ring.filter(|r| r.steps > 0) else {
+        return 0;
+    };
+    let Some((rest, first, other)) = ring_blocks(&p.compute, r.steps) else {
+        return 0;
+    };
+    let steps = u64::from(r.steps);
+    let other = price(&other);
+    let blocks = price(&first).saturating_add(steps.saturating_mul(other));
+    let chain = steps
+        .saturating_mul(transfer(r.bytes))
+        .saturating_add(other);
+    price(&rest)
+        .saturating_add(blocks.max(chain))
+        .saturating_sub(price(&p.compute))
 }
 
 /// One chunk's passes priced: over its segments, and over its bucket cut when it has one.
@@ -1014,4 +1074,75 @@ fn slot_costs(
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::{Attention, Gemms};
+    use crate::workload::RingPass;
+
+    /// A forward pass of two layers whose attention is cut into 4 ring blocks, priced as
+    /// 1 ns per 1,000 FLOPs plus 500 ns per kernel (so a block costs more than its share of
+    /// the whole op).
+    fn pass(ring: Option<RingPass>) -> PassWork {
+        PassWork {
+            compute: ComputeOp {
+                phase: Phase::Forward,
+                dtype: crate::scenario::Precision::Bf16,
+                gemms: Gemms::default(),
+                attention: Some(Attention {
+                    batch: 1,
+                    heads: 8,
+                    head_dim: 128,
+                    q_len: 4096,
+                    kv_len: 4096,
+                    causal: true,
+                    backward: false,
+                    count: 2,
+                    window: 0,
+                    windowed: 0,
+                    sinks: false,
+                }),
+                flops: 8_000_000_000,
+                memory_bytes: 0,
+                kernels: 6,
+                sms_reserved: 0,
+            },
+            comms: Vec::new(),
+            ring,
+        }
+    }
+
+    fn price(op: &ComputeOp) -> u64 {
+        op.flops / 1_000 + 500 * u64::from(op.kernels)
+    }
+
+    /// The excess is the blocks' own prices over the whole op's while the transfers hide
+    /// behind them, and the chain of transfers (plus the last block) once they do not; no
+    /// ring, no excess.
+    #[test]
+    fn ring_excess_is_the_blocks_or_the_transfer_chain_over_the_whole_op() {
+        let ring = RingPass {
+            steps: 3,
+            bytes: 1 << 20,
+        };
+        let p = pass(Some(ring));
+        let (rest, first, other) = ring_blocks(&p.compute, 3).unwrap();
+        let whole = price(&p.compute);
+        let blocks = price(&first) + 3 * price(&other);
+        assert!(
+            price(&rest) + blocks > whole,
+            "blocks cost more than the whole op"
+        );
+        let hidden = ring_excess_ns(&p, &price, &|_| 1);
+        assert_eq!(hidden, price(&rest) + blocks - whole);
+        let slow = 10_000_000;
+        let exposed = ring_excess_ns(&p, &price, &|bytes| {
+            assert_eq!(bytes, 1 << 20);
+            slow
+        });
+        assert_eq!(exposed, price(&rest) + 3 * slow + price(&other) - whole);
+        assert_eq!(ring_excess_ns(&pass(None), &price, &|_| slow), 0);
+    }
 }

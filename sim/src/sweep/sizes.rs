@@ -171,10 +171,23 @@ pub(crate) fn lower_bounds(
         };
         cost.p2p_ns(plan, rank(from), rank(to), bytes)
     };
+    // The engine's ring transfers into a rank come from the previous rank of its cp group.
+    let cp_ring = |stage: u32, bytes: u64| {
+        if !analytic {
+            return 0;
+        }
+        let rank = plan.rank_of(crate::plan::Coords {
+            pp: stage,
+            ..Default::default()
+        });
+        let prev = crate::schedule::Peer::CpPrev.rank_for(plan, rank);
+        cost.p2p_ns(plan, prev, rank, bytes)
+    };
     let prices = crate::schedule::Prices {
         compute: &compute,
         collective: &collective,
         p2p: &p2p,
+        cp_ring: &cp_ring,
     };
     with_cache(scenario, plan, |sizes, step| {
         let mut memo = sizes.prices.take();

@@ -205,7 +205,7 @@ fn emit_ring(
 /// The op's Megatron FLOPs beyond its GEMMs are shared evenly (the first block takes the
 /// remainder) and its attention launches are charged per block. `None` without an attention
 /// kernel.
-fn ring_blocks(op: &ComputeOp, steps: u32) -> Option<(ComputeOp, ComputeOp, ComputeOp)> {
+pub(crate) fn ring_blocks(op: &ComputeOp, steps: u32) -> Option<(ComputeOp, ComputeOp, ComputeOp)> {
     let a = op.attention?;
     let gemm_flops = op
         .gemms
