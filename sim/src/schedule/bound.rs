@@ -8,7 +8,7 @@
 //! would cut them, before the emitter's own refinements (chunked GEMMs under TP overlap, SMs
 //! given to communication), which can only lengthen them. Ring attention is the exception:
 //! its blocks, each priced on its own, and the chain of its transfers
-//! ([`ring_excess_ns`]) are counted, since at a high cp they are most of the pass.
+//! ([`RingParts`]) are counted, since at a high cp they are most of the pass.
 //!
 //! Why it bounds the engine's step, stage by stage (`k`):
 //! - a rank runs its compute ops one at a time on its compute stream, and each pass's first
@@ -96,7 +96,7 @@ pub struct Bounds {
 /// caller keeps one per cost model.
 #[derive(Default)]
 pub struct PriceMemo {
-    prices: HashMap<*const ChunkWork, (Rc<ChunkWork>, PassPrices)>,
+    prices: HashMap<*const ChunkWork, (Rc<ChunkWork>, PassPrices, RingWork)>,
 }
 
 /// What the bound prices ops with.
@@ -188,14 +188,12 @@ pub fn step_lower_bounds(
             let mut pass_prices = |segs: &[Seg]| {
                 segs.iter().fold(PassPrices::default(), |acc, seg| {
                     let key = Rc::as_ptr(&seg.work);
-                    let compute = memo
-                        .prices
-                        .entry(key)
-                        .or_insert_with(|| {
-                            let p = PassPrices::compute(&seg.work, price.compute);
-                            (Rc::clone(&seg.work), p)
-                        })
-                        .1;
+                    let (_, compute, ring) = memo.prices.entry(key).or_insert_with(|| {
+                        let p = PassPrices::compute(&seg.work, price.compute);
+                        let ring = RingWork::of(&seg.work, price.compute);
+                        (Rc::clone(&seg.work), p, ring)
+                    });
+                    let (compute, ring) = (*compute, *ring);
                     let comms = *comms_memo.entry(key).or_insert_with(|| {
                         PassPrices::comms(seg, &|seg, phase| {
                             chained_comms(scenario, plan, seg, phase)
@@ -203,11 +201,7 @@ pub fn step_lower_bounds(
                                 .map(|c| (price.collective)(stage as u32, c))
                                 .fold(0, u64::saturating_add)
                         })
-                        .plus(PassPrices::ring(
-                            &seg.work,
-                            price.compute,
-                            &|bytes| (price.cp_ring)(stage as u32, bytes),
-                        ))
+                        .plus(ring.excess(&|bytes| (price.cp_ring)(stage as u32, bytes)))
                     });
                     acc.plus(compute).plus(comms)
                 })
@@ -879,23 +873,6 @@ impl PassPrices {
         }
     }
 
-    /// What ring context parallelism adds to each pass of one segment beyond its compute
-    /// ([`ring_excess_ns`]).
-    fn ring(
-        w: &ChunkWork,
-        price: &dyn Fn(&ComputeOp) -> u64,
-        transfer: &dyn Fn(u64) -> u64,
-    ) -> PassPrices {
-        let wait = |p: &PassWork| ring_excess_ns(p, price, transfer);
-        PassPrices {
-            forward: wait(&w.forward),
-            backward: wait(&w.backward),
-            backward_input: wait(&w.backward_input),
-            recompute: w.recompute.as_ref().map_or(0, wait),
-            ..PassPrices::default()
-        }
-    }
-
     /// One segment's chained collectives priced.
     fn comms(seg: &Seg, comms: &dyn Fn(&Seg, Phase) -> u64) -> PassPrices {
         PassPrices {
@@ -928,33 +905,80 @@ impl PassPrices {
     }
 }
 
-/// What a pass with a ring exchange takes beyond its compute op priced whole. The schedule
-/// cuts the op into the rest of the pass and `steps + 1` attention blocks ([`ring_blocks`]),
-/// each priced on its own (smaller blocks run less efficiently, and each launches its own
+/// A ring pass's attention blocks, priced once per work. The schedule cuts the pass's compute
+/// op into the rest of the pass and `steps + 1` attention blocks ([`ring_blocks`]), each
+/// priced on its own (smaller blocks run less efficiently, and each launches its own
 /// kernels); each transfer starts once the block it passes on has arrived, and the last block
 /// waits for the last of them. So the pass takes at least
-/// `rest + max(first + steps x other, steps x transfer + other)`, and this is that less the
-/// whole op's price (which [`PassPrices::compute`] counts); 0 without a ring.
-fn ring_excess_ns(
-    p: &PassWork,
-    price: &dyn Fn(&ComputeOp) -> u64,
-    transfer: &dyn Fn(u64) -> u64,
-) -> u64 {
-    let Some(r) = p.ring.filter(|r| r.steps > 0) else {
-        return 0;
-    };
-    let Some((rest, first, other)) = ring_blocks(&p.compute, r.steps) else {
-        return 0;
-    };
-    let steps = u64::from(r.steps);
-    let other = price(&other);
-    let blocks = price(&first).saturating_add(steps.saturating_mul(other));
-    let chain = steps
-        .saturating_mul(transfer(r.bytes))
-        .saturating_add(other);
-    price(&rest)
-        .saturating_add(blocks.max(chain))
-        .saturating_sub(price(&p.compute))
+/// `rest + max(first + steps x other, steps x transfer + other)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct RingParts {
+    /// `rest + first + steps x other`, less the whole op's price.
+    split_ns: u64,
+    /// `first + steps x other`.
+    blocks_ns: u64,
+    other_ns: u64,
+    steps: u64,
+    bytes: u64,
+}
+
+impl RingParts {
+    /// `None` without a ring.
+    fn of(p: &PassWork, price: &dyn Fn(&ComputeOp) -> u64) -> Option<RingParts> {
+        let r = p.ring.filter(|r| r.steps > 0)?;
+        let (rest, first, other) = ring_blocks(&p.compute, r.steps)?;
+        let steps = u64::from(r.steps);
+        let other_ns = price(&other);
+        let blocks_ns = price(&first).saturating_add(steps.saturating_mul(other_ns));
+        Some(RingParts {
+            split_ns: price(&rest)
+                .saturating_add(blocks_ns)
+                .saturating_sub(price(&p.compute)),
+            blocks_ns,
+            other_ns,
+            steps,
+            bytes: r.bytes,
+        })
+    }
+
+    /// What the pass takes beyond its compute op priced whole (which [`PassPrices::compute`]
+    /// counts), with each transfer taking `transfer(bytes)`.
+    fn excess_ns(&self, transfer: &dyn Fn(u64) -> u64) -> u64 {
+        let chain = self
+            .steps
+            .saturating_mul(transfer(self.bytes))
+            .saturating_add(self.other_ns);
+        self.split_ns
+            .saturating_add(chain.saturating_sub(self.blocks_ns))
+    }
+}
+
+/// The ring parts of a segment's forward, backward, backward-input and recompute passes.
+#[derive(Clone, Copy, Debug, Default)]
+struct RingWork([Option<RingParts>; 4]);
+
+impl RingWork {
+    fn of(w: &ChunkWork, price: &dyn Fn(&ComputeOp) -> u64) -> RingWork {
+        RingWork([
+            RingParts::of(&w.forward, price),
+            RingParts::of(&w.backward, price),
+            RingParts::of(&w.backward_input, price),
+            w.recompute.as_ref().and_then(|r| RingParts::of(r, price)),
+        ])
+    }
+
+    /// What ring context parallelism adds to each pass beyond its compute.
+    fn excess(&self, transfer: &dyn Fn(u64) -> u64) -> PassPrices {
+        let [forward, backward, backward_input, recompute] =
+            self.0.map(|r| r.map_or(0, |r| r.excess_ns(transfer)));
+        PassPrices {
+            forward,
+            backward,
+            backward_input,
+            recompute,
+            ..PassPrices::default()
+        }
+    }
 }
 
 /// One chunk's passes priced: over its segments, and over its bucket cut when it has one.
@@ -1135,14 +1159,17 @@ mod tests {
             price(&rest) + blocks > whole,
             "blocks cost more than the whole op"
         );
-        let hidden = ring_excess_ns(&p, &price, &|_| 1);
+        let excess = |p: &PassWork, transfer: &dyn Fn(u64) -> u64| {
+            RingParts::of(p, &price).map_or(0, |r| r.excess_ns(transfer))
+        };
+        let hidden = excess(&p, &|_| 1);
         assert_eq!(hidden, price(&rest) + blocks - whole);
         let slow = 10_000_000;
-        let exposed = ring_excess_ns(&p, &price, &|bytes| {
+        let exposed = excess(&p, &|bytes| {
             assert_eq!(bytes, 1 << 20);
             slow
         });
         assert_eq!(exposed, price(&rest) + 3 * slow + price(&other) - whole);
-        assert_eq!(ring_excess_ns(&pass(None), &price, &|_| slow), 0);
+        assert_eq!(excess(&pass(None), &|_| slow), 0);
     }
 }

@@ -456,11 +456,7 @@ fn examine(
             index, overrides, &scenario, state,
         ))))
     } else {
-        // Under ZeRO-3 the data-parallel stream gathers parameters for every pass and is
-        // often the whole step: the bound without it would put those layouts first and
-        // leave each to be refined one batch at a time.
-        let dp_stream_too = scenario.parallel.zero >= 3;
-        match sizes::lower_bounds(&scenario, &plan, usable, dp_stream_too) {
+        match sizes::lower_bounds(&scenario, &plan, usable, false) {
             Err(_) => Examined::Done(Outcome::Failed),
             Ok(b) if b.memory_bytes > usable => Examined::Done(Outcome::Row(Box::new(
                 SweepRow::unsimulated(index, overrides, &scenario, b.memory_bytes.max(state)),
