@@ -911,7 +911,7 @@ impl PassPrices {
 /// kernels); each transfer starts once the block it passes on has arrived, and the last block
 /// waits for the last of them. So the pass takes at least
 /// `rest + max(first + steps x other, steps x transfer + other)`.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 struct RingParts {
     /// `rest + first + steps x other`, less the whole op's price.
     split_ns: u64,
@@ -954,7 +954,7 @@ impl RingParts {
 }
 
 /// The ring parts of a segment's forward, backward, backward-input and recompute passes.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct RingWork([Option<RingParts>; 4]);
 
 impl RingWork {

@@ -137,6 +137,13 @@ pub(crate) fn lower_bounds(
     let cost: &dyn crate::cost::CostModel = &analytic_cost;
     let compute = |op: &ComputeOp| cost.compute_ns(0, op);
     let analytic = scenario.cluster.topology.model != crate::scenario::NetworkModel::Flow;
+    // Each stage's first rank: the rank the bound prices a stage's transfers from.
+    let first_rank = |stage: u32| {
+        plan.rank_of(crate::plan::Coords {
+            pp: stage,
+            ..Default::default()
+        })
+    };
     // The groups of each stage's first rank, each built once (a bound asks for them per pass
     // and segment).
     let kinds = crate::plan::GroupKind::ALL.len();
@@ -150,36 +157,21 @@ pub(crate) fn lower_bounds(
         let Some(group) = groups.get_mut(slot) else {
             return 0;
         };
-        let group = group.get_or_insert_with(|| {
-            let rank = plan.rank_of(crate::plan::Coords {
-                pp: stage,
-                ..Default::default()
-            });
-            plan.group_containing(rank, c.group)
-        });
+        let group = group.get_or_insert_with(|| plan.group_containing(first_rank(stage), c.group));
         cost.collective_ns(c.kind, group, c.bytes, c.calls)
     };
     let p2p = |from: u32, to: u32, bytes: u64| {
         if !analytic {
             return 0;
         }
-        let rank = |stage: u32| {
-            plan.rank_of(crate::plan::Coords {
-                pp: stage,
-                ..Default::default()
-            })
-        };
-        cost.p2p_ns(plan, rank(from), rank(to), bytes)
+        cost.p2p_ns(plan, first_rank(from), first_rank(to), bytes)
     };
     // The engine's ring transfers into a rank come from the previous rank of its cp group.
     let cp_ring = |stage: u32, bytes: u64| {
         if !analytic {
             return 0;
         }
-        let rank = plan.rank_of(crate::plan::Coords {
-            pp: stage,
-            ..Default::default()
-        });
+        let rank = first_rank(stage);
         let prev = crate::schedule::Peer::CpPrev.rank_for(plan, rank);
         cost.p2p_ns(plan, prev, rank, bytes)
     };
