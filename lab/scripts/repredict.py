@@ -3,13 +3,15 @@
 
 A set is a directory holding profile.toml (what `twin calibrate host` wrote) and
 SCENARIO.json (`twin verify step --format json`) for some of the five host scenarios, as
-lab/scripts/host_set.sh writes them; docs/measurements/raw/2026-11-23-host-sets/ holds one hundred
-and fifty-nine from an Intel VM; docs/measurements/raw/2026-11-24-amd-sets/ (one hundred and
-five) and 2026-11-25-amd-sets/ (ten) come from an AMD one. The measured side is kept; the
+lab/scripts/host_set.sh writes them. They are stored as xz archives of set directories:
+docs/measurements/raw/2026-11-23-host-sets.tar.xz holds one hundred and fifty-nine from an Intel
+VM; docs/measurements/raw/2026-11-24-amd-sets.tar.xz (one hundred and five) and
+2026-11-25-amd-sets.tar.xz (ten) come from an AMD one. An archive given as an argument stands
+for every set in it (unpacked into a temporary directory). The measured side is kept; the
 prediction is redone by `twin simulate --profile` with this checkout's model, so a model
 change can be judged on real runs in seconds:
 
-    lab/scripts/repredict.py docs/measurements/raw/2026-11-23-host-sets/*/
+    lab/scripts/repredict.py docs/measurements/raw/2026-11-23-host-sets.tar.xz
 
 prints step error (%) / bubble error (points) per set and scenario, then the medians, and, for
 sets whose verify JSON has `core_activity` (newer sets), each core's median idle time between
@@ -23,6 +25,8 @@ import os
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 
 SCENARIOS = ["single", "pp", "tp-pp", "dp-pp-zero", "pp-wide"]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,6 +47,7 @@ def main(argv):
     if not dirs or any(a.startswith("-") for a in dirs):
         print(__doc__.strip())
         return 2
+    dirs = expand(dirs, tempfile.mkdtemp(prefix="repredict-"))
     twin = os.environ.get("TWIN", os.path.join(ROOT, "target", "release", "twin"))
     errors = {s: [] for s in SCENARIOS}
     for d in dirs:
@@ -68,6 +73,21 @@ def main(argv):
         print(f"{'median':12} " + "  ".join(med))
     holes(dirs)
     return 0
+
+
+def expand(args, scratch):
+    """Directories as given; an archive (.tar.xz) becomes the set directories it holds."""
+    dirs = []
+    for a in args:
+        if not a.endswith(".tar.xz"):
+            dirs.append(a)
+            continue
+        with tarfile.open(a) as t:
+            t.extractall(scratch, filter="data")
+        top = os.path.join(scratch, os.path.basename(a)[: -len(".tar.xz")])
+        dirs += sorted(os.path.join(top, d) for d in os.listdir(top)
+                       if os.path.isdir(os.path.join(top, d)))
+    return dirs
 
 
 def holes(dirs):
