@@ -347,6 +347,12 @@ pub fn calibrate_cuda(
         (Ok(()), _) => {}
     }
     fits.notes.extend(measure_notes);
+    fits.notes.push(
+        "GEMM rates are timed in short batches: a GPU at its power cap runs back-to-back GEMMs \
+         slower after tens of milliseconds (an H200 at 700 W: 0.83-0.86 of these rates, \
+         docs/measurements/2026-11-30-h200-fp8-and-power.md)"
+            .to_string(),
+    );
     let profile = cuda_profile(start, &fits, &prov);
     let toml = write::profile_toml(
         &profile,
@@ -383,7 +389,8 @@ pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance)
     let g = &f.gemm;
     let rate = fitted(
         g.rate_flops_per_s.clamp(f64::MIN_POSITIVE, f64::MAX),
-        "cuBLAS bf16 GEMM curve: sustained rate of a large GEMM",
+        "cuBLAS bf16 GEMM curve: rate of a large GEMM in short timed batches (below a power \
+         cap's throttle)",
     );
     let bandwidth = fitted(
         f.memory_bound
@@ -431,8 +438,7 @@ pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance)
                 value: fastest,
                 source: Source::Fitted,
                 reference: format!(
-                    "no datasheet figure is known for '{}': the fastest fitted sustained FP8 \
-                     rate; {run}",
+                    "no datasheet figure is known for '{}': the fastest fitted FP8 rate; {run}",
                     start.gpu
                 ),
                 ci95: None,
@@ -498,7 +504,7 @@ fn fp8_curve(
             value: rate.value / peak,
             source: Source::Fitted,
             reference: format!(
-                "{:.0} TFLOP/s sustained of the {:.0} TFLOP/s FP8 peak; {what}; {run}",
+                "{:.0} TFLOP/s (short timed batches) of the {:.0} TFLOP/s FP8 peak; {what}; {run}",
                 rate.value / 1e12,
                 peak / 1e12
             ),
@@ -539,7 +545,7 @@ fn set_gpu(p: &mut Profile, start: &Start, rate: &Param, bandwidth: &Param, run:
             bandwidth.value,
             Source::Fitted,
             format!(
-                "no datasheet figure is known for '{}': the fitted sustained rate (bf16; fp16 \
+                "no datasheet figure is known for '{}': the fitted rate (bf16; fp16 \
                  and fp8 at it, tf32 at half, fp32 at 1/16) and memory-bound bandwidth; {run}",
                 start.gpu
             ),

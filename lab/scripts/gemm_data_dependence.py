@@ -42,10 +42,19 @@ def distributions(m, n, k, device):
     def normal(rows, cols, std=1.0):
         return torch.randn(rows, cols, generator=g, device=device) * std
 
+    def tiled(rows, cols):
+        # twin's CUDA fill: one 1 MiB block of bf16 normals (512 Ki values) written again and
+        # again over the buffer (runtime/src/backend/cuda/device.rs, fill_pattern).
+        block = torch.randn(1 << 19, generator=g, device=device)
+        reps = -(-(rows * cols) // block.numel())
+        return block.repeat(reps)[: rows * cols].view(rows, cols)
+
     act = normal(m, k)
     return [
         # The bundled curves' data.
         ("normal", act, normal(k, n)),
+        # twin's runtime and calibration fill: normals, tiled with a 1 MiB period.
+        ("normal tiled 1 MiB", tiled(m, k), tiled(k, n)),
         # Activations after a norm times weights at a standard init (std 0.02).
         ("normal x init-0.02", act, normal(k, n, 0.02)),
         # Heavy-tailed weights, as trained weights are (Student t, 3 degrees of freedom).
@@ -143,13 +152,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seconds", type=float, default=1.5)
+    ap.add_argument("--shapes", help="m,n,k;m,n,k;... instead of the built-in shapes")
+    ap.add_argument("--data", help="only the distributions of these names (comma-separated)")
     args = ap.parse_args()
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in t.split(",")) for t in args.shapes.split(";")]
+    keep = set(args.data.split(",")) if args.data else None
     dev = torch.device("cuda")
     fp8 = hasattr(torch, "float8_e4m3fn") and torch.cuda.get_device_capability() >= (8, 9)
     results = []
     smi = SmiSampler()
-    for m, n, k in SHAPES:
+    for m, n, k in shapes:
         for name, a32, b32 in distributions(m, n, k, dev):
+            if keep is not None and name not in keep:
+                continue
             cases = [("bf16", a32.bfloat16(), b32.bfloat16().t().contiguous().t())]
             if fp8:
                 amax_a = a32.abs().max().clamp(min=1e-12)

@@ -62,9 +62,11 @@ const FILL_MIN_MAGNITUDE: f32 = 1.0 / 16384.0;
 const FILL_MAX_MAGNITUDE: f32 = 3.99;
 
 /// bf16 words of standard normal values (`fp8::standard_normals`), their magnitudes held
-/// in [2^-14, 3.99]: what a training run's weights and activations look like, where a GEMM's
-/// rate depends on its data (an H200 ran bf16 GEMMs at 876 TFLOP/s on values of one exponent
-/// and 695 on normal ones; data/microbench/README.md). Read as fp16 every word is a normal
+/// in [2^-14, 3.99]: distributed as a training run's weights and activations are, where a
+/// GEMM's rate depends on its data under a power cap (an H200 at 700 W, back to back: 765-783
+/// TFLOP/s bf16 on values of one exponent, 669-690 on normal ones, within 3% of it on
+/// std-0.02 weights, SwiGLU outputs and small gradients, and on this fill;
+/// docs/measurements/2026-11-30-h200-fp8-and-power.md). Read as fp16 every word is a normal
 /// number of magnitude 2^-14..4, and read in pairs as fp32 about the same value as its upper
 /// word: finite in every float dtype.
 pub fn fill_pattern(bytes: usize, seed: u64) -> Vec<u8> {
