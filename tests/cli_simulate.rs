@@ -501,3 +501,61 @@ fn resolved_scenario_feeds_the_torch_reference_script() {
     assert_eq!(job["accum"], 8, "8 sequences of 1, one GPU");
     assert_eq!(job["gated"], true);
 }
+
+#[test]
+fn simulate_breakdown_splits_each_stage_step_by_class() {
+    let o = twin(&[
+        "simulate",
+        "scenarios/512xA100.toml",
+        "--breakdown",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
+    let stages = v["time_by_class"].as_array().expect("time_by_class");
+    // 512xA100.toml runs 8 pipeline stages; one row each, their representatives in order.
+    assert_eq!(stages.len(), 8);
+    let step = v["step_time_s"].as_f64().unwrap();
+    for (i, c) in stages.iter().enumerate() {
+        assert_eq!(c["stage"], i as u64);
+        let classes = [
+            "gemm_s",
+            "attention_s",
+            "elementwise_s",
+            "optimizer_s",
+            "exposed_comm_s",
+            "idle_s",
+        ];
+        let sum: f64 = classes.iter().map(|k| c[*k].as_f64().unwrap()).sum();
+        let own = c["step_time_s"].as_f64().unwrap();
+        assert!((sum - own).abs() < 1e-6, "stage {i}: {sum} vs {own}");
+        assert!((own - step).abs() < 1e-6, "stage {i}: {own} vs {step}");
+        assert!(c["gemm_s"].as_f64().unwrap() > 0.0, "stage {i}: {c}");
+    }
+    // Without the flag the document has no such key.
+    let o = twin(&["simulate", "scenarios/512xA100.toml", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
+    assert!(v.get("time_by_class").is_none());
+    // The text names the classes, one row per stage.
+    let o = twin(&["simulate", "scenarios/512xA100.toml", "--breakdown"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    let at = out.find("where the step goes").expect(&out);
+    let table: Vec<&str> = out[at..]
+        .lines()
+        .skip(2)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(table.len(), 8, "{out}");
+    for header in [
+        "gemm",
+        "attention",
+        "elementwise",
+        "optimizer",
+        "exposed comm",
+        "idle",
+    ] {
+        assert!(out[at..].contains(header), "{header} missing:\n{out}");
+    }
+}

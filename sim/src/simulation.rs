@@ -59,6 +59,28 @@ pub struct Simulation {
     pub variability: Option<VariabilityReport>,
     /// The time to train on `training.tokens`, with a horizon and that key.
     pub time_to_train: Option<TimeToTrain>,
+    /// Where each pipeline stage's step goes, by class of work, when asked for
+    /// ([`Simulation::stage_classes`]; `twin simulate --breakdown`).
+    pub time_by_class: Option<Vec<StageClasses>>,
+}
+
+/// One pipeline stage's step by class of work: the representative rank's (the stage's rank
+/// with every other coordinate zero), each instant counted once, the classes summing to the
+/// step ([`crate::verify::predicted_classes`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct StageClasses {
+    pub stage: u32,
+    pub rank: u32,
+    pub step_time_s: f64,
+    pub gemm_s: f64,
+    pub attention_s: f64,
+    /// Memory-bound kernels: norms, activations, casts, copies, losses, launches.
+    pub elementwise_s: f64,
+    pub optimizer_s: f64,
+    /// Communication with no compute running.
+    pub exposed_comm_s: f64,
+    /// Nothing running: pipeline bubbles, waits for peers or for the host.
+    pub idle_s: f64,
 }
 
 /// The fault model to run: the scenario's `[faults]`, or the defaults when only a horizon is
@@ -164,10 +186,46 @@ pub fn simulate(
         horizon,
         variability,
         time_to_train,
+        time_by_class: None,
     })
 }
 
 impl Simulation {
+    /// Each pipeline stage's step by class of work, from the trace of its representative rank
+    /// ([`crate::trace::representative_ranks`]); `None` when the prediction holds no trace of
+    /// one of them (simulate with `PredictOptions::trace` and those ranks).
+    pub fn stage_classes(&self) -> Option<Vec<StageClasses>> {
+        use crate::verify::WorkClass as W;
+        let p = &self.prediction;
+        let trace = p.result.trace.as_ref()?;
+        let reps = crate::trace::representative_ranks(&p.staged.plan);
+        let mut out = Vec::with_capacity(reps.len());
+        for (stage, &rank) in reps.iter().enumerate() {
+            if !trace.events.iter().any(|e| e.rank == rank) {
+                return None;
+            }
+            let c = crate::verify::predicted_classes(
+                &p.staged.schedule,
+                &p.result,
+                &p.staged.cost,
+                rank,
+            );
+            let s = |w: W| c.get(w) as f64 * 1e-9;
+            out.push(StageClasses {
+                stage: u32::try_from(stage).unwrap_or(u32::MAX),
+                rank,
+                step_time_s: c.step_ns as f64 * 1e-9,
+                gemm_s: s(W::Gemm),
+                attention_s: s(W::Attention),
+                elementwise_s: s(W::Elementwise),
+                optimizer_s: s(W::Optimizer),
+                exposed_comm_s: s(W::Communication),
+                idle_s: s(W::Idle),
+            });
+        }
+        Some(out)
+    }
+
     /// The `twin.simulate/1` document: the report, then `step_time_ci95_s`, `variability`,
     /// `goodput`, `ettr`, `faults` and `time_to_train` when they were simulated
     /// (docs/reference/json.md).
@@ -188,6 +246,8 @@ impl Simulation {
             faults: Option<&'a HorizonReport>,
             #[serde(skip_serializing_if = "Option::is_none")]
             time_to_train: Option<&'a TimeToTrain>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            time_by_class: Option<&'a [StageClasses]>,
         }
         let h = self.horizon.as_ref();
         crate::json::document(
@@ -200,6 +260,7 @@ impl Simulation {
                 ettr: h.map(|h| h.ettr.mean),
                 faults: h,
                 time_to_train: self.time_to_train.as_ref(),
+                time_by_class: self.time_by_class.as_deref(),
             },
         )
     }
@@ -227,6 +288,9 @@ impl Simulation {
         }
         if memory {
             out.push_str(&report.memory_text());
+        }
+        if let Some(stages) = &self.time_by_class {
+            out.push_str(&time_by_class_text(stages));
         }
         if let Some(v) = &self.variability {
             out.push_str(&self.variability_text(v));
@@ -354,4 +418,37 @@ mod tests {
         let c = horizon_config(Some(scenario.clone()), None, Some(9)).unwrap();
         assert_eq!((c.horizon_ns, c.seeds), (scenario.horizon_ns, 9));
     }
+}
+
+/// The text of [`Simulation::time_by_class`]: one row per stage, milliseconds and the share of
+/// the step.
+fn time_by_class_text(stages: &[StageClasses]) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::from(
+        "\nwhere the step goes, per stage (its representative rank; ms and % of the step)\n  \
+         stage  rank          gemm     attention   elementwise     optimizer  exposed comm          idle\n",
+    );
+    for c in stages {
+        let cell = |s: f64| {
+            let share = if c.step_time_s > 0.0 {
+                s / c.step_time_s * 100.0
+            } else {
+                0.0
+            };
+            format!("{:>8.1} {:>3.0}%", s * 1e3, share)
+        };
+        let _ = writeln!(
+            o,
+            "  {:>5} {:>5} {} {} {} {} {} {}",
+            c.stage,
+            c.rank,
+            cell(c.gemm_s),
+            cell(c.attention_s),
+            cell(c.elementwise_s),
+            cell(c.optimizer_s),
+            cell(c.exposed_comm_s),
+            cell(c.idle_s)
+        );
+    }
+    o
 }

@@ -143,3 +143,66 @@ fn a_comparison_reports_each_class_and_the_peak_errors() {
         "{text}"
     );
 }
+
+/// `Simulation::stage_classes` (`twin simulate --breakdown`): one row per pipeline stage, its
+/// representative rank's classes as `predicted_classes` gives them; nothing without a trace of
+/// those ranks.
+#[test]
+fn stage_classes_give_each_stage_representative_its_classes() {
+    use twin_sim::simulation::{simulate as run, SimulateOptions};
+    let s = twin_sim::testing::small_scenario(2, 2, 2, 4);
+    let plan = Plan::new(&s).unwrap();
+    let reps = twin_sim::trace::representative_ranks(&plan);
+    assert_eq!(reps.len(), 2);
+    let predict = twin_sim::PredictOptions {
+        trace: true,
+        trace_ranks: Some(reps.clone()),
+        collapse: true,
+        ..twin_sim::PredictOptions::default()
+    };
+    let opts = SimulateOptions {
+        predict: &predict,
+        profile: None,
+        samples: 1,
+        variability: None,
+        sample_progress: None,
+        horizon: None,
+        progress: None,
+    };
+    let sim = run(&s, &plan, "test", &opts).unwrap();
+    let stages = sim.stage_classes().expect("the representatives are traced");
+    assert_eq!(stages.len(), 2);
+    let p = &sim.prediction;
+    for (i, c) in stages.iter().enumerate() {
+        assert_eq!(c.stage, i as u32);
+        assert_eq!(c.rank, reps[i]);
+        let t = predicted_classes(&p.staged.schedule, &p.result, &p.staged.cost, c.rank);
+        let s = |w: WorkClass| t.get(w) as f64 * 1e-9;
+        assert_eq!(c.gemm_s, s(WorkClass::Gemm));
+        assert_eq!(c.attention_s, s(WorkClass::Attention));
+        assert_eq!(c.elementwise_s, s(WorkClass::Elementwise));
+        assert_eq!(c.optimizer_s, s(WorkClass::Optimizer));
+        assert_eq!(c.exposed_comm_s, s(WorkClass::Communication));
+        assert_eq!(c.idle_s, s(WorkClass::Idle));
+        assert_eq!(c.step_time_s, t.step_ns as f64 * 1e-9);
+        assert!(c.gemm_s > 0.0);
+    }
+    // A pipeline of two stages has a bubble on both.
+    assert!(stages.iter().all(|c| c.idle_s > 0.0), "{stages:#?}");
+    // Without a trace there is nothing to split.
+    let untraced = twin_sim::PredictOptions {
+        collapse: true,
+        ..twin_sim::PredictOptions::default()
+    };
+    let sim = run(
+        &s,
+        &plan,
+        "test",
+        &SimulateOptions {
+            predict: &untraced,
+            ..opts
+        },
+    )
+    .unwrap();
+    assert!(sim.stage_classes().is_none());
+}

@@ -43,6 +43,9 @@ pub struct Args {
     /// Print the per-stage memory breakdown and the op of each peak.
     #[arg(long)]
     pub memory: bool,
+    /// Print where each stage's step goes (GEMMs, attention, comm, idle...).
+    #[arg(long)]
+    pub breakdown: bool,
     /// Hardware profile TOML whose parameters replace the defaults (docs/reference/profiles.md).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
@@ -66,7 +69,7 @@ pub struct Args {
     /// Zero the wall-clock fields, for byte-identical output.
     #[arg(long)]
     pub reproducible: bool,
-    /// Also write the resolved scenario (presets, defaults, --set) to FILE as TOML.
+    /// Also write the resolved scenario (presets, defaults, --set) to FILE.
     #[arg(long, value_name = "FILE")]
     pub resolved: Option<PathBuf>,
     /// Also write an HTML report to FILE (twin report -h).
@@ -108,7 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         write_atomic(path, &twin_sim::scenario::to_toml(&scenario))?;
     }
     super::warn_hf_unmodelled(&source.origin, &parsed.hf_unmodelled(&args.overrides)?);
-    let trace_ranks = match (&args.trace, &args.trace_ranks) {
+    let mut trace_ranks = match (&args.trace, &args.trace_ranks) {
         (None, _) => None,
         (Some(_), Some(list)) => list.resolve(plan.world)?,
         (Some(_), None) if args.full => None,
@@ -118,6 +121,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Some(reps)
         }
     };
+    // The breakdown reads the representative ranks' traces.
+    if args.breakdown {
+        let reps = twin_sim::trace::representative_ranks(&plan);
+        match (&args.trace, &mut trace_ranks) {
+            (None, _) => trace_ranks = Some(reps),
+            (Some(_), Some(list)) => {
+                list.extend(reps);
+                list.sort_unstable();
+                list.dedup();
+            }
+            (Some(_), None) => {}
+        }
+    }
     // Collapsed by default, as it is exact wherever the engine uses it (the representatives
     // are the ranks it runs); a trace of other ranks needs every rank simulated.
     let reps_suffice = match (&args.trace, &trace_ranks) {
@@ -130,7 +146,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let opts = twin_sim::PredictOptions {
         // The report's timeline and memory are drawn from the trace.
-        trace: args.trace.is_some() || args.report.is_some(),
+        trace: args.trace.is_some() || args.report.is_some() || args.breakdown,
         trace_ranks,
         reproducible: args.reproducible,
         collapse: args.collapse || (!args.full && reps_suffice),
@@ -167,7 +183,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let out = simulation::simulate(&scenario, &plan, &source.origin, &sim_opts);
     sample_bar.finish();
     bar.finish();
-    let out = out?;
+    let mut out = out?;
+    if args.breakdown {
+        out.time_by_class = Some(
+            out.stage_classes()
+                .context("the trace lacks a stage's representative rank")?,
+        );
+    }
     if let Some(path) = &args.trace {
         let p = &out.prediction;
         let trace = p.result.trace.as_ref().context("no trace was recorded")?;
