@@ -397,29 +397,6 @@ fn time_to_train_text(t: &TimeToTrain) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn no_fault_model_without_faults_or_a_horizon() {
-        assert!(horizon_config(None, None, Some(5)).is_none());
-    }
-
-    #[test]
-    fn a_horizon_alone_runs_the_default_model_and_flags_override_the_scenario() {
-        let c = horizon_config(None, Some(7), None).unwrap();
-        assert_eq!(c.horizon_ns, 7);
-        assert_eq!(c.seeds, FaultConfig::default().seeds);
-        let scenario = FaultConfig {
-            seeds: 3,
-            ..FaultConfig::default()
-        };
-        let c = horizon_config(Some(scenario.clone()), None, Some(9)).unwrap();
-        assert_eq!((c.horizon_ns, c.seeds), (scenario.horizon_ns, 9));
-    }
-}
-
 /// The text of [`Simulation::time_by_class`]: one row per stage, milliseconds and the share of
 /// the step.
 fn time_by_class_text(stages: &[StageClasses]) -> String {
@@ -451,4 +428,27 @@ fn time_by_class_text(stages: &[StageClasses]) -> String {
         );
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_fault_model_without_faults_or_a_horizon() {
+        assert!(horizon_config(None, None, Some(5)).is_none());
+    }
+
+    #[test]
+    fn a_horizon_alone_runs_the_default_model_and_flags_override_the_scenario() {
+        let c = horizon_config(None, Some(7), None).unwrap();
+        assert_eq!(c.horizon_ns, 7);
+        assert_eq!(c.seeds, FaultConfig::default().seeds);
+        let scenario = FaultConfig {
+            seeds: 3,
+            ..FaultConfig::default()
+        };
+        let c = horizon_config(Some(scenario.clone()), None, Some(9)).unwrap();
+        assert_eq!((c.horizon_ns, c.seeds), (scenario.horizon_ns, 9));
+    }
 }
