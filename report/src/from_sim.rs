@@ -657,6 +657,7 @@ mod tests {
             horizon: None,
             variability: None,
             time_to_train: None,
+            time_by_class: None,
         };
         let r = simulation_report(&sim, &s, &plan);
         let (t, m) = (r.timeline.unwrap(), r.memory.unwrap());
@@ -716,6 +717,7 @@ mod tests {
             horizon: None,
             variability: None,
             time_to_train: None,
+            time_by_class: None,
         };
         let m = simulation_report(&sim, &s, &plan).memory.unwrap();
         assert_eq!(m.hbm_bytes, s.cluster.gpu.usable_bytes());
