@@ -94,12 +94,32 @@ pub struct Plan {
     pub copy_bytes: Vec<u64>,
     /// Launches per chain.
     pub chain_launches: Vec<u64>,
+    /// The shape timed back to back for [`SUSTAINED_S`] after [`SUSTAINED_IDLE_S`] idle, in
+    /// bf16 and, with an FP8 column, in FP8: how far a power cap throttles long GEMM runs.
+    pub sustained: Gemm,
+}
+
+/// Seconds of back-to-back GEMMs in the power-cap measurement.
+pub const SUSTAINED_S: f64 = 0.6;
+/// Seconds the GPU idles before it, so that the run starts below the power cap's throttle.
+pub const SUSTAINED_IDLE_S: f64 = 1.0;
+
+/// The shape timed back to back: the scenario's largest one-product call, else 8192^3 (the
+/// size of a large training GEMM, a millisecond or two on a Hopper GPU).
+pub fn sustained_shape(scenario: &[Gemm]) -> Gemm {
+    scenario
+        .iter()
+        .filter(|g| g.batch <= 1 && g.m > 0 && g.n > 0 && g.k > 0)
+        .max_by_key(|g| g.flops())
+        .map(|g| Gemm::single(g.m, g.n, g.k, 1))
+        .unwrap_or_else(|| Gemm::single(8192, 8192, 8192, 1))
 }
 
 impl Plan {
     /// `--quick` (well under a minute) or the full plan, with `scenario` calls added.
     pub fn new(quick: bool, scenario: &[Gemm]) -> Plan {
         const MIB: u64 = 1 << 20;
+        let sustained = sustained_shape(scenario);
         let gemms = sweep_shapes(quick)
             .into_iter()
             .map(|g| (g, "sweep"))
@@ -114,6 +134,7 @@ impl Plan {
                 memory_bytes: [2, 16, 128, 1024].iter().map(|m| m * MIB).collect(),
                 copy_bytes: [1, 16, 256].iter().map(|m| m * MIB).collect(),
                 chain_launches: vec![1, 16, 64, 256],
+                sustained,
             }
         } else {
             Plan {
@@ -127,6 +148,7 @@ impl Plan {
                     .collect(),
                 copy_bytes: [1, 4, 16, 64, 256, 1024].iter().map(|m| m * MIB).collect(),
                 chain_launches: vec![1, 4, 16, 64, 256, 1024],
+                sustained,
             }
         }
     }
@@ -161,6 +183,17 @@ impl Plan {
             + self.memory_bytes.len()
             + 2 * self.copy_bytes.len()
             + self.chain_launches.len()
+            + self.sustained_columns().len()
+    }
+
+    /// The columns the sustained shape is timed back to back in: bf16, and FP8 tensorwise
+    /// where the plan has an FP8 column and the shape runs in FP8.
+    pub fn sustained_columns(&self) -> Vec<&'static str> {
+        let mut out = vec![SUSTAINED_BF16];
+        if !self.fp8_gemms.is_empty() && fp8_shape(&self.sustained) {
+            out.push(SUSTAINED_FP8);
+        }
+        out
     }
 }
 
@@ -257,6 +290,97 @@ pub struct CudaSamples {
     pub device_to_host: Vec<SizedSamples>,
     /// `bytes` here counts launches.
     pub launch_chain: Vec<SizedSamples>,
+    /// GEMMs timed back to back (the power cap's throttle); empty in samples files written
+    /// before they were measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sustained: Vec<SustainedSamples>,
+}
+
+/// The bf16 and FP8 names of the back-to-back columns.
+pub const SUSTAINED_BF16: &str = "bf16";
+pub const SUSTAINED_FP8: &str = "fp8-tensorwise";
+
+/// One shape issued back to back after the GPU idled: every call's time, in order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct SustainedSamples {
+    /// [`SUSTAINED_BF16`] or [`SUSTAINED_FP8`].
+    pub column: String,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub idle_ns: u64,
+    pub times_ns: Vec<u64>,
+}
+
+/// What a back-to-back run shows: the rate at its start, below the power cap's throttle, and
+/// at its end, throttled.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sustained {
+    pub column: String,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    /// FLOP/s of the median call among those starting in the first [`SUSTAINED_EARLY_NS`].
+    pub early_flops_per_s: f64,
+    /// FLOP/s of the median call of the last third.
+    pub late_flops_per_s: f64,
+    /// `late / early`: 1 where nothing throttled.
+    pub late_fraction: f64,
+    /// When the calls first ran slower than halfway from the early time to the late one (the
+    /// median of five in a row), from the first call's start; `None` where they never did.
+    pub throttled_after_ns: Option<u64>,
+    pub calls: usize,
+}
+
+/// The early window of [`Sustained::early_flops_per_s`].
+pub const SUSTAINED_EARLY_NS: u64 = 20_000_000;
+
+impl Sustained {
+    /// `s`'s early and late rates; `None` with fewer than six calls.
+    pub fn of(s: &SustainedSamples) -> Option<Sustained> {
+        let t = &s.times_ns;
+        if t.len() < 6 {
+            return None;
+        }
+        let median = |xs: &[u64]| {
+            let mut v = xs.to_vec();
+            v.sort_unstable();
+            v[v.len() / 2].max(1)
+        };
+        let mut starts = Vec::with_capacity(t.len());
+        let mut at = 0u64;
+        for &x in t {
+            starts.push(at);
+            at = at.saturating_add(x);
+        }
+        let early_n = starts
+            .iter()
+            .take_while(|&&a| a < SUSTAINED_EARLY_NS)
+            .count()
+            .max(3);
+        let early = median(&t[..early_n]);
+        let late = median(&t[t.len() - t.len() / 3..]);
+        let mid = (early + late) / 2;
+        let throttled_after_ns = (late > early)
+            .then(|| {
+                t.windows(5)
+                    .position(|w| median(w) > mid)
+                    .map(|i| starts[i])
+            })
+            .flatten();
+        let flops = 2.0 * s.m as f64 * s.n as f64 * s.k as f64;
+        Some(Sustained {
+            column: s.column.clone(),
+            m: s.m,
+            n: s.n,
+            k: s.k,
+            early_flops_per_s: flops / (early as f64 * 1e-9),
+            late_flops_per_s: flops / (late as f64 * 1e-9),
+            late_fraction: early as f64 / late as f64,
+            throttled_after_ns,
+            calls: t.len(),
+        })
+    }
 }
 
 /// The fits of a GPU calibration.
@@ -285,6 +409,8 @@ pub struct CudaFits {
     /// GPU time per back-to-back launch.
     pub launch_ns: Estimate,
     pub dropped_samples: usize,
+    /// The back-to-back runs, where measured.
+    pub sustained: Vec<Sustained>,
     pub notes: Vec<String>,
 }
 
@@ -348,6 +474,7 @@ pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
             .map_monotone(|per_s| 1e9 / per_s),
         launch_chain,
         dropped_samples: dropped,
+        sustained: s.sustained.iter().filter_map(Sustained::of).collect(),
         notes,
     })
 }
@@ -485,6 +612,7 @@ pub fn measure(
         fp8_gemm_sweep_times(std::slice::from_ref(g), recipe, plan.repeats)
     };
     let notes = fp8_columns(plan, time, progress, &mut done, &mut out)?;
+    sustained_runs(plan, progress, &mut done, &mut out)?;
     let mut sized = |what: Micro,
                      label: &str,
                      sizes: &[u64],
@@ -526,6 +654,61 @@ pub fn measure(
     )?;
     progress.update("done", total, total);
     Ok((out, notes))
+}
+
+/// Times the plan's sustained shape back to back in each of its columns
+/// ([`Plan::sustained_columns`]) after the GPU idled, into `out.sustained`: the calls for about
+/// [`SUSTAINED_S`], from one call's time. An FP8 column cuBLASLt cannot run is left out.
+#[cfg(feature = "cuda")]
+fn sustained_runs(
+    plan: &Plan,
+    progress: &mut dyn Progress,
+    done: &mut usize,
+    out: &mut CudaSamples,
+) -> Result<(), CalibError> {
+    use std::time::Duration;
+    use twin_runtime::backend::cuda::{
+        dtype::GemmDtype, fp8_gemm_back_to_back_times, fp8_gemm_sweep_times,
+        gemm_back_to_back_times, gemm_sweep_times,
+    };
+    let total = plan.total();
+    let g = plan.sustained;
+    let idle = Duration::from_secs_f64(SUSTAINED_IDLE_S);
+    let calls = |one: Vec<Vec<u64>>| {
+        let ns = one
+            .first()
+            .and_then(|t| t.iter().min())
+            .copied()
+            .unwrap_or(1);
+        (SUSTAINED_S * 1e9 / ns.max(1) as f64)
+            .ceil()
+            .clamp(6.0, 20_000.0) as u32
+    };
+    for column in plan.sustained_columns() {
+        progress.update("back-to-back GEMMs", *done, total);
+        let times = if column == SUSTAINED_FP8 {
+            let r = Fp8Recipe::Tensorwise;
+            fp8_gemm_sweep_times(&[g], r, 3)
+                .and_then(|one| fp8_gemm_back_to_back_times(&g, r, calls(one), idle))
+        } else {
+            gemm_sweep_times(&[g], GemmDtype::Bf16, 3)
+                .and_then(|one| gemm_back_to_back_times(&g, GemmDtype::Bf16, calls(one), idle))
+        };
+        match times {
+            Ok(times_ns) => out.sustained.push(SustainedSamples {
+                column: column.to_string(),
+                m: g.m,
+                n: g.n,
+                k: g.k,
+                idle_ns: idle.as_nanos() as u64,
+                times_ns,
+            }),
+            Err(RuntimeError::Unsupported(_)) => {}
+            Err(e) => return Err(CalibError::Bench(e.to_string())),
+        }
+        *done += 1;
+    }
+    Ok(())
 }
 
 /// Whether GPU 0 runs FP8 GEMMs (`Err`: why not, for the run's notes).

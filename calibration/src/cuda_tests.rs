@@ -439,7 +439,9 @@ fn the_fp8_column_takes_the_shapes_fp8_runs() {
     // Every quick sweep shape aligns; of the two scenario calls the batched one is left out.
     assert_eq!(with.fp8_gemms.len(), plan.gemms.len() - 1);
     assert!(with.fp8_gemms.iter().all(|(g, _)| g.batch == 1));
-    assert_eq!(with.total(), plan.total() + with.fp8_gemms.len());
+    // The FP8 column, and the back-to-back run in FP8 as well as bf16.
+    assert_eq!(with.sustained_columns().len(), 2);
+    assert_eq!(with.total(), plan.total() + with.fp8_gemms.len() + 1);
 }
 
 /// An FP8 column is fitted as its own curve and written as `[gemm.fp8]`: efficiency against
@@ -573,14 +575,15 @@ fn the_rowwise_column_repeats_the_fp8_shapes_and_is_counted() {
     let quick = Plan::new(true, &[]);
     // The quick plan: 4 x 4 x 3 = 48 sweep shapes (all FP8-aligned: k in {64, 512, 4096} are
     // multiples of 16, n in {512, 1000, 2048, 8192} of 8), 4 memory-bound sizes, 3 copy sizes
-    // each way, 4 launch chains.
-    assert_eq!(quick.total(), 48 + 4 + 2 * 3 + 4);
+    // each way, 4 launch chains, and the back-to-back run in bf16 (in FP8 too with an FP8
+    // column).
+    assert_eq!(quick.total(), 48 + 4 + 2 * 3 + 4 + 1);
     let fp8 = quick.clone().with_fp8();
-    assert_eq!(fp8.total(), 62 + 48);
+    assert_eq!(fp8.total(), 63 + 48 + 1);
     assert!(fp8.fp8_rowwise_gemms.is_empty());
     let both = fp8.clone().with_fp8_rowwise();
     assert_eq!(both.fp8_rowwise_gemms, both.fp8_gemms);
-    assert_eq!(both.total(), 62 + 48 + 48);
+    assert_eq!(both.total(), 63 + 48 + 1 + 48);
     // The plan's JSON lists the rowwise shapes only when there are some.
     let json = |p: &Plan| serde_json::to_value(p).unwrap();
     assert!(json(&fp8).get("fp8_rowwise_gemms").is_none());
@@ -900,4 +903,85 @@ fn a_cuda_failure_in_an_fp8_column_is_an_error() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("CUDA_ERROR_LAUNCH_FAILED"), "{e}");
+}
+
+fn sustained_samples(times_ns: Vec<u64>) -> SustainedSamples {
+    SustainedSamples {
+        column: SUSTAINED_BF16.to_string(),
+        m: 8192,
+        n: 8192,
+        k: 8192,
+        idle_ns: 1_000_000_000,
+        times_ns,
+    }
+}
+
+/// A run that throttles: 40 calls of 1 ms, then 60 of 1.2 ms. The early rate is the first
+/// 20 ms' median call, the late one the last third's; the throttle starts where five calls in
+/// a row first have a median slower than halfway between (call 38, 38 ms in).
+#[test]
+fn a_back_to_back_run_gives_its_early_and_late_rates() {
+    let mut t = vec![1_000_000u64; 40];
+    t.extend(vec![1_200_000u64; 60]);
+    let b = Sustained::of(&sustained_samples(t)).unwrap();
+    let flops = 2.0 * 8192f64.powi(3);
+    assert!((b.early_flops_per_s - flops / 1e-3).abs() < 1.0, "{b:?}");
+    assert!((b.late_flops_per_s - flops / 1.2e-3).abs() < 1.0, "{b:?}");
+    assert!((b.late_fraction - 1.0 / 1.2).abs() < 1e-12, "{b:?}");
+    assert_eq!(b.throttled_after_ns, Some(38_000_000));
+    assert_eq!(b.calls, 100);
+    // Nothing throttled: the same rate throughout, no throttle time.
+    let b = Sustained::of(&sustained_samples(vec![1_000_000; 50])).unwrap();
+    assert_eq!(b.late_fraction, 1.0);
+    assert_eq!(b.throttled_after_ns, None);
+    // Too few calls to tell.
+    assert!(Sustained::of(&sustained_samples(vec![1_000_000; 5])).is_none());
+}
+
+/// The back-to-back shape is the scenario's largest one-product call (8192^3 without one); it
+/// runs in bf16, and in FP8 too where the plan has an FP8 column; the progress total counts it.
+#[test]
+fn the_plan_times_its_largest_call_back_to_back() {
+    let plan = Plan::new(true, &[]);
+    assert_eq!(plan.sustained, Gemm::single(8192, 8192, 8192, 1));
+    assert_eq!(plan.sustained_columns(), vec![SUSTAINED_BF16]);
+    let calls = [
+        Gemm::single(2048, 4096, 4096, 1),
+        Gemm::single(4096, 14336, 4096, 1),
+        // Batched: not one product per call, so not the back-to-back shape.
+        Gemm {
+            batch: 32,
+            count: 32,
+            ..Gemm::single(8192, 8192, 128, 1)
+        },
+    ];
+    let with = Plan::new(true, &calls).with_fp8();
+    assert_eq!(with.sustained, Gemm::single(4096, 14336, 4096, 1));
+    assert_eq!(
+        with.sustained_columns(),
+        vec![SUSTAINED_BF16, SUSTAINED_FP8]
+    );
+    let without = Plan::new(true, &calls);
+    assert_eq!(with.total() - without.total(), with.fp8_gemms.len() + 1);
+}
+
+/// Samples files written before the back-to-back runs read as none of them; the fits carry
+/// one per run, and the note reports its fraction.
+#[test]
+fn back_to_back_runs_travel_through_the_samples_and_the_fits() {
+    let mut s = CudaSamples::default();
+    let old = serde_json::to_value(&s).unwrap();
+    assert!(old.get("sustained").is_none());
+    let back: CudaSamples = serde_json::from_value(old).unwrap();
+    assert!(back.sustained.is_empty());
+    let mut t = vec![1_000_000u64; 40];
+    t.extend(vec![1_250_000u64; 60]);
+    s.sustained.push(sustained_samples(t));
+    let text = serde_json::to_string(&s).unwrap();
+    let back: CudaSamples = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.sustained, s.sustained);
+    let found: Vec<Sustained> = back.sustained.iter().filter_map(Sustained::of).collect();
+    let note = crate::run::power_cap_note(&found);
+    assert!(note.contains("bf16 0.80"), "{note}");
+    assert!(crate::run::power_cap_note(&[]).contains("0.83-0.86"));
 }

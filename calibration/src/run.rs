@@ -347,12 +347,7 @@ pub fn calibrate_cuda(
         (Ok(()), _) => {}
     }
     fits.notes.extend(measure_notes);
-    fits.notes.push(
-        "GEMM rates are timed in short batches: a GPU at its power cap runs back-to-back GEMMs \
-         slower after tens of milliseconds (an H200 at 700 W: 0.83-0.86 of these rates, \
-         docs/measurements/2026-11-30-h200-fp8-and-power.md)"
-            .to_string(),
-    );
+    fits.notes.push(power_cap_note(&fits.sustained));
     let profile = cuda_profile(start, &fits, &prov);
     let toml = write::profile_toml(
         &profile,
@@ -690,6 +685,28 @@ fn set_link(link: &mut LinkParams, f: &AlphaBeta, what: &str) {
         reference: format!("{what}: per-step latency"),
         ci95: Some(lat.ci95),
     };
+}
+
+/// What the profile's GEMM rates are, beside what GEMMs back to back ran at.
+pub(crate) fn power_cap_note(sustained: &[crate::cuda::Sustained]) -> String {
+    let measured: Vec<String> = sustained
+        .iter()
+        .map(|b| format!("{} {:.2}", b.column, b.late_fraction))
+        .collect();
+    let what = if measured.is_empty() {
+        "a GPU at its power cap runs them slower after tens of milliseconds (an H200 at 700 W: \
+         0.83-0.86 of these rates)"
+            .to_string()
+    } else {
+        format!(
+            "back to back here they fell to {} of the rate they started at (the power cap)",
+            measured.join(", ")
+        )
+    };
+    format!(
+        "GEMM rates are timed in short batches, the GPU below its power cap's throttle; {what}; \
+         the profile keeps the short-batch rates (docs/measurements/2026-11-30-h200-fp8-and-power.md)"
+    )
 }
 
 #[cfg(test)]

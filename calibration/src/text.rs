@@ -308,6 +308,27 @@ pub fn cuda_text(
             f.gemm_fp8_rowwise_holdout_max_relative_error,
         ));
     }
+    for b in &f.sustained {
+        o.push_str(&format!(
+            "{} GEMM {}x{}x{} back to back ({} calls after {:.1} s idle): {:.1} TFLOP/s at first, {:.1} at the end ({:.3} of it){}\n",
+            b.column,
+            b.m,
+            b.n,
+            b.k,
+            b.calls,
+            crate::cuda::SUSTAINED_IDLE_S,
+            b.early_flops_per_s / 1e12,
+            b.late_flops_per_s / 1e12,
+            b.late_fraction,
+            match b.throttled_after_ns {
+                Some(ns) => format!(", throttled after {:.0} ms", ns as f64 * 1e-6),
+                None => String::new(),
+            }
+        ));
+    }
+    if !f.sustained.is_empty() {
+        o.push('\n');
+    }
     o.push_str("bandwidth + fixed cost per call\n");
     o.push_str(&ab_line("memory-bound", &f.memory_bound, "fixed"));
     o.push_str(&ab_line("host-to-device", &f.host_to_device, "fixed"));

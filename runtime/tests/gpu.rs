@@ -208,3 +208,22 @@ fn the_fp8_scenario_runs_without_a_bf16_fallback() {
         Err(why) => assert!(notes.iter().any(|n| n.contains(&why)), "{notes:#?}"),
     }
 }
+
+/// GEMMs back to back after an idle: one time per call, in order, each positive; the run is
+/// what `twin calibrate cuda` reads the power cap's throttle from.
+#[test]
+fn back_to_back_gemms_time_every_call() {
+    if !enabled() {
+        return;
+    }
+    use twin_runtime::backend::cuda::gemm_back_to_back_times;
+    let g = Gemm::single(4096, 4096, 4096, 1);
+    let idle = std::time::Duration::from_millis(200);
+    let t = gemm_back_to_back_times(&g, GemmDtype::Bf16, 300, idle).unwrap();
+    assert_eq!(t.len(), 300);
+    assert!(t.iter().all(|&x| x > 0));
+    let first = g.flops() as f64 / (t[5] as f64 * 1e-9) / 1e12;
+    let last = g.flops() as f64 / (t[299] as f64 * 1e-9) / 1e12;
+    println!("4096^3 back to back: call 5 {first:.0}, call 300 {last:.0} TFLOP/s");
+    assert!(first > 1.0 && first < 5000.0 && last > 1.0 && last < 5000.0);
+}

@@ -352,8 +352,17 @@ fn kill_group(child: &Child) {
     }
 }
 
-/// Kill every rank still running (its whole process group) and reap it.
+/// Kill every rank still running (its whole process group) and reap it. A rank already
+/// exiting on its own (`is_exiting`: its own SIGKILL, an injected kill, whose closed
+/// connection a peer reported first) is reaped as it is, not counted as stopped by us.
 fn stop_all(ranks: &mut [Rank]) {
+    for r in ranks.iter_mut().filter(|r| r.exit.is_none()) {
+        if is_exiting(r.child.id()) {
+            if let Ok(s) = r.child.wait() {
+                r.exit = Some((s, Instant::now()));
+            }
+        }
+    }
     for r in ranks.iter_mut().filter(|r| r.exit.is_none()) {
         kill_group(&r.child);
         let _ = r.child.kill();
@@ -400,6 +409,30 @@ use super::interrupt::signal_name;
 /// `/proc/PID/stat`; `false` where there is no /proc.
 fn is_stopped(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| stat_is_stopped(&s))
+}
+
+/// Whether process `pid` is already exiting (the kernel's `PF_EXITING` in `/proc/PID/stat`'s
+/// flags, set as soon as the process starts to die, before its sockets close and long before
+/// `wait` can reap it): a rank that killed itself (an injected kill) while a peer that noticed
+/// its closed connection was reported first. `false` where there is no /proc.
+fn is_exiting(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| stat_is_exiting(&s))
+}
+
+/// `PF_EXITING` (0x4) in the flags field of a `/proc/PID/stat` line (the seventh field after
+/// the command name), or the state `Z` (exited, not yet reaped) or `X` (dead).
+fn stat_is_exiting(stat: &str) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 1..)) else {
+        return false;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let dead = fields.first().is_some_and(|s| *s == "Z" || *s == "X");
+    let exiting = fields
+        .get(6)
+        .and_then(|f| f.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_EXITING != 0);
+    dead || exiting
 }
 
 /// The state field of a `/proc/PID/stat` line is `T` or `t`. It follows the command name,
@@ -535,6 +568,22 @@ mod tests {
             env: vec![],
             progress_dir: Some(dir.to_path_buf()),
         }
+    }
+
+    #[test]
+    fn an_exiting_process_is_read_from_proc_stat_flags() {
+        // pid (comm) state ppid pgrp session tty tpgid flags ...: PF_EXITING is 0x4.
+        assert!(stat_is_exiting(
+            "4242 (twin) R 1 4242 4242 0 -1 4194628 0 0"
+        ));
+        assert!(!stat_is_exiting(
+            "4242 (twin) S 1 4242 4242 0 -1 4194624 0 0"
+        ));
+        assert!(stat_is_exiting("4242 (a) b) Z 1 4242 4242 0 -1 4194624"));
+        assert!(!stat_is_exiting("4242 (twin 5) S 1 4242 4242 0 -1 4194624"));
+        assert!(!stat_is_exiting("garbage"));
+        // This process is alive and not exiting.
+        assert!(!is_exiting(std::process::id()));
     }
 
     #[test]

@@ -63,6 +63,57 @@ pub fn gemm_sweep_times(
     dtype: GemmDtype,
     reps: u32,
 ) -> Result<Vec<Vec<u64>>, RuntimeError> {
+    gemm_times(shapes, dtype, Timing::Reps(reps))
+}
+
+/// How a benchmark times its calls.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Timing {
+    /// `n` repetitions after 3 warm-up calls, each between its own pair of events, the host
+    /// waiting for each: short batches, the GPU below a power cap's throttle.
+    Reps(u32),
+    /// 3 warm-up calls, `idle` with the GPU idle, then `calls` calls issued back to back (no
+    /// host wait between them), an event between each two: how the rate falls as a power cap
+    /// throttles the clocks.
+    BackToBack {
+        calls: u32,
+        idle: std::time::Duration,
+    },
+}
+
+/// `g` issued `calls` times back to back on GPU 0 after the GPU idled for `idle` (3 warm-up
+/// calls before the idle): each call's time in ns, in issue order. Under a power cap the first
+/// calls run at the unthrottled rate and the later ones at the capped one
+/// (docs/measurements/2026-11-30-h200-fp8-and-power.md).
+pub fn gemm_back_to_back_times(
+    g: &Gemm,
+    dtype: GemmDtype,
+    calls: u32,
+    idle: std::time::Duration,
+) -> Result<Vec<u64>, RuntimeError> {
+    let timing = Timing::BackToBack { calls, idle };
+    let mut out = gemm_times(std::slice::from_ref(g), dtype, timing)?;
+    Ok(out.pop().unwrap_or_default())
+}
+
+/// As [`gemm_back_to_back_times`] for an FP8 GEMM through cuBLASLt, operands cast as `recipe`
+/// casts them (errors as [`fp8_gemm_sweep_times`]).
+pub fn fp8_gemm_back_to_back_times(
+    g: &Gemm,
+    recipe: Fp8Recipe,
+    calls: u32,
+    idle: std::time::Duration,
+) -> Result<Vec<u64>, RuntimeError> {
+    let timing = Timing::BackToBack { calls, idle };
+    let mut out = fp8_gemm_times(std::slice::from_ref(g), recipe, timing)?;
+    Ok(out.pop().unwrap_or_default())
+}
+
+fn gemm_times(
+    shapes: &[Gemm],
+    dtype: GemmDtype,
+    timing: Timing,
+) -> Result<Vec<Vec<u64>>, RuntimeError> {
     libs::load()?;
     guard("gemm_sweep", || {
         let timer = Timer::new()?;
@@ -77,7 +128,7 @@ pub fn gemm_sweep_times(
             };
             ops.a.fill_random(1)?;
             ops.b.fill_random(2)?;
-            out.push(timer.times(reps, || run_gemm(&h, &ops, g, dtype))?);
+            out.push(timer.run(timing, || run_gemm(&h, &ops, g, dtype))?);
         }
         Ok(out)
     })
@@ -104,6 +155,7 @@ pub fn fp8_device(recipe: Fp8Recipe) -> Result<Result<Fp8Device, String>, Runtim
 
 /// A stream on GPU 0 and the pair of events that times work issued on it.
 struct Timer {
+    ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     start: CudaEvent,
     end: CudaEvent,
@@ -116,7 +168,65 @@ impl Timer {
         let timing = Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = ctx.new_event(timing).map_err(|e| cu("cuEventCreate", e))?;
         let end = ctx.new_event(timing).map_err(|e| cu("cuEventCreate", e))?;
-        Ok(Timer { stream, start, end })
+        Ok(Timer {
+            ctx,
+            stream,
+            start,
+            end,
+        })
+    }
+
+    /// The calls `timing` asks for: their times in ns (at least 1 each), in order.
+    fn run(
+        &self,
+        timing: Timing,
+        issue: impl FnMut() -> Result<(), RuntimeError>,
+    ) -> Result<Vec<u64>, RuntimeError> {
+        match timing {
+            Timing::Reps(reps) => self.times(reps, issue),
+            Timing::BackToBack { calls, idle } => self.back_to_back(calls, idle, issue),
+        }
+    }
+
+    /// `issue` three times to warm up, the stream drained, `idle` asleep, then `calls` times
+    /// (at least once) back to back with an event recorded before the first and after each:
+    /// each call's time in ns (at least 1), in order.
+    fn back_to_back(
+        &self,
+        calls: u32,
+        idle: std::time::Duration,
+        mut issue: impl FnMut() -> Result<(), RuntimeError>,
+    ) -> Result<Vec<u64>, RuntimeError> {
+        for _ in 0..3 {
+            issue()?;
+        }
+        self.stream
+            .synchronize()
+            .map_err(|e| cu("cuStreamSynchronize", e))?;
+        std::thread::sleep(idle);
+        let timing = Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let events = (0..=calls.max(1))
+            .map(|_| self.ctx.new_event(timing))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| cu("cuEventCreate", e))?;
+        let record = |e: &CudaEvent| e.record(&self.stream).map_err(|e| cu("cuEventRecord", e));
+        let (first, rest) = events.split_first().ok_or_else(|| {
+            RuntimeError::Unsupported("back-to-back timing without events".into())
+        })?;
+        record(first)?;
+        for e in rest {
+            issue()?;
+            record(e)?;
+        }
+        events
+            .windows(2)
+            .map(|w| {
+                let ms = w[0]
+                    .elapsed_ms(&w[1])
+                    .map_err(|e| cu("cuEventElapsedTime", e))?;
+                Ok((f64::from(ms) * 1e6).round().max(1.0) as u64)
+            })
+            .collect()
     }
 
     /// `issue` run three times to warm up, then `reps` times (at least once), each between
@@ -156,6 +266,14 @@ pub fn fp8_gemm_sweep_times(
     recipe: Fp8Recipe,
     reps: u32,
 ) -> Result<Vec<Vec<u64>>, RuntimeError> {
+    fp8_gemm_times(shapes, recipe, Timing::Reps(reps))
+}
+
+fn fp8_gemm_times(
+    shapes: &[Gemm],
+    recipe: Fp8Recipe,
+    timing: Timing,
+) -> Result<Vec<Vec<u64>>, RuntimeError> {
     let device = fp8_device(recipe)?.map_err(RuntimeError::Unsupported)?;
     guard("fp8_gemm_sweep", || {
         let timer = Timer::new()?;
@@ -178,7 +296,7 @@ pub fn fp8_gemm_sweep_times(
                     Err(RuntimeError::Unsupported(why))
                 }
             };
-            out.push(timer.times(reps, issue)?);
+            out.push(timer.run(timing, issue)?);
         }
         Ok(out)
     })

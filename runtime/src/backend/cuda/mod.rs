@@ -38,8 +38,9 @@ pub use backend::{CudaBackend, CudaOptions};
 pub use doctor::{doctor, DoctorReport, GpuInfo, Item, LibraryItem, PeerAccess};
 #[cfg(feature = "cuda")]
 pub use entry::{
-    fp8_device, fp8_gemm_sweep_times, gemm_sweep, gemm_sweep_times, run_scenario_single_gpu,
-    run_single_gpu, run_single_gpu_with, GemmSample, ScenarioRun,
+    fp8_device, fp8_gemm_back_to_back_times, fp8_gemm_sweep_times, gemm_back_to_back_times,
+    gemm_sweep, gemm_sweep_times, run_scenario_single_gpu, run_single_gpu, run_single_gpu_with,
+    GemmSample, ScenarioRun,
 };
 #[cfg(feature = "cuda")]
 pub use worker::run_cuda_worker;
