@@ -330,6 +330,8 @@ pub struct Sustained {
     /// median of five in a row), from the first call's start; `None` where they never did.
     pub throttled_after_ns: Option<u64>,
     pub calls: usize,
+    /// How long the GPU idled before the first call.
+    pub idle_ns: u64,
 }
 
 /// The early window of [`Sustained::early_flops_per_s`].
@@ -379,6 +381,7 @@ impl Sustained {
             late_fraction: early as f64 / late as f64,
             throttled_after_ns,
             calls: t.len(),
+            idle_ns: s.idle_ns,
         })
     }
 }

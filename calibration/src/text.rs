@@ -316,7 +316,7 @@ pub fn cuda_text(
             b.n,
             b.k,
             b.calls,
-            crate::cuda::SUSTAINED_IDLE_S,
+            b.idle_ns as f64 * 1e-9,
             b.early_flops_per_s / 1e12,
             b.late_flops_per_s / 1e12,
             b.late_fraction,
