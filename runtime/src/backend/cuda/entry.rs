@@ -153,6 +153,11 @@ pub fn fp8_device(recipe: Fp8Recipe) -> Result<Result<Fp8Device, String>, Runtim
     })
 }
 
+/// An event pair's milliseconds as whole ns, at least 1.
+fn event_ns(ms: f32) -> u64 {
+    (f64::from(ms) * 1e6).round().max(1.0) as u64
+}
+
 /// A stream on GPU 0 and the pair of events that times work issued on it.
 struct Timer {
     ctx: Arc<CudaContext>,
@@ -224,7 +229,7 @@ impl Timer {
                 let ms = w[0]
                     .elapsed_ms(&w[1])
                     .map_err(|e| cu("cuEventElapsedTime", e))?;
-                Ok((f64::from(ms) * 1e6).round().max(1.0) as u64)
+                Ok(event_ns(ms))
             })
             .collect()
     }
@@ -250,7 +255,7 @@ impl Timer {
                 .start
                 .elapsed_ms(&self.end)
                 .map_err(|e| cu("cuEventElapsedTime", e))?;
-            times.push((f64::from(ms) * 1e6).round().max(1.0) as u64);
+            times.push(event_ns(ms));
         }
         Ok(times)
     }
