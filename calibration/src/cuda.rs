@@ -345,9 +345,8 @@ impl Sustained {
             return None;
         }
         let median = |xs: &[u64]| {
-            let mut v = xs.to_vec();
-            v.sort_unstable();
-            v[v.len() / 2].max(1)
+            let v: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
+            twin_sim::stats::median_or_zero(&v).max(1.0)
         };
         let mut starts = Vec::with_capacity(t.len());
         let mut at = 0u64;
@@ -362,7 +361,7 @@ impl Sustained {
             .max(3);
         let early = median(&t[..early_n]);
         let late = median(&t[t.len() - t.len() / 3..]);
-        let mid = (early + late) / 2;
+        let mid = (early + late) / 2.0;
         let throttled_after_ns = (late > early)
             .then(|| {
                 t.windows(5)
@@ -376,9 +375,9 @@ impl Sustained {
             m: s.m,
             n: s.n,
             k: s.k,
-            early_flops_per_s: flops / (early as f64 * 1e-9),
-            late_flops_per_s: flops / (late as f64 * 1e-9),
-            late_fraction: early as f64 / late as f64,
+            early_flops_per_s: flops / (early * 1e-9),
+            late_flops_per_s: flops / (late * 1e-9),
+            late_fraction: early / late,
             throttled_after_ns,
             calls: t.len(),
             idle_ns: s.idle_ns,
