@@ -19,7 +19,10 @@
 //! ([`super::attention_fit`]).
 //!
 //! The backend priced is the one the scenario's framework file names for the scenario's GPU
-//! ([`scenario_backend`]); a profile supplies the curves.
+//! ([`scenario_backend`]); a profile supplies the curves. A kernel computes over the head
+//! dimension it was compiled for, the next one at least the model's
+//! ([`AttentionBackend::kernel_head_dim`]: FlashAttention-2 runs heads of 112 in its 128
+//! kernel), so `work_flops` and `d` are the kernel's; the op's `flops` keep the model's count.
 
 use super::secs_to_ns;
 pub use crate::scenario::framework::{AttentionBackend, ATTENTION_BACKENDS};
@@ -153,14 +156,19 @@ impl AttentionModel {
 
     /// Seconds of `a`'s calls at `peak` FLOP/s of its dtype.
     pub fn attention_s(&self, a: &Attention, peak: f64) -> f64 {
-        // Full and windowed calls each at the efficiency of their own keys per query.
+        // Full and windowed calls each at the efficiency of their own keys per query, over
+        // the head dimension of the kernel that runs them.
         a.parts()
             .map(|part| {
+                let kernel = Attention {
+                    head_dim: self.backend.kernel_head_dim(part.head_dim),
+                    ..part
+                };
                 let eff = self
-                    .curve(&part)
-                    .efficiency(part.keys_per_query(), part.head_dim as f64);
+                    .curve(&kernel)
+                    .efficiency(kernel.keys_per_query(), kernel.head_dim as f64);
                 let rate = super::positive_rate(peak * eff);
-                part.work_flops() as f64 / rate
+                kernel.work_flops() as f64 / rate
             })
             .sum()
     }

@@ -100,6 +100,41 @@ fn the_cudnn_backend_has_its_own_curve() {
     assert_eq!(model.compute_ns(0, &op(kernel(true, false))), 2_195_230);
 }
 
+/// A head smaller than the kernel compiled for it takes the kernel's time: FlashAttention-2
+/// runs heads of 112 in its 128 kernel, the Triton kernel heads of 80 in its 128 one, so both
+/// price exactly the head-128 call above; cuDNN computes over 112 (its work 112/128 of the
+/// head-128 call's, at its curve's efficiency for 112). The op's Megatron `flops` are the
+/// model's either way.
+#[test]
+fn a_head_smaller_than_its_kernel_takes_the_kernels_time() {
+    let with = |backend: AttentionBackend, head_dim: u64| {
+        let mut model = Analytic::new(&small_scenario(1, 1, 1, 1));
+        model.attention = Some(AttentionModel {
+            backend,
+            ..DEFAULT_ATTENTION
+        });
+        model.compute_ns(
+            0,
+            &op(Attention {
+                head_dim,
+                ..kernel(true, false)
+            }),
+        )
+    };
+    // Flash at 128: 4,143,791 ns (the first test).
+    assert_eq!(with(AttentionBackend::Flash, 112), 4_143_791);
+    assert_eq!(with(AttentionBackend::Flash, 128), 4_143_791);
+    // 96 is a kernel of its own: 3/4 of the work at eff 0.4351 * 2048.5/2368.5 * 96/119.
+    assert!(with(AttentionBackend::Flash, 96) < 4_143_791);
+    assert_eq!(
+        with(AttentionBackend::Triton, 80),
+        with(AttentionBackend::Triton, 128)
+    );
+    // cuDNN: 360,865,333,248 FLOPs at 1.0233 * 2048.5/2200.5 * 112/186.5 = 0.572080.
+    assert_eq!(with(AttentionBackend::Cudnn, 112), 2_021_780);
+    assert_eq!(with(AttentionBackend::Cudnn, 128), 2_195_230);
+}
+
 /// The scenario's framework file picks the kernel: llm-foundry's Triton FlashAttention on its
 /// own curve, torchtitan's SDPA flash kernel, Megatron-Core's flash-attn; a profile supplies
 /// the same curves. Each time

@@ -210,6 +210,37 @@ pub enum AttentionBackend {
     Triton,
 }
 
+/// The head dimensions FlashAttention-2 compiles kernels for: a call of head dimension `d`
+/// runs the first of them at least `d` (Dao-AILab/flash-attention@2bce87c98509448b6fe3d5d8bdcd68b68e7f87af:
+/// csrc/flash_attn/src/static_switch.h `HEADDIM_SWITCH`; PyTorch's SDPA flash kernel
+/// carries the same switch).
+pub const FLASH2_KERNEL_HEAD_DIMS: [u64; 7] = [32, 64, 96, 128, 160, 192, 256];
+
+impl AttentionBackend {
+    /// The head dimension the backend's kernel computes over for heads of `d`: the tiles of a
+    /// compiled kernel span its own head dimension, and a call of a smaller one loads its
+    /// heads with the rest masked to zero, so it takes the larger kernel's time.
+    /// - flash: the next of [`FLASH2_KERNEL_HEAD_DIMS`] (a head of 112 runs the 128 kernel);
+    /// - triton: the next power of two, at least 16 (`BLOCK_HEADDIM = max(next_power_of_2(d),
+    ///   16)`, loads masked by `EVEN_HEADDIM`: mosaicml/llm-foundry@0227d9f7b9c792e275e018bfac3a21dea4739323:
+    ///   llmfoundry/models/layers/flash_attn_triton.py `_flash_attn_forward`);
+    /// - cudnn: `d` itself; no public account of cuDNN's head-dimension padding was found, and
+    ///   its curve was measured at 64 and 128 only.
+    ///
+    /// Beyond the largest kernel `d` is returned unchanged.
+    pub fn kernel_head_dim(self, d: u64) -> u64 {
+        match self {
+            AttentionBackend::Flash => FLASH2_KERNEL_HEAD_DIMS
+                .iter()
+                .copied()
+                .find(|&k| d <= k)
+                .unwrap_or(d),
+            AttentionBackend::Triton => d.max(16).checked_next_power_of_two().unwrap_or(d),
+            AttentionBackend::Cudnn => d,
+        }
+    }
+}
+
 /// The names of [`AttentionBackend`] in framework and profile files.
 pub const ATTENTION_BACKENDS: [(&str, AttentionBackend); 3] = [
     ("flash", AttentionBackend::Flash),

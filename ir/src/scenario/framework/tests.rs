@@ -715,3 +715,38 @@ fn host_issue_keys_are_optional_and_default_from_the_eager_value() {
     assert_eq!(e.key, "launch.compiled_host_per_kernel_ns.value");
     assert_eq!(e.allowed, "0 ..= 1000000000");
 }
+
+#[test]
+fn kernels_round_the_head_dimension_up_to_the_one_they_were_compiled_for() {
+    use AttentionBackend::*;
+    // FlashAttention-2's HEADDIM_SWITCH: 32, 64, 96, 128, 160, 192, 256.
+    for (d, k) in [
+        (1, 32),
+        (32, 32),
+        (33, 64),
+        (80, 96),
+        (112, 128),
+        (128, 128),
+        (129, 160),
+        (192, 192),
+        (200, 256),
+        (256, 256),
+        (300, 300),
+    ] {
+        assert_eq!(Flash.kernel_head_dim(d), k, "flash d {d}");
+    }
+    // The Triton kernel: the next power of two, at least 16.
+    for (d, k) in [
+        (1, 16),
+        (16, 16),
+        (24, 32),
+        (80, 128),
+        (112, 128),
+        (128, 128),
+    ] {
+        assert_eq!(Triton.kernel_head_dim(d), k, "triton d {d}");
+    }
+    for d in [1, 80, 112, 128, 300] {
+        assert_eq!(Cudnn.kernel_head_dim(d), d);
+    }
+}
