@@ -26,6 +26,7 @@ const REQUIRED: &[(&str, &str, &[&str])] = &[
             "hardware_tflops_per_gpu",
             "mfu",
             "hfu",
+            "framework_flops",
             "bubble_fraction",
             "exposed_comm_fraction",
             "peak_memory_bytes",
@@ -57,6 +58,11 @@ const REQUIRED: &[(&str, &str, &[&str])] = &[
             "memory_breakdown",
             "host_memory_peak_bytes",
         ],
+    ),
+    (
+        "simulate",
+        "framework_flops",
+        &["framework", "attention", "tflops_per_gpu", "mfu"],
     ),
     (
         "simulate",

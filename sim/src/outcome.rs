@@ -25,6 +25,11 @@ pub struct RankStats {
     pub flops: u64,
     /// FLOPs of phases that count as model work ([`crate::schedule::Phase::is_model_work`]).
     pub model_flops: u64,
+    /// Of `model_flops`, the attention cores' full squares, and the same products counted over
+    /// the pairs their masks leave ([`crate::schedule::ComputeOp::attention_model_flops`]): what
+    /// a framework's own FLOP count needs ([`crate::report::Summary`]).
+    #[serde(skip_serializing)]
+    pub model_attention_flops: (u64, u64),
     /// Highest live device memory.
     pub peak_memory_bytes: u64,
     /// When the peak was first reached.

@@ -91,6 +91,8 @@ pub struct Report {
     pub hardware_tflops_per_gpu: f64,
     pub mfu: f64,
     pub hfu: f64,
+    /// The model FLOPs and MFU as the scenario's framework counts them in its own logs.
+    pub framework_flops: FrameworkFlops,
     pub bubble_fraction: f64,
     pub exposed_comm_fraction: f64,
     pub peak_memory_bytes: u64,
@@ -213,6 +215,19 @@ fn ratio(num: f64, den: f64) -> f64 {
     }
 }
 
+/// A step's model FLOPs as a framework's own throughput log counts them: twin's model FLOPs
+/// (`model_tflops_per_gpu`, Megatron's count with every attention core's full square) with the
+/// attention core counted the framework's way (its file's `report.attention_flops`), so that
+/// the figure compares with the TFLOP/s per GPU and MFU the framework prints for the same run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FrameworkFlops {
+    /// The framework file's name.
+    pub framework: String,
+    pub attention: crate::scenario::framework::AttentionFlops,
+    pub tflops_per_gpu: f64,
+    pub mfu: f64,
+}
+
 /// The headline figures of one step, from the engine's per-rank statistics but without the
 /// per-rank breakdown a [`Report`] adds: what a sweep row needs (a search builds thousands
 /// of these), and the figures every report starts from, so both agree to the bit.
@@ -225,6 +240,7 @@ pub struct Summary {
     pub hardware_tflops_per_gpu: f64,
     pub mfu: f64,
     pub hfu: f64,
+    pub framework_flops: FrameworkFlops,
     pub bubble_fraction: f64,
     pub exposed_comm_fraction: f64,
     /// The highest peak of any rank.
@@ -243,6 +259,17 @@ impl Summary {
         let step_s = result.step_time_ns as f64 * 1e-9;
         let tokens = scenario.tokens_per_step() as f64;
         let model_flops: f64 = result.ranks.iter().map(|r| r.model_flops as f64).sum();
+        let framework = &scenario.training.framework;
+        let counted: f64 = result
+            .ranks
+            .iter()
+            .map(|r| {
+                let (full, masked) = r.model_attention_flops;
+                framework
+                    .attention_flops
+                    .model_flops(r.model_flops, full, masked) as f64
+            })
+            .sum();
         let hw_flops: f64 = result.ranks.iter().map(|r| r.flops as f64).sum();
         let per_gpu = |f: f64| ratio(f / f64::from(world), step_s);
         let model_per_gpu = per_gpu(model_flops);
@@ -269,6 +296,12 @@ impl Summary {
             hardware_tflops_per_gpu: hw_per_gpu / 1e12,
             mfu: ratio(model_per_gpu, peak),
             hfu: ratio(hw_per_gpu, peak),
+            framework_flops: FrameworkFlops {
+                framework: framework.name.clone(),
+                attention: framework.attention_flops,
+                tflops_per_gpu: per_gpu(counted) / 1e12,
+                mfu: ratio(per_gpu(counted), peak),
+            },
             bubble_fraction: result.bubble_fraction(),
             exposed_comm_fraction: result.exposed_comm_fraction(),
             peak_memory_bytes,
@@ -315,6 +348,7 @@ impl Report {
             hardware_tflops_per_gpu: sum.hardware_tflops_per_gpu,
             mfu: sum.mfu,
             hfu: sum.hfu,
+            framework_flops: sum.framework_flops.clone(),
             bubble_fraction: sum.bubble_fraction,
             exposed_comm_fraction: sum.exposed_comm_fraction,
             peak_memory_bytes: sum.peak_memory_bytes,
@@ -402,6 +436,26 @@ impl Report {
             self.model_tflops_per_gpu,
             self.mfu * 100.0
         );
+        let f = &self.framework_flops;
+        // Only where the framework's count differs from twin's (a step without an attention
+        // kernel counts the same either way).
+        if f.attention != crate::scenario::framework::AttentionFlops::Full
+            && f.tflops_per_gpu != self.model_tflops_per_gpu
+        {
+            let how = match f.attention {
+                crate::scenario::framework::AttentionFlops::Causal => {
+                    "attention over the causal pairs"
+                }
+                _ => "no attention core",
+            };
+            let _ = writeln!(
+                o,
+                "framework FLOPs {:>8.1} TFLOP/s per GPU   MFU {:>5.1}%  ({}'s count: {how})",
+                f.tflops_per_gpu,
+                f.mfu * 100.0,
+                f.framework
+            );
+        }
         let _ = writeln!(
             o,
             "hardware FLOPs  {:>8.1} TFLOP/s per GPU   HFU {:>5.1}%",

@@ -172,6 +172,32 @@ impl Attention {
             .fold(0u64, u64::saturating_add)
     }
 
+    /// Megatron's FLOP count of the pairs the mask and the window leave, over all `count`
+    /// calls: 2 FLOPs per multiply-add of the two products (`QK^T`, `PV`) forward, twice that
+    /// backward (Megatron counts the backward as two forwards, not the kernel's 2.5), no sinks.
+    /// A causal call over a whole sequence of `s` counts `s (s + 1) / 2` pairs where
+    /// Megatron-LM's formula counts `s^2 / 2`, and a windowed one `s w - w (w - 1) / 2`, the
+    /// average causal window context Megatron-Bridge counts; load-balanced context-parallel
+    /// shards and ring blocks sum to their whole sequence's pairs.
+    pub fn masked_model_flops(&self) -> u64 {
+        let per_pair_products = if self.backward { 4 } else { 2 };
+        self.parts()
+            .map(|a| {
+                [
+                    2,
+                    u64::from(a.batch),
+                    u64::from(a.heads),
+                    a.head_dim,
+                    a.kind_pairs(),
+                    per_pair_products,
+                    u64::from(a.count),
+                ]
+                .iter()
+                .fold(1u64, |acc, &x| acc.saturating_mul(x))
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+
     /// FLOPs of the sink logits over all calls: 2 per (sequence, head, query) and call.
     pub fn sink_flops(&self) -> u64 {
         if !self.sinks {
@@ -327,6 +353,38 @@ mod tests {
         assert_eq!(attn(4, 8, true, false).pairs(), 18);
         assert_eq!(attn(3, 8, true, false).pairs(), 13);
         assert_eq!(attn(3, 7, true, false).pairs(), 12);
+    }
+
+    #[test]
+    fn masked_model_flops_count_the_pairs_megatron_style() {
+        // s = 4, causal: 10 pairs per (sequence, head), 2 x 2 FLOPs each forward, over
+        // batch 2, 3 heads of 64 and 4 calls; backward twice that.
+        let f = attn(4, 4, true, false);
+        assert_eq!(f.masked_model_flops(), 2 * 2 * 3 * 64 * 10 * 2 * 4);
+        let b = attn(4, 4, true, true);
+        assert_eq!(b.masked_model_flops(), 2 * f.masked_model_flops());
+        // Unmasked: the whole square, Megatron's full count.
+        assert_eq!(
+            attn(4, 4, false, false).masked_model_flops(),
+            2 * 2 * 3 * 64 * 16 * 2 * 4
+        );
+        // Sinks add no model FLOPs; a window counts its pairs (s = 6, window 3: 15).
+        let w = Attention {
+            window: 3,
+            windowed: 4,
+            sinks: true,
+            ..attn(6, 6, true, false)
+        };
+        assert_eq!(w.masked_model_flops(), 2 * 2 * 3 * 64 * 15 * 2 * 4);
+        // Megatron-Bridge's average causal window context w - w (w - 1) / (2 s), times s.
+        let (s, win) = (4096u64, 128u64);
+        let a = Attention {
+            window: win,
+            windowed: 1,
+            count: 1,
+            ..attn(s, s, true, false)
+        };
+        assert_eq!(a.window_pairs(), s * win - win * (win - 1) / 2);
     }
 
     #[test]

@@ -297,6 +297,7 @@ pub fn merge(plan: &Plan, schedule: &Schedule, ranks: &[RankMeasure]) -> Merged 
         let mut compute: Vec<(u64, u64)> = Vec::new();
         let mut comm: Vec<(u64, u64)> = Vec::new();
         let (mut flops, mut model_flops, mut finish_ns) = (0u64, 0u64, 0u64);
+        let mut model_attention_flops = (0u64, 0u64);
         // The part of an op's span its thread waited for a core is idle, for compute ops and
         // transfers alike, as the simulator counts a stretched op beyond its solo time
         // (`host_model::share`: waiting never exceeds the account it comes from).
@@ -310,6 +311,9 @@ pub fn merge(plan: &Plan, schedule: &Schedule, ranks: &[RankMeasure]) -> Merged 
                 flops += c.flops;
                 if c.phase.is_model_work() {
                     model_flops += c.flops;
+                    let (full, masked) = c.attention_model_flops();
+                    model_attention_flops.0 += full;
+                    model_attention_flops.1 += masked;
                 }
             } else if is_comm(op) {
                 comm.push((s, e));
@@ -330,6 +334,7 @@ pub fn merge(plan: &Plan, schedule: &Schedule, ranks: &[RankMeasure]) -> Merged 
             idle_ns: step_time_ns.saturating_sub(any) + wc + wm,
             flops,
             model_flops,
+            model_attention_flops,
             peak_memory_bytes: m.peak.peak_bytes,
             peak_time_ns: m.peak.peak_time_ns.saturating_sub(t0),
             peak_op: m.peak.peak_op,

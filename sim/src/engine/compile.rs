@@ -253,6 +253,9 @@ pub(crate) struct CProgram {
     /// FLOPs of all compute ops, and of those that count as model work.
     pub flops: u64,
     pub model_flops: u64,
+    /// Of `model_flops`, the attention cores' full squares and their masked pairs
+    /// ([`crate::schedule::ComputeOp::attention_model_flops`]).
+    pub model_attention_flops: (u64, u64),
 }
 
 /// A dep: done exactly when the cursor of its stream has passed its position `slot`.
@@ -352,6 +355,7 @@ pub(crate) fn compile(
     let mut open = OpenAllocs::new(n, n + 64);
     let mut memo = Recent::default();
     let (mut flops, mut model_flops) = (0u64, 0u64);
+    let mut model_attention_flops = (0u64, 0u64);
     let mut issued = 0u64;
     for (i, op) in program.ops.iter().enumerate() {
         let i32_ = i as u32;
@@ -385,6 +389,11 @@ pub(crate) fn compile(
                 let model = if c.phase.is_model_work() { c.flops } else { 0 };
                 flops = flops.saturating_add(c.flops);
                 model_flops = model_flops.saturating_add(model);
+                if c.phase.is_model_work() {
+                    let (full, masked) = c.attention_model_flops();
+                    model_attention_flops.0 = model_attention_flops.0.saturating_add(full);
+                    model_attention_flops.1 = model_attention_flops.1.saturating_add(masked);
+                }
                 let issued_before = issued;
                 issued = issued.saturating_add(u64::from(c.kernels));
                 CKind::Compute {
@@ -477,6 +486,7 @@ pub(crate) fn compile(
     Ok(CProgram {
         flops,
         model_flops,
+        model_attention_flops,
         ops,
         dep_at,
         stream_start,

@@ -104,6 +104,12 @@ struct RawLaunch {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawReport {
+    attention_flops: Option<Cited<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawRange {
     min: Option<u64>,
     max: Option<u64>,
@@ -151,6 +157,7 @@ struct RawFile {
     memory: RawMemory,
     recompute: RawRecompute,
     launch: RawLaunch,
+    report: Option<RawReport>,
     #[serde(default)]
     cannot_run: Vec<RawLimit>,
 }
@@ -495,6 +502,13 @@ impl Reader<'_> {
             memory,
             recompute,
             launch,
+            attention_flops: raw
+                .report
+                .as_ref()
+                .and_then(|r| r.attention_flops.as_ref())
+                .map(|c| self.name("report.attention_flops", c, &ATTENTION_FLOPS))
+                .transpose()?
+                .unwrap_or_default(),
             cannot_run,
         })
     }

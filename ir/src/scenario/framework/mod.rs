@@ -145,6 +145,10 @@ pub struct Framework {
     pub memory: MemoryHabits,
     pub recompute: RecomputeHabits,
     pub launch: Launch,
+    /// How its own throughput log counts the attention core in its model FLOPs
+    /// (`report.attention_flops`; `full` where the file leaves it out).
+    #[serde(default)]
+    pub attention_flops: AttentionFlops,
     /// Layouts it cannot launch, each with the reason.
     pub cannot_run: Vec<Limit>,
 }
@@ -455,6 +459,51 @@ pub enum SelectiveRecompute {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RecomputeHabits {
     pub selective: SelectiveRecompute,
+}
+
+/// How a framework's own model-FLOP count (the TFLOP/s per GPU and MFU its logs print) counts
+/// the attention core, the `QK^T` and `PV` products; everything else it counts as twin does
+/// (Megatron's GEMMs of the layer, the logits).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttentionFlops {
+    /// Every query against every key, whatever the mask (Narayanan et al. 2021; PaLM's MFU):
+    /// twin's model FLOPs.
+    #[default]
+    Full,
+    /// The pairs the causal mask (and a sliding window) leave: about half the square.
+    Causal,
+    /// Not counted: `6 x parameters` per token.
+    None,
+}
+
+/// The names of [`AttentionFlops`] in framework files.
+pub const ATTENTION_FLOPS: [(&str, AttentionFlops); 3] = [
+    ("full", AttentionFlops::Full),
+    ("causal", AttentionFlops::Causal),
+    ("none", AttentionFlops::None),
+];
+
+impl AttentionFlops {
+    /// The model FLOPs of work counted as `model_flops` (twin's count, the attention core's
+    /// full square `attention_full` included) with the core counted this way instead
+    /// (`attention_masked`: the pairs the mask and window leave).
+    pub fn model_flops(self, model_flops: u64, attention_full: u64, attention_masked: u64) -> u64 {
+        let rest = model_flops.saturating_sub(attention_full);
+        match self {
+            AttentionFlops::Full => model_flops,
+            AttentionFlops::Causal => rest.saturating_add(attention_masked),
+            AttentionFlops::None => rest,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionFlops::Full => "full",
+            AttentionFlops::Causal => "causal",
+            AttentionFlops::None => "none",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

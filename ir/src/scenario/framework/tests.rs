@@ -750,3 +750,48 @@ fn kernels_round_the_head_dimension_up_to_the_one_they_were_compiled_for() {
         assert_eq!(Cudnn.kernel_head_dim(d), d);
     }
 }
+
+/// `report.attention_flops` says how the framework's logs count the attention core: each
+/// bundled file states it; a file without the section counts the full square (twin's own
+/// model FLOPs); an unknown name is refused with its key, line and the names.
+#[test]
+fn attention_flops_convention_is_read_and_checked() {
+    let want = [
+        (Bundled::MegatronCore, AttentionFlops::Causal),
+        (Bundled::Torchtitan, AttentionFlops::Full),
+        (Bundled::Deepspeed, AttentionFlops::Full),
+        (Bundled::Hf, AttentionFlops::None),
+        (Bundled::LlmFoundry, AttentionFlops::Full),
+    ];
+    for (b, conv) in want {
+        assert_eq!(b.framework().unwrap().attention_flops, conv, "{}", b.name());
+    }
+    let text = bundled_text("megatron-core");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("attention_flops = "))
+        .unwrap();
+    let line_no = text.lines().position(|l| l == line).unwrap() as u32 + 1;
+    let bad = with(
+        &text,
+        line,
+        "attention_flops = { value = \"casual\", ref = \"r\" }",
+    );
+    let e = parse_str(&bad, "mine.toml").unwrap_err();
+    assert_eq!(
+        (e.key.as_str(), e.line),
+        ("report.attention_flops.value", Some(line_no)),
+        "{e}"
+    );
+    assert_eq!(e.allowed, "`full`, `causal`, `none`", "{e}");
+    assert!(e.message.contains("did you mean `causal`"), "{e}");
+    let without = with(&text, line, "");
+    assert_eq!(
+        parse_str(&without, "mine.toml").unwrap().attention_flops,
+        AttentionFlops::Full
+    );
+    // The count: twin's model FLOPs with the attention core replaced.
+    assert_eq!(AttentionFlops::Full.model_flops(100, 30, 16), 100);
+    assert_eq!(AttentionFlops::Causal.model_flops(100, 30, 16), 86);
+    assert_eq!(AttentionFlops::None.model_flops(100, 30, 16), 70);
+}

@@ -215,6 +215,7 @@ impl<S: Slots> State<S> {
                     idle_ns,
                     flops: ctx.prog(r).flops,
                     model_flops: ctx.prog(r).model_flops,
+                    model_attention_flops: ctx.prog(r).model_attention_flops,
                     peak_memory_bytes: m.peak,
                     peak_time_ns: m.peak_ns,
                     peak_op: m.peak_op,
