@@ -96,3 +96,43 @@ fn a_dispatch_across_nodes_is_slower_by_the_ratio_of_the_links() {
         );
     }
 }
+
+/// DeepEP's buffers (`moe_dispatcher = "deepep"`) are held on every GPU for the whole step:
+/// the peak of every rank grows by exactly their size, in the `buffers` category, and the
+/// size follows DeepEP's hints for the group (16 ranks over two nodes: an NVLink and an RDMA
+/// buffer; the NCCL all-to-all holds none).
+#[test]
+fn deepep_buffers_are_held_for_the_step() {
+    let mut nccl = moe([Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp]);
+    nccl.parallel.ep = 16;
+    nccl.model.moe = Some(Moe::uniform(16, 2, 1, 4096));
+    let mut deepep = nccl.clone();
+    deepep.training.moe_dispatcher = MoeDispatcher::DeepEp;
+    let bytes = twin_sim::workload::dispatch_buffer_bytes(&deepep);
+    assert_eq!(twin_sim::workload::dispatch_buffer_bytes(&nccl), 0);
+    assert_eq!(bytes, twin_sim::workload::deepep_buffer_bytes(4096, 16));
+    assert!(bytes > twin_sim::workload::deepep_buffer_bytes(4096, 8));
+    let peaks = |s: &Scenario| {
+        let plan = Plan::new(s).unwrap();
+        let sched = generate(s, &plan).unwrap();
+        let cost = Analytic::new(s);
+        let res = simulate(
+            &plan,
+            &sched,
+            &cost as &dyn CostModel,
+            &SimOptions::default(),
+        )
+        .unwrap();
+        res.ranks
+            .iter()
+            .map(|r| {
+                let buffers = r.memory_at_peak[twin_sim::schedule::MemCategory::Buffers as usize];
+                (r.peak_memory_bytes, buffers)
+            })
+            .collect::<Vec<_>>()
+    };
+    for ((p0, b0), (p1, b1)) in peaks(&nccl).into_iter().zip(peaks(&deepep)) {
+        assert_eq!(p1, p0 + bytes);
+        assert_eq!(b1, b0 + bytes);
+    }
+}

@@ -294,8 +294,10 @@ pub fn static_state_bytes(s: &Scenario, plan: &Plan) -> u64 {
         })
         .max()
         .unwrap_or(0)
-        // the framework reserve is held from the start of the step too
+        // the framework reserve and the expert dispatcher's buffers are held from the start of
+        // the step too
         .saturating_add(s.memory.reserved_bytes)
+        .saturating_add(crate::workload::dispatch_buffer_bytes(s))
 }
 
 fn evaluate(source: &ParsedSource, index: usize, overrides: Vec<String>) -> Outcome {

@@ -16,6 +16,7 @@ mod compute;
 mod cp_merge;
 mod deepspeed;
 mod dims;
+mod dispatch_buffers;
 mod optimizer;
 mod params;
 pub mod routing;
@@ -27,6 +28,7 @@ use crate::scenario::{MemoryAccounting, Recompute, Scenario};
 use comms::BlockComms;
 use compute::BlockParts;
 use dims::{mul, prod, Dims};
+pub use dispatch_buffers::{deepep_buffer_bytes, dispatch_buffer_bytes};
 pub use optimizer::{optimizer_bytes_per_param, optimizer_passes, OptimizerPass};
 pub use params::{
     activated_params, model_params, model_state_bytes, state_coefficients, StateCoefficients,

@@ -1,5 +1,5 @@
 //! The memory one stage's program holds outside the pipeline and data-parallel buffers: the
-//! model state for the whole step (and, under DeepSpeed accounting, the host memory that
+//! model state and the expert dispatcher's buffers for the whole step (and, under DeepSpeed accounting, the host memory that
 //! building the model needs, allocated and freed first), and the saved activations of each
 //! forward with the buffer a recompute re-creates, each freed after the pass that last reads
 //! it.
@@ -33,6 +33,12 @@ pub fn alloc_state(
             MemCategory::Reserved,
             Device::Gpu,
             ctx.s.memory.reserved_bytes,
+        ),
+        // DeepEP's all-to-all buffers, held from start-up (`workload::dispatch_buffer_bytes`).
+        (
+            MemCategory::Buffers,
+            Device::Gpu,
+            crate::workload::dispatch_buffer_bytes(ctx.s),
         ),
         (MemCategory::Weights, Device::Gpu, state.weights_bytes),
         (MemCategory::Grads, Device::Gpu, state.grads_bytes),
