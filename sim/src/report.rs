@@ -5,6 +5,7 @@
 
 use crate::outcome::{RankStats, SimResult};
 use crate::plan::{PartitionRule, Plan};
+use crate::scenario::framework::AttentionFlops;
 use crate::scenario::{Precision, Scenario};
 use crate::schedule::{MemCategory, Schedule};
 use serde::Serialize;
@@ -223,7 +224,7 @@ fn ratio(num: f64, den: f64) -> f64 {
 pub struct FrameworkFlops {
     /// The framework file's name.
     pub framework: String,
-    pub attention: crate::scenario::framework::AttentionFlops,
+    pub attention: AttentionFlops,
     pub tflops_per_gpu: f64,
     pub mfu: f64,
 }
@@ -439,13 +440,9 @@ impl Report {
         let f = &self.framework_flops;
         // Only where the framework's count differs from twin's (a step without an attention
         // kernel counts the same either way).
-        if f.attention != crate::scenario::framework::AttentionFlops::Full
-            && f.tflops_per_gpu != self.model_tflops_per_gpu
-        {
+        if f.attention != AttentionFlops::Full && f.tflops_per_gpu != self.model_tflops_per_gpu {
             let how = match f.attention {
-                crate::scenario::framework::AttentionFlops::Causal => {
-                    "attention over the causal pairs"
-                }
+                AttentionFlops::Causal => "attention over the causal pairs",
                 _ => "no attention core",
             };
             let _ = writeln!(
