@@ -144,15 +144,17 @@ fn deepseek_v3() {
     let k = keys(&notes);
     for key in [
         "rope_scaling",
-        "n_group",
-        "topk_group",
         "topk_method",
         "routed_scaling_factor",
         "quantization_config",
     ] {
         assert!(k.contains(&key), "{key} missing from {notes:?}");
     }
+    // Node-limited routing: 4 of 8 groups.
+    assert_eq!(s.model.moe.as_ref().unwrap().router_groups, (8, 4));
     for key in [
+        "n_group",
+        "topk_group",
         "n_routed_experts",
         "kv_lora_rank",
         "first_k_dense_replace",

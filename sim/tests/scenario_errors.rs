@@ -1003,6 +1003,36 @@ fn expert_parallel_rules() {
             allowed: &["set model.experts"],
         },
     );
+    let text = edit(
+        "vocab = 32000",
+        "vocab = 32000\nexperts = 8\ntop_k = 2\nrouter_groups = 3",
+    );
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "model.router_groups",
+            value: "3",
+            at: "router_groups = ^3",
+            message: &["3 groups do not divide the 8 experts"],
+            allowed: &["a divisor of model.experts"],
+        },
+    );
+    let text = edit(
+        "vocab = 32000",
+        "vocab = 32000\nexperts = 8\ntop_k = 4\nrouter_groups = 4\nrouter_group_top_k = 1",
+    );
+    expect(
+        &text,
+        Expect {
+            kind: ErrorKind::CrossField,
+            key: "model.router_group_top_k",
+            value: "1",
+            at: "router_group_top_k = ^1",
+            message: &["1 of 4 groups of 2 experts cannot give a token its 4"],
+            allowed: &["at most model.router_groups"],
+        },
+    );
 }
 
 #[test]

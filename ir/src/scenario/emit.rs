@@ -104,6 +104,10 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
         }
         model.insert("dense_layers", int(u64::from(moe.dense_layers)));
         model.insert("dense_ffn_hidden", int(moe.dense_ffn_hidden));
+        if moe.router_groups.0 > 1 {
+            model.insert("router_groups", int(u64::from(moe.router_groups.0)));
+            model.insert("router_group_top_k", int(u64::from(moe.router_groups.1)));
+        }
     }
     if let Some(mla) = &m.mla {
         let mut t = Table::new();

@@ -37,6 +37,8 @@ pub(crate) struct HfShape {
     pub shared_experts: Option<u64>,
     pub shared_ffn_hidden: Option<u64>,
     pub dense_layers: Option<u64>,
+    pub router_groups: Option<u64>,
+    pub router_group_top_k: Option<u64>,
     pub qkv_bias: bool,
     pub mla: Option<Mla>,
     pub mtp_layers: Option<u64>,
@@ -449,6 +451,7 @@ fn sliding_window(
 ///   which is `Moe::is_moe_layer` (DeepSeek's modeling code as vLLM carries it:
 ///   vllm-project/vllm@b863fe5bf4e19680572603b4e166faefc5725551
 ///   vllm/model_executor/models/deepseek_v2.py).
+/// - Group-limited routing: a token's experts come from `topk_group` of `n_group` groups.
 /// - Multi-head latent attention from `q_lora_rank` (null: queries projected directly),
 ///   `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim` and `v_head_dim`.
 fn deepseek_v3(
@@ -490,7 +493,11 @@ fn deepseek_v3(
         v_head_dim: rank("v_head_dim", mlak::V_HEAD_DIM.uint_range(), 128)?,
     });
     s.mtp_layers = r.uint("num_nextn_predict_layers", mk::MTP_LAYERS.uint_range())?;
+    s.router_groups = r.uint_or("n_group", mk::ROUTER_GROUPS.uint_range(), 8)?;
+    s.router_group_top_k = r.uint_or("topk_group", mk::ROUTER_GROUP_TOP_K.uint_range(), 4)?;
     modelled.extend([
+        "n_group",
+        "topk_group",
         "num_nextn_predict_layers",
         "n_routed_experts",
         "n_shared_experts",
@@ -756,15 +763,8 @@ mod tests {
         );
         assert!(s.gated_mlp && !s.qkv_bias);
         assert_eq!(s.mtp_layers, Some(1));
-        assert_eq!(
-            listed(&s),
-            [
-                "n_group",
-                "topk_group",
-                "topk_method",
-                "routed_scaling_factor"
-            ]
-        );
+        assert_eq!((s.router_groups, s.router_group_top_k), (Some(8), Some(4)));
+        assert_eq!(listed(&s), ["topk_method", "routed_scaling_factor"]);
     }
 
     /// A DeepSeek-V3 key the config leaves out takes DeepseekV3Config's default; a null
@@ -781,6 +781,7 @@ mod tests {
             (s.shared_experts, s.dense_layers, s.moe_every),
             (Some(1), Some(3), None)
         );
+        assert_eq!((s.router_groups, s.router_group_top_k), (Some(8), Some(4)));
         assert_eq!(
             s.mla.map(|m| (m.q_lora_rank, m.kv_lora_rank)),
             Some((1536, 512))

@@ -204,7 +204,35 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
                     "set model.shared_experts too, or remove this key",
                 ));
             }
+            let groups = opt(m.uint(&mk::ROUTER_GROUPS)?)
+                .or(base.router_groups)
+                .unwrap_or(1);
+            let group_top_k = opt(m.uint(&mk::ROUTER_GROUP_TOP_K)?)
+                .or(base.router_group_top_k)
+                .unwrap_or(groups);
+            let top = top_k.unwrap_or(experts.min(2));
+            if !experts.is_multiple_of(groups) {
+                return Err(m.err(
+                    ErrorKind::CrossField,
+                    mk::ROUTER_GROUPS.name,
+                    format!("{groups} groups do not divide the {experts} experts"),
+                    "a divisor of model.experts",
+                ));
+            }
+            let grouped = groups > 1 || m.has(mk::ROUTER_GROUP_TOP_K.name);
+            if grouped && (group_top_k > groups || group_top_k * (experts / groups) < top) {
+                return Err(m.err(
+                    ErrorKind::CrossField,
+                    mk::ROUTER_GROUP_TOP_K.name,
+                    format!(
+                        "{group_top_k} of {groups} groups of {} experts cannot give a token its {top}",
+                        experts / groups
+                    ),
+                    "at most model.router_groups, and groups holding at least model.top_k experts",
+                ));
+            }
             Some(Moe {
+                router_groups: (u32_of(groups), u32_of(group_top_k)),
                 experts: u32_of(experts),
                 top_k: u32_of(top_k.unwrap_or(experts.min(2))),
                 moe_every: u32_of(moe_every),
@@ -230,6 +258,8 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
                 mk::SHARED_EXPERT_FFN_HIDDEN.name,
                 mk::DENSE_LAYERS.name,
                 mk::DENSE_FFN_HIDDEN.name,
+                mk::ROUTER_GROUPS.name,
+                mk::ROUTER_GROUP_TOP_K.name,
             ] {
                 if m.has(key) {
                     return Err(m.err(

@@ -157,6 +157,16 @@ pub struct Moe {
     pub dense_layers: u32,
     /// Inner MLP width of the dense layers (`dense_ffn_hidden`).
     pub dense_ffn_hidden: u64,
+    /// Group-limited routing (`router_groups`, `router_group_top_k`): the experts form
+    /// `groups` groups of consecutive experts, and each token picks its `top_k` among the
+    /// experts of `group_top_k` of them (DeepSeek-V3's node-limited routing); `(1, 1)`: no
+    /// grouping.
+    #[serde(default = "one_group")]
+    pub router_groups: (u32, u32),
+}
+
+fn one_group() -> (u32, u32) {
+    (1, 1)
 }
 
 impl Moe {
@@ -172,6 +182,7 @@ impl Moe {
             shared_ffn_hidden: ffn_hidden,
             dense_layers: 0,
             dense_ffn_hidden: ffn_hidden,
+            router_groups: one_group(),
         }
     }
 

@@ -21,11 +21,14 @@ use crate::units::secs_to_ns;
 use serde::Serialize;
 
 /// The routing a hierarchical dispatch deduplicates: `top_k` distinct experts of `experts`,
-/// per token.
+/// per token, drawn from `group_top_k` of `groups` groups of consecutive experts (group-limited
+/// routing; `groups = 1`: from all of them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct NodeDedup {
     pub experts: u32,
     pub top_k: u32,
+    pub groups: u32,
+    pub group_top_k: u32,
 }
 
 impl NodeDedup {
@@ -36,23 +39,62 @@ impl NodeDedup {
             NodeDedup {
                 experts: moe.experts,
                 top_k: moe.top_k,
+                groups: moe.router_groups.0,
+                group_top_k: moe.router_groups.1,
             },
         )
     }
 
+    /// Routing without groups.
+    pub fn ungrouped(experts: u32, top_k: u32) -> NodeDedup {
+        NodeDedup {
+            experts,
+            top_k,
+            groups: 1,
+            group_top_k: 1,
+        }
+    }
+
     /// The expected number of distinct remote nodes holding one of a token's `top_k` experts,
-    /// for experts spread evenly over `nodes` nodes and drawn uniformly without repetition.
+    /// for experts spread evenly over `nodes` nodes, the groups drawn uniformly and the experts
+    /// uniformly without repetition from the drawn groups (the load-balanced routing the
+    /// benchmarks force): `(nodes - 1)` times the chance that a given other node receives one.
     pub fn remote_nodes_per_token(&self, nodes: u32) -> f64 {
         let n = f64::from(nodes.max(1));
-        let e = f64::from(self.experts.max(1));
-        let k = self.top_k.min(self.experts);
-        let elsewhere = e - e / n;
-        let mut miss = 1.0;
-        for i in 0..k {
-            let i = f64::from(i);
-            miss *= ((elsewhere - i) / (e - i)).max(0.0);
+        (n - 1.0) * (1.0 - self.node_missed(nodes.max(1)))
+    }
+
+    /// The chance that none of a token's experts is on a given node of `nodes`. With groups:
+    /// when each node holds whole groups (`groups` a multiple of `nodes`), summed over how many
+    /// of the node's groups were drawn; when each group spans whole nodes (`nodes` a multiple
+    /// of `groups`), the node's group drawn or not. Groups that straddle nodes otherwise are
+    /// priced as no grouping.
+    fn node_missed(&self, nodes: u32) -> f64 {
+        let e = u64::from(self.experts.max(1));
+        let k = u64::from(self.top_k.min(self.experts));
+        let (g, gk) = (
+            u64::from(self.groups.max(1)),
+            u64::from(self.group_top_k.max(1)),
+        );
+        let n = u64::from(nodes);
+        let per_node = e / n;
+        if g <= 1 || gk >= g || !e.is_multiple_of(g) {
+            return miss(e, per_node, k);
         }
-        (n - 1.0) * (1.0 - miss)
+        let per_group = e / g;
+        let pool = gk * per_group;
+        if g.is_multiple_of(n) {
+            // The node holds `h` groups; `j` of them drawn.
+            let h = g / n;
+            (0..=h.min(gk))
+                .map(|j| hypergeometric(g, h, gk, j) * miss(pool, j * per_group, k))
+                .sum()
+        } else if n.is_multiple_of(g) {
+            let drawn = gk as f64 / g as f64;
+            1.0 - drawn * (1.0 - miss(pool, per_node, k))
+        } else {
+            miss(e, per_node, k)
+        }
     }
 
     /// Bytes one rank sends over its RDMA rail and over NVLink for an all-to-all buffer of
@@ -133,6 +175,31 @@ impl NodeDedup {
     }
 }
 
+/// The chance that `k` draws without repetition from `pool` items all miss `away` of them.
+fn miss(pool: u64, away: u64, k: u64) -> f64 {
+    let mut p = 1.0;
+    for i in 0..k {
+        let (left, i) = (pool as f64 - i as f64, i as f64);
+        p *= ((pool as f64 - away as f64 - i) / left).max(0.0);
+    }
+    p
+}
+
+/// `C(n, r)` as a float (0 when `r > n`).
+fn choose(n: u64, r: u64) -> f64 {
+    if r > n {
+        return 0.0;
+    }
+    (0..r.min(n - r)).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+}
+
+/// The chance that `drawn` of `total` items, drawn without repetition, include exactly `j`
+/// of `marked` ones.
+fn hypergeometric(total: u64, marked: u64, drawn: u64, j: u64) -> f64 {
+    choose(marked, j) * choose(total - marked, drawn.saturating_sub(j)) / choose(total, drawn)
+        * f64::from(u8::from(j <= drawn))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,10 +233,7 @@ mod tests {
             (16, 8, 2),
             (12, 1, 4),
         ] {
-            let d = NodeDedup {
-                experts: e,
-                top_k: k,
-            };
+            let d = NodeDedup::ungrouped(e, k);
             let want = enumerated(e, k, n);
             assert!(
                 (d.remote_nodes_per_token(n) - want).abs() < 1e-12,
@@ -178,37 +242,103 @@ mod tests {
             );
         }
         // One node: nothing crosses. Top 1: the NCCL count, (N-1)/N.
-        assert_eq!(
-            NodeDedup {
-                experts: 64,
-                top_k: 8
-            }
-            .remote_nodes_per_token(1),
-            0.0
-        );
-        let one = NodeDedup {
-            experts: 64,
-            top_k: 1,
-        }
-        .remote_nodes_per_token(4);
+        assert_eq!(NodeDedup::ungrouped(64, 8).remote_nodes_per_token(1), 0.0);
+        let one = NodeDedup::ungrouped(64, 1).remote_nodes_per_token(4);
         assert!((one - 0.75).abs() < 1e-12);
+    }
+
+    /// Distinct remote nodes averaged over every choice of `gk` of `g` groups and of `k`
+    /// experts among the drawn groups' experts (each choice of groups equally likely, then
+    /// each choice of experts), `e` experts over `n` nodes, the token on node 0.
+    fn enumerated_grouped(e: u32, k: u32, n: u32, g: u32, gk: u32) -> f64 {
+        let (per_node, per_group) = (e / n, e / g);
+        let mut sum = 0.0;
+        let mut group_sets = 0u32;
+        for groups in 0u32..(1 << g) {
+            if groups.count_ones() != gk {
+                continue;
+            }
+            group_sets += 1;
+            let (mut total, mut count) = (0u64, 0u64);
+            for mask in 0u32..(1 << e) {
+                let allowed =
+                    (0..e).all(|x| mask & (1 << x) == 0 || groups & (1 << (x / per_group)) != 0);
+                if mask.count_ones() != k || !allowed {
+                    continue;
+                }
+                let nodes: std::collections::BTreeSet<u32> = (0..e)
+                    .filter(|x| mask & (1 << x) != 0)
+                    .map(|x| x / per_node)
+                    .collect();
+                total += nodes.iter().filter(|&&node| node != 0).count() as u64;
+                count += 1;
+            }
+            sum += total as f64 / count as f64;
+        }
+        sum / f64::from(group_sets)
+    }
+
+    /// Group-limited routing against enumeration, for nodes holding whole groups and for
+    /// groups spanning whole nodes; one group, or every group drawn, is no grouping.
+    #[test]
+    fn grouped_remote_nodes_match_enumeration() {
+        for (e, k, n, g, gk) in [
+            (8, 2, 2, 4, 2),
+            (8, 2, 4, 4, 2),
+            (12, 3, 3, 6, 2),
+            (16, 4, 4, 4, 2),
+            (16, 3, 4, 8, 3),
+            (16, 4, 8, 4, 2),
+            (12, 2, 6, 3, 1),
+        ] {
+            let d = NodeDedup {
+                experts: e,
+                top_k: k,
+                groups: g,
+                group_top_k: gk,
+            };
+            let want = enumerated_grouped(e, k, n, g, gk);
+            let got = d.remote_nodes_per_token(n);
+            assert!(
+                (got - want).abs() < 1e-12,
+                "{e} {k} {n} {g} {gk}: {got} vs {want}"
+            );
+        }
+        let plain = NodeDedup::ungrouped(16, 4).remote_nodes_per_token(4);
+        for (g, gk) in [(1, 1), (4, 4)] {
+            let d = NodeDedup {
+                experts: 16,
+                top_k: 4,
+                groups: g,
+                group_top_k: gk,
+            };
+            assert_eq!(d.remote_nodes_per_token(4), plain);
+        }
+    }
+
+    /// DeepSeek-V3's node-limited routing (8 groups, one per node of its 64-rank group, 4
+    /// drawn): a token reaches at most 4 nodes, 3.17 remote ones on average against 4.6 without
+    /// the limit.
+    #[test]
+    fn node_limited_routing_caps_the_nodes_a_token_reaches() {
+        let limited = NodeDedup {
+            experts: 256,
+            top_k: 8,
+            groups: 8,
+            group_top_k: 4,
+        }
+        .remote_nodes_per_token(8);
+        assert!((3.1..3.2).contains(&limited), "{limited}");
+        assert!(limited <= 4.0 * 7.0 / 8.0);
     }
 
     /// DeepSeek-V3 on 8 nodes (256 experts, top 8): about 4.6 remote nodes per token against
     /// NCCL's 7 copies; Qwen3-30B-A3B over 2 nodes (128 experts, top 8): about one against 4.
     #[test]
     fn deduplication_grows_with_top_k_per_node() {
-        let v3 = NodeDedup {
-            experts: 256,
-            top_k: 8,
-        }
-        .remote_nodes_per_token(8);
+        let v3 = NodeDedup::ungrouped(256, 8).remote_nodes_per_token(8);
         assert!((4.5..4.7).contains(&v3), "{v3}");
-        let qwen = NodeDedup {
-            experts: 128,
-            top_k: 8,
-        }
-        .remote_nodes_per_token(2);
+        let qwen = NodeDedup::ungrouped(128, 8).remote_nodes_per_token(2);
         assert!((0.99..1.0).contains(&qwen), "{qwen}");
     }
 }

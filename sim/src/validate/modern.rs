@@ -283,6 +283,8 @@ fn moe_keys(row: &RunRow) -> String {
         ("dense_layers", row.dense_layers.map(u64::from)),
         ("dense_ffn_hidden", row.dense_ffn_hidden),
         ("mtp_layers", row.mtp_layers.map(u64::from)),
+        ("router_groups", row.router_groups.map(u64::from)),
+        ("router_group_top_k", row.router_group_top_k.map(u64::from)),
     ];
     for (key, value) in keys {
         if let Some(v) = value {

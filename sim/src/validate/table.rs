@@ -91,6 +91,9 @@ pub struct RunRow {
     pub dense_layers: Option<u32>,
     pub dense_ffn_hidden: Option<u64>,
     pub mtp_layers: Option<u32>,
+    /// Group-limited routing: `router_group_top_k` of `router_groups` expert groups per token.
+    pub router_groups: Option<u32>,
+    pub router_group_top_k: Option<u32>,
     pub routing: Option<String>,
     pub moe_dispatcher: Option<String>,
     pub moe_a2a_overlap: Option<bool>,

@@ -18,6 +18,7 @@ fn moe_model(h: u64, s: u64, b: u64, (fe, fs, fd): (u64, u64, u64)) -> Scenario 
         shared_ffn_hidden: fs,
         dense_layers: 1,
         dense_ffn_hidden: fd,
+        router_groups: (1, 1),
     });
     sc.training.flash_attention = true;
     sc
