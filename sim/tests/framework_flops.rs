@@ -37,7 +37,7 @@ precision = "bf16"
 
 /// Model FLOPs per token of Llama 3 8B (h 4096, 32 layers, 32 heads and 8 KV heads of 128,
 /// SwiGLU 14,336, vocab 128,256) at `s` tokens by Megatron-LM's `num_floating_point_operations`
-/// (NVIDIA/Megatron-LM@8873b55d6a:megatron/training/training.py): `12 L h^2 (1 + g/n + s/h k)`
+/// (NVIDIA/Megatron-LM@8873b55d6aad08f0f535174746d2836df3dfa93b:megatron/training/training.py): `12 L h^2 (1 + g/n + s/h k)`
 /// for attention with `k` = 1 before that commit and 1/2 from it on, `12 L h f 3/2` for the
 /// MLP, `6 h V` for the logits.
 fn megatron_lm_per_token(s: f64, causal: bool) -> f64 {

@@ -9,7 +9,7 @@
 //! (NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553:
 //! megatron/core/transformer/moe/fused_a2a.py `get_buffer`, `get_hidden_bytes`, on the
 //! `tp_ep_group`); DeepEP's size hints are per channel (half its SMs, 20 by default) and peer
-//! (deepseek-ai/DeepEP@dd758ca:csrc/legacy/config.hpp `get_nvl_buffer_size_hint`,
+//! (deepseek-ai/DeepEP@dd758caf451848bd150e1046af3d0a73e5fff38d:csrc/legacy/config.hpp `get_nvl_buffer_size_hint`,
 //! `get_rdma_buffer_size_hint`; deep_ep/buffers/legacy.py `get_dispatch_config`,
 //! `get_combine_config`, `num_sms = 20`). Counted: the two hints; left out: DeepEP's few
 //! kilobytes of barrier signals and pointers, and whatever NVSHMEM's heap reserves beyond the
