@@ -225,6 +225,13 @@ fn is_zero(x: &u32) -> bool {
 }
 
 impl ComputeOp {
+    /// FLOPs of the op's GEMMs (without its attention kernel's).
+    pub fn gemm_flops(&self) -> u64 {
+        self.gemms
+            .iter()
+            .fold(0u64, |acc, g| acc.saturating_add(g.flops()))
+    }
+
     /// The attention core's share of `flops` (Megatron's full square, what `flops` holds
     /// beyond the GEMMs of an op with an attention kernel) and the same products counted over
     /// the pairs the mask and window leave ([`Attention::masked_model_flops`]); `(0, 0)` for an
@@ -232,16 +239,10 @@ impl ComputeOp {
     /// attention core) is `flops` with the first replaced by the second or by nothing.
     pub fn attention_model_flops(&self) -> (u64, u64) {
         match self.attention {
-            Some(a) => {
-                let gemm_flops = self
-                    .gemms
-                    .iter()
-                    .fold(0u64, |acc, g| acc.saturating_add(g.flops()));
-                (
-                    self.flops.saturating_sub(gemm_flops),
-                    a.masked_model_flops(),
-                )
-            }
+            Some(a) => (
+                self.flops.saturating_sub(self.gemm_flops()),
+                a.masked_model_flops(),
+            ),
             None => (0, 0),
         }
     }

@@ -234,7 +234,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
             Some(Moe {
                 router_groups: (u32_of(groups), u32_of(group_top_k)),
                 experts: u32_of(experts),
-                top_k: u32_of(top_k.unwrap_or(experts.min(2))),
+                top_k: u32_of(top),
                 moe_every: u32_of(moe_every),
                 ffn_hidden: moe_ffn_hidden,
                 shared_experts: u32_of(shared_experts),

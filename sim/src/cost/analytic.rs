@@ -494,10 +494,7 @@ impl CostModel for Analytic {
         if op.phase != Phase::Optimizer || self.node_step_bytes.is_none() {
             return None;
         }
-        let gemm_flops = op
-            .gemms
-            .iter()
-            .fold(0u64, |f, g| f.saturating_add(g.flops()));
+        let gemm_flops = op.gemm_flops();
         let fresh_s = self.memory_bound_s(op, gemm_flops, 0);
         let gone_s = self.memory_bound_s(op, gemm_flops, u64::MAX);
         Some(StateAging {

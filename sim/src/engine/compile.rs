@@ -386,10 +386,9 @@ pub(crate) fn compile(
                 if cache {
                     cached_ns = Some(memo.get(c, || cost.compute_ns(probe_rank, c)));
                 }
-                let model = if c.phase.is_model_work() { c.flops } else { 0 };
                 flops = flops.saturating_add(c.flops);
-                model_flops = model_flops.saturating_add(model);
                 if c.phase.is_model_work() {
+                    model_flops = model_flops.saturating_add(c.flops);
                     let (full, masked) = c.attention_model_flops();
                     model_attention_flops.0 = model_attention_flops.0.saturating_add(full);
                     model_attention_flops.1 = model_attention_flops.1.saturating_add(masked);

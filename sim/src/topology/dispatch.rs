@@ -177,12 +177,11 @@ impl NodeDedup {
 
 /// The chance that `k` draws without repetition from `pool` items all miss `away` of them.
 fn miss(pool: u64, away: u64, k: u64) -> f64 {
-    let mut p = 1.0;
-    for i in 0..k {
-        let (left, i) = (pool as f64 - i as f64, i as f64);
-        p *= ((pool as f64 - away as f64 - i) / left).max(0.0);
-    }
-    p
+    let (pool, away) = (pool as f64, away as f64);
+    (0..k).fold(1.0, |p, i| {
+        let i = i as f64;
+        p * ((pool - away - i) / (pool - i)).max(0.0)
+    })
 }
 
 /// `C(n, r)` as a float (0 when `r > n`).
@@ -196,8 +195,10 @@ fn choose(n: u64, r: u64) -> f64 {
 /// The chance that `drawn` of `total` items, drawn without repetition, include exactly `j`
 /// of `marked` ones.
 fn hypergeometric(total: u64, marked: u64, drawn: u64, j: u64) -> f64 {
-    choose(marked, j) * choose(total - marked, drawn.saturating_sub(j)) / choose(total, drawn)
-        * f64::from(u8::from(j <= drawn))
+    if j > drawn {
+        return 0.0;
+    }
+    choose(marked, j) * choose(total - marked, drawn - j) / choose(total, drawn)
 }
 
 #[cfg(test)]
@@ -207,20 +208,7 @@ mod tests {
     /// Distinct remote nodes averaged over every choice of `k` experts of `e`, spread evenly
     /// over `n` nodes, the token on node 0: the formula's ground truth by enumeration.
     fn enumerated(e: u32, k: u32, n: u32) -> f64 {
-        let per = e / n;
-        let (mut total, mut count) = (0u64, 0u64);
-        for mask in 0u32..(1 << e) {
-            if mask.count_ones() != k {
-                continue;
-            }
-            let nodes: std::collections::BTreeSet<u32> = (0..e)
-                .filter(|x| mask & (1 << x) != 0)
-                .map(|x| x / per)
-                .collect();
-            total += nodes.iter().filter(|&&node| node != 0).count() as u64;
-            count += 1;
-        }
-        total as f64 / count as f64
+        enumerated_grouped(e, k, n, 1, 1)
     }
 
     #[test]

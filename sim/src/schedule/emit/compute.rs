@@ -207,10 +207,7 @@ fn emit_ring(
 /// kernel.
 pub(crate) fn ring_blocks(op: &ComputeOp, steps: u32) -> Option<(ComputeOp, ComputeOp, ComputeOp)> {
     let a = op.attention?;
-    let gemm_flops = op
-        .gemms
-        .iter()
-        .fold(0u64, |acc, g| acc.saturating_add(g.flops()));
+    let gemm_flops = op.gemm_flops();
     let attention_flops = op.flops.saturating_sub(gemm_flops);
     let per_block = attention_flops / (u64::from(steps) + 1);
     let (first, other) = if a.causal {
