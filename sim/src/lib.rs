@@ -10,6 +10,7 @@ pub mod faults;
 pub mod host_backend;
 pub mod host_model;
 pub mod json;
+pub mod known_bias;
 mod limits;
 pub mod outcome;
 pub mod profile;

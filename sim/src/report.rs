@@ -130,7 +130,8 @@ pub struct Report {
     /// (the report itself is the median one's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interruptions: Option<InterruptedSteps>,
-    /// Choices made for the user (a default node, ...), one line each.
+    /// Choices made for the user (a default node, ...) and the known biases of the scenario's
+    /// kind of job ([`crate::known_bias`]), one line each.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }
@@ -195,7 +196,8 @@ pub struct InterruptedSteps {
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// What the scenario left to twin and twin chose, for the report's note lines.
+/// What the scenario left to twin and twin chose, and how published runs of its kind missed
+/// ([`crate::known_bias`]), for the report's note lines.
 fn notes(scenario: &Scenario) -> Vec<String> {
     let c = &scenario.cluster;
     let mut notes = Vec::new();
@@ -205,6 +207,11 @@ fn notes(scenario: &Scenario) -> Vec<String> {
             c.gpu.name, c.node, c.gpus_per_node
         ));
     }
+    notes.extend(
+        crate::known_bias::of(scenario)
+            .iter()
+            .map(|b| b.note.to_string()),
+    );
     notes
 }
 

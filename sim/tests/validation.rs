@@ -2,7 +2,9 @@
 //! per-layer timings, predicts every published figure; these runs are held out of the fit.
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
-use twin_sim::validate::{parse_table, validate_table};
+use std::collections::BTreeSet;
+use twin_sim::known_bias::{self, Direction};
+use twin_sim::validate::{parse_table, row_cases, validate_table, Table, Validation};
 
 const THROUGHPUT: &str = include_str!("../../data/validation/throughput.toml");
 
@@ -115,6 +117,10 @@ fn modern_runs_are_covered_and_predicted_within_the_recorded_accuracy() {
         v.median_abs_error
     );
     assert!(v.max_abs_error <= max, "max {}", v.max_abs_error);
+    // Every known bias is shown by some row here, and holds on every row it applies to.
+    let seen = biases_hold(&table, &v);
+    let all: BTreeSet<&str> = known_bias::ALL.iter().map(|b| b.id).collect();
+    assert_eq!(seen, all, "a known bias no published row shows");
     assert_eq!(v.groups.len(), 8);
     for g in &v.groups {
         let (median, max) = bound(&g.group);
@@ -196,6 +202,7 @@ fn a100_control(text: &str, name: &str, rows: usize, (median, max): (f64, f64)) 
     .unwrap();
     let v = validate_table(&table, std::slice::from_ref(&profile)).unwrap();
     println!("{}", v.to_text());
+    biases_hold(&table, &v);
     assert_eq!(v.rows.len(), rows);
     assert!(v.uncovered.is_empty(), "{:?}", v.uncovered);
     assert!(v.max_abs_error <= max, "max {}", v.max_abs_error);
@@ -227,4 +234,32 @@ fn torchtitan_runs_on_a100_are_predicted_within_the_recorded_accuracy() {
 fn llm_foundry_runs_on_a100_are_predicted_within_the_recorded_accuracy() {
     let text = include_str!("data/llm-foundry-a100.toml");
     a100_control(text, "llm-foundry-a100.toml", 34, (0.177, 0.323));
+}
+
+/// Checks each known bias (`twin_sim::known_bias`, the note a report prints for a kind of
+/// job) against the published rows: every row whose scenario it applies to misses in its
+/// direction. Returns the biases some row showed.
+fn biases_hold(table: &Table, v: &Validation) -> BTreeSet<&'static str> {
+    let mut seen = BTreeSet::new();
+    for row in &table.run {
+        let Some(case) = row_cases(row).ok().and_then(|c| c.into_iter().next()) else {
+            continue;
+        };
+        for bias in known_bias::of(&case.scenario) {
+            for c in v.rows.iter().filter(|c| c.id == row.id) {
+                let holds = match bias.direction {
+                    Direction::TooFast => c.error < 0.0,
+                    Direction::TooSlow => c.error > 0.0,
+                };
+                assert!(
+                    holds,
+                    "{}: error {:+.3} against the known bias {} ({:?}); correct or drop the \
+                     bias (sim/src/known_bias.rs) and docs/accuracy.md",
+                    c.id, c.error, bias.id, bias.direction
+                );
+                seen.insert(bias.id);
+            }
+        }
+    }
+    seen
 }
