@@ -1163,7 +1163,7 @@ fn unknown_presets() {
             at: "\"dgx-b300\"",
             message: &["unknown node preset"],
             allowed: &[
-                "dgx-a100, dgx-h100, hgx-h800, dgx-h200, hgx-h200, dgx-b200, gb200-nvl72, custom",
+                "dgx-a100, dgx-h100, grand-teton, hgx-h800, dgx-h200, hgx-h200, dgx-b200, gb200-nvl72, custom",
             ],
         },
     );

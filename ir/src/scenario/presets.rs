@@ -146,11 +146,13 @@ pub(crate) fn gpu(name: &str) -> Option<Gpu> {
 
 /// The NVLink node a GPU preset usually comes in: what `cluster.node` defaults to. An H200
 /// HGX board has the DGX H100's NVLink4 switches and NDR NICs (`dgx-h200` has the same
-/// figures); a GB200 GPU comes in a GB200 NVL72 rack.
+/// figures); the 500 W 96 GB H100 in Meta's Grand Teton servers; a GB200 GPU comes in a GB200
+/// NVL72 rack.
 pub(crate) fn default_node(gpu_name: &str) -> Option<&'static str> {
     match gpu(gpu_name)?.name.as_str() {
         "a100-sxm-80gb" => Some("dgx-a100"),
-        "h100-sxm-80gb" | "h100-sxm-96gb-500w" | "h200-141gb" => Some("dgx-h100"),
+        "h100-sxm-80gb" | "h200-141gb" => Some("dgx-h100"),
+        "h100-sxm-96gb-500w" => Some("grand-teton"),
         "h800-sxm-80gb" => Some("hgx-h800"),
         "b200-sxm-180gb" => Some("dgx-b200"),
         "gb200" => Some("gb200-nvl72"),
@@ -194,9 +196,10 @@ fn hopper_peak() -> PeakFlops {
     }
 }
 
-pub(crate) const NODE_NAMES: [&str; 7] = [
+pub(crate) const NODE_NAMES: [&str; 8] = [
     "dgx-a100",
     "dgx-h100",
+    "grand-teton",
     "hgx-h800",
     "dgx-h200",
     "hgx-h200",
@@ -215,6 +218,11 @@ pub(crate) fn node(name: &str) -> Option<NodeSpec> {
         "dgx-a100" => (8, 300e9, 25e9),
         // NVLink4: 18 links x 25 GB/s per direction; 8 x 400 Gb/s NDR, one NIC per GPU.
         "dgx-h100" => (8, 450e9, 50e9),
+        // Meta's Grand Teton H100 server: 8 GPUs on NVLink (NVSwitch, the DGX H100's NVLink4)
+        // and 400 Gb/s per GPU to the RoCE or InfiniBand fabric (Llama 3 paper, arXiv
+        // 2407.21783, section 3.3.1; pytorch/torchtitan@d4c86e3758a84cf23e2e879ab3c995cba9d5e410:
+        // docs/performance.md: 400 Gb/s RDMA per GPU).
+        "grand-teton" => (8, 450e9, 50e9),
         // H800 datasheet: NVLink 400 GB/s bidirectional, 200 GB/s per direction; eight
         // 400 Gb/s InfiniBand NICs per node, one per GPU, as in DeepSeek's H800 cluster
         // (Zhao et al. 2025, "Insights into DeepSeek-V3", arXiv 2505.09343, section 4).
@@ -370,6 +378,7 @@ mod tests {
         let want = [
             ("dgx-a100", 8, 300e9, 25e9),
             ("dgx-h100", 8, 450e9, 50e9),
+            ("grand-teton", 8, 450e9, 50e9),
             ("hgx-h800", 8, 200e9, 50e9),
             ("dgx-h200", 8, 450e9, 50e9),
             ("hgx-h200", 8, 450e9, 50e9),
@@ -425,6 +434,7 @@ mod tests {
         }
         assert_eq!(default_node("h200-sxm-141gb"), Some("dgx-h100"));
         assert_eq!(default_node("a100-sxm-80gb"), Some("dgx-a100"));
+        assert_eq!(default_node("h100-sxm-96gb-500w"), Some("grand-teton"));
         assert_eq!(default_node("h800-sxm-80gb"), Some("hgx-h800"));
         assert_eq!(default_node("b200"), Some("dgx-b200"));
         assert_eq!(default_node("gb200"), Some("gb200-nvl72"));
