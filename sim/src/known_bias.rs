@@ -20,19 +20,29 @@ pub enum Direction {
 }
 
 /// One kind of job and how twin's predictions of it have missed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub struct KnownBias {
     /// Short, stable name (in test messages).
     pub id: &'static str,
     pub direction: Direction,
     /// The report's note line.
     pub note: &'static str,
+    /// Whether a scenario is of this kind.
+    pub applies: fn(&Scenario) -> bool,
 }
 
 /// Dropless routing of Megatron-Core's mixture-of-experts layers.
 pub const DROPLESS_MOE: KnownBias = KnownBias {
     id: "dropless-moe",
     direction: Direction::TooFast,
+    applies: |s| {
+        s.model.moe.is_some()
+            && s.training.framework.name == "megatron-core"
+            && matches!(
+                s.training.moe_routing,
+                MoeRouting::Balanced | MoeRouting::ForceBalanced
+            )
+    },
     note: "every published Megatron-Core mixture-of-experts run with dropless routing took \
            longer than twin predicts for it (capacity-padded runs did not); see \
            docs/accuracy.md, Known misses",
@@ -42,6 +52,7 @@ pub const DROPLESS_MOE: KnownBias = KnownBias {
 pub const GRAND_TETON_500W: KnownBias = KnownBias {
     id: "h100-500w",
     direction: Direction::TooFast,
+    applies: |s| s.cluster.gpu.name == GRAND_TETON_GPU,
     note: "this 500 W H100's tensor-core peak is unpublished, and every published run on it \
            took longer than twin predicts for it; see docs/accuracy.md, Known misses",
 };
@@ -50,6 +61,11 @@ pub const GRAND_TETON_500W: KnownBias = KnownBias {
 pub const TRITON_LONG_SEQUENCES: KnownBias = KnownBias {
     id: "triton-attention-long",
     direction: Direction::TooSlow,
+    applies: |s| {
+        s.training.flash_attention
+            && scenario_backend(s) == AttentionBackend::Triton
+            && s.model.seq_len > TRITON_FIGURE_TOKENS
+    },
     note: "the Triton FlashAttention kernel's speed beyond 16k tokens is extrapolated from its \
            published figure, and every published run past it was faster than twin predicts; \
            see docs/accuracy.md, Known misses",
@@ -64,30 +80,9 @@ const GRAND_TETON_GPU: &str = "h100-sxm-96gb-500w";
 /// The sequence length up to which the Triton kernel's curve is the published figure's.
 const TRITON_FIGURE_TOKENS: u64 = 16_384;
 
-/// Whether `bias` applies to `s`.
-pub fn applies(bias: &KnownBias, s: &Scenario) -> bool {
-    match bias.id {
-        "dropless-moe" => {
-            s.model.moe.is_some()
-                && s.training.framework.name == "megatron-core"
-                && matches!(
-                    s.training.moe_routing,
-                    MoeRouting::Balanced | MoeRouting::ForceBalanced
-                )
-        }
-        "h100-500w" => s.cluster.gpu.name == GRAND_TETON_GPU,
-        "triton-attention-long" => {
-            s.training.flash_attention
-                && scenario_backend(s) == AttentionBackend::Triton
-                && s.model.seq_len > TRITON_FIGURE_TOKENS
-        }
-        _ => false,
-    }
-}
-
 /// The biases that apply to `s`, in [`ALL`]'s order.
 pub fn of(s: &Scenario) -> Vec<KnownBias> {
-    ALL.iter().copied().filter(|b| applies(b, s)).collect()
+    ALL.iter().copied().filter(|b| (b.applies)(s)).collect()
 }
 
 #[cfg(test)]
