@@ -147,7 +147,7 @@ pub fn step_lower_bounds(
     let module_bytes = (scenario.memory.accounting == MemoryAccounting::Deepspeed)
         .then(|| crate::workload::state_coefficients(&scenario.training).weight_bytes);
     let deepspeed = module_bytes.is_some();
-    let dispatch_bytes = crate::workload::dispatch_buffer_bytes(scenario);
+    let held_for_the_run = crate::workload::held_for_the_run_bytes(scenario);
     for chunks in &loads {
         for (stage, order) in orders.orders.iter().enumerate() {
             let my_chunks = chunks.get(stage).map(Vec::as_slice).unwrap_or_default();
@@ -157,8 +157,7 @@ pub fn step_lower_bounds(
                 .weights_bytes
                 .saturating_add(state.optimizer_bytes)
                 .saturating_add(if grads_held { state.grads_bytes } else { 0 })
-                .saturating_add(scenario.memory.reserved_bytes)
-                .saturating_add(dispatch_bytes)
+                .saturating_add(held_for_the_run)
                 .saturating_add(buffers.bytes());
             let units = gathered_unit_bytes(&policy, my_chunks, module_bytes);
             let grads = orders

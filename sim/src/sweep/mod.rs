@@ -296,8 +296,7 @@ pub fn static_state_bytes(s: &Scenario, plan: &Plan) -> u64 {
         .unwrap_or(0)
         // the framework reserve and the expert dispatcher's buffers are held from the start of
         // the step too
-        .saturating_add(s.memory.reserved_bytes)
-        .saturating_add(crate::workload::dispatch_buffer_bytes(s))
+        .saturating_add(crate::workload::held_for_the_run_bytes(s))
 }
 
 fn evaluate(source: &ParsedSource, index: usize, overrides: Vec<String>) -> Outcome {

@@ -130,6 +130,16 @@ pub fn dispatch_buffer_bytes(s: &Scenario) -> u64 {
     deepep_buffer_bytes(s.model.hidden, ranks)
 }
 
+/// What every GPU of `s` holds from start-up to the end of the step outside the model state
+/// and the pipeline's buffers: the framework's reserve (`memory.reserved_bytes`) and the
+/// expert dispatcher's buffers ([`dispatch_buffer_bytes`]). The HBM lower bounds add it; the
+/// memory timeline holds the two as their own categories (`schedule::emit::memory`).
+pub fn held_for_the_run_bytes(s: &Scenario) -> u64 {
+    s.memory
+        .reserved_bytes
+        .saturating_add(dispatch_buffer_bytes(s))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

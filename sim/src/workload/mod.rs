@@ -28,7 +28,7 @@ use crate::scenario::{MemoryAccounting, Recompute, Scenario};
 use comms::BlockComms;
 use compute::BlockParts;
 use dims::{mul, prod, Dims};
-pub use dispatch_buffers::{deepep_buffer_bytes, dispatch_buffer_bytes};
+pub use dispatch_buffers::{deepep_buffer_bytes, dispatch_buffer_bytes, held_for_the_run_bytes};
 pub use optimizer::{optimizer_bytes_per_param, optimizer_passes, OptimizerPass};
 pub use params::{
     activated_params, model_params, model_state_bytes, state_coefficients, StateCoefficients,

@@ -1,8 +1,8 @@
 //! The memory one stage's program holds outside the pipeline and data-parallel buffers: the
-//! model state and the expert dispatcher's buffers for the whole step (and, under DeepSpeed accounting, the host memory that
-//! building the model needs, allocated and freed first), and the saved activations of each
-//! forward with the buffer a recompute re-creates, each freed after the pass that last reads
-//! it.
+//! model state and the expert dispatcher's buffers for the whole step (and, under DeepSpeed
+//! accounting, the host memory that building the model needs, allocated and freed first), and
+//! the saved activations of each forward with the buffer a recompute re-creates, each freed
+//! after the pass that last reads it.
 
 use crate::schedule::builder::{AllocTag, Builder};
 use crate::schedule::chunks::Seg;
