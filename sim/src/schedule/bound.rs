@@ -115,10 +115,11 @@ pub struct Prices<'a> {
 }
 
 /// The [`Bounds`] of step `step`, with each op priced by `price`. When the memory bound
-/// exceeds `memory_limit_bytes` nothing is priced and the step's bound is 0. Without
-/// `dp_stream` the data-parallel stream (gathers, reductions, the optimizer's wait for them)
-/// is left out: a cheaper bound, and a lower one, that a search can take first and refine only
-/// for the layouts it would otherwise simulate.
+/// exceeds `memory_limit_bytes` nothing is priced and the step's bound is 0. Without `full`
+/// the chain of passes over the stages ([`chain_ends`]) and the data-parallel stream
+/// (gathers, reductions, the optimizer's wait for them) are left out: a cheaper bound, and a
+/// lower one (each stage's fill, passes, drain and optimizer), that a search can take for
+/// every layout and refine only for the layouts it would otherwise simulate.
 #[allow(clippy::too_many_arguments)]
 pub fn step_lower_bounds(
     scenario: &Scenario,
@@ -128,7 +129,7 @@ pub fn step_lower_bounds(
     price: &Prices<'_>,
     memo: &mut PriceMemo,
     memory_limit_bytes: u64,
-    dp_stream_too: bool,
+    full: bool,
 ) -> Result<Bounds, ScheduleError> {
     let (pp, vpp, m) = (plan.pp(), plan.vpp(), plan.microbatches);
     let policy = DpPolicy::new(scenario, plan, step)?;
@@ -231,7 +232,7 @@ pub fn step_lower_bounds(
                 chunks,
                 overlap_buckets: buckets,
             };
-            let dp = if dp_stream_too {
+            let dp = if full {
                 dp_stream(&ctx, my_chunks, order, &|call| {
                     (price.collective)(stage as u32, call)
                 })?
@@ -307,7 +308,9 @@ pub fn step_lower_bounds(
             streams.push(dp);
         }
         // One stage has no transfers: its chain is its passes.
-        let ends = if pp > 1 {
+        let ends = if !full {
+            None
+        } else if pp > 1 {
             chain_ends(
                 &orders,
                 &all_slots,

@@ -130,8 +130,8 @@ fn bounds_never_exceed_the_simulated_step_or_peak() {
                 continue;
             };
             let b = sizes::lower_bounds(&s, &plan, u64::MAX, true).unwrap();
-            // The bound without the data-parallel stream, which the search takes first, is
-            // lower, and its memory bound the same.
+            // The bound without the pass chain and the data-parallel stream, which the search
+            // takes first, is lower, and its memory bound the same.
             let cheap = sizes::lower_bounds(&s, &plan, u64::MAX, false).unwrap();
             assert!(cheap.step_ns <= b.step_ns, "{name}: {o:?}");
             assert_eq!(cheap.memory_bytes, b.memory_bytes, "{name}: {o:?}");

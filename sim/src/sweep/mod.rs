@@ -481,8 +481,9 @@ fn examine(
     out
 }
 
-/// The full step bound of a layout (with the data-parallel stream, [`sizes::lower_bounds`]),
-/// which [`examine`] leaves out for speed; `None` where it cannot be had.
+/// The full step bound of a layout (with the pass chain and the data-parallel stream,
+/// [`sizes::lower_bounds`]), which [`examine`] leaves out for speed; `None` where it cannot
+/// be had.
 fn full_step_bound(source: &ParsedSource, overrides: &[String]) -> Option<f64> {
     let (scenario, plan) = source.resolve_planned(overrides).ok()?;
     let usable = scenario.cluster.gpu.usable_bytes();
@@ -495,11 +496,11 @@ fn full_step_bound(source: &ParsedSource, overrides: &[String]) -> Option<f64> {
 /// layout is first resolved and bounded ([`cost_of`]), then simulated in the order of its
 /// bound, in batches, until the next bound is worse than the `keep`-th best fitting layout
 /// simulated so far; the rest are counted as `pruned`. Layouts are ordered by the bound
-/// without the data-parallel stream (cheap for every layout); one about to be simulated gets
-/// its full bound first and is pruned instead when that already exceeds the `keep`-th best.
-/// The best `keep` are then exactly those
-/// a simulation of every layout finds (ties broken by index as [`SweepResult::ranked`] does),
-/// and the Pareto front is exact up to the `keep`-th best step. `progress` is called with the
+/// without the pass chain and the data-parallel stream (cheap for every layout); one about to
+/// be simulated gets its full bound first and is pruned instead when that already exceeds the
+/// `keep`-th best. The best `keep` are then exactly those a simulation of every layout finds
+/// (ties broken by index as [`SweepResult::ranked`] does), and the Pareto front is exact up to
+/// the `keep`-th best step. `progress` is called with the
 /// number of layouts finished since its last call.
 pub fn run_set(
     source: &ScenarioSource,

@@ -125,13 +125,13 @@ pub(crate) fn generate_each<E: From<ScheduleError>>(
 /// priced by the cost model the sweep simulates it with (`Analytic::new`; collectives on the
 /// first rank of each stage, in that rank's groups, as the engine prices them when no flow
 /// network times them), with `layers_work` and the compute prices of its answers taken from
-/// this thread's cache as [`generate`] takes them. `dp_stream_too`: with the data-parallel
-/// stream (the full bound) or without it (a cheaper, lower one).
+/// this thread's cache as [`generate`] takes them. `full`: with the pass chain and the
+/// data-parallel stream (the full bound) or without them (a cheaper, lower one).
 pub(crate) fn lower_bounds(
     scenario: &Scenario,
     plan: &Plan,
     memory_limit_bytes: u64,
-    dp_stream_too: bool,
+    full: bool,
 ) -> Result<crate::schedule::Bounds, ScheduleError> {
     let analytic_cost = crate::cost::Analytic::new(scenario);
     let cost: &dyn crate::cost::CostModel = &analytic_cost;
@@ -191,7 +191,7 @@ pub(crate) fn lower_bounds(
             &prices,
             &mut memo,
             memory_limit_bytes,
-            dp_stream_too,
+            full,
         );
         sizes.prices.replace(memo);
         b
