@@ -31,7 +31,12 @@ const STORE_TRACE_BYTES: u64 = 1 << 20;
 
 /// Scenarios whose full trace is over the binary's trace limit: traced by default (one
 /// representative rank per pipeline stage); the others with `--trace-ranks all`.
-const COLLAPSED_TRACE: &[&str] = &["16384xH100.toml", "131072xH100.toml", "1048576xH100.toml"];
+const COLLAPSED_TRACE: &[&str] = &[
+    "16384xH100.toml",
+    "131072xH100.toml",
+    "1048576xH100.toml",
+    "moe/deepseek-v3-1024xH100.toml",
+];
 
 /// Lines of unified diff shown per failing file.
 const DIFF_LINES: usize = 80;

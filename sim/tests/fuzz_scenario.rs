@@ -1,6 +1,7 @@
 //! Fuzzing scenario parsing, validation and planning with proptest: random mutations of the
-//! bundled scenarios (deleted, swapped and truncated lines, huge / zero / negative numbers,
-//! wrong types, unicode, deep nesting, keys moved between sections) plus random overrides.
+//! bundled scenarios, mixtures of experts among them (deleted, swapped and truncated lines,
+//! huge / zero / negative numbers, wrong types, unicode, deep nesting, keys moved between
+//! sections) plus random overrides.
 //! Properties: `parse_str` never panics; an error is well-formed (located inside the text,
 //! bounded in size, never the "plan rejected a validated scenario" kind); and whenever it
 //! returns Ok, `Plan::new` succeeds and `to_toml` round-trips.
@@ -25,8 +26,10 @@ use twin_sim::plan::Plan;
 use twin_sim::scenario::{to_toml, ErrorKind};
 use twin_sim::setup::parse_str;
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 9] = [
     include_str!("../../scenarios/512xA100.toml"),
+    include_str!("../../scenarios/moe/deepseek-v3-1024xH100.toml"),
+    include_str!("../../scenarios/moe/qwen3-30b-a3b-16xH100.toml"),
     include_str!("../../scenarios/16384xH100.toml"),
     include_str!("../../scenarios/small.toml"),
     include_str!("../../scenarios/schedules/gpipe.toml"),
@@ -54,6 +57,20 @@ const KEYS: &[&str] = &[
     "moe_every",
     "moe_routing",
     "moe_a2a_overlap",
+    "moe_ffn_hidden",
+    "shared_experts",
+    "shared_expert_ffn_hidden",
+    "dense_layers",
+    "dense_ffn_hidden",
+    "router_groups",
+    "router_group_top_k",
+    "mtp_layers",
+    "head_dim",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "moe_dispatcher",
+    "fp8_recipe",
     "gpu",
     "gpus",
     "gpus_per_node",
@@ -63,12 +80,14 @@ const KEYS: &[&str] = &[
     "dp",
     "vpp",
     "ep",
+    "etp",
     "cp",
     "zero",
     "fsdp",
     "sequence_parallel",
     "schedule",
     "layer_partition",
+    "pipeline_layout",
     "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split",
     "order",
@@ -103,6 +122,7 @@ const SECTIONS: &[&str] = &[
     "training",
     "run",
     "cluster.gpu",
+    "model.mla",
 ];
 
 /// Hand-picked values: extremes, wrong types, unicode, names that are almost right.
@@ -572,6 +592,9 @@ const HUGE_PATHS: &[&str] = &[
     "cluster.gpus",
     "parallel.dp",
     "parallel.pp",
+    "parallel.ep",
+    "model.experts",
+    "model.mtp_layers",
 ];
 
 fn huge_override() -> impl Strategy<Value = String> {

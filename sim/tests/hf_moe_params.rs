@@ -357,3 +357,33 @@ fn qwen3_8b_dense() {
     assert!(rounds_to(total(m) - 2 * embedding(m), 6.95e9, 3));
     assert!(notes.is_empty(), "{notes:?}");
 }
+
+/// The bundled mixture-of-experts scenarios write their models out key by key (the Megatron
+/// recipes' shapes); each holds the model its Hugging Face config imports as, down to the
+/// parameter count (total, activated, multi-token prediction included) and the routing shape.
+#[test]
+fn the_bundled_moe_scenarios_hold_their_configs_models() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (bundled, config) in [
+        (
+            "scenarios/moe/deepseek-v3-1024xH100.toml",
+            "deepseek-v3.json",
+        ),
+        (
+            "scenarios/moe/qwen3-30b-a3b-16xH100.toml",
+            "qwen3-30b-a3b.json",
+        ),
+    ] {
+        let b = twin_sim::setup::load(&repo.join(bundled), &[]).unwrap_or_else(|e| panic!("{e}"));
+        let (hf, _) = scenario(config);
+        let (b, hf) = (&b.model, &hf.model);
+        assert_eq!(model_params(b), model_params(hf), "{bundled}");
+        assert_eq!(activated_params(b), activated_params(hf), "{bundled}");
+        assert_eq!(b.mtp_layers, hf.mtp_layers, "{bundled}");
+        assert_eq!(b.moe, hf.moe, "{bundled}");
+        assert_eq!(
+            (b.heads, b.kv_heads, b.head_dim),
+            (hf.heads, hf.kv_heads, hf.head_dim)
+        );
+    }
+}
