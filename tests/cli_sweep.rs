@@ -312,3 +312,51 @@ fn four_search_shards_merge_into_the_best_of_one_run() {
     assert_eq!(top(&merged), top(&one));
     assert_eq!(top(&one).len(), 3);
 }
+
+/// A search splits layers automatically, so a scenario's own split (`layer_partition` here)
+/// is outside its candidates: the text report prices the scenario's own layout beside them,
+/// with the figures `twin simulate` gives it. Without a split of its own, no such line.
+#[test]
+fn a_search_prices_the_scenarios_own_layer_split_beside_its_candidates() {
+    let split = "parallel.layer_partition=[1, 3]";
+    let own = json(&twin(&[
+        "simulate",
+        "scenarios/small.toml",
+        "--set",
+        split,
+        "--format",
+        "json",
+    ]));
+    let o = twin(&[
+        "sweep",
+        "scenarios/small.toml",
+        "--set",
+        split,
+        "--search",
+        "--space",
+        "layouts",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let text = stdout(&o);
+    let line = text
+        .lines()
+        .skip_while(|l| !l.starts_with("the scenario's own layout"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no own layout in:\n{text}"));
+    let step_ms = own["step_time_s"].as_f64().unwrap() * 1e3;
+    assert!(
+        line.starts_with(&format!("  step {step_ms:.3} ms")),
+        "{line} (simulate: {step_ms:.3} ms)"
+    );
+    let plain = twin(&[
+        "sweep",
+        "scenarios/small.toml",
+        "--search",
+        "--space",
+        "layouts",
+        "--quiet",
+    ]);
+    assert!(plain.status.success(), "stderr: {}", stderr(&plain));
+    assert!(!stdout(&plain).contains("own layout"), "{}", stdout(&plain));
+}

@@ -115,6 +115,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
     // The usable HBM per GPU the report draws (unknown when merging shards).
     let mut hbm_bytes = None;
+    // The base scenario with its own layer split, priced beside a search that left it out.
+    let mut own_layout = None;
     let result = if !args.merge.is_empty() {
         match sweep::merge_files(&args.merge) {
             Ok(r) => r,
@@ -160,8 +162,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
         let bar = super::progress::Bar::new("layouts", total, false);
+        let name = plan.scenario_name.clone();
+        let own = plan.own_split.clone();
         let r = plan.run(args.objective.into(), &|n| bar.inc_by(n));
         bar.finish();
+        own_layout = own.map(|source| {
+            let layouts = vec![(0, args.overrides.clone())];
+            sweep::run(&source, &name, layouts, args.objective.into(), &|| {})
+        });
         r
     };
     let wall_s = t0.elapsed().as_secs_f64();
@@ -187,6 +195,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         print!("{}", result.to_csv()?);
     } else {
         print!("{}", result.top_text(args.top));
+        if let Some(own) = &own_layout {
+            print!("{}", own_layout_text(own, &result));
+        }
         if args.merge.is_empty() {
             let simulated = result.simulated() + result.failed;
             eprintln!(
@@ -198,4 +209,42 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The base scenario's own layout (its written layer split, which the search left out), priced
+/// beside the search's best: a search never hides that the file's layout does better.
+fn own_layout_text(own: &sweep::SweepResult, searched: &sweep::SweepResult) -> String {
+    let intro = "\nthe scenario's own layout, with its own layer split (a search splits layers as \
+                 Megatron-Core does automatically, so this layout is not among the candidates):";
+    let Some(row) = own.rows.first().filter(|r| r.simulated) else {
+        let why = match own.rows.first() {
+            Some(r) => format!(
+                "over HBM by a lower bound ({:.2} GiB)",
+                r.peak_memory_bytes as f64 / (1u64 << 30) as f64
+            ),
+            None => "could not be simulated".to_string(),
+        };
+        return format!("{intro}\n  {why}\n");
+    };
+    let fits = if row.fits { "fits" } else { "does not fit" };
+    let mut o = format!(
+        "{intro}\n  step {:.3} ms, {:.0} tokens/s, MFU {:.1}%, {:.2} GiB ({fits})\n",
+        row.step_time_s * 1e3,
+        row.tokens_per_s,
+        row.mfu * 100.0,
+        row.peak_memory_bytes as f64 / (1u64 << 30) as f64,
+    );
+    let by_speed = matches!(
+        searched.objective,
+        Objective::TokensPerS | Objective::StepTime
+    );
+    if let Some(best) = searched.ranked().first().filter(|_| by_speed) {
+        if row.fits && row.tokens_per_s > best.tokens_per_s {
+            o.push_str(&format!(
+                "  {:.1}% more tokens/s than the search's best\n",
+                (row.tokens_per_s / best.tokens_per_s - 1.0) * 100.0
+            ));
+        }
+    }
+    o
 }

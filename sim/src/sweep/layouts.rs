@@ -69,6 +69,11 @@ pub struct SweepPlan {
     pub layouts: LayoutSet,
     /// See [`SweepRequest::keep`].
     pub keep: Option<usize>,
+    /// The base scenario as written, when a search left out its own layer split
+    /// (`layer_partition`, `pipeline_layout`, `account_for_*`, which fit its pipeline depth
+    /// only): its layout is then not among the candidates, and a caller can price it beside
+    /// them (with the request's overrides).
+    pub own_split: Option<ScenarioSource>,
 }
 
 /// The layouts of a sweep (or of one shard of it), numbered in full-sweep order. A search's
@@ -154,6 +159,7 @@ impl SweepPlan {
         let split = p.layer_partition.is_some()
             || p.account_for_embedding_in_pipeline_split
             || p.account_for_loss_in_pipeline_split;
+        let own_split = (req.search && split).then(|| source.clone());
         if req.search && split {
             p.layer_partition = None;
             p.account_for_embedding_in_pipeline_split = false;
@@ -190,6 +196,7 @@ impl SweepPlan {
                 shard,
             },
             keep: req.keep,
+            own_split,
         })
     }
 
