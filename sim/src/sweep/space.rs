@@ -123,6 +123,21 @@ pub fn derive_dp(base: &Scenario, layouts: &mut [Vec<String>]) {
     }
 }
 
+/// Whether `layers` split over `pp * vpp` virtual stages by the rule validation applies to a
+/// search's layouts (the automatic split: a search drops a base's own, see
+/// [`super::SweepPlan::new`]), so that no layout is generated only to be refused for it.
+fn layers_split(layers: u32, pp: u32, vpp: u32) -> bool {
+    crate::plan::partition::split(crate::plan::partition::SplitInput {
+        layers,
+        pp,
+        vpp,
+        given: None,
+        account_for_embedding: false,
+        account_for_loss: false,
+    })
+    .is_ok()
+}
+
 fn divisors(n: u64) -> Vec<u64> {
     (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
@@ -223,6 +238,9 @@ pub struct Candidate {
     pub dp_overlap: Option<bool>,
     pub offload: Option<&'static str>,
     pub moe_a2a_overlap: Option<bool>,
+    /// `Some(false)` where the base overlaps pipeline transfers (`overlap_p2p_comm`) and this
+    /// layout's schedule is not interleaved, which Megatron-Core refuses it for.
+    pub overlap_p2p_comm: Option<bool>,
 }
 
 impl Candidate {
@@ -263,6 +281,9 @@ impl Candidate {
         }
         if let Some(mode) = self.offload {
             o.push(format!("training.offload=\"{mode}\""));
+        }
+        if let Some(on) = self.overlap_p2p_comm {
+            o.push(format!("training.overlap_p2p_comm={on}"));
         }
         if let Some(on) = self.moe_a2a_overlap {
             o.push(format!("training.moe_a2a_overlap={on}"));
@@ -307,6 +328,9 @@ impl Candidate {
         if let Some(on) = self.moe_a2a_overlap {
             t.moe_a2a_overlap = on;
         }
+        if let Some(on) = self.overlap_p2p_comm {
+            t.overlap_p2p_comm = on;
+        }
     }
 }
 
@@ -326,7 +350,8 @@ pub fn search(base: &Scenario, space: &SearchSpace) -> Vec<Vec<String>> {
 /// tensor-parallel overlap, data-parallel overlap and offload; for a mixture of experts then
 /// `moe_a2a_overlap` off, and on where validation accepts it ([`moe_a2a_overlap_blocker`]).
 /// Combinations that cannot work for arithmetic reasons (a product not dividing the GPUs, more
-/// pipeline chunks than layers, a micro batch that does not divide the per-replica batch) and
+/// pipeline chunks than layers or layers that do not split over them, a micro batch that does
+/// not divide the per-replica batch) and
 /// layouts `base`'s framework cannot launch (its file's `cannot_run` limits) are not
 /// generated; the rest are left to scenario validation.
 pub fn candidates(base: &Scenario, space: &SearchSpace) -> Vec<Candidate> {
@@ -409,7 +434,10 @@ pub fn candidates(base: &Scenario, space: &SearchSpace) -> Vec<Candidate> {
                 for (ep, etp) in expert_layouts(base, tp, dp, cp) {
                     for &vpp in &space.vpp {
                         let chunks = pp * u64::from(vpp);
-                        if chunks > u64::from(m.layers) || (vpp > 1 && pp == 1) {
+                        if chunks > u64::from(m.layers)
+                            || (vpp > 1 && pp == 1)
+                            || !layers_split(m.layers, u32_of(pp), vpp)
+                        {
                             continue;
                         }
                         let schedules: Vec<PipelineSchedule> = if vpp > 1 {
@@ -437,8 +465,13 @@ pub fn candidates(base: &Scenario, space: &SearchSpace) -> Vec<Candidate> {
                                     for &fp8 in &precisions {
                                         for &tpo in &tp_overlaps {
                                             for &zero in &space.zero {
-                                                let fsdp_degrees =
-                                                    hsdp_degrees(base, space, zero, dp, tp * cp);
+                                                let fsdp_degrees = hsdp_degrees(
+                                                    base,
+                                                    space,
+                                                    zero,
+                                                    (dp, tp * cp),
+                                                    moe.then_some((ep, etp, tp)),
+                                                );
                                                 for &fsdp_degree in &fsdp_degrees {
                                                     for &dpo in &dp_overlaps {
                                                         for &off in &offloads {
@@ -459,6 +492,11 @@ pub fn candidates(base: &Scenario, space: &SearchSpace) -> Vec<Candidate> {
                                                                 dp_overlap: dpo,
                                                                 offload: off,
                                                                 moe_a2a_overlap: None,
+                                                                overlap_p2p_comm: (t
+                                                                    .overlap_p2p_comm
+                                                                    && schedule
+                                                                        != PipelineSchedule::Interleaved1F1B)
+                                                                    .then_some(false),
                                                             };
                                                             if limits || moe {
                                                                 candidate.clone_from(base);
@@ -511,16 +549,21 @@ fn dualpipe_fits(schedule: PipelineSchedule, m: u64, pp: u64) -> bool {
 
 /// The HSDP shard-group sizes tried for one layout: `dp` (plain FSDP, written only when the
 /// base uses HSDP) and, under ZeRO 3, groups spanning `space.hsdp_nodes` nodes where they
-/// divide dp and are smaller than it; `None` (not written) for other ZeRO stages.
+/// divide dp and are smaller than it; `None` (not written) for other ZeRO stages. `experts`:
+/// a mixture of experts' (ep, etp, tp).
 fn hsdp_degrees(
     base: &Scenario,
     space: &SearchSpace,
     zero: u8,
-    dp: u64,
-    tp_cp: u64,
+    (dp, tp_cp): (u64, u64),
+    experts: Option<(u32, u32, u64)>,
 ) -> Vec<Option<u32>> {
     let plain = base.parallel.fsdp_degree.map(|_| u32_of(dp));
-    if zero < 3 {
+    // HSDP of a mixture of experts is modelled only without expert parallelism and with the
+    // experts split like the MLP (validation refuses the rest).
+    let experts_hsdp =
+        experts.is_none_or(|(ep, etp, tp)| ep == 1 && (tp == 1 || u64::from(etp) == tp));
+    if zero < 3 || !experts_hsdp {
         return vec![plain];
     }
     let node = u64::from(base.cluster.gpus_per_node.max(1));
@@ -606,6 +649,47 @@ impl Shard {
 mod tests {
     use super::*;
     use crate::testing::small_scenario;
+
+    /// The search generates only pipelines its layers split over (validation's rule, the
+    /// automatic split): DeepSeek-V3's 61 layers split over 8 stages but not over 8 stages
+    /// of 4 virtual ones; Llama 3.1 405B's 126 over 16 stages, and over 8 of 8 virtual ones.
+    #[test]
+    fn only_pipelines_the_layers_split_over_are_generated() {
+        assert!(layers_split(61, 8, 1));
+        assert!(!layers_split(61, 8, 4));
+        assert!(layers_split(126, 16, 1));
+        assert!(layers_split(126, 8, 8));
+        assert!(!layers_split(127, 8, 2));
+        let mut base = small_scenario(2, 2, 4, 8);
+        base.model.layers = 61;
+        let vpps: Vec<u32> = candidates(&base, &SearchSpace::layouts_only())
+            .iter()
+            .filter(|c| c.pp > 1)
+            .map(|c| c.vpp)
+            .collect();
+        assert!(!vpps.is_empty() && vpps.iter().all(|&v| v == 1), "{vpps:?}");
+    }
+
+    /// HSDP shard groups are tried for a mixture of experts only where validation models
+    /// them: without expert parallelism, and with the experts split like the MLP (etp = tp)
+    /// or no tensor parallelism. A dense model gets them whatever its tp.
+    #[test]
+    fn hsdp_is_tried_for_experts_only_where_it_is_modelled() {
+        let text = "[model]\nlayers = 4\nhidden = 256\nheads = 8\nseq_len = 128\nvocab = 1024\n\
+                    [cluster]\ngpu = \"h100-sxm-80gb\"\ngpus = 64\nnode = \"dgx-h100\"\n\
+                    [training]\nglobal_batch = 64\n";
+        let base = crate::setup::parse_str(text, "t.toml", &[]).unwrap();
+        let space = SearchSpace::default();
+        let tried = |experts| hsdp_degrees(&base, &space, 3, (32, 2), experts);
+        let plain = vec![None];
+        let hsdp = vec![None, Some(4), Some(16)];
+        assert_eq!(tried(None), hsdp);
+        assert_eq!(tried(Some((1, 2, 2))), hsdp);
+        assert_eq!(tried(Some((1, 1, 1))), hsdp);
+        assert_eq!(tried(Some((2, 2, 2))), plain);
+        assert_eq!(tried(Some((1, 1, 2))), plain);
+        assert_eq!(hsdp_degrees(&base, &space, 1, (32, 2), None), plain);
+    }
 
     #[test]
     fn axes_parse_lists_and_ranges() {

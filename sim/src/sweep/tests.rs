@@ -450,3 +450,48 @@ fn search_tries_the_fp8_recipes_the_framework_runs() {
     assert_eq!(recipes("megatron-core"), set(&["delayed", "tensorwise"]));
     assert_eq!(recipes("torchtitan"), set(&["rowwise", "tensorwise"]));
 }
+
+/// A base's `overlap_p2p_comm` (interleaved schedules only) is written off where a layout's
+/// schedule is not interleaved: over the default space of such a base no layout is refused
+/// for it (nor for HSDP, nor for its layer split), and layouts with a pipeline and no
+/// interleaving are proposed.
+#[test]
+fn search_writes_off_what_a_layout_cannot_carry() {
+    let mut src = moe_source();
+    src.text = src.text.replace(
+        "schedule = \"1f1b\"\n",
+        "schedule = \"interleaved-1f1b\"\nvpp = 2\n",
+    );
+    src.text = src.text.replace(
+        "recompute = \"none\"\n",
+        "recompute = \"none\"\noverlap_p2p_comm = true\n",
+    );
+    let base = src.resolve(&[]).unwrap();
+    assert!(base.training.overlap_p2p_comm && base.parallel.vpp == 2);
+    let layouts = search(&base, &SearchSpace::default());
+    let mut piped = 0;
+    for l in &layouts {
+        match src.resolve(l) {
+            Ok(s) => {
+                assert!(
+                    !s.training.overlap_p2p_comm
+                        || s.parallel.schedule
+                            == crate::scenario::PipelineSchedule::Interleaved1F1B,
+                    "{l:?}"
+                );
+                piped += usize::from(s.parallel.pp > 1 && s.parallel.vpp == 1);
+            }
+            Err(e) => {
+                let e = e.to_string();
+                for word in ["overlap_p2p_comm", "HSDP", "do not split"] {
+                    assert!(!e.contains(word), "{l:?}: {e}");
+                }
+            }
+        }
+    }
+    assert!(
+        piped > 0,
+        "no pipeline without interleaving among {}",
+        layouts.len()
+    );
+}
