@@ -128,3 +128,18 @@ pub fn cpu_sized_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scena
     s.model.vocab = 128;
     s
 }
+
+/// The smallest scenario file the schema accepts with an H100 preset: 2 layers on 8 GPUs.
+pub const MINIMAL_SCENARIO_TOML: &str = r#"
+[model]
+layers = 2
+hidden = 64
+heads = 4
+seq_len = 128
+vocab = 1000
+[cluster]
+gpu = "h100-sxm-80gb"
+gpus = 8
+[training]
+global_batch = 8
+"#;

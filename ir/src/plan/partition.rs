@@ -155,6 +155,19 @@ pub enum PartitionError {
     },
 }
 
+/// The automatic split of `layers` over `pp * vpp` virtual stages: no `layer_partition` and
+/// no `account_for_*` key (the split a layout search gives every pipeline).
+pub fn automatic(layers: u32, pp: u32, vpp: u32) -> Result<Split, PartitionError> {
+    split(SplitInput {
+        layers,
+        pp,
+        vpp,
+        given: None,
+        account_for_embedding: false,
+        account_for_loss: false,
+    })
+}
+
 /// The split of `input.layers` over `pp * vpp` virtual stages (module docs give the rule).
 pub fn split(input: SplitInput<'_>) -> Result<Split, PartitionError> {
     let SplitInput {

@@ -4,14 +4,7 @@
 use super::*;
 
 fn auto(layers: u32, pp: u32, vpp: u32) -> Result<Split, PartitionError> {
-    split(SplitInput {
-        layers,
-        pp,
-        vpp,
-        given: None,
-        account_for_embedding: false,
-        account_for_loss: false,
-    })
+    automatic(layers, pp, vpp)
 }
 
 fn with_slots(layers: u32, pp: u32, vpp: u32, embedding: bool, loss: bool) -> Split {

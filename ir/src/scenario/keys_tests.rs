@@ -16,19 +16,7 @@ fn resolve(text: &str) -> parse::Resolved {
     }
 }
 
-const MINIMAL: &str = r#"
-[model]
-layers = 2
-hidden = 64
-heads = 4
-seq_len = 128
-vocab = 1000
-[cluster]
-gpu = "h100-sxm-80gb"
-gpus = 8
-[training]
-global_batch = 8
-"#;
+const MINIMAL: &str = crate::testing::MINIMAL_SCENARIO_TOML;
 
 /// docs/reference/keys.md is the table's Markdown; `TWIN_BLESS=1` rewrites it.
 #[test]

@@ -136,18 +136,7 @@ fn apply_one(ctx: &Ctx, root: &mut Table, text: &str) -> Result<(), ScenarioErro
 mod tests {
     use super::super::{Document, ErrorKind, Scenario, ScenarioError};
 
-    const TEXT: &str = r#"[model]
-layers = 4
-hidden = 64
-heads = 4
-seq_len = 128
-vocab = 1000
-[cluster]
-gpu = "h100-sxm-80gb"
-gpus = 8
-[training]
-global_batch = 8
-"#;
+    const TEXT: &str = crate::testing::MINIMAL_SCENARIO_TOML;
 
     fn resolve(origin: &str, overrides: &[&str]) -> Result<Scenario, ScenarioError> {
         let doc = Document::parse(TEXT, origin)?;

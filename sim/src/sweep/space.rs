@@ -127,15 +127,7 @@ pub fn derive_dp(base: &Scenario, layouts: &mut [Vec<String>]) {
 /// search's layouts (the automatic split: a search drops a base's own, see
 /// [`super::SweepPlan::new`]), so that no layout is generated only to be refused for it.
 fn layers_split(layers: u32, pp: u32, vpp: u32) -> bool {
-    crate::plan::partition::split(crate::plan::partition::SplitInput {
-        layers,
-        pp,
-        vpp,
-        given: None,
-        account_for_embedding: false,
-        account_for_loss: false,
-    })
-    .is_ok()
+    crate::plan::partition::automatic(layers, pp, vpp).is_ok()
 }
 
 fn divisors(n: u64) -> Vec<u64> {
