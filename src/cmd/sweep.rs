@@ -115,7 +115,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
     // The usable HBM per GPU the report draws (unknown when merging shards).
     let mut hbm_bytes = None;
-    // The base scenario with its own layer split, priced beside a search that left it out.
+    // The base scenario with its own layer split (and its name), when a search left it out:
+    // the text report prices it beside the search's best.
     let mut own_layout = None;
     let result = if !args.merge.is_empty() {
         match sweep::merge_files(&args.merge) {
@@ -162,14 +163,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
         let bar = super::progress::Bar::new("layouts", total, false);
-        let name = plan.scenario_name.clone();
-        let own = plan.own_split.clone();
+        own_layout = plan
+            .own_split
+            .clone()
+            .map(|source| (source, plan.scenario_name.clone()));
         let r = plan.run(args.objective.into(), &|n| bar.inc_by(n));
         bar.finish();
-        own_layout = own.map(|source| {
-            let layouts = vec![(0, args.overrides.clone())];
-            sweep::run(&source, &name, layouts, args.objective.into(), &|| {})
-        });
         r
     };
     let wall_s = t0.elapsed().as_secs_f64();
@@ -195,8 +194,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         print!("{}", result.to_csv()?);
     } else {
         print!("{}", result.top_text(args.top));
-        if let Some(own) = &own_layout {
-            print!("{}", own_layout_text(own, &result));
+        if let Some((source, name)) = &own_layout {
+            let layouts = vec![(0, args.overrides.clone())];
+            let own = sweep::run(source, name, layouts, args.objective.into(), &|| {});
+            print!("{}", own_layout_text(&own, &result));
         }
         if args.merge.is_empty() {
             let simulated = result.simulated() + result.failed;
@@ -214,13 +215,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// The base scenario's own layout (its written layer split, which the search left out), priced
 /// beside the search's best: a search never hides that the file's layout does better.
 fn own_layout_text(own: &sweep::SweepResult, searched: &sweep::SweepResult) -> String {
+    let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
     let intro = "\nthe scenario's own layout, with its own layer split (a search splits layers as \
                  Megatron-Core does automatically, so this layout is not among the candidates):";
     let Some(row) = own.rows.first().filter(|r| r.simulated) else {
         let why = match own.rows.first() {
             Some(r) => format!(
                 "over HBM by a lower bound ({:.2} GiB)",
-                r.peak_memory_bytes as f64 / (1u64 << 30) as f64
+                gib(r.peak_memory_bytes)
             ),
             None => "could not be simulated".to_string(),
         };
@@ -232,7 +234,7 @@ fn own_layout_text(own: &sweep::SweepResult, searched: &sweep::SweepResult) -> S
         row.step_time_s * 1e3,
         row.tokens_per_s,
         row.mfu * 100.0,
-        row.peak_memory_bytes as f64 / (1u64 << 30) as f64,
+        gib(row.peak_memory_bytes),
     );
     let by_speed = matches!(
         searched.objective,

@@ -84,8 +84,8 @@ fn parse_one(ctx: &Ctx, text: &str) -> Result<Parsed, ScenarioError> {
 
 fn apply_one(ctx: &Ctx, root: &mut Table, text: &str) -> Result<(), ScenarioError> {
     let Parsed { path, entry } = parsed(ctx, text)?;
-    let loc = Loc::Override(text.to_string());
-    let dotted = path.join(".");
+    // Only a missing parent table or an error needs these (not a search's every layout).
+    let loc = || Loc::Override(text.to_string());
     let Some((leaf, parents)) = path.split_last() else {
         return Ok(());
     };
@@ -101,8 +101,8 @@ fn apply_one(ctx: &Ctx, root: &mut Table, text: &str) -> Result<(), ScenarioErro
                 part,
                 Entry {
                     node: Node::Table(Table::default()),
-                    loc: loc.clone(),
-                    key_loc: loc.clone(),
+                    loc: loc(),
+                    key_loc: loc(),
                     raw: "(table)".into(),
                 },
             );
@@ -110,15 +110,15 @@ fn apply_one(ctx: &Ctx, root: &mut Table, text: &str) -> Result<(), ScenarioErro
         let Some(next) = table.get_mut(part) else {
             return Ok(());
         };
-        let raw = next.raw.clone();
         match &mut next.node {
             Node::Table(t) => table = t,
             other => {
+                let dotted = path.join(".");
                 return Err(ctx.error(
                     ErrorKind::Override,
-                    Some(&loc),
+                    Some(&loc()),
                     &walked,
-                    &raw,
+                    &next.raw,
                     format!(
                         "is a {}, not a table, so `{dotted}` cannot be set inside it",
                         other.type_name()
