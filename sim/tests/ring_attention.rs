@@ -131,3 +131,53 @@ fn all_gather_puts_no_transfer_beside_the_attention() {
     // One op per pass, priced whole by its attention kernel's causal shape: 1,000 + 2,500.
     assert_eq!(step, 1_000 + 2_500);
 }
+
+/// The ring's receives run on their own stream ([`Stream::CpRecv`]), apart from the
+/// pipeline's: an interleaved pipeline whose transfers block (`overlap_p2p_comm = false`)
+/// posts a pass's receive after the ring receives of the pass before it, and when those
+/// shared the pp-recv stream each waited for compute that waited, through the peer stage's
+/// blocking send, for the other (two stages deadlocked from 4 micro batches on). Every
+/// micro-batch count and granularity now runs, and no ring receive is on the pp-recv stream.
+#[test]
+fn a_ring_beside_an_interleaved_pipeline_of_blocking_transfers_runs() {
+    use twin_sim::scenario::{Granularity, PipelineSchedule};
+    use twin_sim::schedule::Stream;
+    for m in [2u64, 4, 6, 8] {
+        for granularity in [Granularity::Chunk, Granularity::Layer] {
+            let mut s = small_scenario(1, 2, 1, m);
+            s.parallel.cp = 2;
+            s.parallel.cp_algorithm = CpAlgorithm::Ring;
+            s.parallel.vpp = 2;
+            s.parallel.schedule = PipelineSchedule::Interleaved1F1B;
+            s.cluster.gpus = 4;
+            s.training.flash_attention = true;
+            s.training.overlap_p2p_comm = false;
+            s.run.granularity = granularity;
+            let plan = Plan::new(&s).unwrap();
+            let sched = generate(&s, &plan).unwrap();
+            let ring_recvs: Vec<Stream> = sched.programs[0]
+                .ops
+                .iter()
+                .filter(|op| {
+                    matches!(
+                        op.kind,
+                        OpKind::Recv {
+                            peer: Peer::CpPrev,
+                            ..
+                        }
+                    )
+                })
+                .map(|op| op.stream)
+                .collect();
+            assert!(!ring_recvs.is_empty());
+            assert!(ring_recvs.iter().all(|&st| st == Stream::CpRecv));
+            let r = simulate(
+                &plan,
+                &sched,
+                &Prices { bytes_per_ns: 4096 },
+                &SimOptions::default(),
+            );
+            assert!(r.is_ok(), "m {m}, {granularity:?}: {:?}", r.err());
+        }
+    }
+}

@@ -89,7 +89,7 @@ pub fn classify(stream: Stream, name: &str) -> OpClass {
         Stream::Tp => OpClass::TpComm,
         Stream::Dp => OpClass::DpComm,
         Stream::PpSend | Stream::PpRecv => OpClass::PpComm,
-        Stream::Cp | Stream::Ep => OpClass::OtherComm,
+        Stream::Cp | Stream::CpRecv | Stream::Ep => OpClass::OtherComm,
         Stream::Io => OpClass::Io,
     }
 }

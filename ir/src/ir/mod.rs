@@ -44,7 +44,7 @@ pub enum Stream {
     Compute = 0,
     /// Tensor/sequence parallel collectives.
     Tp = 1,
-    /// Context parallel exchange.
+    /// Context parallel exchange: its collectives and the ring's sends.
     Cp = 2,
     /// Expert parallel all-to-all.
     Ep = 3,
@@ -54,10 +54,14 @@ pub enum Stream {
     PpRecv = 6,
     /// Checkpoint writes and host offload traffic.
     Io = 7,
+    /// The context-parallel ring's receives: beside its sends (a send and a receive on one
+    /// stream would wait for each other around the ring) and apart from the pipeline's (a
+    /// pipeline receive queued behind a ring receive waits for the compute that ring feeds).
+    CpRecv = 8,
 }
 
 impl Stream {
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
     pub const ALL: [Stream; Stream::COUNT] = [
         Stream::Compute,
         Stream::Tp,
@@ -67,6 +71,7 @@ impl Stream {
         Stream::PpSend,
         Stream::PpRecv,
         Stream::Io,
+        Stream::CpRecv,
     ];
     pub fn index(self) -> usize {
         self as usize
@@ -81,6 +86,7 @@ impl Stream {
             Stream::PpSend => "pp-send",
             Stream::PpRecv => "pp-recv",
             Stream::Io => "io",
+            Stream::CpRecv => "cp-recv",
         }
     }
 }

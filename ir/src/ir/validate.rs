@@ -206,7 +206,9 @@ fn check_structure(prog: &Program, rank: u32) -> Result<(), ValidationError> {
         let ok = match &op.kind {
             OpKind::Compute(_) => op.stream == Stream::Compute,
             OpKind::Send { .. } => matches!(op.stream, Stream::PpSend | Stream::Cp),
-            OpKind::Recv { .. } => matches!(op.stream, Stream::PpRecv | Stream::Cp),
+            OpKind::Recv { .. } => {
+                matches!(op.stream, Stream::PpRecv | Stream::Cp | Stream::CpRecv)
+            }
             OpKind::Collective { .. } => {
                 matches!(op.stream, Stream::Tp | Stream::Cp | Stream::Ep | Stream::Dp)
             }

@@ -41,6 +41,23 @@ pub fn with_side_sections(emitted: &str, original: &str) -> String {
     doc.to_string()
 }
 
+/// `emitted` (a [`to_toml`] output) without the `(section, key)` entries of `keys`; an
+/// `emitted` that is not valid TOML is returned as it is.
+pub(crate) fn without<'a>(
+    emitted: &str,
+    keys: impl Iterator<Item = &'a (&'a str, &'a str)>,
+) -> String {
+    let Ok(mut doc) = emitted.parse::<DocumentMut>() else {
+        return emitted.to_string();
+    };
+    for (section, key) in keys {
+        if let Some(t) = doc.get_mut(section).and_then(Item::as_table_mut) {
+            t.remove(key);
+        }
+    }
+    doc.to_string()
+}
+
 /// `training.moe_routing` as written: nothing for the default, a name, or a one-key table.
 fn moe_routing(r: &MoeRouting) -> Option<Value> {
     let table = |key: &str, v: Value| {

@@ -161,7 +161,42 @@ impl Validated<'_> {
     pub fn checker(&self) -> Checker<'_> {
         Checker::new(self.ctx, &self.root, self.overrides)
     }
+
+    /// Whether the document, with its overrides, writes `key` of `section` (rather than
+    /// leaving it to its default).
+    pub fn writes(&self, section: &str, key: &str) -> bool {
+        matches!(
+            self.root.get(section).map(|e| &e.node),
+            Some(source::Node::Table(t)) if t.get(key).is_some()
+        )
+    }
+
+    /// `s` (this document's scenario, or one edited from it) as [`to_toml`] writes it, but
+    /// without the [`FOLLOWING_DEFAULTS`] this document leaves to their default: text that
+    /// further overrides resolve as they would resolve this document, each of those keys
+    /// defaulted from the settings in force then (a sweep's layouts change the data-parallel
+    /// size, the schedule or ZeRO-3 after the base's overrides are folded in).
+    pub fn to_toml_leaving_defaults(&self, s: &Scenario) -> String {
+        emit::without(
+            &emit::to_toml(s),
+            FOLLOWING_DEFAULTS
+                .iter()
+                .filter(|(section, key)| !self.writes(section, key)),
+        )
+    }
 }
+
+/// Keys whose default follows other settings (`(section, key)`): the ZeRO stage (3 with
+/// `fsdp`), the context-parallel algorithm, `overlap_p2p_comm` and the allocator slack (the
+/// framework's, the first on interleaved schedules only), and Megatron-Core's gradient bucket
+/// (from the data-parallel size times cp).
+pub const FOLLOWING_DEFAULTS: [(&str, &str); 5] = [
+    ("parallel", "zero"),
+    ("parallel", "cp_algorithm"),
+    ("training", "overlap_p2p_comm"),
+    ("training", "grad_bucket_bytes"),
+    ("memory", "allocator_slack_fraction"),
+];
 
 /// A complete, explicit TOML (no presets, no defaults) that parses back to an equal scenario.
 pub fn to_toml(s: &Scenario) -> String {

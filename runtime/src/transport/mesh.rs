@@ -27,7 +27,7 @@ pub fn lane_of(stream: Stream) -> u8 {
     match stream {
         Stream::Compute => 0,
         Stream::Tp => 1,
-        Stream::Cp => 2,
+        Stream::Cp | Stream::CpRecv => 2,
         Stream::Ep => 3,
         Stream::Dp => 4,
         Stream::PpSend | Stream::PpRecv => 5,

@@ -87,7 +87,7 @@ pub(crate) struct RankState {
     /// Ops not yet completed.
     pub remaining: u32,
     /// Streams whose head exists and has not started.
-    waiting: u8,
+    waiting: u16,
 }
 
 /// Time accounting of one rank.
@@ -427,7 +427,7 @@ impl<S: Slots> State<S> {
         }
         let rs = &mut self.ranks[r];
         debug_assert!(rs.streams[s].blocked_on != STARTED);
-        rs.waiting &= !(1u8 << s);
+        rs.waiting &= !(1u16 << s);
         rs.streams[s].blocked_on = STARTED;
         rs.streams[s].start_ns = now;
         match op.kind {
@@ -520,7 +520,7 @@ impl<S: Slots> State<S> {
             st.blocked_on = UNCHECKED;
             st.cursor += 1;
             if st.cursor < prog.stream_start[s + 1] {
-                rs.waiting |= 1u8 << s;
+                rs.waiting |= 1u16 << s;
             }
         }
         let a = &mut rs.acct;

@@ -155,6 +155,9 @@ impl SweepPlan {
     /// pipeline depth only, so they are dropped.
     pub fn new(mut source: ScenarioSource, req: &SweepRequest) -> Result<SweepPlan, SweepError> {
         let mut base = source.resolve(req.overrides)?;
+        // The same resolution, kept to tell the keys the base writes from those it defaults.
+        let document = crate::scenario::Document::parse(&source.text, &source.origin)?;
+        let written = document.validate(req.overrides)?;
         let p = &mut base.parallel;
         let split = p.layer_partition.is_some()
             || p.account_for_embedding_in_pipeline_split
@@ -166,8 +169,11 @@ impl SweepPlan {
             p.account_for_loss_in_pipeline_split = false;
         }
         if !req.overrides.is_empty() || (req.search && split) {
-            // Fold the overrides into the text so every layout starts from them.
-            source.text = crate::scenario::to_toml(&base);
+            // Fold the overrides into the text so every layout starts from them; what the
+            // base leaves to a default that follows the layout (the gradient bucket from dp,
+            // overlap_p2p_comm from the schedule, ...) stays unwritten, so that each layout
+            // defaults it from its own settings.
+            source.text = written.to_toml_leaving_defaults(&base);
         }
         let axes = req
             .vary

@@ -3,6 +3,7 @@
 //! model-state prefilter never dropping a layout that fits.
 
 use super::*;
+use std::collections::BTreeSet;
 
 fn source() -> ScenarioSource {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/small.toml");
@@ -427,7 +428,6 @@ fn objectives_are_named_as_the_flag_takes_them_and_old_names_still_read() {
 /// tensorwise and rowwise, no delayed).
 #[test]
 fn search_tries_the_fp8_recipes_the_framework_runs() {
-    use std::collections::BTreeSet;
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/512xA100.toml");
     let recipes = |framework: &str| -> BTreeSet<String> {
         let overrides = vec![
@@ -494,4 +494,46 @@ fn search_writes_off_what_a_layout_cannot_carry() {
         "no pipeline without interleaving among {}",
         layouts.len()
     );
+}
+
+/// A sweep with `--set` overrides (or a search that drops the base's layer split) folds them
+/// into the text every layout starts from; what the base leaves to a default that follows the
+/// layout must stay a default there. On the 512-GPU scenario with an override, each searched
+/// layout resolves from the folded text exactly as from the file with the override and the
+/// layout's own: the gradient bucket follows each layout's dp (it was the base's 160 MB on
+/// every layout, where dp 512 defaults to 2 GB), and `overlap_p2p_comm` each layout's
+/// schedule (it was false, the 1F1B base's, on every interleaved layout).
+#[test]
+fn folded_overrides_leave_the_layouts_defaults_to_each_layout() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/512xA100.toml");
+    let src = ScenarioSource::read(&path).unwrap();
+    let overrides = ["training.micro_batch=1".to_string()];
+    let req = SweepRequest {
+        overrides: &overrides,
+        search: true,
+        space: Some(SearchSpace::layouts_only()),
+        ..SweepRequest::default()
+    };
+    let plan = SweepPlan::new(src.clone(), &req).unwrap();
+    let parsed = plan.source.parse().unwrap();
+    let (mut buckets, mut p2p_overlaps) = (BTreeSet::new(), BTreeSet::new());
+    let mut compared = 0;
+    for i in plan.layouts.positions().step_by(7) {
+        let layout = plan.layouts.overrides(i);
+        let Ok(folded) = parsed.resolve(&layout) else {
+            continue;
+        };
+        let all: Vec<String> = overrides.iter().chain(&layout).cloned().collect();
+        let direct = src.resolve(&all).unwrap();
+        assert_eq!(folded, direct, "layout {i}: {layout:?}");
+        buckets.insert(folded.training.grad_bucket_bytes);
+        p2p_overlaps.insert(folded.training.overlap_p2p_comm);
+        compared += 1;
+    }
+    assert!(compared > 50, "only {compared} layouts compared");
+    assert!(
+        buckets.len() > 1,
+        "one bucket size for every dp: {buckets:?}"
+    );
+    assert_eq!(p2p_overlaps.len(), 2);
 }

@@ -136,8 +136,8 @@ pub(crate) fn chained_comms(s: &Scenario, plan: &Plan, seg: &Seg, phase: Phase) 
 /// it: the op's other work first (the QKV projections make this rank's K/V block), then `cp`
 /// attention blocks on the compute stream. Before block `i` (`i < cp-1`) a send of the block
 /// held to the next rank of the group and a receive of the next block from the previous one
-/// start (cp and pp-recv streams: with rendezvous sends, a send and a receive on one stream
-/// would wait for each other around the ring); block `i+1` waits for that receive. So each
+/// start (on the cp and cp-recv streams, [`Stream::CpRecv`]); block `i+1` waits for that
+/// receive. So each
 /// transfer hides behind one block's compute and only what it takes longer shows. Block 0
 /// is the causal diagonal of this rank's two load-balanced chunks, the other `cp-1` blocks
 /// are unmasked (all queries against one chunk of keys, or half the queries against both), see
@@ -177,7 +177,7 @@ fn emit_ring(
                 tag,
             };
             b.push(Stream::Cp, send, [held], label)?;
-            Some(b.push(Stream::PpRecv, recv, [held], label)?)
+            Some(b.push(Stream::CpRecv, recv, [held], label)?)
         } else {
             None
         };
