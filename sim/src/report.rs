@@ -207,12 +207,28 @@ fn notes(scenario: &Scenario) -> Vec<String> {
             c.gpu.name, c.node, c.gpus_per_node
         ));
     }
+    if let Some(what) = offloaded(scenario.training.offload) {
+        notes.push(format!(
+            "training.offload moves {what} to host memory, and only the memory is modelled: \
+             the optimizer's update is priced on the GPU, without the host's time or the PCIe \
+             transfers, so the step is a lower bound"
+        ));
+    }
     notes.extend(
         crate::known_bias::of(scenario)
             .iter()
             .map(|b| b.note.to_string()),
     );
     notes
+}
+
+/// What `offload` moves to host memory, in words; `None` for no offload.
+fn offloaded(offload: crate::scenario::Offload) -> Option<&'static str> {
+    match offload {
+        crate::scenario::Offload::None => None,
+        crate::scenario::Offload::Optimizer => Some("the optimizer state"),
+        crate::scenario::Offload::Params => Some("the parameters and the optimizer state"),
+    }
 }
 
 fn ratio(num: f64, den: f64) -> f64 {

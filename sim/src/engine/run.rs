@@ -64,7 +64,7 @@ pub(crate) const UNCHECKED: u32 = u32::MAX;
 /// rendezvous). Programs have fewer ops than this (checked when compiling).
 pub(crate) const STARTED: u32 = u32::MAX - 1;
 
-/// One stream of one rank: 16 bytes, so a rank's eight streams fill two cache lines.
+/// One stream of one rank: 16 bytes, so a rank's nine streams take 144 bytes.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct StreamState {
     /// When the head started running (transfer start for communication).
@@ -78,7 +78,9 @@ pub(crate) struct StreamState {
 }
 
 /// The hot state of one rank, in one place so that handling an event touches few cache lines:
-/// 192 bytes, the streams in the first two lines and the rest in the third.
+/// 256 bytes (198 used), the streams in the first two and a quarter lines and the rest after
+/// them (with eight streams it fit three; docs/journal/2026-11-30-sweep-defaults-ring-stream.md
+/// has the benchmark pairs).
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C, align(64))]
 pub(crate) struct RankState {

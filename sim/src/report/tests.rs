@@ -279,3 +279,27 @@ fn empty_result_gives_zeros_not_nan() {
     assert!(rep.fits);
     assert!(!rep.to_json().contains("null"));
 }
+
+/// Offload changes memory only in twin: a report of an offloading scenario says so (a note
+/// line in text, an entry of `notes` in JSON), and one without offload does not.
+#[test]
+fn an_offloading_scenario_is_told_its_host_time_is_not_priced() {
+    let (mut sc, plan, s, r) = simulated(80 * GIB_BYTES);
+    let unpriced = |rep: &Report| {
+        rep.notes
+            .iter()
+            .any(|n| n.starts_with("training.offload moves") && n.contains("lower bound"))
+    };
+    assert!(!unpriced(&Report::build(&sc, &plan, &s, &r, 0.0)));
+    for offload in [
+        crate::scenario::Offload::Optimizer,
+        crate::scenario::Offload::Params,
+    ] {
+        sc.training.offload = offload;
+        let rep = Report::build(&sc, &plan, &s, &r, 0.0);
+        assert!(unpriced(&rep), "{offload:?}: {:?}", rep.notes);
+        assert!(rep
+            .to_text()
+            .contains("note            training.offload moves"));
+    }
+}

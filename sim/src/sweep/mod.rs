@@ -259,6 +259,9 @@ pub struct SweepResult {
     pub invalid: usize,
     /// Valid, but planning, schedule generation or simulation failed.
     pub failed: usize,
+    /// The failed layout of the lowest index, with its reason (`None` when none failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_failure: Option<FailedLayout>,
     /// Not simulated because a lower bound of their objective (step time from compute
     /// alone, or model state for memory) is worse than the `keep`-th best simulated layout
     /// (branch and bound, [`run_set`]).
@@ -276,8 +279,17 @@ pub struct SweepResult {
 
 enum Outcome {
     Invalid,
-    Failed,
+    Failed(FailedLayout),
     Row(Box<SweepRow>),
+}
+
+/// A layout that is valid but could not be simulated (its schedule could not be generated,
+/// or the engine stopped), with the reason: a bug in twin, or a limit it explains.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FailedLayout {
+    pub index: usize,
+    pub overrides: Vec<String>,
+    pub reason: String,
 }
 
 /// The largest model state (weights, gradients, optimizer state after ZeRO sharding and
@@ -330,7 +342,13 @@ fn evaluate_planned(
         .map(|n| n.with_expert_dispatch(cost.expert_dispatch));
     let result = match simulate(scenario, plan, &cost, network.as_ref(), &opts) {
         Ok(r) => r,
-        Err(Failed) => return Outcome::Failed,
+        Err(Failed(reason)) => {
+            return Outcome::Failed(FailedLayout {
+                index,
+                overrides,
+                reason,
+            })
+        }
     };
     // The row's figures are the report's headline figures (one function computes both); the
     // per-rank breakdown a full report adds is not needed here.
@@ -340,18 +358,18 @@ fn evaluate_planned(
     )))
 }
 
-/// Generating or simulating a layout failed (the sweep counts it, the reason is not kept).
-struct Failed;
+/// Generating or simulating a layout failed, and why.
+struct Failed(String);
 
 impl From<crate::schedule::ScheduleError> for Failed {
-    fn from(_: crate::schedule::ScheduleError) -> Failed {
-        Failed
+    fn from(e: crate::schedule::ScheduleError) -> Failed {
+        Failed(e.to_string())
     }
 }
 
 impl From<crate::engine::SimError> for Failed {
-    fn from(_: crate::engine::SimError) -> Failed {
-        Failed
+    fn from(e: crate::engine::SimError) -> Failed {
+        Failed(e.to_string())
     }
 }
 
@@ -458,7 +476,11 @@ fn examine(
         ))))
     } else {
         match sizes::lower_bounds(&scenario, &plan, usable, false) {
-            Err(_) => Examined::Done(Outcome::Failed),
+            Err(e) => Examined::Done(Outcome::Failed(FailedLayout {
+                index,
+                overrides,
+                reason: e.to_string(),
+            })),
             Ok(b) if b.memory_bytes > usable => Examined::Done(Outcome::Row(Box::new(
                 SweepRow::unsimulated(index, overrides, &scenario, b.memory_bytes.max(state)),
             ))),
@@ -611,6 +633,7 @@ impl SweepResult {
             layouts,
             invalid: 0,
             failed: 0,
+            first_failure: None,
             pruned: 0,
             rows: Vec::new(),
             pareto: Vec::new(),
@@ -621,9 +644,24 @@ impl SweepResult {
         for o in outcomes {
             match o {
                 Outcome::Invalid => self.invalid += 1,
-                Outcome::Failed => self.failed += 1,
+                Outcome::Failed(f) => {
+                    self.failed += 1;
+                    self.note_failure(f);
+                }
                 Outcome::Row(r) => self.rows.push(*r),
             }
+        }
+    }
+
+    /// Keeps `f` as the first failure when its index is the lowest so far (so the one kept
+    /// does not depend on the order threads or shards finish in).
+    fn note_failure(&mut self, f: FailedLayout) {
+        if self
+            .first_failure
+            .as_ref()
+            .is_none_or(|k| f.index < k.index)
+        {
+            self.first_failure = Some(f);
         }
     }
 
@@ -697,6 +735,9 @@ impl SweepResult {
             out.layouts += p.layouts;
             out.invalid += p.invalid;
             out.failed += p.failed;
+            if let Some(f) = p.first_failure {
+                out.note_failure(f);
+            }
             out.pruned += p.pruned;
             out.rows.extend(p.rows);
         }
@@ -788,6 +829,20 @@ impl SweepResult {
             ranked.len(),
             self.objective.name()
         );
+        if let Some(f) = &self.first_failure {
+            let _ = writeln!(
+                o,
+                "failed: layout {} ({}): {}{}",
+                f.index,
+                f.overrides.join(" "),
+                f.reason,
+                if self.failed > 1 {
+                    format!(" (the first of {})", self.failed)
+                } else {
+                    String::new()
+                }
+            );
+        }
         table(
             &mut o,
             "rank",

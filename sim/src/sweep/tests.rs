@@ -154,7 +154,7 @@ fn a_layout_simulated_after_others_equals_one_simulated_fresh() {
     let parsed = src.parse().unwrap();
     let row = |o: Outcome| match o {
         Outcome::Row(r) => Some(*r),
-        Outcome::Invalid | Outcome::Failed => None,
+        Outcome::Invalid | Outcome::Failed(_) => None,
     };
     // One thread, every layout in turn (largest programs first, so later ones reuse bigger
     // buffers than they need, then the reverse order too).
@@ -368,6 +368,7 @@ fn unsimulated_figures_are_null_in_json_and_empty_in_csv() {
         layouts: 2,
         invalid: 0,
         failed: 0,
+        first_failure: None,
         pruned: 0,
         rows: vec![skipped.clone(), fitting.clone()],
         pareto: vec![fitting.index],
@@ -536,4 +537,39 @@ fn folded_overrides_leave_the_layouts_defaults_to_each_layout() {
         "one bucket size for every dp: {buckets:?}"
     );
     assert_eq!(p2p_overlaps.len(), 2);
+}
+
+/// A layout that fails keeps its reason: the result holds the failure of the lowest index
+/// (whatever order threads and shards finish in, through JSON as shards travel), and the text
+/// report prints it under the counts.
+#[test]
+fn the_first_failure_is_kept_with_its_reason() {
+    let failure = |index: usize, reason: &str| {
+        Outcome::Failed(FailedLayout {
+            index,
+            overrides: vec![format!("parallel.pp={index}")],
+            reason: reason.to_string(),
+        })
+    };
+    let mut a = SweepResult::empty("s", Objective::TokensPerS, 5);
+    a.add(vec![failure(7, "deadlock at t = 5 ns"), Outcome::Invalid]);
+    let mut b = SweepResult::empty("s", Objective::TokensPerS, 5);
+    b.add(vec![failure(3, "too many events"), failure(9, "later")]);
+    let through_json =
+        |r: &SweepResult| serde_json::from_str::<SweepResult>(&r.to_json().unwrap()).unwrap();
+    for parts in [vec![a.clone(), b.clone()], vec![b, a]] {
+        let merged = SweepResult::merge(parts.iter().map(through_json).collect()).unwrap();
+        assert_eq!(merged.failed, 3);
+        let first = merged.first_failure.as_ref().unwrap();
+        assert_eq!((first.index, first.reason.as_str()), (3, "too many events"));
+        let text = merged.top_text(5);
+        assert!(
+            text.contains("failed: layout 3 (parallel.pp=3): too many events (the first of 3)"),
+            "{text}"
+        );
+    }
+    // None failed: no field in the JSON, no line in the text.
+    let ok = SweepResult::empty("s", Objective::TokensPerS, 0);
+    assert!(!ok.to_json().unwrap().contains("first_failure"));
+    assert!(!ok.top_text(5).contains("failed:"));
 }
