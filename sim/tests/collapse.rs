@@ -142,10 +142,14 @@ fn random_scenario() -> impl Strategy<Value = Scenario> {
             any::<bool>(),
             1u32..=4,
         ),
-        (prop_oneof![Just(2u32), Just(3), Just(4), Just(8)], 1u64..=3),
+        (
+            prop_oneof![Just(2u32), Just(3), Just(4), Just(8)],
+            1u64..=3,
+            any::<bool>(),
+        ),
     )
         .prop_map(
-            |((tp, pp, dp, cp, ep, vpp), (zero, sched, rc, moe, layer, mf), (gpn, mb))| {
+            |((tp, pp, dp, cp, ep, vpp), (zero, sched, rc, moe, layer, mf), (gpn, mb, ring))| {
                 let m = u64::from(pp * mf);
                 let mut s = small_scenario(tp, pp, dp, m);
                 let vpp = if sched == PipelineSchedule::Interleaved1F1B {
@@ -155,6 +159,9 @@ fn random_scenario() -> impl Strategy<Value = Scenario> {
                 };
                 s.parallel.vpp = vpp;
                 s.parallel.cp = cp;
+                if ring {
+                    s.parallel.cp_algorithm = CpAlgorithm::Ring;
+                }
                 s.parallel.ep = ep;
                 // `dp` here is the expert layers' data parallelism; the scenario's is the
                 // dense layers'.

@@ -21,6 +21,9 @@ struct Cfg {
     tp: u32,
     dp: u32,
     cp: u32,
+    /// Context parallelism by a ring of K/V transfers beside the attention blocks (else by
+    /// all-gather).
+    ring: bool,
     ep: u32,
     moe: bool,
     zero: u8,
@@ -50,6 +53,9 @@ fn scenario(c: &Cfg) -> Scenario {
     };
     s.parallel.vpp = vpp;
     s.parallel.cp = c.cp;
+    if c.ring {
+        s.parallel.cp_algorithm = CpAlgorithm::Ring;
+    }
     s.parallel.ep = c.ep;
     // `c.dp` is the expert layers' data parallelism; the scenario's is the dense layers'.
     s.parallel.dp = c.dp * c.ep;
@@ -131,12 +137,13 @@ fn cfg_strategy() -> impl Strategy<Value = Cfg> {
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
     );
     (mesh, dp_modes, more).prop_map(
         |(
             (pp, vpp, m_factor, layers_per_chunk, tp, dp, cp, ep),
             (zero, fsdp, schedule, recompute, layer_granularity, ogr, opg),
-            (compression, sync, step, bucket_bytes, moe, big_dp, hsdp),
+            (compression, sync, step, bucket_bytes, moe, big_dp, hsdp, ring),
         )| {
             // keep the world small: at most 48 ranks
             let dp = if big_dp && pp <= 2 { dp + 2 } else { dp };
@@ -149,6 +156,7 @@ fn cfg_strategy() -> impl Strategy<Value = Cfg> {
                 tp,
                 dp,
                 cp,
+                ring,
                 ep,
                 moe: moe || ep > 1,
                 zero,
