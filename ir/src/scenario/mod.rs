@@ -187,9 +187,9 @@ impl Validated<'_> {
 }
 
 /// Keys whose default follows other settings (`(section, key)`): the ZeRO stage (3 with
-/// `fsdp`), the context-parallel algorithm, `overlap_p2p_comm` and the allocator slack (the
-/// framework's, the first on interleaved schedules only), and Megatron-Core's gradient bucket
-/// (from the data-parallel size times cp).
+/// `fsdp`), the context-parallel algorithm and the allocator slack (the framework's),
+/// `overlap_p2p_comm` (the framework's on interleaved schedules, else off) and Megatron-Core's
+/// gradient bucket (from the data-parallel size times cp).
 pub const FOLLOWING_DEFAULTS: [(&str, &str); 5] = [
     ("parallel", "zero"),
     ("parallel", "cp_algorithm"),
