@@ -120,14 +120,7 @@ impl ParsedSource {
         overrides: &[String],
     ) -> Result<(Scenario, Plan, Sections), ScenarioError> {
         let valid = self.document.validate(overrides)?;
-        let checker = valid.checker();
-        let plan = Plan::new(&valid.scenario).map_err(|e| {
-            checker.unlocated(
-                ErrorKind::Plan,
-                format!("the plan rejected a scenario that passed validation (a bug in twin): {e}"),
-            )
-        })?;
-        work::check(&checker, &valid.scenario, &plan)?;
+        let plan = planned(&valid)?;
         Ok((
             valid.scenario,
             plan,
@@ -138,6 +131,20 @@ impl ParsedSource {
             },
         ))
     }
+}
+
+/// The plan of a validated scenario (built to prove it plannable) after the work bound's
+/// check: what [`ParsedSource::resolve`] adds to the schema's validation.
+pub fn planned(valid: &twin_ir::scenario::Validated<'_>) -> Result<Plan, ScenarioError> {
+    let checker = valid.checker();
+    let plan = Plan::new(&valid.scenario).map_err(|e| {
+        checker.unlocated(
+            ErrorKind::Plan,
+            format!("the plan rejected a scenario that passed validation (a bug in twin): {e}"),
+        )
+    })?;
+    work::check(&checker, &valid.scenario, &plan)?;
+    Ok(plan)
 }
 
 /// The sections a scenario file has beside the step it describes.

@@ -154,10 +154,12 @@ impl SweepPlan {
     /// `layer_partition`, `pipeline_layout` and `account_for_*` settings describe its own
     /// pipeline depth only, so they are dropped.
     pub fn new(mut source: ScenarioSource, req: &SweepRequest) -> Result<SweepPlan, SweepError> {
-        let mut base = source.resolve(req.overrides)?;
-        // The same resolution, kept to tell the keys the base writes from those it defaults.
+        // The resolution is kept whole to tell the keys the base writes from those it
+        // defaults.
         let document = crate::scenario::Document::parse(&source.text, &source.origin)?;
         let written = document.validate(req.overrides)?;
+        crate::setup::planned(&written)?;
+        let mut base = written.scenario.clone();
         let p = &mut base.parallel;
         let split = p.layer_partition.is_some()
             || p.account_for_embedding_in_pipeline_split
