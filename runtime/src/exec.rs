@@ -150,7 +150,10 @@ pub struct RankRun {
 pub fn op_bytes(op: &Op) -> u64 {
     match &op.kind {
         OpKind::Compute(c) => c.memory_bytes,
-        OpKind::Alloc { bytes, .. } | OpKind::Checkpoint { bytes } => *bytes,
+        OpKind::Alloc { bytes, .. }
+        | OpKind::Checkpoint { bytes }
+        | OpKind::HostCopy { bytes, .. }
+        | OpKind::HostUpdate { bytes } => *bytes,
         OpKind::Free { .. } => 0,
         _ => op.comm_bytes(),
     }
@@ -234,7 +237,10 @@ pub fn run_step(
                         .map_err(|m| bad(format!("op {index}: {m}")))?,
                 );
             }
-            OpKind::Compute(_) | OpKind::Checkpoint { .. } => {}
+            OpKind::Compute(_)
+            | OpKind::Checkpoint { .. }
+            | OpKind::HostCopy { .. }
+            | OpKind::HostUpdate { .. } => {}
         }
         backend
             .enqueue(index, op, &ctx)

@@ -133,6 +133,9 @@ impl CostModel for Varied<'_> {
     fn checkpoint_ns(&self, bytes: u64) -> u64 {
         self.inner.checkpoint_ns(bytes)
     }
+    fn host_ns(&self, work: crate::cost::HostWork) -> u64 {
+        self.inner.host_ns(work)
+    }
     fn alloc_ns(&self, category: MemCategory, bytes: u64) -> u64 {
         self.inner.alloc_ns(category, bytes)
     }
@@ -418,6 +421,9 @@ mod tests {
         }
         fn checkpoint_ns(&self, bytes: u64) -> u64 {
             self.inner.checkpoint_ns(bytes)
+        }
+        fn host_ns(&self, work: crate::cost::HostWork) -> u64 {
+            self.inner.host_ns(work)
         }
     }
 

@@ -50,6 +50,9 @@ impl CostModel for PassCost {
     fn checkpoint_ns(&self, _: u64) -> u64 {
         0
     }
+    fn host_ns(&self, _: twin_sim::cost::HostWork) -> u64 {
+        0
+    }
 }
 
 fn dualpipe(pp: u32, m: u64) -> Scenario {
@@ -199,6 +202,9 @@ impl CostModel for MirrorCost {
         0
     }
     fn checkpoint_ns(&self, _: u64) -> u64 {
+        0
+    }
+    fn host_ns(&self, _: twin_sim::cost::HostWork) -> u64 {
         0
     }
 }

@@ -55,6 +55,9 @@ impl CostModel for Prices {
     fn checkpoint_ns(&self, _: u64) -> u64 {
         0
     }
+    fn host_ns(&self, _: twin_sim::cost::HostWork) -> u64 {
+        0
+    }
     fn compute_is_rank_invariant(&self) -> bool {
         true
     }

@@ -40,6 +40,9 @@ impl CostModel for PerLayer {
     fn checkpoint_ns(&self, _: u64) -> u64 {
         0
     }
+    fn host_ns(&self, _: twin_sim::cost::HostWork) -> u64 {
+        0
+    }
 }
 
 /// `layers` on `pp` stages of 1F1B, `m` micro batches, a negligible head.

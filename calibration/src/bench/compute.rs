@@ -92,8 +92,10 @@ pub fn step_bytes(schedule: &Schedule) -> u64 {
             OpKind::Send { bytes, .. }
             | OpKind::Recv { bytes, .. }
             | OpKind::Collective { bytes, .. }
-            | OpKind::Alloc { bytes, .. } => *bytes,
-            OpKind::Free { .. } | OpKind::Checkpoint { .. } => 0,
+            | OpKind::Alloc { bytes, .. }
+            | OpKind::HostUpdate { bytes } => *bytes,
+            // A host copy goes through a buffer of a MiB (the host backend's `copy_bytes`).
+            OpKind::Free { .. } | OpKind::Checkpoint { .. } | OpKind::HostCopy { .. } => 0,
         }
     };
     schedule

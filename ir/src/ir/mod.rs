@@ -415,6 +415,18 @@ pub enum OpKind {
     Checkpoint {
         bytes: u64,
     },
+    /// Copy `bytes` between this GPU and pinned host memory over the GPU's host link (PCIe,
+    /// or NVLink-C2C on a Grace node): offloaded gradients to the host (`to_host`), updated
+    /// parameters back.
+    HostCopy {
+        bytes: u64,
+        to_host: bool,
+    },
+    /// The optimizer update of offloaded state, run by the host's CPUs on host memory:
+    /// `bytes` of host memory read and written (a memory-bound pass, as DeepSpeed's CPU Adam).
+    HostUpdate {
+        bytes: u64,
+    },
 }
 
 /// Where in the model an op belongs, for traces, reports and matching sim ops to real ops.
@@ -485,6 +497,13 @@ impl Op {
             } => format!("alloc {} {}{}", category.name(), fmt_bytes(*bytes), where_),
             OpKind::Free { tag } => format!("free #{tag}{where_}"),
             OpKind::Checkpoint { bytes } => format!("checkpoint {}", fmt_bytes(*bytes)),
+            OpKind::HostCopy { bytes, to_host } => format!(
+                "{} {}{}",
+                if *to_host { "to-host" } else { "to-gpu" },
+                fmt_bytes(*bytes),
+                where_
+            ),
+            OpKind::HostUpdate { bytes } => format!("host-update {}", fmt_bytes(*bytes)),
         }
     }
 

@@ -212,7 +212,9 @@ fn check_structure(prog: &Program, rank: u32) -> Result<(), ValidationError> {
             OpKind::Collective { .. } => {
                 matches!(op.stream, Stream::Tp | Stream::Cp | Stream::Ep | Stream::Dp)
             }
-            OpKind::Checkpoint { .. } => op.stream == Stream::Io,
+            OpKind::Checkpoint { .. } | OpKind::HostCopy { .. } | OpKind::HostUpdate { .. } => {
+                op.stream == Stream::Io
+            }
             OpKind::Alloc { .. } | OpKind::Free { .. } => true,
         };
         if !ok {

@@ -51,6 +51,7 @@ pub use checks::{check_keys, parse_key as parse_check_key, Bound, Checks, Metric
 pub use error::{ErrorKind, ScenarioError};
 pub use fault_config::*;
 pub use faults::fault_keys;
+pub use presets::HostSide;
 pub use topology::{Fabric, NetworkModel, NetworkTopology};
 pub use types::*;
 pub use validate::{moe_a2a_overlap_blocker, A2aOverlapBlocker};
@@ -69,6 +70,29 @@ pub fn gpu_preset(name: &str) -> Option<Gpu> {
 /// a name twin has no preset for (a `[cluster.gpu]` table under a name of its own).
 pub fn gpu_compute_capability(name: &str) -> Option<(u32, u32)> {
     presets::compute_capability(name)
+}
+
+/// The host side of one GPU of the scenario's cluster, which optimizer offload prices
+/// ([`HostSide`]): its node preset's, else its GPU's usual node's, else a DGX A100's (the
+/// slowest preset host); the second value says which node the figures are of.
+pub fn host_side(c: &Cluster) -> (HostSide, &'static str) {
+    let usual = presets::default_node(&c.gpu.name);
+    presets::NODE_NAMES
+        .iter()
+        .copied()
+        .find(|n| *n == c.node)
+        .or(usual)
+        .and_then(|n| presets::host_side(n).map(|h| (h, n)))
+        .unwrap_or_else(|| {
+            let n = "dgx-a100";
+            (
+                presets::host_side(n).unwrap_or(HostSide {
+                    link_bandwidth_bytes_per_s: 31.5e9,
+                    memory_bandwidth_bytes_per_s: 51.2e9,
+                }),
+                n,
+            )
+        })
 }
 
 /// The text of a scenario file (at most 16 MiB); the error names the file.

@@ -252,6 +252,51 @@ pub(crate) fn node(name: &str) -> Option<NodeSpec> {
     })
 }
 
+/// The host side of one GPU of a node preset: its link to host memory and its share of the
+/// host's memory bandwidth, which optimizer offload prices (datasheet figures: the PCIe
+/// generation's x16 rate per direction after 128b/130b encoding; the CPUs' DRAM channels at
+/// their rated speed). Both are peaks, so an offloaded step priced with them is a lower bound.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostSide {
+    /// Per direction, GPU to host memory.
+    pub link_bandwidth_bytes_per_s: f64,
+    /// The node's DRAM bandwidth divided among its GPUs.
+    pub memory_bandwidth_bytes_per_s: f64,
+}
+
+/// PCIe 4.0 x16, per direction: 16 GT/s x 16 lanes x 128/130.
+const PCIE4_X16_BYTES_PER_S: f64 = 31.5e9;
+/// PCIe 5.0 x16, per direction: 32 GT/s x 16 lanes x 128/130.
+const PCIE5_X16_BYTES_PER_S: f64 = 63.0e9;
+
+/// The host side of node preset `name` ([`HostSide`]); `None` for a name that is no preset.
+pub(crate) fn host_side(name: &str) -> Option<HostSide> {
+    let (link, node_dram_bytes_per_s) = match name {
+        // DGX A100 datasheet: 2 x AMD EPYC 7742, each 8 channels of DDR4-3200 (204.8 GB/s);
+        // the GPUs on PCIe 4.0 x16.
+        "dgx-a100" => (PCIE4_X16_BYTES_PER_S, 409.6e9),
+        // DGX H100 and DGX H200 datasheets: 2 x Intel Xeon Platinum 8480C, each 8 channels of
+        // DDR5-4800 (307.2 GB/s); the GPUs on PCIe 5.0 x16. Grand Teton and HGX boards take
+        // the same 4th-generation Xeon host (their OEM hosts vary; not published per run).
+        "dgx-h100" | "grand-teton" | "hgx-h800" | "dgx-h200" | "hgx-h200" => {
+            (PCIE5_X16_BYTES_PER_S, 614.4e9)
+        }
+        // DGX B200 datasheet: 2 x Intel Xeon Platinum 8570, each 8 channels of DDR5-5600
+        // (358.4 GB/s); PCIe 5.0 to the GPUs.
+        "dgx-b200" => (PCIE5_X16_BYTES_PER_S, 716.8e9),
+        // GB200 NVL72 specifications: each Grace CPU reaches its two GPUs over NVLink-C2C,
+        // 900 GB/s bidirectional (225 GB/s per direction per GPU), and its LPDDR5X at up to
+        // 512 GB/s; 36 Grace CPUs in the 72-GPU domain.
+        "gb200-nvl72" => (225e9, 36.0 * 512e9),
+        _ => return None,
+    };
+    let gpus = f64::from(node(name)?.gpus_per_node);
+    Some(HostSide {
+        link_bandwidth_bytes_per_s: link,
+        memory_bandwidth_bytes_per_s: node_dram_bytes_per_s / gpus,
+    })
+}
+
 pub(crate) const MODEL_NAMES: [&str; 8] = [
     "gpt3-175b",
     "llama2-7b",

@@ -33,7 +33,7 @@
 use super::attention::{attention_dtype, scenario_backend, AttentionModel, DEFAULT_ATTENTION};
 use super::gemm::{GemmCurve, DEFAULT_GEMM_CURVE};
 use super::positive_rate;
-use super::{secs_to_ns, CostModel};
+use super::{secs_to_ns, CostModel, HostWork};
 use crate::host_backend::PASS_BYTES_PER_ELEM;
 use crate::host_model::{StateAging, StateCache};
 use crate::plan::{Group, GroupKind, Plan};
@@ -126,6 +126,12 @@ pub struct Analytic {
     pub host_issue_ns: u64,
     pub links: TierModel,
     pub checkpoint_bandwidth_bytes_per_s: f64,
+    /// One GPU's link to host memory, per direction ([`crate::scenario::HostSide`]): what a
+    /// [`HostWork::Copy`] of offloaded state moves at.
+    pub host_link_bandwidth_bytes_per_s: f64,
+    /// One GPU's share of its node's host memory bandwidth: what the host's optimizer update
+    /// ([`HostWork::Update`], memory-bound) streams at while every GPU of the node offloads.
+    pub host_memory_bandwidth_bytes_per_s: f64,
     /// Rate at which an `Alloc` allocates and touches its bytes; `None`: an allocation's time
     /// does not grow with its bytes (a caching allocator hands out memory it holds: a GPU
     /// framework's, and the host backend's).
@@ -191,6 +197,7 @@ impl Analytic {
     /// The default model for a scenario's GPU and links.
     pub fn new(s: &Scenario) -> Analytic {
         let c = &s.cluster;
+        let (host, _) = crate::scenario::host_side(c);
         Analytic {
             peak: c.gpu.peak.clone(),
             hbm_bandwidth_bytes_per_s: c.gpu.hbm_bandwidth_bytes_per_s,
@@ -220,6 +227,8 @@ impl Analytic {
                 algorithm: None,
             },
             checkpoint_bandwidth_bytes_per_s: DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
+            host_link_bandwidth_bytes_per_s: host.link_bandwidth_bytes_per_s,
+            host_memory_bandwidth_bytes_per_s: host.memory_bandwidth_bytes_per_s,
             alloc_bytes_per_s: None,
             alloc_fixed_ns: 0,
             op_overhead_ns: 0,
@@ -537,6 +546,14 @@ impl CostModel for Analytic {
     fn checkpoint_ns(&self, bytes: u64) -> u64 {
         secs_to_ns(bytes as f64 / positive_rate(self.checkpoint_bandwidth_bytes_per_s))
             .saturating_add(self.op_overhead_ns)
+    }
+
+    fn host_ns(&self, work: HostWork) -> u64 {
+        let rate = match work {
+            HostWork::Copy { .. } => self.host_link_bandwidth_bytes_per_s,
+            HostWork::Update { .. } => self.host_memory_bandwidth_bytes_per_s,
+        };
+        secs_to_ns(work.bytes() as f64 / positive_rate(rate)).saturating_add(self.op_overhead_ns)
     }
 
     fn alloc_ns(&self, category: crate::schedule::MemCategory, bytes: u64) -> u64 {

@@ -128,6 +128,7 @@ impl Analytic {
     /// scenario must be on the profile's GPU (see [`crate::profile::check_matches`]; the
     /// predict pipeline enforces it).
     pub fn from_profile(s: &Scenario, p: &Profile) -> Analytic {
+        let (host, _) = crate::scenario::host_side(&s.cluster);
         Analytic {
             peak: p.peak(),
             hbm_bandwidth_bytes_per_s: p.hbm_bandwidth_bytes_per_s.value,
@@ -178,6 +179,8 @@ impl Analytic {
                 .checkpoint_bandwidth_bytes_per_s
                 .as_ref()
                 .map_or(DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, |c| c.value),
+            host_link_bandwidth_bytes_per_s: host.link_bandwidth_bytes_per_s,
+            host_memory_bandwidth_bytes_per_s: host.memory_bandwidth_bytes_per_s,
             alloc_bytes_per_s: p.memory_alloc_bytes_per_s.as_ref().map(|a| a.value),
             alloc_fixed_ns: p.memory_alloc_fixed_ns.as_ref().map_or(0, whole),
             op_overhead_ns: p.op_overhead_ns.as_ref().map_or(0, whole),

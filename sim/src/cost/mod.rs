@@ -35,6 +35,24 @@ pub(crate) use crate::units::{positive_rate, secs_to_ns};
 use crate::plan::{Group, Plan};
 use crate::schedule::{CollectiveKind, ComputeOp};
 
+/// Offloaded work on the host side of one rank, as the cost model prices it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostWork {
+    /// `bytes` over the GPU's host link, either way.
+    Copy { bytes: u64 },
+    /// `bytes` of host memory read and written by the CPUs' optimizer update.
+    Update { bytes: u64 },
+}
+
+impl HostWork {
+    /// The bytes it moves.
+    pub fn bytes(self) -> u64 {
+        match self {
+            HostWork::Copy { bytes } | HostWork::Update { bytes } => bytes,
+        }
+    }
+}
+
 /// Durations of ops, in nanoseconds. Implementations must be pure functions of their
 /// arguments (the engine may cache results) and must not panic on any input.
 pub trait CostModel: Send + Sync {
@@ -47,6 +65,10 @@ pub trait CostModel: Send + Sync {
     fn p2p_ns(&self, plan: &Plan, src: u32, dst: u32, bytes: u64) -> u64;
     /// Writing `bytes` of one rank's state to checkpoint storage.
     fn checkpoint_ns(&self, bytes: u64) -> u64;
+    /// One piece of offloaded work on the host side of a rank: a copy over its GPU's host link
+    /// or the host's optimizer update ([`crate::schedule::OpKind::HostCopy`],
+    /// [`crate::schedule::OpKind::HostUpdate`]).
+    fn host_ns(&self, work: HostWork) -> u64;
     /// One `Alloc` of `bytes` in `category`. Defaults to zero: a caching GPU allocator hands
     /// out memory it already holds. The host backend allocates and touches every byte of a
     /// step's buffers, which a profile's `memory.alloc_bytes_per_s` prices; model state

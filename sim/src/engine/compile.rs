@@ -4,7 +4,7 @@
 //! without an alloc), so the hot loop can trust its indices.
 
 use super::SimError;
-use crate::cost::CostModel;
+use crate::cost::{CostModel, HostWork};
 use crate::plan::GroupKind;
 use crate::schedule::{CollectiveKind, ComputeOp, OpKind, Peer, Program, Stream};
 use std::cell::RefCell;
@@ -183,7 +183,10 @@ pub(crate) enum CKind {
         kernels: u32,
         issued_before: u64,
     },
-    Checkpoint {
+    /// An op of this rank alone whose time the cost model gives up front: a checkpoint
+    /// write, a copy over the host link or the host's optimizer update. It runs as a transfer
+    /// (the GPU computes beside it).
+    Io {
         bytes: u64,
     },
     P2p {
@@ -229,9 +232,7 @@ impl COp {
     /// Bytes the trace reports: moved over links, allocated, or written.
     pub fn trace_bytes(&self) -> u64 {
         match self.kind {
-            CKind::Checkpoint { bytes } | CKind::P2p { bytes, .. } | CKind::Alloc { bytes, .. } => {
-                bytes
-            }
+            CKind::Io { bytes } | CKind::P2p { bytes, .. } | CKind::Alloc { bytes, .. } => bytes,
             CKind::Collective { bytes, calls, .. } => bytes.saturating_mul(u64::from(calls)),
             CKind::Compute { .. } | CKind::Free { .. } => 0,
         }
@@ -403,7 +404,15 @@ pub(crate) fn compile(
             }
             OpKind::Checkpoint { bytes } => {
                 cached_ns = Some(cost.checkpoint_ns(*bytes));
-                CKind::Checkpoint { bytes: *bytes }
+                CKind::Io { bytes: *bytes }
+            }
+            OpKind::HostCopy { bytes, .. } => {
+                cached_ns = Some(cost.host_ns(HostWork::Copy { bytes: *bytes }));
+                CKind::Io { bytes: *bytes }
+            }
+            OpKind::HostUpdate { bytes } => {
+                cached_ns = Some(cost.host_ns(HostWork::Update { bytes: *bytes }));
+                CKind::Io { bytes: *bytes }
             }
             OpKind::Send { peer, bytes, tag } | OpKind::Recv { peer, bytes, tag } => CKind::P2p {
                 send: matches!(op.kind, OpKind::Send { .. }),

@@ -366,6 +366,9 @@ impl CostModel for Cores<'_> {
     fn checkpoint_ns(&self, bytes: u64) -> u64 {
         self.inner.checkpoint_ns(bytes)
     }
+    fn host_ns(&self, work: crate::cost::HostWork) -> u64 {
+        self.inner.host_ns(work)
+    }
     fn compute_is_rank_invariant(&self) -> bool {
         self.inner.compute_is_rank_invariant()
     }

@@ -25,6 +25,9 @@ impl crate::cost::CostModel for HostCost {
     fn checkpoint_ns(&self, bytes: u64) -> u64 {
         bytes
     }
+    fn host_ns(&self, work: crate::cost::HostWork) -> u64 {
+        work.bytes()
+    }
     fn compute_is_rank_invariant(&self) -> bool {
         true
     }

@@ -292,7 +292,9 @@ fn reference(plan: &Plan, s: &Schedule) -> Vec<Vec<Option<u64>>> {
                 let Some(t) = ready(&end, r, i) else { continue };
                 match &progs[r].ops[i].kind {
                     OpKind::Compute(c) => end[r][i] = Some(t + c.flops),
-                    OpKind::Checkpoint { bytes } => end[r][i] = Some(t + bytes),
+                    OpKind::Checkpoint { bytes }
+                    | OpKind::HostCopy { bytes, .. }
+                    | OpKind::HostUpdate { bytes } => end[r][i] = Some(t + bytes),
                     OpKind::Alloc { .. } | OpKind::Free { .. } => end[r][i] = Some(t),
                     OpKind::Send { tag, bytes, .. } | OpKind::Recv { tag, bytes, .. } => {
                         let key = if matches!(progs[r].ops[i].kind, OpKind::Send { .. }) {

@@ -444,7 +444,7 @@ impl<S: Slots> State<S> {
                 }
                 self.begin_compute(ctx, rank, r, s);
             }
-            CKind::Checkpoint { .. } => {
+            CKind::Io { .. } => {
                 let a = &mut rs.acct;
                 a.flush(self.now);
                 a.running_comm += 1;
@@ -540,7 +540,7 @@ impl<S: Slots> State<S> {
                 self.core_activity(ctx, rank, false);
                 self.pass_turn(ctx, rank);
             }
-            CKind::Checkpoint { .. } | CKind::P2p { .. } | CKind::Collective { .. } => {
+            CKind::Io { .. } | CKind::P2p { .. } | CKind::Collective { .. } => {
                 if let Some(sh) = self.share_mut() {
                     sh.finished(r, s, now - start_ns, true);
                 }

@@ -47,6 +47,9 @@ impl CostModel for FixedCost {
     fn checkpoint_ns(&self, bytes: u64) -> u64 {
         bytes
     }
+    fn host_ns(&self, work: crate::cost::HostWork) -> u64 {
+        work.bytes()
+    }
     fn compute_is_rank_invariant(&self) -> bool {
         self.straggler.is_none()
     }
@@ -91,6 +94,9 @@ impl CostModel for SharedCores {
     }
     fn checkpoint_ns(&self, bytes: u64) -> u64 {
         bytes
+    }
+    fn host_ns(&self, work: crate::cost::HostWork) -> u64 {
+        work.bytes()
     }
     fn alloc_ns(&self, _category: MemCategory, bytes: u64) -> u64 {
         bytes.saturating_mul(self.alloc_ns_per_byte)

@@ -280,24 +280,35 @@ fn empty_result_gives_zeros_not_nan() {
     assert!(!rep.to_json().contains("null"));
 }
 
-/// Offload changes memory only in twin: a report of an offloading scenario says so (a note
-/// line in text, an entry of `notes` in JSON), and one without offload does not.
+/// A report of an offloading scenario says which host figures priced the offload and that
+/// they are peaks (a note line in text, an entry of `notes` in JSON); with the parameters
+/// offloaded too, that their fetches are not priced. One without offload says nothing.
 #[test]
-fn an_offloading_scenario_is_told_its_host_time_is_not_priced() {
+fn an_offloading_scenario_is_told_how_its_host_time_is_priced() {
     let (mut sc, plan, s, r) = simulated(80 * GIB_BYTES);
-    let unpriced = |rep: &Report| {
+    let note = |rep: &Report| {
         rep.notes
             .iter()
-            .any(|n| n.starts_with("training.offload moves") && n.contains("lower bound"))
+            .find(|n| n.starts_with("training.offload moves"))
+            .cloned()
     };
-    assert!(!unpriced(&Report::build(&sc, &plan, &s, &r, 0.0)));
+    assert_eq!(note(&Report::build(&sc, &plan, &s, &r, 0.0)), None);
     for offload in [
         crate::scenario::Offload::Optimizer,
         crate::scenario::Offload::Params,
     ] {
         sc.training.offload = offload;
         let rep = Report::build(&sc, &plan, &s, &r, 0.0);
-        assert!(unpriced(&rep), "{offload:?}: {:?}", rep.notes);
+        let n = note(&rep).unwrap_or_default();
+        assert!(
+            n.contains("lower bound") && n.contains("GB/s per GPU each way"),
+            "{n}"
+        );
+        assert_eq!(
+            n.contains("fetching the parameters from the host"),
+            offload == crate::scenario::Offload::Params,
+            "{n}"
+        );
         assert!(rep
             .to_text()
             .contains("note            training.offload moves"));

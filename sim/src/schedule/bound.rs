@@ -112,6 +112,8 @@ pub struct Prices<'a> {
     /// A ring context-parallel transfer of `bytes` into the first rank of a stage (the first
     /// argument) from the previous rank of its cp group; 0 where a flow network times it.
     pub cp_ring: &'a dyn Fn(u32, u64) -> u64,
+    /// Offloaded work on a rank's host side (optimizer offload).
+    pub host: &'a dyn Fn(crate::cost::HostWork) -> u64,
 }
 
 /// The [`Bounds`] of step `step`, with each op priced by `price`. When the memory bound
@@ -214,10 +216,17 @@ pub fn step_lower_bounds(
                 .map(|c| ChunkPrices::new(c, &mut pass_prices))
                 .collect();
             let slots = slot_costs(&mine, order, grads, buckets);
-            let optimizer = if policy.syncs {
-                (price.compute)(&sizes.optimizer_step(stage as u32))
-            } else {
-                0
+            // Offloaded, the host's update and the parameters' copy back follow the last
+            // gradients' arrival on the host, as the GPU's update follows their reduction.
+            let optimizer = match (policy.syncs, sizes.offloaded_step(stage as u32)) {
+                (false, _) => 0,
+                (true, Some(o)) => (price.host)(crate::cost::HostWork::Update {
+                    bytes: o.update_bytes,
+                })
+                .saturating_add((price.host)(crate::cost::HostWork::Copy {
+                    bytes: o.params_bytes,
+                })),
+                (true, None) => (price.compute)(&sizes.optimizer_step(stage as u32)),
             };
             let passes = slots
                 .iter()

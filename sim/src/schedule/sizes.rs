@@ -38,6 +38,8 @@ pub trait Sizes {
     fn state_bytes(&self, stage: u32) -> StateBytes;
     /// The optimizer step of one rank of `stage`.
     fn optimizer_step(&self, stage: u32) -> ComputeOp;
+    /// The host's part of it when the optimizer is offloaded; `None` when it is not.
+    fn offloaded_step(&self, stage: u32) -> Option<crate::workload::OffloadedStep>;
 }
 
 /// The real provider: every number comes from [`crate::workload`].
@@ -92,6 +94,10 @@ impl Sizes for WorkloadSizes<'_> {
 
     fn optimizer_step(&self, stage: u32) -> ComputeOp {
         workload::optimizer_step(self.scenario, self.plan, stage)
+    }
+
+    fn offloaded_step(&self, stage: u32) -> Option<workload::OffloadedStep> {
+        workload::offloaded_step(self.scenario, self.plan, stage)
     }
 }
 
@@ -277,5 +283,10 @@ impl Sizes for UniformSizes {
 
     fn optimizer_step(&self, _stage: u32) -> ComputeOp {
         self.op(Phase::Optimizer, 1, 1)
+    }
+
+    /// Offload is not part of the uniform sizes: the optimizer stays on the GPU.
+    fn offloaded_step(&self, _stage: u32) -> Option<crate::workload::OffloadedStep> {
+        None
     }
 }

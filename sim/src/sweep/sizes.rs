@@ -175,11 +175,13 @@ pub(crate) fn lower_bounds(
         let prev = crate::schedule::Peer::CpPrev.rank_for(plan, rank);
         cost.p2p_ns(plan, prev, rank, bytes)
     };
+    let host = |work: crate::cost::HostWork| cost.host_ns(work);
     let prices = crate::schedule::Prices {
         compute: &compute,
         collective: &collective,
         p2p: &p2p,
         cp_ring: &cp_ring,
+        host: &host,
     };
     with_cache(scenario, plan, |sizes, step| {
         let mut memo = sizes.prices.take();
@@ -279,6 +281,10 @@ impl Sizes for Shared<'_> {
 
     fn optimizer_step(&self, stage: u32) -> ComputeOp {
         self.inner.optimizer_step(stage)
+    }
+
+    fn offloaded_step(&self, stage: u32) -> Option<crate::workload::OffloadedStep> {
+        self.inner.offloaded_step(stage)
     }
 }
 

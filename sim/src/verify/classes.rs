@@ -5,7 +5,8 @@
 //! Predicted side ([`predicted_classes`]): each compute op of the rank splits its simulated
 //! duration by the cost model's parts ([`crate::cost::Analytic::compute_parts`]): GEMMs,
 //! the fused attention kernel, and the rest (memory-bound passes, launches, reloads) as
-//! elementwise; optimizer ops count whole as optimizer. Where an eager host issues the kernels
+//! elementwise; optimizer ops count whole as optimizer, and so does the host's update of an
+//! offloaded optimizer, as far as the GPU waited for it. Where an eager host issues the kernels
 //! (`CostModel::host_issue_ns`), what an op took beyond its price is time its GPU waited for
 //! the host: idle, as the trace shows it. Communication is what the rank spent with a transfer
 //! running and no compute, idle the rest. Measured side: built by the caller
@@ -120,6 +121,8 @@ pub fn predicted_classes(
     let mut parts = [0f64; 4]; // gemm, attention, elementwise, optimizer (ns, fractional)
                                // Time compute ops waited for the host beyond their price (ns).
     let mut host_wait = 0u64;
+    // Time of the host's optimizer update (optimizer offload), run beside no compute.
+    let mut host_update = 0u64;
     let host = cost.host_issue_ns() > 0;
     let mut collectives = Vec::new();
     if let (Some(trace), Some(program)) = (&result.trace, schedule.get_program(rank)) {
@@ -139,6 +142,10 @@ pub fn predicted_classes(
                         ns,
                     });
                 }
+                continue;
+            }
+            if let Some(OpKind::HostUpdate { .. }) = kind {
+                host_update = host_update.saturating_add(e.end_ns.saturating_sub(e.start_ns));
                 continue;
             }
             let Some(OpKind::Compute(op)) = kind else {
@@ -173,10 +180,18 @@ pub fn predicted_classes(
     // Whole ns per class, the remainder of the rounding to elementwise, so they sum to `busy`.
     let gemm = parts[0].round() as u64;
     let attention = parts[1].round() as u64;
-    let optimizer = parts[3].round() as u64;
-    let elementwise = busy.saturating_sub(gemm + attention + optimizer);
-    let comm = stats.map_or(0, |r| r.comm_exposed_ns);
-    let idle = step_ns.saturating_sub(busy).saturating_sub(comm);
+    let gpu_optimizer = parts[3].round() as u64;
+    let elementwise = busy.saturating_sub(gemm + attention + gpu_optimizer);
+    // The engine counts the host's update as a transfer, exposed where the GPU waits for it;
+    // it is the optimizer's time.
+    let exposed = stats.map_or(0, |r| r.comm_exposed_ns);
+    let host_optimizer = host_update.min(exposed);
+    let comm = exposed - host_optimizer;
+    let optimizer = gpu_optimizer.saturating_add(host_optimizer);
+    let idle = step_ns
+        .saturating_sub(busy)
+        .saturating_sub(comm)
+        .saturating_sub(host_optimizer);
     let mut t = ClassTimes::new(
         step_ns,
         &[

@@ -53,6 +53,15 @@ pub fn group_of(schedule: &Schedule, rank: u32, op: u32) -> Option<(String, &'st
         ),
         OpKind::Free { .. } => ("free".into(), "free"),
         OpKind::Checkpoint { .. } => ("checkpoint".into(), "checkpoint"),
+        OpKind::HostCopy { bytes, to_host } => (
+            format!(
+                "host copy {} {}",
+                if *to_host { "to-host" } else { "to-gpu" },
+                size_bucket(*bytes)
+            ),
+            "host",
+        ),
+        OpKind::HostUpdate { .. } => ("host update".into(), "host"),
     })
 }
 

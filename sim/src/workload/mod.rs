@@ -535,5 +535,36 @@ pub fn optimizer_step(s: &Scenario, plan: &Plan, stage: u32) -> ComputeOp {
     }
 }
 
+/// The optimizer step of one rank of `stage` run by the host (`training.offload`, as
+/// ZeRO-Offload runs it: Ren et al. 2021, arXiv 2101.06840, section 4.1: the 16-bit gradients
+/// go to the host, the CPU updates the fp32 state there, the 16-bit parameters come back).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffloadedStep {
+    /// Host memory the update reads and writes: the optimizer state (fp32 master and
+    /// moments) read and written back, the gradients read and the updated parameters written
+    /// in the weight dtype.
+    pub update_bytes: u64,
+    /// The updated parameters copied back to the GPU (this rank's ZeRO shard).
+    pub params_bytes: u64,
+}
+
+/// [`OffloadedStep`] of one rank of `stage`; `None` when the optimizer runs on the GPU.
+pub fn offloaded_step(s: &Scenario, plan: &Plan, stage: u32) -> Option<OffloadedStep> {
+    if s.training.offload == crate::scenario::Offload::None {
+        return None;
+    }
+    let (dense_dp, expert_dp) = params::dp_sizes(s);
+    let shard = params::optimizer_shard(s, stage_params(s, plan, stage), dense_dp, expert_dp);
+    let k = state_coefficients(&s.training);
+    let per_param = k
+        .optimizer_bytes
+        .saturating_mul(2)
+        .saturating_add(k.weight_bytes.saturating_mul(2));
+    Some(OffloadedStep {
+        update_bytes: mul(shard, per_param),
+        params_bytes: mul(shard, k.weight_bytes),
+    })
+}
+
 #[cfg(test)]
 mod tests;

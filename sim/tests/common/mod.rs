@@ -47,6 +47,9 @@ impl twin_sim::cost::CostModel for FlopsCost {
     fn checkpoint_ns(&self, _: u64) -> u64 {
         0
     }
+    fn host_ns(&self, _: twin_sim::cost::HostWork) -> u64 {
+        0
+    }
 }
 
 /// A pipeline-only scenario with a negligible head (tiny vocab) so stages are uniform, no
@@ -98,6 +101,9 @@ impl twin_sim::cost::CostModel for ExpertCost {
         0
     }
     fn checkpoint_ns(&self, _: u64) -> u64 {
+        0
+    }
+    fn host_ns(&self, _: twin_sim::cost::HostWork) -> u64 {
         0
     }
     fn compute_is_rank_invariant(&self) -> bool {

@@ -90,6 +90,8 @@ pub struct CudaBackend {
     fp8_device: Result<Fp8Device, String>,
     // Field order is drop order: everything that needs the context goes before it.
     comms: BTreeMap<GroupKind, (CommSpec, Comm)>,
+    /// Staging and host memory of offload ops, from the first one.
+    host_side: Option<super::host_side::HostSide>,
     work: Vec<StreamWork>,
     allocs: BTreeMap<u32, LiveAlloc>,
     /// The model state by tag, when kept across steps.
@@ -198,6 +200,7 @@ impl CudaBackend {
             options,
             fp8_device,
             comms: BTreeMap::new(),
+            host_side: None,
             work,
             allocs: BTreeMap::new(),
             state: BTreeMap::new(),
@@ -530,6 +533,27 @@ impl CudaBackend {
                     .ok_or_else(|| RuntimeError::Unsupported("no scratch".into()))?;
                 run_memory_bound(s, bytes.saturating_mul(2), 1, cu_stream)?;
                 self.note("the schedule's checkpoint ops are timed as device reads of their bytes; the files of --checkpoint-dir are written by the worker between steps".into());
+            }
+            OpKind::HostCopy { bytes, to_host } => {
+                let s = w
+                    .scratch
+                    .as_ref()
+                    .ok_or_else(|| RuntimeError::Unsupported("no scratch".into()))?;
+                if self.host_side.is_none() {
+                    self.host_side = Some(super::host_side::HostSide::new(s.bytes)?);
+                }
+                if let Some(h) = &self.host_side {
+                    h.copy(s, *bytes, *to_host, cu_stream)?;
+                }
+            }
+            OpKind::HostUpdate { bytes } => {
+                if self.host_side.is_none() {
+                    let chunk = w.scratch.as_ref().map_or(1 << 20, |s| s.bytes);
+                    self.host_side = Some(super::host_side::HostSide::new(chunk)?);
+                }
+                if let Some(h) = &self.host_side {
+                    h.update(*bytes, cu_stream)?;
+                }
             }
         }
         Ok(())

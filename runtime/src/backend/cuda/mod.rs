@@ -22,6 +22,8 @@ mod doctor;
 #[cfg(feature = "cuda")]
 mod entry;
 #[cfg(feature = "cuda")]
+mod host_side;
+#[cfg(feature = "cuda")]
 mod libs;
 #[cfg(feature = "cuda")]
 mod lt;

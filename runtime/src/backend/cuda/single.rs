@@ -88,6 +88,9 @@ pub fn op_kind(op: &Op) -> String {
         OpKind::Alloc { .. } => "alloc".into(),
         OpKind::Free { .. } => "free".into(),
         OpKind::Checkpoint { .. } => "checkpoint".into(),
+        OpKind::HostCopy { to_host: true, .. } => "to-host".into(),
+        OpKind::HostCopy { to_host: false, .. } => "to-gpu".into(),
+        OpKind::HostUpdate { .. } => "host-update".into(),
     }
 }
 

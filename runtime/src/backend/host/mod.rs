@@ -39,7 +39,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use step::StepState;
 use twin_sim::plan::{Plan, RankId};
-use twin_sim::schedule::{CollectiveKind, Op, OpKind, Phase, Program, Stream};
+use twin_sim::scenario::Precision;
+use twin_sim::schedule::{CollectiveKind, ComputeOp, Op, OpKind, Phase, Program, Stream};
 
 /// Set from outside (another rank failed) to stop this rank's step.
 #[derive(Default)]
@@ -286,6 +287,21 @@ impl Job {
         crate::launch::inject::kill_if_due(&s.kills, self.global_step, index, s.events.as_deref());
     }
 
+    /// The optimizer's update of the model state, `op` giving its planned memory traffic: the
+    /// state update is part of it, and a scratch pass moves the rest, so the op does the
+    /// planned work, not more.
+    fn update_state(
+        &self,
+        ws: &mut compute::Workspace,
+        mut op: ComputeOp,
+    ) -> Result<(), RuntimeError> {
+        let mut state = self.shared.state()?;
+        op.memory_bytes = op.memory_bytes.saturating_sub(state.update_bytes());
+        ws.run(&op);
+        state.apply_optimizer(self.global_step);
+        Ok(())
+    }
+
     /// Run one op; returns its (start, end) on the aligned clock.
     fn run_op(&self, q: &Queued) -> Result<(u64, u64), RuntimeError> {
         self.kill_if_due(q.index);
@@ -308,16 +324,40 @@ impl Job {
                     .map_err(|_| RuntimeError::Aborted("compute workspace poisoned".into()))?;
                 let start = self.shared.clock.now_ns();
                 if c.phase == Phase::Optimizer {
-                    // The state update is part of the op's planned memory traffic: the scratch
-                    // pass moves only the rest, so the op does the planned work, not more.
-                    let mut state = self.shared.state()?;
-                    let mut rest = c.clone();
-                    rest.memory_bytes = c.memory_bytes.saturating_sub(state.update_bytes());
-                    ws.run(&rest);
-                    state.apply_optimizer(self.global_step);
+                    self.update_state(&mut ws, c.clone())?;
                 } else {
                     ws.run(c);
                 }
+                Ok((start, self.shared.clock.now_ns()))
+            }
+            OpKind::HostUpdate { bytes } => {
+                // Model state lives in host memory here already: the offloaded update is the
+                // same real update as the optimizer op's, on the Io stream's thread.
+                let ws = self.shared.workspace.get().ok_or_else(|| {
+                    RuntimeError::Unsupported("host update before prepare".into())
+                })?;
+                let mut ws = ws
+                    .lock()
+                    .map_err(|_| RuntimeError::Aborted("compute workspace poisoned".into()))?;
+                let start = self.shared.clock.now_ns();
+                let op = ComputeOp {
+                    phase: Phase::Optimizer,
+                    dtype: Precision::Fp32,
+                    gemms: Vec::new().into(),
+                    attention: None,
+                    flops: 0,
+                    memory_bytes: *bytes,
+                    kernels: 1,
+                    sms_reserved: 0,
+                };
+                self.update_state(&mut ws, op)?;
+                Ok((start, self.shared.clock.now_ns()))
+            }
+            OpKind::HostCopy { bytes, .. } => {
+                // Device and host memory are one memory here: the copy is a memory copy of
+                // its bytes.
+                let start = self.shared.clock.now_ns();
+                copy_bytes(*bytes);
                 Ok((start, self.shared.clock.now_ns()))
             }
             OpKind::Send { bytes, tag, .. } => {
@@ -462,6 +502,22 @@ impl Job {
 
 /// Write `bytes` to a real file (in `TWIN_CHECKPOINT_DIR`, else the temp dir), flush it to
 /// storage, and remove it: the I/O a checkpoint of this rank's state costs.
+/// Copy `bytes` from one buffer to another, a MiB at a time.
+fn copy_bytes(bytes: u64) {
+    const CHUNK: usize = 1 << 20;
+    let src = vec![0x5au8; CHUNK];
+    let mut dst = vec![0u8; CHUNK];
+    let mut left = bytes;
+    while left > 0 {
+        let n = usize::try_from(left).unwrap_or(CHUNK).min(CHUNK);
+        if let (Some(d), Some(s)) = (dst.get_mut(..n), src.get(..n)) {
+            d.copy_from_slice(s);
+        }
+        std::hint::black_box(&dst);
+        left -= n as u64;
+    }
+}
+
 fn write_checkpoint(rank: RankId, bytes: u64) -> Result<(), RuntimeError> {
     use std::io::Write;
     let dir = std::env::var_os("TWIN_CHECKPOINT_DIR")

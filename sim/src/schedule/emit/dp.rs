@@ -20,8 +20,8 @@ use crate::schedule::emit::steps::Step;
 use crate::schedule::emit::zero::{Gather, Issued};
 use crate::schedule::emit::StageCtx;
 use crate::schedule::{
-    CollectiveKind, ComputeOp, Deps, Device, Gemms, Label, MemCategory, Phase, ScheduleError,
-    Stream,
+    CollectiveKind, ComputeOp, Deps, Device, Gemms, Label, MemCategory, OpKind, Phase,
+    ScheduleError, Stream,
 };
 use crate::workload::ParamCount;
 use std::collections::BTreeMap;
@@ -137,6 +137,10 @@ pub struct DpEmitter<'a> {
     pub(super) pipelined_readers: Vec<u32>,
     /// The last data-parallel reduction op of each chunk so far.
     reduced: BTreeMap<u32, u32>,
+    /// The host's optimizer step when `training.offload` moves the optimizer there: the
+    /// gradients go to the host as they are reduced, the host updates, the parameters come
+    /// back before the next gather (`None`: the optimizer runs on the GPU).
+    offloaded: Option<crate::workload::OffloadedStep>,
 }
 
 fn sum(a: ParamCount, b: ParamCount) -> ParamCount {
@@ -173,6 +177,7 @@ impl<'a> DpEmitter<'a> {
             pipelined_grads: BTreeMap::new(),
             pipelined_readers: Vec::new(),
             reduced: BTreeMap::new(),
+            offloaded: ctx.sizes.offloaded_step(stage),
         }
     }
 
@@ -277,6 +282,12 @@ impl<'a> DpEmitter<'a> {
                 wire_bytes: wire,
                 label,
             });
+        } else if self.offloaded.is_some() {
+            // The reduced gradients (this rank's shard) go to the host as they are reduced,
+            // overlapping the backward still running.
+            let bytes = dp.param_bytes(dp.reduced_grad_elems(params));
+            self.opt_deps
+                .push(self.to_host(b, bytes, last.into(), label)?);
         } else {
             self.opt_deps.extend(last);
         }
@@ -447,18 +458,75 @@ impl<'a> DpEmitter<'a> {
         let mut deps = std::mem::take(&mut self.opt_deps);
         for d in std::mem::take(&mut self.decompress) {
             let op = self.compress_op(d.elems, d.wire_bytes);
-            deps.push(b.compute(op, d.deps, d.label)?);
+            let decompressed = b.compute(op, d.deps, d.label)?;
+            deps.push(match self.offloaded {
+                Some(_) => {
+                    let bytes = dp.param_bytes(d.elems);
+                    self.to_host(b, bytes, [decompressed].into(), d.label)?
+                }
+                None => decompressed,
+            });
         }
-        let opt = self.ctx.sizes.optimizer_step(self.stage);
-        let mut opt = opt;
-        opt.phase = Phase::Optimizer;
-        let optimizer = b.compute(opt, deps, Label::default())?;
+        let optimizer = match self.offloaded {
+            Some(step) => {
+                if !dp.reduces() {
+                    // Nothing was reduced: every gradient goes to the host after the backward.
+                    let params = chunks
+                        .iter()
+                        .fold(ParamCount::default(), |acc, c| sum(acc, c.params));
+                    let bytes = dp.param_bytes(dp.reduced_grad_elems(params));
+                    let grads: Deps = last_grad_op.into_iter().collect();
+                    deps.push(self.to_host(b, bytes, grads, Label::default())?);
+                }
+                let update = b.push(
+                    Stream::Io,
+                    OpKind::HostUpdate {
+                        bytes: step.update_bytes,
+                    },
+                    deps,
+                    Label::default(),
+                )?;
+                b.push(
+                    Stream::Io,
+                    OpKind::HostCopy {
+                        bytes: step.params_bytes,
+                        to_host: false,
+                    },
+                    [update],
+                    Label::default(),
+                )?
+            }
+            None => {
+                let mut opt = self.ctx.sizes.optimizer_step(self.stage);
+                opt.phase = Phase::Optimizer;
+                b.compute(opt, deps, Label::default())?
+            }
+        };
         if dp.zero == Zero::ShardedOptimizer && !dp.overlap_param_gather && dp.reduces() {
             for c in chunks {
                 self.gather_params(b, c.params, [optimizer].into(), chunk_label(c))?;
             }
         }
         Ok(())
+    }
+
+    /// Copy `bytes` of reduced gradients to the host (optimizer offload) after `deps`.
+    fn to_host(
+        &self,
+        b: &mut Builder,
+        bytes: u64,
+        deps: Deps,
+        label: Label,
+    ) -> Result<u32, ScheduleError> {
+        b.push(
+            Stream::Io,
+            OpKind::HostCopy {
+                bytes,
+                to_host: true,
+            },
+            deps,
+            label,
+        )
     }
 
     /// Whether this step reduces the gradients once, at its end, after the last backward.
