@@ -876,17 +876,88 @@ impl SweepResult {
     }
 }
 
-/// Rows as the aligned table `top_text` prints, numbered from 1 under `first`.
+/// Override keys the table's columns show already, or that follow from them (sequence
+/// parallelism from tp).
+const SHOWN_KEYS: [&str; 13] = [
+    "parallel.tp",
+    "parallel.cp",
+    "parallel.pp",
+    "parallel.dp",
+    "parallel.vpp",
+    "training.micro_batch",
+    "training.recompute",
+    "parallel.zero",
+    "parallel.schedule",
+    "parallel.sequence_parallel",
+    "parallel.fsdp",
+    "training.precision",
+    "training.fp8_recipe",
+];
+
+/// For each row, the overrides that tell it apart from the other rows beyond the columns: the
+/// keys whose values differ among `rows`, as `key=value` with the key's last part.
+fn distinctions(rows: &[&SweepRow]) -> Vec<String> {
+    let pairs: Vec<Vec<(&str, &str)>> = rows
+        .iter()
+        .map(|r| {
+            r.overrides
+                .iter()
+                .filter_map(|o| o.split_once('='))
+                .filter(|(k, _)| !SHOWN_KEYS.contains(k))
+                .collect()
+        })
+        .collect();
+    let value = |row: &[(&str, &str)], key: &str| {
+        row.iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.to_string())
+    };
+    let mut varying: Vec<&str> = Vec::new();
+    for row in &pairs {
+        for &(k, _) in row {
+            if !varying.contains(&k) {
+                let first = value(&pairs[0], k);
+                if pairs.iter().any(|r| value(r, k) != first) {
+                    varying.push(k);
+                }
+            }
+        }
+    }
+    pairs
+        .iter()
+        .map(|row| {
+            varying
+                .iter()
+                .filter_map(|&k| {
+                    let v = value(row, k)?;
+                    let short = k.rsplit('.').next().unwrap_or(k);
+                    Some(format!("{short}={}", v.trim_matches('"')))
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// Rows as the aligned table `top_text` prints, numbered from 1 under `first`; a last column
+/// names what else tells the rows apart where the columns do not.
 fn table(o: &mut String, first: &str, rows: &[&SweepRow]) {
+    let also = distinctions(rows);
+    let any = also.iter().any(|a| !a.is_empty());
     let _ = writeln!(
         o,
-        "{:>4} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>9} {:>1} {:>16} {:>12} {:>10} {:>11} {:>6} {:>7} {:>6}",
-        first, "tp", "cp", "pp", "dp", "vpp", "mb", "recompute", "z", "schedule", "precision", "step ms", "tokens/s", "MFU", "mem GiB", "bubble"
+        "{:>4} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>9} {:>1} {:>16} {:>12} {:>10} {:>11} {:>6} {:>7} {:>6}{}",
+        first, "tp", "cp", "pp", "dp", "vpp", "mb", "recompute", "z", "schedule", "precision", "step ms", "tokens/s", "MFU", "mem GiB", "bubble",
+        if any { "  also" } else { "" }
     );
     for (i, r) in rows.iter().enumerate() {
+        let extra = match also.get(i) {
+            Some(a) if any => format!("  {a}"),
+            _ => String::new(),
+        };
         let _ = writeln!(
             o,
-            "{:>4} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>9} {:>1} {:>16} {:>12} {:>10.3} {:>11.0} {:>5.1}% {:>7.2} {:>5.1}%",
+            "{:>4} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>9} {:>1} {:>16} {:>12} {:>10.3} {:>11.0} {:>5.1}% {:>7.2} {:>5.1}%{extra}",
             i + 1,
             r.tp,
             r.cp,

@@ -464,8 +464,14 @@ pub fn candidates(base: &Scenario, space: &SearchSpace) -> Vec<Candidate> {
                                                     (dp, tp * cp),
                                                     moe.then_some((ep, etp, tp)),
                                                 );
+                                                // Sharded parameters reduce per pass and
+                                                // gather per layer whatever the two flags say
+                                                // (`schedule::bound::overlap_buckets`, the ZeRO-1
+                                                // gather of `emit::dp`): one layout, not two.
+                                                let dp_overlaps_here: &[Option<bool>] =
+                                                    if zero >= 3 { &[None] } else { &dp_overlaps };
                                                 for &fsdp_degree in &fsdp_degrees {
-                                                    for &dpo in &dp_overlaps {
+                                                    for &dpo in dp_overlaps_here {
                                                         for &off in &offloads {
                                                             let mut c = Candidate {
                                                                 tp: u32_of(tp),

@@ -573,3 +573,83 @@ fn the_first_failure_is_kept_with_its_reason() {
     assert!(!ok.to_json().unwrap().contains("first_failure"));
     assert!(!ok.top_text(5).contains("failed:"));
 }
+
+/// The table's last column names what tells its rows apart beyond the columns (here the
+/// offload and the data-parallel overlap), and nothing where the columns already do.
+#[test]
+fn the_table_names_what_the_columns_do_not_show() {
+    let row = |index: usize, tp: u32, extra: &[&str]| {
+        let mut overrides = vec![
+            format!("parallel.tp={tp}"),
+            format!("parallel.sequence_parallel={}", tp > 1),
+            "parallel.zero=1".to_string(),
+        ];
+        overrides.extend(extra.iter().map(|s| s.to_string()));
+        SweepRow {
+            index,
+            overrides,
+            tp,
+            pp: 1,
+            dp: 8 / tp,
+            cp: 1,
+            ep: 1,
+            vpp: 1,
+            micro_batch: 1,
+            recompute: "none".into(),
+            zero: 1,
+            schedule: "1f1b".into(),
+            precision: "bf16".into(),
+            step_time_s: 1.0,
+            tokens_per_s: 1.0,
+            mfu: 0.5,
+            peak_memory_bytes: 1 << 30,
+            peak_memory_fraction: 0.1,
+            bubble_fraction: 0.0,
+            exposed_comm_fraction: 0.0,
+            fits: true,
+            simulated: true,
+        }
+    };
+    let a = row(
+        0,
+        2,
+        &[
+            "training.offload=\"none\"",
+            "training.overlap_grad_reduce=true",
+        ],
+    );
+    let b = row(
+        1,
+        2,
+        &[
+            "training.offload=\"optimizer\"",
+            "training.overlap_grad_reduce=true",
+        ],
+    );
+    let c = row(
+        2,
+        4,
+        &[
+            "training.offload=\"none\"",
+            "training.overlap_grad_reduce=false",
+        ],
+    );
+    assert_eq!(
+        super::distinctions(&[&a, &b, &c]),
+        [
+            "offload=none overlap_grad_reduce=true",
+            "offload=optimizer overlap_grad_reduce=true",
+            "offload=none overlap_grad_reduce=false"
+        ]
+    );
+    assert_eq!(
+        super::distinctions(&[&a, &c]),
+        ["overlap_grad_reduce=true", "overlap_grad_reduce=false"]
+    );
+    // The columns tell a from a copy with another tp apart: nothing more to say.
+    let mut d = a.clone();
+    d.tp = 4;
+    d.overrides[0] = "parallel.tp=4".into();
+    d.overrides[1] = "parallel.sequence_parallel=true".into();
+    assert_eq!(super::distinctions(&[&a, &d]), ["", ""]);
+}
