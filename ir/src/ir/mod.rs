@@ -429,6 +429,25 @@ pub enum OpKind {
     },
 }
 
+/// Offloaded work on the host side of one rank, as a cost model prices it: the measure of an
+/// [`OpKind::HostCopy`] or [`OpKind::HostUpdate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostWork {
+    /// `bytes` over the GPU's host link, either way.
+    Copy { bytes: u64 },
+    /// `bytes` of host memory read and written by the CPUs' optimizer update.
+    Update { bytes: u64 },
+}
+
+impl HostWork {
+    /// The bytes it moves.
+    pub fn bytes(self) -> u64 {
+        match self {
+            HostWork::Copy { bytes } | HostWork::Update { bytes } => bytes,
+        }
+    }
+}
+
 /// Where in the model an op belongs, for traces, reports and matching sim ops to real ops.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Label {

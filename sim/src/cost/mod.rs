@@ -35,23 +35,7 @@ pub(crate) use crate::units::{positive_rate, secs_to_ns};
 use crate::plan::{Group, Plan};
 use crate::schedule::{CollectiveKind, ComputeOp};
 
-/// Offloaded work on the host side of one rank, as the cost model prices it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HostWork {
-    /// `bytes` over the GPU's host link, either way.
-    Copy { bytes: u64 },
-    /// `bytes` of host memory read and written by the CPUs' optimizer update.
-    Update { bytes: u64 },
-}
-
-impl HostWork {
-    /// The bytes it moves.
-    pub fn bytes(self) -> u64 {
-        match self {
-            HostWork::Copy { bytes } | HostWork::Update { bytes } => bytes,
-        }
-    }
-}
+pub use crate::schedule::HostWork;
 
 /// Durations of ops, in nanoseconds. Implementations must be pure functions of their
 /// arguments (the engine may cache results) and must not panic on any input.

@@ -113,7 +113,7 @@ pub struct Prices<'a> {
     /// argument) from the previous rank of its cp group; 0 where a flow network times it.
     pub cp_ring: &'a dyn Fn(u32, u64) -> u64,
     /// Offloaded work on a rank's host side (optimizer offload).
-    pub host: &'a dyn Fn(crate::cost::HostWork) -> u64,
+    pub host: &'a dyn Fn(crate::schedule::HostWork) -> u64,
 }
 
 /// The [`Bounds`] of step `step`, with each op priced by `price`. When the memory bound
@@ -220,10 +220,10 @@ pub fn step_lower_bounds(
             // gradients' arrival on the host, as the GPU's update follows their reduction.
             let optimizer = match (policy.syncs, sizes.offloaded_step(stage as u32)) {
                 (false, _) => 0,
-                (true, Some(o)) => (price.host)(crate::cost::HostWork::Update {
+                (true, Some(o)) => (price.host)(crate::schedule::HostWork::Update {
                     bytes: o.update_bytes,
                 })
-                .saturating_add((price.host)(crate::cost::HostWork::Copy {
+                .saturating_add((price.host)(crate::schedule::HostWork::Copy {
                     bytes: o.params_bytes,
                 })),
                 (true, None) => (price.compute)(&sizes.optimizer_step(stage as u32)),
