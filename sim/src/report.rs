@@ -209,18 +209,14 @@ fn notes(scenario: &Scenario) -> Vec<String> {
     }
     if let Some(what) = offloaded(scenario.training.offload) {
         let (host, node) = crate::scenario::host_side(c);
-        let mut note = format!(
-            "training.offload moves {what} to host memory: the gradients' copies to the host, \
-             the host's optimizer update and the parameters' copies back are priced at a \
-             {node} host's peaks ({:.0} GB/s per GPU each way, {:.0} GB/s of host memory per \
-             GPU), so their time is a lower bound",
+        notes.push(format!(
+            "training.offload moves {what} to host memory: its copies between host and GPU \
+             and the host's optimizer update are priced at a {node} host's peaks ({:.0} GB/s \
+             per GPU each way, {:.0} GB/s of host memory per GPU), so their time is a lower \
+             bound",
             host.link_bandwidth_bytes_per_s / 1e9,
             host.memory_bandwidth_bytes_per_s / 1e9
-        );
-        if scenario.training.offload == crate::scenario::Offload::Params {
-            note.push_str("; fetching the parameters from the host for each gather is not priced");
-        }
-        notes.push(note);
+        ));
     }
     notes.extend(
         crate::known_bias::of(scenario)

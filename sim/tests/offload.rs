@@ -191,3 +191,58 @@ fn without_data_parallelism_the_gradients_leave_after_the_last_backward() {
     assert_eq!(last_backward_none, last_backward);
     assert_eq!(step_none_ns, last_backward + GPU_OPTIMIZER_NS);
 }
+
+/// With the parameters offloaded too (ZeRO 3), every all-gather of parameters waits for a
+/// copy of the rank's shard from the host (half the gathered bytes on two ranks), the update
+/// leaves the parameters on the host (no copy back), and every gather and every compute pass
+/// still finds its parameters.
+#[test]
+fn offloaded_parameters_are_fetched_before_each_gather() {
+    let mut s = scenario(2, Offload::Params);
+    s.parallel.zero = 3;
+    let (sched, events, _) = run(&s);
+    let program = &sched.programs[sched.program_of[0] as usize];
+    let mut gathers = 0;
+    for op in &program.ops {
+        if let OpKind::Collective {
+            kind: CollectiveKind::AllGather,
+            bytes,
+            calls,
+            ..
+        } = op.kind
+        {
+            gathers += 1;
+            let fetches: Vec<u64> = op
+                .deps
+                .iter()
+                .filter_map(|&d| match program.ops[d as usize].kind {
+                    OpKind::HostCopy {
+                        bytes,
+                        to_host: false,
+                    } => Some(bytes),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(fetches, [bytes * u64::from(calls) / 2], "{}", op.name());
+        }
+    }
+    assert!(gathers > 0);
+    let ops = rank0(&sched, &events);
+    let (out, update, back) = offload_bytes(&ops);
+    assert!(!out.is_empty());
+    assert_eq!(update.len(), 1);
+    assert_eq!(
+        back.len(),
+        gathers,
+        "one fetch per gather, none after the update"
+    );
+    let update_end = ops
+        .iter()
+        .find(|(k, _, _)| matches!(k, OpKind::HostUpdate { .. }))
+        .map(|(_, _, e)| e.end_ns)
+        .unwrap();
+    assert!(!ops.iter().any(
+        |(k, _, e)| matches!(k, OpKind::HostCopy { to_host: false, .. })
+            && e.start_ns >= update_end
+    ));
+}

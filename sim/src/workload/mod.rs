@@ -544,7 +544,8 @@ pub struct OffloadedStep {
     /// moments) read and written back, the gradients read and the updated parameters written
     /// in the weight dtype.
     pub update_bytes: u64,
-    /// The updated parameters copied back to the GPU (this rank's ZeRO shard).
+    /// The updated parameters copied back to the GPU (this rank's ZeRO shard); 0 when the
+    /// parameters are offloaded too (they stay on the host, and each gather fetches them).
     pub params_bytes: u64,
 }
 
@@ -560,9 +561,14 @@ pub fn offloaded_step(s: &Scenario, plan: &Plan, stage: u32) -> Option<Offloaded
         .optimizer_bytes
         .saturating_mul(2)
         .saturating_add(k.weight_bytes.saturating_mul(2));
+    let params_stay = s.training.offload == crate::scenario::Offload::Params;
     Some(OffloadedStep {
         update_bytes: mul(shard, per_param),
-        params_bytes: mul(shard, k.weight_bytes),
+        params_bytes: if params_stay {
+            0
+        } else {
+            mul(shard, k.weight_bytes)
+        },
     })
 }
 

@@ -141,6 +141,9 @@ pub struct DpEmitter<'a> {
     /// gradients go to the host as they are reduced, the host updates, the parameters come
     /// back before the next gather (`None`: the optimizer runs on the GPU).
     offloaded: Option<crate::workload::OffloadedStep>,
+    /// `training.offload = "params"` under ZeRO 3: every gather first fetches the rank's
+    /// shard from host memory.
+    params_offloaded: bool,
 }
 
 fn sum(a: ParamCount, b: ParamCount) -> ParamCount {
@@ -178,6 +181,8 @@ impl<'a> DpEmitter<'a> {
             pipelined_readers: Vec::new(),
             reduced: BTreeMap::new(),
             offloaded: ctx.sizes.offloaded_step(stage),
+            params_offloaded: ctx.s.training.offload == crate::scenario::Offload::Params
+                && ctx.dp.zero == Zero::ShardedParams,
         }
     }
 
@@ -302,9 +307,31 @@ impl<'a> DpEmitter<'a> {
         deps: Deps,
         label: Label,
     ) -> Result<Vec<u32>, ScheduleError> {
+        let dp = self.ctx.dp;
+        let mut deps = deps;
+        let mut fetched = None;
+        if self.params_offloaded {
+            // Offloaded parameters: this rank's shard comes from the host before the gather
+            // (and is all the layer has where nothing is gathered).
+            let bytes = dp.param_bytes(dp.reduced_grad_elems(params));
+            let fetch = b.push(
+                Stream::Io,
+                OpKind::HostCopy {
+                    bytes,
+                    to_host: false,
+                },
+                deps,
+                label,
+            )?;
+            deps = [fetch].into();
+            fetched = Some(fetch);
+        }
         let mut ops = Vec::new();
-        for c in self.ctx.dp.gather_calls(params) {
+        for c in dp.gather_calls(params) {
             ops.push(b.collective(c.kind, c.group, c.bytes, c.calls, deps.clone(), label)?);
+        }
+        if ops.is_empty() {
+            ops.extend(fetched);
         }
         Ok(ops)
     }
@@ -486,6 +513,10 @@ impl<'a> DpEmitter<'a> {
                     deps,
                     Label::default(),
                 )?;
+                if step.params_bytes == 0 {
+                    // Offloaded parameters stay on the host, where the gathers fetch them.
+                    return Ok(());
+                }
                 b.push(
                     Stream::Io,
                     OpKind::HostCopy {
