@@ -834,7 +834,7 @@ impl SweepResult {
                 o,
                 "failed: layout {} ({}): {}{}",
                 f.index,
-                f.overrides.join(" "),
+                set_flags(&f.overrides),
                 f.reason,
                 if self.failed > 1 {
                     format!(" (the first of {})", self.failed)
@@ -865,15 +865,19 @@ impl SweepResult {
             table(&mut o, "#", &shown);
         }
         if let Some(best) = ranked.first() {
-            let set: Vec<String> = best
-                .overrides
-                .iter()
-                .map(|s| format!("--set {s}"))
-                .collect();
-            let _ = writeln!(o, "\nbest: {}", set.join(" "));
+            let _ = writeln!(o, "\nbest: {}", set_flags(&best.overrides));
         }
         o
     }
+}
+
+/// `overrides` as the `--set` flags that reproduce them.
+fn set_flags(overrides: &[String]) -> String {
+    overrides
+        .iter()
+        .map(|s| format!("--set {s}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Override keys the table's columns show already, or that follow from them (sequence

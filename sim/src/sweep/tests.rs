@@ -564,7 +564,9 @@ fn the_first_failure_is_kept_with_its_reason() {
         assert_eq!((first.index, first.reason.as_str()), (3, "too many events"));
         let text = merged.top_text(5);
         assert!(
-            text.contains("failed: layout 3 (parallel.pp=3): too many events (the first of 3)"),
+            text.contains(
+                "failed: layout 3 (--set parallel.pp=3): too many events (the first of 3)"
+            ),
             "{text}"
         );
     }
