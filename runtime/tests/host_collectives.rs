@@ -222,7 +222,12 @@ fn generated_schedules_run_with_checked_data() {
     ep.model.moe = Some(twin_sim::scenario::Moe::uniform(4, 2, 1, ffn_hidden));
     ep.parallel.ep = 2;
     ep.parallel.dp = 2;
-    cases.extend([zero1, zero3, cp, ep]);
+    // Offload: the optimizer on the host (ZeRO 1), the parameters too (ZeRO 3).
+    let mut offload = zero1.clone();
+    offload.training.offload = twin_sim::scenario::Offload::Optimizer;
+    let mut offload_params = zero3.clone();
+    offload_params.training.offload = twin_sim::scenario::Offload::Params;
+    cases.extend([zero1, zero3, cp, ep, offload, offload_params]);
     let mut seen = std::collections::BTreeSet::new();
     for s in &cases {
         let all = run_schedule(s);
@@ -235,6 +240,12 @@ fn generated_schedules_run_with_checked_data() {
                     }
                     twin_sim::schedule::OpKind::Send { peer, .. } => {
                         seen.insert(format!("send {peer:?}"));
+                    }
+                    twin_sim::schedule::OpKind::HostCopy { to_host, .. } => {
+                        seen.insert(format!("host-copy to_host={to_host}"));
+                    }
+                    twin_sim::schedule::OpKind::HostUpdate { .. } => {
+                        seen.insert("host-update".into());
                     }
                     _ => {}
                 }
@@ -266,6 +277,9 @@ fn generated_schedules_run_with_checked_data() {
         "all-to-all Ep",
         "send PpNext",
         "send PpPrev",
+        "host-copy to_host=true",
+        "host-copy to_host=false",
+        "host-update",
     ] {
         assert!(seen.contains(&want), "{want} not exercised; seen {seen:?}");
     }

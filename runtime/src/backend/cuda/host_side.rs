@@ -31,7 +31,7 @@ impl HostSide {
         Ok(HostSide {
             staging: HostBuffer::new(chunk_bytes)?,
             staging_bytes: chunk_bytes.max(1),
-            pass: Arc::new(Mutex::new(vec![1.0f32; PASS_BUFFER_BYTES / 4])),
+            pass: Arc::new(Mutex::new(vec![0.0f32; PASS_BUFFER_BYTES / 4])),
         })
     }
 
@@ -112,4 +112,41 @@ unsafe extern "C" fn run_update(user: *mut c_void) {
     // SAFETY: `user` is the box `HostSide::update` leaked for this call, taken back once.
     let job = unsafe { Box::from_raw(user.cast::<UpdateJob>()) };
     job.run();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The host's pass touches `bytes / 8` elements, wrapping around its buffer: a pass of
+    /// one and a half buffers updates the first half twice and the rest once.
+    #[test]
+    fn the_update_streams_its_bytes_over_the_buffer() {
+        let pass = Arc::new(Mutex::new(vec![0.0f32; 1000]));
+        let job = UpdateJob {
+            pass: Arc::clone(&pass),
+            bytes: 1500 * PASS_BYTES_PER_ELEM,
+        };
+        job.run();
+        let once = 0.0f32 * 0.999 + 1e-3;
+        let twice = once * 0.999 + 1e-3;
+        let buf = pass.lock().unwrap();
+        assert_ne!(once, twice);
+        assert!(buf[..500].iter().all(|&x| x == twice));
+        assert!(buf[500..].iter().all(|&x| x == once));
+    }
+
+    /// A job run by the host function takes back and frees the box it was given.
+    #[test]
+    fn the_host_function_runs_the_job_it_owns() {
+        let pass = Arc::new(Mutex::new(vec![0.0f32; 10]));
+        let job = Box::new(UpdateJob {
+            pass: Arc::clone(&pass),
+            bytes: 10 * PASS_BYTES_PER_ELEM,
+        });
+        // SAFETY: the pointer is a leaked box of an UpdateJob, taken back once.
+        unsafe { run_update(Box::into_raw(job).cast::<c_void>()) };
+        assert_eq!(Arc::strong_count(&pass), 1);
+        assert!(pass.lock().unwrap().iter().all(|&x| x == 1e-3));
+    }
 }
