@@ -549,6 +549,15 @@ impl CostModel for Analytic {
     }
 
     fn host_ns(&self, work: HostWork) -> u64 {
+        if self.launch_per_op {
+            // The host backend is its own host: a copy reads and writes each byte through a
+            // buffer of a MiB (below any spill), the update is the optimizer's memory pass.
+            let s = match work {
+                HostWork::Copy { bytes } => 2.0 * bytes as f64 / self.hbm_rate(),
+                HostWork::Update { bytes } => self.memory_pass_s(Phase::Optimizer, bytes),
+            };
+            return secs_to_ns(s).saturating_add(self.op_overhead_ns);
+        }
         let rate = match work {
             HostWork::Copy { .. } => self.host_link_bandwidth_bytes_per_s,
             HostWork::Update { .. } => self.host_memory_bandwidth_bytes_per_s,

@@ -1325,3 +1325,26 @@ fn the_rowwise_fp8_curve_is_read_and_checked() {
         + 2;
     assert_eq!(e.line, Some(line));
 }
+
+/// Offload's host figures: a GPU profile keeps the node preset's (a DGX A100's PCIe 4.0 link
+/// and its DRAM per GPU); a host profile prices its backend's copies as memory passes over
+/// each byte read and written, at its own measured bandwidth.
+#[test]
+fn offload_is_priced_by_the_node_for_gpus_and_by_memory_for_the_host_backend() {
+    use crate::cost::{CostModel, HostWork};
+    let s = small_scenario(8, 1, 1, 1);
+    let gpu = Analytic::from_profile(&s, &a100());
+    assert_eq!(gpu.host_link_bandwidth_bytes_per_s, 31.5e9);
+    assert_eq!(gpu.host_memory_bandwidth_bytes_per_s, 409.6e9 / 8.0);
+    assert_eq!(gpu.host_ns(HostWork::Copy { bytes: 63_000_000 }), 2_000_000);
+    let host = parse_str(
+        include_str!("../../../scenarios/profiles/host-example.toml"),
+        "host-example.toml",
+    )
+    .unwrap();
+    let priced = Analytic::from_profile(&s, &host);
+    let rate = priced.hbm_bandwidth_bytes_per_s * priced.memory_efficiency;
+    let bytes = 1u64 << 30;
+    let want = (2.0 * bytes as f64 / rate * 1e9).round() as u64 + priced.op_overhead_ns;
+    assert!(priced.host_ns(HostWork::Copy { bytes }).abs_diff(want) <= 1);
+}

@@ -502,20 +502,29 @@ impl Job {
 
 /// Write `bytes` to a real file (in `TWIN_CHECKPOINT_DIR`, else the temp dir), flush it to
 /// storage, and remove it: the I/O a checkpoint of this rank's state costs.
-/// Copy `bytes` from one buffer to another, a MiB at a time.
+/// Copy `bytes` from one buffer to another, a MiB at a time, through this thread's pair of
+/// buffers (allocated and touched once, so a copy pays for copying only).
 fn copy_bytes(bytes: u64) {
     const CHUNK: usize = 1 << 20;
-    let src = vec![0x5au8; CHUNK];
-    let mut dst = vec![0u8; CHUNK];
-    let mut left = bytes;
-    while left > 0 {
-        let n = usize::try_from(left).unwrap_or(CHUNK).min(CHUNK);
-        if let (Some(d), Some(s)) = (dst.get_mut(..n), src.get(..n)) {
-            d.copy_from_slice(s);
-        }
-        std::hint::black_box(&dst);
-        left -= n as u64;
+    thread_local! {
+        static BUFFERS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
+            std::cell::RefCell::new((vec![0x5au8; CHUNK], vec![0u8; CHUNK]));
     }
+    BUFFERS.with(|b| {
+        let Ok(mut b) = b.try_borrow_mut() else {
+            return;
+        };
+        let (src, dst) = &mut *b;
+        let mut left = bytes;
+        while left > 0 {
+            let n = usize::try_from(left).unwrap_or(CHUNK).min(CHUNK);
+            if let (Some(d), Some(s)) = (dst.get_mut(..n), src.get(..n)) {
+                d.copy_from_slice(s);
+            }
+            std::hint::black_box(&*dst);
+            left -= n as u64;
+        }
+    });
 }
 
 fn write_checkpoint(rank: RankId, bytes: u64) -> Result<(), RuntimeError> {
