@@ -39,6 +39,9 @@ struct Cfg {
     sync: SyncMode,
     step: u64,
     bucket_bytes: u64,
+    /// 0: none, 1: the optimizer, 2: the parameters too (where ZeRO 3 or FSDP shards them;
+    /// else the optimizer).
+    offload: u8,
 }
 
 fn scenario(c: &Cfg) -> Scenario {
@@ -83,6 +86,11 @@ fn scenario(c: &Cfg) -> Scenario {
     s.training.grad_compression = c.compression;
     s.training.sync = c.sync;
     s.training.grad_bucket_bytes = c.bucket_bytes;
+    s.training.offload = match c.offload {
+        0 => Offload::None,
+        2 if c.zero >= 3 || c.fsdp => Offload::Params,
+        _ => Offload::Optimizer,
+    };
     s.run.granularity = if c.layer_granularity {
         Granularity::Layer
     } else {
@@ -138,12 +146,13 @@ fn cfg_strategy() -> impl Strategy<Value = Cfg> {
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
+        0u8..3,
     );
     (mesh, dp_modes, more).prop_map(
         |(
             (pp, vpp, m_factor, layers_per_chunk, tp, dp, cp, ep),
             (zero, fsdp, schedule, recompute, layer_granularity, ogr, opg),
-            (compression, sync, step, bucket_bytes, moe, big_dp, hsdp, ring),
+            (compression, sync, step, bucket_bytes, moe, big_dp, hsdp, ring, offload),
         )| {
             // keep the world small: at most 48 ranks
             let dp = if big_dp && pp <= 2 { dp + 2 } else { dp };
@@ -171,6 +180,7 @@ fn cfg_strategy() -> impl Strategy<Value = Cfg> {
                 sync,
                 step,
                 bucket_bytes,
+                offload,
             }
         },
     )

@@ -118,6 +118,7 @@ pub struct UniformSizes {
     pub moe: bool,
     pub recompute: Recompute,
     pub param_bytes: u64,
+    pub offload: crate::scenario::Offload,
 }
 
 impl UniformSizes {
@@ -135,6 +136,7 @@ impl UniformSizes {
             moe: s.model.moe.is_some(),
             recompute: s.training.recompute,
             param_bytes: s.training.precision.bytes(),
+            offload: s.training.offload,
         }
     }
 
@@ -285,8 +287,15 @@ impl Sizes for UniformSizes {
         self.op(Phase::Optimizer, 1, 1)
     }
 
-    /// Offload is not part of the uniform sizes: the optimizer stays on the GPU.
+    /// A fixed host update, and a fixed copy back unless the parameters stay on the host.
     fn offloaded_step(&self, _stage: u32) -> Option<crate::workload::OffloadedStep> {
-        None
+        use crate::scenario::Offload;
+        match self.offload {
+            Offload::None => None,
+            o => Some(crate::workload::OffloadedStep {
+                update_bytes: 1 << 16,
+                params_bytes: if o == Offload::Params { 0 } else { 1 << 12 },
+            }),
+        }
     }
 }
