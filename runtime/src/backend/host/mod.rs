@@ -287,6 +287,16 @@ impl Job {
         crate::launch::inject::kill_if_due(&s.kills, self.global_step, index, s.events.as_deref());
     }
 
+    /// The rank's compute workspace, locked (prepared before the first op).
+    fn workspace(&self) -> Result<std::sync::MutexGuard<'_, compute::Workspace>, RuntimeError> {
+        self.shared
+            .workspace
+            .get()
+            .ok_or_else(|| RuntimeError::Unsupported("compute before prepare".into()))?
+            .lock()
+            .map_err(|_| RuntimeError::Aborted("compute workspace poisoned".into()))
+    }
+
     /// The optimizer's update of the model state, `op` giving its planned memory traffic: the
     /// state update is part of it, and a scratch pass moves the rest, so the op does the
     /// planned work, not more.
@@ -315,13 +325,7 @@ impl Job {
         let no_peer = || RuntimeError::Unsupported("p2p op without a resolved peer".into());
         match &q.op.kind {
             OpKind::Compute(c) => {
-                let ws =
-                    self.shared.workspace.get().ok_or_else(|| {
-                        RuntimeError::Unsupported("compute before prepare".into())
-                    })?;
-                let mut ws = ws
-                    .lock()
-                    .map_err(|_| RuntimeError::Aborted("compute workspace poisoned".into()))?;
+                let mut ws = self.workspace()?;
                 let start = self.shared.clock.now_ns();
                 if c.phase == Phase::Optimizer {
                     self.update_state(&mut ws, c.clone())?;
@@ -333,12 +337,7 @@ impl Job {
             OpKind::HostUpdate { bytes } => {
                 // Model state lives in host memory here already: the offloaded update is the
                 // same real update as the optimizer op's, on the Io stream's thread.
-                let ws = self.shared.workspace.get().ok_or_else(|| {
-                    RuntimeError::Unsupported("host update before prepare".into())
-                })?;
-                let mut ws = ws
-                    .lock()
-                    .map_err(|_| RuntimeError::Aborted("compute workspace poisoned".into()))?;
+                let mut ws = self.workspace()?;
                 let start = self.shared.clock.now_ns();
                 let op = ComputeOp {
                     phase: Phase::Optimizer,
