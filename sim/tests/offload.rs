@@ -54,6 +54,12 @@ fn scenario(dp: u32, offload: Offload) -> Scenario {
 }
 
 fn run(s: &Scenario) -> (Schedule, Vec<TraceEvent>, u64) {
+    let (sched, r) = simulated(s);
+    let events = r.trace.unwrap().events;
+    (sched, events, r.step_time_ns)
+}
+
+fn simulated(s: &Scenario) -> (Schedule, twin_sim::engine::SimResult) {
     let plan = Plan::new(s).unwrap();
     let sched = generate(s, &plan).unwrap();
     sched.validate(&plan).unwrap();
@@ -62,8 +68,7 @@ fn run(s: &Scenario) -> (Schedule, Vec<TraceEvent>, u64) {
         ..SimOptions::default()
     };
     let r = simulate(&plan, &sched, &Prices, &opts).unwrap();
-    let events = r.trace.unwrap().events;
-    (sched, events, r.step_time_ns)
+    (sched, r)
 }
 
 /// Rank 0's ops with their events, in program order.
@@ -180,6 +185,16 @@ fn without_data_parallelism_the_gradients_leave_after_the_last_backward() {
     assert_eq!(
         step_ns,
         last_backward + out[0] / 100 + update[0] / 50 + back[0] / 100
+    );
+    // The two copies run beside no compute: exposed transfers. The host's update is the
+    // rank's optimizer work: busy, not communication.
+    let (_, r) = simulated(&scenario(1, Offload::Optimizer));
+    let rank = &r.ranks[0];
+    assert_eq!(rank.comm_exposed_ns, out[0] / 100 + back[0] / 100);
+    let (_, none) = simulated(&scenario(1, Offload::None));
+    assert_eq!(
+        rank.compute_busy_ns,
+        none.ranks[0].compute_busy_ns - GPU_OPTIMIZER_NS + update[0] / 50
     );
     let (sched, events, step_none_ns) = run(&scenario(1, Offload::None));
     let last_backward_none = rank0(&sched, &events)

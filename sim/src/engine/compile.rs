@@ -184,10 +184,12 @@ pub(crate) enum CKind {
         issued_before: u64,
     },
     /// An op of this rank alone whose time the cost model gives up front: a checkpoint
-    /// write, a copy over the host link or the host's optimizer update. It runs as a transfer
-    /// (the GPU computes beside it).
+    /// write, a copy over the host link or the host's optimizer update. It runs beside the
+    /// GPU's compute and counts as a transfer, except the host's update (`busy`), which is the
+    /// rank's optimizer work and counts as busy time.
     Io {
         bytes: u64,
+        busy: bool,
     },
     P2p {
         send: bool,
@@ -232,7 +234,9 @@ impl COp {
     /// Bytes the trace reports: moved over links, allocated, or written.
     pub fn trace_bytes(&self) -> u64 {
         match self.kind {
-            CKind::Io { bytes } | CKind::P2p { bytes, .. } | CKind::Alloc { bytes, .. } => bytes,
+            CKind::Io { bytes, .. } | CKind::P2p { bytes, .. } | CKind::Alloc { bytes, .. } => {
+                bytes
+            }
             CKind::Collective { bytes, calls, .. } => bytes.saturating_mul(u64::from(calls)),
             CKind::Compute { .. } | CKind::Free { .. } => 0,
         }
@@ -404,15 +408,24 @@ pub(crate) fn compile(
             }
             OpKind::Checkpoint { bytes } => {
                 cached_ns = Some(cost.checkpoint_ns(*bytes));
-                CKind::Io { bytes: *bytes }
+                CKind::Io {
+                    bytes: *bytes,
+                    busy: false,
+                }
             }
             OpKind::HostCopy { bytes, .. } => {
                 cached_ns = Some(cost.host_ns(HostWork::Copy { bytes: *bytes }));
-                CKind::Io { bytes: *bytes }
+                CKind::Io {
+                    bytes: *bytes,
+                    busy: false,
+                }
             }
             OpKind::HostUpdate { bytes } => {
                 cached_ns = Some(cost.host_ns(HostWork::Update { bytes: *bytes }));
-                CKind::Io { bytes: *bytes }
+                CKind::Io {
+                    bytes: *bytes,
+                    busy: true,
+                }
             }
             OpKind::Send { peer, bytes, tag } | OpKind::Recv { peer, bytes, tag } => CKind::P2p {
                 send: matches!(op.kind, OpKind::Send { .. }),

@@ -444,10 +444,14 @@ impl<S: Slots> State<S> {
                 }
                 self.begin_compute(ctx, rank, r, s);
             }
-            CKind::Io { .. } => {
+            CKind::Io { busy, .. } => {
                 let a = &mut rs.acct;
                 a.flush(self.now);
-                a.running_comm += 1;
+                if busy {
+                    a.running_compute += 1;
+                } else {
+                    a.running_comm += 1;
+                }
                 let dur = op.cached_ns.unwrap_or(0);
                 if let Some(sh) = self.share_mut() {
                     sh.started(r, s, Some(dur));
@@ -540,7 +544,16 @@ impl<S: Slots> State<S> {
                 self.core_activity(ctx, rank, false);
                 self.pass_turn(ctx, rank);
             }
-            CKind::Io { .. } | CKind::P2p { .. } | CKind::Collective { .. } => {
+            CKind::Io { busy: true, .. } => {
+                if let Some(sh) = self.share_mut() {
+                    sh.finished(r, s, now - start_ns, true);
+                }
+                let a = &mut self.ranks[r].acct;
+                a.flush(now);
+                debug_assert!(a.running_compute > 0);
+                a.running_compute -= 1;
+            }
+            CKind::Io { busy: false, .. } | CKind::P2p { .. } | CKind::Collective { .. } => {
                 if let Some(sh) = self.share_mut() {
                     sh.finished(r, s, now - start_ns, true);
                 }

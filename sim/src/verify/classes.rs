@@ -6,7 +6,7 @@
 //! duration by the cost model's parts ([`crate::cost::Analytic::compute_parts`]): GEMMs,
 //! the fused attention kernel, and the rest (memory-bound passes, launches, reloads) as
 //! elementwise; optimizer ops count whole as optimizer, and so does the host's update of an
-//! offloaded optimizer, as far as the GPU waited for it. Where an eager host issues the kernels
+//! offloaded optimizer (which the engine counts as busy time). Where an eager host issues the kernels
 //! (`CostModel::host_issue_ns`), what an op took beyond its price is time its GPU waited for
 //! the host: idle, as the trace shows it. Communication is what the rank spent with a transfer
 //! running and no compute, idle the rest. Measured side: built by the caller
@@ -121,7 +121,7 @@ pub fn predicted_classes(
     let mut parts = [0f64; 4]; // gemm, attention, elementwise, optimizer (ns, fractional)
                                // Time compute ops waited for the host beyond their price (ns).
     let mut host_wait = 0u64;
-    // Time of the host's optimizer update (optimizer offload), run beside no compute.
+    // Time of the host's optimizer update (optimizer offload).
     let mut host_update = 0u64;
     let host = cost.host_issue_ns() > 0;
     let mut collectives = Vec::new();
@@ -180,18 +180,11 @@ pub fn predicted_classes(
     // Whole ns per class, the remainder of the rounding to elementwise, so they sum to `busy`.
     let gemm = parts[0].round() as u64;
     let attention = parts[1].round() as u64;
-    let gpu_optimizer = parts[3].round() as u64;
-    let elementwise = busy.saturating_sub(gemm + attention + gpu_optimizer);
-    // The engine counts the host's update as a transfer, exposed where the GPU waits for it;
-    // it is the optimizer's time.
-    let exposed = stats.map_or(0, |r| r.comm_exposed_ns);
-    let host_optimizer = host_update.min(exposed);
-    let comm = exposed - host_optimizer;
-    let optimizer = gpu_optimizer.saturating_add(host_optimizer);
-    let idle = step_ns
-        .saturating_sub(busy)
-        .saturating_sub(comm)
-        .saturating_sub(host_optimizer);
+    // The engine counts the host's update as the rank's busy time (its optimizer work).
+    let optimizer = (parts[3].round() as u64).saturating_add(host_update);
+    let elementwise = busy.saturating_sub(gemm + attention + optimizer);
+    let comm = stats.map_or(0, |r| r.comm_exposed_ns);
+    let idle = step_ns.saturating_sub(busy).saturating_sub(comm);
     let mut t = ClassTimes::new(
         step_ns,
         &[
