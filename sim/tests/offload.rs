@@ -261,3 +261,52 @@ fn offloaded_parameters_are_fetched_before_each_gather() {
             && e.start_ns >= update_end
     ));
 }
+
+/// Under DualPipe each chunk's gradients are summed with the other copy's before the
+/// optimizer: the offloaded shard leaves after that sum (every copy to the host waits for a
+/// mirror all-reduce), once (the copies add up to the parameters coming back), with and
+/// without data parallelism.
+#[test]
+fn dualpipe_copies_the_summed_gradients_once() {
+    use twin_sim::plan::GroupKind;
+    use twin_sim::scenario::PipelineSchedule;
+    for dp in [1, 2] {
+        let mut s = small_scenario(1, 2, dp, 8);
+        s.parallel.zero = u8::from(dp > 1);
+        s.parallel.schedule = PipelineSchedule::DualPipe;
+        s.training.offload = Offload::Optimizer;
+        let (sched, _, _) = run(&s);
+        for program in &sched.programs {
+            let mut out = 0;
+            let mut back = 0;
+            for op in &program.ops {
+                match op.kind {
+                    OpKind::HostCopy {
+                        bytes,
+                        to_host: true,
+                    } => {
+                        out += bytes;
+                        assert!(
+                            op.deps.iter().any(|&d| matches!(
+                                program.ops[d as usize].kind,
+                                OpKind::Collective {
+                                    group: GroupKind::PpMirror,
+                                    ..
+                                }
+                            )),
+                            "dp {dp}: {} does not wait for the sum",
+                            op.name()
+                        );
+                    }
+                    OpKind::HostCopy {
+                        bytes,
+                        to_host: false,
+                    } => back += bytes,
+                    _ => {}
+                }
+            }
+            assert!(out > 0, "dp {dp}");
+            assert_eq!(out, back, "dp {dp}");
+        }
+    }
+}

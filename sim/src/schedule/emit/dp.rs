@@ -41,6 +41,8 @@ enum MirrorAt {
 struct Decompress {
     deps: Vec<u32>,
     elems: u64,
+    /// The gradient elements this rank keeps of them (its ZeRO shard, else all).
+    kept_elems: u64,
     wire_bytes: u64,
     label: Label,
 }
@@ -151,6 +153,17 @@ fn sum(a: ParamCount, b: ParamCount) -> ParamCount {
         dense: a.dense.saturating_add(b.dense),
         expert: a.expert.saturating_add(b.expert),
     }
+}
+
+/// A copy of `bytes` between the GPU and host memory (offload) on the io stream after `deps`.
+fn host_copy(
+    b: &mut Builder,
+    bytes: u64,
+    to_host: bool,
+    deps: Deps,
+    label: Label,
+) -> Result<u32, ScheduleError> {
+    b.push(Stream::Io, OpKind::HostCopy { bytes, to_host }, deps, label)
 }
 
 fn chunk_label(c: &ChunkPlan) -> Label {
@@ -284,15 +297,17 @@ impl<'a> DpEmitter<'a> {
             self.decompress.push(Decompress {
                 deps: last,
                 elems,
+                kept_elems: dp.reduced_grad_elems(params),
                 wire_bytes: wire,
                 label,
             });
-        } else if self.offloaded.is_some() {
+        } else if self.offloaded.is_some() && self.mirror_at().is_none() {
             // The reduced gradients (this rank's shard) go to the host as they are reduced,
-            // overlapping the backward still running.
+            // overlapping the backward still running (after DualPipe's sum of the two copies
+            // where there is one: `mirror`).
             let bytes = dp.param_bytes(dp.reduced_grad_elems(params));
             self.opt_deps
-                .push(self.to_host(b, bytes, last.into(), label)?);
+                .push(host_copy(b, bytes, true, last.into(), label)?);
         } else {
             self.opt_deps.extend(last);
         }
@@ -314,15 +329,7 @@ impl<'a> DpEmitter<'a> {
             // Offloaded parameters: this rank's shard comes from the host before the gather
             // (and is all the layer has where nothing is gathered).
             let bytes = dp.param_bytes(dp.reduced_grad_elems(params));
-            let fetch = b.push(
-                Stream::Io,
-                OpKind::HostCopy {
-                    bytes,
-                    to_host: false,
-                },
-                deps,
-                label,
-            )?;
+            let fetch = host_copy(b, bytes, false, deps, label)?;
             deps = [fetch].into();
             fetched = Some(fetch);
         }
@@ -488,22 +495,25 @@ impl<'a> DpEmitter<'a> {
             let decompressed = b.compute(op, d.deps, d.label)?;
             deps.push(match self.offloaded {
                 Some(_) => {
-                    let bytes = dp.param_bytes(d.elems);
-                    self.to_host(b, bytes, [decompressed].into(), d.label)?
+                    let bytes = dp.param_bytes(d.kept_elems);
+                    host_copy(b, bytes, true, [decompressed].into(), d.label)?
                 }
                 None => decompressed,
             });
         }
-        let optimizer = match self.offloaded {
+        // The op after which the updated parameters are on the GPU; `None` when they stay on
+        // the host (offloaded parameters, which the gathers fetch).
+        let updated = match self.offloaded {
             Some(step) => {
-                if !dp.reduces() {
-                    // Nothing was reduced: every gradient goes to the host after the backward.
+                if !dp.reduces() && self.mirror_at().is_none() {
+                    // Nothing was reduced nor summed: every gradient goes to the host after
+                    // the backward.
                     let params = chunks
                         .iter()
                         .fold(ParamCount::default(), |acc, c| sum(acc, c.params));
                     let bytes = dp.param_bytes(dp.reduced_grad_elems(params));
                     let grads: Deps = last_grad_op.into_iter().collect();
-                    deps.push(self.to_host(b, bytes, grads, Label::default())?);
+                    deps.push(host_copy(b, bytes, true, grads, Label::default())?);
                 }
                 let update = b.push(
                     Stream::Io,
@@ -513,51 +523,31 @@ impl<'a> DpEmitter<'a> {
                     deps,
                     Label::default(),
                 )?;
-                if step.params_bytes == 0 {
-                    // Offloaded parameters stay on the host, where the gathers fetch them.
-                    return Ok(());
+                match step.params_bytes {
+                    0 => None,
+                    bytes => Some(host_copy(
+                        b,
+                        bytes,
+                        false,
+                        [update].into(),
+                        Label::default(),
+                    )?),
                 }
-                b.push(
-                    Stream::Io,
-                    OpKind::HostCopy {
-                        bytes: step.params_bytes,
-                        to_host: false,
-                    },
-                    [update],
-                    Label::default(),
-                )?
             }
             None => {
                 let mut opt = self.ctx.sizes.optimizer_step(self.stage);
                 opt.phase = Phase::Optimizer;
-                b.compute(opt, deps, Label::default())?
+                Some(b.compute(opt, deps, Label::default())?)
             }
         };
-        if dp.zero == Zero::ShardedOptimizer && !dp.overlap_param_gather && dp.reduces() {
-            for c in chunks {
-                self.gather_params(b, c.params, [optimizer].into(), chunk_label(c))?;
+        if let Some(updated) = updated {
+            if dp.zero == Zero::ShardedOptimizer && !dp.overlap_param_gather && dp.reduces() {
+                for c in chunks {
+                    self.gather_params(b, c.params, [updated].into(), chunk_label(c))?;
+                }
             }
         }
         Ok(())
-    }
-
-    /// Copy `bytes` of reduced gradients to the host (optimizer offload) after `deps`.
-    fn to_host(
-        &self,
-        b: &mut Builder,
-        bytes: u64,
-        deps: Deps,
-        label: Label,
-    ) -> Result<u32, ScheduleError> {
-        b.push(
-            Stream::Io,
-            OpKind::HostCopy {
-                bytes,
-                to_host: true,
-            },
-            deps,
-            label,
-        )
     }
 
     /// Whether this step reduces the gradients once, at its end, after the last backward.
@@ -657,7 +647,14 @@ impl<'a> DpEmitter<'a> {
             )?);
         }
         if !dp.compresses() {
-            self.opt_deps.extend(ops);
+            match self.offloaded {
+                Some(_) => {
+                    let bytes = dp.param_bytes(elems);
+                    let copy = host_copy(b, bytes, true, ops.into(), label)?;
+                    self.opt_deps.push(copy);
+                }
+                None => self.opt_deps.extend(ops),
+            }
         } else if pending {
             for d in self
                 .decompress
@@ -670,6 +667,7 @@ impl<'a> DpEmitter<'a> {
             self.decompress.push(Decompress {
                 deps: ops,
                 elems,
+                kept_elems: elems,
                 wire_bytes: wire,
                 label,
             });
