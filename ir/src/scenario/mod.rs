@@ -76,23 +76,10 @@ pub fn gpu_compute_capability(name: &str) -> Option<(u32, u32)> {
 /// ([`HostSide`]): its node preset's, else its GPU's usual node's, else a DGX A100's (the
 /// slowest preset host); the second value says which node the figures are of.
 pub fn host_side(c: &Cluster) -> (HostSide, &'static str) {
-    let usual = presets::default_node(&c.gpu.name);
-    presets::NODE_NAMES
-        .iter()
-        .copied()
-        .find(|n| *n == c.node)
-        .or(usual)
-        .and_then(|n| presets::host_side(n).map(|h| (h, n)))
-        .unwrap_or_else(|| {
-            let n = "dgx-a100";
-            (
-                presets::host_side(n).unwrap_or(HostSide {
-                    link_bandwidth_bytes_per_s: 31.5e9,
-                    memory_bandwidth_bytes_per_s: 51.2e9,
-                }),
-                n,
-            )
-        })
+    match presets::node(&c.node) {
+        Some(_) => presets::host_side(&c.node),
+        None => presets::host_side(presets::default_node(&c.gpu.name).unwrap_or("dgx-a100")),
+    }
 }
 
 /// The text of a scenario file (at most 16 MiB); the error names the file.

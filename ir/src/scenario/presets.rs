@@ -269,12 +269,15 @@ const PCIE4_X16_BYTES_PER_S: f64 = 31.5e9;
 /// PCIe 5.0 x16, per direction: 32 GT/s x 16 lanes x 128/130.
 const PCIE5_X16_BYTES_PER_S: f64 = 63.0e9;
 
-/// The host side of node preset `name` ([`HostSide`]); `None` for a name that is no preset.
-pub(crate) fn host_side(name: &str) -> Option<HostSide> {
-    let (link, node_dram_bytes_per_s) = match name {
-        // DGX A100 datasheet: 2 x AMD EPYC 7742, each 8 channels of DDR4-3200 (204.8 GB/s);
-        // the GPUs on PCIe 4.0 x16.
-        "dgx-a100" => (PCIE4_X16_BYTES_PER_S, 409.6e9),
+/// The host side of node preset `name` ([`HostSide`]) and the preset it is of: a name that
+/// is no preset takes a DGX A100's, the slowest preset host.
+pub(crate) fn host_side(name: &str) -> (HostSide, &'static str) {
+    let preset = NODE_NAMES
+        .iter()
+        .copied()
+        .find(|n| *n == name)
+        .unwrap_or("dgx-a100");
+    let (link, node_dram_bytes_per_s) = match preset {
         // DGX H100 and DGX H200 datasheets: 2 x Intel Xeon Platinum 8480C, each 8 channels of
         // DDR5-4800 (307.2 GB/s); the GPUs on PCIe 5.0 x16. Grand Teton and HGX boards take
         // the same 4th-generation Xeon host (their OEM hosts vary; not published per run).
@@ -288,13 +291,18 @@ pub(crate) fn host_side(name: &str) -> Option<HostSide> {
         // 900 GB/s bidirectional (225 GB/s per direction per GPU), and its LPDDR5X at up to
         // 512 GB/s; 36 Grace CPUs in the 72-GPU domain.
         "gb200-nvl72" => (225e9, 36.0 * 512e9),
-        _ => return None,
+        // DGX A100 datasheet: 2 x AMD EPYC 7742, each 8 channels of DDR4-3200 (204.8 GB/s);
+        // the GPUs on PCIe 4.0 x16.
+        _ => (PCIE4_X16_BYTES_PER_S, 409.6e9),
     };
-    let gpus = f64::from(node(name)?.gpus_per_node);
-    Some(HostSide {
-        link_bandwidth_bytes_per_s: link,
-        memory_bandwidth_bytes_per_s: node_dram_bytes_per_s / gpus,
-    })
+    let gpus = node(preset).map_or(8, |n| n.gpus_per_node);
+    (
+        HostSide {
+            link_bandwidth_bytes_per_s: link,
+            memory_bandwidth_bytes_per_s: node_dram_bytes_per_s / f64::from(gpus),
+        },
+        preset,
+    )
 }
 
 pub(crate) const MODEL_NAMES: [&str; 8] = [
@@ -379,6 +387,22 @@ mod tests {
         assert!(gpu("h200-sxm-141gb").is_some());
         assert!(gpu("v100").is_none());
         assert!(model("gpt4").is_none());
+    }
+
+    /// Every node preset has its own host side; a name that is no preset takes a DGX A100's.
+    /// A GB200 NVL72's per-GPU DRAM share is one Grace's 512 GB/s over its two GPUs.
+    #[test]
+    fn host_sides_are_the_presets_and_fall_back_to_a_dgx_a100() {
+        for n in NODE_NAMES {
+            assert_eq!(host_side(n).1, n);
+        }
+        assert_eq!(host_side("custom"), host_side("dgx-a100"));
+        assert_eq!(host_side("dgx-a100").0.link_bandwidth_bytes_per_s, 31.5e9);
+        assert_eq!(
+            host_side("gb200-nvl72").0.memory_bandwidth_bytes_per_s,
+            256e9
+        );
+        assert_eq!(host_side("dgx-h100").0.memory_bandwidth_bytes_per_s, 76.8e9);
     }
 
     #[test]
