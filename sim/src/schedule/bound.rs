@@ -216,16 +216,22 @@ pub fn step_lower_bounds(
                 .map(|c| ChunkPrices::new(c, &mut pass_prices))
                 .collect();
             let slots = slot_costs(&mine, order, grads, buckets);
-            // Offloaded, the host's update and the parameters' copy back follow the last
-            // gradients' arrival on the host, as the GPU's update follows their reduction.
+            // Offloaded, the host's update and the parameters' copy back (none where they
+            // stay on the host) follow the last gradients' arrival on the host, as the GPU's
+            // update follows their reduction.
             let optimizer = match (policy.syncs, sizes.offloaded_step(stage as u32)) {
                 (false, _) => 0,
-                (true, Some(o)) => (price.host)(crate::schedule::HostWork::Update {
-                    bytes: o.update_bytes,
-                })
-                .saturating_add((price.host)(crate::schedule::HostWork::Copy {
-                    bytes: o.params_bytes,
-                })),
+                (true, Some(o)) => {
+                    use crate::schedule::HostWork;
+                    let update = (price.host)(HostWork::Update {
+                        bytes: o.update_bytes,
+                    });
+                    let back = match o.params_bytes {
+                        0 => 0,
+                        bytes => (price.host)(HostWork::Copy { bytes }),
+                    };
+                    update.saturating_add(back)
+                }
                 (true, None) => (price.compute)(&sizes.optimizer_step(stage as u32)),
             };
             let passes = slots

@@ -508,14 +508,19 @@ pub fn host_slack_fraction(s: &Scenario) -> f64 {
     }
 }
 
-/// The optimizer step of one rank of `stage` (memory-bound; on the host when offloaded, and
-/// then its bytes are host-memory traffic). It updates this rank's ZeRO shard; the bytes per
+/// The parameters whose optimizer state one rank of `stage` updates: its ZeRO shard.
+fn optimizer_shard_of(s: &Scenario, plan: &Plan, stage: u32) -> u64 {
+    let (dense_dp, expert_dp) = params::dp_sizes(s);
+    params::optimizer_shard(s, stage_params(s, plan, stage), dense_dp, expert_dp)
+}
+
+/// The optimizer step of one rank of `stage` on its GPU (memory-bound; offloaded, the host
+/// runs it instead: [`offloaded_step`]). It updates this rank's ZeRO shard; the bytes per
 /// parameter are the sum of the step's memory passes ([`optimizer_passes`]: for fp16, Megatron's
 /// grad copy, unscale, norm, Adam and copy back). One multi-tensor kernel per layer plus the
 /// norm and the update's setup.
 pub fn optimizer_step(s: &Scenario, plan: &Plan, stage: u32) -> ComputeOp {
-    let (dense_dp, expert_dp) = params::dp_sizes(s);
-    let shard = params::optimizer_shard(s, stage_params(s, plan, stage), dense_dp, expert_dp);
+    let shard = optimizer_shard_of(s, plan, stage);
     let per_param = optimizer_bytes_per_param(&s.training, &state_coefficients(&s.training));
     let layers = plan
         .chunks
@@ -554,8 +559,7 @@ pub fn offloaded_step(s: &Scenario, plan: &Plan, stage: u32) -> Option<Offloaded
     if s.training.offload == crate::scenario::Offload::None {
         return None;
     }
-    let (dense_dp, expert_dp) = params::dp_sizes(s);
-    let shard = params::optimizer_shard(s, stage_params(s, plan, stage), dense_dp, expert_dp);
+    let shard = optimizer_shard_of(s, plan, stage);
     let k = state_coefficients(&s.training);
     let per_param = k
         .optimizer_bytes
