@@ -16,17 +16,15 @@ use crate::schedule::{
     ComputeOp, PriceMemo, Program, Schedule, ScheduleError, Sizes, WorkloadSizes,
 };
 use crate::workload::routing::ExpertLoad;
-use crate::workload::{ChunkWork, ParamCount, StateBytes};
+use crate::workload::{ChunkWork, ParamCount, RangeKey, StateBytes};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-/// Everything `layers_work` is asked besides the scenario and the layout it ignores: the
-/// layer range and whether it carries the embedding and the head.
-/// (first layer, layers, embedding, head, layers of them that recompute, routing load key):
-/// the recompute count depends on where the chunk starts under `recompute_layers`, which the
-/// pipeline depth moves.
-type Query = (u32, u32, bool, bool, u32, (u64, u64));
+/// Everything `layers_work` is asked besides the scenario, as far as its answer depends on
+/// it: not the range's position, only what its layers are ([`RangeKey`]), so the layers of a
+/// uniform model share one answer.
+type Query = RangeKey;
 
 /// The answers for one scenario (as [`key_of`] normalises it).
 struct Cache {
@@ -232,19 +230,12 @@ impl Sizes for Shared<'_> {
         head: bool,
         load: ExpertLoad,
     ) -> Rc<ChunkWork> {
-        let recomputed = crate::workload::recomputed_layers(
+        let query = RangeKey::of(
             self.inner.scenario,
             layout,
-            first_layer,
-            num_layers,
-        );
-        let query = (
-            first_layer,
-            num_layers,
-            embedding,
-            head,
-            recomputed,
-            load.key(),
+            (first_layer, num_layers),
+            (embedding, head),
+            load,
         );
         if let Some(w) = self
             .work
@@ -254,9 +245,7 @@ impl Sizes for Shared<'_> {
         {
             return w;
         }
-        let w = self
-            .inner
-            .layers_work(layout, first_layer, num_layers, embedding, head, load);
+        let w = Rc::new(crate::workload::range_work(self.inner.scenario, &query));
         if let Ok(mut m) = self.work.try_borrow_mut() {
             m.insert(query, Rc::clone(&w));
         }
@@ -302,6 +291,49 @@ mod tests {
                 .find(|e| e.scenario == *key)
                 .map(|e| e.work.len())
         })
+    }
+
+    /// Layers alike (the same kind, recomputed or not, windowed or not) share one answer
+    /// wherever they sit, and that answer is the workload model's for each of them; layers
+    /// of another kind get their own.
+    #[test]
+    fn alike_layers_share_one_answer() {
+        use crate::scenario::{Moe, SlidingWindow};
+        let mut s = small_scenario(1, 1, 1, 8);
+        s.model.moe = Some(Moe::uniform(4, 2, 2, 256));
+        s.model.sliding_window = Some(SlidingWindow {
+            tokens: 64,
+            every: 4,
+        });
+        let plan = Plan::new(&s).unwrap();
+        let layout = plan.chunks[0][0].clone();
+        let load = crate::workload::routing::LoadClasses::new(&s).busiest();
+        let shared = Shared {
+            inner: WorkloadSizes {
+                scenario: &s,
+                plan: &plan,
+            },
+            work: RefCell::default(),
+            prices: RefCell::default(),
+        };
+        let one = |first: u32| shared.layers_work(&layout, first, 1, false, false, load);
+        let model = |first: u32| {
+            shared
+                .inner
+                .layers_work(&layout, first, 1, false, false, load)
+        };
+        // Layers 0 and 4: MoE and windowed; 2 and 6: MoE, not windowed; the odd ones dense.
+        assert!(Rc::ptr_eq(&one(0), &one(4)));
+        assert!(Rc::ptr_eq(&one(2), &one(6)));
+        assert!(Rc::ptr_eq(&one(1), &one(5)));
+        assert!(Rc::ptr_eq(&one(3), &one(5)));
+        for (a, b) in [(0, 2), (1, 2), (0, 1)] {
+            assert!(!Rc::ptr_eq(&one(a), &one(b)), "layers {a} and {b}");
+            assert_ne!(one(a), one(b), "layers {a} and {b}");
+        }
+        for first in 0..8 {
+            assert_eq!(*one(first), *model(first), "layer {first}");
+        }
     }
 
     /// Schedules sized from the cache (filled by other pipeline layouts, data-parallel sizes,

@@ -31,7 +31,8 @@ use dims::{mul, prod, Dims};
 pub use dispatch_buffers::{deepep_buffer_bytes, dispatch_buffer_bytes, held_for_the_run_bytes};
 pub use optimizer::{optimizer_bytes_per_param, optimizer_passes, OptimizerPass};
 pub use params::{
-    activated_params, model_params, model_state_bytes, state_coefficients, StateCoefficients,
+    activated_params, model_params, model_state_bytes, state_coefficients, LayerCounts,
+    StateCoefficients,
 };
 
 /// A collective that follows a pass's compute on the tp / cp / ep stream.
@@ -202,36 +203,117 @@ pub fn layers_work(
     )
 }
 
+/// What the work of a layer range depends on besides the scenario: how many of its layers
+/// are dense and how many MoE, how many of each recompute (the first of the range), how many
+/// of it and of its recomputed part use a sliding window, whether it carries the embedding
+/// and the head, and the routing load of its rank. Not where it starts: two ranges with equal
+/// keys have equal work ([`range_work`] reads nothing else), so a cache of work can be keyed
+/// by it and one layer's answer serves every layer like it.
+#[derive(Clone, Copy, Debug)]
+pub struct RangeKey {
+    pub layers: LayerCounts,
+    pub recomputed: LayerCounts,
+    pub windowed: u64,
+    pub recomputed_windowed: u64,
+    pub embedding: bool,
+    pub head: bool,
+    pub load: routing::ExpertLoad,
+}
+
+impl RangeKey {
+    /// Layers `first_layer .. first_layer + num_layers` of `layout`, with the embedding and
+    /// head as asked, on a rank whose routed experts carry `load`.
+    pub fn of(
+        s: &Scenario,
+        layout: &ChunkLayout,
+        (first_layer, num_layers): (u32, u32),
+        (embedding, head): (bool, bool),
+        load: routing::ExpertLoad,
+    ) -> RangeKey {
+        let first = u64::from(first_layer);
+        // The layers that recompute are the first `r` of the range (module doc of
+        // `recomputed_layers`); the rest keep every activation.
+        let r = u64::from(recomputed_layers(s, layout, first_layer, num_layers));
+        let windowed = |n: u64| {
+            s.model
+                .sliding_window
+                .map_or(0, |w| w.windowed_layers_in(first, n))
+        };
+        RangeKey {
+            layers: LayerCounts::of(&s.model, first, u64::from(num_layers)),
+            recomputed: LayerCounts::of(&s.model, first, r),
+            windowed: windowed(u64::from(num_layers)),
+            recomputed_windowed: windowed(r),
+            embedding,
+            head,
+            load,
+        }
+    }
+
+    /// Every field, the load by its bits: equal tuples, equal keys.
+    #[allow(clippy::type_complexity)]
+    fn fields(&self) -> (LayerCounts, LayerCounts, u64, u64, bool, bool, (u64, u64)) {
+        (
+            self.layers,
+            self.recomputed,
+            self.windowed,
+            self.recomputed_windowed,
+            self.embedding,
+            self.head,
+            self.load.key(),
+        )
+    }
+}
+
+impl PartialEq for RangeKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.fields() == other.fields()
+    }
+}
+
+impl Eq for RangeKey {}
+
+impl PartialOrd for RangeKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for RangeKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.fields().cmp(&other.fields())
+    }
+}
+
 /// [`layers_work`] on a rank whose routed experts carry `load` (see [`routing`]);
 /// `layers_work` sizes the busiest rank.
 pub fn layers_work_at(
     s: &Scenario,
     _plan: &Plan,
     layout: &ChunkLayout,
-    (first_layer, num_layers): (u32, u32),
-    (embedding, head): (bool, bool),
+    range: (u32, u32),
+    ends: (bool, bool),
     load: routing::ExpertLoad,
 ) -> ChunkWork {
-    let d = Dims::new(s).with_load(load);
+    range_work(s, &RangeKey::of(s, layout, range, ends, load))
+}
+
+/// The work of a layer range of `s` with key `key`.
+pub fn range_work(s: &Scenario, key: &RangeKey) -> ChunkWork {
+    let d = Dims::new(s).with_load(key.load);
     let dtype = s.training.precision;
     let recompute = s.training.recompute;
-    let n = u64::from(num_layers);
-    let n_moe = params::moe_layers_in(&s.model, u64::from(first_layer), n);
-    let n_dense = n - n_moe;
-    // The layers that recompute are the first `r` of the range (module doc of
-    // `recomputed_layers`); the rest keep every activation.
-    let r = u64::from(recomputed_layers(s, layout, first_layer, num_layers));
-    let r_moe = params::moe_layers_in(&s.model, u64::from(first_layer), r);
-    let r_dense = r - r_moe;
+    let (embedding, head) = (key.embedding, key.head);
+    let (n, n_moe, n_dense) = (key.layers.all(), key.layers.moe, key.layers.dense);
+    let (r, r_moe, r_dense) = (
+        key.recomputed.all(),
+        key.recomputed.moe,
+        key.recomputed.dense,
+    );
 
-    let windowed = |first: u64, n: u64| {
-        s.model
-            .sliding_window
-            .map_or(0, |w| w.windowed_layers_in(first, n))
-    };
     let mut layers = compute::layer(&d, false).repeat(n_dense);
     layers.add(&compute::layer(&d, true).repeat(n_moe));
-    layers.window_layers(windowed(u64::from(first_layer), n));
+    layers.window_layers(key.windowed);
     let mut layer_comms = comms::layer(&d, false).repeat(n_dense);
     layer_comms.add(&comms::layer(&d, true).repeat(n_moe));
     let layer_activations = mul(activations::layer(&d, recompute, false), r_dense)
@@ -327,7 +409,7 @@ pub fn layers_work_at(
             // Block recompute: only the first `r` layers of the range run again.
             let mut part = compute::layer(&d, false).repeat(r_dense);
             part.add(&compute::layer(&d, true).repeat(r_moe));
-            part.window_layers(windowed(u64::from(first_layer), r));
+            part.window_layers(key.recomputed_windowed);
             let mut part_comms = comms::layer(&d, false).repeat(r_dense);
             part_comms.add(&comms::layer(&d, true).repeat(r_moe));
             Some(PassWork {
@@ -361,14 +443,8 @@ pub fn layers_work_at(
         activation_bytes,
         recompute_bytes,
         boundary_bytes: activations::boundary(&d),
-        largest_module_params: params::range_largest_module(
-            s,
-            u64::from(first_layer),
-            n,
-            embedding,
-            head,
-        ),
-        grad_accumulate: grad_accumulate(s, &d, (first_layer, num_layers), (embedding, head)),
+        largest_module_params: params::range_largest_module(s, key.layers, embedding, head),
+        grad_accumulate: grad_accumulate(s, &d, key.layers, (embedding, head)),
         forward_transient_bytes: if n_moe > 0 {
             activations::moe_buffers(&d)
         } else {
@@ -397,29 +473,21 @@ pub fn layers_work_at(
 fn grad_accumulate(
     s: &Scenario,
     d: &Dims,
-    (first_layer, num_layers): (u32, u32),
+    layers: LayerCounts,
     (embedding, head): (bool, bool),
 ) -> Option<ComputeOp> {
     if s.training.framework.memory.contiguous_grad_buffer {
         return None;
     }
-    let p = params::range_params(
-        s,
-        u64::from(first_layer),
-        u64::from(num_layers),
-        embedding,
-        head,
-    );
+    let p = params::counted_range_params(s, layers, embedding, head);
     let elements = p.dense.saturating_add(p.expert);
     if elements == 0 {
         return None;
     }
     let grad_bytes = params::state_coefficients(&s.training).grad_bytes;
-    let n = u64::from(num_layers);
-    let n_moe = params::moe_layers_in(&s.model, u64::from(first_layer), n);
     let tensors = |moe: bool| compute::layer_weight_tensors(d, moe).saturating_add(2);
-    let kernels = mul(n - n_moe, tensors(false))
-        .saturating_add(mul(n_moe, tensors(true)))
+    let kernels = mul(layers.dense, tensors(false))
+        .saturating_add(mul(layers.moe, tensors(true)))
         .saturating_add(u64::from(embedding))
         .saturating_add(2 * u64::from(head));
     Some(ComputeOp {
@@ -484,13 +552,9 @@ pub fn state_bytes(s: &Scenario, plan: &Plan, stage: u32) -> StateBytes {
             .into_iter()
             .flatten()
             .map(|c| {
-                params::range_largest_module(
-                    s,
-                    u64::from(c.first_layer),
-                    u64::from(c.num_layers),
-                    c.has_embedding,
-                    c.has_head,
-                )
+                let layers =
+                    LayerCounts::of(&s.model, u64::from(c.first_layer), u64::from(c.num_layers));
+                params::range_largest_module(s, layers, c.has_embedding, c.has_head)
             })
             .max()
             .unwrap_or(0);

@@ -255,11 +255,11 @@ impl Shapes<'_> {
     /// The largest single module (a weight matrix with its bias, a norm, an embedding table,
     /// one expert's matrix) among layers `first .. first + n` and the embedding / head: the
     /// unit DeepSpeed's ZeRO-3 gathers. Fused as Megatron fuses them (QKV; gate and up).
-    fn largest_module(&self, first: u64, n: u64, embedding: bool, head: bool) -> u64 {
+    fn largest_module(&self, layers: LayerCounts, embedding: bool, head: bool) -> u64 {
         let h = self.m.hidden;
         let mut largest = 0;
+        let (n, moe_layers) = (layers.all(), layers.moe);
         if n > 0 {
-            let moe_layers = moe_layers_in(self.m, first, n);
             let mut linears = self.attention_linears();
             if moe_layers < n {
                 linears.extend(self.mlp_linears(self.dense_width()));
@@ -301,14 +301,13 @@ impl Shapes<'_> {
         largest
     }
 
-    /// Layers `first .. first + n`, embedding and head as asked.
-    fn range(&self, first: u64, n: u64, embedding: bool, head: bool) -> ParamCount {
-        let moe_layers = moe_layers_in(self.m, first, n);
+    /// `layers` dense and MoE layers, embedding and head as asked.
+    fn range(&self, layers: LayerCounts, embedding: bool, head: bool) -> ParamCount {
         let dense = self.layer(false);
         let moe = self.layer(true);
         let mut p = ParamCount {
-            dense: mul(dense.dense, n - moe_layers).saturating_add(mul(moe.dense, moe_layers)),
-            expert: mul(moe.expert, moe_layers),
+            dense: mul(dense.dense, layers.dense).saturating_add(mul(moe.dense, layers.moe)),
+            expert: mul(moe.expert, layers.moe),
         };
         if embedding {
             p.dense = p.dense.saturating_add(self.embedding());
@@ -360,6 +359,38 @@ pub(crate) fn moe_layers_in(m: &Model, first: u64, n: u64) -> u64 {
     m.moe.as_ref().map_or(0, |moe| moe.moe_layers_in(first, n))
 }
 
+/// The dense and MoE layers of a layer range.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LayerCounts {
+    pub dense: u64,
+    pub moe: u64,
+}
+
+impl LayerCounts {
+    /// Those of layers `first .. first + n` of `m`.
+    pub fn of(m: &Model, first: u64, n: u64) -> LayerCounts {
+        let moe = moe_layers_in(m, first, n);
+        LayerCounts {
+            dense: n.saturating_sub(moe),
+            moe,
+        }
+    }
+
+    pub fn all(self) -> u64 {
+        self.dense.saturating_add(self.moe)
+    }
+}
+
+/// The sharding of a rank of `s`: its model, tensor, expert-tensor and expert parallelism.
+fn rank_shapes(s: &Scenario) -> Shapes<'_> {
+    Shapes {
+        m: &s.model,
+        t: u64::from(s.parallel.tp.max(1)),
+        et: u64::from(s.parallel.etp().max(1)),
+        ep: u64::from(s.parallel.ep.max(1)),
+    }
+}
+
 /// Parameters one rank holds for layers `first .. first + n` (and the embedding / head),
 /// after tensor and expert sharding.
 pub(crate) fn range_params(
@@ -369,31 +400,29 @@ pub(crate) fn range_params(
     embedding: bool,
     head: bool,
 ) -> ParamCount {
-    Shapes {
-        m: &s.model,
-        t: u64::from(s.parallel.tp.max(1)),
-        et: u64::from(s.parallel.etp().max(1)),
-        ep: u64::from(s.parallel.ep.max(1)),
-    }
-    .range(first, n, embedding, head)
+    counted_range_params(s, LayerCounts::of(&s.model, first, n), embedding, head)
 }
 
-/// The largest module one rank holds among layers `first .. first + n` (and the embedding /
-/// head), after tensor and expert sharding: what DeepSpeed's ZeRO-3 gathers at a time.
+/// [`range_params`] of a range holding `layers`: a range's parameters depend on how many of
+/// its layers are dense and how many MoE, not on where it starts.
+pub(crate) fn counted_range_params(
+    s: &Scenario,
+    layers: LayerCounts,
+    embedding: bool,
+    head: bool,
+) -> ParamCount {
+    rank_shapes(s).range(layers, embedding, head)
+}
+
+/// The largest module one rank holds in a range of `layers` (and the embedding / head),
+/// after tensor and expert sharding: what DeepSpeed's ZeRO-3 gathers at a time.
 pub(crate) fn range_largest_module(
     s: &Scenario,
-    first: u64,
-    n: u64,
+    layers: LayerCounts,
     embedding: bool,
     head: bool,
 ) -> u64 {
-    Shapes {
-        m: &s.model,
-        t: u64::from(s.parallel.tp.max(1)),
-        et: u64::from(s.parallel.etp().max(1)),
-        ep: u64::from(s.parallel.ep.max(1)),
-    }
-    .largest_module(first, n, embedding, head)
+    rank_shapes(s).largest_module(layers, embedding, head)
 }
 
 /// Unique parameters of the whole model, unsharded (tied embeddings counted once).
@@ -404,7 +433,7 @@ pub fn model_params(m: &Model) -> ParamCount {
         et: 1,
         ep: 1,
     }
-    .range(0, u64::from(m.layers), true, true)
+    .range(LayerCounts::of(m, 0, u64::from(m.layers)), true, true)
 }
 
 /// Parameters one token passes through, of the whole model: every dense parameter (attention,
