@@ -195,16 +195,19 @@ impl<'a> Section<'a> {
         let Some(e) = self.entry(key) else {
             return Ok(None);
         };
-        let allowed = format!(
-            "integers from {} to {}",
-            group_digits(min),
-            group_digits(max)
-        );
+        // Written only for an error: a sweep reads these keys once per layout.
+        let allowed = || {
+            format!(
+                "integers from {} to {}",
+                group_digits(min),
+                group_digits(max)
+            )
+        };
         let value: i128 = match &e.node {
             Node::Int(i) => i128::from(*i),
             Node::Float(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e30 => *f as i128,
             Node::Float(_) => {
-                return Err(self.err(ErrorKind::Type, key, "not a whole number", allowed))
+                return Err(self.err(ErrorKind::Type, key, "not a whole number", allowed()))
             }
             _ => return Err(self.type_err(key, e, "an integer")),
         };
@@ -214,7 +217,7 @@ impl<'a> Section<'a> {
             } else {
                 "too large"
             };
-            return Err(self.err(ErrorKind::Invalid, key, what, allowed));
+            return Err(self.err(ErrorKind::Invalid, key, what, allowed()));
         }
         Ok(Some(Field {
             value: u64::try_from(value).unwrap_or(max),
@@ -247,11 +250,6 @@ impl<'a> Section<'a> {
         let Some(e) = self.entry(key) else {
             return Ok(None);
         };
-        let allowed = if zero_ok {
-            format!("numbers from 0 to {max:e}")
-        } else {
-            format!("numbers greater than 0, at most {max:e}")
-        };
         let value = match &e.node {
             Node::Int(i) => *i as f64,
             Node::Float(f) => *f,
@@ -259,6 +257,11 @@ impl<'a> Section<'a> {
         };
         let ok = value.is_finite() && value <= max && (value > 0.0 || (zero_ok && value == 0.0));
         if !ok {
+            let allowed = if zero_ok {
+                format!("numbers from 0 to {max:e}")
+            } else {
+                format!("numbers greater than 0, at most {max:e}")
+            };
             return Err(self.err(ErrorKind::Invalid, key, "out of range", allowed));
         }
         Ok(Some(Field {

@@ -487,10 +487,7 @@ fn dp_stream(
                     if let Some(bucket) = bucket_completed(segs, dp.bucket_bytes, seg) {
                         let params = bucket
                             .iter()
-                            .fold(ParamCount::default(), |a, s| ParamCount {
-                                dense: a.dense.saturating_add(s.params.dense),
-                                expert: a.expert.saturating_add(s.params.expert),
-                            });
+                            .fold(ParamCount::default(), |a, s| a.plus(s.params));
                         ns = ns.saturating_add(reduce(params));
                     }
                 }
@@ -527,10 +524,8 @@ fn after_last_grads_ns(
         return 0;
     }
     let sum = |segs: &[Seg]| {
-        segs.iter().fold(ParamCount::default(), |a, s| ParamCount {
-            dense: a.dense.saturating_add(s.params.dense),
-            expert: a.expert.saturating_add(s.params.expert),
-        })
+        segs.iter()
+            .fold(ParamCount::default(), |a, s| a.plus(s.params))
     };
     let last = order.last().and_then(|s| chunks.get(s.chunk as usize));
     match (dp.zero, last) {

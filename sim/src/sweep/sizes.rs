@@ -16,7 +16,7 @@ use crate::schedule::{
     ComputeOp, PriceMemo, Program, Schedule, ScheduleError, Sizes, WorkloadSizes,
 };
 use crate::workload::routing::ExpertLoad;
-use crate::workload::{ChunkWork, ParamCount, RangeKey, StateBytes};
+use crate::workload::{ChunkWork, LayerCounts, ParamCount, RangeKey, StateBytes};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -26,13 +26,24 @@ use std::rc::Rc;
 /// uniform model share one answer.
 type Query = RangeKey;
 
-/// The answers for one scenario (as [`key_of`] normalises it).
-struct Cache {
-    scenario: Scenario,
+/// A layer range's parameters depend on what it holds: its dense and MoE layers, the
+/// embedding and the head.
+type ParamsQuery = (LayerCounts, bool, bool);
+
+/// What one scenario's layouts were answered.
+#[derive(Default)]
+struct Answers {
     work: BTreeMap<Query, Rc<ChunkWork>>,
+    params: BTreeMap<ParamsQuery, ParamCount>,
     /// The bound's compute prices of that work, under the cost model [`lower_bounds`] builds
     /// from the scenario (`Analytic::new` reads none of the fields [`key_of`] normalises).
     prices: PriceMemo,
+}
+
+/// The answers for one scenario (as [`key_of`] normalises it).
+struct Cache {
+    scenario: Scenario,
+    answers: Answers,
 }
 
 /// Scenarios kept per thread: a search's inner loops (micro batch x recompute x ZeRO) give
@@ -67,13 +78,13 @@ fn key_of(scenario: &Scenario) -> Scenario {
 }
 
 /// This thread's cached answers for `key`, taken out of the cache (empty if none).
-fn take(key: &Scenario) -> (BTreeMap<Query, Rc<ChunkWork>>, PriceMemo) {
+fn take(key: &Scenario) -> Answers {
     CACHE
         .try_with(|c| {
             c.try_borrow_mut().ok().and_then(|mut c| {
                 let i = c.iter().position(|e| e.scenario == *key)?;
                 let e = c.remove(i);
-                Some((e.work, e.prices))
+                Some(e.answers)
             })
         })
         .ok()
@@ -82,17 +93,10 @@ fn take(key: &Scenario) -> (BTreeMap<Query, Rc<ChunkWork>>, PriceMemo) {
 }
 
 /// Puts answers back as the most recent, dropping the least recent beyond the limit.
-fn put(scenario: Scenario, work: BTreeMap<Query, Rc<ChunkWork>>, prices: PriceMemo) {
+fn put(scenario: Scenario, answers: Answers) {
     let _ = CACHE.try_with(|c| {
         if let Ok(mut c) = c.try_borrow_mut() {
-            c.insert(
-                0,
-                Cache {
-                    scenario,
-                    work,
-                    prices,
-                },
-            );
+            c.insert(0, Cache { scenario, answers });
             c.truncate(MAX_SCENARIOS);
         }
     });
@@ -201,23 +205,50 @@ pub(crate) fn lower_bounds(
 /// Runs `f` with the caching sizes provider of `scenario` and the step it generates.
 fn with_cache<T>(scenario: &Scenario, plan: &Plan, f: impl FnOnce(&Shared, u64) -> T) -> T {
     let key = key_of(scenario);
-    let (work, prices) = take(&key);
+    let answers = take(&key);
     let sizes = Shared {
         inner: WorkloadSizes { scenario, plan },
-        work: RefCell::new(work),
-        prices: RefCell::new(prices),
+        work: RefCell::new(answers.work),
+        params: RefCell::new(answers.params),
+        prices: RefCell::new(answers.prices),
     };
     let step = crate::schedule::representative_step(scenario);
     let out = f(&sizes, step);
-    put(key, sizes.work.into_inner(), sizes.prices.into_inner());
+    let answers = Answers {
+        work: sizes.work.into_inner(),
+        params: sizes.params.into_inner(),
+        prices: sizes.prices.into_inner(),
+    };
+    put(key, answers);
     out
 }
 
-/// The workload model with remembered `layers_work` answers.
+/// The workload model with remembered `layers_work` and `layers_params` answers.
 struct Shared<'a> {
     inner: WorkloadSizes<'a>,
     work: RefCell<BTreeMap<Query, Rc<ChunkWork>>>,
+    params: RefCell<BTreeMap<ParamsQuery, ParamCount>>,
     prices: RefCell<PriceMemo>,
+}
+
+impl Shared<'_> {
+    /// The parameters of a range holding `layers`, remembered.
+    fn counted_params(&self, layers: LayerCounts, embedding: bool, head: bool) -> ParamCount {
+        let query = (layers, embedding, head);
+        if let Some(p) = self
+            .params
+            .try_borrow()
+            .ok()
+            .and_then(|m| m.get(&query).copied())
+        {
+            return p;
+        }
+        let p = crate::workload::counted_params(self.inner.scenario, layers, embedding, head);
+        if let Ok(mut m) = self.params.try_borrow_mut() {
+            m.insert(query, p);
+        }
+        p
+    }
 }
 
 impl Sizes for Shared<'_> {
@@ -254,18 +285,32 @@ impl Sizes for Shared<'_> {
 
     fn layers_params(
         &self,
-        layout: &ChunkLayout,
+        _layout: &ChunkLayout,
         first_layer: u32,
         num_layers: u32,
         embedding: bool,
         head: bool,
     ) -> ParamCount {
-        self.inner
-            .layers_params(layout, first_layer, num_layers, embedding, head)
+        let layers = LayerCounts::of(
+            &self.inner.scenario.model,
+            u64::from(first_layer),
+            u64::from(num_layers),
+        );
+        self.counted_params(layers, embedding, head)
     }
 
     fn state_bytes(&self, stage: u32) -> StateBytes {
-        self.inner.state_bytes(stage)
+        let (s, plan) = (self.inner.scenario, self.inner.plan);
+        let params = plan
+            .chunks
+            .get(stage as usize)
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                self.layers_params(c, c.first_layer, c.num_layers, c.has_embedding, c.has_head)
+            })
+            .fold(ParamCount::default(), ParamCount::plus);
+        crate::workload::state_bytes_of(s, plan, stage, params)
     }
 
     fn optimizer_step(&self, stage: u32) -> ComputeOp {
@@ -289,7 +334,7 @@ mod tests {
             c.borrow()
                 .iter()
                 .find(|e| e.scenario == *key)
-                .map(|e| e.work.len())
+                .map(|e| e.answers.work.len())
         })
     }
 
@@ -314,6 +359,7 @@ mod tests {
                 plan: &plan,
             },
             work: RefCell::default(),
+            params: RefCell::default(),
             prices: RefCell::default(),
         };
         let one = |first: u32| shared.layers_work(&layout, first, 1, false, false, load);
@@ -333,7 +379,19 @@ mod tests {
         }
         for first in 0..8 {
             assert_eq!(*one(first), *model(first), "layer {first}");
+            for n in 1..=8 - first {
+                let ends = (first == 0, first + n == 8);
+                assert_eq!(
+                    shared.layers_params(&layout, first, n, ends.0, ends.1),
+                    shared
+                        .inner
+                        .layers_params(&layout, first, n, ends.0, ends.1),
+                    "layers {first}..{}",
+                    first + n
+                );
+            }
         }
+        assert_eq!(shared.state_bytes(0), shared.inner.state_bytes(0));
     }
 
     /// Schedules sized from the cache (filled by other pipeline layouts, data-parallel sizes,

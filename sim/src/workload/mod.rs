@@ -141,6 +141,16 @@ pub struct ParamCount {
     pub expert: u64,
 }
 
+impl ParamCount {
+    /// Both counts added.
+    pub fn plus(self, other: ParamCount) -> ParamCount {
+        ParamCount {
+            dense: self.dense.saturating_add(other.dense),
+            expert: self.expert.saturating_add(other.expert),
+        }
+    }
+}
+
 /// Per-rank bytes of model state after ZeRO/FSDP sharding and offload.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StateBytes {
@@ -528,13 +538,23 @@ pub fn chunk_params(s: &Scenario, _plan: &Plan, layout: &ChunkLayout) -> ParamCo
     )
 }
 
+/// The parameters one rank holds for a layer range of `layers` (and the embedding and head
+/// as asked): [`chunk_params`] by what the range holds, not where it starts.
+pub fn counted_params(
+    s: &Scenario,
+    layers: LayerCounts,
+    embedding: bool,
+    head: bool,
+) -> ParamCount {
+    params::counted_range_params(s, layers, embedding, head)
+}
+
 /// Parameters one rank of `stage` holds (all its chunks); zero for a stage the plan lacks.
 pub fn stage_params(s: &Scenario, plan: &Plan, stage: u32) -> ParamCount {
     let mut total = ParamCount::default();
     for layout in plan.chunks.get(stage as usize).into_iter().flatten() {
         let p = chunk_params(s, plan, layout);
-        total.dense = total.dense.saturating_add(p.dense);
-        total.expert = total.expert.saturating_add(p.expert);
+        total = total.plus(p);
     }
     total
 }
@@ -542,8 +562,13 @@ pub fn stage_params(s: &Scenario, plan: &Plan, stage: u32) -> ParamCount {
 /// Model state one rank of `stage` holds, after sharding and offload, and under DeepSpeed
 /// accounting the host memory its initialisation needs.
 pub fn state_bytes(s: &Scenario, plan: &Plan, stage: u32) -> StateBytes {
+    state_bytes_of(s, plan, stage, stage_params(s, plan, stage))
+}
+
+/// [`state_bytes`] of a stage whose rank holds `params` ([`stage_params`]), for a caller that
+/// has them already.
+pub fn state_bytes_of(s: &Scenario, plan: &Plan, stage: u32, params: ParamCount) -> StateBytes {
     let (dense_dp, expert_dp) = params::dp_sizes(s);
-    let params = stage_params(s, plan, stage);
     let mut out = model_state_bytes(s, params, dense_dp, expert_dp);
     if s.memory.accounting == MemoryAccounting::Deepspeed {
         let largest = plan

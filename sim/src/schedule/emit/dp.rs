@@ -87,7 +87,7 @@ impl StepBuffers {
         }
         let all = chunks
             .iter()
-            .fold(ParamCount::default(), |acc, c| sum(acc, c.params));
+            .fold(ParamCount::default(), |acc, c| acc.plus(c.params));
         let elems = all.dense.saturating_add(all.expert);
         let mut out = StepBuffers::default();
         if dp.async_reduce && dp.syncs {
@@ -146,13 +146,6 @@ pub struct DpEmitter<'a> {
     /// `training.offload = "params"` under ZeRO 3: every gather first fetches the rank's
     /// shard from host memory.
     params_offloaded: bool,
-}
-
-fn sum(a: ParamCount, b: ParamCount) -> ParamCount {
-    ParamCount {
-        dense: a.dense.saturating_add(b.dense),
-        expert: a.expert.saturating_add(b.expert),
-    }
 }
 
 /// A copy of `bytes` between the GPU and host memory (offload) on the io stream after `deps`.
@@ -450,7 +443,7 @@ impl<'a> DpEmitter<'a> {
     ) -> Result<(), ScheduleError> {
         let params = segs
             .iter()
-            .fold(ParamCount::default(), |acc, s| sum(acc, s.params));
+            .fold(ParamCount::default(), |acc, s| acc.plus(s.params));
         let first = segs.first().map(|s| s.first_layer).unwrap_or(0);
         let layers = segs.iter().map(|s| s.num_layers).sum();
         let label = Label {
@@ -510,7 +503,7 @@ impl<'a> DpEmitter<'a> {
                     // the backward.
                     let params = chunks
                         .iter()
-                        .fold(ParamCount::default(), |acc, c| sum(acc, c.params));
+                        .fold(ParamCount::default(), |acc, c| acc.plus(c.params));
                     let bytes = dp.param_bytes(dp.reduced_grad_elems(params));
                     let grads: Deps = last_grad_op.into_iter().collect();
                     deps.push(host_copy(b, bytes, true, grads, Label::default())?);
