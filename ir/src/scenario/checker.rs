@@ -53,7 +53,7 @@ impl<'a> Checker<'a> {
 
     fn override_rank(&self, loc: &Loc) -> Option<usize> {
         match loc {
-            Loc::Override(text) => self.overrides.iter().rposition(|o| o == text),
+            Loc::Override(text) => self.overrides.iter().rposition(|o| o.as_str() == &**text),
             Loc::File { .. } => None,
         }
     }

@@ -90,8 +90,9 @@ pub enum Loc {
         line: u32,
         column: u32,
     },
-    /// The override's text as the user gave it, without the `--set ` prefix.
-    Override(String),
+    /// The override's text as the user gave it, without the `--set ` prefix (shared: every
+    /// entry an override sets carries it).
+    Override(std::sync::Arc<str>),
 }
 
 /// Maps byte offsets of one source text to 1-based line and character column.

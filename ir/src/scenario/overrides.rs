@@ -6,6 +6,7 @@ use super::error::{Ctx, ErrorKind, Loc, ScenarioError};
 use super::source::{parse_override_value, Entry, Node, Table};
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 /// Applies overrides in order (a later one wins over an earlier one for the same key).
 pub(crate) fn apply(
@@ -20,7 +21,6 @@ pub(crate) fn apply(
 }
 
 /// An override parsed: its key path and its value as a located entry.
-#[derive(Clone)]
 struct Parsed {
     path: Vec<String>,
     entry: Entry,
@@ -31,28 +31,28 @@ struct Parsed {
 const PARSED_KEPT: usize = 4096;
 
 thread_local! {
-    static PARSED: RefCell<HashMap<String, Parsed>> = RefCell::new(HashMap::new());
+    static PARSED: RefCell<HashMap<String, Rc<Parsed>>> = RefCell::new(HashMap::new());
 }
 
 /// [`parse_one`], remembered per thread by the override's text: parsing depends on nothing
 /// but the text, and only successes are kept (an error is parsed again, for its message).
-fn parsed(ctx: &Ctx, text: &str) -> Result<Parsed, ScenarioError> {
+fn parsed(ctx: &Ctx, text: &str) -> Result<Rc<Parsed>, ScenarioError> {
     if let Some(p) = PARSED.with(|m| m.borrow().get(text).cloned()) {
         return Ok(p);
     }
-    let p = parse_one(ctx, text)?;
+    let p = Rc::new(parse_one(ctx, text)?);
     PARSED.with(|m| {
         let mut m = m.borrow_mut();
         if m.len() >= PARSED_KEPT {
             m.clear();
         }
-        m.insert(text.to_string(), p.clone());
+        m.insert(text.to_string(), Rc::clone(&p));
     });
     Ok(p)
 }
 
 fn parse_one(ctx: &Ctx, text: &str) -> Result<Parsed, ScenarioError> {
-    let loc = Loc::Override(text.to_string());
+    let loc = Loc::Override(text.into());
     let usage = "key=value, e.g. parallel.pp=16 (the value is TOML; a bare word is a string)";
     let Some((key_text, value_text)) = text.split_once('=') else {
         return Err(ctx.error(
@@ -83,9 +83,10 @@ fn parse_one(ctx: &Ctx, text: &str) -> Result<Parsed, ScenarioError> {
 }
 
 fn apply_one(ctx: &Ctx, root: &mut Table, text: &str) -> Result<(), ScenarioError> {
-    let Parsed { path, entry } = parsed(ctx, text)?;
+    let parsed = parsed(ctx, text)?;
+    let (path, entry) = (&parsed.path, parsed.entry.clone());
     // Only a missing parent table or an error needs these (not a search's every layout).
-    let loc = || Loc::Override(text.to_string());
+    let loc = || Loc::Override(text.into());
     let Some((leaf, parents)) = path.split_last() else {
         return Ok(());
     };

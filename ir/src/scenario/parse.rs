@@ -691,7 +691,7 @@ fn moe_routing(t: Section<'_>) -> Result<MoeRouting> {
         }
     };
     let names = || routing::ALL.iter().map(|k| k.name);
-    for (name, entry) in &table.entries {
+    for (name, entry) in table.entries() {
         if !names().any(|n| n == name.as_str()) {
             let mut message = "unknown routing form".to_string();
             if let Some(near) = super::error::closest(name, names()) {
@@ -707,8 +707,8 @@ fn moe_routing(t: Section<'_>) -> Result<MoeRouting> {
             ));
         }
     }
-    if table.entries.len() != 1 {
-        let given: Vec<&str> = table.entries.iter().map(|(n, _)| n.as_str()).collect();
+    if table.entries().len() != 1 {
+        let given: Vec<&str> = table.entries().iter().map(|(n, _)| n.as_str()).collect();
         let message = match given.len() {
             0 => "an empty table names no routing form".to_string(),
             _ => format!(

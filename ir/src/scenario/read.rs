@@ -13,7 +13,7 @@ pub(crate) type Result<T> = std::result::Result<T, ScenarioError>;
 pub(crate) struct Field<T> {
     pub value: T,
     pub loc: Loc,
-    pub raw: String,
+    pub raw: std::sync::Arc<str>,
 }
 
 /// The value of an optional field.
@@ -84,7 +84,7 @@ impl<'a> Section<'a> {
     ) -> ScenarioError {
         let entry = self.entry(key);
         let loc = entry.map(|e| &e.loc).or(self.loc);
-        let raw = entry.map(|e| e.raw.as_str()).unwrap_or("");
+        let raw = entry.map(|e| &*e.raw).unwrap_or("");
         self.ctx
             .error(kind, loc, &self.key_path(key), raw, message, allowed)
     }
@@ -126,7 +126,7 @@ impl<'a> Section<'a> {
         let Some(table) = self.table else {
             return Ok(());
         };
-        for (key, entry) in &table.entries {
+        for (key, entry) in table.entries() {
             if known.iter().any(|k| k.name == key.as_str()) {
                 continue;
             }

@@ -5,6 +5,7 @@
 
 use super::error::{shorten, Ctx, ErrorKind, LineIndex, Loc, ScenarioError};
 use std::ops::Range;
+use std::sync::Arc;
 
 /// A TOML value with its position.
 #[derive(Clone, Debug)]
@@ -14,8 +15,9 @@ pub(crate) struct Entry {
     pub loc: Loc,
     /// Where the key that names it starts (equal to `loc` for array items and overrides).
     pub key_loc: Loc,
-    /// The value as written (shortened), for error messages.
-    pub raw: String,
+    /// The value as written (shortened), for error messages (shared by the copies a sweep
+    /// makes of the entry).
+    pub raw: Arc<str>,
 }
 
 #[derive(Clone, Debug)]
@@ -44,18 +46,27 @@ impl Node {
 }
 
 /// Key/value pairs in document order (TOML forbids duplicate keys, so a key appears once).
+/// The pairs are shared between copies of a table until one of them changes (copy on write):
+/// a sweep copies the whole document for every layout and overrides a few keys, so a copy
+/// costs a count per table and an override copies only the tables on its path.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Table {
-    pub entries: Vec<(String, Entry)>,
+    entries: Arc<Vec<(String, Entry)>>,
 }
 
 impl Table {
+    /// The pairs, in document order.
+    pub(crate) fn entries(&self) -> &[(String, Entry)] {
+        &self.entries
+    }
+
     pub(crate) fn get(&self, key: &str) -> Option<&Entry> {
         self.entries.iter().find(|(k, _)| k == key).map(|(_, e)| e)
     }
 
+    /// `key`'s entry, for changing it (this table's pairs are copied first when shared).
     pub(crate) fn get_mut(&mut self, key: &str) -> Option<&mut Entry> {
-        self.entries
+        Arc::make_mut(&mut self.entries)
             .iter_mut()
             .find(|(k, _)| k == key)
             .map(|(_, e)| e)
@@ -65,8 +76,13 @@ impl Table {
     pub(crate) fn set(&mut self, key: &str, entry: Entry) {
         match self.get_mut(key) {
             Some(e) => *e = entry,
-            None => self.entries.push((key.to_string(), entry)),
+            None => self.push(key, entry),
         }
+    }
+
+    /// Appends `key`, which the table does not hold yet.
+    fn push(&mut self, key: &str, entry: Entry) {
+        Arc::make_mut(&mut self.entries).push((key.to_string(), entry));
     }
 }
 
@@ -83,7 +99,7 @@ impl Origin<'_> {
     fn loc(&self, span: Option<Range<usize>>, fallback: &Loc) -> Loc {
         match (self, span) {
             (Origin::File { index, .. }, Some(span)) => index.loc(span.start),
-            (Origin::Override(text), _) => Loc::Override((*text).to_string()),
+            (Origin::Override(text), _) => Loc::Override((*text).into()),
             (Origin::File { .. }, None) => fallback.clone(),
         }
     }
@@ -129,7 +145,7 @@ pub(crate) fn parse_override_value(
     key: &str,
     value_text: &str,
 ) -> Result<Entry, ScenarioError> {
-    let loc = Loc::Override(override_text.to_string());
+    let loc = Loc::Override(override_text.into());
     let origin = Origin::Override(override_text);
     match value_text.trim().parse::<toml_edit::Value>() {
         Ok(v) => Ok(convert_value(&origin, &v, &loc, &loc)),
@@ -149,7 +165,7 @@ pub(crate) fn parse_override_value(
                     node: Node::Str(value_text.to_string()),
                     loc: loc.clone(),
                     key_loc: loc,
-                    raw: shorten(&format!("{:?}", value_text)),
+                    raw: shorten(&format!("{:?}", value_text)).into(),
                 })
             }
         }
@@ -161,7 +177,7 @@ fn convert_table(origin: &Origin<'_>, table: &toml_edit::Table, here: &Loc) -> T
     for (key, item) in table.iter() {
         let key_loc = origin.loc(table.key(key).and_then(|k| k.span()), here);
         if let Some(entry) = convert_item(origin, item, &key_loc) {
-            out.entries.push((key.to_string(), entry));
+            out.push(key, entry);
         }
     }
     out
@@ -230,8 +246,7 @@ fn convert_value(
             let mut out = Table::default();
             for (key, v) in t.iter() {
                 let kloc = origin.loc(t.key(key).and_then(|k| k.span()), &loc);
-                out.entries
-                    .push((key.to_string(), convert_value(origin, v, &kloc, &kloc)));
+                out.push(key, convert_value(origin, v, &kloc, &kloc));
             }
             Node::Table(out)
         }
@@ -240,6 +255,6 @@ fn convert_value(
         node,
         loc,
         key_loc: key_loc.clone(),
-        raw,
+        raw: raw.into(),
     }
 }
