@@ -231,24 +231,20 @@ struct Shared<'a> {
     prices: RefCell<PriceMemo>,
 }
 
-impl Shared<'_> {
-    /// The parameters of a range holding `layers`, remembered.
-    fn counted_params(&self, layers: LayerCounts, embedding: bool, head: bool) -> ParamCount {
-        let query = (layers, embedding, head);
-        if let Some(p) = self
-            .params
-            .try_borrow()
-            .ok()
-            .and_then(|m| m.get(&query).copied())
-        {
-            return p;
-        }
-        let p = crate::workload::counted_params(self.inner.scenario, layers, embedding, head);
-        if let Ok(mut m) = self.params.try_borrow_mut() {
-            m.insert(query, p);
-        }
-        p
+/// `map`'s answer for `key`, or `answer()` remembered in it.
+fn remembered<K: Ord, V: Clone>(
+    map: &RefCell<BTreeMap<K, V>>,
+    key: K,
+    answer: impl FnOnce(&K) -> V,
+) -> V {
+    if let Some(v) = map.try_borrow().ok().and_then(|m| m.get(&key).cloned()) {
+        return v;
     }
+    let v = answer(&key);
+    if let Ok(mut m) = map.try_borrow_mut() {
+        m.insert(key, v.clone());
+    }
+    v
 }
 
 impl Sizes for Shared<'_> {
@@ -268,19 +264,9 @@ impl Sizes for Shared<'_> {
             (embedding, head),
             load,
         );
-        if let Some(w) = self
-            .work
-            .try_borrow()
-            .ok()
-            .and_then(|m| m.get(&query).cloned())
-        {
-            return w;
-        }
-        let w = Rc::new(crate::workload::range_work(self.inner.scenario, &query));
-        if let Ok(mut m) = self.work.try_borrow_mut() {
-            m.insert(query, Rc::clone(&w));
-        }
-        w
+        remembered(&self.work, query, |key| {
+            Rc::new(crate::workload::range_work(self.inner.scenario, key))
+        })
     }
 
     fn layers_params(
@@ -296,20 +282,18 @@ impl Sizes for Shared<'_> {
             u64::from(first_layer),
             u64::from(num_layers),
         );
-        self.counted_params(layers, embedding, head)
+        remembered(
+            &self.params,
+            (layers, embedding, head),
+            |&(layers, e, h)| crate::workload::counted_params(self.inner.scenario, layers, e, h),
+        )
     }
 
     fn state_bytes(&self, stage: u32) -> StateBytes {
         let (s, plan) = (self.inner.scenario, self.inner.plan);
-        let params = plan
-            .chunks
-            .get(stage as usize)
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                self.layers_params(c, c.first_layer, c.num_layers, c.has_embedding, c.has_head)
-            })
-            .fold(ParamCount::default(), ParamCount::plus);
+        let params = crate::workload::stage_params_by(plan, stage, |c| {
+            self.layers_params(c, c.first_layer, c.num_layers, c.has_embedding, c.has_head)
+        });
         crate::workload::state_bytes_of(s, plan, stage, params)
     }
 

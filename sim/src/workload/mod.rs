@@ -551,12 +551,21 @@ pub fn counted_params(
 
 /// Parameters one rank of `stage` holds (all its chunks); zero for a stage the plan lacks.
 pub fn stage_params(s: &Scenario, plan: &Plan, stage: u32) -> ParamCount {
-    let mut total = ParamCount::default();
-    for layout in plan.chunks.get(stage as usize).into_iter().flatten() {
-        let p = chunk_params(s, plan, layout);
-        total = total.plus(p);
-    }
-    total
+    stage_params_by(plan, stage, |layout| chunk_params(s, plan, layout))
+}
+
+/// [`stage_params`] with each chunk's parameters from `chunk` (a caller that remembers them).
+pub fn stage_params_by(
+    plan: &Plan,
+    stage: u32,
+    chunk: impl Fn(&ChunkLayout) -> ParamCount,
+) -> ParamCount {
+    plan.chunks
+        .get(stage as usize)
+        .into_iter()
+        .flatten()
+        .map(chunk)
+        .fold(ParamCount::default(), ParamCount::plus)
 }
 
 /// Model state one rank of `stage` holds, after sharding and offload, and under DeepSpeed
