@@ -298,6 +298,8 @@ pub fn sample_options(
     SimOptions {
         trace: false,
         collapse: false,
+        // A sample reports times only.
+        memory: false,
         compute_factors: varies_compute.then(|| Arc::from(draw.compute_factors.as_slice())),
         op_jitter: (config.step_jitter_cv > 0.0).then_some(OpJitter {
             seed: (seed ^ 0x6a69_7474_6572).wrapping_add(index.wrapping_mul(0x9E37_79B9_7F4A_7C15)),

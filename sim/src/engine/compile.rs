@@ -23,6 +23,8 @@ struct Spare {
     dense: Vec<u32>,
     below: Vec<u32>,
     pos_of: Vec<u32>,
+    mem_at: Vec<u32>,
+    frontier: Vec<Frontier>,
 }
 
 /// Compiled programs kept per thread at most (a few layouts' worth).
@@ -69,8 +71,15 @@ struct OpenAllocs {
     sparse: BTreeMap<u32, u32>,
     below: Vec<u32>,
     /// The position of each op (by IR index) in the compiled program, filled as ops are
-    /// placed; kept here with the other per-op scratch vector.
+    /// placed, or [`MEM_REF`] and its position in [`CProgram::mem_ops`] for a memory op the
+    /// engine does not run; kept here with the other per-op scratch vectors.
     pos_of: Vec<u32>,
+    /// The position in [`CProgram::mem_ops`] of each memory op (by IR index).
+    mem_at: Vec<u32>,
+    /// The [`Frontier`] of each memory op the engine does not run, by its position in
+    /// [`CProgram::mem_ops`] (those it runs have none: an op waits on them directly). A
+    /// priced op's entry is unused and `NO_FRONTIER`.
+    frontier: Vec<Frontier>,
     /// Allocs pushed and not popped.
     open: usize,
 }
@@ -79,11 +88,13 @@ impl OpenAllocs {
     /// For `ops` ops and tags below `max_dense_tag` in the array, in this thread's spare
     /// vectors when there are some.
     fn new(ops: usize, max_dense_tag: usize) -> OpenAllocs {
-        let (mut dense, mut below, mut pos_of) = with_spare(|s| {
+        let (mut dense, mut below, mut pos_of, mut mem_at, mut frontier) = with_spare(|s| {
             (
                 std::mem::take(&mut s.dense),
                 std::mem::take(&mut s.below),
                 std::mem::take(&mut s.pos_of),
+                std::mem::take(&mut s.mem_at),
+                std::mem::take(&mut s.frontier),
             )
         })
         .unwrap_or_default();
@@ -93,11 +104,16 @@ impl OpenAllocs {
         below.resize(ops, NONE);
         emptied(&mut pos_of, ops);
         pos_of.resize(ops, 0);
+        emptied(&mut mem_at, ops);
+        mem_at.resize(ops, 0);
+        emptied(&mut frontier, ops / 2);
         OpenAllocs {
             dense,
             sparse: BTreeMap::new(),
             below,
             pos_of,
+            mem_at,
+            frontier,
             open: 0,
         }
     }
@@ -108,6 +124,8 @@ impl OpenAllocs {
             s.dense = self.dense;
             s.below = self.below;
             s.pos_of = self.pos_of;
+            s.mem_at = self.mem_at;
+            s.frontier = self.frontier;
         });
     }
 
@@ -205,15 +223,12 @@ pub(crate) enum CKind {
         bytes: u64,
         calls: u32,
     },
+    /// An alloc or free the cost model prices: it takes its time on its stream's thread, and
+    /// its effect on memory is in [`CProgram::mem_ops`]. `bytes` is for the trace.
     Alloc {
-        category: u8,
-        gpu: bool,
         bytes: u64,
     },
-    Free {
-        /// The alloc op this free releases.
-        alloc: u32,
-    },
+    Free,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -226,11 +241,75 @@ pub(crate) struct COp {
     /// The op's deps are `dep_at[deps_start..deps_end]`.
     pub deps_start: u32,
     pub deps_end: u32,
-    /// Duration of compute and checkpoint ops when it does not depend on the rank.
-    pub cached_ns: Option<u64>,
+    /// Duration of compute and checkpoint ops when it does not depend on the rank
+    /// ([`NOT_CACHED`]: it does; read through [`COp::cached_ns`]). Not an `Option`, which would
+    /// take 16 bytes and the op a cache line.
+    cached: u64,
+    /// Where the engine records when this op finished (an index into the rank's
+    /// [`CProgram::recorded`] times), for the memory ops that wait on it; [`NOT_RECORDED`] when
+    /// none does.
+    pub record: u32,
+}
+
+/// [`COp::cached`] of an op whose duration depends on the rank.
+const NOT_CACHED: u64 = u64::MAX;
+
+/// [`COp::record`] of an op whose end no memory op waits on.
+pub(crate) const NOT_RECORDED: u32 = u32::MAX;
+
+/// An alloc or free of the program. The engine does not run those the cost model prices at
+/// zero (every GPU profile's): they take no time and only move memory, so the ops after them
+/// wait on what they waited on instead, and the memory timeline is replayed from the ends of
+/// the ops they waited on once the step is simulated ([`super::memory::replay`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MemOp {
+    /// The op's index in the IR program.
+    pub index: u32,
+    pub stream: u8,
+    pub effect: Effect,
+    pub when: When,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Effect {
+    Alloc {
+        category: u8,
+        gpu: bool,
+        bytes: u64,
+    },
+    /// Releases the alloc at this position of [`CProgram::mem_ops`].
+    Free {
+        alloc: u32,
+    },
+}
+
+impl Effect {
+    /// Bytes the trace reports: an alloc's.
+    pub fn trace_bytes(&self) -> u64 {
+        match *self {
+            Effect::Alloc { bytes, .. } => bytes,
+            Effect::Free { .. } => 0,
+        }
+    }
+}
+
+/// When a memory op takes effect.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum When {
+    /// When the engine finished it (a priced op, which runs as an op): its record slot.
+    Ran(u32),
+    /// At the latest end of the ops whose record slots are `mem_waits[start..end]` (zero when
+    /// there are none): the ops before it on its stream and its deps.
+    After { start: u32, end: u32 },
 }
 
 impl COp {
+    /// Its duration when that does not depend on the rank.
+    #[inline]
+    pub fn cached_ns(&self) -> Option<u64> {
+        (self.cached != NOT_CACHED).then_some(self.cached)
+    }
+
     /// Bytes the trace reports: moved over links, allocated, or written.
     pub fn trace_bytes(&self) -> u64 {
         match self.kind {
@@ -238,7 +317,7 @@ impl COp {
                 bytes
             }
             CKind::Collective { bytes, calls, .. } => bytes.saturating_mul(u64::from(calls)),
-            CKind::Compute { .. } | CKind::Free { .. } => 0,
+            CKind::Compute { .. } | CKind::Free => 0,
         }
     }
 }
@@ -255,6 +334,15 @@ pub(crate) struct CProgram {
     pub stream_start: [u32; Stream::COUNT + 1],
     /// Collective ops (positions) per group kind, in program order: `coll_ops[kind][seq]`.
     pub coll_ops: [Vec<u32>; GROUP_KINDS],
+    /// Every alloc and free, in program order ([`MemOp`]).
+    pub mem_ops: Vec<MemOp>,
+    /// The record slots that [`When::After`] ranges index.
+    pub mem_waits: Vec<u32>,
+    /// How many ops record their end ([`COp::record`]).
+    pub recorded: u32,
+    /// The IR program's op count: the ops the engine runs and the memory ops it does not
+    /// (what a trace of the rank holds).
+    pub ir_ops: u32,
     /// FLOPs of all compute ops, and of those that count as model work.
     pub flops: u64,
     pub model_flops: u64,
@@ -315,8 +403,32 @@ impl<'p> Recent<'p> {
     }
 }
 
+/// A reference from a memory op's [`When::After`] to what it waits on: a record slot, or,
+/// with this bit, another memory op's position in [`CProgram::mem_ops`].
+pub(crate) const MEM_REF: u32 = 1 << 31;
+
+/// Per stream, the latest position on it that an op must wait for ([`NONE`]: none). Waiting
+/// for a position waits for every earlier one on its stream (a stream runs in order), so
+/// what an unrun memory op waited on comes to one entry per stream, however many there were.
+type Frontier = [u32; Stream::COUNT];
+
+const NO_FRONTIER: Frontier = [NONE; Stream::COUNT];
+
+fn merge(into: &mut Frontier, from: &Frontier) {
+    for (a, &b) in into.iter_mut().zip(from) {
+        if b != NONE && (*a == NONE || b > *a) {
+            *a = b;
+        }
+    }
+}
+
 /// Compile one program. `probe_rank` is the rank used to price compute when the cost model
 /// says compute does not depend on the rank.
+///
+/// Allocs and frees that the cost model prices at zero are not compiled into ops
+/// ([`MemOp`]): an op after one on its stream, or depending on one, waits instead on what the
+/// memory op waited on (its [`Frontier`]), which gives every op the same start and end, and
+/// the engine processes half the events on a generated schedule.
 pub(crate) fn compile(
     index: u32,
     program: &Program,
@@ -331,13 +443,32 @@ pub(crate) fn compile(
         });
     }
     let cache = cost.compute_is_rank_invariant();
-    let (mut ops, mut dep_at, mut coll_ops) = match with_spare(|s| s.programs.pop()).flatten() {
-        Some(p) => (p.ops, p.dep_at, p.coll_ops),
-        None => Default::default(),
+    let free_ns = cost.free_ns();
+    // The allocs' prices, and which ops the engine runs: all but the unpriced allocs and frees.
+    let alloc_ns = |op: &OpKind| match op {
+        OpKind::Alloc {
+            category, bytes, ..
+        } => cost.alloc_ns(*category, *bytes),
+        _ => 0,
     };
+    let runs = |op: &OpKind| match op {
+        OpKind::Alloc { .. } => alloc_ns(op) > 0,
+        OpKind::Free { .. } => free_ns > 0,
+        _ => true,
+    };
+    let (mut ops, mut dep_at, mut coll_ops, mut mem_ops, mut mem_waits) =
+        match with_spare(|s| s.programs.pop()).flatten() {
+            Some(p) => (p.ops, p.dep_at, p.coll_ops, p.mem_ops, p.mem_waits),
+            None => Default::default(),
+        };
     // Each stream's ops go to a contiguous range, so count them per stream first.
     let mut per_stream = [0u32; Stream::COUNT];
+    let mut memory_ops = 0;
     for op in &program.ops {
+        if !runs(&op.kind) {
+            memory_ops += 1;
+            continue;
+        }
         if let Some(c) = per_stream.get_mut(op.stream.index()) {
             *c += 1;
         }
@@ -349,10 +480,13 @@ pub(crate) fn compile(
     // The next free position of each stream.
     let mut next = [0u32; Stream::COUNT];
     next.copy_from_slice(&stream_start[..Stream::COUNT]);
-    emptied(&mut ops, n);
-    ops.resize(n, PLACEHOLDER);
+    let placed = n - memory_ops;
+    emptied(&mut ops, placed);
+    ops.resize(placed, PLACEHOLDER);
     // Generated ops have about two deps each; the vector grows if a program has more.
     emptied(&mut dep_at, 2 * n);
+    emptied(&mut mem_ops, memory_ops);
+    emptied(&mut mem_waits, 2 * memory_ops);
     for list in &mut coll_ops {
         list.clear();
     }
@@ -362,9 +496,92 @@ pub(crate) fn compile(
     let (mut flops, mut model_flops) = (0u64, 0u64);
     let mut model_attention_flops = (0u64, 0u64);
     let mut issued = 0u64;
+    let mut recorded = 0u32;
+    // Per stream: its last op (a position, or `MEM_REF` and a memory op's), and what an op
+    // placed next on it waits on for the unrun memory ops before it.
+    let mut last = [NONE; Stream::COUNT];
+    let mut carry = [NO_FRONTIER; Stream::COUNT];
     for (i, op) in program.ops.iter().enumerate() {
         let i32_ = i as u32;
         let stream = op.stream.index();
+        for &d in &op.deps {
+            if d >= i32_ {
+                return Err(SimError::BadDependency {
+                    program: index,
+                    op: i32_,
+                    dep: d,
+                });
+            }
+        }
+        // What the op waits on for the unrun memory ops among its deps and before it.
+        let mut frontier = carry.get(stream).copied().unwrap_or(NO_FRONTIER);
+        for &d in &op.deps {
+            let at = open.pos_of.get(d as usize).copied().unwrap_or(0);
+            if at & MEM_REF != 0 {
+                if let Some(f) = open.frontier.get((at & !MEM_REF) as usize) {
+                    merge(&mut frontier, f);
+                }
+            }
+        }
+        if !runs(&op.kind) {
+            let mem_pos = mem_ops.len() as u32;
+            let start = mem_waits.len() as u32;
+            // The replay waits on the op before it on its stream and on its deps.
+            for r in last
+                .get(stream)
+                .into_iter()
+                .chain(op.deps.iter().filter_map(|&d| open.pos_of.get(d as usize)))
+            {
+                let r = *r;
+                if r == NONE {
+                    continue;
+                }
+                mem_waits.push(if r & MEM_REF != 0 {
+                    r
+                } else {
+                    record_slot(&mut ops, r, &mut recorded)
+                });
+            }
+            let Some(effect) = effect_of(&op.kind, &mut open, index, i32_)? else {
+                continue;
+            };
+            mem_ops.push(MemOp {
+                index: i32_,
+                stream: stream as u8,
+                effect,
+                when: When::After {
+                    start,
+                    end: mem_waits.len() as u32,
+                },
+            });
+            // What waiting for this op means to an op that runs: its own waits, as a frontier.
+            if let Some(&l) = last.get(stream) {
+                if l != NONE && l & MEM_REF == 0 {
+                    merge(&mut frontier, &one(stream, l));
+                }
+            }
+            for &d in &op.deps {
+                let at = open.pos_of.get(d as usize).copied().unwrap_or(0);
+                if at & MEM_REF == 0 {
+                    let s = ops.get(at as usize).map_or(0, |o| o.stream as usize);
+                    merge(&mut frontier, &one(s, at));
+                }
+            }
+            open.frontier.push(frontier);
+            if let Some(c) = carry.get_mut(stream) {
+                *c = frontier;
+            }
+            if let Some(p) = open.pos_of.get_mut(i) {
+                *p = MEM_REF | mem_pos;
+            }
+            if let Some(l) = last.get_mut(stream) {
+                *l = MEM_REF | mem_pos;
+            }
+            if let Some(m) = open.mem_at.get_mut(i) {
+                *m = mem_pos;
+            }
+            continue;
+        }
         let pos = next.get_mut(stream).map_or(0, |c| {
             *c += 1;
             *c - 1
@@ -374,16 +591,28 @@ pub(crate) fn compile(
         }
         let deps_start = dep_at.len() as u32;
         for &d in &op.deps {
-            if d >= i32_ {
-                return Err(SimError::BadDependency {
-                    program: index,
-                    op: i32_,
-                    dep: d,
-                });
-            }
             let slot = open.pos_of.get(d as usize).copied().unwrap_or(0);
+            if slot & MEM_REF != 0 {
+                continue;
+            }
             let stream = ops.get(slot as usize).map_or(0, |o| u32::from(o.stream));
             dep_at.push(DepAt { stream, slot });
+        }
+        // The waits of the unrun memory ops before it and among its deps; those on its own
+        // stream are over when it heads the stream.
+        for (s, &slot) in frontier.iter().enumerate() {
+            if slot != NONE && s != stream {
+                dep_at.push(DepAt {
+                    stream: s as u32,
+                    slot,
+                });
+            }
+        }
+        if let Some(c) = carry.get_mut(stream) {
+            *c = NO_FRONTIER;
+        }
+        if let Some(l) = last.get_mut(stream) {
+            *l = pos;
         }
         let mut cached_ns = None;
         let kind = match &op.kind {
@@ -451,32 +680,25 @@ pub(crate) fn compile(
                     calls: *calls,
                 }
             }
-            OpKind::Alloc {
-                category,
-                device,
-                bytes,
-                tag,
-            } => {
-                open.push(*tag, i32_);
-                cached_ns = Some(cost.alloc_ns(*category, *bytes));
-                CKind::Alloc {
-                    category: *category as u8,
-                    gpu: matches!(device, crate::schedule::Device::Gpu),
-                    bytes: *bytes,
+            // A priced alloc or free runs as an op; it moves memory when it ends (the
+            // replay reads its end from its record slot).
+            OpKind::Alloc { .. } | OpKind::Free { .. } => {
+                let effect = effect_of(&op.kind, &mut open, index, i32_)?;
+                if let Some(e) = effect {
+                    push_ran(&mut mem_ops, &mut open, (i, stream), e, &mut recorded);
+                }
+                match effect {
+                    Some(Effect::Alloc { bytes, .. }) => {
+                        cached_ns = Some(alloc_ns(&op.kind));
+                        CKind::Alloc { bytes }
+                    }
+                    _ => CKind::Free,
                 }
             }
-            OpKind::Free { tag } => {
-                // Lazily: an eagerly built error is dropped on every free (0.5% of a search).
-                #[allow(clippy::unnecessary_lazy_evaluations)]
-                let alloc = open.pop(*tag).ok_or_else(|| SimError::UnmatchedFree {
-                    program: index,
-                    op: i32_,
-                    tag: *tag,
-                })?;
-                CKind::Free {
-                    alloc: open.pos_of.get(alloc as usize).copied().unwrap_or(0),
-                }
-            }
+        };
+        let record = match kind {
+            CKind::Alloc { .. } | CKind::Free => recorded - 1,
+            _ => NOT_RECORDED,
         };
         if let Some(o) = ops.get_mut(pos as usize) {
             *o = COp {
@@ -485,7 +707,9 @@ pub(crate) fn compile(
                 index: i32_,
                 deps_start,
                 deps_end: dep_at.len() as u32,
-                cached_ns,
+                // A price of `NOT_CACHED` ns (585 years) is taken as one nanosecond less.
+                cached: cached_ns.map_or(NOT_CACHED, |ns| ns.min(NOT_CACHED - 1)),
+                record,
             };
         }
     }
@@ -512,17 +736,105 @@ pub(crate) fn compile(
         dep_at,
         stream_start,
         coll_ops,
+        mem_ops,
+        mem_waits,
+        recorded,
+        ir_ops: n as u32,
     })
+}
+
+/// The frontier of one position.
+fn one(stream: usize, slot: u32) -> Frontier {
+    let mut f = NO_FRONTIER;
+    if let Some(x) = f.get_mut(stream) {
+        *x = slot;
+    }
+    f
+}
+
+/// The record slot of the op at `pos`, given one if it has none.
+fn record_slot(ops: &mut [COp], pos: u32, recorded: &mut u32) -> u32 {
+    match ops.get_mut(pos as usize) {
+        Some(o) if o.record == NOT_RECORDED => {
+            o.record = *recorded;
+            *recorded += 1;
+            o.record
+        }
+        Some(o) => o.record,
+        None => 0,
+    }
+}
+
+/// A priced alloc or free (op `i`), which the engine runs: the replay takes its effect at its
+/// end, from the next record slot.
+fn push_ran(
+    mem_ops: &mut Vec<MemOp>,
+    open: &mut OpenAllocs,
+    (i, stream): (usize, usize),
+    effect: Effect,
+    recorded: &mut u32,
+) {
+    if let Some(m) = open.mem_at.get_mut(i) {
+        *m = mem_ops.len() as u32;
+    }
+    open.frontier.push(NO_FRONTIER);
+    mem_ops.push(MemOp {
+        index: i as u32,
+        stream: stream as u8,
+        effect,
+        when: When::Ran(*recorded),
+    });
+    *recorded += 1;
+}
+
+/// What alloc or free `kind` (op `op` of `program`) does to memory, its alloc pushed on its
+/// tag's stack or its free matched with the alloc on top; `None` for other ops.
+fn effect_of(
+    kind: &OpKind,
+    open: &mut OpenAllocs,
+    program: u32,
+    op: u32,
+) -> Result<Option<Effect>, SimError> {
+    Ok(match kind {
+        OpKind::Alloc {
+            category,
+            device,
+            bytes,
+            tag,
+        } => {
+            open.push(*tag, op);
+            Some(Effect::Alloc {
+                category: *category as u8,
+                gpu: matches!(device, crate::schedule::Device::Gpu),
+                bytes: *bytes,
+            })
+        }
+        OpKind::Free { tag } => Some(Effect::Free {
+            alloc: pop_alloc(open, program, op, *tag)?,
+        }),
+        _ => None,
+    })
+}
+
+/// The position in [`CProgram::mem_ops`] of the alloc that free `op` (with `tag`) releases.
+fn pop_alloc(open: &mut OpenAllocs, program: u32, op: u32, tag: u32) -> Result<u32, SimError> {
+    // Lazily: an eagerly built error is dropped on every free (0.5% of a search).
+    #[allow(clippy::unnecessary_lazy_evaluations)]
+    let alloc = open
+        .pop(tag)
+        .ok_or_else(|| SimError::UnmatchedFree { program, op, tag })?;
+    Ok(open.mem_at.get(alloc as usize).copied().unwrap_or(0))
 }
 
 /// What [`compile`] fills positions with before it writes each op there.
 const PLACEHOLDER: COp = COp {
-    kind: CKind::Free { alloc: 0 },
+    kind: CKind::Free,
     stream: 0,
     index: 0,
     deps_start: 0,
     deps_end: 0,
-    cached_ns: None,
+    cached: NOT_CACHED,
+    record: NOT_RECORDED,
 };
 
 #[cfg(test)]

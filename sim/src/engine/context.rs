@@ -222,9 +222,14 @@ impl<'a> Ctx<'a> {
             .get(rank)
             .and_then(|&p| self.progs.get(p as usize))
             .map_or(op, |p| p.index_of(op));
+        self.ir_op_name(rank as u32, op)
+    }
+
+    /// The name of op `index` of the IR program of `rank`.
+    pub fn ir_op_name(&self, rank: u32, index: u32) -> String {
         self.schedule
-            .get_op(rank as u32, op)
-            .map_or_else(|| format!("op {op}"), |o| o.name())
+            .get_op(rank, index)
+            .map_or_else(|| format!("op {index}"), |o| o.name())
     }
 }
 
@@ -321,12 +326,14 @@ fn check_work(
     active: &[u32],
     opts: &SimOptions,
 ) -> Result<(), SimError> {
-    let ops_of = |r: u32| {
+    let prog = |r: u32| {
         program_of
             .get(r as usize)
             .and_then(|&p| progs.get(p as usize))
-            .map_or(0, |p| p.ops.len() as u64)
     };
+    // The engine's events are the ops it runs; a trace also shows the memory ops it replays.
+    let ops_of = |r: u32| prog(r).map_or(0, |p| p.ops.len() as u64);
+    let traced_of = |r: u32| prog(r).map_or(0, |p| u64::from(p.ir_ops));
     let events: u64 = active.iter().map(|&r| ops_of(r)).sum();
     let ranks = active.len() as u32;
     if events > opts.max_events {
@@ -339,13 +346,14 @@ fn check_work(
     if !opts.trace {
         return Ok(());
     }
-    let (events, ranks) = match &opts.trace_ranks {
-        None => (events, ranks),
-        Some(list) => active
-            .iter()
-            .filter(|r| list.binary_search(r).is_ok())
-            .fold((0, 0), |(e, n), &r| (e + ops_of(r), n + 1)),
-    };
+    let (events, ranks) = active
+        .iter()
+        .filter(|r| {
+            opts.trace_ranks
+                .as_ref()
+                .is_none_or(|l| l.binary_search(r).is_ok())
+        })
+        .fold((0, 0), |(e, n), &r| (e + traced_of(r), n + 1));
     let estimate_bytes = events.saturating_mul(super::TRACE_BYTES_PER_EVENT);
     if estimate_bytes > opts.max_trace_bytes {
         return Err(SimError::TraceTooLarge {

@@ -86,11 +86,14 @@ pub struct SimOptions {
     /// `[variability]`: 1.25 takes a quarter longer), indexed by rank; `None`: 1 everywhere.
     /// Ranks are then no longer symmetric, so such a run simulates every rank.
     pub compute_factors: Option<std::sync::Arc<[f64]>>,
+    /// Replay each simulated rank's memory timeline after the step (`false`: every memory
+    /// figure of the result is zero; a variability sample needs only the ranks' times).
+    pub memory: bool,
 }
 
 /// Per-op noise on compute: each compute op's duration is multiplied by a lognormal draw of
-/// mean 1 and coefficient of variation `cv`, from one generator seeded by `seed` and drawn in
-/// the engine's event order (so the same run draws the same noise).
+/// mean 1 and coefficient of variation `cv`, drawn for each (rank, op) from `seed`, so the same
+/// run draws the same noise whatever order the engine processes its events in.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OpJitter {
     pub seed: u64,
@@ -109,6 +112,7 @@ impl Default for SimOptions {
             jitter_seed: None,
             op_jitter: None,
             compute_factors: None,
+            memory: true,
         }
     }
 }

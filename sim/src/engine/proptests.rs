@@ -371,7 +371,7 @@ fn check(plan: &Plan, s: &Schedule) -> Result<(), TestCaseError> {
         Err(e) => prop_assert!(false, "unexpected error {e}"),
         Ok(res) => {
             prop_assert_eq!(stuck, 0, "engine finished, reference is stuck");
-            prop_assert_eq!(res.events, s.total_ops());
+            prop_assert_eq!(res.events, engine_ops(s));
             let trace = res.trace.as_ref().unwrap();
             prop_assert_eq!(trace.events.len() as u64, s.total_ops());
             for e in &trace.events {

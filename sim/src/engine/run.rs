@@ -5,22 +5,25 @@
 //! dep is done. Only stream heads can be ready, so a rank keeps a bitmask of streams whose
 //! head has not started, and after each completion re-checks just those heads. Compute and
 //! checkpoint ops finish after their cost; p2p and collectives first wait for their
-//! counterparts, then run; frees, and allocs the cost model does not price, finish at once
-//! (through the `instant` FIFO, so there is no recursion and no heap traffic for them).
+//! counterparts, then run; ops of no duration finish at once (through the `instant` FIFO, so
+//! there is no recursion and no heap traffic for them). Allocs and frees the cost model does
+//! not price are no ops here at all (`compile` hands their waits on to the ops after them):
+//! the memory timeline is replayed from the ops' ends after the step (`run/timeline.rs`).
 //!
 //! A little longer than the ~600-line guide on purpose: the event loop and its per-op handlers
 //! share the hot state and are read together. The cold parts live in `compile`, `context`,
 //! `deadlock`, `flow`, `memo` and `memory`; the transfers' rendezvous in `run/transfers.rs`,
-//! the calls into the CPU host model in `run/cores.rs`, and building the state and reading the result
-//! out in `run/setup.rs`.
+//! the calls into the CPU host model in `run/cores.rs`, the memory replay in
+//! `run/timeline.rs`, and building the state and reading the result out in `run/setup.rs`.
 
 mod cores;
 mod setup;
+mod timeline;
 mod transfers;
 
 use cores::thread_weight;
 
-use super::compile::{CKind, CProgram, GROUP_KINDS};
+use super::compile::{CKind, CProgram, GROUP_KINDS, NOT_RECORDED};
 pub(crate) use super::context::Ctx;
 use super::flow::{Finished, Flows, FLOW_TAG};
 use super::memo::{CollectiveMemo, P2pMemo};
@@ -29,7 +32,7 @@ use super::queue::EventQueue;
 use super::{deadlock, RankStats, SimError, SimResult};
 use crate::host_model::HostRun;
 use crate::schedule::{CollectiveKind, OpKind, Stream};
-use crate::trace::{MemorySample, Trace, TraceEvent};
+use crate::trace::{Trace, TraceEvent};
 use std::collections::VecDeque;
 
 /// Marks an event payload as "collective (group, seq) finished" instead of "(rank, op)
@@ -88,6 +91,9 @@ pub(crate) struct RankState {
     acct: Acct,
     /// Ops not yet completed.
     pub remaining: u32,
+    /// Where this rank's record slots ([`super::compile::COp::record`]) start in
+    /// [`State::ends`].
+    record_base: u32,
     /// Streams whose head exists and has not started.
     waiting: u16,
 }
@@ -183,6 +189,10 @@ pub(crate) struct State<S: Slots> {
     pub ranks: Vec<RankState>,
     /// For a running send on (slot, stream): the matched receive (rank, op).
     partner: Vec<(u32, u32)>,
+    /// The ends of the ops whose ends the memory replay reads, by each rank's record slots
+    /// from its `record_base`.
+    ends: Vec<u64>,
+    /// Each simulated rank's memory timeline, replayed after the step ([`timeline`]).
     mem: Vec<RankMem>,
     /// P2p mailboxes, by the receiving rank's slot. A mailbox holds its first entries in
     /// place, so that finding a counterpart reads one cache line, not a vector's header and
@@ -211,7 +221,8 @@ pub(crate) struct State<S: Slots> {
     /// Durations of recent collectives and transfers (see [`CollectiveMemo`]).
     coll_memo: CollectiveMemo,
     p2p_memo: P2pMemo,
-    /// What a `Free` takes (the cost model's `free_ns`; zero makes it instant).
+    /// What a `Free` takes (the cost model's `free_ns`; the engine runs no free when it is
+    /// zero).
     free_ns: u64,
     /// The share of a shared core the compute thread's work takes against a transfer's (the
     /// cost model's `compute_weight`; see `thread_weight`).
@@ -336,7 +347,7 @@ impl<S: Slots> State<S> {
         let op = &prog.ops[op_idx as usize];
         let now = self.now;
         self.ranks[r].streams[s].start_ns = now;
-        let price_ns = match op.cached_ns {
+        let price_ns = match op.cached_ns() {
             Some(ns) => ns,
             None => compute_ns_uncached(ctx, rank, op.index),
         };
@@ -348,8 +359,8 @@ impl<S: Slots> State<S> {
             Some(f) => scaled_ns(dur, f.get(rank as usize).copied().unwrap_or(1.0)),
             None => dur,
         };
-        let dur = match &mut self.op_noise {
-            Some(n) => n.scale(dur),
+        let dur = match &self.op_noise {
+            Some(n) => n.scale(dur, rank, op.index),
             None => dur,
         };
         let dur = match op.kind {
@@ -452,7 +463,7 @@ impl<S: Slots> State<S> {
                 } else {
                     a.running_comm += 1;
                 }
-                let dur = op.cached_ns.unwrap_or(0);
+                let dur = op.cached_ns().unwrap_or(0);
                 if let Some(sh) = self.share_mut() {
                     sh.started(r, s, Some(dur));
                 }
@@ -467,13 +478,13 @@ impl<S: Slots> State<S> {
                     ctx,
                     (rank, op_idx),
                     &[rank],
-                    (op.cached_ns.unwrap_or(0), 0),
+                    (op.cached_ns().unwrap_or(0), 0),
                     w,
                 )
             }
-            CKind::Free { .. } if self.free_ns == 0 => self.instant.push_back((rank, op_idx)),
-            // Priced like an allocation: the runtime's own work for the op.
-            CKind::Free { .. } => {
+            // Priced like an allocation: the runtime's own work for the op (a free the cost
+            // model does not price is no op of the engine's: `compile`).
+            CKind::Free => {
                 let w = thread_weight(s, self.compute_weight);
                 self.run_cpu_work(ctx, (rank, op_idx), &[rank], (self.free_ns, 0), w)
             }
@@ -567,36 +578,13 @@ impl<S: Slots> State<S> {
                     }
                 }
             }
-            CKind::Alloc {
-                category,
-                gpu,
-                bytes,
-            } => self.alloc(
-                rank,
-                r,
-                op.index,
-                category as usize,
-                gpu,
-                bytes,
-                ctx.opts.memory_capacity_bytes,
-            ),
-            CKind::Free { alloc } => {
-                if !self.is_done(prog, r, alloc) {
-                    return Err(Box::new(SimError::FreeBeforeAlloc {
-                        rank,
-                        op: op.index,
-                        alloc: prog.index_of(alloc),
-                        name: ctx.op_name(rank as usize, op_idx),
-                    }));
-                }
-                if let CKind::Alloc {
-                    category,
-                    gpu,
-                    bytes,
-                } = prog.ops[alloc as usize].kind
-                {
-                    self.free(rank, r, category as usize, gpu, bytes);
-                }
+            // What a priced alloc or free does to memory is replayed after the step.
+            CKind::Alloc { .. } | CKind::Free => {}
+        }
+        if op.record != NOT_RECORDED {
+            let base = self.ranks[r].record_base as usize;
+            if let Some(t) = self.ends.get_mut(base + op.record as usize) {
+                *t = now;
             }
         }
         if let Some(t) = self
@@ -612,7 +600,8 @@ impl<S: Slots> State<S> {
                 end_ns: now,
                 bytes: op.trace_bytes(),
                 flops,
-                mem_bytes: self.mem[r].total,
+                // Filled in with the memory timeline after the step.
+                mem_bytes: 0,
                 issued_ns: self
                     .issued_ns
                     .as_ref()
@@ -627,48 +616,11 @@ impl<S: Slots> State<S> {
         self.try_start_heads(ctx, rank, r, op_idx)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn alloc(
-        &mut self,
-        rank: u32,
-        slot: usize,
-        op: u32,
-        category: usize,
-        gpu: bool,
-        bytes: u64,
-        capacity_bytes: u64,
-    ) {
-        let now = self.now;
-        if self.mem[slot].alloc(now, op, category, gpu, bytes, capacity_bytes) {
-            self.sample(rank, slot);
-        }
-    }
-
-    fn free(&mut self, rank: u32, slot: usize, category: usize, gpu: bool, bytes: u64) {
-        if self.mem[slot].free(category, gpu, bytes) {
-            self.sample(rank, slot);
-        }
-    }
-
     /// Whether the trace records `slot`'s rank.
     fn traces(traced: &Option<Vec<bool>>, slot: usize) -> bool {
         traced
             .as_ref()
             .is_none_or(|t| t.get(slot).copied().unwrap_or(false))
-    }
-
-    fn sample(&mut self, rank: u32, slot: usize) {
-        if let Some(t) = self
-            .trace
-            .as_mut()
-            .filter(|_| Self::traces(&self.traced, slot))
-        {
-            t.memory.push(MemorySample {
-                rank,
-                time_ns: self.now,
-                bytes: self.mem[slot].live,
-            });
-        }
     }
 }
 
@@ -690,12 +642,6 @@ impl<S: Slots> State<S> {
                 prefetch_line(p.wrapping_add(line * 64));
             }
         }
-        if let Some(m) = self.mem.get(slot) {
-            let p = (m as *const RankMem).cast::<u8>();
-            for line in 0..std::mem::size_of::<RankMem>().div_ceil(64) {
-                prefetch_line(p.wrapping_add(line * 64));
-            }
-        }
     }
 }
 
@@ -712,9 +658,9 @@ fn prefetch_line(p: *const u8) {
     let _ = p;
 }
 
-/// The generator and lognormal parameters of [`super::OpJitter`].
+/// The seed and lognormal parameters of [`super::OpJitter`].
 pub(super) struct OpNoise {
-    rng: crate::rng::Rng,
+    seed: u64,
     mu: f64,
     sigma: f64,
 }
@@ -727,18 +673,17 @@ impl OpNoise {
         }
         let sigma2 = (1.0 + j.cv * j.cv).ln();
         Some(OpNoise {
-            rng: crate::rng::Rng::new(j.seed, 0x6f70_6a69_7474_6572),
+            seed: j.seed ^ 0x6f70_6a69_7474_6572,
             mu: -sigma2 / 2.0,
             sigma: sigma2.sqrt(),
         })
     }
 
-    /// `ns` times this op's draw, rounded.
-    fn scale(&mut self, ns: u64) -> u64 {
-        scaled_ns(
-            ns,
-            (self.mu + self.sigma * self.rng.standard_normal()).exp(),
-        )
+    /// `ns` times the draw of op `op` (its IR index) of `rank`, rounded. Each op has its own
+    /// generator, so what an op draws does not depend on the order the engine runs events in.
+    fn scale(&self, ns: u64, rank: u32, op: u32) -> u64 {
+        let mut rng = crate::rng::Rng::new(self.seed, (u64::from(rank) << 32) | u64::from(op));
+        scaled_ns(ns, (self.mu + self.sigma * rng.standard_normal()).exp())
     }
 }
 
@@ -834,5 +779,6 @@ fn run_as<S: Slots>(ctx: &Ctx) -> Result<SimResult, SimError> {
     if st.ranks.iter().any(|r| r.remaining > 0) {
         return Err(SimError::Deadlock(Box::new(deadlock::diagnose(ctx, &st))));
     }
+    st.replay_memory(ctx).map_err(|e| *e)?;
     Ok(st.finish(ctx))
 }

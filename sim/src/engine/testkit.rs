@@ -455,3 +455,18 @@ pub(crate) fn pipeline_with_memory(
         .collect();
     per_stage(plan, programs)
 }
+
+/// The ops of `s` the engine runs as events under a cost model that prices no alloc or free:
+/// all but the allocs and frees, whose effect on memory is replayed after the step.
+pub(crate) fn engine_ops(s: &Schedule) -> u64 {
+    s.program_of
+        .iter()
+        .map(|&p| {
+            s.programs[p as usize]
+                .ops
+                .iter()
+                .filter(|o| !matches!(o.kind, OpKind::Alloc { .. } | OpKind::Free { .. }))
+                .count() as u64
+        })
+        .sum()
+}

@@ -170,7 +170,7 @@ fn bubble(kind: Pipeline, p: u32, m: u32) -> f64 {
     let plan = plan(1, p, 1, u64::from(m));
     let s = pipeline(&plan, kind, m, 100, 200, 0);
     let r = sim(&plan, &s).unwrap();
-    assert_eq!(r.events, s.total_ops());
+    assert_eq!(r.events, engine_ops(&s));
     r.bubble_fraction()
 }
 
@@ -204,6 +204,74 @@ fn one_f_one_b_holds_fewer_activations_than_gpipe() {
     // Each micro batch holds 100 bytes of activations from its forward to its backward.
     assert_eq!(peak(Pipeline::Gpipe), 800);
     assert_eq!(peak(Pipeline::OneFOneB), 400); // stage 0 keeps p = 4 in flight
+}
+
+/// Allocs and frees that fall on one instant apply in program order, whichever streams they
+/// are on and whatever order the engine handled that instant's events in: a free issued before
+/// an alloc lowers the peak, one issued after it does not. The replayed trace shows each at
+/// its time with the memory live after it.
+#[test]
+fn memory_ops_of_one_instant_apply_in_program_order() {
+    let plan = plan(1, 1, 1, 1);
+    let alloc_on = |stream, bytes, tag, deps: &[u32], b: &mut ProgBuilder| {
+        b.op(
+            stream,
+            OpKind::Alloc {
+                category: MemCategory::Buffers,
+                device: Device::Gpu,
+                bytes,
+                tag,
+            },
+            deps,
+            Label::default(),
+        )
+    };
+    for (free_first, stream) in [
+        (true, Stream::Tp),
+        (false, Stream::Tp),
+        (true, Stream::Dp),
+        (false, Stream::Dp),
+    ] {
+        let mut b = ProgBuilder::new(0);
+        alloc_on(Stream::Compute, 50, 0, &[], &mut b);
+        let f = b.fwd(10, &[]);
+        // At t = 10 both: the free of tag 0 on the compute stream, the alloc of tag 1 on
+        // another stream, in the order the case gives.
+        let (free, alloc) = if free_first {
+            let fr = b.free(0, &[f]);
+            (fr, alloc_on(stream, 100, 1, &[f], &mut b))
+        } else {
+            let a = alloc_on(stream, 100, 1, &[f], &mut b);
+            (b.free(0, &[f]), a)
+        };
+        let g = b.fwd(5, &[alloc]);
+        b.op(stream, OpKind::Free { tag: 1 }, &[g], Label::default());
+        let r = sim(&plan, &per_rank(vec![b.build()])).unwrap();
+        let s = &r.ranks[0];
+        let case = format!("free first {free_first}, {stream:?}");
+        assert_eq!(
+            s.peak_memory_bytes,
+            if free_first { 100 } else { 150 },
+            "{case}"
+        );
+        assert_eq!((s.peak_time_ns, s.peak_op), (10, Some(alloc)), "{case}");
+        assert_eq!(r.step_time_ns, 15, "{case}");
+        let t = r.trace.unwrap();
+        let at = |op: u32| t.events.iter().find(|e| e.op == op).unwrap();
+        assert_eq!((at(free).end_ns, at(alloc).end_ns), (10, 10), "{case}");
+        assert_eq!(
+            at(alloc).mem_bytes,
+            if free_first { 100 } else { 150 },
+            "{case}"
+        );
+        assert_eq!(
+            at(free).mem_bytes,
+            if free_first { 0 } else { 100 },
+            "{case}"
+        );
+        // The compute op ends at 10, before both in program order: 50 live.
+        assert_eq!(at(f).mem_bytes, 50, "{case}");
+    }
 }
 
 #[test]
@@ -563,13 +631,15 @@ fn event_bound_is_enforced() {
     assert_eq!(
         simulate(&plan, &s, &FixedCost::default(), &opts).unwrap_err(),
         SimError::WorkTooLarge {
-            events: s.total_ops(),
+            events: engine_ops(&s),
             ranks: plan.world,
             limit: 10
         }
     );
+    // The bound counts the events the engine processes: not the unpriced allocs and frees.
+    assert!(engine_ops(&s) < s.total_ops());
     let exact = SimOptions {
-        max_events: s.total_ops(),
+        max_events: engine_ops(&s),
         ..opts
     };
     assert!(simulate(&plan, &s, &FixedCost::default(), &exact).is_ok());
@@ -723,9 +793,10 @@ fn chrome_trace_is_valid_json_with_processes_threads_and_counters() {
         .collect();
     assert_eq!(threads, vec!["compute", "pp-send", "pp-recv"]);
     let x: Vec<&serde_json::Value> = evs.iter().filter(|e| e["ph"] == "X").collect();
-    // Alloc and free are shown on the counter track, not as slices.
-    let slices = r.events - 2 * 2 * 2;
-    assert_eq!(x.len() as u64, slices);
+    // Alloc and free are shown on the counter track, not as slices (and are no events of the
+    // engine's: it replays them).
+    assert_eq!(x.len() as u64, r.events);
+    assert_eq!(r.trace.as_ref().unwrap().events.len() as u64, s.total_ops());
     let first_fwd = x
         .iter()
         .find(|e| e["pid"] == 0 && e["name"] == "fwd mb0")
@@ -756,7 +827,7 @@ fn chrome_trace_is_valid_json_with_processes_threads_and_counters() {
         .iter()
         .filter(|e| e["ph"] == "X")
         .collect();
-    assert_eq!(x2.len() as u64, slices + 2 * 2);
+    assert_eq!(x2.len() as u64, r.events + 2 * 2);
     assert!(x2
         .iter()
         .any(|e| e["name"].as_str().unwrap().starts_with("alloc") && e["dur"] == 0.007));

@@ -16,6 +16,7 @@ use std::cell::RefCell;
 struct Spare {
     ranks: Vec<RankState>,
     partner: Vec<(u32, u32)>,
+    ends: Vec<u64>,
     mem: Vec<RankMem>,
     pending: Vec<Mailbox>,
     rendezvous: Vec<Arrivals>,
@@ -71,14 +72,17 @@ impl<S: Slots> State<S> {
                 .map(|r| list.binary_search(r).is_ok())
                 .collect()
         });
+        let mut recorded = 0u32;
         for (slot, &r) in ctx.active.iter().enumerate() {
             let p = ctx.prog(r as usize);
             let mut rs = RankState {
                 remaining: p.ops.len() as u32,
+                record_base: recorded,
                 ..RankState::default()
             };
+            recorded = recorded.saturating_add(p.recorded);
             if State::<S>::traces(&traced, slot) {
-                total_ops += p.ops.len();
+                total_ops += p.ir_ops as usize;
             }
             for s in 0..STREAMS {
                 let (start, end) = (p.stream_start[s], p.stream_start[s + 1]);
@@ -98,6 +102,16 @@ impl<S: Slots> State<S> {
             events: 0,
             ranks,
             partner: refilled(spare.partner, slots * STREAMS, (0, 0)),
+            // Without a memory replay nothing reads the ends (and `complete` writes none).
+            ends: refilled(
+                spare.ends,
+                if ctx.opts.memory {
+                    recorded as usize
+                } else {
+                    0
+                },
+                0,
+            ),
             mem: refilled(spare.mem, slots, RankMem::default()),
             pending: emptied(spare.pending, slots),
             rendezvous: emptied(spare.rendezvous, slots * GROUP_KINDS),
@@ -169,6 +183,7 @@ impl<S: Slots> State<S> {
         let spare = Spare {
             ranks: std::mem::take(&mut self.ranks),
             partner: std::mem::take(&mut self.partner),
+            ends: std::mem::take(&mut self.ends),
             mem: std::mem::take(&mut self.mem),
             pending: std::mem::take(&mut self.pending),
             rendezvous: std::mem::take(&mut self.rendezvous),
