@@ -12,12 +12,13 @@
 /// it a step is refused with the keys that make it large, rather than left to exhaust memory.
 pub(crate) const SCHEDULE_OPS: u64 = 4_000_000;
 
-/// Op events one simulated step may process: the ops of every simulated rank's program
-/// (representatives only when the ranks collapse), and the ops of every rank for the
-/// schedule check, which runs them all untimed. Both cost about 0.1 µs per event on a 2026
-/// server core (a 262,144-GPU layout: 37.7 million events checked in 3 s), so this keeps
-/// either under about 10 s. Published layouts come near it: Megatron-LM's SC'21 529.6B run on
-/// 2,520 GPUs (sim/tests/data/megatron-sc21-launch.toml) simulates 48.5 million.
+/// Op events one simulated step may process: the ops the engine runs for every simulated
+/// rank (representatives only when the ranks collapse; the allocs and frees it replays
+/// instead of running are not counted), and every op of every rank for the schedule check,
+/// which runs them all untimed. Both cost about 0.1 µs per event on a 2026 server core (a
+/// 262,144-GPU layout: 37.7 million events checked in 3 s), so this keeps either under about
+/// 10 s. Published layouts come near it: Megatron-LM's SC'21 529.6B run on 2,520 GPUs
+/// (sim/tests/data/megatron-sc21-launch.toml) holds 48.5 million ops.
 pub(crate) const SIMULATED_EVENTS: u64 = 64_000_000;
 
 /// Bytes of Chrome-trace JSON a `--trace` may write. Each simulated op event takes about

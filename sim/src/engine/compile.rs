@@ -329,7 +329,8 @@ impl COp {
 pub(crate) struct CProgram {
     pub ops: Vec<COp>,
     /// Where each dep of each op sits (its stream and position): op `o`'s deps are
-    /// `dep_at[o.deps_start..o.deps_end]`, in the IR's order.
+    /// `dep_at[o.deps_start..o.deps_end]`, in the IR's order, less those on its own stream
+    /// (over by the time it heads it), then what the memory ops it waits on waited on.
     pub dep_at: Vec<DepAt>,
     pub stream_start: [u32; Stream::COUNT + 1],
     /// Collective ops (positions) per group kind, in program order: `coll_ops[kind][seq]`.
@@ -595,8 +596,14 @@ pub(crate) fn compile(
             if slot & MEM_REF != 0 {
                 continue;
             }
-            let stream = ops.get(slot as usize).map_or(0, |o| u32::from(o.stream));
-            dep_at.push(DepAt { stream, slot });
+            let dep_stream = ops.get(slot as usize).map_or(0, |o| u32::from(o.stream));
+            // A dep earlier on the op's own stream has ended when the op heads the stream.
+            if dep_stream as usize != stream {
+                dep_at.push(DepAt {
+                    stream: dep_stream,
+                    slot,
+                });
+            }
         }
         // The waits of the unrun memory ops before it and among its deps; those on its own
         // stream are over when it heads the stream.
