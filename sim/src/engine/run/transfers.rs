@@ -141,7 +141,6 @@ impl<S: Slots> State<S> {
     pub(super) fn collective_arrive(&mut self, ctx: &Ctx, gk: usize, arrival: Inst) -> Step {
         let rank = arrival.first_rank;
         let g = ctx.group_of[gk * ctx.world + rank as usize];
-        let group = ctx.plan.group(g);
         let members = ctx.members(g);
         let n = members.len() as u32;
         let key = gk * ctx.active.len() + S::slot(ctx, members.first().copied().unwrap_or(rank));
@@ -158,7 +157,7 @@ impl<S: Slots> State<S> {
                     != (arrival.kind, arrival.bytes, arrival.calls)
                 {
                     return Err(Box::new(SimError::CollectiveMismatch {
-                        kind: group.kind,
+                        kind: ctx.plan.group(g).kind,
                         group: g,
                         seq: arrival.seq,
                         rank,
@@ -181,7 +180,7 @@ impl<S: Slots> State<S> {
                 .coll_memo
                 .get((g, inst.kind, inst.bytes, inst.calls), || {
                     ctx.cost
-                        .collective_ns(inst.kind, group, inst.bytes, inst.calls)
+                        .collective_ns(inst.kind, ctx.plan.group(g), inst.bytes, inst.calls)
                 }),
         };
         let dur_ns = dur_ns + self.wake_ns(ctx, ctx.members(g));
