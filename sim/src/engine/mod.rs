@@ -60,8 +60,9 @@ pub struct SimOptions {
     /// every simulated rank. A listed rank that the run does not simulate (a collapsed run
     /// simulates representatives only) records nothing.
     pub trace_ranks: Option<Vec<u32>>,
-    /// Upper bound on processed events (op completions), checked against the simulated
-    /// ranks' op count before the run starts ([`SimError::WorkTooLarge`]).
+    /// Upper bound on processed events (completions of the ops the engine runs), checked
+    /// against the simulated ranks' op count before the run starts
+    /// ([`SimError::WorkTooLarge`]).
     pub max_events: u64,
     /// Upper bound on the bytes of a recorded trace's Chrome JSON, estimated before the run
     /// starts at `limits::TRACE_BYTES_PER_EVENT` per traced op ([`SimError::TraceTooLarge`]).
