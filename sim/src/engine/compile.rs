@@ -298,8 +298,9 @@ impl Effect {
 pub(crate) enum When {
     /// When the engine finished it (a priced op, which runs as an op): its record slot.
     Ran(u32),
-    /// At the latest end of the ops whose record slots are `mem_waits[start..end]` (zero when
-    /// there are none): the ops before it on its stream and its deps.
+    /// At the latest end of what `mem_waits[start..end]` names (zero when it names nothing):
+    /// the op before it on its stream and its deps, ops by record slot and memory ops by
+    /// [`MEM_REF`] and position.
     After { start: u32, end: u32 },
 }
 
@@ -337,7 +338,8 @@ pub(crate) struct CProgram {
     pub coll_ops: [Vec<u32>; GROUP_KINDS],
     /// Every alloc and free, in program order ([`MemOp`]).
     pub mem_ops: Vec<MemOp>,
-    /// The record slots that [`When::After`] ranges index.
+    /// What [`When::After`] ranges index: record slots, or [`MEM_REF`] and another memory
+    /// op's position in `mem_ops`.
     pub mem_waits: Vec<u32>,
     /// How many ops record their end ([`COp::record`]).
     pub recorded: u32,
@@ -415,11 +417,19 @@ type Frontier = [u32; Stream::COUNT];
 
 const NO_FRONTIER: Frontier = [NONE; Stream::COUNT];
 
-fn merge(into: &mut Frontier, from: &Frontier) {
-    for (a, &b) in into.iter_mut().zip(from) {
-        if b != NONE && (*a == NONE || b > *a) {
-            *a = b;
+/// `into` waits for `slot` of `stream` too.
+fn raise(into: &mut Frontier, stream: usize, slot: u32) {
+    if let Some(a) = into.get_mut(stream) {
+        if slot != NONE && (*a == NONE || slot > *a) {
+            *a = slot;
         }
+    }
+}
+
+/// `into` waits for everything `from` does too.
+fn merge(into: &mut Frontier, from: &Frontier) {
+    for (s, &slot) in from.iter().enumerate() {
+        raise(into, s, slot);
     }
 }
 
@@ -558,14 +568,14 @@ pub(crate) fn compile(
             // What waiting for this op means to an op that runs: its own waits, as a frontier.
             if let Some(&l) = last.get(stream) {
                 if l != NONE && l & MEM_REF == 0 {
-                    merge(&mut frontier, &one(stream, l));
+                    raise(&mut frontier, stream, l);
                 }
             }
             for &d in &op.deps {
                 let at = open.pos_of.get(d as usize).copied().unwrap_or(0);
                 if at & MEM_REF == 0 {
                     let s = ops.get(at as usize).map_or(0, |o| o.stream as usize);
-                    merge(&mut frontier, &one(s, at));
+                    raise(&mut frontier, s, at);
                 }
             }
             open.frontier.push(frontier);
@@ -748,15 +758,6 @@ pub(crate) fn compile(
         recorded,
         ir_ops: n as u32,
     })
-}
-
-/// The frontier of one position.
-fn one(stream: usize, slot: u32) -> Frontier {
-    let mut f = NO_FRONTIER;
-    if let Some(x) = f.get_mut(stream) {
-        *x = slot;
-    }
-    f
 }
 
 /// The record slot of the op at `pos`, given one if it has none.
