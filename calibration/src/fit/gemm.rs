@@ -76,6 +76,16 @@ pub struct GemmFit {
     pub quality: Quality,
 }
 
+impl GemmFit {
+    /// Nanoseconds the fitted curve gives one call of `m x n x k` (one product, no operand
+    /// terms): the padded FLOPs at the rate, slowed by the short-k term, plus the ramp.
+    pub fn call_ns(&self, m: u64, n: u64, k: u64) -> f64 {
+        let f = padded_flops(m, n, k, self.tile_m, self.tile_n);
+        let per_flop_ns = 1e9 / self.rate_flops_per_s.value;
+        f * per_flop_ns * (1.0 + self.k_half.value / k.max(1) as f64) + self.ramp_ns.value
+    }
+}
+
 /// FLOPs of `m x n x k` with m and n rounded up to whole tiles.
 pub fn padded_flops(m: u64, n: u64, k: u64, tile_m: u64, tile_n: u64) -> f64 {
     let up = |v: u64, t: u64| v.div_ceil(t.max(1)).saturating_mul(t.max(1));

@@ -399,7 +399,7 @@ fn rowwise_fp8_takes_its_own_curve() {
     let tensorwise = curve(&s, &p);
     assert_eq!(
         (tensorwise.max_efficiency, tensorwise.k_half),
-        (0.6835, 411)
+        (0.6722, 454)
     );
     s.training.fp8_recipe = Fp8Recipe::Rowwise;
     let rowwise = curve(&s, &p);

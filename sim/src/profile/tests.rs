@@ -1067,11 +1067,11 @@ fn absolute_rates_price_gemms_and_memory_bound_work() {
     let bw = p.memory_bandwidth_bytes_per_s.clone().unwrap();
     assert_eq!((bw.value, bw.ci95), (4.262e12, Some([4.056e12, 4.490e12])));
     let rate = p.gemm_bf16_flops_per_s.clone().unwrap();
-    assert_eq!((rate.value, rate.source), (694.8e12, Source::Fitted));
+    assert_eq!((rate.value, rate.source), (704.0e12, Source::Fitted));
     // The fractions are derived, with no interval of their own.
     assert_eq!(p.memory_efficiency.value, 4.262e12 / 4.8e12);
     assert_eq!(p.memory_efficiency.ci95, None);
-    assert_eq!(p.gemm_curve().max_efficiency, 694.8e12 / 989e12);
+    assert_eq!(p.gemm_curve().max_efficiency, 704.0e12 / 989e12);
     let s = h200_scenario();
     check_matches(&s, &p).unwrap();
     let cost = Analytic::from_profile(&s, &p);
@@ -1139,7 +1139,7 @@ fn a_fraction_and_its_absolute_rate_are_exclusive() {
         "{t}"
     );
     let zero = H200.replace(
-        "bf16_flops_per_s = { value = 694.8e12",
+        "bf16_flops_per_s = { value = 704.0e12",
         "bf16_flops_per_s = { value = 0",
     );
     let e = error_of(&zero);
