@@ -312,6 +312,7 @@ pub fn to_profile(
         gemm_shape_factors: Vec::new(),
         gemm_fp8: None,
         gemm_fp8_rowwise: None,
+        gemm_fp8_blockwise: None,
     };
     let mut profile = profile;
     profile.gemm_shape_factors = sim_shape_factors(f, &profile);

@@ -20,6 +20,13 @@ pub struct GemmTiming {
     pub bf16_s: Option<f64>,
     pub fp8_tensorwise_s: Option<f64>,
     pub fp8_rowwise_s: Option<f64>,
+    /// One scale per tensor, fast accumulation (not fitted: the bundled curves are split
+    /// accumulation's; docs/measurements/2026-11-30-h200-moe-gemms.md compares them).
+    #[serde(default)]
+    pub fp8_tensorwise_fast_s: Option<f64>,
+    /// 1 x 128 scales for A, 128 x 128 for B (1 x 128 for both in weight-gradient shapes).
+    #[serde(default)]
+    pub fp8_blockwise_s: Option<f64>,
 }
 
 /// One shape timed back to back long enough for the power cap to bind: its rate in the first
@@ -29,7 +36,7 @@ pub struct SustainedTiming {
     pub m: u64,
     pub n: u64,
     pub k: u64,
-    /// `bf16` or `fp8_tensorwise`.
+    /// `bf16`, `fp8_tensorwise`, `fp8_rowwise`, `fp8_blockwise` (or another column's name).
     pub dtype: String,
     pub first_20ms_tflops: f64,
     pub capped_tflops: f64,
@@ -51,6 +58,7 @@ pub enum GemmColumn {
     Bf16,
     Fp8Tensorwise,
     Fp8Rowwise,
+    Fp8Blockwise,
 }
 
 impl GemmColumn {
@@ -60,6 +68,7 @@ impl GemmColumn {
             GemmColumn::Bf16 => "bf16",
             GemmColumn::Fp8Tensorwise => "fp8_tensorwise",
             GemmColumn::Fp8Rowwise => "fp8_rowwise",
+            GemmColumn::Fp8Blockwise => "fp8_blockwise",
         }
     }
 
@@ -68,6 +77,7 @@ impl GemmColumn {
             GemmColumn::Bf16 => t.bf16_s,
             GemmColumn::Fp8Tensorwise => t.fp8_tensorwise_s,
             GemmColumn::Fp8Rowwise => t.fp8_rowwise_s,
+            GemmColumn::Fp8Blockwise => t.fp8_blockwise_s,
         }
     }
 }
@@ -152,10 +162,9 @@ mod tests {
         fit
     }
 
-    /// The bundled Hopper profiles' GEMM curves are the fits to the bundled microbenchmarks:
-    /// bf16 and FP8 tensorwise to the GPU-timed calls of 2026-11-30 at the capped rate, FP8
-    /// rowwise to the 2026-11-28 means. Refitting gives them back (to the rounding they are
-    /// written with).
+    /// The bundled Hopper profiles' GEMM curves are the fits to the GPU-timed calls of
+    /// 2026-11-30 at the capped rate (bf16, and FP8 with tensorwise, rowwise and blockwise
+    /// scales). Refitting gives them back (to the rounding they are written with).
     #[test]
     fn hopper_profiles_hold_the_microbenchmark_fits() {
         let graph = parse(H200_GRAPH).unwrap();
@@ -164,8 +173,8 @@ mod tests {
         let fp8 = capped_fit(&graph, GemmColumn::Fp8Tensorwise);
         assert_eq!(bf16.quality.samples, 152);
         assert!(bf16.quality.r2 > 0.97 && fp8.quality.r2 > 0.97);
-        let means = parse(H200).unwrap();
-        let rowwise = fit_column(&means, GemmColumn::Fp8Rowwise).unwrap();
+        let rowwise = capped_fit(&graph, GemmColumn::Fp8Rowwise);
+        let blockwise = capped_fit(&graph, GemmColumn::Fp8Blockwise);
         for text in [H100_PROFILE, H200_PROFILE, GRAND_TETON_PROFILE] {
             let p = parse_str(text, "profile.toml").unwrap();
             let peak_bf16 = p.peak_bf16_flops_per_s.value;
@@ -181,7 +190,11 @@ mod tests {
                 (bf16.tile_m as f64, bf16.tile_n as f64)
             );
             // Each FP8 section holds its column's fit, its efficiency over the FP8 peak.
-            for (c, fit) in [(&p.gemm_fp8, &fp8), (&p.gemm_fp8_rowwise, &rowwise)] {
+            for (c, fit) in [
+                (&p.gemm_fp8, &fp8),
+                (&p.gemm_fp8_rowwise, &rowwise),
+                (&p.gemm_fp8_blockwise, &blockwise),
+            ] {
                 let c = c.as_ref().unwrap();
                 let rate = c.max_efficiency.value * p.peak_fp8_flops_per_s.value;
                 let want = fit.rate_flops_per_s.value * p.peak_fp8_flops_per_s.value / 1979e12;
@@ -201,7 +214,11 @@ mod tests {
     #[test]
     fn the_capped_fraction_is_below_one() {
         let graph = parse(H200_GRAPH).unwrap();
-        for column in [GemmColumn::Bf16, GemmColumn::Fp8Tensorwise] {
+        for column in [
+            GemmColumn::Bf16,
+            GemmColumn::Fp8Tensorwise,
+            GemmColumn::Fp8Rowwise,
+        ] {
             let fit = fit_column(&graph, column).unwrap();
             let cap = capped_fraction(&graph, column, &fit).unwrap();
             assert!((0.83..0.93).contains(&cap), "{column:?}: {cap}");
@@ -210,6 +227,23 @@ mod tests {
         let means = parse(H200).unwrap();
         let fit = fit_column(&means, GemmColumn::Bf16).unwrap();
         assert_eq!(capped_fraction(&means, GemmColumn::Bf16, &fit), None);
+    }
+
+    /// Scales per block cost FP8 GEMMs speed: at the same shapes, timed the same way, the
+    /// blockwise curve's rate is below rowwise's, and rowwise's below tensorwise's.
+    #[test]
+    fn finer_fp8_scales_run_slower() {
+        let graph = parse(H200_GRAPH).unwrap();
+        let rate = |c| fit_column(&graph, c).unwrap().rate_flops_per_s.value;
+        let (tensorwise, rowwise, blockwise) = (
+            rate(GemmColumn::Fp8Tensorwise),
+            rate(GemmColumn::Fp8Rowwise),
+            rate(GemmColumn::Fp8Blockwise),
+        );
+        assert!(
+            blockwise < rowwise && rowwise < tensorwise,
+            "{blockwise} {rowwise} {tensorwise}"
+        );
     }
 
     /// The GPU-timed fit prices a call's fixed cost at a few microseconds: the 2026-11-28

@@ -205,6 +205,7 @@ pub fn profile_toml(
     for (table, curve) in [
         ("gemm.fp8", &p.gemm_fp8),
         ("gemm.fp8_rowwise", &p.gemm_fp8_rowwise),
+        ("gemm.fp8_blockwise", &p.gemm_fp8_blockwise),
     ] {
         if let Some(c) = curve {
             o.push_str(&format!("\n[{table}]\n"));

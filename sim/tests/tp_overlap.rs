@@ -243,22 +243,21 @@ fn tp_comm_overlap_needs_a_framework_that_can_and_sequence_parallelism() {
     assert!(e.contains("sequence_parallel = true"), "{e}");
 }
 
-/// FP8 recipes twin has no GEMM curve for are refused, naming the keys and what is allowed.
+/// The FP8 recipe twin has no GEMM curve for (MXFP8) is refused, naming the keys and what is
+/// allowed; the four measured ones parse.
 #[test]
 fn unmeasured_fp8_recipes_are_refused() {
     let text = include_str!("../../scenarios/512xA100.toml");
-    for recipe in ["blockwise", "mxfp8"] {
-        let sets = vec![
-            "training.precision=\"fp8\"".to_string(),
-            format!("training.fp8_recipe=\"{recipe}\""),
-        ];
-        let e = twin_sim::setup::parse_str(text, "512xA100.toml", &sets)
-            .map_err(|e| e.to_string())
-            .unwrap_err();
-        assert!(e.contains("is not modelled"), "{e}");
-        assert!(e.contains("\"rowwise\""), "{e}");
-    }
-    for recipe in ["delayed", "tensorwise"] {
+    let sets = vec![
+        "training.precision=\"fp8\"".to_string(),
+        "training.fp8_recipe=\"mxfp8\"".to_string(),
+    ];
+    let e = twin_sim::setup::parse_str(text, "512xA100.toml", &sets)
+        .map_err(|e| e.to_string())
+        .unwrap_err();
+    assert!(e.contains("is not modelled"), "{e}");
+    assert!(e.contains("\"blockwise\""), "{e}");
+    for recipe in ["delayed", "tensorwise", "blockwise"] {
         let ok = vec![
             "training.precision=\"fp8\"".to_string(),
             format!("training.fp8_recipe=\"{recipe}\""),
@@ -271,8 +270,9 @@ fn unmeasured_fp8_recipes_are_refused() {
 }
 
 /// Which FP8 recipes a framework can run is the framework file's: Transformer Engine has no
-/// rowwise recipe (Megatron-Core refuses it, naming TE's recipes), torchao has no delayed one
-/// (torchtitan refuses it), and torchtitan runs rowwise. Under bf16 neither is read.
+/// rowwise recipe (Megatron-Core refuses it, naming TE's recipes), torchao has no delayed or
+/// block-scaled one (torchtitan refuses them), and torchtitan runs rowwise. Under bf16 neither
+/// is read.
 #[test]
 fn fp8_recipes_follow_the_framework() {
     let text = include_str!("../../scenarios/512xA100.toml");
@@ -287,9 +287,15 @@ fn fp8_recipes_follow_the_framework() {
         "{e}"
     );
     let titan = ["training.framework=\"torchtitan\"", "parallel.zero=3"];
-    let e = parse(&[titan[0], titan[1], fp8, "training.fp8_recipe=\"delayed\""]).unwrap_err();
-    assert!(e.contains("torchtitan cannot launch"), "{e}");
-    assert!(e.contains("training.fp8_recipe = \"delayed\""), "{e}");
+    for recipe in ["delayed", "blockwise"] {
+        let r = format!("training.fp8_recipe=\"{recipe}\"");
+        let e = parse(&[titan[0], titan[1], fp8, &r]).unwrap_err();
+        assert!(e.contains("torchtitan cannot launch"), "{e}");
+        assert!(
+            e.contains(&format!("training.fp8_recipe = \"{recipe}\"")),
+            "{e}"
+        );
+    }
     for recipe in ["tensorwise", "rowwise"] {
         let r = format!("training.fp8_recipe=\"{recipe}\"");
         parse(&[titan[0], titan[1], fp8, &r]).unwrap();

@@ -351,8 +351,12 @@ impl CpAlgorithm {
 /// - `Rowwise`: a scale per row of each operand (torchao's rowwise `Float8Linear`, cuBLASLt's
 ///   outer-vector scales on Hopper): its GEMMs on their own curve (a profile's
 ///   `[gemm.fp8_rowwise]`), each cast along both axes.
-/// - `Blockwise` (DeepSeek-V3's 1x128 / 128x128 blocks), `Mxfp8` (Blackwell's microscaling):
-///   named so that scenarios can say them; refused until their GEMM curves are measured.
+/// - `Blockwise`: DeepSeek-V3's and Transformer Engine's `Float8BlockScaling`, a scale per
+///   1 x 128 block of activations and gradients and per 128 x 128 block of weights: its GEMMs
+///   on their own curve (a profile's `[gemm.fp8_blockwise]`), each cast along both axes in one
+///   kernel that reduces each block's amax as it goes.
+/// - `Mxfp8` (Blackwell's microscaling): named so that scenarios can say it; refused until its
+///   GEMM curve is measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fp8Recipe {

@@ -405,7 +405,7 @@ fn rowwise_fp8_takes_its_own_curve() {
     let rowwise = curve(&s, &p);
     assert_eq!(
         (rowwise.max_efficiency, rowwise.k_half, rowwise.ramp_ns),
-        (0.6342, 224, 11_400)
+        (0.6517, 326, 6_450)
     );
     // The same 16k x 4k x 14k GEMM is slower with a scale per row.
     let mut model = Analytic::from_profile(&s, &p);
@@ -431,6 +431,51 @@ fn rowwise_fp8_takes_its_own_curve() {
     s.training.fp8_recipe = Fp8Recipe::Rowwise;
     p.gemm_fp8_rowwise = None;
     assert_eq!(curve(&s, &p), tensorwise);
+}
+
+/// A profile's `[gemm.fp8_blockwise]` prices the FP8 GEMMs of a blockwise scenario, and
+/// without it they take `[gemm.fp8]`; the bundled H100 profile's blockwise curve is slower than
+/// its tensorwise one on a training shape.
+#[test]
+fn blockwise_fp8_takes_its_own_curve() {
+    use crate::scenario::Fp8Recipe;
+    let text = include_str!("../../../scenarios/profiles/h100-dgx.toml");
+    let mut p = crate::profile::parse_str(text, "h100-dgx.toml").unwrap();
+    let mut s = small_scenario(1, 1, 1, 1);
+    s.training.precision = Precision::Fp8;
+    s.training.fp8_recipe = Fp8Recipe::Blockwise;
+    let blockwise = Analytic::from_profile(&s, &p).gemm_fp8.unwrap();
+    let own = p.gemm_fp8_blockwise.as_ref().unwrap();
+    assert_eq!(
+        (
+            blockwise.max_efficiency,
+            blockwise.k_half,
+            blockwise.ramp_ns
+        ),
+        (own.max_efficiency.value, 288, 6_560)
+    );
+    let g = Gemm::single(16_384, 14_336, 4_096, 1);
+    let op = ComputeOp {
+        dtype: Precision::Fp8,
+        gemms: vec![g].into(),
+        ..gemm_op(16_384, 14_336, 4_096, 1)
+    };
+    let mut model = Analytic::from_profile(&s, &p);
+    model.launch_ns = 0;
+    let blockwise_ns = model.compute_ns(0, &op);
+    let hbm = model.hbm_rate();
+    assert_eq!(
+        blockwise_ns,
+        crate::units::secs_to_ns(blockwise.gemm_s(&g, 1, model.peak.fp8_flops_per_s, hbm))
+    );
+    s.training.fp8_recipe = Fp8Recipe::Tensorwise;
+    let mut tensorwise = Analytic::from_profile(&s, &p);
+    tensorwise.launch_ns = 0;
+    assert!(tensorwise.compute_ns(0, &op) < blockwise_ns);
+    // No blockwise curve: the per-tensor one.
+    s.training.fp8_recipe = Fp8Recipe::Blockwise;
+    p.gemm_fp8_blockwise = None;
+    assert_eq!(Analytic::from_profile(&s, &p).gemm_fp8, tensorwise.gemm_fp8);
 }
 
 /// The host's time per kernel is the framework file's eager value, its compiled one under

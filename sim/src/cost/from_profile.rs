@@ -18,13 +18,18 @@ impl Profile {
         self.dtype_curve(self.gemm_fp8.as_ref()?)
     }
 
-    /// The curve FP8 GEMMs of a recipe run on: `[gemm.fp8_rowwise]` for rowwise scales where
-    /// the profile has it, else `[gemm.fp8]` (every other recipe twin prices scales per
-    /// tensor); `None` without either.
+    /// The curve FP8 GEMMs of a recipe run on: `[gemm.fp8_rowwise]` for rowwise scales and
+    /// `[gemm.fp8_blockwise]` for block scales where the profile has them, else `[gemm.fp8]`
+    /// (the per-tensor recipes' curve); `None` without any.
     pub fn gemm_fp8_curve_for(&self, recipe: Fp8Recipe) -> Option<GemmCurve> {
-        match (recipe, &self.gemm_fp8_rowwise) {
-            (Fp8Recipe::Rowwise, Some(c)) => self.dtype_curve(c),
-            _ => self.gemm_fp8_curve(),
+        let own = match recipe {
+            Fp8Recipe::Rowwise => self.gemm_fp8_rowwise.as_ref(),
+            Fp8Recipe::Blockwise => self.gemm_fp8_blockwise.as_ref(),
+            Fp8Recipe::Delayed | Fp8Recipe::Tensorwise | Fp8Recipe::Mxfp8 => None,
+        };
+        match own {
+            Some(c) => self.dtype_curve(c),
+            None => self.gemm_fp8_curve(),
         }
     }
 

@@ -71,9 +71,12 @@ struct RawGemm {
     fp8: Option<RawGemmCurve>,
     /// `[gemm.fp8_rowwise]`: FP8 GEMMs with a scale per row of each operand.
     fp8_rowwise: Option<RawGemmCurve>,
+    /// `[gemm.fp8_blockwise]`: FP8 GEMMs with a scale per 1 x 128 / 128 x 128 block.
+    fp8_blockwise: Option<RawGemmCurve>,
 }
 
-/// A dtype's own GEMM curve (`[gemm.fp8]`, `[gemm.fp8_rowwise]`): efficiency against that
+/// A dtype's own GEMM curve (`[gemm.fp8]`, `[gemm.fp8_rowwise]`, `[gemm.fp8_blockwise]`):
+/// efficiency against that
 /// dtype's peak.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -176,6 +176,10 @@ pub struct Profile {
     /// `[gemm.fp8_rowwise]`: FP8 GEMMs with one scale per row of each operand
     /// (`fp8_recipe = "rowwise"`); absent: they follow `[gemm.fp8]`.
     pub gemm_fp8_rowwise: Option<GemmParams>,
+    /// `[gemm.fp8_blockwise]`: FP8 GEMMs with a scale per block, 1 x 128 for activations and
+    /// gradients and 128 x 128 for weights (`fp8_recipe = "blockwise"`); absent: they follow
+    /// `[gemm.fp8]`.
+    pub gemm_fp8_blockwise: Option<GemmParams>,
     /// Achieved fraction of HBM bandwidth for streaming (memory-bound) kernels. Derived as
     /// `memory_bandwidth_bytes_per_s / hbm_bandwidth_bytes_per_s` (no interval) when the file
     /// gives the absolute bandwidth instead.

@@ -76,9 +76,13 @@ impl Profile {
             (&mut self.memory_efficiency, Fraction),
             (&mut self.launch_ns, NonNegative),
         ];
-        for c in [&mut self.gemm_fp8, &mut self.gemm_fp8_rowwise]
-            .into_iter()
-            .flatten()
+        for c in [
+            &mut self.gemm_fp8,
+            &mut self.gemm_fp8_rowwise,
+            &mut self.gemm_fp8_blockwise,
+        ]
+        .into_iter()
+        .flatten()
         {
             v.push((&mut c.max_efficiency, Fraction));
             v.push((&mut c.k_half, NonNegative));

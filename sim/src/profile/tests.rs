@@ -1302,28 +1302,34 @@ fn bundled_triton_curves_are_the_fit_of_each_profiles_flash_curves() {
     }
 }
 
-/// `[gemm.fp8_rowwise]` is read with the bundled Hopper profiles, and a value out of range is
-/// refused with its own key and line.
+/// `[gemm.fp8_rowwise]` and `[gemm.fp8_blockwise]` are read with the bundled Hopper profiles,
+/// and a value out of range is refused with its own key and line.
 #[test]
-fn the_rowwise_fp8_curve_is_read_and_checked() {
+fn the_per_scale_fp8_curves_are_read_and_checked() {
     let p = parse_str(H200, "h200.toml").unwrap();
-    let c = p.gemm_fp8_rowwise.as_ref().unwrap();
-    assert_eq!((c.max_efficiency.value, c.k_half.value), (0.6342, 224.0));
-    let header = "[gemm.fp8_rowwise]\nmax_efficiency = { value = 0.6342,";
-    assert!(H200.contains(header));
-    let bad = H200.replace(
-        header,
-        "[gemm.fp8_rowwise]\nmax_efficiency = { value = 1.6342,",
-    );
-    let e = error_of(&bad);
-    assert_eq!(e.kind, ErrorKind::Invalid);
-    assert_eq!(e.key, "gemm.fp8_rowwise.max_efficiency.value");
-    let line = bad
-        .lines()
-        .position(|l| l.starts_with("[gemm.fp8_rowwise]"))
-        .unwrap() as u32
-        + 2;
-    assert_eq!(e.line, Some(line));
+    let rowwise = p.gemm_fp8_rowwise.as_ref().unwrap();
+    let blockwise = p.gemm_fp8_blockwise.as_ref().unwrap();
+    for (table, c, want) in [
+        ("fp8_rowwise", rowwise, (0.6517, 326.0)),
+        ("fp8_blockwise", blockwise, (0.6164, 288.0)),
+    ] {
+        assert_eq!((c.max_efficiency.value, c.k_half.value), want, "{table}");
+        let header = format!("[gemm.{table}]\nmax_efficiency = {{ value = {},", want.0);
+        assert!(H200.contains(&header), "{header}");
+        let bad = H200.replace(
+            &header,
+            &format!("[gemm.{table}]\nmax_efficiency = {{ value = 1{},", want.0),
+        );
+        let e = error_of(&bad);
+        assert_eq!(e.kind, ErrorKind::Invalid);
+        assert_eq!(e.key, format!("gemm.{table}.max_efficiency.value"));
+        let line = bad
+            .lines()
+            .position(|l| l == format!("[gemm.{table}]"))
+            .unwrap() as u32
+            + 2;
+        assert_eq!(e.line, Some(line));
+    }
 }
 
 /// Offload's host figures: a GPU profile keeps the node preset's (a DGX A100's PCIe 4.0 link

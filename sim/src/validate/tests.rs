@@ -430,7 +430,8 @@ fn modern_rows_take_their_family_framework_file() {
 }
 
 /// A modern FP8 row's recipe text selects `fp8_recipe`: current or tensorwise scaling is
-/// `tensorwise`, TE delayed scaling `delayed`; a text naming neither is listed as unmodelled.
+/// `tensorwise` (first), block scaling `blockwise`, TE delayed scaling `delayed`; a text naming
+/// none is listed as unmodelled.
 #[test]
 fn fp8_recipe_text_selects_the_recipe() {
     let row = |text: &str| RunRow {
@@ -450,6 +451,14 @@ fn fp8_recipe_text_selects_the_recipe() {
             Fp8Recipe::Tensorwise,
         ),
         ("TE delayed scaling (recipe n/s)", Fp8Recipe::Delayed),
+        (
+            "TE Float8BlockScaling: 1x128 activation / 128x128 weight blockwise",
+            Fp8Recipe::Blockwise,
+        ),
+        (
+            "FP8 (per-tensor current scaling; another figure of the source is blockwise)",
+            Fp8Recipe::Tensorwise,
+        ),
     ] {
         let r = row(text);
         assert_eq!(

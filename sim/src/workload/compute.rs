@@ -320,7 +320,11 @@ fn add_linears_in(block: &mut BlockParts, d: &Dims, linears: &[Gemm]) {
 /// scaling casts along both axes in two kernels (see
 /// [`FP8_ROWWISE_TRANSPOSE_BYTES_PER_ELEMENT`]), and where the framework fuses with the
 /// producing kernel its first read is that kernel's (the same 2 bytes less); delayed scaling
-/// takes its scale from the amax history and casts in one pass.
+/// takes its scale from the amax history and casts in one pass, and block scaling casts in one
+/// pass too: each 1 x 128 or 128 x 128 block's amax is reduced inside the kernel that casts
+/// it, which writes the row-major and the transposed copy together
+/// (NVIDIA/TransformerEngine@3a27d07b0aafa547df1762fba906e83e770a5c73:transformer_engine/common/transpose/quantize_transpose_vector_blockwise.cu,
+/// `quantize_transpose_square_blockwise.cu` beside it for weights).
 pub(crate) fn fp8_cast_traffic(recipe: Fp8Recipe, amax_fused: bool) -> (u64, u32) {
     let fused_read = if amax_fused {
         FP8_AMAX_BYTES_PER_ELEMENT

@@ -102,6 +102,8 @@ impl Checker<'_> {
         let gemm_shape_factors = self.shape_factors(raw.gemm.shape_factors.take())?;
         let gemm_fp8 = self.gemm_curve("gemm.fp8", raw.gemm.fp8.take())?;
         let gemm_fp8_rowwise = self.gemm_curve("gemm.fp8_rowwise", raw.gemm.fp8_rowwise.take())?;
+        let gemm_fp8_blockwise =
+            self.gemm_curve("gemm.fp8_blockwise", raw.gemm.fp8_blockwise.take())?;
         let hbm_bandwidth_bytes_per_s = self.param(
             "gpu.hbm_bandwidth_bytes_per_s",
             g.hbm_bandwidth_bytes_per_s,
@@ -147,6 +149,7 @@ impl Checker<'_> {
             gemm_shape_factors,
             gemm_fp8,
             gemm_fp8_rowwise,
+            gemm_fp8_blockwise,
             memory_efficiency,
             memory_bandwidth_bytes_per_s,
             launch_ns: self.param("kernel.launch_ns", raw.kernel.launch_ns, Range::NonNegative)?,
