@@ -88,6 +88,11 @@ pub struct Plan {
     /// outer-vector mode), where GPU 0 runs them ([`Plan::with_fp8_rowwise`]); empty otherwise.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fp8_rowwise_gemms: Vec<(Gemm, &'static str)>,
+    /// The same FP8 shapes with block scales (1 x 128 for activations, 128 x 128 for
+    /// weights, cuBLASLt's VEC128 and BLK128x128 modes), where GPU 0 runs them
+    /// ([`Plan::with_fp8_blockwise`]); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fp8_blockwise_gemms: Vec<(Gemm, &'static str)>,
     /// Bytes moved (read + write) by the backend's memory-bound copies.
     pub memory_bytes: Vec<u64>,
     /// Bytes of each pinned host<->device copy.
@@ -130,6 +135,7 @@ impl Plan {
                 repeats: 7,
                 fp8_gemms: Vec::new(),
                 fp8_rowwise_gemms: Vec::new(),
+                fp8_blockwise_gemms: Vec::new(),
                 gemms,
                 memory_bytes: [2, 16, 128, 1024].iter().map(|m| m * MIB).collect(),
                 copy_bytes: [1, 16, 256].iter().map(|m| m * MIB).collect(),
@@ -141,6 +147,7 @@ impl Plan {
                 repeats: 20,
                 fp8_gemms: Vec::new(),
                 fp8_rowwise_gemms: Vec::new(),
+                fp8_blockwise_gemms: Vec::new(),
                 gemms,
                 memory_bytes: [1, 4, 16, 64, 256, 1024, 4096]
                     .iter()
@@ -167,6 +174,12 @@ impl Plan {
         self
     }
 
+    /// The plan with a blockwise FP8 column: the FP8 column's shapes again, with block scales.
+    pub fn with_fp8_blockwise(mut self) -> Plan {
+        self.fp8_blockwise_gemms = self.fp8_column();
+        self
+    }
+
     fn fp8_column(&self) -> Vec<(Gemm, &'static str)> {
         self.gemms
             .iter()
@@ -180,6 +193,7 @@ impl Plan {
         self.gemms.len()
             + self.fp8_gemms.len()
             + self.fp8_rowwise_gemms.len()
+            + self.fp8_blockwise_gemms.len()
             + self.memory_bytes.len()
             + 2 * self.copy_bytes.len()
             + self.chain_launches.len()
@@ -231,7 +245,27 @@ pub fn rowwise_runs_on(cc: (u32, u32)) -> Result<(), String> {
     }
 }
 
-/// The GEMM [`fp8_rowwise_available`] runs to find out whether cuBLASLt has rowwise kernels.
+/// Whether the CUDA backend runs block scales on a GPU of compute capability `cc` as they are
+/// (BLK128x128 weights, VEC128 activations), not as the per-tensor fallback: `Err` says why
+/// not. As with rowwise, only a call finds out whether cuBLASLt has the kernels
+/// ([`fp8_blockwise_available`] makes one).
+pub fn blockwise_runs_on(cc: (u32, u32)) -> Result<(), String> {
+    use twin_runtime::backend::cuda::fp8::{plan_fp8_gemm, Fp8Device, Role, ScaleMode};
+    let device = Fp8Device::check(cc, Fp8Recipe::Blockwise)?;
+    let (plan, note) = plan_fp8_gemm(&ROWWISE_PROBE, Role::Forward, &device)?;
+    match note {
+        Some(why) => Err(why),
+        None if plan.a_scale == ScaleMode::Block128 && plan.b_scale == ScaleMode::Vec128 => Ok(()),
+        None => Err(format!(
+            "blockwise FP8 runs with {} x {} scales on this GPU, not block ones",
+            plan.a_scale.name(),
+            plan.b_scale.name()
+        )),
+    }
+}
+
+/// The GEMM [`fp8_rowwise_available`] and [`fp8_blockwise_available`] run to find out whether
+/// cuBLASLt has the kernels.
 const ROWWISE_PROBE: Gemm = Gemm {
     dtype: None,
     m: 256,
@@ -284,6 +318,10 @@ pub struct CudaSamples {
     /// (and in samples files written before they were measured).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gemm_fp8_rowwise: Vec<GemmSamples>,
+    /// FP8 GEMMs through cuBLASLt with block scales; empty where GPU 0 does not run them
+    /// (and in samples files written before they were measured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gemm_fp8_blockwise: Vec<GemmSamples>,
     /// `bytes`: read + write bytes of the backend's memory-bound copies.
     pub memory_bound: Vec<SizedSamples>,
     pub host_to_device: Vec<SizedSamples>,
@@ -402,6 +440,11 @@ pub struct CudaFits {
     pub gemm_fp8_rowwise: Option<GemmFit>,
     pub gemm_fp8_rowwise_holdout_samples: usize,
     pub gemm_fp8_rowwise_holdout_max_relative_error: f64,
+    /// FP8 GEMM curve with block scales over the non-held-out calls, where they were
+    /// measured.
+    pub gemm_fp8_blockwise: Option<GemmFit>,
+    pub gemm_fp8_blockwise_holdout_samples: usize,
+    pub gemm_fp8_blockwise_holdout_max_relative_error: f64,
     /// Memory-bound copies: bandwidth counts bytes read + written.
     pub memory_bound: AlphaBeta,
     pub host_to_device: AlphaBeta,
@@ -429,6 +472,8 @@ pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
     let (gemm_fp8, fp8_holdout) = fp8_fit(&s.gemm_fp8, "FP8 GEMM curve")?;
     let (gemm_fp8_rowwise, rowwise_holdout) =
         fp8_fit(&s.gemm_fp8_rowwise, "rowwise FP8 GEMM curve")?;
+    let (gemm_fp8_blockwise, blockwise_holdout) =
+        fp8_fit(&s.gemm_fp8_blockwise, "blockwise FP8 GEMM curve")?;
     let mut notes = Vec::new();
     let memory_bound = named("memory-bound", &sized_points(&s.memory_bound), &mut notes)?;
     let launch_chain = named("launch chain", &sized_points(&s.launch_chain), &mut notes)?;
@@ -438,11 +483,16 @@ pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
         &s.device_to_host,
         &s.launch_chain,
     ];
-    let dropped = [&s.gemm, &s.gemm_fp8, &s.gemm_fp8_rowwise]
-        .iter()
-        .flat_map(|v| v.iter())
-        .map(|x| x.dropped_ns.len())
-        .sum::<usize>()
+    let dropped = [
+        &s.gemm,
+        &s.gemm_fp8,
+        &s.gemm_fp8_rowwise,
+        &s.gemm_fp8_blockwise,
+    ]
+    .iter()
+    .flat_map(|v| v.iter())
+    .map(|x| x.dropped_ns.len())
+    .sum::<usize>()
         + sized
             .iter()
             .flat_map(|v| v.iter())
@@ -458,6 +508,11 @@ pub fn fit(s: &CudaSamples) -> Result<CudaFits, FitError> {
         gemm_fp8_rowwise,
         gemm_fp8_rowwise_holdout_samples: rowwise_holdout.len(),
         gemm_fp8_rowwise_holdout_max_relative_error: rowwise_holdout
+            .iter()
+            .fold(0.0, |a: f64, b| a.max(*b)),
+        gemm_fp8_blockwise,
+        gemm_fp8_blockwise_holdout_samples: blockwise_holdout.len(),
+        gemm_fp8_blockwise_holdout_max_relative_error: blockwise_holdout
             .iter()
             .fold(0.0, |a: f64, b| a.max(*b)),
         memory_bound,
@@ -521,8 +576,9 @@ fn gemm_samples(
     }
 }
 
-/// Times the plan's FP8 columns (tensorwise, then rowwise) with `time` (one shape in one
-/// recipe: its repetitions' times), into `out`'s `gemm_fp8` and `gemm_fp8_rowwise`, every
+/// Times the plan's FP8 columns (tensorwise, rowwise, then blockwise) with `time` (one shape
+/// in one recipe: its repetitions' times), into `out`'s `gemm_fp8`, `gemm_fp8_rowwise` and
+/// `gemm_fp8_blockwise`, every
 /// fifth sweep shape of a column held out. A column a call of which is
 /// `RuntimeError::Unsupported` (cuBLASLt has no FP8 kernel for it, or would run it with other
 /// scales than the recipe's) is left out whole, the profile keeping its base's section, and
@@ -554,6 +610,13 @@ where
             "cuBLASLt FP8 GEMM, rowwise",
             ("rowwise FP8 GEMM", "[gemm.fp8_rowwise]"),
             &mut out.gemm_fp8_rowwise,
+        ),
+        (
+            &plan.fp8_blockwise_gemms,
+            Fp8Recipe::Blockwise,
+            "cuBLASLt FP8 GEMM, blockwise",
+            ("blockwise FP8 GEMM", "[gemm.fp8_blockwise]"),
+            &mut out.gemm_fp8_blockwise,
         ),
     ];
     for (shapes, recipe, label, (what, section), into) in columns {
@@ -747,6 +810,27 @@ pub fn fp8_rowwise_available() -> Result<(), String> {
 
 #[cfg(not(feature = "cuda"))]
 pub fn fp8_rowwise_available() -> Result<(), String> {
+    Err("this twin was built without the `cuda` feature".into())
+}
+
+/// Whether GPU 0 runs FP8 GEMMs with block scales: the backend must run them as they are
+/// ([`blockwise_runs_on`]), and cuBLASLt must have the kernels, which one call finds out.
+#[cfg(feature = "cuda")]
+pub fn fp8_blockwise_available() -> Result<(), String> {
+    use twin_runtime::backend::cuda::{fp8_device, fp8_gemm_sweep_times};
+    let device = match fp8_device(Fp8Recipe::Blockwise) {
+        Ok(Ok(d)) => d,
+        Ok(Err(why)) => return Err(why),
+        Err(e) => return Err(e.to_string()),
+    };
+    blockwise_runs_on(device.compute_capability)?;
+    fp8_gemm_sweep_times(&[ROWWISE_PROBE], Fp8Recipe::Blockwise, 1)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn fp8_blockwise_available() -> Result<(), String> {
     Err("this twin was built without the `cuda` feature".into())
 }
 

@@ -985,3 +985,90 @@ fn back_to_back_runs_travel_through_the_samples_and_the_fits() {
     assert!(note.contains("bf16 0.80"), "{note}");
     assert!(crate::run::power_cap_note(&[]).contains("0.83-0.86"));
 }
+
+const BLOCKWISE_RATE: f64 = 1_200e12;
+const BLOCKWISE_K_HALF: f64 = 400.0;
+const BLOCKWISE_RAMP_NS: f64 = 9_000.0;
+
+/// The backend runs block scales as they are (128 x 128 weights, 1 x 128 activations) only
+/// on Hopper; elsewhere it would run them per tensor, which a blockwise column must not
+/// measure.
+#[test]
+fn blockwise_is_measured_only_where_the_backend_runs_it() {
+    assert_eq!(blockwise_runs_on((9, 0)), Ok(()));
+    for cc in [(8, 9), (10, 0), (12, 0)] {
+        let why = blockwise_runs_on(cc).unwrap_err();
+        assert!(why.contains("per-tensor"), "{cc:?}: {why}");
+    }
+}
+
+/// A blockwise column repeats the FP8 shapes, is counted by the progress bar, is fitted as
+/// its own curve and written as `[gemm.fp8_blockwise]`, which the cost model prices blockwise
+/// FP8 GEMMs by; the tensorwise and rowwise curves stay their own columns'.
+#[test]
+fn the_blockwise_column_is_written_as_its_own_curve() {
+    let (plan, mut s) = synthetic_rowwise(14);
+    let before = plan.total();
+    let plan = plan.with_fp8_blockwise();
+    assert_eq!(plan.fp8_blockwise_gemms, plan.fp8_gemms);
+    assert_eq!(plan.total(), before + plan.fp8_gemms.len());
+    let mut rng = TestRng::new(314);
+    s.gemm_fp8_blockwise = fp8_column(
+        &plan.fp8_blockwise_gemms,
+        &mut rng,
+        BLOCKWISE_RATE,
+        BLOCKWISE_K_HALF,
+        BLOCKWISE_RAMP_NS,
+    );
+    let f = fit(&s).unwrap();
+    let b = f.gemm_fp8_blockwise.as_ref().unwrap();
+    assert!(
+        (b.rate_flops_per_s.value / BLOCKWISE_RATE - 1.0).abs() < 0.03,
+        "{b:?}"
+    );
+    assert!(
+        (b.ramp_ns.value / BLOCKWISE_RAMP_NS - 1.0).abs() < 0.15,
+        "{b:?}"
+    );
+    let sweep = plan
+        .fp8_blockwise_gemms
+        .iter()
+        .filter(|(_, o)| *o == "sweep")
+        .count();
+    assert_eq!(f.gemm_fp8_blockwise_holdout_samples, sweep / 5);
+    let without = fit(&CudaSamples {
+        gemm_fp8_blockwise: Vec::new(),
+        ..s.clone()
+    })
+    .unwrap();
+    assert_eq!(f.gemm_fp8, without.gemm_fp8);
+    assert_eq!(f.gemm_fp8_rowwise, without.gemm_fp8_rowwise);
+    assert!(without.gemm_fp8_blockwise.is_none());
+    let (_, back) = written(
+        Request {
+            gpu_name: Some("h100-sxm-80gb".into()),
+            ..Request::default()
+        },
+        &s,
+    );
+    let peak = back.peak_fp8_flops_per_s.value;
+    let c = back.gemm_fp8_blockwise.as_ref().unwrap();
+    assert!(close(
+        c.max_efficiency.value * peak,
+        b.rate_flops_per_s.value
+    ));
+    assert!(c.max_efficiency.reference.contains("block scales"));
+    use twin_sim::scenario::Fp8Recipe;
+    let eff = |recipe| back.gemm_fp8_curve_for(recipe).unwrap().max_efficiency;
+    assert_eq!(eff(Fp8Recipe::Blockwise), c.max_efficiency.value);
+    assert_ne!(eff(Fp8Recipe::Blockwise), eff(Fp8Recipe::Tensorwise));
+    // Without a blockwise column the base's curve (the bundled H100 profile has one) stays.
+    let start = crate::gpu_base::start(Request {
+        gpu_name: Some("h100-sxm-80gb".into()),
+        ..Request::default()
+    })
+    .unwrap();
+    assert!(start.base.gemm_fp8_blockwise.is_some());
+    let p = crate::run::cuda_profile(&start, &without, &provenance());
+    assert_eq!(p.gemm_fp8_blockwise, start.base.gemm_fp8_blockwise);
+}

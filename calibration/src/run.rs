@@ -319,12 +319,17 @@ pub fn calibrate_cuda(
     let fp8 = crate::cuda::fp8_available();
     // Rowwise scales are asked about only where FP8 runs at all.
     let rowwise = fp8.is_ok().then(crate::cuda::fp8_rowwise_available);
+    let blockwise = fp8.is_ok().then(crate::cuda::fp8_blockwise_available);
     let plan = match fp8 {
         Ok(()) => plan.with_fp8(),
         Err(_) => plan,
     };
     let plan = match rowwise {
         Some(Ok(())) => plan.with_fp8_rowwise(),
+        _ => plan,
+    };
+    let plan = match blockwise {
+        Some(Ok(())) => plan.with_fp8_blockwise(),
         _ => plan,
     };
     let started = Instant::now();
@@ -337,14 +342,20 @@ pub fn calibrate_cuda(
     let mut fits = crate::cuda::fit(&samples)?;
     match (fp8, rowwise) {
         (Err(why), _) => fits.notes.push(format!(
-            "no FP8 GEMM columns ({why}): the profile keeps its base's [gemm.fp8] and \
-             [gemm.fp8_rowwise], if any"
+            "no FP8 GEMM columns ({why}): the profile keeps its base's [gemm.fp8], \
+             [gemm.fp8_rowwise] and [gemm.fp8_blockwise], if any"
         )),
         (Ok(()), Some(Err(why))) => fits.notes.push(format!(
             "no rowwise FP8 GEMM column ({why}): the profile keeps its base's \
              [gemm.fp8_rowwise], if any (without one, rowwise FP8 is priced by [gemm.fp8])"
         )),
         (Ok(()), _) => {}
+    }
+    if let Some(Err(why)) = blockwise {
+        fits.notes.push(format!(
+            "no blockwise FP8 GEMM column ({why}): the profile keeps its base's \
+             [gemm.fp8_blockwise], if any (without one, blockwise FP8 is priced by [gemm.fp8])"
+        ));
     }
     fits.notes.extend(measure_notes);
     fits.notes.push(power_cap_note(&fits.sustained));
@@ -422,7 +433,7 @@ pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance)
     p.gemm_tile_n = tile(g.tile_n, g.tile_n_ci95, "interval");
     // For a GPU with no datasheet figure whose section is replaced, the fastest fitted FP8
     // rate stands in for the FP8 peak, so each FP8 curve's efficiency is at most 1.
-    let fp8_rates = [&f.gemm_fp8, &f.gemm_fp8_rowwise].map(|c| {
+    let fp8_rates = [&f.gemm_fp8, &f.gemm_fp8_rowwise, &f.gemm_fp8_blockwise].map(|c| {
         c.as_ref()
             .map(|c| c.rate_flops_per_s.value)
             .filter(|r| r.is_finite() && *r > 0.0)
@@ -453,6 +464,14 @@ pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance)
             &p,
             f8,
             "cuBLASLt FP8 GEMM curve (e4m3, rowwise outer-vector scales, forward fast accumulation)",
+            &run,
+        ));
+    }
+    if let Some(f8) = &f.gemm_fp8_blockwise {
+        p.gemm_fp8_blockwise = Some(fp8_curve(
+            &p,
+            f8,
+            "cuBLASLt FP8 GEMM curve (e4m3, 128 x 128 weight and 1 x 128 activation block scales, split accumulation)",
             &run,
         ));
     }

@@ -308,6 +308,14 @@ pub fn cuda_text(
             f.gemm_fp8_rowwise_holdout_max_relative_error,
         ));
     }
+    if let Some(f8) = &f.gemm_fp8_blockwise {
+        o.push_str(&gemm_lines(
+            "cuBLASLt FP8 GEMM curve (e4m3, block scales)",
+            f8,
+            f.gemm_fp8_blockwise_holdout_samples,
+            f.gemm_fp8_blockwise_holdout_max_relative_error,
+        ));
+    }
     for b in &f.sustained {
         o.push_str(&format!(
             "{} GEMM {}x{}x{} back to back ({} calls after {:.1} s idle): {:.1} TFLOP/s at first, {:.1} at the end ({:.3} of it){}\n",
