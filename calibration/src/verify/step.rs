@@ -212,10 +212,11 @@ pub fn verify_step(
             &comparison,
             &summary,
             &format!(
-                "{}{}{}",
+                "{}{}{}{}",
                 shown_step_text(m.shown_step),
                 core_sharing_note(staged).unwrap_or_default(),
-                cores.as_ref().map(SharedCores::to_text).unwrap_or_default()
+                cores.as_ref().map(SharedCores::to_text).unwrap_or_default(),
+                backend_notes_text(&m.report.report.notes)
             ),
             &check,
             &paths,
@@ -423,4 +424,15 @@ fn write_traces(
         )?;
     }
     Ok(job::write_atomic(&dir.join("verify.json"), json)?)
+}
+
+/// The backend's notes on what it ran (`measured: ...`, a fallback such as FP8 GEMMs run with
+/// per-tensor scales), one `note` line each: a measurement that ran otherwise than the
+/// scenario says must say so beside its numbers.
+fn backend_notes_text(notes: &[String]) -> String {
+    notes
+        .iter()
+        .filter(|n| n.starts_with("measured: "))
+        .map(|n| format!("note: {n}\n"))
+        .collect()
 }

@@ -52,6 +52,11 @@ pub struct RankMeasure {
     /// Digest (hex) of the rank's model state after the last step, when it keeps one.
     #[serde(default)]
     pub final_weights_digest: Option<String>,
+    /// What the rank's backend says a reader needs to know about what it ran: a fallback it
+    /// took (FP8 GEMMs with other scales than the recipe's, or in bf16), what a number
+    /// includes (the backend's `MemoryReport::notes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl RankMeasure {
@@ -92,6 +97,7 @@ impl RankMeasure {
             rss_peak_bytes: None,
             workspace_bytes: run.device_memory.workspace_bytes,
             final_weights_digest: None,
+            notes: run.device_memory.notes.clone(),
         }
     }
 }
@@ -448,8 +454,17 @@ pub fn report(
     wall_s: f64,
     scaled: Vec<String>,
 ) -> RunReport {
+    let mut report = Report::build(scenario, plan, schedule, &merged.result, wall_s);
+    // The backends' notes, once each, after the report's own: a measurement that ran
+    // otherwise than the scenario says must say so.
+    for n in ranks.iter().flat_map(|r| &r.notes) {
+        let n = format!("measured: {n}");
+        if !report.notes.contains(&n) {
+            report.notes.push(n);
+        }
+    }
     RunReport {
-        report: Report::build(scenario, plan, schedule, &merged.result, wall_s),
+        report,
         backend: "host".into(),
         step_times_s: merged
             .step_times_ns

@@ -211,3 +211,52 @@ fn gaps_are_quantiles() {
     assert_eq!((g.count, g.median_ns, g.max_ns), (5, 3, 5));
     assert_eq!(gap_stats(vec![]).count, 0);
 }
+
+/// What a rank's backend noted about what it ran (a fallback to per-tensor FP8 scales, say)
+/// reaches the measured report once, marked as the measurement's, however many ranks noted it.
+#[test]
+fn the_backends_notes_reach_the_report_once_each() {
+    let scenario = twin_sim::testing::cpu_sized_scenario(1, 2, 1, 2);
+    let st = crate::testkit::planned(&scenario);
+    let fallback =
+        "cuBLASLt has no FP8 kernel with 128x128 x 1x128 scales: it ran with per-tensor scales";
+    let ranks: Vec<RankMeasure> = (0..2u32)
+        .map(|r| RankMeasure {
+            rank: r,
+            op_times_ns: (0..st.schedule.program(r).ops.len() as u64)
+                .map(|i| [10 * i, 10 * i + 5])
+                .collect(),
+            step_spans_ns: vec![[0, 1000]],
+            notes: vec![fallback.to_string(), format!("rank {r} only")],
+            ..RankMeasure::default()
+        })
+        .collect();
+    let merged = merge(&st.plan, &st.schedule, &ranks);
+    let r = report(
+        &scenario,
+        &st.plan,
+        &st.schedule,
+        &ranks,
+        &merged,
+        0.1,
+        Vec::new(),
+    );
+    let ours: Vec<&String> = r
+        .report
+        .notes
+        .iter()
+        .filter(|n| n.starts_with("measured: "))
+        .collect();
+    assert_eq!(
+        ours,
+        [
+            &format!("measured: {fallback}"),
+            &"measured: rank 0 only".to_string(),
+            &"measured: rank 1 only".to_string()
+        ]
+    );
+    assert!(r
+        .to_text()
+        .contains(&format!("note            measured: {fallback}")));
+    assert!(r.to_json().contains("it ran with per-tensor scales"));
+}

@@ -192,6 +192,7 @@ pub fn run_worker(
         rss_peak_bytes: rss_peak_bytes(),
         workspace_bytes: run.device_memory.workspace_bytes,
         final_weights_digest: Some(format!("{:016x}", backend.state()?.digest()?)),
+        notes: run.device_memory.notes.clone(),
     };
     session.finish(&measure)
 }
