@@ -1062,6 +1062,10 @@ fn the_blockwise_column_is_written_as_its_own_curve() {
     let eff = |recipe| back.gemm_fp8_curve_for(recipe).unwrap().max_efficiency;
     assert_eq!(eff(Fp8Recipe::Blockwise), c.max_efficiency.value);
     assert_ne!(eff(Fp8Recipe::Blockwise), eff(Fp8Recipe::Tensorwise));
+    // The FP8 column is timed with the forward's fast accumulation: it prices forward and
+    // backward alike, so the base's fast-accumulation curve (under the power cap) is dropped.
+    assert!(bundled("h100-dgx.toml").gemm_fp8_fast_accum.is_some());
+    assert!(back.gemm_fp8_fast_accum.is_none());
     // Without a blockwise column the base's curve (the bundled H100 profile has one) stays.
     let start = crate::gpu_base::start(Request {
         gpu_name: Some("h100-sxm-80gb".into()),

@@ -272,6 +272,7 @@ fn skeleton(gpu: &str, links: &TierModel, scenario: &str) -> Profile {
         gemm_fp8: None,
         gemm_fp8_rowwise: None,
         gemm_fp8_blockwise: None,
+        gemm_fp8_fast_accum: None,
         memory_efficiency: p.clone(),
         memory_bandwidth_bytes_per_s: None,
         memory_spill_bytes: None,

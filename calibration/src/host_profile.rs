@@ -313,6 +313,7 @@ pub fn to_profile(
         gemm_fp8: None,
         gemm_fp8_rowwise: None,
         gemm_fp8_blockwise: None,
+        gemm_fp8_fast_accum: None,
     };
     let mut profile = profile;
     profile.gemm_shape_factors = sim_shape_factors(f, &profile);

@@ -458,6 +458,11 @@ pub fn cuda_profile(start: &Start, f: &crate::cuda::CudaFits, prov: &Provenance)
             "cuBLASLt FP8 GEMM curve (e4m3, tensorwise scales, forward fast accumulation)",
             &run,
         ));
+        // This column is timed as the backend runs forward GEMMs, with fast accumulation: it
+        // prices the forward and the backward alike, and a base's fast-accumulation curve
+        // (of another rate: the bundled profiles' is under the power cap) must not price the
+        // forward alone.
+        p.gemm_fp8_fast_accum = None;
     }
     if let Some(f8) = &f.gemm_fp8_rowwise {
         p.gemm_fp8_rowwise = Some(fp8_curve(

@@ -206,6 +206,7 @@ pub fn profile_toml(
         ("gemm.fp8", &p.gemm_fp8),
         ("gemm.fp8_rowwise", &p.gemm_fp8_rowwise),
         ("gemm.fp8_blockwise", &p.gemm_fp8_blockwise),
+        ("gemm.fp8_fast_accum", &p.gemm_fp8_fast_accum),
     ] {
         if let Some(c) = curve {
             o.push_str(&format!("\n[{table}]\n"));

@@ -97,6 +97,10 @@ pub struct Analytic {
     /// FP8 GEMMs' own curve (a profile's `[gemm.fp8]`, or `[gemm.fp8_rowwise]` under the
     /// rowwise recipe); `None`: FP8 GEMMs follow `gemm` at the FP8 peak.
     pub gemm_fp8: Option<GemmCurve>,
+    /// The curve of FP8 GEMMs in forward and recompute ops where it differs from
+    /// `gemm_fp8` (fast accumulation, a profile's `[gemm.fp8_fast_accum]`); `None`: they take
+    /// `gemm_fp8`.
+    pub gemm_fp8_forward: Option<GemmCurve>,
     /// Fused attention kernels' curves and backend; `None`: attention runs as its equivalent
     /// GEMMs on the GEMM curve (a host profile: the host backend's sgemm).
     pub attention: Option<AttentionModel>,
@@ -203,6 +207,7 @@ impl Analytic {
             hbm_bandwidth_bytes_per_s: c.gpu.hbm_bandwidth_bytes_per_s,
             gemm: DEFAULT_GEMM_CURVE,
             gemm_fp8: None,
+            gemm_fp8_forward: None,
             attention: Some(AttentionModel {
                 backend: scenario_backend(s),
                 ..DEFAULT_ATTENTION
@@ -255,10 +260,13 @@ impl Analytic {
         self.host_cores
     }
 
-    /// The GEMM curve of a dtype: FP8's own where the profile has one, else the one curve.
-    pub fn gemm_curve(&self, dtype: Precision) -> &GemmCurve {
-        match (dtype, &self.gemm_fp8) {
-            (Precision::Fp8, Some(c)) => c,
+    /// The GEMM curve of a dtype in an op of `phase`: FP8's own where the profile has one
+    /// (its forward curve in forward and recompute ops where it has that), else the one curve.
+    pub fn gemm_curve(&self, dtype: Precision, phase: Phase) -> &GemmCurve {
+        let forward = matches!(phase, Phase::Forward | Phase::Recompute);
+        match (dtype, &self.gemm_fp8_forward, &self.gemm_fp8) {
+            (Precision::Fp8, Some(c), _) if forward => c,
+            (Precision::Fp8, _, Some(c)) => c,
             _ => &self.gemm,
         }
     }
@@ -387,9 +395,12 @@ impl Analytic {
             // A GEMM of its own precision (FP8 training's bf16 attention core and output
             // layer) follows that precision's peak, curve and element size.
             let dtype = g.dtype.unwrap_or(op.dtype);
-            gemm_s +=
-                self.gemm_curve(dtype)
-                    .gemm_s(g, dtype.bytes(), self.peak_flops_per_s(dtype), hbm);
+            gemm_s += self.gemm_curve(dtype, op.phase).gemm_s(
+                g,
+                dtype.bytes(),
+                self.peak_flops_per_s(dtype),
+                hbm,
+            );
             gemm_flops = gemm_flops.saturating_add(g.flops());
         }
         gemm_s *= self.reserved_sms_factor(op.sms_reserved);

@@ -478,6 +478,57 @@ fn blockwise_fp8_takes_its_own_curve() {
     assert_eq!(Analytic::from_profile(&s, &p).gemm_fp8, tensorwise.gemm_fp8);
 }
 
+/// Forward and recompute FP8 GEMMs of the per-tensor recipes take `[gemm.fp8_fast_accum]`
+/// (fast accumulation, as Transformer Engine and torchao run them), the backward's
+/// `[gemm.fp8]`; block-scaled ones take their own curve in both; without the section the
+/// forward takes `[gemm.fp8]` too. Exact times: each op is its curve's price of its GEMM.
+#[test]
+fn forward_fp8_gemms_take_the_fast_accumulation_curve() {
+    use crate::scenario::Fp8Recipe;
+    use crate::schedule::Phase;
+    let text = include_str!("../../../scenarios/profiles/h100-dgx.toml");
+    let mut p = crate::profile::parse_str(text, "h100-dgx.toml").unwrap();
+    let mut s = small_scenario(1, 1, 1, 1);
+    s.training.precision = Precision::Fp8;
+    s.training.fp8_recipe = Fp8Recipe::Tensorwise;
+    let g = Gemm::single(8_192, 4_096, 4_096, 1);
+    let op = |phase| ComputeOp {
+        phase,
+        dtype: Precision::Fp8,
+        gemms: vec![g].into(),
+        ..gemm_op(8_192, 4_096, 4_096, 1)
+    };
+    let price = |m: &Analytic, c: &GemmCurve| {
+        crate::units::secs_to_ns(c.gemm_s(&g, 1, m.peak.fp8_flops_per_s, m.hbm_rate()))
+    };
+    let mut m = Analytic::from_profile(&s, &p);
+    m.launch_ns = 0;
+    let fast = m.gemm_fp8_forward.clone().unwrap();
+    let split = m.gemm_fp8.clone().unwrap();
+    assert_eq!(fast.max_efficiency, 0.7035);
+    for phase in [Phase::Forward, Phase::Recompute] {
+        assert_eq!(m.compute_ns(0, &op(phase)), price(&m, &fast), "{phase:?}");
+    }
+    for phase in [Phase::Backward, Phase::BackwardInput, Phase::BackwardWeight] {
+        assert_eq!(m.compute_ns(0, &op(phase)), price(&m, &split), "{phase:?}");
+    }
+    assert!(m.compute_ns(0, &op(Phase::Forward)) < m.compute_ns(0, &op(Phase::Backward)));
+    // Delayed scaling runs its forward the same way; block scaling does not.
+    s.training.fp8_recipe = Fp8Recipe::Delayed;
+    assert_eq!(Analytic::from_profile(&s, &p).gemm_fp8_forward, Some(fast));
+    s.training.fp8_recipe = Fp8Recipe::Blockwise;
+    assert_eq!(Analytic::from_profile(&s, &p).gemm_fp8_forward, None);
+    // Without the section the forward is priced as the backward.
+    s.training.fp8_recipe = Fp8Recipe::Tensorwise;
+    p.gemm_fp8_fast_accum = None;
+    let mut m = Analytic::from_profile(&s, &p);
+    m.launch_ns = 0;
+    assert_eq!(
+        m.compute_ns(0, &op(Phase::Forward)),
+        m.compute_ns(0, &op(Phase::Backward))
+    );
+}
+
 /// The host's time per kernel is the framework file's eager value, its compiled one under
 /// `compile`, its CUDA-graph one under `cuda_graphs` (which wins over `compile`); a cost model
 /// without it reports 0.

@@ -33,6 +33,23 @@ impl Profile {
         }
     }
 
+    /// The curve a recipe's forward FP8 GEMMs run on where it is not the backward's:
+    /// `[gemm.fp8_fast_accum]` for the per-tensor recipes (delayed and current scaling), whose
+    /// forward GEMMs Transformer Engine and torchao run with fast accumulation
+    /// (NVIDIA/TransformerEngine@d0067d0da6cb01811b8072a7d304f0e00344ce2b:transformer_engine/pytorch/module/base.py
+    /// `_2X_ACC_FPROP = False`; pytorch/ao@36027d82d1ad9949597ea16002ff4940374b1b94:torchao/float8/config.py
+    /// `gemm_config_output = Float8GemmConfig(use_fast_accum=True)`, the gradients' GEMMs
+    /// without); `None` for the others (block scaling needs split accumulation everywhere,
+    /// `Float8BlockScaling`; rowwise has no fast-accumulation curve) or without the section.
+    pub fn gemm_fp8_forward_curve_for(&self, recipe: Fp8Recipe) -> Option<GemmCurve> {
+        match recipe {
+            Fp8Recipe::Delayed | Fp8Recipe::Tensorwise => {
+                self.dtype_curve(self.gemm_fp8_fast_accum.as_ref()?)
+            }
+            Fp8Recipe::Rowwise | Fp8Recipe::Blockwise | Fp8Recipe::Mxfp8 => None,
+        }
+    }
+
     fn dtype_curve(&self, c: &GemmParams) -> Option<GemmCurve> {
         Some(GemmCurve {
             max_efficiency: c.max_efficiency.value,
@@ -139,6 +156,7 @@ impl Analytic {
             hbm_bandwidth_bytes_per_s: p.hbm_bandwidth_bytes_per_s.value,
             gemm: p.gemm_curve(),
             gemm_fp8: p.gemm_fp8_curve_for(s.training.fp8_recipe),
+            gemm_fp8_forward: p.gemm_fp8_forward_curve_for(s.training.fp8_recipe),
             attention: p.attention_model().map(|m| AttentionModel {
                 backend: scenario_backend(s),
                 ..m

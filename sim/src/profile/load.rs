@@ -73,6 +73,8 @@ struct RawGemm {
     fp8_rowwise: Option<RawGemmCurve>,
     /// `[gemm.fp8_blockwise]`: FP8 GEMMs with a scale per 1 x 128 / 128 x 128 block.
     fp8_blockwise: Option<RawGemmCurve>,
+    /// `[gemm.fp8_fast_accum]`: per-tensor FP8 GEMMs with fast accumulation (forward).
+    fp8_fast_accum: Option<RawGemmCurve>,
 }
 
 /// A dtype's own GEMM curve (`[gemm.fp8]`, `[gemm.fp8_rowwise]`, `[gemm.fp8_blockwise]`):

@@ -180,6 +180,10 @@ pub struct Profile {
     /// gradients and 128 x 128 for weights (`fp8_recipe = "blockwise"`); absent: they follow
     /// `[gemm.fp8]`.
     pub gemm_fp8_blockwise: Option<GemmParams>,
+    /// `[gemm.fp8_fast_accum]`: FP8 GEMMs with per-tensor scales and fast accumulation, the
+    /// forward GEMMs of the per-tensor recipes as Transformer Engine and torchao run them;
+    /// absent: forward GEMMs follow `[gemm.fp8]` as the backward's do.
+    pub gemm_fp8_fast_accum: Option<GemmParams>,
     /// Achieved fraction of HBM bandwidth for streaming (memory-bound) kernels. Derived as
     /// `memory_bandwidth_bytes_per_s / hbm_bandwidth_bytes_per_s` (no interval) when the file
     /// gives the absolute bandwidth instead.

@@ -80,6 +80,7 @@ impl Profile {
             &mut self.gemm_fp8,
             &mut self.gemm_fp8_rowwise,
             &mut self.gemm_fp8_blockwise,
+            &mut self.gemm_fp8_fast_accum,
         ]
         .into_iter()
         .flatten()

@@ -104,6 +104,8 @@ impl Checker<'_> {
         let gemm_fp8_rowwise = self.gemm_curve("gemm.fp8_rowwise", raw.gemm.fp8_rowwise.take())?;
         let gemm_fp8_blockwise =
             self.gemm_curve("gemm.fp8_blockwise", raw.gemm.fp8_blockwise.take())?;
+        let gemm_fp8_fast_accum =
+            self.gemm_curve("gemm.fp8_fast_accum", raw.gemm.fp8_fast_accum.take())?;
         let hbm_bandwidth_bytes_per_s = self.param(
             "gpu.hbm_bandwidth_bytes_per_s",
             g.hbm_bandwidth_bytes_per_s,
@@ -150,6 +152,7 @@ impl Checker<'_> {
             gemm_fp8,
             gemm_fp8_rowwise,
             gemm_fp8_blockwise,
+            gemm_fp8_fast_accum,
             memory_efficiency,
             memory_bandwidth_bytes_per_s,
             launch_ns: self.param("kernel.launch_ns", raw.kernel.launch_ns, Range::NonNegative)?,
