@@ -222,51 +222,43 @@ pub fn fp8_shape(g: &Gemm) -> bool {
     g.m > 0 && g.batch <= 1 && plan_fp8_gemm(g, Role::Forward, &any).is_ok()
 }
 
-/// Whether the CUDA backend runs rowwise FP8 scales on a GPU of compute capability `cc` as
-/// they are, not as the per-tensor fallback (`fp8::plan_fp8_gemm` decides): `Err` says why
-/// not. cuBLASLt may still lack the outer-vector kernels (before cuBLAS 12.9), which only a
-/// call finds out ([`fp8_rowwise_available`] makes one).
-pub fn rowwise_runs_on(cc: (u32, u32)) -> Result<(), String> {
+/// Whether the CUDA backend runs `recipe`'s own scales (rowwise: outer-vector on both
+/// operands; blockwise: 128 x 128 weights and 1 x 128 activations) on a GPU of compute
+/// capability `cc` as they are, not as the per-tensor fallback (`fp8::plan_fp8_gemm` decides):
+/// `Err` says why not. cuBLASLt may still lack the kernels (before cuBLAS 12.9, or for block
+/// scales cuBLAS 13.1 on an H200), which only a call finds out ([`fp8_scales_available`]
+/// makes one). Only rowwise and blockwise have scales of their own to check.
+pub fn scales_run_on(cc: (u32, u32), recipe: Fp8Recipe) -> Result<(), String> {
     use twin_runtime::backend::cuda::fp8::{plan_fp8_gemm, Fp8Device, Role, ScaleMode};
-    let device = Fp8Device::check(cc, Fp8Recipe::Rowwise)?;
-    let (plan, note) = plan_fp8_gemm(&ROWWISE_PROBE, Role::Forward, &device)?;
-    match note {
-        Some(why) => Err(why),
-        None if plan.a_scale == ScaleMode::OuterVector
-            && plan.b_scale == ScaleMode::OuterVector =>
-        {
-            Ok(())
+    let (want, what) = match recipe {
+        Fp8Recipe::Rowwise => (
+            (ScaleMode::OuterVector, ScaleMode::OuterVector),
+            "outer-vector",
+        ),
+        Fp8Recipe::Blockwise => ((ScaleMode::Block128, ScaleMode::Vec128), "block"),
+        other => {
+            return Err(format!(
+                "fp8_recipe = \"{}\" has no scales of its own to check",
+                other.as_str()
+            ))
         }
-        None => Err(format!(
-            "rowwise FP8 runs with {} x {} scales on this GPU, not outer-vector ones",
-            plan.a_scale.name(),
-            plan.b_scale.name()
-        )),
-    }
-}
-
-/// Whether the CUDA backend runs block scales on a GPU of compute capability `cc` as they are
-/// (BLK128x128 weights, VEC128 activations), not as the per-tensor fallback: `Err` says why
-/// not. As with rowwise, only a call finds out whether cuBLASLt has the kernels
-/// ([`fp8_blockwise_available`] makes one).
-pub fn blockwise_runs_on(cc: (u32, u32)) -> Result<(), String> {
-    use twin_runtime::backend::cuda::fp8::{plan_fp8_gemm, Fp8Device, Role, ScaleMode};
-    let device = Fp8Device::check(cc, Fp8Recipe::Blockwise)?;
-    let (plan, note) = plan_fp8_gemm(&ROWWISE_PROBE, Role::Forward, &device)?;
+    };
+    let device = Fp8Device::check(cc, recipe)?;
+    let (plan, note) = plan_fp8_gemm(&SCALES_PROBE, Role::Forward, &device)?;
     match note {
         Some(why) => Err(why),
-        None if plan.a_scale == ScaleMode::Block128 && plan.b_scale == ScaleMode::Vec128 => Ok(()),
+        None if (plan.a_scale, plan.b_scale) == want => Ok(()),
         None => Err(format!(
-            "blockwise FP8 runs with {} x {} scales on this GPU, not block ones",
+            "{} FP8 runs with {} x {} scales on this GPU, not {what} ones",
+            recipe.as_str(),
             plan.a_scale.name(),
             plan.b_scale.name()
         )),
     }
 }
 
-/// The GEMM [`fp8_rowwise_available`] and [`fp8_blockwise_available`] run to find out whether
-/// cuBLASLt has the kernels.
-const ROWWISE_PROBE: Gemm = Gemm {
+/// The GEMM [`fp8_scales_available`] runs to find out whether cuBLASLt has the kernels.
+const SCALES_PROBE: Gemm = Gemm {
     dtype: None,
     m: 256,
     n: 256,
@@ -791,46 +783,25 @@ pub fn fp8_available() -> Result<(), String> {
     Err("this twin was built without the `cuda` feature".into())
 }
 
-/// Whether GPU 0 runs FP8 GEMMs with rowwise scales as they are (`Err`: why not, for the
-/// run's notes): compute capability 9.x ([`rowwise_runs_on`]), and one rowwise call that
-/// cuBLASLt runs without falling back to per-tensor scales.
+/// Whether GPU 0 runs FP8 GEMMs with `recipe`'s own scales as they are (`Err`: why not, for
+/// the run's notes): compute capability 9.x ([`scales_run_on`]), and one call that cuBLASLt
+/// runs without falling back to per-tensor scales.
 #[cfg(feature = "cuda")]
-pub fn fp8_rowwise_available() -> Result<(), String> {
+pub fn fp8_scales_available(recipe: Fp8Recipe) -> Result<(), String> {
     use twin_runtime::backend::cuda::{fp8_device, fp8_gemm_sweep_times};
-    let device = match fp8_device(Fp8Recipe::Rowwise) {
+    let device = match fp8_device(recipe) {
         Ok(Ok(d)) => d,
         Ok(Err(why)) => return Err(why),
         Err(e) => return Err(e.to_string()),
     };
-    rowwise_runs_on(device.compute_capability)?;
-    fp8_gemm_sweep_times(&[ROWWISE_PROBE], Fp8Recipe::Rowwise, 1)
+    scales_run_on(device.compute_capability, recipe)?;
+    fp8_gemm_sweep_times(&[SCALES_PROBE], recipe, 1)
         .map(|_| ())
         .map_err(|e| e.to_string())
 }
 
 #[cfg(not(feature = "cuda"))]
-pub fn fp8_rowwise_available() -> Result<(), String> {
-    Err("this twin was built without the `cuda` feature".into())
-}
-
-/// Whether GPU 0 runs FP8 GEMMs with block scales: the backend must run them as they are
-/// ([`blockwise_runs_on`]), and cuBLASLt must have the kernels, which one call finds out.
-#[cfg(feature = "cuda")]
-pub fn fp8_blockwise_available() -> Result<(), String> {
-    use twin_runtime::backend::cuda::{fp8_device, fp8_gemm_sweep_times};
-    let device = match fp8_device(Fp8Recipe::Blockwise) {
-        Ok(Ok(d)) => d,
-        Ok(Err(why)) => return Err(why),
-        Err(e) => return Err(e.to_string()),
-    };
-    blockwise_runs_on(device.compute_capability)?;
-    fp8_gemm_sweep_times(&[ROWWISE_PROBE], Fp8Recipe::Blockwise, 1)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
-}
-
-#[cfg(not(feature = "cuda"))]
-pub fn fp8_blockwise_available() -> Result<(), String> {
+pub fn fp8_scales_available(_recipe: Fp8Recipe) -> Result<(), String> {
     Err("this twin was built without the `cuda` feature".into())
 }
 

@@ -559,13 +559,13 @@ fn synthetic_rowwise(seed: u64) -> (Plan, CudaSamples) {
 /// elsewhere it would run them per tensor, which a rowwise column must not measure.
 #[test]
 fn rowwise_is_measured_only_where_the_backend_runs_it() {
-    assert_eq!(rowwise_runs_on((9, 0)), Ok(()));
+    assert_eq!(scales_run_on((9, 0), Fp8Recipe::Rowwise), Ok(()));
     for cc in [(8, 9), (10, 0), (12, 0)] {
-        let why = rowwise_runs_on(cc).unwrap_err();
+        let why = scales_run_on(cc, Fp8Recipe::Rowwise).unwrap_err();
         assert!(why.contains("per-tensor"), "{cc:?}: {why}");
     }
     // No FP8 tensor cores at all.
-    let why = rowwise_runs_on((8, 0)).unwrap_err();
+    let why = scales_run_on((8, 0), Fp8Recipe::Rowwise).unwrap_err();
     assert!(why.contains("no FP8 tensor cores"), "{why}");
 }
 
@@ -995,11 +995,14 @@ const BLOCKWISE_RAMP_NS: f64 = 9_000.0;
 /// measure.
 #[test]
 fn blockwise_is_measured_only_where_the_backend_runs_it() {
-    assert_eq!(blockwise_runs_on((9, 0)), Ok(()));
+    assert_eq!(scales_run_on((9, 0), Fp8Recipe::Blockwise), Ok(()));
     for cc in [(8, 9), (10, 0), (12, 0)] {
-        let why = blockwise_runs_on(cc).unwrap_err();
+        let why = scales_run_on(cc, Fp8Recipe::Blockwise).unwrap_err();
         assert!(why.contains("per-tensor"), "{cc:?}: {why}");
     }
+    // The per-tensor recipes have no scales of their own to check.
+    let why = scales_run_on((9, 0), Fp8Recipe::Tensorwise).unwrap_err();
+    assert!(why.contains("no scales of its own"), "{why}");
 }
 
 /// A blockwise column repeats the FP8 shapes, is counted by the progress bar, is fitted as

@@ -318,8 +318,12 @@ pub fn calibrate_cuda(
     let plan = crate::cuda::Plan::new(opts.quick, &opts.scenario_calls);
     let fp8 = crate::cuda::fp8_available();
     // Rowwise scales are asked about only where FP8 runs at all.
-    let rowwise = fp8.is_ok().then(crate::cuda::fp8_rowwise_available);
-    let blockwise = fp8.is_ok().then(crate::cuda::fp8_blockwise_available);
+    let rowwise = fp8
+        .is_ok()
+        .then(|| crate::cuda::fp8_scales_available(twin_sim::scenario::Fp8Recipe::Rowwise));
+    let blockwise = fp8
+        .is_ok()
+        .then(|| crate::cuda::fp8_scales_available(twin_sim::scenario::Fp8Recipe::Blockwise));
     let plan = match fp8 {
         Ok(()) => plan.with_fp8(),
         Err(_) => plan,
