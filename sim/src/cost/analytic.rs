@@ -94,8 +94,9 @@ pub struct Analytic {
     pub peak: PeakFlops,
     pub hbm_bandwidth_bytes_per_s: f64,
     pub gemm: GemmCurve,
-    /// FP8 GEMMs' own curve (a profile's `[gemm.fp8]`, or `[gemm.fp8_rowwise]` under the
-    /// rowwise recipe); `None`: FP8 GEMMs follow `gemm` at the FP8 peak.
+    /// FP8 GEMMs' own curve (a profile's `[gemm.fp8]`, or `[gemm.fp8_rowwise]` and
+    /// `[gemm.fp8_blockwise]` under those recipes); `None`: FP8 GEMMs follow `gemm` at the FP8
+    /// peak.
     pub gemm_fp8: Option<GemmCurve>,
     /// The curve of FP8 GEMMs in forward and recompute ops where it differs from
     /// `gemm_fp8` (fast accumulation, a profile's `[gemm.fp8_fast_accum]`); `None`: they take
