@@ -167,18 +167,22 @@ const MODERN_TORCHTITAN: (f64, f64) = (0.177, 0.357);
 const MODERN_LLM_FOUNDRY: (f64, f64) = (0.100, 0.258);
 const MODERN_LONG_CONTEXT: (f64, f64) = (0.061, 0.357);
 
+/// The modern table's DeepSeek-V3 row (Megatron-Bridge, 1,024 H100s).
+fn deepseek_v3_row() -> twin_sim::validate::RunRow {
+    parse_table(MODERN, "throughput-modern.toml")
+        .unwrap()
+        .run
+        .into_iter()
+        .find(|r| r.id == "mb2509-deepseek-v3")
+        .expect("the DeepSeek-V3 row")
+}
+
 /// DeepSeek-V3 at Megatron-Bridge's published layout (1,024 H100s, tp 2, pp 8, vpp 4, ep 64,
 /// its pipeline layout and multi-token prediction) fits, as the run did: every stage's peak,
 /// reported by category (which sum to it), stays under the usable HBM of an 80 GB H100.
 #[test]
 fn deepseek_v3_fits_at_its_published_layout() {
-    let table = parse_table(MODERN, "throughput-modern.toml").unwrap();
-    let row = table
-        .run
-        .iter()
-        .find(|r| r.id == "mb2509-deepseek-v3")
-        .expect("the DeepSeek-V3 row");
-    let s = twin_sim::validate::modern::modern_scenario(row).unwrap();
+    let s = twin_sim::validate::modern::modern_scenario(&deepseek_v3_row()).unwrap();
     let opts = twin_sim::PredictOptions {
         collapse: true,
         ..Default::default()
@@ -204,22 +208,17 @@ fn deepseek_v3_fits_at_its_published_layout() {
 /// TFLOP/s per GPU with current scaling and 330 with 128 x 128 / 1 x 128 block scaling (the
 /// row's `fp8_recipe` text), 1.024x slower. The row's scenario, priced by the bundled DGX H100
 /// profile's GPU-timed curves (nothing fitted to the pair), is slower under block scaling by
-/// about as much: by 1-5% (1.027 today; without a blockwise curve it would be exactly 1).
+/// about as much: by 1-5% (1.027 now; without a blockwise curve it would be exactly 1).
 #[test]
 fn block_scaling_slows_deepseek_v3_as_published() {
-    let table = parse_table(MODERN, "throughput-modern.toml").unwrap();
-    let row = table
-        .run
-        .iter()
-        .find(|r| r.id == "mb2509-deepseek-v3")
-        .expect("the DeepSeek-V3 row");
+    let row = deepseek_v3_row();
     let profile = twin_sim::profile::parse_str(
         include_str!("../../scenarios/profiles/h100-dgx.toml"),
         "h100-dgx.toml",
     )
     .unwrap();
     let step = |recipe| {
-        let mut s = twin_sim::validate::modern::modern_scenario(row).unwrap();
+        let mut s = twin_sim::validate::modern::modern_scenario(&row).unwrap();
         s.training.fp8_recipe = recipe;
         let opts = twin_sim::PredictOptions {
             collapse: true,
