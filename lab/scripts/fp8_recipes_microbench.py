@@ -24,7 +24,7 @@ import traceback
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from moe_microbench import ANCHORS, PAIRS, ROWS, graph_s, normal  # noqa: E402
+from moe_microbench import ANCHORS, PAIRS, ROWS, graph_s, normal, sustained_s  # noqa: E402
 
 DEV = "cuda"
 FP8 = torch.float8_e4m3fn
@@ -171,42 +171,15 @@ def main():
         for m, n, k in sus_shapes:
             try:
                 fn = make(m, n, k)
-                per = 20
                 fn()
-                g = torch.cuda.CUDAGraph()
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    fn()
-                torch.cuda.current_stream().wait_stream(s)
-                with torch.cuda.graph(g):
-                    for _ in range(per):
-                        fn()
-                torch.cuda.synchronize()
-                time.sleep(1.0)
-                marks = []
-                start = time.time()
-                while time.time() - start < 1.5:
-                    a = torch.cuda.Event(enable_timing=True)
-                    b = torch.cuda.Event(enable_timing=True)
-                    a.record()
-                    g.replay()
-                    b.record()
-                    marks.append((a, b))
-                    if len(marks) % 20 == 0:
-                        torch.cuda.synchronize()
-                torch.cuda.synchronize()
-                series = [a.elapsed_time(b) * 1e-3 / per for a, b in marks]
-                starts = [marks[0][0].elapsed_time(a) * 1e-3 for a, _ in marks]
-                first = [x for x, t in zip(series, starts) if t < 0.02]
-                last = [x for x, t in zip(series, starts) if t > starts[-1] - 0.75]
+                first, last, _ = sustained_s(fn, per=20)
                 f = 2.0 * m * n * k / 1e12
                 r = {"m": m, "n": n, "k": k, "dtype": dtype,
-                     "first_20ms_tflops": round(f / statistics.median(first), 1),
-                     "capped_tflops": round(f / statistics.median(last), 1)}
+                     "first_20ms_tflops": round(f / first, 1),
+                     "capped_tflops": round(f / last, 1)}
                 sus.append(r)
                 log("sustained", r)
-                del g, fn
+                del fn
             except Exception as e:
                 RESULT["errors"].append(f"sustained {dtype} {m}x{n}x{k}: {e!r}"[:300])
                 traceback.print_exc()

@@ -15,6 +15,9 @@ import time
 import torch
 import pynvml
 
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from moe_microbench import capture  # noqa: E402
+
 OUT = sys.argv[1] if len(sys.argv) > 1 else "kernel-power.json"
 pynvml.nvmlInit()
 H = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -68,15 +71,7 @@ def kinds():
 
 def run(name, fn, seconds=2.5):
     per = 10
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(per):
-            fn()
+    g = capture(fn, per)
     torch.cuda.synchronize()
     samples = []
     stop = threading.Event()

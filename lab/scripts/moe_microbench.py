@@ -73,19 +73,25 @@ def eager_s(fn, calls=20, warm=5):
     return a.elapsed_time(b) * 1e-3 / calls
 
 
-def graph_s(fn, per_graph=20, replays=7):
-    """GPU seconds per call of fn: a graph of per_graph calls, median of replays."""
+def capture(fn, per, warm=1):
+    """`fn` run `warm` times on a side stream, then `per` calls of it captured in one graph."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for _ in range(3):
+        for _ in range(warm):
             fn()
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for _ in range(per_graph):
+        for _ in range(per):
             fn()
+    return g
+
+
+def graph_s(fn, per_graph=20, replays=7):
+    """GPU seconds per call of fn: a graph of per_graph calls, median of replays."""
+    g = capture(fn, per_graph, warm=3)
     g.replay()
     torch.cuda.synchronize()
     times = []
@@ -99,6 +105,33 @@ def graph_s(fn, per_graph=20, replays=7):
         times.append(a.elapsed_time(b) * 1e-3 / per_graph)
     del g
     return statistics.median(times)
+
+
+def sustained_s(fn, per, seconds=1.5, idle_s=1.0):
+    """Seconds per call of `fn` replayed back to back for `seconds` after `idle_s` idle (graphs
+    of `per` calls): the median in the first 20 ms, the median over the last 0.75 s, and the
+    replays."""
+    g = capture(fn, per)
+    torch.cuda.synchronize()
+    time.sleep(idle_s)
+    marks = []
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        marks.append((a, b))
+        if len(marks) % 20 == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    series = [a.elapsed_time(b) * 1e-3 / per for a, b in marks]
+    starts = [marks[0][0].elapsed_time(a) * 1e-3 for a, _ in marks]
+    first = [x for x, t in zip(series, starts) if t < 0.02]
+    last = [x for x, t in zip(series, starts) if t > starts[-1] - 0.75]
+    med = lambda v: statistics.median(v) if v else None  # noqa: E731
+    return med(first), med(last), len(series)
 
 
 def bf16_gemm(m, n, k):
@@ -282,41 +315,12 @@ def sustained():
                            ("gpt-oss fc1 m1024", 1024, 5760, 2880)):
         for name, make in (("bf16", bf16_gemm), ("fp8", fp8_gemm)):
             fn = make(m, n, k)
-            per = 50
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                fn()
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for _ in range(per):
-                    fn()
-            torch.cuda.synchronize()
-            time.sleep(1.0)
-            marks = []
-            t0 = time.time()
-            while time.time() - t0 < 1.5:
-                a = torch.cuda.Event(enable_timing=True)
-                b = torch.cuda.Event(enable_timing=True)
-                a.record()
-                g.replay()
-                b.record()
-                marks.append((a, b))
-                if len(marks) % 20 == 0:
-                    torch.cuda.synchronize()
-            torch.cuda.synchronize()
-            series = [a.elapsed_time(b) * 1e-3 / per for a, b in marks]
-            starts = [marks[0][0].elapsed_time(a) * 1e-3 for a, _ in marks]
-            first = [x for x, t in zip(series, starts) if t < 0.02]
-            last = [x for x, t in zip(series, starts) if t > starts[-1] - 0.75]
+            first, last, replays = sustained_s(fn, per=50)
             r = {"label": label, "dtype": name, "m": m, "n": n, "k": k,
-                 "first_20ms_s": statistics.median(first) if first else None,
-                 "last_750ms_s": statistics.median(last) if last else None,
-                 "replays": len(series)}
+                 "first_20ms_s": first, "last_750ms_s": last, "replays": replays}
             out.append(r)
             log("sustained", label, name, {kk: round(tflops(m, n, k, v)) for kk, v in r.items() if kk.endswith("_s") and v})
-            del g, fn
+            del fn
     RESULT["sustained"] = out
 
 
