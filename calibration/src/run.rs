@@ -317,25 +317,34 @@ pub fn calibrate_cuda(
     crate::cuda::require_gpu()?;
     let plan = crate::cuda::Plan::new(opts.quick, &opts.scenario_calls);
     let fp8 = crate::cuda::fp8_available();
-    // Rowwise scales are asked about only where FP8 runs at all.
-    let rowwise = fp8
-        .is_ok()
-        .then(|| crate::cuda::fp8_scales_available(twin_sim::scenario::Fp8Recipe::Rowwise));
-    let blockwise = fp8
-        .is_ok()
-        .then(|| crate::cuda::fp8_scales_available(twin_sim::scenario::Fp8Recipe::Blockwise));
-    let plan = match fp8 {
+    let mut plan = match fp8 {
         Ok(()) => plan.with_fp8(),
         Err(_) => plan,
     };
-    let plan = match rowwise {
-        Some(Ok(())) => plan.with_fp8_rowwise(),
-        _ => plan,
-    };
-    let plan = match blockwise {
-        Some(Ok(())) => plan.with_fp8_blockwise(),
-        _ => plan,
-    };
+    // The recipes with scales of their own are asked about only where FP8 runs at all; a
+    // column left out says why.
+    let mut scale_notes = Vec::new();
+    if fp8.is_ok() {
+        use crate::cuda::Plan;
+        use twin_sim::scenario::Fp8Recipe;
+        let columns = [
+            (
+                Fp8Recipe::Rowwise,
+                Plan::with_fp8_rowwise as fn(Plan) -> Plan,
+            ),
+            (Fp8Recipe::Blockwise, Plan::with_fp8_blockwise),
+        ];
+        for (recipe, with) in columns {
+            match crate::cuda::fp8_scales_available(recipe) {
+                Ok(()) => plan = with(plan),
+                Err(why) => scale_notes.push(format!(
+                    "no {r} FP8 GEMM column ({why}): the profile keeps its base's \
+                     [gemm.fp8_{r}], if any (without one, {r} FP8 is priced by [gemm.fp8])",
+                    r = recipe.as_str()
+                )),
+            }
+        }
+    }
     let started = Instant::now();
     let (samples, measure_notes) = crate::cuda::measure(&plan, sink)?;
     let elapsed_s = started.elapsed().as_secs_f64();
@@ -344,23 +353,13 @@ pub fn calibrate_cuda(
     prov.cuda_version = opts.cuda_version.clone();
     prov.nccl_version = opts.nccl_version.clone();
     let mut fits = crate::cuda::fit(&samples)?;
-    match (fp8, rowwise) {
-        (Err(why), _) => fits.notes.push(format!(
+    if let Err(why) = fp8 {
+        fits.notes.push(format!(
             "no FP8 GEMM columns ({why}): the profile keeps its base's [gemm.fp8], \
              [gemm.fp8_rowwise] and [gemm.fp8_blockwise], if any"
-        )),
-        (Ok(()), Some(Err(why))) => fits.notes.push(format!(
-            "no rowwise FP8 GEMM column ({why}): the profile keeps its base's \
-             [gemm.fp8_rowwise], if any (without one, rowwise FP8 is priced by [gemm.fp8])"
-        )),
-        (Ok(()), _) => {}
-    }
-    if let Some(Err(why)) = blockwise {
-        fits.notes.push(format!(
-            "no blockwise FP8 GEMM column ({why}): the profile keeps its base's \
-             [gemm.fp8_blockwise], if any (without one, blockwise FP8 is priced by [gemm.fp8])"
         ));
     }
+    fits.notes.extend(scale_notes);
     fits.notes.extend(measure_notes);
     fits.notes.push(power_cap_note(&fits.sustained));
     let profile = cuda_profile(start, &fits, &prov);

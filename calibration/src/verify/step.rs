@@ -432,7 +432,7 @@ fn write_traces(
 fn backend_notes_text(notes: &[String]) -> String {
     notes
         .iter()
-        .filter(|n| n.starts_with("measured: "))
+        .filter(|n| n.starts_with(launch::BACKEND_NOTE_PREFIX))
         .map(|n| format!("note: {n}\n"))
         .collect()
 }

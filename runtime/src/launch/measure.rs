@@ -444,6 +444,10 @@ pub struct RunReport {
     pub final_weights_digest: Vec<String>,
 }
 
+/// What starts a report note that a rank's backend wrote ([`RankMeasure::notes`]), so a reader
+/// of the report can tell them from the report's own.
+pub const BACKEND_NOTE_PREFIX: &str = "measured: ";
+
 /// Build the measured report.
 pub fn report(
     scenario: &Scenario,
@@ -458,7 +462,7 @@ pub fn report(
     // The backends' notes, once each, after the report's own: a measurement that ran
     // otherwise than the scenario says must say so.
     for n in ranks.iter().flat_map(|r| &r.notes) {
-        let n = format!("measured: {n}");
+        let n = format!("{BACKEND_NOTE_PREFIX}{n}");
         if !report.notes.contains(&n) {
             report.notes.push(n);
         }

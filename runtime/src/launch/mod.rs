@@ -23,7 +23,7 @@ pub use device::{run_device_worker, DeviceBackend, DeviceWorkerOptions};
 pub use env::RankEnv;
 pub use inject::{At, InjectError, Injection, KillPoint};
 pub use launcher::{launch, LaunchError, LaunchOptions, LaunchOutput};
-pub use measure::{merge, report, GapStats, Merged, RankMeasure, RunReport};
+pub use measure::{merge, report, GapStats, Merged, RankMeasure, RunReport, BACKEND_NOTE_PREFIX};
 pub use recover::{launch_with_recovery, CheckpointSummary, Recovered, Recovery, RecoveryOptions};
 pub use rundir::RunDir;
 pub use scale::{ScaleError, ScaleFactor, ScaleKey};

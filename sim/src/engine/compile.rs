@@ -537,7 +537,9 @@ pub(crate) fn compile(
         if !runs(&op.kind) {
             let mem_pos = mem_ops.len() as u32;
             let start = mem_waits.len() as u32;
-            // The replay waits on the op before it on its stream and on its deps.
+            // The replay waits on the op before it on its stream and on its deps; to an op
+            // that runs, waiting for this one means waiting for those (as a frontier, with
+            // what the memory ops among them waited on, merged above).
             for r in last
                 .get(stream)
                 .into_iter()
@@ -547,11 +549,13 @@ pub(crate) fn compile(
                 if r == NONE {
                     continue;
                 }
-                mem_waits.push(if r & MEM_REF != 0 {
-                    r
+                if r & MEM_REF != 0 {
+                    mem_waits.push(r);
                 } else {
-                    record_slot(&mut ops, r, &mut recorded)
-                });
+                    mem_waits.push(record_slot(&mut ops, r, &mut recorded));
+                    let s = ops.get(r as usize).map_or(0, |o| o.stream as usize);
+                    raise(&mut frontier, s, r);
+                }
             }
             let Some(effect) = effect_of(&op.kind, &mut open, index, i32_)? else {
                 continue;
@@ -565,19 +569,6 @@ pub(crate) fn compile(
                     end: mem_waits.len() as u32,
                 },
             });
-            // What waiting for this op means to an op that runs: its own waits, as a frontier.
-            if let Some(&l) = last.get(stream) {
-                if l != NONE && l & MEM_REF == 0 {
-                    raise(&mut frontier, stream, l);
-                }
-            }
-            for &d in &op.deps {
-                let at = open.pos_of.get(d as usize).copied().unwrap_or(0);
-                if at & MEM_REF == 0 {
-                    let s = ops.get(at as usize).map_or(0, |o| o.stream as usize);
-                    raise(&mut frontier, s, at);
-                }
-            }
             open.frontier.push(frontier);
             if let Some(c) = carry.get_mut(stream) {
                 *c = frontier;

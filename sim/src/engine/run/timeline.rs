@@ -68,11 +68,7 @@ impl<S: Slots> State<S> {
             if let Some(m) = self.mem.get_mut(slot) {
                 *m = mem;
             }
-            let Some(trace) = self
-                .trace
-                .as_mut()
-                .filter(|_| Self::traces(&self.traced, slot))
-            else {
+            let Some(trace) = self.trace.as_mut().filter(|_| traced) else {
                 continue;
             };
             if let Some(applied) = effects.get(slot) {
