@@ -555,18 +555,23 @@ fn synthetic_rowwise(seed: u64) -> (Plan, CudaSamples) {
     (plan, s)
 }
 
-/// The backend runs rowwise scales as they are only on Hopper (compute capability 9.x);
-/// elsewhere it would run them per tensor, which a rowwise column must not measure.
+/// The backend runs rowwise and block scales as they are only on Hopper (compute capability
+/// 9.x); elsewhere it would run them per tensor, which their columns must not measure. The
+/// per-tensor recipes have no scales of their own to check.
 #[test]
-fn rowwise_is_measured_only_where_the_backend_runs_it() {
-    assert_eq!(scales_run_on((9, 0), Fp8Recipe::Rowwise), Ok(()));
-    for cc in [(8, 9), (10, 0), (12, 0)] {
-        let why = scales_run_on(cc, Fp8Recipe::Rowwise).unwrap_err();
-        assert!(why.contains("per-tensor"), "{cc:?}: {why}");
+fn own_scales_are_measured_only_where_the_backend_runs_them() {
+    for recipe in [Fp8Recipe::Rowwise, Fp8Recipe::Blockwise] {
+        assert_eq!(scales_run_on((9, 0), recipe), Ok(()), "{recipe:?}");
+        for cc in [(8, 9), (10, 0), (12, 0)] {
+            let why = scales_run_on(cc, recipe).unwrap_err();
+            assert!(why.contains("per-tensor"), "{recipe:?} {cc:?}: {why}");
+        }
     }
     // No FP8 tensor cores at all.
     let why = scales_run_on((8, 0), Fp8Recipe::Rowwise).unwrap_err();
     assert!(why.contains("no FP8 tensor cores"), "{why}");
+    let why = scales_run_on((9, 0), Fp8Recipe::Tensorwise).unwrap_err();
+    assert!(why.contains("no scales of its own"), "{why}");
 }
 
 /// The rowwise column is the FP8 column's shapes again, and the progress bar counts it.
@@ -989,21 +994,6 @@ fn back_to_back_runs_travel_through_the_samples_and_the_fits() {
 const BLOCKWISE_RATE: f64 = 1_200e12;
 const BLOCKWISE_K_HALF: f64 = 400.0;
 const BLOCKWISE_RAMP_NS: f64 = 9_000.0;
-
-/// The backend runs block scales as they are (128 x 128 weights, 1 x 128 activations) only
-/// on Hopper; elsewhere it would run them per tensor, which a blockwise column must not
-/// measure.
-#[test]
-fn blockwise_is_measured_only_where_the_backend_runs_it() {
-    assert_eq!(scales_run_on((9, 0), Fp8Recipe::Blockwise), Ok(()));
-    for cc in [(8, 9), (10, 0), (12, 0)] {
-        let why = scales_run_on(cc, Fp8Recipe::Blockwise).unwrap_err();
-        assert!(why.contains("per-tensor"), "{cc:?}: {why}");
-    }
-    // The per-tensor recipes have no scales of their own to check.
-    let why = scales_run_on((9, 0), Fp8Recipe::Tensorwise).unwrap_err();
-    assert!(why.contains("no scales of its own"), "{why}");
-}
 
 /// A blockwise column repeats the FP8 shapes, is counted by the progress bar, is fitted as
 /// its own curve and written as `[gemm.fp8_blockwise]`, which the cost model prices blockwise
