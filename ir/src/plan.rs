@@ -207,16 +207,17 @@ pub struct Plan {
     pub expert_fold: Option<ExpertFold>,
 }
 
-/// Expert layers that refold a stage's tensor- and data-parallel ranks (`etp` other than `tp`,
-/// Megatron-Core's expert rank generator, expert tp innermost, then ep, then the expert data
-/// parallelism): within each stage's block of consecutive ranks, the expert-parallel group is
-/// `ep` ranks `etp` apart and the expert data-parallel group the ranks `etp * ep` apart. The
-/// mesh's ep axis is then 1 and its dp axis the dense layers' whole `dp`.
+/// Expert layers that refold a stage's tensor-, context- and data-parallel ranks (`etp` other
+/// than `tp`, or `ep` under `cp > 1`; Megatron-Core's expert rank generator, expert tp
+/// innermost, then ep, then the expert data parallelism): within each stage's block of
+/// `tp * cp * dp` consecutive ranks, the expert-parallel group is `ep` ranks `etp` apart and
+/// the expert data-parallel group the ranks `etp * ep` apart. The mesh's ep axis is then 1 and
+/// its dp axis the dense layers' whole `dp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct ExpertFold {
     pub etp: u32,
     pub ep: u32,
-    /// Expert data-parallel ranks: `tp * dp / (etp * ep)`.
+    /// Expert data-parallel ranks: `tp * cp * dp / (etp * ep)`.
     pub edp: u32,
 }
 
@@ -262,11 +263,11 @@ impl Plan {
         }
         // The mesh's dp axis is the expert layers' data parallelism: ep groups ep of the dense
         // layers' dp ranks (Megatron-Core's mesh), so tp*cp*ep*edp*pp = tp*cp*dp*pp. When the
-        // expert layers refold the tensor-parallel ranks, the fold holds their mesh instead.
+        // expert layers refold a stage's ranks, the fold holds their mesh instead.
         let expert_fold = if p.expert_refold() {
-            let block = u64::from(p.tp) * u64::from(p.dp);
+            let block = p.expert_block();
             let experts = u64::from(p.etp()) * u64::from(p.ep);
-            if p.cp != 1 || !block.is_multiple_of(experts) || p.order.last() != Some(&Axis::Pp) {
+            if !block.is_multiple_of(experts) || p.order.last() != Some(&Axis::Pp) {
                 return Err(PlanError::EpDp { ep: p.ep, dp: p.dp });
             }
             Some(ExpertFold {

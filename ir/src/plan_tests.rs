@@ -403,6 +403,56 @@ fn expert_layers_with_etp_1_refold_the_tensor_parallel_ranks() {
     assert_eq!(plan.group_size(GroupKind::ExpertDp), 1);
 }
 
+/// Expert parallelism under context parallelism refolds a stage's `tp * cp * dp` ranks as
+/// Megatron-Core's expert rank generator does: with tp 1, cp 2, dp 4 and ep 4 the ep group of
+/// rank 0 is its cp partner and the next dp replica's two cp ranks (0-3, the ranks `etp = tp`
+/// apart), where the dense mesh would have put it along dp (0, 2, 4, 6); the experts' data
+/// parallelism is the `cp * dp / ep = 2` ranks 4 apart. With tp 2 and `etp = 1` the ep group is
+/// the consecutive ranks of the stage's tp, cp and dp block.
+#[test]
+fn expert_layers_under_context_parallelism_refold_the_context_parallel_ranks() {
+    let mut s = small_scenario(1, 1, 4, 4);
+    s.parallel.cp = 2;
+    s.cluster.gpus = 8;
+    s.parallel.ep = 4;
+    let plan = Plan::new(&s).unwrap();
+    assert_eq!(plan.world, 8);
+    assert_eq!(
+        plan.expert_fold,
+        Some(ExpertFold {
+            etp: 1,
+            ep: 4,
+            edp: 2
+        })
+    );
+    let members =
+        |plan: &Plan, r: RankId, k: GroupKind| plan.group(plan.group_of(r, k)).members.clone();
+    assert_eq!(members(&plan, 0, GroupKind::Cp), vec![0, 1]);
+    assert_eq!(members(&plan, 0, GroupKind::Ep), vec![0, 1, 2, 3]);
+    assert_eq!(members(&plan, 6, GroupKind::Ep), vec![4, 5, 6, 7]);
+    assert_eq!(members(&plan, 1, GroupKind::ExpertDp), vec![1, 5]);
+    // The dense layers' gradients still reduce over cp and dp: every rank of the stage.
+    assert_eq!(
+        members(&plan, 0, GroupKind::DenseDp),
+        (0..8).collect::<Vec<_>>()
+    );
+
+    // tp 2 (etp = 1), cp 2, dp 2, ep 8 over two stages: each stage's 8 ranks are one ep group.
+    let mut s = small_scenario(2, 2, 2, 4);
+    s.parallel.cp = 2;
+    s.cluster.gpus = 16;
+    s.parallel.ep = 8;
+    s.parallel.etp = Some(1);
+    s.parallel.sequence_parallel = true;
+    let plan = Plan::new(&s).unwrap();
+    assert_eq!(
+        members(&plan, 9, GroupKind::Ep),
+        (8..16).collect::<Vec<_>>()
+    );
+    assert_eq!(members(&plan, 9, GroupKind::Tp), vec![8, 9]);
+    assert_eq!(plan.group_size(GroupKind::ExpertDp), 1);
+}
+
 /// DualPipe: stage s holds model stage s (chunk 0) and model stage pp - 1 - s (chunk 1), both
 /// ends hold the embedding and the head, and the split is still the pp stages'.
 #[test]

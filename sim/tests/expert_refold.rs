@@ -1,6 +1,7 @@
-//! Expert layers that refold the tensor-parallel ranks (`etp = 1` under `tp = 2`) run end to
-//! end: the schedule validates, every rank finishes, simulating one representative per stage
-//! gives the step of simulating every rank, and the scenario file says it as Megatron-Core does.
+//! Expert layers that refold a stage's ranks (`etp = 1` under `tp = 2`, and expert parallelism
+//! under context parallelism) run end to end: the schedule validates, every rank finishes,
+//! simulating one representative per stage gives the step of simulating every rank, and the
+//! scenario file says it as Megatron-Core does.
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
 use twin_sim::cost::Analytic;
@@ -43,9 +44,16 @@ fn a_refolded_expert_layout_simulates_collapsed_as_in_full() {
     // ep 8 spans the tp pairs of four dp ranks: consecutive ranks of the stage.
     let ep = plan.group(plan.group_of(0, GroupKind::Ep));
     assert_eq!(ep.members, (0..8).collect::<Vec<_>>());
-    let sched = generate(&s, &plan).unwrap();
+    step_collapsed_as_in_full(&s);
+}
+
+/// Simulates `s` collapsed and with every rank, after validating its schedule, and returns
+/// the step time (the two must agree).
+fn step_collapsed_as_in_full(s: &twin_sim::scenario::Scenario) -> u64 {
+    let plan = Plan::new(s).unwrap();
+    let sched = generate(s, &plan).unwrap();
     sched.validate(&plan).unwrap();
-    let cost = Analytic::new(&s);
+    let cost = Analytic::new(s);
     let full = simulate(
         &plan,
         &sched,
@@ -59,6 +67,46 @@ fn a_refolded_expert_layout_simulates_collapsed_as_in_full() {
     let collapsed = simulate(&plan, &sched, &cost, &SimOptions::default()).unwrap();
     assert!(full.step_time_ns > 0);
     assert_eq!(collapsed.step_time_ns, full.step_time_ns);
+    full.step_time_ns
+}
+
+/// Under context parallelism the expert layers refold the stage's ranks, with `etp = 1` under
+/// `tp = 2` and with `etp = tp`: the ep group takes the context-parallel ranks first, so at
+/// tp 1, cp 2 and ep 8 on 16 GPUs it is one node's 8 consecutive ranks, where ep along dp
+/// would span both nodes (ranks 0, 2, ..., 14). Both layouts simulate, collapsed as in full.
+#[test]
+fn expert_layers_under_context_parallelism_run_end_to_end() {
+    let s = parse_str(
+        TEXT,
+        "refold.toml",
+        &["parallel.cp=2".into(), "cluster.gpus=64".into()],
+    )
+    .unwrap();
+    assert_eq!(
+        (s.parallel.dp, s.parallel.etp(), s.parallel.edp()),
+        (8, 1, 4)
+    );
+    step_collapsed_as_in_full(&s);
+
+    let s = parse_str(
+        TEXT,
+        "cp.toml",
+        &[
+            "parallel.tp=1".into(),
+            "parallel.pp=1".into(),
+            "parallel.cp=2".into(),
+            "parallel.etp=1".into(),
+            "parallel.sequence_parallel=false".into(),
+            "cluster.gpus=16".into(),
+        ],
+    )
+    .unwrap();
+    assert_eq!((s.parallel.dp, s.parallel.edp()), (8, 2));
+    let plan = Plan::new(&s).unwrap();
+    let ep = plan.group(plan.group_of(0, GroupKind::Ep));
+    assert_eq!(ep.members, (0..8).collect::<Vec<_>>());
+    assert_eq!(ep.nodes, 1);
+    step_collapsed_as_in_full(&s);
 }
 
 #[test]
@@ -78,7 +126,10 @@ fn etp_other_than_one_or_tp_and_missing_sequence_parallelism_are_refused() {
     let e = parse_str(TEXT, "r.toml", &["parallel.ep=3".into()])
         .unwrap_err()
         .to_string();
-    assert!(e.contains("ep = 3 does not divide tp*dp = 16"), "{e}");
+    assert!(
+        e.contains("ep = 3 does not divide tp*cp*dp/etp = 2*1*8/1 = 16"),
+        "{e}"
+    );
 }
 
 /// Every mixture-of-experts, latent-attention and expert-parallel key survives the scenario

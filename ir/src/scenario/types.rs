@@ -439,11 +439,11 @@ fn default_cp_algorithm() -> CpAlgorithm {
 }
 
 impl Parallel {
-    /// Data-parallel size of the expert layers: `dp / ep`, or `tp * dp / (etp * ep)` when the
-    /// expert layers refold the tensor-parallel ranks.
+    /// Data-parallel size of the expert layers: `dp / ep`, or `tp * cp * dp / (etp * ep)` when
+    /// the expert layers refold a stage's ranks.
     pub fn edp(&self) -> u32 {
         if self.expert_refold() {
-            let block = u64::from(self.tp) * u64::from(self.dp);
+            let block = self.expert_block();
             let experts = u64::from(self.etp()) * u64::from(self.ep.max(1));
             u32::try_from(block / experts.max(1)).unwrap_or(u32::MAX)
         } else {
@@ -456,11 +456,19 @@ impl Parallel {
         self.etp.unwrap_or(self.tp)
     }
 
-    /// Whether the expert layers refold the tensor-parallel ranks (`etp` other than `tp`): then
-    /// their expert-parallel groups are `ep` consecutive ranks of a stage, not `ep` of its
-    /// data-parallel ranks.
+    /// Whether the expert layers refold a stage's `tp * cp * dp` ranks as `etp * ep * edp`
+    /// (Megatron-Core's expert rank generator, expert tp innermost, then ep, then the expert
+    /// data parallelism): when `etp` is other than `tp`, and when expert parallelism meets
+    /// context parallelism (the expert-parallel group then takes the context-parallel ranks
+    /// first, `etp` apart, where the dense mesh would put it along dp). Otherwise the expert
+    /// layers keep the dense mesh: `ep` groups `ep` of the data-parallel ranks.
     pub fn expert_refold(&self) -> bool {
-        self.etp() != self.tp
+        self.etp() != self.tp || (self.cp > 1 && self.ep > 1)
+    }
+
+    /// The ranks of a stage that the expert layers refold: `tp * cp * dp`.
+    pub fn expert_block(&self) -> u64 {
+        u64::from(self.tp) * u64::from(self.cp.max(1)) * u64::from(self.dp)
     }
 
     pub const DEFAULT_ORDER: [Axis; 5] = [Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp];

@@ -508,20 +508,42 @@ fn mesh(c: &Checker<'_>, s: &Scenario, dp: Option<u32>) -> Result<u32, ScenarioE
     Ok(dp)
 }
 
-/// Expert layers that refold the tensor-parallel ranks (`etp` other than `tp`): twin models
-/// `etp = 1`, the experts whole on their ranks and the expert-parallel groups `ep` consecutive
-/// ranks of a stage's `tp * dp`, as Megatron-Core's expert rank generator orders them
-/// (tp-ep-dp-pp with the expert tp; NVIDIA/Megatron-LM@d98e8a64dd
-/// megatron/core/parallel_state.py). Each rank dispatches its own sequence-parallel tokens,
-/// so tensor parallelism needs sequence parallelism, as Megatron-Core requires with MoE.
+/// Expert layers that refold a stage's `tp * cp * dp` ranks (`etp` other than `tp`, or `ep`
+/// under context parallelism): twin models `etp = 1` (the experts whole on their ranks) and
+/// `etp = tp` (split like the dense MLP), the expert-parallel groups `ep` ranks `etp` apart
+/// within the stage's block, as Megatron-Core's expert rank generator orders them (tp-ep-dp-pp
+/// with the expert tp; NVIDIA/Megatron-LM@d98e8a64dd megatron/core/parallel_state.py). Under
+/// `etp = 1` each rank dispatches its own sequence-parallel tokens, so tensor parallelism needs
+/// sequence parallelism, as Megatron-Core requires with MoE.
 fn expert_refold(c: &Checker<'_>, s: &Scenario, dp: u32) -> Result<(), ScenarioError> {
     let p = &s.parallel;
     let etp = p.etp();
     let etp_key = ("parallel.etp", v(etp));
+    // What makes the expert layers refold, for the messages.
+    let (why, why_keys, undo) = if etp != p.tp {
+        (
+            format!("etp = {etp} under tp = {}", p.tp),
+            vec![etp_key.clone()],
+            "etp = tp".to_string(),
+        )
+    } else {
+        (
+            format!("ep = {} under cp = {}", p.ep, p.cp),
+            vec![("parallel.ep", v(p.ep)), ("parallel.cp", v(p.cp))],
+            "ep = 1 or cp = 1".to_string(),
+        )
+    };
+    let with = |extra: &[(&'static str, String)]| -> Vec<(&'static str, String)> {
+        why_keys
+            .iter()
+            .cloned()
+            .chain(extra.iter().cloned())
+            .collect()
+    };
     let fail = |keys: &[(&str, String)], message: String, allowed: String| {
         Err(c.fail(keys, message, allowed))
     };
-    if etp != 1 {
+    if etp != 1 && etp != p.tp {
         return fail(
             &[etp_key, ("parallel.tp", v(p.tp))],
             format!(
@@ -538,14 +560,7 @@ fn expert_refold(c: &Checker<'_>, s: &Scenario, dp: u32) -> Result<(), ScenarioE
             "leave etp out, or a mixture-of-experts model (model.experts)".to_string(),
         );
     }
-    if p.cp > 1 {
-        return fail(
-            &[etp_key, ("parallel.cp", v(p.cp))],
-            "etp = 1 under tp > 1 with context parallelism is not modelled".to_string(),
-            "cp = 1, or etp = tp".to_string(),
-        );
-    }
-    if p.tp > 1 && !p.sequence_parallel {
+    if etp == 1 && p.tp > 1 && !p.sequence_parallel {
         return fail(
             &[etp_key, ("parallel.sequence_parallel", v(false))],
             "etp = 1 under tp > 1: each rank dispatches its own sequence-parallel tokens to the \
@@ -555,33 +570,35 @@ fn expert_refold(c: &Checker<'_>, s: &Scenario, dp: u32) -> Result<(), ScenarioE
             "sequence_parallel = true, or etp = tp".to_string(),
         );
     }
-    let block = u64::from(p.tp) * u64::from(dp);
-    if !block.is_multiple_of(u64::from(p.ep)) {
+    // The derived dp: the scenario's own may not be set yet.
+    let block = u64::from(p.tp) * u64::from(p.cp.max(1)) * u64::from(dp);
+    let per_expert_tp = block / u64::from(etp.max(1));
+    if !block.is_multiple_of(u64::from(etp.max(1)) * u64::from(p.ep.max(1))) {
         return fail(
-            &[etp_key, ("parallel.ep", v(p.ep)), ("parallel.dp", v(dp))],
+            &with(&[("parallel.dp", v(dp))]),
             format!(
-                "ep = {} does not divide tp*dp = {block}, the ranks of a stage the expert layers \
-                 refold",
-                p.ep
+                "ep = {} does not divide tp*cp*dp/etp = {}*{}*{dp}/{etp} = {per_expert_tp}, the \
+                 ranks of a stage the expert layers refold ({why})",
+                p.ep, p.tp, p.cp
             ),
-            format!("ep dividing {block}: {}", divisors(block, u64::MAX, 16)),
+            format!(
+                "ep dividing {per_expert_tp}: {}",
+                divisors(per_expert_tp, u64::MAX, 16)
+            ),
         );
     }
     if p.order.last() != Some(&Axis::Pp) {
         return fail(
-            &[etp_key, ("parallel.order", "a custom order".to_string())],
-            "etp = 1 under tp > 1 needs pp as the outermost axis".to_string(),
-            "the default order, or etp = tp".to_string(),
+            &with(&[("parallel.order", "a custom order".to_string())]),
+            format!("{why}: the expert layers refold a stage's ranks, which needs pp as the outermost axis"),
+            format!("the default order, or {undo}"),
         );
     }
     if p.fsdp_degree.is_some_and(|f| f != dp) {
         return fail(
-            &[
-                etp_key,
-                ("parallel.fsdp_degree", v(p.fsdp_degree.unwrap_or(dp))),
-            ],
-            "HSDP with etp = 1 under tp > 1 is not modelled".to_string(),
-            "leave fsdp_degree out, or etp = tp".to_string(),
+            &with(&[("parallel.fsdp_degree", v(p.fsdp_degree.unwrap_or(dp)))]),
+            format!("HSDP with {why} (expert layers that refold a stage's ranks) is not modelled"),
+            format!("leave fsdp_degree out, or {undo}"),
         );
     }
     Ok(())

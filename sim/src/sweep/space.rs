@@ -589,24 +589,25 @@ fn recompute_of(name: &str) -> Recompute {
     }
 }
 
-/// The expert layouts `--search` tries for one tp and dp, as (ep, etp): the base's ep for a
-/// dense model (it stays 1); for a mixture of experts every ep dividing both dp and the
-/// experts with the experts split like the MLP (etp = tp), and, under tensor parallelism,
-/// every ep dividing both tp*dp and the experts with whole experts (etp = 1, which refolds the
-/// tensor-parallel ranks and needs cp = 1).
+/// The expert layouts `--search` tries for one tp, dp and cp, as (ep, etp): the base's ep for
+/// a dense model (it stays 1); for a mixture of experts every ep dividing both the experts and
+/// dp (`cp * dp` under context parallelism, where the expert layers refold the stage's ranks)
+/// with the experts split like the MLP (etp = tp), and, under tensor parallelism, every ep
+/// dividing both `tp * cp * dp` and the experts with whole experts (etp = 1, which refolds the
+/// stage's ranks).
 fn expert_layouts(base: &Scenario, tp: u64, dp: u64, cp: u64) -> Vec<(u32, u32)> {
     let Some(moe) = &base.model.moe else {
         return vec![(base.parallel.ep, u32_of(tp))];
     };
     let experts = u64::from(moe.experts);
-    let mut out: Vec<(u32, u32)> = divisors(dp)
+    let mut out: Vec<(u32, u32)> = divisors(cp * dp)
         .into_iter()
         .filter(|ep| experts.is_multiple_of(*ep))
         .map(|ep| (u32_of(ep), u32_of(tp)))
         .collect();
-    if tp > 1 && cp == 1 {
+    if tp > 1 {
         out.extend(
-            divisors(tp * dp)
+            divisors(tp * cp * dp)
                 .into_iter()
                 .filter(|ep| experts.is_multiple_of(*ep))
                 .map(|ep| (u32_of(ep), 1)),
@@ -804,17 +805,27 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for l in &layouts {
             let (tp, dp, ep, etp) = (get(l, "tp"), get(l, "dp"), get(l, "ep"), get(l, "etp"));
+            // A mixture-of-experts layout names cp only when it is not 1.
+            let cp = l
+                .iter()
+                .find_map(|o| o.strip_prefix("parallel.cp="))
+                .map_or(1, |v| v.parse().unwrap());
             assert_eq!(8 % ep, 0, "{l:?}");
             if etp == tp {
-                assert_eq!(dp % ep, 0, "{l:?}");
+                // ep groups dp ranks, or, under cp, the stage's cp and dp ranks.
+                assert_eq!((cp * dp) % ep, 0, "{l:?}");
             } else {
-                assert_eq!((etp, (tp * dp) % ep), (1, 0), "{l:?}");
+                assert_eq!((etp, (tp * cp * dp) % ep), (1, 0), "{l:?}");
             }
-            seen.insert((tp, ep, etp));
+            seen.insert((tp, cp, ep, etp));
         }
-        assert!(seen.contains(&(2, 4, 2)));
-        assert!(seen.contains(&(2, 8, 1)));
-        assert!(seen.contains(&(1, 8, 1)));
+        assert!(seen.contains(&(2, 1, 4, 2)));
+        assert!(seen.contains(&(2, 1, 8, 1)));
+        assert!(seen.contains(&(1, 1, 8, 1)));
+        // Under context parallelism: ep over the cp and dp ranks (dp 4 alone would not hold
+        // ep 8), and whole experts over tp, cp and dp.
+        assert!(seen.contains(&(2, 2, 8, 2)));
+        assert!(seen.contains(&(2, 2, 8, 1)));
         // A dense model's layouts do not name ep, etp or moe_a2a_overlap.
         let dense = search(&small_scenario(2, 1, 8, 8), &SearchSpace::default());
         assert!(dense.iter().flatten().all(|o| !o.starts_with("parallel.ep")

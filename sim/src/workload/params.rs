@@ -592,7 +592,7 @@ pub(crate) fn optimizer_shard(
 }
 
 /// Sizes of the data-parallel groups that shard dense and expert state: DenseDp is `dp*cp`,
-/// ExpertDp is `dp/ep*cp` (`tp*dp/(etp*ep)` when the expert layers refold tp), with `fsdp_degree` for `dp` under HSDP (the state is replicated
+/// ExpertDp is `dp/ep*cp` (`tp*cp*dp/(etp*ep)` when the expert layers refold a stage), with `fsdp_degree` for `dp` under HSDP (the state is replicated
 /// across the `dp / fsdp_degree` shard groups; validation keeps HSDP to `ep = 1`).
 pub(crate) fn dp_sizes(s: &Scenario) -> (u64, u64) {
     let p = &s.parallel;
@@ -602,7 +602,7 @@ pub(crate) fn dp_sizes(s: &Scenario) -> (u64, u64) {
         u64::from(p.cp.max(1)),
     );
     // Expert layers that refold the tensor-parallel ranks have their own data parallelism
-    // (`tp * dp / (etp * ep)`, no HSDP and no cp there).
+    // (`tp * cp * dp / (etp * ep)`, no HSDP there).
     let expert = if p.expert_refold() {
         u64::from(p.edp().max(1))
     } else {

@@ -268,6 +268,38 @@ fn whole_experts_hold_and_shard_their_state_over_the_refolded_ranks() {
     );
 }
 
+/// Under context parallelism the refolded expert layers take the context-parallel ranks too:
+/// with tp 2 (`etp = 1`), cp 2 and dp 4, each rank dispatches the routed copies of its own
+/// quarter of the sequence (its cp half, split again by sequence parallelism), and the
+/// experts' state shards over the `tp * cp * dp / ep = 4` ranks that hold the same experts,
+/// the dense state over the `cp * dp = 8`.
+#[test]
+fn refolded_experts_under_context_parallelism_take_the_context_parallel_ranks() {
+    use crate::plan::GroupKind;
+    let (s, h) = (512u64, 256u64);
+    let mut sc = refold(Some(1));
+    sc.parallel.cp = 2;
+    sc.cluster.gpus *= 2;
+    sc.parallel.zero = 1;
+    let plan = Plan::new(&sc).unwrap();
+    assert_eq!(sc.parallel.edp(), 4);
+    let w = layers_work(&sc, &plan, &plan.chunks[0][0], 0, 1, false, false);
+    let a2a: Vec<(u64, u32)> = w
+        .forward
+        .comms
+        .iter()
+        .filter(|c| c.group == GroupKind::Ep)
+        .map(|c| (c.bytes, c.calls))
+        .collect();
+    assert_eq!(a2a, vec![(2 * (s / 4) * 2 * h, 2)]);
+    let p = crate::workload::chunk_params(&sc, &plan, &plan.chunks[0][0]);
+    let b = crate::workload::state_bytes(&sc, &plan, 0);
+    assert_eq!(
+        b.optimizer_bytes,
+        (12 * p.dense).div_ceil(8) + (12 * p.expert).div_ceil(4)
+    );
+}
+
 /// A multi-token prediction module on the head's chunk: the forward adds the projection of the
 /// concatenated norms (`T x 2h x h`), one more layer and the output head again; the chunk holds
 /// the module's layer, three norms and projection, and a copy of the word embeddings; the
