@@ -479,17 +479,24 @@ pub struct StateCoefficients {
 /// - bf16: 2 + 4 + 12 (Megatron-LM accumulates bf16 gradients in fp32 main grads);
 /// - fp8: as bf16 (weights are kept in bf16; fp8 casts are transient per GEMM);
 /// - fp32: 4 + 4 + 8 (no master copy);
-/// - bf16 or fp16 under autocast (the framework's `memory.autocast_weight_copies`: PyTorch
-///   AMP over fp32 parameters): 4 + 4 + 8, as fp32.
+/// - bf16, fp16 or fp8 over fp32 parameters (the framework's `memory.fp32_params`: PyTorch
+///   FSDP's mixed precision, which casts the fp32 shards at each gather; or
+///   `memory.autocast_weight_copies`: PyTorch AMP): 4 + 4 + 8, as fp32, the 16-bit copies
+///   being transient.
 ///
 /// SGD with momentum keeps 4 bytes of momentum (+ 4 for the master copy).
 pub fn state_coefficients(training: &Training) -> StateCoefficients {
-    let autocast = training.framework.memory.autocast_weight_copies;
+    let memory = &training.framework.memory;
+    let autocast = memory.autocast_weight_copies;
+    let fp32_params = memory.fp32_params;
     let (weight_bytes, grad_bytes, master_copy) = match training.precision {
         Precision::Fp32 => (4, 4, false),
         // Autocast over fp32 parameters: they are the weights the optimizer updates, with
         // fp32 gradients; the compute-dtype copies are transient (`workload::activations`).
         Precision::Fp16 | Precision::Bf16 if autocast => (4, 4, false),
+        // FSDP's mixed precision: the fp32 shards are the parameters the optimizer updates;
+        // the gathered 16-bit (or FP8) copies are transient (the gather buffers).
+        Precision::Fp16 | Precision::Bf16 | Precision::Fp8 if fp32_params => (4, 4, false),
         Precision::Fp16 => (2, 2, true),
         Precision::Bf16 | Precision::Fp8 => (2, 4, true),
     };

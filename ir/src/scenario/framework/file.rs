@@ -82,6 +82,7 @@ struct RawOptimizer {
 struct RawMemory {
     contiguous_grad_buffer: Cited<bool>,
     autocast_weight_copies: Cited<bool>,
+    fp32_params: Option<Cited<bool>>,
     loss_logits_bytes: Cited<u64>,
     loss_backward_bytes: Option<Cited<u64>>,
     allocator_slack_fraction: Cited<f64>,
@@ -416,6 +417,12 @@ impl Reader<'_> {
                 .cited("memory.contiguous_grad_buffer", &m.contiguous_grad_buffer)?,
             autocast_weight_copies: self
                 .cited("memory.autocast_weight_copies", &m.autocast_weight_copies)?,
+            fp32_params: m
+                .fp32_params
+                .as_ref()
+                .map(|c| self.cited("memory.fp32_params", c))
+                .transpose()?
+                .unwrap_or(false),
             loss_logits_bytes: self.count(
                 "memory.loss_logits_bytes",
                 &m.loss_logits_bytes,

@@ -430,6 +430,13 @@ pub struct MemoryHabits {
     pub contiguous_grad_buffer: bool,
     /// Autocast keeps 16-bit copies of fp32 weights during the forward.
     pub autocast_weight_copies: bool,
+    /// The model's parameters are fp32 and are what the optimizer updates: no 16-bit copy is
+    /// kept beside a separate fp32 master, and the 16-bit weights exist only as the copies made
+    /// for compute (PyTorch FSDP's mixed precision casts the fp32 shards at each gather).
+    /// `autocast_weight_copies` implies it. False (the default): 16-bit parameters beside fp32
+    /// master weights in the optimizer (Megatron-Core, DeepSpeed).
+    #[serde(default)]
+    pub fp32_params: bool,
     /// Bytes per logit element the loss keeps from the forward for the backward (4: the
     /// fp32 softmax).
     pub loss_logits_bytes: u64,

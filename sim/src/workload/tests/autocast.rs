@@ -83,6 +83,55 @@ fn autocast_keeps_fp32_parameters_and_no_master_copy() {
     );
 }
 
+/// FSDP's mixed precision over fp32 parameters (`memory.fp32_params`, torchtitan's and
+/// llm-foundry's files): 4 + 4 + 8 bytes per parameter under bf16 and FP8, no master copy and no
+/// 16-bit weights kept beside it, and without autocast's per-weight casts; under ZeRO-3 each
+/// rank holds its `1/dp` of the 16 bytes, where Megatron-Core's 16-bit parameters beside fp32
+/// master weights hold 18.
+#[test]
+fn fsdp_over_fp32_parameters_keeps_no_master_copy() {
+    for precision in [Precision::Bf16, Precision::Fp8] {
+        for fw in [Bundled::Torchtitan, Bundled::LlmFoundry] {
+            let mut s = scenario(false, 1);
+            s.training.framework = fw.framework().unwrap();
+            s.training.precision = precision;
+            assert!(s.training.framework.memory.fp32_params);
+            let k = state_coefficients(&s.training);
+            assert_eq!(
+                (
+                    k.weight_bytes,
+                    k.grad_bytes,
+                    k.optimizer_bytes,
+                    k.master_copy
+                ),
+                (4, 4, 8, false),
+                "{fw:?} {precision:?}"
+            );
+        }
+    }
+    let sharded = |fw: Bundled| {
+        let mut s = gpt(2, 1024, 16, 512, 4096, (1, 1, 8), 1, 1);
+        s.training.framework = fw.framework().unwrap();
+        s.parallel.zero = 3;
+        let plan = plan(&s);
+        let params = crate::workload::chunk_params(&s, &plan, &plan.chunks[0][0]);
+        let b = crate::workload::state_bytes(&s, &plan, 0);
+        (
+            params.dense,
+            b.weights_bytes + b.grads_bytes + b.optimizer_bytes,
+        )
+    };
+    let (n, fsdp) = sharded(Bundled::Torchtitan);
+    assert_eq!(fsdp, (4 * n).div_ceil(8) * 2 + (8 * n).div_ceil(8));
+    let (n, megatron) = sharded(Bundled::MegatronCore);
+    assert_eq!(
+        megatron,
+        (2 * n).div_ceil(8) + (4 * n).div_ceil(8) + (12 * n).div_ceil(8)
+    );
+    // The same model and layout: 2 bytes per parameter less over the 8 ranks.
+    assert_eq!(megatron - fsdp, (2 * n).div_ceil(8));
+}
+
 /// The add of a backward's fp32 gradients into the earlier micro batches': one per parameter
 /// tensor over the chunk's parameters (read twice, written once); none for a framework whose
 /// weight-gradient GEMMs accumulate in place. (`sim/tests/grad_accumulate.rs` checks where the
