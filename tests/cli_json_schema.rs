@@ -229,6 +229,9 @@ const REQUIRED: &[(&str, &str, &[&str])] = &[
             "error",
             "groups",
             "unmodelled",
+            "fits",
+            "peak_memory_gib",
+            "usable_memory_gib",
         ],
     ),
     (

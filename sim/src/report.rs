@@ -194,7 +194,7 @@ pub struct InterruptedSteps {
     pub step_time_p90_s: f64,
 }
 
-const GIB: f64 = (1u64 << 30) as f64;
+pub(crate) const GIB: f64 = (1u64 << 30) as f64;
 
 /// What the scenario left to twin and twin chose, and how published runs of its kind missed
 /// ([`crate::known_bias`]), for the report's note lines.

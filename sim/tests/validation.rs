@@ -16,6 +16,7 @@ fn published_runs_are_predicted_within_the_recorded_accuracy() {
     let v = validate_table(&table, &[]).unwrap();
     println!("{}", v.to_text());
     assert_eq!(v.rows.len(), 9);
+    assert_eq!(out_of_memory(&v), Vec::<&str>::new());
     assert!(v.max_abs_error <= 0.12, "max {}", v.max_abs_error);
     assert!(v.median_abs_error <= 0.05, "median {}", v.median_abs_error);
 }
@@ -30,6 +31,7 @@ fn held_out_runs_are_predicted_as_well_as_the_published_ones() {
     let v = validate_table(&table, &[]).unwrap();
     println!("{}", v.to_text());
     assert_eq!(v.rows.len(), 4);
+    assert_eq!(out_of_memory(&v), Vec::<&str>::new());
     assert!(v.max_abs_error <= 0.12, "max {}", v.max_abs_error);
     assert!(v.median_abs_error <= 0.05, "median {}", v.median_abs_error);
 }
@@ -72,6 +74,24 @@ fn modern_validation() -> twin_sim::validate::Validation {
     validate_table(&table, &profiles).unwrap()
 }
 
+/// Every published run ran, so each should be predicted to fit in its GPUs' memory. The one
+/// modern row that does not: NeMo 24.07's Nemotron-340B on 128 GPUs (tp 8, pp 8, dp 2), 8.7 GiB
+/// over on its first stage, its distributed optimizer sharding fp32 master weights and Adam's
+/// moments over only 2 ranks. The row ran NeMo 1.x, whose `distributed_fused_adam` is NeMo's
+/// MegatronDistributedFusedAdam, a child of Apex's DistributedFusedAdam (which can keep 16-bit
+/// remainders in place of fp32 master weights), not Megatron-Core's optimizer that twin's
+/// accounting follows; the row's recompute setting is unconfirmed too (its notes).
+const MODERN_OUT_OF_MEMORY: &[&str] = &["nemo2407-nemotron-340b"];
+
+/// The ids of the rows whose prediction puts them out of memory.
+fn out_of_memory(v: &Validation) -> Vec<&str> {
+    v.rows
+        .iter()
+        .filter(|r| !r.fits)
+        .map(|r| r.id.as_str())
+        .collect()
+}
+
 /// The modern table (data/validation/throughput-modern.toml, H100, 2024-26) with the bundled
 /// H100 profiles (DGX H100, and Grand Teton for torchtitan's 500 W HBM2e parts): every dense
 /// row and every mixture-of-experts row is simulated, the Mamba hybrid is reported as not
@@ -96,6 +116,7 @@ fn modern_runs_are_covered_and_predicted_within_the_recorded_accuracy() {
     for u in &v.uncovered {
         assert!(u.reason.contains("Mamba"), "{}: {}", u.id, u.reason);
     }
+    assert_eq!(out_of_memory(&v), MODERN_OUT_OF_MEMORY);
     let bound = |group: &str| -> (f64, f64) {
         match group {
             "all" => MODERN_ALL,
@@ -248,6 +269,8 @@ fn a100_control(text: &str, name: &str, rows: usize, (median, max): (f64, f64)) 
     biases_hold(&table, &v);
     assert_eq!(v.rows.len(), rows);
     assert!(v.uncovered.is_empty(), "{:?}", v.uncovered);
+    // Every run ran: each is predicted to fit.
+    assert_eq!(out_of_memory(&v), Vec::<&str>::new());
     assert!(v.max_abs_error <= max, "max {}", v.max_abs_error);
     assert!(
         v.median_abs_error <= median,

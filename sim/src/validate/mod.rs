@@ -89,6 +89,11 @@ pub struct Comparison {
     pub groups: Vec<String>,
     /// Settings the row states that the prediction does not model (modern rows).
     pub unmodelled: Vec<String>,
+    /// Whether the prediction has the row's layout fit in GPU memory, as the published run
+    /// did; its peak and the GPU's usable memory, in GiB.
+    pub fits: bool,
+    pub peak_memory_gib: f64,
+    pub usable_memory_gib: f64,
 }
 
 /// A row that could not be compared, and why.
@@ -289,6 +294,9 @@ pub fn run_case(case: &Case, profiles: &[Profile]) -> Result<Comparison, Validat
         error: relative_error(predicted, published),
         groups: Vec::new(),
         unmodelled: Vec::new(),
+        fits: report.fits,
+        peak_memory_gib: report.peak_memory_bytes as f64 / crate::report::GIB,
+        usable_memory_gib: report.usable_bytes as f64 / crate::report::GIB,
     })
 }
 
@@ -473,6 +481,20 @@ impl Validation {
             let _ = writeln!(out, "\nsettings the prediction does not model:");
             for r in unmodelled {
                 let _ = writeln!(out, "- {}: {}", r.id, r.unmodelled.join(", "));
+            }
+        }
+        let out_of_memory: Vec<&Comparison> = self.rows.iter().filter(|r| !r.fits).collect();
+        if !out_of_memory.is_empty() {
+            let _ = writeln!(
+                out,
+                "\npublished runs the prediction puts out of memory (each ran):"
+            );
+            for r in out_of_memory {
+                let _ = writeln!(
+                    out,
+                    "- {}: peak {:.2} GiB of {:.2} GiB usable",
+                    r.id, r.peak_memory_gib, r.usable_memory_gib
+                );
             }
         }
         if !self.uncovered.is_empty() {

@@ -193,6 +193,9 @@ fn json_has_the_documented_shape() {
             error: -0.05,
             groups: vec!["BF16".into()],
             unmodelled: vec!["compile".into()],
+            fits: false,
+            peak_memory_gib: 81.5,
+            usable_memory_gib: 79.25,
         }],
         median_abs_error: 0.05,
         max_abs_error: 0.05,
@@ -218,6 +221,9 @@ fn json_has_the_documented_shape() {
         "error",
         "groups",
         "unmodelled",
+        "fits",
+        "peak_memory_gib",
+        "usable_memory_gib",
     ] {
         assert!(row.get(key).is_some(), "{key}");
     }
@@ -226,6 +232,13 @@ fn json_has_the_documented_shape() {
     let text = v.to_text();
     assert!(text.contains("| BF16 | 1 | 5.0% | 5.0% | a |"), "{text}");
     assert!(text.contains("- a: compile"), "{text}");
+    assert!(
+        text.contains(
+            "published runs the prediction puts out of memory (each ran):\n\
+             - a: peak 81.50 GiB of 79.25 GiB usable"
+        ),
+        "{text}"
+    );
     assert!(
         text.contains("1 of 2 rows cannot be expressed:\n- b: why"),
         "{text}"
