@@ -243,29 +243,34 @@ fn tp_comm_overlap_needs_a_framework_that_can_and_sequence_parallelism() {
     assert!(e.contains("sequence_parallel = true"), "{e}");
 }
 
-/// The FP8 recipe twin has no GEMM curve for (MXFP8) is refused, naming the keys and what is
-/// allowed; the four measured ones parse.
+/// MXFP8 needs Blackwell's block-scaled tensor cores: on the A100 (compute capability 8.0) it
+/// is refused, naming the keys and what is allowed; on a B200 it parses, as the other recipes
+/// do on any GPU.
 #[test]
-fn unmeasured_fp8_recipes_are_refused() {
+fn mxfp8_needs_a_blackwell_gpu() {
     let text = include_str!("../../scenarios/512xA100.toml");
-    let sets = vec![
-        "training.precision=\"fp8\"".to_string(),
-        "training.fp8_recipe=\"mxfp8\"".to_string(),
-    ];
-    let e = twin_sim::setup::parse_str(text, "512xA100.toml", &sets)
-        .map_err(|e| e.to_string())
-        .unwrap_err();
-    assert!(e.contains("is not modelled"), "{e}");
-    assert!(e.contains("\"blockwise\""), "{e}");
-    for recipe in ["delayed", "tensorwise", "blockwise"] {
-        let ok = vec![
+    let fp8 = |recipe: &str| {
+        vec![
             "training.precision=\"fp8\"".to_string(),
             format!("training.fp8_recipe=\"{recipe}\""),
-        ];
-        assert!(twin_sim::setup::parse_str(text, "512xA100.toml", &ok).is_ok());
+        ]
+    };
+    let e = twin_sim::setup::parse_str(text, "512xA100.toml", &fp8("mxfp8"))
+        .map_err(|e| e.to_string())
+        .unwrap_err();
+    assert!(e.contains("compute capability 10.0"), "{e}");
+    assert!(e.contains("a100-sxm-80gb is 8.0"), "{e}");
+    assert!(e.contains("\"blockwise\""), "{e}");
+    let mut on_b200 = fp8("mxfp8");
+    on_b200.push("cluster.gpu=\"b200-sxm-180gb\"".to_string());
+    on_b200.push("cluster.node=\"dgx-b200\"".to_string());
+    let s = twin_sim::setup::parse_str(text, "512xA100.toml", &on_b200).unwrap();
+    assert_eq!(s.training.fp8_recipe, twin_sim::scenario::Fp8Recipe::Mxfp8);
+    for recipe in ["delayed", "tensorwise", "blockwise"] {
+        assert!(twin_sim::setup::parse_str(text, "512xA100.toml", &fp8(recipe)).is_ok());
     }
     // Under bf16 the recipe is not read.
-    let bf16 = vec!["training.fp8_recipe=\"rowwise\"".to_string()];
+    let bf16 = vec!["training.fp8_recipe=\"mxfp8\"".to_string()];
     assert!(twin_sim::setup::parse_str(text, "512xA100.toml", &bf16).is_ok());
 }
 

@@ -355,8 +355,12 @@ impl CpAlgorithm {
 ///   1 x 128 block of activations and gradients and per 128 x 128 block of weights: its GEMMs
 ///   on their own curve (a profile's `[gemm.fp8_blockwise]`), each cast along both axes in one
 ///   kernel that reduces each block's amax as it goes.
-/// - `Mxfp8` (Blackwell's microscaling): named so that scenarios can say it; refused until its
-///   GEMM curve is measured.
+/// - `Mxfp8` (Blackwell's microscaling, Transformer Engine's `MXFP8BlockScaling`, torchao's
+///   MX recipe): an E8M0 scale per 32 elements, applied by the tensor cores of compute
+///   capability 10.0 and later (refused on older GPUs): its GEMMs on the FP8 curve (a
+///   profile's `[gemm.fp8]`; Blackwell's block-scaled MMA runs at the FP8 rate, and no
+///   measured MXFP8 curve exists yet), each cast along both axes in one kernel, as block
+///   scaling.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fp8Recipe {

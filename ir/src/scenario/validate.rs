@@ -283,25 +283,34 @@ fn moe_a2a_overlap(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     Err(c.fail(&keys, message, instead))
 }
 
-/// The FP8 recipe whose GEMM efficiency twin has no measurement of (MXFP8, Blackwell's
-/// microscaling) is refused under FP8.
+/// MXFP8 needs Blackwell's block-scaled tensor cores: refused on a GPU whose compute capability
+/// is known to be below 10.0, as Transformer Engine refuses it (`check_mxfp8_support`: "Device
+/// compute capability 10.0 or higher required for MXFP8 execution") and torchtitan
+/// (pytorch/torchtitan@026c75f23fd0b1c0404e17853edef58ab0a7bbd0:torchtitan/components/quantization/mx.py
+/// `MXFP8LinearConverter`: "MXFP8 is only supported on SM100 or later architectures"). A GPU
+/// of unknown capability (one given by its figures) is taken at its word.
 fn fp8_recipe(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     let r = s.training.fp8_recipe;
     if s.training.precision != Precision::Fp8 || r != Fp8Recipe::Mxfp8 {
         return Ok(());
     }
-    Err(c.fail(
-        &[
-            ("training.fp8_recipe", format!("\"{}\"", r.as_str())),
-            ("training.precision", "\"fp8\"".to_string()),
-        ],
-        format!(
-            "fp8_recipe = \"{}\" is not modelled: its GEMMs' efficiency (Blackwell's \
-             microscaling) has no measured curve yet",
-            r.as_str()
-        ),
-        "\"delayed\", \"tensorwise\", \"rowwise\" or \"blockwise\"",
-    ))
+    let gpu = &s.cluster.gpu.name;
+    match super::presets::compute_capability(gpu) {
+        Some((major, minor)) if major < 10 => Err(c.fail(
+            &[
+                ("training.fp8_recipe", format!("\"{}\"", r.as_str())),
+                ("cluster.gpu", format!("\"{gpu}\"")),
+            ],
+            format!(
+                "fp8_recipe = \"mxfp8\" needs Blackwell's block-scaled tensor cores (compute \
+                 capability 10.0 or later); {gpu} is {major}.{minor}"
+            ),
+            "\"blockwise\" (block scaling on Hopper), \"tensorwise\", \"delayed\" or \"rowwise\"; \
+             or a Blackwell GPU (b200-sxm-180gb, gb200)"
+                .to_string(),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// `moe_routing` as TOML text, for errors about it.

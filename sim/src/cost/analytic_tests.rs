@@ -478,6 +478,42 @@ fn blockwise_fp8_takes_its_own_curve() {
     assert_eq!(Analytic::from_profile(&s, &p).gemm_fp8, tensorwise.gemm_fp8);
 }
 
+/// MXFP8 GEMMs take `[gemm.fp8]` forward and backward (Blackwell's block-scaled MMA at the FP8
+/// rate; no fast-accumulation or MXFP8 curve of their own): exact times, each op its curve's
+/// price of its GEMM.
+#[test]
+fn mxfp8_gemms_take_the_fp8_curve_in_every_phase() {
+    use crate::scenario::Fp8Recipe;
+    use crate::schedule::Phase;
+    let text = include_str!("../../../scenarios/profiles/h100-dgx.toml");
+    let p = crate::profile::parse_str(text, "h100-dgx.toml").unwrap();
+    let mut s = small_scenario(1, 1, 1, 1);
+    s.training.precision = Precision::Fp8;
+    s.training.fp8_recipe = Fp8Recipe::Mxfp8;
+    let fp8 = p.gemm_fp8_curve().unwrap();
+    let mut model = Analytic::from_profile(&s, &p);
+    model.launch_ns = 0;
+    assert_eq!(model.gemm_fp8.as_ref(), Some(&fp8));
+    let g = Gemm::single(8_192, 4_096, 4_096, 1);
+    let hbm = model.hbm_rate();
+    let expect = crate::units::secs_to_ns(fp8.gemm_s(&g, 1, model.peak.fp8_flops_per_s, hbm));
+    for phase in [
+        Phase::Forward,
+        Phase::Recompute,
+        Phase::Backward,
+        Phase::BackwardInput,
+        Phase::BackwardWeight,
+    ] {
+        let op = ComputeOp {
+            phase,
+            dtype: Precision::Fp8,
+            gemms: vec![g].into(),
+            ..gemm_op(8_192, 4_096, 4_096, 1)
+        };
+        assert_eq!(model.compute_ns(0, &op), expect, "{phase:?}");
+    }
+}
+
 /// Forward and recompute FP8 GEMMs of the per-tensor recipes take `[gemm.fp8_fast_accum]`
 /// (fast accumulation, as Transformer Engine and torchao run them), the backward's
 /// `[gemm.fp8]`; block-scaled ones take their own curve in both; without the section the

@@ -20,7 +20,9 @@ impl Profile {
 
     /// The curve FP8 GEMMs of a recipe run on: `[gemm.fp8_rowwise]` for rowwise scales and
     /// `[gemm.fp8_blockwise]` for block scales where the profile has them, else `[gemm.fp8]`
-    /// (the per-tensor recipes' curve); `None` without any.
+    /// (the per-tensor recipes' curve, and MXFP8's: Blackwell's tensor cores apply its 1 x 32
+    /// scales in the MMA at the FP8 rate, and no MXFP8 GEMM has been timed for a curve of its
+    /// own); `None` without any.
     pub fn gemm_fp8_curve_for(&self, recipe: Fp8Recipe) -> Option<GemmCurve> {
         let own = match recipe {
             Fp8Recipe::Rowwise => self.gemm_fp8_rowwise.as_ref(),

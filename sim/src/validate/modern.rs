@@ -145,10 +145,10 @@ pub fn moe_routing(row: &RunRow) -> Option<String> {
     Some(format!("{{ capacity_factor = {factor:?} }}"))
 }
 
-/// The `fp8_recipe` a row's recipe text names: current (tensorwise, dynamic) scaling, block
-/// scaling or delayed scaling, in that order (a text naming current scaling for the figure
-/// compared and block scaling for another is current scaling); `None` for an FP8 row whose
-/// text names none (or a BF16 row).
+/// The `fp8_recipe` a row's recipe text names: current (tensorwise, dynamic) scaling, MXFP8
+/// ("mxfp8", "fp8-mx", microscaling), block scaling or delayed scaling, in that order (a text
+/// naming current scaling for the figure compared and block scaling for another is current
+/// scaling); `None` for an FP8 row whose text names none (or a BF16 row).
 pub fn fp8_recipe(row: &RunRow) -> Option<&'static str> {
     if row.precision.as_deref() != Some("fp8") {
         return None;
@@ -156,6 +156,8 @@ pub fn fp8_recipe(row: &RunRow) -> Option<&'static str> {
     let text = row.fp8_recipe.as_deref()?.to_ascii_lowercase();
     if text.contains("current scaling") || text.contains("tensorwise") {
         Some("tensorwise")
+    } else if text.contains("mxfp8") || text.contains("fp8-mx") || text.contains("microscaling") {
+        Some("mxfp8")
     } else if text.contains("blockwise") || text.contains("block scaling") {
         Some("blockwise")
     } else if text.contains("delayed") {

@@ -490,4 +490,18 @@ fn fp8_recipe_text_selects_the_recipe() {
         Fp8Recipe::Delayed
     );
     assert!(modern::unmodelled(&unknown).contains(&"fp8_recipe"));
+    // MXFP8 ("FP8-MX" in Megatron-Bridge's tables) on a Blackwell GPU; on an H100 the row
+    // cannot be expressed, and says why.
+    let mx = RunRow {
+        gpu: "b200-sxm-180gb".into(),
+        ..row("FP8-MX (TE MXFP8BlockScaling)")
+    };
+    assert_eq!(
+        modern::modern_scenario(&mx).unwrap().training.fp8_recipe,
+        Fp8Recipe::Mxfp8
+    );
+    let e = modern::modern_scenario(&row("FP8-MX"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("compute capability 10.0"), "{e}");
 }

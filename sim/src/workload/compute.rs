@@ -324,7 +324,10 @@ fn add_linears_in(block: &mut BlockParts, d: &Dims, linears: &[Gemm]) {
 /// pass too: each 1 x 128 or 128 x 128 block's amax is reduced inside the kernel that casts
 /// it, which writes the row-major and the transposed copy together
 /// (NVIDIA/TransformerEngine@3a27d07b0aafa547df1762fba906e83e770a5c73:transformer_engine/common/transpose/quantize_transpose_vector_blockwise.cu,
-/// `quantize_transpose_square_blockwise.cu` beside it for weights).
+/// `quantize_transpose_square_blockwise.cu` beside it for weights), and so does MXFP8's, whose
+/// one kernel writes the row-wise and the column-wise copy with their E8M0 scales per 32
+/// elements (Transformer Engine's `cast_mxfp8_2D_kernel`, `output_rowwise` and
+/// `output_colwise`).
 pub(crate) fn fp8_cast_traffic(recipe: Fp8Recipe, amax_fused: bool) -> (u64, u32) {
     let fused_read = if amax_fused {
         FP8_AMAX_BYTES_PER_ELEMENT

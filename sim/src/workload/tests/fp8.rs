@@ -171,3 +171,35 @@ fn rowwise_casts_move_both_axes() {
         );
     }
 }
+
+/// MXFP8 casts each GEMM input along both axes in one kernel, as block scaling does (each
+/// 32-element block's scale is reduced inside the cast, which writes the row-wise and the
+/// column-wise copy): FP8_CAST_BYTES_PER_ELEMENT per element and one kernel per cast, the
+/// delayed recipe's traffic, with no amax pass before it.
+#[test]
+fn mxfp8_casts_like_block_scaling_in_one_pass() {
+    use crate::scenario::framework::Bundled;
+    use crate::scenario::Fp8Recipe;
+    let layer = |precision: Precision, recipe: Fp8Recipe| {
+        let mut s = gpt(1, 1024, 16, 512, 4096, (2, 1, 1), 2, 1);
+        s.training.precision = precision;
+        s.training.fp8_recipe = recipe;
+        s.training.framework = Bundled::MegatronCore.framework().unwrap();
+        let plan = plan(&s);
+        let layout = plan.chunks[0][0].clone();
+        layers_work(&s, &plan, &layout, 0, 1, false, true)
+    };
+    let (inputs, grads) = cast_elements();
+    let mx = layer(Precision::Fp8, Fp8Recipe::Mxfp8);
+    let bf16 = layer(Precision::Bf16, Fp8Recipe::Mxfp8);
+    assert_eq!(
+        mx.forward.compute.memory_bytes - bf16.forward.compute.memory_bytes,
+        FP8_CAST_BYTES_PER_ELEMENT * inputs
+    );
+    assert_eq!(
+        mx.backward_input.compute.memory_bytes - bf16.backward_input.compute.memory_bytes,
+        FP8_CAST_BYTES_PER_ELEMENT * grads
+    );
+    assert_eq!(mx.forward.compute.kernels, bf16.forward.compute.kernels + 4);
+    assert_eq!(mx, layer(Precision::Fp8, Fp8Recipe::Blockwise));
+}
