@@ -372,6 +372,16 @@ pub enum Fp8Recipe {
 }
 
 impl Fp8Recipe {
+    /// The compute capability of `gpu` (a preset's name) when it is known and too old for the
+    /// recipe: MXFP8 needs 10.0 (Blackwell's block-scaled tensor cores); the other recipes run
+    /// on any GPU with FP8. `None`: the recipe may run there.
+    pub fn too_old_on(self, gpu: &str) -> Option<(u32, u32)> {
+        match (self, super::presets::compute_capability(gpu)) {
+            (Fp8Recipe::Mxfp8, Some(cc)) if cc.0 < 10 => Some(cc),
+            _ => None,
+        }
+    }
+
     pub const ALL: [(&'static str, Fp8Recipe); 5] = [
         ("delayed", Fp8Recipe::Delayed),
         ("tensorwise", Fp8Recipe::Tensorwise),

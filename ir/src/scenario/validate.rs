@@ -295,8 +295,8 @@ fn fp8_recipe(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
         return Ok(());
     }
     let gpu = &s.cluster.gpu.name;
-    match super::presets::compute_capability(gpu) {
-        Some((major, minor)) if major < 10 => Err(c.fail(
+    match r.too_old_on(gpu) {
+        Some((major, minor)) => Err(c.fail(
             &[
                 ("training.fp8_recipe", format!("\"{}\"", r.as_str())),
                 ("cluster.gpu", format!("\"{gpu}\"")),
@@ -309,7 +309,7 @@ fn fp8_recipe(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
              or a Blackwell GPU (b200-sxm-180gb, gb200)"
                 .to_string(),
         )),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 

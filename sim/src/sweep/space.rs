@@ -181,6 +181,7 @@ impl Default for SearchSpace {
                 Fp8Recipe::Delayed,
                 Fp8Recipe::Tensorwise,
                 Fp8Recipe::Rowwise,
+                Fp8Recipe::Mxfp8,
             ],
             tp_comm_overlap: vec![false, true],
             dp_overlap: vec![true, false],
@@ -365,8 +366,12 @@ pub fn candidates(base: &Scenario, space: &SearchSpace) -> Vec<Candidate> {
     let fp8_rate = peak.fp8_flops_per_s > peak.bf16_flops_per_s;
     let mut precisions: Vec<Option<Fp8Recipe>> = vec![None];
     // A recipe the framework refuses whatever the layout (a limit on the recipe alone:
-    // Transformer Engine has no rowwise scaling, torchao no delayed) is not tried at all.
+    // Transformer Engine has no rowwise scaling, torchao no delayed), or the GPU cannot run
+    // (MXFP8 before Blackwell), is not tried at all.
     let recipe_refused = |r: Fp8Recipe| {
+        if r.too_old_on(&base.cluster.gpu.name).is_some() {
+            return true;
+        }
         let mut probe = base.clone();
         probe.training.precision = Precision::Fp8;
         probe.training.fp8_recipe = r;

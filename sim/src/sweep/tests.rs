@@ -424,15 +424,15 @@ fn objectives_are_named_as_the_flag_takes_them_and_old_names_still_read() {
     assert_eq!(old, Objective::TokensPerS);
 }
 
-/// The FP8 recipes a search tries are those the framework can run: on H100s, megatron-core's
-/// (Transformer Engine: delayed and current scaling, no rowwise) and torchtitan's (torchao:
-/// tensorwise and rowwise, no delayed).
+/// The FP8 recipes a search tries are those the framework and the GPU can run: on H100s,
+/// megatron-core's (Transformer Engine: delayed and current scaling, no rowwise) and
+/// torchtitan's (torchao: tensorwise and rowwise, no delayed); on B200s MXFP8 besides.
 #[test]
 fn search_tries_the_fp8_recipes_the_framework_runs() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/512xA100.toml");
-    let recipes = |framework: &str| -> BTreeSet<String> {
+    let recipes = |framework: &str, gpu: &str| -> BTreeSet<String> {
         let overrides = vec![
-            "cluster.gpu=\"h100-sxm-80gb\"".to_string(),
+            format!("cluster.gpu=\"{gpu}\""),
             format!("training.framework=\"{framework}\""),
             "parallel.zero=3".to_string(),
         ];
@@ -448,8 +448,22 @@ fn search_tries_the_fp8_recipes_the_framework_runs() {
             .collect()
     };
     let set = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<BTreeSet<_>>();
-    assert_eq!(recipes("megatron-core"), set(&["delayed", "tensorwise"]));
-    assert_eq!(recipes("torchtitan"), set(&["rowwise", "tensorwise"]));
+    let h100 = "h100-sxm-80gb";
+    assert_eq!(
+        recipes("megatron-core", h100),
+        set(&["delayed", "tensorwise"])
+    );
+    assert_eq!(recipes("torchtitan", h100), set(&["rowwise", "tensorwise"]));
+    // MXFP8 on Blackwell only.
+    let b200 = "b200-sxm-180gb";
+    assert_eq!(
+        recipes("megatron-core", b200),
+        set(&["delayed", "mxfp8", "tensorwise"])
+    );
+    assert_eq!(
+        recipes("torchtitan", b200),
+        set(&["mxfp8", "rowwise", "tensorwise"])
+    );
 }
 
 /// A base's `overlap_p2p_comm` (interleaved schedules only) is written off where a layout's
