@@ -100,10 +100,14 @@ pub enum GroupKind {
     /// `pp - 1 - s` (rank `s` holds model stages `s` and `pp - 1 - s`, rank `pp - 1 - s` the
     /// same two), which sum the gradients of the copies. One rank each when pp is odd.
     PpMirror,
+    /// Expert tensor parallelism: the ranks that split each routed expert. Under the expert
+    /// layers' refold ([`ExpertFold`]) `etp` consecutive ranks; otherwise the tensor-parallel
+    /// group.
+    Etp,
 }
 
 impl GroupKind {
-    pub const ALL: [GroupKind; 10] = [
+    pub const ALL: [GroupKind; 11] = [
         GroupKind::Tp,
         GroupKind::Cp,
         GroupKind::Ep,
@@ -114,6 +118,7 @@ impl GroupKind {
         GroupKind::World,
         GroupKind::DpReplica,
         GroupKind::PpMirror,
+        GroupKind::Etp,
     ];
 
     fn varied_axes(self) -> &'static [Axis] {
@@ -128,6 +133,7 @@ impl GroupKind {
             GroupKind::World => &[Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp],
             GroupKind::DpReplica => &[Axis::Dp],
             GroupKind::PpMirror => &[Axis::Pp],
+            GroupKind::Etp => &[Axis::Tp],
         }
     }
 
@@ -145,6 +151,7 @@ impl GroupKind {
             GroupKind::World => 7,
             GroupKind::DpReplica => 8,
             GroupKind::PpMirror => 9,
+            GroupKind::Etp => 10,
         }
     }
 }
@@ -406,6 +413,7 @@ impl Plan {
         let (f, dp) = (self.fsdp_degree.max(1), self.sizes.dp);
         match (self.expert_fold, kind) {
             (Some(fold), GroupKind::Ep) => return vec![(fold.ep, fold.etp)],
+            (Some(fold), GroupKind::Etp) => return vec![(fold.etp, 1)],
             (Some(fold), GroupKind::ExpertDp) => {
                 return vec![(fold.edp, fold.etp.saturating_mul(fold.ep))]
             }

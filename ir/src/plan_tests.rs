@@ -453,6 +453,40 @@ fn expert_layers_under_context_parallelism_refold_the_context_parallel_ranks() {
     assert_eq!(plan.group_size(GroupKind::ExpertDp), 1);
 }
 
+/// Expert tensor parallelism between 1 and tp: with tp 4, etp 2, ep 4 and dp 2 the expert layers
+/// refold each stage's 8 ranks as etp groups of 2 consecutive ranks, ep groups of 4 ranks 2
+/// apart, and no expert data parallelism; the dense groups keep the tp of 4. Without a refold
+/// (etp = tp) the expert-tensor-parallel group is the tensor-parallel one.
+#[test]
+fn expert_tensor_parallelism_between_one_and_tp_groups_consecutive_ranks() {
+    let mut s = small_scenario(4, 1, 2, 4);
+    s.parallel.ep = 4;
+    s.parallel.etp = Some(2);
+    let plan = Plan::new(&s).unwrap();
+    assert_eq!(
+        plan.expert_fold,
+        Some(ExpertFold {
+            etp: 2,
+            ep: 4,
+            edp: 1
+        })
+    );
+    let members =
+        |plan: &Plan, r: RankId, k: GroupKind| plan.group(plan.group_of(r, k)).members.clone();
+    assert_eq!(members(&plan, 5, GroupKind::Etp), vec![4, 5]);
+    assert_eq!(members(&plan, 5, GroupKind::Ep), vec![1, 3, 5, 7]);
+    assert_eq!(members(&plan, 5, GroupKind::Tp), vec![4, 5, 6, 7]);
+    assert_eq!(plan.group_size(GroupKind::ExpertDp), 1);
+    let mut s = small_scenario(4, 1, 4, 4);
+    s.parallel.ep = 2;
+    let plan = Plan::new(&s).unwrap();
+    assert_eq!(plan.expert_fold, None);
+    assert_eq!(
+        members(&plan, 5, GroupKind::Etp),
+        members(&plan, 5, GroupKind::Tp)
+    );
+}
+
 /// DualPipe: stage s holds model stage s (chunk 0) and model stage pp - 1 - s (chunk 1), both
 /// ends hold the embedding and the head, and the split is still the pp stages'.
 #[test]

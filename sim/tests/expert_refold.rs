@@ -109,16 +109,42 @@ fn expert_layers_under_context_parallelism_run_end_to_end() {
     step_collapsed_as_in_full(&s);
 }
 
+/// Expert tensor parallelism between 1 and tp (tp 4, etp 2, ep 8 over 16 ranks a stage): the
+/// etp pairs are consecutive ranks, the ep groups 8 ranks 2 apart, and the layout simulates,
+/// collapsed as in full.
 #[test]
-fn etp_other_than_one_or_tp_and_missing_sequence_parallelism_are_refused() {
-    let e = parse_str(
+fn expert_tensor_parallelism_between_one_and_tp_runs_end_to_end() {
+    let s = parse_str(
         TEXT,
         "r.toml",
         &["parallel.tp=4".into(), "parallel.etp=2".into()],
     )
+    .unwrap();
+    assert_eq!(
+        (s.parallel.dp, s.parallel.etp(), s.parallel.edp()),
+        (4, 2, 1)
+    );
+    let plan = Plan::new(&s).unwrap();
+    let etp = plan.group(plan.group_of(3, GroupKind::Etp));
+    assert_eq!(etp.members, vec![2, 3]);
+    let ep = plan.group(plan.group_of(3, GroupKind::Ep));
+    assert_eq!(ep.members, (1..16).step_by(2).collect::<Vec<_>>());
+    step_collapsed_as_in_full(&s);
+}
+
+#[test]
+fn uneven_expert_splits_and_missing_sequence_parallelism_are_refused() {
+    let e = parse_str(
+        TEXT,
+        "r.toml",
+        &["parallel.tp=4".into(), "parallel.etp=3".into()],
+    )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("expert tensor parallelism is tp or 1"), "{e}");
+    assert!(
+        e.contains("etp = 3 does not divide the experts' width moe_ffn_hidden = 512"),
+        "{e}"
+    );
     let e = parse_str(TEXT, "r.toml", &["parallel.sequence_parallel=false".into()])
         .unwrap_err()
         .to_string();

@@ -518,12 +518,12 @@ fn mesh(c: &Checker<'_>, s: &Scenario, dp: Option<u32>) -> Result<u32, ScenarioE
 }
 
 /// Expert layers that refold a stage's `tp * cp * dp` ranks (`etp` other than `tp`, or `ep`
-/// under context parallelism): twin models `etp = 1` (the experts whole on their ranks) and
-/// `etp = tp` (split like the dense MLP), the expert-parallel groups `ep` ranks `etp` apart
-/// within the stage's block, as Megatron-Core's expert rank generator orders them (tp-ep-dp-pp
-/// with the expert tp; NVIDIA/Megatron-LM@d98e8a64dd megatron/core/parallel_state.py). Under
-/// `etp = 1` each rank dispatches its own sequence-parallel tokens, so tensor parallelism needs
-/// sequence parallelism, as Megatron-Core requires with MoE.
+/// under context parallelism): the expert-tensor-parallel groups `etp` consecutive ranks and
+/// the expert-parallel groups `ep` ranks `etp` apart within the stage's block, as Megatron-Core's
+/// expert rank generator orders them (tp-ep-dp-pp with the expert tp; NVIDIA/Megatron-LM@d98e8a64dd
+/// megatron/core/parallel_state.py). With `etp` other than `tp` each rank dispatches its own
+/// sequence-parallel tokens, so tensor parallelism needs sequence parallelism, as Megatron-Core
+/// requires with MoE; each expert splits evenly over `etp`.
 fn expert_refold(c: &Checker<'_>, s: &Scenario, dp: u32) -> Result<(), ScenarioError> {
     let p = &s.parallel;
     let etp = p.etp();
@@ -552,31 +552,38 @@ fn expert_refold(c: &Checker<'_>, s: &Scenario, dp: u32) -> Result<(), ScenarioE
     let fail = |keys: &[(&str, String)], message: String, allowed: String| {
         Err(c.fail(keys, message, allowed))
     };
-    if etp != 1 && etp != p.tp {
-        return fail(
-            &[etp_key, ("parallel.tp", v(p.tp))],
-            format!(
-                "etp = {etp} with tp = {}: expert tensor parallelism is tp or 1",
-                p.tp
-            ),
-            format!("etp = {} or etp = 1", p.tp),
-        );
-    }
-    if s.model.moe.is_none() {
+    let Some(moe) = &s.model.moe else {
         return fail(
             &[etp_key],
             "etp splits experts, but the model is dense".to_string(),
             "leave etp out, or a mixture-of-experts model (model.experts)".to_string(),
         );
-    }
-    if etp == 1 && p.tp > 1 && !p.sequence_parallel {
+    };
+    if etp != p.tp && p.tp > 1 && !p.sequence_parallel {
         return fail(
             &[etp_key, ("parallel.sequence_parallel", v(false))],
-            "etp = 1 under tp > 1: each rank dispatches its own sequence-parallel tokens to the \
-             experts, which needs sequence parallelism (Megatron-Core requires it with MoE and \
-             tensor parallelism)"
-                .to_string(),
+            format!(
+                "etp = {etp} under tp = {}: each rank dispatches its own sequence-parallel tokens \
+                 to the experts, which needs sequence parallelism (Megatron-Core requires it with \
+                 MoE and tensor parallelism)",
+                p.tp
+            ),
             "sequence_parallel = true, or etp = tp".to_string(),
+        );
+    }
+    if !moe.ffn_hidden.is_multiple_of(u64::from(etp.max(1))) {
+        return fail(
+            &[etp_key, ("model.moe_ffn_hidden", v(moe.ffn_hidden))],
+            format!(
+                "etp = {etp} does not divide the experts' width moe_ffn_hidden = {}: each of the \
+                 etp ranks holds an equal slice of every expert",
+                moe.ffn_hidden
+            ),
+            format!(
+                "etp dividing {}: {}",
+                moe.ffn_hidden,
+                divisors(moe.ffn_hidden, u64::MAX, 16)
+            ),
         );
     }
     // The derived dp: the scenario's own may not be set yet.

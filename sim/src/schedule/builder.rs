@@ -266,7 +266,7 @@ impl Builder {
 /// The stream that carries collectives of a group kind.
 pub fn stream_for(group: GroupKind) -> Stream {
     match group {
-        GroupKind::Tp => Stream::Tp,
+        GroupKind::Tp | GroupKind::Etp => Stream::Tp,
         GroupKind::Cp => Stream::Cp,
         GroupKind::Ep => Stream::Ep,
         GroupKind::Dp

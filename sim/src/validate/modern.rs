@@ -26,13 +26,12 @@
 //!   default.
 //! - Mixture-of-experts rows: `experts`, `top_k`, `moe_ffn_hidden`, `shared_experts` and their
 //!   width, `dense_layers`, `dense_ffn_hidden`, `mtp_layers` and the `mla` ranks as published;
-//!   `ep` and `etp` (1 under tp > 1 refolds the tensor-parallel ranks); a pipeline layout in
+//!   `ep` and `etp` (other than tp, it refolds the stage's ranks); a pipeline layout in
 //!   `other_flags` ("pipeline layout Et|(tt|)*30mL") as `parallel.pipeline_layout`;
 //!   `routing` as `moe_routing` (force-balanced, or a token drop's capacity factor) and
 //!   `moe_a2a_overlap` and the dispatcher (`alltoall`, the flex dispatcher's DeepEP or
-//!   HybridEP) as published; expert tensor parallelism other than tp or 1, context parallelism
-//!   with experts and Mamba hybrids are refused. MoE rows are summarised in a group of their
-//!   own.
+//!   HybridEP) as published; Mamba hybrids are refused. MoE rows are summarised in a group of
+//!   their own.
 //!
 //! The published figure is the step time: `step_time_s`, else `global_batch * seq_len /
 //! (tokens_per_s_per_gpu * gpus)`, else (rows that publish only TFLOP/s) the model FLOPs of the

@@ -210,6 +210,30 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
             push(list, call(CollectiveKind::AllToAll, GroupKind::Ep, bytes));
         }
     }
+    if let (true, Some(m)) = (moe, d.moe) {
+        if d.experts_refold() && d.et > 1 {
+            // The expert-tensor-parallel group gathers the copies its members received before
+            // the experts and reduce-scatters the experts' partial outputs after them
+            // (Megatron-Core's `MoEAlltoAllTokenDispatcher`, megatron/core/transformer/moe/
+            // token_dispatcher.py: `gather_from_sequence_parallel_region` over the expert tp
+            // group after the all-to-all, `reduce_scatter_to_sequence_parallel_region` before
+            // the combine, in the router probabilities' dtype, priced here in the activations');
+            // the backward runs the same pair. Sized as the gathered buffer: `etp` members'
+            // copies.
+            let own = d.replicated(mul(scale(d.routed_tokens(), m.pace), d.h));
+            let gathered = mul(d.act_bytes, mul(own, d.et));
+            for list in [&mut out.forward, &mut out.backward] {
+                push(
+                    list,
+                    call(CollectiveKind::AllGather, GroupKind::Etp, gathered),
+                );
+                push(
+                    list,
+                    call(CollectiveKind::ReduceScatter, GroupKind::Etp, gathered),
+                );
+            }
+        }
+    }
     out
 }
 

@@ -365,10 +365,12 @@ impl Dims {
         prod(&[self.head_batches(), self.s_local, self.s])
     }
 
-    /// Whether the routed experts are whole on ranks that split the rest of the layer over
-    /// tensor parallelism (`etp = 1` under `tp > 1`).
+    /// Whether the routed experts split over their own expert-tensor-parallel group rather than
+    /// like the dense MLP (`etp` other than `tp`): each rank then dispatches its own
+    /// sequence-parallel tokens, and with `etp > 1` the group gathers what its members received
+    /// before the experts and reduce-scatters after them.
     pub fn experts_refold(&self) -> bool {
-        self.et < self.t
+        self.et != self.t
     }
 
     /// The MLPs of a layer on this rank: a dense layer's one (every token, `f/t` wide); an MoE
@@ -401,9 +403,10 @@ impl Dims {
     }
 
     /// Token copies this rank's routed experts process: under balanced routing `T*top_k` when the
-    /// experts split over tensor parallelism (its group gathers the tokens first); `T/t*top_k`
-    /// when they are whole (`etp = 1` under `tp > 1`: each rank dispatches its own
-    /// sequence-parallel share and gets as many copies back); times the rank's routing load.
+    /// experts split like the dense MLP (`etp = tp`: its group gathers the tokens first);
+    /// `T/t*top_k*etp` when they split over their own group (`etp` other than `tp`: each rank
+    /// dispatches its own sequence-parallel share, gets as many copies back, and the `etp`
+    /// ranks that split the same experts gather each other's); times the rank's routing load.
     pub fn expert_tokens(&self) -> u64 {
         let load = self.moe.map_or(1.0, |m| m.load);
         scale(self.balanced_expert_tokens(), load)
@@ -412,7 +415,7 @@ impl Dims {
     /// [`Dims::expert_tokens`] under balanced routing.
     fn balanced_expert_tokens(&self) -> u64 {
         if self.experts_refold() {
-            div_ceil(self.routed_tokens(), self.t)
+            mul(div_ceil(self.routed_tokens(), self.t), self.et)
         } else {
             self.routed_tokens()
         }

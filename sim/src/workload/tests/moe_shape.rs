@@ -249,6 +249,67 @@ fn experts_whole_on_each_rank_under_tensor_parallelism() {
     assert_eq!(a2a(&ws), a2a(&ww));
 }
 
+/// Expert tensor parallelism between 1 and tp (tp 4 with sequence parallelism, etp 2, ep 4):
+/// each rank dispatches the routed copies of its quarter of the tokens, the etp pair gathers
+/// what its two members received before the experts (which split over 2) and reduce-scatters
+/// after them. The per-rank expert FLOPs equal those of etp = tp and of etp = 1 (the work
+/// moves), the all-to-all carries the same copies, the pair's all-gather and reduce-scatter
+/// twice this rank's copies, and the MLP's tensor-parallel pair goes as under etp = 1.
+#[test]
+fn experts_split_over_their_own_group_gather_what_it_received() {
+    use crate::ir::CollectiveKind::{self, *};
+    use crate::plan::GroupKind;
+    let (b, s, h, f) = (1u64, 512u64, 256u64, 512u64);
+    let scenario = |etp: Option<u32>, ep: u32| {
+        let mut sc = gpt(2, h, 16, s, 32000, (4, 1, 2), b, 1);
+        sc.model.moe = Some(Moe::uniform(8, 2, 1, f));
+        sc.parallel.ep = ep;
+        sc.parallel.etp = etp;
+        sc.parallel.sequence_parallel = true;
+        sc.training.flash_attention = true;
+        sc
+    };
+    let work = |sc: &Scenario| {
+        let plan = Plan::new(sc).unwrap();
+        layers_work(sc, &plan, &plan.chunks[0][0], 0, 1, false, false)
+    };
+    let split = work(&scenario(None, 2));
+    let pair = work(&scenario(Some(2), 4));
+    let whole = work(&scenario(Some(1), 4));
+    assert_eq!(pair.forward.compute.flops, split.forward.compute.flops);
+    assert_eq!(pair.forward.compute.flops, whole.forward.compute.flops);
+    let calls = |w: &crate::workload::ChunkWork, g: GroupKind| -> Vec<(CollectiveKind, u64, u32)> {
+        w.forward
+            .comms
+            .iter()
+            .filter(|c| c.group == g)
+            .map(|c| (c.kind, c.bytes, c.calls))
+            .collect()
+    };
+    // This rank's routed copies of its quarter of the tokens, bf16.
+    let own = 2 * (b * s / 4) * h * 2;
+    assert_eq!(calls(&pair, GroupKind::Ep), vec![(AllToAll, own, 2)]);
+    assert_eq!(
+        calls(&pair, GroupKind::Etp),
+        vec![(AllGather, 2 * own, 1), (ReduceScatter, 2 * own, 1)]
+    );
+    assert_eq!(calls(&pair, GroupKind::Etp), {
+        let w = &pair.backward;
+        w.comms
+            .iter()
+            .filter(|c| c.group == GroupKind::Etp)
+            .map(|c| (c.kind, c.bytes, c.calls))
+            .collect::<Vec<_>>()
+    });
+    let tp = |w: &crate::workload::ChunkWork| -> Vec<CollectiveKind> {
+        calls(w, GroupKind::Tp).into_iter().map(|c| c.0).collect()
+    };
+    assert_eq!(tp(&pair), vec![AllGather, ReduceScatter]);
+    assert_eq!(tp(&pair), tp(&whole));
+    assert!(calls(&whole, GroupKind::Etp).is_empty());
+    assert!(calls(&split, GroupKind::Etp).is_empty());
+}
+
 /// Expert state under `etp = 1`: each rank holds `experts / ep` whole experts, and their state
 /// shards over the `tp * dp / ep` expert data-parallel ranks (here 2).
 #[test]
