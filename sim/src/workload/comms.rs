@@ -146,7 +146,7 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
         // on each rank (each rank routes its own sequence-parallel tokens), where only shared
         // experts (split over tp) need one.
         let mlp_pair = match (moe, d.moe) {
-            (true, Some(m)) if d.experts_refold() => m.shared_f > 0,
+            (true, Some(m)) if d.experts_own_group() => m.shared_f > 0,
             _ => true,
         };
         let pairs = if mlp_pair { 2 } else { 1 };
@@ -211,7 +211,7 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
         }
     }
     if let (true, Some(m)) = (moe, d.moe) {
-        if d.experts_refold() && d.et > 1 {
+        if d.experts_own_group() && d.et > 1 {
             // The expert-tensor-parallel group gathers the copies its members received before
             // the experts and reduce-scatters the experts' partial outputs after them
             // (Megatron-Core's `MoEAlltoAllTokenDispatcher`, megatron/core/transformer/moe/

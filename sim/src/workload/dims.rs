@@ -139,9 +139,12 @@ pub(crate) struct Dims {
     /// `attention.cp_merge`; only read when `c > 1`).
     pub cp_merge: crate::scenario::framework::CpMerge,
     pub ep: u64,
-    /// Expert tensor parallelism: the size the routed experts' inner width splits over (`t`,
-    /// or 1 when the expert layers refold the tensor-parallel ranks).
+    /// Expert tensor parallelism: the size the routed experts' inner width splits over
+    /// (`parallel.etp`, `t` unless the scenario says).
     pub et: u64,
+    /// The framework's MoE dispatcher gathers the routed copies over expert tensor parallelism
+    /// after the all-to-all (`moe.expert_tp_gather = "routed-copies"`), not the tokens before it.
+    pub expert_copies_gather: bool,
     /// Width of one head: `model.head_dim`, else `h / a`.
     pub head_dim: u64,
     /// Width of Q, of the attention context and of the output projection's input:
@@ -250,6 +253,8 @@ impl Dims {
             cp_merge: s.training.framework.cp_merge,
             ep: u64::from(p.ep.max(1)),
             et: u64::from(p.etp().max(1)),
+            expert_copies_gather: s.training.framework.expert_tp_gather
+                == crate::scenario::framework::ExpertTpGather::RoutedCopies,
             head_dim,
             q,
             kv: m.kv_width(),
@@ -365,12 +370,13 @@ impl Dims {
         prod(&[self.head_batches(), self.s_local, self.s])
     }
 
-    /// Whether the routed experts split over their own expert-tensor-parallel group rather than
-    /// like the dense MLP (`etp` other than `tp`): each rank then dispatches its own
-    /// sequence-parallel tokens, and with `etp > 1` the group gathers what its members received
-    /// before the experts and reduce-scatters after them.
-    pub fn experts_refold(&self) -> bool {
-        self.et != self.t
+    /// Whether the routed experts are priced over their own expert-tensor-parallel group rather
+    /// than like the dense MLP: when `etp` is other than `tp`, and under `etp = tp > 1` where
+    /// the framework's dispatcher gathers the routed copies (`moe.expert_tp_gather`). Each rank
+    /// then dispatches its own sequence-parallel tokens, and with `etp > 1` the group gathers
+    /// what its members received before the experts and reduce-scatters after them.
+    pub fn experts_own_group(&self) -> bool {
+        self.et != self.t || (self.expert_copies_gather && self.t > 1)
     }
 
     /// The MLPs of a layer on this rank: a dense layer's one (every token, `f/t` wide); an MoE
@@ -414,7 +420,7 @@ impl Dims {
 
     /// [`Dims::expert_tokens`] under balanced routing.
     fn balanced_expert_tokens(&self) -> u64 {
-        if self.experts_refold() {
+        if self.experts_own_group() {
             mul(div_ceil(self.routed_tokens(), self.t), self.et)
         } else {
             self.routed_tokens()

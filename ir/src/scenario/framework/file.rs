@@ -111,6 +111,12 @@ struct RawReport {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawMoe {
+    expert_tp_gather: Option<Cited<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawRange {
     min: Option<u64>,
     max: Option<u64>,
@@ -159,6 +165,7 @@ struct RawFile {
     recompute: RawRecompute,
     launch: RawLaunch,
     report: Option<RawReport>,
+    moe: Option<RawMoe>,
     #[serde(default)]
     cannot_run: Vec<RawLimit>,
 }
@@ -514,6 +521,13 @@ impl Reader<'_> {
                 .as_ref()
                 .and_then(|r| r.attention_flops.as_ref())
                 .map(|c| self.name("report.attention_flops", c, &ATTENTION_FLOPS))
+                .transpose()?
+                .unwrap_or_default(),
+            expert_tp_gather: raw
+                .moe
+                .as_ref()
+                .and_then(|m| m.expert_tp_gather.as_ref())
+                .map(|c| self.name("moe.expert_tp_gather", c, &EXPERT_TP_GATHERS))
                 .transpose()?
                 .unwrap_or_default(),
             cannot_run,

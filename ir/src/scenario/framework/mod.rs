@@ -149,6 +149,10 @@ pub struct Framework {
     /// (`report.attention_flops`; `full` where the file leaves it out).
     #[serde(default)]
     pub attention_flops: AttentionFlops,
+    /// What its MoE layers gather over tensor parallelism when the experts split like the
+    /// dense MLP (`moe.expert_tp_gather`; `tokens` where the file leaves it out).
+    #[serde(default)]
+    pub expert_tp_gather: ExpertTpGather,
     /// Layouts it cannot launch, each with the reason.
     pub cannot_run: Vec<Limit>,
 }
@@ -483,6 +487,27 @@ pub enum AttentionFlops {
     /// Not counted: `6 x parameters` per token.
     None,
 }
+
+/// What a mixture-of-experts layer whose experts split over tensor parallelism like the dense
+/// MLP (`etp = tp > 1`) gathers over the tensor-parallel group.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExpertTpGather {
+    /// The tokens, before routing, as a dense MLP gathers them (its sequence-parallel all-gather
+    /// of `tokens x hidden` and reduce-scatter after; torchtitan's tensor-parallel experts).
+    #[default]
+    Tokens,
+    /// The routed copies each member received from the expert-parallel all-to-all, after it
+    /// (`top_k` times the tokens' bytes; Megatron-Core's all-to-all dispatcher): the layer is
+    /// priced as any expert-tensor-parallel group's (`workload::comms`).
+    RoutedCopies,
+}
+
+/// The names of [`ExpertTpGather`] in framework files.
+pub const EXPERT_TP_GATHERS: [(&str, ExpertTpGather); 2] = [
+    ("tokens", ExpertTpGather::Tokens),
+    ("routed-copies", ExpertTpGather::RoutedCopies),
+];
 
 /// The names of [`AttentionFlops`] in framework files.
 pub const ATTENTION_FLOPS: [(&str, AttentionFlops); 3] = [

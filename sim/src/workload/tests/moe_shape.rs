@@ -190,15 +190,22 @@ fn refold(etp: Option<u32>) -> Scenario {
 
 /// With `etp = 1` under `tp = 2` each rank's experts are whole and see the routed copies of its
 /// own sequence-parallel half of the tokens, so the per-rank expert FLOPs are those of
-/// `etp = tp` (all tokens, half the width): the work moves, it does not grow. The MLP's
-/// tensor-parallel all-gather and reduce-scatter go; the attention's stay; the expert-parallel
-/// all-to-alls carry the same copies.
+/// `etp = tp` (all tokens, half the width): the work moves, it does not grow. Against a
+/// framework whose `etp = tp` MoE layer gathers the tokens like a dense MLP (torchtitan's), the
+/// MLP's tensor-parallel all-gather and reduce-scatter go; the attention's stay; the
+/// expert-parallel all-to-alls carry the same copies.
 #[test]
 fn experts_whole_on_each_rank_under_tensor_parallelism() {
     use crate::ir::CollectiveKind::{self, *};
     use crate::plan::GroupKind;
+    use crate::scenario::framework::{Bundled, ExpertTpGather};
     let (b, s, h, f) = (1u64, 512u64, 256u64, 512u64);
-    let split = refold(None);
+    let mut split = refold(None);
+    split.training.framework = Bundled::Torchtitan.framework().unwrap();
+    assert_eq!(
+        split.training.framework.expert_tp_gather,
+        ExpertTpGather::Tokens
+    );
     let whole = refold(Some(1));
     let plan_split = Plan::new(&split).unwrap();
     let plan_whole = Plan::new(&whole).unwrap();
@@ -254,7 +261,8 @@ fn experts_whole_on_each_rank_under_tensor_parallelism() {
 /// what its two members received before the experts (which split over 2) and reduce-scatters
 /// after them. The per-rank expert FLOPs equal those of etp = tp and of etp = 1 (the work
 /// moves), the all-to-all carries the same copies, the pair's all-gather and reduce-scatter
-/// twice this rank's copies, and the MLP's tensor-parallel pair goes as under etp = 1.
+/// twice this rank's copies (four times under etp = tp = 4, Megatron-Core's dispatcher gathering
+/// the copies there too), and the MLP's tensor-parallel pair goes as under etp = 1.
 #[test]
 fn experts_split_over_their_own_group_gather_what_it_received() {
     use crate::ir::CollectiveKind::{self, *};
@@ -307,7 +315,57 @@ fn experts_split_over_their_own_group_gather_what_it_received() {
     assert_eq!(tp(&pair), vec![AllGather, ReduceScatter]);
     assert_eq!(tp(&pair), tp(&whole));
     assert!(calls(&whole, GroupKind::Etp).is_empty());
-    assert!(calls(&split, GroupKind::Etp).is_empty());
+    // Under etp = tp = 4 Megatron-Core's dispatcher gathers the four members' copies.
+    assert_eq!(
+        calls(&split, GroupKind::Etp),
+        vec![(AllGather, 4 * own, 1), (ReduceScatter, 4 * own, 1)]
+    );
+}
+
+/// Megatron-Core's dispatcher under `etp = tp = 2` (`moe.expert_tp_gather = "routed-copies"`):
+/// each rank dispatches the copies of its own sequence-parallel half of the tokens and the
+/// tensor-parallel pair gathers what both received after the all-to-all (twice this rank's
+/// copies, `top_k` times the tokens a dense MLP's gather moves) and reduce-scatters after the
+/// experts; the MLP's token pair goes, the expert FLOPs stay those of the token-gathering
+/// layer.
+#[test]
+fn megatron_core_gathers_the_routed_copies_over_expert_tensor_parallelism() {
+    use crate::ir::CollectiveKind::{self, *};
+    use crate::plan::GroupKind;
+    use crate::scenario::framework::Bundled;
+    let (b, s, h) = (1u64, 512u64, 256u64);
+    let mut tokens = refold(None);
+    tokens.training.framework = Bundled::Torchtitan.framework().unwrap();
+    let mut copies = refold(None);
+    copies.training.framework = Bundled::MegatronCore.framework().unwrap();
+    let work = |sc: &Scenario| {
+        let plan = Plan::new(sc).unwrap();
+        layers_work(sc, &plan, &plan.chunks[0][0], 0, 1, false, false)
+    };
+    let (wt, wc) = (work(&tokens), work(&copies));
+    assert_eq!(wt.forward.compute.flops, wc.forward.compute.flops);
+    let calls = |w: &crate::workload::ChunkWork, g: GroupKind| -> Vec<(CollectiveKind, u64, u32)> {
+        w.forward
+            .comms
+            .iter()
+            .filter(|c| c.group == g)
+            .map(|c| (c.kind, c.bytes, c.calls))
+            .collect()
+    };
+    let own = 2 * (b * s / 2) * h * 2;
+    assert_eq!(
+        calls(&wc, GroupKind::Etp),
+        vec![(AllGather, 2 * own, 1), (ReduceScatter, 2 * own, 1)]
+    );
+    let kinds = |w: &crate::workload::ChunkWork| -> Vec<(CollectiveKind, u32)> {
+        calls(w, GroupKind::Tp)
+            .into_iter()
+            .map(|c| (c.0, c.2))
+            .collect()
+    };
+    assert_eq!(kinds(&wc), vec![(AllGather, 1), (ReduceScatter, 1)]);
+    assert_eq!(kinds(&wt), vec![(AllGather, 2), (ReduceScatter, 2)]);
+    assert!(calls(&wt, GroupKind::Etp).is_empty());
 }
 
 /// Expert state under `etp = 1`: each rank holds `experts / ep` whole experts, and their state
