@@ -124,18 +124,18 @@ fn tp_pairs(d: &Dims, pairs: u32, out: &mut Vec<CommCall>) {
     let gathered = mul(d.hidden_elements(), d.gemm_in_bytes);
     for _ in 0..pairs {
         if d.sp {
-            push(
-                out,
-                call(CollectiveKind::AllGather, GroupKind::Tp, gathered),
-            );
-            push(
-                out,
-                call(CollectiveKind::ReduceScatter, GroupKind::Tp, bytes),
-            );
+            gather_scatter(out, GroupKind::Tp, gathered, bytes);
         } else {
             push(out, call(CollectiveKind::AllReduce, GroupKind::Tp, bytes));
         }
     }
+}
+
+/// An all-gather of `gathered` bytes and a reduce-scatter of `scattered` over `group`: the pair
+/// around work split over a sequence-parallel group.
+fn gather_scatter(out: &mut Vec<CommCall>, group: GroupKind, gathered: u64, scattered: u64) {
+    push(out, call(CollectiveKind::AllGather, group, gathered));
+    push(out, call(CollectiveKind::ReduceScatter, group, scattered));
 }
 
 /// Collectives of one transformer layer for one micro batch.
@@ -223,14 +223,7 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
             let own = d.replicated(mul(scale(d.routed_tokens(), m.pace), d.h));
             let gathered = mul(d.act_bytes, mul(own, d.et));
             for list in [&mut out.forward, &mut out.backward] {
-                push(
-                    list,
-                    call(CollectiveKind::AllGather, GroupKind::Etp, gathered),
-                );
-                push(
-                    list,
-                    call(CollectiveKind::ReduceScatter, GroupKind::Etp, gathered),
-                );
+                gather_scatter(list, GroupKind::Etp, gathered, gathered);
             }
         }
     }

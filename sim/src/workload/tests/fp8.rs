@@ -25,6 +25,26 @@ fn cast_elements() -> (u64, u64) {
     (inputs, grads)
 }
 
+/// [`one_layer`]'s layer in `precision` under `framework` with `recipe`, its
+/// `fusions.fp8_amax_fused` replaced where `amax_fused` says.
+fn recipe_layer(
+    framework: crate::scenario::framework::Bundled,
+    precision: Precision,
+    recipe: crate::scenario::Fp8Recipe,
+    amax_fused: Option<bool>,
+) -> crate::workload::ChunkWork {
+    let mut s = gpt(1, 1024, 16, 512, 4096, (2, 1, 1), 2, 1);
+    s.training.precision = precision;
+    s.training.fp8_recipe = recipe;
+    s.training.framework = framework.framework().unwrap();
+    if let Some(fused) = amax_fused {
+        s.training.framework.fusions.fp8_amax_fused = fused;
+    }
+    let plan = plan(&s);
+    let layout = plan.chunks[0][0].clone();
+    layers_work(&s, &plan, &layout, 0, 1, false, true)
+}
+
 /// Under FP8 the linear layers' GEMMs run in the training precision, while the attention core
 /// and the output layer keep bf16 (their GEMMs say so); under bf16 no GEMM has its own.
 #[test]
@@ -98,13 +118,7 @@ fn tensorwise_scaling_adds_an_amax_pass_unless_the_framework_fuses_it() {
     use crate::scenario::Fp8Recipe;
     use crate::workload::compute::FP8_AMAX_BYTES_PER_ELEMENT;
     let layer = |framework: Bundled, recipe: Fp8Recipe| {
-        let mut s = gpt(1, 1024, 16, 512, 4096, (2, 1, 1), 2, 1);
-        s.training.precision = Precision::Fp8;
-        s.training.fp8_recipe = recipe;
-        s.training.framework = framework.framework().unwrap();
-        let plan = plan(&s);
-        let layout = plan.chunks[0][0].clone();
-        layers_work(&s, &plan, &layout, 0, 1, false, true)
+        recipe_layer(framework, Precision::Fp8, recipe, None)
     };
     let (inputs, grads) = cast_elements();
     let delayed = layer(Bundled::Torchtitan, Fp8Recipe::Delayed);
@@ -137,14 +151,12 @@ fn rowwise_casts_move_both_axes() {
     use crate::scenario::framework::Bundled;
     use crate::scenario::Fp8Recipe;
     let layer = |fused: bool, precision: Precision| {
-        let mut s = gpt(1, 1024, 16, 512, 4096, (2, 1, 1), 2, 1);
-        s.training.precision = precision;
-        s.training.fp8_recipe = Fp8Recipe::Rowwise;
-        s.training.framework = Bundled::Torchtitan.framework().unwrap();
-        s.training.framework.fusions.fp8_amax_fused = fused;
-        let plan = plan(&s);
-        let layout = plan.chunks[0][0].clone();
-        layers_work(&s, &plan, &layout, 0, 1, false, true)
+        recipe_layer(
+            Bundled::Torchtitan,
+            precision,
+            Fp8Recipe::Rowwise,
+            Some(fused),
+        )
     };
     let (inputs, grads) = cast_elements();
     for (framework, bytes) in [(false, 8), (true, 6)] {
@@ -181,13 +193,7 @@ fn mxfp8_casts_like_block_scaling_in_one_pass() {
     use crate::scenario::framework::Bundled;
     use crate::scenario::Fp8Recipe;
     let layer = |precision: Precision, recipe: Fp8Recipe| {
-        let mut s = gpt(1, 1024, 16, 512, 4096, (2, 1, 1), 2, 1);
-        s.training.precision = precision;
-        s.training.fp8_recipe = recipe;
-        s.training.framework = Bundled::MegatronCore.framework().unwrap();
-        let plan = plan(&s);
-        let layout = plan.chunks[0][0].clone();
-        layers_work(&s, &plan, &layout, 0, 1, false, true)
+        recipe_layer(Bundled::MegatronCore, precision, recipe, None)
     };
     let (inputs, grads) = cast_elements();
     let mx = layer(Precision::Fp8, Fp8Recipe::Mxfp8);

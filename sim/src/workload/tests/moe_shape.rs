@@ -256,6 +256,24 @@ fn experts_whole_on_each_rank_under_tensor_parallelism() {
     assert_eq!(a2a(&ws), a2a(&ww));
 }
 
+/// The first chunk's work of one layer of `sc`.
+fn first_layer(sc: &Scenario) -> crate::workload::ChunkWork {
+    let plan = Plan::new(sc).unwrap();
+    layers_work(sc, &plan, &plan.chunks[0][0], 0, 1, false, false)
+}
+
+/// The collectives of `comms` over `group`, as (kind, bytes, calls).
+fn calls_over(
+    comms: &[crate::workload::CommCall],
+    group: crate::plan::GroupKind,
+) -> Vec<(crate::ir::CollectiveKind, u64, u32)> {
+    comms
+        .iter()
+        .filter(|c| c.group == group)
+        .map(|c| (c.kind, c.bytes, c.calls))
+        .collect()
+}
+
 /// Expert tensor parallelism between 1 and tp (tp 4 with sequence parallelism, etp 2, ep 4):
 /// each rank dispatches the routed copies of its quarter of the tokens, the etp pair gathers
 /// what its two members received before the experts (which split over 2) and reduce-scatters
@@ -277,23 +295,12 @@ fn experts_split_over_their_own_group_gather_what_it_received() {
         sc.training.flash_attention = true;
         sc
     };
-    let work = |sc: &Scenario| {
-        let plan = Plan::new(sc).unwrap();
-        layers_work(sc, &plan, &plan.chunks[0][0], 0, 1, false, false)
-    };
-    let split = work(&scenario(None, 2));
-    let pair = work(&scenario(Some(2), 4));
-    let whole = work(&scenario(Some(1), 4));
+    let split = first_layer(&scenario(None, 2));
+    let pair = first_layer(&scenario(Some(2), 4));
+    let whole = first_layer(&scenario(Some(1), 4));
     assert_eq!(pair.forward.compute.flops, split.forward.compute.flops);
     assert_eq!(pair.forward.compute.flops, whole.forward.compute.flops);
-    let calls = |w: &crate::workload::ChunkWork, g: GroupKind| -> Vec<(CollectiveKind, u64, u32)> {
-        w.forward
-            .comms
-            .iter()
-            .filter(|c| c.group == g)
-            .map(|c| (c.kind, c.bytes, c.calls))
-            .collect()
-    };
+    let calls = |w: &crate::workload::ChunkWork, g: GroupKind| calls_over(&w.forward.comms, g);
     // This rank's routed copies of its quarter of the tokens, bf16.
     let own = 2 * (b * s / 4) * h * 2;
     assert_eq!(calls(&pair, GroupKind::Ep), vec![(AllToAll, own, 2)]);
@@ -301,14 +308,10 @@ fn experts_split_over_their_own_group_gather_what_it_received() {
         calls(&pair, GroupKind::Etp),
         vec![(AllGather, 2 * own, 1), (ReduceScatter, 2 * own, 1)]
     );
-    assert_eq!(calls(&pair, GroupKind::Etp), {
-        let w = &pair.backward;
-        w.comms
-            .iter()
-            .filter(|c| c.group == GroupKind::Etp)
-            .map(|c| (c.kind, c.bytes, c.calls))
-            .collect::<Vec<_>>()
-    });
+    assert_eq!(
+        calls(&pair, GroupKind::Etp),
+        calls_over(&pair.backward.comms, GroupKind::Etp)
+    );
     let tp = |w: &crate::workload::ChunkWork| -> Vec<CollectiveKind> {
         calls(w, GroupKind::Tp).into_iter().map(|c| c.0).collect()
     };
@@ -338,20 +341,9 @@ fn megatron_core_gathers_the_routed_copies_over_expert_tensor_parallelism() {
     tokens.training.framework = Bundled::Torchtitan.framework().unwrap();
     let mut copies = refold(None);
     copies.training.framework = Bundled::MegatronCore.framework().unwrap();
-    let work = |sc: &Scenario| {
-        let plan = Plan::new(sc).unwrap();
-        layers_work(sc, &plan, &plan.chunks[0][0], 0, 1, false, false)
-    };
-    let (wt, wc) = (work(&tokens), work(&copies));
+    let (wt, wc) = (first_layer(&tokens), first_layer(&copies));
     assert_eq!(wt.forward.compute.flops, wc.forward.compute.flops);
-    let calls = |w: &crate::workload::ChunkWork, g: GroupKind| -> Vec<(CollectiveKind, u64, u32)> {
-        w.forward
-            .comms
-            .iter()
-            .filter(|c| c.group == g)
-            .map(|c| (c.kind, c.bytes, c.calls))
-            .collect()
-    };
+    let calls = |w: &crate::workload::ChunkWork, g: GroupKind| calls_over(&w.forward.comms, g);
     let own = 2 * (b * s / 2) * h * 2;
     assert_eq!(
         calls(&wc, GroupKind::Etp),
