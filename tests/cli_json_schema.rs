@@ -232,6 +232,9 @@ const REQUIRED: &[(&str, &str, &[&str])] = &[
             "fits",
             "peak_memory_gib",
             "usable_memory_gib",
+            "published_flops_per_token",
+            "model_flops_per_token",
+            "framework_flops_per_token",
         ],
     ),
     (

@@ -17,6 +17,7 @@ fn published_runs_are_predicted_within_the_recorded_accuracy() {
     println!("{}", v.to_text());
     assert_eq!(v.rows.len(), 9);
     assert_eq!(out_of_memory(&v), Vec::<&str>::new());
+    assert_eq!(flops_mismatch(&v), Vec::<&str>::new());
     assert!(v.max_abs_error <= 0.12, "max {}", v.max_abs_error);
     assert!(v.median_abs_error <= 0.05, "median {}", v.median_abs_error);
 }
@@ -83,6 +84,30 @@ fn modern_validation() -> twin_sim::validate::Validation {
 /// accounting follows; the row's recompute setting is unconfirmed too (its notes).
 const MODERN_OUT_OF_MEMORY: &[&str] = &["nemo2407-nemotron-340b"];
 
+/// The modern rows whose published FLOPs per token (TFLOP/s over tokens/s) neither of twin's
+/// counts of the row's model matches within 2%: DeepSeek-V3 (+2.4%, Megatron-Bridge's
+/// conventions for latent attention and multi-token prediction), GPT-OSS-120B twice (+20%:
+/// Megatron-Bridge's count takes a gated MLP as gated only under `F.silu`, and every layer's
+/// attention over the whole causal sequence, where GPT-OSS has a clamped SwiGLU and a 128-token
+/// window on half its layers), and 26.04.01's Llama 3 70B (+2.3%: its tokens/s and TFLOP/s
+/// disagree with each other by that much, where every other release of the layout agrees
+/// within 0.1%). docs/journal/2026-12-01-memory-verdicts-on-published-runs.md.
+const MODERN_FLOPS_MISMATCH: &[&str] = &[
+    "mb2509-deepseek-v3",
+    "mb2511-gpt-oss-120b",
+    "mb260401-llama3-70b",
+    "mb260401-gpt-oss-120b",
+];
+
+/// The ids of the rows whose published FLOPs per token twin's counts do not match.
+fn flops_mismatch(v: &Validation) -> Vec<&str> {
+    v.rows
+        .iter()
+        .filter(|r| r.flops_mismatch())
+        .map(|r| r.id.as_str())
+        .collect()
+}
+
 /// The ids of the rows whose prediction puts them out of memory.
 fn out_of_memory(v: &Validation) -> Vec<&str> {
     v.rows
@@ -117,6 +142,7 @@ fn modern_runs_are_covered_and_predicted_within_the_recorded_accuracy() {
         assert!(u.reason.contains("Mamba"), "{}: {}", u.id, u.reason);
     }
     assert_eq!(out_of_memory(&v), MODERN_OUT_OF_MEMORY);
+    assert_eq!(flops_mismatch(&v), MODERN_FLOPS_MISMATCH);
     let bound = |group: &str| -> (f64, f64) {
         match group {
             "all" => MODERN_ALL,
@@ -281,8 +307,9 @@ fn control(
     biases_hold(&table, &v);
     assert_eq!(v.rows.len(), rows);
     assert!(v.uncovered.is_empty(), "{:?}", v.uncovered);
-    // Every run ran: each is predicted to fit.
+    // Every run ran: each is predicted to fit; and each shape matches its published FLOPs.
     assert_eq!(out_of_memory(&v), Vec::<&str>::new());
+    assert_eq!(flops_mismatch(&v), Vec::<&str>::new());
     assert!(v.max_abs_error <= max, "max {}", v.max_abs_error);
     assert!(
         v.median_abs_error <= median,

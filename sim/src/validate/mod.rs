@@ -94,6 +94,29 @@ pub struct Comparison {
     pub fits: bool,
     pub peak_memory_gib: f64,
     pub usable_memory_gib: f64,
+    /// FLOPs per token: the row's (its `tflops_per_gpu` over its `tokens_per_s_per_gpu`, when
+    /// it publishes both), and twin's two counts of the row's model, attention over the full
+    /// square (model FLOPs) and as the framework's log counts it.
+    pub published_flops_per_token: Option<f64>,
+    pub model_flops_per_token: f64,
+    pub framework_flops_per_token: f64,
+}
+
+/// How far apart published and counted FLOPs per token may be before `twin validate` names the
+/// row: either of twin's counts within 2% is a match.
+pub const FLOPS_PER_TOKEN_TOLERANCE: f64 = 0.02;
+
+impl Comparison {
+    /// Whether the row publishes FLOPs per token that neither of twin's counts matches within
+    /// [`FLOPS_PER_TOKEN_TOLERANCE`]: its model shape, or the FLOP convention of its source,
+    /// differs from what twin simulated.
+    pub fn flops_mismatch(&self) -> bool {
+        self.published_flops_per_token.is_some_and(|p| {
+            [self.model_flops_per_token, self.framework_flops_per_token]
+                .iter()
+                .all(|&c| relative_error(c, p).abs() > FLOPS_PER_TOKEN_TOLERANCE)
+        })
+    }
 }
 
 /// A row that could not be compared, and why.
@@ -285,6 +308,7 @@ pub fn run_case(case: &Case, profiles: &[Profile]) -> Result<Comparison, Validat
         ),
         _ => (case.field.to_string(), case.published, report.step_time_s),
     };
+    let per_token = |tflops: f64| flops_per_token(tflops, report.tokens_per_s_per_gpu);
     Ok(Comparison {
         id: case.id.clone(),
         field,
@@ -297,7 +321,19 @@ pub fn run_case(case: &Case, profiles: &[Profile]) -> Result<Comparison, Validat
         fits: report.fits,
         peak_memory_gib: report.peak_memory_bytes as f64 / crate::report::GIB,
         usable_memory_gib: report.usable_bytes as f64 / crate::report::GIB,
+        published_flops_per_token: None,
+        model_flops_per_token: per_token(report.model_tflops_per_gpu),
+        framework_flops_per_token: per_token(report.framework_flops.tflops_per_gpu),
     })
+}
+
+/// FLOPs per token of `tflops_per_gpu` at a rate of `tokens_per_s_per_gpu`; 0 without tokens.
+fn flops_per_token(tflops_per_gpu: f64, tokens_per_s_per_gpu: f64) -> f64 {
+    if tokens_per_s_per_gpu > 0.0 {
+        tflops_per_gpu * 1e12 / tokens_per_s_per_gpu
+    } else {
+        0.0
+    }
 }
 
 /// `(predicted - published) / published`, 0 when nothing was published.
@@ -325,7 +361,13 @@ pub fn validate_table(table: &Table, profiles: &[Profile]) -> Result<Validation,
         match compared {
             Ok(compared) => {
                 let modern = modern::is_modern(row);
+                let published = row
+                    .tflops_per_gpu
+                    .zip(row.tokens_per_s_per_gpu)
+                    .map(|(tf, tok)| flops_per_token(tf, tok))
+                    .filter(|f| *f > 0.0);
                 for mut c in compared {
+                    c.published_flops_per_token = published;
                     if modern {
                         c.groups = modern::groups(row);
                         c.unmodelled = modern::unmodelled(row)
@@ -481,6 +523,26 @@ impl Validation {
             let _ = writeln!(out, "\nsettings the prediction does not model:");
             for r in unmodelled {
                 let _ = writeln!(out, "- {}: {}", r.id, r.unmodelled.join(", "));
+            }
+        }
+        let mismatched: Vec<&Comparison> =
+            self.rows.iter().filter(|r| r.flops_mismatch()).collect();
+        if !mismatched.is_empty() {
+            let _ = writeln!(
+                out,
+                "\npublished FLOPs per token that neither of twin's counts matches within {:.0}% \
+                 (the row's model shape, or its source's FLOP convention, differs; GFLOP):",
+                FLOPS_PER_TOKEN_TOLERANCE * 100.0
+            );
+            for r in mismatched {
+                let _ = writeln!(
+                    out,
+                    "- {}: published {:.2}, twin {:.2} with full attention, {:.2} as the framework counts",
+                    r.id,
+                    r.published_flops_per_token.unwrap_or(0.0) / 1e9,
+                    r.model_flops_per_token / 1e9,
+                    r.framework_flops_per_token / 1e9
+                );
             }
         }
         let out_of_memory: Vec<&Comparison> = self.rows.iter().filter(|r| !r.fits).collect();

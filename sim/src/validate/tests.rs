@@ -196,6 +196,9 @@ fn json_has_the_documented_shape() {
             fits: false,
             peak_memory_gib: 81.5,
             usable_memory_gib: 79.25,
+            published_flops_per_token: Some(50e9),
+            model_flops_per_token: 56e9,
+            framework_flops_per_token: 52e9,
         }],
         median_abs_error: 0.05,
         max_abs_error: 0.05,
@@ -224,6 +227,9 @@ fn json_has_the_documented_shape() {
         "fits",
         "peak_memory_gib",
         "usable_memory_gib",
+        "published_flops_per_token",
+        "model_flops_per_token",
+        "framework_flops_per_token",
     ] {
         assert!(row.get(key).is_some(), "{key}");
     }
@@ -239,6 +245,19 @@ fn json_has_the_documented_shape() {
         ),
         "{text}"
     );
+    // 52 is 4% from the published 50, 56 is 12%: neither within 2%.
+    assert!(
+        text.contains(
+            "- a: published 50.00, twin 56.00 with full attention, 52.00 as the framework counts"
+        ),
+        "{text}"
+    );
+    let mut near = v.rows[0].clone();
+    near.framework_flops_per_token = 50.9e9;
+    assert!(!near.flops_mismatch());
+    near.published_flops_per_token = None;
+    near.framework_flops_per_token = 1.0;
+    assert!(!near.flops_mismatch());
     assert!(
         text.contains("1 of 2 rows cannot be expressed:\n- b: why"),
         "{text}"
