@@ -115,6 +115,37 @@ fn compression_shrinks_bytes_and_adds_compress_ops() {
     }
 }
 
+/// `grad_reduce_dtype = "bf16"` (Megatron-Core's `grad_reduce_in_fp32 = false`) halves every
+/// data-parallel gradient reduction, in the same calls and buckets as fp32 (buckets count
+/// elements), adds no compression ops, and under 16-bit parameters with fp32 masters holds the
+/// gradient buffer at 2 bytes a parameter; over fp32 parameters (FSDP) the shard stays fp32.
+#[test]
+fn bf16_gradient_reduction_halves_the_bytes_in_the_same_calls() {
+    use twin_sim::scenario::framework::{Bundled, Dtype};
+    let s = dp_scenario(1);
+    assert_eq!(s.training.grad_elem_bytes(), 4);
+    let fp32 = gen_ok(&s, 0);
+    let mut half = s.clone();
+    half.training.grad_reduce_dtype = Some(Dtype::Bf16);
+    assert_eq!(half.training.grad_elem_bytes(), 2);
+    let bf16 = gen_ok(&half, 0);
+    for (a, b) in fp32.programs.iter().zip(&bf16.programs) {
+        let kind = CollectiveKind::ReduceScatter;
+        assert!(wire_bytes(a, kind) > 0);
+        assert_eq!(wire_bytes(b, kind) * 2, wire_bytes(a, kind));
+        assert_eq!(dp_collectives(a, kind).len(), dp_collectives(b, kind).len());
+        assert!(!b.ops.iter().any(|o| is_phase(o, Phase::Compress)));
+    }
+    let k = twin_sim::workload::state_coefficients(&half.training);
+    assert_eq!(
+        (k.weight_bytes, k.grad_bytes, k.optimizer_bytes),
+        (2, 2, 12)
+    );
+    half.training.framework = Bundled::Torchtitan.framework().unwrap();
+    let k = twin_sim::workload::state_coefficients(&half.training);
+    assert_eq!((k.weight_bytes, k.grad_bytes, k.optimizer_bytes), (4, 4, 8));
+}
+
 #[test]
 fn async_reduces_the_previous_gradients_from_the_start() {
     let mut s = dp_scenario(0);

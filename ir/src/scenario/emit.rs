@@ -264,6 +264,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
         GradCompression::Topk(f) => format!("topk:{f}"),
     };
     training.insert("grad_compression", value(compression));
+    if let Some(d) = t.grad_reduce_dtype {
+        training.insert("grad_reduce_dtype", value(d.as_str()));
+    }
     let sync = match t.sync {
         SyncMode::Sync => "sync".to_string(),
         SyncMode::Delayed(n) => format!("delayed:{n}"),

@@ -583,6 +583,10 @@ pub struct Training {
     pub overlap_grad_reduce: bool,
     pub overlap_param_gather: bool,
     pub grad_compression: GradCompression,
+    /// The dtype of the data-parallel gradient reduction (`grad_reduce_dtype`); `None`: the
+    /// framework's `optimizer.grad_buffer`. See [`Training::grad_elem_bytes`].
+    #[serde(default)]
+    pub grad_reduce_dtype: Option<super::framework::Dtype>,
     pub sync: SyncMode,
     pub optimizer: Optimizer,
     pub offload: Offload,
@@ -613,6 +617,24 @@ pub struct Training {
     /// DDP gradient bucket size. Default (set by the parser): Megatron-Core's
     /// max(40M, 1M * dp * cp) fp32 elements, i.e. 160 MB up to dp*cp = 40.
     pub grad_bucket_bytes: u64,
+}
+
+impl Training {
+    /// The dtype gradients are reduced in over data parallelism: `grad_reduce_dtype`, else the
+    /// framework's `optimizer.grad_buffer`.
+    pub fn grad_reduce_dtype(&self) -> super::framework::Dtype {
+        self.grad_reduce_dtype
+            .unwrap_or(self.framework.optimizer.grad_buffer)
+    }
+
+    /// Bytes of one gradient element in the data-parallel reduction (and its buckets): 4 for
+    /// fp32, 2 for bf16.
+    pub fn grad_elem_bytes(&self) -> u64 {
+        match self.grad_reduce_dtype() {
+            super::framework::Dtype::Fp32 => 4,
+            super::framework::Dtype::Bf16 => 2,
+        }
+    }
 }
 
 /// How an MoE layer's router spreads the routed token copies over the experts

@@ -1,5 +1,6 @@
-//! `[model] sliding_window`, `sliding_window_every` and `attention_sinks`: what they read to,
-//! that they survive the scenario writer, and each refusal names the key and what to write.
+//! `[model] sliding_window`, `sliding_window_every` and `attention_sinks`, and `[training]
+//! grad_reduce_dtype`: what they read to, that they survive the scenario writer, and each
+//! refusal names the key and what to write.
 
 use super::{Document, Scenario, ScenarioError, SlidingWindow};
 
@@ -67,4 +68,31 @@ fn ring_context_parallelism_refuses_a_window() {
         "cp = 2\ncp_algorithm = \"all-gather\"\n",
     ))
     .unwrap();
+}
+
+/// `[training] grad_reduce_dtype`: the framework's `optimizer.grad_buffer` when absent, the
+/// value when given, written back by the scenario writer; another name is refused with the
+/// allowed ones.
+#[test]
+fn grad_reduce_dtype_reads_defaults_and_round_trips() {
+    use super::framework::Dtype;
+    let plain = resolve(&text("", "")).unwrap();
+    assert_eq!(plain.training.grad_reduce_dtype, None);
+    assert_eq!(plain.training.grad_reduce_dtype(), Dtype::Fp32);
+    let half = text("", "").replace(
+        "global_batch = 8\n",
+        "global_batch = 8\ngrad_reduce_dtype = \"bf16\"\n",
+    );
+    let s = resolve(&half).unwrap();
+    assert_eq!(s.training.grad_reduce_dtype, Some(Dtype::Bf16));
+    assert_eq!(s.training.grad_elem_bytes(), 2);
+    let again = resolve(&super::emit::to_toml(&s)).unwrap();
+    assert_eq!(again.training, s.training);
+    let e = resolve(&half.replace("\"bf16\"", "\"fp8\""))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("training.grad_reduce_dtype") && e.contains("bf16"),
+        "{e}"
+    );
 }

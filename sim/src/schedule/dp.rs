@@ -4,9 +4,11 @@
 //! The emitter asks these questions; it never reads the training config for them itself.
 //!
 //! Modelling choices (documented here, once):
-//! - Gradients are reduced in fp32 (Megatron's default: fp32 `main_grad` accumulation), so
-//!   a gradient element is [`GRAD_ELEM_BYTES`] bytes before compression. Parameters are
-//!   gathered in the compute dtype.
+//! - Gradients are reduced in `training.grad_reduce_dtype` (the framework's
+//!   `optimizer.grad_buffer` by default: fp32, Megatron's `main_grad` accumulation), a gradient
+//!   element being `DpPolicy::grad_elem_bytes` before compression; buckets count elements as
+//!   [`GRAD_ELEM_BYTES`] each (`grad_bucket_bytes / 4`), as Megatron sizes buckets in
+//!   parameters whatever their dtype. Parameters are gathered in the compute dtype.
 //! - Buckets are cut at layer boundaries: a bucket is the smallest run of consecutive layers
 //!   (in backward order) whose gradients reach `grad_bucket_bytes`; its reduction is issued as
 //!   `calls` same-size calls of at most `grad_bucket_bytes` each.
@@ -72,7 +74,7 @@ use crate::scenario::{GradCompression, PipelineSchedule, Scenario, SyncMode};
 use crate::schedule::{CollectiveKind, ScheduleError};
 use crate::workload::{CommCall, ParamCount};
 
-/// Bytes per gradient element on the wire before compression (fp32 reduction).
+/// Bytes per gradient element in the bucket size (`grad_bucket_bytes` counts fp32 elements).
 pub const GRAD_ELEM_BYTES: u64 = 4;
 /// Bytes per index of a top-k sparsified gradient.
 pub const TOPK_INDEX_BYTES: u64 = 4;
@@ -133,6 +135,9 @@ pub struct DpPolicy {
     pub bucket_bytes: u64,
     pub compression: GradCompression,
     pub param_elem_bytes: u64,
+    /// Bytes of a gradient element in the reduction, before compression
+    /// (`Training::grad_elem_bytes`).
+    pub grad_elem_bytes: u64,
     /// ZeRO 3 / FSDP gathers one layer at a time (the framework file's
     /// `overlaps.fsdp_unit = "layer"`: FSDP2 / FSDP1 wrap each transformer block as a unit,
     /// Megatron-FSDP's unit is the transformer layer, DeepSpeed ZeRO-3 gathers each
@@ -197,6 +202,7 @@ impl DpPolicy {
             bucket_bytes: s.training.grad_bucket_bytes.max(1),
             compression: s.training.grad_compression,
             param_elem_bytes: s.training.precision.bytes(),
+            grad_elem_bytes: s.training.grad_elem_bytes(),
             gather_per_layer: zero == Zero::ShardedParams
                 && s.training.framework.overlaps.fsdp_unit == FsdpUnit::Layer,
             pipelined: pipelined(s, plan, zero),
@@ -260,12 +266,12 @@ impl DpPolicy {
     /// Gradient bytes on the wire for `elems` gradient elements, after compression.
     pub fn wire_grad_bytes(&self, elems: u64) -> u64 {
         match self.compression {
-            GradCompression::None => elems.saturating_mul(GRAD_ELEM_BYTES),
+            GradCompression::None => elems.saturating_mul(self.grad_elem_bytes),
             GradCompression::Fp16 => elems.saturating_mul(2),
             GradCompression::Int8 => elems,
             GradCompression::Topk(f) => {
                 let kept = ((elems as f64) * f).ceil() as u64;
-                kept.saturating_mul(GRAD_ELEM_BYTES + TOPK_INDEX_BYTES)
+                kept.saturating_mul(self.grad_elem_bytes + TOPK_INDEX_BYTES)
             }
         }
     }
@@ -276,7 +282,7 @@ impl DpPolicy {
 
     /// Gradient bytes in memory (uncompressed) for `elems` elements.
     pub fn grad_bytes(&self, elems: u64) -> u64 {
-        elems.saturating_mul(GRAD_ELEM_BYTES)
+        elems.saturating_mul(self.grad_elem_bytes)
     }
 
     pub fn param_bytes(&self, elems: u64) -> u64 {

@@ -476,7 +476,8 @@ pub struct StateCoefficients {
 /// Bytes per parameter of weights, gradients and optimizer state:
 /// - fp16: 2 + 2 + 12 (the ZeRO paper's mixed-precision Adam: fp32 master, momentum,
 ///   variance);
-/// - bf16: 2 + 4 + 12 (Megatron-LM accumulates bf16 gradients in fp32 main grads);
+/// - bf16: 2 + 4 + 12 (Megatron-LM accumulates bf16 gradients in fp32 main grads; 2 + 2 + 12
+///   with `grad_reduce_dtype = "bf16"`, its `grad_reduce_in_fp32 = false`);
 /// - fp8: as bf16 (weights are kept in bf16; fp8 casts are transient per GEMM);
 /// - fp32: 4 + 4 + 8 (no master copy);
 /// - bf16, fp16 or fp8 over fp32 parameters (the framework's `memory.fp32_params`: PyTorch
@@ -498,7 +499,9 @@ pub fn state_coefficients(training: &Training) -> StateCoefficients {
         // the gathered 16-bit (or FP8) copies are transient (the gather buffers).
         Precision::Fp16 | Precision::Bf16 | Precision::Fp8 if fp32_params => (4, 4, false),
         Precision::Fp16 => (2, 2, true),
-        Precision::Bf16 | Precision::Fp8 => (2, 4, true),
+        // The gradient buffer holds the reduction's dtype (Megatron-Core's
+        // `grad_reduce_in_fp32`): fp32 unless `grad_reduce_dtype` says bf16.
+        Precision::Bf16 | Precision::Fp8 => (2, training.grad_elem_bytes(), true),
     };
     let moments = match training.optimizer {
         Optimizer::Adam => 8,

@@ -202,7 +202,6 @@ const KERNELS: [(&str, OptimizerKernel); 3] = [
     ("multi-tensor", OptimizerKernel::MultiTensor),
     ("foreach", OptimizerKernel::Foreach),
 ];
-const DTYPES: [(&str, Dtype); 2] = [("fp32", Dtype::Fp32), ("bf16", Dtype::Bf16)];
 
 /// Counts in a framework file (kernels, passes, layers) are at most this.
 const MAX_COUNT: u64 = 1 << 16;

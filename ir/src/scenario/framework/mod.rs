@@ -419,6 +419,18 @@ pub enum Dtype {
     Bf16,
 }
 
+/// The names of [`Dtype`] in framework and scenario files.
+pub const DTYPES: [(&str, Dtype); 2] = [("fp32", Dtype::Fp32), ("bf16", Dtype::Bf16)];
+
+impl Dtype {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dtype::Fp32 => "fp32",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OptimizerImpl {
     pub kernel: OptimizerKernel,

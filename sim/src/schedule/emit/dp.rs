@@ -15,7 +15,7 @@ use crate::plan::GroupKind;
 use crate::scenario::MemoryAccounting;
 use crate::schedule::builder::{AllocTag, Builder};
 use crate::schedule::chunks::{ChunkPlan, Seg};
-use crate::schedule::dp::{Zero, GRAD_ELEM_BYTES};
+use crate::schedule::dp::Zero;
 use crate::schedule::emit::steps::Step;
 use crate::schedule::emit::zero::{Gather, Issued};
 use crate::schedule::emit::StageCtx;
@@ -221,9 +221,7 @@ impl<'a> DpEmitter<'a> {
             dtype: self.ctx.s.training.precision,
             gemms: Gemms::default(),
             flops: elems,
-            memory_bytes: elems
-                .saturating_mul(GRAD_ELEM_BYTES)
-                .saturating_add(wire_bytes),
+            memory_bytes: self.ctx.dp.grad_bytes(elems).saturating_add(wire_bytes),
             kernels: 1,
             sms_reserved: 0,
         }
