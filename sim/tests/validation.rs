@@ -207,12 +207,16 @@ const MODERN_MOE_SIMULATED: usize = 9;
 const MODERN_MOE: (f64, f64) = (0.207, 0.549);
 const MODERN_FP8: (f64, f64) = (0.065, 0.357);
 const MODERN_BF16: (f64, f64) = (0.121, 0.258);
-const MODERN_MEGATRON: (f64, f64) = (0.052, 0.139);
+/// Megatron-Bridge's rows reduce gradients in bf16, as their recipes set
+/// (`grad_reduce_dtype`): that took the Llama 3 8B row's +13.7% to +12.3%.
+const MODERN_MEGATRON: (f64, f64) = (0.052, 0.125);
 /// torchtitan: every row too fast; the same framework file predicts torchtitan's own A100 runs
 /// at a 1.7% median (`torchtitan_runs_on_a100_are_predicted_within_the_recorded_accuracy`).
 const MODERN_TORCHTITAN: (f64, f64) = (0.177, 0.357);
 const MODERN_LLM_FOUNDRY: (f64, f64) = (0.100, 0.258);
-const MODERN_LONG_CONTEXT: (f64, f64) = (0.061, 0.357);
+/// The bf16 gradient reduction of Megatron-Bridge's rows moved the 405B rows (context
+/// parallelism 2) by 0.2-0.6 points and the group's median from 5.9% to 6.2%.
+const MODERN_LONG_CONTEXT: (f64, f64) = (0.064, 0.357);
 
 /// The modern table's DeepSeek-V3 row (Megatron-Bridge, 1,024 H100s).
 fn deepseek_v3_row() -> twin_sim::validate::RunRow {
@@ -246,9 +250,13 @@ fn deepseek_v3_fits_at_its_published_layout() {
         let sum = m.weights + m.grads + m.optimizer + m.activations + m.buffers + m.reserved;
         assert_eq!(sum, r.peak_memory_bytes, "rank {:?}", r.rank);
         assert!(r.peak_memory_bytes <= usable);
+        // The recipe reduces gradients in bf16 (grad_reduce_in_fp32 = false): the gradient
+        // buffer holds as many bytes as the bf16 weights.
+        assert_eq!(m.grads, m.weights, "rank {:?}", r.rank);
     }
-    // The busiest stage is within 10% of full: the layout is tight, as published layouts are.
-    assert!(p.report.peak_memory_bytes as f64 > 0.9 * usable as f64);
+    // The busiest stage is within 15% of full (88% today: 94% when gradients were counted
+    // fp32): the layout is tight, as published layouts are.
+    assert!(p.report.peak_memory_bytes as f64 > 0.85 * usable as f64);
 }
 
 /// Block scaling against the one published pair: DeepSeek-V3's Megatron-Bridge run quotes 338

@@ -120,6 +120,9 @@ pub struct RunRow {
     /// A bool, or text naming the graph scope.
     pub cuda_graphs: Option<toml::Value>,
     pub compile: Option<bool>,
+    /// The dtype gradients were reduced in over data parallelism (`fp32` | `bf16`), where the
+    /// row's recipe says.
+    pub grad_reduce_dtype: Option<String>,
     pub pp_schedule: Option<String>,
     pub other_flags: Option<String>,
     /// Seconds per optimizer step (primary figure).
