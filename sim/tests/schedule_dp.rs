@@ -119,6 +119,7 @@ fn compression_shrinks_bytes_and_adds_compress_ops() {
 /// data-parallel gradient reduction, in the same calls and buckets as fp32 (buckets count
 /// elements), adds no compression ops, and under 16-bit parameters with fp32 masters holds the
 /// gradient buffer at 2 bytes a parameter; over fp32 parameters (FSDP) the shard stays fp32.
+/// bf16 moments (`optimizer_state_dtype`) halve Adam's state beside the fp32 master weights.
 #[test]
 fn bf16_gradient_reduction_halves_the_bytes_in_the_same_calls() {
     use twin_sim::scenario::framework::{Bundled, Dtype};
@@ -141,9 +142,17 @@ fn bf16_gradient_reduction_halves_the_bytes_in_the_same_calls() {
         (k.weight_bytes, k.grad_bytes, k.optimizer_bytes),
         (2, 2, 12)
     );
+    // Moments in bf16 (`optimizer_state_dtype`): Adam's two take 4 bytes beside the fp32
+    // master's 4, and the optimizer pass moves 8 bytes a parameter fewer.
+    let before = twin_sim::workload::optimizer_bytes_per_param(&half.training, &k);
+    half.training.optimizer_state_dtype = Some(Dtype::Bf16);
+    let k = twin_sim::workload::state_coefficients(&half.training);
+    assert_eq!((k.weight_bytes, k.grad_bytes, k.optimizer_bytes), (2, 2, 8));
+    let after = twin_sim::workload::optimizer_bytes_per_param(&half.training, &k);
+    assert_eq!(before - after, 8);
     half.training.framework = Bundled::Torchtitan.framework().unwrap();
     let k = twin_sim::workload::state_coefficients(&half.training);
-    assert_eq!((k.weight_bytes, k.grad_bytes, k.optimizer_bytes), (4, 4, 8));
+    assert_eq!((k.weight_bytes, k.grad_bytes, k.optimizer_bytes), (4, 4, 4));
 }
 
 #[test]

@@ -76,9 +76,9 @@ fn modern_validation() -> twin_sim::validate::Validation {
 }
 
 /// Every published run ran, so each should be predicted to fit in its GPUs' memory, and each
-/// is. The tightest: NeMo 24.07's Nemotron-340B on 128 GPUs (tp 8, pp 8, dp 2), 2.2 GiB free
-/// on its first stage once its gradients are reduced in bf16 as its launcher yaml sets
-/// (`grad_sync_dtype: bf16`; 8.7 GiB over when they were counted fp32).
+/// is. NeMo 24.07's Nemotron-340B on 128 GPUs (tp 8, pp 8, dp 2) was 8.7 GiB over on its first
+/// stage with gradients and Adam's moments counted fp32; its launcher yaml keeps both in bf16
+/// (`grad_sync_dtype: bf16`, `dtype: bf16`), and it fits with 13.1 GiB free.
 const MODERN_OUT_OF_MEMORY: &[&str] = &[];
 
 /// The modern rows whose published FLOPs per token (TFLOP/s over tokens/s) neither of twin's
@@ -251,9 +251,10 @@ fn deepseek_v3_fits_at_its_published_layout() {
         // buffer holds as many bytes as the bf16 weights.
         assert_eq!(m.grads, m.weights, "rank {:?}", r.rank);
     }
-    // The busiest stage is within 15% of full (88% today: 94% when gradients were counted
-    // fp32): the layout is tight, as published layouts are.
-    assert!(p.report.peak_memory_bytes as f64 > 0.85 * usable as f64);
+    // The busiest stage is within 20% of full: the layout is tight, as published layouts are.
+    // 85% today; 94% when gradients and Adam's moments were counted fp32, where the recipe
+    // keeps both in bf16 (grad_reduce_in_fp32 = false, exp_avg_dtype = exp_avg_sq_dtype = bf16).
+    assert!(p.report.peak_memory_bytes as f64 > 0.8 * usable as f64);
 }
 
 /// Block scaling against the one published pair: DeepSeek-V3's Megatron-Bridge run quotes 338

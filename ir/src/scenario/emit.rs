@@ -267,6 +267,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     if let Some(d) = t.grad_reduce_dtype {
         training.insert("grad_reduce_dtype", value(d.as_str()));
     }
+    if let Some(d) = t.optimizer_state_dtype {
+        training.insert("optimizer_state_dtype", value(d.as_str()));
+    }
     let sync = match t.sync {
         SyncMode::Sync => "sync".to_string(),
         SyncMode::Delayed(n) => format!("delayed:{n}"),

@@ -557,6 +557,7 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool, Option<b
             overlap_param_gather: t.boolean_or_default(&tk::OVERLAP_PARAM_GATHER)?,
             grad_compression: grad_compression(t)?,
             grad_reduce_dtype: t.choice(&tk::GRAD_REDUCE_DTYPE, &framework::DTYPES)?,
+            optimizer_state_dtype: t.choice(&tk::OPTIMIZER_STATE_DTYPE, &framework::DTYPES)?,
             sync: sync(t)?,
             optimizer: t.choice_or_default(&tk::OPTIMIZER, &OPTIMIZERS)?,
             offload: t.choice_or_default(&tk::OFFLOAD, &OFFLOADS)?,

@@ -587,6 +587,9 @@ pub struct Training {
     /// framework's `optimizer.grad_buffer`. See [`Training::grad_elem_bytes`].
     #[serde(default)]
     pub grad_reduce_dtype: Option<super::framework::Dtype>,
+    /// The dtype of the optimizer's moments (`optimizer_state_dtype`); `None`: fp32.
+    #[serde(default)]
+    pub optimizer_state_dtype: Option<super::framework::Dtype>,
     pub sync: SyncMode,
     pub optimizer: Optimizer,
     pub offload: Offload,
@@ -625,6 +628,14 @@ impl Training {
     pub fn grad_reduce_dtype(&self) -> super::framework::Dtype {
         self.grad_reduce_dtype
             .unwrap_or(self.framework.optimizer.grad_buffer)
+    }
+
+    /// Bytes of one element of the optimizer's moments: 4 (fp32, the default) or 2 (bf16).
+    pub fn moment_elem_bytes(&self) -> u64 {
+        match self.optimizer_state_dtype {
+            Some(super::framework::Dtype::Bf16) => 2,
+            _ => 4,
+        }
     }
 
     /// Bytes of one gradient element in the data-parallel reduction (and its buckets): 4 for

@@ -1,5 +1,5 @@
 //! `[model] sliding_window`, `sliding_window_every` and `attention_sinks`, and `[training]
-//! grad_reduce_dtype`: what they read to, that they survive the scenario writer, and each
+//! grad_reduce_dtype` and `optimizer_state_dtype`: what they read to, that they survive the scenario writer, and each
 //! refusal names the key and what to write.
 
 use super::{Document, Scenario, ScenarioError, SlidingWindow};
@@ -95,4 +95,15 @@ fn grad_reduce_dtype_reads_defaults_and_round_trips() {
         e.contains("training.grad_reduce_dtype") && e.contains("bf16"),
         "{e}"
     );
+    // The optimizer's moments: fp32 unless `optimizer_state_dtype` says bf16.
+    assert_eq!(plain.training.moment_elem_bytes(), 4);
+    let moments = half.replace(
+        "global_batch = 8\n",
+        "global_batch = 8\noptimizer_state_dtype = \"bf16\"\n",
+    );
+    let s = resolve(&moments).unwrap();
+    assert_eq!(s.training.optimizer_state_dtype, Some(Dtype::Bf16));
+    assert_eq!(s.training.moment_elem_bytes(), 2);
+    let again = resolve(&super::emit::to_toml(&s)).unwrap();
+    assert_eq!(again.training, s.training);
 }

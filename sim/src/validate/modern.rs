@@ -15,8 +15,8 @@
 //!   and an `fsdp` degree other than `dp` is HSDP (`parallel.fsdp_degree`).
 //! - Flash attention (every framework of the table uses a fused attention kernel).
 //! - `overlap_grad_reduce` / `overlap_param_gather` / `sequence_parallel` / `recompute` /
-//!   `compile` / `cuda_graphs` / `tp_comm_overlap` / `grad_reduce_dtype` as published, twin's
-//!   defaults where a row is silent; `overlap_p2p_comm` as published under an interleaved pipeline (under 1F1B the
+//!   `compile` / `cuda_graphs` / `tp_comm_overlap` / `grad_reduce_dtype` /
+//!   `optimizer_state_dtype` as published, twin's defaults where a row is silent; `overlap_p2p_comm` as published under an interleaved pipeline (under 1F1B the
 //!   transfers block, whatever the row says). The context-parallel algorithm is the
 //!   framework file's.
 //! - `recompute_detail` naming Megatron's block method with `recompute_num_layers=N` is
@@ -393,6 +393,9 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     }
     if let Some(d) = &row.grad_reduce_dtype {
         let _ = writeln!(text, "grad_reduce_dtype = {d:?}");
+    }
+    if let Some(d) = &row.optimizer_state_dtype {
+        let _ = writeln!(text, "optimizer_state_dtype = {d:?}");
     }
     if let Some(o) = row.overlap_param_gather {
         let _ = writeln!(text, "overlap_param_gather = {o}");

@@ -123,6 +123,8 @@ pub struct RunRow {
     /// The dtype gradients were reduced in over data parallelism (`fp32` | `bf16`), where the
     /// row's recipe says.
     pub grad_reduce_dtype: Option<String>,
+    /// The dtype of the optimizer's moments (`fp32` | `bf16`), where the row's recipe says.
+    pub optimizer_state_dtype: Option<String>,
     pub pp_schedule: Option<String>,
     pub other_flags: Option<String>,
     /// Seconds per optimizer step (primary figure).

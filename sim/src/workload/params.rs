@@ -485,7 +485,8 @@ pub struct StateCoefficients {
 ///   `memory.autocast_weight_copies`: PyTorch AMP): 4 + 4 + 8, as fp32, the 16-bit copies
 ///   being transient.
 ///
-/// SGD with momentum keeps 4 bytes of momentum (+ 4 for the master copy).
+/// SGD with momentum keeps 4 bytes of momentum (+ 4 for the master copy). Moments in bf16
+/// (`optimizer_state_dtype`) take half: Adam's 8 bytes become 4.
 pub fn state_coefficients(training: &Training) -> StateCoefficients {
     let memory = &training.framework.memory;
     let autocast = memory.autocast_weight_copies;
@@ -503,9 +504,10 @@ pub fn state_coefficients(training: &Training) -> StateCoefficients {
         // `grad_reduce_in_fp32`): fp32 unless `grad_reduce_dtype` says bf16.
         Precision::Bf16 | Precision::Fp8 => (2, training.grad_elem_bytes(), true),
     };
+    // Adam keeps two moments, SGD one momentum, each in `optimizer_state_dtype`.
     let moments = match training.optimizer {
-        Optimizer::Adam => 8,
-        Optimizer::Sgd => 4,
+        Optimizer::Adam => 2 * training.moment_elem_bytes(),
+        Optimizer::Sgd => training.moment_elem_bytes(),
     };
     StateCoefficients {
         weight_bytes,
