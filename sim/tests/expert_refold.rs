@@ -149,6 +149,21 @@ fn uneven_expert_splits_and_missing_sequence_parallelism_are_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("needs sequence parallelism"), "{e}");
+    // Expert parallelism under context parallelism on a dense model names ep, not etp.
+    let dense = TEXT
+        .replace("experts = 8\ntop_k = 2\nmoe_ffn_hidden = 512\n", "")
+        .replace("etp = 1\n", "");
+    let e = parse_str(
+        &dense,
+        "r.toml",
+        &["parallel.cp=2".into(), "cluster.gpus=64".into()],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("ep shards experts, but the model is dense (ep = 8 under cp = 2)"),
+        "{e}"
+    );
     let e = parse_str(TEXT, "r.toml", &["parallel.ep=3".into()])
         .unwrap_err()
         .to_string();

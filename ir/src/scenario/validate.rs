@@ -553,10 +553,15 @@ fn expert_refold(c: &Checker<'_>, s: &Scenario, dp: u32) -> Result<(), ScenarioE
         Err(c.fail(keys, message, allowed))
     };
     let Some(moe) = &s.model.moe else {
+        let (what, instead) = if etp != p.tp {
+            ("etp splits", "leave etp out")
+        } else {
+            ("ep shards", "ep = 1")
+        };
         return fail(
-            &[etp_key],
-            "etp splits experts, but the model is dense".to_string(),
-            "leave etp out, or a mixture-of-experts model (model.experts)".to_string(),
+            &why_keys,
+            format!("{what} experts, but the model is dense ({why})"),
+            format!("{instead}, or a mixture-of-experts model (model.experts)"),
         );
     };
     if etp != p.tp && p.tp > 1 && !p.sequence_parallel {
