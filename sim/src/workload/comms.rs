@@ -201,16 +201,19 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
             CpAlgorithm::Ring => {}
         }
     }
-    if let (true, true, Some(m)) = (moe, d.ep > 1, d.moe) {
-        // Every member's call carries the busiest member's copies (`workload::routing`).
-        let copies = mul(scale(d.routed_tokens(), m.pace), d.h);
-        let bytes = mul(d.act_bytes, d.replicated(copies));
-        for list in [&mut out.forward, &mut out.backward] {
-            push(list, call(CollectiveKind::AllToAll, GroupKind::Ep, bytes));
-            push(list, call(CollectiveKind::AllToAll, GroupKind::Ep, bytes));
-        }
-    }
     if let (true, Some(m)) = (moe, d.moe) {
+        // This rank's routed copies, in bytes; every member's call carries the busiest
+        // member's (`workload::routing`).
+        let own = mul(
+            d.act_bytes,
+            d.replicated(mul(scale(d.routed_tokens(), m.pace), d.h)),
+        );
+        if d.ep > 1 {
+            for list in [&mut out.forward, &mut out.backward] {
+                push(list, call(CollectiveKind::AllToAll, GroupKind::Ep, own));
+                push(list, call(CollectiveKind::AllToAll, GroupKind::Ep, own));
+            }
+        }
         if d.experts_own_group() && d.et > 1 {
             // The expert-tensor-parallel group gathers the copies its members received before
             // the experts and reduce-scatters the experts' partial outputs after them
@@ -220,8 +223,7 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
             // the combine, in the router probabilities' dtype, priced here in the activations');
             // the backward runs the same pair. Sized as the gathered buffer: `etp` members'
             // copies.
-            let own = d.replicated(mul(scale(d.routed_tokens(), m.pace), d.h));
-            let gathered = mul(d.act_bytes, mul(own, d.et));
+            let gathered = mul(own, d.et);
             for list in [&mut out.forward, &mut out.backward] {
                 gather_scatter(list, GroupKind::Etp, gathered, gathered);
             }
