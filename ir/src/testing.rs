@@ -85,6 +85,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             micro_batch: 1,
             precision: Precision::Bf16,
             fp8_recipe: Fp8Recipe::Delayed,
+            fp8_param_gather: false,
             recompute: Recompute::None,
             recompute_layers: None,
             overlap_grad_reduce: true,

@@ -155,6 +155,56 @@ fn bf16_gradient_reduction_halves_the_bytes_in_the_same_calls() {
     assert_eq!((k.weight_bytes, k.grad_bytes, k.optimizer_bytes), (4, 4, 4));
 }
 
+/// `fp8_param_gather` under FP8 training halves every data-parallel parameter gather, ZeRO-1's
+/// all-gather of the updated parameters and ZeRO-3's per-pass gathers alike, and ZeRO-3's
+/// gather buffers with them; the gradient reductions keep their bytes. Without it FP8 training
+/// gathers the 16-bit weights, as bf16 training does.
+#[test]
+fn fp8_param_gather_halves_the_parameter_gathers_and_their_buffers() {
+    use twin_sim::schedule::MemCategory;
+    for zero in [1, 3] {
+        let mut s = dp_scenario(zero);
+        s.training.precision = Precision::Bf16;
+        let bf16 = gen_ok(&s, 1);
+        s.training.precision = Precision::Fp8;
+        let sixteen = gen_ok(&s, 1);
+        s.training.fp8_param_gather = true;
+        let eight = gen_ok(&s, 1);
+        for ((a, b), c) in bf16
+            .programs
+            .iter()
+            .zip(&sixteen.programs)
+            .zip(&eight.programs)
+        {
+            let gathers = |p: &Program| wire_bytes(p, CollectiveKind::AllGather);
+            assert!(gathers(a) > 0, "zero {zero}");
+            assert_eq!(gathers(b), gathers(a), "zero {zero}");
+            assert_eq!(gathers(c) * 2, gathers(b), "zero {zero}");
+            let reduced = |p: &Program| wire_bytes(p, CollectiveKind::ReduceScatter);
+            assert_eq!(reduced(c), reduced(b), "zero {zero}");
+            // The gather buffers: the data-parallel stream's buffer allocations.
+            let buffers = |p: &Program| -> u64 {
+                p.ops
+                    .iter()
+                    .filter(|o| o.stream == Stream::Dp)
+                    .filter_map(|o| match o.kind {
+                        OpKind::Alloc {
+                            category: MemCategory::Buffers,
+                            bytes,
+                            ..
+                        } => Some(bytes),
+                        _ => None,
+                    })
+                    .sum()
+            };
+            if zero == 3 {
+                assert!(buffers(b) > 0);
+                assert_eq!(buffers(c) * 2, buffers(b));
+            }
+        }
+    }
+}
+
 #[test]
 fn async_reduces_the_previous_gradients_from_the_start() {
     let mut s = dp_scenario(0);

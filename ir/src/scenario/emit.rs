@@ -250,6 +250,9 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     let precision = name_of(&PRECISIONS, t.precision);
     training.insert("precision", value(precision));
     training.insert("fp8_recipe", value(t.fp8_recipe.as_str()));
+    if t.fp8_param_gather {
+        training.insert("fp8_param_gather", value(true));
+    }
     let recompute = name_of(&RECOMPUTES, t.recompute);
     training.insert("recompute", value(recompute));
     if let Some(n) = t.recompute_layers {

@@ -551,6 +551,7 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool, Option<b
             tokens: opt(t.uint(&tk::TOKENS)?),
             precision: t.choice_or_default(&tk::PRECISION, &PRECISIONS)?,
             fp8_recipe: t.choice_or_default(&tk::FP8_RECIPE, &Fp8Recipe::ALL)?,
+            fp8_param_gather: t.boolean_or_default(&tk::FP8_PARAM_GATHER)?,
             recompute: t.choice_or_default(&tk::RECOMPUTE, &RECOMPUTES)?,
             recompute_layers: opt(t.uint32(&tk::RECOMPUTE_LAYERS)?),
             overlap_grad_reduce: t.boolean_or_default(&tk::OVERLAP_GRAD_REDUCE)?,

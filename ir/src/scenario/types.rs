@@ -576,6 +576,12 @@ pub struct Training {
     pub precision: Precision,
     /// How FP8 GEMM inputs are scaled (with `precision = "fp8"`).
     pub fp8_recipe: Fp8Recipe,
+    /// Under FP8 training, the data-parallel parameter gathers (ZeRO's all-gather of the
+    /// updated parameters, FSDP's per-unit gathers) carry FP8 weights instead of 16-bit ones
+    /// (`fp8_param_gather`: Megatron-Core's `fp8_param_gather`, torchtitan's
+    /// `enable_fsdp_float8_all_gather`).
+    #[serde(default)]
+    pub fp8_param_gather: bool,
     pub recompute: Recompute,
     /// With full recompute, the layers of each model chunk that recompute, counted from its
     /// first (Megatron-Core's block method); `None`: every layer.
@@ -635,6 +641,17 @@ impl Training {
         match self.optimizer_state_dtype {
             Some(super::framework::Dtype::Bf16) => 2,
             _ => 4,
+        }
+    }
+
+    /// Bytes of one parameter element in a data-parallel parameter gather (and its gather
+    /// buffer): 1 under FP8 training with `fp8_param_gather`, the 16-bit weights' 2 under FP8
+    /// training without it, the precision's bytes otherwise.
+    pub fn param_gather_elem_bytes(&self) -> u64 {
+        match self.precision {
+            Precision::Fp8 if self.fp8_param_gather => 1,
+            Precision::Fp8 => 2,
+            p => p.bytes(),
         }
     }
 

@@ -1,5 +1,5 @@
 //! `[model] sliding_window`, `sliding_window_every` and `attention_sinks`, and `[training]
-//! grad_reduce_dtype` and `optimizer_state_dtype`: what they read to, that they survive the scenario writer, and each
+//! grad_reduce_dtype`, `optimizer_state_dtype` and `fp8_param_gather`: what they read to, that they survive the scenario writer, and each
 //! refusal names the key and what to write.
 
 use super::{Document, Scenario, ScenarioError, SlidingWindow};
@@ -106,4 +106,56 @@ fn grad_reduce_dtype_reads_defaults_and_round_trips() {
     assert_eq!(s.training.moment_elem_bytes(), 2);
     let again = resolve(&super::emit::to_toml(&s)).unwrap();
     assert_eq!(again.training, s.training);
+}
+
+/// `[training] fp8_param_gather`: off unless written; under FP8 training a gathered parameter
+/// is then 1 byte instead of the 16-bit weights' 2 (and under bf16 it changes nothing); the
+/// scenario writer keeps it; torchtitan refuses it with the rowwise recipe and llm-foundry
+/// always, each naming the key and its value.
+#[test]
+fn fp8_param_gather_reads_round_trips_and_is_refused_where_the_framework_cannot() {
+    let fp8 = text("", "").replace(
+        "global_batch = 8\n",
+        "global_batch = 8\nprecision = \"fp8\"\nfp8_recipe = \"tensorwise\"\n",
+    );
+    let plain = resolve(&fp8).unwrap();
+    assert!(!plain.training.fp8_param_gather);
+    assert_eq!(plain.training.param_gather_elem_bytes(), 2);
+    let gathered = fp8.replace(
+        "global_batch = 8\n",
+        "global_batch = 8\nfp8_param_gather = true\n",
+    );
+    let s = resolve(&gathered).unwrap();
+    assert!(s.training.fp8_param_gather);
+    assert_eq!(s.training.param_gather_elem_bytes(), 1);
+    let again = resolve(&super::emit::to_toml(&s)).unwrap();
+    assert_eq!(again.training, s.training);
+    let bf16 = resolve(&gathered.replace("\"fp8\"", "\"bf16\"")).unwrap();
+    assert_eq!(bf16.training.param_gather_elem_bytes(), 2);
+    // torchtitan gathers FP8 only with tensorwise scales.
+    let titan = gathered.replace(
+        "global_batch = 8\n",
+        "global_batch = 8\nframework = \"torchtitan\"\n",
+    );
+    resolve(&titan).unwrap();
+    let e = resolve(&titan.replace("\"tensorwise\"", "\"rowwise\""))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("training.fp8_param_gather") && e.contains("rowwise"),
+        "{e}"
+    );
+    resolve(
+        &titan
+            .replace("\"tensorwise\"", "\"rowwise\"")
+            .replace("fp8_param_gather = true\n", ""),
+    )
+    .unwrap();
+    let e = resolve(&gathered.replace(
+        "global_batch = 8\n",
+        "global_batch = 8\nframework = \"llm-foundry\"\n",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("training.fp8_param_gather"), "{e}");
 }

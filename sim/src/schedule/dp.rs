@@ -8,7 +8,9 @@
 //!   `optimizer.grad_buffer` by default: fp32, Megatron's `main_grad` accumulation), a gradient
 //!   element being `DpPolicy::grad_elem_bytes` before compression; buckets count elements as
 //!   [`GRAD_ELEM_BYTES`] each (`grad_bucket_bytes / 4`), as Megatron sizes buckets in
-//!   parameters whatever their dtype. Parameters are gathered in the compute dtype.
+//!   parameters whatever their dtype. Parameters are gathered in the compute dtype, and under
+//!   FP8 training in the 16-bit weights' dtype unless `training.fp8_param_gather` gathers FP8
+//!   weights (`Training::param_gather_elem_bytes`).
 //! - Buckets are cut at layer boundaries: a bucket is the smallest run of consecutive layers
 //!   (in backward order) whose gradients reach `grad_bucket_bytes`; its reduction is issued as
 //!   `calls` same-size calls of at most `grad_bucket_bytes` each.
@@ -134,6 +136,8 @@ pub struct DpPolicy {
     pub replica_group_size: u32,
     pub bucket_bytes: u64,
     pub compression: GradCompression,
+    /// Bytes of a parameter element in a gather and its buffer
+    /// (`Training::param_gather_elem_bytes`).
     pub param_elem_bytes: u64,
     /// Bytes of a gradient element in the reduction, before compression
     /// (`Training::grad_elem_bytes`).
@@ -201,7 +205,7 @@ impl DpPolicy {
             replica_group_size: plan.group_size(GroupKind::DpReplica),
             bucket_bytes: s.training.grad_bucket_bytes.max(1),
             compression: s.training.grad_compression,
-            param_elem_bytes: s.training.precision.bytes(),
+            param_elem_bytes: s.training.param_gather_elem_bytes(),
             grad_elem_bytes: s.training.grad_elem_bytes(),
             gather_per_layer: zero == Zero::ShardedParams
                 && s.training.framework.overlaps.fsdp_unit == FsdpUnit::Layer,

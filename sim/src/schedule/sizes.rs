@@ -135,7 +135,7 @@ impl UniformSizes {
             ep: s.parallel.ep,
             moe: s.model.moe.is_some(),
             recompute: s.training.recompute,
-            param_bytes: s.training.precision.bytes(),
+            param_bytes: s.training.param_gather_elem_bytes(),
             offload: s.training.offload,
         }
     }

@@ -16,7 +16,7 @@
 //! - Flash attention (every framework of the table uses a fused attention kernel).
 //! - `overlap_grad_reduce` / `overlap_param_gather` / `sequence_parallel` / `recompute` /
 //!   `compile` / `cuda_graphs` / `tp_comm_overlap` / `grad_reduce_dtype` /
-//!   `optimizer_state_dtype` as published, twin's defaults where a row is silent; `overlap_p2p_comm` as published under an interleaved pipeline (under 1F1B the
+//!   `optimizer_state_dtype` / `fp8_param_gather` as published, twin's defaults where a row is silent; `overlap_p2p_comm` as published under an interleaved pipeline (under 1F1B the
 //!   transfers block, whatever the row says). The context-parallel algorithm is the
 //!   framework file's.
 //! - `recompute_detail` naming Megatron's block method with `recompute_num_layers=N` is
@@ -411,6 +411,9 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     }
     if let Some(recipe) = fp8_recipe(row) {
         let _ = writeln!(text, "fp8_recipe = {recipe:?}");
+    }
+    if let Some(g) = row.fp8_param_gather {
+        let _ = writeln!(text, "fp8_param_gather = {g}");
     }
     if row.tp_comm_overlap == Some(true) {
         let _ = writeln!(text, "tp_comm_overlap = true");

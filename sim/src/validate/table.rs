@@ -101,6 +101,9 @@ pub struct RunRow {
     pub precision: Option<String>,
     /// FP8 scaling recipe as the source describes it.
     pub fp8_recipe: Option<String>,
+    /// The parameter gathers carried FP8 weights (Megatron-Core's `fp8_param_gather`,
+    /// torchtitan's `enable_fsdp_float8_all_gather`), where the row's recipe says.
+    pub fp8_param_gather: Option<bool>,
     pub vpp: Option<u32>,
     pub cp: Option<u32>,
     pub ep: Option<u32>,

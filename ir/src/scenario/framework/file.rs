@@ -136,6 +136,7 @@ struct RawWhen {
     sequence_parallel: Option<bool>,
     compile: Option<bool>,
     cuda_graphs: Option<bool>,
+    fp8_param_gather: Option<bool>,
     schedule: Option<Spanned<Vec<Spanned<String>>>>,
     offload: Option<Spanned<Vec<Spanned<String>>>>,
     fp8_recipe: Option<Spanned<Vec<Spanned<String>>>>,
@@ -567,7 +568,13 @@ impl Reader<'_> {
                 max: max.unwrap_or(u64::MAX),
             });
         }
-        let flags = [w.fsdp, w.sequence_parallel, w.compile, w.cuda_graphs];
+        let flags = [
+            w.fsdp,
+            w.sequence_parallel,
+            w.compile,
+            w.cuda_graphs,
+            w.fp8_param_gather,
+        ];
         for ((_, flag, _), value) in FLAGS.iter().zip(flags) {
             if let Some(value) = value {
                 when.push(Cond::Flag { key: *flag, value });

@@ -52,6 +52,9 @@ pub enum Flag {
     SequenceParallel,
     Compile,
     CudaGraphs,
+    /// FP8 training that gathers FP8 parameters (`training.fp8_param_gather` under
+    /// `precision = "fp8"`).
+    Fp8ParamGather,
 }
 
 /// One condition of a [`Limit`].
@@ -86,7 +89,7 @@ pub(crate) const COUNTS: [(&str, Count, &str); 7] = [
     ("vpp", Count::Vpp, "parallel.vpp"),
     ("zero", Count::Zero, "parallel.zero"),
 ];
-pub(crate) const FLAGS: [(&str, Flag, &str); 4] = [
+pub(crate) const FLAGS: [(&str, Flag, &str); 5] = [
     ("fsdp", Flag::Fsdp, "parallel.fsdp"),
     (
         "sequence_parallel",
@@ -95,6 +98,11 @@ pub(crate) const FLAGS: [(&str, Flag, &str); 4] = [
     ),
     ("compile", Flag::Compile, "training.compile"),
     ("cuda_graphs", Flag::CudaGraphs, "training.cuda_graphs"),
+    (
+        "fp8_param_gather",
+        Flag::Fp8ParamGather,
+        "training.fp8_param_gather",
+    ),
 ];
 
 impl Count {
@@ -126,6 +134,9 @@ impl Flag {
             Flag::SequenceParallel => s.parallel.sequence_parallel,
             Flag::Compile => s.training.compile,
             Flag::CudaGraphs => s.training.cuda_graphs,
+            Flag::Fp8ParamGather => {
+                s.training.precision == Precision::Fp8 && s.training.fp8_param_gather
+            }
         }
     }
 

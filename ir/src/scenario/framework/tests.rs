@@ -443,6 +443,7 @@ fn llm_foundry_file_says_what_composer_and_mpt_do() {
             "parallel.ep >= 2",
             "parallel.zero = 1",
             "training.precision = fp8 and training.fp8_recipe in [rowwise]",
+            "training.fp8_param_gather = true",
         ]
     );
     for l in &fw.cannot_run[..5] {
