@@ -43,6 +43,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             sliding_window: None,
             attention_sinks: false,
             moe: None,
+            hybrid: None,
         },
         cluster: Cluster {
             gpu: a100(),

@@ -113,13 +113,18 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     if let Some(moe) = &m.moe {
         model.insert("experts", int(u64::from(moe.experts)));
         model.insert("top_k", int(u64::from(moe.top_k)));
-        model.insert("moe_every", int(u64::from(moe.moe_every)));
+        // A hybrid pattern places the MoE layers itself (and refuses these keys).
+        if m.hybrid.is_none() {
+            model.insert("moe_every", int(u64::from(moe.moe_every)));
+        }
         model.insert("moe_ffn_hidden", int(moe.ffn_hidden));
         model.insert("shared_experts", int(u64::from(moe.shared_experts)));
         if moe.shared_experts > 0 {
             model.insert("shared_expert_ffn_hidden", int(moe.shared_ffn_hidden));
         }
-        model.insert("dense_layers", int(u64::from(moe.dense_layers)));
+        if m.hybrid.is_none() {
+            model.insert("dense_layers", int(u64::from(moe.dense_layers)));
+        }
         model.insert("dense_ffn_hidden", int(moe.dense_ffn_hidden));
         if moe.router_groups.0 > 1 {
             model.insert("router_groups", int(u64::from(moe.router_groups.0)));
@@ -134,6 +139,19 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
         t.insert("qk_rope_head_dim", int(mla.qk_rope_head_dim));
         t.insert("v_head_dim", int(mla.v_head_dim));
         model.insert("mla", Item::Table(t));
+    }
+    if let Some(h) = &m.hybrid {
+        model.insert("hybrid_pattern", value(h.pattern.as_str()));
+        if let Some(mamba) = &h.mamba {
+            let mut t = Table::new();
+            t.insert("heads", int(mamba.heads));
+            t.insert("head_dim", int(mamba.head_dim));
+            t.insert("state", int(mamba.state));
+            t.insert("groups", int(mamba.groups));
+            t.insert("conv_kernel", int(mamba.conv_kernel));
+            t.insert("chunk", int(mamba.chunk));
+            model.insert("mamba", Item::Table(t));
+        }
     }
     doc.insert("model", Item::Table(model));
 

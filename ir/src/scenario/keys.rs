@@ -141,6 +141,8 @@ keys!(model {
     SLIDING_WINDOW_EVERY = "sliding_window_every", Uint { min: 1, max: MAX_LAYERS }, Int(1), "Layer `i` (from 0) attends over the window when `i % sliding_window_every == 0`, the others over the whole sequence (GPT-OSS: 2, Megatron-Core's `window_attn_skip_freq`); needs `sliding_window`.";
     ATTENTION_SINKS = "attention_sinks", Bool, Note("from config, else `false`"), "A learned sink logit per head in each layer's softmax (GPT-OSS): `heads` parameters per layer, 2 FLOPs per query and head in each direction of the attention kernel.";
     MLA = "mla", Table, Note("none"), "DeepSeek's multi-head latent attention instead of Q/K/V projections: `[model.mla]`.";
+    HYBRID_PATTERN = "hybrid_pattern", Text, Note("none: every layer is attention and MLP"), "A hybrid model, one symbol per layer, each layer a single block: `M` a Mamba-2 mixer (`[model.mamba]`), `*` attention, `-` a dense MLP (`ffn_hidden` wide), `E` an MoE (needs `experts`). Megatron-Core's `hybrid_override_pattern` (Nemotron-H, Nemotron 3); as long as `layers`. Not with `dense_layers`, `moe_every`, `mla`, `mtp_layers` or `sliding_window`, nor with context parallelism when a layer is a Mamba mixer.";
+    MAMBA = "mamba", Table, Note("none"), "The Mamba-2 mixer of a hybrid model's `M` layers: `[model.mamba]`.";
     MTP_LAYERS = "mtp_layers", Uint { min: 0, max: 64 }, Note("from config, else 0"), "Multi-token prediction modules after the last layer (DeepSeek-V3), on the last pipeline stage: each re-embeds the tokens shifted by one, normalises that and the hidden state, projects the pair (`2h x h`), runs one more transformer layer (an MoE layer when the model has experts) and the output head and loss again.";
 });
 
@@ -150,6 +152,15 @@ keys!(mla {
     QK_NOPE_HEAD_DIM = "qk_nope_head_dim", Uint { min: 1, max: 1 << 16 }, Required, "Per-head query/key width without rotary position.";
     QK_ROPE_HEAD_DIM = "qk_rope_head_dim", Uint { min: 0, max: 1 << 16 }, Required, "Per-head query/key width with rotary position (the key's part is shared by all heads).";
     V_HEAD_DIM = "v_head_dim", Uint { min: 1, max: 1 << 16 }, Required, "Per-head value width; the output projection is `heads*v_head_dim x h`.";
+});
+
+keys!(mamba {
+    HEADS = "heads", Uint { min: 1, max: 1 << 16 }, Required, "Mamba heads (Megatron-Core's `mamba_num_heads`); `heads * head_dim` is the mixer's inner width. Divisible by `groups` and by `parallel.tp`.";
+    HEAD_DIM = "head_dim", Uint { min: 1, max: 1 << 16 }, Required, "Width of one Mamba head (`mamba_head_dim`).";
+    STATE = "state", Uint { min: 1, max: 1 << 16 }, Required, "State size per group (`mamba_state_dim`): `B` and `C` are `groups * state` wide.";
+    GROUPS = "groups", Uint { min: 1, max: 1 << 16 }, Required, "Groups sharing `B` and `C` (`mamba_num_groups`); divisible by `parallel.tp`.";
+    CONV_KERNEL = "conv_kernel", Uint { min: 1, max: 64 }, Int(4), "Taps of the depthwise causal convolution over `x`, `B` and `C` (`d_conv`).";
+    CHUNK = "chunk", Uint { min: 1, max: 1 << 16 }, Int(128), "Tokens per chunk of the state-space scan (`MambaMixer`'s `chunk_size`).";
 });
 
 keys!(cluster {
@@ -327,6 +338,10 @@ pub const GROUPS: &[Group] = &[
     Group {
         path: "model.mla",
         keys: mla::ALL,
+    },
+    Group {
+        path: "model.mamba",
+        keys: mamba::ALL,
     },
     Group {
         path: "cluster",

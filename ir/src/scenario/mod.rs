@@ -27,6 +27,8 @@ mod fault_config;
 mod faults;
 pub mod framework;
 mod hf;
+#[cfg(test)]
+mod hybrid_tests;
 pub mod keys;
 #[cfg(test)]
 mod keys_tests;

@@ -8,8 +8,8 @@ use super::error::{Ctx, ErrorKind, Loc};
 use super::framework;
 use super::hf;
 use super::keys::{
-    mla as mlak, model as mk, parallel as pk, root as rk, run as runk, training as tk, Absent, Key,
-    Kind,
+    mamba as mambak, mla as mlak, model as mk, parallel as pk, root as rk, run as runk,
+    training as tk, Absent, Key, Kind,
 };
 use super::layout::LayoutStage;
 use super::presets;
@@ -304,6 +304,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
         true => Some(mla(m.section("mla", "model.mla")?)?),
         false => base.mla,
     };
+    let hybrid = hybrid(m, layers, moe.is_some())?;
     let model = Model {
         name,
         layers: u32_of(layers),
@@ -326,8 +327,121 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
         sliding_window,
         attention_sinks,
         moe,
+        hybrid,
     };
     Ok((model, base.unmodelled))
+}
+
+/// `hybrid_pattern` and `[model.mamba]`: a symbol per layer, `[model.mamba]` exactly when some
+/// layer is a Mamba mixer, `E` layers exactly when the model has experts, and none of the MoE
+/// placement keys the pattern replaces.
+fn hybrid(m: Section<'_>, layers: u64, experts: bool) -> Result<Option<Hybrid>> {
+    let Some(p) = m.string(&mk::HYBRID_PATTERN)? else {
+        if m.has(mk::MAMBA.name) {
+            return Err(m.err(
+                ErrorKind::CrossField,
+                mk::MAMBA.name,
+                "only meaningful for a hybrid model",
+                "set model.hybrid_pattern too, or remove [model.mamba]",
+            ));
+        }
+        return Ok(None);
+    };
+    let pattern = p.value;
+    let key = mk::HYBRID_PATTERN.name;
+    let symbols = "M (Mamba-2 mixer), * (attention), - (dense MLP), E (MoE), one per layer";
+    if let Some((i, c)) = pattern
+        .char_indices()
+        .find(|(_, c)| Block::of(*c).is_none())
+    {
+        let what = match c {
+            '|' => "pipeline stage boundaries (`|`) are not read: split the layers with                     parallel.layer_partition"
+                .to_string(),
+            '/' => "multi-token prediction patterns (`/`) are not modelled for hybrid models"
+                .to_string(),
+            _ => format!("{c:?} at position {i} is not a layer symbol"),
+        };
+        return Err(m.err(ErrorKind::Invalid, key, what, symbols));
+    }
+    let count = pattern.chars().count() as u64;
+    if count != layers {
+        return Err(m.err(
+            ErrorKind::CrossField,
+            key,
+            format!("{count} symbols for {layers} layers"),
+            format!("one symbol per layer: {layers} symbols, or model.layers = {count}"),
+        ));
+    }
+    let has = |b: Block| pattern.chars().any(|c| Block::of(c) == Some(b));
+    if has(Block::Moe) != experts {
+        let (message, allowed) = match experts {
+            true => (
+                "the model has experts but no `E` layer",
+                "an E where a layer is an MoE, or no model.experts",
+            ),
+            false => (
+                "`E` layers need experts",
+                "set model.experts, or write `-` (a dense MLP) for each E",
+            ),
+        };
+        return Err(m.err(ErrorKind::CrossField, key, message, allowed));
+    }
+    for other in [mk::DENSE_LAYERS.name, mk::MOE_EVERY.name] {
+        if m.has(other) {
+            return Err(m.err(
+                ErrorKind::CrossField,
+                other,
+                "the hybrid pattern places the MoE layers",
+                "remove this key: write `-` for a dense MLP layer and `E` for an MoE one",
+            ));
+        }
+    }
+    let mamba =
+        match (has(Block::Mamba), m.has(mk::MAMBA.name)) {
+            (true, true) => Some(mamba(m.section("mamba", "model.mamba")?)?),
+            (true, false) => return Err(m.missing(
+                mk::MAMBA.name,
+                "the Mamba-2 mixer's shape: [model.mamba] with heads, head_dim, state and groups",
+            )),
+            (false, true) => {
+                return Err(m.err(
+                    ErrorKind::CrossField,
+                    mk::MAMBA.name,
+                    "no layer of the pattern is a Mamba mixer (M)",
+                    "an M in model.hybrid_pattern, or no [model.mamba]",
+                ))
+            }
+            (false, false) => None,
+        };
+    Ok(Some(Hybrid { pattern, mamba }))
+}
+
+/// `[model.mamba]`: the heads, their width, the state and the groups are required.
+fn mamba(t: Section<'_>) -> Result<Mamba> {
+    t.check_unknown()?;
+    let need = |key: &Key| -> Result<u64> {
+        opt(t.uint(key)?).ok_or_else(|| t.missing(key.name, "the Mamba-2 mixer's shape"))
+    };
+    let mamba = Mamba {
+        heads: need(&mambak::HEADS)?,
+        head_dim: need(&mambak::HEAD_DIM)?,
+        state: need(&mambak::STATE)?,
+        groups: need(&mambak::GROUPS)?,
+        conv_kernel: t.uint_or_default(&mambak::CONV_KERNEL)?,
+        chunk: t.uint_or_default(&mambak::CHUNK)?,
+    };
+    if !mamba.heads.is_multiple_of(mamba.groups) {
+        return Err(t.err(
+            ErrorKind::CrossField,
+            mambak::GROUPS.name,
+            format!(
+                "{} heads do not split into {} groups",
+                mamba.heads, mamba.groups
+            ),
+            "a divisor of model.mamba.heads",
+        ));
+    }
+    Ok(mamba)
 }
 
 /// `[model.mla]`: every rank but the query's is required.

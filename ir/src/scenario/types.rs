@@ -57,6 +57,100 @@ pub struct Model {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub attention_sinks: bool,
     pub moe: Option<Moe>,
+    /// A hybrid model (`hybrid_pattern`, `[model.mamba]`): each layer one block, a Mamba-2
+    /// mixer, an attention, a dense MLP or an MoE, instead of attention and MLP together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hybrid: Option<Hybrid>,
+}
+
+/// The block kinds of a hybrid model's layers, with Megatron-Core's symbols
+/// (NVIDIA/Megatron-LM@d98e8a64dd megatron/core/models/hybrid/hybrid_layer_allocation.py
+/// `Symbols`: `M` Mamba, `*` attention, `-` MLP, `E` MoE).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Block {
+    Mamba,
+    Attention,
+    Mlp,
+    Moe,
+}
+
+impl Block {
+    /// Every kind with its symbol.
+    pub const ALL: [(char, Block); 4] = [
+        ('M', Block::Mamba),
+        ('*', Block::Attention),
+        ('-', Block::Mlp),
+        ('E', Block::Moe),
+    ];
+
+    pub fn of(symbol: char) -> Option<Block> {
+        Self::ALL
+            .iter()
+            .find(|(c, _)| *c == symbol)
+            .map(|(_, b)| *b)
+    }
+}
+
+/// A hybrid model's layer pattern and its Mamba-2 mixer's shape.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hybrid {
+    /// One symbol of [`Block::ALL`] per layer, as Megatron-Core's `hybrid_override_pattern`
+    /// writes it (checked when read).
+    pub pattern: String,
+    /// `None` when no layer is a Mamba mixer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mamba: Option<Mamba>,
+}
+
+impl Hybrid {
+    /// Layers of kind `block` among global layers `first .. first + n`.
+    pub fn count_in(&self, block: Block, first: u64, n: u64) -> u64 {
+        let first = usize::try_from(first).unwrap_or(usize::MAX);
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        self.pattern
+            .chars()
+            .skip(first)
+            .take(n)
+            .filter(|&c| Block::of(c) == Some(block))
+            .count() as u64
+    }
+}
+
+/// A Mamba-2 mixer (`[model.mamba]`; Megatron-Core's `MambaMixer`,
+/// NVIDIA/Megatron-LM@d98e8a64dd megatron/core/ssm/mamba_mixer.py): `in_proj` maps the hidden
+/// state to `z`, `x` (`heads * head_dim` each), `B` and `C` (`groups * state` each) and `dt`
+/// (`heads`); a depthwise causal convolution of `conv_kernel` taps runs over `x`, `B` and `C`;
+/// the state-space scan runs in chunks of `chunk` tokens; a gated RMSNorm and `out_proj`
+/// (`heads * head_dim` to hidden) follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mamba {
+    pub heads: u64,
+    pub head_dim: u64,
+    pub state: u64,
+    pub groups: u64,
+    pub conv_kernel: u64,
+    pub chunk: u64,
+}
+
+impl Mamba {
+    /// `heads * head_dim`: the width of `x`, `z` and the scan's output.
+    pub fn inner(&self) -> u64 {
+        self.heads.saturating_mul(self.head_dim)
+    }
+
+    /// The width `in_proj` writes: `z`, `x`, `B`, `C` and `dt`.
+    pub fn in_proj_width(&self) -> u64 {
+        self.inner()
+            .saturating_mul(2)
+            .saturating_add(self.groups.saturating_mul(self.state).saturating_mul(2))
+            .saturating_add(self.heads)
+    }
+
+    /// The channels the convolution runs over: `x`, `B` and `C`.
+    pub fn conv_channels(&self) -> u64 {
+        self.inner()
+            .saturating_add(self.groups.saturating_mul(self.state).saturating_mul(2))
+    }
 }
 
 /// Sliding-window attention: on layer `i` (from 0) with `i % every == 0` each query sees
@@ -111,6 +205,16 @@ impl Mla {
 
 impl Model {
     /// Width of one attention head: `head_dim` when given, else `hidden / heads`.
+    /// MoE layers among global layers `first .. first + n`: the pattern's `E` layers in a
+    /// hybrid model, else those [`Moe::moe_layers_in`] places; 0 without experts.
+    pub fn moe_layers_in(&self, first: u64, n: u64) -> u64 {
+        match (&self.hybrid, &self.moe) {
+            (Some(h), Some(_)) => h.count_in(Block::Moe, first, n),
+            (None, Some(moe)) => moe.moe_layers_in(first, n),
+            (_, None) => 0,
+        }
+    }
+
     pub fn head_dim(&self) -> u64 {
         self.head_dim
             .unwrap_or(self.hidden / u64::from(self.heads.max(1)))
@@ -186,7 +290,8 @@ impl Moe {
         }
     }
 
-    /// Whether global layer `i` (from 0) is an MoE layer.
+    /// Whether global layer `i` (from 0) is an MoE layer (of a model without a hybrid pattern;
+    /// [`Model::moe_layers_in`] reads the pattern where there is one).
     pub fn is_moe_layer(&self, i: u64) -> bool {
         i >= u64::from(self.dense_layers) && i.is_multiple_of(u64::from(self.moe_every.max(1)))
     }

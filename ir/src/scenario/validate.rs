@@ -704,6 +704,29 @@ fn model_shape(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
             format!("kv_heads = {}, or no [model.mla]", m.heads),
         ));
     }
+    if m.hybrid.is_some() {
+        // What a hybrid model's blocks do not model.
+        let unmodelled = [
+            ("model.mla", m.mla.is_some(), "multi-head latent attention"),
+            (
+                "model.mtp_layers",
+                m.mtp_layers > 0,
+                "multi-token prediction modules",
+            ),
+            (
+                "model.sliding_window",
+                m.sliding_window.is_some(),
+                "sliding-window attention",
+            ),
+        ];
+        if let Some((key, _, what)) = unmodelled.iter().find(|(_, set, _)| *set) {
+            return Err(c.fail(
+                &[(key, "set".to_string())],
+                format!("{what} is not modelled in a hybrid model (model.hybrid_pattern)"),
+                format!("no {key}, or no model.hybrid_pattern"),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -711,6 +734,34 @@ fn model_shape(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
 fn sharding(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     let (m, p) = (&s.model, &s.parallel);
     let tp = p.tp;
+    if let Some(mamba) = m.hybrid.as_ref().and_then(|h| h.mamba.as_ref()) {
+        // Megatron-Core's MambaMixer splits its heads and its groups over tensor parallelism.
+        for (key, n) in [
+            ("model.mamba.heads", mamba.heads),
+            ("model.mamba.groups", mamba.groups),
+        ] {
+            if !n.is_multiple_of(u64::from(tp)) {
+                return Err(c.fail(
+                    &[("parallel.tp", v(tp)), (key, v(n))],
+                    format!(
+                        "{key} = {n} is not divisible by tp = {tp}: each tensor-parallel rank \
+                         holds a share of the Mamba mixer's heads and groups"
+                    ),
+                    format!("a tp dividing {n}"),
+                ));
+            }
+        }
+        if p.cp > 1 {
+            return Err(c.fail(
+                &[
+                    ("parallel.cp", v(p.cp)),
+                    ("model.hybrid_pattern", "M".into()),
+                ],
+                "context parallelism of the Mamba mixer's scan is not modelled".to_string(),
+                "cp = 1 for a model with Mamba layers".to_string(),
+            ));
+        }
+    }
     if m.heads % tp != 0 {
         return Err(c.fail(
             &[("parallel.tp", v(tp)), ("model.heads", v(m.heads))],

@@ -30,7 +30,7 @@
 //!   `other_flags` ("pipeline layout Et|(tt|)*30mL") as `parallel.pipeline_layout`;
 //!   `routing` as `moe_routing` (force-balanced, or a token drop's capacity factor) and
 //!   `moe_a2a_overlap` and the dispatcher (`alltoall`, the flex dispatcher's DeepEP or
-//!   HybridEP) as published; Mamba hybrids are refused. MoE rows are summarised in a group of
+//!   HybridEP) as published; a Mamba hybrid's `hybrid_pattern` and `mamba` shape too. MoE rows are summarised in a group of
 //!   their own.
 //!
 //! The published figure is the step time: `step_time_s`, else `global_batch * seq_len /
@@ -255,7 +255,10 @@ fn unsupported(row: &RunRow) -> Option<String> {
                 .to_string(),
         ),
         "moe" => None,
-        arch => Some(format!("arch = {arch:?}: Mamba layers are not modelled")),
+        "hybrid-mamba-moe" if row.hybrid_pattern.is_some() => None,
+        arch => Some(format!(
+            "arch = {arch:?} without a hybrid_pattern: its layers are not known"
+        )),
     }
 }
 
@@ -285,7 +288,13 @@ fn moe_keys(row: &RunRow) -> String {
             row.shared_expert_ffn_hidden
                 .filter(|_| row.shared_experts.unwrap_or(0) > 0),
         ),
-        ("dense_layers", row.dense_layers.map(u64::from)),
+        // A hybrid pattern places the MoE layers itself.
+        (
+            "dense_layers",
+            row.dense_layers
+                .map(u64::from)
+                .filter(|_| row.hybrid_pattern.is_none()),
+        ),
         ("dense_ffn_hidden", row.dense_ffn_hidden),
         ("mtp_layers", row.mtp_layers.map(u64::from)),
         ("router_groups", row.router_groups.map(u64::from)),
@@ -296,11 +305,19 @@ fn moe_keys(row: &RunRow) -> String {
             let _ = writeln!(text, "{key} = {v}");
         }
     }
-    if let Some(toml::Value::String(mla)) = &row.mla {
-        let _ = writeln!(text, "[model.mla]");
-        for part in mla.split(',') {
-            if let Some((k, v)) = part.split_once('=') {
-                let _ = writeln!(text, "{} = {}", k.trim(), v.trim());
+    if let Some(pattern) = &row.hybrid_pattern {
+        let _ = writeln!(text, "hybrid_pattern = {pattern:?}");
+    }
+    for (table, ranks) in [
+        ("mla", row.mla.as_ref().and_then(toml::Value::as_str)),
+        ("mamba", row.mamba.as_deref()),
+    ] {
+        if let Some(ranks) = ranks {
+            let _ = writeln!(text, "[model.{table}]");
+            for part in ranks.split(',') {
+                if let Some((k, v)) = part.split_once('=') {
+                    let _ = writeln!(text, "{} = {}", k.trim(), v.trim());
+                }
             }
         }
     }

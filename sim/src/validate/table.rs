@@ -80,9 +80,12 @@ pub struct RunRow {
     /// gelu | swiglu | squared-relu | ... (swiglu: gated MLP).
     pub ffn_act: Option<String>,
     pub vocab_note: Option<String>,
-    /// DeepSeek MLA ranks and Mamba hybrid layouts (MoE architectures).
+    /// DeepSeek MLA ranks (MoE architectures).
     pub mla: Option<toml::Value>,
+    /// A hybrid model's layers, one symbol each (`M` Mamba, `E` MoE, `*` attention, `-` MLP).
     pub hybrid_pattern: Option<String>,
+    /// A hybrid model's Mamba-2 mixer: "heads=64, head_dim=64, state=128, groups=8".
+    pub mamba: Option<String>,
     pub experts: Option<u32>,
     pub top_k: Option<u32>,
     pub moe_ffn_hidden: Option<u64>,

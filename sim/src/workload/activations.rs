@@ -47,78 +47,103 @@
 //! shared experts' summed width when the model has them; the experts' input copies are whole on
 //! every TP rank, and the router keeps fp32 probabilities (`T*experts`).
 
-use super::compute::{every_second_linear, router_gemm};
+use super::compute::{every_second_linear, mlps_of, router_of};
 use super::dims::{div_ceil, mul, prod, Dims};
+use super::{Ffn, LayerShape};
 use crate::scenario::framework::SelectiveRecompute;
 use crate::scenario::Recompute;
 
-/// Bytes one micro batch saves in one transformer layer.
-pub(crate) fn layer(d: &Dims, recompute: Recompute, moe: bool) -> u64 {
+/// Bytes one micro batch saves in one layer of `shape`.
+pub(crate) fn layer(d: &Dims, recompute: Recompute, shape: LayerShape) -> u64 {
     let x = d.hidden_elements();
     let (act, gin) = (d.act_bytes, d.gemm_in_bytes);
     if recompute == Recompute::Full {
         return mul(act, d.replicated(x));
     }
     if recompute == Recompute::Selective && d.selective == SelectiveRecompute::EverySecondMatmul {
-        return every_second_matmul_saved(d, moe);
+        return every_second_matmul_saved(d, shape);
     }
-    // Replicated under plain TP: layer norm 1 input, QKV input, attention dropout mask,
-    // layer norm 2 input, MLP/router input, MLP dropout mask.
-    let per_token_rep = mul(2, act).saturating_add(mul(2, gin)).saturating_add(2);
+    // Replicated under plain TP, per norm-and-residual sublayer: the norm's input, the GEMM
+    // input after it (QKV, a Mamba mixer's in_proj, the MLP or router), the residual's dropout
+    // mask.
+    let per_token_rep = mul(shape.sublayers(), act.saturating_add(gin).saturating_add(1));
     let mut bytes = mul(per_token_rep, d.replicated(x));
-    // Attention: Q, K, V and the output-projection input.
-    let q = d.q_elements();
-    let qkv = mul(
-        act,
-        d.sharded(q)
-            .saturating_add(mul(2, d.sharded(mul(d.tokens, d.kv_attention)))),
-    );
-    bytes = bytes
-        .saturating_add(qkv)
-        .saturating_add(mul(gin, d.sharded(mul(d.tokens, d.attn_out))));
-    if let Some(mla) = d.mla {
-        // The compressed query and key/value: each norm's input and each up-projection's
-        // input, whole on every tensor-parallel rank.
-        let latent = mul(d.tokens, mla.q_lora_rank.saturating_add(mla.kv_lora_rank));
-        bytes = bytes.saturating_add(mul(act.saturating_add(gin), latent));
+    if shape.attention {
+        // Attention: Q, K, V and the output-projection input.
+        let q = d.q_elements();
+        let qkv = mul(
+            act,
+            d.sharded(q)
+                .saturating_add(mul(2, d.sharded(mul(d.tokens, d.kv_attention)))),
+        );
+        bytes = bytes
+            .saturating_add(qkv)
+            .saturating_add(mul(gin, d.sharded(mul(d.tokens, d.attn_out))));
+        if let Some(mla) = d.mla {
+            // The compressed query and key/value: each norm's input and each up-projection's
+            // input, whole on every tensor-parallel rank.
+            let latent = mul(d.tokens, mla.q_lora_rank.saturating_add(mla.kv_lora_rank));
+            bytes = bytes.saturating_add(mul(act.saturating_add(gin), latent));
+        }
+        bytes = bytes.saturating_add(match (recompute, d.flash) {
+            (Recompute::Selective, _) => 0,
+            (_, true) => prod(&[4, d.head_batches(), d.s_local]),
+            (_, false) => mul(d.score_elements(), mul(2, act).saturating_add(1)),
+        });
     }
-    bytes = bytes.saturating_add(match (recompute, d.flash) {
-        (Recompute::Selective, _) => 0,
-        (_, true) => prod(&[4, d.head_batches(), d.s_local]),
-        (_, false) => mul(d.score_elements(), mul(2, act).saturating_add(1)),
-    });
+    if let (true, Some(mamba)) = (shape.mamba, d.mamba) {
+        bytes = bytes.saturating_add(mamba_saved(d, &mamba));
+    }
     // MLPs.
-    if let (true, Some(m)) = (moe, d.moe) {
+    if let (Ffn::Moe, Some(m)) = (shape.mlp, d.moe) {
         let router = prod(&[4, m.experts, d.replicated(d.tokens)]);
         let copies = prod(&[gin, d.expert_tokens(), d.h]);
         bytes = bytes.saturating_add(router).saturating_add(copies);
     }
     bytes = bytes.saturating_add(weight_copies(
         d,
-        super::compute::layer_weight_elements(d, moe),
+        super::compute::layer_weight_elements(d, shape),
     ));
-    d.mlps(moe).iter().fold(bytes, |acc, mlp| {
+    mlps_of(d, shape).iter().fold(bytes, |acc, mlp| {
         acc.saturating_add(mul(act, mul(mlp.tokens, mlp.up(d.gated))))
             .saturating_add(prod(&[gin, mlp.tokens, mlp.f]))
     })
 }
 
+/// What a Mamba mixer saves beyond its norm's and `in_proj`'s inputs: `in_proj`'s output (`z`,
+/// `x`, `B`, `C`, `dt`), which the combined convolution-and-scan function keeps instead of the
+/// convolution's output and the chunk states (it runs them again in the backward), the scan's
+/// output (the gated norm's input) with the norm's fp32 reciprocal deviation per group, and
+/// `out_proj`'s input (mamba_ssm's `MambaSplitConv1dScanCombinedFn`, which Megatron-Core's
+/// `MambaMixer` trains with).
+fn mamba_saved(d: &Dims, mamba: &crate::scenario::Mamba) -> u64 {
+    let t = d.tokens;
+    let inner = d.sharded(mul(t, mamba.inner()));
+    mul(d.act_bytes, d.sharded(mul(t, mamba.in_proj_width())))
+        .saturating_add(mul(d.act_bytes, inner))
+        .saturating_add(prod(&[4, t, d.sharded(mamba.groups)]))
+        .saturating_add(mul(d.gemm_in_bytes, inner))
+}
+
 /// What one layer saves under the every-second-matmul policy (module doc).
-fn every_second_matmul_saved(d: &Dims, moe: bool) -> u64 {
-    let (router, probs) = match (moe, d.moe) {
-        (true, Some(m)) => (
-            Some(router_gemm(d, m.experts)),
-            prod(&[4, m.experts, d.replicated(d.tokens)]),
-        ),
-        _ => (None, 0),
+fn every_second_matmul_saved(d: &Dims, shape: LayerShape) -> u64 {
+    let router = router_of(d, shape);
+    let probs = match (router, d.moe) {
+        (Some(_), Some(m)) => prod(&[4, m.experts, d.replicated(d.tokens)]),
+        _ => 0,
     };
-    let (saved, _) = every_second_linear(d, router, moe);
+    let (saved, _) = every_second_linear(d, shape, router);
     let outputs = saved
         .iter()
         .fold(0u64, |acc, g| acc.saturating_add(mul(g.m, g.n)));
     let input = d.replicated(d.hidden_elements());
-    let attention_out = d.sharded(mul(d.tokens, d.attn_out));
-    let stats = prod(&[4, d.head_batches(), d.s_local]);
+    let (attention_out, stats) = match shape.attention {
+        true => (
+            d.sharded(mul(d.tokens, d.attn_out)),
+            prod(&[4, d.head_batches(), d.s_local]),
+        ),
+        false => (0, 0),
+    };
     mul(
         d.act_bytes,
         input.saturating_add(outputs).saturating_add(attention_out),

@@ -37,7 +37,7 @@
 //! Buffers are in the activation dtype (bf16 for fp8 training).
 
 use super::dims::{mul, prod, scale, to_u32, Dims};
-use super::{CommCall, RingPass};
+use super::{CommCall, Ffn, LayerShape, RingPass};
 use crate::ir::CollectiveKind;
 use crate::plan::GroupKind;
 use crate::scenario::CpAlgorithm;
@@ -138,20 +138,24 @@ fn gather_scatter(out: &mut Vec<CommCall>, group: GroupKind, gathered: u64, scat
     push(out, call(CollectiveKind::ReduceScatter, group, scattered));
 }
 
-/// Collectives of one transformer layer for one micro batch.
-pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
+/// Collectives of one layer of `shape` for one micro batch.
+pub(crate) fn layer(d: &Dims, shape: LayerShape) -> BlockComms {
     let mut out = BlockComms::default();
     if d.t > 1 {
-        // The attention's pair, and the MLP's, except in an MoE layer whose experts are whole
-        // on each rank (each rank routes its own sequence-parallel tokens), where only shared
-        // experts (split over tp) need one.
-        let mlp_pair = match (moe, d.moe) {
-            (true, Some(m)) if d.experts_own_group() => m.shared_f > 0,
+        // The attention's pair (or a Mamba mixer's), and the MLP's, except in an MoE layer
+        // whose experts are whole on each rank (each rank routes its own sequence-parallel
+        // tokens), where only shared experts (split over tp) need one.
+        let mlp_pair = match (shape.mlp, d.moe) {
+            (Ffn::None, _) => false,
+            (Ffn::Moe, Some(m)) if d.experts_own_group() => m.shared_f > 0,
             _ => true,
         };
-        let pairs = if mlp_pair { 2 } else { 1 };
+        let pairs = u32::from(shape.attention || shape.mamba) + u32::from(mlp_pair);
         tp_pairs(d, pairs, &mut out.forward);
         tp_pairs(d, pairs, &mut out.backward);
+    }
+    if !shape.attention {
+        return moe_exchanges(d, shape, out);
     }
     if d.c > 1 {
         match d.cp_algorithm {
@@ -201,7 +205,13 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockComms {
             CpAlgorithm::Ring => {}
         }
     }
-    if let (true, Some(m)) = (moe, d.moe) {
+    moe_exchanges(d, shape, out)
+}
+
+/// An MoE layer's expert-parallel all-to-alls and expert-tensor-parallel gathers, added to
+/// `out`.
+fn moe_exchanges(d: &Dims, shape: LayerShape, mut out: BlockComms) -> BlockComms {
+    if let (Ffn::Moe, Some(m)) = (shape.mlp, d.moe) {
         // This rank's routed copies, in bytes; every member's call carries the busiest
         // member's (`workload::routing`).
         let own = mul(

@@ -17,6 +17,7 @@
 //! and for norms also reduces the weight gradient).
 
 use super::dims::{div_ceil, mul, prod, to_u32, Dims};
+use super::{Ffn, LayerShape};
 use crate::ir::{Attention, ComputeOp, Gemm, Phase};
 use crate::scenario::framework::SelectiveRecompute;
 use crate::scenario::{Fp8Recipe, Precision};
@@ -242,23 +243,15 @@ fn weight_elements(g: &Gemm) -> u64 {
 
 /// Weight elements of one layer's linear layers on this rank: what autocast casts in each
 /// forward and autograd saves for the backward.
-pub(crate) fn layer_weight_elements(d: &Dims, moe: bool) -> u64 {
-    let router = match (moe, d.moe) {
-        (true, Some(m)) => Some(router_gemm(d, m.experts)),
-        _ => None,
-    };
-    linears_in_order(d, router, moe)
+pub(crate) fn layer_weight_elements(d: &Dims, shape: LayerShape) -> u64 {
+    linears_in_order(d, shape, router_of(d, shape))
         .iter()
         .fold(0u64, |acc, g| acc.saturating_add(weight_elements(g)))
 }
 
 /// Weight tensors of one layer's linear layers on this rank (each expert's its own).
-pub(crate) fn layer_weight_tensors(d: &Dims, moe: bool) -> u64 {
-    let router = match (moe, d.moe) {
-        (true, Some(m)) => Some(router_gemm(d, m.experts)),
-        _ => None,
-    };
-    linears_in_order(d, router, moe)
+pub(crate) fn layer_weight_tensors(d: &Dims, shape: LayerShape) -> u64 {
+    linears_in_order(d, shape, router_of(d, shape))
         .iter()
         .fold(0u64, |acc, g| acc.saturating_add(u64::from(g.count)))
 }
@@ -431,26 +424,33 @@ fn attention_core(d: &Dims) -> BlockParts {
     }
 }
 
-/// The linear layers of one transformer layer in the order its forward calls them, one GEMM
-/// per projection: Q, K, V (or multi-head latent attention's down- and up-projections), the
-/// output projection, the MoE router, then each MLP's gate and up (gated) or up, and down:
-/// the routed experts on the routed token copies, then the shared experts, in an MoE layer.
-fn linears_in_order(d: &Dims, router: Option<Gemm>, moe: bool) -> Vec<Gemm> {
+/// The linear layers of one layer of `shape` in the order its forward calls them, one GEMM
+/// per projection: Q, K, V (or multi-head latent attention's down- and up-projections) and the
+/// output projection, or a Mamba mixer's `in_proj` and `out_proj`; the MoE router, then each
+/// MLP's gate and up (gated) or up, and down: the routed experts on the routed token copies,
+/// then the shared experts, in an MoE layer.
+fn linears_in_order(d: &Dims, shape: LayerShape, router: Option<Gemm>) -> Vec<Gemm> {
     let t = d.tokens;
-    let mut out: Vec<Gemm> = match d.mla {
-        None => {
-            let (q, kv) = (d.sharded(d.q), d.sharded(d.kv));
-            vec![gemm(t, d.h, q), gemm(t, d.h, kv), gemm(t, d.h, kv)]
-        }
-        Some(_) => d
-            .attention_projections()
-            .into_iter()
-            .map(|(m, k, n)| gemm(m, k, n))
-            .collect(),
-    };
-    out.push(gemm(t, d.sharded(d.attn_out), d.h));
+    let mut out: Vec<Gemm> = Vec::new();
+    if shape.attention {
+        out = match d.mla {
+            None => {
+                let (q, kv) = (d.sharded(d.q), d.sharded(d.kv));
+                vec![gemm(t, d.h, q), gemm(t, d.h, kv), gemm(t, d.h, kv)]
+            }
+            Some(_) => d
+                .attention_projections()
+                .into_iter()
+                .map(|(m, k, n)| gemm(m, k, n))
+                .collect(),
+        };
+        out.push(gemm(t, d.sharded(d.attn_out), d.h));
+    }
+    if let (true, Some(mamba)) = (shape.mamba, d.mamba) {
+        out.extend(mamba_projections(d, &mamba));
+    }
     out.extend(router);
-    for mlp in d.mlps(moe) {
+    for mlp in mlps_of(d, shape) {
         let f = mlp.f;
         if d.gated {
             out.push(mlp.gemm(d.h, f));
@@ -461,17 +461,44 @@ fn linears_in_order(d: &Dims, router: Option<Gemm>, moe: bool) -> Vec<Gemm> {
     out
 }
 
+/// The MLPs of a layer of `shape` ([`Dims::mlps`]; none in a block without one).
+pub(crate) fn mlps_of(d: &Dims, shape: LayerShape) -> Vec<super::dims::Mlp> {
+    match shape.mlp {
+        Ffn::None => Vec::new(),
+        Ffn::Dense => d.mlps(false),
+        Ffn::Moe => d.mlps(true),
+    }
+}
+
+/// The router's GEMM of a layer of `shape` (an MoE layer's).
+pub(crate) fn router_of(d: &Dims, shape: LayerShape) -> Option<Gemm> {
+    match (shape.mlp, d.moe) {
+        (Ffn::Moe, Some(m)) => Some(router_gemm(d, m.experts)),
+        _ => None,
+    }
+}
+
+/// A Mamba mixer's projections: `in_proj` (hidden to `z`, `x`, `B`, `C`, `dt`, column
+/// parallel) and `out_proj` (inner width to hidden, row parallel).
+fn mamba_projections(d: &Dims, mamba: &crate::scenario::Mamba) -> [Gemm; 2] {
+    let t = d.tokens;
+    [
+        gemm(t, d.h, d.sharded(mamba.in_proj_width())),
+        gemm(t, d.sharded(mamba.inner()), d.h),
+    ]
+}
+
 /// The linears of [`linears_in_order`] split as a per-op selective policy that saves every
 /// second matmul splits them: `(saved, recomputed)`, the 1st, 3rd, ... saved and the 2nd,
 /// 4th, ... recomputed (torchtitan counts `aten.mm` calls per block from one and recomputes
 /// the even ones).
 pub(crate) fn every_second_linear(
     d: &Dims,
+    shape: LayerShape,
     router: Option<Gemm>,
-    moe: bool,
 ) -> (Vec<Gemm>, Vec<Gemm>) {
     let (mut saved, mut recomputed) = (Vec::new(), Vec::new());
-    for (i, g) in linears_in_order(d, router, moe).into_iter().enumerate() {
+    for (i, g) in linears_in_order(d, shape, router).into_iter().enumerate() {
         if i % 2 == 0 {
             saved.push(g);
         } else {
@@ -489,28 +516,120 @@ pub(crate) fn router_gemm(d: &Dims, experts: u64) -> Gemm {
     }
 }
 
-/// One transformer layer (dense MLP or, when `moe`, routed experts) for one micro batch.
-pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
+/// Forward kernels of a Mamba mixer between its projections: the causal convolution, the
+/// scan's five (chunk cumsum, chunk state, state passing, the `C B^T` products, chunk scan)
+/// and the gated norm (mamba_ssm's `mamba_split_conv1d_scan_combined`, which Megatron-Core's
+/// `MambaMixer` trains with, and its `_mamba_chunk_scan_combined_fwd`).
+const MAMBA_FORWARD_KERNELS: u32 = 7;
+
+/// Backward kernels of the same: the convolution, cumsum, `C B^T` and chunk states run again
+/// (the combined function saves neither), then the scan's eight backward kernels, the
+/// convolution's and the norm's (`_mamba_chunk_scan_combined_bwd`).
+const MAMBA_BACKWARD_KERNELS: u32 = 15;
+
+/// A Mamba-2 mixer for one micro batch: `in_proj`, the depthwise causal convolution over `x`,
+/// `B` and `C`, the state-space scan in chunks of `chunk` tokens (Dao and Gu 2024, arXiv
+/// 2405.21060, section 6: within a chunk `Y = (L ∘ C Bᵀ) X`, each chunk's state `Bᵀ X`, passed
+/// from chunk to chunk, and its contribution `C · state`), the gated RMSNorm and `out_proj`.
+/// The scan's products are batched GEMMs on the GEMM curve, one call each per layer over every
+/// chunk and head (or group) of the micro batch, in the high precision (they are no FP8
+/// linear layers); the convolution, the state passing (fp32 states) and the norm are
+/// memory-bound. The backward runs the gradients of both operands of each product and, first,
+/// the convolution, `C Bᵀ` and the chunk states again.
+fn mamba_mixer(d: &Dims, mamba: &crate::scenario::Mamba) -> BlockParts {
+    let [in_proj, out_proj] = mamba_projections(d, mamba);
+    let mut block = BlockParts::default();
+    add_linears_in(&mut block, d, &[in_proj]);
+    let q = mamba.chunk.min(d.s_local).max(1);
+    let chunks = mul(d.b, div_ceil(d.s_local, q));
+    let (heads, groups) = (d.sharded(mamba.heads), d.sharded(mamba.groups));
+    let (n, p) = (mamba.state, mamba.head_dim);
+    // One strided-batched call per layer: `count` products in all, `batch` a call.
+    let batched = |m: u64, k: u64, cols: u64, over: u64| {
+        let products = to_u32(mul(chunks, over));
+        Gemm {
+            dtype: d.high_precision,
+            count: products,
+            batch: products,
+            ..gemm(m, k, cols)
+        }
+    };
+    let cb = batched(q, n, q, groups);
+    let states = batched(n, q, p, heads);
+    let diagonal = batched(q, q, p, heads);
+    let off_diagonal = batched(q, n, p, heads);
+    let mut scan = Parts::default();
+    let mut bwd = Parts::default();
+    for g in [cb, states, diagonal, off_diagonal] {
+        scan.add_gemm(g);
+        bwd.add_gemm(grad_a(g));
+        bwd.add_gemm(grad_b(g));
+    }
+    bwd.add_gemm(cb);
+    bwd.add_gemm(states);
+    let act = d.act_bytes;
+    let (inner, bc) = (
+        d.sharded(mamba.inner()),
+        d.sharded(prod(&[2, mamba.groups, mamba.state])),
+    );
+    let t = d.tokens;
+    // The convolution reads and writes x, B and C; the scan reads x, B and C twice each and
+    // dt, and writes y; the fp32 chunk states are written, passed (read and written) and read;
+    // the gated norm reads y and z and writes its output.
+    let conv = prod(&[2, act, t, inner.saturating_add(bc)]);
+    let scan_io = prod(&[
+        act,
+        t,
+        mul(2, inner.saturating_add(bc)).saturating_add(inner),
+    ]);
+    let state_bytes = prod(&[4, 4, chunks, heads, p, n]);
+    let norm = prod(&[3, act, t, inner]);
+    let forward_bytes = conv
+        .saturating_add(scan_io)
+        .saturating_add(state_bytes)
+        .saturating_add(norm);
+    scan.memory_bytes = forward_bytes;
+    scan.kernels = MAMBA_FORWARD_KERNELS;
+    bwd.memory_bytes = mul(2, forward_bytes).saturating_add(conv);
+    bwd.kernels = MAMBA_BACKWARD_KERNELS;
+    block.add(&BlockParts {
+        forward: scan,
+        backward_input: bwd,
+        backward_weight: Parts::default(),
+        selective: Parts::default(),
+    });
+    add_linears_in(&mut block, d, &[out_proj]);
+    block
+}
+
+/// One layer of `shape` for one micro batch: a transformer layer (attention, then a dense MLP
+/// or routed experts) or a hybrid model's block.
+pub(crate) fn layer(d: &Dims, shape: LayerShape) -> BlockParts {
     let t = d.tokens;
     let x = d.replicated(d.hidden_elements());
     let act = d.act_bytes;
     let mut block = BlockParts::default();
-    let projections: Vec<Gemm> = d
-        .attention_projections()
-        .into_iter()
-        .map(|(m, k, n)| gemm(m, k, n))
-        .collect();
-    add_linears_in(&mut block, d, &projections);
-    if let Some(mla) = d.mla {
-        // The norms of the compressed query and key/value (one read, one write each).
-        let latent = mla.q_lora_rank.saturating_add(mla.kv_lora_rank);
-        let kernels = if mla.q_lora_rank > 0 { 2 } else { 1 };
-        add_elementwise(&mut block, prod(&[2, act, t, latent]), kernels);
+    if shape.attention {
+        let projections: Vec<Gemm> = d
+            .attention_projections()
+            .into_iter()
+            .map(|(m, k, n)| gemm(m, k, n))
+            .collect();
+        add_linears_in(&mut block, d, &projections);
+        if let Some(mla) = d.mla {
+            // The norms of the compressed query and key/value (one read, one write each).
+            let latent = mla.q_lora_rank.saturating_add(mla.kv_lora_rank);
+            let kernels = if mla.q_lora_rank > 0 { 2 } else { 1 };
+            add_elementwise(&mut block, prod(&[2, act, t, latent]), kernels);
+        }
+        block.add(&attention_core(d));
+        add_linears_in(&mut block, d, &[gemm(t, d.sharded(d.attn_out), d.h)]);
     }
-    block.add(&attention_core(d));
-    add_linears_in(&mut block, d, &[gemm(t, d.sharded(d.attn_out), d.h)]);
-    let (router, router_bytes) = match (moe, d.moe) {
-        (true, Some(m)) => {
+    if let (true, Some(mamba)) = (shape.mamba, d.mamba) {
+        block.add(&mamba_mixer(d, &mamba));
+    }
+    let (router, router_bytes) = match (shape.mlp, d.moe) {
+        (Ffn::Moe, Some(m)) => {
             // Router GEMM (replicated over tp), softmax + top-k in fp32, and the permutation
             // of token copies before and after the experts.
             let router = router_gemm(d, m.experts);
@@ -530,7 +649,7 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
         }
         _ => (None, 0),
     };
-    let mlps = d.mlps(moe);
+    let mlps = mlps_of(d, shape);
     for mlp in &mlps {
         add_linears_in(
             &mut block,
@@ -539,15 +658,19 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
         );
     }
     // One cast per weight tensor of the PyTorch modules (Q, K and V each their own).
-    add_weight_casts(&mut block, d, &linears_in_order(d, router, moe));
+    add_weight_casts(&mut block, d, &linears_in_order(d, shape, router));
     // The framework's elementwise kernels (docs/reference/frameworks.md, `[fusions]`): its
     // passes over `tokens x hidden` (norms, residual adds, rotary, copies; Megatron-Core's 10
     // are two norms of one read and one write and two fused bias-dropout-adds of two reads and
-    // one write), the two one-byte dropout masks of the residual adds, and its passes over the
+    // one write), the one-byte dropout mask of each residual add, and its passes over the
     // MLP's inner width (given for SwiGLU, which reads 2f and writes f; GeLU reads one tensor
-    // fewer).
+    // fewer). A hybrid model's block has one norm and one residual add, half a transformer
+    // layer's (`LayerShape::share`).
     let e = d.elementwise;
-    let hidden_bytes = mul(x, mul(u64::from(e.hidden_passes), act).saturating_add(2));
+    let hidden_bytes = mul(
+        x,
+        mul(shape.share(u64::from(e.hidden_passes)), act).saturating_add(shape.sublayers()),
+    );
     let ffn_passes = if d.gated {
         e.ffn_passes
     } else {
@@ -557,34 +680,34 @@ pub(crate) fn layer(d: &Dims, moe: bool) -> BlockParts {
         acc.saturating_add(prod(&[u64::from(ffn_passes), act, mlp.tokens, mlp.f]))
     });
     let elementwise_bytes = hidden_bytes.saturating_add(ffn_bytes);
-    add_elementwise(&mut block, elementwise_bytes, e.kernels);
+    let kernels = to_u32(shape.share(u64::from(e.kernels)));
+    add_elementwise(&mut block, elementwise_bytes, kernels);
     // The framework's kernels twin does not size one by one, with what they move.
     block.forward.kernels = block
         .forward
         .kernels
-        .saturating_add(e.extra_forward_kernels);
-    block.forward.memory_bytes = block
-        .forward
-        .memory_bytes
-        .saturating_add(mul(x, mul(u64::from(e.extra_forward_hidden_passes), act)));
+        .saturating_add(to_u32(shape.share(u64::from(e.extra_forward_kernels))));
+    block.forward.memory_bytes = block.forward.memory_bytes.saturating_add(mul(
+        x,
+        mul(shape.share(u64::from(e.extra_forward_hidden_passes)), act),
+    ));
     block.backward_input.kernels = block
         .backward_input
         .kernels
-        .saturating_add(e.extra_backward_kernels);
-    block.backward_input.memory_bytes = block
-        .backward_input
-        .memory_bytes
-        .saturating_add(mul(x, mul(u64::from(e.extra_backward_hidden_passes), act)));
+        .saturating_add(to_u32(shape.share(u64::from(e.extra_backward_kernels))));
+    block.backward_input.memory_bytes = block.backward_input.memory_bytes.saturating_add(mul(
+        x,
+        mul(shape.share(u64::from(e.extra_backward_hidden_passes)), act),
+    ));
     if d.selective == SelectiveRecompute::EverySecondMatmul {
         // The recompute runs the unsaved matmuls (with their FP8 input casts) and every
         // elementwise op of the forward again; the attention kernel's output is saved.
         let mut again = BlockParts::default();
-        add_linears_in(&mut again, d, &every_second_linear(d, router, moe).1);
+        add_linears_in(&mut again, d, &every_second_linear(d, shape, router).1);
         add_elementwise(
             &mut again,
             elementwise_bytes.saturating_add(router_bytes),
-            e.kernels
-                .saturating_add(if router.is_some() { 3 } else { 0 }),
+            kernels.saturating_add(if router.is_some() { 3 } else { 0 }),
         );
         block.selective = again.forward;
     }

@@ -201,6 +201,8 @@ pub(crate) struct Dims {
     /// forward (the framework's `memory.autocast_weight_copies`, under bf16 or fp16).
     pub autocast: bool,
     pub moe: Option<MoeDims>,
+    /// A hybrid model's Mamba-2 mixer (`[model.mamba]`).
+    pub mamba: Option<crate::scenario::Mamba>,
 }
 
 impl Dims {
@@ -299,6 +301,7 @@ impl Dims {
                     && p.ep > 1
                     && moe.experts / p.ep.max(1) > 1,
             }),
+            mamba: m.hybrid.as_ref().and_then(|h| h.mamba),
         }
     }
 

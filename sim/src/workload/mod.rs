@@ -20,6 +20,7 @@ mod dispatch_buffers;
 mod optimizer;
 mod params;
 pub mod routing;
+mod shape;
 
 use crate::ir::{CollectiveKind, ComputeOp, Phase};
 use crate::plan::{ChunkLayout, GroupKind, Plan};
@@ -31,9 +32,10 @@ use dims::{mul, prod, Dims};
 pub use dispatch_buffers::{deepep_buffer_bytes, dispatch_buffer_bytes, held_for_the_run_bytes};
 pub use optimizer::{optimizer_bytes_per_param, optimizer_passes, OptimizerPass};
 pub use params::{
-    activated_params, model_params, model_state_bytes, state_coefficients, LayerCounts,
-    StateCoefficients,
+    activated_params, model_params, model_state_bytes, state_coefficients, StateCoefficients,
 };
+pub use shape::LayerCounts;
+pub(crate) use shape::{Ffn, LayerShape};
 
 /// A collective that follows a pass's compute on the tp / cp / ep stream.
 #[derive(Clone, Debug, PartialEq)]
@@ -314,28 +316,28 @@ pub fn range_work(s: &Scenario, key: &RangeKey) -> ChunkWork {
     let dtype = s.training.precision;
     let recompute = s.training.recompute;
     let (embedding, head) = (key.embedding, key.head);
-    let (n, n_moe, n_dense) = (key.layers.all(), key.layers.moe, key.layers.dense);
-    let (r, r_moe, r_dense) = (
-        key.recomputed.all(),
-        key.recomputed.moe,
-        key.recomputed.dense,
-    );
-
-    let mut layers = compute::layer(&d, false).repeat(n_dense);
-    layers.add(&compute::layer(&d, true).repeat(n_moe));
+    let (n, r) = (key.layers.all(), key.recomputed.all());
+    let n_moe = key.layers.moe_layers();
+    // Layers with attention: every transformer layer, and a hybrid model's attention blocks.
+    let attention_layers = |c: LayerCounts| {
+        c.dense
+            .saturating_add(c.moe)
+            .saturating_add(c.count(crate::scenario::Block::Attention))
+    };
+    let (mut layers, layer_comms) = sum_layers(&d, key.layers);
     layers.window_layers(key.windowed);
-    let mut layer_comms = comms::layer(&d, false).repeat(n_dense);
-    layer_comms.add(&comms::layer(&d, true).repeat(n_moe));
-    let layer_activations = mul(activations::layer(&d, recompute, false), r_dense)
-        .saturating_add(mul(activations::layer(&d, recompute, true), r_moe))
-        .saturating_add(mul(
-            activations::layer(&d, Recompute::None, false),
-            n_dense - r_dense,
-        ))
-        .saturating_add(mul(
-            activations::layer(&d, Recompute::None, true),
-            n_moe - r_moe,
-        ));
+    let layer_activations = key
+        .layers
+        .shapes()
+        .zip(key.recomputed.shapes())
+        .filter(|&((_, count), _)| count > 0)
+        .fold(0u64, |acc, ((shape, count), (_, recomputed))| {
+            acc.saturating_add(mul(activations::layer(&d, recompute, shape), recomputed))
+                .saturating_add(mul(
+                    activations::layer(&d, Recompute::None, shape),
+                    count - recomputed,
+                ))
+        });
 
     let mut all = BlockParts::default();
     let mut all_comms = BlockComms::default();
@@ -364,16 +366,20 @@ pub fn range_work(s: &Scenario, key: &RangeKey) -> ChunkWork {
             let grad_bytes = params::state_coefficients(&s.training).grad_bytes;
             let mut module = compute::embedding(&d, grad_bytes);
             module.add(&compute::mtp_projection(&d));
-            module.add(&compute::layer(&d, moe));
+            module.add(&compute::layer(&d, LayerShape::transformer(moe)));
             module.add(&compute::head(&d));
             all.add(&module.repeat(mtp));
             let mut module_comms = comms::embedding(&d);
-            module_comms.add(&comms::layer(&d, moe));
+            module_comms.add(&comms::layer(&d, LayerShape::transformer(moe)));
             module_comms.add(&comms::head(&d));
             all_comms.add(&module_comms.repeat(mtp));
             let saved = activations::embedding(&d)
                 .saturating_add(activations::mtp_projection(&d))
-                .saturating_add(activations::layer(&d, Recompute::None, moe))
+                .saturating_add(activations::layer(
+                    &d,
+                    Recompute::None,
+                    LayerShape::transformer(moe),
+                ))
                 .saturating_add(activations::head(&d, loss_logits_bytes));
             activation_bytes = activation_bytes.saturating_add(mul(mtp, saved));
         }
@@ -381,19 +387,20 @@ pub fn range_work(s: &Scenario, key: &RangeKey) -> ChunkWork {
 
     let recompute_bytes = match (recompute, r) {
         (Recompute::None, _) | (_, 0) => 0,
-        _ => {
-            let extra = |moe: bool| {
-                activations::layer(&d, Recompute::None, moe)
-                    .saturating_sub(activations::layer(&d, recompute, moe))
-            };
-            let dense = if r_dense > 0 { extra(false) } else { 0 };
-            let moe = if r_moe > 0 { extra(true) } else { 0 };
-            dense.max(moe)
-        }
+        _ => key
+            .recomputed
+            .shapes()
+            .filter(|&(_, count)| count > 0)
+            .map(|(shape, _)| {
+                activations::layer(&d, Recompute::None, shape)
+                    .saturating_sub(activations::layer(&d, recompute, shape))
+            })
+            .max()
+            .unwrap_or(0),
     };
     // Only a fused attention kernel is split into ring blocks; unfused attention runs the
     // gathered form.
-    let (ring_fwd, ring_bwd) = match comms::ring(&d, n) {
+    let (ring_fwd, ring_bwd) = match comms::ring(&d, attention_layers(key.layers)) {
         Some((f, b)) if d.flash => (Some(f), Some(b)),
         _ => (None, None),
     };
@@ -417,15 +424,12 @@ pub fn range_work(s: &Scenario, key: &RangeKey) -> ChunkWork {
         }),
         (Recompute::Full, _) => {
             // Block recompute: only the first `r` layers of the range run again.
-            let mut part = compute::layer(&d, false).repeat(r_dense);
-            part.add(&compute::layer(&d, true).repeat(r_moe));
+            let (mut part, part_comms) = sum_layers(&d, key.recomputed);
             part.window_layers(key.recomputed_windowed);
-            let mut part_comms = comms::layer(&d, false).repeat(r_dense);
-            part_comms.add(&comms::layer(&d, true).repeat(r_moe));
             Some(PassWork {
                 compute: part.forward.into_op(Phase::Recompute, dtype),
                 comms: part_comms.forward,
-                ring: match comms::ring(&d, r) {
+                ring: match comms::ring(&d, attention_layers(key.recomputed)) {
                     Some((f, _)) if d.flash => Some(f),
                     _ => None,
                 },
@@ -477,6 +481,20 @@ pub fn range_work(s: &Scenario, key: &RangeKey) -> ChunkWork {
     }
 }
 
+/// The compute and collectives of `counts` layers: the transformer layers' always (none of a
+/// kind adds its empty work), a hybrid model's blocks where the range has them.
+fn sum_layers(d: &Dims, counts: LayerCounts) -> (BlockParts, BlockComms) {
+    let (mut parts, mut comms) = (BlockParts::default(), BlockComms::default());
+    for (shape, count) in counts.shapes() {
+        if count == 0 && !shape.is_transformer() {
+            continue;
+        }
+        parts.add(&compute::layer(d, shape).repeat(count));
+        comms.add(&comms::layer(d, shape).repeat(count));
+    }
+    (parts, comms)
+}
+
 /// [`ChunkWork::grad_accumulate`] for a layer range: one add kernel per parameter tensor
 /// (each linear weight, two norms per layer, the embedding, the head and the final norm), over
 /// the range's parameters on this rank in the gradient dtype (read twice, written once).
@@ -495,9 +513,14 @@ fn grad_accumulate(
         return None;
     }
     let grad_bytes = params::state_coefficients(&s.training).grad_bytes;
-    let tensors = |moe: bool| compute::layer_weight_tensors(d, moe).saturating_add(2);
-    let kernels = mul(layers.dense, tensors(false))
-        .saturating_add(mul(layers.moe, tensors(true)))
+    // Each layer's weight tensors and its norms (one per block).
+    let kernels = layers
+        .shapes()
+        .filter(|&(_, count)| count > 0)
+        .fold(0u64, |acc, (shape, count)| {
+            let tensors = compute::layer_weight_tensors(d, shape).saturating_add(shape.sublayers());
+            acc.saturating_add(mul(count, tensors))
+        })
         .saturating_add(u64::from(embedding))
         .saturating_add(2 * u64::from(head));
     Some(ComputeOp {

@@ -15,8 +15,10 @@
 //! matrix held once. [`model_params`] counts unique parameters.
 
 use super::dims::{div_ceil, mul};
-use super::{ParamCount, StateBytes};
-use crate::scenario::{MemoryAccounting, Model, Offload, Optimizer, Precision, Scenario, Training};
+use super::{Ffn, LayerCounts, LayerShape, ParamCount, StateBytes};
+use crate::scenario::{
+    Block, MemoryAccounting, Model, Offload, Optimizer, Precision, Scenario, Training,
+};
 
 /// How tensor parallelism splits a linear layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,8 +79,11 @@ struct Shapes<'a> {
 }
 
 impl Shapes<'_> {
+    /// GPT-style: LayerNorm with a bias, a bias on every linear layer and learned positions,
+    /// as the models without a gated MLP have them; a hybrid model's (Nemotron-H: squared
+    /// ReLU, RMSNorm, no biases, no position embedding) does not.
     fn gpt_style(&self) -> bool {
-        !self.m.gated_mlp
+        !self.m.gated_mlp && self.m.hybrid.is_none()
     }
 
     /// One layer norm (weight and bias) or RMSNorm (weight).
@@ -206,10 +211,57 @@ impl Shapes<'_> {
             .map_or(self.m.ffn_hidden, |moe| moe.dense_ffn_hidden)
     }
 
-    fn layer(&self, moe: bool) -> ParamCount {
-        let common = self.attention().saturating_add(mul(2, self.norm()));
-        match (moe, &self.m.moe) {
-            (true, Some(moe)) => {
+    /// One Mamba-2 mixer on this rank: `in_proj` (column parallel), the convolution's weights
+    /// and biases over its channels, `dt_bias`, `A_log` and `D` per head, the gated norm's
+    /// weight over the inner width (each split over tensor parallelism with the heads and
+    /// groups), and `out_proj` (row parallel); none has a bias (NVIDIA/Megatron-LM@d98e8a64dd
+    /// megatron/core/ssm/mamba_mixer.py `MambaMixer.__init__`).
+    fn mamba(&self) -> u64 {
+        let Some(mamba) = self.mamba_shape() else {
+            return 0;
+        };
+        let projections = self
+            .mamba_linears()
+            .iter()
+            .map(|l| self.linear(l))
+            .fold(0, u64::saturating_add);
+        let conv = mul(
+            div_ceil(mamba.conv_channels(), self.t),
+            mamba.conv_kernel.saturating_add(1),
+        );
+        let per_head = mul(3, div_ceil(mamba.heads, self.t));
+        projections
+            .saturating_add(conv)
+            .saturating_add(per_head)
+            .saturating_add(div_ceil(mamba.inner(), self.t))
+    }
+
+    fn mamba_shape(&self) -> Option<crate::scenario::Mamba> {
+        self.m.hybrid.as_ref().and_then(|h| h.mamba)
+    }
+
+    /// The Mamba-2 mixer's linear layers: `in_proj` and `out_proj` (none without a mixer).
+    fn mamba_linears(&self) -> Vec<Linear> {
+        let h = self.m.hidden;
+        self.mamba_shape().map_or(Vec::new(), |mamba| {
+            vec![
+                Linear::column(h, mamba.in_proj_width(), false),
+                Linear::row(mamba.inner(), h, false),
+            ]
+        })
+    }
+
+    /// One layer of shape `shape`: its blocks and one norm per block.
+    fn layer(&self, shape: LayerShape) -> ParamCount {
+        let mut common = mul(shape.sublayers(), self.norm());
+        if shape.attention {
+            common = common.saturating_add(self.attention());
+        }
+        if shape.mamba {
+            common = common.saturating_add(self.mamba());
+        }
+        match (shape.mlp, &self.m.moe) {
+            (Ffn::Moe, Some(moe)) => {
                 let experts = u64::from(moe.experts);
                 // The router (`h x experts`) and the shared experts (tensor parallel like a
                 // dense MLP) are replicated over the expert-parallel ranks.
@@ -224,6 +276,10 @@ impl Shapes<'_> {
                     expert: mul(div_ceil(experts, self.ep), self.expert_mlp(moe.ffn_hidden)),
                 }
             }
+            (Ffn::None, _) => ParamCount {
+                dense: common,
+                expert: 0,
+            },
             _ => ParamCount {
                 dense: common.saturating_add(self.mlp(self.dense_width())),
                 expert: 0,
@@ -258,11 +314,22 @@ impl Shapes<'_> {
     fn largest_module(&self, layers: LayerCounts, embedding: bool, head: bool) -> u64 {
         let h = self.m.hidden;
         let mut largest = 0;
-        let (n, moe_layers) = (layers.all(), layers.moe);
+        let (n, moe_layers) = (layers.all(), layers.moe_layers());
         if n > 0 {
-            let mut linears = self.attention_linears();
-            if moe_layers < n {
+            let attention = layers
+                .dense
+                .saturating_add(layers.moe)
+                .saturating_add(layers.count(Block::Attention));
+            let mut linears = if attention > 0 {
+                self.attention_linears()
+            } else {
+                Vec::new()
+            };
+            if layers.dense.saturating_add(layers.count(Block::Mlp)) > 0 {
                 linears.extend(self.mlp_linears(self.dense_width()));
+            }
+            if layers.count(Block::Mamba) > 0 {
+                linears.extend(self.mamba_linears());
             }
             if let (Some(moe), true) = (&self.m.moe, moe_layers > 0) {
                 // A routed expert's matrices split over the expert tensor parallelism.
@@ -301,14 +368,17 @@ impl Shapes<'_> {
         largest
     }
 
-    /// `layers` dense and MoE layers, embedding and head as asked.
+    /// `layers` of each shape, embedding and head as asked.
     fn range(&self, layers: LayerCounts, embedding: bool, head: bool) -> ParamCount {
-        let dense = self.layer(false);
-        let moe = self.layer(true);
-        let mut p = ParamCount {
-            dense: mul(dense.dense, layers.dense).saturating_add(mul(moe.dense, layers.moe)),
-            expert: mul(moe.expert, layers.moe),
-        };
+        let mut p = layers
+            .shapes()
+            .fold(ParamCount::default(), |acc, (shape, n)| {
+                let layer = self.layer(shape);
+                ParamCount {
+                    dense: acc.dense.saturating_add(mul(layer.dense, n)),
+                    expert: acc.expert.saturating_add(mul(layer.expert, n)),
+                }
+            });
         if embedding {
             p.dense = p.dense.saturating_add(self.embedding());
         }
@@ -339,7 +409,7 @@ impl Shapes<'_> {
         if n == 0 {
             return ParamCount::default();
         }
-        let layer = self.layer(self.m.moe.is_some());
+        let layer = self.layer(LayerShape::transformer(self.m.moe.is_some()));
         let h = self.m.hidden;
         let own = mul(3, self.norm()).saturating_add(self.linear(&Linear::column(
             mul(2, h),
@@ -350,34 +420,6 @@ impl Shapes<'_> {
             dense: mul(n, layer.dense.saturating_add(own)),
             expert: mul(n, layer.expert),
         }
-    }
-}
-
-/// MoE layers among global layers `first .. first + n` (`Moe::is_moe_layer`: past the dense
-/// first layers, layer `i` is MoE when `i % moe_every == 0`, Megatron's `moe_layer_freq`).
-pub(crate) fn moe_layers_in(m: &Model, first: u64, n: u64) -> u64 {
-    m.moe.as_ref().map_or(0, |moe| moe.moe_layers_in(first, n))
-}
-
-/// The dense and MoE layers of a layer range.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LayerCounts {
-    pub dense: u64,
-    pub moe: u64,
-}
-
-impl LayerCounts {
-    /// Those of layers `first .. first + n` of `m`.
-    pub fn of(m: &Model, first: u64, n: u64) -> LayerCounts {
-        let moe = moe_layers_in(m, first, n);
-        LayerCounts {
-            dense: n.saturating_sub(moe),
-            moe,
-        }
-    }
-
-    pub fn all(self) -> u64 {
-        self.dense.saturating_add(self.moe)
     }
 }
 
@@ -453,7 +495,7 @@ pub fn activated_params(m: &Model) -> u64 {
             }
             .mlp(moe.ffn_hidden);
             // The multi-token prediction modules' layers are MoE layers too.
-            let layers = moe
+            let layers = m
                 .moe_layers_in(0, u64::from(m.layers))
                 .saturating_add(u64::from(m.mtp_layers));
             let routed = mul(layers, mul(u64::from(moe.top_k), expert));

@@ -50,6 +50,7 @@ pub(super) fn gpt(
         sliding_window: None,
         attention_sinks: false,
         moe: None,
+        hybrid: None,
     };
     s.training.micro_batch = b;
     s.training.global_batch = microbatches * b * u64::from(dp);
@@ -85,6 +86,7 @@ pub(super) fn llama(
         sliding_window: None,
         attention_sinks: false,
         moe: None,
+        hybrid: None,
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::scenario::framework::Bundled;
-use crate::workload::{activations, dims::Dims, layers_work};
+use crate::workload::{activations, dims::Dims, layers_work, LayerShape};
 
 /// One Llama-style layer (GQA, gated MLP, flash attention), tp 1, no head or embedding.
 fn llama_layer(framework: Bundled, recompute: Recompute) -> Scenario {
@@ -72,13 +72,13 @@ fn every_second_matmul_saves_the_input_the_odd_matmuls_and_the_attention_output(
     let tokens = b * s_len;
     let s = llama_layer(Bundled::Torchtitan, Recompute::Selective);
     let d = Dims::new(&s);
-    let saved = activations::layer(&d, Recompute::Selective, false);
+    let saved = activations::layer(&d, Recompute::Selective, LayerShape::transformer(false));
     let outputs = tokens * (h + kv + f + h);
     let want = 2 * (tokens * h + outputs + tokens * h) + 4 * b * heads * s_len;
     assert_eq!(saved, want);
     // Less than keeping everything, more than full recompute.
-    let none = activations::layer(&d, Recompute::None, false);
-    let full = activations::layer(&d, Recompute::Full, false);
+    let none = activations::layer(&d, Recompute::None, LayerShape::transformer(false));
+    let full = activations::layer(&d, Recompute::Full, LayerShape::transformer(false));
     assert!(full < saved && saved < none, "{full} < {saved} < {none}");
     // The chunk's activations and its recompute's transient bytes follow.
     let w = work(&s);
