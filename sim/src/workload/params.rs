@@ -370,15 +370,16 @@ impl Shapes<'_> {
 
     /// `layers` of each shape, embedding and head as asked.
     fn range(&self, layers: LayerCounts, embedding: bool, head: bool) -> ParamCount {
-        let mut p = layers
-            .shapes()
-            .fold(ParamCount::default(), |acc, (shape, n)| {
+        let mut p = layers.shapes().filter(|&(_, n)| n > 0).fold(
+            ParamCount::default(),
+            |acc, (shape, n)| {
                 let layer = self.layer(shape);
                 ParamCount {
                     dense: acc.dense.saturating_add(mul(layer.dense, n)),
                     expert: acc.expert.saturating_add(mul(layer.expert, n)),
                 }
-            });
+            },
+        );
         if embedding {
             p.dense = p.dense.saturating_add(self.embedding());
         }
