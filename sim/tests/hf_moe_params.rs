@@ -8,6 +8,11 @@
 //! - `qwen3-8b.json`: huggingface.co/Qwen/Qwen3-8B/blob/main/config.json
 //! - `gpt-oss-120b.json`: huggingface.co/openai/gpt-oss-120b/blob/main/config.json
 //! - `mixtral-8x7b.json`: huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json
+//! - `nemotron-3-nano-30b-a3b.json`: the keys of
+//!   huggingface.co/nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16/blob/main/config.json that
+//!   Megatron-Bridge's `NemotronHBridge` maps (NVIDIA-NeMo/Megatron-Bridge@21d102f5e
+//!   src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py), with the values of its
+//!   Nemotron 3 Nano recipe (src/megatron/bridge/recipes/nemotronh/nemotron_3_nano.py)
 //!
 //! Each test checks three things: that the import reads the shape the config gives; that
 //! `model_params` equals a count written out here matrix by matrix from the transformers
@@ -386,4 +391,36 @@ fn the_bundled_moe_scenarios_hold_their_configs_models() {
             (hf.heads, hf.kv_heads, hf.head_dim)
         );
     }
+}
+
+/// Nemotron 3 Nano 30B-A3B (`nemotron_h`). Card (huggingface.co/nvidia/
+/// NVIDIA-Nemotron-3-Nano-30B-A3B-BF16): 31.6B in all, 3.2B activated, 3.6B with the
+/// embeddings. The import reads the hybrid pattern, the Mamba mixer and the experts; the
+/// matrix-by-matrix count is `sim/tests/hybrid.rs`'s, and `routed_scaling_factor` is the only
+/// key listed as unmodelled.
+#[test]
+fn nemotron_3_nano() {
+    let (s, notes) = scenario("nemotron-3-nano-30b-a3b.json");
+    let m = &s.model;
+    let h = m.hybrid.as_ref().expect("hybrid");
+    assert_eq!(
+        h.pattern,
+        "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+    );
+    let mamba = h.mamba.expect("Mamba mixer");
+    assert_eq!(
+        (mamba.heads, mamba.head_dim, mamba.state, mamba.groups),
+        (64, 64, 128, 8)
+    );
+    assert_eq!((mamba.conv_kernel, mamba.chunk), (4, 128));
+    assert!(!m.gated_mlp && !m.tied_embeddings);
+    let moe = m.moe.as_ref().expect("MoE");
+    assert_eq!((moe.experts, moe.top_k, moe.ffn_hidden), (128, 6, 1856));
+    assert_eq!((moe.shared_experts, moe.shared_ffn_hidden), (1, 3712));
+    assert_eq!(total(m), 31_577_937_344);
+    assert!(within(total(m), 31.6e9, 0.5));
+    let active = activated_params(m);
+    assert!(rounds_to(active, 3.6e9, 2), "{active}");
+    assert!(rounds_to(active - embedding(m), 3.2e9, 2), "{active}");
+    assert_eq!(keys(&notes), ["routed_scaling_factor"]);
 }

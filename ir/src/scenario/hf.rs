@@ -1,7 +1,8 @@
 //! Model shapes from a Hugging Face `config.json`, because that is where most users' model
 //! shapes live. Understands Llama-style keys (Llama, Mistral, Mixtral, GPT-NeoX, Qwen2,
 //! Qwen3, ...), GPT-2-style keys (`n_embd`, `n_layer`, ...) and the mixture-of-experts and
-//! latent-attention keys of DeepSeek-V3, Qwen2-MoE, Qwen3-MoE and GPT-OSS. Errors inside the JSON name the JSON file,
+//! latent-attention keys of DeepSeek-V3, Qwen2-MoE, Qwen3-MoE and GPT-OSS, and the hybrid
+//! Mamba keys of Nemotron-H. Errors inside the JSON name the JSON file,
 //! the line and column of the key, and the key.
 //!
 //! What the import cannot model is never dropped silently: a `model_type` outside
@@ -13,7 +14,7 @@
 use super::error::{Ctx, ErrorKind, LineIndex, Loc, ScenarioError};
 use super::keys::{mla as mlak, model as mk};
 use super::read::group_digits;
-use super::types::Mla;
+use super::types::{Mamba, Mla};
 use serde_json::Value;
 use std::path::Path;
 
@@ -45,6 +46,9 @@ pub(crate) struct HfShape {
     pub sliding_window: Option<u64>,
     pub sliding_window_every: Option<u64>,
     pub attention_sinks: bool,
+    /// A hybrid model's layer pattern and Mamba mixer (`nemotron_h`).
+    pub hybrid_pattern: Option<String>,
+    pub mamba: Option<Mamba>,
     /// Keys the config sets that change the model but that twin does not model, each as
     /// "key = value (what it means)".
     pub unmodelled: Vec<String>,
@@ -62,6 +66,7 @@ pub const MODEL_TYPES: &[&str] = &[
     "qwen3_moe",
     "deepseek_v3",
     "gpt_oss",
+    "nemotron_h",
     "gpt_neox",
     "gpt2",
 ];
@@ -304,6 +309,7 @@ pub(crate) fn parse(origin: &str, text: &str, force: bool) -> Result<HfShape, Sc
         "qwen2_moe" => qwen_moe(&reader, true, &mut shape, &mut modelled)?,
         "qwen3_moe" => qwen_moe(&reader, false, &mut shape, &mut modelled)?,
         "gpt_oss" => gpt_oss(&reader, &mut shape)?,
+        "nemotron_h" => nemotron_h(&reader, &mut shape, &mut modelled)?,
         // Qwen2 biases the query, key and value projections without a key saying so
         // (Qwen2Attention, huggingface/transformers@63bb723747035466e5339aea864b133f709b067d
         // src/transformers/models/qwen2/modeling_qwen2.py).
@@ -580,6 +586,59 @@ fn qwen_moe(
 /// unmodelled: the router's bias, the experts' biases (`2 * f + h` per expert) and their
 /// clamped SwiGLU. Its attention sinks (one learned logit per head, `self.sinks`) are
 /// `attention_sinks`; its alternating sliding-window layers are read by [`sliding_window`].
+/// Nemotron-H and Nemotron 3 (`NemotronHForCausalLM`): the hybrid pattern
+/// (`hybrid_override_pattern`, Megatron-Core's symbols), the Mamba-2 mixer
+/// (`mamba_num_heads`, `mamba_head_dim`, `ssm_state_size`, `n_groups`, `conv_kernel`,
+/// `chunk_size`), squared-ReLU MLPs of two matrices, and on MoE models `n_routed_experts`
+/// experts of `moe_intermediate_size` with `n_shared_experts` (1 where only its width
+/// `moe_shared_expert_intermediate_size` is given) shared ones. Megatron-Bridge maps the same
+/// keys (NVIDIA-NeMo/Megatron-Bridge@21d102f5e:
+/// src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py `CONFIG_MAPPING`).
+fn nemotron_h(
+    r: &Reader<'_>,
+    s: &mut HfShape,
+    modelled: &mut Vec<&'static str>,
+) -> Result<(), ScenarioError> {
+    s.gated_mlp = false;
+    s.hybrid_pattern = r.string("hybrid_override_pattern")?;
+    let uint = |key: &str, range: (u64, u64)| r.uint(key, range);
+    let wide = (1, 1 << 16);
+    if let (Some(heads), Some(head_dim), Some(state), Some(groups)) = (
+        uint("mamba_num_heads", wide)?,
+        uint("mamba_head_dim", wide)?,
+        uint("ssm_state_size", wide)?,
+        uint("n_groups", wide)?,
+    ) {
+        s.mamba = Some(Mamba {
+            heads,
+            head_dim,
+            state,
+            groups,
+            conv_kernel: r.uint_or("conv_kernel", (1, 64), 4)?.unwrap_or(4),
+            chunk: r.uint_or("chunk_size", wide, 128)?.unwrap_or(128),
+        });
+    }
+    if let Some(experts) = uint("n_routed_experts", mk::EXPERTS.uint_range())? {
+        s.experts = Some(experts);
+        s.moe_ffn_hidden = uint("moe_intermediate_size", mk::MOE_FFN_HIDDEN.uint_range())?;
+        let shared_width = uint(
+            "moe_shared_expert_intermediate_size",
+            mk::SHARED_EXPERT_FFN_HIDDEN.uint_range(),
+        )?;
+        s.shared_ffn_hidden = shared_width;
+        s.shared_experts = match uint("n_shared_experts", mk::SHARED_EXPERTS.uint_range())? {
+            Some(n) => Some(n),
+            None => shared_width.map(|_| 1),
+        };
+    }
+    modelled.extend([
+        "n_routed_experts",
+        "n_shared_experts",
+        "moe_intermediate_size",
+    ]);
+    Ok(())
+}
+
 fn gpt_oss(r: &Reader<'_>, s: &mut HfShape) -> Result<(), ScenarioError> {
     s.attention_sinks = true;
     s.experts = r.uint_or("num_local_experts", mk::EXPERTS.uint_range(), 128)?;

@@ -304,7 +304,7 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
         true => Some(mla(m.section("mla", "model.mla")?)?),
         false => base.mla,
     };
-    let hybrid = hybrid(m, layers, moe.is_some())?;
+    let hybrid = hybrid(m, layers, moe.is_some(), (base.hybrid_pattern, base.mamba))?;
     let model = Model {
         name,
         layers: u32_of(layers),
@@ -332,11 +332,20 @@ fn model(m: Section<'_>, base_dir: &Path) -> Result<(Model, Vec<String>)> {
     Ok((model, base.unmodelled))
 }
 
-/// `hybrid_pattern` and `[model.mamba]`: a symbol per layer, `[model.mamba]` exactly when some
-/// layer is a Mamba mixer, `E` layers exactly when the model has experts, and none of the MoE
-/// placement keys the pattern replaces.
-fn hybrid(m: Section<'_>, layers: u64, experts: bool) -> Result<Option<Hybrid>> {
-    let Some(p) = m.string(&mk::HYBRID_PATTERN)? else {
+/// `hybrid_pattern` and `[model.mamba]` (each from the file, else from `hf_config`): a symbol
+/// per layer, a Mamba mixer exactly when some layer is one, `E` layers exactly when the model
+/// has experts, and none of the MoE placement keys the pattern replaces.
+fn hybrid(
+    m: Section<'_>,
+    layers: u64,
+    experts: bool,
+    (base_pattern, base_mamba): (Option<String>, Option<Mamba>),
+) -> Result<Option<Hybrid>> {
+    let pattern = match m.string(&mk::HYBRID_PATTERN)? {
+        Some(p) => Some(p.value),
+        None => base_pattern,
+    };
+    let Some(pattern) = pattern else {
         if m.has(mk::MAMBA.name) {
             return Err(m.err(
                 ErrorKind::CrossField,
@@ -347,7 +356,6 @@ fn hybrid(m: Section<'_>, layers: u64, experts: bool) -> Result<Option<Hybrid>> 
         }
         return Ok(None);
     };
-    let pattern = p.value;
     let key = mk::HYBRID_PATTERN.name;
     let symbols = "M (Mamba-2 mixer), * (attention), - (dense MLP), E (MoE), one per layer";
     if let Some((i, c)) = pattern
@@ -399,6 +407,7 @@ fn hybrid(m: Section<'_>, layers: u64, experts: bool) -> Result<Option<Hybrid>> 
     let mamba =
         match (has(Block::Mamba), m.has(mk::MAMBA.name)) {
             (true, true) => Some(mamba(m.section("mamba", "model.mamba")?)?),
+            (true, false) if base_mamba.is_some() => base_mamba,
             (true, false) => return Err(m.missing(
                 mk::MAMBA.name,
                 "the Mamba-2 mixer's shape: [model.mamba] with heads, head_dim, state and groups",
