@@ -87,6 +87,7 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             precision: Precision::Bf16,
             fp8_recipe: Fp8Recipe::Delayed,
             fp8_param_gather: false,
+            recompute_modules: None,
             recompute: Recompute::None,
             recompute_layers: None,
             overlap_grad_reduce: true,

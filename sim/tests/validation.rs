@@ -203,10 +203,12 @@ const MODERN_MOE_SIMULATED: usize = 10;
 /// The MoE median rose from 13.9% to 17.7% when GPT-OSS's sliding windows and sinks were
 /// modelled (both rows were already too fast; docs/measurements/2026-11-29-gpt-oss-window-sinks.md),
 /// and to 20.5% with the GPU-timed GEMM curves, whose expert GEMMs match an H200's. The Mamba
-/// hybrid Nemotron 3 Nano, simulated since `hybrid_pattern`, runs -29.1% (too fast, as the
+/// hybrid Nemotron 3 Nano, simulated since `hybrid_pattern`, ran -29.1% (too fast, as the
 /// other small dropless MoE rows with HybridEP: Qwen3-30B-A3B's 26.04.01 row -32.1%), which took
-/// the median to 24.8%.
-const MODERN_MOE: (f64, f64) = (0.249, 0.549);
+/// the median to 24.8%. With each row's `recompute_modules` (its recipe's list), Nemotron 3 Nano
+/// recomputes its MoE blocks, all-to-alls included (-15.1%), and DeepSeek-V3 (-14.1%) and
+/// GPT-OSS (-33.2%, -35.2%) no longer recompute the attention core: 18.7%.
+const MODERN_MOE: (f64, f64) = (0.188, 0.549);
 const MODERN_FP8: (f64, f64) = (0.063, 0.357);
 const MODERN_BF16: (f64, f64) = (0.121, 0.258);
 /// Megatron-Bridge's rows reduce gradients in bf16, as their recipes set
@@ -256,10 +258,14 @@ fn deepseek_v3_fits_at_its_published_layout() {
         // buffer holds as many bytes as the bf16 weights.
         assert_eq!(m.grads, m.weights, "rank {:?}", r.rank);
     }
-    // The busiest stage is within 20% of full: the layout is tight, as published layouts are.
-    // 85% today; 94% when gradients and Adam's moments were counted fp32, where the recipe
-    // keeps both in bf16 (grad_reduce_in_fp32 = false, exp_avg_dtype = exp_avg_sq_dtype = bf16).
-    assert!(p.report.peak_memory_bytes as f64 > 0.8 * usable as f64);
+    // The busiest stage's peak as a share of usable HBM, today's with a margin: 63% with the
+    // recipe's `recompute_modules = ["mla_up_proj", "mlp"]` (the latent attention's Q, K and V
+    // and the dense layers' MLP insides recomputed, not kept); 85% when the attention core
+    // was recomputed instead and Q, K and V kept; 94% when gradients and Adam's moments were
+    // counted fp32, where the recipe keeps both in bf16 (grad_reduce_in_fp32 = false,
+    // exp_avg_dtype = exp_avg_sq_dtype = bf16). No published figure gives the run's memory.
+    let share = p.report.peak_memory_bytes as f64 / usable as f64;
+    assert!((0.6..0.66).contains(&share), "{share}");
 }
 
 /// Block scaling against the one published pair: DeepSeek-V3's Megatron-Bridge run quotes 338

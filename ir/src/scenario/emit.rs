@@ -276,6 +276,13 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     if let Some(n) = t.recompute_layers {
         training.insert("recompute_layers", int(u64::from(n)));
     }
+    if let Some(modules) = &t.recompute_modules {
+        let mut list = Array::new();
+        for name in modules.names() {
+            list.push(name);
+        }
+        training.insert("recompute_modules", value(list));
+    }
     training.insert("overlap_grad_reduce", value(t.overlap_grad_reduce));
     training.insert("overlap_param_gather", value(t.overlap_param_gather));
     let compression = match t.grad_compression {

@@ -39,6 +39,8 @@ mod parse;
 mod presets;
 mod read;
 #[cfg(test)]
+mod recompute_modules_tests;
+#[cfg(test)]
 mod routing_tests;
 mod source;
 mod topology;

@@ -677,6 +677,7 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool, Option<b
             fp8_param_gather: t.boolean_or_default(&tk::FP8_PARAM_GATHER)?,
             recompute: t.choice_or_default(&tk::RECOMPUTE, &RECOMPUTES)?,
             recompute_layers: opt(t.uint32(&tk::RECOMPUTE_LAYERS)?),
+            recompute_modules: recompute_modules(t)?,
             overlap_grad_reduce: t.boolean_or_default(&tk::OVERLAP_GRAD_REDUCE)?,
             overlap_param_gather: t.boolean_or_default(&tk::OVERLAP_PARAM_GATHER)?,
             grad_compression: grad_compression(t)?,
@@ -699,6 +700,38 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool, Option<b
         bucket.is_some(),
         t.boolean(&tk::OVERLAP_P2P_COMM)?,
     ))
+}
+
+/// `recompute_modules`: a list of Megatron-Core's module names, each at most once.
+fn recompute_modules(t: Section<'_>) -> Result<Option<RecomputeModules>> {
+    let allowed = tk::RECOMPUTE_MODULES.allowed();
+    let Some(names) = t.array(&tk::RECOMPUTE_MODULES, |e| match &e.node {
+        Node::Str(s) => Some(s.clone()),
+        _ => None,
+    })?
+    else {
+        return Ok(None);
+    };
+    let mut modules = RecomputeModules::default();
+    for name in &names {
+        if modules.names().contains(&name.as_str()) {
+            return Err(t.err(
+                ErrorKind::Invalid,
+                tk::RECOMPUTE_MODULES.name,
+                format!("module \"{name}\" appears twice"),
+                allowed,
+            ));
+        }
+        if !modules.set(name) {
+            return Err(t.err(
+                ErrorKind::Invalid,
+                tk::RECOMPUTE_MODULES.name,
+                format!("unknown module \"{}\"", super::error::shorten(name)),
+                allowed,
+            ));
+        }
+    }
+    Ok(Some(modules))
 }
 
 fn grad_compression(t: Section<'_>) -> Result<GradCompression> {

@@ -628,6 +628,87 @@ impl Precision {
     }
 }
 
+/// The modules Megatron-Core's selective recompute runs again (`recompute_modules`,
+/// NVIDIA/Megatron-LM@d98e8a64dd megatron/core/transformer/transformer_config.py
+/// `recompute_modules`: their outputs are not kept for the backward, which runs their forward
+/// again first).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RecomputeModules {
+    /// The attention core (`core_attn`, Megatron-Core's default).
+    pub core_attn: bool,
+    /// The norms that are modules of their own (`layernorm`): an MoE layer's pre-MLP norm,
+    /// multi-head latent attention's input norm; Transformer Engine fuses the others into the
+    /// linear layer after them.
+    pub layernorm: bool,
+    /// The routed experts' activation function (`moe_act`).
+    pub moe_act: bool,
+    /// Multi-head latent attention's up-projections (`mla_up_proj`).
+    pub mla_up_proj: bool,
+    /// A dense layer's whole MLP (`mlp`).
+    pub mlp: bool,
+    /// An MoE layer's whole MoE block: router, dispatch, experts, combine (`moe`).
+    pub moe: bool,
+    /// The shared experts (`shared_experts`).
+    pub shared_experts: bool,
+}
+
+impl RecomputeModules {
+    /// The module names, as Megatron-Core spells them.
+    pub const NAMES: [&'static str; 7] = [
+        "core_attn",
+        "layernorm",
+        "moe_act",
+        "mla_up_proj",
+        "mlp",
+        "moe",
+        "shared_experts",
+    ];
+
+    /// Megatron-Core's default: the attention core only.
+    pub const ATTENTION_CORE: RecomputeModules = RecomputeModules {
+        core_attn: true,
+        layernorm: false,
+        moe_act: false,
+        mla_up_proj: false,
+        mlp: false,
+        moe: false,
+        shared_experts: false,
+    };
+
+    fn flag(&mut self, name: &str) -> Option<&mut bool> {
+        Some(match name {
+            "core_attn" => &mut self.core_attn,
+            "layernorm" => &mut self.layernorm,
+            "moe_act" => &mut self.moe_act,
+            "mla_up_proj" => &mut self.mla_up_proj,
+            "mlp" => &mut self.mlp,
+            "moe" => &mut self.moe,
+            "shared_experts" => &mut self.shared_experts,
+            _ => return None,
+        })
+    }
+
+    /// Sets module `name`; false for a name that is none of [`RecomputeModules::NAMES`].
+    pub fn set(&mut self, name: &str) -> bool {
+        match self.flag(name) {
+            Some(f) => {
+                *f = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The names of the modules set, in [`RecomputeModules::NAMES`]' order.
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut copy = *self;
+        Self::NAMES
+            .into_iter()
+            .filter(|n| copy.flag(n).is_some_and(|f| *f))
+            .collect()
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Recompute {
@@ -691,6 +772,10 @@ pub struct Training {
     /// With full recompute, the layers of each model chunk that recompute, counted from its
     /// first (Megatron-Core's block method); `None`: every layer.
     pub recompute_layers: Option<u32>,
+    /// With selective recompute under Megatron-Core, the modules that recompute
+    /// (`recompute_modules`); `None`: the framework's selective policy (the attention core).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recompute_modules: Option<RecomputeModules>,
     pub overlap_grad_reduce: bool,
     pub overlap_param_gather: bool,
     pub grad_compression: GradCompression,

@@ -806,6 +806,53 @@ fn sharding(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
             "recompute = \"full\", or no recompute_layers".to_string(),
         ));
     }
+    // Read under selective recompute only (as Megatron-Core reads it), so that a search over
+    // `recompute` can keep the list.
+    if let Some(modules) = &s.training.recompute_modules {
+        let names = format!("{:?}", modules.names());
+        let key = ("training.recompute_modules", names);
+        if s.training.framework.recompute.selective
+            != super::framework::SelectiveRecompute::AttentionCore
+        {
+            return Err(c.fail(
+                &[key],
+                format!(
+                    "framework {:?} recomputes selectively by its own policy, not by modules",
+                    s.training.framework.name
+                ),
+                "no recompute_modules, or a framework whose selective policy is the attention \
+                 core (megatron-core)"
+                    .to_string(),
+            ));
+        }
+        let needs = [
+            (
+                modules.moe || modules.moe_act,
+                m.moe.is_some(),
+                "moe and moe_act need model.experts",
+            ),
+            (
+                modules.shared_experts,
+                m.moe.as_ref().is_some_and(|e| e.shared_experts > 0),
+                "shared_experts needs model.shared_experts",
+            ),
+            (
+                modules.mla_up_proj,
+                m.mla.is_some(),
+                "mla_up_proj needs [model.mla]",
+            ),
+        ];
+        if let Some((_, _, why)) = needs.iter().find(|(set, has, _)| *set && !*has) {
+            return Err(c.fail(
+                &[key],
+                (*why).to_string(),
+                format!(
+                    "a subset of {:?} that the model has",
+                    RecomputeModules::NAMES
+                ),
+            ));
+        }
+    }
     if let (Some(w), CpAlgorithm::Ring, 2..) = (&m.sliding_window, p.cp_algorithm, p.cp) {
         return Err(c.fail(
             &[

@@ -20,7 +20,8 @@
 //!   transfers block, whatever the row says). The context-parallel algorithm is the
 //!   framework file's.
 //! - `recompute_detail` naming Megatron's block method with `recompute_num_layers=N` is
-//!   `recompute_layers = N`.
+//!   `recompute_layers = N`; a selective row's list of Megatron-Core module names is
+//!   `recompute_modules`.
 //! - The framework file of the row's family (Megatron-Core for NeMo and Megatron-Bridge,
 //!   torchtitan, DeepSpeed, llm-foundry for MosaicML's Composer); other families keep twin's
 //!   default.
@@ -41,7 +42,7 @@
 //! Megatron count of that shape), so the conversion does not depend on the prediction.
 
 use super::{Case, RunRow, ValidateError};
-use crate::scenario::Scenario;
+use crate::scenario::{RecomputeModules, Scenario};
 use crate::setup::parse_str;
 use std::fmt::Write;
 
@@ -242,6 +243,22 @@ fn block_recompute_layers(row: &RunRow) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// Megatron-Core's `recompute_modules`, when a selective row's `recompute_detail` lists them
+/// ("moe, layernorm, core_attn, moe_act", anything after a parenthesis a note): every name one
+/// of [`RecomputeModules::NAMES`].
+pub fn recompute_modules(row: &RunRow) -> Option<Vec<&str>> {
+    let detail = row.recompute_detail.as_deref()?;
+    if row.recompute.as_deref() != Some("selective") {
+        return None;
+    }
+    let list = detail.split('(').next().unwrap_or("");
+    let names: Vec<&str> = list.split(',').map(str::trim).collect();
+    names
+        .iter()
+        .all(|n| RecomputeModules::NAMES.contains(n))
+        .then_some(names)
+}
+
 /// Why a row cannot be expressed before any scenario is built, if it cannot.
 fn unsupported(row: &RunRow) -> Option<String> {
     match row.arch.as_deref().unwrap_or("dense") {
@@ -419,6 +436,9 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     }
     if let Some(n) = block_recompute_layers(row) {
         let _ = writeln!(text, "recompute_layers = {n}");
+    }
+    if let Some(modules) = recompute_modules(row) {
+        let _ = writeln!(text, "recompute_modules = {modules:?}");
     }
     if let Some(f) = framework_key(row) {
         let _ = writeln!(text, "framework = {f:?}");

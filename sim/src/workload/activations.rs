@@ -51,7 +51,7 @@ use super::compute::{every_second_linear, mlps_of, router_of};
 use super::dims::{div_ceil, mul, prod, Dims};
 use super::{Ffn, LayerShape};
 use crate::scenario::framework::SelectiveRecompute;
-use crate::scenario::Recompute;
+use crate::scenario::{Recompute, RecomputeModules};
 
 /// Bytes one micro batch saves in one layer of `shape`.
 pub(crate) fn layer(d: &Dims, recompute: Recompute, shape: LayerShape) -> u64 {
@@ -63,11 +63,24 @@ pub(crate) fn layer(d: &Dims, recompute: Recompute, shape: LayerShape) -> u64 {
     if recompute == Recompute::Selective && d.selective == SelectiveRecompute::EverySecondMatmul {
         return every_second_matmul_saved(d, shape);
     }
+    // Under selective recompute (the attention-core policy) the modules it runs again keep
+    // less (`recompute_modules`, module doc); without it every module keeps its own.
+    let modules = match recompute {
+        Recompute::Selective => d.modules,
+        _ => RecomputeModules::default(),
+    };
     // Replicated under plain TP, per norm-and-residual sublayer: the norm's input, the GEMM
     // input after it (QKV, a Mamba mixer's in_proj, the MLP or router), the residual's dropout
-    // mask.
+    // mask. A norm that is a module of its own and recomputes keeps no output.
     let per_token_rep = mul(shape.sublayers(), act.saturating_add(gin).saturating_add(1));
-    let mut bytes = mul(per_token_rep, d.replicated(x));
+    let recomputed_norms = match modules.layernorm {
+        true => u64::from(shape.mlp == Ffn::Moe) + u64::from(shape.attention && d.mla.is_some()),
+        false => 0,
+    };
+    let mut bytes = mul(
+        per_token_rep.saturating_sub(mul(recomputed_norms, gin)),
+        d.replicated(x),
+    );
     if shape.attention {
         // Attention: Q, K, V and the output-projection input.
         let q = d.q_elements();
@@ -76,6 +89,11 @@ pub(crate) fn layer(d: &Dims, recompute: Recompute, shape: LayerShape) -> u64 {
             d.sharded(q)
                 .saturating_add(mul(2, d.sharded(mul(d.tokens, d.kv_attention)))),
         );
+        // Latent attention's up-projections, recomputed, keep no Q, K or V.
+        let qkv = match (modules.mla_up_proj, d.mla) {
+            (true, Some(_)) => 0,
+            _ => qkv,
+        };
         bytes = bytes
             .saturating_add(qkv)
             .saturating_add(mul(gin, d.sharded(mul(d.tokens, d.attn_out))));
@@ -86,13 +104,31 @@ pub(crate) fn layer(d: &Dims, recompute: Recompute, shape: LayerShape) -> u64 {
             bytes = bytes.saturating_add(mul(act.saturating_add(gin), latent));
         }
         bytes = bytes.saturating_add(match (recompute, d.flash) {
-            (Recompute::Selective, _) => 0,
+            (Recompute::Selective, _) if modules.core_attn => 0,
             (_, true) => prod(&[4, d.head_batches(), d.s_local]),
             (_, false) => mul(d.score_elements(), mul(2, act).saturating_add(1)),
         });
     }
     if let (true, Some(mamba)) = (shape.mamba, d.mamba) {
         bytes = bytes.saturating_add(mamba_saved(d, &mamba));
+    }
+    // An MoE block that recomputes whole keeps its input (the norm's output) and nothing
+    // inside it; a dense MLP that recomputes keeps nothing inside it.
+    let whole_mlp = match shape.mlp {
+        Ffn::Moe => modules.moe,
+        Ffn::Dense => modules.mlp,
+        Ffn::None => false,
+    };
+    if whole_mlp {
+        if shape.mlp == Ffn::Moe {
+            bytes = bytes
+                .saturating_sub(mul(gin, d.replicated(x)))
+                .saturating_add(mul(act, d.replicated(x)));
+        }
+        return bytes.saturating_add(weight_copies(
+            d,
+            super::compute::layer_weight_elements(d, shape),
+        ));
     }
     // MLPs.
     if let (Ffn::Moe, Some(m)) = (shape.mlp, d.moe) {
@@ -104,10 +140,22 @@ pub(crate) fn layer(d: &Dims, recompute: Recompute, shape: LayerShape) -> u64 {
         d,
         super::compute::layer_weight_elements(d, shape),
     ));
-    mlps_of(d, shape).iter().fold(bytes, |acc, mlp| {
-        acc.saturating_add(mul(act, mul(mlp.tokens, mlp.up(d.gated))))
-            .saturating_add(prod(&[gin, mlp.tokens, mlp.f]))
-    })
+    // In an MoE layer the routed experts come first, the shared ones after: the routed
+    // experts' recomputed activation keeps no down-projection input, recomputed shared
+    // experts keep nothing.
+    let moe = shape.mlp == Ffn::Moe;
+    mlps_of(d, shape)
+        .iter()
+        .enumerate()
+        .fold(bytes, |acc, (i, mlp)| match (moe, i) {
+            (true, 1..) if modules.shared_experts => acc,
+            (true, 0) if modules.moe_act => {
+                acc.saturating_add(mul(act, mul(mlp.tokens, mlp.up(d.gated))))
+            }
+            _ => acc
+                .saturating_add(mul(act, mul(mlp.tokens, mlp.up(d.gated))))
+                .saturating_add(prod(&[gin, mlp.tokens, mlp.f])),
+        })
 }
 
 /// What a Mamba mixer saves beyond its norm's and `in_proj`'s inputs: `in_proj`'s output (`z`,

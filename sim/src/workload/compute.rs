@@ -602,6 +602,99 @@ fn mamba_mixer(d: &Dims, mamba: &crate::scenario::Mamba) -> BlockParts {
     block
 }
 
+/// An MoE layer's router and permutations, added to `block`: the router GEMM (replicated over
+/// tp), softmax and top-k in fp32, and the permutations of the token copies, which each read
+/// and write every copy, before and after the experts and, with the local-expert sorts
+/// (`MoeDims::sorts_local_experts`), twice more. Returns the router GEMM and the bytes the
+/// elementwise part moves (`(None, 0)` without experts).
+fn add_router(block: &mut BlockParts, d: &Dims) -> (Option<Gemm>, u64) {
+    let Some(m) = d.moe else {
+        return (None, 0);
+    };
+    let router = router_gemm(d, m.experts);
+    add_linears(block, &[router]);
+    let permutations: u32 = if m.sorts_local_experts { 4 } else { 2 };
+    let bytes = prod(&[2, 4, d.tokens, m.experts]).saturating_add(prod(&[
+        u64::from(permutations),
+        2,
+        d.act_bytes,
+        d.expert_tokens(),
+        d.h,
+    ]));
+    add_elementwise(block, bytes, 1 + permutations);
+    (Some(router), bytes)
+}
+
+/// What Megatron-Core's selective recompute runs again in a layer of `shape` beyond the
+/// attention core, by `recompute_modules` (its forward parts; the attention core is
+/// [`attention_core`]'s): the norms that are modules of their own (an MoE layer's pre-MLP norm,
+/// latent attention's input norm: one read and one write each), latent attention's
+/// up-projections, a dense layer's whole MLP, an MoE layer's whole block (router,
+/// permutations, every expert and shared expert, their activation), else the routed experts'
+/// activation and the shared experts. NVIDIA/Megatron-LM@d98e8a64dd
+/// megatron/core/transformer/transformer_layer.py (`recompute_pre_mlp_layernorm`,
+/// `recompute_mlp`), megatron/core/transformer/moe/moe_layer.py (`moe_layer_recompute`,
+/// `shared_experts_recompute`), megatron/core/transformer/moe/experts.py (`activation_recompute`).
+fn recomputed_modules(d: &Dims, shape: LayerShape) -> BlockParts {
+    let m = d.modules;
+    let mut again = BlockParts::default();
+    let t = d.tokens;
+    let act = d.act_bytes;
+    if m.layernorm {
+        let norms =
+            u64::from(shape.mlp == Ffn::Moe) + u64::from(shape.attention && d.mla.is_some());
+        let x = d.replicated(d.hidden_elements());
+        add_elementwise(&mut again, prod(&[2, act, x, norms]), to_u32(norms));
+    }
+    if let (true, true, Some(mla)) = (m.mla_up_proj, shape.attention, d.mla) {
+        let mut up = vec![gemm(t, mla.kv_lora_rank, d.sharded(mla.kv_up))];
+        if mla.q_lora_rank > 0 {
+            up.insert(0, gemm(t, mla.q_lora_rank, d.sharded(mla.q_up)));
+        }
+        add_linears_in(&mut again, d, &up);
+    }
+    let ffn_passes = if d.gated {
+        d.elementwise.ffn_passes
+    } else {
+        d.elementwise.ffn_passes.saturating_sub(1)
+    };
+    let activation = |again: &mut BlockParts, mlp: &super::dims::Mlp| {
+        add_elementwise(
+            again,
+            prod(&[u64::from(ffn_passes), act, mlp.tokens, mlp.f]),
+            1,
+        );
+    };
+    let whole = |again: &mut BlockParts, mlp: &super::dims::Mlp| {
+        add_linears_in(
+            again,
+            d,
+            &[mlp.gemm(d.h, mlp.up(d.gated)), mlp.gemm(mlp.f, d.h)],
+        );
+        activation(again, mlp);
+    };
+    let mlps = mlps_of(d, shape);
+    match shape.mlp {
+        Ffn::Dense if m.mlp => mlps.iter().for_each(|mlp| whole(&mut again, mlp)),
+        Ffn::Moe if m.moe => {
+            add_router(&mut again, d);
+            mlps.iter().for_each(|mlp| whole(&mut again, mlp));
+        }
+        Ffn::Moe => {
+            // The routed experts come first in `mlps`, the shared ones after them.
+            for (i, mlp) in mlps.iter().enumerate() {
+                match i {
+                    0 if m.moe_act => activation(&mut again, mlp),
+                    1.. if m.shared_experts => whole(&mut again, mlp),
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+    again
+}
+
 /// One layer of `shape` for one micro batch: a transformer layer (attention, then a dense MLP
 /// or routed experts) or a hybrid model's block.
 pub(crate) fn layer(d: &Dims, shape: LayerShape) -> BlockParts {
@@ -622,31 +715,20 @@ pub(crate) fn layer(d: &Dims, shape: LayerShape) -> BlockParts {
             let kernels = if mla.q_lora_rank > 0 { 2 } else { 1 };
             add_elementwise(&mut block, prod(&[2, act, t, latent]), kernels);
         }
-        block.add(&attention_core(d));
+        let mut core = attention_core(d);
+        if !d.modules.core_attn {
+            // Megatron-Core's selective recompute leaves the attention core alone when
+            // `recompute_modules` omits it.
+            core.selective = Parts::default();
+        }
+        block.add(&core);
         add_linears_in(&mut block, d, &[gemm(t, d.sharded(d.attn_out), d.h)]);
     }
     if let (true, Some(mamba)) = (shape.mamba, d.mamba) {
         block.add(&mamba_mixer(d, &mamba));
     }
-    let (router, router_bytes) = match (shape.mlp, d.moe) {
-        (Ffn::Moe, Some(m)) => {
-            // Router GEMM (replicated over tp), softmax + top-k in fp32, and the permutation
-            // of token copies before and after the experts.
-            let router = router_gemm(d, m.experts);
-            add_linears(&mut block, &[router]);
-            // The permutations each read and write every copy: before and after the experts,
-            // and with the local-expert sorts (`MoeDims::sorts_local_experts`) twice more.
-            let permutations: u32 = if m.sorts_local_experts { 4 } else { 2 };
-            let bytes = prod(&[2, 4, t, m.experts]).saturating_add(prod(&[
-                u64::from(permutations),
-                2,
-                act,
-                d.expert_tokens(),
-                d.h,
-            ]));
-            add_elementwise(&mut block, bytes, 1 + permutations);
-            (Some(router), bytes)
-        }
+    let (router, router_bytes) = match shape.mlp {
+        Ffn::Moe => add_router(&mut block, d),
         _ => (None, 0),
     };
     let mlps = mlps_of(d, shape);
@@ -699,6 +781,10 @@ pub(crate) fn layer(d: &Dims, shape: LayerShape) -> BlockParts {
         x,
         mul(shape.share(u64::from(e.extra_backward_hidden_passes)), act),
     ));
+    if d.selective == SelectiveRecompute::AttentionCore {
+        let again = recomputed_modules(d, shape);
+        block.selective.add(&again.forward);
+    }
     if d.selective == SelectiveRecompute::EverySecondMatmul {
         // The recompute runs the unsaved matmuls (with their FP8 input casts) and every
         // elementwise op of the forward again; the attention kernel's output is saved.

@@ -197,6 +197,9 @@ pub(crate) struct Dims {
     pub fp8_amax_fused: bool,
     /// What selective recompute runs again (the framework's `recompute.selective`).
     pub selective: crate::scenario::framework::SelectiveRecompute,
+    /// Under the attention-core policy, the modules selective recompute runs again
+    /// (`training.recompute_modules`, else the attention core).
+    pub modules: crate::scenario::RecomputeModules,
     /// The weights are fp32 parameters cast to the compute dtype by `torch.autocast` in every
     /// forward (the framework's `memory.autocast_weight_copies`, under bf16 or fp16).
     pub autocast: bool,
@@ -287,6 +290,10 @@ impl Dims {
             fp8_recipe: s.training.fp8_recipe,
             fp8_amax_fused: s.training.framework.fusions.fp8_amax_fused,
             selective: s.training.framework.recompute.selective,
+            modules: s
+                .training
+                .recompute_modules
+                .unwrap_or(crate::scenario::RecomputeModules::ATTENTION_CORE),
             autocast: s.training.framework.memory.autocast_weight_copies
                 && matches!(precision, Precision::Bf16 | Precision::Fp16),
             moe: m.moe.as_ref().map(|moe| MoeDims {

@@ -409,13 +409,22 @@ pub fn range_work(s: &Scenario, key: &RangeKey) -> ChunkWork {
     let recompute = match (recompute, r) {
         (Recompute::None, _) | (_, 0) => None,
         (Recompute::Selective, _) => Some(PassWork {
-            // Only the attention-core policy runs the attention (and its ring) again.
+            // Only the attention-core policy runs the attention (and its ring) again, when
+            // `recompute_modules` has it; an MoE block that recomputes whole runs its
+            // collectives again too.
             ring: match d.selective {
-                SelectiveRecompute::AttentionCore => ring_fwd,
-                SelectiveRecompute::EverySecondMatmul => None,
+                SelectiveRecompute::AttentionCore if d.modules.core_attn => ring_fwd,
+                _ => None,
             },
             compute: layers.selective.into_op(Phase::Recompute, dtype),
-            comms: Vec::new(),
+            comms: match (d.selective, d.modules.moe) {
+                (SelectiveRecompute::AttentionCore, true) => {
+                    comms::layer(&d, LayerShape::block(crate::scenario::Block::Moe))
+                        .repeat(key.recomputed.moe_layers())
+                        .forward
+                }
+                _ => Vec::new(),
+            },
         }),
         (Recompute::Full, _) if r == n => Some(PassWork {
             compute: layers.forward.into_op(Phase::Recompute, dtype),
