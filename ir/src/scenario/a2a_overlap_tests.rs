@@ -173,6 +173,20 @@ fn moe_a2a_overlap_refuses_fp32() {
     assert!(e.allowed.contains("bf16"), "{e}");
 }
 
+/// Megatron-Core refuses the overlap with recomputed MoE blocks, and builds it on the
+/// transformer model only: not for a hybrid model.
+#[test]
+fn moe_a2a_overlap_refuses_recomputed_moe_blocks_and_hybrid_models() {
+    let e = refused(&[
+        "training.recompute=\"selective\"",
+        "training.recompute_modules=[\"moe\", \"core_attn\"]",
+    ]);
+    assert_eq!(e.key, "training.recompute_modules", "{e}");
+    assert!(e.allowed.contains("without \"moe\""), "{e}");
+    let e = refused(&["model.layers=2", "model.hybrid_pattern=\"*E\""]);
+    assert_eq!(e.key, "model.hybrid_pattern", "{e}");
+}
+
 #[test]
 fn moe_a2a_overlap_allows_at_most_one_mtp_layer() {
     let e = refused(&["model.mtp_layers=2"]);
@@ -204,6 +218,17 @@ fn the_blocker_follows_the_rules_in_order() {
         ),
         (&["training.precision=\"fp32\""], A2aOverlapBlocker::Fp32),
         (&["model.mtp_layers=3"], A2aOverlapBlocker::MtpLayers),
+        (
+            &[
+                "training.recompute=\"selective\"",
+                "training.recompute_modules=[\"moe\"]",
+            ],
+            A2aOverlapBlocker::MoeRecompute,
+        ),
+        (
+            &["model.layers=2", "model.hybrid_pattern=\"*E\""],
+            A2aOverlapBlocker::Hybrid,
+        ),
     ];
     for (overrides, want) in cases {
         let s = resolve(MOE, overrides).unwrap_or_else(|e| panic!("{overrides:?}: {e}"));

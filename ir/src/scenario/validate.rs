@@ -174,6 +174,14 @@ pub enum A2aOverlapBlocker {
     Fp32,
     /// `mtp_layers > 1`: "MTP supports at most one layer".
     MtpLayers,
+    /// `recompute_modules` has `moe` under selective recompute: "disable moe in
+    /// recompute_modules when enabling overlap_moe_expert_parallel_comm".
+    MoeRecompute,
+    /// A hybrid model (`hybrid_pattern`): the combined 1F1B builds its schedule plan from
+    /// `GPTModel.build_schedule_plan`, which Megatron-Core's hybrid and Mamba models do not
+    /// have (NVIDIA/Megatron-LM@d98e8a64dd megatron/core/models/gpt/gpt_model.py,
+    /// megatron/core/pipeline_parallel/combined_1f1b.py).
+    Hybrid,
 }
 
 /// The first reason `s` cannot run with `moe_a2a_overlap = true` (`None`: it can), whatever
@@ -198,6 +206,12 @@ pub fn moe_a2a_overlap_blocker(s: &Scenario) -> Option<A2aOverlapBlocker> {
         A2aOverlapBlocker::Fp32
     } else if s.model.mtp_layers > 1 {
         A2aOverlapBlocker::MtpLayers
+    } else if s.training.recompute == Recompute::Selective
+        && s.training.recompute_modules.is_some_and(|m| m.moe)
+    {
+        A2aOverlapBlocker::MoeRecompute
+    } else if s.model.hybrid.is_some() {
+        A2aOverlapBlocker::Hybrid
     } else {
         return None;
     };
@@ -278,6 +292,38 @@ fn moe_a2a_overlap(c: &Checker<'_>, s: &Scenario) -> Result<(), ScenarioError> {
                 s.model.mtp_layers
             ),
             "mtp_layers = 0 or 1, or moe_a2a_overlap = false".to_string(),
+        ),
+        A2aOverlapBlocker::MoeRecompute => (
+            vec![
+                on,
+                (
+                    "training.recompute_modules",
+                    format!(
+                        "{:?}",
+                        s.training.recompute_modules.unwrap_or_default().names()
+                    ),
+                ),
+            ],
+            "moe_a2a_overlap does not run with the MoE blocks recomputed (Megatron-Core: \
+             disable moe in recompute_modules)"
+                .to_string(),
+            "recompute_modules without \"moe\", or moe_a2a_overlap = false".to_string(),
+        ),
+        A2aOverlapBlocker::Hybrid => (
+            vec![
+                on,
+                (
+                    "model.hybrid_pattern",
+                    format!(
+                        "{:?}",
+                        s.model.hybrid.as_ref().map_or("", |h| h.pattern.as_str())
+                    ),
+                ),
+            ],
+            "moe_a2a_overlap builds on the transformer model's schedule plan, which \
+             Megatron-Core's hybrid models do not have"
+                .to_string(),
+            "moe_a2a_overlap = false for a hybrid model".to_string(),
         ),
     };
     Err(c.fail(&keys, message, instead))
