@@ -638,6 +638,9 @@ fn add_router(block: &mut BlockParts, d: &Dims) -> (Option<Gemm>, u64) {
 fn recomputed_modules(d: &Dims, shape: LayerShape) -> BlockParts {
     let m = d.modules;
     let mut again = BlockParts::default();
+    if !(m.layernorm || m.mla_up_proj || m.mlp || m.moe || m.moe_act || m.shared_experts) {
+        return again;
+    }
     let t = d.tokens;
     let act = d.act_bytes;
     if m.layernorm {
