@@ -3,7 +3,7 @@
 //! instead.
 
 use super::ScenarioError;
-use super::{moe_a2a_overlap_blocker, A2aOverlapBlocker, Document, ErrorKind, Scenario};
+use super::{moe_a2a_overlap_blocker, A2aOverlapBlocker, ErrorKind, Scenario};
 
 /// A mixture-of-experts model of 4 experts and 4 layers on 8 GPUs, expert-parallel over 2;
 /// `[training]` is the last section, so a line appended to it lands there.
@@ -31,9 +31,7 @@ fn with_overlap() -> (String, u32) {
 }
 
 fn resolve(text: &str, overrides: &[&str]) -> Result<Scenario, ScenarioError> {
-    let doc = Document::parse(text, "moe.toml")?;
-    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
-    doc.validate(&overrides).map(|v| v.scenario)
+    super::resolve_text(text, "moe.toml", overrides)
 }
 
 /// The refusal of `moe_a2a_overlap = true` under `overrides`, checked to be a cross-field

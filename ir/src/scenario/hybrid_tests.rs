@@ -1,7 +1,7 @@
 //! `[model] hybrid_pattern` and `[model.mamba]`: what they read to, that they survive the
 //! scenario writer, and that each refusal names the key and what to write instead.
 
-use super::{Block, Document, Mamba, Scenario, ScenarioError};
+use super::{Block, Mamba, Scenario, ScenarioError};
 
 /// A 6-layer hybrid (Mamba, MoE, attention) on 2 GPUs, with `extra` in `[model]` and
 /// `parallel` in `[parallel]`.
@@ -16,15 +16,11 @@ fn text(pattern: &str, extra: &str, parallel: &str) -> String {
 }
 
 fn resolve(text: &str) -> Result<Scenario, ScenarioError> {
-    let doc = Document::parse(text, "hybrid.toml")?;
-    doc.validate(&[]).map(|v| v.scenario)
+    super::resolve_text(text, "hybrid.toml", &[])
 }
 
 fn refused(text: &str) -> String {
-    match resolve(text) {
-        Ok(_) => panic!("accepted:\n{text}"),
-        Err(e) => e.to_string(),
-    }
+    super::refused_text(text, "hybrid.toml")
 }
 
 #[test]

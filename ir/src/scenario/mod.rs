@@ -219,3 +219,21 @@ pub fn to_toml(s: &Scenario) -> String {
 }
 
 pub use emit::{with_side_sections, SIDE_SECTIONS};
+
+/// The scenario of TOML `text` (named `origin` in errors) with `--set` `overrides`, for the
+/// module tests.
+#[cfg(test)]
+fn resolve_text(text: &str, origin: &str, overrides: &[&str]) -> Result<Scenario, ScenarioError> {
+    let doc = Document::parse(text, origin)?;
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    doc.validate(&overrides).map(|v| v.scenario)
+}
+
+/// The error the scenario of `text` is refused with, as text; panics when it is accepted.
+#[cfg(test)]
+fn refused_text(text: &str, origin: &str) -> String {
+    match resolve_text(text, origin, &[]) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}

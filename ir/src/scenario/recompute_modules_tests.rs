@@ -1,7 +1,7 @@
 //! `[training] recompute_modules`: what it reads to, that it survives the scenario writer, and
 //! that each refusal names the key and what to write instead.
 
-use super::{Document, RecomputeModules, Scenario, ScenarioError};
+use super::{RecomputeModules, Scenario, ScenarioError};
 
 /// A small MoE model with a shared expert on 2 GPUs, `training` added to `[training]`.
 fn text(training: &str) -> String {
@@ -14,15 +14,11 @@ fn text(training: &str) -> String {
 }
 
 fn resolve(text: &str) -> Result<Scenario, ScenarioError> {
-    let doc = Document::parse(text, "recompute.toml")?;
-    doc.validate(&[]).map(|v| v.scenario)
+    super::resolve_text(text, "recompute.toml", &[])
 }
 
 fn refused(text: &str) -> String {
-    match resolve(text) {
-        Ok(_) => panic!("accepted:\n{text}"),
-        Err(e) => e.to_string(),
-    }
+    super::refused_text(text, "recompute.toml")
 }
 
 #[test]

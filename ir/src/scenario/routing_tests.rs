@@ -2,7 +2,7 @@
 //! error that names the key and what to write instead.
 
 use super::keys::training as tk;
-use super::{Document, ErrorKind, MoeRouting, Scenario, ScenarioError};
+use super::{ErrorKind, MoeRouting, Scenario, ScenarioError};
 
 /// A mixture-of-experts model of 4 experts on 8 GPUs, expert-parallel over 2; `[training]` is
 /// the last section, so a line appended to it lands there.
@@ -24,9 +24,7 @@ global_batch = 8
 "#;
 
 fn resolve(text: &str, overrides: &[&str]) -> Result<Scenario, ScenarioError> {
-    let doc = Document::parse(text, "moe.toml")?;
-    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
-    doc.validate(&overrides).map(|v| v.scenario)
+    super::resolve_text(text, "moe.toml", overrides)
 }
 
 /// `MOE` with `moe_routing = <form>` as its last line, and that line's number.

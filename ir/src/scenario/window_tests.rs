@@ -2,7 +2,7 @@
 //! grad_reduce_dtype`, `optimizer_state_dtype` and `fp8_param_gather`: what they read to, that they survive the scenario writer, and each
 //! refusal names the key and what to write.
 
-use super::{Document, Scenario, ScenarioError, SlidingWindow};
+use super::{Scenario, ScenarioError, SlidingWindow};
 
 fn text(model_extra: &str, parallel: &str) -> String {
     format!(
@@ -13,8 +13,7 @@ fn text(model_extra: &str, parallel: &str) -> String {
 }
 
 fn resolve(text: &str) -> Result<Scenario, ScenarioError> {
-    let doc = Document::parse(text, "window.toml")?;
-    doc.validate(&[]).map(|v| v.scenario)
+    super::resolve_text(text, "window.toml", &[])
 }
 
 #[test]
