@@ -4,11 +4,11 @@
 //! scenario file says it as Megatron-Core does.
 #![cfg(test)] // helpers too are test code, for clippy.toml's allow-*-in-tests
 
-use twin_sim::cost::Analytic;
-use twin_sim::engine::{simulate, SimOptions};
 use twin_sim::plan::{GroupKind, Plan};
-use twin_sim::schedule::generate;
 use twin_sim::setup::parse_str;
+
+mod common;
+use common::step_collapsed_as_in_full;
 
 const TEXT: &str = r#"
 [model]
@@ -45,29 +45,6 @@ fn a_refolded_expert_layout_simulates_collapsed_as_in_full() {
     let ep = plan.group(plan.group_of(0, GroupKind::Ep));
     assert_eq!(ep.members, (0..8).collect::<Vec<_>>());
     step_collapsed_as_in_full(&s);
-}
-
-/// Simulates `s` collapsed and with every rank, after validating its schedule, and returns
-/// the step time (the two must agree).
-fn step_collapsed_as_in_full(s: &twin_sim::scenario::Scenario) -> u64 {
-    let plan = Plan::new(s).unwrap();
-    let sched = generate(s, &plan).unwrap();
-    sched.validate(&plan).unwrap();
-    let cost = Analytic::new(s);
-    let full = simulate(
-        &plan,
-        &sched,
-        &cost,
-        &SimOptions {
-            collapse: false,
-            ..SimOptions::default()
-        },
-    )
-    .unwrap();
-    let collapsed = simulate(&plan, &sched, &cost, &SimOptions::default()).unwrap();
-    assert!(full.step_time_ns > 0);
-    assert_eq!(collapsed.step_time_ns, full.step_time_ns);
-    full.step_time_ns
 }
 
 /// Under context parallelism the expert layers refold the stage's ranks, with `etp = 1` under

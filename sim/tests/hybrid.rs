@@ -13,6 +13,9 @@ use twin_sim::schedule::CollectiveKind;
 use twin_sim::setup::parse_str;
 use twin_sim::workload::{activated_params, layers_work, model_params, ChunkWork};
 
+mod common;
+use common::step_collapsed_as_in_full;
+
 /// NVIDIA Nemotron 3 Nano 30B-A3B as Megatron-Bridge's recipe gives it
 /// (NVIDIA-NeMo/Megatron-Bridge@21d102f5e:src/megatron/bridge/recipes/nemotronh/nemotron_3_nano.py:
 /// 52 layers, hidden 2688, 32 query and 2 key/value heads of 128, Mamba 64 heads of 64 with
@@ -184,24 +187,7 @@ fn a_mamba_layer_does_its_projections_and_its_chunked_scan() {
 /// rank.
 #[test]
 fn a_hybrid_step_simulates_collapsed_as_in_full() {
-    let s = nemotron();
-    let plan = Plan::new(&s).unwrap();
-    let sched = generate(&s, &plan).unwrap();
-    sched.validate(&plan).unwrap();
-    let cost = Analytic::new(&s);
-    let full = simulate(
-        &plan,
-        &sched,
-        &cost,
-        &SimOptions {
-            collapse: false,
-            ..SimOptions::default()
-        },
-    )
-    .unwrap();
-    let collapsed = simulate(&plan, &sched, &cost, &SimOptions::default()).unwrap();
-    assert!(full.step_time_ns > 0);
-    assert_eq!(full.step_time_ns, collapsed.step_time_ns);
+    let step_ns = step_collapsed_as_in_full(&nemotron());
     // Fewer Mamba layers (the same pattern with every M an attention layer) change the step.
     let attention_only = parse_str(
         &NEMOTRON_3_NANO
@@ -225,5 +211,5 @@ fn a_hybrid_step_simulates_collapsed_as_in_full() {
         &SimOptions::default(),
     )
     .unwrap();
-    assert_ne!(other.step_time_ns, full.step_time_ns);
+    assert_ne!(other.step_time_ns, step_ns);
 }

@@ -1,4 +1,4 @@
-//! Helpers shared by the schedule test files.
+//! Helpers shared by the schedule and simulation test files.
 #![allow(dead_code)]
 
 use twin_sim::plan::Plan;
@@ -109,4 +109,27 @@ impl twin_sim::cost::CostModel for ExpertCost {
     fn compute_is_rank_invariant(&self) -> bool {
         true
     }
+}
+
+/// Simulates `s` collapsed and with every rank, after validating its schedule, and returns
+/// the step time (the two must agree).
+pub fn step_collapsed_as_in_full(s: &Scenario) -> u64 {
+    let plan = Plan::new(s).unwrap();
+    let sched = generate(s, &plan).unwrap();
+    sched.validate(&plan).unwrap();
+    let cost = twin_sim::cost::Analytic::new(s);
+    let full = twin_sim::engine::simulate(
+        &plan,
+        &sched,
+        &cost,
+        &twin_sim::engine::SimOptions {
+            collapse: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let collapsed = twin_sim::engine::simulate(&plan, &sched, &cost, &Default::default()).unwrap();
+    assert!(full.step_time_ns > 0);
+    assert_eq!(collapsed.step_time_ns, full.step_time_ns);
+    full.step_time_ns
 }
