@@ -602,6 +602,18 @@ fn mamba_mixer(d: &Dims, mamba: &crate::scenario::Mamba) -> BlockParts {
     block
 }
 
+/// Bytes the framework's elementwise passes over one MLP's inner width move (its
+/// `ffn_passes`, given for SwiGLU, which reads 2f and writes f; a plain activation reads one
+/// tensor fewer).
+fn mlp_activation_bytes(d: &Dims, mlp: &super::dims::Mlp) -> u64 {
+    let passes = if d.gated {
+        d.elementwise.ffn_passes
+    } else {
+        d.elementwise.ffn_passes.saturating_sub(1)
+    };
+    prod(&[u64::from(passes), d.act_bytes, mlp.tokens, mlp.f])
+}
+
 /// An MoE layer's router and permutations, added to `block`: the router GEMM (replicated over
 /// tp), softmax and top-k in fp32, and the permutations of the token copies, which each read
 /// and write every copy, before and after the experts and, with the local-expert sorts
@@ -656,17 +668,8 @@ fn recomputed_modules(d: &Dims, shape: LayerShape) -> BlockParts {
         }
         add_linears_in(&mut again, d, &up);
     }
-    let ffn_passes = if d.gated {
-        d.elementwise.ffn_passes
-    } else {
-        d.elementwise.ffn_passes.saturating_sub(1)
-    };
     let activation = |again: &mut BlockParts, mlp: &super::dims::Mlp| {
-        add_elementwise(
-            again,
-            prod(&[u64::from(ffn_passes), act, mlp.tokens, mlp.f]),
-            1,
-        );
+        add_elementwise(again, mlp_activation_bytes(d, mlp), 1);
     };
     let whole = |again: &mut BlockParts, mlp: &super::dims::Mlp| {
         add_linears_in(
@@ -756,13 +759,8 @@ pub(crate) fn layer(d: &Dims, shape: LayerShape) -> BlockParts {
         x,
         mul(shape.share(u64::from(e.hidden_passes)), act).saturating_add(shape.sublayers()),
     );
-    let ffn_passes = if d.gated {
-        e.ffn_passes
-    } else {
-        e.ffn_passes.saturating_sub(1)
-    };
     let ffn_bytes = mlps.iter().fold(0u64, |acc, mlp| {
-        acc.saturating_add(prod(&[u64::from(ffn_passes), act, mlp.tokens, mlp.f]))
+        acc.saturating_add(mlp_activation_bytes(d, mlp))
     });
     let elementwise_bytes = hidden_bytes.saturating_add(ffn_bytes);
     let kernels = to_u32(shape.share(u64::from(e.kernels)));
