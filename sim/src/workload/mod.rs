@@ -318,12 +318,6 @@ pub fn range_work(s: &Scenario, key: &RangeKey) -> ChunkWork {
     let (embedding, head) = (key.embedding, key.head);
     let (n, r) = (key.layers.all(), key.recomputed.all());
     let n_moe = key.layers.moe_layers();
-    // Layers with attention: every transformer layer, and a hybrid model's attention blocks.
-    let attention_layers = |c: LayerCounts| {
-        c.dense
-            .saturating_add(c.moe)
-            .saturating_add(c.count(crate::scenario::Block::Attention))
-    };
     let (mut layers, layer_comms) = sum_layers(&d, key.layers);
     layers.window_layers(key.windowed);
     let layer_activations = key
@@ -400,7 +394,7 @@ pub fn range_work(s: &Scenario, key: &RangeKey) -> ChunkWork {
     };
     // Only a fused attention kernel is split into ring blocks; unfused attention runs the
     // gathered form.
-    let (ring_fwd, ring_bwd) = match comms::ring(&d, attention_layers(key.layers)) {
+    let (ring_fwd, ring_bwd) = match comms::ring(&d, key.layers.attention_layers()) {
         Some((f, b)) if d.flash => (Some(f), Some(b)),
         _ => (None, None),
     };
@@ -438,7 +432,7 @@ pub fn range_work(s: &Scenario, key: &RangeKey) -> ChunkWork {
             Some(PassWork {
                 compute: part.forward.into_op(Phase::Recompute, dtype),
                 comms: part_comms.forward,
-                ring: match comms::ring(&d, attention_layers(key.recomputed)) {
+                ring: match comms::ring(&d, key.recomputed.attention_layers()) {
                     Some((f, _)) if d.flash => Some(f),
                     _ => None,
                 },

@@ -112,6 +112,13 @@ impl LayerCounts {
             })
     }
 
+    /// Layers with attention: every transformer layer and a hybrid model's attention blocks.
+    pub fn attention_layers(self) -> u64 {
+        self.dense
+            .saturating_add(self.moe)
+            .saturating_add(self.count(Block::Attention))
+    }
+
     /// Layers with an MoE: transformer MoE layers and MoE blocks.
     pub fn moe_layers(self) -> u64 {
         self.moe.saturating_add(self.count(Block::Moe))
