@@ -175,6 +175,7 @@ pub fn llama_probe(
             memory_bytes: mem,
             kernels: gemms.len() as u32 + 8,
             sms_reserved: 0,
+            host_syncs: Default::default(),
         })
     };
     for mb in 0..microbatches {

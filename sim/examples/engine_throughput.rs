@@ -32,6 +32,7 @@ fn compute(phase: Phase, scale: u64) -> OpKind {
         memory_bytes: 1 << 28,
         kernels: 40,
         sms_reserved: 0,
+        host_syncs: Default::default(),
     })
 }
 

@@ -127,6 +127,7 @@ fn reserved_sms_stretch_only_the_gemms() {
     let mut cost = Analytic::new(&s);
     let free = ComputeOp {
         sms_reserved: 0,
+        host_syncs: Default::default(),
         ..op.clone()
     };
     assert_eq!(cost.compute_ns(0, &op), cost.compute_ns(0, &free));

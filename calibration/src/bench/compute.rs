@@ -21,6 +21,7 @@ pub fn compute_op(gemms: Vec<Gemm>, memory_bytes: u64) -> ComputeOp {
         memory_bytes,
         kernels: 1,
         sms_reserved: 0,
+        host_syncs: Default::default(),
     }
 }
 

@@ -224,10 +224,62 @@ pub struct ComputeOp {
     /// GEMMs run on the GPU's other SMs. 0 for nearly every op.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub sms_reserved: u32,
+    /// Where the host stops to wait for this op's GPU work before it issues the rest of it
+    /// (a dropless MoE layer's dispatch needs its token counts on the host). None for nearly
+    /// every op.
+    #[serde(default, skip_serializing_if = "HostSyncs::is_none")]
+    pub host_syncs: HostSyncs,
 }
 
 fn is_zero(x: &u32) -> bool {
     *x == 0
+}
+
+/// The host synchronisations inside one compute op. Each of `count` rounds issues its share
+/// of the op's kernels up to the synchronisation, waits until the GPU has run them, then
+/// issues the round's `tail_kernels / count` kernels after it. Without host time per kernel
+/// (`launch.host_per_kernel_ns` 0) a synchronisation costs nothing: the host is never behind.
+///
+/// A dropless MoE layer synchronises once in its forward, and again when it is recomputed:
+/// the dispatcher needs how many tokens go to each expert and rank on the host, to size the
+/// all-to-all and the grouped GEMMs. NVIDIA/Megatron-LM@d98e8a64dd
+/// megatron/core/transformer/moe/token_dispatcher.py: `MoEAlltoAllTokenDispatcher.preprocess`
+/// sets `cuda_sync_point` to `before_ep_alltoall` (or `before_finish` without expert
+/// parallelism) unless `moe_pad_expert_input_to_capacity` fixes the sizes, and
+/// `_maybe_dtoh_and_synchronize` waits on the device-to-host copy's event there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HostSyncs {
+    pub count: u32,
+    /// Kernels the op issues after its synchronisations, summed over them (each round's
+    /// kernels from its synchronisation to the round's end).
+    pub tail_kernels: u32,
+}
+
+impl HostSyncs {
+    pub const NONE: HostSyncs = HostSyncs {
+        count: 0,
+        tail_kernels: 0,
+    };
+
+    pub fn is_none(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Both summed: the synchronisations of two ops' work run as one.
+    pub fn plus(self, other: HostSyncs) -> HostSyncs {
+        HostSyncs {
+            count: self.count.saturating_add(other.count),
+            tail_kernels: self.tail_kernels.saturating_add(other.tail_kernels),
+        }
+    }
+
+    /// The same `n` times (n layers).
+    pub fn repeat(self, n: u32) -> HostSyncs {
+        HostSyncs {
+            count: self.count.saturating_mul(n),
+            tail_kernels: self.tail_kernels.saturating_mul(n),
+        }
+    }
 }
 
 impl ComputeOp {

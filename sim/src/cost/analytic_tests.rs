@@ -19,6 +19,7 @@ fn gemm_op(m: u64, n: u64, k: u64, count: u32) -> ComputeOp {
         memory_bytes: 0,
         kernels: 0,
         sms_reserved: 0,
+        host_syncs: Default::default(),
     }
 }
 
@@ -55,6 +56,7 @@ fn a_pass_beyond_the_spill_size_slows_down_only_for_the_excess() {
         memory_bytes: 32 << 20,
         kernels: 0,
         sms_reserved: 0,
+        host_syncs: Default::default(),
     };
     assert_eq!(model.compute_ns(0, &op), secs_to_ns(want));
 }
@@ -230,6 +232,7 @@ fn memory_bound_op_costed_by_bytes_and_launches() {
         memory_bytes: 1_835_100_000,
         kernels: 10,
         sms_reserved: 0,
+        host_syncs: Default::default(),
     };
     // 1.8351 GB at 2.039 TB/s * 0.9 = 1 ms, plus 10 launches of 1 us.
     assert_eq!(model.compute_ns(0, &op), 1_010_000);

@@ -39,6 +39,7 @@ fn op(a: Attention) -> ComputeOp {
         memory_bytes: 0,
         kernels: 0,
         sms_reserved: 0,
+        host_syncs: Default::default(),
     }
 }
 

@@ -199,7 +199,11 @@ pub(crate) enum CKind {
         /// order: what the host has issued when it begins to issue this op (host issue,
         /// [`crate::cost::CostModel::host_issue_ns`]).
         kernels: u32,
-        issued_before: u64,
+        issued_before: u32,
+        /// Its host synchronisations ([`crate::ir::HostSyncs`]): how many, and the kernels
+        /// issued after them.
+        syncs: u16,
+        sync_tail: u32,
     },
     /// An op of this rank alone whose time the cost model gives up front: a checkpoint
     /// write, a copy over the host link or the host's optimizer update. It runs beside the
@@ -506,7 +510,7 @@ pub(crate) fn compile(
     let mut memo = Recent::default();
     let (mut flops, mut model_flops) = (0u64, 0u64);
     let mut model_attention_flops = (0u64, 0u64);
-    let mut issued = 0u64;
+    let mut issued = 0u32;
     let mut recorded = 0u32;
     // Per stream: its last op (a position, or `MEM_REF` and a memory op's), and what an op
     // placed next on it waits on for the unrun memory ops before it.
@@ -636,11 +640,13 @@ pub(crate) fn compile(
                     model_attention_flops.1 = model_attention_flops.1.saturating_add(masked);
                 }
                 let issued_before = issued;
-                issued = issued.saturating_add(u64::from(c.kernels));
+                issued = issued.saturating_add(c.kernels);
                 CKind::Compute {
                     flops: c.flops,
                     kernels: c.kernels,
                     issued_before,
+                    syncs: u16::try_from(c.host_syncs.count).unwrap_or(u16::MAX),
+                    sync_tail: c.host_syncs.tail_kernels.min(c.kernels),
                 }
             }
             OpKind::Checkpoint { bytes } => {

@@ -118,3 +118,69 @@ fn ops_without_kernels_wait_for_no_host() {
     // op 0: max(10 + 10, 20 + 5) = 25; op 1: 25 + 7 = 32; op 2: max(max(32, 30) + 5, 30 + 5).
     assert_eq!(ends(&s, 10), (vec![25, 32, 37], 37));
 }
+
+/// A chain as [`chain`], with host synchronisations: (ns, kernels, syncs, kernels after them).
+fn chain_synced(ops: &[(u64, u32, u32, u32)]) -> Schedule {
+    let mut b = ProgBuilder::new(0);
+    let mut prev: Vec<u32> = vec![];
+    for &(ns, kernels, count, tail_kernels) in ops {
+        let op = ComputeOp {
+            kernels,
+            host_syncs: crate::ir::HostSyncs {
+                count,
+                tail_kernels,
+            },
+            ..compute_op(Phase::Forward, ns)
+        };
+        let i = b.op(
+            Stream::Compute,
+            OpKind::Compute(op),
+            &prev,
+            Default::default(),
+        );
+        prev = vec![i];
+    }
+    per_rank(vec![b.build()])
+}
+
+#[test]
+fn a_synchronisation_stops_the_host_running_ahead() {
+    // One 1000 ns kernel, then two ops of 10 kernels of 10 ns; the first synchronises after
+    // its 4th kernel (6 after it).
+    // op 0: issued at 10, ends at 1010; the host is at 10.
+    // op 1: its 4 kernels issued over 10..50 run 1010..1050; the host waits for them (1050),
+    //       issues the 5th at 1060, and the GPU runs the 6 from there: 1120. Host at 1110.
+    // op 2: issued over 1110..1210, the host the floor: 1210 + 10 = 1220.
+    let s = chain_synced(&[(1000, 1, 0, 0), (100, 10, 1, 6), (100, 10, 0, 0)]);
+    assert_eq!(ends(&s, 10), (vec![1010, 1120, 1220], 1220));
+    // Without it the host stays 1000 ns ahead, as without host time at all.
+    let free = chain_synced(&[(1000, 1, 0, 0), (100, 10, 0, 0), (100, 10, 0, 0)]);
+    assert_eq!(ends(&free, 10), (vec![1010, 1110, 1210], 1210));
+    // Without host time it costs nothing.
+    assert_eq!(ends(&s, 0), (vec![1000, 1100, 1200], 1200));
+    assert_eq!(ends(&s, 0), ends(&free, 0));
+}
+
+#[test]
+fn an_op_synchronises_once_per_round() {
+    // 20 kernels of 10 ns in two rounds (two MoE layers): 4 kernels, a synchronisation, 6.
+    // Round 0: 4 issued over 0..40 run 10..50; wait to 50; 6 issued 50..110 run 60..120.
+    // Round 1: 4 issued 110..150 run 120..160; wait to 160; 6 issued 160..220 run 170..230.
+    let s = chain_synced(&[(200, 20, 2, 12)]);
+    assert_eq!(ends(&s, 10), (vec![230], 230));
+    // Unsynchronised the host is 10 ns ahead throughout: max(10 + 200, 200 + 10).
+    assert_eq!(
+        ends(&chain_synced(&[(200, 20, 0, 0)]), 10),
+        (vec![210], 210)
+    );
+}
+
+#[test]
+fn long_kernels_hide_a_synchronisation_but_its_first_issue() {
+    // Kernels of 100 ns: after the synchronisation the GPU waits only for the first kernel's
+    // issue (10 ns), and the host is ahead again by the next one.
+    // 2 kernels run 10..210; wait to 210; 2 issued 210..230 run 220..420.
+    let s = chain_synced(&[(400, 4, 1, 2), (400, 4, 0, 0)]);
+    // op 1: the host is at 230, ahead of the GPU: 420 + 400.
+    assert_eq!(ends(&s, 10), (vec![420, 820], 820));
+}

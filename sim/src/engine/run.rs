@@ -81,7 +81,7 @@ pub(crate) struct StreamState {
 }
 
 /// The hot state of one rank, in one place so that handling an event touches few cache lines:
-/// 256 bytes (198 used), the streams in the first two and a quarter lines and the rest after
+/// 256 bytes (214 used), the streams in the first two and a quarter lines and the rest after
 /// them (with eight streams it fit three; docs/journal/2026-11-30-sweep-defaults-ring-stream.md
 /// has the benchmark pairs).
 #[derive(Clone, Copy, Debug, Default)]
@@ -89,6 +89,8 @@ pub(crate) struct StreamState {
 pub(crate) struct RankState {
     pub streams: [StreamState; STREAMS],
     acct: Acct,
+    /// Where the rank's host stands since its last synchronisation ([`host_issued_ns`]).
+    host: HostClock,
     /// Ops not yet completed.
     pub remaining: u32,
     /// Where this rank's record slots ([`super::compile::COp::record`]) start in
@@ -367,8 +369,23 @@ impl<S: Slots> State<S> {
             CKind::Compute {
                 kernels,
                 issued_before,
+                syncs,
+                sync_tail,
                 ..
-            } => host_issued_ns(now, dur, kernels, issued_before, ctx.cost.host_issue_ns()),
+            } => {
+                let issue = Issue {
+                    kernels,
+                    issued_before,
+                    syncs,
+                    sync_tail,
+                };
+                let clock = self.ranks[r].host;
+                let (dur, after) = host_issued_ns(now, dur, issue, clock, ctx.cost.host_issue_ns());
+                if let Some(c) = after {
+                    self.ranks[r].host = c;
+                }
+                dur
+            }
             _ => dur,
         };
         let rs = &mut self.ranks[r];
@@ -698,35 +715,104 @@ fn scaled_ns(ns: u64, factor: f64) -> u64 {
     }
 }
 
+/// Where a rank's host stands: it had issued `base_issued` kernels of its program at
+/// `base_ns` (the step's start and none, until its first synchronisation), and issues each
+/// later kernel `host_ns` after the one before.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct HostClock {
+    pub base_ns: u64,
+    pub base_issued: u32,
+}
+
+impl HostClock {
+    /// When the host has issued the first `issued` kernels of the program (for kernels
+    /// issued before the last synchronisation: at the latest that).
+    fn at(self, issued: u32, host_ns: u64) -> u64 {
+        let since = |a: u32, b: u32| u64::from(a.saturating_sub(b)).saturating_mul(host_ns);
+        if issued >= self.base_issued {
+            self.base_ns.saturating_add(since(issued, self.base_issued))
+        } else {
+            self.base_ns.saturating_sub(since(self.base_issued, issued))
+        }
+    }
+}
+
+/// What host issue needs of a compute op: its kernels, the kernels of the program's compute
+/// ops before it in program order, and its synchronisations ([`crate::ir::HostSyncs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Issue {
+    pub kernels: u32,
+    pub issued_before: u32,
+    pub syncs: u16,
+    pub sync_tail: u32,
+}
+
 /// Host issue: how long a compute op that the GPU could start at `now` and run in `dur_ns`
-/// takes when an eager host issues each kernel in `host_ns` of CPU time, in program order
-/// from the step's start, `issued_before` kernels ahead of it. The host runs ahead of the GPU
-/// through the launch queue, so its `kernels` are issued over
-/// `[issued_before, issued_before + kernels] x host_ns` whatever the GPU does. With the op's
-/// kernels of equal length `d = dur_ns / kernels`, the first cannot start before it is issued
-/// and the last cannot end before it is issued and has run:
-/// `end = max(max(now, (issued_before + 1) h) + dur_ns, (issued_before + kernels) h + d)`.
-/// Short kernels make the host the floor (`kernels x h` per op), long ones hide it. The time
-/// the op waits for the host counts as its own (the engine works per op, not per kernel).
+/// takes when an eager host issues each kernel in `host_ns` of CPU time, in program order,
+/// and where the host stands after it when the op synchronises. The host runs ahead of the
+/// GPU through the launch queue: from where `clock` puts it, it reaches this op at
+/// `H = clock.at(issued_before)`. With the op's kernels of equal length `d = dur_ns / kernels`,
+/// the first cannot start before it is issued and the last cannot end before it is issued
+/// and has run: `end = max(max(now, H + h) + dur_ns, H + kernels h + d)`. Short kernels make
+/// the host the floor (`kernels x h` per op), long ones hide it. The time the op waits for the
+/// host counts as its own (the engine works per op, not per kernel).
+///
+/// An op with `syncs` synchronisations runs as that many rounds, each its share of the
+/// kernels before a synchronisation, then its share of `sync_tail`: at each synchronisation
+/// the host waits until the GPU has run what it issued (`H = max(H, end so far)`), so the
+/// kernels after it start `h` later at the earliest and run at the host's pace when they are
+/// shorter than `h`. The host stands at the last round's `H` afterwards (returned: the rank's
+/// clock from then on).
 #[inline]
 pub(crate) fn host_issued_ns(
     now: u64,
     dur_ns: u64,
-    kernels: u32,
-    issued_before: u64,
+    op: Issue,
+    clock: HostClock,
     host_ns: u64,
-) -> u64 {
-    if host_ns == 0 || kernels == 0 {
-        return dur_ns;
+) -> (u64, Option<HostClock>) {
+    if host_ns == 0 || op.kernels == 0 {
+        return (dur_ns, None);
     }
-    let k = u64::from(kernels);
-    let first_ns = issued_before.saturating_add(1).saturating_mul(host_ns);
-    let last_ns = issued_before.saturating_add(k).saturating_mul(host_ns);
-    let end = now
-        .max(first_ns)
-        .saturating_add(dur_ns)
-        .max(last_ns.saturating_add(dur_ns / k));
-    end - now
+    let k = u64::from(op.kernels);
+    let d = dur_ns / k;
+    let mut host = clock.at(op.issued_before, host_ns);
+    // Issues `n` kernels from kernel `j` onwards on a GPU free from `gpu`: their end.
+    let run = |gpu: u64, host: u64, j: u64, n: u64| -> u64 {
+        let part = |a: u64| ((u128::from(dur_ns) * u128::from(a)) / u128::from(k)) as u64;
+        let busy = part(j.saturating_add(n)).saturating_sub(part(j));
+        gpu.max(host.saturating_add(host_ns))
+            .saturating_add(busy)
+            .max(
+                host.saturating_add(n.saturating_mul(host_ns))
+                    .saturating_add(d),
+            )
+    };
+    if op.syncs == 0 {
+        return (run(now, host, 0, k) - now, None);
+    }
+    let rounds = u64::from(op.syncs);
+    let tail = u64::from(op.sync_tail).min(k);
+    let head = k - tail;
+    let share = |total: u64, i: u64| total * (i + 1) / rounds - total * i / rounds;
+    let (mut gpu, mut j) = (now, 0u64);
+    for i in 0..rounds {
+        for (n, synced) in [(share(head, i), false), (share(tail, i), true)] {
+            if synced {
+                host = host.max(gpu);
+            }
+            if n > 0 {
+                gpu = run(gpu, host, j, n);
+                host = host.saturating_add(n.saturating_mul(host_ns));
+                j += n;
+            }
+        }
+    }
+    let after = HostClock {
+        base_ns: host,
+        base_issued: op.issued_before.saturating_add(op.kernels),
+    };
+    (gpu - now, Some(after))
 }
 
 fn compute_ns_uncached(ctx: &Ctx, rank: u32, op: u32) -> u64 {

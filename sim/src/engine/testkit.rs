@@ -157,6 +157,7 @@ pub(crate) fn compute_op(phase: Phase, flops: u64) -> ComputeOp {
         memory_bytes: 0,
         kernels: 0,
         sms_reserved: 0,
+        host_syncs: Default::default(),
     }
 }
 

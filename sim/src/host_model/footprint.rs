@@ -102,6 +102,7 @@ mod tests {
             memory_bytes: 0,
             kernels: 1,
             sms_reserved: 0,
+            host_syncs: Default::default(),
         }));
         let p = Program {
             ops: vec![

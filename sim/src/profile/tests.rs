@@ -138,6 +138,7 @@ fn h100_profile_is_faster_than_a100_on_the_same_work() {
         memory_bytes: 1 << 30,
         kernels: 4,
         sms_reserved: 0,
+        host_syncs: Default::default(),
     };
     let a = Analytic::from_profile(&s, &a100()).compute_ns(0, &op);
     let h = Analytic::from_profile(&s, &h100()).compute_ns(0, &op);

@@ -1146,6 +1146,7 @@ mod tests {
                 memory_bytes: 0,
                 kernels: 6,
                 sms_reserved: 0,
+                host_syncs: Default::default(),
             },
             comms: Vec::new(),
             ring,

@@ -162,6 +162,7 @@ impl UniformSizes {
             memory_bytes: self.activation_bytes_per_layer.saturating_mul(layers),
             kernels: (layers.min(1000) as u32).max(1),
             sms_reserved: 0,
+            host_syncs: Default::default(),
         }
     }
 

@@ -18,7 +18,7 @@
 
 use super::dims::{div_ceil, mul, prod, to_u32, Dims};
 use super::{Ffn, LayerShape};
-use crate::ir::{Attention, ComputeOp, Gemm, Phase};
+use crate::ir::{Attention, ComputeOp, Gemm, HostSyncs, Phase};
 use crate::scenario::framework::SelectiveRecompute;
 use crate::scenario::{Fp8Recipe, Precision};
 
@@ -34,6 +34,8 @@ pub(crate) struct Parts {
     pub attention: Option<Attention>,
     /// Megatron's FLOPs of `attention` (full `s*s` products), reported, not priced.
     pub attention_flops: u64,
+    /// Where the host waits for the GPU inside these parts ([`HostSyncs`]).
+    pub host_syncs: HostSyncs,
 }
 
 impl Parts {
@@ -71,6 +73,7 @@ impl Parts {
         self.memory_bytes = self.memory_bytes.saturating_add(other.memory_bytes);
         self.kernels = self.kernels.saturating_add(other.kernels);
         self.add_attention(other.attention, other.attention_flops);
+        self.host_syncs = self.host_syncs.plus(other.host_syncs);
     }
 
     /// The same work `n` times (n layers).
@@ -86,6 +89,7 @@ impl Parts {
                 ..a
             }),
             attention_flops: mul(self.attention_flops, n),
+            host_syncs: self.host_syncs.repeat(n32),
         };
         for g in &self.gemms {
             out.add_gemm(Gemm {
@@ -122,6 +126,7 @@ impl Parts {
             memory_bytes: self.memory_bytes,
             kernels: self.kernels,
             sms_reserved: 0,
+            host_syncs: self.host_syncs,
         }
     }
 }
@@ -625,7 +630,7 @@ fn add_router(block: &mut BlockParts, d: &Dims) -> (Option<Gemm>, u64) {
     };
     let router = router_gemm(d, m.experts);
     add_linears(block, &[router]);
-    let permutations: u32 = if m.sorts_local_experts { 4 } else { 2 };
+    let permutations = router_permutations(d);
     let bytes = prod(&[2, 4, d.tokens, m.experts]).saturating_add(prod(&[
         u64::from(permutations),
         2,
@@ -635,6 +640,16 @@ fn add_router(block: &mut BlockParts, d: &Dims) -> (Option<Gemm>, u64) {
     ]));
     add_elementwise(block, bytes, 1 + permutations);
     (Some(router), bytes)
+}
+
+/// The permutation kernels of an MoE layer's router (see [`add_router`]): before and after
+/// the experts, and twice more with the local-expert sorts; 0 without experts.
+fn router_permutations(d: &Dims) -> u32 {
+    match d.moe {
+        Some(m) if m.sorts_local_experts => 4,
+        Some(_) => 2,
+        None => 0,
+    }
 }
 
 /// What Megatron-Core's selective recompute runs again in a layer of `shape` beyond the
@@ -684,7 +699,19 @@ fn recomputed_modules(d: &Dims, shape: LayerShape) -> BlockParts {
         Ffn::Dense if m.mlp => mlps.iter().for_each(|mlp| whole(&mut again, mlp)),
         Ffn::Moe if m.moe => {
             add_router(&mut again, d);
+            let routed = again.forward.kernels;
             mlps.iter().for_each(|mlp| whole(&mut again, mlp));
+            if d.moe.is_some_and(|m| m.dropless) {
+                // The recomputed dispatch synchronises as the forward's did.
+                again.forward.host_syncs = HostSyncs {
+                    count: 1,
+                    tail_kernels: again
+                        .forward
+                        .kernels
+                        .saturating_sub(routed)
+                        .saturating_add(router_permutations(d)),
+                };
+            }
         }
         Ffn::Moe => {
             // The routed experts come first in `mlps`, the shared ones after them.
@@ -737,6 +764,9 @@ pub(crate) fn layer(d: &Dims, shape: LayerShape) -> BlockParts {
         Ffn::Moe => add_router(&mut block, d),
         _ => (None, 0),
     };
+    // The dispatch's synchronisation follows the router: what the layer issues from the
+    // permutations on is issued after it.
+    let routed = block.forward.kernels;
     let mlps = mlps_of(d, shape);
     for mlp in &mlps {
         add_linears_in(
@@ -745,8 +775,21 @@ pub(crate) fn layer(d: &Dims, shape: LayerShape) -> BlockParts {
             &[mlp.gemm(d.h, mlp.up(d.gated)), mlp.gemm(mlp.f, d.h)],
         );
     }
+    let mut tail_kernels = block
+        .forward
+        .kernels
+        .saturating_sub(routed)
+        .saturating_add(router_permutations(d));
     // One cast per weight tensor of the PyTorch modules (Q, K and V each their own).
+    let before_casts = block.forward.kernels;
     add_weight_casts(&mut block, d, &linears_in_order(d, shape, router));
+    let mlp_casts: u32 = mlps
+        .iter()
+        .map(|m| m.gemm(d.h, m.up(d.gated)).count.saturating_mul(2))
+        .sum();
+    if block.forward.kernels > before_casts {
+        tail_kernels = tail_kernels.saturating_add(mlp_casts);
+    }
     // The framework's elementwise kernels (docs/reference/frameworks.md, `[fusions]`): its
     // passes over `tokens x hidden` (norms, residual adds, rotary, copies; Megatron-Core's 10
     // are two norms of one read and one write and two fused bias-dropout-adds of two reads and
@@ -782,6 +825,15 @@ pub(crate) fn layer(d: &Dims, shape: LayerShape) -> BlockParts {
         x,
         mul(shape.share(u64::from(e.extra_backward_hidden_passes)), act),
     ));
+    if shape.mlp == Ffn::Moe && d.moe.is_some_and(|m| m.dropless) {
+        // The MLP sublayer's half of the framework's elementwise kernels (its activation and
+        // residual add; the norm before the router is issued before the synchronisation).
+        let framework = e.kernels.saturating_add(e.extra_forward_kernels) / 2;
+        block.forward.host_syncs = HostSyncs {
+            count: 1,
+            tail_kernels: tail_kernels.saturating_add(framework),
+        };
+    }
     if d.selective == SelectiveRecompute::AttentionCore {
         let again = recomputed_modules(d, shape);
         block.selective.add(&again.forward);

@@ -49,6 +49,10 @@ pub(crate) struct MoeDims {
     /// `flex` dispatcher (DeepEP, HybridEP) permutes what it receives once instead of the
     /// sender's permute (`_DeepepManager.get_permuted_hidden_states_by_experts`).
     pub sorts_local_experts: bool,
+    /// Routing without a fixed capacity (every routing but `capacity`): the dispatcher learns
+    /// each expert's and rank's token counts on the host, so each MoE layer's forward
+    /// synchronises the host with the GPU ([`crate::ir::HostSyncs`]).
+    pub dropless: bool,
 }
 
 /// `ceil(x * factor)`, saturating; a factor of exactly 1 returns `x` unchanged.
@@ -307,6 +311,10 @@ impl Dims {
                     == crate::scenario::MoeDispatcher::AllToAll
                     && p.ep > 1
                     && moe.experts / p.ep.max(1) > 1,
+                dropless: !matches!(
+                    s.training.moe_routing,
+                    crate::scenario::MoeRouting::Capacity { .. }
+                ),
             }),
             mamba: m.hybrid.as_ref().and_then(|h| h.mamba),
         }

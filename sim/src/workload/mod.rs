@@ -535,6 +535,7 @@ fn grad_accumulate(
         memory_bytes: prod(&[3, grad_bytes, elements]),
         kernels: dims::to_u32(kernels),
         sms_reserved: 0,
+        host_syncs: Default::default(),
     })
 }
 
@@ -661,6 +662,7 @@ pub fn optimizer_step(s: &Scenario, plan: &Plan, stage: u32) -> ComputeOp {
         memory_bytes: mul(shard, per_param),
         kernels: layers.saturating_add(2),
         sms_reserved: 0,
+        host_syncs: Default::default(),
     }
 }
 

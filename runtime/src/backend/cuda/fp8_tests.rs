@@ -220,6 +220,7 @@ fn fp8_forward_op() -> ComputeOp {
         memory_bytes: 0,
         kernels: 3,
         sms_reserved: 0,
+        host_syncs: Default::default(),
     }
 }
 

@@ -348,6 +348,7 @@ impl Job {
                     memory_bytes: *bytes,
                     kernels: 1,
                     sms_reserved: 0,
+                    host_syncs: Default::default(),
                 };
                 self.update_state(&mut ws, op)?;
                 Ok((start, self.shared.clock.now_ns()))

@@ -211,6 +211,7 @@ impl<'a> DpEmitter<'a> {
             memory_bytes: bytes,
             kernels: 1,
             sms_reserved: 0,
+            host_syncs: Default::default(),
         }
     }
 
@@ -224,6 +225,7 @@ impl<'a> DpEmitter<'a> {
             memory_bytes: self.ctx.dp.grad_bytes(elems).saturating_add(wire_bytes),
             kernels: 1,
             sms_reserved: 0,
+            host_syncs: Default::default(),
         }
     }
 
