@@ -23,7 +23,7 @@ mod transfers;
 
 use cores::thread_weight;
 
-use super::compile::{CKind, CProgram, GROUP_KINDS, NOT_RECORDED};
+use super::compile::{CKind, CProgram, DepAt, GROUP_KINDS, NOT_RECORDED};
 pub(crate) use super::context::Ctx;
 use super::flow::{Finished, Flows, FLOW_TAG};
 use super::memo::{CollectiveMemo, P2pMemo};
@@ -418,33 +418,51 @@ impl<S: Slots> State<S> {
         }
     }
 
-    fn try_start(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) -> Step {
-        let r = slot;
-        let prog = ctx.prog(rank as usize);
-        let op_idx = self.ranks[r].streams[s].cursor;
-        let op = &prog.ops[op_idx as usize];
-        let streams = &self.ranks[r].streams;
-        let deps = prog.dep_at_of(op);
+    /// For a head with more than [`SCAN_FROM_DEPS`] deps: whether one is not done yet,
+    /// scanning from where its last scan stopped (`State::dep_scan`); records where it
+    /// stopped and what it waits on.
+    #[cold]
+    fn blocked_in_scan(&mut self, r: usize, s: usize, op_idx: u32, deps: &[DepAt]) -> bool {
         let scan = r * STREAMS + s;
-        // Only a head with many deps reads its scan entry (one more cache line per event).
-        let skip = match deps.len() > SCAN_FROM_DEPS {
-            true => match self.dep_scan.get(scan) {
-                Some(&(cursor, done)) if cursor == op_idx => done,
-                _ => 0,
-            },
-            false => 0,
+        let skip = match self.dep_scan.get(scan) {
+            Some(&(cursor, done)) if cursor == op_idx => done,
+            _ => 0,
         };
-        if let Some((k, d)) = deps.iter().enumerate().skip(skip as usize).find(|(_, d)| {
+        let streams = &self.ranks[r].streams;
+        let Some((k, d)) = deps.iter().enumerate().skip(skip as usize).find(|(_, d)| {
             streams
                 .get(d.stream as usize)
                 .is_none_or(|st| d.slot >= st.cursor)
-        }) {
-            self.ranks[r].streams[s].blocked_on = d.slot;
-            if deps.len() > SCAN_FROM_DEPS {
-                if let Some(e) = self.dep_scan.get_mut(scan) {
-                    *e = (op_idx, k as u32);
-                }
+        }) else {
+            return false;
+        };
+        let blocked_on = d.slot;
+        self.ranks[r].streams[s].blocked_on = blocked_on;
+        if let Some(e) = self.dep_scan.get_mut(scan) {
+            *e = (op_idx, k as u32);
+        }
+        true
+    }
+
+    fn try_start(&mut self, ctx: &Ctx, rank: u32, slot: usize, s: usize) -> Step {
+        let r = slot;
+        let prog = ctx.prog(rank as usize);
+        let streams = &self.ranks[r].streams;
+        let op_idx = streams[s].cursor;
+        let op = &prog.ops[op_idx as usize];
+        let deps = prog.dep_at_of(op);
+        let waiting = |d: &DepAt| {
+            streams
+                .get(d.stream as usize)
+                .is_none_or(|st| d.slot >= st.cursor)
+        };
+        if deps.len() <= SCAN_FROM_DEPS {
+            if let Some(d) = deps.iter().find(|d| waiting(d)) {
+                let blocked_on = d.slot;
+                self.ranks[r].streams[s].blocked_on = blocked_on;
+                return Ok(());
             }
+        } else if self.blocked_in_scan(r, s, op_idx, deps) {
             return Ok(());
         }
         let now = self.now;
