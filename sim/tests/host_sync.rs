@@ -183,3 +183,37 @@ fn synchronisations_cost_only_where_the_host_has_time_per_kernel() {
     .step_time_ns;
     assert_eq!(collapsed, synced);
 }
+
+#[test]
+fn only_moe_layers_synchronise_whichever_stage_holds_them() {
+    // Eight layers over two stages: the first two dense, then every second layer MoE (the
+    // 4th, 6th and 8th; `moe_every` counts from the first layer after the dense ones).
+    let mut s = twin_sim::testing::small_scenario(1, 2, 2, 1);
+    s.model.layers = 8;
+    s.model.vocab = 8;
+    let mut moe = Moe::uniform(2, 1, 2, 4096);
+    moe.dense_layers = 2;
+    moe.shared_experts = 1;
+    s.model.moe = Some(moe);
+    s.parallel.ep = 2;
+    let moe_layers = s.model.moe_layers_in(0, 8);
+    let (plan, sched) = schedule(&s);
+    let mut synced = 0;
+    for stage in 0..2u32 {
+        let rank = (0..plan.world)
+            .find(|&r| plan.stage_of(r) == stage)
+            .unwrap();
+        let program = sched.program(rank);
+        for o in &program.ops {
+            if let OpKind::Compute(c) = &o.kind {
+                match c.phase {
+                    Phase::Forward => synced += u64::from(c.host_syncs.count),
+                    _ => assert!(c.host_syncs.is_none(), "{:?}", c.phase),
+                }
+            }
+        }
+    }
+    // One micro batch per pipeline (small_scenario's), so each MoE layer's forward once.
+    assert_eq!(synced, moe_layers);
+    assert!(moe_layers > 0 && moe_layers < 8);
+}
