@@ -38,11 +38,21 @@ impl crate::cost::CostModel for HostCost {
 
 /// A chain of compute ops of (ns, kernels) on one rank, each after the one before.
 fn chain(ops: &[(u64, u32)]) -> Schedule {
+    let synced: Vec<_> = ops.iter().map(|&(ns, k)| (ns, k, 0, 0)).collect();
+    chain_synced(&synced)
+}
+
+/// A chain as [`chain`], with host synchronisations: (ns, kernels, syncs, kernels after them).
+fn chain_synced(ops: &[(u64, u32, u32, u32)]) -> Schedule {
     let mut b = ProgBuilder::new(0);
     let mut prev: Vec<u32> = vec![];
-    for &(ns, kernels) in ops {
+    for &(ns, kernels, count, tail_kernels) in ops {
         let op = ComputeOp {
             kernels,
+            host_syncs: crate::ir::HostSyncs {
+                count,
+                tail_kernels,
+            },
             ..compute_op(Phase::Forward, ns)
         };
         let i = b.op(
@@ -117,30 +127,6 @@ fn ops_without_kernels_wait_for_no_host() {
     let s = chain(&[(10, 2), (7, 0), (5, 1)]);
     // op 0: max(10 + 10, 20 + 5) = 25; op 1: 25 + 7 = 32; op 2: max(max(32, 30) + 5, 30 + 5).
     assert_eq!(ends(&s, 10), (vec![25, 32, 37], 37));
-}
-
-/// A chain as [`chain`], with host synchronisations: (ns, kernels, syncs, kernels after them).
-fn chain_synced(ops: &[(u64, u32, u32, u32)]) -> Schedule {
-    let mut b = ProgBuilder::new(0);
-    let mut prev: Vec<u32> = vec![];
-    for &(ns, kernels, count, tail_kernels) in ops {
-        let op = ComputeOp {
-            kernels,
-            host_syncs: crate::ir::HostSyncs {
-                count,
-                tail_kernels,
-            },
-            ..compute_op(Phase::Forward, ns)
-        };
-        let i = b.op(
-            Stream::Compute,
-            OpKind::Compute(op),
-            &prev,
-            Default::default(),
-        );
-        prev = vec![i];
-    }
-    per_rank(vec![b.build()])
 }
 
 #[test]
