@@ -44,8 +44,10 @@ pub const DROPLESS_MOE: KnownBias = KnownBias {
             )
     },
     note: "every published Megatron-Core mixture-of-experts run with dropless routing took \
-           longer than twin predicts for it (capacity-padded runs did not); see \
-           docs/accuracy.md, Known misses",
+           longer than twin predicts for it (capacity-padded runs did not); its host waits for \
+           the GPU in every MoE layer, which costs time only with a host time per kernel, and \
+           the megatron-core file has none (twin calibrate trace fits one from a trace of the \
+           run); see docs/accuracy.md, Known misses",
 };
 
 /// Meta's Grand Teton H100 at 500 W (torchtitan's published runs).
