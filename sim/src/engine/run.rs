@@ -81,7 +81,7 @@ pub(crate) struct StreamState {
 }
 
 /// The hot state of one rank, in one place so that handling an event touches few cache lines:
-/// 256 bytes (214 used), the streams in the first two and a quarter lines and the rest after
+/// 256 bytes (232 used), the streams in the first two and a quarter lines and the rest after
 /// them (with eight streams it fit three; docs/journal/2026-11-30-sweep-defaults-ring-stream.md
 /// has the benchmark pairs).
 #[derive(Clone, Copy, Debug, Default)]
@@ -91,6 +91,9 @@ pub(crate) struct RankState {
     acct: Acct,
     /// Where the rank's host stands since its last synchronisation ([`host_issued_ns`]).
     host: HostClock,
+    /// Per stream, the streams whose head waits for an op of it (`StreamState::blocked_on`):
+    /// what an op's end may release, so that it looks at those heads alone.
+    woken_by: [u16; STREAMS],
     /// Ops not yet completed.
     pub remaining: u32,
     /// Where this rank's record slots ([`super::compile::COp::record`]) start in
@@ -308,24 +311,33 @@ impl<S: Slots> State<S> {
     /// Start every waiting head of `rank` (in `slot`) that may have become ready because
     /// `completed` finished (or that was never checked).
     #[inline]
-    fn try_start_heads(&mut self, ctx: &Ctx, rank: u32, slot: usize, completed: u32) -> Step {
+    fn try_start_heads(
+        &mut self,
+        ctx: &Ctx,
+        rank: u32,
+        slot: usize,
+        (completed, stream): (u32, usize),
+    ) -> Step {
         let r = slot;
-        let mut mask = self.ranks[r].waiting;
+        // Every waiting head at the start; after an op on `stream` ends, its stream's next head
+        // and the heads waiting for an op of that stream.
+        let mut mask = match self.ranks[r].woken_by.get(stream) {
+            Some(&w) => self.ranks[r].waiting & (w | 1u16 << stream),
+            None => self.ranks[r].waiting,
+        };
         // The stream of `completed`, when heads it releases on other streams wait out a
         // hand-off (host profiles: another thread of the rank runs them).
         let handoff_ns = self.handoff_ns();
-        let from_stream = if handoff_ns == 0 {
-            usize::MAX
-        } else {
-            ctx.prog(rank as usize)
-                .ops
-                .get(completed as usize)
-                .map_or(usize::MAX, |o| o.stream as usize)
-        };
+        let from_stream = if handoff_ns == 0 { usize::MAX } else { stream };
         while mask != 0 {
             let s = mask.trailing_zeros() as usize;
             mask &= mask - 1;
             let b = self.ranks[r].streams[s].blocked_on;
+            if b == completed {
+                if let Some(w) = self.ranks[r].woken_by.get_mut(stream) {
+                    *w &= !(1u16 << s);
+                }
+            }
             if b == completed && from_stream != usize::MAX && s != from_stream {
                 self.ranks[r].streams[s].blocked_on = HANDED_OFF;
                 self.queue.push(
@@ -418,6 +430,16 @@ impl<S: Slots> State<S> {
         }
     }
 
+    /// The head of stream `s` of the rank in slot `r` waits for op `slot` of stream `on`.
+    #[inline]
+    fn block(&mut self, r: usize, s: usize, slot: u32, on: usize) {
+        let rs = &mut self.ranks[r];
+        rs.streams[s].blocked_on = slot;
+        if let Some(w) = rs.woken_by.get_mut(on) {
+            *w |= 1u16 << s;
+        }
+    }
+
     /// For a head with more than [`SCAN_FROM_DEPS`] deps: whether one is not done yet,
     /// scanning from where its last scan stopped (`State::dep_scan`); records where it
     /// stopped and what it waits on.
@@ -436,8 +458,8 @@ impl<S: Slots> State<S> {
         }) else {
             return false;
         };
-        let blocked_on = d.slot;
-        self.ranks[r].streams[s].blocked_on = blocked_on;
+        let (blocked_on, on) = (d.slot, d.stream as usize);
+        self.block(r, s, blocked_on, on);
         if let Some(e) = self.dep_scan.get_mut(scan) {
             *e = (op_idx, k as u32);
         }
@@ -458,8 +480,8 @@ impl<S: Slots> State<S> {
         };
         if deps.len() <= SCAN_FROM_DEPS {
             if let Some(d) = deps.iter().find(|d| waiting(d)) {
-                let blocked_on = d.slot;
-                self.ranks[r].streams[s].blocked_on = blocked_on;
+                let (blocked_on, on) = (d.slot, d.stream as usize);
+                self.block(r, s, blocked_on, on);
                 return Ok(());
             }
         } else if self.blocked_in_scan(r, s, op_idx, deps) {
@@ -648,7 +670,7 @@ impl<S: Slots> State<S> {
                     .and_then(|sh| sh.solo_below(r, s, now - start_ns)),
             });
         }
-        self.try_start_heads(ctx, rank, r, op_idx)
+        self.try_start_heads(ctx, rank, r, (op_idx, s))
     }
 
     /// Whether the trace records `slot`'s rank.
@@ -858,7 +880,7 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SimResult, SimError> {
 fn run_as<S: Slots>(ctx: &Ctx) -> Result<SimResult, SimError> {
     let mut st = State::<S>::new(ctx);
     for (slot, &rank) in ctx.active.iter().enumerate() {
-        st.try_start_heads(ctx, rank, slot, UNCHECKED)
+        st.try_start_heads(ctx, rank, slot, (UNCHECKED, usize::MAX))
             .map_err(|e| *e)?;
     }
     loop {
