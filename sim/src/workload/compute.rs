@@ -652,6 +652,19 @@ fn router_permutations(d: &Dims) -> u32 {
     }
 }
 
+/// The host synchronisation of an MoE layer's dispatch under dropless routing
+/// ([`HostSyncs`]; none under `capacity`), before the router's permutations and the
+/// `after_router` other kernels the layer issues after its router.
+fn dispatch_sync(d: &Dims, after_router: u32) -> HostSyncs {
+    match d.moe {
+        Some(m) if m.dropless => HostSyncs {
+            count: 1,
+            tail_kernels: after_router.saturating_add(router_permutations(d)),
+        },
+        _ => HostSyncs::NONE,
+    }
+}
+
 /// What Megatron-Core's selective recompute runs again in a layer of `shape` beyond the
 /// attention core, by `recompute_modules` (its forward parts; the attention core is
 /// [`attention_core`]'s): the norms that are modules of their own (an MoE layer's pre-MLP norm,
@@ -701,17 +714,9 @@ fn recomputed_modules(d: &Dims, shape: LayerShape) -> BlockParts {
             add_router(&mut again, d);
             let routed = again.forward.kernels;
             mlps.iter().for_each(|mlp| whole(&mut again, mlp));
-            if d.moe.is_some_and(|m| m.dropless) {
-                // The recomputed dispatch synchronises as the forward's did.
-                again.forward.host_syncs = HostSyncs {
-                    count: 1,
-                    tail_kernels: again
-                        .forward
-                        .kernels
-                        .saturating_sub(routed)
-                        .saturating_add(router_permutations(d)),
-                };
-            }
+            // The recomputed dispatch synchronises as the forward's did.
+            again.forward.host_syncs =
+                dispatch_sync(d, again.forward.kernels.saturating_sub(routed));
         }
         Ffn::Moe => {
             // The routed experts come first in `mlps`, the shared ones after them.
@@ -775,20 +780,16 @@ pub(crate) fn layer(d: &Dims, shape: LayerShape) -> BlockParts {
             &[mlp.gemm(d.h, mlp.up(d.gated)), mlp.gemm(mlp.f, d.h)],
         );
     }
-    let mut tail_kernels = block
-        .forward
-        .kernels
-        .saturating_sub(routed)
-        .saturating_add(router_permutations(d));
+    let mut after_router = block.forward.kernels.saturating_sub(routed);
     // One cast per weight tensor of the PyTorch modules (Q, K and V each their own).
     let before_casts = block.forward.kernels;
     add_weight_casts(&mut block, d, &linears_in_order(d, shape, router));
-    let mlp_casts: u32 = mlps
-        .iter()
-        .map(|m| m.gemm(d.h, m.up(d.gated)).count.saturating_mul(2))
-        .sum();
     if block.forward.kernels > before_casts {
-        tail_kernels = tail_kernels.saturating_add(mlp_casts);
+        let mlp_casts: u32 = mlps
+            .iter()
+            .map(|m| m.gemm(d.h, m.up(d.gated)).count.saturating_mul(2))
+            .sum();
+        after_router = after_router.saturating_add(mlp_casts);
     }
     // The framework's elementwise kernels (docs/reference/frameworks.md, `[fusions]`): its
     // passes over `tokens x hidden` (norms, residual adds, rotary, copies; Megatron-Core's 10
@@ -825,14 +826,11 @@ pub(crate) fn layer(d: &Dims, shape: LayerShape) -> BlockParts {
         x,
         mul(shape.share(u64::from(e.extra_backward_hidden_passes)), act),
     ));
-    if shape.mlp == Ffn::Moe && d.moe.is_some_and(|m| m.dropless) {
-        // The MLP sublayer's half of the framework's elementwise kernels (its activation and
-        // residual add; the norm before the router is issued before the synchronisation).
+    if shape.mlp == Ffn::Moe {
+        // With the MLP sublayer's half of the framework's elementwise kernels (its activation
+        // and residual add; the norm before the router is issued before the synchronisation).
         let framework = e.kernels.saturating_add(e.extra_forward_kernels) / 2;
-        block.forward.host_syncs = HostSyncs {
-            count: 1,
-            tail_kernels: tail_kernels.saturating_add(framework),
-        };
+        block.forward.host_syncs = dispatch_sync(d, after_router.saturating_add(framework));
     }
     if d.selective == SelectiveRecompute::AttentionCore {
         let again = recomputed_modules(d, shape);
