@@ -170,3 +170,13 @@ fn long_kernels_hide_a_synchronisation_but_its_first_issue() {
     // op 1: the host is at 230, ahead of the GPU: 420 + 400.
     assert_eq!(ends(&s, 10), (vec![420, 820], 820));
 }
+
+#[test]
+fn more_synchronisations_than_kernels_count_once_per_kernel() {
+    // 2 kernels of 10 ns with 1,000 synchronisations: as many rounds as kernels, each a
+    // kernel issued at the host's pace after the GPU caught up (10 + 10, then 30 + 10).
+    let many = chain_synced(&[(20, 2, 1_000, 0)]);
+    let two = chain_synced(&[(20, 2, 2, 0)]);
+    assert_eq!(ends(&many, 10), ends(&two, 10));
+    assert_eq!(ends(&many, 10), (vec![40], 40));
+}

@@ -831,7 +831,8 @@ pub(crate) fn host_issued_ns(
     if op.syncs == 0 {
         return (run(now, host, 0, k) - now, None);
     }
-    let rounds = u64::from(op.syncs);
+    // More rounds than kernels would only add empty ones.
+    let rounds = u64::from(op.syncs).min(k);
     let tail = u64::from(op.sync_tail).min(k);
     let head = k - tail;
     let share = |total: u64, i: u64| total * (i + 1) / rounds - total * i / rounds;
