@@ -33,15 +33,8 @@ fn schedule(s: &Scenario) -> (Plan, Schedule) {
 }
 
 /// The compute ops of rank 0's program in `phase`.
-fn computes(sched: &Schedule, phase: Phase) -> Vec<ComputeOp> {
-    sched.programs[0]
-        .ops
-        .iter()
-        .filter_map(|o| match &o.kind {
-            OpKind::Compute(c) if c.phase == phase => Some(c.clone()),
-            _ => None,
-        })
-        .collect()
+fn computes(sched: &Schedule, phase: Phase) -> Vec<&ComputeOp> {
+    common::computes(&sched.programs[0], phase)
 }
 
 #[test]

@@ -8,7 +8,7 @@
 use twin_sim::engine::{simulate, SimOptions, SimResult};
 use twin_sim::plan::{GroupKind, Plan};
 use twin_sim::scenario::{Moe, MoeRouting, Scenario};
-use twin_sim::schedule::{generate, CollectiveKind, ComputeOp, OpKind, Phase, Program, Schedule};
+use twin_sim::schedule::{generate, CollectiveKind, OpKind, Phase, Program, Schedule};
 
 mod common;
 
@@ -45,19 +45,9 @@ fn run(s: &Scenario, collapse: bool) -> (Plan, Schedule, SimResult) {
     (plan, sched, res)
 }
 
-fn computes(p: &Program, phase: Phase) -> Vec<&ComputeOp> {
-    p.ops
-        .iter()
-        .filter_map(|o| match &o.kind {
-            OpKind::Compute(c) if c.phase == phase => Some(c),
-            _ => None,
-        })
-        .collect()
-}
-
 /// FLOPs of one pass's compute (the only one of its phase: one micro batch, one chunk).
 fn pass_flops(p: &Program, phase: Phase) -> u64 {
-    let ops = computes(p, phase);
+    let ops = common::computes(p, phase);
     assert_eq!(ops.len(), 1, "one {phase:?} op");
     ops[0].flops
 }

@@ -25,6 +25,17 @@ pub fn is_phase(op: &Op, phase: Phase) -> bool {
     matches!(&op.kind, OpKind::Compute(c) if c.phase == phase)
 }
 
+/// A program's compute ops of `phase`, in program order.
+pub fn computes(p: &Program, phase: Phase) -> Vec<&ComputeOp> {
+    p.ops
+        .iter()
+        .filter_map(|o| match &o.kind {
+            OpKind::Compute(c) if c.phase == phase => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Compute costs 1 ns per 1,000 FLOPs of model passes; each pipeline transfer takes
 /// `p2p_ns`; everything else is free. The engine oracles' cost model.
 pub struct FlopsCost {
