@@ -207,8 +207,11 @@ const MODERN_MOE_SIMULATED: usize = 10;
 /// other small dropless MoE rows with HybridEP: Qwen3-30B-A3B's 26.04.01 row -32.1%), which took
 /// the median to 24.8%. With each row's `recompute_modules` (its recipe's list), Nemotron 3 Nano
 /// recomputes its MoE blocks, all-to-alls included (-15.1%), and DeepSeek-V3 (-14.1%) and
-/// GPT-OSS (-33.2%, -35.2%) no longer recompute the attention core: 18.7%.
-const MODERN_MOE: (f64, f64) = (0.188, 0.549);
+/// GPT-OSS (-33.2%, -35.2%) no longer recompute the attention core: 18.7%. DeepEP and
+/// HybridEP send a token once to each GPU holding its experts, not once per expert, as their
+/// published latencies bear out (`sim/tests/ep_dispatch_published.rs`): Nemotron 3 Nano, whose
+/// dispatch stays inside a node, went to -19.0% and the median to 19.7%.
+const MODERN_MOE: (f64, f64) = (0.199, 0.549);
 const MODERN_FP8: (f64, f64) = (0.063, 0.357);
 const MODERN_BF16: (f64, f64) = (0.121, 0.258);
 /// Megatron-Bridge's rows reduce gradients in bf16, as their recipes set
@@ -368,6 +371,29 @@ fn llm_foundry_runs_on_a100_are_predicted_within_the_recorded_accuracy() {
 fn llama3_runs_on_b200_are_predicted_within_the_recorded_accuracy() {
     let text = include_str!("data/megatron-bridge-b200.toml");
     control(text, "megatron-bridge-b200.toml", 4, &[], (0.102, 0.113));
+}
+
+/// Megatron-Core's own mixture-of-experts report (sim/tests/data/megatron-core-moe-report.toml,
+/// arXiv:2603.07685): its Qwen3-235B-A22B run on 256 H100s, BF16, dropless and force-balanced
+/// with DeepEP and the 1F1B all-to-all overlap, at the layout of the modern table's Megatron-Bridge
+/// rows of the same model. Held out of every fit; predicted at -0.2% where the Megatron-Bridge
+/// 25.11 FP8 run of that layout is -20.5% (docs/accuracy.md). The bound holds today's figure,
+/// rounded up by 0.2 points.
+#[test]
+fn megatron_core_moe_report_run_is_predicted_within_the_recorded_accuracy() {
+    let text = include_str!("data/megatron-core-moe-report.toml");
+    let profile = twin_sim::profile::parse_str(
+        include_str!("../../scenarios/profiles/h100-dgx.toml"),
+        "h100-dgx.toml",
+    )
+    .unwrap();
+    control(
+        text,
+        "megatron-core-moe-report.toml",
+        1,
+        std::slice::from_ref(&profile),
+        (0.004, 0.004),
+    );
 }
 
 /// Checks each known bias (`twin_sim::known_bias`, the note a report prints for a kind of

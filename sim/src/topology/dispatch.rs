@@ -8,12 +8,22 @@
 //! `top_k` copies to its expert's GPU instead, so `top_k (N-1)/N` copies per token cross nodes
 //! where the hierarchical dispatch sends one per distinct remote node.
 //!
-//! Per rank, with `s` the all-to-all's buffer (`top_k` copies of each of its tokens), `N` nodes
-//! of `m` group members and experts spread evenly over the nodes, for uniformly routed tokens:
+//! Both send a token once to each GPU that holds at least one of its experts, not once per
+//! expert: the GPU applies it to each of its experts itself (DeepEP's `get_dispatch_layout`
+//! counts `num_tokens_per_rank`; NVIDIA, Scalable Training of Mixture-of-Experts Models with
+//! Megatron Core, arXiv:2603.07685, section 4.2.2: token-based dispatch "avoids sending
+//! redundant tokens").
+//!
+//! Per rank, with `s` the all-to-all's buffer (`top_k` copies of each of its tokens), `R`
+//! group members on `N` nodes and experts spread evenly over the members, for uniformly routed
+//! tokens:
 //! - RDMA out: `s / top_k * D`, `D` the expected number of distinct remote nodes among a
 //!   token's experts, `(N-1) (1 - C(E - E/N, k) / C(E, k))` ([`NodeDedup::remote_nodes_per_token`]);
-//! - NVLink out: `s (m-1)/m`: the copies for its own node's other GPUs, and the copies it
-//!   forwards for tokens that arrived from other nodes (by symmetry as many).
+//! - NVLink out: `s / top_k * (R - N) p`, `p` the chance that a given GPU holds one of a
+//!   token's experts ([`NodeDedup::nvlink_sends_per_token`]): one copy to each such GPU of
+//!   every node the token reaches, but the GPU that receives it (its own, or the one its RDMA
+//!   copy lands on); by symmetry a rank forwards as many copies for other ranks' tokens as
+//!   the other ranks forward for its own.
 
 use super::tiers::{Algorithm, CollectiveEstimate, Decomposition, GroupShape, Pattern, Phase};
 use super::TierModel;
@@ -64,7 +74,8 @@ impl NodeDedup {
         (n - 1.0) * (1.0 - self.node_missed(nodes.max(1)))
     }
 
-    /// The chance that none of a token's experts is on a given node of `nodes`. With groups:
+    /// The chance that none of a token's experts is on a given node of `nodes` (or on a given
+    /// GPU of the group, with `nodes` its members: any units holding the experts evenly). With groups:
     /// when each node holds whole groups (`groups` a multiple of `nodes`), summed over how many
     /// of the node's groups were drawn; when each group spans whole nodes (`nodes` a multiple
     /// of `groups`), the node's group drawn or not. Groups that straddle nodes otherwise are
@@ -100,14 +111,24 @@ impl NodeDedup {
     /// Bytes one rank sends over its RDMA rail and over NVLink for an all-to-all buffer of
     /// `bytes` over a group of `g`'s shape (see the module doc).
     fn rank_bytes(&self, g: GroupShape, bytes: u64) -> (f64, f64) {
-        let s = bytes as f64;
-        let m = f64::from(g.max_per_node.max(1));
+        let per_token = bytes as f64 / f64::from(self.top_k.max(1));
         let inter = if g.nodes > 1 {
-            s / f64::from(self.top_k.max(1)) * self.remote_nodes_per_token(g.nodes)
+            per_token * self.remote_nodes_per_token(g.nodes)
         } else {
             0.0
         };
-        (inter, s * (m - 1.0) / m)
+        (inter, per_token * self.nvlink_sends_per_token(g))
+    }
+
+    /// The expected NVLink copies of one token over a group of `g`'s shape: one to each GPU
+    /// holding one of its experts, on its own node and on each remote node it reaches, but the
+    /// GPU that already has it there (its own GPU; the one of the same local index, which its
+    /// RDMA copy reached): `(R - N)` times the chance that a given GPU holds one of its
+    /// experts. For one expert per token this is NCCL's count, `(R - N) / R`.
+    pub fn nvlink_sends_per_token(&self, g: GroupShape) -> f64 {
+        let ranks = g.ranks.max(1);
+        let others = f64::from(ranks.saturating_sub(g.nodes.max(1)));
+        others * (1.0 - self.node_missed(ranks))
     }
 
     /// The time of one dispatch (or combine) of `bytes`: the RDMA and NVLink shares at the same
@@ -302,6 +323,79 @@ mod tests {
             };
             assert_eq!(d.remote_nodes_per_token(4), plain);
         }
+    }
+
+    /// NVLink copies of one token on GPU 0 of node 0, averaged over every choice of `gk` of `g`
+    /// groups and of `k` experts among the drawn groups' experts, `e` experts spread evenly
+    /// over `r` GPUs in nodes of `m`: on each node the token reaches, one copy to each GPU
+    /// holding one of its experts but the GPU of local index 0 (its own on node 0; the one its
+    /// RDMA copy lands on elsewhere).
+    fn enumerated_nvlink(e: u32, k: u32, (r, m): (u32, u32), g: u32, gk: u32) -> f64 {
+        let (per_gpu, per_group) = (e / r, e / g);
+        let mut sum = 0.0;
+        let mut group_sets = 0u32;
+        for groups in 0u32..(1 << g) {
+            if groups.count_ones() != gk {
+                continue;
+            }
+            group_sets += 1;
+            let (mut total, mut count) = (0u64, 0u64);
+            for mask in 0u32..(1 << e) {
+                let allowed =
+                    (0..e).all(|x| mask & (1 << x) == 0 || groups & (1 << (x / per_group)) != 0);
+                if mask.count_ones() != k || !allowed {
+                    continue;
+                }
+                let gpus: std::collections::BTreeSet<u32> = (0..e)
+                    .filter(|x| mask & (1 << x) != 0)
+                    .map(|x| x / per_gpu)
+                    .collect();
+                total += gpus.iter().filter(|&&gpu| gpu % m != 0).count() as u64;
+                count += 1;
+            }
+            sum += total as f64 / count as f64;
+        }
+        sum / f64::from(group_sets)
+    }
+
+    /// The NVLink copies per token against enumeration: one node and several, with and without
+    /// groups; one expert per token is NCCL's `(R - N) / R`.
+    #[test]
+    fn nvlink_sends_per_token_match_enumeration() {
+        for (e, k, (r, m), g, gk) in [
+            (8, 2, (4, 4), 1, 1),
+            (8, 2, (8, 4), 1, 1),
+            (16, 4, (8, 4), 1, 1),
+            (16, 4, (8, 2), 1, 1),
+            (12, 3, (6, 3), 1, 1),
+            (16, 4, (8, 4), 4, 2),
+            (16, 3, (8, 2), 8, 3),
+            (16, 4, (16, 4), 4, 2),
+        ] {
+            let d = NodeDedup {
+                experts: e,
+                top_k: k,
+                groups: g,
+                group_top_k: gk,
+            };
+            let shape = GroupShape {
+                ranks: r,
+                nodes: r / m,
+                max_per_node: m,
+            };
+            let want = enumerated_nvlink(e, k, (r, m), g, gk);
+            let got = d.nvlink_sends_per_token(shape);
+            assert!(
+                (got - want).abs() < 1e-12,
+                "{e} {k} {r}/{m} {g} {gk}: {got} vs {want}"
+            );
+        }
+        let one = NodeDedup::ungrouped(64, 1).nvlink_sends_per_token(GroupShape {
+            ranks: 16,
+            nodes: 2,
+            max_per_node: 8,
+        });
+        assert!((one - 14.0 / 16.0).abs() < 1e-12, "{one}");
     }
 
     /// DeepSeek-V3's node-limited routing (8 groups, one per node of its 64-rank group, 4
