@@ -2,9 +2,10 @@
 //! NVIDIA/Megatron-LM@d98e8a64dd megatron/core/transformer/pipeline_parallel_layer_layout.py):
 //! the virtual stages in pipeline order separated by `|`; in each, `E` the embedding, `t` a
 //! transformer layer, `m` a multi-token prediction module and `L` the loss; `(...)*n` repeats
-//! what the parentheses hold. DeepSeek-V3's published layout on 8 stages of 4 chunks is
-//! `Et|(tt|)*30mL`. twin reads one into `layer_partition` and checks that the embedding opens
-//! the first stage and the modules and the loss close the last.
+//! what the parentheses hold and `x*n` one letter (or `|`), and commas are cosmetic, as
+//! Megatron-Core's `parse_str_to_list` reads them. DeepSeek-V3's published layout on 8 stages
+//! of 4 chunks is `Et|(tt|)*30mL`. twin reads one into `layer_partition` and checks that the
+//! embedding opens the first stage and the modules and the loss close the last.
 
 /// What one virtual stage of a layout holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -62,39 +63,52 @@ fn expand(text: &str) -> Result<String, String> {
                 }
                 let end = end.ok_or("a `(` without its `)`")?;
                 let inner = expand(text.get(i + 1..end).unwrap_or(""))?;
-                let mut times = 1usize;
-                if chars.peek().map(|&(_, c)| c) == Some('*') {
-                    chars.next();
-                    let mut digits = String::new();
-                    while let Some(&(_, d)) = chars.peek() {
-                        if !d.is_ascii_digit() {
-                            break;
-                        }
-                        digits.push(d);
-                        chars.next();
-                    }
-                    times = digits
-                        .parse()
-                        .ok()
-                        .filter(|&n: &usize| (1..=MAX_REPEAT).contains(&n))
-                        .ok_or(format!("a repetition `*n` needs n from 1 to {MAX_REPEAT}"))?;
-                }
-                if inner.len().saturating_mul(times) > 1 << 20 {
-                    return Err("the layout is too long".to_string());
-                }
-                out.push_str(&inner.repeat(times));
+                push_repeated(&mut out, &inner, repetition(&mut chars)?)?;
             }
             ')' => return Err("a `)` without its `(`".to_string()),
-            'E' | 't' | 'm' | 'L' | '|' => out.push(c),
+            'E' | 't' | 'm' | 'L' | '|' => {
+                let times = repetition(&mut chars)?;
+                push_repeated(&mut out, c.encode_utf8(&mut [0; 4]), times)?;
+            }
+            ',' => {}
             c if c.is_whitespace() => {}
             c => {
                 return Err(format!(
-                    "`{c}` is not a layout letter (E, t, m, L, |, (...)*n)"
+                    "`{c}` is not a layout letter (E, t, m, L, |, (...)*n, x*n)"
                 ))
             }
         }
     }
     Ok(out)
+}
+
+/// The `*n` after a letter or a `)`, consumed: 1 when there is none.
+fn repetition(chars: &mut std::iter::Peekable<std::str::CharIndices>) -> Result<usize, String> {
+    if chars.peek().map(|&(_, c)| c) != Some('*') {
+        return Ok(1);
+    }
+    chars.next();
+    let mut digits = String::new();
+    while let Some(&(_, d)) = chars.peek() {
+        if !d.is_ascii_digit() {
+            break;
+        }
+        digits.push(d);
+        chars.next();
+    }
+    digits
+        .parse()
+        .ok()
+        .filter(|&n: &usize| (1..=MAX_REPEAT).contains(&n))
+        .ok_or(format!("a repetition `*n` needs n from 1 to {MAX_REPEAT}"))
+}
+
+fn push_repeated(out: &mut String, what: &str, times: usize) -> Result<(), String> {
+    if out.len().saturating_add(what.len().saturating_mul(times)) > 1 << 20 {
+        return Err("the layout is too long".to_string());
+    }
+    out.push_str(&what.repeat(times));
+    Ok(())
 }
 
 /// Why a layout's stages do not fit a model of `mtp_layers` modules, if they do not: the
@@ -164,8 +178,24 @@ mod tests {
             assert!(parse_layout(bad).is_err(), "{bad}");
         }
         let moved = parse_layout("t|Et|L").unwrap();
+        assert!(parse_layout("Et|t*0|L").is_err());
         assert!(check_layout(&moved, 0)
             .unwrap_err()
             .contains("only the first"));
+    }
+
+    /// A letter's own repetition and cosmetic commas, as in the layout NVIDIA's MoE report
+    /// gives for DeepSeek-V3 on H100 (arXiv:2603.07685, section 9.2.2): `Et*3|(tt|)*29m|L`
+    /// is 32 stages, 3 layers in the first and the modules apart from the loss.
+    #[test]
+    fn single_letter_repetitions_and_commas() {
+        let stages = parse_layout("Et*3|(tt|)*29m|L").unwrap();
+        assert_eq!(stages.len(), 32);
+        assert_eq!(stages[0].layers, 3);
+        assert_eq!(stages.iter().map(|s| s.layers).sum::<u32>(), 61);
+        assert_eq!((stages[30].mtp, stages[30].loss), (1, false));
+        assert!(stages[31].loss && stages[31].layers == 0);
+        assert_eq!(parse_layout("Ettt|(tt|)*29,m|L").unwrap(), stages);
+        assert_eq!(parse_layout("E|t*2|L").unwrap()[1].layers, 2);
     }
 }
