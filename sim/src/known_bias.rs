@@ -43,13 +43,12 @@ pub const DROPLESS_MOE: KnownBias = KnownBias {
                 MoeRouting::Balanced | MoeRouting::ForceBalanced
             )
     },
-    note: "every Megatron-Bridge release's published mixture-of-experts run with dropless \
-           routing took longer than twin predicts for it, by 14-55% (capacity-padded runs did \
-           not), while NVIDIA's Megatron-Core MoE report's dropless run (Qwen3-235B-A22B, 256 \
-           H100s, DeepEP) took what twin predicts (-0.2%); its host waits for the GPU in every \
-           MoE layer, which costs time only with a host time per kernel, and the megatron-core \
-           file has none (twin calibrate trace fits one from a trace of the run); see \
-           docs/accuracy.md, Known misses",
+    note: "every published Megatron-Core mixture-of-experts run with dropless routing took \
+           longer than twin predicts for it, by 14-55% (capacity-padded runs by 6-10%), NVIDIA's \
+           own MoE report's run too; its host waits for the GPU in every MoE layer, which costs \
+           time only with a host time per kernel, and the megatron-core file has none (twin \
+           calibrate trace fits one from a trace of the run); see docs/accuracy.md, Known \
+           misses",
 };
 
 /// Meta's Grand Teton H100 at 500 W (torchtitan's published runs).

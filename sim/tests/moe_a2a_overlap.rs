@@ -121,3 +121,52 @@ fn interleaved_pipelines_overlap_without_deadlock() {
         assert!(over < plain, "pp {pp} vpp {vpp} m {m}: {over} >= {plain}");
     }
 }
+
+/// The compute time of micro batch 0's recompute.
+fn recompute_ns(p: &Program) -> u64 {
+    p.ops
+        .iter()
+        .find_map(|o| match &o.kind {
+            OpKind::Compute(c) if o.label.microbatch == Some(0) && c.phase == Phase::Recompute => {
+                Some(c.flops / 1_000)
+            }
+            _ => None,
+        })
+        .unwrap()
+}
+
+/// With a selective recompute before each backward (the attention core, Megatron-Core's
+/// default), a forward's all-to-alls run beside the whole backward pass next to it, its
+/// recompute and its backward, as Megatron-Core's combined 1F1B runs the recompute inside the
+/// backward it interleaves: all-to-alls longer than the recompute still hide, and the step is
+/// `M (f + r + b)` plus the first forward's and the last backward's all-to-all.
+#[test]
+fn all_to_alls_hide_behind_a_recompute_and_its_backward() {
+    use twin_sim::scenario::{Recompute, RecomputeModules};
+    let mk = |overlap: bool| {
+        let mut s = moe(overlap);
+        s.training.recompute = Recompute::Selective;
+        let mut modules = RecomputeModules::default();
+        assert!(modules.set("core_attn"));
+        s.training.recompute_modules = Some(modules);
+        s
+    };
+    let s = mk(false);
+    let plan = Plan::new(&s).unwrap();
+    let sched = generate(&s, &plan).unwrap();
+    let p = &sched.programs[0];
+    let r = recompute_ns(p);
+    // All-to-alls four times the recompute: they outlast it, not the backward.
+    let (_, x1) = pass_ns(p, Phase::Forward, &ExpertCost { a2a_ns_per_kb: 1 });
+    let cost = ExpertCost {
+        a2a_ns_per_kb: 4 * r / x1,
+    };
+    let (f, x) = pass_ns(p, Phase::Forward, &cost);
+    let (b, y) = pass_ns(p, Phase::Backward, &cost);
+    assert!(
+        r > 0 && r < x && x < b && y < f,
+        "f {f} x {x} r {r} b {b} y {y}"
+    );
+    assert_eq!(step_ns(&mk(false), &cost), M * (f + x + r + b + y));
+    assert_eq!(step_ns(&mk(true), &cost), M * (f + r + b) + x + y);
+}

@@ -210,8 +210,10 @@ const MODERN_MOE_SIMULATED: usize = 10;
 /// GPT-OSS (-33.2%, -35.2%) no longer recompute the attention core: 18.7%. DeepEP and
 /// HybridEP send a token once to each GPU holding its experts, not once per expert, as their
 /// published latencies bear out (`sim/tests/ep_dispatch_published.rs`): Nemotron 3 Nano, whose
-/// dispatch stays inside a node, went to -19.0% and the median to 19.7%.
-const MODERN_MOE: (f64, f64) = (0.199, 0.549);
+/// dispatch stays inside a node, went to -19.0% and the median to 19.7%. With the combined
+/// 1F1B's all-to-alls beside the whole next pass, its recompute included (they waited for the
+/// recompute before), DeepSeek-V3 went from -14.1% to -22.7% and the median to 21.6%.
+const MODERN_MOE: (f64, f64) = (0.218, 0.549);
 const MODERN_FP8: (f64, f64) = (0.063, 0.357);
 const MODERN_BF16: (f64, f64) = (0.121, 0.258);
 /// Megatron-Bridge's rows reduce gradients in bf16, as their recipes set
@@ -376,9 +378,9 @@ fn llama3_runs_on_b200_are_predicted_within_the_recorded_accuracy() {
 /// Megatron-Core's own mixture-of-experts report (sim/tests/data/megatron-core-moe-report.toml,
 /// arXiv:2603.07685): its Qwen3-235B-A22B run on 256 H100s, BF16, dropless and force-balanced
 /// with DeepEP and the 1F1B all-to-all overlap, at the layout of the modern table's Megatron-Bridge
-/// rows of the same model. Held out of every fit; predicted at -0.2% where the Megatron-Bridge
-/// 25.11 FP8 run of that layout is -20.5% (docs/accuracy.md). The bound holds today's figure,
-/// rounded up by 0.2 points.
+/// rows of the same model. Held out of every fit; predicted at -13.9%, too fast like every
+/// dropless row (the Megatron-Bridge 25.11 FP8 run of that layout: -20.5%; docs/accuracy.md).
+/// The bound holds today's figure, rounded up by 0.2 points.
 #[test]
 fn megatron_core_moe_report_run_is_predicted_within_the_recorded_accuracy() {
     let text = include_str!("data/megatron-core-moe-report.toml");
@@ -392,7 +394,7 @@ fn megatron_core_moe_report_run_is_predicted_within_the_recorded_accuracy() {
         "megatron-core-moe-report.toml",
         1,
         std::slice::from_ref(&profile),
-        (0.004, 0.004),
+        (0.141, 0.141),
     );
 }
 

@@ -20,8 +20,9 @@
 //!
 //! With `moe_a2a_overlap` (Megatron-Core's combined 1F1B) a pass of the steady phase (a
 //! forward beside a backward, [`beside_opposite`]) leaves its expert all-to-alls to run beside
-//! the next compute, which belongs to another micro batch; the compute after that waits for
-//! them, and its send waits for them too. The pipeline order has one more warm-up forward so
+//! the next pass, which belongs to another micro batch: beside every compute of it, its
+//! recompute included; the pass after that waits for them, and the pass's send waits for them
+//! too. The pipeline order has one more warm-up forward so
 //! that the two never belong to the same micro batch ([`crate::schedule::pipeline::stage_order`]).
 //!
 //! DualPipe moves some transfers ([`crate::schedule::pipeline::Link`]): a pass may leave its
@@ -103,7 +104,10 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
     let mut pipe = Pipe::new(ctx);
     let mut acts = Activations::default();
     let mut pending_comms: Vec<u32> = Vec::new();
+    // `moe_a2a_overlap`: the expert all-to-alls this pass leaves for later, and those the pass
+    // before left, which run beside this one (every step of it, a recompute included).
     let mut deferred_comms: Vec<u32> = Vec::new();
+    let mut beside_comms: Vec<u32> = Vec::new();
     // The micro batch of each chunk's first gradient pass.
     let mut first_grads: Vec<Option<u32>> = vec![None; my_chunks.len()];
     let mut last_grad_op: Option<u32> = None;
@@ -135,6 +139,12 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
         }
         let gathered_deps = dp.before_compute(&mut b, step.gather, step.new_gather, slot)?;
         let consumes_recv = step.phase != Phase::Recompute && step.phase != Phase::BackwardWeight;
+        if first_of_slot {
+            // The all-to-alls that ran beside the pass before: this pass waits for them. This
+            // pass runs beside those the pass before left.
+            pending_comms.append(&mut beside_comms);
+            beside_comms = std::mem::take(&mut deferred_comms);
+        }
         let mut deps: Deps = pending_comms.drain(..).collect();
         deps.extend(gathered_deps);
         // A pass after one that sends after it runs before that send; the pass after it
@@ -214,9 +224,6 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
         if tail != compute {
             pending_comms.push(tail);
         }
-        // The all-to-alls deferred by the pass before ran beside this compute; the next one
-        // waits for them. This pass's run beside the next.
-        pending_comms.append(&mut deferred_comms);
         deferred_comms.extend(ops.deferred);
         let last_user = last_gather_users.get(i).copied().unwrap_or(false);
         dp.after_compute(&mut b, step.gather, compute, last_user)?;
@@ -254,7 +261,7 @@ pub fn emit_stage(ctx: &StageCtx, stage: u32, order: &[Slot]) -> Result<Program,
         }
         if sends {
             let mut after = Deps::from([compute, tail]);
-            after.extend(ops.deferred);
+            after.extend(deferred_comms.iter().copied());
             pipe.send(ctx, &mut b, slot, cp, after, chunk_label)?;
         }
         pipe.passed(compute, tail);
