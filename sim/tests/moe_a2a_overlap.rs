@@ -170,3 +170,85 @@ fn all_to_alls_hide_behind_a_recompute_and_its_backward() {
     assert_eq!(step_ns(&mk(false), &cost), M * (f + x + r + b + y));
     assert_eq!(step_ns(&mk(true), &cost), M * (f + r + b) + x + y);
 }
+
+/// Merged `[start, end)` intervals.
+fn merged(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    spans.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in spans {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// (step, expert all-to-all busy, the part of it no compute ran beside) of one rank, in ns.
+fn ep_exposure(s: &twin_sim::scenario::Scenario, rank: u32) -> (u64, u64, u64) {
+    use twin_sim::schedule::Stream;
+    let profile = twin_sim::profile::parse_str(
+        include_str!("../../scenarios/profiles/h100-dgx.toml"),
+        "h100-dgx.toml",
+    )
+    .unwrap();
+    let staged = twin_sim::Staged::with_profile(s, Some(&profile)).unwrap();
+    let opts = SimOptions {
+        trace: true,
+        trace_ranks: Some(vec![rank]),
+        ..SimOptions::default()
+    };
+    let res = staged.simulate(&opts).unwrap();
+    let events = res.trace.unwrap().events;
+    let spans = |on: &dyn Fn(Stream) -> bool| {
+        merged(
+            events
+                .iter()
+                .filter(|e| e.rank == rank && on(e.stream))
+                .map(|e| (e.start_ns, e.end_ns))
+                .collect(),
+        )
+    };
+    let compute = spans(&|st| st == Stream::Compute);
+    let ep = spans(&|st| st == Stream::Ep);
+    let busy: u64 = ep.iter().map(|(a, b)| b - a).sum();
+    let covered: u64 = ep
+        .iter()
+        .map(|&(a, b)| {
+            compute
+                .iter()
+                .map(|&(c, d)| d.min(b).saturating_sub(c.max(a)))
+                .sum::<u64>()
+        })
+        .sum();
+    (res.step_time_ns, busy, busy - covered)
+}
+
+/// DeepSeek-V3 at Megatron-Bridge's layout on 1,024 H100s (the bundled scenario, the DGX H100
+/// profile), against what NVIDIA's Megatron-Core MoE report measured for DeepSeek-V3 on H100
+/// with DeepEP (arXiv:2603.07685, section 4.2.3): without the overlap the expert all-to-alls
+/// take "30-40% of iteration time"; the combined 1F1B hides 93% of them, leaving "under 5%".
+/// twin, on a rank of the second stage: a quarter of the step without the overlap, and with
+/// it 80% hidden and 6.4% of the step exposed. Bounds: 20-45% without, at least 75% hidden
+/// and under 8% exposed with it (before the all-to-alls ran beside the whole next pass, the
+/// backward after a recompute waited for them: 44% hidden, 16% exposed).
+#[test]
+fn deepseek_v3_hides_its_all_to_alls_as_published() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let path = repo.join("scenarios/moe/deepseek-v3-1024xH100.toml");
+    let with = twin_sim::setup::load(&path, &[]).unwrap();
+    assert!(with.training.moe_a2a_overlap);
+    let mut without = with.clone();
+    without.training.moe_a2a_overlap = false;
+    let (step, busy, exposed) = ep_exposure(&without, 128);
+    assert_eq!(busy, exposed, "nothing hides without the overlap");
+    let share = busy as f64 / step as f64;
+    assert!((0.20..0.45).contains(&share), "{share}");
+    let (step, busy, exposed) = ep_exposure(&with, 128);
+    let hidden = 1.0 - exposed as f64 / busy as f64;
+    let left = exposed as f64 / step as f64;
+    assert!(
+        hidden >= 0.75 && left < 0.08,
+        "hidden {hidden} exposed {left}"
+    );
+}
