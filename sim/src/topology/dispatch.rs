@@ -256,11 +256,11 @@ mod tests {
         assert!((one - 0.75).abs() < 1e-12);
     }
 
-    /// Distinct remote nodes averaged over every choice of `gk` of `g` groups and of `k`
-    /// experts among the drawn groups' experts (each choice of groups equally likely, then
-    /// each choice of experts), `e` experts over `n` nodes, the token on node 0.
-    fn enumerated_grouped(e: u32, k: u32, n: u32, g: u32, gk: u32) -> f64 {
-        let (per_node, per_group) = (e / n, e / g);
+    /// `count` of a token's experts (a mask over the `e` experts) averaged over every choice of
+    /// `gk` of `g` groups and of `k` experts among the drawn groups' experts: each choice of
+    /// groups equally likely, then each choice of experts.
+    fn over_routings(e: u32, k: u32, g: u32, gk: u32, count: impl Fn(u32) -> u64) -> f64 {
+        let per_group = e / g;
         let mut sum = 0.0;
         let mut group_sets = 0u32;
         for groups in 0u32..(1 << g) {
@@ -268,23 +268,39 @@ mod tests {
                 continue;
             }
             group_sets += 1;
-            let (mut total, mut count) = (0u64, 0u64);
+            let (mut total, mut count_sets) = (0u64, 0u64);
             for mask in 0u32..(1 << e) {
                 let allowed =
                     (0..e).all(|x| mask & (1 << x) == 0 || groups & (1 << (x / per_group)) != 0);
                 if mask.count_ones() != k || !allowed {
                     continue;
                 }
-                let nodes: std::collections::BTreeSet<u32> = (0..e)
-                    .filter(|x| mask & (1 << x) != 0)
-                    .map(|x| x / per_node)
-                    .collect();
-                total += nodes.iter().filter(|&&node| node != 0).count() as u64;
-                count += 1;
+                total += count(mask);
+                count_sets += 1;
             }
-            sum += total as f64 / count as f64;
+            sum += total as f64 / count_sets as f64;
         }
         sum / f64::from(group_sets)
+    }
+
+    /// The distinct units (nodes or GPUs) of `per_unit` consecutive experts that hold one of
+    /// the experts of `mask`, among `e`.
+    fn units(e: u32, per_unit: u32, mask: u32) -> std::collections::BTreeSet<u32> {
+        (0..e)
+            .filter(|x| mask & (1 << x) != 0)
+            .map(|x| x / per_unit)
+            .collect()
+    }
+
+    /// Distinct remote nodes averaged over every routing (`over_routings`), `e` experts over
+    /// `n` nodes, the token on node 0.
+    fn enumerated_grouped(e: u32, k: u32, n: u32, g: u32, gk: u32) -> f64 {
+        over_routings(e, k, g, gk, |mask| {
+            units(e, e / n, mask)
+                .iter()
+                .filter(|&&node| node != 0)
+                .count() as u64
+        })
     }
 
     /// Group-limited routing against enumeration, for nodes holding whole groups and for
@@ -325,37 +341,17 @@ mod tests {
         }
     }
 
-    /// NVLink copies of one token on GPU 0 of node 0, averaged over every choice of `gk` of `g`
-    /// groups and of `k` experts among the drawn groups' experts, `e` experts spread evenly
-    /// over `r` GPUs in nodes of `m`: on each node the token reaches, one copy to each GPU
-    /// holding one of its experts but the GPU of local index 0 (its own on node 0; the one its
-    /// RDMA copy lands on elsewhere).
+    /// NVLink copies of one token on GPU 0 of node 0, averaged over every routing
+    /// (`over_routings`), `e` experts spread evenly over `r` GPUs in nodes of `m`: on each node
+    /// the token reaches, one copy to each GPU holding one of its experts but the GPU of local
+    /// index 0 (its own on node 0; the one its RDMA copy lands on elsewhere).
     fn enumerated_nvlink(e: u32, k: u32, (r, m): (u32, u32), g: u32, gk: u32) -> f64 {
-        let (per_gpu, per_group) = (e / r, e / g);
-        let mut sum = 0.0;
-        let mut group_sets = 0u32;
-        for groups in 0u32..(1 << g) {
-            if groups.count_ones() != gk {
-                continue;
-            }
-            group_sets += 1;
-            let (mut total, mut count) = (0u64, 0u64);
-            for mask in 0u32..(1 << e) {
-                let allowed =
-                    (0..e).all(|x| mask & (1 << x) == 0 || groups & (1 << (x / per_group)) != 0);
-                if mask.count_ones() != k || !allowed {
-                    continue;
-                }
-                let gpus: std::collections::BTreeSet<u32> = (0..e)
-                    .filter(|x| mask & (1 << x) != 0)
-                    .map(|x| x / per_gpu)
-                    .collect();
-                total += gpus.iter().filter(|&&gpu| gpu % m != 0).count() as u64;
-                count += 1;
-            }
-            sum += total as f64 / count as f64;
-        }
-        sum / f64::from(group_sets)
+        over_routings(e, k, g, gk, |mask| {
+            units(e, e / r, mask)
+                .iter()
+                .filter(|&&gpu| gpu % m != 0)
+                .count() as u64
+        })
     }
 
     /// The NVLink copies per token against enumeration: one node and several, with and without
