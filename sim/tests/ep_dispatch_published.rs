@@ -63,6 +63,15 @@ fn ratios(
         .collect()
 }
 
+/// Every dispatch and combine ratio of `got` lies in `range`.
+fn assert_all_within(got: &[(u32, f64, f64)], range: std::ops::Range<f64>) {
+    for &(ep, dispatch, combine) in got {
+        for r in [dispatch, combine] {
+            assert!(range.contains(&r), "EP {ep}: predicted/published {got:?}");
+        }
+    }
+}
+
 /// NCCL's all-to-all of every routed copy: within 12% of each published dispatch and combine,
 /// NVLink-bound inside one node and NIC-bound across nodes.
 #[test]
@@ -76,14 +85,7 @@ fn nccl_all_to_all_matches_the_published_latencies() {
         },
         |i| (TABLE_7_H100_US[i].2, TABLE_7_H100_US[i].4),
     );
-    for &(ep, dispatch, combine) in &got {
-        for r in [dispatch, combine] {
-            assert!(
-                (0.88..1.12).contains(&r),
-                "EP {ep}: predicted/published {got:?}"
-            );
-        }
-    }
+    assert_all_within(&got, 0.88..1.12);
 }
 
 /// HybridEP, priced as a hierarchical dispatch that sends a token once to each node and each
@@ -105,14 +107,7 @@ fn hybridep_matches_the_published_latencies() {
         |g| routing.estimate(&links, g, BUFFER_BYTES).time_ns,
         |i| (TABLE_7_H100_US[i].1, TABLE_7_H100_US[i].3),
     );
-    for &(ep, dispatch, combine) in &got {
-        for r in [dispatch, combine] {
-            assert!(
-                (0.7..1.3).contains(&r),
-                "EP {ep}: predicted/published {got:?}"
-            );
-        }
-    }
+    assert_all_within(&got, 0.7..1.3);
     // One copy per expert inside the node, as NCCL sends them, is far off.
     let per_expert_s = BUFFER_BYTES as f64 * 7.0 / 8.0 / links.intra_bw();
     assert!(per_expert_s / 661e-6 > 1.6, "{per_expert_s}");
