@@ -9,6 +9,7 @@ use crate::testing::small_scenario;
 
 const A100: &str = include_str!("../../../scenarios/profiles/a100-dgx.toml");
 const H100: &str = include_str!("../../../scenarios/profiles/h100-dgx.toml");
+const B200: &str = include_str!("../../../scenarios/profiles/b200-dgx.toml");
 
 fn a100() -> Profile {
     parse_str(A100, "a100-dgx.toml").unwrap()
@@ -18,9 +19,13 @@ fn h100() -> Profile {
     parse_str(H100, "h100-dgx.toml").unwrap()
 }
 
+fn b200() -> Profile {
+    parse_str(B200, "b200-dgx.toml").unwrap()
+}
+
 #[test]
 fn bundled_profiles_load_with_provenance() {
-    for p in [a100(), h100()] {
+    for p in [a100(), h100(), b200()] {
         assert!(!p.name.is_empty());
         for param in [
             &p.sm_count,
@@ -116,6 +121,56 @@ fn h100_nvls_matches_published_busbw() {
     assert_eq!(r.algorithm, Algorithm::Ring);
     let bus = bus_bandwidth(CollectiveKind::AllReduce, 8, bytes, r.time_ns) / 1e9;
     assert!((bus - 370.0).abs() / 370.0 <= 0.10, "{bus}");
+}
+
+/// The B200 profile's GEMM plateaus are the H100 profile's times the B200/H200 ratio of the
+/// sustained matmul rates one public benchmark measured on both (mamf-finder.py's MSMF,
+/// stas00/ml-engineering@082816f9: bf16 1,456.3 of 2,250 and 708.5 of 989; fp8 2,795.7 of
+/// 4,500 and 1,288.7 of 1,979), each family of FP8 curve by the fp8 ratio; the curves' shapes
+/// are the H100 profile's.
+#[test]
+fn b200_plateaus_are_the_h100_fit_scaled_by_the_published_sustained_rates() {
+    let (b, h) = (b200(), h100());
+    assert_eq!(b.gpu, "b200-sxm-180gb");
+    let bf16_ratio = (1456.3 / 2250.0) / (708.5 / 989.0);
+    let fp8_ratio = (2795.7 / 4500.0) / (1288.7 / 1979.0);
+    let close = |b: &Param, h: &Param, ratio: f64, what: &str| {
+        let want = h.value * ratio;
+        assert!(
+            (b.value - want).abs() < 5e-4,
+            "{what}: {} against {want:.4}",
+            b.value
+        );
+    };
+    close(
+        &b.gemm_max_efficiency,
+        &h.gemm_max_efficiency,
+        bf16_ratio,
+        "bf16",
+    );
+    let families = |p: &Profile| {
+        [
+            p.gemm_fp8.clone(),
+            p.gemm_fp8_fast_accum.clone(),
+            p.gemm_fp8_rowwise.clone(),
+            p.gemm_fp8_blockwise.clone(),
+        ]
+    };
+    for (i, (bc, hc)) in families(&b).into_iter().zip(families(&h)).enumerate() {
+        let (bc, hc) = (bc.unwrap(), hc.unwrap());
+        close(
+            &bc.max_efficiency,
+            &hc.max_efficiency,
+            fp8_ratio,
+            &format!("fp8 curve {i}"),
+        );
+        assert_eq!(bc.k_half.value, hc.k_half.value);
+        assert_eq!(bc.ramp_ns.value, hc.ramp_ns.value);
+    }
+    assert_eq!(b.gemm_k_half.value, h.gemm_k_half.value);
+    // What the bf16 plateau sustains on a B200: the published rate within 1%.
+    let rate = b.gemm_max_efficiency.value * b.peak_bf16_flops_per_s.value;
+    assert!((rate / 1456.3e12 - 1.0).abs() < 0.01, "{rate:e}");
 }
 
 #[test]
