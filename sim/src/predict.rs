@@ -285,6 +285,14 @@ pub fn predict_with(
         wall_s,
     );
     report.interruptions = interruptions;
+    if profile.is_none() {
+        if let Some(note) = crate::profile::bundled::note(&scenario.cluster) {
+            // After the choices made for the user, before the known biases.
+            let biases = crate::known_bias::of(scenario).len();
+            let at = report.notes.len().saturating_sub(biases);
+            report.notes.insert(at, note);
+        }
+    }
     Ok(Prediction {
         staged,
         result,

@@ -76,6 +76,20 @@ pub fn gpu_compute_capability(name: &str) -> Option<(u32, u32)> {
     presets::compute_capability(name)
 }
 
+/// Whether the cluster is a GPU preset exactly as twin has it, in a node preset exactly as
+/// twin has it (both link tiers, and no more GPUs per node than the preset's; a job may use
+/// part of a node): the machine a bundled hardware profile of that GPU and node describes. A
+/// `[cluster.gpu]` table or changed links make it another machine.
+pub fn is_preset_machine(c: &Cluster) -> bool {
+    let gpu = presets::gpu(&c.gpu.name).is_some_and(|g| g == c.gpu);
+    let node = presets::node(&c.node).is_some_and(|n| {
+        c.gpus_per_node <= n.gpus_per_node
+            && n.intra_node == c.intra_node
+            && n.inter_node == c.inter_node
+    });
+    gpu && node
+}
+
 /// The host side of one GPU of the scenario's cluster, which optimizer offload prices
 /// ([`HostSide`]): its node preset's, else its GPU's usual node's, else a DGX A100's (the
 /// slowest preset host); the second value says which node the figures are of.

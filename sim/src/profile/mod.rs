@@ -9,6 +9,7 @@
 // cold path of reading a file once, so boxing them would buy nothing.
 #![allow(clippy::result_large_err)]
 
+pub mod bundled;
 mod load;
 pub(crate) mod sample;
 

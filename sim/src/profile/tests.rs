@@ -1410,3 +1410,87 @@ fn offload_is_priced_by_the_node_for_gpus_and_by_memory_for_the_host_backend() {
     let want = (2.0 * bytes as f64 / rate * 1e9).round() as u64 + priced.op_overhead_ns;
     assert!(priced.host_ns(HostWork::Copy { bytes }).abs_diff(want) <= 1);
 }
+
+/// small.toml's model on 8 GPUs of preset `gpu`, in node `node`'s preset links, with
+/// `sets` as `--set` overrides.
+fn scenario_on(gpu: &str, node: &str, sets: &[&str]) -> crate::scenario::Scenario {
+    let small = include_str!("../../../scenarios/small.toml");
+    let model = &small[small.find("[model]").unwrap()..small.find("[cluster]").unwrap()];
+    let rest = &small[small.find("[parallel]").unwrap()..];
+    let text = format!(
+        "name = \"small\"\n{model}[cluster]\ngpus = 8\ngpu = \"{gpu}\"\nnode = \"{node}\"\n\n{rest}"
+    );
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    crate::setup::parse_str(&text, "small.toml", &sets).unwrap()
+}
+
+/// The text of a bundled profile, by its path.
+fn bundled_text(path: &str) -> &'static str {
+    match path {
+        "scenarios/profiles/h100-dgx.toml" => H100,
+        "scenarios/profiles/h100-grand-teton.toml" => {
+            include_str!("../../../scenarios/profiles/h100-grand-teton.toml")
+        }
+        "scenarios/profiles/h200-dgx.toml" => {
+            include_str!("../../../scenarios/profiles/h200-dgx.toml")
+        }
+        "scenarios/profiles/b200-dgx.toml" => B200,
+        other => panic!("no bundled profile at {other}"),
+    }
+}
+
+/// Each bundled profile describes the GPU and nodes the table says: it names that GPU preset,
+/// and its link tiers are those of each node preset listed, so a scenario on that machine
+/// loses nothing of its own by taking the profile.
+#[test]
+fn bundled_profiles_describe_the_machines_they_are_listed_for() {
+    for b in bundled::BUNDLED {
+        let p = parse_str(bundled_text(b.path), b.path).unwrap();
+        assert_eq!(p.gpu, b.gpu, "{}", b.path);
+        for node in b.nodes {
+            let s = scenario_on(b.gpu, node, &[]);
+            let c = &s.cluster;
+            assert_eq!(
+                c.intra_node.bandwidth_bytes_per_s, p.intra.bandwidth_bytes_per_s.value,
+                "{} on {node}",
+                b.path
+            );
+            assert_eq!(
+                c.inter_node.bandwidth_bytes_per_s, p.inter.bandwidth_bytes_per_s.value,
+                "{} on {node}",
+                b.path
+            );
+            assert_eq!(bundled::for_cluster(c), Some(&b), "{} on {node}", b.path);
+        }
+    }
+}
+
+/// A report priced with the defaults on a machine a bundled profile describes names the
+/// profile; with a profile, on a changed machine, and on the A100 (whose fit the defaults
+/// are), it says nothing.
+#[test]
+fn a_default_priced_report_names_the_bundled_profile_of_its_machine() {
+    let note_of = |s: &crate::scenario::Scenario, p: Option<&Profile>| {
+        let opts = crate::PredictOptions::default();
+        let r = crate::predict_with(s, &opts, p).unwrap().report;
+        r.notes
+            .iter()
+            .find(|n| n.starts_with("priced with twin's default cost model"))
+            .cloned()
+    };
+    let dgx = scenario_on("h100-sxm-80gb", "dgx-h100", &[]);
+    let note = note_of(&dgx, None).expect("a note on a DGX H100");
+    assert!(
+        note.contains("--profile scenarios/profiles/h100-dgx.toml"),
+        "{note}"
+    );
+    assert_eq!(note_of(&dgx, Some(&h100())), None, "priced with a profile");
+    let slower_nic = scenario_on(
+        "h100-sxm-80gb",
+        "dgx-h100",
+        &["cluster.inter_node.bandwidth_bytes_per_s=25e9"],
+    );
+    assert_eq!(note_of(&slower_nic, None), None, "another machine");
+    let a100 = scenario_on("a100-sxm-80gb", "dgx-a100", &[]);
+    assert_eq!(note_of(&a100, None), None, "the defaults are the A100 fit");
+}
