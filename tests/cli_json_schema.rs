@@ -235,6 +235,7 @@ const REQUIRED: &[(&str, &str, &[&str])] = &[
             "published_flops_per_token",
             "model_flops_per_token",
             "framework_flops_per_token",
+            "bundled_profile",
         ],
     ),
     (

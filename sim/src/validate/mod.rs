@@ -100,6 +100,10 @@ pub struct Comparison {
     pub published_flops_per_token: Option<f64>,
     pub model_flops_per_token: f64,
     pub framework_flops_per_token: f64,
+    /// The bundled profile that describes the row's machine, when the row was priced with
+    /// twin's defaults instead (no `--profile` given; [`crate::profile::bundled`]); `None`
+    /// otherwise.
+    pub bundled_profile: Option<String>,
 }
 
 /// How far apart published and counted FLOPs per token may be before `twin validate` names the
@@ -324,6 +328,11 @@ pub fn run_case(case: &Case, profiles: &[Profile]) -> Result<Comparison, Validat
         published_flops_per_token: None,
         model_flops_per_token: per_token(report.model_tflops_per_gpu),
         framework_flops_per_token: per_token(report.framework_flops.tflops_per_gpu),
+        bundled_profile: match profile {
+            Some(_) => None,
+            None => crate::profile::bundled::for_cluster(&case.scenario.cluster)
+                .map(|b| b.path.to_string()),
+        },
     })
 }
 
@@ -543,6 +552,28 @@ impl Validation {
                     r.model_flops_per_token / 1e9,
                     r.framework_flops_per_token / 1e9
                 );
+            }
+        }
+        let mut bundled: Vec<(&str, usize)> = Vec::new();
+        for path in self
+            .rows
+            .iter()
+            .filter_map(|r| r.bundled_profile.as_deref())
+        {
+            match bundled.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, n)) => *n += 1,
+                None => bundled.push((path, 1)),
+            }
+        }
+        if !bundled.is_empty() {
+            let _ = writeln!(
+                out,
+                "
+rows priced with twin's default cost model (the A100 fit) on machines a bundled \
+                 profile describes; --profile FILE, once for each, prices them with it:"
+            );
+            for (path, n) in bundled {
+                let _ = writeln!(out, "- {path}: {n} rows");
             }
         }
         let out_of_memory: Vec<&Comparison> = self.rows.iter().filter(|r| !r.fits).collect();

@@ -199,6 +199,7 @@ fn json_has_the_documented_shape() {
             published_flops_per_token: Some(50e9),
             model_flops_per_token: 56e9,
             framework_flops_per_token: 52e9,
+            bundled_profile: None,
         }],
         median_abs_error: 0.05,
         max_abs_error: 0.05,
@@ -416,6 +417,28 @@ fn gpu_notes_select_their_preset_and_each_row_its_profile() {
     assert!(both.uncovered.is_empty());
     // Same shape, less peak and bandwidth: the Grand Teton row is slower.
     assert!(both.rows[1].predicted > both.rows[0].predicted);
+    assert!(both.rows.iter().all(|r| r.bundled_profile.is_none()));
+    // Without profiles both are priced with the defaults, and each names the bundled profile
+    // of its machine; the text counts them.
+    let none = validate_table(&t, &[]).unwrap();
+    let paths: Vec<Option<&str>> = none
+        .rows
+        .iter()
+        .map(|r| r.bundled_profile.as_deref())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            Some("scenarios/profiles/h100-dgx.toml"),
+            Some("scenarios/profiles/h100-grand-teton.toml")
+        ]
+    );
+    assert!(
+        none.to_text()
+            .contains("- scenarios/profiles/h100-grand-teton.toml: 1 rows"),
+        "{}",
+        none.to_text()
+    );
     let one = validate_table(&t, &[dgx]).unwrap();
     assert_eq!(one.rows.len(), 1);
     assert_eq!(one.uncovered.len(), 1);
