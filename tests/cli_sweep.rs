@@ -360,3 +360,28 @@ fn a_search_prices_the_scenarios_own_layer_split_beside_its_candidates() {
     assert!(plain.status.success(), "stderr: {}", stderr(&plain));
     assert!(!stdout(&plain).contains("own layout"), "{}", stdout(&plain));
 }
+
+/// The sweep prices every layout with twin's defaults: on a machine a bundled profile
+/// describes (the bundled Qwen3 scenario's DGX H100s) it says so on stderr and names the
+/// profile to simulate a pick with; on the A100 scenario, whose fit the defaults are, it says
+/// nothing of the kind.
+#[test]
+fn a_sweep_on_a_profiled_machine_names_the_profile_for_its_pick() {
+    let o = twin(&[
+        "sweep",
+        "scenarios/moe/qwen3-30b-a3b-16xH100.toml",
+        "--vary",
+        "training.micro_batch=1,2",
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--profile scenarios/profiles/h100-dgx.toml"),
+        "{}",
+        stderr(&o)
+    );
+    let mut args = vec!["sweep", "scenarios/small.toml"];
+    args.extend(VARY);
+    let o = twin(&args);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    assert!(!stderr(&o).contains("--profile"), "{}", stderr(&o));
+}

@@ -162,6 +162,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                  vpp, micro batch, recompute and ZeRO only, and --shard I/N splits the work"
             );
         }
+        if !super::progress::quiet() {
+            let scenario = plan
+                .source
+                .parse()
+                .ok()
+                .and_then(|p| p.resolve(&args.overrides).ok());
+            if let Some((b, s)) = scenario
+                .as_ref()
+                .and_then(|s| twin_sim::profile::bundled::for_cluster(&s.cluster).map(|b| (b, s)))
+            {
+                // The sweep has no --profile: say what prices it and how to price a pick.
+                eprintln!(
+                    "note: every layout is priced with twin's default cost model (the A100 \
+                     fit); {} describes {} GPUs in {} nodes: simulate the layout you pick \
+                     with --profile {} to price it for that machine",
+                    b.path, b.gpu, s.cluster.node, b.path
+                );
+            }
+        }
         let bar = super::progress::Bar::new("layouts", total, false);
         own_layout = plan
             .own_split
