@@ -141,13 +141,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(plan) => plan,
             Err(e) => return Ok(bad_input(e)),
         };
+        let scenario = plan
+            .source
+            .parse()
+            .ok()
+            .and_then(|p| p.resolve(&args.overrides).ok());
         if args.report.is_some() {
-            hbm_bytes = plan
-                .source
-                .parse()
-                .ok()
-                .and_then(|p| p.resolve(&args.overrides).ok())
-                .map(|s| s.cluster.gpu.usable_bytes());
+            hbm_bytes = scenario.as_ref().map(|s| s.cluster.gpu.usable_bytes());
         }
         let total = plan.layouts.len();
         if args.search && total > 20_000 && !super::progress::quiet() {
@@ -163,11 +163,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
         if !super::progress::quiet() {
-            let scenario = plan
-                .source
-                .parse()
-                .ok()
-                .and_then(|p| p.resolve(&args.overrides).ok());
             if let Some((b, s)) = scenario
                 .as_ref()
                 .and_then(|s| twin_sim::profile::bundled::for_cluster(&s.cluster).map(|b| (b, s)))

@@ -568,9 +568,8 @@ impl Validation {
         if !bundled.is_empty() {
             let _ = writeln!(
                 out,
-                "
-rows priced with twin's default cost model (the A100 fit) on machines a bundled \
-                 profile describes; --profile FILE, once for each, prices them with it:"
+                "\nrows priced with twin's default cost model (the A100 fit) on machines a \
+                 bundled profile describes; --profile FILE, once for each, prices them with it:"
             );
             for (path, n) in bundled {
                 let _ = writeln!(out, "- {path}: {n} rows");
