@@ -361,27 +361,71 @@ fn a_search_prices_the_scenarios_own_layer_split_beside_its_candidates() {
     assert!(!stdout(&plain).contains("own layout"), "{}", stdout(&plain));
 }
 
-/// The sweep prices every layout with twin's defaults: on a machine a bundled profile
-/// describes (the bundled Qwen3 scenario's DGX H100s) it says so on stderr and names the
-/// profile to simulate a pick with; on the A100 scenario, whose fit the defaults are, it says
-/// nothing of the kind.
+/// The sweep prices each layout as `twin simulate` does: on a machine a bundled profile
+/// describes (the bundled Qwen3 scenario's DGX H100s) with that profile, which it names on
+/// stderr, exactly as the file given with --profile, and with the defaults only when asked;
+/// on the small scenario's GPU, which no bundled profile describes, it says nothing.
 #[test]
-fn a_sweep_on_a_profiled_machine_names_the_profile_for_its_pick() {
+fn a_sweep_prices_each_layout_with_the_bundled_profile_of_its_machine() {
+    let scenario = "scenarios/moe/qwen3-30b-a3b-16xH100.toml";
+    let sweep = |extra: &[&str]| {
+        let mut args = vec![
+            "sweep",
+            scenario,
+            "--vary",
+            "training.micro_batch=1,2",
+            "--format",
+            "json",
+        ];
+        args.extend(extra);
+        let o = twin(&args);
+        assert!(o.status.success(), "stderr: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v, stderr(&o))
+    };
+    let (machine, said) = sweep(&[]);
+    assert!(
+        said.contains("priced with the bundled profile scenarios/profiles/h100-dgx.toml"),
+        "{said}"
+    );
+    // The same as the file given, and not the defaults.
+    let (given, said) = sweep(&["--profile", "scenarios/profiles/h100-dgx.toml"]);
+    assert!(!said.contains("note:"), "{said}");
+    let (defaults, said) = sweep(&["--profile", "defaults"]);
+    assert!(
+        said.contains("twin's A100-fitted defaults, as asked"),
+        "{said}"
+    );
+    let steps = |v: &serde_json::Value| -> Vec<f64> {
+        v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["step_time_s"].as_f64().unwrap())
+            .collect()
+    };
+    assert_eq!(steps(&machine), steps(&given));
+    assert_ne!(steps(&machine), steps(&defaults));
+    // The simulated step of a layout is the sweep's.
     let o = twin(&[
-        "sweep",
-        "scenarios/moe/qwen3-30b-a3b-16xH100.toml",
-        "--vary",
-        "training.micro_batch=1,2",
+        "simulate",
+        scenario,
+        "--set",
+        "training.micro_batch=1",
+        "--format",
+        "json",
     ]);
     assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let step = r["step_time_s"].as_f64().unwrap();
     assert!(
-        stderr(&o).contains("--profile scenarios/profiles/h100-dgx.toml"),
-        "{}",
-        stderr(&o)
+        steps(&machine).contains(&step),
+        "{step} not in {:?}",
+        steps(&machine)
     );
     let mut args = vec!["sweep", "scenarios/small.toml"];
     args.extend(VARY);
     let o = twin(&args);
     assert!(o.status.success(), "stderr: {}", stderr(&o));
-    assert!(!stderr(&o).contains("--profile"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("note:"), "{}", stderr(&o));
 }

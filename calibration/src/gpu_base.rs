@@ -248,6 +248,7 @@ fn skeleton(gpu: &str, links: &TierModel, scenario: &str) -> Profile {
     let p = placeholder(1.0);
     Profile {
         name: gpu.to_string(),
+        bundled: None,
         description: format!("GPU '{gpu}' on the node of {scenario}"),
         gpu: String::new(),
         sm_count: p.clone(),

@@ -97,6 +97,7 @@ pub fn to_profile(
     let host = host_keys(f, run);
     let profile = Profile {
         name: format!("{gpu_name}-calibrated"),
+        bundled: None,
         description: format!("twin calibrate host on this machine ({run})"),
         gpu: gpu_name.to_string(),
         sm_count: Param {

@@ -2,6 +2,7 @@
 //! alpha-beta one, side by side: `cargo run --release -p twin-sim --example validate_flow
 //! [TABLE]` (default data/validation/throughput.toml).
 
+use twin_sim::profile::bundled::Pricing;
 use twin_sim::scenario::NetworkModel;
 use twin_sim::validate::{load_table, median_abs, row_cases, run_case};
 
@@ -13,9 +14,9 @@ fn main() {
     let (mut analytic, mut flow) = (Vec::new(), Vec::new());
     for row in &table.run {
         for mut case in row_cases(row).expect("cases") {
-            let a = run_case(&case, &[]).expect("analytic");
+            let a = run_case(&case, &[], &Pricing::Defaults).expect("analytic");
             case.scenario.cluster.topology.model = NetworkModel::Flow;
-            let f = run_case(&case, &[]).expect("flow");
+            let f = run_case(&case, &[], &Pricing::Defaults).expect("flow");
             println!(
                 "{:<28} {:<28} published {:>8.2} analytic {:>8.2} ({:+.1}%) flow {:>8.2} ({:+.1}%)",
                 a.id,

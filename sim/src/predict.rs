@@ -285,13 +285,16 @@ pub fn predict_with(
         wall_s,
     );
     report.interruptions = interruptions;
-    if profile.is_none() {
-        if let Some(note) = crate::profile::bundled::note(&scenario.cluster) {
-            // After the choices made for the user, before the known biases.
-            let biases = crate::known_bias::of(scenario).len();
-            let at = report.notes.len().saturating_sub(biases);
-            report.notes.insert(at, note);
-        }
+    // What priced the step, when it is not what the user gave: after the choices made for
+    // the user, before the known biases.
+    let pricing = match profile {
+        None => crate::profile::bundled::note(&scenario.cluster),
+        Some(p) => crate::profile::bundled::applied_note(&scenario.cluster, p),
+    };
+    if let Some(note) = pricing {
+        let biases = crate::known_bias::of(scenario).len();
+        let at = report.notes.len().saturating_sub(biases);
+        report.notes.insert(at, note);
     }
     Ok(Prediction {
         staged,

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use twin_sim::known_bias::{self, Direction};
+use twin_sim::profile::bundled::Pricing;
 use twin_sim::validate::{parse_table, row_cases, validate_table, Table, Validation};
 
 const THROUGHPUT: &str = include_str!("../../data/validation/throughput.toml");
@@ -13,7 +14,7 @@ const THROUGHPUT: &str = include_str!("../../data/validation/throughput.toml");
 #[test]
 fn published_runs_are_predicted_within_the_recorded_accuracy() {
     let table = parse_table(THROUGHPUT, "throughput.toml").unwrap();
-    let v = validate_table(&table, &[]).unwrap();
+    let v = validate_table(&table, &[], &Pricing::Defaults).unwrap();
     println!("{}", v.to_text());
     assert_eq!(v.rows.len(), 9);
     assert_eq!(out_of_memory(&v), Vec::<&str>::new());
@@ -29,7 +30,7 @@ fn published_runs_are_predicted_within_the_recorded_accuracy() {
 fn held_out_runs_are_predicted_as_well_as_the_published_ones() {
     let text = include_str!("data/megatron-sc21-holdout.toml");
     let table = parse_table(text, "megatron-sc21-holdout.toml").unwrap();
-    let v = validate_table(&table, &[]).unwrap();
+    let v = validate_table(&table, &[], &Pricing::Defaults).unwrap();
     println!("{}", v.to_text());
     assert_eq!(v.rows.len(), 4);
     assert_eq!(out_of_memory(&v), Vec::<&str>::new());
@@ -48,8 +49,8 @@ fn a100_profile_predicts_like_the_defaults() {
         "/../scenarios/profiles/a100-dgx.toml"
     )))
     .unwrap();
-    let with = validate_table(&small, std::slice::from_ref(&profile)).unwrap();
-    let without = validate_table(&small, &[]).unwrap();
+    let with = validate_table(&small, std::slice::from_ref(&profile), &Pricing::Defaults).unwrap();
+    let without = validate_table(&small, &[], &Pricing::Defaults).unwrap();
     for (a, b) in with.rows.iter().zip(&without.rows) {
         // Only the inter-node efficiency differs (0.96 vs 0.94) and a one-node run never uses it.
         assert_eq!(a.predicted, b.predicted, "{}", a.field);
@@ -72,7 +73,7 @@ fn modern_validation() -> twin_sim::validate::Validation {
         )
         .unwrap(),
     ];
-    validate_table(&table, &profiles).unwrap()
+    validate_table(&table, &profiles, &Pricing::Defaults).unwrap()
 }
 
 /// Every published run ran, so each should be predicted to fit in its GPUs' memory, and each
@@ -316,7 +317,7 @@ fn control(
     (median, max): (f64, f64),
 ) {
     let table = parse_table(text, name).unwrap();
-    let v = validate_table(&table, profiles).unwrap();
+    let v = validate_table(&table, profiles, &Pricing::Defaults).unwrap();
     println!("{}", v.to_text());
     biases_hold(&table, &v);
     assert_eq!(v.rows.len(), rows);

@@ -158,7 +158,7 @@ struct SearchRow {
 }
 
 fn search(args: &Args) -> anyhow::Result<ExitCode> {
-    use twin_sim::sweep::{Objective, SweepPlan, SweepRequest};
+    use twin_sim::sweep::{Objective, Pricing, SweepPlan, SweepRequest};
     let mut rows = Vec::new();
     for path in &args.scenarios {
         let source = twin_sim::setup::ScenarioSource::read(path)?;
@@ -173,7 +173,8 @@ fn search(args: &Args) -> anyhow::Result<ExitCode> {
         for _ in 0..args.repeat {
             let t0 = Instant::now();
             let plan = SweepPlan::new(source.clone(), &req)?;
-            let r = plan.run(Objective::TokensPerS, &|_| {});
+            // Priced as `twin sweep` prices it without --profile.
+            let r = plan.run(Objective::TokensPerS, &Pricing::Machine, &|_| {});
             times.push(t0.elapsed().as_secs_f64());
             last = Some(r);
         }

@@ -55,12 +55,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         collapse: true,
         ..Default::default()
     };
-    let ra = twin_sim::predict(&sa, &opts)
-        .with_context(|| format!("simulating {}", args.a.display()))?
-        .report;
-    let rb = twin_sim::predict(&sb, &opts)
-        .with_context(|| format!("simulating {}", args.b.display()))?
-        .report;
+    // Each scenario priced as `twin simulate` prices it without --profile.
+    let machine = twin_sim::profile::bundled::Pricing::Machine;
+    let predict = |s: &twin_sim::scenario::Scenario, path: &std::path::Path| {
+        let profile = super::pricing::profile_for(&machine, s)?;
+        twin_sim::predict_with(s, &opts, profile.as_deref())
+            .with_context(|| format!("simulating {}", path.display()))
+    };
+    let ra = predict(&sa, &args.a)?.report;
+    let rb = predict(&sb, &args.b)?.report;
     let rows = diff_reports(&ra, &rb);
     let (na, nb) = (args.a.display().to_string(), args.b.display().to_string());
     let (na, nb) = if na == nb {

@@ -4,6 +4,7 @@ pub mod bench;
 // issue 6: calibration
 pub mod calibrate;
 pub mod doctor;
+mod pricing;
 pub mod progress;
 pub mod renamed;
 // issue 39: pictures
@@ -82,6 +83,8 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
     if err.chain().any(|c| {
         c.downcast_ref::<ScenarioError>().is_some()
             || c.downcast_ref::<twin_sim::profile::GpuMismatch>().is_some()
+            || c.downcast_ref::<twin_sim::profile::bundled::PricingError>()
+                .is_some_and(|e| matches!(e, twin_sim::profile::bundled::PricingError::Mismatch(_)))
             || c.downcast_ref::<output::OutputError>().is_some()
             || c.downcast_ref::<twin_sim::trace::RankOutOfLayout>()
                 .is_some()

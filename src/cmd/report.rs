@@ -44,7 +44,7 @@ pub struct Args {
     /// Override a scenario key (TOML value syntax), e.g. parallel.pp=16. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
-    /// Hardware profile TOML whose parameters replace the defaults (docs/reference/profiles.md).
+    /// Profile that prices the step (default: the machine's bundled one); `defaults`: A100 fit.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
     /// Samples of [variability] (every rank simulated) and draws of --profile's fits.
@@ -103,6 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (scenario, plan, sections) = parsed.resolve_with_sections(&args.overrides)?;
     let faults = sections.faults;
     super::warn_hf_unmodelled(&source.origin, &parsed.hf_unmodelled(&args.overrides)?);
+    let pricing = super::pricing::from_arg(args.profile.as_deref())?;
     let text = if plot == Some(PlotArg::Pareto) {
         let req = SweepRequest {
             overrides: &args.overrides,
@@ -115,7 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let sweep_plan = SweepPlan::new(source, &req)?;
         let total = sweep_plan.layouts.len();
         let bar = super::progress::Bar::new("layouts", total, false);
-        let result = sweep_plan.run(Objective::TokensPerS, &|n| bar.inc_by(n));
+        let result = sweep_plan.run(Objective::TokensPerS, &pricing, &|n| bar.inc_by(n));
         bar.finish();
         let hbm = Some(scenario.cluster.gpu.usable_bytes());
         sweep_report(&result, hbm).plot_svg(rep::Plot::Pareto)?
@@ -141,10 +142,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             None | Some(PlotArg::Variability) => sections.variability.as_ref(),
             _ => None,
         };
-        let profile = match &args.profile {
-            Some(p) => Some(twin_sim::profile::load(p)?),
-            None => None,
-        };
+        let profile = super::pricing::profile_for(&pricing, &scenario)?;
         let horizon = if with_horizon {
             simulation::horizon_config(faults, None, None)
         } else {
@@ -154,7 +152,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             &scenario,
             &plan,
             &source.origin,
-            profile.as_ref(),
+            profile.as_deref(),
             horizon.as_ref(),
             variability,
             args.samples,

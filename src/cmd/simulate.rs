@@ -46,7 +46,7 @@ pub struct Args {
     /// Print where each stage's step goes (GEMMs, attention, comm, idle...).
     #[arg(long)]
     pub breakdown: bool,
-    /// Hardware profile TOML whose parameters replace the defaults (docs/reference/profiles.md).
+    /// Profile that prices the step (default: the machine's bundled one); `defaults`: A100 fit.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
     /// Simulate representative ranks only (exact; docs/reference/topology.md).
@@ -152,10 +152,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         collapse: args.collapse || (!args.full && reps_suffice),
         ..Default::default()
     };
-    let profile = match &args.profile {
-        Some(p) => Some(twin_sim::profile::load(p)?),
-        None => None,
-    };
+    let pricing = super::pricing::from_arg(args.profile.as_deref())?;
+    let profile = super::pricing::profile_for(&pricing, &scenario)?;
     let horizon = simulation::horizon_config(faults, args.horizon, args.seeds);
     let seeds = horizon.as_ref().map_or(0, |h| h.seeds as usize);
     // Bars for a horizon's trials and for [variability]'s samples, only when they run.
@@ -169,7 +167,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let sample_progress = |_done: usize| sample_bar.inc();
     let sim_opts = simulation::SimulateOptions {
         predict: &opts,
-        profile: profile.as_ref(),
+        profile: profile.as_deref(),
         samples: args.samples,
         variability: sections.variability.as_ref(),
         sample_progress: sample_bar

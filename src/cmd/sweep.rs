@@ -42,6 +42,10 @@ pub struct Args {
     /// Override a key of the base scenario first. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
+    /// Hardware profile TOML that prices every layout; `defaults` for twin's A100-fitted
+    /// defaults. Without it, each layout's machine's bundled profile, if any.
+    #[arg(long, value_name = "FILE", conflicts_with = "merge")]
+    pub profile: Option<PathBuf>,
     /// What to rank by.
     #[arg(long, value_enum, default_value = "tokens-per-s")]
     pub objective: Obj,
@@ -112,6 +116,10 @@ fn bad_input(err: impl Into<anyhow::Error>) -> ExitCode {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(args.out.as_deref(), "--out")?;
     super::output::check_file(args.report.as_deref(), "--report")?;
+    let pricing = match super::pricing::from_arg(args.profile.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return Ok(bad_input(e)),
+    };
     let t0 = Instant::now();
     // The usable HBM per GPU the report draws (unknown when merging shards).
     let mut hbm_bytes = None;
@@ -163,17 +171,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
         if !super::progress::quiet() {
-            if let Some((b, s)) = scenario
-                .as_ref()
-                .and_then(|s| twin_sim::profile::bundled::for_cluster(&s.cluster).map(|b| (b, s)))
-            {
-                // The sweep has no --profile: say what prices it and how to price a pick.
-                eprintln!(
-                    "note: every layout is priced with twin's default cost model (the A100 \
-                     fit); {} describes {} GPUs in {} nodes: simulate the layout you pick \
-                     with --profile {} to price it for that machine",
-                    b.path, b.gpu, s.cluster.node, b.path
-                );
+            if let Some(note) = scenario.as_ref().and_then(|s| pricing_note(&pricing, s)) {
+                eprintln!("note: {note}");
             }
         }
         let bar = super::progress::Bar::new("layouts", total, false);
@@ -181,7 +180,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .own_split
             .clone()
             .map(|source| (source, plan.scenario_name.clone()));
-        let r = plan.run(args.objective.into(), &|n| bar.inc_by(n));
+        let r = plan.run(args.objective.into(), &pricing, &|n| bar.inc_by(n));
         bar.finish();
         r
     };
@@ -210,7 +209,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         print!("{}", result.top_text(args.top));
         if let Some((source, name)) = &own_layout {
             let layouts = vec![(0, args.overrides.clone())];
-            let own = sweep::run(source, name, layouts, args.objective.into(), &|| {});
+            let own = sweep::run(
+                source,
+                name,
+                layouts,
+                args.objective.into(),
+                &pricing,
+                &|| {},
+            );
             print!("{}", own_layout_text(&own, &result));
         }
         if args.merge.is_empty() {
@@ -263,4 +269,25 @@ fn own_layout_text(own: &sweep::SweepResult, searched: &sweep::SweepResult) -> S
         }
     }
     o
+}
+
+/// What the sweep says on stderr about what prices its layouts, where that is a bundled
+/// profile or the defaults on a machine one describes (a given profile is the user's own
+/// choice and goes unsaid).
+fn pricing_note(pricing: &sweep::Pricing, s: &twin_sim::scenario::Scenario) -> Option<String> {
+    let b = twin_sim::profile::bundled::for_cluster(&s.cluster)?;
+    match pricing {
+        sweep::Pricing::Machine => Some(format!(
+            "every layout on {} GPUs in {} nodes is priced with the bundled profile {} \
+             (--profile FILE prices with another, --profile defaults with twin's A100-fitted \
+             defaults)",
+            b.gpu, s.cluster.node, b.path
+        )),
+        sweep::Pricing::Defaults => Some(format!(
+            "every layout is priced with twin's A100-fitted defaults, as asked; {} describes \
+             {} GPUs in {} nodes and prices them without --profile",
+            b.path, b.gpu, s.cluster.node
+        )),
+        sweep::Pricing::Profile(_) => None,
+    }
 }

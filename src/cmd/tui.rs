@@ -28,7 +28,8 @@ pub struct Args {
     /// A CUDA memory snapshot of the measured step, drawn in the Memory pane.
     #[arg(long, value_name = "SNAP", requires = "measured")]
     pub memory_snapshot: Option<PathBuf>,
-    /// Hardware profile TOML whose cost-model parameters replace the defaults.
+    /// Hardware profile TOML that prices the step; `defaults` for twin's A100-fitted
+    /// defaults. Without it, the bundled profile of the machine, if any.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
     /// Override a scenario key (TOML value syntax), e.g. --set parallel.pp=16. Repeatable.
@@ -84,14 +85,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let parsed = source.parse()?;
     // Surface scenario errors (exit 2) before the terminal is taken over.
     parsed.resolve(&args.overrides)?;
-    let profile = match &args.profile {
-        Some(p) => Some(twin_sim::profile::load(p)?),
-        None => None,
-    };
+    let pricing = super::pricing::from_arg(args.profile.as_deref())?;
     let setup = twin_tui::Setup {
         source: parsed,
         base_overrides: args.overrides.clone(),
-        profile,
+        pricing,
         // A measured trace has every rank; so must the prediction it is compared with.
         collapse: args.measured.is_none(),
     };

@@ -25,8 +25,9 @@ pub struct Args {
     /// Output format: a Markdown table, or JSON (twin.validate/1, docs/reference/json.md).
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
-    /// Hardware profile TOML (docs/reference/profiles.md) to cost the runs with instead of the
-    /// defaults. Repeat it for tables that mix GPUs: each row takes the profile of its GPU.
+    /// Hardware profile TOML (docs/reference/profiles.md) to cost the runs of its GPU with;
+    /// repeatable. Rows no given profile describes take their machine's bundled profile, if
+    /// any (`defaults`: twin's A100-fitted defaults instead).
     #[arg(long, value_name = "FILE")]
     pub profile: Vec<PathBuf>,
     /// Also write the scenario built for each row to DIR/<row id>.toml (created if missing),
@@ -37,14 +38,20 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let table = twin_sim::validate::load_table(&args.table)?;
+    // Each row takes the given profile of its GPU, else its machine's bundled profile, else
+    // the defaults; `--profile defaults` makes the defaults the fallback.
     let mut profiles = Vec::with_capacity(args.profile.len());
+    let mut fallback = twin_sim::profile::bundled::Pricing::Machine;
     for p in &args.profile {
-        profiles.push(twin_sim::profile::load(p)?);
+        match super::pricing::from_arg(Some(p))? {
+            twin_sim::profile::bundled::Pricing::Profile(p) => profiles.push((*p).clone()),
+            other => fallback = other,
+        }
     }
     if let Some(dir) = &args.emit_scenarios {
         emit_scenarios(&table, dir)?;
     }
-    let validation = twin_sim::validate::validate_table(&table, &profiles)
+    let validation = twin_sim::validate::validate_table(&table, &profiles, &fallback)
         .with_context(|| format!("validating {}", args.table.display()))?;
     match args.format {
         Format::Json => println!("{}", validation.to_json()),

@@ -22,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let setup = Setup {
         source: twin_sim::setup::ParsedSource::parse(&text, &path)?,
         base_overrides: Vec::new(),
-        profile: None,
+        pricing: twin_sim::profile::bundled::Pricing::Machine,
         collapse: true,
     };
     let mut app = App::new(path.clone(), compute(&setup, &[])?, None);

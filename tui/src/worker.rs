@@ -7,7 +7,7 @@ use crate::timeline::Timeline;
 use crate::update::Msg;
 use std::sync::mpsc::{Receiver, Sender};
 use twin_sim::faults::{HorizonReport, JobFacts};
-use twin_sim::profile::Profile;
+use twin_sim::profile::bundled::Pricing;
 use twin_sim::report::Report;
 use twin_sim::scenario::{FaultConfig, Scenario};
 use twin_sim::schedule::Schedule;
@@ -21,7 +21,8 @@ pub struct Setup {
     pub source: ParsedSource,
     /// `--set` overrides from the command line; what-if overrides are applied after them.
     pub base_overrides: Vec<String>,
-    pub profile: Option<Profile>,
+    /// What prices each simulation (the scenario's machine decides under `Machine`).
+    pub pricing: Pricing,
     /// Simulate one representative rank per stage when exact (off when comparing with a
     /// measured trace, whose ranks must all be there).
     pub collapse: bool,
@@ -82,8 +83,12 @@ pub fn compute_step(setup: &Setup, overrides: &[String]) -> Result<Outcome, Stri
         skip_validation: true,
         trace_ranks: None,
     };
+    let profile = setup
+        .pricing
+        .profile_for(&scenario)
+        .map_err(|e| e.to_string())?;
     let prediction =
-        predict_with(&scenario, &opts, setup.profile.as_ref()).map_err(|e| e.to_string())?;
+        predict_with(&scenario, &opts, profile.as_deref()).map_err(|e| e.to_string())?;
     let plan = &prediction.staged.plan;
     let timeline = match &prediction.result.trace {
         Some(trace) => Timeline::from_trace(trace, &prediction.staged.schedule, |r| {
@@ -232,7 +237,7 @@ mod tests {
         let setup = Setup {
             source,
             base_overrides: vec![],
-            profile: None,
+            pricing: Pricing::Machine,
             collapse: true,
         };
         let (tx, rx) = std::sync::mpsc::channel();
@@ -261,7 +266,7 @@ mod tests {
         let setup = Setup {
             source: ParsedSource::parse(&text, "512xA100-faults.toml").unwrap(),
             base_overrides: vec!["faults.seeds=2".into(), "faults.horizon=\"1d\"".into()],
-            profile: None,
+            pricing: Pricing::Machine,
             collapse: true,
         };
         let (tx, rx) = std::sync::mpsc::channel();

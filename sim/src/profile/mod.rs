@@ -129,6 +129,10 @@ pub struct AttentionParams {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Profile {
     pub name: String,
+    /// The bundled file's path when this is the copy built into the binary
+    /// ([`bundled::Bundled::profile`]); `None` for a profile read from a file.
+    #[serde(skip)]
+    pub bundled: Option<&'static str>,
     pub description: String,
     /// The GPU preset name the profile describes (`a100-sxm-80gb`, ...); a scenario on another
     /// GPU is rejected by [`check_matches`].

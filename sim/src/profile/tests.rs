@@ -1462,35 +1462,71 @@ fn bundled_profiles_describe_the_machines_they_are_listed_for() {
             );
             assert_eq!(bundled::for_cluster(c), Some(&b), "{} on {node}", b.path);
         }
+        // The copy built into the binary is the file, marked as bundled.
+        let built = b.profile().unwrap();
+        assert_eq!(built.bundled, Some(b.path));
+        let mut unmarked = (*built).clone();
+        unmarked.bundled = None;
+        assert_eq!(unmarked, p, "{}", b.path);
     }
 }
 
-/// A report priced with the defaults on a machine a bundled profile describes names the
-/// profile; with a profile, on a changed machine, and on the A100 (whose fit the defaults
-/// are), it says nothing.
+/// On a machine a bundled profile describes, `Pricing::Machine` prices with that profile and
+/// predicts what the file given as a profile predicts; the report names the bundled profile,
+/// and a report priced with the defaults there names the profile it passed over. A profile
+/// read from a file, a changed machine and the A100 (whose fit the defaults are) get neither
+/// note.
 #[test]
-fn a_default_priced_report_names_the_bundled_profile_of_its_machine() {
-    let note_of = |s: &crate::scenario::Scenario, p: Option<&Profile>| {
+fn the_bundled_profile_of_a_machine_prices_it_unless_told_otherwise() {
+    use bundled::Pricing;
+    let priced = |s: &crate::scenario::Scenario, p: Option<&Profile>| {
         let opts = crate::PredictOptions::default();
-        let r = crate::predict_with(s, &opts, p).unwrap().report;
+        crate::predict_with(s, &opts, p).unwrap().report
+    };
+    let note_of = |r: &crate::report::Report| {
         r.notes
             .iter()
-            .find(|n| n.starts_with("priced with twin's default cost model"))
+            .find(|n| n.starts_with("priced with"))
             .cloned()
     };
     let dgx = scenario_on("h100-sxm-80gb", "dgx-h100", &[]);
-    let note = note_of(&dgx, None).expect("a note on a DGX H100");
+    let machine = Pricing::Machine
+        .profile_for(&dgx)
+        .unwrap()
+        .expect("a DGX H100");
+    let with_bundled = priced(&dgx, Some(&machine));
+    let with_file = priced(&dgx, Some(&h100()));
+    assert_eq!(with_bundled.step_time_s, with_file.step_time_s);
+    let note = note_of(&with_bundled).expect("a note on the bundled profile");
     assert!(
-        note.contains("--profile scenarios/profiles/h100-dgx.toml"),
+        note.starts_with("priced with the bundled profile scenarios/profiles/h100-dgx.toml"),
         "{note}"
     );
-    assert_eq!(note_of(&dgx, Some(&h100())), None, "priced with a profile");
+    assert_eq!(note_of(&with_file), None, "priced with a given profile");
+    let defaults = priced(&dgx, None);
+    assert_ne!(defaults.step_time_s, with_bundled.step_time_s);
+    let note = note_of(&defaults).expect("a note on the defaults");
+    assert!(
+        note.starts_with("priced with twin's default cost model")
+            && note.contains("scenarios/profiles/h100-dgx.toml describes"),
+        "{note}"
+    );
+    assert_eq!(Pricing::Defaults.profile_for(&dgx).unwrap(), None);
     let slower_nic = scenario_on(
         "h100-sxm-80gb",
         "dgx-h100",
         &["cluster.inter_node.bandwidth_bytes_per_s=25e9"],
     );
-    assert_eq!(note_of(&slower_nic, None), None, "another machine");
+    assert_eq!(Pricing::Machine.profile_for(&slower_nic).unwrap(), None);
+    assert_eq!(note_of(&priced(&slower_nic, None)), None, "another machine");
     let a100 = scenario_on("a100-sxm-80gb", "dgx-a100", &[]);
-    assert_eq!(note_of(&a100, None), None, "the defaults are the A100 fit");
+    assert_eq!(Pricing::Machine.profile_for(&a100).unwrap(), None);
+    assert_eq!(
+        note_of(&priced(&a100, None)),
+        None,
+        "the defaults are the A100 fit"
+    );
+    // A given profile of another GPU is refused, as `twin simulate --profile` refuses it.
+    let given = Pricing::Profile(std::sync::Arc::new(h100()));
+    assert!(given.profile_for(&a100).is_err());
 }

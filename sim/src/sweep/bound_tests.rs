@@ -38,8 +38,8 @@ fn variant(model: &str, training: &str) -> ScenarioSource {
 /// Bases that exercise the bound's parts: per-layer segments and buckets (megatron-core),
 /// per-parameter gradients and their accumulation (hf), FSDP units (torchtitan), a
 /// data-parallel stream that dominates the step (slow), DeepSpeed's ZeRO-3 module buffers,
-/// a mixture of experts with skewed routing and the all-to-all overlap, and chunk
-/// granularity.
+/// a mixture of experts with skewed routing and the all-to-all overlap, chunk granularity,
+/// and a machine a bundled profile prices.
 fn bases() -> Vec<(&'static str, ScenarioSource)> {
     vec![
         ("megatron-core", variant("", "")),
@@ -90,6 +90,18 @@ fn bases() -> Vec<(&'static str, ScenarioSource)> {
             s.text = s.text.replace("zero = 0\n", "zero = 0\nep = 2\n");
             s
         }),
+        ("a DGX H100, priced with its bundled profile", {
+            // Every sweep prices a layout on a machine a bundled profile describes with it
+            // (`Pricing::Machine`), FP8 curves and attention curves included.
+            let mut s = variant("", "");
+            let start = s.text.find("gpus_per_node = 4").unwrap();
+            let end = s.text.find("[parallel]").unwrap();
+            s.text.replace_range(
+                start..end,
+                "node = \"dgx-h100\"\ngpu = \"h100-sxm-80gb\"\n\n",
+            );
+            s
+        }),
     ]
 }
 
@@ -129,13 +141,14 @@ fn bounds_never_exceed_the_simulated_step_or_peak() {
             let Ok((s, plan)) = parsed.resolve_planned(o) else {
                 continue;
             };
-            let b = sizes::lower_bounds(&s, &plan, u64::MAX, true).unwrap();
+            let b = sizes::lower_bounds(&s, &plan, &Pricing::Machine, u64::MAX, true).unwrap();
             // The bound without the pass chain and the data-parallel stream, which the search
             // takes first, is lower, and its memory bound the same.
-            let cheap = sizes::lower_bounds(&s, &plan, u64::MAX, false).unwrap();
+            let cheap = sizes::lower_bounds(&s, &plan, &Pricing::Machine, u64::MAX, false).unwrap();
             assert!(cheap.step_ns <= b.step_ns, "{name}: {o:?}");
             assert_eq!(cheap.memory_bytes, b.memory_bytes, "{name}: {o:?}");
-            let Outcome::Row(row) = evaluate_planned(&s, &plan, 0, o.clone()) else {
+            let Outcome::Row(row) = evaluate_planned(&s, &plan, &Pricing::Machine, 0, o.clone())
+            else {
                 panic!("{name}: {o:?} failed");
             };
             if !row.simulated {
@@ -201,8 +214,9 @@ fn a_pruned_search_finds_the_exhaustive_winners() {
         let keep = 1 + pick(3);
         let base = src.resolve(&[]).unwrap();
         let layouts = LayoutSet::listed(search(&base, &sp));
-        let exhaustive = run_set(src, name, &layouts, objective, None, &|_| {});
-        let bounded = run_set(src, name, &layouts, objective, Some(keep), &|_| {});
+        let machine = &Pricing::Machine;
+        let exhaustive = run_set(src, name, &layouts, objective, None, machine, &|_| {});
+        let bounded = run_set(src, name, &layouts, objective, Some(keep), machine, &|_| {});
         let best = |r: &SweepResult| -> Vec<(usize, u64)> {
             r.ranked()
                 .iter()

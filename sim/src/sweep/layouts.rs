@@ -209,14 +209,21 @@ impl SweepPlan {
     }
 
     /// Simulates the layouts in parallel (only those that can still enter the best `keep`
-    /// when set), calling `progress` with the layouts done since its last call.
-    pub fn run(self, objective: super::Objective, progress: &(dyn Fn(u64) + Sync)) -> SweepResult {
+    /// when set), each priced as `pricing` prices its scenario, calling `progress` with the
+    /// layouts done since its last call.
+    pub fn run(
+        self,
+        objective: super::Objective,
+        pricing: &super::Pricing,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> SweepResult {
         super::run_set(
             &self.source,
             &self.scenario_name,
             &self.layouts,
             objective,
             self.keep,
+            pricing,
             progress,
         )
     }

@@ -14,14 +14,17 @@ pub use space::{
     Shard, ShardError,
 };
 
+use crate::cost::Analytic;
 use crate::engine::SimOptions;
 use crate::plan::Plan;
+pub use crate::profile::bundled::Pricing;
 use crate::report::Summary;
 use crate::scenario::Scenario;
 use crate::setup::{ParsedSource, ScenarioSource};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 /// What to rank by; named as `--objective` takes it (`tokens-per-s`, `mfu`, `step-time`,
 /// `memory`) in text and JSON alike.
@@ -311,11 +314,37 @@ pub fn static_state_bytes(s: &Scenario, plan: &Plan) -> u64 {
         .saturating_add(crate::workload::held_for_the_run_bytes(s))
 }
 
-fn evaluate(source: &ParsedSource, index: usize, overrides: Vec<String>) -> Outcome {
+/// The cost model `pricing` prices `scenario` with, as `twin simulate` builds it (a host
+/// profile's state cache is left unknown, as no whole schedule is kept to size it), or why
+/// there is none.
+pub(crate) fn cost_model(scenario: &Scenario, pricing: &Pricing) -> Result<Analytic, String> {
+    Ok(
+        match pricing.profile_for(scenario).map_err(|e| e.to_string())? {
+            Some(p) => Analytic::from_profile(scenario, &p),
+            None => Analytic::new(scenario),
+        },
+    )
+}
+
+/// Whether two pricings are the same cost model: one sweep's layouts share one profile, so
+/// the pointer answers before the contents are compared.
+pub(crate) fn same_pricing(a: &Pricing, b: &Pricing) -> bool {
+    match (a, b) {
+        (Pricing::Profile(a), Pricing::Profile(b)) => Arc::ptr_eq(a, b) || a == b,
+        _ => a == b,
+    }
+}
+
+fn evaluate(
+    source: &ParsedSource,
+    pricing: &Pricing,
+    index: usize,
+    overrides: Vec<String>,
+) -> Outcome {
     let Ok((scenario, plan)) = source.resolve_planned(&overrides) else {
         return Outcome::Invalid;
     };
-    let outcome = evaluate_planned(&scenario, &plan, index, overrides);
+    let outcome = evaluate_planned(&scenario, &plan, pricing, index, overrides);
     // The next layouts on this thread mostly share this one's mesh and take its groups.
     plan.recycle();
     outcome
@@ -324,6 +353,7 @@ fn evaluate(source: &ParsedSource, index: usize, overrides: Vec<String>) -> Outc
 fn evaluate_planned(
     scenario: &Scenario,
     plan: &Plan,
+    pricing: &Pricing,
     index: usize,
     overrides: Vec<String>,
 ) -> Outcome {
@@ -333,7 +363,16 @@ fn evaluate_planned(
             index, overrides, scenario, state,
         )));
     }
-    let cost = crate::cost::Analytic::new(scenario);
+    let cost = match cost_model(scenario, pricing) {
+        Ok(c) => c,
+        Err(reason) => {
+            return Outcome::Failed(FailedLayout {
+                index,
+                overrides,
+                reason,
+            })
+        }
+    };
     let opts = SimOptions {
         collapse: true,
         ..SimOptions::default()
@@ -352,7 +391,14 @@ fn evaluate_planned(
     };
     // The row's figures are the report's headline figures (one function computes both); the
     // per-rank breakdown a full report adds is not needed here.
-    let summary = Summary::of(scenario, plan, &result);
+    // MFU over the peak the cost model prices with, as `twin simulate` reports it.
+    let summary = if cost.peak == scenario.cluster.gpu.peak {
+        Summary::of(scenario, plan, &result)
+    } else {
+        let mut priced = scenario.clone();
+        priced.cluster.gpu.peak = cost.peak.clone();
+        Summary::of(&priced, plan, &result)
+    };
     Outcome::Row(Box::new(SweepRow::new(
         index, overrides, scenario, &summary,
     )))
@@ -413,6 +459,7 @@ pub fn run(
     scenario_name: &str,
     layouts: Vec<(usize, Vec<String>)>,
     objective: Objective,
+    pricing: &Pricing,
     progress: &(dyn Fn() + Sync),
 ) -> SweepResult {
     let total = layouts.len();
@@ -425,7 +472,7 @@ pub fn run(
     let outcomes: Vec<Outcome> = layouts
         .into_par_iter()
         .map(|(i, o)| {
-            let out = evaluate(&parsed, i, o);
+            let out = evaluate(&parsed, pricing, i, o);
             progress();
             out
         })
@@ -461,6 +508,7 @@ fn cost_of(objective: Objective, row: &SweepRow) -> Option<f64> {
 
 fn examine(
     source: &ParsedSource,
+    pricing: &Pricing,
     index: usize,
     overrides: Vec<String>,
     objective: Objective,
@@ -475,7 +523,7 @@ fn examine(
             index, overrides, &scenario, state,
         ))))
     } else {
-        match sizes::lower_bounds(&scenario, &plan, usable, false) {
+        match sizes::lower_bounds(&scenario, &plan, pricing, usable, false) {
             Err(e) => Examined::Done(Outcome::Failed(FailedLayout {
                 index,
                 overrides,
@@ -493,9 +541,9 @@ fn examine(
                     index,
                     bound: b.memory_bytes.max(state) as f64,
                 }),
-                Objective::Mfu => {
-                    Examined::Done(evaluate_planned(&scenario, &plan, index, overrides))
-                }
+                Objective::Mfu => Examined::Done(evaluate_planned(
+                    &scenario, &plan, pricing, index, overrides,
+                )),
             },
         }
     };
@@ -506,10 +554,10 @@ fn examine(
 /// The full step bound of a layout (with the pass chain and the data-parallel stream,
 /// [`sizes::lower_bounds`]), which [`examine`] leaves out for speed; `None` where it cannot
 /// be had.
-fn full_step_bound(source: &ParsedSource, overrides: &[String]) -> Option<f64> {
+fn full_step_bound(source: &ParsedSource, pricing: &Pricing, overrides: &[String]) -> Option<f64> {
     let (scenario, plan) = source.resolve_planned(overrides).ok()?;
     let usable = scenario.cluster.gpu.usable_bytes();
-    let b = sizes::lower_bounds(&scenario, &plan, usable, true).ok();
+    let b = sizes::lower_bounds(&scenario, &plan, pricing, usable, true).ok();
     plan.recycle();
     b.map(|b| b.step_ns as f64)
 }
@@ -530,6 +578,7 @@ pub fn run_set(
     layouts: &LayoutSet,
     objective: Objective,
     keep: Option<usize>,
+    pricing: &Pricing,
     progress: &(dyn Fn(u64) + Sync),
 ) -> SweepResult {
     let total = layouts.len();
@@ -540,13 +589,15 @@ pub fn run_set(
     };
     let Some(keep) = keep.filter(|k| *k > 0) else {
         let numbered = layouts.numbered();
-        return run(source, scenario_name, numbered, objective, &|| progress(1));
+        return run(source, scenario_name, numbered, objective, pricing, &|| {
+            progress(1)
+        });
     };
     let positions: Vec<usize> = layouts.positions().collect();
     let examined: Vec<Examined> = positions
         .into_par_iter()
         .map(|i| {
-            let e = examine(&parsed, i, layouts.overrides(i), objective);
+            let e = examine(&parsed, pricing, i, layouts.overrides(i), objective);
             if matches!(e, Examined::Done(_)) {
                 progress(1);
             }
@@ -595,10 +646,12 @@ pub fn run_set(
             .par_iter()
             .map(|b| {
                 let overrides = layouts.overrides(b.index);
-                if refine && full_step_bound(&parsed, &overrides).is_some_and(|f| f > threshold) {
+                if refine
+                    && full_step_bound(&parsed, pricing, &overrides).is_some_and(|f| f > threshold)
+                {
                     return None;
                 }
-                let out = evaluate(&parsed, b.index, overrides);
+                let out = evaluate(&parsed, pricing, b.index, overrides);
                 progress(1);
                 Some(out)
             })

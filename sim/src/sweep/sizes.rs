@@ -11,6 +11,7 @@
 //! schedules are exactly those `schedule::generate` builds.
 
 use crate::plan::{ChunkLayout, Plan};
+use crate::profile::bundled::Pricing;
 use crate::scenario::{PipelineSchedule, Scenario};
 use crate::schedule::{
     ComputeOp, PriceMemo, Program, Schedule, ScheduleError, Sizes, WorkloadSizes,
@@ -35,9 +36,10 @@ type ParamsQuery = (LayerCounts, bool, bool);
 struct Answers {
     work: BTreeMap<Query, Rc<ChunkWork>>,
     params: BTreeMap<ParamsQuery, ParamCount>,
-    /// The bound's compute prices of that work, under the cost model [`lower_bounds`] builds
-    /// from the scenario (`Analytic::new` reads none of the fields [`key_of`] normalises).
+    /// The bound's compute prices of that work, under the cost model of `priced_by` (which
+    /// reads none of the fields [`key_of`] normalises).
     prices: PriceMemo,
+    priced_by: Pricing,
 }
 
 /// The answers for one scenario (as [`key_of`] normalises it).
@@ -124,7 +126,7 @@ pub(crate) fn generate_each<E: From<ScheduleError>>(
 }
 
 /// [`crate::schedule::step_lower_bounds`] of `scenario`'s representative step, each op
-/// priced by the cost model the sweep simulates it with (`Analytic::new`; collectives on the
+/// priced by the cost model the sweep simulates it with (`pricing`'s; collectives on the
 /// first rank of each stage, in that rank's groups, as the engine prices them when no flow
 /// network times them), with `layers_work` and the compute prices of its answers taken from
 /// this thread's cache as [`generate`] takes them. `full`: with the pass chain and the
@@ -132,10 +134,11 @@ pub(crate) fn generate_each<E: From<ScheduleError>>(
 pub(crate) fn lower_bounds(
     scenario: &Scenario,
     plan: &Plan,
+    pricing: &Pricing,
     memory_limit_bytes: u64,
     full: bool,
 ) -> Result<crate::schedule::Bounds, ScheduleError> {
-    let analytic_cost = crate::cost::Analytic::new(scenario);
+    let analytic_cost = super::cost_model(scenario, pricing).map_err(ScheduleError::Unsupported)?;
     let cost: &dyn crate::cost::CostModel = &analytic_cost;
     let compute = |op: &ComputeOp| cost.compute_ns(0, op);
     let analytic = scenario.cluster.topology.model != crate::scenario::NetworkModel::Flow;
@@ -187,6 +190,10 @@ pub(crate) fn lower_bounds(
     };
     with_cache(scenario, plan, |sizes, step| {
         let mut memo = sizes.prices.take();
+        if !super::same_pricing(&sizes.priced_by.borrow(), pricing) {
+            memo = PriceMemo::default();
+            sizes.priced_by.replace(pricing.clone());
+        }
         let b = crate::schedule::step_lower_bounds(
             scenario,
             plan,
@@ -211,6 +218,7 @@ fn with_cache<T>(scenario: &Scenario, plan: &Plan, f: impl FnOnce(&Shared, u64) 
         work: RefCell::new(answers.work),
         params: RefCell::new(answers.params),
         prices: RefCell::new(answers.prices),
+        priced_by: RefCell::new(answers.priced_by),
     };
     let step = crate::schedule::representative_step(scenario);
     let out = f(&sizes, step);
@@ -218,6 +226,7 @@ fn with_cache<T>(scenario: &Scenario, plan: &Plan, f: impl FnOnce(&Shared, u64) 
         work: sizes.work.into_inner(),
         params: sizes.params.into_inner(),
         prices: sizes.prices.into_inner(),
+        priced_by: sizes.priced_by.into_inner(),
     };
     put(key, answers);
     out
@@ -229,6 +238,7 @@ struct Shared<'a> {
     work: RefCell<BTreeMap<Query, Rc<ChunkWork>>>,
     params: RefCell<BTreeMap<ParamsQuery, ParamCount>>,
     prices: RefCell<PriceMemo>,
+    priced_by: RefCell<Pricing>,
 }
 
 /// `map`'s answer for `key`, or `answer()` remembered in it.
@@ -345,6 +355,7 @@ mod tests {
             work: RefCell::default(),
             params: RefCell::default(),
             prices: RefCell::default(),
+            priced_by: RefCell::default(),
         };
         let one = |first: u32| shared.layers_work(&layout, first, 1, false, false, load);
         let model = |first: u32| {

@@ -29,6 +29,7 @@ fn vary_sweep_counts_invalid_layouts_and_ranks_the_rest() {
         "small",
         numbered(layouts),
         Objective::TokensPerS,
+        &Pricing::Machine,
         &|| {},
     );
     // small.toml has 8 GPUs, pp 2: only tp = 2 makes tp*pp*dp = 8.
@@ -53,7 +54,14 @@ fn shards_merge_into_the_whole_sweep() {
     let src = source();
     let s = src.resolve(&[]).unwrap();
     let layouts = numbered(search(&s, &SearchSpace::layouts_only()));
-    let whole = run(&src, "small", layouts.clone(), Objective::Mfu, &|| {});
+    let whole = run(
+        &src,
+        "small",
+        layouts.clone(),
+        Objective::Mfu,
+        &Pricing::Machine,
+        &|| {},
+    );
     let parts: Vec<SweepResult> = (0..3)
         .map(|i| {
             let shard = Shard { index: i, count: 3 };
@@ -62,7 +70,14 @@ fn shards_merge_into_the_whole_sweep() {
                 .filter(|(p, _)| shard.holds(*p))
                 .cloned()
                 .collect();
-            run(&src, "small", mine, Objective::Mfu, &|| {})
+            run(
+                &src,
+                "small",
+                mine,
+                Objective::Mfu,
+                &Pricing::Machine,
+                &|| {},
+            )
         })
         .collect();
     // Through JSON, as the files a batch system would hand back.
@@ -96,6 +111,7 @@ fn csv_has_one_line_per_row_and_ranks_first() {
         "small",
         numbered(layouts),
         Objective::StepTime,
+        &Pricing::Machine,
         &|| {},
     );
     let csv = r.to_csv().unwrap();
@@ -127,6 +143,7 @@ fn layouts_skipped_for_model_state_really_do_not_fit() {
         "small",
         numbered(search(&s, &SearchSpace::layouts_only())),
         Objective::TokensPerS,
+        &Pricing::Machine,
         &|| {},
     );
     let skipped: Vec<&SweepRow> = r.rows.iter().filter(|x| !x.simulated).collect();
@@ -161,17 +178,17 @@ fn a_layout_simulated_after_others_equals_one_simulated_fresh() {
     let mut reused: Vec<Option<SweepRow>> = layouts
         .iter()
         .rev()
-        .map(|(i, o)| row(evaluate(&parsed, *i, o.clone())))
+        .map(|(i, o)| row(evaluate(&parsed, &Pricing::Machine, *i, o.clone())))
         .collect();
     reused.reverse();
     let again: Vec<Option<SweepRow>> = layouts
         .iter()
-        .map(|(i, o)| row(evaluate(&parsed, *i, o.clone())))
+        .map(|(i, o)| row(evaluate(&parsed, &Pricing::Machine, *i, o.clone())))
         .collect();
     let mut simulated = 0;
     for ((i, o), (a, b)) in layouts.iter().zip(reused.iter().zip(&again)) {
         let fresh = std::thread::scope(|sc| {
-            sc.spawn(|| row(evaluate(&parsed, *i, o.clone())))
+            sc.spawn(|| row(evaluate(&parsed, &Pricing::Machine, *i, o.clone())))
                 .join()
                 .unwrap()
         });

@@ -30,6 +30,7 @@ mod layers;
 pub mod modern;
 mod table;
 
+use crate::profile::bundled::Pricing;
 pub use layers::{
     fit_gemm_curve, layer_errors, layer_times, FitResult, LayerPrediction, LayerWork,
 };
@@ -62,6 +63,9 @@ pub enum ValidateError {
         #[source]
         source: GpuMismatch,
     },
+    /// The bundled profile of the row's machine could not be read (a broken build).
+    #[error("row '{id}': {message}")]
+    Pricing { id: String, message: String },
     #[error(
         "row '{id}': no DGX node is known for GPU '{gpu}'; known: a100-sxm-80gb, h100-sxm-80gb"
     )]
@@ -100,9 +104,8 @@ pub struct Comparison {
     pub published_flops_per_token: Option<f64>,
     pub model_flops_per_token: f64,
     pub framework_flops_per_token: f64,
-    /// The bundled profile that describes the row's machine, when the row was priced with
-    /// twin's defaults instead (no `--profile` given; [`crate::profile::bundled`]); `None`
-    /// otherwise.
+    /// The bundled profile that priced the row because no profile given describes its GPU
+    /// ([`crate::profile::bundled`]); `None` otherwise.
     pub bundled_profile: Option<String>,
 }
 
@@ -260,35 +263,66 @@ pub fn row_cases(row: &RunRow) -> Result<Vec<Case>, ValidateError> {
     Ok(cases)
 }
 
-/// The profile of `profiles` that describes the case's GPU: `Ok(None)` when none is given,
-/// the first mismatch when some are given and none describes it.
-fn profile_for<'p>(
+/// What prices a case: the one of `profiles` that describes its GPU, else what `fallback`
+/// prices its scenario with. The first mismatch when some profiles are given, none describes
+/// the GPU and the fallback has only the defaults for it.
+fn pricing_for<'p>(
     case: &Case,
     profiles: &'p [Profile],
-) -> Result<Option<&'p Profile>, ValidateError> {
+    fallback: &Pricing,
+) -> Result<Priced<'p>, ValidateError> {
     let mut mismatch = None;
     for p in profiles {
         match check_matches(&case.scenario, p) {
-            Ok(()) => return Ok(Some(p)),
+            Ok(()) => return Ok(Priced::Given(p)),
             Err(e) => {
                 mismatch.get_or_insert(e);
             }
         }
     }
-    match mismatch {
-        Some(source) => Err(ValidateError::Profile {
+    let fell_back = fallback
+        .profile_for(&case.scenario)
+        .map_err(|e| ValidateError::Pricing {
+            id: case.id.clone(),
+            message: e.to_string(),
+        })?;
+    match (fell_back, mismatch) {
+        (Some(p), _) => Ok(Priced::Fallback(p)),
+        (None, Some(source)) => Err(ValidateError::Profile {
             id: case.id.clone(),
             source,
         }),
-        None => Ok(None),
+        (None, None) => Ok(Priced::Defaults),
     }
 }
 
-/// Simulates one case with the one of `profiles` that describes its GPU (twin's defaults when
-/// `profiles` is empty) and compares. A modern row's `model_tflops_per_gpu` is compared as the
-/// step time it implies (see [`modern`]).
-pub fn run_case(case: &Case, profiles: &[Profile]) -> Result<Comparison, ValidateError> {
-    let profile = profile_for(case, profiles)?;
+/// The cost model of one case ([`pricing_for`]).
+enum Priced<'p> {
+    Given(&'p Profile),
+    Fallback(std::sync::Arc<Profile>),
+    Defaults,
+}
+
+impl Priced<'_> {
+    fn profile(&self) -> Option<&Profile> {
+        match self {
+            Priced::Given(p) => Some(p),
+            Priced::Fallback(p) => Some(p),
+            Priced::Defaults => None,
+        }
+    }
+}
+
+/// Simulates one case with the one of `profiles` that describes its GPU, else as `fallback`
+/// prices it (the machine's bundled profile or twin's defaults), and compares. A modern row's
+/// `model_tflops_per_gpu` is compared as the step time it implies (see [`modern`]).
+pub fn run_case(
+    case: &Case,
+    profiles: &[Profile],
+    fallback: &Pricing,
+) -> Result<Comparison, ValidateError> {
+    let priced = pricing_for(case, profiles, fallback)?;
+    let profile = priced.profile();
     let opts = PredictOptions {
         reproducible: true,
         ..PredictOptions::default()
@@ -328,11 +362,7 @@ pub fn run_case(case: &Case, profiles: &[Profile]) -> Result<Comparison, Validat
         published_flops_per_token: None,
         model_flops_per_token: per_token(report.model_tflops_per_gpu),
         framework_flops_per_token: per_token(report.framework_flops.tflops_per_gpu),
-        bundled_profile: match profile {
-            Some(_) => None,
-            None => crate::profile::bundled::for_cluster(&case.scenario.cluster)
-                .map(|b| b.path.to_string()),
-        },
+        bundled_profile: profile.and_then(|p| p.bundled).map(str::to_string),
     })
 }
 
@@ -355,16 +385,21 @@ pub fn relative_error(predicted: f64, published: f64) -> f64 {
 }
 
 /// Predicts every published figure of `table`, each row costed with the one of `profiles`
-/// that describes its GPU (twin's defaults when `profiles` is empty; a row whose GPU no
-/// profile describes is reported as uncovered, with the reason).
-pub fn validate_table(table: &Table, profiles: &[Profile]) -> Result<Validation, ValidateError> {
+/// that describes its GPU, else as `fallback` prices it ([`Pricing::Machine`]: the bundled
+/// profile of its machine, or twin's defaults; a row whose GPU no given profile describes
+/// and that would fall back to the defaults is reported as uncovered, with the reason).
+pub fn validate_table(
+    table: &Table,
+    profiles: &[Profile],
+    fallback: &Pricing,
+) -> Result<Validation, ValidateError> {
     let mut rows = Vec::new();
     let mut uncovered = Vec::new();
     for row in &table.run {
         let compared = row_cases(row).and_then(|cases| {
             cases
                 .iter()
-                .map(|case| run_case(case, profiles))
+                .map(|case| run_case(case, profiles, fallback))
                 .collect::<Result<Vec<_>, _>>()
         });
         match compared {
@@ -568,8 +603,8 @@ impl Validation {
         if !bundled.is_empty() {
             let _ = writeln!(
                 out,
-                "\nrows priced with twin's default cost model (the A100 fit) on machines a \
-                 bundled profile describes; --profile FILE, once for each, prices them with it:"
+                "\nrows priced with the bundled profile of their machine (no --profile given \
+                 describes it):"
             );
             for (path, n) in bundled {
                 let _ = writeln!(out, "- {path}: {n} rows");

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::cost::Analytic;
+use crate::profile::bundled::Pricing;
 use crate::scenario::{ErrorKind, Recompute, Scenario};
 
 const THROUGHPUT: &str = include_str!("../../../data/validation/throughput.toml");
@@ -274,7 +275,7 @@ fn json_has_the_documented_shape() {
 fn empty_table_is_an_error() {
     let t = Table::default();
     assert!(matches!(
-        validate_table(&t, &[]),
+        validate_table(&t, &[], &Pricing::Defaults),
         Err(ValidateError::NoRows)
     ));
 }
@@ -369,7 +370,8 @@ fn small_modern_row() -> RunRow {
 
 /// A row whose `gpu_note` describes Grand Teton's 96 GB HBM2e, 500 W H100 runs on that preset
 /// (and the note is no longer listed as unmodelled); with a profile for each GPU, each row takes
-/// its own, and a row whose GPU no profile describes is uncovered with the mismatch as reason.
+/// its own, and a row whose GPU no given profile describes takes its machine's bundled one, or
+/// is uncovered with the mismatch as reason when the defaults are the fallback.
 #[test]
 fn gpu_notes_select_their_preset_and_each_row_its_profile() {
     let note = "Grand Teton: H100 SXM with 96 GB HBM2e (2.4 TB/s), 500 W power limit";
@@ -412,16 +414,17 @@ fn gpu_notes_select_their_preset_and_each_row_its_profile() {
         run: vec![row, noted],
         layer_timing: Vec::new(),
     };
-    let both = validate_table(&t, &[dgx.clone(), teton]).unwrap();
+    let both = validate_table(&t, &[dgx.clone(), teton], &Pricing::Defaults).unwrap();
     assert_eq!(both.rows.len(), 2);
     assert!(both.uncovered.is_empty());
     // Same shape, less peak and bandwidth: the Grand Teton row is slower.
     assert!(both.rows[1].predicted > both.rows[0].predicted);
     assert!(both.rows.iter().all(|r| r.bundled_profile.is_none()));
-    // Without profiles both are priced with the defaults, and each names the bundled profile
-    // of its machine; the text counts them.
-    let none = validate_table(&t, &[]).unwrap();
-    let paths: Vec<Option<&str>> = none
+    // Without profiles, each row falls back to the bundled profile of its machine: the same
+    // files, built into the binary, so the same predictions, and each row names its profile
+    // (the text counts them).
+    let machine = validate_table(&t, &[], &Pricing::Machine).unwrap();
+    let paths: Vec<Option<&str>> = machine
         .rows
         .iter()
         .map(|r| r.bundled_profile.as_deref())
@@ -433,13 +436,30 @@ fn gpu_notes_select_their_preset_and_each_row_its_profile() {
             Some("scenarios/profiles/h100-grand-teton.toml")
         ]
     );
+    for (m, b) in machine.rows.iter().zip(&both.rows) {
+        assert_eq!(m.predicted, b.predicted, "{}", m.id);
+    }
     assert!(
-        none.to_text()
+        machine
+            .to_text()
             .contains("- scenarios/profiles/h100-grand-teton.toml: 1 rows"),
         "{}",
-        none.to_text()
+        machine.to_text()
     );
-    let one = validate_table(&t, &[dgx]).unwrap();
+    // With the defaults as the fallback, nothing is named and the GEMMs are the A100 fit's.
+    let defaults = validate_table(&t, &[], &Pricing::Defaults).unwrap();
+    assert!(defaults.rows.iter().all(|r| r.bundled_profile.is_none()));
+    assert_ne!(defaults.rows[0].predicted, both.rows[0].predicted);
+    // One profile given: the other row falls back to its machine's bundled profile, or, with
+    // the defaults as the fallback, is uncovered with the mismatch as the reason.
+    let one = validate_table(&t, std::slice::from_ref(&dgx), &Pricing::Machine).unwrap();
+    assert_eq!(one.rows.len(), 2);
+    assert_eq!(one.rows[0].bundled_profile, None);
+    assert_eq!(
+        one.rows[1].bundled_profile.as_deref(),
+        Some("scenarios/profiles/h100-grand-teton.toml")
+    );
+    let one = validate_table(&t, &[dgx], &Pricing::Defaults).unwrap();
     assert_eq!(one.rows.len(), 1);
     assert_eq!(one.uncovered.len(), 1);
     assert!(

@@ -18,7 +18,7 @@ pub fn setup(name: &str, overrides: &[&str], collapse: bool) -> Setup {
     Setup {
         source: source(name),
         base_overrides: overrides.iter().map(|s| s.to_string()).collect(),
-        profile: None,
+        pricing: twin_sim::profile::bundled::Pricing::Machine,
         collapse,
     }
 }

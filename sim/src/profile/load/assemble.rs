@@ -128,6 +128,7 @@ impl Checker<'_> {
         )?;
         Ok(Profile {
             name: raw.name,
+            bundled: None,
             description: raw.description,
             gpu: g.name,
             sm_count: self.param("gpu.sm_count", g.sm_count, Range::Count)?,
