@@ -4,10 +4,10 @@
 //!
 //! It reads the same pass orders ([`super::pipeline::stage_order`]), chunk segments
 //! ([`super::chunks::plan_chunks`]) and workload answers as [`super::generate_each`], but
-//! emits nothing: each pass is priced by summing its segments' compute ops, as the emitter
-//! would cut them, before the emitter's own refinements (chunked GEMMs under TP overlap, SMs
-//! given to communication), which can only lengthen them. Ring attention is the exception:
-//! its blocks, each priced on its own, and the chain of its transfers
+//! emits nothing: each pass is priced by summing its segments' compute ops as the emitter
+//! runs them (under `tp_comm_overlap`, GEMMs cut into chunks on the SMs the overlap leaves,
+//! and the least the hidden collectives beside them slow them: [`OverlappedPass`]). With
+//! ring attention its blocks, each priced on its own, and the chain of its transfers
 //! ([`RingParts`]) are counted, since at a high cp they are most of the pass.
 //!
 //! Why it bounds the engine's step, stage by stage (`k`):
@@ -50,7 +50,8 @@
 use super::chunks::{plan_chunks, ChunkPlan, Seg};
 use super::dp::{DpPolicy, Zero};
 use super::emit::{
-    bucket_completed, chained_comms, flatten, ring_blocks, steps_gathers, StageCtx, StepBuffers,
+    bucket_completed, chained_comms, flatten, ring_blocks, steps_gathers, tp_overlapped_pass,
+    StageCtx, StepBuffers,
 };
 use super::pipeline::{split_backwards, stage_order, Pass, Slot};
 use super::{ComputeOp, Phase, ScheduleError, Sizes};
@@ -92,11 +93,12 @@ pub struct Bounds {
 }
 
 /// The compute prices of segments' work, by the work's address (each entry holds the work
-/// alive, so no other work takes its address). Valid for one compute price function: a
-/// caller keeps one per cost model.
+/// alive, so no other work takes its address). Valid for one compute price function and one
+/// tensor-parallel setting (`tp`, `tp_comm_overlap`, the framework's overlaps): a caller keeps
+/// one per cost model and per such setting.
 #[derive(Default)]
 pub struct PriceMemo {
-    prices: HashMap<*const ChunkWork, (Rc<ChunkWork>, PassPrices, RingWork)>,
+    prices: HashMap<*const ChunkWork, (Rc<ChunkWork>, PassPrices, RingWork, OverlappedWork)>,
 }
 
 /// What the bound prices ops with.
@@ -114,6 +116,9 @@ pub struct Prices<'a> {
     pub cp_ring: &'a dyn Fn(u32, u64) -> u64,
     /// Offloaded work on a rank's host side (optimizer offload).
     pub host: &'a dyn Fn(crate::schedule::HostWork) -> u64,
+    /// How much slower compute runs while its rank communicates
+    /// ([`crate::cost::CostModel::overlap_compute_slowdown`]).
+    pub overlap_slowdown: f64,
 }
 
 /// The [`Bounds`] of step `step`, with each op priced by `price`. When the memory bound
@@ -136,6 +141,7 @@ pub fn step_lower_bounds(
     let (pp, vpp, m) = (plan.pp(), plan.vpp(), plan.microbatches);
     let policy = DpPolicy::new(scenario, plan, step)?;
     let buckets = overlap_buckets(&policy);
+    let tp = plan.group_size(crate::plan::GroupKind::Tp);
     let extra_warmup = u32::from(scenario.training.moe_a2a_overlap);
     let orders = Orders::of(scenario.parallel.schedule, (pp, vpp, m), extra_warmup)?;
     let loads: Vec<_> = LoadClasses::new(scenario)
@@ -192,11 +198,14 @@ pub fn step_lower_bounds(
             let mut pass_prices = |segs: &[Seg]| {
                 segs.iter().fold(PassPrices::default(), |acc, seg| {
                     let key = Rc::as_ptr(&seg.work);
-                    let (_, compute, ring) = memo.prices.entry(key).or_insert_with(|| {
-                        let p = PassPrices::compute(&seg.work, price.compute);
-                        let ring = RingWork::of(&seg.work, price.compute);
-                        (Rc::clone(&seg.work), p, ring)
-                    });
+                    let (_, compute, ring, overlapped) =
+                        memo.prices.entry(key).or_insert_with(|| {
+                            let p = PassPrices::compute(&seg.work, price.compute);
+                            let ring = RingWork::of(&seg.work, price.compute);
+                            let overlapped =
+                                OverlappedWork::of(scenario, tp, &seg.work, price.compute);
+                            (Rc::clone(&seg.work), p, ring, overlapped)
+                        });
                     let (compute, ring) = (*compute, *ring);
                     let comms = *comms_memo.entry(key).or_insert_with(|| {
                         PassPrices::comms(seg, &|seg, phase| {
@@ -206,6 +215,11 @@ pub fn step_lower_bounds(
                                 .fold(0, u64::saturating_add)
                         })
                         .plus(ring.excess(&|bytes| (price.cp_ring)(stage as u32, bytes)))
+                        .plus(overlapped.excess(
+                            &|bytes| (price.cp_ring)(stage as u32, bytes),
+                            &|c| (price.collective)(stage as u32, c),
+                            price.overlap_slowdown,
+                        ))
                     });
                     acc.plus(compute).plus(comms)
                 })
@@ -939,15 +953,24 @@ struct RingParts {
 impl RingParts {
     /// `None` without a ring.
     fn of(p: &PassWork, price: &dyn Fn(&ComputeOp) -> u64) -> Option<RingParts> {
-        let r = p.ring.filter(|r| r.steps > 0)?;
-        let (rest, first, other) = ring_blocks(&p.compute, r.steps)?;
+        RingParts::of_op(&p.compute, p.ring, price)
+    }
+
+    /// As [`RingParts::of`], for `op` run with `ring`.
+    fn of_op(
+        op: &ComputeOp,
+        ring: Option<crate::workload::RingPass>,
+        price: &dyn Fn(&ComputeOp) -> u64,
+    ) -> Option<RingParts> {
+        let r = ring.filter(|r| r.steps > 0)?;
+        let (rest, first, other) = ring_blocks(op, r.steps)?;
         let steps = u64::from(r.steps);
         let other_ns = price(&other);
         let blocks_ns = price(&first).saturating_add(steps.saturating_mul(other_ns));
         Some(RingParts {
             split_ns: price(&rest)
                 .saturating_add(blocks_ns)
-                .saturating_sub(price(&p.compute)),
+                .saturating_sub(price(op)),
             blocks_ns,
             other_ns,
             steps,
@@ -964,6 +987,123 @@ impl RingParts {
             .saturating_add(self.other_ns);
         self.split_ns
             .saturating_add(chain.saturating_sub(self.blocks_ns))
+    }
+}
+
+/// A pass under `tp_comm_overlap`, priced as the work holds it and as the emitter runs it
+/// ([`tp_overlapped_pass`]: GEMMs cut into chunks, on the SMs the overlap leaves), with the
+/// hidden chunks of its collectives, which run on the tp stream beside the op from the pass's
+/// start.
+#[derive(Clone, Debug)]
+struct OverlappedPass {
+    held_ns: u64,
+    held_ring: Option<RingParts>,
+    run_ns: u64,
+    run_ring: Option<RingParts>,
+    hidden: Vec<CommCall>,
+}
+
+impl OverlappedPass {
+    /// `None` where the pass overlaps nothing.
+    fn of(
+        scenario: &Scenario,
+        tp: u32,
+        phase: Phase,
+        p: &PassWork,
+        price: &dyn Fn(&ComputeOp) -> u64,
+    ) -> Option<OverlappedPass> {
+        let o = tp_overlapped_pass(scenario, tp, phase, &p.compute, &p.comms)?;
+        Some(OverlappedPass {
+            held_ns: price(&p.compute),
+            held_ring: RingParts::of(p, price),
+            run_ns: price(&o.op),
+            run_ring: RingParts::of_op(&o.op, p.ring, price),
+            hidden: o.hidden,
+        })
+    }
+
+    /// What the pass takes beyond its op priced as the work holds it and its ring parts
+    /// (which [`PassPrices::compute`] and [`RingWork::excess`] count): the op as it runs
+    /// (`G`), and the hidden chunks (`T`, each priced by `collective`) beside it. Compute runs
+    /// `1 + s` times slower while its rank communicates (`s`: [`Prices::overlap_slowdown`])
+    /// and the pass's exposed chunks wait for both, so from the pass's start to them takes at
+    /// least `G + T s / (1 + s)`, or `T` where `T > G (1 + s)`. The slowdown is counted only
+    /// for a pass without ring attention, whose compute runs without a gap (a ring pass's
+    /// blocks may wait for a transfer, and the hidden chunks may run in that wait); a
+    /// nanosecond is left for the engine's rounding.
+    fn excess_ns(
+        &self,
+        transfer: &dyn Fn(u64) -> u64,
+        collective: &dyn Fn(&CommCall) -> u64,
+        slowdown: f64,
+    ) -> u64 {
+        let ring = |r: Option<RingParts>| r.map_or(0, |r| r.excess_ns(transfer));
+        let held = self.held_ns.saturating_add(ring(self.held_ring));
+        let g = self.run_ns;
+        let s = if slowdown.is_finite() {
+            slowdown.max(0.0)
+        } else {
+            0.0
+        };
+        let slowed = if self.run_ring.is_some() || s == 0.0 {
+            0
+        } else {
+            let t = self
+                .hidden
+                .iter()
+                .map(collective)
+                .fold(0, u64::saturating_add);
+            if t as f64 <= g as f64 * (1.0 + s) {
+                ((t as f64 * s / (1.0 + s)).floor() as u64).saturating_sub(1)
+            } else {
+                t - g
+            }
+        };
+        g.saturating_add(ring(self.run_ring))
+            .saturating_add(slowed)
+            .saturating_sub(held)
+    }
+}
+
+/// The [`OverlappedPass`] of a segment's forward, backward, backward-input and recompute
+/// passes.
+#[derive(Clone, Debug)]
+struct OverlappedWork([Option<OverlappedPass>; 4]);
+
+impl OverlappedWork {
+    fn of(
+        scenario: &Scenario,
+        tp: u32,
+        w: &ChunkWork,
+        price: &dyn Fn(&ComputeOp) -> u64,
+    ) -> OverlappedWork {
+        let pass = |phase, p| OverlappedPass::of(scenario, tp, phase, p, price);
+        OverlappedWork([
+            pass(Phase::Forward, &w.forward),
+            pass(Phase::Backward, &w.backward),
+            pass(Phase::BackwardInput, &w.backward_input),
+            w.recompute.as_ref().and_then(|r| pass(Phase::Recompute, r)),
+        ])
+    }
+
+    /// What `tp_comm_overlap` adds to each pass beyond its compute and ring parts.
+    fn excess(
+        &self,
+        transfer: &dyn Fn(u64) -> u64,
+        collective: &dyn Fn(&CommCall) -> u64,
+        slowdown: f64,
+    ) -> PassPrices {
+        let [forward, backward, backward_input, recompute] = self.0.each_ref().map(|o| {
+            o.as_ref()
+                .map_or(0, |o| o.excess_ns(transfer, collective, slowdown))
+        });
+        PassPrices {
+            forward,
+            backward,
+            backward_input,
+            recompute,
+            ..PassPrices::default()
+        }
     }
 }
 

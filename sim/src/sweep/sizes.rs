@@ -187,6 +187,7 @@ pub(crate) fn lower_bounds(
         p2p: &p2p,
         cp_ring: &cp_ring,
         host: &host,
+        overlap_slowdown: cost.overlap_compute_slowdown(),
     };
     with_cache(scenario, plan, |sizes, step| {
         let mut memo = sizes.prices.take();

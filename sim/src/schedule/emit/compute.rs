@@ -50,8 +50,8 @@ pub fn emit_pass(
         all
     };
     let tp = ctx.plan_group_size(GroupKind::Tp);
-    let (compute, tail) = if let Some(sms) = tp_comm_overlap_sms(ctx.s, tp, phase, comms) {
-        emit_tp_overlapped(ctx, b, (op, comms, ring), sms, deps, label)?
+    let (compute, tail) = if let Some(pass) = tp_overlapped_pass(ctx.s, tp, phase, &op, comms) {
+        emit_tp_overlapped(ctx, b, pass, (ring, comms), deps, label)?
     } else if overlaps_tp_backward(ctx.s, tp, seg, phase) {
         // Megatron: the input-gradient all-reduce runs while the weight-gradient GEMMs do.
         let (input_op, _, input_ring) = pass_work(seg, Phase::BackwardInput)?;
@@ -300,6 +300,43 @@ fn tp_comm_overlap_sms(s: &Scenario, tp: u32, phase: Phase, comms: &[CommCall]) 
     Some(u32::try_from(weighted).unwrap_or(u32::MAX))
 }
 
+/// A pass under `tp_comm_overlap` as [`emit_tp_overlapped`] runs it: its compute op, GEMMs
+/// cut into `t` chunks (the tp group's size) on the SMs the overlap leaves them, and the part
+/// of each overlapped collective that runs beside that compute from the pass's start (all but
+/// one chunk). `None` where the pass overlaps nothing ([`tp_comm_overlap_sms`]).
+pub(crate) struct TpOverlapped {
+    pub op: ComputeOp,
+    pub hidden: Vec<CommCall>,
+}
+
+/// `op` and `comms` of a pass `phase` run as [`TpOverlapped`] with a tp group of `tp` ranks.
+/// The emitter and the step's lower bound ([`crate::schedule::step_lower_bounds`]) both take
+/// the pass from here.
+pub(crate) fn tp_overlapped_pass(
+    s: &Scenario,
+    tp: u32,
+    phase: Phase,
+    op: &ComputeOp,
+    comms: &[CommCall],
+) -> Option<TpOverlapped> {
+    let sms = tp_comm_overlap_sms(s, tp, phase, comms)?;
+    let t = u64::from(tp).max(1);
+    let op = ComputeOp {
+        sms_reserved: sms,
+        gemms: chunked_gemms(&op.gemms, t).into(),
+        ..op.clone()
+    };
+    let hidden = comms
+        .iter()
+        .filter(|c| tp_overlapped(c))
+        .map(|c| CommCall {
+            bytes: c.bytes - c.bytes / t,
+            ..c.clone()
+        })
+        .collect();
+    Some(TpOverlapped { op, hidden })
+}
+
 /// A pass whose tensor-parallel all-gathers and reduce-scatters overlap its GEMMs, chunk by
 /// chunk, as Transformer Engine's userbuffers and PyTorch's async TP run them: each collective
 /// is cut into `t` chunks (one per rank of the tp group: the ring exchange's steps); `t - 1`
@@ -311,22 +348,19 @@ fn tp_comm_overlap_sms(s: &Scenario, tp: u32, phase: Phase, comms: &[CommCall]) 
 fn emit_tp_overlapped(
     ctx: &StageCtx,
     b: &mut Builder,
-    (mut op, comms, ring): PassParts<'_>,
-    sms: u32,
+    pass: TpOverlapped,
+    (ring, comms): (Option<RingPass>, &[CommCall]),
     deps: Deps,
     label: Label,
 ) -> Result<(u32, u32), ScheduleError> {
     let t = u64::from(ctx.plan_group_size(GroupKind::Tp)).max(1);
-    op.sms_reserved = sms;
-    op.gemms = chunked_gemms(&op.gemms, t).into();
     let (overlapped, rest): (Vec<CommCall>, Vec<CommCall>) =
         comms.iter().cloned().partition(tp_overlapped);
-    let mut beside = Vec::with_capacity(overlapped.len());
-    for c in &overlapped {
-        let hidden = c.bytes - c.bytes / t;
-        beside.push(b.collective(c.kind, c.group, hidden, c.calls, deps.clone(), label)?);
+    let mut beside = Vec::with_capacity(pass.hidden.len());
+    for c in &pass.hidden {
+        beside.push(b.collective(c.kind, c.group, c.bytes, c.calls, deps.clone(), label)?);
     }
-    let compute = emit_ring(ctx, b, op, ring, deps, label)?;
+    let compute = emit_ring(ctx, b, pass.op, ring, deps, label)?;
     let mut tail = compute;
     for (c, &side) in overlapped.iter().zip(&beside) {
         tail = b.collective(

@@ -37,7 +37,7 @@ mod p2p;
 mod steps;
 mod zero;
 
-pub(crate) use compute::{chained_comms, ring_blocks};
+pub(crate) use compute::{chained_comms, ring_blocks, tp_overlapped_pass};
 pub(crate) use dp::{bucket_completed, StepBuffers};
 pub use p2p::check_tags;
 pub(crate) use steps::flatten;
