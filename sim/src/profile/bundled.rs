@@ -20,7 +20,8 @@ pub struct Bundled {
 }
 
 /// Every bundled GPU profile but the A100's, whose GEMM curve and memory efficiency are the
-/// defaults themselves.
+/// defaults themselves (its attention curves are not: docs/reference/profiles.md says when
+/// to name it).
 pub const BUNDLED: [Bundled; 4] = [
     Bundled {
         gpu: "h100-sxm-80gb",
