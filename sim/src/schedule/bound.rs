@@ -916,6 +916,18 @@ impl PassPrices {
         }
     }
 
+    /// Times of a segment's forward, backward, backward-input and recompute passes, in that
+    /// order (as [`RingWork`] and [`OverlappedWork`] hold them).
+    fn of_passes([forward, backward, backward_input, recompute]: [u64; 4]) -> PassPrices {
+        PassPrices {
+            forward,
+            backward,
+            backward_input,
+            recompute,
+            ..PassPrices::default()
+        }
+    }
+
     fn plus(self, o: PassPrices) -> PassPrices {
         let add = u64::saturating_add;
         PassPrices {
@@ -1093,17 +1105,10 @@ impl OverlappedWork {
         collective: &dyn Fn(&CommCall) -> u64,
         slowdown: f64,
     ) -> PassPrices {
-        let [forward, backward, backward_input, recompute] = self.0.each_ref().map(|o| {
+        PassPrices::of_passes(self.0.each_ref().map(|o| {
             o.as_ref()
                 .map_or(0, |o| o.excess_ns(transfer, collective, slowdown))
-        });
-        PassPrices {
-            forward,
-            backward,
-            backward_input,
-            recompute,
-            ..PassPrices::default()
-        }
+        }))
     }
 }
 
@@ -1123,15 +1128,7 @@ impl RingWork {
 
     /// What ring context parallelism adds to each pass beyond its compute.
     fn excess(&self, transfer: &dyn Fn(u64) -> u64) -> PassPrices {
-        let [forward, backward, backward_input, recompute] =
-            self.0.map(|r| r.map_or(0, |r| r.excess_ns(transfer)));
-        PassPrices {
-            forward,
-            backward,
-            backward_input,
-            recompute,
-            ..PassPrices::default()
-        }
+        PassPrices::of_passes(self.0.map(|r| r.map_or(0, |r| r.excess_ns(transfer))))
     }
 }
 
