@@ -49,13 +49,10 @@ impl Staged {
         scenario: &Scenario,
         profile: Option<&Profile>,
     ) -> Result<Staged, PredictError> {
-        let mut cost = match profile {
-            Some(p) => {
-                check_matches(scenario, p)?;
-                Analytic::from_profile(scenario, p)
-            }
-            None => Analytic::new(scenario),
-        };
+        if let Some(p) = profile {
+            check_matches(scenario, p)?;
+        }
+        let mut cost = Analytic::priced(scenario, profile);
         let plan = Plan::new(scenario)?;
         let schedule = generate(scenario, &plan)?;
         if cost.state_cache.is_some() {
@@ -63,13 +60,7 @@ impl Staged {
         }
         let network = Network::for_cluster(&scenario.cluster, &cost.links)
             .map(|n| n.with_expert_dispatch(cost.expert_dispatch));
-        // The report's MFU and HFU divide by the GPU's dense peak: with a profile, the peak the
-        // profile measured or states, which also prices the GEMMs (a host scenario's nominal
-        // 50 GFLOP/s core against a calibrated 225 put `pp-wide.toml` at an MFU of 237%).
-        let mut scenario = scenario.clone();
-        if profile.is_some() {
-            scenario.cluster.gpu.peak = cost.peak.clone();
-        }
+        let scenario = cost.with_priced_peak(scenario).into_owned();
         Ok(Staged {
             scenario,
             plan,

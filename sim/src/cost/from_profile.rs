@@ -147,6 +147,29 @@ impl Profile {
 }
 
 impl Analytic {
+    /// The model of `s` priced by `profile` ([`Analytic::from_profile`]), or the defaults
+    /// ([`Analytic::new`]) without one.
+    pub fn priced(s: &Scenario, profile: Option<&Profile>) -> Analytic {
+        match profile {
+            Some(p) => Analytic::from_profile(s, p),
+            None => Analytic::new(s),
+        }
+    }
+
+    /// `s` with the dense peak this model prices with, which a report's MFU and HFU divide
+    /// by: a profile's measured or stated peak where one priced it (a host scenario's nominal
+    /// 50 GFLOP/s core against a calibrated 225 put `pp-wide.toml` at an MFU of 237%);
+    /// borrowed where it is the scenario's own.
+    pub fn with_priced_peak<'a>(&self, s: &'a Scenario) -> std::borrow::Cow<'a, Scenario> {
+        if self.peak == s.cluster.gpu.peak {
+            std::borrow::Cow::Borrowed(s)
+        } else {
+            let mut priced = s.clone();
+            priced.cluster.gpu.peak = self.peak.clone();
+            std::borrow::Cow::Owned(priced)
+        }
+    }
+
     /// The cost model a profile describes. Every parameter comes from the profile, except
     /// that the scenario's `cuda_graphs` may shorten the kernel gap ([`super::kernel_gap_ns`]); the
     /// scenario must be on the profile's GPU (see [`crate::profile::check_matches`]; the

@@ -318,12 +318,8 @@ pub fn static_state_bytes(s: &Scenario, plan: &Plan) -> u64 {
 /// profile's state cache is left unknown, as no whole schedule is kept to size it), or why
 /// there is none.
 pub(crate) fn cost_model(scenario: &Scenario, pricing: &Pricing) -> Result<Analytic, String> {
-    Ok(
-        match pricing.profile_for(scenario).map_err(|e| e.to_string())? {
-            Some(p) => Analytic::from_profile(scenario, &p),
-            None => Analytic::new(scenario),
-        },
-    )
+    let profile = pricing.profile_for(scenario).map_err(|e| e.to_string())?;
+    Ok(Analytic::priced(scenario, profile.as_deref()))
 }
 
 /// Whether two pricings are the same cost model: one sweep's layouts share one profile, so
@@ -392,13 +388,7 @@ fn evaluate_planned(
     // The row's figures are the report's headline figures (one function computes both); the
     // per-rank breakdown a full report adds is not needed here.
     // MFU over the peak the cost model prices with, as `twin simulate` reports it.
-    let summary = if cost.peak == scenario.cluster.gpu.peak {
-        Summary::of(scenario, plan, &result)
-    } else {
-        let mut priced = scenario.clone();
-        priced.cluster.gpu.peak = cost.peak.clone();
-        Summary::of(&priced, plan, &result)
-    };
+    let summary = Summary::of(&cost.with_priced_peak(scenario), plan, &result);
     Outcome::Row(Box::new(SweepRow::new(
         index, overrides, scenario, &summary,
     )))
