@@ -333,3 +333,45 @@ fn diff_prints_both_reports_with_deltas() {
     let md = twin(&["diff", "scenarios/small.toml", FAIL, "--format", "markdown"]);
     assert!(stdout(&md).contains("|---|"));
 }
+
+/// `twin check` prices each scenario as `twin simulate` does: a baseline saved by `twin
+/// simulate` passes, the same check priced with twin's defaults (`--profile defaults`) does
+/// not on this A100 scenario (the A100 profile's attention and link figures move its step by
+/// 2.4%), and a profile of another GPU is bad input.
+#[test]
+fn check_prices_as_simulate_does_unless_told_otherwise() {
+    let base = tmp("priced-baseline.json");
+    let o = twin(&["simulate", "scenarios/512xA100.toml", "--format", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&base, stdout(&o)).unwrap();
+    let base = base.to_str().unwrap();
+    let same = twin(&["check", "scenarios/512xA100.toml", "--baseline", base]);
+    assert_eq!(code(&same), 0, "{}", stdout(&same));
+    let defaults = twin(&[
+        "check",
+        "scenarios/512xA100.toml",
+        "--baseline",
+        base,
+        "--profile",
+        "defaults",
+    ]);
+    assert_eq!(code(&defaults), 1, "{}", stdout(&defaults));
+    let step = stdout(&defaults)
+        .lines()
+        .find(|l| l.contains("baseline.step_time_s"))
+        .map(str::to_string)
+        .unwrap_or_default();
+    assert!(step.ends_with("FAIL"), "{step}");
+    let other = twin(&[
+        "check",
+        "scenarios/512xA100.toml",
+        "--profile",
+        "scenarios/profiles/h100-dgx.toml",
+    ]);
+    assert_eq!(code(&other), 2, "{}", stderr(&other));
+    assert!(
+        stderr(&other).contains("h100-sxm-80gb"),
+        "{}",
+        stderr(&other)
+    );
+}

@@ -47,6 +47,11 @@ pub struct Args {
     /// Write the output to FILE instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Hardware profile TOML that prices every scenario; `defaults` for twin's A100-fitted
+    /// defaults. Without it, each scenario's machine's bundled profile, if any, as `twin
+    /// simulate` prices it.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -104,6 +109,7 @@ fn bad_input(err: impl Into<anyhow::Error>) -> ExitCode {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::output::check_file(args.out.as_deref(), "--out")?;
+    let pricing = super::pricing::from_arg(args.profile.as_deref())?;
     let files = match expand_globs(&args.files) {
         Ok(f) => f,
         Err(err) => return Ok(bad_input(err)),
@@ -114,6 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         overrides: &args.overrides,
         baselines: &args.baseline,
         tolerances: &args.tolerance,
+        pricing,
     });
     let outcome = match suite.and_then(|s| s.run()) {
         Ok(o) => o,

@@ -6,10 +6,13 @@ use super::{
     compare_baseline, evaluate, parse_expect, parse_tolerance, BaselineError, CheckResult,
     ExpectError, Outcome, ScenarioChecks, Tolerances,
 };
+use crate::profile::bundled::{Pricing, PricingError};
+use crate::profile::Profile;
 use crate::scenario::{Checks, Scenario, ScenarioError};
 use crate::setup::ScenarioSource;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// What a suite is made of, as a user gives it (paths already expanded).
 #[derive(Clone, Debug, Default)]
@@ -24,6 +27,9 @@ pub struct SuiteRequest<'a> {
     pub baselines: &'a [PathBuf],
     /// `FIELD=N%` or `FIELD=N` tolerances over the defaults.
     pub tolerances: &'a [String],
+    /// What prices each scenario (by default the bundled profile of its machine, as
+    /// `twin simulate` prices it).
+    pub pricing: Pricing,
 }
 
 /// Why a suite could not be read or compared; all of them are bad input.
@@ -49,6 +55,12 @@ pub enum SuiteError {
     /// A baseline matched a scenario but lacks a field the comparison needs.
     #[error("baseline {}: {error}", path.display())]
     Baseline { path: PathBuf, error: BaselineError },
+    /// The given profile cannot price a scenario (another GPU). Boxed: it is large.
+    #[error("{}: {source}", path.display())]
+    Pricing {
+        path: PathBuf,
+        source: Box<PricingError>,
+    },
 }
 
 impl From<ScenarioError> for SuiteError {
@@ -63,6 +75,8 @@ pub struct SuiteScenario {
     pub path: PathBuf,
     pub scenario: Scenario,
     pub checks: Checks,
+    /// The profile that prices it (`None`: twin's defaults).
+    pub profile: Option<Arc<Profile>>,
 }
 
 /// A saved report to compare against, matched to a scenario by its `scenario` field.
@@ -135,10 +149,18 @@ impl Suite {
             for e in &expectations {
                 e.apply(&mut checks);
             }
+            let profile =
+                req.pricing
+                    .profile_for(&scenario)
+                    .map_err(|source| SuiteError::Pricing {
+                        path: path.clone(),
+                        source: Box::new(source),
+                    })?;
             scenarios.push(SuiteScenario {
                 path: path.clone(),
                 scenario,
                 checks,
+                profile,
             });
         }
         Ok(Suite {
@@ -172,7 +194,7 @@ impl Suite {
         let mut files = Vec::new();
         for s in &self.scenarios {
             let mut results: Vec<CheckResult> = Vec::new();
-            match crate::predict(&s.scenario, &opts) {
+            match crate::predict_with(&s.scenario, &opts, s.profile.as_deref()) {
                 Err(e) => results.push(CheckResult {
                     check: "simulate".into(),
                     value: None,

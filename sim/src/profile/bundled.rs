@@ -19,10 +19,16 @@ pub struct Bundled {
     text: &'static str,
 }
 
-/// Every bundled GPU profile but the A100's, whose GEMM curve and memory efficiency are the
-/// defaults themselves (its attention curves are not: docs/reference/profiles.md says when
-/// to name it).
-pub const BUNDLED: [Bundled; 4] = [
+/// Every bundled GPU profile. The A100's shares its GEMM curve and memory efficiency with the
+/// defaults, but not its attention curves or its links' efficiencies
+/// (docs/reference/profiles.md).
+pub const BUNDLED: [Bundled; 5] = [
+    Bundled {
+        gpu: "a100-sxm-80gb",
+        nodes: &["dgx-a100"],
+        path: "scenarios/profiles/a100-dgx.toml",
+        text: include_str!("../../../scenarios/profiles/a100-dgx.toml"),
+    },
     Bundled {
         gpu: "h100-sxm-80gb",
         nodes: &["dgx-h100"],

@@ -46,9 +46,9 @@ fn bundled_profiles_load_with_provenance() {
     assert_eq!(h100().inter.efficiency.ci95, Some([0.92, 0.96]));
 }
 
-/// The A100 profile carries the fitted defaults: the default model and the profile agree, so
-/// `twin validate` with and without `--profile a100-dgx.toml` predict the same (its rows run
-/// without flash attention, the one part where they differ).
+/// The A100 profile carries the fitted defaults' GEMM curve and memory efficiency: the
+/// default model and the profile agree but for the attention curves and the links'
+/// efficiencies.
 #[test]
 fn a100_profile_equals_the_default_model() {
     let s = small_scenario(8, 1, 1, 1);
@@ -1427,6 +1427,7 @@ fn scenario_on(gpu: &str, node: &str, sets: &[&str]) -> crate::scenario::Scenari
 /// The text of a bundled profile, by its path.
 fn bundled_text(path: &str) -> &'static str {
     match path {
+        "scenarios/profiles/a100-dgx.toml" => A100,
         "scenarios/profiles/h100-dgx.toml" => H100,
         "scenarios/profiles/h100-grand-teton.toml" => {
             include_str!("../../../scenarios/profiles/h100-grand-teton.toml")
@@ -1474,8 +1475,7 @@ fn bundled_profiles_describe_the_machines_they_are_listed_for() {
 /// On a machine a bundled profile describes, `Pricing::Machine` prices with that profile and
 /// predicts what the file given as a profile predicts; the report names the bundled profile,
 /// and a report priced with the defaults there names the profile it passed over. A profile
-/// read from a file, a changed machine and the A100 (whose fit the defaults are) get neither
-/// note.
+/// read from a file and a changed machine get neither note. A DGX A100 takes its profile too.
 #[test]
 fn the_bundled_profile_of_a_machine_prices_it_unless_told_otherwise() {
     use bundled::Pricing;
@@ -1519,12 +1519,19 @@ fn the_bundled_profile_of_a_machine_prices_it_unless_told_otherwise() {
     );
     assert_eq!(Pricing::Machine.profile_for(&slower_nic).unwrap(), None);
     assert_eq!(note_of(&priced(&slower_nic, None)), None, "another machine");
+    // The A100's profile shares the defaults' GEMM curve but not their attention curves.
     let a100 = scenario_on("a100-sxm-80gb", "dgx-a100", &[]);
-    assert_eq!(Pricing::Machine.profile_for(&a100).unwrap(), None);
+    let a100_machine = Pricing::Machine
+        .profile_for(&a100)
+        .unwrap()
+        .expect("a DGX A100");
     assert_eq!(
-        note_of(&priced(&a100, None)),
-        None,
-        "the defaults are the A100 fit"
+        a100_machine.bundled,
+        Some("scenarios/profiles/a100-dgx.toml")
+    );
+    assert_eq!(
+        priced(&a100, Some(&a100_machine)).step_time_s,
+        priced(&a100, Some(&super::tests::a100())).step_time_s
     );
     // A given profile of another GPU is refused, as `twin simulate --profile` refuses it.
     let given = Pricing::Profile(std::sync::Arc::new(h100()));
