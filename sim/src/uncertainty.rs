@@ -21,8 +21,13 @@ pub fn step_time_ci95(
     if !profile.has_intervals() || samples == 0 {
         return Ok(None);
     }
+    // Only the step time is read: no trace, no memory replay, and representative ranks
+    // wherever the engine proves the collapsed run exact, whatever the reported run asked
+    // for (`--full` simulates every rank for the report, not for each draw).
     let opts = SimOptions {
         trace: false,
+        trace_ranks: None,
+        memory: false,
         ..opts.clone()
     };
     let mut rng = Rng::new(seed);
@@ -36,7 +41,7 @@ pub fn step_time_ci95(
             jitter_seed: cost
                 .interruptions
                 .map(|_| seed.wrapping_add(u64::from(i) + 1)),
-            collapse: opts.collapse && cost.interruptions.is_none(),
+            collapse: cost.interruptions.is_none(),
             ..opts.clone()
         };
         times.push(simulate(&staged.plan, &staged.schedule, &cost, &opts)?.step_time_ns);
@@ -93,6 +98,27 @@ mod tests {
             "{wide:?} {narrow:?}"
         );
         assert!(wide[0] <= point && point <= wide[1]);
+    }
+
+    /// The draws read only step times, which a collapsed run gives exactly: asked for every
+    /// rank, a trace and the memory replay, the interval is the one of collapsed draws.
+    #[test]
+    fn the_interval_of_a_full_run_is_that_of_collapsed_draws() {
+        let (staged, p, _) = setup(0.05);
+        let collapsed = SimOptions {
+            collapse: true,
+            ..SimOptions::default()
+        };
+        let full = SimOptions {
+            collapse: false,
+            trace: true,
+            memory: true,
+            ..SimOptions::default()
+        };
+        let a = step_time_ci95(&staged, &p, 16, 3, &collapsed).unwrap();
+        let b = step_time_ci95(&staged, &p, 16, 3, &full).unwrap();
+        assert!(a.is_some());
+        assert_eq!(a, b);
     }
 
     #[test]
