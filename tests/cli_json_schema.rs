@@ -161,6 +161,7 @@ const REQUIRED: &[(&str, &str, &[&str])] = &[
         "rows[]",
         &[
             "scenario",
+            "priced_with",
             "gpus",
             "layout",
             "ops",

@@ -250,6 +250,45 @@ fn bench_collapse_measures_the_collapsed_mode() {
     assert!(events < full_events, "{events} vs {full_events}");
 }
 
+/// `twin bench` prices its runs as `twin simulate` does: the bundled profile of a machine
+/// one describes, twin's defaults elsewhere or with `--profile defaults`, and each row says
+/// which.
+#[test]
+fn bench_prices_as_simulate_does() {
+    let small = std::fs::read_to_string("scenarios/small.toml").unwrap();
+    let start = small.find("[cluster]").unwrap();
+    let end = small.find("[parallel]").unwrap();
+    let dgx = tmp("bench-dgx.toml");
+    std::fs::write(
+        &dgx,
+        format!(
+            "{}[cluster]\ngpus = 8\ngpu = \"h100-sxm-80gb\"\nnode = \"dgx-h100\"\n\n{}",
+            &small[..start],
+            &small[end..]
+        ),
+    )
+    .unwrap();
+    let dgx = dgx.to_str().unwrap();
+    let priced = |extra: &[&str]| {
+        let mut args = vec!["bench", "--repeat", "1", "--format", "json"];
+        args.extend_from_slice(extra);
+        let o = twin(&args);
+        assert!(o.status.success(), "stderr: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["priced_with"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        priced(&["scenarios/small.toml", dgx]),
+        ["defaults", "scenarios/profiles/h100-dgx.toml"]
+    );
+    assert_eq!(priced(&[dgx, "--profile", "defaults"]), ["defaults"]);
+}
+
 /// A GPU preset without a node runs on its usual node, and both reports say so.
 #[test]
 fn a_gpu_without_a_node_gets_its_usual_node_and_a_note() {

@@ -41,11 +41,17 @@ pub struct Args {
     #[arg(long, value_name = "N", conflicts_with_all = ["collapse", "search"],
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub samples: Option<u32>,
+    /// Profile that prices the runs (default: each scenario's machine's bundled one, as
+    /// `twin simulate` prices it); `defaults`: A100 fit.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
 }
 
 #[derive(serde::Serialize)]
 struct SamplesRow {
     scenario: String,
+    /// The profile that priced the runs (`defaults`: twin's defaults).
+    priced_with: String,
     gpus: u32,
     samples: u32,
     /// Ops of one sample's step (every rank), each one event of the engine.
@@ -76,6 +82,7 @@ fn cpu_s() -> f64 {
 
 fn samples(args: &Args, n: u32) -> anyhow::Result<ExitCode> {
     use anyhow::Context as _;
+    let pricing = super::pricing::from_arg(args.profile.as_deref())?;
     let mut rows = Vec::new();
     for path in &args.scenarios {
         let source = twin_sim::setup::ScenarioSource::read(path)?;
@@ -88,7 +95,8 @@ fn samples(args: &Args, n: u32) -> anyhow::Result<ExitCode> {
             )
         })?;
         let base = twin_sim::sim_options(&scenario, &twin_sim::PredictOptions::default());
-        let staged = twin_sim::Staged::new(&scenario)?;
+        let profile = super::pricing::profile_for(&pricing, &scenario)?;
+        let staged = twin_sim::Staged::with_profile(&scenario, profile.as_deref())?;
         let mut times = Vec::new();
         let cpu0 = cpu_s();
         for _ in 0..args.repeat {
@@ -109,6 +117,7 @@ fn samples(args: &Args, n: u32) -> anyhow::Result<ExitCode> {
         let ops = staged.schedule.total_ops();
         rows.push(SamplesRow {
             scenario: path.display().to_string(),
+            priced_with: priced_with(profile.as_deref()),
             gpus: scenario.cluster.gpus,
             samples: n,
             ops_per_sample: ops,
@@ -141,6 +150,9 @@ fn samples(args: &Args, n: u32) -> anyhow::Result<ExitCode> {
                     r.events_per_s / 1e6
                 );
             }
+            for r in &rows {
+                println!("{}: priced with {}", r.scenario, r.priced_with);
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -158,7 +170,8 @@ struct SearchRow {
 }
 
 fn search(args: &Args) -> anyhow::Result<ExitCode> {
-    use twin_sim::sweep::{Objective, Pricing, SweepPlan, SweepRequest};
+    use twin_sim::sweep::{Objective, SweepPlan, SweepRequest};
+    let pricing = super::pricing::from_arg(args.profile.as_deref())?;
     let mut rows = Vec::new();
     for path in &args.scenarios {
         let source = twin_sim::setup::ScenarioSource::read(path)?;
@@ -173,8 +186,8 @@ fn search(args: &Args) -> anyhow::Result<ExitCode> {
         for _ in 0..args.repeat {
             let t0 = Instant::now();
             let plan = SweepPlan::new(source.clone(), &req)?;
-            // Priced as `twin sweep` prices it without --profile.
-            let r = plan.run(Objective::TokensPerS, &Pricing::Machine, &|_| {});
+            // Priced as `twin sweep` prices it.
+            let r = plan.run(Objective::TokensPerS, &pricing, &|_| {});
             times.push(t0.elapsed().as_secs_f64());
             last = Some(r);
         }
@@ -220,6 +233,8 @@ fn search(args: &Args) -> anyhow::Result<ExitCode> {
 #[derive(serde::Serialize)]
 struct Row {
     scenario: String,
+    /// The profile that priced the runs (`defaults`: twin's defaults).
+    priced_with: String,
     gpus: u32,
     layout: twin_sim::json::Layout,
     ops: u64,
@@ -233,6 +248,14 @@ struct Row {
     events_per_s: f64,
 }
 
+/// The profile's path as the rows name it: its file, or `defaults`.
+fn priced_with(profile: Option<&twin_sim::profile::Profile>) -> String {
+    profile.map_or_else(
+        || super::pricing::DEFAULTS.to_string(),
+        |p| p.bundled.map_or_else(|| p.name.clone(), str::to_string),
+    )
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.search {
         return search(&args);
@@ -240,9 +263,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(n) = args.samples {
         return samples(&args, n);
     }
+    let pricing = super::pricing::from_arg(args.profile.as_deref())?;
     let mut rows = Vec::new();
     for path in &args.scenarios {
         let scenario = load_scenario(path, &[])?;
+        let profile = super::pricing::profile_for(&pricing, &scenario)?;
         let (mut gen_s, mut sim_s, mut total_s): (Vec<f64>, Vec<f64>, Vec<f64>) =
             (Vec::new(), Vec::new(), Vec::new());
         let (mut ops, mut events, mut collapsed) = (0, 0, false);
@@ -252,7 +277,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         for _ in 0..args.repeat {
             let t0 = Instant::now();
-            let staged = twin_sim::Staged::new(&scenario)?;
+            let staged = twin_sim::Staged::with_profile(&scenario, profile.as_deref())?;
             let t1 = Instant::now();
             let result = staged.simulate(&options)?;
             let t2 = Instant::now();
@@ -266,6 +291,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let sim_median = median(&sim_s);
         rows.push(Row {
             scenario: path.display().to_string(),
+            priced_with: priced_with(profile.as_deref()),
             gpus: scenario.cluster.gpus,
             layout: twin_sim::json::Layout::of(&scenario),
             ops,
@@ -301,6 +327,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     r.events_per_s / 1e6,
                     if r.collapsed { "  collapsed" } else { "" }
                 );
+            }
+            for r in &rows {
+                println!("{}: priced with {}", r.scenario, r.priced_with);
             }
             if cfg!(debug_assertions) {
                 println!("note: this is a debug build; use `cargo run --release -- bench` for real figures");
