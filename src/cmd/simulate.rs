@@ -14,7 +14,7 @@ use twin_sim::simulation;
   twin simulate scenarios/512xA100.toml
   twin simulate scenarios/512xA100.toml --format json
   twin simulate scenarios/512xA100.toml --set parallel.pp=16 --set parallel.dp=4
-  twin simulate scenarios/512xA100.toml --profile scenarios/profiles/a100-dgx.toml
+  twin simulate scenarios/512xA100.toml --profile mine.toml   (from twin calibrate)
   twin simulate scenarios/512xA100.toml --full        (every rank; same report)
   twin simulate scenarios/small.toml --trace small.trace.json.gz   (open in ui.perfetto.dev)
   twin simulate scenarios/512xA100-faults.toml --horizon 30d --report r.html
