@@ -5,6 +5,7 @@ use super::{load_scenario, Format};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
+use twin_sim::profile::bundled::Pricing;
 use twin_sim::stats::median_or_zero as median;
 
 /// Measure simulator speed on scenarios (default: the 512- and 16,384-GPU bundled ones).
@@ -80,9 +81,8 @@ fn cpu_s() -> f64 {
     s(u.ru_utime) + s(u.ru_stime)
 }
 
-fn samples(args: &Args, n: u32) -> anyhow::Result<ExitCode> {
+fn samples(args: &Args, pricing: &Pricing, n: u32) -> anyhow::Result<ExitCode> {
     use anyhow::Context as _;
-    let pricing = super::pricing::from_arg(args.profile.as_deref())?;
     let mut rows = Vec::new();
     for path in &args.scenarios {
         let source = twin_sim::setup::ScenarioSource::read(path)?;
@@ -95,7 +95,7 @@ fn samples(args: &Args, n: u32) -> anyhow::Result<ExitCode> {
             )
         })?;
         let base = twin_sim::sim_options(&scenario, &twin_sim::PredictOptions::default());
-        let profile = super::pricing::profile_for(&pricing, &scenario)?;
+        let profile = super::pricing::profile_for(pricing, &scenario)?;
         let staged = twin_sim::Staged::with_profile(&scenario, profile.as_deref())?;
         let mut times = Vec::new();
         let cpu0 = cpu_s();
@@ -169,9 +169,8 @@ struct SearchRow {
     layouts_per_s: f64,
 }
 
-fn search(args: &Args) -> anyhow::Result<ExitCode> {
+fn search(args: &Args, pricing: &Pricing) -> anyhow::Result<ExitCode> {
     use twin_sim::sweep::{Objective, SweepPlan, SweepRequest};
-    let pricing = super::pricing::from_arg(args.profile.as_deref())?;
     let mut rows = Vec::new();
     for path in &args.scenarios {
         let source = twin_sim::setup::ScenarioSource::read(path)?;
@@ -187,7 +186,7 @@ fn search(args: &Args) -> anyhow::Result<ExitCode> {
             let t0 = Instant::now();
             let plan = SweepPlan::new(source.clone(), &req)?;
             // Priced as `twin sweep` prices it.
-            let r = plan.run(Objective::TokensPerS, &pricing, &|_| {});
+            let r = plan.run(Objective::TokensPerS, pricing, &|_| {});
             times.push(t0.elapsed().as_secs_f64());
             last = Some(r);
         }
@@ -257,13 +256,13 @@ fn priced_with(profile: Option<&twin_sim::profile::Profile>) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let pricing = super::pricing::from_arg(args.profile.as_deref())?;
     if args.search {
-        return search(&args);
+        return search(&args, &pricing);
     }
     if let Some(n) = args.samples {
-        return samples(&args, n);
+        return samples(&args, &pricing, n);
     }
-    let pricing = super::pricing::from_arg(args.profile.as_deref())?;
     let mut rows = Vec::new();
     for path in &args.scenarios {
         let scenario = load_scenario(path, &[])?;
