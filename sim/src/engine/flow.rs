@@ -23,6 +23,7 @@ mod events;
 mod memory;
 mod plans;
 mod round;
+mod solo;
 mod symmetry;
 
 use crate::plan::Plan;
@@ -41,6 +42,27 @@ thread_local! {
     /// its own completion event (no batches) and rates are re-solved after every event (not
     /// once per instant). The fast path must reproduce it exactly.
     pub(crate) static REFERENCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests set this to run compute flows on no resource through the solver, as with a flow
+    /// network or shared cores, to compare that general path with [`solo`].
+    pub(crate) static GENERAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether compute flows on no resource take the [`solo`] path (always, except in the tests
+/// that compare it with the general one).
+#[inline]
+fn solo_allowed() -> bool {
+    #[cfg(test)]
+    {
+        !GENERAL.with(|g| g.get())
+    }
+    #[cfg(not(test))]
+    {
+        true
+    }
 }
 
 /// Whether the fast paths are on (always, except in the tests that compare with the
@@ -146,6 +168,9 @@ pub(crate) struct Flows {
     /// Compute flows given more work since the last re-solve ([`Flows::add_compute_work`]):
     /// their completion is rescheduled with the rates that changed.
     grown: Vec<u32>,
+    /// Without a flow network or shared cores every flow is a compute op on no resource: its
+    /// state lives here instead of in the solver, `info` and the batches ([`solo`]).
+    solo: Option<solo::Solo>,
 }
 
 /// One flow of a completion event's list: the flow, the version the event was scheduled
@@ -204,6 +229,8 @@ impl Flows {
             batches: Vec::new(),
             free_batches: Vec::new(),
             grown: Vec::new(),
+            solo: (net.is_none() && cores.is_none() && slowdown > 0.0 && solo_allowed())
+                .then(solo::Solo::default),
         }
     }
 
@@ -436,6 +463,13 @@ impl Flows {
             (None, _) => Path::default(),
         };
         let cap = self.cap(communicating);
+        if let Some(solo) = &mut self.solo {
+            let id = solo.add(now, (rank, op, slot), work_ns as f64, cap);
+            if let Some(s) = self.compute_flow.get_mut(slot as usize) {
+                *s = id;
+            }
+            return;
+        }
         let id = self.add(
             now,
             (path, cap, weight),
@@ -466,14 +500,21 @@ impl Flows {
         let cap = self.cap(communicating);
         for s in slots {
             if let Some(&id) = self.compute_flow.get(s) {
-                if id != NO_FLOW {
-                    self.solver.set_cap(id, cap);
+                if id == NO_FLOW {
+                    continue;
+                }
+                match &mut self.solo {
+                    Some(solo) => solo.set_cap(id, cap),
+                    None => self.solver.set_cap(id, cap),
                 }
             }
         }
     }
 
     pub fn is_dirty(&self) -> bool {
+        if let Some(solo) = &self.solo {
+            return solo.is_dirty();
+        }
         self.solver.is_dirty() || !self.grown.is_empty()
     }
 }

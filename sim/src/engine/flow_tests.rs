@@ -471,6 +471,63 @@ fn same_times(
     *contended |= ab.step_time_ns != fast.0;
 }
 
+/// Without a flow network or shared cores, compute slowed by overlapping communication runs
+/// on the lean path (`flow::solo`): every op starts and ends when the general path (the
+/// solver, per-flow info and batch nodes) has it, in the same order (traces compared as
+/// recorded, not sorted), with the fast paths and with the reference, on generated
+/// schedules and random overlapping traffic, with collapsed and every-rank runs.
+#[test]
+fn compute_flows_on_no_resource_run_as_on_the_general_path() {
+    let mut slowed = false;
+    for (k, (tp, pp, dp)) in [(2, 2, 4), (4, 2, 2), (2, 4, 2), (1, 4, 4)]
+        .into_iter()
+        .enumerate()
+    {
+        let s = small_scenario(tp, pp, dp, 4);
+        let plan = Plan::new(&s).unwrap();
+        let analytic = Analytic::new(&s);
+        let mut schedules = vec![crate::schedule::generate(&s, &plan).unwrap()];
+        schedules.extend((0..4).map(|seed| random_traffic(&plan, 100 + 10 * k as u64 + seed, 60)));
+        for schedule in &schedules {
+            for slowdown in [0.189, 0.5] {
+                let cost = Cores {
+                    inner: &analytic,
+                    cores: None,
+                    slowdown,
+                };
+                for (collapse, reference) in [(false, false), (true, false), (false, true)] {
+                    let opts = SimOptions {
+                        trace: true,
+                        collapse,
+                        ..SimOptions::default()
+                    };
+                    let run = |general: bool| {
+                        super::flow::GENERAL.with(|g| g.set(general));
+                        super::flow::REFERENCE.with(|u| u.set(reference));
+                        let r = simulate_on(&plan, schedule, &cost, None, &opts);
+                        super::flow::GENERAL.with(|g| g.set(false));
+                        super::flow::REFERENCE.with(|u| u.set(false));
+                        let r = r.unwrap();
+                        let ev: Vec<_> = r
+                            .trace
+                            .unwrap()
+                            .events
+                            .iter()
+                            .map(|e| (e.rank, e.op, e.start_ns, e.end_ns))
+                            .collect();
+                        (r.step_time_ns, r.events, ev)
+                    };
+                    let (lean, general) = (run(false), run(true));
+                    assert_eq!(lean, general, "layout {k}, slowdown {slowdown}");
+                    let plain = simulate_on(&plan, schedule, &analytic, None, &opts).unwrap();
+                    slowed |= plain.step_time_ns != lean.0;
+                }
+            }
+        }
+    }
+    assert!(slowed, "no communication slowed any compute");
+}
+
 /// A hierarchical expert dispatch (`moe_dispatcher = "deepep"`) as flows: alone on the
 /// network it takes what the tier model says, and it is faster than NCCL's all-to-all of every
 /// copy, inside one node too (a token goes once to each GPU holding its experts).

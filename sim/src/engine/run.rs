@@ -270,7 +270,7 @@ impl<S: Slots> State<S> {
             let Some(f) = &mut self.flows else {
                 return Ok(());
             };
-            match f.finish(self.now, a & !FLOW_TAG, &mut self.queue) {
+            match f.finish(self.now, (a & !FLOW_TAG, b), &mut self.queue) {
                 Finished::Nothing => Ok(()),
                 Finished::Compute { rank, op, own_ns } => {
                     if let (Some(own), Some(sh)) = (own_ns, self.share_mut()) {

@@ -27,6 +27,10 @@ impl Flows {
     }
 
     fn resolve_now(&mut self, now: u64, queue: &mut EventQueue) {
+        if let Some(solo) = &mut self.solo {
+            solo.resolve(now, queue);
+            return;
+        }
         let mut changed = std::mem::take(&mut self.changed);
         changed.clear();
         self.solver.resolve(&mut changed);
@@ -103,8 +107,26 @@ impl Flows {
 
     /// The completion event of batch `head` popped at `now`: finishes its flows in order.
     /// (Between separate events at one instant the engine would not re-solve either, see
-    /// [`Flows::resolve`].)
-    pub fn finish(&mut self, now: u64, head: u32, queue: &mut EventQueue) -> Finished {
+    /// [`Flows::resolve`].) `version` is the event's second payload: without a flow network
+    /// or shared cores `head` is a flow and `version` the one its event was scheduled for
+    /// ([`super::solo`]); otherwise it is unused.
+    pub fn finish(
+        &mut self,
+        now: u64,
+        (head, version): (u32, u32),
+        queue: &mut EventQueue,
+    ) -> Finished {
+        if let Some(solo) = &mut self.solo {
+            // As below: the reference re-solves before each completion.
+            if !fast() && solo.is_dirty() {
+                solo.resolve(now, queue);
+            }
+            let (done, slot) = solo.finish(head, version);
+            if let Some(s) = slot.and_then(|s| self.compute_flow.get_mut(s as usize)) {
+                *s = NO_FLOW;
+            }
+            return done;
+        }
         let mut node = head;
         let mut out = Finished::Nothing;
         while let Some(&Batch { id, version, next }) = self.batches.get(node as usize) {
