@@ -6,6 +6,30 @@ use super::round::round_non_negative;
 use super::{fast, Batch, Finished, Flows, Owner, FLOW_TAG, NO_FLOW};
 use crate::engine::queue::EventQueue;
 
+/// A flow's work left at `now` after running at `old_rate` since `last_ns`, and when it
+/// finishes from `now` at `rate` (`u64::MAX`: never), to the nanosecond.
+#[inline]
+pub(super) fn settle(
+    left: f64,
+    (old_rate, last_ns): (f64, u64),
+    rate: f64,
+    now: u64,
+) -> (f64, u64) {
+    let elapsed = now.saturating_sub(last_ns) as f64;
+    let left = (left - old_rate * elapsed).max(0.0);
+    let dt = if rate > 0.0 {
+        round_non_negative(left / rate)
+    } else {
+        f64::MAX
+    };
+    let finish = if dt >= (u64::MAX - now) as f64 {
+        u64::MAX
+    } else {
+        now + dt as u64
+    };
+    (left, finish)
+}
+
 impl Flows {
     /// Recomputes the rates the last changes touched and schedules a new completion for
     /// every flow whose rate changed — once per instant: while the next event is at `now`
@@ -47,21 +71,11 @@ impl Flows {
         for &id in &changed {
             let rate = self.solver.rate(id);
             let i = &mut self.info[id as usize];
-            let elapsed = now.saturating_sub(i.last_ns) as f64;
-            i.left = (i.left - i.rate * elapsed).max(0.0);
+            let finish;
+            (i.left, finish) = settle(i.left, (i.rate, i.last_ns), rate, now);
             i.rate = rate;
             i.last_ns = now;
             i.version = i.version.wrapping_add(1);
-            let dt = if rate > 0.0 {
-                round_non_negative(i.left / rate)
-            } else {
-                f64::MAX
-            };
-            let finish = if dt >= (u64::MAX - now) as f64 {
-                u64::MAX
-            } else {
-                now + dt as u64
-            };
             let (version, tid) = match i.owner {
                 Owner::Transfer(t) => (i.version, t),
                 Owner::Compute { .. } => (i.version, NO_FLOW),

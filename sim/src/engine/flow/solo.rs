@@ -14,7 +14,7 @@
 //! an event (a compute flow never shares one). A completion event carries the flow's id and the
 //! version it was scheduled for.
 
-use super::round::round_non_negative;
+use super::events::settle;
 use super::{Finished, FLOW_TAG};
 use crate::engine::queue::EventQueue;
 
@@ -128,21 +128,11 @@ impl Solo {
             if f.rate == rate && rate != 0.0 {
                 continue;
             }
-            let elapsed = now.saturating_sub(f.last_ns) as f64;
-            f.left = (f.left - f.rate * elapsed).max(0.0);
+            let finish;
+            (f.left, finish) = settle(f.left, (f.rate, f.last_ns), rate, now);
             f.rate = rate;
             f.last_ns = now;
             f.version = f.version.wrapping_add(1);
-            let dt = if rate > 0.0 {
-                round_non_negative(f.left / rate)
-            } else {
-                f64::MAX
-            };
-            let finish = if dt >= (u64::MAX - now) as f64 {
-                u64::MAX
-            } else {
-                now + dt as u64
-            };
             queue.push(finish, FLOW_TAG | id, f.version);
         }
         self.dirty = dirty;
