@@ -455,13 +455,6 @@ impl Flows {
         (work_ns, memory_bound): (u64, bool),
         communicating: bool,
     ) {
-        let node = cpu / self.cores_per_node;
-        let memory_base = self.memory.as_ref().map(|m| m.base);
-        let path = match (self.core_base, memory_base) {
-            (Some(b), Some(m)) if memory_bound => Path::new(&[b + cpu, m + node]),
-            (Some(b), _) => Path::new(&[b + cpu]),
-            (None, _) => Path::default(),
-        };
         let cap = self.cap(communicating);
         if let Some(solo) = &mut self.solo {
             let id = solo.add(now, (rank, op, slot), work_ns as f64, cap);
@@ -470,6 +463,13 @@ impl Flows {
             }
             return;
         }
+        let node = cpu / self.cores_per_node;
+        let memory_base = self.memory.as_ref().map(|m| m.base);
+        let path = match (self.core_base, memory_base) {
+            (Some(b), Some(m)) if memory_bound => Path::new(&[b + cpu, m + node]),
+            (Some(b), _) => Path::new(&[b + cpu]),
+            (None, _) => Path::default(),
+        };
         let id = self.add(
             now,
             (path, cap, weight),

@@ -463,7 +463,9 @@ impl MaxMin {
     }
 }
 
-fn sane(c: f64) -> f64 {
+/// A flow's cap as the solver keeps it: NaN or not positive becomes 1e-12 (a flow that
+/// barely moves), anything else stays.
+pub(crate) fn sane(c: f64) -> f64 {
     if c.is_nan() || c <= 0.0 {
         1e-12
     } else {

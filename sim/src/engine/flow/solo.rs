@@ -17,6 +17,7 @@
 use super::events::settle;
 use super::{Finished, FLOW_TAG};
 use crate::engine::queue::EventQueue;
+use crate::topology::maxmin::sane;
 
 /// One compute flow.
 #[derive(Clone, Copy, Debug)]
@@ -25,7 +26,7 @@ struct Flow {
     left: f64,
     /// The rate since `last_ns` (the last re-solve's).
     rate: f64,
-    /// The rate limit: the solver's `cap`, made sane as it makes it.
+    /// The rate limit, made sane as the solver makes it ([`sane`]).
     cap: f64,
     last_ns: u64,
     version: u32,
@@ -44,15 +45,6 @@ pub(super) struct Solo {
     /// Flows added or re-capped since the last re-solve, in that order (repeats included).
     dirty: Vec<u32>,
     epoch: u32,
-}
-
-/// The solver's sanitised cap (`MaxMin`'s `sane`).
-fn sane(c: f64) -> f64 {
-    if c.is_nan() || c <= 0.0 {
-        1e-12
-    } else {
-        c
-    }
 }
 
 impl Solo {
