@@ -229,7 +229,31 @@ pub fn step_lower_bounds(
                 .iter()
                 .map(|c| ChunkPrices::new(c, &mut pass_prices))
                 .collect();
-            let slots = slot_costs(&mine, order, grads, buckets);
+            // What the rank's passes add up to, whole and up to its last backward of chunk 0:
+            // from every slot's cost where the chain of passes needs them, and otherwise from
+            // the stage's slot classes counted once per pipeline shape (the same sums).
+            let (slots, passes, to_drain) = if full {
+                let slots = slot_costs(&mine, order, grads, buckets);
+                let passes = slots
+                    .iter()
+                    .fold(0u64, |t, c| t.saturating_add(c.on_rank()));
+                let to_drain = order
+                    .iter()
+                    .rposition(|s| s.chunk == 0 && s.pass == Pass::Backward)
+                    .map(|last| {
+                        let before = slots[..last]
+                            .iter()
+                            .fold(0u64, |t, c| t.saturating_add(c.on_rank()));
+                        (
+                            before,
+                            slots[last].compute_ns.saturating_add(slots[last].comms_ns),
+                        )
+                    });
+                (slots, passes, to_drain)
+            } else {
+                let tally = orders.tally(stage, buckets, mine.len());
+                (Vec::new(), tally.passes(&mine), tally.to_drain(&mine))
+            };
             // Offloaded, the host's update and the parameters' copy back (none where they
             // stay on the host) follow the last gradients' arrival on the host, as the GPU's
             // update follows their reduction.
@@ -248,9 +272,6 @@ pub fn step_lower_bounds(
                 }
                 (true, None) => (price.compute)(&sizes.optimizer_step(stage as u32)),
             };
-            let passes = slots
-                .iter()
-                .fold(0u64, |t, c| t.saturating_add(c.on_rank()));
             // The data-parallel stream runs its collectives one at a time, in issue order,
             // and the optimizer waits for the last reduction.
             let ctx = StageCtx {
@@ -285,14 +306,7 @@ pub fn step_lower_bounds(
             // The drain starts when the rank's last backward of chunk 0 and its collectives
             // end (the send to the stage before waits for both, not for the gradient
             // accumulation beside them).
-            if let Some(last) = order
-                .iter()
-                .rposition(|s| s.chunk == 0 && s.pass == Pass::Backward)
-            {
-                let before = slots[..last]
-                    .iter()
-                    .fold(0u64, |t, c| t.saturating_add(c.on_rank()));
-                let to_send = slots[last].compute_ns.saturating_add(slots[last].comms_ns);
+            if let Some((before, to_send)) = to_drain {
                 let chained = fill_k
                     .saturating_add(before)
                     .saturating_add(to_send)
@@ -758,6 +772,8 @@ struct Orders {
     index: Vec<Vec<u32>>,
     chunks: u32,
     microbatches: u32,
+    /// Per stage, its [`StageTally`] by (buckets, chunks held), made when first asked for.
+    tallies: RefCell<Vec<Vec<((bool, usize), Rc<StageTally>)>>>,
 }
 
 /// (schedule, (pp, vpp, micro batches), extra warm-up passes).
@@ -772,6 +788,31 @@ thread_local! {
 }
 
 impl Orders {
+    /// The [`StageTally`] of `stage` when the finalising backwards are cut into buckets
+    /// (`buckets`) and the stage holds `chunks` chunks.
+    fn tally(&self, stage: usize, buckets: bool, chunks: usize) -> Rc<StageTally> {
+        let key = (buckets, chunks);
+        let found = self
+            .tallies
+            .borrow()
+            .get(stage)
+            .and_then(|t| t.iter().find(|(k, _)| *k == key).map(|(_, t)| Rc::clone(t)));
+        if let Some(t) = found {
+            return t;
+        }
+        let order = self
+            .orders
+            .get(stage)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let grads = self.grads.get(stage).map(Vec::as_slice).unwrap_or_default();
+        let t = Rc::new(StageTally::new(order, grads, buckets, chunks));
+        if let Some(v) = self.tallies.borrow_mut().get_mut(stage) {
+            v.push((key, Rc::clone(&t)));
+        }
+        t
+    }
+
     /// Where `stage` runs the forward or backward of (`mb`, `chunk`).
     fn position(&self, stage: usize, pass: Pass, mb: u32, chunk: u32) -> Option<usize> {
         let pass = match pass {
@@ -842,6 +883,7 @@ impl Orders {
                 index
             })
             .collect();
+        let tallies = RefCell::new(vec![Vec::new(); orders.len()]);
         let out = Rc::new(Orders {
             orders,
             splits,
@@ -849,6 +891,7 @@ impl Orders {
             index,
             chunks,
             microbatches: m,
+            tallies,
         });
         let _ = ORDERS.try_with(|c| {
             if let Ok(mut c) = c.try_borrow_mut() {
@@ -1186,8 +1229,39 @@ fn slot_costs(
     grads: &[bool],
     buckets: bool,
 ) -> Vec<SlotCost> {
-    // The last gradient pass of each chunk finalises it (cut into buckets when `buckets`).
-    let mut final_slot = vec![None; chunks.len()];
+    slot_classes(order, grads, buckets, chunks.len())
+        .into_iter()
+        .map(|c| c.cost(chunks))
+        .collect()
+}
+
+/// What a slot of a stage's order is, as far as its cost goes ([`SlotClass::cost`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SlotClass {
+    chunk: u32,
+    kind: SlotKind,
+    /// The chunk's last gradient pass, cut into buckets.
+    finalising: bool,
+    /// A gradient pass of a chunk after its first: it accumulates into the gradients.
+    accumulates: bool,
+    /// The order's last pass: nothing waits for its chained collectives.
+    last: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotKind {
+    Forward,
+    /// A backward whose weight gradient is a later W: the input-gradient half.
+    BackwardInput,
+    Backward,
+    Weight,
+}
+
+/// The class of each slot of `order` (`grads`: which slots make weight gradients), for a
+/// stage holding `chunks` chunks; the last gradient pass of each chunk finalises it when
+/// `buckets`.
+fn slot_classes(order: &[Slot], grads: &[bool], buckets: bool, chunks: usize) -> Vec<SlotClass> {
+    let mut final_slot = vec![None; chunks];
     for (i, (slot, &g)) in order.iter().zip(grads).enumerate() {
         if g {
             if let Some(f) = final_slot.get_mut(slot.chunk as usize) {
@@ -1195,19 +1269,46 @@ fn slot_costs(
             }
         }
     }
-    let mut first_grads = vec![false; chunks.len()];
-    let mut out = Vec::with_capacity(order.len());
-    for (i, slot) in order.iter().enumerate() {
-        let Some(cp) = chunks.get(slot.chunk as usize) else {
-            out.push(SlotCost::default());
-            continue;
+    let mut first_grads = vec![false; chunks];
+    order
+        .iter()
+        .enumerate()
+        .map(|(i, slot)| {
+            let grads = grads.get(i).copied().unwrap_or(false);
+            let kind = match slot.pass {
+                Pass::Forward => SlotKind::Forward,
+                Pass::Backward if !grads => SlotKind::BackwardInput,
+                Pass::Backward => SlotKind::Backward,
+                Pass::Weight => SlotKind::Weight,
+            };
+            let mut accumulates = false;
+            if grads {
+                if let Some(seen) = first_grads.get_mut(slot.chunk as usize) {
+                    accumulates = *seen;
+                    *seen = true;
+                }
+            }
+            SlotClass {
+                chunk: slot.chunk,
+                kind,
+                finalising: buckets && final_slot.get(slot.chunk as usize) == Some(&Some(i)),
+                accumulates,
+                last: i + 1 == order.len(),
+            }
+        })
+        .collect()
+}
+
+impl SlotClass {
+    /// The slot's compute, its chained collectives and its gradient accumulation, priced with
+    /// its chunk's prices (nothing for a chunk the stage does not hold).
+    fn cost(self, chunks: &[ChunkPrices]) -> SlotCost {
+        let Some(cp) = chunks.get(self.chunk as usize) else {
+            return SlotCost::default();
         };
-        let finalising = buckets && final_slot.get(slot.chunk as usize) == Some(&Some(i));
-        let grads = grads.get(i).copied().unwrap_or(false);
-        let last = i + 1 == order.len();
-        let (compute_ns, comms, recompute) = match slot.pass {
-            Pass::Forward => (cp.segs.forward, cp.segs.forward_comms, (0, 0)),
-            Pass::Backward if !grads => {
+        let (compute_ns, comms, recompute) = match self.kind {
+            SlotKind::Forward => (cp.segs.forward, cp.segs.forward_comms, (0, 0)),
+            SlotKind::BackwardInput => {
                 let p = cp.segs;
                 (
                     p.recompute.saturating_add(p.backward_input),
@@ -1215,40 +1316,90 @@ fn slot_costs(
                     (p.recompute, p.recompute_comms),
                 )
             }
-            Pass::Backward => {
-                let p = cp.segs_for(finalising);
+            SlotKind::Backward => {
+                let p = cp.segs_for(self.finalising);
                 (
                     p.recompute.saturating_add(p.backward),
                     p.recompute_comms.saturating_add(p.backward_comms),
                     (p.recompute, p.recompute_comms),
                 )
             }
-            Pass::Weight => (cp.segs_for(finalising).backward_weight, 0, (0, 0)),
+            SlotKind::Weight => (cp.segs_for(self.finalising).backward_weight, 0, (0, 0)),
         };
         // The chained collectives of the last pass are not counted (nothing waits for them).
-        let ahead_ns = if last {
+        let ahead_ns = if self.last {
             recompute.0
         } else {
             recompute.0.saturating_add(recompute.1)
         };
-        let mut accumulate_ns = 0;
-        if grads {
-            let seen = first_grads.get_mut(slot.chunk as usize);
-            if seen.as_deref() == Some(&true) {
-                accumulate_ns = cp.segs_for(finalising).accumulate;
-            }
-            if let Some(s) = seen {
-                *s = true;
-            }
-        }
-        out.push(SlotCost {
+        let accumulate_ns = if self.accumulates {
+            cp.segs_for(self.finalising).accumulate
+        } else {
+            0
+        };
+        SlotCost {
             compute_ns,
-            comms_ns: if last { 0 } else { comms },
+            comms_ns: if self.last { 0 } else { comms },
             accumulate_ns,
             ahead_ns,
-        });
+        }
     }
-    out
+}
+
+/// A stage's order as the count of each of its slot classes, whole and before its last
+/// backward of chunk 0: the sums the cheap bound takes of [`slot_costs`], in a term per class
+/// instead of one per slot. Sums of saturating terms, so the same whatever their order.
+struct StageTally {
+    all: Vec<(SlotClass, u64)>,
+    /// The classes before the last backward of chunk 0, and that backward's.
+    head: Option<(Vec<(SlotClass, u64)>, SlotClass)>,
+}
+
+impl StageTally {
+    fn new(order: &[Slot], grads: &[bool], buckets: bool, chunks: usize) -> StageTally {
+        let classes = slot_classes(order, grads, buckets, chunks);
+        let count = |classes: &[SlotClass]| {
+            let mut counts: Vec<(SlotClass, u64)> = Vec::new();
+            for c in classes {
+                match counts.iter_mut().find(|(k, _)| k == c) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((*c, 1)),
+                }
+            }
+            counts
+        };
+        let head = order
+            .iter()
+            .rposition(|s| s.chunk == 0 && s.pass == Pass::Backward)
+            .and_then(|last| Some((count(classes.get(..last)?), *classes.get(last)?)));
+        StageTally {
+            all: count(&classes),
+            head,
+        }
+    }
+
+    fn sum(counts: &[(SlotClass, u64)], chunks: &[ChunkPrices]) -> u64 {
+        counts.iter().fold(0u64, |t, (c, n)| {
+            t.saturating_add(n.saturating_mul(c.cost(chunks).on_rank()))
+        })
+    }
+
+    /// What the stage's passes add to its rank's chain ([`SlotCost::on_rank`], summed).
+    fn passes(&self, chunks: &[ChunkPrices]) -> u64 {
+        Self::sum(&self.all, chunks)
+    }
+
+    /// The same sum before the last backward of chunk 0, and that backward's compute and
+    /// chained collectives.
+    fn to_drain(&self, chunks: &[ChunkPrices]) -> Option<(u64, u64)> {
+        self.head.as_ref().map(|(head, last)| {
+            let c = last.cost(chunks);
+            (
+                Self::sum(head, chunks),
+                c.compute_ns.saturating_add(c.comms_ns),
+            )
+        })
+    }
 }
 
 #[cfg(test)]
@@ -1292,6 +1443,86 @@ mod tests {
 
     fn price(op: &ComputeOp) -> u64 {
         op.flops / 1_000 + 500 * u64::from(op.kernels)
+    }
+
+    /// A stage's slot classes counted once ([`StageTally`]) give the sums the bound takes of
+    /// every slot's cost: whole, and before the last backward of chunk 0, with that backward's
+    /// own. Every schedule, several shapes, buckets or not, a stage holding all its chunks or
+    /// one fewer, random prices.
+    #[test]
+    fn a_stage_tally_sums_as_its_slots_do() {
+        let mut rng = crate::rng::Rng::new(11, 0);
+        let mut prices = |rng: &mut crate::rng::Rng| {
+            let mut p = || rng.next_u64() % 1_000_000;
+            PassPrices {
+                forward: p(),
+                backward: p(),
+                backward_input: p(),
+                backward_weight: p(),
+                recompute: p(),
+                accumulate: p(),
+                forward_comms: p(),
+                backward_comms: p(),
+                backward_input_comms: p(),
+                recompute_comms: p(),
+            }
+        };
+        let schedules = [
+            (PipelineSchedule::Gpipe, 1),
+            (PipelineSchedule::OneFOneB, 1),
+            (PipelineSchedule::Interleaved1F1B, 2),
+            (PipelineSchedule::Interleaved1F1B, 3),
+            (PipelineSchedule::ZeroBubble, 1),
+            (PipelineSchedule::DualPipe, 1),
+        ];
+        let mut checked = 0;
+        for (schedule, vpp) in schedules {
+            for pp in [2u32, 4] {
+                for m in [pp, 2 * pp, 3 * pp + 2] {
+                    for extra in [0, 1] {
+                        let Ok(orders) = Orders::of(schedule, (pp, vpp, m), extra) else {
+                            continue;
+                        };
+                        for (stage, (order, grads)) in
+                            orders.orders.iter().zip(&orders.grads).enumerate()
+                        {
+                            for held in [orders.chunks as usize, orders.chunks as usize - 1] {
+                                let chunks: Vec<ChunkPrices> = (0..held)
+                                    .map(|c| ChunkPrices {
+                                        segs: prices(&mut rng),
+                                        final_segs: (c % 2 == 0).then(|| prices(&mut rng)),
+                                    })
+                                    .collect();
+                                for buckets in [false, true] {
+                                    let slots = slot_costs(&chunks, order, grads, buckets);
+                                    let sum = |s: &[SlotCost]| {
+                                        s.iter().fold(0u64, |t, c| t + c.on_rank())
+                                    };
+                                    let to_drain = order
+                                        .iter()
+                                        .rposition(|s| s.chunk == 0 && s.pass == Pass::Backward)
+                                        .map(|l| {
+                                            (
+                                                sum(&slots[..l]),
+                                                slots[l].compute_ns + slots[l].comms_ns,
+                                            )
+                                        });
+                                    let tally = orders.tally(stage, buckets, held);
+                                    let what = format!(
+                                        "{schedule:?} pp {pp} vpp {vpp} m {m} extra {extra} \
+                                         stage {stage} holding {held}, buckets {buckets}"
+                                    );
+                                    assert_eq!(tally.passes(&chunks), sum(&slots), "{what}");
+                                    assert_eq!(tally.to_drain(&chunks), to_drain, "{what}");
+                                    checked += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 300, "{checked} stages checked");
     }
 
     /// The excess is the blocks' own prices over the whole op's while the transfers hide
