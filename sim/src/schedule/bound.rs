@@ -773,11 +773,14 @@ struct Orders {
     chunks: u32,
     microbatches: u32,
     /// Per stage, its [`StageTally`] by (buckets, chunks held), made when first asked for.
-    tallies: RefCell<Vec<Vec<((bool, usize), Rc<StageTally>)>>>,
+    tallies: RefCell<Vec<Vec<TallyEntry>>>,
 }
 
 /// (schedule, (pp, vpp, micro batches), extra warm-up passes).
 type OrdersKey = (PipelineSchedule, (u32, u32, u32), u32);
+
+/// A stage's [`StageTally`] for (buckets, chunks held).
+type TallyEntry = ((bool, usize), Rc<StageTally>);
 
 /// Pipeline shapes kept per thread.
 const MAX_ORDERS: usize = 64;
@@ -1452,7 +1455,7 @@ mod tests {
     #[test]
     fn a_stage_tally_sums_as_its_slots_do() {
         let mut rng = crate::rng::Rng::new(11, 0);
-        let mut prices = |rng: &mut crate::rng::Rng| {
+        let prices = |rng: &mut crate::rng::Rng| {
             let mut p = || rng.next_u64() % 1_000_000;
             PassPrices {
                 forward: p(),
