@@ -174,7 +174,11 @@ pub fn step_lower_bounds(
                 .get(stage)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let saved = saved_peak_bytes(my_chunks, order, grads, &units);
+            let per_chunk = saved_bytes_per_chunk(my_chunks);
+            let saved = orders
+                .held_at_forwards(stage)
+                .and_then(|h| h.peak_bytes(&per_chunk, &units))
+                .unwrap_or_else(|| saved_peak_bytes(&per_chunk, order, grads, &units));
             memory = memory.max(held.saturating_add(saved));
         }
     }
@@ -607,16 +611,7 @@ fn gathered_unit_bytes(dp: &DpPolicy, chunks: &[ChunkPlan], module_bytes: Option
 /// chunk's saved bytes per micro batch, the pass that last reads them (its backward, or its W
 /// where the backward is split) removes them. While a forward's last segment computes, the
 /// chunk's gathered unit (`units`, ZeRO-3) is held too.
-fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot], grads: &[bool], units: &[u64]) -> u64 {
-    let per_chunk: Vec<u64> = chunks
-        .iter()
-        .map(|c| {
-            c.segs
-                .iter()
-                .map(|s| s.work.activation_bytes)
-                .fold(0, u64::saturating_add)
-        })
-        .collect();
+fn saved_peak_bytes(per_chunk: &[u64], order: &[Slot], grads: &[bool], units: &[u64]) -> u64 {
     let (mut held, mut peak) = (0u64, 0u64);
     for (slot, &grads) in order.iter().zip(grads) {
         let chunk = slot.chunk as usize;
@@ -630,6 +625,73 @@ fn saved_peak_bytes(chunks: &[ChunkPlan], order: &[Slot], grads: &[bool], units:
         }
     }
     peak
+}
+
+/// Each chunk's saved-activation bytes per micro batch.
+fn saved_bytes_per_chunk(chunks: &[ChunkPlan]) -> Vec<u64> {
+    chunks
+        .iter()
+        .map(|c| {
+            c.segs
+                .iter()
+                .map(|s| s.work.activation_bytes)
+                .fold(0, u64::saturating_add)
+        })
+        .collect()
+}
+
+/// What [`saved_peak_bytes`] reads of a stage's order, counted once per pipeline shape: at
+/// each forward, how many micro batches of each chunk it holds (forwarded, not yet freed by
+/// their gradient pass) and which chunk it forwards, keeping only the forwards that no other
+/// forward of the same chunk matches or exceeds in every count. The peak is then the largest
+/// held bytes plus unit over those, a few terms a layout instead of a pass over the order.
+struct HeldAtForwards {
+    points: Vec<(u32, Vec<u64>)>,
+}
+
+impl HeldAtForwards {
+    /// `None` when the order frees a chunk's activations before it holds them (no schedule
+    /// does), where only the pass over the order gives the same answer.
+    fn new(order: &[Slot], grads: &[bool], chunks: usize) -> Option<HeldAtForwards> {
+        let mut held = vec![0u64; chunks];
+        let mut points: Vec<(u32, Vec<u64>)> = Vec::new();
+        for (slot, &g) in order.iter().zip(grads) {
+            let c = slot.chunk as usize;
+            if slot.pass == Pass::Forward {
+                *held.get_mut(c)? += 1;
+                let dominated = points
+                    .iter()
+                    .any(|(k, p)| *k == slot.chunk && p.iter().zip(&held).all(|(a, b)| a >= b));
+                if !dominated {
+                    points.retain(|(k, p)| {
+                        !(*k == slot.chunk && held.iter().zip(p).all(|(a, b)| a >= b))
+                    });
+                    points.push((slot.chunk, held.clone()));
+                }
+            } else if g {
+                let h = held.get_mut(c)?;
+                *h = h.checked_sub(1)?;
+            }
+        }
+        Some(HeldAtForwards { points })
+    }
+
+    /// [`saved_peak_bytes`] of the stage whose chunks save `per_chunk` bytes a micro batch,
+    /// with gathered units `units`; `None`
+    /// where a sum overflows (the pass over the order saturates instead).
+    fn peak_bytes(&self, per_chunk: &[u64], units: &[u64]) -> Option<u64> {
+        let mut peak = 0u64;
+        for (chunk, held) in &self.points {
+            let mut bytes = 0u64;
+            for (c, &n) in held.iter().enumerate() {
+                let b = per_chunk.get(c).copied().unwrap_or(0);
+                bytes = bytes.checked_add(n.checked_mul(b)?)?;
+            }
+            let unit = units.get(*chunk as usize).copied().unwrap_or(0);
+            peak = peak.max(bytes.checked_add(unit)?);
+        }
+        Some(peak)
+    }
 }
 
 /// The end, on each stage, of its last pass when every pass starts only after the pass
@@ -774,6 +836,8 @@ struct Orders {
     microbatches: u32,
     /// Per stage, its [`StageTally`] by (buckets, chunks held), made when first asked for.
     tallies: RefCell<Vec<Vec<TallyEntry>>>,
+    /// Per stage, its [`HeldAtForwards`] (the outer `None`: not made yet).
+    held: RefCell<Vec<Option<Option<Rc<HeldAtForwards>>>>>,
 }
 
 /// (schedule, (pp, vpp, micro batches), extra warm-up passes).
@@ -814,6 +878,20 @@ impl Orders {
             v.push((key, Rc::clone(&t)));
         }
         t
+    }
+
+    /// The [`HeldAtForwards`] of `stage` (`None` where the order has none).
+    fn held_at_forwards(&self, stage: usize) -> Option<Rc<HeldAtForwards>> {
+        if let Some(Some(h)) = self.held.borrow().get(stage) {
+            return h.clone();
+        }
+        let order = self.orders.get(stage)?;
+        let grads = self.grads.get(stage)?;
+        let h = HeldAtForwards::new(order, grads, self.chunks as usize).map(Rc::new);
+        if let Some(e) = self.held.borrow_mut().get_mut(stage) {
+            *e = Some(h.clone());
+        }
+        h
     }
 
     /// Where `stage` runs the forward or backward of (`mb`, `chunk`).
@@ -887,6 +965,7 @@ impl Orders {
             })
             .collect();
         let tallies = RefCell::new(vec![Vec::new(); orders.len()]);
+        let held = RefCell::new(vec![None; orders.len()]);
         let out = Rc::new(Orders {
             orders,
             splits,
@@ -895,6 +974,7 @@ impl Orders {
             chunks,
             microbatches: m,
             tallies,
+            held,
         });
         let _ = ORDERS.try_with(|c| {
             if let Ok(mut c) = c.try_borrow_mut() {
@@ -1526,6 +1606,49 @@ mod tests {
             }
         }
         assert!(checked > 300, "{checked} stages checked");
+    }
+
+    /// The saved-activation peak read from a stage's forwards counted once
+    /// ([`HeldAtForwards`]) is the pass over its order's: every schedule, several shapes,
+    /// random bytes a chunk and random gathered units.
+    #[test]
+    fn the_held_forwards_give_the_saved_peak_of_the_pass_over_the_order() {
+        let mut rng = crate::rng::Rng::new(12, 0);
+        let mut checked = 0;
+        for (schedule, vpp) in [
+            (PipelineSchedule::Gpipe, 1),
+            (PipelineSchedule::OneFOneB, 1),
+            (PipelineSchedule::Interleaved1F1B, 2),
+            (PipelineSchedule::Interleaved1F1B, 4),
+            (PipelineSchedule::ZeroBubble, 1),
+            (PipelineSchedule::DualPipe, 1),
+        ] {
+            for pp in [2u32, 4, 8] {
+                for m in [pp, 2 * pp, 3 * pp + 1] {
+                    let Ok(orders) = Orders::of(schedule, (pp, vpp, m), 0) else {
+                        continue;
+                    };
+                    for (stage, (order, grads)) in
+                        orders.orders.iter().zip(&orders.grads).enumerate()
+                    {
+                        let held = orders.held_at_forwards(stage).expect("a valid order");
+                        for _ in 0..4 {
+                            let n = orders.chunks as usize;
+                            let mut draw = || rng.next_u64() % (1 << 30);
+                            let per_chunk: Vec<u64> = (0..n).map(|_| draw()).collect();
+                            let units: Vec<u64> = (0..n).map(|_| draw() / 8).collect();
+                            assert_eq!(
+                                held.peak_bytes(&per_chunk, &units),
+                                Some(saved_peak_bytes(&per_chunk, order, grads, &units)),
+                                "{schedule:?} pp {pp} vpp {vpp} m {m} stage {stage}"
+                            );
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 200, "{checked} checked");
     }
 
     /// The excess is the blocks' own prices over the whole op's while the transfers hide
