@@ -112,4 +112,4 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
     }
 }
 
-pub use twin_runtime::job::{output, write_atomic};
+pub use twin_runtime::job::{output, write_atomic, write_atomic_with};

@@ -1,7 +1,7 @@
 //! `twin sweep`: simulate many layouts of one scenario in parallel and rank them; also joins
 //! the shards of a sweep spread over a batch system (`--merge`).
 
-use super::write_atomic;
+use super::{write_atomic, write_atomic_with};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -186,12 +186,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let wall_s = t0.elapsed().as_secs_f64();
     if let Some(path) = &args.out {
-        let text = if path.extension().is_some_and(|e| e == "csv") {
-            result.to_csv()?
+        if path.extension().is_some_and(|e| e == "csv") {
+            write_atomic_with(path, &mut |w| {
+                result.write_csv(w).map_err(std::io::Error::other)
+            })?;
         } else {
-            result.to_json()?
-        };
-        write_atomic(path, &text)?;
+            write_atomic(path, &result.to_json()?)?;
+        }
     }
     if let Some(path) = &args.report {
         super::report::write_html(path, &super::report::sweep_report(&result, hbm_bytes))?;
@@ -204,7 +205,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if format == SweepFormat::Json {
         println!("{}", result.to_json()?);
     } else if format == SweepFormat::Csv {
-        print!("{}", result.to_csv()?);
+        result.write_csv(std::io::stdout().lock())?;
     } else {
         print!("{}", result.top_text(args.top));
         if let Some((source, name)) = &own_layout {

@@ -25,7 +25,7 @@ use twin_sim::schedule::Schedule;
 
 pub use fit::RankDemand;
 pub use inject::InjectArg;
-pub use output::{write_atomic, OutputError};
+pub use output::{write_atomic, write_atomic_with, OutputError};
 
 /// Why a job failed. Each variant reads as the failure itself; `Launch`, `Inject`, `Runtime`,
 /// `Fit` and `Output` are the runtime's own errors, passed on unchanged.

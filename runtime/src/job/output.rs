@@ -96,15 +96,25 @@ pub fn prepare_dir(path: Option<&Path>, flag: &'static str) -> Result<(), Output
 
 /// Write `text` to `path` atomically (temp file + rename), so a crash never leaves half a file.
 pub fn write_atomic(path: &Path, text: &str) -> Result<(), JobError> {
-    use std::io::Write;
+    write_atomic_with(path, &mut |w| w.write_all(text.as_bytes()))
+}
+
+/// Write what `write` writes to `path` atomically, as [`write_atomic`] does, through a buffer:
+/// for output too large to hold as one string first.
+pub fn write_atomic_with(
+    path: &Path,
+    write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<(), JobError> {
     let dir = parent_dir(path);
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let written = std::fs::File::create(&tmp).and_then(|mut f| {
-        f.write_all(text.as_bytes())?;
+    let written = std::fs::File::create(&tmp).and_then(|f| {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        write(&mut w)?;
+        let f = w.into_inner().map_err(|e| e.into_error())?;
         f.sync_all().ok();
         Ok(())
     });

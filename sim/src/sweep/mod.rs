@@ -800,50 +800,73 @@ impl SweepResult {
     /// (`rank` empty for layouts that do not fit; the figures empty for layouts that were not
     /// simulated).
     pub fn to_csv(&self) -> Result<String, csv::Error> {
-        let mut w = csv::Writer::from_writer(Vec::new());
+        let mut bytes = Vec::new();
+        self.write_csv(&mut bytes)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// [`SweepResult::to_csv`], written to `out` row by row (a search's CSV runs to hundreds
+    /// of megabytes).
+    pub fn write_csv(&self, out: impl std::io::Write) -> Result<(), csv::Error> {
+        let mut w = csv::Writer::from_writer(out);
         w.write_record(CSV_HEADER.split(','))?;
         let ranked = self.ranked();
+        let ranked_len = ranked.len();
         let unfit = self.rows.iter().filter(|r| !r.fits);
-        let ranks = (1..=ranked.len())
-            .map(|n| n.to_string())
-            .chain(std::iter::repeat(String::new()));
-        for (rank, r) in ranks.zip(ranked.into_iter().chain(unfit)) {
-            let figure = |v: f64, digits: usize| {
-                if r.simulated {
-                    format!("{v:.digits$}")
-                } else {
-                    String::new()
-                }
+        // One buffer for every field that is formatted.
+        let mut field = String::new();
+        for (n, r) in ranked.into_iter().chain(unfit).enumerate() {
+            let mut put = |w: &mut csv::Writer<_>, value: std::fmt::Arguments| {
+                use std::fmt::Write as _;
+                field.clear();
+                let _ = field.write_fmt(value);
+                w.write_field(&field)
             };
-            w.write_record([
-                rank,
-                r.index.to_string(),
-                r.tp.to_string(),
-                r.pp.to_string(),
-                r.dp.to_string(),
-                r.cp.to_string(),
-                r.ep.to_string(),
-                r.vpp.to_string(),
-                r.micro_batch.to_string(),
-                r.recompute.clone(),
-                r.zero.to_string(),
-                r.schedule.clone(),
-                r.precision.clone(),
-                self.scenario.clone(),
-                figure(r.step_time_s, 9),
-                figure(r.tokens_per_s, 3),
-                figure(r.mfu, 6),
-                r.peak_memory_bytes.to_string(),
-                format!("{:.6}", r.peak_memory_fraction),
-                figure(r.bubble_fraction, 6),
-                figure(r.exposed_comm_fraction, 6),
-                r.fits.to_string(),
-                r.simulated.to_string(),
-                r.overrides.join(" "),
-            ])?;
+            if n < ranked_len {
+                put(&mut w, format_args!("{}", n + 1))?;
+            } else {
+                w.write_field("")?;
+            }
+            put(&mut w, format_args!("{}", r.index))?;
+            for v in [r.tp, r.pp, r.dp, r.cp, r.ep, r.vpp] {
+                put(&mut w, format_args!("{v}"))?;
+            }
+            put(&mut w, format_args!("{}", r.micro_batch))?;
+            w.write_field(&r.recompute)?;
+            put(&mut w, format_args!("{}", r.zero))?;
+            w.write_field(&r.schedule)?;
+            w.write_field(&r.precision)?;
+            w.write_field(&self.scenario)?;
+            for (v, digits) in [(r.step_time_s, 9), (r.tokens_per_s, 3), (r.mfu, 6)] {
+                if r.simulated {
+                    put(&mut w, format_args!("{v:.digits$}"))?;
+                } else {
+                    w.write_field("")?;
+                }
+            }
+            put(&mut w, format_args!("{}", r.peak_memory_bytes))?;
+            put(&mut w, format_args!("{:.6}", r.peak_memory_fraction))?;
+            for v in [r.bubble_fraction, r.exposed_comm_fraction] {
+                if r.simulated {
+                    put(&mut w, format_args!("{v:.6}"))?;
+                } else {
+                    w.write_field("")?;
+                }
+            }
+            w.write_field(if r.fits { "true" } else { "false" })?;
+            w.write_field(if r.simulated { "true" } else { "false" })?;
+            field.clear();
+            for (i, o) in r.overrides.iter().enumerate() {
+                if i > 0 {
+                    field.push(' ');
+                }
+                field.push_str(o);
+            }
+            w.write_field(&field)?;
+            w.write_record(None::<&[u8]>)?;
         }
-        let bytes = w.into_inner().map_err(|e| e.into_error())?;
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        w.flush()?;
+        Ok(())
     }
 
     /// The top `n` as an aligned table with a summary of what was skipped, then the Pareto
