@@ -42,7 +42,7 @@ fn vary_sweep_counts_invalid_layouts_and_ranks_the_rest() {
     }
     // Each row equals a direct collapsed prediction of its overrides.
     for row in &r.rows {
-        let s = src.resolve(&row.overrides).unwrap();
+        let s = src.resolve(&row.override_strings()).unwrap();
         let full = crate::predict(&s, &crate::PredictOptions::default()).unwrap();
         assert_eq!(row.step_time_s, full.report.step_time_s);
         assert_eq!(row.peak_memory_bytes, full.report.peak_memory_bytes);
@@ -152,7 +152,7 @@ fn layouts_skipped_for_model_state_really_do_not_fit() {
     assert!(r.rows.iter().any(|x| x.simulated && !x.fits));
     for row in skipped {
         assert!(!row.fits);
-        let s = src.resolve(&row.overrides).unwrap();
+        let s = src.resolve(&row.override_strings()).unwrap();
         let full = crate::predict(&s, &crate::PredictOptions::default()).unwrap();
         assert!(!full.report.fits, "{:?}", row.overrides);
         assert!(full.report.peak_memory_bytes >= row.peak_memory_bytes);
@@ -620,7 +620,7 @@ fn the_table_names_what_the_columns_do_not_show() {
         overrides.extend(extra.iter().map(|s| s.to_string()));
         SweepRow {
             index,
-            overrides,
+            overrides: super::interned(overrides),
             tp,
             pp: 1,
             dp: 8 / tp,
@@ -685,4 +685,18 @@ fn the_table_names_what_the_columns_do_not_show() {
     d.overrides[0] = "parallel.tp=4".into();
     d.overrides[1] = "parallel.sequence_parallel=true".into();
     assert_eq!(super::distinctions(&[&a, &d]), ["", ""]);
+}
+
+/// Rows made on one thread share each `--set` string they have in common (a search's rows
+/// hold a few hundred distinct strings between millions of rows), and keep their text.
+#[test]
+fn rows_share_their_override_strings() {
+    let a = super::interned(vec!["parallel.tp=2".into(), "parallel.pp=4".into()]);
+    let b = super::interned(vec!["parallel.tp=2".into(), "parallel.pp=8".into()]);
+    assert!(std::sync::Arc::ptr_eq(&a[0], &b[0]));
+    assert!(!std::sync::Arc::ptr_eq(&a[1], &b[1]));
+    assert_eq!(
+        b.iter().map(|o| &**o).collect::<Vec<_>>(),
+        ["parallel.tp=2", "parallel.pp=8"]
+    );
 }
