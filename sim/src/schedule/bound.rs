@@ -1528,6 +1528,17 @@ mod tests {
         op.flops / 1_000 + 500 * u64::from(op.kernels)
     }
 
+    /// Every pipeline schedule, the interleaved one with 2, 3 and 4 chunks a rank.
+    const SCHEDULES: [(PipelineSchedule, u32); 7] = [
+        (PipelineSchedule::Gpipe, 1),
+        (PipelineSchedule::OneFOneB, 1),
+        (PipelineSchedule::Interleaved1F1B, 2),
+        (PipelineSchedule::Interleaved1F1B, 3),
+        (PipelineSchedule::Interleaved1F1B, 4),
+        (PipelineSchedule::ZeroBubble, 1),
+        (PipelineSchedule::DualPipe, 1),
+    ];
+
     /// A stage's slot classes counted once ([`StageTally`]) give the sums the bound takes of
     /// every slot's cost: whole, and before the last backward of chunk 0, with that backward's
     /// own. Every schedule, several shapes, buckets or not, a stage holding all its chunks or
@@ -1550,16 +1561,8 @@ mod tests {
                 recompute_comms: p(),
             }
         };
-        let schedules = [
-            (PipelineSchedule::Gpipe, 1),
-            (PipelineSchedule::OneFOneB, 1),
-            (PipelineSchedule::Interleaved1F1B, 2),
-            (PipelineSchedule::Interleaved1F1B, 3),
-            (PipelineSchedule::ZeroBubble, 1),
-            (PipelineSchedule::DualPipe, 1),
-        ];
         let mut checked = 0;
-        for (schedule, vpp) in schedules {
+        for (schedule, vpp) in SCHEDULES {
             for pp in [2u32, 4] {
                 for m in [pp, 2 * pp, 3 * pp + 2] {
                     for extra in [0, 1] {
@@ -1615,14 +1618,7 @@ mod tests {
     fn the_held_forwards_give_the_saved_peak_of_the_pass_over_the_order() {
         let mut rng = crate::rng::Rng::new(12, 0);
         let mut checked = 0;
-        for (schedule, vpp) in [
-            (PipelineSchedule::Gpipe, 1),
-            (PipelineSchedule::OneFOneB, 1),
-            (PipelineSchedule::Interleaved1F1B, 2),
-            (PipelineSchedule::Interleaved1F1B, 4),
-            (PipelineSchedule::ZeroBubble, 1),
-            (PipelineSchedule::DualPipe, 1),
-        ] {
+        for (schedule, vpp) in SCHEDULES {
             for pp in [2u32, 4, 8] {
                 for m in [pp, 2 * pp, 3 * pp + 1] {
                     let Ok(orders) = Orders::of(schedule, (pp, vpp, m), 0) else {
