@@ -1,7 +1,7 @@
 //! `twin sweep`: simulate many layouts of one scenario in parallel and rank them; also joins
 //! the shards of a sweep spread over a batch system (`--merge`).
 
-use super::{write_atomic, write_atomic_with};
+use super::write_atomic_with;
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -191,7 +191,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 result.write_csv(w).map_err(std::io::Error::other)
             })?;
         } else {
-            write_atomic(path, &result.to_json()?)?;
+            write_atomic_with(path, &mut |w| {
+                result.write_json(w).map_err(std::io::Error::other)
+            })?;
         }
     }
     if let Some(path) = &args.report {

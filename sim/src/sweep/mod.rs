@@ -804,6 +804,11 @@ impl SweepResult {
         crate::json::document("sweep", self)
     }
 
+    /// [`SweepResult::to_json`], written to `out` as it is serialized.
+    pub fn write_json(&self, out: impl std::io::Write) -> Result<(), serde_json::Error> {
+        serde_json::to_writer_pretty(out, &crate::json::Document::new("sweep", self))
+    }
+
     /// One header line and one record per simulated layout, ranked ones first in rank order
     /// (`rank` empty for layouts that do not fit; the figures empty for layouts that were not
     /// simulated).
