@@ -952,7 +952,7 @@ impl SweepResult {
 
 /// `overrides` with each string shared with the other rows of this thread that have it: a
 /// search's rows hold about 18 `--set` strings each out of a few hundred distinct ones, and
-/// as strings of their own they were most of its memory (2.4 of 4.3 GB for DeepSeek-V3's
+/// as strings of their own they would be most of its memory (2.4 of 4.3 GB for DeepSeek-V3's
 /// 2.6 M layouts on 1,024 GPUs).
 pub fn interned(overrides: Vec<String>) -> Vec<Arc<str>> {
     thread_local! {
