@@ -233,30 +233,15 @@ pub fn step_lower_bounds(
                 .iter()
                 .map(|c| ChunkPrices::new(c, &mut pass_prices))
                 .collect();
-            // What the rank's passes add up to, whole and up to its last backward of chunk 0:
-            // from every slot's cost where the chain of passes needs them, and otherwise from
-            // the stage's slot classes counted once per pipeline shape (the same sums).
-            let (slots, passes, to_drain) = if full {
-                let slots = slot_costs(&mine, order, grads, buckets);
-                let passes = slots
-                    .iter()
-                    .fold(0u64, |t, c| t.saturating_add(c.on_rank()));
-                let to_drain = order
-                    .iter()
-                    .rposition(|s| s.chunk == 0 && s.pass == Pass::Backward)
-                    .map(|last| {
-                        let before = slots[..last]
-                            .iter()
-                            .fold(0u64, |t, c| t.saturating_add(c.on_rank()));
-                        (
-                            before,
-                            slots[last].compute_ns.saturating_add(slots[last].comms_ns),
-                        )
-                    });
-                (slots, passes, to_drain)
+            // What the rank's passes add up to, whole and up to its last backward of chunk 0,
+            // from the stage's slot classes counted once per pipeline shape; every slot's
+            // cost only where the chain of passes needs them.
+            let tally = orders.tally(stage, buckets, mine.len());
+            let (passes, to_drain) = (tally.passes(&mine), tally.to_drain(&mine));
+            let slots = if full {
+                slot_costs(&mine, order, grads, buckets)
             } else {
-                let tally = orders.tally(stage, buckets, mine.len());
-                (Vec::new(), tally.passes(&mine), tally.to_drain(&mine))
+                Vec::new()
             };
             // Offloaded, the host's update and the parameters' copy back (none where they
             // stay on the host) follow the last gradients' arrival on the host, as the GPU's
@@ -677,8 +662,8 @@ impl HeldAtForwards {
     }
 
     /// [`saved_peak_bytes`] of the stage whose chunks save `per_chunk` bytes a micro batch,
-    /// with gathered units `units`; `None`
-    /// where a sum overflows (the pass over the order saturates instead).
+    /// with gathered units `units`; `None` where a sum overflows (the pass over the order
+    /// saturates instead).
     fn peak_bytes(&self, per_chunk: &[u64], units: &[u64]) -> Option<u64> {
         let mut peak = 0u64;
         for (chunk, held) in &self.points {
