@@ -94,6 +94,8 @@ pub fn small_scenario(tp: u32, pp: u32, dp: u32, microbatches: u64) -> Scenario 
             overlap_param_gather: true,
             grad_compression: GradCompression::None,
             grad_reduce_dtype: None,
+            optimizer_kernel: None,
+            grad_clip: true,
             optimizer_state_dtype: None,
             sync: SyncMode::Sync,
             optimizer: Optimizer::Adam,

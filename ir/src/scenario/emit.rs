@@ -298,6 +298,12 @@ pub(crate) fn to_toml(s: &Scenario) -> String {
     if let Some(d) = t.optimizer_state_dtype {
         training.insert("optimizer_state_dtype", value(d.as_str()));
     }
+    if !t.grad_clip {
+        training.insert("grad_clip", value(false));
+    }
+    if let Some(k) = t.optimizer_kernel {
+        training.insert("optimizer_kernel", value(k.as_str()));
+    }
     let sync = match t.sync {
         SyncMode::Sync => "sync".to_string(),
         SyncMode::Delayed(n) => format!("delayed:{n}"),

@@ -683,6 +683,8 @@ fn training(t: Section<'_>, base_dir: &Path) -> Result<(Training, bool, Option<b
             grad_compression: grad_compression(t)?,
             grad_reduce_dtype: t.choice(&tk::GRAD_REDUCE_DTYPE, &framework::DTYPES)?,
             optimizer_state_dtype: t.choice(&tk::OPTIMIZER_STATE_DTYPE, &framework::DTYPES)?,
+            optimizer_kernel: t.choice(&tk::OPTIMIZER_KERNEL, &framework::OPTIMIZER_KERNELS)?,
+            grad_clip: t.boolean_or_default(&tk::GRAD_CLIP)?,
             sync: sync(t)?,
             optimizer: t.choice_or_default(&tk::OPTIMIZER, &OPTIMIZERS)?,
             offload: t.choice_or_default(&tk::OFFLOAD, &OFFLOADS)?,

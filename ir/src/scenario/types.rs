@@ -786,6 +786,13 @@ pub struct Training {
     /// The dtype of the optimizer's moments (`optimizer_state_dtype`); `None`: fp32.
     #[serde(default)]
     pub optimizer_state_dtype: Option<super::framework::Dtype>,
+    /// Gradients are clipped by their global norm (`grad_clip`, default true).
+    #[serde(default = "default_true")]
+    pub grad_clip: bool,
+    /// How the optimizer step runs (`optimizer_kernel`); `None`: the framework's
+    /// `optimizer.kernel`. See [`Training::optimizer_kernel`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer_kernel: Option<super::framework::OptimizerKernel>,
     pub sync: SyncMode,
     pub optimizer: Optimizer,
     pub offload: Offload,
@@ -824,6 +831,13 @@ impl Training {
     pub fn grad_reduce_dtype(&self) -> super::framework::Dtype {
         self.grad_reduce_dtype
             .unwrap_or(self.framework.optimizer.grad_buffer)
+    }
+
+    /// How the optimizer step runs: `optimizer_kernel`, else the framework's
+    /// `optimizer.kernel`.
+    pub fn optimizer_kernel(&self) -> super::framework::OptimizerKernel {
+        self.optimizer_kernel
+            .unwrap_or(self.framework.optimizer.kernel)
     }
 
     /// Bytes of one element of the optimizer's moments: 4 (fp32, the default) or 2 (bf16).
@@ -1003,4 +1017,8 @@ impl Scenario {
             .global_batch
             .saturating_mul(self.model.seq_len)
     }
+}
+
+fn default_true() -> bool {
+    true
 }

@@ -642,11 +642,13 @@ fn optimizer_shard_of(s: &Scenario, plan: &Plan, stage: u32) -> u64 {
 /// The optimizer step of one rank of `stage` on its GPU (memory-bound; offloaded, the host
 /// runs it instead: [`offloaded_step`]). It updates this rank's ZeRO shard; the bytes per
 /// parameter are the sum of the step's memory passes ([`optimizer_passes`]: for fp16, Megatron's
-/// grad copy, unscale, norm, Adam and copy back). One multi-tensor kernel per layer plus the
-/// norm and the update's setup.
+/// grad copy, unscale, norm, Adam and copy back). A fused update is one multi-tensor kernel
+/// per layer plus the norm and the update's setup; an unfused one (`foreach`, `for-loop`) a
+/// kernel per pass and layer.
 pub fn optimizer_step(s: &Scenario, plan: &Plan, stage: u32) -> ComputeOp {
     let shard = optimizer_shard_of(s, plan, stage);
-    let per_param = optimizer_bytes_per_param(&s.training, &state_coefficients(&s.training));
+    let passes = optimizer_passes(&s.training, &state_coefficients(&s.training));
+    let per_param: u64 = passes.iter().map(|p| p.read_bytes + p.write_bytes).sum();
     let layers = plan
         .chunks
         .get(stage as usize)
@@ -660,7 +662,13 @@ pub fn optimizer_step(s: &Scenario, plan: &Plan, stage: u32) -> ComputeOp {
         gemms: Vec::new().into(),
         flops: 0,
         memory_bytes: mul(shard, per_param),
-        kernels: layers.saturating_add(2),
+        kernels: if s.training.optimizer_kernel().fuses_update() {
+            layers.saturating_add(2)
+        } else {
+            u32::try_from(passes.len())
+                .unwrap_or(u32::MAX)
+                .saturating_mul(layers.max(1))
+        },
         sms_reserved: 0,
         host_syncs: Default::default(),
     }

@@ -75,6 +75,7 @@ struct RawOptimizer {
     kernel: Cited<String>,
     master_weights: Cited<String>,
     grad_buffer: Cited<String>,
+    clip_scale: Option<Cited<String>>,
 }
 
 #[derive(Deserialize)]
@@ -197,11 +198,6 @@ const RESHARDS: [(&str, Reshard); 3] = [
 const CP_MERGES: [(&str, CpMerge); 2] = [
     ("fused", CpMerge::Fused),
     ("eager-fp32", CpMerge::EagerFp32),
-];
-const KERNELS: [(&str, OptimizerKernel); 3] = [
-    ("fused", OptimizerKernel::Fused),
-    ("multi-tensor", OptimizerKernel::MultiTensor),
-    ("foreach", OptimizerKernel::Foreach),
 ];
 
 /// Counts in a framework file (kernels, passes, layers) are at most this.
@@ -401,9 +397,15 @@ impl Reader<'_> {
         };
         let op = &raw.optimizer;
         let optimizer = OptimizerImpl {
-            kernel: self.name("optimizer.kernel", &op.kernel, &KERNELS)?,
+            kernel: self.name("optimizer.kernel", &op.kernel, &OPTIMIZER_KERNELS)?,
             master_weights: self.name("optimizer.master_weights", &op.master_weights, &DTYPES)?,
             grad_buffer: self.name("optimizer.grad_buffer", &op.grad_buffer, &DTYPES)?,
+            clip_scale: op
+                .clip_scale
+                .as_ref()
+                .map(|c| self.name("optimizer.clip_scale", c, &CLIP_SCALES))
+                .transpose()?
+                .unwrap_or_default(),
         };
         let m = &raw.memory;
         let slack = self.cited(

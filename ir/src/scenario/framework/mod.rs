@@ -410,7 +410,52 @@ pub enum OptimizerKernel {
     MultiTensor,
     /// PyTorch's `foreach` implementation: a kernel per operation over lists of tensors.
     Foreach,
+    /// A Python loop over the parameters with a kernel per operation and tensor (PyTorch's
+    /// single-tensor implementation, `foreach=False`; Composer's `DecoupledAdamW`).
+    ForLoop,
 }
+
+/// The names of [`OptimizerKernel`] in framework and scenario files.
+pub const OPTIMIZER_KERNELS: [(&str, OptimizerKernel); 4] = [
+    ("fused", OptimizerKernel::Fused),
+    ("multi-tensor", OptimizerKernel::MultiTensor),
+    ("foreach", OptimizerKernel::Foreach),
+    ("for-loop", OptimizerKernel::ForLoop),
+];
+
+impl OptimizerKernel {
+    pub fn as_str(self) -> &'static str {
+        OPTIMIZER_KERNELS
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map_or("fused", |(n, _)| n)
+    }
+
+    /// Whether the update runs as one pass over each tensor (a fused or multi-tensor Adam
+    /// kernel) rather than as one pass per elementwise operation.
+    pub fn fuses_update(self) -> bool {
+        matches!(self, OptimizerKernel::Fused | OptimizerKernel::MultiTensor)
+    }
+}
+
+/// When gradient clipping multiplies the gradients by its coefficient.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClipScale {
+    /// Only on steps whose norm exceeds the threshold (Megatron-Core tests the coefficient on
+    /// the host); a trained-in step does not clip, so no pass is priced.
+    #[default]
+    WhenClipping,
+    /// On every step, by the coefficient clamped to 1 (PyTorch's `clip_grad_norm_` and FSDP's,
+    /// which multiply without a host test): a read and a write of every gradient.
+    Always,
+}
+
+/// The names of [`ClipScale`] in framework files.
+pub const CLIP_SCALES: [(&str, ClipScale); 2] = [
+    ("when-clipping", ClipScale::WhenClipping),
+    ("always", ClipScale::Always),
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -438,6 +483,9 @@ pub struct OptimizerImpl {
     pub master_weights: Dtype,
     /// The dtype gradients accumulate and are reduced in.
     pub grad_buffer: Dtype,
+    /// When gradient clipping scales the gradients.
+    #[serde(default)]
+    pub clip_scale: ClipScale,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

@@ -419,9 +419,10 @@ fn llm_foundry_file_says_what_composer_and_mpt_do() {
     assert_eq!(
         fw.optimizer,
         OptimizerImpl {
-            kernel: OptimizerKernel::Foreach,
+            kernel: OptimizerKernel::ForLoop,
             master_weights: Dtype::Fp32,
             grad_buffer: Dtype::Fp32,
+            clip_scale: ClipScale::Always,
         }
     );
     let m = fw.memory;

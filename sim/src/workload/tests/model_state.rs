@@ -326,3 +326,25 @@ fn optimizer_step_streams_the_local_shard() {
     assert_eq!(optimizer_step(&s, &plan, 9).memory_bytes, 0);
     assert_eq!(state_bytes(&s, &plan, 9), StateBytes::default());
 }
+
+/// llm-foundry's Composer AdamW loops over the tensors an operation at a time over fp32 FSDP
+/// shards, and clips on every step: the norm (4 bytes a parameter), the clip's read and write
+/// (8) and AdamW's eight passes (80), a kernel per pass and layer; the same shard under a
+/// fused kernel moves 4 + 8 + 28.
+#[test]
+fn llm_foundry_s_optimizer_step_runs_an_op_per_pass() {
+    let mut s = gpt(8, 1024, 16, 1024, 32000, (1, 1, 8), 1, 8);
+    s.parallel.zero = 3;
+    s.training.framework = crate::scenario::framework::Bundled::LlmFoundry
+        .framework()
+        .expect("the bundled file parses");
+    let plan = plan(&s);
+    let shard = total(chunk_params(&s, &plan, &plan.chunks[0][0])).div_ceil(8);
+    let op = optimizer_step(&s, &plan, 0);
+    assert_eq!(op.memory_bytes, shard * (4 + 8 + 80));
+    assert_eq!(op.kernels, 10 * 8);
+    s.training.optimizer_kernel = Some(crate::scenario::framework::OptimizerKernel::Fused);
+    let fused = optimizer_step(&s, &plan, 0);
+    assert_eq!(fused.memory_bytes, shard * (4 + 8 + 28));
+    assert_eq!(fused.kernels, 8 + 2);
+}
