@@ -181,7 +181,7 @@ fn wrong_type() {
             key: "parallel",
             value: "3",
             at: "parallel = ^3",
-            message: &["expected a table, found a integer"],
+            message: &["expected a table, found an integer"],
             allowed: &["a table"],
         },
     );
@@ -1179,7 +1179,7 @@ fn gpu_of_the_wrong_type() {
             key: "cluster.gpu",
             value: "5",
             at: "gpu = ^5",
-            message: &["expected a preset name or a table, found a integer"],
+            message: &["expected a preset name or a table, found an integer"],
             allowed: &["a100-sxm-80gb"],
         },
     );

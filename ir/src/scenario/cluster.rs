@@ -177,7 +177,7 @@ fn gpu(c: Section<'_>) -> Result<Gpu> {
             ErrorKind::Type,
             "gpu",
             format!(
-                "expected a preset name or a table, found a {}",
+                "expected a preset name or a table, found {}",
                 other.type_name()
             ),
             format!(

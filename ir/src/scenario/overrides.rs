@@ -121,7 +121,7 @@ fn apply_one(ctx: &Ctx, root: &mut Table, text: &str) -> Result<(), ScenarioErro
                     &walked,
                     &next.raw,
                     format!(
-                        "is a {}, not a table, so `{dotted}` cannot be set inside it",
+                        "is {}, not a table, so `{dotted}` cannot be set inside it",
                         other.type_name()
                     ),
                     format!("set `{walked}` itself, or write it as a table in the file"),

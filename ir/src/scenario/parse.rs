@@ -844,7 +844,7 @@ fn moe_routing(t: Section<'_>) -> Result<MoeRouting> {
                 ErrorKind::Type,
                 key,
                 format!(
-                    "expected a routing name or an inline table, found a {}",
+                    "expected a routing name or an inline table, found {}",
                     other.type_name()
                 ),
                 allowed,

@@ -93,7 +93,7 @@ impl<'a> Section<'a> {
         self.err(
             ErrorKind::Type,
             key,
-            format!("expected {want}, found a {}", entry.node.type_name()),
+            format!("expected {want}, found {}", entry.node.type_name()),
             want.to_string(),
         )
     }

@@ -32,15 +32,16 @@ pub(crate) enum Node {
 }
 
 impl Node {
+    /// The value's TOML type with its article, for "found ..." in errors.
     pub(crate) fn type_name(&self) -> &'static str {
         match self {
-            Node::Str(_) => "string",
-            Node::Int(_) => "integer",
-            Node::Float(_) => "float",
-            Node::Bool(_) => "boolean",
-            Node::Datetime => "datetime",
-            Node::Array(_) => "array",
-            Node::Table(_) => "table",
+            Node::Str(_) => "a string",
+            Node::Int(_) => "an integer",
+            Node::Float(_) => "a float",
+            Node::Bool(_) => "a boolean",
+            Node::Datetime => "a datetime",
+            Node::Array(_) => "an array",
+            Node::Table(_) => "a table",
         }
     }
 }
