@@ -22,8 +22,9 @@
 //! What the framework adds (its file's `[optimizer]`, `[training] optimizer_kernel`):
 //! - **`foreach` and `for-loop` updates** run each elementwise operation of the algorithm as a
 //!   kernel of its own, each a pass over the tensors it touches. PyTorch's AdamW
-//!   (`torch/optim/adamw.py`, `_multi_tensor_adamw` and `_single_tensor_adamw`, the same
-//!   operations): the decoupled weight decay `p *= 1 - lr wd`; `m.lerp_(g, 1 - b1)`;
+//!   (pytorch/pytorch@002d2f0bb40cf08beb74bce80f52ce4f2eda46a0:torch/optim/adamw.py,
+//!   `_multi_tensor_adamw` and `_single_tensor_adamw`, the same operations): the decoupled
+//!   weight decay `p *= 1 - lr wd`; `m.lerp_(g, 1 - b1)`;
 //!   `v *= b2`; `v.addcmul_(g, g, 1 - b2)`; `t = sqrt(v)`; `t /= sqrt(bc2)`; `t += eps`;
 //!   `p.addcdiv_(m, t, -step)`: 80 bytes a parameter in fp32 where the fused kernel moves 28.
 //!   SGD with momentum (`_multi_tensor_sgd`): `g += wd p`, `b *= mu`, `b += g`,
@@ -98,22 +99,24 @@ fn update_passes(
     };
     // The weights the update writes: the master copy, else the parameters themselves.
     let p = if k.master_copy { FP32 } else { k.weight_bytes };
-    if training.optimizer_kernel().fuses_update() {
-        if fp16_master {
-            out.push(pass(
-                "update (master weights and moments)",
-                grad_bytes + FP32 + moments,
-                FP32 + moments,
-            ));
-        } else {
-            let weights_read = if k.master_copy { 0 } else { k.weight_bytes };
-            out.push(pass(
-                "update",
-                grad_bytes + k.optimizer_bytes + weights_read,
-                k.optimizer_bytes + k.weight_bytes,
-            ));
-            return;
-        }
+    let fused = training.optimizer_kernel().fuses_update();
+    if fused && !fp16_master {
+        // One kernel reads the gradient and the state and writes the state and the weights
+        // (the 16-bit copy too, where there is a master).
+        let weights_read = if k.master_copy { 0 } else { k.weight_bytes };
+        out.push(pass(
+            "update",
+            grad_bytes + k.optimizer_bytes + weights_read,
+            k.optimizer_bytes + k.weight_bytes,
+        ));
+        return;
+    }
+    if fused {
+        out.push(pass(
+            "update (master weights and moments)",
+            grad_bytes + FP32 + moments,
+            FP32 + moments,
+        ));
     } else {
         let g = grad_bytes;
         match training.optimizer {
