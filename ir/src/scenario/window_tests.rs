@@ -1,5 +1,6 @@
 //! `[model] sliding_window`, `sliding_window_every` and `attention_sinks`, and `[training]
-//! grad_reduce_dtype`, `optimizer_state_dtype` and `fp8_param_gather`: what they read to, that they survive the scenario writer, and each
+//! grad_reduce_dtype`, `optimizer_state_dtype`, `fp8_param_gather`, `optimizer_kernel` and
+//! `grad_clip`: what they read to, that they survive the scenario writer, and each
 //! refusal names the key and what to write.
 
 use super::{Scenario, ScenarioError, SlidingWindow};
@@ -157,4 +158,32 @@ fn fp8_param_gather_reads_round_trips_and_is_refused_where_the_framework_cannot(
     .unwrap_err()
     .to_string();
     assert!(e.contains("training.fp8_param_gather"), "{e}");
+}
+
+/// `[training] optimizer_kernel` and `grad_clip`: the framework's kernel and clipping when
+/// absent, the values when given, both written back by the scenario writer; another kernel
+/// name is refused with the allowed ones.
+#[test]
+fn optimizer_kernel_and_grad_clip_read_default_and_round_trip() {
+    use super::framework::OptimizerKernel;
+    let plain = resolve(&text("", "")).unwrap();
+    assert_eq!(plain.training.optimizer_kernel, None);
+    assert_eq!(plain.training.optimizer_kernel(), OptimizerKernel::Fused);
+    assert!(plain.training.grad_clip);
+    let set = text("", "").replace(
+        "global_batch = 8\n",
+        "global_batch = 8\noptimizer_kernel = \"for-loop\"\ngrad_clip = false\n",
+    );
+    let s = resolve(&set).unwrap();
+    assert_eq!(s.training.optimizer_kernel(), OptimizerKernel::ForLoop);
+    assert!(!s.training.grad_clip);
+    let again = resolve(&super::emit::to_toml(&s)).unwrap();
+    assert_eq!(again.training, s.training);
+    let e = resolve(&set.replace("\"for-loop\"", "\"loop\""))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("training.optimizer_kernel") && e.contains("for-loop"),
+        "{e}"
+    );
 }
