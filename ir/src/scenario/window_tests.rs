@@ -165,7 +165,11 @@ fn fp8_param_gather_reads_round_trips_and_is_refused_where_the_framework_cannot(
 /// name is refused with the allowed ones.
 #[test]
 fn optimizer_kernel_and_grad_clip_read_default_and_round_trip() {
-    use super::framework::OptimizerKernel;
+    use super::framework::{OptimizerKernel, OPTIMIZER_KERNELS};
+    // The writer's names are the reader's.
+    for (name, kernel) in OPTIMIZER_KERNELS {
+        assert_eq!(kernel.as_str(), name);
+    }
     let plain = resolve(&text("", "")).unwrap();
     assert_eq!(plain.training.optimizer_kernel, None);
     assert_eq!(plain.training.optimizer_kernel(), OptimizerKernel::Fused);

@@ -425,10 +425,12 @@ pub const OPTIMIZER_KERNELS: [(&str, OptimizerKernel); 4] = [
 
 impl OptimizerKernel {
     pub fn as_str(self) -> &'static str {
-        OPTIMIZER_KERNELS
-            .iter()
-            .find(|(_, k)| *k == self)
-            .map_or("fused", |(n, _)| n)
+        match self {
+            OptimizerKernel::Fused => "fused",
+            OptimizerKernel::MultiTensor => "multi-tensor",
+            OptimizerKernel::Foreach => "foreach",
+            OptimizerKernel::ForLoop => "for-loop",
+        }
     }
 
     /// Whether the update runs as one pass over each tensor (a fused or multi-tensor Adam
