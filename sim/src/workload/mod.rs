@@ -648,7 +648,7 @@ fn optimizer_shard_of(s: &Scenario, plan: &Plan, stage: u32) -> u64 {
 pub fn optimizer_step(s: &Scenario, plan: &Plan, stage: u32) -> ComputeOp {
     let shard = optimizer_shard_of(s, plan, stage);
     let passes = optimizer_passes(&s.training, &state_coefficients(&s.training));
-    let per_param: u64 = passes.iter().map(|p| p.read_bytes + p.write_bytes).sum();
+    let per_param = optimizer::passes_bytes(&passes);
     let layers = plan
         .chunks
         .get(stage as usize)

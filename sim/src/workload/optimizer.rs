@@ -158,10 +158,12 @@ fn update_passes(
 /// Bytes the optimizer step moves per parameter of its shard: the sum of its passes' reads and
 /// writes.
 pub fn optimizer_bytes_per_param(training: &Training, k: &StateCoefficients) -> u64 {
-    optimizer_passes(training, k)
-        .iter()
-        .map(|p| p.read_bytes + p.write_bytes)
-        .sum()
+    passes_bytes(&optimizer_passes(training, k))
+}
+
+/// Bytes `passes` read and write per parameter.
+pub fn passes_bytes(passes: &[OptimizerPass]) -> u64 {
+    passes.iter().map(|p| p.read_bytes + p.write_bytes).sum()
 }
 
 #[cfg(test)]
