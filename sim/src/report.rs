@@ -218,12 +218,43 @@ fn notes(scenario: &Scenario) -> Vec<String> {
             host.memory_bandwidth_bytes_per_s / 1e9
         ));
     }
+    if let Some(note) = unfused_optimizer(scenario) {
+        notes.push(note);
+    }
     notes.extend(
         crate::known_bias::of(scenario)
             .iter()
             .map(|b| b.note.to_string()),
     );
     notes
+}
+
+/// Where the optimizer's update runs an operation at a time (`foreach`, `for-loop`), how many
+/// bytes a parameter that costs against a fused kernel, and the key that chooses another;
+/// `None` for a fused update.
+fn unfused_optimizer(scenario: &Scenario) -> Option<String> {
+    use crate::scenario::framework::OptimizerKernel;
+    let t = &scenario.training;
+    let kernel = t.optimizer_kernel();
+    if kernel.fuses_update() {
+        return None;
+    }
+    let k = crate::workload::state_coefficients(t);
+    let unfused = crate::workload::optimizer_bytes_per_param(t, &k);
+    let mut fused_training = t.clone();
+    fused_training.optimizer_kernel = Some(OptimizerKernel::Fused);
+    let fused = crate::workload::optimizer_bytes_per_param(&fused_training, &k);
+    let whose = if t.optimizer_kernel.is_some() {
+        "training.optimizer_kernel".to_string()
+    } else {
+        format!("the {} framework file's optimizer.kernel", t.framework.name)
+    };
+    Some(format!(
+        "the optimizer step runs each elementwise operation as a kernel of its own ({}, \
+         {whose}): {unfused} bytes a parameter where a fused kernel moves {fused}; \
+         training.optimizer_kernel = \"fused\" prices that",
+        kernel.as_str()
+    ))
 }
 
 /// What `offload` moves to host memory, in words; `None` for no offload.

@@ -280,6 +280,31 @@ fn empty_result_gives_zeros_not_nan() {
     assert!(!rep.to_json().contains("null"));
 }
 
+/// A report says when the optimizer's update runs an operation at a time, what that costs
+/// against a fused kernel and which key says so; a fused update says nothing.
+#[test]
+fn an_unfused_optimizer_is_named_with_its_bytes() {
+    use crate::scenario::framework::OptimizerKernel;
+    let (mut sc, plan, s, r) = simulated(80 * GIB_BYTES);
+    let note = |rep: &Report| {
+        rep.notes
+            .iter()
+            .find(|n| n.starts_with("the optimizer step"))
+            .cloned()
+    };
+    assert_eq!(note(&Report::build(&sc, &plan, &s, &r, 0.0)), None);
+    sc.training.optimizer_kernel = Some(OptimizerKernel::Foreach);
+    let rep = Report::build(&sc, &plan, &s, &r, 0.0);
+    let n = note(&rep).unwrap_or_default();
+    // bf16 over fp32 masters: norm 4 + AdamW's passes 80 + the copy back 6, against the
+    // norm and one fused pass (4 + 30).
+    assert!(
+        n.contains("(foreach, training.optimizer_kernel): 90 bytes a parameter where a fused kernel moves 34"),
+        "{n}"
+    );
+    assert!(rep.to_text().contains("note            the optimizer step"));
+}
+
 /// A report of an offloading scenario says which host figures priced the offload and that
 /// they are peaks (a note line in text, an entry of `notes` in JSON). One without offload
 /// says nothing.
