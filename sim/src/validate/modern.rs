@@ -8,15 +8,22 @@
 //! - GPU preset from `gpu`, and that GPU's usual node (`cluster.node` left to its default);
 //!   a `gpu_note` that describes a part twin has its own preset for selects that preset
 //!   ([`gpu_preset`]).
-//! - The model shape as published; `ffn_act = "swiglu..."` is a gated MLP; `head_dim`,
+//! - Text settings are read however a source spells them ([`squashed`]: any case, spaces and
+//!   hyphens dropped, so `Float8CurrentScaling`, `all-to-all`, `capacity_factor=1.25` and
+//!   `cuda_graphs = "none"` read as meant); what cannot be read is listed as unmodelled.
+//! - The model shape as published; an `ffn_act` naming a GLU is a gated MLP; `head_dim`,
 //!   `sliding_window` (with `sliding_window_every`) and `attention_sinks` where given.
-//! - `tp`, `pp`, `cp`, `dp` as published; `vpp > 1` is the interleaved 1F1B schedule.
+//! - `tp`, `pp`, `cp`, `dp` as published; `vpp > 1` is the interleaved 1F1B schedule, and a
+//!   `pp_schedule` naming GPipe, ZB-H1 or DualPipe selects that schedule.
 //! - `zero_stage` as published, or 1 with `distributed_optimizer = true`; stage 3 is FSDP,
 //!   and an `fsdp` degree other than `dp` is HSDP (`parallel.fsdp_degree`).
 //! - Flash attention (every framework of the table uses a fused attention kernel).
 //! - `overlap_grad_reduce` / `overlap_param_gather` / `sequence_parallel` / `recompute` /
 //!   `compile` / `cuda_graphs` / `tp_comm_overlap` / `grad_reduce_dtype` /
-//!   `optimizer_state_dtype` / `fp8_param_gather` as published, twin's defaults where a row is silent; `overlap_p2p_comm` as published under an interleaved pipeline (under 1F1B the
+//!   `optimizer_state_dtype` / `fp8_param_gather` as published; where a Megatron-Bridge row
+//!   is silent, its recipes' bf16 gradient reduction and FP8 weight gathers
+//!   ([`grad_reduce_dtype`], [`fp8_param_gather`]); elsewhere twin's defaults;
+//!   `overlap_p2p_comm` as published under an interleaved pipeline (under 1F1B the
 //!   transfers block, whatever the row says). The context-parallel algorithm is the
 //!   framework file's.
 //! - `recompute_detail` naming Megatron's block method with `recompute_num_layers=N` is
@@ -31,8 +38,8 @@
 //!   `other_flags` ("pipeline layout Et|(tt|)*30mL") as `parallel.pipeline_layout`;
 //!   `routing` as `moe_routing` (force-balanced, or a token drop's capacity factor) and
 //!   `moe_a2a_overlap` and the dispatcher (`alltoall`, the flex dispatcher's DeepEP or
-//!   HybridEP) as published; a Mamba hybrid's `hybrid_pattern` and `mamba` shape too. MoE rows are summarised in a group of
-//!   their own.
+//!   HybridEP) as published; a Mamba hybrid's `hybrid_pattern` (up to any note after it) and
+//!   its mixer's shape ([`mamba_shape`]). MoE rows are summarised in a group of their own.
 //!
 //! The published figure is the step time: `step_time_s`, else `global_batch * seq_len /
 //! (tokens_per_s_per_gpu * gpus)`, else (rows that publish only TFLOP/s) the model FLOPs of the
@@ -53,18 +60,35 @@ pub fn is_modern(row: &RunRow) -> bool {
 
 /// The framework family a row's `framework` text names.
 pub fn family(row: &RunRow) -> &'static str {
-    let f = row.framework.as_deref().unwrap_or("").to_ascii_lowercase();
+    let f = squashed(row.framework.as_deref().unwrap_or(""));
     if f.contains("torchtitan") {
         "torchtitan"
-    } else if f.contains("llm-foundry") {
+    } else if f.contains("llmfoundry") || f.contains("composer") {
         "llm-foundry"
     } else if f.contains("megatron") || f.contains("nemo") {
         "megatron-core"
     } else if f.contains("deepspeed") {
         "deepspeed"
+    } else if f.contains("huggingface") || f.starts_with("hf") || f.contains("transformers") {
+        "hf"
     } else {
         "other"
     }
+}
+
+/// `text` lowercased with everything but ASCII letters and digits dropped, so that a source's
+/// spelling ("all-to-all", "Float8CurrentScaling", "LLM Foundry") matches the rules' words
+/// ("alltoall", "currentscaling", "llmfoundry").
+fn squashed(text: &str) -> String {
+    text.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// Whether the row ran Megatron-Bridge's performance recipes (`framework` names it).
+fn megatron_bridge(row: &RunRow) -> bool {
+    squashed(row.framework.as_deref().unwrap_or("")).contains("megatronbridge")
 }
 
 /// Whether a row counts as long context: context parallelism, or 16k tokens or more per
@@ -82,8 +106,8 @@ pub fn groups(row: &RunRow) -> Vec<String> {
     }
     let mut g = Vec::with_capacity(4);
     g.push("dense".to_string());
-    if let Some(p) = &row.precision {
-        g.push(p.to_ascii_uppercase());
+    if row.precision.is_some() {
+        g.push(precision(row).to_ascii_uppercase());
     }
     g.push(family(row).to_string());
     if is_long_context(row) {
@@ -95,10 +119,7 @@ pub fn groups(row: &RunRow) -> Vec<String> {
 /// Settings the row states that twin does not model yet: the prediction runs without them.
 pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
     let mut out = Vec::new();
-    if row.fp8_recipe.is_some()
-        && row.precision.as_deref() == Some("fp8")
-        && fp8_recipe(row).is_none()
-    {
+    if row.fp8_recipe.is_some() && precision(row) == "fp8" && fp8_recipe(row).is_none() {
         out.push("fp8_recipe");
     }
     if row.gpu_note.is_some() && gpu_preset(row) == row.gpu {
@@ -110,58 +131,143 @@ pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
     if row.moe_dispatcher.is_some() && moe_dispatcher(row).is_none() {
         out.push("moe_dispatcher");
     }
+    if row.pp_schedule.is_some() && pipeline_schedule(row).is_none() && !schedule_as_layout(row) {
+        out.push("pp_schedule");
+    }
+    if mamba_shape(row).is_some_and(|(_, assumed)| assumed) {
+        out.push("mamba (Megatron-Core's defaults for what the row does not give)");
+    }
+    if matches!(&row.mla, Some(v) if !v.is_str() && !v.is_table()) {
+        out.push("mla");
+    }
     out
 }
 
-/// The `moe_dispatcher` a row's dispatcher text names: `alltoall`, or the `flex`
-/// dispatcher's DeepEP or HybridEP backend ("flex / DeepEP (H100)", "flex / hybridep").
-pub fn moe_dispatcher(row: &RunRow) -> Option<&'static str> {
-    let text = row.moe_dispatcher.as_deref()?.to_ascii_lowercase();
-    if text == "alltoall" {
-        Some("alltoall")
-    } else if text.contains("deepep") {
-        Some("deepep")
-    } else if text.contains("hybridep") {
-        Some("hybridep")
+/// The pipeline schedule a row's `pp_schedule` names beyond what `vpp` says: GPipe,
+/// zero-bubble (ZB-H1) or DualPipe; `None` for 1F1B and interleaved 1F1B (which `vpp`
+/// chooses), for V-shaped variants twin does not model (ZBV, DualPipeV) and for a row without
+/// one.
+fn pipeline_schedule(row: &RunRow) -> Option<&'static str> {
+    let text = squashed(row.pp_schedule.as_deref()?);
+    if text.contains("zbv") || text.contains("dualpipev") {
+        None
+    } else if text.contains("dualpipe") {
+        Some("dualpipe")
+    } else if text.contains("gpipe") {
+        Some("gpipe")
+    } else if text.contains("zerobubble") || text.contains("zbh1") || text.contains("zb1p") {
+        Some("zero-bubble")
     } else {
         None
     }
 }
 
-/// The `moe_routing` value a row's `routing` text names, as TOML: `"force-balanced"`, or a
-/// token drop's capacity factor ("token-drop (capacity factor 1.0, ...)"); `None` for a row
-/// without routing or one whose text names neither.
-pub fn moe_routing(row: &RunRow) -> Option<String> {
-    let text = row.routing.as_deref()?.to_ascii_lowercase();
-    if text.starts_with("force-balanced") {
-        return Some("\"force-balanced\"".to_string());
+/// Whether a row's `pp_schedule` says what its `vpp` already does: 1F1B with one chunk per
+/// rank, interleaved 1F1B with more.
+fn schedule_as_layout(row: &RunRow) -> bool {
+    let Some(text) = row.pp_schedule.as_deref().map(squashed) else {
+        return true;
+    };
+    let interleaved = row.vpp.unwrap_or(1) > 1;
+    if text.contains("interleaved") {
+        interleaved
+    } else {
+        text.contains("1f1b") && !interleaved
     }
-    let (_, rest) = text.split_once("capacity factor ")?;
-    let factor: String = rest
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.')
-        .collect();
-    let factor: f64 = factor.parse().ok()?;
-    Some(format!("{{ capacity_factor = {factor:?} }}"))
 }
 
-/// The `fp8_recipe` a row's recipe text names: current (tensorwise, dynamic) scaling, MXFP8
-/// ("mxfp8", "fp8-mx", microscaling), block scaling or delayed scaling, in that order (a text
-/// naming current scaling for the figure compared and block scaling for another is current
-/// scaling); `None` for an FP8 row whose text names none (or a BF16 row).
+/// The data-parallel gradient reduction's dtype: the row's, else `bf16` for a Megatron-Bridge
+/// row, whose performance recipes set `grad_reduce_in_fp32 = False`
+/// (NVIDIA-NeMo/Megatron-Bridge@97ad8cc6f: the 25.09 yamls' `ConfigContainer.mixed_precision`;
+/// scripts/performance `set_*_common_configs` in 25.11 and 26.04), else twin's default.
+fn grad_reduce_dtype(row: &RunRow) -> Option<String> {
+    match &row.grad_reduce_dtype {
+        Some(d) => Some(dtype(d)),
+        None if megatron_bridge(row) => Some("bf16".to_string()),
+        None => None,
+    }
+}
+
+/// Whether the data-parallel parameter gathers carry FP8 weights: the row's, else, for a
+/// Megatron-Bridge FP8 row, what its precision config sets: true for delayed, current and
+/// MXFP8 scaling, false for block scaling (NVIDIA-NeMo/Megatron-Bridge@97ad8cc6f:
+/// src/megatron/bridge/training/mixed_precision.py); else twin's default.
+fn fp8_param_gather(row: &RunRow) -> Option<bool> {
+    match (row.fp8_param_gather, fp8_recipe(row)) {
+        (Some(g), _) => Some(g),
+        (None, Some(recipe)) if megatron_bridge(row) => Some(recipe != "blockwise"),
+        _ => None,
+    }
+}
+
+/// The `moe_dispatcher` a row's dispatcher text names: the `flex` dispatcher's DeepEP or
+/// HybridEP backend ("flex / DeepEP (H100)", "flex / hybridep"), else NCCL's all-to-all
+/// ("alltoall", "all-to-all (NCCL)"); `None` for any other (Megatron-Core's `allgather`).
+pub fn moe_dispatcher(row: &RunRow) -> Option<&'static str> {
+    let text = squashed(row.moe_dispatcher.as_deref()?);
+    if text.contains("deepep") {
+        Some("deepep")
+    } else if text.contains("hybridep") {
+        Some("hybridep")
+    } else if text.contains("alltoall") {
+        Some("alltoall")
+    } else {
+        None
+    }
+}
+
+/// The `moe_routing` value a row's `routing` text names, as TOML: `"force-balanced"`, a token
+/// drop's capacity factor ("token-drop (capacity factor 1.0, ...)", "capacity_factor=1.25"), or
+/// `"balanced"` for dropless routing balanced by an auxiliary loss; `None` for a row without
+/// routing or one whose text names none of them ("model's own router").
+pub fn moe_routing(row: &RunRow) -> Option<String> {
+    let text = row.routing.as_deref()?.to_ascii_lowercase();
+    let words = squashed(&text);
+    if words.contains("forcebalanc") || words.contains("forceloadbalanc") {
+        return Some("\"force-balanced\"".to_string());
+    }
+    if let Some(at) = ["capacity factor", "capacity_factor", "capacity-factor"]
+        .iter()
+        .find_map(|k| text.find(k).map(|i| i + k.len()))
+    {
+        let factor: String = text[at..]
+            .trim_start_matches([' ', '=', ':'])
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        let factor: f64 = factor.parse().ok()?;
+        return Some(format!("{{ capacity_factor = {factor:?} }}"));
+    }
+    // Dropless routing balanced by an auxiliary loss: twin's `balanced`.
+    (words.contains("dropless") || words.contains("auxloss") || words == "balanced")
+        .then(|| "\"balanced\"".to_string())
+}
+
+/// The `fp8_recipe` a row's recipe text names: current (tensorwise) scaling, rowwise
+/// (axiswise) scaling, MXFP8 ("mxfp8", "fp8-mx", microscaling), block scaling, delayed scaling,
+/// then torchao's plain dynamic scaling (tensorwise), in that order (a text naming current
+/// scaling for the figure compared and block scaling for another is current scaling), with
+/// class names such as `Float8CurrentScaling` read as their words; `None` for an FP8 row whose
+/// text names none (or a BF16 row).
 pub fn fp8_recipe(row: &RunRow) -> Option<&'static str> {
-    if row.precision.as_deref() != Some("fp8") {
+    if precision(row) != "fp8" {
         return None;
     }
-    let text = row.fp8_recipe.as_deref()?.to_ascii_lowercase();
-    if text.contains("current scaling") || text.contains("tensorwise") {
+    let text = squashed(row.fp8_recipe.as_deref()?);
+    let has = |words: &[&str]| words.iter().any(|w| text.contains(w));
+    if has(&["currentscaling", "tensorwise"]) {
         Some("tensorwise")
-    } else if text.contains("mxfp8") || text.contains("fp8-mx") || text.contains("microscaling") {
+    } else if has(&["rowwise", "axiswise"]) {
+        Some("rowwise")
+    } else if has(&["mxfp8", "fp8mx", "microscaling"]) {
         Some("mxfp8")
-    } else if text.contains("blockwise") || text.contains("block scaling") {
+    } else if has(&["blockwise", "blockscaling"]) {
         Some("blockwise")
-    } else if text.contains("delayed") {
+    } else if has(&["delayed"]) {
         Some("delayed")
+    } else if has(&["dynamic"]) {
+        // torchao's Float8Linear scales dynamically per tensor unless told otherwise.
+        Some("tensorwise")
     } else {
         None
     }
@@ -214,9 +320,68 @@ pub fn modern_fields_set(row: &RunRow) -> Vec<&'static str> {
 fn cuda_graphs(row: &RunRow) -> bool {
     match &row.cuda_graphs {
         Some(toml::Value::Boolean(b)) => *b,
-        Some(toml::Value::String(s)) => !s.is_empty(),
+        Some(toml::Value::String(s)) => !is_off(s),
         _ => false,
     }
+}
+
+/// Whether a setting's text says it was off ("", "none", "false", "off", "no", "disabled").
+fn is_off(text: &str) -> bool {
+    matches!(
+        squashed(text).as_str(),
+        "" | "none" | "false" | "off" | "no" | "disabled"
+    )
+}
+
+/// The `recompute` value a row's text names: `full` (also Megatron's `block` method, a kind
+/// of full recompute), `selective`, or `none` (any text saying off); other text as written, for
+/// the scenario's check to refuse with the allowed values.
+fn recompute(row: &RunRow) -> String {
+    let Some(text) = row.recompute.as_deref() else {
+        return "none".to_string();
+    };
+    let words = squashed(text);
+    if words.starts_with("full") || words.starts_with("block") {
+        "full".to_string()
+    } else if words.starts_with("selective") {
+        "selective".to_string()
+    } else if is_off(text) {
+        "none".to_string()
+    } else {
+        text.to_string()
+    }
+}
+
+/// The `precision` a row's text names (`BF16`, `bfloat16`, `FP8 (current scaling)`): `fp8`,
+/// `bf16` or `fp16`; other text as written, for the scenario's check to refuse.
+fn precision(row: &RunRow) -> String {
+    let text = row.precision.as_deref().unwrap_or("bf16");
+    let words = squashed(text);
+    if words.starts_with("fp8") || words.starts_with("float8") {
+        "fp8".to_string()
+    } else if words.starts_with("bf16") || words.starts_with("bfloat16") {
+        "bf16".to_string()
+    } else if words.starts_with("fp16") || words.starts_with("float16") {
+        "fp16".to_string()
+    } else {
+        text.to_string()
+    }
+}
+
+/// A dtype's text as the scenario spells it (`float32` is `fp32`, `bfloat16` is `bf16`).
+fn dtype(text: &str) -> String {
+    match squashed(text).as_str() {
+        "fp32" | "float32" => "fp32".to_string(),
+        "bf16" | "bfloat16" => "bf16".to_string(),
+        _ => text.to_string(),
+    }
+}
+
+/// Whether the MLP is gated: its activation names a GLU (SwiGLU, GeGLU, ReGLU), in any case.
+fn gated_mlp(row: &RunRow) -> bool {
+    row.ffn_act
+        .as_deref()
+        .is_some_and(|a| a.to_ascii_lowercase().contains("glu"))
 }
 
 /// The bundled framework file of a row's family; `None` (twin's default, Megatron-Core's
@@ -227,6 +392,7 @@ fn framework_key(row: &RunRow) -> Option<&'static str> {
         "torchtitan" => Some("torchtitan"),
         "deepspeed" => Some("deepspeed"),
         "llm-foundry" => Some("llm-foundry"),
+        "hf" => Some("hf"),
         _ => None,
     }
 }
@@ -279,6 +445,82 @@ fn unsupported(row: &RunRow) -> Option<String> {
     }
 }
 
+/// A Mamba hybrid's layer pattern: the row's `hybrid_pattern` up to its first space or
+/// parenthesis, since the table may follow the pattern with a note ("MEMEM*E... (M=Mamba-2
+/// x23, ...)").
+fn hybrid_pattern(row: &RunRow) -> Option<&str> {
+    let text = row.hybrid_pattern.as_deref()?.trim();
+    let end = text
+        .find(|c: char| c.is_whitespace() || c == '(')
+        .unwrap_or(text.len());
+    Some(&text[..end])
+}
+
+/// Megatron-Core's Mamba-2 mixer defaults, where neither the row's `mamba` nor its pattern's
+/// note gives a number: head_dim 64, state 128, 8 groups, and `hidden * expand / head_dim`
+/// heads with the mixer's expand of 2 (NVIDIA/Megatron-LM
+/// megatron/core/transformer/transformer_config.py `mamba_state_dim`, `mamba_head_dim`,
+/// `mamba_num_groups`, `mamba_num_heads`; megatron/core/ssm/mamba_mixer.py `expand=2`).
+const MAMBA_DEFAULT_HEAD_DIM: u64 = 64;
+const MAMBA_DEFAULT_STATE: u64 = 128;
+const MAMBA_DEFAULT_GROUPS: u64 = 8;
+const MAMBA_EXPAND: u64 = 2;
+
+/// A hybrid row's Mamba-2 mixer as `[model.mamba]` text, and whether a Megatron-Core default
+/// stood in for a number the row does not give ([`MAMBA_DEFAULT_HEAD_DIM`] and the rest).
+/// The numbers come from the row's `mamba` ("heads=64, head_dim=64, state=128, groups=8"),
+/// else from the words of the pattern's note ("mamba 64 heads x 64 dim, state 128, 8
+/// groups"). `None` for a row without a pattern or without a Mamba layer in it.
+fn mamba_shape(row: &RunRow) -> Option<(String, bool)> {
+    if !hybrid_pattern(row)?.contains('M') {
+        return None;
+    }
+    let mut heads = None;
+    let mut head_dim = None;
+    let mut state = None;
+    let mut groups = None;
+    if let Some(spec) = row.mamba.as_deref() {
+        for part in spec.split(',') {
+            let Some((k, v)) = part.split_once('=') else {
+                continue;
+            };
+            let v = v.trim().parse::<u64>().ok();
+            match k.trim() {
+                "heads" => heads = v,
+                "head_dim" => head_dim = v,
+                "state" => state = v,
+                "groups" => groups = v,
+                _ => {}
+            }
+        }
+    } else if let Some(note) = row.hybrid_pattern.as_deref() {
+        let note = note.to_ascii_lowercase();
+        let words: Vec<&str> = note
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect();
+        let number = |i: Option<usize>| i.and_then(|i| words.get(i)?.parse::<u64>().ok());
+        for (i, w) in words.iter().enumerate() {
+            match *w {
+                "heads" => heads = heads.or(number(i.checked_sub(1))),
+                "dim" => head_dim = head_dim.or(number(i.checked_sub(1))),
+                "state" => state = state.or(number(Some(i + 1))),
+                "groups" => groups = groups.or(number(i.checked_sub(1))),
+                _ => {}
+            }
+        }
+    }
+    let assumed = heads.is_none() || head_dim.is_none() || state.is_none() || groups.is_none();
+    let head_dim = head_dim.unwrap_or(MAMBA_DEFAULT_HEAD_DIM);
+    let heads = heads.unwrap_or(row.hidden.saturating_mul(MAMBA_EXPAND) / head_dim.max(1));
+    let state = state.unwrap_or(MAMBA_DEFAULT_STATE);
+    let groups = groups.unwrap_or(MAMBA_DEFAULT_GROUPS);
+    Some((
+        format!("heads = {heads}\nhead_dim = {head_dim}\nstate = {state}\ngroups = {groups}\n"),
+        assumed,
+    ))
+}
+
 /// The Megatron-Core pipeline layout a row's `other_flags` give as "pipeline layout ..."
 /// (`parallel.pipeline_layout`).
 pub fn pipeline_layout(row: &RunRow) -> Option<String> {
@@ -322,21 +564,30 @@ fn moe_keys(row: &RunRow) -> String {
             let _ = writeln!(text, "{key} = {v}");
         }
     }
-    if let Some(pattern) = &row.hybrid_pattern {
+    if let Some(pattern) = hybrid_pattern(row) {
         let _ = writeln!(text, "hybrid_pattern = {pattern:?}");
     }
-    for (table, ranks) in [
-        ("mla", row.mla.as_ref().and_then(toml::Value::as_str)),
-        ("mamba", row.mamba.as_deref()),
-    ] {
-        if let Some(ranks) = ranks {
-            let _ = writeln!(text, "[model.{table}]");
+    // The ranks as text ("q_lora_rank=1536, kv_lora_rank=512, ...") or as a table.
+    match &row.mla {
+        Some(toml::Value::String(ranks)) => {
+            text.push_str("[model.mla]\n");
             for part in ranks.split(',') {
                 if let Some((k, v)) = part.split_once('=') {
                     let _ = writeln!(text, "{} = {}", k.trim(), v.trim());
                 }
             }
         }
+        Some(toml::Value::Table(ranks)) => {
+            text.push_str("[model.mla]\n");
+            for (k, v) in ranks {
+                let _ = writeln!(text, "{k} = {v}");
+            }
+        }
+        _ => {}
+    }
+    if let Some((shape, _)) = mamba_shape(row) {
+        text.push_str("[model.mamba]\n");
+        text.push_str(&shape);
     }
     text
 }
@@ -349,18 +600,16 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
             reason,
         });
     }
-    let precision = row.precision.as_deref().unwrap_or("bf16");
+    let precision = precision(row);
     let vpp = row.vpp.unwrap_or(1).max(1);
-    let schedule = if vpp > 1 { "interleaved-1f1b" } else { "1f1b" };
+    let schedule =
+        pipeline_schedule(row).unwrap_or(if vpp > 1 { "interleaved-1f1b" } else { "1f1b" });
     let zero = match row.zero_stage {
         Some(z) => z,
         None if row.distributed_optimizer == Some(true) => 1,
         None => 0,
     };
-    let gated = row
-        .ffn_act
-        .as_deref()
-        .is_some_and(|a| a.starts_with("swiglu"));
+    let gated = gated_mlp(row);
     let mut text = String::new();
     let _ = write!(
         text,
@@ -420,16 +669,16 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
         sp = row.sequence_parallel.unwrap_or(false),
         gb = row.global_batch,
         mb = row.micro_batch.unwrap_or(1),
-        recompute = row.recompute.as_deref().unwrap_or("none"),
+        recompute = recompute(row),
     );
     if let Some(o) = row.overlap_grad_reduce {
         let _ = writeln!(text, "overlap_grad_reduce = {o}");
     }
-    if let Some(d) = &row.grad_reduce_dtype {
+    if let Some(d) = grad_reduce_dtype(row) {
         let _ = writeln!(text, "grad_reduce_dtype = {d:?}");
     }
     if let Some(d) = &row.optimizer_state_dtype {
-        let _ = writeln!(text, "optimizer_state_dtype = {d:?}");
+        let _ = writeln!(text, "optimizer_state_dtype = {:?}", dtype(d));
     }
     if let Some(o) = row.overlap_param_gather {
         let _ = writeln!(text, "overlap_param_gather = {o}");
@@ -449,7 +698,7 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
     if let Some(recipe) = fp8_recipe(row) {
         let _ = writeln!(text, "fp8_recipe = {recipe:?}");
     }
-    if let Some(g) = row.fp8_param_gather {
+    if let Some(g) = fp8_param_gather(row) {
         let _ = writeln!(text, "fp8_param_gather = {g}");
     }
     if row.tp_comm_overlap == Some(true) {

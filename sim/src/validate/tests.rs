@@ -567,3 +567,332 @@ fn fp8_recipe_text_selects_the_recipe() {
         .to_string();
     assert!(e.contains("compute capability 10.0"), "{e}");
 }
+
+/// The modern rules read a setting however a source spells it: in any case, with or without
+/// spaces and hyphens, and as Transformer Engine's or torchao's class names; a text naming none
+/// of what twin models stays listed as unmodelled.
+#[test]
+fn source_spellings_select_the_same_settings() {
+    use crate::scenario::{framework::Dtype, Fp8Recipe, MoeDispatcher, MoeRouting, Precision};
+    let moe = RunRow {
+        id: "spelling".into(),
+        arch: Some("moe".into()),
+        experts: Some(8),
+        top_k: Some(2),
+        moe_ffn_hidden: Some(512),
+        ep: Some(8),
+        ..small_modern_row()
+    };
+    let scenario = |row: &RunRow| modern::modern_scenario(row).unwrap();
+
+    for (text, want) in [
+        ("all-to-all (NCCL)", Some(MoeDispatcher::AllToAll)),
+        ("AllToAll", Some(MoeDispatcher::AllToAll)),
+        ("flex (DeepEP all-to-all)", Some(MoeDispatcher::DeepEp)),
+        ("flex / HybridEP", Some(MoeDispatcher::HybridEp)),
+        ("allgather", None),
+    ] {
+        let row = RunRow {
+            moe_dispatcher: Some(text.into()),
+            ..moe.clone()
+        };
+        let listed = modern::unmodelled(&row).contains(&"moe_dispatcher");
+        assert_eq!(listed, want.is_none(), "{text}");
+        let got = scenario(&row).training.moe_dispatcher;
+        assert_eq!(got, want.unwrap_or_default(), "{text}");
+    }
+
+    for (text, want) in [
+        (
+            "Force-balanced (moe_router_force_load_balancing)",
+            Some(MoeRouting::ForceBalanced),
+        ),
+        (
+            "token drop, capacity_factor=1.25, padded",
+            Some(MoeRouting::Capacity { factor: 1.25 }),
+        ),
+        (
+            "token-drop (capacity factor: 2)",
+            Some(MoeRouting::Capacity { factor: 2.0 }),
+        ),
+        ("dropless, aux-loss balanced", Some(MoeRouting::Balanced)),
+        ("model's own router", None),
+    ] {
+        let row = RunRow {
+            routing: Some(text.into()),
+            ..moe.clone()
+        };
+        assert_eq!(
+            modern::unmodelled(&row).contains(&"routing"),
+            want.is_none(),
+            "{text}"
+        );
+        assert_eq!(
+            scenario(&row).training.moe_routing,
+            want.unwrap_or_default(),
+            "{text}"
+        );
+    }
+
+    // Transformer Engine has no rowwise recipe: those rows are torchtitan's (torchao).
+    for (framework, text, want) in [
+        ("NeMo", "TE Float8CurrentScaling", Fp8Recipe::Tensorwise),
+        (
+            "torchtitan",
+            "torchao Float8Linear, rowwise scaling",
+            Fp8Recipe::Rowwise,
+        ),
+        (
+            "torchtitan",
+            "torchao rowwise_with_gw_hp",
+            Fp8Recipe::Rowwise,
+        ),
+        ("NeMo", "TE Float8BlockScaling", Fp8Recipe::Blockwise),
+        (
+            "NeMo",
+            "TE DelayedScaling, amax history 1024",
+            Fp8Recipe::Delayed,
+        ),
+        (
+            "torchtitan",
+            "torchao Float8Linear (dynamic scaling)",
+            Fp8Recipe::Tensorwise,
+        ),
+    ] {
+        let row = RunRow {
+            framework: Some(framework.into()),
+            precision: Some("FP8".into()),
+            fp8_recipe: Some(text.into()),
+            ..small_modern_row()
+        };
+        let s = scenario(&row);
+        assert_eq!(s.training.precision, Precision::Fp8, "{text}");
+        assert_eq!(s.training.fp8_recipe, want, "{text}");
+        assert!(!modern::unmodelled(&row).contains(&"fp8_recipe"), "{text}");
+    }
+
+    let bf16 = RunRow {
+        precision: Some("BF16 (bfloat16 AMP)".into()),
+        ..small_modern_row()
+    };
+    assert_eq!(scenario(&bf16).training.precision, Precision::Bf16);
+    assert!(modern::groups(&bf16).contains(&"BF16".to_string()));
+
+    for (graphs, want) in [
+        (toml::Value::String("none".into()), false),
+        (toml::Value::String("Off".into()), false),
+        (toml::Value::String("full iteration".into()), true),
+        (toml::Value::Boolean(true), true),
+    ] {
+        let row = RunRow {
+            cuda_graphs: Some(graphs.clone()),
+            ..small_modern_row()
+        };
+        assert_eq!(scenario(&row).training.cuda_graphs, want, "{graphs}");
+    }
+
+    for (act, gated) in [
+        ("SwiGLU", true),
+        ("geglu", true),
+        ("swiglu (clamped)", true),
+        ("gelu", false),
+        ("squared-relu", false),
+    ] {
+        let row = RunRow {
+            ffn_act: Some(act.into()),
+            ..small_modern_row()
+        };
+        assert_eq!(scenario(&row).model.gated_mlp, gated, "{act}");
+    }
+
+    for (text, want) in [
+        ("Full", Recompute::Full),
+        ("block", Recompute::Full),
+        ("Selective (op)", Recompute::Selective),
+        ("off", Recompute::None),
+    ] {
+        let row = RunRow {
+            recompute: Some(text.into()),
+            ..small_modern_row()
+        };
+        assert_eq!(scenario(&row).training.recompute, want, "{text}");
+    }
+    let unknown = RunRow {
+        recompute: Some("sometimes".into()),
+        ..small_modern_row()
+    };
+    assert!(modern::modern_scenario(&unknown).is_err());
+
+    let dtypes = RunRow {
+        grad_reduce_dtype: Some("float32".into()),
+        optimizer_state_dtype: Some("bfloat16".into()),
+        ..small_modern_row()
+    };
+    let s = scenario(&dtypes);
+    assert_eq!(s.training.grad_reduce_dtype, Some(Dtype::Fp32));
+    assert_eq!(s.training.optimizer_state_dtype, Some(Dtype::Bf16));
+
+    for (framework, family, file) in [
+        ("LLM Foundry (Composer)", "llm-foundry", "llm-foundry"),
+        ("Hugging Face Transformers Trainer", "hf", "hf"),
+        ("HF accelerate", "hf", "hf"),
+    ] {
+        let row = RunRow {
+            framework: Some(framework.into()),
+            ..small_modern_row()
+        };
+        assert_eq!(modern::family(&row), family, "{framework}");
+        assert_eq!(scenario(&row).training.framework.name, file, "{framework}");
+    }
+}
+
+/// A Mamba hybrid's pattern may be followed by a note: the pattern is read up to it, and the
+/// mixer's shape from the row's `mamba`, else from the note's words, else from Megatron-Core's
+/// defaults, which are then listed as assumed.
+#[test]
+fn a_hybrid_pattern_is_read_past_its_note() {
+    let row = RunRow {
+        id: "hybrid".into(),
+        arch: Some("hybrid-mamba-moe".into()),
+        layers: 4,
+        hidden: 1024,
+        experts: Some(8),
+        top_k: Some(2),
+        moe_ffn_hidden: Some(512),
+        hybrid_pattern: Some(
+            "ME*E (M=Mamba-2 x1, E=MoE x2; mamba 32 heads x 64 dim, state 128, 4 groups)".into(),
+        ),
+        ..small_modern_row()
+    };
+    let s = modern::modern_scenario(&row).unwrap();
+    let hybrid = s.model.hybrid.as_ref().unwrap();
+    assert_eq!(hybrid.pattern, "ME*E");
+    let m = hybrid.mamba.unwrap();
+    assert_eq!((m.heads, m.head_dim, m.state, m.groups), (32, 64, 128, 4));
+    assert!(
+        modern::unmodelled(&row).is_empty(),
+        "{:?}",
+        modern::unmodelled(&row)
+    );
+
+    // The row's own `mamba` wins over the note.
+    let given = RunRow {
+        mamba: Some("heads=16, head_dim=128, state=64, groups=2".into()),
+        ..row.clone()
+    };
+    let m = modern::modern_scenario(&given)
+        .unwrap()
+        .model
+        .hybrid
+        .unwrap()
+        .mamba
+        .unwrap();
+    assert_eq!((m.heads, m.head_dim, m.state, m.groups), (16, 128, 64, 2));
+
+    // Neither: Megatron-Core's defaults (2 * hidden / 64 heads of 64, state 128, 8 groups).
+    let bare = RunRow {
+        hybrid_pattern: Some("ME*E".into()),
+        ..row
+    };
+    let m = modern::modern_scenario(&bare)
+        .unwrap()
+        .model
+        .hybrid
+        .unwrap()
+        .mamba
+        .unwrap();
+    assert_eq!((m.heads, m.head_dim, m.state, m.groups), (32, 64, 128, 8));
+    assert!(modern::unmodelled(&bare)
+        .iter()
+        .any(|u| u.starts_with("mamba")));
+}
+
+/// A Megatron-Bridge row that does not say how it reduces gradients or gathers FP8 weights
+/// takes what every Megatron-Bridge performance recipe sets: bf16 reductions, and FP8 weight
+/// gathers but under block scaling. What a row states wins, and other families keep twin's
+/// defaults.
+#[test]
+fn megatron_bridge_rows_take_their_recipes_settings() {
+    use crate::scenario::framework::Dtype;
+    let bridge = RunRow {
+        framework: Some("Megatron-Bridge (Megatron-Core)".into()),
+        precision: Some("fp8".into()),
+        fp8_recipe: Some("FP8 current scaling".into()),
+        ..small_modern_row()
+    };
+    let s = modern::modern_scenario(&bridge).unwrap();
+    assert_eq!(s.training.grad_reduce_dtype, Some(Dtype::Bf16));
+    assert!(s.training.fp8_param_gather);
+    let block = RunRow {
+        fp8_recipe: Some("blockwise".into()),
+        ..bridge.clone()
+    };
+    assert!(
+        !modern::modern_scenario(&block)
+            .unwrap()
+            .training
+            .fp8_param_gather
+    );
+    let stated = RunRow {
+        grad_reduce_dtype: Some("fp32".into()),
+        fp8_param_gather: Some(false),
+        ..bridge.clone()
+    };
+    let s = modern::modern_scenario(&stated).unwrap();
+    assert_eq!(s.training.grad_reduce_dtype, Some(Dtype::Fp32));
+    assert!(!s.training.fp8_param_gather);
+    let nemo = RunRow {
+        framework: Some("NeMo 1.x (Megatron-Core)".into()),
+        ..bridge
+    };
+    let s = modern::modern_scenario(&nemo).unwrap();
+    assert_eq!(s.training.grad_reduce_dtype, None);
+    assert!(!s.training.fp8_param_gather);
+}
+
+/// A `pp_schedule` that names what `vpp` already chooses is read through it; GPipe, ZB-H1 and
+/// DualPipe select their schedules; V-shaped schedules, and an interleaved schedule without
+/// `vpp`, are listed as unmodelled.
+#[test]
+fn pipeline_schedule_text_is_read_or_listed() {
+    use crate::scenario::PipelineSchedule;
+    let row = |text: &str, vpp: Option<u32>| RunRow {
+        layers: 8,
+        pp: 2,
+        dp: 4,
+        global_batch: 32,
+        vpp,
+        pp_schedule: Some(text.into()),
+        ..small_modern_row()
+    };
+    for (text, vpp, want, listed) in [
+        ("1F1B", None, PipelineSchedule::OneFOneB, false),
+        (
+            "Interleaved 1F1B",
+            Some(2),
+            PipelineSchedule::Interleaved1F1B,
+            false,
+        ),
+        ("Interleaved1F1B", None, PipelineSchedule::OneFOneB, true),
+        ("GPipe", None, PipelineSchedule::Gpipe, false),
+        (
+            "ZeroBubble (ZB-H1)",
+            None,
+            PipelineSchedule::ZeroBubble,
+            false,
+        ),
+        ("ZBVZeroBubble", None, PipelineSchedule::OneFOneB, true),
+    ] {
+        let r = row(text, vpp);
+        assert_eq!(
+            modern::modern_scenario(&r).unwrap().parallel.schedule,
+            want,
+            "{text}"
+        );
+        assert_eq!(
+            modern::unmodelled(&r).contains(&"pp_schedule"),
+            listed,
+            "{text}"
+        );
+    }
+}
