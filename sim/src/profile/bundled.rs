@@ -22,7 +22,7 @@ pub struct Bundled {
 /// Every bundled GPU profile. The A100's shares its GEMM curve and memory efficiency with the
 /// defaults, but not its attention curves or its links' efficiencies
 /// (docs/reference/profiles.md).
-pub const BUNDLED: [Bundled; 5] = [
+pub const BUNDLED: [Bundled; 7] = [
     Bundled {
         gpu: "a100-sxm-80gb",
         nodes: &["dgx-a100"],
@@ -42,6 +42,12 @@ pub const BUNDLED: [Bundled; 5] = [
         text: include_str!("../../../scenarios/profiles/h100-grand-teton.toml"),
     },
     Bundled {
+        gpu: "h800-sxm-80gb",
+        nodes: &["hgx-h800"],
+        path: "scenarios/profiles/h800-hgx.toml",
+        text: include_str!("../../../scenarios/profiles/h800-hgx.toml"),
+    },
+    Bundled {
         gpu: "h200-141gb",
         nodes: &["dgx-h100", "dgx-h200", "hgx-h200"],
         path: "scenarios/profiles/h200-dgx.toml",
@@ -52,6 +58,12 @@ pub const BUNDLED: [Bundled; 5] = [
         nodes: &["dgx-b200"],
         path: "scenarios/profiles/b200-dgx.toml",
         text: include_str!("../../../scenarios/profiles/b200-dgx.toml"),
+    },
+    Bundled {
+        gpu: "gb200",
+        nodes: &["gb200-nvl72"],
+        path: "scenarios/profiles/gb200-nvl72.toml",
+        text: include_str!("../../../scenarios/profiles/gb200-nvl72.toml"),
     },
 ];
 

@@ -1436,8 +1436,65 @@ fn bundled_text(path: &str) -> &'static str {
             include_str!("../../../scenarios/profiles/h200-dgx.toml")
         }
         "scenarios/profiles/b200-dgx.toml" => B200,
+        "scenarios/profiles/h800-hgx.toml" => H800,
+        "scenarios/profiles/gb200-nvl72.toml" => GB200,
         other => panic!("no bundled profile at {other}"),
     }
+}
+
+const H800: &str = include_str!("../../../scenarios/profiles/h800-hgx.toml");
+const GB200: &str = include_str!("../../../scenarios/profiles/gb200-nvl72.toml");
+
+/// The GB200 NVL72 profile is the DGX B200 profile, as fractions of the peak, on the GB200's
+/// datasheet peaks: only `[gpu]`, the name and the links' citations differ. So a GB200 GEMM
+/// runs at the B200's fraction of a peak 11% higher.
+#[test]
+fn the_gb200_profile_is_the_b200_profile_on_its_own_peaks() {
+    let b200 = parse_str(B200, "b200-dgx.toml").unwrap();
+    let gb200 = parse_str(GB200, "gb200-nvl72.toml").unwrap();
+    assert_eq!(gb200.gpu, "gb200");
+    assert_eq!(gb200.peak_bf16_flops_per_s.value, 2.5e15);
+    assert_eq!(
+        gb200.gemm_max_efficiency.value,
+        b200.gemm_max_efficiency.value
+    );
+    let mut same = gb200.clone();
+    same.name = b200.name.clone();
+    same.description = b200.description.clone();
+    same.gpu = b200.gpu.clone();
+    same.sm_count = b200.sm_count.clone();
+    same.hbm_bandwidth_bytes_per_s = b200.hbm_bandwidth_bytes_per_s.clone();
+    same.peak_fp32_flops_per_s = b200.peak_fp32_flops_per_s.clone();
+    same.peak_tf32_flops_per_s = b200.peak_tf32_flops_per_s.clone();
+    same.peak_fp16_flops_per_s = b200.peak_fp16_flops_per_s.clone();
+    same.peak_bf16_flops_per_s = b200.peak_bf16_flops_per_s.clone();
+    same.peak_fp8_flops_per_s = b200.peak_fp8_flops_per_s.clone();
+    same.intra.bandwidth_bytes_per_s.reference = b200.intra.bandwidth_bytes_per_s.reference.clone();
+    same.inter.bandwidth_bytes_per_s.reference = b200.inter.bandwidth_bytes_per_s.reference.clone();
+    assert_eq!(same, b200);
+}
+
+/// The HGX H800 profile is the DGX H100 profile on the same die but for what the H800 changes:
+/// its name, its 400 GB/s NVLink (at DeepSeek's reported rate, without NVLink SHARP) and its
+/// NICs' citation. Every curve, peak and efficiency is carried over unchanged.
+#[test]
+fn the_h800_profile_is_the_h100_profile_but_its_nvlink() {
+    let h100 = parse_str(H100, "h100-dgx.toml").unwrap();
+    let h800 = parse_str(H800, "h800-hgx.toml").unwrap();
+    assert_eq!(h800.gpu, "h800-sxm-80gb");
+    assert_eq!(h800.intra.bandwidth_bytes_per_s.value, 200e9);
+    assert_eq!(h800.intra.efficiency.value, 0.80);
+    assert!(h800.nvls_efficiency.is_none());
+    let mut same = h800.clone();
+    same.name = h100.name.clone();
+    same.description = h100.description.clone();
+    same.gpu = h100.gpu.clone();
+    same.sm_count.reference = h100.sm_count.reference.clone();
+    same.intra = h100.intra.clone();
+    same.inter.bandwidth_bytes_per_s.reference = h100.inter.bandwidth_bytes_per_s.reference.clone();
+    same.nvls_efficiency = h100.nvls_efficiency.clone();
+    same.nvls_min_bytes = h100.nvls_min_bytes.clone();
+    assert_eq!(same, h100);
 }
 
 /// Each bundled profile describes the GPU and nodes the table says: it names that GPU preset,
