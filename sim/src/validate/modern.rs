@@ -101,7 +101,7 @@ pub fn is_long_context(row: &RunRow) -> bool {
 /// family, and long context (a row is in several groups). A mixture-of-experts row: "MoE"
 /// only, so that the dense groups keep describing dense runs.
 pub fn groups(row: &RunRow) -> Vec<String> {
-    if row.arch.as_deref().is_some_and(|a| a != "dense") {
+    if arch(row) != "dense" {
         return vec!["MoE".to_string()];
     }
     let mut g = Vec::with_capacity(4);
@@ -425,22 +425,35 @@ pub fn recompute_modules(row: &RunRow) -> Option<Vec<&str>> {
         .then_some(names)
 }
 
-/// Why a row cannot be expressed before any scenario is built, if it cannot.
+/// The kind of model a row's `arch` names, however spelt: `dense` (also when absent), `moe`
+/// (mixture of experts), `hybrid` (a Mamba hybrid, `hybrid-mamba-moe`) or `other`.
+fn arch(row: &RunRow) -> &'static str {
+    let Some(text) = row.arch.as_deref() else {
+        return "dense";
+    };
+    let words = squashed(text);
+    if words.contains("mamba") || words.contains("hybrid") {
+        "hybrid"
+    } else if words == "dense" {
+        "dense"
+    } else if words.contains("moe") || words.contains("mixtureofexperts") {
+        "moe"
+    } else {
+        "other"
+    }
+}
+
+/// Why a row cannot be expressed before any scenario is built, if it cannot. Expert tensor
+/// parallelism and how `ep` divides the ranks it groups (context-parallel ones included, as
+/// Megatron-Core folds them) are the scenario validation's to refuse, with the keys and the
+/// allowed values.
 fn unsupported(row: &RunRow) -> Option<String> {
-    match row.arch.as_deref().unwrap_or("dense") {
-        "dense" => None,
-        // Expert tensor parallelism and how ep divides the ranks it groups are the scenario
-        // validation's to refuse (with the keys and allowed values); context parallelism with
-        // experts twin places differently from Megatron-Core, so such rows are not compared.
-        "moe" if row.cp.unwrap_or(1) > 1 => Some(
-            "arch = \"moe\" with cp > 1: expert parallelism across context-parallel ranks is \
-             not modelled"
-                .to_string(),
-        ),
-        "moe" => None,
-        "hybrid-mamba-moe" if row.hybrid_pattern.is_some() => None,
-        arch => Some(format!(
-            "arch = {arch:?} without a hybrid_pattern: its layers are not known"
+    match arch(row) {
+        "dense" | "moe" => None,
+        "hybrid" if row.hybrid_pattern.is_some() => None,
+        _ => Some(format!(
+            "arch = {:?} without a hybrid_pattern: its layers are not known",
+            row.arch.as_deref().unwrap_or("")
         )),
     }
 }

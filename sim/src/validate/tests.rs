@@ -896,3 +896,45 @@ fn pipeline_schedule_text_is_read_or_listed() {
         );
     }
 }
+
+/// A mixture-of-experts row with context parallelism is expressed: its expert layers refold the
+/// context-parallel ranks as Megatron-Core does, and only the scenario's own checks may refuse
+/// the layout. `arch` is read however spelt; an architecture twin does not know is refused
+/// with the reason.
+#[test]
+fn moe_rows_with_context_parallelism_are_expressed() {
+    let moe = RunRow {
+        id: "moe-cp".into(),
+        arch: Some("Mixture-of-Experts".into()),
+        experts: Some(8),
+        top_k: Some(2),
+        moe_ffn_hidden: Some(512),
+        cp: Some(2),
+        dp: 4,
+        ep: Some(8),
+        ..small_modern_row()
+    };
+    let s = modern::modern_scenario(&moe).unwrap();
+    assert_eq!((s.parallel.cp, s.parallel.dp, s.parallel.ep), (2, 4, 8));
+    assert_eq!(modern::groups(&moe), ["MoE"]);
+    let upper = RunRow {
+        arch: Some("MoE".into()),
+        ..moe.clone()
+    };
+    assert_eq!(modern::groups(&upper), ["MoE"]);
+    // ep must divide tp*cp*dp/etp = 8: the scenario's check names the keys.
+    let e = modern::modern_scenario(&RunRow {
+        ep: Some(16),
+        ..moe.clone()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("parallel.ep"), "{e}");
+    let e = modern::modern_scenario(&RunRow {
+        arch: Some("diffusion".into()),
+        ..moe
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("diffusion"), "{e}");
+}
