@@ -315,7 +315,8 @@ impl Priced<'_> {
 
 /// Simulates one case with the one of `profiles` that describes its GPU, else as `fallback`
 /// prices it (the machine's bundled profile or twin's defaults), and compares. A modern row's
-/// `model_tflops_per_gpu` is compared as the step time it implies (see [`modern`]).
+/// `model_tflops_per_gpu` (or its MFU times the peak it names) is compared as the step time it
+/// implies (see [`modern`]).
 pub fn run_case(
     case: &Case,
     profiles: &[Profile],
@@ -339,8 +340,13 @@ pub fn run_case(
             case.published,
             report.hardware_tflops_per_gpu,
         ),
-        "model_tflops_per_gpu" => (
-            "step_time_s from tflops_per_gpu".to_string(),
+        "model_tflops_per_gpu" | "model_tflops_from_mfu" => (
+            if case.field == "model_tflops_from_mfu" {
+                "step_time_s from mfu_percent"
+            } else {
+                "step_time_s from tflops_per_gpu"
+            }
+            .to_string(),
             report.step_time_s * report.model_tflops_per_gpu / case.published,
             report.step_time_s,
         ),

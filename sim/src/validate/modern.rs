@@ -43,7 +43,8 @@
 //!
 //! The published figure is the step time: `step_time_s`, else `global_batch * seq_len /
 //! (tokens_per_s_per_gpu * gpus)`, else (rows that publish only TFLOP/s) the model FLOPs of the
-//! step over `tflops_per_gpu * gpus`. twin's model FLOPs follow the same convention as
+//! step over `tflops_per_gpu * gpus`, else (only an MFU) the same with `mfu_percent / 100 *
+//! mfu_peak_tflops` as the TFLOP/s. twin's model FLOPs follow the same convention as
 //! NVIDIA's "Model TFLOP/s" (Megatron's count: full s*s attention, no recompute; checked on
 //! NeMo 24.07's Llama2-7B row: 767 TFLOP/s at 16,634 tokens/s is 46.1 GFLOP per token, the
 //! Megatron count of that shape), so the conversion does not depend on the prediction.
@@ -753,13 +754,17 @@ pub fn published_step_time_s(row: &RunRow) -> Option<f64> {
 /// The one case of a modern row: its step time, published or derived (module doc).
 pub fn modern_cases(row: &RunRow) -> Result<Vec<Case>, ValidateError> {
     let scenario = modern_scenario(row)?;
-    let (field, published) = match (published_step_time_s(row), row.tflops_per_gpu) {
-        (Some(s), _) => ("step_time_s", s),
-        (None, Some(tflops)) => ("model_tflops_per_gpu", tflops),
-        (None, None) => {
+    let mfu = row.mfu_percent.zip(row.mfu_peak_tflops);
+    let (field, published) = match (published_step_time_s(row), row.tflops_per_gpu, mfu) {
+        (Some(s), _, _) => ("step_time_s", s),
+        (None, Some(tflops), _) => ("model_tflops_per_gpu", tflops),
+        // Only an MFU: the TFLOP/s it is of the peak the row names.
+        (None, None, Some((percent, peak))) => ("model_tflops_from_mfu", percent * peak / 100.0),
+        (None, None, None) => {
             return Err(ValidateError::Unsupported {
                 id: row.id.clone(),
-                reason: "publishes no step time, tokens/s or TFLOP/s".to_string(),
+                reason: "publishes no step time, tokens/s, TFLOP/s or MFU with its peak"
+                    .to_string(),
             })
         }
     };

@@ -938,3 +938,43 @@ fn moe_rows_with_context_parallelism_are_expressed() {
     .to_string();
     assert!(e.contains("diffusion"), "{e}");
 }
+
+/// A row that publishes only its MFU and the peak it divides by is compared as the TFLOP/s
+/// that MFU is of that peak: the same comparison as the row publishing those TFLOP/s, under
+/// a label that says where the figure came from. Without a peak it cannot be compared.
+#[test]
+fn a_row_with_only_its_mfu_is_compared_as_its_tflops() {
+    let base = RunRow {
+        step_time_s: None,
+        ..small_modern_row()
+    };
+    let by_mfu = RunRow {
+        id: "by-mfu".into(),
+        mfu_percent: Some(40.0),
+        mfu_peak_tflops: Some(989.0),
+        ..base.clone()
+    };
+    let by_tflops = RunRow {
+        id: "by-tflops".into(),
+        tflops_per_gpu: Some(0.4 * 989.0),
+        ..base.clone()
+    };
+    let t = Table {
+        run: vec![by_mfu, by_tflops],
+        layer_timing: Vec::new(),
+    };
+    let r = validate_table(&t, &[], &Pricing::Machine).unwrap();
+    assert_eq!(r.rows.len(), 2);
+    assert_eq!(r.rows[0].field, "step_time_s from mfu_percent");
+    assert_eq!(r.rows[1].field, "step_time_s from tflops_per_gpu");
+    assert_eq!(r.rows[0].published, r.rows[1].published);
+    assert_eq!(r.rows[0].predicted, r.rows[1].predicted);
+    let no_peak = RunRow {
+        mfu_percent: Some(40.0),
+        ..base
+    };
+    let Err(e) = modern::modern_cases(&no_peak) else {
+        panic!("a row with an MFU and no peak was compared");
+    };
+    assert!(e.to_string().contains("MFU with its peak"), "{e}");
+}
