@@ -218,8 +218,28 @@ pub fn row_scenario(
     })
 }
 
-/// The scenarios for every published figure of a row.
+/// The scenarios for every published figure of a row. A figure that is not a positive number
+/// (a step of 0 s, or a TFLOP/s or tokens/s of 0 that implies an endless step) refuses the
+/// row with the reason: compared, it would count as a perfect prediction.
 pub fn row_cases(row: &RunRow) -> Result<Vec<Case>, ValidateError> {
+    let cases = figures(row)?;
+    match cases
+        .iter()
+        .find(|c| !(c.published.is_finite() && c.published > 0.0))
+    {
+        Some(c) => Err(ValidateError::Unsupported {
+            id: row.id.clone(),
+            reason: format!(
+                "its published {} is {}: a published figure must be a positive number",
+                c.field, c.published
+            ),
+        }),
+        None => Ok(cases),
+    }
+}
+
+/// The scenarios for every published figure of a row, as published ([`row_cases`]).
+fn figures(row: &RunRow) -> Result<Vec<Case>, ValidateError> {
     if modern::is_modern(row) {
         return modern::modern_cases(row);
     }

@@ -748,7 +748,7 @@ pub fn published_step_time_s(row: &RunRow) -> Option<f64> {
         return Some(s);
     }
     let tokens = row.tokens_per_s_per_gpu? * f64::from(row.gpus);
-    (tokens > 0.0).then(|| (row.global_batch * row.seq_len) as f64 / tokens)
+    (tokens > 0.0).then(|| row.global_batch as f64 * row.seq_len as f64 / tokens)
 }
 
 /// The one case of a modern row: its step time, published or derived (module doc).

@@ -978,3 +978,48 @@ fn a_row_with_only_its_mfu_is_compared_as_its_tflops() {
     };
     assert!(e.to_string().contains("MFU with its peak"), "{e}");
 }
+
+/// A published figure that is not a positive number refuses its row with the reason instead
+/// of counting as a perfect prediction (an error of 0 against a step of 0 s or of infinity).
+#[test]
+fn a_figure_that_is_not_positive_refuses_its_row() {
+    for (row, field) in [
+        (
+            RunRow {
+                step_time_s: Some(0.0),
+                ..small_modern_row()
+            },
+            "step_time_s",
+        ),
+        (
+            RunRow {
+                step_time_s: Some(f64::NAN),
+                ..small_modern_row()
+            },
+            "step_time_s",
+        ),
+        (
+            RunRow {
+                step_time_s: None,
+                tflops_per_gpu: Some(0.0),
+                ..small_modern_row()
+            },
+            "model_tflops_per_gpu",
+        ),
+    ] {
+        let t = Table {
+            run: vec![row],
+            layer_timing: Vec::new(),
+        };
+        let v = validate_table(&t, &[], &Pricing::Machine);
+        let e = match v {
+            Ok(v) => {
+                assert!(v.rows.is_empty(), "{field}: compared");
+                assert_eq!(v.uncovered.len(), 1, "{field}");
+                v.uncovered[0].reason.clone()
+            }
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(field) && e.contains("positive"), "{e}");
+    }
+}
