@@ -568,21 +568,26 @@ fn fp8_recipe_text_selects_the_recipe() {
     assert!(e.contains("compute capability 10.0"), "{e}");
 }
 
-/// The modern rules read a setting however a source spells it: in any case, with or without
-/// spaces and hyphens, and as Transformer Engine's or torchao's class names; a text naming none
-/// of what twin models stays listed as unmodelled.
-#[test]
-fn source_spellings_select_the_same_settings() {
-    use crate::scenario::{framework::Dtype, Fp8Recipe, MoeDispatcher, MoeRouting, Precision};
-    let moe = RunRow {
-        id: "spelling".into(),
+/// [`small_modern_row`] with 8 experts of 512, two per token, over ep = 8.
+fn small_moe_row() -> RunRow {
+    RunRow {
+        id: "moe-row".into(),
         arch: Some("moe".into()),
         experts: Some(8),
         top_k: Some(2),
         moe_ffn_hidden: Some(512),
         ep: Some(8),
         ..small_modern_row()
-    };
+    }
+}
+
+/// The modern rules read a setting however a source spells it: in any case, with or without
+/// spaces and hyphens, and as Transformer Engine's or torchao's class names; a text naming none
+/// of what twin models stays listed as unmodelled.
+#[test]
+fn source_spellings_select_the_same_settings() {
+    use crate::scenario::{framework::Dtype, Fp8Recipe, MoeDispatcher, MoeRouting, Precision};
+    let moe = small_moe_row();
     let scenario = |row: &RunRow| modern::modern_scenario(row).unwrap();
 
     for (text, want) in [
@@ -764,11 +769,13 @@ fn a_hybrid_pattern_is_read_past_its_note() {
         ),
         ..small_modern_row()
     };
-    let s = modern::modern_scenario(&row).unwrap();
-    let hybrid = s.model.hybrid.as_ref().unwrap();
-    assert_eq!(hybrid.pattern, "ME*E");
-    let m = hybrid.mamba.unwrap();
-    assert_eq!((m.heads, m.head_dim, m.state, m.groups), (32, 64, 128, 4));
+    // The pattern and the mixer's (heads, head_dim, state, groups) a row is read as.
+    let read = |row: &RunRow| {
+        let hybrid = modern::modern_scenario(row).unwrap().model.hybrid.unwrap();
+        let m = hybrid.mamba.unwrap();
+        (hybrid.pattern, (m.heads, m.head_dim, m.state, m.groups))
+    };
+    assert_eq!(read(&row), ("ME*E".to_string(), (32, 64, 128, 4)));
     assert!(
         modern::unmodelled(&row).is_empty(),
         "{:?}",
@@ -780,28 +787,14 @@ fn a_hybrid_pattern_is_read_past_its_note() {
         mamba: Some("heads=16, head_dim=128, state=64, groups=2".into()),
         ..row.clone()
     };
-    let m = modern::modern_scenario(&given)
-        .unwrap()
-        .model
-        .hybrid
-        .unwrap()
-        .mamba
-        .unwrap();
-    assert_eq!((m.heads, m.head_dim, m.state, m.groups), (16, 128, 64, 2));
+    assert_eq!(read(&given).1, (16, 128, 64, 2));
 
     // Neither: Megatron-Core's defaults (2 * hidden / 64 heads of 64, state 128, 8 groups).
     let bare = RunRow {
         hybrid_pattern: Some("ME*E".into()),
         ..row
     };
-    let m = modern::modern_scenario(&bare)
-        .unwrap()
-        .model
-        .hybrid
-        .unwrap()
-        .mamba
-        .unwrap();
-    assert_eq!((m.heads, m.head_dim, m.state, m.groups), (32, 64, 128, 8));
+    assert_eq!(read(&bare).1, (32, 64, 128, 8));
     assert!(modern::unmodelled(&bare)
         .iter()
         .any(|u| u.starts_with("mamba")));
@@ -904,15 +897,10 @@ fn pipeline_schedule_text_is_read_or_listed() {
 #[test]
 fn moe_rows_with_context_parallelism_are_expressed() {
     let moe = RunRow {
-        id: "moe-cp".into(),
         arch: Some("Mixture-of-Experts".into()),
-        experts: Some(8),
-        top_k: Some(2),
-        moe_ffn_hidden: Some(512),
         cp: Some(2),
         dp: 4,
-        ep: Some(8),
-        ..small_modern_row()
+        ..small_moe_row()
     };
     let s = modern::modern_scenario(&moe).unwrap();
     assert_eq!((s.parallel.cp, s.parallel.dp, s.parallel.ep), (2, 4, 8));
