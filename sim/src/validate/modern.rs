@@ -123,7 +123,7 @@ pub fn unmodelled(row: &RunRow) -> Vec<&'static str> {
     if row.fp8_recipe.is_some() && precision(row) == "fp8" && fp8_recipe(row).is_none() {
         out.push("fp8_recipe");
     }
-    if row.gpu_note.is_some() && gpu_preset(row) == row.gpu {
+    if row.gpu_note.is_some() && gpu_preset(row) == gpu_name(&row.gpu) {
         out.push("gpu_note");
     }
     if row.routing.is_some() && moe_routing(row).is_none() {
@@ -278,13 +278,34 @@ pub fn fp8_recipe(row: &RunRow) -> Option<&'static str> {
 /// has a preset of its own for. Known: Meta's Grand Teton H100 (96 GB HBM2e, 500 W power
 /// limit), on which torchtitan's published runs were made: `h100-sxm-96gb-500w`.
 pub fn gpu_preset(row: &RunRow) -> &str {
+    let gpu = gpu_name(&row.gpu);
     match row.gpu_note.as_deref() {
         Some(note)
-            if row.gpu == "h100-sxm-80gb" && note.contains("HBM2e") && note.contains("500 W") =>
+            if gpu == "h100-sxm-80gb" && note.contains("HBM2e") && note.contains("500 W") =>
         {
             "h100-sxm-96gb-500w"
         }
-        _ => &row.gpu,
+        _ => gpu,
+    }
+}
+
+/// The preset a row's `gpu` names, however spelt ("H100 SXM5 80GB", "h200-sxm-141gb", "B200"):
+/// the SXM parts twin has presets for; any other text as written, for the scenario's check to
+/// refuse with the presets it knows (a PCIe or NVL part is not an SXM one).
+fn gpu_name(text: &str) -> &str {
+    // The name with its form factor dropped: "H100 SXM5 80GB" is "h10080gb".
+    let bare = squashed(text)
+        .replacen("sxm5", "", 1)
+        .replacen("sxm4", "", 1)
+        .replacen("sxm", "", 1);
+    match bare.as_str() {
+        "h100" | "h10080gb" => "h100-sxm-80gb",
+        "h200" | "h200141gb" => "h200-141gb",
+        "h800" | "h80080gb" => "h800-sxm-80gb",
+        "b200" | "b200180gb" | "b200192gb" => "b200-sxm-180gb",
+        "gb200" | "gb200nvl72" => "gb200",
+        "a100" | "a10080gb" => "a100-sxm-80gb",
+        _ => text,
     }
 }
 

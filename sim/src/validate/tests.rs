@@ -676,6 +676,38 @@ fn source_spellings_select_the_same_settings() {
         assert!(!modern::unmodelled(&row).contains(&"fp8_recipe"), "{text}");
     }
 
+    for (gpu, preset) in [
+        ("H100 SXM5 80GB", "h100-sxm-80gb"),
+        ("h200-sxm-141gb", "h200-141gb"),
+        ("H800", "h800-sxm-80gb"),
+        ("B200 SXM 180GB", "b200-sxm-180gb"),
+        ("GB200 NVL72", "gb200"),
+        ("h100-sxm-96gb-500w", "h100-sxm-96gb-500w"),
+    ] {
+        let row = RunRow {
+            gpu: gpu.into(),
+            ..small_modern_row()
+        };
+        assert_eq!(scenario(&row).cluster.gpu.name, preset, "{gpu}");
+    }
+    // A part twin has no preset for is refused by the scenario's check, which lists them.
+    let pcie = RunRow {
+        gpu: "H100 PCIe".into(),
+        ..small_modern_row()
+    };
+    let e = modern::modern_scenario(&pcie).unwrap_err().to_string();
+    assert!(
+        e.contains("H100 PCIe") && e.contains("h100-sxm-80gb"),
+        "{e}"
+    );
+    // A note on a renamed part still names no preset of its own, so it stays listed.
+    let noted = RunRow {
+        gpu: "H100 SXM5".into(),
+        gpu_note: Some("liquid-cooled".into()),
+        ..small_modern_row()
+    };
+    assert!(modern::unmodelled(&noted).contains(&"gpu_note"));
+
     let bf16 = RunRow {
         precision: Some("BF16 (bfloat16 AMP)".into()),
         ..small_modern_row()
