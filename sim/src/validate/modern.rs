@@ -13,8 +13,10 @@
 //!   `cuda_graphs = "none"` read as meant); what cannot be read is listed as unmodelled.
 //! - The model shape as published; an `ffn_act` naming a GLU is a gated MLP; `head_dim`,
 //!   `sliding_window` (with `sliding_window_every`) and `attention_sinks` where given.
-//! - `tp`, `pp`, `cp`, `dp` as published; `vpp > 1` is the interleaved 1F1B schedule, and a
-//!   `pp_schedule` naming GPipe, ZB-H1 or DualPipe selects that schedule.
+//! - `tp`, `pp`, `cp`, `dp` as published; `vpp > 1` is the interleaved 1F1B schedule (a
+//!   torchtitan row's interleaved `pp_schedule` without `vpp` has its two stages per rank,
+//!   [`virtual_stages`]), and a `pp_schedule` naming GPipe, ZB-H1 or DualPipe selects that
+//!   schedule.
 //! - `zero_stage` as published, or 1 with `distributed_optimizer = true`; stage 3 is FSDP,
 //!   and an `fsdp` degree other than `dp` is HSDP (`parallel.fsdp_degree`).
 //! - Flash attention (every framework of the table uses a fused attention kernel).
@@ -169,12 +171,28 @@ fn schedule_as_layout(row: &RunRow) -> bool {
     let Some(text) = row.pp_schedule.as_deref().map(squashed) else {
         return true;
     };
-    let interleaved = row.vpp.unwrap_or(1) > 1;
+    let interleaved = virtual_stages(row) > 1;
     if text.contains("interleaved") {
         interleaved
     } else {
         text.contains("1f1b") && !interleaved
     }
+}
+
+/// Model chunks per pipeline rank: the row's `vpp`, else 2 for a torchtitan row whose
+/// `pp_schedule` is interleaved (its default: `generate_split_points` gives interleaved and
+/// looped schedules two stages per rank, pytorch/torchtitan@9dec370ad26b5f8e9a7333a0e36165018262644b:
+/// torchtitan/parallelisms/pipelining_utils.py), else 1.
+fn virtual_stages(row: &RunRow) -> u32 {
+    let interleaved_titan = family(row) == "torchtitan"
+        && row.pp > 1
+        && row
+            .pp_schedule
+            .as_deref()
+            .is_some_and(|t| squashed(t).contains("interleaved"));
+    row.vpp
+        .unwrap_or(if interleaved_titan { 2 } else { 1 })
+        .max(1)
 }
 
 /// The data-parallel gradient reduction's dtype: the row's, else `bf16` for a Megatron-Bridge
@@ -636,7 +654,7 @@ pub fn modern_scenario(row: &RunRow) -> Result<Scenario, ValidateError> {
         });
     }
     let precision = precision(row);
-    let vpp = row.vpp.unwrap_or(1).max(1);
+    let vpp = virtual_stages(row);
     let schedule =
         pipeline_schedule(row).unwrap_or(if vpp > 1 { "interleaved-1f1b" } else { "1f1b" });
     let zero = match row.zero_stage {

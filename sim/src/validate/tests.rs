@@ -920,6 +920,16 @@ fn pipeline_schedule_text_is_read_or_listed() {
             "{text}"
         );
     }
+    // torchtitan's interleaved schedule without a `vpp` takes its default two stages per rank.
+    let titan = RunRow {
+        framework: Some("torchtitan".into()),
+        zero_stage: Some(3),
+        ..row("Interleaved1F1B", None)
+    };
+    let s = modern::modern_scenario(&titan).unwrap();
+    assert_eq!(s.parallel.schedule, PipelineSchedule::Interleaved1F1B);
+    assert_eq!(s.parallel.vpp, 2);
+    assert!(!modern::unmodelled(&titan).contains(&"pp_schedule"));
 }
 
 /// A mixture-of-experts row with context parallelism is expressed: its expert layers refold the
