@@ -1053,3 +1053,112 @@ fn a_figure_that_is_not_positive_refuses_its_row() {
         assert!(e.contains(field) && e.contains("positive"), "{e}");
     }
 }
+
+mod text_fields_fuzz {
+    //! The modern rules never panic on a row's free text, however odd: proptest writes random
+    //! text (unicode, punctuation, the rules' own words run together) into every text field
+    //! of a small dense and a small MoE row, and odd numbers into the ones the rules read.
+    use super::*;
+    use proptest::prelude::*;
+    use proptest::sample::select;
+
+    /// Random text, or words the rules look for, glued by odd separators.
+    fn text() -> impl Strategy<Value = String> {
+        let words = select(vec![
+            "fp8",
+            "FP8-MX",
+            "current scaling",
+            "rowwise",
+            "blockwise",
+            "delayed",
+            "dynamic",
+            "capacity factor",
+            "capacity_factor=",
+            "force-balanced",
+            "dropless",
+            "deepep",
+            "all-to-all",
+            "hybridep",
+            "Interleaved 1F1B",
+            "ZBV",
+            "DualPipe",
+            "GPipe",
+            "full",
+            "selective",
+            "none",
+            "MEM*E-",
+            "mamba 64 heads x 64 dim, state 128, 8 groups",
+            "heads=0, head_dim=0",
+            "H100 SXM5",
+            "gb200",
+            "sxm",
+            "moe",
+            "hybrid",
+            "(",
+            "=",
+            "",
+        ]);
+        prop_oneof![
+            ".{0,40}",
+            prop::collection::vec((words, ".{0,3}"), 0..5).prop_map(|parts| {
+                parts
+                    .into_iter()
+                    .map(|(w, sep)| format!("{w}{sep}"))
+                    .collect()
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn odd_text_never_panics(
+            moe in any::<bool>(),
+            framework in text(),
+            arch in prop_oneof![
+                select(vec!["dense", "moe", "MoE", "hybrid-mamba-moe"]).prop_map(String::from),
+                text(),
+            ],
+            precision in text(),
+            fp8_recipe in text(),
+            routing in text(),
+            dispatcher in text(),
+            schedule in text(),
+            pattern in text(),
+            mamba in text(),
+            gpu in text(),
+            recompute in text(),
+            ffn_act in text(),
+            graphs in text(),
+            dtype in text(),
+            vpp in prop::option::of(0u32..9),
+            mfu in prop::option::of(-1.0f64..200.0),
+        ) {
+            let base = if moe { small_moe_row() } else { small_modern_row() };
+            let row = RunRow {
+                framework: Some(framework),
+                arch: Some(arch),
+                precision: Some(precision),
+                fp8_recipe: Some(fp8_recipe),
+                routing: Some(routing),
+                moe_dispatcher: Some(dispatcher),
+                pp_schedule: Some(schedule),
+                hybrid_pattern: Some(pattern),
+                mamba: Some(mamba),
+                gpu,
+                recompute: Some(recompute),
+                ffn_act: Some(ffn_act),
+                cuda_graphs: Some(toml::Value::String(graphs)),
+                grad_reduce_dtype: Some(dtype.clone()),
+                optimizer_state_dtype: Some(dtype),
+                vpp,
+                step_time_s: None,
+                mfu_percent: mfu,
+                mfu_peak_tflops: Some(989.0),
+                ..base
+            };
+            let _ = modern::unmodelled(&row);
+            let _ = modern::groups(&row);
+            let _ = row_cases(&row);
+        }
+    }
+}
