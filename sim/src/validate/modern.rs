@@ -519,6 +519,14 @@ const MAMBA_DEFAULT_STATE: u64 = 128;
 const MAMBA_DEFAULT_GROUPS: u64 = 8;
 const MAMBA_EXPAND: u64 = 2;
 
+/// The `key=value` pairs of a row's comma-separated text ("q_lora_rank=1536, kv_lora_rank=512"),
+/// trimmed; a part without `=` is skipped.
+fn key_values(spec: &str) -> impl Iterator<Item = (&str, &str)> {
+    spec.split(',')
+        .filter_map(|part| part.split_once('='))
+        .map(|(k, v)| (k.trim(), v.trim()))
+}
+
 /// A hybrid row's Mamba-2 mixer as `[model.mamba]` text, and whether a Megatron-Core default
 /// stood in for a number the row does not give ([`MAMBA_DEFAULT_HEAD_DIM`] and the rest).
 /// The numbers come from the row's `mamba` ("heads=64, head_dim=64, state=128, groups=8"),
@@ -533,12 +541,9 @@ fn mamba_shape(row: &RunRow) -> Option<(String, bool)> {
     let mut state = None;
     let mut groups = None;
     if let Some(spec) = row.mamba.as_deref() {
-        for part in spec.split(',') {
-            let Some((k, v)) = part.split_once('=') else {
-                continue;
-            };
-            let v = v.trim().parse::<u64>().ok();
-            match k.trim() {
+        for (k, v) in key_values(spec) {
+            let v = v.parse::<u64>().ok();
+            match k {
                 "heads" => heads = v,
                 "head_dim" => head_dim = v,
                 "state" => state = v,
@@ -624,10 +629,8 @@ fn moe_keys(row: &RunRow) -> String {
     match &row.mla {
         Some(toml::Value::String(ranks)) => {
             text.push_str("[model.mla]\n");
-            for part in ranks.split(',') {
-                if let Some((k, v)) = part.split_once('=') {
-                    let _ = writeln!(text, "{} = {}", k.trim(), v.trim());
-                }
+            for (k, v) in key_values(ranks) {
+                let _ = writeln!(text, "{k} = {v}");
             }
         }
         Some(toml::Value::Table(ranks)) => {
